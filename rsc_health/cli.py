@@ -1,0 +1,114 @@
+"""`healthctl`, the operators' CLI.
+
+Every subcommand is a thin call into the library. Subcommands are imported lazily, so
+`healthctl check` on a compute node never pays for the historian's imports (SQLAlchemy, pandas).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import click
+
+from rsc_health.config import Config, ConfigError, load_config, node_root
+
+# name -> "module:attribute" under rsc_health.commands; grouped by the part that owns them.
+LAZY_COMMANDS: dict[str, str] = {
+    # node checks (issue: node health checks)
+    "check": "node:check",
+    "snapshot": "node:snapshot",
+    # Slurm actions and the node-path entry points
+    "drain": "slurm:drain",
+    "resume": "slurm:resume",
+    "status": "slurm:status",
+    "sweep": "slurm:sweep",
+    "prolog": "slurm:prolog",
+    "epilog": "slurm:epilog",
+    # historian
+    "db": "historian:db",
+    "ingest": "historian:ingest",
+    "ticket": "historian:ticket",
+    "spool": "historian:spool",
+    "attribute": "historian:attribute",
+    "outcomes": "historian:outcomes",
+    "failure-rate": "historian:failure_rate",
+    "causes": "historian:causes",
+    "rolling": "historian:rolling",
+    "mttf": "historian:mttf",
+    "ettr": "historian:ettr",
+    "goodput": "historian:goodput",
+    # lemon nodes and the nightly report
+    "lemons": "lemons:lemons",
+    "tune-lemons": "lemons:tune_lemons",
+    "report": "lemons:report",
+    # fleet simulator and the demo
+    "sim": "sim:sim",
+    "demo": "sim:demo",
+}
+
+
+@dataclass
+class AppContext:
+    """What every subcommand gets through click's obj: global options, resolved lazily."""
+
+    config_path: str | None = None
+    db_url: str | None = None
+    root_arg: str | None = None
+    _config: Config | None = field(default=None, repr=False)
+
+    @property
+    def config(self) -> Config:
+        if self._config is None:
+            try:
+                self._config = load_config(self.config_path)
+            except ConfigError as exc:
+                raise click.ClickException(str(exc)) from exc
+        return self._config
+
+    @property
+    def root(self) -> Path:
+        return node_root(self.root_arg)
+
+    @property
+    def database_url(self) -> str:
+        """--db > $RSC_HEALTH_DB > [historian] url in the config file."""
+        return (
+            self.db_url
+            or os.environ.get("RSC_HEALTH_DB")
+            or self.config.get("historian.url", "sqlite:///rsc_health.db")
+        )
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(LAZY_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = LAZY_COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target.split(":")
+        module = importlib.import_module(f"rsc_health.commands.{module_name}")
+        return getattr(module, attr)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--config", "config_path", metavar="PATH", help="Config file (TOML).")
+@click.option("--db", "db_url", metavar="URL", help="Historian database URL.")
+@click.option("--root", "root_arg", metavar="DIR", help="Read the node under DIR instead of /.")
+@click.version_option(package_name="rsc-health")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, db_url: str | None, root_arg: str | None):
+    """GPU node health checks and lemon-node detection for Slurm clusters."""
+    ctx.obj = AppContext(config_path=config_path, db_url=db_url, root_arg=root_arg)
+
+
+def main() -> None:
+    cli(prog_name="healthctl")
+
+
+if __name__ == "__main__":
+    main()

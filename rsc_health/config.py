@@ -1,0 +1,121 @@
+"""Configuration: one TOML file over the documented defaults, with per-node and per-partition
+overrides.
+
+Precedence (lowest first): rsc_health/default_config.toml < the site file
+(`--config PATH` > `$RSC_HEALTH_CONFIG` > /etc/rsc_health/config.toml) < [partitions.NAME] <
+[nodes."GLOB"] (in file order) < command-line options. A missing default-location file counts as
+empty; a file that was named explicitly and is missing, or any file that does not parse, is a
+ConfigError with the path and the parser's own message.
+
+Only the standard library is imported: the prolog loads the config on every job start.
+"""
+
+from __future__ import annotations
+
+import copy
+import fnmatch
+import os
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
+PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")
+OVERRIDE_TABLES = ("nodes", "partitions")
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file and what is wrong."""
+
+
+@dataclass
+class Config:
+    data: dict[str, Any]
+    path: Path | None = None
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def section(self, name: str) -> dict[str, Any]:
+        value = self.data.get(name, {})
+        if not isinstance(value, dict):
+            raise ConfigError(f"{self.path or 'config'}: [{name}] must be a table")
+        return value
+
+    def get(self, dotted: str, default: Any = None) -> Any:
+        node: Any = self.data
+        for part in dotted.split("."):
+            if not isinstance(node, dict) or part not in node:
+                return default
+            node = node[part]
+        return node
+
+    def for_node(self, node: str, partition: str | None = None) -> Config:
+        """The config as seen by one node: partition overrides, then node-glob overrides."""
+        merged = copy.deepcopy(self.data)
+        layers = []
+        if partition and partition in self.overrides.get("partitions", {}):
+            layers.append(self.overrides["partitions"][partition])
+        for pattern, table in self.overrides.get("nodes", {}).items():
+            if fnmatch.fnmatchcase(node, pattern):
+                layers.append(table)
+        for layer in layers:
+            _deep_merge(merged, layer)
+        return Config(merged, self.path, self.overrides)
+
+
+def _deep_merge(base: dict, top: dict) -> dict:
+    for key, value in top.items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            _deep_merge(base[key], value)
+        else:
+            base[key] = copy.deepcopy(value)
+    return base
+
+
+def _read_toml(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+
+
+def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]:
+    """The config file to read and whether it was named explicitly."""
+    if explicit:
+        return Path(explicit), True
+    env = os.environ.get("RSC_HEALTH_CONFIG")
+    if env:
+        return Path(env), True
+    return DEFAULT_CONFIG_PATH, False
+
+
+def load_config(explicit: str | os.PathLike | None = None) -> Config:
+    data = _read_toml(PACKAGED_DEFAULTS)
+    path, named = resolve_path(explicit)
+    site: dict = {}
+    if str(path) != os.devnull:
+        if path.exists() or named:
+            site = _read_toml(path)
+    overrides = {k: site.pop(k) for k in OVERRIDE_TABLES if k in site}
+    for kind, table in overrides.items():
+        if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+            raise ConfigError(f"{path}: [{kind}.NAME] overrides must be tables")
+    unknown = set(site) - set(data)
+    if unknown:
+        raise ConfigError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}")
+    _deep_merge(data, site)
+    return Config(data, path if site or named else None, overrides)
+
+
+def node_root(explicit: str | os.PathLike | None = None) -> Path:
+    """The directory every collector reads under (`--root` > $RSC_HEALTH_ROOT > /)."""
+    return Path(explicit or os.environ.get("RSC_HEALTH_ROOT") or "/")
+
+
+def state_dir(cfg: Config, root: Path) -> Path:
+    """Local state (cursors, counters, spool) lives under the root, so two roots never share it."""
+    configured = Path(cfg.get("node.state_dir", "/var/lib/rsc_health"))
+    return root / configured.relative_to(configured.anchor)

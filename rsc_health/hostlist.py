@@ -1,0 +1,100 @@
+"""Slurm hostlist expressions: `node[001-003,010],gpu7` <-> ["node001", ..., "gpu7"].
+
+Pure standard library so the node path, the historian and the simulator share one parser.
+"""
+
+from __future__ import annotations
+
+import re
+from itertools import groupby
+
+_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+
+
+class HostlistError(ValueError):
+    pass
+
+
+def _split_top(expr: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts, depth, cur = [], 0, []
+    for ch in expr:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise HostlistError(f"unbalanced ']' in {expr!r}")
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise HostlistError(f"unbalanced '[' in {expr!r}")
+    parts.append("".join(cur))
+    return [p.strip() for p in parts if p.strip()]
+
+
+def _expand_one(item: str) -> list[str]:
+    m = re.search(r"\[([^\[\]]*)\]", item)
+    if not m:
+        return [item]
+    prefix, body, rest = item[: m.start()], m.group(1), item[m.end() :]
+    out: list[str] = []
+    for piece in body.split(","):
+        r = _RANGE.match(piece.strip())
+        if not r:
+            raise HostlistError(f"bad range {piece!r} in {item!r}")
+        lo, hi = r.group(1), r.group(2) or r.group(1)
+        width = len(lo)
+        if int(hi) < int(lo):
+            raise HostlistError(f"descending range {piece!r} in {item!r}")
+        for n in range(int(lo), int(hi) + 1):
+            for tail in _expand_one(rest):
+                out.append(f"{prefix}{n:0{width}d}{tail}")
+    return out
+
+
+def expand(expr: str | None) -> list[str]:
+    """Expand a hostlist; "" / None / "None assigned" give []."""
+    if not expr or expr.strip() in ("None assigned", "(null)", "None"):
+        return []
+    hosts: list[str] = []
+    for item in _split_top(expr.strip()):
+        hosts.extend(_expand_one(item))
+    return hosts
+
+
+_TAIL_NUM = re.compile(r"^(.*?)(\d+)$")
+
+
+def compress(hosts: list[str]) -> str:
+    """The inverse of expand for names with one trailing number (what Slurm prints)."""
+    keyed = []
+    plain = []
+    for h in dict.fromkeys(hosts):
+        m = _TAIL_NUM.match(h)
+        if m:
+            keyed.append((m.group(1), len(m.group(2)), int(m.group(2))))
+        else:
+            plain.append(h)
+    out = []
+    keyed.sort()
+    for (prefix, width), grp in groupby(keyed, key=lambda k: (k[0], k[1])):
+        nums = [n for _, _, n in grp]
+        ranges, start, prev = [], nums[0], nums[0]
+        for n in nums[1:] + [None]:
+            if n is not None and n == prev + 1:
+                prev = n
+                continue
+            ranges.append(
+                f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}"
+            )
+            if n is not None:
+                start = prev = n
+        if len(nums) == 1:
+            out.append(f"{prefix}{nums[0]:0{width}d}")
+        else:
+            out.append(f"{prefix}[{','.join(ranges)}]")
+    return ",".join(out + plain)

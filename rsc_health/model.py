@@ -1,0 +1,124 @@
+"""The data that flows between layers: findings, verdicts and the records the node path spools.
+
+Everything here is plain dataclasses and enums with no imports beyond the standard library,
+because the prolog imports this module on every job start.
+"""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+
+
+class Status(enum.StrEnum):
+    """What a single check saw. ERROR means the checker itself could not look."""
+
+    OK = "ok"
+    WARN = "warn"
+    FAIL = "fail"
+    ERROR = "error"
+
+
+class Severity(enum.IntEnum):
+    """What a finding asks Slurm to do, in one total order: the worst finding wins."""
+
+    NONE = 0
+    WARN = 1
+    DRAIN_AFTER_JOB = 2
+    DRAIN_NOW = 3
+
+    @property
+    def label(self) -> str:
+        return self.name.lower()
+
+    @classmethod
+    def parse(cls, text: str) -> Severity:
+        return cls[text.strip().upper().replace("-", "_")]
+
+
+class Level(enum.IntEnum):
+    """The node's verdict. The value is the exit code of `healthctl check`, the prolog's
+    decision input and the sweep's action input (documented in README.md, "Exit codes")."""
+
+    OK = 0
+    WARN = 1
+    DRAIN_AFTER_JOB = 2
+    DRAIN_NOW = 3
+    CHECKER_ERROR = 4
+
+
+# Every reason string rsc-health gives Slurm starts with this; only such drains are ever
+# resumed by rsc-health. A reason without it belongs to a person or to Slurm itself.
+REASON_PREFIX = "rsc_health:"
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One observation of one component.
+
+    family:    check family (xid, ecc, remap, nvlink, pcie, gpu, infiniband, mount, checker)
+    component: what was looked at, e.g. "gpu3", "mlx5_2/1", "/checkpoint", "0000:3b:00.0"
+    code:      short machine token for the fault, e.g. "xid79", "ecc_dbe", "mount_missing";
+               it is the third field of the Slurm reason string
+    repair:    True when the fault needs hands-on repair and must never be auto-resumed
+    """
+
+    family: str
+    component: str
+    status: Status
+    severity: Severity
+    reason: str
+    code: str = ""
+    repair: bool = False
+    data: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["status"] = self.status.value
+        d["severity"] = self.severity.label
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Finding:
+        return cls(
+            family=d["family"],
+            component=d["component"],
+            status=Status(d["status"]),
+            severity=Severity.parse(d["severity"]),
+            reason=d["reason"],
+            code=d.get("code", ""),
+            repair=bool(d.get("repair", False)),
+            data=dict(d.get("data") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """The node's answer to "am I fit to run the next job?"."""
+
+    level: Level
+    # Slurm reason ("rsc_health:now:xid79:gpu3 fell off the bus") or "" when no drain.
+    reason: str
+    # The findings that decided the verdict (the worst ones), most severe first.
+    causes: tuple[Finding, ...] = ()
+    # True when every cause is transient (mount back, IB port up): a clean sweep may resume.
+    auto_resumable: bool = False
+
+    @property
+    def exit_code(self) -> int:
+        return int(self.level)
+
+    @property
+    def drains(self) -> bool:
+        return self.level in (Level.DRAIN_NOW, Level.DRAIN_AFTER_JOB)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def new_record_id() -> str:
+    """Unique id of a spooled record; the historian's primary key makes delivery exactly-once."""
+    return uuid.uuid4().hex

@@ -1,0 +1,85 @@
+"""Turn a node's findings into one verdict and the Slurm reason string that carries it.
+
+Pure: no I/O, no clock, no Slurm. The mass-drain guard is applied later, by the action layer,
+because it needs Slurm's view of the partition.
+
+Reason strings have one grammar so that both people and rsc-health can read them back:
+
+    rsc_health:<mode>:<code>:<human text>
+
+mode is "now" (drain now and requeue), "job" (drain after the running job), "lemon" (historian
+verdict) or "manual" (healthctl drain). Slurm stores reasons verbatim, so we keep them short
+(MAX_REASON_LEN) and free of characters that would need quoting.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rsc_health.model import REASON_PREFIX, Finding, Level, Severity, Status, Verdict
+
+MAX_REASON_LEN = 120
+
+MODE_FOR_LEVEL = {Level.DRAIN_NOW: "now", Level.DRAIN_AFTER_JOB: "job"}
+
+_REASON_RE = re.compile(r"^rsc_health:(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")
+_UNSAFE = re.compile(r"[^\w .,/=+%()\-:#@]")
+
+
+def decide(findings: list[Finding]) -> Verdict:
+    """The worst finding wins; a checker error only counts when nothing is worse than WARN."""
+    real = [f for f in findings if f.status is not Status.ERROR]
+    errors = [f for f in findings if f.status is Status.ERROR]
+    worst = max((f.severity for f in real), default=Severity.NONE)
+
+    if worst >= Severity.DRAIN_AFTER_JOB:
+        level = Level.DRAIN_NOW if worst is Severity.DRAIN_NOW else Level.DRAIN_AFTER_JOB
+        causes = tuple(f for f in real if f.severity is worst)
+        return Verdict(
+            level=level,
+            reason=format_reason(MODE_FOR_LEVEL[level], causes),
+            causes=causes,
+            auto_resumable=not any(f.repair for f in causes),
+        )
+    if errors:
+        # A checker that could not look never drains a node by itself: it is loud, not fatal.
+        return Verdict(level=Level.CHECKER_ERROR, reason="", causes=tuple(errors))
+    if worst is Severity.WARN:
+        return Verdict(
+            level=Level.WARN, reason="", causes=tuple(f for f in real if f.severity is worst)
+        )
+    return Verdict(level=Level.OK, reason="")
+
+
+def format_reason(mode: str, causes: tuple[Finding, ...] | list[Finding]) -> str:
+    """`rsc_health:now:xid79:gpu3 fell off the bus (+2 more)`, clipped to MAX_REASON_LEN."""
+    first = causes[0]
+    code = sanitize(first.code or first.family)
+    text = (
+        first.reason
+        if first.reason.startswith(first.component)
+        else (f"{first.component} {first.reason}")
+    )
+    if len(causes) > 1:
+        text = f"{text} (+{len(causes) - 1} more)"
+    reason = f"{REASON_PREFIX}{mode}:{code.replace(':', '_')}:{sanitize(text)}"
+    return reason[:MAX_REASON_LEN]
+
+
+def sanitize(text: str) -> str:
+    """Keep reasons printable and shell/parse-safe whatever the finding text contained."""
+    return _UNSAFE.sub("_", " ".join(text.split()))
+
+
+def parse_reason(reason: str | None) -> dict | None:
+    """Read back one of our reason strings; None for a person's or Slurm's own reason."""
+    if not reason:
+        return None
+    m = _REASON_RE.match(reason.strip())
+    if not m:
+        return None
+    return {"mode": m["mode"], "code": m["code"], "text": m["text"].strip()}
+
+
+def is_ours(reason: str | None) -> bool:
+    return parse_reason(reason) is not None

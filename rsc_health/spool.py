@@ -1,0 +1,138 @@
+"""The node's local spool: every result the node path produces is appended here first.
+
+The node's verdict never waits on the database: the prolog, epilog and sweep append JSON lines
+to `<state_dir>/spool/pending.jsonl` (flock'd, fsync'd) and are done. The historian delivers the
+spool later (`healthctl spool flush`), inserting by each record's unique `id`, so a record that
+is delivered twice lands once.
+
+Record kinds (every record has "kind", "id", "time" (ISO 8601, UTC) and "node"):
+
+  check      source, job_id, check, component, status, severity, code, reason
+  job_start  job_id, excluded (list of node names the job excluded), user, partition
+  job_end    job_id
+  action     action (drain_now|drain_after_job|resume|requeue|requeue_refused|guard_tripped),
+             reason, job_id
+
+Standard library only: the prolog imports this.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+from rsc_health.model import Finding, Status, new_record_id
+
+PENDING = "pending.jsonl"
+KINDS = ("check", "job_start", "job_end", "action")
+
+
+def record(kind: str, node: str, time: datetime, **fields) -> dict:
+    if kind not in KINDS:
+        raise ValueError(f"unknown spool record kind {kind!r}")
+    return {"kind": kind, "id": new_record_id(), "time": time.isoformat(), "node": node, **fields}
+
+
+def check_records(
+    findings: Iterable[Finding], *, node: str, source: str, time: datetime, job_id: str | None
+) -> list[dict]:
+    """One record per finding that is not OK, plus one OK row per all-clear family.
+
+    Recording every OK component of every sweep would write ~100 rows per node every five
+    minutes; the family-level OK row keeps "this was checked and clean" at 1/20th the volume.
+    """
+    findings = list(findings)
+    bad_families = {f.family for f in findings if f.status is not Status.OK}
+    out = []
+    for f in findings:
+        if f.status is Status.OK:
+            continue
+        out.append(
+            record(
+                "check",
+                node,
+                time,
+                source=source,
+                job_id=job_id,
+                check=f.family,
+                component=f.component,
+                status=f.status.value,
+                severity=f.severity.label,
+                code=f.code,
+                reason=f.reason,
+            )
+        )
+    for family in sorted({f.family for f in findings} - bad_families):
+        out.append(
+            record(
+                "check",
+                node,
+                time,
+                source=source,
+                job_id=job_id,
+                check=family,
+                component="*",
+                status="ok",
+                severity="none",
+                code="",
+                reason="all clear",
+            )
+        )
+    return out
+
+
+def append(spool_dir: Path, records: list[dict]) -> None:
+    """Append records durably. Raises OSError if the disk refuses; callers log and carry on."""
+    if not records:
+        return
+    spool_dir.mkdir(parents=True, exist_ok=True)
+    data = "".join(json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
+    fd = os.open(spool_dir / PENDING, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        os.write(fd, data.encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def claim(spool_dir: Path) -> list[Path]:
+    """Move pending records aside for delivery; returns every batch awaiting delivery.
+
+    The rename is atomic and the flock waits for any writer mid-append, so no line is torn or
+    lost; batches from an earlier failed delivery are returned again.
+    """
+    pending = spool_dir / PENDING
+    if pending.exists():
+        batch = spool_dir / f"batch-{datetime.now().strftime('%Y%m%dT%H%M%S%f')}.jsonl"
+        fd = os.open(pending, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.rename(pending, batch)
+        finally:
+            os.close(fd)
+    return sorted(spool_dir.glob("batch-*.jsonl")) if spool_dir.exists() else []
+
+
+def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
+    """(line number, record or None when the line is not valid JSON, raw line)."""
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                yield lineno, None, line
+                continue
+            yield lineno, obj if isinstance(obj, dict) else None, line
+
+
+def done(path: Path) -> None:
+    """A batch was delivered (or quarantined): remove it."""
+    path.unlink(missing_ok=True)

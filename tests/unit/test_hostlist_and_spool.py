@@ -1,0 +1,43 @@
+import json
+
+import pytest
+
+from rsc_health import spool
+from rsc_health.hostlist import HostlistError, compress, expand
+from rsc_health.model import Finding, Severity, Status, utcnow
+
+
+def test_expand_slurm_hostlists():
+    assert expand("node[001-003,010],gpu7") == ["node001", "node002", "node003", "node010", "gpu7"]
+    assert expand("rack[1-2]-n[01-02]") == ["rack1-n01", "rack1-n02", "rack2-n01", "rack2-n02"]
+    assert expand("None assigned") == []
+
+
+def test_compress_is_inverse_of_expand():
+    hosts = ["node001", "node002", "node003", "node010", "login"]
+    assert compress(hosts) == "node[001-003,010],login"
+    assert expand(compress(hosts)) == ["node001", "node002", "node003", "node010", "login"]
+
+
+def test_bad_hostlist_is_a_clear_error():
+    with pytest.raises(HostlistError, match="unbalanced"):
+        expand("node[1-3")
+
+
+def test_spool_append_claim_read(tmp_path):
+    f_bad = Finding("xid", "gpu3", Status.FAIL, Severity.DRAIN_NOW, "fell off", code="xid79")
+    f_ok = Finding("mount", "/home", Status.OK, Severity.NONE, "ok")
+    recs = spool.check_records([f_bad, f_ok], node="n1", source="sweep", time=utcnow(), job_id=None)
+    assert [(r["check"], r["component"], r["status"]) for r in recs] == [
+        ("xid", "gpu3", "fail"),
+        ("mount", "*", "ok"),
+    ]
+    spool.append(tmp_path, recs)
+    batches = spool.claim(tmp_path)
+    assert len(batches) == 1 and not (tmp_path / spool.PENDING).exists()
+    with batches[0].open("a") as fh:
+        fh.write("{not json\n")
+    rows = list(spool.read_batch(batches[0]))
+    assert [r[1]["id"] for r in rows[:2]] == [r["id"] for r in recs]
+    assert rows[2][0] == 3 and rows[2][1] is None
+    assert json.loads(batches[0].read_text().splitlines()[0])["kind"] == "check"
