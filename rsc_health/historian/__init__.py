@@ -1,0 +1,1 @@
+"""The historian: the SQL-backed memory of the cluster (results, accounting, events, metrics)."""

@@ -1,0 +1,156 @@
+"""The historian's tables, in SQLAlchemy Core: the contract between ingest, metrics and lemons.
+
+Times are naive UTC `DateTime` everywhere, so SQLite and PostgreSQL compare them the same way.
+Migrations that change these tables live in `sql/` and bump `SCHEMA_VERSION`.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+SCHEMA_VERSION = 1
+
+metadata = MetaData()
+
+# Every health result from prolog, epilog, sweep or an import. `id` is the spool record's
+# unique id (or a stable hash of an imported row), so redelivery never duplicates a row.
+check_results = Table(
+    "check_results",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("time", DateTime, nullable=False),
+    Column("node", String(128), nullable=False),
+    Column("source", String(16), nullable=False),  # prolog|epilog|sweep|import
+    Column("job_id", String(32)),
+    Column("check", String(32), nullable=False),  # family: gpu, xid, ecc, remap, nvlink, ...
+    Column("component", String(64), nullable=False, default="*"),
+    Column("status", String(8), nullable=False),  # ok|warn|fail|error
+    Column("severity", String(16), nullable=False, default="none"),
+    Column("code", String(32), nullable=False, default=""),
+    Column("reason", Text, nullable=False, default=""),
+    Index("ix_check_results_node_time", "node", "time"),
+    Index("ix_check_results_time", "time"),
+)
+
+# One row per job instance: a requeued job has several rows with the same job_id.
+jobs = Table(
+    "jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", String(32), nullable=False),  # sacct JobIDRaw
+    Column("job_id_display", String(64), nullable=False),  # sacct JobID (1234_7 for arrays)
+    Column("name", Text, nullable=False, default=""),
+    Column("user", String(64), nullable=False, default=""),
+    Column("partition", String(64), nullable=False, default=""),
+    Column("state", String(24), nullable=False),  # first word: "CANCELLED by 0" -> CANCELLED
+    Column("exit_code", String(16), nullable=False, default=""),
+    Column("submit", DateTime, nullable=False),
+    Column("eligible", DateTime),
+    Column("start", DateTime),
+    Column("end", DateTime),
+    Column("nnodes", Integer, nullable=False, default=0),
+    Column("gpus", Integer, nullable=False, default=0),
+    Column("nodelist", Text, nullable=False, default=""),
+    # "<JobIDRaw>:<Submit>:<Start or ''>" -- NULLs never collide in a UNIQUE constraint, so the
+    # instance key is spelled out; re-ingesting the same sacct row updates, never duplicates.
+    Column("instance_key", String(96), nullable=False, unique=True),
+    Index("ix_jobs_end", "end"),
+    Index("ix_jobs_job_id", "job_id"),
+)
+
+job_nodes = Table(
+    "job_nodes",
+    metadata,
+    Column("job_pk", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("node", String(128), primary_key=True),
+    Index("ix_job_nodes_node", "node"),
+)
+
+# Periods a node was out of service (down, drained, fail), from `sacctmgr show event`.
+node_events = Table(
+    "node_events",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(128), nullable=False),
+    Column("start", DateTime, nullable=False),
+    Column("end", DateTime),
+    Column("state", String(32), nullable=False, default=""),
+    Column("reason", Text, nullable=False, default=""),
+    Column("source", String(16), nullable=False, default="sacctmgr"),
+    UniqueConstraint("node", "start", "state", name="uq_node_events"),
+    Index("ix_node_events_node_start", "node", "start"),
+)
+
+tickets = Table(
+    "tickets",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(128), nullable=False),
+    Column("opened", DateTime, nullable=False),
+    Column("closed", DateTime),
+    Column("reason", Text, nullable=False, default=""),
+    Column("source", String(16), nullable=False, default="manual"),  # manual|csv|lemon
+    UniqueConstraint("node", "opened", name="uq_tickets_node_opened"),
+)
+
+# Nodes a job excluded (the prolog records ExcNodeList): lemon feature excl_jobid_count.
+job_exclusions = Table(
+    "job_exclusions",
+    metadata,
+    Column("job_id", String(32), primary_key=True),
+    Column("node", String(128), primary_key=True),
+    Column("time", DateTime, nullable=False),
+    Index("ix_job_exclusions_node_time", "node", "time"),
+)
+
+# What rsc-health itself did in Slurm (drain, resume, requeue, guard), from the node spools.
+node_actions = Table(
+    "node_actions",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("time", DateTime, nullable=False),
+    Column("node", String(128), nullable=False),
+    Column("action", String(24), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Column("job_id", String(32)),
+    Index("ix_node_actions_node_time", "node", "time"),
+)
+
+# Why a FAILED / NODE_FAIL job instance failed: one row per (cause, culprit node).
+attributions = Table(
+    "attributions",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_pk", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False),
+    Column("node", String(128)),
+    Column("cause", String(32), nullable=False),  # check family, node_down or unattributed
+    Column("code", String(32), nullable=False, default=""),
+    Column("evidence", String(64), nullable=False, default=""),  # check_results.id / event id
+    Column("kind", String(16), nullable=False),  # check|event|unattributed
+    Index("ix_attributions_job", "job_pk"),
+    Index("ix_attributions_node", "node"),
+)
+
+ingest_cursors = Table(
+    "ingest_cursors",
+    metadata,
+    Column("name", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+schema_version = Table(
+    "schema_version",
+    metadata,
+    Column("version", Integer, primary_key=True),
+)
