@@ -33,20 +33,22 @@ LAZY_COMMANDS: dict[str, str] = {
     "ticket": "historian:ticket",
     "spool": "historian:spool",
     "attribute": "historian:attribute",
-    "outcomes": "historian:outcomes",
-    "failure-rate": "historian:failure_rate",
-    "causes": "historian:causes",
-    "rolling": "historian:rolling",
-    "mttf": "historian:mttf",
-    "ettr": "historian:ettr",
-    "goodput": "historian:goodput",
-    # lemon nodes and the nightly report
+    # reliability metrics
+    "outcomes": "metrics:outcomes",
+    "failure-rate": "metrics:failure_rate",
+    "causes": "metrics:causes",
+    "rolling": "metrics:rolling",
+    "mttf": "metrics:mttf",
+    "ettr": "metrics:ettr",
+    "goodput": "metrics:goodput",
+    # lemon nodes
     "lemons": "lemons:lemons",
     "tune-lemons": "lemons:tune_lemons",
-    "report": "lemons:report",
+    # the nightly report
+    "report": "report:report",
     # fleet simulator and the demo
     "sim": "sim:sim",
-    "demo": "sim:demo",
+    "demo": "demo:demo",
 }
 
 
