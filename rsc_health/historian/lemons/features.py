@@ -1,0 +1,265 @@
+"""Per-node lemon features over a window `[as_of - window_days, as_of)`.
+
+Every count is a GROUP BY in the database; pandas only joins the per-feature series into one
+frame. A node appears when it was seen in the window in job_nodes (a job that ended there),
+check_results or node_events.
+
+Definitions (everything restricted to the window):
+
+  excl_jobid_count      distinct job_exclusions.job_id that excluded the node (`time` in window)
+  xid_cnt               distinct XID events: distinct (time, component, code) among
+                        check_results rows with check='xid' and status warn/fail
+  xid_codes             the distinct XID codes of those events, sorted (kept alongside xid_cnt)
+  tickets               repair tickets (any source) `opened` in window
+  out_count             out-of-service periods (node_events, any state/source) that `start`
+                        in window
+  multi_node_node_fails distinct job instances with nnodes > 1, `end` in window, attributed to
+                        the node (attributions.kind check or event)
+  single_node_node_fails  the same for nnodes = 1
+  single_node_node_failure_rate  single_node_node_fails / single_node_jobs (0 without jobs)
+Extras:
+  jobs                  job instances that ran on the node and `end` in window
+  single_node_jobs      the same for nnodes = 1
+  node_fails            multi_node_node_fails + single_node_node_fails
+  single_node_failed_jobs  single-node instances on the node that ended FAILED or NODE_FAIL,
+                        attributed or not: on one node the node is the only suspect, and lemons
+                        are exactly what health checks do not see
+  single_node_fail_rate_any  single_node_failed_jobs / single_node_jobs
+  early_fails           FAILED / NODE_FAIL instances on the node that ended within
+                        `early_fail_minutes` (default 10) of `start`; multi-node jobs count only
+                        when attributed to the node
+  repeat_outs           out-of-service periods starting in window after a repair ticket for
+                        the node had been closed (it came back from repair and went out again)
+  fail_causes           distinct attribution causes (check family / node_down) of its failures
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pandas as pd
+from sqlalchemy import Engine, and_, distinct, func, or_, select, union
+
+from rsc_health.historian.schema import (
+    attributions,
+    check_results,
+    job_exclusions,
+    job_nodes,
+    jobs,
+    node_events,
+    tickets,
+)
+
+PAPER_FEATURES = (
+    "excl_jobid_count",
+    "xid_cnt",
+    "tickets",
+    "out_count",
+    "multi_node_node_fails",
+    "single_node_node_fails",
+    "single_node_node_failure_rate",
+)
+EXTRA_FEATURES = (
+    "jobs",
+    "single_node_jobs",
+    "node_fails",
+    "single_node_failed_jobs",
+    "single_node_fail_rate_any",
+    "early_fails",
+    "repeat_outs",
+    "fail_causes",
+)
+FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
+FAILED_STATES = ("FAILED", "NODE_FAIL")
+ATTRIBUTED_KINDS = ("check", "event")
+
+
+def window_bounds(as_of: datetime, window_days: float) -> tuple[datetime, datetime]:
+    return as_of - timedelta(days=window_days), as_of
+
+
+def _seconds(start, end, dialect: str):
+    """end - start in seconds, in the database's own date arithmetic."""
+    if dialect == "sqlite":
+        return (func.julianday(end) - func.julianday(start)) * 86400.0
+    return func.extract("epoch", end - start)
+
+
+def _series(engine: Engine, stmt, name: str) -> pd.Series:
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    return pd.Series({r[0]: r[1] for r in rows}, name=name, dtype="float64")
+
+
+def lemon_features(
+    engine: Engine,
+    as_of: datetime,
+    window_days: float = 28,
+    *,
+    early_fail_minutes: float = 10,
+) -> pd.DataFrame:
+    """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS."""
+    lo, hi = window_bounds(as_of, window_days)
+    dialect = engine.dialect.name
+    j, jn, a = jobs, job_nodes, attributions
+    ended = and_(j.c.end >= lo, j.c.end < hi)
+    attributed = and_(a.c.job_pk == j.c.id, a.c.kind.in_(ATTRIBUTED_KINDS))
+
+    s: dict[str, pd.Series] = {}
+    s["excl_jobid_count"] = _series(
+        engine,
+        select(job_exclusions.c.node, func.count(distinct(job_exclusions.c.job_id)))
+        .where(job_exclusions.c.time >= lo, job_exclusions.c.time < hi)
+        .group_by(job_exclusions.c.node),
+        "excl_jobid_count",
+    )
+    xid_rows = (
+        select(
+            check_results.c.node,
+            check_results.c.time,
+            check_results.c.component,
+            check_results.c.code,
+        )
+        .where(
+            check_results.c.check == "xid",
+            check_results.c.status.in_(("warn", "fail")),
+            check_results.c.time >= lo,
+            check_results.c.time < hi,
+        )
+        .distinct()
+        .subquery()
+    )
+    s["xid_cnt"] = _series(
+        engine,
+        select(xid_rows.c.node, func.count()).group_by(xid_rows.c.node),
+        "xid_cnt",
+    )
+    s["tickets"] = _series(
+        engine,
+        select(tickets.c.node, func.count())
+        .where(tickets.c.opened >= lo, tickets.c.opened < hi)
+        .group_by(tickets.c.node),
+        "tickets",
+    )
+    s["out_count"] = _series(
+        engine,
+        select(node_events.c.node, func.count())
+        .where(node_events.c.start >= lo, node_events.c.start < hi)
+        .group_by(node_events.c.node),
+        "out_count",
+    )
+    for name, size in (
+        ("multi_node_node_fails", j.c.nnodes > 1),
+        ("single_node_node_fails", j.c.nnodes == 1),
+    ):
+        s[name] = _series(
+            engine,
+            select(a.c.node, func.count(distinct(j.c.id)))
+            .select_from(j.join(a, attributed))
+            .where(ended, size, a.c.node.is_not(None))
+            .group_by(a.c.node),
+            name,
+        )
+    on_node = j.join(jn, jn.c.job_pk == j.c.id)
+    s["jobs"] = _series(
+        engine,
+        select(jn.c.node, func.count()).select_from(on_node).where(ended).group_by(jn.c.node),
+        "jobs",
+    )
+    s["single_node_jobs"] = _series(
+        engine,
+        select(jn.c.node, func.count())
+        .select_from(on_node)
+        .where(ended, j.c.nnodes == 1)
+        .group_by(jn.c.node),
+        "single_node_jobs",
+    )
+    s["single_node_failed_jobs"] = _series(
+        engine,
+        select(jn.c.node, func.count())
+        .select_from(on_node)
+        .where(ended, j.c.nnodes == 1, j.c.state.in_(FAILED_STATES))
+        .group_by(jn.c.node),
+        "single_node_failed_jobs",
+    )
+    # +0.5 s: SQLite's julianday arithmetic is floating point.
+    quick = _seconds(j.c.start, j.c.end, dialect) <= early_fail_minutes * 60 + 0.5
+    node_attributed = and_(
+        a.c.job_pk == j.c.id, a.c.node == jn.c.node, a.c.kind.in_(ATTRIBUTED_KINDS)
+    )
+    s["early_fails"] = _series(
+        engine,
+        select(jn.c.node, func.count(distinct(j.c.id)))
+        .select_from(on_node.outerjoin(a, node_attributed))
+        .where(
+            ended,
+            j.c.start.is_not(None),
+            j.c.state.in_(FAILED_STATES),
+            quick,
+            or_(j.c.nnodes == 1, a.c.id.is_not(None)),
+        )
+        .group_by(jn.c.node),
+        "early_fails",
+    )
+    t = tickets.alias("t")
+    e = node_events.alias("e")
+    s["repeat_outs"] = _series(
+        engine,
+        select(e.c.node, func.count(distinct(e.c.id)))
+        .select_from(
+            e.join(t, and_(t.c.node == e.c.node, t.c.closed.is_not(None), t.c.closed <= e.c.start))
+        )
+        .where(e.c.start >= lo, e.c.start < hi)
+        .group_by(e.c.node),
+        "repeat_outs",
+    )
+    s["fail_causes"] = _series(
+        engine,
+        select(a.c.node, func.count(distinct(a.c.cause)))
+        .select_from(j.join(a, attributed))
+        .where(ended, a.c.node.is_not(None))
+        .group_by(a.c.node),
+        "fail_causes",
+    )
+
+    nodes = _nodes_seen(engine, lo, hi)
+    frame = pd.DataFrame(index=pd.Index(sorted(nodes), name="node"))
+    for name, series in s.items():
+        frame = frame.join(series.rename(name), how="outer")
+    frame = frame.fillna(0.0)
+    for name in FEATURE_COLUMNS:
+        if name not in frame.columns:
+            frame[name] = 0.0
+    frame["node_fails"] = frame["multi_node_node_fails"] + frame["single_node_node_fails"]
+    singles = frame["single_node_jobs"].where(frame["single_node_jobs"] > 0)
+    frame["single_node_node_failure_rate"] = (frame["single_node_node_fails"] / singles).fillna(0.0)
+    frame["single_node_fail_rate_any"] = (frame["single_node_failed_jobs"] / singles).fillna(0.0)
+    counts = [c for c in FEATURE_COLUMNS if "rate" not in c]
+    frame[counts] = frame[counts].astype("int64")
+    frame = frame[list(FEATURE_COLUMNS)]
+    frame["xid_codes"] = _xid_codes(engine, xid_rows).reindex(frame.index)
+    frame["xid_codes"] = frame["xid_codes"].apply(lambda v: v if isinstance(v, list) else [])
+    frame.index.name = "node"
+    return frame.sort_index()
+
+
+def _nodes_seen(engine: Engine, lo: datetime, hi: datetime) -> set[str]:
+    j, jn = jobs, job_nodes
+    stmt = union(
+        select(jn.c.node)
+        .select_from(j.join(jn, jn.c.job_pk == j.c.id))
+        .where(j.c.end >= lo, j.c.end < hi),
+        select(check_results.c.node).where(check_results.c.time >= lo, check_results.c.time < hi),
+        select(node_events.c.node).where(node_events.c.start >= lo, node_events.c.start < hi),
+    )
+    with engine.connect() as conn:
+        return {r[0] for r in conn.execute(stmt)}
+
+
+def _xid_codes(engine: Engine, xid_rows) -> pd.Series:
+    stmt = select(xid_rows.c.node, xid_rows.c.code).distinct()
+    with engine.connect() as conn:
+        rows = pd.DataFrame(conn.execute(stmt).all(), columns=["node", "code"])
+    if rows.empty:
+        return pd.Series(dtype=object)
+    return rows.groupby("node")["code"].agg(lambda c: sorted(set(c)))
