@@ -1,0 +1,106 @@
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+import pandas as pd
+
+from rsc_health.report.data import ReportData
+from rsc_health.report.plots import FIGURES
+from rsc_health.report.render import write_report
+
+from .conftest import AS_OF, build_report_data
+
+
+def test_full_report_has_every_section_and_figure(report_data, tmp_path):
+    written = write_report(report_data, tmp_path)
+    html = written.html.read_text()
+    for anchor in ("lemons", "changes", "figures", "actions", "summary"):
+        assert f'<section id="{anchor}">' in html
+    for section, (name, _caption, _plot) in FIGURES.items():
+        assert f'id="fig-{section}"' in html
+        assert f'src="{name}"' in html
+        assert (tmp_path / name).stat().st_size > 1000
+    assert all(f.has_data for f in written.figures)
+    assert "gpu007" in html and "xid_cnt=4 &gt;= 3 (xid79, xid48)" in html
+    assert "rsc_health:now:xid79:GPU fell off the bus" in html
+    assert "Mass-drain guard: <strong>armed</strong>" in html
+
+
+def test_summary_mentions_each_lemon_with_its_evidence(report_data, tmp_path):
+    summary = write_report(report_data, tmp_path).summary.read_text()
+    for row in report_data.lemons.to_dict("records"):
+        line = next(ln for ln in summary.splitlines() if ln.strip().startswith(row["node"]))
+        for item in row["evidence"]:
+            assert item in line
+    assert "Lemon candidates: 2" in summary
+    assert "1 drain, 1 resume" in summary
+    assert "Mass-drain guard: armed" in summary
+
+
+def test_report_json_is_machine_readable(report_data, tmp_path):
+    document = json.loads(write_report(report_data, tmp_path).json.read_text())
+    assert [r["node"] for r in document["lemons"]] == ["gpu007", "gpu013"]
+    assert document["as_of"] == "2024-06-30 00:00:00"
+    assert {f["section"] for f in document["figures"]} == set(FIGURES)
+    assert [a["action"] for a in document["actions"]] == ["drain", "resume"]
+    assert document["actions"][1]["job_id"] is None
+
+
+def test_second_report_lists_what_changed_since_the_first(tmp_path):
+    first = build_report_data()
+    write_report(first, tmp_path)
+    second = build_report_data(AS_OF + timedelta(days=1))
+    kept = second.lemons[second.lemons["node"] != "gpu007"]
+    added = pd.DataFrame(
+        [{"node": "gpu031", "rules": ["tickets>=2"], "evidence": ["tickets=2 >= 2"]}])
+    second.lemons = pd.concat([kept, added], ignore_index=True)
+    written = write_report(second, tmp_path)
+    assert written.changes.new == ["gpu031"]
+    assert written.changes.still == ["gpu013"]
+    assert written.changes.cleared == ["gpu007"]
+    assert written.changes.previous_as_of == "2024-06-30 00:00:00"
+    summary = written.summary.read_text()
+    assert "gpu031 NEW: tickets=2 >= 2" in summary
+    assert "No longer candidates: gpu007" in summary
+    document = json.loads(written.json.read_text())
+    assert document["changes"]["cleared"] == ["gpu007"]
+
+
+def test_previous_report_can_come_from_another_directory(report_data, tmp_path):
+    yesterday = write_report(report_data, tmp_path / "yesterday")
+    report_data.lemons = report_data.lemons.iloc[:1]
+    written = write_report(report_data, tmp_path / "today", previous=yesterday.json)
+    assert written.changes.cleared == ["gpu013"]
+
+
+def test_unreadable_previous_report_is_treated_as_a_first_run(report_data, tmp_path):
+    (tmp_path / "report.json").write_text("{not json")
+    written = write_report(report_data, tmp_path)
+    assert written.changes.previous_as_of is None
+    assert written.changes.new == ["gpu007", "gpu013"]
+
+
+def test_empty_data_renders_every_section_with_placeholders(tmp_path):
+    data = ReportData(as_of=AS_OF, notes={"lemons": "lemon module unavailable"})
+    written = write_report(data, tmp_path)
+    html = written.html.read_text()
+    assert "No lemon candidates today. lemon module unavailable" in html
+    assert "No drains or resumes by rsc-health in the last day." in html
+    assert len(written.figures) == len(FIGURES)
+    assert not any(f.has_data for f in written.figures)
+    assert all((tmp_path / f.file).exists() for f in written.figures)
+    assert "Lemon candidates: 0" in written.summary.read_text()
+
+
+def test_embedded_report_is_one_file(report_data, tmp_path):
+    written = write_report(report_data, tmp_path, embed=True)
+    html = written.html.read_text()
+    assert html.count('src="data:image/png;base64,') == len(FIGURES)
+
+
+def test_html_escapes_node_and_reason_text(report_data, tmp_path):
+    report_data.actions.loc[0, "reason"] = "<script>alert(1)</script>"
+    html = write_report(report_data, tmp_path).html.read_text()
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
