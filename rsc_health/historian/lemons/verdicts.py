@@ -1,0 +1,349 @@
+"""Lemon verdicts: threshold rules over the features, each with the evidence behind it.
+
+A node is a lemon candidate when at least `min_signals` rules cross their thresholds, or when one
+"strong" rule does (a rule whose threshold alone is damning, e.g. several failures attributed to
+the node), or when it is a repeat offender: it came back from a lemon drain or a lemon ticket and
+failed a job again. Thresholds live in the `[lemon]` config section; a threshold of 0 turns a
+rule off (the paper found excl_jobid_count weakly correlated, so it is off by default).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import Engine, and_, or_, select
+
+from rsc_health.historian.lemons.features import (
+    ATTRIBUTED_KINDS,
+    FAILED_STATES,
+    window_bounds,
+)
+from rsc_health.historian.schema import (
+    attributions,
+    check_results,
+    job_exclusions,
+    job_nodes,
+    jobs,
+    node_actions,
+    node_events,
+    tickets,
+)
+
+LEMON_REASON_PREFIX = "rsc_health:lemon:"
+
+# feature -> config key of its threshold. A rule fires when feature >= threshold (> 0).
+RULES: dict[str, str] = {
+    "node_fails": "node_fails",
+    "multi_node_node_fails": "multi_node_node_fails",
+    "single_node_node_fails": "single_node_node_fails",
+    "single_node_node_failure_rate": "single_node_node_failure_rate",
+    "single_node_fail_rate_any": "single_node_fail_rate_any",
+    "early_fails": "early_fails",
+    "xid_cnt": "xid_cnt",
+    "tickets": "tickets",
+    "out_count": "out_count",
+    "repeat_outs": "repeat_outs",
+    "excl_jobid_count": "excl_jobid_count",
+}
+RATE_RULES = {"single_node_node_failure_rate", "single_node_fail_rate_any"}
+
+DEFAULTS: dict[str, Any] = {
+    "window_days": 28,
+    "early_fail_minutes": 10,
+    "min_signals": 2,
+    "strong": ["node_fails"],
+    "min_single_node_jobs": 5,
+    "node_fails": 3,
+    "multi_node_node_fails": 2,
+    "single_node_node_fails": 2,
+    "single_node_node_failure_rate": 0.2,
+    "single_node_fail_rate_any": 0.3,
+    "early_fails": 3,
+    "xid_cnt": 3,
+    "tickets": 2,
+    "out_count": 3,
+    "repeat_outs": 1,
+    "excl_jobid_count": 0,
+    "repeat_offender_fails": 1,
+    "max_evidence": 20,
+    "max_drains_per_run": 10,
+}
+
+
+@dataclass(frozen=True)
+class LemonRules:
+    """The `[lemon]` thresholds, with DEFAULTS for anything the config leaves out."""
+
+    thresholds: dict[str, float]
+    min_signals: int = 2
+    strong: tuple[str, ...] = ("node_fails",)
+    min_single_node_jobs: int = 5
+    repeat_offender_fails: int = 1
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any] | None = None) -> LemonRules:
+        merged = {**DEFAULTS, **(section or {})}
+        return cls(
+            thresholds={feat: float(merged[key]) for feat, key in RULES.items()},
+            min_signals=int(merged["min_signals"]),
+            strong=tuple(merged["strong"]),
+            min_single_node_jobs=int(merged["min_single_node_jobs"]),
+            repeat_offender_fails=int(merged["repeat_offender_fails"]),
+        )
+
+    def with_thresholds(self, **changes: float) -> LemonRules:
+        return LemonRules(
+            {**self.thresholds, **changes},
+            self.min_signals,
+            self.strong,
+            self.min_single_node_jobs,
+            self.repeat_offender_fails,
+        )
+
+
+@dataclass
+class Crossing:
+    feature: str
+    value: float
+    threshold: float
+
+
+@dataclass
+class LemonVerdict:
+    node: str
+    crossings: list[Crossing]
+    repeat_offender: bool = False
+    resumed_at: datetime | None = None
+    evidence: dict[str, list[dict]] = field(default_factory=dict)
+
+    @property
+    def top_feature(self) -> str:
+        if self.repeat_offender and not self.crossings:
+            return "repeat_offender"
+        # The crossing furthest past its threshold leads the reason string.
+        return max(self.crossings, key=lambda c: c.value / c.threshold).feature
+
+    def summary(self) -> str:
+        parts = [f"{c.feature}={_fmt(c.value)}>={_fmt(c.threshold)}" for c in self.crossings]
+        if self.repeat_offender:
+            parts.insert(0, "repeat offender")
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["top_feature"] = self.top_feature
+        d["summary"] = self.summary()
+        d["resumed_at"] = self.resumed_at.isoformat() if self.resumed_at else None
+        return d
+
+
+def _fmt(v: float) -> str:
+    return f"{v:.2f}" if v != int(v) else str(int(v))
+
+
+def crossings_frame(features: pd.DataFrame, rules: LemonRules) -> pd.DataFrame:
+    """Boolean frame: which rule each node crosses (vectorised, for tuning on big grids)."""
+    out = pd.DataFrame(index=features.index)
+    enough_singles = features["single_node_jobs"] >= rules.min_single_node_jobs
+    for feat, threshold in rules.thresholds.items():
+        if threshold <= 0 or feat not in features:
+            continue
+        crossed = features[feat] >= threshold
+        if feat in RATE_RULES:
+            crossed &= enough_singles  # one failed job out of two is noise, not a rate
+        out[feat] = crossed
+    return out
+
+
+def flagged(features: pd.DataFrame, rules: LemonRules, repeat: pd.Series | None = None):
+    """Boolean Series: the nodes the rules call lemons."""
+    crossed = crossings_frame(features, rules)
+    hit = crossed.sum(axis=1) >= rules.min_signals
+    strong = [s for s in rules.strong if s in crossed]
+    if strong:
+        hit |= crossed[strong].any(axis=1)
+    if repeat is not None:
+        hit |= repeat.reindex(features.index, fill_value=False)
+    return hit
+
+
+def repeat_offenders(
+    engine: Engine, as_of: datetime, window_days: float, min_fails: int = 1
+) -> pd.DataFrame:
+    """Nodes resumed after a lemon drain or a lemon ticket that failed a job again since.
+
+    resumed_at is the latest of: a closed lemon ticket's `closed`, and a `resume` node action
+    after a lemon drain. fails_since counts job instances ending after resumed_at (inside the
+    window, before as_of) that were attributed to the node, or single-node failures on it.
+    """
+    lo, hi = window_bounds(as_of, window_days)
+    with engine.connect() as conn:
+        closed = conn.execute(
+            select(tickets.c.node, tickets.c.closed).where(
+                tickets.c.source == "lemon", tickets.c.closed.is_not(None), tickets.c.closed < hi
+            )
+        ).all()
+        acts = conn.execute(
+            select(
+                node_actions.c.node,
+                node_actions.c.time,
+                node_actions.c.action,
+                node_actions.c.reason,
+            )
+            .where(node_actions.c.time < hi)
+            .order_by(node_actions.c.time)
+        ).all()
+    resumed: dict[str, datetime] = {}
+    for node, when in closed:
+        resumed[node] = max(resumed.get(node, when), when)
+    lemon_drained: set[str] = set()
+    for node, when, action, reason in acts:
+        if action == "drain" and (reason or "").startswith(LEMON_REASON_PREFIX):
+            lemon_drained.add(node)
+        elif action == "resume" and node in lemon_drained:
+            resumed[node] = max(resumed.get(node, when), when)
+    if not resumed:
+        return pd.DataFrame(columns=["resumed_at", "fails_since"]).rename_axis("node")
+    j, jn, a = jobs, job_nodes, attributions
+    with engine.connect() as conn:
+        attributed = conn.execute(
+            select(a.c.node, j.c.id, j.c.end)
+            .select_from(j.join(a, and_(a.c.job_pk == j.c.id, a.c.kind.in_(ATTRIBUTED_KINDS))))
+            .where(j.c.end >= lo, j.c.end < hi, a.c.node.in_(list(resumed)))
+        ).all()
+        singles = conn.execute(
+            select(jn.c.node, j.c.id, j.c.end)
+            .select_from(j.join(jn, jn.c.job_pk == j.c.id))
+            .where(
+                j.c.end >= lo,
+                j.c.end < hi,
+                j.c.nnodes == 1,
+                j.c.state.in_(FAILED_STATES),
+                jn.c.node.in_(list(resumed)),
+            )
+        ).all()
+    fails = pd.DataFrame(attributed + singles, columns=["node", "job_pk", "end"]).drop_duplicates()
+    fails["resumed_at"] = fails["node"].map(resumed)
+    after = fails[fails["end"] > fails["resumed_at"]]
+    counts = after.groupby("node")["job_pk"].nunique()
+    out = pd.DataFrame({"resumed_at": pd.Series(resumed)}).rename_axis("node")
+    out["fails_since"] = counts.reindex(out.index, fill_value=0).astype(int)
+    out["repeat"] = out["fails_since"] >= min_fails
+    return out
+
+
+def lemon_verdicts(
+    engine: Engine,
+    features: pd.DataFrame,
+    as_of: datetime,
+    rules: LemonRules,
+    *,
+    window_days: float = 28,
+    with_evidence: bool = True,
+    max_evidence: int = 20,
+) -> list[LemonVerdict]:
+    """The lemon candidates, most damning first (most rules crossed, then most node failures)."""
+    repeats = repeat_offenders(engine, as_of, window_days, rules.repeat_offender_fails)
+    repeat_flag = repeats["repeat"] if "repeat" in repeats else None
+    hit = flagged(features, rules, repeat_flag)
+    crossed = crossings_frame(features, rules)
+    verdicts = []
+    for node in features.index[hit]:
+        row = features.loc[node]
+        cs = [
+            Crossing(feat, float(row[feat]), rules.thresholds[feat])
+            for feat in crossed.columns
+            if crossed.at[node, feat]
+        ]
+        is_repeat = bool(repeat_flag is not None and repeat_flag.get(node, False))
+        v = LemonVerdict(
+            node=node,
+            crossings=cs,
+            repeat_offender=is_repeat,
+            resumed_at=repeats.at[node, "resumed_at"].to_pydatetime() if is_repeat else None,
+        )
+        if with_evidence:
+            v.evidence = evidence(engine, node, as_of, window_days, limit=max_evidence)
+        verdicts.append(v)
+    verdicts.sort(
+        key=lambda v: (
+            -(len(v.crossings) + v.repeat_offender),
+            -features.at[v.node, "node_fails"],
+            v.node,
+        )
+    )
+    return verdicts
+
+
+def evidence(
+    engine: Engine, node: str, as_of: datetime, window_days: float = 28, *, limit: int = 20
+) -> dict[str, list[dict]]:
+    """The rows behind a node's features: failed jobs, XID events, outages, tickets, exclusions.
+
+    Each list is newest first and at most `limit` long; these are what an operator reads before
+    agreeing that the node goes to repair.
+    """
+    lo, hi = window_bounds(as_of, window_days)
+    j, jn, a = jobs, job_nodes, attributions
+    queries = {
+        "failed_jobs": select(
+            j.c.job_id, j.c.state, j.c.start, j.c.end, j.c.nnodes, a.c.cause, a.c.code
+        )
+        .select_from(
+            j.join(jn, jn.c.job_pk == j.c.id).outerjoin(
+                a, and_(a.c.job_pk == j.c.id, a.c.node == node)
+            )
+        )
+        .where(
+            jn.c.node == node,
+            j.c.end >= lo,
+            j.c.end < hi,
+            j.c.state.in_(FAILED_STATES),
+            # Only this node's failures: attributed to it, or the job ran on it alone.
+            or_(a.c.kind.in_(ATTRIBUTED_KINDS), j.c.nnodes == 1),
+        )
+        .order_by(j.c.end.desc()),
+        "xid_events": select(
+            check_results.c.time,
+            check_results.c.component,
+            check_results.c.code,
+            check_results.c.reason,
+        )
+        .where(
+            check_results.c.node == node,
+            check_results.c.check == "xid",
+            check_results.c.status.in_(("warn", "fail")),
+            check_results.c.time >= lo,
+            check_results.c.time < hi,
+        )
+        .order_by(check_results.c.time.desc()),
+        "out_of_service": select(
+            node_events.c.start, node_events.c.end, node_events.c.state, node_events.c.reason
+        )
+        .where(node_events.c.node == node, node_events.c.start >= lo, node_events.c.start < hi)
+        .order_by(node_events.c.start.desc()),
+        "tickets": select(tickets.c.opened, tickets.c.closed, tickets.c.reason, tickets.c.source)
+        .where(tickets.c.node == node, tickets.c.opened >= lo, tickets.c.opened < hi)
+        .order_by(tickets.c.opened.desc()),
+        "exclusions": select(job_exclusions.c.job_id, job_exclusions.c.time)
+        .where(
+            job_exclusions.c.node == node,
+            job_exclusions.c.time >= lo,
+            job_exclusions.c.time < hi,
+        )
+        .order_by(job_exclusions.c.time.desc()),
+    }
+    out: dict[str, list[dict]] = {}
+    with engine.connect() as conn:
+        for name, stmt in queries.items():
+            rows = conn.execute(stmt.limit(limit)).mappings().all()
+            out[name] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
+    return out
+
+
+def _jsonable(v: Any) -> Any:
+    return v.isoformat(sep=" ") if isinstance(v, datetime) else v

@@ -1,0 +1,149 @@
+"""Verdict rules, their evidence and repeat offenders, on a hand-built historian."""
+
+from __future__ import annotations
+
+import tomllib
+from datetime import timedelta
+
+import pandas as pd
+from lemon_fleet import AS_OF
+
+from rsc_health.config import PACKAGED_DEFAULTS
+from rsc_health.historian.lemons.features import lemon_features
+from rsc_health.historian.lemons.verdicts import (
+    DEFAULTS,
+    LemonRules,
+    evidence,
+    flagged,
+    lemon_verdicts,
+)
+
+DAY = timedelta(days=1)
+
+
+def test_every_lemon_default_is_documented_in_the_packaged_config():
+    with PACKAGED_DEFAULTS.open("rb") as fh:
+        section = tomllib.load(fh)["lemon"]
+    assert set(section) == set(DEFAULTS)
+    text = PACKAGED_DEFAULTS.read_text()
+    block = text[text.index("[lemon]") : text.index("[report]")]
+    for key in section:
+        # the line before each key is its comment
+        lines = block.splitlines()
+        i = next(k for k, line in enumerate(lines) if line.startswith(f"{key} ="))
+        assert lines[i - 1].startswith("#"), key
+
+
+def _frame(**cols):
+    base = {c: 0 for c in ("single_node_jobs", "node_fails", "xid_cnt", "tickets", "out_count")}
+    return pd.DataFrame([{**base, **row} for row in cols["rows"]], index=cols["index"])
+
+
+def test_min_signals_and_strong_rules():
+    rules = LemonRules.from_config(
+        {"min_signals": 2, "strong": ["node_fails"], "node_fails": 3, "xid_cnt": 2, "tickets": 1}
+    )
+    f = _frame(
+        index=["strong", "two_weak", "one_weak", "clean"],
+        rows=[{"node_fails": 3}, {"xid_cnt": 2, "tickets": 1}, {"xid_cnt": 5}, {}],
+    )
+    assert list(flagged(f, rules)) == [True, True, False, False]
+
+
+def test_rate_rules_need_enough_single_node_jobs():
+    rules = LemonRules.from_config({"strong": ["single_node_node_failure_rate"]})
+    f = _frame(
+        index=["few", "many"],
+        rows=[
+            {"single_node_jobs": 2, "single_node_node_failure_rate": 0.5},
+            {"single_node_jobs": 10, "single_node_node_failure_rate": 0.5},
+        ],
+    )
+    assert list(flagged(f, rules)) == [False, True]
+
+
+def test_verdict_lists_crossings_and_the_jobs_and_events_behind_them(fleet, engine):
+    end = AS_OF - 2 * DAY
+    pks = [fleet.failed(["bad", f"ok{k}"], "bad", end=end - k * DAY) for k in range(3)]
+    fleet.failed(["bad", "ok9"], "ok9", end=end)  # someone else's failure: not evidence
+    fleet.xid("bad", end, "xid79", "gpu5")
+    fleet.event("bad", end)
+    fleet.ticket("bad", end + timedelta(hours=1))
+    fleet.job(["fine"], end=end)
+    f = lemon_features(engine, AS_OF)
+    rules = LemonRules.from_config({"node_fails": 3, "strong": ["node_fails"]})
+    verdicts = lemon_verdicts(engine, f, AS_OF, rules)
+    assert [v.node for v in verdicts] == ["bad"]
+    v = verdicts[0]
+    crossed = {c.feature: (c.value, c.threshold) for c in v.crossings}
+    assert crossed["node_fails"] == (3, 3)
+    assert crossed["multi_node_node_fails"] == (3, 2)
+    assert v.top_feature == "multi_node_node_fails"  # 3/2 is further past than 3/3
+    assert sorted(r["job_id"] for r in v.evidence["failed_jobs"]) == sorted(
+        str(1000 + pk) for pk in pks
+    )
+    assert [r["code"] for r in v.evidence["xid_events"]] == ["xid79"]
+    assert len(v.evidence["out_of_service"]) == 1 and len(v.evidence["tickets"]) == 1
+    assert "node_fails=3>=3" in v.summary()
+    assert v.to_dict()["top_feature"] == "multi_node_node_fails"
+
+
+def test_evidence_is_limited_and_windowed(fleet, engine):
+    for k in range(5):
+        fleet.failed(["n1"], "n1", end=AS_OF - (k + 1) * DAY)
+    fleet.failed(["n1"], "n1", end=AS_OF - 40 * DAY)
+    ev = evidence(engine, "n1", AS_OF, 28, limit=3)
+    assert len(ev["failed_jobs"]) == 3
+    ends = [r["end"] for r in ev["failed_jobs"]]
+    assert ends == sorted(ends, reverse=True)
+    assert len(evidence(engine, "n1", AS_OF, 28)["failed_jobs"]) == 5
+
+
+def test_node_back_from_lemon_repair_that_fails_again_is_a_repeat_offender(fleet, engine):
+    fleet.ticket("n1", AS_OF - 10 * DAY, AS_OF - 5 * DAY, source="lemon")
+    fleet.failed(["n1"], None, end=AS_OF - 7 * DAY)  # before the repair: does not count
+    fleet.failed(["n1"], None, end=AS_OF - 2 * DAY)  # after: it failed again
+    fleet.ticket("n2", AS_OF - 10 * DAY, AS_OF - 5 * DAY, source="lemon")
+    fleet.job(["n2"], end=AS_OF - 2 * DAY)  # back and healthy
+    fleet.ticket("n3", AS_OF - 10 * DAY, AS_OF - 5 * DAY, source="manual")
+    fleet.failed(["n3"], None, end=AS_OF - 2 * DAY)  # not a lemon repair
+    f = lemon_features(engine, AS_OF)
+    rules = LemonRules.from_config({"min_signals": 99, "strong": []})
+    verdicts = lemon_verdicts(engine, f, AS_OF, rules)
+    assert [v.node for v in verdicts] == ["n1"]
+    assert verdicts[0].repeat_offender and verdicts[0].top_feature == "repeat_offender"
+    assert verdicts[0].resumed_at == AS_OF - 5 * DAY
+
+
+def test_resume_action_after_lemon_drain_also_starts_the_repeat_clock(fleet, engine):
+    from sqlalchemy import insert
+
+    from rsc_health.historian.schema import node_actions
+
+    with engine.begin() as conn:
+        conn.execute(
+            insert(node_actions),
+            [
+                dict(
+                    id="a1",
+                    time=AS_OF - 9 * DAY,
+                    node="n1",
+                    action="drain",
+                    reason="rsc_health:lemon:node_fails:3 failures",
+                ),
+                dict(id="a2", time=AS_OF - 4 * DAY, node="n1", action="resume", reason=""),
+                dict(
+                    id="a3",
+                    time=AS_OF - 9 * DAY,
+                    node="n2",
+                    action="drain",
+                    reason="rsc_health:now:xid79:gpu0",
+                ),
+                dict(id="a4", time=AS_OF - 4 * DAY, node="n2", action="resume", reason=""),
+            ],
+        )
+    fleet.failed(["n1", "n2"], "n1", end=AS_OF - DAY)
+    fleet.failed(["n2"], "n2", end=AS_OF - DAY)
+    f = lemon_features(engine, AS_OF)
+    rules = LemonRules.from_config({"min_signals": 99, "strong": []})
+    assert [v.node for v in lemon_verdicts(engine, f, AS_OF, rules)] == ["n1"]
