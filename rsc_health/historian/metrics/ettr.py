@@ -90,9 +90,7 @@ class EttrModel:
 
         An explicit dt_cp is kept; a Daly-Young one is re-derived, as in the paper's Fig. 10.
         """
-        return replace(
-            self, r_f=self.r_f * rf_scale, w_cp=self.w_cp if w_cp is None else w_cp
-        )
+        return replace(self, r_f=self.r_f * rf_scale, w_cp=self.w_cp if w_cp is None else w_cp)
 
 
 def eq11_daly_young(n_nodes: float, r_f: float, u0: float, w_cp: float) -> float:

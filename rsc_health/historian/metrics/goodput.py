@@ -1,0 +1,101 @@
+"""Goodput lost to infra failures and to the preemptions their requeues cause (paper Fig. 8).
+
+Each lost job costs min(runtime, 30 min) x GPUs: the paper assumes hourly checkpoints, so half
+an hour of work on average. A PREEMPTED job is charged to a failure when it ended within
+`preempt_window_s` of the start of the next instance of an infra-failed Job ID (its requeue)
+and shared a node with that instance -- the requeue took its nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pandas as pd
+from sqlalchemy import Engine, and_, case, func, select
+
+from rsc_health.historian.metrics._sql import (
+    ALL_TIME,
+    DEFAULT_BUCKETS,
+    Window,
+    bucket_label,
+    bucket_of,
+    infra_failure,
+    runtime_s,
+    seconds_between,
+)
+from rsc_health.historian.schema import job_nodes, jobs
+
+LOST_WORK_CAP_S = 1800.0
+
+
+def _requeue_preemptions(engine: Engine, window: Window, preempt_window_s: float) -> pd.DataFrame:
+    """PREEMPTED instances displaced by the requeue of an infra-failed job instance."""
+    failed = (
+        select(jobs.c.id, jobs.c.job_id, jobs.c.end)
+        .where(infra_failure(), *window.clauses())
+        .cte("failed")
+    )
+    nxt = jobs.alias("nxt")
+    # The requeue: a later instance of the same Job ID that started at or after the failure.
+    requeue = (
+        select(nxt.c.id.label("rq_pk"), nxt.c.start.label("rq_start"))
+        .select_from(
+            failed.join(nxt, and_(nxt.c.job_id == failed.c.job_id, nxt.c.id != failed.c.id))
+        )
+        .where(nxt.c.start.is_not(None), nxt.c.start >= failed.c.end)
+        .distinct()
+        .cte("requeue")
+    )
+    victim = jobs.alias("victim")
+    vn, rn = job_nodes.alias("vn"), job_nodes.alias("rn")
+    gap = func.abs(seconds_between(victim.c.end, requeue.c.rq_start))
+    q = (
+        select(
+            victim.c.id.label("job_pk"),
+            victim.c.gpus,
+            case_runtime(victim).label("runtime_s"),
+        )
+        .select_from(
+            requeue.join(rn, rn.c.job_pk == requeue.c.rq_pk)
+            .join(vn, vn.c.node == rn.c.node)
+            .join(victim, victim.c.id == vn.c.job_pk)
+        )
+        .where(victim.c.state == "PREEMPTED", victim.c.end.is_not(None), gap <= preempt_window_s)
+        .distinct()
+    )
+    with engine.connect() as conn:
+        return pd.DataFrame(conn.execute(q).all(), columns=["job_pk", "gpus", "runtime_s"])
+
+
+def case_runtime(t):
+    """runtime_s() for an aliased jobs table."""
+    return case((t.c.start.is_(None), 0.0), else_=seconds_between(t.c.start, t.c.end))
+
+
+def goodput_lost(
+    engine: Engine,
+    window: Window = ALL_TIME,
+    buckets: Sequence[int] = DEFAULT_BUCKETS,
+    preempt_window_s: float = 300.0,
+) -> pd.DataFrame:
+    """GPU-hours lost by job size (the lost job's own size) and kind: failure | preemption."""
+    q = select(jobs.c.id, jobs.c.gpus, runtime_s()).where(infra_failure(), *window.clauses())
+    with engine.connect() as conn:
+        failed = pd.DataFrame(conn.execute(q).all(), columns=["job_pk", "gpus", "runtime_s"])
+    failed["kind"] = "failure"
+    pre = _requeue_preemptions(engine, window, preempt_window_s)
+    pre["kind"] = "preemption"
+    lost = pd.concat([failed, pre], ignore_index=True)
+    cols = ["size", "gpus", "kind", "jobs", "gpu_hours_lost"]
+    if lost.empty:
+        return pd.DataFrame(columns=cols)
+    lost["gpu_hours_lost"] = (
+        lost["runtime_s"].astype(float).clip(upper=LOST_WORK_CAP_S) * lost["gpus"] / 3600.0
+    )
+    rounded = ((lost["gpus"].astype(int) + 7) // 8) * 8
+    lost["gpus"] = [bucket_of(int(g), buckets) for g in rounded]
+    out = lost.groupby(["gpus", "kind"], as_index=False).agg(
+        jobs=("job_pk", "nunique"), gpu_hours_lost=("gpu_hours_lost", "sum")
+    )
+    out["size"] = [bucket_label(int(g), buckets) for g in out["gpus"]]
+    return out[cols].sort_values(["gpus", "kind"]).reset_index(drop=True)

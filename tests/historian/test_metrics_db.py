@@ -1,0 +1,229 @@
+"""Reliability metrics over a small hand-built job table, on SQLite and on PostgreSQL.
+
+Every expected number below is worked out by hand from the table in `_JOBS`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import uuid
+from datetime import datetime, timedelta
+
+import pytest
+from sqlalchemy import create_engine, insert, text
+
+from rsc_health.historian.metrics._sql import Window, poisson_rate_ci
+from rsc_health.historian.metrics.goodput import goodput_lost
+from rsc_health.historian.metrics.mttf import mttf_by_size, projected_mttf_hours
+from rsc_health.historian.metrics.rates import (
+    causes,
+    cooccurrence,
+    failure_rate,
+    outcomes,
+    rolling,
+)
+from rsc_health.historian.schema import attributions, job_nodes, jobs, metadata
+
+PG_URL = os.environ.get(
+    "RSC_HEALTH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
+)
+T0 = datetime(2024, 1, 1)
+H = timedelta(hours=1)
+
+# pk, job_id, state, gpus, nnodes, start (hours after T0; None = never ran), runtime h, nodes
+_JOBS = [
+    (1, "100", "COMPLETED", 256, 32, 0, 10, [f"a{i:02d}" for i in range(32)]),
+    (2, "200", "NODE_FAIL", 256, 32, 0, 2, [f"b{i:02d}" for i in range(32)]),
+    (3, "300", "FAILED", 512, 64, 1, 5, [f"c{i:02d}" for i in range(64)]),
+    (4, "400", "FAILED", 512, 64, 1, 1, [f"d{i:02d}" for i in range(64)]),
+    (5, "500", "FAILED", 8, 1, 0, 20, ["e00"]),
+    (6, "600", "COMPLETED", 128, 16, 0, 24, [f"f{i:02d}" for i in range(16)]),
+    # The requeue of job 200 one minute after its NODE_FAIL, taking node x00 from job 800.
+    (7, "200", "COMPLETED", 256, 32, 2 + 1 / 60, 4, [f"b{i:02d}" for i in range(31)] + ["x00"]),
+    (8, "800", "PREEMPTED", 4, 1, 2 + 1 / 60 - 3, 3, ["x00"]),
+    (9, "900", "PREEMPTED", 16, 2, 2 + 1 / 60 - 3, 3, ["y00", "y01"]),
+    (10, "1000", "CANCELLED", 8, 1, None, 0, ["z00"]),
+]
+# job pk, node, cause, kind
+_ATTRIBUTIONS = [
+    (3, "c00", "xid", "check"),
+    (3, "c00", "pcie", "check"),
+    (4, None, "unattributed", "unattributed"),
+    (5, "e00", "infiniband", "check"),
+]
+
+
+def _load(engine) -> None:
+    metadata.create_all(engine)
+    job_rows, node_rows = [], []
+    for pk, job_id, state, gpus, nnodes, start_h, run_h, nodes in _JOBS:
+        submit = T0 - H
+        start = None if start_h is None else T0 + start_h * H
+        end = (T0 + 30 * H) if start is None else start + run_h * H
+        job_rows.append(
+            dict(
+                id=pk,
+                job_id=job_id,
+                job_id_display=job_id,
+                name=f"job{job_id}",
+                user="u",
+                partition="p",
+                state=state,
+                exit_code="0:0",
+                submit=submit,
+                eligible=submit,
+                start=start,
+                end=end,
+                nnodes=nnodes,
+                gpus=gpus,
+                nodelist="",
+                instance_key=f"{job_id}:{pk}",
+            )
+        )
+        node_rows += [dict(job_pk=pk, node=n) for n in nodes]
+    with engine.begin() as conn:
+        conn.execute(insert(jobs), job_rows)
+        conn.execute(insert(job_nodes), node_rows)
+        conn.execute(
+            insert(attributions),
+            [
+                dict(job_pk=p, node=n, cause=c, code="", evidence="", kind=k)
+                for p, n, c, k in _ATTRIBUTIONS
+            ],
+        )
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def engine(request, tmp_path):
+    if request.param == "sqlite":
+        eng = create_engine(f"sqlite:///{tmp_path / 'h.db'}")
+        _load(eng)
+        yield eng
+        eng.dispose()
+        return
+    name = f"rsc_metrics_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(PG_URL, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    eng = create_engine(PG_URL.rsplit("/", 1)[0] + f"/{name}")
+    try:
+        _load(eng)
+        yield eng
+    finally:
+        eng.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE "{name}"'))
+        admin.dispose()
+
+
+def test_failure_rate_counts_node_fail_and_attributed_failed_over_large_job_node_days(engine):
+    fr = failure_rate(engine)
+    # > 128 GPUs: jobs 1, 2, 3, 4, 7. Node-days = (32*10 + 32*2 + 64*5 + 64*1 + 32*4) / 24.
+    assert fr.jobs == 5
+    assert fr.node_days == pytest.approx(896 / 24)
+    # NODE_FAIL (job 2) + FAILED with a check (job 3); job 4's FAILED is unattributed.
+    assert fr.failures == 2
+    assert fr.r_f == pytest.approx(2 / (896 / 24))
+    assert fr.ci_low < fr.r_f < fr.ci_high
+
+
+def test_failure_rate_threshold_is_strictly_more_than(engine):
+    # At > 0 GPUs job 5 (8 GPUs, ib) joins and so does the 128-GPU job 6's runtime.
+    fr = failure_rate(engine, large_job_gpus=0)
+    assert fr.failures == 3
+    assert fr.node_days == pytest.approx((896 + 20 + 16 * 24 + 1 * 3 + 2 * 3) / 24)
+
+
+def test_window_selects_jobs_by_end_time(engine):
+    # Only jobs that ended before T0+3h: 2 (ends 2h), 4 (2h); 8 and 9 end at 2h01m.
+    fr = failure_rate(engine, Window(until=T0 + 3 * H))
+    assert (fr.jobs, fr.failures) == (2, 1)
+    assert fr.node_days == pytest.approx((32 * 2 + 64 * 1) / 24)
+
+
+def test_outcomes_split_hardware_failures_and_weigh_gpu_hours(engine):
+    df = outcomes(engine).set_index("outcome")
+    assert df["jobs"].to_dict() == {
+        "COMPLETED": 3,
+        "FAILED (HW)": 2,
+        "PREEMPTED": 2,
+        "NODE_FAIL (HW)": 1,
+        "FAILED": 1,
+        "CANCELLED": 1,
+    }
+    total = 2560 + 512 + 2560 + 512 + 160 + 3072 + 1024 + 12 + 48
+    assert df.loc["COMPLETED", "gpu_hours"] == pytest.approx(2560 + 3072 + 1024)
+    assert df.loc["FAILED (HW)", "gpu_hours"] == pytest.approx(2560 + 160)
+    assert df.loc["CANCELLED", "gpu_hours"] == 0
+    assert df.loc["NODE_FAIL (HW)", "gpu_hour_share"] == pytest.approx(512 / total)
+    assert df.loc["COMPLETED", "job_share"] == pytest.approx(0.3)
+    assert df["gpu_hour_share"].sum() == pytest.approx(1.0)
+
+
+def test_causes_rate_per_gpu_hour_and_cooccurrence(engine):
+    df = causes(engine).set_index("cause")
+    total_gpu_h = 2560 + 512 + 2560 + 512 + 160 + 3072 + 1024 + 12 + 48
+    assert set(df.index) == {"xid", "pcie", "infiniband", "unattributed"}
+    assert (df["failures"] == 1).all()
+    assert df.loc["xid", "per_gpu_hour"] == pytest.approx(1 / total_gpu_h)
+    assert df.loc["pcie", "cooccurring"] == 1 and df.loc["infiniband", "cooccurring"] == 0
+    # Shares are of the three distinct failures (2, 3 and 5).
+    assert df.loc["unattributed", "share"] == pytest.approx(1 / 3)
+    pairs = cooccurrence(engine)
+    assert pairs.to_dict("records") == [{"cause_a": "pcie", "cause_b": "xid", "failures": 1}]
+
+
+def test_rolling_rate_stacks_modes_to_the_cluster_rate(engine):
+    df = rolling(engine, days=30)
+    last = df.iloc[-1]
+    # Everything ends within two days, so the last 30-day window holds all large jobs.
+    assert last["node_days"] == pytest.approx(896 / 24)
+    assert last["total"] == pytest.approx(1000 * 2 / (896 / 24))
+    # Job 3 splits half to xid and half to pcie; job 2 is unattributed.
+    assert last["xid"] == pytest.approx(last["pcie"])
+    assert last["unattributed"] == pytest.approx(2 * last["xid"])
+    assert "infiniband" not in df.columns  # 8 GPUs is not a large job
+
+
+def test_mttf_by_size_buckets_and_gamma_interval(engine):
+    df = mttf_by_size(engine, r_f=6.5e-3).set_index("size")
+    # 8 bucket: job 5 (8 GPUs, 20 h, failure), job 8 (4 -> 8 GPUs, 3 h), job 10 (never ran).
+    assert df.loc["8", "jobs"] == 3 and df.loc["8", "failures"] == 1
+    assert df.loc["8", "mttf_hours"] == pytest.approx(23.0)
+    assert df.loc["256", "runtime_hours"] == pytest.approx(16.0)
+    assert df.loc["256", "mttf_hours"] == pytest.approx(16.0)
+    assert df.loc["512", "mttf_hours"] == pytest.approx(6.0)
+    assert df.loc["16", "failures"] == 0 and math.isnan(df.loc["16", "mttf_hours"])
+    assert math.isinf(df.loc["16", "ci_high_hours"])
+    lo, hi = poisson_rate_ci(1, 16.0, 0.9)
+    assert df.loc["256", "ci_low_hours"] == pytest.approx(1 / hi)
+    assert df.loc["256", "ci_high_hours"] == pytest.approx(1 / lo)
+    assert df.loc["256", "projected_hours"] == pytest.approx(24 / (32 * 6.5e-3))
+
+
+def test_goodput_lost_to_failures_and_to_the_requeues_preemptions(engine):
+    df = goodput_lost(engine)
+    got = {(r.size, r.kind): r.gpu_hours_lost for r in df.itertuples()}
+    assert got == pytest.approx(
+        {
+            ("8", "failure"): 0.5 * 8,  # job 5: min(20 h, 30 min) x 8
+            ("8", "preemption"): 0.5 * 4,  # job 8 lost x00 to job 200's requeue
+            ("256", "failure"): 0.5 * 256,  # job 2's NODE_FAIL after 2 h
+            ("512", "failure"): 0.5 * 512,  # job 3
+        }
+    )
+
+
+def test_paper_mttf_projections_at_16k_and_131k_gpus():
+    rf = 6.50 / 1000
+    assert round(projected_mttf_hours(16_384, rf), 1) == 1.8
+    assert round(projected_mttf_hours(131_072, rf), 2) == 0.23
+
+
+def test_gamma_interval_matches_chi_square_form():
+    from scipy.stats import chi2
+
+    lo, hi = poisson_rate_ci(7, 100.0, 0.9)
+    assert lo == pytest.approx(chi2.ppf(0.05, 14) / 200)
+    assert hi == pytest.approx(chi2.ppf(0.95, 16) / 200)
