@@ -1,0 +1,106 @@
+"""`lemons --apply` semantics against an in-memory Slurm: dry run, human drains, the guard."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from lemon_fleet import AS_OF
+from sqlalchemy import select
+
+from rsc_health.historian.lemons.apply import CountGuard, NodeInfo, apply_verdicts, lemon_reason
+from rsc_health.historian.lemons.verdicts import Crossing, LemonVerdict
+from rsc_health.historian.schema import node_actions, tickets
+from rsc_health.policy import parse_reason
+
+
+class FakeSlurm:
+    """Implements the SlurmNodes protocol: node -> (state, reason); drain records calls."""
+
+    def __init__(self, nodes: dict[str, NodeInfo]):
+        self.nodes = dict(nodes)
+        self.drained: list[tuple[str, str]] = []
+
+    def node_info(self, node: str) -> NodeInfo:
+        return self.nodes.get(node, NodeInfo("IDLE"))
+
+    def drain(self, node: str, reason: str) -> None:
+        self.drained.append((node, reason))
+        self.nodes[node] = NodeInfo("IDLE+DRAIN", reason)
+
+
+def _verdict(node: str, fails: int = 4) -> LemonVerdict:
+    return LemonVerdict(
+        node,
+        [Crossing("node_fails", fails, 3), Crossing("xid_cnt", 3, 3)],
+    )
+
+
+def test_reason_uses_the_policy_grammar_with_the_top_feature():
+    reason = lemon_reason(_verdict("n1", fails=6))
+    assert parse_reason(reason) == {
+        "mode": "lemon",
+        "code": "node_fails",
+        "text": "node_fails 6 (min 3), +1 more signal",
+    }
+
+
+def test_dry_run_changes_nothing(engine):
+    slurm = FakeSlurm({})
+    actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF)
+    assert [(a.node, a.action) for a in actions] == [("n1", "would_drain")]
+    assert slurm.drained == []
+    with engine.connect() as conn:
+        assert conn.execute(select(tickets)).all() == []
+
+
+def test_apply_drains_opens_a_lemon_ticket_and_records_the_action(engine):
+    slurm = FakeSlurm({})
+    actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    assert [(a.node, a.action) for a in actions] == [("n1", "drain")]
+    assert slurm.drained == [("n1", lemon_reason(_verdict("n1")))]
+    with engine.connect() as conn:
+        t = conn.execute(select(tickets)).one()
+        act = conn.execute(select(node_actions)).one()
+    assert (t.node, t.source, t.opened, t.closed) == ("n1", "lemon", AS_OF, None)
+    assert (act.node, act.action) == ("n1", "drain")
+    assert act.reason.startswith("rsc_health:lemon:node_fails:")
+
+
+def test_human_drains_and_notes_are_left_alone(engine):
+    slurm = FakeSlurm(
+        {
+            "human": NodeInfo("IDLE+DRAIN", "bad dimm, ticket 1234 -- bob"),
+            "note": NodeInfo("MIXED", "watching this one"),
+            "ours": NodeInfo("ALLOCATED+DRAIN", "rsc_health:now:xid79:gpu3 fell off the bus"),
+        }
+    )
+    verdicts = [_verdict(n) for n in ("human", "note", "ours", "free")]
+    actions = apply_verdicts(engine, verdicts, slurm, CountGuard(10), now=AS_OF, apply=True)
+    by_node = {a.node: a for a in actions}
+    assert by_node["human"].action == "skip" and "human" in by_node["human"].why
+    assert by_node["note"].action == "skip"
+    assert by_node["ours"].action == "skip" and "(now)" in by_node["ours"].why
+    assert by_node["free"].action == "drain"
+    assert [n for n, _ in slurm.drained] == ["free"]
+
+
+def test_guard_holds_back_drains_beyond_its_limit(engine):
+    slurm = FakeSlurm({})
+    verdicts = [_verdict(f"n{k}") for k in range(5)]
+    actions = apply_verdicts(engine, verdicts, slurm, CountGuard(2), now=AS_OF, apply=True)
+    assert [a.action for a in actions].count("drain") == 2
+    held = [a for a in actions if a.action == "held"]
+    assert [a.node for a in held] == ["n2", "n3", "n4"]
+    assert "limited to 2" in held[0].why
+    assert [n for n, _ in slurm.drained] == ["n0", "n1"]  # the most damning go first
+    with engine.connect() as conn:
+        assert len(conn.execute(select(tickets)).all()) == 2
+
+
+def test_a_lemon_drained_node_is_not_drained_twice(engine):
+    slurm = FakeSlurm({})
+    apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    later = AS_OF + timedelta(days=1)
+    actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=later, apply=True)
+    assert actions[0].action == "skip" and "(lemon)" in actions[0].why
+    assert len(slurm.drained) == 1
