@@ -1,0 +1,31 @@
+"""Short constructors so each check reads as its policy, not as boilerplate."""
+
+from __future__ import annotations
+
+from rsc_health.model import Finding, Severity, Status
+
+
+def ok(family: str, component: str, reason: str = "ok", **data) -> Finding:
+    return Finding(family, component, Status.OK, Severity.NONE, reason, data=data)
+
+
+def warn(family: str, component: str, code: str, reason: str, **data) -> Finding:
+    return Finding(family, component, Status.WARN, Severity.WARN, reason, code, False, data)
+
+
+def fail(
+    family: str, component: str, severity: Severity, code: str, reason: str, *, repair: bool, **data
+) -> Finding:
+    return Finding(family, component, Status.FAIL, severity, reason, code, repair, data)
+
+
+def checker_error(family: str, component: str, reason: str, **data) -> Finding:
+    """The checker could not look: loud, never drains by itself (policy.decide)."""
+    return Finding(
+        "checker", component, Status.ERROR, Severity.NONE, reason, f"{family}_unreadable", False,
+        data,
+    )
+
+
+def gpu_name(index: int) -> str:
+    return f"gpu{index}"

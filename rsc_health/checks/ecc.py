@@ -1,0 +1,45 @@
+"""ECC: uncorrectable errors drain now; a burst of corrected errors drains after the job."""
+
+from __future__ import annotations
+
+from rsc_health.checks._finding import fail, gpu_name, ok, warn
+from rsc_health.collect.gpu import val
+from rsc_health.model import Finding, Severity
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    gcfg = cfg.get("gpu", {})
+    if state.gpu is None or state.gpu.error:
+        return []
+    out: list[Finding] = []
+    for g in state.gpu.gpus:
+        if g.error:
+            continue
+        comp = gpu_name(g.index)
+        a = g.answers
+        mode = val(a.get("ecc_mode"))
+        if mode is None:
+            continue  # ECC not supported on this GPU: nothing to judge
+        before = len(out)
+        if gcfg.get("ecc_required", True) and mode.get("current") == 0:
+            out.append(warn("ecc", comp, "ecc_disabled", f"{comp} ECC is disabled"))
+        vol = (a.get("ecc") or {}).get("volatile") or {}
+        dbe = val(vol.get("uncorrected"))
+        agg_dbe_delta = state.deltas.get(f"ecc/{comp}/aggregate_uncorrected", 0)
+        if (isinstance(dbe, int) and dbe > 0) or agg_dbe_delta > 0:
+            out.append(
+                fail("ecc", comp, Severity.DRAIN_NOW, "ecc_dbe",
+                     f"{comp} uncorrectable ECC errors: {dbe or agg_dbe_delta}", repair=True,
+                     volatile_uncorrected=dbe, aggregate_delta=agg_dbe_delta)
+            )
+        sbe_delta = state.deltas.get(f"ecc/{comp}/volatile_corrected", 0)
+        limit = int(gcfg.get("ecc_corrected_per_sweep", 1000))
+        if sbe_delta > limit:
+            out.append(
+                fail("ecc", comp, Severity.DRAIN_AFTER_JOB, "ecc_sbe_rising",
+                     f"{comp} {sbe_delta} corrected ECC errors since last sweep (> {limit})",
+                     repair=True, delta=sbe_delta)
+            )
+        if len(out) == before:
+            out.append(ok("ecc", comp, f"{comp} ECC ok"))
+    return out

@@ -1,0 +1,65 @@
+"""GPU presence and accessibility: NVML itself, the device count, lost GPUs, temperature and
+hardware throttling."""
+
+from __future__ import annotations
+
+from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
+from rsc_health.collect.gpu import val
+from rsc_health.model import Finding, Severity
+
+# nvmlClocksThrottleReason* bits that mean the hardware protected itself.
+HW_THROTTLE = {0x8: "hw_slowdown", 0x20: "sw_thermal", 0x40: "hw_thermal", 0x80: "hw_power_brake"}
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    gcfg = cfg.get("gpu", {})
+    expected = int(gcfg.get("count", 0))
+    report = state.gpu
+    if report is None:
+        return []
+    if report.error:
+        if expected == 0:
+            return [ok("gpu", "nvml", f"no GPUs expected ({report.error})")]
+        code, text = {
+            "NVML_ERROR_LIBRARY_NOT_FOUND": ("nvml_missing", "NVML library not found"),
+            "NVML_ERROR_DRIVER_NOT_LOADED": ("driver_not_loaded", "NVIDIA driver not loaded"),
+        }.get(report.error, ("nvml_error", f"NVML failed: {report.error}"))
+        return [fail("gpu", "nvml", Severity.DRAIN_NOW, code, text, repair=True, nvml=report.error)]
+
+    out: list[Finding] = []
+    if len(report.gpus) < expected:
+        out.append(
+            fail(
+                "gpu", "gpus", Severity.DRAIN_NOW, "gpu_missing",
+                f"{len(report.gpus)} of {expected} GPUs visible", repair=True,
+            )
+        )
+    temp_max = float(gcfg.get("temperature_max_c", 87))
+    for g in report.gpus:
+        comp = gpu_name(g.index)
+        if g.error:
+            code = "gpu_lost" if g.error == "NVML_ERROR_GPU_IS_LOST" else "gpu_inaccessible"
+            out.append(
+                fail("gpu", comp, Severity.DRAIN_NOW, code, f"{comp} not accessible: {g.error}",
+                     repair=True, nvml=g.error)
+            )
+            continue
+        for field, error in g.field_errors.items():
+            out.append(checker_error("gpu", comp, f"{comp} {field}: {error}", nvml=error))
+        found = False
+        temp = val(g.answers.get("temperature"))
+        if isinstance(temp, int | float) and temp > temp_max:
+            found = True
+            out.append(warn("gpu", comp, "gpu_hot", f"{comp} at {temp} C (max {temp_max:g})"))
+        reasons = val(g.answers.get("throttle_reasons"))
+        if isinstance(reasons, int):
+            hw = [name for bit, name in HW_THROTTLE.items() if reasons & bit]
+            if hw:
+                found = True
+                out.append(
+                    warn("gpu", comp, "gpu_throttle", f"{comp} throttled: {', '.join(hw)}",
+                         throttle_reasons=reasons)
+                )
+        if not found:
+            out.append(ok("gpu", comp, f"{comp} {g.name or ''} ok".replace("  ", " ")))
+    return out

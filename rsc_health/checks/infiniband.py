@@ -1,0 +1,71 @@
+"""InfiniBand ports: up at the expected rate, error counters not rising.
+
+A port down or polling drains now but may come back by itself (repair=False, a clean sweep
+resumes the node). A port at a lower rate, or with symbol errors climbing, points at a cable or
+transceiver: drain after the job, repair=True.
+"""
+
+from __future__ import annotations
+
+from rsc_health.checks._finding import fail, ok
+from rsc_health.model import Finding, Severity
+
+RISING_CODES = {
+    "symbol_error": "ib_symbol_errors",
+    "link_downed": "ib_link_downed",
+    "link_error_recovery": "ib_link_recovery",
+    "port_rcv_errors": "ib_rcv_errors",
+    "local_link_integrity_errors": "ib_link_integrity",
+    "excessive_buffer_overrun_errors": "ib_buffer_overrun",
+}
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    icfg = cfg.get("infiniband", {})
+    if state.ib_ports is None:
+        return []
+    wanted = list(icfg.get("hcas", []))
+    rate = float(icfg.get("rate_gbps", 0))
+    limits = icfg.get("errors_per_sweep", {})
+    ports = [p for p in state.ib_ports if (p.link_layer or "InfiniBand") == "InfiniBand"]
+    if wanted:
+        ports = [p for p in ports if p.hca in wanted]
+    out: list[Finding] = []
+    for hca in sorted(set(wanted) - {p.hca for p in state.ib_ports}):
+        out.append(
+            fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing", f"{hca} HCA not present",
+                 repair=True)
+        )
+    for p in ports:
+        comp = p.name
+        before = len(out)
+        if p.state != "ACTIVE" or p.phys_state != "LinkUp":
+            out.append(
+                fail("infiniband", comp, Severity.DRAIN_NOW, "ib_down",
+                     f"{comp} port {p.state or '?'}/{p.phys_state or '?'}", repair=False,
+                     state=p.state, phys_state=p.phys_state)
+            )
+        elif rate and p.rate_gbps is not None and p.rate_gbps < rate:
+            out.append(
+                fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, "ib_rate",
+                     f"{comp} at {p.rate_gbps:g} Gb/s, expected {rate:g}", repair=True,
+                     rate_gbps=p.rate_gbps)
+            )
+        for counter, code in RISING_CODES.items():
+            d = state.deltas.get(f"ib/{comp}/{counter}", 0)
+            limit = int(limits.get(counter, 0))
+            if d > limit:
+                out.append(
+                    fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
+                         f"{comp} {counter} +{d} since last sweep (limit {limit})",
+                         repair=True, counter=counter, delta=d)
+                )
+        if len(out) == before:
+            out.append(ok("infiniband", comp, f"{comp} ACTIVE {p.rate_gbps or 0:g} Gb/s"))
+    count = int(icfg.get("count", 0))
+    if count and not wanted and len(ports) < count:
+        out.append(
+            fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
+                 f"{len(ports)} of {count} InfiniBand ports present", repair=True)
+        )
+    return out

@@ -1,0 +1,50 @@
+"""NVLink: every expected link active (a down link drains now); error counters rising between
+sweeps drain after the job."""
+
+from __future__ import annotations
+
+from rsc_health.checks._finding import fail, gpu_name, ok
+from rsc_health.collect.gpu import NVLINK_COUNTERS, val
+from rsc_health.model import Finding, Severity
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    gcfg = cfg.get("gpu", {})
+    expected = int(gcfg.get("nvlinks_per_gpu", 0))
+    limit = int(gcfg.get("nvlink_errors_per_sweep", 0))
+    if state.gpu is None or state.gpu.error:
+        return []
+    out: list[Finding] = []
+    for g in state.gpu.gpus:
+        if g.error:
+            continue
+        comp = gpu_name(g.index)
+        links = g.answers.get("nvlink") or []
+        before = len(out)
+        down = [lk.get("link") for lk in links if val(lk.get("state")) in (0, False)]
+        active = sum(1 for lk in links if val(lk.get("state")) in (1, True))
+        missing = max(0, expected - len(links))
+        if down or active < expected:
+            shown = ",".join(str(x) for x in down) or "-"
+            out.append(
+                fail("nvlink", comp, Severity.DRAIN_NOW, "nvlink_down",
+                     f"{comp} {active} of {expected} NVLinks active (down: {shown})",
+                     repair=True, down=down, missing=missing)
+            )
+        rising = {}
+        for lk in links:
+            for c in NVLINK_COUNTERS:
+                d = state.deltas.get(f"nvlink/{comp}/{lk.get('link')}/{c}", 0)
+                if d > limit:
+                    rising[f"{lk.get('link')}/{c}"] = d
+        if rising:
+            first = next(iter(rising))
+            out.append(
+                fail("nvlink", comp, Severity.DRAIN_AFTER_JOB, "nvlink_errors",
+                     f"{comp} NVLink errors rising: link {first} +{rising[first]}"
+                     + (f" (+{len(rising) - 1} more)" if len(rising) > 1 else ""),
+                     repair=True, rising=rising)
+            )
+        if len(out) == before and links:
+            out.append(ok("nvlink", comp, f"{comp} {active} NVLinks active"))
+    return out

@@ -1,0 +1,53 @@
+"""PCIe links of GPUs, NICs and the bridges above them.
+
+Width only: a link that trained to fewer lanes than it supports stays that way until reset
+(downtrained, drain after the job). Speed is not judged: GPUs drop their link to Gen1 when idle
+to save power, so current < max speed is normal. AER: any fatal error since boot drains now;
+non-fatal errors rising between sweeps drain after the job; correctable ones only warn.
+"""
+
+from __future__ import annotations
+
+from rsc_health.checks._finding import fail, ok, warn
+from rsc_health.model import Finding, Severity
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    pcfg = cfg.get("pcie", {})
+    if state.pcie is None:
+        return []
+    nonfatal_limit = int(pcfg.get("aer_nonfatal_per_sweep", 0))
+    cor_limit = int(pcfg.get("aer_correctable_per_sweep", 100))
+    out: list[Finding] = []
+    for dev in state.pcie:
+        comp = dev.bdf
+        before = len(out)
+        if dev.width and dev.max_width and dev.width < dev.max_width:
+            out.append(
+                fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "pcie_downtrained",
+                     f"{comp} ({dev.kind}) link x{dev.width}, capable of x{dev.max_width}",
+                     repair=True, width=dev.width, max_width=dev.max_width, kind=dev.kind)
+            )
+        if dev.aer.get("fatal", 0) > 0:
+            out.append(
+                fail("pcie", comp, Severity.DRAIN_NOW, "aer_fatal",
+                     f"{comp} ({dev.kind}) {dev.aer['fatal']} fatal AER errors since boot",
+                     repair=True, kind=dev.kind, **dev.aer)
+            )
+        nonfatal = state.deltas.get(f"aer/{comp}/nonfatal", 0)
+        if nonfatal > nonfatal_limit:
+            out.append(
+                fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "aer_nonfatal",
+                     f"{comp} ({dev.kind}) +{nonfatal} non-fatal AER errors since last sweep",
+                     repair=True, delta=nonfatal)
+            )
+        cor = state.deltas.get(f"aer/{comp}/correctable", 0)
+        if cor > cor_limit:
+            out.append(
+                warn("pcie", comp, "aer_correctable",
+                     f"{comp} ({dev.kind}) +{cor} correctable AER errors since last sweep",
+                     delta=cor)
+            )
+        if len(out) == before and dev.kind != "bridge":
+            out.append(ok("pcie", comp, f"{comp} ({dev.kind}) x{dev.width} ok"))
+    return out

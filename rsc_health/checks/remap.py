@@ -1,0 +1,54 @@
+"""Row remapping (Ampere and later) and page retirement (older GPUs).
+
+A failed remap means the bank has no spare rows left: hardware repair, drain now. A pending
+remap takes effect at the next GPU reset, so the node drains after the job and a reset (not a
+technician) clears it: repair=False.
+"""
+
+from __future__ import annotations
+
+from rsc_health.checks._finding import fail, gpu_name, ok
+from rsc_health.collect.gpu import val
+from rsc_health.model import Finding, Severity
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    gcfg = cfg.get("gpu", {})
+    if state.gpu is None or state.gpu.error:
+        return []
+    out: list[Finding] = []
+    for g in state.gpu.gpus:
+        if g.error:
+            continue
+        comp = gpu_name(g.index)
+        before = len(out)
+        rows = val(g.answers.get("remapped_rows"))
+        if isinstance(rows, dict):
+            if rows.get("failure"):
+                out.append(
+                    fail("remap", comp, Severity.DRAIN_NOW, "remap_failed",
+                         f"{comp} row remapping failed", repair=True, **rows)
+                )
+            elif rows.get("pending"):
+                out.append(
+                    fail("remap", comp, Severity.DRAIN_AFTER_JOB, "remap_pending",
+                         f"{comp} row remap pending, needs a GPU reset", repair=False, **rows)
+                )
+        pages = val(g.answers.get("retired_pages"))
+        if isinstance(pages, dict):
+            sbe, dbe = val(pages.get("sbe")), val(pages.get("dbe"))
+            total = sum(v for v in (sbe, dbe) if isinstance(v, int))
+            limit = int(gcfg.get("retired_pages_max", 60))
+            if total >= limit:
+                out.append(
+                    fail("remap", comp, Severity.DRAIN_NOW, "retired_pages_exhausted",
+                         f"{comp} {total} retired pages (limit {limit})", repair=True)
+                )
+            elif val(pages.get("pending")):
+                out.append(
+                    fail("remap", comp, Severity.DRAIN_AFTER_JOB, "retire_pending",
+                         f"{comp} page retirement pending, needs a GPU reset", repair=False)
+                )
+        if len(out) == before and (isinstance(rows, dict) or isinstance(pages, dict)):
+            out.append(ok("remap", comp, f"{comp} remapping ok"))
+    return out

@@ -1,0 +1,103 @@
+"""Mounts: presence, type and read-write from /proc/mounts, plus a liveness probe.
+
+The probe calls statvfs in a worker thread and gives up after a timeout: a hung NFS or Lustre
+mount blocks statvfs in the kernel, and the checker must report that (`mount_hung`), not hang
+with it. A thread stuck in the kernel cannot be killed; it is a daemon thread and dies with
+the process, which is short-lived.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Mount:
+    device: str
+    path: str
+    fstype: str
+    options: tuple[str, ...]
+
+    @property
+    def read_only(self) -> bool:
+        return "ro" in self.options
+
+
+def _unescape(field: str) -> str:
+    """/proc/mounts escapes space, tab, newline and backslash as octal (\\040)."""
+    out, i = [], 0
+    while i < len(field):
+        c = field[i]
+        if c == "\\" and i + 3 < len(field) + 0 and field[i + 1 : i + 4].isdigit():
+            try:
+                out.append(chr(int(field[i + 1 : i + 4], 8)))
+                i += 4
+                continue
+            except ValueError:
+                pass
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def parse_mounts(text: str) -> list[Mount]:
+    mounts = []
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) < 4:
+            continue
+        mounts.append(
+            Mount(_unescape(parts[0]), _unescape(parts[1]), parts[2], tuple(parts[3].split(",")))
+        )
+    return mounts
+
+
+def collect(root: Path) -> list[Mount]:
+    try:
+        return parse_mounts((root / "proc/mounts").read_text(errors="replace"))
+    except OSError:
+        return []
+
+
+# The probe; tests replace it with one that blocks to prove the timeout.
+statvfs = os.statvfs
+
+
+@dataclass
+class ProbeResult:
+    path: str
+    ok: bool
+    hung: bool
+    seconds: float
+    error: str | None = None
+
+
+def probe(root: Path, paths: list[str], timeout_s: float) -> dict[str, ProbeResult]:
+    """statvfs every path in parallel; whatever has not answered by the deadline is hung."""
+    results: dict[str, ProbeResult] = {}
+    threads = []
+    start = time.monotonic()
+
+    def work(path: str) -> None:
+        t0 = time.monotonic()
+        try:
+            statvfs(str(root / path.lstrip("/")) if path != "/" else str(root))
+            results[path] = ProbeResult(path, True, False, time.monotonic() - t0)
+        except OSError as exc:
+            results[path] = ProbeResult(path, False, False, time.monotonic() - t0, exc.strerror)
+
+    for path in paths:
+        t = threading.Thread(target=work, args=(path,), daemon=True, name=f"statvfs {path}")
+        t.start()
+        threads.append(t)
+    deadline = start + timeout_s
+    for t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+    for path in paths:
+        if path not in results:
+            results[path] = ProbeResult(path, False, True, time.monotonic() - start)
+    return results

@@ -1,0 +1,123 @@
+"""`NodeState`: everything the checks judge, collected in one pass (`collect_all`)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rsc_health.collect import counters, infiniband, kmsg, mounts, pcie
+from rsc_health.collect import gpu as gpu_mod
+from rsc_health.config import Config
+
+FAMILIES = ("gpu", "xid", "ecc", "remap", "nvlink", "pcie", "infiniband", "mount")
+GPU_FAMILIES = {"gpu", "ecc", "remap", "nvlink", "xid"}  # xid maps PCI addresses to gpuN
+
+
+@dataclass
+class NodeState:
+    boot_id: str = ""
+    gpu: gpu_mod.GpuReport | None = None
+    nvml_answers: dict | None = None
+    xid_events: list[kmsg.XidEvent] = field(default_factory=list)
+    pcie: list[pcie.PcieDevice] | None = None
+    ib_ports: list[infiniband.IbPort] | None = None
+    mounts: list[mounts.Mount] | None = None
+    mount_probes: dict[str, mounts.ProbeResult] = field(default_factory=dict)
+    # Collector problems: (family, source, message) -> checker findings.
+    errors: list[tuple[str, str, str]] = field(default_factory=list)
+    # Flattened error counters and their increase since the previous sweep.
+    counters: dict[str, int] = field(default_factory=dict)
+    deltas: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def gpu_backend(cfg: Config, root: Path):
+    """`auto`: replay when reading a test/snapshot root that carries captured answers."""
+    gcfg = cfg.section("gpu")
+    replay = root / str(gcfg.get("replay_file", "rsc_health/nvml.json")).lstrip("/")
+    backend = gcfg.get("backend", "auto")
+    if backend == "replay" or (backend == "auto" and str(root) != "/" and replay.exists()):
+        return gpu_mod.ReplayBackend(replay)
+    return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)))
+
+
+def flatten_counters(state: NodeState) -> dict[str, int]:
+    out: dict[str, int] = {}
+    if state.gpu:
+        for g in state.gpu.gpus:
+            a = g.answers
+            for kind in ("volatile", "aggregate"):
+                for err in ("corrected", "uncorrected"):
+                    v = gpu_mod.val((a.get("ecc") or {}).get(kind, {}).get(err))
+                    if isinstance(v, int):
+                        out[f"ecc/gpu{g.index}/{kind}_{err}"] = v
+            for link in a.get("nvlink") or []:
+                for c in gpu_mod.NVLINK_COUNTERS:
+                    v = gpu_mod.val(link.get(c))
+                    if isinstance(v, int):
+                        out[f"nvlink/gpu{g.index}/{link.get('link')}/{c}"] = v
+            v = gpu_mod.val((a.get("pcie") or {}).get("replay"))
+            if isinstance(v, int):
+                out[f"pcie_replay/gpu{g.index}"] = v
+    for dev in state.pcie or []:
+        for k, v in dev.aer.items():
+            out[f"aer/{dev.bdf}/{k}"] = v
+    for port in state.ib_ports or []:
+        for k, v in port.counters.items():
+            out[f"ib/{port.name}/{k}"] = v
+    return out
+
+
+def collect_all(
+    cfg: Config,
+    root: Path,
+    *,
+    only: set[str] | None = None,
+    xid_cursor: dict | None = None,
+    previous_counters: dict | None = None,
+    probe_timeout_s: float | None = None,
+) -> tuple[NodeState, dict]:
+    """The node's state and the new XID cursor (saved by the caller once judged)."""
+    want = set(only) if only else set(FAMILIES)
+    state = NodeState(boot_id=kmsg.boot_id(root))
+    new_cursor = dict(xid_cursor or {})
+
+    def guard(family: str, source: str, fn):
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - a collector bug is a checker finding
+            state.errors.append((family, source, f"{type(exc).__name__}: {exc}"))
+            return None
+
+    if want & GPU_FAMILIES:
+        answers = guard("gpu", "nvml", lambda: gpu_backend(cfg, root).read())
+        if answers is not None:
+            state.nvml_answers = answers
+            state.gpu = guard("gpu", "nvml", lambda: gpu_mod.parse_answers(answers))
+    if "xid" in want:
+        sources = list(cfg.get("xid.sources", ["/dev/kmsg"]))
+        read = guard(
+            "xid", "kernel log", lambda: kmsg.read_new_events(root, sources, xid_cursor or {})
+        )
+        if read is not None:
+            state.xid_events = read.events
+            new_cursor = read.cursor
+            state.errors.extend(("xid", "kernel log", e) for e in read.errors)
+    if "pcie" in want:
+        state.pcie = guard("pcie", "sysfs", lambda: pcie.collect(root))
+    if "infiniband" in want:
+        state.ib_ports = guard("infiniband", "sysfs", lambda: infiniband.collect(root))
+    if "mount" in want:
+        state.mounts = guard("mount", "/proc/mounts", lambda: mounts.collect(root))
+        expected = [m.get("path") for m in cfg.get("mounts.expected", []) if m.get("path")]
+        present = {m.path for m in state.mounts or []}
+        timeout = probe_timeout_s or float(cfg.get("mounts.probe_timeout_s", 2.0))
+        to_probe = [p for p in expected if p in present]
+        state.mount_probes = (
+            guard("mount", "statvfs", lambda: mounts.probe(root, to_probe, timeout)) or {}
+        )
+    state.counters = flatten_counters(state)
+    state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
+    return state, new_cursor

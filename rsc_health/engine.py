@@ -1,0 +1,100 @@
+"""The node engine: collect, evaluate, remember. Used by `healthctl check`, the prolog, the
+epilog and the sweep.
+
+`run` never raises: a collector or check that fails becomes a `checker` finding with
+Status.ERROR (loud, never a drain by itself). Node-local state (the XID cursor and the counter
+baselines) is saved under `state_dir(cfg, root)` only after the findings exist, so an event
+is never consumed without being judged.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from rsc_health.config import Config, state_dir
+from rsc_health.model import Finding, Severity, Status
+
+XID_CURSOR_FILE = "xid_cursor.json"
+COUNTERS_FILE = "counters.json"
+
+
+def _checker(family: str, component: str, reason: str) -> Finding:
+    return Finding("checker", component, Status.ERROR, Severity.NONE, reason, f"{family}_error")
+
+
+def run(
+    cfg: Config,
+    root: Path,
+    *,
+    only: set[str] | None = None,
+    budget_s: float | None = None,
+    save_state: bool = True,
+) -> list[Finding]:
+    """All findings for the node under `root` (or only the families in `only`)."""
+    try:
+        return _run(cfg, Path(root), only=only, budget_s=budget_s, save_state=save_state)
+    except Exception as exc:  # noqa: BLE001 - the contract: never raise
+        return [_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")]
+
+
+def _run(
+    cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, save_state: bool
+) -> list[Finding]:
+    # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
+    from rsc_health.checks import CHECKS
+    from rsc_health.collect import counters, kmsg
+    from rsc_health.collect.node import FAMILIES, collect_all
+    from rsc_health.xid import CatalogError, load_catalog
+
+    started = time.monotonic()
+    findings: list[Finding] = []
+    unknown = set(only or ()) - set(FAMILIES)
+    for family in sorted(unknown):
+        findings.append(_checker(family, family, f"unknown check family {family!r}"))
+    families = [f for f in FAMILIES if not only or f in only]
+
+    sdir = state_dir(cfg, root)
+    cursor = kmsg.load_cursor(sdir / XID_CURSOR_FILE)
+    previous = counters.load(sdir / COUNTERS_FILE)
+    timeout = float(cfg.get("mounts.probe_timeout_s", 2.0))
+    if budget_s is not None:
+        # Leave the rest of the budget for everything else the collectors do.
+        timeout = max(0.05, min(timeout, budget_s * 0.5))
+    state, new_cursor = collect_all(
+        cfg, root, only=set(families), xid_cursor=cursor, previous_counters=previous,
+        probe_timeout_s=timeout,
+    )
+    for family, source, message in state.errors:
+        findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))
+
+    data = dict(cfg.data)
+    if "xid" in families:
+        try:
+            data["xid_catalog"] = load_catalog(cfg.get("xid.catalog_override") or None)
+        except CatalogError as exc:
+            findings.append(_checker("xid", "xid catalog", f"bad XID catalog: {exc}"))
+            families.remove("xid")
+    for family in families:
+        try:
+            findings.extend(CHECKS[family](state, data))
+        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+            findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
+
+    if save_state:
+        try:
+            if "xid" in families:
+                kmsg.save_json(sdir / XID_CURSOR_FILE, new_cursor)
+            # Merge: a partial run (--only) must not drop the other families' baselines.
+            merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
+                          (None, state.boot_id) else {})
+            merged.update(state.counters)
+            counters.save(sdir / COUNTERS_FILE, merged, state.boot_id)
+        except OSError as exc:
+            findings.append(_checker("state", str(sdir), f"cannot save state: {exc.strerror}"))
+    elapsed = time.monotonic() - started
+    if budget_s is not None and elapsed > budget_s:
+        findings.append(
+            _checker("engine", "engine", f"checks took {elapsed:.2f}s, budget {budget_s:.2f}s")
+        )
+    return findings

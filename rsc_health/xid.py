@@ -1,0 +1,80 @@
+"""The XID catalog as data: the packaged `xid_catalog.toml` with the site override file over it."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from rsc_health.model import Severity
+
+CATALOG_PATH = Path(__file__).with_name("xid_catalog.toml")
+ACTIONS = {
+    "drain_now": Severity.DRAIN_NOW,
+    "drain_after_job": Severity.DRAIN_AFTER_JOB,
+    "warn": Severity.WARN,
+    "ignore": Severity.NONE,
+}
+
+
+class CatalogError(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class XidRule:
+    severity: Severity
+    repair: bool
+    name: str
+
+
+@dataclass
+class Catalog:
+    data: dict
+
+    def rule(self, xid: int, line_severity: str | None = None) -> XidRule:
+        entry = self.data.get("codes", {}).get(str(xid))
+        if entry is None:
+            action = self.data.get("defaults", {}).get("unknown", "warn")
+            return XidRule(ACTIONS[action], False, f"XID {xid} (not in catalog)")
+        action = entry.get("action", "warn")
+        repair = bool(entry.get("repair", False))
+        if action == "by_severity":
+            bys = self.data.get("by_severity", {})
+            if line_severity == "fatal":
+                action, repair = bys.get("fatal_action", "drain_now"), bool(
+                    bys.get("fatal_repair", True)
+                )
+            elif line_severity == "nonfatal":
+                action = bys.get("nonfatal_action", "warn")
+            else:
+                action = bys.get("unknown_severity_action", "drain_after_job")
+        return XidRule(ACTIONS[action], repair, entry.get("name", f"XID {xid}"))
+
+
+def _read(path: Path) -> dict:
+    try:
+        with path.open("rb") as fh:
+            return tomllib.load(fh)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise CatalogError(f"{path}: {exc}") from exc
+
+
+def _validate(data: dict, path: Path) -> None:
+    for code, entry in data.get("codes", {}).items():
+        if not code.isdigit() or not isinstance(entry, dict):
+            raise CatalogError(f"{path}: [codes.{code}] must be a table under a numeric XID")
+        if entry.get("action", "warn") not in (*ACTIONS, "by_severity"):
+            raise CatalogError(f"{path}: [codes.{code}] unknown action {entry.get('action')!r}")
+
+
+def load_catalog(override: str | Path | None = None) -> Catalog:
+    data = _read(CATALOG_PATH)
+    if override:
+        site = _read(Path(override))
+        _validate(site, Path(override))
+        for table in ("defaults", "by_severity"):
+            data.setdefault(table, {}).update(site.get(table, {}))
+        data.setdefault("codes", {}).update(site.get("codes", {}))
+    _validate(data, CATALOG_PATH)
+    return Catalog(data)

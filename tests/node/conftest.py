@@ -1,0 +1,58 @@
+"""Node fixtures: a private copy of `healthy` per test, edited into one failure mode."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from rsc_health.config import load_config
+from rsc_health.engine import run
+from rsc_health.policy import decide
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
+
+
+class Node:
+    def __init__(self, root: Path):
+        self.root = root
+
+    @property
+    def config(self):
+        return load_config(self.root / "config.toml")
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def write(self, rel: str, text: str) -> None:
+        p = self.path(rel)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+    def append(self, rel: str, text: str) -> None:
+        with self.path(rel).open("a") as fh:
+            fh.write(text)
+
+    def nvml(self, edit) -> None:
+        import json
+
+        p = self.path("rsc_health/nvml.json")
+        doc = json.loads(p.read_text())
+        edit(doc)
+        p.write_text(json.dumps(doc))
+
+    def check(self, **kw):
+        findings = run(self.config, self.root, **kw)
+        return findings, decide(findings)
+
+
+def bad(findings):
+    return [f for f in findings if f.status.value != "ok"]
+
+
+@pytest.fixture
+def node(tmp_path) -> Node:
+    root = tmp_path / "node"
+    shutil.copytree(FIXTURES / "healthy", root, symlinks=True)
+    return Node(root)
