@@ -227,3 +227,80 @@ def test_gamma_interval_matches_chi_square_form():
     lo, hi = poisson_rate_ci(7, 100.0, 0.9)
     assert lo == pytest.approx(chi2.ppf(0.05, 14) / 200)
     assert hi == pytest.approx(chi2.ppf(0.95, 16) / 200)
+
+
+def _add_runs(engine) -> None:
+    """Run A: job 5000 NODE_FAILs after 20 h, its requeue FAILs after 10 h, the user resubmits
+    (job 5001, 1 h later) which completes after 30 h. Run B: a resubmission 37 h later."""
+    rows = [
+        # pk, job_id, state, eligible h, start h, runtime h
+        (100, "5000", "NODE_FAIL", 100, 101, 20),
+        (101, "5000", "FAILED", 121, 122, 10),
+        (102, "5001", "COMPLETED", 133, 133, 30),
+        (103, "5002", "COMPLETED", 200, 200, 12),
+    ]
+    with engine.begin() as conn:
+        conn.execute(
+            insert(jobs),
+            [
+                dict(
+                    id=pk,
+                    job_id=jid,
+                    job_id_display=jid,
+                    name="llama",
+                    user="alice",
+                    partition="p",
+                    state=st,
+                    exit_code="0:0",
+                    submit=T0 + el * H,
+                    eligible=T0 + el * H,
+                    start=T0 + s * H,
+                    end=T0 + (s + r) * H,
+                    nnodes=64,
+                    gpus=512,
+                    nodelist="",
+                    instance_key=f"{jid}:{pk}",
+                )
+                for pk, jid, st, el, s, r in rows
+            ],
+        )
+
+
+def test_measured_ettr_chains_requeues_and_linked_resubmissions(engine):
+    from rsc_health.historian.metrics.ettr import EttrModel, hours, minutes
+    from rsc_health.historian.metrics.runs import RunOptions, job_runs
+
+    _add_runs(engine)
+    opts = RunOptions(link_by="name_user", dt_cp=hours(1), min_run_hours=10, gap_s=6 * 3600)
+    runs = job_runs(engine, r_f=6.5e-3, opts=opts)
+    runs = runs[runs["name"] == "llama"].reset_index(drop=True)
+    assert list(runs["runtime_hours"]) == pytest.approx([60.0, 12.0])
+    a = runs.iloc[0]
+    assert (a["job_ids"], a["instances"], a["interruptions"]) == (2, 3, 2)
+    assert a["wallclock_hours"] == pytest.approx(63.0)
+    # 3 starts x 5 min, 2 interruptions x half an hour, 60 h x 5/65 writing checkpoints.
+    productive = 60 - 3 * 5 / 60 - 2 * 0.5 - 60 * 5 / 65
+    assert a["productive_hours"] == pytest.approx(productive)
+    assert a["measured_ettr"] == pytest.approx(productive / 63)
+    model = EttrModel(
+        64,
+        6.5e-3,
+        runtime=hours(productive),
+        u0=minutes(5),
+        w_cp=minutes(5),
+        dt_cp=hours(1),
+        queue=hours(1),
+    )
+    assert a["expected_ettr"] == pytest.approx(model.expected())
+
+
+def test_link_by_job_id_keeps_resubmissions_apart(engine):
+    from rsc_health.historian.metrics.ettr import hours
+    from rsc_health.historian.metrics.runs import RunOptions, job_runs
+
+    _add_runs(engine)
+    opts = RunOptions(link_by="job_id", dt_cp=hours(1), min_run_hours=10)
+    runs = job_runs(engine, r_f=6.5e-3, opts=opts)
+    llama = runs[runs["name"] == "llama"]
+    assert sorted(llama["runtime_hours"]) == pytest.approx([12.0, 30.0, 30.0])
+    assert sorted(llama["instances"]) == [1, 1, 2]

@@ -95,3 +95,24 @@ def test_monte_carlo_without_failures_only_pays_overheads():
 def test_monte_carlo_is_reproducible_with_a_seed():
     m = EttrModel(512, RSC1_RF, runtime=2.0)
     assert monte_carlo(m, runs=500, seed=7) == monte_carlo(m, runs=500, seed=7)
+
+
+def test_vectorised_expected_ettr_matches_the_model_row_by_row():
+    from rsc_health.historian.metrics.ettr import expected_ettr
+
+    models = [
+        EttrModel(64, RSC1_RF, runtime=3.0, queue=hours(2)),
+        EttrModel(512, 2.34e-3, runtime=10.0, u0=minutes(15), queue=hours(0.5)),
+        EttrModel(1, RSC1_RF, runtime=0.5, dt_cp=hours(1)),
+    ]
+    import numpy as np
+
+    got = expected_ettr(
+        np.array([m.n_nodes for m in models]),
+        RSC1_RF * np.array([1.0, 2.34 / 6.5, 1.0]),
+        np.array([m.runtime for m in models]),
+        u0=np.array([m.u0 for m in models]),
+        dt_cp=np.array([np.nan, np.nan, hours(1)]),
+        queue=np.array([m.queue for m in models]),
+    )
+    assert got == pytest.approx([m.expected() for m in models], rel=1e-12)
