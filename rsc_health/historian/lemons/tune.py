@@ -1,0 +1,171 @@
+"""Choose lemon thresholds on ground truth: a grid over the rules, scored by precision, recall
+and false-positive rate.
+
+The ground truth is the fleet simulator's (`truth.json`: which nodes are lemons). Tuning seeds
+choose the thresholds; held-out seeds report the accuracy, so the numbers we quote were not
+fitted. Scoring is pooled over seeds (sum the confusion counts, then divide).
+
+Choice rule: among grid points whose pooled precision reaches `target_precision`, take the
+highest recall, then the fewest false positives, then the most conservative thresholds (larger
+values first, so a tie never makes the detector more trigger-happy). When no point reaches the
+target precision, take the best F1.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+
+import numpy as np
+import pandas as pd
+
+from rsc_health.historian.lemons.verdicts import RATE_RULES, LemonRules
+
+# The knobs the tuning moves; everything else keeps its configured value.
+DEFAULT_GRID: dict[str, list] = {
+    "node_fails": [2, 3, 4, 5],
+    "min_signals": [2, 3],
+    "single_node_fail_rate_any": [0.0, 0.2, 0.3, 0.5],
+    "early_fails": [0, 2, 3, 5],
+    "xid_cnt": [0, 2, 3, 5],
+    "tickets": [0, 1, 2],
+    "out_count": [0, 2, 3, 4],
+}
+
+
+@dataclass(frozen=True)
+class Labelled:
+    """One simulated fleet: its features, the true lemons and every node that existed."""
+
+    features: pd.DataFrame
+    lemons: frozenset[str]
+    nodes: frozenset[str]
+
+
+@dataclass
+class Score:
+    tp: int
+    fp: int
+    fn: int
+    tn: int
+
+    @property
+    def precision(self) -> float:
+        return self.tp / (self.tp + self.fp) if self.tp + self.fp else 1.0
+
+    @property
+    def recall(self) -> float:
+        return self.tp / (self.tp + self.fn) if self.tp + self.fn else 1.0
+
+    @property
+    def fpr(self) -> float:
+        return self.fp / (self.fp + self.tn) if self.fp + self.tn else 0.0
+
+    @property
+    def f1(self) -> float:
+        p, r = self.precision, self.recall
+        return 2 * p * r / (p + r) if p + r else 0.0
+
+    def __add__(self, other: Score) -> Score:
+        return Score(self.tp + other.tp, self.fp + other.fp, self.fn + other.fn, self.tn + other.tn)
+
+    def to_dict(self) -> dict:
+        return {
+            **asdict(self),
+            "precision": self.precision,
+            "recall": self.recall,
+            "fpr": self.fpr,
+            "f1": self.f1,
+        }
+
+
+class _Compiled:
+    """A fleet's features as numpy arrays, so a grid of thousands of points stays fast."""
+
+    def __init__(self, data: Labelled):
+        nodes = sorted(data.nodes | data.lemons | set(data.features.index))
+        f = data.features.reindex(nodes).fillna(0)
+        self.cols = {c: f[c].to_numpy(dtype=float) for c in f.columns if f[c].dtype != object}
+        self.truth = np.array([n in data.lemons for n in nodes])
+        self.single_jobs = self.cols.get("single_node_jobs", np.zeros(len(nodes)))
+
+    def predict(self, rules: LemonRules) -> np.ndarray:
+        hits = np.zeros(len(self.truth), dtype=int)
+        strong = np.zeros(len(self.truth), dtype=bool)
+        for feat, threshold in rules.thresholds.items():
+            if threshold <= 0 or feat not in self.cols:
+                continue
+            crossed = self.cols[feat] >= threshold
+            if feat in RATE_RULES:
+                crossed &= self.single_jobs >= rules.min_single_node_jobs
+            hits += crossed
+            if feat in rules.strong:
+                strong |= crossed
+        return (hits >= rules.min_signals) | strong
+
+    def score(self, rules: LemonRules) -> Score:
+        pred = self.predict(rules)
+        t = self.truth
+        return Score(
+            int((pred & t).sum()),
+            int((pred & ~t).sum()),
+            int((~pred & t).sum()),
+            int((~pred & ~t).sum()),
+        )
+
+
+def score(fleets: Sequence[Labelled], rules: LemonRules) -> Score:
+    total = Score(0, 0, 0, 0)
+    for fleet in fleets:
+        total = total + _Compiled(fleet).score(rules)
+    return total
+
+
+def grid_points(base: LemonRules, grid: Mapping[str, Iterable]) -> Iterable[dict]:
+    keys = list(grid)
+    for values in itertools.product(*(list(grid[k]) for k in keys)):
+        yield dict(zip(keys, values, strict=True))
+
+
+def rules_for(base: LemonRules, point: Mapping) -> LemonRules:
+    thresholds = {k: float(v) for k, v in point.items() if k in base.thresholds}
+    rules = base.with_thresholds(**thresholds)
+    if "min_signals" in point:
+        rules = LemonRules(
+            rules.thresholds,
+            int(point["min_signals"]),
+            rules.strong,
+            rules.min_single_node_jobs,
+            rules.repeat_offender_fails,
+        )
+    return rules
+
+
+def run_grid(
+    fleets: Sequence[Labelled], base: LemonRules, grid: Mapping[str, Iterable] = DEFAULT_GRID
+) -> pd.DataFrame:
+    """One row per grid point: the point's values, then pooled tp/fp/fn/tn, precision, recall,
+    fpr and f1."""
+    compiled = [_Compiled(f) for f in fleets]
+    rows = []
+    for point in grid_points(base, grid):
+        rules = rules_for(base, point)
+        total = Score(0, 0, 0, 0)
+        for c in compiled:
+            total = total + c.score(rules)
+        rows.append({**point, **total.to_dict()})
+    return pd.DataFrame(rows)
+
+
+def choose(results: pd.DataFrame, grid_keys: Sequence[str], target_precision: float = 0.9):
+    """The chosen row (see the module docstring for the rule)."""
+    ok = results[results["precision"] >= target_precision]
+    if ok.empty:
+        return results.sort_values("f1", ascending=False, kind="stable").iloc[0]
+    # 0 means "rule off": fewer rules can fire, so it is the most conservative value of all.
+    conservative = [ok[k].replace(0, np.inf) for k in grid_keys]
+    ranked = ok.assign(**{f"_c{i}": c for i, c in enumerate(conservative)})
+    order = ["recall", "fp"] + [f"_c{i}" for i in range(len(grid_keys))]
+    asc = [False, True] + [False] * len(grid_keys)
+    return ranked.sort_values(order, ascending=asc, kind="stable").iloc[0][results.columns]
