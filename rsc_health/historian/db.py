@@ -1,0 +1,235 @@
+"""Opening the historian database: create it when new, refuse one from a newer release, and
+migrate an older one with the versioned SQL files in `rsc_health/historian/sql/`.
+
+SQLite gets WAL (readers never block the ingest), foreign keys (job_nodes and attributions
+cascade with their job) and a busy timeout (a second writer waits instead of failing).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sqlalchemy import Engine, create_engine, event, inspect, select, text
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError
+from sqlalchemy.exc import InterfaceError as SAInterfaceError
+
+from rsc_health.historian import schema
+
+MIGRATIONS_DIR = Path(__file__).with_name("sql")
+_MIGRATION_NAME = re.compile(r"^(\d{4})_([a-z0-9_]+?)(?:\.(sqlite|postgresql))?\.sql$")
+SQLITE_BUSY_TIMEOUT_MS = 30_000
+
+
+class HistorianError(Exception):
+    """The historian database cannot be used as it is; the message says why."""
+
+
+class HistorianUnavailable(HistorianError):
+    """The database server (or file) cannot be reached; callers keep their data and retry."""
+
+
+class SchemaTooNew(HistorianError):
+    pass
+
+
+class SchemaTooOld(HistorianError):
+    pass
+
+
+def safe_url(url: str) -> str:
+    """The URL with any password masked, for error messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
+
+
+def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL is durable across app crashes
+    cur.close()
+
+
+def engine_for(url: str) -> Engine:
+    """An Engine with the per-dialect settings, without touching the database yet."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as exc:
+        raise HistorianError(f"not a database URL: {safe_url(url)}") from exc
+    kwargs: dict = {}
+    if parsed.get_backend_name() == "postgresql":
+        kwargs["connect_args"] = {"connect_timeout": 10}
+        kwargs["pool_pre_ping"] = True
+    engine = create_engine(parsed, **kwargs)
+    if engine.dialect.name == "sqlite":
+        event.listen(engine, "connect", _sqlite_pragmas)
+    return engine
+
+
+def current_version(engine: Engine) -> int | None:
+    """The schema version stored in the database; None for an empty database."""
+    with engine.connect() as conn:
+        if not inspect(conn).has_table("schema_version"):
+            return None
+        version = conn.execute(select(schema.schema_version.c.version)).scalar()
+        return int(version or 0)
+
+
+def connect(url: str, *, upgrade: bool = False) -> Engine:
+    """Open the historian database at `url`, creating the schema when it is empty.
+
+    Raises HistorianUnavailable when it cannot be reached, SchemaTooNew when a newer release
+    wrote it, and SchemaTooOld when it needs `healthctl db upgrade` (unless upgrade=True).
+    """
+    engine = engine_for(url)
+    try:
+        version = current_version(engine)
+        if version is None:
+            create(engine)
+            return engine
+        if version > schema.SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{safe_url(url)} has schema version {version}, newer than this release "
+                f"understands ({schema.SCHEMA_VERSION}); upgrade rsc-health"
+            )
+        if version < schema.SCHEMA_VERSION:
+            if not upgrade:
+                raise SchemaTooOld(
+                    f"{safe_url(url)} has schema version {version}; this release needs "
+                    f"{schema.SCHEMA_VERSION}: run `healthctl db upgrade`"
+                )
+            migrate(engine, version)
+    except (OperationalError, SAInterfaceError) as exc:
+        engine.dispose()
+        raise HistorianUnavailable(
+            f"historian database {safe_url(url)} is unavailable: {_first_line(exc)}"
+        ) from exc
+    except HistorianError:
+        engine.dispose()
+        raise
+    return engine
+
+
+def _first_line(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+
+
+def create(engine: Engine) -> None:
+    """A new database is created at the newest version straight from schema.py (the same DDL
+    as `sql/0001_initial.<dialect>.sql` plus later migrations; a test keeps them in step)."""
+    with engine.begin() as conn:
+        schema.metadata.create_all(conn)
+        conn.execute(schema.schema_version.delete())
+        conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
+
+
+@dataclass(frozen=True)
+class Migration:
+    version: int
+    name: str
+    path: Path
+
+
+def migrations(dialect: str, directory: Path = MIGRATIONS_DIR) -> list[Migration]:
+    """Migration files for one dialect, in version order.
+
+    `NNNN_name.sql` applies to every dialect; `NNNN_name.<dialect>.sql` to one only, and
+    wins over a generic file of the same version.
+    """
+    chosen: dict[int, Migration] = {}
+    for path in sorted(directory.glob("*.sql")):
+        m = _MIGRATION_NAME.match(path.name)
+        if not m or (m.group(3) and m.group(3) != dialect):
+            continue
+        version = int(m.group(1))
+        if version in chosen and not m.group(3):
+            continue
+        chosen[version] = Migration(version, m.group(2), path)
+    return [chosen[v] for v in sorted(chosen)]
+
+
+def split_statements(sql: str) -> list[str]:
+    """Statements of a migration file: `;` at the end of a line ends one; `--` comments go."""
+    lines = [ln for ln in sql.splitlines() if not ln.strip().startswith("--")]
+    out, cur = [], []
+    for ln in lines:
+        cur.append(ln)
+        if ln.rstrip().endswith(";"):
+            stmt = "\n".join(cur).strip().rstrip(";").strip()
+            if stmt:
+                out.append(stmt)
+            cur = []
+    tail = "\n".join(cur).strip()
+    if tail:
+        out.append(tail)
+    return out
+
+
+def migrate(engine: Engine, from_version: int, directory: Path = MIGRATIONS_DIR) -> list[int]:
+    """Apply every migration above `from_version`, each in its own transaction."""
+    applied = []
+    for mig in migrations(engine.dialect.name, directory):
+        if mig.version <= from_version:
+            continue
+        with engine.begin() as conn:
+            for stmt in split_statements(mig.path.read_text()):
+                conn.exec_driver_sql(stmt)
+            conn.execute(schema.schema_version.delete())
+            conn.execute(schema.schema_version.insert().values(version=mig.version))
+        applied.append(mig.version)
+    return applied
+
+
+def upgrade(url: str) -> tuple[int | None, int, list[int]]:
+    """(version before, version after, migrations applied) for `healthctl db upgrade`."""
+    engine = engine_for(url)
+    try:
+        before = current_version(engine)
+        if before is None:
+            create(engine)
+            return None, schema.SCHEMA_VERSION, []
+        if before > schema.SCHEMA_VERSION:
+            raise SchemaTooNew(
+                f"{safe_url(url)} has schema version {before}, newer than this release "
+                f"understands ({schema.SCHEMA_VERSION})"
+            )
+        applied = migrate(engine, before)
+        return before, current_version(engine) or 0, applied
+    except (OperationalError, SAInterfaceError) as exc:
+        raise HistorianUnavailable(
+            f"historian database {safe_url(url)} is unavailable: {_first_line(exc)}"
+        ) from exc
+    finally:
+        engine.dispose()
+
+
+def table_counts(engine: Engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        present = set(inspect(conn).get_table_names())
+        return {
+            t.name: int(conn.execute(text(f"SELECT COUNT(*) FROM {t.name}")).scalar() or 0)
+            for t in schema.metadata.sorted_tables
+            if t.name in present
+        }
+
+
+def render_ddl(dialect_name: str) -> str:
+    """schema.py as DDL for one dialect: how `sql/0001_initial.<dialect>.sql` was written."""
+    from sqlalchemy.dialects import postgresql, sqlite
+    from sqlalchemy.schema import CreateIndex, CreateTable
+
+    dialect = {"sqlite": sqlite.dialect(), "postgresql": postgresql.dialect()}[dialect_name]
+    parts = [f"-- Generated from rsc_health/historian/schema.py for {dialect_name}."]
+    for table in schema.metadata.sorted_tables:
+        parts.append(str(CreateTable(table).compile(dialect=dialect)).strip() + ";")
+        for index in sorted(table.indexes, key=lambda i: i.name or ""):
+            parts.append(str(CreateIndex(index).compile(dialect=dialect)).strip() + ";")
+    text_ = "\n\n".join(parts) + "\n"
+    return "\n".join(line.rstrip() for line in text_.split("\n"))

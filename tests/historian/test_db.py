@@ -1,0 +1,106 @@
+"""Opening, versioning and migrating the historian database."""
+
+from __future__ import annotations
+
+import pytest
+from sqlalchemy import insert, select, text
+
+from rsc_health.historian import db, schema
+from rsc_health.historian.db import (
+    HistorianUnavailable,
+    SchemaTooNew,
+    connect,
+    migrate,
+    render_ddl,
+)
+
+
+def test_new_database_gets_the_schema_and_version(historian):
+    assert db.current_version(historian) == schema.SCHEMA_VERSION
+    assert set(db.table_counts(historian)) == {t.name for t in schema.metadata.sorted_tables}
+
+
+def test_sqlite_runs_in_wal_with_foreign_keys(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == db.SQLITE_BUSY_TIMEOUT_MS
+    engine.dispose()
+
+
+def test_a_newer_schema_is_refused(historian_url, historian):
+    with historian.begin() as conn:
+        conn.execute(schema.schema_version.delete())
+        conn.execute(insert(schema.schema_version).values(version=schema.SCHEMA_VERSION + 1))
+    with pytest.raises(SchemaTooNew, match="newer than this release"):
+        connect(historian_url)
+
+
+def test_database_down_is_a_clear_error_without_the_password():
+    url = "postgresql+psycopg://rsc:s3cret@127.0.0.1:1/history"
+    with pytest.raises(HistorianUnavailable) as info:
+        connect(url)
+    assert "127.0.0.1:1/history" in str(info.value)
+    assert "s3cret" not in str(info.value)
+
+
+def test_unwritable_sqlite_path_is_unavailable(tmp_path):
+    with pytest.raises(HistorianUnavailable, match="no-such-dir"):
+        connect(f"sqlite:///{tmp_path / 'no-such-dir' / 'h.db'}")
+
+
+def test_upgrade_applies_a_v2_migration_file_and_keeps_rows(historian, tmp_path, monkeypatch):
+    with historian.begin() as conn:
+        conn.execute(
+            insert(schema.tickets).values(
+                node="gpu001", opened=text("CURRENT_TIMESTAMP"), reason="xid79"
+            )
+        )
+    migrations = tmp_path / "sql"
+    migrations.mkdir()
+    for f in db.MIGRATIONS_DIR.glob("*.sql"):
+        (migrations / f.name).write_text(f.read_text())
+    (migrations / "0002_ticket_owner.sql").write_text(
+        "-- who works on the ticket\nALTER TABLE tickets ADD COLUMN owner VARCHAR(64);\n"
+    )
+    monkeypatch.setattr(schema, "SCHEMA_VERSION", 2)
+    assert migrate(historian, 1, migrations) == [2]
+    assert db.current_version(historian) == 2
+    with historian.connect() as conn:
+        rows = conn.execute(text("SELECT node, reason, owner FROM tickets")).all()
+    assert rows == [("gpu001", "xid79", None)]
+    # a second upgrade has nothing left to do
+    assert migrate(historian, 2, migrations) == []
+
+
+def test_healthctl_db_upgrade_keeps_rows(historian_url, historian):
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    with historian.begin() as conn:
+        conn.execute(insert(schema.ingest_cursors).values(name="sacct", value="2024-01-01"))
+    runner = CliRunner()
+    result = runner.invoke(cli, ["--db", historian_url, "db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    assert "nothing to do" in result.output
+    status = runner.invoke(cli, ["--db", historian_url, "db", "status", "--json"])
+    assert '"version": 1' in status.output and '"ingest_cursors": 1' in status.output
+    with historian.connect() as conn:
+        assert conn.execute(select(schema.ingest_cursors.c.value)).scalar() == "2024-01-01"
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_initial_migration_files_match_schema_py(dialect):
+    """sql/0001_initial.<dialect>.sql is the DDL of schema.py; regenerate it when that changes."""
+    path = db.MIGRATIONS_DIR / f"0001_initial.{dialect}.sql"
+    assert path.read_text() == render_ddl(dialect)
+
+
+def test_initial_migration_builds_the_same_tables_as_schema_py(tmp_path):
+    engine = db.engine_for(f"sqlite:///{tmp_path / 'm.db'}")
+    migrate(engine, 0)
+    assert db.current_version(engine) == schema.SCHEMA_VERSION
+    assert set(db.table_counts(engine)) == {t.name for t in schema.metadata.sorted_tables}
+    engine.dispose()
