@@ -1,0 +1,272 @@
+"""Turn a node's verdict into Slurm actions: drain, requeue, resume, or refuse (the guard).
+
+Rules (issue 3):
+- DRAIN_NOW: drain with our reason, then requeue every job on the node so it restarts
+  elsewhere with the same Job ID; a job that refuses requeue is reported (`requeue_refused`).
+- DRAIN_AFTER_JOB: drain; the running job finishes and the node then leaves service.
+- A node whose reason is not ours (a person's, or Slurm's own) is never touched.
+- Resume only a drain that was ours and auto-resumable, after N clean sweeps in a row. What we
+  drained for is kept in node-local state, because the reason string alone is clipped.
+- Mass-drain guard: once rsc-health drained `guard_max_share` of a partition within the window,
+  refuse further drains. Read from Slurm (our prefix + reason time), so every node sees the same.
+
+Every action is appended to the node's spool. Standard library only (the prolog imports this).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from rsc_health import spool
+from rsc_health.config import Config
+from rsc_health.model import Level, Verdict, utcnow
+from rsc_health.policy import is_ours, parse_reason
+from rsc_health.slurm.api import NodeInfo, RequeueRefused, SlurmAPI, SlurmError
+
+DRAIN_STATE_FILE = "slurm_drain.json"
+
+
+@dataclass
+class Action:
+    """One thing done (or refused) in Slurm; also the spool record's fields."""
+
+    action: str  # drain_now|drain_after_job|resume|requeue|requeue_refused|guard_tripped
+    node: str
+    reason: str = ""
+    job_id: str | None = None
+    detail: str = ""
+
+
+@dataclass
+class DrainState:
+    """What we drained this node for; survives across sweeps on the node's own disk."""
+
+    reason: str
+    codes: list[str]
+    auto_resumable: bool
+    time: str
+    clean_sweeps: int = 0
+
+
+@dataclass
+class GuardState:
+    partition: str
+    total: int
+    recent_ours: list[str] = field(default_factory=list)
+    limit: int = 0
+
+    @property
+    def tripped(self) -> bool:
+        return len(self.recent_ours) >= self.limit
+
+
+def guard_limit(total: int, max_share: float) -> int:
+    """Drains allowed per window; at least one so a tiny partition can still drain a bad node."""
+    return max(1, math.floor(total * max_share + 1e-9))
+
+
+def guard_states(
+    nodes: list[NodeInfo], partitions: list[str], *, max_share: float, window: timedelta,
+    now: datetime, exclude: str | None = None,
+) -> list[GuardState]:
+    """For each partition: nodes we drained within the window, read from Slurm's own state."""
+    out = []
+    for part in partitions:
+        members = [n for n in nodes if part in n.partitions]
+        recent = [
+            n.name
+            for n in members
+            if n.name != exclude
+            and n.drain_set
+            and is_ours(n.reason)
+            and n.reason_time is not None
+            and now - n.reason_time <= window
+        ]
+        out.append(GuardState(part, len(members), recent, guard_limit(len(members), max_share)))
+    return out
+
+
+class Actor:
+    def __init__(
+        self,
+        slurm: SlurmAPI,
+        cfg: Config,
+        node: str,
+        state_dir: Path,
+        *,
+        now: Callable[[], datetime] = utcnow,
+        log: Callable[[str], None] | None = None,
+    ):
+        self.slurm = slurm
+        self.cfg = cfg
+        self.node = node
+        self.state_dir = Path(state_dir)
+        self.now = now
+        self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        a = cfg.section("actions")
+        self.enabled = bool(a.get("enabled", True))
+        self.resume_after = int(a.get("resume_after_clean_sweeps", 3))
+        self.never_resume = set(a.get("never_resume_codes", ()))
+        self.max_share = float(a.get("guard_max_share", 0.10))
+        self.window = timedelta(minutes=float(a.get("guard_window_min", 15)))
+
+    # ---- entry point -----------------------------------------------------------------------
+    def apply(self, verdict: Verdict, *, requeue: bool = True, clean_sweep: bool = False
+              ) -> list[Action]:
+        """Act on one verdict. requeue=False in the prolog (Slurm requeues the job itself when
+        the prolog fails); clean_sweep=True when this verdict came from a periodic sweep, the
+        only thing that counts towards auto-resume. Raises SlurmError when Slurm is away."""
+        if not self.enabled:
+            return []
+        info = self.slurm.node(self.node)
+        if verdict.drains:
+            actions = self._drain(verdict, info, requeue=requeue)
+        elif clean_sweep and verdict.level in (Level.OK, Level.WARN):
+            actions = self._clean(info)
+        else:
+            actions = []
+        self._spool(actions)
+        return actions
+
+    # ---- drain -----------------------------------------------------------------------------
+    def _drain(self, verdict: Verdict, info: NodeInfo, *, requeue: bool) -> list[Action]:
+        now_mode = verdict.level is Level.DRAIN_NOW
+        kind = "drain_now" if now_mode else "drain_after_job"
+        if info.drain_set and not is_ours(info.reason):
+            # A person's or Slurm's drain: theirs to manage. We only report.
+            self.log(f"rsc_health: {self.node} already drained by someone else "
+                     f"({info.reason!r}); leaving it alone (verdict: {verdict.reason})")
+            return []
+        actions: list[Action] = []
+        ours = parse_reason(info.reason) if info.drain_set else None
+        escalate = ours is not None and ours["mode"] != "now" and now_mode
+        if ours is None or escalate:
+            if ours is None:
+                tripped = self._guard_tripped()
+                if tripped is not None:
+                    return [tripped]
+            self.slurm.drain(self.node, verdict.reason)
+            self._save_state(verdict)
+            actions.append(Action(kind, self.node, verdict.reason))
+        else:
+            # Already drained by us: keep it so, and restart the clean-sweep count.
+            self._reset_clean_count()
+        if now_mode and requeue:
+            actions.extend(self._requeue_jobs(verdict.reason))
+        return actions
+
+    def _guard_tripped(self) -> Action | None:
+        nodes = self.slurm.nodes()
+        mine = next((n for n in nodes if n.name == self.node), None)
+        parts = list(mine.partitions) if mine else []
+        for g in guard_states(nodes, parts, max_share=self.max_share, window=self.window,
+                              now=self.now(), exclude=self.node):
+            if g.tripped:
+                msg = (f"mass-drain guard: {len(g.recent_ours)}/{g.total} nodes of partition "
+                       f"{g.partition} drained by rsc_health in the last "
+                       f"{self.window.total_seconds() / 60:g} min (limit {g.limit}); "
+                       f"NOT draining {self.node}")
+                self.log("!" * 78 + f"\nRSC_HEALTH GUARD TRIPPED: {msg}\n" + "!" * 78)
+                return Action("guard_tripped", self.node, msg)
+        return None
+
+    def _requeue_jobs(self, reason: str) -> list[Action]:
+        out = []
+        for job in self.slurm.jobs_on_node(self.node):
+            if not job.requeue:
+                out.append(Action("requeue_refused", self.node, reason, job.job_id,
+                                  "job was submitted --no-requeue"))
+                self.log(f"rsc_health: job {job.job_id} on {self.node} refuses requeue")
+                continue
+            try:
+                self.slurm.requeue(job.job_id)
+                out.append(Action("requeue", self.node, reason, job.job_id))
+            except RequeueRefused as exc:
+                out.append(Action("requeue_refused", self.node, reason, job.job_id, exc.stderr))
+                self.log(f"rsc_health: job {job.job_id} on {self.node} refused requeue: "
+                         f"{exc.stderr}")
+            except SlurmError as exc:
+                if "Invalid job id" in str(exc) or "already completing" in str(exc).lower():
+                    continue  # it ended between the listing and the requeue
+                raise
+        return out
+
+    # ---- resume ----------------------------------------------------------------------------
+    def _clean(self, info: NodeInfo) -> list[Action]:
+        state = self.load_state()
+        if not info.drain_set:
+            if state is not None:
+                self._clear_state()  # resumed by someone else; nothing left to track
+            return []
+        if not is_ours(info.reason) or state is None or state.reason != info.reason:
+            return []  # not our drain, or our record is not about this drain
+        if not state.auto_resumable or self.never_resume & set(state.codes):
+            return []
+        state.clean_sweeps += 1
+        if state.clean_sweeps < self.resume_after:
+            self._write_state(state)
+            return []
+        self.slurm.resume(self.node)
+        self._clear_state()
+        return [Action("resume", self.node, info.reason,
+                       detail=f"{state.clean_sweeps} clean sweeps")]
+
+    # ---- node-local state ------------------------------------------------------------------
+    @property
+    def _state_path(self) -> Path:
+        return self.state_dir / DRAIN_STATE_FILE
+
+    def load_state(self) -> DrainState | None:
+        try:
+            return DrainState(**json.loads(self._state_path.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def _write_state(self, state: DrainState) -> None:
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self._state_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(state)))
+        os.replace(tmp, self._state_path)
+
+    def _save_state(self, verdict: Verdict) -> None:
+        codes = sorted({c.code or c.family for c in verdict.causes})
+        self._write_state(DrainState(
+            reason=verdict.reason,
+            codes=codes,
+            auto_resumable=verdict.auto_resumable and not (self.never_resume & set(codes)),
+            time=self.now().isoformat(),
+        ))
+
+    def _reset_clean_count(self) -> None:
+        state = self.load_state()
+        if state is not None and state.clean_sweeps:
+            state.clean_sweeps = 0
+            self._write_state(state)
+
+    def _clear_state(self) -> None:
+        self._state_path.unlink(missing_ok=True)
+
+    def _spool(self, actions: list[Action]) -> None:
+        if not actions:
+            return
+        now = self.now()
+        recs = [spool.record("action", a.node, now, action=a.action, reason=a.reason,
+                             job_id=a.job_id, detail=a.detail) for a in actions]
+        try:
+            spool.append(self.state_dir / "spool", recs)
+        except OSError as exc:
+            self.log(f"rsc_health: cannot spool actions: {exc}")
+
+
+def spool_action(state_dir: Path, action: Action, now: datetime | None = None) -> None:
+    """Append one action done outside an Actor (healthctl drain/resume) to the spool."""
+    spool.append(Path(state_dir) / "spool", [spool.record(
+        "action", action.node, now or utcnow(), action=action.action, reason=action.reason,
+        job_id=action.job_id, detail=action.detail)])

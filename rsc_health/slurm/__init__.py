@@ -1,0 +1,39 @@
+"""Every call rsc-health makes to Slurm goes through this package.
+
+`SlurmAPI` is the small interface the action layer, the node path and the CLI use; `CliSlurm`
+implements it with Slurm's own commands (scontrol, sinfo, squeue, sacct, sacctmgr) on 22.05 and
+newer. pyslurm could sit behind the same interface where its version matches the site's Slurm.
+"""
+
+from rsc_health.slurm.api import (
+    JobInfo,
+    NodeInfo,
+    RequeueRefused,
+    SlurmAPI,
+    SlurmCommandError,
+    SlurmError,
+    SlurmUnavailable,
+)
+from rsc_health.slurm.cli_backend import CliSlurm
+
+__all__ = [
+    "CliSlurm",
+    "JobInfo",
+    "NodeInfo",
+    "RequeueRefused",
+    "SlurmAPI",
+    "SlurmCommandError",
+    "SlurmError",
+    "SlurmUnavailable",
+    "from_config",
+]
+
+
+def from_config(cfg, *, timeout_s: float | None = None) -> CliSlurm:
+    """The Slurm backend the config asks for ([slurm] call_timeout_s, bin_dir)."""
+    return CliSlurm(
+        timeout_s=float(
+            timeout_s if timeout_s is not None else cfg.get("slurm.call_timeout_s", 10)
+        ),
+        bin_dir=cfg.get("slurm.bin_dir", "") or None,
+    )

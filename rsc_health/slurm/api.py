@@ -1,0 +1,87 @@
+"""The Slurm interface: data passed between layers, typed errors and the protocol itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+class SlurmError(Exception):
+    """A Slurm call failed."""
+
+
+class SlurmUnavailable(SlurmError):
+    """slurmctld (or slurmdbd) did not answer in time: retry later, never treat as an answer."""
+
+
+class SlurmCommandError(SlurmError):
+    """Slurm answered and refused: the message is Slurm's own."""
+
+    def __init__(self, argv: list[str], returncode: int, stderr: str):
+        self.argv = argv
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        super().__init__(f"{' '.join(argv[:3])}...: {self.stderr or f'exit {returncode}'}")
+
+
+class RequeueRefused(SlurmCommandError):
+    """The job cannot be requeued (submitted with --no-requeue, or JobRequeue=0)."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    name: str
+    # Slurm's compound state as scontrol prints it, e.g. "MIXED+DRAIN", "IDLE", "DOWN*+DRAIN".
+    state: str
+    reason: str = ""
+    reason_user: str = ""
+    reason_time: datetime | None = None  # aware, UTC
+    partitions: tuple[str, ...] = ()
+
+    @property
+    def flags(self) -> set[str]:
+        return {part.rstrip("*~#!%$@^-") for part in self.state.split("+")}
+
+    @property
+    def drain_set(self) -> bool:
+        """DRAIN flag set: DRAINING (jobs still running) or DRAINED."""
+        return "DRAIN" in self.flags or "DRAINED" in self.flags or "DRAINING" in self.flags
+
+    @property
+    def down(self) -> bool:
+        return "DOWN" in self.flags or "FAIL" in self.flags
+
+
+@dataclass(frozen=True, slots=True)
+class JobInfo:
+    job_id: str
+    state: str
+    nodes: str = ""
+    requeue: bool = True
+    excluded: tuple[str, ...] = ()
+    user: str = ""
+    partition: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+class SlurmAPI(Protocol):
+    def node(self, name: str) -> NodeInfo: ...
+
+    def nodes(self, names: list[str] | None = None) -> list[NodeInfo]: ...
+
+    def partition_nodes(self, partition: str) -> list[str]: ...
+
+    def drain(self, node: str, reason: str) -> None: ...
+
+    def resume(self, node: str) -> None: ...
+
+    def requeue(self, job_id: str) -> None: ...
+
+    def jobs_on_node(self, node: str) -> list[JobInfo]: ...
+
+    def job(self, job_id: str) -> JobInfo | None: ...
+
+    def sacct(self, args: list[str], fields: list[str]) -> list[dict[str, str]]: ...
+
+    def node_events(self, args: list[str] | None = None) -> list[dict[str, str]]: ...

@@ -1,0 +1,204 @@
+"""SlurmAPI over Slurm's commands. Works on 22.05 (whose Debian build has no --json) and newer.
+
+Every call is an argument list (never a shell: job names and reasons are not ours to quote) with
+a timeout; a timeout or "cannot contact the controller" becomes SlurmUnavailable so callers can
+retry on the next sweep instead of mistaking silence for an answer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rsc_health.slurm.api import (
+    JobInfo,
+    NodeInfo,
+    RequeueRefused,
+    SlurmCommandError,
+    SlurmUnavailable,
+)
+
+# What Slurm's commands print when the controller (or slurmdbd) is not there to answer.
+_UNAVAILABLE = re.compile(
+    r"Unable to contact slurm controller|Connection refused|Socket timed out|"
+    r"Zero Bytes were transmitted|slurm_persist_conn_open|Unable to establish|"
+    r"Communication connection failure|Connection timed out",
+    re.IGNORECASE,
+)
+_REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled", re.IGNORECASE)
+# `Reason=text with spaces [user@2026-11-22T01:22:26]`; the text may contain anything but "[".
+_REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-9T:-]+)\]")
+_KEY = re.compile(r"(?:^|\s)(?P<key>[A-Za-z][\w/:]*)=")
+
+
+def parse_kv(line: str) -> dict[str, str]:
+    """One `scontrol -o show ...` record: Key=Value pairs; a value may contain spaces."""
+    out: dict[str, str] = {}
+    matches = list(_KEY.finditer(line))
+    for i, m in enumerate(matches):
+        end = matches[i + 1].start() if i + 1 < len(matches) else len(line)
+        out.setdefault(m["key"], line[m.end() : end].strip())
+    return out
+
+
+def slurm_time(text: str | None) -> datetime | None:
+    """Slurm prints local time without a zone; return it aware, in UTC."""
+    if not text or text in ("Unknown", "None", "N/A", "(null)"):
+        return None
+    try:
+        return datetime.fromisoformat(text).astimezone(UTC)
+    except ValueError:
+        return None
+
+
+def parse_node_line(line: str) -> NodeInfo:
+    kv = parse_kv(line)
+    reason, user, when = "", "", None
+    m = _REASON.search(line)
+    if m:
+        reason, user, when = m["text"].strip(), m["user"], slurm_time(m["time"])
+    elif "Reason" in kv:
+        reason = kv["Reason"]
+    parts = kv.get("Partitions", "")
+    return NodeInfo(
+        name=kv.get("NodeName", ""),
+        state=kv.get("State", ""),
+        reason=reason if reason != "(null)" else "",
+        reason_user=user,
+        reason_time=when,
+        partitions=tuple(p for p in parts.split(",") if p and p != "(null)"),
+    )
+
+
+class CliSlurm:
+    def __init__(self, *, timeout_s: float = 10.0, bin_dir: str | None = None):
+        self.timeout_s = timeout_s
+        self.bin_dir = Path(bin_dir) if bin_dir else None
+
+    # ---- plumbing --------------------------------------------------------------------------
+    def _run(self, argv: list[str], timeout_s: float | None = None) -> str:
+        if self.bin_dir is not None:
+            argv = [str(self.bin_dir / argv[0]), *argv[1:]]
+        timeout = timeout_s if timeout_s is not None else self.timeout_s
+        try:
+            proc = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                env=dict(os.environ, SLURM_TIME_FORMAT="standard"),
+            )
+        except subprocess.TimeoutExpired as exc:
+            raise SlurmUnavailable(f"{argv[0]} did not answer within {timeout:g}s") from exc
+        except FileNotFoundError as exc:
+            raise SlurmUnavailable(f"{argv[0]} not found: is Slurm installed here?") from exc
+        if proc.returncode != 0:
+            if _UNAVAILABLE.search(proc.stderr):
+                raise SlurmUnavailable(proc.stderr.strip().splitlines()[-1])
+            raise SlurmCommandError(argv, proc.returncode, proc.stderr)
+        return proc.stdout
+
+    # ---- nodes -----------------------------------------------------------------------------
+    def nodes(self, names: list[str] | None = None) -> list[NodeInfo]:
+        argv = ["scontrol", "-o", "show", "node"]
+        if names:
+            argv.append(",".join(names))
+        out = self._run(argv)
+        return [parse_node_line(line) for line in out.splitlines() if line.startswith("NodeName=")]
+
+    def node(self, name: str) -> NodeInfo:
+        found = self.nodes([name])
+        if not found:
+            raise SlurmCommandError(["scontrol", "show", "node", name], 1, "no such node")
+        return found[0]
+
+    def partition_nodes(self, partition: str) -> list[str]:
+        out = self._run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N"])
+        return sorted({line.strip() for line in out.splitlines() if line.strip()})
+
+    def drain(self, node: str, reason: str) -> None:
+        self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+    def resume(self, node: str) -> None:
+        self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
+    # ---- jobs ------------------------------------------------------------------------------
+    def requeue(self, job_id: str) -> None:
+        try:
+            self._run(["scontrol", "requeue", job_id])
+        except SlurmCommandError as exc:
+            if not _REQUEUE_REFUSED.search(exc.stderr):
+                raise
+            raise RequeueRefused(exc.argv, exc.returncode, exc.stderr) from None
+
+    def jobs_on_node(self, node: str) -> list[JobInfo]:
+        # The job name goes last: it is the user's text and may contain the delimiter.
+        out = self._run(
+            ["squeue", "-h", "-w", node, "-t", "RUNNING,CONFIGURING,COMPLETING,SUSPENDED",
+             "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:|,Name:"]
+        )
+        jobs = []
+        for line in out.splitlines():
+            parts = line.split("|", 6)
+            if len(parts) < 6:
+                continue
+            jid, state, nodes, requeue, user, partition = (p.strip() for p in parts[:6])
+            jobs.append(
+                JobInfo(jid, state, nodes, requeue == "1", (), user, partition)
+            )
+        return jobs
+
+    def job(self, job_id: str) -> JobInfo | None:
+        try:
+            out = self._run(["scontrol", "-o", "show", "job", job_id])
+        except SlurmCommandError as exc:
+            if "Invalid job id" in exc.stderr:
+                return None
+            raise
+        line = next((ln for ln in out.splitlines() if ln.startswith("JobId=")), "")
+        if not line:
+            return None
+        kv = parse_kv(line)
+        exc_nodes = kv.get("ExcNodeList", "")
+        return JobInfo(
+            job_id=kv.get("JobId", job_id),
+            state=kv.get("JobState", ""),
+            nodes=kv.get("NodeList", ""),
+            requeue=kv.get("Requeue", "1") == "1",
+            excluded=tuple(_expand(exc_nodes)) if exc_nodes not in ("", "(null)") else (),
+            user=kv.get("UserId", "").split("(")[0],
+            partition=kv.get("Partition", ""),
+            extra={"restarts": kv.get("Restarts", "0")},
+        )
+
+    # ---- accounting ------------------------------------------------------------------------
+    def sacct(self, args: list[str], fields: list[str]) -> list[dict[str, str]]:
+        out = self._run(
+            ["sacct", "-n", "--parsable2", f"--format={','.join(fields)}", *args]
+        )
+        return [dict(zip(fields, line.split("|"), strict=False)) for line in out.splitlines()]
+
+    def node_events(self, args: list[str] | None = None) -> list[dict[str, str]]:
+        fields = ["NodeName", "Start", "End", "State", "Reason", "User"]
+        out = self._run(
+            ["sacctmgr", "-n", "-P", "show", "event", *(args or []),
+             f"format={','.join(fields)}"]
+        )
+        rows = []
+        for line in out.splitlines():
+            parts = line.split("|")
+            # Reason is the user's free text: rejoin if it contained the delimiter.
+            if len(parts) > len(fields):
+                parts = parts[:4] + ["|".join(parts[4:-1]), parts[-1]]
+            rows.append(dict(zip(fields, parts, strict=False)))
+        return rows
+
+
+def _expand(nodelist: str) -> list[str]:
+    from rsc_health.hostlist import expand
+
+    return expand(nodelist)

@@ -1,0 +1,181 @@
+"""The action layer against an in-memory Slurm: drain, requeue, resume, the guard."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from rsc_health.actions import Actor, guard_limit
+from rsc_health.config import load_config
+from rsc_health.model import Finding, Severity, Status
+from rsc_health.policy import decide
+from rsc_health.slurm.api import JobInfo, NodeInfo, RequeueRefused
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+class MemorySlurm:
+    """Just enough Slurm: node states with reason + reason time, jobs per node."""
+
+    def __init__(self, n: int = 10):
+        self.info = {f"n{i:02d}": NodeInfo(f"n{i:02d}", "IDLE", partitions=("gpu",))
+                     for i in range(n)}
+        self.jobs: dict[str, list[JobInfo]] = {}
+        self.calls: list[tuple] = []
+
+    def node(self, name):
+        return self.info[name]
+
+    def nodes(self, names=None):
+        return [v for k, v in self.info.items() if not names or k in names]
+
+    def partition_nodes(self, partition):
+        return [k for k, v in self.info.items() if partition in v.partitions]
+
+    def drain(self, node, reason, when=NOW):
+        self.calls.append(("drain", node, reason))
+        self.info[node] = NodeInfo(node, "IDLE+DRAIN", reason, "root", when, ("gpu",))
+
+    def resume(self, node):
+        self.calls.append(("resume", node))
+        self.info[node] = NodeInfo(node, "IDLE", partitions=("gpu",))
+
+    def requeue(self, job_id):
+        self.calls.append(("requeue", job_id))
+        if job_id == "refuses":
+            raise RequeueRefused(["scontrol", "requeue", job_id], 1,
+                                 "Requested operation is presently disabled for job")
+
+    def jobs_on_node(self, node):
+        return self.jobs.get(node, [])
+
+    def job(self, job_id):
+        return None
+
+    def sacct(self, args, fields):
+        return []
+
+    def node_events(self, args=None):
+        return []
+
+
+def finding(code: str, sev=Severity.DRAIN_NOW, repair=False, family="gpu") -> Finding:
+    return Finding(family, "gpu3", Status.FAIL, sev, "fell off the bus", code, repair)
+
+
+@pytest.fixture
+def cfg():
+    return load_config("/dev/null")
+
+
+def actor(slurm, cfg, tmp_path, node="n01"):
+    return Actor(slurm, cfg, node, tmp_path / node, now=lambda: NOW, log=lambda m: None)
+
+
+def spooled(tmp_path, node="n01"):
+    path = tmp_path / node / "spool" / "pending.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_xid79_drains_now_requeues_jobs_and_reports_refusals(cfg, tmp_path):
+    slurm = MemorySlurm()
+    slurm.jobs["n01"] = [JobInfo("7", "RUNNING"), JobInfo("8", "RUNNING", requeue=False),
+                         JobInfo("refuses", "RUNNING")]
+    verdict = decide([finding("xid79", repair=True, family="xid")])
+    actions = actor(slurm, cfg, tmp_path).apply(verdict)
+    assert slurm.info["n01"].reason.startswith("rsc_health:now:xid79:")
+    assert [(a.action, a.job_id) for a in actions] == [
+        ("drain_now", None), ("requeue", "7"), ("requeue_refused", "8"),
+        ("requeue_refused", "refuses")]
+    assert [r["action"] for r in spooled(tmp_path)] == [a.action for a in actions]
+
+
+def test_drain_after_job_only_drains(cfg, tmp_path):
+    slurm = MemorySlurm()
+    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    actions = actor(slurm, cfg, tmp_path).apply(
+        decide([finding("remap_pending", Severity.DRAIN_AFTER_JOB, True, "remap")]))
+    assert [a.action for a in actions] == ["drain_after_job"]
+    assert ("requeue", "7") not in slurm.calls
+    assert slurm.info["n01"].reason.startswith("rsc_health:job:remap_pending:")
+
+
+def test_a_persons_drain_is_never_touched(cfg, tmp_path):
+    slurm = MemorySlurm()
+    slurm.drain("n01", "bad fan, ticket 42")
+    slurm.calls.clear()
+    a = actor(slurm, cfg, tmp_path)
+    assert a.apply(decide([finding("xid79", repair=True)])) == []
+    for _ in range(5):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.calls == [] and slurm.info["n01"].reason == "bad fan, ticket 42"
+
+
+def test_transient_drain_is_resumed_after_n_clean_sweeps(cfg, tmp_path):
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    assert slurm.info["n01"].drain_set
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["resume"]
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_fault_seen_again_restarts_the_clean_count(cfg, tmp_path):
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    bad = decide([finding("mount_missing", family="mount")])
+    a.apply(bad)
+    a.apply(decide([]), clean_sweep=True)
+    a.apply(decide([]), clean_sweep=True)
+    a.apply(bad)
+    assert a.load_state().clean_sweeps == 0
+    a.apply(decide([]), clean_sweep=True)
+    assert slurm.info["n01"].drain_set
+
+
+@pytest.mark.parametrize("code", ["xid79", "ecc_dbe", "remap_failed"])
+def test_repair_codes_are_never_auto_resumed(cfg, tmp_path, code):
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    # Even when a finding forgot to say repair=True, the config's list holds.
+    a.apply(decide([finding(code, repair=False)]))
+    for _ in range(6):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
+
+
+def test_guard_refuses_drains_past_the_share_and_spools_it(cfg, tmp_path):
+    slurm = MemorySlurm(20)  # 10% of 20 = 2 drains per window
+    verdict = decide([finding("xid79", repair=True)])
+    results = [actor(slurm, cfg, tmp_path, f"n{i:02d}").apply(verdict) for i in range(5)]
+    drained = [n for n, v in slurm.info.items() if v.drain_set]
+    assert drained == ["n00", "n01"]
+    assert [r[0].action for r in results[2:]] == ["guard_tripped"] * 3
+    assert spooled(tmp_path, "n04")[0]["action"] == "guard_tripped"
+
+
+def test_guard_forgets_drains_older_than_the_window(cfg, tmp_path):
+    slurm = MemorySlurm(20)
+    old = NOW - timedelta(minutes=16)
+    slurm.drain("n10", "rsc_health:now:xid79:gpu0 old", when=old)
+    slurm.drain("n11", "rsc_health:now:xid79:gpu0 old", when=old)
+    slurm.drain("n12", "a person's drain")
+    actions = actor(slurm, cfg, tmp_path, "n01").apply(decide([finding("xid79", repair=True)]))
+    assert actions[0].action == "drain_now"
+
+
+def test_guard_limit_is_at_least_one():
+    assert guard_limit(6, 0.10) == 1
+    assert guard_limit(100, 0.10) == 10
+    assert guard_limit(6, 0.34) == 2
+
+
+def test_disabled_actions_touch_nothing(cfg, tmp_path):
+    cfg.data["actions"]["enabled"] = False
+    slurm = MemorySlurm()
+    assert actor(slurm, cfg, tmp_path).apply(decide([finding("xid79")])) == []
+    assert slurm.calls == []
