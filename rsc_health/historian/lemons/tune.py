@@ -14,8 +14,11 @@ target precision, take the best F1.
 from __future__ import annotations
 
 import itertools
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
+from datetime import datetime, timedelta
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -24,13 +27,14 @@ from rsc_health.historian.lemons.verdicts import RATE_RULES, LemonRules
 
 # The knobs the tuning moves; everything else keeps its configured value.
 DEFAULT_GRID: dict[str, list] = {
-    "node_fails": [2, 3, 4, 5],
-    "min_signals": [2, 3],
-    "single_node_fail_rate_any": [0.0, 0.2, 0.3, 0.5],
-    "early_fails": [0, 2, 3, 5],
-    "xid_cnt": [0, 2, 3, 5],
-    "tickets": [0, 1, 2],
-    "out_count": [0, 2, 3, 4],
+    "min_signals": [1, 2, 3],
+    "node_fails": [0, 2, 3, 4, 5],
+    "xid_cnt": [0, 2, 3, 4, 5],
+    "tickets": [0, 1, 2, 3],
+    "out_count": [0, 1, 2, 3],
+    "repeat_outs": [0, 1, 2],
+    "fail_causes": [0, 1, 2],
+    "early_fails": [0, 20, 30],
 }
 
 
@@ -169,3 +173,50 @@ def choose(results: pd.DataFrame, grid_keys: Sequence[str], target_precision: fl
     order = ["recall", "fp"] + [f"_c{i}" for i in range(len(grid_keys))]
     asc = [False, True] + [False] * len(grid_keys)
     return ranked.sort_values(order, ascending=asc, kind="stable").iloc[0][results.columns]
+
+
+def labelled_from_sim(
+    seed: int,
+    workdir: Path,
+    *,
+    nodes: int = 256,
+    days: float = 90,
+    window_days: float = 28,
+    progress=None,
+) -> Labelled:
+    """Simulate one fleet, ingest it into a fresh SQLite historian, attribute the failures and
+    compute the features at the end of the simulated period (as a nightly run would)."""
+    from sqlalchemy import create_engine
+
+    from rsc_health.historian import schema
+    from rsc_health.historian.attribute import attribute
+    from rsc_health.historian.ingest import checks, events, exclusions, sacct
+    from rsc_health.historian.ingest import tickets as ticket_ingest
+    from rsc_health.historian.lemons.features import lemon_features
+    from rsc_health.hostlist import expand
+    from rsc_health.sim.config import SimConfig
+    from rsc_health.sim.core import simulate
+
+    say = progress or (lambda _msg: None)
+    out = Path(workdir) / f"seed{seed}"
+    say(f"seed {seed}: simulating {nodes} nodes x {days:g} days")
+    simulate(SimConfig(nodes=nodes, days=days, seed=seed), out)
+    db = out / "historian.db"
+    db.unlink(missing_ok=True)
+    engine = create_engine(f"sqlite:///{db}")
+    try:
+        schema.metadata.create_all(engine)
+        say(f"seed {seed}: ingesting and attributing")
+        sacct.ingest_text(engine, out / "sacct.txt")
+        events.ingest_file(engine, out / "events.txt")
+        checks.ingest_file(engine, out / "checks.jsonl")
+        exclusions.ingest_file(engine, out / "exclusions.jsonl")
+        ticket_ingest.import_csv(engine, out / "tickets.csv")
+        attribute(engine)
+        truth = json.loads((out / "truth.json").read_text())
+        as_of = datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
+        features = lemon_features(engine, as_of, window_days)
+    finally:
+        engine.dispose()
+    every = {n for hosts in truth["partitions"].values() for n in expand(hosts)}
+    return Labelled(features, frozenset(truth["lemon_nodes"]), frozenset(every))

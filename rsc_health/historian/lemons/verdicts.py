@@ -47,6 +47,7 @@ RULES: dict[str, str] = {
     "tickets": "tickets",
     "out_count": "out_count",
     "repeat_outs": "repeat_outs",
+    "fail_causes": "fail_causes",
     "excl_jobid_count": "excl_jobid_count",
 }
 RATE_RULES = {"single_node_node_failure_rate", "single_node_fail_rate_any"}
@@ -67,6 +68,7 @@ DEFAULTS: dict[str, Any] = {
     "tickets": 2,
     "out_count": 3,
     "repeat_outs": 1,
+    "fail_causes": 0,
     "excl_jobid_count": 0,
     "repeat_offender_fails": 1,
     "max_evidence": 20,
