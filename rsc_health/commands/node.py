@@ -1,0 +1,228 @@
+"""`healthctl check` and `healthctl snapshot`: the node's health, now, from the collectors.
+
+Only the standard library, click and the node engine are imported: this runs on every compute
+node (no pandas, SQLAlchemy or matplotlib on this path; tests/node/test_node_imports.py).
+
+`check --json` schema (version "rsc_health.check/1"; fields are only ever added):
+    {"schema": "rsc_health.check/1", "node": str, "root": str, "time": ISO-8601 UTC,
+     "verdict": {"level": "ok|warn|drain_after_job|drain_now|checker_error", "exit_code": 0-4,
+                 "reason": Slurm reason or "", "auto_resumable": bool},
+     "findings": [{"family", "component", "status", "severity", "reason", "code", "repair",
+                   "data"}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import sys
+import tempfile
+from pathlib import Path
+
+import click
+
+from rsc_health.config import Config
+from rsc_health.model import Finding, Status, utcnow
+
+SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
+CHECK_SCHEMA = "rsc_health.check/1"
+
+
+def _families(text: str | None) -> set[str] | None:
+    return {f.strip() for f in text.split(",") if f.strip()} if text else None
+
+
+def _render_table(findings: list[Finding], verdict, verbose: bool) -> str:
+    shown = findings if verbose else [f for f in findings if f.status is not Status.OK]
+    lines = []
+    if shown:
+        w_fam = max(len("CHECK"), *(len(f.family) for f in shown))
+        w_comp = max(len("COMPONENT"), *(len(f.component) for f in shown))
+        w_sev = max(len("SEVERITY"), *(len(f.severity.label) for f in shown))
+        lines.append(f"{'CHECK':<{w_fam}}  {'COMPONENT':<{w_comp}}  STATUS  "
+                     f"{'SEVERITY':<{w_sev}}  REASON")
+        order = sorted(shown, key=lambda f: (-int(f.severity), f.family, f.component))
+        for f in order:
+            lines.append(f"{f.family:<{w_fam}}  {f.component:<{w_comp}}  {f.status.value:<6}  "
+                         f"{f.severity.label:<{w_sev}}  {f.reason}")
+    n_ok = sum(f.status is Status.OK for f in findings)
+    lines.append(f"{len(findings)} checks, {n_ok} ok, {len(findings) - n_ok} not ok")
+    lines.append(f"verdict: {verdict.level.name} (exit {verdict.exit_code})"
+                 + (f"  {verdict.reason}" if verdict.reason else ""))
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--only", metavar="FAMILY,...", help="Run only these check families.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output (stable schema).")
+@click.option("--from", "snapshot", type=click.Path(exists=True, dir_okay=False),
+              help="Replay a `healthctl snapshot` file instead of reading this node.")
+@click.option("-v", "--verbose", is_flag=True, help="Show OK findings in the table too.")
+@click.pass_obj
+def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: bool) -> None:
+    """Check this node; exit code = verdict (0 ok, 1 warn, 2 drain after job, 3 drain now,
+    4 checker error)."""
+    from rsc_health.engine import run
+    from rsc_health.policy import decide
+
+    families = _families(only)
+    if snapshot:
+        with tempfile.TemporaryDirectory(prefix="rsc_health-replay-") as tmp:
+            cfg, root = restore_snapshot(Path(snapshot), Path(tmp), obj)
+            findings = run(cfg, root, only=families)
+            node = json.loads(Path(snapshot).read_text()).get("node", "")
+            shown_root = f"snapshot:{snapshot}"
+    else:
+        cfg, root = obj.config, obj.root
+        findings = run(cfg, root, only=families)
+        node, shown_root = socket.gethostname(), str(root)
+    verdict = decide(findings)
+    if as_json:
+        doc = {
+            "schema": CHECK_SCHEMA,
+            "node": node,
+            "root": shown_root,
+            "time": utcnow().isoformat(timespec="seconds"),
+            "verdict": {
+                "level": verdict.level.name.lower(),
+                "exit_code": verdict.exit_code,
+                "reason": verdict.reason,
+                "auto_resumable": verdict.auto_resumable,
+            },
+            "findings": [f.to_dict() for f in findings],
+        }
+        click.echo(json.dumps(doc, indent=1, sort_keys=True, default=str))
+    else:
+        click.echo(_render_table(findings, verdict, verbose))
+    sys.exit(verdict.exit_code)
+
+
+# --- snapshot -----------------------------------------------------------------------------
+
+PCI_ATTRS = ("class", "vendor", "device", "current_link_speed", "max_link_speed",
+             "current_link_width", "max_link_width", "aer_dev_correctable", "aer_dev_nonfatal",
+             "aer_dev_fatal")
+IB_PORT_ATTRS = ("state", "phys_state", "rate", "link_layer", "lid")
+
+
+def _read(path: Path) -> str | None:
+    try:
+        st = path.stat()
+        if stat.S_ISCHR(st.st_mode):
+            from rsc_health.collect.kmsg import _read_kmsg_device
+
+            return _read_kmsg_device(path) + "\n"
+        return path.read_bytes().decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def take_snapshot(cfg: Config, root: Path) -> dict:
+    """Every file the collectors read (and NVML's answers), as one JSON document."""
+    from rsc_health.collect import pcie
+    from rsc_health.collect.node import gpu_backend
+
+    files: dict[str, str] = {}
+    links: dict[str, str] = {}
+
+    def grab(rel: str) -> None:
+        text = _read(root / rel)
+        if text is not None:
+            files[rel] = text
+
+    for rel in ("proc/mounts", "proc/sys/kernel/random/boot_id"):
+        grab(rel)
+    for source in cfg.get("xid.sources", ["/dev/kmsg"]):
+        grab(source.lstrip("/"))
+    bus = root / "sys/bus/pci/devices"
+    for entry in sorted(bus.iterdir()) if bus.is_dir() else []:
+        cls = (_read(entry / "class") or "").strip().lower()
+        if cls not in pcie.GPU_CLASSES + pcie.NIC_CLASSES:
+            continue
+        target = entry.resolve()
+        rel_target = target.relative_to(root.resolve()).as_posix()
+        links[f"sys/bus/pci/devices/{entry.name}"] = rel_target
+        # The device and every bridge above it on the resolved path.
+        node = target
+        while node != root.resolve() and node.name:
+            if pcie._BDF.match(node.name):
+                rel = node.relative_to(root.resolve()).as_posix()
+                links.setdefault(f"sys/bus/pci/devices/{node.name}", rel)
+                for attr in PCI_ATTRS:
+                    grab(f"{rel}/{attr}")
+            node = node.parent
+    ib = root / "sys/class/infiniband"
+    for hca in sorted(ib.iterdir()) if ib.is_dir() else []:
+        for port in sorted((hca / "ports").iterdir()) if (hca / "ports").is_dir() else []:
+            rel = port.relative_to(root).as_posix()
+            for attr in IB_PORT_ATTRS:
+                grab(f"{rel}/{attr}")
+            counters = port / "counters"
+            for c in sorted(counters.iterdir()) if counters.is_dir() else []:
+                grab(f"{rel}/counters/{c.name}")
+    return {
+        "schema": SNAPSHOT_SCHEMA,
+        "node": socket.gethostname(),
+        "time": utcnow().isoformat(timespec="seconds"),
+        "root": str(root),
+        "config": cfg.data,
+        "files": files,
+        "links": links,
+        "mountpoints": [m.get("path") for m in cfg.get("mounts.expected", [])],
+        "nvml": gpu_backend(cfg, root).read(),
+    }
+
+
+def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
+    """Rebuild a snapshot as a root directory; the config is the snapshot's own unless
+    --config was given."""
+    doc = json.loads(path.read_text())
+    if doc.get("schema") != SNAPSHOT_SCHEMA:
+        raise click.ClickException(f"{path}: not a {SNAPSHOT_SCHEMA} file")
+    root = into / "root"
+    for rel, text in doc.get("files", {}).items():
+        dest = root / _safe(rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+    for rel, target in doc.get("links", {}).items():
+        dest = root / _safe(rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        (root / _safe(target)).mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(root / _safe(target), dest.parent), dest)
+    for mp in doc.get("mountpoints", []):
+        (root / _safe(mp)).mkdir(parents=True, exist_ok=True)
+    data = dict(doc.get("config") or {})
+    gpu = dict(data.get("gpu") or {})
+    gpu.update(backend="replay", replay_file="rsc_health/nvml.json")
+    data["gpu"] = gpu
+    nvml = root / "rsc_health/nvml.json"
+    nvml.parent.mkdir(parents=True, exist_ok=True)
+    nvml.write_text(json.dumps(doc.get("nvml") or {}))
+    cfg = Config(data)
+    if obj is not None and obj.config_path:
+        cfg = obj.config
+        cfg.data.setdefault("gpu", {}).update(backend="replay")
+    return cfg, root
+
+
+def _safe(rel: str) -> str:
+    """Snapshot paths are relative and never climb out of the replay root."""
+    parts = [p for p in Path(rel.lstrip("/")).parts if p not in ("..", ".")]
+    return "/".join(parts) or "."
+
+
+@click.command()
+@click.option("--out", "out", required=True, type=click.Path(dir_okay=False),
+              help="Write the snapshot (JSON) here; '-' for stdout.")
+@click.pass_obj
+def snapshot(obj, out: str) -> None:
+    """Capture everything the checks read, NVML answers included, for `check --from`."""
+    doc = take_snapshot(obj.config, obj.root)
+    text = json.dumps(doc, indent=1, sort_keys=True, default=str)
+    if out == "-":
+        click.echo(text)
+    else:
+        Path(out).write_text(text + "\n")
+        click.echo(f"snapshot of {len(doc['files'])} files written to {out}", err=True)
