@@ -1,0 +1,277 @@
+"""`gather(engine, as_of)`: run the historian's metrics and lemon verdicts and adapt their
+frames to the report's section contract (`ReportData`).
+
+Each section is gathered on its own: one that fails (a metric not ready, a query error) becomes
+an empty section with a note saying why, so the nightly page is always written.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine, select
+
+from rsc_health.historian.schema import node_actions
+from rsc_health.report.data import ReportData, empty_frame
+
+log = logging.getLogger(__name__)
+
+# node_actions.action values that mean the mass-drain guard stopped a drain.
+GUARD_ACTIONS = ("guard", "held", "guard_trip", "guard_hold")
+
+
+@dataclass(frozen=True)
+class GatherOptions:
+    """The `[report]` and `[lemon]` settings gather needs."""
+
+    window_days: float = 28  # lemon features (Fig. 11) and verdicts
+    metrics_days: float = 330  # Figs 3-9: about the paper's 11 months
+    rolling_days: int = 30  # Fig. 5's rolling average
+    actions_hours: float = 24  # drains/resumes shown
+    lemon: Mapping[str, Any] | None = None  # the [lemon] section
+
+    @classmethod
+    def from_config(cls, report: Mapping[str, Any], lemon: Mapping[str, Any]) -> GatherOptions:
+        return cls(
+            window_days=float(lemon.get("window_days", 28)),
+            metrics_days=float(report.get("metrics_days", 330)),
+            rolling_days=int(report.get("rolling_days", 30)),
+            actions_hours=float(report.get("actions_hours", 24)),
+            lemon=dict(lemon),
+        )
+
+
+# --- adapters: one per section, from the producer's frame to the report's columns -------------
+
+
+def outcomes_section(frame: pd.DataFrame) -> pd.DataFrame:
+    # "FAILED (HW)" is the paper's infra-failure marking in Fig. 3; keep it as the label.
+    label = frame["outcome"] if "outcome" in frame else frame["state"]
+    return pd.DataFrame(
+        {"state": label, "jobs": frame["jobs"], "gpu_hours": frame["gpu_hours"]}
+    ).reset_index(drop=True)
+
+
+def causes_section(frame: pd.DataFrame) -> pd.DataFrame:
+    rate = frame["per_gpu_hour"] if "per_gpu_hour" in frame else frame["rate_per_gpu_hour"]
+    return pd.DataFrame(
+        {"cause": frame["cause"], "failures": frame["failures"], "rate_per_gpu_hour": rate}
+    ).reset_index(drop=True)
+
+
+def rolling_section(frame: pd.DataFrame) -> pd.DataFrame:
+    """The metrics' wide frame (date, node_days, total, one column per mode) to long rows."""
+    modes = [c for c in frame.columns if c not in ("date", "node_days", "total")]
+    if frame.empty or not modes:
+        return empty_frame("rolling")
+    long = frame.melt(id_vars=["date"], value_vars=modes, var_name="mode",
+                      value_name="rate_per_1000_node_days")
+    return long.rename(columns={"date": "time"})[["time", "mode", "rate_per_1000_node_days"]]
+
+
+def mttf_section(frame: pd.DataFrame) -> pd.DataFrame:
+    columns = ["gpus", "mttf_hours", "ci_low_hours", "ci_high_hours", "projected_hours"]
+    out = frame[columns + [c for c in ("jobs", "failures") if c in frame]].copy()
+    # No failures in a bucket: the upper bound is infinite; the figure leaves it open.
+    return out.replace([np.inf, -np.inf], np.nan).reset_index(drop=True)
+
+
+def goodput_section(frame: pd.DataFrame) -> pd.DataFrame:
+    if frame.empty:
+        return empty_frame("goodput")
+    wide = frame.pivot_table(index="gpus", columns="kind", values="gpu_hours_lost",
+                             aggfunc="sum", fill_value=0.0)
+    return pd.DataFrame(
+        {
+            "gpus": wide.index.astype(int),
+            "failure_gpu_hours": wide.get("failure", pd.Series(0.0, index=wide.index)).values,
+            "preemption_gpu_hours": wide.get("preemption", pd.Series(0.0, index=wide.index)).values,
+        }
+    )
+
+
+def features_section(frame: pd.DataFrame) -> pd.DataFrame:
+    out = frame.reset_index() if "node" not in frame.columns else frame.copy()
+    return out
+
+
+def _fmt(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
+
+
+def lemon_evidence_lines(verdict: Any, limit: int = 5) -> list[str]:
+    """Short lines an operator reads: each crossing, then the rows behind the strongest ones."""
+    lines = []
+    if getattr(verdict, "repeat_offender", False):
+        since = verdict.resumed_at.strftime("%Y-%m-%d") if verdict.resumed_at else "repair"
+        lines.append(f"repeat offender: failed again after resume on {since}")
+    for c in verdict.crossings:
+        lines.append(f"{c.feature}={_fmt(c.value)} >= {_fmt(c.threshold)}")
+    ev = verdict.evidence or {}
+    failed = ev.get("failed_jobs") or []
+    if failed:
+        jobs = ", ".join(
+            f"{r['job_id']} {r['state']}" + (f" ({r['cause']})" if r.get("cause") else "")
+            for r in failed[:limit]
+        )
+        more = f" (+{len(failed) - limit} more)" if len(failed) > limit else ""
+        lines.append(f"failed jobs: {jobs}{more}")
+    xids = ev.get("xid_events") or []
+    if xids:
+        codes = sorted({str(r.get("code") or "?") for r in xids})
+        lines.append(f"XID events: {len(xids)} ({', '.join(codes)})")
+    outs = ev.get("out_of_service") or []
+    if outs:
+        lines.append(
+            "out of service: " + "; ".join(f"{r['start']} {r['state']}" for r in outs[:limit])
+        )
+    tix = ev.get("tickets") or []
+    if tix:
+        lines.append("tickets: " + "; ".join(f"{r['opened']} {r['reason']}" for r in tix[:limit]))
+    return lines
+
+
+def lemons_section(verdicts: list[Any]) -> pd.DataFrame:
+    rows = [
+        {
+            "node": v.node,
+            "rules": (["repeat_offender"] if v.repeat_offender else [])
+            + [f"{c.feature}>={_fmt(c.threshold)}" for c in v.crossings],
+            "evidence": lemon_evidence_lines(v),
+        }
+        for v in verdicts
+    ]
+    return pd.DataFrame(rows, columns=["node", "rules", "evidence"]) if rows else empty_frame(
+        "lemons")
+
+
+def recent_actions(engine: Engine, as_of: datetime, hours: float) -> pd.DataFrame:
+    t = node_actions
+    q = (
+        select(t.c.time, t.c.node, t.c.action, t.c.reason, t.c.job_id)
+        .where(t.c.time >= as_of - timedelta(hours=hours), t.c.time < as_of)
+        .order_by(t.c.time, t.c.node)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(q).all()
+    return pd.DataFrame(rows, columns=["time", "node", "action", "reason", "job_id"])
+
+
+def guard_state(actions: pd.DataFrame, hours: float) -> dict[str, Any]:
+    """What the mass-drain guard did in the period, read from the actions it recorded."""
+    held = actions[actions["action"].isin(GUARD_ACTIONS)] if not actions.empty else actions
+    drains = int((actions["action"] == "drain").sum()) if not actions.empty else 0
+    if held.empty:
+        return {"state": "not triggered",
+                "detail": f"{drains} drain(s) went through in the last {hours:g} h",
+                "held": 0}
+    nodes = sorted(set(held["node"]))
+    return {"state": "triggered",
+            "detail": f"held {len(nodes)} node(s): {', '.join(nodes[:10])}"
+                      + (" ..." if len(nodes) > 10 else ""),
+            "held": len(nodes)}
+
+
+# --- the gathering itself ---------------------------------------------------------------------
+
+
+def gather(
+    engine: Engine,
+    as_of: datetime,
+    options: GatherOptions | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> ReportData:
+    """Everything the report shows, as of `as_of` (naive UTC)."""
+    opts = options or GatherOptions()
+    data = ReportData(as_of=as_of, window_days=int(opts.window_days))
+    from rsc_health.historian.metrics._sql import Window
+
+    window = Window(since=as_of - timedelta(days=opts.metrics_days), until=as_of)
+
+    def step(section: str, label: str, produce: Callable[[], Any]) -> Any:
+        if progress:
+            progress(label)
+        try:
+            return produce()
+        except Exception as exc:  # one broken section must not lose the whole report
+            log.warning("report section %s failed: %s", section, exc, exc_info=True)
+            data.notes[section] = f"{label} unavailable: {type(exc).__name__}: {exc}"
+            return None
+
+    def metrics():
+        from rsc_health.historian.metrics import goodput, mttf, rates
+
+        return rates, mttf, goodput
+
+    modules = step("outcomes", "metrics", metrics)
+    if modules is None:
+        for section in ("causes", "rolling", "mttf", "goodput"):
+            data.notes[section] = data.notes["outcomes"]
+    else:
+        rates, mttf, goodput = modules
+        got = step("outcomes", "job outcomes", lambda: outcomes_section(rates.outcomes(
+            engine, window)))
+        if got is not None:
+            data.outcomes = got
+        got = step("causes", "failure causes",
+                   lambda: causes_section(rates.causes(engine, window)))
+        if got is not None:
+            data.causes = got
+        got = step("rolling", "rolling failure rate", lambda: rolling_section(
+            rates.rolling(engine, window, days=opts.rolling_days)))
+        if got is not None:
+            data.rolling = got
+
+        def mttf_frame() -> pd.DataFrame:
+            r_f = rates.failure_rate(engine, window).r_f
+            r_f = r_f if r_f == r_f and r_f > 0 else None  # NaN or 0: no projection
+            return mttf_section(mttf.mttf_by_size(engine, window, r_f=r_f))
+
+        got = step("mttf", "MTTF by job size", mttf_frame)
+        if got is not None:
+            data.mttf = got
+        got = step("goodput", "goodput lost",
+                   lambda: goodput_section(goodput.goodput_lost(engine, window)))
+        if got is not None:
+            data.goodput = got
+    # Measured job-run ETTR (Fig. 9) needs job runs, which the metrics do not group yet.
+    data.notes.setdefault("ettr", "measured job-run ETTR is not computed by the metrics yet")
+
+    def features():
+        from rsc_health.historian.lemons.features import lemon_features
+
+        early = float((opts.lemon or {}).get("early_fail_minutes", 10))
+        return lemon_features(engine, as_of, opts.window_days, early_fail_minutes=early)
+
+    feats = step("features", "lemon features", features)
+    if feats is not None:
+        data.features = features_section(feats)
+
+        def verdicts():
+            from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts
+
+            rules = LemonRules.from_config(opts.lemon)
+            limit = int((opts.lemon or {}).get("max_evidence", 20))
+            return lemons_section(lemon_verdicts(engine, feats, as_of, rules,
+                                                 window_days=opts.window_days,
+                                                 max_evidence=limit))
+
+        got = step("lemons", "lemon verdicts", verdicts)
+        if got is not None:
+            data.lemons = got
+    else:
+        data.notes["lemons"] = data.notes["features"]
+
+    got = step("actions", "recent actions",
+               lambda: recent_actions(engine, as_of, opts.actions_hours))
+    if got is not None:
+        data.actions = got
+        data.guard = guard_state(got, opts.actions_hours)
+    return data
