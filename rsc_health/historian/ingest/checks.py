@@ -1,0 +1,116 @@
+"""Health results from JSON Lines, for importing history from other tools (and the simulator).
+
+One object per line: `time` (ISO 8601), `node`, `check`, `status` (ok|warn|fail) required;
+`severity`, `component`, `detail` (or `reason`), `code`, `job_id`, `source` optional. A row
+without an `id` gets a stable one (a hash of its content), so importing a file twice lands
+every row once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from rsc_health.historian import schema
+from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
+
+STATUSES = ("ok", "warn", "fail", "error")
+SEVERITIES = ("none", "warn", "drain_after_job", "drain_now")
+# A tool that does not grade its results: a failing check is taken to ask for a drain after
+# the job (the attribution counts it), a warning stays a warning.
+DEFAULT_SEVERITY = {"ok": "none", "warn": "warn", "fail": "drain_after_job", "error": "none"}
+COLUMNS = (
+    "id",
+    "time",
+    "node",
+    "source",
+    "job_id",
+    "check",
+    "component",
+    "status",
+    "severity",
+    "code",
+    "reason",
+)
+
+
+class RowError(ValueError):
+    pass
+
+
+def stable_id(obj: dict) -> str:
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+def _text(obj: dict, key: str, default: str = "") -> str:
+    value = obj.get(key)
+    return default if value is None else str(value)
+
+
+def to_row(obj: dict, *, source: str = "import") -> tuple:
+    """A JSON object -> a check_results row in COLUMNS order; RowError says what is wrong."""
+    for key in ("time", "node", "check", "status"):
+        if not obj.get(key):
+            raise RowError(f"missing {key!r}")
+    status = str(obj["status"]).lower()
+    if status not in STATUSES:
+        raise RowError(f"status {obj['status']!r} is not one of {'|'.join(STATUSES)}")
+    severity = str(obj.get("severity") or DEFAULT_SEVERITY[status]).lower().replace("-", "_")
+    if severity not in SEVERITIES:
+        raise RowError(f"severity {obj['severity']!r} is not one of {'|'.join(SEVERITIES)}")
+    try:
+        time = parse_time(str(obj["time"]))
+    except ValueError as exc:
+        raise RowError(f"time {obj['time']!r} is not ISO 8601") from exc
+    job_id = obj.get("job_id")
+    return (
+        str(obj.get("id") or stable_id(obj))[:32],
+        db_time(time),
+        str(obj["node"]),
+        _text(obj, "source", source)[:16],
+        None if job_id in (None, "") else str(job_id),
+        str(obj["check"]),
+        _text(obj, "component", "*") or "*",
+        status,
+        severity,
+        _text(obj, "code"),
+        _text(obj, "detail") or _text(obj, "reason"),
+    )
+
+
+def write(conn, rows: list[tuple]) -> int:
+    return bulk_write(conn, schema.check_results, COLUMNS, rows, conflict=("id",))
+
+
+def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
+    report = IngestReport("checks")
+    batch: list[tuple] = []
+    with engine.begin() as conn:
+        for lineno, line in enumerate(lines, 1):
+            line = line.strip()
+            if not line:
+                continue
+            report.read += 1
+            try:
+                obj = json.loads(line)
+                if not isinstance(obj, dict):
+                    raise RowError("not a JSON object")
+                batch.append(to_row(obj))
+            except (json.JSONDecodeError, RowError) as exc:
+                report.add_bad(lineno, str(exc))
+                continue
+            if len(batch) >= BATCH_ROWS:
+                report.written += write(conn, batch)
+                batch = []
+        report.written += write(conn, batch)
+    return report
+
+
+def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return ingest_lines(engine, fh)

@@ -1,0 +1,141 @@
+"""Node out-of-service periods from `sacctmgr -P show event` (run, or from a file).
+
+sacctmgr prints a header line; its names differ between the field you ask for and the title it
+prints (ask `Start`, get `TimeStart`), so both spellings are accepted. Cluster-wide events
+(no NodeName) are not node periods and are skipped. An event still open has End `Unknown`;
+reading it again once it closed fills in the end (the key is node, start, state).
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from rsc_health.historian import schema
+from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time
+
+# our name -> the header titles sacctmgr (or a hand-made file) may use for it
+ALIASES = {
+    "node": ("NodeName", "Node", "Nodes"),
+    "start": ("TimeStart", "Start"),
+    "end": ("TimeEnd", "End"),
+    "state": ("State",),
+    "reason": ("Reason",),
+}
+NULL_TIMES = ("Unknown", "None", "")
+COLUMNS = ("node", "start", "end", "state", "reason", "source")
+
+
+class EventsError(RuntimeError):
+    pass
+
+
+def sacctmgr_argv(start: str) -> list[str]:
+    return ["sacctmgr", "-P", "show", "event", "Event=Node", f"Start={start}", "End=now"]
+
+
+def run_sacctmgr(start: str, timeout_s: float) -> str:
+    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
+    try:
+        proc = subprocess.run(
+            sacctmgr_argv(start),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise EventsError("sacctmgr is not installed on this host") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise EventsError(f"sacctmgr did not answer within {timeout_s:.0f} s") from exc
+    if proc.returncode != 0:
+        raise EventsError(f"sacctmgr failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
+    return proc.stdout
+
+
+def _time(text: str) -> datetime | None:
+    text = text.strip()
+    if text in NULL_TIMES:
+        return None
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+
+
+def _header_index(header: list[str]) -> dict[str, int]:
+    index = {}
+    for ours, titles in ALIASES.items():
+        for title in titles:
+            if title in header:
+                index[ours] = header.index(title)
+                break
+    missing = [ALIASES[k][0] for k in ("node", "start", "end", "state") if k not in index]
+    if missing:
+        raise EventsError(f"sacctmgr event output lacks column(s) {', '.join(missing)}")
+    return index
+
+
+def ingest_lines(engine: Engine, lines: Iterable[str], *, source: str = "sacctmgr") -> IngestReport:
+    report = IngestReport("events")
+    it = iter(lines)
+    header_line = next(it, "")
+    index = _header_index(header_line.rstrip("\n").split("|"))
+    width = len(header_line.rstrip("\n").split("|"))
+    batch: list[tuple] = []
+    with engine.begin() as conn:
+        for lineno, line in enumerate(it, 2):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            report.read += 1
+            fields = line.split("|")
+            if len(fields) != width:
+                report.add_bad(lineno, f"expected {width} fields, saw {len(fields)}")
+                continue
+            node = fields[index["node"]].strip()
+            if not node:
+                report.skipped += 1  # a cluster event, not a node's
+                continue
+            try:
+                start = _time(fields[index["start"]])
+                end = _time(fields[index["end"]])
+            except ValueError as exc:
+                report.add_bad(lineno, str(exc))
+                continue
+            if start is None:
+                report.add_bad(lineno, "no start time")
+                continue
+            reason = fields[index["reason"]] if "reason" in index else ""
+            batch.append(
+                (node, db_time(start), db_time(end), fields[index["state"]], reason, source)
+            )
+            if len(batch) >= BATCH_ROWS:
+                report.written += _write(conn, batch)
+                batch = []
+        report.written += _write(conn, batch)
+    return report
+
+
+def _write(conn, rows: list[tuple]) -> int:
+    return bulk_write(
+        conn,
+        schema.node_events,
+        COLUMNS,
+        rows,
+        conflict=("node", "start", "state"),
+        update=("end", "reason"),
+    )
+
+
+def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return ingest_lines(engine, fh)
+
+
+def ingest_text(engine: Engine, text: str) -> IngestReport:
+    return ingest_lines(engine, io.StringIO(text))

@@ -1,0 +1,40 @@
+"""Nodes that jobs excluded, from JSON Lines (`job_id`, `node`, `time`): the simulator's
+`exclusions.jsonl`. Live clusters deliver the same rows through the prolog's spool records."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from sqlalchemy import Engine
+
+from rsc_health.historian import schema
+from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
+
+COLUMNS = ("job_id", "node", "time")
+
+
+def _write(conn, rows: list[tuple]) -> int:
+    return bulk_write(conn, schema.job_exclusions, COLUMNS, rows, conflict=("job_id", "node"))
+
+
+def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
+    report = IngestReport("exclusions")
+    batch: list[tuple] = []
+    with open(path, encoding="utf-8", errors="replace") as fh, engine.begin() as conn:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            report.read += 1
+            try:
+                obj = json.loads(line)
+                time = db_time(parse_time(obj["time"]))
+                batch.append((str(obj["job_id"]), str(obj["node"]), time))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
+                report.add_bad(lineno, f"{type(exc).__name__}: {exc}")
+                continue
+            if len(batch) >= BATCH_ROWS:
+                report.written += _write(conn, batch)
+                batch = []
+        report.written += _write(conn, batch)
+    return report

@@ -1,0 +1,326 @@
+"""Job instances from Slurm accounting: `sacct -a -X -D --parsable2` output, run or from a file.
+
+`-X` gives one line per job allocation (no steps) and `-D` one line per instance of a requeued
+job, so a job that was requeued twice is three rows with the same JobIDRaw; they are told
+apart by `instance_key` = JobIDRaw:Submit:Start. Columns are matched by header name, in any
+order. Times are taken as UTC: we run sacct with TZ=UTC, and a file should be made the same
+way (`TZ=UTC sacct ...`).
+
+Speed matters (a large cluster's year is millions of rows), so the file is parsed by pandas'
+C reader in chunks and every transform is vectorised; only the hostlist expansion is per row,
+and it is cached per distinct NodeList string.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+import subprocess
+import warnings
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pandas as pd
+from sqlalchemy import Engine, select
+
+from rsc_health import hostlist
+from rsc_health.historian import schema
+from rsc_health.historian.ingest import IngestReport, bulk_write
+
+FIELDS = (
+    "JobIDRaw",
+    "JobID",
+    "JobName",
+    "User",
+    "Partition",
+    "State",
+    "ExitCode",
+    "Submit",
+    "Eligible",
+    "Start",
+    "End",
+    "NNodes",
+    "NodeList",
+    "AllocTRES",
+)
+CURSOR = "sacct"
+CHUNK_ROWS = 250_000
+NULL_TIMES = ("Unknown", "None", "")
+_SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
+_SKIPPED_LINE = re.compile(r"Skipping line (\d+): (.*)")
+
+JOB_COLUMNS = (
+    "job_id",
+    "job_id_display",
+    "name",
+    "user",
+    "partition",
+    "state",
+    "exit_code",
+    "submit",
+    "eligible",
+    "start",
+    "end",
+    "nnodes",
+    "gpus",
+    "nodelist",
+    "instance_key",
+)
+# A running job's row is re-read later with its final state: these may change, nothing else.
+UPDATABLE = ("state", "exit_code", "eligible", "end", "gpus", "nodelist", "nnodes")
+
+
+class SacctError(RuntimeError):
+    pass
+
+
+def sacct_argv(start: str, end: str) -> list[str]:
+    return [
+        "sacct",
+        "-a",
+        "-X",
+        "-D",
+        "--parsable2",
+        f"--format={','.join(FIELDS)}",
+        "-S",
+        start,
+        "-E",
+        end,
+    ]
+
+
+def run_sacct(start: str, end: str, timeout_s: float) -> str:
+    """sacct's output for [start, end], times in UTC."""
+    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
+    try:
+        proc = subprocess.run(
+            sacct_argv(start, end),
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            env=env,
+            check=False,
+        )
+    except FileNotFoundError as exc:
+        raise SacctError("sacct is not installed on this host") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise SacctError(f"sacct did not answer within {timeout_s:.0f} s") from exc
+    if proc.returncode != 0:
+        raise SacctError(f"sacct failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
+    return proc.stdout
+
+
+def _times(raw: pd.Series, name: str, bad: pd.Series, why: pd.Series) -> pd.Series:
+    """sacct times -> DB text (NULL for Unknown/None); marks unparsable values bad."""
+    parsed = pd.to_datetime(raw, format=_SACCT_TIME, errors="coerce")
+    is_null = raw.isin(NULL_TIMES)
+    wrong = parsed.isna() & ~is_null
+    if wrong.any():
+        why.loc[wrong & ~bad] = name + " is not a time: " + raw[wrong & ~bad]
+        bad |= wrong
+    text = raw.str.replace("T", " ", regex=False) + ".000000"
+    return text.astype(object).where(~is_null, None)
+
+
+def _chunks(source: io.TextIOBase | Path) -> Iterator[tuple[pd.DataFrame, list[tuple[int, str]]]]:
+    """(chunk, [(line, message) for lines with the wrong number of fields]) pairs."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        reader = pd.read_csv(
+            source,
+            sep="|",
+            dtype=str,
+            keep_default_na=False,
+            na_filter=False,
+            quoting=3,  # csv.QUOTE_NONE: sacct never quotes; a '"' in a job name is literal
+            on_bad_lines="warn",
+            skip_blank_lines=False,
+            chunksize=CHUNK_ROWS,
+            engine="c",
+        )
+        for chunk in reader:
+            short = []
+            for w in caught:
+                for m in _SKIPPED_LINE.finditer(str(w.message)):
+                    short.append((int(m.group(1)), m.group(2).strip()))
+            caught.clear()
+            yield chunk, short
+
+
+def ingest_text(
+    engine: Engine, source: io.TextIOBase | Path | str, *, gpus_per_node: int = 8
+) -> IngestReport:
+    """Load sacct --parsable2 output (a path, an open file, or the text itself)."""
+    if isinstance(source, str):
+        source = io.StringIO(source)
+    report = IngestReport("sacct")
+    next_line = 2  # line 1 is the header
+    nodes_cache: dict[str, list[str] | None] = {}
+    with engine.begin() as conn:
+        for chunk, short in _chunks(source):
+            missing = [f for f in FIELDS if f not in chunk.columns]
+            if missing:
+                raise SacctError(f"sacct output lacks column(s) {', '.join(missing)}")
+            # The C reader drops malformed lines; rebuild each kept row's line number.
+            skipped = {line for line, _ in short}
+            for line, message in short:
+                report.add_bad(line, message)
+            lines = []
+            while len(lines) < len(chunk):
+                if next_line not in skipped:
+                    lines.append(next_line)
+                next_line += 1
+            while next_line in skipped:
+                next_line += 1
+            report.read += len(chunk) + len(short)
+            _load_chunk(conn, chunk, lines, report, gpus_per_node, nodes_cache)
+    return report
+
+
+def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
+    lines = pd.Series(lines, index=df.index)
+    bad = pd.Series(False, index=df.index)
+    why = pd.Series("", index=df.index, dtype=object)
+
+    state = df["State"].str.split(" ", n=1).str[0]
+    pending = state.eq("PENDING")  # not an instance yet; it is read again once it starts
+    empty_id = df["JobIDRaw"].eq("")
+    why.loc[empty_id] = "no JobIDRaw"
+    bad |= empty_id
+
+    submit = _times(df["Submit"], "Submit", bad, why)
+    no_submit = submit.isna() & ~bad
+    why.loc[no_submit] = "no Submit time"
+    bad |= no_submit
+    eligible = _times(df["Eligible"], "Eligible", bad, why)
+    start = _times(df["Start"], "Start", bad, why)
+    end = _times(df["End"], "End", bad, why)
+
+    nnodes = pd.to_numeric(df["NNodes"], errors="coerce")
+    wrong = nnodes.isna() & ~bad
+    why.loc[wrong] = "NNodes is not a number: " + df["NNodes"][wrong]
+    bad |= nnodes.isna()
+
+    tres = df["AllocTRES"]
+    gpus = pd.to_numeric(tres.str.extract(r"(?:^|,)gres/gpu=(\d+)", expand=False), "coerce")
+    typed = pd.to_numeric(tres.str.extract(r"(?:^|,)gres/gpu:[^=,]+=(\d+)", expand=False))
+    gpus = gpus.fillna(typed).fillna(nnodes.fillna(0) * gpus_per_node)
+
+    start_key = df["Start"].where(~df["Start"].isin(NULL_TIMES), "")
+    key = df["JobIDRaw"] + ":" + df["Submit"] + ":" + start_key
+
+    for idx in df.index[bad]:
+        report.add_bad(int(lines[idx]), why[idx] or "unparsable row")
+    keep = ~bad & ~pending
+    report.skipped += int((~bad & pending).sum())
+
+    node_lists: list[list[str]] = []
+    rows: list[tuple] = []
+    cols = zip(
+        df.index[keep],
+        df["JobIDRaw"][keep],
+        df["JobID"][keep],
+        df["JobName"][keep],
+        df["User"][keep],
+        df["Partition"][keep],
+        state[keep],
+        df["ExitCode"][keep],
+        submit[keep],
+        eligible[keep],
+        start[keep],
+        end[keep],
+        nnodes[keep].astype(int),
+        gpus[keep].astype(int),
+        df["NodeList"][keep],
+        key[keep],
+        strict=True,
+    )
+    for idx, *values in cols:
+        nodelist = values[13]
+        hosts = nodes_cache.get(nodelist, False)
+        if hosts is False:
+            try:
+                hosts = hostlist.expand(nodelist)
+            except hostlist.HostlistError:
+                hosts = None
+            nodes_cache[nodelist] = hosts
+        if hosts is None:
+            report.add_bad(int(lines[idx]), f"NodeList is not a hostlist: {nodelist!r}")
+            continue
+        node_lists.append(hosts)
+        rows.append(tuple(values))
+    report.bad.sort(key=lambda b: b.line)
+    _write_jobs(conn, rows, node_lists)
+    report.written += len(rows)
+
+
+def _write_jobs(conn, rows: list[tuple], node_lists: list[list[str]]) -> None:
+    """Upsert job instances; expand nodes only for instances that are new."""
+    if not rows:
+        return
+    before = conn.execute(select(schema.jobs.c.id).order_by(schema.jobs.c.id.desc()).limit(1))
+    max_before = before.scalar() or 0
+    bulk_write(
+        conn,
+        schema.jobs,
+        JOB_COLUMNS,
+        rows,
+        conflict=("instance_key",),
+        update=UPDATABLE,
+    )
+    new = dict(
+        conn.execute(
+            select(schema.jobs.c.instance_key, schema.jobs.c.id).where(
+                schema.jobs.c.id > max_before
+            )
+        ).all()
+    )
+    if not new:
+        return
+    node_rows = []
+    for row, hosts in zip(rows, node_lists, strict=True):
+        pk = new.get(row[-1])
+        if pk is not None:
+            node_rows.extend((pk, h) for h in dict.fromkeys(hosts))
+    bulk_write(conn, schema.job_nodes, ("job_pk", "node"), node_rows, conflict=("job_pk", "node"))
+
+
+def get_cursor(engine: Engine) -> str | None:
+    with engine.connect() as conn:
+        t = schema.ingest_cursors
+        return conn.execute(select(t.c.value).where(t.c.name == CURSOR)).scalar()
+
+
+def set_cursor(conn, value: str) -> None:
+    bulk_write(
+        conn,
+        schema.ingest_cursors,
+        ("name", "value"),
+        [(CURSOR, value)],
+        conflict=("name",),
+        update=("value",),
+    )
+
+
+def ingest_incremental(
+    engine: Engine,
+    *,
+    since: str | None = None,
+    gpus_per_node: int = 8,
+    timeout_s: float = 600,
+    default_start: str = "1970-01-01T00:00:00",
+) -> IngestReport:
+    """Run sacct from the stored cursor (or `since`) to now; advance the cursor on success.
+
+    sacct -S/-E selects every job that was in any state during the window, so a job still
+    running at the end of one window is read again, finished, by the next.
+    """
+    start = since or get_cursor(engine) or default_start
+    end = datetime.now(UTC).replace(tzinfo=None, microsecond=0).strftime(_SACCT_TIME)
+    text = run_sacct(start, end, timeout_s)
+    report = ingest_text(engine, text, gpus_per_node=gpus_per_node)
+    with engine.begin() as conn:
+        set_cursor(conn, end)
+    return report

@@ -1,0 +1,101 @@
+"""Repair tickets: opened and closed by hand (`healthctl ticket`) or imported from a CSV export
+of the site's ticket system (columns node,opened,closed,reason; closed may be empty)."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Engine, insert, select, update
+
+from rsc_health.historian import schema
+from rsc_health.historian.ingest import IngestReport, bulk_write, db_time, parse_time
+
+T = schema.tickets
+
+
+class TicketError(ValueError):
+    pass
+
+
+@dataclass
+class Ticket:
+    id: int
+    node: str
+    opened: datetime
+    closed: datetime | None
+    reason: str
+    source: str
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+
+
+def open_ticket(
+    engine: Engine, node: str, reason: str, *, when: datetime | None = None, source="manual"
+) -> int:
+    with engine.begin() as conn:
+        result = conn.execute(
+            insert(T).values(node=node, opened=when or _now(), reason=reason, source=source)
+        )
+        return int(result.inserted_primary_key[0])
+
+
+def close_ticket(engine: Engine, ticket_id: int, *, when: datetime | None = None) -> Ticket:
+    with engine.begin() as conn:
+        row = conn.execute(select(T).where(T.c.id == ticket_id)).first()
+        if row is None:
+            raise TicketError(f"no ticket {ticket_id}")
+        if row.closed is not None:
+            raise TicketError(f"ticket {ticket_id} was closed at {row.closed:%Y-%m-%d %H:%M}")
+        conn.execute(update(T).where(T.c.id == ticket_id).values(closed=when or _now()))
+        return Ticket(**conn.execute(select(T).where(T.c.id == ticket_id)).one()._mapping)
+
+
+def list_tickets(engine: Engine, *, open_only: bool = False, node: str | None = None):
+    query = select(T).order_by(T.c.opened, T.c.id)
+    if open_only:
+        query = query.where(T.c.closed.is_(None))
+    if node:
+        query = query.where(T.c.node == node)
+    with engine.connect() as conn:
+        return [Ticket(**row._mapping) for row in conn.execute(query)]
+
+
+def import_csv(engine: Engine, path: Path | str) -> IngestReport:
+    """Rows keyed by (node, opened): importing again only fills in `closed` and the reason."""
+    report = IngestReport("tickets")
+    rows = []
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        reader = csv.DictReader(fh)
+        missing = {"node", "opened"} - set(reader.fieldnames or ())
+        if missing:
+            raise TicketError(f"{path}: CSV lacks column(s) {', '.join(sorted(missing))}")
+        for record in reader:
+            report.read += 1
+            lineno = reader.line_num
+            try:
+                node = (record.get("node") or "").strip()
+                if not node:
+                    raise ValueError("no node")
+                opened = parse_time(record["opened"])
+                closed_text = (record.get("closed") or "").strip()
+                closed = parse_time(closed_text) if closed_text else None
+            except (ValueError, TypeError, AttributeError) as exc:
+                report.add_bad(lineno, str(exc))
+                continue
+            reason = (record.get("reason") or "").strip()
+            rows.append((node, db_time(opened), db_time(closed), reason, "csv"))
+    with engine.begin() as conn:
+        report.written = bulk_write(
+            conn,
+            T,
+            ("node", "opened", "closed", "reason", "source"),
+            rows,
+            conflict=("node", "opened"),
+            update=("closed", "reason"),
+        )
+    return report
