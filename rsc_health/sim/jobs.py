@@ -1,0 +1,242 @@
+"""Job arrivals, sizes, runtimes and planned outcomes, all drawn as whole numpy arrays.
+
+A job is planned once (size, runtime, what the user's program will do); its *instances* are what
+sacct prints: a requeued job has several instances with the same JobID.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rsc_health.sim.config import SimConfig
+from rsc_health.sim.fleet import Fleet
+
+# sacct State values, indexed by the small ints the arrays hold.
+STATES = (
+    "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "PREEMPTED", "REQUEUED",
+    "NODE_FAIL", "RUNNING",
+)
+S = {name: i for i, name in enumerate(STATES)}
+HOUR = 3600
+
+JOB_NAMES = np.array(
+    ["bash", "train", "eval", "pretrain_llm", "finetune", "sweep", "jupyter", "interactive",
+     "data_prep", "benchmark", "submitit", "inference", "ablation", "probe", "debug"]
+)
+
+
+@dataclass
+class Instances:
+    """One row per job instance (column arrays of equal length)."""
+
+    job: np.ndarray  # index of the planned job
+    submit: np.ndarray  # seconds since the simulation start
+    eligible: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    first: np.ndarray  # first node index of the contiguous allocation
+    nnodes: np.ndarray
+    state: np.ndarray  # index into STATES
+    exit_code: np.ndarray  # index into EXIT_CODES
+    parent: np.ndarray  # instance this one continues (requeue), -1 for the first
+    work_before: np.ndarray  # seconds of the job's work its earlier instances kept
+
+    def __len__(self) -> int:
+        return len(self.job)
+
+    def take(self, idx: np.ndarray) -> Instances:
+        return Instances(**{k: v[idx] for k, v in self.__dict__.items()})
+
+    @staticmethod
+    def concat(parts: list[Instances]) -> Instances:
+        return Instances(
+            **{k: np.concatenate([getattr(p, k) for p in parts]) for k in _FIELDS}
+        )
+
+
+_FIELDS = tuple(Instances.__dataclass_fields__)
+
+EXIT_CODES = ("0:0", "1:0", "2:0", "127:0", "0:9", "0:15", "0:125", "0:6", "139:0")
+E = {code: i for i, code in enumerate(EXIT_CODES)}
+
+
+@dataclass
+class Jobs:
+    """Per planned job: attributes shared by all its instances."""
+
+    job_id: np.ndarray
+    gpus: np.ndarray
+    user: np.ndarray
+    name: np.ndarray
+    partition: np.ndarray
+    runtime: np.ndarray  # planned seconds of work (before any failure)
+    limit: np.ndarray  # time limit in seconds
+
+
+def _sizes(cfg: SimConfig, fleet: Fleet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    gpus = np.asarray(cfg.size_gpus)
+    weights = np.asarray(cfg.size_weights, dtype=float)
+    medians = np.asarray(cfg.runtime_median_h, dtype=float)
+    big_nodes = int(fleet.part_hi[0] - fleet.part_lo[0])
+    fits = np.ceil(gpus / cfg.gpus_per_node) <= big_nodes
+    return gpus[fits], weights[fits] / weights[fits].sum(), medians[fits]
+
+
+def _outcomes(
+    cfg: SimConfig, runtime: np.ndarray, gpus: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
+    """What each job's own program does. Preemption needs two hours of runtime and spares the
+    big high-priority jobs, so the preempted share is drawn among the jobs that qualify."""
+    n = len(runtime)
+    shares = dict(cfg.outcome_shares)
+    p_pre = shares.pop("PREEMPTED", 0.0)
+    p_req = shares.pop("REQUEUED", 0.0)
+    names = list(shares)
+    p = np.asarray([shares[k] for k in names], dtype=float)
+    outcome = np.asarray([S[k] for k in names], dtype=np.int8)[
+        rng.choice(len(names), size=n, p=p / p.sum())
+    ]
+    qualifies = (runtime > cfg.preempt_min_runtime_h * HOUR + 60) & (gpus < 256)
+    share_q = max(qualifies.mean(), 1e-9)
+    p_hit = min(0.9, (p_pre + p_req) / share_q)
+    u = rng.random(n)
+    pre = qualifies & (u < p_hit)
+    outcome[pre] = S["PREEMPTED"]
+    if p_pre + p_req > 0:
+        outcome[pre & (u < p_hit * p_req / (p_pre + p_req))] = S["REQUEUED"]
+    return outcome
+
+
+def plan_jobs(cfg: SimConfig, fleet: Fleet, rng: np.random.Generator) -> tuple[Jobs, Instances]:
+    horizon = int(cfg.days * 24 * HOUR)
+    sizes, weights, medians = _sizes(cfg, fleet)
+    # Arrivals are sized to keep the fleet at the target utilisation. A pilot draw measures the
+    # GPU-seconds a job really uses (failed, cancelled and preempted jobs end early).
+    capacity = cfg.nodes * cfg.gpus_per_node * horizon * cfg.utilisation
+    # Stratified: the same number of pilot jobs in every size class, since the rare big classes
+    # carry most of the GPU time.
+    per = 4000
+    pilot_sizes = np.repeat(np.arange(len(sizes)), per)
+    pilot_rng = np.random.default_rng(rng.integers(2**63))
+    pj, pi = _draw(cfg, fleet, len(pilot_sizes), horizon, pilot_rng, size_idx=pilot_sizes)
+    ran = np.bincount(pi.job, weights=pi.end - pi.start, minlength=len(pilot_sizes))
+    per_class = ran.reshape(len(sizes), per).mean(axis=1)
+    used = float(np.sum(weights * sizes * per_class))
+    n = max(1, int(round(capacity / used)))
+    jobs, inst = _draw(cfg, fleet, n, horizon, rng)
+    # Preempted jobs that requeue come back under the same JobID for the rest of their work.
+    req = np.flatnonzero(inst.state == S["REQUEUED"])
+    if len(req):
+        inst = Instances.concat([inst, continuation(cfg, fleet, jobs, inst, req, rng)])
+    return jobs, inst
+
+
+def _draw(
+    cfg: SimConfig, fleet: Fleet, n: int, horizon: int, rng: np.random.Generator,
+    size_idx: np.ndarray | None = None,
+) -> tuple[Jobs, Instances]:
+    sizes, weights, medians = _sizes(cfg, fleet)
+    sigma = cfg.runtime_sigma
+    limit_s = cfg.time_limit_h * HOUR
+    if size_idx is None:
+        size_idx = rng.choice(len(sizes), size=n, p=weights)
+    gpus = sizes[size_idx]
+    runtime = np.exp(rng.normal(np.log(medians[size_idx] * HOUR), sigma))
+    runtime = np.clip(runtime, 60, limit_s).astype(np.int64)
+    submit = np.sort(rng.integers(0, horizon, size=n))
+    nnodes = np.maximum(1, -(-gpus // cfg.gpus_per_node))
+    # Queue wait grows with size: small jobs minutes, the largest hours.
+    wait = rng.exponential(300 + 600 * np.log2(gpus), size=n).astype(np.int64)
+    eligible = submit.copy()
+    start = eligible + wait
+
+    multi = nnodes > 1
+    n_parts = len(fleet.partitions)
+    part_shares = np.asarray(cfg.partition_shares[:n_parts], dtype=float)
+    partition = rng.choice(n_parts, size=n, p=part_shares / part_shares.sum())
+    partition[multi] = 0
+    lo, hi = fleet.part_lo[partition], fleet.part_hi[partition]
+    first = lo + (rng.random(n) * (hi - lo - nnodes + 1)).astype(np.int64)
+
+    outcome = _outcomes(cfg, runtime, gpus, rng)
+    frac = rng.random(n)
+    elapsed = runtime.copy()
+    early = np.isin(outcome, (S["FAILED"], S["CANCELLED"], S["OUT_OF_MEMORY"]))
+    elapsed[early] = np.maximum(30, (runtime[early] * frac[early])).astype(np.int64)
+    min_pre = cfg.preempt_min_runtime_h * HOUR
+    pre = np.isin(outcome, (S["PREEMPTED"], S["REQUEUED"]))
+    elapsed[pre] = (min_pre + (runtime[pre] - min_pre) * frac[pre]).astype(np.int64)
+    limit = np.full(n, int(limit_s), dtype=np.int64)
+    timeout = outcome == S["TIMEOUT"]
+    limit[timeout] = np.maximum(runtime[timeout] // 2, 600)
+    elapsed[timeout] = limit[timeout]
+
+    exit_code = np.zeros(n, dtype=np.int8)
+    failed = outcome == S["FAILED"]
+    exit_code[failed] = rng.choice(
+        [E["1:0"], E["2:0"], E["127:0"], E["0:9"], E["139:0"]], size=failed.sum(),
+        p=[0.7, 0.1, 0.05, 0.1, 0.05],
+    )
+    exit_code[outcome == S["CANCELLED"]] = E["0:15"]
+    exit_code[outcome == S["OUT_OF_MEMORY"]] = E["0:125"]
+
+    users = np.minimum(rng.zipf(1.3, size=n), cfg.users) - 1
+    jobs = Jobs(
+        job_id=cfg.first_job_id + np.arange(n, dtype=np.int64),
+        gpus=gpus.astype(np.int64),
+        user=users.astype(np.int32),
+        name=rng.integers(0, len(JOB_NAMES), size=n).astype(np.int16),
+        partition=partition.astype(np.int16),
+        runtime=runtime,
+        limit=limit,
+    )
+    inst = Instances(
+        job=np.arange(n, dtype=np.int64),
+        submit=submit,
+        eligible=eligible,
+        start=start,
+        end=start + elapsed,
+        first=first.astype(np.int64),
+        nnodes=nnodes.astype(np.int64),
+        state=outcome.astype(np.int8),
+        exit_code=exit_code,
+        parent=np.full(n, -1, dtype=np.int64),
+        work_before=np.zeros(n, dtype=np.int64),
+    )
+    return jobs, inst
+
+
+def continuation(
+    cfg: SimConfig, fleet: Fleet, jobs: Jobs, inst: Instances, idx: np.ndarray,
+    rng: np.random.Generator,
+) -> Instances:
+    """The next instance of each requeued instance in `idx`: same JobID, the remaining work,
+    a fresh allocation, and an ordinary ending (completed unless it is hit again)."""
+    j = inst.job[idx]
+    # Work since the last checkpoint is lost: up to the checkpoint interval (hourly, Sec. III).
+    ran = inst.end[idx] - inst.start[idx]
+    done = inst.work_before[idx] + np.maximum(0, ran - np.minimum(ran, HOUR // 2))
+    remaining = np.maximum(300, jobs.runtime[j] - done)
+    submit = inst.end[idx]
+    eligible = submit + 121  # Slurm holds a requeued job for the credential lifetime + 1 s
+    start = eligible + rng.exponential(600, size=len(idx)).astype(np.int64)
+    nnodes = inst.nnodes[idx]
+    part = jobs.partition[j]
+    lo, hi = fleet.part_lo[part], fleet.part_hi[part]
+    first = lo + (rng.random(len(idx)) * (hi - lo - nnodes + 1)).astype(np.int64)
+    n = len(idx)
+    return Instances(
+        job=j,
+        submit=submit,
+        eligible=eligible,
+        start=start,
+        end=start + remaining,
+        first=first,
+        nnodes=nnodes,
+        state=np.full(n, S["COMPLETED"], dtype=np.int8),
+        exit_code=np.zeros(n, dtype=np.int8),
+        parent=idx.astype(np.int64),
+        work_before=done,
+    )

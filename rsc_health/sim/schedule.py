@@ -1,0 +1,138 @@
+"""Where failures meet jobs: jobs wait out a node's repair, the jobs running on a failing node
+end NODE_FAIL or FAILED, and those that requeue come back under the same JobID."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rsc_health.sim.config import SimConfig
+from rsc_health.sim.failures import Failure, FailurePlan
+from rsc_health.sim.fleet import Fleet
+from rsc_health.sim.jobs import E, Instances, Jobs, S, continuation
+
+MAX_ROUNDS = 8  # requeue generations; a crash loop longer than this is cut short
+
+
+def _on_node(inst: Instances, idx: np.ndarray, node: int) -> np.ndarray:
+    return (inst.first[idx] <= node) & (inst.first[idx] + inst.nnodes[idx] > node)
+
+
+def wait_out_repairs(inst: Instances, idx: np.ndarray, failures: list[Failure]) -> None:
+    """Jobs that would start on a node while it is out for repair start when it returns
+    (they waited in the queue), so no node runs a job while it is down."""
+    if not len(idx) or not failures:
+        return
+    for _ in range(3):  # a shifted job may land in a later outage of another of its nodes
+        order = idx[np.argsort(inst.start[idx], kind="stable")]
+        starts = inst.start[order]
+        moved = False
+        for f in failures:
+            lo, hi = np.searchsorted(starts, [f.time, f.repair_end])
+            if lo == hi:
+                continue
+            cand = order[lo:hi]
+            sel = cand[_on_node(inst, cand, f.node) & (inst.start[cand] >= f.time)
+                       & (inst.start[cand] < f.repair_end)]
+            if len(sel):
+                shift = f.repair_end + 60 - inst.start[sel]
+                inst.start[sel] += shift
+                inst.end[sel] += shift
+                moved = True
+        if not moved:
+            return
+
+
+def find_hits(inst: Instances, idx: np.ndarray, failures: list[Failure]) -> dict[int, int]:
+    """instance -> index of the earliest failure on one of its nodes while it ran."""
+    hits: dict[int, int] = {}
+    if not len(idx) or not failures:
+        return hits
+    order = idx[np.argsort(inst.start[idx], kind="stable")]
+    starts = inst.start[order]
+    longest = int((inst.end[idx] - inst.start[idx]).max())
+    for k, f in enumerate(failures):  # failures are in time order per node, not globally
+        lo = np.searchsorted(starts, f.time - longest)
+        hi = np.searchsorted(starts, f.time, side="right")
+        cand = order[lo:hi]
+        sel = cand[(inst.end[cand] > f.time) & _on_node(inst, cand, f.node)]
+        for i in sel.tolist():
+            if i not in hits or failures[hits[i]].time > f.time:
+                hits[i] = k
+    return hits
+
+
+def apply_failures(
+    cfg: SimConfig, fleet: Fleet, jobs: Jobs, inst: Instances, plan: FailurePlan,
+    rng: np.random.Generator,
+) -> Instances:
+    failures = plan.failures
+    alive = np.ones(len(inst), dtype=bool)
+    todo = np.arange(len(inst))
+    for _ in range(MAX_ROUNDS):
+        wait_out_repairs(inst, todo, failures)
+        hits = find_hits(inst, todo, failures)
+        if not hits:
+            break
+        hit_idx = np.fromiter(hits.keys(), dtype=np.int64, count=len(hits))
+        # A preempted-and-requeued instance whose parent died earlier never happened.
+        orphans = todo[np.isin(inst.parent[todo], hit_idx)]
+        alive[orphans] = False
+        for i in orphans.tolist():
+            hits.pop(i, None)
+        hit_idx = np.fromiter(hits.keys(), dtype=np.int64, count=len(hits))
+        fidx = np.fromiter(hits.values(), dtype=np.int64, count=len(hits))
+        t = np.asarray([failures[k].time for k in fidx], dtype=np.int64)
+        node_fail = np.asarray([failures[k].node_fail for k in fidx], dtype=bool)
+        # NODE_FAIL ends when slurmctld gives up on the node; a crashed program exits sooner.
+        lag = np.where(node_fail, rng.integers(60, 300, len(t)), rng.integers(5, 240, len(t)))
+        inst.end[hit_idx] = np.maximum(inst.start[hit_idx] + 1, t + lag)
+        inst.state[hit_idx] = np.where(node_fail, S["NODE_FAIL"], S["FAILED"])
+        inst.exit_code[hit_idx] = np.where(
+            node_fail, E["0:0"], np.where(rng.random(len(t)) < 0.7, E["1:0"], E["0:6"])
+        )
+        for i, k in zip(hit_idx.tolist(), fidx.tolist(), strict=True):
+            failures[k].jobs.append(int(jobs.job_id[inst.job[i]]))
+        gpus = jobs.gpus[inst.job[hit_idx]]
+        requeue = (gpus >= cfg.requeue_min_gpus) | (rng.random(len(t)) < cfg.requeue_share_small)
+        rq = hit_idx[requeue]
+        inst.state[rq] = np.where(inst.state[rq] == S["NODE_FAIL"], S["NODE_FAIL"], S["REQUEUED"])
+        inst.exit_code[rq] = E["0:0"]
+        if not len(rq):
+            break
+        nxt = continuation(cfg, fleet, jobs, inst, rq, rng)
+        base = len(inst)
+        inst = Instances.concat([inst, nxt])
+        alive = np.concatenate([alive, np.ones(len(nxt), dtype=bool)])
+        todo = np.arange(base, len(inst))
+    return inst.take(np.flatnonzero(alive))
+
+
+def lemon_job_failures(
+    cfg: SimConfig, inst: Instances, plan: FailurePlan, rng: np.random.Generator
+) -> dict[int, int]:
+    """Single-node jobs on a lemon node fail now and then with no health check firing: the
+    `single_node_node_fails` signal of Sec. IV-A. Returns node -> count."""
+    lemon_nodes = np.fromiter(plan.lemons.keys(), dtype=np.int64, count=len(plan.lemons))
+    ok = inst.state == S["COMPLETED"]
+    on_lemon = (inst.nnodes == 1) & np.isin(inst.first, lemon_nodes) & ok
+    sel = np.flatnonzero(on_lemon & (rng.random(len(inst)) < cfg.lemon_job_fail_share))
+    frac = rng.random(len(sel))
+    ran = (inst.end[sel] - inst.start[sel]) * frac
+    inst.end[sel] = inst.start[sel] + np.maximum(30, ran).astype(np.int64)
+    nf = rng.random(len(sel)) < 0.3
+    inst.state[sel] = np.where(nf, S["NODE_FAIL"], S["FAILED"])
+    inst.exit_code[sel] = np.where(nf, E["0:0"], E["0:9"])
+    nodes, counts = np.unique(inst.first[sel], return_counts=True)
+    return {int(n): int(c) for n, c in zip(nodes, counts, strict=True)}
+
+
+def close_horizon(inst: Instances, horizon: int) -> Instances:
+    """At the end of the window: jobs not yet started are not in `sacct -X` output with a
+    start, and those still running show RUNNING with End `Unknown` (end = -1)."""
+    keep = np.flatnonzero(inst.start < horizon)
+    inst = inst.take(keep)
+    running = inst.end >= horizon
+    inst.state[running] = S["RUNNING"]
+    inst.exit_code[running] = E["0:0"]
+    inst.end[running] = -1
+    return inst
