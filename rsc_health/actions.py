@@ -118,16 +118,23 @@ class Actor:
         self.window = timedelta(minutes=float(a.get("guard_window_min", 15)))
 
     # ---- entry point -----------------------------------------------------------------------
-    def apply(self, verdict: Verdict, *, requeue: bool = True, clean_sweep: bool = False
-              ) -> list[Action]:
+    def apply(
+        self,
+        verdict: Verdict,
+        *,
+        requeue: bool = True,
+        clean_sweep: bool = False,
+        skip_jobs: set[str] | None = None,
+    ) -> list[Action]:
         """Act on one verdict. requeue=False in the prolog (Slurm requeues the job itself when
         the prolog fails); clean_sweep=True when this verdict came from a periodic sweep, the
-        only thing that counts towards auto-resume. Raises SlurmError when Slurm is away."""
+        only thing that counts towards auto-resume; skip_jobs are never requeued (the epilog's
+        own job, already ending). Raises SlurmError when Slurm is away."""
         if not self.enabled:
             return []
         info = self.slurm.node(self.node)
         if verdict.drains:
-            actions = self._drain(verdict, info, requeue=requeue)
+            actions = self._drain(verdict, info, requeue=requeue, skip=skip_jobs or set())
         elif clean_sweep and verdict.level in (Level.OK, Level.WARN):
             actions = self._clean(info)
         else:
@@ -136,7 +143,9 @@ class Actor:
         return actions
 
     # ---- drain -----------------------------------------------------------------------------
-    def _drain(self, verdict: Verdict, info: NodeInfo, *, requeue: bool) -> list[Action]:
+    def _drain(
+        self, verdict: Verdict, info: NodeInfo, *, requeue: bool, skip: set[str]
+    ) -> list[Action]:
         now_mode = verdict.level is Level.DRAIN_NOW
         kind = "drain_now" if now_mode else "drain_after_job"
         if info.drain_set and not is_ours(info.reason):
@@ -159,7 +168,7 @@ class Actor:
             # Already drained by us: keep it so, and restart the clean-sweep count.
             self._reset_clean_count()
         if now_mode and requeue:
-            actions.extend(self._requeue_jobs(verdict.reason))
+            actions.extend(self._requeue_jobs(verdict.reason, skip))
         return actions
 
     def _guard_tripped(self) -> Action | None:
@@ -177,9 +186,11 @@ class Actor:
                 return Action("guard_tripped", self.node, msg)
         return None
 
-    def _requeue_jobs(self, reason: str) -> list[Action]:
+    def _requeue_jobs(self, reason: str, skip: set[str]) -> list[Action]:
         out = []
         for job in self.slurm.jobs_on_node(self.node):
+            if job.job_id in skip:
+                continue
             if not job.requeue:
                 out.append(Action("requeue_refused", self.node, reason, job.job_id,
                                   "job was submitted --no-requeue"))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -74,15 +75,27 @@ def parse_node_line(line: str) -> NodeInfo:
 
 
 class CliSlurm:
-    def __init__(self, *, timeout_s: float = 10.0, bin_dir: str | None = None):
+    def __init__(
+        self,
+        *,
+        timeout_s: float = 10.0,
+        bin_dir: str | None = None,
+        deadline: float | None = None,
+    ):
         self.timeout_s = timeout_s
         self.bin_dir = Path(bin_dir) if bin_dir else None
+        # time.monotonic() after which no call may start (the sweep's budget), or None.
+        self.deadline = deadline
 
     # ---- plumbing --------------------------------------------------------------------------
     def _run(self, argv: list[str], timeout_s: float | None = None) -> str:
         if self.bin_dir is not None:
             argv = [str(self.bin_dir / argv[0]), *argv[1:]]
         timeout = timeout_s if timeout_s is not None else self.timeout_s
+        if self.deadline is not None:
+            timeout = min(timeout, self.deadline - time.monotonic())
+            if timeout <= 0.05:
+                raise SlurmUnavailable(f"no time left in the budget for {argv[0]}")
         try:
             proc = subprocess.run(
                 argv,
