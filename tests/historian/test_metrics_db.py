@@ -5,14 +5,19 @@ Every expected number below is worked out by hand from the table in `_JOBS`.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import uuid
 from datetime import datetime, timedelta
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import create_engine, insert, text
 
+from rsc_health.cli import cli
+from rsc_health.commands.metrics import parse_what_if
+from rsc_health.historian.db import connect
 from rsc_health.historian.metrics._sql import Window, poisson_rate_ci
 from rsc_health.historian.metrics.goodput import goodput_lost
 from rsc_health.historian.metrics.mttf import mttf_by_size, projected_mttf_hours
@@ -113,7 +118,7 @@ def engine(request, tmp_path):
     finally:
         eng.dispose()
         with admin.connect() as conn:
-            conn.execute(text(f'DROP DATABASE "{name}"'))
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
         admin.dispose()
 
 
@@ -304,3 +309,130 @@ def test_link_by_job_id_keeps_resubmissions_apart(engine):
     llama = runs[runs["name"] == "llama"]
     assert sorted(llama["runtime_hours"]) == pytest.approx([12.0, 30.0, 30.0])
     assert sorted(llama["instances"]) == [1, 1, 2]
+
+
+# -- the commands ---------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def db_url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    engine = connect(url)  # the store's own versioned schema, as `healthctl` expects it
+    _load(engine)
+    _add_runs(engine)
+    engine.dispose()
+    return url
+
+
+def _run(db_url, *args):
+    result = CliRunner().invoke(cli, ["--config", "/dev/null", "--db", db_url, *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_failure_rate_json_matches_the_hand_count(db_url):
+    out = json.loads(_run(db_url, "failure-rate", "--json"))
+    # The base table (2 failures, 896/24 node-days) plus run A/B: 4 x 64-node instances, 1
+    # NODE_FAIL, 72 h; the FAILED requeue has no attribution.
+    node_days = 896 / 24 + 64 * 72 / 24
+    assert out["failures"] == 3
+    assert out["node_days"] == pytest.approx(node_days)
+    assert out["r_f"] == pytest.approx(3 / node_days)
+
+
+def test_outcomes_table_names_hardware_failures(db_url):
+    out = _run(db_url, "outcomes")
+    assert "NODE_FAIL (HW)" in out and "FAILED (HW)" in out
+
+
+def test_mttf_projection_option_reproduces_the_paper(db_url):
+    out = json.loads(
+        _run(db_url, "mttf", "--rf", "6.5", "--project", "16384", "--project", "131072", "--json")
+    )
+    got = {p["gpus"]: round(p["projected_hours"], 2) for p in out["projections"]}
+    assert got == {16384: 1.8, 131072: 0.23}
+    assert {s["size"] for s in out["sizes"]} >= {"8", "256", "512"}
+
+
+def test_ettr_what_if_halving_rf_raises_expected_ettr(db_url):
+    out = json.loads(
+        _run(
+            db_url,
+            "ettr",
+            "--nodes",
+            "1500",
+            "--rf",
+            "6.5",
+            "--what-if",
+            "rf=0.5x",
+            "--what-if",
+            "wcp=10s",
+            "--json",
+        )
+    )
+    base, half, fast = out
+    assert half["r_f_per_1000"] == pytest.approx(3.25)
+    assert fast["w_cp_min"] == pytest.approx(10 / 60)
+    assert half["eq1_expected"] > base["eq1_expected"]
+    assert fast["eq1_expected"] == pytest.approx(0.92, abs=0.01)
+    for row in out:
+        assert row["eq1_expected"] == pytest.approx(row["monte_carlo"], rel=0.05)
+
+
+def test_ettr_lists_measured_runs_with_what_if_column(db_url, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text("[ettr]\nmin_run_hours = 10.0\n")
+    result = CliRunner().invoke(
+        cli,
+        [
+            "--config",
+            str(cfg),
+            "--db",
+            db_url,
+            "ettr",
+            "--top",
+            "2",
+            "--what-if",
+            "rf=0.5x",
+            "--json",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    top = out["top"]
+    assert [r["runtime_hours"] for r in top] == pytest.approx([60.0, 24.0])
+    assert top[0]["name"] == "llama" and top[0]["instances"] == 3
+    assert top[0]["expected rf=0.5x"] > top[0]["expected_ettr"]
+
+
+def test_causes_rolling_goodput_render(db_url):
+    assert "pcie" in _run(db_url, "causes")
+    rolling = json.loads(_run(db_url, "rolling", "--json"))
+    assert rolling[-1]["total"] > 0
+    lost = json.loads(_run(db_url, "goodput", "--json"))
+    assert {r["kind"] for r in lost} == {"failure", "preemption"}
+
+
+def test_since_until_narrow_the_window(db_url):
+    out = json.loads(_run(db_url, "outcomes", "--until", "2024-01-01T03:00:00", "--json"))
+    # Ended before 03:00: jobs 2 and 4 (02:00), 8 and 9 (02:01).
+    assert {r["outcome"]: r["jobs"] for r in out} == {
+        "NODE_FAIL (HW)": 1,
+        "FAILED": 1,
+        "PREEMPTED": 2,
+    }
+
+
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("rf=0.5x", ("rf", 0.5, True)),
+        ("rf=2.34", ("rf", 2.34e-3, False)),
+        ("wcp=2m", ("wcp", 2 / 1440, False)),
+        ("wcp=10s", ("wcp", 10 / 86400, False)),
+    ],
+)
+def test_what_if_parsing(text, expected):
+    what, value, rel = parse_what_if(text)
+    assert (what, rel) == (expected[0], expected[2])
+    assert value == pytest.approx(expected[1])

@@ -1,0 +1,500 @@
+"""`healthctl outcomes | failure-rate | causes | rolling | mttf | ettr | goodput`.
+
+The reliability metrics of the paper's section III, each as a rich table or `--json`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from datetime import datetime
+
+import click
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+def window_options(f):
+    f = click.option("--until", type=click.DateTime(), help="Jobs that ended before (UTC).")(f)
+    f = click.option("--since", type=click.DateTime(), help="Jobs that ended at/after (UTC).")(f)
+    return f
+
+
+def _engine(ctx: click.Context):
+    from rsc_health.historian import db as hdb
+
+    try:
+        return hdb.connect(ctx.obj.database_url)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _window(since: datetime | None, until: datetime | None):
+    from rsc_health.historian.metrics._sql import Window
+
+    return Window(since, until)
+
+
+def _clean(value):
+    """JSON-safe scalars: NaN -> null, inf -> "inf", timestamps -> ISO 8601."""
+    if hasattr(value, "isoformat"):
+        return value.isoformat()
+    if hasattr(value, "item"):  # numpy scalar
+        value = value.item()
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if math.isinf(value):
+            return "inf" if value > 0 else "-inf"
+    return value
+
+
+def _records(df) -> list[dict]:
+    return [{k: _clean(v) for k, v in row.items()} for row in df.to_dict("records")]
+
+
+def _emit_json(payload) -> None:
+    click.echo(json.dumps(payload, indent=2, default=_clean))
+
+
+def _fmt(value, spec: str = "") -> str:
+    value = _clean(value)
+    if value is None:
+        return "-"
+    if isinstance(value, float) and spec:
+        return format(value, spec)
+    return str(value)
+
+
+def _table(title: str, df, columns: list[tuple[str, str, str]]) -> None:
+    """columns: (dataframe column, header, format spec)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for _, header, _spec in columns:
+        table.add_column(header, justify="left" if _spec == "s" else "right")
+    for row in df.to_dict("records"):
+        table.add_row(*(_fmt(row[c], spec if spec != "s" else "") for c, _, spec in columns))
+    Console().print(table)
+
+
+def _cfg(ctx, key, default):
+    return ctx.obj.config.get(key, default)
+
+
+# -- outcomes ---------------------------------------------------------------------------------
+
+
+@click.command()
+@window_options
+@json_option
+@click.pass_context
+def outcomes(ctx, since, until, as_json):
+    """Job outcomes by count and by GPU-hours (paper Fig. 3); (HW) marks infra failures."""
+    from rsc_health.historian.metrics.rates import outcomes as compute
+
+    df = compute(_engine(ctx), _window(since, until))
+    if as_json:
+        return _emit_json(_records(df))
+    _table(
+        "Job outcomes",
+        df,
+        [
+            ("outcome", "outcome", "s"),
+            ("jobs", "jobs", ""),
+            ("job_share", "% jobs", ".2%"),
+            ("gpu_hours", "GPU-hours", ",.0f"),
+            ("gpu_hour_share", "% GPU-hours", ".2%"),
+        ],
+    )
+
+
+# -- failure-rate -----------------------------------------------------------------------------
+
+
+@click.command("failure-rate")
+@window_options
+@click.option("--large-job-gpus", type=int, help="Count jobs with more GPUs than this.")
+@json_option
+@click.pass_context
+def failure_rate(ctx, since, until, large_job_gpus, as_json):
+    """Cluster failure rate r_f per node-day (NODE_FAIL + attributed FAILED, large jobs)."""
+    from rsc_health.historian.metrics.rates import failure_rate as compute
+
+    threshold = (
+        large_job_gpus if large_job_gpus is not None else _cfg(ctx, "metrics.large_job_gpus", 128)
+    )
+    fr = compute(
+        _engine(ctx), _window(since, until), threshold, _cfg(ctx, "metrics.confidence", 0.9)
+    )
+    if as_json:
+        return _emit_json({k: _clean(v) for k, v in fr.to_dict().items()})
+    per = fr.per_1000()
+    click.echo(
+        f"r_f = {_fmt(per['r_f'], '.2f')} failures per 1000 node-days "
+        f"({fr.confidence:.0%} CI {_fmt(per['ci_low'], '.2f')}-{_fmt(per['ci_high'], '.2f')}): "
+        f"{fr.failures} failures over {fr.node_days:,.1f} node-days of {fr.jobs} jobs "
+        f"with > {fr.large_job_gpus} GPUs"
+    )
+
+
+# -- causes -----------------------------------------------------------------------------------
+
+
+@click.command()
+@window_options
+@json_option
+@click.pass_context
+def causes(ctx, since, until, as_json):
+    """Infra failures per GPU-hour by attributed cause, with co-occurrence (paper Fig. 4)."""
+    from rsc_health.historian.metrics.rates import causes as compute
+    from rsc_health.historian.metrics.rates import cooccurrence
+
+    engine, window = _engine(ctx), _window(since, until)
+    df, pairs = compute(engine, window), cooccurrence(engine, window)
+    if as_json:
+        return _emit_json({"causes": _records(df), "cooccurrence": _records(pairs)})
+    _table(
+        "Failures by attributed cause",
+        df,
+        [
+            ("cause", "cause", "s"),
+            ("failures", "failures", ""),
+            ("per_gpu_hour", "per GPU-hour", ".3e"),
+            ("share", "% failures", ".1%"),
+            ("cooccurring", "with another cause", ""),
+        ],
+    )
+    if not pairs.empty:
+        _table(
+            "Co-occurring causes",
+            pairs,
+            [
+                ("cause_a", "cause", "s"),
+                ("cause_b", "with", "s"),
+                ("failures", "failures", ""),
+            ],
+        )
+
+
+# -- rolling ----------------------------------------------------------------------------------
+
+
+@click.command()
+@window_options
+@click.option("--days", type=int, help="Rolling window in days (default [metrics] rolling_days).")
+@click.option("--every", type=int, default=7, show_default=True, help="Show every Nth day.")
+@json_option
+@click.pass_context
+def rolling(ctx, since, until, days, every, as_json):
+    """Rolling failure rate per 1000 node-days by failure mode (paper Fig. 5)."""
+    from rsc_health.historian.metrics.rates import rolling as compute
+
+    df = compute(
+        _engine(ctx),
+        _window(since, until),
+        days or _cfg(ctx, "metrics.rolling_days", 30),
+        _cfg(ctx, "metrics.large_job_gpus", 128),
+    )
+    if as_json:
+        return _emit_json(_records(df))
+    if df.empty:
+        return click.echo("no large jobs in the window")
+    shown = df.iloc[::-1].iloc[:: max(every, 1)].iloc[::-1]  # always keep the latest day
+    modes = [c for c in df.columns if c not in ("date", "node_days", "total")]
+    _table(
+        f"{days or _cfg(ctx, 'metrics.rolling_days', 30)}-day rolling failures per 1000 node-days",
+        shown.assign(date=shown["date"].dt.date),
+        [
+            ("date", "date", "s"),
+            ("node_days", "node-days", ",.0f"),
+            ("total", "total", ".2f"),
+            *[(m, m, ".2f") for m in modes],
+        ],
+    )
+
+
+# -- mttf -------------------------------------------------------------------------------------
+
+
+@click.command()
+@window_options
+@click.option(
+    "--rf", type=float, help="r_f per 1000 node-days for the projection (default: measured)."
+)
+@click.option(
+    "--project",
+    "project",
+    multiple=True,
+    type=int,
+    metavar="GPUS",
+    help="Also project MTTF for this job size (repeatable).",
+)
+@json_option
+@click.pass_context
+def mttf(ctx, since, until, rf, project, as_json):
+    """MTTF by job size with a 90% Gamma CI, next to (N_nodes r_f)^-1 (paper Fig. 7)."""
+    from rsc_health.historian.metrics.mttf import mttf_by_size, projected_mttf_hours
+    from rsc_health.historian.metrics.rates import failure_rate as measure
+
+    engine, window = _engine(ctx), _window(since, until)
+    conf = _cfg(ctx, "metrics.confidence", 0.9)
+    r_f = (
+        rf / 1000
+        if rf is not None
+        else measure(engine, window, _cfg(ctx, "metrics.large_job_gpus", 128), conf).r_f
+    )
+    gpn = _cfg(ctx, "metrics.gpus_per_node", 8)
+    df = mttf_by_size(
+        engine,
+        window,
+        r_f if r_f == r_f else None,
+        _cfg(ctx, "metrics.size_buckets", [8, 16, 32, 64, 128, 256, 512, 1024, 2048]),
+        gpn,
+        conf,
+    )
+    proj = [{"gpus": g, "projected_hours": projected_mttf_hours(g, r_f, gpn)} for g in project]
+    if as_json:
+        return _emit_json({"r_f": _clean(r_f), "sizes": _records(df), "projections": proj})
+    _table(
+        f"MTTF by job size (r_f = {_fmt(r_f * 1000, '.2f')} per 1000 node-days)",
+        df,
+        [
+            ("size", "GPUs", "s"),
+            ("jobs", "jobs", ""),
+            ("runtime_hours", "runtime h", ",.0f"),
+            ("failures", "failures", ""),
+            ("mttf_hours", "MTTF h", ",.1f"),
+            ("ci_low_hours", f"{conf:.0%} CI low", ",.1f"),
+            ("ci_high_hours", f"{conf:.0%} CI high", ",.1f"),
+            ("projected_hours", "projected h", ",.2f"),
+        ],
+    )
+    for p in proj:
+        click.echo(f"projected MTTF at {p['gpus']:,} GPUs: {p['projected_hours']:.2f} h")
+
+
+# -- goodput ----------------------------------------------------------------------------------
+
+
+@click.command()
+@window_options
+@json_option
+@click.pass_context
+def goodput(ctx, since, until, as_json):
+    """GPU-hours lost to infra failures and the preemptions their requeues cause (Fig. 8)."""
+    from rsc_health.historian.metrics.goodput import goodput_lost
+
+    df = goodput_lost(
+        _engine(ctx),
+        _window(since, until),
+        _cfg(ctx, "metrics.size_buckets", [8, 16, 32, 64, 128, 256, 512, 1024, 2048]),
+        float(_cfg(ctx, "metrics.preempt_window_s", 300)),
+    )
+    if as_json:
+        return _emit_json(_records(df))
+    _table(
+        "Goodput lost: min(runtime, 30 min) x GPUs",
+        df,
+        [
+            ("size", "GPUs", "s"),
+            ("kind", "lost to", "s"),
+            ("jobs", "jobs", ""),
+            ("gpu_hours_lost", "GPU-hours lost", ",.1f"),
+        ],
+    )
+    if not df.empty:
+        pre = df.loc[df["kind"] == "preemption", "gpu_hours_lost"].sum()
+        click.echo(
+            f"total {df['gpu_hours_lost'].sum():,.1f} GPU-hours; "
+            f"{pre / df['gpu_hours_lost'].sum():.1%} from second-order preemptions"
+        )
+
+
+# -- ettr -------------------------------------------------------------------------------------
+
+_WHAT_IF = re.compile(r"^(rf|wcp)=([0-9.]+)(x|s|m|h)?$")
+
+
+def parse_what_if(text: str) -> tuple[str, float, bool]:
+    """'rf=0.5x' -> ('rf', 0.5, True); 'rf=2.34' -> absolute per 1000 node-days;
+    'wcp=2m' / 'wcp=10s' / 'wcp=1h' -> ('wcp', days, False)."""
+    m = _WHAT_IF.match(text.strip().replace(" ", ""))
+    if not m:
+        raise click.BadParameter(f"{text!r}: expected rf=0.5x, rf=2.34 or wcp=2m / 10s / 1h")
+    what, number, unit = m.group(1), float(m.group(2)), m.group(3)
+    if what == "rf":
+        if unit not in (None, "x"):
+            raise click.BadParameter(f"{text!r}: rf takes a factor (0.5x) or a rate per 1000")
+        return what, number if unit == "x" else number / 1000, unit == "x"
+    scale = {"s": 1 / 86400, "m": 1 / 1440, "h": 1 / 24, None: 1 / 1440}[unit]
+    return what, number * scale, False
+
+
+def _apply_what_if(model, spec):
+    what, value, relative = spec
+    if what == "rf":
+        return model.what_if(rf_scale=value if relative else value / model.r_f)
+    return model.what_if(w_cp=value)
+
+
+@click.command()
+@window_options
+@click.option(
+    "--what-if",
+    "what_ifs",
+    multiple=True,
+    metavar="rf=0.5x|wcp=2m",
+    help="Re-evaluate expected ETTR with a scaled failure rate or checkpoint write.",
+)
+@click.option("--top", type=int, default=10, show_default=True, help="Longest runs to list.")
+@click.option("--nodes", type=int, help="Model a hypothetical run of N nodes instead.")
+@click.option(
+    "--runtime-days",
+    type=float,
+    default=30.0,
+    show_default=True,
+    help="Productive runtime R of the hypothetical run.",
+)
+@click.option(
+    "--queue-hours",
+    type=float,
+    default=0.0,
+    show_default=True,
+    help="Queue time q per (re)submission of the hypothetical run.",
+)
+@click.option("--rf", type=float, help="r_f per 1000 node-days (default: measured).")
+@json_option
+@click.pass_context
+def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf, as_json):
+    """ETTR: measured per job run next to expected (Eq. 1), or a modelled run (--nodes)."""
+    import numpy as np
+
+    from rsc_health.historian.metrics.ettr import EttrModel, minutes, monte_carlo
+    from rsc_health.historian.metrics.runs import RunOptions, job_runs
+
+    specs = [parse_what_if(w) for w in what_ifs]
+    u0 = minutes(float(_cfg(ctx, "ettr.u0_min", 5.0)))
+    w_cp = minutes(float(_cfg(ctx, "ettr.w_cp_min", 5.0)))
+    dt_min = float(_cfg(ctx, "ettr.checkpoint_interval_min", 0.0))
+    dt_cp = minutes(dt_min) if dt_min > 0 else None
+    engine = None
+    if rf is not None:
+        r_f = rf / 1000
+    else:
+        from rsc_health.historian.metrics.rates import failure_rate as measure
+
+        engine = _engine(ctx)
+        r_f = measure(engine, _window(since, until), _cfg(ctx, "metrics.large_job_gpus", 128)).r_f
+        if not r_f == r_f:
+            raise click.ClickException("no large-job runtime to measure r_f; pass --rf")
+
+    if nodes:
+        base = EttrModel(
+            nodes, r_f, runtime=runtime_days, u0=u0, w_cp=w_cp, dt_cp=dt_cp, queue=queue_hours / 24
+        )
+        rows = []
+        for label, model in [("baseline", base)] + [
+            (w, _apply_what_if(base, s)) for w, s in zip(what_ifs, specs, strict=True)
+        ]:
+            mc = monte_carlo(model, runs=int(_cfg(ctx, "ettr.monte_carlo_runs", 20000)))
+            rows.append(
+                {
+                    "scenario": label,
+                    "nodes": nodes,
+                    "r_f_per_1000": model.r_f * 1000,
+                    "w_cp_min": model.w_cp * 1440,
+                    "checkpoint_interval_min": model.interval * 1440,
+                    "mttf_hours": model.mttf * 24,
+                    "eq1_expected": model.expected(),
+                    "eq2_long_run": model.expected_long_run(),
+                    "monte_carlo": mc.mean,
+                }
+            )
+        if as_json:
+            return _emit_json(rows)
+        import pandas as pd
+
+        _table(
+            f"Expected ETTR, {nodes} nodes, R = {runtime_days:g} days",
+            pd.DataFrame(rows),
+            [
+                ("scenario", "scenario", "s"),
+                ("r_f_per_1000", "r_f/1000", ".2f"),
+                ("w_cp_min", "w_cp min", ".2f"),
+                ("checkpoint_interval_min", "dt_cp min", ".1f"),
+                ("mttf_hours", "MTTF h", ".2f"),
+                ("eq1_expected", "Eq.1", ".3f"),
+                ("eq2_long_run", "Eq.2", ".3f"),
+                ("monte_carlo", "Monte Carlo", ".3f"),
+            ],
+        )
+        return
+
+    opts = RunOptions(
+        link_by=_cfg(ctx, "ettr.link_by", "name_user"),
+        tag_regex=_cfg(ctx, "ettr.tag_regex", r"run=(\S+)"),
+        gap_s=float(_cfg(ctx, "ettr.link_gap_hours", 6.0)) * 3600,
+        u0=u0,
+        w_cp=w_cp,
+        dt_cp=dt_cp,
+        min_run_hours=float(_cfg(ctx, "ettr.min_run_hours", 48.0)),
+        min_gpus=int(_cfg(ctx, "ettr.min_gpus", 1)),
+    )
+    runs = job_runs(engine or _engine(ctx), r_f, _window(since, until), opts)
+    cols = []
+    for w, spec in zip(what_ifs, specs, strict=True):
+        from rsc_health.historian.metrics.ettr import expected_ettr
+
+        what, value, relative = spec
+        rate = r_f * value if what == "rf" and relative else value if what == "rf" else r_f
+        wcp = value if what == "wcp" else w_cp
+        queue = runs["queue_hours"].to_numpy() / 24 / runs["instances"].to_numpy(dtype=float)
+        runs[f"expected {w}"] = expected_ettr(
+            runs["nodes"].to_numpy(dtype=float),
+            rate,
+            np.maximum(runs["productive_hours"].to_numpy(dtype=float) / 24, 1e-9),
+            u0=u0,
+            w_cp=wcp,
+            dt_cp=None if dt_cp is None else np.full(len(runs), dt_cp),
+            queue=queue,
+        )
+        cols.append((f"expected {w}", f"E[ETTR] {w}", ".3f"))
+    shown = runs.head(top)
+    if as_json:
+        return _emit_json(
+            {
+                "r_f": r_f,
+                "runs": len(runs),
+                "mean_measured_ettr": _clean(runs["measured_ettr"].mean()) if len(runs) else None,
+                "mean_expected_ettr": _clean(runs["expected_ettr"].mean()) if len(runs) else None,
+                "top": _records(shown),
+            }
+        )
+    click.echo(
+        f"r_f = {r_f * 1000:.2f} per 1000 node-days; {len(runs)} job runs with >= "
+        f"{opts.min_run_hours:g} h runtime (linked by {opts.link_by})"
+    )
+    if len(runs):
+        click.echo(
+            f"mean measured ETTR {runs['measured_ettr'].mean():.3f}, "
+            f"mean expected ETTR {runs['expected_ettr'].mean():.3f}"
+        )
+    _table(
+        f"Longest {len(shown)} job runs",
+        shown,
+        [
+            ("name", "name", "s"),
+            ("user", "user", "s"),
+            ("gpus", "GPUs", ""),
+            ("instances", "jobs", ""),
+            ("interruptions", "interrupts", ""),
+            ("runtime_hours", "runtime h", ",.1f"),
+            ("wallclock_hours", "wall h", ",.1f"),
+            ("measured_ettr", "ETTR", ".3f"),
+            ("expected_ettr", "E[ETTR]", ".3f"),
+            *cols,
+        ],
+    )
