@@ -201,7 +201,7 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
     nvml.parent.mkdir(parents=True, exist_ok=True)
     nvml.write_text(json.dumps(doc.get("nvml") or {}))
     cfg = Config(data)
-    if obj is not None and obj.config_path:
+    if obj is not None and obj.config_path and obj.config_path != os.devnull:
         cfg = obj.config
         cfg.data.setdefault("gpu", {}).update(backend="replay")
     return cfg, root

@@ -1,0 +1,80 @@
+"""The XID parser on every driver variant and log source, and the file cursor."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rsc_health.collect import kmsg
+
+
+@pytest.mark.parametrize(("line", "xid", "pci", "pid", "name", "sev"), [
+    # /dev/kmsg, current driver (pid + name)
+    ("3,1834,5678901,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has "
+     "fallen off the bus.", 79, "0000:3b:00", "1234", "python3", None),
+    # older driver: no pid/name
+    ("[12345.678901] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+     79, "0000:3b:00", None, None, None),
+    ("Nov 21 03:14:15 gpu042 kernel: NVRM: Xid (PCI:0000:3b:00): 13, Graphics SM Warp "
+     "Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address", 13, "0000:3b:00", None, None,
+     None),
+    # very old driver: no "PCI:" in the address, journal keeps the kernel timestamp
+    ("May  6 00:38:27 alex kernel: [ 4909.922970] NVRM: Xid (0000:01:00): 13, 0005 00000000 "
+     "0000502d 00000104 00000000 00000100", 13, "0000:01:00", None, None, None),
+    # pid unknown
+    ("[  812.100000] NVRM: Xid (PCI:0000:ba:00): 43, pid='<unknown>', name=<unknown>, "
+     "Ch 00000008", 43, "0000:ba:00", "<unknown>", "<unknown>", None),
+    # NVLink5 lines carry their own severity (Blackwell; 4-digit PCI domain)
+    ("6,99,1,-;NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 "
+     "(0x0409a0c2 0x00000008 0x00000001 0x00000000 0x00100000 0x00000004)",
+     145, "0018:01:00", None, None, "nonfatal"),
+    ("2025-12-08T10:00:00.123456+00:00 node7 kernel: NVRM: Xid (PCI:0000:00:00): 149, "
+     "NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 0x00000000 0x00000000 0x00000000 "
+     "0x00000000 0x00000000)", 149, "0000:00:00", None, None, "fatal"),
+])
+def test_every_driver_variant_and_source_parses(line, xid, pci, pid, name, sev):
+    ev = kmsg.parse_line(line)
+    assert ev is not None
+    assert (ev.xid, ev.pci, ev.pid, ev.process, ev.severity) == (xid, pci, pid, name, sev)
+
+
+@pytest.mark.parametrize("line", [
+    "6,1202,3641,-;NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.129.03",
+    "NVRM: Xid (PCI:0000:3b:00): , GPU has fallen off the bus.",
+    "NVRM: Xid (PCI:zzzz:3b:00): 79, GPU has fallen off the bus.",
+    "nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM Fault Up",
+    "",
+])
+def test_non_xid_lines_are_not_events(line):
+    assert kmsg.parse_line(line) is None
+
+
+def test_kmsg_sequence_number_is_kept():
+    ev = kmsg.parse_line("3,4711,1,-;NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.")
+    assert ev.seq == 4711
+
+
+def test_file_source_cursor_reads_each_line_once_and_restarts_on_rotation(tmp_path: Path):
+    log = tmp_path / "var/log/kern.log"
+    log.parent.mkdir(parents=True)
+    line = "Nov 21 03:14:15 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+    log.write_text(line)
+    first = kmsg.read_new_events(tmp_path, ["/var/log/kern.log"], {})
+    assert [e.xid for e in first.events] == [79]
+    again = kmsg.read_new_events(tmp_path, ["/var/log/kern.log"], first.cursor)
+    assert again.events == []
+    with log.open("a") as fh:
+        fh.write(line.replace(": 79,", ": 48,"))
+        fh.write("Nov 21 03:14:16 h kernel: NVRM: Xid (PCI:0000:3b:00): 94, half a li")
+    more = kmsg.read_new_events(tmp_path, ["/var/log/kern.log"], again.cursor)
+    assert [e.xid for e in more.events] == [48]  # the unfinished line waits for its newline
+    log.unlink()
+    log.write_text(line.replace(": 79,", ": 63,"))  # logrotate: a new, shorter file
+    rotated = kmsg.read_new_events(tmp_path, ["/var/log/kern.log"], more.cursor)
+    assert [e.xid for e in rotated.events] == [63]
+
+
+def test_absent_sources_are_not_errors(tmp_path):
+    read = kmsg.read_new_events(tmp_path, ["/dev/kmsg", "/var/log/syslog"], {})
+    assert read.events == [] and read.errors == []
