@@ -1,0 +1,83 @@
+"""`healthctl report`: the nightly lemon report (HTML page + PNGs, summary.txt, report.json)."""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+
+@contextmanager
+def _progress(enabled: bool):
+    """A rich spinner on stderr naming the step in flight; a no-op when disabled or piped."""
+    if not enabled:
+        yield lambda _label: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("starting", total=None)
+        state = {"label": None}
+
+        def step(label: str) -> None:
+            if state["label"]:
+                console.log(f"done: {state['label']}")
+            state["label"] = label
+            progress.update(task, description=label)
+
+        yield step
+        if state["label"]:
+            console.log(f"done: {state['label']}")
+
+
+@click.command()
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
+              help="Directory for report.html, its PNGs, summary.txt and report.json.")
+@click.option("--as-of", "as_of", type=click.DateTime(), default=None,
+              help="Report as of this UTC date/time (default: now).")
+@click.option("--previous", type=click.Path(dir_okay=False, exists=True, path_type=Path),
+              help="report.json to diff lemon candidates against (default: the one in --out).")
+@click.option("--embed/--no-embed", default=None,
+              help="Inline the PNGs as base64 (one file for mail). Default: [report] embed.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress; print only the summary.")
+@click.pass_context
+def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: Path | None,
+           embed: bool | None, quiet: bool) -> None:
+    """Write the nightly lemon report into DIR and print its plain-text summary.
+
+    \b
+    Example (nightly, from cron):
+      healthctl report --out /var/lib/rsc_health/report
+    """
+    from rsc_health.historian import db as hdb
+    from rsc_health.report.gather import GatherOptions, gather
+    from rsc_health.report.render import write_report
+
+    cfg = ctx.obj.config
+    section = cfg.section("report")
+    moment = as_of or datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
+    if embed is None:
+        embed = bool(section.get("embed", False))
+    try:
+        engine = hdb.connect(ctx.obj.database_url)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        options = GatherOptions.from_config(section, cfg.section("lemon"))
+        show = not quiet and click.get_text_stream("stderr").isatty()
+        with _progress(show) as step:
+            data = gather(engine, moment, options, progress=step)
+            written = write_report(data, out_dir, previous=previous, embed=embed, progress=step)
+    finally:
+        engine.dispose()
+    click.echo(written.summary.read_text(), nl=False)
+    if not quiet:
+        click.echo(f"report: {written.html}", err=True)
+    for section_name, note in sorted(data.notes.items()):
+        if not quiet:
+            click.echo(f"note: {section_name}: {note}", err=True)

@@ -1,0 +1,68 @@
+"""`healthctl report` end to end through the CLI, and the shipped cron/systemd examples."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from rsc_health.cli import cli
+
+from .test_gather import AS_OF, engine  # noqa: F401 - the populated-historian fixture
+
+CHECKS = Path(__file__).resolve().parents[2] / "checks"
+
+
+def _invoke(db_url: str, *args: str):
+    return CliRunner().invoke(cli, ["--config", "/dev/null", "--db", db_url, "report", *args],
+                              catch_exceptions=False)
+
+
+def test_report_command_writes_the_page_and_prints_the_summary(engine, tmp_path):  # noqa: F811
+    out = tmp_path / "report"
+    result = _invoke(str(engine.url), "--out", str(out), "--as-of", "2024-06-30")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("rsc-health lemon report 2024-06-30 (28-day window)")
+    assert "gpu001" in result.stdout
+    assert (out / "report.html").exists() and (out / "summary.txt").exists()
+    document = json.loads((out / "report.json").read_text())
+    assert [r["node"] for r in document["lemons"]] == ["gpu001"]
+
+    again = _invoke(str(engine.url), "--out", str(out), "--as-of", "2024-07-01", "--embed")
+    assert again.exit_code == 0, again.output
+    assert "new since 2024-06-30 00:00:00: 0" in again.stdout
+    assert 'src="data:image/png;base64,' in (out / "report.html").read_text()
+
+
+def test_report_command_names_an_unreachable_database(tmp_path):
+    result = CliRunner().invoke(
+        cli, ["--config", "/dev/null", "--db", "postgresql+psycopg://nobody@127.0.0.1:1/x",
+              "report", "--out", str(tmp_path)])
+    assert result.exit_code == 1
+    assert "Error:" in result.output and "127.0.0.1" in result.output
+
+
+def _shipped_args(text: str) -> list[str]:
+    line = next(ln for ln in text.splitlines() if "healthctl" in ln and not ln.startswith("#"))
+    words = shlex.split(line)
+    return words[next(i for i, w in enumerate(words) if w.endswith("healthctl")) + 1:]
+
+
+def test_shipped_cron_and_systemd_examples_run_the_report(engine, tmp_path):  # noqa: F811
+    timer = (CHECKS / "rsc-health-report.timer").read_text()
+    assert re.search(r"^OnCalendar=", timer, re.M)
+    service = (CHECKS / "rsc-health-report.service").read_text()
+    assert "Type=oneshot" in service
+    for name in ("rsc-health-report.cron", "rsc-health-report.service"):
+        args = _shipped_args((CHECKS / name).read_text().replace("ExecStart=", ""))
+        assert args[args.index("--config") + 1] == "/etc/rsc_health/config.toml"
+        # Run exactly what ships, pointed at a scratch config, database and directory.
+        args[args.index("--config") + 1] = "/dev/null"
+        args[args.index("--out") + 1] = str(tmp_path / name)
+        result = CliRunner().invoke(cli, ["--db", str(engine.url), *args],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        assert (tmp_path / name / "report.html").exists()
