@@ -125,7 +125,7 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
         "lemon_nodes": lemon_names,
         "lemons": [{"node": names[n], "cause": c, "job_failures": lemon_fails.get(n, 0)}
                    for n, c in sorted(plan.lemons.items())],
-        "jobs": int(len(np.unique(inst.job))),
+        "jobs": int(np.count_nonzero(np.bincount(inst.job))),
         "sacct_rows": n_rows,
         "transient_events": len(plan.transients),
         "failures": [

@@ -75,6 +75,14 @@ class Jobs:
     limit: np.ndarray  # time limit in seconds
 
 
+def place(lo: np.ndarray, hi: np.ndarray, nnodes: np.ndarray, rng) -> np.ndarray:
+    """First node of each allocation. Multi-node jobs get blocks aligned to their size (as a
+    topology-aware scheduler packs them under leaf switches); single nodes go anywhere."""
+    slots = np.maximum(1, (hi - lo) // nnodes)
+    first = lo + (rng.random(len(lo)) * slots).astype(np.int64) * nnodes
+    return np.minimum(first, hi - nnodes)
+
+
 def _sizes(cfg: SimConfig, fleet: Fleet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     gpus = np.asarray(cfg.size_gpus)
     weights = np.asarray(cfg.size_weights, dtype=float)
@@ -158,7 +166,7 @@ def _draw(
     partition = rng.choice(n_parts, size=n, p=part_shares / part_shares.sum())
     partition[multi] = 0
     lo, hi = fleet.part_lo[partition], fleet.part_hi[partition]
-    first = lo + (rng.random(n) * (hi - lo - nnodes + 1)).astype(np.int64)
+    first = place(lo, hi, nnodes, rng)
 
     outcome = _outcomes(cfg, runtime, gpus, rng)
     frac = rng.random(n)
@@ -225,7 +233,7 @@ def continuation(
     nnodes = inst.nnodes[idx]
     part = jobs.partition[j]
     lo, hi = fleet.part_lo[part], fleet.part_hi[part]
-    first = lo + (rng.random(len(idx)) * (hi - lo - nnodes + 1)).astype(np.int64)
+    first = place(lo, hi, nnodes, rng)
     n = len(idx)
     return Instances(
         job=j,
