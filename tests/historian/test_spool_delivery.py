@@ -1,0 +1,112 @@
+"""The node spool reaches the historian exactly once, keeps waiting while it is down, and
+quarantines lines that are not records."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from rsc_health import spool
+from rsc_health.cli import cli
+from rsc_health.historian import schema
+from rsc_health.historian.db import HistorianUnavailable, connect
+from rsc_health.historian.ingest.delivery import deliver, flush
+from rsc_health.model import Finding, Severity, Status
+
+T = datetime(2024, 3, 1, 9, 55, tzinfo=UTC)
+
+
+def _records() -> list[dict]:
+    findings = [
+        Finding("xid", "gpu2", Status.FAIL, Severity.DRAIN_NOW, "Xid 79", code="xid79"),
+        Finding("ecc", "gpu0", Status.OK, Severity.NONE, "clean"),
+    ]
+    out = spool.check_records(findings, node="gpu003", source="epilog", time=T, job_id="1002")
+    out.append(spool.record("job_start", "gpu003", T, job_id="1002", excluded=["gpu005"]))
+    out.append(spool.record("job_end", "gpu003", T, job_id="1002"))
+    out.append(
+        spool.record("action", "gpu003", T, action="drain_now", reason="xid79", job_id="1002")
+    )
+    return out
+
+
+def _count(engine, table) -> int:
+    with engine.connect() as conn:
+        return conn.execute(select(func.count()).select_from(table)).scalar()
+
+
+def test_every_record_kind_is_delivered_once_even_when_delivered_twice(historian, tmp_path):
+    records = _records()
+    spool.append(tmp_path, records)
+    report = deliver(historian, tmp_path)
+    assert report.delivered == {"check": 2, "job_start": 1, "job_end": 1, "action": 1}
+    assert list(tmp_path.glob("batch-*")) == [] and not (tmp_path / spool.PENDING).exists()
+    # the same records again (a node that re-sent after a lost acknowledgement)
+    spool.append(tmp_path, records)
+    deliver(historian, tmp_path)
+    assert _count(historian, schema.check_results) == 2
+    assert _count(historian, schema.job_exclusions) == 1
+    assert _count(historian, schema.node_actions) == 1
+    with historian.connect() as conn:
+        xid = conn.execute(
+            select(schema.check_results).where(schema.check_results.c.check == "xid")
+        ).one()
+    assert (xid.node, xid.source, xid.job_id, xid.severity, xid.code) == (
+        "gpu003",
+        "epilog",
+        "1002",
+        "drain_now",
+        "xid79",
+    )
+    assert xid.time == datetime(2024, 3, 1, 9, 55)
+
+
+def test_bad_lines_are_quarantined_with_line_numbers(historian, tmp_path):
+    good = _records()
+    spool.append(tmp_path, good[:1])
+    with (tmp_path / spool.PENDING).open("a") as fh:
+        fh.write('{"kind": "check", "id": "x1", "node": "gpu1", "time": "2024-03-01T00:00:00"\n')
+        fh.write('{"kind": "teleport", "id": "x2", "node": "gpu1", "time": "2024-03-01"}\n')
+    spool.append(tmp_path, good[1:2])
+    report = deliver(historian, tmp_path)
+    assert [b.line for _, b in report.quarantined] == [2, 3]
+    assert _count(historian, schema.check_results) == 2
+    (quarantined,) = (tmp_path / "quarantine").iterdir()
+    assert '"line": 3' in quarantined.read_text() and "teleport" in quarantined.read_text()
+    assert list(tmp_path.glob("batch-*")) == []
+
+
+def test_database_down_keeps_the_spool_for_the_next_flush(tmp_path, historian_url, historian):
+    spool.append(tmp_path, _records())
+    down = "postgresql+psycopg://rsc:pw@127.0.0.1:1/history"
+    with pytest.raises(HistorianUnavailable):
+        flush(down, tmp_path)
+    waiting = list(tmp_path.glob("batch-*.jsonl"))
+    assert len(waiting) == 1 and len(waiting[0].read_text().splitlines()) == 5
+    # later results keep arriving while the database is down
+    spool.append(tmp_path, _records())
+    result = CliRunner().invoke(cli, ["--db", down, "spool", "flush", "--dir", str(tmp_path)])
+    assert result.exit_code == 1 and "kept" in result.output
+    assert len(list(tmp_path.glob("batch-*.jsonl"))) == 2
+    # the database is back
+    result = CliRunner().invoke(
+        cli, ["--db", historian_url, "spool", "flush", "--dir", str(tmp_path)]
+    )
+    assert result.exit_code == 0, result.output
+    assert list(tmp_path.glob("batch-*.jsonl")) == []
+    assert _count(historian, schema.check_results) == 4
+
+
+def test_a_failed_write_leaves_the_batch(tmp_path):
+    """The database goes away between claim and write: the batch stays to be retried."""
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    spool.append(tmp_path / "spool", _records())
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE node_actions")
+    with pytest.raises(Exception):  # noqa: B017 -- any failure must keep the batch
+        deliver(engine, tmp_path / "spool")
+    assert len(list((tmp_path / "spool").glob("batch-*.jsonl"))) == 1
+    engine.dispose()
