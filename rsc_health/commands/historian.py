@@ -1,0 +1,351 @@
+"""`healthctl db | ingest | ticket | spool | attribute`: the historian's write side."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import click
+
+from rsc_health.config import state_dir
+from rsc_health.historian import db as hdb
+from rsc_health.historian.ingest import IngestReport
+
+MAX_BAD_SHOWN = 20
+
+
+def _engine(ctx: click.Context, *, upgrade: bool = False):
+    try:
+        return hdb.connect(ctx.obj.database_url, upgrade=upgrade)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _print_report(report: IngestReport, as_json: bool) -> None:
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "source": report.source,
+                    "read": report.read,
+                    "written": report.written,
+                    "skipped": report.skipped,
+                    "bad": [{"line": b.line, "error": b.message} for b in report.bad],
+                }
+            )
+        )
+        return
+    click.echo(report.summary())
+    for bad in report.bad[:MAX_BAD_SHOWN]:
+        click.echo(f"  skipped {bad}", err=True)
+    if len(report.bad) > MAX_BAD_SHOWN:
+        click.echo(f"  ... and {len(report.bad) - MAX_BAD_SHOWN} more", err=True)
+
+
+json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+
+
+# -- db ---------------------------------------------------------------------------------------
+
+
+@click.group()
+def db() -> None:
+    """Create, inspect and migrate the historian database."""
+
+
+@db.command()
+@click.pass_context
+def upgrade(ctx: click.Context) -> None:
+    """Create the schema, or migrate an existing database to this release (rows are kept)."""
+    url = ctx.obj.database_url
+    try:
+        before, after, applied = hdb.upgrade(url)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+    if before is None:
+        click.echo(f"created {hdb.safe_url(url)} at schema version {after}")
+    elif applied:
+        click.echo(f"migrated {hdb.safe_url(url)} from version {before} to {after}")
+    else:
+        click.echo(f"{hdb.safe_url(url)} is at schema version {after}: nothing to do")
+
+
+@db.command("status")
+@json_option
+@click.pass_context
+def db_status(ctx: click.Context, as_json: bool) -> None:
+    """Schema version and row counts."""
+    url = ctx.obj.database_url
+    engine = hdb.engine_for(url)
+    try:
+        version = hdb.current_version(engine)
+        counts = hdb.table_counts(engine) if version is not None else {}
+    except Exception as exc:  # noqa: BLE001 -- any driver error means "cannot read it"
+        raise click.ClickException(f"{hdb.safe_url(url)}: {exc}") from exc
+    finally:
+        engine.dispose()
+    from rsc_health.historian.schema import SCHEMA_VERSION
+
+    state = (
+        "empty"
+        if version is None
+        else "current"
+        if version == SCHEMA_VERSION
+        else "needs `healthctl db upgrade`"
+        if version < SCHEMA_VERSION
+        else "newer than this release"
+    )
+    if as_json:
+        out = {"url": hdb.safe_url(url), "version": version, "state": state, "rows": counts}
+        click.echo(json.dumps(out))
+        return
+    click.echo(f"{hdb.safe_url(url)}: schema version {version} ({state})")
+    for table, n in counts.items():
+        click.echo(f"  {table:<16} {n:>12,}")
+
+
+# -- ingest -----------------------------------------------------------------------------------
+
+
+@click.group()
+def ingest() -> None:
+    """Load Slurm accounting, node events and health results into the historian."""
+
+
+def _file_or_none(_ctx, _param, value):
+    if value is not None and value != "-" and not Path(value).exists():
+        raise click.BadParameter(f"{value}: no such file")
+    return value
+
+
+@ingest.command("sacct")
+@click.option("--file", "path", callback=_file_or_none, help="sacct --parsable2 output ('-').")
+@click.option("--since", help="Start (sacct -S) instead of the stored cursor.")
+@json_option
+@click.pass_context
+def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_json: bool) -> None:
+    """Job instances from `sacct -a -X -D --parsable2` (run incrementally, or --file)."""
+    from rsc_health.historian.ingest import sacct
+
+    cfg = ctx.obj.config.section("historian")
+    engine = _engine(ctx)
+    try:
+        gpn = int(cfg.get("gpus_per_node", 8))
+        if path is not None:
+            source = sys.stdin if path == "-" else Path(path)
+            report = sacct.ingest_text(engine, source, gpus_per_node=gpn)
+        else:
+            report = sacct.ingest_incremental(
+                engine,
+                since=since,
+                gpus_per_node=gpn,
+                timeout_s=float(cfg.get("sacct_timeout_s", 600)),
+                default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
+            )
+    except (sacct.SacctError, hdb.HistorianError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.dispose()
+    _print_report(report, as_json)
+
+
+@ingest.command("events")
+@click.option("--file", "path", callback=_file_or_none, help="`sacctmgr -P show event` output.")
+@click.option("--since", help="Start= for sacctmgr (default [historian] first_start).")
+@json_option
+@click.pass_context
+def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_json: bool) -> None:
+    """Node down/drain periods from `sacctmgr -P show event` (or --file)."""
+    from rsc_health.historian.ingest import events
+
+    cfg = ctx.obj.config.section("historian")
+    engine = _engine(ctx)
+    try:
+        if path == "-":
+            report = events.ingest_lines(engine, sys.stdin)
+        elif path is not None:
+            report = events.ingest_file(engine, path)
+        else:
+            start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
+            text = events.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
+            report = events.ingest_text(engine, text)
+    except (events.EventsError, hdb.HistorianError) as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.dispose()
+    _print_report(report, as_json)
+
+
+@ingest.command("checks")
+@click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines ('-').")
+@json_option
+@click.pass_context
+def ingest_checks(ctx: click.Context, path: str, as_json: bool) -> None:
+    """Health results from JSON Lines (time, node, check, status, severity, ...)."""
+    from rsc_health.historian.ingest import checks
+
+    engine = _engine(ctx)
+    try:
+        if path == "-":
+            report = checks.ingest_lines(engine, sys.stdin)
+        else:
+            report = checks.ingest_file(engine, path)
+    finally:
+        engine.dispose()
+    _print_report(report, as_json)
+
+
+@ingest.command("exclusions")
+@click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines.")
+@json_option
+@click.pass_context
+def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
+    """Nodes jobs excluded, from JSON Lines (job_id, node, time): the simulator's export."""
+    from rsc_health.historian.ingest import exclusions
+
+    engine = _engine(ctx)
+    try:
+        report = exclusions.ingest_file(engine, path)
+    finally:
+        engine.dispose()
+    _print_report(report, as_json)
+
+
+# -- tickets ----------------------------------------------------------------------------------
+
+
+@click.group()
+def ticket() -> None:
+    """Repair tickets: when a node went to (and came back from) hands-on repair."""
+
+
+@ticket.command("open")
+@click.argument("node")
+@click.option("--reason", required=True, help="What is wrong.")
+@click.pass_context
+def ticket_open(ctx: click.Context, node: str, reason: str) -> None:
+    """Open a repair ticket for NODE."""
+    from rsc_health.historian.ingest import tickets
+
+    engine = _engine(ctx)
+    try:
+        click.echo(f"ticket {tickets.open_ticket(engine, node, reason)} opened for {node}")
+    finally:
+        engine.dispose()
+
+
+@ticket.command("close")
+@click.argument("ticket_id", type=int)
+@click.pass_context
+def ticket_close(ctx: click.Context, ticket_id: int) -> None:
+    """Close ticket TICKET_ID."""
+    from rsc_health.historian.ingest import tickets
+
+    engine = _engine(ctx)
+    try:
+        closed = tickets.close_ticket(engine, ticket_id)
+    except tickets.TicketError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.dispose()
+    click.echo(f"ticket {closed.id} for {closed.node} closed")
+
+
+@ticket.command("list")
+@click.option("--open", "open_only", is_flag=True, help="Only tickets still open.")
+@click.option("--node", help="Only this node.")
+@json_option
+@click.pass_context
+def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: bool) -> None:
+    """List tickets, oldest first."""
+    from rsc_health.historian.ingest import tickets
+
+    engine = _engine(ctx)
+    try:
+        rows = tickets.list_tickets(engine, open_only=open_only, node=node)
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "id": t.id,
+                        "node": t.node,
+                        "opened": t.opened.isoformat(),
+                        "closed": t.closed.isoformat() if t.closed else None,
+                        "reason": t.reason,
+                        "source": t.source,
+                    }
+                    for t in rows
+                ]
+            )
+        )
+        return
+    for t in rows:
+        closed = f"{t.closed:%Y-%m-%d %H:%M}" if t.closed else "open"
+        click.echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
+
+
+@ticket.command("import")
+@click.option("--file", "path", required=True, callback=_file_or_none, help="CSV export.")
+@json_option
+@click.pass_context
+def ticket_import(ctx: click.Context, path: str, as_json: bool) -> None:
+    """Import tickets from CSV with columns node,opened,closed,reason."""
+    from rsc_health.historian.ingest import tickets
+
+    engine = _engine(ctx)
+    try:
+        report = tickets.import_csv(engine, path)
+    except tickets.TicketError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.dispose()
+    _print_report(report, as_json)
+
+
+# -- spool ------------------------------------------------------------------------------------
+
+
+@click.group()
+def spool() -> None:
+    """The node's local spool of results waiting for the database."""
+
+
+@spool.command("flush")
+@click.option("--dir", "directory", type=click.Path(file_okay=False), help="Spool directory.")
+@click.pass_context
+def spool_flush(ctx: click.Context, directory: str | None) -> None:
+    """Deliver spooled results to the historian, exactly once; keep them if it is down."""
+    from rsc_health.historian.ingest import delivery
+
+    spool_dir = Path(directory) if directory else state_dir(ctx.obj.config, ctx.obj.root) / "spool"
+    try:
+        report = delivery.flush(ctx.obj.database_url, spool_dir)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(f"{exc} (spooled results kept in {spool_dir})") from exc
+    click.echo(report.summary())
+    for batch, bad in report.quarantined[:MAX_BAD_SHOWN]:
+        click.echo(f"  quarantined {batch} {bad}", err=True)
+
+
+# -- attribution ------------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--since", type=click.DateTime(), help="Only jobs that ended at or after (UTC).")
+@click.pass_context
+def attribute(ctx: click.Context, since: datetime | None) -> None:
+    """Attribute FAILED / NODE_FAIL jobs to the health checks that fired around their end."""
+    from rsc_health.historian.attribute import Window
+    from rsc_health.historian.attribute import attribute as run
+
+    engine = _engine(ctx)
+    try:
+        report = run(engine, window=Window.from_config(ctx.obj.config), since=since)
+    finally:
+        engine.dispose()
+    click.echo(report.summary())
