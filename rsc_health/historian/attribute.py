@@ -1,0 +1,172 @@
+"""Why did a job fail? Blame FAILED and NODE_FAIL job instances on the health checks that fired
+on their nodes around their end (paper III: "detected within the last 10 minutes or 5 minutes
+after a failing job's lifetime").
+
+Rules, in order, all pushed down to the database as INSERT ... SELECT:
+1. check:  every failing check result (status fail with a drain severity, or any non-ok XID)
+   on one of the job's nodes in [end - before_s, end + after_s] -> one row per
+   (job, node, check family); several causes and culprit nodes are normal.
+2. event:  a NODE_FAIL with no such check -> the job's node(s) whose own out-of-service event
+   was open at the job's end (cause `node_down`).
+3. unattributed: a NODE_FAIL with neither -> one row, cause `unattributed`, no node.
+A FAILED job without a failing check gets no row: nothing says the hardware failed (the
+paper's r_f counts only *attributed* FAILED jobs).
+
+Re-running replaces the rows of every job it considers, so it is idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+import pandas as pd
+from sqlalchemy import Engine, and_, delete, exists, func, literal, or_, select
+from sqlalchemy.sql import ColumnElement
+
+from rsc_health.historian import schema
+
+FAILED_STATES = ("FAILED", "NODE_FAIL")
+DRAIN_SEVERITIES = ("drain_after_job", "drain_now")
+J, JN, C, E, A = (
+    schema.jobs,
+    schema.job_nodes,
+    schema.check_results,
+    schema.node_events,
+    schema.attributions,
+)
+
+
+@dataclass(frozen=True)
+class Window:
+    before_s: int = 600
+    after_s: int = 300
+
+    @classmethod
+    def from_config(cls, cfg) -> Window:
+        section = cfg.section("attribution") if cfg is not None else {}
+        return cls(int(section.get("before_s", 600)), int(section.get("after_s", 300)))
+
+
+def _shift(engine: Engine, column: ColumnElement, seconds: int) -> ColumnElement:
+    """column + seconds, in the database's own date arithmetic."""
+    if engine.dialect.name == "sqlite":
+        # SQLAlchemy stores "YYYY-MM-DD HH:MM:SS.ffffff"; produce the same text so the string
+        # comparison is exact at the window's edges (sacct times are whole seconds).
+        return func.strftime("%Y-%m-%d %H:%M:%S", column, f"{seconds:+d} seconds").op("||")(
+            literal(".000000")
+        )
+    return column + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
+
+
+def failing_check() -> ColumnElement:
+    return or_(
+        and_(C.c.status == "fail", C.c.severity.in_(DRAIN_SEVERITIES)),
+        and_(C.c.check == "xid", C.c.status.in_(("warn", "fail"))),
+    )
+
+
+@dataclass
+class AttributionReport:
+    jobs: int
+    by_kind: dict[str, int]
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{k} {n}" for k, n in sorted(self.by_kind.items())) or "none"
+        return f"attributed {self.jobs} failed job instance(s): {parts}"
+
+
+def attribute(
+    engine: Engine, *, window: Window = Window(), since: datetime | None = None
+) -> AttributionReport:
+    """(Re)attribute every FAILED/NODE_FAIL instance that ended at or after `since`."""
+    targets = select(J.c.id).where(J.c.state.in_(FAILED_STATES), J.c.end.is_not(None))
+    if since is not None:
+        targets = targets.where(J.c.end >= since)
+    lo = _shift(engine, J.c.end, -window.before_s)
+    hi = _shift(engine, J.c.end, window.after_s)
+
+    by_check = (
+        select(
+            J.c.id,
+            C.c.node,
+            C.c.check,
+            func.min(C.c.code),
+            func.min(C.c.id),
+            literal("check"),
+        )
+        .select_from(J.join(JN, JN.c.job_pk == J.c.id))
+        .join(C, and_(C.c.node == JN.c.node, C.c.time >= lo, C.c.time <= hi))
+        .where(J.c.id.in_(targets), failing_check())
+        .group_by(J.c.id, C.c.node, C.c.check)
+    )
+    has_row = exists().where(A.c.job_pk == J.c.id)
+    by_event = (
+        select(
+            J.c.id,
+            E.c.node,
+            literal("node_down"),
+            func.min(E.c.state),
+            func.min(E.c.id),
+            literal("event"),
+        )
+        .select_from(J.join(JN, JN.c.job_pk == J.c.id))
+        .join(
+            E,
+            and_(
+                E.c.node == JN.c.node,
+                E.c.start <= hi,
+                or_(E.c.end.is_(None), E.c.end >= J.c.end),
+            ),
+        )
+        .where(J.c.id.in_(targets), J.c.state == "NODE_FAIL", ~has_row)
+        .group_by(J.c.id, E.c.node)
+    )
+    unattributed = select(
+        J.c.id,
+        literal(None),
+        literal("unattributed"),
+        literal(""),
+        literal(""),
+        literal("unattributed"),
+    ).where(J.c.id.in_(targets), J.c.state == "NODE_FAIL", ~has_row)
+
+    cols = [A.c.job_pk, A.c.node, A.c.cause, A.c.code, A.c.evidence, A.c.kind]
+    with engine.begin() as conn:
+        conn.execute(delete(A).where(A.c.job_pk.in_(targets)))
+        for query in (by_check, by_event, unattributed):
+            conn.execute(A.insert().from_select(cols, query))
+        counts = conn.execute(
+            select(A.c.kind, func.count(func.distinct(A.c.job_pk)))
+            .where(A.c.job_pk.in_(targets))
+            .group_by(A.c.kind)
+        ).all()
+        jobs = conn.execute(select(func.count()).select_from(targets.subquery())).scalar()
+    return AttributionReport(int(jobs or 0), {k: int(n) for k, n in counts})
+
+
+def causes_by_job(engine: Engine) -> pd.DataFrame:
+    """job_pk, cause, nodes (culprit count) for every attributed instance."""
+    query = (
+        select(A.c.job_pk, A.c.cause, A.c.kind, func.count(A.c.node).label("nodes"))
+        .group_by(A.c.job_pk, A.c.cause, A.c.kind)
+        .order_by(A.c.job_pk, A.c.cause)
+    )
+    with engine.connect() as conn:
+        return pd.DataFrame(conn.execute(query).all(), columns=["job_pk", "cause", "kind", "nodes"])
+
+
+def cooccurrence(engine: Engine) -> pd.DataFrame:
+    """How often two causes were attributed to the same failed instance (paper: PCIe with
+    XID 79). Columns cause_a, cause_b (cause_a < cause_b), jobs; most frequent first."""
+    pairs = select(A.c.job_pk, A.c.cause).where(A.c.kind == "check").distinct().subquery()
+    a, b = pairs.alias("a"), pairs.alias("b")
+    query = (
+        select(a.c.cause, b.c.cause, func.count().label("jobs"))
+        .select_from(a.join(b, and_(a.c.job_pk == b.c.job_pk, a.c.cause < b.c.cause)))
+        .group_by(a.c.cause, b.c.cause)
+        .order_by(func.count().desc(), a.c.cause, b.c.cause)
+    )
+    with engine.connect() as conn:
+        rows = conn.execute(query).all()
+    return pd.DataFrame(rows, columns=["cause_a", "cause_b", "jobs"]).astype({"jobs": int})
