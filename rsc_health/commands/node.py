@@ -18,7 +18,6 @@ import os
 import socket
 import stat
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -69,6 +68,8 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
 
     families = _families(only)
     if snapshot:
+        import tempfile  # only replay needs it; keep the prolog's import time down
+
         with tempfile.TemporaryDirectory(prefix="rsc_health-replay-") as tmp:
             cfg, root = restore_snapshot(Path(snapshot), Path(tmp), obj)
             findings = run(cfg, root, only=families)
