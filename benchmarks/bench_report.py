@@ -1,0 +1,202 @@
+"""Benchmark the nightly report: wall time per phase and peak RSS.
+
+Three ways to feed it, from cheapest to most real:
+
+  python3 benchmarks/bench_report.py --synthetic
+      ReportData built directly at the paper's scale (3,000 nodes of lemon features, 11 months
+      of daily rolling rates by mode, every size bucket): measures plotting + rendering alone.
+  python3 benchmarks/bench_report.py --db URL [--as-of DATE]
+      gather + render against an existing historian (SQLite or PostgreSQL), e.g. one a
+      historian or lemon benchmark filled at the paper's scale (3,000 nodes, 4M jobs, 11 months).
+  python3 benchmarks/bench_report.py --sim-nodes 3000 --sim-days 330
+      simulate a fleet (rsc_health.sim), ingest and attribute it into a fresh SQLite historian
+      under --work, then gather + render as of the end of the simulated period.
+
+Prints one JSON object: seconds per phase, peak RSS in MiB, the data sizes. The nightly target is
+under 2 minutes on 2 cores (issue 5).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rsc_health.report.data import PAPER_FEATURES, ReportData
+from rsc_health.report.render import write_report
+
+MODES = ("infiniband", "mount", "gpu_memory", "pcie", "xid", "nvlink", "gpu", "node_down")
+SIZES = [8, 16, 32, 64, 128, 256, 512, 1024, 2048]
+
+
+def peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def synthetic(nodes: int, days: int, lemons: int, seed: int = 0) -> ReportData:
+    """Paper-scale shapes with paper-like values; what matters here is the size of each frame."""
+    rng = np.random.default_rng(seed)
+    as_of = datetime(2024, 9, 1)
+    dates = pd.date_range(as_of - timedelta(days=days - 1), as_of, freq="D")
+    rolling = pd.DataFrame(
+        {
+            "time": np.repeat(dates.values, len(MODES)),
+            "mode": np.tile(MODES, len(dates)),
+            "rate_per_1000_node_days": rng.gamma(1.5, 0.6, len(dates) * len(MODES)),
+        }
+    )
+    names = [f"node{i:04d}" for i in range(nodes)]
+    features = pd.DataFrame({"node": names})
+    for feature in PAPER_FEATURES:
+        features[feature] = rng.poisson(0.3, nodes)
+    features["single_node_node_failure_rate"] = rng.beta(0.3, 20, nodes)
+    r_f = 6.5e-3
+    mttf = pd.DataFrame({"gpus": SIZES})
+    mttf["projected_hours"] = 24.0 / (mttf["gpus"] / 8 * r_f)
+    mttf["mttf_hours"] = mttf["projected_hours"] * rng.uniform(0.7, 1.4, len(SIZES))
+    mttf["ci_low_hours"] = mttf["mttf_hours"] * 0.75
+    mttf["ci_high_hours"] = mttf["mttf_hours"] * 1.4
+    ettr_gpus = rng.choice([128, 256, 512, 1024, 2048, 4096], 200)
+    measured = rng.uniform(0.8, 0.95, 200)
+    picked = rng.choice(nodes, lemons, replace=False)
+    return ReportData(
+        as_of=as_of,
+        outcomes=pd.DataFrame({
+            "state": ["COMPLETED", "FAILED", "FAILED (HW)", "CANCELLED", "PREEMPTED",
+                      "REQUEUED", "NODE_FAIL", "TIMEOUT", "OUT_OF_MEMORY"],
+            "jobs": [2.4e6, 9.6e5, 4e3, 1.4e5, 3.4e5, 8e4, 4e3, 2.4e4, 4e3],
+            "gpu_hours": [3e7, 6e6, 2e6, 1e6, 4e6, 1e6, 6e6, 3e5, 1e4],
+        }),
+        causes=pd.DataFrame({
+            "cause": list(MODES) + ["unattributed"],
+            "failures": rng.integers(20, 400, len(MODES) + 1),
+            "rate_per_gpu_hour": rng.uniform(1e-7, 1e-5, len(MODES) + 1),
+        }),
+        rolling=rolling,
+        mttf=mttf,
+        goodput=pd.DataFrame({
+            "gpus": SIZES,
+            "failure_gpu_hours": rng.uniform(1e2, 1e5, len(SIZES)),
+            "preemption_gpu_hours": rng.uniform(1e2, 1e4, len(SIZES)),
+        }),
+        ettr=pd.DataFrame({
+            "run": [f"run{i}" for i in range(200)], "gpus": ettr_gpus, "measured": measured,
+            "ci_low": measured - 0.03, "ci_high": measured + 0.03,
+            "expected": 1 - ettr_gpus / 8 * r_f * 0.05,
+        }),
+        features=features,
+        lemons=pd.DataFrame({
+            "node": [names[i] for i in picked],
+            "rules": [["node_fails>=3"]] * lemons,
+            "evidence": [["node_fails=4 >= 3", "failed jobs: 1 FAILED (xid)"]] * lemons,
+        }),
+        guard={"state": "not triggered", "detail": "bench"},
+    )
+
+
+def simulate_historian(nodes: int, days: float, work: Path, seed: int) -> tuple[str, datetime]:
+    from rsc_health.historian.attribute import attribute
+    from rsc_health.historian.db import connect
+    from rsc_health.historian.ingest import checks, events, exclusions, sacct
+    from rsc_health.historian.ingest import tickets as ticket_ingest
+    from rsc_health.sim.config import SimConfig
+    from rsc_health.sim.core import simulate
+
+    out = work / f"sim-{nodes}x{days:g}-seed{seed}"
+    simulate(SimConfig(nodes=nodes, days=days, seed=seed), out)
+    db = out / "historian.db"
+    db.unlink(missing_ok=True)
+    url = f"sqlite:///{db}"
+    engine = connect(url)  # creates the schema, version row included
+    try:
+        sacct.ingest_text(engine, out / "sacct.txt")
+        events.ingest_file(engine, out / "events.txt")
+        checks.ingest_file(engine, out / "checks.jsonl")
+        exclusions.ingest_file(engine, out / "exclusions.jsonl")
+        ticket_ingest.import_csv(engine, out / "tickets.csv")
+        attribute(engine)
+    finally:
+        engine.dispose()
+    truth = json.loads((out / "truth.json").read_text())
+    return url, datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--synthetic", action="store_true", help="paper-scale ReportData (default)")
+    src.add_argument("--db", metavar="URL", help="gather from this historian")
+    src.add_argument("--sim-nodes", type=int, metavar="N", help="simulate N nodes first")
+    p.add_argument("--sim-days", type=float, default=330)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--as-of", type=datetime.fromisoformat, help="with --db (default: now)")
+    p.add_argument("--nodes", type=int, default=3000, help="--synthetic: nodes")
+    p.add_argument("--days", type=int, default=330, help="--synthetic: days of rolling rates")
+    p.add_argument("--lemons", type=int, default=25, help="--synthetic: lemon candidates")
+    p.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
+    args = p.parse_args(argv)
+
+    work = args.work or Path(tempfile.mkdtemp(prefix="bench-report-"))
+    work.mkdir(parents=True, exist_ok=True)
+    result: dict = {"source": "synthetic"}
+    t0 = time.perf_counter()
+    if args.db or args.sim_nodes:
+        from rsc_health.historian.db import connect
+        from rsc_health.report.gather import gather
+
+        if args.sim_nodes:
+            url, as_of = simulate_historian(args.sim_nodes, args.sim_days, work, args.seed)
+            result.update(source="sim", sim_nodes=args.sim_nodes, sim_days=args.sim_days,
+                          simulate_ingest_s=round(time.perf_counter() - t0, 2))
+        else:
+            url = args.db
+            as_of = args.as_of or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+            result["source"] = "db"
+        engine = connect(url)
+        result["dialect"] = engine.dialect.name
+        t1 = time.perf_counter()
+        marks: list[tuple[str, float]] = []
+        data = gather(engine, as_of, progress=lambda s: marks.append((s, time.perf_counter())))
+        engine.dispose()
+        done = time.perf_counter()
+        result["gather_s"] = round(done - t1, 2)
+        # Each progress mark starts a step; it ends where the next one starts.
+        ends = [t for _, t in marks[1:]] + [done]
+        result["gather_steps_s"] = {
+            label: round(end - start, 2) for (label, start), end in zip(marks, ends, strict=True)
+        }
+        with connect(url).connect() as conn:
+            from sqlalchemy import func, select
+
+            from rsc_health.historian.schema import jobs
+
+            result["jobs"] = conn.execute(select(func.count()).select_from(jobs)).scalar_one()
+        result["notes"] = data.notes
+    else:
+        data = synthetic(args.nodes, args.days, args.lemons, args.seed)
+    result["rss_before_render_mib"] = round(peak_rss_mib(), 1)
+    t2 = time.perf_counter()
+    written = write_report(data, work / "report")
+    result["render_s"] = round(time.perf_counter() - t2, 2)
+    result.update(
+        report_s=round(result.get("gather_s", 0) + result["render_s"], 2),
+        peak_rss_mib=round(peak_rss_mib(), 1),
+        nodes=len(data.features),
+        lemons=len(data.lemons),
+        rolling_rows=len(data.rolling),
+        out=str(written.html),
+    )
+    print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
