@@ -133,12 +133,7 @@ def plan_jobs(cfg: SimConfig, fleet: Fleet, rng: np.random.Generator) -> tuple[J
     per_class = ran.reshape(len(sizes), per).mean(axis=1)
     used = float(np.sum(weights * sizes * per_class))
     n = max(1, int(round(capacity / used)))
-    jobs, inst = _draw(cfg, fleet, n, horizon, rng)
-    # Preempted jobs that requeue come back under the same JobID for the rest of their work.
-    req = np.flatnonzero(inst.state == S["REQUEUED"])
-    if len(req):
-        inst = Instances.concat([inst, continuation(cfg, fleet, jobs, inst, req, rng)])
-    return jobs, inst
+    return _draw(cfg, fleet, n, horizon, rng)
 
 
 def _draw(

@@ -66,10 +66,18 @@ def apply_failures(
     rng: np.random.Generator,
 ) -> Instances:
     failures = plan.failures
-    alive = np.ones(len(inst), dtype=bool)
     todo = np.arange(len(inst))
+    wait_out_repairs(inst, todo, failures)
+    # Preempted jobs that requeue come back under the same JobID for the rest of their work
+    # (planned only now that their own start is final).
+    req = np.flatnonzero(inst.state == S["REQUEUED"])
+    if len(req):
+        base = len(inst)
+        inst = Instances.concat([inst, continuation(cfg, fleet, jobs, inst, req, rng)])
+        wait_out_repairs(inst, np.arange(base, len(inst)), failures)
+        todo = np.arange(len(inst))
+    alive = np.ones(len(inst), dtype=bool)
     for _ in range(MAX_ROUNDS):
-        wait_out_repairs(inst, todo, failures)
         hits = find_hits(inst, todo, failures)
         if not hits:
             break
@@ -104,6 +112,7 @@ def apply_failures(
         inst = Instances.concat([inst, nxt])
         alive = np.concatenate([alive, np.ones(len(nxt), dtype=bool)])
         todo = np.arange(base, len(inst))
+        wait_out_repairs(inst, todo, failures)
     return inst.take(np.flatnonzero(alive))
 
 

@@ -1,0 +1,30 @@
+"""Small simulated fleets shared by the simulator tests (simulated once per session)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from rsc_health.sim import SimConfig, simulate
+
+
+def read_sacct(path: Path) -> list[dict[str, str]]:
+    """A plain `--parsable2` reader: '|' separated, first line is the header, no quoting."""
+    with path.open(encoding="utf-8", newline="") as fh:
+        return list(csv.DictReader(fh, delimiter="|", quoting=csv.QUOTE_NONE))
+
+
+@pytest.fixture(scope="session")
+def fleet(tmp_path_factory) -> dict:
+    """256 nodes x 60 days: big enough for the paper's job-mix shares to settle."""
+    out = tmp_path_factory.mktemp("sim_fleet")
+    result = simulate(SimConfig(nodes=256, days=60, seed=11), out)
+    return {
+        "dir": out,
+        "result": result,
+        "rows": read_sacct(out / "sacct.txt"),
+        "truth": json.loads((out / "truth.json").read_text()),
+    }
