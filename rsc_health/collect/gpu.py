@@ -33,6 +33,7 @@ NVML_ERRORS = {
 }
 NVML_ERROR_NAMES = {code: name for name, code in NVML_ERRORS.items()}
 NOT_SUPPORTED = "NVML_ERROR_NOT_SUPPORTED"
+LOST = "NVML_ERROR_GPU_IS_LOST"
 # Asking for a link index the GPU does not have answers INVALID_ARGUMENT / NOT_SUPPORTED.
 ABSENT = {NOT_SUPPORTED, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_FUNCTION_NOT_FOUND"}
 
@@ -197,6 +198,9 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
         state.pci_bus_id = val(dev.get("pci_bus_id"))
         state.name = val(dev.get("name"))
         state.field_errors = dict(_field_errors(dev))
+        # A GPU that falls off the bus mid-read answers GPU_IS_LOST field by field.
+        if not state.error and LOST in state.field_errors.values():
+            state.error, state.field_errors = LOST, {}
         gpus.append(state)
     return GpuReport(None, val(doc.get("driver_version")), gpus)
 

@@ -76,9 +76,11 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
             node = json.loads(Path(snapshot).read_text()).get("node", "")
             shown_root = f"snapshot:{snapshot}"
     else:
-        cfg, root = obj.config, obj.root
+        node = socket.gethostname().split(".")[0]
+        # [nodes."GLOB"] overrides apply to this node (the prolog also knows the partition).
+        cfg, root = obj.config.for_node(node), obj.root
         findings = run(cfg, root, only=families)
-        node, shown_root = socket.gethostname(), str(root)
+        shown_root = str(root)
     verdict = decide(findings)
     if as_json:
         doc = {

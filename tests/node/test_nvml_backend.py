@@ -1,0 +1,106 @@
+"""The live NVML backend, driven through pynvml's real function names with NVML answers
+faked at the pynvml boundary (no GPU here): errors become data, never exceptions."""
+
+from __future__ import annotations
+
+import pynvml
+import pytest
+
+from rsc_health.collect.gpu import NvmlBackend, parse_answers
+
+
+class FakeNvml:
+    """Answers for a 2-GPU node; `fail` maps a pynvml function name to an NVML error code."""
+
+    def __init__(self, fail: dict[str, int] | None = None, lost: int | None = None):
+        self.fail = fail or {}
+        self.lost = lost
+
+    def install(self, monkeypatch):
+        def fn(name, result):
+            def call(*args):
+                if name in self.fail:
+                    raise pynvml.NVMLError(self.fail[name])
+                if self.lost is not None and args and args[0] == f"h{self.lost}":
+                    raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+                return result(*args) if callable(result) else result
+            monkeypatch.setattr(pynvml, name, call)
+
+        class Pci:
+            busId = b"00000000:18:00.0"
+
+        fn("nvmlInit", None)
+        fn("nvmlShutdown", None)
+        fn("nvmlSystemGetDriverVersion", "535.129.03")
+        fn("nvmlDeviceGetCount", 2)
+        fn("nvmlDeviceGetHandleByIndex", lambda i: f"h{i}")
+        fn("nvmlDeviceGetUUID", lambda h: f"GPU-{h}")
+        fn("nvmlDeviceGetPciInfo", Pci())
+        fn("nvmlDeviceGetName", "NVIDIA H100 80GB HBM3")
+        fn("nvmlDeviceGetEccMode", [1, 1])
+        fn("nvmlDeviceGetTotalEccErrors", lambda h, e, c: 3 if e == 1 and c == 0 else 0)
+        fn("nvmlDeviceGetRetiredPages", [])
+        fn("nvmlDeviceGetRetiredPagesPendingStatus", 0)
+        fn("nvmlDeviceGetRemappedRows", (0, 1, 1, 0))
+
+        def link_state(h, link):
+            if link >= 18:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+            return 1
+
+        fn("nvmlDeviceGetNvLinkState", link_state)
+        fn("nvmlDeviceGetNvLinkErrorCounter", 0)
+        fn("nvmlDeviceGetCurrPcieLinkGeneration", 5)
+        fn("nvmlDeviceGetMaxPcieLinkGeneration", 5)
+        fn("nvmlDeviceGetCurrPcieLinkWidth", 16)
+        fn("nvmlDeviceGetMaxPcieLinkWidth", 16)
+        fn("nvmlDeviceGetPcieReplayCounter", 0)
+        fn("nvmlDeviceGetTemperature", 40)
+        fn("nvmlDeviceGetCurrentClocksThrottleReasons", 1)
+
+
+def test_live_backend_reads_every_field_through_pynvml(monkeypatch):
+    FakeNvml().install(monkeypatch)
+    doc = NvmlBackend(max_links=36).read()
+    dev = doc["devices"][0]
+    assert dev["pci_bus_id"] == "00000000:18:00.0"
+    assert dev["ecc"]["volatile"]["uncorrected"] == 3
+    assert dev["remapped_rows"] == {"correctable": 0, "uncorrectable": 1, "pending": 1,
+                                    "failure": 0}
+    assert len(dev["nvlink"]) == 18  # stops at the first link NVML says does not exist
+    assert dev["retired_pages"] == {"sbe": 0, "dbe": 0, "pending": 0}
+    report = parse_answers(doc)
+    assert report.error is None and [g.index for g in report.gpus] == [0, 1]
+
+
+@pytest.mark.parametrize(("code", "name"), [
+    (pynvml.NVML_ERROR_LIBRARY_NOT_FOUND, "NVML_ERROR_LIBRARY_NOT_FOUND"),
+    (pynvml.NVML_ERROR_DRIVER_NOT_LOADED, "NVML_ERROR_DRIVER_NOT_LOADED"),
+])
+def test_nvml_init_failure_is_data(monkeypatch, code, name):
+    FakeNvml(fail={"nvmlInit": code}).install(monkeypatch)
+    assert NvmlBackend().read() == {"error": name}
+
+
+def test_lost_gpu_and_unsupported_fields_are_data(monkeypatch):
+    FakeNvml(lost=1, fail={"nvmlDeviceGetRetiredPages": pynvml.NVML_ERROR_NOT_SUPPORTED,
+                           "nvmlDeviceGetTemperature": pynvml.NVML_ERROR_NO_PERMISSION}
+             ).install(monkeypatch)
+    doc = NvmlBackend().read()
+    assert doc["devices"][1]["uuid"] == {"error": "NVML_ERROR_GPU_IS_LOST"}
+    assert doc["devices"][0]["retired_pages"]["sbe"] == {"error": "NVML_ERROR_NOT_SUPPORTED"}
+    report = parse_answers(doc)
+    # Not supported is absent; no permission is something the checker must say out loud.
+    assert report.gpus[0].field_errors == {"temperature": "NVML_ERROR_NO_PERMISSION"}
+    assert report.gpus[1].error == "NVML_ERROR_GPU_IS_LOST"
+
+
+def test_no_permission_is_a_checker_error_not_a_drain(node):
+    node.nvml(lambda d: d["devices"][0].update(temperature={"error": "NVML_ERROR_NO_PERMISSION"}))
+    from rsc_health.model import Level
+
+    findings, verdict = node.check()
+    errors = [f for f in findings if f.status.value == "error"]
+    assert [(f.family, f.component, f.code) for f in errors] == [
+        ("checker", "gpu0", "gpu_unreadable")]
+    assert verdict.level is Level.CHECKER_ERROR
