@@ -68,7 +68,8 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
     except hdb.HistorianError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        options = GatherOptions.from_config(section, cfg.section("lemon"))
+        options = GatherOptions.from_config(
+            section, cfg.section("lemon"), cfg.section("ettr"), cfg.section("metrics"))
         show = not quiet and click.get_text_stream("stderr").isatty()
         with _progress(show) as step:
             data = gather(engine, moment, options, progress=step)

@@ -35,15 +35,25 @@ class GatherOptions:
     rolling_days: int = 30  # Fig. 5's rolling average
     actions_hours: float = 24  # drains/resumes shown
     lemon: Mapping[str, Any] | None = None  # the [lemon] section
+    ettr: Mapping[str, Any] | None = None  # the [ettr] section: job-run linking, overheads
+    large_job_gpus: int = 128  # [metrics] large_job_gpus: jobs that define r_f
 
     @classmethod
-    def from_config(cls, report: Mapping[str, Any], lemon: Mapping[str, Any]) -> GatherOptions:
+    def from_config(
+        cls,
+        report: Mapping[str, Any],
+        lemon: Mapping[str, Any],
+        ettr: Mapping[str, Any] | None = None,
+        metrics: Mapping[str, Any] | None = None,
+    ) -> GatherOptions:
         return cls(
             window_days=float(lemon.get("window_days", 28)),
             metrics_days=float(report.get("metrics_days", 330)),
             rolling_days=int(report.get("rolling_days", 30)),
             actions_hours=float(report.get("actions_hours", 24)),
             lemon=dict(lemon),
+            ettr=dict(ettr or {}),
+            large_job_gpus=int((metrics or {}).get("large_job_gpus", 128)),
         )
 
 
@@ -94,6 +104,34 @@ def goodput_section(frame: pd.DataFrame) -> pd.DataFrame:
             "preemption_gpu_hours": wide.get("preemption", pd.Series(0.0, index=wide.index)).values,
         }
     )
+
+
+def ettr_section(runs: pd.DataFrame, confidence: float = 0.9) -> pd.DataFrame:
+    """Fig. 9: job runs grouped by size; mean measured ETTR with a t-interval, mean E[ETTR]."""
+    if runs.empty:
+        return empty_frame("ettr")
+    from scipy import stats
+
+    from rsc_health.historian.metrics._sql import bucket_of
+
+    runs = runs.assign(size=[bucket_of(int((g + 7) // 8 * 8)) for g in runs["gpus"]])
+    rows = []
+    for size, group in runs.groupby("size"):
+        measured = pd.to_numeric(group["measured_ettr"], errors="coerce").dropna()
+        if measured.empty:
+            continue
+        mean, n = float(measured.mean()), len(measured)
+        half = (
+            float(stats.t.ppf(0.5 + confidence / 2, n - 1) * measured.std(ddof=1) / np.sqrt(n))
+            if n > 1 else np.nan
+        )
+        rows.append({
+            "run": f"{n} run(s)", "gpus": int(size), "measured": mean, "ci_low": mean - half,
+            "ci_high": mean + half,
+            "expected": float(pd.to_numeric(group["expected_ettr"], errors="coerce").mean()),
+            "runs": n,
+        })
+    return pd.DataFrame(rows) if rows else empty_frame("ettr")
 
 
 def features_section(frame: pd.DataFrame) -> pd.DataFrame:
@@ -212,7 +250,7 @@ def gather(
 
     modules = step("outcomes", "metrics", metrics)
     if modules is None:
-        for section in ("causes", "rolling", "mttf", "goodput"):
+        for section in ("causes", "rolling", "mttf", "goodput", "ettr"):
             data.notes[section] = data.notes["outcomes"]
     else:
         rates, mttf, goodput = modules
@@ -230,7 +268,7 @@ def gather(
             data.rolling = got
 
         def mttf_frame() -> pd.DataFrame:
-            r_f = rates.failure_rate(engine, window).r_f
+            r_f = rates.failure_rate(engine, window, opts.large_job_gpus).r_f
             r_f = r_f if r_f == r_f and r_f > 0 else None  # NaN or 0: no projection
             return mttf_section(mttf.mttf_by_size(engine, window, r_f=r_f))
 
@@ -241,8 +279,31 @@ def gather(
                    lambda: goodput_section(goodput.goodput_lost(engine, window)))
         if got is not None:
             data.goodput = got
-    # Measured job-run ETTR (Fig. 9) needs job runs, which the metrics do not group yet.
-    data.notes.setdefault("ettr", "measured job-run ETTR is not computed by the metrics yet")
+
+        def ettr_frame() -> pd.DataFrame:
+            from rsc_health.historian.metrics.ettr import minutes
+            from rsc_health.historian.metrics.runs import RunOptions, job_runs
+
+            cfg = opts.ettr or {}
+            r_f = rates.failure_rate(engine, window, opts.large_job_gpus).r_f
+            if not r_f == r_f:  # NaN: no large-job runtime, so no expectation to compare with
+                raise ValueError("no large-job runtime in the window to measure r_f")
+            dt_min = float(cfg.get("checkpoint_interval_min", 0.0))
+            run_opts = RunOptions(
+                link_by=str(cfg.get("link_by", "name_user")),
+                tag_regex=str(cfg.get("tag_regex", r"run=(\S+)")),
+                gap_s=float(cfg.get("link_gap_hours", 6.0)) * 3600,
+                u0=minutes(float(cfg.get("u0_min", 5.0))),
+                w_cp=minutes(float(cfg.get("w_cp_min", 5.0))),
+                dt_cp=minutes(dt_min) if dt_min > 0 else None,
+                min_run_hours=float(cfg.get("min_run_hours", 48.0)),
+                min_gpus=int(cfg.get("min_gpus", 1)),
+            )
+            return ettr_section(job_runs(engine, r_f, window, run_opts))
+
+        got = step("ettr", "ETTR of job runs", ettr_frame)
+        if got is not None:
+            data.ettr = got
 
     def features():
         from rsc_health.historian.lemons.features import lemon_features

@@ -90,3 +90,22 @@ def test_guard_state_names_the_nodes_it_held():
     state = guard_state(actions, 24)
     assert state["state"] == "triggered" and state["held"] == 2
     assert "a" not in state["detail"].split(": ")[1] and "b, c" in state["detail"]
+
+
+def test_ettr_section_averages_runs_by_size_with_a_t_interval():
+    import pandas as pd
+
+    from rsc_health.report.gather import ettr_section
+
+    runs = pd.DataFrame({
+        "gpus": [1024, 1024, 1024, 2048, 20],
+        "measured_ettr": [0.8, 0.9, 1.0, 0.85, 0.95],
+        "expected_ettr": [0.9, 0.9, 0.9, 0.8, 0.97],
+    })
+    out = ettr_section(runs).set_index("gpus")
+    assert list(out.index) == [32, 1024, 2048]  # 20 GPUs -> 24 -> the 32 bucket
+    assert out.at[1024, "measured"] == pytest.approx(0.9)
+    # t(0.95, 2) = 2.919986; sd = 0.1; n = 3
+    assert out.at[1024, "ci_high"] - 0.9 == pytest.approx(2.919986 * 0.1 / 3**0.5, rel=1e-5)
+    assert out.at[1024, "runs"] == 3 and out.at[1024, "expected"] == pytest.approx(0.9)
+    assert out.at[2048, "ci_low"] != out.at[2048, "ci_low"]  # one run: no interval (NaN)
