@@ -6,13 +6,13 @@ import pytest
 from lemon_fleet import Fleet
 from sqlalchemy import create_engine
 
-from rsc_health.historian import schema
+from rsc_health.historian import db
 
 
 @pytest.fixture
 def engine(tmp_path):
     eng = create_engine(f"sqlite:///{tmp_path / 'historian.db'}")
-    schema.metadata.create_all(eng)
+    db.create(eng)  # the schema at the newest version, as `healthctl db` makes it
     yield eng
     eng.dispose()
 

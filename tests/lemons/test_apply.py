@@ -2,30 +2,16 @@
 
 from __future__ import annotations
 
+import os
 from datetime import timedelta
 
-from lemon_fleet import AS_OF
+from lemon_fleet import AS_OF, FakeSlurm
 from sqlalchemy import select
 
-from rsc_health.historian.lemons.apply import CountGuard, NodeInfo, apply_verdicts, lemon_reason
+from rsc_health.historian.lemons.apply import CountGuard, apply_verdicts, lemon_reason
 from rsc_health.historian.lemons.verdicts import Crossing, LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
 from rsc_health.policy import parse_reason
-
-
-class FakeSlurm:
-    """Implements the SlurmNodes protocol: node -> (state, reason); drain records calls."""
-
-    def __init__(self, nodes: dict[str, NodeInfo]):
-        self.nodes = dict(nodes)
-        self.drained: list[tuple[str, str]] = []
-
-    def node_info(self, node: str) -> NodeInfo:
-        return self.nodes.get(node, NodeInfo("IDLE"))
-
-    def drain(self, node: str, reason: str) -> None:
-        self.drained.append((node, reason))
-        self.nodes[node] = NodeInfo("IDLE+DRAIN", reason)
 
 
 def _verdict(node: str, fails: int = 4) -> LemonVerdict:
@@ -45,7 +31,7 @@ def test_reason_uses_the_policy_grammar_with_the_top_feature():
 
 
 def test_dry_run_changes_nothing(engine):
-    slurm = FakeSlurm({})
+    slurm = FakeSlurm()
     actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF)
     assert [(a.node, a.action) for a in actions] == [("n1", "would_drain")]
     assert slurm.drained == []
@@ -54,7 +40,7 @@ def test_dry_run_changes_nothing(engine):
 
 
 def test_apply_drains_opens_a_lemon_ticket_and_records_the_action(engine):
-    slurm = FakeSlurm({})
+    slurm = FakeSlurm()
     actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
     assert [(a.node, a.action) for a in actions] == [("n1", "drain")]
     assert slurm.drained == [("n1", lemon_reason(_verdict("n1")))]
@@ -69,9 +55,9 @@ def test_apply_drains_opens_a_lemon_ticket_and_records_the_action(engine):
 def test_human_drains_and_notes_are_left_alone(engine):
     slurm = FakeSlurm(
         {
-            "human": NodeInfo("IDLE+DRAIN", "bad dimm, ticket 1234 -- bob"),
-            "note": NodeInfo("MIXED", "watching this one"),
-            "ours": NodeInfo("ALLOCATED+DRAIN", "rsc_health:now:xid79:gpu3 fell off the bus"),
+            "human": ("IDLE+DRAIN", "bad dimm, ticket 1234 -- bob"),
+            "note": ("MIXED", "watching this one"),
+            "ours": ("ALLOCATED+DRAIN", "rsc_health:now:xid79:gpu3 fell off the bus"),
         }
     )
     verdicts = [_verdict(n) for n in ("human", "note", "ours", "free")]
@@ -85,7 +71,7 @@ def test_human_drains_and_notes_are_left_alone(engine):
 
 
 def test_guard_holds_back_drains_beyond_its_limit(engine):
-    slurm = FakeSlurm({})
+    slurm = FakeSlurm()
     verdicts = [_verdict(f"n{k}") for k in range(5)]
     actions = apply_verdicts(engine, verdicts, slurm, CountGuard(2), now=AS_OF, apply=True)
     assert [a.action for a in actions].count("drain") == 2
@@ -98,9 +84,32 @@ def test_guard_holds_back_drains_beyond_its_limit(engine):
 
 
 def test_a_lemon_drained_node_is_not_drained_twice(engine):
-    slurm = FakeSlurm({})
+    slurm = FakeSlurm()
     apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
     later = AS_OF + timedelta(days=1)
     actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=later, apply=True)
     assert actions[0].action == "skip" and "(lemon)" in actions[0].why
     assert len(slurm.drained) == 1
+
+
+def test_partition_guard_counts_our_recent_drains_and_this_runs(engine):
+    from datetime import UTC, datetime
+
+    from rsc_health.config import load_config
+    from rsc_health.historian.lemons.apply import PartitionGuard
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    slurm = FakeSlurm(size=20)  # guard_max_share 0.10 of 20 nodes: 2 drains per window
+    slurm.drain("n19", "rsc_health:now:xid79:gpu1 fell off the bus")  # ours, just now
+    slurm.drained.clear()
+    guard = PartitionGuard.from_slurm(slurm, load_config(os.devnull), now)
+    verdicts = [_verdict(f"n{k}") for k in range(4)]
+    actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=True)
+    assert [(a.node, a.action) for a in actions] == [
+        ("n0", "drain"),
+        ("n1", "held"),
+        ("n2", "held"),
+        ("n3", "held"),
+    ]
+    assert "partition learn at its limit" in actions[1].why
+    assert [n for n, _ in slurm.drained] == ["n0"]

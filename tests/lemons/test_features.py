@@ -115,3 +115,14 @@ def test_window_days_and_as_of_move_the_window(fleet, engine):
     )
     assert lemon_features(engine, AS_OF, window_days=14).loc["n1", "single_node_node_fails"] == 1
     assert lemon_features(engine, AS_OF - 10 * DAY).get("jobs", {}).get("n1", 0) == 0
+
+
+def test_an_unattributed_single_node_node_fail_is_the_nodes_failure(fleet, engine):
+    end = AS_OF - DAY
+    fleet.failed(["n1"], None, end=end, state="NODE_FAIL")  # Slurm says the node failed
+    fleet.failed(["n1"], None, end=end)  # FAILED, nothing says it was the node
+    fleet.failed(["n1", "n2"], None, end=end, state="NODE_FAIL")  # which node? unknown
+    fleet.failed(["n1"], "n1", end=end, state="NODE_FAIL")  # attributed too: counted once
+    f = lemon_features(engine, AS_OF)
+    assert f.loc["n1", "single_node_node_fails"] == 2
+    assert f.loc["n1", "multi_node_node_fails"] == 0

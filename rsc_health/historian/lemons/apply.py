@@ -13,8 +13,10 @@ A dry run unless `apply=True`. The rules, in order, for each candidate:
    record a node_actions row. The `lemon` mode is never auto-resumed: only `healthctl resume`
    after repair brings the node back, and verdicts.repeat_offenders watches it afterwards.
 
-Slurm is reached through the small SlurmNodes protocol below, which the Slurm layer's backend
-satisfies; tests use an in-memory fake.
+Slurm is reached through SlurmNodes, the slice of rsc_health.slurm.SlurmAPI used here (CliSlurm
+satisfies it; tests use an in-memory fake). The guard is the action layer's: per partition, at
+most [actions] guard_max_share of its nodes drained by rsc-health within guard_window_min, and at
+most [lemon] max_drains_per_run lemon drains per run.
 """
 
 from __future__ import annotations
@@ -22,34 +24,32 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from sqlalchemy import Engine, insert
 
+from rsc_health.actions import guard_states
 from rsc_health.historian.lemons.verdicts import LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
 from rsc_health.model import Finding, Severity, Status
 from rsc_health.policy import format_reason, is_ours, parse_reason
-
-DRAINED_STATES = ("DRAIN", "DRAINED", "DRAINING", "DOWN", "FAIL", "FAILING", "MAINT")
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    state: str  # Slurm's state words, e.g. "IDLE", "MIXED+DRAIN", "DOWN*"
-    reason: str = ""
+from rsc_health.slurm.api import NodeInfo
 
 
 class SlurmNodes(Protocol):
-    def node_info(self, node: str) -> NodeInfo: ...
+    """The part of rsc_health.slurm.SlurmAPI that lemon drains use."""
+
+    def node(self, name: str) -> NodeInfo: ...
+
+    def nodes(self, names: list[str] | None = None) -> list[NodeInfo]: ...
 
     def drain(self, node: str, reason: str) -> None: ...
 
 
 class DrainGuard(Protocol):
     def allow(self, nodes: Sequence[str]) -> tuple[list[str], str]:
-        """The nodes that may be drained now, and a message when some are held back."""
+        """The nodes that may be drained now (in order), and a message when some are held."""
         ...
 
 
@@ -63,6 +63,50 @@ class CountGuard:
         if len(nodes) <= self.limit:
             return list(nodes), ""
         return list(nodes[: self.limit]), f"lemon drains per run limited to {self.limit}"
+
+
+@dataclass
+class PartitionGuard:
+    """The action layer's mass-drain guard (rsc_health.actions.guard_states), counted per
+    partition from Slurm's own view, plus this run's lemon drains as they are granted."""
+
+    fleet: list[NodeInfo]
+    max_share: float
+    window: timedelta
+    now: datetime
+    per_run: int
+
+    @classmethod
+    def from_slurm(cls, slurm: SlurmNodes, cfg, now: datetime) -> PartitionGuard:
+        return cls(
+            fleet=slurm.nodes(),
+            max_share=float(cfg.get("actions.guard_max_share", 0.10)),
+            window=timedelta(minutes=float(cfg.get("actions.guard_window_min", 15))),
+            now=now.replace(tzinfo=UTC) if now.tzinfo is None else now,
+            per_run=int(cfg.get("lemon.max_drains_per_run", 10)),
+        )
+
+    def allow(self, nodes: Sequence[str]) -> tuple[list[str], str]:
+        parts = sorted({p for n in self.fleet for p in n.partitions})
+        states = {
+            g.partition: g
+            for g in guard_states(
+                self.fleet, parts, max_share=self.max_share, window=self.window, now=self.now
+            )
+        }
+        member_of = {n.name: n.partitions for n in self.fleet}
+        allowed: list[str] = []
+        held: set[str] = set()
+        for node in nodes:
+            full = [p for p in member_of.get(node, ()) if states[p].tripped]
+            if full:
+                held.add(f"mass-drain guard: partition {full[0]} at its limit")
+                continue
+            for p in member_of.get(node, ()):
+                states[p].recent_ours.append(node)
+            allowed.append(node)
+        allowed, count_msg = CountGuard(self.per_run).allow(allowed)
+        return allowed, "; ".join(sorted(held) + ([count_msg] if count_msg else []))
 
 
 @dataclass
@@ -103,11 +147,6 @@ def _num(v: float) -> str:
     return f"{v:.2f}" if v != int(v) else str(int(v))
 
 
-def _is_out(state: str) -> bool:
-    words = state.upper().replace("*", "").replace("+", " ").split()
-    return any(w in DRAINED_STATES for w in words)
-
-
 def apply_verdicts(
     engine: Engine,
     verdicts: Sequence[LemonVerdict],
@@ -121,10 +160,10 @@ def apply_verdicts(
     actions: list[LemonAction] = []
     wanted: list[tuple[LemonVerdict, str]] = []
     for v in verdicts:
-        info = slurm.node_info(v.node)
+        info = slurm.node(v.node)
         if info.reason and not is_ours(info.reason):
             actions.append(LemonAction(v.node, "skip", f"human reason kept: {info.reason}"))
-        elif is_ours(info.reason) and _is_out(info.state):
+        elif is_ours(info.reason) and (info.drain_set or info.down):
             mode = parse_reason(info.reason)["mode"]
             actions.append(LemonAction(v.node, "skip", f"already drained by rsc_health ({mode})"))
         else:

@@ -15,7 +15,9 @@ Definitions (everything restricted to the window):
                         in window
   multi_node_node_fails distinct job instances with nnodes > 1, `end` in window, attributed to
                         the node (attributions.kind check or event)
-  single_node_node_fails  the same for nnodes = 1
+  single_node_node_fails  distinct nnodes = 1 instances on the node, `end` in window, either
+                        attributed to the node or ended NODE_FAIL (Slurm's own verdict; with
+                        one node there is no other suspect)
   single_node_node_failure_rate  single_node_node_fails / single_node_jobs (0 without jobs)
 Extras:
   jobs                  job instances that ran on the node and `end` in window
@@ -148,19 +150,33 @@ def lemon_features(
         .group_by(node_events.c.node),
         "out_count",
     )
-    for name, size in (
-        ("multi_node_node_fails", j.c.nnodes > 1),
-        ("single_node_node_fails", j.c.nnodes == 1),
-    ):
-        s[name] = _series(
-            engine,
-            select(a.c.node, func.count(distinct(j.c.id)))
-            .select_from(j.join(a, attributed))
-            .where(ended, size, a.c.node.is_not(None))
-            .group_by(a.c.node),
-            name,
-        )
+    s["multi_node_node_fails"] = _series(
+        engine,
+        select(a.c.node, func.count(distinct(j.c.id)))
+        .select_from(j.join(a, attributed))
+        .where(ended, j.c.nnodes > 1, a.c.node.is_not(None))
+        .group_by(a.c.node),
+        "multi_node_node_fails",
+    )
     on_node = j.join(jn, jn.c.job_pk == j.c.id)
+    # A single-node job is the node's failure when attribution blames the node, or when Slurm
+    # itself ended it NODE_FAIL: with one node there is no other suspect. Lemons are exactly
+    # the nodes whose failures no health check explains, so attribution alone misses them.
+    node_attributed = and_(
+        a.c.job_pk == j.c.id, a.c.node == jn.c.node, a.c.kind.in_(ATTRIBUTED_KINDS)
+    )
+    s["single_node_node_fails"] = _series(
+        engine,
+        select(jn.c.node, func.count(distinct(j.c.id)))
+        .select_from(on_node.outerjoin(a, node_attributed))
+        .where(
+            ended,
+            j.c.nnodes == 1,
+            or_(a.c.id.is_not(None), j.c.state == "NODE_FAIL"),
+        )
+        .group_by(jn.c.node),
+        "single_node_node_fails",
+    )
     s["jobs"] = _series(
         engine,
         select(jn.c.node, func.count()).select_from(on_node).where(ended).group_by(jn.c.node),
@@ -184,9 +200,6 @@ def lemon_features(
     )
     # +0.5 s: SQLite's julianday arithmetic is floating point.
     quick = _seconds(j.c.start, j.c.end, dialect) <= early_fail_minutes * 60 + 0.5
-    node_attributed = and_(
-        a.c.job_pk == j.c.id, a.c.node == jn.c.node, a.c.kind.in_(ATTRIBUTED_KINDS)
-    )
     s["early_fails"] = _series(
         engine,
         select(jn.c.node, func.count(distinct(j.c.id)))

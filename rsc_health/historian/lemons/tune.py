@@ -16,7 +16,7 @@ from __future__ import annotations
 import itertools
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -25,16 +25,19 @@ import pandas as pd
 
 from rsc_health.historian.lemons.verdicts import RATE_RULES, LemonRules
 
-# The knobs the tuning moves; everything else keeps its configured value.
+# The knobs the tuning moves. Rules not named here are off while tuning (the failure-rate and
+# early-fail rules drown in users' own failures: a quarter of single-node jobs fail anyway).
+# `strong` lists the rules that make a candidate on their own.
 DEFAULT_GRID: dict[str, list] = {
     "min_signals": [1, 2, 3],
-    "node_fails": [0, 2, 3, 4, 5],
+    "strong": [(), ("xid_cnt",), ("xid_cnt", "repeat_outs")],
+    "node_fails": [0, 2, 3, 4],
+    "single_node_node_fails": [0, 1, 2],
     "xid_cnt": [0, 2, 3, 4, 5],
-    "tickets": [0, 1, 2, 3],
-    "out_count": [0, 1, 2, 3],
-    "repeat_outs": [0, 1, 2],
-    "fail_causes": [0, 1, 2],
-    "early_fails": [0, 20, 30],
+    "tickets": [0, 2, 3],
+    "out_count": [0, 2, 3, 4],
+    "repeat_outs": [0, 1, 2, 3],
+    "fail_causes": [0, 2],
 }
 
 
@@ -132,18 +135,19 @@ def grid_points(base: LemonRules, grid: Mapping[str, Iterable]) -> Iterable[dict
         yield dict(zip(keys, values, strict=True))
 
 
+def tuning_base(rules: LemonRules) -> LemonRules:
+    """The configured rules with every threshold off: the grid turns on what it tries."""
+    return rules.with_thresholds(**{k: 0.0 for k in rules.thresholds})
+
+
 def rules_for(base: LemonRules, point: Mapping) -> LemonRules:
     thresholds = {k: float(v) for k, v in point.items() if k in base.thresholds}
     rules = base.with_thresholds(**thresholds)
-    if "min_signals" in point:
-        rules = LemonRules(
-            rules.thresholds,
-            int(point["min_signals"]),
-            rules.strong,
-            rules.min_single_node_jobs,
-            rules.repeat_offender_fails,
-        )
-    return rules
+    return replace(
+        rules,
+        min_signals=int(point.get("min_signals", rules.min_signals)),
+        strong=tuple(point.get("strong", rules.strong)),
+    )
 
 
 def run_grid(
@@ -168,7 +172,9 @@ def choose(results: pd.DataFrame, grid_keys: Sequence[str], target_precision: fl
     if ok.empty:
         return results.sort_values("f1", ascending=False, kind="stable").iloc[0]
     # 0 means "rule off": fewer rules can fire, so it is the most conservative value of all.
-    conservative = [ok[k].replace(0, np.inf) for k in grid_keys]
+    conservative = [
+        -ok[k].map(len) if k == "strong" else ok[k].replace(0, np.inf) for k in grid_keys
+    ]
     ranked = ok.assign(**{f"_c{i}": c for i, c in enumerate(conservative)})
     order = ["recall", "fp"] + [f"_c{i}" for i in range(len(grid_keys))]
     asc = [False, True] + [False] * len(grid_keys)

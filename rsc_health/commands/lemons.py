@@ -1,0 +1,257 @@
+"""`healthctl lemons` (candidates with evidence; --apply drains them) and `healthctl
+tune-lemons` (choose the [lemon] thresholds on simulator ground truth)."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+WINDOW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhw]?)\s*$")
+UNIT_DAYS = {"": 1.0, "d": 1.0, "w": 7.0, "h": 1 / 24}
+
+
+def parse_window(text: str) -> float:
+    """`28d`, `4w`, `36h` or a bare number of days -> days."""
+    m = WINDOW_RE.match(text)
+    if not m:
+        raise click.BadParameter(f"{text!r}: expected e.g. 28d, 4w or 36h")
+    return float(m[1]) * UNIT_DAYS[m[2]]
+
+
+def _engine(ctx: click.Context):
+    from rsc_health.historian import db as hdb
+
+    try:
+        return hdb.connect(ctx.obj.database_url)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _slurm(ctx: click.Context):
+    """SlurmAPI: one injected through ctx.obj (tests, other backends), else the configured one."""
+    injected = getattr(ctx.obj, "slurm", None)
+    if injected is not None:
+        return injected
+    from rsc_health.slurm import from_config
+
+    return from_config(ctx.obj.config)
+
+
+@click.command("lemons")
+@click.option("--window", default=None, metavar="SPAN", help="Feature window, e.g. 28d (config).")
+@click.option(
+    "--as-of",
+    type=click.DateTime(["%Y-%m-%d", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S"]),
+    default=None,
+    help="End of the window (UTC); default now.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.option("--apply", "do_apply", is_flag=True, help="Drain the candidates and open tickets.")
+@click.pass_context
+def lemons(
+    ctx: click.Context, window: str | None, as_of: datetime | None, as_json: bool, do_apply: bool
+) -> None:
+    """Lemon-node candidates with their evidence; a dry run unless --apply."""
+    from rsc_health.historian.lemons.apply import PartitionGuard, apply_verdicts
+    from rsc_health.historian.lemons.features import lemon_features
+    from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, lemon_verdicts
+    from rsc_health.slurm import SlurmError
+
+    section = {**DEFAULTS, **ctx.obj.config.section("lemon")}
+    window_days = parse_window(window) if window else float(section["window_days"])
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    as_of = as_of or now
+    engine = _engine(ctx)
+    try:
+        features = lemon_features(
+            engine, as_of, window_days, early_fail_minutes=float(section["early_fail_minutes"])
+        )
+        rules = LemonRules.from_config(section)
+        verdicts = lemon_verdicts(
+            engine,
+            features,
+            as_of,
+            rules,
+            window_days=window_days,
+            max_evidence=int(section["max_evidence"]),
+        )
+        actions = []
+        slurm = _slurm(ctx)
+        try:
+            guard = getattr(ctx.obj, "lemon_guard", None) or PartitionGuard.from_slurm(
+                slurm, ctx.obj.config, now
+            )
+            actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=do_apply)
+        except SlurmError as exc:
+            if do_apply:
+                raise click.ClickException(f"cannot drain: {exc}") from exc
+            slurm = None  # a dry run still lists the candidates without Slurm
+    finally:
+        engine.dispose()
+    by_node = {a.node: a for a in actions}
+    if as_json:
+        doc = {
+            "as_of": as_of.isoformat(),
+            "window_days": window_days,
+            "nodes": len(features),
+            "applied": do_apply,
+            "verdicts": [
+                {**v.to_dict(), "action": by_node[v.node].to_dict() if v.node in by_node else None}
+                for v in verdicts
+            ],
+        }
+        click.echo(json.dumps(doc, indent=1, default=str))
+        return
+    click.echo(
+        f"lemon candidates as of {as_of:%Y-%m-%d %H:%M} over {window_days:g} days: "
+        f"{len(verdicts)} of {len(features)} nodes" + ("" if do_apply else " (dry run)")
+    )
+    if slurm is None:
+        click.echo("  (Slurm not consulted: node states and human drains unknown)")
+    for v in verdicts:
+        a = by_node.get(v.node)
+        click.echo(f"{v.node}: {v.summary()}")
+        if a is not None:
+            click.echo(f"  action: {a.action}: {a.reason or a.why}")
+        for kind, rows in v.evidence.items():
+            if rows:
+                click.echo(f"  {kind}: " + "; ".join(_evidence_line(kind, r) for r in rows[:5]))
+                if len(rows) > 5:
+                    click.echo(f"    ... {len(rows) - 5} more")
+
+
+def _evidence_line(kind: str, r: dict) -> str:
+    if kind == "failed_jobs":
+        cause = f" {r['cause']}" if r.get("cause") else ""
+        return f"job {r['job_id']} {r['state']} {r['end']}{cause}"
+    if kind == "xid_events":
+        return f"{r['time']} {r['component']} {r['code']}"
+    if kind == "out_of_service":
+        return f"{r['start']} {r['state']} {r['reason']}"
+    if kind == "tickets":
+        return f"{r['opened']} ({r['source']}) {r['reason']}"
+    return f"job {r['job_id']} {r['time']}"
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        return [int(s) for s in text.split(",") if s.strip()]
+    except ValueError as exc:
+        raise click.BadParameter(f"{text!r}: expected comma-separated integers") from exc
+
+
+@click.command("tune-lemons")
+@click.option("--sim-seeds", default="1,2,3,4,5", show_default=True, help="Tuning seeds.")
+@click.option(
+    "--holdout-seeds",
+    default="11,12,13,14,15",
+    show_default=True,
+    help="Seeds the accuracy is reported on (never tuned on).",
+)
+@click.option("--nodes", default=256, show_default=True, type=int)
+@click.option("--days", default=90.0, show_default=True, type=float)
+@click.option("--window", default="28d", show_default=True, metavar="SPAN")
+@click.option("--target-precision", default=0.9, show_default=True, type=float)
+@click.option("--top", default=20, show_default=True, type=int, help="Grid rows printed.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Keep the simulated fleets here (default: a temp dir).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def tune_lemons(
+    ctx: click.Context,
+    sim_seeds: str,
+    holdout_seeds: str,
+    nodes: int,
+    days: float,
+    window: str,
+    target_precision: float,
+    top: int,
+    workdir: str | None,
+    as_json: bool,
+) -> None:
+    """Choose [lemon] thresholds on simulated fleets; report accuracy on held-out seeds."""
+    from rsc_health.historian.lemons.tune import (
+        DEFAULT_GRID,
+        choose,
+        labelled_from_sim,
+        rules_for,
+        run_grid,
+        score,
+        tuning_base,
+    )
+    from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules
+
+    window_days = parse_window(window)
+    configured = LemonRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
+    base = tuning_base(configured)
+
+    def say(message: str) -> None:
+        click.echo(message, err=True)
+
+    def fleets(seeds: list[int], where: Path):
+        return [
+            labelled_from_sim(
+                s, where, nodes=nodes, days=days, window_days=window_days, progress=say
+            )
+            for s in seeds
+        ]
+
+    with tempfile.TemporaryDirectory(prefix="tune-lemons-") as tmp:
+        where = Path(workdir or tmp)
+        tuning = fleets(_seeds(sim_seeds), where)
+        say(f"scoring {math.prod(len(v) for v in DEFAULT_GRID.values())} grid points")
+        results = run_grid(tuning, base, DEFAULT_GRID)
+        best = choose(results, list(DEFAULT_GRID), target_precision)
+        chosen = {k: best[k] for k in DEFAULT_GRID}
+        held = score(fleets(_seeds(holdout_seeds), where), rules_for(base, chosen))
+    shown = results.sort_values(["f1", "precision"], ascending=False).head(top)
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "tuning_seeds": _seeds(sim_seeds),
+                    "holdout_seeds": _seeds(holdout_seeds),
+                    "grid": DEFAULT_GRID,
+                    "chosen": {k: _plain(v) for k, v in chosen.items()},
+                    "tuning": {
+                        k: _plain(best[k])
+                        for k in ("tp", "fp", "fn", "tn", "precision", "recall", "fpr", "f1")
+                    },
+                    "holdout": held.to_dict(),
+                    "top": json.loads(shown.to_json(orient="records")),
+                },
+                indent=1,
+            )
+        )
+        return
+    click.echo(f"grid: {len(results)} points on tuning seeds {sim_seeds} (pooled); best by F1:")
+    click.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    click.echo(
+        "\nchosen [lemon] defaults (precision >= "
+        f"{target_precision:g}, then recall, then fewest FP, then most conservative):"
+    )
+    for k, v in chosen.items():
+        click.echo(f"{k} = {_plain(v)}")
+    click.echo(
+        f"tuning seeds:   precision {best['precision']:.3f} recall {best['recall']:.3f} "
+        f"FPR {best['fpr']:.4f} (tp {best['tp']} fp {best['fp']} fn {best['fn']})"
+    )
+    click.echo(
+        f"held-out seeds {holdout_seeds}: precision {held.precision:.3f} recall "
+        f"{held.recall:.3f} FPR {held.fpr:.4f} (tp {held.tp} fp {held.fp} fn {held.fn})"
+    )
+
+
+def _plain(v):
+    f = float(v)
+    return int(f) if f == int(f) else f

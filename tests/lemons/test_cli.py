@@ -1,0 +1,102 @@
+"""`healthctl lemons` end to end on a hand-built historian: dry run, --json, --apply."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from lemon_fleet import AS_OF, FakeSlurm
+from sqlalchemy import select
+
+from rsc_health.cli import AppContext
+from rsc_health.commands.lemons import lemons, parse_window
+from rsc_health.historian.schema import tickets
+from rsc_health.slurm import SlurmUnavailable
+
+DAY = timedelta(days=1)
+
+
+@pytest.fixture
+def history(fleet, engine):
+    """bad: 6 XID events; person: a lemon too, but a person drained it; good: one job."""
+    for node in ("bad", "person"):
+        for k in range(6):
+            fleet.xid(node, AS_OF - (k + 1) * DAY, "xid79", f"gpu{k}")
+    fleet.job(["good"], end=AS_OF - DAY)
+    return engine
+
+
+def _obj(engine, slurm=None):
+    # Thresholds spelled out here, so the tuned defaults can move without breaking the test.
+    config = Path(engine.url.database).with_name("config.toml")
+    config.write_text('[lemon]\nxid_cnt = 3\nstrong = ["xid_cnt"]\n')
+    obj = AppContext(config_path=str(config), db_url=str(engine.url))
+    if slurm is not None:
+        obj.slurm = slurm
+    return obj
+
+
+def _run(engine, *args, slurm=None):
+    result = CliRunner().invoke(
+        lemons, ["--as-of", AS_OF.strftime("%Y-%m-%d"), *args], obj=_obj(engine, slurm)
+    )
+    assert result.exit_code == 0 or "cannot drain" in result.output, result.output
+    return result
+
+
+def test_dry_run_lists_candidates_with_evidence_and_touches_nothing(history):
+    slurm = FakeSlurm({"person": ("IDLE+DRAIN", "fan noisy -- alice")})
+    out = _run(history, slurm=slurm).output
+    assert "2 of 3 nodes (dry run)" in out
+    assert "bad: xid_cnt=6>=" in out
+    assert "action: would_drain: rsc_health:lemon:xid_cnt:" in out
+    assert "action: skip: human reason kept: fan noisy -- alice" in out
+    assert "xid_events:" in out and "gpu0 xid79" in out
+    assert slurm.drained == []
+
+
+def test_json_carries_verdicts_crossings_evidence_and_actions(history):
+    doc = json.loads(_run(history, "--json", slurm=FakeSlurm()).output)
+    assert doc["nodes"] == 3 and doc["applied"] is False
+    by_node = {v["node"]: v for v in doc["verdicts"]}
+    assert set(by_node) == {"bad", "person"}
+    bad = by_node["bad"]
+    assert {"feature": "xid_cnt", "value": 6.0, "threshold": bad["crossings"][0]["threshold"]} in (
+        bad["crossings"]
+    )
+    assert len(bad["evidence"]["xid_events"]) == 6
+    assert bad["action"]["action"] == "would_drain"
+
+
+def test_apply_drains_and_opens_tickets_but_keeps_the_human_drain(history):
+    slurm = FakeSlurm({"person": ("IDLE+DRAIN", "fan noisy -- alice")})
+    _run(history, "--apply", slurm=slurm)
+    assert [n for n, _ in slurm.drained] == ["bad"]
+    with history.connect() as conn:
+        rows = conn.execute(select(tickets.c.node, tickets.c.source)).all()
+    assert rows == [("bad", "lemon")]
+
+
+class DeadSlurm(FakeSlurm):
+    def nodes(self, names=None):
+        raise SlurmUnavailable("slurmctld not responding")
+
+
+def test_apply_refuses_when_slurm_is_unreachable_and_a_dry_run_still_lists(history):
+    result = _run(history, "--apply", slurm=DeadSlurm())
+    assert result.exit_code != 0 and "cannot drain: slurmctld not responding" in result.output
+    out = _run(history, slurm=DeadSlurm()).output
+    assert "bad: xid_cnt" in out and "Slurm not consulted" in out
+
+
+def test_window_shrinks_what_is_counted(history):
+    doc = json.loads(_run(history, "--json", "--window", "3d", slurm=FakeSlurm()).output)
+    assert all(c["value"] == 3 for v in doc["verdicts"] for c in v["crossings"])
+
+
+@pytest.mark.parametrize("text,days", [("28d", 28), ("4w", 28), ("36h", 1.5), ("7", 7)])
+def test_parse_window(text, days):
+    assert parse_window(text) == days
