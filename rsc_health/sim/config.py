@@ -46,8 +46,8 @@ class SimConfig:
         ]
     )
     runtime_median_h: list[float] = field(
-        default_factory=lambda: [0.5, 0.7, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0,
-                                 14.0, 16.0]
+        default_factory=lambda: [0.5, 0.7, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 6.0, 7.5, 9.0,
+                                 10.5, 12.0]
     )
     runtime_sigma: float = 1.2
     time_limit_h: float = 72.0

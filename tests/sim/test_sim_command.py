@@ -33,3 +33,14 @@ def test_sim_command_text_summary_names_the_files(tmp_path):
     assert result.exit_code == 0, result.output
     assert "simulated 4 nodes x 1 days" in result.output
     assert "sacct.txt" in result.output and "truth.json" in result.output
+
+
+def test_default_config_sim_section_lists_every_key_with_the_code_default():
+    from dataclasses import asdict
+
+    from rsc_health.config import load_config
+    from rsc_health.sim import SimConfig
+
+    section = load_config("/dev/null").section("sim")
+    assert set(section) == set(asdict(SimConfig()))
+    assert asdict(SimConfig.from_mapping(section)) == asdict(SimConfig())
