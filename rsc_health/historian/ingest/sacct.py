@@ -22,6 +22,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
@@ -120,8 +121,13 @@ def _times(raw: pd.Series, name: str, bad: pd.Series, why: pd.Series) -> pd.Seri
     if wrong.any():
         why.loc[wrong & ~bad] = name + " is not a time: " + raw[wrong & ~bad]
         bad |= wrong
-    text = raw.str.replace("T", " ", regex=False) + ".000000"
-    return text.astype(object).where(~is_null, None)
+    ok = (~parsed.isna()).to_numpy()
+    # "2024-03-01T08:00:00" -> "2024-03-01 08:00:00.000000", SQLAlchemy's stored form
+    text = [
+        f"{t[:10]} {t[11:]}.000000" if good else None
+        for t, good in zip(raw.to_numpy(dtype=object).tolist(), ok.tolist(), strict=True)
+    ]
+    return pd.Series(text, index=raw.index, dtype=object)
 
 
 def _chunks(source: io.TextIOBase | Path) -> Iterator[tuple[pd.DataFrame, list[tuple[int, str]]]]:
@@ -167,11 +173,10 @@ def ingest_text(
             skipped = {line for line, _ in short}
             for line, message in short:
                 report.add_bad(line, message)
-            lines = []
-            while len(lines) < len(chunk):
-                if next_line not in skipped:
-                    lines.append(next_line)
-                next_line += 1
+            # Lines next_line.. minus the skipped ones, as many as the chunk has rows.
+            span = np.arange(next_line, next_line + len(chunk) + len(skipped) + 1)
+            lines = span[~np.isin(span, list(skipped))][: len(chunk)]
+            next_line = int(lines[-1]) + 1 if len(lines) else next_line
             while next_line in skipped:
                 next_line += 1
             report.read += len(chunk) + len(short)
@@ -216,43 +221,46 @@ def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
     keep = ~bad & ~pending
     report.skipped += int((~bad & pending).sum())
 
-    node_lists: list[list[str]] = []
-    rows: list[tuple] = []
-    cols = zip(
-        df.index[keep],
-        df["JobIDRaw"][keep],
-        df["JobID"][keep],
-        df["JobName"][keep],
-        df["User"][keep],
-        df["Partition"][keep],
-        state[keep],
-        df["ExitCode"][keep],
-        submit[keep],
-        eligible[keep],
-        start[keep],
-        end[keep],
-        nnodes[keep].astype(int),
-        gpus[keep].astype(int),
-        df["NodeList"][keep],
-        key[keep],
-        strict=True,
-    )
-    for idx, *values in cols:
-        nodelist = values[13]
-        hosts = nodes_cache.get(nodelist, False)
-        if hosts is False:
+    # Expand each distinct NodeList once; an unparsable one makes its rows bad.
+    for nodelist in pd.unique(df["NodeList"][keep]):
+        if nodelist not in nodes_cache:
             try:
-                hosts = hostlist.expand(nodelist)
+                nodes_cache[nodelist] = hostlist.expand(nodelist)
             except hostlist.HostlistError:
-                hosts = None
-            nodes_cache[nodelist] = hosts
-        if hosts is None:
-            report.add_bad(int(lines[idx]), f"NodeList is not a hostlist: {nodelist!r}")
-            continue
-        node_lists.append(hosts)
-        rows.append(tuple(values))
+                nodes_cache[nodelist] = None
+    broken = [n for n in pd.unique(df["NodeList"][keep]) if nodes_cache[n] is None]
+    if broken:
+        wrong = keep & df["NodeList"].isin(broken)
+        for idx in df.index[wrong]:
+            report.add_bad(int(lines[idx]), f"NodeList is not a hostlist: {df['NodeList'][idx]!r}")
+        keep &= ~wrong
     report.bad.sort(key=lambda b: b.line)
-    _write_jobs(conn, rows, node_lists)
+
+    def col(series: pd.Series) -> list:
+        return series[keep].to_numpy(dtype=object).tolist()
+
+    nodelists = col(df["NodeList"])
+    rows = list(
+        zip(
+            col(df["JobIDRaw"]),
+            col(df["JobID"]),
+            col(df["JobName"]),
+            col(df["User"]),
+            col(df["Partition"]),
+            col(state),
+            col(df["ExitCode"]),
+            col(submit),
+            col(eligible),
+            col(start),
+            col(end),
+            nnodes[keep].astype(int).tolist(),
+            gpus[keep].astype(int).tolist(),
+            nodelists,
+            col(key),
+            strict=True,
+        )
+    )
+    _write_jobs(conn, rows, [nodes_cache[n] for n in nodelists])
     report.written += len(rows)
 
 

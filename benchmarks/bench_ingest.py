@@ -1,0 +1,185 @@
+"""Ingest speed: `healthctl ingest sacct` of 1,000,000 rows vs `pandas.read_csv` of the same file.
+
+    python3 benchmarks/bench_ingest.py [--rows 1000000] [--sacct FILE] [--out bench-out]
+
+Each phase runs in its own process so its peak RSS is its own. The target (issue 4) is
+ingest <= 3x read_csv. The generated file is real `sacct -a -X -D --parsable2` output in form:
+header, `Unknown` ends for running jobs, `CANCELLED by <uid>`, requeued instances sharing a
+JobIDRaw, array tasks `1234_7`, typed and untyped GPU gres in AllocTRES. Pass --sacct to time
+a file from `healthctl sim` or a real cluster instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+
+HEADER = (
+    "JobIDRaw|JobID|JobName|User|Partition|State|ExitCode|Submit|Eligible|Start|End|NNodes|"
+    "NodeList|AllocTRES"
+)
+STATES = np.array(
+    [
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED by 1000",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REQUEUED",
+    ]
+)
+STATE_P = np.array([0.62, 0.16, 0.12, 0.04, 0.01, 0.02, 0.02, 0.01])
+
+
+def _fmt(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def generate(path: Path, rows: int, seed: int = 7, n_nodes: int = 2000) -> None:
+    rng = np.random.default_rng(seed)
+    t0 = datetime(2024, 1, 1)
+    submit = np.sort(rng.integers(0, 330 * 86400, rows))
+    wait = rng.exponential(600, rows).astype(int)
+    runtime = rng.exponential(3 * 3600, rows).astype(int) + 30
+    # The paper's Fig. 6 / Observation 7: over 90% of jobs fit in one server (1-8 GPUs); the
+    # rest span 2..256 nodes with a heavy tail.
+    nnodes = np.ones(rows, dtype=int)
+    multi = rng.random(rows) >= 0.92
+    nnodes[multi] = np.minimum(2 ** rng.geometric(0.45, multi.sum()), 256)
+    gpus_one = rng.choice([1, 2, 4, 8], rows, p=[0.35, 0.15, 0.15, 0.35])
+    first = rng.integers(0, n_nodes, rows)
+    state = rng.choice(len(STATES), rows, p=STATE_P)
+    running = np.zeros(rows, bool)
+    running[-200:] = True
+    typed = rng.random(rows) < 0.5
+    with path.open("w") as fh:
+        fh.write(HEADER + "\n")
+        job_id = 100_000
+        i = 0
+        while i < rows:
+            job_id += 1
+            n = int(nnodes[i])
+            lo = int(first[i]) if int(first[i]) + n <= n_nodes else n_nodes - n
+            nodelist = f"gpu{lo:05d}" if n == 1 else f"gpu[{lo:05d}-{lo + n - 1:05d}]"
+            gpus = 8 * n if n > 1 else int(gpus_one[i])
+            gres = f"gres/gpu:h100={gpus},gres/gpu={gpus}" if typed[i] else f"gres/gpu={gpus}"
+            tres = f"billing={gpus},cpu={12 * gpus},{gres},mem={125 * gpus}G,node={n}"
+            sub = t0 + timedelta(seconds=int(submit[i]))
+            start = sub + timedelta(seconds=int(wait[i]))
+            end = start + timedelta(seconds=int(runtime[i]))
+            st = STATES[state[i]]
+            display = f"{job_id - 3}_{job_id % 50}" if job_id % 17 == 0 else str(job_id)
+            end_text = "Unknown" if running[i] else _fmt(end)
+            st = "RUNNING" if running[i] else st
+            exit_code = "0:0" if st in ("COMPLETED", "RUNNING") else "1:0"
+            name = f"train_{job_id % 997}"
+            user = f"user{job_id % 311:03d}"
+            fh.write(
+                f"{job_id}|{display}|{name}|{user}|gpu|{st}|{exit_code}|{_fmt(sub)}|{_fmt(sub)}|"
+                f"{_fmt(start)}|{end_text}|{n}|{nodelist}|{tres}\n"
+            )
+            i += 1
+            if st in ("NODE_FAIL", "REQUEUED") and i < rows:
+                # the requeued instance: same JobIDRaw and Submit, a later start
+                start2 = end + timedelta(seconds=90)
+                end2 = start2 + timedelta(seconds=int(runtime[i]))
+                fh.write(
+                    f"{job_id}|{display}|{name}|{user}|gpu|COMPLETED|0:0|{_fmt(sub)}|"
+                    f"{_fmt(end + timedelta(seconds=10))}|{_fmt(start2)}|{_fmt(end2)}|{n}|"
+                    f"{nodelist}|{tres}\n"
+                )
+                i += 1
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def phase_read_csv(path: Path) -> dict:
+    import pandas as pd
+
+    t = time.perf_counter()
+    df = pd.read_csv(path, sep="|", dtype=str, keep_default_na=False)
+    return {"seconds": time.perf_counter() - t, "rows": len(df), "peak_rss_mb": _peak_rss_mb()}
+
+
+def phase_ingest(path: Path, db: Path) -> dict:
+    from rsc_health.historian.db import connect, table_counts
+    from rsc_health.historian.ingest import sacct
+
+    db.unlink(missing_ok=True)
+    engine = connect(f"sqlite:///{db}")
+    t = time.perf_counter()
+    report = sacct.ingest_text(engine, path)
+    seconds = time.perf_counter() - t
+    t = time.perf_counter()
+    again = sacct.ingest_text(engine, path)
+    reingest = time.perf_counter() - t
+    counts = table_counts(engine)
+    return {
+        "seconds": seconds,
+        "reingest_seconds": reingest,
+        "rows": report.read,
+        "bad": len(report.bad) + len(again.bad),
+        "jobs": counts["jobs"],
+        "job_nodes": counts["job_nodes"],
+        "peak_rss_mb": _peak_rss_mb(),
+    }
+
+
+def _child(*args: str) -> dict:
+    out = subprocess.run([sys.executable, __file__, *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(out.stderr)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--rows", type=int, default=1_000_000)
+    ap.add_argument("--sacct", type=Path, help="Time this sacct file instead of generating.")
+    ap.add_argument("--out", type=Path, default=Path("bench-out"))
+    ap.add_argument("--phase", choices=["read_csv", "ingest"], help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.sacct or args.out / f"sacct-{args.rows}.txt"
+    db = args.out / "bench-ingest.db"
+    if args.phase == "read_csv":
+        print(json.dumps(phase_read_csv(path)))
+        return
+    if args.phase == "ingest":
+        print(json.dumps(phase_ingest(path, db)))
+        return
+    if args.sacct is None and not path.exists():
+        t = time.perf_counter()
+        generate(path, args.rows)
+        print(f"generated {path} ({args.rows:,} rows) in {time.perf_counter() - t:.1f} s")
+    common = ["--out", str(args.out)] + (["--sacct", str(path)] if args.sacct else [])
+    common += ["--rows", str(args.rows)]
+    read = _child("--phase", "read_csv", *common)
+    ing = _child("--phase", "ingest", *common)
+    ratio = ing["seconds"] / read["seconds"]
+    print(f"file: {path} ({path.stat().st_size / 1e6:.0f} MB, {read['rows']:,} rows)")
+    print(
+        f"pandas.read_csv:      {read['seconds']:7.2f} s   peak RSS {read['peak_rss_mb']:7.0f} MB"
+    )
+    print(
+        f"ingest sacct (SQLite): {ing['seconds']:6.2f} s   peak RSS {ing['peak_rss_mb']:7.0f} MB"
+        f"   ({ing['jobs']:,} jobs, {ing['job_nodes']:,} job_nodes, {ing['bad']} bad)"
+    )
+    print(f"re-ingest (no change): {ing['reingest_seconds']:6.2f} s")
+    print(f"ratio ingest / read_csv = {ratio:.2f}x (target <= 3x)")
+
+
+if __name__ == "__main__":
+    main()
