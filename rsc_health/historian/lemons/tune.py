@@ -6,9 +6,9 @@ choose the thresholds; held-out seeds report the accuracy, so the numbers we quo
 fitted. Scoring is pooled over seeds (sum the confusion counts, then divide).
 
 Choice rule: among grid points whose pooled precision reaches `target_precision`, take the
-highest recall, then the fewest false positives, then the most conservative thresholds (larger
-values first, so a tie never makes the detector more trigger-happy). When no point reaches the
-target precision, take the best F1.
+highest recall, then the fewest false positives; among the points still tied, the one nearest
+the middle of the tied plateau (robust to the next fleet), then the most conservative. When no
+point reaches the target precision, take the best F1.
 """
 
 from __future__ import annotations
@@ -166,18 +166,38 @@ def run_grid(
     return pd.DataFrame(rows)
 
 
+def _conservative_key(column: pd.Series) -> pd.Series:
+    """Order a grid column from trigger-happy to conservative. 0 means "rule off": fewer rules
+    can fire, so it is the most conservative value of all; fewer strong rules is more careful."""
+    if column.name == "strong":
+        return -column.map(len)
+    return column.replace(0, np.inf)
+
+
 def choose(results: pd.DataFrame, grid_keys: Sequence[str], target_precision: float = 0.9):
-    """The chosen row (see the module docstring for the rule)."""
+    """The chosen row (see the module docstring for the rule).
+
+    With few lemons per fleet many grid points tie; taking the edge of that plateau (e.g. the
+    highest XID threshold that still catches the same lemons) overfits the tuning seeds. So the
+    tie goes to the point nearest the middle of the tied set, key by key in rank units, and
+    only then to the most conservative point."""
     ok = results[results["precision"] >= target_precision]
     if ok.empty:
         return results.sort_values("f1", ascending=False, kind="stable").iloc[0]
-    # 0 means "rule off": fewer rules can fire, so it is the most conservative value of all.
-    conservative = [
-        -ok[k].map(len) if k == "strong" else ok[k].replace(0, np.inf) for k in grid_keys
-    ]
-    ranked = ok.assign(**{f"_c{i}": c for i, c in enumerate(conservative)})
-    order = ["recall", "fp"] + [f"_c{i}" for i in range(len(grid_keys))]
-    asc = [False, True] + [False] * len(grid_keys)
+    best = ok[ok["recall"] == ok["recall"].max()]
+    best = best[best["fp"] == best["fp"].min()]
+    distance = pd.Series(0.0, index=best.index)
+    for k in grid_keys:
+        order = _conservative_key(results[k])
+        ranks = order.rank(method="dense")
+        span = max(ranks.max() - 1, 1)
+        tied_ranks = ranks.loc[best.index]
+        distance += (tied_ranks - tied_ranks.median()).abs() / span
+    ranked = best.assign(
+        _d=distance, **{f"_c{i}": _conservative_key(best[k]) for i, k in enumerate(grid_keys)}
+    )
+    order = ["_d"] + [f"_c{i}" for i in range(len(grid_keys))]
+    asc = [True] + [False] * len(grid_keys)
     return ranked.sort_values(order, ascending=asc, kind="stable").iloc[0][results.columns]
 
 
