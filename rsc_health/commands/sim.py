@@ -49,8 +49,8 @@ def sim(obj, nodes, days, seed, out_dir, lemon_share, rf, as_json, progress):
     from rsc_health.sim import SimConfig, simulate
 
     try:
-        cfg = SimConfig.from_mapping(
-            obj.config.section("sim"), nodes=nodes, days=days, seed=seed,
+        cfg = SimConfig.from_config(
+            obj.config, nodes=nodes, days=days, seed=seed,
             lemon_share=lemon_share, rf_per_1000_node_days=rf,
         )
     except (TypeError, ValueError) as exc:

@@ -94,6 +94,11 @@ class SimConfig:
         merged = {**data, **{k: v for k, v in overrides.items() if v is not None}}
         return cls(**merged)
 
+    @classmethod
+    def from_config(cls, config: Any, **overrides: Any) -> SimConfig:
+        """From a loaded rsc_health Config's [sim] section; None-valued overrides are ignored."""
+        return cls.from_mapping(config.section("sim"), **overrides)
+
     @property
     def rf(self) -> float:
         return self.rf_per_1000_node_days / 1000.0

@@ -119,6 +119,8 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
                            strict=True)},
         "rf_per_node_day": cfg.rf,
         "rf_lemon_per_node_day": cfg.rf * cfg.lemon_rf_multiplier,
+        # Injected failures per node-day the nodes were up, lemons included: what an estimate
+        # of r_f from the whole fleet's history should recover.
         "rf_true_fleet": rf_true,
         "node_days": cfg.nodes * cfg.days,
         "node_days_up": node_days_up,
