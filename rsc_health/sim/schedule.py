@@ -8,7 +8,7 @@ import numpy as np
 from rsc_health.sim.config import SimConfig
 from rsc_health.sim.failures import Failure, FailurePlan
 from rsc_health.sim.fleet import Fleet
-from rsc_health.sim.jobs import E, Instances, Jobs, S, continuation
+from rsc_health.sim.jobs import E, Instances, Jobs, S, continuation, place
 
 MAX_ROUNDS = 8  # requeue generations; a crash loop longer than this is cut short
 
@@ -17,29 +17,37 @@ def _on_node(inst: Instances, idx: np.ndarray, node: int) -> np.ndarray:
     return (inst.first[idx] <= node) & (inst.first[idx] + inst.nnodes[idx] > node)
 
 
-def wait_out_repairs(inst: Instances, idx: np.ndarray, failures: list[Failure]) -> None:
-    """Jobs that would start on a node while it is out for repair start when it returns
-    (they waited in the queue), so no node runs a job while it is down."""
-    if not len(idx) or not failures:
-        return
-    for _ in range(3):  # a shifted job may land in a later outage of another of its nodes
-        order = idx[np.argsort(inst.start[idx], kind="stable")]
+def wait_out_repairs(
+    inst: Instances, idx: np.ndarray, failures: list[Failure], fleet: Fleet, jobs: Jobs,
+    rng: np.random.Generator, max_rounds: int = 40,
+) -> None:
+    """No job starts on a node while it is out for repair: like the scheduler, a job that
+    would is given other nodes, and after bouncing twice it also waits for the repair."""
+    check = idx
+    for rounds in range(max_rounds):
+        if not len(check) or not failures:
+            return
+        order = check[np.argsort(inst.start[check], kind="stable")]
         starts = inst.start[order]
-        moved = False
+        blocked: dict[int, int] = {}  # instance -> end of the latest repair it ran into
         for f in failures:
             lo, hi = np.searchsorted(starts, [f.time, f.repair_end])
             if lo == hi:
                 continue
             cand = order[lo:hi]
-            sel = cand[_on_node(inst, cand, f.node) & (inst.start[cand] >= f.time)
-                       & (inst.start[cand] < f.repair_end)]
-            if len(sel):
-                shift = f.repair_end + 60 - inst.start[sel]
-                inst.start[sel] += shift
-                inst.end[sel] += shift
-                moved = True
-        if not moved:
+            for i in cand[_on_node(inst, cand, f.node)].tolist():
+                blocked[i] = max(blocked.get(i, 0), f.repair_end)
+        if not blocked:
             return
+        bad = np.fromiter(blocked.keys(), dtype=np.int64, count=len(blocked))
+        part = jobs.partition[inst.job[bad]]
+        inst.first[bad] = place(fleet.part_lo[part], fleet.part_hi[part], inst.nnodes[bad], rng)
+        if rounds >= 2:
+            until = np.fromiter(blocked.values(), dtype=np.int64, count=len(blocked))
+            shift = np.maximum(0, until + 60 - inst.start[bad])
+            inst.start[bad] += shift
+            inst.end[bad] += shift
+        check = bad
 
 
 def find_hits(inst: Instances, idx: np.ndarray, failures: list[Failure]) -> dict[int, int]:
@@ -67,14 +75,14 @@ def apply_failures(
 ) -> Instances:
     failures = plan.failures
     todo = np.arange(len(inst))
-    wait_out_repairs(inst, todo, failures)
+    wait_out_repairs(inst, todo, failures, fleet, jobs, rng)
     # Preempted jobs that requeue come back under the same JobID for the rest of their work
     # (planned only now that their own start is final).
     req = np.flatnonzero(inst.state == S["REQUEUED"])
     if len(req):
         base = len(inst)
         inst = Instances.concat([inst, continuation(cfg, fleet, jobs, inst, req, rng)])
-        wait_out_repairs(inst, np.arange(base, len(inst)), failures)
+        wait_out_repairs(inst, np.arange(base, len(inst)), failures, fleet, jobs, rng)
         todo = np.arange(len(inst))
     alive = np.ones(len(inst), dtype=bool)
     for _ in range(MAX_ROUNDS):
@@ -112,7 +120,7 @@ def apply_failures(
         inst = Instances.concat([inst, nxt])
         alive = np.concatenate([alive, np.ones(len(nxt), dtype=bool)])
         todo = np.arange(base, len(inst))
-        wait_out_repairs(inst, todo, failures)
+        wait_out_repairs(inst, todo, failures, fleet, jobs, rng)
     return inst.take(np.flatnonzero(alive))
 
 
