@@ -143,6 +143,7 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
                 gpus_per_node=gpn,
                 timeout_s=float(cfg.get("sacct_timeout_s", 600)),
                 default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
+                overlap_s=int(cfg.get("sacct_overlap_s", 3600)),
             )
     except (sacct.SacctError, hdb.HistorianError) as exc:
         raise click.ClickException(str(exc)) from exc
