@@ -1,0 +1,61 @@
+"""Counters judged against the previous sweep, missing hardware, and the time budget."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+from rsc_health.collect import mounts
+from rsc_health.engine import run
+from rsc_health.model import Level, Severity
+
+from .conftest import bad
+
+
+def test_nvlink_crc_errors_rising_between_sweeps_drain_after_job(node):
+    node.check()  # baseline
+    node.nvml(lambda d: d["devices"][6]["nvlink"][3].update(crc_flit=12))
+    found, verdict = node.check()
+    assert [(f.component, f.code, f.data["rising"]) for f in bad(found)] == [
+        ("gpu6", "nvlink_errors", {"3/crc_flit": 12})]
+    assert verdict.level is Level.DRAIN_AFTER_JOB
+
+
+def test_aggregate_uncorrectable_ecc_rising_drains_now_even_after_volatile_reset(node):
+    node.check()
+    node.nvml(lambda d: d["devices"][0]["ecc"]["aggregate"].update(uncorrected=1))
+    found, verdict = node.check()
+    assert [(f.component, f.code) for f in bad(found)] == [("gpu0", "ecc_dbe")]
+    assert verdict.level is Level.DRAIN_NOW
+
+
+def test_missing_hca_drains_now(node):
+    shutil.rmtree(node.path("sys/class/infiniband/mlx5_7"))
+    found, verdict = node.check(only={"infiniband"})
+    assert [(f.component, f.code, f.severity) for f in bad(found)] == [
+        ("mlx5_7", "ib_missing", Severity.DRAIN_NOW)]
+
+
+def test_budget_bounds_a_hung_mount_and_overrun_is_reported(node, monkeypatch):
+    release = threading.Event()
+    real = mounts.statvfs
+    monkeypatch.setattr(mounts, "statvfs",
+                        lambda p: release.wait(30) if p.endswith("/home") else real(p))
+    t0 = time.monotonic()
+    findings = run(node.config, node.root, only={"mount"}, budget_s=0.5)
+    elapsed = time.monotonic() - t0
+    release.set()
+    assert elapsed < 2.0  # probe timeout clipped to half the budget, not the config's 2 s
+    assert [(f.component, f.code) for f in bad(findings)] == [("/home", "mount_hung")]
+    over = run(node.config, node.root, only={"mount"}, budget_s=0.0)
+    assert [f.family for f in bad(over)] == ["checker"]
+
+
+def test_partial_run_keeps_the_other_families_baselines(node):
+    counter = node.path("sys/class/infiniband/mlx5_0/ports/1/counters/link_downed")
+    node.check()
+    node.check(only={"mount"})
+    counter.write_text("1\n")
+    found, _ = node.check(only={"infiniband"})
+    assert [f.code for f in bad(found)] == ["ib_link_downed"]
