@@ -49,5 +49,6 @@ def check(state, cfg: dict) -> list[Finding]:
                      delta=cor)
             )
         if len(out) == before and dev.kind != "bridge":
-            out.append(ok("pcie", comp, f"{comp} ({dev.kind}) x{dev.width} ok"))
+            link = f"x{dev.width}" if dev.width else "link width unknown,"
+            out.append(ok("pcie", comp, f"{comp} ({dev.kind}) {link} ok"))
     return out
