@@ -436,3 +436,22 @@ def test_what_if_parsing(text, expected):
     what, value, rel = parse_what_if(text)
     assert (what, rel) == (expected[0], expected[2])
     assert value == pytest.approx(expected[1])
+
+
+def test_link_by_tag_joins_differently_named_jobs_with_the_same_tag(engine):
+    from rsc_health.historian.metrics.ettr import hours
+    from rsc_health.historian.metrics.runs import RunOptions, job_runs
+
+    _add_runs(engine)
+    with engine.begin() as conn:
+        conn.execute(
+            jobs.update().where(jobs.c.job_id == "5001").values(name="llama-resume run=L7")
+        )
+        conn.execute(jobs.update().where(jobs.c.job_id == "5000").values(name="llama run=L7"))
+    opts = RunOptions(link_by="tag", dt_cp=hours(1), min_run_hours=10)
+    runs = job_runs(engine, r_f=6.5e-3, opts=opts)
+    tagged = runs[runs["name"].str.contains("run=L7")]
+    assert list(tagged["runtime_hours"]) == pytest.approx([60.0])
+    assert int(tagged["instances"].iloc[0]) == 3
+    # Job 5002 ("llama", no tag) stays a run of its own.
+    assert (runs["name"] == "llama").sum() == 1

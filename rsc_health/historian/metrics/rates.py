@@ -116,7 +116,7 @@ def infra_failure_causes(engine: Engine, window: Window = ALL_TIME, min_gpus: in
         df = pd.DataFrame(conn.execute(q).all(), columns=["job_pk", "end", "gpus", "cause"])
     # A NODE_FAIL attributed to real causes should not also count as 'unattributed'.
     if not df.empty:
-        real = df.groupby("job_pk")["cause"].transform(lambda s: (s != "unattributed").any())
+        real = (df["cause"] != "unattributed").groupby(df["job_pk"]).transform("any")
         df = df[~(real & (df["cause"] == "unattributed"))]
     return df
 
