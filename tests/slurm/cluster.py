@@ -343,3 +343,104 @@ StorageLoc={self.db_name}
                 self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"],
                          check=False)
         self.wait_for(self._all_nodes_idle, 60, "all nodes IDLE after reset")
+
+
+# ---- rsc-health on the cluster --------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[2]
+HEALTHY = REPO / "tests" / "fixtures" / "nodes" / "healthy"
+
+# Site settings every test node reads on top of its fixture's own config.toml.
+SITE_CONFIG = """
+[slurm]
+call_timeout_s = 5
+sweep_budget_s = 20
+lock_timeout_s = 10
+
+[actions]
+resume_after_clean_sweeps = 2
+guard_max_share = 0.34
+guard_window_min = 15
+"""
+
+
+class RscHealthCluster(SlurmCluster):
+    """SlurmCluster wired to the project's real prolog, epilog and sweep; every node reads its
+    own copy of the `healthy` fixture under base/roots/<node>, where tests inject faults."""
+
+    def __init__(self, base: Path, **kw):
+        base = Path(base)
+        super().__init__(
+            base, prolog=base / "hooks" / "prolog", epilog=base / "hooks" / "epilog",
+            extra_conf="PrologFlags=Alloc\n", **kw,
+        )
+
+    def start(self) -> None:
+        self._write_hooks()
+        for node in self.node_names:
+            self.reset_root(node)
+        super().start()
+
+    def root(self, node: str) -> Path:
+        return self.base / "roots" / node
+
+    def reset_root(self, node: str) -> None:
+        root = self.root(node)
+        if root.exists():
+            shutil.rmtree(root)
+        shutil.copytree(HEALTHY, root, symlinks=True)
+        site = (HEALTHY / "config.toml").read_text() + SITE_CONFIG
+        (root / "site.toml").write_text(site)
+
+    def node_env(self, node: str) -> dict[str, str]:
+        return dict(
+            self.env,
+            SLURMD_NODENAME=node,
+            RSC_HEALTH_ROOT=str(self.root(node)),
+            RSC_HEALTH_CONFIG=str(self.root(node) / "site.toml"),
+            RSC_HEALTH_PYTHON=_python(),
+            PYTHONPATH=str(REPO),
+        )
+
+    def _write_hooks(self) -> None:
+        hooks = self.base / "hooks"
+        hooks.mkdir(parents=True, exist_ok=True)
+        # slurmd runs prolog/epilog with a bare environment: this is the site's
+        # /etc/default/rsc-health, per node because every node here has its own root.
+        for name, target in (("prolog", "prolog/rsc-health-prolog"),
+                             ("epilog", "epilog/rsc-health-epilog")):
+            script = hooks / name
+            script.write_text(
+                "#!/bin/sh\n"
+                f"export SLURM_CONF={self.conf}\n"
+                f"export RSC_HEALTH_ROOT={self.base}/roots/$SLURMD_NODENAME\n"
+                f"export RSC_HEALTH_CONFIG={self.base}/roots/$SLURMD_NODENAME/site.toml\n"
+                f"export RSC_HEALTH_PYTHON={_python()} PYTHONPATH={REPO}\n"
+                f"exec {REPO / target} 2>>{self.base}/log/{name}-$SLURMD_NODENAME.log\n"
+            )
+            script.chmod(0o755)
+
+    def sweep(self, node: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        """One periodic sweep on `node`, exactly as HealthCheckProgram / the timer runs it."""
+        return subprocess.run(
+            [str(REPO / "checks" / "rsc-health-sweep")], env=self.node_env(node),
+            capture_output=True, text=True, timeout=timeout,
+        )
+
+    def spool(self, node: str) -> list[dict]:
+        import json
+
+        path = self.root(node) / "var/lib/rsc_health/spool/pending.jsonl"
+        if not path.exists():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+    def reset(self) -> None:
+        super().reset()
+        for node in self.node_names:
+            self.reset_root(node)
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
