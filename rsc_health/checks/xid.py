@@ -27,23 +27,31 @@ def gpu_by_pci(state) -> dict[str, str]:
 def check(state, cfg: dict) -> list[Finding]:
     catalog = cfg["xid_catalog"]
     by_pci = gpu_by_pci(state)
-    out: list[Finding] = []
+    # One finding per GPU, XID and line severity: an application storm of 500 XID 13 lines is
+    # one WARN with a count, not 500 rows (the first event's details are kept).
+    groups: dict[tuple[str, int, str | None], list] = {}
     for ev in state.xid_events:
-        rule = catalog.rule(ev.xid, ev.severity)
         comp = by_pci.get(_pci_key(ev.pci), ev.pci)
-        text = f"{comp} XID {ev.xid} {rule.name}"
-        if ev.severity:
-            text += f" ({ev.severity})"
-        data = {"xid": ev.xid, "pci": ev.pci, "message": ev.message[:200], "pid": ev.pid,
-                "process": ev.process, "line_severity": ev.severity, "source": ev.source}
+        groups.setdefault((comp, ev.xid, ev.severity), []).append(ev)
+    out: list[Finding] = []
+    for (comp, xid, line_sev), events in groups.items():
+        ev = events[0]
+        rule = catalog.rule(xid, line_sev)
+        text = f"{comp} XID {xid} {rule.name}"
+        if line_sev:
+            text += f" ({line_sev})"
+        if len(events) > 1:
+            text += f" x{len(events)}"
+        data = {"xid": xid, "pci": ev.pci, "message": ev.message[:200], "pid": ev.pid,
+                "process": ev.process, "line_severity": line_sev, "source": ev.source,
+                "count": len(events)}
+        code = f"xid{xid}"
         if rule.severity >= Severity.DRAIN_AFTER_JOB:
-            out.append(fail("xid", comp, rule.severity, f"xid{ev.xid}", text,
-                            repair=rule.repair, **data))
+            out.append(fail("xid", comp, rule.severity, code, text, repair=rule.repair, **data))
         elif rule.severity is Severity.WARN:
-            out.append(warn("xid", comp, f"xid{ev.xid}", text, **data))
+            out.append(warn("xid", comp, code, text, **data))
         else:
-            out.append(Finding("xid", comp, Status.OK, Severity.NONE, text, f"xid{ev.xid}",
-                               data=data))
+            out.append(Finding("xid", comp, Status.OK, Severity.NONE, text, code, data=data))
     if not out:
         out.append(ok("xid", "kernel log", "no new XID events"))
     return out

@@ -286,3 +286,13 @@ def test_collector_crash_is_a_checker_error_that_never_drains(node, monkeypatch)
     found, verdict = only_bad(node)
     assert [(f.family, f.status) for f in found] == [("checker", Status.ERROR)]
     assert verdict.level is Level.CHECKER_ERROR and verdict.reason == ""
+
+
+def test_an_xid_storm_is_one_finding_with_a_count(node):
+    for seq in range(1400, 1450):
+        kmsg_xid(node, seq, "13, pid=77, name=train.py, Graphics SM Warp Exception on "
+                            "(GPC 0, TPC 1, SM 0): Out Of Range Address")
+    kmsg_xid(node, 1450, "79, pid=77, name=train.py, GPU has fallen off the bus.")
+    found, verdict = only_bad(node)
+    assert sorted((f.code, f.data["count"]) for f in found) == [("xid13", 50), ("xid79", 1)]
+    assert verdict.causes[0].code == "xid79"
