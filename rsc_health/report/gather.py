@@ -75,11 +75,16 @@ def causes_section(frame: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-def rolling_section(frame: pd.DataFrame) -> pd.DataFrame:
-    """The metrics' wide frame (date, node_days, total, one column per mode) to long rows."""
+def rolling_section(frame: pd.DataFrame, days: int = 30) -> pd.DataFrame:
+    """The metrics' wide frame (date, node_days, total, one column per mode) to long rows.
+
+    The first `days - 1` days average over less than a full window (a single bad day reads as
+    a huge rate), so they are dropped when the series is long enough to have full windows."""
     modes = [c for c in frame.columns if c not in ("date", "node_days", "total")]
     if frame.empty or not modes:
         return empty_frame("rolling")
+    if len(frame) > 2 * days:
+        frame = frame.iloc[days - 1:]
     long = frame.melt(id_vars=["date"], value_vars=modes, var_name="mode",
                       value_name="rate_per_1000_node_days")
     return long.rename(columns={"date": "time"})[["time", "mode", "rate_per_1000_node_days"]]
@@ -182,11 +187,12 @@ def lemons_section(verdicts: list[Any]) -> pd.DataFrame:
             "rules": (["repeat_offender"] if v.repeat_offender else [])
             + [f"{c.feature}>={_fmt(c.threshold)}" for c in v.crossings],
             "evidence": lemon_evidence_lines(v),
+            "summary": v.summary(),
         }
         for v in verdicts
     ]
-    return pd.DataFrame(rows, columns=["node", "rules", "evidence"]) if rows else empty_frame(
-        "lemons")
+    columns = ["node", "rules", "evidence", "summary"]
+    return pd.DataFrame(rows, columns=columns) if rows else empty_frame("lemons")
 
 
 def recent_actions(engine: Engine, as_of: datetime, hours: float) -> pd.DataFrame:
@@ -263,7 +269,7 @@ def gather(
         if got is not None:
             data.causes = got
         got = step("rolling", "rolling failure rate", lambda: rolling_section(
-            rates.rolling(engine, window, days=opts.rolling_days)))
+            rates.rolling(engine, window, days=opts.rolling_days), opts.rolling_days))
         if got is not None:
             data.rolling = got
 

@@ -252,16 +252,7 @@ def ettr_runs(frame: pd.DataFrame, title: str):
     return fig
 
 
-@figure("Lemon feature CDFs over nodes (Fig. 11)")
-def lemon_feature_cdfs(frame: pd.DataFrame, title: str):
-    """Fig. 11: CDF over nodes of each lemon feature, each normalised to 0..1 by its maximum."""
-    features = [c for c in PAPER_FEATURES if c in frame.columns]
-    features += [c for c in frame.columns if c not in features and c != "node"
-                 and pd.api.types.is_numeric_dtype(frame[c])]
-    if frame.empty or not features:
-        raise _NoData
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+def _cdf_axes(ax, frame: pd.DataFrame, features: list[str], title: str) -> None:
     for feature in features:
         values = pd.to_numeric(frame[feature], errors="coerce").dropna().to_numpy(float)
         if values.size == 0:
@@ -273,9 +264,30 @@ def lemon_feature_cdfs(frame: pd.DataFrame, title: str):
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(0, 1.02)
     ax.set_xlabel("feature value per node (normalised to 0..1)")
-    ax.set_ylabel("fraction of nodes")
-    ax.set_title(title)
-    ax.legend(loc="lower right", fontsize="small")
+    ax.set_title(title, fontsize="medium")
+    ax.legend(loc="lower right", fontsize="x-small")
+
+
+@figure("Lemon feature CDFs over nodes (Fig. 11)")
+def lemon_feature_cdfs(frame: pd.DataFrame, title: str):
+    """Fig. 11: CDF over nodes of each lemon feature, each normalised to 0..1 by its maximum.
+
+    The paper's seven signals on the left; numeric extras the lemon rules also use (early
+    fails, repeat outages...) on the right, so the figure stays readable."""
+    paper = [c for c in PAPER_FEATURES if c in frame.columns]
+    extras = [c for c in frame.columns if c not in PAPER_FEATURES and c != "node"
+              and pd.api.types.is_numeric_dtype(frame[c])]
+    if frame.empty or not (paper or extras):
+        raise _NoData
+    plt = _pyplot()
+    panels = [(cols, name) for cols, name in ((paper, "paper's signals"), (extras, "extras"))
+              if cols]
+    fig, axes = plt.subplots(1, len(panels), figsize=(FIGSIZE[0], FIGSIZE[1] + 0.6),
+                             sharey=True, squeeze=False)
+    for ax, (cols, name) in zip(axes[0], panels, strict=True):
+        _cdf_axes(ax, frame, cols, name)
+    axes[0][0].set_ylabel("fraction of nodes")
+    fig.suptitle(title)
     return fig
 
 

@@ -21,6 +21,7 @@ from rsc_health.report.data import ReportData
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 SUMMARY_TXT = "summary.txt"
+SUMMARY_MAX_LEMONS = 30  # keep the chat message short; the page lists every candidate
 JSON_FORMAT = 1  # bump when report.json changes shape; older files are still diffed by node
 
 
@@ -69,6 +70,7 @@ def lemon_rows(data: ReportData) -> list[dict[str, Any]]:
                 "node": str(record["node"]),
                 "rules": _as_list(record.get("rules")),
                 "evidence": _as_list(record.get("evidence")),
+                "summary": str(record.get("summary") or ""),
             }
         )
     return sorted(rows, key=lambda r: r["node"])
@@ -155,10 +157,15 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         f"cleared: {len(changes.cleared)})"
     )
     new = set(changes.new)
-    for row in lemons:
+    for row in lemons[:SUMMARY_MAX_LEMONS]:
         tag = " NEW" if row["node"] in new and changes.previous_as_of else ""
-        evidence = "; ".join(row["evidence"]) or ", ".join(row["rules"]) or "no evidence recorded"
-        lines.append(f"  {row['node']}{tag}: {evidence}")
+        # One short line per node for chat: the verdict's own summary when the producer gave
+        # one, else its evidence; the page and report.json carry the full evidence.
+        because = (row["summary"] or "; ".join(row["evidence"]) or ", ".join(row["rules"])
+                   or "no evidence recorded")
+        lines.append(f"  {row['node']}{tag}: {because}")
+    if len(lemons) > SUMMARY_MAX_LEMONS:
+        lines.append(f"  ... and {len(lemons) - SUMMARY_MAX_LEMONS} more (see report.html)")
     if changes.cleared:
         lines.append(f"No longer candidates: {', '.join(changes.cleared)}")
     counts = action_counts(actions)

@@ -109,3 +109,18 @@ def test_ettr_section_averages_runs_by_size_with_a_t_interval():
     assert out.at[1024, "ci_high"] - 0.9 == pytest.approx(2.919986 * 0.1 / 3**0.5, rel=1e-5)
     assert out.at[1024, "runs"] == 3 and out.at[1024, "expected"] == pytest.approx(0.9)
     assert out.at[2048, "ci_low"] != out.at[2048, "ci_low"]  # one run: no interval (NaN)
+
+
+def test_rolling_section_drops_the_partial_windows_at_the_start():
+    import pandas as pd
+
+    from rsc_health.report.gather import rolling_section
+
+    dates = pd.date_range("2024-01-01", periods=90, freq="D")
+    wide = pd.DataFrame({"date": dates, "node_days": 10.0, "total": 3.0, "xid": 1.0,
+                         "mount": 2.0})
+    long = rolling_section(wide, days=30)
+    assert long["time"].min() == dates[29]
+    assert set(long["mode"]) == {"xid", "mount"} and len(long) == 2 * 61
+    short = rolling_section(wide.head(40), days=30)  # too short to trim: keep everything
+    assert short["time"].min() == dates[0]

@@ -104,3 +104,19 @@ def test_html_escapes_node_and_reason_text(report_data, tmp_path):
     html = write_report(report_data, tmp_path).html.read_text()
     assert "<script>alert(1)</script>" not in html
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_summary_uses_the_verdict_summary_and_caps_long_lists(report_data, tmp_path):
+    nodes = [f"gpu{i:03d}" for i in range(45)]
+    report_data.lemons = pd.DataFrame({
+        "node": nodes,
+        "rules": [["node_fails>=3"]] * 45,
+        "evidence": [["node_fails=4 >= 3", "failed jobs: 1 FAILED (xid)"]] * 45,
+        "summary": ["node_fails=4>=3"] * 45,
+    })
+    summary = write_report(report_data, tmp_path).summary.read_text()
+    assert "  gpu000: node_fails=4>=3\n" in summary
+    assert "failed jobs" not in summary  # details stay on the page
+    assert "  ... and 15 more (see report.html)" in summary
+    html = (tmp_path / "report.html").read_text()
+    assert all(f"<code>{n}</code>" in html for n in nodes)
