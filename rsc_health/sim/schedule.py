@@ -17,6 +17,33 @@ def _on_node(inst: Instances, idx: np.ndarray, node: int) -> np.ndarray:
     return (inst.first[idx] <= node) & (inst.first[idx] + inst.nnodes[idx] > node)
 
 
+class StartIndex:
+    """Instances by (node, start), so each failure finds the jobs on its node in O(log n):
+    single-node jobs keyed by node then start, multi-node blocks by start then node range."""
+
+    SHIFT = 40  # start seconds stay below 2**40
+
+    def __init__(self, inst: Instances, idx: np.ndarray):
+        self.inst = inst
+        single = idx[inst.nnodes[idx] == 1]
+        multi = idx[inst.nnodes[idx] > 1]
+        key = (inst.first[single] << self.SHIFT) + inst.start[single]
+        order = np.argsort(key, kind="stable")
+        self.single, self.key = single[order], key[order]
+        self.multi = multi[np.argsort(inst.start[multi], kind="stable")]
+        self.mstart = inst.start[self.multi]
+
+    def starting(self, node: int, t0: int, t1: int) -> np.ndarray:
+        """Instances on `node` whose start is in [t0, t1)."""
+        base = node << self.SHIFT
+        lo, hi = np.searchsorted(self.key, [base + t0, base + t1])
+        single = self.single[lo:hi]
+        lo, hi = np.searchsorted(self.mstart, [t0, t1])
+        multi = self.multi[lo:hi]
+        multi = multi[_on_node(self.inst, multi, node)]
+        return np.concatenate([single, multi]) if len(multi) else single
+
+
 def wait_out_repairs(
     inst: Instances, idx: np.ndarray, failures: list[Failure], fleet: Fleet, jobs: Jobs,
     rng: np.random.Generator, max_rounds: int = 40,
@@ -24,18 +51,20 @@ def wait_out_repairs(
     """No job starts on a node while it is out for repair: like the scheduler, a job that
     would is given other nodes, and after bouncing twice it also waits for the repair."""
     check = idx
+    f_time = np.asarray([f.time for f in failures], dtype=np.int64)
+    f_end = np.asarray([f.repair_end for f in failures], dtype=np.int64)
     for rounds in range(max_rounds):
         if not len(check) or not failures:
             return
-        order = check[np.argsort(inst.start[check], kind="stable")]
-        starts = inst.start[order]
+        index = StartIndex(inst, check)
         blocked: dict[int, int] = {}  # instance -> end of the latest repair it ran into
-        for f in failures:
-            lo, hi = np.searchsorted(starts, [f.time, f.repair_end])
-            if lo == hi:
-                continue
-            cand = order[lo:hi]
-            for i in cand[_on_node(inst, cand, f.node)].tolist():
+        # Only outages that some checked job starts inside need a look (late rounds: few).
+        starts = np.sort(inst.start[check])
+        lo = np.searchsorted(starts, f_time)
+        hi = np.searchsorted(starts, f_end)
+        for k in np.flatnonzero(hi > lo).tolist():
+            f = failures[k]
+            for i in index.starting(f.node, f.time, f.repair_end).tolist():
                 blocked[i] = max(blocked.get(i, 0), f.repair_end)
         if not blocked:
             return
@@ -55,15 +84,11 @@ def find_hits(inst: Instances, idx: np.ndarray, failures: list[Failure]) -> dict
     hits: dict[int, int] = {}
     if not len(idx) or not failures:
         return hits
-    order = idx[np.argsort(inst.start[idx], kind="stable")]
-    starts = inst.start[order]
+    index = StartIndex(inst, idx)
     longest = int((inst.end[idx] - inst.start[idx]).max())
     for k, f in enumerate(failures):  # failures are in time order per node, not globally
-        lo = np.searchsorted(starts, f.time - longest)
-        hi = np.searchsorted(starts, f.time, side="right")
-        cand = order[lo:hi]
-        sel = cand[(inst.end[cand] > f.time) & _on_node(inst, cand, f.node)]
-        for i in sel.tolist():
+        cand = index.starting(f.node, f.time - longest, f.time + 1)
+        for i in cand[inst.end[cand] > f.time].tolist():
             if i not in hits or failures[hits[i]].time > f.time:
                 hits[i] = k
     return hits
