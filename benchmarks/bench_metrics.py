@@ -47,99 +47,95 @@ T0 = datetime(2023, 8, 1)
 DAYS = 330
 
 
-def generate(n: int, seed: int = 0):
-    """Columns of the jobs, job_nodes and attributions tables as numpy arrays / lists."""
+def _stamp(seconds: np.ndarray) -> np.ndarray:
+    """Seconds after T0 -> 'YYYY-MM-DD HH:MM:SS', the text SQLAlchemy stores in SQLite."""
+    t = np.datetime64(T0, "s") + seconds.astype("timedelta64[s]")
+    return np.char.replace(np.datetime_as_string(t, unit="s"), "T", " ")
+
+
+def generate(n: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Column arrays of jobs, job_nodes and attributions, all vectorised (numpy)."""
     rng = np.random.default_rng(seed)
     gpus = rng.choice(SIZES, n, p=SIZE_P / SIZE_P.sum())
     nnodes = np.maximum(1, gpus // 8)
     state = rng.choice(STATES, n, p=STATE_P / STATE_P.sum())
-    submit_s = np.sort(rng.uniform(0, DAYS * 86400, n))
-    wait_s = rng.exponential(1800, n)
-    run_s = np.minimum(rng.lognormal(8.0, 1.6, n), 72 * 3600) + 60
+    submit = np.sort(rng.uniform(0, DAYS * 86400, n))
+    wait = rng.exponential(1800, n)
+    run = np.minimum(rng.lognormal(8.0, 1.6, n), 72 * 3600) + 60
     never = (state == "CANCELLED") & (rng.random(n) < 0.5)
-    # Requeues: 30% of NODE_FAIL instances come back as a second instance of the same Job ID.
-    job_id = np.arange(1, n + 1)
-    rq = np.flatnonzero((state == "NODE_FAIL") & (rng.random(n) < 0.3))
     first_node = rng.integers(0, N_NODES, n)
-    return dict(
-        gpus=gpus,
-        nnodes=nnodes,
-        state=state,
-        submit_s=submit_s,
-        wait_s=wait_s,
-        run_s=run_s,
-        never=never,
-        job_id=job_id,
-        requeue_of=rq,
-        first_node=first_node,
-        rng=rng,
-    )
-
-
-def rows(data):
-    """Yield (jobs rows, job_nodes rows, attribution rows) as tuples, requeues appended."""
-    g, nn, st = data["gpus"], data["nnodes"], data["state"]
-    sub, wait, run, never = data["submit_s"], data["wait_s"], data["run_s"], data["never"]
-    first, jid, rng = data["first_node"], data["job_id"], data["rng"]
-    n = len(g)
-    rq = data["requeue_of"]
-    # Requeue instance k of NODE_FAIL job i: eligible at its end, same size and job id.
-    pk = np.concatenate([np.arange(1, n + 1), np.arange(n + 1, n + 1 + len(rq))])
+    # 30% of NODE_FAIL instances come back as a requeue: same Job ID, eligible 2 min later.
+    rq = np.flatnonzero((state == "NODE_FAIL") & (rng.random(n) < 0.3))
     src = np.concatenate([np.arange(n), rq])
     is_rq = np.concatenate([np.zeros(n, bool), np.ones(len(rq), bool)])
-    start = np.where(is_rq, sub[src] + wait[src] + run[src] + 120, sub[src] + wait[src])
-    end = start + run[src]
-    elig = np.where(is_rq, start - 120, sub[src])
-    states = np.where(is_rq, "COMPLETED", st[src])
-    nev = never[src] & ~is_rq
-    jobs_rows = []
-    fmt = "%Y-%m-%d %H:%M:%S"
-    base = T0.timestamp()
-    for i in range(len(pk)):
-        s = src[i]
-        job_id = str(jid[s])
-        submit = datetime.fromtimestamp(base + sub[s]).strftime(fmt)
-        eligible = datetime.fromtimestamp(base + elig[i]).strftime(fmt)
-        stt = None if nev[i] else datetime.fromtimestamp(base + start[i]).strftime(fmt)
-        en = datetime.fromtimestamp(base + (start[i] if nev[i] else end[i])).strftime(fmt)
-        jobs_rows.append(
-            (
-                int(pk[i]),
-                job_id,
-                job_id,
-                f"train{s % 50000}",
-                f"user{s % 300}",
-                "learn",
-                str(states[i]),
-                "0:0",
-                submit,
-                eligible,
-                stt,
-                en,
-                int(nn[s]),
-                int(g[s]),
-                "",
-                f"{job_id}:{pk[i]}",
-            )
-        )
-    node_rows = []
-    for i in range(len(pk)):
-        s = src[i]
-        f0 = int(first[s])
-        for k in range(int(nn[s])):
-            node_rows.append((int(pk[i]), f"node{(f0 + k) % N_NODES:04d}"))
-    fail_idx = np.flatnonzero(np.isin(states, ["FAILED", "NODE_FAIL"]))
-    picked = fail_idx[(states[fail_idx] == "NODE_FAIL") | (rng.random(len(fail_idx)) < 0.02)]
-    att_rows = []
-    for i in picked:
-        s = src[i]
-        node = f"node{int(first[s]) % N_NODES:04d}"
-        if states[i] == "NODE_FAIL" and rng.random() < 0.4:
-            att_rows.append((int(pk[i]), None, "unattributed", "", "", "unattributed"))
-            continue
-        for c in rng.choice(CAUSES, 1 + int(rng.random() < 0.05), replace=False):
-            att_rows.append((int(pk[i]), node, str(c), "", "", "check"))
-    return jobs_rows, node_rows, att_rows
+    start = np.where(is_rq, submit[src] + wait[src] + run[src] + 120, submit[src] + wait[src])
+    end = np.where(never[src] & ~is_rq, start, start + run[src])
+    eligible = np.where(is_rq, start - 120, submit[src])
+    states = np.where(is_rq, "COMPLETED", state[src])
+    pk = np.arange(1, len(src) + 1)
+    start_s = _stamp(start).astype(object)
+    start_s[never[src] & ~is_rq] = None
+    job_id = (src + 1).astype(str)
+    cols = {
+        "id": pk,
+        "job_id": job_id,
+        "job_id_display": job_id,
+        "name": np.char.add("train", (src % 50000).astype(str)),
+        "user": np.char.add("user", (src % 300).astype(str)),
+        "partition": np.full(len(src), "learn"),
+        "state": states,
+        "exit_code": np.full(len(src), "0:0"),
+        "submit": _stamp(submit[src]),
+        "eligible": _stamp(eligible),
+        "start": start_s,
+        "end": _stamp(end),
+        "nnodes": nnodes[src],
+        "gpus": gpus[src],
+        "nodelist": np.full(len(src), ""),
+        "instance_key": np.char.add(np.char.add(job_id, ":"), pk.astype(str)),
+    }
+    # job_nodes: each instance on nnodes consecutive nodes from its first node.
+    counts = nnodes[src]
+    offsets = np.arange(counts.sum()) - np.repeat(np.cumsum(counts) - counts, counts)
+    names = np.array([f"node{i:04d}" for i in range(N_NODES)], dtype=object)
+    nodes = {
+        "job_pk": np.repeat(pk, counts),
+        "node": names[(np.repeat(first_node[src], counts) + offsets) % N_NODES],
+    }
+    # Attributions: every NODE_FAIL (40% of them unattributed), 2% of FAILED to a check,
+    # 5% of those with a second, co-occurring cause.
+    failed = np.flatnonzero(
+        (states == "NODE_FAIL") | ((states == "FAILED") & (rng.random(len(src)) < 0.02))
+    )
+    unatt = (states[failed] == "NODE_FAIL") & (rng.random(len(failed)) < 0.4)
+    second = failed[~unatt & (rng.random(len(failed)) < 0.05)]
+    att_pk = np.concatenate([failed, second])
+    kind = np.concatenate([np.where(unatt, "unattributed", "check"), np.full(len(second), "check")])
+    cause = np.concatenate(
+        [
+            np.where(unatt, "unattributed", rng.choice(CAUSES, len(failed))),
+            np.full(len(second), "pcie"),
+        ]
+    )
+    node = names[first_node[src[att_pk]]].copy()
+    node[kind == "unattributed"] = None
+    atts = {
+        "job_pk": pk[att_pk],
+        "node": node,
+        "cause": cause,
+        "code": np.full(len(att_pk), ""),
+        "evidence": np.full(len(att_pk), ""),
+        "kind": kind,
+    }
+    return {"jobs": cols, "job_nodes": nodes, "attributions": atts}
+
+
+def _tuples(columns: dict[str, np.ndarray], chunk: int = 250_000):
+    """Row tuples of plain Python values, a chunk at a time (bounded memory)."""
+    names = list(columns)
+    n = len(columns[names[0]])
+    for lo in range(0, n, chunk):
+        yield from zip(*(columns[c][lo : lo + chunk].tolist() for c in names), strict=True)
 
 
 JOB_COLS = (
@@ -163,7 +159,7 @@ JOB_COLS = (
 ATT_COLS = ("job_pk", "node", "cause", "code", "evidence", "kind")
 
 
-def load_sqlite(path: str, jobs_rows, node_rows, att_rows) -> str:
+def load_sqlite(path: str, data) -> str:
     import sqlite3
 
     from rsc_health.historian.db import connect
@@ -174,10 +170,14 @@ def load_sqlite(path: str, jobs_rows, node_rows, att_rows) -> str:
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=OFF")
     q = ", ".join(f'"{c}"' for c in JOB_COLS)
-    con.executemany(f"INSERT INTO jobs ({q}) VALUES ({', '.join('?' * len(JOB_COLS))})", jobs_rows)
-    con.executemany("INSERT INTO job_nodes (job_pk, node) VALUES (?, ?)", node_rows)
+    marks = ", ".join("?" * len(JOB_COLS))
+    con.executemany(f"INSERT INTO jobs ({q}) VALUES ({marks})", _tuples(data["jobs"]))
     con.executemany(
-        f"INSERT INTO attributions ({', '.join(ATT_COLS)}) VALUES (?, ?, ?, ?, ?, ?)", att_rows
+        "INSERT INTO job_nodes (job_pk, node) VALUES (?, ?)", _tuples(data["job_nodes"])
+    )
+    con.executemany(
+        f"INSERT INTO attributions ({', '.join(ATT_COLS)}) VALUES (?, ?, ?, ?, ?, ?)",
+        _tuples(data["attributions"]),
     )
     con.commit()
     con.execute("ANALYZE")
@@ -185,7 +185,7 @@ def load_sqlite(path: str, jobs_rows, node_rows, att_rows) -> str:
     return url
 
 
-def load_postgres(admin_url: str, jobs_rows, node_rows, att_rows) -> tuple[str, str]:
+def load_postgres(admin_url: str, data) -> tuple[str, str]:
     import psycopg
     from sqlalchemy import create_engine, text
 
@@ -200,14 +200,10 @@ def load_postgres(admin_url: str, jobs_rows, node_rows, att_rows) -> tuple[str, 
     connect(url).dispose()
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn) as con, con.cursor() as cur:
-        for table, cols, data in (
-            ("jobs", JOB_COLS, jobs_rows),
-            ("job_nodes", ("job_pk", "node"), node_rows),
-            ("attributions", ATT_COLS, att_rows),
-        ):
+        for table, cols in data.items():
             quoted = ", ".join(f'"{c}"' for c in cols)
             with cur.copy(f"COPY {table} ({quoted}) FROM STDIN") as copy:
-                for row in data:
+                for row in _tuples(cols):
                     copy.write_row(row)
         cur.execute("SELECT setval('attributions_id_seq', (SELECT max(id) FROM attributions))")
         con.commit()
@@ -274,23 +270,17 @@ def main() -> None:
         return
 
     t = time.perf_counter()
-    jobs_rows, node_rows, att_rows = rows(generate(args.jobs))
-    print(
-        f"generated {len(jobs_rows):,} job instances, {len(node_rows):,} job_nodes, "
-        f"{len(att_rows):,} attributions in {time.perf_counter() - t:.1f} s",
-        flush=True,
-    )
+    data = generate(args.jobs)
+    sizes = {k: len(next(iter(v.values()))) for k, v in data.items()}
+    print(f"generated {sizes} rows in {time.perf_counter() - t:.1f} s", flush=True)
     backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     with tempfile.TemporaryDirectory() as tmp:
         for backend in backends:
             t = time.perf_counter()
             if backend == "sqlite":
-                url, pg_name = (
-                    load_sqlite(os.path.join(tmp, "bench.db"), jobs_rows, node_rows, att_rows),
-                    None,
-                )
+                url, pg_name = load_sqlite(os.path.join(tmp, "bench.db"), data), None
             else:
-                url, pg_name = load_postgres(args.pg, jobs_rows, node_rows, att_rows)
+                url, pg_name = load_postgres(args.pg, data)
             load_s = time.perf_counter() - t
             try:
                 res = subprocess.run(
