@@ -99,6 +99,14 @@ def bulk_write(
     )
     if update:
         sql += "DO UPDATE SET " + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in update)
+        # Rewrite only rows that changed: re-reading an unchanged file then writes no pages.
+        name = quote(table.name)
+        sql += " WHERE " + " OR ".join(
+            f"{name}.{quote(c)} IS DISTINCT FROM excluded.{quote(c)}"
+            if conn.dialect.name == "postgresql"
+            else f"{name}.{quote(c)} IS NOT excluded.{quote(c)}"
+            for c in update
+        )
     else:
         sql += "DO NOTHING"
     for start in range(0, len(rows), BATCH_ROWS):

@@ -48,6 +48,7 @@ FIELDS = (
 )
 CURSOR = "sacct"
 CHUNK_ROWS = 250_000
+SQLITE_INGEST_CACHE_KIB = 128 * 1024
 NULL_TIMES = ("Unknown", "None", "")
 _SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
 _SKIPPED_LINE = re.compile(r"Skipping line (\d+): (.*)")
@@ -130,6 +131,26 @@ def _times(raw: pd.Series, name: str, bad: pd.Series, why: pd.Series) -> pd.Seri
     return pd.Series(text, index=raw.index, dtype=object)
 
 
+_GPU_UNTYPED = re.compile(r"(?:^|,)gres/gpu=(\d+)")
+_GPU_TYPED = re.compile(r"(?:^|,)gres/gpu:[^=,]+=(\d+)")
+
+
+def gpus_in_tres(tres: str) -> int | None:
+    """GPUs in an AllocTRES string: `gres/gpu=N`, else the sum of `gres/gpu:<type>=N`."""
+    m = _GPU_UNTYPED.search(tres)
+    if m:
+        return int(m.group(1))
+    typed = _GPU_TYPED.findall(tres)
+    return sum(int(n) for n in typed) if typed else None
+
+
+def _per_distinct(column: pd.Series, fn) -> pd.Series:
+    """fn over a column with few distinct values (State, AllocTRES), once per value."""
+    codes, uniques = pd.factorize(column)
+    mapped = np.array([fn(u) for u in uniques.tolist()] + [None], dtype=object)
+    return pd.Series(mapped[codes], index=column.index, dtype=object)
+
+
 def _chunks(source: io.TextIOBase | Path) -> Iterator[tuple[pd.DataFrame, list[tuple[int, str]]]]:
     """(chunk, [(line, message) for lines with the wrong number of fields]) pairs."""
     with warnings.catch_warnings(record=True) as caught:
@@ -165,6 +186,10 @@ def ingest_text(
     next_line = 2  # line 1 is the header
     nodes_cache: dict[str, list[str] | None] = {}
     with engine.begin() as conn:
+        if conn.dialect.name == "sqlite":
+            # A big file inserts into indexes far larger than SQLite's 2 MiB default page
+            # cache; a bigger cache for this connection cuts ingest CPU by about a fifth.
+            conn.exec_driver_sql(f"PRAGMA cache_size=-{SQLITE_INGEST_CACHE_KIB}")
         for chunk, short in _chunks(source):
             missing = [f for f in FIELDS if f not in chunk.columns]
             if missing:
@@ -189,7 +214,7 @@ def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
     bad = pd.Series(False, index=df.index)
     why = pd.Series("", index=df.index, dtype=object)
 
-    state = df["State"].str.split(" ", n=1).str[0]
+    state = _per_distinct(df["State"], lambda text: text.split(" ", 1)[0])
     pending = state.eq("PENDING")  # not an instance yet; it is read again once it starts
     empty_id = df["JobIDRaw"].eq("")
     why.loc[empty_id] = "no JobIDRaw"
@@ -208,10 +233,8 @@ def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
     why.loc[wrong] = "NNodes is not a number: " + df["NNodes"][wrong]
     bad |= nnodes.isna()
 
-    tres = df["AllocTRES"]
-    gpus = pd.to_numeric(tres.str.extract(r"(?:^|,)gres/gpu=(\d+)", expand=False), "coerce")
-    typed = pd.to_numeric(tres.str.extract(r"(?:^|,)gres/gpu:[^=,]+=(\d+)", expand=False))
-    gpus = gpus.fillna(typed).fillna(nnodes.fillna(0) * gpus_per_node)
+    gpus = pd.to_numeric(_per_distinct(df["AllocTRES"], gpus_in_tres), errors="coerce")
+    gpus = gpus.fillna(nnodes.fillna(0) * gpus_per_node)
 
     start_key = df["Start"].where(~df["Start"].isin(NULL_TIMES), "")
     key = df["JobIDRaw"] + ":" + df["Submit"] + ":" + start_key
@@ -225,7 +248,7 @@ def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
     for nodelist in pd.unique(df["NodeList"][keep]):
         if nodelist not in nodes_cache:
             try:
-                nodes_cache[nodelist] = hostlist.expand(nodelist)
+                nodes_cache[nodelist] = list(dict.fromkeys(hostlist.expand(nodelist)))
             except hostlist.HostlistError:
                 nodes_cache[nodelist] = None
     broken = [n for n in pd.unique(df["NodeList"][keep]) if nodes_cache[n] is None]
@@ -291,7 +314,7 @@ def _write_jobs(conn, rows: list[tuple], node_lists: list[list[str]]) -> None:
     for row, hosts in zip(rows, node_lists, strict=True):
         pk = new.get(row[-1])
         if pk is not None:
-            node_rows.extend((pk, h) for h in dict.fromkeys(hosts))
+            node_rows.extend([(pk, h) for h in hosts])
     bulk_write(conn, schema.job_nodes, ("job_pk", "node"), node_rows, conflict=("job_pk", "node"))
 
 
