@@ -1,0 +1,94 @@
+"""The CLI backend's parsing and error typing, on output captured from Slurm 22.05.8."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from rsc_health.slurm import CliSlurm, RequeueRefused, SlurmCommandError, SlurmUnavailable
+from rsc_health.slurm.cli_backend import parse_kv, parse_node_line
+
+# `scontrol -o show node node02` from the test cluster, after an rsc_health drain.
+DRAINED = (
+    "NodeName=node02 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUEfctv=2 CPUTot=2 CPULoad=0.32 "
+    "AvailableFeatures=(null) ActiveFeatures=(null) Gres=gpu:8 NodeAddr=127.0.0.1 "
+    "NodeHostName=localhost Port=43023 Version=22.05.8 OS=Linux 6.18.44-fc-v657 #1 SMP "
+    "PREEMPT_DYNAMIC @0  RealMemory=1000 AllocMem=0 FreeMem=22826 Sockets=2 Boards=1 "
+    "State=IDLE+DRAIN ThreadsPerCore=1 TmpDisk=0 Weight=1 Owner=N/A MCS_label=N/A "
+    "Partitions=gpu  BootTime=2026-11-22T01:09:11 SlurmdStartTime=2026-11-22T01:22:21 "
+    "LastBusyTime=2026-11-22T01:22:21 CfgTRES=cpu=2,mem=1000M,billing=2,gres/gpu=8 AllocTRES= "
+    "CapWatts=n/a CurrentWatts=0 AveWatts=0 ExtSensorsJoules=n/s ExtSensorsWatts=0 "
+    "ExtSensorsTemp=n/s "
+    "Reason=rsc_health:now:xid79:gpu3 fell off the bus [root@2026-11-22T01:22:26]"
+)
+
+
+def test_drained_node_line_gives_reason_user_time_and_partitions(monkeypatch):
+    monkeypatch.setenv("TZ", "UTC")  # Slurm prints local time
+    time.tzset()
+    info = parse_node_line(DRAINED)
+    assert info.name == "node02" and info.state == "IDLE+DRAIN" and info.drain_set
+    assert info.reason == "rsc_health:now:xid79:gpu3 fell off the bus"
+    assert info.reason_user == "root"
+    assert info.reason_time == datetime(2026, 11, 22, 1, 22, 26, tzinfo=UTC)
+    assert info.partitions == ("gpu",)
+    monkeypatch.undo()
+    time.tzset()
+
+
+def test_values_with_spaces_stay_whole():
+    kv = parse_kv(DRAINED)
+    assert kv["OS"] == "Linux 6.18.44-fc-v657 #1 SMP PREEMPT_DYNAMIC @0"
+    assert kv["CfgTRES"] == "cpu=2,mem=1000M,billing=2,gres/gpu=8"
+    assert kv["AllocTRES"] == ""
+
+
+def test_idle_node_has_no_reason():
+    line = DRAINED.split(" Reason=")[0].replace("IDLE+DRAIN", "IDLE")
+    info = parse_node_line(line)
+    assert info.reason == "" and not info.drain_set and not info.down
+
+
+def fake_bin(tmp_path, name: str, body: str) -> CliSlurm:
+    script = tmp_path / name
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return CliSlurm(timeout_s=1, bin_dir=str(tmp_path))
+
+
+def test_a_hung_scontrol_is_slurm_unavailable(tmp_path):
+    slurm = fake_bin(tmp_path, "scontrol", "exec sleep 30\n")
+    with pytest.raises(SlurmUnavailable, match="did not answer within 1s"):
+        slurm.node("node01")
+
+
+def test_no_controller_is_slurm_unavailable(tmp_path):
+    slurm = fake_bin(tmp_path, "scontrol", "echo 'slurm_load_node error: Unable to contact "
+                     "slurm controller (connect failure)' >&2; exit 1\n")
+    with pytest.raises(SlurmUnavailable):
+        slurm.nodes()
+
+
+def test_requeue_refusal_is_typed(tmp_path):
+    # What 22.05.8 prints for a job submitted with --no-requeue.
+    slurm = fake_bin(tmp_path, "scontrol",
+                     "echo 'Requested operation is presently disabled for job 1' >&2; exit 1\n")
+    with pytest.raises(RequeueRefused):
+        slurm.requeue("1")
+
+
+def test_other_refusals_are_command_errors_with_slurms_message(tmp_path):
+    slurm = fake_bin(tmp_path, "scontrol", "echo 'Invalid node name specified' >&2; exit 1\n")
+    with pytest.raises(SlurmCommandError, match="Invalid node name specified"):
+        slurm.drain("nope", "rsc_health:manual:manual:x")
+
+
+def test_reason_reaches_scontrol_as_one_argument_never_through_a_shell(tmp_path):
+    slurm = fake_bin(tmp_path, "scontrol", f'printf "%s\\n" "$@" > {tmp_path}/argv\n')
+    slurm.drain("node01", "rsc_health:now:x:$(touch pwned); `id` | rm")
+    argv = (tmp_path / "argv").read_text().splitlines()
+    assert argv == ["update", "NodeName=node01", "State=DRAIN",
+                    "Reason=rsc_health:now:x:$(touch pwned); `id` | rm"]
+    assert not (tmp_path / "pwned").exists()
