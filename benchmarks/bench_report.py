@@ -8,9 +8,10 @@ Three ways to feed it, from cheapest to most real:
   python3 benchmarks/bench_report.py --db URL [--as-of DATE]
       gather + render against an existing historian (SQLite or PostgreSQL), e.g. one a
       historian or lemon benchmark filled at the paper's scale (3,000 nodes, 4M jobs, 11 months).
-  python3 benchmarks/bench_report.py --sim-nodes 3000 --sim-days 330
+  python3 benchmarks/bench_report.py --sim-nodes 3000 --sim-days 330 [--into URL]
       simulate a fleet (rsc_health.sim), ingest and attribute it into a fresh SQLite historian
-      under --work, then gather + render as of the end of the simulated period.
+      under --work (or the empty database at URL, e.g. PostgreSQL), then gather + render as of
+      the end of the simulated period.
 
 Prints one JSON object: seconds per phase, peak RSS in MiB, the data sizes. The nightly target is
 under 2 minutes on 2 cores (issue 5).
@@ -102,7 +103,9 @@ def synthetic(nodes: int, days: int, lemons: int, seed: int = 0) -> ReportData:
     )
 
 
-def simulate_historian(nodes: int, days: float, work: Path, seed: int) -> tuple[str, datetime]:
+def simulate_historian(
+    nodes: int, days: float, work: Path, seed: int, into: str | None = None
+) -> tuple[str, datetime]:
     from rsc_health.historian.attribute import attribute
     from rsc_health.historian.db import connect
     from rsc_health.historian.ingest import checks, events, exclusions, sacct
@@ -112,9 +115,11 @@ def simulate_historian(nodes: int, days: float, work: Path, seed: int) -> tuple[
 
     out = work / f"sim-{nodes}x{days:g}-seed{seed}"
     simulate(SimConfig(nodes=nodes, days=days, seed=seed), out)
-    db = out / "historian.db"
-    db.unlink(missing_ok=True)
-    url = f"sqlite:///{db}"
+    url = into
+    if url is None:
+        db = out / "historian.db"
+        db.unlink(missing_ok=True)
+        url = f"sqlite:///{db}"
     engine = connect(url)  # creates the schema, version row included
     try:
         sacct.ingest_text(engine, out / "sacct.txt")
@@ -136,6 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     src.add_argument("--db", metavar="URL", help="gather from this historian")
     src.add_argument("--sim-nodes", type=int, metavar="N", help="simulate N nodes first")
     p.add_argument("--sim-days", type=float, default=330)
+    p.add_argument("--into", metavar="URL",
+                   help="with --sim-nodes: ingest into this (empty) historian, e.g. a fresh "
+                        "PostgreSQL database, instead of a SQLite file under --work")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--as-of", type=datetime.fromisoformat, help="with --db (default: now)")
     p.add_argument("--nodes", type=int, default=3000, help="--synthetic: nodes")
@@ -153,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
         from rsc_health.report.gather import gather
 
         if args.sim_nodes:
-            url, as_of = simulate_historian(args.sim_nodes, args.sim_days, work, args.seed)
+            url, as_of = simulate_historian(args.sim_nodes, args.sim_days, work, args.seed,
+                                           args.into)
             result.update(source="sim", sim_nodes=args.sim_nodes, sim_days=args.sim_days,
                           simulate_ingest_s=round(time.perf_counter() - t0, 2))
         else:
