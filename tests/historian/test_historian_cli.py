@@ -1,0 +1,57 @@
+"""`healthctl ingest`, `ticket` and `db status` as an operator runs them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from rsc_health.cli import cli
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _run(url: str, *args: str) -> str:
+    result = CliRunner().invoke(cli, ["--db", url, *args])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_ingest_commands_report_counts_and_bad_lines(tmp_path):
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    out = json.loads(
+        _run(url, "ingest", "sacct", "--file", str(FIXTURES / "sacct_small.txt"), "--json")
+    )
+    assert (out["read"], out["written"], out["skipped"], out["bad"]) == (9, 8, 1, [])
+    out = json.loads(
+        _run(url, "ingest", "checks", "--file", str(FIXTURES / "checks.jsonl"), "--json")
+    )
+    assert [b["line"] for b in out["bad"]] == [4, 5, 6]
+    text = _run(url, "ingest", "events", "--file", str(FIXTURES / "sacctmgr_events.txt"))
+    assert text.startswith("events: read 3, written 2, skipped 1")
+    assert "attributed" in _run(url, "attribute")
+    status = json.loads(_run(url, "db", "status", "--json"))
+    assert status["rows"]["jobs"] == 8 and status["rows"]["node_events"] == 2
+    assert status["rows"]["attributions"] >= 1
+
+
+def test_ticket_commands(tmp_path):
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    assert "ticket 1 opened for gpu007" in _run(url, "ticket", "open", "gpu007", "--reason", "x")
+    listed = json.loads(_run(url, "ticket", "list", "--open", "--json"))
+    assert [(t["id"], t["node"], t["closed"]) for t in listed] == [(1, "gpu007", None)]
+    assert "closed" in _run(url, "ticket", "close", "1")
+    again = CliRunner().invoke(cli, ["--db", url, "ticket", "close", "1"])
+    assert again.exit_code == 1 and "was closed" in again.output
+    assert json.loads(_run(url, "ticket", "list", "--open", "--json")) == []
+    _run(url, "ticket", "import", "--file", str(FIXTURES / "tickets.csv"))
+    assert len(json.loads(_run(url, "ticket", "list", "--json"))) == 3
+
+
+def test_database_down_is_one_clear_line(tmp_path):
+    result = CliRunner().invoke(
+        cli, ["--db", "postgresql+psycopg://u:pw@127.0.0.1:1/h", "ticket", "list"]
+    )
+    assert result.exit_code == 1
+    assert "127.0.0.1:1/h is unavailable" in result.output and "pw" not in result.output
