@@ -24,7 +24,7 @@ DAY = timedelta(days=1)
 def test_every_lemon_default_is_documented_in_the_packaged_config():
     with PACKAGED_DEFAULTS.open("rb") as fh:
         section = tomllib.load(fh)["lemon"]
-    assert set(section) == set(DEFAULTS)
+    assert section == DEFAULTS
     text = PACKAGED_DEFAULTS.read_text()
     block = text[text.index("[lemon]") : text.index("[report]")]
     for key in section:
@@ -51,7 +51,9 @@ def test_min_signals_and_strong_rules():
 
 
 def test_rate_rules_need_enough_single_node_jobs():
-    rules = LemonRules.from_config({"strong": ["single_node_node_failure_rate"]})
+    rules = LemonRules.from_config(
+        {"strong": ["single_node_node_failure_rate"], "single_node_node_failure_rate": 0.2}
+    )
     f = _frame(
         index=["few", "many"],
         rows=[
@@ -71,7 +73,9 @@ def test_verdict_lists_crossings_and_the_jobs_and_events_behind_them(fleet, engi
     fleet.ticket("bad", end + timedelta(hours=1))
     fleet.job(["fine"], end=end)
     f = lemon_features(engine, AS_OF)
-    rules = LemonRules.from_config({"node_fails": 3, "strong": ["node_fails"]})
+    rules = LemonRules.from_config(
+        {"node_fails": 3, "multi_node_node_fails": 2, "strong": ["node_fails"]}
+    )
     verdicts = lemon_verdicts(engine, f, AS_OF, rules)
     assert [v.node for v in verdicts] == ["bad"]
     v = verdicts[0]

@@ -52,21 +52,22 @@ RULES: dict[str, str] = {
 }
 RATE_RULES = {"single_node_node_failure_rate", "single_node_fail_rate_any"}
 
+# The packaged [lemon] section, for callers without a Config (a test keeps the two equal).
 DEFAULTS: dict[str, Any] = {
     "window_days": 28,
     "early_fail_minutes": 10,
-    "min_signals": 2,
-    "strong": ["node_fails"],
+    "min_signals": 3,
+    "strong": ["xid_cnt"],
     "min_single_node_jobs": 5,
     "node_fails": 3,
-    "multi_node_node_fails": 2,
+    "multi_node_node_fails": 0,
     "single_node_node_fails": 2,
-    "single_node_node_failure_rate": 0.2,
-    "single_node_fail_rate_any": 0.3,
-    "early_fails": 3,
-    "xid_cnt": 3,
-    "tickets": 2,
-    "out_count": 3,
+    "single_node_node_failure_rate": 0,
+    "single_node_fail_rate_any": 0,
+    "early_fails": 0,
+    "xid_cnt": 5,
+    "tickets": 3,
+    "out_count": 4,
     "repeat_outs": 1,
     "fail_causes": 0,
     "excl_jobid_count": 0,
@@ -81,8 +82,8 @@ class LemonRules:
     """The `[lemon]` thresholds, with DEFAULTS for anything the config leaves out."""
 
     thresholds: dict[str, float]
-    min_signals: int = 2
-    strong: tuple[str, ...] = ("node_fails",)
+    min_signals: int = 3
+    strong: tuple[str, ...] = ("xid_cnt",)
     min_single_node_jobs: int = 5
     repeat_offender_fails: int = 1
 
