@@ -264,7 +264,7 @@ def test_hung_mount_is_a_finding_not_a_hang(node, monkeypatch):
 
     monkeypatch.setattr(mounts, "statvfs", statvfs)
     cfg = node.config
-    cfg.data["mounts"]["probe_timeout_s"] = 0.3
+    cfg.data["mounts"]["probe_timeout_s"] = 1.0  # ample for the live probes
     from rsc_health.engine import run
     from rsc_health.policy import decide
 
