@@ -146,7 +146,7 @@ def apply_failures(
         alive = np.concatenate([alive, np.ones(len(nxt), dtype=bool)])
         todo = np.arange(base, len(inst))
         wait_out_repairs(inst, todo, failures, fleet, jobs, rng)
-    return inst.take(np.flatnonzero(alive))
+    return inst if alive.all() else inst.take(np.flatnonzero(alive))
 
 
 def lemon_job_failures(
@@ -171,8 +171,9 @@ def lemon_job_failures(
 def close_horizon(inst: Instances, horizon: int) -> Instances:
     """At the end of the window: jobs not yet started are not in `sacct -X` output with a
     start, and those still running show RUNNING with End `Unknown` (end = -1)."""
-    keep = np.flatnonzero(inst.start < horizon)
-    inst = inst.take(keep)
+    started = inst.start < horizon
+    if not started.all():
+        inst = inst.take(np.flatnonzero(started))
     running = inst.end >= horizon
     inst.state[running] = S["RUNNING"]
     inst.exit_code[running] = E["0:0"]

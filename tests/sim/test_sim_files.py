@@ -23,7 +23,9 @@ STATES = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "PREEM
 
 
 def ts(text: str) -> datetime:
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    # Slurm's format exactly: no zone, no fraction.
+    assert len(text) == 19 and text[10] == "T", text
+    return datetime.fromisoformat(text)
 
 
 def test_same_seed_gives_byte_identical_files_and_another_seed_does_not(tmp_path):

@@ -12,8 +12,7 @@ from rsc_health.sim import SimConfig, simulate
 
 
 def hours(row: dict) -> float:
-    fmt = "%Y-%m-%dT%H:%M:%S"
-    ran = datetime.strptime(row["End"], fmt) - datetime.strptime(row["Start"], fmt)
+    ran = datetime.fromisoformat(row["End"]) - datetime.fromisoformat(row["Start"])
     return ran.total_seconds() / 3600
 
 
