@@ -51,4 +51,19 @@ def check(state, cfg: dict) -> list[Finding]:
         if len(out) == before and dev.kind != "bridge":
             link = f"x{dev.width}" if dev.width else "link width unknown,"
             out.append(ok("pcie", comp, f"{comp} ({dev.kind}) {link} ok"))
+    out.extend(_gpu_replays(state, int(pcfg.get("replays_per_sweep", 100))))
+    return out
+
+
+def _gpu_replays(state, limit: int) -> list[Finding]:
+    """NVML's PCIe replay counter (link-level retries): a rising count is a marginal link."""
+    out = []
+    for g in state.gpu.gpus if state.gpu else []:
+        d = state.deltas.get(f"pcie_replay/gpu{g.index}", 0)
+        if d > limit:
+            out.append(
+                fail("pcie", f"gpu{g.index}", Severity.DRAIN_AFTER_JOB, "pcie_replay",
+                     f"gpu{g.index} +{d} PCIe replays since last sweep (limit {limit})",
+                     repair=True, delta=d, bus_id=g.pci_bus_id)
+            )
     return out

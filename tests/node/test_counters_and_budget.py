@@ -59,3 +59,14 @@ def test_partial_run_keeps_the_other_families_baselines(node):
     counter.write_text("1\n")
     found, _ = node.check(only={"infiniband"})
     assert [f.code for f in bad(found)] == ["ib_link_downed"]
+
+
+def test_gpu_pcie_replays_rising_past_the_limit_drain_after_job(node):
+    node.check()
+    node.nvml(lambda d: d["devices"][3]["pcie"].update(replay=100))
+    assert bad(node.check()[0]) == []  # within replays_per_sweep
+    node.nvml(lambda d: d["devices"][3]["pcie"].update(replay=350))
+    found, verdict = node.check()
+    assert [(f.component, f.code, f.data["delta"]) for f in bad(found)] == [
+        ("gpu3", "pcie_replay", 250)]
+    assert verdict.level is Level.DRAIN_AFTER_JOB
