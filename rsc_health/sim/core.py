@@ -135,7 +135,7 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
              "mode": f.mode, "codes": [r.code for r in f.rows], "lemon": f.lemon,
              "repair_end": ts(f.repair_end if f.repair_end < horizon else -1),
              "job_state": "NODE_FAIL" if f.node_fail else "FAILED",
-             "ticket": f.ticket is not None, "jobs": f.jobs}
+             "ticket": f.ticket is not None, "jobs": f.jobs, "preempted_jobs": f.preempted}
             for f in sorted(plan.failures, key=lambda f: (f.time, f.node))
         ],
     }

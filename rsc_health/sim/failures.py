@@ -53,6 +53,7 @@ class Failure:
     rows: list[CheckRow]
     ticket: tuple[int, int] | None  # (opened, closed)
     jobs: list[int] = field(default_factory=list)  # JobIDs it ended
+    preempted: list[int] = field(default_factory=list)  # JobIDs its requeues preempted
 
 
 @dataclass

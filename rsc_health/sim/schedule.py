@@ -146,7 +146,42 @@ def apply_failures(
         alive = np.concatenate([alive, np.ones(len(nxt), dtype=bool)])
         todo = np.arange(base, len(inst))
         wait_out_repairs(inst, todo, failures, fleet, jobs, rng)
+        cause = dict(zip(todo.tolist(), fidx[requeue].tolist(), strict=True))
+        for c, victims in preempt_for_requeues(cfg, jobs, inst, alive, todo, rng):
+            failures[cause[c]].preempted.extend(int(jobs.job_id[inst.job[v]]) for v in victims)
     return inst if alive.all() else inst.take(np.flatnonzero(alive))
+
+
+def preempt_for_requeues(
+    cfg: SimConfig, jobs: Jobs, inst: Instances, alive: np.ndarray, new: np.ndarray,
+    rng: np.random.Generator,
+) -> list[tuple[int, np.ndarray]]:
+    """A requeued big job is high priority: when it restarts it preempts the smaller jobs on
+    its nodes that have run for at least two hours (Obs. 9's second-order cost)."""
+    big = new[jobs.gpus[inst.job[new]] >= cfg.requeue_min_gpus]
+    if not len(big):
+        return []
+    order = np.argsort(inst.start, kind="stable")
+    starts = inst.start[order]
+    longest = int((inst.end - inst.start).max())
+    min_run = int(cfg.preempt_min_runtime_h * 3600)
+    out = []
+    for c in big.tolist():
+        s, b0 = int(inst.start[c]), int(inst.first[c])
+        b1 = b0 + int(inst.nnodes[c])
+        lo, hi = np.searchsorted(starts, [s - longest, s - min_run - 60 + 1])
+        cand = order[lo:hi]
+        overlaps = (inst.first[cand] < b1) & (inst.first[cand] + inst.nnodes[cand] > b0)
+        sel = cand[
+            overlaps & (inst.end[cand] > s) & (inst.state[cand] == S["COMPLETED"]) & alive[cand]
+            & (jobs.gpus[inst.job[cand]] < cfg.requeue_min_gpus)
+        ]
+        if len(sel):
+            inst.end[sel] = s - rng.integers(5, 60, len(sel))
+            inst.state[sel] = S["PREEMPTED"]
+            inst.exit_code[sel] = E["0:0"]
+            out.append((c, sel))
+    return out
 
 
 def lemon_job_failures(

@@ -109,3 +109,15 @@ def test_lemons_are_planted_at_the_requested_share_and_fail_more(tmp_path):
     xid_nodes = {c["node"] for c in checks if c["check"] == "xid" and c["status"] == "warn"}
     assert lemons & xid_nodes
     assert sum(entry["job_failures"] for entry in truth["lemons"]) > 0
+
+
+def test_requeued_big_jobs_preempt_small_jobs_that_ran_two_hours(fleet):
+    rows = {}
+    for row in fleet["rows"]:
+        rows.setdefault(row["JobIDRaw"], []).append(row)
+    victims = [j for f in fleet["truth"]["failures"] for j in f["preempted_jobs"]]
+    assert victims
+    for job_id in victims:
+        preempted = [r for r in rows[str(job_id)] if r["State"] == "PREEMPTED"]
+        assert preempted and all(hours(r) >= 2.0 for r in preempted)
+        assert gpus(preempted[0]) < 64
