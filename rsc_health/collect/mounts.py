@@ -56,11 +56,30 @@ def parse_mounts(text: str) -> list[Mount]:
     return mounts
 
 
+def parse_mountinfo(text: str) -> list[Mount]:
+    """/proc/self/mountinfo (proc(5)): `id parent maj:min root mountpoint opts [tags] - fstype
+    source superopts`. Read-only may be per mount (opts) or per superblock (superopts)."""
+    mounts = []
+    for line in text.splitlines():
+        left, sep, right = line.partition(" - ")
+        head, tail = left.split(), right.split()
+        if not sep or len(head) < 6 or len(tail) < 2:
+            continue
+        opts = head[5].split(",")
+        if len(tail) > 2 and "ro" in tail[2].split(","):
+            opts.append("ro")
+        mounts.append(Mount(_unescape(tail[1]), _unescape(head[4]), tail[0], tuple(opts)))
+    return mounts
+
+
 def collect(root: Path) -> list[Mount]:
-    try:
-        return parse_mounts((root / "proc/mounts").read_text(errors="replace"))
-    except OSError:
-        return []
+    """/proc/mounts, or /proc/self/mountinfo where only that exists (some containers)."""
+    for rel, parse in (("proc/mounts", parse_mounts), ("proc/self/mountinfo", parse_mountinfo)):
+        try:
+            return parse((root / rel).read_text(errors="replace"))
+        except OSError:
+            continue
+    return []
 
 
 # The probe; tests replace it with one that blocks to prove the timeout.

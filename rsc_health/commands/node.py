@@ -135,7 +135,7 @@ def take_snapshot(cfg: Config, root: Path) -> dict:
         if text is not None:
             files[rel] = text
 
-    for rel in ("proc/mounts", "proc/sys/kernel/random/boot_id"):
+    for rel in ("proc/mounts", "proc/self/mountinfo", "proc/sys/kernel/random/boot_id"):
         grab(rel)
     for source in cfg.get("xid.sources", ["/dev/kmsg"]):
         grab(source.lstrip("/"))

@@ -40,7 +40,7 @@ def test_sysfs_parsers_never_raise(text):
     assert all(isinstance(v, int) for v in sysfs.parse_counters(text).values())
     pcie.parse_speed(text)
     infiniband.parse_rate(text)
-    for m in mounts.parse_mounts(text):
+    for m in [*mounts.parse_mounts(text), *mounts.parse_mountinfo(text)]:
         assert isinstance(m.path, str)
 
 
