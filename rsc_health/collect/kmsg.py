@@ -142,7 +142,9 @@ class XidRead:
     cursor: dict
 
 
-def read_new_events(root: Path, sources: list[str], cursor: dict) -> XidRead:
+def read_new_events(
+    root: Path, sources: list[str], cursor: dict, *, file_backlog: bool = True
+) -> XidRead:
     """Events not seen before, and the cursor to save once they have been judged."""
     boot = boot_id(root)
     new_cursor: dict = {"boot_id": boot, "kmsg_seq": -1, "files": {}}
@@ -162,16 +164,20 @@ def read_new_events(root: Path, sources: list[str], cursor: dict) -> XidRead:
                 text = _read_kmsg_device(path) if stat.S_ISCHR(st.st_mode) else path.read_text(
                     errors="replace"
                 )
-                for ev in parse_text(text, source):
-                    if ev.seq is None or ev.seq > last_seq:
-                        events.append(ev)
+                # Every /dev/kmsg record has a sequence number; one without is not a record.
+                fresh = (e for e in parse_text(text, source) if e.seq is not None)
+                events.extend(e for e in fresh if e.seq > last_seq)
                 seqs = [
                     int(m.group("seq")) for m in map(_KMSG.match, text.splitlines()) if m
                 ]
                 if seqs:
                     new_cursor["kmsg_seq"] = max([new_cursor["kmsg_seq"], *seqs])
             else:
-                prev = cursor.get("files", {}).get(source, {})
+                prev = cursor.get("files", {}).get(source)
+                if prev is None and not file_backlog:
+                    # First sight of this file: what it already holds is history, not news.
+                    prev = {"inode": st.st_ino, "offset": st.st_size}
+                prev = prev or {}
                 offset = int(prev.get("offset", 0))
                 # Rotated or truncated since last time: start over.
                 if prev.get("inode") != st.st_ino or st.st_size < offset:

@@ -98,8 +98,10 @@ def collect_all(
             state.gpu = guard("gpu", "nvml", lambda: gpu_mod.parse_answers(answers))
     if "xid" in want:
         sources = list(cfg.get("xid.sources", ["/dev/kmsg"]))
+        backlog = bool(cfg.get("xid.file_backlog", True))
         read = guard(
-            "xid", "kernel log", lambda: kmsg.read_new_events(root, sources, xid_cursor or {})
+            "xid", "kernel log",
+            lambda: kmsg.read_new_events(root, sources, xid_cursor or {}, file_backlog=backlog),
         )
         if read is not None:
             state.xid_events = read.events

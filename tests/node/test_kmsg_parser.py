@@ -78,3 +78,23 @@ def test_file_source_cursor_reads_each_line_once_and_restarts_on_rotation(tmp_pa
 def test_absent_sources_are_not_errors(tmp_path):
     read = kmsg.read_new_events(tmp_path, ["/dev/kmsg", "/var/log/syslog"], {})
     assert read.events == [] and read.errors == []
+
+
+def test_file_backlog_off_starts_at_the_end_on_first_sight(tmp_path: Path):
+    log = tmp_path / "var/log/syslog"
+    log.parent.mkdir(parents=True)
+    old = "Nov 20 01:00:00 h kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n"
+    log.write_text(old)
+    first = kmsg.read_new_events(tmp_path, ["/var/log/syslog"], {}, file_backlog=False)
+    assert first.events == []
+    with log.open("a") as fh:
+        fh.write(old.replace(": 79,", ": 48,"))
+    later = kmsg.read_new_events(tmp_path, ["/var/log/syslog"], first.cursor, file_backlog=False)
+    assert [e.xid for e in later.events] == [48]
+
+
+def test_kmsg_source_ignores_lines_without_a_sequence_number(tmp_path: Path):
+    dev = tmp_path / "dev/kmsg"
+    dev.parent.mkdir(parents=True)
+    dev.write_text("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
+    assert kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {}).events == []
