@@ -47,6 +47,21 @@ def hosts(cluster, nodelist: str) -> list[str]:
     return cluster.run(["scontrol", "show", "hostnames", nodelist]).stdout.split()
 
 
+def wait_running_past_prolog(cluster, job: str) -> list[str]:
+    """RUNNING and every node's prolog done (its job_start is spooled after the checks ran), so
+    a fault injected now is found by the sweep, not by a prolog still looking."""
+    cluster.wait_for(lambda: cluster.job_state(job) == "RUNNING", 60, "job RUNNING")
+    nodes = hosts(cluster, cluster.job(job)["NodeList"])
+    cluster.wait_for(
+        lambda: all(any(r["kind"] == "job_start" and r["job_id"] == job
+                        for r in cluster.spool(n)) for n in nodes),
+        30, "prologs done",
+    )
+    cluster.wait_for(lambda: "CONFIGURING" not in cluster.job(job).get("JobState", "") and
+                     cluster.job(job).get("Reason") != "Prolog", 30, "job out of prolog")
+    return nodes
+
+
 def sacct_states(cluster, job_id: str) -> list[tuple[str, str]]:
     return [(row[1].split()[0], row[2]) for row in cluster.sacct(job_id)]
 
@@ -70,9 +85,8 @@ def test_healthy_cluster_runs_a_4_node_job_and_drains_nothing(slurm_cluster):
 def test_xid79_during_a_4_node_job_drains_now_and_the_job_requeues_elsewhere(slurm_cluster):
     c = slurm_cluster
     job = c.sbatch("-N", "4", "--requeue", "--wrap", "sleep 6")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, "job RUNNING")
+    victim = wait_running_past_prolog(c, job)[1]
     first_nodes = c.job(job)["NodeList"]
-    victim = hosts(c, first_nodes)[1]
     inject_xid79(c, victim)
 
     out = c.sweep(victim)
@@ -98,7 +112,7 @@ def test_xid79_during_a_4_node_job_drains_now_and_the_job_requeues_elsewhere(slu
 def test_row_remap_pending_lets_the_job_finish_then_the_node_is_drained(slurm_cluster):
     c = slurm_cluster
     job = c.sbatch("-N", "1", "-w", "node03", "--wrap", "sleep 6")
-    c.wait_for(lambda: c.job_state(job) == "RUNNING", 60, "job RUNNING")
+    wait_running_past_prolog(c, job)
     inject_remap_pending(c, "node03")
 
     assert c.sweep("node03").returncode == 0
