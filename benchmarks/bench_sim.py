@@ -24,8 +24,10 @@ nodes, days, seed, out = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]),
 t0 = time.perf_counter()
 r = simulate(SimConfig(nodes=nodes, days=days, seed=seed), out)
 wall = time.perf_counter() - t0
-rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print(json.dumps({"wall_s": wall, "rss_mb": rss, "jobs": r.jobs, "rows": r.instances,
+use = resource.getrusage(resource.RUSAGE_SELF)
+rss = use.ru_maxrss / 1024
+print(json.dumps({"wall_s": wall, "cpu_s": use.ru_utime + use.ru_stime, "rss_mb": rss,
+                  "jobs": r.jobs, "rows": r.instances,
                   "failures": r.failures, "lemons": len(r.lemons), "rf_true": r.rf_true,
                   "timings": r.timings}))
 """
@@ -72,6 +74,7 @@ def main() -> int:
     print(json.dumps({**res, "sacct_mb": round(size_mb, 1), "mix": mix}, indent=1))
     for metric, value, unit in (
         (f"simulate {scale} wall", f"{res['wall_s']:.1f}", "s"),
+        (f"simulate {scale} CPU (user+sys)", f"{res['cpu_s']:.1f}", "s"),
         (f"simulate {scale} peak RSS", f"{res['rss_mb']:.0f}", "MiB"),
         ("jobs (JobIDs)", f"{res['jobs']}", "jobs"),
         ("sacct rows (instances)", f"{res['rows']}", "rows"),

@@ -161,10 +161,17 @@ def preempt_for_requeues(
     big = new[jobs.gpus[inst.job[new]] >= cfg.requeue_min_gpus]
     if not len(big):
         return []
-    order = np.argsort(inst.start, kind="stable")
-    starts = inst.start[order]
-    longest = int((inst.end - inst.start).max())
     min_run = int(cfg.preempt_min_runtime_h * 3600)
+    # The only possible victims: small jobs that end on their own and run past two hours.
+    pool = np.flatnonzero(
+        (inst.state == S["COMPLETED"]) & alive & (inst.end - inst.start > min_run + 60)
+        & (jobs.gpus[inst.job] < cfg.requeue_min_gpus)
+    )
+    if not len(pool):
+        return []
+    order = pool[np.argsort(inst.start[pool], kind="stable")]
+    starts = inst.start[order]
+    longest = int((inst.end[pool] - inst.start[pool]).max())
     out = []
     for c in big.tolist():
         s, b0 = int(inst.start[c]), int(inst.first[c])
@@ -172,10 +179,8 @@ def preempt_for_requeues(
         lo, hi = np.searchsorted(starts, [s - longest, s - min_run - 60 + 1])
         cand = order[lo:hi]
         overlaps = (inst.first[cand] < b1) & (inst.first[cand] + inst.nnodes[cand] > b0)
-        sel = cand[
-            overlaps & (inst.end[cand] > s) & (inst.state[cand] == S["COMPLETED"]) & alive[cand]
-            & (jobs.gpus[inst.job[cand]] < cfg.requeue_min_gpus)
-        ]
+        # Earlier victims in this loop are PREEMPTED already and drop out here.
+        sel = cand[overlaps & (inst.end[cand] > s) & (inst.state[cand] == S["COMPLETED"])]
         if len(sel):
             inst.end[sel] = s - rng.integers(5, 60, len(sel))
             inst.state[sel] = S["PREEMPTED"]
