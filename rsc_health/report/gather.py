@@ -273,9 +273,12 @@ def gather(
         if got is not None:
             data.rolling = got
 
+        # r_f (large jobs, per node-day) drives both the MTTF projection and E[ETTR]: one query.
+        measured = step("mttf", "cluster failure rate r_f",
+                        lambda: rates.failure_rate(engine, window, opts.large_job_gpus).r_f)
+        r_f = measured if measured is not None and measured == measured and measured > 0 else None
+
         def mttf_frame() -> pd.DataFrame:
-            r_f = rates.failure_rate(engine, window, opts.large_job_gpus).r_f
-            r_f = r_f if r_f == r_f and r_f > 0 else None  # NaN or 0: no projection
             return mttf_section(mttf.mttf_by_size(engine, window, r_f=r_f))
 
         got = step("mttf", "MTTF by job size", mttf_frame)
@@ -291,9 +294,8 @@ def gather(
             from rsc_health.historian.metrics.runs import RunOptions, job_runs
 
             cfg = opts.ettr or {}
-            r_f = rates.failure_rate(engine, window, opts.large_job_gpus).r_f
-            if not r_f == r_f:  # NaN: no large-job runtime, so no expectation to compare with
-                raise ValueError("no large-job runtime in the window to measure r_f")
+            if r_f is None:  # no large-job runtime or failures: nothing to expect against
+                raise ValueError("no large-job failure rate r_f in the window")
             dt_min = float(cfg.get("checkpoint_interval_min", 0.0))
             run_opts = RunOptions(
                 link_by=str(cfg.get("link_by", "name_user")),

@@ -11,19 +11,27 @@ from click.testing import CliRunner
 
 from rsc_health.cli import cli
 
-from .test_gather import AS_OF, engine  # noqa: F401 - the populated-historian fixture
+from .test_gather import LEMON_RULES, engine  # noqa: F401 - the populated-historian fixture
 
 CHECKS = Path(__file__).resolve().parents[2] / "checks"
 
 
-def _invoke(db_url: str, *args: str):
-    return CliRunner().invoke(cli, ["--config", "/dev/null", "--db", db_url, "report", *args],
+def _invoke(db_url: str, config: Path, *args: str):
+    return CliRunner().invoke(cli, ["--config", str(config), "--db", db_url, "report", *args],
                               catch_exceptions=False)
+
+
+def _config(tmp_path: Path) -> Path:
+    path = tmp_path / "config.toml"
+    lines = ["[lemon]"] + [f"{k} = {json.dumps(v)}" for k, v in LEMON_RULES.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
 
 
 def test_report_command_writes_the_page_and_prints_the_summary(engine, tmp_path):  # noqa: F811
     out = tmp_path / "report"
-    result = _invoke(str(engine.url), "--out", str(out), "--as-of", "2024-06-30")
+    config = _config(tmp_path)
+    result = _invoke(str(engine.url), config, "--out", str(out), "--as-of", "2024-06-30")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("rsc-health lemon report 2024-06-30 (28-day window)")
     assert "gpu001" in result.stdout
@@ -31,7 +39,8 @@ def test_report_command_writes_the_page_and_prints_the_summary(engine, tmp_path)
     document = json.loads((out / "report.json").read_text())
     assert [r["node"] for r in document["lemons"]] == ["gpu001"]
 
-    again = _invoke(str(engine.url), "--out", str(out), "--as-of", "2024-07-01", "--embed")
+    again = _invoke(str(engine.url), config, "--out", str(out), "--as-of", "2024-07-01",
+                    "--embed")
     assert again.exit_code == 0, again.output
     assert "new since 2024-06-30 00:00:00: 0" in again.stdout
     assert 'src="data:image/png;base64,' in (out / "report.html").read_text()

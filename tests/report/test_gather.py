@@ -13,6 +13,9 @@ from rsc_health.report.gather import GatherOptions, gather, guard_state
 from rsc_health.report.render import write_report
 
 AS_OF = datetime(2024, 6, 30)
+# Explicit thresholds, so these tests do not move when the tuned [lemon] defaults do.
+LEMON_RULES = {"strong": ["node_fails"], "node_fails": 3, "single_node_node_fails": 2,
+               "min_signals": 2}
 
 
 def _job(conn, pk: int, node: str, state: str, end: datetime, hours: float = 2.0,
@@ -51,7 +54,7 @@ def engine(tmp_path):
 
 
 def test_gather_fills_sections_from_the_historian(engine, tmp_path):
-    data = gather(engine, AS_OF, GatherOptions(metrics_days=30))
+    data = gather(engine, AS_OF, GatherOptions(metrics_days=30, lemon=LEMON_RULES))
     data.validate()
     assert set(data.notes) == {"ettr"}, data.notes
     by_state = dict(zip(data.outcomes["state"], data.outcomes["jobs"], strict=True))
