@@ -56,19 +56,19 @@ RATE_RULES = {"single_node_node_failure_rate", "single_node_fail_rate_any"}
 DEFAULTS: dict[str, Any] = {
     "window_days": 28,
     "early_fail_minutes": 10,
-    "min_signals": 3,
+    "min_signals": 2,
     "strong": ["xid_cnt"],
     "min_single_node_jobs": 5,
-    "node_fails": 3,
+    "node_fails": 4,
     "multi_node_node_fails": 0,
     "single_node_node_fails": 2,
     "single_node_node_failure_rate": 0,
     "single_node_fail_rate_any": 0,
     "early_fails": 0,
     "xid_cnt": 5,
-    "tickets": 3,
-    "out_count": 4,
-    "repeat_outs": 1,
+    "tickets": 0,
+    "out_count": 0,
+    "repeat_outs": 2,
     "fail_causes": 0,
     "excl_jobid_count": 0,
     "repeat_offender_fails": 1,
@@ -82,7 +82,7 @@ class LemonRules:
     """The `[lemon]` thresholds, with DEFAULTS for anything the config leaves out."""
 
     thresholds: dict[str, float]
-    min_signals: int = 3
+    min_signals: int = 2
     strong: tuple[str, ...] = ("xid_cnt",)
     min_single_node_jobs: int = 5
     repeat_offender_fails: int = 1
