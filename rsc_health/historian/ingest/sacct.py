@@ -191,6 +191,7 @@ def ingest_text(
             # A big file inserts into indexes far larger than SQLite's 2 MiB default page
             # cache; a bigger cache for this connection cuts ingest CPU by about a fifth.
             conn.exec_driver_sql(f"PRAGMA cache_size=-{SQLITE_INGEST_CACHE_KIB}")
+        deferred = _defer_indexes(conn)
         for chunk, short in _chunks(source):
             missing = [f for f in FIELDS if f not in chunk.columns]
             if missing:
@@ -207,7 +208,33 @@ def ingest_text(
                 next_line += 1
             report.read += len(chunk) + len(short)
             _load_chunk(conn, chunk, lines, report, gpus_per_node, nodes_cache)
+        for index in deferred:
+            index.create(conn)
     return report
+
+
+# Secondary indexes a first bulk load builds at the end, sorted, instead of row by row.
+# The unique instance_key index stays: the upsert needs it.
+DEFERRABLE_INDEXES = ("ix_jobs_end", "ix_jobs_job_id", "ix_job_nodes_node")
+
+
+def _defer_indexes(conn) -> list:
+    """On SQLite, when the jobs table is empty (a first backfill), drop the secondary indexes
+    for the load; the caller recreates them in the same transaction, so a failed load rolls
+    back to the indexed, empty table."""
+    if conn.dialect.name != "sqlite":
+        return []
+    if conn.execute(select(schema.jobs.c.id).limit(1)).first() is not None:
+        return []
+    indexes = [
+        ix
+        for table in (schema.jobs, schema.job_nodes)
+        for ix in table.indexes
+        if ix.name in DEFERRABLE_INDEXES
+    ]
+    for index in indexes:
+        index.drop(conn, checkfirst=True)
+    return indexes
 
 
 def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
