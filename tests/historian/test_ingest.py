@@ -201,3 +201,14 @@ def test_exclusions_jsonl(historian, tmp_path):
     )
     report = exclusions.ingest_file(historian, path)
     assert report.written == 1 and [b.line for b in report.bad] == [2]
+
+
+def test_a_first_load_leaves_every_index_in_place(historian):
+    from sqlalchemy import inspect
+
+    sacct.ingest_text(historian, SACCT)
+    with historian.connect() as conn:
+        names = {
+            ix["name"] for table in ("jobs", "job_nodes") for ix in inspect(conn).get_indexes(table)
+        }
+    assert set(sacct.DEFERRABLE_INDEXES) <= names
