@@ -330,6 +330,7 @@ StorageLoc={self.db_name}
 
     def reset(self) -> None:
         """Between tests: no jobs, every node back to IDLE with no reason, slurmd all up."""
+        t0 = time.monotonic()
         jobs = self.run(["squeue", "-h", "-o", "%i"]).stdout.split()
         if jobs:
             self.run(["scancel", *jobs], check=False)
@@ -338,11 +339,15 @@ StorageLoc={self.db_name}
             if proc is None or proc.poll() is not None:
                 self.start_slurmd(node)
         self.wait_for(lambda: not self.run(["squeue", "-h"]).stdout.strip(), 60, "queue empty")
+        t_queue = time.monotonic() - t0
         for node in self.node_names:
-            if self.node_state(node) != "IDLE":
+            state = self.node_state(node)
+            if "DRAIN" in state or "DOWN" in state:
                 self.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"],
                          check=False)
         self.wait_for(self._all_nodes_idle, 60, "all nodes IDLE after reset")
+        with open(self.base / "log" / "reset.log", "a") as fh:
+            fh.write(f"queue empty {t_queue:.1f}s, idle {time.monotonic() - t0:.1f}s\n")
 
 
 # ---- rsc-health on the cluster --------------------------------------------------------------
@@ -384,10 +389,22 @@ class RscHealthCluster(SlurmCluster):
         return self.base / "roots" / node
 
     def reset_root(self, node: str) -> None:
+        """Make the node's root a pristine `healthy` copy again: a full copy the first time,
+        then only the files a test changed (copy2 keeps mtimes, so size+mtime tell) and the
+        node-local state (spool, cursors, drain state) wiped."""
         root = self.root(node)
-        if root.exists():
-            shutil.rmtree(root)
-        shutil.copytree(HEALTHY, root, symlinks=True)
+        if not root.exists():
+            shutil.copytree(HEALTHY, root, symlinks=True)
+        else:
+            shutil.rmtree(root / "var" / "lib" / "rsc_health", ignore_errors=True)
+            for src in HEALTHY.rglob("*"):
+                if src.is_symlink() or not src.is_file():
+                    continue
+                dst = root / src.relative_to(HEALTHY)
+                s, d = src.stat(), dst.stat() if dst.exists() else None
+                if d is None or d.st_size != s.st_size or d.st_mtime_ns != s.st_mtime_ns:
+                    dst.parent.mkdir(parents=True, exist_ok=True)
+                    shutil.copy2(src, dst)
         site = (HEALTHY / "config.toml").read_text() + SITE_CONFIG
         (root / "site.toml").write_text(site)
 
