@@ -108,6 +108,16 @@ def load_lemon_inputs(url: str, data: dict[str, list[dict]]) -> None:
     engine.dispose()
 
 
+def peak_rss_mib() -> float:
+    """This process' own high-water RSS. VmHWM belongs to the address space, so it starts fresh
+    at exec; getrusage's ru_maxrss would carry the forking parent's (the generator's) peak."""
+    with open("/proc/self/status") as fh:
+        for line in fh:
+            if line.startswith("VmHWM:"):
+                return round(int(line.split()[1]) / 1024, 1)
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
 def run_pass(url: str) -> dict:
     from sqlalchemy import create_engine, func, select
 
@@ -129,7 +139,7 @@ def run_pass(url: str) -> dict:
     out["total_s"] = round(out["features_s"] + out["verdicts_s"], 2)
     out["nodes"] = len(features)
     out["candidates"] = len(verdicts)
-    out["peak_rss_mib"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    out["peak_rss_mib"] = peak_rss_mib()
     return out
 
 
@@ -151,11 +161,11 @@ def main() -> None:
 
     bm.N_NODES = N_NODES
     t = time.perf_counter()
-    jobs_rows, node_rows, att_rows = bm.rows(bm.generate(args.jobs))
+    data = bm.generate(args.jobs)
     extra = lemon_inputs()
     print(
-        f"generated {len(jobs_rows):,} job instances, {len(node_rows):,} job_nodes, "
-        f"{len(att_rows):,} attributions, "
+        f"generated {len(data['jobs']['id']):,} job instances, "
+        f"{len(data['job_nodes']['job_pk']):,} job_nodes, "
         + ", ".join(f"{len(v):,} {k}" for k, v in extra.items())
         + f" in {time.perf_counter() - t:.1f} s",
         flush=True,
@@ -166,9 +176,9 @@ def main() -> None:
             t = time.perf_counter()
             if backend == "sqlite":
                 path = os.path.join(tmp, "bench.db")
-                url, pg_name = bm.load_sqlite(path, jobs_rows, node_rows, att_rows), None
+                url, pg_name = bm.load_sqlite(path, data), None
             else:
-                url, pg_name = bm.load_postgres(args.pg, jobs_rows, node_rows, att_rows)
+                url, pg_name = bm.load_postgres(args.pg, data)
             load_lemon_inputs(url, extra)
             load_s = time.perf_counter() - t
             try:
