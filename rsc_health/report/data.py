@@ -73,6 +73,8 @@ class ReportData:
     guard: dict[str, Any] = field(default_factory=dict)
     # Why a section is empty when it is (e.g. "metrics module unavailable"): section -> text.
     notes: dict[str, str] = field(default_factory=dict)
+    # Seconds each gathering step took (label -> s), reported in report.json.
+    timings: dict[str, float] = field(default_factory=dict)
 
     def validate(self) -> None:
         """Fail early, naming the section, when a producer broke the column contract."""

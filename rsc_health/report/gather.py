@@ -8,6 +8,7 @@ an empty section with a note saying why, so the nightly page is always written.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -242,12 +243,16 @@ def gather(
     def step(section: str, label: str, produce: Callable[[], Any]) -> Any:
         if progress:
             progress(label)
+        started = time.perf_counter()
         try:
             return produce()
         except Exception as exc:  # one broken section must not lose the whole report
             log.warning("report section %s failed: %s", section, exc, exc_info=True)
             data.notes[section] = f"{label} unavailable: {type(exc).__name__}: {exc}"
             return None
+        finally:
+            # Kept in report.json: the first place to look when the nightly run gets slow.
+            data.timings[label] = round(time.perf_counter() - started, 3)
 
     def metrics():
         from rsc_health.historian.metrics import goodput, mttf, rates

@@ -250,6 +250,7 @@ def write_report(
             for f in figures
         ],
         "notes": data.notes,
+        "timings_s": data.timings,
     }
     # Write to a temp name then rename: a crash mid-write must not destroy tomorrow's baseline.
     tmp = json_path.with_suffix(".json.tmp")

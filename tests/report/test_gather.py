@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 import pytest
@@ -69,8 +70,10 @@ def test_gather_fills_sections_from_the_historian(engine, tmp_path):
     assert list(data.actions["node"]) == ["gpu001"]
     assert data.guard["state"] == "not triggered"
 
+    assert {"job outcomes", "lemon features", "lemon verdicts"} <= set(data.timings)
     written = write_report(data, tmp_path / "out")
     assert "gpu001" in written.summary.read_text()
+    assert json.loads(written.json.read_text())["timings_s"] == data.timings
     assert {f.section for f in written.figures if f.has_data} >= {"outcomes", "causes",
                                                                    "features", "mttf"}
 
