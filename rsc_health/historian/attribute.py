@@ -73,7 +73,7 @@ class AttributionReport:
 
     def summary(self) -> str:
         parts = ", ".join(f"{k} {n}" for k, n in sorted(self.by_kind.items())) or "none"
-        return f"attributed {self.jobs} failed job instance(s): {parts}"
+        return f"{self.jobs} FAILED/NODE_FAIL instance(s) considered; attributed by {parts}"
 
 
 def attribute(
