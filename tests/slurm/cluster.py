@@ -376,7 +376,14 @@ class RscHealthCluster(SlurmCluster):
         base = Path(base)
         super().__init__(
             base, prolog=base / "hooks" / "prolog", epilog=base / "hooks" / "epilog",
-            extra_conf="PrologFlags=Alloc\n", **kw,
+            # slurmd runs the real sweep once at start-up (before registering) and then hourly;
+            # tests run sweeps themselves (cluster.sweep) so that they happen when asserted.
+            extra_conf=(
+                "PrologFlags=Alloc\n"
+                f"HealthCheckProgram={base / 'hooks' / 'sweep'}\n"
+                "HealthCheckInterval=3600\nHealthCheckNodeState=ANY\n"
+            ),
+            **kw,
         )
 
     def start(self) -> None:
@@ -424,7 +431,8 @@ class RscHealthCluster(SlurmCluster):
         # slurmd runs prolog/epilog with a bare environment: this is the site's
         # /etc/default/rsc-health, per node because every node here has its own root.
         for name, target in (("prolog", "prolog/rsc-health-prolog"),
-                             ("epilog", "epilog/rsc-health-epilog")):
+                             ("epilog", "epilog/rsc-health-epilog"),
+                             ("sweep", "checks/rsc-health-sweep")):
             script = hooks / name
             script.write_text(
                 "#!/bin/sh\n"
@@ -432,7 +440,7 @@ class RscHealthCluster(SlurmCluster):
                 f"export RSC_HEALTH_ROOT={self.base}/roots/$SLURMD_NODENAME\n"
                 f"export RSC_HEALTH_CONFIG={self.base}/roots/$SLURMD_NODENAME/site.toml\n"
                 f"export RSC_HEALTH_PYTHON={_python()} PYTHONPATH={REPO}\n"
-                f"exec {REPO / target} 2>>{self.base}/log/{name}-$SLURMD_NODENAME.log\n"
+                f"exec {REPO / target} >>{self.base}/log/{name}-$SLURMD_NODENAME.log 2>&1\n"
             )
             script.chmod(0o755)
 

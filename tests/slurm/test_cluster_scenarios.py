@@ -197,3 +197,12 @@ def test_sweep_survives_slurmctld_down_within_budget_and_acts_next_time(slurm_cl
     out = c.sweep("node05")
     assert out.returncode == 0, out.stderr
     assert c.node("node05")["Reason"].startswith("rsc_health:now:xid79:gpu3")
+
+
+def test_slurmd_runs_the_sweep_as_its_health_check_program(slurm_cluster):
+    # slurmd ran HealthCheckProgram (the real checks/rsc-health-sweep, bare environment plus
+    # the site defaults file) once at start-up, before registering, on every node.
+    c = slurm_cluster
+    for node in c.node_names:
+        log = (c.base / "log" / f"sweep-{node}.log").read_text()
+        assert f"rsc_health sweep {node}: OK" in log
