@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=int, default=330, help="--synthetic: days of rolling rates")
     p.add_argument("--lemons", type=int, default=25, help="--synthetic: lemon candidates")
     p.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
+    p.add_argument("--skip", action="append", default=[], metavar="SECTION",
+                   help="section not gathered (repeatable), as [report] skip")
     args = p.parse_args(argv)
 
     work = args.work or Path(tempfile.mkdtemp(prefix="bench-report-"))
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     if args.db or args.sim_nodes:
         from rsc_health.historian.db import connect
-        from rsc_health.report.gather import gather
+        from rsc_health.report.gather import GatherOptions, gather
 
         if args.sim_nodes:
             url, as_of = simulate_historian(args.sim_nodes, args.sim_days, work, args.seed,
@@ -173,7 +175,9 @@ def main(argv: list[str] | None = None) -> int:
         result["dialect"] = engine.dialect.name
         t1 = time.perf_counter()
         marks: list[tuple[str, float]] = []
-        data = gather(engine, as_of, progress=lambda s: marks.append((s, time.perf_counter())))
+        opts = GatherOptions.from_config({"skip": args.skip}, {})
+        data = gather(engine, as_of, opts,
+                      progress=lambda s: marks.append((s, time.perf_counter())))
         engine.dispose()
         done = time.perf_counter()
         result["gather_s"] = round(done - t1, 2)

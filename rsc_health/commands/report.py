@@ -68,8 +68,11 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
     except hdb.HistorianError as exc:
         raise click.ClickException(str(exc)) from exc
     try:
-        options = GatherOptions.from_config(
-            section, cfg.section("lemon"), cfg.section("ettr"), cfg.section("metrics"))
+        try:
+            options = GatherOptions.from_config(
+                section, cfg.section("lemon"), cfg.section("ettr"), cfg.section("metrics"))
+        except ValueError as exc:
+            raise click.ClickException(str(exc)) from exc
         show = not quiet and click.get_text_stream("stderr").isatty()
         with _progress(show) as step:
             data = gather(engine, moment, options, progress=step)

@@ -19,7 +19,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from rsc_health.historian.schema import node_actions
-from rsc_health.report.data import ReportData, empty_frame
+from rsc_health.report.data import COLUMNS, ReportData, empty_frame
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +38,7 @@ class GatherOptions:
     lemon: Mapping[str, Any] | None = None  # the [lemon] section
     ettr: Mapping[str, Any] | None = None  # the [ettr] section: job-run linking, overheads
     large_job_gpus: int = 128  # [metrics] large_job_gpus: jobs that define r_f
+    skip: frozenset[str] = frozenset()  # sections not gathered (an expensive one, say)
 
     @classmethod
     def from_config(
@@ -55,7 +56,16 @@ class GatherOptions:
             lemon=dict(lemon),
             ettr=dict(ettr or {}),
             large_job_gpus=int((metrics or {}).get("large_job_gpus", 128)),
+            skip=_sections(report.get("skip", ())),
         )
+
+
+def _sections(names: Any) -> frozenset[str]:
+    known = set(COLUMNS) | {"metrics"}
+    unknown = sorted(set(names) - known)
+    if unknown:
+        raise ValueError(f"[report] skip: unknown section(s) {unknown}; known: {sorted(known)}")
+    return frozenset(names)
 
 
 # --- adapters: one per section, from the producer's frame to the report's columns -------------
@@ -241,6 +251,9 @@ def gather(
     window = Window(since=as_of - timedelta(days=opts.metrics_days), until=as_of)
 
     def step(section: str, label: str, produce: Callable[[], Any]) -> Any:
+        if section in opts.skip:
+            data.notes[section] = "skipped by [report] skip"
+            return None
         if progress:
             progress(label)
         started = time.perf_counter()
@@ -259,10 +272,11 @@ def gather(
 
         return rates, mttf, goodput
 
-    modules = step("outcomes", "metrics", metrics)
+    modules = step("metrics", "metrics", metrics)
     if modules is None:
-        for section in ("causes", "rolling", "mttf", "goodput", "ettr"):
-            data.notes[section] = data.notes["outcomes"]
+        why = data.notes.pop("metrics")
+        for section in ("outcomes", "causes", "rolling", "mttf", "goodput", "ettr"):
+            data.notes.setdefault(section, why)
     else:
         rates, mttf, goodput = modules
         got = step("outcomes", "job outcomes", lambda: outcomes_section(rates.outcomes(
@@ -279,7 +293,7 @@ def gather(
             data.rolling = got
 
         # r_f (large jobs, per node-day) drives both the MTTF projection and E[ETTR]: one query.
-        measured = step("mttf", "cluster failure rate r_f",
+        measured = step("r_f", "cluster failure rate r_f",
                         lambda: rates.failure_rate(engine, window, opts.large_job_gpus).r_f)
         r_f = measured if measured is not None and measured == measured and measured > 0 else None
 

@@ -130,3 +130,17 @@ def test_rolling_section_drops_the_partial_windows_at_the_start():
     assert set(long["mode"]) == {"xid", "mount"} and len(long) == 2 * 61
     short = rolling_section(wide.head(40), days=30)  # too short to trim: keep everything
     assert short["time"].min() == dates[0]
+
+
+def test_skipped_sections_are_not_gathered_and_say_so(engine):
+    opts = GatherOptions.from_config({"skip": ["goodput", "features"]}, LEMON_RULES)
+    data = gather(engine, AS_OF, opts)
+    assert data.notes["goodput"] == "skipped by [report] skip" and data.goodput.empty
+    assert data.features.empty and data.lemons.empty
+    assert "goodput lost" not in data.timings
+    assert not data.outcomes.empty
+
+
+def test_unknown_skip_name_is_refused():
+    with pytest.raises(ValueError, match="goodputt"):
+        GatherOptions.from_config({"skip": ["goodputt"]}, {})
