@@ -5,6 +5,7 @@ run exactly as HealthCheckProgram runs it, the prolog and epilog are run by slur
 from __future__ import annotations
 
 import json
+import signal
 import time
 
 import pytest
@@ -179,19 +180,30 @@ def test_guard_stops_a_mass_drain_at_its_limit(slurm_cluster):
         assert "DRAIN" not in c.node_state(node)
 
 
-def test_sweep_survives_slurmctld_down_within_budget_and_acts_next_time(slurm_cluster):
+@pytest.mark.parametrize("outage", ["stopped", "frozen"])
+def test_sweep_survives_slurmctld_down_within_budget_and_acts_next_time(slurm_cluster, outage):
+    # "stopped": connection refused at once. "frozen" (SIGSTOP): the port accepts and nothing
+    # answers, as when scontrol hangs; only the per-call timeout gets the sweep out.
     c = slurm_cluster
     inject_xid79(c, "node05")
-    c.stop_slurmctld()
+    ctld = c.procs["slurmctld"]
+    if outage == "stopped":
+        c.stop_slurmctld()
+    else:
+        ctld.send_signal(signal.SIGSTOP)
     try:
         t0 = time.monotonic()
         out = c.sweep("node05", timeout=60)
         elapsed = time.monotonic() - t0
     finally:
-        c.start_slurmctld()
+        if outage == "stopped":
+            c.start_slurmctld()
+        else:
+            ctld.send_signal(signal.SIGCONT)
     assert out.returncode == 0
     assert "Slurm unavailable" in out.stderr
     assert elapsed < 20 + 3  # [slurm] sweep_budget_s in the test site config, plus start-up
+    c.wait_for(lambda: c.run(["scontrol", "ping"], check=False).returncode == 0, 30, "ping")
     c.wait_for(lambda: c.node_state("node05") in ("IDLE", "MIXED"), 60, "node05 back")
 
     out = c.sweep("node05")
