@@ -68,6 +68,7 @@ def test_verdict_lists_crossings_and_the_jobs_and_events_behind_them(fleet, engi
     end = AS_OF - 2 * DAY
     pks = [fleet.failed(["bad", f"ok{k}"], "bad", end=end - k * DAY) for k in range(3)]
     fleet.failed(["bad", "ok9"], "ok9", end=end)  # someone else's failure: not evidence
+    fleet.failed(["bad"], None, end=end)  # a user's own FAILED job: not evidence either
     fleet.xid("bad", end, "xid79", "gpu5")
     fleet.event("bad", end)
     fleet.ticket("bad", end + timedelta(hours=1))
@@ -103,16 +104,22 @@ def test_evidence_is_limited_and_windowed(fleet, engine):
     assert len(evidence(engine, "n1", AS_OF, 28)["failed_jobs"]) == 5
 
 
+def _repeat_only() -> LemonRules:
+    """Every threshold rule off: only the repeat-offender path can make a verdict."""
+    rules = LemonRules.from_config({"strong": []})
+    return rules.with_thresholds(**{k: 0 for k in rules.thresholds})
+
+
 def test_node_back_from_lemon_repair_that_fails_again_is_a_repeat_offender(fleet, engine):
     fleet.ticket("n1", AS_OF - 10 * DAY, AS_OF - 5 * DAY, source="lemon")
-    fleet.failed(["n1"], None, end=AS_OF - 7 * DAY)  # before the repair: does not count
-    fleet.failed(["n1"], None, end=AS_OF - 2 * DAY)  # after: it failed again
+    fleet.failed(["n1"], None, end=AS_OF - 7 * DAY, state="NODE_FAIL")  # before the repair
+    fleet.failed(["n1"], None, end=AS_OF - 2 * DAY, state="NODE_FAIL")  # after: failed again
     fleet.ticket("n2", AS_OF - 10 * DAY, AS_OF - 5 * DAY, source="lemon")
     fleet.job(["n2"], end=AS_OF - 2 * DAY)  # back and healthy
     fleet.ticket("n3", AS_OF - 10 * DAY, AS_OF - 5 * DAY, source="manual")
-    fleet.failed(["n3"], None, end=AS_OF - 2 * DAY)  # not a lemon repair
+    fleet.failed(["n3"], None, end=AS_OF - 2 * DAY, state="NODE_FAIL")  # not a lemon repair
     f = lemon_features(engine, AS_OF)
-    rules = LemonRules.from_config({"min_signals": 99, "strong": []})
+    rules = _repeat_only()
     verdicts = lemon_verdicts(engine, f, AS_OF, rules)
     assert [v.node for v in verdicts] == ["n1"]
     assert verdicts[0].repeat_offender and verdicts[0].top_feature == "repeat_offender"
@@ -149,5 +156,4 @@ def test_resume_action_after_lemon_drain_also_starts_the_repeat_clock(fleet, eng
     fleet.failed(["n1", "n2"], "n1", end=AS_OF - DAY)
     fleet.failed(["n2"], "n2", end=AS_OF - DAY)
     f = lemon_features(engine, AS_OF)
-    rules = LemonRules.from_config({"min_signals": 99, "strong": []})
-    assert [v.node for v in lemon_verdicts(engine, f, AS_OF, rules)] == ["n1"]
+    assert [v.node for v in lemon_verdicts(engine, f, AS_OF, _repeat_only())] == ["n1"]

@@ -214,7 +214,7 @@ def labelled_from_sim(
     compute the features at the end of the simulated period (as a nightly run would)."""
     from sqlalchemy import create_engine
 
-    from rsc_health.historian import schema
+    from rsc_health.historian import db as hdb
     from rsc_health.historian.attribute import attribute
     from rsc_health.historian.ingest import checks, events, exclusions, sacct
     from rsc_health.historian.ingest import tickets as ticket_ingest
@@ -231,7 +231,7 @@ def labelled_from_sim(
     db.unlink(missing_ok=True)
     engine = create_engine(f"sqlite:///{db}")
     try:
-        schema.metadata.create_all(engine)
+        hdb.create(engine)  # versioned, so `healthctl --db` can open --workdir's fleets
         say(f"seed {seed}: ingesting and attributing")
         sacct.ingest_text(engine, out / "sacct.txt")
         events.ingest_file(engine, out / "events.txt")

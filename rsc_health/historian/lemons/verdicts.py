@@ -181,7 +181,7 @@ def repeat_offenders(
 
     resumed_at is the latest of: a closed lemon ticket's `closed`, and a `resume` node action
     after a lemon drain. fails_since counts job instances ending after resumed_at (inside the
-    window, before as_of) that were attributed to the node, or single-node failures on it.
+    window, before as_of) that were attributed to the node, or single-node NODE_FAILs on it.
     """
     lo, hi = window_bounds(as_of, window_days)
     with engine.connect() as conn:
@@ -225,7 +225,7 @@ def repeat_offenders(
                 j.c.end >= lo,
                 j.c.end < hi,
                 j.c.nnodes == 1,
-                j.c.state.in_(FAILED_STATES),
+                j.c.state == "NODE_FAIL",
                 jn.c.node.in_(list(resumed)),
             )
         ).all()
@@ -306,8 +306,9 @@ def evidence(
             j.c.end >= lo,
             j.c.end < hi,
             j.c.state.in_(FAILED_STATES),
-            # Only this node's failures: attributed to it, or the job ran on it alone.
-            or_(a.c.kind.in_(ATTRIBUTED_KINDS), j.c.nnodes == 1),
+            # Only this node's failures, as features.py counts them: attributed to it, or a
+            # single-node job that Slurm ended NODE_FAIL.
+            or_(a.c.kind.in_(ATTRIBUTED_KINDS), and_(j.c.nnodes == 1, j.c.state == "NODE_FAIL")),
         )
         .order_by(j.c.end.desc()),
         "xid_events": select(
