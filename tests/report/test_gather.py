@@ -29,16 +29,14 @@ def _job(conn, pk: int, node: str, state: str, end: datetime, hours: float = 2.0
     conn.execute(insert(job_nodes).values(job_pk=pk, node=node))
 
 
-@pytest.fixture
-def engine(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'historian.db'}")
+def populate(engine) -> None:
+    """Three nodes, two weeks of 8-GPU single-node jobs; gpu001 fails four of them on XIDs."""
     with engine.begin() as conn:
         pk = 0
         for day in range(1, 15):
             for node in ("gpu001", "gpu002", "gpu003"):
                 pk += 1
                 _job(conn, pk, node, "COMPLETED", AS_OF - timedelta(days=day))
-        # gpu001 keeps failing single-node jobs, each attributed to an XID on it.
         for day in (2, 4, 6, 8):
             pk += 1
             _job(conn, pk, "gpu001", "FAILED", AS_OF - timedelta(days=day, hours=5))
@@ -50,11 +48,21 @@ def engine(tmp_path):
         conn.execute(insert(node_actions).values(
             id="a2", time=AS_OF - timedelta(days=3), node="gpu002", action="resume",
             reason="", job_id=None))
+
+
+@pytest.fixture
+def engine(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'historian.db'}")
+    populate(engine)
     yield engine
     engine.dispose()
 
 
 def test_gather_fills_sections_from_the_historian(engine, tmp_path):
+    check_gathered(engine, tmp_path)
+
+
+def check_gathered(engine, tmp_path) -> None:
     data = gather(engine, AS_OF, GatherOptions(metrics_days=30, lemon=LEMON_RULES))
     data.validate()
     assert set(data.notes) == {"ettr"}, data.notes
