@@ -88,6 +88,9 @@ def test_xid79_during_a_4_node_job_drains_now_and_the_job_requeues_elsewhere(slu
     job = c.sbatch("-N", "4", "--requeue", "--wrap", "sleep 6")
     victim = wait_running_past_prolog(c, job)[1]
     first_nodes = c.job(job)["NodeList"]
+    # A second job shares the victim and refuses requeue: it must be reported, not lost.
+    stubborn = c.sbatch("-N", "1", "-n", "1", "-w", victim, "--no-requeue", "--wrap", "sleep 60")
+    wait_running_past_prolog(c, stubborn)
     inject_xid79(c, victim)
 
     out = c.sweep(victim)
@@ -95,9 +98,10 @@ def test_xid79_during_a_4_node_job_drains_now_and_the_job_requeues_elsewhere(slu
     node = c.node(victim)
     assert "DRAIN" in node["State"]
     assert node["Reason"].startswith("rsc_health:now:xid79:gpu3")
-    actions = [r for r in c.spool(victim) if r["kind"] == "action"]
-    assert [(a["action"], a["job_id"]) for a in actions] == [("drain_now", None),
-                                                            ("requeue", job)]
+    actions = [(r["action"], r["job_id"]) for r in c.spool(victim) if r["kind"] == "action"]
+    assert actions[0] == ("drain_now", None)
+    assert sorted(actions[1:]) == [("requeue", job), ("requeue_refused", stubborn)]
+    assert c.job(stubborn)["Restarts"] == "0"
 
     # Same Job ID, restarted once, completed on nodes that exclude the drained one.
     c.wait_for(lambda: c.job_state(job) == "COMPLETED", 120, "requeued job COMPLETED")
