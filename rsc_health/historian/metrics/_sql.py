@@ -44,6 +44,35 @@ def _seconds_mysql(element, compiler, **kw):
     return f"TIMESTAMPDIFF(SECOND, {a}, {b})"
 
 
+class shifted(FunctionElement):  # noqa: N801
+    """A timestamp moved by a constant number of seconds, inside the database."""
+
+    inherit_cache = True
+
+    def __init__(self, ts, seconds: float):
+        self.seconds = float(seconds)
+        super().__init__(ts)
+
+
+@compiles(shifted)
+def _shifted_pg(element, compiler, **kw):
+    ts = compiler.process(element.clauses.clauses[0], **kw)
+    return f"({ts} + make_interval(secs => {element.seconds!r}))"
+
+
+@compiles(shifted, "sqlite")
+def _shifted_sqlite(element, compiler, **kw):
+    # Same text shape SQLAlchemy stores ("YYYY-MM-DD HH:MM:SS.fff..."), so comparisons hold.
+    ts = compiler.process(element.clauses.clauses[0], **kw)
+    return f"strftime('%Y-%m-%d %H:%M:%f', {ts}, '{element.seconds:+f} seconds')"
+
+
+@compiles(shifted, "mysql")
+def _shifted_mysql(element, compiler, **kw):
+    ts = compiler.process(element.clauses.clauses[0], **kw)
+    return f"DATE_ADD({ts}, INTERVAL {element.seconds!r} SECOND)"
+
+
 def runtime_s() -> ColumnElement:
     """Scheduled runtime of a job instance; 0 for instances that never started."""
     return case((jobs.c.start.is_(None), 0.0), else_=seconds_between(jobs.c.start, jobs.c.end))
@@ -59,8 +88,14 @@ def infra_attributed() -> ColumnElement:
 
 
 def infra_failure() -> ColumnElement:
-    """The paper's hardware failure: NODE_FAIL, or FAILED with an attributed health check."""
-    return or_(jobs.c.state == "NODE_FAIL", and_(jobs.c.state == "FAILED", infra_attributed()))
+    """The paper's hardware failure: NODE_FAIL, or FAILED with an attributed health check.
+
+    A REQUEUED instance with an attributed check counts too: that is what a job killed by a
+    drain-now looks like in `sacct -D` once rsc-health has requeued it."""
+    return or_(
+        jobs.c.state == "NODE_FAIL",
+        and_(jobs.c.state.in_(("FAILED", "REQUEUED")), infra_attributed()),
+    )
 
 
 @dataclass(frozen=True)

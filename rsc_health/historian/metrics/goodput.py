@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pandas as pd
-from sqlalchemy import Engine, and_, case, func, select
+from sqlalchemy import Engine, and_, case, exists, select
 
 from rsc_health.historian.metrics._sql import (
     ALL_TIME,
@@ -22,6 +22,7 @@ from rsc_health.historian.metrics._sql import (
     infra_failure,
     runtime_s,
     seconds_between,
+    shifted,
 )
 from rsc_health.historian.schema import job_nodes, jobs
 
@@ -48,19 +49,24 @@ def _requeue_preemptions(engine: Engine, window: Window, preempt_window_s: float
     )
     victim = jobs.alias("victim")
     vn, rn = job_nodes.alias("vn"), job_nodes.alias("rn")
-    gap = func.abs(seconds_between(victim.c.end, requeue.c.rq_start))
+    # Victims by end time first (ix_jobs_end range per requeue), then the node overlap by key.
+    near = and_(
+        victim.c.end >= shifted(requeue.c.rq_start, -preempt_window_s),
+        victim.c.end <= shifted(requeue.c.rq_start, preempt_window_s),
+    )
+    shares_node = exists(
+        select(rn.c.node)
+        .select_from(rn.join(vn, vn.c.node == rn.c.node))
+        .where(rn.c.job_pk == requeue.c.rq_pk, vn.c.job_pk == victim.c.id)
+    )
     q = (
         select(
             victim.c.id.label("job_pk"),
             victim.c.gpus,
             case_runtime(victim).label("runtime_s"),
         )
-        .select_from(
-            requeue.join(rn, rn.c.job_pk == requeue.c.rq_pk)
-            .join(vn, vn.c.node == rn.c.node)
-            .join(victim, victim.c.id == vn.c.job_pk)
-        )
-        .where(victim.c.state == "PREEMPTED", victim.c.end.is_not(None), gap <= preempt_window_s)
+        .select_from(requeue.join(victim, near))
+        .where(victim.c.state == "PREEMPTED", shares_node)
         .distinct()
     )
     with engine.connect() as conn:
