@@ -26,7 +26,10 @@ from sqlalchemy.sql import ColumnElement
 
 from rsc_health.historian import schema
 
-FAILED_STATES = ("FAILED", "NODE_FAIL")
+# REQUEUED instances are included because rsc-health itself requeues the jobs of a node it
+# drains: the killed instance then ends REQUEUED, not FAILED, and is still an infra failure
+# when a check fired on its nodes. Without a check it stays unattributed (a user's requeue).
+FAILED_STATES = ("FAILED", "NODE_FAIL", "REQUEUED")
 DRAIN_SEVERITIES = ("drain_after_job", "drain_now")
 J, JN, C, E, A = (
     schema.jobs,
