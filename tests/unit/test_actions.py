@@ -179,3 +179,24 @@ def test_disabled_actions_touch_nothing(cfg, tmp_path):
     slurm = MemorySlurm()
     assert actor(slurm, cfg, tmp_path).apply(decide([finding("xid79")])) == []
     assert slurm.calls == []
+
+
+def test_epilog_never_requeues_its_own_ending_job(cfg, tmp_path):
+    slurm = MemorySlurm()
+    slurm.jobs["n01"] = [JobInfo("7", "COMPLETING"), JobInfo("9", "RUNNING")]
+    actions = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79", repair=True)]),
+                                                skip_jobs={"7"})
+    assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", "9")]
+
+
+def test_drain_after_job_escalates_to_drain_now_when_worse_appears(cfg, tmp_path):
+    slurm = MemorySlurm()
+    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("remap_pending", Severity.DRAIN_AFTER_JOB, True, "remap")]))
+    actions = a.apply(decide([finding("xid79", repair=True, family="xid")]))
+    assert [x.action for x in actions] == ["drain_now", "requeue"]
+    assert slurm.info["n01"].reason.startswith("rsc_health:now:xid79:")
+    # Already drained now by us: a repeat verdict does not drain or requeue twice.
+    slurm.jobs["n01"] = []
+    assert a.apply(decide([finding("xid79", repair=True, family="xid")])) == []
