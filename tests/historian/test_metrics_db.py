@@ -455,3 +455,40 @@ def test_link_by_tag_joins_differently_named_jobs_with_the_same_tag(engine):
     assert int(tagged["instances"].iloc[0]) == 3
     # Job 5002 ("llama", no tag) stays a run of its own.
     assert (runs["name"] == "llama").sum() == 1
+
+
+def test_preemption_counts_only_within_the_window_of_the_requeue_start(engine):
+    # Job 11 held x00 too, but was preempted 10 minutes before job 200's requeue started.
+    requeue_start = T0 + (2 + 1 / 60) * H
+    with engine.begin() as conn:
+        conn.execute(
+            insert(jobs),
+            [
+                dict(
+                    id=11,
+                    job_id="1100",
+                    job_id_display="1100",
+                    name="j",
+                    user="u",
+                    partition="p",
+                    state="PREEMPTED",
+                    exit_code="0:0",
+                    submit=T0,
+                    eligible=T0,
+                    start=requeue_start - 2 * H,
+                    end=requeue_start - timedelta(minutes=10),
+                    nnodes=1,
+                    gpus=8,
+                    nodelist="",
+                    instance_key="1100:11",
+                )
+            ],
+        )
+        conn.execute(insert(job_nodes), [dict(job_pk=11, node="x00")])
+
+    def preempted(window_s):
+        df = goodput_lost(engine, preempt_window_s=window_s)
+        return df.loc[df["kind"] == "preemption", "jobs"].sum()
+
+    assert preempted(300) == 1  # job 8 only
+    assert preempted(900) == 2  # job 11 joins

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from scipy import stats
-from sqlalchemy import Float, and_, case, exists, or_, select
+from sqlalchemy import Float, and_, case, exists, literal, or_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 
@@ -45,32 +45,34 @@ def _seconds_mysql(element, compiler, **kw):
 
 
 class shifted(FunctionElement):  # noqa: N801
-    """A timestamp moved by a constant number of seconds, inside the database."""
+    """A timestamp moved by a number of seconds, inside the database.
+
+    The seconds travel as a bound parameter, so the cached compiled SQL is shared safely.
+    """
 
     inherit_cache = True
 
     def __init__(self, ts, seconds: float):
-        self.seconds = float(seconds)
-        super().__init__(ts)
+        super().__init__(ts, literal(float(seconds), Float()))
 
 
 @compiles(shifted)
 def _shifted_pg(element, compiler, **kw):
-    ts = compiler.process(element.clauses.clauses[0], **kw)
-    return f"({ts} + make_interval(secs => {element.seconds!r}))"
+    ts, secs = (compiler.process(c, **kw) for c in element.clauses)
+    return f"({ts} + make_interval(secs => {secs}))"
 
 
 @compiles(shifted, "sqlite")
 def _shifted_sqlite(element, compiler, **kw):
     # Same text shape SQLAlchemy stores ("YYYY-MM-DD HH:MM:SS.fff..."), so comparisons hold.
-    ts = compiler.process(element.clauses.clauses[0], **kw)
-    return f"strftime('%Y-%m-%d %H:%M:%f', {ts}, '{element.seconds:+f} seconds')"
+    ts, secs = (compiler.process(c, **kw) for c in element.clauses)
+    return f"strftime('%Y-%m-%d %H:%M:%f', {ts}, {secs} || ' seconds')"
 
 
 @compiles(shifted, "mysql")
 def _shifted_mysql(element, compiler, **kw):
-    ts = compiler.process(element.clauses.clauses[0], **kw)
-    return f"DATE_ADD({ts}, INTERVAL {element.seconds!r} SECOND)"
+    ts, secs = (compiler.process(c, **kw) for c in element.clauses)
+    return f"DATE_ADD({ts}, INTERVAL {secs} SECOND)"
 
 
 def runtime_s() -> ColumnElement:
