@@ -16,6 +16,7 @@ prolog failed run elsewhere instead of waiting held.
 
 from __future__ import annotations
 
+import atexit
 import os
 import secrets
 import shutil
@@ -94,6 +95,8 @@ class SlurmCluster:
         self.stop()
 
     def start(self) -> None:
+        # Daemons run in their own sessions: make sure an interrupted run does not leave them.
+        atexit.register(self.stop)
         for sub in ("etc", "state", "log", "run", "spool", "munge", "dev"):
             (self.base / sub).mkdir(parents=True, exist_ok=True)
         self._start_munge()
