@@ -246,7 +246,7 @@ def gather(
     """Everything the report shows, as of `as_of` (naive UTC)."""
     opts = options or GatherOptions()
     data = ReportData(as_of=as_of, window_days=int(opts.window_days))
-    from rsc_health.historian.metrics._sql import Window
+    from rsc_health.historian.metrics._sql import Window  # lazy: pulls in scipy
 
     window = Window(since=as_of - timedelta(days=opts.metrics_days), until=as_of)
 
@@ -288,7 +288,8 @@ def gather(
         if got is not None:
             data.causes = got
         got = step("rolling", "rolling failure rate", lambda: rolling_section(
-            rates.rolling(engine, window, days=opts.rolling_days), opts.rolling_days))
+            rates.rolling(engine, window, days=opts.rolling_days,
+                          large_job_gpus=opts.large_job_gpus), opts.rolling_days))
         if got is not None:
             data.rolling = got
 
