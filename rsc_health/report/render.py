@@ -143,7 +143,9 @@ def draw_figures(
         src = name
         if embed:
             src = "data:image/png;base64," + base64.b64encode(result.path.read_bytes()).decode()
-        figures.append(Figure(section, name, caption, result.has_data, result.note, src))
+        # An empty figure says why: the gatherer's note (skipped, failed) beats plain "no data".
+        note = result.note if result.has_data else data.notes.get(section, result.note)
+        figures.append(Figure(section, name, caption, result.has_data, note, src))
     return figures
 
 

@@ -140,13 +140,17 @@ def test_rolling_section_drops_the_partial_windows_at_the_start():
     assert short["time"].min() == dates[0]
 
 
-def test_skipped_sections_are_not_gathered_and_say_so(engine):
+def test_skipped_sections_are_not_gathered_and_say_so(engine, tmp_path):
     opts = GatherOptions.from_config({"skip": ["goodput", "features"]}, LEMON_RULES)
     data = gather(engine, AS_OF, opts)
     assert data.notes["goodput"] == "skipped by [report] skip" and data.goodput.empty
     assert data.features.empty and data.lemons.empty
     assert "goodput lost" not in data.timings
     assert not data.outcomes.empty
+    written = write_report(data, tmp_path)
+    note = {f.section: f.note for f in written.figures}["goodput"]
+    assert note == "skipped by [report] skip"
+    assert "skipped by [report] skip" in written.html.read_text()
 
 
 def test_unknown_skip_name_is_refused():
