@@ -168,11 +168,16 @@ def lemon_evidence_lines(verdict: Any, limit: int = 5) -> list[str]:
     for c in verdict.crossings:
         lines.append(f"{c.feature}={_fmt(c.value)} >= {_fmt(c.threshold)}")
     ev = verdict.evidence or {}
-    failed = ev.get("failed_jobs") or []
+    # One entry per failed job, its causes together (a job can have several attributions).
+    failed: dict[str, tuple[str, list[str]]] = {}
+    for r in ev.get("failed_jobs") or []:
+        state, causes = failed.setdefault(str(r["job_id"]), (str(r["state"]), []))
+        if r.get("cause") and r["cause"] not in causes:
+            causes.append(str(r["cause"]))
     if failed:
         jobs = ", ".join(
-            f"{r['job_id']} {r['state']}" + (f" ({r['cause']})" if r.get("cause") else "")
-            for r in failed[:limit]
+            f"{job} {state}" + (f" ({', '.join(causes)})" if causes else "")
+            for job, (state, causes) in list(failed.items())[:limit]
         )
         more = f" (+{len(failed) - limit} more)" if len(failed) > limit else ""
         lines.append(f"failed jobs: {jobs}{more}")

@@ -156,3 +156,21 @@ def test_skipped_sections_are_not_gathered_and_say_so(engine, tmp_path):
 def test_unknown_skip_name_is_refused():
     with pytest.raises(ValueError, match="goodputt"):
         GatherOptions.from_config({"skip": ["goodputt"]}, {})
+
+
+def test_evidence_lists_each_failed_job_once_with_all_its_causes():
+    from types import SimpleNamespace
+
+    from rsc_health.report.gather import lemon_evidence_lines
+
+    verdict = SimpleNamespace(
+        repeat_offender=False, resumed_at=None,
+        crossings=[SimpleNamespace(feature="node_fails", value=4.0, threshold=3.0)],
+        evidence={"failed_jobs": [
+            {"job_id": "7", "state": "NODE_FAIL", "cause": "pcie"},
+            {"job_id": "7", "state": "NODE_FAIL", "cause": "xid"},
+            {"job_id": "9", "state": "FAILED", "cause": None},
+        ]},
+    )
+    assert lemon_evidence_lines(verdict) == [
+        "node_fails=4 >= 3", "failed jobs: 7 NODE_FAIL (pcie, xid), 9 FAILED"]
