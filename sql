@@ -1,0 +1,1 @@
+rsc_health/historian/sql
