@@ -99,13 +99,14 @@ def infra_failure_causes(engine: Engine, window: Window = ALL_TIME, min_gpus: in
     a = attributions
     cause = func.coalesce(a.c.cause, literal("unattributed"))
     counted = or_(
-        jobs.c.state == "NODE_FAIL", and_(jobs.c.state == "FAILED", a.c.kind != "unattributed")
+        jobs.c.state == "NODE_FAIL",
+        and_(jobs.c.state.in_(("FAILED", "REQUEUED")), a.c.kind != "unattributed"),
     )
     q = (
         select(jobs.c.id.label("job_pk"), jobs.c.end, jobs.c.gpus, cause.label("cause"))
         .select_from(jobs.outerjoin(a, a.c.job_pk == jobs.c.id))
         .where(
-            jobs.c.state.in_(["NODE_FAIL", "FAILED"]),
+            jobs.c.state.in_(["NODE_FAIL", "FAILED", "REQUEUED"]),
             counted,
             jobs.c.gpus > min_gpus,
             *window.clauses(),
