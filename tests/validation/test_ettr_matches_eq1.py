@@ -35,3 +35,12 @@ def test_long_runs_at_five_times_the_failure_rate_agree_with_eq1(stress_fleet):
     r_f = validate.rf_check(stress_fleet)["rf_est"] / 1000
     a = _check(validate.long_runs(stress_fleet, r_f))
     assert a["expected"] < 0.9, a  # the failure and queue terms are far from negligible here
+
+
+def test_agreement_is_sensitive_to_the_failure_rate(stress_fleet):
+    """The comparison sees the failure term: Eq. (1) with no failures, or with twice the measured
+    r_f, falls outside the same tolerance on the same runs."""
+    r_f = validate.rf_check(stress_fleet)["rf_est"] / 1000
+    for wrong in (r_f * 1e-4, 2 * r_f):
+        a = validate.ettr_agreement(validate.long_runs(stress_fleet, wrong))
+        assert abs(a["diff"]) > 3 * a["se"], a
