@@ -70,7 +70,11 @@ def lemons(
     engine = _engine(ctx)
     try:
         features = lemon_features(
-            engine, as_of, window_days, early_fail_minutes=float(section["early_fail_minutes"])
+            engine,
+            as_of,
+            window_days,
+            early_fail_minutes=float(section["early_fail_minutes"]),
+            history_days=float(section["history_days"]),
         )
         rules = LemonRules.from_config(section)
         verdicts = lemon_verdicts(
@@ -208,6 +212,7 @@ def tune_lemons(
     window_days = parse_window(window)
     configured = LemonRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
     base = tuning_base(configured)
+    history_days = float({**DEFAULTS, **ctx.obj.config.section("lemon")}["history_days"])
 
     def say(message: str) -> None:
         click.echo(message, err=True)
@@ -215,7 +220,13 @@ def tune_lemons(
     def fleets(seeds: list[int], where: Path):
         return [
             labelled_from_sim(
-                s, where, nodes=nodes, days=days, window_days=window_days, progress=say
+                s,
+                where,
+                nodes=nodes,
+                days=days,
+                window_days=window_days,
+                history_days=history_days,
+                progress=say,
             )
             for s in seeds
         ]

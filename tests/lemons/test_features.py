@@ -126,3 +126,24 @@ def test_an_unattributed_single_node_node_fail_is_the_nodes_failure(fleet, engin
     f = lemon_features(engine, AS_OF)
     assert f.loc["n1", "single_node_node_fails"] == 2
     assert f.loc["n1", "multi_node_node_fails"] == 0
+
+
+def test_history_features_remember_repairs_and_deaths_beyond_the_window(fleet, engine):
+    # n1: three repairs and three outages over two months, only one of each in the last 28 days.
+    for days in (70, 45, 10):
+        fleet.ticket("n1", AS_OF - days * DAY, closed=AS_OF - (days - 1) * DAY)
+    fleet.event("n1", AS_OF - 70 * DAY, state="DOWN", reason="Not responding")
+    fleet.event("n1", AS_OF - 45 * DAY, state="DOWN*", reason="Not responding")
+    fleet.event("n1", AS_OF - 10 * DAY, state="DRAIN", reason="rsc_health:now:xid79:gpu0")
+    fleet.ticket("n1", AS_OF - 5 * DAY, source="lemon")  # our own verdict is not evidence
+    fleet.ticket("n1", AS_OF - 100 * DAY)  # older than history_days
+    # n2: nothing in the 28-day window at all, but a repair 60 days ago: still gets a row.
+    fleet.ticket("n2", AS_OF - 60 * DAY)
+    f = lemon_features(engine, AS_OF, 28, history_days=90)
+    assert f.loc["n1", "tickets"] == 2  # the lemon ticket counts in the plain window feature
+    assert f.loc["n1", "tickets_history"] == 3
+    assert f.loc["n1", "out_count"] == 1
+    assert f.loc["n1", "out_count_history"] == 3
+    assert f.loc["n1", "down_outs_history"] == 2
+    assert f.loc["n2", "tickets_history"] == 1 and f.loc["n2", "jobs"] == 0
+    assert lemon_features(engine, AS_OF, 28, history_days=50).loc["n1", "tickets_history"] == 2

@@ -2,7 +2,8 @@
 
 Every count is a GROUP BY in the database; pandas only joins the per-feature series into one
 frame. A node appears when it was seen in the window in job_nodes (a job that ended there),
-check_results or node_events.
+check_results or node_events, or with a ticket or an out-of-service period in the history
+window (below).
 
 Definitions (everything restricted to the window):
 
@@ -33,6 +34,16 @@ Extras:
   repeat_outs           out-of-service periods starting in window after a repair ticket for
                         the node had been closed (it came back from repair and went out again)
   fail_causes           distinct attribution causes (check family / node_down) of its failures
+Longer memory (over `[as_of - history_days, as_of)`, default 90 days, still one verdict at
+as_of): a lemon whose faults show as plain node-downs fails too rarely to stand out in 28 days,
+but it keeps coming back to repair over a quarter.
+  tickets_history       repair tickets `opened` in the history window, except the ones
+                        `lemons --apply` opened itself (source 'lemon'): counting its own
+                        verdicts would re-flag a repaired node for the whole history window
+  out_count_history     out-of-service periods (node_events, any state/source) that `start` in
+                        the history window
+  down_outs_history     those of them whose state is DOWN (slurmctld's "Not responding": the
+                        node died rather than being drained by a check or a person)
 """
 
 from __future__ import annotations
@@ -70,6 +81,9 @@ EXTRA_FEATURES = (
     "early_fails",
     "repeat_outs",
     "fail_causes",
+    "tickets_history",
+    "out_count_history",
+    "down_outs_history",
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
@@ -99,9 +113,11 @@ def lemon_features(
     window_days: float = 28,
     *,
     early_fail_minutes: float = 10,
+    history_days: float = 90,
 ) -> pd.DataFrame:
     """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS."""
     lo, hi = window_bounds(as_of, window_days)
+    h_lo, _ = window_bounds(as_of, max(history_days, window_days))
     dialect = engine.dialect.name
     j, jn, a = jobs, job_nodes, attributions
     ended = and_(j.c.end >= lo, j.c.end < hi)
@@ -235,7 +251,34 @@ def lemon_features(
         "fail_causes",
     )
 
-    nodes = _nodes_seen(engine, lo, hi)
+    s["tickets_history"] = _series(
+        engine,
+        select(tickets.c.node, func.count())
+        .where(
+            tickets.c.opened >= h_lo,
+            tickets.c.opened < hi,
+            or_(tickets.c.source.is_(None), tickets.c.source != "lemon"),
+        )
+        .group_by(tickets.c.node),
+        "tickets_history",
+    )
+    in_history = and_(node_events.c.start >= h_lo, node_events.c.start < hi)
+    s["out_count_history"] = _series(
+        engine,
+        select(node_events.c.node, func.count()).where(in_history).group_by(node_events.c.node),
+        "out_count_history",
+    )
+    # Slurm's event states read "DOWN", "DOWN*", "DOWN+DRAIN"...: the first word says it died.
+    s["down_outs_history"] = _series(
+        engine,
+        select(node_events.c.node, func.count())
+        .where(in_history, node_events.c.state.like("DOWN%"))
+        .group_by(node_events.c.node),
+        "down_outs_history",
+    )
+
+    nodes = _nodes_seen(engine, lo, hi) | set(s["tickets_history"].index)
+    nodes |= set(s["out_count_history"].index)
     frame = pd.DataFrame(index=pd.Index(sorted(nodes), name="node"))
     for name, series in s.items():
         frame = frame.join(series.rename(name), how="outer")

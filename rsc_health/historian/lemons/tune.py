@@ -30,14 +30,16 @@ from rsc_health.historian.lemons.verdicts import RATE_RULES, LemonRules
 # `strong` lists the rules that make a candidate on their own.
 DEFAULT_GRID: dict[str, list] = {
     "min_signals": [1, 2, 3],
-    "strong": [(), ("xid_cnt",), ("xid_cnt", "repeat_outs")],
-    "node_fails": [0, 2, 3, 4],
-    "single_node_node_fails": [0, 1, 2],
-    "xid_cnt": [0, 2, 3, 4, 5],
-    "tickets": [0, 2, 3],
-    "out_count": [0, 2, 3, 4],
-    "repeat_outs": [0, 1, 2, 3],
-    "fail_causes": [0, 2],
+    "strong": [(), ("xid_cnt",), ("xid_cnt", "tickets_history")],
+    "node_fails": [0, 3, 4],
+    "single_node_node_fails": [0, 2],
+    "xid_cnt": [0, 4, 5],
+    "tickets": [0, 2],
+    "out_count": [0, 2, 3],
+    "repeat_outs": [0, 2],
+    "tickets_history": [0, 2, 3, 4],
+    "out_count_history": [0, 3, 4],
+    "down_outs_history": [0, 2],
 }
 
 
@@ -208,6 +210,7 @@ def labelled_from_sim(
     nodes: int = 256,
     days: float = 90,
     window_days: float = 28,
+    history_days: float = 90,
     progress=None,
 ) -> Labelled:
     """Simulate one fleet, ingest it into a fresh SQLite historian, attribute the failures and
@@ -241,7 +244,7 @@ def labelled_from_sim(
         attribute(engine)
         truth = json.loads((out / "truth.json").read_text())
         as_of = datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
-        features = lemon_features(engine, as_of, window_days)
+        features = lemon_features(engine, as_of, window_days, history_days=history_days)
     finally:
         engine.dispose()
     every = {n for hosts in truth["partitions"].values() for n in expand(hosts)}
