@@ -1,0 +1,45 @@
+"""A first sacct backfill on SQLite runs under the rollback journal and hands the file back in
+WAL; when another connection holds the file it stays in WAL and still loads everything."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from rsc_health.historian.db import connect, table_counts
+from rsc_health.historian.ingest import sacct
+
+SACCT = Path(__file__).parent / "fixtures" / "sacct_small.txt"
+
+
+def _journal_mode(path: Path) -> str:
+    with sqlite3.connect(path) as raw:
+        return raw.execute("PRAGMA journal_mode").fetchone()[0]
+
+
+def test_first_backfill_returns_the_database_to_wal_with_every_row(tmp_path):
+    db = tmp_path / "h.db"
+    engine = connect(f"sqlite:///{db}")
+    first = sacct.ingest_text(engine, SACCT)
+    assert first.written > 0
+    assert _journal_mode(db) == "wal"
+    jobs = table_counts(engine)["jobs"]
+    again = sacct.ingest_text(engine, SACCT)  # not empty now: the ordinary WAL path
+    assert table_counts(engine)["jobs"] == jobs
+    assert again.bad == first.bad
+
+
+def test_first_backfill_while_another_connection_reads_stays_in_wal(tmp_path):
+    db = tmp_path / "h.db"
+    engine = connect(f"sqlite:///{db}")
+    reader = sqlite3.connect(db)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM jobs").fetchone()  # holds a WAL read snapshot
+    try:
+        report = sacct.ingest_text(engine, SACCT)
+    finally:
+        reader.rollback()
+        reader.close()
+    assert report.written > 0
+    assert table_counts(engine)["jobs"] > 0
+    assert _journal_mode(db) == "wal"
