@@ -1,0 +1,106 @@
+"""`healthctl lemons --apply` against the real cluster: a lemon is drained in Slurm with the
+`rsc_health:lemon:` reason and a repair ticket, a person's drain is left alone, and the node's own
+sweep never resumes the lemon drain (only `healthctl resume` after repair does)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, insert, select
+
+from rsc_health.historian import db
+from rsc_health.historian.schema import check_results, node_actions, node_events, tickets
+
+pytestmark = pytest.mark.slurm
+
+DAY = timedelta(days=1)
+HUMAN_REASON = "bad dimm, ticket 1234 -- bob"
+
+
+def seed_lemon_history(engine, node: str, now: datetime) -> None:
+    """A node that keeps going to repair: three tickets in 90 days (two before the 28-day window)
+    with the outages and XID events that sent it there."""
+    with engine.begin() as conn:
+        for k, days in enumerate((75, 40, 12)):
+            opened = now - days * DAY
+            conn.execute(insert(tickets).values(
+                node=node, opened=opened, closed=opened + DAY, reason="node_down: node_down",
+                source="csv"))
+            conn.execute(insert(node_events).values(
+                node=node, start=opened - timedelta(hours=1), end=opened + DAY, state="DOWN",
+                reason="Not responding", source="sacctmgr"))
+            conn.execute(insert(check_results).values(
+                id=f"{node}-xid-{k}", time=opened - timedelta(hours=2), node=node,
+                source="sweep", check="xid", component="gpu3", status="fail",
+                severity="drain_now", code="xid79", reason="gpu3 fell off the bus"))
+
+
+def healthctl(cluster, db_url: str, root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(cluster.env, RSC_HEALTH_CONFIG=os.devnull)
+    argv = [sys.executable, "-m", "rsc_health.cli", "--db", db_url, "--root", str(root)]
+    return subprocess.run([*argv, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def test_lemon_is_drained_ticketed_and_never_auto_resumed(slurm_cluster, tmp_path):
+    c = slurm_cluster
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    url = f"sqlite:///{tmp_path / 'historian.db'}"
+    engine = create_engine(url)
+    db.create(engine)
+    seed_lemon_history(engine, "node02", now)  # the lemon
+    seed_lemon_history(engine, "node04", now)  # just as bad, but a person drained it already
+    with engine.begin() as conn:  # one repair in 90 days is ordinary wear, not a lemon
+        conn.execute(insert(tickets).values(
+            node="node05", opened=now - 20 * DAY, closed=now - 19 * DAY, reason="psu",
+            source="csv"))
+    c.run(["scontrol", "update", "NodeName=node04", "State=DRAIN", f"Reason={HUMAN_REASON}"])
+    # scontrol shows the reason with " [user@time]" appended: compare with what it showed before.
+    human_before = c.node("node04")["Reason"]
+    assert human_before.startswith(HUMAN_REASON)
+    try:
+        dry = healthctl(c, url, tmp_path, "lemons", "--json")
+        assert dry.returncode == 0, dry.stderr
+        doc = json.loads(dry.stdout)
+        assert {v["node"] for v in doc["verdicts"]} == {"node02", "node04"}
+        assert all("DRAIN" not in c.node_state(n) for n in ("node02", "node05"))
+
+        out = healthctl(c, url, tmp_path, "lemons", "--apply", "--json")
+        assert out.returncode == 0, out.stderr
+        actions = {v["node"]: v["action"]["action"] for v in json.loads(out.stdout)["verdicts"]}
+        assert actions == {"node02": "drain", "node04": "skip"}
+
+        lemon = c.node("node02")
+        assert "DRAIN" in lemon["State"]
+        assert lemon["Reason"].startswith("rsc_health:lemon:tickets_history:"), lemon["Reason"]
+        human = c.node("node04")
+        assert "DRAIN" in human["State"] and human["Reason"] == human_before
+        assert "DRAIN" not in c.node_state("node05")
+        with engine.connect() as conn:
+            opened = conn.execute(
+                select(tickets.c.node, tickets.c.closed).where(tickets.c.source == "lemon")
+            ).all()
+            drains = conn.execute(select(node_actions.c.node, node_actions.c.action)).all()
+        assert opened == [("node02", None)]
+        assert drains == [("node02", "drain")]
+
+        # The node itself is healthy (a clean fixture root): its sweeps find nothing wrong, and
+        # more clean sweeps than [actions] resume_after_clean_sweeps still leave the drain on.
+        for _ in range(3):
+            sweep = c.sweep("node02")
+            assert sweep.returncode == 0, sweep.stderr
+        after = c.node("node02")
+        assert "DRAIN" in after["State"] and after["Reason"] == lemon["Reason"]
+        spooled = c.spool("node02")
+        sweeps = [r for r in spooled if r["kind"] == "check" and r["source"] == "sweep"]
+        assert sweeps and all(r["status"] == "ok" for r in sweeps)  # it ran and found it clean
+        assert not [r for r in spooled if r["kind"] == "action"]  # and did nothing about it
+    finally:
+        engine.dispose()
+        for node in ("node02", "node04"):
+            c.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
