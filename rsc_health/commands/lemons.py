@@ -84,6 +84,7 @@ def lemons(
             rules,
             window_days=window_days,
             max_evidence=int(section["max_evidence"]),
+            history_days=float(section["history_days"]),
         )
         actions = []
         slurm = _slurm(ctx)

@@ -157,3 +157,15 @@ def test_resume_action_after_lemon_drain_also_starts_the_repeat_clock(fleet, eng
     fleet.failed(["n2"], "n2", end=AS_OF - DAY)
     f = lemon_features(engine, AS_OF)
     assert [v.node for v in lemon_verdicts(engine, f, AS_OF, _repeat_only())] == ["n1"]
+
+
+def test_evidence_lists_the_tickets_behind_tickets_history(fleet, engine):
+    for days in (80, 50, 5):
+        fleet.ticket("n1", AS_OF - days * DAY, closed=AS_OF - (days - 1) * DAY)
+    fleet.ticket("n1", AS_OF - 120 * DAY)  # beyond history_days: neither counted nor listed
+    f = lemon_features(engine, AS_OF)
+    (v,) = lemon_verdicts(engine, f, AS_OF, LemonRules.from_config())
+    assert [c.feature for c in v.crossings] == ["tickets_history"]
+    assert v.summary() == "tickets_history=3>=3"
+    assert len(v.evidence["tickets"]) == 3
+    assert len(evidence(engine, "n1", AS_OF, 28, history_days=28)["tickets"]) == 1

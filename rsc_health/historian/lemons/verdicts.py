@@ -89,8 +89,8 @@ class LemonRules:
     """The `[lemon]` thresholds, with DEFAULTS for anything the config leaves out."""
 
     thresholds: dict[str, float]
-    min_signals: int = 2
-    strong: tuple[str, ...] = ("xid_cnt",)
+    min_signals: int = 3
+    strong: tuple[str, ...] = ("xid_cnt", "tickets_history")
     min_single_node_jobs: int = 5
     repeat_offender_fails: int = 1
 
@@ -255,6 +255,7 @@ def lemon_verdicts(
     window_days: float = 28,
     with_evidence: bool = True,
     max_evidence: int = 20,
+    history_days: float = 90,
 ) -> list[LemonVerdict]:
     """The lemon candidates, most damning first (most rules crossed, then most node failures)."""
     repeats = repeat_offenders(engine, as_of, window_days, rules.repeat_offender_fails)
@@ -277,7 +278,9 @@ def lemon_verdicts(
             resumed_at=repeats.at[node, "resumed_at"].to_pydatetime() if is_repeat else None,
         )
         if with_evidence:
-            v.evidence = evidence(engine, node, as_of, window_days, limit=max_evidence)
+            v.evidence = evidence(
+                engine, node, as_of, window_days, limit=max_evidence, history_days=history_days
+            )
         verdicts.append(v)
     verdicts.sort(
         key=lambda v: (
@@ -290,14 +293,22 @@ def lemon_verdicts(
 
 
 def evidence(
-    engine: Engine, node: str, as_of: datetime, window_days: float = 28, *, limit: int = 20
+    engine: Engine,
+    node: str,
+    as_of: datetime,
+    window_days: float = 28,
+    *,
+    limit: int = 20,
+    history_days: float = 90,
 ) -> dict[str, list[dict]]:
     """The rows behind a node's features: failed jobs, XID events, outages, tickets, exclusions.
 
     Each list is newest first and at most `limit` long; these are what an operator reads before
-    agreeing that the node goes to repair.
+    agreeing that the node goes to repair. Outages and tickets reach back over the history
+    window, as the *_history features do.
     """
     lo, hi = window_bounds(as_of, window_days)
+    h_lo, _ = window_bounds(as_of, max(history_days, window_days))
     j, jn, a = jobs, job_nodes, attributions
     queries = {
         "failed_jobs": select(
@@ -335,10 +346,10 @@ def evidence(
         "out_of_service": select(
             node_events.c.start, node_events.c.end, node_events.c.state, node_events.c.reason
         )
-        .where(node_events.c.node == node, node_events.c.start >= lo, node_events.c.start < hi)
+        .where(node_events.c.node == node, node_events.c.start >= h_lo, node_events.c.start < hi)
         .order_by(node_events.c.start.desc()),
         "tickets": select(tickets.c.opened, tickets.c.closed, tickets.c.reason, tickets.c.source)
-        .where(tickets.c.node == node, tickets.c.opened >= lo, tickets.c.opened < hi)
+        .where(tickets.c.node == node, tickets.c.opened >= h_lo, tickets.c.opened < hi)
         .order_by(tickets.c.opened.desc()),
         "exclusions": select(job_exclusions.c.job_id, job_exclusions.c.time)
         .where(
