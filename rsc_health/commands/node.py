@@ -23,7 +23,7 @@ from pathlib import Path
 import click
 
 from rsc_health.config import Config
-from rsc_health.model import Finding, Status, utcnow
+from rsc_health.model import Finding, Level, Status, utcnow
 
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
 CHECK_SCHEMA = "rsc_health.check/1"
@@ -59,12 +59,23 @@ def _render_table(findings: list[Finding], verdict, verbose: bool) -> str:
 @click.option("--from", "snapshot", type=click.Path(exists=True, dir_okay=False),
               help="Replay a `healthctl snapshot` file instead of reading this node.")
 @click.option("-v", "--verbose", is_flag=True, help="Show OK findings in the table too.")
+@click.option("--root", "root_arg", metavar="DIR",
+              help="Read the node under DIR (same as `healthctl --root`).")
 @click.pass_obj
-def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: bool) -> None:
+def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: bool,
+          root_arg: str | None) -> None:
     """Check this node; exit code = verdict (0 ok, 1 warn, 2 drain after job, 3 drain now,
     4 checker error)."""
     from rsc_health.engine import run
     from rsc_health.policy import decide
+
+    if root_arg:
+        obj.root_arg = root_arg
+    try:
+        obj.config  # noqa: B018 -- load it now: a broken config is a checker error, not a crash
+    except click.ClickException as exc:
+        click.echo(f"checker error: {exc.message}", err=True)
+        sys.exit(int(Level.CHECKER_ERROR))
 
     families = _families(only)
     if snapshot:

@@ -50,3 +50,15 @@ def test_snapshot_replays_to_the_same_findings_elsewhere(node, tmp_path):
 
     assert key(replayed) == key(direct)
     assert replayed["verdict"]["reason"] == direct["verdict"]["reason"]
+
+
+def test_broken_config_is_a_checker_error_exit_4_and_names_the_file(tmp_path):
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    bad = tmp_path / "config.toml"
+    bad.write_text("[gpu\ncount = 8\n")
+    result = CliRunner().invoke(cli, ["--config", str(bad), "check", "--root", str(tmp_path)])
+    assert result.exit_code == 4
+    assert str(bad) in result.output and "not valid TOML" in result.output
