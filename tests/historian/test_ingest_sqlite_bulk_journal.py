@@ -6,6 +6,9 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+from sqlalchemy import inspect
+
 from rsc_health.historian.db import connect, table_counts
 from rsc_health.historian.ingest import sacct
 
@@ -42,4 +45,16 @@ def test_first_backfill_while_another_connection_reads_stays_in_wal(tmp_path):
         reader.close()
     assert report.written > 0
     assert table_counts(engine)["jobs"] > 0
+    assert _journal_mode(db) == "wal"
+
+
+def test_a_failed_first_load_keeps_the_indexes(tmp_path):
+    db = tmp_path / "h.db"
+    engine = connect(f"sqlite:///{db}")
+    before = {i["name"] for t in ("jobs", "job_nodes") for i in inspect(engine).get_indexes(t)}
+    assert set(sacct.DEFERRABLE_INDEXES) <= before
+    with pytest.raises(sacct.SacctError):
+        sacct.ingest_text(engine, "JobIDRaw|JobID\n1|1\n")
+    after = {i["name"] for t in ("jobs", "job_nodes") for i in inspect(engine).get_indexes(t)}
+    assert after == before
     assert _journal_mode(db) == "wal"

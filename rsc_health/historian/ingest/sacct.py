@@ -206,6 +206,10 @@ def _load(conn, source, report: IngestReport, gpus_per_node: int, nodes_cache: d
         conn.exec_driver_sql(f"PRAGMA cache_size=-{SQLITE_INGEST_CACHE_KIB}")
         # Let CREATE INDEX sort on a second core.
         conn.exec_driver_sql("PRAGMA threads=2")
+        # pysqlite opens its transaction only before DML: without this, the index drops
+        # below would commit on their own and a failed load would leave no indexes.
+        if not conn.connection.dbapi_connection.in_transaction:
+            conn.exec_driver_sql("BEGIN")
     deferred = _defer_indexes(conn)
     for chunk, short in _chunks(source):
         missing = [f for f in FIELDS if f not in chunk.columns]
