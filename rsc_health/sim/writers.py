@@ -171,7 +171,10 @@ def write_checks(path: Path, epoch, names, rows: list[CheckRow]) -> None:
 
 
 def write_tickets(path: Path, epoch, names, failures: list[Failure], horizon: int) -> int:
-    rows = sorted((f.ticket[0], f) for f in failures if f.ticket and f.ticket[0] < horizon)
+    # Sort on (open time, node) only: two tickets can open in the same second, and Failure
+    # objects do not order.
+    rows = sorted(((f.ticket[0], f) for f in failures if f.ticket and f.ticket[0] < horizon),
+                  key=lambda pair: (pair[0], pair[1].node))
     with path.open("w", encoding="utf-8", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["node", "opened", "closed", "reason"])
