@@ -2,12 +2,13 @@
 
 The whole pipeline runs: simulate (rsc_health.sim) -> ingest the real-format files -> attribute
 -> features -> rules. The defaults were chosen by `healthctl tune-lemons` on seeds 1-10; seeds
-101-103 are among its held-out seeds. Over all 15 held-out fleets it measured precision 0.95,
-recall 0.93, FPR 0.0008 (the issue's goal is 0.9 / 0.85; before the *_history features 0.89 /
-0.78 / 0.0016); these three fleets measured 1.0 / 1.0 / 0. The floors below sit under that
-(one miss or one false alarm in 12 lemons still passes), so a broken feature, attribution,
-ingest or history window fails here; when the simulator's failure model changes on purpose,
-re-run tune-lemons and update the [lemon] defaults and these numbers together.
+101-103 are among its held-out seeds. Over all 15 held-out fleets it measured precision 0.98,
+recall 0.93, FPR 0.0003 (the issue's goal is 0.9 / 0.85; the earlier defaults without the
+*_history features: 0.83 / 0.80 / 0.0026); these three fleets measured 1.0 / 1.0 / 0. The
+floors below sit under that (one miss or one false alarm in 12 lemons still passes), so a
+broken feature, attribution, ingest or history window fails here; when the simulator's failure
+model changes on purpose, re-run tune-lemons and update the [lemon] defaults and these numbers
+together.
 """
 
 from __future__ import annotations

@@ -159,13 +159,19 @@ def test_resume_action_after_lemon_drain_also_starts_the_repeat_clock(fleet, eng
     assert [v.node for v in lemon_verdicts(engine, f, AS_OF, _repeat_only())] == ["n1"]
 
 
-def test_evidence_lists_the_tickets_behind_tickets_history(fleet, engine):
+def test_a_node_that_keeps_dying_and_going_to_repair_is_a_lemon_with_its_history(fleet, engine):
+    # Only one outage and one ticket in the 28-day window: the history features carry it.
     for days in (80, 50, 5):
+        fleet.event("n1", AS_OF - days * DAY - DAY, state="DOWN", reason="Not responding")
         fleet.ticket("n1", AS_OF - days * DAY, closed=AS_OF - (days - 1) * DAY)
     fleet.ticket("n1", AS_OF - 120 * DAY)  # beyond history_days: neither counted nor listed
+    fleet.ticket("n2", AS_OF - 50 * DAY)  # one repair in a quarter is ordinary wear
     f = lemon_features(engine, AS_OF)
     (v,) = lemon_verdicts(engine, f, AS_OF, LemonRules.from_config())
-    assert [c.feature for c in v.crossings] == ["tickets_history"]
-    assert v.summary() == "tickets_history=3>=3"
-    assert len(v.evidence["tickets"]) == 3
+    assert v.node == "n1"
+    assert v.summary() == (
+        "tickets_history=3>=3, out_count_history=3>=3, down_outs_history=3>=2"
+    )
+    assert v.top_feature == "down_outs_history"
+    assert len(v.evidence["tickets"]) == 3 and len(v.evidence["out_of_service"]) == 3
     assert len(evidence(engine, "n1", AS_OF, 28, history_days=28)["tickets"]) == 1

@@ -77,7 +77,7 @@ def test_lemon_is_drained_ticketed_and_never_auto_resumed(slurm_cluster, tmp_pat
 
         lemon = c.node("node02")
         assert "DRAIN" in lemon["State"]
-        assert lemon["Reason"].startswith("rsc_health:lemon:tickets_history:"), lemon["Reason"]
+        assert lemon["Reason"].startswith("rsc_health:lemon:down_outs_history:"), lemon["Reason"]
         human = c.node("node04")
         assert "DRAIN" in human["State"] and human["Reason"] == human_before
         assert "DRAIN" not in c.node_state("node05")

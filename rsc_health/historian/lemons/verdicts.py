@@ -61,11 +61,11 @@ DEFAULTS: dict[str, Any] = {
     "early_fail_minutes": 10,
     "history_days": 90,
     "min_signals": 3,
-    "strong": ["xid_cnt", "tickets_history"],
+    "strong": ["xid_cnt"],
     "min_single_node_jobs": 5,
-    "node_fails": 4,
+    "node_fails": 0,
     "multi_node_node_fails": 0,
-    "single_node_node_fails": 0,
+    "single_node_node_fails": 2,
     "single_node_node_failure_rate": 0,
     "single_node_fail_rate_any": 0,
     "early_fails": 0,
@@ -76,8 +76,8 @@ DEFAULTS: dict[str, Any] = {
     "fail_causes": 0,
     "excl_jobid_count": 0,
     "tickets_history": 3,
-    "out_count_history": 0,
-    "down_outs_history": 0,
+    "out_count_history": 3,
+    "down_outs_history": 2,
     "repeat_offender_fails": 1,
     "max_evidence": 20,
     "max_drains_per_run": 10,
@@ -90,7 +90,7 @@ class LemonRules:
 
     thresholds: dict[str, float]
     min_signals: int = 3
-    strong: tuple[str, ...] = ("xid_cnt", "tickets_history")
+    strong: tuple[str, ...] = ("xid_cnt",)
     min_single_node_jobs: int = 5
     repeat_offender_fails: int = 1
 
