@@ -147,3 +147,18 @@ def test_history_features_remember_repairs_and_deaths_beyond_the_window(fleet, e
     assert f.loc["n1", "down_outs_history"] == 2
     assert f.loc["n2", "tickets_history"] == 1 and f.loc["n2", "jobs"] == 0
     assert lemon_features(engine, AS_OF, 28, history_days=50).loc["n1", "tickets_history"] == 2
+
+
+def test_history_starts_over_when_a_lemon_comes_back_from_repair(fleet, engine):
+    # A lemon's three repairs: it was drained as a lemon, repaired and resumed 3 days ago.
+    for days in (70, 45, 10):
+        fleet.ticket("n1", AS_OF - days * DAY, closed=AS_OF - (days - 1) * DAY)
+        fleet.event("n1", AS_OF - days * DAY, state="DOWN", reason="Not responding")
+    fleet.ticket("n1", AS_OF - 8 * DAY, closed=AS_OF - 3 * DAY, source="lemon")
+    fleet.event("n1", AS_OF - 1 * DAY, state="DOWN", reason="Not responding")  # new trouble
+    f = lemon_features(engine, AS_OF, 28, history_days=90)
+    assert f.loc["n1", "tickets_history"] == 0
+    assert f.loc["n1", "out_count_history"] == 1 and f.loc["n1", "down_outs_history"] == 1
+    # Before the repair closed, the whole history counts.
+    before = lemon_features(engine, AS_OF - 4 * DAY, 28, history_days=90)
+    assert before.loc["n1", "tickets_history"] == 3 and before.loc["n1", "out_count_history"] == 3

@@ -44,6 +44,9 @@ but it keeps coming back to repair over a quarter.
                         the history window
   down_outs_history     those of them whose state is DOWN (slurmctld's "Not responding": the
                         node died rather than being drained by a check or a person)
+The history window of a node that came back from a lemon repair starts at that repair
+(`lemon_repairs`): its past is what sent it there, and only new trouble (or the repeat-offender
+rule) should send it back.
 """
 
 from __future__ import annotations
@@ -59,6 +62,7 @@ from rsc_health.historian.schema import (
     job_exclusions,
     job_nodes,
     jobs,
+    node_actions,
     node_events,
     tickets,
 )
@@ -87,6 +91,7 @@ EXTRA_FEATURES = (
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
+LEMON_REASON_PREFIX = "rsc_health:lemon:"
 ATTRIBUTED_KINDS = ("check", "event")
 
 
@@ -251,31 +256,30 @@ def lemon_features(
         "fail_causes",
     )
 
-    s["tickets_history"] = _series(
+    repaired = lemon_repairs(engine, hi)
+    history_tickets = _since_repair(
         engine,
-        select(tickets.c.node, func.count())
-        .where(
+        select(tickets.c.node, tickets.c.opened).where(
             tickets.c.opened >= h_lo,
             tickets.c.opened < hi,
             or_(tickets.c.source.is_(None), tickets.c.source != "lemon"),
-        )
-        .group_by(tickets.c.node),
-        "tickets_history",
+        ),
+        repaired,
     )
-    in_history = and_(node_events.c.start >= h_lo, node_events.c.start < hi)
-    s["out_count_history"] = _series(
-        engine,
-        select(node_events.c.node, func.count()).where(in_history).group_by(node_events.c.node),
-        "out_count_history",
-    )
+    s["tickets_history"] = history_tickets.groupby("node").size().astype("float64")
     # Slurm's event states read "DOWN", "DOWN*", "DOWN+DRAIN"...: the first word says it died.
-    s["down_outs_history"] = _series(
+    history_outs = _since_repair(
         engine,
-        select(node_events.c.node, func.count())
-        .where(in_history, node_events.c.state.like("DOWN%"))
-        .group_by(node_events.c.node),
-        "down_outs_history",
+        select(
+            node_events.c.node,
+            node_events.c.start,
+            node_events.c.state.like("DOWN%").label("down"),
+        ).where(node_events.c.start >= h_lo, node_events.c.start < hi),
+        repaired,
     )
+    s["out_count_history"] = history_outs.groupby("node").size().astype("float64")
+    downs = history_outs[history_outs["down"].astype(bool)]
+    s["down_outs_history"] = downs.groupby("node").size().astype("float64")
 
     nodes = _nodes_seen(engine, lo, hi) | set(s["tickets_history"].index)
     nodes |= set(s["out_count_history"].index)
@@ -297,6 +301,55 @@ def lemon_features(
     frame["xid_codes"] = frame["xid_codes"].apply(lambda v: v if isinstance(v, list) else [])
     frame.index.name = "node"
     return frame.sort_index()
+
+
+def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
+    """When each node last came back from a lemon repair (before `before`): the latest `closed`
+    of its lemon tickets, or a `resume` node action after a lemon drain."""
+    with engine.connect() as conn:
+        closed = conn.execute(
+            select(tickets.c.node, tickets.c.closed).where(
+                tickets.c.source == "lemon",
+                tickets.c.closed.is_not(None),
+                tickets.c.closed < before,
+            )
+        ).all()
+        acts = conn.execute(
+            select(node_actions.c.node, node_actions.c.time, node_actions.c.action)
+            .where(
+                node_actions.c.time < before,
+                or_(
+                    node_actions.c.action == "resume",
+                    and_(
+                        node_actions.c.action == "drain",
+                        node_actions.c.reason.like(LEMON_REASON_PREFIX + "%"),
+                    ),
+                ),
+            )
+            .order_by(node_actions.c.time)
+        ).all()
+    repaired: dict[str, datetime] = {}
+    for node, when in closed:
+        repaired[node] = max(repaired.get(node, when), when)
+    lemon_drained: set[str] = set()
+    for node, when, action in acts:
+        if action == "drain":
+            lemon_drained.add(node)
+        elif node in lemon_drained:
+            repaired[node] = max(repaired.get(node, when), when)
+    return repaired
+
+
+def _since_repair(engine: Engine, stmt, repaired: dict[str, datetime]) -> pd.DataFrame:
+    """The rows of `stmt` (node, time, ...) at or after the node's last lemon repair."""
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    frame = pd.DataFrame(rows, columns=list(stmt.selected_columns.keys()))
+    if frame.empty or not repaired:
+        return frame
+    when = frame.columns[1]
+    since = frame["node"].map(repaired)
+    return frame[since.isna() | (frame[when] >= since)]
 
 
 def _nodes_seen(engine: Engine, lo: datetime, hi: datetime) -> set[str]:

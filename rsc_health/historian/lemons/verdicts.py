@@ -20,6 +20,7 @@ from sqlalchemy import Engine, and_, or_, select
 from rsc_health.historian.lemons.features import (
     ATTRIBUTED_KINDS,
     FAILED_STATES,
+    lemon_repairs,
     window_bounds,
 )
 from rsc_health.historian.schema import (
@@ -28,12 +29,9 @@ from rsc_health.historian.schema import (
     job_exclusions,
     job_nodes,
     jobs,
-    node_actions,
     node_events,
     tickets,
 )
-
-LEMON_REASON_PREFIX = "rsc_health:lemon:"
 
 # feature -> config key of its threshold. A rule fires when feature >= threshold (> 0).
 RULES: dict[str, str] = {
@@ -191,31 +189,7 @@ def repeat_offenders(
     window, before as_of) that were attributed to the node, or single-node NODE_FAILs on it.
     """
     lo, hi = window_bounds(as_of, window_days)
-    with engine.connect() as conn:
-        closed = conn.execute(
-            select(tickets.c.node, tickets.c.closed).where(
-                tickets.c.source == "lemon", tickets.c.closed.is_not(None), tickets.c.closed < hi
-            )
-        ).all()
-        acts = conn.execute(
-            select(
-                node_actions.c.node,
-                node_actions.c.time,
-                node_actions.c.action,
-                node_actions.c.reason,
-            )
-            .where(node_actions.c.time < hi)
-            .order_by(node_actions.c.time)
-        ).all()
-    resumed: dict[str, datetime] = {}
-    for node, when in closed:
-        resumed[node] = max(resumed.get(node, when), when)
-    lemon_drained: set[str] = set()
-    for node, when, action, reason in acts:
-        if action == "drain" and (reason or "").startswith(LEMON_REASON_PREFIX):
-            lemon_drained.add(node)
-        elif action == "resume" and node in lemon_drained:
-            resumed[node] = max(resumed.get(node, when), when)
+    resumed = lemon_repairs(engine, hi)
     if not resumed:
         return pd.DataFrame(columns=["resumed_at", "fails_since"]).rename_axis("node")
     j, jn, a = jobs, job_nodes, attributions
