@@ -1,6 +1,7 @@
 """`healthctl lemons --apply` against the real cluster: a lemon is drained in Slurm with the
 `rsc_health:lemon:` reason and a repair ticket, a person's drain is left alone, and the node's own
-sweep never resumes the lemon drain (only `healthctl resume` after repair does)."""
+sweep never resumes the lemon drain; `healthctl resume` after the repair does, and the next run
+leaves the repaired node in service."""
 
 from __future__ import annotations
 
@@ -100,6 +101,21 @@ def test_lemon_is_drained_ticketed_and_never_auto_resumed(slurm_cluster, tmp_pat
         sweeps = [r for r in spooled if r["kind"] == "check" and r["source"] == "sweep"]
         assert sweeps and all(r["status"] == "ok" for r in sweeps)  # it ran and found it clean
         assert not [r for r in spooled if r["kind"] == "action"]  # and did nothing about it
+
+        # Repair closes the loop: close the lemon ticket, resume; its old history no longer
+        # counts, so the next nightly run leaves it in service.
+        with engine.connect() as conn:
+            ticket_id = conn.execute(
+                select(tickets.c.id).where(tickets.c.source == "lemon")
+            ).scalar_one()
+        closed = healthctl(c, url, tmp_path, "ticket", "close", str(ticket_id))
+        assert closed.returncode == 0, closed.stderr
+        resumed = healthctl(c, url, tmp_path, "resume", "node02")
+        assert resumed.returncode == 0, resumed.stderr
+        again = healthctl(c, url, tmp_path, "lemons", "--apply", "--json")
+        assert again.returncode == 0, again.stderr
+        assert [v["node"] for v in json.loads(again.stdout)["verdicts"]] == ["node04"]
+        assert "DRAIN" not in c.node_state("node02")
     finally:
         engine.dispose()
         for node in ("node02", "node04"):

@@ -304,20 +304,21 @@ def lemon_features(
 
 
 def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
-    """When each node last came back from a lemon repair (before `before`): the latest `closed`
-    of its lemon tickets, or a `resume` node action after a lemon drain."""
+    """When each node last came back from a lemon repair (at or before `before`): the latest
+    `closed` of its lemon tickets, or a `resume` node action after a lemon drain. Inclusive: a
+    repair closed in the very second of a run (times are whole seconds) is already done."""
     with engine.connect() as conn:
         closed = conn.execute(
             select(tickets.c.node, tickets.c.closed).where(
                 tickets.c.source == "lemon",
                 tickets.c.closed.is_not(None),
-                tickets.c.closed < before,
+                tickets.c.closed <= before,
             )
         ).all()
         acts = conn.execute(
             select(node_actions.c.node, node_actions.c.time, node_actions.c.action)
             .where(
-                node_actions.c.time < before,
+                node_actions.c.time <= before,
                 or_(
                     node_actions.c.action == "resume",
                     and_(
