@@ -29,3 +29,12 @@ def checker_error(family: str, component: str, reason: str, **data) -> Finding:
 
 def gpu_name(index: int) -> str:
     return f"gpu{index}"
+
+
+def readable_gpus(state):
+    """(gpu, "gpuN") for every GPU NVML answered for; gpu.py reports the ones it could not read."""
+    if state.gpu is None or state.gpu.error:
+        return
+    for g in state.gpu.gpus:
+        if not g.error:
+            yield g, gpu_name(g.index)

@@ -2,20 +2,15 @@
 
 from __future__ import annotations
 
-from rsc_health.checks._finding import fail, gpu_name, ok, warn
+from rsc_health.checks._finding import fail, ok, readable_gpus, warn
 from rsc_health.collect.gpu import val
 from rsc_health.model import Finding, Severity
 
 
 def check(state, cfg: dict) -> list[Finding]:
     gcfg = cfg.get("gpu", {})
-    if state.gpu is None or state.gpu.error:
-        return []
     out: list[Finding] = []
-    for g in state.gpu.gpus:
-        if g.error:
-            continue
-        comp = gpu_name(g.index)
+    for g, comp in readable_gpus(state):
         a = g.answers
         mode = val(a.get("ecc_mode"))
         if mode is None:

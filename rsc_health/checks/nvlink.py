@@ -3,7 +3,7 @@ sweeps drain after the job."""
 
 from __future__ import annotations
 
-from rsc_health.checks._finding import fail, gpu_name, ok
+from rsc_health.checks._finding import fail, ok, readable_gpus
 from rsc_health.collect.gpu import NVLINK_COUNTERS, val
 from rsc_health.model import Finding, Severity
 
@@ -12,13 +12,8 @@ def check(state, cfg: dict) -> list[Finding]:
     gcfg = cfg.get("gpu", {})
     expected = int(gcfg.get("nvlinks_per_gpu", 0))
     limit = int(gcfg.get("nvlink_errors_per_sweep", 0))
-    if state.gpu is None or state.gpu.error:
-        return []
     out: list[Finding] = []
-    for g in state.gpu.gpus:
-        if g.error:
-            continue
-        comp = gpu_name(g.index)
+    for g, comp in readable_gpus(state):
         links = g.answers.get("nvlink") or []
         before = len(out)
         down = [lk.get("link") for lk in links if val(lk.get("state")) in (0, False)]

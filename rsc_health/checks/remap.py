@@ -7,20 +7,15 @@ technician) clears it: repair=False.
 
 from __future__ import annotations
 
-from rsc_health.checks._finding import fail, gpu_name, ok
+from rsc_health.checks._finding import fail, ok, readable_gpus
 from rsc_health.collect.gpu import val
 from rsc_health.model import Finding, Severity
 
 
 def check(state, cfg: dict) -> list[Finding]:
     gcfg = cfg.get("gpu", {})
-    if state.gpu is None or state.gpu.error:
-        return []
     out: list[Finding] = []
-    for g in state.gpu.gpus:
-        if g.error:
-            continue
-        comp = gpu_name(g.index)
+    for g, comp in readable_gpus(state):
         before = len(out)
         rows = val(g.answers.get("remapped_rows"))
         if isinstance(rows, dict):
