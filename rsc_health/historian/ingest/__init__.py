@@ -10,6 +10,8 @@ natural unique key and the writes are `INSERT ... ON CONFLICT` (the same syntax 
 
 from __future__ import annotations
 
+import os
+import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -17,6 +19,26 @@ from datetime import datetime
 from sqlalchemy import Connection, Table
 
 BATCH_ROWS = 10_000
+
+
+def run_accounting(argv: list[str], timeout_s: float, error: type[Exception]) -> str:
+    """stdout of a Slurm accounting command (sacct, sacctmgr) with times in UTC.
+
+    Not installed, no answer within `timeout_s` or a non-zero exit raise `error`, so the
+    caller's cursor stays where it was."""
+    name = argv[0]
+    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
+    try:
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
+        )
+    except FileNotFoundError as exc:
+        raise error(f"{name} is not installed on this host") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise error(f"{name} did not answer within {timeout_s:.0f} s") from exc
+    if proc.returncode != 0:
+        raise error(f"{name} failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
+    return proc.stdout
 # How SQLAlchemy's SQLite DateTime stores a value; PostgreSQL parses the same text, so the
 # fast paths can hand either database pre-formatted strings.
 DB_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"

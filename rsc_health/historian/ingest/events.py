@@ -9,8 +9,6 @@ reading it again once it closed fills in the end (the key is node, start, state)
 from __future__ import annotations
 
 import io
-import os
-import subprocess
 from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
@@ -18,7 +16,13 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from rsc_health.historian import schema
-from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time
+from rsc_health.historian.ingest import (
+    BATCH_ROWS,
+    IngestReport,
+    bulk_write,
+    db_time,
+    run_accounting,
+)
 
 # our name -> the header titles sacctmgr (or a hand-made file) may use for it
 ALIASES = {
@@ -41,23 +45,7 @@ def sacctmgr_argv(start: str) -> list[str]:
 
 
 def run_sacctmgr(start: str, timeout_s: float) -> str:
-    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
-    try:
-        proc = subprocess.run(
-            sacctmgr_argv(start),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-            check=False,
-        )
-    except FileNotFoundError as exc:
-        raise EventsError("sacctmgr is not installed on this host") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise EventsError(f"sacctmgr did not answer within {timeout_s:.0f} s") from exc
-    if proc.returncode != 0:
-        raise EventsError(f"sacctmgr failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
-    return proc.stdout
+    return run_accounting(sacctmgr_argv(start), timeout_s, EventsError)
 
 
 def _time(text: str) -> datetime | None:

@@ -14,9 +14,7 @@ and it is cached per distinct NodeList string.
 from __future__ import annotations
 
 import io
-import os
 import re
-import subprocess
 import warnings
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -29,7 +27,7 @@ from sqlalchemy.exc import OperationalError
 
 from rsc_health import hostlist
 from rsc_health.historian import schema
-from rsc_health.historian.ingest import IngestReport, bulk_write
+from rsc_health.historian.ingest import IngestReport, bulk_write, run_accounting
 
 FIELDS = (
     "JobIDRaw",
@@ -97,23 +95,7 @@ def sacct_argv(start: str, end: str) -> list[str]:
 
 def run_sacct(start: str, end: str, timeout_s: float) -> str:
     """sacct's output for [start, end], times in UTC."""
-    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
-    try:
-        proc = subprocess.run(
-            sacct_argv(start, end),
-            capture_output=True,
-            text=True,
-            timeout=timeout_s,
-            env=env,
-            check=False,
-        )
-    except FileNotFoundError as exc:
-        raise SacctError("sacct is not installed on this host") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise SacctError(f"sacct did not answer within {timeout_s:.0f} s") from exc
-    if proc.returncode != 0:
-        raise SacctError(f"sacct failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
-    return proc.stdout
+    return run_accounting(sacct_argv(start, end), timeout_s, SacctError)
 
 
 def _times(raw: pd.Series, name: str, bad: pd.Series, why: pd.Series) -> pd.Series:
