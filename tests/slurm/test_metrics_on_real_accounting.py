@@ -44,6 +44,16 @@ def running_out_of_prolog(cluster, job: str) -> bool:
     return info.get("JobState") == "RUNNING" and info.get("Reason") != "Prolog"
 
 
+def has_run_for(cluster, job: str, seconds: int) -> bool:
+    """Slurm's own RunTime (D-HH:MM:SS) has reached `seconds`: the instance then has a
+    non-zero runtime in sacct, whatever second it started in."""
+    if not running_out_of_prolog(cluster, job):
+        return False
+    days, _, hms = cluster.job(job).get("RunTime", "0").rpartition("-")
+    h, m, sec = (int(x) for x in hms.split(":"))
+    return (int(days or 0) * 86400 + h * 3600 + m * 60 + sec) >= seconds
+
+
 def sacct_rows(cluster, job: str) -> list[dict[str, str]]:
     fields = ["JobIDRaw", "State", "Start", "End", "NNodes", "NodeList", "AllocTRES"]
     return [dict(zip(fields, row, strict=True)) for row in cluster.sacct(job, ",".join(fields))]
@@ -77,7 +87,8 @@ def test_outcomes_failure_rate_and_goodput_match_the_jobs_slurm_ran(slurm_cluste
                   "--wrap", "sleep 300")
     size = {ok: (16, 2), bad: (4, 1), rq: (2, 1), nf: (8, 1)}
 
-    c.wait_for(lambda: running_out_of_prolog(c, rq), 60, "requeue job RUNNING")
+    # Requeued in the second it started, the first instance would have no runtime to check.
+    c.wait_for(lambda: has_run_for(c, rq, 2), 60, "requeue job RUNNING for 2 s")
     c.run(["scontrol", "requeue", rq])
     c.wait_for(lambda: running_out_of_prolog(c, nf), 60, "node-fail job RUNNING")
     slurmd = c.procs.pop(f"slurmd-{victim}")
