@@ -178,3 +178,22 @@ def test_rerunning_replaces_and_since_limits(historian_url, historian):
     result = CliRunner().invoke(cli, ["--db", historian_url, "attribute", "--since", since])
     assert result.exit_code == 0, result.output
     assert len(_rows(historian, 1)) == 1 and _rows(historian, 2) == []
+
+
+def test_a_requeued_instance_killed_by_a_failing_check_is_an_infra_failure(historian):
+    # rsc-health requeues the jobs of a node it drains now: sacct -D shows the killed instance
+    # REQUEUED, not FAILED. With a check on its node it is attributed and counts toward r_f;
+    # a user's own requeue (no check nearby) stays unattributed and does not.
+    from rsc_health.historian.metrics.rates import failure_rate
+
+    with historian.begin() as conn:
+        _job(conn, 1, "REQUEUED", ["n1", "n2"] + [f"x{i}" for i in range(15)])
+        _job(conn, 2, "REQUEUED", [f"y{i}" for i in range(17)])
+        _check(conn, "xid79", "n2", END - timedelta(minutes=1), code="xid79")
+    report = attribute(historian)
+    assert _rows(historian, 1) == [("n2", "xid", "xid79", "xid79", "check")]
+    assert _rows(historian, 2) == []
+    assert report.by_kind == {"check": 1}
+    fr = failure_rate(historian)  # both jobs have 17 nodes = 136 GPUs > 128
+    assert (fr.jobs, fr.failures) == (2, 1)
+    assert fr.node_days == 2 * 17 * 4 / 24
