@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -20,7 +19,9 @@ import tempfile
 import time
 from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "nodes" / "healthy"
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # tests.fixtures
+from tests.fixtures.nodes.node_copy import copy_node  # noqa: E402
 
 
 def measure(argv: list[str]) -> tuple[float, float, float, int]:
@@ -40,7 +41,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "node"
-        shutil.copytree(FIXTURE, root, symlinks=True)
+        copy_node(root)
         check = [sys.executable, "-m", "rsc_health.cli", "--root", str(root),
                  "--config", str(root / "config.toml"), "check"]
         bare = [sys.executable, "-c", "pass"]

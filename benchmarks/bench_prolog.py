@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -21,7 +20,8 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-HEALTHY = REPO / "tests" / "fixtures" / "nodes" / "healthy"
+sys.path.insert(0, str(REPO))  # tests.fixtures
+from tests.fixtures.nodes.node_copy import copy_node  # noqa: E402
 
 
 def timed(argv: list[str], env: dict[str, str]) -> float:
@@ -39,7 +39,7 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "node"
-        shutil.copytree(HEALTHY, root, symlinks=True)
+        copy_node(root)
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         env.update(RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "config.toml"),
                    SLURMD_NODENAME="bench01", PYTHONPATH=str(REPO))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -10,6 +9,7 @@ import pytest
 from rsc_health.config import load_config
 from rsc_health.engine import run
 from rsc_health.policy import decide
+from tests.fixtures.nodes.node_copy import copy_node
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "nodes"
 
@@ -54,5 +54,5 @@ def bad(findings):
 @pytest.fixture
 def node(tmp_path) -> Node:
     root = tmp_path / "node"
-    shutil.copytree(FIXTURES / "healthy", root, symlinks=True)
+    copy_node(root, FIXTURES / "healthy")
     return Node(root)

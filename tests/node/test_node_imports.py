@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
-FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nodes" / "healthy"
+from tests.fixtures.nodes.node_copy import copy_node
+
 HEAVY = ("pandas", "sqlalchemy", "matplotlib", "scipy")
 
 PROBE = """
@@ -21,10 +21,8 @@ print("HEAVY:", ",".join(heavy))
 
 
 def test_healthctl_check_imports_no_pandas_sqlalchemy_or_matplotlib(tmp_path):
-    import shutil
-
     root = tmp_path / "node"
-    shutil.copytree(FIXTURE, root, symlinks=True)
+    copy_node(root)
     code = PROBE.replace("{heavy!r}", repr(set(HEAVY)))
     out = subprocess.run([sys.executable, "-c", code, str(root), str(root / "config.toml")],
                          capture_output=True, text=True, check=True).stdout

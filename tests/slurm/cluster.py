@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tests.fixtures.nodes.node_copy import copy_node
+
 SBIN = Path("/usr/sbin")
 
 
@@ -404,7 +406,7 @@ class RscHealthCluster(SlurmCluster):
         node-local state (spool, cursors, drain state) wiped."""
         root = self.root(node)
         if not root.exists():
-            shutil.copytree(HEALTHY, root, symlinks=True)
+            copy_node(root, HEALTHY)
         else:
             shutil.rmtree(root / "var" / "lib" / "rsc_health", ignore_errors=True)
             for src in HEALTHY.rglob("*"):

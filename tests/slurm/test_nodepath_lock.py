@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -12,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rsc_health.nodepath import LockTimeout, node_lock
+from tests.fixtures.nodes.node_copy import HEALTHY, copy_node
 
 REPO = Path(__file__).resolve().parents[2]
-HEALTHY = REPO / "tests" / "fixtures" / "nodes" / "healthy"
 
 
 def test_second_holder_waits_then_gives_up(tmp_path):
@@ -29,7 +28,7 @@ def test_second_holder_waits_then_gives_up(tmp_path):
 
 def test_sweep_skips_cleanly_while_a_prolog_holds_the_lock(tmp_path):
     root = tmp_path / "node"
-    shutil.copytree(HEALTHY, root, symlinks=True)
+    copy_node(root, HEALTHY)
     (root / "site.toml").write_text((HEALTHY / "config.toml").read_text()
                                     + "\n[slurm]\nlock_timeout_s = 0.5\n")
     env = dict(os.environ, RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "site.toml"),
