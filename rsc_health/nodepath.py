@@ -25,11 +25,16 @@ import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsc_health import spool
 from rsc_health.config import Config, ConfigError, load_config, node_root, state_dir
 from rsc_health.model import Finding, Level, Verdict, utcnow
 from rsc_health.policy import decide
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
 
 LOCK_FILE = "node.lock"
 # A drain verdict the sweep could not hand to Slurm (controller away): acted on next sweep,
@@ -109,20 +114,47 @@ def _setup() -> tuple[Config, Path, str, Path]:
     return cfg, root, node, state_dir(cfg, root)
 
 
-# ---- prolog ----------------------------------------------------------------------------------
-def prolog() -> int:
+# ---- the three entry points ---------------------------------------------------------------
+def _locked(
+    what: str,
+    body: Callable[[Config, Path, str, Path], int],
+    *,
+    lock_note: str = "",
+    lock_cap: Callable[[Config], float] | None = None,
+) -> int:
+    """Set up, take the node lock, run body(cfg, root, node, state_dir).
+
+    The two ways the checker itself can be stuck (a config it cannot read, a lock it cannot get
+    in time) exit 0 with a log line: a stuck checker must never fail a job or drain a node.
+    """
     try:
         cfg, root, node, sdir = _setup()
     except ConfigError as exc:
-        log(f"prolog: bad config, letting the job run: {exc}")
+        log(f"{what}: bad config{lock_note}: {exc}")
         return 0
-    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+    timeout = float(cfg.get("slurm.lock_timeout_s", 20))
+    if lock_cap is not None:
+        timeout = min(timeout, lock_cap(cfg))
     try:
-        with node_lock(sdir, float(cfg.get("slurm.lock_timeout_s", 20))):
-            return _prolog(cfg, root, node, sdir, job_id)
+        with node_lock(sdir, timeout):
+            return body(cfg, root, node, sdir)
     except LockTimeout as exc:
-        log(f"prolog: {exc}; letting the job run")
+        log(f"{what}: {exc}{lock_note}")
         return 0
+
+
+def _job_id() -> str | None:
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+
+
+# ---- prolog ----------------------------------------------------------------------------------
+def prolog() -> int:
+    job_id = _job_id()
+    return _locked(
+        "prolog",
+        lambda cfg, root, node, sdir: _prolog(cfg, root, node, sdir, job_id),
+        lock_note="; letting the job run",
+    )
 
 
 def _prolog(cfg: Config, root: Path, node: str, sdir: Path, job_id: str | None) -> int:
@@ -165,18 +197,8 @@ def _prolog(cfg: Config, root: Path, node: str, sdir: Path, job_id: str | None) 
 
 # ---- epilog ----------------------------------------------------------------------------------
 def epilog() -> int:
-    try:
-        cfg, root, node, sdir = _setup()
-    except ConfigError as exc:
-        log(f"epilog: bad config: {exc}")
-        return 0
-    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
-    try:
-        with node_lock(sdir, float(cfg.get("slurm.lock_timeout_s", 20))):
-            return _epilog(cfg, root, node, sdir, job_id)
-    except LockTimeout as exc:
-        log(f"epilog: {exc}")
-        return 0
+    job_id = _job_id()
+    return _locked("epilog", lambda cfg, root, node, sdir: _epilog(cfg, root, node, sdir, job_id))
 
 
 def _epilog(cfg: Config, root: Path, node: str, sdir: Path, job_id: str | None) -> int:
@@ -202,20 +224,17 @@ def _epilog(cfg: Config, root: Path, node: str, sdir: Path, job_id: str | None) 
 
 # ---- sweep -----------------------------------------------------------------------------------
 def sweep() -> int:
-    started = time.monotonic()
-    try:
-        cfg, root, node, sdir = _setup()
-    except ConfigError as exc:
-        log(f"sweep: bad config: {exc}")
-        return 0
-    budget = float(cfg.get("slurm.sweep_budget_s", 45))
-    deadline = started + budget
-    try:
-        with node_lock(sdir, min(float(cfg.get("slurm.lock_timeout_s", 20)), budget / 3)):
-            return _sweep(cfg, root, node, sdir, deadline)
-    except LockTimeout as exc:
-        log(f"sweep: {exc}; skipping this sweep")
-        return 0
+    started = time.monotonic()  # the budget counts from here: config and lock included
+
+    def budget(cfg: Config) -> float:
+        return float(cfg.get("slurm.sweep_budget_s", 45))
+
+    return _locked(
+        "sweep",
+        lambda cfg, root, node, sdir: _sweep(cfg, root, node, sdir, started + budget(cfg)),
+        lock_note="; skipping this sweep",
+        lock_cap=lambda cfg: budget(cfg) / 3,
+    )
 
 
 def _sweep(cfg: Config, root: Path, node: str, sdir: Path, deadline: float) -> int:

@@ -1,0 +1,51 @@
+"""A stuck checker never fails a job or drains a node: prolog, epilog and sweep exit 0, say why
+on stderr and act on nothing when their config is broken or the node lock stays held."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsc_health import nodepath
+from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
+
+ENTRY_POINTS = ("prolog", "epilog", "sweep")
+
+
+@pytest.fixture
+def node_env(tmp_path, monkeypatch):
+    root = copy_node(tmp_path / "node")
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(root))
+    monkeypatch.setenv("SLURMD_NODENAME", "node01")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    for name in ("SLURM_JOB_PARTITION", "SLURM_JOBID"):
+        monkeypatch.delenv(name, raising=False)
+    return root
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_broken_config_file_exits_0_and_names_the_problem(entry, node_env, monkeypatch, capsys):
+    broken = node_env / "site.toml"
+    broken.write_text("[slurm\nsweep_budget_s = 45\n")
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(broken))
+
+    assert nodepath.main([entry]) == 0
+
+    err = capsys.readouterr().err
+    assert f"rsc_health: {entry}: bad config" in err
+    assert str(broken) in err
+    assert not (node_env / NODE_STATE / "spool").exists()
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_a_held_node_lock_exits_0_without_checking(entry, node_env, monkeypatch, capsys):
+    site = node_env / "site.toml"
+    site.write_text((node_env / "config.toml").read_text() + "\n[slurm]\nlock_timeout_s = 0.2\n")
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(site))
+    sdir = node_env / NODE_STATE
+
+    with nodepath.node_lock(sdir, 1):
+        assert nodepath.main([entry]) == 0
+
+    err = capsys.readouterr().err
+    assert f"rsc_health: {entry}: {sdir / nodepath.LOCK_FILE} held for 0.2s" in err
+    assert not (sdir / "spool").exists()
