@@ -53,6 +53,9 @@ class DrainState:
     auto_resumable: bool
     time: str
     clean_sweeps: int = 0
+    # Jobs already reported as refusing requeue under this drain: a sweep every five minutes
+    # on a drained node would otherwise report (and spool) the same refusal again each time.
+    refused_jobs: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -187,26 +190,37 @@ class Actor:
         return None
 
     def _requeue_jobs(self, reason: str, skip: set[str]) -> list[Action]:
+        """Requeue every job on the node; a refusal is reported once per job and drain."""
+        state = self.load_state()
+        reported = set(state.refused_jobs) if state else set()
         out = []
         for job in self.slurm.jobs_on_node(self.node):
             if job.job_id in skip:
                 continue
             if not job.requeue:
-                out.append(Action("requeue_refused", self.node, reason, job.job_id,
-                                  "job was submitted --no-requeue"))
-                self.log(f"rsc_health: job {job.job_id} on {self.node} refuses requeue")
+                refused = Action("requeue_refused", self.node, reason, job.job_id,
+                                 "job was submitted --no-requeue")
+            else:
+                try:
+                    self.slurm.requeue(job.job_id)
+                    out.append(Action("requeue", self.node, reason, job.job_id))
+                    continue
+                except RequeueRefused as exc:
+                    refused = Action("requeue_refused", self.node, reason, job.job_id,
+                                     exc.stderr)
+                except SlurmError as exc:
+                    if "Invalid job id" in str(exc) or "already completing" in str(exc).lower():
+                        continue  # it ended between the listing and the requeue
+                    raise
+            if job.job_id in reported:
                 continue
-            try:
-                self.slurm.requeue(job.job_id)
-                out.append(Action("requeue", self.node, reason, job.job_id))
-            except RequeueRefused as exc:
-                out.append(Action("requeue_refused", self.node, reason, job.job_id, exc.stderr))
-                self.log(f"rsc_health: job {job.job_id} on {self.node} refused requeue: "
-                         f"{exc.stderr}")
-            except SlurmError as exc:
-                if "Invalid job id" in str(exc) or "already completing" in str(exc).lower():
-                    continue  # it ended between the listing and the requeue
-                raise
+            out.append(refused)
+            self.log(f"rsc_health: job {job.job_id} on {self.node} refused requeue: "
+                     f"{refused.detail}")
+        newly = [a.job_id for a in out if a.action == "requeue_refused" and a.job_id]
+        if state is not None and newly:
+            state.refused_jobs = sorted(reported | set(newly))
+            self._write_state(state)
         return out
 
     # ---- resume ----------------------------------------------------------------------------

@@ -200,3 +200,24 @@ def test_drain_after_job_escalates_to_drain_now_when_worse_appears(cfg, tmp_path
     # Already drained now by us: a repeat verdict does not drain or requeue twice.
     slurm.jobs["n01"] = []
     assert a.apply(decide([finding("xid79", repair=True, family="xid")])) == []
+
+
+def test_a_refused_requeue_is_reported_once_while_the_node_stays_drained(cfg, tmp_path):
+    slurm = MemorySlurm()
+    slurm.jobs["n01"] = [JobInfo("8", "RUNNING", requeue=False), JobInfo("refuses", "RUNNING")]
+    verdict = decide([finding("xid79", repair=True, family="xid")])
+    first = actor(slurm, cfg, tmp_path).apply(verdict)
+    assert [(a.action, a.job_id) for a in first] == [
+        ("drain_now", None), ("requeue_refused", "8"), ("requeue_refused", "refuses")]
+
+    # The next sweeps see the same fault on the drained node: nothing new to say ...
+    for _ in range(3):
+        assert actor(slurm, cfg, tmp_path).apply(verdict) == []
+    # ... though the requeue is still tried (it may be allowed later), and a new job on the
+    # node is still requeued or reported.
+    assert slurm.calls.count(("requeue", "refuses")) == 4
+    slurm.jobs["n01"].append(JobInfo("9", "RUNNING", requeue=False))
+    again = actor(slurm, cfg, tmp_path).apply(verdict)
+    assert [(a.action, a.job_id) for a in again] == [("requeue_refused", "9")]
+    assert [r["job_id"] for r in spooled(tmp_path) if r["action"] == "requeue_refused"] == [
+        "8", "refuses", "9"]
