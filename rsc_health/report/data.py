@@ -20,6 +20,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "causes": ("cause", "failures", "rate_per_gpu_hour"),
     # Fig. 5: rolling failure rate per 1000 node-days, long format (one row per day and mode).
     "rolling": ("time", "mode", "rate_per_1000_node_days"),
+    # Fig. 5's markers: the day each check family began running on the fleet.
+    "deployments": ("check", "time"),
     # Fig. 7: MTTF by job size (GPUs, rounded up to a multiple of 8), CI and projection.
     "mttf": ("gpus", "mttf_hours", "ci_low_hours", "ci_high_hours", "projected_hours"),
     # Fig. 8: goodput lost to failures and to the preemptions they caused, by job size.
@@ -63,6 +65,7 @@ class ReportData:
     outcomes: pd.DataFrame = _frame("outcomes")
     causes: pd.DataFrame = _frame("causes")
     rolling: pd.DataFrame = _frame("rolling")
+    deployments: pd.DataFrame = _frame("deployments")
     mttf: pd.DataFrame = _frame("mttf")
     goodput: pd.DataFrame = _frame("goodput")
     ettr: pd.DataFrame = _frame("ettr")

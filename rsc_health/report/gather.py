@@ -101,6 +101,12 @@ def rolling_section(frame: pd.DataFrame, days: int = 30) -> pd.DataFrame:
     return long.rename(columns={"date": "time"})[["time", "mode", "rate_per_1000_node_days"]]
 
 
+def deployments_section(engine, window) -> pd.DataFrame:
+    from rsc_health.historian.metrics.deployments import check_deployments
+
+    return check_deployments(engine, window)
+
+
 def mttf_section(frame: pd.DataFrame) -> pd.DataFrame:
     columns = ["gpus", "mttf_hours", "ci_low_hours", "ci_high_hours", "projected_hours"]
     out = frame[columns + [c for c in ("jobs", "failures") if c in frame]].copy()
@@ -321,6 +327,9 @@ def gather(
                           large_job_gpus=opts.large_job_gpus), opts.rolling_days))
         if got is not None:
             data.rolling = got
+        got = step("deployments", "check deployments", lambda: deployments_section(engine, window))
+        if got is not None:
+            data.deployments = got
 
         # r_f (large jobs, per node-day) drives both the MTTF projection and E[ETTR]: one query.
         measured = step("r_f", "cluster failure rate r_f",

@@ -46,10 +46,10 @@ def figure(title: str):
 
     def wrap(draw: Callable) -> Callable[[pd.DataFrame, Path], Plot]:
         @functools.wraps(draw)
-        def plot(frame: pd.DataFrame, path: Path) -> Plot:
+        def plot(frame: pd.DataFrame, path: Path, **context: pd.DataFrame) -> Plot:
             path = Path(path)
             try:
-                fig = draw(frame, title)
+                fig = draw(frame, title, **context)
             except _NoData:
                 return Plot(_no_data(path, title), False, "no data")
             except Exception as exc:  # the report must still be written
@@ -153,8 +153,9 @@ def failure_causes(frame: pd.DataFrame, title: str):
 
 
 @figure("Failure rate per 1000 node-days by mode, rolling (Fig. 5)")
-def rolling_failure_rate(frame: pd.DataFrame, title: str):
-    """Fig. 5: rolling failure rate per 1000 node-days, stacked by failure mode."""
+def rolling_failure_rate(frame: pd.DataFrame, title: str, deployments: pd.DataFrame | None = None):
+    """Fig. 5: rolling failure rate per 1000 node-days, stacked by failure mode, with a dashed
+    line on each day a check family began running (a new check finds old failures)."""
     data = _numeric(frame, "rate_per_1000_node_days")
     data = data.assign(time=pd.to_datetime(data["time"], errors="coerce")).dropna(subset=["time"])
     if data.empty:
@@ -165,11 +166,25 @@ def rolling_failure_rate(frame: pd.DataFrame, title: str):
     fig, ax = plt.subplots(figsize=FIGSIZE)
     ax.stackplot(wide.index, *(wide[c] for c in wide.columns),
                  labels=[str(c) for c in wide.columns])
+    for when, check in _markers(deployments, wide.index.min(), wide.index.max()):
+        ax.axvline(when, color="0.25", linestyle="--", linewidth=0.8)
+        ax.annotate(f"+{check}", (when, 1.0), xycoords=("data", "axes fraction"),
+                    xytext=(2, -2), textcoords="offset points", rotation=90, va="top",
+                    fontsize="x-small", color="0.25")
     ax.set_ylabel("failures / 1000 node-days")
     ax.set_title(title)
     ax.legend(loc="upper left", fontsize="small", ncol=2)
     fig.autofmt_xdate()
     return fig
+
+
+def _markers(deployments: pd.DataFrame | None, lo, hi) -> list[tuple[pd.Timestamp, str]]:
+    """(day, check) for the check deployments that fall on the plotted days."""
+    if deployments is None or deployments.empty:
+        return []
+    when = pd.to_datetime(deployments["time"], errors="coerce")
+    keep = when.notna() & (when >= lo) & (when <= hi)
+    return list(zip(when[keep], deployments["check"][keep].astype(str), strict=True))
 
 
 @figure("MTTF by job size, 90% CI, and projection (Fig. 7)")
@@ -292,7 +307,7 @@ def lemon_feature_cdfs(frame: pd.DataFrame, title: str):
 
 
 # section -> (file name, caption, plot function), in the order the page shows them.
-FIGURES: dict[str, tuple[str, str, Callable[[pd.DataFrame, Path], Plot]]] = {
+FIGURES: dict[str, tuple[str, str, Callable[..., Plot]]] = {
     "features": ("fig11_lemon_features.png", "Lemon feature CDFs (Fig. 11)", lemon_feature_cdfs),
     "mttf": ("fig07_mttf.png", "MTTF by job size (Fig. 7)", mttf_by_size),
     "rolling": ("fig05_rolling_rate.png", "Failure rate over time by mode (Fig. 5)",
@@ -303,3 +318,5 @@ FIGURES: dict[str, tuple[str, str, Callable[[pd.DataFrame, Path], Plot]]] = {
     "ettr": ("fig09_ettr.png", "ETTR of the longest runs (Fig. 9)", ettr_runs),
     "goodput": ("fig08_goodput.png", "Goodput lost by job size (Fig. 8)", goodput_lost),
 }
+# Other sections a figure draws on besides its own, passed to it by keyword.
+CONTEXT: dict[str, tuple[str, ...]] = {"rolling": ("deployments",)}

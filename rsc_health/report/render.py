@@ -139,7 +139,8 @@ def draw_figures(
     for section, (name, caption, plot) in plots.FIGURES.items():
         if progress:
             progress(caption)
-        result = plot(getattr(data, section), out / name)
+        context = {extra: getattr(data, extra) for extra in plots.CONTEXT.get(section, ())}
+        result = plot(getattr(data, section), out / name, **context)
         src = name
         if embed:
             src = "data:image/png;base64," + base64.b64encode(result.path.read_bytes()).decode()

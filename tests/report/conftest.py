@@ -77,6 +77,9 @@ def build_report_data(as_of: datetime = AS_OF) -> ReportData:
             }
         ),
         rolling=rolling,
+        deployments=pd.DataFrame(
+            {"check": ["nvlink"], "time": [as_of - timedelta(days=20)]}
+        ),
         mttf=mttf,
         goodput=pd.DataFrame(
             {

@@ -9,7 +9,13 @@ import pytest
 from sqlalchemy import insert
 
 from rsc_health.historian.db import connect
-from rsc_health.historian.schema import attributions, job_nodes, jobs, node_actions
+from rsc_health.historian.schema import (
+    attributions,
+    check_results,
+    job_nodes,
+    jobs,
+    node_actions,
+)
 from rsc_health.report.gather import GatherOptions, gather, guard_state
 from rsc_health.report.render import write_report
 
@@ -48,6 +54,12 @@ def populate(engine) -> None:
         conn.execute(insert(node_actions).values(
             id="a2", time=AS_OF - timedelta(days=3), node="gpu002", action="resume",
             reason="", job_id=None))
+        # All-clear rows as the node path writes them: gpu and xid ran from the start of the
+        # check history, nvlink only from a week before AS_OF (a deployment for Fig. 5).
+        for n, (family, days) in enumerate((("gpu", 20), ("xid", 20), ("nvlink", 7))):
+            conn.execute(insert(check_results).values(
+                id=f"ok{n}", time=AS_OF - timedelta(days=days), node="gpu002", source="sweep",
+                check=family, component="*", status="ok", severity="none", code="", reason=""))
 
 
 @pytest.fixture
@@ -70,6 +82,8 @@ def check_gathered(engine, tmp_path) -> None:
     assert by_state["COMPLETED"] == 42
     assert sum(by_state.values()) == 46
     assert list(data.causes["cause"]) == ["xid"]
+    assert list(data.deployments["check"]) == ["nvlink"]
+    assert list(data.deployments["time"]) == [AS_OF - timedelta(days=7)]
     assert set(data.features["node"]) == {"gpu001", "gpu002", "gpu003"}
     assert list(data.lemons["node"]) == ["gpu001"]
     evidence = " | ".join(data.lemons["evidence"].iloc[0])

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import matplotlib.dates as mdates
 import pandas as pd
 import pytest
 
@@ -59,3 +60,26 @@ def test_report_data_validate_names_the_broken_section():
     data.mttf = pd.DataFrame({"gpus": [8]})
     with pytest.raises(ValueError, match="mttf"):
         data.validate()
+
+
+def test_fig5_marks_the_day_each_check_began_running(report_data, tmp_path):
+    draw = plots.rolling_failure_rate.__wrapped__
+    deployed = report_data.deployments["time"].iloc[0]
+    outside = pd.DataFrame({"check": ["nvlink", "pcie"],
+                            "time": [deployed, report_data.as_of + pd.Timedelta(days=400)]})
+
+    fig = draw(report_data.rolling, "Fig. 5", deployments=outside)
+
+    ax = fig.axes[0]
+    marked = [line.get_xdata()[0] for line in ax.lines]
+    assert len(marked) == 1  # the deployment off the plotted days is not drawn
+    x = marked[0]
+    x = mdates.num2date(x).replace(tzinfo=None) if isinstance(x, float) else x
+    assert pd.Timestamp(x) == deployed
+    assert [t.get_text() for t in ax.texts] == ["+nvlink"]
+    plt = plots._pyplot()
+    plt.close(fig)
+    # And through the registry, as render calls it.
+    name, _caption, plot = plots.FIGURES["rolling"]
+    context = {s: getattr(report_data, s) for s in plots.CONTEXT["rolling"]}
+    assert plot(report_data.rolling, tmp_path / name, **context).has_data
