@@ -8,6 +8,7 @@ the process, which is short-lived.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 import time
@@ -120,3 +121,19 @@ def probe(root: Path, paths: list[str], timeout_s: float) -> dict[str, ProbeResu
         if path not in results:
             results[path] = ProbeResult(path, False, True, time.monotonic() - start)
     return results
+
+
+def replayed_probes(path: Path, paths: list[str]) -> dict[str, ProbeResult]:
+    """Recorded outcomes ({path: ProbeResult fields}) for `paths`; unrecorded ones are left out.
+
+    Raises OSError or ValueError when the file cannot be read or is not such a mapping."""
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: not a JSON object of probe results")
+    out = {}
+    for p in paths:
+        rec = doc.get(p)
+        if isinstance(rec, dict):
+            out[p] = ProbeResult(p, bool(rec.get("ok")), bool(rec.get("hung")),
+                                 float(rec.get("seconds") or 0.0), rec.get("error"))
+    return out

@@ -117,9 +117,14 @@ def collect_all(
         present = {m.path for m in state.mounts or []}
         timeout = probe_timeout_s or float(cfg.get("mounts.probe_timeout_s", 2.0))
         to_probe = [p for p in expected if p in present]
-        state.mount_probes = (
-            guard("mount", "statvfs", lambda: mounts.probe(root, to_probe, timeout)) or {}
-        )
+        replay = str(cfg.get("mounts.probe_replay_file", "") or "")
+        if replay:  # a snapshot's recorded outcomes, not this machine's statvfs
+            state.mount_probes = guard("mount", replay, lambda: mounts.replayed_probes(
+                root / replay.lstrip("/"), to_probe)) or {}
+        else:
+            state.mount_probes = (
+                guard("mount", "statvfs", lambda: mounts.probe(root, to_probe, timeout)) or {}
+            )
     state.counters = flatten_counters(state)
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
     return state, new_cursor

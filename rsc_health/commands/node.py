@@ -26,6 +26,7 @@ from rsc_health.config import Config
 from rsc_health.model import Finding, Level, Status, utcnow
 
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
+PROBES_FILE = "rsc_health/mount_probes.json"  # in a replay root
 CHECK_SCHEMA = "rsc_health.check/1"
 
 
@@ -185,8 +186,22 @@ def take_snapshot(cfg: Config, root: Path) -> dict:
         "files": files,
         "links": links,
         "mountpoints": [m.get("path") for m in cfg.get("mounts.expected", [])],
+        "mount_probes": _probe_mounts(cfg, root),
         "nvml": gpu_backend(cfg, root).read(),
     }
+
+
+def _probe_mounts(cfg: Config, root: Path) -> dict[str, dict]:
+    """The statvfs probe's outcome for each expected mount that is present."""
+    from dataclasses import asdict
+
+    from rsc_health.collect import mounts
+
+    present = {m.path for m in mounts.collect(root)}
+    expected = [m.get("path") for m in cfg.get("mounts.expected", []) if m.get("path")]
+    timeout = float(cfg.get("mounts.probe_timeout_s", 2.0))
+    probes = mounts.probe(root, [p for p in expected if p in present], timeout)
+    return {p: asdict(r) for p, r in probes.items()}
 
 
 def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
@@ -214,10 +229,16 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
     nvml = root / "rsc_health/nvml.json"
     nvml.parent.mkdir(parents=True, exist_ok=True)
     nvml.write_text(json.dumps(doc.get("nvml") or {}))
+    # Older snapshots have no probe record: their mounts are then probed under the replay root.
+    probes = doc.get("mount_probes")
+    if isinstance(probes, dict):
+        (root / PROBES_FILE).write_text(json.dumps(probes))
     cfg = Config(data)
     if obj is not None and obj.config_path and obj.config_path != os.devnull:
         cfg = obj.config
         cfg.data.setdefault("gpu", {}).update(backend="replay")
+    if isinstance(probes, dict):
+        cfg.data.setdefault("mounts", {})["probe_replay_file"] = PROBES_FILE
     return cfg, root
 
 

@@ -62,3 +62,43 @@ def test_broken_config_is_a_checker_error_exit_4_and_names_the_file(tmp_path):
     result = CliRunner().invoke(cli, ["--config", str(bad), "check", "--root", str(tmp_path)])
     assert result.exit_code == 4
     assert str(bad) in result.output and "not valid TOML" in result.output
+
+
+def test_a_hung_mount_in_a_snapshot_replays_as_hung(node, tmp_path, monkeypatch):
+    import threading
+
+    from rsc_health.collect import mounts
+
+    release = threading.Event()
+    real = mounts.statvfs
+
+    def statvfs(path):
+        if path.endswith("/checkpoint"):
+            release.wait(30)  # the Lustre server on the captured node never answers
+        return real(path)
+
+    cfg = node.root / "config.toml"
+    cfg.write_text(cfg.read_text().replace("probe_timeout_s = 2.0", "probe_timeout_s = 0.5"))
+    snap = tmp_path / "snap.json"
+    monkeypatch.setattr(mounts, "statvfs", statvfs)
+    assert invoke(node, "snapshot", "--out", str(snap)).exit_code == 0
+    release.set()
+    monkeypatch.setattr(mounts, "statvfs", real)  # the machine replaying it answers at once
+    assert json.loads(snap.read_text())["mount_probes"]["/checkpoint"]["hung"] is True
+
+    res = CliRunner().invoke(cli, ["check", "--from", str(snap), "--json", "--only", "mount"])
+
+    assert res.exit_code == 3, res.output
+    found = [(f["component"], f["code"]) for f in json.loads(res.output)["findings"]
+             if f["status"] != "ok"]
+    assert found == [("/checkpoint", "mount_hung")]
+
+
+def test_a_snapshot_without_probe_records_still_replays(node, tmp_path):
+    snap = tmp_path / "snap.json"
+    assert invoke(node, "snapshot", "--out", str(snap)).exit_code == 0
+    doc = json.loads(snap.read_text())
+    del doc["mount_probes"]  # written before probes were recorded
+    snap.write_text(json.dumps(doc))
+    res = CliRunner().invoke(cli, ["check", "--from", str(snap), "--only", "mount"])
+    assert res.exit_code == 0, res.output

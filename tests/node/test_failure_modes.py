@@ -288,6 +288,18 @@ def test_collector_crash_is_a_checker_error_that_never_drains(node, monkeypatch)
     assert verdict.level is Level.CHECKER_ERROR and verdict.reason == ""
 
 
+def test_an_unreadable_probe_record_is_a_checker_error_naming_it(node):
+    node.write("rsc_health/mount_probes.json", '["not", "a mapping"]\n')
+    cfg = node.path("config.toml")
+    replay = 'probe_replay_file = "rsc_health/mount_probes.json"'
+    text = cfg.read_text().replace("probe_timeout_s = 2.0", f"probe_timeout_s = 2.0\n{replay}")
+    cfg.write_text(text)
+    found, verdict = only_bad(node)
+    assert [(f.family, f.status) for f in found] == [("checker", Status.ERROR)]
+    assert "mount_probes.json" in found[0].reason
+    assert verdict.level is Level.CHECKER_ERROR
+
+
 def test_an_xid_storm_is_one_finding_with_a_count(node):
     for seq in range(1400, 1450):
         kmsg_xid(node, seq, "13, pid=77, name=train.py, Graphics SM Warp Exception on "
