@@ -17,6 +17,10 @@ ACTIONS = {
 }
 
 
+# Actions decided per line, each by the table of the same name.
+PER_LINE = ("by_severity", "by_recovery_action")
+
+
 class CatalogError(Exception):
     pass
 
@@ -32,7 +36,9 @@ class XidRule:
 class Catalog:
     data: dict
 
-    def rule(self, xid: int, line_severity: str | None = None) -> XidRule:
+    def rule(
+        self, xid: int, line_severity: str | None = None, recovery: str | None = None
+    ) -> XidRule:
         entry = self.data.get("codes", {}).get(str(xid))
         if entry is None:
             action = self.data.get("defaults", {}).get("unknown", "warn")
@@ -49,6 +55,11 @@ class Catalog:
                 action = bys.get("nonfatal_action", "warn")
             else:
                 action = bys.get("unknown_severity_action", "drain_after_job")
+        elif action == "by_recovery_action":
+            table = self.data.get("by_recovery_action", {})
+            key = recovery if recovery in table else "unknown"
+            action = table.get(key, "drain_after_job")
+            repair = key in table.get("repair", ())
         return XidRule(ACTIONS[action], repair, entry.get("name", f"XID {xid}"))
 
 
@@ -61,10 +72,13 @@ def _read(path: Path) -> dict:
 
 
 def _validate(data: dict, path: Path) -> None:
+    for key, action in data.get("by_recovery_action", {}).items():
+        if key != "repair" and action not in ACTIONS:
+            raise CatalogError(f"{path}: [by_recovery_action] {key}: unknown action {action!r}")
     for code, entry in data.get("codes", {}).items():
         if not code.isdigit() or not isinstance(entry, dict):
             raise CatalogError(f"{path}: [codes.{code}] must be a table under a numeric XID")
-        if entry.get("action", "warn") not in (*ACTIONS, "by_severity"):
+        if entry.get("action", "warn") not in (*ACTIONS, *PER_LINE):
             raise CatalogError(f"{path}: [codes.{code}] unknown action {entry.get('action')!r}")
 
 
@@ -73,7 +87,7 @@ def load_catalog(override: str | Path | None = None) -> Catalog:
     if override:
         site = _read(Path(override))
         _validate(site, Path(override))
-        for table in ("defaults", "by_severity"):
+        for table in ("defaults", *PER_LINE):
             data.setdefault(table, {}).update(site.get(table, {}))
         data.setdefault("codes", {}).update(site.get("codes", {}))
     _validate(data, CATALOG_PATH)

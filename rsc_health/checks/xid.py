@@ -29,22 +29,26 @@ def check(state, cfg: dict) -> list[Finding]:
     by_pci = gpu_by_pci(state)
     # One finding per GPU, XID and line severity: an application storm of 500 XID 13 lines is
     # one WARN with a count, not 500 rows (the first event's details are kept).
-    groups: dict[tuple[str, int, str | None], list] = {}
-    for ev in state.xid_events:
+    groups: dict[tuple[str, int, str | None, str | None], list] = {}
+    for ev in _latest_recovery_only(state.xid_events, by_pci):
         comp = by_pci.get(_pci_key(ev.pci), ev.pci)
-        groups.setdefault((comp, ev.xid, ev.severity), []).append(ev)
+        groups.setdefault((comp, ev.xid, ev.severity, ev.recovery), []).append(ev)
     out: list[Finding] = []
-    for (comp, xid, line_sev), events in groups.items():
+    for (comp, xid, line_sev, recovery), events in groups.items():
         ev = events[0]
-        rule = catalog.rule(xid, line_sev)
+        rule = catalog.rule(xid, line_sev, recovery)
         text = f"{comp} XID {xid} {rule.name}"
         if line_sev:
             text += f" ({line_sev})"
+        if recovery:
+            text += f" to {recovery.replace('_', ' ')}"
         if len(events) > 1:
             text += f" x{len(events)}"
         data = {"xid": xid, "pci": ev.pci, "message": ev.message[:200], "pid": ev.pid,
                 "process": ev.process, "line_severity": line_sev, "source": ev.source,
                 "count": len(events)}
+        if recovery:
+            data["recovery_action"] = recovery
         code = f"xid{xid}"
         if rule.severity >= Severity.DRAIN_AFTER_JOB:
             out.append(fail("xid", comp, rule.severity, code, text, repair=rule.repair, **data))
@@ -55,3 +59,14 @@ def check(state, cfg: dict) -> list[Finding]:
     if not out:
         out.append(ok("xid", "kernel log", "no new XID events"))
     return out
+
+
+def _latest_recovery_only(events, by_pci: dict[str, str]) -> list:
+    """XID 154 states what a GPU needs *now*: only each GPU's last one counts (a reset that
+    happened logs "... to 0x0 (None)" after the "... to 0x1 (GPU Reset Required)")."""
+    last = {}
+    for i, ev in enumerate(events):
+        if ev.recovery is not None:
+            last[by_pci.get(_pci_key(ev.pci), ev.pci)] = i
+    keep = set(last.values())
+    return [ev for i, ev in enumerate(events) if ev.recovery is None or i in keep]

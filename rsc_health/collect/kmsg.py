@@ -7,6 +7,7 @@ Line shapes the NVIDIA driver prints (after the source's own prefix):
     NVRM: Xid (PCI:0000:3b:00): 43, pid='<unknown>', name=<unknown>, Ch 00000008
     NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 ...)
     NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 ...)
+    NVRM: Xid (PCI:0000:97:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU ...)
 Source prefixes:
     /dev/kmsg   "6,1234,5678901,-;NVRM: Xid ..."     (prio,seq,usec,flags;message)
     dmesg       "[12345.678901] NVRM: Xid ..."
@@ -40,6 +41,36 @@ _NAME = re.compile(r"^\s*name=(?P<name>[^,]*),")
 # NVLink5 XIDs (144-150) carry their own severity word after the unit name.
 _NVL5_SEVERITY = re.compile(r"\b(?P<sev>Nonfatal|Non-fatal|Fatal)\b")
 NVLINK5_XIDS = range(144, 151)
+# XID 154 (R550+) states what the GPU now needs after another XID: the text after "to" is
+# None, Drain P2P, Drain and Reset, GPU Reset Required or Node Reboot Required (older drivers:
+# "OS Reboot"), with NVML's nvmlGpuRecoveryAction_t number in hex before it.
+RECOVERY_XID = 154
+_RECOVERY = re.compile(r"recovery action changed from .*? to (?:(?P<hex>0x[0-9a-fA-F]+) ?)?\(?"
+                       r"(?P<text>[^()]*?)\)?\s*$")
+_RECOVERY_BY_NUMBER = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p",
+                       4: "drain_and_reset"}
+
+
+def recovery_action(message: str) -> str | None:
+    """The recovery action an XID 154 line names: none, drain_p2p, drain_and_reset, gpu_reset,
+    node_reboot; "unknown" when the line is 154's but names none of them."""
+    m = _RECOVERY.search(message)
+    if not m:
+        return "unknown"
+    text = m.group("text").strip().lower()
+    if text == "none":
+        return "none"
+    if "drain" in text and "reset" in text:
+        return "drain_and_reset"
+    if "drain" in text:
+        return "drain_p2p"
+    if "reboot" in text:
+        return "node_reboot"
+    if "reset" in text:
+        return "gpu_reset"
+    if m.group("hex"):
+        return _RECOVERY_BY_NUMBER.get(int(m.group("hex"), 16), "unknown")
+    return "unknown"
 
 
 @dataclass(frozen=True)
@@ -52,6 +83,7 @@ class XidEvent:
     severity: str | None = None  # "fatal" / "nonfatal" for 144-150 when printed
     seq: int | None = None  # /dev/kmsg sequence number when known
     source: str = ""
+    recovery: str | None = None  # XID 154: the recovery action it names (recovery_action())
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -91,7 +123,9 @@ def parse_line(line: str, source: str = "") -> XidEvent | None:
         sm = _NVL5_SEVERITY.search(rest)
         if sm:
             severity = "fatal" if sm.group("sev") == "Fatal" else "nonfatal"
-    return XidEvent(xid, m.group("pci").lower(), rest.strip(), pid, name, severity, seq, source)
+    recovery = recovery_action(rest) if xid == RECOVERY_XID else None
+    return XidEvent(xid, m.group("pci").lower(), rest.strip(), pid, name, severity, seq, source,
+                    recovery)
 
 
 def parse_text(text: str, source: str = "") -> list[XidEvent]:

@@ -300,6 +300,43 @@ def test_an_unreadable_probe_record_is_a_checker_error_naming_it(node):
     assert verdict.level is Level.CHECKER_ERROR
 
 
+def xid154(node, seq: int, to: str) -> None:
+    kmsg_xid(node, seq, f"154, GPU recovery action changed from 0x0 (None) to {to}")
+
+
+def test_xid154_gpu_reset_required_drains_now_and_waits_for_a_person(node):
+    kmsg_xid(node, 1500, "119, pid=77, name=train.py, Timeout after 45s of waiting for RPC "
+                         "response from GPU3 GSP! Expected function 76 (GSP_RM_CONTROL)")
+    xid154(node, 1501, "0x1 (GPU Reset Required)")
+    found, verdict = only_bad(node)
+    reset = [f for f in found if f.code == "xid154"]
+    assert [(f.component, f.severity, f.repair) for f in reset] == [
+        ("gpu3", Severity.DRAIN_NOW, True)]
+    assert reset[0].data["recovery_action"] == "gpu_reset"
+    assert "to gpu reset" in reset[0].reason
+    assert verdict.level is Level.DRAIN_NOW and not verdict.auto_resumable
+
+
+@pytest.mark.parametrize(("to", "level"), [
+    ("0x2 (Node Reboot Required)", Level.DRAIN_NOW),
+    ("0x4 (Drain and Reset)", Level.DRAIN_NOW),
+    ("0x3 (Drain P2P)", Level.DRAIN_AFTER_JOB),
+    ("0x9 (Something Newer)", Level.DRAIN_AFTER_JOB),  # a value this release does not know
+    ("0x0 (None)", Level.OK),
+])
+def test_xid154_acts_on_the_recovery_action_the_driver_names(node, to, level):
+    xid154(node, 1500, to)
+    assert node.check()[1].level is level
+
+
+def test_xid154_back_to_none_after_a_reset_in_the_same_read_does_not_drain(node):
+    xid154(node, 1500, "0x1 (GPU Reset Required)")
+    kmsg_xid(node, 1501, "154, GPU recovery action changed from 0x1 (GPU Reset Required) to "
+                         "0x0 (None)")
+    found, verdict = only_bad(node)
+    assert found == [] and verdict.level is Level.OK
+
+
 def test_an_xid_storm_is_one_finding_with_a_count(node):
     for seq in range(1400, 1450):
         kmsg_xid(node, seq, "13, pid=77, name=train.py, Graphics SM Warp Exception on "

@@ -98,3 +98,38 @@ def test_kmsg_source_ignores_lines_without_a_sequence_number(tmp_path: Path):
     dev.parent.mkdir(parents=True)
     dev.write_text("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.\n")
     assert kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {}).events == []
+
+
+# XID 154 lines as the driver prints them (NVIDIA's XID catalog: "GPU recovery action changed
+# from 0x0 (None) to 0x2 (Node Reboot Required)"; the other values and the "OS Reboot" of
+# older drivers as seen in operators' kernel logs).
+@pytest.mark.parametrize(("line", "recovery"), [
+    ("[Mon Apr  6 07:25:24 2026] NVRM: Xid (PCI:0000:97:00): 154, GPU recovery action changed "
+     "from 0x0 (None) to 0x1 (GPU Reset Required)", "gpu_reset"),
+    ("Aug 12 01:22:51 host kernel: NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action "
+     "changed from 0x0 (None) to 0x2 (Node Reboot Required)", "node_reboot"),
+    ("6,2001,1,-;NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) "
+     "to 0x2 (OS Reboot)", "node_reboot"),
+    ("6,2002,1,-;NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) "
+     "to 0x3 (Drain P2P)", "drain_p2p"),
+    ("6,2003,1,-;NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) "
+     "to 0x4 (Drain and Reset)", "drain_and_reset"),
+    ("6,2004,1,-;NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x1 (GPU "
+     "Reset Required) to 0x0 (None)", "none"),
+    ("6,2005,1,-;NVRM: Xid 154, GPU recovery action changed from None to Node Reboot Required",
+     None),  # no PCI address: not an XID line this parser trusts
+    ("6,2006,1,-;NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) "
+     "to 0x9 (Something Newer)", "unknown"),
+    ("6,2007,1,-;NVRM: Xid (PCI:0000:01:00): 154, truncated", "unknown"),
+])
+def test_xid154_names_the_recovery_action_it_asks_for(line, recovery):
+    ev = kmsg.parse_line(line)
+    if recovery is None:
+        assert ev is None
+        return
+    assert (ev.xid, ev.recovery) == (154, recovery)
+
+
+def test_other_xids_carry_no_recovery_action():
+    ev = kmsg.parse_line("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.")
+    assert ev.recovery is None

@@ -50,3 +50,20 @@ def test_bad_override_is_a_checker_error(tmp_path, node):
 
     errors = [f for f in run(cfg, node.root) if f.status.value == "error"]
     assert [f.component for f in errors] == ["xid catalog"]
+
+
+def test_a_site_can_change_what_each_xid154_recovery_action_does(tmp_path):
+    site = tmp_path / "xid_site.toml"
+    site.write_text('[by_recovery_action]\ndrain_p2p = "drain_now"\nrepair = ["drain_p2p"]\n')
+    cat = load_catalog(site)
+    assert cat.rule(154, recovery="drain_p2p").severity is Severity.DRAIN_NOW
+    assert cat.rule(154, recovery="drain_p2p").repair
+    assert not cat.rule(154, recovery="gpu_reset").repair  # the site's repair list replaced ours
+    assert cat.rule(154, recovery="none").severity is Severity.NONE
+
+
+def test_an_unknown_action_in_by_recovery_action_is_refused_naming_the_file(tmp_path):
+    site = tmp_path / "xid_site.toml"
+    site.write_text('[by_recovery_action]\ngpu_reset = "panic"\n')
+    with pytest.raises(CatalogError, match="by_recovery_action.*panic"):
+        load_catalog(site)
