@@ -1,4 +1,5 @@
-"""Fixtures for the lemon tests: a temp SQLite historian and the Fleet insert helpers."""
+"""Fixtures for the lemon tests: a temp SQLite historian and the Fleet insert helpers;
+`fleet_any` runs a test on SQLite and on PostgreSQL."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from lemon_fleet import Fleet
 from sqlalchemy import create_engine
 
 from rsc_health.historian import db
+from tests.historian.conftest import pg_url  # noqa: F401 -- a fixture, used by fleet_any
 
 
 @pytest.fixture
@@ -20,3 +22,14 @@ def engine(tmp_path):
 @pytest.fixture
 def fleet(engine):
     return Fleet(engine)
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def fleet_any(request, tmp_path):
+    if request.param == "sqlite":
+        url = f"sqlite:///{tmp_path / 'historian.db'}"
+    else:
+        url = request.getfixturevalue("pg_url")
+    eng = db.connect(url)
+    yield Fleet(eng)
+    eng.dispose()

@@ -39,7 +39,7 @@ def test_xid_cnt_counts_distinct_events_and_keeps_the_codes(fleet, engine):
 
 def test_tickets_and_out_count_use_open_and_start_times(fleet, engine):
     fleet.ticket("n1", AS_OF - 2 * DAY)
-    fleet.ticket("n1", AS_OF - 10 * DAY, AS_OF - 9 * DAY, source="lemon")
+    fleet.ticket("n1", AS_OF - 10 * DAY, AS_OF - 9 * DAY, source="csv")
     fleet.ticket("n1", AS_OF - 30 * DAY, AS_OF - 3 * DAY)  # opened before the window
     fleet.event("n1", AS_OF - 27 * DAY)
     fleet.event("n1", AS_OF - 4 * DAY, state="DOWN")
@@ -162,3 +162,33 @@ def test_history_starts_over_when_a_lemon_comes_back_from_repair(fleet, engine):
     # Before the repair closed, the whole history counts.
     before = lemon_features(engine, AS_OF - 4 * DAY, 28, history_days=90)
     assert before.loc["n1", "tickets_history"] == 3 and before.loc["n1", "out_count_history"] == 3
+
+
+def test_a_node_back_from_a_lemon_repair_is_judged_only_on_what_happened_since(fleet_any):
+    fleet, engine = fleet_any, fleet_any.engine
+    # Drained as a lemon for its XIDs, repaired (lemon ticket closed) 6 days before as_of.
+    for day in (20, 18, 15, 12, 9):
+        fleet.xid("n1", AS_OF - day * DAY, "xid48", f"gpu{day % 8}")
+    fleet.failed(["n1"], "n1", end=AS_OF - 10 * DAY)
+    fleet.ticket("n1", AS_OF - 8 * DAY, AS_OF - 6 * DAY, source="lemon")
+    # Since the repair: one new XID and one failed job.
+    fleet.xid("n1", AS_OF - 2 * DAY, "xid79", "gpu3")
+    fleet.failed(["n1"], "n1", end=AS_OF - DAY)
+    # n2 had the same old trouble and no repair: its window is the whole 28 days.
+    for day in (20, 18, 15, 12, 9):
+        fleet.xid("n2", AS_OF - day * DAY, "xid48", f"gpu{day % 8}")
+    fleet.failed(["n2"], "n2", end=AS_OF - 10 * DAY)
+
+    f = lemon_features(engine, AS_OF)
+
+    assert (f.loc["n1", "xid_cnt"], f.loc["n1", "xid_codes"]) == (1, ["xid79"])
+    assert f.loc["n1", "single_node_node_fails"] == 1
+    assert f.loc["n1", "tickets"] == 0  # the lemon ticket was opened before the repair
+    assert (f.loc["n2", "xid_cnt"], f.loc["n2", "single_node_node_fails"]) == (5, 1)
+
+
+def test_a_lemon_repair_before_the_window_changes_nothing_inside_it(fleet, engine):
+    fleet.ticket("n1", AS_OF - 45 * DAY, AS_OF - 40 * DAY, source="lemon")
+    for day in (20, 10, 5):
+        fleet.xid("n1", AS_OF - day * DAY, "xid48", f"gpu{day % 8}")
+    assert lemon_features(engine, AS_OF).loc["n1", "xid_cnt"] == 3

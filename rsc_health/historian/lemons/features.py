@@ -44,17 +44,18 @@ but it keeps coming back to repair over a quarter.
                         the history window
   down_outs_history     those of them whose state is DOWN (slurmctld's "Not responding": the
                         node died rather than being drained by a check or a person)
-The history window of a node that came back from a lemon repair starts at that repair
+Both windows of a node that came back from a lemon repair start at that repair
 (`lemon_repairs`): its past is what sent it there, and only new trouble (or the repeat-offender
 rule) should send it back.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import pandas as pd
-from sqlalchemy import Engine, and_, distinct, func, or_, select, union
+from sqlalchemy import Engine, and_, case, distinct, func, or_, select, union
 
 from rsc_health.historian.schema import (
     attributions,
@@ -112,27 +113,32 @@ def _series(engine: Engine, stmt, name: str) -> pd.Series:
     return pd.Series({r[0]: r[1] for r in rows}, name=name, dtype="float64")
 
 
-def lemon_features(
-    engine: Engine,
-    as_of: datetime,
-    window_days: float = 28,
-    *,
-    early_fail_minutes: float = 10,
-    history_days: float = 90,
-) -> pd.DataFrame:
-    """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS."""
-    lo, hi = window_bounds(as_of, window_days)
-    h_lo, _ = window_bounds(as_of, max(history_days, window_days))
+@dataclass(frozen=True)
+class _Span:
+    """The window [lo, hi); with `since`, only those nodes, each from its own start."""
+
+    lo: datetime
+    hi: datetime
+    since: dict[str, datetime] | None = None
+
+    def of(self, node, time):
+        if not self.since:
+            return and_(time >= self.lo, time < self.hi)
+        start = case(self.since, value=node, else_=self.lo)
+        return and_(node.in_(list(self.since)), time >= start, time < self.hi)
+
+
+def _window_features(engine: Engine, span: _Span, early_fail_minutes: float):
+    """The window features as one Series each (node -> value), and the XID-event rows."""
     dialect = engine.dialect.name
     j, jn, a = jobs, job_nodes, attributions
-    ended = and_(j.c.end >= lo, j.c.end < hi)
     attributed = and_(a.c.job_pk == j.c.id, a.c.kind.in_(ATTRIBUTED_KINDS))
 
     s: dict[str, pd.Series] = {}
     s["excl_jobid_count"] = _series(
         engine,
         select(job_exclusions.c.node, func.count(distinct(job_exclusions.c.job_id)))
-        .where(job_exclusions.c.time >= lo, job_exclusions.c.time < hi)
+        .where(span.of(job_exclusions.c.node, job_exclusions.c.time))
         .group_by(job_exclusions.c.node),
         "excl_jobid_count",
     )
@@ -146,8 +152,7 @@ def lemon_features(
         .where(
             check_results.c.check == "xid",
             check_results.c.status.in_(("warn", "fail")),
-            check_results.c.time >= lo,
-            check_results.c.time < hi,
+            span.of(check_results.c.node, check_results.c.time),
         )
         .distinct()
         .subquery()
@@ -160,14 +165,14 @@ def lemon_features(
     s["tickets"] = _series(
         engine,
         select(tickets.c.node, func.count())
-        .where(tickets.c.opened >= lo, tickets.c.opened < hi)
+        .where(span.of(tickets.c.node, tickets.c.opened))
         .group_by(tickets.c.node),
         "tickets",
     )
     s["out_count"] = _series(
         engine,
         select(node_events.c.node, func.count())
-        .where(node_events.c.start >= lo, node_events.c.start < hi)
+        .where(span.of(node_events.c.node, node_events.c.start))
         .group_by(node_events.c.node),
         "out_count",
     )
@@ -175,11 +180,12 @@ def lemon_features(
         engine,
         select(a.c.node, func.count(distinct(j.c.id)))
         .select_from(j.join(a, attributed))
-        .where(ended, j.c.nnodes > 1, a.c.node.is_not(None))
+        .where(span.of(a.c.node, j.c.end), j.c.nnodes > 1, a.c.node.is_not(None))
         .group_by(a.c.node),
         "multi_node_node_fails",
     )
     on_node = j.join(jn, jn.c.job_pk == j.c.id)
+    ended_on_node = span.of(jn.c.node, j.c.end)
     # A single-node job is the node's failure when attribution blames the node, or when Slurm
     # itself ended it NODE_FAIL: with one node there is no other suspect. Lemons are exactly
     # the nodes whose failures no health check explains, so attribution alone misses them.
@@ -191,7 +197,7 @@ def lemon_features(
         select(jn.c.node, func.count(distinct(j.c.id)))
         .select_from(on_node.outerjoin(a, node_attributed))
         .where(
-            ended,
+            ended_on_node,
             j.c.nnodes == 1,
             or_(a.c.id.is_not(None), j.c.state == "NODE_FAIL"),
         )
@@ -200,14 +206,15 @@ def lemon_features(
     )
     s["jobs"] = _series(
         engine,
-        select(jn.c.node, func.count()).select_from(on_node).where(ended).group_by(jn.c.node),
+        select(jn.c.node, func.count()).select_from(on_node).where(ended_on_node)
+        .group_by(jn.c.node),
         "jobs",
     )
     s["single_node_jobs"] = _series(
         engine,
         select(jn.c.node, func.count())
         .select_from(on_node)
-        .where(ended, j.c.nnodes == 1)
+        .where(ended_on_node, j.c.nnodes == 1)
         .group_by(jn.c.node),
         "single_node_jobs",
     )
@@ -215,7 +222,7 @@ def lemon_features(
         engine,
         select(jn.c.node, func.count())
         .select_from(on_node)
-        .where(ended, j.c.nnodes == 1, j.c.state.in_(FAILED_STATES))
+        .where(ended_on_node, j.c.nnodes == 1, j.c.state.in_(FAILED_STATES))
         .group_by(jn.c.node),
         "single_node_failed_jobs",
     )
@@ -226,7 +233,7 @@ def lemon_features(
         select(jn.c.node, func.count(distinct(j.c.id)))
         .select_from(on_node.outerjoin(a, node_attributed))
         .where(
-            ended,
+            ended_on_node,
             j.c.start.is_not(None),
             j.c.state.in_(FAILED_STATES),
             quick,
@@ -243,7 +250,7 @@ def lemon_features(
         .select_from(
             e.join(t, and_(t.c.node == e.c.node, t.c.closed.is_not(None), t.c.closed <= e.c.start))
         )
-        .where(e.c.start >= lo, e.c.start < hi)
+        .where(span.of(e.c.node, e.c.start))
         .group_by(e.c.node),
         "repeat_outs",
     )
@@ -251,12 +258,39 @@ def lemon_features(
         engine,
         select(a.c.node, func.count(distinct(a.c.cause)))
         .select_from(j.join(a, attributed))
-        .where(ended, a.c.node.is_not(None))
+        .where(span.of(a.c.node, j.c.end), a.c.node.is_not(None))
         .group_by(a.c.node),
         "fail_causes",
     )
 
+    return s, xid_rows
+
+
+def lemon_features(
+    engine: Engine,
+    as_of: datetime,
+    window_days: float = 28,
+    *,
+    early_fail_minutes: float = 10,
+    history_days: float = 90,
+) -> pd.DataFrame:
+    """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS."""
+    lo, hi = window_bounds(as_of, window_days)
+    h_lo, _ = window_bounds(as_of, max(history_days, window_days))
     repaired = lemon_repairs(engine, hi)
+    s, xid_rows = _window_features(engine, _Span(lo, hi), early_fail_minutes)
+    xid_codes = _xid_codes(engine, xid_rows)
+    # A node back from a lemon repair inside the window is judged on what happened since: the
+    # failures that sent it to repair must not send it straight back. One more pass, over
+    # those few nodes only, each from its own repair.
+    restart = {node: when for node, when in repaired.items() if when > lo}
+    if restart:
+        again, again_xid = _window_features(engine, _Span(lo, hi, restart), early_fail_minutes)
+        for name, series in s.items():
+            s[name] = pd.concat([series.drop(list(restart), errors="ignore"), again[name]])
+        xid_codes = pd.concat([xid_codes.drop(list(restart), errors="ignore"),
+                               _xid_codes(engine, again_xid)])
+
     history_tickets = _since_repair(
         engine,
         select(tickets.c.node, tickets.c.opened).where(
@@ -297,7 +331,7 @@ def lemon_features(
     counts = [c for c in FEATURE_COLUMNS if "rate" not in c]
     frame[counts] = frame[counts].astype("int64")
     frame = frame[list(FEATURE_COLUMNS)]
-    frame["xid_codes"] = _xid_codes(engine, xid_rows).reindex(frame.index)
+    frame["xid_codes"] = xid_codes.reindex(frame.index)
     frame["xid_codes"] = frame["xid_codes"].apply(lambda v: v if isinstance(v, list) else [])
     frame.index.name = "node"
     return frame.sort_index()
