@@ -85,6 +85,28 @@ def test_a_running_job_read_again_gets_its_end(historian):
     assert _nodes(historian, row.id) == ["gpu013"]
 
 
+def test_an_instance_twice_in_one_file_lands_once_with_its_last_state(historian):
+    """Two sacct outputs concatenated: the running row, then the same instance finished. The
+    bulk paths (executemany on SQLite, COPY + INSERT ... SELECT on PostgreSQL) must both act
+    like row-by-row upserts: one row, the later state, nodes written once."""
+    lines = SACCT.read_text().splitlines()
+    finished = [
+        ln.replace("|RUNNING|0:0|", "|FAILED|1:0|").replace(
+            "2024-03-01T13:00:02|Unknown|", "2024-03-01T13:00:02|2024-03-01T15:00:00|"
+        )
+        for ln in lines[1:]
+        if ln.startswith("1013|")
+    ]
+    report = sacct.ingest_text(historian, "\n".join([*lines, *finished]) + "\n")
+    assert report.bad == []
+    (row,) = _jobs(historian)["1013"]
+    assert (row.state, row.end, row.exit_code) == ("FAILED", datetime(2024, 3, 1, 15), "1:0")
+    assert _nodes(historian, row.id) == ["gpu013"]
+    first, second = _jobs(historian)["1003"]
+    assert _nodes(historian, first.id) == ["gpu004", "gpu005", "gpu006", "gpu007"]
+    assert _nodes(historian, second.id) == ["gpu008", "gpu009", "gpu010", "gpu011"]
+
+
 def test_sacct_columns_in_any_order(historian):
     lines = SACCT.read_text().splitlines()
     header = lines[0].split("|")
