@@ -176,6 +176,7 @@ def ingest_text(
     nodes_cache: dict[str, list[str] | None] = {}
     with engine.connect() as conn:
         rollback_journal = _sqlite_bulk_journal(conn)
+        foreign_keys = _sqlite_foreign_keys(conn, False)
         try:
             with conn.begin():
                 _load(conn, source, report, gpus_per_node, nodes_cache)
@@ -183,7 +184,22 @@ def ingest_text(
             if rollback_journal:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
                 conn.commit()
+            if foreign_keys:
+                _sqlite_foreign_keys(conn, True)
     return report
+
+
+def _sqlite_foreign_keys(conn, on: bool) -> bool:
+    """Switch SQLite's foreign-key enforcement (only possible outside a transaction); True
+    when it was on. The load writes job_nodes only from `jobs.id` read in the same statement
+    and deletes nothing, so checking every job_nodes row against jobs (about a quarter of
+    the job_nodes insert) proves nothing; the caller turns it back on after the load."""
+    if conn.dialect.name != "sqlite":
+        return False
+    was = bool(conn.exec_driver_sql("PRAGMA foreign_keys").scalar())
+    conn.exec_driver_sql(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+    conn.commit()
+    return was
 
 
 def _load(conn, source, report: IngestReport, gpus_per_node: int, nodes_cache: dict) -> None:
@@ -338,6 +354,16 @@ def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
         gpus[keep].astype(int).tolist(),
         col(df["NodeList"]),
     ]
+    # "<JobIDRaw>:<Submit>:<Start or ''>" as sacct wrote them; a kept row's Start is a time
+    # exactly when its converted start is not None
+    columns.append(
+        [
+            f"{j}:{sub}:{sta}" if converted is not None else f"{j}:{sub}:"
+            for j, sub, sta, converted in zip(
+                columns[0], col(df["Submit"]), col(df["Start"]), columns[9], strict=True
+            )
+        ]
+    )
     hosts = {n: nodes_cache[n] for n in distinct if nodes_cache[n]}
     _write_jobs(conn, columns, hosts)
     report.written += len(columns[0])
@@ -382,20 +408,6 @@ def _is_range(nodelist: str) -> bool:
     return "[" in nodelist or "," in nodelist
 
 
-# The instance key from the stored times: "<JobIDRaw>:<Submit>:<Start or ''>" in sacct's form
-# ("2024-03-01 08:00:00.000000" -> "2024-03-01T08:00:00"). The database builds it, so Python
-# neither builds nor sends a sixteenth value per row.
-def _key_sql(job_id: str, submit: str, start: str, dialect: str) -> str:
-    left = "substr({}, 1, 19)" if dialect == "sqlite" else "left({}, 19)"
-    return (
-        f"{job_id} || ':' || replace({left.format(submit)}, ' ', 'T') || ':' || "
-        f"coalesce(replace({left.format(start)}, ' ', 'T'), '')"
-    )
-
-
-_STAGED = JOB_COLUMNS[:-1]  # what Python sends: every column but instance_key
-
-
 def _upsert_sql(conn, source: str) -> str:
     quote = conn.dialect.identifier_preparer.quote
     pg = conn.dialect.name == "postgresql"
@@ -411,7 +423,7 @@ def _upsert_sql(conn, source: str) -> str:
 
 
 def _write_jobs(conn, columns: list[list], hosts: dict[str, list[str]]) -> None:
-    """Upsert job instances (columns in _STAGED order); write job_nodes for the new ones.
+    """Upsert job instances (columns in JOB_COLUMNS order); write job_nodes for the new ones.
 
     `hosts` maps each NodeList of the chunk to its hosts. They go to a temporary table as one
     JSON array per distinct NodeList (tens of thousands, against millions of job_nodes rows),
@@ -427,12 +439,13 @@ def _write_jobs(conn, columns: list[list], hosts: dict[str, list[str]]) -> None:
         hosts_sql = "CROSS JOIN LATERAL jsonb_array_elements_text(h.hosts::jsonb) AS e(value)"
         mark = "%s"
     else:
-        values = ", ".join(f"?{i + 1}" for i in range(len(_STAGED)))
-        key = _key_sql("?1", "?8", "?10", "sqlite")
-        sql = _upsert_sql(conn, f"VALUES ({values}, {key})")
-        rows = zip(*columns, strict=True)
-        while batch := list(islice(rows, BATCH_ROWS)):
-            conn.exec_driver_sql(sql, batch)
+        sql = _upsert_sql(conn, f"VALUES ({', '.join('?' * len(JOB_COLUMNS))})")
+        # The driver's executemany straight from the columns: no list of row tuples.
+        cursor = conn.connection.dbapi_connection.cursor()
+        try:
+            cursor.executemany(sql, zip(*columns, strict=True))
+        finally:
+            cursor.close()
         hosts_sql = ", json_each(h.hosts) AS e"
         mark = "?"
     _stage(
@@ -477,7 +490,7 @@ def _stage(conn, name: str, ddl: str, names: tuple[str, ...], rows) -> None:
 _PG_STAGED_DDL = (
     'seq bigint, job_id text, job_id_display text, name text, "user" text, partition text, '
     'state text, exit_code text, submit text, eligible text, start text, "end" text, '
-    "nnodes integer, gpus integer, nodelist text"
+    "nnodes integer, gpus integer, nodelist text, instance_key text"
 )
 
 
@@ -487,14 +500,12 @@ def _copy_jobs(conn, columns: list[list]) -> None:
     the chunk (an sacct file read twice, concatenated) goes in rounds, in file order: the
     n-th occurrence of each key in round n, which is what row-by-row upserts would do."""
     n = len(columns[0])
-    frame = pd.DataFrame({"j": columns[0], "s": columns[7], "t": columns[9]})
-    occurrence = frame.groupby(["j", "s", "t"], sort=False, dropna=False).cumcount().to_numpy()
+    occurrence = pd.Series(columns[-1]).groupby(columns[-1], sort=False).cumcount().to_numpy()
     quote = conn.dialect.identifier_preparer.quote
-    staged = ["seq", *_STAGED]
+    staged = ["seq", *JOB_COLUMNS]
     cast = {c: f"{quote(c)}::timestamp" for c in ("submit", "eligible", "start", "end")}
-    select_list = ", ".join(cast.get(c, quote(c)) for c in _STAGED)
-    key = _key_sql("job_id", "submit", "start", "postgresql")
-    sql = _upsert_sql(conn, f"SELECT {select_list}, {key} FROM ingest_jobs ORDER BY seq")
+    select_list = ", ".join(cast.get(c, quote(c)) for c in JOB_COLUMNS)
+    sql = _upsert_sql(conn, f"SELECT {select_list} FROM ingest_jobs ORDER BY seq")
     rounds = int(occurrence.max()) + 1
     for round_ in range(rounds):
         picked = range(n) if rounds == 1 else np.flatnonzero(occurrence == round_).tolist()
