@@ -225,12 +225,29 @@ def test_exclusions_jsonl(historian, tmp_path):
     assert report.written == 1 and [b.line for b in report.bad] == [2]
 
 
-def test_a_first_load_leaves_every_index_in_place(historian):
+def _indexes_and_keys(engine) -> tuple[set, list]:
     from sqlalchemy import inspect
 
+    with engine.connect() as conn:
+        insp = inspect(conn)
+        names = {ix["name"] for table in ("jobs", "job_nodes") for ix in insp.get_indexes(table)}
+        fks = [
+            (fk["name"], fk["constrained_columns"], fk["referred_table"], fk["options"])
+            for fk in insp.get_foreign_keys("job_nodes")
+        ]
+    return names, fks
+
+
+def test_a_first_load_leaves_every_index_and_the_foreign_key_in_place(historian):
+    import pytest
+    from sqlalchemy.exc import IntegrityError
+
+    before = _indexes_and_keys(historian)
+    assert set(sacct.DEFERRABLE_INDEXES) <= before[0] and len(before[1]) == 1
+    with pytest.raises(sacct.SacctError):  # a failed first load
+        sacct.ingest_text(historian, "JobIDRaw|JobID\n1|1\n")
+    assert _indexes_and_keys(historian) == before
     sacct.ingest_text(historian, SACCT)
-    with historian.connect() as conn:
-        names = {
-            ix["name"] for table in ("jobs", "job_nodes") for ix in inspect(conn).get_indexes(table)
-        }
-    assert set(sacct.DEFERRABLE_INDEXES) <= names
+    assert _indexes_and_keys(historian) == before
+    with pytest.raises(IntegrityError), historian.begin() as conn:  # still enforced
+        conn.execute(schema.job_nodes.insert().values(job_pk=999_999, node="gpu001"))
