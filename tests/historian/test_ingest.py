@@ -235,15 +235,17 @@ def _indexes_and_keys(engine) -> tuple[set, list]:
             (fk["name"], fk["constrained_columns"], fk["referred_table"], fk["options"])
             for fk in insp.get_foreign_keys("job_nodes")
         ]
-    return names, fks
+        pk = insp.get_pk_constraint("job_nodes")["constrained_columns"]
+    return names, fks, pk
 
 
-def test_a_first_load_leaves_every_index_and_the_foreign_key_in_place(historian):
+def test_a_first_load_leaves_every_index_and_key_in_place(historian):
     import pytest
     from sqlalchemy.exc import IntegrityError
 
     before = _indexes_and_keys(historian)
     assert set(sacct.DEFERRABLE_INDEXES) <= before[0] and len(before[1]) == 1
+    assert before[2] == ["job_pk", "node"]
     with pytest.raises(sacct.SacctError):  # a failed first load
         sacct.ingest_text(historian, "JobIDRaw|JobID\n1|1\n")
     assert _indexes_and_keys(historian) == before
@@ -251,3 +253,7 @@ def test_a_first_load_leaves_every_index_and_the_foreign_key_in_place(historian)
     assert _indexes_and_keys(historian) == before
     with pytest.raises(IntegrityError), historian.begin() as conn:  # still enforced
         conn.execute(schema.job_nodes.insert().values(job_pk=999_999, node="gpu001"))
+    with historian.connect() as conn:
+        pk, node = conn.execute(select(schema.job_nodes)).first()
+    with pytest.raises(IntegrityError), historian.begin() as conn:
+        conn.execute(schema.job_nodes.insert().values(job_pk=pk, node=node))
