@@ -1,7 +1,7 @@
 """Ingest speed: `healthctl ingest sacct` of 1,000,000 rows vs `pandas.read_csv` of the same file.
 
     python3 benchmarks/bench_ingest.py [--rows 1000000] [--sacct FILE] [--out bench-out]
-                                       [--pg URL | --no-pg]
+                                       [--pg URL | --no-pg] [--repeat N]
 
 Each phase runs in its own process so its peak RSS is its own. SQLite always; PostgreSQL
 too when --pg or $RSC_HEALTH_TEST_PG names a server that answers (an admin URL: the
@@ -214,6 +214,17 @@ def _pg_scratch(admin_url: str):
     return admin.url.set(database=name).render_as_string(hide_password=False), drop
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """Per-figure medians of repeated ingest runs (peak RSS: the largest)."""
+    out = dict(runs[-1])
+    for key in ("seconds", "cpu_seconds", "reingest_seconds", "server_cpu_seconds"):
+        values = [r[key] for r in runs if r.get(key) is not None]
+        out[key] = statistics.median(values) if values else None
+    out["peak_rss_mb"] = max(r["peak_rss_mb"] for r in runs)
+    out["runs"] = len(runs)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
@@ -222,6 +233,7 @@ def main() -> None:
     ap.add_argument("--pg", default=os.environ.get("RSC_HEALTH_TEST_PG"),
                     help="PostgreSQL admin URL (default: $RSC_HEALTH_TEST_PG)")
     ap.add_argument("--no-pg", action="store_true", help="SQLite only.")
+    ap.add_argument("--repeat", type=int, default=1, help="Rounds of every ingest (medians).")
     ap.add_argument("--phase", choices=["read_csv", "ingest"], help=argparse.SUPPRESS)
     ap.add_argument("--url", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -240,26 +252,38 @@ def main() -> None:
     common = ["--out", str(args.out)] + (["--sacct", str(path)] if args.sacct else [])
     common += ["--rows", str(args.rows)]
     load = os.getloadavg()[0]
-    backends = [("sqlite", f"sqlite:///{args.out / 'bench-ingest.db'}", None)]
-    (args.out / "bench-ingest.db").unlink(missing_ok=True)
+    sqlite_db = args.out / "bench-ingest.db"
+    backends = ["sqlite"]
     if args.pg and not args.no_pg:
-        scratch = _pg_scratch(args.pg)
-        if scratch:
-            backends.append(("postgresql", *scratch))
+        probe = _pg_scratch(args.pg)
+        if probe:
+            probe[1]()
+            backends.append("postgresql")
     elif not args.no_pg:
         print("PostgreSQL skipped: no --pg URL and no $RSC_HEALTH_TEST_PG")
-    # read_csv before and after every ingest: the baseline is their median, so a load spike
-    # from a neighbour on a shared machine moves the ratio less
+    # read_csv before and after every ingest, and --repeat rounds of all of it: the baseline
+    # and each backend's figures are medians, so a neighbour's load spike on a shared machine
+    # moves the ratios less
     reads = [_child("--phase", "read_csv", *common)]
-    results = []
-    try:
-        for name, url, _drop in backends:
-            results.append((name, _child("--phase", "ingest", "--url", url, *common)))
+    runs: dict[str, list[dict]] = {name: [] for name in backends}
+    for _ in range(args.repeat):
+        for name in backends:
+            drop = None
+            if name == "sqlite":
+                for suffix in ("", "-wal", "-shm", "-journal"):
+                    Path(f"{sqlite_db}{suffix}").unlink(missing_ok=True)
+                url = f"sqlite:///{sqlite_db}"
+            else:
+                url, drop = _pg_scratch(args.pg) or (None, None)
+                if url is None:
+                    continue
+            try:
+                runs[name].append(_child("--phase", "ingest", "--url", url, *common))
+            finally:
+                if drop:
+                    drop()
             reads.append(_child("--phase", "read_csv", *common))
-    finally:
-        for _name, _url, drop in backends:
-            if drop:
-                drop()
+    results = [(name, _median_run(r)) for name, r in runs.items() if r]
     read = {
         "seconds": statistics.median(r["seconds"] for r in reads),
         "cpu_seconds": statistics.median(r["cpu_seconds"] for r in reads),
@@ -291,7 +315,8 @@ def main() -> None:
             f"   ({ing['jobs']:,} jobs, {ing['job_nodes']:,} job_nodes, {ing['bad']} bad)"
             + (f"   server backend CPU {server:.2f} s" if server is not None else "")
         )
-        print(f"  re-ingest (no change):   {ing['reingest_seconds']:6.2f} s")
+        print(f"  re-ingest (no change):   {ing['reingest_seconds']:6.2f} s"
+              + (f"   (medians of {ing['runs']} runs)" if ing["runs"] > 1 else ""))
         print(f"  ratio ingest / read_csv = {ratio:.2f}x wall, {cpu_ratio:.2f}x CPU "
               "(target <= 3x wall)")
         bench += [
