@@ -179,7 +179,7 @@ def ingest_text(
     if isinstance(source, str):
         source = io.StringIO(source)
     report = IngestReport("sacct")
-    nodes_cache: dict[str, list[str] | None] = {}
+    nodes_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
     with engine.connect() as conn:
         rollback_journal = _sqlite_bulk_journal(conn)
         foreign_keys = _sqlite_foreign_keys(conn, False)
@@ -396,20 +396,20 @@ def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
             )
         ]
     )
-    hosts = {n: nodes_cache[n] for n in distinct if nodes_cache[n]}
+    hosts = {n: nodes_cache[n] for n in distinct if nodes_cache[n] not in (None, "[]")}
     _write_jobs(conn, columns, hosts)
     report.written += len(columns[0])
 
 
-def _hosts(nodelist: str) -> list[str] | None:
-    """The hosts a NodeList names, each once; None when it is not a hostlist. A plain name is
-    itself (as stored before), a no-node marker none."""
+def _hosts(nodelist: str) -> str | None:
+    """The hosts a NodeList names, each once, as a JSON array; None when it is not a hostlist.
+    A plain name is itself (as stored before), a no-node marker none."""
     if nodelist in NO_NODES:
-        return []
+        return "[]"
     if not _is_range(nodelist):
-        return [nodelist]
+        return json.dumps([nodelist])
     try:
-        return list(dict.fromkeys(_expand(nodelist)))
+        return json.dumps(list(dict.fromkeys(_expand(nodelist))))
     except hostlist.HostlistError:
         return None
 
@@ -454,11 +454,12 @@ def _upsert_sql(conn, source: str) -> str:
     )
 
 
-def _write_jobs(conn, columns: list[list], hosts: dict[str, list[str]]) -> None:
+def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:
     """Upsert job instances (columns in JOB_COLUMNS order); write job_nodes for the new ones.
 
-    `hosts` maps each NodeList of the chunk to its hosts. They go to a temporary table as one
-    JSON array per distinct NodeList (tens of thousands, against millions of job_nodes rows),
+    `hosts` maps each NodeList of the chunk to its hosts as a JSON array (made once per
+    distinct NodeList in the whole load). They go to a temporary table, one row per distinct
+    NodeList (tens of thousands, against millions of job_nodes rows),
     and the database expands them for the new instances in one INSERT ... SELECT, in job
     order, so job_nodes grows at its end.
     """
@@ -485,7 +486,7 @@ def _write_jobs(conn, columns: list[list], hosts: dict[str, list[str]]) -> None:
         "ingest_hosts",
         "nodelist TEXT PRIMARY KEY, hosts TEXT NOT NULL",
         ("nodelist", "hosts"),
-        [(n, json.dumps(h)) for n, h in hosts.items()],
+        hosts.items(),
     )
     conn.exec_driver_sql(
         "INSERT INTO job_nodes (job_pk, node) "
