@@ -122,8 +122,9 @@ def _first_line(exc: Exception) -> str:
 
 
 def create(engine: Engine) -> None:
-    """A new database is created at the newest version straight from schema.py (the same DDL
-    as `sql/0001_initial.<dialect>.sql` plus later migrations; a test keeps them in step)."""
+    """A new database is created at the newest version straight from schema.py (the same
+    schema as `sql/0001_initial.<dialect>.sql` plus the later migrations; a test builds both
+    and compares them)."""
     with engine.begin() as conn:
         schema.metadata.create_all(conn)
         conn.execute(schema.schema_version.delete())
@@ -221,7 +222,8 @@ def table_counts(engine: Engine) -> dict[str, int]:
 
 
 def render_ddl(dialect_name: str) -> str:
-    """schema.py as DDL for one dialect: how `sql/0001_initial.<dialect>.sql` was written."""
+    """schema.py as DDL for one dialect: how `sql/0001_initial.<dialect>.sql` was written (at
+    version 1), and a start for a later migration file."""
     from sqlalchemy.dialects import postgresql, sqlite
     from sqlalchemy.schema import CreateIndex, CreateTable
 

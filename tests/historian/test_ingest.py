@@ -85,6 +85,28 @@ def test_a_running_job_read_again_gets_its_end(historian):
     assert _nodes(historian, row.id) == ["gpu013"]
 
 
+def test_an_instance_twice_in_one_file_lands_once_with_its_last_state(historian):
+    """Two sacct outputs concatenated: the running row, then the same instance finished. The
+    bulk paths (executemany on SQLite, COPY + INSERT ... SELECT on PostgreSQL) must both act
+    like row-by-row upserts: one row, the later state, nodes written once."""
+    lines = SACCT.read_text().splitlines()
+    finished = [
+        ln.replace("|RUNNING|0:0|", "|FAILED|1:0|").replace(
+            "2024-03-01T13:00:02|Unknown|", "2024-03-01T13:00:02|2024-03-01T15:00:00|"
+        )
+        for ln in lines[1:]
+        if ln.startswith("1013|")
+    ]
+    report = sacct.ingest_text(historian, "\n".join([*lines, *finished]) + "\n")
+    assert report.bad == []
+    (row,) = _jobs(historian)["1013"]
+    assert (row.state, row.end, row.exit_code) == ("FAILED", datetime(2024, 3, 1, 15), "1:0")
+    assert _nodes(historian, row.id) == ["gpu013"]
+    first, second = _jobs(historian)["1003"]
+    assert _nodes(historian, first.id) == ["gpu004", "gpu005", "gpu006", "gpu007"]
+    assert _nodes(historian, second.id) == ["gpu008", "gpu009", "gpu010", "gpu011"]
+
+
 def test_sacct_columns_in_any_order(historian):
     lines = SACCT.read_text().splitlines()
     header = lines[0].split("|")
@@ -203,12 +225,35 @@ def test_exclusions_jsonl(historian, tmp_path):
     assert report.written == 1 and [b.line for b in report.bad] == [2]
 
 
-def test_a_first_load_leaves_every_index_in_place(historian):
+def _indexes_and_keys(engine) -> tuple[set, list]:
     from sqlalchemy import inspect
 
+    with engine.connect() as conn:
+        insp = inspect(conn)
+        names = {ix["name"] for table in ("jobs", "job_nodes") for ix in insp.get_indexes(table)}
+        fks = [
+            (fk["name"], fk["constrained_columns"], fk["referred_table"], fk["options"])
+            for fk in insp.get_foreign_keys("job_nodes")
+        ]
+        pk = insp.get_pk_constraint("job_nodes")["constrained_columns"]
+    return names, fks, pk
+
+
+def test_a_first_load_leaves_every_index_and_key_in_place(historian):
+    import pytest
+    from sqlalchemy.exc import IntegrityError
+
+    before = _indexes_and_keys(historian)
+    assert set(sacct.DEFERRABLE_INDEXES) <= before[0] and len(before[1]) == 1
+    assert before[2] == ["job_pk", "node"]
+    with pytest.raises(sacct.SacctError):  # a failed first load
+        sacct.ingest_text(historian, "JobIDRaw|JobID\n1|1\n")
+    assert _indexes_and_keys(historian) == before
     sacct.ingest_text(historian, SACCT)
+    assert _indexes_and_keys(historian) == before
+    with pytest.raises(IntegrityError), historian.begin() as conn:  # still enforced
+        conn.execute(schema.job_nodes.insert().values(job_pk=999_999, node="gpu001"))
     with historian.connect() as conn:
-        names = {
-            ix["name"] for table in ("jobs", "job_nodes") for ix in inspect(conn).get_indexes(table)
-        }
-    assert set(sacct.DEFERRABLE_INDEXES) <= names
+        pk, node = conn.execute(select(schema.job_nodes)).first()
+    with pytest.raises(IntegrityError), historian.begin() as conn:
+        conn.execute(schema.job_nodes.insert().values(job_pk=pk, node=node))

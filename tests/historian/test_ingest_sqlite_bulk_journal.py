@@ -58,3 +58,14 @@ def test_a_failed_first_load_keeps_the_indexes(tmp_path):
     after = {i["name"] for t in ("jobs", "job_nodes") for i in inspect(engine).get_indexes(t)}
     assert after == before
     assert _journal_mode(db) == "wal"
+
+
+def test_foreign_keys_are_enforced_again_after_a_load_and_after_a_failed_one(tmp_path):
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    sacct.ingest_text(engine, SACCT)
+    with pytest.raises(sacct.SacctError):
+        sacct.ingest_text(engine, "JobIDRaw|JobID\n1|1\n")
+    with engine.connect() as conn:  # the pool's one connection, which the loads used
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        orphans = conn.exec_driver_sql("PRAGMA foreign_key_check(job_nodes)").all()
+    assert orphans == []

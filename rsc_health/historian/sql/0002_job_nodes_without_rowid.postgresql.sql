@@ -1,0 +1,2 @@
+-- Version 2 changes job_nodes on SQLite only (WITHOUT ROWID); a PostgreSQL table is a heap
+-- with its primary-key index either way, so nothing changes here but the version.

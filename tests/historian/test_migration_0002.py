@@ -1,0 +1,147 @@
+"""Version 2 (job_nodes WITHOUT ROWID on SQLite): a version-1 database with rows is upgraded
+in place and keeps every row, and the metrics read from it do not change."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect, select, text
+
+from rsc_health.cli import cli
+from rsc_health.historian import db, schema
+from rsc_health.historian.attribute import attribute
+from rsc_health.historian.ingest import checks, events, sacct
+from rsc_health.historian.metrics import goodput, rates
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _version_1(url: str, tmp_path: Path):
+    """A database built by migration 0001 only, as release 1 left it."""
+    only_v1 = tmp_path / "sql-v1"
+    only_v1.mkdir()
+    for f in db.MIGRATIONS_DIR.glob("0001_*.sql"):
+        shutil.copy(f, only_v1 / f.name)
+    engine = db.engine_for(url)
+    assert db.migrate(engine, 0, only_v1) == [1]
+    return engine
+
+
+def _fill(engine) -> None:
+    sacct.ingest_text(engine, FIXTURES / "sacct_small.txt")
+    events.ingest_file(engine, FIXTURES / "sacctmgr_events.txt")
+    checks.ingest_file(engine, FIXTURES / "checks.jsonl")
+    attribute(engine)
+
+
+def _rows(engine) -> dict[str, list]:
+    with engine.connect() as conn:
+        return {
+            t.name: sorted(map(tuple, conn.execute(select(t)).all()), key=repr)
+            for t in schema.metadata.sorted_tables
+            if t.name != "schema_version"
+        }
+
+
+def _metrics(engine) -> str:
+    """The metrics as JSON text, so that NaN compares equal to NaN."""
+    return json.dumps(
+        {
+            "failure_rate": rates.failure_rate(engine, large_job_gpus=0).to_dict(),
+            "outcomes": rates.outcomes(engine).to_dict("records"),
+            "causes": rates.causes(engine).to_dict("records"),
+            "goodput": goodput.goodput_lost(engine).to_dict("records"),
+        },
+        default=str,
+        sort_keys=True,
+    )
+
+
+def test_upgrade_from_version_1_keeps_every_row_and_the_metrics(historian_url, tmp_path):
+    engine = _version_1(historian_url, tmp_path)
+    _fill(engine)
+    rows, metrics = _rows(engine), _metrics(engine)
+    assert rows["job_nodes"] and rows["attributions"]
+    engine.dispose()
+
+    with pytest.raises(db.SchemaTooOld):
+        db.connect(historian_url)
+    upgraded = db.connect(historian_url, upgrade=True)
+    try:
+        assert db.current_version(upgraded) == schema.SCHEMA_VERSION == 2
+        assert _rows(upgraded) == rows
+        assert _metrics(upgraded) == metrics
+        if upgraded.dialect.name == "sqlite":
+            with upgraded.connect() as conn:
+                ddl = conn.execute(
+                    text("SELECT sql FROM sqlite_master WHERE name = 'job_nodes'")
+                ).scalar()
+                assert "WITHOUT ROWID" in ddl
+                assert conn.exec_driver_sql("PRAGMA foreign_key_check").all() == []
+        # the upgraded database keeps loading: re-reading the same file changes nothing
+        sacct.ingest_text(upgraded, FIXTURES / "sacct_small.txt")
+        assert _rows(upgraded) == rows
+        # and job_nodes still cascades with its job
+        with upgraded.begin() as conn:
+            conn.execute(schema.attributions.delete())
+            conn.execute(schema.jobs.delete())
+            assert conn.execute(text("SELECT count(*) FROM job_nodes")).scalar() == 0
+    finally:
+        upgraded.dispose()
+
+
+def test_healthctl_db_upgrade_converts_a_version_1_file(tmp_path):
+    from click.testing import CliRunner
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    engine = _version_1(url, tmp_path)
+    _fill(engine)
+    rows = _rows(engine)
+    engine.dispose()
+    result = CliRunner().invoke(cli, ["--db", url, "db", "upgrade"])
+    assert result.exit_code == 0, result.output
+    engine = db.connect(url)
+    assert _rows(engine) == rows
+    engine.dispose()
+
+
+def _structure(engine) -> dict:
+    """Tables, columns, keys and indexes as the database reports them."""
+    insp = inspect(engine)
+    out = {}
+    for name in sorted(insp.get_table_names()):
+        out[name] = {
+            "columns": [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns(name)],
+            "pk": sorted(insp.get_pk_constraint(name)["constrained_columns"]),
+            "fks": sorted(
+                (tuple(f["constrained_columns"]), f["referred_table"], str(f.get("options")))
+                for f in insp.get_foreign_keys(name)
+            ),
+            "indexes": sorted(
+                (i["name"], tuple(i["column_names"]), bool(i["unique"]))
+                for i in insp.get_indexes(name)
+            ),
+            "unique": sorted(tuple(u["column_names"]) for u in insp.get_unique_constraints(name)),
+        }
+    if engine.dialect.name == "sqlite":
+        with engine.connect() as conn:
+            for name, ddl in conn.execute(
+                text("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+            ):
+                out[name]["without_rowid"] = "WITHOUT ROWID" in ddl.upper()
+    return out
+
+
+def test_the_migrations_build_what_schema_py_creates(historian_url):
+    engine = db.engine_for(historian_url)
+    try:
+        db.migrate(engine, 0)
+        migrated = _structure(engine)
+        schema.metadata.drop_all(engine)
+        db.create(engine)
+        assert _structure(engine) == migrated
+    finally:
+        engine.dispose()
