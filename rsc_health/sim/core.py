@@ -87,13 +87,14 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
     say("scheduling jobs around the outages")
     inst, sched = schedule(cfg, jobs, inst, fleet.big_hi, fleet.size, plan.failures, rng_apply,
                            horizon)
+    nodesets = sched.pop("nodesets")
     lemon_fails = lemon_job_failures(cfg, inst, plan, rng_apply)
     inst = close_horizon(inst, horizon)
     lap("apply")
 
     say("writing sacct.txt")
     n_rows = writers.write_sacct(out / "sacct.txt", epoch, fleet.names, fleet.partitions, jobs,
-                                 inst)
+                                 inst, nodesets=nodesets)
     lap("sacct")
     say("writing events, checks, tickets, exclusions")
     names = fleet.names

@@ -42,6 +42,7 @@ class Instances:
     exit_code: np.ndarray  # index into EXIT_CODES
     parent: np.ndarray  # instance this one continues (requeue), -1 for the first
     work_before: np.ndarray  # seconds of the job's work its earlier instances kept
+    nodeset: np.ndarray  # index into the scheduler's node lists when not one range, else -1
 
     def __len__(self) -> int:
         return len(self.job)
@@ -218,5 +219,6 @@ def _draw(
         exit_code=exit_code,
         parent=np.full(n, -1, dtype=np.int64),
         work_before=np.zeros(n, dtype=np.int64),
+        nodeset=np.full(n, -1, dtype=np.int64),
     )
     return jobs, inst

@@ -10,20 +10,26 @@ sized so its share of the offered GPU time keeps it at the target utilisation:
   so a node's lanes never hold more than its 8 GPUs. Each lane size is an FCFS multi-server queue
   (a heap of lane free times): a job starts at max(eligible, the earliest free lane).
 
-* The **big-job region** (the first nodes, `learn`) runs the multi-node jobs on contiguous
-  blocks that start on a leaf-switch boundary (multiples of min(size, 8) nodes),
-  by conservative backfilling with exact runtimes: each job, in eligible order, takes the
-  block where it can start earliest, possibly inside a *hole* an earlier reservation
-  left. Each node keeps a few free intervals (holes, the last one open-ended); finding the
-  earliest start is a vectorised fixed-point over all blocks (a node's earliest fitting start at
-  or after t, the block's maximum, repeat), refined block by block.
+* The **big-job region** (the first nodes, `learn`) runs the multi-node jobs as one pool of
+  nodes (Slurm hands out any idle nodes; the allocation is written as a hostlist, ranges where
+  it is contiguous). Each node keeps when it is free (the end of the last instance booked on
+  it, or of a repair it was caught in) and one idle gap before that booking. A job, in eligible
+  order, takes the w nodes free first and starts when the last of them is (FCFS, so wide jobs
+  are never starved); if w nodes' gaps hold it earlier, it is backfilled there instead. Both
+  are a handful of vectorised calls over the region (np.partition), whatever the job's size.
 
-Node outages are known in advance (the failure plan does not depend on jobs): a node's free
-intervals end where it fails, and restart when the repair ends. A job may start before a failure
-and run into it (it is then killed: NODE_FAIL or FAILED, a few minutes after the failure), but no
-job starts inside an outage. A killed job that requeues (big jobs always, small ones sometimes)
-comes back under the same JobID, eligible 121 s later, for the work since its last checkpoint,
-and queues like any other job; so do the jobs preempted-and-requeued by their own plan.
+* **Priority requeues.** A big job (>= requeue_min_gpus GPUs) requeued after a failure starts
+  at its eligible time if enough nodes are free then or run a job that started
+  preempt_min_runtime_h ago and is the last booked on that node; those victims end PREEMPTED
+  at that second and requeue (same JobID, eligible 121 s later), and the failure records them.
+
+Node outages are known in advance (the failure plan does not depend on jobs), as per-node
+sorted (time, repair end) arrays. A start inside an outage moves past the repair (the node is
+passed over); a job may start before a failure and run into it: it is then killed (NODE_FAIL or
+FAILED, a few minutes after the failure) and the failed node is free when its repair ends. A
+killed job that requeues (big jobs always, small ones sometimes) comes back under the same
+JobID, eligible 121 s later, for the work since its last checkpoint, and queues like any other
+job; so do the jobs preempted-and-requeued by their own plan.
 
 Everything is processed in eligible-time order in one pass per lane size and one for the big
 region, so a node failure kills exactly the jobs running on that node.
@@ -43,10 +49,7 @@ from rsc_health.sim.jobs import HOUR, E, Instances, Jobs, S
 
 MAX_ROUNDS = 8  # requeue generations; a crash loop longer than this is cut short
 INF = np.int64(1) << 60
-LOOKAHEAD = 3 * 24 * HOUR  # outages are entered into the big region's holes this far ahead
-HOLES = 6  # free intervals kept per big-region node (a shorter one is dropped to fit a new one)
-MIN_HOLE = 60
-ALIGN = 8  # multi-node blocks start at multiples of this many nodes (a leaf switch)
+SHIFT = 40  # (node << SHIFT) + time: one sort key for a region's outages; times stay < 2**40
 
 
 @dataclass
@@ -62,6 +65,7 @@ class Request:
     parent: int
     work_before: int
     generation: int
+    cause: int = -1  # the failure whose kill this instance requeues after (-1: none)
 
 
 class Output:
@@ -69,10 +73,19 @@ class Output:
 
     def __init__(self) -> None:
         self.cols: dict[str, list[int]] = {k: [] for k in Instances.__dataclass_fields__}
+        self.nodesets: list[list[int]] = []  # the nodes of allocations that are not one range
 
-    def add(self, r: Request, start: int, end: int, first: int, nnodes: int, state: int,
-            exit_code: int) -> int:
+    def add(self, r: Request, start: int, end: int, where, state: int, exit_code: int) -> int:
+        """`where`: one node (an int), or an allocation's sorted node indices."""
         c = self.cols
+        if isinstance(where, int):
+            first, nnodes, nodeset = where, 1, -1
+        else:
+            first, nnodes, nodeset = int(where[0]), len(where), -1
+            if int(where[-1]) - first + 1 != nnodes:
+                nodeset = len(self.nodesets)
+                self.nodesets.append(where.tolist())
+        c["nodeset"].append(nodeset)
         c["job"].append(r.job)
         c["submit"].append(r.submit)
         c["eligible"].append(r.eligible)
@@ -101,13 +114,14 @@ class Runner:
         self.rng, self.horizon = rng, horizon
         self.pending: list[tuple[int, int, Request]] = []
         self.seq = 0
+        self.last_idx = -1  # output index of the instance finish() recorded last
 
-    def finish(self, r: Request, start: int, first: int, nnodes: int, killer: int) -> int:
+    def finish(self, r: Request, start: int, where, killer: int) -> int:
         """Record the instance; returns the time its nodes are free (killed: the kill)."""
         cfg, rng = self.cfg, self.rng
         if killer < 0:
             end = start + r.elapsed
-            idx = self.out.add(r, start, end, first, nnodes, r.state, r.exit_code)
+            idx = self.last_idx = self.out.add(r, start, end, where, r.state, r.exit_code)
             if r.state == S["REQUEUED"]:
                 self.requeue(r, idx, start, end)
             return end
@@ -121,13 +135,13 @@ class Runner:
         again = (gpus >= cfg.requeue_min_gpus or rng.random() < cfg.requeue_share_small)
         if again and state == S["FAILED"]:
             state, exit_code = S["REQUEUED"], E["0:0"]
-        idx = self.out.add(r, start, end, first, nnodes, state, exit_code)
+        idx = self.last_idx = self.out.add(r, start, end, where, state, exit_code)
         f.jobs.append(int(self.jobs.job_id[r.job]))
         if again:
-            self.requeue(r, idx, start, end)
+            self.requeue(r, idx, start, end, killer)
         return end
 
-    def requeue(self, r: Request, idx: int, start: int, end: int) -> None:
+    def requeue(self, r: Request, idx: int, start: int, end: int, cause: int = -1) -> None:
         """The next instance: same JobID, the work since the last checkpoint (hourly, Sec. III)
         lost, eligible after Slurm's requeue hold (credential lifetime + 1 s)."""
         if r.generation + 1 >= MAX_ROUNDS or end + 121 >= self.horizon:
@@ -136,7 +150,7 @@ class Runner:
         done = r.work_before + max(0, ran - min(ran, HOUR // 2))
         remaining = max(300, int(self.jobs.runtime[r.job]) - done)
         nxt = Request(r.job, end, end + 121, remaining, S["COMPLETED"], E["0:0"], idx, done,
-                      r.generation + 1)
+                      r.generation + 1, cause)
         self.seq += 1
         heapq.heappush(self.pending, (nxt.eligible, self.seq, nxt))
 
@@ -201,7 +215,7 @@ def run_lanes(run: Runner, initial: list[Request], lane_nodes: list[int],
         killer = -1
         nf = node_failures.get(node)
         if nf is None:
-            heapq.heappush(free, (run.finish(r, t, node, 1, -1), lane))
+            heapq.heappush(free, (run.finish(r, t, node, -1), lane))
             continue
         ft, fe, fi = nf
         i = bisect.bisect_right(ft, t) - 1
@@ -211,137 +225,210 @@ def run_lanes(run: Runner, initial: list[Request], lane_nodes: list[int],
         j = i + 1
         if j < len(ft) and ft[j] < t + r.elapsed:
             killer = fi[j]
-        end = run.finish(r, t, node, 1, killer)
+        end = run.finish(r, t, node, killer)
         heapq.heappush(free, (fe[j] if killer >= 0 else end, lane))
 
 
-class Holes:
-    """Free intervals of the big region's nodes: hs/he (start, end) with `fk` the failure an
-    interval ends at (-1: it ends at a reservation, or never). An empty slot has he = -1."""
+def _first(values: np.ndarray, w: int, cand: np.ndarray | None = None) -> np.ndarray:
+    """The w candidates (indices into values; default all) with the smallest values, ties to
+    the lower index, sorted."""
+    v = values if cand is None else values[cand]
+    kth = np.partition(v, w - 1)[w - 1]
+    below = np.flatnonzero(v < kth)
+    at = np.flatnonzero(v == kth)[: w - len(below)]
+    pick = np.sort(np.concatenate([below, at]))
+    return pick if cand is None else cand[pick]
 
-    def __init__(self, n: int, k: int = HOLES):
-        self.hs = np.full((n, k), INF, dtype=np.int64)
-        self.he = np.full((n, k), -1, dtype=np.int64)
-        self.fk = np.full((n, k), -1, dtype=np.int64)
-        self.hs[:, 0], self.he[:, 0] = 0, INF
-        self.conflicts = 0  # outages that fell on a reservation made before they were known
 
-    def _put(self, node: int, s: int, e: int, fk: int) -> None:
-        if e - s < MIN_HOLE:
-            return
-        he = self.he[node]
-        empty = np.flatnonzero(he < 0)
-        k = int(empty[0]) if len(empty) else int(np.argmin(he - self.hs[node]))
-        self.hs[node, k], he[k], self.fk[node, k] = s, e, fk
+class BigRegion:
+    """The big-job region's nodes: when each is free (the end of the last instance placed on it,
+    or of a repair it was caught in), that instance, one idle gap before it, and the region's
+    outages by (node, time)."""
 
-    def outage(self, node: int, t: int, end: int, fk: int) -> None:
-        hs, he = self.hs[node], self.he[node]
-        inside = np.flatnonzero((hs <= t) & (t < he))
-        if not len(inside):
-            self.conflicts += 1
-            return
-        k = int(inside[0])
-        old_e, old_f = int(he[k]), int(self.fk[node, k])
-        he[k], self.fk[node, k] = t, fk
-        if end < old_e:
-            self._put(node, end, old_e, old_f)
-        else:
-            self.conflicts += 1
+    def __init__(self, n: int, failures: list[Failure]):
+        self.n = n
+        self.free = np.zeros(n, dtype=np.int64)
+        self.last = np.full(n, -1, dtype=np.int64)  # output index of the last instance placed
+        self.last_start = np.full(n, INF, dtype=np.int64)
+        self.last_end = np.full(n, -1, dtype=np.int64)
+        self.victim_ok = np.zeros(n, dtype=bool)  # that instance may be preempted
+        # One idle gap per node before its last booking: [hs, he) (empty: he = -1).
+        self.hs = np.zeros(n, dtype=np.int64)
+        self.he = np.full(n, -1, dtype=np.int64)
+        ks = [k for k, f in enumerate(failures) if f.node < n]
+        fn = np.asarray([failures[k].node for k in ks] + [n + 1], dtype=np.int64)
+        ft = np.asarray([failures[k].time for k in ks] + [0], dtype=np.int64)
+        fr = np.asarray([failures[k].repair_end for k in ks] + [0], dtype=np.int64)
+        fk = np.asarray(ks + [-1], dtype=np.int64)
+        order = np.lexsort((ft, fn))  # the sentinel (node n + 1) sorts last
+        self.fn, self.ft, self.fr, self.fk = fn[order], ft[order], fr[order], fk[order]
+        self.key = (self.fn << SHIFT) + self.ft
+        by_time = np.argsort(self.ft[:-1], kind="stable")
+        self.t_time = self.ft[:-1][by_time].tolist()
+        self.t_node = self.fn[:-1][by_time].tolist()
+        self.t_repair = self.fr[:-1][by_time].tolist()
+        self.applied = 0
 
-    def forget_before(self, t: int) -> None:
-        dead = self.he <= t
-        self.hs[dead], self.he[dead], self.fk[dead] = INF, -1, -1
+    def apply_outages(self, upto: int) -> None:
+        """Nodes that failed by `upto` are busy until their repair ends."""
+        i, free = self.applied, self.free
+        tt, tn, tr = self.t_time, self.t_node, self.t_repair
+        while i < len(tt) and tt[i] <= upto:
+            if free[tn[i]] < tr[i]:
+                free[tn[i]] = tr[i]
+            i += 1
+        self.applied = i
 
-    def _earliest(self, lo: int, hi: int, t, d: int) -> np.ndarray:
-        """Each node's earliest start at or after t (per node) in a free interval that holds
-        d seconds, or ends at a failure (the job may run into it; it is then killed)."""
-        hs, he, soft = self.hs[lo:hi], self.he[lo:hi], self.fk[lo:hi] >= 0
-        st = np.maximum(t, hs)
-        ok = (st + d <= he) | (soft & (st < he))
-        return np.where(ok, st, INF).min(axis=1)
-
-    def place(self, w: int, t0: int, d: int) -> tuple[int, int]:
-        """(first node, start) of the w-node block where a d-second job eligible at t0 starts
-        earliest. Blocks are contiguous and start at multiples of min(w, ALIGN) nodes."""
-        n = len(self.hs)
-        step = min(w, ALIGN)
-        firsts = np.arange(0, n - w + 1, step)
-        ns = self._earliest(0, n, np.int64(t0), d)
-        if step == w:
-            lb = ns[: len(firsts) * w].reshape(len(firsts), w).max(axis=1)
-        else:
-            lb = np.lib.stride_tricks.sliding_window_view(ns, w)[firsts].max(axis=1)
-        # lb is a lower bound per block: refine the best one until no other can beat it.
+    def settle(self, nodes: np.ndarray, t: int) -> tuple[int, np.ndarray]:
+        """The earliest start >= t on `nodes` outside every outage, and per node the index of
+        its last outage beginning at or before that start."""
+        base = nodes << SHIFT
         while True:
-            b = int(lb.argmin())
-            f = int(firsts[b])
-            t = lb[b]
-            while True:
-                nt = self._earliest(f, f + w, t, d).max()
-                if nt == t:
-                    break
-                t = nt
-            lb[b] = t
-            if lb.min() == t:
-                return f, int(t)
+            i = np.searchsorted(self.key, base + t, side="right") - 1
+            inside = (self.fn[i] == nodes) & (self.fr[i] > t)
+            if not inside.any():
+                return t, i
+            t = int(self.fr[i][inside].max())
 
-    def reserve(self, first: int, w: int, t: int, d: int) -> tuple[int, int]:
-        """Take [t, t+d) on the block; a failure inside it (on any of its nodes) kills the job:
-        returns (failure index or -1, the time the failure strikes or t+d)."""
-        rows = np.arange(first, first + w)
-        hs, he, fk = self.hs[rows], self.he[rows], self.fk[rows]
-        k = ((hs <= t) & (t < he)).argmax(axis=1)
-        r = np.arange(w)
-        ohs, ohe, ofk = hs[r, k], he[r, k], fk[r, k]
-        hit = (ofk >= 0) & (ohe < t + d)
-        if hit.any():
-            m = int(np.flatnonzero(hit)[np.argmin(ohe[hit])])
-            killer, stop = int(ofk[m]), int(ohe[m])
-        else:
-            killer, stop = -1, t + d
-        # The left part stays in place; the right part (if any) goes to a free slot.
-        self.he[rows, k] = t
-        self.fk[rows, k] = -1
-        short = t - ohs < MIN_HOLE
-        self.hs[rows[short], k[short]], self.he[rows[short], k[short]] = INF, -1
-        return killer, stop, (rows, ohe, ofk)
+    def place(self, w: int, e: int) -> tuple[np.ndarray, int, np.ndarray]:
+        """(nodes, start, outage indices): the w nodes free first (FCFS: nothing goes into
+        earlier gaps), a node whose outage the start would fall in passed over."""
+        free = self.free
+        while True:
+            nodes = _first(free, w)
+            t = max(e, int(free[nodes].max()))
+            s, i = self.settle(nodes, t)
+            if s == t:
+                return nodes, t, i
+            inside = (self.fn[i] == nodes) & (self.fr[i] > t)
+            if free is self.free:
+                free = self.free.copy()
+            free[nodes[inside]] = self.fr[i][inside]
 
-    def release(self, rows, ohe, ofk, end: int) -> None:
-        for node, e, f in zip(rows.tolist(), ohe.tolist(), ofk.tolist(), strict=True):
-            if e > end:
-                self._put(node, end, e, f)
+    def backfill(self, w: int, e: int, d: int, before: int) -> tuple[np.ndarray | None, int,
+                                                                      np.ndarray]:
+        """(nodes, start, outage indices) of w nodes whose idle gaps all hold [start, start + d)
+        for a start before `before` (the w-th earliest fitting start; the tightest gaps);
+        nodes None if there are none."""
+        s = np.maximum(self.hs, e)
+        fits = np.flatnonzero(s + d <= self.he)
+        if len(fits) < w:
+            return None, 0, fits
+        t = int(np.partition(s[fits], w - 1)[w - 1])
+        if t >= before:
+            return None, 0, fits
+        cand = fits[s[fits] <= t]
+        cand = cand[self.he[cand] >= t + d]
+        if len(cand) < w:
+            return None, 0, fits
+        nodes = _first(self.he, w, cand)
+        st, i = self.settle(nodes, t)
+        if st != t:
+            return None, 0, fits
+        return nodes, t, i
+
+    def preemptible(self, w: int, e: int, min_run: int) -> np.ndarray | None:
+        """w nodes, each free at e or running a preemptible instance that started by
+        e - min_run and is the last booked there (as few of those as can be); None if there
+        are not enough, or if w nodes are free at e anyway."""
+        free = self.free <= e
+        busy = (self.victim_ok & (self.free == self.last_end) & (self.last_end > e)
+                & (self.last_start <= e - min_run))
+        nfree = int(free.sum())
+        if nfree >= w or nfree + int(busy.sum()) < w:
+            return None
+        rank = np.where(free, 0, np.where(busy, 1, 2))
+        return _first(rank, w)
+
+    def book(self, nodes: np.ndarray, t: int, d: int, i: np.ndarray) -> tuple[int, np.ndarray]:
+        """The failure (index, or -1) that strikes the nodes first during [t, t + d), and per
+        node the index of its next outage after t."""
+        j = i + 1
+        hit = (self.fn[j] == nodes) & (self.ft[j] < t + d)
+        if not hit.any():
+            return -1, j
+        m = int(np.argmin(np.where(hit, self.ft[j], INF)))
+        return int(self.fk[j[m]]), j
+
+    def _freed(self, nodes: np.ndarray, end: int, j: np.ndarray) -> np.ndarray:
+        struck = (self.fn[j] == nodes) & (self.ft[j] < end)
+        return np.where(struck, np.maximum(end, self.fr[j]), end)
+
+    def filled(self, nodes: np.ndarray, t: int, end: int, j: np.ndarray) -> None:
+        """An instance ran in the nodes' gaps from t to end: each node keeps the longer side."""
+        free = self._freed(nodes, end, j)
+        hs, he = self.hs[nodes], self.he[nodes]
+        right = he - free >= t - hs
+        self.hs[nodes] = np.where(right, free, hs)
+        self.he[nodes] = np.where(right, he, t)
+
+    def taken(self, nodes: np.ndarray, t: int, end: int, j: np.ndarray, idx: int,
+              victim: bool) -> None:
+        """Instance `idx` ran on the nodes from t to end; a node that failed meanwhile is free
+        when its repair ends. The idle time before t becomes the node's gap."""
+        free0 = self.free[nodes]
+        gap = free0 < t
+        self.hs[nodes] = np.where(gap, free0, self.hs[nodes])
+        self.he[nodes] = np.where(gap, t, self.he[nodes])
+        end_at = self._freed(nodes, end, j)
+        self.free[nodes] = end_at
+        self.last[nodes] = idx
+        self.last_start[nodes] = t
+        self.last_end[nodes] = np.where(end_at == end, end, -1)
+        self.victim_ok[nodes] = victim
 
 
 def run_big(run: Runner, initial: list[Request], n_nodes: int, failures: list[Failure]) -> int:
-    holes = Holes(n_nodes)
-    outages = sorted((f.time, k) for k, f in enumerate(failures) if f.node < n_nodes)
-    nxt = 0
-    gpn = run.cfg.gpus_per_node
-
-    def know(upto: int) -> None:
-        """Enter the outages that begin before `upto` into the holes."""
-        nonlocal nxt
-        while nxt < len(outages) and outages[nxt][0] < upto:
-            f = failures[outages[nxt][1]]
-            holes.outage(f.node, f.time, f.repair_end, outages[nxt][1])
-            nxt += 1
-
-    for count, r in enumerate(run.requests(initial)):
-        t0 = r.eligible
-        know(t0 + LOOKAHEAD)
-        if count % 64 == 0:
-            holes.forget_before(t0)
-        w = int(-(-int(run.jobs.gpus[r.job]) // gpn))
-        while True:
-            first, t = holes.place(w, t0, r.elapsed)
-            # Every outage the reservation could meet must be known before it is made.
-            if nxt >= len(outages) or outages[nxt][0] >= t + r.elapsed:
-                break
-            know(t + r.elapsed + LOOKAHEAD)
-        killer, _stop, saved = holes.reserve(first, w, t, r.elapsed)
-        end = run.finish(r, t, first, w, killer)
-        holes.release(*saved, end)
-    return holes.conflicts
+    """FCFS over blocks with backfill into idle gaps; a failure-requeued big job preempts the
+    jobs in its way. Returns the number of instances preempted."""
+    region = BigRegion(n_nodes, failures)
+    cfg, jobs, out = run.cfg, run.jobs, run.out
+    cols = out.cols
+    gpn = cfg.gpus_per_node
+    min_run = int(cfg.preempt_min_runtime_h * HOUR)
+    victims: dict[int, tuple[Request, np.ndarray]] = {}
+    preempted = 0
+    for r in run.requests(initial):
+        e = r.eligible
+        region.apply_outages(e)
+        gpus = int(jobs.gpus[r.job])
+        w = min(n_nodes, 1 << max(0, (-(-gpus // gpn) - 1).bit_length()))  # a power of two
+        priority = r.cause >= 0 and gpus >= cfg.requeue_min_gpus
+        nodes = region.preemptible(w, e, min_run) if priority else None
+        if nodes is not None:
+            t, i = region.settle(nodes, e)
+            if t != e:
+                nodes = None
+        if nodes is not None:
+            busy = nodes[region.free[nodes] > e]
+            for v in np.unique(region.last[busy]).tolist():
+                vr, vnodes = victims.pop(v)
+                mine = vnodes[region.last[vnodes] == v]
+                region.free[mine] = e
+                region.victim_ok[mine] = False
+                region.last[mine] = -1
+                cols["end"][v], cols["state"][v], cols["exit_code"][v] = (
+                    e, S["PREEMPTED"], E["0:0"])
+                run.requeue(vr, v, cols["start"][v], e)
+                failures[r.cause].preempted.append(int(jobs.job_id[vr.job]))
+                preempted += 1
+        else:
+            nodes, t, i = region.place(w, e)
+            if t > e:
+                bn, bt, bi = region.backfill(w, e, r.elapsed, t)
+                if bn is not None:
+                    killer, j = region.book(bn, bt, r.elapsed, bi)
+                    end = run.finish(r, bt, bn, killer)
+                    region.filled(bn, bt, end, j)
+                    continue
+        killer, j = region.book(nodes, t, r.elapsed, i)
+        end = run.finish(r, t, nodes, killer)
+        idx = run.last_idx
+        victim = killer < 0 and r.state != S["REQUEUED"] and not priority
+        if victim:
+            victims[idx] = (r, nodes)
+        region.taken(nodes, t, end, j, idx, victim)
+    return preempted
 
 
 def schedule(cfg: SimConfig, jobs: Jobs, inst: Instances, big_hi: int, n_nodes: int,
@@ -352,7 +439,7 @@ def schedule(cfg: SimConfig, jobs: Jobs, inst: Instances, big_hi: int, n_nodes: 
     gpus = jobs.gpus[inst.job]
     gpn = cfg.gpus_per_node
     order = np.argsort(inst.eligible, kind="stable")
-    stats: dict = {"conflicts": 0}
+    stats: dict = {"preempted": 0}
     small = order[gpus[order] <= gpn]
     if len(small):
         load = {int(g): float(np.sum(gpus[small][gpus[small] == g] *
@@ -373,5 +460,6 @@ def schedule(cfg: SimConfig, jobs: Jobs, inst: Instances, big_hi: int, n_nodes: 
     big = order[gpus[order] > gpn]
     if len(big):
         run = Runner(cfg, jobs, failures, out, rng, horizon)
-        stats["conflicts"] = run_big(run, _initial(inst, big), big_hi, failures)
+        stats["preempted"] = run_big(run, _initial(inst, big), big_hi, failures)
+    stats["nodesets"] = out.nodesets
     return out.instances(), stats

@@ -74,7 +74,7 @@ def _tres(gpus: int, nnodes: int) -> str:
 
 def write_sacct(
     path: Path, epoch: np.datetime64, names: list[str], partitions: list[str], jobs: Jobs,
-    inst: Instances, chunk: int = 250_000,
+    inst: Instances, chunk: int = 250_000, nodesets: list[list[int]] | None = None,
 ) -> int:
     """Rows sorted by JobID, a requeued job's instances in order; written in chunks so the
     paper's 4M rows never sit in memory as Python strings at once."""
@@ -105,6 +105,8 @@ def write_sacct(
                 if key not in blocks:
                     blocks[key] = compress(names[key[0] : key[0] + key[1]])
                 nodelist[i] = blocks[key]
+            for i in np.flatnonzero(part.nodeset >= 0).tolist():
+                nodelist[i] = compress([names[k] for k in nodesets[int(part.nodeset[i])]])
             alloc = []
             for g, n in zip(gpus, nnodes, strict=True):
                 key = (g, n)
