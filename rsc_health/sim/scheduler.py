@@ -69,10 +69,13 @@ class Request:
 
 
 class Output:
-    """Placed instances, as growing Python lists (turned into Instances at the end)."""
+    """Placed instances: segments of numpy columns (a lane pool's first instances, reserved in
+    one block) and growing Python lists for the rest; one index space over them, in order."""
 
     def __init__(self) -> None:
-        self.cols: dict[str, list[int]] = {k: [] for k in Instances.__dataclass_fields__}
+        self.segments: list[dict[str, np.ndarray]] = []
+        self.cols: dict[str, list[int]] = {k: [] for k in FIELDS}
+        self.base = 0  # index of the first row in `cols`
         self.nodesets: list[list[int]] = []  # the nodes of allocations that are not one range
 
     def add(self, r: Request, start: int, end: int, where, state: int, exit_code: int) -> int:
@@ -97,12 +100,39 @@ class Output:
         c["exit_code"].append(exit_code)
         c["parent"].append(r.parent)
         c["work_before"].append(r.work_before)
-        return len(c["job"]) - 1
+        return self.base + len(c["job"]) - 1
+
+    def get(self, i: int, key: str) -> int:
+        return self.cols[key][i - self.base]
+
+    def set(self, i: int, key: str, value: int) -> None:
+        self.cols[key][i - self.base] = value
+
+    def _flush(self) -> None:
+        n = len(self.cols["job"])
+        if n:
+            self.segments.append({k: np.asarray(v, dtype=DTYPES.get(k, np.int64))
+                                  for k, v in self.cols.items()})
+            self.cols = {k: [] for k in FIELDS}
+            self.base += n
+
+    def block(self, seg: dict[str, np.ndarray]) -> int:
+        """Reserve a segment of rows (filled in place later); returns its first index."""
+        self._flush()
+        base = self.base
+        self.segments.append(seg)
+        self.base += len(seg["job"])
+        return base
 
     def instances(self) -> Instances:
-        dtypes = {"state": np.int8, "exit_code": np.int8}
-        return Instances(**{k: np.asarray(v, dtype=dtypes.get(k, np.int64))
-                            for k, v in self.cols.items()})
+        self._flush()
+        if not self.segments:
+            return Instances(**{k: np.zeros(0, dtype=DTYPES.get(k, np.int64)) for k in FIELDS})
+        return Instances(**{k: np.concatenate([g[k] for g in self.segments]) for k in FIELDS})
+
+
+FIELDS = tuple(Instances.__dataclass_fields__)
+DTYPES = {"state": np.int8, "exit_code": np.int8}
 
 
 class Runner:
@@ -118,13 +148,21 @@ class Runner:
 
     def finish(self, r: Request, start: int, where, killer: int) -> int:
         """Record the instance; returns the time its nodes are free (killed: the kill)."""
-        cfg, rng = self.cfg, self.rng
         if killer < 0:
             end = start + r.elapsed
             idx = self.last_idx = self.out.add(r, start, end, where, r.state, r.exit_code)
             if r.state == S["REQUEUED"]:
                 self.requeue(r, idx, start, end)
             return end
+        end, state, exit_code, again = self.killed(r, start, killer)
+        idx = self.last_idx = self.out.add(r, start, end, where, state, exit_code)
+        if again:
+            self.requeue(r, idx, start, end, killer)
+        return end
+
+    def killed(self, r: Request, start: int, killer: int) -> tuple[int, int, int, bool]:
+        """How a failure ends the instance: (end, state, exit code, whether it requeues)."""
+        cfg, rng = self.cfg, self.rng
         f = self.failures[killer]
         # NODE_FAIL ends when slurmctld gives up on the node; a crashed program exits sooner.
         lag = int(rng.integers(60, 300)) if f.node_fail else int(rng.integers(5, 240))
@@ -135,11 +173,8 @@ class Runner:
         again = (gpus >= cfg.requeue_min_gpus or rng.random() < cfg.requeue_share_small)
         if again and state == S["FAILED"]:
             state, exit_code = S["REQUEUED"], E["0:0"]
-        idx = self.last_idx = self.out.add(r, start, end, where, state, exit_code)
         f.jobs.append(int(self.jobs.job_id[r.job]))
-        if again:
-            self.requeue(r, idx, start, end, killer)
-        return end
+        return end, state, exit_code, again
 
     def requeue(self, r: Request, idx: int, start: int, end: int, cause: int = -1) -> None:
         """The next instance: same JobID, the work since the last checkpoint (hourly, Sec. III)
@@ -203,30 +238,92 @@ def _node_failures(failures: list[Failure]) -> dict[int, tuple[list[int], list[i
     return by
 
 
-def run_lanes(run: Runner, initial: list[Request], lane_nodes: list[int],
+def run_lanes(run: Runner, inst: Instances, sel: np.ndarray, lane_nodes: list[int],
               node_failures: dict) -> None:
-    """One lane size: FCFS over its lanes, jobs waiting out repairs of their lane's node."""
+    """One lane size: FCFS over its lanes, jobs waiting out repairs of their lane's node.
+
+    The first instances (`sel`, eligible order) fill a reserved block of output rows; a lane
+    remembers the time of the next failure on its node, so a job that ends before it costs a
+    heap pop and push. Repairs, kills and continuations take the slow path."""
+    out = run.out
+    n = len(sel)
+    seg = {k: getattr(inst, k)[sel] for k in FIELDS}
+    seg["nnodes"] = np.ones(n, dtype=np.int64)
+    seg["parent"] = np.full(n, -1, dtype=np.int64)
+    seg["work_before"] = np.zeros(n, dtype=np.int64)
+    seg["nodeset"] = np.full(n, -1, dtype=np.int64)
+    base = out.block(seg)
+    elig = seg["eligible"].tolist()
+    dur = (inst.end[sel] - inst.start[sel]).tolist()
+    states = seg["state"].tolist()
+    starts, ends, nodes = [0] * n, [0] * n, [0] * n
+    fixed: list[tuple[int, int, int]] = []  # (row, state, exit code) of the killed
+    never = int(INF)
+    requeued = S["REQUEUED"]
+    nxt = [node_failures[x][0][0] if x in node_failures else never for x in lane_nodes]
     free = [(0, k) for k in range(len(lane_nodes))]
     heapq.heapify(free)
-    for r in run.requests(initial):
-        free_t, lane = heapq.heappop(free)
-        node = lane_nodes[lane]
-        t = max(r.eligible, free_t)
-        killer = -1
-        nf = node_failures.get(node)
-        if nf is None:
-            heapq.heappush(free, (run.finish(r, t, node, -1), lane))
-            continue
-        ft, fe, fi = nf
+    pending = run.pending
+    pop, push = heapq.heappop, heapq.heappush
+
+    def slot(lane: int, t: int, d: int) -> tuple[int, int, int]:
+        """(start, killer or -1, when the lane is free) for d seconds at or after t."""
+        ft, fe, fi = node_failures[lane_nodes[lane]]
         i = bisect.bisect_right(ft, t) - 1
         while i >= 0 and fe[i] > t:  # out for repair: wait for it
             t = fe[i] + 60
             i = bisect.bisect_right(ft, t) - 1
         j = i + 1
-        if j < len(ft) and ft[j] < t + r.elapsed:
-            killer = fi[j]
-        end = run.finish(r, t, node, killer)
-        heapq.heappush(free, (fe[j] if killer >= 0 else end, lane))
+        if j < len(ft) and ft[j] < t + d:
+            nxt[lane] = ft[j + 1] if j + 1 < len(ft) else never
+            return t, fi[j], fe[j]
+        nxt[lane] = ft[j] if j < len(ft) else never
+        return t, -1, t + d
+
+    def continuation(r: Request) -> None:
+        free_t, lane = pop(free)
+        t = max(r.eligible, free_t)
+        if t + r.elapsed <= nxt[lane]:
+            push(free, (run.finish(r, t, lane_nodes[lane], -1), lane))
+            return
+        t, killer, until = slot(lane, t, r.elapsed)
+        end = run.finish(r, t, lane_nodes[lane], killer)
+        push(free, (until if killer >= 0 else end, lane))
+
+    for k in range(n):
+        e = elig[k]
+        while pending and pending[0][0] <= e:
+            continuation(pop(pending)[2])
+        free_t, lane = pop(free)
+        t = e if e > free_t else free_t
+        d = dur[k]
+        end = t + d
+        if end > nxt[lane]:
+            t, killer, until = slot(lane, t, d)
+            end = t + d
+            if killer >= 0:
+                r = Request(int(seg["job"][k]), int(seg["submit"][k]), e, d, states[k],
+                            int(seg["exit_code"][k]), -1, 0, 0)
+                end, state, exit_code, again = run.killed(r, t, killer)
+                fixed.append((k, state, exit_code))
+                if again:
+                    run.requeue(r, base + k, t, end, killer)
+                starts[k], ends[k], nodes[k] = t, end, lane_nodes[lane]
+                push(free, (until, lane))
+                continue
+        starts[k], ends[k], nodes[k] = t, end, lane_nodes[lane]
+        push(free, (end, lane))
+        if states[k] == requeued:
+            r = Request(int(seg["job"][k]), int(seg["submit"][k]), e, d, states[k],
+                        int(seg["exit_code"][k]), -1, 0, 0)
+            run.requeue(r, base + k, t, end)
+    while pending:
+        continuation(pop(pending)[2])
+    seg["start"] = np.asarray(starts, dtype=np.int64)
+    seg["end"] = np.asarray(ends, dtype=np.int64)
+    seg["first"] = np.asarray(nodes, dtype=np.int64)
+    for k, state, exit_code in fixed:
+        seg["state"][k], seg["exit_code"][k] = state, exit_code
 
 
 def _first(values: np.ndarray, w: int, cand: np.ndarray | None = None) -> np.ndarray:
@@ -379,11 +476,10 @@ class BigRegion:
 
 
 def run_big(run: Runner, initial: list[Request], n_nodes: int, failures: list[Failure]) -> int:
-    """FCFS over blocks with backfill into idle gaps; a failure-requeued big job preempts the
+    """FCFS over the node pool with backfill into idle gaps; a failure-requeued big job preempts the
     jobs in its way. Returns the number of instances preempted."""
     region = BigRegion(n_nodes, failures)
     cfg, jobs, out = run.cfg, run.jobs, run.out
-    cols = out.cols
     gpn = cfg.gpus_per_node
     min_run = int(cfg.preempt_min_runtime_h * HOUR)
     victims: dict[int, tuple[Request, np.ndarray]] = {}
@@ -407,9 +503,10 @@ def run_big(run: Runner, initial: list[Request], n_nodes: int, failures: list[Fa
                 region.free[mine] = e
                 region.victim_ok[mine] = False
                 region.last[mine] = -1
-                cols["end"][v], cols["state"][v], cols["exit_code"][v] = (
-                    e, S["PREEMPTED"], E["0:0"])
-                run.requeue(vr, v, cols["start"][v], e)
+                out.set(v, "end", e)
+                out.set(v, "state", S["PREEMPTED"])
+                out.set(v, "exit_code", E["0:0"])
+                run.requeue(vr, v, out.get(v, "start"), e)
                 failures[r.cause].preempted.append(int(jobs.job_id[vr.job]))
                 preempted += 1
         else:
@@ -450,12 +547,15 @@ def schedule(cfg: SimConfig, jobs: Jobs, inst: Instances, big_hi: int, n_nodes: 
         # A size with no lane of its own runs in the next bigger lanes.
         pool_of = {g: next((s for s in sizes if s >= g), sizes[-1]) for g in load}
         node_failures = _node_failures(failures)
-        small_pool = np.asarray([pool_of[int(g)] for g in gpus[small]], dtype=np.int64)
+        lut = np.zeros(gpn + 1, dtype=np.int64)
+        for g, pool in pool_of.items():
+            lut[g] = pool
+        small_pool = lut[gpus[small]]
         for pool in sizes:
             sel = small[small_pool == pool]
             if len(sel):
                 run = Runner(cfg, jobs, failures, out, rng, horizon)
-                run_lanes(run, _initial(inst, sel), pools[pool], node_failures)
+                run_lanes(run, inst, sel, pools[pool], node_failures)
         stats["lanes"] = {g: len(v) for g, v in pools.items()}
     big = order[gpus[order] > gpn]
     if len(big):
