@@ -394,10 +394,10 @@ class BigRegion:
         while True:
             nodes = _first(free, w)
             t = max(e, int(free[nodes].max()))
-            s, i = self.settle(nodes, t)
-            if s == t:
-                return nodes, t, i
+            i = np.searchsorted(self.key, (nodes << SHIFT) + t, side="right") - 1
             inside = (self.fn[i] == nodes) & (self.fr[i] > t)
+            if not inside.any():
+                return nodes, t, i
             if free is self.free:
                 free = self.free.copy()
             free[nodes[inside]] = self.fr[i][inside]
