@@ -76,7 +76,7 @@ class Output:
         self.segments: list[dict[str, np.ndarray]] = []
         self.cols: dict[str, list[int]] = {k: [] for k in FIELDS}
         self.base = 0  # index of the first row in `cols`
-        self.nodesets: list[list[int]] = []  # the nodes of allocations that are not one range
+        self.nodesets: list[np.ndarray] = []  # the nodes of allocations that are not one range
 
     def add(self, r: Request, start: int, end: int, where, state: int, exit_code: int) -> int:
         """`where`: one node (an int), or an allocation's sorted node indices."""
@@ -87,7 +87,7 @@ class Output:
             first, nnodes, nodeset = int(where[0]), len(where), -1
             if int(where[-1]) - first + 1 != nnodes:
                 nodeset = len(self.nodesets)
-                self.nodesets.append(where.tolist())
+                self.nodesets.append(where.astype(np.int32))
         c["nodeset"].append(nodeset)
         c["job"].append(r.job)
         c["submit"].append(r.submit)
