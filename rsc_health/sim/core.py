@@ -36,7 +36,7 @@ class SimResult:
     rf_true: float  # injected failures per node-day of up time
     wall_s: float
     timings: dict[str, float] = field(default_factory=dict)
-    schedule: dict = field(default_factory=dict)  # region sizes, lanes, outage conflicts
+    schedule: dict = field(default_factory=dict)  # region size, lanes, instances preempted
 
 
 def _exclusions(cfg: SimConfig, jobs: Jobs, inst: Instances, plan: FailurePlan, n_nodes: int,
