@@ -157,7 +157,7 @@ class Runner:
         end, state, exit_code, again = self.killed(r, start, killer)
         idx = self.last_idx = self.out.add(r, start, end, where, state, exit_code)
         if again:
-            self.requeue(r, idx, start, end, killer)
+            self.requeue(r, idx, start, end, killer, keep_plan=True)
         return end
 
     def killed(self, r: Request, start: int, killer: int) -> tuple[int, int, int, bool]:
@@ -176,15 +176,27 @@ class Runner:
         f.jobs.append(int(self.jobs.job_id[r.job]))
         return end, state, exit_code, again
 
-    def requeue(self, r: Request, idx: int, start: int, end: int, cause: int = -1) -> None:
+    def requeue(self, r: Request, idx: int, start: int, end: int, cause: int = -1,
+                keep_plan: bool = False) -> None:
         """The next instance: same JobID, the work since the last checkpoint (hourly, Sec. III)
-        lost, eligible after Slurm's requeue hold (credential lifetime + 1 s)."""
+        lost, eligible after Slurm's requeue hold (credential lifetime + 1 s). After the job's own
+        planned requeue it runs the rest of the job's work and completes; after a kill or a
+        preemption (`keep_plan`) it runs the rest of what this instance was going to run and
+        ends as it would have (a program that was going to crash still crashes), so failures
+        do not turn early-ending jobs into full-length ones."""
         if r.generation + 1 >= MAX_ROUNDS or end + 121 >= self.horizon:
             return
         ran = end - start
-        done = r.work_before + max(0, ran - min(ran, HOUR // 2))
-        remaining = max(300, int(self.jobs.runtime[r.job]) - done)
-        nxt = Request(r.job, end, end + 121, remaining, S["COMPLETED"], E["0:0"], idx, done,
+        kept = max(0, ran - min(ran, HOUR // 2))
+        done = r.work_before + kept
+        if keep_plan:
+            remaining, state, exit_code = max(60, r.elapsed - kept), r.state, r.exit_code
+            if state == S["PREEMPTED"]:  # the preemption its plan had in store came early
+                state, exit_code = S["COMPLETED"], E["0:0"]
+        else:
+            remaining = max(300, int(self.jobs.runtime[r.job]) - done)
+            state, exit_code = S["COMPLETED"], E["0:0"]
+        nxt = Request(r.job, end, end + 121, remaining, state, exit_code, idx, done,
                       r.generation + 1, cause)
         self.seq += 1
         heapq.heappush(self.pending, (nxt.eligible, self.seq, nxt))
@@ -307,7 +319,7 @@ def run_lanes(run: Runner, inst: Instances, sel: np.ndarray, lane_nodes: list[in
                 end, state, exit_code, again = run.killed(r, t, killer)
                 fixed.append((k, state, exit_code))
                 if again:
-                    run.requeue(r, base + k, t, end, killer)
+                    run.requeue(r, base + k, t, end, killer, keep_plan=True)
                 starts[k], ends[k], nodes[k] = t, end, lane_nodes[lane]
                 push(free, (until, lane))
                 continue
@@ -506,7 +518,7 @@ def run_big(run: Runner, initial: list[Request], n_nodes: int, failures: list[Fa
                 out.set(v, "end", e)
                 out.set(v, "state", S["PREEMPTED"])
                 out.set(v, "exit_code", E["0:0"])
-                run.requeue(vr, v, out.get(v, "start"), e)
+                run.requeue(vr, v, out.get(v, "start"), e, keep_plan=True)
                 failures[r.cause].preempted.append(int(jobs.job_id[vr.job]))
                 preempted += 1
         else:
