@@ -15,9 +15,9 @@ from rsc_health.hostlist import compress
 from rsc_health.sim import writers
 from rsc_health.sim.config import SimConfig
 from rsc_health.sim.failures import FailurePlan, plan_failures
-from rsc_health.sim.fleet import build_fleet
 from rsc_health.sim.jobs import HOUR, Instances, Jobs, plan_jobs
-from rsc_health.sim.schedule import apply_failures, close_horizon, lemon_job_failures
+from rsc_health.sim.schedule import close_horizon, lemon_job_failures
+from rsc_health.sim.scheduler import schedule
 
 FILES = ("sacct.txt", "events.txt", "checks.jsonl", "exclusions.jsonl", "tickets.csv",
          "truth.json")
@@ -36,6 +36,7 @@ class SimResult:
     rf_true: float  # injected failures per node-day of up time
     wall_s: float
     timings: dict[str, float] = field(default_factory=dict)
+    schedule: dict = field(default_factory=dict)  # region size, lanes, instances preempted
 
 
 def _exclusions(cfg: SimConfig, jobs: Jobs, inst: Instances, plan: FailurePlan, n_nodes: int,
@@ -73,26 +74,27 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
     rng_jobs, rng_fail, rng_apply, rng_write, rng_excl = (np.random.default_rng(s) for s in seeds)
     horizon = int(cfg.days * 24 * HOUR)
     epoch = np.datetime64(cfg.start, "s")
-    fleet = build_fleet(cfg)
 
     def lap(name: str) -> None:
         timings[name] = round(time.perf_counter() - t0 - sum(timings.values()), 3)
 
     say("planning jobs")
-    jobs, inst = plan_jobs(cfg, fleet, rng_jobs)
+    fleet, jobs, inst = plan_jobs(cfg, rng_jobs)
     lap("jobs")
     say("planting failures and lemons")
     plan = plan_failures(cfg, fleet.size, rng_fail)
     lap("failures")
-    say("failing jobs on failing nodes")
-    inst = apply_failures(cfg, fleet, jobs, inst, plan, rng_apply)
+    say("scheduling jobs around the outages")
+    inst, sched = schedule(cfg, jobs, inst, fleet.big_hi, fleet.size, plan.failures, rng_apply,
+                           horizon)
+    nodesets = sched.pop("nodesets")
     lemon_fails = lemon_job_failures(cfg, inst, plan, rng_apply)
     inst = close_horizon(inst, horizon)
     lap("apply")
 
     say("writing sacct.txt")
     n_rows = writers.write_sacct(out / "sacct.txt", epoch, fleet.names, fleet.partitions, jobs,
-                                 inst)
+                                 inst, nodesets=nodesets)
     lap("sacct")
     say("writing events, checks, tickets, exclusions")
     names = fleet.names
@@ -145,4 +147,5 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
         out_dir=out, files={name: out / name for name in FILES}, jobs=truth["jobs"],
         instances=n_rows, failures=len(plan.failures), lemons=lemon_names, rf_true=rf_true,
         wall_s=round(time.perf_counter() - t0, 3), timings=timings,
+        schedule={"big_region_nodes": fleet.big_hi, **sched},
     )

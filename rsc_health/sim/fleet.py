@@ -1,4 +1,4 @@
-"""The simulated fleet: node names and the partitions they are split into."""
+"""The simulated fleet: node names, the two scheduling regions and the partitions over them."""
 
 from __future__ import annotations
 
@@ -15,29 +15,23 @@ class Fleet:
     partitions: list[str]
     part_lo: np.ndarray  # first node index of each partition
     part_hi: np.ndarray  # one past the last node index
+    big_hi: int  # nodes below this index run multi-node jobs, the rest single-node jobs
 
     @property
     def size(self) -> int:
         return len(self.names)
 
-    def partition_of(self, node: np.ndarray) -> np.ndarray:
-        return np.searchsorted(self.part_hi, node, side="right")
 
-
-def build_fleet(cfg: SimConfig) -> Fleet:
+def build_fleet(cfg: SimConfig, big_hi: int) -> Fleet:
+    """Nodes [0, big_hi) run the multi-node jobs, [big_hi, nodes) the single-node jobs. The
+    first partition (`learn`) spans every node; the others (`dev`, `eval`) share the
+    single-node region with it."""
     if cfg.nodes < 1:
         raise ValueError("nodes must be >= 1")
     width = max(4, len(str(cfg.nodes)))
     names = [f"{cfg.node_prefix}{i:0{width}d}" for i in range(1, cfg.nodes + 1)]
-    shares = np.asarray(cfg.partition_shares, dtype=float)
-    shares = shares / shares.sum()
-    # Every partition gets at least one node; the first (the big-job partition) takes the rest.
-    counts = np.maximum(1, np.floor(shares * cfg.nodes).astype(int))
-    if counts.sum() > cfg.nodes:  # tiny fleets: fewer partitions
-        keep = max(1, min(len(counts), cfg.nodes))
-        counts = counts[:keep]
-        counts[:] = 1
-    counts[0] += cfg.nodes - counts.sum()
-    hi = np.cumsum(counts)
-    lo = hi - counts
-    return Fleet(names, list(cfg.partitions[: len(counts)]), lo, hi)
+    n_parts = len(cfg.partitions)
+    lo = np.full(n_parts, big_hi, dtype=np.int64)
+    hi = np.full(n_parts, cfg.nodes, dtype=np.int64)
+    lo[0] = 0
+    return Fleet(names, list(cfg.partitions), lo, hi, int(big_hi))

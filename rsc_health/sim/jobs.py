@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rsc_health.sim.config import SimConfig
-from rsc_health.sim.fleet import Fleet
+from rsc_health.sim.fleet import Fleet, build_fleet
 
 # sacct State values, indexed by the small ints the arrays hold.
 STATES = (
@@ -42,6 +42,7 @@ class Instances:
     exit_code: np.ndarray  # index into EXIT_CODES
     parent: np.ndarray  # instance this one continues (requeue), -1 for the first
     work_before: np.ndarray  # seconds of the job's work its earlier instances kept
+    nodeset: np.ndarray  # index into the scheduler's node lists when not one range, else -1
 
     def __len__(self) -> int:
         return len(self.job)
@@ -75,20 +76,14 @@ class Jobs:
     limit: np.ndarray  # time limit in seconds
 
 
-def place(lo: np.ndarray, hi: np.ndarray, nnodes: np.ndarray, rng) -> np.ndarray:
-    """First node of each allocation. Multi-node jobs get blocks aligned to their size (as a
-    topology-aware scheduler packs them under leaf switches); single nodes go anywhere."""
-    slots = np.maximum(1, (hi - lo) // nnodes)
-    first = lo + (rng.random(len(lo)) * slots).astype(np.int64) * nnodes
-    return np.minimum(first, hi - nnodes)
-
-
-def _sizes(cfg: SimConfig, fleet: Fleet) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _sizes(cfg: SimConfig, big_nodes: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The job sizes that fit: single-node sizes always, multi-node ones within the big-job
+    region."""
     gpus = np.asarray(cfg.size_gpus)
     weights = np.asarray(cfg.size_weights, dtype=float)
     medians = np.asarray(cfg.runtime_median_h, dtype=float)
-    big_nodes = int(fleet.part_hi[0] - fleet.part_lo[0])
-    fits = np.ceil(gpus / cfg.gpus_per_node) <= big_nodes
+    nn = np.ceil(gpus / cfg.gpus_per_node)
+    fits = (gpus <= cfg.gpus_per_node) | (nn <= big_nodes)
     return gpus[fits], weights[fits] / weights[fits].sum(), medians[fits]
 
 
@@ -117,30 +112,50 @@ def _outcomes(
     return outcome
 
 
-def plan_jobs(cfg: SimConfig, fleet: Fleet, rng: np.random.Generator) -> tuple[Jobs, Instances]:
+def plan_jobs(
+    cfg: SimConfig, rng: np.random.Generator
+) -> tuple[Fleet, Jobs, Instances]:
+    """The fleet's two regions and the jobs' first instances (start/end give the planned run
+    time only; the scheduler places them)."""
     horizon = int(cfg.days * 24 * HOUR)
-    sizes, weights, medians = _sizes(cfg, fleet)
-    # Arrivals are sized to keep the fleet at the target utilisation. A pilot draw measures the
-    # GPU-seconds a job really uses (failed, cancelled and preempted jobs end early).
-    capacity = cfg.nodes * cfg.gpus_per_node * horizon * cfg.utilisation
-    # Stratified: the same number of pilot jobs in every size class, since the rare big classes
-    # carry most of the GPU time.
+    # A pilot draw measures the GPU-seconds a job of each size really uses (failed, cancelled
+    # and preempted jobs end early). Stratified: the same number of pilot jobs in every size
+    # class, since the rare big classes carry most of the GPU time.
     per = 4000
-    pilot_sizes = np.repeat(np.arange(len(sizes)), per)
     pilot_rng = np.random.default_rng(rng.integers(2**63))
-    pj, pi = _draw(cfg, fleet, len(pilot_sizes), horizon, pilot_rng, size_idx=pilot_sizes)
+    all_gpus = np.asarray(cfg.size_gpus)
+    pilot_sizes = np.repeat(np.arange(len(all_gpus)), per)
+    _, pi = _draw(cfg, len(pilot_sizes), horizon, pilot_rng, _sizes(cfg, 10**9),
+                  size_idx=pilot_sizes)
     ran = np.bincount(pi.job, weights=pi.end - pi.start, minlength=len(pilot_sizes))
-    per_class = ran.reshape(len(sizes), per).mean(axis=1)
-    used = float(np.sum(weights * sizes * per_class))
+    per_class = ran.reshape(len(all_gpus), per).mean(axis=1)
+    single = all_gpus <= cfg.gpus_per_node
+
+    def split(big_nodes: int) -> tuple[float, float, int]:
+        gpus, weights, _ = _sizes(cfg, big_nodes)
+        used = weights * gpus * per_class[np.isin(all_gpus, gpus)]
+        small_share = float(used[gpus <= cfg.gpus_per_node].sum() / used.sum())
+        n_small = int(min(cfg.nodes, max(1, round(cfg.nodes * small_share))))
+        if single.all() or cfg.nodes == 1:
+            n_small = cfg.nodes
+        return float(used.sum()), small_share, cfg.nodes - n_small
+
+    # Region sizes follow the GPU-time shares of the sizes that fit, which depend on the
+    # big region's size: two rounds settle it.
+    _, _, big = split(cfg.nodes)
+    used, _, big = split(big)
+    fleet = build_fleet(cfg, big)
+    capacity = cfg.nodes * cfg.gpus_per_node * horizon * cfg.utilisation
     n = max(1, int(round(capacity / used)))
-    return _draw(cfg, fleet, n, horizon, rng)
+    jobs, inst = _draw(cfg, n, horizon, rng, _sizes(cfg, big))
+    return fleet, jobs, inst
 
 
 def _draw(
-    cfg: SimConfig, fleet: Fleet, n: int, horizon: int, rng: np.random.Generator,
-    size_idx: np.ndarray | None = None,
+    cfg: SimConfig, n: int, horizon: int, rng: np.random.Generator,
+    classes: tuple[np.ndarray, np.ndarray, np.ndarray], size_idx: np.ndarray | None = None,
 ) -> tuple[Jobs, Instances]:
-    sizes, weights, medians = _sizes(cfg, fleet)
+    sizes, weights, medians = classes
     sigma = cfg.runtime_sigma
     limit_s = cfg.time_limit_h * HOUR
     if size_idx is None:
@@ -150,18 +165,15 @@ def _draw(
     runtime = np.clip(runtime, 60, limit_s).astype(np.int64)
     submit = np.sort(rng.integers(0, horizon, size=n))
     nnodes = np.maximum(1, -(-gpus // cfg.gpus_per_node))
-    # Queue wait grows with size: small jobs minutes, the largest hours.
-    wait = rng.exponential(300 + 600 * np.log2(gpus), size=n).astype(np.int64)
     eligible = submit.copy()
-    start = eligible + wait
+    start = eligible  # planned run time only: the scheduler sets the real start
 
     multi = nnodes > 1
-    n_parts = len(fleet.partitions)
+    n_parts = len(cfg.partitions)
     part_shares = np.asarray(cfg.partition_shares[:n_parts], dtype=float)
     partition = rng.choice(n_parts, size=n, p=part_shares / part_shares.sum())
     partition[multi] = 0
-    lo, hi = fleet.part_lo[partition], fleet.part_hi[partition]
-    first = place(lo, hi, nnodes, rng)
+    first = np.zeros(n, dtype=np.int64)
 
     outcome = _outcomes(cfg, runtime, gpus, rng)
     frac = rng.random(n)
@@ -207,39 +219,6 @@ def _draw(
         exit_code=exit_code,
         parent=np.full(n, -1, dtype=np.int64),
         work_before=np.zeros(n, dtype=np.int64),
+        nodeset=np.full(n, -1, dtype=np.int64),
     )
     return jobs, inst
-
-
-def continuation(
-    cfg: SimConfig, fleet: Fleet, jobs: Jobs, inst: Instances, idx: np.ndarray,
-    rng: np.random.Generator,
-) -> Instances:
-    """The next instance of each requeued instance in `idx`: same JobID, the remaining work,
-    a fresh allocation, and an ordinary ending (completed unless it is hit again)."""
-    j = inst.job[idx]
-    # Work since the last checkpoint is lost: up to the checkpoint interval (hourly, Sec. III).
-    ran = inst.end[idx] - inst.start[idx]
-    done = inst.work_before[idx] + np.maximum(0, ran - np.minimum(ran, HOUR // 2))
-    remaining = np.maximum(300, jobs.runtime[j] - done)
-    submit = inst.end[idx]
-    eligible = submit + 121  # Slurm holds a requeued job for the credential lifetime + 1 s
-    start = eligible + rng.exponential(600, size=len(idx)).astype(np.int64)
-    nnodes = inst.nnodes[idx]
-    part = jobs.partition[j]
-    lo, hi = fleet.part_lo[part], fleet.part_hi[part]
-    first = place(lo, hi, nnodes, rng)
-    n = len(idx)
-    return Instances(
-        job=j,
-        submit=submit,
-        eligible=eligible,
-        start=start,
-        end=start + remaining,
-        first=first,
-        nnodes=nnodes,
-        state=np.full(n, S["COMPLETED"], dtype=np.int8),
-        exit_code=np.zeros(n, dtype=np.int8),
-        parent=idx.astype(np.int64),
-        work_before=done,
-    )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import functools
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -72,9 +73,32 @@ def _tres(gpus: int, nnodes: int) -> str:
     )
 
 
+def _node_ranges(names: list[str]):
+    """A function from sorted node indices to their hostlist, as compress() writes it: ranges
+    found with numpy when every name is one prefix and a number of one width, else compress()."""
+    m = re.match(r"^(.*?)(\d+)$", names[0]) if names else None
+    prefix, width = (m.group(1), len(m.group(2))) if m else ("", 0)
+    nums = [n[len(prefix):] for n in names]
+    if not m or any(not n.startswith(prefix) or len(u) != width or not u.isdigit()
+                    for n, u in zip(names, nums, strict=True)):
+        return lambda idx: compress([names[k] for k in idx])
+
+    def text(idx: np.ndarray) -> str:
+        if len(idx) == 1:
+            return names[int(idx[0])]
+        cut = np.flatnonzero(np.diff(idx) != 1)
+        lo = np.concatenate([[0], cut + 1]).tolist()
+        hi = np.concatenate([cut, [len(idx) - 1]]).tolist()
+        a = idx.tolist()
+        return prefix + "[" + ",".join(nums[a[s]] if s == e else f"{nums[a[s]]}-{nums[a[e]]}"
+                                       for s, e in zip(lo, hi, strict=True)) + "]"
+
+    return text
+
+
 def write_sacct(
     path: Path, epoch: np.datetime64, names: list[str], partitions: list[str], jobs: Jobs,
-    inst: Instances, chunk: int = 250_000,
+    inst: Instances, chunk: int = 250_000, nodesets: list[np.ndarray] | None = None,
 ) -> int:
     """Rows sorted by JobID, a requeued job's instances in order; written in chunks so the
     paper's 4M rows never sit in memory as Python strings at once."""
@@ -87,6 +111,7 @@ def write_sacct(
     parts = np.asarray(partitions, dtype=object)
     cancelled = STATES.index("CANCELLED")
     blocks: dict[tuple[int, int], str] = {}
+    hosts = _node_ranges(names)
     tres: dict[tuple[int, int], str] = {}
     with path.open("w", encoding="utf-8") as fh:
         fh.write("|".join(SACCT_FIELDS) + "\n")
@@ -105,6 +130,8 @@ def write_sacct(
                 if key not in blocks:
                     blocks[key] = compress(names[key[0] : key[0] + key[1]])
                 nodelist[i] = blocks[key]
+            for i in np.flatnonzero(part.nodeset >= 0).tolist():
+                nodelist[i] = hosts(nodesets[int(part.nodeset[i])])
             alloc = []
             for g, n in zip(gpus, nnodes, strict=True):
                 key = (g, n)

@@ -26,3 +26,29 @@ def test_demo_writes_report_and_compares_with_ground_truth(tmp_path):
     # The demo reads back what it ingested, not numbers of its own.
     assert doc["rf_node_days"] > 0
     assert doc["rf_ci_per_1000"][0] <= doc["rf_est_per_1000"] <= doc["rf_ci_per_1000"][1]
+
+
+def test_demo_historian_charges_goodput_to_the_preemptions_failure_requeues_caused(tmp_path):
+    """Fig. 8: a big job requeued after a failure preempts jobs that ran two hours; the
+    historian's goodput metric finds them (ended PREEMPTED as the requeue started, on its
+    nodes) among what it charges to preemption."""
+    from rsc_health.historian import db
+    from rsc_health.historian.metrics.goodput import goodput_lost
+
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(
+        cli, ["demo", "--out", str(out), "--nodes", "128", "--days", "30", "--seed", "3",
+              "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    truth = json.loads((out / "sim" / "truth.json").read_text())
+    victims = {j for f in truth["failures"] for j in f["preempted_jobs"]}
+    assert victims
+    engine = db.connect(json.loads(result.output)["database_url"])
+    try:
+        lost = goodput_lost(engine)
+    finally:
+        engine.dispose()
+    pre = lost[lost["kind"] == "preemption"]
+    assert pre["jobs"].sum() >= len(victims)
+    assert pre["gpu_hours_lost"].sum() > 0
