@@ -3,10 +3,11 @@ attribute, compute every metric, the lemon pass and the nightly report, on SQLit
 PostgreSQL, each phase timed (wall, CPU) with its peak RSS.
 
     python3 benchmarks/bench_pipeline.py [--nodes 3000] [--days 330] [--backend both]
-    python3 benchmarks/bench_pipeline.py --nodes 256 --days 90      # demo scale, ~1 minute
+    python3 benchmarks/bench_pipeline.py --nodes 256 --days 90      # demo scale, < 1 minute
 
 The default is the paper's RSC-1: about 3,000 nodes for 11 months (~4,000,000 sacct rows); that
-takes tens of minutes on 2 cores (see the README's "Performance" section). RSC_BENCH_QUICK=1
+should take 10-20 minutes on 2 cores (1,000 nodes x 120 days: 36 s per database; see the
+README's "Performance" section). RSC_BENCH_QUICK=1
 (`benchmarks/run --quick`) makes the default 64 nodes x 14 days.
 
 Every phase runs in a fresh child process (`--phase`), so its peak RSS (VmHWM, which starts
