@@ -3,7 +3,7 @@
 
     python3 benchmarks/bench_lemons.py --jobs 4000000 --backend both
 
-Jobs, job_nodes and attributions come from bench_metrics' generator (RSC-1-shaped sizes and
+Jobs, job_nodes and attributions come from the shared generator (_synth.py) (RSC-1-shaped sizes and
 outcomes) on a 3,000-node fleet; on top, the lemon inputs: XID check results, out-of-service
 events, repair tickets and job exclusions at the simulator's rates, with 1.5% lemon nodes that
 carry ten times the XID, outage and ticket rates. The pass (features over the 28 days ending
@@ -16,14 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import resource
-import subprocess
 import sys
 import tempfile
 import time
 from datetime import datetime, timedelta
 
-import bench_metrics as bm  # same directory: the shared job generator and loaders
+import _synth as bm  # same directory: the shared job generator and loaders
 import numpy as np
 
 N_NODES = 3000
@@ -108,16 +106,6 @@ def load_lemon_inputs(url: str, data: dict[str, list[dict]]) -> None:
     engine.dispose()
 
 
-def peak_rss_mib() -> float:
-    """This process' own high-water RSS. VmHWM belongs to the address space, so it starts fresh
-    at exec; getrusage's ru_maxrss would carry the forking parent's (the generator's) peak."""
-    with open("/proc/self/status") as fh:
-        for line in fh:
-            if line.startswith("VmHWM:"):
-                return round(int(line.split()[1]) / 1024, 1)
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
-
-
 def run_pass(url: str) -> dict:
     from sqlalchemy import create_engine, func, select
 
@@ -139,20 +127,13 @@ def run_pass(url: str) -> dict:
     out["total_s"] = round(out["features_s"] + out["verdicts_s"], 2)
     out["nodes"] = len(features)
     out["candidates"] = len(verdicts)
-    out["peak_rss_mib"] = peak_rss_mib()
+    out["peak_rss_mib"] = bm.peak_rss_mib()
     return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--jobs", type=int, default=4_000_000)
-    ap.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
-    ap.add_argument(
-        "--pg",
-        default=os.environ.get(
-            "RSC_HEALTH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-        ),
-    )
+    bm.backend_args(ap)
     ap.add_argument("--pass-only", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.pass_only:
@@ -170,9 +151,11 @@ def main() -> None:
         + f" in {time.perf_counter() - t:.1f} s",
         flush=True,
     )
-    backends = ["sqlite", "postgres"] if args.backend == "both" else [args.backend]
     with tempfile.TemporaryDirectory() as tmp:
-        for backend in backends:
+        for backend in bm.backends(args.backend):
+            if backend == "postgres" and (why := bm.pg_unavailable(args.pg)):
+                print(f"postgres: skipped, no server answers at {args.pg}: {why}", flush=True)
+                continue
             t = time.perf_counter()
             if backend == "sqlite":
                 path = os.path.join(tmp, "bench.db")
@@ -182,13 +165,7 @@ def main() -> None:
             load_lemon_inputs(url, extra)
             load_s = time.perf_counter() - t
             try:
-                res = subprocess.run(
-                    [sys.executable, __file__, "--pass-only", url],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
-                figures = json.loads(res.stdout.strip().splitlines()[-1])
+                figures = bm.run_child([sys.executable, __file__, "--pass-only", url])
             finally:
                 if pg_name:
                     bm.drop_postgres(args.pg, pg_name)
@@ -199,7 +176,7 @@ def main() -> None:
                 ("total_s", "s"),
                 ("peak_rss_mib", "MiB"),
             ):
-                print(f"BENCH\tlemons_{backend}\t{metric}\t{figures[metric]}\t{unit}", flush=True)
+                bm.bench(f"lemons_{backend}", metric, figures[metric], unit)
 
 
 if __name__ == "__main__":

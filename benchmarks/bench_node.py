@@ -37,7 +37,8 @@ def measure(argv: list[str]) -> tuple[float, float, float, int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--repeat", type=int, default=15)
+    quick = os.environ.get("RSC_BENCH_QUICK", "") not in ("", "0")  # benchmarks/run --quick
+    ap.add_argument("--repeat", type=int, default=3 if quick else 15)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "node"

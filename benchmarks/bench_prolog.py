@@ -35,7 +35,8 @@ def timed(argv: list[str], env: dict[str, str]) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", type=int, default=20)
+    quick = os.environ.get("RSC_BENCH_QUICK", "") not in ("", "0")  # benchmarks/run --quick
+    ap.add_argument("--runs", type=int, default=3 if quick else 20)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "node"

@@ -13,14 +13,16 @@ Three ways to feed it, from cheapest to most real:
       under --work (or the empty database at URL, e.g. PostgreSQL), then gather + render as of
       the end of the simulated period.
 
-Prints one JSON object: seconds per phase, peak RSS in MiB, the data sizes. The nightly target is
-under 2 minutes on 2 cores (issue 5).
+Prints one JSON object: seconds per phase, peak RSS in MiB, the data sizes, then BENCH lines
+(gather, render and report wall time, CPU time, peak RSS) for benchmarks/run, named
+report_<source>_<database>. The nightly target is under 2 minutes on 2 cores (issue 5).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import sys
 import tempfile
@@ -40,6 +42,11 @@ SIZES = [8, 16, 32, 64, 128, 256, 512, 1024, 2048]
 
 def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # Linux: KiB
+
+
+def cpu_s() -> float:
+    use = resource.getrusage(resource.RUSAGE_SELF)
+    return use.ru_utime + use.ru_stime
 
 
 def synthetic(nodes: int, days: int, lemons: int, seed: int = 0) -> ReportData:
@@ -146,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
                         "PostgreSQL database, instead of a SQLite file under --work")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--as-of", type=datetime.fromisoformat, help="with --db (default: now)")
-    p.add_argument("--nodes", type=int, default=3000, help="--synthetic: nodes")
-    p.add_argument("--days", type=int, default=330, help="--synthetic: days of rolling rates")
+    quick = os.environ.get("RSC_BENCH_QUICK", "") not in ("", "0")
+    p.add_argument("--nodes", type=int, default=256 if quick else 3000, help="--synthetic: nodes")
+    p.add_argument("--days", type=int, default=30 if quick else 330,
+                   help="--synthetic: days of rolling rates")
     p.add_argument("--lemons", type=int, default=25, help="--synthetic: lemon candidates")
     p.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
     p.add_argument("--skip", action="append", default=[], metavar="SECTION",
@@ -158,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     result: dict = {"source": "synthetic"}
     t0 = time.perf_counter()
+    cpu0 = cpu_s()
     if args.db or args.sim_nodes:
         from rsc_health.historian.db import connect
         from rsc_health.report.gather import GatherOptions, gather
@@ -174,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         engine = connect(url)
         result["dialect"] = engine.dialect.name
         t1 = time.perf_counter()
+        c1 = cpu_s()
         marks: list[tuple[str, float]] = []
         opts = GatherOptions.from_config({"skip": args.skip}, {})
         data = gather(engine, as_of, opts,
@@ -181,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         engine.dispose()
         done = time.perf_counter()
         result["gather_s"] = round(done - t1, 2)
+        result["gather_cpu_s"] = round(cpu_s() - c1, 2)
         # Each progress mark starts a step; it ends where the next one starts.
         ends = [t for _, t in marks[1:]] + [done]
         result["gather_steps_s"] = {
@@ -197,8 +209,11 @@ def main(argv: list[str] | None = None) -> int:
         data = synthetic(args.nodes, args.days, args.lemons, args.seed)
     result["rss_before_render_mib"] = round(peak_rss_mib(), 1)
     t2 = time.perf_counter()
+    c2 = cpu_s()
     written = write_report(data, work / "report")
     result["render_s"] = round(time.perf_counter() - t2, 2)
+    result["render_cpu_s"] = round(cpu_s() - c2, 2)
+    result["total_cpu_s"] = round(cpu_s() - cpu0, 2)
     result.update(
         report_s=round(result.get("gather_s", 0) + result["render_s"], 2),
         peak_rss_mib=round(peak_rss_mib(), 1),
@@ -208,6 +223,17 @@ def main(argv: list[str] | None = None) -> int:
         out=str(written.html),
     )
     print(json.dumps(result, indent=2, default=str))
+    name = f"report_{result['source']}" + (f"_{result['dialect']}" if "dialect" in result else "")
+    for metric, key, unit in (
+        ("gather_wall", "gather_s", "s"),
+        ("gather_cpu", "gather_cpu_s", "s"),
+        ("render_wall", "render_s", "s"),
+        ("render_cpu", "render_cpu_s", "s"),
+        ("report_wall", "report_s", "s"),
+        ("peak_rss", "peak_rss_mib", "MiB"),
+    ):
+        if key in result:
+            print(f"BENCH\t{name}\t{metric}\t{result[key]:.2f}\t{unit}", flush=True)
     return 0
 
 
