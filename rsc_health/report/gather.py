@@ -245,21 +245,11 @@ def guard_state(actions: pd.DataFrame, hours: float) -> dict[str, Any]:
 
 
 def refresh_planner_stats(engine: Engine) -> None:
-    """A sampled ANALYZE on SQLite before the report's queries.
+    """Fresh planner statistics before the report's queries (historian.db.refresh_statistics):
+    the historian grows every night, and a plan for last month's sizes can be minutes slower."""
+    from rsc_health.historian.db import refresh_statistics
 
-    Without statistics SQLite plans the lemon features' job_nodes joins as a scan of all of
-    job_nodes in node order (13M rows at the paper's scale: about 50 s) instead of the
-    window's jobs first (about 2 s). Sampling 1000 rows per index keeps it under a second at
-    any size and refreshes the numbers as the historian grows. PostgreSQL's autovacuum keeps
-    its own statistics. A failure (a read-only file, a busy writer) only costs speed."""
-    if engine.dialect.name != "sqlite":
-        return
-    try:
-        with engine.begin() as conn:
-            conn.exec_driver_sql("PRAGMA analysis_limit=1000")
-            conn.exec_driver_sql("ANALYZE")
-    except Exception as exc:  # the report still runs, on the planner's defaults
-        log.warning("could not refresh SQLite planner statistics: %s", exc)
+    refresh_statistics(engine)
 
 
 # --- the gathering itself ---------------------------------------------------------------------

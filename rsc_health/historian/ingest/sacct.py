@@ -34,6 +34,7 @@ from sqlalchemy.exc import OperationalError
 
 from rsc_health import hostlist
 from rsc_health.historian import schema
+from rsc_health.historian.db import refresh_statistics
 from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, run_accounting
 
 FIELDS = (
@@ -54,6 +55,8 @@ FIELDS = (
 )
 CURSOR = "sacct"
 CHUNK_ROWS = 250_000
+# A load this big changes the tables' sizes enough that the planner needs new statistics.
+ANALYZE_AFTER_ROWS = 50_000
 SQLITE_INGEST_CACHE_KIB = 128 * 1024
 NULL_TIMES = ("Unknown", "None", "")
 NO_NODES = ("", "None assigned", "(null)", "None")  # what hostlist.expand reads as no host
@@ -192,6 +195,8 @@ def ingest_text(
                 conn.commit()
             if foreign_keys:
                 _sqlite_foreign_keys(conn, True)
+    if report.written >= ANALYZE_AFTER_ROWS:
+        refresh_statistics(engine)
     return report
 
 
