@@ -90,8 +90,12 @@ def _canonical(df: pd.DataFrame) -> pd.DataFrame:
         df[c] = df[c].astype("int64")
     for c in df.columns[7:]:
         df[c] = df[c].astype(float)
-    keys = ["runtime_hours", "wallclock_hours", "name", "user", "job_ids"]
-    return df.sort_values(keys, ascending=[False, True, True, True, True]).reset_index(drop=True)
+    # Two runs can agree on runtime, wallclock, name, user and size yet differ in GPUs (seen on
+    # the capacity-respecting simulator): every column is a key, so the order is total.
+    keys = ["runtime_hours", "wallclock_hours", "name", "user", "job_ids", "gpus", "nodes",
+            "instances", "interruptions", "queue_hours"]
+    ascending = [False] + [True] * (len(keys) - 1)
+    return df.sort_values(keys, ascending=ascending).reset_index(drop=True)
 
 
 # Per mode, longest first: name, user, job_ids, instances, interruptions, runtime h,
