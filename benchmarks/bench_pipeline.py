@@ -20,10 +20,12 @@ afresh at exec) is that phase's own. The phases call the same functions as `heal
   ingest     sacct (timed on its own: ingest_sacct, and its ratio to read_csv), node events,
              health checks, exclusions, tickets into a fresh historian
   attribute  job failures -> health checks and node events
-  analyze    planner statistics: PostgreSQL's ANALYZE (what autovacuum does within minutes of a
-             bulk load), SQLite's sampled ANALYZE (what the report runs first). Without it
-             (--no-analyze) goodput_lost on a freshly loaded PostgreSQL historian is quadratic:
-             4.4 s at 30,000 sacct rows, 140-186 s at 146,000
+  analyze    planner statistics once more (PostgreSQL ANALYZE, SQLite's sampled ANALYZE). The
+             product does it itself since 2026-11-22: a sacct load of 50k+ rows and every
+             `attribute` run refresh them (historian.db.refresh_statistics), because without
+             them a freshly loaded PostgreSQL historian planned goodput_lost quadratically
+             (140-186 s at 146,000 sacct rows) and attribution for empty tables (183 s at the
+             paper's scale); this phase now costs under a second
   metrics    r_f, outcomes, causes, rolling rates, MTTF, goodput, ETTR runs
   lemons     lemon features and verdicts over the lemon window ending at the simulation's end
   report     gather + render the nightly report as of the simulation's end

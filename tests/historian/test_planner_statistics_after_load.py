@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from rsc_health.historian.ingest import sacct
+from rsc_health.historian.attribute import attribute
+from rsc_health.historian.ingest import checks, sacct
 from tests.historian.conftest import FIXTURES
 
 
@@ -21,7 +22,7 @@ def _statistics(engine) -> dict[str, int]:
         else:
             rows = conn.execute(text(
                 "SELECT tablename, COUNT(*) FROM pg_stats WHERE schemaname = current_schema()"
-                " AND tablename IN ('jobs', 'job_nodes') GROUP BY tablename"
+                " AND tablename IN ('jobs', 'job_nodes', 'check_results') GROUP BY tablename"
             ))
         return {name: int(n) for name, n in rows}
 
@@ -44,3 +45,14 @@ def test_a_big_load_refreshes_the_statistics_and_a_small_one_leaves_them(
     assert report.written > 0
     after = _statistics(historian)
     assert after.get("jobs", 0) > 0 and after.get("job_nodes", 0) > 0
+
+
+def test_attribution_plans_with_statistics_of_what_was_just_loaded(historian, monkeypatch):
+    monkeypatch.setattr(sacct, "ANALYZE_AFTER_ROWS", 10**9)  # a small nightly load
+    sacct.ingest_text(historian, FIXTURES / "sacct_small.txt")
+    checks.ingest_file(historian, FIXTURES / "checks.jsonl")
+    assert _statistics(historian) == {}
+
+    attribute(historian)
+
+    assert _statistics(historian).get("check_results", 0) > 0
