@@ -6,8 +6,8 @@ PostgreSQL, each phase timed (wall, CPU) with its peak RSS.
     python3 benchmarks/bench_pipeline.py --nodes 256 --days 90      # demo scale, < 1 minute
 
 The default is the paper's RSC-1: about 3,000 nodes for 11 months (~4,000,000 sacct rows); that
-should take 10-20 minutes on 2 cores (1,000 nodes x 120 days: 36 s per database; see the
-README's "Performance" section). RSC_BENCH_QUICK=1
+took 6 minutes on 2 cores for both databases on 2026-11-22 (the README's "Performance"
+section has the table). RSC_BENCH_QUICK=1
 (`benchmarks/run --quick`) makes the default 64 nodes x 14 days.
 
 Every phase runs in a fresh child process (`--phase`), so its peak RSS (VmHWM, which starts
