@@ -158,13 +158,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--days", type=int, default=30 if quick else 330,
                    help="--synthetic: days of rolling rates")
     p.add_argument("--lemons", type=int, default=25, help="--synthetic: lemon candidates")
-    p.add_argument("--work", type=Path, help="scratch directory (default: a temp dir)")
+    p.add_argument("--work", type=Path,
+                   help="scratch directory, kept (default: a temp dir, removed at the end)")
     p.add_argument("--skip", action="append", default=[], metavar="SECTION",
                    help="section not gathered (repeatable), as [report] skip")
     args = p.parse_args(argv)
 
-    work = args.work or Path(tempfile.mkdtemp(prefix="bench-report-"))
-    work.mkdir(parents=True, exist_ok=True)
+    if args.work is None:
+        with tempfile.TemporaryDirectory(prefix="bench-report-") as tmp:
+            return _bench(args, Path(tmp), kept=False)
+    args.work.mkdir(parents=True, exist_ok=True)
+    return _bench(args, args.work, kept=True)
+
+
+def _bench(args: argparse.Namespace, work: Path, *, kept: bool) -> int:
     result: dict = {"source": "synthetic"}
     t0 = time.perf_counter()
     cpu0 = cpu_s()
@@ -220,7 +227,7 @@ def main(argv: list[str] | None = None) -> int:
         nodes=len(data.features),
         lemons=len(data.lemons),
         rolling_rows=len(data.rolling),
-        out=str(written.html),
+        out=str(written.html) if kept else "(removed with its temp dir; --work DIR keeps it)",
     )
     print(json.dumps(result, indent=2, default=str))
     name = f"report_{result['source']}" + (f"_{result['dialect']}" if "dialect" in result else "")
