@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from rsc_health.config import state_dir
 from rsc_health.historian import db as hdb
 from rsc_health.historian.ingest import IngestReport
+
+if TYPE_CHECKING:
+    from sqlalchemy import Engine
 
 MAX_BAD_SHOWN = 20
 
@@ -21,6 +27,19 @@ def _engine(ctx: click.Context, *, upgrade: bool = False):
         return hdb.connect(ctx.obj.database_url, upgrade=upgrade)
     except hdb.HistorianError as exc:
         raise click.ClickException(str(exc)) from exc
+
+
+@contextmanager
+def _historian(ctx: click.Context, *errors: type[Exception]) -> Iterator[Engine]:
+    """The historian for one command: its own errors (`errors`) and the database's become a
+    one-line click error, and the engine is closed however the command ends."""
+    engine = _engine(ctx)
+    try:
+        yield engine
+    except (hdb.HistorianError, *errors) as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.dispose()
 
 
 def _print_report(report: IngestReport, as_json: bool) -> None:
@@ -130,8 +149,7 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
     from rsc_health.historian.ingest import sacct
 
     cfg = ctx.obj.config.section("historian")
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx, sacct.SacctError) as engine:
         gpn = int(cfg.get("gpus_per_node", 8))
         if path is not None:
             source = sys.stdin if path == "-" else Path(path)
@@ -145,10 +163,6 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
                 default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 overlap_s=int(cfg.get("sacct_overlap_s", 3600)),
             )
-    except (sacct.SacctError, hdb.HistorianError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    finally:
-        engine.dispose()
     _print_report(report, as_json)
 
 
@@ -162,8 +176,7 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
     from rsc_health.historian.ingest import events
 
     cfg = ctx.obj.config.section("historian")
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx, events.EventsError) as engine:
         if path == "-":
             report = events.ingest_lines(engine, sys.stdin)
         elif path is not None:
@@ -172,10 +185,6 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
             start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
             text = events.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
             report = events.ingest_text(engine, text)
-    except (events.EventsError, hdb.HistorianError) as exc:
-        raise click.ClickException(str(exc)) from exc
-    finally:
-        engine.dispose()
     _print_report(report, as_json)
 
 
@@ -187,14 +196,11 @@ def ingest_checks(ctx: click.Context, path: str, as_json: bool) -> None:
     """Health results from JSON Lines (time, node, check, status, severity, ...)."""
     from rsc_health.historian.ingest import checks
 
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx) as engine:
         if path == "-":
             report = checks.ingest_lines(engine, sys.stdin)
         else:
             report = checks.ingest_file(engine, path)
-    finally:
-        engine.dispose()
     _print_report(report, as_json)
 
 
@@ -206,11 +212,8 @@ def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
     """Nodes jobs excluded, from JSON Lines (job_id, node, time): the simulator's export."""
     from rsc_health.historian.ingest import exclusions
 
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx) as engine:
         report = exclusions.ingest_file(engine, path)
-    finally:
-        engine.dispose()
     _print_report(report, as_json)
 
 
@@ -230,11 +233,8 @@ def ticket_open(ctx: click.Context, node: str, reason: str) -> None:
     """Open a repair ticket for NODE."""
     from rsc_health.historian.ingest import tickets
 
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx) as engine:
         click.echo(f"ticket {tickets.open_ticket(engine, node, reason)} opened for {node}")
-    finally:
-        engine.dispose()
 
 
 @ticket.command("close")
@@ -244,13 +244,8 @@ def ticket_close(ctx: click.Context, ticket_id: int) -> None:
     """Close ticket TICKET_ID."""
     from rsc_health.historian.ingest import tickets
 
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx, tickets.TicketError) as engine:
         closed = tickets.close_ticket(engine, ticket_id)
-    except tickets.TicketError as exc:
-        raise click.ClickException(str(exc)) from exc
-    finally:
-        engine.dispose()
     click.echo(f"ticket {closed.id} for {closed.node} closed")
 
 
@@ -263,11 +258,8 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
     """List tickets, oldest first."""
     from rsc_health.historian.ingest import tickets
 
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx) as engine:
         rows = tickets.list_tickets(engine, open_only=open_only, node=node)
-    finally:
-        engine.dispose()
     if as_json:
         click.echo(
             json.dumps(
@@ -298,13 +290,8 @@ def ticket_import(ctx: click.Context, path: str, as_json: bool) -> None:
     """Import tickets from CSV with columns node,opened,closed,reason."""
     from rsc_health.historian.ingest import tickets
 
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx, tickets.TicketError) as engine:
         report = tickets.import_csv(engine, path)
-    except tickets.TicketError as exc:
-        raise click.ClickException(str(exc)) from exc
-    finally:
-        engine.dispose()
     _print_report(report, as_json)
 
 
@@ -344,9 +331,6 @@ def attribute(ctx: click.Context, since: datetime | None) -> None:
     from rsc_health.historian.attribute import Window
     from rsc_health.historian.attribute import attribute as run
 
-    engine = _engine(ctx)
-    try:
+    with _historian(ctx) as engine:
         report = run(engine, window=Window.from_config(ctx.obj.config), since=since)
-    finally:
-        engine.dispose()
     click.echo(report.summary())

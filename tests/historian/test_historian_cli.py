@@ -55,3 +55,22 @@ def test_database_down_is_one_clear_line(tmp_path):
     )
     assert result.exit_code == 1
     assert "127.0.0.1:1/h is unavailable" in result.output and "pw" not in result.output
+
+
+def test_a_database_that_is_down_is_a_one_line_error_on_every_write_command(tmp_path):
+    down = "postgresql+psycopg://postgres@127.0.0.1:1/rsc_health"  # nothing listens on port 1
+    checks = tmp_path / "checks.jsonl"
+    checks.write_text('{"time": "2026-11-21T00:00:00Z", "node": "n1", "check": "xid", '
+                      '"status": "fail"}\n')
+    for args in (["ingest", "checks", "--file", str(checks)], ["ticket", "open", "n1",
+                 "--reason", "fan"], ["ticket", "list"], ["attribute"]):
+        result = CliRunner().invoke(cli, ["--db", down, *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert "unavailable" in result.output and "Traceback" not in result.output, args
+
+
+def test_closing_a_ticket_that_does_not_exist_says_so(tmp_path):
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    result = CliRunner().invoke(cli, ["--db", url, "ticket", "close", "4711"])
+    assert result.exit_code == 1
+    assert "4711" in result.output and "Traceback" not in result.output
