@@ -23,6 +23,8 @@ from datetime import datetime
 
 import numpy as np
 
+from rsc_health.historian.ingest.sacct import JOB_COLUMNS
+
 QUICK = os.environ.get("RSC_BENCH_QUICK", "") not in ("", "0")
 PG_DEFAULT = os.environ.get(
     "RSC_HEALTH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
@@ -190,24 +192,8 @@ def _tuples(columns: dict[str, np.ndarray], chunk: int = 250_000):
         yield from zip(*(columns[c][lo : lo + chunk].tolist() for c in names), strict=True)
 
 
-JOB_COLS = (
-    "id",
-    "job_id",
-    "job_id_display",
-    "name",
-    "user",
-    "partition",
-    "state",
-    "exit_code",
-    "submit",
-    "eligible",
-    "start",
-    "end",
-    "nnodes",
-    "gpus",
-    "nodelist",
-    "instance_key",
-)
+# The historian's jobs columns as the ingest writes them, with the primary key first.
+JOB_COLS = ("id", *JOB_COLUMNS)
 ATT_COLS = ("job_pk", "node", "cause", "code", "evidence", "kind")
 
 
