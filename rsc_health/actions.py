@@ -31,6 +31,8 @@ from rsc_health.policy import is_ours, parse_reason
 from rsc_health.slurm.api import NodeInfo, RequeueRefused, SlurmAPI, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
+# What `scontrol requeue` says of a job that left the node after squeue listed it.
+LEFT_THE_NODE = ("invalid job id", "already completing", "pending execution")
 
 
 @dataclass
@@ -195,7 +197,9 @@ class Actor:
         reported = set(state.refused_jobs) if state else set()
         out = []
         for job in self.slurm.jobs_on_node(self.node):
-            if job.job_id in skip:
+            # A COMPLETING job is already leaving the node (one we requeued last sweep is, for
+            # a moment, before it turns PENDING): there is nothing left to requeue.
+            if job.job_id in skip or job.state.startswith("COMPLETING"):
                 continue
             if not job.requeue:
                 refused = Action("requeue_refused", self.node, reason, job.job_id,
@@ -209,8 +213,8 @@ class Actor:
                     refused = Action("requeue_refused", self.node, reason, job.job_id,
                                      exc.stderr)
                 except SlurmError as exc:
-                    if "Invalid job id" in str(exc) or "already completing" in str(exc).lower():
-                        continue  # it ended between the listing and the requeue
+                    if any(gone in str(exc).lower() for gone in LEFT_THE_NODE):
+                        continue  # it ended or was requeued between the listing and the requeue
                     raise
             if job.job_id in reported:
                 continue

@@ -102,6 +102,16 @@ def test_xid79_during_a_4_node_job_drains_now_and_the_job_requeues_elsewhere(slu
     assert actions[0] == ("drain_now", None)
     assert sorted(actions[1:]) == [("requeue", job), ("requeue_refused", stubborn)]
     assert c.job(stubborn)["Restarts"] == "0"
+    # The next sweep sees the GPU fail again while the stubborn job still runs on the drained
+    # node: it acts, and the refusal, reported once, is not reported again.
+    inject_xid79(c, victim, seq=1401)
+    again = c.sweep(victim)
+    # The requeued job is COMPLETING or PENDING by now: not a Slurm failure, nothing to requeue.
+    assert again.returncode == 0 and "Slurm unavailable" not in again.stderr, again.stderr
+    assert c.job_state(stubborn) == "RUNNING"
+    refused = [r["job_id"] for r in c.spool(victim)
+               if r["kind"] == "action" and r["action"] == "requeue_refused"]
+    assert refused == [stubborn]
 
     # Same Job ID, restarted once, completed on nodes that exclude the drained one.
     c.wait_for(lambda: c.job_state(job) == "COMPLETED", 120, "requeued job COMPLETED")

@@ -11,7 +11,7 @@ from rsc_health.actions import Actor, guard_limit
 from rsc_health.config import load_config
 from rsc_health.model import Finding, Severity, Status
 from rsc_health.policy import decide
-from rsc_health.slurm.api import JobInfo, NodeInfo, RequeueRefused
+from rsc_health.slurm.api import JobInfo, NodeInfo, RequeueRefused, SlurmCommandError
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -47,6 +47,9 @@ class MemorySlurm:
         if job_id == "refuses":
             raise RequeueRefused(["scontrol", "requeue", job_id], 1,
                                  "Requested operation is presently disabled for job")
+        if job_id == "went_pending":  # requeued by someone else after squeue listed it
+            raise SlurmCommandError(["scontrol", "requeue", job_id], 1,
+                                    f"Job is pending execution for job {job_id}")
 
     def jobs_on_node(self, node):
         return self.jobs.get(node, [])
@@ -221,3 +224,15 @@ def test_a_refused_requeue_is_reported_once_while_the_node_stays_drained(cfg, tm
     assert [(a.action, a.job_id) for a in again] == [("requeue_refused", "9")]
     assert [r["job_id"] for r in spooled(tmp_path) if r["action"] == "requeue_refused"] == [
         "8", "refuses", "9"]
+
+
+def test_jobs_already_leaving_the_node_are_not_requeued_and_do_not_stop_the_sweep(cfg, tmp_path):
+    # What the sweep after a requeue sees on a real cluster: the requeued job COMPLETING on the
+    # drained node, or PENDING by the time scontrol requeue reaches it.
+    slurm = MemorySlurm()
+    slurm.jobs["n01"] = [JobInfo("5", "COMPLETING"), JobInfo("went_pending", "RUNNING"),
+                         JobInfo("7", "RUNNING")]
+    verdict = decide([finding("xid79", repair=True, family="xid")])
+    actions = actor(slurm, cfg, tmp_path).apply(verdict)
+    assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", "7")]
+    assert ("requeue", "5") not in slurm.calls
