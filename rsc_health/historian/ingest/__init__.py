@@ -96,6 +96,37 @@ def parse_time(text: str) -> datetime:
     return value
 
 
+def upsert_sql(
+    conn: Connection,
+    table: str,
+    columns: Sequence[str],
+    source: str,
+    *,
+    conflict: Sequence[str],
+    update: Sequence[str] = (),
+) -> str:
+    """INSERT INTO table (columns) <source> ON CONFLICT: update `update`, or do nothing.
+
+    `source` is `VALUES (...)` with the driver's placeholders or a SELECT. Only rows whose
+    values changed are rewritten, so re-reading an unchanged file writes no pages."""
+    quote = conn.dialect.identifier_preparer.quote
+    name = quote(table)
+    sql = (
+        f"INSERT INTO {name} ({', '.join(quote(c) for c in columns)}) {source} "
+        f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
+    )
+    if not update:
+        return sql + "DO NOTHING"
+    distinct = "IS DISTINCT FROM" if conn.dialect.name == "postgresql" else "IS NOT"
+    return (
+        sql
+        + "DO UPDATE SET "
+        + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in update)
+        + " WHERE "
+        + " OR ".join(f"{name}.{quote(c)} {distinct} excluded.{quote(c)}" for c in update)
+    )
+
+
 def bulk_write(
     conn: Connection,
     table: Table,
@@ -112,25 +143,9 @@ def bulk_write(
     """
     if not rows:
         return 0
-    quote = conn.dialect.identifier_preparer.quote
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
-    sql = (
-        f"INSERT INTO {quote(table.name)} ({', '.join(quote(c) for c in columns)}) "
-        f"VALUES ({', '.join([mark] * len(columns))}) "
-        f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
-    )
-    if update:
-        sql += "DO UPDATE SET " + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in update)
-        # Rewrite only rows that changed: re-reading an unchanged file then writes no pages.
-        name = quote(table.name)
-        sql += " WHERE " + " OR ".join(
-            f"{name}.{quote(c)} IS DISTINCT FROM excluded.{quote(c)}"
-            if conn.dialect.name == "postgresql"
-            else f"{name}.{quote(c)} IS NOT excluded.{quote(c)}"
-            for c in update
-        )
-    else:
-        sql += "DO NOTHING"
+    values = f"VALUES ({', '.join([mark] * len(columns))})"
+    sql = upsert_sql(conn, table.name, columns, values, conflict=conflict, update=update)
     for start in range(0, len(rows), BATCH_ROWS):
         conn.exec_driver_sql(sql, rows[start : start + BATCH_ROWS])
     return len(rows)

@@ -35,7 +35,13 @@ from sqlalchemy.exc import OperationalError
 from rsc_health import hostlist
 from rsc_health.historian import schema
 from rsc_health.historian.db import refresh_statistics
-from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, run_accounting
+from rsc_health.historian.ingest import (
+    BATCH_ROWS,
+    IngestReport,
+    bulk_write,
+    run_accounting,
+    upsert_sql,
+)
 
 FIELDS = (
     "JobIDRaw",
@@ -446,17 +452,8 @@ def _is_range(nodelist: str) -> bool:
 
 
 def _upsert_sql(conn, source: str) -> str:
-    quote = conn.dialect.identifier_preparer.quote
-    pg = conn.dialect.name == "postgresql"
-    distinct = "IS DISTINCT FROM" if pg else "IS NOT"
-    return (
-        f"INSERT INTO jobs ({', '.join(quote(c) for c in JOB_COLUMNS)}) {source} "
-        "ON CONFLICT (instance_key) DO UPDATE SET "
-        + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in UPDATABLE)
-        # Rewrite only rows that changed: re-reading an unchanged file then writes no pages.
-        + " WHERE "
-        + " OR ".join(f"jobs.{quote(c)} {distinct} excluded.{quote(c)}" for c in UPDATABLE)
-    )
+    return upsert_sql(conn, "jobs", JOB_COLUMNS, source, conflict=("instance_key",),
+                      update=UPDATABLE)
 
 
 def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:
