@@ -124,13 +124,9 @@ def _backend_phase(name: str, engine, cfg, sim_dir: Path) -> dict:
         attribute(engine, window=AttributionWindow.from_config(cfg))
         return {}
     if name == "analyze":
-        from rsc_health.report.gather import refresh_planner_stats
+        from rsc_health.historian.db import refresh_statistics
 
-        if engine.dialect.name == "postgresql":
-            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
-                conn.exec_driver_sql("ANALYZE")
-        else:
-            refresh_planner_stats(engine)
+        refresh_statistics(engine)
         return {}
     if name == "metrics":
         from rsc_health.historian.metrics._sql import Window

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
+from rsc_health.historian.db import refresh_statistics
 from rsc_health.historian.schema import node_actions
 from rsc_health.report.data import COLUMNS, ReportData, empty_frame
 
@@ -244,14 +245,6 @@ def guard_state(actions: pd.DataFrame, hours: float) -> dict[str, Any]:
             "held": len(nodes)}
 
 
-def refresh_planner_stats(engine: Engine) -> None:
-    """Fresh planner statistics before the report's queries (historian.db.refresh_statistics):
-    the historian grows every night, and a plan for last month's sizes can be minutes slower."""
-    from rsc_health.historian.db import refresh_statistics
-
-    refresh_statistics(engine)
-
-
 # --- the gathering itself ---------------------------------------------------------------------
 
 
@@ -272,7 +265,7 @@ def gather(
     if progress:
         progress("planner statistics")
     started = time.perf_counter()
-    refresh_planner_stats(engine)
+    refresh_statistics(engine)  # the historian grows every night: plan for today's sizes
     data.timings["planner statistics"] = round(time.perf_counter() - started, 3)
 
     def step(section: str, label: str, produce: Callable[[], Any]) -> Any:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from sqlalchemy import text
 
-from rsc_health.historian.db import connect
-from rsc_health.report.gather import GatherOptions, gather, refresh_planner_stats
+from rsc_health.historian.db import connect, refresh_statistics
+from rsc_health.report.gather import GatherOptions, gather
 from tests.report.test_gather import AS_OF, LEMON_RULES, populate
 
 
@@ -39,7 +39,7 @@ def test_a_read_only_historian_still_gets_its_report(tmp_path):
     populate(writer)
     writer.dispose()
     engine = connect(f"sqlite:///file:{path}?mode=ro&uri=true")
-    refresh_planner_stats(engine)  # logs and carries on: only speed is lost
+    refresh_statistics(engine)  # logs and carries on: only speed is lost
     data = gather(engine, AS_OF, GatherOptions(lemon=LEMON_RULES))
     assert len(data.features) == 3 and "features" not in data.notes
     with engine.connect() as conn:
