@@ -43,6 +43,13 @@ def gpu_backend(cfg: Config, root: Path):
     return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)))
 
 
+def mounts_to_probe(cfg: Config, present: list[mounts.Mount]) -> list[str]:
+    """The expected mounts that are mounted: the ones statvfs must answer for."""
+    mounted = {m.path for m in present}
+    expected = [m.get("path") for m in cfg.get("mounts.expected", []) if m.get("path")]
+    return [p for p in expected if p in mounted]
+
+
 def flatten_counters(state: NodeState) -> dict[str, int]:
     out: dict[str, int] = {}
     if state.gpu:
@@ -113,10 +120,8 @@ def collect_all(
         state.ib_ports = guard("infiniband", "sysfs", lambda: infiniband.collect(root))
     if "mount" in want:
         state.mounts = guard("mount", "/proc/mounts", lambda: mounts.collect(root))
-        expected = [m.get("path") for m in cfg.get("mounts.expected", []) if m.get("path")]
-        present = {m.path for m in state.mounts or []}
         timeout = probe_timeout_s or float(cfg.get("mounts.probe_timeout_s", 2.0))
-        to_probe = [p for p in expected if p in present]
+        to_probe = mounts_to_probe(cfg, state.mounts or [])
         replay = str(cfg.get("mounts.probe_replay_file", "") or "")
         if replay:  # a snapshot's recorded outcomes, not this machine's statvfs
             state.mount_probes = guard("mount", replay, lambda: mounts.replayed_probes(

@@ -196,11 +196,10 @@ def _probe_mounts(cfg: Config, root: Path) -> dict[str, dict]:
     from dataclasses import asdict
 
     from rsc_health.collect import mounts
+    from rsc_health.collect.node import mounts_to_probe
 
-    present = {m.path for m in mounts.collect(root)}
-    expected = [m.get("path") for m in cfg.get("mounts.expected", []) if m.get("path")]
     timeout = float(cfg.get("mounts.probe_timeout_s", 2.0))
-    probes = mounts.probe(root, [p for p in expected if p in present], timeout)
+    probes = mounts.probe(root, mounts_to_probe(cfg, mounts.collect(root)), timeout)
     return {p: asdict(r) for p, r in probes.items()}
 
 
