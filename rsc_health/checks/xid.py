@@ -30,8 +30,8 @@ def check(state, cfg: dict) -> list[Finding]:
     # One finding per GPU, XID and line severity: an application storm of 500 XID 13 lines is
     # one WARN with a count, not 500 rows (the first event's details are kept).
     groups: dict[tuple[str, int, str | None, str | None], list] = {}
-    for ev in _latest_recovery_only(state.xid_events, by_pci):
-        comp = by_pci.get(_pci_key(ev.pci), ev.pci)
+    located = [(by_pci.get(_pci_key(ev.pci), ev.pci), ev) for ev in state.xid_events]
+    for comp, ev in _latest_recovery_only(located):
         groups.setdefault((comp, ev.xid, ev.severity, ev.recovery), []).append(ev)
     out: list[Finding] = []
     for (comp, xid, line_sev, recovery), events in groups.items():
@@ -61,12 +61,9 @@ def check(state, cfg: dict) -> list[Finding]:
     return out
 
 
-def _latest_recovery_only(events, by_pci: dict[str, str]) -> list:
+def _latest_recovery_only(located: list[tuple[str, object]]) -> list[tuple[str, object]]:
     """XID 154 states what a GPU needs *now*: only each GPU's last one counts (a reset that
     happened logs "... to 0x0 (None)" after the "... to 0x1 (GPU Reset Required)")."""
-    last = {}
-    for i, ev in enumerate(events):
-        if ev.recovery is not None:
-            last[by_pci.get(_pci_key(ev.pci), ev.pci)] = i
+    last = {comp: i for i, (comp, ev) in enumerate(located) if ev.recovery is not None}
     keep = set(last.values())
-    return [ev for i, ev in enumerate(events) if ev.recovery is None or i in keep]
+    return [(c, ev) for i, (c, ev) in enumerate(located) if ev.recovery is None or i in keep]
