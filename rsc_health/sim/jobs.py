@@ -53,11 +53,13 @@ class Instances:
     @staticmethod
     def concat(parts: list[Instances]) -> Instances:
         return Instances(
-            **{k: np.concatenate([getattr(p, k) for p in parts]) for k in _FIELDS}
+            **{k: np.concatenate([getattr(p, k) for p in parts]) for k in INSTANCE_FIELDS}
         )
 
 
-_FIELDS = tuple(Instances.__dataclass_fields__)
+INSTANCE_FIELDS = tuple(Instances.__dataclass_fields__)
+# Column types other than int64 (state and exit code are small indexes).
+INSTANCE_DTYPES = {"state": np.int8, "exit_code": np.int8}
 
 EXIT_CODES = ("0:0", "1:0", "2:0", "127:0", "0:9", "0:15", "0:125", "0:6", "139:0")
 E = {code: i for i, code in enumerate(EXIT_CODES)}

@@ -45,7 +45,15 @@ import numpy as np
 
 from rsc_health.sim.config import SimConfig
 from rsc_health.sim.failures import Failure
-from rsc_health.sim.jobs import HOUR, E, Instances, Jobs, S
+from rsc_health.sim.jobs import (
+    HOUR,
+    INSTANCE_DTYPES,
+    INSTANCE_FIELDS,
+    E,
+    Instances,
+    Jobs,
+    S,
+)
 
 MAX_ROUNDS = 8  # requeue generations; a crash loop longer than this is cut short
 INF = np.int64(1) << 60
@@ -74,7 +82,7 @@ class Output:
 
     def __init__(self) -> None:
         self.segments: list[dict[str, np.ndarray]] = []
-        self.cols: dict[str, list[int]] = {k: [] for k in FIELDS}
+        self.cols: dict[str, list[int]] = {k: [] for k in INSTANCE_FIELDS}
         self.base = 0  # index of the first row in `cols`
         self.nodesets: list[np.ndarray] = []  # the nodes of allocations that are not one range
 
@@ -111,9 +119,9 @@ class Output:
     def _flush(self) -> None:
         n = len(self.cols["job"])
         if n:
-            self.segments.append({k: np.asarray(v, dtype=DTYPES.get(k, np.int64))
+            self.segments.append({k: np.asarray(v, dtype=INSTANCE_DTYPES.get(k, np.int64))
                                   for k, v in self.cols.items()})
-            self.cols = {k: [] for k in FIELDS}
+            self.cols = {k: [] for k in INSTANCE_FIELDS}
             self.base += n
 
     def block(self, seg: dict[str, np.ndarray]) -> int:
@@ -127,12 +135,12 @@ class Output:
     def instances(self) -> Instances:
         self._flush()
         if not self.segments:
-            return Instances(**{k: np.zeros(0, dtype=DTYPES.get(k, np.int64)) for k in FIELDS})
-        return Instances(**{k: np.concatenate([g[k] for g in self.segments]) for k in FIELDS})
-
-
-FIELDS = tuple(Instances.__dataclass_fields__)
-DTYPES = {"state": np.int8, "exit_code": np.int8}
+            return Instances(
+                **{k: np.zeros(0, dtype=INSTANCE_DTYPES.get(k, np.int64)) for k in INSTANCE_FIELDS}
+            )
+        return Instances(
+            **{k: np.concatenate([g[k] for g in self.segments]) for k in INSTANCE_FIELDS}
+        )
 
 
 class Runner:
@@ -259,7 +267,7 @@ def run_lanes(run: Runner, inst: Instances, sel: np.ndarray, lane_nodes: list[in
     heap pop and push. Repairs, kills and continuations take the slow path."""
     out = run.out
     n = len(sel)
-    seg = {k: getattr(inst, k)[sel] for k in FIELDS}
+    seg = {k: getattr(inst, k)[sel] for k in INSTANCE_FIELDS}
     seg["nnodes"] = np.ones(n, dtype=np.int64)
     seg["parent"] = np.full(n, -1, dtype=np.int64)
     seg["work_before"] = np.zeros(n, dtype=np.int64)
