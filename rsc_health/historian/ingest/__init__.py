@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Connection, Table
+from sqlalchemy import Connection, Engine, Table
 
 BATCH_ROWS = 10_000
 
@@ -97,7 +97,7 @@ def parse_time(text: str) -> datetime:
 
 
 def upsert_sql(
-    conn: Connection,
+    conn: Connection | Engine,
     table: str,
     columns: Sequence[str],
     source: str,

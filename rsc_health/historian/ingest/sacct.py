@@ -6,33 +6,35 @@ apart by `instance_key` = JobIDRaw:Submit:Start. Columns are matched by header n
 order. Times are taken as UTC: we run sacct with TZ=UTC, and a file should be made the same
 way (`TZ=UTC sacct ...`).
 
-Speed matters (a large cluster's year is millions of rows), so the file is parsed by pandas'
-C reader in chunks and every transform is vectorised or one list comprehension per column; the
-hostlist expansion is done once per distinct NodeList string, and the database itself turns
-those into job_nodes rows (one JSON array per NodeList in a temporary table). Jobs go in with
-the driver's executemany on SQLite and with COPY into a temporary table plus one
-INSERT ... SELECT ... ON CONFLICT on PostgreSQL. A first backfill (empty jobs table) drops
-the secondary indexes (and on PostgreSQL job_nodes' key and foreign key) and adds them back,
-sorted, at the end of the same transaction.
+Speed matters (a large cluster's year is millions of rows). `sacct_parse` reads and checks
+the file with Arrow, block by block. Each NodeList is expanded once, and the database itself
+turns those into job_nodes rows (one JSON array per NodeList in a temporary table).
+
+How the rows go in:
+- A first backfill into a SQLite file that nobody else has open is written by
+  `sqlite_bulk` (ADBC: Arrow columns bound in C).
+- Any other SQLite load goes through the driver's executemany.
+- PostgreSQL takes COPY into a temporary table plus one INSERT ... SELECT ... ON CONFLICT.
+
+A first backfill (empty jobs table) drops the secondary indexes (and on PostgreSQL job_nodes'
+key and foreign key) and adds them back, sorted, at the end of the same transaction.
 """
 
 from __future__ import annotations
 
 import io
-import json
-import re
-import warnings
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from sqlalchemy import Engine, inspect, select
 from sqlalchemy.exc import OperationalError
+from sqlalchemy.schema import CreateIndex
 
-from rsc_health import hostlist
 from rsc_health.historian import schema
 from rsc_health.historian.db import refresh_statistics
 from rsc_health.historian.ingest import (
@@ -40,58 +42,27 @@ from rsc_health.historian.ingest import (
     IngestReport,
     bulk_write,
     run_accounting,
+    sqlite_bulk,
     upsert_sql,
 )
-
-FIELDS = (
-    "JobIDRaw",
-    "JobID",
-    "JobName",
-    "User",
-    "Partition",
-    "State",
-    "ExitCode",
-    "Submit",
-    "Eligible",
-    "Start",
-    "End",
-    "NNodes",
-    "NodeList",
-    "AllocTRES",
+from rsc_health.historian.ingest.prefetch import prefetch
+from rsc_health.historian.ingest.sacct_parse import (
+    FIELDS,
+    JOB_COLUMNS,
+    BlockProblems,
+    SacctError,
+    blocks,
 )
+
+__all__ = ["FIELDS", "JOB_COLUMNS", "SacctError", "ingest_text", "ingest_incremental"]
+
 CURSOR = "sacct"
-CHUNK_ROWS = 250_000
 # A load this big changes the tables' sizes enough that the planner needs new statistics.
 ANALYZE_AFTER_ROWS = 50_000
 SQLITE_INGEST_CACHE_KIB = 128 * 1024
-NULL_TIMES = ("Unknown", "None", "")
-NO_NODES = ("", "None assigned", "(null)", "None")  # what hostlist.expand reads as no host
 _SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
-_SKIPPED_LINE = re.compile(r"Skipping line (\d+): (.*)")
-
-JOB_COLUMNS = (
-    "job_id",
-    "job_id_display",
-    "name",
-    "user",
-    "partition",
-    "state",
-    "exit_code",
-    "submit",
-    "eligible",
-    "start",
-    "end",
-    "nnodes",
-    "gpus",
-    "nodelist",
-    "instance_key",
-)
 # A running job's row is re-read later with its final state: these may change, nothing else.
 UPDATABLE = ("state", "exit_code", "eligible", "end", "gpus", "nodelist", "nnodes")
-
-
-class SacctError(RuntimeError):
-    pass
 
 
 def sacct_argv(start: str, end: str) -> list[str]:
@@ -114,96 +85,53 @@ def run_sacct(start: str, end: str, timeout_s: float) -> str:
     return run_accounting(sacct_argv(start, end), timeout_s, SacctError)
 
 
-def _times(raw: pd.Series, name: str, bad: pd.Series, why: pd.Series) -> np.ndarray:
-    """sacct times -> DB text (None for Unknown/None); marks unparsable values bad."""
-    parsed = pd.to_datetime(raw, format=_SACCT_TIME, errors="coerce")
-    is_null = raw.isin(NULL_TIMES)
-    wrong = parsed.isna() & ~is_null
-    if wrong.any():
-        why.loc[wrong & ~bad] = name + " is not a time: " + raw[wrong & ~bad]
-        bad |= wrong
-    ok = (~parsed.isna()).to_numpy()
-    # "2024-03-01T08:00:00" -> "2024-03-01 08:00:00.000000", SQLAlchemy's stored form; a
-    # parsed value has exactly one "T" (replace + concatenation measured a third faster than
-    # slicing into an f-string, and faster than building the characters in numpy)
-    text = np.array(
-        [
-            t.replace("T", " ") + ".000000" if good else None
-            for t, good in zip(raw.to_numpy(dtype=object).tolist(), ok.tolist(), strict=True)
-        ],
-        dtype=object,
-    )
-    return text
-
-
-_GPU_UNTYPED = re.compile(r"(?:^|,)gres/gpu=(\d+)")
-_GPU_TYPED = re.compile(r"(?:^|,)gres/gpu:[^=,]+=(\d+)")
-
-
-def gpus_in_tres(tres: str) -> int | None:
-    """GPUs in an AllocTRES string: `gres/gpu=N`, else the sum of `gres/gpu:<type>=N`."""
-    m = _GPU_UNTYPED.search(tres)
-    if m:
-        return int(m.group(1))
-    typed = _GPU_TYPED.findall(tres)
-    return sum(int(n) for n in typed) if typed else None
-
-
-def _per_distinct(column: pd.Series, fn) -> pd.Series:
-    """fn over a column with few distinct values (State, AllocTRES), once per value."""
-    codes, uniques = pd.factorize(column)
-    mapped = np.array([fn(u) for u in uniques.tolist()] + [None], dtype=object)
-    return pd.Series(mapped[codes], index=column.index, dtype=object)
-
-
-def _chunks(source: io.TextIOBase | Path) -> Iterator[tuple[pd.DataFrame, list[tuple[int, str]]]]:
-    """(chunk, [(line, message) for lines with the wrong number of fields]) pairs."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        reader = pd.read_csv(
-            source,
-            sep="|",
-            dtype=str,
-            keep_default_na=False,
-            na_filter=False,
-            quoting=3,  # csv.QUOTE_NONE: sacct never quotes; a '"' in a job name is literal
-            on_bad_lines="warn",
-            skip_blank_lines=False,
-            chunksize=CHUNK_ROWS,
-            engine="c",
-        )
-        for chunk in reader:
-            short = []
-            for w in caught:
-                for m in _SKIPPED_LINE.finditer(str(w.message)):
-                    short.append((int(m.group(1)), m.group(2).strip()))
-            caught.clear()
-            yield chunk, short
-
-
 def ingest_text(
     engine: Engine, source: io.TextIOBase | Path | str, *, gpus_per_node: int = 8
 ) -> IngestReport:
     """Load sacct --parsable2 output (a path, an open file, or the text itself)."""
-    if isinstance(source, str):
-        source = io.StringIO(source)
     report = IngestReport("sacct")
-    nodes_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
+    hosts_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
+    # Parsing runs a block ahead of the writes, on a second thread.
+    parsed = _reported(
+        prefetch(blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache)), report
+    )
     with engine.connect() as conn:
         rollback_journal = _sqlite_bulk_journal(conn)
-        foreign_keys = _sqlite_foreign_keys(conn, False)
-        try:
-            with conn.begin():
-                _load(conn, source, report, gpus_per_node, nodes_cache)
-        finally:
-            if rollback_journal:
+    try:
+        bulk_file = sqlite_bulk.usable_file(engine) if rollback_journal else None
+        if bulk_file is not None:
+            sqlite_bulk.run(engine, bulk_file, lambda cursor: _bulk_load(cursor, engine, parsed))
+        else:
+            with engine.connect() as conn:
+                foreign_keys = _sqlite_foreign_keys(conn, False)
+                try:
+                    with conn.begin():
+                        _load(conn, parsed)
+                finally:
+                    if foreign_keys:
+                        _sqlite_foreign_keys(conn, True)
+    finally:
+        if rollback_journal:
+            with engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
                 conn.commit()
-            if foreign_keys:
-                _sqlite_foreign_keys(conn, True)
     if report.written >= ANALYZE_AFTER_ROWS:
         refresh_statistics(engine)
     return report
+
+
+def _reported(parsed, report: IngestReport):
+    """The parsed blocks, with what each could not take added to `report` as it goes and
+    the rows each hands on counted as written."""
+    problems: BlockProblems
+    for block, problems in parsed:
+        for line, message in problems.bad:
+            report.add_bad(line, message)
+        report.read += problems.read
+        report.skipped += problems.pending
+        report.written += block.jobs.num_rows
+        yield block
+    report.bad.sort(key=lambda b: b.line)
 
 
 def _sqlite_foreign_keys(conn, on: bool) -> bool:
@@ -219,8 +147,7 @@ def _sqlite_foreign_keys(conn, on: bool) -> bool:
     return was
 
 
-def _load(conn, source, report: IngestReport, gpus_per_node: int, nodes_cache: dict) -> None:
-    next_line = 2  # line 1 is the header
+def _load(conn, parsed) -> None:
     if conn.dialect.name == "sqlite":
         # A big file inserts into indexes far larger than SQLite's 2 MiB default page
         # cache; a bigger cache for this connection cuts ingest CPU by about a fifth.
@@ -233,26 +160,81 @@ def _load(conn, source, report: IngestReport, gpus_per_node: int, nodes_cache: d
             conn.exec_driver_sql("BEGIN")
     deferred = _defer_indexes(conn)
     restore = _defer_pg_constraints(conn, bool(deferred))
-    for chunk, short in _chunks(source):
-        missing = [f for f in FIELDS if f not in chunk.columns]
-        if missing:
-            raise SacctError(f"sacct output lacks column(s) {', '.join(missing)}")
-        # The C reader drops malformed lines; rebuild each kept row's line number.
-        skipped = {line for line, _ in short}
-        for line, message in short:
-            report.add_bad(line, message)
-        # Lines next_line.. minus the skipped ones, as many as the chunk has rows.
-        span = np.arange(next_line, next_line + len(chunk) + len(skipped) + 1)
-        lines = span[~np.isin(span, list(skipped))][: len(chunk)]
-        next_line = int(lines[-1]) + 1 if len(lines) else next_line
-        while next_line in skipped:
-            next_line += 1
-        report.read += len(chunk) + len(short)
-        _load_chunk(conn, chunk, lines, report, gpus_per_node, nodes_cache)
+    for block in parsed:
+        columns = [block.jobs.column(c).to_pylist() for c in JOB_COLUMNS]
+        _write_jobs(conn, columns, block.hosts_json())
     for index in deferred:
         index.create(conn)
     for statement in restore:
         conn.exec_driver_sql(statement)
+
+
+def _bulk_load(cursor, engine: Engine, parsed) -> None:
+    """A first backfill on an ADBC cursor (sqlite_bulk): the same statements as `_load`'s
+    SQLite path, with each block's Arrow columns bound in C."""
+    indexes = [
+        ix
+        for table in (schema.jobs, schema.job_nodes)
+        for ix in table.indexes
+        if ix.name in DEFERRABLE_INDEXES
+    ]
+    quote = engine.dialect.identifier_preparer.quote
+    for index in indexes:
+        cursor.execute(f"DROP INDEX IF EXISTS {quote(index.name)}")
+    cursor.execute(f"CREATE TEMP TABLE IF NOT EXISTS ingest_hosts ({_HOSTS_DDL})")
+    upsert = _upsert_sql(engine, f"VALUES ({', '.join('?' * len(JOB_COLUMNS))})")
+    for block in parsed:
+        if not block.jobs.num_rows:
+            continue
+        max_before = _max_id(cursor)
+        cursor.executemany(upsert, block.jobs)
+        if _max_id(cursor) == max_before + block.jobs.num_rows:
+            # Every row was new, so row i got id max_before + 1 + i: bind job_nodes as is.
+            pk = pc.add(block.job_nodes.column("row"), max_before + 1)
+            cursor.executemany(
+                "INSERT INTO job_nodes (job_pk, node) VALUES (?, ?)",
+                pa.table({"job_pk": pk, "node": block.job_nodes.column("node")}),
+            )
+            continue
+        # An instance seen earlier in the file was updated, not added: let the database
+        # match the new rows to their hosts.
+        hosts = block.hosts_json()
+        cursor.execute("DELETE FROM temp.ingest_hosts")
+        cursor.executemany(
+            "INSERT INTO temp.ingest_hosts VALUES (?, ?)",
+            pa.table({"nodelist": list(hosts), "hosts": list(hosts.values())},
+                     schema=_HOSTS_SCHEMA),
+        )
+        cursor.execute(_job_nodes_sql("sqlite"), (max_before,))
+    for index in indexes:
+        cursor.execute(str(CreateIndex(index).compile(dialect=engine.dialect)))
+    cursor.execute("DROP TABLE temp.ingest_hosts")
+
+
+def _max_id(cursor) -> int:
+    cursor.execute("SELECT coalesce(max(id), 0) FROM jobs")
+    return int(cursor.fetchone()[0])
+
+
+_HOSTS_DDL = "nodelist TEXT PRIMARY KEY, hosts TEXT NOT NULL"
+_HOSTS_SCHEMA = pa.schema([("nodelist", pa.string()), ("hosts", pa.string())])
+
+
+def _job_nodes_sql(dialect: str) -> str:
+    """job_nodes rows for the jobs above the id bound to the one parameter, from each job's
+    NodeList's hosts staged in ingest_hosts, in job order, so job_nodes grows at its end."""
+    if dialect == "postgresql":
+        hosts = "CROSS JOIN LATERAL jsonb_array_elements_text(h.hosts::jsonb) AS e(value)"
+        mark = "%s"
+    else:
+        hosts, mark = ", json_each(h.hosts) AS e", "?"
+    return (
+        "INSERT INTO job_nodes (job_pk, node) "
+        f"SELECT j.id, e.value FROM jobs AS j JOIN ingest_hosts AS h ON h.nodelist = j.nodelist "
+        f"{hosts} WHERE j.id > {mark} ORDER BY j.id "
+        # no conflict target: on a first PostgreSQL backfill the key is added after the load
+        "ON CONFLICT DO NOTHING"
+    )
 
 
 # Secondary indexes a first bulk load builds at the end, sorted, instead of row by row.
@@ -329,128 +311,6 @@ def _defer_pg_constraints(conn, first_load: bool) -> list[str]:
     ]
 
 
-def _load_chunk(conn, df, lines, report, gpus_per_node, nodes_cache) -> None:
-    lines = pd.Series(lines, index=df.index)
-    bad = pd.Series(False, index=df.index)
-    why = pd.Series("", index=df.index, dtype=object)
-
-    state = _per_distinct(df["State"], lambda text: text.split(" ", 1)[0])
-    pending = state.eq("PENDING")  # not an instance yet; it is read again once it starts
-    empty_id = df["JobIDRaw"].eq("")
-    why.loc[empty_id] = "no JobIDRaw"
-    bad |= empty_id
-
-    submit = _times(df["Submit"], "Submit", bad, why)
-    no_submit = pd.Series(pd.isna(submit), index=df.index) & ~bad
-    why.loc[no_submit] = "no Submit time"
-    bad |= no_submit
-    eligible = _times(df["Eligible"], "Eligible", bad, why)
-    start = _times(df["Start"], "Start", bad, why)
-    end = _times(df["End"], "End", bad, why)
-
-    nnodes = pd.to_numeric(df["NNodes"], errors="coerce")
-    wrong = nnodes.isna() & ~bad
-    why.loc[wrong] = "NNodes is not a number: " + df["NNodes"][wrong]
-    bad |= nnodes.isna()
-
-    gpus = pd.to_numeric(_per_distinct(df["AllocTRES"], gpus_in_tres), errors="coerce")
-    gpus = gpus.fillna(nnodes.fillna(0) * gpus_per_node)
-
-    for idx in df.index[bad]:
-        report.add_bad(int(lines[idx]), why[idx] or "unparsable row")
-    keep = ~bad & ~pending
-    report.skipped += int((~bad & pending).sum())
-
-    # Expand each distinct NodeList once; an unparsable one makes its rows bad.
-    distinct = pd.unique(df["NodeList"][keep])
-    for nodelist in distinct:
-        if nodelist not in nodes_cache:
-            nodes_cache[nodelist] = _hosts(nodelist)
-    broken = [n for n in distinct if nodes_cache[n] is None]
-    if broken:
-        wrong = keep & df["NodeList"].isin(broken)
-        for idx in df.index[wrong]:
-            report.add_bad(int(lines[idx]), f"NodeList is not a hostlist: {df['NodeList'][idx]!r}")
-        keep &= ~wrong
-    report.bad.sort(key=lambda b: b.line)
-
-    mask = keep.to_numpy()
-
-    def col(values) -> list:
-        if isinstance(values, pd.Series):
-            values = values.to_numpy(dtype=object)
-        return values[mask].tolist()
-
-    columns = [
-        col(df["JobIDRaw"]),
-        col(df["JobID"]),
-        col(df["JobName"]),
-        col(df["User"]),
-        col(df["Partition"]),
-        col(state),
-        col(df["ExitCode"]),
-        col(submit),
-        col(eligible),
-        col(start),
-        col(end),
-        nnodes[keep].astype(int).tolist(),
-        gpus[keep].astype(int).tolist(),
-        col(df["NodeList"]),
-    ]
-    # "<JobIDRaw>:<Submit>:<Start or ''>" as sacct wrote them; a kept row's Start is a time
-    # exactly when its converted start is not None
-    columns.append(
-        [
-            f"{j}:{sub}:{sta}" if converted is not None else f"{j}:{sub}:"
-            for j, sub, sta, converted in zip(
-                columns[0], col(df["Submit"]), col(df["Start"]), columns[9], strict=True
-            )
-        ]
-    )
-    hosts = {n: nodes_cache[n] for n in distinct if nodes_cache[n] not in (None, "[]")}
-    _write_jobs(conn, columns, hosts)
-    report.written += len(columns[0])
-
-
-def _hosts(nodelist: str) -> str | None:
-    """The hosts a NodeList names, each once, as a JSON array; None when it is not a hostlist.
-    A plain name is itself (as stored before), a no-node marker none."""
-    if nodelist in NO_NODES:
-        return "[]"
-    if not _is_range(nodelist):
-        return json.dumps([nodelist])
-    try:
-        return json.dumps(list(dict.fromkeys(_expand(nodelist))))
-    except hostlist.HostlistError:
-        return None
-
-
-_ONE_BRACKET = re.compile(r"([^\[\],\s]+)\[([\d,\-]+)\]")
-_NUMBERS = re.compile(r"(\d+)(?:-(\d+))?")
-
-
-def _expand(nodelist: str) -> list[str]:
-    """hostlist.expand, with a fast path for the common `prefix[lo-hi,...]` form (a big
-    file has tens of thousands of distinct ones); anything else goes to hostlist.expand."""
-    whole = _ONE_BRACKET.fullmatch(nodelist)
-    if whole:
-        prefix, body = whole.groups()
-        hosts: list[str] = []
-        for piece in body.split(","):
-            m = _NUMBERS.fullmatch(piece)
-            if not m or (m.group(2) and int(m.group(2)) < int(m.group(1))):
-                return hostlist.expand(nodelist)  # its error message, or its answer
-            lo, hi, width = int(m.group(1)), int(m.group(2) or m.group(1)), len(m.group(1))
-            hosts.extend([f"{prefix}{n:0{width}d}" for n in range(lo, hi + 1)])
-        return hosts
-    return hostlist.expand(nodelist)
-
-
-def _is_range(nodelist: str) -> bool:
-    """A NodeList that names more than one host (or a bracketed one); the rest is one name."""
-    return "[" in nodelist or "," in nodelist
-
-
 def _upsert_sql(conn, source: str) -> str:
     return upsert_sql(conn, "jobs", JOB_COLUMNS, source, conflict=("instance_key",),
                       update=UPDATABLE)
@@ -459,11 +319,10 @@ def _upsert_sql(conn, source: str) -> str:
 def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:
     """Upsert job instances (columns in JOB_COLUMNS order); write job_nodes for the new ones.
 
-    `hosts` maps each NodeList of the chunk to its hosts as a JSON array (made once per
+    `hosts` maps each NodeList of the block to its hosts as a JSON array (made once per
     distinct NodeList in the whole load). They go to a temporary table, one row per distinct
-    NodeList (tens of thousands, against millions of job_nodes rows),
-    and the database expands them for the new instances in one INSERT ... SELECT, in job
-    order, so job_nodes grows at its end.
+    NodeList (tens of thousands, against millions of job_nodes rows), and the database
+    expands them for the new instances in one INSERT ... SELECT (`_job_nodes_sql`).
     """
     if not columns[0]:
         return
@@ -471,8 +330,6 @@ def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:
     max_before = conn.execute(select(J.c.id).order_by(J.c.id.desc()).limit(1)).scalar() or 0
     if conn.dialect.name == "postgresql":
         _copy_jobs(conn, columns)
-        hosts_sql = "CROSS JOIN LATERAL jsonb_array_elements_text(h.hosts::jsonb) AS e(value)"
-        mark = "%s"
     else:
         sql = _upsert_sql(conn, f"VALUES ({', '.join('?' * len(JOB_COLUMNS))})")
         # The driver's executemany straight from the columns: no list of row tuples.
@@ -481,23 +338,8 @@ def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:
             cursor.executemany(sql, zip(*columns, strict=True))
         finally:
             cursor.close()
-        hosts_sql = ", json_each(h.hosts) AS e"
-        mark = "?"
-    _stage(
-        conn,
-        "ingest_hosts",
-        "nodelist TEXT PRIMARY KEY, hosts TEXT NOT NULL",
-        ("nodelist", "hosts"),
-        hosts.items(),
-    )
-    conn.exec_driver_sql(
-        "INSERT INTO job_nodes (job_pk, node) "
-        f"SELECT j.id, e.value FROM jobs AS j JOIN ingest_hosts AS h ON h.nodelist = j.nodelist "
-        f"{hosts_sql} WHERE j.id > {mark} ORDER BY j.id "
-        # no conflict target: on a first PostgreSQL backfill the key is added after the load
-        "ON CONFLICT DO NOTHING",
-        (max_before,),
-    )
+    _stage(conn, "ingest_hosts", _HOSTS_DDL, ("nodelist", "hosts"), hosts.items())
+    conn.exec_driver_sql(_job_nodes_sql(conn.dialect.name), (max_before,))
 
 
 def _stage(conn, name: str, ddl: str, names: tuple[str, ...], rows) -> None:
