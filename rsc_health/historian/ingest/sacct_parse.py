@@ -105,11 +105,13 @@ def blocks(
 
     `hosts_cache` maps NodeList -> its hosts (None: not a hostlist) across blocks;
     the caller keeps it for the whole load, so each distinct NodeList is expanded once."""
-    short: list[tuple[int, str]] = []
+    # Rows the reader dropped for their width, by line. The reader parses ahead, so some
+    # may lie past the batch in hand: each batch takes only those before its end.
+    dropped: dict[int, str] = {}
 
     def wrong_width(row) -> str:
         wanted, saw = row.expected_columns, row.actual_columns
-        short.append((row.number, f"expected {wanted} fields, saw {saw}"))
+        dropped[row.number] = f"expected {wanted} fields, saw {saw}"
         return "skip"
 
     data, header = _input(source)
@@ -140,18 +142,35 @@ def blocks(
             batch = reader.read_next_batch()
         except StopIteration:
             break
-        except pa.ArrowInvalid as exc:  # e.g. bytes that are not UTF-8
-            raise SacctError(f"sacct output near line {next_line}: {exc}") from exc
-        skipped = {line for line, _ in short}
-        problems = BlockProblems(bad=list(short), read=batch.num_rows + len(short))
-        short.clear()
-        # The reader drops rows of the wrong width; rebuild each kept row's line number.
-        span = np.arange(next_line, next_line + batch.num_rows + len(skipped) + 1)
-        lines = span[~np.isin(span, list(skipped))][: batch.num_rows]
-        next_line = int(lines[-1]) + 1 if len(lines) else next_line + len(skipped)
-        while next_line in skipped:
-            next_line += 1
+        except pa.ArrowInvalid as exc:  # bytes that are not UTF-8
+            raise SacctError(
+                f"sacct output from line {next_line} on is not readable ({exc}); nothing was "
+                "written. `iconv -f utf-8 -t utf-8 -c` drops bytes that are not UTF-8."
+            ) from exc
+        lines, next_line, mine = _line_numbers(next_line, batch.num_rows, dropped)
+        problems = BlockProblems(
+            bad=[(line, dropped.pop(line)) for line in mine], read=batch.num_rows + len(mine)
+        )
         yield _validate(batch, lines, problems, gpus_per_node, hosts_cache), problems
+    if dropped:  # dropped rows after the last one kept
+        empty = pa.RecordBatch.from_pylist([], schema=reader.schema)
+        problems = BlockProblems(bad=sorted(dropped.items()), read=len(dropped))
+        yield _validate(empty, np.array([], dtype=np.int64), problems, gpus_per_node,
+                        hosts_cache), problems
+
+
+def _line_numbers(
+    first: int, rows: int, dropped: dict[int, str]
+) -> tuple[np.ndarray, int, list[int]]:
+    """(the line of each of `rows` rows from line `first` on, skipping dropped lines; the
+    line after them and any dropped lines right after; the dropped lines passed)."""
+    later = sorted(line for line in dropped if line >= first)
+    span = np.arange(first, first + rows + len(later) + 1)
+    lines = span[~np.isin(span, later)][:rows]
+    after = int(lines[-1]) + 1 if rows else first
+    while after in dropped:
+        after += 1
+    return lines, after, [line for line in later if line < after]
 
 
 def _input(source: io.TextIOBase | Path | str) -> tuple[str | io.BytesIO, list[str]]:
