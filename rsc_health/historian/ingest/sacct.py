@@ -111,6 +111,7 @@ def ingest_text(
                     if foreign_keys:
                         _sqlite_foreign_keys(conn, True)
     finally:
+        parsed.close()  # a failed load stops the parsing thread now, not when collected
         if rollback_journal:
             with engine.connect() as conn:
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
