@@ -15,6 +15,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -369,7 +370,9 @@ def _hosts(nodelist: str) -> list[str] | None:
     if not _is_range(nodelist):
         return [nodelist]
     try:
-        return list(dict.fromkeys(_expand(nodelist)))
+        # One string per host name however many NodeLists name it: a year of a large
+        # cluster has hundreds of thousands of NodeLists over a few thousand hosts.
+        return [sys.intern(host) for host in dict.fromkeys(_expand(nodelist))]
     except hostlist.HostlistError:
         return None
 
