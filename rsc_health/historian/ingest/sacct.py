@@ -59,7 +59,6 @@ __all__ = ["FIELDS", "JOB_COLUMNS", "SacctError", "ingest_text", "ingest_increme
 CURSOR = "sacct"
 # A load this big changes the tables' sizes enough that the planner needs new statistics.
 ANALYZE_AFTER_ROWS = 50_000
-SQLITE_INGEST_CACHE_KIB = 128 * 1024
 _SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
 # A running job's row is re-read later with its final state: these may change, nothing else.
 UPDATABLE = ("state", "exit_code", "eligible", "end", "gpus", "nodelist", "nnodes")
@@ -152,7 +151,7 @@ def _load(conn, parsed) -> None:
     if conn.dialect.name == "sqlite":
         # A big file inserts into indexes far larger than SQLite's 2 MiB default page
         # cache; a bigger cache for this connection cuts ingest CPU by about a fifth.
-        conn.exec_driver_sql(f"PRAGMA cache_size=-{SQLITE_INGEST_CACHE_KIB}")
+        conn.exec_driver_sql(f"PRAGMA cache_size=-{sqlite_bulk.CACHE_KIB}")
         # Let CREATE INDEX sort on a second core.
         conn.exec_driver_sql("PRAGMA threads=2")
         # pysqlite opens its transaction only before DML: without this, the index drops
@@ -173,12 +172,7 @@ def _load(conn, parsed) -> None:
 def _bulk_load(cursor, engine: Engine, parsed) -> None:
     """A first backfill on an ADBC cursor (sqlite_bulk): the same statements as `_load`'s
     SQLite path, with each block's Arrow columns bound in C."""
-    indexes = [
-        ix
-        for table in (schema.jobs, schema.job_nodes)
-        for ix in table.indexes
-        if ix.name in DEFERRABLE_INDEXES
-    ]
+    indexes = _deferrable_indexes()
     quote = engine.dialect.identifier_preparer.quote
     for index in indexes:
         cursor.execute(f"DROP INDEX IF EXISTS {quote(index.name)}")
@@ -243,6 +237,15 @@ def _job_nodes_sql(dialect: str) -> str:
 DEFERRABLE_INDEXES = ("ix_jobs_end", "ix_jobs_job_id", "ix_job_nodes_node")
 
 
+def _deferrable_indexes() -> list:
+    return [
+        ix
+        for table in (schema.jobs, schema.job_nodes)
+        for ix in table.indexes
+        if ix.name in DEFERRABLE_INDEXES
+    ]
+
+
 def _sqlite_bulk_journal(conn) -> bool:
     """A first backfill into an empty SQLite jobs table runs under the rollback journal.
 
@@ -276,12 +279,7 @@ def _defer_indexes(conn) -> list:
     and PostgreSQL), so a failed load rolls back to the indexed, empty table."""
     if conn.execute(select(schema.jobs.c.id).limit(1)).first() is not None:
         return []
-    indexes = [
-        ix
-        for table in (schema.jobs, schema.job_nodes)
-        for ix in table.indexes
-        if ix.name in DEFERRABLE_INDEXES
-    ]
+    indexes = _deferrable_indexes()
     for index in indexes:
         index.drop(conn, checkfirst=True)
     return indexes
