@@ -10,8 +10,6 @@ natural unique key and the writes are `INSERT ... ON CONFLICT` (the same syntax 
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,24 +19,6 @@ from sqlalchemy import Connection, Engine, Table
 BATCH_ROWS = 10_000
 
 
-def run_accounting(argv: list[str], timeout_s: float, error: type[Exception]) -> str:
-    """stdout of a Slurm accounting command (sacct, sacctmgr) with times in UTC.
-
-    Not installed, no answer within `timeout_s` or a non-zero exit raise `error`, so the
-    caller's cursor stays where it was."""
-    name = argv[0]
-    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
-        )
-    except FileNotFoundError as exc:
-        raise error(f"{name} is not installed on this host") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise error(f"{name} did not answer within {timeout_s:.0f} s") from exc
-    if proc.returncode != 0:
-        raise error(f"{name} failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
-    return proc.stdout
 # How SQLAlchemy's SQLite DateTime stores a value; PostgreSQL parses the same text, so the
 # fast paths can hand either database pre-formatted strings.
 DB_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
@@ -55,13 +35,15 @@ class BadRow:
 
 @dataclass
 class IngestReport:
-    """What one load did: rows read, rows written (inserted or updated), rows skipped."""
+    """What one load did: rows read, rows written (inserted or updated), rows skipped, and
+    bytes that were not UTF-8, replaced by U+FFFD (the rows holding them still land)."""
 
     source: str
     read: int = 0
     written: int = 0
     skipped: int = 0
     bad: list[BadRow] = field(default_factory=list)
+    replaced: int = 0
 
     def add_bad(self, line: int, message: str) -> None:
         self.bad.append(BadRow(line, message))
@@ -72,6 +54,8 @@ class IngestReport:
             text += f", skipped {self.skipped}"
         if self.bad:
             text += f", {len(self.bad)} unparsable"
+        if self.replaced:
+            text += f", {self.replaced} undecodable bytes replaced"
         return text
 
 

@@ -21,8 +21,9 @@ from rsc_health.historian.ingest import (
     IngestReport,
     bulk_write,
     db_time,
-    run_accounting,
 )
+from rsc_health.slurm.accounting import Accounting
+from rsc_health.slurm.api import SlurmError
 
 # our name -> the header titles sacctmgr (or a hand-made file) may use for it
 ALIASES = {
@@ -40,12 +41,13 @@ class EventsError(RuntimeError):
     pass
 
 
-def sacctmgr_argv(start: str) -> list[str]:
-    return ["sacctmgr", "-P", "show", "event", "Event=Node", f"Start={start}", "End=now"]
-
-
 def run_sacctmgr(start: str, timeout_s: float) -> str:
-    return run_accounting(sacctmgr_argv(start), timeout_s, EventsError)
+    """`sacctmgr -P show event` since `start`, through rsc_health.slurm.accounting; bytes that
+    are not UTF-8 (a reason is a person's text) become U+FFFD."""
+    try:
+        return Accounting(timeout_s=timeout_s).node_events(start).decode("utf-8", "replace")
+    except SlurmError as exc:
+        raise EventsError(str(exc)) from exc
 
 
 def _time(text: str) -> datetime | None:

@@ -1,4 +1,9 @@
-"""Job instances from Slurm accounting: `sacct -a -X -D --parsable2` output, run or from a file.
+"""Job instances from Slurm accounting: `sacct --json` or `--parsable2` output, run or read.
+
+`ingest_incremental` runs sacct through `rsc_health.slurm.accounting` (typed errors, a timeout)
+with --json where the release has it (22.05's Debian build does), and --parsable2 with the unit
+separator as delimiter where it does not. `sacct_parse` reads both and the `|` files of older
+exports: a name with `|`, a newline or bytes that are not UTF-8 never costs a job.
 
 `-X` gives one line per job allocation (no steps) and `-D` one line per instance of a requeued
 job, so a job that was requeued twice is three rows with the same JobIDRaw; they are told
@@ -32,7 +37,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, inspect, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.schema import CreateIndex
 
 from rsc_health.historian import schema
@@ -41,7 +46,6 @@ from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
     bulk_write,
-    run_accounting,
     sqlite_bulk,
     upsert_sql,
 )
@@ -49,14 +53,20 @@ from rsc_health.historian.ingest.prefetch import prefetch
 from rsc_health.historian.ingest.sacct_parse import (
     FIELDS,
     JOB_COLUMNS,
+    OPTIONAL_FIELDS,
     BlockProblems,
     SacctError,
     blocks,
 )
+from rsc_health.slurm.accounting import Accounting, sacct_parsable_argv
+from rsc_health.slurm.api import SlurmCommandError, SlurmError
 
 __all__ = ["FIELDS", "JOB_COLUMNS", "SacctError", "ingest_text", "ingest_incremental"]
 
 CURSOR = "sacct"
+# Longest a single statement of a load may run on PostgreSQL (a first backfill's index build
+# at the paper's 4M jobs takes well under a minute).
+STATEMENT_TIMEOUT_S = 900
 # A load this big changes the tables' sizes enough that the planner needs new statistics.
 ANALYZE_AFTER_ROWS = 50_000
 _SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -65,29 +75,59 @@ UPDATABLE = ("state", "exit_code", "eligible", "end", "gpus", "nodelist", "nnode
 
 
 def sacct_argv(start: str, end: str) -> list[str]:
-    return [
-        "sacct",
-        "-a",
-        "-X",
-        "-D",
-        "--parsable2",
-        f"--format={','.join(FIELDS)}",
-        "-S",
-        start,
-        "-E",
-        end,
-    ]
+    """The --parsable2 form (unit separator, JobName in the middle: see sacct_parse)."""
+    return sacct_parsable_argv(start, end, (*FIELDS, *OPTIONAL_FIELDS))
 
 
-def run_sacct(start: str, end: str, timeout_s: float) -> str:
-    """sacct's output for [start, end], times in UTC."""
-    return run_accounting(sacct_argv(start, end), timeout_s, SacctError)
+def run_sacct(start: str, end: str, timeout_s: float, *, form: str = "auto") -> bytes:
+    """sacct's output for [start, end], times in UTC: --json where the release has it
+    (`form` "auto" or "json"), else --parsable2 ("parsable", or "auto" on a release whose
+    sacct refuses --json). SacctError when sacct is missing, silent or refuses."""
+    acct = Accounting(timeout_s=timeout_s)
+    try:
+        if form in ("auto", "json"):
+            try:
+                return acct.sacct_json(start, end)
+            except SlurmCommandError as exc:
+                if form == "json" or "json" not in exc.stderr.lower():
+                    raise
+        return acct.sacct_parsable(start, end, (*FIELDS, *OPTIONAL_FIELDS))
+    except SlurmError as exc:
+        raise SacctError(str(exc)) from exc
 
 
 def ingest_text(
-    engine: Engine, source: io.TextIOBase | Path | str, *, gpus_per_node: int = 8
+    engine: Engine,
+    source: io.IOBase | Path | str | bytes,
+    *,
+    gpus_per_node: int = 8,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
 ) -> IngestReport:
-    """Load sacct --parsable2 output (a path, an open file, or the text itself)."""
+    """Load sacct output, --json or --parsable2 (a path, an open file, the text or its bytes).
+
+    The load is one transaction: a database that fails or goes away mid-load raises
+    SacctError with one line (nothing of this load kept); a second load into the same SQLite
+    file waits for the first (busy timeout), and says so in one line if it waits too long.
+    On PostgreSQL every statement has `statement_timeout_s`."""
+    try:
+        return _ingest(engine, source, gpus_per_node, statement_timeout_s)
+    except DBAPIError as exc:
+        raise SacctError(_database_failed(engine, exc)) from exc
+    except Exception as exc:
+        if type(exc).__module__.startswith("adbc_driver"):  # the SQLite bulk path's driver
+            raise SacctError(_database_failed(engine, exc)) from exc
+        raise
+
+
+def _database_failed(engine: Engine, exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if "locked" in text or "busy" in text:
+        text += " (another load holds the historian; try again when it has finished)"
+    return f"historian database failed during the sacct load, nothing of it was kept: {text}"
+
+
+def _ingest(engine, source, gpus_per_node: int, statement_timeout_s: float) -> IngestReport:
     report = IngestReport("sacct")
     hosts_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
     # Parsing runs a block ahead of the writes, on a second thread.
@@ -105,7 +145,7 @@ def ingest_text(
                 foreign_keys = _sqlite_foreign_keys(conn, False)
                 try:
                     with conn.begin():
-                        _load(conn, parsed)
+                        _load(conn, parsed, statement_timeout_s)
                 finally:
                     if foreign_keys:
                         _sqlite_foreign_keys(conn, True)
@@ -128,6 +168,7 @@ def _reported(parsed, report: IngestReport):
         for line, message in problems.bad:
             report.add_bad(line, message)
         report.read += problems.read
+        report.replaced += problems.replaced
         report.skipped += problems.pending
         report.written += block.jobs.num_rows
         yield block
@@ -147,7 +188,11 @@ def _sqlite_foreign_keys(conn, on: bool) -> bool:
     return was
 
 
-def _load(conn, parsed) -> None:
+def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
+    if conn.dialect.name == "postgresql" and statement_timeout_s > 0:
+        # a frozen lock or a runaway statement ends the load instead of holding it forever
+        milliseconds = max(1, int(statement_timeout_s * 1000))
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
     if conn.dialect.name == "sqlite":
         # A big file inserts into indexes far larger than SQLite's 2 MiB default page
         # cache; a bigger cache for this connection cuts ingest CPU by about a fifth.
@@ -156,8 +201,11 @@ def _load(conn, parsed) -> None:
         conn.exec_driver_sql("PRAGMA threads=2")
         # pysqlite opens its transaction only before DML: without this, the index drops
         # below would commit on their own and a failed load would leave no indexes.
+        # IMMEDIATE takes the write lock now, under the busy timeout: a deferred transaction
+        # that reads first and writes later fails at once ("database is locked") when
+        # another load wrote in between, instead of waiting for it.
         if not conn.connection.dbapi_connection.in_transaction:
-            conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
     deferred = _defer_indexes(conn)
     restore = _defer_pg_constraints(conn, bool(deferred))
     for block in parsed:
@@ -182,7 +230,7 @@ def _bulk_load(cursor, engine: Engine, parsed) -> None:
         if not block.jobs.num_rows:
             continue
         max_before = _max_id(cursor)
-        cursor.executemany(upsert, block.jobs)
+        cursor.executemany(upsert, block.jobs.select(list(JOB_COLUMNS)))
         if _max_id(cursor) == max_before + block.jobs.num_rows:
             # Every row was new, so row i got id max_before + 1 + i: bind job_nodes as is.
             pk = pc.add(block.job_nodes.column("row"), max_before + 1)
@@ -416,6 +464,7 @@ def ingest_incremental(
     timeout_s: float = 600,
     default_start: str = "1970-01-01T00:00:00",
     overlap_s: int = 3600,
+    form: str = "auto",
 ) -> IngestReport:
     """Run sacct from the stored cursor (or `since`) to now; advance the cursor on success.
 
@@ -427,7 +476,7 @@ def ingest_incremental(
     """
     start = since or get_cursor(engine) or default_start
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    text = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s)
+    text = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
     report = ingest_text(engine, text, gpus_per_node=gpus_per_node)
     with engine.begin() as conn:
         set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
