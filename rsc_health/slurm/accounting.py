@@ -64,6 +64,13 @@ class Accounting:
         `sacct --json` (structured: no delimiter or newline in a name can shift a field)."""
         return self.run(["sacct", "-a", "-D", "--json", "-S", start, "-E", end])
 
+    def sacct_exit_codes(self, start: str, end: str) -> bytes:
+        """JobIDRaw, Submit, Start and ExitCode of every instance in the window: columns no
+        user text can shift. 22.05's --json reports "exit 3" as return code 0; this restores
+        it, keyed like the historian's instance key."""
+        return self.run(sacct_parsable_argv(start, end, ("JobIDRaw", "Submit", "Start",
+                                                         "ExitCode")))
+
     def sacct_parsable(self, start: str, end: str, fields: tuple[str, ...]) -> bytes:
         """The same window as `--parsable2` with the unit separator, one line per job
         allocation (-X), for releases without --json."""

@@ -244,3 +244,15 @@ def test_the_sacct_argv_of_the_parsable_form_cannot_be_shifted():
     argv = sacct.sacct_argv("2024-01-01T00:00:00", "2024-01-02T00:00:00")
     assert "--delimiter=\x1f" in argv and "--parsable2" in argv
     assert Path(argv[0]).name == "sacct"
+
+
+def test_json_exit_codes_come_from_the_side_query_when_given(historian):
+    """22.05's --json says return code 0 for a job that exited 3; the side query of columns
+    without user text (JobIDRaw, Submit, Start, ExitCode) wins."""
+    job = _json_job(21, "lost exit", exit_code={"status": "SUCCESS", "return_code": 0})
+    side = (b"JobIDRaw\x1fSubmit\x1fStart\x1fExitCode\n"
+            b"21\x1f2024-03-01T08:00:00\x1f2024-03-01T08:00:05\x1f3:0\n")
+    codes = sacct_parse.exit_codes(side)
+    sacct.ingest_text(historian, json.dumps({"jobs": [job]}).encode(), exit_codes=codes)
+    with historian.connect() as conn:
+        assert conn.execute(select(schema.jobs.c.exit_code)).scalar() == "3:0"

@@ -57,6 +57,7 @@ from rsc_health.historian.ingest.sacct_parse import (
     BlockProblems,
     SacctError,
     blocks,
+    exit_codes,
 )
 from rsc_health.slurm.accounting import Accounting, sacct_parsable_argv
 from rsc_health.slurm.api import SlurmCommandError, SlurmError
@@ -79,19 +80,27 @@ def sacct_argv(start: str, end: str) -> list[str]:
     return sacct_parsable_argv(start, end, (*FIELDS, *OPTIONAL_FIELDS))
 
 
-def run_sacct(start: str, end: str, timeout_s: float, *, form: str = "auto") -> bytes:
-    """sacct's output for [start, end], times in UTC: --json where the release has it
-    (`form` "auto" or "json"), else --parsable2 ("parsable", or "auto" on a release whose
-    sacct refuses --json). SacctError when sacct is missing, silent or refuses."""
+def run_sacct(
+    start: str, end: str, timeout_s: float, *, form: str = "auto"
+) -> tuple[bytes, dict[str, str] | None]:
+    """sacct's output for [start, end], times in UTC, and the exit codes that go with it.
+
+    --json where the release has it (`form` "auto" or "json"): no user text can shift a field.
+    22.05's JSON loses a job's exit code, so a second run reads JobIDRaw, Submit, Start and
+    ExitCode (no free text in them) and its codes win. --parsable2 with the unit separator
+    ("parsable", or "auto" on a release whose sacct refuses --json). SacctError when sacct is
+    missing, silent or refuses."""
     acct = Accounting(timeout_s=timeout_s)
     try:
         if form in ("auto", "json"):
             try:
-                return acct.sacct_json(start, end)
+                data = acct.sacct_json(start, end)
             except SlurmCommandError as exc:
                 if form == "json" or "json" not in exc.stderr.lower():
                     raise
-        return acct.sacct_parsable(start, end, (*FIELDS, *OPTIONAL_FIELDS))
+            else:
+                return data, exit_codes(acct.sacct_exit_codes(start, end))
+        return acct.sacct_parsable(start, end, (*FIELDS, *OPTIONAL_FIELDS)), None
     except SlurmError as exc:
         raise SacctError(str(exc)) from exc
 
@@ -102,6 +111,7 @@ def ingest_text(
     *,
     gpus_per_node: int = 8,
     statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+    exit_codes: dict[str, str] | None = None,
 ) -> IngestReport:
     """Load sacct output, --json or --parsable2 (a path, an open file, the text or its bytes).
 
@@ -110,7 +120,7 @@ def ingest_text(
     file waits for the first (busy timeout), and says so in one line if it waits too long.
     On PostgreSQL every statement has `statement_timeout_s`."""
     try:
-        return _ingest(engine, source, gpus_per_node, statement_timeout_s)
+        return _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes)
     except DBAPIError as exc:
         raise SacctError(_database_failed(engine, exc)) from exc
     except Exception as exc:
@@ -127,12 +137,14 @@ def _database_failed(engine: Engine, exc: Exception) -> str:
     return f"historian database failed during the sacct load, nothing of it was kept: {text}"
 
 
-def _ingest(engine, source, gpus_per_node: int, statement_timeout_s: float) -> IngestReport:
+def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes) -> IngestReport:
     report = IngestReport("sacct")
     hosts_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
     # Parsing runs a block ahead of the writes, on a second thread.
     parsed = _reported(
-        prefetch(blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache)), report
+        prefetch(blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache,
+                        exit_codes=exit_codes)),
+        report,
     )
     with engine.connect() as conn:
         rollback_journal = _sqlite_bulk_journal(conn)
@@ -476,8 +488,8 @@ def ingest_incremental(
     """
     start = since or get_cursor(engine) or default_start
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    text = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
-    report = ingest_text(engine, text, gpus_per_node=gpus_per_node)
+    data, codes = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
+    report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes)
     with engine.begin() as conn:
         set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
     return report

@@ -135,15 +135,17 @@ def blocks(
     *,
     gpus_per_node: int,
     hosts_cache: dict[str, list[str] | str],
+    exit_codes: dict[str, str] | None = None,
 ) -> Iterator[tuple[Block, BlockProblems]]:
     """Parse sacct output (a path, an open file, the text or the bytes) block by block.
 
     `hosts_cache` maps NodeList -> its hosts (a str: why it is not a usable hostlist) across
-    blocks; the caller keeps it for the whole load, so each distinct NodeList is expanded once."""
+    blocks; the caller keeps it for the whole load, so each distinct NodeList is expanded once.
+    `exit_codes` (instance key -> ExitCode, see `exit_codes`) overrides what --json says."""
     raw = _open_bytes(source)
     try:
         if _starts_json(raw):
-            yield from _json_blocks(raw.read(), gpus_per_node, hosts_cache)
+            yield from _json_blocks(raw.read(), gpus_per_node, hosts_cache, exit_codes or {})
             return
         yield from _parsable_blocks(raw, gpus_per_node, hosts_cache)
     finally:
@@ -347,7 +349,22 @@ _FREE_TEXT = {"JobName", "Comment", "AdminComment", "SystemComment", "Reason", "
               "Constraints", "WCKey", "Reservation", "SubmitLine", "Container"}
 
 
-def _json_blocks(data: bytes, gpus_per_node, hosts_cache):
+def exit_codes(data: bytes) -> dict[str, str]:
+    """`sacct -n --parsable2 --format=JobIDRaw,Submit,Start,ExitCode` (any delimiter of
+    _DELIMITERS) -> instance key -> ExitCode."""
+    out: dict[str, str] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        delimiter = next((d for d in _DELIMITERS if d in line), "|")
+        fields = line.split(delimiter)
+        if len(fields) != 4 or fields[0] == "JobIDRaw":
+            continue
+        job_id, submit, start, code = fields
+        start = start if re.fullmatch(_TIME_SHAPE[1:-1], start) else ""
+        out[f"{job_id}:{submit}:{start}"] = code
+    return out
+
+
+def _json_blocks(data: bytes, gpus_per_node, hosts_cache, codes: dict[str, str]):
     """`sacct --json` (data_parser v0.0.38 of 22.05 and the later forms) -> one block."""
     try:
         text = data.decode("utf-8")
@@ -371,6 +388,9 @@ def _json_blocks(data: bytes, gpus_per_node, hosts_cache):
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as exc:
             problems.bad.append((number, f"job record {number}: {type(exc).__name__}: {exc}"[:300]))
             continue
+        start = row["Start"] if re.fullmatch(_TIME_SHAPE[1:-1], row["Start"]) else ""
+        row["ExitCode"] = codes.get(f"{row['JobIDRaw']}:{row['Submit']}:{start}",
+                                    row["ExitCode"])
         for name in columns:
             columns[name].append(row[name])
         lines.append(number)
