@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
                     "read": report.read,
                     "written": report.written,
                     "skipped": report.skipped,
+                    "replaced": report.replaced,
                     "bad": [{"line": b.line, "error": b.message} for b in report.bad],
                 }
             )
@@ -162,6 +164,7 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
                 timeout_s=float(cfg.get("sacct_timeout_s", 600)),
                 default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 overlap_s=int(cfg.get("sacct_overlap_s", 3600)),
+                form=str(cfg.get("sacct_format", "auto")),
             )
     _print_report(report, as_json)
 
@@ -177,8 +180,9 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
 
     cfg = ctx.obj.config.section("historian")
     with _historian(ctx, events.EventsError) as engine:
-        if path == "-":
-            report = events.ingest_lines(engine, sys.stdin)
+        if path == "-":  # a reason is a person's text: bytes that are not UTF-8 are replaced
+            stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+            report = events.ingest_lines(engine, stdin)
         elif path is not None:
             report = events.ingest_file(engine, path)
         else:

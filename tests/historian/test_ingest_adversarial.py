@@ -256,3 +256,25 @@ def test_json_exit_codes_come_from_the_side_query_when_given(historian):
     sacct.ingest_text(historian, json.dumps({"jobs": [job]}).encode(), exit_codes=codes)
     with historian.connect() as conn:
         assert conn.execute(select(schema.jobs.c.exit_code)).scalar() == "3:0"
+
+
+def test_an_event_reason_with_the_delimiter_and_latin1_bytes_lands(historian, tmp_path):
+    from rsc_health.historian.ingest import events
+
+    path = tmp_path / "events.txt"
+    path.write_bytes(
+        b"NodeName|TimeStart|TimeEnd|State|Reason|User\n"
+        b"gpu001|2024-03-01T08:00:00|Unknown|DRAIN|bob: PSU|RMA 12 caf\xe9|root(0)\n"
+        b"gpu002|2024-03-01T08:00:00|2024-03-01T09:00:00|DOWN|Not responding|slurm(64030)\n"
+    )
+    report = events.ingest_file(historian, path)
+    assert report.bad == [] and report.written == 2
+    with historian.connect() as conn:
+        reasons = dict(conn.execute(select(schema.node_events.c.node,
+                                           schema.node_events.c.reason)).all())
+    assert reasons["gpu001"] == "bob: PSU|RMA 12 caf\ufffd"
+
+
+def test_an_unknown_sacct_format_is_one_line():
+    with pytest.raises(sacct.SacctError, match="sacct_format"):
+        sacct.run_sacct("2024-01-01", "2024-01-02", 5, form="xml")

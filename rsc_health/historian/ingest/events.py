@@ -84,6 +84,11 @@ def ingest_lines(engine: Engine, lines: Iterable[str], *, source: str = "sacctmg
                 continue
             report.read += 1
             fields = line.split("|")
+            if len(fields) > width and "reason" in index:
+                # Reason is a person's free text, the only column that can hold a `|`.
+                at, surplus = index["reason"], len(fields) - width
+                fields = [*fields[:at], "|".join(fields[at : at + surplus + 1]),
+                          *fields[at + surplus + 1 :]]
             if len(fields) != width:
                 report.add_bad(lineno, f"expected {width} fields, saw {len(fields)}")
                 continue

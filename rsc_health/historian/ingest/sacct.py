@@ -65,6 +65,7 @@ from rsc_health.slurm.api import SlurmCommandError, SlurmError
 __all__ = ["FIELDS", "JOB_COLUMNS", "SacctError", "ingest_text", "ingest_incremental"]
 
 CURSOR = "sacct"
+SACCT_FORMS = ("auto", "json", "parsable")
 # Longest a single statement of a load may run on PostgreSQL (a first backfill's index build
 # at the paper's 4M jobs takes well under a minute).
 STATEMENT_TIMEOUT_S = 900
@@ -90,6 +91,9 @@ def run_sacct(
     ExitCode (no free text in them) and its codes win. --parsable2 with the unit separator
     ("parsable", or "auto" on a release whose sacct refuses --json). SacctError when sacct is
     missing, silent or refuses."""
+    if form not in SACCT_FORMS:
+        raise SacctError(f"[historian] sacct_format must be one of {', '.join(SACCT_FORMS)}, "
+                         f"not {form!r}")
     acct = Accounting(timeout_s=timeout_s)
     try:
         if form in ("auto", "json"):
