@@ -59,7 +59,7 @@ def lemons(
 ) -> None:
     """Lemon-node candidates with their evidence; a dry run unless --apply."""
     from rsc_health.historian.lemons.apply import PartitionGuard, apply_verdicts
-    from rsc_health.historian.lemons.features import lemon_features
+    from rsc_health.historian.lemons.features import OutageRules, lemon_features
     from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, lemon_verdicts
     from rsc_health.slurm import SlurmError
 
@@ -75,6 +75,7 @@ def lemons(
             window_days,
             early_fail_minutes=float(section["early_fail_minutes"]),
             history_days=float(section["history_days"]),
+            outages=OutageRules.from_config(section),
         )
         rules = LemonRules.from_config(section)
         verdicts = lemon_verdicts(
