@@ -155,7 +155,8 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
         gpn = int(cfg.get("gpus_per_node", 8))
         if path is not None:
             source = sys.stdin if path == "-" else Path(path)
-            report = sacct.ingest_text(engine, source, gpus_per_node=gpn)
+            report = sacct.ingest_text(engine, source, gpus_per_node=gpn,
+                                       cluster=str(cfg.get("cluster", "")))
         else:
             report = sacct.ingest_incremental(
                 engine,
@@ -165,6 +166,7 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
                 default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 overlap_s=int(cfg.get("sacct_overlap_s", 3600)),
                 form=str(cfg.get("sacct_format", "auto")),
+                cluster=str(cfg.get("cluster", "")),
             )
     _print_report(report, as_json)
 
@@ -179,16 +181,17 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
     from rsc_health.historian.ingest import events
 
     cfg = ctx.obj.config.section("historian")
+    cluster = str(cfg.get("cluster", ""))
     with _historian(ctx, events.EventsError) as engine:
         if path == "-":  # a reason is a person's text: bytes that are not UTF-8 are replaced
             stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-            report = events.ingest_lines(engine, stdin)
+            report = events.ingest_lines(engine, stdin, cluster=cluster)
         elif path is not None:
-            report = events.ingest_file(engine, path)
+            report = events.ingest_file(engine, path, cluster=cluster)
         else:
             start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
             text = events.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
-            report = events.ingest_text(engine, text)
+            report = events.ingest_text(engine, text, cluster=cluster)
     _print_report(report, as_json)
 
 

@@ -19,7 +19,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-SCHEMA_VERSION = 2
+# 3: historian-volume's check intervals (migration 0003); 4: the cluster column (0004).
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -65,6 +66,9 @@ jobs = Table(
     # "<JobIDRaw>:<Submit>:<Start or ''>" -- NULLs never collide in a UNIQUE constraint, so the
     # instance key is spelled out; re-ingesting the same sacct row updates, never duplicates.
     Column("instance_key", String(96), nullable=False, unique=True),
+    # Which Slurm cluster ran it (version 4): sacct's Cluster, or [historian] cluster; '' for
+    # rows from before, until a re-read names it.
+    Column("cluster", String(64), nullable=False, default="", server_default=""),
     Index("ix_jobs_end", "end"),
     Index("ix_jobs_job_id", "job_id"),
 )
@@ -91,6 +95,7 @@ node_events = Table(
     Column("state", String(32), nullable=False, default=""),
     Column("reason", Text, nullable=False, default=""),
     Column("source", String(16), nullable=False, default="sacctmgr"),
+    Column("cluster", String(64), nullable=False, default="", server_default=""),  # version 4
     UniqueConstraint("node", "start", "state", name="uq_node_events"),
     Index("ix_node_events_node_start", "node", "start"),
 )

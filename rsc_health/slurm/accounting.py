@@ -92,6 +92,21 @@ class Accounting:
         )
 
 
+def cluster_name(slurm_conf: str | Path | None = None) -> str:
+    """ClusterName from slurm.conf ($SLURM_CONF, else /etc/slurm/slurm.conf); '' when there
+    is none or the file cannot be read."""
+    path = Path(slurm_conf or os.environ.get("SLURM_CONF") or "/etc/slurm/slurm.conf")
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return ""
+    for line in text.splitlines():
+        key, _, value = line.split("#", 1)[0].partition("=")
+        if key.strip().lower() == "clustername":
+            return value.strip()
+    return ""
+
+
 def sacct_parsable_argv(start: str, end: str, fields: tuple[str, ...]) -> list[str]:
     return [
         "sacct", "-a", "-X", "-D", "--parsable2", f"--delimiter={PARSABLE_DELIMITER}",

@@ -88,26 +88,31 @@ def upsert_sql(
     *,
     conflict: Sequence[str],
     update: Sequence[str] = (),
+    fill: Sequence[str] = (),
 ) -> str:
     """INSERT INTO table (columns) <source> ON CONFLICT: update `update`, or do nothing.
 
     `source` is `VALUES (...)` with the driver's placeholders or a SELECT. Only rows whose
-    values changed are rewritten, so re-reading an unchanged file writes no pages."""
+    values changed are rewritten, so re-reading an unchanged file writes no pages. A `fill`
+    column is only ever set, never cleared: a new '' keeps the stored value (a file without
+    a Cluster column does not unname the rows an incremental run named)."""
     quote = conn.dialect.identifier_preparer.quote
     name = quote(table)
     sql = (
         f"INSERT INTO {name} ({', '.join(quote(c) for c in columns)}) {source} "
         f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
     )
-    if not update:
+    if not update and not fill:
         return sql + "DO NOTHING"
     distinct = "IS DISTINCT FROM" if conn.dialect.name == "postgresql" else "IS NOT"
+    new = {c: f"excluded.{quote(c)}" for c in update}
+    new.update({c: f"COALESCE(NULLIF(excluded.{quote(c)}, ''), {name}.{quote(c)})" for c in fill})
     return (
         sql
         + "DO UPDATE SET "
-        + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in update)
+        + ", ".join(f"{quote(c)} = {value}" for c, value in new.items())
         + " WHERE "
-        + " OR ".join(f"{name}.{quote(c)} {distinct} excluded.{quote(c)}" for c in update)
+        + " OR ".join(f"{name}.{quote(c)} {distinct} {value}" for c, value in new.items())
     )
 
 
@@ -119,6 +124,7 @@ def bulk_write(
     *,
     conflict: Sequence[str],
     update: Sequence[str] = (),
+    fill: Sequence[str] = (),
 ) -> int:
     """INSERT rows (tuples in `columns` order); on a key conflict update `update` or ignore.
 
@@ -129,7 +135,8 @@ def bulk_write(
         return 0
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
     values = f"VALUES ({', '.join([mark] * len(columns))})"
-    sql = upsert_sql(conn, table.name, columns, values, conflict=conflict, update=update)
+    sql = upsert_sql(conn, table.name, columns, values, conflict=conflict, update=update,
+                     fill=fill)
     for start in range(0, len(rows), BATCH_ROWS):
         conn.exec_driver_sql(sql, rows[start : start + BATCH_ROWS])
     return len(rows)

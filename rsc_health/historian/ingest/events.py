@@ -32,9 +32,10 @@ ALIASES = {
     "end": ("TimeEnd", "End"),
     "state": ("State",),
     "reason": ("Reason",),
+    "cluster": ("Cluster",),
 }
 NULL_TIMES = ("Unknown", "None", "")
-COLUMNS = ("node", "start", "end", "state", "reason", "source")
+COLUMNS = ("node", "start", "end", "state", "reason", "source", "cluster")
 
 
 class EventsError(RuntimeError):
@@ -70,7 +71,11 @@ def _header_index(header: list[str]) -> dict[str, int]:
     return index
 
 
-def ingest_lines(engine: Engine, lines: Iterable[str], *, source: str = "sacctmgr") -> IngestReport:
+def ingest_lines(
+    engine: Engine, lines: Iterable[str], *, source: str = "sacctmgr", cluster: str = ""
+) -> IngestReport:
+    """Load `sacctmgr -P show event` lines. Each period's cluster is `cluster` when given
+    ([historian] cluster), else the output's Cluster column, else ''."""
     report = IngestReport("events")
     it = iter(lines)
     header_line = next(it, "")
@@ -106,8 +111,10 @@ def ingest_lines(engine: Engine, lines: Iterable[str], *, source: str = "sacctmg
                 report.add_bad(lineno, "no start time")
                 continue
             reason = fields[index["reason"]] if "reason" in index else ""
+            named = cluster or (fields[index["cluster"]].strip() if "cluster" in index else "")
             batch.append(
-                (node, db_time(start), db_time(end), fields[index["state"]], reason, source)
+                (node, db_time(start), db_time(end), fields[index["state"]], reason, source,
+                 named)
             )
             if len(batch) >= BATCH_ROWS:
                 report.written += _write(conn, batch)
@@ -124,13 +131,14 @@ def _write(conn, rows: list[tuple]) -> int:
         rows,
         conflict=("node", "start", "state"),
         update=("end", "reason"),
+        fill=("cluster",),
     )
 
 
-def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
+def ingest_file(engine: Engine, path: Path | str, *, cluster: str = "") -> IngestReport:
     with open(path, encoding="utf-8", errors="replace") as fh:
-        return ingest_lines(engine, fh)
+        return ingest_lines(engine, fh, cluster=cluster)
 
 
-def ingest_text(engine: Engine, text: str) -> IngestReport:
-    return ingest_lines(engine, io.StringIO(text))
+def ingest_text(engine: Engine, text: str, *, cluster: str = "") -> IngestReport:
+    return ingest_lines(engine, io.StringIO(text), cluster=cluster)

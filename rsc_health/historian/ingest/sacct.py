@@ -59,7 +59,7 @@ from rsc_health.historian.ingest.sacct_parse import (
     blocks,
     exit_codes,
 )
-from rsc_health.slurm.accounting import Accounting, sacct_parsable_argv
+from rsc_health.slurm.accounting import Accounting, cluster_name, sacct_parsable_argv
 from rsc_health.slurm.api import SlurmCommandError, SlurmError
 
 __all__ = ["FIELDS", "JOB_COLUMNS", "SacctError", "ingest_text", "ingest_incremental"]
@@ -116,15 +116,21 @@ def ingest_text(
     gpus_per_node: int = 8,
     statement_timeout_s: float = STATEMENT_TIMEOUT_S,
     exit_codes: dict[str, str] | None = None,
+    cluster: str = "",
+    default_cluster: str = "",
 ) -> IngestReport:
     """Load sacct output, --json or --parsable2 (a path, an open file, the text or its bytes).
 
     The load is one transaction: a database that fails or goes away mid-load raises
     SacctError with one line (nothing of this load kept); a second load into the same SQLite
     file waits for the first (busy timeout), and says so in one line if it waits too long.
-    On PostgreSQL every statement has `statement_timeout_s`."""
+    On PostgreSQL every statement has `statement_timeout_s`.
+
+    Each job's cluster is `cluster` when given ([historian] cluster), else the input's Cluster
+    field, else `default_cluster` (slurm.conf's ClusterName for a run of sacct), else ''."""
     try:
-        return _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes)
+        return _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
+                       (cluster, default_cluster))
     except DBAPIError as exc:
         raise SacctError(_database_failed(engine, exc)) from exc
     except Exception as exc:
@@ -141,7 +147,8 @@ def _database_failed(engine: Engine, exc: Exception) -> str:
     return f"historian database failed during the sacct load, nothing of it was kept: {text}"
 
 
-def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes) -> IngestReport:
+def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
+            clusters: tuple[str, str]) -> IngestReport:
     report = IngestReport("sacct")
     hosts_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
     # Parsing runs a block ahead of the writes, on a second thread.
@@ -149,6 +156,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes) -> I
         prefetch(blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache,
                         exit_codes=exit_codes)),
         report,
+        *clusters,
     )
     with engine.connect() as conn:
         rollback_journal = _sqlite_bulk_journal(conn)
@@ -176,11 +184,19 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes) -> I
     return report
 
 
-def _reported(parsed, report: IngestReport):
+def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: str = ""):
     """The parsed blocks, with what each could not take added to `report` as it goes and
-    the rows each hands on counted as written."""
+    the rows each hands on counted as written; each job's cluster named (see ingest_text)."""
     problems: BlockProblems
     for block, problems in parsed:
+        if cluster or default_cluster:
+            named = block.jobs.column("cluster")
+            if cluster:
+                named = pa.array([cluster] * block.jobs.num_rows, pa.string())
+            else:
+                named = pc.if_else(pc.equal(named, ""), default_cluster, named)
+            at = block.jobs.schema.get_field_index("cluster")
+            block.jobs = block.jobs.set_column(at, "cluster", named)
         for line, message in problems.bad:
             report.add_bad(line, message)
         report.read += problems.read
@@ -376,7 +392,7 @@ def _defer_pg_constraints(conn, first_load: bool) -> list[str]:
 
 def _upsert_sql(conn, source: str) -> str:
     return upsert_sql(conn, "jobs", JOB_COLUMNS, source, conflict=("instance_key",),
-                      update=UPDATABLE)
+                      update=UPDATABLE, fill=("cluster",))
 
 
 def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:
@@ -431,7 +447,7 @@ def _stage(conn, name: str, ddl: str, names: tuple[str, ...], rows) -> None:
 _PG_STAGED_DDL = (
     'seq bigint, job_id text, job_id_display text, name text, "user" text, partition text, '
     'state text, exit_code text, submit text, eligible text, start text, "end" text, '
-    "nnodes integer, gpus integer, nodelist text, instance_key text"
+    "nnodes integer, gpus integer, nodelist text, instance_key text, cluster text"
 )
 
 
@@ -441,7 +457,8 @@ def _copy_jobs(conn, columns: list[list]) -> None:
     the chunk (an sacct file read twice, concatenated) goes in rounds, in file order: the
     n-th occurrence of each key in round n, which is what row-by-row upserts would do."""
     n = len(columns[0])
-    occurrence = pd.Series(columns[-1]).groupby(columns[-1], sort=False).cumcount().to_numpy()
+    keys = columns[JOB_COLUMNS.index("instance_key")]
+    occurrence = pd.Series(keys).groupby(keys, sort=False).cumcount().to_numpy()
     quote = conn.dialect.identifier_preparer.quote
     staged = ["seq", *JOB_COLUMNS]
     cast = {c: f"{quote(c)}::timestamp" for c in ("submit", "eligible", "start", "end")}
@@ -481,6 +498,7 @@ def ingest_incremental(
     default_start: str = "1970-01-01T00:00:00",
     overlap_s: int = 3600,
     form: str = "auto",
+    cluster: str = "",
 ) -> IngestReport:
     """Run sacct from the stored cursor (or `since`) to now; advance the cursor on success.
 
@@ -493,7 +511,8 @@ def ingest_incremental(
     start = since or get_cursor(engine) or default_start
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     data, codes = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
-    report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes)
+    report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
+                         cluster=cluster, default_cluster=cluster_name())
     with engine.begin() as conn:
         set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
     return report

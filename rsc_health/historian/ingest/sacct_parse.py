@@ -74,6 +74,7 @@ JOB_COLUMNS = (
     "gpus",
     "nodelist",
     "instance_key",
+    "cluster",
 )
 # Optional columns read when present.
 OPTIONAL_FIELDS = ("Cluster",)
@@ -106,8 +107,8 @@ class SacctError(RuntimeError):
 
 @dataclass
 class Block:
-    """The job instances of one block that parsed, in JOB_COLUMNS order (plus `cluster`,
-    '' where the input names none); the hosts of each NodeList they name (no-node markers
+    """The job instances of one block that parsed, in JOB_COLUMNS order (`cluster` is ''
+    where the input names none); the hosts of each NodeList they name (no-node markers
     left out); and the same as job_nodes rows: `row` (the job's row in `jobs`) and `node`."""
 
     jobs: pa.Table
