@@ -84,3 +84,27 @@ def test_classify_outages_counts_distinct_nodes_not_rows():
                           "reason": ["Not responding"] * 10})
     kinds = classify_outages(frame, OutageRules((), 8, 0.0, 300), 100)
     assert (kinds == "node").all()
+
+
+def test_lemon_features_of_one_cluster_only(fleet_any):
+    from sqlalchemy import update
+
+    from rsc_health.historian import schema
+
+    fleet = fleet_any
+    for node in ("a1", "a2", "b1"):
+        fleet.job([node], end=AS_OF - DAY)
+        fleet.event(node, AS_OF - 2 * DAY, state="DOWN", reason="Not responding")
+    with fleet.engine.begin() as conn:
+        for table in (schema.jobs, schema.node_events):
+            conn.execute(update(table).values(cluster="alpha"))
+        conn.execute(update(schema.node_events).where(schema.node_events.c.node == "b1")
+                     .values(cluster="beta"))
+        conn.execute(update(schema.jobs).where(schema.jobs.c.id.in_(
+            conn.execute(schema.job_nodes.select().where(schema.job_nodes.c.node == "b1"))
+            .scalars().all())).values(cluster="beta"))
+    alpha = lemon_features(fleet.engine, AS_OF, cluster="alpha")
+    beta = lemon_features(fleet.engine, AS_OF, cluster="beta")
+    assert list(alpha.index) == ["a1", "a2"] and list(beta.index) == ["b1"]
+    assert alpha["out_count"].tolist() == [1, 1] and beta.loc["b1", "out_count"] == 1
+    assert list(lemon_features(fleet.engine, AS_OF).index) == ["a1", "a2", "b1"]

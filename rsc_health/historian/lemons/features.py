@@ -349,10 +349,12 @@ def lemon_features(
     early_fail_minutes: float = 10,
     history_days: float = 90,
     outages: OutageRules | None = None,
+    cluster: str | None = None,
 ) -> pd.DataFrame:
     """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS.
     `outages` says which out-of-service periods are not the node's own (default: the
-    packaged [lemon] keys)."""
+    packaged [lemon] keys). With `cluster`, only that cluster's nodes (those its jobs ran on
+    or its node events name), and its fleet-wide events judged among its own nodes."""
     outages = outages or OutageRules()
     lo, hi = window_bounds(as_of, window_days)
     h_lo, _ = window_bounds(as_of, max(history_days, window_days))
@@ -393,6 +395,10 @@ def lemon_features(
             columns=["node", "start", "state", "reason"],
         )
     nodes = _nodes_seen(engine, lo, hi) | set(s["tickets_history"].index)
+    members = _cluster_nodes(engine, cluster) if cluster is not None else None
+    if members is not None:
+        nodes &= members
+        events = events[events["node"].isin(members)]
     fleet = nodes | set(events["node"])
     events["kind"] = classify_outages(events, outages, len(fleet))
     own = events[events["kind"] == "node"]
@@ -407,6 +413,8 @@ def lemon_features(
     s["out_count"] = in_window.groupby("node").size().astype("float64")
     s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
     nodes |= set(s["out_count_history"].index)
+    if members is not None:
+        nodes &= members
     frame = pd.DataFrame(index=pd.Index(sorted(nodes), name="node"))
     for name, series in s.items():
         frame = frame.join(series.rename(name), how="outer")
@@ -424,6 +432,8 @@ def lemon_features(
     frame["xid_codes"] = xid_codes.reindex(frame.index)
     frame["xid_codes"] = frame["xid_codes"].apply(lambda v: v if isinstance(v, list) else [])
     frame.index.name = "node"
+    if members is not None:
+        frame = frame[frame.index.isin(members)]
     return frame.sort_index()
 
 
@@ -501,6 +511,18 @@ def _since_repair(engine: Engine, stmt, repaired: dict[str, datetime]) -> pd.Dat
     when = frame.columns[1]
     since = frame["node"].map(repaired)
     return frame[since.isna() | (frame[when] >= since)]
+
+
+def _cluster_nodes(engine: Engine, cluster: str) -> set[str]:
+    """The nodes of one Slurm cluster: those its jobs ran on and its node events name."""
+    stmt = union(
+        select(job_nodes.c.node)
+        .select_from(jobs.join(job_nodes, job_nodes.c.job_pk == jobs.c.id))
+        .where(jobs.c.cluster == cluster),
+        select(node_events.c.node).where(node_events.c.cluster == cluster),
+    )
+    with engine.connect() as conn:
+        return {r[0] for r in conn.execute(stmt)}
 
 
 def _nodes_seen(engine: Engine, lo: datetime, hi: datetime) -> set[str]:
