@@ -195,6 +195,33 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
     _print_report(report, as_json)
 
 
+@ingest.command("reservations")
+@click.option("--file", "path", callback=_file_or_none,
+              help="`sacctmgr -P show reservation` output ('-').")
+@click.option("--since", help="Start= for sacctmgr (default [historian] first_start).")
+@json_option
+@click.pass_context
+def ingest_reservations(
+    ctx: click.Context, path: str | None, since: str | None, as_json: bool
+) -> None:
+    """Slurm reservations (MAINT ones mark planned maintenance for the lemon features)."""
+    from rsc_health.historian.ingest import reservations
+
+    cfg = ctx.obj.config.section("historian")
+    cluster = str(cfg.get("cluster", ""))
+    with _historian(ctx, reservations.ReservationsError) as engine:
+        if path == "-":
+            stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+            report = reservations.ingest_lines(engine, stdin, cluster=cluster)
+        elif path is not None:
+            report = reservations.ingest_file(engine, path, cluster=cluster)
+        else:
+            start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
+            text = reservations.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
+            report = reservations.ingest_text(engine, text, cluster=cluster)
+    _print_report(report, as_json)
+
+
 @ingest.command("checks")
 @click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines ('-').")
 @json_option

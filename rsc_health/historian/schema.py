@@ -100,6 +100,21 @@ node_events = Table(
     Index("ix_node_events_node_start", "node", "start"),
 )
 
+# Slurm reservations as slurmdbd keeps them (`sacctmgr show reservation`, version 4): one with
+# the MAINT flag makes the outages of its nodes inside it planned maintenance, not theirs.
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("cluster", String(64), nullable=False, default=""),
+    Column("name", String(128), nullable=False),
+    Column("start", DateTime, nullable=False),
+    Column("end", DateTime),
+    Column("flags", Text, nullable=False, default=""),
+    Column("nodelist", Text, nullable=False, default=""),
+    UniqueConstraint("cluster", "name", "start", name="uq_reservations"),
+)
+
 tickets = Table(
     "tickets",
     metadata,

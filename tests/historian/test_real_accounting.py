@@ -141,3 +141,43 @@ def test_every_adversarially_named_job_lands_in_an_incremental_ingest(
         else:
             assert names[job_id] == name
     engine.dispose()
+
+
+def test_a_drain_inside_a_real_maint_reservation_is_not_the_nodes_outage(
+    cluster, tmp_path, monkeypatch
+):
+    from datetime import UTC, datetime, timedelta
+
+    from rsc_health.historian.ingest import reservations
+    from rsc_health.historian.lemons.features import lemon_features
+
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    planned, unplanned = cluster.node_names[0], cluster.node_names[1]
+    cluster.run(["scontrol", "create", "reservation", "reservationname=rsc_maint",
+                 "starttime=now", "duration=30", f"nodes={planned}", "flags=maint,ignore_jobs",
+                 "users=root"])
+    try:
+        for node in (planned, unplanned):  # a reason that says nothing of maintenance
+            cluster.run(["scontrol", "update", f"nodename={node}", "state=drain",
+                         "reason=bob: cabling"])
+        engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+        since = "2020-01-01T00:00:00"
+        cluster.wait_for(
+            lambda: "rsc_maint" in reservations.run_sacctmgr(since, 30), 60,
+            "slurmdbd to list the reservation",
+        )
+        cluster.wait_for(
+            lambda: all(f"|{n}|" in events.run_sacctmgr(since, 30) for n in (planned, unplanned)),
+            60, "slurmdbd to list both drains",
+        )
+        assert reservations.ingest_text(engine, reservations.run_sacctmgr(since, 30)).bad == []
+        assert events.ingest_text(engine, events.run_sacctmgr(since, 30)).bad == []
+        as_of = datetime.now(UTC).replace(tzinfo=None) + timedelta(minutes=1)
+        counts = lemon_features(engine, as_of)["out_count"]
+        assert counts.get(planned, 0) == 0
+        assert counts[unplanned] >= 1
+        engine.dispose()
+    finally:
+        cluster.run(["scontrol", "delete", "reservation=rsc_maint"], check=False)
+        for node in (planned, unplanned):
+            cluster.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)

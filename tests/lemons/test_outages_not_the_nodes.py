@@ -108,3 +108,25 @@ def test_lemon_features_of_one_cluster_only(fleet_any):
     assert list(alpha.index) == ["a1", "a2"] and list(beta.index) == ["b1"]
     assert alpha["out_count"].tolist() == [1, 1] and beta.loc["b1", "out_count"] == 1
     assert list(lemon_features(fleet.engine, AS_OF).index) == ["a1", "a2", "b1"]
+
+
+def test_an_outage_inside_a_maint_reservation_is_maintenance(fleet_any):
+    """The reason says nothing of maintenance ("bob: cabling"), the reservation does."""
+    from rsc_health.historian.ingest import reservations
+
+    fleet = fleet_any
+    start = AS_OF - 3 * DAY
+    stamp = start.strftime("%Y-%m-%dT%H:%M:%S")
+    end = (start + DAY).strftime("%Y-%m-%dT%H:%M:%S")
+    report = reservations.ingest_text(fleet.engine, (
+        "Cluster|Name|TimeStart|TimeEnd|Flags|NodeName\n"
+        f"alpha|mx|{stamp}|{end}|MAINT,IGNORE_JOBS|n[1-2]\n"
+        f"alpha|train|{stamp}|{end}|IGNORE_JOBS|n3\n"
+        "alpha|broken|yesterday|x|MAINT|n4\n"
+    ))
+    assert report.written == 2 and [b.line for b in report.bad] == [4]
+    fleet.event("n1", start - timedelta(minutes=30), reason="bob: cabling")  # drained ahead
+    fleet.event("n2", start + 2 * DAY, reason="bob: cabling")  # after it ended: its own
+    fleet.event("n3", start + timedelta(hours=1), reason="bob: cabling")  # not MAINT
+    counts = _counts(fleet.engine)
+    assert counts.loc[["n1", "n2", "n3"], "out_count"].tolist() == [0, 1, 1]

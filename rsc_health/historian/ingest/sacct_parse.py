@@ -540,7 +540,7 @@ def _validate(
     distinct = pc.unique(nodelists.filter(pa.array(keep))).to_pylist()
     for nodelist in distinct:
         if nodelist not in hosts_cache:
-            hosts_cache[nodelist] = _hosts(nodelist)
+            hosts_cache[nodelist] = expand_nodelist(nodelist)
     broken = [n for n in distinct if isinstance(hosts_cache[n], str)]
     if broken:
         wrong = keep & _np(pc.is_in(nodelists, pa.array(broken, pa.string())))
@@ -690,7 +690,7 @@ def _gpus_or_flag(tres: str) -> int | None:
         return -1
 
 
-def _hosts(nodelist: str) -> list[str] | str:
+def expand_nodelist(nodelist: str) -> list[str] | str:
     """The hosts a NodeList names, each once; a str saying why when it is not a usable
     hostlist. A plain name is itself (as stored before), a no-node marker none."""
     if nodelist in NO_NODES:

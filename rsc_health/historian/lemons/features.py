@@ -51,8 +51,9 @@ repeat_outs, out_count_history and down_outs_history (`OutageRules`, the [lemon]
   fleet-wide            at least `fleet_event_nodes` nodes, or `fleet_event_share` of the
                         nodes seen, going out within `fleet_event_window_s` of each other (a
                         switch, a shared filesystem or slurmctld failing, not the nodes)
-Slurm reservations with the MAINT flag are not read yet: a maintenance drain whose reason says
-nothing of maintenance still counts (name it in the reason, or add a pattern).
+  MAINT reservation     the node is in a Slurm reservation with the MAINT flag (`healthctl
+                        ingest reservations`) and the outage begins inside it, or in the
+                        hour before it (nodes are drained ahead of the work)
 Both windows of a node that came back from a lemon repair start at that repair
 (`lemon_repairs`): its past is what sent it there, and only new trouble (or the repeat-offender
 rule) should send it back.
@@ -107,6 +108,8 @@ FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
 RSC_HEALTH_REASON_PREFIX = "rsc_health:"
 FLEET_FLOOR = 5.0
+# Nodes are drained for a maintenance reservation up to this long before it starts.
+MAINT_LEAD = pd.Timedelta(hours=1)
 # The packaged [lemon] keys for outages that are not a node's own (verdicts.DEFAULTS has them).
 OUTAGE_DEFAULTS: dict[str, Any] = {
     "maintenance_reason_patterns": [
@@ -160,13 +163,25 @@ class OutageRules:
         return min(limits) if limits else float("inf")
 
 
-def classify_outages(events: pd.DataFrame, rules: OutageRules, fleet_size: int) -> pd.Series:
+def classify_outages(
+    events: pd.DataFrame,
+    rules: OutageRules,
+    fleet_size: int,
+    maintenance: list[tuple[set[str], datetime, datetime | None]] = (),
+) -> pd.Series:
     """Per node_events row (columns node, start, reason): "maintenance", "fleet" or "node"
     (the node's own). Fleet-wide: the row's start has at least the threshold of distinct nodes
-    going out within fleet_event_window_s either side."""
+    going out within fleet_event_window_s either side. `maintenance`: (nodes, start, end) of
+    the MAINT reservations."""
     kind = pd.Series("node", index=events.index, dtype=object)
     if events.empty:
         return kind
+    starts = pd.to_datetime(events["start"])
+    for nodes, start, end in maintenance:
+        inside = events["node"].isin(nodes) & (starts >= pd.Timestamp(start) - MAINT_LEAD)
+        if end is not None:
+            inside &= starts <= pd.Timestamp(end)
+        kind[inside] = "maintenance"
     reason = events["reason"].fillna("").astype(str)
     if rules.maintenance_reason_patterns:
         planned = reason.str.contains(
@@ -400,7 +415,8 @@ def lemon_features(
         nodes &= members
         events = events[events["node"].isin(members)]
     fleet = nodes | set(events["node"])
-    events["kind"] = classify_outages(events, outages, len(fleet))
+    events["kind"] = classify_outages(events, outages, len(fleet),
+                                      _maintenance_reservations(engine, hi, cluster))
     own = events[events["kind"] == "node"]
     # Slurm's event states read "DOWN", "DOWN*", "DOWN+DRAIN"...: the first word says it died.
     history_outs = _since_repair_frame(own[own["start"] >= h_lo], repaired)
@@ -408,7 +424,7 @@ def lemon_features(
     downs = history_outs[history_outs["state"].astype(str).str.startswith("DOWN")]
     s["down_outs_history"] = downs.groupby("node").size().astype("float64")
     # The window's own outages; a node back from a lemon repair counts from that repair.
-    since = pd.to_datetime(own["node"].map(restart)).fillna(pd.Timestamp(lo))
+    since = pd.to_datetime(own["node"].map(lambda node: restart.get(node, lo)))
     in_window = own[(own["start"] >= since) & (own["start"] >= lo) & (own["start"] < hi)]
     s["out_count"] = in_window.groupby("node").size().astype("float64")
     s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
@@ -511,6 +527,28 @@ def _since_repair(engine: Engine, stmt, repaired: dict[str, datetime]) -> pd.Dat
     when = frame.columns[1]
     since = frame["node"].map(repaired)
     return frame[since.isna() | (frame[when] >= since)]
+
+
+def _maintenance_reservations(
+    engine: Engine, hi: datetime, cluster: str | None
+) -> list[tuple[set[str], datetime, datetime | None]]:
+    """(nodes, start, end) of every reservation with the MAINT flag that began before `hi`."""
+    from rsc_health.historian.ingest.sacct_parse import expand_nodelist
+    from rsc_health.historian.schema import reservations as r
+
+    stmt = select(r.c.nodelist, r.c.start, r.c.end, r.c.flags).where(r.c.start < hi)
+    if cluster is not None:
+        stmt = stmt.where(r.c.cluster == cluster)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    out = []
+    for nodelist, start, end, flags in rows:
+        if "MAINT" not in {f.strip().upper() for f in flags.split(",")}:
+            continue
+        hosts = expand_nodelist(nodelist)  # bounded; a str says why it is not a hostlist
+        if isinstance(hosts, list):
+            out.append((set(hosts), start, end))
+    return out
 
 
 def _cluster_nodes(engine: Engine, cluster: str) -> set[str]:
