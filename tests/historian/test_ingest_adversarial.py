@@ -284,3 +284,16 @@ def test_an_event_reason_with_the_delimiter_and_latin1_bytes_lands(historian, tm
 def test_an_unknown_sacct_format_is_one_line():
     with pytest.raises(sacct.SacctError, match="sacct_format"):
         sacct.run_sacct("2024-01-01", "2024-01-02", 5, form="xml")
+
+
+def test_an_absurd_event_row_costs_only_itself(historian):
+    from rsc_health.historian.ingest import events
+
+    text = ("NodeName|TimeStart|TimeEnd|State|Reason\n"
+            f"{'n' * 300}|2024-03-01T08:00:00|Unknown|DRAIN|x\n"
+            "gpu001|2024-03-01T08:00:00|Unknown|" + "S" * 40 + "|x\n"
+            "gpu002|2024-03-01T08:00:00|99999-01-01T00:00:00|DOWN|x\n"
+            "gpu003|2024-03-01T08:00:00|Unknown|DRAIN|" + "r" * 10_000 + "\n")
+    report = events.ingest_text(historian, text)
+    assert [b.line for b in report.bad] == [2, 3, 4]
+    assert report.written == 1

@@ -101,6 +101,13 @@ def ingest_lines(
             if not node:
                 report.skipped += 1  # a cluster event, not a node's
                 continue
+            too_long = next((name for name, value, limit in (
+                ("NodeName", node, 128), ("State", fields[index["state"]], 32),
+                ("Cluster", fields[index["cluster"]] if "cluster" in index else "", 64),
+            ) if len(value) > limit), None)
+            if too_long:  # PostgreSQL would refuse the whole load for one such value
+                report.add_bad(lineno, f"{too_long} is longer than the historian keeps")
+                continue
             try:
                 start = _time(fields[index["start"]])
                 end = _time(fields[index["end"]])
