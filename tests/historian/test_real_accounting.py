@@ -132,7 +132,9 @@ def test_every_adversarially_named_job_lands_in_an_incremental_ingest(
     assert report.bad == [], report.bad
     with engine.connect() as conn:
         names = dict(conn.execute(select(schema.jobs.c.job_id, schema.jobs.c.name)).all())
+        clusters = set(conn.execute(select(schema.jobs.c.cluster)).scalars())
     assert ids <= set(names)
+    assert clusters == {cluster.cluster_name}  # sacct's own Cluster field names every job
     for name, job_id in submitted.items():
         if isinstance(name, bytes):  # slurmdbd may keep the byte or store '?': either lands
             assert names[job_id] in ("caf\ufffd", "caf?", "café"), names[job_id]
