@@ -183,3 +183,23 @@ def test_a_drain_inside_a_real_maint_reservation_is_not_the_nodes_outage(
         cluster.run(["scontrol", "delete", "reservation=rsc_maint"], check=False)
         for node in (planned, unplanned):
             cluster.run(["scontrol", "update", f"nodename={node}", "state=resume"], check=False)
+
+
+def test_a_requeued_jobs_instances_all_land_through_sacct_json(cluster, tmp_path, monkeypatch):
+    monkeypatch.setenv("SLURM_CONF", str(cluster.conf))
+    job = cluster.sbatch("-N", "1", "-J", "requeued", "--requeue", "--wrap", "sleep 4")
+    cluster.wait_for(lambda: cluster.job_state(job) == "RUNNING", 60, "the job to run")
+    cluster.run(["scontrol", "requeue", job])
+    cluster.run(["scontrol", "release", job], check=False)
+    cluster.wait_for(lambda: _final(cluster, job, {"COMPLETED"}), 120, "the requeued job")
+    cluster.wait_for(lambda: job in _listed(cluster), 60, "slurmdbd to list the job")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    report = sacct.ingest_incremental(engine, since="2020-01-01T00:00:00", form="json")
+    assert report.bad == []
+    with engine.connect() as conn:
+        states = conn.execute(
+            select(schema.jobs.c.state).where(schema.jobs.c.job_id == job)
+            .order_by(schema.jobs.c.submit)
+        ).scalars().all()
+    assert states == ["REQUEUED", "COMPLETED"]
+    engine.dispose()
