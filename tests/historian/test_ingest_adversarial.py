@@ -297,3 +297,31 @@ def test_an_absurd_event_row_costs_only_itself(historian):
     report = events.ingest_text(historian, text)
     assert [b.line for b in report.bad] == [2, 3, 4]
     assert report.written == 1
+
+
+@pytest.mark.postgres
+def test_events_into_a_database_that_went_away_is_one_line(pg_url):
+    from rsc_health.historian.ingest import events
+    from tests.historian.conftest import PG_ADMIN_URL
+
+    engine = connect(pg_url)
+    admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
+    with engine.connect():  # a pooled connection, then the server drops it
+        pass
+    with admin.connect() as conn:
+        conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                          "WHERE datname = :db AND pid <> pg_backend_pid()"),
+                     {"db": engine.url.database})
+    admin.dispose()
+    engine.pool.dispose()
+    with admin.connect() as conn:
+        conn.execute(text(f'ALTER DATABASE "{engine.url.database}" ALLOW_CONNECTIONS false'))
+    try:
+        with pytest.raises(events.EventsError) as caught:
+            events.ingest_text(engine, "NodeName|TimeStart|TimeEnd|State|Reason\n"
+                                       "gpu001|2024-03-01T08:00:00|Unknown|DRAIN|x\n")
+        assert "\n" not in str(caught.value)
+    finally:
+        with admin.connect() as conn:
+            conn.execute(text(f'ALTER DATABASE "{engine.url.database}" ALLOW_CONNECTIONS true'))
+        admin.dispose()

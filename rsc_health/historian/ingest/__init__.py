@@ -59,6 +59,16 @@ class IngestReport:
         return text
 
 
+def database_failed(what: str, exc: Exception) -> str:
+    """One line for a database that failed or went away during a load (the load's
+    transaction rolls back, so nothing of it is kept)."""
+    orig = getattr(exc, "orig", None) or exc
+    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if "locked" in text or "busy" in text:
+        text += " (another load holds the historian; try again when it has finished)"
+    return f"historian database failed during the {what} load, nothing of it was kept: {text}"
+
+
 def db_time(value: datetime | None) -> str | None:
     """A naive UTC datetime as the text both dialects store and compare correctly."""
     if value is None:

@@ -14,12 +14,14 @@ from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
     bulk_write,
+    database_failed,
     db_time,
 )
 from rsc_health.slurm.accounting import Accounting
@@ -75,7 +77,15 @@ def ingest_lines(
     engine: Engine, lines: Iterable[str], *, source: str = "sacctmgr", cluster: str = ""
 ) -> IngestReport:
     """Load `sacctmgr -P show event` lines. Each period's cluster is `cluster` when given
-    ([historian] cluster), else the output's Cluster column, else ''."""
+    ([historian] cluster), else the output's Cluster column, else ''. A database that fails
+    during the load raises EventsError with one line."""
+    try:
+        return _ingest_lines(engine, lines, source, cluster)
+    except DBAPIError as exc:
+        raise EventsError(database_failed("events", exc)) from exc
+
+
+def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: str):
     report = IngestReport("events")
     it = iter(lines)
     header_line = next(it, "")

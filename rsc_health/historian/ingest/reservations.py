@@ -15,9 +15,16 @@ from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from rsc_health.historian import schema
-from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time
+from rsc_health.historian.ingest import (
+    BATCH_ROWS,
+    IngestReport,
+    bulk_write,
+    database_failed,
+    db_time,
+)
 from rsc_health.slurm.accounting import Accounting
 from rsc_health.slurm.api import SlurmError
 
@@ -52,7 +59,15 @@ def _time(text: str) -> datetime | None:
 
 
 def ingest_lines(engine: Engine, lines: Iterable[str], *, cluster: str = "") -> IngestReport:
-    """Load the output; each reservation's cluster is `cluster` when given, else its own."""
+    """Load the output; each reservation's cluster is `cluster` when given, else its own. A
+    database that fails during the load raises ReservationsError with one line."""
+    try:
+        return _ingest_lines(engine, lines, cluster)
+    except DBAPIError as exc:
+        raise ReservationsError(database_failed("reservations", exc)) from exc
+
+
+def _ingest_lines(engine: Engine, lines: Iterable[str], cluster: str) -> IngestReport:
     report = IngestReport("reservations")
     it = iter(lines)
     header = next(it, "").rstrip("\n").split("|")

@@ -46,6 +46,7 @@ from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
     bulk_write,
+    database_failed,
     sqlite_bulk,
     upsert_sql,
 )
@@ -140,11 +141,7 @@ def ingest_text(
 
 
 def _database_failed(engine: Engine, exc: Exception) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-    if "locked" in text or "busy" in text:
-        text += " (another load holds the historian; try again when it has finished)"
-    return f"historian database failed during the sacct load, nothing of it was kept: {text}"
+    return database_failed("sacct", exc)
 
 
 def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
@@ -513,6 +510,11 @@ def ingest_incremental(
     data, codes = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
     report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
                          cluster=cluster, default_cluster=cluster_name())
-    with engine.begin() as conn:
-        set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
+    try:
+        with engine.begin() as conn:
+            set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
+    except DBAPIError as exc:  # the jobs landed; the next run re-reads them, changing nothing
+        raise SacctError(
+            f"jobs loaded, but the cursor was not saved: {database_failed('sacct', exc)}"
+        ) from exc
     return report
