@@ -59,6 +59,20 @@ class IngestReport:
         return text
 
 
+# Longest one statement of a load may run on PostgreSQL (a first sacct backfill's index
+# build at the paper's 4M jobs takes well under a minute): a frozen lock or a runaway
+# statement ends the load instead of holding it forever.
+STATEMENT_TIMEOUT_S = 900
+
+
+def limit_statements(conn: Connection, seconds: float = STATEMENT_TIMEOUT_S) -> None:
+    """PostgreSQL: every statement of this transaction ends after `seconds` (SET LOCAL, so
+    the pooled connection is back to its default afterwards). SQLite has no server to hang:
+    its waits are the busy timeout."""
+    if conn.dialect.name == "postgresql" and seconds > 0:
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
+
+
 def database_failed(what: str, exc: Exception) -> str:
     """One line for a database that failed or went away during a load (the load's
     transaction rolls back, so nothing of it is kept)."""

@@ -23,6 +23,7 @@ from rsc_health.historian.ingest import (
     bulk_write,
     database_failed,
     db_time,
+    limit_statements,
 )
 from rsc_health.slurm.accounting import Accounting
 from rsc_health.slurm.api import SlurmError
@@ -93,6 +94,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
     width = len(header_line.rstrip("\n").split("|"))
     batch: list[tuple] = []
     with engine.begin() as conn:
+        limit_statements(conn)
         for lineno, line in enumerate(it, 2):
             line = line.rstrip("\n")
             if not line.strip():

@@ -24,6 +24,7 @@ from rsc_health.historian.ingest import (
     bulk_write,
     database_failed,
     db_time,
+    limit_statements,
 )
 from rsc_health.slurm.accounting import Accounting
 from rsc_health.slurm.api import SlurmError
@@ -78,6 +79,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], cluster: str) -> IngestR
         raise ReservationsError(f"sacctmgr reservation output lacks {', '.join(missing)}")
     rows: list[tuple] = []
     with engine.begin() as conn:
+        limit_statements(conn)
         for lineno, line in enumerate(it, 2):
             line = line.rstrip("\n")
             if not line.strip():

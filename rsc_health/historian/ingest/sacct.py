@@ -44,9 +44,11 @@ from rsc_health.historian import schema
 from rsc_health.historian.db import refresh_statistics
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
+    STATEMENT_TIMEOUT_S,
     IngestReport,
     bulk_write,
     database_failed,
+    limit_statements,
     sqlite_bulk,
     upsert_sql,
 )
@@ -67,9 +69,6 @@ __all__ = ["FIELDS", "JOB_COLUMNS", "SacctError", "ingest_text", "ingest_increme
 
 CURSOR = "sacct"
 SACCT_FORMS = ("auto", "json", "parsable")
-# Longest a single statement of a load may run on PostgreSQL (a first backfill's index build
-# at the paper's 4M jobs takes well under a minute).
-STATEMENT_TIMEOUT_S = 900
 # A load this big changes the tables' sizes enough that the planner needs new statistics.
 ANALYZE_AFTER_ROWS = 50_000
 _SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -218,10 +217,7 @@ def _sqlite_foreign_keys(conn, on: bool) -> bool:
 
 
 def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
-    if conn.dialect.name == "postgresql" and statement_timeout_s > 0:
-        # a frozen lock or a runaway statement ends the load instead of holding it forever
-        milliseconds = max(1, int(statement_timeout_s * 1000))
-        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {milliseconds}")
+    limit_statements(conn, statement_timeout_s)
     if conn.dialect.name == "sqlite":
         # A big file inserts into indexes far larger than SQLite's 2 MiB default page
         # cache; a bigger cache for this connection cuts ingest CPU by about a fifth.
