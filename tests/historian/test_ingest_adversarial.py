@@ -325,3 +325,18 @@ def test_events_into_a_database_that_went_away_is_one_line(pg_url):
         with admin.connect() as conn:
             conn.execute(text(f'ALTER DATABASE "{engine.url.database}" ALLOW_CONNECTIONS true'))
         admin.dispose()
+
+
+def test_step_rows_and_extra_columns_of_real_sacct_output_are_not_jobs(historian):
+    """`sacct` without -X prints each job's steps under it; and a site may ask for more
+    columns: the steps are skipped, the other columns ignored, the jobs land."""
+    fields = [*FIELDS, "Comment", "WorkDir"]
+    rows = []
+    for job_id in ("1", "2"):
+        job = _row(job_id)
+        for suffix in ("", ".batch", ".extern", ".0"):
+            row = {**job, "JobIDRaw": job_id + suffix, "JobID": job_id + suffix}
+            rows.append("|".join([*(row[f] for f in FIELDS), "a comment", "/home/x"]))
+    report = sacct.ingest_text(historian, "|".join(fields) + "\n" + "\n".join(rows) + "\n")
+    assert report.bad == [] and report.skipped == 6
+    assert set(_names(historian)) == {"1", "2"}

@@ -532,6 +532,8 @@ def _validate(
     for i in np.flatnonzero(bad).tolist():
         problems.bad.append((int(lines[i]), next(why(i) for mask, why in checks if mask[i])))
     pending = _np(pc.equal(state, "PENDING"))  # not an instance yet; read again once it starts
+    # A step (`1234.batch`, `1234.0`: sacct without -X) is part of its job's instance, not one.
+    pending |= _np(pc.match_substring(raw["JobIDRaw"], "."))
     problems.pending += int((~bad & pending).sum())
     keep = ~bad & ~pending
 
