@@ -147,6 +147,7 @@ def generate(n: int, seed: int = 0) -> dict[str, np.ndarray]:
         "gpus": gpus[src],
         "nodelist": np.full(len(src), ""),
         "instance_key": np.char.add(np.char.add(job_id, ":"), pk.astype(str)),
+        "cluster": np.full(len(src), ""),  # one unnamed cluster (schema version 4)
     }
     # job_nodes: each instance on nnodes consecutive nodes from its first node.
     counts = nnodes[src]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from collections.abc import Iterator
@@ -51,6 +52,7 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
                     "read": report.read,
                     "written": report.written,
                     "skipped": report.skipped,
+                    "replaced": report.replaced,
                     "bad": [{"line": b.line, "error": b.message} for b in report.bad],
                 }
             )
@@ -153,7 +155,8 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
         gpn = int(cfg.get("gpus_per_node", 8))
         if path is not None:
             source = sys.stdin if path == "-" else Path(path)
-            report = sacct.ingest_text(engine, source, gpus_per_node=gpn)
+            report = sacct.ingest_text(engine, source, gpus_per_node=gpn,
+                                       cluster=str(cfg.get("cluster", "")))
         else:
             report = sacct.ingest_incremental(
                 engine,
@@ -162,6 +165,8 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
                 timeout_s=float(cfg.get("sacct_timeout_s", 600)),
                 default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 overlap_s=int(cfg.get("sacct_overlap_s", 3600)),
+                form=str(cfg.get("sacct_format", "auto")),
+                cluster=str(cfg.get("cluster", "")),
             )
     _print_report(report, as_json)
 
@@ -176,15 +181,44 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
     from rsc_health.historian.ingest import events
 
     cfg = ctx.obj.config.section("historian")
+    cluster = str(cfg.get("cluster", ""))
     with _historian(ctx, events.EventsError) as engine:
-        if path == "-":
-            report = events.ingest_lines(engine, sys.stdin)
+        if path == "-":  # a reason is a person's text: bytes that are not UTF-8 are replaced
+            stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+            report = events.ingest_lines(engine, stdin, cluster=cluster)
         elif path is not None:
-            report = events.ingest_file(engine, path)
+            report = events.ingest_file(engine, path, cluster=cluster)
         else:
             start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
             text = events.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
-            report = events.ingest_text(engine, text)
+            report = events.ingest_text(engine, text, cluster=cluster)
+    _print_report(report, as_json)
+
+
+@ingest.command("reservations")
+@click.option("--file", "path", callback=_file_or_none,
+              help="`sacctmgr -P show reservation` output ('-').")
+@click.option("--since", help="Start= for sacctmgr (default [historian] first_start).")
+@json_option
+@click.pass_context
+def ingest_reservations(
+    ctx: click.Context, path: str | None, since: str | None, as_json: bool
+) -> None:
+    """Slurm reservations (MAINT ones mark planned maintenance for the lemon features)."""
+    from rsc_health.historian.ingest import reservations
+
+    cfg = ctx.obj.config.section("historian")
+    cluster = str(cfg.get("cluster", ""))
+    with _historian(ctx, reservations.ReservationsError) as engine:
+        if path == "-":
+            stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
+            report = reservations.ingest_lines(engine, stdin, cluster=cluster)
+        elif path is not None:
+            report = reservations.ingest_file(engine, path, cluster=cluster)
+        else:
+            start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
+            text = reservations.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
+            report = reservations.ingest_text(engine, text, cluster=cluster)
     _print_report(report, as_json)
 
 

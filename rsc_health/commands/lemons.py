@@ -53,13 +53,15 @@ def _slurm(ctx: click.Context):
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--apply", "do_apply", is_flag=True, help="Drain the candidates and open tickets.")
+@click.option("--cluster", default=None, help="Only this Slurm cluster's nodes.")
 @click.pass_context
 def lemons(
-    ctx: click.Context, window: str | None, as_of: datetime | None, as_json: bool, do_apply: bool
+    ctx: click.Context, window: str | None, as_of: datetime | None, as_json: bool, do_apply: bool,
+    cluster: str | None,
 ) -> None:
     """Lemon-node candidates with their evidence; a dry run unless --apply."""
     from rsc_health.historian.lemons.apply import PartitionGuard, apply_verdicts
-    from rsc_health.historian.lemons.features import lemon_features
+    from rsc_health.historian.lemons.features import OutageRules, lemon_features
     from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, lemon_verdicts
     from rsc_health.slurm import SlurmError
 
@@ -75,6 +77,8 @@ def lemons(
             window_days,
             early_fail_minutes=float(section["early_fail_minutes"]),
             history_days=float(section["history_days"]),
+            outages=OutageRules.from_config(section),
+            cluster=cluster,
         )
         rules = LemonRules.from_config(section)
         verdicts = lemon_verdicts(

@@ -15,7 +15,14 @@ import click
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
+def _remember_cluster(ctx: click.Context, _param, value):
+    ctx.meta["rsc_health.cluster"] = value
+    return value
+
+
 def window_options(f):
+    f = click.option("--cluster", default=None, expose_value=False, callback=_remember_cluster,
+                     help="Only this Slurm cluster's jobs (several in one historian).")(f)
     f = click.option("--until", type=click.DateTime(), help="Jobs that ended before (UTC).")(f)
     f = click.option("--since", type=click.DateTime(), help="Jobs that ended at/after (UTC).")(f)
     return f
@@ -33,7 +40,9 @@ def _engine(ctx: click.Context):
 def _window(since: datetime | None, until: datetime | None):
     from rsc_health.historian.metrics._sql import Window
 
-    return Window(since, until)
+    ctx = click.get_current_context(silent=True)
+    cluster = ctx.meta.get("rsc_health.cluster") if ctx is not None else None
+    return Window(since, until, cluster)
 
 
 def _clean(value):

@@ -51,11 +51,31 @@ def safe_url(url: str) -> str:
 
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA foreign_keys=ON")
+    # The busy timeout first: switching to WAL needs a lock that a load in another process
+    # may hold (a first load runs under the rollback journal), and must wait for it too.
     cur.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+    _wal(cur)
+    cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL is durable across app crashes
     cur.close()
+
+
+def _wal(cur) -> None:
+    """PRAGMA journal_mode=WAL, retried while another process's first load holds the file in
+    rollback-journal mode: two connections both asking for the exclusive lock get SQLITE_BUSY
+    at once (SQLite's deadlock rule), not after the busy timeout."""
+    import sqlite3
+    import time
+
+    deadline = time.monotonic() + SQLITE_BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 def engine_for(url: str) -> Engine:

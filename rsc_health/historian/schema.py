@@ -19,7 +19,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 
-SCHEMA_VERSION = 2
+# 3: historian-volume's check intervals (migration 0003); 4: the cluster column (0004).
+SCHEMA_VERSION = 4
 
 metadata = MetaData()
 
@@ -65,6 +66,9 @@ jobs = Table(
     # "<JobIDRaw>:<Submit>:<Start or ''>" -- NULLs never collide in a UNIQUE constraint, so the
     # instance key is spelled out; re-ingesting the same sacct row updates, never duplicates.
     Column("instance_key", String(96), nullable=False, unique=True),
+    # Which Slurm cluster ran it (version 4): sacct's Cluster, or [historian] cluster; '' for
+    # rows from before, until a re-read names it.
+    Column("cluster", String(64), nullable=False, default="", server_default=""),
     Index("ix_jobs_end", "end"),
     Index("ix_jobs_job_id", "job_id"),
 )
@@ -91,8 +95,24 @@ node_events = Table(
     Column("state", String(32), nullable=False, default=""),
     Column("reason", Text, nullable=False, default=""),
     Column("source", String(16), nullable=False, default="sacctmgr"),
+    Column("cluster", String(64), nullable=False, default="", server_default=""),  # version 4
     UniqueConstraint("node", "start", "state", name="uq_node_events"),
     Index("ix_node_events_node_start", "node", "start"),
+)
+
+# Slurm reservations as slurmdbd keeps them (`sacctmgr show reservation`, version 4): one with
+# the MAINT flag makes the outages of its nodes inside it planned maintenance, not theirs.
+reservations = Table(
+    "reservations",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("cluster", String(64), nullable=False, default=""),
+    Column("name", String(128), nullable=False),
+    Column("start", DateTime, nullable=False),
+    Column("end", DateTime),
+    Column("flags", Text, nullable=False, default=""),
+    Column("nodelist", Text, nullable=False, default=""),
+    UniqueConstraint("cluster", "name", "start", name="uq_reservations"),
 )
 
 tickets = Table(

@@ -84,6 +84,8 @@ class SimConfig:
     lemon_job_fail_share: float = 0.05
     exclusion_job_share: float = 0.01
     exclusion_informed_share: float = 0.2
+    maintenance_drains: int = 0
+    fleet_events: int = 0
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any], **overrides: Any) -> SimConfig:

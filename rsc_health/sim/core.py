@@ -14,7 +14,13 @@ import numpy as np
 from rsc_health.hostlist import compress
 from rsc_health.sim import writers
 from rsc_health.sim.config import SimConfig
-from rsc_health.sim.failures import FailurePlan, plan_failures
+from rsc_health.sim.failures import (
+    ADMIN_USER,
+    SLURM_USER,
+    FailurePlan,
+    disruption_events,
+    plan_failures,
+)
 from rsc_health.sim.jobs import HOUR, Instances, Jobs, plan_jobs
 from rsc_health.sim.schedule import close_horizon, lemon_job_failures
 from rsc_health.sim.scheduler import schedule
@@ -70,8 +76,11 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
     out.mkdir(parents=True, exist_ok=True)
     cfg = config
     # Independent streams per part, so changing one part's draws leaves the others alone.
-    seeds = np.random.SeedSequence(cfg.seed).spawn(5)
-    rng_jobs, rng_fail, rng_apply, rng_write, rng_excl = (np.random.default_rng(s) for s in seeds)
+    # A sixth stream for the disruptions: spawn(6) begins with spawn(5)'s five.
+    seeds = np.random.SeedSequence(cfg.seed).spawn(6)
+    rng_jobs, rng_fail, rng_apply, rng_write, rng_excl, rng_disrupt = (
+        np.random.default_rng(s) for s in seeds
+    )
     horizon = int(cfg.days * 24 * HOUR)
     epoch = np.datetime64(cfg.start, "s")
 
@@ -98,8 +107,11 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
     lap("sacct")
     say("writing events, checks, tickets, exclusions")
     names = fleet.names
-    writers.write_events(out / "events.txt", epoch, names,
-                         writers.event_rows(plan.failures, horizon, rng_write), horizon)
+    disruptions = disruption_events(cfg, fleet.size, horizon, rng_disrupt)
+    event_rows = writers.event_rows(plan.failures, horizon, rng_write)
+    if disruptions:
+        event_rows = sorted(event_rows + disruptions, key=lambda r: (r[1], r[0]))
+    writers.write_events(out / "events.txt", epoch, names, event_rows, horizon)
     check_rows = sorted(
         [r for f in plan.failures for r in f.rows] + plan.transients, key=lambda r: (r.time, r.node)
     )
@@ -132,6 +144,8 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
         "jobs": int(np.count_nonzero(np.bincount(inst.job))),
         "sacct_rows": n_rows,
         "transient_events": len(plan.transients),
+        "maintenance_events": sum(r[5] == ADMIN_USER for r in disruptions),
+        "fleet_event_rows": sum(r[5] == SLURM_USER for r in disruptions),
         "failures": [
             {"node": names[f.node], "time": ts(f.time),
              "mode": f.mode, "codes": [r.code for r in f.rows], "lemon": f.lemon,

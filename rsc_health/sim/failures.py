@@ -1,5 +1,7 @@
 """Node failures (Poisson per node-day), their health-check signatures, repairs, tickets,
-transient check events, and the lemon nodes that fail far more often than the rest."""
+transient check events, and the lemon nodes that fail far more often than the rest; plus the
+outages that are no node's fault: planned maintenance drains and fleet-wide "Not responding"
+events (`disruption_events`)."""
 
 from __future__ import annotations
 
@@ -199,4 +201,52 @@ def _transients(cfg, n_nodes, horizon, lemons, rng) -> list[CheckRow]:
     return rows
 
 
-__all__ = ["FAILURE_MODES", "Failure", "FailurePlan", "CheckRow", "plan_failures"]
+# What admins write when they drain for planned work (the packaged [lemon]
+# maintenance_reason_patterns recognise every one).
+MAINTENANCE_REASONS = (
+    "maint: BIOS upgrade",
+    "scheduled maintenance: kernel 6.1",
+    "firmware update, back by 18:00",
+    "MAINT rack power work",
+    "planned: NVIDIA driver upgrade",
+)
+ADMIN_USER = "admin(1001)"
+SLURM_USER = "slurm(64030)"
+
+
+def disruption_events(
+    cfg: SimConfig, n_nodes: int, horizon: int, rng: np.random.Generator
+) -> list[tuple]:
+    """Out-of-service periods that are no node's fault, as event rows (node, start, end,
+    state, reason, user), the form of writers.event_rows:
+
+    - `maintenance_drains` windows: a block of neighbouring nodes (a rack to a quarter of the
+      fleet) drained by an admin with a maintenance reason, node by node over up to two hours,
+      out for 2-8 h;
+    - `fleet_events`: 30-80% of the fleet stops answering within two minutes (a switch or the
+      controller, not the nodes) and is back within 10 min to 2 h.
+    Jobs are not rescheduled around them: they are there for the lemon features to ignore."""
+    rows: list[tuple] = []
+    for _ in range(cfg.maintenance_drains):
+        size = int(rng.integers(max(1, n_nodes // 16), max(2, n_nodes // 4) + 1))
+        first = int(rng.integers(0, n_nodes - size + 1))
+        start = int(rng.integers(0, max(1, horizon - 12 * HOUR)))
+        duration = int(rng.uniform(2, 8) * HOUR)
+        reason = str(rng.choice(MAINTENANCE_REASONS))
+        for node in range(first, first + size):
+            t = start + int(rng.integers(0, 2 * HOUR))
+            rows.append((node, t, t + duration, "DRAIN", reason, ADMIN_USER))
+    for _ in range(cfg.fleet_events):
+        count = max(1, int(rng.uniform(0.3, 0.8) * n_nodes))
+        start = int(rng.integers(0, max(1, horizon - 6 * HOUR)))
+        for node in rng.choice(n_nodes, size=count, replace=False).tolist():
+            t = start + int(rng.integers(0, 120))
+            end = t + int(rng.uniform(600, 2 * HOUR))
+            rows.append((int(node), t, end, "DOWN", "Not responding", SLURM_USER))
+    rows = [r for r in rows if r[1] < horizon]
+    rows.sort(key=lambda r: (r[1], r[0]))
+    return rows
+
+
+__all__ = ["FAILURE_MODES", "Failure", "FailurePlan", "CheckRow", "disruption_events",
+           "plan_failures"]

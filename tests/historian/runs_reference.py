@@ -2,6 +2,11 @@
 before the speed work (commit b02618e), kept as the oracle for test_runs_linking.py. Do not
 optimise this copy: it exists to prove that the fast implementation returns the same runs.
 It reuses RunOptions from the real module so both read the same options.
+
+One deliberate change since (issue 13 point 6): a submission that started before the latest end
+among its key's earlier submissions (it ran beside one of them) starts a run of its own, so no
+run adds up concurrent jobs and measured ETTR stays <= 1. Written here in the reference's own
+plain terms (one more CASE branch, one more pandas mask), not copied from the fast code.
 """
 
 from __future__ import annotations
@@ -32,6 +37,7 @@ def _submissions(window: Window, min_gpus: int):
             func.min(jobs.c.user).label("user"),
             func.min(elig).label("first"),
             func.max(jobs.c.end).label("last"),
+            func.min(jobs.c.start).label("first_start"),
             func.count().label("instances"),
             func.sum(case((jobs.c.state != "COMPLETED", 1), else_=0)).label("interruptions"),
             func.sum(runtime_s()).label("runtime_s"),
@@ -73,6 +79,7 @@ def _runs_in_sql(engine: Engine, window: Window, opts: RunOptions) -> pd.DataFra
     starts_run = case(
         (w1.c.prev_end.is_(None), 1),
         (seconds_between(w1.c.prev_end, w1.c.first) > opts.gap_s, 1),
+        (seconds_between(w1.c.prev_end, w1.c.first_start) < 0, 1),  # ran beside an earlier one
         else_=0,
     )
     k1 = [w1.c.job_id] if opts.link_by == "job_id" else [w1.c.name, w1.c.user]
@@ -109,7 +116,7 @@ def _runs_by_tag(engine: Engine, window: Window, opts: RunOptions) -> pd.DataFra
         df = pd.DataFrame(conn.execute(select(sub)).all(), columns=list(sub.c.keys()))
     if df.empty:
         return pd.DataFrame(columns=_RUN_COLS)
-    for c in ("first", "last"):
+    for c in ("first", "last", "first_start"):
         df[c] = pd.to_datetime(df[c])
     tag = df["name"].str.extract(opts.tag_regex, expand=False)
     df["key"] = ("tag\0" + tag).fillna("job\0" + df["job_id"])
@@ -117,7 +124,8 @@ def _runs_by_tag(engine: Engine, window: Window, opts: RunOptions) -> pd.DataFra
     # Latest end so far among the key's earlier submissions (built-in group ops, no lambdas).
     prev_end = df.groupby("key")["last"].cummax().groupby(df["key"]).shift()
     gap = (df["first"] - prev_end).dt.total_seconds()
-    df["run"] = ((df["key"] != df["key"].shift()) | ~(gap <= opts.gap_s)).cumsum()
+    overlaps = df["first_start"] < prev_end
+    df["run"] = ((df["key"] != df["key"].shift()) | ~(gap <= opts.gap_s) | overlaps).cumsum()
     runs = df.groupby("run").agg(
         job_ids=("job_id", "size"),
         name=("name", "first"),

@@ -113,13 +113,18 @@ PINNED = {
         ("llama", "alice", 1, 1, 0, 11.0, 12 - 1 / 3600, 0.8392288283026496, 0.8189070396709573),
     ],
     "name_user": [
-        ("llama", "alice", 5, 5, 2, 72.0, 72.0, 0.9034009971509972, 0.9126642587979334),
         ("vit", "carol", 1, 2, 1, 70.0, 70.05, 0.9129010413806987, 0.9022231190080483),
         ("bert", "bob", 1, 1, 0, 60.0, 60.0, 0.9216880341880342, 0.9206296772833988),
+        # Issue 13 point 6 (deliberate change): 5004 started while 5003 ran and 5006 beside
+        # 5005, so the old 5-job run (72 h of jobs in 72 h of wallclock, two pairs of them
+        # running at once) is now 5002+5003 (52 h in 60 h), 5004+5005 (14 h in 40 h: 5005
+        # starts after every earlier end) and 5006 alone (6 h, under min_run_hours).
+        ("llama", "alice", 2, 2, 1, 52.0, 60.0, 0.7888888888888889, 0.795743631612914),
         ("bert run=L7", "bob", 1, 1, 1, 50.0, 50.0, 0.9114102564102564, 0.9203566932762973),
         ("llama-resume run=L7", "alice", 1, 1, 0, 30.0, 30.0, 0.9202991452991454,
          0.9112048254284885),
         ("llama run=L7", "alice", 1, 2, 2, 30.0, 32.0, 0.8289262820512822, 0.8663284708758501),
+        ("llama", "alice", 2, 2, 1, 14.0, 40.0, 0.30641025641025643, 0.41492238903985734),
         ("llama", "alice", 1, 1, 0, 11.0, 12 - 1 / 3600, 0.8392288283026496, 0.8189070396709573),
     ],
     "tag": [
@@ -206,3 +211,45 @@ def test_run_linking_on_a_simulated_fleet_matches_the_reference(historian, sim_f
             _canonical(got), _canonical(ref), check_exact=False, rtol=1e-12,
             obj=f"{mode} min_run_hours={min_hours}",
         )
+        # Whatever the key, no run adds up jobs that ran at the same time.
+        assert (got["measured_ettr"].dropna() <= 1.0).all()
+        assert (got["runtime_hours"] <= got["wallclock_hours"] + 1e-9).all()
+
+
+@pytest.mark.parametrize("mode", ("name_user", "tag"))
+def test_jobs_that_ran_at_the_same_time_are_never_one_run(historian, mode):
+    # Two sweeps of one name and user side by side, then a third after both ended.
+    rows = [
+        (1, "8000", "sweep run=S", "dave", "COMPLETED", 0, 0, 30, 8),
+        (2, "8001", "sweep run=S", "dave", "COMPLETED", 0, 1, 30, 8),
+        (3, "8002", "sweep run=S", "dave", "COMPLETED", 31, 32, 30, 8),
+    ]
+    with historian.begin() as conn:
+        conn.execute(insert(jobs), [
+            dict(id=pk, job_id=jid, job_id_display=jid, name=name, user=user, partition="p",
+                 state=state, exit_code="0:0", submit=T0 + el * H, eligible=T0 + el * H,
+                 start=T0 + st * H, end=T0 + (st + run) * H, nnodes=1, gpus=gpus,
+                 nodelist="", instance_key=f"{jid}:{pk}")
+            for pk, jid, name, user, state, el, st, run, gpus in rows
+        ])
+    runs = job_runs(historian, r_f=6.5e-3, opts=_opts(mode, min_run_hours=1.0))
+    # 8001 started beside 8000: a run of its own; 8002 follows both and joins the latest.
+    assert sorted(runs["job_ids"].tolist()) == [1, 2]
+    assert (runs["measured_ettr"] <= 1.0).all()
+    assert sorted(runs["runtime_hours"].tolist()) == [30.0, 60.0]
+
+
+def test_no_run_of_the_demo_fleet_has_ettr_above_one(tmp_path):
+    """The demo's fleet (256 nodes x 90 days, seed 0): with name+user linking, main had 11 of
+    379 runs above 1 (max 1.29), adding up jobs of one name that ran side by side."""
+    from rsc_health.historian.db import connect
+    from rsc_health.sim import SimConfig, simulate
+
+    simulate(SimConfig(nodes=256, days=90, seed=0), tmp_path / "sim")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    sacct.ingest_text(engine, tmp_path / "sim" / "sacct.txt")
+    for mode in MODES:
+        runs = job_runs(engine, r_f=6.5e-3, opts=RunOptions(link_by=mode))
+        assert len(runs) > 50, mode
+        assert runs["measured_ettr"].max() <= 1.0, mode
+    engine.dispose()

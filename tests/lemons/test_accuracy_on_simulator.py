@@ -24,3 +24,21 @@ def test_defaults_keep_precision_and_recall_on_held_out_seeds(tmp_path):
     assert s.precision >= 0.9, s.to_dict()
     assert s.recall >= 0.9, s.to_dict()
     assert s.fpr <= 0.002, s.to_dict()
+
+
+def test_maintenance_and_fleet_wide_outages_flag_no_healthy_node(tmp_path):
+    """Issue 13 point 5: three maintenance drains and two fleet-wide "Not responding" events
+    per fleet. Counting them as the nodes' outages flagged 4 healthy nodes on these seeds
+    (precision 0.75); with the packaged [lemon] outage keys none is flagged and recall holds."""
+    from rsc_health.historian.lemons.features import OutageRules
+
+    disrupted = {"maintenance_drains": 3, "fleet_events": 2}
+    seeds = (101, 102, 103)
+    aware = [labelled_from_sim(s, tmp_path / "aware", **disrupted) for s in seeds]
+    blind = [labelled_from_sim(s, tmp_path / "blind", outages=OutageRules((), 0, 0.0, 300),
+                               **disrupted) for s in seeds]
+    rules = LemonRules.from_config()
+    got, without = score(aware, rules), score(blind, rules)
+    assert without.fp > 0, without.to_dict()  # the disruptions do bite when counted
+    assert got.fp == 0, got.to_dict()
+    assert got.tp + got.fn == 12 and got.recall >= 0.9, got.to_dict()

@@ -10,8 +10,6 @@ natural unique key and the writes are `INSERT ... ON CONFLICT` (the same syntax 
 
 from __future__ import annotations
 
-import os
-import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -21,24 +19,6 @@ from sqlalchemy import Connection, Engine, Table
 BATCH_ROWS = 10_000
 
 
-def run_accounting(argv: list[str], timeout_s: float, error: type[Exception]) -> str:
-    """stdout of a Slurm accounting command (sacct, sacctmgr) with times in UTC.
-
-    Not installed, no answer within `timeout_s` or a non-zero exit raise `error`, so the
-    caller's cursor stays where it was."""
-    name = argv[0]
-    env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
-    try:
-        proc = subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout_s, env=env, check=False
-        )
-    except FileNotFoundError as exc:
-        raise error(f"{name} is not installed on this host") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise error(f"{name} did not answer within {timeout_s:.0f} s") from exc
-    if proc.returncode != 0:
-        raise error(f"{name} failed ({proc.returncode}): {proc.stderr.strip()[:500]}")
-    return proc.stdout
 # How SQLAlchemy's SQLite DateTime stores a value; PostgreSQL parses the same text, so the
 # fast paths can hand either database pre-formatted strings.
 DB_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
@@ -55,13 +35,15 @@ class BadRow:
 
 @dataclass
 class IngestReport:
-    """What one load did: rows read, rows written (inserted or updated), rows skipped."""
+    """What one load did: rows read, rows written (inserted or updated), rows skipped, and
+    bytes that were not UTF-8, replaced by U+FFFD (the rows holding them still land)."""
 
     source: str
     read: int = 0
     written: int = 0
     skipped: int = 0
     bad: list[BadRow] = field(default_factory=list)
+    replaced: int = 0
 
     def add_bad(self, line: int, message: str) -> None:
         self.bad.append(BadRow(line, message))
@@ -72,7 +54,33 @@ class IngestReport:
             text += f", skipped {self.skipped}"
         if self.bad:
             text += f", {len(self.bad)} unparsable"
+        if self.replaced:
+            text += f", {self.replaced} undecodable bytes replaced"
         return text
+
+
+# Longest one statement of a load may run on PostgreSQL (a first sacct backfill's index
+# build at the paper's 4M jobs takes well under a minute): a frozen lock or a runaway
+# statement ends the load instead of holding it forever.
+STATEMENT_TIMEOUT_S = 900
+
+
+def limit_statements(conn: Connection, seconds: float = STATEMENT_TIMEOUT_S) -> None:
+    """PostgreSQL: every statement of this transaction ends after `seconds` (SET LOCAL, so
+    the pooled connection is back to its default afterwards). SQLite has no server to hang:
+    its waits are the busy timeout."""
+    if conn.dialect.name == "postgresql" and seconds > 0:
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
+
+
+def database_failed(what: str, exc: Exception) -> str:
+    """One line for a database that failed or went away during a load (the load's
+    transaction rolls back, so nothing of it is kept)."""
+    orig = getattr(exc, "orig", None) or exc
+    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    if "locked" in text or "busy" in text:
+        text += " (another load holds the historian; try again when it has finished)"
+    return f"historian database failed during the {what} load, nothing of it was kept: {text}"
 
 
 def db_time(value: datetime | None) -> str | None:
@@ -104,26 +112,31 @@ def upsert_sql(
     *,
     conflict: Sequence[str],
     update: Sequence[str] = (),
+    fill: Sequence[str] = (),
 ) -> str:
     """INSERT INTO table (columns) <source> ON CONFLICT: update `update`, or do nothing.
 
     `source` is `VALUES (...)` with the driver's placeholders or a SELECT. Only rows whose
-    values changed are rewritten, so re-reading an unchanged file writes no pages."""
+    values changed are rewritten, so re-reading an unchanged file writes no pages. A `fill`
+    column is only ever set, never cleared: a new '' keeps the stored value (a file without
+    a Cluster column does not unname the rows an incremental run named)."""
     quote = conn.dialect.identifier_preparer.quote
     name = quote(table)
     sql = (
         f"INSERT INTO {name} ({', '.join(quote(c) for c in columns)}) {source} "
         f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
     )
-    if not update:
+    if not update and not fill:
         return sql + "DO NOTHING"
     distinct = "IS DISTINCT FROM" if conn.dialect.name == "postgresql" else "IS NOT"
+    new = {c: f"excluded.{quote(c)}" for c in update}
+    new.update({c: f"COALESCE(NULLIF(excluded.{quote(c)}, ''), {name}.{quote(c)})" for c in fill})
     return (
         sql
         + "DO UPDATE SET "
-        + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in update)
+        + ", ".join(f"{quote(c)} = {value}" for c, value in new.items())
         + " WHERE "
-        + " OR ".join(f"{name}.{quote(c)} {distinct} excluded.{quote(c)}" for c in update)
+        + " OR ".join(f"{name}.{quote(c)} {distinct} {value}" for c, value in new.items())
     )
 
 
@@ -135,6 +148,7 @@ def bulk_write(
     *,
     conflict: Sequence[str],
     update: Sequence[str] = (),
+    fill: Sequence[str] = (),
 ) -> int:
     """INSERT rows (tuples in `columns` order); on a key conflict update `update` or ignore.
 
@@ -145,7 +159,8 @@ def bulk_write(
         return 0
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
     values = f"VALUES ({', '.join([mark] * len(columns))})"
-    sql = upsert_sql(conn, table.name, columns, values, conflict=conflict, update=update)
+    sql = upsert_sql(conn, table.name, columns, values, conflict=conflict, update=update,
+                     fill=fill)
     for start in range(0, len(rows), BATCH_ROWS):
         conn.exec_driver_sql(sql, rows[start : start + BATCH_ROWS])
     return len(rows)

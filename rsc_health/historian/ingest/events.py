@@ -14,15 +14,19 @@ from datetime import datetime
 from pathlib import Path
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
     bulk_write,
+    database_failed,
     db_time,
-    run_accounting,
+    limit_statements,
 )
+from rsc_health.slurm.accounting import Accounting
+from rsc_health.slurm.api import SlurmError
 
 # our name -> the header titles sacctmgr (or a hand-made file) may use for it
 ALIASES = {
@@ -31,21 +35,23 @@ ALIASES = {
     "end": ("TimeEnd", "End"),
     "state": ("State",),
     "reason": ("Reason",),
+    "cluster": ("Cluster",),
 }
 NULL_TIMES = ("Unknown", "None", "")
-COLUMNS = ("node", "start", "end", "state", "reason", "source")
+COLUMNS = ("node", "start", "end", "state", "reason", "source", "cluster")
 
 
 class EventsError(RuntimeError):
     pass
 
 
-def sacctmgr_argv(start: str) -> list[str]:
-    return ["sacctmgr", "-P", "show", "event", "Event=Node", f"Start={start}", "End=now"]
-
-
 def run_sacctmgr(start: str, timeout_s: float) -> str:
-    return run_accounting(sacctmgr_argv(start), timeout_s, EventsError)
+    """`sacctmgr -P show event` since `start`, through rsc_health.slurm.accounting; bytes that
+    are not UTF-8 (a reason is a person's text) become U+FFFD."""
+    try:
+        return Accounting(timeout_s=timeout_s).node_events(start).decode("utf-8", "replace")
+    except SlurmError as exc:
+        raise EventsError(str(exc)) from exc
 
 
 def _time(text: str) -> datetime | None:
@@ -68,7 +74,19 @@ def _header_index(header: list[str]) -> dict[str, int]:
     return index
 
 
-def ingest_lines(engine: Engine, lines: Iterable[str], *, source: str = "sacctmgr") -> IngestReport:
+def ingest_lines(
+    engine: Engine, lines: Iterable[str], *, source: str = "sacctmgr", cluster: str = ""
+) -> IngestReport:
+    """Load `sacctmgr -P show event` lines. Each period's cluster is `cluster` when given
+    ([historian] cluster), else the output's Cluster column, else ''. A database that fails
+    during the load raises EventsError with one line."""
+    try:
+        return _ingest_lines(engine, lines, source, cluster)
+    except DBAPIError as exc:
+        raise EventsError(database_failed("events", exc)) from exc
+
+
+def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: str):
     report = IngestReport("events")
     it = iter(lines)
     header_line = next(it, "")
@@ -76,18 +94,31 @@ def ingest_lines(engine: Engine, lines: Iterable[str], *, source: str = "sacctmg
     width = len(header_line.rstrip("\n").split("|"))
     batch: list[tuple] = []
     with engine.begin() as conn:
+        limit_statements(conn)
         for lineno, line in enumerate(it, 2):
             line = line.rstrip("\n")
             if not line.strip():
                 continue
             report.read += 1
             fields = line.split("|")
+            if len(fields) > width and "reason" in index:
+                # Reason is a person's free text, the only column that can hold a `|`.
+                at, surplus = index["reason"], len(fields) - width
+                fields = [*fields[:at], "|".join(fields[at : at + surplus + 1]),
+                          *fields[at + surplus + 1 :]]
             if len(fields) != width:
                 report.add_bad(lineno, f"expected {width} fields, saw {len(fields)}")
                 continue
             node = fields[index["node"]].strip()
             if not node:
                 report.skipped += 1  # a cluster event, not a node's
+                continue
+            too_long = next((name for name, value, limit in (
+                ("NodeName", node, 128), ("State", fields[index["state"]], 32),
+                ("Cluster", fields[index["cluster"]] if "cluster" in index else "", 64),
+            ) if len(value) > limit), None)
+            if too_long:  # PostgreSQL would refuse the whole load for one such value
+                report.add_bad(lineno, f"{too_long} is longer than the historian keeps")
                 continue
             try:
                 start = _time(fields[index["start"]])
@@ -99,8 +130,10 @@ def ingest_lines(engine: Engine, lines: Iterable[str], *, source: str = "sacctmg
                 report.add_bad(lineno, "no start time")
                 continue
             reason = fields[index["reason"]] if "reason" in index else ""
+            named = cluster or (fields[index["cluster"]].strip() if "cluster" in index else "")
             batch.append(
-                (node, db_time(start), db_time(end), fields[index["state"]], reason, source)
+                (node, db_time(start), db_time(end), fields[index["state"]], reason, source,
+                 named)
             )
             if len(batch) >= BATCH_ROWS:
                 report.written += _write(conn, batch)
@@ -117,13 +150,14 @@ def _write(conn, rows: list[tuple]) -> int:
         rows,
         conflict=("node", "start", "state"),
         update=("end", "reason"),
+        fill=("cluster",),
     )
 
 
-def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
+def ingest_file(engine: Engine, path: Path | str, *, cluster: str = "") -> IngestReport:
     with open(path, encoding="utf-8", errors="replace") as fh:
-        return ingest_lines(engine, fh)
+        return ingest_lines(engine, fh, cluster=cluster)
 
 
-def ingest_text(engine: Engine, text: str) -> IngestReport:
-    return ingest_lines(engine, io.StringIO(text))
+def ingest_text(engine: Engine, text: str, *, cluster: str = "") -> IngestReport:
+    return ingest_lines(engine, io.StringIO(text), cluster=cluster)

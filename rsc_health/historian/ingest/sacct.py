@@ -1,4 +1,9 @@
-"""Job instances from Slurm accounting: `sacct -a -X -D --parsable2` output, run or from a file.
+"""Job instances from Slurm accounting: `sacct --json` or `--parsable2` output, run or read.
+
+`ingest_incremental` runs sacct through `rsc_health.slurm.accounting` (typed errors, a timeout)
+with --json where the release has it (22.05's Debian build does), and --parsable2 with the unit
+separator as delimiter where it does not. `sacct_parse` reads both and the `|` files of older
+exports: a name with `|`, a newline or bytes that are not UTF-8 never costs a job.
 
 `-X` gives one line per job allocation (no steps) and `-D` one line per instance of a requeued
 job, so a job that was requeued twice is three rows with the same JobIDRaw; they are told
@@ -32,16 +37,18 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, inspect, select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.schema import CreateIndex
 
 from rsc_health.historian import schema
 from rsc_health.historian.db import refresh_statistics
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
+    STATEMENT_TIMEOUT_S,
     IngestReport,
     bulk_write,
-    run_accounting,
+    database_failed,
+    limit_statements,
     sqlite_bulk,
     upsert_sql,
 )
@@ -49,14 +56,19 @@ from rsc_health.historian.ingest.prefetch import prefetch
 from rsc_health.historian.ingest.sacct_parse import (
     FIELDS,
     JOB_COLUMNS,
+    OPTIONAL_FIELDS,
     BlockProblems,
     SacctError,
     blocks,
+    exit_codes,
 )
+from rsc_health.slurm.accounting import Accounting, cluster_name, sacct_parsable_argv
+from rsc_health.slurm.api import SlurmCommandError, SlurmError
 
 __all__ = ["FIELDS", "JOB_COLUMNS", "SacctError", "ingest_text", "ingest_incremental"]
 
 CURSOR = "sacct"
+SACCT_FORMS = ("auto", "json", "parsable")
 # A load this big changes the tables' sizes enough that the planner needs new statistics.
 ANALYZE_AFTER_ROWS = 50_000
 _SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
@@ -65,34 +77,82 @@ UPDATABLE = ("state", "exit_code", "eligible", "end", "gpus", "nodelist", "nnode
 
 
 def sacct_argv(start: str, end: str) -> list[str]:
-    return [
-        "sacct",
-        "-a",
-        "-X",
-        "-D",
-        "--parsable2",
-        f"--format={','.join(FIELDS)}",
-        "-S",
-        start,
-        "-E",
-        end,
-    ]
+    """The --parsable2 form (unit separator, JobName in the middle: see sacct_parse)."""
+    return sacct_parsable_argv(start, end, (*FIELDS, *OPTIONAL_FIELDS))
 
 
-def run_sacct(start: str, end: str, timeout_s: float) -> str:
-    """sacct's output for [start, end], times in UTC."""
-    return run_accounting(sacct_argv(start, end), timeout_s, SacctError)
+def run_sacct(
+    start: str, end: str, timeout_s: float, *, form: str = "auto"
+) -> tuple[bytes, dict[str, str] | None]:
+    """sacct's output for [start, end], times in UTC, and the exit codes that go with it.
+
+    --json where the release has it (`form` "auto" or "json"): no user text can shift a field.
+    22.05's JSON loses a job's exit code, so a second run reads JobIDRaw, Submit, Start and
+    ExitCode (no free text in them) and its codes win. --parsable2 with the unit separator
+    ("parsable", or "auto" on a release whose sacct refuses --json). SacctError when sacct is
+    missing, silent or refuses."""
+    if form not in SACCT_FORMS:
+        raise SacctError(f"[historian] sacct_format must be one of {', '.join(SACCT_FORMS)}, "
+                         f"not {form!r}")
+    acct = Accounting(timeout_s=timeout_s)
+    try:
+        if form in ("auto", "json"):
+            try:
+                data = acct.sacct_json(start, end)
+            except SlurmCommandError as exc:
+                if form == "json" or "json" not in exc.stderr.lower():
+                    raise
+            else:
+                return data, exit_codes(acct.sacct_exit_codes(start, end))
+        return acct.sacct_parsable(start, end, (*FIELDS, *OPTIONAL_FIELDS)), None
+    except SlurmError as exc:
+        raise SacctError(str(exc)) from exc
 
 
 def ingest_text(
-    engine: Engine, source: io.TextIOBase | Path | str, *, gpus_per_node: int = 8
+    engine: Engine,
+    source: io.IOBase | Path | str | bytes,
+    *,
+    gpus_per_node: int = 8,
+    statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+    exit_codes: dict[str, str] | None = None,
+    cluster: str = "",
+    default_cluster: str = "",
 ) -> IngestReport:
-    """Load sacct --parsable2 output (a path, an open file, or the text itself)."""
+    """Load sacct output, --json or --parsable2 (a path, an open file, the text or its bytes).
+
+    The load is one transaction: a database that fails or goes away mid-load raises
+    SacctError with one line (nothing of this load kept); a second load into the same SQLite
+    file waits for the first (busy timeout), and says so in one line if it waits too long.
+    On PostgreSQL every statement has `statement_timeout_s`.
+
+    Each job's cluster is `cluster` when given ([historian] cluster), else the input's Cluster
+    field, else `default_cluster` (slurm.conf's ClusterName for a run of sacct), else ''."""
+    try:
+        return _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
+                       (cluster, default_cluster))
+    except DBAPIError as exc:
+        raise SacctError(_database_failed(engine, exc)) from exc
+    except Exception as exc:
+        if type(exc).__module__.startswith("adbc_driver"):  # the SQLite bulk path's driver
+            raise SacctError(_database_failed(engine, exc)) from exc
+        raise
+
+
+def _database_failed(engine: Engine, exc: Exception) -> str:
+    return database_failed("sacct", exc)
+
+
+def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
+            clusters: tuple[str, str]) -> IngestReport:
     report = IngestReport("sacct")
     hosts_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
     # Parsing runs a block ahead of the writes, on a second thread.
     parsed = _reported(
-        prefetch(blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache)), report
+        prefetch(blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache,
+                        exit_codes=exit_codes)),
+        report,
+        *clusters,
     )
     with engine.connect() as conn:
         rollback_journal = _sqlite_bulk_journal(conn)
@@ -105,7 +165,7 @@ def ingest_text(
                 foreign_keys = _sqlite_foreign_keys(conn, False)
                 try:
                     with conn.begin():
-                        _load(conn, parsed)
+                        _load(conn, parsed, statement_timeout_s)
                 finally:
                     if foreign_keys:
                         _sqlite_foreign_keys(conn, True)
@@ -120,14 +180,23 @@ def ingest_text(
     return report
 
 
-def _reported(parsed, report: IngestReport):
+def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: str = ""):
     """The parsed blocks, with what each could not take added to `report` as it goes and
-    the rows each hands on counted as written."""
+    the rows each hands on counted as written; each job's cluster named (see ingest_text)."""
     problems: BlockProblems
     for block, problems in parsed:
+        if cluster or default_cluster:
+            named = block.jobs.column("cluster")
+            if cluster:
+                named = pa.array([cluster] * block.jobs.num_rows, pa.string())
+            else:
+                named = pc.if_else(pc.equal(named, ""), default_cluster, named)
+            at = block.jobs.schema.get_field_index("cluster")
+            block.jobs = block.jobs.set_column(at, "cluster", named)
         for line, message in problems.bad:
             report.add_bad(line, message)
         report.read += problems.read
+        report.replaced += problems.replaced
         report.skipped += problems.pending
         report.written += block.jobs.num_rows
         yield block
@@ -147,7 +216,8 @@ def _sqlite_foreign_keys(conn, on: bool) -> bool:
     return was
 
 
-def _load(conn, parsed) -> None:
+def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
+    limit_statements(conn, statement_timeout_s)
     if conn.dialect.name == "sqlite":
         # A big file inserts into indexes far larger than SQLite's 2 MiB default page
         # cache; a bigger cache for this connection cuts ingest CPU by about a fifth.
@@ -156,8 +226,11 @@ def _load(conn, parsed) -> None:
         conn.exec_driver_sql("PRAGMA threads=2")
         # pysqlite opens its transaction only before DML: without this, the index drops
         # below would commit on their own and a failed load would leave no indexes.
+        # IMMEDIATE takes the write lock now, under the busy timeout: a deferred transaction
+        # that reads first and writes later fails at once ("database is locked") when
+        # another load wrote in between, instead of waiting for it.
         if not conn.connection.dbapi_connection.in_transaction:
-            conn.exec_driver_sql("BEGIN")
+            conn.exec_driver_sql("BEGIN IMMEDIATE")
     deferred = _defer_indexes(conn)
     restore = _defer_pg_constraints(conn, bool(deferred))
     for block in parsed:
@@ -182,7 +255,7 @@ def _bulk_load(cursor, engine: Engine, parsed) -> None:
         if not block.jobs.num_rows:
             continue
         max_before = _max_id(cursor)
-        cursor.executemany(upsert, block.jobs)
+        cursor.executemany(upsert, block.jobs.select(list(JOB_COLUMNS)))
         if _max_id(cursor) == max_before + block.jobs.num_rows:
             # Every row was new, so row i got id max_before + 1 + i: bind job_nodes as is.
             pk = pc.add(block.job_nodes.column("row"), max_before + 1)
@@ -312,7 +385,7 @@ def _defer_pg_constraints(conn, first_load: bool) -> list[str]:
 
 def _upsert_sql(conn, source: str) -> str:
     return upsert_sql(conn, "jobs", JOB_COLUMNS, source, conflict=("instance_key",),
-                      update=UPDATABLE)
+                      update=UPDATABLE, fill=("cluster",))
 
 
 def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:
@@ -367,7 +440,7 @@ def _stage(conn, name: str, ddl: str, names: tuple[str, ...], rows) -> None:
 _PG_STAGED_DDL = (
     'seq bigint, job_id text, job_id_display text, name text, "user" text, partition text, '
     'state text, exit_code text, submit text, eligible text, start text, "end" text, '
-    "nnodes integer, gpus integer, nodelist text, instance_key text"
+    "nnodes integer, gpus integer, nodelist text, instance_key text, cluster text"
 )
 
 
@@ -377,7 +450,8 @@ def _copy_jobs(conn, columns: list[list]) -> None:
     the chunk (an sacct file read twice, concatenated) goes in rounds, in file order: the
     n-th occurrence of each key in round n, which is what row-by-row upserts would do."""
     n = len(columns[0])
-    occurrence = pd.Series(columns[-1]).groupby(columns[-1], sort=False).cumcount().to_numpy()
+    keys = columns[JOB_COLUMNS.index("instance_key")]
+    occurrence = pd.Series(keys).groupby(keys, sort=False).cumcount().to_numpy()
     quote = conn.dialect.identifier_preparer.quote
     staged = ["seq", *JOB_COLUMNS]
     cast = {c: f"{quote(c)}::timestamp" for c in ("submit", "eligible", "start", "end")}
@@ -416,6 +490,8 @@ def ingest_incremental(
     timeout_s: float = 600,
     default_start: str = "1970-01-01T00:00:00",
     overlap_s: int = 3600,
+    form: str = "auto",
+    cluster: str = "",
 ) -> IngestReport:
     """Run sacct from the stored cursor (or `since`) to now; advance the cursor on success.
 
@@ -427,8 +503,14 @@ def ingest_incremental(
     """
     start = since or get_cursor(engine) or default_start
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
-    text = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s)
-    report = ingest_text(engine, text, gpus_per_node=gpus_per_node)
-    with engine.begin() as conn:
-        set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
+    data, codes = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
+    report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
+                         cluster=cluster, default_cluster=cluster_name())
+    try:
+        with engine.begin() as conn:
+            set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
+    except DBAPIError as exc:  # the jobs landed; the next run re-reads them, changing nothing
+        raise SacctError(
+            f"jobs loaded, but the cursor was not saved: {database_failed('sacct', exc)}"
+        ) from exc
     return report

@@ -44,6 +44,16 @@ but it keeps coming back to repair over a quarter.
                         the history window
   down_outs_history     those of them whose state is DOWN (slurmctld's "Not responding": the
                         node died rather than being drained by a check or a person)
+Out-of-service periods that are not the node's own doing count in none of out_count,
+repeat_outs, out_count_history and down_outs_history (`OutageRules`, the [lemon] keys):
+  planned maintenance   a reason matching one of `maintenance_reason_patterns` (Python regular
+                        expressions, searched; rsc-health's own `rsc_health:` reasons never are)
+  fleet-wide            at least `fleet_event_nodes` nodes, or `fleet_event_share` of the
+                        nodes seen, going out within `fleet_event_window_s` of each other (a
+                        switch, a shared filesystem or slurmctld failing, not the nodes)
+  MAINT reservation     the node is in a Slurm reservation with the MAINT flag (`healthctl
+                        ingest reservations`) and the outage begins inside it, or in the
+                        hour before it (nodes are drained ahead of the work)
 Both windows of a node that came back from a lemon repair start at that repair
 (`lemon_repairs`): its past is what sent it there, and only new trouble (or the repeat-offender
 rule) should send it back.
@@ -51,9 +61,13 @@ rule) should send it back.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, and_, case, distinct, func, or_, select, union
 
@@ -92,6 +106,101 @@ EXTRA_FEATURES = (
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
+RSC_HEALTH_REASON_PREFIX = "rsc_health:"
+FLEET_FLOOR = 5.0
+# Nodes are drained for a maintenance reservation up to this long before it starts.
+MAINT_LEAD = pd.Timedelta(hours=1)
+# The packaged [lemon] keys for outages that are not a node's own (verdicts.DEFAULTS has them).
+OUTAGE_DEFAULTS: dict[str, Any] = {
+    "maintenance_reason_patterns": [
+        r"(?i)maint", r"(?i)upgrad", r"(?i)firmware", r"(?i)\bplanned\b", r"(?i)scheduled",
+    ],
+    "fleet_event_nodes": 8,
+    "fleet_event_share": 0.05,
+    "fleet_event_window_s": 300,
+}
+
+
+@dataclass(frozen=True)
+class OutageRules:
+    """Which out-of-service periods are not the node's own: planned maintenance (by reason)
+    and fleet-wide events (many nodes out within a few minutes)."""
+
+    maintenance_reason_patterns: tuple[str, ...] = tuple(
+        OUTAGE_DEFAULTS["maintenance_reason_patterns"]
+    )
+    fleet_event_nodes: int = OUTAGE_DEFAULTS["fleet_event_nodes"]
+    fleet_event_share: float = OUTAGE_DEFAULTS["fleet_event_share"]
+    fleet_event_window_s: float = OUTAGE_DEFAULTS["fleet_event_window_s"]
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any] | None = None) -> OutageRules:
+        merged = {**OUTAGE_DEFAULTS, **(section or {})}
+        for pattern in merged["maintenance_reason_patterns"]:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"[lemon] maintenance_reason_patterns: {pattern!r} is not a regular "
+                    f"expression ({exc})"
+                ) from exc
+        return cls(
+            tuple(merged["maintenance_reason_patterns"]),
+            int(merged["fleet_event_nodes"]),
+            float(merged["fleet_event_share"]),
+            float(merged["fleet_event_window_s"]),
+        )
+
+    def fleet_threshold(self, fleet_size: int) -> float:
+        """Nodes out together that make an event fleet-wide (inf: off)."""
+        limits = []
+        if self.fleet_event_nodes > 0:
+            limits.append(self.fleet_event_nodes)
+        if self.fleet_event_share > 0 and fleet_size > 0:
+            # never fewer than FLEET_FLOOR nodes: on a small fleet a share is two or three
+            # nodes, and two independent failures in five minutes do happen
+            limits.append(max(FLEET_FLOOR, self.fleet_event_share * fleet_size))
+        return min(limits) if limits else float("inf")
+
+
+def classify_outages(
+    events: pd.DataFrame,
+    rules: OutageRules,
+    fleet_size: int,
+    maintenance: list[tuple[set[str], datetime, datetime | None]] = (),
+) -> pd.Series:
+    """Per node_events row (columns node, start, reason): "maintenance", "fleet" or "node"
+    (the node's own). Fleet-wide: the row's start has at least the threshold of distinct nodes
+    going out within fleet_event_window_s either side. `maintenance`: (nodes, start, end) of
+    the MAINT reservations."""
+    kind = pd.Series("node", index=events.index, dtype=object)
+    if events.empty:
+        return kind
+    starts = pd.to_datetime(events["start"])
+    for nodes, start, end in maintenance:
+        inside = events["node"].isin(nodes) & (starts >= pd.Timestamp(start) - MAINT_LEAD)
+        if end is not None:
+            inside &= starts <= pd.Timestamp(end)
+        kind[inside] = "maintenance"
+    reason = events["reason"].fillna("").astype(str)
+    if rules.maintenance_reason_patterns:
+        planned = reason.str.contains(
+            "|".join(f"(?:{p})" for p in rules.maintenance_reason_patterns), regex=True
+        ) & ~reason.str.startswith(RSC_HEALTH_REASON_PREFIX)
+        kind[planned] = "maintenance"
+    threshold = rules.fleet_threshold(fleet_size)
+    if np.isfinite(threshold) and len(events) >= threshold:
+        order = events.sort_values("start")
+        t = pd.to_datetime(order["start"]).to_numpy("datetime64[s]").view(np.int64)
+        w = int(rules.fleet_event_window_s)
+        lo = np.searchsorted(t, t - w, side="left")
+        hi = np.searchsorted(t, t + w, side="right")
+        crowded = np.flatnonzero(hi - lo >= threshold)  # rows, before counting distinct nodes
+        nodes = order["node"].to_numpy()
+        fleet = [order.index[i] for i in crowded
+                 if len(set(nodes[lo[i]:hi[i]])) >= threshold]
+        kind[fleet] = kind[fleet].where(kind[fleet] == "maintenance", "fleet")
+    return kind
 LEMON_REASON_PREFIX = "rsc_health:lemon:"
 ATTRIBUTED_KINDS = ("check", "event")
 
@@ -169,13 +278,6 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float):
         .group_by(tickets.c.node),
         "tickets",
     )
-    s["out_count"] = _series(
-        engine,
-        select(node_events.c.node, func.count())
-        .where(span.of(node_events.c.node, node_events.c.start))
-        .group_by(node_events.c.node),
-        "out_count",
-    )
     s["multi_node_node_fails"] = _series(
         engine,
         select(a.c.node, func.count(distinct(j.c.id)))
@@ -242,18 +344,6 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float):
         .group_by(jn.c.node),
         "early_fails",
     )
-    t = tickets.alias("t")
-    e = node_events.alias("e")
-    s["repeat_outs"] = _series(
-        engine,
-        select(e.c.node, func.count(distinct(e.c.id)))
-        .select_from(
-            e.join(t, and_(t.c.node == e.c.node, t.c.closed.is_not(None), t.c.closed <= e.c.start))
-        )
-        .where(span.of(e.c.node, e.c.start))
-        .group_by(e.c.node),
-        "repeat_outs",
-    )
     s["fail_causes"] = _series(
         engine,
         select(a.c.node, func.count(distinct(a.c.cause)))
@@ -273,8 +363,14 @@ def lemon_features(
     *,
     early_fail_minutes: float = 10,
     history_days: float = 90,
+    outages: OutageRules | None = None,
+    cluster: str | None = None,
 ) -> pd.DataFrame:
-    """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS."""
+    """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS.
+    `outages` says which out-of-service periods are not the node's own (default: the
+    packaged [lemon] keys). With `cluster`, only that cluster's nodes (those its jobs ran on
+    or its node events name), and its fleet-wide events judged among its own nodes."""
+    outages = outages or OutageRules()
     lo, hi = window_bounds(as_of, window_days)
     h_lo, _ = window_bounds(as_of, max(history_days, window_days))
     repaired = lemon_repairs(engine, hi)
@@ -301,22 +397,40 @@ def lemon_features(
         repaired,
     )
     s["tickets_history"] = history_tickets.groupby("node").size().astype("float64")
-    # Slurm's event states read "DOWN", "DOWN*", "DOWN+DRAIN"...: the first word says it died.
-    history_outs = _since_repair(
-        engine,
-        select(
-            node_events.c.node,
-            node_events.c.start,
-            node_events.c.state.like("DOWN%").label("down"),
-        ).where(node_events.c.start >= h_lo, node_events.c.start < hi),
-        repaired,
-    )
-    s["out_count_history"] = history_outs.groupby("node").size().astype("float64")
-    downs = history_outs[history_outs["down"].astype(bool)]
-    s["down_outs_history"] = downs.groupby("node").size().astype("float64")
-
+    # Every out-of-service period of the history window (and a fleet-event window before it,
+    # so an event straddling the edge is seen whole), each classified once.
+    margin = timedelta(seconds=outages.fleet_event_window_s)
+    with engine.connect() as conn:
+        events = pd.DataFrame(
+            conn.execute(
+                select(node_events.c.node, node_events.c.start, node_events.c.state,
+                       node_events.c.reason)
+                .where(node_events.c.start >= min(h_lo, lo) - margin, node_events.c.start < hi)
+            ).all(),
+            columns=["node", "start", "state", "reason"],
+        )
     nodes = _nodes_seen(engine, lo, hi) | set(s["tickets_history"].index)
+    members = _cluster_nodes(engine, cluster) if cluster is not None else None
+    if members is not None:
+        nodes &= members
+        events = events[events["node"].isin(members)]
+    fleet = nodes | set(events["node"])
+    events["kind"] = classify_outages(events, outages, len(fleet),
+                                      _maintenance_reservations(engine, hi, cluster))
+    own = events[events["kind"] == "node"]
+    # Slurm's event states read "DOWN", "DOWN*", "DOWN+DRAIN"...: the first word says it died.
+    history_outs = _since_repair_frame(own[own["start"] >= h_lo], repaired)
+    s["out_count_history"] = history_outs.groupby("node").size().astype("float64")
+    downs = history_outs[history_outs["state"].astype(str).str.startswith("DOWN")]
+    s["down_outs_history"] = downs.groupby("node").size().astype("float64")
+    # The window's own outages; a node back from a lemon repair counts from that repair.
+    since = pd.to_datetime(own["node"].map(lambda node: restart.get(node, lo)))
+    in_window = own[(own["start"] >= since) & (own["start"] >= lo) & (own["start"] < hi)]
+    s["out_count"] = in_window.groupby("node").size().astype("float64")
+    s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
     nodes |= set(s["out_count_history"].index)
+    if members is not None:
+        nodes &= members
     frame = pd.DataFrame(index=pd.Index(sorted(nodes), name="node"))
     for name, series in s.items():
         frame = frame.join(series.rename(name), how="outer")
@@ -334,6 +448,8 @@ def lemon_features(
     frame["xid_codes"] = xid_codes.reindex(frame.index)
     frame["xid_codes"] = frame["xid_codes"].apply(lambda v: v if isinstance(v, list) else [])
     frame.index.name = "node"
+    if members is not None:
+        frame = frame[frame.index.isin(members)]
     return frame.sort_index()
 
 
@@ -375,6 +491,32 @@ def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
     return repaired
 
 
+def _repeat_outs(engine: Engine, outs: pd.DataFrame, hi: datetime) -> pd.Series:
+    """Per node: its outages (rows of `outs`) that began after one of its repair tickets had
+    closed."""
+    if outs.empty:
+        return pd.Series(dtype="float64")
+    with engine.connect() as conn:
+        closed = dict(
+            conn.execute(
+                select(tickets.c.node, func.min(tickets.c.closed))
+                .where(tickets.c.closed.is_not(None), tickets.c.closed < hi)
+                .group_by(tickets.c.node)
+            ).all()
+        )
+    first_closed = pd.to_datetime(outs["node"].map(closed))
+    after = outs[first_closed.notna() & (first_closed <= pd.to_datetime(outs["start"]))]
+    return after.groupby("node").size().astype("float64")
+
+
+def _since_repair_frame(frame: pd.DataFrame, repaired: dict[str, datetime]) -> pd.DataFrame:
+    """The rows of `frame` (node, start, ...) at or after the node's last lemon repair."""
+    if frame.empty or not repaired:
+        return frame
+    since = frame["node"].map(repaired)
+    return frame[since.isna() | (frame["start"] >= since)]
+
+
 def _since_repair(engine: Engine, stmt, repaired: dict[str, datetime]) -> pd.DataFrame:
     """The rows of `stmt` (node, time, ...) at or after the node's last lemon repair."""
     with engine.connect() as conn:
@@ -385,6 +527,40 @@ def _since_repair(engine: Engine, stmt, repaired: dict[str, datetime]) -> pd.Dat
     when = frame.columns[1]
     since = frame["node"].map(repaired)
     return frame[since.isna() | (frame[when] >= since)]
+
+
+def _maintenance_reservations(
+    engine: Engine, hi: datetime, cluster: str | None
+) -> list[tuple[set[str], datetime, datetime | None]]:
+    """(nodes, start, end) of every reservation with the MAINT flag that began before `hi`."""
+    from rsc_health.historian.ingest.sacct_parse import expand_nodelist
+    from rsc_health.historian.schema import reservations as r
+
+    stmt = select(r.c.nodelist, r.c.start, r.c.end, r.c.flags).where(r.c.start < hi)
+    if cluster is not None:
+        stmt = stmt.where(r.c.cluster == cluster)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    out = []
+    for nodelist, start, end, flags in rows:
+        if "MAINT" not in {f.strip().upper() for f in flags.split(",")}:
+            continue
+        hosts = expand_nodelist(nodelist)  # bounded; a str says why it is not a hostlist
+        if isinstance(hosts, list):
+            out.append((set(hosts), start, end))
+    return out
+
+
+def _cluster_nodes(engine: Engine, cluster: str) -> set[str]:
+    """The nodes of one Slurm cluster: those its jobs ran on and its node events name."""
+    stmt = union(
+        select(job_nodes.c.node)
+        .select_from(jobs.join(job_nodes, job_nodes.c.job_pk == jobs.c.id))
+        .where(jobs.c.cluster == cluster),
+        select(node_events.c.node).where(node_events.c.cluster == cluster),
+    )
+    with engine.connect() as conn:
+        return {r[0] for r in conn.execute(stmt)}
 
 
 def _nodes_seen(engine: Engine, lo: datetime, hi: datetime) -> set[str]:

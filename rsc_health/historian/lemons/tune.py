@@ -212,9 +212,13 @@ def labelled_from_sim(
     window_days: float = 28,
     history_days: float = 90,
     progress=None,
+    outages=None,
+    **sim_settings,
 ) -> Labelled:
     """Simulate one fleet, ingest it into a fresh SQLite historian, attribute the failures and
-    compute the features at the end of the simulated period (as a nightly run would)."""
+    compute the features at the end of the simulated period (as a nightly run would).
+    `sim_settings` go to SimConfig (e.g. maintenance_drains, fleet_events); `outages` (an
+    OutageRules) to the features."""
     from sqlalchemy import create_engine
 
     from rsc_health.historian import db as hdb
@@ -229,7 +233,7 @@ def labelled_from_sim(
     say = progress or (lambda _msg: None)
     out = Path(workdir) / f"seed{seed}"
     say(f"seed {seed}: simulating {nodes} nodes x {days:g} days")
-    simulate(SimConfig(nodes=nodes, days=days, seed=seed), out)
+    simulate(SimConfig(nodes=nodes, days=days, seed=seed, **sim_settings), out)
     db = out / "historian.db"
     db.unlink(missing_ok=True)
     engine = create_engine(f"sqlite:///{db}")
@@ -244,7 +248,8 @@ def labelled_from_sim(
         attribute(engine)
         truth = json.loads((out / "truth.json").read_text())
         as_of = datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
-        features = lemon_features(engine, as_of, window_days, history_days=history_days)
+        features = lemon_features(engine, as_of, window_days, history_days=history_days,
+                                  outages=outages)
     finally:
         engine.dispose()
     every = {n for hosts in truth["partitions"].values() for n in expand(hosts)}

@@ -20,6 +20,7 @@ from sqlalchemy import Engine, and_, or_, select
 from rsc_health.historian.lemons.features import (
     ATTRIBUTED_KINDS,
     FAILED_STATES,
+    OUTAGE_DEFAULTS,
     lemon_repairs,
     window_bounds,
 )
@@ -79,6 +80,7 @@ DEFAULTS: dict[str, Any] = {
     "repeat_offender_fails": 1,
     "max_evidence": 20,
     "max_drains_per_run": 10,
+    **OUTAGE_DEFAULTS,
 }
 
 

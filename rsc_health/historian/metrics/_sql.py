@@ -104,13 +104,17 @@ def infra_failure() -> ColumnElement:
 
 @dataclass(frozen=True)
 class Window:
-    """Jobs that ENDED in [since, until); open ends are unbounded. Running jobs never count."""
+    """Jobs that ENDED in [since, until); open ends are unbounded. Running jobs never count.
+    With `cluster`, only that Slurm cluster's jobs (several clusters in one historian)."""
 
     since: datetime | None = None
     until: datetime | None = None
+    cluster: str | None = None
 
     def clauses(self) -> list[ColumnElement]:
         out = [jobs.c.end.is_not(None)]
+        if self.cluster is not None:
+            out.append(jobs.c.cluster == self.cluster)
         if self.since is not None:
             out.append(jobs.c.end >= self.since)
         if self.until is not None:

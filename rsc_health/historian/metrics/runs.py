@@ -4,7 +4,11 @@ A job run is the chain of instances of one Job ID across requeues, plus resubmis
 a key (`link_by`): "job_id" (requeues only), "name_user" (same job name and user), or "tag"
 (the first group of `tag_regex` in the job name -- the jobs table keeps no Comment column).
 A submission joins the previous run with the same key when it became eligible no later than
-`gap_s` after that run's last end.
+`gap_s` after that run's last end, and did not start before the latest end among the key's
+earlier submissions: a job that ran at the same time as another of its key (two sweeps under one
+name, a job queued while its predecessor still ran and started beside it) starts a run of its
+own. A run's job instances therefore never overlap, and its runtime never exceeds its
+wallclock: measured ETTR <= 1.
 
 Measured ETTR = productive runtime / wallclock from first eligibility to final end. As in the
 paper, every instance that did not end COMPLETED counts as an interruption (so the measured
@@ -63,6 +67,7 @@ def _submissions(window: Window, min_gpus: int):
             func.min(jobs.c.user).label("user"),
             func.min(elig).label("first"),
             func.max(jobs.c.end).label("last"),
+            func.min(jobs.c.start).label("first_start"),
             func.count().label("instances"),
             func.sum(case((jobs.c.state != "COMPLETED", 1), else_=0)).label("interruptions"),
             func.sum(runtime_s()).label("runtime_s"),
@@ -103,7 +108,8 @@ def _runs_in_sql(engine: Engine, window: Window, opts: RunOptions) -> pd.DataFra
     """Link submissions into runs with window functions, aggregate, keep the long ones.
 
     prev_end = latest end among the key's earlier submissions; a submission starts a new run
-    when there is none or it became eligible more than gap_s later; the running sum of those
+    when there is none, it became eligible more than gap_s later, or it started before
+    prev_end (it ran beside an earlier submission); the running sum of those
     starts numbers the runs. Only runs of at least min_run_hours leave the database. Used where
     the server sorts faster than the rows travel (PostgreSQL); SQLite links in numpy instead.
     """
@@ -115,6 +121,8 @@ def _runs_in_sql(engine: Engine, window: Window, opts: RunOptions) -> pd.DataFra
     starts_run = case(
         (w1.c.prev_end.is_(None), 1),
         (seconds_between(w1.c.prev_end, w1.c.first) > opts.gap_s, 1),
+        # started while an earlier submission of the key still ran: not the same run
+        (seconds_between(w1.c.prev_end, w1.c.first_start) < 0, 1),
         else_=0,
     )
     run_no = func.sum(starts_run).over(
@@ -210,6 +218,7 @@ def _instances_sqlite(conn, window: Window, opts: RunOptions):
         jobs.c.user,
         type_coerce(elig, String),
         type_coerce(jobs.c.end, String),
+        type_coerce(jobs.c.start, String),
         case((jobs.c.state != "COMPLETED", 1), else_=0),
         runtime_s(),
         jobs.c.nnodes,
@@ -227,6 +236,7 @@ def _submissions_db(conn, window: Window, opts: RunOptions):
         sub.c.user,
         type_coerce(sub.c.first, String),
         type_coerce(sub.c.last, String),
+        type_coerce(sub.c.first_start, String),
         sub.c.interruptions,
         cast(sub.c.runtime_s, Float),
         sub.c.nodes,
@@ -250,8 +260,8 @@ def _job_ids(text: np.ndarray) -> np.ndarray:
 
 _ROW = np.dtype([
     ("job_id", object), ("name", object), ("user", object), ("first", object),
-    ("last", object), ("interruptions", np.int32), ("runtime_s", np.float64),
-    ("nodes", np.int32), ("gpus", np.int32), ("instances", np.int32),
+    ("last", object), ("first_start", object), ("interruptions", np.int32),
+    ("runtime_s", np.float64), ("nodes", np.int32), ("gpus", np.int32), ("instances", np.int32),
 ])
 
 
@@ -270,7 +280,8 @@ def _columns(chunks, names: _Codes, users: _Codes) -> dict[str, np.ndarray]:
         parts["user"].append(users.encode(arr["user"]).astype(np.int32))
         parts["first"].append(_us(arr["first"]))
         parts["last"].append(_us(arr["last"]))
-        for k in keys[5:]:
+        parts["first_start"].append(_us(arr["first_start"]))
+        for k in keys[6:]:
             parts[k].append(
                 np.ascontiguousarray(arr[k]) if k in arr.dtype.names
                 else np.ones(len(arr), np.int32)
@@ -298,7 +309,8 @@ def _fold(c: dict[str, np.ndarray], name_rank: np.ndarray, user_rank: np.ndarray
     starts = np.flatnonzero(np.r_[True, codes[idx][1:] != codes[idx][:-1]])
     del codes, uniques
     lead = idx[starts]
-    for k, ufunc in (("first", np.minimum), ("last", np.maximum), ("nodes", np.maximum),
+    for k, ufunc in (("first", np.minimum), ("last", np.maximum),
+                     ("first_start", np.minimum), ("nodes", np.maximum),
                      ("gpus", np.maximum), ("interruptions", np.add), ("instances", np.add)):
         c[k][lead] = ufunc.reduceat(c[k][idx], starts)
     # Summed in table order, one Job ID at a time, as the database sums them.
@@ -318,9 +330,9 @@ def _runs_in_numpy(engine: Engine, window: Window, opts: RunOptions) -> pd.DataF
     """The linking of _runs_in_sql (and, for regex tags, of tags) in numpy over streamed rows.
 
     Same rule, same order: submissions sorted by (key, first eligible, job_id); prev_end is the
-    running maximum of earlier ends within the key; a submission starts a run when it has none
-    or is eligible more than gap_s after it. name and user of a run are its first submission's
-    (for name_user they are the key itself).
+    running maximum of earlier ends within the key; a submission starts a run when it has none,
+    is eligible more than gap_s after it, or started before it. name and user of a run are its
+    first submission's (for name_user they are the key itself).
     """
     names, users = _Codes(), _Codes()
     with engine.connect() as conn:
@@ -360,7 +372,8 @@ def _runs_in_numpy(engine: Engine, window: Window, opts: RunOptions) -> pd.DataF
     del by_end, rank, base, seg
     prev_end = np.r_[np.int64(0), cummax[:-1]]
     gap_us = f - prev_end
-    starts_run = new_key | (gap_us > np.int64(round(opts.gap_s * 1e6)))
+    overlaps = c["first_start"][order] < prev_end
+    starts_run = new_key | (gap_us > np.int64(round(opts.gap_s * 1e6))) | overlaps
     run_of_row = np.cumsum(starts_run) - 1
     del starts_run, prev_end, cummax
     runtime = np.bincount(run_of_row, weights=c["runtime_s"][order])
