@@ -17,12 +17,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, Engine, func, select, text
+from sqlalchemy import Connection, Engine, bindparam, func, select, text
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import db_time
 
 R = schema.node_runs
+_RUNS_Q = select(R.c.node, R.c.source, R.c.last_seen).where(
+    R.c.node.in_(bindparam("nodes", expanding=True)))
 LEVELS = ("ok", "warn", "drain_after_job", "drain_now", "checker_error")
 
 
@@ -63,9 +65,7 @@ def record_runs(conn: Connection, beats: Iterable[Heartbeat]) -> int:
     nodes = sorted({b.node for b in beats})
     latest: dict[tuple[str, str], datetime] = {}
     for i in range(0, len(nodes), 500):
-        rows = conn.execute(
-            select(R.c.node, R.c.source, R.c.last_seen).where(R.c.node.in_(nodes[i : i + 500]))
-        )
+        rows = conn.execute(_RUNS_Q, {"nodes": nodes[i : i + 500]})
         latest.update({(n, s): t for n, s, t in rows})
     newest: dict[tuple[str, str], Heartbeat] = {}
     days: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])

@@ -89,15 +89,19 @@ COLUMNS = ("id", "time", "node", "source", "job_id", "check", "component", "stat
            "severity", "code", "reason", "last_seen", "is_open")
 
 
+# Built once: a node's flush runs these every few minutes on every node of the fleet, and
+# building the statement cost more than running it.
+_OPEN_Q = select(C.c.id, C.c.node, C.c.check, C.c.component, C.c.status, C.c.severity,
+                 C.c.code, C.c.last_seen).where(
+    C.c.is_open.is_(True), C.c.node.in_(bindparam("nodes", expanding=True)))
+_EXTEND = update(C).where(C.c.id == bindparam("rid")).values(last_seen=bindparam("seen"))
+_CLOSE = update(C).where(C.c.id == bindparam("rid")).values(is_open=False)
+
+
 def _load_open(conn: Connection, nodes: list[str]) -> dict[tuple[str, str], list[_Open]]:
     out: dict[tuple[str, str], list[_Open]] = defaultdict(list)
     for i in range(0, len(nodes), _NODES_PER_QUERY):
-        chunk = nodes[i : i + _NODES_PER_QUERY]
-        rows = conn.execute(
-            select(C.c.id, C.c.node, C.c.check, C.c.component, C.c.status, C.c.severity,
-                   C.c.code, C.c.last_seen)
-            .where(C.c.is_open.is_(True), C.c.node.in_(chunk))
-        )
+        rows = conn.execute(_OPEN_Q, {"nodes": nodes[i : i + _NODES_PER_QUERY]})
         for rid, node, check, comp, status, sev, code, last in rows:
             out[(node, check)].append(_Open(rid, comp, (status, sev, code), last))
     return out
@@ -156,15 +160,9 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
     report.extended = len(extend)
     bulk_write(conn, C, COLUMNS, inserts, conflict=("id",))
     if extend:
-        conn.execute(
-            update(C).where(C.c.id == bindparam("rid")).values(last_seen=bindparam("seen")),
-            [{"rid": rid, "seen": seen} for rid, seen in extend.items()],
-        )
+        conn.execute(_EXTEND, [{"rid": rid, "seen": seen} for rid, seen in extend.items()])
     if close:
-        conn.execute(
-            update(C).where(C.c.id == bindparam("rid")).values(is_open=False),
-            [{"rid": rid} for rid in close],
-        )
+        conn.execute(_CLOSE, [{"rid": rid} for rid in close])
     _rollup_checks(conn, report.new_by_day)
     return report
 
