@@ -159,6 +159,15 @@ def db_bytes(engine) -> int:
         return int(page * (count - free))
 
 
+ROW_TABLES = ("check_results", "node_runs", "heartbeat_days", "check_days", "node_actions")
+
+
+def row_counts(engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {t: int(conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar())
+                for t in ROW_TABLES}
+
+
 def flush_memory(url: str, lines: int, tmp: Path) -> float:
     """Peak RSS (MiB) of `healthctl spool flush` delivering one spool of `lines` lines."""
     sdir = tmp / "bigspool"
@@ -217,6 +226,7 @@ def main() -> None:
             # Warm-up hour: every node's all-clear intervals open (a day's first sweeps).
             deliver_window(engine, tmp, fleet, T0, 12, flush_every)
             size0 = db_bytes(engine)
+            rows0 = row_counts(engine)
             srv0 = server_cpu_s()
             w0 = time.perf_counter()
             lines, cpu = deliver_window(engine, tmp, fleet, T0 + timedelta(hours=1), sweeps,
@@ -224,20 +234,30 @@ def main() -> None:
             wall = time.perf_counter() - w0
             srv = server_cpu_s() - srv0
             size1 = db_bytes(engine)
-            with engine.connect() as conn:
-                rows = conn.exec_driver_sql("SELECT count(*) FROM check_results").scalar()
+            rows1 = row_counts(engine)
+            rows = rows1["check_results"]
             engine.dispose()
             hours = sweeps / 12
             per_day = 24 / hours
-            growth_mb_day = (size1 - size0) / 2**20 * per_day
+            # Allocated pages barely move within hours (freed space is reused), so the daily
+            # growth is projected from rows: new rows per day x the tables' bytes per row, plus
+            # one heartbeat_days row per node-day (the measured window may not cross midnight).
+            bytes_per_row = size1 / max(1, sum(rows1.values()))
+            new_rows_day = sum(rows1[t] - rows0[t] for t in ROW_TABLES if t != "heartbeat_days")
+            new_rows_day = new_rows_day * per_day + args.nodes
+            growth_mb_day = max((size1 - size0) / 2**20 * per_day,
+                                new_rows_day * bytes_per_row / 2**20)
             cpu_share = (cpu + srv) * per_day / 86400
             print(f"{args.nodes:,} nodes, {hours:g} h measured ({sweeps} sweeps, flush every "
                   f"{args.flush_min} min, {args.changes_per_node_day} state changes per "
                   f"node-day) on {args.backend}:")
             print(f"  delivered {lines:,} spool lines in {wall:.1f} s wall; client CPU "
                   f"{cpu:.1f} s, server CPU {srv:.1f} s; check_results rows {rows:,}")
-            print(f"  storage growth {(size1 - size0) / 2**20:.2f} MB measured -> "
+            print(f"  storage: {(size1 - size0) / 2**20:.2f} MB allocated in the window, "
+                  f"{new_rows_day:,.0f} new rows/day at {bytes_per_row:.0f} B/row -> "
                   f"{growth_mb_day:.1f} MB/day projected (target <= 50)")
+            print(f"  server CPU alone (what the fleet's flushes cost the database host): "
+                  f"{srv * per_day / 864:.2f}% of one core projected")
             print(f"  delivery CPU {(cpu + srv):.1f} s per {hours:g} h -> "
                   f"{cpu_share * 100:.2f}% of one core averaged over a day projected "
                   f"(target <= 5%)")
@@ -248,6 +268,8 @@ def main() -> None:
                   cpu_share * 100, "% of a core")
             bench("historian_volume", f"{args.nodes}n_client_cpu_measured", cpu, "s")
             bench("historian_volume", f"{args.nodes}n_server_cpu_measured", srv, "s")
+            bench("historian_volume", f"{args.nodes}n_server_cpu_projected",
+                  srv * per_day / 864, "% of a core")
             rss = flush_memory(url, args.big_spool_lines, tmp)
             print(f"  flush of one {args.big_spool_lines:,}-line spool: peak RSS {rss:.0f} MiB "
                   f"(target < 200); this benchmark process: "
