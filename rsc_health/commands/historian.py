@@ -93,6 +93,29 @@ def upgrade(ctx: click.Context) -> None:
         click.echo(f"{hdb.safe_url(url)} is at schema version {after}: nothing to do")
 
 
+@db.command("prune")
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@json_option
+@click.pass_context
+def db_prune(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
+    """Delete what is past its [historian] retention (closed check intervals, actions,
+    exclusions; rollups and jobs only when their retention is set)."""
+    from rsc_health.historian.retention import Retention, prune
+    from rsc_health.model import utcnow
+
+    retention = Retention.from_config(ctx.obj.config)
+    now = utcnow().replace(tzinfo=None)
+    with _historian(ctx) as engine:
+        counts = prune(engine, now, retention, dry_run=dry_run)
+    if as_json:
+        click.echo(json.dumps({"dry_run": dry_run, "retention_days": retention.days,
+                               "rows": counts}, indent=2))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    parts = ", ".join(f"{n} {t}" for t, n in counts.items()) or "nothing (retention off)"
+    click.echo(f"prune ({retention.days} days): {verb} {parts}")
+
+
 @db.command("status")
 @json_option
 @click.pass_context
@@ -341,14 +364,31 @@ def spool() -> None:
 @click.option("--dir", "directory", type=click.Path(file_okay=False), help="Spool directory.")
 @click.pass_context
 def spool_flush(ctx: click.Context, directory: str | None) -> None:
-    """Deliver spooled results to the historian, exactly once; keep them if it is down."""
+    """Deliver spooled results to the historian, exactly once; keep them if it is down.
+
+    Streams the spool in chunks (bounded memory whatever its size), each chunk one
+    transaction with a statement timeout; a progress bar when stdout is a terminal."""
+    import sys
+
     from rsc_health.historian.ingest import delivery
 
     spool_dir = Path(directory) if directory else state_dir(ctx.obj.config, ctx.obj.root) / "spool"
+    if not spool_dir.is_dir():
+        raise click.ClickException(f"no spool directory {spool_dir}")
     try:
-        report = delivery.flush(ctx.obj.database_url, spool_dir)
+        if sys.stdout.isatty():
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                task = bar.add_task("spool flush", total=delivery.pending_lines(spool_dir))
+                report = delivery.flush(ctx.obj.database_url, spool_dir,
+                                        progress=lambda n: bar.advance(task, n))
+        else:
+            report = delivery.flush(ctx.obj.database_url, spool_dir)
     except hdb.HistorianError as exc:
         raise click.ClickException(f"{exc} (spooled results kept in {spool_dir})") from exc
+    except OSError as exc:
+        raise click.ClickException(f"cannot read the spool {spool_dir}: {exc}") from exc
     click.echo(report.summary())
     for batch, bad in report.quarantined[:MAX_BAD_SHOWN]:
         click.echo(f"  quarantined {batch} {bad}", err=True)

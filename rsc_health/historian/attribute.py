@@ -4,7 +4,7 @@ after a failing job's lifetime").
 
 Rules, in order, all pushed down to the database as INSERT ... SELECT:
 1. check:  every failing check result (status fail with a drain severity, or any non-ok XID)
-   on one of the job's nodes in [end - before_s, end + after_s] -> one row per
+   on one of the job's nodes whose interval overlaps [end - before_s, end + after_s] -> one row per
    (job, node, check family); several causes and culprit nodes are normal.
 2. event:  a NODE_FAIL with no such check -> the job's node(s) whose own out-of-service event
    was open at the job's end (cause `node_down`).
@@ -104,7 +104,9 @@ def attribute(
             literal("check"),
         )
         .select_from(J.join(JN, JN.c.job_pk == J.c.id))
-        .join(C, and_(C.c.node == JN.c.node, C.c.time >= lo, C.c.time <= hi))
+        # Intervals (version 5): a failing state that began before the window and was still
+        # seen inside it counts, as the per-sweep rows it replaces did.
+        .join(C, and_(C.c.node == JN.c.node, C.c.time <= hi, C.c.last_seen >= lo))
         .where(J.c.id.in_(targets), failing_check())
         .group_by(J.c.id, C.c.node, C.c.check)
     )

@@ -7,8 +7,11 @@ Migrations that change these tables live in `sql/` and bump `SCHEMA_VERSION`.
 from __future__ import annotations
 
 from sqlalchemy import (
+    Boolean,
     Column,
+    Date,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -17,19 +20,36 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 
-# 3: historian-volume's check intervals (migration 0003); 4: the cluster column (0004).
-SCHEMA_VERSION = 4
+# 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
+# intervals, node run freshness and daily rollups (0005).
+SCHEMA_VERSION = 5
+
+# Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
+# Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
+RECORD_ID_LEN = 128
 
 metadata = MetaData()
 
-# Every health result from prolog, epilog, sweep or an import. `id` is the spool record's
-# unique id (or a stable hash of an imported row), so redelivery never duplicates a row.
+
+def _first_seen(context):
+    return context.get_current_parameters()["time"]
+
+
+# What nodes reported, as state (version 5): one row per interval in which one (node, check,
+# component) kept one state. `time` is when it was first seen, `last_seen` the latest run that
+# still saw it; `is_open` while it is the component's current state. A sweep that sees the
+# same state only moves `last_seen`, so the table grows with changes, not with sweeps. An
+# all-clear family is an interval with component "*" and status ok. Events (each XID is news,
+# not a state) and rows imported from other tools are points: time == last_seen, never open.
+# `id` is the spool record that opened the interval (or a stable hash of an imported row), so
+# redelivery never duplicates a row. Rows from before version 5 became points.
 check_results = Table(
     "check_results",
     metadata,
-    Column("id", String(32), primary_key=True),
+    Column("id", String(RECORD_ID_LEN), primary_key=True),
     Column("time", DateTime, nullable=False),
     Column("node", String(128), nullable=False),
     Column("source", String(16), nullable=False),  # prolog|epilog|sweep|import
@@ -40,8 +60,52 @@ check_results = Table(
     Column("severity", String(16), nullable=False, default="none"),
     Column("code", String(32), nullable=False, default=""),
     Column("reason", Text, nullable=False, default=""),
+    # Inserted without one (a point in time): the row's own time.
+    Column("last_seen", DateTime, nullable=False, default=_first_seen),
+    Column("is_open", Boolean, nullable=False, default=False),
     Index("ix_check_results_node_time", "node", "time"),
     Index("ix_check_results_time", "time"),
+    Index("ix_check_results_open", "node", "check", sqlite_where=text("is_open"),
+          postgresql_where=text("is_open")),
+)
+
+# The latest run of each node path entry point on each node (the spool's heartbeat records,
+# version 5): what `healthctl status`, `healthctl node` and the report read to name nodes that
+# stopped checking or whose checker is broken. One row per (node, source), updated in place.
+node_runs = Table(
+    "node_runs",
+    metadata,
+    Column("node", String(128), primary_key=True),
+    Column("source", String(16), primary_key=True),  # sweep|prolog|epilog
+    Column("last_seen", DateTime, nullable=False),
+    Column("level", String(16), nullable=False, default=""),
+    Column("checker_errors", Integer, nullable=False, default=0),
+    Column("duration_s", Float),
+    Column("version", String(32), nullable=False, default=""),
+)
+
+# Daily rollups (version 5), kept after the rows behind them are pruned, so the report's cost
+# does not grow with the years kept. heartbeat_days: runs per node-day and how many of them
+# could not look (checker_error) or asked for a drain.
+heartbeat_days = Table(
+    "heartbeat_days",
+    metadata,
+    Column("day", Date, primary_key=True),
+    Column("node", String(128), primary_key=True),
+    Column("runs", Integer, nullable=False, default=0),
+    Column("checker_error_runs", Integer, nullable=False, default=0),
+    Column("drain_runs", Integer, nullable=False, default=0),
+)
+
+# check_days: failure and warning intervals that began per (day, node, check family).
+check_days = Table(
+    "check_days",
+    metadata,
+    Column("day", Date, primary_key=True),
+    Column("node", String(128), primary_key=True),
+    Column("check", String(32), primary_key=True),
+    Column("fail", Integer, nullable=False, default=0),
+    Column("warn", Integer, nullable=False, default=0),
 )
 
 # One row per job instance: a requeued job has several rows with the same job_id.
@@ -141,7 +205,7 @@ job_exclusions = Table(
 node_actions = Table(
     "node_actions",
     metadata,
-    Column("id", String(32), primary_key=True),
+    Column("id", String(RECORD_ID_LEN), primary_key=True),
     Column("time", DateTime, nullable=False),
     Column("node", String(128), nullable=False),
     Column("action", String(24), nullable=False),
@@ -159,7 +223,8 @@ attributions = Table(
     Column("node", String(128)),
     Column("cause", String(32), nullable=False),  # check family, node_down or unattributed
     Column("code", String(32), nullable=False, default=""),
-    Column("evidence", String(64), nullable=False, default=""),  # check_results.id / event id
+    # check_results.id / event id
+    Column("evidence", String(RECORD_ID_LEN), nullable=False, default=""),
     Column("kind", String(16), nullable=False),  # check|event|unattributed
     Index("ix_attributions_job", "job_pk"),
     Index("ix_attributions_node", "node"),

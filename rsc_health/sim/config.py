@@ -50,6 +50,8 @@ class SimConfig:
                                  10.5, 12.0]
     )
     runtime_sigma: float = 1.2
+    # The node path's sweep cadence: checks.jsonl carries the all-clear intervals at it.
+    sweep_interval_s: int = 300
     time_limit_h: float = 72.0
     outcome_shares: dict[str, float] = field(
         default_factory=lambda: {

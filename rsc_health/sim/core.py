@@ -24,6 +24,7 @@ from rsc_health.sim.failures import (
 from rsc_health.sim.jobs import HOUR, Instances, Jobs, plan_jobs
 from rsc_health.sim.schedule import close_horizon, lemon_job_failures
 from rsc_health.sim.scheduler import schedule
+from rsc_health.sim.stream import all_clear_intervals
 
 FILES = ("sacct.txt", "events.txt", "checks.jsonl", "exclusions.jsonl", "tickets.csv",
          "truth.json")
@@ -115,7 +116,8 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
     check_rows = sorted(
         [r for f in plan.failures for r in f.rows] + plan.transients, key=lambda r: (r.time, r.node)
     )
-    writers.write_checks(out / "checks.jsonl", epoch, names, check_rows)
+    all_clear = all_clear_intervals(plan, fleet.size, horizon, int(cfg.sweep_interval_s))
+    writers.write_checks(out / "checks.jsonl", epoch, names, check_rows, all_clear)
     writers.write_tickets(out / "tickets.csv", epoch, names, plan.failures, horizon)
     writers.write_exclusions(out / "exclusions.jsonl", epoch, names,
                              _exclusions(cfg, jobs, inst, plan, fleet.size, rng_excl))

@@ -186,7 +186,9 @@ def write_events(path: Path, epoch, names, rows: list[tuple], horizon: int) -> N
             fh.write(f"{names[r[0]]}|{s}|{e}|{r[3]}|{r[4]}|{r[5]}\n")
 
 
-def write_checks(path: Path, epoch, names, rows: list[CheckRow]) -> None:
+def write_checks(path: Path, epoch, names, rows: list[CheckRow],
+                 all_clear: list[tuple[int, int, int, str]] = ()) -> None:
+    """Failure rows (points), then the sweeps' all-clear intervals (sim.stream)."""
     times = slurm_times(epoch, np.asarray([r.time for r in rows], dtype=np.int64))
     with path.open("w", encoding="utf-8") as fh:
         for r, t in zip(rows, times, strict=True):
@@ -194,6 +196,16 @@ def write_checks(path: Path, epoch, names, rows: list[CheckRow]) -> None:
                 "time": str(t), "node": names[r.node], "check": r.check, "status": r.status,
                 "severity": r.severity, "component": r.component, "detail": r.detail,
                 "code": r.code,
+            }) + "\n")
+        if not all_clear:
+            return
+        firsts = slurm_times(epoch, np.asarray([a[1] for a in all_clear], dtype=np.int64))
+        lasts = slurm_times(epoch, np.asarray([a[2] for a in all_clear], dtype=np.int64))
+        for (node, _, _, fam), first, last in zip(all_clear, firsts, lasts, strict=True):
+            fh.write(json.dumps({
+                "time": str(first), "last_seen": str(last), "node": names[node],
+                "check": fam, "status": "ok", "severity": "none", "component": "*",
+                "source": "sweep", "detail": "all clear",
             }) + "\n")
 
 

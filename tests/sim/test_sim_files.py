@@ -123,7 +123,8 @@ def test_each_failure_ends_the_jobs_running_on_its_node(fleet):
 
 
 def test_check_rows_follow_the_ingest_contract(fleet):
-    rows = [json.loads(line) for line in (fleet["dir"] / "checks.jsonl").open()]
+    every = [json.loads(line) for line in (fleet["dir"] / "checks.jsonl").open()]
+    rows = [r for r in every if r["status"] != "ok"]
     assert rows
     for row in rows:
         assert set(row) == {"time", "node", "check", "status", "severity", "component", "detail",
@@ -135,6 +136,26 @@ def test_check_rows_follow_the_ingest_contract(fleet):
     pcie = [(r["node"], r["time"]) for r in rows if r["check"] == "pcie" and r["status"] == "fail"]
     xid79 = {(r["node"], r["time"]) for r in rows if r["code"] == "xid79"}
     assert pcie and 0.2 < sum(p in xid79 for p in pcie) / len(pcie) < 0.7
+
+
+def test_sweeps_appear_as_all_clear_intervals_broken_by_failures(fleet):
+    """Issue 13 point 8: the node path's stream in interval form, one all-clear interval per
+    (node, family) from the first sweep to the last before a failure of that family."""
+    every = [json.loads(line) for line in (fleet["dir"] / "checks.jsonl").open()]
+    ok = [r for r in every if r["status"] == "ok"]
+    assert ok and all(r["component"] == "*" and r["check"] in FAMILIES for r in ok)
+    assert all(ts(r["last_seen"]) >= ts(r["time"]) for r in ok)
+    # Every node is swept from the start, in every family.
+    first = {(r["node"], r["check"]) for r in ok if ts(r["time"]) == min(ts(x["time"]) for x in ok)}
+    nodes = {r["node"] for r in every}
+    assert len(first) == len(nodes) * len(FAMILIES - {"checker"})
+    # No all-clear interval of a family spans a failure of that family on that node.
+    fails = [(r["node"], r["check"], ts(r["time"])) for r in every if r["status"] == "fail"]
+    spans: dict = {}
+    for r in ok:
+        spans.setdefault((r["node"], r["check"]), []).append((ts(r["time"]), ts(r["last_seen"])))
+    for node, fam, t in fails:
+        assert not any(a <= t <= b for a, b in spans.get((node, fam), ()))
 
 
 def test_tickets_and_exclusions_name_real_nodes_and_jobs(fleet):

@@ -1,7 +1,10 @@
 """Health results from JSON Lines, for importing history from other tools (and the simulator).
 
 One object per line: `time` (ISO 8601), `node`, `check`, `status` (ok|warn|fail) required;
-`severity`, `component`, `detail` (or `reason`), `code`, `job_id`, `source` optional. A row
+`severity`, `component`, `detail` (or `reason`), `code`, `job_id`, `source` optional, and
+`last_seen` (ISO 8601) for a state that lasted (the interval form; without it a row is a point
+in time). Imported rows are closed intervals: the node path's spool goes through
+`rsc_health.historian.intervals`, which extends and closes them as sweeps arrive. A row
 without an `id` gets a stable one (a hash of its content), so importing a file twice lands
 every row once.
 """
@@ -35,6 +38,8 @@ COLUMNS = (
     "severity",
     "code",
     "reason",
+    "last_seen",
+    "is_open",
 )
 
 
@@ -68,8 +73,20 @@ def to_row(obj: dict, *, source: str = "import") -> tuple:
     except ValueError as exc:
         raise RowError(f"time {obj['time']!r} is not ISO 8601") from exc
     job_id = obj.get("job_id")
+    record_id = str(obj.get("id") or stable_id(obj))
+    if len(record_id) > schema.RECORD_ID_LEN:
+        # Never cut: two long ids sharing a prefix are two records (cutting collapsed them).
+        raise RowError(f"id longer than {schema.RECORD_ID_LEN} characters")
+    last_seen = time
+    if obj.get("last_seen"):
+        try:
+            last_seen = parse_time(str(obj["last_seen"]))
+        except ValueError as exc:
+            raise RowError(f"last_seen {obj['last_seen']!r} is not ISO 8601") from exc
+        if last_seen < time:
+            raise RowError("last_seen is before time")
     return (
-        str(obj.get("id") or stable_id(obj))[:32],
+        record_id,
         db_time(time),
         str(obj["node"]),
         _text(obj, "source", source)[:16],
@@ -80,6 +97,8 @@ def to_row(obj: dict, *, source: str = "import") -> tuple:
         severity,
         _text(obj, "code"),
         _text(obj, "detail") or _text(obj, "reason"),
+        db_time(last_seen),
+        False,
     )
 
 

@@ -1,116 +1,174 @@
 """Delivering a node's spool (rsc_health.spool) into the historian, exactly once.
 
-Each claimed batch is written in one transaction, keyed by every record's unique id (check
-results, actions) or natural key (exclusions), then removed. A batch whose delivery fails
-stays where it is and is claimed again next time; since its rows that did land are keyed,
-delivering it twice still lands each record once. Lines that are not valid records are copied
-to `quarantine/` next to the spool with their line number and the reason, never retried.
+A claimed batch file is streamed in chunks of `CHUNK_LINES` lines (memory stays bounded
+whatever the spool's size); each chunk is written in one transaction with a statement
+timeout, and the file is removed only after its last chunk committed. Every write is keyed:
+check records fold into intervals (rsc_health.historian.intervals: a run the table has already
+seen changes nothing), actions by their record id, exclusions by (job, node), heartbeats by
+(node, source, time) (rsc_health.historian.freshness). So a batch delivered twice, or cut
+short by a kill or a lost database and delivered again, lands each record once. Lines that are
+not valid records go to `quarantine/` next to the spool with their line number and the
+reason, never retried.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy import Engine
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
-from sqlalchemy.exc import OperationalError
 
 from rsc_health import spool
 from rsc_health.historian import schema
 from rsc_health.historian.db import HistorianUnavailable, connect, safe_url
-from rsc_health.historian.ingest import BadRow, bulk_write, db_time, parse_time
+from rsc_health.historian.freshness import Heartbeat, record_runs
+from rsc_health.historian.ingest import BadRow, bulk_write, db_time, limit_statements, parse_time
 from rsc_health.historian.ingest.checks import RowError
-from rsc_health.historian.ingest.checks import to_row as check_row
-from rsc_health.historian.ingest.checks import write as write_checks
+from rsc_health.historian.intervals import CheckRecord, fold
 
 QUARANTINE = "quarantine"
+# Lines per transaction: about 2 MB of JSON, a few MB of Python objects at most.
+CHUNK_LINES = 5_000
+# Longest one statement of a flush may run: a frozen database ends the flush (the spool
+# keeps the rest) instead of holding a node's timer for minutes.
+FLUSH_STATEMENT_TIMEOUT_S = 60
+KINDS = tuple(dict.fromkeys((*spool.KINDS, "heartbeat")))
+
+
+class SpoolMissing(FileNotFoundError):
+    """The spool directory named does not exist (a typo must not look like 'nothing to do')."""
 
 
 @dataclass
 class DeliveryReport:
     batches: int = 0
+    lines: int = 0
     delivered: dict[str, int] = field(default_factory=dict)
     quarantined: list[tuple[str, BadRow]] = field(default_factory=list)
+    quarantined_count: int = 0
+    opened: int = 0
+    extended: int = 0
+    closed: int = 0
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.delivered.items())) or "nothing"
-        text = f"spool: {self.batches} batch(es), delivered {kinds}"
-        if self.quarantined:
-            text += f", {len(self.quarantined)} line(s) quarantined"
+        text = f"spool: {self.batches} batch(es), {self.lines} line(s), delivered {kinds}"
+        if self.opened or self.extended or self.closed:
+            text += (f"; check intervals {self.opened} opened, {self.extended} extended, "
+                     f"{self.closed} closed")
+        if self.quarantined_count:
+            text += f", {self.quarantined_count} line(s) quarantined"
         return text
 
 
 @dataclass
 class _Rows:
-    checks: list[tuple] = field(default_factory=list)
+    checks: list[CheckRecord] = field(default_factory=list)
     exclusions: list[tuple] = field(default_factory=list)
     actions: list[tuple] = field(default_factory=list)
+    heartbeats: list[Heartbeat] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=dict)
     bad: list[tuple[BadRow, str]] = field(default_factory=list)
+    lines: int = 0
 
 
-def _parse_batch(path: Path) -> _Rows:
+def _text(rec: dict, key: str, default: str = "") -> str:
+    value = rec.get(key)
+    return default if value is None else str(value)
+
+
+def _record_id(rec: dict) -> str:
+    rid = str(rec["id"])
+    if len(rid) > schema.RECORD_ID_LEN:
+        raise RowError(f"id longer than {schema.RECORD_ID_LEN} characters")
+    return rid
+
+
+def _parse_record(rows: _Rows, rec: dict | None) -> None:
+    if rec is None:
+        raise RowError("not a JSON object")
+    kind = rec.get("kind")
+    if kind not in KINDS:
+        raise RowError(f"unknown record kind {kind!r}")
+    if not rec.get("id") or not rec.get("node") or not rec.get("time"):
+        raise RowError("record lacks id, node or time")
+    try:
+        when = parse_time(str(rec["time"]))
+    except ValueError as exc:
+        raise RowError(f"time {rec['time']!r} is not ISO 8601") from exc
+    node = str(rec["node"])
+    if kind == "check":
+        status = _text(rec, "status").lower()
+        if status not in ("ok", "warn", "fail", "error") or not rec.get("check"):
+            raise RowError("check record needs `check` and a status ok|warn|fail|error")
+        job_id = rec.get("job_id")
+        rows.checks.append(CheckRecord(
+            id=_record_id(rec), time=when, node=node,
+            source=_text(rec, "source", "sweep")[:16] or "sweep",
+            job_id=None if job_id in (None, "") else str(job_id)[:32],
+            check=str(rec["check"])[:32], component=(_text(rec, "component") or "*")[:64],
+            status=status, severity=(_text(rec, "severity") or "none").lower()[:16],
+            code=_text(rec, "code")[:32], reason=_text(rec, "reason") or _text(rec, "detail"),
+        ))
+    elif kind == "job_start":
+        excluded = rec.get("excluded") or []
+        if not isinstance(excluded, list) or not rec.get("job_id"):
+            raise RowError("job_start needs job_id and a list `excluded`")
+        job_id = str(rec["job_id"])
+        rows.exclusions.extend((job_id, str(n), db_time(when)) for n in excluded)
+    elif kind == "action":
+        if not rec.get("action"):
+            raise RowError("action record lacks `action`")
+        job_id = rec.get("job_id")
+        rows.actions.append((_record_id(rec), db_time(when), node, str(rec["action"])[:24],
+                             _text(rec, "reason"),
+                             None if job_id in (None, "") else str(job_id)))
+    elif kind == "heartbeat":
+        try:
+            errors = int(rec.get("checker_errors") or 0)
+            duration = rec.get("duration_s")
+            duration = None if duration is None else float(duration)
+        except (TypeError, ValueError) as exc:
+            raise RowError("heartbeat checker_errors/duration_s are not numbers") from exc
+        rows.heartbeats.append(Heartbeat(
+            node=node, time=when, source=(_text(rec, "source") or "sweep")[:16],
+            level=_text(rec, "level")[:16], checker_errors=max(0, min(errors, 2**31 - 1)),
+            duration_s=duration, version=_text(rec, "version")[:32],
+        ))
+    # job_end carries nothing the tables keep beyond the epilog's own check records.
+    rows.counts[kind] = rows.counts.get(kind, 0) + 1
+
+
+def _chunks(path: Path, size: int) -> Iterator[_Rows]:
     rows = _Rows()
     for lineno, rec, raw in spool.read_batch(path):
+        rows.lines += 1
         try:
-            if rec is None:
-                raise RowError("not a JSON object")
-            kind = rec.get("kind")
-            if kind not in spool.KINDS:
-                raise RowError(f"unknown record kind {kind!r}")
-            if not rec.get("id") or not rec.get("node") or not rec.get("time"):
-                raise RowError("record lacks id, node or time")
-            try:
-                time = db_time(parse_time(str(rec["time"])))
-            except ValueError as exc:
-                raise RowError(f"time {rec['time']!r} is not ISO 8601") from exc
-            if kind == "check":
-                rows.checks.append(check_row(rec, source=str(rec.get("source") or "sweep")))
-            elif kind == "job_start":
-                excluded = rec.get("excluded") or []
-                if not isinstance(excluded, list) or not rec.get("job_id"):
-                    raise RowError("job_start needs job_id and a list `excluded`")
-                job_id = str(rec["job_id"])
-                rows.exclusions.extend((job_id, str(n), time) for n in excluded)
-            elif kind == "action":
-                if not rec.get("action"):
-                    raise RowError("action record lacks `action`")
-                job_id = rec.get("job_id")
-                rows.actions.append(
-                    (
-                        str(rec["id"])[:32],
-                        time,
-                        str(rec["node"]),
-                        str(rec["action"]),
-                        str(rec.get("reason") or ""),
-                        None if job_id in (None, "") else str(job_id),
-                    )
-                )
-            # job_end carries nothing the tables keep beyond the epilog's own check records.
-            rows.counts[kind] = rows.counts.get(kind, 0) + 1
+            _parse_record(rows, rec)
         except RowError as exc:
-            rows.bad.append((BadRow(lineno, str(exc)), raw))
-    return rows
+            rows.bad.append((BadRow(lineno, str(exc)), raw[:4096]))
+        if rows.lines >= size:
+            yield rows
+            rows = _Rows()
+    if rows.lines:
+        yield rows
 
 
-def _write(conn, rows: _Rows) -> None:
-    write_checks(conn, rows.checks)
-    bulk_write(
-        conn,
-        schema.job_exclusions,
-        ("job_id", "node", "time"),
-        rows.exclusions,
-        conflict=("job_id", "node"),
-    )
-    bulk_write(
-        conn,
-        schema.node_actions,
-        ("id", "time", "node", "action", "reason", "job_id"),
-        rows.actions,
-        conflict=("id",),
-    )
+def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
+    limit_statements(conn, FLUSH_STATEMENT_TIMEOUT_S)
+    folded = fold(conn, rows.checks)
+    report.opened += folded.opened
+    report.extended += folded.extended
+    report.closed += folded.closed
+    bulk_write(conn, schema.job_exclusions, ("job_id", "node", "time"), rows.exclusions,
+               conflict=("job_id", "node"))
+    bulk_write(conn, schema.node_actions, ("id", "time", "node", "action", "reason", "job_id"),
+               rows.actions, conflict=("id",))
+    record_runs(conn, rows.heartbeats)
 
 
 def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> None:
@@ -121,35 +179,72 @@ def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> 
             fh.write(json.dumps({"line": row.line, "error": row.message, "raw": raw}) + "\n")
 
 
-def deliver(engine: Engine, spool_dir: Path) -> DeliveryReport:
-    """Deliver every claimed batch under spool_dir; HistorianUnavailable leaves the rest."""
+def deliver(
+    engine: Engine,
+    spool_dir: Path,
+    *,
+    chunk_lines: int = CHUNK_LINES,
+    progress: Callable[[int], None] | None = None,
+) -> DeliveryReport:
+    """Deliver every claimed batch under spool_dir; HistorianUnavailable leaves the rest.
+
+    `progress(lines)` is called after each committed chunk."""
     report = DeliveryReport()
     for batch in spool.claim(spool_dir):
-        rows = _parse_batch(batch)
-        try:
-            with engine.begin() as conn:
-                _write(conn, rows)
-        except (OperationalError, SAInterfaceError) as exc:
-            raise HistorianUnavailable(
-                f"historian database {safe_url(str(engine.url))} is unavailable; "
-                f"{batch.name} and later batches stay in {spool_dir}: {exc.orig or exc}"
-            ) from exc
-        if rows.bad:
-            _quarantine(spool_dir, batch, rows.bad)
-            report.quarantined.extend((batch.name, b) for b, _ in rows.bad)
+        for rows in _chunks(batch, chunk_lines):
+            try:
+                with engine.begin() as conn:
+                    _write(conn, rows, report)
+            except (OperationalError, SAInterfaceError, DBAPIError) as exc:
+                raise HistorianUnavailable(
+                    f"historian database {safe_url(str(engine.url))} failed during the spool "
+                    f"flush; {batch.name} and later batches stay in {spool_dir} and are "
+                    f"delivered again next time: {_first_line(exc)}"
+                ) from exc
+            if rows.bad:
+                _quarantine(spool_dir, batch, rows.bad)
+                report.quarantined_count += len(rows.bad)
+                # Keep a sample for the summary, not every bad line of a garbage file.
+                room = max(0, 100 - len(report.quarantined))
+                report.quarantined.extend((batch.name, b) for b, _ in rows.bad[:room])
+            report.lines += rows.lines
+            for kind, n in rows.counts.items():
+                report.delivered[kind] = report.delivered.get(kind, 0) + n
+            if progress is not None:
+                progress(rows.lines)
         spool.done(batch)
         report.batches += 1
-        for kind, n in rows.counts.items():
-            report.delivered[kind] = report.delivered.get(kind, 0) + n
     return report
 
 
-def flush(url: str, spool_dir: Path) -> DeliveryReport:
+def _first_line(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+
+
+def pending_lines(spool_dir: Path) -> int:
+    """Lines waiting (for a progress bar's total); cheap: counts newlines, holds nothing."""
+    total = 0
+    for path in [spool_dir / spool.PENDING, *sorted(spool_dir.glob("batch-*.jsonl"))]:
+        try:
+            with path.open("rb") as fh:
+                for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    total += block.count(b"\n")
+        except OSError:
+            continue
+    return total
+
+
+def flush(
+    url: str, spool_dir: Path, *, progress: Callable[[int], None] | None = None
+) -> DeliveryReport:
     """Connect and deliver. If the database is down the pending lines are still claimed into a
     batch file (so the node's next append starts a fresh file) and wait there."""
+    if not spool_dir.is_dir():
+        raise SpoolMissing(f"no spool directory {spool_dir}")
     spool.claim(spool_dir)
     engine = connect(url)
     try:
-        return deliver(engine, spool_dir)
+        return deliver(engine, spool_dir, progress=progress)
     finally:
         engine.dispose()

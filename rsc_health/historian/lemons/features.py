@@ -569,7 +569,9 @@ def _nodes_seen(engine: Engine, lo: datetime, hi: datetime) -> set[str]:
         select(jn.c.node)
         .select_from(j.join(jn, jn.c.job_pk == j.c.id))
         .where(j.c.end >= lo, j.c.end < hi),
-        select(check_results.c.node).where(check_results.c.time >= lo, check_results.c.time < hi),
+        select(check_results.c.node).where(
+            check_results.c.time < hi, check_results.c.last_seen >= lo
+        ),
         select(node_events.c.node).where(node_events.c.start >= lo, node_events.c.start < hi),
     )
     with engine.connect() as conn:

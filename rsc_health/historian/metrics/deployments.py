@@ -2,8 +2,9 @@
 
 The paper reads jumps in Fig. 5 against the days new health checks were added: a check that
 starts running finds failures that were there all along, so the measured rate steps up with
-it. rsc-health's node path records one all-clear row per family on every run
-(`spool.check_records`), so a family's first `ok` row is the day it first ran on the fleet. A
+it. rsc-health's node path records an all-clear interval per family (component "*", status ok;
+`rsc_health.historian.intervals`), so a family's first `ok` row is the day it first ran on the
+fleet. A
 family already running when the check history begins was not "added"; only one whose first
 all-clear row comes `min_delay` after the history's first row is. History imported from tools
 that record only failures has no all-clear rows, and so no markers.

@@ -1,0 +1,286 @@
+"""The historian at the volume its own sweeps produce (issue 13): node spools delivered into
+PostgreSQL (or SQLite) as each node's flush timer would, measured per simulated fleet-day.
+
+    python3 benchmarks/bench_historian_volume.py [--nodes 16000] [--hours 2] [--backend postgresql]
+    python3 benchmarks/bench_historian_volume.py --nodes 2000 --hours 24
+
+What one node sends (the node path's real records, rsc_health.spool): per five-minute sweep,
+one all-clear `check` record per family (8) or one per failing component, and a `heartbeat`;
+a state change on `--changes-per-node-day` (a link flap, a warning that comes and goes). Each
+node's flush timer delivers its last `--flush-min` minutes in one transaction. Measured over
+`--hours` of fleet time, after one warm-up hour that opens the all-clear intervals:
+
+- storage: database size growth (PostgreSQL: pg_total_relation_size of every table, after
+  VACUUM so dead tuples of the in-place updates are reclaimed as autovacuum would), per day;
+- delivery CPU: client CPU of the flushes plus the PostgreSQL server's CPU (its processes'
+  /proc times), as a share of one core averaged over the day;
+- flush memory: a separate `healthctl spool flush` of one big spool (--big-spool-lines),
+  peak RSS of that process.
+
+Figures for a whole day are extrapolated linearly from the measured hours (the load is the
+same every five minutes); the BENCH lines say which figures are measured and which projected.
+Targets: storage <= 50 MB/day and delivery CPU <= 5% of a core at 16,000 nodes; flush memory
+< 200 MB whatever the spool size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from sqlalchemy import create_engine, text  # noqa: E402
+
+from rsc_health import spool  # noqa: E402
+from rsc_health.historian.db import connect  # noqa: E402
+from rsc_health.historian.ingest.delivery import (  # noqa: E402
+    DeliveryReport,  # noqa: E402
+    _chunks,
+    _write,
+)
+
+FAMILIES = ("gpu", "xid", "ecc", "remap", "nvlink", "pcie", "infiniband", "mount")
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+PG_ADMIN = os.environ.get("RSC_HEALTH_TEST_PG",
+                          "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+
+def bench(name: str, metric: str, value: float, unit: str) -> None:
+    print(f"BENCH\t{name}\t{metric}\t{value:.6g}\t{unit}", flush=True)
+
+
+def sweep_lines(node: str, when: datetime, failing: str | None) -> list[str]:
+    """One sweep's spool lines, as json.dumps writes them on the node."""
+    out = []
+    t = when.isoformat()
+    for fam in FAMILIES:
+        if fam == failing:
+            rec = {"kind": "check", "id": uuid.uuid4().hex, "time": t, "node": node,
+                   "source": "sweep", "job_id": None, "check": fam, "component": "mlx5_0/1",
+                   "status": "fail", "severity": "drain_now", "code": "ib_down",
+                   "reason": "mlx5_0/1 port DOWN/Polling"}
+        else:
+            rec = {"kind": "check", "id": uuid.uuid4().hex, "time": t, "node": node,
+                   "source": "sweep", "job_id": None, "check": fam, "component": "*",
+                   "status": "ok", "severity": "none", "code": "", "reason": "all clear"}
+        out.append(json.dumps(rec, separators=(",", ":"), sort_keys=True))
+    out.append(json.dumps({"kind": "heartbeat", "id": uuid.uuid4().hex, "time": t, "node": node,
+                           "source": "sweep", "level": "drain_now" if failing else "ok",
+                           "checker_errors": 0, "duration_s": 0.4, "families": {},
+                           "version": "bench"}, separators=(",", ":"), sort_keys=True))
+    return out
+
+
+class Fleet:
+    """Which nodes fail which family when: a few state changes per node-day."""
+
+    def __init__(self, nodes: int, changes_per_node_day: float, seed: int = 0):
+        self.names = [f"gpu{i:05d}" for i in range(nodes)]
+        self.rng = random.Random(seed)
+        self.p_change = changes_per_node_day / 288
+        self.failing: dict[str, str | None] = dict.fromkeys(self.names)
+
+    def step(self) -> None:
+        for n in self.names:
+            if self.rng.random() < self.p_change:
+                self.failing[n] = None if self.failing[n] else "infiniband"
+
+
+def deliver_window(engine, tmp: Path, fleet: Fleet, start: datetime, sweeps: int,
+                   flush_every: int) -> tuple[int, float]:
+    """Deliver `sweeps` sweeps of the whole fleet, each node flushing every `flush_every`
+    sweeps (one transaction per node flush). Returns (lines, client CPU seconds)."""
+    lines = 0
+    cpu = 0.0
+    buf: dict[str, list[str]] = {n: [] for n in fleet.names}
+    path = tmp / "batch-bench.jsonl"
+    for s in range(sweeps):
+        when = start + timedelta(minutes=5 * s)
+        fleet.step()
+        for n in fleet.names:
+            buf[n].extend(sweep_lines(n, when, fleet.failing[n]))
+        if (s + 1) % flush_every:
+            continue
+        for n in fleet.names:
+            # The node's batch file, then the same code `spool flush` runs on it.
+            path.write_text("\n".join(buf[n]) + "\n")
+            lines += len(buf[n])
+            buf[n] = []
+            c0 = time.process_time()
+            report = DeliveryReport()
+            for rows in _chunks(path, 5000):
+                with engine.begin() as conn:
+                    _write(conn, rows, report)
+            cpu += time.process_time() - c0
+    return lines, cpu
+
+
+def server_cpu_s() -> float:
+    """CPU seconds of every postgres process on this machine (the server is local here)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
+        if name.startswith("postgres"):
+            fields = stat[stat.rindex(")") + 2 :].split()
+            total += int(fields[11]) + int(fields[12])
+    return total / tick
+
+
+def db_bytes(engine) -> int:
+    with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql("VACUUM")
+            return int(conn.exec_driver_sql(
+                "SELECT sum(pg_total_relation_size(c.oid)) FROM pg_class c JOIN pg_namespace n "
+                "ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind = 'r'"
+            ).scalar())
+        page = conn.exec_driver_sql("PRAGMA page_size").scalar()
+        count = conn.exec_driver_sql("PRAGMA page_count").scalar()
+        free = conn.exec_driver_sql("PRAGMA freelist_count").scalar()
+        return int(page * (count - free))
+
+
+ROW_TABLES = ("check_results", "node_runs", "heartbeat_days", "check_days", "node_actions")
+
+
+def row_counts(engine) -> dict[str, int]:
+    with engine.connect() as conn:
+        return {t: int(conn.exec_driver_sql(f"SELECT count(*) FROM {t}").scalar())
+                for t in ROW_TABLES}
+
+
+def flush_memory(url: str, lines: int, tmp: Path) -> float:
+    """Peak RSS (MiB) of `healthctl spool flush` delivering one spool of `lines` lines."""
+    sdir = tmp / "bigspool"
+    sdir.mkdir()
+    nodes = max(1, lines // (288 * 9))
+    with (sdir / spool.PENDING).open("w") as fh:
+        written = 0
+        s = 0
+        while written < lines:
+            when = T0 + timedelta(days=30, minutes=5 * s)
+            for i in range(nodes):
+                for line in sweep_lines(f"big{i:04d}", when, None):
+                    fh.write(line + "\n")
+                    written += 1
+            s += 1
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "rsc_health.cli", "--db", url, "spool",
+                             "flush", "--dir", str(sdir)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+    _, status, usage = os.wait4(proc.pid, 0)
+    out = proc.stdout.read().decode()
+    if os.waitstatus_to_exitcode(status) != 0:
+        sys.exit(f"spool flush failed: {out}")
+    print(f"  big spool: {written:,} lines in {time.perf_counter() - t0:.1f} s: {out.strip()}")
+    return usage.ru_maxrss / 1024
+
+
+def main() -> None:
+    quick = os.environ.get("RSC_BENCH_QUICK", "") not in ("", "0")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=200 if quick else 16000)
+    ap.add_argument("--hours", type=float, default=0.5 if quick else 2.0)
+    ap.add_argument("--flush-min", type=int, default=15)
+    ap.add_argument("--changes-per-node-day", type=float, default=0.5)
+    ap.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
+    ap.add_argument("--big-spool-lines", type=int, default=50_000 if quick else 2_000_000)
+    args = ap.parse_args()
+    flush_every = max(1, args.flush_min // 5)
+    sweeps = max(flush_every, int(args.hours * 12) // flush_every * flush_every)
+
+    with tempfile.TemporaryDirectory(prefix="bench-volume-") as tmp_s:
+        tmp = Path(tmp_s)
+        admin = None
+        if args.backend == "postgresql":
+            admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+            name = f"rsc_bench_{uuid.uuid4().hex[:8]}"
+            with admin.connect() as c:
+                c.execute(text(f'CREATE DATABASE "{name}"'))
+            url = admin.url.set(database=name).render_as_string(hide_password=False)
+        else:
+            url = f"sqlite:///{tmp / 'history.db'}"
+        try:
+            engine = connect(url, upgrade=True)
+            fleet = Fleet(args.nodes, args.changes_per_node_day)
+            # Warm-up hour: every node's all-clear intervals open (a day's first sweeps).
+            deliver_window(engine, tmp, fleet, T0, 12, flush_every)
+            size0 = db_bytes(engine)
+            rows0 = row_counts(engine)
+            srv0 = server_cpu_s()
+            w0 = time.perf_counter()
+            lines, cpu = deliver_window(engine, tmp, fleet, T0 + timedelta(hours=1), sweeps,
+                                        flush_every)
+            wall = time.perf_counter() - w0
+            srv = server_cpu_s() - srv0
+            size1 = db_bytes(engine)
+            rows1 = row_counts(engine)
+            rows = rows1["check_results"]
+            engine.dispose()
+            hours = sweeps / 12
+            per_day = 24 / hours
+            # Allocated pages barely move within hours (freed space is reused), so the daily
+            # growth is projected from rows: new rows per day x the tables' bytes per row, plus
+            # one heartbeat_days row per node-day (the measured window may not cross midnight).
+            bytes_per_row = size1 / max(1, sum(rows1.values()))
+            new_rows_day = sum(rows1[t] - rows0[t] for t in ROW_TABLES if t != "heartbeat_days")
+            new_rows_day = new_rows_day * per_day + args.nodes
+            growth_mb_day = max((size1 - size0) / 2**20 * per_day,
+                                new_rows_day * bytes_per_row / 2**20)
+            cpu_share = (cpu + srv) * per_day / 86400
+            print(f"{args.nodes:,} nodes, {hours:g} h measured ({sweeps} sweeps, flush every "
+                  f"{args.flush_min} min, {args.changes_per_node_day} state changes per "
+                  f"node-day) on {args.backend}:")
+            print(f"  delivered {lines:,} spool lines in {wall:.1f} s wall; client CPU "
+                  f"{cpu:.1f} s, server CPU {srv:.1f} s; check_results rows {rows:,}")
+            print(f"  storage: {(size1 - size0) / 2**20:.2f} MB allocated in the window, "
+                  f"{new_rows_day:,.0f} new rows/day at {bytes_per_row:.0f} B/row -> "
+                  f"{growth_mb_day:.1f} MB/day projected (target <= 50)")
+            print(f"  server CPU alone (what the fleet's flushes cost the database host): "
+                  f"{srv * per_day / 864:.2f}% of one core projected")
+            print(f"  delivery CPU {(cpu + srv):.1f} s per {hours:g} h -> "
+                  f"{cpu_share * 100:.2f}% of one core averaged over a day projected "
+                  f"(target <= 5%)")
+            bench("historian_volume", f"{args.nodes}n_lines_measured", lines, "lines")
+            bench("historian_volume", f"{args.nodes}n_storage_projected", growth_mb_day,
+                  "MB/day")
+            bench("historian_volume", f"{args.nodes}n_delivery_cpu_projected",
+                  cpu_share * 100, "% of a core")
+            bench("historian_volume", f"{args.nodes}n_client_cpu_measured", cpu, "s")
+            bench("historian_volume", f"{args.nodes}n_server_cpu_measured", srv, "s")
+            bench("historian_volume", f"{args.nodes}n_server_cpu_projected",
+                  srv * per_day / 864, "% of a core")
+            rss = flush_memory(url, args.big_spool_lines, tmp)
+            print(f"  flush of one {args.big_spool_lines:,}-line spool: peak RSS {rss:.0f} MiB "
+                  f"(target < 200); this benchmark process: "
+                  f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MiB")
+            bench("historian_volume", "flush_peak_rss_measured", rss, "MiB")
+        finally:
+            if admin is not None:
+                with admin.connect() as c:
+                    c.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+                admin.dispose()
+
+
+if __name__ == "__main__":
+    main()

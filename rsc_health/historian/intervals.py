@@ -1,0 +1,210 @@
+"""Check results as state: fold the node path's per-run records into intervals.
+
+Every prolog, epilog and sweep reports, per check family it ran, either one all-clear record
+(component "*", status ok) or one record per component that is not ok. Stored as they come,
+that is 7-8 rows per node every five minutes (32M rows a day at 16,000 nodes) saying the same
+thing. Here each run is folded into `check_results` intervals instead:
+
+- a family the run looked at, whose component is in the same state as its open interval
+  (same status, severity and code): the interval's `last_seen` moves to the run's time;
+- a component in a new state: its open interval closes and a new one opens, keyed by the
+  record that saw it first (so redelivering that record lands nothing twice);
+- an open interval of a family the run looked at, whose component the run no longer reports
+  (the family is all clear, or other components fail now): it closes.
+- Events are not states: an XID record is news, each one its own closed point.
+
+A run is the records of one node with one time (the node path stamps every record of a run
+with the same time). A run no newer than what a family's open intervals already saw is a
+redelivery or a late arrival: it changes no state, so delivering a batch twice, or a batch
+cut short and delivered again, gives the same table.
+
+Readers ask for "failing around time T" as overlap: `time <= T_hi AND last_seen >= T_lo`.
+Per-sweep numeric telemetry (clocks, power, link throughput) does not belong here: it would
+change every sweep. It goes to its own table, rolled up per node-day like `heartbeat_days`.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import Connection, and_, bindparam, select, text, update
+
+from rsc_health.historian import schema
+from rsc_health.historian.ingest import bulk_write, db_time
+
+C = schema.check_results
+EVENT_CHECKS = frozenset({"xid"})
+# Nodes per query when loading open intervals (bound parameters stay well under limits).
+_NODES_PER_QUERY = 500
+
+
+@dataclass(frozen=True, slots=True)
+class CheckRecord:
+    """One spool `check` record, parsed (times naive UTC)."""
+
+    id: str
+    time: datetime
+    node: str
+    source: str
+    job_id: str | None
+    check: str
+    component: str
+    status: str
+    severity: str
+    code: str
+    reason: str
+
+    @property
+    def state(self) -> tuple[str, str, str]:
+        return (self.status, self.severity, self.code)
+
+
+@dataclass
+class _Open:
+    id: str
+    component: str
+    state: tuple[str, str, str]
+    last_seen: datetime
+
+
+@dataclass
+class FoldReport:
+    opened: int = 0
+    extended: int = 0
+    closed: int = 0
+    events: int = 0
+    stale_runs: int = 0
+    new_by_day: dict[tuple, list[int]] = field(default_factory=dict)
+
+
+def _row(r: CheckRecord, *, is_open: bool) -> tuple:
+    return (r.id, db_time(r.time), r.node, r.source, r.job_id, r.check, r.component, r.status,
+            r.severity, r.code, r.reason, db_time(r.time), is_open)
+
+
+COLUMNS = ("id", "time", "node", "source", "job_id", "check", "component", "status",
+           "severity", "code", "reason", "last_seen", "is_open")
+
+
+# Built once: a node's flush runs these every few minutes on every node of the fleet, and
+# building the statement cost more than running it.
+_OPEN_Q = select(C.c.id, C.c.node, C.c.check, C.c.component, C.c.status, C.c.severity,
+                 C.c.code, C.c.last_seen).where(
+    C.c.is_open.is_(True), C.c.node.in_(bindparam("nodes", expanding=True)))
+_EXTEND = update(C).where(C.c.id == bindparam("rid")).values(last_seen=bindparam("seen"))
+_CLOSE = update(C).where(C.c.id == bindparam("rid")).values(is_open=False)
+
+
+def _load_open(conn: Connection, nodes: list[str]) -> dict[tuple[str, str], list[_Open]]:
+    out: dict[tuple[str, str], list[_Open]] = defaultdict(list)
+    for i in range(0, len(nodes), _NODES_PER_QUERY):
+        rows = conn.execute(_OPEN_Q, {"nodes": nodes[i : i + _NODES_PER_QUERY]})
+        for rid, node, check, comp, status, sev, code, last in rows:
+            out[(node, check)].append(_Open(rid, comp, (status, sev, code), last))
+    return out
+
+
+def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
+    """Apply check records (any order, any mix of nodes) to the intervals, in one transaction
+    of the caller's. Idempotent: applying the same records again changes nothing."""
+    runs: dict[tuple[str, datetime], list[CheckRecord]] = defaultdict(list)
+    for r in records:
+        runs[(r.node, r.time)].append(r)
+    report = FoldReport()
+    if not runs:
+        return report
+    state = _load_open(conn, sorted({node for node, _ in runs}))
+    inserts: list[tuple] = []
+    extend: dict[str, datetime] = {}
+    close: set[str] = set()
+    for (node, when), recs in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        by_family: dict[str, list[CheckRecord]] = defaultdict(list)
+        for r in recs:
+            by_family[r.check].append(r)
+        for family, frecs in by_family.items():
+            current = state[(node, family)]
+            seen = max((o.last_seen for o in current), default=None)
+            if seen is not None and when <= seen:
+                report.stale_runs += 1
+                continue
+            wanted: dict[str, CheckRecord] = {}
+            for r in frecs:
+                if family in EVENT_CHECKS and r.status != "ok":
+                    inserts.append(_row(r, is_open=False))
+                    report.events += 1
+                    _count_new(report, r)
+                else:
+                    wanted.setdefault(r.component, r)
+            keep: list[_Open] = []
+            for o in current:
+                r = wanted.get(o.component)
+                if r is not None and r.state == o.state:
+                    o.last_seen = when
+                    extend[o.id] = when
+                    keep.append(o)
+                    del wanted[o.component]
+                else:
+                    # Closed at its last sighting (an extension earlier in this fold stays).
+                    close.add(o.id)
+                    report.closed += 1
+            for comp, r in wanted.items():
+                inserts.append(_row(r, is_open=True))
+                keep.append(_Open(r.id, comp, r.state, when))
+                report.opened += 1
+                if r.status != "ok":
+                    _count_new(report, r)
+            state[(node, family)] = keep
+    report.extended = len(extend)
+    bulk_write(conn, C, COLUMNS, inserts, conflict=("id",))
+    if extend:
+        conn.execute(_EXTEND, [{"rid": rid, "seen": seen} for rid, seen in extend.items()])
+    if close:
+        conn.execute(_CLOSE, [{"rid": rid} for rid in close])
+    _rollup_checks(conn, report.new_by_day)
+    return report
+
+
+def _count_new(report: FoldReport, r: CheckRecord) -> None:
+    key = (r.time.date(), r.node, r.check)
+    counts = report.new_by_day.setdefault(key, [0, 0])
+    counts[0 if r.status in ("fail", "error") else 1] += 1
+
+
+def _rollup_checks(conn: Connection, new_by_day: dict[tuple, list[int]]) -> None:
+    """check_days += the failure/warning intervals and events that began (exactly once: a
+    record only counts here when it opened a row, and a redelivered run is stale)."""
+    if not new_by_day:
+        return
+    t = schema.check_days
+    quote = conn.dialect.identifier_preparer.quote
+    name = quote(t.name)
+    cols = ("day", "node", "check", "fail", "warn")
+    placeholders = ", ".join(f":{c}" for c in cols)
+    sql = (
+        f"INSERT INTO {name} ({', '.join(quote(c) for c in cols)}) VALUES ({placeholders}) "
+        f"ON CONFLICT (day, node, {quote('check')}) DO UPDATE SET "
+        f"{quote('fail')} = {name}.{quote('fail')} + excluded.{quote('fail')}, "
+        f"warn = {name}.warn + excluded.warn"
+    )
+    conn.execute(text(sql), [
+        {"day": day, "node": node, "check": check, "fail": f, "warn": w}
+        for (day, node, check), (f, w) in new_by_day.items()
+    ])
+
+
+def open_failures(conn: Connection, node: str | None = None) -> list[dict]:
+    """The current non-ok states (open intervals), most severe first."""
+    q = select(C).where(C.c.is_open.is_(True), C.c.status != "ok")
+    if node is not None:
+        q = q.where(C.c.node == node)
+    rows = [dict(r._mapping) for r in conn.execute(q)]
+    order = {"drain_now": 0, "drain_after_job": 1, "warn": 2, "none": 3}
+    return sorted(rows, key=lambda r: (order.get(r["severity"], 9), r["node"], r["check"]))
+
+
+def overlapping(lo_col, hi_col):
+    """SQL condition: a check_results interval overlaps [lo, hi] (columns or values)."""
+    return and_(C.c.time <= hi_col, C.c.last_seen >= lo_col)
