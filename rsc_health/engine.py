@@ -17,6 +17,8 @@ from rsc_health.model import Finding, Severity, Status
 
 XID_CURSOR_FILE = "xid_cursor.json"
 COUNTERS_FILE = "counters.json"
+# The node-local state the checks judge against (snapshots carry it for an exact replay).
+STATE_FILES = (XID_CURSOR_FILE, COUNTERS_FILE)
 
 
 def _checker(family: str, component: str, reason: str) -> Finding:
