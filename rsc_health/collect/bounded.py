@@ -31,6 +31,11 @@ def start(fn: Callable[[], Any]) -> tuple[int, int]:
         code = 0
         try:
             os.close(r)
+            # Let go of the parent's stdio: a stuck child must not hold the pipe a caller
+            # (slurmd, systemd, a test) reads the parent's output from until EOF.
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
             try:
                 payload = {"ok": fn()}
             except BaseException as exc:  # noqa: BLE001 - reported to the parent as data
