@@ -62,9 +62,9 @@ def test_a_megabyte_adversarial_kernel_log_line_parses_in_linear_time():
     # The XID 154 shape that made the old pattern backtrack for minutes, 1 MB long.
     line = ("4,1,1,-;NVRM: Xid (PCI:0000:97:00): 154, GPU recovery action changed from "
             + "0x0 (None) to " * 70000 + "(" * 20000)
-    code = ("import sys; sys.path.insert(0, %r); from rsc_health.collect import kmsg; "
-            "import time; t=time.monotonic(); kmsg.parse_text(sys.stdin.read()); "
-            "print(time.monotonic()-t)" % str(REPO))
+    code = (f"import sys; sys.path.insert(0, {str(REPO)!r}); "
+            "from rsc_health.collect import kmsg; import time; t=time.monotonic(); "
+            "kmsg.parse_text(sys.stdin.read()); print(time.monotonic()-t)")
     out = subprocess.run([sys.executable, "-c", code], input=line * 2, capture_output=True,
                          text=True, timeout=60)
     assert out.returncode == 0, out.stderr
