@@ -26,7 +26,7 @@ from pathlib import Path
 
 from rsc_health import spool
 from rsc_health.config import Config
-from rsc_health.model import Level, Verdict, utcnow
+from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import is_ours, parse_reason
 from rsc_health.slurm.api import NodeInfo, RequeueRefused, SlurmAPI, SlurmError
 
@@ -39,7 +39,7 @@ LEFT_THE_NODE = ("invalid job id", "already completing", "pending execution")
 class Action:
     """One thing done (or refused) in Slurm; also the spool record's fields."""
 
-    action: str  # drain_now|drain_after_job|resume|requeue|requeue_refused|guard_tripped
+    action: str  # an ActionKind
     node: str
     reason: str = ""
     job_id: str | None = None
@@ -152,10 +152,11 @@ class Actor:
         self, verdict: Verdict, info: NodeInfo, *, requeue: bool, skip: set[str]
     ) -> list[Action]:
         now_mode = verdict.level is Level.DRAIN_NOW
-        kind = "drain_now" if now_mode else "drain_after_job"
-        if info.drain_set and not is_ours(info.reason):
-            # A person's or Slurm's drain: theirs to manage. We only report.
-            self.log(f"rsc_health: {self.node} already drained by someone else "
+        kind = ActionKind.DRAIN_NOW if now_mode else ActionKind.DRAIN_AFTER_JOB
+        if (info.drain_set or info.down) and not is_ours(info.reason):
+            # A person's drain or DOWN ("bob: dead PSU, RMA 123"), or Slurm's own ("Not
+            # responding"): theirs to manage, never drained over nor later resumed by us.
+            self.log(f"rsc_health: {self.node} is {info.state} for someone else "
                      f"({info.reason!r}); leaving it alone (verdict: {verdict.reason})")
             return []
         actions: list[Action] = []
@@ -167,6 +168,10 @@ class Actor:
                 if tripped is not None:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
+            if ours is None:
+                over = self._over_the_limit()
+                if over is not None:
+                    return [over]
             self._save_state(verdict)
             actions.append(Action(kind, self.node, verdict.reason))
         else:
@@ -188,7 +193,36 @@ class Actor:
                        f"{self.window.total_seconds() / 60:g} min (limit {g.limit}); "
                        f"NOT draining {self.node}")
                 self.log("!" * 78 + f"\nRSC_HEALTH GUARD TRIPPED: {msg}\n" + "!" * 78)
-                return Action("guard_tripped", self.node, msg)
+                return Action(ActionKind.GUARD_TRIPPED, self.node, msg)
+        return None
+
+    def _over_the_limit(self) -> Action | None:
+        """After our drain: did sweeps running at the same instant drain more of a partition
+        than the guard allows? Every node ranks the recent drains the same way (reason time,
+        then name); a node ranked past the limit undoes its own drain (still ours) and keeps
+        its verdict pending. So the guard holds at its limit under simultaneous sweeps."""
+        nodes = self.slurm.nodes()
+        mine = next((n for n in nodes if n.name == self.node), None)
+        if mine is None or not (mine.drain_set and is_ours(mine.reason)):
+            return None
+        now = self.now()
+        for part in mine.partitions:
+            members = [n for n in nodes if part in n.partitions]
+            recent = sorted(
+                (n for n in members if n.drain_set and is_ours(n.reason)
+                 and n.reason_time is not None and now - n.reason_time <= self.window
+                 and (parse_reason(n.reason) or {}).get("mode") in ("now", "job")),
+                key=lambda n: (n.reason_time, n.name),
+            )
+            limit = guard_limit(len(members), self.max_share)
+            rank = [n.name for n in recent].index(self.node) if mine in recent else -1
+            if rank >= limit:
+                self.slurm.resume(self.node)
+                msg = (f"mass-drain guard: {len(recent)}/{len(members)} nodes of partition "
+                       f"{part} drained at once (limit {limit}); undid the drain of "
+                       f"{self.node}, kept pending")
+                self.log("!" * 78 + f"\nRSC_HEALTH GUARD TRIPPED: {msg}\n" + "!" * 78)
+                return Action(ActionKind.GUARD_TRIPPED, self.node, msg)
         return None
 
     def _requeue_jobs(self, reason: str, skip: set[str]) -> list[Action]:
@@ -202,15 +236,15 @@ class Actor:
             if job.job_id in skip or job.state.startswith("COMPLETING"):
                 continue
             if not job.requeue:
-                refused = Action("requeue_refused", self.node, reason, job.job_id,
+                refused = Action(ActionKind.REQUEUE_REFUSED, self.node, reason, job.job_id,
                                  "job was submitted --no-requeue")
             else:
                 try:
                     self.slurm.requeue(job.job_id)
-                    out.append(Action("requeue", self.node, reason, job.job_id))
+                    out.append(Action(ActionKind.REQUEUE, self.node, reason, job.job_id))
                     continue
                 except RequeueRefused as exc:
-                    refused = Action("requeue_refused", self.node, reason, job.job_id,
+                    refused = Action(ActionKind.REQUEUE_REFUSED, self.node, reason, job.job_id,
                                      exc.stderr)
                 except SlurmError as exc:
                     if any(gone in str(exc).lower() for gone in LEFT_THE_NODE):
@@ -221,7 +255,7 @@ class Actor:
             out.append(refused)
             self.log(f"rsc_health: job {job.job_id} on {self.node} refused requeue: "
                      f"{refused.detail}")
-        newly = [a.job_id for a in out if a.action == "requeue_refused" and a.job_id]
+        newly = [a.job_id for a in out if a.action == ActionKind.REQUEUE_REFUSED and a.job_id]
         if state is not None and newly:
             state.refused_jobs = sorted(reported | set(newly))
             self._write_state(state)
@@ -244,7 +278,7 @@ class Actor:
             return []
         self.slurm.resume(self.node)
         self._clear_state()
-        return [Action("resume", self.node, info.reason,
+        return [Action(ActionKind.RESUME, self.node, info.reason,
                        detail=f"{state.clean_sweeps} clean sweeps")]
 
     # ---- node-local state ------------------------------------------------------------------

@@ -75,13 +75,25 @@ class AppContext:
         return node_root(self.root_arg)
 
     @property
+    def historian_configured(self) -> bool:
+        return bool(self.db_url or os.environ.get("RSC_HEALTH_DB")
+                    or self.config.get("historian.url", ""))
+
+    @property
     def database_url(self) -> str:
-        """--db > $RSC_HEALTH_DB > [historian] url in the config file."""
-        return (
+        """--db > $RSC_HEALTH_DB > [historian] url in the config file. None of them: an error,
+        never a database quietly created in the current directory."""
+        url = (
             self.db_url
             or os.environ.get("RSC_HEALTH_DB")
-            or self.config.get("historian.url", "sqlite:///rsc_health.db")
+            or self.config.get("historian.url", "")
         )
+        if not url:
+            raise click.ClickException(
+                "no historian configured: set [historian] url in the config, $RSC_HEALTH_DB "
+                "or --db URL (e.g. sqlite:////var/lib/rsc_health/history.db)"
+            )
+        return url
 
 
 class LazyGroup(click.Group):

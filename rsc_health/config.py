@@ -7,6 +7,12 @@ Precedence (lowest first): rsc_health/default_config.toml < the site file
 empty; a file that was named explicitly and is missing, or any file that does not parse, is a
 ConfigError with the path and the parser's own message.
 
+Every value is typed: the type of each key is the type of its default in default_config.toml
+(`rsc_health/config_schema.py` infers it, plus a few range limits), so a key someone adds
+there with a default is known and typed at once. An unknown key, a wrong type or an
+out-of-range value is a ConfigError naming the file and the key, for the site file and for
+every [nodes."GLOB"] / [partitions.NAME] override table alike.
+
 Only the standard library is imported: the prolog loads the config on every job start.
 """
 
@@ -15,6 +21,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
+import socket
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,15 +106,45 @@ def load_config(explicit: str | os.PathLike | None = None) -> Config:
     if str(path) != os.devnull:
         if path.exists() or named:
             site = _read_toml(path)
+    from rsc_health.config_schema import validate_overrides, validate_site
+
     overrides = {k: site.pop(k) for k in OVERRIDE_TABLES if k in site}
     for kind, table in overrides.items():
         if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
             raise ConfigError(f"{path}: [{kind}.NAME] overrides must be tables")
-    unknown = set(site) - set(data)
-    if unknown:
-        raise ConfigError(f"{path}: unknown section(s) {', '.join(sorted(unknown))}")
+    validate_site(site, data, path)
+    validate_overrides(overrides, data, path)
     _deep_merge(data, site)
     return Config(data, path if site or named else None, overrides)
+
+
+def validated(data: dict, source: str | os.PathLike) -> Config:
+    """A Config from a whole document that did not come through load_config (a snapshot's)."""
+    from rsc_health.config_schema import validate_site
+
+    defaults = _read_toml(PACKAGED_DEFAULTS)
+    validate_site(data, defaults, Path(source))
+    return Config(_deep_merge(defaults, data), Path(source))
+
+
+def node_name(cfg: Config) -> str:
+    """The node's one name in every entry point: $SLURMD_NODENAME > [slurm] node_name > the
+    short hostname (the name Slurm knows the node by, which [nodes."GLOB"] matches)."""
+    return (
+        os.environ.get("SLURMD_NODENAME")
+        or str(cfg.get("slurm.node_name", "") or "")
+        or socket.gethostname().split(".")[0]
+    )
+
+
+def resolve_node_config(
+    cfg: Config, node: str | None = None, partition: str | None = None
+) -> tuple[Config, str]:
+    """(the config as this node sees it, the node's name): one resolution for `healthctl check`,
+    the prolog, the epilog and the sweep. [partitions.NAME] applies where the partition is
+    known (the prolog/epilog's $SLURM_JOB_PARTITION, `check --partition`)."""
+    name = node or node_name(cfg)
+    return cfg.for_node(name, partition or None), name
 
 
 def node_root(explicit: str | os.PathLike | None = None) -> Path:

@@ -17,6 +17,8 @@ from rsc_health.model import Finding, Severity, Status
 
 XID_CURSOR_FILE = "xid_cursor.json"
 COUNTERS_FILE = "counters.json"
+# The node-local state the checks judge against (snapshots carry it for an exact replay).
+STATE_FILES = (XID_CURSOR_FILE, COUNTERS_FILE)
 
 
 def _checker(family: str, component: str, reason: str) -> Finding:
@@ -31,16 +33,32 @@ def run(
     budget_s: float | None = None,
     save_state: bool = True,
 ) -> list[Finding]:
-    """All findings for the node under `root` (or only the families in `only`)."""
+    """All findings for the node under `root` (or only the families in `only`).
+
+    save_state=False is read-only (`healthctl check`, snapshots): the XID cursor and the
+    counter baselines stay the sweep's, so what was new stays new for the next sweep."""
+    findings, commit = run_deferred(cfg, root, only=only, budget_s=budget_s)
+    if save_state:
+        findings.extend(commit())
+    return findings
+
+
+def run_deferred(
+    cfg: Config, root: Path, *, only: set[str] | None = None, budget_s: float | None = None
+):
+    """(findings, commit): the node path calls commit() only once what the findings say is
+    safely spooled, so an event is never consumed without being recorded. commit() returns
+    checker findings for state it could not save; it never raises."""
     try:
-        return _run(cfg, Path(root), only=only, budget_s=budget_s, save_state=save_state)
+        return _run(cfg, Path(root), only=only, budget_s=budget_s)
     except Exception as exc:  # noqa: BLE001 - the contract: never raise
-        return [_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")]
+        return ([_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")],
+                lambda: [])
 
 
 def _run(
-    cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, save_state: bool
-) -> list[Finding]:
+    cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None
+):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
     from rsc_health.checks import CHECKS
     from rsc_health.collect import counters, kmsg
@@ -81,9 +99,11 @@ def _run(
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
             findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
 
-    if save_state:
+    xid_ran = "xid" in families
+
+    def commit() -> list[Finding]:
         try:
-            if "xid" in families:
+            if xid_ran:
                 kmsg.save_json(sdir / XID_CURSOR_FILE, new_cursor)
             # Merge: a partial run (--only) must not drop the other families' baselines.
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
@@ -91,10 +111,13 @@ def _run(
             merged.update(state.counters)
             counters.save(sdir / COUNTERS_FILE, merged, state.boot_id)
         except OSError as exc:
-            findings.append(_checker("state", str(sdir), f"cannot save state: {exc.strerror}"))
+            return [_checker("state", str(sdir),
+                             f"cannot save state: {exc.strerror or exc}")]
+        return []
+
     elapsed = time.monotonic() - started
     if budget_s is not None and elapsed > budget_s:
         findings.append(
             _checker("engine", "engine", f"checks took {elapsed:.2f}s, budget {budget_s:.2f}s")
         )
-    return findings
+    return findings, commit

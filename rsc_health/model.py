@@ -49,6 +49,25 @@ class Level(enum.IntEnum):
     CHECKER_ERROR = 4
 
 
+class ActionKind(enum.StrEnum):
+    """What rsc-health did (or refused to do) in Slurm: the `action` of spool records and of
+    the historian's node_actions rows. One vocabulary for the node path, lemons, operator
+    commands and the report (tests/unit/test_action_vocabulary.py holds them together)."""
+
+    DRAIN_NOW = "drain_now"  # drained, jobs requeued
+    DRAIN_AFTER_JOB = "drain_after_job"  # drained, the running job finishes
+    RESUME = "resume"
+    REQUEUE = "requeue"
+    REQUEUE_REFUSED = "requeue_refused"
+    GUARD_TRIPPED = "guard_tripped"  # a drain the mass-drain guard held back (kept pending)
+    LEMON_DRAIN = "lemon_drain"  # `healthctl lemons --apply`
+    MANUAL_DRAIN = "manual_drain"  # `healthctl drain`
+
+
+DRAIN_KINDS = frozenset({ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, ActionKind.LEMON_DRAIN,
+                         ActionKind.MANUAL_DRAIN})
+
+
 # Every reason string rsc-health gives Slurm starts with this; only such drains are ever
 # resumed by rsc-health. A reason without it belongs to a person or to Slurm itself.
 REASON_PREFIX = "rsc_health:"

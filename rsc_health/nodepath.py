@@ -2,17 +2,25 @@
 
     python -m rsc_health.nodepath prolog|epilog|sweep
 
-Standard library only (no click): the prolog is part of every job's start-up. Each entry point
-takes the per-node lock so a sweep and a prolog never act over each other, runs the node
-engine, spools what it saw and did, and turns the verdict into Slurm actions.
+Standard library only (no click): the prolog is part of every job's start-up. The three entry
+points are one pipeline (`_run`): resolve the config and the node's name, take the per-node
+lock, run the checks, spool what was seen (findings, a heartbeat) and only then advance the
+node's state (XID cursor, counter baselines), act in Slurm, and write the sinks (stderr and
+syslog, the Prometheus textfile). What differs per entry point is a `Stage`: which families,
+how long, whether to requeue, and what exit code Slurm gets.
 
 Environment: SLURMD_NODENAME (else [slurm] node_name, else the short hostname),
 RSC_HEALTH_ROOT (the node's root, "/" in production), RSC_HEALTH_CONFIG (the site config),
-SLURM_JOB_ID / SLURM_JOB_USER / SLURM_JOB_PARTITION (set by slurmd for prolog and epilog).
+SLURM_JOB_ID / SLURM_JOB_USER / SLURM_JOB_PARTITION / SLURM_JOB_NODELIST (set by slurmd for
+prolog and epilog).
 
 Exit codes: the prolog exits 1 on a drain verdict (after setting the specific reason) so slurmd
-drains the node and requeues the job elsewhere; otherwise 0. The epilog and the sweep exit 0
-unless they crash: Slurm does not need their verdict, only the actions they take.
+drains the node and requeues the job elsewhere; otherwise 0, also when the checker itself is
+broken (a bad config, a held lock, a hang past the budget): a checker fault never fails a job.
+The epilog and the sweep exit 0: Slurm needs only the actions they take.
+
+Never forget: a drain verdict that could not be carried out (slurmctld away, or the mass-drain
+guard holding) is kept in `pending_verdict.json` and honoured by the next sweep or prolog.
 """
 
 from __future__ import annotations
@@ -20,42 +28,53 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import socket
 import sys
+import threading
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsc_health import spool
-from rsc_health.config import Config, ConfigError, load_config, node_root, state_dir
-from rsc_health.model import Finding, Level, Verdict, utcnow
+from rsc_health.config import (
+    Config,
+    ConfigError,
+    load_config,
+    node_name,
+    node_root,
+    resolve_node_config,
+    state_dir,
+)
+from rsc_health.model import Finding, Level, Severity, Status, Verdict, utcnow
 from rsc_health.policy import decide
 
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-
 LOCK_FILE = "node.lock"
-# A drain verdict the sweep could not hand to Slurm (controller away): acted on next sweep,
-# because the engine has already consumed the events (XID cursor) that produced it.
+# A drain verdict not yet carried out (controller away, or the guard holding): acted on by the
+# next sweep or prolog, because the engine has already consumed the events behind it.
 PENDING_VERDICT_FILE = "pending_verdict.json"
+TEXTFILE = "rsc_health.prom"
+VERSION = "0.1.0"
 
 
 class LockTimeout(Exception):
     pass
 
 
+_syslog_on = True
+
+
 def log(msg: str) -> None:
+    """stderr (the sweep's log) and syslog/journald: slurmd discards a prolog's stderr."""
     print(f"rsc_health: {msg}", file=sys.stderr, flush=True)
+    if _syslog_on:
+        try:
+            import syslog
 
-
-def node_name(cfg: Config) -> str:
-    return (
-        os.environ.get("SLURMD_NODENAME")
-        or cfg.get("slurm.node_name", "")
-        or socket.gethostname().split(".")[0]
-    )
+            syslog.openlog("rsc-health", syslog.LOG_PID, syslog.LOG_DAEMON)
+            syslog.syslog(syslog.LOG_WARNING, msg[:2000])
+        except Exception:  # noqa: BLE001 - logging must never break the node path
+            pass
 
 
 @contextmanager
@@ -78,7 +97,42 @@ def node_lock(sdir: Path, timeout_s: float):
         os.close(fd)
 
 
-def _slurm(cfg: Config, deadline: float | None = None):
+# ---- the stages -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Stage:
+    name: str  # prolog | epilog | sweep
+    families_key: str | None  # [slurm] key listing the families, None = all
+    budget_key: str
+    default_budget_s: float
+    requeue: bool  # DRAIN_NOW requeues the node's jobs (not in the prolog: Slurm does it)
+    counts_as_clean: bool  # a clean run counts towards auto-resume (only the sweep)
+
+
+STAGES = {
+    "prolog": Stage("prolog", "slurm.prolog_families", "slurm.prolog_budget_s", 30, False, False),
+    "epilog": Stage("epilog", "slurm.epilog_families", "slurm.epilog_budget_s", 30, True, False),
+    "sweep": Stage("sweep", None, "slurm.sweep_budget_s", 45, True, True),
+}
+
+
+@dataclass
+class Context:
+    stage: Stage
+    cfg: Config
+    root: Path
+    node: str
+    sdir: Path
+    started: float
+    deadline: float
+    job_id: str | None
+    slurm_factory: Callable[[Config, float | None], object]
+
+
+def _job_id() -> str | None:
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+
+
+def _default_slurm(cfg: Config, deadline: float | None):
     from rsc_health.slurm import from_config
 
     backend = from_config(cfg)
@@ -86,198 +140,350 @@ def _slurm(cfg: Config, deadline: float | None = None):
     return backend
 
 
-def _actor(cfg: Config, node: str, sdir: Path, slurm):
-    from rsc_health.actions import Actor
+def _budget(cfg: Config, stage: Stage) -> float:
+    try:
+        return max(1.0, float(cfg.get(stage.budget_key, stage.default_budget_s)))
+    except (TypeError, ValueError):
+        return stage.default_budget_s
 
-    return Actor(slurm, cfg, node, sdir, log=log)
+
+# ---- the pipeline ---------------------------------------------------------------------------
+def run_stage(name: str, *, slurm_factory=_default_slurm) -> int:
+    global _syslog_on
+    stage = STAGES[name]
+    started = time.monotonic()
+    job_id = _job_id()
+    root = node_root()
+    try:
+        base = load_config()
+    except ConfigError as exc:
+        return _broken_config(stage, root, job_id, started, exc)
+    _syslog_on = bool(base.get("node.syslog", True))
+    cfg, node = resolve_node_config(base, partition=os.environ.get("SLURM_JOB_PARTITION"))
+    sdir = state_dir(cfg, root)
+    budget = _budget(cfg, stage)
+    safe_exit = 0
+    watchdog = _watchdog(stage, budget + 2.0, safe_exit)
+    ctx = Context(stage, cfg, root, node, sdir, started, started + budget, job_id, slurm_factory)
+    try:
+        timeout = min(float(cfg.get("slurm.lock_timeout_s", 20)), budget / 3)
+        with node_lock(sdir, timeout):
+            return _locked(ctx)
+    except LockTimeout as exc:
+        note = {"prolog": "; letting the job run", "sweep": "; skipping this sweep"}.get(name, "")
+        log(f"{stage.name}: {exc}{note}")
+        return 0
+    finally:
+        watchdog.cancel()
 
 
-def _spool(sdir: Path, records: list[dict]) -> None:
+def _watchdog(stage: Stage, after_s: float, code: int) -> threading.Timer:
+    """Past the budget, whatever is stuck (a probe that ignored its deadline, a Slurm call),
+    the process leaves: os._exit, so no stuck thread or child can hold the exit."""
+
+    def fire() -> None:
+        log(f"{stage.name}: still running after {after_s:.0f}s (budget exceeded; a source or "
+            f"a Slurm call hung); exiting {code}")
+        os._exit(code)
+
+    timer = threading.Timer(after_s, fire)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
+def _broken_config(stage: Stage, root: Path, job_id: str | None, started: float,
+                   exc: ConfigError) -> int:
+    """The checker cannot look: say so loudly (stderr, syslog, spool, textfile), let the job
+    run. The packaged defaults still say where the spool is."""
+    log(f"{stage.name}: bad config: {exc}")
+    try:
+        defaults = load_config(os.devnull)
+    except ConfigError:
+        return 0
+    node = node_name(defaults)
+    sdir = state_dir(defaults, root)
+    finding = Finding("checker", "config", Status.ERROR, Severity.NONE,
+                      f"bad config: {exc}"[:500], "config_error")
+    now = utcnow()
+    records = spool.check_records([finding], node=node, source=stage.name, time=now,
+                                  job_id=job_id)
+    records.append(_heartbeat(stage, node, now, Level.CHECKER_ERROR, [finding],
+                              time.monotonic() - started))
     try:
         spool.append(sdir / "spool", records)
-    except OSError as exc:
-        log(f"cannot write the spool: {exc}")
+    except OSError as err:
+        log(f"{stage.name}: cannot write the spool: {err}")
+    _write_textfile(defaults, root, node, stage, Level.CHECKER_ERROR, [finding],
+                    time.monotonic() - started, pending=False)
+    return 0
 
 
-def _run_engine(cfg: Config, root: Path, only, budget_s: float | None = None) -> list[Finding]:
+def _locked(ctx: Context) -> int:
     from rsc_health import engine
 
-    families = set(only) if only else None
-    return engine.run(cfg, root, only=families, budget_s=budget_s)
-
-
-def _setup() -> tuple[Config, Path, str, Path]:
-    cfg0 = load_config()
-    root = node_root()
-    node = node_name(cfg0)
-    cfg = cfg0.for_node(node, os.environ.get("SLURM_JOB_PARTITION") or None)
-    return cfg, root, node, state_dir(cfg, root)
-
-
-# ---- the three entry points ---------------------------------------------------------------
-def _locked(
-    what: str,
-    body: Callable[[Config, Path, str, Path], int],
-    *,
-    lock_note: str = "",
-    lock_cap: Callable[[Config], float] | None = None,
-) -> int:
-    """Set up, take the node lock, run body(cfg, root, node, state_dir).
-
-    The two ways the checker itself can be stuck (a config it cannot read, a lock it cannot get
-    in time) exit 0 with a log line: a stuck checker must never fail a job or drain a node.
-    """
-    try:
-        cfg, root, node, sdir = _setup()
-    except ConfigError as exc:
-        log(f"{what}: bad config{lock_note}: {exc}")
-        return 0
-    timeout = float(cfg.get("slurm.lock_timeout_s", 20))
-    if lock_cap is not None:
-        timeout = min(timeout, lock_cap(cfg))
-    try:
-        with node_lock(sdir, timeout):
-            return body(cfg, root, node, sdir)
-    except LockTimeout as exc:
-        log(f"{what}: {exc}{lock_note}")
-        return 0
-
-
-def _job_id() -> str | None:
-    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
-
-
-# ---- prolog ----------------------------------------------------------------------------------
-def prolog() -> int:
-    job_id = _job_id()
-    return _locked(
-        "prolog",
-        lambda cfg, root, node, sdir: _prolog(cfg, root, node, sdir, job_id),
-        lock_note="; letting the job run",
-    )
-
-
-def _prolog(cfg: Config, root: Path, node: str, sdir: Path, job_id: str | None) -> int:
-    from rsc_health.slurm.api import SlurmError
-
-    findings = _run_engine(cfg, root, cfg.get("slurm.prolog_families"))
-    verdict = decide(findings)
-    now = utcnow()
-    records = spool.check_records(findings, node=node, source="prolog", time=now, job_id=job_id)
-    slurm = _slurm(cfg)
-    excluded: list[str] = []
-    if job_id:
-        try:
-            job = slurm.job(job_id)
-            excluded = list(job.excluded) if job else []
-        except SlurmError as exc:
-            log(f"prolog: cannot read job {job_id}: {exc}")
-        records.append(spool.record(
-            "job_start", node, now, job_id=job_id, excluded=excluded,
-            user=os.environ.get("SLURM_JOB_USER", ""),
-            partition=os.environ.get("SLURM_JOB_PARTITION", ""),
-        ))
-    _spool(sdir, records)
-    if not verdict.drains:
-        return 0
-    try:
-        actions = _actor(cfg, node, sdir, slurm).apply(verdict, requeue=False)
-    except SlurmError as exc:
-        # Failing still drains the node ("Prolog error") and requeues the job: the safe side.
-        log(f"prolog: could not set the reason ({exc}); failing the job start anyway")
-        return 1
-    if any(a.action == "guard_tripped" for a in actions):
-        log(f"prolog: guard tripped, letting job {job_id} run despite: {verdict.reason}")
-        return 0
-    if not cfg.get("actions.enabled", True):
-        return 0
-    log(f"prolog: {verdict.reason}")
-    return 1
-
-
-# ---- epilog ----------------------------------------------------------------------------------
-def epilog() -> int:
-    job_id = _job_id()
-    return _locked("epilog", lambda cfg, root, node, sdir: _epilog(cfg, root, node, sdir, job_id))
-
-
-def _epilog(cfg: Config, root: Path, node: str, sdir: Path, job_id: str | None) -> int:
-    from rsc_health.slurm.api import SlurmError
-
-    findings = _run_engine(cfg, root, cfg.get("slurm.epilog_families"))
-    verdict = decide(findings)
-    now = utcnow()
-    records = spool.check_records(findings, node=node, source="epilog", time=now, job_id=job_id)
-    if job_id:
-        records.append(spool.record("job_end", node, now, job_id=job_id))
-    _spool(sdir, records)
-    if verdict.drains:
-        try:
-            _actor(cfg, node, sdir, _slurm(cfg)).apply(
-                verdict, skip_jobs={job_id} if job_id else None
-            )
-        except SlurmError as exc:
-            _save_pending(sdir, verdict)
-            log(f"epilog: Slurm unavailable ({exc}); the next sweep will act")
-    return 0
-
-
-# ---- sweep -----------------------------------------------------------------------------------
-def sweep() -> int:
-    started = time.monotonic()  # the budget counts from here: config and lock included
-
-    def budget(cfg: Config) -> float:
-        return float(cfg.get("slurm.sweep_budget_s", 45))
-
-    return _locked(
-        "sweep",
-        lambda cfg, root, node, sdir: _sweep(cfg, root, node, sdir, started + budget(cfg)),
-        lock_note="; skipping this sweep",
-        lock_cap=lambda cfg: budget(cfg) / 3,
-    )
-
-
-def _sweep(cfg: Config, root: Path, node: str, sdir: Path, deadline: float) -> int:
-    from rsc_health.slurm.api import SlurmError
-
-    remaining = deadline - time.monotonic()
+    stage, cfg = ctx.stage, ctx.cfg
+    families = cfg.get(stage.families_key) if stage.families_key else None
+    remaining = ctx.deadline - time.monotonic()
     # Checks get at most half of what is left; Slurm calls get the rest.
-    findings = _run_engine(cfg, root, None, budget_s=max(1.0, remaining * 0.5))
-    pending = _load_pending(sdir)
+    findings, commit = engine.run_deferred(
+        cfg, ctx.root, only=set(families) if families else None,
+        budget_s=max(1.0, remaining * 0.5),
+    )
+    pending = load_pending(ctx.sdir)
     verdict = decide(findings + list(pending.causes)) if pending else decide(findings)
     now = utcnow()
-    _spool(sdir, spool.check_records(findings, node=node, source="sweep", time=now, job_id=None))
-    slurm = _slurm(cfg, deadline=deadline)
+    records = spool.check_records(findings, node=ctx.node, source=stage.name, time=now,
+                                  job_id=ctx.job_id)
+    records.extend(_job_records(ctx, now))
+    records.append(_heartbeat(stage, ctx.node, now, verdict.level, findings,
+                              time.monotonic() - ctx.started))
+    spooled = _spool(ctx.sdir, records)
+    if spooled:
+        # Only now is it safe to consume the events: they are on disk. When the spool is not
+        # writable the next run reads them again, under the same record ids.
+        for f in commit():
+            log(f"{stage.name}: {f.reason}")
+    code, still_pending = _act(ctx, verdict, bool(pending))
+    _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
+                    time.monotonic() - ctx.started, pending=still_pending)
+    return code
+
+
+def _job_records(ctx: Context, now) -> list[dict]:
+    """job_start / job_end. ExcNodeList costs a Slurm RPC, so it is read only when the lemon
+    feature wants it and only on the allocation's first node: one call per job, not per node."""
+    if not ctx.job_id:
+        return []
+    if ctx.stage.name == "epilog":
+        return [spool.record("job_end", ctx.node, now, job_id=ctx.job_id)]
+    if ctx.stage.name != "prolog":
+        return []
+    excluded: list[str] = []
+    if ctx.cfg.get("slurm.record_exclusions", False) and _first_node(ctx.node):
+        from rsc_health.slurm.api import SlurmError
+
+        try:
+            job = ctx.slurm_factory(ctx.cfg, ctx.deadline).job(ctx.job_id)
+            excluded = list(job.excluded) if job else []
+        except SlurmError as exc:
+            log(f"prolog: cannot read job {ctx.job_id}: {exc}")
+    return [spool.record(
+        "job_start", ctx.node, now, job_id=ctx.job_id, excluded=excluded,
+        user=os.environ.get("SLURM_JOB_USER", ""),
+        partition=os.environ.get("SLURM_JOB_PARTITION", ""),
+    )]
+
+
+def _first_node(node: str) -> bool:
+    from rsc_health.hostlist import HostlistError, expand
+
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        return True
     try:
-        actions = _actor(cfg, node, sdir, slurm).apply(verdict, clean_sweep=not pending)
+        hosts = expand(nodelist)
+    except (HostlistError, ValueError):
+        return False
+    return bool(hosts) and hosts[0] == node
+
+
+def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
+    """Carry out the verdict in Slurm; (exit code, verdict still pending)."""
+    from rsc_health.actions import Actor
+    from rsc_health.slurm.api import SlurmError
+
+    stage, cfg = ctx.stage, ctx.cfg
+    enabled = bool(cfg.get("actions.enabled", True))
+    if not verdict.drains:
+        if not (stage.counts_as_clean and verdict.level in (Level.OK, Level.WARN)):
+            return 0, had_pending
+    skip = {ctx.job_id} if (ctx.job_id and stage.name == "epilog") else None
+    slurm = ctx.slurm_factory(cfg, ctx.deadline)
+    try:
+        actor = Actor(slurm, cfg, ctx.node, ctx.sdir, log=log)
+        actions = actor.apply(verdict, requeue=stage.requeue,
+                              clean_sweep=stage.counts_as_clean and not had_pending,
+                              skip_jobs=skip)
     except SlurmError as exc:
         if verdict.drains:
-            _save_pending(sdir, verdict)
-        log(f"sweep: Slurm unavailable ({exc}); verdict {verdict.level.name} kept for next sweep")
-        return 0
-    _clear_pending(sdir)
-    summary = ", ".join(f"{a.action}{' ' + a.job_id if a.job_id else ''}" for a in actions)
-    print(f"rsc_health sweep {node}: {verdict.level.name} {verdict.reason} {summary}".rstrip())
-    return 0
+            save_pending(ctx.sdir, verdict, why="slurm_unavailable")
+            log(f"{stage.name}: Slurm unavailable ({exc}); verdict {verdict.level.name} kept "
+                f"for the next run")
+            # The prolog still fails the job start: slurmd then drains the node itself.
+            return (1 if stage.name == "prolog" and enabled else 0), True
+        log(f"{stage.name}: Slurm unavailable ({exc})")
+        return 0, had_pending
+    held = any(a.action == "guard_tripped" for a in actions)
+    if verdict.drains and held:
+        save_pending(ctx.sdir, verdict, why="guard")
+        log(f"{stage.name}: mass-drain guard holds; verdict {verdict.reason} kept and retried "
+            f"by the next run")
+        return 0, True
+    clear_pending(ctx.sdir)
+    if stage.name == "sweep":
+        summary = ", ".join(f"{a.action}{' ' + a.job_id if a.job_id else ''}" for a in actions)
+        print(f"rsc_health sweep {ctx.node}: {verdict.level.name} {verdict.reason} "
+              f"{summary}".rstrip())
+    if stage.name == "prolog" and verdict.drains and enabled:
+        log(f"prolog: {verdict.reason}")
+        return 1, False
+    return 0, False
 
 
-def _save_pending(sdir: Path, verdict: Verdict) -> None:
-    data = {"level": int(verdict.level), "causes": [c.to_dict() for c in verdict.causes]}
-    sdir.mkdir(parents=True, exist_ok=True)
-    (sdir / PENDING_VERDICT_FILE).write_text(json.dumps(data))
+# ---- sinks ----------------------------------------------------------------------------------
+def _spool(sdir: Path, records: list[dict]) -> bool:
+    try:
+        spool.append(sdir / "spool", records)
+        return True
+    except OSError as exc:
+        log(f"cannot write the spool ({exc}); node state kept, so the next run reads the same "
+            f"events again")
+        return False
 
 
-def _load_pending(sdir: Path) -> Verdict | None:
+def _family_status(findings: list[Finding]) -> dict[str, str]:
+    order = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3}
+    worst: dict[str, Status] = {}
+    for f in findings:
+        if f.family not in worst or order[f.status] > order[worst[f.family]]:
+            worst[f.family] = f.status
+    return {k: v.value for k, v in sorted(worst.items())}
+
+
+def _heartbeat(stage: Stage, node: str, now, level: Level, findings: list[Finding],
+               duration_s: float) -> dict:
+    return spool.record(
+        "heartbeat", node, now, source=stage.name, level=level.name.lower(),
+        checker_errors=sum(f.status is Status.ERROR for f in findings),
+        duration_s=round(duration_s, 3), families=_family_status(findings), version=VERSION,
+    )
+
+
+STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
+
+
+def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Level,
+                    findings: list[Finding], duration_s: float, *, pending: bool) -> None:
+    """node_exporter textfile collector: the latest run per entry point, written atomically
+    (tmp + rename) so a scrape never reads half a file. Earlier stages' lines are kept."""
+    directory = str(cfg.get("node.textfile_dir", "") or "")
+    if not directory:
+        return
+    path = root / directory.lstrip("/") / TEXTFILE
+    try:
+        previous = _read_samples(path)
+        now = time.time()
+        lbl = _label
+        samples = {
+            f'rsc_health_last_run_timestamp_seconds{{source="{stage.name}"}}': f"{now:.3f}",
+            f'rsc_health_run_duration_seconds{{source="{stage.name}"}}': f"{duration_s:.3f}",
+            f'rsc_health_verdict_level{{source="{stage.name}"}}': str(int(level)),
+            f'rsc_health_checker_errors{{source="{stage.name}"}}':
+                str(sum(f.status is Status.ERROR for f in findings)),
+        }
+        if stage.name == "sweep" or "rsc_health_pending_drain" not in str(previous):
+            samples["rsc_health_pending_drain"] = "1" if pending else "0"
+        for family, status in _family_status(findings).items():
+            samples[f'rsc_health_family_status{{family="{lbl(family)}"}}'] = str(
+                STATUS_VALUE[status])
+        merged = {**previous, **samples}
+        text = _exposition(merged, node)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{TEXTFILE}.{os.getpid()}")
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        log(f"cannot write the textfile {path}: {exc}")
+
+
+HELP = {
+    "rsc_health_verdict_level": "Verdict of the latest run: 0 ok, 1 warn, 2 drain after job, "
+                                "3 drain now, 4 checker error.",
+    "rsc_health_family_status": "Worst status of a check family in the latest run: 0 ok, "
+                                "1 warn, 2 fail, 3 checker error.",
+    "rsc_health_last_run_timestamp_seconds": "When the entry point last ran (Unix time).",
+    "rsc_health_run_duration_seconds": "How long the entry point's latest run took.",
+    "rsc_health_checker_errors": "Findings the checker could not look at in the latest run.",
+    "rsc_health_pending_drain": "1 while a drain verdict waits (Slurm away or the guard).",
+}
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _exposition(samples: dict[str, str], node: str) -> str:
+    lines = []
+    for metric in HELP:
+        mine = sorted(k for k in samples if k == metric or k.startswith(metric + "{"))
+        if not mine:
+            continue
+        lines.append(f"# HELP {metric} {HELP[metric]}")
+        lines.append(f"# TYPE {metric} gauge")
+        lines.extend(f"{k} {samples[k]}" for k in mine)
+    return "\n".join(lines) + "\n"
+
+
+def _read_samples(path: Path) -> dict[str, str]:
+    try:
+        text = path.read_text()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and " " in line:
+            key, _, value = line.rpartition(" ")
+            out[key] = value
+    return out
+
+
+# ---- pending verdicts -----------------------------------------------------------------------
+def save_pending(sdir: Path, verdict: Verdict, *, why: str) -> None:
+    data = {"level": int(verdict.level), "why": why,
+            "causes": [c.to_dict() for c in verdict.causes], "time": utcnow().isoformat()}
+    try:
+        sdir.mkdir(parents=True, exist_ok=True)
+        tmp = sdir / (PENDING_VERDICT_FILE + ".tmp")
+        with open(tmp, "w") as fh:
+            fh.write(json.dumps(data))
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, sdir / PENDING_VERDICT_FILE)
+    except OSError as exc:
+        log(f"cannot save the pending verdict ({exc}); the next run decides afresh")
+
+
+def load_pending(sdir: Path) -> Verdict | None:
     try:
         data = json.loads((sdir / PENDING_VERDICT_FILE).read_text())
         causes = tuple(Finding.from_dict(c) for c in data["causes"])
         return Verdict(Level(data["level"]), "", causes)
-    except (OSError, ValueError, KeyError, TypeError):
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        log(f"corrupt {PENDING_VERDICT_FILE} discarded: {exc}")
+        clear_pending(sdir)
         return None
 
 
-def _clear_pending(sdir: Path) -> None:
-    (sdir / PENDING_VERDICT_FILE).unlink(missing_ok=True)
+def clear_pending(sdir: Path) -> None:
+    try:
+        (sdir / PENDING_VERDICT_FILE).unlink(missing_ok=True)
+    except OSError:
+        pass
+
+
+def prolog() -> int:
+    return run_stage("prolog")
+
+
+def epilog() -> int:
+    return run_stage("epilog")
+
+
+def sweep() -> int:
+    return run_stage("sweep")
 
 
 MAINS = {"prolog": prolog, "epilog": epilog, "sweep": sweep}

@@ -12,6 +12,8 @@ Record kinds (every record has "kind", "id", "time" (ISO 8601, UTC) and "node"):
   job_end    job_id
   action     action (drain_now|drain_after_job|resume|requeue|requeue_refused|guard_tripped),
              reason, job_id
+  heartbeat  source, level, checker_errors, duration_s, families ({family: status}), version:
+             one per prolog/epilog/sweep run, so the historian knows the node is still looking
 
 Standard library only: the prolog imports this.
 """
@@ -19,6 +21,7 @@ Standard library only: the prolog imports this.
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -28,7 +31,7 @@ from pathlib import Path
 from rsc_health.model import Finding, Status, new_record_id
 
 PENDING = "pending.jsonl"
-KINDS = ("check", "job_start", "job_end", "action")
+KINDS = ("check", "job_start", "job_end", "action", "heartbeat")
 
 
 def record(kind: str, node: str, time: datetime, **fields) -> dict:
@@ -51,21 +54,23 @@ def check_records(
     for f in findings:
         if f.status is Status.OK:
             continue
-        out.append(
-            record(
-                "check",
-                node,
-                time,
-                source=source,
-                job_id=job_id,
-                check=f.family,
-                component=f.component,
-                status=f.status.value,
-                severity=f.severity.label,
-                code=f.code,
-                reason=f.reason,
-            )
+        rec = record(
+            "check",
+            node,
+            time,
+            source=source,
+            job_id=job_id,
+            check=f.family,
+            component=f.component,
+            status=f.status.value,
+            severity=f.severity.label,
+            code=f.code,
+            reason=f.reason,
         )
+        key = f.data.get("event_key") if isinstance(f.data, dict) else None
+        if key:
+            rec["id"] = hashlib.sha256(f"{node}|{key}".encode()).hexdigest()[:32]
+        out.append(rec)
     for family in sorted({f.family for f in findings} - bad_families):
         out.append(
             record(
@@ -86,16 +91,32 @@ def check_records(
 
 
 def append(spool_dir: Path, records: list[dict]) -> None:
-    """Append records durably. Raises OSError if the disk refuses; callers log and carry on."""
+    """Append records durably and all-or-nothing. Raises OSError if the disk refuses (full,
+    read-only); then the file is cut back to where it was, so a later run never finds half a
+    record, and the caller knows nothing was spooled (callers log and carry on)."""
     if not records:
         return
     spool_dir.mkdir(parents=True, exist_ok=True)
     data = "".join(json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
+    payload = data.encode("utf-8", "surrogateescape")
     fd = os.open(spool_dir / PENDING, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        os.write(fd, data.encode())
-        os.fsync(fd)
+        size = os.fstat(fd).st_size
+        try:
+            written = 0
+            while written < len(payload):
+                n = os.write(fd, payload[written:])
+                if n <= 0:
+                    raise OSError(28, "short write")
+                written += n
+            os.fsync(fd)
+        except OSError:
+            try:
+                os.ftruncate(fd, size)
+            except OSError:
+                pass
+            raise
     finally:
         os.close(fd)
 

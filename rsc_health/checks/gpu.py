@@ -4,7 +4,7 @@ hardware throttling."""
 from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
-from rsc_health.collect.gpu import val
+from rsc_health.collect.gpu import CHECKER_ERRORS, val
 from rsc_health.model import Finding, Severity
 
 # nvmlClocksThrottleReason* bits that mean the hardware protected itself.
@@ -17,9 +17,15 @@ def check(state, cfg: dict) -> list[Finding]:
     report = state.gpu
     if report is None:
         return []
+    if report.malformed:
+        return [checker_error("gpu", "nvml", f"gpu: NVML answers not understood: "
+                              f"{report.malformed}")]
     if report.error:
         if expected == 0:
             return [ok("gpu", "nvml", f"no GPUs expected ({report.error})")]
+        if report.error in CHECKER_ERRORS:
+            return [checker_error("gpu", "nvml", f"gpu: NVML could not be asked: {report.error}",
+                                  nvml=report.error)]
         code, text = {
             "NVML_ERROR_LIBRARY_NOT_FOUND": ("nvml_missing", "NVML library not found"),
             "NVML_ERROR_DRIVER_NOT_LOADED": ("driver_not_loaded", "NVIDIA driver not loaded"),
@@ -37,6 +43,10 @@ def check(state, cfg: dict) -> list[Finding]:
     temp_max = float(gcfg.get("temperature_max_c", 87))
     for g in report.gpus:
         comp = gpu_name(g.index)
+        if g.error in CHECKER_ERRORS:
+            out.append(checker_error("gpu", comp, f"{comp}: NVML could not be asked: {g.error}",
+                                     nvml=g.error))
+            continue
         if g.error:
             code = "gpu_lost" if g.error == "NVML_ERROR_GPU_IS_LOST" else "gpu_inaccessible"
             out.append(

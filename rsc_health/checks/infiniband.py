@@ -7,9 +7,13 @@ transceiver: drain after the job, repair=True.
 
 from __future__ import annotations
 
-from rsc_health.checks._finding import fail, ok
+from rsc_health.checks._finding import checker_error, fail, ok
 from rsc_health.model import Finding, Severity
 
+# What the kernel writes (drivers/infiniband/core/sysfs.c): anything else was not read right.
+PORT_STATES = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"}
+PHYS_STATES = {"Sleep", "Polling", "Disabled", "PortConfigurationTraining", "LinkUp",
+               "LinkErrorRecovery", "Phy Test"}
 RISING_CODES = {
     "symbol_error": "ib_symbol_errors",
     "link_downed": "ib_link_downed",
@@ -39,6 +43,12 @@ def check(state, cfg: dict) -> list[Finding]:
     for p in ports:
         comp = p.name
         before = len(out)
+        if p.state not in PORT_STATES or p.phys_state not in PHYS_STATES:
+            # An empty, missing or garbled sysfs file says nothing about the link.
+            out.append(checker_error("infiniband", comp,
+                                     f"infiniband: cannot read {comp} state "
+                                     f"({p.state!r}/{p.phys_state!r})"))
+            continue
         if p.state != "ACTIVE" or p.phys_state != "LinkUp":
             out.append(
                 fail("infiniband", comp, Severity.DRAIN_NOW, "ib_down",

@@ -13,13 +13,27 @@ from pathlib import Path
 
 from rsc_health.collect.kmsg import save_json
 
+# Lifetime counters (NVML's aggregate ECC counts live in the InfoROM and survive reboots):
+# after a reboot their value is history, not news; only their growth within a boot counts.
+LIFETIME_SUFFIXES = ("aggregate_corrected", "aggregate_uncorrected")
+
 
 def load(path: Path) -> dict:
+    """The saved baselines; anything malformed (not JSON, wrong types, negative values) is
+    dropped, so a corrupt file costs one sweep without deltas, never every later sweep."""
     try:
         data = json.loads(path.read_text())
-        return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
+    if not isinstance(data, dict):
+        return {}
+    raw = data.get("counters")
+    clean = {
+        str(k): v for k, v in (raw.items() if isinstance(raw, dict) else ())
+        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
+    }
+    boot = data.get("boot_id")
+    return {"boot_id": boot if isinstance(boot, str) else None, "counters": clean}
 
 
 def deltas(previous: dict, counters: dict[str, int], boot_id: str) -> dict[str, int]:
@@ -31,7 +45,7 @@ def deltas(previous: dict, counters: dict[str, int], boot_id: str) -> dict[str, 
     out = {}
     for key, now in counters.items():
         if rebooted:
-            out[key] = now
+            out[key] = 0 if key.endswith(LIFETIME_SUFFIXES) else now
         elif key in before:
             then = before[key]
             out[key] = now if now < then else now - then

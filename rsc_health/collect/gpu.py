@@ -52,10 +52,10 @@ class NvmlBackend:
         self.max_links = max_links
 
     def read(self) -> dict[str, Any]:
-        try:
-            import pynvml
-        except ImportError:
-            return {"error": "NVML_ERROR_LIBRARY_NOT_FOUND", "detail": "pynvml not installed"}
+        # pynvml missing from the checker's own Python is an install problem (ImportError: a
+        # checker finding), not the node's: the NVIDIA library itself missing is
+        # NVML_ERROR_LIBRARY_NOT_FOUND from nvmlInit below.
+        import pynvml
 
         def call(fn, *args):
             try:
@@ -142,10 +142,11 @@ class ReplayBackend:
         self.path = path
 
     def read(self) -> dict[str, Any]:
-        try:
-            return json.loads(self.path.read_text())
-        except FileNotFoundError:
-            return {"error": "NVML_ERROR_LIBRARY_NOT_FOUND", "detail": f"no {self.path}"}
+        """The captured answers; an unreadable or garbled file raises (a checker finding)."""
+        doc = json.loads(self.path.read_text())
+        if not isinstance(doc, dict):
+            raise ValueError(f"{self.path}: not a JSON object of NVML answers")
+        return doc
 
 
 def _text(value: Any) -> str:
@@ -175,11 +176,20 @@ class GpuState:
     field_errors: dict = field(default_factory=dict)  # field -> NVML error other than absent
 
 
+# NVML answers that say the checker could not look (its permissions, its own timeout, a
+# library older than the call): checker findings, never a drain.
+CHECKER_ERRORS = {"NVML_ERROR_NO_PERMISSION", "NVML_ERROR_TIMEOUT", "NVML_ERROR_UNINITIALIZED",
+                  "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT",
+                  "NVML_ERROR_UNKNOWN"}
+
+
 @dataclass
 class GpuReport:
     error: str | None  # NVML itself failed (library not found, driver not loaded)
     driver_version: str | None
     gpus: list[GpuState]
+    # The answers could not be understood (wrong types): what the checker could not read.
+    malformed: str | None = None
 
 
 def parse_answers(doc: dict[str, Any]) -> GpuReport:
@@ -189,10 +199,16 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
     count_err = err(doc.get("device_count"))
     if count_err:
         return GpuReport(count_err, None, [])
+    count, devices = doc.get("device_count"), doc.get("devices")
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 1024:
+        return GpuReport(None, None, [], malformed=f"device_count {str(count)[:40]!r}")
+    if not isinstance(devices, list) or len(devices) != count:
+        return GpuReport(None, None, [], malformed=f"{count} devices counted, "
+                         f"{len(devices) if isinstance(devices, list) else 'no'} listed")
     gpus = []
-    for i, dev in enumerate(doc.get("devices") or []):
+    for i, dev in enumerate(devices):
         if not isinstance(dev, dict):
-            continue
+            return GpuReport(None, None, [], malformed=f"device {i} is not an object")
         state = GpuState(index=int(dev.get("index", i)), error=err(dev), answers=dev)
         state.uuid = val(dev.get("uuid"))
         state.pci_bus_id = val(dev.get("pci_bus_id"))

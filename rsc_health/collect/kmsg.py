@@ -27,10 +27,19 @@ import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+# MIG instances print their GPU instance (and compute instance) after the address:
+#   NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...   NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94
+# NVSwitch `SXid` lines ("nvidia-nvswitch0: SXid (PCI:...): 12028") are not GPU XIDs: the
+# literal "NVRM: Xid" never matches them.
 _XID = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)\):"
-    r" (?P<xid>\d{1,5}),(?P<rest>.*)$"
+    r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
+    r"(?P<mig>(?: GPU-C?I:[0-9A-Fa-f]{1,4}){0,2})\): (?P<xid>\d{1,5}),(?P<rest>.*)$"
 )
+# No driver line is near this long; longer input is cut before any pattern sees it, so parsing
+# is linear in the input whatever it holds (a 100 kB line once took 69 s in the 154 pattern).
+MAX_LINE = 4096
+# A kmsg sequence number beyond this is not one the kernel wrote (it counts from 0 per boot).
+MAX_SEQ = 2**62
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
 _DMESG = re.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<msg>.*)$")
 _KTIME = r"(?:\[\s*\d+\.\d+\]\s?)?"  # the kernel timestamp journald/rsyslog may keep
@@ -45,8 +54,7 @@ NVLINK5_XIDS = range(144, 151)
 # None, Drain P2P, Drain and Reset, GPU Reset Required or Node Reboot Required (older drivers:
 # "OS Reboot"), with NVML's nvmlGpuRecoveryAction_t number in hex before it.
 RECOVERY_XID = 154
-_RECOVERY = re.compile(r"recovery action changed from .*? to (?:(?P<hex>0x[0-9a-fA-F]+) ?)?\(?"
-                       r"(?P<text>[^()]*?)\)?\s*$")
+_RECOVERY_HEX = re.compile(r"^(?P<hex>0x[0-9a-fA-F]{1,8})\b")
 _RECOVERY_BY_NUMBER = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p",
                        4: "drain_and_reset"}
 
@@ -54,10 +62,15 @@ _RECOVERY_BY_NUMBER = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2
 def recovery_action(message: str) -> str | None:
     """The recovery action an XID 154 line names: none, drain_p2p, drain_and_reset, gpu_reset,
     node_reboot; "unknown" when the line is 154's but names none of them."""
-    m = _RECOVERY.search(message)
-    if not m:
+    # String searches, not a backtracking pattern: the tail after the last " to " is the new
+    # action, e.g. "0x1 (GPU Reset Required)" or "(None)".
+    if "recovery action changed from" not in message or " to " not in message:
         return "unknown"
-    text = m.group("text").strip().lower()
+    tail = message[message.rindex(" to ") + 4 :].strip()
+    hexm = _RECOVERY_HEX.match(tail)
+    if hexm:
+        tail = tail[hexm.end() :].strip()
+    text = tail.strip("()").strip().lower()
     if text == "none":
         return "none"
     if "drain" in text and "reset" in text:
@@ -68,8 +81,8 @@ def recovery_action(message: str) -> str | None:
         return "node_reboot"
     if "reset" in text:
         return "gpu_reset"
-    if m.group("hex"):
-        return _RECOVERY_BY_NUMBER.get(int(m.group("hex"), 16), "unknown")
+    if hexm:
+        return _RECOVERY_BY_NUMBER.get(int(hexm.group("hex"), 16), "unknown")
     return "unknown"
 
 
@@ -84,6 +97,10 @@ class XidEvent:
     seq: int | None = None  # /dev/kmsg sequence number when known
     source: str = ""
     recovery: str | None = None  # XID 154: the recovery action it names (recovery_action())
+    mig: str | None = None  # "GPU-I:05 GPU-CI:01" on a MIG instance
+    # Where the event sits in its source (boot id + kmsg seq, or file inode + line offset): the
+    # same event read twice (a cursor that could not be saved) gets the same record id.
+    key: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -103,7 +120,9 @@ def strip_prefix(line: str) -> tuple[str, int | None]:
 
 def parse_line(line: str, source: str = "") -> XidEvent | None:
     """One XidEvent, or None when the line is not a well-formed XID line."""
-    msg, seq = strip_prefix(line.rstrip("\r\n"))
+    msg, seq = strip_prefix(line[:MAX_LINE].rstrip("\r\n"))
+    if seq is not None and seq > MAX_SEQ:
+        seq = None
     m = _XID.search(msg)
     if not m:
         return None
@@ -124,8 +143,9 @@ def parse_line(line: str, source: str = "") -> XidEvent | None:
         if sm:
             severity = "fatal" if sm.group("sev") == "Fatal" else "nonfatal"
     recovery = recovery_action(rest) if xid == RECOVERY_XID else None
+    mig = m.group("mig").strip() or None
     return XidEvent(xid, m.group("pci").lower(), rest.strip(), pid, name, severity, seq, source,
-                    recovery)
+                    recovery, mig)
 
 
 def parse_text(text: str, source: str = "") -> list[XidEvent]:
@@ -176,56 +196,145 @@ class XidRead:
     cursor: dict
 
 
+# At most this much of a file source is read per run; the rest waits for the next run, so a
+# first look at a multi-gigabyte kern.log costs bounded time and memory.
+MAX_READ = 16 * 2**20
+# Bytes of a file's head kept in the cursor: a log rotated by copytruncate and written past
+# the old offset before the next run has a different head, and is read from its start.
+HEAD_BYTES = 64
+
+
+def _fingerprint(fd: int) -> str:
+    return os.pread(fd, HEAD_BYTES, 0).hex()
+
+
+def _valid_seq(value) -> int | None:
+    """A stored kmsg sequence number, or None when the cursor holds something else."""
+    if isinstance(value, bool) or not isinstance(value, int) or not -1 <= value <= MAX_SEQ:
+        return None
+    return value
+
+
 def read_new_events(
     root: Path, sources: list[str], cursor: dict, *, file_backlog: bool = True
 ) -> XidRead:
-    """Events not seen before, and the cursor to save once they have been judged."""
+    """Events not seen before, and the cursor to save once they have been judged.
+
+    A source must be /dev/kmsg (a character device) or a regular file: a FIFO, socket or
+    directory is refused (it could block or never end), and files are opened non-blocking.
+    A cursor that is not one this code wrote (a sequence number that is not an integer, or
+    beyond what the ring buffer holds) is discarded with a warning: reading restarts at the
+    buffer's end, so the checks see every later XID and no old one twice."""
     boot = boot_id(root)
     new_cursor: dict = {"boot_id": boot, "kmsg_seq": -1, "files": {}}
     same_boot = bool(boot) and cursor.get("boot_id") == boot
-    last_seq = int(cursor.get("kmsg_seq", -1)) if same_boot else -1
+    errors: list[str] = []
+    last_seq = _valid_seq(cursor.get("kmsg_seq", -1)) if same_boot else -1
+    if last_seq is None:
+        errors.append(f"corrupt XID cursor (kmsg_seq={str(cursor.get('kmsg_seq'))[:40]!r}) "
+                      "discarded; reading from the end of the ring buffer")
+        last_seq = MAX_SEQ  # replaced below by the buffer's newest record
+        corrupt = True
+    else:
+        corrupt = False
     new_cursor["kmsg_seq"] = last_seq
     events: list[XidEvent] = []
-    errors: list[str] = []
+    files = cursor.get("files") if isinstance(cursor.get("files"), dict) else {}
     for source in sources:
         path = root / source.lstrip("/")
         try:
             st = path.stat()
         except OSError:
             continue  # an absent source is normal (no kern.log on journald-only nodes)
+        kind = st.st_mode
+        if not (stat.S_ISCHR(kind) or stat.S_ISREG(kind)):
+            errors.append(f"{source}: not a regular file or /dev/kmsg; not read")
+            continue
         try:
-            if stat.S_ISCHR(st.st_mode) or source == "/dev/kmsg":
-                text = _read_kmsg_device(path) if stat.S_ISCHR(st.st_mode) else path.read_text(
-                    errors="replace"
-                )
-                # Every /dev/kmsg record has a sequence number; one without is not a record.
-                fresh = (e for e in parse_text(text, source) if e.seq is not None)
-                events.extend(e for e in fresh if e.seq > last_seq)
-                seqs = [
-                    int(m.group("seq")) for m in map(_KMSG.match, text.splitlines()) if m
-                ]
-                if seqs:
-                    new_cursor["kmsg_seq"] = max([new_cursor["kmsg_seq"], *seqs])
+            if stat.S_ISCHR(kind) or source == "/dev/kmsg":
+                text = (_read_kmsg_device(path) if stat.S_ISCHR(kind)
+                        else _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace"))
+                parsed = [e for e in parse_text(text, source) if e.seq is not None]
+                seqs = [e for e in (_seq_of(ln) for ln in text.splitlines()) if e is not None]
+                newest = max(seqs, default=-1)
+                if corrupt or (same_boot and last_seq > newest >= 0):
+                    if not corrupt:
+                        errors.append(f"XID cursor (seq {last_seq}) is past the ring buffer's "
+                                      f"newest record ({newest}); discarded")
+                    last_seq = newest
+                for e in parsed:
+                    if e.seq > last_seq:
+                        events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))
+                new_cursor["kmsg_seq"] = max(last_seq, newest)
             else:
-                prev = cursor.get("files", {}).get(source)
-                if prev is None and not file_backlog:
-                    # First sight of this file: what it already holds is history, not news.
-                    prev = {"inode": st.st_ino, "offset": st.st_size}
-                prev = prev or {}
-                offset = int(prev.get("offset", 0))
-                # Rotated or truncated since last time: start over.
-                if prev.get("inode") != st.st_ino or st.st_size < offset:
-                    offset = 0
-                with path.open("rb") as fh:
-                    fh.seek(offset)
-                    data = fh.read()
+                prev = files.get(source) if isinstance(files.get(source), dict) else None
+                data, offset, head = _read_file_from_cursor(path, st, prev, file_backlog)
                 # Only whole lines; a line still being written is read next time.
                 end = data.rfind(b"\n") + 1
-                events.extend(parse_text(data[:end].decode("utf-8", "replace"), source))
-                new_cursor["files"][source] = {"inode": st.st_ino, "offset": offset + end}
+                pos = offset
+                for raw in data[:end].split(b"\n")[:-1]:
+                    line = raw.decode("utf-8", "replace")
+                    ev = None
+                    try:
+                        ev = parse_line(line, source)
+                    except Exception:  # noqa: BLE001 - a parser bug must not lose the rest
+                        ev = None
+                    if ev is not None:
+                        events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
+                    pos += len(raw) + 1
+                new_cursor["files"][source] = {"inode": st.st_ino, "offset": offset + end,
+                                               "head": head}
         except OSError as exc:
             errors.append(f"{source}: {exc.strerror or exc}")
+    if corrupt and new_cursor["kmsg_seq"] == MAX_SEQ:
+        new_cursor["kmsg_seq"] = -1
     return XidRead(events, errors, new_cursor)
+
+
+def _seq_of(line: str) -> int | None:
+    m = _KMSG.match(line[:MAX_LINE])
+    if not m:
+        return None
+    seq = int(m.group("seq"))
+    return seq if seq <= MAX_SEQ else None
+
+
+def _keyed(ev: XidEvent, key: str) -> XidEvent:
+    from dataclasses import replace
+
+    return replace(ev, key=key)
+
+
+def _read_file(path: Path, offset: int, limit: int) -> tuple[bytes, str]:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        return os.pread(fd, limit, offset), _fingerprint(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_file_from_cursor(path: Path, st, prev: dict | None, backlog: bool
+                           ) -> tuple[bytes, int, str]:
+    """(bytes from the cursor on, the offset they start at, the file's head fingerprint)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        head = _fingerprint(fd)
+        if prev is None and not backlog:
+            # First sight of this file: what it already holds is history, not news.
+            return b"", st.st_size, head
+        offset = prev.get("offset", 0) if prev else 0
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            offset = 0
+        rotated = prev is not None and (
+            prev.get("inode") != st.st_ino
+            or st.st_size < offset
+            or (prev.get("head") not in (None, head) and offset >= HEAD_BYTES)
+        )
+        if rotated:
+            offset = 0
+        return os.pread(fd, MAX_READ, offset), offset, head
+    finally:
+        os.close(fd)
 
 
 def load_cursor(path: Path) -> dict:

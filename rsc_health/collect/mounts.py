@@ -1,16 +1,15 @@
 """Mounts: presence, type and read-write from /proc/mounts, plus a liveness probe.
 
-The probe calls statvfs in a worker thread and gives up after a timeout: a hung NFS or Lustre
-mount blocks statvfs in the kernel, and the checker must report that (`mount_hung`), not hang
-with it. A thread stuck in the kernel cannot be killed; it is a daemon thread and dies with
-the process, which is short-lived.
+The probe calls statvfs in a forked child per mount and gives up after a timeout: a hung NFS,
+Lustre or FUSE mount blocks statvfs in the kernel, and the checker must report that
+(`mount_hung`), not hang with it. A thread stuck in the kernel would keep the prolog from
+exiting until the mount answers; an abandoned child does not (rsc_health.collect.bounded).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -74,13 +73,17 @@ def parse_mountinfo(text: str) -> list[Mount]:
 
 
 def collect(root: Path) -> list[Mount]:
-    """/proc/mounts, or /proc/self/mountinfo where only that exists (some containers)."""
+    """/proc/mounts, or /proc/self/mountinfo where only that exists (some containers).
+
+    Raises OSError when neither can be read: an unreadable mount table is the checker's
+    problem (a checker finding), never "every expected mount is missing"."""
+    last: OSError | None = None
     for rel, parse in (("proc/mounts", parse_mounts), ("proc/self/mountinfo", parse_mountinfo)):
         try:
             return parse((root / rel).read_text(errors="replace"))
-        except OSError:
-            continue
-    return []
+        except OSError as exc:
+            last = exc
+    raise last or OSError("no mount table")
 
 
 # The probe; tests replace it with one that blocks to prove the timeout.
@@ -97,29 +100,31 @@ class ProbeResult:
 
 
 def probe(root: Path, paths: list[str], timeout_s: float) -> dict[str, ProbeResult]:
-    """statvfs every path in parallel; whatever has not answered by the deadline is hung."""
-    results: dict[str, ProbeResult] = {}
-    threads = []
+    """statvfs every path in parallel, each in its own child; whatever has not answered by
+    the deadline is hung (and its child abandoned)."""
+    from rsc_health.collect import bounded
+
     start = time.monotonic()
+    results: dict[str, ProbeResult] = {}
+    children = {}
 
-    def work(path: str) -> None:
-        t0 = time.monotonic()
-        try:
-            statvfs(str(root / path.lstrip("/")) if path != "/" else str(root))
-            results[path] = ProbeResult(path, True, False, time.monotonic() - t0)
-        except OSError as exc:
-            results[path] = ProbeResult(path, False, False, time.monotonic() - t0, exc.strerror)
+    def target(path: str) -> str:
+        return str(root / path.lstrip("/")) if path != "/" else str(root)
 
     for path in paths:
-        t = threading.Thread(target=work, args=(path,), daemon=True, name=f"statvfs {path}")
-        t.start()
-        threads.append(t)
-    deadline = start + timeout_s
-    for t in threads:
-        t.join(max(0.0, deadline - time.monotonic()))
+        # The module's `statvfs` (tests replace it), called in the child.
+        children[path] = bounded.start(lambda p=path: statvfs(target(p)) and None)
+    answers = bounded.collect(children, start + timeout_s)
     for path in paths:
-        if path not in results:
-            results[path] = ProbeResult(path, False, True, time.monotonic() - start)
+        answer = answers.get(path)
+        took = time.monotonic() - start
+        if answer is None:
+            results[path] = ProbeResult(path, False, True, took)
+        elif "error" in answer:
+            results[path] = ProbeResult(path, False, False, took,
+                                        answer.get("strerror") or answer["error"])
+        else:
+            results[path] = ProbeResult(path, True, False, took)
     return results
 
 

@@ -99,7 +99,15 @@ def collect_all(
             return None
 
     if want & GPU_FAMILIES:
-        answers = guard("gpu", "nvml", lambda: gpu_backend(cfg, root).read())
+        backend = gpu_backend(cfg, root)
+        if isinstance(backend, gpu_mod.NvmlBackend):
+            # A wedged driver blocks NVML calls in the kernel: ask from an abandonable child.
+            from rsc_health.collect import bounded
+
+            timeout = float(cfg.get("gpu.nvml_timeout_s", 10.0))
+            answers = guard("gpu", "nvml", lambda: bounded.call(backend.read, timeout))
+        else:
+            answers = guard("gpu", "nvml", backend.read)
         if answers is not None:
             state.nvml_answers = answers
             state.gpu = guard("gpu", "nvml", lambda: gpu_mod.parse_answers(answers))
@@ -120,6 +128,7 @@ def collect_all(
         state.ib_ports = guard("infiniband", "sysfs", lambda: infiniband.collect(root))
     if "mount" in want:
         state.mounts = guard("mount", "/proc/mounts", lambda: mounts.collect(root))
+    if "mount" in want and state.mounts is not None:
         timeout = probe_timeout_s or float(cfg.get("mounts.probe_timeout_s", 2.0))
         to_probe = mounts_to_probe(cfg, state.mounts or [])
         replay = str(cfg.get("mounts.probe_replay_file", "") or "")

@@ -62,11 +62,18 @@ def _render_table(findings: list[Finding], verdict, verbose: bool) -> str:
 @click.option("-v", "--verbose", is_flag=True, help="Show OK findings in the table too.")
 @click.option("--root", "root_arg", metavar="DIR",
               help="Read the node under DIR (same as `healthctl --root`).")
+@click.option("--partition", metavar="NAME",
+              help="Apply [partitions.NAME] overrides, as the prolog does for a job there.")
 @click.pass_obj
 def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: bool,
-          root_arg: str | None) -> None:
+          root_arg: str | None, partition: str | None) -> None:
     """Check this node; exit code = verdict (0 ok, 1 warn, 2 drain after job, 3 drain now,
-    4 checker error)."""
+    4 checker error).
+
+    Read-only: the XID cursor and counter baselines are the sweep's (prolog, epilog and sweep
+    advance them under the node lock), so what `check` shows is what is new since the last
+    of those, and it is still there for the next sweep to act on."""
+    from rsc_health.config import ConfigError, resolve_node_config
     from rsc_health.engine import run
     from rsc_health.policy import decide
 
@@ -83,15 +90,19 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
         import tempfile  # only replay needs it; keep the prolog's import time down
 
         with tempfile.TemporaryDirectory(prefix="rsc_health-replay-") as tmp:
-            cfg, root = restore_snapshot(Path(snapshot), Path(tmp), obj)
-            findings = run(cfg, root, only=families)
+            try:
+                cfg, root = restore_snapshot(Path(snapshot), Path(tmp), obj)
+            except ConfigError as exc:
+                click.echo(f"checker error: {exc}", err=True)
+                sys.exit(int(Level.CHECKER_ERROR))
+            findings = run(cfg, root, only=families, save_state=False)
             node = json.loads(Path(snapshot).read_text()).get("node", "")
             shown_root = f"snapshot:{snapshot}"
     else:
-        node = socket.gethostname().split(".")[0]
-        # [nodes."GLOB"] overrides apply to this node (the prolog also knows the partition).
-        cfg, root = obj.config.for_node(node), obj.root
-        findings = run(cfg, root, only=families)
+        # The same node name and overrides as the sweep and the prolog.
+        cfg, node = resolve_node_config(obj.config, partition=partition)
+        root = obj.root
+        findings = run(cfg, root, only=families, save_state=False)
         shown_root = str(root)
     verdict = decide(findings)
     if as_json:
@@ -134,7 +145,22 @@ def _read(path: Path) -> str | None:
         return None
 
 
-def take_snapshot(cfg: Config, root: Path) -> dict:
+def _local_state(cfg: Config, root: Path) -> dict[str, str]:
+    """The node's local state the checks judge against (XID cursor, counter baselines), so a
+    replay judges "new since the last sweep" exactly as the node did. Read, never written."""
+    from rsc_health.config import state_dir
+    from rsc_health.engine import STATE_FILES
+
+    out = {}
+    for name in STATE_FILES:
+        try:
+            out[name] = (state_dir(cfg, root) / name).read_text()
+        except (OSError, UnicodeDecodeError):
+            continue
+    return out
+
+
+def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
     """Every file the collectors read (and NVML's answers), as one JSON document."""
     from rsc_health.collect import pcie
     from rsc_health.collect.node import gpu_backend
@@ -179,7 +205,7 @@ def take_snapshot(cfg: Config, root: Path) -> dict:
                 grab(f"{rel}/counters/{c.name}")
     return {
         "schema": SNAPSHOT_SCHEMA,
-        "node": socket.gethostname(),
+        "node": node or socket.gethostname(),
         "time": utcnow().isoformat(timespec="seconds"),
         "root": str(root),
         "config": cfg.data,
@@ -188,6 +214,7 @@ def take_snapshot(cfg: Config, root: Path) -> dict:
         "mountpoints": [m.get("path") for m in cfg.get("mounts.expected", [])],
         "mount_probes": _probe_mounts(cfg, root),
         "nvml": gpu_backend(cfg, root).read(),
+        "state": _local_state(cfg, root),
     }
 
 
@@ -232,12 +259,21 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
     probes = doc.get("mount_probes")
     if isinstance(probes, dict):
         (root / PROBES_FILE).write_text(json.dumps(probes))
-    cfg = Config(data)
+    from rsc_health.config import state_dir, validated
+
+    cfg = validated(data, path)
     if obj is not None and obj.config_path and obj.config_path != os.devnull:
         cfg = obj.config
         cfg.data.setdefault("gpu", {}).update(backend="replay")
     if isinstance(probes, dict):
         cfg.data.setdefault("mounts", {})["probe_replay_file"] = PROBES_FILE
+    state = doc.get("state")
+    if isinstance(state, dict):
+        sdir = state_dir(cfg, root)
+        sdir.mkdir(parents=True, exist_ok=True)
+        for name, text in state.items():
+            if isinstance(text, str) and name == Path(name).name and not name.startswith("."):
+                (sdir / name).write_text(text)
     return cfg, root
 
 
@@ -253,7 +289,10 @@ def _safe(rel: str) -> str:
 @click.pass_obj
 def snapshot(obj, out: str) -> None:
     """Capture everything the checks read, NVML answers included, for `check --from`."""
-    doc = take_snapshot(obj.config, obj.root)
+    from rsc_health.config import resolve_node_config
+
+    cfg, node = resolve_node_config(obj.config)
+    doc = take_snapshot(cfg, obj.root, node)
     text = json.dumps(doc, indent=1, sort_keys=True, default=str)
     if out == "-":
         click.echo(text)

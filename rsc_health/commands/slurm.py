@@ -22,14 +22,76 @@ def _slurm(ctx: click.Context):
     return from_config(ctx.obj.config)
 
 
-def _spool_action(ctx: click.Context, action: str, node: str, reason: str) -> None:
+def _who() -> str:
+    import getpass
+
+    return os.environ.get("SUDO_USER") or getpass.getuser()
+
+
+def _record(ctx: click.Context, action: str, node: str, reason: str) -> str:
+    """Who did what and why: into the historian when one is configured (the management host),
+    else the local spool. Returns where it went."""
     from rsc_health.actions import Action, spool_action
     from rsc_health.config import state_dir
 
+    if ctx.obj.historian_configured:
+        try:
+            import uuid
+
+            from rsc_health.historian.db import connect
+            from rsc_health.historian.schema import node_actions
+            from rsc_health.model import utcnow
+
+            engine = connect(ctx.obj.database_url)
+            try:
+                with engine.begin() as conn:
+                    conn.execute(node_actions.insert().values(
+                        id=uuid.uuid4().hex, time=utcnow().replace(tzinfo=None), node=node,
+                        action=action, reason=reason))
+            finally:
+                engine.dispose()
+            return "historian"
+        except Exception as exc:  # noqa: BLE001 - a database error must not hide the action
+            click.echo(f"warning: could not record in the historian ({exc}); spooling",
+                       err=True)
     try:
         spool_action(state_dir(ctx.obj.config, ctx.obj.root), Action(action, node, reason))
+        return "spool"
     except OSError as exc:
         click.echo(f"warning: could not spool the action: {exc}", err=True)
+        return "nowhere"
+
+
+def _open_tickets(ctx: click.Context, node: str) -> list[str] | None:
+    """Open repair tickets of the node from the historian; None when there is none to ask."""
+    if not ctx.obj.historian_configured:
+        return None
+    try:
+        from sqlalchemy import select
+
+        from rsc_health.historian.db import connect
+        from rsc_health.historian.schema import tickets
+
+        engine = connect(ctx.obj.database_url)
+        try:
+            with engine.connect() as conn:
+                rows = conn.execute(select(tickets.c.id, tickets.c.reason).where(
+                    tickets.c.node == node, tickets.c.closed.is_(None))).all()
+        finally:
+            engine.dispose()
+        return [f"#{i} {r}" for i, r in rows]
+    except Exception:  # noqa: BLE001 - no historian reachable: say it could not check
+        return None
+
+
+def _report(results: list[dict], as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(results, indent=2))
+    else:
+        for r in results:
+            click.echo(f"{r['node']}: {r['result']}" + (f" ({r['detail']})" if r["detail"] else ""))
+    if any(not r["ok"] for r in results):
+        sys.exit(1)
 
 
 def _fail(exc: Exception) -> None:
@@ -40,49 +102,103 @@ def _fail(exc: Exception) -> None:
 @click.argument("nodes")
 @click.option("--reason", required=True, help="Why (free text; kept in Slurm's reason).")
 @click.option("--code", default="manual", show_default=True, help="Short fault token.")
+@click.option("--now", "now_", is_flag=True, help="Also requeue the node's jobs at once.")
+@click.option("--force", is_flag=True, help="Also replace a drain or DOWN a person set.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per node.")
 @click.pass_context
-def drain(ctx: click.Context, nodes: str, reason: str, code: str) -> None:
-    """Drain NODES (a hostlist) with an rsc_health:manual reason; never auto-resumed."""
-    from rsc_health.policy import MAX_REASON_LEN, sanitize
+def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, force: bool,
+          as_json: bool) -> None:
+    """Drain NODES (a hostlist) with an rsc_health:manual reason; never auto-resumed.
+
+    Goes on past a node it cannot change and prints one line per node; exits 1 if any failed.
+    A node a person drained or set DOWN keeps its reason unless --force."""
+    from rsc_health.model import ActionKind
+    from rsc_health.policy import MAX_REASON_LEN, is_ours, sanitize
     from rsc_health.slurm import SlurmError
 
-    text = f"rsc_health:manual:{sanitize(code).replace(':', '_')}:{sanitize(reason)}"
-    text = text[:MAX_REASON_LEN]
+    who = _who()
+    text = sanitize(reason).strip()
+    if not text:
+        raise click.ClickException("--reason must say why (it is what the next person reads)")
+    slurm_reason = (f"rsc_health:manual:{sanitize(code).replace(':', '_') or 'manual'}:"
+                    f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
     slurm = _slurm(ctx)
+    results = []
     for node in expand(nodes):
+        res = {"node": node, "ok": False, "result": "", "detail": "", "requeued": []}
         try:
-            slurm.drain(node, text)
+            info = slurm.node(node)
+            if (info.drain_set or info.down) and not is_ours(info.reason) and not force:
+                res.update(result="refused",
+                           detail=f"{info.state} by someone else: {info.reason!r}; --force")
+                results.append(res)
+                continue
+            slurm.drain(node, slurm_reason)
+            after = slurm.node(node)
+            busy = any(f in after.flags for f in ("ALLOCATED", "MIXED", "COMPLETING"))
+            if now_:
+                for job in slurm.jobs_on_node(node):
+                    try:
+                        slurm.requeue(job.job_id)
+                        res["requeued"].append(job.job_id)
+                    except SlurmError as exc:
+                        res["detail"] += f"job {job.job_id} not requeued: {exc}; "
+            where = _record(ctx, ActionKind.MANUAL_DRAIN, node, f"{slurm_reason} ({who})")
+            res.update(ok=True, result="draining" if busy and not now_ else "drained",
+                       detail=(res["detail"] + f"recorded in the {where}").strip())
         except SlurmError as exc:
-            _fail(exc)
-        _spool_action(ctx, "drain_after_job", node, text)
-        click.echo(f"{node}: drained ({text})")
+            res.update(result="failed", detail=str(exc))
+        results.append(res)
+    _report(results, as_json)
 
 
 @click.command()
 @click.argument("nodes")
-@click.option("--force", is_flag=True, help="Also resume a drain that rsc-health did not set.")
+@click.option("--force", is_flag=True,
+              help="Also resume a drain rsc-health did not set, or one with an open ticket.")
+@click.option("--reason", default="", help="Why (recorded with who resumed it).")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per node.")
 @click.pass_context
-def resume(ctx: click.Context, nodes: str, force: bool) -> None:
-    """Resume NODES after repair. A person's or Slurm's drain needs --force."""
+def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bool) -> None:
+    """Resume NODES after repair; one line per node, going on past a node it cannot change.
+
+    A person's or Slurm's drain needs --force; so does a node with an open repair ticket in
+    the historian (close the ticket: `healthctl ticket close ID`)."""
+    from rsc_health.model import ActionKind
     from rsc_health.policy import is_ours
     from rsc_health.slurm import SlurmError
 
+    who = _who()
     slurm = _slurm(ctx)
-    refused = 0
+    results = []
     for node in expand(nodes):
+        res = {"node": node, "ok": False, "result": "", "detail": ""}
         try:
             info = slurm.node(node)
-            if info.drain_set and not is_ours(info.reason) and not force:
-                click.echo(f"{node}: not ours ({info.reason!r}); use --force to resume", err=True)
-                refused += 1
+            if not (info.drain_set or info.down):
+                res.update(ok=True, result="not drained", detail=info.state)
+                results.append(res)
+                continue
+            if not is_ours(info.reason) and not force:
+                res.update(result="refused", detail=f"not ours ({info.reason!r}); --force")
+                results.append(res)
+                continue
+            open_tickets = _open_tickets(ctx, node)
+            if open_tickets and not force:
+                res.update(result="refused",
+                           detail=f"open repair ticket {', '.join(open_tickets)}; --force")
+                results.append(res)
                 continue
             slurm.resume(node)
+            note = f"by {who}" + (f": {reason}" if reason else "")
+            where = _record(ctx, ActionKind.RESUME, node, f"{info.reason} ({note})")
+            checked = "" if open_tickets is not None else "; tickets not checked (no historian)"
+            res.update(ok=True, result="resumed",
+                       detail=f"was {info.state} {info.reason}; recorded in the {where}{checked}")
         except SlurmError as exc:
-            _fail(exc)
-        _spool_action(ctx, "resume", node, info.reason)
-        click.echo(f"{node}: resumed (was: {info.state} {info.reason})")
-    if refused:
-        sys.exit(1)
+            res.update(result="failed", detail=str(exc))
+        results.append(res)
+    _report(results, as_json)
 
 
 def gather_status(slurm, cfg, now) -> dict:
@@ -125,20 +241,51 @@ def _age(seconds: float | None) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
 
 
+def _freshness(ctx: click.Context, now) -> list[dict] | None:
+    """Nodes whose checks stopped or cannot look, from the historian's heartbeats; None when
+    no historian is configured (a node-only install)."""
+    if not ctx.obj.historian_configured:
+        return None
+    try:
+        from rsc_health.historian.db import connect
+        from rsc_health.historian.freshness import node_freshness
+
+        stale_after = float(ctx.obj.config.get("historian.stale_after_s", 900))
+        engine = connect(ctx.obj.database_url)
+        try:
+            rows = node_freshness(engine, now, stale_after)
+        finally:
+            engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
+        click.echo(f"warning: cannot read node freshness from the historian: {exc}", err=True)
+        return None
+    return [{"node": f.node, "last_seen": f.last_seen.isoformat() if f.last_seen else None,
+             "source": f.last_source, "level": f.last_level, "stale": f.stale,
+             "checker_errors": f.checker_errors}
+            for f in rows if f.stale or f.broken]
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Drained nodes by reason and age, and the mass-drain guard per partition."""
+    """Drained nodes by reason and age, the mass-drain guard per partition, and nodes whose
+    checks stopped or cannot look. Exits 1 when a guard holds or a node is not checking."""
     from rsc_health.model import utcnow
     from rsc_health.slurm import SlurmError
 
+    now = utcnow()
     try:
-        data = gather_status(_slurm(ctx), ctx.obj.config, utcnow())
+        data = gather_status(_slurm(ctx), ctx.obj.config, now)
     except SlurmError as exc:
         _fail(exc)
+    data["not_checking"] = _freshness(ctx, now)
+    tripped = [g for g in data["guard"] if g["tripped"]]
+    problems = bool(tripped) or bool(data["not_checking"])
     if as_json:
         click.echo(json.dumps(data, indent=2))
+        if problems:
+            sys.exit(1)
         return
     groups: dict[str, list[dict]] = {}
     for d in data["drained"]:
@@ -152,9 +299,20 @@ def status(ctx: click.Context, as_json: bool) -> None:
             click.echo(f"  {d['node']:<16} {_age(d['age_s']):>7}  {d['state']:<18} {d['reason']}")
     for g in data["guard"]:
         flag = "TRIPPED" if g["tripped"] else "ok"
+        names = f": {', '.join(g['drained_recently'])}" if g["tripped"] else ""
         click.echo(f"guard {g['partition']}: {flag} ({len(g['drained_recently'])}/{g['nodes']} "
                    f"drained by rsc_health in {data['guard_window_min']:g} min, "
-                   f"limit {g['limit']})")
+                   f"limit {g['limit']}){names}")
+    if data["not_checking"] is None:
+        click.echo("node freshness: no historian configured (heartbeats not checked)")
+    elif data["not_checking"]:
+        click.echo(f"not checking: {len(data['not_checking'])} node(s)")
+        for f in data["not_checking"]:
+            why = "stale" if f["stale"] else f"checker errors ({f['level']})"
+            click.echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
+                       f"{f['last_seen'] or 'never'}")
+    if problems:
+        sys.exit(1)
 
 
 def _node_main(ctx: click.Context, name: str) -> None:

@@ -20,12 +20,15 @@ from sqlalchemy import Engine, select
 
 from rsc_health.historian.db import refresh_statistics
 from rsc_health.historian.schema import node_actions
+from rsc_health.model import DRAIN_KINDS, ActionKind
 from rsc_health.report.data import COLUMNS, ReportData, empty_frame
 
 log = logging.getLogger(__name__)
 
-# node_actions.action values that mean the mass-drain guard stopped a drain.
-GUARD_ACTIONS = ("guard", "held", "guard_trip", "guard_hold")
+# node_actions.action values the report reads: the words the producers write
+# (rsc_health.model.ActionKind), plus "drain", which lemon drains wrote before ActionKind.
+GUARD_ACTIONS = (ActionKind.GUARD_TRIPPED.value,)
+DRAIN_ACTIONS = tuple(sorted(k.value for k in DRAIN_KINDS)) + ("drain",)
 
 
 @dataclass(frozen=True)
@@ -233,7 +236,7 @@ def recent_actions(engine: Engine, as_of: datetime, hours: float) -> pd.DataFram
 def guard_state(actions: pd.DataFrame, hours: float) -> dict[str, Any]:
     """What the mass-drain guard did in the period, read from the actions it recorded."""
     held = actions[actions["action"].isin(GUARD_ACTIONS)] if not actions.empty else actions
-    drains = int((actions["action"] == "drain").sum()) if not actions.empty else 0
+    drains = int(actions["action"].isin(DRAIN_ACTIONS).sum()) if not actions.empty else 0
     if held.empty:
         return {"state": "not triggered",
                 "detail": f"{drains} drain(s) went through in the last {hours:g} h",

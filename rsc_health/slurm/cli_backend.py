@@ -33,6 +33,7 @@ _REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled
 # `Reason=text with spaces [user@2026-11-22T01:22:26]`; the text may contain anything but "[".
 _REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-9T:-]+)\]")
 _KEY = re.compile(r"(?:^|\s)(?P<key>[A-Za-z][\w/:]*)=")
+_JOB_ID = re.compile(r"^\d+(?:_\d+|_\[[\d,\-%]+\])?(?:\+\d+)?$")
 
 
 def parse_kv(line: str) -> dict[str, str]:
@@ -97,13 +98,18 @@ class CliSlurm:
             if timeout <= 0.05:
                 raise SlurmUnavailable(f"no time left in the budget for {argv[0]}")
         try:
-            proc = subprocess.run(
+            # Bytes, decoded here: a job name or reason in Latin-1 (any user can set one) must
+            # not stop the sweep or the prolog with a UnicodeDecodeError.
+            raw = subprocess.run(
                 argv,
                 capture_output=True,
-                text=True,
                 timeout=timeout,
                 stdin=subprocess.DEVNULL,
                 env=dict(os.environ, SLURM_TIME_FORMAT="standard"),
+            )
+            proc = subprocess.CompletedProcess(
+                raw.args, raw.returncode, raw.stdout.decode("utf-8", "replace"),
+                raw.stderr.decode("utf-8", "replace"),
             )
         except subprocess.TimeoutExpired as exc:
             raise SlurmUnavailable(f"{argv[0]} did not answer within {timeout:g}s") from exc
@@ -149,43 +155,50 @@ class CliSlurm:
             raise RequeueRefused(exc.argv, exc.returncode, exc.stderr) from None
 
     def jobs_on_node(self, node: str) -> list[JobInfo]:
-        # The job name goes last: it is the user's text and may contain the delimiter.
+        """The jobs on `node`. Only fields no user can fill are asked for (never the job name,
+        comment or work dir): a name holding a newline and a forged `id|RUNNING|node|...` row
+        cannot add a job to this list, so it cannot get another user's job requeued."""
         out = self._run(
             ["squeue", "-h", "-w", node, "-t", "RUNNING,CONFIGURING,COMPLETING,SUSPENDED",
-             "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:|,Name:"]
+             "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:"]
         )
         jobs = []
         for line in out.splitlines():
-            parts = line.split("|", 6)
-            if len(parts) < 6:
+            parts = [p.strip() for p in line.split("|")]
+            if len(parts) < 6 or not _JOB_ID.match(parts[0]):
                 continue
-            jid, state, nodes, requeue, user, partition = (p.strip() for p in parts[:6])
-            jobs.append(
-                JobInfo(jid, state, nodes, requeue == "1", (), user, partition)
-            )
+            jid, state, nodes, requeue, user, partition = parts[:6]
+            jobs.append(JobInfo(jid, state, nodes, requeue == "1", (), user, partition))
         return jobs
 
     def job(self, job_id: str) -> JobInfo | None:
+        """One job, from squeue fields no user can fill, and its excluded nodes from squeue's
+        own %x: never from `scontrol show job`'s Key=Value line, where a job named
+        "x ExcNodeList=node0[1-6] Requeue=0" puts its forged keys before the real ones."""
+        if not _JOB_ID.match(job_id):
+            raise SlurmCommandError(["squeue", "-j", job_id], 1, "not a job id")
         try:
-            out = self._run(["scontrol", "-o", "show", "job", job_id])
+            out = self._run(["squeue", "-h", "-j", job_id, "-O",
+                             "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:"])
+            exc_nodes = self._run(["squeue", "-h", "-j", job_id, "-o", "%x"]).strip()
         except SlurmCommandError as exc:
             if "Invalid job id" in exc.stderr:
                 return None
             raise
-        line = next((ln for ln in out.splitlines() if ln.startswith("JobId=")), "")
-        if not line:
+        row = next((ln for ln in out.splitlines()
+                    if _JOB_ID.match(ln.split("|", 1)[0].strip())), "")
+        if not row:
             return None
-        kv = parse_kv(line)
-        exc_nodes = kv.get("ExcNodeList", "")
+        jid, state, nodes, requeue, user, partition = ([p.strip() for p in row.split("|")]
+                                                       + [""] * 6)[:6]
         return JobInfo(
-            job_id=kv.get("JobId", job_id),
-            state=kv.get("JobState", ""),
-            nodes=kv.get("NodeList", ""),
-            requeue=kv.get("Requeue", "1") == "1",
+            job_id=jid,
+            state=state,
+            nodes=nodes,
+            requeue=requeue == "1",
             excluded=tuple(_expand(exc_nodes)) if exc_nodes not in ("", "(null)") else (),
-            user=kv.get("UserId", "").split("(")[0],
-            partition=kv.get("Partition", ""),
-            extra={"restarts": kv.get("Restarts", "0")},
+            user=user,
+            partition=partition,
         )
 
     # ---- accounting ------------------------------------------------------------------------

@@ -48,7 +48,7 @@ def test_apply_drains_opens_a_lemon_ticket_and_records_the_action(engine):
         t = conn.execute(select(tickets)).one()
         act = conn.execute(select(node_actions)).one()
     assert (t.node, t.source, t.opened, t.closed) == ("n1", "lemon", AS_OF, None)
-    assert (act.node, act.action) == ("n1", "drain")
+    assert (act.node, act.action) == ("n1", "lemon_drain")
     assert act.reason.startswith("rsc_health:lemon:node_fails:")
 
 
@@ -113,3 +113,34 @@ def test_partition_guard_counts_our_recent_drains_and_this_runs(engine):
     ]
     assert "partition learn at its limit" in actions[1].why
     assert [n for n, _ in slurm.drained] == ["n0"]
+
+
+def test_a_drain_that_landed_while_slurmctld_froze_is_completed_by_the_rerun(engine):
+    """The drain RPC timed out but landed: no ticket, no record. The next run finds the lemon
+    drain in Slurm and completes both, once; a third run changes nothing."""
+    from rsc_health.slurm.api import SlurmUnavailable
+
+    class FreezingSlurm(FakeSlurm):
+        frozen = True
+
+        def drain(self, node, reason):
+            super().drain(node, reason)
+            if self.frozen:
+                raise SlurmUnavailable("scontrol did not answer within 10s")
+
+    slurm = FreezingSlurm()
+    try:
+        apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    except SlurmUnavailable:
+        pass
+    with engine.connect() as conn:
+        assert conn.execute(select(tickets)).all() == []
+    slurm.frozen = False
+    again = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    assert [(a.node, a.action) for a in again] == [("n1", "repaired")]
+    third = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    assert [a.action for a in third] == ["skip"]
+    with engine.connect() as conn:
+        assert len(conn.execute(select(tickets)).all()) == 1
+        assert [r.action for r in conn.execute(select(node_actions))] == ["lemon_drain"]
+    assert len(slurm.drained) == 1

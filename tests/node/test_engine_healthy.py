@@ -33,11 +33,10 @@ def test_engine_never_raises_on_an_empty_root(tmp_path, node):
     from rsc_health.engine import run
 
     out = run(node.config, tmp_path / "nothing-here")
-    gpu = [f for f in out if f.family == "gpu"]
-    assert gpu[0].code == "nvml_missing" and gpu[0].severity.label == "drain_now"
-    mounts = {f.component: f.code for f in out if f.family == "mount"}
-    assert mounts == {"/": "mount_missing", "/home": "mount_missing",
-                      "/checkpoint": "mount_missing"}
+    # No mount table: the checker says it could not look, instead of "every mount missing".
+    assert not [f for f in out if f.family == "mount"]
+    assert any(f.status is Status.ERROR and f.reason.startswith("mount: cannot read")
+               for f in out)
 
 
 def test_state_lives_under_the_root(node):

@@ -1,7 +1,11 @@
 """A stuck checker never fails a job or drains a node: prolog, epilog and sweep exit 0, say why
-on stderr and act on nothing when their config is broken or the node lock stays held."""
+on stderr and act on nothing when their config is broken or the node lock stays held; a broken
+config is also spooled (a checker record and a checker_error heartbeat), so the historian and
+`healthctl status` show the node as not checking."""
 
 from __future__ import annotations
+
+import json
 
 import pytest
 
@@ -33,7 +37,13 @@ def test_a_broken_config_file_exits_0_and_names_the_problem(entry, node_env, mon
     err = capsys.readouterr().err
     assert f"rsc_health: {entry}: bad config" in err
     assert str(broken) in err
-    assert not (node_env / NODE_STATE / "spool").exists()
+    lines = (node_env / NODE_STATE / "spool" / "pending.jsonl").read_text().splitlines()
+    records = [json.loads(line) for line in lines]
+    beat = next(r for r in records if r["kind"] == "heartbeat")
+    assert beat["level"] == "checker_error" and beat["source"] == entry
+    check = next(r for r in records if r["kind"] == "check")
+    assert check["code"] == "config_error" and str(broken) in check["reason"]
+    assert not (node_env / NODE_STATE / "xid_cursor.json").exists()  # nothing was judged
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)

@@ -113,7 +113,8 @@ def test_guard_state_names_the_nodes_it_held():
     import pandas as pd
 
     actions = pd.DataFrame({"time": [AS_OF] * 3, "node": ["a", "b", "c"],
-                            "action": ["drain", "held", "held"], "reason": [""] * 3,
+                            "action": ["drain_now", "guard_tripped", "guard_tripped"],
+                            "reason": [""] * 3,
                             "job_id": [None] * 3})
     state = guard_state(actions, 24)
     assert state["state"] == "triggered" and state["held"] == 2

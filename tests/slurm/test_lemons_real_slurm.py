@@ -88,7 +88,7 @@ def test_lemon_is_drained_ticketed_and_never_auto_resumed(slurm_cluster, tmp_pat
             ).all()
             drains = conn.execute(select(node_actions.c.node, node_actions.c.action)).all()
         assert opened == [("node02", None)]
-        assert drains == [("node02", "drain")]
+        assert drains == [("node02", "lemon_drain")]
 
         # The node itself is healthy (a clean fixture root): its sweeps find nothing wrong, and
         # more clean sweeps than [actions] resume_after_clean_sweeps still leave the drain on.

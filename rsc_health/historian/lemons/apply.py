@@ -21,18 +21,18 @@ most [lemon] max_drains_per_run lemon drains per run.
 
 from __future__ import annotations
 
-import uuid
+import hashlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import Engine, insert
+from sqlalchemy import Engine, insert, select
 
 from rsc_health.actions import guard_states
 from rsc_health.historian.lemons.verdicts import LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
-from rsc_health.model import Finding, Severity, Status
+from rsc_health.model import ActionKind, Finding, Severity, Status
 from rsc_health.policy import format_reason, is_ours, parse_reason
 from rsc_health.slurm.api import NodeInfo
 
@@ -165,6 +165,13 @@ def apply_verdicts(
             actions.append(LemonAction(v.node, "skip", f"human reason kept: {info.reason}"))
         elif is_ours(info.reason) and (info.drain_set or info.down):
             mode = parse_reason(info.reason)["mode"]
+            if mode == "lemon" and apply and _record(engine, v, info.reason, now):
+                # A run cut short after the drain (a frozen slurmctld, a drain RPC that timed
+                # out but landed): the ticket and the action record are completed now.
+                actions.append(LemonAction(v.node, "repaired",
+                                           "lemon drain found without its ticket or record; "
+                                           "completed", info.reason))
+                continue
             actions.append(LemonAction(v.node, "skip", f"already drained by rsc_health ({mode})"))
         else:
             wanted.append((v, lemon_reason(v)))
@@ -177,19 +184,31 @@ def apply_verdicts(
         if not apply:
             actions.append(LemonAction(v.node, "would_drain", v.summary(), reason))
             continue
-        slurm.drain(v.node, reason)
+        slurm.drain(v.node, reason)  # a timeout here leaves the records to the next run
         _record(engine, v, reason, now)
         actions.append(LemonAction(v.node, "drain", v.summary(), reason))
     return actions
 
 
-def _record(engine: Engine, verdict: LemonVerdict, reason: str, now: datetime) -> None:
+def _record(engine: Engine, verdict: LemonVerdict, reason: str, now: datetime) -> bool:
+    """The open lemon ticket and the action record of a lemon drain, each written at most once
+    (the action's id is derived from the node and the reason), so a rerun completes a run that
+    was cut short and never doubles one. True when anything was written."""
+    action_id = hashlib.sha256(f"lemon|{verdict.node}|{reason}".encode()).hexdigest()[:32]
+    wrote = False
     with engine.begin() as conn:
-        conn.execute(
-            insert(tickets).values(node=verdict.node, opened=now, reason=reason, source="lemon")
-        )
-        conn.execute(
-            insert(node_actions).values(
-                id=uuid.uuid4().hex, time=now, node=verdict.node, action="drain", reason=reason
-            )
-        )
+        has_ticket = conn.execute(
+            select(tickets.c.id).where(tickets.c.node == verdict.node,
+                                       tickets.c.source == "lemon", tickets.c.closed.is_(None))
+        ).first()
+        if has_ticket is None:
+            conn.execute(insert(tickets).values(node=verdict.node, opened=now, reason=reason,
+                                                source="lemon"))
+            wrote = True
+        if conn.execute(select(node_actions.c.id).where(node_actions.c.id == action_id)
+                        ).first() is None:
+            conn.execute(insert(node_actions).values(
+                id=action_id, time=now, node=verdict.node, action=ActionKind.LEMON_DRAIN.value,
+                reason=reason))
+            wrote = True
+    return wrote

@@ -1,0 +1,215 @@
+"""The config's types, inferred from the packaged defaults, and the checks a site file passes.
+
+A key's type is its default's type in default_config.toml: bool, int, float (an int is
+accepted), str, a list of the default's element type, or a map of the default's value type.
+A duration key (`*_s`, `*_min`, `*_h`, `*_hours`, `*_days`) whose default is an integer also
+takes a float. Defaults that are empty containers say nothing about their elements, so
+EXPLICIT gives those; RANGES, CHOICES and the generic rules below bound the values: every
+number is finite and >= 0, timeouts and budgets are > 0.
+
+Standard library only: the prolog validates its config on every job start.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rsc_health.config import ConfigError
+
+DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
+IB_COUNTERS = (
+    "symbol_error", "link_downed", "link_error_recovery", "port_rcv_errors",
+    "port_rcv_remote_physical_errors", "port_xmit_discards", "local_link_integrity_errors",
+    "excessive_buffer_overrun_errors",
+)
+
+
+@dataclass(frozen=True)
+class Spec:
+    kind: str  # bool | int | float | number | str | list | map | table | any
+    item: Spec | None = None  # list element or map value
+    fields: dict[str, Spec] = field(default_factory=dict)  # table
+    required: tuple[str, ...] = ()  # table keys that must be given
+    keys: tuple[str, ...] | None = None  # the keys a map may have (None: any)
+
+
+STR = Spec("str")
+EXPLICIT: dict[str, Spec] = {
+    "infiniband.hcas": Spec("list", STR),
+    "infiniband.errors_per_sweep": Spec("map", Spec("int"), keys=IB_COUNTERS),
+    "infiniband.errors_per_hour": Spec("map", Spec("float"), keys=IB_COUNTERS),
+    "mounts.expected": Spec("list", Spec("table", fields={
+        "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
+    "report.skip": Spec("list", STR),
+}
+# Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.
+RANGES: dict[str, tuple[float, float]] = {
+    "gpu.count": (0, 64),
+    "gpu.nvlinks_per_gpu": (0, 64),
+    "gpu.max_nvlinks": (0, 64),
+    "gpu.temperature_max_c": (1, 150),
+    "infiniband.count": (0, 1024),
+    "infiniband.rate_gbps": (0, 100_000),
+    "actions.guard_max_share": (0, 1),
+    "metrics.confidence": (0, 1),
+    "slurm.lock_timeout_s": (0, 3600),
+    "slurm.sweep_budget_s": (0, 3600),
+    "slurm.call_timeout_s": (0, 3600),
+    "mounts.probe_timeout_s": (0, 600),
+    "gpu.nvml_timeout_s": (0, 600),
+}
+CHOICES: dict[str, tuple[str, ...]] = {
+    "gpu.backend": ("auto", "nvml", "replay"),
+    "ettr.link_by": ("job_id", "name_user", "tag"),
+}
+
+
+def _is_duration(key: str) -> bool:
+    return key.endswith(DURATION_SUFFIXES)
+
+
+def infer(value: Any, dotted: str) -> Spec:
+    if dotted in EXPLICIT:
+        return EXPLICIT[dotted]
+    if isinstance(value, bool):
+        return Spec("bool")
+    if isinstance(value, int):
+        return Spec("number" if _is_duration(dotted) else "int")
+    if isinstance(value, float):
+        return Spec("float")
+    if isinstance(value, str):
+        return STR
+    if isinstance(value, list):
+        kinds = {infer(v, dotted + "[]").kind for v in value}
+        if kinds <= {"int", "float", "number"} and "float" in kinds:
+            return Spec("list", Spec("float"))
+        return Spec("list", infer(value[0], dotted + "[]") if len(kinds) == 1 else Spec("any"))
+    if isinstance(value, dict):
+        if not value:
+            return Spec("map", Spec("any"))
+        specs = [infer(v, f"{dotted}.*") for v in value.values()]
+        kinds = {s.kind for s in specs}
+        if kinds <= {"int", "float", "number"}:
+            return Spec("map", Spec("float" if "float" in kinds else specs[0].kind))
+        return Spec("map", specs[0] if len(kinds) == 1 else Spec("any"))
+    return Spec("any")
+
+
+def _type_name(value: Any) -> str:
+    return {bool: "a boolean", int: "an integer", float: "a float", str: "a string",
+            list: "a list", dict: "a table"}.get(type(value), type(value).__name__)
+
+
+def check_value(spec: Spec, value: Any, dotted: str) -> str | None:
+    """What is wrong with `value` for `spec`, or None."""
+    kind = spec.kind
+    if kind == "any":
+        return None
+    if kind == "bool":
+        return None if isinstance(value, bool) else f"expected true or false, got {_show(value)}"
+    if kind in ("int", "float", "number"):
+        ok = (isinstance(value, int) and not isinstance(value, bool)) or (
+            kind != "int" and isinstance(value, float))
+        if not ok:
+            want = "an integer" if kind == "int" else "a number"
+            return f"expected {want}, got {_show(value)}"
+        return _check_range(value, dotted)
+    if kind == "str":
+        if not isinstance(value, str):
+            return f"expected a string, got {_show(value)}"
+        choices = CHOICES.get(dotted)
+        if choices and value not in choices:
+            return f"expected one of {', '.join(choices)}, got {value!r}"
+        return None
+    if kind == "list":
+        if not isinstance(value, list):
+            return f"expected a list, got {_show(value)}"
+        for i, item in enumerate(value):
+            problem = check_value(spec.item or Spec("any"), item, dotted + "[]")
+            if problem:
+                return f"item {i + 1}: {problem}"
+        return None
+    if kind == "map":
+        if not isinstance(value, dict):
+            return f"expected a table, got {_show(value)}"
+        for key, item in value.items():
+            if spec.keys is not None and key not in spec.keys:
+                return f"unknown key {key!r} (known: {', '.join(spec.keys)})"
+            problem = check_value(spec.item or Spec("any"), item, f"{dotted}.*")
+            if problem:
+                return f"{key}: {problem}"
+        return None
+    if kind == "table":
+        if not isinstance(value, dict):
+            return f"expected a table, got {_show(value)}"
+        for key, item in value.items():
+            if key not in spec.fields:
+                return f"unknown key {key!r} (known: {', '.join(spec.fields)})"
+            problem = check_value(spec.fields[key], item, f"{dotted}.{key}")
+            if problem:
+                return f"{key}: {problem}"
+        missing = [k for k in spec.required if k not in value]
+        return f"missing {', '.join(missing)}" if missing else None
+    return None
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return f"{_type_name(value)} {text[:40]}{'...' if len(text) > 40 else ''}"
+
+
+def _check_range(value: float, dotted: str) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"must be a finite number, got {value}"
+    if value < 0:
+        return f"must be >= 0, got {value}"
+    last = dotted.rsplit(".", 1)[-1]
+    if ("timeout" in last or "budget" in last) and value <= 0:
+        return f"must be > 0, got {value}"
+    low, high = RANGES.get(dotted, (None, None))
+    if low is not None and value < low:
+        return f"must be >= {low}, got {value}"
+    if high is not None and value > high:
+        return f"must be <= {high}, got {value}"
+    return None
+
+
+def validate_section(section: str, table: Any, defaults: dict, path: Path, where: str) -> None:
+    if section not in defaults or not isinstance(defaults[section], dict):
+        raise ConfigError(f"{path}: {where}unknown section [{section}]")
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: {where}[{section}] must be a table")
+    known = defaults[section]
+    for key, value in table.items():
+        dotted = f"{section}.{key}"
+        if key not in known:
+            raise ConfigError(f"{path}: {where}[{section}] {key}: unknown key"
+                              f"{_suggest(key, known)}")
+        problem = check_value(infer(known[key], dotted), value, dotted)
+        if problem:
+            raise ConfigError(f"{path}: {where}[{section}] {key}: {problem}")
+    if section == "node" and "state_dir" in table and not str(table["state_dir"]).startswith("/"):
+        raise ConfigError(f"{path}: {where}[node] state_dir: must be an absolute path")
+
+
+def validate_site(site: dict, defaults: dict, path: Path) -> None:
+    for section, table in site.items():
+        validate_section(section, table, defaults, path, "")
+
+
+def validate_overrides(overrides: dict, defaults: dict, path: Path) -> None:
+    for kind, tables in overrides.items():
+        for name, table in tables.items():
+            label = f'[{kind}."{name}"] ' if kind == "nodes" else f"[{kind}.{name}] "
+            for section, body in table.items():
+                validate_section(section, body, defaults, path, label)
+
+
+def _suggest(key: str, known: dict) -> str:
+    import difflib
+
+    close = difflib.get_close_matches(key, list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""

@@ -1,0 +1,86 @@
+"""Issue 12 on the real Slurm: job names cannot steer an action, a person's DOWN is never
+touched, and the guard holds at its limit when every node sweeps at the same instant."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from .test_cluster_scenarios import drained_nodes, inject_xid79, wait_running_past_prolog
+
+pytestmark = pytest.mark.slurm
+
+
+def test_a_latin1_named_job_on_a_node_with_xid79_is_requeued_and_nothing_crashes(
+        slurm_cluster):
+    c = slurm_cluster
+    job = c.sbatch("-w", "node01", "--requeue", "-J", "caf\xe9", "--wrap", "sleep 30")
+    wait_running_past_prolog(c, job)
+    c.run(["scontrol", "update", f"jobid={job}", "name=r\xe9sum\xe9 |x\nKey=Value"],
+          check=False)
+    inject_xid79(c, "node01")
+    out = c.sweep("node01")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert c.node("node01")["Reason"].startswith("rsc_health:now:xid79")
+    actions = [(r["action"], r["job_id"]) for r in c.spool("node01") if r["kind"] == "action"]
+    assert ("requeue", job) in actions
+
+
+def test_a_forged_job_list_row_in_a_job_name_requeues_no_other_job(slurm_cluster):
+    c = slurm_cluster
+    victim = c.sbatch("-w", "node02", "--requeue", "--wrap", "sleep 60")
+    wait_running_past_prolog(c, victim)
+    forged = f"x\n{victim}|RUNNING|node01|1|root|debug"
+    attacker = c.sbatch("-w", "node01", "--requeue", "-J", forged, "--wrap", "sleep 60")
+
+    def state(job):  # squeue: the test's own `scontrol show job` parsing is split by the name
+        return c.run(["squeue", "-h", "-j", job, "-o", "%T"]).stdout.strip()
+
+    c.wait_for(lambda: state(attacker) == "RUNNING" and any(
+        r["kind"] == "job_start" and r["job_id"] == attacker for r in c.spool("node01")),
+        60, "attacker RUNNING past its prolog")
+    inject_xid79(c, "node01")
+    assert c.sweep("node01").returncode == 0
+    requeued = [r["job_id"] for r in c.spool("node01")
+                if r["kind"] == "action" and r["action"] == "requeue"]
+    assert requeued == [attacker]
+    assert state(victim) == "RUNNING" and c.job(victim)["Restarts"] == "0"
+
+
+def test_a_persons_down_node_is_never_drained_nor_resumed(slurm_cluster):
+    c = slurm_cluster
+    c.run(["scontrol", "update", "NodeName=node03", "State=DOWN", "Reason=bob: dead PSU, RMA 123"])
+    inject_xid79(c, "node03")
+    for _ in range(3):
+        assert c.sweep("node03").returncode == 0
+    node = c.node("node03")
+    assert "DOWN" in node["State"] and node["Reason"].startswith("bob: dead PSU, RMA 123")
+    assert [r for r in c.spool("node03") if r["kind"] == "action"] == []
+    c.run(["scontrol", "update", "NodeName=node03", "State=RESUME"], check=False)
+
+
+def test_the_guard_holds_at_its_limit_when_every_node_sweeps_at_the_same_instant(
+        slurm_cluster):
+    c = slurm_cluster
+    for node in c.node_names:
+        inject_xid79(c, node)
+    barrier = threading.Barrier(len(c.node_names))
+    outs = {}
+
+    def sweep(node):
+        barrier.wait()
+        outs[node] = c.sweep(node)
+
+    threads = [threading.Thread(target=sweep, args=(n,)) for n in c.node_names]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert all(o.returncode == 0 for o in outs.values()), {n: o.stderr for n, o in outs.items()}
+    # guard_max_share 0.34 of 6 nodes: at most 2 drained, the others keep their verdict.
+    drained = drained_nodes(c)
+    assert 1 <= len(drained) <= 2, drained
+    held = [n for n in c.node_names if n not in drained]
+    for node in held:
+        assert (c.root(node) / "var/lib/rsc_health/pending_verdict.json").exists(), node

@@ -1,0 +1,55 @@
+"""A config mistake is one line naming the file and the key, never a silently wrong setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from rsc_health.config import ConfigError, load_config, resolve_node_config
+
+
+def _load(tmp_path, text: str):
+    path = tmp_path / "site.toml"
+    path.write_text(text)
+    return load_config(path)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("[gpu]\ncuont = 8\n", ["[gpu] cuont", "unknown key", "count"]),
+        ('[slurm]\nlock_timeout_s = "x"\n', ["[slurm] lock_timeout_s", "expected a number"]),
+        ('[actions]\nenabled = "false"\n', ["[actions] enabled", "true or false"]),
+        ("[gpu]\ncount = 1e9\n", ["[gpu] count", "expected an integer"]),
+        ("[gpu]\ncount = 100000\n", ["[gpu] count", "<= 64"]),
+        ("[mounts]\nprobe_timeout_s = -1\n", ["probe_timeout_s", ">= 0"]),
+        ("[mounts]\nprobe_timeout_s = 0\n", ["probe_timeout_s", "> 0"]),
+        ('[mounts]\nexpected = [{path = "/x", fstyp = "nfs"}]\n', ["expected", "fstyp"]),
+        ("[infiniband]\nerrors_per_sweep = {symbol_eror = 3}\n", ["symbol_eror"]),
+        ("[nosuch]\nx = 1\n", ["unknown section [nosuch]"]),
+        ('[nodes."gpu*".gpu]\ncount = "8"\n', ['[nodes."gpu*"]', "[gpu] count"]),
+        ("[partitions.big.slurm]\nsweep_budget_s = nan\n", ["[partitions.big]", "finite"]),
+    ],
+)
+def test_a_wrong_key_type_or_range_is_one_error_naming_file_and_key(tmp_path, text, words):
+    with pytest.raises(ConfigError) as info:
+        _load(tmp_path, text)
+    message = str(info.value)
+    assert str(tmp_path / "site.toml") in message
+    for word in words:
+        assert word in message, message
+    assert "\n" not in message
+
+
+def test_well_typed_values_load_and_ints_are_fine_for_durations(tmp_path):
+    cfg = _load(tmp_path, "[slurm]\nlock_timeout_s = 5\nsweep_budget_s = 30.5\n[gpu]\ncount = 8\n")
+    assert cfg.get("slurm.lock_timeout_s") == 5 and cfg.get("gpu.count") == 8
+
+
+def test_one_node_name_and_overrides_for_every_entry_point(tmp_path, monkeypatch):
+    cfg = _load(tmp_path, '[nodes."gpu0*".gpu]\ncount = 4\n[partitions.big.gpu]\ncount = 2\n')
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu007")
+    node_cfg, name = resolve_node_config(cfg)
+    assert name == "gpu007" and node_cfg.get("gpu.count") == 4
+    monkeypatch.delenv("SLURMD_NODENAME")
+    node_cfg, name = resolve_node_config(cfg, node="cpu1", partition="big")
+    assert node_cfg.get("gpu.count") == 2
