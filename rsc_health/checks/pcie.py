@@ -4,8 +4,9 @@ Width: a link that trained to fewer lanes than it supports stays that way until 
 (downtrained, drain after the job). Speed: judged on NICs only (`pcie_speed`, drain after the
 job). GPUs drop their link to Gen1 when idle to save power (ASPM/dynamic link speed), and the
 bridges above them follow, so on those current < max speed is normal and says nothing; a
-ConnectX HCA keeps its link at full speed, so a slower NIC link is a bad riser or slot. AER: any fatal error since boot drains now;
-non-fatal errors rising between sweeps drain after the job; correctable ones only warn.
+ConnectX HCA keeps its link at full speed, so a slower NIC link is a bad riser or slot.
+AER: any fatal error since boot drains now; non-fatal errors rising between sweeps drain
+after the job; correctable ones only warn.
 """
 
 from __future__ import annotations

@@ -371,3 +371,21 @@ def test_a_nic_link_below_its_capable_speed_drains_after_job_and_a_gpu_link_does
     found, verdict = only_bad(node)
     assert [(f.component, f.code) for f in found] == [("0000:1a:00.0", "pcie_speed")]
     assert verdict.level is Level.DRAIN_AFTER_JOB
+
+
+def test_host_memory_errors_from_edac(node):
+    """The `host` family (one file, one registry line): an uncorrectable host memory error
+    drains now for a DIMM swap; corrected errors climbing fast drain after the job."""
+    for mc in ("mc0", "mc1"):
+        node.write(f"sys/devices/system/edac/mc/{mc}/ue_count", "0\n")
+        node.write(f"sys/devices/system/edac/mc/{mc}/ce_count", "4\n")
+    assert only_bad(node)[1].level is Level.OK
+    node.write("sys/devices/system/edac/mc/mc1/ce_count", "900\n")
+    found, verdict = only_bad(node)
+    assert [(f.component, f.code) for f in found] == [("mc1", "edac_ce_rising")]
+    node.write("sys/devices/system/edac/mc/mc0/ue_count", "1\n")
+    found, verdict = only_bad(node)
+    assert [(f.component, f.code) for f in found] == [("mc0", "edac_ue")]
+    assert verdict.level is Level.DRAIN_NOW
+    node.write("sys/devices/system/edac/mc/mc0/ue_count", "garbage\n")
+    assert only_bad(node)[1].level is Level.CHECKER_ERROR
