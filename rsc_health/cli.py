@@ -20,6 +20,7 @@ LAZY_COMMANDS: dict[str, str] = {
     # node checks (issue: node health checks)
     "check": "node:check",
     "snapshot": "node:snapshot",
+    "config": "config:config",
     # Slurm actions and the node-path entry points
     "drain": "slurm:drain",
     "resume": "slurm:resume",
