@@ -21,6 +21,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "check": "node:check",
     "snapshot": "node:snapshot",
     "config": "config:config",
+    "node": "nodeview:node",
     # Slurm actions and the node-path entry points
     "drain": "slurm:drain",
     "resume": "slurm:resume",
