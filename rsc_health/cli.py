@@ -20,6 +20,8 @@ LAZY_COMMANDS: dict[str, str] = {
     # node checks (issue: node health checks)
     "check": "node:check",
     "snapshot": "node:snapshot",
+    "config": "config:config",
+    "node": "nodeview:node",
     # Slurm actions and the node-path entry points
     "drain": "slurm:drain",
     "resume": "slurm:resume",

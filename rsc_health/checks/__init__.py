@@ -1,22 +1,41 @@
 """Pure checks: `NodeState` (+ the counter deltas it carries) and config -> findings.
 
 One module per check family; each exposes `check(state, cfg) -> list[Finding]` and does no I/O
-(the XID catalog is loaded by the engine and passed in through `cfg`).
+(the XID catalog is loaded by the engine and passed in through `cfg`). `REGISTRY` is the one
+list of families: engine, collectors and config read it. A family written the new way (see
+host.py) also brings its own `collect(root)` and `counters(data)`, so adding it is that one
+file, its line below, and its section in default_config.toml.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
-from rsc_health.checks import ecc, gpu, infiniband, mount, nvlink, pcie, remap, xid
+from rsc_health.checks import ecc, gpu, host, infiniband, mount, nvlink, pcie, remap, xid
 
-CHECKS: dict[str, Callable] = {
-    "gpu": gpu.check,
-    "xid": xid.check,
-    "ecc": ecc.check,
-    "remap": remap.check,
-    "nvlink": nvlink.check,
-    "pcie": pcie.check,
-    "infiniband": infiniband.check,
-    "mount": mount.check,
-}
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    check: Callable
+    # Self-contained families: read the node under its root (any exception is a checker
+    # finding), and the error counters to keep between sweeps. The older families are
+    # collected by rsc_health.collect.node.
+    collect: Callable[[Any], Any] | None = None
+    counters: Callable[[Any], dict[str, int]] | None = None
+
+
+REGISTRY: tuple[Family, ...] = (
+    Family("gpu", gpu.check),
+    Family("xid", xid.check),
+    Family("ecc", ecc.check),
+    Family("remap", remap.check),
+    Family("nvlink", nvlink.check),
+    Family("pcie", pcie.check),
+    Family("infiniband", infiniband.check),
+    Family("mount", mount.check),
+    Family("host", host.check, host.collect, host.counters),
+)
+CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}

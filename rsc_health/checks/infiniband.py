@@ -19,8 +19,23 @@ RISING_CODES = {
     "link_downed": "ib_link_downed",
     "link_error_recovery": "ib_link_recovery",
     "port_rcv_errors": "ib_rcv_errors",
+    "port_rcv_remote_physical_errors": "ib_remote_physical",
+    "port_xmit_discards": "ib_xmit_discards",
     "local_link_integrity_errors": "ib_link_integrity",
     "excessive_buffer_overrun_errors": "ib_buffer_overrun",
+}
+# Increase per five-minute sweep a healthy port shows; [infiniband] errors_per_sweep overrides.
+# A link that went down is never normal; receive errors, remote physical errors and overruns
+# appear on healthy NDR ports under load; discards are congestion before they are a fault.
+DEFAULT_LIMITS = {
+    "symbol_error": 10,
+    "link_downed": 0,
+    "link_error_recovery": 1,
+    "port_rcv_errors": 100,
+    "port_rcv_remote_physical_errors": 100,
+    "port_xmit_discards": 1000,
+    "local_link_integrity_errors": 10,
+    "excessive_buffer_overrun_errors": 100,
 }
 
 
@@ -63,7 +78,7 @@ def check(state, cfg: dict) -> list[Finding]:
             )
         for counter, code in RISING_CODES.items():
             d = state.deltas.get(f"ib/{comp}/{counter}", 0)
-            limit = int(limits.get(counter, 0))
+            limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
             if d > limit:
                 out.append(
                     fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,

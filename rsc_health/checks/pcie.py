@@ -1,9 +1,12 @@
 """PCIe links of GPUs, NICs and the bridges above them.
 
-Width only: a link that trained to fewer lanes than it supports stays that way until reset
-(downtrained, drain after the job). Speed is not judged: GPUs drop their link to Gen1 when idle
-to save power, so current < max speed is normal. AER: any fatal error since boot drains now;
-non-fatal errors rising between sweeps drain after the job; correctable ones only warn.
+Width: a link that trained to fewer lanes than it supports stays that way until reset
+(downtrained, drain after the job). Speed: judged on NICs only (`pcie_speed`, drain after the
+job). GPUs drop their link to Gen1 when idle to save power (ASPM/dynamic link speed), and the
+bridges above them follow, so on those current < max speed is normal and says nothing; a
+ConnectX HCA keeps its link at full speed, so a slower NIC link is a bad riser or slot.
+AER: any fatal error since boot drains now; non-fatal errors rising between sweeps drain
+after the job; correctable ones only warn.
 """
 
 from __future__ import annotations
@@ -27,6 +30,14 @@ def check(state, cfg: dict) -> list[Finding]:
                 fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "pcie_downtrained",
                      f"{comp} ({dev.kind}) link x{dev.width}, capable of x{dev.max_width}",
                      repair=True, width=dev.width, max_width=dev.max_width, kind=dev.kind)
+            )
+        if (dev.kind == "nic" and pcfg.get("judge_nic_speed", True) and dev.speed_gts
+                and dev.max_speed_gts and dev.speed_gts < dev.max_speed_gts):
+            out.append(
+                fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "pcie_speed",
+                     f"{comp} (nic) link at {dev.speed_gts:g} GT/s, capable of "
+                     f"{dev.max_speed_gts:g}", repair=True, speed_gts=dev.speed_gts,
+                     max_speed_gts=dev.max_speed_gts, kind=dev.kind)
             )
         if dev.aer.get("fatal", 0) > 0:
             out.append(

@@ -5,11 +5,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rsc_health.checks import REGISTRY  # the one list of families
 from rsc_health.collect import counters, infiniband, kmsg, mounts, pcie
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.config import Config
 
-FAMILIES = ("gpu", "xid", "ecc", "remap", "nvlink", "pcie", "infiniband", "mount")
+FAMILIES = tuple(f.name for f in REGISTRY)
 GPU_FAMILIES = {"gpu", "ecc", "remap", "nvlink", "xid"}  # xid maps PCI addresses to gpuN
 
 
@@ -25,6 +26,8 @@ class NodeState:
     mount_probes: dict[str, mounts.ProbeResult] = field(default_factory=dict)
     # Collector problems: (family, source, message) -> checker findings.
     errors: list[tuple[str, str, str]] = field(default_factory=list)
+    # What self-contained families (checks.REGISTRY entries with `collect`) read, by family.
+    extra: dict = field(default_factory=dict)
     # Flattened error counters and their increase since the previous sweep.
     counters: dict[str, int] = field(default_factory=dict)
     deltas: dict[str, int] = field(default_factory=dict)
@@ -139,6 +142,14 @@ def collect_all(
             state.mount_probes = (
                 guard("mount", "statvfs", lambda: mounts.probe(root, to_probe, timeout)) or {}
             )
+    for fam in REGISTRY:
+        if fam.collect is not None and fam.name in want:
+            data = guard(fam.name, fam.name, lambda fam=fam: fam.collect(root))
+            if data is not None:
+                state.extra[fam.name] = data
     state.counters = flatten_counters(state)
+    for fam in REGISTRY:
+        if fam.counters is not None and fam.name in state.extra:
+            state.counters.update(fam.counters(state.extra[fam.name]))
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
     return state, new_cursor

@@ -194,6 +194,10 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
                 for attr in PCI_ATTRS:
                     grab(f"{rel}/{attr}")
             node = node.parent
+    edac = root / "sys/devices/system/edac/mc"
+    for mc in sorted(edac.iterdir()) if edac.is_dir() else []:
+        for attr in ("ue_count", "ce_count"):
+            grab(f"{mc.relative_to(root).as_posix()}/{attr}")
     ib = root / "sys/class/infiniband"
     for hca in sorted(ib.iterdir()) if ib.is_dir() else []:
         for port in sorted((hca / "ports").iterdir()) if (hca / "ports").is_dir() else []:

@@ -49,7 +49,10 @@ def test_budget_bounds_a_hung_mount_and_overrun_is_reported(node, monkeypatch):
     assert timeouts == [1.5]  # half the budget, not the config's 2 s
     assert [(f.component, f.code) for f in bad(findings)] == [("/home", "mount_hung")]
     over = run(node.config, node.root, only={"mount"}, budget_s=0.0)
-    assert [f.family for f in bad(over)] == ["checker"]
+    # With no budget left the probes get 0.05 s (a forked child may need more: then they are
+    # reported hung too); the overrun itself is always a checker finding.
+    assert "checker" in [f.family for f in bad(over)]
+    assert {f.family for f in bad(over)} <= {"checker", "mount"}
 
 
 def test_partial_run_keeps_the_other_families_baselines(node):

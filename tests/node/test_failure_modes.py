@@ -227,8 +227,8 @@ def test_counter_reset_by_reboot_counts_from_zero(node):
     node.write("proc/sys/kernel/random/boot_id", "0f3c5d7e-1111-4a2b-9c3d-5e6f7a8b9c0d\n")
     counter.write_text("0\n")
     assert only_bad(node)[1].level is Level.OK
-    counter.write_text("3\n")
-    assert [f.data["delta"] for f in only_bad(node)[0]] == [3]
+    counter.write_text("13\n")  # over the default 10 per sweep
+    assert [f.data["delta"] for f in only_bad(node)[0]] == [13]
 
 
 def test_mount_missing_drains_now_and_may_auto_resume(node):
@@ -345,3 +345,47 @@ def test_an_xid_storm_is_one_finding_with_a_count(node):
     found, verdict = only_bad(node)
     assert sorted((f.code, f.data["count"]) for f in found) == [("xid13", 50), ("xid79", 1)]
     assert verdict.causes[0].code == "xid79"
+
+
+def test_a_healthy_ndr_port_counting_receive_errors_and_one_symbol_error_stays_in_service(node):
+    """Real healthy NDR ports count receive errors and overruns under load; one symbol error
+    since the last sweep is noise, not a cable to replace (issue 11)."""
+    base = "sys/class/infiniband/mlx5_2/ports/1/counters/"
+    node.check()
+    for name, value in (("symbol_error", "1"), ("port_rcv_errors", "37"),
+                        ("excessive_buffer_overrun_errors", "12"),
+                        ("port_rcv_remote_physical_errors", "5"), ("port_xmit_discards", "400")):
+        node.write(base + name, value + "\n")
+    assert only_bad(node)[1].level is Level.OK
+
+
+def test_a_nic_link_below_its_capable_speed_drains_after_job_and_a_gpu_link_does_not(node):
+    import glob
+
+    nic = node.path("sys/bus/pci/devices/0000:1a:00.0")
+    (nic / "current_link_speed").write_text("16.0 GT/s PCIe\n")
+    gpus = [p for p in glob.glob(str(node.path("sys/bus/pci/devices/*")))
+            if open(p + "/class").read().strip() == "0x030200"]
+    with open(gpus[0] + "/current_link_speed", "w") as fh:  # idle GPU at Gen1
+        fh.write("2.5 GT/s PCIe\n")
+    found, verdict = only_bad(node)
+    assert [(f.component, f.code) for f in found] == [("0000:1a:00.0", "pcie_speed")]
+    assert verdict.level is Level.DRAIN_AFTER_JOB
+
+
+def test_host_memory_errors_from_edac(node):
+    """The `host` family (one file, one registry line): an uncorrectable host memory error
+    drains now for a DIMM swap; corrected errors climbing fast drain after the job."""
+    for mc in ("mc0", "mc1"):
+        node.write(f"sys/devices/system/edac/mc/{mc}/ue_count", "0\n")
+        node.write(f"sys/devices/system/edac/mc/{mc}/ce_count", "4\n")
+    assert only_bad(node)[1].level is Level.OK
+    node.write("sys/devices/system/edac/mc/mc1/ce_count", "900\n")
+    found, verdict = only_bad(node)
+    assert [(f.component, f.code) for f in found] == [("mc1", "edac_ce_rising")]
+    node.write("sys/devices/system/edac/mc/mc0/ue_count", "1\n")
+    found, verdict = only_bad(node)
+    assert [(f.component, f.code) for f in found] == [("mc0", "edac_ue")]
+    assert verdict.level is Level.DRAIN_NOW
+    node.write("sys/devices/system/edac/mc/mc0/ue_count", "garbage\n")
+    assert only_bad(node)[1].level is Level.CHECKER_ERROR

@@ -1,0 +1,165 @@
+"""`healthctl node NODE`: one node's story on one screen (issue 14) — Slurm's state and
+reason, the node path's last runs, what is failing now, what rsc-health and people did to it
+and why, the failed jobs blamed on it, its tickets, and why it is or is not a lemon.
+
+Slurm and the historian are asked separately: either one away still shows the other half.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import click
+
+
+def gather_node(ctx: click.Context, node: str, now: datetime) -> dict:
+    doc: dict = {"node": node, "time": now.isoformat(timespec="seconds"), "slurm": None,
+                 "historian": None, "problems": []}
+    try:
+        from rsc_health.slurm import SlurmError, from_config
+
+        try:
+            info = from_config(ctx.obj.config).node(node)
+            doc["slurm"] = {"state": info.state, "reason": info.reason,
+                            "reason_user": info.reason_user,
+                            "since": info.reason_time.isoformat() if info.reason_time else None,
+                            "partitions": list(info.partitions)}
+        except SlurmError as exc:
+            doc["problems"].append(f"Slurm not consulted: {exc}")
+    except ImportError as exc:  # pragma: no cover - slurm/ is part of every install
+        doc["problems"].append(f"Slurm not consulted: {exc}")
+    if not ctx.obj.historian_configured:
+        doc["problems"].append("no historian configured: history not shown")
+        return doc
+    try:
+        doc["historian"] = _history(ctx, node, now.replace(tzinfo=None))
+    except ImportError as exc:
+        doc["problems"].append(f"historian not installed here ({exc.name}): history not shown")
+    except Exception as exc:  # noqa: BLE001 - the Slurm half still stands
+        first = (str(getattr(exc, "orig", None) or exc).splitlines() or [type(exc).__name__])[0]
+        doc["problems"].append(f"historian unavailable: {first}")
+    return doc
+
+
+def _history(ctx: click.Context, node: str, now: datetime) -> dict:
+    from sqlalchemy import desc, select
+
+    from rsc_health.historian import schema
+    from rsc_health.historian.db import connect
+    from rsc_health.historian.freshness import node_freshness
+    from rsc_health.historian.intervals import open_failures
+
+    cfg = ctx.obj.config
+    engine = connect(ctx.obj.database_url)
+    try:
+        stale_after = float(cfg.get("historian.stale_after_s", 900))
+        fresh = node_freshness(engine, now, stale_after, nodes=[node])[0]
+        with engine.connect() as conn:
+            runs = [dict(r._mapping) for r in conn.execute(
+                select(schema.node_runs).where(schema.node_runs.c.node == node))]
+            failing = open_failures(conn, node)
+            a = schema.node_actions
+            actions = [dict(r._mapping) for r in conn.execute(
+                select(a.c.time, a.c.action, a.c.reason, a.c.job_id).where(a.c.node == node)
+                .order_by(desc(a.c.time)).limit(20))]
+            j, at = schema.jobs, schema.attributions
+            blamed = [dict(r._mapping) for r in conn.execute(
+                select(j.c.job_id, j.c.name, j.c.user, j.c.state, j.c.end, j.c.gpus,
+                       at.c.cause, at.c.code)
+                .select_from(at.join(j, at.c.job_pk == j.c.id))
+                .where(at.c.node == node).order_by(desc(j.c.end)).limit(20))]
+            t = schema.tickets
+            tickets = [dict(r._mapping) for r in conn.execute(
+                select(t.c.id, t.c.opened, t.c.closed, t.c.reason, t.c.source)
+                .where(t.c.node == node).order_by(desc(t.c.opened)).limit(20))]
+        lemon = _lemon(engine, cfg, node, now)
+    finally:
+        engine.dispose()
+    return {
+        "freshness": {"last_seen": fresh.last_seen, "source": fresh.last_source,
+                      "level": fresh.last_level, "stale": fresh.stale,
+                      "checker_errors": fresh.checker_errors},
+        "runs": runs, "open_findings": failing, "actions": actions, "failed_jobs": blamed,
+        "tickets": tickets, "lemon": lemon,
+    }
+
+
+def _lemon(engine, cfg, node: str, now: datetime) -> dict:
+    from rsc_health.historian.lemons.features import OutageRules, lemon_features
+    from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, crossings_frame
+
+    section = {**DEFAULTS, **cfg.section("lemon")}
+    features = lemon_features(engine, now, float(section["window_days"]),
+                              early_fail_minutes=float(section["early_fail_minutes"]),
+                              history_days=float(section["history_days"]),
+                              outages=OutageRules.from_config(section))
+    rules = LemonRules.from_config(section)
+    if node not in features.index:
+        return {"candidate": False, "why": "no activity in the lemon window", "features": {}}
+    crossed = crossings_frame(features, rules)
+    fired = [f for f in crossed.columns if crossed.at[node, f]]
+    strong = [f for f in fired if f in rules.strong]
+    candidate = bool(strong) or len(fired) >= rules.min_signals
+    row = {k: (float(v) if hasattr(v, "__float__") else v)
+           for k, v in features.loc[node].items() if k in rules.thresholds}
+    if candidate:
+        why = f"rules fired: {', '.join(fired)}" + (f" (strong: {', '.join(strong)})"
+                                                     if strong else "")
+    elif fired:
+        why = (f"{len(fired)} of {rules.min_signals} rules needed fired ({', '.join(fired)}); "
+               "no strong rule")
+    else:
+        why = "no rule fired"
+    return {"candidate": candidate, "why": why, "fired": fired,
+            "features": {k: v for k, v in row.items() if v}}
+
+
+def _fmt(v) -> str:
+    if isinstance(v, datetime):
+        return v.strftime("%Y-%m-%d %H:%M")
+    return "-" if v is None else str(v)
+
+
+@click.command()
+@click.argument("node_name", metavar="NODE")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@click.pass_context
+def node(ctx: click.Context, node_name: str, as_json: bool) -> None:
+    """One node's story: Slurm state, last checks, open findings, actions (who, why), failed
+    jobs blamed on it, tickets, and why it is or is not a lemon."""
+    doc = gather_node(ctx, node_name, datetime.now(UTC))
+    if as_json:
+        click.echo(json.dumps(doc, indent=1, default=str))
+        return
+    s = doc["slurm"]
+    click.echo(f"{node_name}")
+    if s:
+        click.echo(f"  slurm     {s['state']}" + (f"  reason: {s['reason']}" if s["reason"] else "")
+                   + (f"  since {s['since']}" if s["since"] else ""))
+    h = doc["historian"]
+    if h:
+        f = h["freshness"]
+        state = "STALE (checks stopped)" if f["stale"] else "fresh"
+        click.echo(f"  checks    last {f['source'] or '-'} at {_fmt(f['last_seen'])} "
+                   f"verdict {f['level'] or '-'} ({state})")
+        click.echo(f"  failing   {len(h['open_findings'])} open finding(s)")
+        for o in h["open_findings"][:10]:
+            click.echo(f"    {o['check']:<10} {o['component']:<14} {o['severity']:<16} since "
+                       f"{_fmt(o['time'])}  {o['reason']}")
+        click.echo(f"  actions   {len(h['actions'])} recent")
+        for a in h["actions"][:10]:
+            click.echo(f"    {_fmt(a['time'])}  {a['action']:<16} {a['reason']}")
+        click.echo(f"  failures  {len(h['failed_jobs'])} failed job(s) blamed on it")
+        for jb in h["failed_jobs"][:10]:
+            click.echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<10} "
+                       f"{jb['gpus']:>5} GPUs  {jb['cause']} {jb['code']}")
+        click.echo(f"  tickets   {len(h['tickets'])}")
+        for t in h["tickets"][:5]:
+            click.echo(f"    #{t['id']} {t['source']} opened {_fmt(t['opened'])} "
+                       f"{'open' if t['closed'] is None else 'closed ' + _fmt(t['closed'])}: "
+                       f"{t['reason']}")
+        lem = h["lemon"]
+        click.echo(f"  lemon     {'CANDIDATE' if lem['candidate'] else 'no'}: {lem['why']}")
+    for p in doc["problems"]:
+        click.echo(f"  note      {p}")

@@ -1,0 +1,42 @@
+"""`healthctl node NODE`: one node's story from the historian (and Slurm when it answers)."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+from click.testing import CliRunner
+
+from rsc_health.cli import cli
+
+
+def test_node_view_tells_a_lemons_story_and_says_slurm_was_not_consulted(fleet, tmp_path,
+                                                                        monkeypatch):
+    now = datetime.utcnow().replace(microsecond=0)
+    for k in range(6):
+        fleet.xid("bad1", now - timedelta(days=k + 1, hours=k))
+    pk = fleet.failed(["bad1", "ok1"], "bad1", end=now - timedelta(days=2))
+    assert pk
+    fleet.ticket("bad1", now - timedelta(days=3), reason="GPU3 RMA")
+    fleet.job(["ok1"], end=now - timedelta(days=1))
+    url = fleet.engine.url.render_as_string(hide_password=False)
+    site = tmp_path / "site.toml"
+    site.write_text('[slurm]\nbin_dir = "/nonexistent"\n')
+    out = CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "bad1", "--json"])
+    assert out.exit_code == 0, out.output
+    doc = json.loads(out.output)
+    h = doc["historian"]
+    assert h["lemon"]["candidate"] and "xid_cnt" in h["lemon"]["fired"]
+    assert [t["reason"] for t in h["tickets"]] == ["GPU3 RMA"]
+    assert h["failed_jobs"] and h["failed_jobs"][0]["cause"] == "xid"
+    assert any("Slurm not consulted" in p for p in doc["problems"])
+    text = CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "ok1"]).output
+    assert "lemon     no: no rule fired" in text
+
+
+def test_node_view_without_a_historian_still_answers(tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text('[slurm]\nbin_dir = "/nonexistent"\n')
+    out = CliRunner().invoke(cli, ["--config", str(site), "node", "n1"])
+    assert out.exit_code == 0
+    assert "no historian configured" in out.output and "Traceback" not in out.output
