@@ -43,6 +43,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "mttf": "metrics:mttf",
     "ettr": "metrics:ettr",
     "goodput": "metrics:goodput",
+    "metrics": "exporter:metrics",
     # lemon nodes
     "lemons": "lemons:lemons",
     "tune-lemons": "lemons:tune_lemons",

@@ -1,0 +1,49 @@
+"""`healthctl metrics export`: the historian's fleet view as Prometheus metrics."""
+
+from __future__ import annotations
+
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+
+@click.group()
+def metrics() -> None:
+    """Prometheus metrics from the historian."""
+
+
+@metrics.command("export")
+@click.option("--out", "out", type=click.Path(dir_okay=False),
+              help="Write here (atomically; e.g. node_exporter's textfile directory/"
+                   "rsc_health_fleet.prom); default stdout.")
+@click.option("--window-days", default=30.0, show_default=True, help="Window of r_f and MTTF.")
+@click.pass_context
+def export(ctx: click.Context, out: str | None, window_days: float) -> None:
+    """r_f with its interval, MTTF by size, lemon candidates, stale and broken nodes, open
+    findings, guard trips and data age, in Prometheus' text format."""
+    try:
+        from rsc_health.exporter.historian import build, exposition
+        from rsc_health.historian.db import HistorianError, connect
+    except ImportError as exc:
+        raise click.ClickException(
+            f"the historian extra is not installed here ({exc.name}): "
+            "pip install 'rsc-health[historian]'") from exc
+    now = datetime.now(UTC).replace(tzinfo=None)
+    try:
+        engine = connect(ctx.obj.database_url)
+    except HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        text = exposition(build(engine, ctx.obj.config, now, window_days=window_days))
+    finally:
+        engine.dispose()
+    if not out:
+        click.echo(text.decode(), nl=False)
+        return
+    path = Path(out)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_bytes(text)
+    os.replace(tmp, path)
+    click.echo(f"wrote {path}", err=True)

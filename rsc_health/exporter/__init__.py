@@ -1,0 +1,1 @@
+"""The historian's view in Prometheus' text format (`healthctl metrics export`)."""

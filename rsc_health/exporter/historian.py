@@ -1,0 +1,122 @@
+"""Fleet reliability from the historian as Prometheus metrics, for node_exporter's textfile
+collector on the management host (or any scrape of the written file).
+
+Built with prometheus-client on a private registry, so the exposition format is the library's,
+not ours. Names carry their unit; gauges only (every value is a state of the fleet as of the
+export, recomputed each time). The node path writes its own per-node file
+(rsc_health.nodepath, `rsc_health_verdict_level` and friends); these are fleet-wide.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from sqlalchemy import Engine, func, select
+
+from rsc_health.historian import schema
+
+
+def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> CollectorRegistry:
+    """Compute every metric as of `now` (naive UTC) into a new registry."""
+    from rsc_health.historian.freshness import node_freshness
+    from rsc_health.historian.metrics._sql import Window
+    from rsc_health.historian.metrics.mttf import mttf_by_size
+    from rsc_health.historian.metrics.rates import failure_rate
+
+    reg = CollectorRegistry()
+    window = Window(since=now - timedelta(days=window_days), until=now)
+    large = int(cfg.get("metrics.large_job_gpus", 128))
+    confidence = float(cfg.get("metrics.confidence", 0.9))
+
+    fr = failure_rate(engine, window, large, confidence)
+    rf = Gauge("rsc_health_failure_rate_per_1000_node_days",
+               f"Cluster failure rate r_f of jobs over {large} GPUs in the last {window_days:g} "
+               f"days; bound=estimate|lower|upper ({confidence:.0%} interval)",
+               ["bound"], registry=reg)
+    for bound, value in (("estimate", fr.r_f), ("lower", fr.ci_low), ("upper", fr.ci_high)):
+        if not math.isnan(value):
+            rf.labels(bound).set(value * 1000)
+    Gauge("rsc_health_failure_rate_jobs", "Large jobs behind r_f in the window",
+          registry=reg).set(fr.jobs)
+
+    mttf = Gauge("rsc_health_mttf_hours",
+                 "Measured mean time to failure by job size (GPUs), last window",
+                 ["size"], registry=reg)
+    frame = mttf_by_size(engine, window, fr.r_f if fr.node_days else None,
+                         confidence=confidence)
+    for _, row in frame.iterrows():
+        if row["mttf_hours"] == row["mttf_hours"]:  # not NaN: the bucket had failures
+            mttf.labels(str(row["size"])).set(float(row["mttf_hours"]))
+
+    stale_after = float(cfg.get("historian.stale_after_s", 900))
+    fresh = node_freshness(engine, now, stale_after)
+    stale = Gauge("rsc_health_node_stale",
+                  "1 for a node whose node-path runs stopped arriving", ["node"], registry=reg)
+    broken = Gauge("rsc_health_node_checker_broken",
+                   "1 for a node whose latest run could not look (checker errors)",
+                   ["node"], registry=reg)
+    for f in fresh:
+        if f.stale:
+            stale.labels(f.node).set(1)
+        if f.broken:
+            broken.labels(f.node).set(1)
+    Gauge("rsc_health_nodes_stale", "Nodes whose checks stopped", registry=reg).set(
+        sum(f.stale for f in fresh))
+    Gauge("rsc_health_nodes_reporting", "Nodes the historian has heard from",
+          registry=reg).set(len(fresh))
+
+    c, a, j = schema.check_results, schema.node_actions, schema.jobs
+    with engine.connect() as conn:
+        open_bad = conn.execute(
+            select(c.c.severity, func.count()).where(c.c.is_open.is_(True), c.c.status != "ok")
+            .group_by(c.c.severity)).all()
+        trips = conn.execute(select(func.count()).where(
+            a.c.action == "guard_tripped", a.c.time >= now - timedelta(hours=24))).scalar()
+        drains = conn.execute(select(func.count()).where(
+            a.c.action.in_(("drain_now", "drain_after_job", "lemon_drain", "manual_drain")),
+            a.c.time >= now - timedelta(hours=24))).scalar()
+        last_job = conn.execute(select(func.max(j.c.end))).scalar()
+        last_run = conn.execute(select(func.max(schema.node_runs.c.last_seen))).scalar()
+    findings = Gauge("rsc_health_open_findings", "Open non-ok check states by severity",
+                     ["severity"], registry=reg)
+    for sev, n in open_bad:
+        findings.labels(sev).set(n)
+    Gauge("rsc_health_guard_trips_24h", "Drains the mass-drain guard held back, last 24 h",
+          registry=reg).set(trips or 0)
+    Gauge("rsc_health_drains_24h", "Drains by rsc-health (node path, lemons, manual), last 24 h",
+          registry=reg).set(drains or 0)
+    age = Gauge("rsc_health_data_age_seconds",
+                "Age of the newest data: source=sacct (job ends), spool (node runs)",
+                ["source"], registry=reg)
+    for source, newest in (("sacct", last_job), ("spool", last_run)):
+        if newest is not None:
+            age.labels(source).set(max(0.0, (now - newest).total_seconds()))
+    _lemons(engine, cfg, now, reg)
+    return reg
+
+
+def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
+    from rsc_health.historian.lemons.features import OutageRules, lemon_features
+    from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, lemon_verdicts
+
+    section = {**DEFAULTS, **cfg.section("lemon")}
+    window = float(section["window_days"])
+    features = lemon_features(engine, now, window,
+                              early_fail_minutes=float(section["early_fail_minutes"]),
+                              history_days=float(section["history_days"]),
+                              outages=OutageRules.from_config(section))
+    verdicts = lemon_verdicts(engine, features, now, LemonRules.from_config(section),
+                              window_days=window, with_evidence=False,
+                              history_days=float(section["history_days"]))
+    Gauge("rsc_health_lemon_candidates", "Lemon-node candidates as of the export",
+          registry=reg).set(len(verdicts))
+    per = Gauge("rsc_health_lemon_candidate", "1 for a lemon-node candidate", ["node"],
+                registry=reg)
+    for v in verdicts:
+        per.labels(v.node).set(1)
+
+
+def exposition(registry: CollectorRegistry) -> bytes:
+    return generate_latest(registry)
