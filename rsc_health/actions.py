@@ -136,7 +136,14 @@ class Actor:
         only thing that counts towards auto-resume; skip_jobs are never requeued (the epilog's
         own job, already ending). Raises SlurmError when Slurm is away."""
         if not self.enabled:
-            return []
+            # Shadow mode ([actions] enabled = false): Slurm is never asked or changed; what
+            # would have been drained is recorded, so a pilot next to NHC can be judged.
+            if not verdict.drains:
+                return []
+            shadow = [Action(ActionKind.WOULD_DRAIN, self.node, verdict.reason,
+                             detail=verdict.level.name.lower())]
+            self._spool(shadow)
+            return shadow
         info = self.slurm.node(self.node)
         if verdict.drains:
             actions = self._drain(verdict, info, requeue=requeue, skip=skip_jobs or set())

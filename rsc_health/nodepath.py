@@ -295,6 +295,13 @@ def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
 
     stage, cfg = ctx.stage, ctx.cfg
     enabled = bool(cfg.get("actions.enabled", True))
+    if not enabled and verdict.drains:
+        # Shadow mode: record what would have been drained, ask Slurm nothing, fail no job.
+        from rsc_health.actions import Actor
+
+        Actor(None, cfg, ctx.node, ctx.sdir, log=log).apply(verdict)
+        log(f"{stage.name}: shadow mode, would drain: {verdict.reason}")
+        return 0, False
     if not verdict.drains:
         if not (stage.counts_as_clean and verdict.level in (Level.OK, Level.WARN)):
             return 0, had_pending

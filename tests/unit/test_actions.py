@@ -177,10 +177,11 @@ def test_guard_limit_is_at_least_one():
     assert guard_limit(6, 0.34) == 2
 
 
-def test_disabled_actions_touch_nothing(cfg, tmp_path):
+def test_disabled_actions_touch_nothing_and_record_what_would_have_drained(cfg, tmp_path):
     cfg.data["actions"]["enabled"] = False
     slurm = MemorySlurm()
-    assert actor(slurm, cfg, tmp_path).apply(decide([finding("xid79")])) == []
+    done = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79")]))
+    assert [a.action for a in done] == ["would_drain"]
     assert slurm.calls == []
 
 
