@@ -28,11 +28,9 @@ from rsc_health import spool
 from rsc_health.config import Config
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import is_ours, parse_reason
-from rsc_health.slurm.api import NodeInfo, RequeueRefused, SlurmAPI, SlurmError
+from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI
 
 DRAIN_STATE_FILE = "slurm_drain.json"
-# What `scontrol requeue` says of a job that left the node after squeue listed it.
-LEFT_THE_NODE = ("invalid job id", "already completing", "pending execution")
 
 
 @dataclass
@@ -253,10 +251,8 @@ class Actor:
                 except RequeueRefused as exc:
                     refused = Action(ActionKind.REQUEUE_REFUSED, self.node, reason, job.job_id,
                                      exc.stderr)
-                except SlurmError as exc:
-                    if any(gone in str(exc).lower() for gone in LEFT_THE_NODE):
-                        continue  # it ended or was requeued between the listing and the requeue
-                    raise
+                except JobGone:
+                    continue  # it ended or was requeued between the listing and the requeue
             if job.job_id in reported:
                 continue
             out.append(refused)

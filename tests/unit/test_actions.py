@@ -11,7 +11,7 @@ from rsc_health.actions import Actor, guard_limit
 from rsc_health.config import load_config
 from rsc_health.model import Finding, Severity, Status
 from rsc_health.policy import decide
-from rsc_health.slurm.api import JobInfo, NodeInfo, RequeueRefused, SlurmCommandError
+from rsc_health.slurm.api import JobGone, JobInfo, NodeInfo, RequeueRefused
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -31,9 +31,6 @@ class MemorySlurm:
     def nodes(self, names=None):
         return [v for k, v in self.info.items() if not names or k in names]
 
-    def partition_nodes(self, partition):
-        return [k for k, v in self.info.items() if partition in v.partitions]
-
     def drain(self, node, reason, when=NOW):
         self.calls.append(("drain", node, reason))
         self.info[node] = NodeInfo(node, "IDLE+DRAIN", reason, "root", when, ("gpu",))
@@ -48,8 +45,8 @@ class MemorySlurm:
             raise RequeueRefused(["scontrol", "requeue", job_id], 1,
                                  "Requested operation is presently disabled for job")
         if job_id == "went_pending":  # requeued by someone else after squeue listed it
-            raise SlurmCommandError(["scontrol", "requeue", job_id], 1,
-                                    f"Job is pending execution for job {job_id}")
+            raise JobGone(["scontrol", "requeue", job_id], 1,
+                          f"Job is pending execution for job {job_id}")
 
     def jobs_on_node(self, node):
         return self.jobs.get(node, [])
@@ -57,11 +54,6 @@ class MemorySlurm:
     def job(self, job_id):
         return None
 
-    def sacct(self, args, fields):
-        return []
-
-    def node_events(self, args=None):
-        return []
 
 
 def finding(code: str, sev=Severity.DRAIN_NOW, repair=False, family="gpu") -> Finding:
