@@ -19,6 +19,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -119,6 +120,8 @@ class Actor:
         self.never_resume = set(a.get("never_resume_codes", ()))
         self.max_share = float(a.get("guard_max_share", 0.10))
         self.window = timedelta(minutes=float(a.get("guard_window_min", 15)))
+        self.settle_s = float(a.get("guard_settle_s", 2.0))
+        self.sleep = time.sleep
 
     # ---- entry point -----------------------------------------------------------------------
     def apply(
@@ -174,7 +177,13 @@ class Actor:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
             if ours is None:
+                # Twice: a node that drained a moment before the others sees too few at first.
+                # After guard_settle_s every racing drain has landed, and every node ranks the
+                # same final set the same way, so exactly those past the limit step back.
                 over = self._over_the_limit()
+                if over is None and self.settle_s > 0:
+                    self.sleep(self.settle_s)
+                    over = self._over_the_limit()
                 if over is not None:
                     return [over]
             self._save_state(verdict)

@@ -66,7 +66,9 @@ def cfg():
 
 
 def actor(slurm, cfg, tmp_path, node="n01"):
-    return Actor(slurm, cfg, node, tmp_path / node, now=lambda: NOW, log=lambda m: None)
+    a = Actor(slurm, cfg, node, tmp_path / node, now=lambda: NOW, log=lambda m: None)
+    a.sleep = lambda seconds: None  # the guard's settle wait
+    return a
 
 
 def spooled(tmp_path, node="n01"):
@@ -229,3 +231,30 @@ def test_jobs_already_leaving_the_node_are_not_requeued_and_do_not_stop_the_swee
     actions = actor(slurm, cfg, tmp_path).apply(verdict)
     assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", "7")]
     assert ("requeue", "5") not in slurm.calls
+
+
+def test_a_node_that_drained_first_steps_back_when_later_racers_push_it_past_the_limit(
+        cfg, tmp_path):
+    """Slurm's reason times have one-second resolution: three nodes drain in the same second,
+    ranked by name. The one that drained first saw only two at its first check; at its second
+    check (after guard_settle_s) it is ranked past the limit and undoes its own drain."""
+    from datetime import timedelta
+
+    cfg.data["actions"]["guard_max_share"] = 0.34  # 6 nodes: limit 2
+    slurm = MemorySlurm(n=0)
+    for name in ("n01", "n02", "n03", "n04", "n05", "n06"):
+        slurm.info[name] = NodeInfo(name, "IDLE", partitions=("gpu",))
+    a = actor(slurm, cfg, tmp_path, node="n06")
+    same_second = NOW - timedelta(seconds=1)
+
+    def racers_land(seconds):  # while n06 waits, n01 and n02 drain in the same second
+        for name in ("n01", "n02"):
+            slurm.info[name] = NodeInfo(name, "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 x",
+                                        "root", same_second, ("gpu",))
+
+    a.sleep = racers_land
+    slurm.drain = lambda node, reason, when=same_second: MemorySlurm.drain(
+        slurm, node, reason, when)
+    done = a.apply(decide([finding("xid79")]))
+    assert [x.action for x in done] == ["guard_tripped"]
+    assert "DRAIN" not in slurm.info["n06"].state
