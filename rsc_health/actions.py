@@ -19,6 +19,7 @@ import json
 import math
 import os
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -28,11 +29,9 @@ from rsc_health import spool
 from rsc_health.config import Config
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import is_ours, parse_reason
-from rsc_health.slurm.api import NodeInfo, RequeueRefused, SlurmAPI, SlurmError
+from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI
 
 DRAIN_STATE_FILE = "slurm_drain.json"
-# What `scontrol requeue` says of a job that left the node after squeue listed it.
-LEFT_THE_NODE = ("invalid job id", "already completing", "pending execution")
 
 
 @dataclass
@@ -121,6 +120,8 @@ class Actor:
         self.never_resume = set(a.get("never_resume_codes", ()))
         self.max_share = float(a.get("guard_max_share", 0.10))
         self.window = timedelta(minutes=float(a.get("guard_window_min", 15)))
+        self.settle_s = float(a.get("guard_settle_s", 2.0))
+        self.sleep = time.sleep
 
     # ---- entry point -----------------------------------------------------------------------
     def apply(
@@ -136,7 +137,14 @@ class Actor:
         only thing that counts towards auto-resume; skip_jobs are never requeued (the epilog's
         own job, already ending). Raises SlurmError when Slurm is away."""
         if not self.enabled:
-            return []
+            # Shadow mode ([actions] enabled = false): Slurm is never asked or changed; what
+            # would have been drained is recorded, so a pilot next to NHC can be judged.
+            if not verdict.drains:
+                return []
+            shadow = [Action(ActionKind.WOULD_DRAIN, self.node, verdict.reason,
+                             detail=verdict.level.name.lower())]
+            self._spool(shadow)
+            return shadow
         info = self.slurm.node(self.node)
         if verdict.drains:
             actions = self._drain(verdict, info, requeue=requeue, skip=skip_jobs or set())
@@ -169,7 +177,13 @@ class Actor:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
             if ours is None:
+                # Twice: a node that drained a moment before the others sees too few at first.
+                # After guard_settle_s every racing drain has landed, and every node ranks the
+                # same final set the same way, so exactly those past the limit step back.
                 over = self._over_the_limit()
+                if over is None and self.settle_s > 0:
+                    self.sleep(self.settle_s)
+                    over = self._over_the_limit()
                 if over is not None:
                     return [over]
             self._save_state(verdict)
@@ -246,10 +260,8 @@ class Actor:
                 except RequeueRefused as exc:
                     refused = Action(ActionKind.REQUEUE_REFUSED, self.node, reason, job.job_id,
                                      exc.stderr)
-                except SlurmError as exc:
-                    if any(gone in str(exc).lower() for gone in LEFT_THE_NODE):
-                        continue  # it ended or was requeued between the listing and the requeue
-                    raise
+                except JobGone:
+                    continue  # it ended or was requeued between the listing and the requeue
             if job.job_id in reported:
                 continue
             out.append(refused)

@@ -62,6 +62,7 @@ class ActionKind(enum.StrEnum):
     GUARD_TRIPPED = "guard_tripped"  # a drain the mass-drain guard held back (kept pending)
     LEMON_DRAIN = "lemon_drain"  # `healthctl lemons --apply`
     MANUAL_DRAIN = "manual_drain"  # `healthctl drain`
+    WOULD_DRAIN = "would_drain"  # shadow mode ([actions] enabled = false): recorded, not done
 
 
 DRAIN_KINDS = frozenset({ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, ActionKind.LEMON_DRAIN,

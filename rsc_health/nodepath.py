@@ -290,14 +290,22 @@ def _first_node(node: str) -> bool:
 
 def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
     """Carry out the verdict in Slurm; (exit code, verdict still pending)."""
-    from rsc_health.actions import Actor
-    from rsc_health.slurm.api import SlurmError
-
     stage, cfg = ctx.stage, ctx.cfg
     enabled = bool(cfg.get("actions.enabled", True))
+    if not enabled and verdict.drains:
+        # Shadow mode: record what would have been drained, ask Slurm nothing, fail no job.
+        from rsc_health.actions import Actor
+
+        Actor(None, cfg, ctx.node, ctx.sdir, log=log).apply(verdict)
+        log(f"{stage.name}: shadow mode, would drain: {verdict.reason}")
+        return 0, False
     if not verdict.drains:
         if not (stage.counts_as_clean and verdict.level in (Level.OK, Level.WARN)):
             return 0, had_pending
+    # Imported only past this point: a healthy prolog neither calls nor loads the Slurm side.
+    from rsc_health.actions import Actor
+    from rsc_health.slurm.api import SlurmError
+
     skip = {ctx.job_id} if (ctx.job_id and stage.name == "epilog") else None
     slurm = ctx.slurm_factory(cfg, ctx.deadline)
     try:

@@ -138,9 +138,20 @@ def failure_rate(ctx, since, until, large_job_gpus, as_json):
     fr = compute(
         _engine(ctx), _window(since, until), threshold, _cfg(ctx, "metrics.confidence", 0.9)
     )
-    if as_json:
-        return _emit_json({k: _clean(v) for k, v in fr.to_dict().items()})
     per = fr.per_1000()
+    if as_json:
+        # The same unit as the table: failures per 1000 node-days, named in the keys.
+        return _emit_json({
+            "r_f_per_1000_node_days": _clean(per["r_f"]),
+            "ci_low_per_1000_node_days": _clean(per["ci_low"]),
+            "ci_high_per_1000_node_days": _clean(per["ci_high"]),
+            "confidence": fr.confidence, "failures": fr.failures, "node_days": fr.node_days,
+            "jobs": fr.jobs, "large_job_gpus": fr.large_job_gpus,
+        })
+    if fr.jobs == 0 or fr.node_days <= 0:
+        click.echo(f"r_f: no job with more than {fr.large_job_gpus} GPUs ended in the window; "
+                   "nothing to measure yet")
+        return
     click.echo(
         f"r_f = {_fmt(per['r_f'], '.2f')} failures per 1000 node-days "
         f"({fr.confidence:.0%} CI {_fmt(per['ci_low'], '.2f')}-{_fmt(per['ci_high'], '.2f')}): "
@@ -396,9 +407,20 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
         from rsc_health.historian.metrics.rates import failure_rate as measure
 
         engine = _engine(ctx)
-        r_f = measure(engine, _window(since, until), _cfg(ctx, "metrics.large_job_gpus", 128)).r_f
+        large = _cfg(ctx, "metrics.large_job_gpus", 128)
+        r_f = measure(engine, _window(since, until), large).r_f
         if not r_f == r_f:
-            raise click.ClickException("no large-job runtime to measure r_f; pass --rf")
+            if nodes:
+                raise click.ClickException(
+                    f"no job over {large} GPUs has ended yet, so r_f cannot be measured; "
+                    "pass --rf (failures per 1000 node-days) for the projection")
+            # A young cluster: nothing is wrong, there is just nothing to report yet.
+            message = (f"no ETTR yet: no job over {large} GPUs has ended in the window, so r_f "
+                       "(and the expected ETTR) cannot be measured")
+            if as_json:
+                return _emit_json({"runs": [], "note": message})
+            click.echo(message)
+            return
 
     if nodes:
         base = EttrModel(

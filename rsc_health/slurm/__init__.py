@@ -6,6 +6,7 @@ newer. pyslurm could sit behind the same interface where its version matches the
 """
 
 from rsc_health.slurm.api import (
+    JobGone,
     JobInfo,
     NodeInfo,
     RequeueRefused,
@@ -18,6 +19,7 @@ from rsc_health.slurm.cli_backend import CliSlurm
 
 __all__ = [
     "CliSlurm",
+    "JobGone",
     "JobInfo",
     "NodeInfo",
     "RequeueRefused",

@@ -29,6 +29,11 @@ class RequeueRefused(SlurmCommandError):
     """The job cannot be requeued (submitted with --no-requeue, or JobRequeue=0)."""
 
 
+class JobGone(SlurmCommandError):
+    """The job left the node between the listing and the call (ended, completing, or already
+    requeued and pending): nothing left to do to it."""
+
+
 @dataclass(frozen=True, slots=True)
 class NodeInfo:
     name: str
@@ -70,8 +75,6 @@ class SlurmAPI(Protocol):
 
     def nodes(self, names: list[str] | None = None) -> list[NodeInfo]: ...
 
-    def partition_nodes(self, partition: str) -> list[str]: ...
-
     def drain(self, node: str, reason: str) -> None: ...
 
     def resume(self, node: str) -> None: ...
@@ -82,6 +85,6 @@ class SlurmAPI(Protocol):
 
     def job(self, job_id: str) -> JobInfo | None: ...
 
-    def sacct(self, args: list[str], fields: list[str]) -> list[dict[str, str]]: ...
+    # Accounting (sacct, sacctmgr) is rsc_health.slurm.accounting's: the historian's loaders
+    # stream Slurm's bytes, which this per-record interface would not.
 
-    def node_events(self, args: list[str] | None = None) -> list[dict[str, str]]: ...

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from rsc_health.slurm.api import (
+    JobGone,
     JobInfo,
     NodeInfo,
     RequeueRefused,
@@ -30,6 +31,8 @@ _UNAVAILABLE = re.compile(
     re.IGNORECASE,
 )
 _REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled", re.IGNORECASE)
+# What `scontrol requeue` says of a job that left the node after squeue listed it.
+_JOB_GONE = re.compile(r"invalid job id|already completing|pending execution", re.IGNORECASE)
 # `Reason=text with spaces [user@2026-11-22T01:22:26]`; the text may contain anything but "[".
 _REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-9T:-]+)\]")
 _KEY = re.compile(r"(?:^|\s)(?P<key>[A-Za-z][\w/:]*)=")
@@ -135,10 +138,6 @@ class CliSlurm:
             raise SlurmCommandError(["scontrol", "show", "node", name], 1, "no such node")
         return found[0]
 
-    def partition_nodes(self, partition: str) -> list[str]:
-        out = self._run(["sinfo", "-h", "-N", "-p", partition, "-o", "%N"])
-        return sorted({line.strip() for line in out.splitlines() if line.strip()})
-
     def drain(self, node: str, reason: str) -> None:
         self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
 
@@ -150,6 +149,8 @@ class CliSlurm:
         try:
             self._run(["scontrol", "requeue", job_id])
         except SlurmCommandError as exc:
+            if _JOB_GONE.search(exc.stderr):
+                raise JobGone(exc.argv, exc.returncode, exc.stderr) from None
             if not _REQUEUE_REFUSED.search(exc.stderr):
                 raise
             raise RequeueRefused(exc.argv, exc.returncode, exc.stderr) from None
@@ -200,29 +201,6 @@ class CliSlurm:
             user=user,
             partition=partition,
         )
-
-    # ---- accounting ------------------------------------------------------------------------
-    def sacct(self, args: list[str], fields: list[str]) -> list[dict[str, str]]:
-        out = self._run(
-            ["sacct", "-n", "--parsable2", f"--format={','.join(fields)}", *args]
-        )
-        return [dict(zip(fields, line.split("|"), strict=False)) for line in out.splitlines()]
-
-    def node_events(self, args: list[str] | None = None) -> list[dict[str, str]]:
-        fields = ["NodeName", "Start", "End", "State", "Reason", "User"]
-        out = self._run(
-            ["sacctmgr", "-n", "-P", "show", "event", *(args or []),
-             f"format={','.join(fields)}"]
-        )
-        rows = []
-        for line in out.splitlines():
-            parts = line.split("|")
-            # Reason is the user's free text: rejoin if it contained the delimiter.
-            if len(parts) > len(fields):
-                parts = parts[:4] + ["|".join(parts[4:-1]), parts[-1]]
-            rows.append(dict(zip(fields, parts, strict=False)))
-        return rows
-
 
 def _expand(nodelist: str) -> list[str]:
     from rsc_health.hostlist import expand

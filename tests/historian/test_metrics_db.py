@@ -337,7 +337,33 @@ def test_failure_rate_json_matches_the_hand_count(db_url):
     node_days = 896 / 24 + 64 * 72 / 24
     assert out["failures"] == 3
     assert out["node_days"] == pytest.approx(node_days)
-    assert out["r_f"] == pytest.approx(3 / node_days)
+    # JSON in the table's unit, named in the key: failures per 1000 node-days.
+    assert out["r_f_per_1000_node_days"] == pytest.approx(3000 / node_days)
+
+
+def test_failure_rate_and_ettr_on_a_young_cluster_say_why_and_exit_0(tmp_path):
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    url = f"sqlite:///{tmp_path / 'young.db'}"
+    assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
+    fr = CliRunner().invoke(cli, ["--db", url, "failure-rate"])
+    assert fr.exit_code == 0 and "nothing to measure yet" in fr.output and "---" not in fr.output
+    ettr = CliRunner().invoke(cli, ["--db", url, "ettr"])
+    assert ettr.exit_code == 0 and "no ETTR yet" in ettr.output
+
+
+def test_no_historian_configured_is_one_line_and_no_database_file(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RSC_HEALTH_DB", raising=False)
+    out = CliRunner().invoke(cli, ["--config", "/dev/null", "failure-rate"])
+    assert out.exit_code == 1 and "no historian configured" in out.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_outcomes_table_names_hardware_failures(db_url):

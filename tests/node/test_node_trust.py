@@ -211,3 +211,19 @@ def test_an_unwritable_spool_does_not_consume_the_xid(node, monkeypatch):
     lines = node.path(f"{NODE_STATE}/spool/pending.jsonl").read_text().splitlines()
     xids = [json.loads(x) for x in lines if '"xid79"' in x]
     assert len(xids) == 1
+
+
+def test_shadow_mode_records_what_would_have_drained_and_asks_slurm_nothing(node, monkeypatch):
+    site = node.path("site.toml")
+    site.write_text(node.path("config.toml").read_text()
+                    + '\n[actions]\nenabled = false\n[slurm]\nbin_dir = "/nonexistent"\n')
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(node.root))
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(site))
+    monkeypatch.setenv("SLURMD_NODENAME", "node01")
+    monkeypatch.setenv("SLURM_JOB_ID", "12")
+    _xid(node)
+    assert nodepath.main(["prolog"]) == 0  # the job runs
+    lines = node.path(f"{NODE_STATE}/spool/pending.jsonl").read_text().splitlines()
+    actions = [json.loads(x) for x in lines if '"kind":"action"' in x]
+    assert [(a["action"], a["reason"][:21]) for a in actions] == [
+        ("would_drain", "rsc_health:now:xid79:")]

@@ -370,6 +370,7 @@ lock_timeout_s = 10
 resume_after_clean_sweeps = 2
 guard_max_share = 0.34
 guard_window_min = 15
+guard_settle_s = 1.5
 """
 
 

@@ -92,3 +92,22 @@ def test_reason_reaches_scontrol_as_one_argument_never_through_a_shell(tmp_path)
     assert argv == ["update", "NodeName=node01", "State=DRAIN",
                     "Reason=rsc_health:now:x:$(touch pwned); `id` | rm"]
     assert not (tmp_path / "pwned").exists()
+
+
+def test_requeue_of_a_job_that_left_is_a_typed_error_not_text_to_match():
+    """actions.py catches JobGone, never scontrol's wording."""
+    import os
+    import stat
+    import tempfile
+    from pathlib import Path
+
+    from rsc_health.slurm import CliSlurm, JobGone
+
+    with tempfile.TemporaryDirectory() as tmp:
+        fake = Path(tmp) / "scontrol"
+        fake.write_text("#!/bin/sh\necho 'slurm_requeue error: Job is pending execution' >&2\n"
+                        "exit 1\n")
+        fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+        with pytest.raises(JobGone):
+            CliSlurm(bin_dir=tmp).requeue("12")
+        assert os.path.exists(fake)

@@ -182,8 +182,9 @@ def test_outcomes_failure_rate_and_goodput_match_the_jobs_slurm_ran(slurm_cluste
     fr = healthctl_json(c, url, "failure-rate", "--since", since, "--large-job-gpus", "0")
     assert (fr["jobs"], fr["failures"], fr["large_job_gpus"]) == (5, 1, 0)
     assert fr["node_days"] == pytest.approx(node_days, rel=1e-9)
-    assert fr["r_f"] == pytest.approx(1 / node_days, rel=1e-9)
-    assert fr["ci_low"] < fr["r_f"] < fr["ci_high"]
+    assert fr["r_f_per_1000_node_days"] == pytest.approx(1000 / node_days, rel=1e-9)
+    assert (fr["ci_low_per_1000_node_days"] < fr["r_f_per_1000_node_days"]
+            < fr["ci_high_per_1000_node_days"])
     # The paper's default threshold (128 GPUs) leaves none of these jobs in the rate.
     default = healthctl_json(c, url, "failure-rate", "--since", since)
     assert (default["jobs"], default["failures"]) == (0, 0)

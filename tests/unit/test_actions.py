@@ -11,7 +11,7 @@ from rsc_health.actions import Actor, guard_limit
 from rsc_health.config import load_config
 from rsc_health.model import Finding, Severity, Status
 from rsc_health.policy import decide
-from rsc_health.slurm.api import JobInfo, NodeInfo, RequeueRefused, SlurmCommandError
+from rsc_health.slurm.api import JobGone, JobInfo, NodeInfo, RequeueRefused
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
@@ -31,9 +31,6 @@ class MemorySlurm:
     def nodes(self, names=None):
         return [v for k, v in self.info.items() if not names or k in names]
 
-    def partition_nodes(self, partition):
-        return [k for k, v in self.info.items() if partition in v.partitions]
-
     def drain(self, node, reason, when=NOW):
         self.calls.append(("drain", node, reason))
         self.info[node] = NodeInfo(node, "IDLE+DRAIN", reason, "root", when, ("gpu",))
@@ -48,8 +45,8 @@ class MemorySlurm:
             raise RequeueRefused(["scontrol", "requeue", job_id], 1,
                                  "Requested operation is presently disabled for job")
         if job_id == "went_pending":  # requeued by someone else after squeue listed it
-            raise SlurmCommandError(["scontrol", "requeue", job_id], 1,
-                                    f"Job is pending execution for job {job_id}")
+            raise JobGone(["scontrol", "requeue", job_id], 1,
+                          f"Job is pending execution for job {job_id}")
 
     def jobs_on_node(self, node):
         return self.jobs.get(node, [])
@@ -57,11 +54,6 @@ class MemorySlurm:
     def job(self, job_id):
         return None
 
-    def sacct(self, args, fields):
-        return []
-
-    def node_events(self, args=None):
-        return []
 
 
 def finding(code: str, sev=Severity.DRAIN_NOW, repair=False, family="gpu") -> Finding:
@@ -74,7 +66,9 @@ def cfg():
 
 
 def actor(slurm, cfg, tmp_path, node="n01"):
-    return Actor(slurm, cfg, node, tmp_path / node, now=lambda: NOW, log=lambda m: None)
+    a = Actor(slurm, cfg, node, tmp_path / node, now=lambda: NOW, log=lambda m: None)
+    a.sleep = lambda seconds: None  # the guard's settle wait
+    return a
 
 
 def spooled(tmp_path, node="n01"):
@@ -177,10 +171,11 @@ def test_guard_limit_is_at_least_one():
     assert guard_limit(6, 0.34) == 2
 
 
-def test_disabled_actions_touch_nothing(cfg, tmp_path):
+def test_disabled_actions_touch_nothing_and_record_what_would_have_drained(cfg, tmp_path):
     cfg.data["actions"]["enabled"] = False
     slurm = MemorySlurm()
-    assert actor(slurm, cfg, tmp_path).apply(decide([finding("xid79")])) == []
+    done = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79")]))
+    assert [a.action for a in done] == ["would_drain"]
     assert slurm.calls == []
 
 
@@ -236,3 +231,30 @@ def test_jobs_already_leaving_the_node_are_not_requeued_and_do_not_stop_the_swee
     actions = actor(slurm, cfg, tmp_path).apply(verdict)
     assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", "7")]
     assert ("requeue", "5") not in slurm.calls
+
+
+def test_a_node_that_drained_first_steps_back_when_later_racers_push_it_past_the_limit(
+        cfg, tmp_path):
+    """Slurm's reason times have one-second resolution: three nodes drain in the same second,
+    ranked by name. The one that drained first saw only two at its first check; at its second
+    check (after guard_settle_s) it is ranked past the limit and undoes its own drain."""
+    from datetime import timedelta
+
+    cfg.data["actions"]["guard_max_share"] = 0.34  # 6 nodes: limit 2
+    slurm = MemorySlurm(n=0)
+    for name in ("n01", "n02", "n03", "n04", "n05", "n06"):
+        slurm.info[name] = NodeInfo(name, "IDLE", partitions=("gpu",))
+    a = actor(slurm, cfg, tmp_path, node="n06")
+    same_second = NOW - timedelta(seconds=1)
+
+    def racers_land(seconds):  # while n06 waits, n01 and n02 drain in the same second
+        for name in ("n01", "n02"):
+            slurm.info[name] = NodeInfo(name, "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 x",
+                                        "root", same_second, ("gpu",))
+
+    a.sleep = racers_land
+    slurm.drain = lambda node, reason, when=same_second: MemorySlurm.drain(
+        slurm, node, reason, when)
+    done = a.apply(decide([finding("xid79")]))
+    assert [x.action for x in done] == ["guard_tripped"]
+    assert "DRAIN" not in slurm.info["n06"].state
