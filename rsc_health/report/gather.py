@@ -64,6 +64,11 @@ class GatherOptions:
         )
 
 
+class SectionEmpty(Exception):
+    """A section with nothing to show for a reason the reader should see (a young cluster),
+    not an error: the note says why, and nothing is logged as a failure."""
+
+
 def _sections(names: Any) -> frozenset[str]:
     known = set(COLUMNS) | {"metrics"}
     unknown = sorted(set(names) - known)
@@ -280,6 +285,9 @@ def gather(
         started = time.perf_counter()
         try:
             return produce()
+        except SectionEmpty as why:  # nothing to show yet, for a reason the reader should see
+            data.notes[section] = str(why)
+            return None
         except Exception as exc:  # one broken section must not lose the whole report
             log.warning("report section %s failed: %s", section, exc, exc_info=True)
             data.notes[section] = f"{label} unavailable: {type(exc).__name__}: {exc}"
@@ -339,7 +347,9 @@ def gather(
 
             cfg = opts.ettr or {}
             if r_f is None:  # no large-job runtime or failures: nothing to expect against
-                raise ValueError("no large-job failure rate r_f in the window")
+                raise SectionEmpty(
+                    "no ETTR yet: no job over the large-job threshold has ended in the window, "
+                    "so r_f (and the expected ETTR) cannot be measured")
             dt_min = float(cfg.get("checkpoint_interval_min", 0.0))
             run_opts = RunOptions(
                 link_by=str(cfg.get("link_by", "name_user")),

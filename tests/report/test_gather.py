@@ -189,3 +189,17 @@ def test_evidence_lists_each_failed_job_once_with_all_its_causes():
     )
     assert lemon_evidence_lines(verdict) == [
         "node_fails=4 >= 3", "failed jobs: 7 NODE_FAIL (pcie, xid), 9 FAILED"]
+
+
+def test_a_young_cluster_report_says_why_ettr_is_empty_without_a_traceback(tmp_path, caplog):
+    """Issue 14: the ETTR section of a cluster with no large job yet showed a ValueError and
+    logged a traceback; it now says why, and logs nothing as a failure."""
+    import logging
+
+    engine = connect(f"sqlite:///{tmp_path / 'young.db'}")
+    with caplog.at_level(logging.WARNING):
+        data = gather(engine, AS_OF)
+    engine.dispose()
+    assert data.notes["ettr"].startswith("no ETTR yet")
+    assert "Error" not in data.notes["ettr"]
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and "ettr" in r.msg]
