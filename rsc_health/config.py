@@ -21,7 +21,6 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
-import socket
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -133,7 +132,7 @@ def node_name(cfg: Config) -> str:
     return (
         os.environ.get("SLURMD_NODENAME")
         or str(cfg.get("slurm.node_name", "") or "")
-        or socket.gethostname().split(".")[0]
+        or os.uname().nodename.split(".")[0]  # gethostname() without importing socket
     )
 
 

@@ -7,7 +7,7 @@ because the prolog imports this module on every job start.
 from __future__ import annotations
 
 import enum
-import uuid
+import os
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 
@@ -141,4 +141,5 @@ def utcnow() -> datetime:
 
 def new_record_id() -> str:
     """Unique id of a spooled record; the historian's primary key makes delivery exactly-once."""
-    return uuid.uuid4().hex
+    # 128 random bits, as uuid4 but without importing uuid (and platform) on every job start.
+    return os.urandom(16).hex()

@@ -21,7 +21,6 @@ Standard library only: the prolog imports this.
 from __future__ import annotations
 
 import fcntl
-import hashlib
 import json
 import os
 from collections.abc import Iterable, Iterator
@@ -69,6 +68,8 @@ def check_records(
         )
         key = f.data.get("event_key") if isinstance(f.data, dict) else None
         if key:
+            import hashlib  # only for event records: most runs have none
+
             rec["id"] = hashlib.sha256(f"{node}|{key}".encode()).hexdigest()[:32]
         out.append(rec)
     for family in sorted({f.family for f in findings} - bad_families):

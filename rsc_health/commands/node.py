@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import stat
 import sys
 from pathlib import Path
@@ -209,7 +208,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
                 grab(f"{rel}/counters/{c.name}")
     return {
         "schema": SNAPSHOT_SCHEMA,
-        "node": node or socket.gethostname(),
+        "node": node or os.uname().nodename,
         "time": utcnow().isoformat(timespec="seconds"),
         "root": str(root),
         "config": cfg.data,
