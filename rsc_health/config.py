@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
+import stat
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,10 +79,23 @@ def _deep_merge(base: dict, top: dict) -> dict:
     return base
 
 
+MAX_CONFIG_BYTES = 1 << 20
+
+
 def _read_toml(path: Path) -> dict:
+    """Read a TOML file that is a regular file: a FIFO or a device where the config should be
+    would block the prolog at open or read, so it is refused without waiting (O_NONBLOCK)."""
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                raise ConfigError(f"{path}: not a regular file")
+            data = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(data) > MAX_CONFIG_BYTES:
+            raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
+        return tomllib.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
     except OSError as exc:

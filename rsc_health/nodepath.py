@@ -16,8 +16,11 @@ prolog and epilog).
 
 Exit codes: the prolog exits 1 on a drain verdict (after setting the specific reason) so slurmd
 drains the node and requeues the job elsewhere; otherwise 0, also when the checker itself is
-broken (a bad config, a held lock, a hang past the budget): a checker fault never fails a job.
-The epilog and the sweep exit 0: Slurm needs only the actions they take.
+broken (a bad config, a held lock, a state dir it cannot write, a bug, a hang past the budget):
+a checker fault never fails a job. The one exception is a prolog that already holds a drain
+verdict when its own fault strikes: it still exits 1, as the verdict asked, and keeps the
+verdict pending (why="fault"). The epilog and the sweep exit 0: Slurm needs only the actions
+they take. A healthy prolog, epilog or sweep makes no Slurm call.
 
 Never forget: a drain verdict that could not be carried out (slurmctld away, or the mass-drain
 guard holding) is kept in `pending_verdict.json` and honoured by the next sweep or prolog.
@@ -148,48 +151,160 @@ def _budget(cfg: Config, stage: Stage) -> float:
 
 
 # ---- the pipeline ---------------------------------------------------------------------------
+@dataclass
+class Progress:
+    """How far this run got, for whoever has to end it early (a fault, the watchdog): which
+    step was running, where the spool is, and whether a drain verdict is already in hand."""
+
+    stage: Stage
+    started: float
+    job_id: str | None
+    step: str = "start"
+    cfg: Config | None = None
+    node: str | None = None
+    sdir: Path | None = None
+    verdict: Verdict | None = None
+    spooled: bool = False
+    acted: bool = False
+
+    def safe_exit(self) -> int:
+        """0 (let the job run, leave the node alone) unless this is a prolog that already holds
+        a drain verdict it has not carried out and actions are on: then 1, so slurmd drains the
+        node and requeues the job, which is what the verdict asked for."""
+        drains = bool(self.verdict and self.verdict.drains and not self.acted)
+        enabled = bool(self.cfg.get("actions.enabled", True)) if self.cfg else False
+        return 1 if (drains and enabled and self.stage.name == "prolog") else 0
+
+
 def run_stage(name: str, *, slurm_factory=_default_slurm) -> int:
-    global _syslog_on
+    """One run of an entry point. Whatever goes wrong inside (a broken state dir, a bug, a hang)
+    ends in one line on stderr and syslog, a checker_error heartbeat where the disk allows, and
+    a safe exit code: the checker's own fault never fails a job or drains a node."""
     stage = STAGES[name]
-    started = time.monotonic()
-    job_id = _job_id()
-    root = node_root()
+    run = Progress(stage, time.monotonic(), _job_id())
+    # Armed before the config is read: a config on a hung mount cannot hold the prolog either.
+    watchdog = Watchdog(run, stage.default_budget_s + 2.0)
     try:
-        base = load_config()
-    except ConfigError as exc:
-        return _broken_config(stage, root, job_id, started, exc)
-    _syslog_on = bool(base.get("node.syslog", True))
-    cfg, node = resolve_node_config(base, partition=os.environ.get("SLURM_JOB_PARTITION"))
-    sdir = state_dir(cfg, root)
-    budget = _budget(cfg, stage)
-    safe_exit = 0
-    watchdog = _watchdog(stage, budget + 2.0, safe_exit)
-    ctx = Context(stage, cfg, root, node, sdir, started, started + budget, job_id, slurm_factory)
-    try:
-        timeout = min(float(cfg.get("slurm.lock_timeout_s", 20)), budget / 3)
-        with node_lock(sdir, timeout):
-            return _locked(ctx)
-    except LockTimeout as exc:
-        note = {"prolog": "; letting the job run", "sweep": "; skipping this sweep"}.get(name, "")
-        log(f"{stage.name}: {exc}{note}")
-        return 0
+        return _run(run, watchdog, slurm_factory)
+    except Exception as exc:  # noqa: BLE001 - the contract: a checker fault is not a node fault
+        return _checker_fault(run, exc)
     finally:
         watchdog.cancel()
 
 
-def _watchdog(stage: Stage, after_s: float, code: int) -> threading.Timer:
-    """Past the budget, whatever is stuck (a probe that ignored its deadline, a Slurm call),
-    the process leaves: os._exit, so no stuck thread or child can hold the exit."""
+def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
+    global _syslog_on
+    stage = run.stage
+    root = node_root()
+    run.step = "config"
+    try:
+        base = load_config()
+    except ConfigError as exc:
+        return _broken_config(stage, root, run.job_id, run.started, exc)
+    _syslog_on = bool(base.get("node.syslog", True))
+    cfg, node = resolve_node_config(base, partition=os.environ.get("SLURM_JOB_PARTITION"))
+    run.cfg, run.node = cfg, node
+    sdir = run.sdir = state_dir(cfg, root)
+    budget = _budget(cfg, stage)
+    watchdog.rearm(budget + 2.0)
+    ctx = Context(stage, cfg, root, node, sdir, run.started, run.started + budget, run.job_id,
+                  slurm_factory)
+    run.step = "lock"
+    try:
+        timeout = min(float(cfg.get("slurm.lock_timeout_s", 20)), budget / 3)
+        with node_lock(sdir, timeout):
+            return _locked(ctx, run)
+    except LockTimeout as exc:
+        note = {"prolog": "; letting the job run", "sweep": "; skipping this sweep"}.get(
+            stage.name, "")
+        log(f"{stage.name}: {exc}{note}")
+        return 0
 
-    def fire() -> None:
-        log(f"{stage.name}: still running after {after_s:.0f}s (budget exceeded; a source or "
-            f"a Slurm call hung); exiting {code}")
-        os._exit(code)
 
-    timer = threading.Timer(after_s, fire)
-    timer.daemon = True
-    timer.start()
-    return timer
+def _checker_fault(run: Progress, exc: BaseException) -> int:
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "rsc_health" in f.filename] or frames
+    where = f" at {Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else ""
+    code = run.safe_exit()
+    detail = f"{type(exc).__name__}: {exc}"[:300]
+    _keep_unacted_verdict(run)
+    unspooled = _spool_fault(run, "checker_fault", f"checker fault during {run.step}: {detail}")
+    log(f"{run.stage.name}: checker fault during {run.step}{where}: {detail}; exiting {code}"
+        + (f" (not spooled: {unspooled})" if unspooled else ""))
+    return code
+
+
+def _keep_unacted_verdict(run: Progress) -> None:
+    if run.verdict is not None and run.verdict.drains and not run.acted and run.sdir \
+            and run.cfg is not None and run.cfg.get("actions.enabled", True):
+        save_pending(run.sdir, run.verdict, why="fault")
+
+
+def _spool_fault(run: Progress, code: str, reason: str) -> str | None:
+    """A checker record, and a checker_error heartbeat unless this run already spooled one, so
+    the historian sees a node that could not look rather than a silent one. Returns why it
+    could not be spooled, or None."""
+    if run.sdir is None or run.node is None:
+        return "no state dir yet"
+    finding = Finding("checker", run.step, Status.ERROR, Severity.NONE, reason[:500], code)
+    now = utcnow()
+    records = spool.check_records([finding], node=run.node, source=run.stage.name, time=now,
+                                  job_id=run.job_id)
+    if not run.spooled:
+        records.append(_heartbeat(run.stage, run.node, now, Level.CHECKER_ERROR, [finding],
+                                  time.monotonic() - run.started))
+    try:
+        spool.append(run.sdir / "spool", records)
+    except OSError as err:
+        return str(err)
+    run.spooled = True
+    return None
+
+
+class Watchdog:
+    """Past the budget, whatever is stuck (a probe that ignored its deadline, a Slurm call, a
+    config on a hung mount), the process leaves with the safe exit code: it names the step,
+    spools a checker_error heartbeat (itself bounded by a one-second backstop, since the
+    spool's disk may be what hangs) and calls os._exit, so no stuck thread or child can hold
+    the exit."""
+
+    BACKSTOP_S = 1.0
+
+    def __init__(self, run: Progress, after_s: float):
+        self.run = run
+        self._timer: threading.Timer | None = None
+        self.rearm(after_s)
+
+    def rearm(self, after_s: float) -> None:
+        self.cancel()
+        self.after_s = after_s
+        self._timer = threading.Timer(after_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _fire(self) -> None:
+        run = self.run
+        code = run.safe_exit()
+        backstop = threading.Timer(self.BACKSTOP_S, os._exit, (code,))
+        backstop.daemon = True
+        backstop.start()
+        try:
+            log(f"{run.stage.name}: still running after {self.after_s:.0f}s during {run.step} "
+                f"(budget exceeded; a source or a Slurm call hung); exiting {code}")
+            _keep_unacted_verdict(run)
+            unspooled = _spool_fault(
+                run, "checker_timeout",
+                f"{run.stage.name} hung during {run.step} past {self.after_s:.0f}s")
+            if unspooled:
+                log(f"{run.stage.name}: not spooled: {unspooled}")
+        finally:
+            os._exit(code)
 
 
 def _broken_config(stage: Stage, root: Path, job_id: str | None, started: float,
@@ -219,32 +334,53 @@ def _broken_config(stage: Stage, root: Path, job_id: str | None, started: float,
     return 0
 
 
-def _locked(ctx: Context) -> int:
+def _locked(ctx: Context, run: Progress) -> int:
     from rsc_health import engine
 
     stage, cfg = ctx.stage, ctx.cfg
     families = cfg.get(stage.families_key) if stage.families_key else None
     remaining = ctx.deadline - time.monotonic()
+    run.step = "checks"
     # Checks get at most half of what is left; Slurm calls get the rest.
     findings, commit = engine.run_deferred(
         cfg, ctx.root, only=set(families) if families else None,
         budget_s=max(1.0, remaining * 0.5),
     )
+    run.step = "verdict"
     pending = load_pending(ctx.sdir)
-    verdict = decide(findings + list(pending.causes)) if pending else decide(findings)
+    fresh = decide(findings)
+    verdict = decide(findings + list(pending.verdict.causes)) if pending else fresh
+    run.verdict = verdict
     now = utcnow()
+    run.step = "spool"
     records = spool.check_records(findings, node=ctx.node, source=stage.name, time=now,
                                   job_id=ctx.job_id)
     records.extend(_job_records(ctx, now))
     records.append(_heartbeat(stage, ctx.node, now, verdict.level, findings,
                               time.monotonic() - ctx.started))
-    spooled = _spool(ctx.sdir, records)
-    if spooled:
+    run.spooled = _spool(ctx.sdir, records)
+    if run.spooled:
         # Only now is it safe to consume the events: they are on disk. When the spool is not
         # writable the next run reads them again, under the same record ids.
-        for f in commit():
+        run.step = "state"
+        unsaved = commit()
+        for f in unsaved:
             log(f"{stage.name}: {f.reason}")
-    code, still_pending = _act(ctx, verdict, bool(pending))
+        if unsaved:
+            # The next run will see these events again (same record ids, so the historian
+            # keeps one copy); the operator must see that the state dir refuses writes.
+            _spool(ctx.sdir, spool.check_records(unsaved, node=ctx.node, source=stage.name,
+                                                 time=now, job_id=ctx.job_id))
+            findings = findings + unsaved
+    run.step = "act"
+    if (pending and pending.why == "guard" and stage.name == "prolog" and not fresh.drains):
+        # The mass-drain guard held this verdict back; the sweep retries it. A job start on a
+        # node with nothing new to report must not cost a Slurm call each time.
+        code, still_pending = 0, True
+    else:
+        code, still_pending = _act(ctx, verdict, bool(pending))
+    run.acted = True
+    run.step = "textfile"
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                     time.monotonic() - ctx.started, pending=still_pending)
     return code
@@ -302,6 +438,10 @@ def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
     if not verdict.drains:
         if not (stage.counts_as_clean and verdict.level in (Level.OK, Level.WARN)):
             return 0, had_pending
+        if not _has_drain_state(ctx.sdir):
+            # A clean sweep only talks to Slurm to count towards resuming a node we drained:
+            # with no drain of ours on record, 16,000 nodes' sweeps cost slurmctld nothing.
+            return 0, had_pending
     # Imported only past this point: a healthy prolog neither calls nor loads the Slurm side.
     from rsc_health.actions import Actor
     from rsc_health.slurm.api import SlurmError
@@ -337,6 +477,15 @@ def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
         log(f"prolog: {verdict.reason}")
         return 1, False
     return 0, False
+
+
+def _has_drain_state(sdir: Path) -> bool:
+    from rsc_health.actions import DRAIN_STATE_FILE
+
+    try:
+        return (sdir / DRAIN_STATE_FILE).exists()
+    except OSError:
+        return True  # cannot tell: ask Slurm, as before
 
 
 # ---- sinks ----------------------------------------------------------------------------------
@@ -390,8 +539,7 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
             f'rsc_health_checker_errors{{source="{stage.name}"}}':
                 str(sum(f.status is Status.ERROR for f in findings)),
         }
-        if stage.name == "sweep" or "rsc_health_pending_drain" not in str(previous):
-            samples["rsc_health_pending_drain"] = "1" if pending else "0"
+        samples["rsc_health_pending_drain"] = "1" if pending else "0"
         for family, status in _family_status(findings).items():
             samples[f'rsc_health_family_status{{family="{lbl(family)}"}}'] = str(
                 STATUS_VALUE[status])
@@ -462,11 +610,17 @@ def save_pending(sdir: Path, verdict: Verdict, *, why: str) -> None:
         log(f"cannot save the pending verdict ({exc}); the next run decides afresh")
 
 
-def load_pending(sdir: Path) -> Verdict | None:
+@dataclass(frozen=True)
+class PendingVerdict:
+    verdict: Verdict
+    why: str  # slurm_unavailable | guard | fault
+
+
+def load_pending(sdir: Path) -> PendingVerdict | None:
     try:
         data = json.loads((sdir / PENDING_VERDICT_FILE).read_text())
         causes = tuple(Finding.from_dict(c) for c in data["causes"])
-        return Verdict(Level(data["level"]), "", causes)
+        return PendingVerdict(Verdict(Level(data["level"]), "", causes), str(data.get("why", "")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -1,0 +1,183 @@
+"""The checker's own faults never become a node's or a job's fault.
+
+Whatever breaks inside prolog, epilog or sweep (a state dir that cannot be created, a bug in a
+step, a Slurm call that hangs past the budget, a config that is a FIFO, a state dir that refuses
+writes) ends in one line naming the step, a checker record where the disk allows, and a safe
+exit code: 0, except a prolog already holding a drain verdict it could not carry out, which
+exits 1 so slurmd drains the node and requeues the job, as the verdict asked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rsc_health import nodepath
+from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
+
+REPO = Path(__file__).resolve().parents[2]
+ENTRY_POINTS = ("prolog", "epilog", "sweep")
+XID79 = "4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has " \
+        "fallen off the bus.\n"
+
+
+@pytest.fixture
+def node_env(tmp_path, monkeypatch):
+    root = copy_node(tmp_path / "node")
+    site = root / "site.toml"
+    site.write_text((root / "config.toml").read_text() +
+                    '\n[node]\ntextfile_dir = "/var/lib/node_exporter"\n')
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(root))
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(site))
+    monkeypatch.setenv("SLURMD_NODENAME", "node01")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    for name in ("SLURM_JOB_PARTITION", "SLURM_JOBID", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    return root
+
+
+def _records(root: Path) -> list[dict]:
+    path = root / NODE_STATE / "spool" / "pending.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def _gauge(root: Path, metric: str) -> str | None:
+    path = root / "var/lib/node_exporter" / nodepath.TEXTFILE
+    for line in path.read_text().splitlines():
+        if line.startswith(metric + " "):
+            return line.split()[-1]
+    return None
+
+
+def _no_slurm(cfg, deadline):
+    raise AssertionError("a Slurm call was made")
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_an_uncreatable_state_dir_exits_0_with_one_line_naming_the_step(entry, node_env, capsys):
+    state = node_env / NODE_STATE
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text("a file where the state dir should be")
+
+    assert nodepath.run_stage(entry, slurm_factory=_no_slurm) == 0
+
+    err = capsys.readouterr().err
+    assert f"rsc_health: {entry}: checker fault during lock" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_fault_after_a_drain_verdict_fails_the_prolog_and_keeps_the_verdict(node_env, capsys):
+    (node_env / "dev/kmsg").open("a").write(XID79)
+
+    def broken(cfg, deadline):
+        raise RuntimeError("bug in the Slurm layer")
+
+    assert nodepath.run_stage("prolog", slurm_factory=broken) == 1
+
+    err = capsys.readouterr().err
+    assert "checker fault during act" in err and "RuntimeError: bug in the Slurm layer" in err
+    pending = json.loads((node_env / NODE_STATE / nodepath.PENDING_VERDICT_FILE).read_text())
+    assert pending["why"] == "fault" and pending["causes"][0]["code"] == "xid79"
+    records = _records(node_env)
+    beats = [r for r in records if r["kind"] == "heartbeat"]
+    assert len(beats) == 1 and beats[0]["level"] == "drain_now"  # not doubled by the fault
+    assert any(r.get("code") == "checker_fault" for r in records)
+
+
+@pytest.mark.parametrize("entry", ("epilog", "sweep"))
+def test_a_fault_after_a_drain_verdict_in_epilog_or_sweep_exits_0_and_keeps_it(entry, node_env):
+    (node_env / "dev/kmsg").open("a").write(XID79)
+
+    def broken(cfg, deadline):
+        raise RuntimeError("bug")
+
+    assert nodepath.run_stage(entry, slurm_factory=broken) == 0
+    pending = json.loads((node_env / NODE_STATE / nodepath.PENDING_VERDICT_FILE).read_text())
+    assert pending["why"] == "fault"
+
+
+def test_a_fault_in_shadow_mode_fails_no_job_and_keeps_no_verdict(node_env, monkeypatch):
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    site.write_text(site.read_text() + "\n[actions]\nenabled = false\n")
+    (node_env / "dev/kmsg").open("a").write(XID79)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug after the verdict")
+
+    monkeypatch.setattr(nodepath, "_job_records", broken)
+    assert nodepath.run_stage("prolog", slurm_factory=_no_slurm) == 0
+    assert not (node_env / NODE_STATE / nodepath.PENDING_VERDICT_FILE).exists()
+
+
+def test_a_hung_slurm_call_is_cut_by_the_watchdog_with_the_safe_code(node_env, tmp_path):
+    """A prolog whose drain call hangs: the watchdog fires at budget + 2 s, names the step,
+    spools the fault and exits 1 (the verdict was drain), and keeps the verdict pending."""
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    site.write_text(site.read_text().replace("[slurm]", "[slurm]\nprolog_budget_s = 1", 1)
+                    if "[slurm]" in site.read_text()
+                    else site.read_text() + "\n[slurm]\nprolog_budget_s = 1\n")
+    (node_env / "dev/kmsg").open("a").write(XID79)
+    script = ("import time\nfrom rsc_health import nodepath\n"
+              "raise SystemExit(nodepath.run_stage('prolog', "
+              "slurm_factory=lambda cfg, deadline: time.sleep(600)))\n")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    took = time.monotonic() - started
+
+    assert proc.returncode == 1, proc.stderr
+    assert "still running after 3s during act" in proc.stderr
+    assert took < 30
+    assert json.loads((node_env / NODE_STATE / nodepath.PENDING_VERDICT_FILE).read_text())[
+        "why"] == "fault"
+    assert any(r.get("code") == "checker_timeout" for r in _records(node_env))
+
+
+def test_a_fifo_as_the_config_is_refused_without_blocking(node_env, monkeypatch, capsys):
+    fifo = node_env / "site.fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(fifo))
+
+    started = time.monotonic()
+    assert nodepath.run_stage("prolog", slurm_factory=_no_slurm) == 0
+
+    assert time.monotonic() - started < 10
+    assert "not a regular file" in capsys.readouterr().err
+
+
+def test_a_state_dir_that_refuses_the_counters_is_spooled_and_counted(node_env, capsys):
+    counters = node_env / NODE_STATE / "counters.json"
+    counters.mkdir(parents=True)  # a directory where the counter baselines are saved
+
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+
+    state = [r for r in _records(node_env) if r.get("code") == "state_error"]
+    assert len(state) == 1 and "cannot save state" in state[0]["reason"]
+    assert int(_gauge(node_env, 'rsc_health_checker_errors{source="sweep"}')) >= 1
+    assert "cannot save state" in capsys.readouterr().err
+
+
+def test_a_guard_held_verdict_costs_a_healthy_prolog_no_slurm_call(node_env):
+    sdir = node_env / NODE_STATE
+    sdir.mkdir(parents=True)
+    cause = {"family": "xid", "component": "GPU0", "status": "fail", "severity": "drain_now",
+             "reason": "XID 79", "code": "xid79"}
+    (sdir / nodepath.PENDING_VERDICT_FILE).write_text(json.dumps(
+        {"level": 3, "why": "guard", "causes": [cause], "time": "2026-11-24T00:00:00+00:00"}))
+
+    assert nodepath.run_stage("prolog", slurm_factory=_no_slurm) == 0
+
+    assert (sdir / nodepath.PENDING_VERDICT_FILE).exists()
+    assert _gauge(node_env, "rsc_health_pending_drain") == "1"
+
+
+@pytest.mark.parametrize("entry", ENTRY_POINTS)
+def test_every_entry_point_writes_the_pending_drain_gauge(entry, node_env):
+    assert nodepath.run_stage(entry, slurm_factory=_no_slurm) == 0
+    assert _gauge(node_env, "rsc_health_pending_drain") == "0"
