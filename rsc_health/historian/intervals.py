@@ -118,6 +118,7 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
         return report
     state = _load_open(conn, sorted({node for node, _ in runs}))
     inserts: list[tuple] = []
+    news: dict[str, CheckRecord] = {}  # failures and events this fold may count as new
     extend: dict[str, datetime] = {}
     close: set[str] = set()
     for (node, when), recs in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
@@ -135,7 +136,7 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
                 if family in EVENT_CHECKS and r.status != "ok":
                     inserts.append(_row(r, is_open=False))
                     report.events += 1
-                    _count_new(report, r)
+                    news[r.id] = r
                 else:
                     wanted.setdefault(r.component, r)
             keep: list[_Open] = []
@@ -155,9 +156,15 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
                 keep.append(_Open(r.id, comp, r.state, when))
                 report.opened += 1
                 if r.status != "ok":
-                    _count_new(report, r)
+                    news[r.id] = r
             state[(node, family)] = keep
     report.extended = len(extend)
+    # Count only what this fold really adds: an event read again (a cursor that could not be
+    # saved, a batch delivered twice) carries the id it had the first time and is already here.
+    for rid in _existing(conn, sorted(news)):
+        del news[rid]
+    for r in news.values():
+        _count_new(report, r)
     bulk_write(conn, C, COLUMNS, inserts, conflict=("id",))
     if extend:
         conn.execute(_EXTEND, [{"rid": rid, "seen": seen} for rid, seen in extend.items()])
@@ -165,6 +172,16 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
         conn.execute(_CLOSE, [{"rid": rid} for rid in close])
     _rollup_checks(conn, report.new_by_day)
     return report
+
+
+_EXISTING_Q = select(C.c.id).where(C.c.id.in_(bindparam("ids", expanding=True)))
+
+
+def _existing(conn: Connection, ids: list[str]) -> set[str]:
+    found: set[str] = set()
+    for i in range(0, len(ids), _NODES_PER_QUERY):
+        found.update(conn.execute(_EXISTING_Q, {"ids": ids[i : i + _NODES_PER_QUERY]}).scalars())
+    return found
 
 
 def _count_new(report: FoldReport, r: CheckRecord) -> None:

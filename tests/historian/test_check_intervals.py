@@ -152,3 +152,24 @@ def test_flush_of_a_missing_spool_directory_fails_with_one_line(tmp_path):
                                       "--dir", str(tmp_path / "nope")])
     assert result.exit_code == 1
     assert "no spool directory" in result.output and "Traceback" not in result.output
+
+
+def test_an_xid_read_again_by_later_sweeps_counts_once_in_the_daily_rollup(historian, tmp_path):
+    """A cursor that could not be saved makes five sweeps report the same XID under the same
+    record id: one event row and one failure in check_days, also when the batch comes again."""
+    xid = Finding("xid", "GPU0", Status.FAIL, Severity.DRAIN_NOW, "XID 79", code="xid79")
+    records = []
+    for i in range(5):
+        recs = _sweep("n1", i, [xid])
+        for r in recs:
+            if r["kind"] == "check":
+                r["id"] = "xid-n1-boot1-seq5000"  # what event_key gives the same kernel line
+        records += recs
+    _deliver(historian, tmp_path, records)
+    _deliver(historian, tmp_path, records)
+
+    days = schema.check_days
+    with historian.connect() as conn:
+        fail = conn.execute(select(days.c.fail).where(days.c.check == "xid")).scalar()
+    assert [r["id"] for r in _rows(historian)] == ["xid-n1-boot1-seq5000"]
+    assert fail == 1
