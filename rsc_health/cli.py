@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -83,6 +84,10 @@ class AppContext:
                     or self.config.get("historian.url", ""))
 
     @property
+    def statement_timeout_s(self) -> float:
+        return float(self.config.get("historian.statement_timeout_s", 900))
+
+    @property
     def database_url(self) -> str:
         """--db > $RSC_HEALTH_DB > [historian] url in the config file. None of them: an error,
         never a database quietly created in the current directory."""
@@ -124,7 +129,22 @@ def cli(ctx: click.Context, config_path: str | None, db_url: str | None, root_ar
 
 
 def main() -> None:
-    cli(prog_name="healthctl")
+    """The console entry point. Commands turn the failures they expect into one line; this is
+    the net under them: whatever else escapes (a database that froze mid-call, a bug) is one
+    line on stderr and exit 1 for the operator's timer, with the traceback on request."""
+    try:
+        cli(prog_name="healthctl")
+    except KeyboardInterrupt:
+        print("healthctl: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - the last resort: never a traceback by default
+        if os.environ.get("RSC_HEALTH_DEBUG"):
+            raise
+        orig = getattr(exc, "orig", None) or exc
+        text = (str(orig).strip().splitlines() or [""])[0][:500]
+        print(f"healthctl: error: {type(orig).__name__}: {text} "
+              f"(RSC_HEALTH_DEBUG=1 shows the traceback)", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":

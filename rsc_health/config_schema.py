@@ -58,6 +58,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "slurm.lock_timeout_s": (0, 3600),
     "slurm.sweep_budget_s": (0, 3600),
     "slurm.call_timeout_s": (0, 3600),
+    "historian.statement_timeout_s": (0, 86_400),
     "mounts.probe_timeout_s": (0, 600),
     "gpu.nvml_timeout_s": (0, 600),
 }

@@ -32,7 +32,7 @@ def export(ctx: click.Context, out: str | None, window_days: float) -> None:
             "pip install 'rsc-health[historian]'") from exc
     now = datetime.now(UTC).replace(tzinfo=None)
     try:
-        engine = connect(ctx.obj.database_url)
+        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
     except HistorianError as exc:
         raise click.ClickException(str(exc)) from exc
     try:

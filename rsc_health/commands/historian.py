@@ -25,7 +25,8 @@ MAX_BAD_SHOWN = 20
 
 def _engine(ctx: click.Context, *, upgrade: bool = False):
     try:
-        return hdb.connect(ctx.obj.database_url, upgrade=upgrade)
+        return hdb.connect(ctx.obj.database_url, upgrade=upgrade,
+                           statement_timeout_s=ctx.obj.statement_timeout_s)
     except hdb.HistorianError as exc:
         raise click.ClickException(str(exc)) from exc
 

@@ -32,7 +32,7 @@ def _engine(ctx: click.Context):
     from rsc_health.historian import db as hdb
 
     try:
-        return hdb.connect(ctx.obj.database_url)
+        return hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
     except hdb.HistorianError as exc:
         raise click.ClickException(str(exc)) from exc
 

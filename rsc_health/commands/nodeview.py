@@ -51,7 +51,7 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
     from rsc_health.historian.intervals import open_failures
 
     cfg = ctx.obj.config
-    engine = connect(ctx.obj.database_url)
+    engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
     try:
         stale_after = float(cfg.get("historian.stale_after_s", 900))
         fresh = node_freshness(engine, now, stale_after, nodes=[node])[0]

@@ -42,7 +42,7 @@ def _record(ctx: click.Context, action: str, node: str, reason: str) -> str:
             from rsc_health.historian.schema import node_actions
             from rsc_health.model import utcnow
 
-            engine = connect(ctx.obj.database_url)
+            engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
             try:
                 with engine.begin() as conn:
                     conn.execute(node_actions.insert().values(
@@ -72,7 +72,7 @@ def _open_tickets(ctx: click.Context, node: str) -> list[str] | None:
         from rsc_health.historian.db import connect
         from rsc_health.historian.schema import tickets
 
-        engine = connect(ctx.obj.database_url)
+        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
             with engine.connect() as conn:
                 rows = conn.execute(select(tickets.c.id, tickets.c.reason).where(
@@ -251,7 +251,7 @@ def _freshness(ctx: click.Context, now) -> list[dict] | None:
         from rsc_health.historian.freshness import node_freshness
 
         stale_after = float(ctx.obj.config.get("historian.stale_after_s", 900))
-        engine = connect(ctx.obj.database_url)
+        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
             rows = node_freshness(engine, now, stale_after)
         finally:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import re
+import signal
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,6 +33,11 @@ class HistorianError(Exception):
 
 class HistorianUnavailable(HistorianError):
     """The database server (or file) cannot be reached; callers keep their data and retry."""
+
+
+class HistorianFrozen(HistorianUnavailable):
+    """The server took the statement and stopped answering (a frozen host or process): its
+    own statement_timeout cannot fire, so the client gave up."""
 
 
 class SchemaTooNew(HistorianError):
@@ -78,20 +85,90 @@ def _wal(cur) -> None:
             time.sleep(0.05)
 
 
-def engine_for(url: str) -> Engine:
-    """An Engine with the per-dialect settings, without touching the database yet."""
+# Longest one statement may run on PostgreSQL unless a load sets its own (SET LOCAL): a lock
+# held by someone else or a runaway query ends instead of holding a timer's command forever.
+STATEMENT_TIMEOUT_S = 900.0
+# The server enforces statement_timeout only while it runs; a frozen server (SIGSTOP, a hung
+# VM) answers nothing, so the client stops waiting as long again after the server should
+# have answered, at most this much longer.
+CLIENT_GRACE_S = 30.0
+_PG_CONNECT = {
+    "connect_timeout": 10,
+    # A vanished host (network partition, power off) is found by TCP, not by a query timeout.
+    "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,
+}
+
+
+def engine_for(url: str, *, statement_timeout_s: float | None = None) -> Engine:
+    """An Engine with the per-dialect settings, without touching the database yet. On
+    PostgreSQL every statement ends after `statement_timeout_s` on the server, and the client
+    stops waiting CLIENT_GRACE_S later (HistorianFrozen)."""
     try:
         parsed = make_url(url)
     except ArgumentError as exc:
         raise HistorianError(f"not a database URL: {safe_url(url)}") from exc
     kwargs: dict = {}
-    if parsed.get_backend_name() == "postgresql":
-        kwargs["connect_args"] = {"connect_timeout": 10}
+    timeout_s = STATEMENT_TIMEOUT_S if statement_timeout_s is None else statement_timeout_s
+    postgres = parsed.get_backend_name() == "postgresql"
+    if postgres:
+        args = dict(_PG_CONNECT)
+        if timeout_s > 0:
+            args["options"] = f"-c statement_timeout={int(timeout_s * 1000)}"
+        kwargs["connect_args"] = args
         kwargs["pool_pre_ping"] = True
-    engine = create_engine(parsed, **kwargs)
+    try:
+        engine = create_engine(parsed, **kwargs)
+    except (ArgumentError, ImportError) as exc:
+        raise HistorianError(f"cannot use {safe_url(url)}: {exc}") from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+    elif postgres and timeout_s > 0:
+        _bound_client_waits(engine, timeout_s)
     return engine
+
+
+def _bound_client_waits(engine: Engine, default_s: float) -> None:
+    """A SIGALRM around each statement in the main thread (the CLI's): a server that takes the
+    statement and freezes would otherwise hold the command forever. A transaction that sets
+    its own statement_timeout (`limit_statements`) records it in conn.info, and the client
+    bound follows it."""
+
+    def fire(signum, frame):
+        raise HistorianFrozen("the historian database stopped answering (no reply within "
+                              "its statement timeout; is the server frozen?)")
+
+    previous: list = []  # the SIGALRM handler to put back (main thread only)
+
+    def arm(conn, cursor, statement, parameters, context, executemany):
+        if threading.current_thread() is not threading.main_thread():
+            return
+        server_s = conn.info.get("statement_timeout_s", default_s)
+        previous.append(signal.signal(signal.SIGALRM, fire))
+        # Never before the server's own timeout could have answered (2 s floor for its reply).
+        grace = min(max(server_s, 2.0), CLIENT_GRACE_S)
+        signal.setitimer(signal.ITIMER_REAL, server_s + grace)
+
+    def disarm(*args) -> None:
+        if previous:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous.pop())
+
+    def on_error(context) -> None:
+        disarm()
+        if isinstance(context.original_exception, HistorianFrozen):
+            # The connection is mid-statement: close it rather than try a ROLLBACK on it.
+            context.is_disconnect = True
+
+    def end_of_transaction(conn) -> None:
+        if not conn.invalidated:  # .info on an invalidated connection would reconnect
+            conn.info.pop("statement_timeout_s", None)
+
+    event.listen(engine, "before_cursor_execute", arm)
+    event.listen(engine, "after_cursor_execute", disarm)
+    event.listen(engine, "handle_error", on_error)
+    event.listen(engine, "commit", end_of_transaction)
+    event.listen(engine, "rollback", end_of_transaction)
 
 
 def current_version(engine: Engine) -> int | None:
@@ -103,13 +180,14 @@ def current_version(engine: Engine) -> int | None:
         return int(version or 0)
 
 
-def connect(url: str, *, upgrade: bool = False) -> Engine:
+def connect(url: str, *, upgrade: bool = False,
+            statement_timeout_s: float | None = None) -> Engine:
     """Open the historian database at `url`, creating the schema when it is empty.
 
     Raises HistorianUnavailable when it cannot be reached, SchemaTooNew when a newer release
     wrote it, and SchemaTooOld when it needs `healthctl db upgrade` (unless upgrade=True).
     """
-    engine = engine_for(url)
+    engine = engine_for(url, statement_timeout_s=statement_timeout_s)
     try:
         version = current_version(engine)
         if version is None:

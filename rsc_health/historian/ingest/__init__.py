@@ -71,6 +71,7 @@ def limit_statements(conn: Connection, seconds: float = STATEMENT_TIMEOUT_S) -> 
     its waits are the busy timeout."""
     if conn.dialect.name == "postgresql" and seconds > 0:
         conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
+        conn.info["statement_timeout_s"] = seconds  # the client-side bound follows (db.py)
 
 
 def database_failed(what: str, exc: Exception) -> str:
