@@ -112,10 +112,7 @@ def engine_for(url: str, *, statement_timeout_s: float | None = None) -> Engine:
     timeout_s = STATEMENT_TIMEOUT_S if statement_timeout_s is None else statement_timeout_s
     postgres = parsed.get_backend_name() == "postgresql"
     if postgres:
-        args = dict(_PG_CONNECT)
-        if timeout_s > 0:
-            args["options"] = f"-c statement_timeout={int(timeout_s * 1000)}"
-        kwargs["connect_args"] = args
+        kwargs["connect_args"] = dict(_PG_CONNECT)
         kwargs["pool_pre_ping"] = True
     try:
         engine = create_engine(parsed, **kwargs)
@@ -160,10 +157,16 @@ def _bound_client_waits(engine: Engine, default_s: float) -> None:
             # The connection is mid-statement: close it rather than try a ROLLBACK on it.
             context.is_disconnect = True
 
+    def begin(conn) -> None:
+        # SET LOCAL per transaction, not a startup option or a session SET: PgBouncer in
+        # transaction mode (docs/deployment.md) refuses the one and shares the other.
+        conn.exec_driver_sql(f"SET LOCAL statement_timeout = {int(default_s * 1000)}")
+
     def end_of_transaction(conn) -> None:
         if not conn.invalidated:  # .info on an invalidated connection would reconnect
             conn.info.pop("statement_timeout_s", None)
 
+    event.listen(engine, "begin", begin)
     event.listen(engine, "before_cursor_execute", arm)
     event.listen(engine, "after_cursor_execute", disarm)
     event.listen(engine, "handle_error", on_error)
