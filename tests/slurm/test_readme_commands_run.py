@@ -1,0 +1,153 @@
+"""Every `healthctl` command the README shows is run as written, on a real site: the real Slurm
+cluster of tests/slurm, a demo historian (SQLite), a node tree (the healthy fixture) and a fresh
+PostgreSQL database for `db upgrade`.
+
+The README's placeholders become this site's (gpu042 -> node04, DIR and /var/lib paths -> temp
+paths, DATE -> the demo's last day); `a | b` alternatives are each run, and a line with
+`[--options]` runs bare and with them. Each run must exit with the code the README promises (0
+unless listed), print something, and print no traceback. Two lines run elsewhere, at a scale
+or on nodes this site cannot give them: they name the test that runs them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import create_engine, text
+
+from rsc_health.cli import cli
+from tests.fixtures.nodes.node_copy import copy_node
+from tests.unit.test_readme_commands import COMMANDS
+
+pytestmark = pytest.mark.slurm
+REPO = Path(__file__).resolve().parents[2]
+PG_ADMIN = os.environ.get("RSC_HEALTH_TEST_PG",
+                          "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
+
+# Lines run by another test, at the scale or on the nodes they need.
+RUN_ELSEWHERE = {
+    "healthctl lemons --apply":
+        "tests/slurm/test_lemons_real_slurm.py::test_lemon_is_drained_ticketed_and_never_auto_resumed",
+}
+# Exit codes the README documents for a command on this site (default: 0).
+EXIT_CODES = {
+    "status": {0, 1},  # 1 while a guard holds or a node is stale: the drain above trips it
+}
+# tune-lemons simulates 25 fleets of 256 nodes by default: the same command, smaller.
+SMALLER = {"tune-lemons": ["--nodes", "32", "--days", "20", "--sim-seeds", "1",
+                           "--holdout-seeds", "2"]}
+
+
+def expand(line: str) -> list[str]:
+    """`a | b | c [--x]` -> each alternative, bare and with its bracketed options."""
+    # `[--opt]` after a space is optional; `'gpu[040-043]'` is a hostlist.
+    optional = re.findall(r"(?<=\s)\[([^\]]+)\]", line)
+    bare = re.sub(r"\s+\[[^\]]+\]", "", line).strip()
+    head, _, alts = bare.partition("healthctl ")
+    variants = []
+    words = alts.split(" | ")
+    if len(words) > 1:
+        first, *rest = words
+        prefix = first.rsplit(" ", 1)[0] + " " if " " in first.split("--")[0].strip() else ""
+        variants = [f"healthctl {first}"] + [f"healthctl {prefix}{w}" for w in rest]
+    else:
+        variants = [bare]
+    out = []
+    for v in variants:
+        out.append(v)
+        if optional:
+            out.append(v + " " + " ".join(optional))
+    return out
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("readme")
+    demo = CliRunner().invoke(cli, ["demo", "--out", str(tmp / "demo"), "--nodes", "48",
+                                    "--days", "20", "--seed", "3", "--json"])
+    assert demo.exit_code == 0, demo.output
+    doc = json.loads(demo.output)
+    root = copy_node(tmp / "node")
+    (root / "var/lib/rsc_health/spool").mkdir(parents=True)
+    (tmp / "other-tool.jsonl").write_text(json.dumps({
+        "kind": "check", "id": "other-tool-1", "time": "2026-11-20T10:00:00+00:00",
+        "node": "node04", "source": "other-tool", "check": "mount", "component": "/scratch",
+        "status": "fail", "severity": "drain_after_job", "code": "mount_missing",
+        "reason": "/scratch not mounted"}) + "\n")
+    name = "readme_" + uuid.uuid4().hex[:8]
+    admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    pg = PG_ADMIN.rsplit("/", 1)[0] + "/" + name
+    yield {"tmp": tmp, "db": doc["database_url"], "root": root, "pg": pg,
+           "as_of": doc.get("as_of") or "2026-11-21"}
+    with admin.connect() as conn:
+        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    admin.dispose()
+
+
+def localise(line: str, site: dict, ticket: str | None) -> list[str]:
+    tmp, root = site["tmp"], site["root"]
+    subs = [
+        ("--db postgresql+psycopg://rsc@dbhost/rsc_health", f"--db {site['pg']}"),
+        ("--db sqlite:////var/lib/rsc_health/history.db", f"--db sqlite:///{tmp}/fresh.db"),
+        ("/var/lib/node_exporter/textfile_collector/", f"{tmp}/textfile/"),
+        ("/var/lib/rsc_health/spool", f"{root}/var/lib/rsc_health/spool"),
+        ("/var/lib/rsc_health/report", f"{tmp}/report"),
+        ("'gpu[040-043]'", "'node[05-06]'"),
+        ("gpu042.json", f"{tmp}/gpu042.json"),
+        ("node.json", f"{tmp}/node.json"),
+        ("other-tool.jsonl", f"{tmp}/other-tool.jsonl"),
+        ("--root DIR", f"--root {root}"),
+        ("--workdir DIR", f"--workdir {tmp}/tune"),
+        ("--out DIR", f"--out {tmp}/report-day"),
+        ("DATE", str(site["as_of"])[:10]),
+        ("ticket close 17", f"ticket close {ticket or 17}"),
+    ]
+    for old, new in subs:
+        line = line.replace(old, new)
+    line = re.sub(r"\b(gpu042|node0042|NODE)\b", "node04", line)
+    words = shlex.split(line)[1:]
+    for command, extra in SMALLER.items():
+        if command in words:
+            words += extra
+    return words
+
+
+def test_every_readme_command_runs_on_a_real_site(slurm_cluster, site):
+    (site["tmp"] / "textfile").mkdir(exist_ok=True)
+    env = dict(slurm_cluster.env, RSC_HEALTH_DB=site["db"], RSC_HEALTH_ROOT=str(site["root"]),
+               RSC_HEALTH_CONFIG=os.devnull, PYTHONPATH=str(REPO))
+    ticket = None
+    ran = []
+    for line in COMMANDS:
+        if line in RUN_ELSEWHERE:
+            path, _, name = RUN_ELSEWHERE[line].partition("::")
+            assert f"def {name}(" in (REPO / path).read_text(), RUN_ELSEWHERE[line]
+            continue
+        for variant in expand(line):
+            argv = localise(variant, site, ticket)
+            proc = subprocess.run([sys.executable, "-m", "rsc_health.cli", *argv], env=env,
+                                  capture_output=True, text=True, timeout=300, cwd=site["tmp"])
+            command = next(w for w in argv if not w.startswith("-") and "/" not in w
+                           and "://" not in w)
+            allowed = EXIT_CODES.get(command, {0})
+            assert proc.returncode in allowed, (variant, argv, proc.stdout[-2000:],
+                                                proc.stderr[-2000:])
+            assert "Traceback" not in proc.stderr, (variant, proc.stderr[-2000:])
+            assert (proc.stdout + proc.stderr).strip(), variant
+            if argv[:2] == ["ticket", "open"]:
+                ticket = re.search(r"\d+", proc.stdout).group(0)
+            ran.append(variant)
+    assert len(ran) >= len(COMMANDS)
+    assert (site["tmp"] / "textfile" / "rsc_health_fleet.prom").read_text().startswith("#")
+    assert (site["tmp"] / "report-day").is_dir()
