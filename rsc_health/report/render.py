@@ -43,6 +43,7 @@ class Figure:
     has_data: bool
     note: str
     src: str  # what the <img> loads: the file name, or a data: URL when embedded
+    wide: bool = False  # small multiples: the page gives it the full width
 
 
 @dataclass
@@ -244,7 +245,8 @@ def draw_figures(
             src = "data:image/png;base64," + base64.b64encode(result.path.read_bytes()).decode()
         # An empty figure says why: the gatherer's note (skipped, failed) beats plain "no data".
         note = result.note if result.has_data else data.notes.get(section, result.note)
-        figures.append(Figure(section, name, caption, result.has_data, note, src))
+        figures.append(Figure(section, name, caption, result.has_data, note, src,
+                              wide=result.has_data and section in plots.WIDE))
     return figures
 
 

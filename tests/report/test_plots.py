@@ -71,7 +71,8 @@ def test_fig5_marks_the_day_each_check_began_running(report_data, tmp_path):
     fig = draw(report_data.rolling, "Fig. 5", deployments=outside)
 
     ax = fig.axes[0]
-    marked = [line.get_xdata()[0] for line in ax.lines]
+    # The total panel: its rate is a solid line, each deployment a dashed one.
+    marked = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--"]
     assert len(marked) == 1  # the deployment off the plotted days is not drawn
     x = marked[0]
     x = mdates.num2date(x).replace(tzinfo=None) if isinstance(x, float) else x
