@@ -314,7 +314,8 @@ class Input:
     name: str
     newest: Callable  # a select of one value: the input's newest time at or before as_of
     stale_after_h: float | None  # None: rare by nature, its age alone is no fault
-    note: str
+    note: str  # what the age is judged by
+    alarm: str = ""  # what a stale one means
 
 
 def freshness(engine: Engine, as_of: datetime, stale_after_s: float,
@@ -326,11 +327,11 @@ def freshness(engine: Engine, as_of: datetime, stale_after_s: float,
         Input("node heartbeats (node path spools)",
               lambda: select(func.max(r.c.last_seen)).where(r.c.last_seen <= as_of),
               stale_after_s / HOUR_S, f"stale after [historian] stale_after_s "
-              f"({stale_after_s:g} s): no node's runs are arriving"),
+              f"({stale_after_s:g} s)", "no node's runs are arriving"),
         Input("sacct jobs (job ends)",
               lambda: select(func.max(j.c.end)).where(j.c.end <= as_of),
               sacct_stale_hours, f"stale after [report] sacct_stale_hours "
-              f"({sacct_stale_hours:g} h): the sacct ingest may have stopped"),
+              f"({sacct_stale_hours:g} h)", "the sacct ingest may have stopped"),
         Input("node events (sacctmgr)",
               lambda: select(func.max(e.c.start)).where(e.c.start <= as_of),
               None, "outages are rare: an old newest event alone is no fault"),
@@ -346,6 +347,8 @@ def freshness(engine: Engine, as_of: datetime, stale_after_s: float,
             stale = item.stale_after_h is not None and (newest is None
                                                        or age > item.stale_after_h)
             note = "none in the historian yet" if newest is None else item.note
+            if stale and newest is not None:
+                note = f"{note}: {item.alarm}"
             rows.append({"input": item.name, "newest": newest, "age_hours": age,
                          "stale": bool(stale), "note": note})
     return pd.DataFrame(rows)
