@@ -351,9 +351,14 @@ def gather(
         if got is not None:
             data.deployments = got
 
-        # r_f (large jobs, per node-day) drives both the MTTF projection and E[ETTR]: one query.
-        measured = step("r_f", "cluster failure rate r_f",
-                        lambda: rates.failure_rate(engine, window, opts.large_job_gpus).r_f)
+        # r_f (large jobs, per node-day) drives both the MTTF projection and E[ETTR]: the
+        # headline's metrics-window row when it was gathered, else one query.
+        def cluster_rf() -> float:
+            if not data.rates.empty:
+                return float(data.rates.iloc[2]["r_f"]) / 1000
+            return rates.failure_rate(engine, window, opts.large_job_gpus).r_f
+
+        measured = step("r_f", "cluster failure rate r_f", cluster_rf)
         r_f = measured if measured is not None and measured == measured and measured > 0 else None
 
         def mttf_frame() -> pd.DataFrame:
