@@ -55,6 +55,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "infiniband.rate_gbps": (0, 100_000),
     "actions.guard_max_share": (0, 1),
     "metrics.confidence": (0, 1),
+    "report.listed_days_max": (1, 60),
+    "report.xid_top": (1, 1000),
     "slurm.lock_timeout_s": (0, 3600),
     "slurm.sweep_budget_s": (0, 3600),
     "slurm.call_timeout_s": (0, 3600),

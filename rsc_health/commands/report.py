@@ -70,7 +70,8 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
     try:
         try:
             options = GatherOptions.from_config(
-                section, cfg.section("lemon"), cfg.section("ettr"), cfg.section("metrics"))
+                section, cfg.section("lemon"), cfg.section("ettr"), cfg.section("metrics"),
+                cfg.section("historian"))
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
         show = not quiet and click.get_text_stream("stderr").isatty()

@@ -34,6 +34,17 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "lemons": ("node", "rules", "evidence"),
     # What rsc-health did in Slurm over the last day (node_actions).
     "actions": ("time", "node", "action", "reason", "job_id"),
+    # The headline r_f (per 1000 node-days, with its interval): the latest 7 days, the 7 before
+    # them, and the metrics window; one row per period.
+    "rates": ("period", "since", "until", "failures", "node_days", "r_f", "ci_low", "ci_high"),
+    # Nodes out of service at as_of, from the historian (node events, rsc-health's own drains).
+    "out_of_service": ("node", "state", "since", "age_hours", "reason", "source"),
+    # Nodes whose node-path runs stopped arriving, or whose checker cannot look.
+    "stale": ("node", "last_seen", "age_hours", "source", "level", "stopped", "broken"),
+    # XID check intervals per GPU in the lemon window, most first.
+    "xids": ("node", "gpu", "intervals", "codes", "last_seen"),
+    # The newest row of each input, so a stopped ingest is obvious.
+    "freshness": ("input", "newest", "age_hours", "stale", "note"),
 }
 
 # The paper's seven signals (Fig. 11), in the paper's order.
@@ -46,6 +57,11 @@ PAPER_FEATURES: tuple[str, ...] = (
     "single_node_node_fails",
     "single_node_node_failure_rate",
 )
+
+
+class SectionEmpty(Exception):
+    """A section with nothing to show for a reason the reader should see (a young cluster, an
+    input never ingested), not an error: the note says why, and nothing is logged as a failure."""
 
 
 def empty_frame(section: str) -> pd.DataFrame:
@@ -72,6 +88,11 @@ class ReportData:
     features: pd.DataFrame = _frame("features")
     lemons: pd.DataFrame = _frame("lemons")
     actions: pd.DataFrame = _frame("actions")
+    rates: pd.DataFrame = _frame("rates")
+    out_of_service: pd.DataFrame = _frame("out_of_service")
+    stale: pd.DataFrame = _frame("stale")
+    xids: pd.DataFrame = _frame("xids")
+    freshness: pd.DataFrame = _frame("freshness")
     # The mass-drain guard's state: {"state": "armed|tripped|...", "detail": "..."}.
     guard: dict[str, Any] = field(default_factory=dict)
     # Why a section is empty when it is (e.g. "metrics module unavailable"): section -> text.

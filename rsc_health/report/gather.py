@@ -21,7 +21,7 @@ from sqlalchemy import Engine, select
 from rsc_health.historian.db import refresh_statistics
 from rsc_health.historian.schema import node_actions
 from rsc_health.model import DRAIN_KINDS, ActionKind
-from rsc_health.report.data import COLUMNS, ReportData, empty_frame
+from rsc_health.report.data import COLUMNS, ReportData, SectionEmpty, empty_frame
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +43,11 @@ class GatherOptions:
     ettr: Mapping[str, Any] | None = None  # the [ettr] section: job-run linking, overheads
     large_job_gpus: int = 128  # [metrics] large_job_gpus: jobs that define r_f
     skip: frozenset[str] = frozenset()  # sections not gathered (an expensive one, say)
+    confidence: float = 0.9  # [metrics] confidence: the headline r_f's interval
+    stale_after_s: float = 900  # [historian] stale_after_s: a node's checks stopped
+    sacct_stale_hours: float = 6  # newest job end older than this: the sacct input is stale
+    xid_top: int = 10  # rows of the XIDs-per-GPU table
+    listed_days_max: int = 7  # how far back "days listed" looks (one lemon evaluation a day)
 
     @classmethod
     def from_config(
@@ -51,6 +56,7 @@ class GatherOptions:
         lemon: Mapping[str, Any],
         ettr: Mapping[str, Any] | None = None,
         metrics: Mapping[str, Any] | None = None,
+        historian: Mapping[str, Any] | None = None,
     ) -> GatherOptions:
         return cls(
             window_days=float(lemon.get("window_days", 28)),
@@ -61,16 +67,24 @@ class GatherOptions:
             ettr=dict(ettr or {}),
             large_job_gpus=int((metrics or {}).get("large_job_gpus", 128)),
             skip=_sections(report.get("skip", ())),
+            confidence=float((metrics or {}).get("confidence", 0.9)),
+            stale_after_s=float((historian or {}).get("stale_after_s", 900)),
+            sacct_stale_hours=float(report.get("sacct_stale_hours", 6)),
+            xid_top=int(report.get("xid_top", 10)),
+            listed_days_max=int(report.get("listed_days_max", 7)),
         )
 
 
-class SectionEmpty(Exception):
-    """A section with nothing to show for a reason the reader should see (a young cluster),
-    not an error: the note says why, and nothing is logged as a failure."""
+def _lemon_settings(section: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The [lemon] section over the packaged defaults: the report judges candidates exactly as
+    `healthctl lemons` does (history, outage rules and all)."""
+    from rsc_health.historian.lemons.verdicts import DEFAULTS
+
+    return {**DEFAULTS, **(section or {})}
 
 
 def _sections(names: Any) -> frozenset[str]:
-    known = set(COLUMNS) | {"metrics"}
+    known = set(COLUMNS) | {"metrics", "pull"}
     unknown = sorted(set(names) - known)
     if unknown:
         raise ValueError(f"[report] skip: unknown section(s) {unknown}; known: {sorted(known)}")
@@ -301,13 +315,25 @@ def gather(
 
         return rates, mttf, goodput
 
+    from rsc_health.report import morning
+
+    got = step("freshness", "data freshness", lambda: morning.freshness(
+        engine, as_of, opts.stale_after_s, opts.sacct_stale_hours))
+    if got is not None:
+        data.freshness = got
+
     modules = step("metrics", "metrics", metrics)
     if modules is None:
         why = data.notes.pop("metrics")
-        for section in ("outcomes", "causes", "rolling", "mttf", "goodput", "ettr"):
+        for section in ("rates", "outcomes", "causes", "rolling", "mttf", "goodput", "ettr"):
             data.notes.setdefault(section, why)
     else:
         rates, mttf, goodput = modules
+        got = step("rates", "headline r_f", lambda: morning.weekly_rates(
+            engine, as_of, rates.failure_rate, large_job_gpus=opts.large_job_gpus,
+            long_days=opts.metrics_days, confidence=opts.confidence))
+        if got is not None:
+            data.rates = got
         got = step("outcomes", "job outcomes", lambda: outcomes_section(rates.outcomes(
             engine, window)))
         if got is not None:
@@ -325,9 +351,14 @@ def gather(
         if got is not None:
             data.deployments = got
 
-        # r_f (large jobs, per node-day) drives both the MTTF projection and E[ETTR]: one query.
-        measured = step("r_f", "cluster failure rate r_f",
-                        lambda: rates.failure_rate(engine, window, opts.large_job_gpus).r_f)
+        # r_f (large jobs, per node-day) drives both the MTTF projection and E[ETTR]: the
+        # headline's metrics-window row when it was gathered, else one query.
+        def cluster_rf() -> float:
+            if not data.rates.empty:
+                return float(data.rates.iloc[2]["r_f"]) / 1000
+            return rates.failure_rate(engine, window, opts.large_job_gpus).r_f
+
+        measured = step("r_f", "cluster failure rate r_f", cluster_rf)
         r_f = measured if measured is not None and measured == measured and measured > 0 else None
 
         def mttf_frame() -> pd.DataFrame:
@@ -367,28 +398,67 @@ def gather(
         if got is not None:
             data.ettr = got
 
-    def features():
-        from rsc_health.historian.lemons.features import lemon_features
+    got = step("out_of_service", "nodes out of service",
+               lambda: morning.out_of_service(engine, as_of))
+    if got is not None:
+        data.out_of_service = got
+    got = step("stale", "nodes whose checks stopped",
+               lambda: morning.stale_checks(engine, as_of, opts.stale_after_s))
+    if got is not None:
+        data.stale = got
+    got = step("xids", "XIDs per GPU",
+               lambda: morning.xids_per_gpu(engine, as_of, opts.window_days, opts.xid_top))
+    if got is not None:
+        data.xids = got
 
-        early = float((opts.lemon or {}).get("early_fail_minutes", 10))
-        return lemon_features(engine, as_of, opts.window_days, early_fail_minutes=early)
+    lemon_cfg = _lemon_settings(opts.lemon)
+
+    def features(when: datetime = as_of):
+        from rsc_health.historian.lemons.features import OutageRules, lemon_features
+
+        return lemon_features(
+            engine, when, opts.window_days,
+            early_fail_minutes=float(lemon_cfg["early_fail_minutes"]),
+            history_days=float(lemon_cfg["history_days"]),
+            outages=OutageRules.from_config(lemon_cfg))
+
+    def verdicts_of(feats: pd.DataFrame, when: datetime, with_evidence: bool = True):
+        from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts
+
+        return lemon_verdicts(engine, feats, when, LemonRules.from_config(lemon_cfg),
+                              window_days=opts.window_days, with_evidence=with_evidence,
+                              max_evidence=int(lemon_cfg["max_evidence"]),
+                              history_days=float(lemon_cfg["history_days"]))
 
     feats = step("features", "lemon features", features)
     if feats is not None:
         data.features = features_section(feats)
 
         def verdicts():
-            from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts
-
-            rules = LemonRules.from_config(opts.lemon)
-            limit = int((opts.lemon or {}).get("max_evidence", 20))
-            return lemons_section(lemon_verdicts(engine, feats, as_of, rules,
-                                                 window_days=opts.window_days,
-                                                 max_evidence=limit))
+            return lemons_section(verdicts_of(feats, as_of))
 
         got = step("lemons", "lemon verdicts", verdicts)
         if got is not None:
             data.lemons = got
+
+        def pull() -> pd.DataFrame:
+            nodes = [str(n) for n in data.lemons["node"]]
+            if not nodes:
+                return data.lemons
+
+            def listed_on(when: datetime) -> set[str]:
+                return {v.node for v in verdicts_of(features(when), when, with_evidence=False)}
+
+            streak = morning.days_listed(nodes, listed_on, as_of, opts.listed_days_max)
+            return morning.pull_columns(
+                data.lemons, streak, opts.listed_days_max, data.out_of_service,
+                morning.tickets_for(engine, nodes), morning.last_actions(engine, nodes, as_of))
+
+        if "lemons" not in data.notes:
+            # Days listed, Slurm state and ticket: a failure here keeps the candidates shown.
+            got = step("pull", "days listed, state and tickets of the candidates", pull)
+            if got is not None:
+                data.lemons = got
     else:
         data.notes["lemons"] = data.notes["features"]
 

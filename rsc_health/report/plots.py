@@ -18,8 +18,29 @@ import pandas as pd
 
 from rsc_health.report.data import PAPER_FEATURES
 
-FIGSIZE = (8.0, 4.2)
+# Sized for the page: a figure in the two-column grid shows about 520 px wide, so it is drawn
+# at 640 px with fonts that stay >= 11 px on screen; small multiples span both columns (WIDE).
+FIGSIZE = (6.4, 3.9)
+WIDE_WIDTH = 10.4
 DPI = 100
+STYLE = {
+    "font.size": 11,
+    "axes.titlesize": 12,
+    "axes.labelsize": 11,
+    "xtick.labelsize": 10,
+    "ytick.labelsize": 10,
+    "legend.fontsize": 10,
+    "figure.titlesize": 13,
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.grid": True,
+    "grid.color": "0.9",
+    "grid.linewidth": 0.8,
+    "axes.axisbelow": True,
+}
+# Small multiples: panels per row, and each panel's height in inches.
+PANEL_COLUMNS = 4
+PANEL_HEIGHT = 1.9
 
 log = logging.getLogger(__name__)
 
@@ -48,16 +69,18 @@ def figure(title: str):
         @functools.wraps(draw)
         def plot(frame: pd.DataFrame, path: Path, **context: pd.DataFrame) -> Plot:
             path = Path(path)
-            try:
-                fig = draw(frame, title, **context)
-            except _NoData:
-                return Plot(_no_data(path, title), False, "no data")
-            except Exception as exc:  # the report must still be written
-                _pyplot().close("all")
-                log.warning("cannot plot %s: %s", title, exc)
-                note = f"cannot plot: {type(exc).__name__}: {exc}"
-                return Plot(_no_data(path, title, note[:120]), False, note)
-            return Plot(_save(fig, path), True)
+            plt = _pyplot()
+            with plt.rc_context(STYLE):
+                try:
+                    fig = draw(frame, title, **context)
+                except _NoData:
+                    return Plot(_no_data(path, title), False, "no data")
+                except Exception as exc:  # the report must still be written
+                    plt.close("all")
+                    log.warning("cannot plot %s: %s", title, exc)
+                    note = f"cannot plot: {type(exc).__name__}: {exc}"
+                    return Plot(_no_data(path, title, note[:120]), False, note)
+                return Plot(_save(fig, path), True)
 
         return plot
 
@@ -75,15 +98,38 @@ def _pyplot():
 
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
+    if fig.get_layout_engine() is None:
+        fig.tight_layout()
     fig.savefig(path, dpi=DPI, format="png")
     _pyplot().close(fig)
     return path
 
 
+def _figure(figsize=FIGSIZE, **kw):
+    """A constrained-layout figure: legends placed outside the axes keep their room."""
+    return _pyplot().subplots(figsize=figsize, layout="constrained", **kw)
+
+
+def _legend_below(fig, ncol: int) -> None:
+    """The legend in a row under the x label, outside the data: it never covers a bar or a
+    point (and, unlike one above the axes, never collides with the title)."""
+    fig.legend(loc="outside lower center", ncol=ncol, frameon=False)
+
+
+def _sizes_axis(ax, sizes) -> None:
+    """A log2 job-size axis labelled 8, 16, 32 ... (not 2^3, 2^4, ...)."""
+    from matplotlib.ticker import NullFormatter, NullLocator
+
+    ax.set_xscale("log", base=2)
+    ticks = sorted({int(v) for v in sizes})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_minor_formatter(NullFormatter())
+
+
 def _no_data(path: Path, title: str, why: str = "no data") -> Path:
     plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = plt.subplots(figsize=(FIGSIZE[0], 2.2))
     ax.set_title(title)
     ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=14, color="0.4",
             transform=ax.transAxes)
@@ -118,19 +164,19 @@ def job_outcomes(frame: pd.DataFrame, title: str):
         raise _NoData
     data = data.groupby("state", as_index=False)[["jobs", "gpu_hours"]].sum()
     data = data.sort_values("jobs", ascending=False)
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = _figure((FIGSIZE[0], max(FIGSIZE[1], 1.2 + 0.32 * len(data))))
     y = np.arange(len(data))
     jobs_pct = 100 * data["jobs"] / data["jobs"].sum()
     hours_total = data["gpu_hours"].sum()
     hours_pct = 100 * data["gpu_hours"] / hours_total if hours_total > 0 else 0 * jobs_pct
-    ax.barh(y - 0.2, jobs_pct, height=0.4, label="% of jobs")
-    ax.barh(y + 0.2, hours_pct, height=0.4, label="% of GPU-hours")
+    ax.barh(y - 0.2, jobs_pct, height=0.4, label="share of jobs")
+    ax.barh(y + 0.2, hours_pct, height=0.4, label="share of GPU-hours")
     ax.set_yticks(y, data["state"].astype(str))
     ax.invert_yaxis()
-    ax.set_xlabel("percent")
-    ax.set_title(title)
-    ax.legend(loc="lower right")
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("share of all jobs / GPU-hours (%)")
+    fig.suptitle(title)
+    _legend_below(fig, 2)
     return fig
 
 
@@ -143,38 +189,70 @@ def failure_causes(frame: pd.DataFrame, title: str):
         raise _NoData
     data = data.groupby("cause", as_index=False)["rate_per_gpu_hour"].sum()
     data = data.sort_values("rate_per_gpu_hour")
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = _figure((FIGSIZE[0], max(FIGSIZE[1], 1.2 + 0.3 * len(data))))
     ax.barh(data["cause"].astype(str), data["rate_per_gpu_hour"])
     ax.set_xscale("log")
-    ax.set_xlabel("failures per GPU-hour")
-    ax.set_title(title)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("failures per GPU-hour (log scale)")
+    fig.suptitle(title)
     return fig
+
+
+def _panels(n: int, columns: int = PANEL_COLUMNS, **kw):
+    """A grid of small multiples spanning the page; the unused cells are hidden."""
+    cols = min(columns, n)
+    rows = -(-n // cols)
+    fig, axes = _pyplot().subplots(rows, cols, squeeze=False, layout="constrained",
+                                   figsize=(WIDE_WIDTH, 0.9 + PANEL_HEIGHT * rows), **kw)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n], cols
 
 
 @figure("Failure rate per 1000 node-days by mode, rolling (Fig. 5)")
 def rolling_failure_rate(frame: pd.DataFrame, title: str, deployments: pd.DataFrame | None = None):
-    """Fig. 5: rolling failure rate per 1000 node-days, stacked by failure mode, with a dashed
-    line on each day a check family began running (a new check finds old failures)."""
+    """Fig. 5: rolling failure rate per 1000 node-days: the total, then one small panel per
+    failure mode (largest first, one shared scale), with a dashed line on each day a check
+    family began running (a new check finds old failures)."""
+    from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
+
     data = _numeric(frame, "rate_per_1000_node_days")
     data = data.assign(time=pd.to_datetime(data["time"], errors="coerce")).dropna(subset=["time"])
     if data.empty:
         raise _NoData
     wide = data.pivot_table(index="time", columns="mode", values="rate_per_1000_node_days",
                             aggfunc="sum", fill_value=0.0).sort_index()
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
-    ax.stackplot(wide.index, *(wide[c] for c in wide.columns),
-                 labels=[str(c) for c in wide.columns])
-    for when, check in _markers(deployments, wide.index.min(), wide.index.max()):
-        ax.axvline(when, color="0.25", linestyle="--", linewidth=0.8)
-        ax.annotate(f"+{check}", (when, 1.0), xycoords=("data", "axes fraction"),
-                    xytext=(2, -2), textcoords="offset points", rotation=90, va="top",
-                    fontsize="x-small", color="0.25")
-    ax.set_ylabel("failures / 1000 node-days")
-    ax.set_title(title)
-    ax.legend(loc="upper left", fontsize="small", ncol=2)
-    fig.autofmt_xdate()
+    modes = list(wide.mean().sort_values(ascending=False).index)
+    fig, axes, cols = _panels(1 + len(modes), sharex=True)
+    marks = _markers(deployments, wide.index.min(), wide.index.max())
+    total = wide.sum(axis=1)
+    for i, (ax, name) in enumerate(zip(axes, ["all modes", *modes], strict=True)):
+        series = total if i == 0 else wide[name]
+        colour = "0.2" if i == 0 else "C0"
+        ax.fill_between(series.index, series.to_numpy(float), color=colour, alpha=0.18,
+                        linewidth=0)
+        ax.plot(series.index, series.to_numpy(float), color=colour, linewidth=1.4)
+        ax.set_title(f"{name}  (mean {series.mean():.2f})", fontsize=11, loc="left")
+        if i == 1:
+            first_mode = ax
+        elif i > 1:
+            ax.sharey(first_mode)  # modes on one scale; the total keeps its own
+        for when, check in marks:
+            if i == 0 or check == name:
+                ax.axvline(when, color="0.35", linestyle="--", linewidth=0.9)
+            if i == 0:
+                ax.annotate(f"+{check}", (when, 1.0), xycoords=("data", "axes fraction"),
+                            xytext=(3, -3), textcoords="offset points", rotation=90,
+                            va="top", fontsize=9, color="0.3")
+        ax.set_ylim(bottom=0)
+        if i % cols == 0:
+            ax.set_ylabel("per 1000\nnode-days")
+        locator = AutoDateLocator(minticks=2, maxticks=4)
+        ax.xaxis.set_major_locator(locator)
+        ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
+        ax.tick_params(labelbottom=True)
+    fig.suptitle(title)
     return fig
 
 
@@ -200,8 +278,7 @@ def mttf_by_size(frame: pd.DataFrame, title: str):
     projected = projected[projected["projected_hours"] > 0]
     if measured.empty and projected.empty:
         raise _NoData
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = _figure()
     if not measured.empty:
         low = (measured["mttf_hours"] - measured["ci_low_hours"]).clip(lower=0).fillna(0)
         high = (measured["ci_high_hours"] - measured["mttf_hours"]).clip(lower=0).fillna(0)
@@ -210,12 +287,12 @@ def mttf_by_size(frame: pd.DataFrame, title: str):
     if not projected.empty:
         ax.plot(projected["gpus"], projected["projected_hours"], "--",
                 label="projection 1/(N_nodes r_f)")
-    ax.set_xscale("log", base=2)
+    _sizes_axis(ax, pd.concat([measured["gpus"], projected["gpus"]]))
     ax.set_yscale("log")
-    ax.set_xlabel("job size (GPUs)")
-    ax.set_ylabel("MTTF (hours)")
-    ax.set_title(title)
-    ax.legend()
+    ax.set_xlabel("job size (GPUs, log scale)")
+    ax.set_ylabel("MTTF (hours, log scale)")
+    fig.suptitle(title)
+    _legend_below(fig, 2)
     return fig
 
 
@@ -227,17 +304,17 @@ def goodput_lost(frame: pd.DataFrame, title: str):
         raise _NoData
     data = data.groupby("gpus", as_index=False)[
         ["failure_gpu_hours", "preemption_gpu_hours"]].sum().sort_values("gpus")
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = _figure()
     x = np.arange(len(data))
     ax.bar(x, data["failure_gpu_hours"], label="failures")
     ax.bar(x, data["preemption_gpu_hours"], bottom=data["failure_gpu_hours"],
            label="second-order preemptions")
-    ax.set_xticks(x, [str(int(g)) for g in data["gpus"]], rotation=45)
+    ax.set_xticks(x, [str(int(g)) for g in data["gpus"]])
+    ax.grid(axis="x", visible=False)
     ax.set_xlabel("job size (GPUs)")
     ax.set_ylabel("GPU-hours lost")
-    ax.set_title(title)
-    ax.legend()
+    fig.suptitle(title)
+    _legend_below(fig, 2)
     return fig
 
 
@@ -249,8 +326,7 @@ def ettr_runs(frame: pd.DataFrame, title: str):
         raise _NoData
     data = _numeric_columns(data, "ci_low", "ci_high", "expected")
     data = data.sort_values("gpus")
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig, ax = _figure()
     low = (data["measured"] - data["ci_low"]).clip(lower=0).fillna(0)
     high = (data["ci_high"] - data["measured"]).clip(lower=0).fillna(0)
     ax.errorbar(data["gpus"], data["measured"], yerr=[low, high], fmt="o", capsize=3,
@@ -258,65 +334,74 @@ def ettr_runs(frame: pd.DataFrame, title: str):
     expected = data.dropna(subset=["expected"])
     if not expected.empty:
         ax.plot(expected["gpus"], expected["expected"], "s--", label="E[ETTR]")
-    ax.set_xscale("log", base=2)
+    _sizes_axis(ax, data["gpus"])
     ax.set_ylim(0, 1.05)
-    ax.set_xlabel("job run size (GPUs)")
-    ax.set_ylabel("ETTR")
-    ax.set_title(title)
-    ax.legend(loc="lower left")
+    ax.set_xlabel("job run size (GPUs, log scale)")
+    ax.set_ylabel("ETTR (productive share\nof wall time)")
+    fig.suptitle(title)
+    _legend_below(fig, 2)
     return fig
-
-
-def _cdf_axes(ax, frame: pd.DataFrame, features: list[str], title: str) -> None:
-    for feature in features:
-        values = pd.to_numeric(frame[feature], errors="coerce").dropna().to_numpy(float)
-        if values.size == 0:
-            continue
-        top = values.max()
-        normalised = np.sort(values / top if top > 0 else values)
-        cdf = np.arange(1, normalised.size + 1) / normalised.size
-        ax.step(normalised, cdf, where="post", label=feature)
-    ax.set_xlim(-0.02, 1.02)
-    ax.set_ylim(0, 1.02)
-    ax.set_xlabel("feature value per node (normalised to 0..1)")
-    ax.set_title(title, fontsize="medium")
-    ax.legend(loc="lower right", fontsize="x-small")
 
 
 @figure("Lemon feature CDFs over nodes (Fig. 11)")
 def lemon_feature_cdfs(frame: pd.DataFrame, title: str):
-    """Fig. 11: CDF over nodes of each lemon feature, each normalised to 0..1 by its maximum.
+    """Fig. 11: CDF over nodes of each lemon feature, one small panel per feature in its own
+    units (counts, rates): the paper's seven signals first (blue), then the extras the lemon
+    rules also use (orange). One line per panel: no legend, no repeated colours."""
+    from matplotlib.ticker import MaxNLocator
 
-    The paper's seven signals on the left; numeric extras the lemon rules also use (early
-    fails, repeat outages...) on the right, so the figure stays readable."""
     paper = [c for c in PAPER_FEATURES if c in frame.columns]
     extras = [c for c in frame.columns if c not in PAPER_FEATURES and c != "node"
               and pd.api.types.is_numeric_dtype(frame[c])]
-    if frame.empty or not (paper or extras):
+    features = [(c, "C0") for c in paper] + [(c, "C1") for c in extras]
+    columns = {c: pd.to_numeric(frame[c], errors="coerce").dropna().to_numpy(float)
+               for c, _ in features}
+    features = [(c, colour) for c, colour in features if columns[c].size]
+    if frame.empty or not features:
         raise _NoData
-    plt = _pyplot()
-    panels = [(cols, name) for cols, name in ((paper, "paper's signals"), (extras, "extras"))
-              if cols]
-    fig, axes = plt.subplots(1, len(panels), figsize=(FIGSIZE[0], FIGSIZE[1] + 0.6),
-                             sharey=True, squeeze=False)
-    for ax, (cols, name) in zip(axes[0], panels, strict=True):
-        _cdf_axes(ax, frame, cols, name)
-    axes[0][0].set_ylabel("fraction of nodes")
-    fig.suptitle(title)
+    fig, axes, cols = _panels(len(features), columns=5, sharey=True)
+    for i, (ax, (feature, colour)) in enumerate(zip(axes, features, strict=True)):
+        values = np.sort(columns[feature])
+        cdf = np.arange(1, values.size + 1) / values.size
+        # Start at 0 below the smallest value, so a feature that is 0 on most nodes reads as
+        # a jump at 0 (the share of clean nodes), not as a line that starts half way up.
+        ax.step(np.r_[values[0], values], np.r_[0.0, cdf], where="post", color=colour,
+                linewidth=1.6)
+        ax.set_title(_wrap(feature), fontsize=10, loc="left")
+        ax.set_ylim(0, 1.03)
+        # Counts get whole-number ticks (no "1.5 failures"); rates keep their decimals.
+        counts = bool(np.all(np.mod(values, 1) == 0))
+        ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=counts))
+        if i % cols == 0:
+            ax.set_ylabel("share of\nnodes <= x")
+    fig.suptitle(f"{title}, {len(frame)} nodes\nblue: the paper's seven signals; orange: "
+                 "extras the lemon rules use; x in each feature's own unit", fontsize=12)
     return fig
+
+
+def _wrap(name: str, width: int = 22) -> str:
+    """A long feature name on two lines, broken at the underscore nearest its middle, so
+    neighbouring panel titles never run into each other."""
+    if len(name) <= width or "_" not in name:
+        return name
+    cuts = [i for i, ch in enumerate(name) if ch == "_"]
+    cut = min(cuts, key=lambda i: abs(i - len(name) / 2))
+    return name[: cut + 1] + "\n" + name[cut + 1:]
 
 
 # section -> (file name, caption, plot function), in the order the page shows them.
 FIGURES: dict[str, tuple[str, str, Callable[..., Plot]]] = {
-    "features": ("fig11_lemon_features.png", "Lemon feature CDFs (Fig. 11)", lemon_feature_cdfs),
-    "mttf": ("fig07_mttf.png", "MTTF by job size (Fig. 7)", mttf_by_size),
     "rolling": ("fig05_rolling_rate.png", "Failure rate over time by mode (Fig. 5)",
                 rolling_failure_rate),
+    "features": ("fig11_lemon_features.png", "Lemon feature CDFs (Fig. 11)", lemon_feature_cdfs),
     "causes": ("fig04_causes.png", "Attributed failure rates per GPU-hour (Fig. 4)",
                failure_causes),
+    "mttf": ("fig07_mttf.png", "MTTF by job size (Fig. 7)", mttf_by_size),
     "outcomes": ("fig03_outcomes.png", "Job outcomes (Fig. 3)", job_outcomes),
-    "ettr": ("fig09_ettr.png", "ETTR of the longest runs (Fig. 9)", ettr_runs),
     "goodput": ("fig08_goodput.png", "Goodput lost by job size (Fig. 8)", goodput_lost),
+    "ettr": ("fig09_ettr.png", "ETTR of the longest runs (Fig. 9)", ettr_runs),
 }
+# Figures of small multiples, drawn page-wide: the page gives them both grid columns.
+WIDE: frozenset[str] = frozenset({"features", "rolling"})
 # Other sections a figure draws on besides its own, passed to it by keyword.
 CONTEXT: dict[str, tuple[str, ...]] = {"rolling": ("deployments",)}

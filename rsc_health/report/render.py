@@ -15,14 +15,14 @@ from typing import Any
 
 import pandas as pd
 
-from rsc_health.report import plots
+from rsc_health.report import morning, plots
 from rsc_health.report.data import ReportData
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 SUMMARY_TXT = "summary.txt"
 SUMMARY_MAX_LEMONS = 30  # keep the chat message short; the page lists every candidate
-JSON_FORMAT = 1  # bump when report.json changes shape; older files are still diffed by node
+JSON_FORMAT = 2  # bump when report.json changes shape; older files are still diffed by node
 
 
 @dataclass
@@ -43,6 +43,7 @@ class Figure:
     has_data: bool
     note: str
     src: str  # what the <img> loads: the file name, or a data: URL when embedded
+    wide: bool = False  # small multiples: the page gives it the full width
 
 
 @dataclass
@@ -62,18 +63,114 @@ def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value]
 
 
+def _text(value: Any) -> str:
+    return "" if value is None or (isinstance(value, float) and math.isnan(value)) else str(value)
+
+
 def lemon_rows(data: ReportData) -> list[dict[str, Any]]:
+    """Candidates in pull order: longest listed first (the ones nobody has pulled yet), then by
+    node. The pull columns are absent when gather could not add them (the page says '-')."""
     rows = []
     for record in data.lemons.to_dict("records"):
+        days = record.get("days_listed")
         rows.append(
             {
                 "node": str(record["node"]),
                 "rules": _as_list(record.get("rules")),
                 "evidence": _as_list(record.get("evidence")),
                 "summary": str(record.get("summary") or ""),
+                "days_listed": None if days is None or days != days else int(days),
+                "listed_capped": bool(record.get("listed_capped") or False),
+                "slurm_state": _text(record.get("slurm_state")),
+                "ticket": _text(record.get("ticket")),
+                "last_action": _text(record.get("last_action")),
             }
         )
-    return sorted(rows, key=lambda r: r["node"])
+    return sorted(rows, key=lambda r: (-(r["days_listed"] or 0), r["node"]))
+
+
+def listed_text(row: dict[str, Any]) -> str:
+    days = row.get("days_listed")
+    if days is None:
+        return "-"
+    return f"{days}+ d" if row.get("listed_capped") else f"{days} d"
+
+
+@dataclass
+class Headline:
+    """The numbers at the top of the page."""
+
+    r_f: dict[str, Any] | None  # the latest 7 days' row of data.rates
+    previous: dict[str, Any] | None
+    long: dict[str, Any] | None
+    change: morning.RateChange | None
+    rates_note: str
+    lemons: int
+    new_lemons: int
+    out_of_service: int | None  # None: unknown (no source)
+    stopped: int | None
+    broken: int | None
+    stale_inputs: list[str]
+    newest: dict[str, str]  # input -> age text
+
+    def to_dict(self) -> dict[str, Any]:
+        doc = {k: _jsonable(v) for k, v in self.__dict__.items() if k != "change"}
+        for key in ("r_f", "previous", "long"):
+            if doc[key] is not None:
+                doc[key] = {k: _jsonable(v) for k, v in doc[key].items()}
+        doc["change"] = None if self.change is None else {
+            "delta_per_1000_node_days": self.change.delta, "p_value": self.change.p_value,
+            "words": self.change.words}
+        return doc
+
+
+def headline(data: ReportData, lemons: list[dict], changes: LemonChanges) -> Headline:
+    rates = data.rates.to_dict("records")
+    known = "out_of_service" not in data.notes
+    fresh = data.freshness
+    return Headline(
+        r_f=rates[0] if rates else None,
+        previous=rates[1] if len(rates) > 1 else None,
+        long=rates[2] if len(rates) > 2 else None,
+        change=morning.rate_change(data.rates),
+        rates_note=data.notes.get("rates", ""),
+        lemons=len(lemons),
+        new_lemons=len(changes.new),
+        out_of_service=len(data.out_of_service) if known else None,
+        stopped=int(data.stale["stopped"].sum()) if "stale" not in data.notes else None,
+        broken=int(data.stale["broken"].sum()) if "stale" not in data.notes else None,
+        stale_inputs=[str(r["input"]) for r in fresh.to_dict("records") if r["stale"]],
+        newest={str(r["input"]): morning.format_age(r["age_hours"])
+                for r in fresh.to_dict("records")},
+    )
+
+
+def rate_text(row: dict[str, Any] | None, short: bool = False) -> str:
+    """'5.70 (90% CI 4.53-7.09; 58 failures / 10,175 node-days)'; short: '5.70 (4.53-7.09)'."""
+    if row is None or not row.get("node_days"):
+        return "-"
+    if short:
+        return f"{row['r_f']:.2f} ({row['ci_low']:.2f}-{row['ci_high']:.2f})"
+    level = 100 * float(row.get("confidence") or 0.9)
+    return (f"{row['r_f']:.2f} ({level:.0f}% CI {row['ci_low']:.2f}-{row['ci_high']:.2f}; "
+            f"{int(row['failures'])} failures / {row['node_days']:,.0f} node-days)")
+
+
+def section_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """A section's records with ages as text and times to the minute, for the page."""
+    rows = []
+    for record in frame.to_dict("records"):
+        row = {k: _jsonable(v) for k, v in record.items()}
+        if "age_hours" in record:
+            row["age"] = morning.format_age(record["age_hours"])
+        for key in ("since", "last_seen", "newest"):
+            value = record.get(key)
+            if value is pd.NaT:
+                row[key] = None
+            elif isinstance(value, datetime | pd.Timestamp):
+                row[key] = value.strftime("%Y-%m-%d %H:%M")
+        rows.append(row)
+    return rows
 
 
 def load_previous(path: Path) -> dict[str, Any] | None:
@@ -99,6 +196,8 @@ def diff_lemons(current: list[str], previous: dict[str, Any] | None) -> LemonCha
 
 
 def _jsonable(value: Any) -> Any:
+    if value is pd.NaT:
+        return None
     if isinstance(value, pd.Timestamp | datetime):
         return value.isoformat(sep=" ", timespec="seconds")
     if value is None or (isinstance(value, float) and math.isnan(value)):
@@ -146,14 +245,30 @@ def draw_figures(
             src = "data:image/png;base64," + base64.b64encode(result.path.read_bytes()).decode()
         # An empty figure says why: the gatherer's note (skipped, failed) beats plain "no data".
         note = result.note if result.has_data else data.notes.get(section, result.note)
-        figures.append(Figure(section, name, caption, result.has_data, note, src))
+        figures.append(Figure(section, name, caption, result.has_data, note, src,
+                              wide=result.has_data and section in plots.WIDE))
     return figures
 
 
 def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
-                 actions: list[dict]) -> str:
+                 actions: list[dict], head: Headline | None = None) -> str:
     day = data.as_of.strftime("%Y-%m-%d")
     lines = [f"rsc-health lemon report {day} ({data.window_days}-day window)"]
+    if head is not None:
+        if head.r_f is not None and head.r_f.get("node_days"):
+            change = f", {head.change.words} on the week before" if head.change else ""
+            lines.append(f"r_f last 7 days: {rate_text(head.r_f)} per 1000 node-days{change}")
+        else:
+            lines.append(f"r_f last 7 days: none ({head.rates_note or 'no large-job node-days'})")
+        if head.out_of_service is not None:
+            lines.append(f"Out of service: {head.out_of_service} node(s)")
+        if head.stopped is not None:
+            lines.append(f"Checks stopped: {head.stopped} node(s); checker broken: "
+                         f"{head.broken} node(s)")
+        if head.stale_inputs:
+            lines.append("STALE INPUT: " + "; ".join(
+                f"{name} (newest {head.newest[name]} old)" if head.newest.get(name, "-") != "-"
+                else f"{name} (none yet)" for name in head.stale_inputs))
     since = f" since {changes.previous_as_of}" if changes.previous_as_of else ""
     lines.append(
         f"Lemon candidates: {len(lemons)} (new{since}: {len(changes.new)}, "
@@ -162,6 +277,8 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
     new = set(changes.new)
     for row in lemons[:SUMMARY_MAX_LEMONS]:
         tag = " NEW" if row["node"] in new and changes.previous_as_of else ""
+        if row.get("days_listed") and row["days_listed"] > 1:
+            tag += f" (listed {listed_text(row)})"
         # One short line per node for chat: the verdict's own summary when the producer gave
         # one, else its evidence; the page and report.json carry the full evidence.
         because = (row["summary"] or "; ".join(row["evidence"]) or ", ".join(row["rules"])
@@ -216,10 +333,18 @@ def write_report(
 
     if progress:
         progress("page, summary and JSON")
-    summary = summary_text(data, lemons, changes, actions)
+    head = headline(data, lemons, changes)
+    summary = summary_text(data, lemons, changes, actions, head)
+    sections = {name: section_rows(getattr(data, name))
+                for name in ("out_of_service", "stale", "xids", "freshness")}
     html = _environment().get_template("report.html").render(
         as_of=data.as_of.strftime("%Y-%m-%d %H:%M"),
         window_days=data.window_days,
+        head=head,
+        rate_text=rate_text,
+        listed_text=listed_text,
+        xid_totals=dict(data.xids.attrs),
+        **sections,
         lemons=lemons,
         changes=changes,
         new=set(changes.new),
@@ -238,7 +363,10 @@ def write_report(
         "format": JSON_FORMAT,
         "as_of": data.as_of.isoformat(sep=" ", timespec="seconds"),
         "window_days": data.window_days,
+        "headline": head.to_dict(),
         "lemons": lemons,
+        **{name: _records(getattr(data, name))
+           for name in ("rates", "out_of_service", "stale", "xids", "freshness")},
         "changes": {
             "previous_as_of": changes.previous_as_of,
             "new": changes.new,

@@ -71,7 +71,8 @@ def test_fig5_marks_the_day_each_check_began_running(report_data, tmp_path):
     fig = draw(report_data.rolling, "Fig. 5", deployments=outside)
 
     ax = fig.axes[0]
-    marked = [line.get_xdata()[0] for line in ax.lines]
+    # The total panel: its rate is a solid line, each deployment a dashed one.
+    marked = [line.get_xdata()[0] for line in ax.lines if line.get_linestyle() == "--"]
     assert len(marked) == 1  # the deployment off the plotted days is not drawn
     x = marked[0]
     x = mdates.num2date(x).replace(tzinfo=None) if isinstance(x, float) else x
@@ -83,3 +84,34 @@ def test_fig5_marks_the_day_each_check_began_running(report_data, tmp_path):
     name, _caption, plot = plots.FIGURES["rolling"]
     context = {s: getattr(report_data, s) for s in plots.CONTEXT["rolling"]}
     assert plot(report_data.rolling, tmp_path / name, **context).has_data
+
+
+@pytest.mark.parametrize("section", sorted(plots.FIGURES))
+def test_figures_are_legible_at_page_size(section, report_data):
+    """Issue 14: fonts readable at the size the page shows, legends off the data, few series
+    per panel, and a y axis that says what it counts."""
+    draw = plots.FIGURES[section][2].__wrapped__
+    context = {s: getattr(report_data, s) for s in plots.CONTEXT.get(section, ())}
+    plt = plots._pyplot()
+    with plt.rc_context(plots.STYLE):
+        fig = draw(getattr(report_data, section), "title", **context)
+        fig.canvas.draw()
+    axes = [ax for ax in fig.axes if ax.get_visible()]
+    shown_px = 520 if section not in plots.WIDE else 1040  # the page's column width
+    scale = shown_px / (fig.get_figwidth() * plots.DPI)
+    for ax in axes:
+        texts = [ax.title, ax.xaxis.label, ax.yaxis.label, *ax.get_xticklabels(),
+                 *ax.get_yticklabels()]
+        for text in texts:
+            if text.get_visible() and text.get_text():
+                px = text.get_fontsize() * plots.DPI / 72 * scale
+                assert px >= 11, (section, text.get_text(), px)
+        solid = [line for line in ax.lines if line.get_linestyle() not in ("--", "None")]
+        assert len(solid) + len(ax.collections) <= 4, (section, len(solid))
+        # Every panel says what it plots: a y label on the row's first panel, else a title.
+        assert ax.get_ylabel() or ax.get_title(loc="left") or ax.get_yticklabels(), section
+    for legend in [*fig.legends, *(ax.get_legend() for ax in axes if ax.get_legend())]:
+        box = legend.get_window_extent()
+        for ax in axes:
+            assert not box.overlaps(ax.get_window_extent()), (section, "legend over data")
+    plt.close(fig)
