@@ -104,6 +104,14 @@ class AppContext:
         return url
 
 
+# Commands that can run for more than a few seconds on a big historian or a slow controller and
+# have no progress of their own (report, demo, sim and spool flush draw their own).
+SPINNER_COMMANDS = frozenset({
+    "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "ingest", "lemons",
+    "metrics", "mttf", "node", "outcomes", "rolling", "status", "ticket", "tune-lemons",
+})
+
+
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(LAZY_COMMANDS)
@@ -126,6 +134,11 @@ class LazyGroup(click.Group):
 def cli(ctx: click.Context, config_path: str | None, db_url: str | None, root_arg: str | None):
     """GPU node health checks and lemon-node detection for Slurm clusters."""
     ctx.obj = AppContext(config_path=config_path, db_url=db_url, root_arg=root_arg)
+    if ctx.invoked_subcommand in SPINNER_COMMANDS and "--help" not in sys.argv:
+        from rsc_health.commands.progress import start_spinner, watched
+
+        if watched():
+            ctx.call_on_close(start_spinner(f"healthctl {ctx.invoked_subcommand}"))
 
 
 def main() -> None:
