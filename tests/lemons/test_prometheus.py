@@ -101,6 +101,10 @@ def test_prometheus_scrapes_the_sweep_textfile_and_the_fleet_export(tmp_path, fl
         assert query('rsc_health_family_status{family="gpu"}')[0]["value"][1] == "0"
         assert query("rsc_health_lemon_candidates")[0]["value"][1] == "1"
         assert query('rsc_health_lemon_candidate{node="bad1"}')
+        assert query("rsc_health_pending_drain")[0]["value"][1] == "0"
+        # Shown with `pytest -s`: what an operator's PromQL gets back.
+        for q in ('rsc_health_verdict_level{source="sweep"}', "rsc_health_lemon_candidates"):
+            print("PromQL", q, "->", json.dumps(query(q)))
         assert query("rsc_health_textfile_scrape_error") == [] or query(
             "node_textfile_scrape_error")[0]["value"][1] == "0"
     finally:
