@@ -44,6 +44,7 @@ EXPLICIT: dict[str, Spec] = {
     "mounts.expected": Spec("list", Spec("table", fields={
         "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
     "report.skip": Spec("list", STR),
+    "node.spool_max_mb": Spec("number"),
 }
 # Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.
 RANGES: dict[str, tuple[float, float]] = {
@@ -61,6 +62,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "slurm.sweep_budget_s": (0, 3600),
     "slurm.call_timeout_s": (0, 3600),
     "historian.statement_timeout_s": (0, 86_400),
+    "node.spool_max_mb": (0, 1_000_000),
     "mounts.probe_timeout_s": (0, 600),
     "gpu.nvml_timeout_s": (0, 600),
 }

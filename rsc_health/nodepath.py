@@ -129,6 +129,7 @@ class Context:
     deadline: float
     job_id: str | None
     slurm_factory: Callable[[Config, float | None], object]
+    spool_bytes: int | None = None
 
 
 def _job_id() -> str | None:
@@ -358,6 +359,7 @@ def _locked(ctx: Context, run: Progress) -> int:
     records.extend(_job_records(ctx, now))
     records.append(_heartbeat(stage, ctx.node, now, verdict.level, findings,
                               time.monotonic() - ctx.started))
+    records = _within_spool_cap(ctx, records)
     run.spooled = _spool(ctx.sdir, records)
     if run.spooled:
         # Only now is it safe to consume the events: they are on disk. When the spool is not
@@ -382,7 +384,8 @@ def _locked(ctx: Context, run: Progress) -> int:
     run.acted = True
     run.step = "textfile"
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
-                    time.monotonic() - ctx.started, pending=still_pending)
+                    time.monotonic() - ctx.started, pending=still_pending,
+                    spool_bytes=ctx.spool_bytes)
     return code
 
 
@@ -488,6 +491,24 @@ def _has_drain_state(sdir: Path) -> bool:
         return True  # cannot tell: ask Slurm, as before
 
 
+def _within_spool_cap(ctx: Context, records: list[dict]) -> list[dict]:
+    """Past [node] spool_max_mb (the historian has not taken the spool for a long time), keep
+    only the records that carry news: a fault is never dropped, /var never fills."""
+    try:
+        cap = float(ctx.cfg.get("node.spool_max_mb", 64)) * 1024 * 1024
+    except (TypeError, ValueError):
+        cap = 64 * 1024 * 1024
+    held = spool.size_bytes(ctx.sdir / "spool")
+    ctx.spool_bytes = held
+    if held < cap:
+        return records
+    kept = [r for r in records if spool.carries_news(r)]
+    log(f"{ctx.stage.name}: spool holds {held / 1048576:.0f} MB, over [node] spool_max_mb "
+        f"(is spool flush failing?): spooling {len(kept)} of {len(records)} records, "
+        f"all-clear rows and heartbeat dropped")
+    return kept
+
+
 # ---- sinks ----------------------------------------------------------------------------------
 def _spool(sdir: Path, records: list[dict]) -> bool:
     try:
@@ -521,7 +542,8 @@ STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 
 
 def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Level,
-                    findings: list[Finding], duration_s: float, *, pending: bool) -> None:
+                    findings: list[Finding], duration_s: float, *, pending: bool,
+                    spool_bytes: int | None = None) -> None:
     """node_exporter textfile collector: the latest run per entry point, written atomically
     (tmp + rename) so a scrape never reads half a file. Earlier stages' lines are kept."""
     directory = str(cfg.get("node.textfile_dir", "") or "")
@@ -540,6 +562,8 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
                 str(sum(f.status is Status.ERROR for f in findings)),
         }
         samples["rsc_health_pending_drain"] = "1" if pending else "0"
+        if spool_bytes is not None:
+            samples["rsc_health_spool_bytes"] = str(spool_bytes)
         for family, status in _family_status(findings).items():
             samples[f'rsc_health_family_status{{family="{lbl(family)}"}}'] = str(
                 STATUS_VALUE[status])
@@ -562,6 +586,7 @@ HELP = {
     "rsc_health_run_duration_seconds": "How long the entry point's latest run took.",
     "rsc_health_checker_errors": "Findings the checker could not look at in the latest run.",
     "rsc_health_pending_drain": "1 while a drain verdict waits (Slurm away or the guard).",
+    "rsc_health_spool_bytes": "Bytes in the node's spool not yet delivered to the historian.",
 }
 
 

@@ -91,6 +91,28 @@ def check_records(
     return out
 
 
+def size_bytes(spool_dir: Path) -> int:
+    """What the spool holds on disk: pending.jsonl and batches not yet delivered."""
+    total = 0
+    try:
+        with os.scandir(spool_dir) as entries:
+            for entry in entries:
+                if entry.is_file(follow_symlinks=False):
+                    total += entry.stat(follow_symlinks=False).st_size
+    except OSError:
+        return 0
+    return total
+
+
+def carries_news(rec: dict) -> bool:
+    """A record that must be kept however full the spool is: anything but an all-clear check
+    row or a heartbeat (those say 'still fine', which the next delivered run says again)."""
+    kind = rec.get("kind")
+    if kind == "heartbeat":
+        return False
+    return not (kind == "check" and rec.get("status") == "ok")
+
+
 def append(spool_dir: Path, records: list[dict]) -> None:
     """Append records durably and all-or-nothing. Raises OSError if the disk refuses (full,
     read-only); then the file is cut back to where it was, so a later run never finds half a

@@ -181,3 +181,38 @@ def test_a_guard_held_verdict_costs_a_healthy_prolog_no_slurm_call(node_env):
 def test_every_entry_point_writes_the_pending_drain_gauge(entry, node_env):
     assert nodepath.run_stage(entry, slurm_factory=_no_slurm) == 0
     assert _gauge(node_env, "rsc_health_pending_drain") == "0"
+
+
+def test_a_full_spool_keeps_faults_and_drops_only_all_clear_rows(node_env, capsys):
+    """The historian has not taken the spool for months: past [node] spool_max_mb a run
+    spools its XID but not its all-clear rows and heartbeat, and says so once."""
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    site.write_text(site.read_text().replace("[node]\n", "[node]\nspool_max_mb = 0.001\n", 1))
+    spool_dir = node_env / NODE_STATE / "spool"
+    spool_dir.mkdir(parents=True)
+    (spool_dir / "pending.jsonl").write_text("{}\n" * 1000)  # 3 kB undelivered
+    before = len(_records(node_env))
+    (node_env / "dev/kmsg").open("a").write(XID79)
+
+    nodepath.run_stage("sweep", slurm_factory=lambda cfg, deadline: _Quiet())
+
+    new = _records(node_env)[before:]
+    assert [r["kind"] for r in new if r["kind"] == "check"] == ["check"]
+    assert new[0]["code"] == "xid79"
+    assert not [r for r in new if r["kind"] == "heartbeat" or r.get("status") == "ok"]
+    assert "over [node] spool_max_mb" in capsys.readouterr().err
+    assert int(_gauge(node_env, "rsc_health_spool_bytes")) >= 3000
+
+
+class _Quiet:
+    """A Slurm that has the node idle and takes a drain (what the sweep's verdict asks)."""
+
+    deadline = None
+
+    def __getattr__(self, name):
+        from rsc_health.slurm.api import SlurmUnavailable
+
+        def away(*args, **kwargs):
+            raise SlurmUnavailable("test: controller away")
+
+        return away
