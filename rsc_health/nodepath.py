@@ -444,6 +444,7 @@ def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
         if not _has_drain_state(ctx.sdir):
             # A clean sweep only talks to Slurm to count towards resuming a node we drained:
             # with no drain of ours on record, 16,000 nodes' sweeps cost slurmctld nothing.
+            _sweep_line(ctx, verdict, [])
             return 0, had_pending
     # Imported only past this point: a healthy prolog neither calls nor loads the Slurm side.
     from rsc_health.actions import Actor
@@ -472,14 +473,20 @@ def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
             f"by the next run")
         return 0, True
     clear_pending(ctx.sdir)
-    if stage.name == "sweep":
-        summary = ", ".join(f"{a.action}{' ' + a.job_id if a.job_id else ''}" for a in actions)
-        print(f"rsc_health sweep {ctx.node}: {verdict.level.name} {verdict.reason} "
-              f"{summary}".rstrip())
+    _sweep_line(ctx, verdict, actions)
     if stage.name == "prolog" and verdict.drains and enabled:
         log(f"prolog: {verdict.reason}")
         return 1, False
     return 0, False
+
+
+def _sweep_line(ctx: Context, verdict: Verdict, actions: list) -> None:
+    """The sweep's one line on stdout (HealthCheckProgram's log, the timer's journal)."""
+    if ctx.stage.name != "sweep":
+        return
+    summary = ", ".join(f"{a.action}{' ' + a.job_id if a.job_id else ''}" for a in actions)
+    print(f"rsc_health sweep {ctx.node}: {verdict.level.name} {verdict.reason} "
+          f"{summary}".rstrip())
 
 
 def _has_drain_state(sdir: Path) -> bool:

@@ -59,7 +59,7 @@ def test_a_manual_check_between_sweeps_does_not_hide_an_xid(slurm_cluster):
     assert c.node("node04")["Reason"].startswith("rsc_health:now:xid79:gpu3")
 
 
-def test_a_healthy_prolog_makes_no_slurm_call(slurm_cluster, tmp_path):
+def test_a_healthy_prolog_or_sweep_makes_no_slurm_call(slurm_cluster, tmp_path):
     """SchedMD asks prologs not to call Slurm commands: a 1,024-node job start would send
     1,024 RPCs to slurmctld. Slurm's commands are replaced by recorders for this one run."""
     c = slurm_cluster
@@ -79,7 +79,20 @@ def test_a_healthy_prolog_makes_no_slurm_call(slurm_cluster, tmp_path):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert not calls.exists(), calls.read_text()
-    # The sweep does talk to Slurm (it checks whether this node is drained): the recorder works.
+    # Nor does a healthy sweep of a node rsc-health never drained (16,000 nodes every five
+    # minutes would be 53 RPCs a second to slurmctld).
+    out = subprocess.run([sys.executable, "-m", "rsc_health.nodepath", "sweep"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert "rsc_health sweep node05: OK" in out.stdout, out.stderr
+    assert not calls.exists(), calls.read_text()
+    # With a drain of ours on record, the clean sweep asks Slurm (to count towards resuming
+    # it): the recorder works.
+    from rsc_health.actions import DRAIN_STATE_FILE
+
+    state = root / "var/lib/rsc_health" / DRAIN_STATE_FILE
+    state.write_text(json.dumps({"reason": "rsc_health:job:mount_missing:/scratch",
+                                 "codes": ["mount_missing"], "auto_resumable": True,
+                                 "time": "2026-11-24T00:00:00+00:00"}))
     subprocess.run([sys.executable, "-m", "rsc_health.nodepath", "sweep"], env=env,
                    capture_output=True, text=True, timeout=60)
     assert calls.exists() and "scontrol" in calls.read_text()
