@@ -74,6 +74,13 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
                 cfg.section("historian"))
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
+        from dataclasses import replace
+
+        from rsc_health.report.render import load_previous
+
+        # Last night's report.json (the one in --out unless --previous names another): the
+        # pull list's days listed carry on from it instead of re-judging a week of lemons.
+        options = replace(options, previous=load_previous(previous or out_dir / "report.json"))
         show = not quiet and click.get_text_stream("stderr").isatty()
         with _progress(show) as step:
             data = gather(engine, moment, options, progress=step)

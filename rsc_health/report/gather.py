@@ -48,6 +48,7 @@ class GatherOptions:
     sacct_stale_hours: float = 6  # newest job end older than this: the sacct input is stale
     xid_top: int = 10  # rows of the XIDs-per-GPU table
     listed_days_max: int = 7  # how far back "days listed" looks (one lemon evaluation a day)
+    previous: Mapping[str, Any] | None = None  # last night's report.json: days listed carry on
 
     @classmethod
     def from_config(
@@ -449,7 +450,10 @@ def gather(
             def listed_on(when: datetime) -> set[str]:
                 return {v.node for v in verdicts_of(features(when), when, with_evidence=False)}
 
-            streak = morning.days_listed(nodes, listed_on, as_of, opts.listed_days_max)
+            streak = morning.streak_from_previous(nodes, opts.previous, as_of,
+                                                  opts.listed_days_max)
+            if streak is None:
+                streak = morning.days_listed(nodes, listed_on, as_of, opts.listed_days_max)
             return morning.pull_columns(
                 data.lemons, streak, opts.listed_days_max, data.out_of_service,
                 morning.tickets_for(engine, nodes), morning.last_actions(engine, nodes, as_of))

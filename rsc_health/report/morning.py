@@ -11,9 +11,10 @@ the years of history kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pandas as pd
 from sqlalchemy import Engine, func, literal, or_, select
@@ -189,6 +190,31 @@ def days_listed(
         for node in alive:
             streak[node] += 1
     return streak
+
+
+def streak_from_previous(
+    candidates: Iterable[str], previous: Mapping[str, Any] | None, as_of: datetime,
+    max_days: int,
+) -> dict[str, int] | None:
+    """The nightly case, at no query cost: last night's report.json knows how long each of its
+    candidates had been listed, so tonight's streak is that plus one (1 for a new candidate).
+    None when there is no usable report from the day before (a first night, a gap, a report
+    run for another day, a file from before days were counted): then `days_listed` walks."""
+    if not previous:
+        return None
+    try:
+        before = datetime.fromisoformat(str(previous["as_of"]))
+    except (KeyError, ValueError):
+        return None
+    if before.tzinfo is not None:
+        before = before.astimezone(UTC).replace(tzinfo=None)
+    if not timedelta(hours=12) <= as_of - before <= timedelta(hours=36):
+        return None
+    rows = [r for r in previous.get("lemons") or [] if isinstance(r, Mapping)]
+    days = {str(r.get("node")): r.get("days_listed") for r in rows}
+    if any(not isinstance(d, int) or d < 1 for d in days.values()):
+        return None
+    return {n: min(max(1, max_days), days.get(n, 0) + 1) for n in candidates}
 
 
 def tickets_for(engine: Engine, nodes: list[str]) -> dict[str, str]:

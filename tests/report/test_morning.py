@@ -214,6 +214,40 @@ def test_days_listed_stops_walking_back_once_every_candidate_dropped_out():
     assert len(asked) == 3  # day 4 is never evaluated: the streaks had ended
 
 
+def test_nightly_days_listed_carry_on_from_last_nights_report_with_no_walk(engine, tmp_path):
+    """Last night's report.json (24 h earlier) listed gpu001 for 4 days: tonight it is 5, and
+    no earlier day is judged again; the result is what the full walk gives."""
+    _lemon_history(engine)
+    walked = gather(engine, AS_OF, _opts(skip=FIGURES, listed_days_max=10))
+    last_night = {"as_of": (AS_OF - timedelta(days=1)).isoformat(sep=" "),
+                  "lemons": [{"node": "gpu001",
+                              "days_listed": int(walked.lemons["days_listed"].iloc[0]) - 1}]}
+
+    carried = gather(engine, AS_OF, _opts(skip=FIGURES, listed_days_max=10,
+                                          previous=last_night))
+
+    assert carried.lemons["days_listed"].tolist() == walked.lemons["days_listed"].tolist()
+
+
+@pytest.mark.parametrize("previous", [
+    None,
+    {"as_of": "2024-01-01 00:00:00", "lemons": [{"node": "a", "days_listed": 3}]},  # a gap
+    {"as_of": "not a time", "lemons": []},
+    {"lemons": [{"node": "a", "days_listed": 3}]},  # no as_of
+    {"as_of": "{day}", "lemons": [{"node": "a", "days_listed": None}]},  # not counted then
+])
+def test_without_a_usable_report_from_the_day_before_the_walk_decides(previous):
+    if previous and previous.get("as_of") == "{day}":
+        previous = {**previous, "as_of": (AS_OF - timedelta(days=1)).isoformat(sep=" ")}
+    assert morning.streak_from_previous(["a"], previous, AS_OF, 7) is None
+
+
+def test_a_carried_streak_counts_new_candidates_as_one_and_stops_at_the_cap():
+    last_night = {"as_of": (AS_OF - timedelta(hours=24)).isoformat(),
+                  "lemons": [{"node": "a", "days_listed": 7}, {"node": "gone", "days_listed": 2}]}
+    assert morning.streak_from_previous(["a", "b"], last_night, AS_OF, 7) == {"a": 7, "b": 1}
+
+
 # --- 4. nodes whose checks stopped ----------------------------------------------------------
 
 
