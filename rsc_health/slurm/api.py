@@ -22,7 +22,16 @@ class SlurmCommandError(SlurmError):
         self.argv = argv
         self.returncode = returncode
         self.stderr = stderr.strip()
-        super().__init__(f"{' '.join(argv[:3])}...: {self.stderr or f'exit {returncode}'}")
+        said = _one_line(self.stderr) or f"exit {returncode}"
+        super().__init__(f"{' '.join(argv[:3])}...: {said}")
+
+
+def _one_line(stderr: str) -> str:
+    """Slurm's commands print a chain of `error:` lines ending in the one that matters (the
+    `fatal:` one, else the last): that line, for a message that stays on one line."""
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    fatal = [ln for ln in lines if "fatal:" in ln]
+    return (fatal or lines or [""])[-1][:500]
 
 
 class RequeueRefused(SlurmCommandError):

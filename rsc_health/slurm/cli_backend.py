@@ -27,7 +27,9 @@ from rsc_health.slurm.api import (
 _UNAVAILABLE = re.compile(
     r"Unable to contact slurm controller|Connection refused|Socket timed out|"
     r"Zero Bytes were transmitted|slurm_persist_conn_open|Unable to establish|"
-    r"Communication connection failure|Connection timed out",
+    r"Communication connection failure|Connection timed out|"
+    # configless slurmd/clients that cannot find slurmctld (DNS SRV) to fetch slurm.conf from
+    r"Could not establish a configuration source",
     re.IGNORECASE,
 )
 _REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled", re.IGNORECASE)

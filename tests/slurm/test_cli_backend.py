@@ -71,6 +71,28 @@ def test_no_controller_is_slurm_unavailable(tmp_path):
         slurm.nodes()
 
 
+def test_a_configless_client_without_a_controller_is_unavailable_in_one_line(tmp_path):
+    # What 22.05's scontrol prints on a configless node whose DNS SRV lookup fails.
+    slurm = fake_bin(tmp_path, "scontrol", (
+        "echo 'scontrol: error: resolve_ctls_from_dns_srv: res_nsearch error: Unknown host' >&2\n"
+        "echo 'scontrol: error: fetch_config: DNS SRV lookup failed' >&2\n"
+        "echo 'scontrol: fatal: Could not establish a configuration source' >&2; exit 1\n"))
+    with pytest.raises(SlurmUnavailable) as caught:
+        slurm.node("node01")
+    assert "\n" not in str(caught.value)
+    assert "Could not establish a configuration source" in str(caught.value)
+
+
+def test_a_refusal_after_a_chain_of_errors_says_the_fatal_line_on_one_line(tmp_path):
+    slurm = fake_bin(tmp_path, "scontrol", "echo 'scontrol: error: first' >&2; "
+                     "echo 'scontrol: fatal: Invalid node name specified' >&2; "
+                     "echo 'trailing noise' >&2; exit 1\n")
+    with pytest.raises(SlurmCommandError) as caught:
+        slurm.drain("nope", "rsc_health:manual:manual:x")
+    assert str(caught.value).endswith("scontrol: fatal: Invalid node name specified")
+    assert "first" in caught.value.stderr  # the whole of it is kept for whoever needs it
+
+
 def test_requeue_refusal_is_typed(tmp_path):
     # What 22.05.8 prints for a job submitted with --no-requeue.
     slurm = fake_bin(tmp_path, "scontrol",
