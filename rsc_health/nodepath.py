@@ -60,6 +60,17 @@ TEXTFILE = "rsc_health.prom"
 VERSION = "0.1.0"
 
 
+def drain_exit() -> int:
+    """The prolog's exit code for a drain verdict: 1 (what slurmd drains on), or the code the
+    shipped wrapper asks for (RSC_HEALTH_DRAIN_EXIT) so it can tell a verdict from a Python that
+    could not even start, and turn only the verdict into 1."""
+    try:
+        code = int(os.environ.get("RSC_HEALTH_DRAIN_EXIT", "1"))
+    except ValueError:
+        return 1
+    return code if 1 <= code <= 125 else 1
+
+
 class LockTimeout(Exception):
     pass
 
@@ -174,7 +185,7 @@ class Progress:
         node and requeues the job, which is what the verdict asked for."""
         drains = bool(self.verdict and self.verdict.drains and not self.acted)
         enabled = bool(self.cfg.get("actions.enabled", True)) if self.cfg else False
-        return 1 if (drains and enabled and self.stage.name == "prolog") else 0
+        return drain_exit() if (drains and enabled and self.stage.name == "prolog") else 0
 
 
 def run_stage(name: str, *, slurm_factory=_default_slurm) -> int:
@@ -463,7 +474,7 @@ def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
             log(f"{stage.name}: Slurm unavailable ({exc}); verdict {verdict.level.name} kept "
                 f"for the next run")
             # The prolog still fails the job start: slurmd then drains the node itself.
-            return (1 if stage.name == "prolog" and enabled else 0), True
+            return (drain_exit() if stage.name == "prolog" and enabled else 0), True
         log(f"{stage.name}: Slurm unavailable ({exc})")
         return 0, had_pending
     held = any(a.action == "guard_tripped" for a in actions)
@@ -476,7 +487,7 @@ def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
     _sweep_line(ctx, verdict, actions)
     if stage.name == "prolog" and verdict.drains and enabled:
         log(f"prolog: {verdict.reason}")
-        return 1, False
+        return drain_exit(), False
     return 0, False
 
 

@@ -1,0 +1,75 @@
+"""The shipped Prolog=/Epilog= scripts: any non-zero exit of a prolog or epilog makes slurmd
+drain the node, so only the prolog's drain verdict may leave them non-zero. A Python that is
+missing, or an rsc_health that cannot be imported (a broken rollout), lets the job run."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.nodes.node_copy import copy_node
+
+REPO = Path(__file__).resolve().parents[2]
+PROLOG = REPO / "prolog" / "rsc-health-prolog"
+EPILOG = REPO / "epilog" / "rsc-health-epilog"
+XID79 = "4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has " \
+        "fallen off the bus.\n"
+
+
+@pytest.fixture
+def env(tmp_path):
+    root = copy_node(tmp_path / "node")
+    defaults = tmp_path / "defaults"
+    defaults.write_text("")  # no /etc/default/rsc-health on the test machine
+    empty_bin = tmp_path / "bin"  # no scontrol: a drain verdict stays pending, the code shows
+    empty_bin.mkdir()
+    return {
+        "PATH": f"{empty_bin}:/usr/bin:/bin", "HOME": str(tmp_path),
+        "PYTHONPATH": str(REPO), "RSC_HEALTH_DEFAULTS": str(defaults),
+        "RSC_HEALTH_ROOT": str(root), "RSC_HEALTH_CONFIG": str(root / "config.toml"),
+        "SLURMD_NODENAME": "node01", "SLURM_JOB_ID": "77",
+        "RSC_HEALTH_PYTHON": os.environ.get("RSC_HEALTH_TEST_PYTHON", "python3"),
+    }
+
+
+def _broken_python(tmp_path: Path) -> str:
+    fake = tmp_path / "python-broken"
+    fake.write_text("#!/bin/sh\necho '/usr/bin/python3: No module named rsc_health' >&2\n"
+                    "exit 1\n")
+    fake.chmod(0o755)
+    return str(fake)
+
+
+def _run(script: Path, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_a_healthy_node_prolog_exits_0(env):
+    assert _run(PROLOG, env).returncode == 0
+
+
+def test_a_drain_verdict_still_fails_the_prolog(env):
+    with open(Path(env["RSC_HEALTH_ROOT"]) / "dev/kmsg", "a") as fh:
+        fh.write(XID79)
+    out = _run(PROLOG, env)
+    assert out.returncode == 1, out.stderr
+    assert "DRAIN_NOW" in out.stderr
+
+
+@pytest.mark.parametrize("script", [PROLOG, EPILOG], ids=["prolog", "epilog"])
+def test_an_rsc_health_that_cannot_import_lets_the_job_run(script, env, tmp_path):
+    env["RSC_HEALTH_PYTHON"] = _broken_python(tmp_path)
+    out = _run(script, env)
+    assert out.returncode == 0
+    assert "could not run (exit 1" in out.stderr
+
+
+@pytest.mark.parametrize("script", [PROLOG, EPILOG], ids=["prolog", "epilog"])
+def test_a_missing_python_lets_the_job_run(script, env, tmp_path):
+    env["RSC_HEALTH_PYTHON"] = str(tmp_path / "no-such-python")
+    out = _run(script, env)
+    assert out.returncode == 0
+    assert "could not run (exit 127" in out.stderr
