@@ -426,3 +426,24 @@ def test_prolog_a_hanging_site_check_finishes_in_budget_with_a_checker_error(nod
                for r in records)
     assert not any(r["kind"] == "action" for r in records)
     assert nodepath.load_pending(node.path(NODE_STATE)) is None
+
+
+def test_a_snapshot_replay_runs_no_site_programs(node, tmp_path):
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    marker = tmp_path / "ran"
+    program(checks_dir(node), "touch", f"#!/bin/sh\ntouch {marker}\n"
+            "echo 'fail drain_now a b c'\n")
+    config = node.path("site.toml")
+    config.write_text(node.path("config.toml").read_text()
+                      + f'\n[site]\nchecks_dir = "/{CHECKS_DIR}"\n')
+    snap = tmp_path / "snap.json"
+    base = ["--root", str(node.root), "--config", str(config)]
+    assert CliRunner().invoke(cli, [*base, "check"]).exit_code == 3  # live: the check runs
+    marker.unlink()
+    assert CliRunner().invoke(cli, [*base, "snapshot", "--out", str(snap)]).exit_code == 0
+    res = CliRunner().invoke(cli, ["check", "--from", str(snap)])
+    assert res.exit_code == 0, res.output
+    assert not marker.exists()
