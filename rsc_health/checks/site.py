@@ -22,7 +22,6 @@ becomes one checker finding naming the program. `checks_dir` empty (the default)
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
 from pathlib import Path
@@ -36,7 +35,7 @@ if TYPE_CHECKING:
 
 FAMILY = "site"
 NHC = "[nhc]"  # the built-in NHC adapter's name among the checks (no file can be called that)
-NHC_ADAPTER = Path(__file__).resolve().parents[1] / "site" / "nhc_adapter.py"
+NHC_ADAPTER = Path(__file__).parents[1] / "site" / "nhc_adapter.py"
 # A line longer than this is cut (the reason loses its tail); 1 kB is far beyond a reason.
 LINE_MAX = 1024
 REASON_MAX = 300
@@ -48,8 +47,9 @@ ALLOWED = {
     "fail": {Severity.DRAIN_AFTER_JOB, Severity.DRAIN_NOW},
     "error": {Severity.NONE},
 }
-_CODE = re.compile(r"^[A-Za-z0-9_.\-]{1,64}$")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+# No regular expressions: this module is imported by every prolog, and compiling them costs
+# more than the rest of the module.
+_CODE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 
 
 def enabled(cfg) -> bool:
@@ -259,8 +259,8 @@ def _decode(raw: str) -> str:
 
 def parse_line(name: str, line: str) -> Finding | None:
     """One `STATUS SEVERITY COMPONENT CODE reason` line, or None when it is not one."""
-    if _CONTROL.search(line):
-        return None  # binary output, or a terminal escape: not a finding
+    if not line.replace("\t", " ").isprintable():
+        return None  # binary output, a terminal escape, C1 controls: not a finding
     parts = line.split(None, 4)
     if len(parts) < 4:
         return None
@@ -272,7 +272,7 @@ def parse_line(name: str, line: str) -> Finding | None:
         return None
     if status.lower() not in ALLOWED or severity not in ALLOWED[status.lower()]:
         return None
-    if not _CODE.match(code) or len(component) > 128:
+    if not 0 < len(code) <= 64 or not _CODE_CHARS.issuperset(code) or len(component) > 128:
         return None
     data = {"check": name}
     st = status.lower()
