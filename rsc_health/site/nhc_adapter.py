@@ -54,6 +54,8 @@ REASON_MAX = 240
 def line(status: str, severity: str, component: str, code: str, reason: str) -> str:
     """One finding in the site-check line format (docs/site-checks.md)."""
     text = " ".join(reason.split())[:REASON_MAX] or code
+    # NHC's output may hold anything; a control character would make the line garbage.
+    text = "".join(c if c.isprintable() else "?" for c in text)
     return f"{status} {severity} {component[:128] or 'nhc'} {code[:64]} {text}"
 
 

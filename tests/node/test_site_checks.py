@@ -152,6 +152,19 @@ def test_a_hanging_check_is_killed_with_its_process_group(node, tmp_path):
     assert gone(child)
 
 
+def test_with_no_time_left_in_the_budget_nothing_is_started(node, monkeypatch):
+    program(checks_dir(node), "fine", "#!/bin/sh\necho 'ok none x x_ok fine'\n")
+
+    def no_spawn(*a, **k):
+        raise AssertionError("started with no time left")
+
+    monkeypatch.setattr(subprocess, "Popen", no_spawn)
+    findings, verdict = run_site(node, budget_s=0.05)
+    site_errors = [f for f in errors(findings) if f.component == "fine"]
+    assert [f.reason for f in site_errors] == [
+        "site check fine: no time left in the stage's budget to run it"]
+
+
 def test_the_stage_budget_caps_a_long_timeout(node):
     program(checks_dir(node), "hang", "#!/bin/sh\nexec sleep 300\n")
     started = time.monotonic()
@@ -327,8 +340,10 @@ def test_a_hanging_nhc_is_killed_inside_the_site_timeout(node):
 def test_nhc_printing_garbage_and_failing_is_a_checker_error(node):
     findings, verdict, _ = run_nhc(node, "garbage")
     assert verdict.level is Level.CHECKER_ERROR
-    assert len(findings) == 1
-    assert "nhc exited 1 without naming a failed check" in findings[0].reason
+    assert [(f.component, f.code) for f in findings] == [("nhc", "nhc_error")]
+    assert findings[0].reason.startswith(
+        "[nhc]: nhc exited 1 without naming a failed check: ?")
+    assert findings[0].reason.endswith("not nhc Segmentation fault")
 
 
 def test_a_missing_nhc_conf_is_a_checker_error_not_a_pass(node):
@@ -338,7 +353,8 @@ def test_a_missing_nhc_conf_is_a_checker_error_not_a_pass(node):
     cfg.data["site"].update(nhc_conf="/etc/nhc/nhc.conf")
     findings = engine.run(cfg, node.root, only={"site"}, save_state=False)
     assert decide(findings).level is Level.CHECKER_ERROR
-    assert "missing" in findings[0].reason
+    assert [(f.component, f.code) for f in findings] == [("nhc", "nhc_conf")]
+    assert "missing (NHC would run no checks and pass)" in findings[0].reason
 
 
 def test_an_nhc_conf_that_marks_nodes_offline_itself_is_flagged_and_still_run(node):
@@ -347,7 +363,8 @@ def test_an_nhc_conf_that_marks_nodes_offline_itself_is_flagged_and_still_run(no
     cfg = node.config
     cfg.data["site"].update(nhc_conf="/etc/nhc/nhc.conf")
     findings = engine.run(cfg, node.root, only={"site"}, save_state=False)
-    assert any("MARK_OFFLINE=1" in f.reason for f in errors(findings))
+    assert [(f.code, "MARK_OFFLINE=1" in f.reason) for f in errors(findings)] == [
+        ("nhc_conf", True)]
     assert decide(findings).level is Level.DRAIN_AFTER_JOB
 
 
