@@ -165,6 +165,22 @@ def test_with_no_time_left_in_the_budget_nothing_is_started(node, monkeypatch):
         "site check fine: no time left in the stage's budget to run it"]
 
 
+def test_a_child_left_running_by_a_finished_check_is_not_waited_for_nor_killed(node,
+                                                                                 tmp_path):
+    pidfile = tmp_path / "child.pid"
+    program(checks_dir(node), "remount", "#!/bin/sh\n"
+            f"sleep 30 &\necho $! > {pidfile}\necho 'ok none /scratch scratch_ok remounted'\n")
+    started = time.monotonic()
+    findings, verdict = run_site(node, timeout_s=10)
+    child = int(pidfile.read_text())
+    try:
+        assert time.monotonic() - started < 3  # not the 10 s timeout
+        assert verdict.level is Level.OK and not errors(findings)
+        assert not gone(child)  # a remount or restart the check started is its business
+    finally:
+        os.kill(child, 9)
+
+
 def test_the_stage_budget_caps_a_long_timeout(node):
     program(checks_dir(node), "hang", "#!/bin/sh\nexec sleep 300\n")
     started = time.monotonic()
