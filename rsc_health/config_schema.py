@@ -65,10 +65,14 @@ RANGES: dict[str, tuple[float, float]] = {
     "node.spool_max_mb": (0, 1_000_000),
     "mounts.probe_timeout_s": (0, 600),
     "gpu.nvml_timeout_s": (0, 600),
+    "site.timeout_s": (0, 600),
+    "site.max_output_bytes": (1024, 16 * 1024 * 1024),
+    "site.max_lines": (1, 10_000),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
+    "site.nhc_severity": ("warn", "drain_after_job", "drain_now"),
 }
 
 

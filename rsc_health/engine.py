@@ -79,9 +79,11 @@ def _run(
     if budget_s is not None:
         # Leave the rest of the budget for everything else the collectors do.
         timeout = max(0.05, min(timeout, budget_s * 0.5))
+    # Programs a family runs (site checks) must be done by here: the rest is judging.
+    deadline = started + budget_s * 0.9 if budget_s is not None else None
     state, new_cursor = collect_all(
         cfg, root, only=set(families), xid_cursor=cursor, previous_counters=previous,
-        probe_timeout_s=timeout,
+        probe_timeout_s=timeout, deadline=deadline,
     )
     for family, source, message in state.errors:
         findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))

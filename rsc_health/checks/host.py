@@ -22,7 +22,7 @@ from rsc_health.model import Finding, Severity
 EDAC = "sys/devices/system/edac/mc"
 
 
-def collect(root: Path) -> dict[str, dict[str, int | None]]:
+def collect(root: Path, env=None) -> dict[str, dict[str, int | None]]:
     """{"mc0": {"ue": 0, "ce": 12}, ...}; a count that cannot be read is None."""
     base = root / EDAC
     if not base.is_dir():

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rsc_health.checks import REGISTRY  # the one list of families
+from rsc_health.checks import REGISTRY, CollectEnv  # the one list of families
 from rsc_health.collect import counters, infiniband, kmsg, mounts, pcie
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.config import Config
@@ -88,8 +88,10 @@ def collect_all(
     xid_cursor: dict | None = None,
     previous_counters: dict | None = None,
     probe_timeout_s: float | None = None,
+    deadline: float | None = None,
 ) -> tuple[NodeState, dict]:
-    """The node's state and the new XID cursor (saved by the caller once judged)."""
+    """The node's state and the new XID cursor (saved by the caller once judged). `deadline`
+    (time.monotonic()) bounds the self-contained families that run programs (site)."""
     want = set(only) if only else set(FAMILIES)
     state = NodeState(boot_id=kmsg.boot_id(root))
     new_cursor = dict(xid_cursor or {})
@@ -142,9 +144,10 @@ def collect_all(
             state.mount_probes = (
                 guard("mount", "statvfs", lambda: mounts.probe(root, to_probe, timeout)) or {}
             )
+    env = CollectEnv(cfg, deadline)
     for fam in REGISTRY:
         if fam.collect is not None and fam.name in want:
-            data = guard(fam.name, fam.name, lambda fam=fam: fam.collect(root))
+            data = guard(fam.name, fam.name, lambda fam=fam: fam.collect(root, env))
             if data is not None:
                 state.extra[fam.name] = data
     state.counters = flatten_counters(state)

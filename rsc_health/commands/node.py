@@ -270,6 +270,8 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
         cfg.data.setdefault("gpu", {}).update(backend="replay")
     if isinstance(probes, dict):
         cfg.data.setdefault("mounts", {})["probe_replay_file"] = PROBES_FILE
+    # Site checks are programs: replaying would run this machine's, not look at the snapshot's.
+    cfg.data.setdefault("site", {}).update(checks_dir="", nhc_conf="")
     state = doc.get("state")
     if isinstance(state, dict):
         sdir = state_dir(cfg, root)

@@ -1,0 +1,292 @@
+"""Site checks: the site's own programs, one finding per line they print (the `site` family).
+
+Each executable in `[site] checks_dir` (and, with `[site] nhc_conf`, the NHC adapter,
+rsc_health/site/nhc_adapter.py) runs once per prolog/epilog/sweep that lists the family, all
+at once, each in its own process group, killed at `[site] timeout_s` or at the stage's budget,
+whichever comes first. The format, exit-status rules and an example are in
+docs/site-checks.md; in short, one line per finding:
+
+    STATUS SEVERITY COMPONENT CODE free text reason
+    fail drain_after_job /scratch scratch_missing /scratch is not mounted
+
+STATUS/SEVERITY pairs: ok none | warn warn | fail drain_after_job | fail drain_now |
+error none (the check could not look). Blank lines and lines starting with # are skipped.
+
+A site program can do anything, so what it does wrong is the checker's problem, never a drain:
+a garbled line, a hang, a crash, a non-zero exit with nothing said, too much output, a file in
+the directory that cannot be run or that anyone but root (or us) could have written, each
+becomes one checker finding naming the program. `checks_dir` empty (the default) and no
+`nhc_conf`: the family is off and nothing is spawned, so the healthy prolog pays nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rsc_health.checks._finding import ok
+from rsc_health.model import Finding, Severity, Status
+
+if TYPE_CHECKING:
+    from rsc_health.checks import CollectEnv
+
+FAMILY = "site"
+NHC = "[nhc]"  # the built-in NHC adapter's name among the checks (no file can be called that)
+NHC_ADAPTER = Path(__file__).parents[1] / "site" / "nhc_adapter.py"
+# A line longer than this is cut (the reason loses its tail); 1 kB is far beyond a reason.
+LINE_MAX = 1024
+REASON_MAX = 300
+# Below this many seconds left in the stage's budget, nothing is started.
+MIN_LIMIT_S = 0.1
+ALLOWED = {
+    "ok": {Severity.NONE},
+    "warn": {Severity.WARN},
+    "fail": {Severity.DRAIN_AFTER_JOB, Severity.DRAIN_NOW},
+    "error": {Severity.NONE},
+}
+# No regular expressions: this module is imported by every prolog, and compiling them costs
+# more than the rest of the module.
+_CODE_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
+
+
+def enabled(cfg) -> bool:
+    return bool(cfg.get("site.checks_dir", "") or cfg.get("site.nhc_conf", ""))
+
+
+# ---- collect: run the programs ------------------------------------------------------------------
+def collect(root: Path, env: CollectEnv | None = None) -> dict:
+    """{"limit_s": float, "checks": {name: record}}; a record holds what the program printed
+    (decoded with surrogateescape, so bytes survive to the parser) and how it ended."""
+    if env is None or not enabled(env.cfg):
+        return {"limit_s": 0.0, "checks": {}}
+    cfg = env.cfg
+    records: dict[str, dict] = {}
+    commands: dict[str, list[str]] = {}
+    directory = str(cfg.get("site.checks_dir", "") or "")
+    if directory:
+        _from_directory(root / directory.lstrip("/"), records, commands)
+    if cfg.get("site.nhc_conf", ""):
+        nhc = root / str(cfg.get("site.nhc_path", "/usr/sbin/nhc")).lstrip("/")
+        why = _refusal(nhc)
+        if why:
+            records[NHC] = {"refused": f"{nhc}: {why}"}
+        else:
+            import sys
+
+            commands[NHC] = [
+                sys.executable, str(NHC_ADAPTER), "--nhc", str(nhc),
+                "--conf", str(root / str(cfg.get("site.nhc_conf")).lstrip("/")),
+                "--severity", str(cfg.get("site.nhc_severity", "drain_after_job")),
+            ]
+    limit = float(cfg.get("site.timeout_s", 10.0))
+    if env.deadline is not None:
+        limit = min(limit, env.deadline - time.monotonic())
+    if commands and limit < MIN_LIMIT_S:
+        for name in commands:
+            records[name] = {"refused": "no time left in the stage's budget to run it"}
+        return {"limit_s": round(max(limit, 0.0), 3), "checks": records}
+    if commands:
+        from rsc_health.collect import procs  # only now: the family is on and has work
+
+        child_env = dict(os.environ, RSC_HEALTH_ROOT=str(root),
+                         RSC_HEALTH_SITE_TIMEOUT_S=f"{limit:.1f}")
+        outcomes = procs.run_all(
+            commands, timeout_s={name: limit for name in commands},
+            max_bytes=int(cfg.get("site.max_output_bytes", 65536)), env=child_env, cwd=root,
+        )
+        for name, out in outcomes.items():
+            records[name] = {
+                "returncode": out.returncode, "timed_out": out.timed_out,
+                "truncated": out.truncated, "start_error": out.start_error,
+                "stdout": out.stdout.decode("utf-8", "surrogateescape"),
+                "stderr": out.stderr.decode("utf-8", "replace"), "elapsed_s": out.elapsed_s,
+            }
+    return {"limit_s": round(limit, 3), "checks": dict(sorted(records.items()))}
+
+
+def _from_directory(directory: Path, records: dict, commands: dict) -> None:
+    why = _dir_refusal(directory)
+    if why:
+        records[str(directory)] = {"refused": why}
+        return
+    for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+        if entry.name.startswith("."):  # editors' swap files; a leading dot disables a check
+            continue
+        path = Path(entry.path)
+        if path.is_dir():  # room for a helper library next to the checks; never run
+            continue
+        why = _refusal(path)
+        if why:
+            records[entry.name] = {"refused": why}
+        else:
+            commands[entry.name] = [str(path)]
+
+
+def _dir_refusal(directory: Path) -> str:
+    try:
+        st = directory.stat()
+    except OSError as exc:
+        return f"checks_dir {directory}: {exc.strerror or exc}"
+    if not stat.S_ISDIR(st.st_mode):
+        return f"checks_dir {directory}: not a directory"
+    return _owner_refusal(st, f"checks_dir {directory}")
+
+
+def _refusal(path: Path) -> str:
+    """Why `path` must not be run, or "". stat, never open: opening a FIFO would block."""
+    try:
+        st = path.stat()  # follows a symlink to what would actually run
+    except FileNotFoundError:
+        return "broken symlink" if path.is_symlink() else "missing"
+    except OSError as exc:
+        return f"cannot stat: {exc.strerror or exc}"
+    if not stat.S_ISREG(st.st_mode):
+        return f"not a regular file ({_kind(st.st_mode)}); only executables are run"
+    if not os.access(path, os.X_OK):
+        return "not executable (chmod +x it, or rename it with a leading dot to disable it)"
+    return _owner_refusal(st, "")
+
+
+def _owner_refusal(st: os.stat_result, what: str) -> str:
+    """Site checks run as the node path's user (root under slurmd): a program or directory
+    someone else could have written would run their code as root."""
+    prefix = f"{what}: " if what else ""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{prefix}owned by uid {st.st_uid}, not root; refused"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{prefix}writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); refused"
+    return ""
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device")):
+        if test(mode):
+            return name
+    return "not a file"
+
+
+# ---- check: what they printed -> findings -------------------------------------------------------
+def check(state, cfg: dict) -> list[Finding]:
+    data = state.extra.get(FAMILY)
+    if not data:
+        return []
+    limit = data.get("limit_s", 0.0)
+    max_lines = int((cfg.get("site") or {}).get("max_lines", 200))
+    out: list[Finding] = []
+    for name, rec in (data.get("checks") or {}).items():
+        out.extend(judge(name, rec, limit_s=limit, max_lines=max_lines))
+    return out
+
+
+def judge(name: str, rec: dict, *, limit_s: float, max_lines: int) -> list[Finding]:
+    """One program's record -> its findings (and at most one checker finding per problem)."""
+    if rec.get("refused"):
+        return [_error(name, f"site check {name}: {rec['refused']}")]
+    if rec.get("start_error"):
+        return [_error(name, f"site check {name}: cannot start: {rec['start_error']}"
+                             f"{' (no #! line?)' if 'format' in rec['start_error'] else ''}")]
+    findings, garbage, extra = parse(name, rec.get("stdout", ""), max_lines=max_lines,
+                                     cut_last=bool(rec.get("truncated")))
+    out = list(findings)
+    if garbage:
+        first_no, first_line = garbage[0]
+        more = f" (and {len(garbage) - 1} more such lines)" if len(garbage) > 1 else ""
+        out.append(_error(name, f"site check {name}: line {first_no} is not 'STATUS SEVERITY "
+                                f"COMPONENT CODE reason': {first_line!r}{more}"))
+    if extra:
+        out.append(_error(name, f"site check {name}: {extra} lines past max_lines={max_lines} "
+                                f"ignored"))
+    code = rec.get("returncode")
+    said = any(f.status in (Status.WARN, Status.FAIL) for f in findings)
+    if rec.get("timed_out"):
+        out.append(_error(name, f"site check {name}: still running after {limit_s:g}s; "
+                                f"killed with its process group"))
+    elif rec.get("truncated"):
+        out.append(_error(name, f"site check {name}: printed more than max_output_bytes; "
+                                f"the rest was not read"))
+    elif code is not None and code < 0:
+        out.append(_error(name, f"site check {name}: killed by signal {-code}"))
+    elif code and not said:
+        err = " ".join(str(rec.get("stderr") or "").split())[:200]
+        out.append(_error(name, f"site check {name}: exited {code} without a warn or fail "
+                                f"line{': ' + err if err else ''}"))
+    if not out:
+        out.append(ok(FAMILY, name, f"{name} ok", check=name))
+    return out
+
+
+def parse(name: str, text: str, *, max_lines: int,
+          cut_last: bool = False) -> tuple[list[Finding], list[tuple[int, str]], int]:
+    """(findings, garbage lines as (line number, text), lines past max_lines)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    elif cut_last and lines:
+        lines.pop()  # cut off mid-line by max_output_bytes: not a line
+    findings: list[Finding] = []
+    garbage: list[tuple[int, str]] = []
+    counted = 0
+    extra = 0
+    for no, raw in enumerate(lines, 1):
+        line = _decode(raw)[:LINE_MAX].strip()
+        if not line or line.startswith("#"):
+            continue
+        counted += 1
+        if counted > max_lines:
+            extra += 1
+            continue
+        finding = parse_line(name, line)
+        if finding is None:
+            garbage.append((no, line[:80]))
+        else:
+            findings.append(finding)
+    return findings, garbage, extra
+
+
+def _decode(raw: str) -> str:
+    """UTF-8 as it came; a line that was not UTF-8 is read as Latin-1 (old scripts, `sensors`
+    output in a Latin-1 locale) rather than turned into replacement characters."""
+    try:
+        raw.encode("utf-8")
+        return raw
+    except UnicodeEncodeError:  # lone surrogates: bytes that were not UTF-8
+        return raw.encode("utf-8", "surrogateescape").decode("latin-1")
+
+
+def parse_line(name: str, line: str) -> Finding | None:
+    """One `STATUS SEVERITY COMPONENT CODE reason` line, or None when it is not one."""
+    if not line.replace("\t", " ").isprintable():
+        return None  # binary output, a terminal escape, C1 controls: not a finding
+    parts = line.split(None, 4)
+    if len(parts) < 4:
+        return None
+    status, sev_text, component, code = (p for p in parts[:4])
+    reason = (parts[4] if len(parts) > 4 else code)[:REASON_MAX]
+    try:
+        severity = Severity.parse(sev_text)
+    except KeyError:
+        return None
+    if status.lower() not in ALLOWED or severity not in ALLOWED[status.lower()]:
+        return None
+    if not 0 < len(code) <= 64 or not _CODE_CHARS.issuperset(code) or len(component) > 128:
+        return None
+    data = {"check": name}
+    st = status.lower()
+    if st == "ok":
+        return Finding(FAMILY, component, Status.OK, Severity.NONE, reason, code, False, data)
+    if st == "warn":
+        return Finding(FAMILY, component, Status.WARN, Severity.WARN, reason, code, False, data)
+    if st == "fail":
+        return Finding(FAMILY, component, Status.FAIL, severity, reason, code, False, data)
+    return Finding("checker", component, Status.ERROR, Severity.NONE, f"{name}: {reason}", code,
+                   False, data)
+
+
+def _error(name: str, reason: str) -> Finding:
+    """The site check could not be run or read: loud, never a drain (policy.decide)."""
+    return Finding("checker", name, Status.ERROR, Severity.NONE, reason[:500], "site_error",
+                   False, {"check": name})

@@ -1,0 +1,179 @@
+"""Run a few programs at once, each in its own process group, read at most so much of their
+output, and kill what is still running at its deadline.
+
+For the `site` check family: programs the site wrote, so anything may happen. A program that
+hangs is SIGKILLed with its whole process group at the deadline (a hung `df` it started
+included) and never waited for after that: a process stuck in the kernel (D state) dies when
+the kernel lets go, and Popen reaps it later. Output past `max_bytes` is not read: the pipe is
+closed, so a program printing forever stops at its next write (SIGPIPE). A program that exits
+while a background child of its own still holds its stdout is done `EXIT_GRACE_S` later; the
+child is left alone (it may be a remount or a service restart the check started on purpose).
+
+Standard library only, imported only when a site check is configured.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+# After the program exits, how long its pipes may stay open (held by a child it left behind).
+EXIT_GRACE_S = 0.2
+# How often a running program is asked whether it has exited while its pipes stay open.
+POLL_S = 0.05
+STDERR_KEEP = 2048
+
+
+@dataclass
+class Outcome:
+    """What one program did. returncode: its exit status, -N for death by signal N, None when
+    it was killed at its deadline (timed_out) or could not be started (start_error)."""
+
+    name: str
+    stdout: bytes = b""
+    stderr: bytes = b""  # the first STDERR_KEEP bytes
+    returncode: int | None = None
+    timed_out: bool = False
+    truncated: bool = False  # stdout went past max_bytes and was cut there
+    start_error: str = ""
+    elapsed_s: float = 0.0
+
+
+@dataclass
+class _Running:
+    name: str
+    proc: subprocess.Popen
+    deadline: float
+    started: float
+    out: bytearray = field(default_factory=bytearray)
+    err: bytearray = field(default_factory=bytearray)
+    err_seen: int = 0
+    open_fds: dict[int, str] = field(default_factory=dict)  # fd -> "out" | "err"
+    exited_at: float | None = None
+    truncated: bool = False
+
+
+def run_all(
+    commands: dict[str, list[str]],
+    *,
+    timeout_s: dict[str, float],
+    max_bytes: int,
+    env: dict[str, str] | None = None,
+    cwd: str | Path | None = None,
+) -> dict[str, Outcome]:
+    """Start every command now (argv lists, by name); return each one's Outcome no later than
+    its timeout (plus the time to spawn and kill). Never raises for a program's behaviour."""
+    running: list[_Running] = []
+    results: dict[str, Outcome] = {}
+    for name, argv in commands.items():
+        try:
+            proc = subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                start_new_session=True, close_fds=True, env=env, cwd=cwd,
+            )
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            results[name] = Outcome(name, start_error=why)
+            continue
+        now = time.monotonic()
+        r = _Running(name, proc, now + max(0.0, timeout_s[name]), now)
+        for fd, kind in ((proc.stdout.fileno(), "out"), (proc.stderr.fileno(), "err")):
+            os.set_blocking(fd, False)
+            r.open_fds[fd] = kind
+        running.append(r)
+
+    while running:
+        now = time.monotonic()
+        for r in list(running):
+            if r.exited_at is None and r.proc.poll() is not None:
+                r.exited_at = now
+            if r.exited_at is not None and (not r.open_fds or now - r.exited_at >= EXIT_GRACE_S):
+                results[r.name] = _finish(r, max_bytes, timed_out=False)
+                running.remove(r)
+            elif r.exited_at is None and now >= r.deadline:
+                _kill_group(r.proc)
+                results[r.name] = _finish(r, max_bytes, timed_out=True)
+                running.remove(r)
+        if not running:
+            break
+        fds = {fd: r for r in running for fd in r.open_fds}
+        wait = min(r.deadline for r in running) - time.monotonic()
+        if any(r.exited_at is not None for r in running) or any(not r.open_fds for r in running):
+            wait = min(wait, POLL_S)  # waiting on an exit the pipes will not announce
+        elif fds:
+            wait = min(wait, 0.1)  # an exit behind pipes a left-behind child keeps open
+        wait = max(0.0, wait)
+        if not fds:
+            time.sleep(wait)
+            continue
+        ready, _, _ = select.select(list(fds), [], [], wait)
+        for fd in ready:
+            _read(fds[fd], fd, max_bytes)
+    return {name: results[name] for name in commands}
+
+
+def _read(r: _Running, fd: int, max_bytes: int) -> bool:
+    """One read; False when there was nothing to read now (or the pipe is done)."""
+    try:
+        chunk = os.read(fd, 65536)
+    except BlockingIOError:
+        return False
+    except OSError:
+        chunk = b""
+    if not chunk:
+        _close(r, fd)
+        return False
+    if r.open_fds[fd] == "out":
+        room = max_bytes - len(r.out)
+        r.out += chunk[:room]
+        if len(chunk) > room:
+            r.truncated = True
+            _close(r, fd)  # stop reading: the program's next write gets SIGPIPE
+    else:
+        r.err_seen += len(chunk)
+        r.err += chunk[: max(0, STDERR_KEEP - len(r.err))]
+        if r.err_seen > max_bytes:
+            _close(r, fd)
+    return fd in r.open_fds
+
+
+def _close(r: _Running, fd: int) -> None:
+    r.open_fds.pop(fd, None)
+    for stream in (r.proc.stdout, r.proc.stderr):
+        if stream is not None and not stream.closed and stream.fileno() == fd:
+            stream.close()
+
+
+def _finish(r: _Running, max_bytes: int, *, timed_out: bool) -> Outcome:
+    for fd in list(r.open_fds):
+        # What the program wrote before it went is still in the pipe: take it (bounded).
+        for _ in range(max_bytes // 65536 + 2):
+            if not _read(r, fd, max_bytes):
+                break
+        _close(r, fd)
+    for stream in (r.proc.stdout, r.proc.stderr):
+        if stream is not None and not stream.closed:
+            stream.close()
+    end = r.exited_at if r.exited_at is not None else time.monotonic()
+    return Outcome(
+        r.name, bytes(r.out), bytes(r.err), None if timed_out else r.proc.returncode,
+        timed_out=timed_out, truncated=r.truncated, elapsed_s=round(end - r.started, 3),
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the program's process group (its pid: start_new_session). The leader is not
+    reaped yet, so the group id cannot have been reused by anyone else."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    try:
+        proc.wait(timeout=0.05)  # reap it if it went; a process stuck in the kernel is left
+    except subprocess.TimeoutExpired:
+        pass

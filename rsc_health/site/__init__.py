@@ -1,0 +1,1 @@
+"""Programs shipped to run as site checks (the `site` family, rsc_health/checks/site.py)."""

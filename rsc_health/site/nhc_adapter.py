@@ -1,0 +1,156 @@
+"""Run the site's LBNL NHC (github.com/mej/nhc) as a site check; print its failures as findings.
+
+    python3 rsc_health/site/nhc_adapter.py --nhc /usr/sbin/nhc --conf /etc/nhc/nhc.conf \
+        [--severity drain_after_job] [--timeout 10]
+
+The `site` family runs this itself when `[site] nhc_conf` is set; run by hand it shows what
+rsc-health would make of this node's NHC. What it relies on in NHC (the `nhc` driver script):
+
+- `die()` reports a failure as `ERROR:  $NAME:  Health check failed:  $*` on the caller's stdout
+  (via `oecho` when output goes to NHC's log file, `log` otherwise), and checks call
+  `die 1 "$FUNCNAME:  <what>"`, e.g. `check_fs_mount:  /scratch not mounted` (scripts/lbnl_fs.nhc).
+  A check that fails without calling die becomes `Check <line> returned <N>`; the watchdog's
+  ALRM becomes `die 142 "Script timed out while executing "<line>"."`, signals exit 129/130/143.
+  In detached mode the parent prints `ERROR Health check failed:  <msg>` instead.
+- `-a` (NHC_CHECK_ALL=1) runs every check, reports each failure, and exits with their count.
+- `-t N` sets its watchdog; `VAR=value` arguments are evaluated before /etc/sysconfig/nhc and
+  nhc.conf, which may set them again (NHC's own precedence).
+- A missing config file means no checks and exit 0, so the adapter checks the file itself.
+
+NHC is told not to act: MARK_OFFLINE=0 OFFLINE_NODE=: ONLINE_NODE=: (as `nhc -e` does), so it
+neither drains nor resumes the node; rsc-health's policy decides. A conf that sets them back is
+reported as a checker error (and still run). NHC runs in its own session (it then needs no
+setsid re-exec) and is killed with its process group at the adapter's deadline, a little before
+the site family's own. Standard library and rsc_health.collect.procs only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a file: import the rsc_health this file belongs to
+    sys.path[0] = str(Path(__file__).resolve().parents[2])
+
+from rsc_health.collect import procs  # noqa: E402 - after the path fix above
+
+# `die()`'s line, and the detached-mode parent's.
+FAILED = re.compile(r"^ERROR:?\s+(?:\S+:\s+)?Health check failed:\s+(?P<msg>.*)$")
+NON_FATAL = re.compile(r"^(?P<check>[A-Za-z_]\w*):\s+(?P<msg>.*)\s\(non-fatal\)$")
+CHECK_MSG = re.compile(r"^(?P<check>[A-Za-z_]\w*):\s+(?P<msg>.*)$")
+RETURNED = re.compile(r"^Check (?P<check>[A-Za-z_]\w*)\b.* returned (?P<rc>\d+)$")
+TIMED_OUT = re.compile(r"^Script timed out(?: while executing \"(?P<check>[A-Za-z_]\w*)[^\"]*\")?")
+NHC_ITSELF = re.compile(r"^(Terminated by signal|Watchdog timer unable|Unable to overwrite)")
+SELF_ACTING = re.compile(
+    r"\|\|\s*(?:export\s+)?(?:MARK_OFFLINE\s*=\s*['\"]?[1-9]|OFFLINE_NODE\s*=|ONLINE_NODE\s*=)")
+QUIET = ("MARK_OFFLINE=0", "OFFLINE_NODE=:", "ONLINE_NODE=:", "DETACHED_MODE=0")
+MAX_BYTES = 256 * 1024
+REASON_MAX = 240
+
+
+def line(status: str, severity: str, component: str, code: str, reason: str) -> str:
+    """One finding in the site-check line format (docs/site-checks.md)."""
+    text = " ".join(reason.split())[:REASON_MAX] or code
+    # NHC's output may hold anything; a control character would make the line garbage.
+    text = "".join(c if c.isprintable() else "?" for c in text)
+    return f"{status} {severity} {component[:128] or 'nhc'} {code[:64]} {text}"
+
+
+def error(code: str, reason: str, component: str = "nhc") -> str:
+    return line("error", "none", component, code, reason)
+
+
+def findings(stdout: str, stderr: str, severity: str) -> list[str]:
+    """NHC's output -> finding lines: one per failing check function (several failures of
+    the same function join into one finding), a checker error for NHC's own troubles."""
+    status = "warn" if severity == "warn" else "fail"
+    failed: dict[str, list[str]] = {}
+    warned: dict[str, list[str]] = {}
+    errors: list[str] = []
+    for raw in (stdout + "\n" + stderr).splitlines():
+        text = raw.strip()
+        m = FAILED.match(text)
+        if not m:
+            nf = NON_FATAL.match(text)
+            if nf:
+                warned.setdefault(nf["check"], []).append(nf["msg"])
+            continue
+        msg = " ".join(m["msg"].split())
+        if t := TIMED_OUT.match(msg):
+            errors.append(error("nhc_timeout", f"NHC watchdog: {msg}", t["check"] or "nhc"))
+        elif NHC_ITSELF.match(msg):
+            errors.append(error("nhc_error", f"NHC: {msg}"))
+        elif r := RETURNED.match(msg):
+            failed.setdefault(r["check"], []).append(msg)
+        elif c := CHECK_MSG.match(msg):
+            failed.setdefault(c["check"], []).append(f"{c['check']}: {c['msg']}")
+        else:
+            errors.append(error("nhc_error", f"NHC: {msg}"))
+    out = [line(status, severity, check, check, "; ".join(msgs))
+           for check, msgs in failed.items()]
+    out += [line("warn", "warn", check, check, f"{'; '.join(msgs)} (non-fatal)")
+            for check, msgs in warned.items() if check not in failed]
+    return out + errors
+
+
+def conf_problems(conf: Path) -> tuple[list[str], bool]:
+    """(checker-error lines about the conf, whether NHC can run with it)."""
+    try:
+        text = conf.read_text(errors="replace")
+    except FileNotFoundError:
+        return [error("nhc_conf", f"{conf}: missing (NHC would run no checks and pass)")], False
+    except OSError as exc:
+        return [error("nhc_conf", f"{conf}: {exc.strerror or exc}")], False
+    acting = [ln.strip() for ln in text.splitlines()
+              if not ln.lstrip().startswith("#") and SELF_ACTING.search(ln)]
+    if acting:
+        return [error("nhc_conf", f"{conf} sets {acting[0]!r}: NHC may drain or resume the node "
+                                  f"itself; remove it")], True
+    return [], True
+
+
+def run(nhc: str, conf: Path, severity: str, timeout_s: float) -> list[str]:
+    """The finding lines for one NHC run."""
+    problems, runnable = conf_problems(conf)
+    if not runnable:
+        return problems
+    # NHC's watchdog first (it names the check that hung), ours a little later, both inside
+    # the site family's limit.
+    hard = max(0.2, timeout_s - 0.3)
+    watchdog = max(1, int(hard - 1.0))
+    argv = [nhc, "-a", "-c", str(conf), "-t", str(watchdog), *QUIET]
+    outcome = procs.run_all({"nhc": argv}, timeout_s={"nhc": hard}, max_bytes=MAX_BYTES)["nhc"]
+    if outcome.start_error:
+        return problems + [error("nhc_error", f"cannot start {nhc}: {outcome.start_error}")]
+    stdout = outcome.stdout.decode("utf-8", "replace")
+    stderr = outcome.stderr.decode("utf-8", "replace")
+    seen = findings(stdout, stderr, severity)
+    out = problems + seen
+    if outcome.timed_out:
+        out.append(error("nhc_timeout", f"nhc still running after {hard:g}s; killed"))
+    elif outcome.returncode and not seen:
+        tail = " ".join((stdout + " " + stderr).split())[-200:]
+        out.append(error("nhc_error", f"nhc exited {outcome.returncode} without naming a "
+                                      f"failed check{': ' + tail if tail else ''}"))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--nhc", default="/usr/sbin/nhc")
+    ap.add_argument("--conf", default="/etc/nhc/nhc.conf")
+    ap.add_argument("--severity", default="drain_after_job",
+                    choices=("warn", "drain_after_job", "drain_now"))
+    ap.add_argument("--timeout", type=float,
+                    default=float(os.environ.get("RSC_HEALTH_SITE_TIMEOUT_S") or 30))
+    args = ap.parse_args(argv)
+    for ln in run(args.nhc, Path(args.conf), args.severity, args.timeout):
+        print(ln)
+    return 0  # what NHC found is in the lines; a non-zero exit would only repeat it
+
+
+if __name__ == "__main__":
+    sys.exit(main())
