@@ -440,7 +440,7 @@ def test_prolog_a_high_severity_site_failure_drains_with_the_site_reason(node, p
         "gpu3", "burn_errors", "drain_now")
     assert next(r for r in records if r["kind"] == "heartbeat")["level"] == "drain_now"
     pending = nodepath.load_pending(node.path(NODE_STATE))  # Slurm is away in this test
-    assert decide(list(pending.causes)).reason == (
+    assert decide(list(pending.verdict.causes)).reason == (
         "rsc_health:now:burn_errors:gpu3 gpu-burn found 12 errors")
 
 
