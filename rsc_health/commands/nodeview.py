@@ -123,12 +123,15 @@ def _fmt(v) -> str:
 
 @click.command()
 @click.argument("node_name", metavar="NODE")
+@click.option("--as-of", "as_of", type=click.DateTime(), default=None,
+              help="Judge freshness and the lemon window as of this UTC time (default: now), "
+                   "e.g. for a historian of a past period.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
-def node(ctx: click.Context, node_name: str, as_json: bool) -> None:
+def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bool) -> None:
     """One node's story: Slurm state, last checks, open findings, actions (who, why), failed
     jobs blamed on it, tickets, and why it is or is not a lemon."""
-    doc = gather_node(ctx, node_name, datetime.now(UTC))
+    doc = gather_node(ctx, node_name, as_of.replace(tzinfo=UTC) if as_of else datetime.now(UTC))
     if as_json:
         click.echo(json.dumps(doc, indent=1, default=str))
         return

@@ -40,3 +40,25 @@ def test_node_view_without_a_historian_still_answers(tmp_path):
     out = CliRunner().invoke(cli, ["--config", str(site), "node", "n1"])
     assert out.exit_code == 0
     assert "no historian configured" in out.output and "Traceback" not in out.output
+
+
+def test_node_view_as_of_judges_a_past_period_the_way_it_was(fleet, tmp_path):
+    """A historian of last year's fleet: as of today the window is empty; --as-of a day in
+    that period finds the lemon it was."""
+    then = datetime(2024, 3, 31)
+    for k in range(6):
+        fleet.xid("bad1", then - timedelta(days=k + 1, hours=k))
+    fleet.job(["bad1"], end=then - timedelta(days=1))
+    url = fleet.engine.url.render_as_string(hide_password=False)
+    site = tmp_path / "site.toml"
+    site.write_text('[slurm]\nbin_dir = "/nonexistent"\n')
+
+    today = CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "bad1",
+                                     "--json"])
+    past = CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "bad1",
+                                    "--as-of", "2024-03-31", "--json"])
+
+    assert not json.loads(today.output)["historian"]["lemon"]["candidate"]
+    doc = json.loads(past.output)
+    assert doc["time"].startswith("2024-03-31")
+    assert doc["historian"]["lemon"]["candidate"]
