@@ -117,6 +117,7 @@ def simulate_historian(
     from rsc_health.historian.db import connect
     from rsc_health.historian.ingest import checks, events, exclusions, sacct
     from rsc_health.historian.ingest import tickets as ticket_ingest
+    from rsc_health.historian.ingest.delivery import deliver
     from rsc_health.sim.config import SimConfig
     from rsc_health.sim.core import simulate
 
@@ -134,6 +135,7 @@ def simulate_historian(
         checks.ingest_file(engine, out / "checks.jsonl")
         exclusions.ingest_file(engine, out / "exclusions.jsonl")
         ticket_ingest.import_csv(engine, out / "tickets.csv")
+        deliver(engine, out / "spool")
         attribute(engine)
     finally:
         engine.dispose()

@@ -107,6 +107,7 @@ def run_demo(
     from rsc_health.historian.attribute import attribute
     from rsc_health.historian.ingest import checks, events, exclusions, sacct
     from rsc_health.historian.ingest import tickets as ticket_ingest
+    from rsc_health.historian.ingest.delivery import deliver
     from rsc_health.historian.metrics import rates
     from rsc_health.historian.metrics._sql import Window
     from rsc_health.report.gather import GatherOptions, gather
@@ -145,6 +146,8 @@ def run_demo(
             checks.ingest_file(engine, sim.files["checks.jsonl"])
             exclusions.ingest_file(engine, sim.files["exclusions.jsonl"])
             ticket_ingest.import_csv(engine, sim.files["tickets.csv"])
+            # The nodes' last heartbeats, as each node's `spool flush` would deliver them.
+            deliver(engine, sim.files["spool/pending.jsonl"].parent)
 
         timed("ingest", "ingesting sacct, node events, health checks, exclusions, tickets",
               ingest_all)

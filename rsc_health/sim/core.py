@@ -27,7 +27,7 @@ from rsc_health.sim.scheduler import schedule
 from rsc_health.sim.stream import all_clear_intervals
 
 FILES = ("sacct.txt", "events.txt", "checks.jsonl", "exclusions.jsonl", "tickets.csv",
-         "truth.json")
+         "truth.json", "spool/pending.jsonl")
 
 Progress = Callable[[str], None]
 
@@ -118,6 +118,8 @@ def simulate(config: SimConfig, out_dir: str | Path, progress: Progress | None =
     )
     all_clear = all_clear_intervals(plan, fleet.size, horizon, int(cfg.sweep_interval_s))
     writers.write_checks(out / "checks.jsonl", epoch, names, check_rows, all_clear)
+    writers.write_heartbeats(out / "spool" / "pending.jsonl", epoch, names, all_clear, horizon,
+                             int(cfg.sweep_interval_s))
     writers.write_tickets(out / "tickets.csv", epoch, names, plan.failures, horizon)
     writers.write_exclusions(out / "exclusions.jsonl", epoch, names,
                              _exclusions(cfg, jobs, inst, plan, fleet.size, rng_excl))

@@ -209,6 +209,34 @@ def write_checks(path: Path, epoch, names, rows: list[CheckRow],
             }) + "\n")
 
 
+def write_heartbeats(path: Path, epoch, names, all_clear: list[tuple[int, int, int, str]],
+                     horizon: int, cadence: int, hours: float = 2.0) -> int:
+    """The node path's heartbeats of the last `hours`, in the spool's own format (what `spool
+    flush` delivers): one per sweep of every node that was up and checking then, so the
+    historian knows each node's last run and a node still down at the end has stopped
+    checking. The whole period's runs would be 288 lines per node-day for no more insight."""
+    first = max(0, horizon - int(hours * 3600)) // cadence * cadence
+    times = list(range(first, horizon, cadence))
+    up: dict[int, list[tuple[int, int]]] = {}
+    for node, lo, hi, fam in all_clear:
+        if fam == "gpu" and hi >= first:
+            up.setdefault(node, []).append((lo, hi))
+    stamps = slurm_times(epoch, np.asarray(times, dtype=np.int64))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with path.open("w", encoding="utf-8") as fh:
+        for node in sorted(up):
+            for t, stamp in zip(times, stamps, strict=True):
+                if any(lo <= t <= hi for lo, hi in up[node]):
+                    fh.write(json.dumps({
+                        "kind": "heartbeat", "id": f"sim-hb-{names[node]}-{t}",
+                        "time": f"{stamp}+00:00", "node": names[node], "source": "sweep",
+                        "level": "ok", "checker_errors": 0, "duration_s": 0.4,
+                        "families": {}, "version": "sim"}, separators=(",", ":")) + "\n")
+                    n += 1
+    return n
+
+
 def write_tickets(path: Path, epoch, names, failures: list[Failure], horizon: int) -> int:
     # Sort on (open time, node) only: two tickets can open in the same second, and Failure
     # objects do not order.

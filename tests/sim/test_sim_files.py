@@ -167,3 +167,31 @@ def test_tickets_and_exclusions_name_real_nodes_and_jobs(fleet):
         assert t["closed"] == "" or ts(t["closed"]) >= ts(t["opened"])
     excl = [json.loads(line) for line in (fleet["dir"] / "exclusions.jsonl").open()]
     assert excl and all(e["job_id"] in job_ids for e in excl)
+
+
+def test_the_simulator_writes_the_last_heartbeats_of_the_nodes_that_are_up(tmp_path):
+    """spool/pending.jsonl: the node path's heartbeats of the last hours, in the spool's own
+    format, so a demo historian knows each node's last run (a node down at the end has none)."""
+    import json
+
+    from rsc_health.historian import db
+    from rsc_health.historian.freshness import node_freshness
+    from rsc_health.historian.ingest.delivery import deliver
+    from rsc_health.sim.config import SimConfig
+    from rsc_health.sim.core import simulate
+
+    sim = simulate(SimConfig(nodes=24, days=5, seed=4), tmp_path / "sim")
+    lines = [json.loads(x) for x in sim.files["spool/pending.jsonl"].read_text().splitlines()]
+    assert lines and {r["kind"] for r in lines} == {"heartbeat"}
+    assert len({r["node"] for r in lines}) <= 24
+
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    report = deliver(engine, sim.files["spool/pending.jsonl"].parent)
+    assert report.delivered["heartbeat"] == len(lines)
+    truth = json.loads(sim.files["truth.json"].read_text())
+    from datetime import datetime, timedelta
+
+    end = datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
+    fresh = node_freshness(engine, end, 900)
+    assert {f.node for f in fresh if not f.stale} == {r["node"] for r in lines}
+    engine.dispose()
