@@ -241,7 +241,8 @@ def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
     deferred = _defer_indexes(conn)
     restore = _defer_pg_constraints(conn, bool(deferred))
     if conn.dialect.name == "postgresql":
-        sacct_pg.load(conn, parsed, lambda source: _upsert_sql(conn, source))
+        sacct_pg.load(conn, parsed, lambda source: _upsert_sql(conn, source),
+                      first_load=bool(deferred))
     else:
         for block in parsed:
             columns = [block.jobs.column(c).to_pylist() for c in JOB_COLUMNS]

@@ -62,17 +62,70 @@ _JOB_NODES_SQL = (
 @dataclass
 class Prepared:
     """A parsed block with its rows already in binary COPY form: `jobs`, the JOB_COLUMNS
-    fields of each job; `nodes`, the node field of each job_nodes row."""
+    fields of each job; `nodes`, the node field of each job_nodes row. `fresh`: no instance
+    key of the block came earlier in this load, nor twice in the block (see KeysSeen)."""
 
     block: Block
     jobs: pg_copy.Encoded
     nodes: pg_copy.Encoded
+    fresh: bool
 
 
 def prepared(blocks: Iterable[Block]) -> Iterator[Prepared]:
+    seen = KeysSeen()
     for block in blocks:
-        yield Prepared(block, pg_copy.encoded(_typed(block.jobs)),
-                       pg_copy.encoded([block.job_nodes.column("node")]))
+        typed = _typed(block.jobs)
+        fresh = seen.add(block.jobs.column("job_id"), typed[JOB_COLUMNS.index("submit")],
+                         typed[JOB_COLUMNS.index("start")])
+        yield Prepared(block, pg_copy.encoded(typed),
+                       pg_copy.encoded([block.job_nodes.column("node")]), fresh)
+
+
+class KeysSeen:
+    """Whether a block's instance keys all differ from each other and from every earlier
+    block's, without keeping the keys: a first backfill writes jobs with no unique index to
+    catch a repeat, so this must never miss one.
+
+    An instance key is JobIDRaw:Submit:Start as sacct wrote them, so equal keys have equal
+    (JobIDRaw as a number, Submit, Start), and so equal 64-bit hashes of those: a repeat is
+    never missed. Unequal keys with equal hashes (about one chance in 10^7 for 10^6 jobs) or
+    a JobIDRaw that is not a number only cost speed: the block counts as a repeat. After
+    the first repeat nothing more is kept (the load upserts from then on). 8 bytes a job."""
+
+    def __init__(self) -> None:
+        self._hashes: np.ndarray | None = np.empty(0, np.uint64)  # sorted
+
+    def add(self, job_id: pa.ChunkedArray, submit: pa.Array, start: pa.Array) -> bool:
+        """True when none of these keys was added before, nor twice now; then they are."""
+        if self._hashes is None:
+            return False
+        try:
+            number = pc.cast(job_id, pa.uint64()).to_numpy()
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            number = None
+        if number is None or pc.any(pc.is_null(submit)).as_py():
+            self._hashes = None
+            return False
+        times = [pc.fill_null(t.cast(pa.int64()), -1).to_numpy().view(np.uint64)
+                 for t in (submit, start)]
+        hashes = np.sort(_mix(_mix(_mix(number) ^ times[0]) ^ times[1]))
+        before = np.searchsorted(self._hashes, hashes)
+        again = before < len(self._hashes)
+        again[again] = self._hashes[before[again]] == hashes[again]
+        if again.any() or (hashes[1:] == hashes[:-1]).any():
+            self._hashes = None
+            return False
+        # two sorted runs: the stable sort (timsort) merges them in one pass
+        self._hashes = np.sort(np.concatenate([self._hashes, hashes]), kind="stable")
+        return True
+
+
+def _mix(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finalizer: every bit of the input moves about half the output's."""
+    x = x.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
 
 
 def lock(conn: Connection) -> None:
@@ -80,9 +133,17 @@ def lock(conn: Connection) -> None:
     conn.exec_driver_sql("LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE")
 
 
-def load(conn: Connection, parsed: Iterable[Prepared], upsert_sql: Callable[[str], str]) -> None:
+def load(conn: Connection, parsed: Iterable[Prepared], upsert_sql: Callable[[str], str],
+         *, first_load: bool = False) -> None:
     """Write every prepared block, in the caller's transaction (which has called `lock`).
-    `upsert_sql(source)` is the jobs upsert with `source` (a SELECT of JOB_COLUMNS) as rows."""
+    `upsert_sql(source)` is the jobs upsert with `source` (a SELECT of JOB_COLUMNS) as rows.
+
+    `first_load` (jobs was empty when the lock was taken): jobs' primary key and unique
+    instance key, and the foreign keys that need them, are dropped while blocks are
+    appended (about 40% of the COPY's time goes to those two indexes otherwise) and added
+    back, one sorted build each, before the first upsert or at the end, in this
+    transaction. Only blocks known `fresh` are appended meanwhile, so nothing can repeat a
+    key, and the build checks that anyway."""
     # A bulk load's statements are simple and few: compiling them (JIT) costs more than it
     # saves. The upsert's sort of a staged block fits in memory instead of spilling, and so
     # do the sorts of a first backfill's index builds.
@@ -91,13 +152,36 @@ def load(conn: Connection, parsed: Iterable[Prepared], upsert_sql: Callable[[str
     conn.exec_driver_sql("SET LOCAL maintenance_work_mem = '256MB'")
     sequence = conn.exec_driver_sql("SELECT pg_get_serial_sequence('jobs', 'id')").scalar()
     appending = sequence is not None
+    restore = _drop_jobs_keys(conn) if first_load and appending else []
     for item in parsed:
         if not item.block.jobs.num_rows:
             continue
-        if appending and _append(conn, item, sequence):
+        if appending and item.fresh and _append(conn, item, sequence):
             continue
         appending = False
+        for statement in restore:
+            conn.exec_driver_sql(statement)
+        restore = []
         _upsert(conn, item, upsert_sql)
+    for statement in restore:
+        conn.exec_driver_sql(statement)
+
+
+def _drop_jobs_keys(conn: Connection) -> list[str]:
+    """Drop jobs' primary and unique keys and the foreign keys onto them; hand back the
+    statements that add them again, as they were (pg_get_constraintdef), keys first."""
+    foreign = conn.exec_driver_sql(
+        "SELECT conrelid::regclass::text, quote_ident(conname), pg_get_constraintdef(oid) "
+        "FROM pg_constraint WHERE confrelid = 'jobs'::regclass AND contype = 'f' ORDER BY 1, 2"
+    ).all()
+    keys = conn.exec_driver_sql(
+        "SELECT 'jobs', quote_ident(conname), pg_get_constraintdef(oid) FROM pg_constraint "
+        "WHERE conrelid = 'jobs'::regclass AND contype IN ('p', 'u') ORDER BY contype, 2"
+    ).all()
+    for table, name, _ in [*foreign, *keys]:
+        conn.exec_driver_sql(f"ALTER TABLE {table} DROP CONSTRAINT {name}")
+    return [f"ALTER TABLE {table} ADD CONSTRAINT {name} {definition}"
+            for table, name, definition in [*keys, *foreign]]
 
 
 def _typed(jobs: pa.Table) -> list[pa.Array]:
