@@ -88,7 +88,7 @@ class KeysSeen:
 
     An instance key is JobIDRaw:Submit:Start as sacct wrote them, so equal keys have equal
     (JobIDRaw as a number, Submit, Start), and so equal 64-bit hashes of those: a repeat is
-    never missed. Unequal keys with equal hashes (about one chance in 10^7 for 10^6 jobs) or
+    never missed. Unequal keys with equal hashes (about 3 chances in 10^8 for 10^6 jobs) or
     a JobIDRaw that is not a number only cost speed: the block counts as a repeat. After
     the first repeat nothing more is kept (the load upserts from then on). 8 bytes a job."""
 
