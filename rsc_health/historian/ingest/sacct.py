@@ -24,7 +24,8 @@ How the rows go in:
   (`sacct_pg`).
 
 A first backfill (empty jobs table) drops the secondary indexes (and on PostgreSQL job_nodes'
-key and foreign key) and adds them back, sorted, at the end of the same transaction.
+key and foreign key, and jobs' keys while it can: sacct_pg) and adds them back, sorted, in
+the same transaction.
 """
 
 from __future__ import annotations
@@ -310,7 +311,8 @@ _JOB_NODES_SQL = (
 
 
 # Secondary indexes a first bulk load builds at the end, sorted, instead of row by row.
-# The unique instance_key index stays: the upsert needs it.
+# The unique instance_key index stays (the upsert needs it), except on PostgreSQL while
+# blocks known to repeat no key are COPYed (sacct_pg).
 DEFERRABLE_INDEXES = ("ix_jobs_end", "ix_jobs_job_id", "ix_job_nodes_node")
 
 

@@ -4,21 +4,22 @@ A load holds jobs in SHARE ROW EXCLUSIVE mode from its start (`lock`): a second 
 for the first to commit (under the statement timeout) instead of interleaving with it, and
 readers are not held up. So only this load takes ids from the jobs sequence meanwhile.
 
-Appending (while no key of this load has been seen before): the block's ids are reserved
+Appending (while no key of this load has repeated, `KeysSeen`): the block's ids are reserved
 from the sequence in one statement, and the rows go straight into `jobs` and `job_nodes` by
 COPY, inside a savepoint. COPY checks the unique instance key like any insert, so a block
-with a key already stored (a re-read, an overlapping window, a file read twice) fails with a
-unique violation: the savepoint is rolled back, nothing of the block stays, and this block
-and every later one go through the upsert instead.
+with a key already stored (a re-read, an overlapping window) fails with a unique violation:
+the savepoint is rolled back, nothing of the block stays, and this block and every later one
+go through the upsert instead. On a first backfill jobs has no keys while it is appended to
+(see `load`): the parsing thread's `KeysSeen` is then what keeps a repeat out.
 
 Upserting: the block is COPYed into a typed temporary table and written with one
 INSERT ... SELECT ... ON CONFLICT per round; job_nodes for the jobs it added come from each
 NodeList's hosts, expanded by the database.
 
 The blocks are encoded for COPY on the parsing thread (`prepared`), so the connection's
-thread only sends them. Measured on 300k rows, PostgreSQL's side: COPY into jobs 1.4 s
-against 3.3 s for the upsert from a text-typed staging table, job_nodes by COPY 0.3 s
-against 2.0 s by expansion.
+thread only sends them. Measured on 300k rows, PostgreSQL's side: COPY into jobs 1.4 s with
+its two keys, 0.7 s without (their sorted builds after: 0.35 s), against 3.3 s for the
+upsert from a text-typed staging table; job_nodes by COPY 0.3 s against 2.0 s by expansion.
 """
 
 from __future__ import annotations
