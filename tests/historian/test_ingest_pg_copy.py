@@ -224,3 +224,20 @@ def test_two_postgresql_loads_at_once_both_land_each_instance_once(pg_url):
     with engine.connect() as conn:
         keys = conn.exec_driver_sql("SELECT count(DISTINCT instance_key) FROM jobs").scalar()
     assert keys == 4000
+
+
+@pytest.mark.postgres
+def test_a_load_waiting_past_its_timeout_for_another_load_says_so_in_one_line(pg_url):
+    engine = connect(pg_url)
+    body = _parsable([_row(str(i)) for i in range(1, 50)])
+    holder = connect(pg_url)
+    with holder.connect() as other:  # another load's transaction, still open
+        other.exec_driver_sql("LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE")
+        with pytest.raises(sacct.SacctError) as caught:
+            sacct.ingest_text(engine, body, statement_timeout_s=0.5)
+        other.rollback()
+    message = str(caught.value)
+    assert "\n" not in message and "nothing of it was kept" in message
+    assert "timeout" in message or "canceling statement" in message
+    assert sacct.ingest_text(engine, body).written == 49  # once the other has ended
+    assert table_counts(engine)["jobs"] == 49
