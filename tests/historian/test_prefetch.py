@@ -57,3 +57,31 @@ def test_a_consumer_that_stops_early_stops_the_producer():
     count = len(produced)
     time.sleep(0.2)
     assert len(produced) == count <= 6  # stopped, a step or two ahead at most
+
+
+def test_the_producer_starts_before_the_first_next():
+    """So the caller's setup (the sacct ingest's index drops) overlaps the first item."""
+    started = threading.Event()
+
+    def items():
+        started.set()
+        yield 1
+
+    it = prefetch(items())
+    assert started.wait(5)
+    assert list(it) == [1]
+
+
+def test_closing_before_the_first_next_stops_the_producer():
+    produced = []
+
+    def items():
+        for i in range(10_000):
+            produced.append(i)
+            yield i
+
+    it = prefetch(items(), depth=1)
+    it.close()
+    count = len(produced)
+    time.sleep(0.2)
+    assert len(produced) == count <= 3

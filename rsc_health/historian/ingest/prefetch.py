@@ -19,35 +19,55 @@ class _Failed:
         self.exc = exc
 
 
-def prefetch(items: Iterable[T], depth: int = 1) -> Iterator[T]:
-    """Yield what `items` yields, producing up to `depth` items ahead. An exception in the
-    producer is raised here, in the consumer; a consumer that stops early stops the producer
-    at its next item."""
-    ahead: queue.Queue = queue.Queue(maxsize=depth)
-    stop = threading.Event()
+def prefetch(items: Iterable[T], depth: int = 1) -> Prefetched[T]:
+    """Yield what `items` yields, producing up to `depth` items ahead. The producer starts
+    now, not at the first next(): the caller's own setup (for the sacct ingest, the index
+    drops before the first write) overlaps the first item. An exception in the producer is
+    raised here, in the consumer; a consumer that stops early (close(), or dropping the
+    iterator) stops the producer at its next item."""
+    return Prefetched(items, depth)
 
-    def produce() -> None:
-        try:
-            for item in items:
-                if not _put(ahead, item, stop):
-                    return
-            _put(ahead, _DONE, stop)
-        except BaseException as exc:  # handed to the consumer, raised there
-            _put(ahead, _Failed(exc), stop)
 
-    worker = threading.Thread(target=produce, name="prefetch", daemon=True)
-    worker.start()
+class Prefetched(Iterator[T]):
+    def __init__(self, items: Iterable[T], depth: int) -> None:
+        self._ahead: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        # The thread holds the queue and the event, not this object: the consumer dropping
+        # its iterator then closes it (__del__), stopping the producer.
+        self._worker = threading.Thread(target=_produce, args=(items, self._ahead, self._stop),
+                                        name="prefetch", daemon=True)
+        self._worker.start()
+
+    def __next__(self) -> T:
+        if self._stop.is_set():
+            raise StopIteration
+        item = self._ahead.get()
+        if item is _DONE:
+            self.close()
+            raise StopIteration
+        if isinstance(item, _Failed):
+            self.close()
+            raise item.exc
+        return item
+
+    def close(self) -> None:
+        """Stop the producer (at its next item) and wait for its thread to end."""
+        self._stop.set()
+        if self._worker is not threading.current_thread():
+            self._worker.join()
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def _produce(items: Iterable, ahead: queue.Queue, stop: threading.Event) -> None:
     try:
-        while True:
-            item = ahead.get()
-            if item is _DONE:
+        for item in items:
+            if not _put(ahead, item, stop):
                 return
-            if isinstance(item, _Failed):
-                raise item.exc
-            yield item
-    finally:
-        stop.set()
-        worker.join()
+        _put(ahead, _DONE, stop)
+    except BaseException as exc:  # handed to the consumer, raised there
+        _put(ahead, _Failed(exc), stop)
 
 
 def _put(ahead: queue.Queue, item, stop: threading.Event) -> bool:

@@ -19,10 +19,13 @@ How the rows go in:
 - A first backfill into a SQLite file that nobody else has open is written by
   `sqlite_bulk` (ADBC: Arrow columns bound in C).
 - Any other SQLite load goes through the driver's executemany.
-- PostgreSQL takes COPY into a temporary table plus one INSERT ... SELECT ... ON CONFLICT.
+- PostgreSQL takes binary COPY straight into jobs and job_nodes while no key of the load is
+  stored already, else into a temporary table plus one INSERT ... SELECT ... ON CONFLICT
+  (`sacct_pg`).
 
 A first backfill (empty jobs table) drops the secondary indexes (and on PostgreSQL job_nodes'
-key and foreign key) and adds them back, sorted, at the end of the same transaction.
+key and foreign key, and jobs' keys while it can: sacct_pg) and adds them back, sorted, in
+the same transaction.
 """
 
 from __future__ import annotations
@@ -32,8 +35,6 @@ from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
 
-import numpy as np
-import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, inspect, select
@@ -49,6 +50,7 @@ from rsc_health.historian.ingest import (
     bulk_write,
     database_failed,
     limit_statements,
+    sacct_pg,
     sqlite_bulk,
     upsert_sql,
 )
@@ -147,13 +149,17 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
             clusters: tuple[str, str]) -> IngestReport:
     report = IngestReport("sacct")
     hosts_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
-    # Parsing runs a block ahead of the writes, on a second thread.
-    parsed = _reported(
-        prefetch(blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache,
-                        exit_codes=exit_codes)),
+    # Parsing (and for PostgreSQL, encoding for COPY) runs a block ahead of the writes, on
+    # a second thread, which also keeps the report (read only once the load has ended).
+    stream = _reported(
+        blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache,
+               exit_codes=exit_codes),
         report,
         *clusters,
     )
+    if engine.dialect.name == "postgresql":
+        stream = sacct_pg.prepared(stream)
+    parsed = prefetch(stream)
     with engine.connect() as conn:
         rollback_journal = _sqlite_bulk_journal(conn)
     try:
@@ -231,11 +237,17 @@ def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
         # another load wrote in between, instead of waiting for it.
         if not conn.connection.dbapi_connection.in_transaction:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
+    elif conn.dialect.name == "postgresql":
+        sacct_pg.lock(conn)  # before looking at the table: a concurrent load waits here
     deferred = _defer_indexes(conn)
     restore = _defer_pg_constraints(conn, bool(deferred))
-    for block in parsed:
-        columns = [block.jobs.column(c).to_pylist() for c in JOB_COLUMNS]
-        _write_jobs(conn, columns, block.hosts_json())
+    if conn.dialect.name == "postgresql":
+        sacct_pg.load(conn, parsed, lambda source: _upsert_sql(conn, source),
+                      first_load=bool(deferred))
+    else:
+        for block in parsed:
+            columns = [block.jobs.column(c).to_pylist() for c in JOB_COLUMNS]
+            _write_jobs(conn, columns, block.hosts_json())
     for index in deferred:
         index.create(conn)
     for statement in restore:
@@ -273,7 +285,7 @@ def _bulk_load(cursor, engine: Engine, parsed) -> None:
             pa.table({"nodelist": list(hosts), "hosts": list(hosts.values())},
                      schema=_HOSTS_SCHEMA),
         )
-        cursor.execute(_job_nodes_sql("sqlite"), (max_before,))
+        cursor.execute(_JOB_NODES_SQL, (max_before,))
     for index in indexes:
         cursor.execute(str(CreateIndex(index).compile(dialect=engine.dialect)))
     cursor.execute("DROP TABLE temp.ingest_hosts")
@@ -288,25 +300,19 @@ _HOSTS_DDL = "nodelist TEXT PRIMARY KEY, hosts TEXT NOT NULL"
 _HOSTS_SCHEMA = pa.schema([("nodelist", pa.string()), ("hosts", pa.string())])
 
 
-def _job_nodes_sql(dialect: str) -> str:
-    """job_nodes rows for the jobs above the id bound to the one parameter, from each job's
-    NodeList's hosts staged in ingest_hosts, in job order, so job_nodes grows at its end."""
-    if dialect == "postgresql":
-        hosts = "CROSS JOIN LATERAL jsonb_array_elements_text(h.hosts::jsonb) AS e(value)"
-        mark = "%s"
-    else:
-        hosts, mark = ", json_each(h.hosts) AS e", "?"
-    return (
-        "INSERT INTO job_nodes (job_pk, node) "
-        f"SELECT j.id, e.value FROM jobs AS j JOIN ingest_hosts AS h ON h.nodelist = j.nodelist "
-        f"{hosts} WHERE j.id > {mark} ORDER BY j.id "
-        # no conflict target: on a first PostgreSQL backfill the key is added after the load
-        "ON CONFLICT DO NOTHING"
-    )
+# job_nodes rows for the jobs above the id bound to the one parameter, from each job's
+# NodeList's hosts staged in ingest_hosts, in job order, so job_nodes grows at its end.
+# (sacct_pg has PostgreSQL's.)
+_JOB_NODES_SQL = (
+    "INSERT INTO job_nodes (job_pk, node) "
+    "SELECT j.id, e.value FROM jobs AS j JOIN ingest_hosts AS h ON h.nodelist = j.nodelist, "
+    "json_each(h.hosts) AS e WHERE j.id > ? ORDER BY j.id ON CONFLICT DO NOTHING"
+)
 
 
 # Secondary indexes a first bulk load builds at the end, sorted, instead of row by row.
-# The unique instance_key index stays: the upsert needs it.
+# The unique instance_key index stays (the upsert needs it), except on PostgreSQL while
+# blocks known to repeat no key are COPYed (sacct_pg).
 DEFERRABLE_INDEXES = ("ix_jobs_end", "ix_jobs_job_id", "ix_job_nodes_node")
 
 
@@ -389,80 +395,31 @@ def _upsert_sql(conn, source: str) -> str:
 
 
 def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:
-    """Upsert job instances (columns in JOB_COLUMNS order); write job_nodes for the new ones.
+    """SQLite: upsert job instances (columns in JOB_COLUMNS order); write job_nodes for the
+    new ones.
 
     `hosts` maps each NodeList of the block to its hosts as a JSON array (made once per
     distinct NodeList in the whole load). They go to a temporary table, one row per distinct
     NodeList (tens of thousands, against millions of job_nodes rows), and the database
-    expands them for the new instances in one INSERT ... SELECT (`_job_nodes_sql`).
+    expands them for the new instances in one INSERT ... SELECT (`_JOB_NODES_SQL`).
     """
     if not columns[0]:
         return
     J = schema.jobs
     max_before = conn.execute(select(J.c.id).order_by(J.c.id.desc()).limit(1)).scalar() or 0
-    if conn.dialect.name == "postgresql":
-        _copy_jobs(conn, columns)
-    else:
-        sql = _upsert_sql(conn, f"VALUES ({', '.join('?' * len(JOB_COLUMNS))})")
-        # The driver's executemany straight from the columns: no list of row tuples.
-        cursor = conn.connection.dbapi_connection.cursor()
-        try:
-            cursor.executemany(sql, zip(*columns, strict=True))
-        finally:
-            cursor.close()
-    _stage(conn, "ingest_hosts", _HOSTS_DDL, ("nodelist", "hosts"), hosts.items())
-    conn.exec_driver_sql(_job_nodes_sql(conn.dialect.name), (max_before,))
-
-
-def _stage(conn, name: str, ddl: str, names: tuple[str, ...], rows) -> None:
-    """Fill the temporary table `name` (created on first use in this transaction, emptied
-    otherwise) with rows: COPY on PostgreSQL, executemany on SQLite."""
-    if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {name} ({ddl}) ON COMMIT DROP")
-        conn.exec_driver_sql(f"TRUNCATE {name}")
-        cursor = conn.connection.dbapi_connection.cursor()
-        try:
-            quoted = ", ".join(conn.dialect.identifier_preparer.quote(n) for n in names)
-            with cursor.copy(f"COPY {name} ({quoted}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
-        finally:
-            cursor.close()
-        return
-    conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS {name} ({ddl})")
-    conn.exec_driver_sql(f"DELETE FROM temp.{name}")
-    marks = ", ".join("?" * len(names))
-    rows = iter(rows)
+    sql = _upsert_sql(conn, f"VALUES ({', '.join('?' * len(JOB_COLUMNS))})")
+    # The driver's executemany straight from the columns: no list of row tuples.
+    cursor = conn.connection.dbapi_connection.cursor()
+    try:
+        cursor.executemany(sql, zip(*columns, strict=True))
+    finally:
+        cursor.close()
+    conn.exec_driver_sql(f"CREATE TEMP TABLE IF NOT EXISTS ingest_hosts ({_HOSTS_DDL})")
+    conn.exec_driver_sql("DELETE FROM temp.ingest_hosts")
+    rows = iter(hosts.items())
     while batch := list(islice(rows, BATCH_ROWS)):
-        conn.exec_driver_sql(f"INSERT INTO temp.{name} VALUES ({marks})", batch)
-
-
-_PG_STAGED_DDL = (
-    'seq bigint, job_id text, job_id_display text, name text, "user" text, partition text, '
-    'state text, exit_code text, submit text, eligible text, start text, "end" text, '
-    "nnodes integer, gpus integer, nodelist text, instance_key text, cluster text"
-)
-
-
-def _copy_jobs(conn, columns: list[list]) -> None:
-    """PostgreSQL: COPY the chunk into a temporary table, then one INSERT ... SELECT ...
-    ON CONFLICT. One statement may not update a row twice, so a key seen more than once in
-    the chunk (an sacct file read twice, concatenated) goes in rounds, in file order: the
-    n-th occurrence of each key in round n, which is what row-by-row upserts would do."""
-    n = len(columns[0])
-    keys = columns[JOB_COLUMNS.index("instance_key")]
-    occurrence = pd.Series(keys).groupby(keys, sort=False).cumcount().to_numpy()
-    quote = conn.dialect.identifier_preparer.quote
-    staged = ["seq", *JOB_COLUMNS]
-    cast = {c: f"{quote(c)}::timestamp" for c in ("submit", "eligible", "start", "end")}
-    select_list = ", ".join(cast.get(c, quote(c)) for c in JOB_COLUMNS)
-    sql = _upsert_sql(conn, f"SELECT {select_list} FROM ingest_jobs ORDER BY seq")
-    rounds = int(occurrence.max()) + 1
-    for round_ in range(rounds):
-        picked = range(n) if rounds == 1 else np.flatnonzero(occurrence == round_).tolist()
-        rows = ((i, *(c[i] for c in columns)) for i in picked)
-        _stage(conn, "ingest_jobs", _PG_STAGED_DDL, tuple(staged), rows)
-        conn.exec_driver_sql(sql)
+        conn.exec_driver_sql("INSERT INTO temp.ingest_hosts VALUES (?, ?)", batch)
+    conn.exec_driver_sql(_JOB_NODES_SQL, (max_before,))
 
 
 def get_cursor(engine: Engine) -> str | None:

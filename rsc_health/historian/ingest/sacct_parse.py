@@ -708,10 +708,10 @@ def expand_nodelist(nodelist: str) -> list[str] | str:
         try:
             # One string per host name however many NodeLists name it: a year of a large
             # cluster has hundreds of thousands of NodeLists over a few thousand hosts.
-            hosts = [sys.intern(host) for host in dict.fromkeys(_expand(nodelist))]
+            hosts = list(map(sys.intern, dict.fromkeys(_expand(nodelist))))
         except hostlist.HostlistError:
             return f"NodeList is not a hostlist: {_short(nodelist)}"
-    if any(len(host) > MAX_HOST_NAME for host in hosts):
+    if max(map(len, hosts), default=0) > MAX_HOST_NAME:  # map: no Python frame per host
         return f"NodeList has a host name longer than {MAX_HOST_NAME} characters"
     return hosts
 
