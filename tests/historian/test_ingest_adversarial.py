@@ -68,6 +68,17 @@ def test_names_with_the_delimiter_newlines_and_10kb_land_whole(historian, delimi
     assert sorted(nodes) == ["gpu001", "gpu002"]
 
 
+def test_a_nul_byte_in_a_name_never_stops_the_load(historian, tmp_path):
+    """PostgreSQL text cannot hold NUL: it becomes a replacement character (counted), on both
+    databases alike, and the other jobs land."""
+    path = tmp_path / "sacct.txt"
+    body = _parsable([_row("1", "a@b"), _row("2", "plain")]).encode().replace(b"@", b"\x00")
+    path.write_bytes(body)
+    report = sacct.ingest_text(historian, path)
+    assert report.bad == [] and report.replaced == 1
+    assert _names(historian) == {"1": "a\ufffdb", "2": "plain"}
+
+
 def test_latin1_bytes_become_replacement_characters_and_are_counted(historian, tmp_path):
     path = tmp_path / "sacct.txt"
     body = _parsable([_row("1", "caf@"), _row("2", "plain")]).encode().replace(b"@", b"\xe9")
@@ -133,6 +144,13 @@ def _json_job(job_id: int, name: str, **over) -> dict:
     }
     job.update(over)
     return job
+
+
+def test_a_nul_in_sacct_json_never_stops_the_load(historian):
+    doc = {"meta": {}, "errors": [], "jobs": [_json_job(21, "a\x00b"), _json_job(22, "ok")]}
+    report = sacct.ingest_text(historian, json.dumps(doc).encode())  # "\u0000" on the wire
+    assert report.bad == [] and report.replaced == 1
+    assert _names(historian) == {"21": "a\ufffdb", "22": "ok"}
 
 
 def test_sacct_json_lands_with_the_same_columns(historian):

@@ -216,6 +216,10 @@ class _Utf8Repair(io.RawIOBase):
             fixed = piece.decode("utf-8", "replace").encode()
             self.replaced += fixed.count(_UTF8_REPLACEMENT) - piece.count(_UTF8_REPLACEMENT)
             piece = fixed
+        if b"\x00" in piece:
+            # PostgreSQL text cannot hold NUL: replaced (and counted) on every database alike.
+            self.replaced += piece.count(b"\x00")
+            piece = piece.replace(b"\x00", _UTF8_REPLACEMENT)
         self.out = piece
 
 
@@ -373,6 +377,10 @@ def _json_blocks(data: bytes, gpus_per_node, hosts_cache, codes: dict[str, str])
     except UnicodeDecodeError:
         text = data.decode("utf-8", "replace")
         replaced = text.count("\ufffd") - data.count(_UTF8_REPLACEMENT)
+    if "\\u0000" in text or "\x00" in text:
+        # NUL, escaped or raw: PostgreSQL text cannot hold it (replaced and counted).
+        replaced += text.count("\\u0000") + text.count("\x00")
+        text = text.replace("\\u0000", "\\ufffd").replace("\x00", "\ufffd")
     try:
         document = json.loads(text)
     except (ValueError, RecursionError) as exc:
