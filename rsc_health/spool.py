@@ -23,6 +23,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
@@ -174,7 +175,22 @@ def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
             except json.JSONDecodeError:
                 yield lineno, None, line
                 continue
+            if "\\ud" in line or "\\uD" in line:
+                obj = without_lone_surrogates(obj)
             yield lineno, obj if isinstance(obj, dict) else None, line
+
+
+def without_lone_surrogates(value):
+    """A path or log text that was not UTF-8 on the node reaches the spool as escaped lone
+    surrogates (\\udce9): no database driver can encode them, and one such record would stop
+    every later flush of the node. They become U+FFFD, as undecodable bytes do elsewhere."""
+    if isinstance(value, str):
+        return re.sub("[\ud800-\udfff]", "\ufffd", value)  # re caches the pattern
+    if isinstance(value, dict):
+        return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_lone_surrogates(v) for v in value]
+    return value
 
 
 def done(path: Path) -> None:

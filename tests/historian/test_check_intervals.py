@@ -173,3 +173,17 @@ def test_an_xid_read_again_by_later_sweeps_counts_once_in_the_daily_rollup(histo
         fail = conn.execute(select(days.c.fail).where(days.c.check == "xid")).scalar()
     assert [r["id"] for r in _rows(historian)] == ["xid-n1-boot1-seq5000"]
     assert fail == 1
+
+
+def test_an_imported_check_with_an_escaped_lone_surrogate_lands(historian, tmp_path):
+    import json
+
+    from rsc_health.historian.ingest import checks
+
+    path = tmp_path / "other-tool.jsonl"
+    path.write_text(json.dumps({"time": "2026-11-20T10:00:00+00:00", "node": "n1",
+                                "check": "mount", "component": "/scr\udce9", "status": "fail"})
+                    + "\n")
+    report = checks.ingest_file(historian, path)
+    assert report.bad == [] and report.written == 1
+    assert [r["component"] for r in _rows(historian)] == ["/scr\ufffd"]

@@ -153,6 +153,14 @@ def test_a_nul_in_sacct_json_never_stops_the_load(historian):
     assert _names(historian) == {"21": "a\ufffdb", "22": "ok"}
 
 
+def test_an_escaped_lone_surrogate_in_sacct_json_lands_as_a_replacement(historian):
+    doc = {"meta": {}, "errors": [],
+           "jobs": [_json_job(31, "caf\udce9"), _json_job(32, "emoji \U0001F600")]}
+    report = sacct.ingest_text(historian, json.dumps(doc).encode())  # "\udce9", "\ud83d\ude00"
+    assert report.bad == []
+    assert _names(historian) == {"31": "caf\ufffd", "32": "emoji \U0001F600"}
+
+
 def test_sacct_json_lands_with_the_same_columns(historian):
     doc = {"meta": {}, "errors": [], "jobs": [
         _json_job(11, "sweep|lr=3e-4\nsecond line"),

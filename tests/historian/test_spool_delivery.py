@@ -112,3 +112,23 @@ def test_a_failed_write_leaves_the_batch(tmp_path):
         deliver(engine, tmp_path / "spool")
     assert len(list((tmp_path / "spool").glob("batch-*.jsonl"))) == 1
     engine.dispose()
+
+
+def test_bytes_that_were_not_utf8_on_the_node_never_stop_a_flush(historian, tmp_path):
+    """A mount path or log text with Latin-1 bytes reaches the spool as escaped lone surrogates;
+    no driver can encode them, and one such record used to fail every later flush of the node."""
+    when = datetime(2026, 11, 24, 10, tzinfo=UTC)
+    bad_path = Finding("mount", "/scr\udce9tch", Status.FAIL, Severity.DRAIN_AFTER_JOB,
+                       "missing \udce9", code="mount_missing")
+    records = spool.check_records([bad_path], node="n1", source="sweep", time=when, job_id=None)
+    records.append(spool.record("job_start", "n1", when, job_id="5", excluded=[],
+                                user="caf\udce9", partition="gpu"))
+    spool.append(tmp_path, records)
+
+    report = deliver(historian, tmp_path)
+
+    assert report.delivered == {"check": 1, "job_start": 1}
+    with historian.connect() as conn:
+        comp = conn.execute(select(schema.check_results.c.component)).scalar_one()
+    assert comp == "/scr\ufffdtch"
+    assert not list(tmp_path.glob("batch-*"))  # delivered, nothing left behind

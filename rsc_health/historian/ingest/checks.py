@@ -20,6 +20,7 @@ from sqlalchemy import Engine
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
+from rsc_health.spool import without_lone_surrogates
 
 STATUSES = ("ok", "warn", "fail", "error")
 SEVERITIES = ("none", "warn", "drain_after_job", "drain_now")
@@ -116,7 +117,7 @@ def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
                 continue
             report.read += 1
             try:
-                obj = json.loads(line)
+                obj = without_lone_surrogates(json.loads(line))
                 if not isinstance(obj, dict):
                     raise RowError("not a JSON object")
                 batch.append(to_row(obj))

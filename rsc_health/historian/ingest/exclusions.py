@@ -10,6 +10,7 @@ from sqlalchemy import Engine
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
+from rsc_health.spool import without_lone_surrogates
 
 COLUMNS = ("job_id", "node", "time")
 
@@ -27,7 +28,7 @@ def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
                 continue
             report.read += 1
             try:
-                obj = json.loads(line)
+                obj = without_lone_surrogates(json.loads(line))
                 time = db_time(parse_time(obj["time"]))
                 batch.append((str(obj["job_id"]), str(obj["node"]), time))
             except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:

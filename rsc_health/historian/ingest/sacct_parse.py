@@ -41,6 +41,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pcsv
 
 from rsc_health import hostlist
+from rsc_health.spool import without_lone_surrogates
 
 FIELDS = (
     "JobIDRaw",
@@ -383,6 +384,10 @@ def _json_blocks(data: bytes, gpus_per_node, hosts_cache, codes: dict[str, str])
         text = text.replace("\\u0000", "\\ufffd").replace("\x00", "\ufffd")
     try:
         document = json.loads(text)
+        if "\\ud" in text or "\\uD" in text:
+            # Escaped lone surrogates no database can store (a valid pair is one character
+            # once loaded and stays).
+            document = without_lone_surrogates(document)
     except (ValueError, RecursionError) as exc:
         raise SacctError(f"sacct --json output is not JSON: {str(exc)[:200]}") from exc
     jobs = document.get("jobs") if isinstance(document, dict) else document
