@@ -11,27 +11,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # tests.fixtures, tests.node.site_fakes
+from bench_prolog import timed  # noqa: E402  (a sibling script: benchmarks/ is sys.path[0])
+
 from tests.fixtures.nodes.node_copy import copy_node  # noqa: E402
 from tests.node.site_fakes import fake_nhc, program  # noqa: E402
 
 FAMILIES = '["gpu", "xid", "ecc", "remap", "mount", "infiniband", "site"]'
-
-
-def timed(argv: list[str], env: dict[str, str]) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        raise SystemExit(f"{argv} failed ({proc.returncode}): {proc.stderr}")
-    return elapsed
 
 
 def setups(tmp: Path) -> dict[str, Path]:
