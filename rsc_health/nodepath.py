@@ -140,7 +140,6 @@ class Context:
     deadline: float
     job_id: str | None
     slurm_factory: Callable[[Config, float | None], object]
-    spool_bytes: int | None = None
 
 
 def _job_id() -> str | None:
@@ -179,13 +178,17 @@ class Progress:
     spooled: bool = False
     acted: bool = False
 
+    @property
+    def unacted_drain(self) -> bool:
+        """A drain verdict is in hand, not yet carried out, and actions are on."""
+        return bool(self.verdict is not None and self.verdict.drains and not self.acted
+                    and self.cfg is not None and self.cfg.get("actions.enabled", True))
+
     def safe_exit(self) -> int:
-        """0 (let the job run, leave the node alone) unless this is a prolog that already holds
-        a drain verdict it has not carried out and actions are on: then 1, so slurmd drains the
-        node and requeues the job, which is what the verdict asked for."""
-        drains = bool(self.verdict and self.verdict.drains and not self.acted)
-        enabled = bool(self.cfg.get("actions.enabled", True)) if self.cfg else False
-        return drain_exit() if (drains and enabled and self.stage.name == "prolog") else 0
+        """0 (let the job run, leave the node alone) unless this is a prolog with an unacted
+        drain verdict: then the drain code, so slurmd drains the node and requeues the job,
+        which is what the verdict asked for."""
+        return drain_exit() if self.unacted_drain and self.stage.name == "prolog" else 0
 
 
 def run_stage(name: str, *, slurm_factory=_default_slurm) -> int:
@@ -212,7 +215,7 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     try:
         base = load_config()
     except ConfigError as exc:
-        return _broken_config(stage, root, run.job_id, run.started, exc)
+        return _broken_config(run, root, exc)
     _syslog_on = bool(base.get("node.syslog", True))
     cfg, node = resolve_node_config(base, partition=os.environ.get("SLURM_JOB_PARTITION"))
     run.cfg, run.node = cfg, node
@@ -242,25 +245,28 @@ def _checker_fault(run: Progress, exc: BaseException) -> int:
     code = run.safe_exit()
     detail = f"{type(exc).__name__}: {exc}"[:300]
     _keep_unacted_verdict(run)
-    unspooled = _spool_fault(run, "checker_fault", f"checker fault during {run.step}: {detail}")
+    unspooled = _spool_fault(run, _fault(run, "checker_fault",
+                                         f"checker fault during {run.step}: {detail}"))
     log(f"{run.stage.name}: checker fault during {run.step}{where}: {detail}; exiting {code}"
         + (f" (not spooled: {unspooled})" if unspooled else ""))
     return code
 
 
 def _keep_unacted_verdict(run: Progress) -> None:
-    if run.verdict is not None and run.verdict.drains and not run.acted and run.sdir \
-            and run.cfg is not None and run.cfg.get("actions.enabled", True):
+    if run.unacted_drain and run.sdir is not None:
         save_pending(run.sdir, run.verdict, why="fault")
 
 
-def _spool_fault(run: Progress, code: str, reason: str) -> str | None:
+def _fault(run: Progress, code: str, reason: str) -> Finding:
+    return Finding("checker", run.step, Status.ERROR, Severity.NONE, reason[:500], code)
+
+
+def _spool_fault(run: Progress, finding: Finding) -> str | None:
     """A checker record, and a checker_error heartbeat unless this run already spooled one, so
     the historian sees a node that could not look rather than a silent one. Returns why it
     could not be spooled, or None."""
     if run.sdir is None or run.node is None:
         return "no state dir yet"
-    finding = Finding("checker", run.step, Status.ERROR, Severity.NONE, reason[:500], code)
     now = utcnow()
     records = spool.check_records([finding], node=run.node, source=run.stage.name, time=now,
                                   job_id=run.job_id)
@@ -310,39 +316,31 @@ class Watchdog:
             log(f"{run.stage.name}: still running after {self.after_s:.0f}s during {run.step} "
                 f"(budget exceeded; a source or a Slurm call hung); exiting {code}")
             _keep_unacted_verdict(run)
-            unspooled = _spool_fault(
+            unspooled = _spool_fault(run, _fault(
                 run, "checker_timeout",
-                f"{run.stage.name} hung during {run.step} past {self.after_s:.0f}s")
+                f"{run.stage.name} hung during {run.step} past {self.after_s:.0f}s"))
             if unspooled:
                 log(f"{run.stage.name}: not spooled: {unspooled}")
         finally:
             os._exit(code)
 
 
-def _broken_config(stage: Stage, root: Path, job_id: str | None, started: float,
-                   exc: ConfigError) -> int:
+def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     """The checker cannot look: say so loudly (stderr, syslog, spool, textfile), let the job
     run. The packaged defaults still say where the spool is."""
+    stage = run.stage
     log(f"{stage.name}: bad config: {exc}")
     try:
         defaults = load_config(os.devnull)
     except ConfigError:
         return 0
-    node = node_name(defaults)
-    sdir = state_dir(defaults, root)
-    finding = Finding("checker", "config", Status.ERROR, Severity.NONE,
-                      f"bad config: {exc}"[:500], "config_error")
-    now = utcnow()
-    records = spool.check_records([finding], node=node, source=stage.name, time=now,
-                                  job_id=job_id)
-    records.append(_heartbeat(stage, node, now, Level.CHECKER_ERROR, [finding],
-                              time.monotonic() - started))
-    try:
-        spool.append(sdir / "spool", records)
-    except OSError as err:
-        log(f"{stage.name}: cannot write the spool: {err}")
-    _write_textfile(defaults, root, node, stage, Level.CHECKER_ERROR, [finding],
-                    time.monotonic() - started, pending=False)
+    run.node, run.sdir = node_name(defaults), state_dir(defaults, root)
+    finding = _fault(run, "config_error", f"bad config: {exc}")
+    unspooled = _spool_fault(run, finding)
+    if unspooled:
+        log(f"{stage.name}: cannot write the spool: {unspooled}")
+    _write_textfile(defaults, root, run.node, stage, Level.CHECKER_ERROR, [finding],
+                    time.monotonic() - run.started, pending=False)
     return 0
 
 
@@ -370,7 +368,7 @@ def _locked(ctx: Context, run: Progress) -> int:
     records.extend(_job_records(ctx, now))
     records.append(_heartbeat(stage, ctx.node, now, verdict.level, findings,
                               time.monotonic() - ctx.started))
-    records = _within_spool_cap(ctx, records)
+    records, spool_bytes = _within_spool_cap(ctx, records)
     run.spooled = _spool(ctx.sdir, records)
     if run.spooled:
         # Only now is it safe to consume the events: they are on disk. When the spool is not
@@ -396,7 +394,7 @@ def _locked(ctx: Context, run: Progress) -> int:
     run.step = "textfile"
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                     time.monotonic() - ctx.started, pending=still_pending,
-                    spool_bytes=ctx.spool_bytes)
+                    spool_bytes=spool_bytes)
     return code
 
 
@@ -509,22 +507,22 @@ def _has_drain_state(sdir: Path) -> bool:
         return True  # cannot tell: ask Slurm, as before
 
 
-def _within_spool_cap(ctx: Context, records: list[dict]) -> list[dict]:
-    """Past [node] spool_max_mb (the historian has not taken the spool for a long time), keep
-    only the records that carry news: a fault is never dropped, /var never fills."""
+def _within_spool_cap(ctx: Context, records: list[dict]) -> tuple[list[dict], int]:
+    """(records to spool, bytes the spool holds). Past [node] spool_max_mb (the historian has
+    not taken the spool for a long time) only the records that carry news are kept: a fault is
+    never dropped, /var never fills."""
     try:
         cap = float(ctx.cfg.get("node.spool_max_mb", 64)) * 1024 * 1024
     except (TypeError, ValueError):
         cap = 64 * 1024 * 1024
     held = spool.size_bytes(ctx.sdir / "spool")
-    ctx.spool_bytes = held
     if held < cap:
-        return records
+        return records, held
     kept = [r for r in records if spool.carries_news(r)]
     log(f"{ctx.stage.name}: spool holds {held / 1048576:.0f} MB, over [node] spool_max_mb "
         f"(is spool flush failing?): spooling {len(kept)} of {len(records)} records, "
         f"all-clear rows and heartbeat dropped")
-    return kept
+    return kept, held
 
 
 # ---- sinks ----------------------------------------------------------------------------------
