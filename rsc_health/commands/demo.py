@@ -26,12 +26,12 @@ def demo(ctx: click.Context, out_dir: Path, nodes: int | None, days: float | Non
     output in their real formats, and everything downstream is the production code path.
     The database is --db / $RSC_HEALTH_DB when given, else a fresh OUT/historian.db.
     """
-    from rsc_health.commands.report import _progress
+    from rsc_health.commands.progress import steps
     from rsc_health.demo import run_demo
 
     explicit_db = ctx.obj.db_url or os.environ.get("RSC_HEALTH_DB")
     show = not as_json and click.get_text_stream("stderr").isatty()
-    with _progress(show) as step:
+    with steps(show) as step:
         result = run_demo(ctx.obj.config, out_dir, nodes=nodes, days=days, seed=seed,
                           database_url=explicit_db, progress=step)
     if as_json:

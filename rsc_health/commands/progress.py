@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 
 def watched() -> bool:
@@ -25,3 +26,30 @@ def start_spinner(label: str) -> Callable[[], None]:
     progress.add_task(label, total=None)
     progress.start()
     return progress.stop
+
+
+@contextmanager
+def steps(enabled: bool, *, log_done: bool = True) -> Iterator[Callable[[str], None]]:
+    """A spinner on stderr naming the step in flight; yields the function that names the next
+    one (a no-op when disabled). With log_done, each finished step stays as a 'done:' line."""
+    if not enabled:
+        yield lambda _label: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(stderr=True)
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=console, transient=True) as progress:
+        task = progress.add_task("starting", total=None)
+        current: list[str] = []
+
+        def step(label: str) -> None:
+            if log_done and current:
+                console.log(f"done: {current[-1]}")
+            current[:] = [label]
+            progress.update(task, description=label)
+
+        yield step
+        if log_done and current:
+            console.log(f"done: {current[-1]}")

@@ -2,37 +2,10 @@
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-
-
-@contextmanager
-def _progress(enabled: bool):
-    """A rich spinner on stderr naming the step in flight; a no-op when disabled or piped."""
-    if not enabled:
-        yield lambda _label: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task("starting", total=None)
-        state = {"label": None}
-
-        def step(label: str) -> None:
-            if state["label"]:
-                console.log(f"done: {state['label']}")
-            state["label"] = label
-            progress.update(task, description=label)
-
-        yield step
-        if state["label"]:
-            console.log(f"done: {state['label']}")
 
 
 @click.command()
@@ -82,7 +55,9 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
         # pull list's days listed carry on from it instead of re-judging a week of lemons.
         options = replace(options, previous=load_previous(previous or out_dir / "report.json"))
         show = not quiet and click.get_text_stream("stderr").isatty()
-        with _progress(show) as step:
+        from rsc_health.commands.progress import steps
+
+        with steps(show) as step:
             data = gather(engine, moment, options, progress=step)
             written = write_report(data, out_dir, previous=previous, embed=embed, progress=step)
     finally:

@@ -3,27 +3,10 @@
 from __future__ import annotations
 
 import json
-from contextlib import contextmanager
 from dataclasses import asdict
 from pathlib import Path
 
 import click
-
-
-@contextmanager
-def _progress(enabled: bool):
-    """A rich spinner on stderr naming the step in flight; a no-op when disabled."""
-    if not enabled:
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-
-    console = Console(stderr=True)
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=console, transient=True) as progress:
-        task = progress.add_task("starting", total=None)
-        yield lambda label: progress.update(task, description=label)
 
 
 @click.command()
@@ -56,7 +39,9 @@ def sim(obj, nodes, days, seed, out_dir, lemon_share, rf, as_json, progress):
     except (TypeError, ValueError) as exc:
         raise click.ClickException(str(exc)) from exc
     show = sys.stderr.isatty() if progress is None else progress
-    with _progress(show) as step:
+    from rsc_health.commands.progress import steps
+
+    with steps(show, log_done=False) as step:
         result = simulate(cfg, out_dir, progress=step)
     summary = {
         "out": str(result.out_dir), "nodes": cfg.nodes, "days": cfg.days, "seed": cfg.seed,
