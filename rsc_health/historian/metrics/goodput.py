@@ -54,10 +54,13 @@ def _requeue_preemptions(engine: Engine, window: Window, preempt_window_s: float
         victim.c.end >= shifted(requeue.c.rq_start, -preempt_window_s),
         victim.c.end <= shifted(requeue.c.rq_start, preempt_window_s),
     )
+    # Correlated to the requeue and victim outside it, also from inside the LATERAL below
+    # (two levels up), never with a FROM requeue of its own.
     shares_node = exists(
         select(rn.c.node)
         .select_from(rn.join(vn, vn.c.node == rn.c.node))
         .where(rn.c.job_pk == requeue.c.rq_pk, vn.c.job_pk == victim.c.id)
+        .correlate_except(rn, vn)
     )
     if engine.dialect.name == "sqlite":
         q = (
@@ -76,16 +79,9 @@ def _requeue_preemptions(engine: Engine, window: Window, preempt_window_s: float
         # PostgreSQL misjudges the requeues (200,000 guessed, 5,700 at the paper's scale) and
         # would loop over every PREEMPTED job comparing it with every requeue (2.1 billion
         # pairs, 200 s). LATERAL makes it look up each requeue's +-window on ix_jobs_end.
-        # Correlated two levels up (to the requeue outside the LATERAL), not to a FROM of its own.
-        shares_rq_node = exists(
-            select(rn.c.node)
-            .select_from(rn.join(vn, vn.c.node == rn.c.node))
-            .where(rn.c.job_pk == requeue.c.rq_pk, vn.c.job_pk == victim.c.id)
-            .correlate_except(rn, vn)
-        )
         victims = (
             select(victim.c.id, victim.c.gpus, case_runtime(victim).label("runtime_s"))
-            .where(near, victim.c.state == "PREEMPTED", shares_rq_node)
+            .where(near, victim.c.state == "PREEMPTED", shares_node)
             .lateral("victims")
         )
         q = (
