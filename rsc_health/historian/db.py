@@ -344,7 +344,7 @@ def render_ddl(dialect_name: str) -> str:
 ANALYZED_TABLES = ("jobs", "job_nodes", "attributions", "check_results", "node_events")
 
 
-def refresh_statistics(engine: Engine) -> None:
+def refresh_statistics(engine: Engine, tables: tuple[str, ...] | None = None) -> None:
     """Refresh the query planner's statistics, e.g. after a bulk load.
 
     Without them both planners pick plans for empty tables: SQLite scans all of job_nodes in
@@ -352,15 +352,19 @@ def refresh_statistics(engine: Engine) -> None:
     and PostgreSQL, until autovacuum gets to it minutes later, runs goodput's preemption search
     as a nested loop that grows with the square of the jobs (140 s at 146k rows). SQLite samples
     1000 rows per index and PostgreSQL ANALYZE samples its own, so this costs about a second at
-    any size. A failure (read-only file, busy writer) only costs speed, so it is logged, not
-    raised."""
+    any size. `tables`: only those a load changed (a year of check intervals need not be
+    sampled again after an accounting load); None: every table the analytic queries join.
+    A failure (read-only file, busy writer) only costs speed, so it is logged, not raised."""
     try:
         with engine.begin() as conn:
             if engine.dialect.name == "sqlite":
                 conn.exec_driver_sql("PRAGMA analysis_limit=1000")
-                conn.exec_driver_sql("ANALYZE")
+                quote = conn.dialect.identifier_preparer.quote
+                for table in tables or ("",):
+                    conn.exec_driver_sql(f"ANALYZE {quote(table)}" if table else "ANALYZE")
             elif engine.dialect.name == "postgresql":
                 quote = conn.dialect.identifier_preparer.quote
-                conn.exec_driver_sql("ANALYZE " + ", ".join(quote(t) for t in ANALYZED_TABLES))
+                conn.exec_driver_sql(
+                    "ANALYZE " + ", ".join(quote(t) for t in tables or ANALYZED_TABLES))
     except Exception as exc:  # noqa: BLE001 -- any driver error: the queries still run, slower
         log.warning("could not refresh the planner statistics: %s", exc)

@@ -24,14 +24,24 @@ from sqlalchemy import (
 )
 
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
-# intervals, node run freshness and daily rollups (0005).
-SCHEMA_VERSION = 5
+# intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
+# compared as bytes on PostgreSQL (0006).
+SCHEMA_VERSION = 6
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
 RECORD_ID_LEN = 128
 
 metadata = MetaData()
+
+
+def key_text(length: int) -> String:
+    """Text that is an identifier (a node name, a job id, an instance key): PostgreSQL
+    compares it as bytes (COLLATE "C"), as SQLite always does. Equality is the same under any
+    collation, but a locale's string comparison costs several times memcmp, and a first
+    backfill of a year of accounting spends most of its time sorting these keys into indexes
+    (1M jobs: the job_nodes node index 2.0 s -> 1.1 s, the instance key 1.1 s -> 0.8 s)."""
+    return String(length).with_variant(String(length, collation="C"), "postgresql")
 
 
 def _first_seen(context):
@@ -113,7 +123,7 @@ jobs = Table(
     "jobs",
     metadata,
     Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("job_id", String(32), nullable=False),  # sacct JobIDRaw
+    Column("job_id", key_text(32), nullable=False),  # sacct JobIDRaw
     Column("job_id_display", String(64), nullable=False),  # sacct JobID (1234_7 for arrays)
     Column("name", Text, nullable=False, default=""),
     Column("user", String(64), nullable=False, default=""),
@@ -129,7 +139,7 @@ jobs = Table(
     Column("nodelist", Text, nullable=False, default=""),
     # "<JobIDRaw>:<Submit>:<Start or ''>" -- NULLs never collide in a UNIQUE constraint, so the
     # instance key is spelled out; re-ingesting the same sacct row updates, never duplicates.
-    Column("instance_key", String(96), nullable=False, unique=True),
+    Column("instance_key", key_text(96), nullable=False, unique=True),
     # Which Slurm cluster ran it (version 4): sacct's Cluster, or [historian] cluster; '' for
     # rows from before, until a re-read names it.
     Column("cluster", String(64), nullable=False, default="", server_default=""),
@@ -143,7 +153,7 @@ job_nodes = Table(
     "job_nodes",
     metadata,
     Column("job_pk", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
-    Column("node", String(128), primary_key=True),
+    Column("node", key_text(128), primary_key=True),
     Index("ix_job_nodes_node", "node"),
     sqlite_with_rowid=False,
 )

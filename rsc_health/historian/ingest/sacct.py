@@ -182,7 +182,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
                 conn.exec_driver_sql("PRAGMA journal_mode=WAL")
                 conn.commit()
     if report.written >= ANALYZE_AFTER_ROWS:
-        refresh_statistics(engine)
+        refresh_statistics(engine, ("jobs", "job_nodes"))
     return report
 
 

@@ -1,0 +1,2 @@
+-- Version 6 changes PostgreSQL only (the keys of jobs and job_nodes compared as bytes):
+-- SQLite compares all text as bytes already, so nothing changes here but the version.
