@@ -128,7 +128,9 @@ def deliver_window(engine, tmp: Path, fleet: Fleet, start: datetime, sweeps: int
 
 
 def server_cpu_s() -> float:
-    """CPU seconds of every postgres process on this machine (the server is local here)."""
+    """CPU seconds of every postgres process on this machine (the server is local here),
+    with those of its exited children (each flush's own backend, autovacuum and parallel
+    workers), which the postmaster collects when they end."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in os.listdir("/proc"):
@@ -141,7 +143,7 @@ def server_cpu_s() -> float:
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         if name.startswith("postgres"):
             fields = stat[stat.rindex(")") + 2 :].split()
-            total += int(fields[11]) + int(fields[12])
+            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
     return total / tick
 
 

@@ -97,6 +97,12 @@ _PG_CONNECT = {
     # A vanished host (network partition, power off) is found by TCP, not by a query timeout.
     "keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3,
     "tcp_user_timeout": 60_000,
+    # No server-side prepared statements: psycopg would name them _pg3_0, _pg3_1, ... per
+    # client connection, and behind PgBouncer's transaction pooling (docs/deployment.md; 1.18
+    # in Debian 12 cannot track them) the next node's flush on the same backend fails with
+    # "prepared statement already exists", or a client's next transaction lands on a backend
+    # without it. Our statements are few per connection or go by COPY: nothing is lost.
+    "prepare_threshold": None,
 }
 
 
