@@ -26,6 +26,7 @@ Targets: storage <= 50 MB/day and delivery CPU <= 5% of a core at 16,000 nodes; 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -46,10 +47,12 @@ from sqlalchemy import create_engine, text  # noqa: E402
 from rsc_health import spool  # noqa: E402
 from rsc_health.historian.db import connect  # noqa: E402
 from rsc_health.historian.ingest.delivery import (  # noqa: E402
-    DeliveryReport,  # noqa: E402
+    DeliveryReport,
     _chunks,
     _write,
+    flush,
 )
+from tests.historian import pgbouncer  # noqa: E402
 
 FAMILIES = ("gpu", "xid", "ecc", "remap", "nvlink", "pcie", "infiniband", "mount")
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -99,13 +102,18 @@ class Fleet:
 
 
 def deliver_window(engine, tmp: Path, fleet: Fleet, start: datetime, sweeps: int,
-                   flush_every: int) -> tuple[int, float]:
+                   flush_every: int, flush_url: str | None = None) -> tuple[int, float]:
     """Deliver `sweeps` sweeps of the whole fleet, each node flushing every `flush_every`
-    sweeps (one transaction per node flush). Returns (lines, client CPU seconds)."""
+    sweeps (one transaction per node flush). With `flush_url` each flush is what a node's
+    `healthctl spool flush` runs (delivery.flush: its own engine and connection, the schema
+    version read, the batch delivered, the connection closed), less the interpreter's start;
+    else every flush reuses `engine`'s pooled connection. Returns (lines, client CPU s)."""
     lines = 0
     cpu = 0.0
     buf: dict[str, list[str]] = {n: [] for n in fleet.names}
-    path = tmp / "batch-bench.jsonl"
+    spool_dir = tmp / "spool"
+    spool_dir.mkdir(exist_ok=True)
+    path = spool_dir / "batch-bench.jsonl"
     for s in range(sweeps):
         when = start + timedelta(minutes=5 * s)
         fleet.step()
@@ -119,18 +127,24 @@ def deliver_window(engine, tmp: Path, fleet: Fleet, start: datetime, sweeps: int
             lines += len(buf[n])
             buf[n] = []
             c0 = time.process_time()
-            report = DeliveryReport()
-            for rows in _chunks(path, 5000):
-                with engine.begin() as conn:
-                    _write(conn, rows, report)
+            if flush_url is not None:
+                flush(flush_url, spool_dir)
+            else:
+                report = DeliveryReport()
+                for rows in _chunks(path, 5000):
+                    with engine.begin() as conn:
+                        _write(conn, rows, report)
+                path.unlink()
             cpu += time.process_time() - c0
     return lines, cpu
 
 
-def server_cpu_s() -> float:
-    """CPU seconds of every postgres process on this machine (the server is local here),
-    with those of its exited children (each flush's own backend, autovacuum and parallel
-    workers), which the postmaster collects when they end."""
+def server_cpu_s(database: str, exited: bool) -> float:
+    """CPU seconds the database host spends on `database`: its PostgreSQL backends (the
+    process title names the database), the pgbouncer in front of them, and, for backends that
+    already exited (`exited`: a connection per flush), what the postmaster collected from its
+    children. Backends of other databases (tests or benchmarks running beside this one) are
+    not counted, except among the exited: --connections direct wants a quiet server."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for pid in os.listdir("/proc"):
@@ -138,12 +152,16 @@ def server_cpu_s() -> float:
             continue
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
+            title = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
         except OSError:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
-        if name.startswith("postgres"):
-            fields = stat[stat.rindex(")") + 2 :].split()
-            total += sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if name.startswith("pgbouncer") or (name.startswith("postgres")
+                                            and f" {database} " in f" {title} "):
+            total += int(fields[11]) + int(fields[12])  # utime stime
+        elif exited and name.startswith("postgres") and not title.startswith("postgres:"):
+            total += int(fields[13]) + int(fields[14])  # a postmaster: cutime cstime
     return total / tick
 
 
@@ -218,7 +236,14 @@ def main() -> None:
     ap.add_argument("--changes-per-node-day", type=float, default=0.5)
     ap.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
     ap.add_argument("--big-spool-lines", type=int, default=50_000 if quick else 2_000_000)
+    ap.add_argument("--connections", choices=("pgbouncer", "direct", "pooled"),
+                    default="pgbouncer" if pgbouncer.available() else "direct",
+                    help="how each node's flush reaches PostgreSQL: through a local PgBouncer "
+                    "in transaction mode (docs/deployment.md), a new backend per flush, or "
+                    "one pooled connection for every flush (no connection cost at all)")
     args = ap.parse_args()
+    if args.backend == "sqlite":
+        args.connections = "pooled"
     flush_every = max(1, args.flush_min // 5)
     sweeps = max(flush_every, int(args.hours * 12) // flush_every * flush_every)
 
@@ -233,6 +258,7 @@ def main() -> None:
             url = admin.url.set(database=name).render_as_string(hide_password=False)
         else:
             url = f"sqlite:///{tmp / 'history.db'}"
+            name = "history.db"
         try:
             engine = connect(url, upgrade=True)
             fleet = Fleet(args.nodes, args.changes_per_node_day)
@@ -240,12 +266,16 @@ def main() -> None:
             deliver_window(engine, tmp, fleet, T0, 12, flush_every)
             size0 = db_bytes(engine)
             rows0 = row_counts(engine)
-            srv0 = server_cpu_s()
-            w0 = time.perf_counter()
-            lines, cpu = deliver_window(engine, tmp, fleet, T0 + timedelta(hours=1), sweeps,
-                                        flush_every)
-            wall = time.perf_counter() - w0
-            srv = server_cpu_s() - srv0
+            with contextlib.ExitStack() as stack:
+                flush_url = {"pooled": None, "direct": url}.get(args.connections)
+                if args.connections == "pgbouncer":
+                    flush_url = stack.enter_context(pgbouncer.pgbouncer(url))
+                srv0 = server_cpu_s(name, args.connections == "direct")
+                w0 = time.perf_counter()
+                lines, cpu = deliver_window(engine, tmp, fleet, T0 + timedelta(hours=1),
+                                            sweeps, flush_every, flush_url)
+                wall = time.perf_counter() - w0
+                srv = server_cpu_s(name, args.connections == "direct") - srv0
             size1 = db_bytes(engine)
             rows1 = row_counts(engine)
             rows = rows1["check_results"]
@@ -263,7 +293,7 @@ def main() -> None:
             cpu_share = (cpu + srv) * per_day / 86400
             print(f"{args.nodes:,} nodes, {hours:g} h measured ({sweeps} sweeps, flush every "
                   f"{args.flush_min} min, {args.changes_per_node_day} state changes per "
-                  f"node-day) on {args.backend}:")
+                  f"node-day) on {args.backend}, connections {args.connections}:")
             print(f"  delivered {lines:,} spool lines in {wall:.1f} s wall; client CPU "
                   f"{cpu:.1f} s, server CPU {srv:.1f} s; check_results rows {rows:,}")
             print(f"  storage: {(size1 - size0) / 2**20:.2f} MB allocated in the window, "

@@ -57,7 +57,8 @@ def pgbouncer(pg_url: str) -> Iterator[str]:
     argv = [PGBOUNCER, str(home / "pgbouncer.ini")]
     if os.geteuid() == 0:
         argv[1:1] = ["-u", "postgres"]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    # Its log goes to the logfile; a pipe nobody reads would fill and stop it mid-run.
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
         while True:
