@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -160,8 +161,16 @@ def ingest() -> None:
 
 
 def _file_or_none(_ctx, _param, value):
-    if value is not None and value != "-" and not Path(value).exists():
-        raise click.BadParameter(f"{value}: no such file")
+    """A regular file, or '-' for stdin. A FIFO with no writer would block open() for ever
+    (the next timer run stacks up behind it), and a directory or device is never an export."""
+    if value is None or value == "-":
+        return value
+    try:
+        mode = Path(value).stat().st_mode
+    except OSError as exc:
+        raise click.BadParameter(f"{value}: {exc.strerror or 'cannot stat'}") from exc
+    if not stat.S_ISREG(mode):
+        raise click.BadParameter(f"{value}: not a regular file")
     return value
 
 
