@@ -380,6 +380,7 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
     transaction with a statement timeout; a progress bar when stdout is a terminal."""
     import sys
 
+    from rsc_health import spool as spool_mod
     from rsc_health.historian.ingest import delivery
 
     spool_dir = Path(directory) if directory else state_dir(ctx.obj.config, ctx.obj.root) / "spool"
@@ -395,6 +396,9 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
                                         progress=lambda n: bar.advance(task, n))
         else:
             report = delivery.flush(ctx.obj.database_url, spool_dir)
+    except spool_mod.SpoolBusy as exc:  # not a failure: the other flush delivers them
+        click.echo(f"spool: nothing done: {exc}")
+        return
     except hdb.HistorianError as exc:
         raise click.ClickException(f"{exc} (spooled results kept in {spool_dir})") from exc
     except OSError as exc:
