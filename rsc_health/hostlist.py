@@ -9,6 +9,9 @@ import re
 from itertools import groupby
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+# One node as Slurm names it (a hostname): no comma, bracket, space, `=` or leading `-`, any of
+# which would make scontrol read the name as many nodes, another field or an option.
+_ONE_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
 
 class HostlistError(ValueError):
@@ -54,6 +57,11 @@ def _expand_one(item: str) -> list[str]:
             for tail in _expand_one(rest):
                 out.append(f"{prefix}{n:0{width}d}{tail}")
     return out
+
+
+def is_one_node(name: str) -> bool:
+    """True when `name` can only ever mean one node to Slurm."""
+    return _ONE_NODE.fullmatch(name) is not None
 
 
 def expand(expr: str | None) -> list[str]:

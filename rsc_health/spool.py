@@ -25,6 +25,7 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
@@ -161,6 +162,29 @@ def claim(spool_dir: Path) -> list[Path]:
         finally:
             os.close(fd)
     return sorted(spool_dir.glob("batch-*.jsonl")) if spool_dir.exists() else []
+
+
+FLUSH_LOCK = ".flush.lock"
+
+
+class SpoolBusy(RuntimeError):
+    """Another flush is delivering this spool now."""
+
+
+@contextmanager
+def flush_lock(spool_dir: Path) -> Iterator[None]:
+    """One flush of a spool at a time. Two at once claim the same batch files and each reads
+    the historian before the other writes, so each counts the batch's failures: the second
+    raises SpoolBusy instead (the first delivers everything that was claimable)."""
+    fd = os.open(spool_dir / FLUSH_LOCK, os.O_RDWR | os.O_CREAT, 0o640)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise SpoolBusy(f"another spool flush of {spool_dir} is running") from None
+        yield
+    finally:
+        os.close(fd)
 
 
 def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:

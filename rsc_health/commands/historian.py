@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -160,8 +161,16 @@ def ingest() -> None:
 
 
 def _file_or_none(_ctx, _param, value):
-    if value is not None and value != "-" and not Path(value).exists():
-        raise click.BadParameter(f"{value}: no such file")
+    """A regular file, or '-' for stdin. A FIFO with no writer would block open() for ever
+    (the next timer run stacks up behind it), and a directory or device is never an export."""
+    if value is None or value == "-":
+        return value
+    try:
+        mode = Path(value).stat().st_mode
+    except OSError as exc:
+        raise click.BadParameter(f"{value}: {exc.strerror or 'cannot stat'}") from exc
+    if not stat.S_ISREG(mode):
+        raise click.BadParameter(f"{value}: not a regular file")
     return value
 
 
@@ -371,6 +380,7 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
     transaction with a statement timeout; a progress bar when stdout is a terminal."""
     import sys
 
+    from rsc_health import spool as spool_mod
     from rsc_health.historian.ingest import delivery
 
     spool_dir = Path(directory) if directory else state_dir(ctx.obj.config, ctx.obj.root) / "spool"
@@ -386,6 +396,9 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
                                         progress=lambda n: bar.advance(task, n))
         else:
             report = delivery.flush(ctx.obj.database_url, spool_dir)
+    except spool_mod.SpoolBusy as exc:  # not a failure: the other flush delivers them
+        click.echo(f"spool: nothing done: {exc}")
+        return
     except hdb.HistorianError as exc:
         raise click.ClickException(f"{exc} (spooled results kept in {spool_dir})") from exc
     except OSError as exc:

@@ -235,9 +235,19 @@ def create(engine: Engine) -> None:
     schema as `sql/0001_initial.<dialect>.sql` plus the later migrations; a test builds both
     and compares them)."""
     with engine.begin() as conn:
+        _ddl_in_transaction(conn)
         schema.metadata.create_all(conn)
         conn.execute(schema.schema_version.delete())
         conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
+
+
+def _ddl_in_transaction(conn) -> None:
+    """pysqlite opens a transaction only before an INSERT/UPDATE/DELETE, so each CREATE or
+    ALTER committed on its own: a full disk or a kill midway left tables without their version
+    row, and every rerun failed on "already exists". An explicit BEGIN makes the DDL and the
+    version one transaction (PostgreSQL's DDL is transactional already)."""
+    if conn.dialect.name == "sqlite":
+        conn.exec_driver_sql("BEGIN")
 
 
 @dataclass(frozen=True)
@@ -289,6 +299,7 @@ def migrate(engine: Engine, from_version: int, directory: Path = MIGRATIONS_DIR)
         if mig.version <= from_version:
             continue
         with engine.begin() as conn:
+            _ddl_in_transaction(conn)
             for stmt in split_statements(mig.path.read_text()):
                 conn.exec_driver_sql(stmt)
             conn.execute(schema.schema_version.delete())

@@ -30,7 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import Connection, and_, bindparam, select, text, update
+from sqlalchemy import Connection, and_, bindparam, func, select, text, update
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import bulk_write, db_time
@@ -117,6 +117,9 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
     if not runs:
         return report
     state = _load_open(conn, sorted({node for node, _ in runs}))
+    last_event = _last_events(conn, sorted({
+        (r.node, r.check) for recs in runs.values() for r in recs
+        if r.check in EVENT_CHECKS and not state.get((r.node, r.check))}))
     inserts: list[tuple] = []
     news: dict[str, CheckRecord] = {}  # failures and events this fold may count as new
     extend: dict[str, datetime] = {}
@@ -128,7 +131,11 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
         for family, frecs in by_family.items():
             current = state[(node, family)]
             seen = max((o.last_seen for o in current), default=None)
-            if seen is not None and when <= seen:
+            # An event closes the family's intervals and opens none: then a run before the
+            # latest event is the stale one (else an old run would reopen state). Its own run
+            # is not: its events are keyed, and a same-time record new to the table lands.
+            event = last_event.get((node, family)) if seen is None else None
+            if (seen is not None and when <= seen) or (event is not None and when < event):
                 report.stale_runs += 1
                 continue
             wanted: dict[str, CheckRecord] = {}
@@ -172,6 +179,25 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
         conn.execute(_CLOSE, [{"rid": rid} for rid in close])
     _rollup_checks(conn, report.new_by_day)
     return report
+
+
+_EVENTS_Q = select(C.c.node, C.c.check, func.max(C.c.time)).where(
+    C.c.node.in_(bindparam("nodes", expanding=True)),
+    C.c.check.in_(sorted(EVENT_CHECKS)), C.c.is_open.is_(False), C.c.status != "ok",
+).group_by(C.c.node, C.c.check)
+
+
+def _last_events(conn: Connection, keys: list[tuple[str, str]]) -> dict[tuple[str, str], datetime]:
+    """The latest stored event of each (node, event family) that has no open interval; only
+    asked for those (rare: a node whose last run saw an XID), so a normal flush pays nothing."""
+    if not keys:
+        return {}
+    nodes = sorted({node for node, _ in keys})
+    out: dict[tuple[str, str], datetime] = {}
+    for i in range(0, len(nodes), _NODES_PER_QUERY):
+        rows = conn.execute(_EVENTS_Q, {"nodes": nodes[i : i + _NODES_PER_QUERY]})
+        out.update({(node, check): last for node, check, last in rows})
+    return out
 
 
 _EXISTING_Q = select(C.c.id).where(C.c.id.in_(bindparam("ids", expanding=True)))

@@ -135,15 +135,18 @@ class CliSlurm:
         return [parse_node_line(line) for line in out.splitlines() if line.startswith("NodeName=")]
 
     def node(self, name: str) -> NodeInfo:
-        found = self.nodes([name])
+        _one_node("show", name)
+        found = [n for n in self.nodes([name]) if n.name == name]
         if not found:
             raise SlurmCommandError(["scontrol", "show", "node", name], 1, "no such node")
         return found[0]
 
     def drain(self, node: str, reason: str) -> None:
+        _one_node("update", node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
 
     def resume(self, node: str) -> None:
+        _one_node("update", node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
     # ---- jobs ------------------------------------------------------------------------------
@@ -203,6 +206,16 @@ class CliSlurm:
             user=user,
             partition=partition,
         )
+
+def _one_node(verb: str, name: str) -> None:
+    """scontrol expands a hostlist in NodeName=: a name from a database or a file that reads
+    `gpu[01-64]` or `a,b` would act on every node it names. One node per call, or no call."""
+    from rsc_health.hostlist import is_one_node
+
+    if not is_one_node(name):
+        raise SlurmCommandError(["scontrol", verb, "node", repr(name)[:80]], 2,
+                                "not one Slurm node name: refused")
+
 
 def _expand(nodelist: str) -> list[str]:
     from rsc_health.hostlist import expand

@@ -187,3 +187,24 @@ def test_an_imported_check_with_an_escaped_lone_surrogate_lands(historian, tmp_p
     report = checks.ingest_file(historian, path)
     assert report.bad == [] and report.written == 1
     assert [r["component"] for r in _rows(historian)] == ["/scr\ufffd"]
+
+
+def test_a_batch_redelivered_after_the_nodes_last_run_saw_an_xid_changes_nothing(
+    historian, tmp_path
+):
+    """An XID event closes the family's all-clear interval and opens none, so a node whose
+    latest run was an event (drained on that XID and never swept again) had no open interval
+    to tell a redelivered run from a new one: the batch again (a flush killed after its
+    commit, a kill mid-load and the rerun) reopened all-clear intervals and moved the
+    last_seen of closed ones backwards. Runs no newer than the latest event are stale too."""
+    xid = Finding("xid", "GPU0", Status.FAIL, Severity.DRAIN_NOW, "XID 79", code="xid79")
+    xid_ok = Finding("xid", "GPU0", Status.OK, Severity.NONE, "clean")
+    seq = [[xid_ok]] * 4 + [[xid]] + [[xid_ok]] * 3 + [[xid]]
+    runs = [_sweep("n1", i, f) for i, f in enumerate(seq)]
+    _deliver(historian, tmp_path, [r for run in runs for r in run])
+    before = _rows(historian)
+    assert [(r["status"], r["is_open"]) for r in before] == [
+        ("ok", False), ("fail", False), ("ok", False), ("fail", False)]
+    for start in (0, 2, 6):  # the batches the node's flushes cut, each delivered again
+        _deliver(historian, tmp_path, [r for run in runs[start:] for r in run])
+        assert _rows(historian) == before, start

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from sqlalchemy import insert, select, text
 
@@ -130,3 +135,42 @@ def test_initial_migration_builds_the_same_tables_as_schema_py(tmp_path):
     assert db.current_version(engine) == schema.SCHEMA_VERSION
     assert set(db.table_counts(engine)) == {t.name for t in schema.metadata.sorted_tables}
     engine.dispose()
+
+
+def _upgrade_with_file_limit(url: str, limit: int) -> subprocess.CompletedProcess:
+    """`healthctl db upgrade` whose files may not grow past `limit` bytes (RLIMIT_FSIZE, with
+    SIGXFSZ ignored: a write past it fails as on a full disk), as the operator runs it."""
+    import resource
+    import signal
+
+    def cap() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "rsc_health.cli", "--db", url, "db", "upgrade"],
+        preexec_fn=cap, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+
+
+def test_a_create_cut_short_by_a_full_disk_leaves_nothing_the_rerun_trips_on(tmp_path):
+    """pysqlite commits each CREATE TABLE on its own (it opens a transaction only before an
+    INSERT), so a disk that filled while the schema was written left every table and no
+    version row: every later `db upgrade` then failed "table check_results already exists"
+    for ever. The schema and its version are now one transaction: a failed create leaves an
+    empty database, and the rerun on a disk with room creates it."""
+    failed = 0
+    for limit in range(40_000, 440_000, 40_000):
+        path = tmp_path / f"h{limit}.db"
+        url = f"sqlite:///{path}"
+        cut = _upgrade_with_file_limit(url, limit)
+        if cut.returncode == 0:
+            continue
+        failed += 1
+        assert cut.stderr.count("\n") == 1 and "Traceback" not in cut.stderr, cut.stderr
+        engine = db.connect(url, upgrade=True)  # the rerun, with room
+        try:
+            assert db.current_version(engine) == schema.SCHEMA_VERSION
+        finally:
+            engine.dispose()
+    assert failed >= 2  # the limits did cut creates short (else this proved nothing)

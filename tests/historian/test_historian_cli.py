@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from rsc_health.cli import cli
@@ -74,3 +78,23 @@ def test_closing_a_ticket_that_does_not_exist_says_so(tmp_path):
     result = CliRunner().invoke(cli, ["--db", url, "ticket", "close", "4711"])
     assert result.exit_code == 1
     assert "4711" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("command", [
+    ["ingest", "sacct"], ["ingest", "events"], ["ingest", "reservations"],
+    ["ingest", "checks"], ["ingest", "exclusions"], ["ticket", "import"],
+])
+def test_a_fifo_given_as_the_file_is_refused_in_one_line_never_waited_on(tmp_path, command):
+    """A FIFO nobody writes to (a stale named pipe, a path typo onto one) blocked open() for
+    ever: the timer's next run stacked up behind it. Only regular files (and '-') are read."""
+    fifo = tmp_path / "sacct.fifo"
+    os.mkfifo(fifo)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    proc = subprocess.run(
+        [sys.executable, "-m", "rsc_health.cli", "--db", url, *command, "--file", str(fifo)],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[2])),
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert f"{fifo}: not a regular file" in proc.stderr
+    assert "Traceback" not in proc.stderr

@@ -3,7 +3,11 @@ quarantines lines that are not records."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -132,3 +136,59 @@ def test_bytes_that_were_not_utf8_on_the_node_never_stop_a_flush(historian, tmp_
         comp = conn.execute(select(schema.check_results.c.component)).scalar_one()
     assert comp == "/scr\ufffdtch"
     assert not list(tmp_path.glob("batch-*"))  # delivered, nothing left behind
+
+
+def _flush_proc(url: str, spool_dir) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "rsc_health.cli", "--db", url, "spool", "flush", "--dir",
+         str(spool_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])})
+
+
+def test_two_flushes_of_one_spool_at_once_count_each_failure_once(tmp_path):
+    """Two `spool flush` of one directory at once (an overlapping timer, an operator's manual
+    run) both claimed the same batch and both read the historian before either wrote: every
+    failure and XID of the batch was counted twice in check_days. The second flush now finds
+    the first holding the spool and leaves it to it. (A third connection holds SQLite's write
+    lock so that both have read before either writes: the race made certain.)"""
+    import sqlite3
+    import time
+
+    xid = Finding("xid", "gpu2", Status.FAIL, Severity.DRAIN_NOW, "Xid 79", code="xid79")
+    ecc = Finding("ecc", "gpu0", Status.FAIL, Severity.DRAIN_NOW, "DBE", code="ecc_dbe")
+    ok = Finding("ecc", "gpu0", Status.OK, Severity.NONE, "clean")
+    records = []
+    for i in range(40):
+        when = T.replace(hour=0) + timedelta(minutes=5 * i)
+        findings = [xid, ecc] if i % 4 == 0 else [ok]
+        records += spool.check_records(findings, node="gpu003", source="sweep", time=when,
+                                       job_id=None)
+    spool_dir = tmp_path / "spool"
+    spool.append(spool_dir, records)
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    connect(url).dispose()
+    holder = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        first = _flush_proc(url, spool_dir)
+        deadline = time.monotonic() + 60
+        while (spool_dir / spool.PENDING).exists() and time.monotonic() < deadline:
+            time.sleep(0.1)  # the first has claimed the batch
+        second = _flush_proc(url, spool_dir)
+        try:
+            second.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass  # still waiting on the write lock, having read
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    outs = [p.communicate(timeout=120) for p in (first, second)]
+    assert [p.returncode for p in (first, second)] == [0, 0], outs
+    days = schema.check_days
+    engine = connect(url)
+    with engine.connect() as conn:
+        counts = dict(conn.execute(select(days.c.check, days.c.fail)).all())
+    engine.dispose()
+    assert counts == {"xid": 10, "ecc": 10}
+    assert "another spool flush" in outs[1][0] + outs[1][1]
+    assert list(spool_dir.glob("batch-*")) == []

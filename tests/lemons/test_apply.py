@@ -144,3 +144,18 @@ def test_a_drain_that_landed_while_slurmctld_froze_is_completed_by_the_rerun(eng
         assert len(conn.execute(select(tickets)).all()) == 1
         assert [r.action for r in conn.execute(select(node_actions))] == ["lemon_drain"]
     assert len(slurm.drained) == 1
+
+
+def test_a_name_naming_many_nodes_is_skipped_without_asking_slurm(engine):
+    """An imported row's node `n[0-9]` or `n1,n2` would reach scontrol as many nodes; it is
+    skipped before any Slurm call, and the real candidate beside it is still drained."""
+    slurm = FakeSlurm()
+    verdicts = [_verdict("n[0-9]"), _verdict("n1,n2"), _verdict("n3")]
+    actions = apply_verdicts(engine, verdicts, slurm, CountGuard(10), now=AS_OF, apply=True)
+    assert [(a.node, a.action) for a in actions] == [
+        ("n[0-9]", "skip"), ("n1,n2", "skip"), ("n3", "drain")]
+    assert all("not one Slurm node name" in a.why for a in actions[:2])
+    assert set(slurm.infos) == {"n3"}  # never even looked up
+    assert [n for n, _ in slurm.drained] == ["n3"]
+    with engine.connect() as conn:
+        assert conn.execute(select(tickets.c.node)).scalars().all() == ["n3"]

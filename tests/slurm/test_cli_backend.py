@@ -133,3 +133,32 @@ def test_requeue_of_a_job_that_left_is_a_typed_error_not_text_to_match():
         with pytest.raises(JobGone):
             CliSlurm(bin_dir=tmp).requeue("12")
         assert os.path.exists(fake)
+
+
+@pytest.mark.parametrize("name", ["node[01-64]", "node01,node02", "node01 State=RESUME",
+                                  "-h", "node01\nnode02", ""])
+def test_a_name_that_is_not_one_node_never_reaches_scontrol_update(tmp_path, name):
+    """scontrol expands NodeName=node[01-64] and NodeName=a,b: one call would drain or resume
+    every node named. Such a name is refused before anything runs."""
+    slurm = fake_bin(tmp_path, "scontrol", f'printf "%s\\n" "$@" >> {tmp_path}/argv\n')
+    with pytest.raises(SlurmCommandError, match="not one Slurm node name"):
+        slurm.drain(name, "rsc_health:lemon:xid_cnt:xid_cnt 6 (min 5)")
+    with pytest.raises(SlurmCommandError, match="not one Slurm node name"):
+        slurm.resume(name)
+    with pytest.raises(SlurmCommandError, match="not one Slurm node name"):
+        slurm.node(name)
+    assert not (tmp_path / "argv").exists()
+
+
+def test_node_answers_for_the_node_asked_never_the_first_line_printed(tmp_path):
+    # A show that lists more than the node asked for (an alias, a future scontrol): the state
+    # and reason used to decide on node01 must be node01's, not whichever line came first.
+    human = DRAINED.replace("rsc_health:now:xid79:gpu3 fell off the bus", "bad dimm -- bob")
+    idle = "NodeName=node01 State=IDLE Partitions=gpu"
+    slurm = fake_bin(tmp_path, "scontrol", f"echo '{idle.replace('node01', 'node02')}'\n"
+                     f"echo '{human.replace('node02', 'node01')}'\n")
+    info = slurm.node("node01")
+    assert (info.name, info.reason) == ("node01", "bad dimm -- bob")
+    gone = fake_bin(tmp_path, "scontrol", f"echo '{idle.replace('node01', 'node02')}'\n")
+    with pytest.raises(SlurmCommandError, match="no such node"):
+        gone.node("node01")

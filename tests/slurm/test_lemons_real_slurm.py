@@ -120,3 +120,41 @@ def test_lemon_is_drained_ticketed_and_never_auto_resumed(slurm_cluster, tmp_pat
         engine.dispose()
         for node in ("node02", "node04"):
             c.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+
+
+@pytest.mark.parametrize("name", ["node[01-06]", "node01,node03", "node0[1-2],node05"])
+def test_a_node_name_in_the_historian_that_names_many_nodes_never_drains_them(
+    slurm_cluster, tmp_path, name
+):
+    """A node name is whatever an import wrote (checks JSONL, a ticket CSV, a tool's export).
+    One that is a hostlist expression used to reach `scontrol update NodeName=...` whole: Slurm
+    expanded it and drained every node it named, past the mass-drain guard (which counted one
+    node) and over a person's drain on any but the first. It is now refused before any Slurm
+    call, and the run still drains the real lemon beside it."""
+    c = slurm_cluster
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    url = f"sqlite:///{tmp_path / 'historian.db'}"
+    engine = create_engine(url)
+    db.create(engine)
+    seed_lemon_history(engine, name, now)
+    seed_lemon_history(engine, "node02", now)  # a real lemon in the same run
+    c.run(["scontrol", "update", "NodeName=node03", "State=DRAIN", f"Reason={HUMAN_REASON}"])
+    human_before = c.node("node03")["Reason"]
+    try:
+        out = healthctl(c, url, tmp_path, "lemons", "--apply", "--json")
+        assert out.returncode == 0, out.stderr
+        actions = {v["node"]: v["action"] for v in json.loads(out.stdout)["verdicts"]}
+        assert actions[name]["action"] == "skip"
+        assert "not one Slurm node name" in actions[name]["why"]
+        assert actions["node02"]["action"] == "drain"
+        drained = {n for n in c.node_names if "DRAIN" in c.node_state(n)}
+        assert drained == {"node02", "node03"}
+        assert c.node("node03")["Reason"] == human_before
+        with engine.connect() as conn:
+            lemon_tickets = conn.execute(
+                select(tickets.c.node).where(tickets.c.source == "lemon")).scalars().all()
+        assert lemon_tickets == ["node02"]
+    finally:
+        engine.dispose()
+        for node in c.node_names:
+            c.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)

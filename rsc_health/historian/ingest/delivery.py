@@ -242,9 +242,10 @@ def flush(
     batch file (so the node's next append starts a fresh file) and wait there."""
     if not spool_dir.is_dir():
         raise SpoolMissing(f"no spool directory {spool_dir}")
-    spool.claim(spool_dir)
-    engine = connect(url)
-    try:
-        return deliver(engine, spool_dir, progress=progress)
-    finally:
-        engine.dispose()
+    with spool.flush_lock(spool_dir):  # SpoolBusy when another flush holds it
+        spool.claim(spool_dir)
+        engine = connect(url)
+        try:
+            return deliver(engine, spool_dir, progress=progress)
+        finally:
+            engine.dispose()

@@ -2,6 +2,8 @@
 
 A dry run unless `apply=True`. The rules, in order, for each candidate:
 
+0. A name that is not one Slurm node name (an imported row's `gpu[01-64]`, `a,b`, `-x`) is never
+   sent to Slurm: scontrol would act on every node it names.
 1. A node whose reason is not ours (a person's or Slurm's own) is left alone: a human drain is
    sacred, and a reason set on an idle node is a person's note.
 2. A node already drained by rsc-health (any mode) is left alone: it is already out of service,
@@ -32,6 +34,7 @@ from sqlalchemy import Engine, insert, select
 from rsc_health.actions import guard_states
 from rsc_health.historian.lemons.verdicts import LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
+from rsc_health.hostlist import is_one_node
 from rsc_health.model import ActionKind, Finding, Severity, Status
 from rsc_health.policy import format_reason, is_ours, parse_reason
 from rsc_health.slurm.api import NodeInfo
@@ -160,6 +163,12 @@ def apply_verdicts(
     actions: list[LemonAction] = []
     wanted: list[tuple[LemonVerdict, str]] = []
     for v in verdicts:
+        if not is_one_node(v.node):
+            # An imported row's node may be anything; `gpu[01-64]` or `a,b` would reach Slurm
+            # as many nodes, past the guard that counted one. Never sent to Slurm at all.
+            actions.append(LemonAction(v.node, "skip", "not one Slurm node name: never "
+                                       "sent to Slurm (fix the imported rows)"))
+            continue
         info = slurm.node(v.node)
         if info.reason and not is_ours(info.reason):
             actions.append(LemonAction(v.node, "skip", f"human reason kept: {info.reason}"))
