@@ -51,6 +51,7 @@ from rsc_health.historian.ingest.delivery import (  # noqa: E402
     _chunks,
     _write,
     flush,
+    flush_engine,
 )
 from tests.historian import pgbouncer  # noqa: E402
 
@@ -132,7 +133,7 @@ def deliver_window(engine, tmp: Path, fleet: Fleet, start: datetime, sweeps: int
             else:
                 report = DeliveryReport()
                 for rows in _chunks(path, 5000):
-                    with engine.begin() as conn:
+                    with flush_engine(engine).begin() as conn:
                         _write(conn, rows, report)
                 path.unlink()
             cpu += time.process_time() - c0

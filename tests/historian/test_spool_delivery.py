@@ -192,3 +192,31 @@ def test_two_flushes_of_one_spool_at_once_count_each_failure_once(tmp_path):
     assert counts == {"xid": 10, "ecc": 10}
     assert "another spool flush" in outs[1][0] + outs[1][1]
     assert list(spool_dir.glob("batch-*")) == []
+
+
+@pytest.mark.parametrize("stored", [schema.SCHEMA_VERSION - 1, schema.SCHEMA_VERSION + 1])
+def test_a_flush_into_a_historian_of_another_version_keeps_the_batch_and_says_why(
+        historian, historian_url, tmp_path, stored):
+    """The flush reads the version inside its first transaction (not a transaction of its
+    own): a database of another release still gets nothing, and the batch waits."""
+    from rsc_health.historian.db import SchemaTooNew, SchemaTooOld
+
+    with historian.begin() as conn:
+        conn.execute(schema.schema_version.update().values(version=stored))
+    spool.append(tmp_path, _records())
+    with pytest.raises(SchemaTooOld if stored < schema.SCHEMA_VERSION else SchemaTooNew):
+        flush(historian_url, tmp_path)
+    assert len(list(tmp_path.glob("batch-*.jsonl"))) == 1
+    assert _count(historian, schema.check_results) == 0
+
+
+def test_a_flush_into_an_empty_database_creates_the_schema_and_delivers(historian_url,
+                                                                         tmp_path):
+    spool.append(tmp_path, _records())
+    report = flush(historian_url, tmp_path)
+    assert report.delivered["check"] == 2 and report.batches == 1
+    engine = connect(historian_url)
+    try:
+        assert _count(engine, schema.node_actions) == 1
+    finally:
+        engine.dispose()

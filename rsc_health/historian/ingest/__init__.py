@@ -69,7 +69,8 @@ def limit_statements(conn: Connection, seconds: float = STATEMENT_TIMEOUT_S) -> 
     """PostgreSQL: every statement of this transaction ends after `seconds` (SET LOCAL, so
     the pooled connection is back to its default afterwards). SQLite has no server to hang:
     its waits are the busy timeout."""
-    if conn.dialect.name == "postgresql" and seconds > 0:
+    if (conn.dialect.name == "postgresql" and seconds > 0
+            and conn.info.get("statement_timeout_s") != seconds):
         conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
         conn.info["statement_timeout_s"] = seconds  # the client-side bound follows (db.py)
 

@@ -18,13 +18,20 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
 from rsc_health import spool
 from rsc_health.historian import schema
-from rsc_health.historian.db import HistorianUnavailable, connect, safe_url
+from rsc_health.historian.db import (
+    HistorianUnavailable,
+    connect,
+    engine_for,
+    no_such_table,
+    refuse_other_versions,
+    safe_url,
+)
 from rsc_health.historian.freshness import Heartbeat, record_runs
 from rsc_health.historian.ingest import BadRow, bulk_write, db_time, limit_statements, parse_time
 from rsc_health.historian.ingest.checks import RowError
@@ -158,8 +165,14 @@ def _chunks(path: Path, size: int) -> Iterator[_Rows]:
         yield rows
 
 
+def flush_engine(engine: Engine) -> Engine:
+    """`engine` with the flush's statement timeout, set as each transaction begins (db.py):
+    one statement fewer per transaction than `limit_statements` after the default."""
+    return engine.execution_options(statement_timeout_s=FLUSH_STATEMENT_TIMEOUT_S)
+
+
 def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
-    limit_statements(conn, FLUSH_STATEMENT_TIMEOUT_S)
+    limit_statements(conn, FLUSH_STATEMENT_TIMEOUT_S)  # no statement when flush_engine's
     folded = fold(conn, rows.checks)
     report.opened += folded.opened
     report.extended += folded.extended
@@ -179,23 +192,37 @@ def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> 
             fh.write(json.dumps({"line": row.line, "error": row.message, "raw": raw}) + "\n")
 
 
+class _NoSchema(Exception):
+    """The historian has no tables yet (deliver's version check)."""
+
+
 def deliver(
     engine: Engine,
     spool_dir: Path,
     *,
     chunk_lines: int = CHUNK_LINES,
     progress: Callable[[int], None] | None = None,
+    check_version_of: str | None = None,
 ) -> DeliveryReport:
     """Deliver every claimed batch under spool_dir; HistorianUnavailable leaves the rest.
 
-    `progress(lines)` is called after each committed chunk."""
+    `progress(lines)` is called after each committed chunk. `check_version_of` (the URL, for
+    messages): the schema's version is read in the first transaction (SchemaTooOld,
+    SchemaTooNew) instead of in one of its own before it."""
     report = DeliveryReport()
+    timed = flush_engine(engine)
     for batch in spool.claim(spool_dir):
         for rows in _chunks(batch, chunk_lines):
             try:
-                with engine.begin() as conn:
+                with timed.begin() as conn:
+                    if check_version_of is not None:
+                        version = conn.execute(select(schema.schema_version.c.version)).scalar()
+                        refuse_other_versions(int(version or 0), check_version_of)
+                        check_version_of = None
                     _write(conn, rows, report)
             except (OperationalError, SAInterfaceError, DBAPIError) as exc:
+                if check_version_of is not None and no_such_table(exc):
+                    raise _NoSchema from exc
                 raise HistorianUnavailable(
                     f"historian database {safe_url(str(engine.url))} failed during the spool "
                     f"flush; {batch.name} and later batches stay in {spool_dir} and are "
@@ -244,8 +271,15 @@ def flush(
         raise SpoolMissing(f"no spool directory {spool_dir}")
     with spool.flush_lock(spool_dir):  # SpoolBusy when another flush holds it
         spool.claim(spool_dir)
-        engine = connect(url)
+        # Not connect(): its version check would be a transaction of its own, on every node
+        # every few minutes; the first delivery transaction reads the version instead.
+        engine = engine_for(url)
         try:
-            return deliver(engine, spool_dir, progress=progress)
+            try:
+                return deliver(engine, spool_dir, progress=progress, check_version_of=url)
+            except _NoSchema:
+                engine.dispose()
+                engine = connect(url)  # an empty historian: create the schema, as connect does
+                return deliver(engine, spool_dir, progress=progress)
         finally:
             engine.dispose()
