@@ -140,14 +140,15 @@ def deliver_window(engine, tmp: Path, fleet: Fleet, start: datetime, sweeps: int
     return lines, cpu
 
 
-def server_cpu_s(database: str, exited: bool) -> float:
+def database_host_cpu_s(database: str, exited: bool) -> tuple[float, float]:
     """CPU seconds the database host spends on `database`: its PostgreSQL backends (the
     process title names the database), the pgbouncer in front of them, and, for backends that
     already exited (`exited`: a connection per flush), what the postmaster collected from its
     children. Backends of other databases (tests or benchmarks running beside this one) are
-    not counted, except among the exited: --connections direct wants a quiet server."""
+    not counted, except among the exited: --connections direct wants a quiet server.
+    Returns (PostgreSQL, pgbouncer)."""
     tick = os.sysconf("SC_CLK_TCK")
-    total = 0
+    total = bouncer = 0
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
             continue
@@ -158,12 +159,13 @@ def server_cpu_s(database: str, exited: bool) -> float:
             continue
         name = stat[stat.index("(") + 1 : stat.rindex(")")]
         fields = stat[stat.rindex(")") + 2 :].split()
-        if name.startswith("pgbouncer") or (name.startswith("postgres")
-                                            and f" {database} " in f" {title} "):
-            total += int(fields[11]) + int(fields[12])  # utime stime
+        if name.startswith("pgbouncer"):
+            bouncer += int(fields[11]) + int(fields[12])  # utime stime
+        elif name.startswith("postgres") and f" {database} " in f" {title} ":
+            total += int(fields[11]) + int(fields[12])
         elif exited and name.startswith("postgres") and not title.startswith("postgres:"):
             total += int(fields[13]) + int(fields[14])  # a postmaster: cutime cstime
-    return total / tick
+    return total / tick, bouncer / tick
 
 
 def db_bytes(engine) -> int:
@@ -271,12 +273,14 @@ def main() -> None:
                 flush_url = {"pooled": None, "direct": url}.get(args.connections)
                 if args.connections == "pgbouncer":
                     flush_url = stack.enter_context(pgbouncer.pgbouncer(url))
-                srv0 = server_cpu_s(name, args.connections == "direct")
+                exited = args.connections == "direct"
+                pg0, bouncer0 = database_host_cpu_s(name, exited)
                 w0 = time.perf_counter()
                 lines, cpu = deliver_window(engine, tmp, fleet, T0 + timedelta(hours=1),
                                             sweeps, flush_every, flush_url)
                 wall = time.perf_counter() - w0
-                srv = server_cpu_s(name, args.connections == "direct") - srv0
+                pg1, bouncer1 = database_host_cpu_s(name, exited)
+                srv, bouncer = pg1 - pg0 + bouncer1 - bouncer0, bouncer1 - bouncer0
             size1 = db_bytes(engine)
             rows1 = row_counts(engine)
             rows = rows1["check_results"]
@@ -295,8 +299,11 @@ def main() -> None:
             print(f"{args.nodes:,} nodes, {hours:g} h measured ({sweeps} sweeps, flush every "
                   f"{args.flush_min} min, {args.changes_per_node_day} state changes per "
                   f"node-day) on {args.backend}, connections {args.connections}:")
-            print(f"  delivered {lines:,} spool lines in {wall:.1f} s wall; client CPU "
-                  f"{cpu:.1f} s, server CPU {srv:.1f} s; check_results rows {rows:,}")
+            flushes = args.nodes * (sweeps // flush_every)
+            print(f"  delivered {lines:,} spool lines in {flushes:,} flushes, {wall:.1f} s wall; "
+                  f"client CPU {cpu:.1f} s ({cpu / flushes * 1000:.2f} ms a flush), database "
+                  f"host CPU {srv:.1f} s ({srv / flushes * 1000:.2f} ms a flush, of which "
+                  f"pgbouncer {bouncer / flushes * 1000:.2f} ms); check_results rows {rows:,}")
             print(f"  storage: {(size1 - size0) / 2**20:.2f} MB allocated in the window, "
                   f"{new_rows_day:,.0f} new rows/day at {bytes_per_row:.0f} B/row -> "
                   f"{growth_mb_day:.1f} MB/day projected (target <= 50)")
