@@ -408,6 +408,10 @@ def refresh_statistics(engine: Engine, tables: tuple[str, ...] | None = None) ->
                     conn.exec_driver_sql(f"ANALYZE {quote(table)}" if table else "ANALYZE")
             elif engine.dialect.name == "postgresql":
                 quote = conn.dialect.identifier_preparer.quote
+                # A third of the default sample (9,000 rows a table, 0.15 s instead of 0.44 s
+                # after a 1M-job backfill): this only has to end the plans for empty tables;
+                # autovacuum's own ANALYZE, at the full sample, follows a load this size.
+                conn.exec_driver_sql("SET LOCAL default_statistics_target = 30")
                 conn.exec_driver_sql(
                     "ANALYZE " + ", ".join(quote(t) for t in tables or ANALYZED_TABLES))
     except Exception as exc:  # noqa: BLE001 -- any driver error: the queries still run, slower

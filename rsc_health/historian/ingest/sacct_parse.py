@@ -115,6 +115,10 @@ class Block:
     jobs: pa.Table
     hosts: dict[str, list[str]]
     job_nodes: pa.Table
+    # submit, eligible, start, end as parsed while checking them (timestamp[s], null for no
+    # time), in the rows of `jobs`: what PostgreSQL's binary COPY sends, without parsing the
+    # text form in `jobs` a second time.
+    times: dict[str, pa.Array] = field(default_factory=dict)
 
     def hosts_json(self) -> dict[str, str]:
         """NodeList -> its hosts as a JSON array, for the database to expand."""
@@ -524,8 +528,9 @@ def _validate(
     checks.append((_np(pc.greater(pc.utf8_length(state), MAX_STATE)),
                    lambda i: f"State is longer than {MAX_STATE} characters"))
     times: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    parsed: dict[str, pa.Array] = {}
     for name in ("Submit", "Eligible", "Start", "End"):
-        is_time, is_null = _time_masks(raw[name])
+        is_time, is_null, parsed[name] = _time_masks(raw[name])
         times[name] = (is_time, is_null)
         checks.append((~is_time & ~is_null, lambda i, name=name:
                        f"{name} is not a time: {_short(raw[name][i].as_py())}"))
@@ -598,7 +603,8 @@ def _validate(
     )
     usable = {n: hosts_cache[n] for n in distinct if not isinstance(hosts_cache[n], str)}
     return Block(jobs, {n: h for n, h in usable.items() if h},
-                 _job_nodes(jobs.column("nodelist"), hosts_cache))
+                 _job_nodes(jobs.column("nodelist"), hosts_cache),
+                 {name.lower(): column.filter(kept) for name, column in parsed.items()})
 
 
 def _short(value, limit: int = 80) -> str:
@@ -624,28 +630,30 @@ def _np(mask: pa.Array) -> np.ndarray:
     return mask.to_numpy(zero_copy_only=False)
 
 
-def _time_masks(raw: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(is a sacct time, is a no-time marker) per row. A time is exactly sacct's form,
-    `YYYY-MM-DDTHH:MM:SS`, and a real date and time."""
+def _time_masks(raw: pa.Array) -> tuple[np.ndarray, np.ndarray, pa.Array]:
+    """(is a sacct time, is a no-time marker, the time or null) per row. A time is exactly
+    sacct's form, `YYYY-MM-DDTHH:MM:SS`, and a real date and time."""
     is_null = _np(pc.is_in(raw, pa.array(NULL_TIMES)))
     shaped = pc.and_(pc.equal(pc.utf8_length(raw), 19), pc.equal(pc.find_substring(raw, "T"), 10))
     try:  # Arrow's ISO 8601 cast is strict (no Feb 30, no hour 24) but raises on the first bad
-        pc.cast(pc.if_else(shaped, raw, pa.scalar(None, pa.string())), pa.timestamp("s"))
+        parsed = pc.cast(pc.if_else(shaped, raw, pa.scalar(None, pa.string())),
+                         pa.timestamp("s"))
     except pa.ArrowInvalid:
-        return _strict_time_mask(raw), is_null
-    return _np(shaped), is_null
+        is_time, parsed = _strict_times(raw)
+        return is_time, is_null, parsed
+    return _np(shaped), is_null, parsed
 
 
-def _strict_time_mask(raw: pa.Array) -> np.ndarray:
+def _strict_times(raw: pa.Array) -> tuple[np.ndarray, pa.Array]:
     """Row by row, for a block with a value that is not a time: Arrow's strptime alone would
     take a leading blank and roll Feb 30 to Mar 1, hence the shape and the day checks."""
     parsed = pc.strptime(raw, format=_SACCT_TIME, unit="s", error_is_null=True)
     day = pc.utf8_lpad(pc.cast(pc.day(parsed), pa.string()), 2, "0")
-    is_time = pc.and_kleene(
+    is_time = pc.fill_null(pc.and_kleene(
         pc.match_substring_regex(raw, _TIME_SHAPE),
         pc.equal(pc.utf8_slice_codeunits(raw, 8, 10), day),
-    )
-    return _np(pc.fill_null(is_time, False))
+    ), False)
+    return _np(is_time), pc.if_else(is_time, parsed, pa.scalar(None, pa.timestamp("s")))
 
 
 def _db_time(raw: pa.Array, is_time: pa.Array) -> pa.Array:

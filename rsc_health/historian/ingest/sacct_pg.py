@@ -75,7 +75,7 @@ class Prepared:
 def prepared(blocks: Iterable[Block]) -> Iterator[Prepared]:
     seen = KeysSeen()
     for block in blocks:
-        typed = _typed(block.jobs)
+        typed = _typed(block)
         fresh = seen.add(block.jobs.column("job_id"), typed[JOB_COLUMNS.index("submit")],
                          typed[JOB_COLUMNS.index("start")])
         yield Prepared(block, pg_copy.encoded(typed),
@@ -185,13 +185,15 @@ def _drop_jobs_keys(conn: Connection) -> list[str]:
             for table, name, definition in [*keys, *foreign]]
 
 
-def _typed(jobs: pa.Table) -> list[pa.Array]:
-    """The block's JOB_COLUMNS as the binary COPY sends them into jobs' column types."""
+def _typed(block: Block) -> list[pa.Array]:
+    """The block's JOB_COLUMNS as the binary COPY sends them into jobs' column types (the
+    times as the parser read them, else from their text)."""
     out = []
+    jobs = block.jobs
     for name in JOB_COLUMNS:
         column = jobs.column(name)
         if name in _TIMES:
-            column = column.cast(pg_copy.ARROW_FOR["timestamp"])
+            column = block.times.get(name, column).cast(pg_copy.ARROW_FOR["timestamp"])
         elif name in _INTEGERS:
             column = column.cast(pg_copy.ARROW_FOR["integer"])
         out.append(column)
