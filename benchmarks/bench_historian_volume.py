@@ -30,6 +30,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import resource
 import subprocess
 import sys
@@ -85,6 +86,12 @@ def sweep_lines(node: str, when: datetime, failing: str | None) -> list[str]:
                            "checker_errors": 0, "duration_s": 0.4, "families": {},
                            "version": "bench"}, separators=(",", ":"), sort_keys=True))
     return out
+
+
+def shipped_flush_min() -> int:
+    """The period of deploy/node/rsc-health-flush.timer (OnCalendar=*:0/N)."""
+    timer = (REPO / "deploy/node/rsc-health-flush.timer").read_text()
+    return int(re.search(r"^OnCalendar=\*:0/(\d+)\s*$", timer, re.M).group(1))
 
 
 class Fleet:
@@ -235,7 +242,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--nodes", type=int, default=200 if quick else 16000)
     ap.add_argument("--hours", type=float, default=0.5 if quick else 2.0)
-    ap.add_argument("--flush-min", type=int, default=15)
+    ap.add_argument("--flush-min", type=int, default=shipped_flush_min(),
+                    help="minutes between a node's flushes (default: the shipped timer's)")
     ap.add_argument("--changes-per-node-day", type=float, default=0.5)
     ap.add_argument("--backend", choices=("postgresql", "sqlite"), default="postgresql")
     ap.add_argument("--big-spool-lines", type=int, default=50_000 if quick else 2_000_000)

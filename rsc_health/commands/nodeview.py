@@ -53,7 +53,7 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
     cfg = ctx.obj.config
     engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
     try:
-        stale_after = float(cfg.get("historian.stale_after_s", 1800))
+        stale_after = float(cfg.get("historian.stale_after_s", 2700))
         fresh = node_freshness(engine, now, stale_after, nodes=[node])[0]
         with engine.connect() as conn:
             runs = [dict(r._mapping) for r in conn.execute(

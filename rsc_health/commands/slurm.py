@@ -250,7 +250,7 @@ def _freshness(ctx: click.Context, now) -> list[dict] | None:
         from rsc_health.historian.db import connect
         from rsc_health.historian.freshness import node_freshness
 
-        stale_after = float(ctx.obj.config.get("historian.stale_after_s", 1800))
+        stale_after = float(ctx.obj.config.get("historian.stale_after_s", 2700))
         engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
             rows = node_freshness(engine, now, stale_after)

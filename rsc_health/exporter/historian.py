@@ -50,7 +50,7 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
         if row["mttf_hours"] == row["mttf_hours"]:  # not NaN: the bucket had failures
             mttf.labels(str(row["size"])).set(float(row["mttf_hours"]))
 
-    stale_after = float(cfg.get("historian.stale_after_s", 1800))
+    stale_after = float(cfg.get("historian.stale_after_s", 2700))
     fresh = node_freshness(engine, now, stale_after)
     stale = Gauge("rsc_health_node_stale",
                   "1 for a node whose node-path runs stopped arriving", ["node"], registry=reg)

@@ -44,7 +44,7 @@ class GatherOptions:
     large_job_gpus: int = 128  # [metrics] large_job_gpus: jobs that define r_f
     skip: frozenset[str] = frozenset()  # sections not gathered (an expensive one, say)
     confidence: float = 0.9  # [metrics] confidence: the headline r_f's interval
-    stale_after_s: float = 1800  # [historian] stale_after_s: a node's checks stopped
+    stale_after_s: float = 2700  # [historian] stale_after_s: a node's checks stopped
     sacct_stale_hours: float = 6  # newest job end older than this: the sacct input is stale
     xid_top: int = 10  # rows of the XIDs-per-GPU table
     listed_days_max: int = 7  # how far back "days listed" looks (one lemon evaluation a day)
@@ -69,7 +69,7 @@ class GatherOptions:
             large_job_gpus=int((metrics or {}).get("large_job_gpus", 128)),
             skip=_sections(report.get("skip", ())),
             confidence=float((metrics or {}).get("confidence", 0.9)),
-            stale_after_s=float((historian or {}).get("stale_after_s", 1800)),
+            stale_after_s=float((historian or {}).get("stale_after_s", 2700)),
             sacct_stale_hours=float(report.get("sacct_stale_hours", 6)),
             xid_top=int(report.get("xid_top", 10)),
             listed_days_max=int(report.get("listed_days_max", 7)),

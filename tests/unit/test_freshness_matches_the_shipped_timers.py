@@ -2,10 +2,10 @@
 is never shown as stopped, and one whose sweeps stopped is shown within a flush interval of it.
 
 The node's newest heartbeat in the historian is the last sweep before its last flush. With
-sweeps every five minutes (slurm.conf HealthCheckInterval=300, README) and a flush every
-OnUnitActiveSec (deploy/node/rsc-health-flush.timer; FixedRandomDelay keeps each node's offset,
-so its period stays that), the age of that heartbeat runs up to a flush interval plus a sweep
-interval. A default of three sweeps alone (900 s) showed a sixth of a healthy fleet as
+sweeps every five minutes (slurm.conf HealthCheckInterval=300, README) and a flush on
+deploy/node/rsc-health-flush.timer (OnCalendar every N minutes; FixedRandomDelay keeps each
+node's offset, so its period stays N), the age of that heartbeat runs up to a flush interval
+plus a sweep interval. A default of three sweeps alone (900 s) showed a sixth of a healthy fleet as
 "checks stopped" at any moment."""
 
 from __future__ import annotations
@@ -26,9 +26,27 @@ def _seconds(value: str) -> int:
     return int(m.group(1)) * units[m.group(2) or "s"]
 
 
+def _timer() -> dict[str, str]:
+    text = (REPO / "deploy/node/rsc-health-flush.timer").read_text()
+    return dict(re.findall(r"^(\w+)=(.+)$", text, re.M))
+
+
 def _flush_period_s() -> int:
-    timer = (REPO / "deploy/node/rsc-health-flush.timer").read_text()
-    return _seconds(re.search(r"^OnUnitActiveSec=(.+)$", timer, re.M).group(1))
+    """The flush period: OnCalendar=*:0/N fires every N minutes; the random delay, fixed per
+    node, only moves each node within the period."""
+    timer = _timer()
+    m = re.fullmatch(r"\*:0/(\d+)", timer["OnCalendar"].strip())
+    assert m, timer["OnCalendar"]
+    return int(m.group(1)) * 60
+
+
+def test_the_shipped_flush_timer_keeps_each_nodes_period_fixed():
+    """With OnUnitActiveSec the random delay would be added on top of every period (15 min
+    became 15 to 30); OnCalendar with FixedRandomDelay keeps it exact and spread."""
+    timer = _timer()
+    assert "OnUnitActiveSec" not in timer
+    assert timer["FixedRandomDelay"].strip() == "true"
+    assert 0 < _seconds(timer["RandomizedDelaySec"]) <= _flush_period_s()
 
 
 def _newest_delivered_age(t: int, flush_s: int, offset: int, stopped_at: int | None) -> int:
