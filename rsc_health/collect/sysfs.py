@@ -23,6 +23,13 @@ def parse_int(text: str | None) -> int | None:
     return int(m.group(1)) if m else None
 
 
+def parse_count(text: str | None) -> int | None:
+    """A counter file's value: ASCII decimal digits and nothing else. parse_int's leniency
+    ("1e30" -> 1, "7junk" -> 7, Arabic-Indic digits) would turn a garbled read into a count."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def parse_counters(text: str | None) -> dict[str, int]:
     """AER-style "NAME VALUE" lines ("RxErr 0", "TOTAL_ERR_COR 2"); bad lines are skipped."""
     out: dict[str, int] = {}
