@@ -661,6 +661,11 @@ def load_pending(sdir: Path) -> PendingVerdict | None:
     try:
         data = json.loads((sdir / PENDING_VERDICT_FILE).read_text())
         causes = tuple(Finding.from_dict(c) for c in data["causes"])
+        for c in causes:
+            # JSON of the wrong types (a number or null where text belongs) would fail the
+            # verdict step of every later run, before anything is spooled.
+            if not all(isinstance(v, str) for v in (c.family, c.component, c.reason, c.code)):
+                raise TypeError(f"cause {c.family!r}/{c.component!r} is not all text")
         return PendingVerdict(Verdict(Level(data["level"]), "", causes), str(data.get("why", "")))
     except FileNotFoundError:
         return None

@@ -216,3 +216,29 @@ class _Quiet:
             raise SlurmUnavailable("test: controller away")
 
         return away
+
+
+@pytest.mark.parametrize("cause", [
+    {"family": 1, "component": "gpu0", "status": "fail", "severity": "drain_now",
+     "reason": "r", "code": ""},
+    {"family": "xid", "component": None, "status": "fail", "severity": "drain_now",
+     "reason": "r", "code": "xid79"},
+    {"family": "xid", "component": "gpu0", "status": "fail", "severity": "drain_now",
+     "reason": 5, "code": "xid79"},
+], ids=["family_int", "component_null", "reason_int"])
+def test_a_wrongly_typed_pending_verdict_is_discarded_not_a_fault_on_every_run(node_env, cause):
+    """pending_verdict.json whose cause parses as JSON but holds a number or null where text
+    belongs: every run died at the verdict step before spooling anything, for ever, so a real
+    XID 79 on the node was never spooled nor drained."""
+    sdir = node_env / NODE_STATE
+    sdir.mkdir(parents=True)
+    (sdir / nodepath.PENDING_VERDICT_FILE).write_text(json.dumps(
+        {"level": 3, "why": "guard", "causes": [cause], "time": "2026-11-24T00:00:00+00:00"}))
+    (node_env / "dev/kmsg").open("a").write(XID79)
+
+    assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, deadline: _Quiet()) == 1
+
+    assert [r["code"] for r in _records(node_env) if r.get("status") == "fail"] == ["xid79"]
+    assert not any(r.get("code") == "checker_fault" for r in _records(node_env))
+    kept = json.loads((sdir / nodepath.PENDING_VERDICT_FILE).read_text())
+    assert [c["code"] for c in kept["causes"]] == ["xid79"]  # the real verdict, for the sweep
