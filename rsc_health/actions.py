@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from rsc_health import spool
+from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import Config
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import is_ours, parse_reason
@@ -303,7 +304,7 @@ class Actor:
         keys, wrong types would raise later, on every sweep, or resume on a truthy string):
         with no record the node is never auto-resumed, a person resumes it."""
         try:
-            state = DrainState(**json.loads(self._state_path.read_text()))
+            state = DrainState(**json.loads(read_bounded(self._state_path)))
         except (OSError, ValueError, TypeError):
             return None
         texts = (state.reason, state.time, *state.codes, *state.refused_jobs) if (

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rsc_health import spool
+from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import (
     Config,
     ConfigError,
@@ -624,7 +625,7 @@ def _exposition(samples: dict[str, str], node: str) -> str:
 
 def _read_samples(path: Path) -> dict[str, str]:
     try:
-        text = path.read_text()
+        text = read_bounded(path, 1 << 20).decode("utf-8", "replace")
     except OSError:
         return {}
     out = {}
@@ -659,7 +660,7 @@ class PendingVerdict:
 
 def load_pending(sdir: Path) -> PendingVerdict | None:
     try:
-        data = json.loads((sdir / PENDING_VERDICT_FILE).read_text())
+        data = json.loads(read_bounded(sdir / PENDING_VERDICT_FILE))
         causes = tuple(Finding.from_dict(c) for c in data["causes"])
         for c in causes:
             # JSON of the wrong types (a number or null where text belongs) would fail the

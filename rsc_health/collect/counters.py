@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 from rsc_health.collect.kmsg import save_json
+from rsc_health.collect.sysfs import read_bounded
 
 # Lifetime counters (NVML's aggregate ECC counts live in the InfoROM and survive reboots):
 # after a reboot their value is history, not news; only their growth within a boot counts.
@@ -31,7 +32,7 @@ def load(path: Path) -> dict:
     """The saved baselines; anything malformed (not JSON, wrong types, negative values) is
     dropped, so a corrupt file costs one sweep without deltas, never every later sweep."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bounded(path))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):

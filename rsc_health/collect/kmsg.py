@@ -27,6 +27,8 @@ import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rsc_health.collect.sysfs import read_bounded
+
 # MIG instances print their GPU instance (and compute instance) after the address:
 #   NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...   NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94
 # NVSwitch `SXid` lines ("nvidia-nvswitch0: SXid (PCI:...): 12028") are not GPU XIDs: the
@@ -173,7 +175,8 @@ def parse_text(text: str, source: str = "") -> list[XidEvent]:
 
 def boot_id(root: Path) -> str:
     try:
-        return (root / "proc/sys/kernel/random/boot_id").read_text().strip()
+        return read_bounded(root / "proc/sys/kernel/random/boot_id", 4096).decode(
+            "ascii", "replace").strip()
     except OSError:
         return ""
 
@@ -350,7 +353,7 @@ def _read_file_from_cursor(path: Path, st, prev: dict | None, backlog: bool
 
 def load_cursor(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bounded(path))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
