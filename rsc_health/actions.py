@@ -26,6 +26,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from rsc_health import spool
+from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import Config
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import is_ours, parse_reason
@@ -299,10 +300,20 @@ class Actor:
         return self.state_dir / DRAIN_STATE_FILE
 
     def load_state(self) -> DrainState | None:
+        """What we drained for; None when absent or not a record this code wrote (right
+        keys, wrong types would raise later, on every sweep, or resume on a truthy string):
+        with no record the node is never auto-resumed, a person resumes it."""
         try:
-            return DrainState(**json.loads(self._state_path.read_text()))
+            state = DrainState(**json.loads(read_bounded(self._state_path)))
         except (OSError, ValueError, TypeError):
             return None
+        texts = (state.reason, state.time, *state.codes, *state.refused_jobs) if (
+            isinstance(state.codes, list) and isinstance(state.refused_jobs, list)) else (None,)
+        if (not all(isinstance(t, str) for t in texts)
+                or not isinstance(state.auto_resumable, bool)
+                or isinstance(state.clean_sweeps, bool) or not isinstance(state.clean_sweeps, int)):
+            return None
+        return state
 
     def _write_state(self, state: DrainState) -> None:
         self.state_dir.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rsc_health import spool
+from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import (
     Config,
     ConfigError,
@@ -624,7 +625,7 @@ def _exposition(samples: dict[str, str], node: str) -> str:
 
 def _read_samples(path: Path) -> dict[str, str]:
     try:
-        text = path.read_text()
+        text = read_bounded(path, 1 << 20).decode("utf-8", "replace")
     except OSError:
         return {}
     out = {}
@@ -659,8 +660,13 @@ class PendingVerdict:
 
 def load_pending(sdir: Path) -> PendingVerdict | None:
     try:
-        data = json.loads((sdir / PENDING_VERDICT_FILE).read_text())
+        data = json.loads(read_bounded(sdir / PENDING_VERDICT_FILE))
         causes = tuple(Finding.from_dict(c) for c in data["causes"])
+        for c in causes:
+            # JSON of the wrong types (a number or null where text belongs) would fail the
+            # verdict step of every later run, before anything is spooled.
+            if not all(isinstance(v, str) for v in (c.family, c.component, c.reason, c.code)):
+                raise TypeError(f"cause {c.family!r}/{c.component!r} is not all text")
         return PendingVerdict(Verdict(Level(data["level"]), "", causes), str(data.get("why", "")))
     except FileNotFoundError:
         return None

@@ -64,10 +64,11 @@ class Catalog:
 
 
 def _read(path: Path) -> dict:
+    from rsc_health.collect.sysfs import read_bounded  # refuses a FIFO or endless file
+
     try:
-        with path.open("rb") as fh:
-            return tomllib.load(fh)
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+        return tomllib.loads(read_bounded(path, 1 << 20).decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from exc
 
 

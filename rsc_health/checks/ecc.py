@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rsc_health.checks._finding import fail, ok, readable_gpus, warn
+from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import val
 from rsc_health.model import Finding, Severity
 
@@ -21,7 +22,7 @@ def check(state, cfg: dict) -> list[Finding]:
         vol = (a.get("ecc") or {}).get("volatile") or {}
         dbe = val(vol.get("uncorrected"))
         agg_dbe_delta = state.deltas.get(f"ecc/{comp}/aggregate_uncorrected", 0)
-        if (isinstance(dbe, int) and dbe > 0) or agg_dbe_delta > 0:
+        if (plausible(dbe) and dbe > 0) or agg_dbe_delta > 0:
             out.append(
                 fail("ecc", comp, Severity.DRAIN_NOW, "ecc_dbe",
                      f"{comp} uncorrectable ECC errors: {dbe or agg_dbe_delta}", repair=True,

@@ -16,7 +16,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from rsc_health.checks._finding import checker_error, fail, ok
-from rsc_health.collect.sysfs import parse_int, read_text
+from rsc_health.collect.counters import plausible
+from rsc_health.collect.sysfs import parse_count, read_text
 from rsc_health.model import Finding, Severity
 
 EDAC = "sys/devices/system/edac/mc"
@@ -36,8 +37,8 @@ def collect(root: Path, env=None) -> dict[str, dict[str, int | None]]:
 
 
 def _count(path: Path) -> int | None:
-    value = parse_int(read_text(path))
-    return value if value is not None and value >= 0 else None
+    value = parse_count(read_text(path))
+    return value if plausible(value) else None
 
 
 def counters(data: dict) -> dict[str, int]:

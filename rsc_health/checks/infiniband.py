@@ -76,6 +76,9 @@ def check(state, cfg: dict) -> list[Finding]:
                      f"{comp} at {p.rate_gbps:g} Gb/s, expected {rate:g}", repair=True,
                      rate_gbps=p.rate_gbps)
             )
+        if p.unreadable:
+            out.append(checker_error("infiniband", comp, f"infiniband: {comp} counters hold no "
+                                     f"count: {', '.join(p.unreadable)}"))
         for counter, code in RISING_CODES.items():
             d = state.deltas.get(f"ib/{comp}/{counter}", 0)
             limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))

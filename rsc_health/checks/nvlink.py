@@ -3,8 +3,8 @@ sweeps drain after the job."""
 
 from __future__ import annotations
 
-from rsc_health.checks._finding import fail, ok, readable_gpus
-from rsc_health.collect.gpu import NVLINK_COUNTERS, val
+from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus
+from rsc_health.collect.gpu import ABSENT, NVLINK_COUNTERS, err, val
 from rsc_health.model import Finding, Severity
 
 
@@ -18,14 +18,22 @@ def check(state, cfg: dict) -> list[Finding]:
         before = len(out)
         down = [lk.get("link") for lk in links if val(lk.get("state")) in (0, False)]
         active = sum(1 for lk in links if val(lk.get("state")) in (1, True))
+        # A state NVML could not give (TIMEOUT, UNKNOWN, ...) or not 0/1 says nothing about the
+        # link: the checker could not look. Only links known down or absent drain.
+        unreadable = {lk.get("link"): err(lk.get("state")) or "not 0 or 1" for lk in links
+                      if val(lk.get("state")) not in (0, 1)
+                      and err(lk.get("state")) not in ABSENT}
         missing = max(0, expected - len(links))
-        if down or active < expected:
+        if down or active + len(unreadable) < expected:
             shown = ",".join(str(x) for x in down) or "-"
             out.append(
                 fail("nvlink", comp, Severity.DRAIN_NOW, "nvlink_down",
                      f"{comp} {active} of {expected} NVLinks active (down: {shown})",
                      repair=True, down=down, missing=missing)
             )
+        elif unreadable:
+            shown = ", ".join(f"{link}: {why}" for link, why in unreadable.items())
+            out.append(checker_error("nvlink", comp, f"{comp} NVLink state unreadable ({shown})"))
         rising = {}
         for lk in links:
             for c in NVLINK_COUNTERS:

@@ -12,6 +12,7 @@ after the job; correctable ones only warn.
 from __future__ import annotations
 
 from rsc_health.checks._finding import fail, ok, warn
+from rsc_health.collect.counters import plausible
 from rsc_health.model import Finding, Severity
 
 
@@ -39,7 +40,8 @@ def check(state, cfg: dict) -> list[Finding]:
                      f"{dev.max_speed_gts:g}", repair=True, speed_gts=dev.speed_gts,
                      max_speed_gts=dev.max_speed_gts, kind=dev.kind)
             )
-        if dev.aer.get("fatal", 0) > 0:
+        fatal = dev.aer.get("fatal", 0)
+        if plausible(fatal) and fatal > 0:  # an implausible one is a checker error (collect)
             out.append(
                 fail("pcie", comp, Severity.DRAIN_NOW, "aer_fatal",
                      f"{comp} ({dev.kind}) {dev.aer['fatal']} fatal AER errors since boot",

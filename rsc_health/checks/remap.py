@@ -7,7 +7,7 @@ technician) clears it: repair=False.
 
 from __future__ import annotations
 
-from rsc_health.checks._finding import fail, ok, readable_gpus
+from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus
 from rsc_health.collect.gpu import val
 from rsc_health.model import Finding, Severity
 
@@ -19,12 +19,18 @@ def check(state, cfg: dict) -> list[Finding]:
         before = len(out)
         rows = val(g.answers.get("remapped_rows"))
         if isinstance(rows, dict):
-            if rows.get("failure"):
+            # Flags are 0/1 (pynvml's ints): an NVML error answer or any other value is one the
+            # checker could not read, never a truthy "failed".
+            unreadable = [k for k in ("failure", "pending") if rows.get(k) not in (None, 0, 1)]
+            if unreadable:
+                out.append(checker_error("remap", comp, f"{comp} row remap "
+                                         f"{'/'.join(unreadable)} unreadable"))
+            if rows.get("failure") == 1:
                 out.append(
                     fail("remap", comp, Severity.DRAIN_NOW, "remap_failed",
                          f"{comp} row remapping failed", repair=True, **rows)
                 )
-            elif rows.get("pending"):
+            elif rows.get("pending") == 1:
                 out.append(
                     fail("remap", comp, Severity.DRAIN_AFTER_JOB, "remap_pending",
                          f"{comp} row remap pending, needs a GPU reset", repair=False, **rows)

@@ -12,17 +12,27 @@ import json
 from pathlib import Path
 
 from rsc_health.collect.kmsg import save_json
+from rsc_health.collect.sysfs import read_bounded
 
 # Lifetime counters (NVML's aggregate ECC counts live in the InfoROM and survive reboots):
 # after a reboot their value is history, not news; only their growth within a boot counts.
 LIFETIME_SUFFIXES = ("aggregate_corrected", "aggregate_uncorrected")
 
 
+# No hardware error counter holds more than 63 bits (what load() keeps): a larger value, a
+# negative one or one that is not an integer was not read right and must never become a delta.
+MAX_COUNT = 2**63
+
+
+def plausible(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
+
+
 def load(path: Path) -> dict:
     """The saved baselines; anything malformed (not JSON, wrong types, negative values) is
     dropped, so a corrupt file costs one sweep without deltas, never every later sweep."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bounded(path))
     except (OSError, ValueError):
         return {}
     if not isinstance(data, dict):
@@ -30,7 +40,7 @@ def load(path: Path) -> dict:
     raw = data.get("counters")
     clean = {
         str(k): v for k, v in (raw.items() if isinstance(raw, dict) else ())
-        if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 2**63
+        if plausible(v)
     }
     boot = data.get("boot_id")
     return {"boot_id": boot if isinstance(boot, str) else None, "counters": clean}

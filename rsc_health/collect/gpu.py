@@ -143,7 +143,9 @@ class ReplayBackend:
 
     def read(self) -> dict[str, Any]:
         """The captured answers; an unreadable or garbled file raises (a checker finding)."""
-        doc = json.loads(self.path.read_text())
+        from rsc_health.collect.sysfs import read_bounded
+
+        doc = json.loads(read_bounded(self.path))
         if not isinstance(doc, dict):
             raise ValueError(f"{self.path}: not a JSON object of NVML answers")
         return doc

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rsc_health.collect.sysfs import parse_int, read_text
+from rsc_health.collect.sysfs import parse_count, parse_int, read_text
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 ERROR_COUNTERS = (
@@ -34,6 +34,7 @@ class IbPort:
     rate_gbps: float | None
     link_layer: str | None
     counters: dict[str, int] = field(default_factory=dict)
+    unreadable: list[str] = field(default_factory=list)  # counter files that held no count
 
     @property
     def name(self) -> str:
@@ -76,8 +77,11 @@ def collect(root: Path) -> list[IbPort]:
                 link_layer=read_text(pdir / "link_layer"),
             )
             for counter in ERROR_COUNTERS:
-                value = parse_int(read_text(pdir / "counters" / counter))
+                text = read_text(pdir / "counters" / counter)
+                value = parse_count(text)
                 if value is not None:
                     port.counters[counter] = value
+                elif text is not None:
+                    port.unreadable.append(counter)
             ports.append(port)
     return ports

@@ -27,6 +27,8 @@ import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from rsc_health.collect.sysfs import read_bounded
+
 # MIG instances print their GPU instance (and compute instance) after the address:
 #   NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...   NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94
 # NVSwitch `SXid` lines ("nvidia-nvswitch0: SXid (PCI:...): 12028") are not GPU XIDs: the
@@ -45,6 +47,17 @@ _DMESG = re.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<msg>.*)$")
 _KTIME = r"(?:\[\s*\d+\.\d+\]\s?)?"  # the kernel timestamp journald/rsyslog may keep
 _SYSLOG = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
 _ISO_SYSLOG = re.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
+# What may stand before "NVRM: Xid" in a line the kernel wrote: nothing (a /dev/kmsg record,
+# `journalctl -k -o cat`), a timestamp (dmesg's `[12.3]`, `dmesg -T`'s `[Mon Apr  6 ...]`,
+# `--time-format=iso`), or a syslog header "<time> <host> kernel:" (any timestamp precision,
+# the kernel's own `[12.3]` after it). Anything else is another program's text quoting an XID
+# (`logger`, sshd's "Invalid user <name>", an audit record's file name): not an event, or any
+# user could drain the node by logging one line. (`logger -t kernel` still forges the tag in a
+# file every facility writes to: /dev/kmsg, or a file of the kern facility only, is the source.)
+_TS = r"(?:\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
+_KERNEL_LEAD = re.compile(
+    rf"^(?:{_TS}\s*|(?:{_TS}\s+)?\S+\s+kernel:\s*(?:\[[^\]]{{1,64}}\]\s*)?)?$"
+)
 _PID = re.compile(r"^\s*pid=(?P<pid>'?<unknown>'?|\d+)\s*,")
 _NAME = re.compile(r"^\s*name=(?P<name>[^,]*),")
 # NVLink5 XIDs (144-150) carry their own severity word after the unit name.
@@ -124,7 +137,7 @@ def parse_line(line: str, source: str = "") -> XidEvent | None:
     if seq is not None and seq > MAX_SEQ:
         seq = None
     m = _XID.search(msg)
-    if not m:
+    if not m or not _KERNEL_LEAD.match(msg[: m.start()]):
         return None
     xid = int(m.group("xid"))
     rest = m.group("rest")
@@ -162,7 +175,8 @@ def parse_text(text: str, source: str = "") -> list[XidEvent]:
 
 def boot_id(root: Path) -> str:
     try:
-        return (root / "proc/sys/kernel/random/boot_id").read_text().strip()
+        return read_bounded(root / "proc/sys/kernel/random/boot_id", 4096).decode(
+            "ascii", "replace").strip()
     except OSError:
         return ""
 
@@ -339,7 +353,7 @@ def _read_file_from_cursor(path: Path, st, prev: dict | None, backlog: bool
 
 def load_cursor(path: Path) -> dict:
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(read_bounded(path))
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}

@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from rsc_health.collect.sysfs import read_bounded
+
 
 @dataclass
 class Mount:
@@ -80,7 +82,7 @@ def collect(root: Path) -> list[Mount]:
     last: OSError | None = None
     for rel, parse in (("proc/mounts", parse_mounts), ("proc/self/mountinfo", parse_mountinfo)):
         try:
-            return parse((root / rel).read_text(errors="replace"))
+            return parse(read_bounded(root / rel).decode("utf-8", "replace"))
         except OSError as exc:
             last = exc
     raise last or OSError("no mount table")
@@ -132,7 +134,7 @@ def replayed_probes(path: Path, paths: list[str]) -> dict[str, ProbeResult]:
     """Recorded outcomes ({path: ProbeResult fields}) for `paths`; unrecorded ones are left out.
 
     Raises OSError or ValueError when the file cannot be read or is not such a mapping."""
-    doc = json.loads(path.read_text())
+    doc = json.loads(read_bounded(path))
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a JSON object of probe results")
     out = {}

@@ -154,5 +154,11 @@ def collect_all(
     for fam in REGISTRY:
         if fam.counters is not None and fam.name in state.extra:
             state.counters.update(fam.counters(state.extra[fam.name]))
+    for key, value in list(state.counters.items()):
+        if not counters.plausible(value):
+            # Not judged and not kept as a baseline: the last good one stays, so a real rise
+            # after a garbled read is still seen.
+            del state.counters[key]
+            state.errors.append(("counters", key, f"not a counter value: {str(value)[:40]!r}"))
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
     return state, new_cursor

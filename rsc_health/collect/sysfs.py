@@ -2,15 +2,40 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import stat
 from pathlib import Path
 
 _INT = re.compile(r"^\s*(-?\d+)")
+# A sysfs attribute is at most a page; procfs tables and state files are larger but bounded.
+ATTR_BYTES = 1 << 16
+FILE_BYTES = 16 << 20
+
+
+def read_bounded(path: Path, limit: int = FILE_BYTES) -> bytes:
+    """A regular file's bytes, at most `limit`. Anything else where a file should be raises
+    OSError at once: a FIFO would block read() for ever, a device such as /dev/zero never
+    ends (the node path ate memory until MemoryError), and a directory has no bytes."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file", str(path))
+        chunks, size = [], 0
+        while chunk := os.read(fd, min(1 << 16, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > limit:
+                raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def read_text(path: Path) -> str | None:
     try:
-        return path.read_bytes().decode("utf-8", "replace").strip()
+        return read_bounded(path, ATTR_BYTES).decode("utf-8", "replace").strip()
     except OSError:
         return None
 
@@ -21,6 +46,13 @@ def parse_int(text: str | None) -> int | None:
         return None
     m = _INT.match(text)
     return int(m.group(1)) if m else None
+
+
+def parse_count(text: str | None) -> int | None:
+    """A counter file's value: ASCII decimal digits and nothing else. parse_int's leniency
+    ("1e30" -> 1, "7junk" -> 7, Arabic-Indic digits) would turn a garbled read into a count."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() else None
 
 
 def parse_counters(text: str | None) -> dict[str, int]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import shutil
 import threading
 
+import pytest
+
 from rsc_health.collect import mounts
 from rsc_health.engine import run
 from rsc_health.model import Level, Severity
@@ -73,3 +75,50 @@ def test_gpu_pcie_replays_rising_past_the_limit_drain_after_job(node):
     assert [(f.component, f.code, f.data["delta"]) for f in bad(found)] == [
         ("gpu3", "pcie_replay", 250)]
     assert verdict.level is Level.DRAIN_AFTER_JOB
+
+
+IB = "sys/class/infiniband/mlx5_2/ports/1/counters/"
+# No hardware counter holds these: beyond 64 bits, not a decimal, not ASCII digits.
+GARBAGE = ["1" + "0" * 30, str(2**64), "5" * 400, "1e30", "7junk", "\u0661\u0662\u0663"]
+
+
+@pytest.mark.parametrize("value", GARBAGE, ids=["1e30_digits", "2^64", "400_digits", "1e30",
+                                              "7junk", "arabic_indic"])
+def test_a_garbage_ib_counter_is_a_checker_error_not_a_drain_and_hides_no_later_rise(
+        node, value):
+    node.write(IB + "link_downed", "0\n")  # limit 0: any real increase drains after the job
+    node.check()
+    node.write(IB + "link_downed", value + "\n")
+    found, verdict = node.check()
+    assert not [f for f in found if f.code == "ib_link_downed"]
+    assert verdict.level is Level.CHECKER_ERROR
+    node.write(IB + "link_downed", "2\n")  # a real rise after the garbage read still counts
+    found, verdict = node.check()
+    assert [(f.code, f.data["delta"]) for f in bad(found)] == [("ib_link_downed", 2)]
+
+
+@pytest.mark.parametrize(("path", "text"), [
+    ("sys/devices/system/edac/mc/mc0/ue_count", str(2**64)),
+    ("sys/bus/pci/devices/0000:99:00.0/aer_dev_fatal", f"TOTAL_ERR_FATAL {10**30}"),
+])
+def test_a_host_or_aer_count_beyond_64_bits_never_drains(node, path, text):
+    node.write("sys/devices/system/edac/mc/mc0/ce_count", "0\n")
+    node.write("sys/devices/system/edac/mc/mc0/ue_count", "0\n")
+    node.check()
+    node.write(path, text + "\n")
+    found, verdict = node.check()
+    assert verdict.level is Level.CHECKER_ERROR, [f.reason for f in bad(found)]
+
+
+@pytest.mark.parametrize("edit", [
+    lambda d: d["devices"][1]["ecc"]["aggregate"].update(uncorrected=2**64 - 1),
+    lambda d: d["devices"][1]["ecc"]["volatile"].update(uncorrected=True),
+    lambda d: d["devices"][1]["ecc"]["volatile"].update(uncorrected=10**30),
+    lambda d: d["devices"][1]["pcie"].update(replay=10**30),
+    lambda d: d["devices"][1]["nvlink"][2].update(crc_flit=2**64),
+], ids=["aggregate_2^64-1", "volatile_true", "volatile_1e30", "replay_1e30", "crc_2^64"])
+def test_an_nvml_count_no_gpu_can_hold_is_a_checker_error_not_a_drain(node, edit):
+    node.check()
+    node.nvml(edit)
+    found, verdict = node.check()
+    assert verdict.level is Level.CHECKER_ERROR, [f.reason for f in bad(found)]

@@ -389,3 +389,16 @@ def test_host_memory_errors_from_edac(node):
     assert verdict.level is Level.DRAIN_NOW
     node.write("sys/devices/system/edac/mc/mc0/ue_count", "garbage\n")
     assert only_bad(node)[1].level is Level.CHECKER_ERROR
+
+
+@pytest.mark.parametrize("flags", [{"failure": {"error": "NVML_ERROR_UNKNOWN"}},
+                                   {"pending": {"error": "NVML_ERROR_TIMEOUT"}},
+                                   {"failure": "0"}, {"pending": float("nan")}],
+                         ids=["failure_error", "pending_error", "failure_text", "pending_nan"])
+def test_a_remap_flag_nvml_did_not_answer_is_a_checker_error_not_a_drain(node, flags):
+    """An NVML error answer (or a value that is not 0/1) in a row-remap flag was truthy, so it
+    drained the node now for remap_failed (a repair code) or after the job."""
+    node.nvml(lambda d: d["devices"][2]["remapped_rows"].update(flags))
+    found, verdict = only_bad(node)
+    assert not [f for f in found if f.family == "remap"]
+    assert verdict.level is Level.CHECKER_ERROR

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from rsc_health.collect import kmsg
+from rsc_health.model import Level
 
 
 @pytest.mark.parametrize(("line", "xid", "pci", "pid", "name", "sev"), [
@@ -133,3 +134,51 @@ def test_xid154_names_the_recovery_action_it_asks_for(line, recovery):
 def test_other_xids_carry_no_recovery_action():
     ev = kmsg.parse_line("[1.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.")
     assert ev.recovery is None
+
+
+# Lines any user (logger, a job's own syslog calls) or a remote one (sshd logs the user name
+# it was offered) puts into a syslog file, each holding a well-formed XID after its own tag.
+FORGED = [
+    "Nov 21 03:14:15 gpu042 alice: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+    "Nov 21 03:14:15 gpu042 sshd[77]: Invalid user NVRM: Xid (PCI:0000:3b:00): 79, x from "
+    "10.0.0.9 port 4242",
+    "2026-11-21T03:14:15.123456+00:00 gpu042 python3[99]: NVRM: Xid (PCI:0000:3b:00): 48, x",
+    "6,4712,1,-;audit: type=1400 name=NVRM: Xid (PCI:0000:3b:00): 79, x",
+    "Nov 21 03:14:15 gpu042 alice: kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen",
+]
+
+
+@pytest.mark.parametrize("line", FORGED)
+def test_an_xid_in_text_another_program_logged_is_not_an_event(line):
+    assert kmsg.parse_line(line) is None
+
+
+@pytest.mark.parametrize("line", [
+    # journalctl -k -o short-precise and -o short-monotonic, dmesg -T and --time-format=iso
+    "Nov 21 03:14:15.123456 gpu042 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off",
+    "[ 4909.922970] gpu042 kernel: NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+    "[Mon Apr  6 07:25:24 2026] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+    "2026-04-06T07:25:24,123456+00:00 NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off",
+    "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",  # journalctl -k -o cat
+])
+def test_the_kernels_own_xid_lines_in_every_log_format_are_events(line):
+    ev = kmsg.parse_line(line)
+    assert ev is not None and (ev.xid, ev.pci) == (79, "0000:3b:00")
+
+
+def test_a_user_logging_an_xid_line_to_syslog_does_not_drain_the_node(node):
+    """A syslog file as an XID source (README: "dmesg/syslog files"): a user's `logger` line
+    holding a perfect XID 79 must not drain the node; the kernel's own line still does."""
+    log = node.path("var/log/syslog")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("".join(line + "\n" for line in FORGED[:3]))
+    cfg = node.config
+    cfg.data["xid"]["sources"] = ["/dev/kmsg", "/var/log/syslog"]
+    from rsc_health.engine import run
+    from rsc_health.policy import decide
+
+    assert decide(run(cfg, node.root, only={"xid"})).level is Level.OK
+    with log.open("a") as fh:
+        fh.write("Nov 21 03:15:00 gpu042 kernel: NVRM: Xid (PCI:0000:1b:00): 79, GPU has "
+                 "fallen off the bus.\n")
+    assert decide(run(cfg, node.root, only={"xid"})).level is Level.DRAIN_NOW

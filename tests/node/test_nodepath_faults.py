@@ -216,3 +216,71 @@ class _Quiet:
             raise SlurmUnavailable("test: controller away")
 
         return away
+
+
+@pytest.mark.parametrize("cause", [
+    {"family": 1, "component": "gpu0", "status": "fail", "severity": "drain_now",
+     "reason": "r", "code": ""},
+    {"family": "xid", "component": None, "status": "fail", "severity": "drain_now",
+     "reason": "r", "code": "xid79"},
+    {"family": "xid", "component": "gpu0", "status": "fail", "severity": "drain_now",
+     "reason": 5, "code": "xid79"},
+], ids=["family_int", "component_null", "reason_int"])
+def test_a_wrongly_typed_pending_verdict_is_discarded_not_a_fault_on_every_run(node_env, cause):
+    """pending_verdict.json whose cause parses as JSON but holds a number or null where text
+    belongs: every run died at the verdict step before spooling anything, for ever, so a real
+    XID 79 on the node was never spooled nor drained."""
+    sdir = node_env / NODE_STATE
+    sdir.mkdir(parents=True)
+    (sdir / nodepath.PENDING_VERDICT_FILE).write_text(json.dumps(
+        {"level": 3, "why": "guard", "causes": [cause], "time": "2026-11-24T00:00:00+00:00"}))
+    (node_env / "dev/kmsg").open("a").write(XID79)
+
+    assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, deadline: _Quiet()) == 1
+
+    assert [r["code"] for r in _records(node_env) if r.get("status") == "fail"] == ["xid79"]
+    assert not any(r.get("code") == "checker_fault" for r in _records(node_env))
+    kept = json.loads((sdir / nodepath.PENDING_VERDICT_FILE).read_text())
+    assert [c["code"] for c in kept["causes"]] == ["xid79"]  # the real verdict, for the sweep
+
+
+# Every file the node path reads that is not /dev/kmsg, under the node's root.
+READ_FILES = [
+    f"{NODE_STATE}/counters.json", f"{NODE_STATE}/xid_cursor.json",
+    f"{NODE_STATE}/{nodepath.PENDING_VERDICT_FILE}",
+    "sys/class/infiniband/mlx5_2/ports/1/counters/symbol_error",
+    "sys/bus/pci/devices/0000:99:00.0/aer_dev_fatal", "proc/sys/kernel/random/boot_id",
+    "proc/mounts", "rsc_health/nvml.json", f"var/lib/node_exporter/{nodepath.TEXTFILE}",
+]
+
+
+def _limit_memory():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # /dev/zero must not eat the host
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero"])
+@pytest.mark.parametrize("rel", READ_FILES, ids=[Path(r).name for r in READ_FILES])
+def test_a_fifo_or_endless_file_where_a_file_is_read_neither_hangs_nor_blinds_the_prolog(
+        node_env, rel, kind):
+    """A FIFO blocks read() for ever and /dev/zero never ends (the prolog ate memory until
+    MemoryError and judged nothing): each such file is now refused at once, the rest of the
+    node is still judged, and an XID 79 still fails the job start."""
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    site.write_text(site.read_text()
+                    + '\n[slurm]\nprolog_budget_s = 8\nbin_dir = "/nonexistent"\n')
+    path = node_env / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    os.mkfifo(path) if kind == "fifo" else path.symlink_to("/dev/zero")
+    (node_env / "dev/kmsg").open("a").write(XID79)
+
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "rsc_health.nodepath", "prolog"], cwd=REPO,
+                          env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True,
+                          text=True, timeout=60, preexec_fn=_limit_memory)
+
+    assert time.monotonic() - started < 6, proc.stderr  # not the watchdog at 8 + 2 s
+    assert proc.returncode == 1, proc.stderr
+    assert "xid79" in [r.get("code") for r in _records(node_env)]

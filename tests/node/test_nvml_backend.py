@@ -104,3 +104,34 @@ def test_no_permission_is_a_checker_error_not_a_drain(node):
     assert [(f.family, f.component, f.code) for f in errors] == [
         ("checker", "gpu0", "gpu_unreadable")]
     assert verdict.level is Level.CHECKER_ERROR
+
+
+@pytest.mark.parametrize("code", [pynvml.NVML_ERROR_TIMEOUT, pynvml.NVML_ERROR_UNKNOWN])
+def test_a_link_whose_state_nvml_could_not_read_is_a_checker_error_not_a_down_link(
+        monkeypatch, node, code):
+    """nvmlDeviceGetNvLinkState timing out (or UNKNOWN) for one link says nothing about the
+    link: the checker could not look. It was counted as not active, so the node drained now
+    for 'nvlink_down' (a repair code, never auto-resumed)."""
+    from rsc_health.model import Level
+
+    fake = FakeNvml()
+    fake.install(monkeypatch)
+    real_state = pynvml.nvmlDeviceGetNvLinkState
+
+    def flaky(handle, link):
+        if link == 5:
+            raise pynvml.NVMLError(code)
+        return real_state(handle, link)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetNvLinkState", flaky)
+    answer = NvmlBackend().read()["devices"][0]["nvlink"][5]["state"]
+    node.nvml(lambda d: d["devices"][0]["nvlink"][5].update(state=answer))
+
+    findings, verdict = node.check()
+    assert not [f for f in findings if f.code == "nvlink_down"]
+    assert verdict.level is Level.CHECKER_ERROR
+    # A link that is really down next to the unreadable one still drains now.
+    node.nvml(lambda d: d["devices"][0]["nvlink"][6].update(state=0))
+    findings, verdict = node.check()
+    assert [f.code for f in findings if f.code == "nvlink_down"] == ["nvlink_down"]
+    assert verdict.level is Level.DRAIN_NOW

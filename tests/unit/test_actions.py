@@ -258,3 +258,25 @@ def test_a_node_that_drained_first_steps_back_when_later_racers_push_it_past_the
     done = a.apply(decide([finding("xid79")]))
     assert [x.action for x in done] == ["guard_tripped"]
     assert "DRAIN" not in slurm.info["n06"].state
+
+
+@pytest.mark.parametrize("field", [{"refused_jobs": 7}, {"codes": 5}, {"clean_sweeps": "x"},
+                                   {"reason": None}, {"auto_resumable": "no"}])
+def test_a_wrongly_typed_drain_record_neither_stops_requeues_nor_resumes_the_node(
+        cfg, tmp_path, field):
+    """slurm_drain.json of the right keys and wrong types (JSON written by hand, another
+    version): read as no record. It raised TypeError inside the Actor on every sweep, before
+    the jobs on a DRAIN_NOW node were requeued."""
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    bad = decide([finding("mount_missing", family="mount")])
+    a.apply(bad)
+    path = tmp_path / "n01" / "slurm_drain.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **field}))
+    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    assert ("requeue", "7") in [(x.action, x.job_id) for x in a.apply(bad)]
+    path.write_text(json.dumps({**json.loads(path.read_text()), **field})
+                    if path.exists() else json.dumps(field))
+    for _ in range(4):  # never resumed on a record it cannot read
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
