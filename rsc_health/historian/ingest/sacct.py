@@ -153,7 +153,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
     # a second thread, which also keeps the report (read only once the load has ended).
     stream = _reported(
         blocks(source, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache,
-               exit_codes=exit_codes),
+               exit_codes=exit_codes, text_times=engine.dialect.name != "postgresql"),
         report,
         *clusters,
     )

@@ -33,6 +33,7 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -142,18 +143,23 @@ def blocks(
     gpus_per_node: int,
     hosts_cache: dict[str, list[str] | str],
     exit_codes: dict[str, str] | None = None,
+    text_times: bool = True,
 ) -> Iterator[tuple[Block, BlockProblems]]:
     """Parse sacct output (a path, an open file, the text or the bytes) block by block.
 
     `hosts_cache` maps NodeList -> its hosts (a str: why it is not a usable hostlist) across
     blocks; the caller keeps it for the whole load, so each distinct NodeList is expanded once.
-    `exit_codes` (instance key -> ExitCode, see `exit_codes`) overrides what --json says."""
+    `exit_codes` (instance key -> ExitCode, see `exit_codes`) overrides what --json says.
+    `text_times`: the times in `Block.jobs` as the text SQLite stores; False, only as
+    `Block.times` (PostgreSQL's COPY sends those; building the text would be wasted)."""
     raw = _open_bytes(source)
+    validate = partial(_validate, gpus_per_node=gpus_per_node, hosts_cache=hosts_cache,
+                       text_times=text_times)
     try:
         if _starts_json(raw):
-            yield from _json_blocks(raw.read(), gpus_per_node, hosts_cache, exit_codes or {})
+            yield from _json_blocks(raw.read(), validate, exit_codes or {})
             return
-        yield from _parsable_blocks(raw, gpus_per_node, hosts_cache)
+        yield from _parsable_blocks(raw, validate)
     finally:
         if not isinstance(source, io.IOBase):
             raw.close()
@@ -228,7 +234,7 @@ class _Utf8Repair(io.RawIOBase):
         self.out = piece
 
 
-def _parsable_blocks(raw, gpus_per_node, hosts_cache):
+def _parsable_blocks(raw, validate: Callable[..., Block]):
     header_bytes = raw.readline()
     header_text = header_bytes.decode("utf-8", "replace").rstrip("\r\n")
     delimiter = next((d for d in _DELIMITERS if d in header_text), "|")
@@ -291,7 +297,7 @@ def _parsable_blocks(raw, gpus_per_node, hosts_cache):
             batch, lines = batch.filter(pa.array(~blank)), lines[~blank]
         problems = BlockProblems(read=batch.num_rows, replaced=data.replaced - replaced)
         replaced = data.replaced
-        yield _validate(batch, lines, problems, gpus_per_node, hosts_cache), problems
+        yield validate(batch, lines, problems), problems
     if texts:
         names = header
         records, bad = _reassemble(texts, names, delimiter)
@@ -302,7 +308,7 @@ def _parsable_blocks(raw, gpus_per_node, hosts_cache):
              for name in wanted}
         )
         lines = np.array([line for line, _ in records], dtype=np.int64)
-        yield _validate(batch, lines, problems, gpus_per_node, hosts_cache), problems
+        yield validate(batch, lines, problems), problems
 
 
 def _blank_rows(batch: pa.RecordBatch) -> np.ndarray:
@@ -374,7 +380,7 @@ def exit_codes(data: bytes) -> dict[str, str]:
     return out
 
 
-def _json_blocks(data: bytes, gpus_per_node, hosts_cache, codes: dict[str, str]):
+def _json_blocks(data: bytes, validate: Callable[..., Block], codes: dict[str, str]):
     """`sacct --json` (data_parser v0.0.38 of 22.05 and the later forms) -> one block."""
     try:
         text = data.decode("utf-8")
@@ -413,8 +419,7 @@ def _json_blocks(data: bytes, gpus_per_node, hosts_cache, codes: dict[str, str])
             columns[name].append(row[name])
         lines.append(number)
     batch = pa.RecordBatch.from_pydict({k: pa.array(v, pa.string()) for k, v in columns.items()})
-    yield _validate(batch, np.array(lines, dtype=np.int64), problems, gpus_per_node,
-                    hosts_cache), problems
+    yield validate(batch, np.array(lines, dtype=np.int64), problems), problems
 
 
 def _json_row(job: dict) -> dict[str, str]:
@@ -511,8 +516,10 @@ def _validate(
     batch: pa.RecordBatch,
     lines: np.ndarray,
     problems: BlockProblems,
+    *,
     gpus_per_node: int,
     hosts_cache: dict[str, list[str] | str],
+    text_times: bool = True,
 ) -> Block:
     raw = {name: batch.column(name) for name in FIELDS}
     n = batch.num_rows
@@ -573,6 +580,7 @@ def _validate(
     gpus = pc.coalesce(tres_gpus, pc.multiply(pc.coalesce(nnodes, 0), gpus_per_node))
     start_ok = pa.array(times["Start"][0][keep])
     take = {name: col.filter(kept) for name, col in raw.items()}
+    typed_times = {name.lower(): column.filter(kept) for name, column in parsed.items()}
     cluster = (batch.column("Cluster").filter(kept) if "Cluster" in batch.schema.names
                else pa.array([""] * int(keep.sum()), pa.string()))
     jobs = pa.table(
@@ -585,7 +593,8 @@ def _validate(
             "state": state.filter(kept),
             "exit_code": take["ExitCode"],
             **{
-                name.lower(): _db_time(take[name], pa.array(times[name][0][keep]))
+                name.lower(): (_db_time(take[name], pa.array(times[name][0][keep]))
+                               if text_times else typed_times[name.lower()])
                 for name in ("Submit", "Eligible", "Start", "End")
             },
             "nnodes": nnodes.filter(kept),
@@ -604,7 +613,7 @@ def _validate(
     usable = {n: hosts_cache[n] for n in distinct if not isinstance(hosts_cache[n], str)}
     return Block(jobs, {n: h for n, h in usable.items() if h},
                  _job_nodes(jobs.column("nodelist"), hosts_cache),
-                 {name.lower(): column.filter(kept) for name, column in parsed.items()})
+                 typed_times)
 
 
 def _short(value, limit: int = 80) -> str:
