@@ -122,6 +122,27 @@ def test_freshness_names_a_node_that_stopped_and_one_that_cannot_look(historian,
     assert fresh["gone"].stale
 
 
+def test_freshness_of_nodes_without_heartbeats_comes_from_their_newest_check(
+        historian, tmp_path):
+    """Nodes from before heartbeats (and imported checks) fall back to their newest result,
+    found per node through the index, for the whole fleet and for one node asked by name."""
+    records = [r for i in range(3) for r in _sweep("alive", i, [OK_IB])]
+    for i, node in enumerate(["legacy-a", "legacy-b", "zz-legacy"]):
+        records += spool.check_records([OK_IB], node=node, source="sweep",
+                                       time=T0 + timedelta(minutes=5 * i), job_id=None)
+    _deliver(historian, tmp_path, records)
+    now = T0 + timedelta(minutes=12)
+    fleet = {f.node: f for f in node_freshness(historian, now, stale_after_s=600)}
+    assert sorted(fleet) == ["alive", "legacy-a", "legacy-b", "zz-legacy"]
+    assert fleet["alive"].last_source == "sweep" and not fleet["alive"].stale
+    assert {fleet[n].last_source for n in ("legacy-a", "legacy-b", "zz-legacy")} == {"checks"}
+    assert fleet["legacy-a"].stale and not fleet["zz-legacy"].stale
+    assert fleet["zz-legacy"].last_seen == (T0 + timedelta(minutes=10)).replace(tzinfo=None)
+    asked = node_freshness(historian, now, 600, nodes=["legacy-b", "never-heard", "alive"])
+    assert [(f.node, f.last_source, f.stale) for f in asked] == [
+        ("alive", "sweep", False), ("legacy-b", "checks", False), ("never-heard", "", True)]
+
+
 def test_prune_keeps_open_state_and_recent_rows(historian, tmp_path):
     seq = [[IB_DOWN], [OK_IB]]
     _deliver(historian, tmp_path, [r for i, f in enumerate(seq) for r in _sweep("n1", i, f)])
