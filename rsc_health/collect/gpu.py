@@ -231,6 +231,25 @@ def val(value: Any) -> Any:
     return None if err(value) else value
 
 
+def flag(answer: Any) -> tuple[bool | None, str | None]:
+    """(yes/no, why unreadable) for an NVML yes/no answer (pending, failure, link state).
+
+    Only a real bool or the integers 0/1 (what pynvml returns, what our backend captures) are
+    an answer; truthiness is not: "false", 1.0, [] or 2 in a replayed or captured file would
+    otherwise drain a node, or hide a yes. Absent (missing key, NOT_SUPPORTED) is (None, None);
+    anything else the checker could not read is (None, why), a checker error."""
+    if answer is None:
+        return None, None
+    e = err(answer)
+    if e:
+        return None, (None if e in ABSENT else e)
+    if isinstance(answer, bool):
+        return answer, None
+    if type(answer) is int and answer in (0, 1):
+        return bool(answer), None
+    return None, f"not 0 or 1: {_short(answer)}"
+
+
 @dataclass
 class GpuState:
     index: int
