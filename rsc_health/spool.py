@@ -20,6 +20,7 @@ Standard library only: the prolog imports this.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -118,25 +119,35 @@ def carries_news(rec: dict) -> bool:
 def append(spool_dir: Path, records: list[dict]) -> None:
     """Append records durably and all-or-nothing. Raises OSError if the disk refuses (full,
     read-only); then the file is cut back to where it was, so a later run never finds half a
-    record, and the caller knows nothing was spooled (callers log and carry on)."""
+    record, and the caller knows nothing was spooled (callers log and carry on).
+
+    One write(2) of all the lines on an O_APPEND fd, under the flock: a short write (a full
+    disk) is cut back, never completed by a second write. What no code can cut back is a
+    writer killed inside its write(2) (SIGKILL, the watchdog's os._exit, the OOM killer): the
+    kernel may have put the first part of the line on disk. So every append first looks at
+    the file's last byte and starts on a fresh line when it is not a newline: the torn line
+    stays one unreadable line on its own (the historian quarantines it) and costs no record
+    appended after it (tests/node/test_spool_torn.py)."""
     if not records:
         return
     spool_dir.mkdir(parents=True, exist_ok=True)
     data = "".join(json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
     payload = data.encode("utf-8", "surrogateescape")
-    fd = os.open(spool_dir / PENDING, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    fd = os.open(spool_dir / PENDING, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            payload = b"\n" + payload
         try:
-            written = 0
-            while written < len(payload):
-                n = os.write(fd, payload[written:])
-                if n <= 0:
-                    raise OSError(28, "short write")
-                written += n
+            written = os.write(fd, payload)
+            if written != len(payload):
+                raise OSError(errno.ENOSPC, f"short write to the spool ({written} of "
+                              f"{len(payload)} bytes)")
             os.fsync(fd)
-        except OSError:
+        except BaseException:
+            # BaseException: an exception a signal handler raises between the write and the
+            # fsync must not leave half an append behind either.
             try:
                 os.ftruncate(fd, size)
             except OSError:
