@@ -316,10 +316,17 @@ class Actor:
         return state
 
     def _write_state(self, state: DrainState) -> None:
-        self.state_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self._state_path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(asdict(state)))
-        os.replace(tmp, self._state_path)
+        """Best effort: the drain is already done in Slurm when this runs, and a state dir
+        that refuses writes (read-only, full) must not stop the requeue that follows. Without
+        the record the node is never auto-resumed (a person resumes it): the safe side."""
+        try:
+            self.state_dir.mkdir(parents=True, exist_ok=True)
+            tmp = self._state_path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(asdict(state)))
+            os.replace(tmp, self._state_path)
+        except OSError as exc:
+            self.log(f"rsc_health: cannot record the drain state in {self.state_dir} "
+                     f"({exc.strerror or exc}); {self.node} will not be auto-resumed")
 
     def _save_state(self, verdict: Verdict) -> None:
         codes = sorted({c.code or c.family for c in verdict.causes})
@@ -337,7 +344,11 @@ class Actor:
             self._write_state(state)
 
     def _clear_state(self) -> None:
-        self._state_path.unlink(missing_ok=True)
+        try:
+            self._state_path.unlink(missing_ok=True)
+        except OSError as exc:
+            self.log(f"rsc_health: cannot clear the drain state in {self.state_dir} "
+                     f"({exc.strerror or exc})")
 
     def _spool(self, actions: list[Action]) -> None:
         if not actions:

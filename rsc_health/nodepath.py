@@ -28,6 +28,7 @@ guard holding) is kept in `pending_verdict.json` and honoured by the next sweep 
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -94,9 +95,24 @@ def log(msg: str) -> None:
 
 @contextmanager
 def node_lock(sdir: Path, timeout_s: float):
-    """flock on <state_dir>/node.lock; polls so the wait is bounded by our budget."""
+    """flock on <state_dir>/node.lock; polls so the wait is bounded by our budget.
+
+    A state dir that refuses writes (its filesystem remounted read-only after disk errors)
+    must not blind the node path: flock needs no write access, so the lock file, or the
+    directory itself when the file was never made, is opened read-only. That run can neither
+    spool nor advance its cursor (it says so), but it still looks and acts."""
     sdir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        try:
+            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY)
+        except FileNotFoundError:
+            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY)
+        log(f"state dir {sdir} refuses writes ({exc.strerror}): checking and acting, but "
+            f"nothing can be spooled or remembered until it is writable")
     try:
         deadline = time.monotonic() + timeout_s
         while True:

@@ -20,6 +20,7 @@ Standard library only: the prolog imports this.
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
@@ -118,25 +119,34 @@ def carries_news(rec: dict) -> bool:
 def append(spool_dir: Path, records: list[dict]) -> None:
     """Append records durably and all-or-nothing. Raises OSError if the disk refuses (full,
     read-only); then the file is cut back to where it was, so a later run never finds half a
-    record, and the caller knows nothing was spooled (callers log and carry on)."""
+    record, and the caller knows nothing was spooled (callers log and carry on).
+
+    One write(2) of all the lines on an O_APPEND fd, under the flock: a short write (a full
+    disk) is cut back, never completed by a second write. What no code can cut back is a
+    writer killed inside its write(2) (SIGKILL, the watchdog's os._exit, the OOM killer): the
+    kernel may have put the first part of the line on disk. So every append first looks at
+    the file's last byte and starts on a fresh line when it is not a newline: the torn line
+    stays one unreadable line on its own (the historian quarantines it) and costs no record
+    appended after it (tests/node/test_spool_torn.py)."""
     if not records:
         return
     spool_dir.mkdir(parents=True, exist_ok=True)
     data = "".join(json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
     payload = data.encode("utf-8", "surrogateescape")
-    fd = os.open(spool_dir / PENDING, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    fd = _open_locked_pending(spool_dir / PENDING)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            payload = b"\n" + payload
         try:
-            written = 0
-            while written < len(payload):
-                n = os.write(fd, payload[written:])
-                if n <= 0:
-                    raise OSError(28, "short write")
-                written += n
+            written = os.write(fd, payload)
+            if written != len(payload):
+                raise OSError(errno.ENOSPC, f"short write to the spool ({written} of "
+                              f"{len(payload)} bytes)")
             os.fsync(fd)
-        except OSError:
+        except BaseException:
+            # BaseException: an exception a signal handler raises between the write and the
+            # fsync must not leave half an append behind either.
             try:
                 os.ftruncate(fd, size)
             except OSError:
@@ -144,6 +154,29 @@ def append(spool_dir: Path, records: list[dict]) -> None:
             raise
     finally:
         os.close(fd)
+
+
+def _open_locked_pending(path: Path) -> int:
+    """pending.jsonl opened for appending and flock'd, and still the file of that name once
+    the lock is held. Between our open and our lock a flush may have claimed the file (renamed
+    it to a batch), read it and deleted it: records appended to that inode would be lost, so
+    the file is opened afresh (a claim only ever renames pending.jsonl away, so this ends)."""
+    for _ in range(100):
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            held = os.fstat(fd)
+            try:
+                named = os.stat(path)
+            except FileNotFoundError:
+                named = None
+            if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+                return fd
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
+    raise OSError(errno.EAGAIN, f"{path} was claimed away 100 times in a row")
 
 
 def claim(spool_dir: Path) -> list[Path]:
@@ -154,7 +187,15 @@ def claim(spool_dir: Path) -> list[Path]:
     """
     pending = spool_dir / PENDING
     if pending.exists():
-        batch = spool_dir / f"batch-{datetime.now().strftime('%Y%m%dT%H%M%S%f')}.jsonl"
+        stamp = datetime.now().strftime('%Y%m%dT%H%M%S%f')
+        batch = spool_dir / f"batch-{stamp}.jsonl"
+        # The name is the wall clock's: a clock stepped back onto (or frozen at) the instant
+        # of a batch still waiting for delivery would rename over it and lose it. Callers hold
+        # flush_lock, so no other claim picks the same free name meanwhile.
+        n = 0
+        while batch.exists():
+            n += 1
+            batch = spool_dir / f"batch-{stamp}~{n}.jsonl"  # "~" sorts after ".jsonl"
         fd = os.open(pending, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)

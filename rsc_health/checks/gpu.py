@@ -4,7 +4,7 @@ hardware throttling."""
 from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
-from rsc_health.collect.gpu import CHECKER_ERRORS, val
+from rsc_health.collect.gpu import known, unusable, val
 from rsc_health.model import Finding, Severity
 
 # nvmlClocksThrottleReason* bits that mean the hardware protected itself.
@@ -23,12 +23,15 @@ def check(state, cfg: dict) -> list[Finding]:
     if report.error:
         if expected == 0:
             return [ok("gpu", "nvml", f"no GPUs expected ({report.error})")]
-        if report.error in CHECKER_ERRORS:
-            return [checker_error("gpu", "nvml", f"gpu: NVML could not be asked: {report.error}",
-                                  nvml=report.error)]
+        if not unusable(report.error):
+            return [_could_not_ask("nvml", "gpu", report.error)]
         code, text = {
             "NVML_ERROR_LIBRARY_NOT_FOUND": ("nvml_missing", "NVML library not found"),
             "NVML_ERROR_DRIVER_NOT_LOADED": ("driver_not_loaded", "NVIDIA driver not loaded"),
+            "NVML_ERROR_LIB_RM_VERSION_MISMATCH": (
+                "driver_mismatch", "NVIDIA driver/library version mismatch (driver upgraded "
+                "without a reboot?)"),
+            "NVML_ERROR_GPU_NOT_FOUND": ("gpu_missing", f"NVML found no GPU of {expected}"),
         }.get(report.error, ("nvml_error", f"NVML failed: {report.error}"))
         return [fail("gpu", "nvml", Severity.DRAIN_NOW, code, text, repair=True, nvml=report.error)]
 
@@ -43,9 +46,8 @@ def check(state, cfg: dict) -> list[Finding]:
     temp_max = float(gcfg.get("temperature_max_c", 87))
     for g in report.gpus:
         comp = gpu_name(g.index)
-        if g.error in CHECKER_ERRORS:
-            out.append(checker_error("gpu", comp, f"{comp}: NVML could not be asked: {g.error}",
-                                     nvml=g.error))
+        if g.error and not unusable(g.error):
+            out.append(_could_not_ask(comp, comp, g.error))
             continue
         if g.error:
             code = "gpu_lost" if g.error == "NVML_ERROR_GPU_IS_LOST" else "gpu_inaccessible"
@@ -73,3 +75,12 @@ def check(state, cfg: dict) -> list[Finding]:
         if not found:
             out.append(ok("gpu", comp, f"{comp} {g.name or ''} ok".replace("  ", " ")))
     return out
+
+
+def _could_not_ask(component: str, label: str, error: str) -> Finding:
+    """An NVML answer that is no evidence against the GPU: a checker error naming it, and
+    saying so when this checker does not know the code at all (a driver newer than its table,
+    or not an NVML code), so the operator can tell "cannot look" from "do not understand"."""
+    note = "" if known(error) else " (a return code this checker does not know: newer driver?)"
+    return checker_error("gpu", component, f"{label}: NVML could not be asked: {error}{note}",
+                         nvml=error)

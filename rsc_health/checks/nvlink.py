@@ -4,7 +4,7 @@ sweeps drain after the job."""
 from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus
-from rsc_health.collect.gpu import ABSENT, NVLINK_COUNTERS, err, val
+from rsc_health.collect.gpu import NVLINK_COUNTERS, flag
 from rsc_health.model import Finding, Severity
 
 
@@ -16,13 +16,14 @@ def check(state, cfg: dict) -> list[Finding]:
     for g, comp in readable_gpus(state):
         links = g.answers.get("nvlink") or []
         before = len(out)
-        down = [lk.get("link") for lk in links if val(lk.get("state")) in (0, False)]
-        active = sum(1 for lk in links if val(lk.get("state")) in (1, True))
-        # A state NVML could not give (TIMEOUT, UNKNOWN, ...) or not 0/1 says nothing about the
-        # link: the checker could not look. Only links known down or absent drain.
-        unreadable = {lk.get("link"): err(lk.get("state")) or "not 0 or 1" for lk in links
-                      if val(lk.get("state")) not in (0, 1)
-                      and err(lk.get("state")) not in ABSENT}
+        states = [(lk.get("link"), *(flag(lk["state"]) if lk.get("state") is not None
+                                     else (None, "no state"))) for lk in links]
+        down = [link for link, up, _ in states if up is False]
+        active = sum(1 for _, up, _ in states if up)
+        # A state NVML could not give (TIMEOUT, UNKNOWN, ...) or not a real 0/1 (0.0, "0")
+        # says nothing about the link: the checker could not look. Only links known down or
+        # absent drain.
+        unreadable = {link: why for link, _, why in states if why}
         missing = max(0, expected - len(links))
         if down or active + len(unreadable) < expected:
             shown = ",".join(str(x) for x in down) or "-"

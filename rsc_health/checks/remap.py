@@ -8,7 +8,8 @@ technician) clears it: repair=False.
 from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus
-from rsc_health.collect.gpu import val
+from rsc_health.collect.counters import plausible
+from rsc_health.collect.gpu import flag, val
 from rsc_health.model import Finding, Severity
 
 
@@ -19,18 +20,20 @@ def check(state, cfg: dict) -> list[Finding]:
         before = len(out)
         rows = val(g.answers.get("remapped_rows"))
         if isinstance(rows, dict):
-            # Flags are 0/1 (pynvml's ints): an NVML error answer or any other value is one the
-            # checker could not read, never a truthy "failed".
-            unreadable = [k for k in ("failure", "pending") if rows.get(k) not in (None, 0, 1)]
+            # Flags are bools or 0/1 (pynvml's ints): an NVML error answer or any other value
+            # (1.0, "true") is one the checker could not read, never a truthy "failed".
+            failure, pending = (flag(rows.get(k)) for k in ("failure", "pending"))
+            unreadable = [f"{k} {why}" for k, (_, why) in (("failure", failure),
+                                                             ("pending", pending)) if why]
             if unreadable:
-                out.append(checker_error("remap", comp, f"{comp} row remap "
-                                         f"{'/'.join(unreadable)} unreadable"))
-            if rows.get("failure") == 1:
+                out.append(checker_error("remap", comp, f"{comp} row remap unreadable: "
+                                         f"{', '.join(unreadable)}"))
+            if failure[0]:
                 out.append(
                     fail("remap", comp, Severity.DRAIN_NOW, "remap_failed",
                          f"{comp} row remapping failed", repair=True, **rows)
                 )
-            elif rows.get("pending") == 1:
+            elif pending[0]:
                 out.append(
                     fail("remap", comp, Severity.DRAIN_AFTER_JOB, "remap_pending",
                          f"{comp} row remap pending, needs a GPU reset", repair=False, **rows)
@@ -38,14 +41,24 @@ def check(state, cfg: dict) -> list[Finding]:
         pages = val(g.answers.get("retired_pages"))
         if isinstance(pages, dict):
             sbe, dbe = val(pages.get("sbe")), val(pages.get("dbe"))
-            total = sum(v for v in (sbe, dbe) if isinstance(v, int))
+            # A count no GPU holds (negative, 2**70, 1.5, true) was not read right: it must
+            # neither drain as "exhausted" nor count as zero in silence.
+            odd = [f"{k} {v!r:.40}" for k, v in (("sbe", sbe), ("dbe", dbe))
+                   if v is not None and not plausible(v)]
+            pending, why = flag(pages.get("pending"))
+            if why:
+                odd.append(f"pending {why}")
+            if odd:
+                out.append(checker_error("remap", comp, f"{comp} retired pages unreadable: "
+                                         f"{', '.join(odd)}"))
+            total = sum(v for v in (sbe, dbe) if plausible(v))
             limit = int(gcfg.get("retired_pages_max", 60))
             if total >= limit:
                 out.append(
                     fail("remap", comp, Severity.DRAIN_NOW, "retired_pages_exhausted",
                          f"{comp} {total} retired pages (limit {limit})", repair=True)
                 )
-            elif val(pages.get("pending")):
+            elif pending:
                 out.append(
                     fail("remap", comp, Severity.DRAIN_AFTER_JOB, "retire_pending",
                          f"{comp} page retirement pending, needs a GPU reset", repair=False)

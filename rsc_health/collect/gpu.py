@@ -13,36 +13,95 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-# NVML's return codes (nvml.h nvmlReturn_t), so replay files need no pynvml to be read.
-NVML_ERRORS = {
-    "NVML_ERROR_UNINITIALIZED": 1,
-    "NVML_ERROR_INVALID_ARGUMENT": 2,
-    "NVML_ERROR_NOT_SUPPORTED": 3,
-    "NVML_ERROR_NO_PERMISSION": 4,
-    "NVML_ERROR_NOT_FOUND": 6,
-    "NVML_ERROR_INSUFFICIENT_POWER": 8,
-    "NVML_ERROR_DRIVER_NOT_LOADED": 9,
-    "NVML_ERROR_TIMEOUT": 10,
-    "NVML_ERROR_IRQ_ISSUE": 11,
-    "NVML_ERROR_LIBRARY_NOT_FOUND": 12,
-    "NVML_ERROR_FUNCTION_NOT_FOUND": 13,
-    "NVML_ERROR_CORRUPTED_INFOROM": 14,
-    "NVML_ERROR_GPU_IS_LOST": 15,
-    "NVML_ERROR_RESET_REQUIRED": 16,
-    "NVML_ERROR_UNKNOWN": 999,
+# What an NVML error answer says about the node. Only UNUSABLE ever drains: the GPU or the
+# driver really cannot run a job. CHECKER means the checker could not ask or asked wrongly (its
+# permissions, its call order, a call this driver lacks or retired, a moment of contention):
+# loud, never a drain. ABSENT is "this GPU has no such thing" (see ABSENT below).
+UNUSABLE, CHECKER = "unusable", "checker"
+
+# NVML's return codes (nvml.h nvmlReturn_t, R570 headers; pynvml 12 agrees), so replay files
+# need no pynvml to be read. code -> (name, kind, why).
+NVML_RETURNS: dict[int, tuple[str, str, str]] = {
+    1: ("NVML_ERROR_UNINITIALIZED", CHECKER, "our call order: nvmlInit had not run"),
+    2: ("NVML_ERROR_INVALID_ARGUMENT", CHECKER, "we asked wrongly (or a link the GPU lacks)"),
+    3: ("NVML_ERROR_NOT_SUPPORTED", CHECKER, "this GPU has no such field (absent, see ABSENT)"),
+    4: ("NVML_ERROR_NO_PERMISSION", CHECKER, "the checker's privileges, not the GPU"),
+    5: ("NVML_ERROR_ALREADY_INITIALIZED", CHECKER, "deprecated; init is ref-counted now"),
+    6: ("NVML_ERROR_NOT_FOUND", CHECKER, "a lookup missed; GPU presence is the count's job"),
+    7: ("NVML_ERROR_INSUFFICIENT_SIZE", CHECKER, "the caller's buffer was too small"),
+    8: ("NVML_ERROR_INSUFFICIENT_POWER", UNUSABLE, "external power cables not attached"),
+    9: ("NVML_ERROR_DRIVER_NOT_LOADED", UNUSABLE, "no NVIDIA kernel driver: no GPU job runs"),
+    10: ("NVML_ERROR_TIMEOUT", CHECKER, "the call's own timeout; says nothing of the GPU"),
+    11: ("NVML_ERROR_IRQ_ISSUE", UNUSABLE, "the driver saw the GPU's interrupts fail"),
+    12: ("NVML_ERROR_LIBRARY_NOT_FOUND", UNUSABLE, "the driver's libnvidia-ml is not installed"),
+    13: ("NVML_ERROR_FUNCTION_NOT_FOUND", CHECKER, "a library older than the call we made"),
+    14: ("NVML_ERROR_CORRUPTED_INFOROM", UNUSABLE, "the board's InfoROM is corrupt: repair"),
+    15: ("NVML_ERROR_GPU_IS_LOST", UNUSABLE, "fell off the bus"),
+    16: ("NVML_ERROR_RESET_REQUIRED", UNUSABLE, "the GPU must be reset before it is used again"),
+    17: ("NVML_ERROR_OPERATING_SYSTEM", CHECKER, "the OS/cgroup blocked the checker's access"),
+    18: ("NVML_ERROR_LIB_RM_VERSION_MISMATCH", UNUSABLE,
+         "driver upgraded without a reboot: CUDA jobs fail the same way"),
+    19: ("NVML_ERROR_IN_USE", CHECKER, "busy for this operation; a job may well be using it"),
+    20: ("NVML_ERROR_MEMORY", CHECKER, "host memory for the call; the checker's, not the GPU"),
+    21: ("NVML_ERROR_NO_DATA", CHECKER, "nothing to report yet"),
+    22: ("NVML_ERROR_VGPU_ECC_NOT_SUPPORTED", CHECKER, "a vGPU operation we do not make"),
+    23: ("NVML_ERROR_INSUFFICIENT_RESOURCES", CHECKER, "a resource for the call ran out"),
+    24: ("NVML_ERROR_FREQ_NOT_SUPPORTED", CHECKER, "a clock we do not ask for"),
+    25: ("NVML_ERROR_ARGUMENT_VERSION_MISMATCH", CHECKER, "our struct version vs the driver's"),
+    26: ("NVML_ERROR_DEPRECATED", CHECKER, "the driver retired the call we made"),
+    27: ("NVML_ERROR_NOT_READY", CHECKER, "not ready yet (early after boot): ask again later"),
+    # NVML enumerated no GPU at all: the gpu check compares that with [gpu] count (gpu_missing).
+    28: ("NVML_ERROR_GPU_NOT_FOUND", UNUSABLE, "no GPU enumerated"),
+    29: ("NVML_ERROR_INVALID_STATE", CHECKER, "not in a state for this request"),
+    30: ("NVML_ERROR_RESET_TYPE_NOT_SUPPORTED", CHECKER, "a reset we do not ask for"),
+    999: ("NVML_ERROR_UNKNOWN", CHECKER, "NVML could not say: no evidence against the GPU"),
 }
+NVML_ERRORS = {name: code for code, (name, _kind, _why) in NVML_RETURNS.items()}
 NVML_ERROR_NAMES = {code: name for name, code in NVML_ERRORS.items()}
+# The only answers that may drain. A name not in here (CHECKER, a code a newer driver added,
+# garbage in a replay file) is a checker error naming what was answered.
+UNUSABLE_ERRORS = frozenset(name for name, kind, _why in NVML_RETURNS.values() if kind == UNUSABLE)
 NOT_SUPPORTED = "NVML_ERROR_NOT_SUPPORTED"
 LOST = "NVML_ERROR_GPU_IS_LOST"
 # Asking for a link index the GPU does not have answers INVALID_ARGUMENT / NOT_SUPPORTED.
 ABSENT = {NOT_SUPPORTED, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_FUNCTION_NOT_FOUND"}
+# An error answer that is not an NVML return code at all (pynvml raised with a value that is
+# not an int, a replay file holding a number, null or an object where a name belongs).
+NOT_A_CODE = "NVML_ERROR_NOT_A_CODE"
+
+
+def code_name(value: Any) -> str:
+    """NVML's name for a return code: a known int -> its name, another int -> NVML_ERROR_<n>
+    (a code newer than this table: visible, never a drain), anything else -> NOT_A_CODE with
+    what it was. Never raises (an unhashable value included)."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return NVML_ERROR_NAMES.get(value, f"NVML_ERROR_{value}")
+    return f"{NOT_A_CODE}({_short(value)})"
+
+
+def unusable(name: str | None) -> bool:
+    """True only for an answer that says the GPU or driver cannot run a job."""
+    return name in UNUSABLE_ERRORS
+
+
+def known(name: str | None) -> bool:
+    return name in NVML_ERRORS
+
+
+def _short(value: Any) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - a hostile __repr__ must not crash the collector
+        text = type(value).__name__
+    return text[:40]
+
 
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # NVML_NVLINK_ERROR_DL_* 0..3
 
 
 def error_name(exc: BaseException) -> str:
-    value = getattr(exc, "value", None)
-    return NVML_ERROR_NAMES.get(value, f"NVML_ERROR_{value}" if value is not None else "")
+    """The NVML name of a pynvml exception's return code (code_name: never raises)."""
+    return code_name(getattr(exc, "value", None))
 
 
 class NvmlBackend:
@@ -156,15 +215,39 @@ def _text(value: Any) -> str:
 
 
 def err(value: Any) -> str | None:
-    """NVML's error name when an answer is an error, else None."""
+    """NVML's error name when an answer is an error, else None. A captured error that is not a
+    name (a number, null, "", an object) is still an error, NOT_A_CODE: a file that says 18
+    where it should say a name was not written by this backend, so it never drains."""
     if isinstance(value, dict) and "error" in value:
-        return str(value["error"])
+        e = value["error"]
+        if isinstance(e, str) and e:
+            return e
+        return f"{NOT_A_CODE}({_short(e)})"
     return None
 
 
 def val(value: Any) -> Any:
     """The answer, or None when NVML answered with an error (not supported = absent)."""
     return None if err(value) else value
+
+
+def flag(answer: Any) -> tuple[bool | None, str | None]:
+    """(yes/no, why unreadable) for an NVML yes/no answer (pending, failure, link state).
+
+    Only a real bool or the integers 0/1 (what pynvml returns, what our backend captures) are
+    an answer; truthiness is not: "false", 1.0, [] or 2 in a replayed or captured file would
+    otherwise drain a node, or hide a yes. Absent (missing key, NOT_SUPPORTED) is (None, None);
+    anything else the checker could not read is (None, why), a checker error."""
+    if answer is None:
+        return None, None
+    e = err(answer)
+    if e:
+        return None, (None if e in ABSENT else e)
+    if isinstance(answer, bool):
+        return answer, None
+    if type(answer) is int and answer in (0, 1):
+        return bool(answer), None
+    return None, f"not 0 or 1: {_short(answer)}"
 
 
 @dataclass
@@ -176,13 +259,6 @@ class GpuState:
     error: str | None = None  # the device itself is unreachable (e.g. NVML_ERROR_GPU_IS_LOST)
     answers: dict = field(default_factory=dict)  # the raw NVML answers for this device
     field_errors: dict = field(default_factory=dict)  # field -> NVML error other than absent
-
-
-# NVML answers that say the checker could not look (its permissions, its own timeout, a
-# library older than the call): checker findings, never a drain.
-CHECKER_ERRORS = {"NVML_ERROR_NO_PERMISSION", "NVML_ERROR_TIMEOUT", "NVML_ERROR_UNINITIALIZED",
-                  "NVML_ERROR_FUNCTION_NOT_FOUND", "NVML_ERROR_INVALID_ARGUMENT",
-                  "NVML_ERROR_UNKNOWN"}
 
 
 @dataclass

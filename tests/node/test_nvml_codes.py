@@ -1,0 +1,214 @@
+"""Every NVML return code has a meaning here, and only the ones that say the GPU or driver
+cannot run a job drain. A code the table does not know (a newer driver), or an answer that is
+no code at all, is a checker error naming it: never a drain, never a crash.
+
+nvmlReturn_t as nvml.h (R570) numbers it; the pynvml installed here agrees (asserted below)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+
+import pytest
+
+from rsc_health.collect.gpu import NVML_ERRORS, UNUSABLE_ERRORS, NvmlBackend
+from rsc_health.model import Level, Severity, Status
+
+from .conftest import bad
+
+HEADER = {
+    "NVML_ERROR_UNINITIALIZED": 1, "NVML_ERROR_INVALID_ARGUMENT": 2,
+    "NVML_ERROR_NOT_SUPPORTED": 3, "NVML_ERROR_NO_PERMISSION": 4,
+    "NVML_ERROR_ALREADY_INITIALIZED": 5, "NVML_ERROR_NOT_FOUND": 6,
+    "NVML_ERROR_INSUFFICIENT_SIZE": 7, "NVML_ERROR_INSUFFICIENT_POWER": 8,
+    "NVML_ERROR_DRIVER_NOT_LOADED": 9, "NVML_ERROR_TIMEOUT": 10, "NVML_ERROR_IRQ_ISSUE": 11,
+    "NVML_ERROR_LIBRARY_NOT_FOUND": 12, "NVML_ERROR_FUNCTION_NOT_FOUND": 13,
+    "NVML_ERROR_CORRUPTED_INFOROM": 14, "NVML_ERROR_GPU_IS_LOST": 15,
+    "NVML_ERROR_RESET_REQUIRED": 16, "NVML_ERROR_OPERATING_SYSTEM": 17,
+    "NVML_ERROR_LIB_RM_VERSION_MISMATCH": 18, "NVML_ERROR_IN_USE": 19, "NVML_ERROR_MEMORY": 20,
+    "NVML_ERROR_NO_DATA": 21, "NVML_ERROR_VGPU_ECC_NOT_SUPPORTED": 22,
+    "NVML_ERROR_INSUFFICIENT_RESOURCES": 23, "NVML_ERROR_FREQ_NOT_SUPPORTED": 24,
+    "NVML_ERROR_ARGUMENT_VERSION_MISMATCH": 25, "NVML_ERROR_DEPRECATED": 26,
+    "NVML_ERROR_NOT_READY": 27, "NVML_ERROR_GPU_NOT_FOUND": 28,
+    "NVML_ERROR_INVALID_STATE": 29, "NVML_ERROR_RESET_TYPE_NOT_SUPPORTED": 30,
+    "NVML_ERROR_UNKNOWN": 999,
+}
+# What must drain: the GPU or the driver really cannot run a job.
+DRAINS = {"NVML_ERROR_INSUFFICIENT_POWER", "NVML_ERROR_DRIVER_NOT_LOADED",
+          "NVML_ERROR_IRQ_ISSUE", "NVML_ERROR_LIBRARY_NOT_FOUND", "NVML_ERROR_CORRUPTED_INFOROM",
+          "NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED",
+          "NVML_ERROR_LIB_RM_VERSION_MISMATCH", "NVML_ERROR_GPU_NOT_FOUND"}
+CHECKER = sorted(set(HEADER) - DRAINS)
+# Error answers no table knows or that are no NVML name at all.
+UNKNOWN_NAMES = ["NVML_ERROR_31", "NVML_ERROR_1000", "NVML_ERROR_SOMETHING_NEW"]
+NOT_NAMES = [18, 15, 31, None, "", True, 1.5, [15], {"code": 15}]
+
+
+def test_the_table_is_nvml_h_and_pynvml_agrees():
+    import pynvml
+
+    assert NVML_ERRORS == HEADER
+    assert UNUSABLE_ERRORS == DRAINS
+    for name, code in HEADER.items():
+        if hasattr(pynvml, name):
+            assert getattr(pynvml, name) == code, name
+
+
+def _judge(node):
+    findings, verdict = node.check(only={"gpu"})
+    return bad(findings), verdict
+
+
+def _checker_only(found, verdict, mentions: str):
+    assert verdict.level is Level.CHECKER_ERROR, [(f.code, f.reason) for f in found]
+    assert all(f.status is Status.ERROR and f.severity is Severity.NONE for f in found)
+    assert any(mentions in f.reason for f in found), [f.reason for f in found]
+
+
+@pytest.mark.parametrize("name", sorted(DRAINS - {"NVML_ERROR_GPU_IS_LOST"}))
+def test_an_unusable_gpu_or_driver_at_init_drains_now(node, name):
+    node.write("rsc_health/nvml.json", json.dumps({"error": name}))
+    found, verdict = _judge(node)
+    assert verdict.level is Level.DRAIN_NOW
+    assert [(f.family, f.component, f.severity) for f in found] == [
+        ("gpu", "nvml", Severity.DRAIN_NOW)]
+
+
+def test_a_driver_upgraded_without_a_reboot_says_so():
+    from types import SimpleNamespace
+
+    from rsc_health.checks import gpu
+    from rsc_health.collect.gpu import parse_answers
+
+    for name, code in [("NVML_ERROR_LIB_RM_VERSION_MISMATCH", "driver_mismatch"),
+                       ("NVML_ERROR_GPU_NOT_FOUND", "gpu_missing")]:
+        state = SimpleNamespace(gpu=parse_answers({"error": name}))
+        [f] = gpu.check(state, {"gpu": {"count": 8}})
+        assert (f.code, f.severity, f.repair) == (code, Severity.DRAIN_NOW, True)
+
+
+@pytest.mark.parametrize("name", CHECKER + UNKNOWN_NAMES)
+def test_a_checker_side_answer_at_init_never_drains(node, name):
+    node.write("rsc_health/nvml.json", json.dumps({"error": name}))
+    found, verdict = _judge(node)
+    _checker_only(found, verdict, name)
+    if name in UNKNOWN_NAMES:
+        assert "does not know" in found[0].reason
+
+
+@pytest.mark.parametrize("name", CHECKER + UNKNOWN_NAMES)
+def test_a_checker_side_answer_for_one_gpu_never_drains(node, name):
+    node.nvml(lambda d: d["devices"].__setitem__(4, {"index": 4, "error": name}))
+    found, verdict = _judge(node)
+    _checker_only(found, verdict, name)
+    assert [f.component for f in found] == ["gpu4"]
+
+
+@pytest.mark.parametrize("value", NOT_NAMES, ids=repr)
+def test_a_replayed_error_that_is_not_a_name_never_drains_nor_crashes(node, value):
+    node.write("rsc_health/nvml.json", json.dumps({"error": value}))
+    _checker_only(*_judge(node), "NVML_ERROR_NOT_A_CODE")
+    node.write("rsc_health/nvml.json", _healthy_doc(node))
+    node.nvml(lambda d: d["devices"].__setitem__(2, {"index": 2, "error": value}))
+    _checker_only(*_judge(node), "NVML_ERROR_NOT_A_CODE")
+    # The same garbage where one field's answer belongs is no fault either.
+    node.write("rsc_health/nvml.json", _healthy_doc(node))
+    node.nvml(lambda d: d["devices"][2].update(
+        retired_pages={"sbe": 0, "dbe": 0, "pending": {"error": value}}))
+    found, verdict = node.check()
+    assert verdict.level is Level.CHECKER_ERROR, [(f.code, f.reason) for f in bad(found)]
+
+
+_HEALTHY: dict[str, str] = {}
+
+
+def _healthy_doc(node) -> str:
+    """The fixture's NVML answers as first copied (tests edit the file in place)."""
+    from tests.node.conftest import FIXTURES
+
+    if "doc" not in _HEALTHY:
+        _HEALTHY["doc"] = (FIXTURES / "healthy" / "rsc_health" / "nvml.json").read_text()
+    return _HEALTHY["doc"]
+
+
+# ---- the live backend, with a pynvml that raises what a newer or broken binding might -------
+class FakeError(Exception):
+    def __init__(self, value):
+        super().__init__(value)
+        self.value = value
+
+
+def fake_pynvml(fail: dict[str, object]) -> types.ModuleType:
+    """A pynvml module for a 2-GPU node; `fail` maps a function name to the .value its
+    NVMLError carries (any object: pynvml passes through whatever the C call returned)."""
+    mod = types.ModuleType("pynvml")
+    mod.NVMLError = FakeError
+
+    class Pci:
+        busId = b"00000000:18:00.0"
+
+    answers = {
+        "nvmlInit": None, "nvmlShutdown": None, "nvmlSystemGetDriverVersion": "570.86",
+        "nvmlDeviceGetCount": 2, "nvmlDeviceGetHandleByIndex": lambda i: f"h{i}",
+        "nvmlDeviceGetUUID": lambda h: f"GPU-{h}", "nvmlDeviceGetPciInfo": Pci(),
+        "nvmlDeviceGetName": "NVIDIA H100", "nvmlDeviceGetEccMode": [1, 1],
+        "nvmlDeviceGetTotalEccErrors": 0, "nvmlDeviceGetRetiredPages": [],
+        "nvmlDeviceGetRetiredPagesPendingStatus": 0,
+        "nvmlDeviceGetRemappedRows": (0, 0, 0, 0),
+        "nvmlDeviceGetNvLinkState": lambda h, link: 1 if link < 2 else _raise(3),
+        "nvmlDeviceGetNvLinkErrorCounter": 0, "nvmlDeviceGetCurrPcieLinkGeneration": 5,
+        "nvmlDeviceGetMaxPcieLinkGeneration": 5, "nvmlDeviceGetCurrPcieLinkWidth": 16,
+        "nvmlDeviceGetMaxPcieLinkWidth": 16, "nvmlDeviceGetPcieReplayCounter": 0,
+        "nvmlDeviceGetTemperature": 40, "nvmlDeviceGetCurrentClocksThrottleReasons": 0,
+    }
+
+    def make(name, result):
+        def call(*args):
+            if name in fail:
+                raise FakeError(fail[name])
+            return result(*args) if callable(result) else result
+        return call
+
+    for name, result in answers.items():
+        setattr(mod, name, make(name, result))
+    return mod
+
+
+def _raise(code):
+    raise FakeError(code)
+
+
+LIVE_VALUES = [31, 1000, -1, "NVML_ERROR_GPU_IS_LOST", None, b"\x0f", 15.0, [15], {"x": 1},
+               object()]
+
+
+@pytest.mark.parametrize("where", ["nvmlInit", "nvmlDeviceGetCount",
+                                   "nvmlDeviceGetHandleByIndex", "nvmlDeviceGetUUID",
+                                   "nvmlDeviceGetRetiredPagesPendingStatus",
+                                   "nvmlDeviceGetRemappedRows", "nvmlDeviceGetTemperature"])
+@pytest.mark.parametrize("value", LIVE_VALUES, ids=lambda v: type(v).__name__ + repr(v)[:12])
+def test_live_nvml_raising_a_code_no_table_knows_never_drains_nor_crashes(
+        monkeypatch, node, where, value):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml({where: value}))
+    doc = NvmlBackend(max_links=4).read()
+    json.dumps(doc)  # what `healthctl snapshot` would write: must serialise
+    node.write("config.toml", node.path("config.toml").read_text().replace(
+        "count = 8", "count = 2").replace("nvlinks_per_gpu = 18", "nvlinks_per_gpu = 2"))
+    node.write("rsc_health/nvml.json", json.dumps(doc))
+    findings, verdict = node.check(only={"gpu", "ecc", "remap", "nvlink", "pcie"})
+    found = bad(findings)
+    assert verdict.level is Level.CHECKER_ERROR, [(f.code, f.reason) for f in found]
+    assert not [f for f in found if f.severity > Severity.WARN]
+
+
+@pytest.mark.parametrize(("value", "drains"), [(15, True), (18, True), (16, True),
+                                               (26, False), (21, False), (25, False)])
+def test_live_nvml_codes_are_judged_by_the_table(monkeypatch, node, value, drains):
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml({"nvmlDeviceGetHandleByIndex": value}))
+    doc = NvmlBackend(max_links=4).read()
+    node.write("config.toml", node.path("config.toml").read_text().replace("count = 8",
+                                                                           "count = 2"))
+    node.write("rsc_health/nvml.json", json.dumps(doc))
+    _, verdict = node.check(only={"gpu"})
+    assert verdict.level is (Level.DRAIN_NOW if drains else Level.CHECKER_ERROR)
