@@ -63,6 +63,11 @@ NVML_ERROR_NAMES = {code: name for name, code in NVML_ERRORS.items()}
 UNUSABLE_ERRORS = frozenset(name for name, kind, _why in NVML_RETURNS.values() if kind == UNUSABLE)
 NOT_SUPPORTED = "NVML_ERROR_NOT_SUPPORTED"
 LOST = "NVML_ERROR_GPU_IS_LOST"
+# Unusable answers that speak for the whole device wherever they come back: a GPU that fell
+# off the bus, or that must be reset, answers so field by field once its handle was taken.
+# Most telling first. (Driver- and library-wide answers cannot appear past nvmlInit.)
+DEVICE_FAULTS = (LOST, "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_IRQ_ISSUE",
+                 "NVML_ERROR_INSUFFICIENT_POWER", "NVML_ERROR_CORRUPTED_INFOROM")
 # Asking for a link index the GPU does not have answers INVALID_ARGUMENT / NOT_SUPPORTED.
 ABSENT = {NOT_SUPPORTED, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_FUNCTION_NOT_FOUND"}
 # An error answer that is not an NVML return code at all (pynvml raised with a value that is
@@ -292,9 +297,11 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
         state.pci_bus_id = val(dev.get("pci_bus_id"))
         state.name = val(dev.get("name"))
         state.field_errors = dict(_field_errors(dev))
-        # A GPU that falls off the bus mid-read answers GPU_IS_LOST field by field.
-        if not state.error and LOST in state.field_errors.values():
-            state.error, state.field_errors = LOST, {}
+        # A GPU that falls off the bus (or needs a reset) mid-read answers so field by
+        # field: that is the device's state, not one field's.
+        fault = next((f for f in DEVICE_FAULTS if f in state.field_errors.values()), None)
+        if not state.error and fault:
+            state.error, state.field_errors = fault, {}
         gpus.append(state)
     return GpuReport(None, val(doc.get("driver_version")), gpus)
 

@@ -88,6 +88,23 @@ def test_a_driver_upgraded_without_a_reboot_says_so():
         assert (f.code, f.severity, f.repair) == (code, Severity.DRAIN_NOW, True)
 
 
+@pytest.mark.parametrize("name", ["NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED",
+                                  "NVML_ERROR_IRQ_ISSUE", "NVML_ERROR_CORRUPTED_INFOROM"])
+def test_a_device_fault_answered_field_by_field_drains_that_gpu(node, name):
+    """A handle was taken, then every field of gpu2 answers that the GPU must be reset (or is
+    lost...): the GPU cannot run a job, whichever field said it."""
+    def fault(doc):
+        dev = doc["devices"][2]
+        for key in ("temperature", "ecc_errors", "retired_pages"):
+            if key in dev:
+                dev[key] = {"error": name}
+    node.nvml(fault)
+    found, verdict = _judge(node)
+    assert verdict.level is Level.DRAIN_NOW
+    assert [(f.component, f.severity) for f in found] == [("gpu2", Severity.DRAIN_NOW)]
+    assert name in found[0].reason
+
+
 @pytest.mark.parametrize("name", CHECKER + UNKNOWN_NAMES)
 def test_a_checker_side_answer_at_init_never_drains(node, name):
     node.write("rsc_health/nvml.json", json.dumps({"error": name}))
