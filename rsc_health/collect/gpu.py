@@ -65,9 +65,11 @@ NOT_SUPPORTED = "NVML_ERROR_NOT_SUPPORTED"
 LOST = "NVML_ERROR_GPU_IS_LOST"
 # Unusable answers that speak for the whole device wherever they come back: a GPU that fell
 # off the bus, or that must be reset, answers so field by field once its handle was taken.
-# Most telling first. (Driver- and library-wide answers cannot appear past nvmlInit.)
+# Most telling first. (Driver- and library-wide answers cannot appear past nvmlInit.) Not a
+# corrupt InfoROM from one field: the GPU still runs jobs (DCGM calls it a warning), only
+# that field's record is unreadable, so it stays that field's checker error.
 DEVICE_FAULTS = (LOST, "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_IRQ_ISSUE",
-                 "NVML_ERROR_INSUFFICIENT_POWER", "NVML_ERROR_CORRUPTED_INFOROM")
+                 "NVML_ERROR_INSUFFICIENT_POWER")
 # Asking for a link index the GPU does not have answers INVALID_ARGUMENT / NOT_SUPPORTED.
 ABSENT = {NOT_SUPPORTED, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_FUNCTION_NOT_FOUND"}
 # An error answer that is not an NVML return code at all (pynvml raised with a value that is

@@ -89,7 +89,7 @@ def test_a_driver_upgraded_without_a_reboot_says_so():
 
 
 @pytest.mark.parametrize("name", ["NVML_ERROR_GPU_IS_LOST", "NVML_ERROR_RESET_REQUIRED",
-                                  "NVML_ERROR_IRQ_ISSUE", "NVML_ERROR_CORRUPTED_INFOROM"])
+                                  "NVML_ERROR_IRQ_ISSUE", "NVML_ERROR_INSUFFICIENT_POWER"])
 def test_a_device_fault_answered_field_by_field_drains_that_gpu(node, name):
     """A handle was taken, then every field of gpu2 answers that the GPU must be reset (or is
     lost...): the GPU cannot run a job, whichever field said it."""
@@ -103,6 +103,14 @@ def test_a_device_fault_answered_field_by_field_drains_that_gpu(node, name):
     assert verdict.level is Level.DRAIN_NOW
     assert [(f.component, f.severity) for f in found] == [("gpu2", Severity.DRAIN_NOW)]
     assert name in found[0].reason
+
+
+def test_a_corrupt_inforom_answered_by_one_field_is_that_fields_checker_error(node):
+    node.nvml(lambda d: d["devices"][2].__setitem__(
+        "retired_pages", {"error": "NVML_ERROR_CORRUPTED_INFOROM"}))
+    found, verdict = _judge(node)
+    _checker_only(found, verdict, "NVML_ERROR_CORRUPTED_INFOROM")
+    assert [f.component for f in found] == ["gpu2"]
 
 
 @pytest.mark.parametrize("name", CHECKER + UNKNOWN_NAMES)
