@@ -24,26 +24,42 @@ def export(ctx: click.Context, out: str | None, window_days: float) -> None:
     """r_f with its interval, MTTF by size, lemon candidates, stale and broken nodes, open
     findings, guard trips and data age, in Prometheus' text format."""
     try:
-        from rsc_health.exporter.historian import build, exposition
+        from sqlalchemy.exc import SQLAlchemyError
+
+        from rsc_health.exporter.historian import build, exposition, unreachable
         from rsc_health.historian.db import HistorianError, connect
     except ImportError as exc:
         raise click.ClickException(
             f"the historian extra is not installed here ({exc.name}): "
             "pip install 'rsc-health[historian]'") from exc
     now = datetime.now(UTC).replace(tzinfo=None)
+    failed: str | None = None
     try:
         engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
-    except HistorianError as exc:
-        raise click.ClickException(str(exc)) from exc
-    try:
-        text = exposition(build(engine, ctx.obj.config, now, window_days=window_days))
-    finally:
-        engine.dispose()
+        try:
+            text = exposition(build(engine, ctx.obj.config, now, window_days=window_days))
+        finally:
+            engine.dispose()
+    except (HistorianError, SQLAlchemyError) as exc:
+        # Gone, locked past the busy timeout, frozen past the statement timeout, or not a
+        # historian: the file says so (rsc_health_historian_up 0) instead of keeping the last
+        # good numbers on display, and the command ends with one line.
+        orig = getattr(exc, "orig", None) or exc
+        failed = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        text = exposition(unreachable())
     if not out:
         click.echo(text.decode(), nl=False)
-        return
-    path = Path(out)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}")
-    tmp.write_bytes(text)
-    os.replace(tmp, path)
-    click.echo(f"wrote {path}", err=True)
+    else:
+        path = Path(out)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        try:
+            tmp.write_bytes(text)
+            os.replace(tmp, path)
+        except OSError as exc:
+            tmp.unlink(missing_ok=True)
+            raise click.ClickException(f"cannot write {path}: {exc}") from exc
+        if failed is None:
+            click.echo(f"wrote {path}", err=True)
+    if failed is not None:
+        raise click.ClickException(f"historian unreachable, exported "
+                                   f"rsc_health_historian_up 0: {failed}")

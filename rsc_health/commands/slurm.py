@@ -114,7 +114,7 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
     A node a person drained or set DOWN keeps its reason unless --force."""
     from rsc_health.model import ActionKind
     from rsc_health.policy import MAX_REASON_LEN, is_ours, sanitize
-    from rsc_health.slurm import SlurmError
+    from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
     text = sanitize(reason).strip()
@@ -124,8 +124,15 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
                     f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
     slurm = _slurm(ctx)
     results = []
+    away: SlurmUnavailable | None = None
     for node in expand(nodes):
         res = {"node": node, "ok": False, "result": "", "detail": "", "requeued": []}
+        if away is not None:
+            # One timeout for the lot, not one per node: 64 nodes against a frozen
+            # slurmctld would otherwise take 64 timeouts (or three each).
+            res.update(result="not tried", detail=f"Slurm unavailable: {away}")
+            results.append(res)
+            continue
         try:
             info = slurm.node(node)
             if (info.drain_set or info.down) and not is_ours(info.reason) and not force:
@@ -133,19 +140,46 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
                            detail=f"{info.state} by someone else: {info.reason!r}; --force")
                 results.append(res)
                 continue
-            slurm.drain(node, slurm_reason)
-            after = slurm.node(node)
-            busy = any(f in after.flags for f in ("ALLOCATED", "MIXED", "COMPLETING"))
-            if now_:
-                for job in slurm.jobs_on_node(node):
-                    try:
-                        slurm.requeue(job.job_id)
-                        res["requeued"].append(job.job_id)
-                    except SlurmError as exc:
-                        res["detail"] += f"job {job.job_id} not requeued: {exc}; "
+            try:
+                slurm.drain(node, slurm_reason)
+            except SlurmUnavailable as exc:
+                # slurmctld may hold the request and apply it once it answers again (a
+                # SIGSTOP, an overload): recorded as asked, and said to be unconfirmed.
+                away = exc
+                where = _record(ctx, ActionKind.MANUAL_DRAIN, node,
+                                f"{slurm_reason} ({who}; unconfirmed: Slurm did not answer)")
+                res.update(result="unconfirmed",
+                           detail=f"Slurm did not answer ({exc}); the drain may still land, "
+                                  f"see `healthctl node {node}`; recorded in the {where}")
+                results.append(res)
+                continue
+            # Recorded before anything else can fail: the drain is done.
             where = _record(ctx, ActionKind.MANUAL_DRAIN, node, f"{slurm_reason} ({who})")
-            res.update(ok=True, result="draining" if busy and not now_ else "drained",
-                       detail=(res["detail"] + f"recorded in the {where}").strip())
+            res.update(ok=True, result="drained")
+            try:
+                after = slurm.node(node)
+                if any(f in after.flags for f in ("ALLOCATED", "MIXED", "COMPLETING")) \
+                        and not now_:
+                    res["result"] = "draining"
+                if now_:
+                    for job in slurm.jobs_on_node(node):
+                        try:
+                            slurm.requeue(job.job_id)
+                            res["requeued"].append(job.job_id)
+                        except SlurmUnavailable:
+                            raise
+                        except SlurmError as exc:
+                            res["detail"] += f"job {job.job_id} not requeued: {exc}; "
+            except SlurmError as exc:
+                if isinstance(exc, SlurmUnavailable):
+                    away = exc
+                res["detail"] += (f"drained, but {'jobs not requeued: ' if now_ else ''}"
+                                  f"state not re-read: {exc}; ")
+                res["ok"] = not now_
+            res["detail"] = (res["detail"] + f"recorded in the {where}").strip()
+        except SlurmUnavailable as exc:
+            away = exc
+            res.update(result="failed", detail=str(exc))
         except SlurmError as exc:
             res.update(result="failed", detail=str(exc))
         results.append(res)
@@ -166,13 +200,18 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
     the historian (close the ticket: `healthctl ticket close ID`)."""
     from rsc_health.model import ActionKind
     from rsc_health.policy import is_ours
-    from rsc_health.slurm import SlurmError
+    from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
     slurm = _slurm(ctx)
     results = []
+    away: SlurmUnavailable | None = None
     for node in expand(nodes):
         res = {"node": node, "ok": False, "result": "", "detail": ""}
+        if away is not None:
+            res.update(result="not tried", detail=f"Slurm unavailable: {away}")
+            results.append(res)
+            continue
         try:
             info = slurm.node(node)
             if not (info.drain_set or info.down):
@@ -189,12 +228,26 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
                            detail=f"open repair ticket {', '.join(open_tickets)}; --force")
                 results.append(res)
                 continue
-            slurm.resume(node)
             note = f"by {who}" + (f": {reason}" if reason else "")
+            try:
+                slurm.resume(node)
+            except SlurmUnavailable as exc:
+                # As for drain: slurmctld may still apply it once it answers again.
+                away = exc
+                where = _record(ctx, ActionKind.RESUME, node,
+                                f"{info.reason} ({note}; unconfirmed: Slurm did not answer)")
+                res.update(result="unconfirmed",
+                           detail=f"Slurm did not answer ({exc}); the resume may still land, "
+                                  f"see `healthctl node {node}`; recorded in the {where}")
+                results.append(res)
+                continue
             where = _record(ctx, ActionKind.RESUME, node, f"{info.reason} ({note})")
             checked = "" if open_tickets is not None else "; tickets not checked (no historian)"
             res.update(ok=True, result="resumed",
                        detail=f"was {info.state} {info.reason}; recorded in the {where}{checked}")
+        except SlurmUnavailable as exc:
+            away = exc
+            res.update(result="failed", detail=str(exc))
         except SlurmError as exc:
             res.update(result="failed", detail=str(exc))
         results.append(res)

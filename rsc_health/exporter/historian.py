@@ -26,6 +26,7 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
     from rsc_health.historian.metrics.rates import failure_rate
 
     reg = CollectorRegistry()
+    _up(reg, 1)
     window = Window(since=now - timedelta(days=window_days), until=now)
     large = int(cfg.get("metrics.large_job_gpus", 128))
     confidence = float(cfg.get("metrics.confidence", 0.9))
@@ -116,6 +117,20 @@ def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
                 registry=reg)
     for v in verdicts:
         per.labels(v.node).set(1)
+
+
+def _up(reg: CollectorRegistry, value: int) -> None:
+    Gauge("rsc_health_historian_up",
+          "1 when this export could read the historian, 0 when it could not (the fleet "
+          "metrics are then absent, not the last good values)", registry=reg).set(value)
+
+
+def unreachable() -> CollectorRegistry:
+    """What an export says when the historian could not be read: up 0 and nothing else, so
+    a dashboard shows "no data" rather than the last good numbers as if they were current."""
+    reg = CollectorRegistry()
+    _up(reg, 0)
+    return reg
 
 
 def exposition(registry: CollectorRegistry) -> bytes:

@@ -61,23 +61,75 @@ def slurm_time(text: str | None) -> datetime | None:
         return None
 
 
+# What Slurm prints after a node's fixed fields, in this order (22.05 to 24.x): a person's or
+# Slurm's free text. Nothing we read about a node is taken from here but the Reason itself.
+_TAIL_KEYS = ("Reason", "Comment", "Extra", "InstanceId", "InstanceType", "ReservationName")
+# Always in the fixed part, once: the line is ambiguous if one is missing or repeated there.
+_HEAD_KEYS = ("NodeName", "State", "CfgTRES")
+
+
+class AmbiguousNode(SlurmCommandError):
+    """A node's line holds Key=Value text inside a field (its Features, say) that reads like
+    one of the fields we decide on: refused rather than guessed at."""
+
+    def __init__(self, name: str, why: str):
+        super().__init__(["scontrol", "show", "node", name], 1,
+                         f"ambiguous scontrol output for node {name!r}: {why}; "
+                         "fix the node's Features/Comment/Extra text")
+
+
 def parse_node_line(line: str) -> NodeInfo:
-    kv = parse_kv(line)
+    """One record of `scontrol -o show node`. Slurm prints the fixed fields first and a
+    person's text last (Reason, Comment, Extra): the fixed fields come from the part before
+    the first of those, each key exactly once there, and the reason only from a Reason= that
+    opens that part. Features (printed among the fixed fields) that read "a State=IDLE"
+    repeat a key: the node is refused (AmbiguousNode), never read as IDLE."""
+    keys = list(_KEY.finditer(line))
+    name = line.split(" ", 1)[0].partition("=")[2] if line.startswith("NodeName=") else "?"
+    cut = next((i for i, m in enumerate(keys) if m["key"] in _TAIL_KEYS), len(keys))
+    head_end = keys[cut].start() if cut < len(keys) else len(line)
+    seen: dict[str, int] = {}
+    for m in keys[:cut]:
+        seen[m["key"]] = seen.get(m["key"], 0) + 1
+    twice = sorted(k for k, n in seen.items() if n > 1)
+    missing = [k for k in _HEAD_KEYS if k not in seen]
+    if twice or missing or not keys or keys[0].start() != 0 or keys[0]["key"] != "NodeName":
+        why = (f"{', '.join(twice)} printed twice" if twice
+               else f"no {', '.join(missing) or 'NodeName'} before the free text")
+        raise AmbiguousNode(name, why)
+    kv = parse_kv(line[:head_end])
     reason, user, when = "", "", None
-    m = _REASON.search(line)
-    if m:
-        reason, user, when = m["text"].strip(), m["user"], slurm_time(m["time"])
-    elif "Reason" in kv:
-        reason = kv["Reason"]
+    if cut < len(keys) and keys[cut]["key"] == "Reason":
+        # Slurm writes the first line of the reason, then " [user@time]", then any further
+        # lines (joined by spaces with -o): the reason is that first line.
+        rest = line[keys[cut].start():]
+        m = _REASON.match(rest.lstrip())
+        if m:
+            reason, user, when = m["text"].strip(), m["user"], slurm_time(m["time"])
+        else:
+            nxt = keys[cut + 1].start() if cut + 1 < len(keys) else len(line)
+            reason = line[keys[cut].end():nxt].strip()
     parts = kv.get("Partitions", "")
     return NodeInfo(
-        name=kv.get("NodeName", ""),
+        name=kv["NodeName"],
         state=kv.get("State", ""),
         reason=reason if reason != "(null)" else "",
         reason_user=user,
         reason_time=when,
         partitions=tuple(p for p in parts.split(",") if p and p != "(null)"),
     )
+
+
+def node_records(out: str) -> list[str]:
+    """`scontrol -o show node` output as one string per node: a line that does not open with
+    NodeName= is the rest of the one before (a newline inside a Comment or Extra)."""
+    records: list[str] = []
+    for line in out.splitlines():
+        if line.startswith("NodeName=") or not records:
+            records.append(line)
+        else:
+            records[-1] += " " + line
+    return [r for r in records if r.startswith("NodeName=")]
 
 
 class CliSlurm:
@@ -131,15 +183,33 @@ class CliSlurm:
         argv = ["scontrol", "-o", "show", "node"]
         if names:
             argv.append(",".join(names))
-        out = self._run(argv)
-        return [parse_node_line(line) for line in out.splitlines() if line.startswith("NodeName=")]
+        infos = [parse_node_line(rec) for rec in node_records(self._run(argv))]
+        # A Comment or Extra holding a newline and then "NodeName=node05 State=IDLE ..." lists
+        # node05 twice. Asked alone, Slurm prints the node's own record first: that one.
+        count: dict[str, int] = {}
+        for n in infos:
+            count[n.name] = count.get(n.name, 0) + 1
+        twice = {name: self.node(name) for name, k in count.items() if k > 1}
+        out, done = [], set()
+        for n in infos:
+            if n.name in twice:
+                if n.name not in done:
+                    out.append(twice[n.name])
+                    done.add(n.name)
+            else:
+                out.append(n)
+        return out
 
     def node(self, name: str) -> NodeInfo:
+        """The node's own record: the first of that name when it is asked for alone (a
+        further NodeName= line of the same name is text inside its own Comment or Extra)."""
         _one_node("show", name)
-        found = [n for n in self.nodes([name]) if n.name == name]
-        if not found:
-            raise SlurmCommandError(["scontrol", "show", "node", name], 1, "no such node")
-        return found[0]
+        for rec in node_records(self._run(["scontrol", "-o", "show", "node", name])):
+            if rec.startswith(f"NodeName={name} "):
+                info = parse_node_line(rec)
+                if info.name == name:
+                    return info
+        raise SlurmCommandError(["scontrol", "show", "node", name], 1, "no such node")
 
     def drain(self, node: str, reason: str) -> None:
         _one_node("update", node)

@@ -154,7 +154,7 @@ def test_node_answers_for_the_node_asked_never_the_first_line_printed(tmp_path):
     # A show that lists more than the node asked for (an alias, a future scontrol): the state
     # and reason used to decide on node01 must be node01's, not whichever line came first.
     human = DRAINED.replace("rsc_health:now:xid79:gpu3 fell off the bus", "bad dimm -- bob")
-    idle = "NodeName=node01 State=IDLE Partitions=gpu"
+    idle = "NodeName=node01 State=IDLE Partitions=gpu CfgTRES=cpu=2"
     slurm = fake_bin(tmp_path, "scontrol", f"echo '{idle.replace('node01', 'node02')}'\n"
                      f"echo '{human.replace('node02', 'node01')}'\n")
     info = slurm.node("node01")

@@ -12,8 +12,8 @@ import pytest
 pytestmark = pytest.mark.slurm
 
 
-def healthctl(cluster, *args: str, root=None) -> subprocess.CompletedProcess:
-    env = dict(cluster.env, RSC_HEALTH_CONFIG=os.devnull)
+def healthctl(cluster, *args: str, root=None, env=None) -> subprocess.CompletedProcess:
+    env = dict(cluster.env, RSC_HEALTH_CONFIG=os.devnull, **(env or {}))
     argv = [sys.executable, "-m", "rsc_health.cli"]
     if root:
         argv += ["--root", str(root)]

@@ -1,0 +1,121 @@
+"""`healthctl metrics export` under hostile names and an unreachable historian, read back the
+way Prometheus reads it: prometheus_client's own text parser and a real node_exporter's
+textfile collector over HTTP."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import create_engine
+
+from rsc_health.historian import db, schema
+
+REPO = Path(__file__).resolve().parents[2]
+HOSTILE = ['q"uote', "back\\slash", "new\nline", "br{ace}s", "caf\ufffd\u00e9", "x,y=z"]
+
+
+def export(url: str, out: Path, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "rsc_health.cli", "--config", os.devnull,
+                           "--db", url, "metrics", "export", "--out", str(out)],
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def samples(text: str) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out.setdefault(s.name, []).append(s)
+    return out
+
+
+@pytest.fixture
+def historian(tmp_path):
+    url = f"sqlite:///{tmp_path / 'historian.db'}"
+    eng = create_engine(url)
+    db.create(eng)
+    old = datetime.utcnow() - timedelta(days=2)
+    with eng.begin() as conn:
+        conn.execute(schema.node_runs.insert(), [
+            {"node": n, "source": "sweep", "last_seen": old, "level": "ok"} for n in HOSTILE])
+    eng.dispose()
+    return url
+
+
+def test_hostile_node_names_come_back_whole_through_the_text_parser(historian, tmp_path):
+    out = tmp_path / "fleet.prom"
+    proc = export(historian, out)
+    assert proc.returncode == 0, proc.stderr
+    got = samples(out.read_text())
+    assert sorted(s.labels["node"] for s in got["rsc_health_node_stale"]) == sorted(HOSTILE)
+    assert got["rsc_health_historian_up"][0].value == 1
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not shutil.which("prometheus-node-exporter"),
+                    reason="prometheus-node-exporter (Debian) not installed")
+def test_node_exporter_serves_hostile_names_and_an_unreachable_historian(historian, tmp_path):
+    textdir = tmp_path / "textfile"
+    textdir.mkdir()
+    prom = textdir / "rsc_health_fleet.prom"
+    assert export(historian, prom).returncode == 0
+    port = _free_port()
+    ne = subprocess.Popen(
+        ["prometheus-node-exporter", f"--web.listen-address=127.0.0.1:{port}",
+         f"--collector.textfile.directory={textdir}", "--collector.disable-defaults",
+         "--collector.textfile"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        def scrape() -> dict[str, list]:
+            deadline = time.monotonic() + 20
+            while True:
+                try:
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
+                                                timeout=5) as resp:
+                        return samples(resp.read().decode())
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.2)
+
+        got = scrape()
+        assert got["node_textfile_scrape_error"][0].value == 0
+        assert sorted(s.labels["node"] for s in got["rsc_health_node_stale"]) == sorted(HOSTILE)
+        # The historian goes away: the next export says so as a metric, in bounded time, and
+        # the fleet numbers of the last good export are not served as if they were current.
+        gone = f"sqlite:///{tmp_path / 'no/such/dir/historian.db'}"
+        t0 = time.monotonic()
+        proc = export(gone, prom, timeout=60)
+        assert time.monotonic() - t0 < 30
+        assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        got = scrape()
+        assert got["node_textfile_scrape_error"][0].value == 0
+        assert got["rsc_health_historian_up"][0].value == 0
+        assert "rsc_health_node_stale" not in got and "rsc_health_lemon_candidates" not in got
+    finally:
+        ne.terminate()
+        ne.wait(10)
+
+
+def test_a_historian_that_is_not_a_database_is_one_line_and_up_0(tmp_path):
+    bad = tmp_path / "historian.db"
+    bad.write_bytes(b"\xff" * 4096)
+    out = tmp_path / "fleet.prom"
+    proc = export(f"sqlite:///{bad}", out, timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert samples(out.read_text())["rsc_health_historian_up"][0].value == 0
