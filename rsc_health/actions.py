@@ -29,8 +29,8 @@ from rsc_health import spool
 from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import Config
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
-from rsc_health.policy import is_ours, parse_reason
-from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI
+from rsc_health.policy import MODE_FOR_LEVEL, is_ours, parse_reason
+from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
 
@@ -170,31 +170,68 @@ class Actor:
             return []
         actions: list[Action] = []
         ours = parse_reason(info.reason) if info.drain_set else None
-        escalate = ours is not None and ours["mode"] != "now" and now_mode
+        # Only our own after-job drain is made a drain-now. An operator's (healthctl drain:
+        # manual) or a lemon verdict's drain carries our prefix but is a person's decision,
+        # never auto-resumed: its reason stays, so it is never taken over and resumed.
+        escalate = ours is not None and ours["mode"] == "job" and now_mode
+        node_path_drain = ours is not None and ours["mode"] in MODE_FOR_LEVEL.values()
         if ours is None or escalate:
             if ours is None:
                 tripped = self._guard_tripped()
                 if tripped is not None:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
+            drained = Action(kind, self.node, verdict.reason)
             if ours is None:
                 # Twice: a node that drained a moment before the others sees too few at first.
                 # After guard_settle_s every racing drain has landed, and every node ranks the
                 # same final set the same way, so exactly those past the limit step back.
-                over = self._over_the_limit()
-                if over is None and self.settle_s > 0:
-                    self.sleep(self.settle_s)
+                try:
                     over = self._over_the_limit()
+                    if over is None and self.settle_s > 0:
+                        self.sleep(self.settle_s)
+                        over = self._over_the_limit()
+                except SlurmError:
+                    # The drain landed and Slurm stopped answering before the second look:
+                    # what is true goes on record (our drain, resumable as any other), and the
+                    # caller still hears Slurm is away, so the verdict stays pending and the
+                    # requeue follows on the next run.
+                    self._save_state(verdict)
+                    self._spool([drained])
+                    raise
                 if over is not None:
                     return [over]
             self._save_state(verdict)
-            actions.append(Action(kind, self.node, verdict.reason))
+            actions.append(drained)
+        elif node_path_drain and not self._state_path.exists():
+            # Our drain, and no record of it: a drain call that timed out and that slurmctld
+            # applied later. Recorded once, as Slurm holds it.
+            actions.extend(self._adopt(verdict, info))
         else:
             # Already drained by us: keep it so, and restart the clean-sweep count.
             self._reset_clean_count()
         if now_mode and requeue:
             actions.extend(self._requeue_jobs(verdict.reason, skip))
         return actions
+
+    def _adopt(self, verdict: Verdict, info: NodeInfo) -> list[Action]:
+        """Record our drain found in place with no record of it. Auto-resumable only when it
+        is this very verdict's drain; one for another verdict is left to a person. Nothing is
+        spooled unless the record was written, so a state dir that refuses writes does not
+        repeat the action on every run."""
+        same = info.reason == verdict.reason
+        codes = sorted({c.code or c.family for c in verdict.causes}) if same else []
+        state = DrainState(
+            reason=info.reason, codes=codes, time=self.now().isoformat(),
+            auto_resumable=same and verdict.auto_resumable and not (self.never_resume
+                                                                    & set(codes)))
+        if not self._write_state(state):
+            return []
+        mode = (parse_reason(info.reason) or {}).get("mode")
+        kind = ActionKind.DRAIN_NOW if mode == "now" else ActionKind.DRAIN_AFTER_JOB
+        return [Action(kind, self.node, info.reason,
+                       detail="our drain found in place with no record of it "
+                              "(Slurm answered late)")]
 
     def _guard_tripped(self) -> Action | None:
         nodes = self.slurm.nodes()
@@ -315,7 +352,7 @@ class Actor:
             return None
         return state
 
-    def _write_state(self, state: DrainState) -> None:
+    def _write_state(self, state: DrainState) -> bool:
         """Best effort: the drain is already done in Slurm when this runs, and a state dir
         that refuses writes (read-only, full) must not stop the requeue that follows. Without
         the record the node is never auto-resumed (a person resumes it): the safe side."""
@@ -327,6 +364,8 @@ class Actor:
         except OSError as exc:
             self.log(f"rsc_health: cannot record the drain state in {self.state_dir} "
                      f"({exc.strerror or exc}); {self.node} will not be auto-resumed")
+            return False
+        return True
 
     def _save_state(self, verdict: Verdict) -> None:
         codes = sorted({c.code or c.family for c in verdict.causes})

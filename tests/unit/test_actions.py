@@ -280,3 +280,81 @@ def test_a_wrongly_typed_drain_record_neither_stops_requeues_nor_resumes_the_nod
     for _ in range(4):  # never resumed on a record it cannot read
         assert a.apply(decide([]), clean_sweep=True) == []
     assert slurm.info["n01"].drain_set
+
+
+class FreezesAfterDrain(MemorySlurm):
+    """slurmctld stops answering right after it took the drain (the guard's second look)."""
+
+    def __init__(self):
+        super().__init__()
+        self.frozen = False
+
+    def drain(self, node, reason, when=NOW):
+        super().drain(node, reason, when)
+        self.frozen = True
+
+    def nodes(self, names=None):
+        if self.frozen:
+            from rsc_health.slurm.api import SlurmUnavailable
+            raise SlurmUnavailable("scontrol show node: timed out after 10 s")
+        return super().nodes(names)
+
+
+def test_a_drain_that_landed_before_slurm_froze_is_recorded_and_resumable(cfg, tmp_path):
+    """The drain happened; Slurm froze before the guard's second look. What is true (our
+    drain, its record for auto-resume, its action) is kept; the caller still hears Slurm
+    is away, so the verdict stays pending and the requeue follows next run."""
+    from rsc_health.slurm.api import SlurmError
+
+    slurm = FreezesAfterDrain()
+    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    a = actor(slurm, cfg, tmp_path)
+    verdict = decide([finding("mount_missing", family="mount")])
+    with pytest.raises(SlurmError):
+        a.apply(verdict)
+    assert slurm.info["n01"].drain_set
+    assert a.load_state() is not None and a.load_state().reason == slurm.info["n01"].reason
+    assert [r["action"] for r in spooled(tmp_path)] == ["drain_now"]
+    slurm.frozen = False  # the next run: Slurm back, the verdict retried
+    assert [x.action for x in a.apply(verdict)] == ["requeue"]
+    assert [r["action"] for r in spooled(tmp_path)] == ["drain_now", "requeue"]
+    for _ in range(3):
+        last = a.apply(decide([]), clean_sweep=True)
+    assert [x.action for x in last] == ["resume"]
+
+
+def test_our_drain_that_landed_after_the_call_timed_out_is_adopted_once(cfg, tmp_path):
+    """scontrol timed out, slurmctld applied the drain later: the next run finds our drain
+    with no record of it. It is recorded once (not on every run), with what Slurm holds."""
+    slurm = MemorySlurm()
+    verdict = decide([finding("mount_missing", family="mount")])
+    slurm.drain("n01", verdict.reason)  # landed late: this Actor never saw it succeed
+    a = actor(slurm, cfg, tmp_path)
+    assert [x.action for x in a.apply(verdict)] == ["drain_now"]
+    assert [x.action for x in a.apply(verdict)] == []
+    assert [(r["action"], r["detail"]) for r in spooled(tmp_path)] == [
+        ("drain_now", "our drain found in place with no record of it (Slurm answered late)")]
+    assert a.load_state().reason == slurm.info["n01"].reason
+    for _ in range(3):
+        last = a.apply(decide([]), clean_sweep=True)
+    assert [x.action for x in last] == ["resume"]
+
+
+@pytest.mark.parametrize("held", ["rsc_health:manual:rma:RMA 42 by bob",
+                                  "rsc_health:lemon:node_fails:node_fails 4 (min 3)"])
+def test_an_operators_or_lemon_drain_is_never_taken_over_by_a_node_verdict(cfg, tmp_path, held):
+    """healthctl drain and lemons --apply drain with our prefix but are never auto-resumed.
+    A DRAIN_NOW fault on such a node requeues its jobs but must not replace the reason (it
+    did: 'escalated' to the node path's own drain, which clean sweeps then resumed)."""
+    slurm = MemorySlurm()
+    slurm.drain("n01", held)
+    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm.calls.clear()
+    a = actor(slurm, cfg, tmp_path)
+    actions = a.apply(decide([finding("mount_missing", family="mount")]))
+    assert [(x.action, x.job_id) for x in actions] == [("requeue", "7")]
+    assert slurm.info["n01"].reason == held and a.load_state() is None
+    for _ in range(4):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].reason == held
+    assert [c[0] for c in slurm.calls] == ["requeue"]
