@@ -18,8 +18,9 @@ Exit codes: the prolog exits 1 on a drain verdict (after setting the specific re
 drains the node and requeues the job elsewhere; otherwise 0, also when the checker itself is
 broken (a bad config, a held lock, a state dir it cannot write, a bug, a hang past the budget):
 a checker fault never fails a job. The one exception is a prolog that already holds a drain
-verdict when its own fault strikes: it still exits 1, as the verdict asked, and keeps the
-verdict pending (why="fault"). The epilog and the sweep exit 0: Slurm needs only the actions
+verdict when its own fault strikes (or finds its config broken with one pending that the
+mass-drain guard did not hold): it still exits 1, as the verdict asked, and keeps the verdict
+pending (why="fault"). The epilog and the sweep exit 0: Slurm needs only the actions
 they take. A healthy prolog, epilog or sweep makes no Slurm call.
 
 Never forget: a drain verdict that could not be carried out (slurmctld away, or the mass-drain
@@ -344,7 +345,8 @@ class Watchdog:
 
 def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     """The checker cannot look: say so loudly (stderr, syslog, spool, textfile), let the job
-    run. The packaged defaults still say where the spool is."""
+    run, unless a drain verdict from before is pending (see the module's exit codes). The
+    packaged defaults still say where the spool and that verdict are."""
     stage = run.stage
     log(f"{stage.name}: bad config: {exc}")
     try:
@@ -356,8 +358,18 @@ def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     unspooled = _spool_fault(run, finding)
     if unspooled:
         log(f"{stage.name}: cannot write the spool: {unspooled}")
+    pending = load_pending(run.sdir) if stage.name == "prolog" else None
+    held = pending is not None and pending.verdict.drains and pending.why != "guard"
     _write_textfile(defaults, root, run.node, stage, Level.CHECKER_ERROR, [finding],
-                    time.monotonic() - run.started, pending=False)
+                    time.monotonic() - run.started, pending=held)
+    if held:
+        # A drain verdict from before the config broke (Slurm was away, or a fault struck):
+        # a working config would fail this job start, so does a broken one. One held back by
+        # the mass-drain guard lets jobs run, as it would with a working config.
+        codes = ", ".join(sorted({c.code or c.family for c in pending.verdict.causes}))
+        log(f"{stage.name}: a drain verdict is pending ({codes}; {pending.why}); failing the "
+            f"job start so slurmd drains the node. Fix the config to carry it out ourselves")
+        return drain_exit()
     return 0
 
 

@@ -59,3 +59,40 @@ def test_a_held_node_lock_exits_0_without_checking(entry, node_env, monkeypatch,
     err = capsys.readouterr().err
     assert f"rsc_health: {entry}: {sdir / nodepath.LOCK_FILE} held for 0.2s" in err
     assert not (sdir / "spool").exists()
+
+
+def _pending(sdir, why: str) -> None:
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+
+    cause = Finding("xid", "gpu3", Status.FAIL, Severity.DRAIN_NOW, "Xid 79: fell off the bus",
+                    "xid79", True)
+    nodepath.save_pending(sdir, decide([cause]), why=why)
+
+
+@pytest.mark.parametrize("why", ["slurm_unavailable", "fault"])
+def test_a_prolog_with_a_pending_drain_still_fails_the_job_start_when_the_config_breaks(
+        why, node_env, monkeypatch, capsys):
+    """An XID 79 seen while slurmctld was away is pending; then the site config breaks. The
+    prolog exited 0 and jobs kept landing on the dead GPU until the config was fixed; a working
+    config would have failed the start (slurmd drains the node). The verdict stays pending."""
+    broken = node_env / "site.toml"
+    broken.write_text("[slurm\n")
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(broken))
+    sdir = node_env / NODE_STATE
+    _pending(sdir, why)
+
+    assert nodepath.main(["prolog"]) == 1
+    assert "xid79" in capsys.readouterr().err
+    assert nodepath.load_pending(sdir) is not None
+    assert nodepath.main(["sweep"]) == 0  # only the prolog's exit drains
+
+
+def test_a_guard_held_verdict_is_not_pushed_through_by_a_broken_config(node_env, monkeypatch):
+    """Held by the mass-drain guard, a pending verdict lets jobs run with a working config;
+    a broken config must not turn it into slurmd's drain past the guard."""
+    broken = node_env / "site.toml"
+    broken.write_text("[slurm\n")
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(broken))
+    _pending(node_env / NODE_STATE, "guard")
+    assert nodepath.main(["prolog"]) == 0
