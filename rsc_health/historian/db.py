@@ -2,7 +2,10 @@
 migrate an older one with the versioned SQL files in `rsc_health/historian/sql/`.
 
 SQLite gets WAL (readers never block the ingest), foreign keys (job_nodes and attributions
-cascade with their job) and a busy timeout (a second writer waits instead of failing).
+cascade with their job) and a busy timeout (a second writer waits instead of failing). Every
+SQLite transaction begins with a BEGIN of ours (pysqlite's own sends none before a SELECT, so
+a transaction's reads ran outside it); one that will write (`writer`) takes the write lock
+as it begins, so two writers serialize there and the second reads what the first committed.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from sqlalchemy import Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
@@ -56,7 +60,44 @@ def safe_url(url: str) -> str:
         return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
+# An execution option: a transaction begun under it will write (see `writer`).
+WRITES = "rsc_health_writes"
+_Bind = TypeVar("_Bind", Engine, Connection)
+
+
+def writer(bind: _Bind) -> _Bind:
+    """`bind` (an Engine, or a Connection before its transaction begins) for a transaction
+    that will write. On SQLite it begins with BEGIN IMMEDIATE: the write lock is taken (or
+    waited for, under the busy timeout) before the first read, so a transaction that reads
+    and then writes never writes on top of a commit it did not see. A deferred BEGIN would
+    read a snapshot and then fail at its first write ("database is locked", no waiting) when
+    another process had committed in between. PostgreSQL ignores the option."""
+    return bind.execution_options(**{WRITES: True})
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    """SQLAlchemy's recipe for pysqlite (its SQLite dialect's "Transactions with SQLite and
+    the sqlite3 driver"): the driver sends no BEGIN (isolation_level None, set on connect),
+    we send one as SQLAlchemy begins each transaction. So reads are inside the transaction
+    (one snapshot), DDL is transactional, and SAVEPOINT nests inside it."""
+    options = conn.get_execution_options()
+    if options.get("isolation_level") == "AUTOCOMMIT":
+        return
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITES) else "BEGIN")
+
+
+def sqlite_outside_transaction(conn: Connection, sql: str):
+    """Run a PRAGMA that SQLite refuses or ignores inside a transaction (journal_mode,
+    foreign_keys) on `conn`'s driver connection, which has none open; its first value."""
+    if conn.in_transaction():
+        raise RuntimeError(f"{sql} needs the connection outside a transaction")
+    row = conn.connection.driver_connection.execute(sql).fetchone()
+    return None if row is None else row[0]
+
+
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # We send BEGIN ourselves (_sqlite_begin): the driver's own would come too late.
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     # The busy timeout first: switching to WAL needs a lock that a load in another process
     # may hold (a first load runs under the rollback journal), and must wait for it too.
@@ -131,6 +172,7 @@ def engine_for(url: str, *, statement_timeout_s: float | None = None) -> Engine:
         raise HistorianError(f"cannot use {safe_url(url)}: {exc}") from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     elif postgres and timeout_s > 0:
         _bound_client_waits(engine, timeout_s)
     return engine
@@ -261,20 +303,11 @@ def create(engine: Engine) -> None:
     """A new database is created at the newest version straight from schema.py (the same
     schema as `sql/0001_initial.<dialect>.sql` plus the later migrations; a test builds both
     and compares them)."""
-    with engine.begin() as conn:
-        _ddl_in_transaction(conn)
+    with writer(engine).begin() as conn:
+        # A second process creating the same new file waits here, then finds the tables.
         schema.metadata.create_all(conn)
         conn.execute(schema.schema_version.delete())
         conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
-
-
-def _ddl_in_transaction(conn) -> None:
-    """pysqlite opens a transaction only before an INSERT/UPDATE/DELETE, so each CREATE or
-    ALTER committed on its own: a full disk or a kill midway left tables without their version
-    row, and every rerun failed on "already exists". An explicit BEGIN makes the DDL and the
-    version one transaction (PostgreSQL's DDL is transactional already)."""
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql("BEGIN")
 
 
 @dataclass(frozen=True)
@@ -325,8 +358,9 @@ def migrate(engine: Engine, from_version: int, directory: Path = MIGRATIONS_DIR)
     for mig in migrations(engine.dialect.name, directory):
         if mig.version <= from_version:
             continue
-        with engine.begin() as conn:
-            _ddl_in_transaction(conn)
+        # One transaction with the version row (SQLite's DDL too, since it begins with our
+        # BEGIN): a full disk or a kill midway leaves the previous version, whole.
+        with writer(engine).begin() as conn:
             for stmt in split_statements(mig.path.read_text()):
                 conn.exec_driver_sql(stmt)
             conn.execute(schema.schema_version.delete())
@@ -400,7 +434,7 @@ def refresh_statistics(engine: Engine, tables: tuple[str, ...] | None = None) ->
     sampled again after an accounting load); None: every table the analytic queries join.
     A failure (read-only file, busy writer) only costs speed, so it is logged, not raised."""
     try:
-        with engine.begin() as conn:
+        with writer(engine).begin() as conn:
             if engine.dialect.name == "sqlite":
                 conn.exec_driver_sql("PRAGMA analysis_limit=1000")
                 quote = conn.dialect.identifier_preparer.quote

@@ -31,6 +31,7 @@ from rsc_health.historian.db import (
     no_such_table,
     refuse_other_versions,
     safe_url,
+    writer,
 )
 from rsc_health.historian.freshness import Heartbeat, record_runs
 from rsc_health.historian.ingest import BadRow, bulk_write, db_time, limit_statements, parse_time
@@ -167,8 +168,9 @@ def _chunks(path: Path, size: int) -> Iterator[_Rows]:
 
 def flush_engine(engine: Engine) -> Engine:
     """`engine` with the flush's statement timeout, set as each transaction begins (db.py):
-    one statement fewer per transaction than `limit_statements` after the default."""
-    return engine.execution_options(statement_timeout_s=FLUSH_STATEMENT_TIMEOUT_S)
+    one statement fewer per transaction than `limit_statements` after the default. Its
+    transactions write (`writer`): a chunk reads the node's open intervals, then changes them."""
+    return writer(engine).execution_options(statement_timeout_s=FLUSH_STATEMENT_TIMEOUT_S)
 
 
 def _write(conn, rows: _Rows, report: DeliveryReport) -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
 from rsc_health.spool import without_lone_surrogates
 
@@ -22,7 +23,7 @@ def _write(conn, rows: list[tuple]) -> int:
 def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
     report = IngestReport("exclusions")
     batch: list[tuple] = []
-    with open(path, encoding="utf-8", errors="replace") as fh, engine.begin() as conn:
+    with open(path, encoding="utf-8", errors="replace") as fh, writer(engine).begin() as conn:
         for lineno, line in enumerate(fh, 1):
             if not line.strip():
                 continue

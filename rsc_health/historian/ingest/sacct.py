@@ -31,6 +31,7 @@ the same transaction.
 from __future__ import annotations
 
 import io
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
@@ -38,11 +39,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, inspect, select
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateIndex
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import refresh_statistics
+from rsc_health.historian.db import refresh_statistics, sqlite_outside_transaction, writer
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
     STATEMENT_TIMEOUT_S,
@@ -170,7 +171,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
             with engine.connect() as conn:
                 foreign_keys = _sqlite_foreign_keys(conn, False)
                 try:
-                    with conn.begin():
+                    with writer(conn).begin():
                         _load(conn, parsed, statement_timeout_s)
                 finally:
                     if foreign_keys:
@@ -179,8 +180,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
         parsed.close()  # a failed load stops the parsing thread now, not when collected
         if rollback_journal:
             with engine.connect() as conn:
-                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-                conn.commit()
+                sqlite_outside_transaction(conn, "PRAGMA journal_mode=WAL")
     if report.written >= ANALYZE_AFTER_ROWS:
         refresh_statistics(engine, ("jobs", "job_nodes"))
     return report
@@ -216,9 +216,8 @@ def _sqlite_foreign_keys(conn, on: bool) -> bool:
     the job_nodes insert) proves nothing; the caller turns it back on after the load."""
     if conn.dialect.name != "sqlite":
         return False
-    was = bool(conn.exec_driver_sql("PRAGMA foreign_keys").scalar())
-    conn.exec_driver_sql(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
-    conn.commit()
+    was = bool(sqlite_outside_transaction(conn, "PRAGMA foreign_keys"))
+    sqlite_outside_transaction(conn, f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
     return was
 
 
@@ -230,11 +229,9 @@ def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
         conn.exec_driver_sql(f"PRAGMA cache_size=-{sqlite_bulk.CACHE_KIB}")
         # Let CREATE INDEX sort on a second core.
         conn.exec_driver_sql("PRAGMA threads=2")
-        # pysqlite opens its transaction only before DML: without this, the index drops
-        # below would commit on their own and a failed load would leave no indexes.
-        # IMMEDIATE takes the write lock now, under the busy timeout: a deferred transaction
-        # that reads first and writes later fails at once ("database is locked") when
-        # another load wrote in between, instead of waiting for it.
+        # The caller began with BEGIN IMMEDIATE (db.writer): the write lock is taken under
+        # the busy timeout before anything is read, and the index drops below are part of
+        # the load's transaction (a failed load keeps its indexes).
         if not conn.connection.dbapi_connection.in_transaction:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
     elif conn.dialect.name == "postgresql":
@@ -340,15 +337,14 @@ def _sqlite_bulk_journal(conn) -> bool:
     conn.commit()
     if not empty:
         return False
-    busy = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
-    conn.exec_driver_sql("PRAGMA busy_timeout=0")
+    busy = sqlite_outside_transaction(conn, "PRAGMA busy_timeout")
+    sqlite_outside_transaction(conn, "PRAGMA busy_timeout=0")
     try:
-        mode = conn.exec_driver_sql("PRAGMA journal_mode=DELETE").scalar()
-    except OperationalError:  # locked by another connection
+        mode = sqlite_outside_transaction(conn, "PRAGMA journal_mode=DELETE")
+    except sqlite3.OperationalError:  # locked by another connection
         mode = "wal"
     finally:
-        conn.exec_driver_sql(f"PRAGMA busy_timeout={int(busy)}")
-        conn.commit()
+        sqlite_outside_transaction(conn, f"PRAGMA busy_timeout={int(busy)}")
     return mode == "delete"
 
 
@@ -464,7 +460,7 @@ def ingest_incremental(
     report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
                          cluster=cluster, default_cluster=cluster_name())
     try:
-        with engine.begin() as conn:
+        with writer(engine).begin() as conn:
             set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
     except DBAPIError as exc:  # the jobs landed; the next run re-reads them, changing nothing
         raise SacctError(

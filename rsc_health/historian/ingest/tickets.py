@@ -11,6 +11,7 @@ from pathlib import Path
 from sqlalchemy import Engine, insert, select, update
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import IngestReport, bulk_write, db_time, parse_time
 
 T = schema.tickets
@@ -37,7 +38,7 @@ def _now() -> datetime:
 def open_ticket(
     engine: Engine, node: str, reason: str, *, when: datetime | None = None, source="manual"
 ) -> int:
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         result = conn.execute(
             insert(T).values(node=node, opened=when or _now(), reason=reason, source=source)
         )
@@ -45,7 +46,7 @@ def open_ticket(
 
 
 def close_ticket(engine: Engine, ticket_id: int, *, when: datetime | None = None) -> Ticket:
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         row = conn.execute(select(T).where(T.c.id == ticket_id)).first()
         if row is None:
             raise TicketError(f"no ticket {ticket_id}")
@@ -89,7 +90,7 @@ def import_csv(engine: Engine, path: Path | str) -> IngestReport:
                 continue
             reason = (record.get("reason") or "").strip()
             rows.append((node, db_time(opened), db_time(closed), reason, "csv"))
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         report.written = bulk_write(
             conn,
             T,
