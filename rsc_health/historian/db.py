@@ -179,30 +179,19 @@ def engine_for(url: str, *, statement_timeout_s: float | None = None) -> Engine:
 
 
 def _bound_client_waits(engine: Engine, default_s: float) -> None:
-    """A SIGALRM around each statement in the main thread (the CLI's): a server that takes the
-    statement and freezes would otherwise hold the command forever. A transaction that sets
-    its own statement_timeout (`limit_statements`) records it in conn.info, and the client
-    bound follows it."""
-
-    def fire(signum, frame):
-        raise HistorianFrozen("the historian database stopped answering (no reply within "
-                              "its statement timeout; is the server frozen?)")
-
+    """A SIGALRM around each statement, COMMIT and ROLLBACK in the main thread (the CLI's): a
+    server that takes one and freezes would otherwise hold the command forever. A transaction
+    that sets its own statement_timeout (`limit_statements`) records it in conn.info, and the
+    client bound follows it."""
     previous: list = []  # the SIGALRM handler to put back (main thread only)
 
     def arm(conn, cursor, statement, parameters, context, executemany):
-        if threading.current_thread() is not threading.main_thread():
-            return
-        server_s = conn.info.get("statement_timeout_s", default_s)
-        previous.append(signal.signal(signal.SIGALRM, fire))
-        # Never before the server's own timeout could have answered (2 s floor for its reply).
-        grace = min(max(server_s, 2.0), CLIENT_GRACE_S)
-        signal.setitimer(signal.ITIMER_REAL, server_s + grace)
+        if threading.current_thread() is threading.main_thread():
+            previous.append(_arm_alarm(conn.info.get("statement_timeout_s", default_s)))
 
     def disarm(*args) -> None:
         if previous:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous.pop())
+            _disarm_alarm(previous.pop())
 
     def on_error(context) -> None:
         disarm()
@@ -221,7 +210,9 @@ def _bound_client_waits(engine: Engine, default_s: float) -> None:
 
     def end_of_transaction(conn) -> None:
         if not conn.invalidated:  # .info on an invalidated connection would reconnect
-            conn.info.pop("statement_timeout_s", None)
+            # The bound of the COMMIT or ROLLBACK that follows (_bounded_end) is the
+            # transaction's own.
+            conn.info[_ENDING] = conn.info.pop("statement_timeout_s", default_s)
 
     event.listen(engine, "begin", begin)
     event.listen(engine, "before_cursor_execute", arm)
@@ -229,6 +220,62 @@ def _bound_client_waits(engine: Engine, default_s: float) -> None:
     event.listen(engine, "handle_error", on_error)
     event.listen(engine, "commit", end_of_transaction)
     event.listen(engine, "rollback", end_of_transaction)
+    # SQLAlchemy fires no cursor event for COMMIT or ROLLBACK: the dialect's own calls are
+    # wrapped (the pool's reset-on-return ROLLBACK goes through the same dialect instance).
+    dialect = engine.dialect
+    dialect.do_commit = _bounded_end(dialect.do_commit, "COMMIT", default_s)  # type: ignore[method-assign]
+    dialect.do_rollback = _bounded_end(dialect.do_rollback, "ROLLBACK", default_s)  # type: ignore[method-assign]
+
+
+_ENDING = "rsc_health_ending_timeout_s"
+
+
+def _frozen(what: str):
+    def fire(signum, frame):
+        raise HistorianFrozen(f"the historian database stopped answering{what} (no reply "
+                              "within its statement timeout; is the server frozen?)")
+    return fire
+
+
+def _arm_alarm(server_s: float, what: str = "") -> object:
+    """SIGALRM after `server_s` plus the grace for the server's own answer; the handler to
+    put back."""
+    previous = signal.signal(signal.SIGALRM, _frozen(what))
+    # Never before the server's own timeout could have answered (2 s floor for its reply).
+    grace = min(max(server_s, 2.0), CLIENT_GRACE_S)
+    signal.setitimer(signal.ITIMER_REAL, server_s + grace)
+    return previous
+
+
+def _disarm_alarm(previous) -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _bounded_end(end, word: str, default_s: float):
+    """The dialect's do_commit or do_rollback under the client bound. A COMMIT that got no
+    answer may have landed or not (all of the transaction or none of it): the message says
+    so. Every writer here is keyed, so a caller that keeps its input and sends it again lands
+    each record once either way."""
+    what = (f" at {word}, so whether it committed is unknown until it answers"
+            if word == "COMMIT" else f" at {word}")
+
+    def run(dbapi_conn) -> None:
+        try:
+            info = dbapi_conn.info  # the pool's connection: a dict
+        except (AttributeError, NotImplementedError):  # the first connect's ad hoc proxy
+            info = None
+        seconds = info.pop(_ENDING, default_s) if isinstance(info, dict) else default_s
+        if threading.current_thread() is not threading.main_thread():
+            end(dbapi_conn)
+            return
+        previous = _arm_alarm(seconds, what)
+        try:
+            end(dbapi_conn)
+        finally:
+            _disarm_alarm(previous)
+
+    return run
 
 
 def current_version(engine: Engine) -> int | None:

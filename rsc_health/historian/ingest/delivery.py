@@ -25,6 +25,7 @@ from sqlalchemy.exc import InterfaceError as SAInterfaceError
 from rsc_health import spool
 from rsc_health.historian import schema
 from rsc_health.historian.db import (
+    HistorianFrozen,
     HistorianUnavailable,
     connect,
     engine_for,
@@ -222,9 +223,10 @@ def deliver(
                         refuse_other_versions(int(version or 0), check_version_of)
                         check_version_of = None
                     _write(conn, rows, report)
-            except (OperationalError, SAInterfaceError, DBAPIError) as exc:
+            except (OperationalError, SAInterfaceError, DBAPIError, HistorianFrozen) as exc:
                 if check_version_of is not None and no_such_table(exc):
                     raise _NoSchema from exc
+                # Frozen at COMMIT: the chunk may have landed; delivered again, it lands once.
                 raise HistorianUnavailable(
                     f"historian database {safe_url(str(engine.url))} failed during the spool "
                     f"flush; {batch.name} and later batches stay in {spool_dir} and are "
