@@ -4,6 +4,7 @@ of the site's ticket system (columns node,opened,closed,reason; closed may be em
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -68,28 +69,34 @@ def list_tickets(engine: Engine, *, open_only: bool = False, node: str | None = 
 
 def import_csv(engine: Engine, path: Path | str) -> IngestReport:
     """Rows keyed by (node, opened): importing again only fills in `closed` and the reason."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        return import_lines(engine, fh, name=str(path))
+
+
+def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
+    """The CSV from an open text stream (`--file -`: stdin, opened with newline=""); `name`
+    for messages."""
     report = IngestReport("tickets")
     rows = []
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        reader = csv.DictReader(fh)
-        missing = {"node", "opened"} - set(reader.fieldnames or ())
-        if missing:
-            raise TicketError(f"{path}: CSV lacks column(s) {', '.join(sorted(missing))}")
-        for record in reader:
-            report.read += 1
-            lineno = reader.line_num
-            try:
-                node = (record.get("node") or "").strip()
-                if not node:
-                    raise ValueError("no node")
-                opened = parse_time(record["opened"])
-                closed_text = (record.get("closed") or "").strip()
-                closed = parse_time(closed_text) if closed_text else None
-            except (ValueError, TypeError, AttributeError) as exc:
-                report.add_bad(lineno, str(exc))
-                continue
-            reason = (record.get("reason") or "").strip()
-            rows.append((node, db_time(opened), db_time(closed), reason, "csv"))
+    reader = csv.DictReader(fh)
+    missing = {"node", "opened"} - set(reader.fieldnames or ())
+    if missing:
+        raise TicketError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
+    for record in reader:
+        report.read += 1
+        lineno = reader.line_num
+        try:
+            node = (record.get("node") or "").strip()
+            if not node:
+                raise ValueError("no node")
+            opened = parse_time(record["opened"])
+            closed_text = (record.get("closed") or "").strip()
+            closed = parse_time(closed_text) if closed_text else None
+        except (ValueError, TypeError, AttributeError) as exc:
+            report.add_bad(lineno, str(exc))
+            continue
+        reason = (record.get("reason") or "").strip()
+        rows.append((node, db_time(opened), db_time(closed), reason, "csv"))
     with writer(engine).begin() as conn:
         report.written = bulk_write(
             conn,
