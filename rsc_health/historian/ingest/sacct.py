@@ -51,6 +51,7 @@ from rsc_health.historian.ingest import (
     bulk_write,
     database_failed,
     limit_statements,
+    parse_time,
     sacct_pg,
     sqlite_bulk,
     upsert_sql,
@@ -205,8 +206,31 @@ def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: 
         report.replaced += problems.replaced
         report.skipped += problems.pending
         report.written += block.jobs.num_rows
+        newest = _newest_time(block)
+        if newest is not None and (report.newest is None or newest > report.newest):
+            report.newest = newest
         yield block
     report.bad.sort(key=lambda b: b.line)
+
+
+def _newest_time(block) -> datetime | None:
+    """The newest Start or End of a block's jobs (timestamps as parsed, `Block.times`; else
+    the text SQLite stores), naive UTC; None when no job has one."""
+    newest = None
+    for name in ("start", "end"):
+        column = block.times.get(name)
+        if column is None:
+            column = block.jobs.column(name)
+        value = pc.max(column).as_py()
+        if isinstance(value, str):
+            try:
+                value = parse_time(value) if value else None
+            except ValueError:
+                value = None
+        if isinstance(value, datetime):
+            value = value.replace(tzinfo=None)
+            newest = value if newest is None or value > newest else newest
+    return newest
 
 
 def _sqlite_foreign_keys(conn, on: bool) -> bool:
@@ -435,6 +459,29 @@ def set_cursor(conn, value: str) -> None:
     )
 
 
+def _utcnow() -> datetime:
+    """The local clock (naive UTC); a test injects its own."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def next_start(start: str, now: datetime, newest: datetime | None, overlap_s: int) -> datetime:
+    """Where the next window starts: `overlap_s` before the newest Start or End the accounting
+    returned, not before the local clock's `now` (a clock that had jumped forward by more than
+    the overlap put the cursor in the future, and once it was stepped back the jobs that
+    ended in between were never read again with their final state). Never later than `now`
+    less the overlap (the old rule: a clock that is behind is the safe side), and not before
+    this window's `start` (a window of long-running jobs with nothing new must not widen back
+    to when they started); with nothing returned, this window's start again."""
+    latest = now - timedelta(seconds=overlap_s)
+    try:
+        begun = parse_time(start)
+    except ValueError:  # a --since sacct takes but ISO 8601 does not (e.g. "now-1days")
+        return latest
+    if newest is None:
+        return min(begun, latest)
+    return min(max(begun, newest - timedelta(seconds=overlap_s)), latest)
+
+
 def ingest_incremental(
     engine: Engine,
     *,
@@ -452,16 +499,18 @@ def ingest_incremental(
     running at the end of one window is read again, finished, by the next. slurmdbd learns of
     a job's end a little after it happens (seen: seconds on an idle test cluster; longer when
     slurmctld is queueing records for it), so the next window starts `overlap_s` before this
-    one ended; re-reading those rows changes nothing.
+    one ended; re-reading those rows changes nothing. That end is the newest time the
+    accounting itself returned, not the local clock (`next_start`).
     """
     start = since or get_cursor(engine) or default_start
-    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    now = _utcnow().replace(tzinfo=None, microsecond=0)
     data, codes = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
     report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
                          cluster=cluster, default_cluster=cluster_name())
+    cursor = next_start(start, now, report.newest, overlap_s)
     try:
         with writer(engine).begin() as conn:
-            set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
+            set_cursor(conn, cursor.strftime(_SACCT_TIME))
     except DBAPIError as exc:  # the jobs landed; the next run re-reads them, changing nothing
         raise SacctError(
             f"jobs loaded, but the cursor was not saved: {database_failed('sacct', exc)}"
