@@ -17,6 +17,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from sqlalchemy import select
 
 from rsc_health import spool
@@ -104,6 +105,42 @@ def test_two_flushes_of_one_node_at_once_leave_one_open_interval(tmp_path):
     assert [tuple(r) for r in open_] == [("gpu1", "fail")]
     # Each failure that began is counted once, whichever flush went first.
     assert sum(days) in (1, 2)
+
+
+@pytest.mark.postgres
+def test_two_flushes_of_one_node_at_once_on_postgresql_leave_one_open_interval(pg_url, tmp_path):
+    """The same race on PostgreSQL, whose READ COMMITTED lets both flushes read the node's
+    open intervals before either writes (a holder's SHARE lock on check_results lets reads
+    through and stops writes, to make it certain). A transaction-level advisory lock per node,
+    taken before the read, now makes the second wait for the first."""
+    import psycopg
+
+    connect(pg_url).dispose()
+    first = tmp_path / "first"
+    spool.append(first, spool.check_records([OK], node="gpu003", source="sweep", time=T0,
+                                            job_id=None))
+    assert _flush(pg_url, first, tmp_path / "m0").wait(timeout=120) == 0
+    older, newer = tmp_path / "older", tmp_path / "newer"
+    spool.append(older, spool.check_records([_fail("gpu0")], node="gpu003", source="sweep",
+                                            time=T0 + timedelta(minutes=5), job_id=None))
+    spool.append(newer, spool.check_records([_fail("gpu1")], node="gpu003", source="sweep",
+                                            time=T0 + timedelta(minutes=10), job_id=None))
+    marks = [tmp_path / "m1", tmp_path / "m2"]
+    libpq = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(libpq) as holder:
+        holder.execute("LOCK TABLE check_results IN SHARE MODE")
+        procs = [_flush(pg_url, older, marks[0]), _flush(pg_url, newer, marks[1])]
+        _wait_for(marks, 8)
+        holder.rollback()
+    outs = [p.communicate(timeout=120) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    engine = connect(pg_url)
+    C = schema.check_results
+    with engine.connect() as conn:
+        open_ = conn.execute(select(C.c.component, C.c.status).where(
+            C.c.node == "gpu003", C.c.check == "ecc", C.c.is_open.is_(True))).all()
+    engine.dispose()
+    assert [tuple(r) for r in open_] == [("gpu1", "fail")]
 
 
 def test_a_reader_is_not_held_by_a_writer_and_a_savepoint_nests(tmp_path):
