@@ -160,6 +160,13 @@ def ingest() -> None:
     """Load Slurm accounting, node events and health results into the historian."""
 
 
+def _stdin_text(newline: str | None = None) -> io.TextIOWrapper:
+    """Standard input as text for `--file -`: UTF-8, bytes that are not replaced (a reason or
+    a node name is a person's text)."""
+    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace",
+                            newline=newline)
+
+
 def _file_or_none(_ctx, _param, value):
     """A regular file, or '-' for stdin. A FIFO with no writer would block open() for ever
     (the next timer run stacks up behind it), and a directory or device is never an export."""
@@ -272,7 +279,7 @@ def ingest_checks(ctx: click.Context, path: str, as_json: bool) -> None:
 
 
 @ingest.command("exclusions")
-@click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines.")
+@click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines ('-').")
 @json_option
 @click.pass_context
 def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
@@ -280,7 +287,10 @@ def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
     from rsc_health.historian.ingest import exclusions
 
     with _historian(ctx) as engine:
-        report = exclusions.ingest_file(engine, path)
+        if path == "-":
+            report = exclusions.ingest_lines(engine, _stdin_text())
+        else:
+            report = exclusions.ingest_file(engine, path)
     _print_report(report, as_json)
 
 
@@ -350,7 +360,8 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
 
 
 @ticket.command("import")
-@click.option("--file", "path", required=True, callback=_file_or_none, help="CSV export.")
+@click.option("--file", "path", required=True, callback=_file_or_none,
+              help="CSV export ('-').")
 @json_option
 @click.pass_context
 def ticket_import(ctx: click.Context, path: str, as_json: bool) -> None:
@@ -358,7 +369,10 @@ def ticket_import(ctx: click.Context, path: str, as_json: bool) -> None:
     from rsc_health.historian.ingest import tickets
 
     with _historian(ctx, tickets.TicketError) as engine:
-        report = tickets.import_csv(engine, path)
+        if path == "-":  # csv wants the line endings untranslated (newline="")
+            report = tickets.import_lines(engine, _stdin_text(newline=""))
+        else:
+            report = tickets.import_csv(engine, path)
     _print_report(report, as_json)
 
 

@@ -25,7 +25,7 @@ from sqlalchemy import Engine, and_, delete, exists, func, literal, or_, select
 from sqlalchemy.sql import ColumnElement
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import refresh_statistics
+from rsc_health.historian.db import refresh_statistics, writer
 
 # REQUEUED instances are included because rsc-health itself requeues the jobs of a node it
 # drains: the killed instance then ends REQUEUED, not FAILED, and is still an infra failure
@@ -142,7 +142,7 @@ def attribute(
     ).where(J.c.id.in_(targets), J.c.state == "NODE_FAIL", ~has_row)
 
     cols = [A.c.job_pk, A.c.node, A.c.cause, A.c.code, A.c.evidence, A.c.kind]
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         conn.execute(delete(A).where(A.c.job_pk.in_(targets)))
         for query in (by_check, by_event, unattributed):
             conn.execute(A.insert().from_select(cols, query))

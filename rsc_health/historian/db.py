@@ -2,7 +2,10 @@
 migrate an older one with the versioned SQL files in `rsc_health/historian/sql/`.
 
 SQLite gets WAL (readers never block the ingest), foreign keys (job_nodes and attributions
-cascade with their job) and a busy timeout (a second writer waits instead of failing).
+cascade with their job) and a busy timeout (a second writer waits instead of failing). Every
+SQLite transaction begins with a BEGIN of ours (pysqlite's own sends none before a SELECT, so
+a transaction's reads ran outside it); one that will write (`writer`) takes the write lock
+as it begins, so two writers serialize there and the second reads what the first committed.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
-from sqlalchemy import Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
@@ -56,7 +60,44 @@ def safe_url(url: str) -> str:
         return re.sub(r"://([^:/@]+):[^@]*@", r"://\1:***@", url)
 
 
+# An execution option: a transaction begun under it will write (see `writer`).
+WRITES = "rsc_health_writes"
+_Bind = TypeVar("_Bind", Engine, Connection)
+
+
+def writer(bind: _Bind) -> _Bind:
+    """`bind` (an Engine, or a Connection before its transaction begins) for a transaction
+    that will write. On SQLite it begins with BEGIN IMMEDIATE: the write lock is taken (or
+    waited for, under the busy timeout) before the first read, so a transaction that reads
+    and then writes never writes on top of a commit it did not see. A deferred BEGIN would
+    read a snapshot and then fail at its first write ("database is locked", no waiting) when
+    another process had committed in between. PostgreSQL ignores the option."""
+    return bind.execution_options(**{WRITES: True})
+
+
+def _sqlite_begin(conn: Connection) -> None:
+    """SQLAlchemy's recipe for pysqlite (its SQLite dialect's "Transactions with SQLite and
+    the sqlite3 driver"): the driver sends no BEGIN (isolation_level None, set on connect),
+    we send one as SQLAlchemy begins each transaction. So reads are inside the transaction
+    (one snapshot), DDL is transactional, and SAVEPOINT nests inside it."""
+    options = conn.get_execution_options()
+    if options.get("isolation_level") == "AUTOCOMMIT":
+        return
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if options.get(WRITES) else "BEGIN")
+
+
+def sqlite_outside_transaction(conn: Connection, sql: str):
+    """Run a PRAGMA that SQLite refuses or ignores inside a transaction (journal_mode,
+    foreign_keys) on `conn`'s driver connection, which has none open; its first value."""
+    if conn.in_transaction():
+        raise RuntimeError(f"{sql} needs the connection outside a transaction")
+    row = conn.connection.driver_connection.execute(sql).fetchone()
+    return None if row is None else row[0]
+
+
 def _sqlite_pragmas(dbapi_conn, _record) -> None:
+    # We send BEGIN ourselves (_sqlite_begin): the driver's own would come too late.
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     # The busy timeout first: switching to WAL needs a lock that a load in another process
     # may hold (a first load runs under the rollback journal), and must wait for it too.
@@ -131,36 +172,26 @@ def engine_for(url: str, *, statement_timeout_s: float | None = None) -> Engine:
         raise HistorianError(f"cannot use {safe_url(url)}: {exc}") from exc
     if engine.dialect.name == "sqlite":
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     elif postgres and timeout_s > 0:
         _bound_client_waits(engine, timeout_s)
     return engine
 
 
 def _bound_client_waits(engine: Engine, default_s: float) -> None:
-    """A SIGALRM around each statement in the main thread (the CLI's): a server that takes the
-    statement and freezes would otherwise hold the command forever. A transaction that sets
-    its own statement_timeout (`limit_statements`) records it in conn.info, and the client
-    bound follows it."""
-
-    def fire(signum, frame):
-        raise HistorianFrozen("the historian database stopped answering (no reply within "
-                              "its statement timeout; is the server frozen?)")
-
+    """A SIGALRM around each statement, COMMIT and ROLLBACK in the main thread (the CLI's): a
+    server that takes one and freezes would otherwise hold the command forever. A transaction
+    that sets its own statement_timeout (`limit_statements`) records it in conn.info, and the
+    client bound follows it."""
     previous: list = []  # the SIGALRM handler to put back (main thread only)
 
     def arm(conn, cursor, statement, parameters, context, executemany):
-        if threading.current_thread() is not threading.main_thread():
-            return
-        server_s = conn.info.get("statement_timeout_s", default_s)
-        previous.append(signal.signal(signal.SIGALRM, fire))
-        # Never before the server's own timeout could have answered (2 s floor for its reply).
-        grace = min(max(server_s, 2.0), CLIENT_GRACE_S)
-        signal.setitimer(signal.ITIMER_REAL, server_s + grace)
+        if threading.current_thread() is threading.main_thread():
+            previous.append(_arm_alarm(conn.info.get("statement_timeout_s", default_s)))
 
     def disarm(*args) -> None:
         if previous:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous.pop())
+            _disarm_alarm(previous.pop())
 
     def on_error(context) -> None:
         disarm()
@@ -179,7 +210,9 @@ def _bound_client_waits(engine: Engine, default_s: float) -> None:
 
     def end_of_transaction(conn) -> None:
         if not conn.invalidated:  # .info on an invalidated connection would reconnect
-            conn.info.pop("statement_timeout_s", None)
+            # The bound of the COMMIT or ROLLBACK that follows (_bounded_end) is the
+            # transaction's own.
+            conn.info[_ENDING] = conn.info.pop("statement_timeout_s", default_s)
 
     event.listen(engine, "begin", begin)
     event.listen(engine, "before_cursor_execute", arm)
@@ -187,6 +220,62 @@ def _bound_client_waits(engine: Engine, default_s: float) -> None:
     event.listen(engine, "handle_error", on_error)
     event.listen(engine, "commit", end_of_transaction)
     event.listen(engine, "rollback", end_of_transaction)
+    # SQLAlchemy fires no cursor event for COMMIT or ROLLBACK: the dialect's own calls are
+    # wrapped (the pool's reset-on-return ROLLBACK goes through the same dialect instance).
+    dialect = engine.dialect
+    dialect.do_commit = _bounded_end(dialect.do_commit, "COMMIT", default_s)  # type: ignore[method-assign]
+    dialect.do_rollback = _bounded_end(dialect.do_rollback, "ROLLBACK", default_s)  # type: ignore[method-assign]
+
+
+_ENDING = "rsc_health_ending_timeout_s"
+
+
+def _frozen(what: str):
+    def fire(signum, frame):
+        raise HistorianFrozen(f"the historian database stopped answering{what} (no reply "
+                              "within its statement timeout; is the server frozen?)")
+    return fire
+
+
+def _arm_alarm(server_s: float, what: str = "") -> object:
+    """SIGALRM after `server_s` plus the grace for the server's own answer; the handler to
+    put back."""
+    previous = signal.signal(signal.SIGALRM, _frozen(what))
+    # Never before the server's own timeout could have answered (2 s floor for its reply).
+    grace = min(max(server_s, 2.0), CLIENT_GRACE_S)
+    signal.setitimer(signal.ITIMER_REAL, server_s + grace)
+    return previous
+
+
+def _disarm_alarm(previous) -> None:
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    signal.signal(signal.SIGALRM, previous)
+
+
+def _bounded_end(end, word: str, default_s: float):
+    """The dialect's do_commit or do_rollback under the client bound. A COMMIT that got no
+    answer may have landed or not (all of the transaction or none of it): the message says
+    so. Every writer here is keyed, so a caller that keeps its input and sends it again lands
+    each record once either way."""
+    what = (f" at {word}, so whether it committed is unknown until it answers"
+            if word == "COMMIT" else f" at {word}")
+
+    def run(dbapi_conn) -> None:
+        try:
+            info = dbapi_conn.info  # the pool's connection: a dict
+        except (AttributeError, NotImplementedError):  # the first connect's ad hoc proxy
+            info = None
+        seconds = info.pop(_ENDING, default_s) if isinstance(info, dict) else default_s
+        if threading.current_thread() is not threading.main_thread():
+            end(dbapi_conn)
+            return
+        previous = _arm_alarm(seconds, what)
+        try:
+            end(dbapi_conn)
+        finally:
+            _disarm_alarm(previous)
+
+    return run
 
 
 def current_version(engine: Engine) -> int | None:
@@ -261,20 +350,11 @@ def create(engine: Engine) -> None:
     """A new database is created at the newest version straight from schema.py (the same
     schema as `sql/0001_initial.<dialect>.sql` plus the later migrations; a test builds both
     and compares them)."""
-    with engine.begin() as conn:
-        _ddl_in_transaction(conn)
+    with writer(engine).begin() as conn:
+        # A second process creating the same new file waits here, then finds the tables.
         schema.metadata.create_all(conn)
         conn.execute(schema.schema_version.delete())
         conn.execute(schema.schema_version.insert().values(version=schema.SCHEMA_VERSION))
-
-
-def _ddl_in_transaction(conn) -> None:
-    """pysqlite opens a transaction only before an INSERT/UPDATE/DELETE, so each CREATE or
-    ALTER committed on its own: a full disk or a kill midway left tables without their version
-    row, and every rerun failed on "already exists". An explicit BEGIN makes the DDL and the
-    version one transaction (PostgreSQL's DDL is transactional already)."""
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql("BEGIN")
 
 
 @dataclass(frozen=True)
@@ -325,8 +405,9 @@ def migrate(engine: Engine, from_version: int, directory: Path = MIGRATIONS_DIR)
     for mig in migrations(engine.dialect.name, directory):
         if mig.version <= from_version:
             continue
-        with engine.begin() as conn:
-            _ddl_in_transaction(conn)
+        # One transaction with the version row (SQLite's DDL too, since it begins with our
+        # BEGIN): a full disk or a kill midway leaves the previous version, whole.
+        with writer(engine).begin() as conn:
             for stmt in split_statements(mig.path.read_text()):
                 conn.exec_driver_sql(stmt)
             conn.execute(schema.schema_version.delete())
@@ -400,7 +481,7 @@ def refresh_statistics(engine: Engine, tables: tuple[str, ...] | None = None) ->
     sampled again after an accounting load); None: every table the analytic queries join.
     A failure (read-only file, busy writer) only costs speed, so it is logged, not raised."""
     try:
-        with engine.begin() as conn:
+        with writer(engine).begin() as conn:
             if engine.dialect.name == "sqlite":
                 conn.exec_driver_sql("PRAGMA analysis_limit=1000")
                 quote = conn.dialect.identifier_preparer.quote

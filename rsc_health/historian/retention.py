@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import Engine, delete, func, select
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import limit_statements
 
 
@@ -59,7 +60,7 @@ def prune(engine: Engine, now: datetime, retention: Retention, *, dry_run: bool 
           ) -> dict[str, int]:
     """Rows deleted (or, with dry_run, that would be) per table, in one transaction."""
     counts: dict[str, int] = {}
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         limit_statements(conn, 3600)
         for name, table, where in _plan(now, retention):
             if dry_run:

@@ -127,11 +127,19 @@ def _sizes_axis(ax, sizes) -> None:
     ax.xaxis.set_minor_formatter(NullFormatter())
 
 
+def _plain(text: object) -> str:
+    """User text (a check, cause, state or feature name; an error message) as matplotlib
+    shows it written: an unescaped `$` pair is math markup to it, drawn as math or, when it
+    does not parse, failing the whole figure. Escaped, every `$` is read as none and shown as
+    `$`; underscores, carets and backslashes mean nothing outside markup."""
+    return str(text).replace("$", r"\$")
+
+
 def _no_data(path: Path, title: str, why: str = "no data") -> Path:
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(FIGSIZE[0], 2.2))
-    ax.set_title(title)
-    ax.text(0.5, 0.5, why, ha="center", va="center", fontsize=14, color="0.4",
+    ax.set_title(_plain(title))
+    ax.text(0.5, 0.5, _plain(why), ha="center", va="center", fontsize=14, color="0.4",
             transform=ax.transAxes)
     ax.set_axis_off()
     return _save(fig, path)
@@ -171,7 +179,7 @@ def job_outcomes(frame: pd.DataFrame, title: str):
     hours_pct = 100 * data["gpu_hours"] / hours_total if hours_total > 0 else 0 * jobs_pct
     ax.barh(y - 0.2, jobs_pct, height=0.4, label="share of jobs")
     ax.barh(y + 0.2, hours_pct, height=0.4, label="share of GPU-hours")
-    ax.set_yticks(y, data["state"].astype(str))
+    ax.set_yticks(y, [_plain(state) for state in data["state"]])
     ax.invert_yaxis()
     ax.grid(axis="y", visible=False)
     ax.set_xlabel("share of all jobs / GPU-hours (%)")
@@ -190,7 +198,7 @@ def failure_causes(frame: pd.DataFrame, title: str):
     data = data.groupby("cause", as_index=False)["rate_per_gpu_hour"].sum()
     data = data.sort_values("rate_per_gpu_hour")
     fig, ax = _figure((FIGSIZE[0], max(FIGSIZE[1], 1.2 + 0.3 * len(data))))
-    ax.barh(data["cause"].astype(str), data["rate_per_gpu_hour"])
+    ax.barh([_plain(cause) for cause in data["cause"]], data["rate_per_gpu_hour"])
     ax.set_xscale("log")
     ax.grid(axis="y", visible=False)
     ax.set_xlabel("failures per GPU-hour (log scale)")
@@ -233,7 +241,7 @@ def rolling_failure_rate(frame: pd.DataFrame, title: str, deployments: pd.DataFr
         ax.fill_between(series.index, series.to_numpy(float), color=colour, alpha=0.18,
                         linewidth=0)
         ax.plot(series.index, series.to_numpy(float), color=colour, linewidth=1.4)
-        ax.set_title(f"{name}  (mean {series.mean():.2f})", fontsize=11, loc="left")
+        ax.set_title(f"{_plain(name)}  (mean {series.mean():.2f})", fontsize=11, loc="left")
         if i == 1:
             first_mode = ax
         elif i > 1:
@@ -242,7 +250,7 @@ def rolling_failure_rate(frame: pd.DataFrame, title: str, deployments: pd.DataFr
             if i == 0 or check == name:
                 ax.axvline(when, color="0.35", linestyle="--", linewidth=0.9)
             if i == 0:
-                ax.annotate(f"+{check}", (when, 1.0), xycoords=("data", "axes fraction"),
+                ax.annotate(f"+{_plain(check)}", (when, 1.0), xycoords=("data", "axes fraction"),
                             xytext=(3, -3), textcoords="offset points", rotation=90,
                             va="top", fontsize=9, color="0.3")
         ax.set_ylim(bottom=0)
@@ -367,7 +375,7 @@ def lemon_feature_cdfs(frame: pd.DataFrame, title: str):
         # a jump at 0 (the share of clean nodes), not as a line that starts half way up.
         ax.step(np.r_[values[0], values], np.r_[0.0, cdf], where="post", color=colour,
                 linewidth=1.6)
-        ax.set_title(_wrap(feature), fontsize=10, loc="left")
+        ax.set_title(_plain(_wrap(feature)), fontsize=10, loc="left")
         ax.set_ylim(0, 1.03)
         # Counts get whole-number ticks (no "1.5 failures"); rates keep their decimals.
         counts = bool(np.all(np.mod(values, 1) == 0))

@@ -15,6 +15,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -194,3 +195,122 @@ def test_a_server_frozen_while_a_command_waits_ends_it_with_one_line(thawed, tmp
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     assert "stopped answering" in err
     assert took < 60
+
+
+# The child flushes a spool like `healthctl spool flush`, with the flush's statement timeout at
+# 2 s (the shipped 60 s would make the test wait minutes), and SIGSTOPs the one backend that
+# serves its connection as its first COMMIT goes out: storage that hangs at COMMIT (a full or
+# frozen disk under the WAL's fsync) looks the same from the client.
+_FREEZE_AT_COMMIT = """
+import os, signal, sys
+from pathlib import Path
+from sqlalchemy import event
+from sqlalchemy.engine import Engine
+from rsc_health import cli
+from rsc_health.historian.ingest import delivery
+delivery.FLUSH_STATEMENT_TIMEOUT_S = 2
+pid_file = Path(sys.argv[1])
+
+@event.listens_for(Engine, "commit")
+def freeze(conn):
+    if not pid_file.exists():
+        pid = conn.connection.driver_connection.info.backend_pid
+        pid_file.write_text(str(pid))
+        os.kill(pid, signal.SIGSTOP)
+
+sys.argv = ["healthctl", "--db", sys.argv[2], "spool", "flush", "--dir", sys.argv[3]]
+cli.main()
+"""
+
+
+def _spooled_checks(spool_dir: Path) -> int:
+    from datetime import UTC, datetime, timedelta
+
+    from rsc_health import spool
+    from rsc_health.model import Finding, Severity, Status
+
+    t0 = datetime(2024, 3, 1, 9, 0, tzinfo=UTC)
+    records = []
+    for i in range(6):
+        gpu = Finding("ecc", f"gpu{i % 2}", Status.FAIL, Severity.DRAIN_NOW, "DBE", code="dbe")
+        records += spool.check_records([gpu], node=f"n{i:03d}", source="sweep",
+                                       time=t0 + timedelta(minutes=i), job_id=None)
+    spool.append(spool_dir, records)
+    return len(records)
+
+
+def test_a_database_frozen_at_commit_ends_the_flush_in_bounded_time(private_pg, tmp_path):
+    """SQLAlchemy fires no cursor event for COMMIT, so the client's bound never covered it: a
+    backend that stopped answering at COMMIT held `spool flush` (a node's timer) until systemd
+    gave up. Now it ends at the bound with one line, the batch stays in the spool (whether the
+    COMMIT landed is unknown until the server answers), and the next flush lands every record
+    once either way."""
+    from sqlalchemy import func, select
+
+    from rsc_health.historian import schema
+
+    url = private_pg.url.rsplit("/", 1)[0] + "/ht_commit"
+    admin = hdb.engine_for(private_pg.url).execution_options(isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text("DROP DATABASE IF EXISTS ht_commit"))
+        conn.execute(text("CREATE DATABASE ht_commit"))
+    hdb.connect(url).dispose()  # the schema, so the flush's first COMMIT is its chunk's
+    spool_dir = tmp_path / "spool"
+    written = _spooled_checks(spool_dir)
+    pid_file = tmp_path / "backend.pid"
+    started = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", _FREEZE_AT_COMMIT, str(pid_file), url,
+                             str(spool_dir)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        out, err = proc.communicate(timeout=45)
+        took = time.monotonic() - started
+    finally:
+        proc.kill()
+        if pid_file.exists():
+            os.kill(int(pid_file.read_text()), signal.SIGCONT)
+    assert pid_file.exists(), err
+    assert proc.returncode == 1, (out, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "COMMIT" in err and "stay in" in err, err
+    assert took < 30
+    assert list(spool_dir.glob("batch-*")), "the batch must wait for the next flush"
+
+    flushed = subprocess.run(
+        [sys.executable, "-m", "rsc_health.cli", "--db", url, "spool", "flush", "--dir",
+         str(spool_dir)], capture_output=True, text=True, timeout=120, cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert flushed.returncode == 0, flushed.stderr
+    engine = hdb.connect(url)
+    with engine.connect() as conn:
+        rows = conn.execute(select(func.count()).select_from(schema.check_results)).scalar()
+    engine.dispose()
+    assert rows == written
+    with admin.connect() as conn:
+        conn.execute(text("DROP DATABASE ht_commit WITH (FORCE)"))
+    admin.dispose()
+
+
+def test_a_rollback_that_meets_a_frozen_backend_ends_at_the_client_bound(private_pg):
+    engine = hdb.connect(private_pg.url, statement_timeout_s=1)
+    pid = None
+    try:
+        with engine.connect() as conn:
+            conn.execute(text("SELECT 1"))
+            pid = conn.connection.driver_connection.info.backend_pid
+            os.kill(pid, signal.SIGSTOP)
+            # Without a bound the ROLLBACK waits for ever: thaw it after 20 s, so that the
+            # test fails on the time it took instead of hanging.
+            watchdog = threading.Timer(20, os.kill, (pid, signal.SIGCONT))
+            watchdog.start()
+            started = time.monotonic()
+            try:
+                with pytest.raises(hdb.HistorianFrozen):
+                    conn.rollback()
+            finally:
+                watchdog.cancel()
+            assert time.monotonic() - started < 10
+    finally:
+        if pid is not None:
+            os.kill(pid, signal.SIGCONT)
+        engine.dispose()

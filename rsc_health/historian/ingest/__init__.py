@@ -44,6 +44,8 @@ class IngestReport:
     skipped: int = 0
     bad: list[BadRow] = field(default_factory=list)
     replaced: int = 0
+    # sacct: the newest Start or End among the jobs read (naive UTC), None when none had one.
+    newest: datetime | None = None
 
     def add_bad(self, line: int, message: str) -> None:
         self.bad.append(BadRow(line, message))

@@ -19,6 +19,7 @@ from pathlib import Path
 from sqlalchemy import Engine
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
 from rsc_health.spool import without_lone_surrogates
 
@@ -110,7 +111,7 @@ def write(conn, rows: list[tuple]) -> int:
 def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
     report = IngestReport("checks")
     batch: list[tuple] = []
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         for lineno, line in enumerate(lines, 1):
             line = line.strip()
             if not line:

@@ -25,12 +25,14 @@ from sqlalchemy.exc import InterfaceError as SAInterfaceError
 from rsc_health import spool
 from rsc_health.historian import schema
 from rsc_health.historian.db import (
+    HistorianFrozen,
     HistorianUnavailable,
     connect,
     engine_for,
     no_such_table,
     refuse_other_versions,
     safe_url,
+    writer,
 )
 from rsc_health.historian.freshness import Heartbeat, record_runs
 from rsc_health.historian.ingest import BadRow, bulk_write, db_time, limit_statements, parse_time
@@ -167,8 +169,9 @@ def _chunks(path: Path, size: int) -> Iterator[_Rows]:
 
 def flush_engine(engine: Engine) -> Engine:
     """`engine` with the flush's statement timeout, set as each transaction begins (db.py):
-    one statement fewer per transaction than `limit_statements` after the default."""
-    return engine.execution_options(statement_timeout_s=FLUSH_STATEMENT_TIMEOUT_S)
+    one statement fewer per transaction than `limit_statements` after the default. Its
+    transactions write (`writer`): a chunk reads the node's open intervals, then changes them."""
+    return writer(engine).execution_options(statement_timeout_s=FLUSH_STATEMENT_TIMEOUT_S)
 
 
 def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
@@ -220,9 +223,10 @@ def deliver(
                         refuse_other_versions(int(version or 0), check_version_of)
                         check_version_of = None
                     _write(conn, rows, report)
-            except (OperationalError, SAInterfaceError, DBAPIError) as exc:
+            except (OperationalError, SAInterfaceError, DBAPIError, HistorianFrozen) as exc:
                 if check_version_of is not None and no_such_table(exc):
                     raise _NoSchema from exc
+                # Frozen at COMMIT: the chunk may have landed; delivered again, it lands once.
                 raise HistorianUnavailable(
                     f"historian database {safe_url(str(engine.url))} failed during the spool "
                     f"flush; {batch.name} and later batches stay in {spool_dir} and are "

@@ -17,6 +17,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
@@ -93,7 +94,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
     index = _header_index(header_line.rstrip("\n").split("|"))
     width = len(header_line.rstrip("\n").split("|"))
     batch: list[tuple] = []
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         limit_statements(conn)
         for lineno, line in enumerate(it, 2):
             line = line.rstrip("\n")

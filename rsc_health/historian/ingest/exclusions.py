@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 
 from sqlalchemy import Engine
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
 from rsc_health.spool import without_lone_surrogates
 
@@ -20,10 +22,16 @@ def _write(conn, rows: list[tuple]) -> int:
 
 
 def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return ingest_lines(engine, fh)
+
+
+def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
+    """The JSON Lines from an open text stream (`--file -`: stdin)."""
     report = IngestReport("exclusions")
     batch: list[tuple] = []
-    with open(path, encoding="utf-8", errors="replace") as fh, engine.begin() as conn:
-        for lineno, line in enumerate(fh, 1):
+    with writer(engine).begin() as conn:
+        for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             report.read += 1

@@ -18,6 +18,7 @@ from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
@@ -78,7 +79,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], cluster: str) -> IngestR
     if missing:
         raise ReservationsError(f"sacctmgr reservation output lacks {', '.join(missing)}")
     rows: list[tuple] = []
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         limit_statements(conn)
         for lineno, line in enumerate(it, 2):
             line = line.rstrip("\n")

@@ -31,6 +31,7 @@ the same transaction.
 from __future__ import annotations
 
 import io
+import sqlite3
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
@@ -38,11 +39,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 from sqlalchemy import Engine, inspect, select
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateIndex
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import refresh_statistics
+from rsc_health.historian.db import refresh_statistics, sqlite_outside_transaction, writer
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
     STATEMENT_TIMEOUT_S,
@@ -50,6 +51,7 @@ from rsc_health.historian.ingest import (
     bulk_write,
     database_failed,
     limit_statements,
+    parse_time,
     sacct_pg,
     sqlite_bulk,
     upsert_sql,
@@ -170,7 +172,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
             with engine.connect() as conn:
                 foreign_keys = _sqlite_foreign_keys(conn, False)
                 try:
-                    with conn.begin():
+                    with writer(conn).begin():
                         _load(conn, parsed, statement_timeout_s)
                 finally:
                     if foreign_keys:
@@ -179,8 +181,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
         parsed.close()  # a failed load stops the parsing thread now, not when collected
         if rollback_journal:
             with engine.connect() as conn:
-                conn.exec_driver_sql("PRAGMA journal_mode=WAL")
-                conn.commit()
+                sqlite_outside_transaction(conn, "PRAGMA journal_mode=WAL")
     if report.written >= ANALYZE_AFTER_ROWS:
         refresh_statistics(engine, ("jobs", "job_nodes"))
     return report
@@ -205,8 +206,31 @@ def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: 
         report.replaced += problems.replaced
         report.skipped += problems.pending
         report.written += block.jobs.num_rows
+        newest = _newest_time(block)
+        if newest is not None and (report.newest is None or newest > report.newest):
+            report.newest = newest
         yield block
     report.bad.sort(key=lambda b: b.line)
+
+
+def _newest_time(block) -> datetime | None:
+    """The newest Start or End of a block's jobs (timestamps as parsed, `Block.times`; else
+    the text SQLite stores), naive UTC; None when no job has one."""
+    newest = None
+    for name in ("start", "end"):
+        column = block.times.get(name)
+        if column is None:
+            column = block.jobs.column(name)
+        value = pc.max(column).as_py()
+        if isinstance(value, str):
+            try:
+                value = parse_time(value) if value else None
+            except ValueError:
+                value = None
+        if isinstance(value, datetime):
+            value = value.replace(tzinfo=None)
+            newest = value if newest is None or value > newest else newest
+    return newest
 
 
 def _sqlite_foreign_keys(conn, on: bool) -> bool:
@@ -216,9 +240,8 @@ def _sqlite_foreign_keys(conn, on: bool) -> bool:
     the job_nodes insert) proves nothing; the caller turns it back on after the load."""
     if conn.dialect.name != "sqlite":
         return False
-    was = bool(conn.exec_driver_sql("PRAGMA foreign_keys").scalar())
-    conn.exec_driver_sql(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
-    conn.commit()
+    was = bool(sqlite_outside_transaction(conn, "PRAGMA foreign_keys"))
+    sqlite_outside_transaction(conn, f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
     return was
 
 
@@ -230,11 +253,9 @@ def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
         conn.exec_driver_sql(f"PRAGMA cache_size=-{sqlite_bulk.CACHE_KIB}")
         # Let CREATE INDEX sort on a second core.
         conn.exec_driver_sql("PRAGMA threads=2")
-        # pysqlite opens its transaction only before DML: without this, the index drops
-        # below would commit on their own and a failed load would leave no indexes.
-        # IMMEDIATE takes the write lock now, under the busy timeout: a deferred transaction
-        # that reads first and writes later fails at once ("database is locked") when
-        # another load wrote in between, instead of waiting for it.
+        # The caller began with BEGIN IMMEDIATE (db.writer): the write lock is taken under
+        # the busy timeout before anything is read, and the index drops below are part of
+        # the load's transaction (a failed load keeps its indexes).
         if not conn.connection.dbapi_connection.in_transaction:
             conn.exec_driver_sql("BEGIN IMMEDIATE")
     elif conn.dialect.name == "postgresql":
@@ -340,15 +361,14 @@ def _sqlite_bulk_journal(conn) -> bool:
     conn.commit()
     if not empty:
         return False
-    busy = conn.exec_driver_sql("PRAGMA busy_timeout").scalar()
-    conn.exec_driver_sql("PRAGMA busy_timeout=0")
+    busy = sqlite_outside_transaction(conn, "PRAGMA busy_timeout")
+    sqlite_outside_transaction(conn, "PRAGMA busy_timeout=0")
     try:
-        mode = conn.exec_driver_sql("PRAGMA journal_mode=DELETE").scalar()
-    except OperationalError:  # locked by another connection
+        mode = sqlite_outside_transaction(conn, "PRAGMA journal_mode=DELETE")
+    except sqlite3.OperationalError:  # locked by another connection
         mode = "wal"
     finally:
-        conn.exec_driver_sql(f"PRAGMA busy_timeout={int(busy)}")
-        conn.commit()
+        sqlite_outside_transaction(conn, f"PRAGMA busy_timeout={int(busy)}")
     return mode == "delete"
 
 
@@ -439,6 +459,29 @@ def set_cursor(conn, value: str) -> None:
     )
 
 
+def _utcnow() -> datetime:
+    """The local clock (naive UTC); a test injects its own."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def next_start(start: str, now: datetime, newest: datetime | None, overlap_s: int) -> datetime:
+    """Where the next window starts: `overlap_s` before the newest Start or End the accounting
+    returned, not before the local clock's `now` (a clock that had jumped forward by more than
+    the overlap put the cursor in the future, and once it was stepped back the jobs that
+    ended in between were never read again with their final state). Never later than `now`
+    less the overlap (the old rule: a clock that is behind is the safe side), and not before
+    this window's `start` (a window of long-running jobs with nothing new must not widen back
+    to when they started); with nothing returned, this window's start again."""
+    latest = now - timedelta(seconds=overlap_s)
+    try:
+        begun = parse_time(start)
+    except ValueError:  # a --since sacct takes but ISO 8601 does not (e.g. "now-1days")
+        return latest
+    if newest is None:
+        return min(begun, latest)
+    return min(max(begun, newest - timedelta(seconds=overlap_s)), latest)
+
+
 def ingest_incremental(
     engine: Engine,
     *,
@@ -456,16 +499,18 @@ def ingest_incremental(
     running at the end of one window is read again, finished, by the next. slurmdbd learns of
     a job's end a little after it happens (seen: seconds on an idle test cluster; longer when
     slurmctld is queueing records for it), so the next window starts `overlap_s` before this
-    one ended; re-reading those rows changes nothing.
+    one ended; re-reading those rows changes nothing. That end is the newest time the
+    accounting itself returned, not the local clock (`next_start`).
     """
     start = since or get_cursor(engine) or default_start
-    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    now = _utcnow().replace(tzinfo=None, microsecond=0)
     data, codes = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
     report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
                          cluster=cluster, default_cluster=cluster_name())
+    cursor = next_start(start, now, report.newest, overlap_s)
     try:
-        with engine.begin() as conn:
-            set_cursor(conn, (now - timedelta(seconds=overlap_s)).strftime(_SACCT_TIME))
+        with writer(engine).begin() as conn:
+            set_cursor(conn, cursor.strftime(_SACCT_TIME))
     except DBAPIError as exc:  # the jobs landed; the next run re-reads them, changing nothing
         raise SacctError(
             f"jobs loaded, but the cursor was not saved: {database_failed('sacct', exc)}"

@@ -4,6 +4,7 @@ of the site's ticket system (columns node,opened,closed,reason; closed may be em
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +12,7 @@ from pathlib import Path
 from sqlalchemy import Engine, insert, select, update
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import IngestReport, bulk_write, db_time, parse_time
 
 T = schema.tickets
@@ -37,7 +39,7 @@ def _now() -> datetime:
 def open_ticket(
     engine: Engine, node: str, reason: str, *, when: datetime | None = None, source="manual"
 ) -> int:
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         result = conn.execute(
             insert(T).values(node=node, opened=when or _now(), reason=reason, source=source)
         )
@@ -45,7 +47,7 @@ def open_ticket(
 
 
 def close_ticket(engine: Engine, ticket_id: int, *, when: datetime | None = None) -> Ticket:
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         row = conn.execute(select(T).where(T.c.id == ticket_id)).first()
         if row is None:
             raise TicketError(f"no ticket {ticket_id}")
@@ -67,29 +69,35 @@ def list_tickets(engine: Engine, *, open_only: bool = False, node: str | None = 
 
 def import_csv(engine: Engine, path: Path | str) -> IngestReport:
     """Rows keyed by (node, opened): importing again only fills in `closed` and the reason."""
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        return import_lines(engine, fh, name=str(path))
+
+
+def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
+    """The CSV from an open text stream (`--file -`: stdin, opened with newline=""); `name`
+    for messages."""
     report = IngestReport("tickets")
     rows = []
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        reader = csv.DictReader(fh)
-        missing = {"node", "opened"} - set(reader.fieldnames or ())
-        if missing:
-            raise TicketError(f"{path}: CSV lacks column(s) {', '.join(sorted(missing))}")
-        for record in reader:
-            report.read += 1
-            lineno = reader.line_num
-            try:
-                node = (record.get("node") or "").strip()
-                if not node:
-                    raise ValueError("no node")
-                opened = parse_time(record["opened"])
-                closed_text = (record.get("closed") or "").strip()
-                closed = parse_time(closed_text) if closed_text else None
-            except (ValueError, TypeError, AttributeError) as exc:
-                report.add_bad(lineno, str(exc))
-                continue
-            reason = (record.get("reason") or "").strip()
-            rows.append((node, db_time(opened), db_time(closed), reason, "csv"))
-    with engine.begin() as conn:
+    reader = csv.DictReader(fh)
+    missing = {"node", "opened"} - set(reader.fieldnames or ())
+    if missing:
+        raise TicketError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
+    for record in reader:
+        report.read += 1
+        lineno = reader.line_num
+        try:
+            node = (record.get("node") or "").strip()
+            if not node:
+                raise ValueError("no node")
+            opened = parse_time(record["opened"])
+            closed_text = (record.get("closed") or "").strip()
+            closed = parse_time(closed_text) if closed_text else None
+        except (ValueError, TypeError, AttributeError) as exc:
+            report.add_bad(lineno, str(exc))
+            continue
+        reason = (record.get("reason") or "").strip()
+        rows.append((node, db_time(opened), db_time(closed), reason, "csv"))
+    with writer(engine).begin() as conn:
         report.written = bulk_write(
             conn,
             T,

@@ -32,6 +32,7 @@ from typing import Protocol
 from sqlalchemy import Engine, insert, select
 
 from rsc_health.actions import guard_states
+from rsc_health.historian.db import writer
 from rsc_health.historian.lemons.verdicts import LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
 from rsc_health.hostlist import is_one_node
@@ -205,7 +206,7 @@ def _record(engine: Engine, verdict: LemonVerdict, reason: str, now: datetime) -
     was cut short and never doubles one. True when anything was written."""
     action_id = hashlib.sha256(f"lemon|{verdict.node}|{reason}".encode()).hexdigest()[:32]
     wrote = False
-    with engine.begin() as conn:
+    with writer(engine).begin() as conn:
         has_ticket = conn.execute(
             select(tickets.c.id).where(tickets.c.node == verdict.node,
                                        tickets.c.source == "lemon", tickets.c.closed.is_(None))
