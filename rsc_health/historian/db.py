@@ -75,6 +75,29 @@ def writer(bind: _Bind) -> _Bind:
     return bind.execution_options(**{WRITES: True})
 
 
+# PostgreSQL: transaction-level advisory locks, one per key in a namespace per kind of record
+# ("rsch" check intervals, "rslm" lemon records), taken in one order (two transactions over
+# overlapping keys never wait on each other in a cycle). A hash collision between two keys
+# only makes their transactions take turns.
+TURNS_CHECK_INTERVALS = 1920164712
+TURNS_LEMON_RECORDS = 1920166765
+_TAKE_TURNS = text(
+    "SELECT count(pg_advisory_xact_lock(CAST(:space AS integer), k)) FROM "
+    "(SELECT DISTINCT hashtext(n) AS k FROM unnest(CAST(:keys AS text[])) AS n ORDER BY k) "
+    "AS ordered")
+
+
+def take_turns(conn: Connection, space: int, keys: list[str]) -> None:
+    """Make two transactions that read and then write the records of one key (a node) take
+    turns: under READ COMMITTED both read before either writes, and both write as if alone.
+    Held to the transaction's end and taken before the read, so the second reads what the
+    first committed. A statement of its own: a statement reads the snapshot taken as it
+    starts, so a lock taken inside the reading statement would come too late. SQLite needs
+    none: its writers begin with BEGIN IMMEDIATE (`writer`)."""
+    if conn.dialect.name == "postgresql" and keys:
+        conn.execute(_TAKE_TURNS, {"space": space, "keys": keys})
+
+
 def _sqlite_begin(conn: Connection) -> None:
     """SQLAlchemy's recipe for pysqlite (its SQLite dialect's "Transactions with SQLite and
     the sqlite3 driver"): the driver sends no BEGIN (isolation_level None, set on connect),

@@ -33,6 +33,7 @@ from datetime import datetime
 from sqlalchemy import Connection, and_, bindparam, func, select, text, update
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import TURNS_CHECK_INTERVALS, take_turns
 from rsc_health.historian.ingest import bulk_write, db_time
 
 C = schema.check_results
@@ -102,25 +103,11 @@ _EXTEND = update(C).where(C.c.id.in_(bindparam("ids", expanding=True))).values(
 _CLOSE = update(C).where(C.c.id.in_(bindparam("ids", expanding=True))).values(is_open=False)
 
 
-# PostgreSQL: one transaction-level advisory lock per node, in the namespace of this constant
-# ("rsch"), taken in one order (two folds over overlapping nodes never wait on each other in
-# a cycle). A hash collision between two nodes only makes their folds take turns.
-_LOCK_NODES = text(
-    "SELECT count(pg_advisory_xact_lock(1920164712, k)) FROM "
-    "(SELECT DISTINCT hashtext(n) AS k FROM unnest(CAST(:nodes AS text[])) AS n ORDER BY k) "
-    "AS ordered")
-
-
 def _lock_nodes(conn: Connection, nodes: list[str]) -> None:
     """Make two folds of the same node take turns: under READ COMMITTED both read its open
     intervals before either wrote, both closed the same interval and each opened its own (two
-    open failures where the newest run saw one). The lock is held to the transaction's end
-    and taken before the read, so the second fold reads what the first committed. A statement
-    of its own (one more per flush chunk): under READ COMMITTED a statement reads the snapshot
-    taken as it starts, so a lock taken inside the reading statement would come too late.
-    SQLite needs none: its writers begin with BEGIN IMMEDIATE (db.writer)."""
-    if conn.dialect.name == "postgresql" and nodes:
-        conn.execute(_LOCK_NODES, {"nodes": nodes})
+    open failures where the newest run saw one). See db.take_turns."""
+    take_turns(conn, TURNS_CHECK_INTERVALS, nodes)
 
 
 def _load_open(conn: Connection, nodes: list[str]) -> dict[tuple[str, str], list[_Open]]:

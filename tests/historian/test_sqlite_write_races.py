@@ -176,3 +176,50 @@ def test_a_reader_is_not_held_by_a_writer_and_a_savepoint_nests(tmp_path):
     with engine.connect() as conn:
         assert conn.execute(select(T.c.node)).scalars().all() == []
     engine.dispose()
+
+
+def test_two_lemon_runs_recording_one_node_at_once_on_postgresql_open_one_ticket(pg_url):
+    """`lemons --apply` from the timer and an operator's at the same moment, on one node: both
+    read "no open lemon ticket" before either wrote (a holder's SHARE lock on tickets makes it
+    certain); one then failed on the action's key with a traceback. A per-node advisory lock
+    taken before the read makes the second find the first's ticket and write nothing."""
+    import threading
+
+    import psycopg
+
+    from rsc_health.historian.lemons.apply import _record
+    from rsc_health.historian.lemons.verdicts import LemonVerdict
+
+    engine = connect(pg_url)
+    verdict = LemonVerdict("gpu007", crossings=[], repeat_offender=True)
+    reason = "rsc_health:lemon:repeat_offender:repeat offender"
+    now = T0.replace(tzinfo=None)
+    results: list = []
+
+    def record():
+        try:
+            results.append(_record(engine, verdict, reason, now))
+        except Exception as exc:  # noqa: BLE001 - the test reports what the run raised
+            results.append(exc)
+
+    libpq = pg_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(libpq) as holder, psycopg.connect(libpq, autocommit=True) as watch:
+        holder.execute("LOCK TABLE tickets IN SHARE MODE")
+        threads = [threading.Thread(target=record) for _ in range(2)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and watch.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                "AND datname = current_database()").fetchone()[0] < 2:
+            time.sleep(0.05)
+        holder.rollback()
+        for t in threads:
+            t.join(timeout=60)
+    T = schema.tickets
+    with engine.connect() as conn:
+        opened = conn.execute(select(T.c.id).where(
+            T.c.node == "gpu007", T.c.source == "lemon", T.c.closed.is_(None))).all()
+    engine.dispose()
+    assert sorted(map(repr, results)) == ["False", "True"], results
+    assert len(opened) == 1

@@ -32,7 +32,7 @@ from typing import Protocol
 from sqlalchemy import Engine, insert, select
 
 from rsc_health.actions import guard_states
-from rsc_health.historian.db import writer
+from rsc_health.historian.db import TURNS_LEMON_RECORDS, take_turns, writer
 from rsc_health.historian.lemons.verdicts import LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
 from rsc_health.hostlist import is_one_node
@@ -207,6 +207,8 @@ def _record(engine: Engine, verdict: LemonVerdict, reason: str, now: datetime) -
     action_id = hashlib.sha256(f"lemon|{verdict.node}|{reason}".encode()).hexdigest()[:32]
     wrote = False
     with writer(engine).begin() as conn:
+        # Two runs at once (the timer's and an operator's) both read "no ticket" otherwise.
+        take_turns(conn, TURNS_LEMON_RECORDS, [verdict.node])
         has_ticket = conn.execute(
             select(tickets.c.id).where(tickets.c.node == verdict.node,
                                        tickets.c.source == "lemon", tickets.c.closed.is_(None))
