@@ -19,8 +19,13 @@ def metrics() -> None:
               help="Write here (atomically; e.g. node_exporter's textfile directory/"
                    "rsc_health_fleet.prom); default stdout.")
 @click.option("--window-days", default=30.0, show_default=True, help="Window of r_f and MTTF.")
+@click.option("--statement-timeout", "timeout_s", type=click.FloatRange(min=1), default=120.0,
+              show_default=True,
+              help="Seconds any one query may take (at most [historian] statement_timeout_s): "
+                   "a held or frozen historian ends the export with rsc_health_historian_up 0 "
+                   "in the file instead of the last good numbers for a quarter hour.")
 @click.pass_context
-def export(ctx: click.Context, out: str | None, window_days: float) -> None:
+def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: float) -> None:
     """r_f with its interval, MTTF by size, lemon candidates, stale and broken nodes, open
     findings, guard trips and data age, in Prometheus' text format."""
     try:
@@ -35,7 +40,9 @@ def export(ctx: click.Context, out: str | None, window_days: float) -> None:
     now = datetime.now(UTC).replace(tzinfo=None)
     failed: str | None = None
     try:
-        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        configured = ctx.obj.statement_timeout_s  # 0: none set for the other commands
+        engine = connect(ctx.obj.database_url, statement_timeout_s=min(
+            timeout_s, configured) if configured > 0 else timeout_s)
         try:
             text = exposition(build(engine, ctx.obj.config, now, window_days=window_days))
         finally:
