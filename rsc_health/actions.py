@@ -177,7 +177,7 @@ class Actor:
         node_path_drain = ours is not None and ours["mode"] in MODE_FOR_LEVEL.values()
         if ours is None or escalate:
             if ours is None:
-                tripped = self._guard_tripped()
+                tripped = self._guard_tripped(info)
                 if tripped is not None:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
@@ -233,10 +233,12 @@ class Actor:
                        detail="our drain found in place with no record of it "
                               "(Slurm answered late)")]
 
-    def _guard_tripped(self) -> Action | None:
+    def _guard_tripped(self, info: NodeInfo) -> Action | None:
         nodes = self.slurm.nodes()
         mine = next((n for n in nodes if n.name == self.node), None)
-        parts = list(mine.partitions) if mine else []
+        # This node's own record answers for its partitions when the listing lacks it (a
+        # record refused as ambiguous, a listing cut short): no partition, no guard at all.
+        parts = list((mine or info).partitions)
         for g in guard_states(nodes, parts, max_share=self.max_share, window=self.window,
                               now=self.now(), exclude=self.node):
             if g.tripped:

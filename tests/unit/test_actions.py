@@ -358,3 +358,21 @@ def test_an_operators_or_lemon_drain_is_never_taken_over_by_a_node_verdict(cfg, 
         assert a.apply(decide([]), clean_sweep=True) == []
     assert slurm.info["n01"].reason == held
     assert [c[0] for c in slurm.calls] == ["requeue"]
+
+
+class ListsOthersOnly(MemorySlurm):
+    """`scontrol show node n01` answers, but the fleet listing lacks n01 (a record the
+    parser refused as ambiguous, a listing cut short)."""
+
+    def nodes(self, names=None):
+        return [n for n in super().nodes(names) if n.name != "n01"]
+
+
+def test_the_guard_counts_the_partition_even_when_the_listing_lacks_this_node(cfg, tmp_path):
+    slurm = ListsOthersOnly()
+    for name in ("n02", "n03"):  # the limit of 10 nodes at 10% is 1: already past it
+        slurm.drain(name, f"rsc_health:now:xid79:{name} gpu0 fell off the bus")
+    slurm.calls.clear()
+    actions = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79", repair=True)]))
+    assert [a.action for a in actions] == ["guard_tripped"]
+    assert not slurm.info["n01"].drain_set and slurm.calls == []
