@@ -46,6 +46,15 @@ def gpu_backend(cfg: Config, root: Path):
     return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)))
 
 
+def automounts_waiting(cfg: Config, present: list[mounts.Mount]) -> list[str]:
+    """Expected paths whose visible mount is autofs's trigger, where the config expects
+    something else mounted there (or says nothing of the type)."""
+    visible = {m.path: m.fstype for m in present}  # the last mount on a path is the visible one
+    return [m["path"] for m in cfg.get("mounts.expected", [])
+            if m.get("path") and visible.get(m["path"]) == "autofs"
+            and m.get("fstype") != "autofs"]
+
+
 def mounts_to_probe(cfg: Config, present: list[mounts.Mount]) -> list[str]:
     """The expected mounts that are mounted: the ones statvfs must answer for."""
     mounted = {m.path for m in present}
@@ -144,6 +153,13 @@ def collect_all(
             state.mount_probes = (
                 guard("mount", "statvfs", lambda: mounts.probe(root, to_probe, timeout)) or {}
             )
+            if automounts_waiting(cfg, state.mounts):
+                # autofs unmounts an idle path; its trigger (fstype autofs) is all the table
+                # showed. statvfs follows automounts, so the probe just mounted it (or failed
+                # to): judge the table as the next job will find it.
+                again = guard("mount", "/proc/mounts", lambda: mounts.collect(root))
+                if again is not None:
+                    state.mounts = again
     env = CollectEnv(cfg, deadline)
     for fam in REGISTRY:
         if fam.collect is not None and fam.name in want:

@@ -402,3 +402,46 @@ def test_a_remap_flag_nvml_did_not_answer_is_a_checker_error_not_a_drain(node, f
     found, verdict = only_bad(node)
     assert not [f for f in found if f.family == "remap"]
     assert verdict.level is Level.CHECKER_ERROR
+
+
+def _automount(node, line_after: str | None):
+    """/home behind autofs (a direct map), not mounted yet: the table shows autofs's trigger
+    on /home. statvfs there makes the kernel mount it (LOOKUP_AUTOMOUNT), which the probe's
+    statvfs stands in for here by adding `line_after` to the table (None: the automount
+    fails, the server refuses)."""
+    import errno
+
+    mounts_file = node.path("proc/mounts")
+    lines = mounts_file.read_text().splitlines()
+    nfs = next(line for line in lines if " /home nfs4 " in line)
+    mounts_file.write_text("".join(
+        (("auto.home /home autofs rw,relatime,fd=7,pgrp=1,timeout=300,minproto=5,"
+          "maxproto=5,direct 0 0") if line == nfs else line) + "\n" for line in lines))
+    real = mounts.statvfs
+
+    def statvfs(path):
+        if path.endswith("/home"):
+            if line_after is None:
+                raise OSError(errno.ENOENT, "No such file or directory")
+            with open(mounts_file, "a") as fh:
+                fh.write(line_after.replace("{nfs}", nfs) + "\n")
+        return real(path)
+
+    return statvfs
+
+
+def test_an_automounted_path_not_mounted_yet_is_mounted_by_the_probe_and_passes(
+        node, monkeypatch):
+    """autofs unmounts an idle /home after its timeout: between jobs the table shows only
+    its trigger (fstype autofs). That was mount_missing, DRAIN_NOW, on every idle node of a
+    fleet that automounts. The probe's statvfs mounts it; the table read after it judges."""
+    monkeypatch.setattr(mounts, "statvfs", _automount(node, "{nfs}"))
+    found, verdict = only_bad(node)
+    assert found == [] and verdict.level is Level.OK
+
+
+def test_an_automount_that_fails_still_drains(node, monkeypatch):
+    monkeypatch.setattr(mounts, "statvfs", _automount(node, None))
+    found, verdict = only_bad(node)
+    assert [(f.component, f.code) for f in found] == [("/home", "mount_missing")]
+    assert "autofs" in found[0].reason and verdict.level is Level.DRAIN_NOW
