@@ -114,7 +114,8 @@ class Actor:
         self.node = node
         self.state_dir = Path(state_dir)
         self.now = now
-        self.log = log or (lambda msg: print(msg, file=sys.stderr))
+        # Messages carry no prefix: the node path's log adds "rsc_health: " (and syslogs).
+        self.log = log or (lambda msg: print(f"rsc_health: {msg}", file=sys.stderr))
         a = cfg.section("actions")
         self.enabled = bool(a.get("enabled", True))
         self.resume_after = int(a.get("resume_after_clean_sweeps", 3))
@@ -165,7 +166,7 @@ class Actor:
         if (info.drain_set or info.down) and not is_ours(info.reason):
             # A person's drain or DOWN ("bob: dead PSU, RMA 123"), or Slurm's own ("Not
             # responding"): theirs to manage, never drained over nor later resumed by us.
-            self.log(f"rsc_health: {self.node} is {info.state} for someone else "
+            self.log(f"{self.node} is {info.state} for someone else "
                      f"({info.reason!r}); leaving it alone (verdict: {verdict.reason})")
             return []
         actions: list[Action] = []
@@ -305,7 +306,7 @@ class Actor:
             if job.job_id in reported:
                 continue
             out.append(refused)
-            self.log(f"rsc_health: job {job.job_id} on {self.node} refused requeue: "
+            self.log(f"job {job.job_id} on {self.node} refused requeue: "
                      f"{refused.detail}")
         newly = [a.job_id for a in out if a.action == ActionKind.REQUEUE_REFUSED and a.job_id]
         if state is not None and newly:
@@ -364,7 +365,7 @@ class Actor:
             tmp.write_text(json.dumps(asdict(state)))
             os.replace(tmp, self._state_path)
         except OSError as exc:
-            self.log(f"rsc_health: cannot record the drain state in {self.state_dir} "
+            self.log(f"cannot record the drain state in {self.state_dir} "
                      f"({exc.strerror or exc}); {self.node} will not be auto-resumed")
             return False
         return True
@@ -388,7 +389,7 @@ class Actor:
         try:
             self._state_path.unlink(missing_ok=True)
         except OSError as exc:
-            self.log(f"rsc_health: cannot clear the drain state in {self.state_dir} "
+            self.log(f"cannot clear the drain state in {self.state_dir} "
                      f"({exc.strerror or exc})")
 
     def _spool(self, actions: list[Action]) -> None:
@@ -400,7 +401,7 @@ class Actor:
         try:
             spool.append(self.state_dir / "spool", recs)
         except OSError as exc:
-            self.log(f"rsc_health: cannot spool actions: {exc}")
+            self.log(f"cannot spool actions: {exc}")
 
 
 def spool_action(state_dir: Path, action: Action, now: datetime | None = None) -> None:
