@@ -155,6 +155,9 @@ def main() -> None:
             raise
         orig = getattr(exc, "orig", None) or exc
         text = (str(orig).strip().splitlines() or [""])[0][:500]
+        if "database is locked" in text:  # SQLite, past the busy timeout
+            text += (" (another healthctl, an ingest or a flush, held the historian's write "
+                     "lock for the whole wait; run this again once it has finished)")
         print(f"healthctl: error: {type(orig).__name__}: {text} "
               f"(RSC_HEALTH_DEBUG=1 shows the traceback)", file=sys.stderr)
         sys.exit(1)

@@ -223,3 +223,26 @@ def test_two_lemon_runs_recording_one_node_at_once_on_postgresql_open_one_ticket
     engine.dispose()
     assert sorted(map(repr, results)) == ["False", "True"], results
     assert len(opened) == 1
+
+
+def test_a_historian_locked_past_the_busy_timeout_says_who_holds_it(monkeypatch, capsys):
+    """`ticket open` (or any writer) that waited out SQLite's busy timeout behind a long load
+    ends with one line that says what to do, not a bare OperationalError."""
+    import sqlite3
+
+    import pytest
+    from sqlalchemy.exc import OperationalError
+
+    from rsc_health import cli as cli_module
+
+    def locked(**_):
+        raise OperationalError("INSERT INTO tickets ...", {},
+                               sqlite3.OperationalError("database is locked"))
+
+    monkeypatch.setattr(cli_module, "cli", locked)
+    monkeypatch.delenv("RSC_HEALTH_DEBUG", raising=False)
+    with pytest.raises(SystemExit) as done:
+        cli_module.main()
+    err = capsys.readouterr().err
+    assert done.value.code == 1 and len(err.strip().splitlines()) == 1
+    assert "database is locked" in err and "run this again once it has finished" in err
