@@ -28,6 +28,16 @@ def _who() -> str:
     return os.environ.get("SUDO_USER") or getpass.getuser()
 
 
+def _unconfirmed(ctx: click.Context, kind: str, node: str, reason: str, by: str, verb: str,
+                 exc: Exception, res: dict) -> None:
+    """A drain or resume whose scontrol timed out: recorded as asked and said to be
+    unconfirmed, since slurmctld may apply it once it answers again."""
+    where = _record(ctx, kind, node, f"{reason} ({by}; unconfirmed: Slurm did not answer)")
+    res.update(result="unconfirmed",
+               detail=f"Slurm did not answer ({exc}); the {verb} may still land, "
+                      f"see `healthctl node {node}`; recorded in the {where}")
+
+
 def _record(ctx: click.Context, action: str, node: str, reason: str) -> str:
     """Who did what and why: into the historian when one is configured (the management host),
     else the local spool. Returns where it went."""
@@ -146,11 +156,8 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
                 # slurmctld may hold the request and apply it once it answers again (a
                 # SIGSTOP, an overload): recorded as asked, and said to be unconfirmed.
                 away = exc
-                where = _record(ctx, ActionKind.MANUAL_DRAIN, node,
-                                f"{slurm_reason} ({who}; unconfirmed: Slurm did not answer)")
-                res.update(result="unconfirmed",
-                           detail=f"Slurm did not answer ({exc}); the drain may still land, "
-                                  f"see `healthctl node {node}`; recorded in the {where}")
+                _unconfirmed(ctx, ActionKind.MANUAL_DRAIN, node, slurm_reason, who, "drain",
+                             exc, res)
                 results.append(res)
                 continue
             # Recorded before anything else can fail: the drain is done.
@@ -234,11 +241,7 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
             except SlurmUnavailable as exc:
                 # As for drain: slurmctld may still apply it once it answers again.
                 away = exc
-                where = _record(ctx, ActionKind.RESUME, node,
-                                f"{info.reason} ({note}; unconfirmed: Slurm did not answer)")
-                res.update(result="unconfirmed",
-                           detail=f"Slurm did not answer ({exc}); the resume may still land, "
-                                  f"see `healthctl node {node}`; recorded in the {where}")
+                _unconfirmed(ctx, ActionKind.RESUME, node, info.reason, note, "resume", exc, res)
                 results.append(res)
                 continue
             where = _record(ctx, ActionKind.RESUME, node, f"{info.reason} ({note})")

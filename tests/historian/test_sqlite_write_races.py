@@ -66,13 +66,10 @@ def _wait_for(paths: list[Path], seconds: float) -> None:
         time.sleep(0.05)
 
 
-def test_two_flushes_of_one_node_at_once_leave_one_open_interval(tmp_path):
-    """Two spool flushes carrying runs of the same node (the node's timer and an operator's
-    `spool flush --dir` of a copied spool) at once: both read the node's open all-clear
-    interval, both closed it, and each opened its own failure, so the node had two open
-    failures (gpu0 from the older run, gpu1 from the newer) where its latest run said only
-    gpu1 fails. Now the second waits for the first at BEGIN IMMEDIATE and folds on top of it."""
-    url = f"sqlite:///{tmp_path / 'h.db'}"
+def _two_racing_spools(url: str, tmp_path: Path) -> tuple[Path, Path, list[Path]]:
+    """gpu003's all-clear delivered; then two spools of its later runs (gpu0 failing at +5
+    min, gpu1 failing at +10 min) to flush at once, and the marks each flush leaves once it
+    has read."""
     first = tmp_path / "first"
     spool.append(first, spool.check_records([OK], node="gpu003", source="sweep", time=T0,
                                             job_id=None))
@@ -82,7 +79,28 @@ def test_two_flushes_of_one_node_at_once_leave_one_open_interval(tmp_path):
                                             time=T0 + timedelta(minutes=5), job_id=None))
     spool.append(newer, spool.check_records([_fail("gpu1")], node="gpu003", source="sweep",
                                             time=T0 + timedelta(minutes=10), job_id=None))
-    marks = [tmp_path / "m1", tmp_path / "m2"]
+    return older, newer, [tmp_path / "m1", tmp_path / "m2"]
+
+
+def _open_ecc(url: str) -> list[tuple]:
+    """gpu003's open ecc intervals: (component, status)."""
+    engine = connect(url)
+    C = schema.check_results
+    with engine.connect() as conn:
+        open_ = conn.execute(select(C.c.component, C.c.status).where(
+            C.c.node == "gpu003", C.c.check == "ecc", C.c.is_open.is_(True))).all()
+    engine.dispose()
+    return [tuple(r) for r in open_]
+
+
+def test_two_flushes_of_one_node_at_once_leave_one_open_interval(tmp_path):
+    """Two spool flushes carrying runs of the same node (the node's timer and an operator's
+    `spool flush --dir` of a copied spool) at once: both read the node's open all-clear
+    interval, both closed it, and each opened its own failure, so the node had two open
+    failures (gpu0 from the older run, gpu1 from the newer) where its latest run said only
+    gpu1 fails. Now the second waits for the first at BEGIN IMMEDIATE and folds on top of it."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    older, newer, marks = _two_racing_spools(url, tmp_path)
     holder = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -95,14 +113,11 @@ def test_two_flushes_of_one_node_at_once_leave_one_open_interval(tmp_path):
         holder.close()
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
+    assert _open_ecc(url) == [("gpu1", "fail")]
     engine = connect(url)
-    C = schema.check_results
     with engine.connect() as conn:
-        open_ = conn.execute(select(C.c.component, C.c.status).where(
-            C.c.node == "gpu003", C.c.check == "ecc", C.c.is_open.is_(True))).all()
         days = conn.execute(select(schema.check_days.c.fail)).scalars().all()
     engine.dispose()
-    assert [tuple(r) for r in open_] == [("gpu1", "fail")]
     # Each failure that began is counted once, whichever flush went first.
     assert sum(days) in (1, 2)
 
@@ -116,16 +131,7 @@ def test_two_flushes_of_one_node_at_once_on_postgresql_leave_one_open_interval(p
     import psycopg
 
     connect(pg_url).dispose()
-    first = tmp_path / "first"
-    spool.append(first, spool.check_records([OK], node="gpu003", source="sweep", time=T0,
-                                            job_id=None))
-    assert _flush(pg_url, first, tmp_path / "m0").wait(timeout=120) == 0
-    older, newer = tmp_path / "older", tmp_path / "newer"
-    spool.append(older, spool.check_records([_fail("gpu0")], node="gpu003", source="sweep",
-                                            time=T0 + timedelta(minutes=5), job_id=None))
-    spool.append(newer, spool.check_records([_fail("gpu1")], node="gpu003", source="sweep",
-                                            time=T0 + timedelta(minutes=10), job_id=None))
-    marks = [tmp_path / "m1", tmp_path / "m2"]
+    older, newer, marks = _two_racing_spools(pg_url, tmp_path)
     libpq = pg_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(libpq) as holder:
         holder.execute("LOCK TABLE check_results IN SHARE MODE")
@@ -134,13 +140,7 @@ def test_two_flushes_of_one_node_at_once_on_postgresql_leave_one_open_interval(p
         holder.rollback()
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    engine = connect(pg_url)
-    C = schema.check_results
-    with engine.connect() as conn:
-        open_ = conn.execute(select(C.c.component, C.c.status).where(
-            C.c.node == "gpu003", C.c.check == "ecc", C.c.is_open.is_(True))).all()
-    engine.dispose()
-    assert [tuple(r) for r in open_] == [("gpu1", "fail")]
+    assert _open_ecc(pg_url) == [("gpu1", "fail")]
 
 
 def test_a_reader_is_not_held_by_a_writer_and_a_savepoint_nests(tmp_path):

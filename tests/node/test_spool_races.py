@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from datetime import datetime
 
+import pytest
+
 from rsc_health import spool
 
 
@@ -53,9 +55,10 @@ def test_a_flush_between_a_writers_open_and_its_lock_loses_nothing(tmp_path, mon
     assert _numbers(later) == [2]
 
 
-def test_a_clock_stepped_back_onto_an_undelivered_batch_does_not_overwrite_it(tmp_path,
-                                                                                monkeypatch):
-    sdir = tmp_path / "spool"
+@pytest.fixture
+def frozen_clock(monkeypatch):
+    """The spool's clock stopped at one instant (stepped back onto, or frozen at, the moment
+    a batch was named)."""
 
     class Frozen(datetime):
         @classmethod
@@ -63,6 +66,11 @@ def test_a_clock_stepped_back_onto_an_undelivered_batch_does_not_overwrite_it(tm
             return datetime(2026, 3, 1, 12, 0, 0, 0)
 
     monkeypatch.setattr(spool, "datetime", Frozen)
+
+
+def test_a_clock_stepped_back_onto_an_undelivered_batch_does_not_overwrite_it(tmp_path,
+                                                                                frozen_clock):
+    sdir = tmp_path / "spool"
     spool.append(sdir, [{"kind": "check", "n": 1}])
     first = spool.claim(sdir)  # the database is down: the batch waits
     spool.append(sdir, [{"kind": "check", "n": 2}])
@@ -71,15 +79,8 @@ def test_a_clock_stepped_back_onto_an_undelivered_batch_does_not_overwrite_it(tm
     assert _numbers(both) == [1, 2]
 
 
-def test_batches_claimed_at_one_instant_keep_their_order(tmp_path, monkeypatch):
+def test_batches_claimed_at_one_instant_keep_their_order(tmp_path, frozen_clock):
     sdir = tmp_path / "spool"
-
-    class Frozen(datetime):
-        @classmethod
-        def now(cls, tz=None):
-            return datetime(2026, 3, 1, 12, 0, 0, 0)
-
-    monkeypatch.setattr(spool, "datetime", Frozen)
     for n in range(3):
         spool.append(sdir, [{"kind": "check", "n": n}])
         batches = spool.claim(sdir)
