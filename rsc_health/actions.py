@@ -216,17 +216,10 @@ class Actor:
         return actions
 
     def _adopt(self, verdict: Verdict, info: NodeInfo) -> list[Action]:
-        """Record our drain found in place with no record of it. Auto-resumable only when it
-        is this very verdict's drain; one for another verdict is left to a person. Nothing is
-        spooled unless the record was written, so a state dir that refuses writes does not
-        repeat the action on every run."""
-        same = info.reason == verdict.reason
-        codes = sorted({c.code or c.family for c in verdict.causes}) if same else []
-        state = DrainState(
-            reason=info.reason, codes=codes, time=self.now().isoformat(),
-            auto_resumable=same and verdict.auto_resumable and not (self.never_resume
-                                                                    & set(codes)))
-        if not self._write_state(state):
+        """Record our drain found in place with no record of it. Nothing is spooled unless
+        the record was written, so a state dir that refuses writes does not repeat the action
+        on every run."""
+        if not self._save_state(verdict, info.reason):
             return []
         mode = (parse_reason(info.reason) or {}).get("mode")
         kind = ActionKind.DRAIN_NOW if mode == "now" else ActionKind.DRAIN_AFTER_JOB
@@ -370,12 +363,17 @@ class Actor:
             return False
         return True
 
-    def _save_state(self, verdict: Verdict) -> None:
-        codes = sorted({c.code or c.family for c in verdict.causes})
-        self._write_state(DrainState(
-            reason=verdict.reason,
+    def _save_state(self, verdict: Verdict, reason: str | None = None) -> bool:
+        """Record the drain Slurm holds for `verdict` (`reason`: the reason Slurm shows, when
+        it is not this verdict's own: then the record is not auto-resumable, it is left to a
+        person). False when the record could not be written."""
+        same = reason is None or reason == verdict.reason
+        codes = sorted({c.code or c.family for c in verdict.causes}) if same else []
+        return self._write_state(DrainState(
+            reason=verdict.reason if reason is None else reason,
             codes=codes,
-            auto_resumable=verdict.auto_resumable and not (self.never_resume & set(codes)),
+            auto_resumable=same and verdict.auto_resumable and not (self.never_resume
+                                                                    & set(codes)),
             time=self.now().isoformat(),
         ))
 

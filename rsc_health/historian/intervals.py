@@ -103,13 +103,6 @@ _EXTEND = update(C).where(C.c.id.in_(bindparam("ids", expanding=True))).values(
 _CLOSE = update(C).where(C.c.id.in_(bindparam("ids", expanding=True))).values(is_open=False)
 
 
-def _lock_nodes(conn: Connection, nodes: list[str]) -> None:
-    """Make two folds of the same node take turns: under READ COMMITTED both read its open
-    intervals before either wrote, both closed the same interval and each opened its own (two
-    open failures where the newest run saw one). See db.take_turns."""
-    take_turns(conn, TURNS_CHECK_INTERVALS, nodes)
-
-
 def _load_open(conn: Connection, nodes: list[str]) -> dict[tuple[str, str], list[_Open]]:
     out: dict[tuple[str, str], list[_Open]] = defaultdict(list)
     for i in range(0, len(nodes), _NODES_PER_QUERY):
@@ -129,7 +122,10 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
     if not runs:
         return report
     nodes = sorted({node for node, _ in runs})
-    _lock_nodes(conn, nodes)
+    # Two folds of one node take turns: otherwise both read its open intervals before either
+    # wrote, both closed the same one and each opened its own (two open failures where the
+    # newest run saw one).
+    take_turns(conn, TURNS_CHECK_INTERVALS, nodes)
     state = _load_open(conn, nodes)
     last_event = _last_events(conn, sorted({
         (r.node, r.check) for recs in runs.values() for r in recs
