@@ -256,8 +256,6 @@ def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
         # The caller began with BEGIN IMMEDIATE (db.writer): the write lock is taken under
         # the busy timeout before anything is read, and the index drops below are part of
         # the load's transaction (a failed load keeps its indexes).
-        if not conn.connection.dbapi_connection.in_transaction:
-            conn.exec_driver_sql("BEGIN IMMEDIATE")
     elif conn.dialect.name == "postgresql":
         sacct_pg.lock(conn)  # before looking at the table: a concurrent load waits here
     deferred = _defer_indexes(conn)
