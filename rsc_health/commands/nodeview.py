@@ -47,14 +47,13 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
 
     from rsc_health.historian import schema
     from rsc_health.historian.db import connect
-    from rsc_health.historian.freshness import node_freshness
+    from rsc_health.historian.freshness import node_freshness, stale_after_s
     from rsc_health.historian.intervals import open_failures
 
     cfg = ctx.obj.config
     engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
     try:
-        stale_after = float(cfg.get("historian.stale_after_s", 2700))
-        fresh = node_freshness(engine, now, stale_after, nodes=[node])[0]
+        fresh = node_freshness(engine, now, stale_after_s(cfg), nodes=[node])[0]
         with engine.connect() as conn:
             runs = [dict(r._mapping) for r in conn.execute(
                 select(schema.node_runs).where(schema.node_runs.c.node == node))]

@@ -304,12 +304,11 @@ def _freshness(ctx: click.Context, now) -> list[dict] | None:
         return None
     try:
         from rsc_health.historian.db import connect
-        from rsc_health.historian.freshness import node_freshness
+        from rsc_health.historian.freshness import node_freshness, stale_after_s
 
-        stale_after = float(ctx.obj.config.get("historian.stale_after_s", 2700))
         engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
-            rows = node_freshness(engine, now, stale_after)
+            rows = node_freshness(engine, now, stale_after_s(ctx.obj.config))
         finally:
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands

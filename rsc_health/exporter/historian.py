@@ -20,7 +20,7 @@ from rsc_health.historian import schema
 
 def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> CollectorRegistry:
     """Compute every metric as of `now` (naive UTC) into a new registry."""
-    from rsc_health.historian.freshness import node_freshness
+    from rsc_health.historian.freshness import node_freshness, stale_after_s
     from rsc_health.historian.metrics._sql import Window
     from rsc_health.historian.metrics.mttf import mttf_by_size
     from rsc_health.historian.metrics.rates import failure_rate
@@ -51,8 +51,7 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
         if row["mttf_hours"] == row["mttf_hours"]:  # not NaN: the bucket had failures
             mttf.labels(str(row["size"])).set(float(row["mttf_hours"]))
 
-    stale_after = float(cfg.get("historian.stale_after_s", 2700))
-    fresh = node_freshness(engine, now, stale_after)
+    fresh = node_freshness(engine, now, stale_after_s(cfg))
     stale = Gauge("rsc_health_node_stale",
                   "1 for a node whose node-path runs stopped arriving", ["node"], registry=reg)
     broken = Gauge("rsc_health_node_checker_broken",

@@ -23,6 +23,9 @@ from rsc_health.historian import schema
 from rsc_health.historian.ingest import db_time
 
 R = schema.node_runs
+# [historian] stale_after_s when a config lacks it (the packaged default_config.toml has it):
+# one flush interval plus three sweeps (tests/unit/test_freshness_matches_the_shipped_timers.py).
+STALE_AFTER_S = 2700.0
 _RUNS_Q = select(R.c.node, R.c.source, R.c.last_seen).where(
     R.c.node.in_(bindparam("nodes", expanding=True)))
 LEVELS = ("ok", "warn", "drain_after_job", "drain_now", "checker_error")
@@ -168,6 +171,11 @@ def _nodes_with_results(conn: Connection) -> list[str]:
 def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+def stale_after_s(cfg) -> float:
+    """[historian] stale_after_s of a Config: how old a node's newest run may be."""
+    return float(cfg.get("historian.stale_after_s", STALE_AFTER_S))
 
 
 def stale_nodes(engine: Engine, now: datetime, stale_after_s: float) -> list[NodeFreshness]:

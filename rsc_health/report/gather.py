@@ -19,6 +19,7 @@ import pandas as pd
 from sqlalchemy import Engine, select
 
 from rsc_health.historian.db import refresh_statistics
+from rsc_health.historian.freshness import STALE_AFTER_S
 from rsc_health.historian.schema import node_actions
 from rsc_health.model import DRAIN_KINDS, ActionKind
 from rsc_health.report.data import COLUMNS, ReportData, SectionEmpty, empty_frame
@@ -44,7 +45,7 @@ class GatherOptions:
     large_job_gpus: int = 128  # [metrics] large_job_gpus: jobs that define r_f
     skip: frozenset[str] = frozenset()  # sections not gathered (an expensive one, say)
     confidence: float = 0.9  # [metrics] confidence: the headline r_f's interval
-    stale_after_s: float = 2700  # [historian] stale_after_s: a node's checks stopped
+    stale_after_s: float = STALE_AFTER_S  # [historian] stale_after_s: a node's checks stopped
     sacct_stale_hours: float = 6  # newest job end older than this: the sacct input is stale
     xid_top: int = 10  # rows of the XIDs-per-GPU table
     listed_days_max: int = 7  # how far back "days listed" looks (one lemon evaluation a day)
@@ -69,7 +70,7 @@ class GatherOptions:
             large_job_gpus=int((metrics or {}).get("large_job_gpus", 128)),
             skip=_sections(report.get("skip", ())),
             confidence=float((metrics or {}).get("confidence", 0.9)),
-            stale_after_s=float((historian or {}).get("stale_after_s", 2700)),
+            stale_after_s=float((historian or {}).get("stale_after_s", STALE_AFTER_S)),
             sacct_stale_hours=float(report.get("sacct_stale_hours", 6)),
             xid_top=int(report.get("xid_top", 10)),
             listed_days_max=int(report.get("listed_days_max", 7)),
