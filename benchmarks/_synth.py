@@ -224,8 +224,9 @@ def load_sqlite(path: str, data) -> str:
     return url
 
 
-def load_postgres(admin_url: str, data) -> tuple[str, str]:
-    import psycopg
+def create_postgres(admin_url: str) -> tuple[str, str]:
+    """A new scratch database with the historian's schema: (its URL, its name for
+    drop_postgres)."""
     from sqlalchemy import create_engine, text
 
     from rsc_health.historian.db import connect
@@ -237,6 +238,13 @@ def load_postgres(admin_url: str, data) -> tuple[str, str]:
     admin.dispose()
     url = admin_url.rsplit("/", 1)[0] + f"/{name}"
     connect(url).dispose()
+    return url, name
+
+
+def load_postgres(admin_url: str, data) -> tuple[str, str]:
+    import psycopg
+
+    url, name = create_postgres(admin_url)
     dsn = url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(dsn) as con, con.cursor() as cur:
         for table, cols in data.items():

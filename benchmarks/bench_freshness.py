@@ -23,9 +23,11 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import text
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _synth import create_postgres, drop_postgres  # noqa: E402 - same directory: shared loaders
 
 from rsc_health.historian.db import connect  # noqa: E402
 from rsc_health.historian.freshness import node_freshness  # noqa: E402
@@ -111,17 +113,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         figures += bench(f"sqlite:///{tmp}/fresh.db", args.rows, args.nodes, "sqlite")
     if args.pg and not args.no_pg:
-        admin = create_engine(args.pg, isolation_level="AUTOCOMMIT")
-        name = f"bench_freshness_{os.getpid()}"
-        with admin.connect() as conn:
-            conn.execute(text(f'CREATE DATABASE "{name}"'))
+        url, name = create_postgres(args.pg)
         try:
-            url = admin.url.set(database=name).render_as_string(hide_password=False)
             figures += bench(url, args.rows, args.nodes, "postgresql")
         finally:
-            with admin.connect() as conn:
-                conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-            admin.dispose()
+            drop_postgres(args.pg, name)
     for name, value, unit in figures:
         print(f"BENCH\tfreshness\t{name}\t{value:.4f}\t{unit}")
 
