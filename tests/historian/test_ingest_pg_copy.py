@@ -98,8 +98,8 @@ def pg_paths(monkeypatch):
     taken: list[str] = []
     append, upsert = sacct_pg._append, sacct_pg._upsert
 
-    def spy_append(conn, item, sequence):
-        ok = append(conn, item, sequence)
+    def spy_append(conn, item, sequence, **options):
+        ok = append(conn, item, sequence, **options)
         taken.append("copy" if ok else "copy failed")
         return ok
 
@@ -241,3 +241,24 @@ def test_a_load_waiting_past_its_timeout_for_another_load_says_so_in_one_line(pg
     assert "timeout" in message or "canceling statement" in message
     assert sacct.ingest_text(engine, body).written == 49  # once the other has ended
     assert table_counts(engine)["jobs"] == 49
+
+
+@pytest.mark.postgres
+def test_a_first_load_writes_its_rows_frozen_and_a_later_load_keeps_every_row(pg_url,
+                                                                             small_blocks):
+    """A first backfill COPYs with FREEZE: after it every page of jobs and job_nodes is
+    all-visible (no hint-bit pass rewrites them, index-only scans need no heap). The TRUNCATE
+    that allows FREEZE runs only on empty tables: a second load into them keeps every row."""
+    first = [_row(str(i), NodeList=f"gpu{i % 40:03d}", NNodes="1") for i in range(1, 301)]
+    second = [_row(str(i), NodeList=f"gpu{i % 40:03d}", NNodes="1") for i in range(301, 361)]
+    pg = connect(pg_url)
+    sacct.ingest_text(pg, _parsable(first))
+    with pg.connect() as conn:
+        conn.exec_driver_sql("ANALYZE jobs, job_nodes")  # brings relallvisible up to date
+        pages = conn.exec_driver_sql(
+            "SELECT relname, relpages, relallvisible FROM pg_class "
+            "WHERE relname IN ('jobs', 'job_nodes') ORDER BY 1").all()
+    assert [r.relname for r in pages] == ["job_nodes", "jobs"]
+    assert all(r.relpages > 0 and r.relallvisible == r.relpages for r in pages)
+    sacct.ingest_text(pg, _parsable(second))
+    assert table_counts(pg)["jobs"] == 360 and table_counts(pg)["job_nodes"] == 360

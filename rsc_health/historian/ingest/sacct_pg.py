@@ -144,7 +144,7 @@ def load(conn: Connection, parsed: Iterable[Prepared], upsert_sql: Callable[[str
     appended (about 40% of the COPY's time goes to those two indexes otherwise) and added
     back, one sorted build each, before the first upsert or at the end, in this
     transaction. Only blocks known `fresh` are appended meanwhile, so nothing can repeat a
-    key, and the build checks that anyway."""
+    key, and the build checks that anyway. The rows go in frozen (`_freeze`)."""
     # A bulk load's statements are simple and few: compiling them (JIT) costs more than it
     # saves. The upsert's sort of a staged block fits in memory instead of spilling, and so
     # do the sorts of a first backfill's index builds.
@@ -154,18 +154,39 @@ def load(conn: Connection, parsed: Iterable[Prepared], upsert_sql: Callable[[str
     sequence = conn.exec_driver_sql("SELECT pg_get_serial_sequence('jobs', 'id')").scalar()
     appending = sequence is not None
     restore = _drop_jobs_keys(conn) if first_load and appending else []
+    frozen = bool(restore) and _freeze(conn)
     for item in parsed:
         if not item.block.jobs.num_rows:
             continue
-        if appending and item.fresh and _append(conn, item, sequence):
+        if appending and item.fresh and _append(conn, item, sequence, frozen=frozen):
             continue
-        appending = False
+        appending = frozen = False
         for statement in restore:
             conn.exec_driver_sql(statement)
         restore = []
         _upsert(conn, item, upsert_sql)
     for statement in restore:
         conn.exec_driver_sql(statement)
+
+
+def _freeze(conn: Connection) -> bool:
+    """Ready an empty jobs and job_nodes, keys dropped, for `COPY ... FREEZE`; True when done.
+
+    COPY FREEZE writes rows already frozen and their pages all-visible, which PostgreSQL
+    allows only into a table created or emptied (TRUNCATE) in the same subtransaction. So
+    the first readers after the load (the ANALYZE that follows, attribution's first scans)
+    neither set a hint bit on every row, dirtying and writing back every page, nor visit the
+    heap for index-only scans, and no anti-wraparound VACUUM rewrites the year of jobs
+    later. TRUNCATE here empties nothing: it runs only when both tables are empty under
+    this transaction's locks (DROP CONSTRAINT holds ACCESS EXCLUSIVE on both already), and
+    a rolled-back load restores them as they were."""
+    empty = conn.exec_driver_sql(
+        "SELECT NOT EXISTS (SELECT FROM jobs) AND NOT EXISTS (SELECT FROM job_nodes)"
+    ).scalar()
+    if not empty:
+        return False
+    conn.exec_driver_sql("TRUNCATE jobs, job_nodes")
+    return True
 
 
 def _drop_jobs_keys(conn: Connection) -> list[str]:
@@ -200,9 +221,11 @@ def _typed(block: Block) -> list[pa.Array]:
     return out
 
 
-def _copy(conn: Connection, table: str, names: Sequence[str], columns: Sequence) -> None:
+def _copy(conn: Connection, table: str, names: Sequence[str], columns: Sequence,
+          *, frozen: bool = False) -> None:
     quote = conn.dialect.identifier_preparer.quote
-    statement = f"COPY {table} ({', '.join(quote(n) for n in names)}) FROM STDIN (FORMAT BINARY)"
+    options = "FORMAT BINARY, FREEZE" if frozen else "FORMAT BINARY"
+    statement = f"COPY {table} ({', '.join(quote(n) for n in names)}) FROM STDIN ({options})"
     cursor = conn.connection.dbapi_connection.cursor()
     try:
         with cursor.copy(statement) as copy:
@@ -211,9 +234,10 @@ def _copy(conn: Connection, table: str, names: Sequence[str], columns: Sequence)
         cursor.close()
 
 
-def _append(conn: Connection, item: Prepared, sequence: str) -> bool:
+def _append(conn: Connection, item: Prepared, sequence: str, *, frozen: bool = False) -> bool:
     """COPY the block into jobs and job_nodes under ids reserved from the sequence; False
-    (nothing of the block kept) when one of its keys is stored already."""
+    (nothing of the block kept) when one of its keys is stored already. `frozen` (`_freeze`):
+    the tables have no keys to repeat, and a savepoint would forbid FREEZE, so none is taken."""
     from psycopg.errors import UniqueViolation  # here: a SQLite-only host needs no psycopg
 
     n = item.block.jobs.num_rows
@@ -224,11 +248,15 @@ def _append(conn: Connection, item: Prepared, sequence: str) -> bool:
         "SELECT setval(%s::regclass, nextval(%s::regclass) + %s - 1)", (sequence, sequence, n)
     ).scalar()
     ids = pa.array(np.arange(last - n + 1, last + 1, dtype=np.int32))
+    node_ids = pc.take(ids, item.block.job_nodes.column("row"))
+    if frozen:
+        _copy(conn, "jobs", ("id", *JOB_COLUMNS), [ids, item.jobs], frozen=True)
+        _copy(conn, "job_nodes", ("job_pk", "node"), [node_ids, item.nodes], frozen=True)
+        return True
     savepoint = conn.begin_nested()
     try:
         _copy(conn, "jobs", ("id", *JOB_COLUMNS), [ids, item.jobs])
-        _copy(conn, "job_nodes", ("job_pk", "node"),
-              [pc.take(ids, item.block.job_nodes.column("row")), item.nodes])
+        _copy(conn, "job_nodes", ("job_pk", "node"), [node_ids, item.nodes])
     except UniqueViolation:
         savepoint.rollback()
         return False
