@@ -262,3 +262,18 @@ def test_a_first_load_writes_its_rows_frozen_and_a_later_load_keeps_every_row(pg
     assert all(r.relpages > 0 and r.relallvisible == r.relpages for r in pages)
     sacct.ingest_text(pg, _parsable(second))
     assert table_counts(pg)["jobs"] == 360 and table_counts(pg)["job_nodes"] == 360
+
+
+@pytest.mark.postgres
+def test_the_first_loads_foreign_keys_come_back_validated(pg_url, small_blocks):
+    """The foreign keys dropped for a first load's COPY are added back checked (not NOT
+    VALID), and still refuse a job_nodes row whose job is not stored."""
+    pg = connect(pg_url)
+    assert sacct.ingest_text(pg, "\n".join(_many_jobs(10)) + "\n").bad == []
+    with pg.connect() as conn:
+        fks = conn.exec_driver_sql(
+            "SELECT conrelid::regclass::text, convalidated FROM pg_constraint "
+            "WHERE confrelid = 'jobs'::regclass AND contype = 'f' ORDER BY 1").all()
+        assert [tuple(f) for f in fks] == [("attributions", True), ("job_nodes", True)]
+        with pytest.raises(Exception, match="job_nodes_job_pk_fkey"):
+            conn.exec_driver_sql("INSERT INTO job_nodes (job_pk, node) VALUES (-1, 'gpu001')")
