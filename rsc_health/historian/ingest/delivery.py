@@ -47,8 +47,15 @@ from rsc_health.historian.freshness import (
     believable,
     record_runs,
 )
-from rsc_health.historian.ingest import BadRow, bulk_write, db_time, limit_statements, parse_time
-from rsc_health.historian.ingest.checks import RowError
+from rsc_health.historian.ingest import (
+    BadRow,
+    RowError,
+    bulk_write,
+    db_time,
+    key_text,
+    limit_statements,
+    parse_time,
+)
 from rsc_health.historian.intervals import CheckRecord, fold
 
 QUARANTINE = "quarantine"
@@ -129,7 +136,7 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
         when = parse_time(str(rec["time"]))
     except ValueError as exc:
         raise RowError(f"time {rec['time']!r} is not ISO 8601") from exc
-    node = str(rec["node"])
+    node = key_text(rec["node"], "node", 128)
     if not believable(when, received):
         _skewed(rows, rec, node, when, received)
     if kind == "heartbeat":
@@ -151,15 +158,16 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
         excluded = rec.get("excluded") or []
         if not isinstance(excluded, list) or not rec.get("job_id"):
             raise RowError("job_start needs job_id and a list `excluded`")
-        job_id = str(rec["job_id"])
-        rows.exclusions.extend((job_id, str(n), db_time(when)) for n in excluded)
+        job_id = key_text(rec["job_id"], "job_id", 32)
+        names = [key_text(n, "excluded node", 128) for n in excluded]
+        rows.exclusions.extend((job_id, n, db_time(when)) for n in names)
     elif kind == "action":
         if not rec.get("action"):
             raise RowError("action record lacks `action`")
         job_id = rec.get("job_id")
         rows.actions.append((_record_id(rec), db_time(when), node, str(rec["action"])[:24],
                              _text(rec, "reason"),
-                             None if job_id in (None, "") else str(job_id)))
+                             None if job_id in (None, "") else key_text(job_id, "job_id", 32)))
     elif kind == "heartbeat":
         try:
             errors = int(rec.get("checker_errors") or 0)
@@ -217,10 +225,31 @@ def _parse(lines: list[Line], received: datetime) -> _Rows:
     rows = _Rows(lines=len(lines))
     for lineno, rec, raw in lines:
         try:
+            if rec is not None and "\\u0000" in raw:
+                rec = _without_nul(rec)
             _parse_record(rows, rec, received)
         except RowError as exc:
             rows.bad.append((BadRow(lineno, str(exc)), raw[:4096]))
     return rows
+
+
+def _without_nul(rec: dict) -> dict:
+    """A record with NULs (a site check's output, escaped as \\u0000 in the spool): PostgreSQL
+    text cannot hold them, and one such record failed every later flush of its node. In text
+    they become U+FFFD; a node name with one is refused (key_text), never mended."""
+    if "\x00" in str(rec.get("node", "")):
+        raise RowError("node holds a NUL byte")
+    return _nul_free(rec)
+
+
+def _nul_free(value):
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_nul_free(k): _nul_free(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nul_free(v) for v in value]
+    return value
 
 
 @dataclass
