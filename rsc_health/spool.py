@@ -237,7 +237,7 @@ def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):  # RecursionError: [[[[... nested
                 yield lineno, None, line
                 continue
             if "\\ud" in line or "\\uD" in line:

@@ -143,6 +143,8 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
     if h:
         f = h["freshness"]
         state = "STALE (checks stopped)" if f["stale"] else "fresh"
+        if f["level"] == "clock_skew":
+            state += "; node clock wrong: its records are quarantined in its spool"
         click.echo(f"  checks    last {f['source'] or '-'} at {_fmt(f['last_seen'])} "
                    f"verdict {f['level'] or '-'} ({state})")
         click.echo(f"  failing   {len(h['open_findings'])} open finding(s)")

@@ -297,6 +297,10 @@ def _age(seconds: float | None) -> str:
     return f"{seconds // 86400}d{seconds % 86400 // 3600}h"
 
 
+# freshness.CLOCK_SKEW, said for a person (not imported: status runs without the historian).
+_CLOCK_WRONG = "node clock wrong (its records are quarantined in its spool)"
+
+
 def _freshness(ctx: click.Context, now) -> list[dict] | None:
     """Nodes whose checks stopped or cannot look, from the historian's heartbeats; None when
     no historian is configured (a node-only install)."""
@@ -363,7 +367,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     elif data["not_checking"]:
         click.echo(f"not checking: {len(data['not_checking'])} node(s)")
         for f in data["not_checking"]:
-            why = "stale" if f["stale"] else f"checker errors ({f['level']})"
+            why = ("stale" if f["stale"] else _CLOCK_WRONG if f["level"] == "clock_skew"
+                   else f"checker errors ({f['level']})")
             click.echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
                        f"{f['last_seen'] or 'never'}")
     if problems:

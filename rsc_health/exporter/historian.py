@@ -55,7 +55,8 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
     stale = Gauge("rsc_health_node_stale",
                   "1 for a node whose node-path runs stopped arriving", ["node"], registry=reg)
     broken = Gauge("rsc_health_node_checker_broken",
-                   "1 for a node whose latest run could not look (checker errors)",
+                   "1 for a node whose latest run could not look (checker errors) or whose "
+                   "clock is wrong (its records are quarantined)",
                    ["node"], registry=reg)
     for f in fresh:
         if f.stale:

@@ -8,6 +8,13 @@ whose latest run was `checker_error` is checking but cannot look. Both are named
 `healthctl status`, `healthctl node` and the report; neither is ever a reason to drain.
 
 Nodes from before heartbeats existed fall back to the newest check result they delivered.
+
+A node's clock can be wrong (a year ahead, or 1970 after its RTC battery died), and the node
+stamps every record with it. Delivery judges each time against the historian's clock (the
+database's): a stamp from the future would keep a dead node fresh for a year and make every
+later, correct run look old, so such records are quarantined, never folded. The node is alive
+all the same (it delivers): its `clock` row in node_runs says so, as of the database's clock,
+with the level `clock_skew`, until a heartbeat with a believable time arrives.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import Connection, Engine, bindparam, func, select, text
+from sqlalchemy import Connection, Engine, bindparam, delete, func, select, text
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import db_time
@@ -29,6 +36,16 @@ STALE_AFTER_S = 2700.0
 _RUNS_Q = select(R.c.node, R.c.source, R.c.last_seen).where(
     R.c.node.in_(bindparam("nodes", expanding=True)))
 LEVELS = ("ok", "warn", "drain_after_job", "drain_now", "checker_error")
+# How far ahead of the historian's clock a node's stamp may be and still be believed: NTP keeps
+# nodes within milliseconds, so this is only the slack between two honest clocks.
+CLOCK_AHEAD_S = 300.0
+# No node-path record is older than rsc-health: an earlier stamp is a reset clock (1970 after a
+# dead RTC battery, 2000, or a BIOS's build date).
+CLOCK_FLOOR = datetime(2020, 1, 1)
+# node_runs' row for a node whose latest delivered heartbeat had an unbelievable time: its
+# last_seen is when the historian received it, its level CLOCK_SKEW.
+CLOCK_SOURCE = "clock"
+CLOCK_SKEW = "clock_skew"
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,23 +70,38 @@ class NodeFreshness:
 
     @property
     def broken(self) -> bool:
-        """Checking, but the checker could not look (config, sources, its own state)."""
-        return self.last_level == "checker_error" or self.checker_errors > 0
+        """Checking, but the checker could not look (config, sources, its own state), or
+        the historian cannot use what it sends (its clock is wrong)."""
+        return (self.last_level in ("checker_error", CLOCK_SKEW)
+                or self.checker_errors > 0)
 
 
-def record_runs(conn: Connection, beats: Iterable[Heartbeat]) -> int:
+def believable(time: datetime, received: datetime) -> bool:
+    """A node-path stamp (naive UTC) the historian can fold, as of its own clock `received`."""
+    return CLOCK_FLOOR <= time <= received + timedelta(seconds=CLOCK_AHEAD_S)
+
+
+def record_runs(conn: Connection, beats: Iterable[Heartbeat],
+                clocks: dict[str, Heartbeat | None] | None = None) -> int:
     """Fold heartbeats into node_runs and heartbeat_days; returns how many were new.
 
     A heartbeat no newer than the stored run of its (node, source) is a redelivery or late:
-    it changes nothing, so delivery stays exactly-once for the counts too."""
+    it changes nothing, so delivery stays exactly-once for the counts too.
+
+    `clocks`: per node, what its latest heartbeat of this delivery said of its clock: a
+    Heartbeat stamped with the historian's receive time when that heartbeat's own time was
+    unbelievable (the node's `clock` row is written), None when it was believable (a `clock`
+    row from an earlier delivery is removed: the node's clock is right again)."""
     beats = sorted(beats, key=lambda b: (b.node, b.source, b.time))
-    if not beats:
+    clocks = clocks or {}
+    if not beats and not clocks:
         return 0
-    nodes = sorted({b.node for b in beats})
+    nodes = sorted({b.node for b in beats} | set(clocks))
     latest: dict[tuple[str, str], datetime] = {}
     for i in range(0, len(nodes), 500):
         rows = conn.execute(_RUNS_Q, {"nodes": nodes[i : i + 500]})
         latest.update({(n, s): t for n, s, t in rows})
+    _record_clocks(conn, clocks, latest)
     newest: dict[tuple[str, str], Heartbeat] = {}
     days: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])
     fresh = 0
@@ -112,6 +144,37 @@ def record_runs(conn: Connection, beats: Iterable[Heartbeat]) -> int:
              for (day, node), (r, e, dr) in days.items()],
         )
     return fresh
+
+
+_FORGET_CLOCK = delete(R).where(R.c.source == CLOCK_SOURCE,
+                                R.c.node.in_(bindparam("nodes", expanding=True)))
+
+
+def _record_clocks(conn: Connection, clocks: dict[str, Heartbeat | None],
+                   latest: dict[tuple[str, str], datetime]) -> None:
+    """Write the `clock` rows of nodes whose clock is wrong, drop those of nodes whose clock
+    is right again; no statement at all in the usual flush (no clock row, none to write)."""
+    right = sorted(n for n, b in clocks.items() if b is None and (n, CLOCK_SOURCE) in latest)
+    for i in range(0, len(right), 500):
+        conn.execute(_FORGET_CLOCK, {"nodes": right[i : i + 500]})
+    wrong = [b for b in clocks.values() if b is not None]
+    if not wrong:
+        return
+    quote = conn.dialect.identifier_preparer.quote
+    cols = ("node", "source", "last_seen", "level", "checker_errors", "duration_s", "version")
+    # Not counted in heartbeat_days: the run's day is unknown, and a redelivered batch would
+    # count it twice (its receive time is new each time).
+    conn.execute(
+        text(
+            f"INSERT INTO node_runs ({', '.join(quote(c) for c in cols)}) VALUES "
+            f"({', '.join(':' + c for c in cols)}) ON CONFLICT (node, source) DO UPDATE SET "
+            + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in cols[2:])
+            + " WHERE excluded.last_seen > node_runs.last_seen"
+        ),
+        [{"node": b.node, "source": CLOCK_SOURCE, "last_seen": db_time(b.time),
+          "level": CLOCK_SKEW, "checker_errors": b.checker_errors, "duration_s": b.duration_s,
+          "version": b.version} for b in wrong],
+    )
 
 
 def node_freshness(

@@ -6,18 +6,32 @@ deleted; the daily rollups (`heartbeat_days`, `check_days`) keep their counts fo
 `rollup_retention_days` (0 = forever), so a report over years does not need the rows.
 Open intervals are never pruned: they are the node's current state, however old. Jobs and
 node events stay unless `jobs_retention_days` is set: the paper's metrics need a year.
+
+The big tables are pruned a day of rows per transaction, each under the historian's statement
+timeout like any other command: a prune cut short (a row locked elsewhere, a kill, a lost
+database) keeps what it deleted and the next run goes on from there, and no transaction holds
+a year of deleted rows (one did: under a 3600 s timeout of its own, a lock held it for an hour
+and its rollback threw away everything it had done).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
-from sqlalchemy import Engine, delete, func, select
+from sqlalchemy import ColumnElement, Engine, Table, delete, func, select
+from sqlalchemy.exc import DBAPIError
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import writer
-from rsc_health.historian.ingest import limit_statements
+from rsc_health.historian.db import HistorianError, HistorianFrozen, writer
+
+# Rows of one day of the time column per transaction (a day of a 16,000-node fleet's check
+# intervals is well under a second to delete).
+WINDOW = timedelta(days=1)
+
+
+class PruneStopped(HistorianError):
+    """A prune ended before it was done; what it deleted so far stays deleted."""
 
 
 @dataclass(frozen=True)
@@ -33,41 +47,88 @@ class Retention:
                    int(h.get("jobs_retention_days", 0)))
 
 
-def _plan(now: datetime, r: Retention) -> list[tuple[str, object, object]]:
-    """(table name, table, where-clause) for everything past its retention."""
+@dataclass(frozen=True)
+class _Step:
+    """What one table loses: rows matching `where`. With `column` (indexed, and every row
+    matching `where` has column < `upper`) the rows go a WINDOW of that column at a time;
+    without, in one statement (small tables whose time column no index leads)."""
+
+    name: str
+    table: Table
+    where: ColumnElement
+    column: ColumnElement | None = None
+    upper: datetime | date | None = None
+
+
+def _plan(now: datetime, r: Retention) -> list[_Step]:
+    """Everything past its retention, table by table."""
     out = []
     if r.days > 0:
         cut = now - timedelta(days=r.days)
         c, a, x = schema.check_results, schema.node_actions, schema.job_exclusions
+        # A closed interval last seen before the cut began before it (time <= last_seen).
         out += [
-            ("check_results", c, (c.c.is_open.is_(False)) & (c.c.last_seen < cut)),
-            ("node_actions", a, a.c.time < cut),
-            ("job_exclusions", x, x.c.time < cut),
+            _Step("check_results", c, c.c.is_open.is_(False) & (c.c.last_seen < cut),
+                  c.c.time, cut),
+            _Step("node_actions", a, a.c.time < cut),
+            _Step("job_exclusions", x, x.c.time < cut),
         ]
     if r.rollup_days > 0:
         day = (now - timedelta(days=r.rollup_days)).date()
         for t in (schema.heartbeat_days, schema.check_days):
-            out.append((t.name, t, t.c.day < day))
+            out.append(_Step(t.name, t, t.c.day < day, t.c.day, day))
     if r.jobs_days > 0:
         cut = now - timedelta(days=r.jobs_days)
         j, e = schema.jobs, schema.node_events
         # job_nodes and attributions go with their job (ON DELETE CASCADE).
-        out += [("jobs", j, j.c.end < cut), ("node_events", e, e.c.end < cut)]
+        out += [_Step("jobs", j, j.c.end < cut, j.c.end, cut),
+                _Step("node_events", e, e.c.end < cut)]
     return out
 
 
 def prune(engine: Engine, now: datetime, retention: Retention, *, dry_run: bool = False
           ) -> dict[str, int]:
-    """Rows deleted (or, with dry_run, that would be) per table, in one transaction."""
+    """Rows deleted (or, with dry_run, that would be) per table. PruneStopped when a
+    transaction fails (its statement timeout, a lost database): the message says how far it
+    got, and every transaction before it stays committed."""
     counts: dict[str, int] = {}
-    with writer(engine).begin() as conn:
-        limit_statements(conn, 3600)
-        for name, table, where in _plan(now, retention):
+    for step in _plan(now, retention):
+        counts[step.name] = 0
+        try:
             if dry_run:
-                counts[name] = int(conn.execute(
-                    select(func.count()).select_from(table).where(where)).scalar() or 0)
+                with engine.connect() as conn:
+                    counts[step.name] = int(conn.execute(
+                        select(func.count()).select_from(step.table).where(step.where)
+                    ).scalar() or 0)
             else:
-                counts[name] = int(conn.execute(delete(table).where(where)).rowcount or 0)
-        if dry_run:
-            conn.rollback()
+                _delete(engine, step, counts)
+        except (DBAPIError, HistorianFrozen) as exc:
+            done = ", ".join(f"{n} {t}" for t, n in counts.items() if n) or "nothing"
+            raise PruneStopped(
+                f"prune stopped in {step.name} (deleted so far, and kept: {done}; the next "
+                f"run goes on from there): {_first_line(exc)}") from exc
     return counts
+
+
+def _delete(engine: Engine, step: _Step, counts: dict[str, int]) -> None:
+    if step.column is None:
+        with writer(engine).begin() as conn:
+            counts[step.name] += int(conn.execute(delete(step.table).where(step.where))
+                                     .rowcount or 0)
+        return
+    col, upper = step.column, step.upper
+    with engine.connect() as conn:
+        lo = conn.execute(select(func.min(col))).scalar()
+    # Each window's transaction also finds the next (an index probe: years without rows, or
+    # a node's 1970 clock, cost one step, not one per empty day).
+    while lo is not None and lo < upper:
+        hi = min(lo + WINDOW, upper)
+        with writer(engine).begin() as conn:
+            counts[step.name] += int(conn.execute(
+                delete(step.table).where(step.where, col >= lo, col < hi)).rowcount or 0)
+            lo = conn.execute(select(func.min(col)).where(col >= hi)).scalar()
+
+
+def _first_line(exc: Exception) -> str:
+    orig = getattr(exc, "orig", None) or exc
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]

@@ -24,6 +24,34 @@ BATCH_ROWS = 10_000
 DB_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
+class RowError(ValueError):
+    """One input row the historian cannot keep; the load reports it with its line and goes on."""
+
+
+def key_text(value: object, name: str, limit: int) -> str:
+    """An identifier (a node name, a job id, a check family) as the historian keeps it, or
+    RowError. Never cut (two long names sharing a prefix are two nodes) and never with a NUL
+    (a name is not free text to mend). Checked here on both databases alike: PostgreSQL would
+    refuse the whole transaction for the one row, SQLite would keep it."""
+    text = str(value)
+    if "\x00" in text:
+        raise RowError(f"{name} holds a NUL byte")
+    if len(text) > limit:
+        raise RowError(f"{name} is longer than {limit} characters")
+    return text
+
+
+def free_text(value: object, report: IngestReport | None = None) -> str:
+    """A person's or a tool's text (a reason, a detail): PostgreSQL text cannot hold NUL, so it
+    becomes U+FFFD on both databases alike, counted in `report.replaced`."""
+    text = "" if value is None else str(value)
+    if "\x00" in text:
+        if report is not None:
+            report.replaced += text.count("\x00")
+        text = text.replace("\x00", "\ufffd")
+    return text
+
+
 @dataclass
 class BadRow:
     line: int

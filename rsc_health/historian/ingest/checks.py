@@ -20,7 +20,16 @@ from sqlalchemy import Engine
 
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
-from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
+from rsc_health.historian.ingest import (
+    BATCH_ROWS,
+    IngestReport,
+    RowError,
+    bulk_write,
+    db_time,
+    free_text,
+    key_text,
+    parse_time,
+)
 from rsc_health.spool import without_lone_surrogates
 
 STATUSES = ("ok", "warn", "fail", "error")
@@ -45,8 +54,7 @@ COLUMNS = (
 )
 
 
-class RowError(ValueError):
-    pass
+__all__ = ["RowError", "ingest_file", "ingest_lines", "stable_id", "to_row", "write"]
 
 
 def stable_id(obj: dict) -> str:
@@ -59,8 +67,9 @@ def _text(obj: dict, key: str, default: str = "") -> str:
     return default if value is None else str(value)
 
 
-def to_row(obj: dict, *, source: str = "import") -> tuple:
-    """A JSON object -> a check_results row in COLUMNS order; RowError says what is wrong."""
+def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = None) -> tuple:
+    """A JSON object -> a check_results row in COLUMNS order; RowError says what is wrong.
+    NULs in the detail are replaced (counted in `report`)."""
     for key in ("time", "node", "check", "status"):
         if not obj.get(key):
             raise RowError(f"missing {key!r}")
@@ -88,17 +97,17 @@ def to_row(obj: dict, *, source: str = "import") -> tuple:
         if last_seen < time:
             raise RowError("last_seen is before time")
     return (
-        record_id,
+        key_text(record_id, "id", schema.RECORD_ID_LEN),
         db_time(time),
-        str(obj["node"]),
-        _text(obj, "source", source)[:16],
-        None if job_id in (None, "") else str(job_id),
-        str(obj["check"]),
-        _text(obj, "component", "*") or "*",
+        key_text(obj["node"], "node", 128),
+        free_text(_text(obj, "source", source)[:16]),
+        None if job_id in (None, "") else key_text(job_id, "job_id", 32),
+        key_text(obj["check"], "check", 32),
+        key_text(_text(obj, "component", "*") or "*", "component", 64),
         status,
         severity,
-        _text(obj, "code"),
-        _text(obj, "detail") or _text(obj, "reason"),
+        key_text(_text(obj, "code"), "code", 32),
+        free_text(_text(obj, "detail") or _text(obj, "reason"), report),
         db_time(last_seen),
         False,
     )
@@ -121,9 +130,9 @@ def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
                 obj = without_lone_surrogates(json.loads(line))
                 if not isinstance(obj, dict):
                     raise RowError("not a JSON object")
-                batch.append(to_row(obj))
-            except (json.JSONDecodeError, RowError) as exc:
-                report.add_bad(lineno, str(exc))
+                batch.append(to_row(obj, report=report))
+            except (json.JSONDecodeError, RecursionError, RowError) as exc:  # [[[[... too deep
+                report.add_bad(lineno, str(exc)[:300])
                 continue
             if len(batch) >= BATCH_ROWS:
                 report.written += write(conn, batch)

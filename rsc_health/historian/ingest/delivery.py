@@ -9,16 +9,23 @@ seen changes nothing), actions by their record id, exclusions by (job, node), he
 short by a kill or a lost database and delivered again, lands each record once. Lines that are
 not valid records go to `quarantine/` next to the spool with their line number and the
 reason, never retried.
+
+Each record's time is judged against the historian's clock, which is the database server's
+(a node flushes its own spool, so this process's clock is the node's, the one in doubt): a
+record stamped from the future or before CLOCK_FLOOR goes to quarantine, counted in `skewed`
+(rsc_health.historian.freshness says why, and how the node is flagged).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import Engine, select
+from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
@@ -34,9 +41,21 @@ from rsc_health.historian.db import (
     safe_url,
     writer,
 )
-from rsc_health.historian.freshness import Heartbeat, record_runs
-from rsc_health.historian.ingest import BadRow, bulk_write, db_time, limit_statements, parse_time
-from rsc_health.historian.ingest.checks import RowError
+from rsc_health.historian.freshness import (
+    CLOCK_FLOOR,
+    Heartbeat,
+    believable,
+    record_runs,
+)
+from rsc_health.historian.ingest import (
+    BadRow,
+    RowError,
+    bulk_write,
+    db_time,
+    key_text,
+    limit_statements,
+    parse_time,
+)
 from rsc_health.historian.intervals import CheckRecord, fold
 
 QUARANTINE = "quarantine"
@@ -62,6 +81,8 @@ class DeliveryReport:
     opened: int = 0
     extended: int = 0
     closed: int = 0
+    # Records whose time the historian's clock cannot believe (quarantined, counted there too).
+    skewed: int = 0
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.delivered.items())) or "nothing"
@@ -71,6 +92,9 @@ class DeliveryReport:
                      f"{self.closed} closed")
         if self.quarantined_count:
             text += f", {self.quarantined_count} line(s) quarantined"
+        if self.skewed:
+            text += (f" ({self.skewed} stamped by a wrong node clock: ahead of the historian's "
+                     "clock or before " f"{CLOCK_FLOOR:%Y})")
         return text
 
 
@@ -80,8 +104,11 @@ class _Rows:
     exclusions: list[tuple] = field(default_factory=list)
     actions: list[tuple] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
+    # Per node, its latest heartbeat's word on its clock (freshness.record_runs' `clocks`).
+    clocks: dict[str, Heartbeat | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     bad: list[tuple[BadRow, str]] = field(default_factory=list)
+    skewed: int = 0
     lines: int = 0
 
 
@@ -97,7 +124,7 @@ def _record_id(rec: dict) -> str:
     return rid
 
 
-def _parse_record(rows: _Rows, rec: dict | None) -> None:
+def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
     if rec is None:
         raise RowError("not a JSON object")
     kind = rec.get("kind")
@@ -109,7 +136,11 @@ def _parse_record(rows: _Rows, rec: dict | None) -> None:
         when = parse_time(str(rec["time"]))
     except ValueError as exc:
         raise RowError(f"time {rec['time']!r} is not ISO 8601") from exc
-    node = str(rec["node"])
+    node = key_text(rec["node"], "node", 128)
+    if not believable(when, received):
+        _skewed(rows, rec, node, when, received)
+    if kind == "heartbeat":
+        rows.clocks[node] = None
     if kind == "check":
         status = _text(rec, "status").lower()
         if status not in ("ok", "warn", "fail", "error") or not rec.get("check"):
@@ -127,15 +158,16 @@ def _parse_record(rows: _Rows, rec: dict | None) -> None:
         excluded = rec.get("excluded") or []
         if not isinstance(excluded, list) or not rec.get("job_id"):
             raise RowError("job_start needs job_id and a list `excluded`")
-        job_id = str(rec["job_id"])
-        rows.exclusions.extend((job_id, str(n), db_time(when)) for n in excluded)
+        job_id = key_text(rec["job_id"], "job_id", 32)
+        names = [key_text(n, "excluded node", 128) for n in excluded]
+        rows.exclusions.extend((job_id, n, db_time(when)) for n in names)
     elif kind == "action":
         if not rec.get("action"):
             raise RowError("action record lacks `action`")
         job_id = rec.get("job_id")
         rows.actions.append((_record_id(rec), db_time(when), node, str(rec["action"])[:24],
                              _text(rec, "reason"),
-                             None if job_id in (None, "") else str(job_id)))
+                             None if job_id in (None, "") else key_text(job_id, "job_id", 32)))
     elif kind == "heartbeat":
         try:
             errors = int(rec.get("checker_errors") or 0)
@@ -152,19 +184,102 @@ def _parse_record(rows: _Rows, rec: dict | None) -> None:
     rows.counts[kind] = rows.counts.get(kind, 0) + 1
 
 
-def _chunks(path: Path, size: int) -> Iterator[_Rows]:
-    rows = _Rows()
-    for lineno, rec, raw in spool.read_batch(path):
-        rows.lines += 1
+def _skewed(rows: _Rows, rec: dict, node: str, when: datetime, received: datetime) -> None:
+    """Refuse a record the node's clock stamped wrongly; a heartbeat still says it is alive."""
+    rows.skewed += 1
+    if rec.get("kind") == "heartbeat":
+        rows.clocks[node] = Heartbeat(
+            node=node, time=received, source="", level="", checker_errors=0, duration_s=None,
+            version=_text(rec, "version")[:32])
+    if when < CLOCK_FLOOR:
+        raise RowError(f"time {rec['time']} is before {CLOCK_FLOOR:%Y}: the node's clock is "
+                       "wrong (reset?)")
+    ahead = (when - received).total_seconds()
+    raise RowError(f"time {rec['time']} is {_span(ahead)} ahead of the historian's clock "
+                   f"({received:%Y-%m-%dT%H:%M:%S}Z): the node's clock is wrong")
+
+
+def _span(seconds: float) -> str:
+    if seconds >= 2 * 86400:
+        return f"{seconds / 86400:.0f} days"
+    if seconds >= 7200:
+        return f"{seconds / 3600:.0f} hours"
+    return f"{seconds:.0f} s"
+
+
+Line = tuple[int, dict | None, str]
+
+
+def _chunks(path: Path, size: int) -> Iterator[list[Line]]:
+    lines: list[Line] = []
+    for line in spool.read_batch(path):
+        lines.append(line)
+        if len(lines) >= size:
+            yield lines
+            lines = []
+    if lines:
+        yield lines
+
+
+def _parse(lines: list[Line], received: datetime) -> _Rows:
+    rows = _Rows(lines=len(lines))
+    for lineno, rec, raw in lines:
         try:
-            _parse_record(rows, rec)
+            if rec is not None and "\\u0000" in raw:
+                rec = _without_nul(rec)
+            _parse_record(rows, rec, received)
         except RowError as exc:
             rows.bad.append((BadRow(lineno, str(exc)), raw[:4096]))
-        if rows.lines >= size:
-            yield rows
-            rows = _Rows()
-    if rows.lines:
-        yield rows
+    return rows
+
+
+def _without_nul(rec: dict) -> dict:
+    """A record with NULs (a site check's output, escaped as \\u0000 in the spool): PostgreSQL
+    text cannot hold them, and one such record failed every later flush of its node. In text
+    they become U+FFFD; a node name with one is refused (key_text), never mended."""
+    if "\x00" in str(rec.get("node", "")):
+        raise RowError("node holds a NUL byte")
+    return _nul_free(rec)
+
+
+def _nul_free(value):
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_nul_free(k): _nul_free(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_nul_free(v) for v in value]
+    return value
+
+
+@dataclass
+class _Clock:
+    """The historian's clock for one delivery: the database server's on PostgreSQL, read once
+    (in the first transaction's first statement, with the schema's version) and carried on by
+    this process's monotonic clock, which a wrong wall clock does not move; on SQLite the
+    database is this host's file, and its clock this host's."""
+
+    base: datetime | None = None
+    at: float = 0.0
+
+    def read(self, conn: Connection, *, version: bool) -> int | None:
+        """Start the clock (and return the schema's version, when asked)."""
+        server = conn.dialect.name == "postgresql"
+        cols = [schema.schema_version.c.version] if version else []
+        cols += [func.now()] if server else []
+        row = conn.execute(select(*cols)).first() if cols else None
+        if server and row is not None:
+            self._start(row[-1].astimezone(UTC).replace(tzinfo=None))
+        else:
+            self._start(datetime.now(UTC).replace(tzinfo=None))
+        return int(row[0] or 0) if version and row is not None else None
+
+    def _start(self, now: datetime) -> None:
+        self.base, self.at = now, time.monotonic()
+
+    def now(self) -> datetime:
+        assert self.base is not None
+        return self.base + timedelta(seconds=time.monotonic() - self.at)
 
 
 def flush_engine(engine: Engine) -> Engine:
@@ -184,7 +299,7 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
                conflict=("job_id", "node"))
     bulk_write(conn, schema.node_actions, ("id", "time", "node", "action", "reason", "job_id"),
                rows.actions, conflict=("id",))
-    record_runs(conn, rows.heartbeats)
+    record_runs(conn, rows.heartbeats, rows.clocks)
 
 
 def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> None:
@@ -214,14 +329,18 @@ def deliver(
     SchemaTooNew) instead of in one of its own before it."""
     report = DeliveryReport()
     timed = flush_engine(engine)
+    clock = _Clock()
     for batch in spool.claim(spool_dir):
-        for rows in _chunks(batch, chunk_lines):
+        for lines in _chunks(batch, chunk_lines):
             try:
                 with timed.begin() as conn:
                     if check_version_of is not None:
-                        version = conn.execute(select(schema.schema_version.c.version)).scalar()
+                        version = clock.read(conn, version=True)
                         refuse_other_versions(int(version or 0), check_version_of)
                         check_version_of = None
+                    elif clock.base is None:
+                        clock.read(conn, version=False)
+                    rows = _parse(lines, clock.now())
                     _write(conn, rows, report)
             except (OperationalError, SAInterfaceError, DBAPIError, HistorianFrozen) as exc:
                 if check_version_of is not None and no_such_table(exc):
@@ -232,6 +351,7 @@ def deliver(
                     f"flush; {batch.name} and later batches stay in {spool_dir} and are "
                     f"delivered again next time: {_first_line(exc)}"
                 ) from exc
+            report.skewed += rows.skewed
             if rows.bad:
                 _quarantine(spool_dir, batch, rows.bad)
                 report.quarantined_count += len(rows.bad)

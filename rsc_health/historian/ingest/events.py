@@ -24,6 +24,7 @@ from rsc_health.historian.ingest import (
     bulk_write,
     database_failed,
     db_time,
+    free_text,
     limit_statements,
 )
 from rsc_health.slurm.accounting import Accounting
@@ -121,6 +122,9 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
             if too_long:  # PostgreSQL would refuse the whole load for one such value
                 report.add_bad(lineno, f"{too_long} is longer than the historian keeps")
                 continue
+            if any("\x00" in f for i, f in enumerate(fields) if i != index.get("reason")):
+                report.add_bad(lineno, "a NUL byte outside the Reason")  # a name is not text
+                continue
             try:
                 start = _time(fields[index["start"]])
                 end = _time(fields[index["end"]])
@@ -130,7 +134,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
             if start is None:
                 report.add_bad(lineno, "no start time")
                 continue
-            reason = fields[index["reason"]] if "reason" in index else ""
+            reason = free_text(fields[index["reason"]], report) if "reason" in index else ""
             named = cluster or (fields[index["cluster"]].strip() if "cluster" in index else "")
             batch.append(
                 (node, db_time(start), db_time(end), fields[index["state"]], reason, source,

@@ -11,7 +11,15 @@ from sqlalchemy import Engine
 
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
-from rsc_health.historian.ingest import BATCH_ROWS, IngestReport, bulk_write, db_time, parse_time
+from rsc_health.historian.ingest import (
+    BATCH_ROWS,
+    IngestReport,
+    RowError,
+    bulk_write,
+    db_time,
+    key_text,
+    parse_time,
+)
 from rsc_health.spool import without_lone_surrogates
 
 COLUMNS = ("job_id", "node", "time")
@@ -19,6 +27,19 @@ COLUMNS = ("job_id", "node", "time")
 
 def _write(conn, rows: list[tuple]) -> int:
     return bulk_write(conn, schema.job_exclusions, COLUMNS, rows, conflict=("job_id", "node"))
+
+
+def _row(obj: object) -> tuple:
+    if not isinstance(obj, dict):
+        raise RowError("not a JSON object")
+    missing = [k for k in COLUMNS if obj.get(k) in (None, "")]
+    if missing:
+        raise RowError(f"missing {', '.join(missing)}")
+    try:
+        time = db_time(parse_time(str(obj["time"])))
+    except ValueError as exc:
+        raise RowError(f"time {str(obj['time'])[:64]!r} is not ISO 8601") from exc
+    return (key_text(obj["job_id"], "job_id", 32), key_text(obj["node"], "node", 128), time)
 
 
 def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
@@ -36,11 +57,12 @@ def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
                 continue
             report.read += 1
             try:
-                obj = without_lone_surrogates(json.loads(line))
-                time = db_time(parse_time(obj["time"]))
-                batch.append((str(obj["job_id"]), str(obj["node"]), time))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as exc:
-                report.add_bad(lineno, f"{type(exc).__name__}: {exc}")
+                batch.append(_row(without_lone_surrogates(json.loads(line))))
+            except RowError as exc:
+                report.add_bad(lineno, str(exc))
+                continue
+            except (json.JSONDecodeError, RecursionError) as exc:  # [[[[... too deep
+                report.add_bad(lineno, f"not JSON: {str(exc)[:200]}")
                 continue
             if len(batch) >= BATCH_ROWS:
                 report.written += _write(conn, batch)

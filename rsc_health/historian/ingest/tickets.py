@@ -13,7 +13,15 @@ from sqlalchemy import Engine, insert, select, update
 
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
-from rsc_health.historian.ingest import IngestReport, bulk_write, db_time, parse_time
+from rsc_health.historian.ingest import (
+    IngestReport,
+    RowError,
+    bulk_write,
+    db_time,
+    free_text,
+    key_text,
+    parse_time,
+)
 
 T = schema.tickets
 
@@ -39,6 +47,10 @@ def _now() -> datetime:
 def open_ticket(
     engine: Engine, node: str, reason: str, *, when: datetime | None = None, source="manual"
 ) -> int:
+    try:
+        node, reason = key_text(node, "node", 128), free_text(reason)
+    except RowError as exc:
+        raise TicketError(str(exc)) from exc
     with writer(engine).begin() as conn:
         result = conn.execute(
             insert(T).values(node=node, opened=when or _now(), reason=reason, source=source)
@@ -75,28 +87,33 @@ def import_csv(engine: Engine, path: Path | str) -> IngestReport:
 
 def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
     """The CSV from an open text stream (`--file -`: stdin, opened with newline=""); `name`
-    for messages."""
+    for messages. A row the historian cannot keep (a field past the csv module's limit, a
+    node name too long or with a NUL) is reported with its line; the others land."""
     report = IngestReport("tickets")
     rows = []
-    reader = csv.DictReader(fh)
-    missing = {"node", "opened"} - set(reader.fieldnames or ())
+    lines = _Counted(fh)
+    reader = csv.DictReader(lines)
+    try:
+        fields = reader.fieldnames
+    except csv.Error as exc:
+        raise TicketError(f"{name}: line 1 is not a CSV header: {exc}") from exc
+    missing = {"node", "opened"} - set(fields or ())
     if missing:
         raise TicketError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
-    for record in reader:
-        report.read += 1
-        lineno = reader.line_num
+    while True:
         try:
-            node = (record.get("node") or "").strip()
-            if not node:
-                raise ValueError("no node")
-            opened = parse_time(record["opened"])
-            closed_text = (record.get("closed") or "").strip()
-            closed = parse_time(closed_text) if closed_text else None
-        except (ValueError, TypeError, AttributeError) as exc:
-            report.add_bad(lineno, str(exc))
+            record = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:  # the reader goes on at the next line
+            report.read += 1
+            report.add_bad(lines.count, str(exc))
             continue
-        reason = (record.get("reason") or "").strip()
-        rows.append((node, db_time(opened), db_time(closed), reason, "csv"))
+        report.read += 1
+        try:
+            rows.append(_row(record, report))
+        except (ValueError, TypeError, AttributeError) as exc:
+            report.add_bad(reader.line_num, str(exc)[:300])
     with writer(engine).begin() as conn:
         report.written = bulk_write(
             conn,
@@ -107,3 +124,32 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> Inges
             update=("closed", "reason"),
         )
     return report
+
+
+def _row(record: dict, report: IngestReport) -> tuple:
+    node = (record.get("node") or "").strip()
+    if not node:
+        raise RowError("no node")
+    node = key_text(node, "node", 128)
+    opened = parse_time(record["opened"])
+    closed_text = (record.get("closed") or "").strip()
+    closed = parse_time(closed_text) if closed_text else None
+    reason = free_text((record.get("reason") or "").strip(), report)
+    return (node, db_time(opened), db_time(closed), reason, "csv")
+
+
+class _Counted:
+    """Lines of a file, counted: the line a csv.Error was raised on (the reader's own
+    line_num is not advanced past it)."""
+
+    def __init__(self, lines: Iterable[str]) -> None:
+        self._it = iter(lines)
+        self.count = 0
+
+    def __iter__(self) -> _Counted:
+        return self
+
+    def __next__(self) -> str:
+        line = next(self._it)
+        self.count += 1
+        return line

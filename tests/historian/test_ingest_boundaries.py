@@ -1,0 +1,208 @@
+"""Input at the historian's boundaries, on SQLite and PostgreSQL alike: node names longer than
+the columns keep (VARCHAR(128)), NUL bytes (PostgreSQL text cannot hold them), a 10 MB line,
+CRLF, Latin-1, empty and header-only files. One bad row is reported with its line and the rest
+lands; never a traceback, never a whole load (or a node's whole spool) lost to one row.
+
+PostgreSQL refused the whole transaction for one such value while SQLite stored it: a ticket
+CSV, a checks or exclusions import lost every row, and one spool record with a NUL in a site
+check's text (or a 200-character name) failed every later flush of its node for ever."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import func, select
+
+from rsc_health import spool
+from rsc_health.cli import cli
+from rsc_health.historian import schema
+from rsc_health.historian.ingest import checks, events, exclusions, tickets
+from rsc_health.historian.ingest.delivery import deliver
+from rsc_health.model import Finding, Severity, Status
+
+LONG = "n" * 200
+TEN_MB = "z" * (10 * 1024 * 1024)
+
+
+def _count(engine, table, **where) -> int:
+    q = select(func.count()).select_from(table)
+    for col, value in where.items():
+        q = q.where(table.c[col] == value)
+    with engine.connect() as conn:
+        return conn.execute(q).scalar()
+
+
+# -- the node spool ---------------------------------------------------------------------------
+
+
+def _recent() -> datetime:
+    return datetime.now(UTC) - timedelta(minutes=5)
+
+
+def _good(t: datetime) -> list[dict]:
+    return spool.check_records([Finding("ecc", "gpu0", Status.OK, Severity.NONE, "clean")],
+                               node="good", source="sweep", time=t, job_id=None)
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param(lambda t: spool.check_records(
+        [Finding("gpu", "gpu0", Status.FAIL, Severity.DRAIN_NOW, "x")], node=LONG,
+        source="sweep", time=t, job_id=None), id="node-200-chars"),
+    pytest.param(lambda t: [spool.record("job_start", "n1", t, job_id="1",
+                                         excluded=["gpu1", LONG])], id="excluded-200-chars"),
+    pytest.param(lambda t: [spool.record("job_start", "n1", t, job_id="9" * 40,
+                                         excluded=["gpu1"])], id="job-id-40-chars"),
+    pytest.param(lambda t: [spool.record("action", "n1", t, action="drain_now", reason="r",
+                                         job_id="9" * 40)], id="action-job-id-40-chars"),
+])
+def test_a_spool_record_too_long_for_a_column_is_quarantined_not_retried_for_ever(
+        historian, tmp_path, bad):
+    t = _recent()
+    spool.append(tmp_path, bad(t) + _good(t))
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == len(bad(t))
+    assert "longer than" in report.quarantined[0][1].message
+    assert not list(tmp_path.glob("batch-*"))  # the batch is done, the node's flush goes on
+    assert _count(historian, schema.check_results, node="good") == 1
+
+
+def test_a_nul_in_a_spool_record_becomes_a_replacement_character(historian, tmp_path):
+    """A site check's text with a NUL byte reaches the spool as \\u0000."""
+    t = _recent()
+    records = spool.check_records(
+        [Finding("site", "probe", Status.FAIL, Severity.DRAIN_AFTER_JOB, "bad\x00output")],
+        node="n1", source="sweep", time=t, job_id=None)
+    records.append(spool.record("heartbeat", "n1", t, source="sweep", level="ok",
+                                version="1.0\x00"))
+    spool.append(tmp_path, records + _good(t))
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 0 and not list(tmp_path.glob("batch-*"))
+    with historian.connect() as conn:
+        c = schema.check_results
+        reason = conn.execute(select(c.c.reason).where(c.c.node == "n1")).scalar_one()
+    assert reason == "bad\ufffdoutput"
+    assert _count(historian, schema.check_results, node="good") == 1
+
+
+def test_a_spool_line_nested_too_deep_for_json_is_quarantined(historian, tmp_path):
+    t = _recent()
+    spool.append(tmp_path, _good(t))
+    with (tmp_path / spool.PENDING).open("a") as fh:
+        fh.write("[" * 100_000 + "\n")
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 1 and not list(tmp_path.glob("batch-*"))
+    assert _count(historian, schema.check_results, node="good") == 1
+
+
+# -- imports ----------------------------------------------------------------------------------
+
+
+def _tickets_csv(*rows: str) -> str:
+    return "node,opened,closed,reason\n" + "".join(r + "\n" for r in rows)
+
+
+@pytest.mark.parametrize(("row", "why"), [
+    (f"{LONG},2024-03-01T08:00:00,,psu", "longer than"),
+    ("gpu\x009,2024-03-01T08:00:00,,psu", "NUL"),
+    (f"gpu009,2024-03-01T08:00:00,,{TEN_MB}", "larger than"),
+], ids=["node-200-chars", "nul-in-node", "10mb-reason"])
+def test_one_bad_ticket_row_costs_only_itself(historian, tmp_path, row, why):
+    path = tmp_path / "tickets.csv"
+    path.write_text(_tickets_csv("gpu001,2024-03-01T08:00:00,,fan", row,
+                                 "gpu002,2024-03-02T08:00:00,,psu"))
+    report = tickets.import_csv(historian, path)
+    assert [b.line for b in report.bad] == [3], report.bad
+    assert why in report.bad[0].message and len(report.bad[0].message) < 300
+    assert sorted(t.node for t in tickets.list_tickets(historian)) == ["gpu001", "gpu002"]
+
+
+def test_a_nul_in_a_ticket_reason_lands_as_a_replacement_character(historian, tmp_path):
+    path = tmp_path / "tickets.csv"
+    path.write_text(_tickets_csv("gpu001,2024-03-01T08:00:00,,fan\x00noise"))
+    report = tickets.import_csv(historian, path)
+    assert report.bad == [] and report.replaced == 1
+    assert [t.reason for t in tickets.list_tickets(historian)] == ["fan\ufffdnoise"]
+
+
+def _excl(job_id, node) -> str:
+    return json.dumps({"job_id": job_id, "node": node, "time": "2024-03-01T08:00:00"})
+
+
+@pytest.mark.parametrize(("line", "why"), [
+    (_excl("7", LONG), "longer than"),
+    (_excl("9" * 40, "gpu003"), "longer than"),
+    (_excl("7", "gpu\x00003"), "NUL"),
+    ("[1, 2]", "not a JSON object"),
+    ("[" * 100_000, "not JSON"),
+], ids=["node-200-chars", "job-id-40-chars", "nul-in-node", "array", "nested-100k-deep"])
+def test_one_bad_exclusion_line_costs_only_itself(historian, tmp_path, line, why):
+    path = tmp_path / "exclusions.jsonl"
+    path.write_text("\r\n".join([_excl("1", "gpu001"), line, _excl("2", "gpu002")]) + "\r\n")
+    report = exclusions.ingest_file(historian, path)
+    assert [b.line for b in report.bad] == [2], report.bad
+    assert why in report.bad[0].message
+    assert _count(historian, schema.job_exclusions) == 2
+
+
+def _check(**over) -> str:
+    obj = {"time": "2024-03-01T08:00:00", "node": "gpu001", "check": "gpu", "status": "fail"}
+    obj.update(over)
+    return json.dumps(obj)
+
+
+@pytest.mark.parametrize("over", [
+    {"node": LONG}, {"check": "c" * 40}, {"component": "c" * 100}, {"code": "c" * 40},
+    {"job_id": "9" * 40}, {"node": "gpu\x00001"},
+], ids=["node", "check", "component", "code", "job_id", "nul-node"])
+def test_one_bad_check_line_costs_only_itself(historian, tmp_path, over):
+    path = tmp_path / "checks.jsonl"
+    path.write_text("\n".join([_check(node="gpu001"), _check(**over),
+                               _check(node="gpu002")]) + "\n")
+    report = checks.ingest_file(historian, path)
+    assert [b.line for b in report.bad] == [2], report.bad
+    assert _count(historian, schema.check_results) == 2
+
+
+def test_a_nul_in_a_check_detail_lands_as_a_replacement_character(historian, tmp_path):
+    path = tmp_path / "checks.jsonl"
+    path.write_text(_check(detail="bad\x00text") + "\n")
+    report = checks.ingest_file(historian, path)
+    assert report.bad == [] and report.replaced == 1
+    with historian.connect() as conn:
+        assert conn.execute(select(schema.check_results.c.reason)).scalar() == "bad\ufffdtext"
+
+
+def test_a_nul_in_an_event_reason_lands_as_a_replacement_character(historian):
+    text = ("NodeName|TimeStart|TimeEnd|State|Reason\n"
+            "gpu001|2024-03-01T08:00:00|Unknown|DRAIN|psu\x00swap\n"
+            "gpu002|2024-03-01T08:00:00|Unknown|DRAIN|fan\n")
+    report = events.ingest_text(historian, text)
+    assert report.bad == [] and report.written == 2 and report.replaced == 1
+    with historian.connect() as conn:
+        reasons = dict(conn.execute(select(schema.node_events.c.node,
+                                           schema.node_events.c.reason)).all())
+    assert reasons["gpu001"] == "psu\ufffdswap"
+
+
+@pytest.mark.parametrize(("argv", "body"), [
+    (["ticket", "import"], ""),
+    (["ticket", "import"], "node,opened,closed,reason\r\n"),
+    (["ticket", "import"], TEN_MB),
+    (["ingest", "checks"], ""),
+    (["ingest", "exclusions"], ""),
+    (["ingest", "events"], ""),
+    (["ingest", "events"], "NodeName|TimeStart|TimeEnd|State|Reason\r\n"),
+], ids=["tickets-empty", "tickets-header", "tickets-one-10mb-line", "checks-empty",
+        "exclusions-empty", "events-empty", "events-header"])
+def test_empty_and_header_only_files_are_one_line_never_a_traceback(
+        historian_url, tmp_path, argv, body):
+    path = tmp_path / "input"
+    path.write_text(body)
+    result = CliRunner().invoke(cli, ["--db", historian_url, *argv, "--file", str(path)])
+    assert "Traceback" not in result.output and result.exception is None or \
+        isinstance(result.exception, SystemExit), result.output
+    lines = result.output.strip().splitlines()
+    assert lines and all(len(line) < 300 for line in lines), result.output
