@@ -8,7 +8,7 @@ import stat
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -219,6 +219,7 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
 def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_json: bool) -> None:
     """Node down/drain periods from `sacctmgr -P show event` (or --file)."""
     from rsc_health.historian.ingest import events
+    from rsc_health.historian.retention import Retention
 
     cfg = ctx.obj.config.section("historian")
     cluster = str(cfg.get("cluster", ""))
@@ -229,7 +230,9 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
         elif path is not None:
             report = events.ingest_file(engine, path, cluster=cluster)
         else:
-            start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
+            start = since or Retention.from_config(ctx.obj.config).events_start(
+                str(cfg.get("first_start", "1970-01-01T00:00:00")),
+                datetime.now(UTC).replace(tzinfo=None))
             text = events.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
             report = events.ingest_text(engine, text, cluster=cluster)
     _print_report(report, as_json)

@@ -17,7 +17,7 @@ and its rollback threw away everything it had done).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from sqlalchemy import ColumnElement, Engine, Table, delete, func, select
 from sqlalchemy.exc import DBAPIError
@@ -45,6 +45,26 @@ class Retention:
         h = cfg.section("historian") if cfg is not None else {}
         return cls(int(h.get("retention_days", 400)), int(h.get("rollup_retention_days", 0)),
                    int(h.get("jobs_retention_days", 0)))
+
+
+    def events_start(self, first_start: str, now: datetime) -> str:
+        """Start= for reading node events from Slurm: `first_start`, or the jobs retention's
+        cut when that is later. Prune deletes the events that ended before the cut; reading
+        them from 1970 again every night would put them back, for the next prune to delete
+        again. sacctmgr still lists an event that began before the cut and ended after it
+        (or is open), and prune keeps exactly those."""
+        if self.jobs_days <= 0:
+            return first_start
+        cut = now - timedelta(days=self.jobs_days)
+        try:
+            first = datetime.fromisoformat(first_start)
+        except ValueError:
+            first = None  # sacctmgr's own forms (now-7days...): leave them to it
+        if first is not None and first.tzinfo is not None:
+            first = first.astimezone(UTC).replace(tzinfo=None)
+        if first is None or first >= cut:
+            return first_start
+        return cut.strftime("%Y-%m-%dT%H:%M:%S")
 
 
 @dataclass(frozen=True)

@@ -136,3 +136,40 @@ def test_a_prune_of_an_empty_historian_deletes_nothing(historian):
     assert set(counts.values()) == {0}
     with historian.connect() as conn:
         assert conn.execute(select(func.count()).select_from(schema.check_results)).scalar() == 0
+
+
+def test_events_pruned_by_jobs_retention_are_not_read_again_from_slurm(tmp_path):
+    """With jobs_retention_days set, prune deletes node events that ended before the cut; the
+    nightly `ingest events` asked sacctmgr for every event since first_start (1970), which put
+    them back for the next prune to delete again, every night. It now starts at the cut, which
+    still lists an event that began before it and ended after it or is open."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    asked = tmp_path / "asked"
+    sacctmgr = bindir / "sacctmgr"
+    sacctmgr.write_text(f"#!/bin/sh\necho \"$@\" >> {asked}\n"
+                        "echo 'Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User'\n")
+    sacctmgr.chmod(0o755)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text("[historian]\njobs_retention_days = 30\n")
+    env = dict(os.environ, PATH=f"{bindir}:{os.environ['PATH']}")
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    out = subprocess.run([sys.executable, "-m", "rsc_health.cli", "--config", str(cfg), "--db",
+                          db, "ingest", "events"], env=env, capture_output=True, text=True,
+                         cwd=REPO, timeout=120)
+    assert out.returncode == 0, out.stderr
+    start = next(a for a in asked.read_text().split() if a.startswith("Start="))
+    asked_from = datetime.fromisoformat(start.removeprefix("Start="))
+    cut = datetime.now(UTC).replace(tzinfo=None) - timedelta(days=30)
+    assert abs((asked_from - cut).total_seconds()) < 120
+
+
+def test_the_events_start_is_first_start_without_jobs_retention_or_when_later():
+    now = datetime(2026, 11, 25, 12, 0, 0)
+    assert Retention(jobs_days=0).events_start("1970-01-01T00:00:00", now) == \
+        "1970-01-01T00:00:00"
+    assert Retention(jobs_days=30).events_start("2026-11-20T00:00:00", now) == \
+        "2026-11-20T00:00:00"
+    assert Retention(jobs_days=30).events_start("1970-01-01T00:00:00", now) == \
+        "2026-10-26T12:00:00"
+    assert Retention(jobs_days=30).events_start("now-7days", now) == "now-7days"
