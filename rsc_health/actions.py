@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -28,6 +27,7 @@ from pathlib import Path
 from rsc_health import spool
 from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import Config
+from rsc_health.durable import remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import MODE_FOR_LEVEL, is_ours, parse_reason
 from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
@@ -353,10 +353,8 @@ class Actor:
         that refuses writes (read-only, full) must not stop the requeue that follows. Without
         the record the node is never auto-resumed (a person resumes it): the safe side."""
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self._state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(state)))
-            os.replace(tmp, self._state_path)
+            # Durable: a power cut must not leave an empty record (read as "no record").
+            write_atomic(self._state_path, json.dumps(asdict(state)))
         except OSError as exc:
             self.log(f"cannot record the drain state in {self.state_dir} "
                      f"({exc.strerror or exc}); {self.node} will not be auto-resumed")
@@ -385,7 +383,7 @@ class Actor:
 
     def _clear_state(self) -> None:
         try:
-            self._state_path.unlink(missing_ok=True)
+            remove(self._state_path)  # for good: a power cut must not bring it back
         except OSError as exc:
             self.log(f"cannot clear the drain state in {self.state_dir} "
                      f"({exc.strerror or exc})")

@@ -62,5 +62,5 @@ def deltas(previous: dict, counters: dict[str, int], boot_id: str) -> dict[str, 
     return out
 
 
-def save(path: Path, counters: dict[str, int], boot_id: str) -> None:
-    save_json(path, {"boot_id": boot_id, "counters": counters})
+def save(path: Path, counters: dict[str, int], boot_id: str, *, sync_dir: bool = True) -> None:
+    save_json(path, {"boot_id": boot_id, "counters": counters}, sync_dir=sync_dir)

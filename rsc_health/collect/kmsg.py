@@ -359,9 +359,9 @@ def load_cursor(path: Path) -> dict:
         return {}
 
 
-def save_json(path: Path, data: dict) -> None:
-    """Write atomically, so a killed checker never leaves a half-written state file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
+def save_json(path: Path, data: dict, *, sync_dir: bool = True) -> None:
+    """Write atomically and durably: neither a killed checker nor a power cut leaves a half
+    or empty state file (an empty cursor would have a kernel log read again from its start)."""
+    from rsc_health.durable import write_atomic
+
+    write_atomic(path, json.dumps(data, sort_keys=True), sync_dir=sync_dir)
