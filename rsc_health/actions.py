@@ -25,9 +25,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from rsc_health import spool
-from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import Config
-from rsc_health.durable import remove, write_atomic
+from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import MODE_FOR_LEVEL, is_ours, parse_reason
 from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
@@ -335,18 +334,32 @@ class Actor:
     def load_state(self) -> DrainState | None:
         """What we drained for; None when absent or not a record this code wrote (right
         keys, wrong types would raise later, on every sweep, or resume on a truthy string):
-        with no record the node is never auto-resumed, a person resumes it."""
+        with no record the node is never auto-resumed, a person resumes it. A record that is
+        there and unreadable (empty after a power cut, cut short, a directory, a FIFO) is
+        said once and removed, so a later drain or adoption can write a whole one."""
+        data = load_state_json(self._state_path)
         try:
-            state = DrainState(**json.loads(read_bounded(self._state_path)))
-        except (OSError, ValueError, TypeError):
+            if "lost" in data:
+                raise ValueError(data["lost"])
+            state = DrainState(**data) if data else None
+        except (ValueError, TypeError) as exc:
+            self._discard_state(str(exc))
+            return None
+        if state is None:
             return None
         texts = (state.reason, state.time, *state.codes, *state.refused_jobs) if (
             isinstance(state.codes, list) and isinstance(state.refused_jobs, list)) else (None,)
         if (not all(isinstance(t, str) for t in texts)
                 or not isinstance(state.auto_resumable, bool)
                 or isinstance(state.clean_sweeps, bool) or not isinstance(state.clean_sweeps, int)):
+            self._discard_state("not a record this code wrote")
             return None
         return state
+
+    def _discard_state(self, why: str) -> None:
+        self.log(f"unreadable drain record {self._state_path} ({why[:80]}) discarded; "
+                 f"{self.node} will not be auto-resumed from it")
+        self._clear_state()
 
     def _write_state(self, state: DrainState) -> bool:
         """Best effort: the drain is already done in Slurm when this runs, and a state dir

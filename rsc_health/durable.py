@@ -9,6 +9,8 @@ a forgotten pending verdict lets jobs start on a node with a known fault.
 
 Whatever stands at a state file's name (a FIFO, a symlink to a device, a directory a person
 made) is replaced, never opened for writing: opening a FIFO to write blocks until someone reads.
+Reading one (load_state_json) tells "there is none" (the first run) from "there is one and it
+cannot be read" (lost state): the two call for different things.
 
 Standard library only: the prolog imports this.
 """
@@ -16,13 +18,47 @@ Standard library only: the prolog imports this.
 from __future__ import annotations
 
 import errno
+import json
 import os
 import time
 from pathlib import Path
 
+from rsc_health.collect.sysfs import read_bounded
+
 # A filesystem that cannot fsync a directory says so with one of these; the rename is done,
 # and there is nothing more a writer can do for it.
 _NO_DIR_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EROFS}
+
+
+def load_state_json(path: Path) -> dict:
+    """A node state file's JSON object; {} when there is none; {"lost": why, "lost_mtime":
+    its mtime} when something is there that is not one (never blocks: read_bounded)."""
+    try:
+        data = json.loads(read_bounded(path))
+    except FileNotFoundError:
+        if not path.is_symlink():
+            return {}
+        why = "a dangling symlink"
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    except ValueError as exc:
+        why = "empty" if _size(path) == 0 else f"not JSON: {str(exc)[:60]}"
+    else:
+        if isinstance(data, dict):
+            return data
+        why = "not a JSON object"
+    try:
+        mtime: float | None = path.lstat().st_mtime
+    except OSError:
+        mtime = None
+    return {"lost": why, "lost_mtime": mtime}
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
 
 
 def fsync_dir(path: Path) -> None:
