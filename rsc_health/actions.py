@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 import time
 from collections.abc import Callable
@@ -26,8 +25,8 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from rsc_health import spool
-from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import Config
+from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import MODE_FOR_LEVEL, is_ours, parse_reason
 from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
@@ -335,28 +334,40 @@ class Actor:
     def load_state(self) -> DrainState | None:
         """What we drained for; None when absent or not a record this code wrote (right
         keys, wrong types would raise later, on every sweep, or resume on a truthy string):
-        with no record the node is never auto-resumed, a person resumes it."""
+        with no record the node is never auto-resumed, a person resumes it. A record that is
+        there and unreadable (empty after a power cut, cut short, a directory, a FIFO) is
+        said once and removed, so a later drain or adoption can write a whole one."""
+        data = load_state_json(self._state_path)
         try:
-            state = DrainState(**json.loads(read_bounded(self._state_path)))
-        except (OSError, ValueError, TypeError):
+            if "lost" in data:
+                raise ValueError(data["lost"])
+            state = DrainState(**data) if data else None
+        except (ValueError, TypeError) as exc:
+            self._discard_state(str(exc))
+            return None
+        if state is None:
             return None
         texts = (state.reason, state.time, *state.codes, *state.refused_jobs) if (
             isinstance(state.codes, list) and isinstance(state.refused_jobs, list)) else (None,)
         if (not all(isinstance(t, str) for t in texts)
                 or not isinstance(state.auto_resumable, bool)
                 or isinstance(state.clean_sweeps, bool) or not isinstance(state.clean_sweeps, int)):
+            self._discard_state("not a record this code wrote")
             return None
         return state
+
+    def _discard_state(self, why: str) -> None:
+        self.log(f"unreadable drain record {self._state_path} ({why[:80]}) discarded; "
+                 f"{self.node} will not be auto-resumed from it")
+        self._clear_state()
 
     def _write_state(self, state: DrainState) -> bool:
         """Best effort: the drain is already done in Slurm when this runs, and a state dir
         that refuses writes (read-only, full) must not stop the requeue that follows. Without
         the record the node is never auto-resumed (a person resumes it): the safe side."""
         try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            tmp = self._state_path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(asdict(state)))
-            os.replace(tmp, self._state_path)
+            # Durable: a power cut must not leave an empty record (read as "no record").
+            write_atomic(self._state_path, json.dumps(asdict(state)))
         except OSError as exc:
             self.log(f"cannot record the drain state in {self.state_dir} "
                      f"({exc.strerror or exc}); {self.node} will not be auto-resumed")
@@ -385,7 +396,7 @@ class Actor:
 
     def _clear_state(self) -> None:
         try:
-            self._state_path.unlink(missing_ok=True)
+            remove(self._state_path)  # for good: a power cut must not bring it back
         except OSError as exc:
             self.log(f"cannot clear the drain state in {self.state_dir} "
                      f"({exc.strerror or exc})")

@@ -52,6 +52,7 @@ from rsc_health.config import (
     resolve_node_config,
     state_dir,
 )
+from rsc_health.durable import remove, write_atomic
 from rsc_health.model import Finding, Level, Severity, Status, Verdict, utcnow
 from rsc_health.policy import decide
 
@@ -669,13 +670,9 @@ def save_pending(sdir: Path, verdict: Verdict, *, why: str) -> None:
     data = {"level": int(verdict.level), "why": why,
             "causes": [c.to_dict() for c in verdict.causes], "time": utcnow().isoformat()}
     try:
-        sdir.mkdir(parents=True, exist_ok=True)
-        tmp = sdir / (PENDING_VERDICT_FILE + ".tmp")
-        with open(tmp, "w") as fh:
-            fh.write(json.dumps(data))
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, sdir / PENDING_VERDICT_FILE)
+        # Its bytes and its name fsync'd: a power cut must not take the one memory of a drain
+        # verdict whose XID left with the old boot's ring buffer.
+        write_atomic(sdir / PENDING_VERDICT_FILE, json.dumps(data))
     except OSError as exc:
         log(f"cannot save the pending verdict ({exc}); the next run decides afresh")
 
@@ -706,7 +703,7 @@ def load_pending(sdir: Path) -> PendingVerdict | None:
 
 def clear_pending(sdir: Path) -> None:
     try:
-        (sdir / PENDING_VERDICT_FILE).unlink(missing_ok=True)
+        remove(sdir / PENDING_VERDICT_FILE)  # for good: not drained again after a power cut
     except OSError:
         pass
 

@@ -30,6 +30,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
+from rsc_health.durable import fsync_dir
 from rsc_health.model import Finding, Status, new_record_id
 
 PENDING = "pending.jsonl"
@@ -130,12 +131,19 @@ def append(spool_dir: Path, records: list[dict]) -> None:
     appended after it (tests/node/test_spool_torn.py)."""
     if not records:
         return
-    spool_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        spool_dir.mkdir(parents=True)
+        fsync_dir(spool_dir.parent)
+    except FileExistsError:
+        pass
     data = "".join(json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
     payload = data.encode("utf-8", "surrogateescape")
     fd = _open_locked_pending(spool_dir / PENDING)
     try:
         size = os.fstat(fd).st_size
+        # An empty file is most likely one this open created (the first append since a
+        # flush claimed the last): its name is only durable once the directory is fsync'd.
+        new_name = size == 0
         if size and os.pread(fd, 1, size - 1) != b"\n":
             payload = b"\n" + payload
         try:
@@ -144,6 +152,8 @@ def append(spool_dir: Path, records: list[dict]) -> None:
                 raise OSError(errno.ENOSPC, f"short write to the spool ({written} of "
                               f"{len(payload)} bytes)")
             os.fsync(fd)
+            if new_name:
+                fsync_dir(spool_dir)
         except BaseException:
             # BaseException: an exception a signal handler raises between the write and the
             # fsync must not leave half an append behind either.
@@ -200,6 +210,9 @@ def claim(spool_dir: Path) -> list[Path]:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.rename(pending, batch)
+            # The next append makes a new pending.jsonl: its name must not become durable
+            # while this rename is not, or a power cut lets a delivered batch back in.
+            fsync_dir(spool_dir)
         finally:
             os.close(fd)
     return sorted(spool_dir.glob("batch-*.jsonl")) if spool_dir.exists() else []

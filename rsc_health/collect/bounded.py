@@ -20,11 +20,18 @@ from typing import Any
 
 
 class Abandoned(Exception):
-    """The probe did not answer within its deadline (or its child died without answering)."""
+    """The probe did not answer within its deadline (or its child died without answering).
+    `partial`: the last thing a streaming probe reported before that (None if nothing)."""
+
+    def __init__(self, message: str, partial: Any = None):
+        super().__init__(message)
+        self.partial = partial
 
 
-def start(fn: Callable[[], Any]) -> tuple[int, int]:
-    """Fork a child that runs fn() and writes its JSON result; (pid, read fd)."""
+def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]:
+    """Fork a child that runs fn() and writes its JSON result; (pid, read fd). streaming: fn
+    gets an `emit(obj)` to report how far it got, one JSON line each, before its result
+    (json.dumps never writes a raw newline, so every message is one line)."""
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: answer and leave without running the parent's exit handlers
@@ -36,16 +43,17 @@ def start(fn: Callable[[], Any]) -> tuple[int, int]:
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
+
+            def emit(obj: Any) -> None:
+                _write_all(w, json.dumps({"partial": obj}, default=str).encode() + b"\n")
+
             try:
-                payload = {"ok": fn()}
+                payload = {"ok": fn(emit) if streaming else fn()}
             except BaseException as exc:  # noqa: BLE001 - reported to the parent as data
                 payload = {"error": f"{type(exc).__name__}: {exc}",
                            "errno": getattr(exc, "errno", None),
                            "strerror": getattr(exc, "strerror", None)}
-            data = json.dumps(payload, default=str).encode()
-            view = memoryview(data)
-            while view:
-                view = view[os.write(w, view) :]
+            _write_all(w, json.dumps(payload, default=str).encode())
         except BaseException:  # noqa: BLE001
             code = 1
         finally:
@@ -54,8 +62,28 @@ def start(fn: Callable[[], Any]) -> tuple[int, int]:
     return pid, r
 
 
-def collect(children: dict[str, tuple[int, int]], deadline: float) -> dict[str, dict | None]:
-    """Wait for every child's answer until `deadline` (time.monotonic()); None = abandoned."""
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+def _last_message(buf: bytes, key: str) -> Any:
+    """The last whole line of a child's output that is a JSON object holding `key`."""
+    for line in reversed(buf.split(b"\n")):
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and key in msg:
+            return msg
+    return None
+
+
+def collect(children: dict[str, tuple[int, int]], deadline: float,
+            partial: dict[str, Any] | None = None) -> dict[str, dict | None]:
+    """Wait for every child's answer until `deadline` (time.monotonic()); None = abandoned.
+    `partial`, when given, receives each abandoned streaming child's last report."""
     buffers = {key: bytearray() for key in children}
     open_fds = {fd: key for key, (_, fd) in children.items()}
     done: dict[str, dict | None] = {}
@@ -72,13 +100,17 @@ def collect(children: dict[str, tuple[int, int]], deadline: float) -> dict[str, 
                 continue
             del open_fds[fd]
             os.close(fd)
-            try:
-                done[key] = json.loads(bytes(buffers[key]) or b"null")
-            except ValueError:
-                done[key] = None
+            answer = _last_message(bytes(buffers[key]), "ok") or _last_message(
+                bytes(buffers[key]), "error")
+            done[key] = answer
     for fd, key in open_fds.items():
         os.close(fd)
         done[key] = None
+    if partial is not None:
+        for key in children:
+            if done.get(key) is None:
+                last = _last_message(bytes(buffers[key]), "partial")
+                partial[key] = last["partial"] if last else None
     for key, (pid, _) in children.items():
         if done.get(key) is None:
             try:
@@ -92,13 +124,15 @@ def collect(children: dict[str, tuple[int, int]], deadline: float) -> dict[str, 
     return done
 
 
-def call(fn: Callable[[], Any], timeout_s: float) -> Any:
+def call(fn: Callable[..., Any], timeout_s: float, *, streaming: bool = False) -> Any:
     """fn()'s result from a child, or Abandoned after timeout_s; the child's exception comes
-    back as OSError (with its errno) or RuntimeError."""
-    pid, fd = start(fn)
-    answer = collect({"x": (pid, fd)}, time.monotonic() + timeout_s)["x"]
+    back as OSError (with its errno) or RuntimeError. streaming: fn(emit) may report how far
+    it got, and Abandoned carries the last report (what was answered before a hang)."""
+    pid, fd = start(fn, streaming=streaming)
+    partial: dict[str, Any] = {}
+    answer = collect({"x": (pid, fd)}, time.monotonic() + timeout_s, partial)["x"]
     if answer is None:
-        raise Abandoned(f"no answer within {timeout_s:g}s")
+        raise Abandoned(f"no answer within {timeout_s:g}s", partial.get("x"))
     if "error" in answer:
         if answer.get("errno") is not None:
             raise OSError(answer["errno"], answer.get("strerror") or answer["error"])

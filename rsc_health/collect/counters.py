@@ -8,11 +8,10 @@ is not drained for errors it collected before rsc-health first looked.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rsc_health.collect.kmsg import save_json
-from rsc_health.collect.sysfs import read_bounded
+from rsc_health.durable import load_state_json
 
 # Lifetime counters (NVML's aggregate ECC counts live in the InfoROM and survive reboots):
 # after a reboot their value is history, not news; only their growth within a boot counts.
@@ -30,13 +29,11 @@ def plausible(value) -> bool:
 
 def load(path: Path) -> dict:
     """The saved baselines; anything malformed (not JSON, wrong types, negative values) is
-    dropped, so a corrupt file costs one sweep without deltas, never every later sweep."""
-    try:
-        data = json.loads(read_bounded(path))
-    except (OSError, ValueError):
-        return {}
-    if not isinstance(data, dict):
-        return {}
+    dropped, so a corrupt file costs one sweep without deltas, never every later sweep. A
+    file that is there and cannot be read at all is {"lost": why} (no baselines either)."""
+    data = load_state_json(path)
+    if "lost" in data:
+        return {"lost": str(data["lost"])}
     raw = data.get("counters")
     clean = {
         str(k): v for k, v in (raw.items() if isinstance(raw, dict) else ())
@@ -48,7 +45,7 @@ def load(path: Path) -> dict:
 
 def deltas(previous: dict, counters: dict[str, int], boot_id: str) -> dict[str, int]:
     """counter key -> increase since the previous sweep (only keys with a baseline)."""
-    if not previous:
+    if not previous or "lost" in previous:
         return {}
     before = previous.get("counters") or {}
     rebooted = bool(boot_id) and previous.get("boot_id") not in (None, boot_id)
@@ -62,5 +59,5 @@ def deltas(previous: dict, counters: dict[str, int], boot_id: str) -> dict[str, 
     return out
 
 
-def save(path: Path, counters: dict[str, int], boot_id: str) -> None:
-    save_json(path, {"boot_id": boot_id, "counters": counters})
+def save(path: Path, counters: dict[str, int], boot_id: str, *, sync_dir: bool = True) -> None:
+    save_json(path, {"boot_id": boot_id, "counters": counters}, sync_dir=sync_dir)

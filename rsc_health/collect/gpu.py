@@ -9,6 +9,7 @@ library, a lost GPU or an unsupported field is data that the checks judge, never
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,7 +118,9 @@ class NvmlBackend:
     def __init__(self, max_links: int = 18):
         self.max_links = max_links
 
-    def read(self) -> dict[str, Any]:
+    def read(self, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
+        """Every answer. `progress(doc)`, when given, gets the answers so far after the count
+        and after each GPU: a read abandoned when NVML hangs on one GPU keeps the others'."""
         # pynvml missing from the checker's own Python is an install problem (ImportError: a
         # checker finding), not the node's: the NVIDIA library itself missing is
         # NVML_ERROR_LIBRARY_NOT_FOUND from nvmlInit below.
@@ -141,7 +144,11 @@ class NvmlBackend:
                 doc["device_count"] = count
                 return doc
             doc["device_count"] = count
-            doc["devices"] = [self._device(pynvml, call, i) for i in range(count)]
+            doc["devices"] = []
+            for i in range(count):
+                if progress is not None:
+                    progress(doc)
+                doc["devices"].append(self._device(pynvml, call, i))
             return doc
         finally:
             try:
@@ -215,6 +222,24 @@ class ReplayBackend:
         if not isinstance(doc, dict):
             raise ValueError(f"{self.path}: not a JSON object of NVML answers")
         return doc
+
+
+# What a GPU that NVML never answered for (the read was abandoned at its deadline) shows: the
+# call's own timeout, which says nothing of the GPU (a checker error, never a drain).
+UNANSWERED = {"error": "NVML_ERROR_TIMEOUT"}
+
+
+def with_unanswered(partial: Any) -> dict[str, Any] | None:
+    """The answers a hung read got before its deadline (NvmlBackend.read's last progress),
+    each GPU it never reached marked UNANSWERED; None when it got no device count."""
+    if not isinstance(partial, dict) or not isinstance(partial.get("devices"), list):
+        return None
+    count = partial.get("device_count")
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 1024:
+        return None
+    done = partial["devices"][:count]
+    return {**partial, "devices": done + [{"index": i, **UNANSWERED}
+                                          for i in range(len(done), count)]}
 
 
 def _text(value: Any) -> str:

@@ -24,6 +24,7 @@ import json
 import os
 import re
 import stat
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -238,13 +239,31 @@ def read_new_events(
     directory is refused (it could block or never end), and files are opened non-blocking.
     A cursor that is not one this code wrote (a sequence number that is not an integer, or
     beyond what the ring buffer holds) is discarded with a warning: reading restarts at the
-    buffer's end, so the checks see every later XID and no old one twice."""
+    buffer's end, so the checks see every later XID and no old one twice.
+
+    A lost cursor (load_cursor's {"lost": ...}) is rebuilt, once, with a warning. A kernel log
+    file is then read from its end, whatever file_backlog says: it holds XIDs of earlier
+    boots, judged long ago, and judging them again would drain a repaired node. The ring
+    buffer holds this boot only, and each record says when it was logged: records logged
+    since the lost cursor was last written (less LOST_SLACK_S, the span of one run) are
+    judged; with no way to tell (no /proc/uptime), all of them, since within one boot an XID
+    judged twice costs less than an XID never judged."""
     boot = boot_id(root)
     new_cursor: dict = {"boot_id": boot, "kmsg_seq": -1, "files": {}}
     same_boot = bool(boot) and cursor.get("boot_id") == boot
     errors: list[str] = []
     last_seq = _valid_seq(cursor.get("kmsg_seq", -1)) if same_boot else -1
-    if last_seq is None:
+    lost = cursor.get("lost")
+    since_usec: float | None = None  # a lost cursor: judge ring records logged since then
+    if isinstance(lost, str):
+        file_backlog = False
+        since_usec = _usec_since_boot(root, cursor.get("lost_mtime"))
+        errors.append(
+            f"XID cursor unreadable ({lost[:80]}); rebuilt: kernel log files are read from "
+            "their end, the ring buffer " + ("in full" if since_usec is None else
+                                             "from the cursor's last write"))
+        corrupt = False
+    elif last_seq is None:
         errors.append(f"corrupt XID cursor (kmsg_seq={str(cursor.get('kmsg_seq'))[:40]!r}) "
                       "discarded; reading from the end of the ring buffer")
         last_seq = MAX_SEQ  # replaced below by the buffer's newest record
@@ -276,9 +295,13 @@ def read_new_events(
                         errors.append(f"XID cursor (seq {last_seq}) is past the ring buffer's "
                                       f"newest record ({newest}); discarded")
                     last_seq = newest
+                logged = _usec_by_seq(text) if since_usec is not None else {}
                 for e in parsed:
-                    if e.seq > last_seq:
-                        events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))
+                    if e.seq <= last_seq:
+                        continue
+                    if since_usec is not None and logged.get(e.seq, 0) < since_usec:
+                        continue  # logged before the lost cursor was written: judged then
+                    events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))
                 new_cursor["kmsg_seq"] = max(last_seq, newest)
             else:
                 prev = files.get(source) if isinstance(files.get(source), dict) else None
@@ -352,16 +375,45 @@ def _read_file_from_cursor(path: Path, st, prev: dict | None, backlog: bool
 
 
 def load_cursor(path: Path) -> dict:
+    """The saved cursor; {} when there is none (the first run). One that is there but cannot
+    be read (empty after a power cut, cut short, a directory, a FIFO, a device) is not "none":
+    {"lost": why, "lost_mtime": when it was last written}, for read_new_events to judge."""
+    from rsc_health.durable import load_state_json
+
+    return load_state_json(path)
+
+
+# A run reads the ring buffer before it writes its cursor, within one budget: records logged
+# this long before a lost cursor's last write may not have been read by that run.
+LOST_SLACK_S = 60.0
+
+
+def _usec_since_boot(root: Path, mtime) -> float | None:
+    """A wall-clock time (a state file's mtime) as a kmsg timestamp (microseconds since this
+    boot began), less LOST_SLACK_S; None when it cannot be told (no /proc/uptime)."""
+    if not isinstance(mtime, (int, float)) or isinstance(mtime, bool):
+        return None
     try:
-        data = json.loads(read_bounded(path))
-        return data if isinstance(data, dict) else {}
-    except (OSError, ValueError):
-        return {}
+        uptime = float(read_bounded(root / "proc/uptime", 4096).split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+    booted = time.time() - uptime
+    return (mtime - booted - LOST_SLACK_S) * 1e6
 
 
-def save_json(path: Path, data: dict) -> None:
-    """Write atomically, so a killed checker never leaves a half-written state file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, sort_keys=True))
-    os.replace(tmp, path)
+def _usec_by_seq(text: str) -> dict[int, int]:
+    """kmsg sequence number -> when the record was logged (microseconds since boot)."""
+    out = {}
+    for line in text.splitlines():
+        m = _KMSG.match(line[:MAX_LINE])
+        if m:
+            out[int(m.group("seq"))] = int(m.group("usec"))
+    return out
+
+
+def save_json(path: Path, data: dict, *, sync_dir: bool = True) -> None:
+    """Write atomically and durably: neither a killed checker nor a power cut leaves a half
+    or empty state file (an empty cursor would have a kernel log read again from its start)."""
+    from rsc_health.durable import write_atomic
+
+    write_atomic(path, json.dumps(data, sort_keys=True), sync_dir=sync_dir)

@@ -46,6 +46,25 @@ def gpu_backend(cfg: Config, root: Path):
     return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)))
 
 
+def _nvml_answers(backend, timeout: float, state: NodeState) -> dict:
+    """NVML's answers from an abandonable child. When it hangs mid-read (one GPU's call
+    blocks in a wedged driver), what it answered before is kept and judged (a GPU lost
+    before the hang still drains), the hang itself is a checker error, and the GPUs it
+    never reached are unanswered (checker errors, never drains)."""
+    from rsc_health.collect import bounded
+
+    try:
+        return bounded.call(backend.read, timeout, streaming=True)
+    except bounded.Abandoned as exc:
+        answers = gpu_mod.with_unanswered(exc.partial)
+        if answers is None:
+            raise
+        got = sum(1 for d in answers["devices"] if d.get("error") != "NVML_ERROR_TIMEOUT")
+        state.errors.append(("gpu", "nvml", f"Abandoned: {exc} (NVML hung after answering "
+                             f"for {got} of {answers['device_count']} GPUs)"))
+        return answers
+
+
 def automounts_waiting(cfg: Config, present: list[mounts.Mount]) -> list[str]:
     """Expected paths whose visible mount is autofs's trigger, where the config expects
     something else mounted there (or says nothing of the type)."""
@@ -116,10 +135,8 @@ def collect_all(
         backend = gpu_backend(cfg, root)
         if isinstance(backend, gpu_mod.NvmlBackend):
             # A wedged driver blocks NVML calls in the kernel: ask from an abandonable child.
-            from rsc_health.collect import bounded
-
             timeout = float(cfg.get("gpu.nvml_timeout_s", 10.0))
-            answers = guard("gpu", "nvml", lambda: bounded.call(backend.read, timeout))
+            answers = guard("gpu", "nvml", lambda: _nvml_answers(backend, timeout, state))
         else:
             answers = guard("gpu", "nvml", backend.read)
         if answers is not None:

@@ -1,15 +1,20 @@
 """Run a few programs at once, each in its own process group, read at most so much of their
 output, and kill what is still running at its deadline.
 
-For the `site` check family: programs the site wrote, so anything may happen. A program that
-hangs is SIGKILLed with its whole process group at the deadline (a hung `df` it started
-included) and never waited for after that: a process stuck in the kernel (D state) dies when
-the kernel lets go, and Popen reaps it later. Output past `max_bytes` is not read: the pipe is
-closed, so a program printing forever stops at its next write (SIGPIPE). A program that exits
-while a background child of its own still holds its stdout is done `EXIT_GRACE_S` later; the
-child is left alone (it may be a remount or a service restart the check started on purpose).
+For the `site` check family (programs the site wrote, so anything may happen) and Slurm's
+commands (behind whatever wrapper a site puts around them). A program that hangs is SIGKILLed
+with its whole process group at the deadline (a hung `df` or `scontrol` it started included)
+and never waited for after that: a process stuck in the kernel (D state) dies when the kernel
+lets go, and Popen reaps it later. Output past `max_bytes` is not read: the pipe is closed, so a
+program printing forever stops at its next write (SIGPIPE). A program that exits while a
+background child of its own still holds its stdout is done `exit_grace_s` later; the child is
+left alone (it may be a remount or a service restart the check started on purpose). With
+exit_grace_s=None its output is read to the end, as subprocess.run does, until the deadline,
+and the group is killed there: a Slurm command's answer is not whole until its pipe closes.
+The leader is not reaped until its group has had its SIGKILL (os.waitid WNOWAIT), so the group
+id cannot have been reused by anyone else when it is signalled.
 
-Standard library only, imported only when a site check is configured.
+Standard library only, imported only when a site check is configured or Slurm is called.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ class Outcome:
 
     name: str
     stdout: bytes = b""
-    stderr: bytes = b""  # the first STDERR_KEEP bytes
+    stderr: bytes = b""  # the first STDERR_KEEP (stderr_keep) bytes
     returncode: int | None = None
     timed_out: bool = False
     truncated: bool = False  # stdout went past max_bytes and was cut there
@@ -53,6 +58,7 @@ class _Running:
     out: bytearray = field(default_factory=bytearray)
     err: bytearray = field(default_factory=bytearray)
     err_seen: int = 0
+    err_keep: int = STDERR_KEEP
     open_fds: dict[int, str] = field(default_factory=dict)  # fd -> "out" | "err"
     exited_at: float | None = None
     truncated: bool = False
@@ -65,6 +71,8 @@ def run_all(
     max_bytes: int,
     env: dict[str, str] | None = None,
     cwd: str | Path | None = None,
+    exit_grace_s: float | None = EXIT_GRACE_S,
+    stderr_keep: int = STDERR_KEEP,
 ) -> dict[str, Outcome]:
     """Start every command now (argv lists, by name); return each one's Outcome no later than
     its timeout (plus the time to spawn and kill). Never raises for a program's behaviour."""
@@ -81,7 +89,7 @@ def run_all(
             results[name] = Outcome(name, start_error=why)
             continue
         now = time.monotonic()
-        r = _Running(name, proc, now + max(0.0, timeout_s[name]), now)
+        r = _Running(name, proc, now + max(0.0, timeout_s[name]), now, err_keep=stderr_keep)
         for fd, kind in ((proc.stdout.fileno(), "out"), (proc.stderr.fileno(), "err")):
             os.set_blocking(fd, False)
             r.open_fds[fd] = kind
@@ -90,12 +98,14 @@ def run_all(
     while running:
         now = time.monotonic()
         for r in list(running):
-            if r.exited_at is None and r.proc.poll() is not None:
+            if r.exited_at is None and _exited(r.proc):
                 r.exited_at = now
-            if r.exited_at is not None and (not r.open_fds or now - r.exited_at >= EXIT_GRACE_S):
+            grace_over = exit_grace_s is not None and r.exited_at is not None and (
+                now - r.exited_at >= exit_grace_s)
+            if r.exited_at is not None and (not r.open_fds or grace_over):
                 results[r.name] = _finish(r, max_bytes, timed_out=False)
                 running.remove(r)
-            elif r.exited_at is None and now >= r.deadline:
+            elif now >= r.deadline and (r.exited_at is None or exit_grace_s is None):
                 _kill_group(r.proc)
                 results[r.name] = _finish(r, max_bytes, timed_out=True)
                 running.remove(r)
@@ -136,7 +146,7 @@ def _read(r: _Running, fd: int, max_bytes: int) -> bool:
             _close(r, fd)  # stop reading: the program's next write gets SIGPIPE
     else:
         r.err_seen += len(chunk)
-        r.err += chunk[: max(0, STDERR_KEEP - len(r.err))]
+        r.err += chunk[: max(0, r.err_keep - len(r.err))]
         if r.err_seen > max_bytes:
             _close(r, fd)
     return fd in r.open_fds
@@ -159,11 +169,24 @@ def _finish(r: _Running, max_bytes: int, *, timed_out: bool) -> Outcome:
     for stream in (r.proc.stdout, r.proc.stderr):
         if stream is not None and not stream.closed:
             stream.close()
+    if r.exited_at is not None and not timed_out:
+        r.proc.wait()  # a zombie by now (_exited left it unreaped): this returns at once
     end = r.exited_at if r.exited_at is not None else time.monotonic()
     return Outcome(
         r.name, bytes(r.out), bytes(r.err), None if timed_out else r.proc.returncode,
         timed_out=timed_out, truncated=r.truncated, elapsed_s=round(end - r.started, 3),
     )
+
+
+def _exited(proc: subprocess.Popen) -> bool:
+    """Has the program exited? Asked without reaping it (WNOWAIT): its zombie keeps its pid,
+    the id of its process group, from being handed to anyone else until _finish reaps it."""
+    if proc.returncode is not None:
+        return True
+    try:
+        return os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return proc.poll() is not None
 
 
 def _kill_group(proc: subprocess.Popen) -> None:

@@ -13,11 +13,10 @@ slurmdbd/slurmctld (retry later); SlurmCommandError when Slurm answered and refu
 from __future__ import annotations
 
 import os
-import subprocess
 from pathlib import Path
 
 from rsc_health.slurm.api import SlurmCommandError, SlurmUnavailable
-from rsc_health.slurm.cli_backend import _UNAVAILABLE
+from rsc_health.slurm.cli_backend import _UNAVAILABLE, run_command
 
 # ASCII unit separator: never in a host, user, partition, state, time or TRES. A job name could
 # hold it (or a newline); the parser puts such a record back together by its field count.
@@ -37,19 +36,7 @@ class Accounting:
             argv = [str(self.bin_dir / argv[0]), *argv[1:]]
         env = {**os.environ, "TZ": "UTC", "SLURM_TIME_FORMAT": "standard"}
         name = Path(argv[0]).name
-        try:
-            proc = subprocess.run(
-                argv,
-                capture_output=True,
-                timeout=self.timeout_s,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                check=False,
-            )
-        except FileNotFoundError as exc:
-            raise SlurmUnavailable(f"{name} is not installed on this host") from exc
-        except subprocess.TimeoutExpired as exc:
-            raise SlurmUnavailable(f"{name} did not answer within {self.timeout_s:g} s") from exc
+        proc = run_command(argv, self.timeout_s, env)
         stderr = proc.stderr.decode("utf-8", "replace")
         if proc.returncode != 0:
             if _UNAVAILABLE.search(stderr):

@@ -11,6 +11,7 @@ import os
 import re
 import subprocess
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -132,6 +133,40 @@ def node_records(out: str) -> list[str]:
     return [r for r in records if r.startswith("NodeName=")]
 
 
+# A Slurm command's output is taken whole or not at all: a fleet's `scontrol show node` is a
+# few MB and a year of `sacct --json` some hundreds; past this it is refused, never cut.
+MAX_OUTPUT = 4 << 30
+STDERR_KEEP = 1 << 20
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+
+
+def run_command(argv: list[str], timeout_s: float, env: dict[str, str]) -> CommandResult:
+    """One Slurm command in its own process group, read to the end of its output: a site's
+    wrapper (a shell script around scontrol or sacct) that hangs at the timeout is killed with
+    what it started, and so is a child it left holding its output (its answer may not be
+    whole). Raises SlurmUnavailable when it cannot start or does not finish in time."""
+    from rsc_health.collect import procs
+
+    name = Path(argv[0]).name
+    out = procs.run_all({name: argv}, timeout_s={name: timeout_s}, max_bytes=MAX_OUTPUT,
+                        env=env, exit_grace_s=None, stderr_keep=STDERR_KEEP)[name]
+    if out.start_error:
+        raise SlurmUnavailable(f"{argv[0]} cannot be run ({out.start_error}): "
+                               "is Slurm installed here?")
+    if out.timed_out:
+        raise SlurmUnavailable(f"{argv[0]} did not answer within {timeout_s:g}s")
+    if out.truncated:
+        raise SlurmCommandError(argv, out.returncode or 0,
+                                f"output larger than {MAX_OUTPUT} bytes: refused, not cut")
+    return CommandResult(out.returncode or 0, out.stdout, out.stderr)
+
+
 class CliSlurm:
     def __init__(
         self,
@@ -154,24 +189,13 @@ class CliSlurm:
             timeout = min(timeout, self.deadline - time.monotonic())
             if timeout <= 0.05:
                 raise SlurmUnavailable(f"no time left in the budget for {argv[0]}")
-        try:
-            # Bytes, decoded here: a job name or reason in Latin-1 (any user can set one) must
-            # not stop the sweep or the prolog with a UnicodeDecodeError.
-            raw = subprocess.run(
-                argv,
-                capture_output=True,
-                timeout=timeout,
-                stdin=subprocess.DEVNULL,
-                env=dict(os.environ, SLURM_TIME_FORMAT="standard"),
-            )
-            proc = subprocess.CompletedProcess(
-                raw.args, raw.returncode, raw.stdout.decode("utf-8", "replace"),
-                raw.stderr.decode("utf-8", "replace"),
-            )
-        except subprocess.TimeoutExpired as exc:
-            raise SlurmUnavailable(f"{argv[0]} did not answer within {timeout:g}s") from exc
-        except FileNotFoundError as exc:
-            raise SlurmUnavailable(f"{argv[0]} not found: is Slurm installed here?") from exc
+        raw = run_command(argv, timeout, dict(os.environ, SLURM_TIME_FORMAT="standard"))
+        # Bytes, decoded here: a job name or reason in Latin-1 (any user can set one) must
+        # not stop the sweep or the prolog with a UnicodeDecodeError.
+        proc = subprocess.CompletedProcess(
+            argv, raw.returncode, raw.stdout.decode("utf-8", "replace"),
+            raw.stderr.decode("utf-8", "replace"),
+        )
         if proc.returncode != 0:
             if _UNAVAILABLE.search(proc.stderr):
                 raise SlurmUnavailable(proc.stderr.strip().splitlines()[-1])

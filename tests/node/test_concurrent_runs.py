@@ -43,3 +43,31 @@ def test_prolog_and_sweep_at_once_leave_whole_state_and_one_record(node_env):  #
     assert len({r["id"] for r in records if r.get("code") == "xid79"}) == 1
     assert len([r for r in records if r["kind"] == "heartbeat"]) == 8
     assert json.loads((sdir / "pending_verdict.json").read_text())["causes"][0]["code"] == "xid79"
+
+
+def test_a_job_array_of_16_prologs_at_once_all_pass_within_budget_each_spooled_once(
+        node_env):  # noqa: F811
+    """16 jobs of an array start on one node at the same instant: the node lock serialises
+    their checks, none waits past its share of the prolog budget, none fails its job start
+    or drains (lock contention is no verdict), and each job's start is spooled exactly once."""
+    import time
+
+    root = node_env
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    jobs = [str(5000 + i) for i in range(16)]
+    started = time.monotonic()
+    procs = [subprocess.Popen([sys.executable, "-c", RUN, "prolog"], cwd=REPO,
+                              env={**env, "SLURM_JOB_ID": job}, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE) for job in jobs]
+    codes = [p.wait(60) for p in procs]
+    errs = [p.stderr.read().decode() for p in procs]
+
+    assert codes == [0] * 16, errs
+    assert time.monotonic() - started < 30  # the prolog budget
+    assert not [e for e in errs if "held for" in e]  # no prolog gave up on the lock
+    records = [json.loads(line) for line in
+               (root / NODE_STATE / "spool" / "pending.jsonl").read_text().splitlines()]
+    starts = sorted(r["job_id"] for r in records if r["kind"] == "job_start")
+    assert starts == jobs
+    assert len([r for r in records if r["kind"] == "heartbeat"]) == 16
+    assert len({r["id"] for r in records}) == len(records)

@@ -151,10 +151,22 @@ def test_a_fifo_as_the_config_is_refused_without_blocking(node_env, monkeypatch,
     assert "not a regular file" in capsys.readouterr().err
 
 
-def test_a_state_dir_that_refuses_the_counters_is_spooled_and_counted(node_env, capsys):
-    counters = node_env / NODE_STATE / "counters.json"
-    counters.mkdir(parents=True)  # a directory where the counter baselines are saved
+@pytest.fixture
+def immutable_state_dir(node_env):
+    """The state dir refuses new names (chattr +i: EPERM even for root) while its spool
+    subdirectory and lock file, made by a first sweep, still take writes."""
+    sdir = node_env / NODE_STATE
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+    done = subprocess.run(["chattr", "+i", str(sdir)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"chattr +i does not work here: {done.stderr.decode()[:200]}")
+    yield sdir
+    subprocess.run(["chattr", "-i", str(sdir)], capture_output=True)
 
+
+def test_a_state_dir_that_refuses_the_counters_is_spooled_and_counted(
+        node_env, immutable_state_dir, capsys):
+    capsys.readouterr()
     assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
 
     state = [r for r in _records(node_env) if r.get("code") == "state_error"]

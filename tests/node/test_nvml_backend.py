@@ -135,3 +135,42 @@ def test_a_link_whose_state_nvml_could_not_read_is_a_checker_error_not_a_down_li
     findings, verdict = node.check()
     assert [f.code for f in findings if f.code == "nvlink_down"] == ["nvlink_down"]
     assert verdict.level is Level.DRAIN_NOW
+
+
+def test_a_gpu_lost_before_nvml_hangs_on_another_still_drains_within_the_budget(
+        monkeypatch, node):
+    """GPU 1 answers GPU_IS_LOST, then NVML blocks for ever on GPU 2 mid-sweep (a wedged
+    driver). The whole read was abandoned at nvml_timeout_s and what had been answered went
+    with it: a checker error, and the lost GPU let jobs start. What was answered before the
+    hang is now judged: the lost GPU drains, the hang and the GPUs it hid are checker errors."""
+    import time
+
+    from rsc_health import engine
+    from rsc_health.model import Level, Severity
+
+    fake = FakeNvml(lost=1)
+    fake.install(monkeypatch)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 4)
+    real_pci = pynvml.nvmlDeviceGetPciInfo
+
+    def wedged(handle):
+        if handle == "h2":
+            time.sleep(3600)  # in the forked child, abandoned at the deadline
+        return real_pci(handle)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetPciInfo", wedged)
+    cfg = node.config
+    cfg.data["gpu"].update(backend="nvml", count=4, nvml_timeout_s=1.0)
+
+    started = time.monotonic()
+    findings = engine.run(cfg, node.root, only={"gpu"})
+    assert time.monotonic() - started < 5
+
+    drains = [(f.component, f.code) for f in findings if f.severity is Severity.DRAIN_NOW]
+    assert drains == [("gpu1", "gpu_lost")]
+    errors = {f.component for f in findings if f.status.value == "error"}
+    assert {"gpu2", "gpu3"} <= errors  # not answered: the checker could not look
+    assert any("no answer within" in f.reason for f in findings)
+    from rsc_health.policy import decide
+
+    assert decide(findings).level is Level.DRAIN_NOW
