@@ -182,12 +182,16 @@ def boot_id(root: Path) -> str:
         return ""
 
 
-def _read_kmsg_device(path: Path) -> str:
-    """Drain the live ring buffer without blocking (each read() returns one record)."""
+def _read_kmsg_device(path: Path) -> tuple[str, bool]:
+    """Drain the live ring buffer without blocking (each read() returns one record): its
+    records, and whether the read stopped at MAX_READ bytes before the buffer ran dry (a
+    kernel logging faster than we read never lets it; the rest is read next run, from the
+    cursor)."""
     records = []
+    taken = 0
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
-        while True:
+        while taken < MAX_READ:
             try:
                 chunk = os.read(fd, 8192)
             except OSError as exc:
@@ -198,10 +202,13 @@ def _read_kmsg_device(path: Path) -> str:
                 raise
             if not chunk:
                 break
+            taken += len(chunk)
             records.append(chunk.decode("utf-8", "replace").split("\n", 1)[0])
+        else:
+            return "\n".join(records), True
     finally:
         os.close(fd)
-    return "\n".join(records)
+    return "\n".join(records), False
 
 
 @dataclass
@@ -285,8 +292,14 @@ def read_new_events(
             continue
         try:
             if stat.S_ISCHR(kind) or source == "/dev/kmsg":
-                text = (_read_kmsg_device(path) if stat.S_ISCHR(kind)
-                        else _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace"))
+                if stat.S_ISCHR(kind):
+                    text, cut = _read_kmsg_device(path)
+                    if cut:
+                        errors.append(f"{source}: stopped after {MAX_READ >> 20} MiB of "
+                                      "records (a kernel logging faster than they are read?); "
+                                      "the rest is read next run")
+                else:
+                    text = _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace")
                 parsed = [e for e in parse_text(text, source) if e.seq is not None]
                 seqs = [e for e in (_seq_of(ln) for ln in text.splitlines()) if e is not None]
                 newest = max(seqs, default=-1)

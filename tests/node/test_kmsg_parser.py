@@ -182,3 +182,22 @@ def test_a_user_logging_an_xid_line_to_syslog_does_not_drain_the_node(node):
         fh.write("Nov 21 03:15:00 gpu042 kernel: NVRM: Xid (PCI:0000:1b:00): 79, GPU has "
                  "fallen off the bus.\n")
     assert decide(run(cfg, node.root, only={"xid"})).level is Level.DRAIN_NOW
+
+
+def test_a_ring_buffer_that_never_runs_dry_is_read_to_a_bound(tmp_path: Path):
+    """/dev/kmsg hands one record per read() and EAGAIN once drained; a kernel that logs
+    faster than the checker reads (a message storm) never lets it drain. A character device
+    that never ends (/dev/zero standing in for it) was read until memory ran out; the read now
+    stops at MAX_READ bytes, says so, and the cursor carries the rest to the next run."""
+    import threading
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/kmsg").symlink_to("/dev/zero")
+    result: list = []
+    reader = threading.Thread(
+        target=lambda: result.append(kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {})),
+        daemon=True)
+    reader.start()
+    reader.join(timeout=20)
+    assert result, "the read of a never-ending ring buffer did not end"
+    assert any("stopped after" in e for e in result[0].errors)
