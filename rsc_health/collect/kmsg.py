@@ -182,33 +182,71 @@ def boot_id(root: Path) -> str:
         return ""
 
 
-def _read_kmsg_device(path: Path) -> tuple[str, bool]:
-    """Drain the live ring buffer without blocking (each read() returns one record): its
-    records, and whether the read stopped at MAX_READ bytes before the buffer ran dry (a
-    kernel logging faster than we read never lets it; the rest is read next run, from the
-    cursor)."""
+def _open_device(path: Path) -> int:
+    return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+
+
+@dataclass
+class _RingRead:
+    text: str  # the first line of each record newer than the cursor, oldest first
+    newest: int  # the newest sequence number read, old records included (-1: none)
+    cut: bool  # stopped at a bound before the buffer ran dry
+
+
+def _read_kmsg_device(path: Path, after_seq: int) -> _RingRead:
+    """Drain the live ring buffer without blocking (each read() returns one record).
+
+    A reader of /dev/kmsg always starts at the buffer's oldest record, so every run reads
+    again what earlier runs judged. Only records newer than `after_seq` are kept, and only
+    they count towards MAX_READ: a buffer holding more than MAX_READ of records already judged
+    (log_buf_len=32M on a chatty node) would otherwise stop there every run and never reach a
+    new XID. A record with no sequence number (not the kernel's format) counts as new, so a
+    device that never runs dry (a kernel logging faster than we read) stops at MAX_READ; the
+    rest is read next run, from the cursor. MAX_RING bounds the whole read whatever it holds."""
     records = []
-    taken = 0
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    new_bytes = total = 0
+    newest = -1
+    fd = _open_device(path)
     try:
-        while taken < MAX_READ:
+        while new_bytes < MAX_READ and total < MAX_RING:
             try:
                 chunk = os.read(fd, 8192)
             except OSError as exc:
-                if exc.errno == errno.EPIPE:  # overwritten record: skip it
-                    continue
+                if exc.errno == errno.EPIPE:  # overwritten while we read: the gap is seen
+                    continue  # below, in the sequence numbers
                 if exc.errno == errno.EAGAIN:
                     break
                 raise
             if not chunk:
                 break
-            taken += len(chunk)
-            records.append(chunk.decode("utf-8", "replace").split("\n", 1)[0])
+            total += len(chunk)
+            line = chunk.decode("utf-8", "replace").split("\n", 1)[0]
+            seq = _seq_of(line)
+            if seq is not None:
+                newest = max(newest, seq)
+                if seq <= after_seq:
+                    continue
+                records.append(line)
+            new_bytes += len(chunk)
         else:
-            return "\n".join(records), True
+            return _RingRead("\n".join(records), newest, True)
     finally:
         os.close(fd)
-    return "\n".join(records), False
+    return _RingRead("\n".join(records), newest, False)
+
+
+def _missed_records(after_seq: int, seqs: list[int]) -> tuple[int, int, int]:
+    """Records the kernel overwrote before they were read: (how many, first seq, last seq)
+    between the cursor and the newest record read. The kernel numbers every record it logs,
+    one after another, so a jump is a loss (an EPIPE from /dev/kmsg is the same loss)."""
+    missed, first, last, prev = 0, -1, -1, after_seq
+    for seq in sorted(set(s for s in seqs if s > after_seq)):
+        if seq > prev + 1:
+            missed += seq - prev - 1
+            first = prev + 1 if first < 0 else first
+            last = seq - 1
+        prev = seq
+    return missed, first, last
 
 
 @dataclass
@@ -218,9 +256,13 @@ class XidRead:
     cursor: dict
 
 
-# At most this much of a file source is read per run; the rest waits for the next run, so a
-# first look at a multi-gigabyte kern.log costs bounded time and memory.
+# At most this much of a file source (or of new ring-buffer records) is read per run; the rest
+# waits for the next run, so a first look at a multi-gigabyte kern.log costs bounded time and
+# memory.
 MAX_READ = 16 * 2**20
+# At most this much of /dev/kmsg per run, records already judged included: far above any real
+# log_buf_len, there only so no device can be read for ever.
+MAX_RING = 256 * 2**20
 # Bytes of a file's head kept in the cursor: a log rotated by copytruncate and written past
 # the old offset before the next run has a different head, and is read from its start.
 HEAD_BYTES = 64
@@ -293,21 +335,35 @@ def read_new_events(
         try:
             if stat.S_ISCHR(kind) or source == "/dev/kmsg":
                 if stat.S_ISCHR(kind):
-                    text, cut = _read_kmsg_device(path)
-                    if cut:
-                        errors.append(f"{source}: stopped after {MAX_READ >> 20} MiB of "
+                    ring = _read_kmsg_device(path, last_seq)
+                    text, newest = ring.text, ring.newest
+                    if ring.cut:
+                        errors.append(f"{source}: stopped after {MAX_READ >> 20} MiB of new "
                                       "records (a kernel logging faster than they are read?); "
                                       "the rest is read next run")
+                    seqs = [e for e in (_seq_of(ln) for ln in text.splitlines())
+                            if e is not None]
                 else:
                     text = _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace")
+                    seqs = [e for e in (_seq_of(ln) for ln in text.splitlines())
+                            if e is not None]
+                    newest = max(seqs, default=-1)
                 parsed = [e for e in parse_text(text, source) if e.seq is not None]
-                seqs = [e for e in (_seq_of(ln) for ln in text.splitlines()) if e is not None]
-                newest = max(seqs, default=-1)
+                trusted = same_boot and not corrupt and not isinstance(lost, str) and last_seq >= 0
                 if corrupt or (same_boot and last_seq > newest >= 0):
                     if not corrupt:
                         errors.append(f"XID cursor (seq {last_seq}) is past the ring buffer's "
                                       f"newest record ({newest}); discarded")
                     last_seq = newest
+                    trusted = False
+                missed, first, last = _missed_records(last_seq, seqs) if trusted else (0, 0, 0)
+                if missed:
+                    # Said, not hidden: an XID among them was never judged. The cure is the
+                    # node's, not ours (a larger log_buf_len, a kernel log file as a source).
+                    errors.append(f"{source}: {missed} kernel log record(s) (seq {first}.."
+                                  f"{last}) were overwritten before they were read; an XID "
+                                  "among them went unseen (raise log_buf_len, or also read a "
+                                  "kernel log file)")
                 logged = _usec_by_seq(text) if since_usec is not None else {}
                 for e in parsed:
                     if e.seq <= last_seq:

@@ -138,8 +138,8 @@ def _read(path: Path) -> str | None:
         if stat.S_ISCHR(st.st_mode):
             from rsc_health.collect.kmsg import _read_kmsg_device
 
-            text, _cut = _read_kmsg_device(path)  # a snapshot keeps the first MAX_READ bytes
-            return text + "\n"
+            # The whole ring buffer, up to MAX_READ bytes of records: a snapshot has no cursor.
+            return _read_kmsg_device(path, -1).text + "\n"
         return path.read_bytes().decode("utf-8", "replace")
     except OSError:
         return None
