@@ -317,6 +317,14 @@ class Actor:
             return []  # not our drain, or our record is not about this drain
         if not state.auto_resumable or self.never_resume & set(state.codes):
             return []
+        if info.in_hand:
+            # A reboot or power change someone asked Slurm for (`scontrol reboot ASAP` keeps
+            # our reason when given none): a resume now could cancel it. Slurm ends it with
+            # the node's next state; the clean count waits, and restarts after.
+            self.log(f"{self.node} is {info.state}: {info.in_hand.lower()} in hand, not "
+                     "resumed by rsc_health")
+            self._reset_clean_count()
+            return []
         state.clean_sweeps += 1
         if state.clean_sweeps < self.resume_after:
             self._write_state(state)

@@ -66,6 +66,29 @@ class NodeInfo:
     def down(self) -> bool:
         return "DOWN" in self.flags or "FAIL" in self.flags
 
+    @property
+    def in_hand(self) -> str:
+        """The reboot or power change Slurm holds for the node ("REBOOT_REQUESTED" after a
+        person's `scontrol reboot ASAP`, "POWERING_DOWN"...), or "". Someone's plan for the
+        node: a resume on top of it is not ours to send. scontrol prints the flag names,
+        sinfo the one-character suffixes."""
+        named = sorted(self.flags & _IN_HAND)
+        if named:
+            return named[0]
+        for part in self.state.split("+"):
+            tail = part.rstrip().lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+            for ch in tail:
+                if ch in _IN_HAND_SUFFIX:
+                    return _IN_HAND_SUFFIX[ch]
+        return ""
+
+
+_IN_HAND = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "POWER_DOWN", "POWERING_DOWN",
+                      "POWERED_DOWN", "POWERING_UP", "POWER_UP"})
+# sinfo's state suffixes for the same (man sinfo, NODE STATE CODES).
+_IN_HAND_SUFFIX = {"@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED", "!": "POWER_DOWN",
+                   "%": "POWERING_DOWN", "~": "POWERED_DOWN", "#": "POWERING_UP"}
+
 
 @dataclass(frozen=True, slots=True)
 class JobInfo:

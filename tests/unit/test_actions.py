@@ -376,3 +376,39 @@ def test_the_guard_counts_the_partition_even_when_the_listing_lacks_this_node(cf
     actions = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79", repair=True)]))
     assert [a.action for a in actions] == ["guard_tripped"]
     assert not slurm.info["n01"].drain_set and slurm.calls == []
+
+
+@pytest.mark.parametrize("state", [
+    "MIXED+DRAIN+REBOOT_REQUESTED",  # `scontrol reboot ASAP n01`: our reason kept, a job left
+    "IDLE+DRAIN+REBOOT_ISSUED",
+    "IDLE+DRAIN+POWERING_DOWN",
+    "IDLE+DRAIN+POWER_DOWN",
+    "IDLE@+DRAIN",  # sinfo's suffix for a pending reboot
+])
+def test_a_reboot_or_power_change_in_hand_is_never_resumed_over(cfg, tmp_path, state):
+    """Our drain, then a person asks Slurm to reboot the node when its job ends (given no
+    reason, Slurm keeps ours). The sweeps run clean until then, and the third used to resume
+    the node on top of the pending reboot. Now the clean count waits for Slurm to finish it;
+    a node that comes back still drained by us is resumed after its clean sweeps as ever."""
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    ours = slurm.info["n01"]
+    slurm.info["n01"] = NodeInfo("n01", state, ours.reason, "root", ours.reason_time, ("gpu",))
+    for _ in range(5):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert not any(c[0] == "resume" for c in slurm.calls)
+    assert a.load_state() is not None and a.load_state().clean_sweeps == 0
+
+    slurm.info["n01"] = ours  # the reboot done, the node back and still drained by us
+    kinds = [[x.action for x in a.apply(decide([]), clean_sweep=True)] for _ in range(3)]
+    assert kinds == [[], [], ["resume"]]
+
+
+@pytest.mark.parametrize(("state", "in_hand"), [
+    ("IDLE+DRAIN", ""), ("DOWN*+DRAIN", ""), ("MIXED-", ""), ("IDLE+MAINTENANCE", ""),
+    ("IDLE+POWERED_DOWN", "POWERED_DOWN"), ("IDLE~", "POWERED_DOWN"),
+    ("IDLE#", "POWERING_UP"), ("ALLOCATED^+DRAIN", "REBOOT_ISSUED"),
+])
+def test_the_reboot_and_power_flags_are_read_from_names_and_suffixes(state, in_hand):
+    assert NodeInfo("n01", state).in_hand == in_hand
