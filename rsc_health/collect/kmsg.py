@@ -359,11 +359,12 @@ def read_new_events(
                 missed, first, last = _missed_records(last_seq, seqs) if trusted else (0, 0, 0)
                 if missed:
                     # Said, not hidden: an XID among them was never judged. The cure is the
-                    # node's, not ours (a larger log_buf_len, a kernel log file as a source).
+                    # node's (a larger log_buf_len, or rsyslog's kern.log as the source in
+                    # place of the ring buffer: a file does not overrun).
                     errors.append(f"{source}: {missed} kernel log record(s) (seq {first}.."
                                   f"{last}) were overwritten before they were read; an XID "
-                                  "among them went unseen (raise log_buf_len, or also read a "
-                                  "kernel log file)")
+                                  "among them went unseen (raise log_buf_len, or read kern.log "
+                                  "instead)")
                 logged = _usec_by_seq(text) if since_usec is not None else {}
                 for e in parsed:
                     if e.seq <= last_seq:
