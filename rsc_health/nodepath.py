@@ -332,6 +332,11 @@ class Watchdog:
         backstop.daemon = True
         backstop.start()
         try:
+            # A Slurm command or site check still running is killed with its process group
+            # (imported only if something started one): os._exit leaves them running.
+            procs = sys.modules.get("rsc_health.collect.procs")
+            if procs is not None:
+                procs.kill_live_groups()
             log(f"{run.stage.name}: still running after {self.after_s:.0f}s during {run.step} "
                 f"(budget exceeded; a source or a Slurm call hung); exiting {code}")
             _keep_unacted_verdict(run)

@@ -64,6 +64,25 @@ class _Running:
     truncated: bool = False
 
 
+# Process groups run_all started and has not finished with, by leader pid: what the node
+# path's watchdog kills before its os._exit (which runs no cleanup), so a program still running
+# when the whole run gives up does not outlive it. A set: add and discard are atomic.
+_LIVE: set[int] = set()
+
+
+def kill_live_groups() -> int:
+    """SIGKILL every process group run_all still holds (from any thread); how many. Their
+    leaders are not reaped yet, so each group id is still theirs."""
+    killed = 0
+    for pgid in list(_LIVE):
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+            killed += 1
+        except (ProcessLookupError, PermissionError):
+            pass
+    return killed
+
+
 def run_all(
     commands: dict[str, list[str]],
     *,
@@ -88,6 +107,7 @@ def run_all(
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             results[name] = Outcome(name, start_error=why)
             continue
+        _LIVE.add(proc.pid)
         now = time.monotonic()
         r = _Running(name, proc, now + max(0.0, timeout_s[name]), now, err_keep=stderr_keep)
         for fd, kind in ((proc.stdout.fileno(), "out"), (proc.stderr.fileno(), "err")):
@@ -160,6 +180,7 @@ def _close(r: _Running, fd: int) -> None:
 
 
 def _finish(r: _Running, max_bytes: int, *, timed_out: bool) -> Outcome:
+    _LIVE.discard(r.proc.pid)  # before its leader is reaped: the group id may then be reused
     for fd in list(r.open_fds):
         # What the program wrote before it went is still in the pipe: take it (bounded).
         for _ in range(max_bytes // 65536 + 2):

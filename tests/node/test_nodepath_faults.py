@@ -139,6 +139,44 @@ def test_a_hung_slurm_call_is_cut_by_the_watchdog_with_the_safe_code(node_env, t
     assert any(r.get("code") == "checker_timeout" for r in _records(node_env))
 
 
+def _alive(pid: int) -> bool:
+    """Running (a zombie nobody reaped is dead: PID 1 here may not reap)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def test_the_watchdog_kills_the_commands_a_hung_run_left_running(node_env, tmp_path):
+    """A Slurm command that outlives the budget (a site's wrapper whose timeout was set
+    past it) was left running, with what it started, when the watchdog's os._exit ended the
+    prolog: every run that hung left two more processes behind. The watchdog now kills the
+    process groups the run still holds before it leaves."""
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    site.write_text(site.read_text() + "\n[slurm]\nprolog_budget_s = 1\n"
+                    if "[slurm]" not in site.read_text()
+                    else site.read_text().replace("[slurm]", "[slurm]\nprolog_budget_s = 1", 1))
+    (node_env / "dev/kmsg").open("a").write(XID79)
+    pids = tmp_path / "pids"
+    shell = f"sleep 600 & echo $! > {pids}; echo $$ >> {pids}; wait"
+    script = (
+        "from rsc_health import nodepath\nfrom rsc_health.collect import procs\n"
+        "def hung(cfg, deadline):\n"
+        f"    procs.run_all({{'scontrol': ['sh', '-c', {shell!r}]}}, "
+        "timeout_s={'scontrol': 600}, max_bytes=4096, exit_grace_s=None)\n"
+        "raise SystemExit(nodepath.run_stage('prolog', slurm_factory=hung))\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == 1, proc.stderr
+    assert "still running after 3s" in proc.stderr
+    left = [int(p) for p in pids.read_text().split()]
+    assert len(left) == 2
+    deadline = time.monotonic() + 5
+    while any(_alive(p) for p in left) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(p) for p in left), "the hung command outlived the prolog"
+
+
 def test_a_fifo_as_the_config_is_refused_without_blocking(node_env, monkeypatch, capsys):
     fifo = node_env / "site.fifo"
     os.mkfifo(fifo)
