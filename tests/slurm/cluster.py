@@ -208,6 +208,8 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 SchedulerParameters=nohold_on_prolog_fail,sched_interval=2,bf_interval=2
 ReturnToService=2
+# `scontrol reboot` is refused without one; tests cancel any reboot before it is issued.
+RebootProgram=/bin/true
 SlurmdTimeout=10
 SlurmctldTimeout=10
 MessageTimeout=5
