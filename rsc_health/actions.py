@@ -146,9 +146,20 @@ class Actor:
                              detail=verdict.level.name.lower())]
             self._spool(shadow)
             return shadow
-        info = self.slurm.node(self.node)
+        listing = None
+        if verdict.drains and self.load_state() is None:
+            # A first drain: the guard reads the whole node table anyway, and this node's own
+            # record is in it. One read, not two: on Slurm 22.05 `scontrol show node ONE`
+            # costs slurmctld the whole table too (benchmarks/bench_guard_load.py), and in a
+            # fleet-wide outage every node comes here.
+            listing = self.slurm.nodes()
+            mine = next((n for n in listing if n.name == self.node), None)
+            info = mine if mine is not None else self.slurm.node(self.node)
+        else:
+            info = self.slurm.node(self.node)
         if verdict.drains:
-            actions = self._drain(verdict, info, requeue=requeue, skip=skip_jobs or set())
+            actions = self._drain(verdict, info, requeue=requeue, skip=skip_jobs or set(),
+                                  listing=listing)
         elif clean_sweep and verdict.level in (Level.OK, Level.WARN):
             actions = self._clean(info)
         else:
@@ -158,7 +169,8 @@ class Actor:
 
     # ---- drain -----------------------------------------------------------------------------
     def _drain(
-        self, verdict: Verdict, info: NodeInfo, *, requeue: bool, skip: set[str]
+        self, verdict: Verdict, info: NodeInfo, *, requeue: bool, skip: set[str],
+        listing: list[NodeInfo] | None = None,
     ) -> list[Action]:
         now_mode = verdict.level is Level.DRAIN_NOW
         kind = ActionKind.DRAIN_NOW if now_mode else ActionKind.DRAIN_AFTER_JOB
@@ -177,7 +189,7 @@ class Actor:
         node_path_drain = ours is not None and ours["mode"] in MODE_FOR_LEVEL.values()
         if ours is None or escalate:
             if ours is None:
-                tripped = self._guard_tripped(info)
+                tripped = self._guard_tripped(info, listing)
                 if tripped is not None:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
@@ -226,8 +238,9 @@ class Actor:
                        detail="our drain found in place with no record of it "
                               "(Slurm answered late)")]
 
-    def _guard_tripped(self, info: NodeInfo) -> Action | None:
-        nodes = self.slurm.nodes()
+    def _guard_tripped(self, info: NodeInfo, listing: list[NodeInfo] | None = None
+                       ) -> Action | None:
+        nodes = listing if listing is not None else self.slurm.nodes()
         mine = next((n for n in nodes if n.name == self.node), None)
         # This node's own record answers for its partitions when the listing lacks it (a
         # record refused as ambiguous, a listing cut short): no partition, no guard at all.

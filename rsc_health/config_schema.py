@@ -55,6 +55,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "infiniband.count": (0, 1024),
     "infiniband.rate_gbps": (0, 100_000),
     "actions.guard_max_share": (0, 1),
+    "actions.guard_retry_min": (0, 1440),
+    "actions.guard_retry_max_min": (0, 10_080),
     "metrics.confidence": (0, 1),
     "report.listed_days_max": (1, 60),
     "report.xid_top": (1, 1000),

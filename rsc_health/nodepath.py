@@ -39,6 +39,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from rsc_health import spool
@@ -419,12 +420,18 @@ def _locked(ctx: Context, run: Progress) -> int:
                                                  time=now, job_id=ctx.job_id))
             findings = findings + unsaved
     run.step = "act"
-    if (pending and pending.why == "guard" and stage.name == "prolog" and not fresh.drains):
-        # The mass-drain guard held this verdict back; the sweep retries it. A job start on a
-        # node with nothing new to report must not cost a Slurm call each time.
+    if pending and pending.why == "guard" and _guard_backs_off(stage, pending, fresh, now):
+        # The mass-drain guard held this verdict back: something is wrong fleet-wide. Each
+        # try reads the whole node table from slurmctld (about 27 ms of its time at 16,000
+        # nodes), and every node of a failing fleet would try on every sweep and job start,
+        # for as long as the outage lasts. Nothing new since: no Slurm call until the
+        # backoff (jittered, doubling) runs out.
         code, still_pending = 0, True
+        if pending.retry_after is not None and stage.name != "prolog":
+            log(f"{stage.name}: mass-drain guard held {verdict.reason} "
+                f"{pending.holds} time(s); next try after {pending.retry_after:%H:%M:%S}Z")
     else:
-        code, still_pending = _act(ctx, verdict, bool(pending))
+        code, still_pending = _act(ctx, verdict, pending)
     run.acted = True
     run.step = "textfile"
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
@@ -471,9 +478,37 @@ def _first_node(node: str) -> bool:
     return bool(hosts) and hosts[0] == node
 
 
-def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
+def _guard_backs_off(stage: Stage, pending: PendingVerdict, fresh: Verdict,
+                     now: datetime) -> bool:
+    """Leave Slurm alone for a guard-held verdict? Only while nothing is new: a fault code
+    the held verdict lacks, or a worse level, is tried at once. A job start never retries it
+    (the sweep does); a sweep or epilog retries once the backoff has run out."""
+    held = {c.code or c.family for c in pending.verdict.causes}
+    new = {c.code or c.family for c in fresh.causes if fresh.drains} - held
+    if new or fresh.level > pending.verdict.level:
+        return False
+    if stage.name == "prolog":
+        return True
+    return pending.retry_after is not None and now < pending.retry_after
+
+
+def guard_retry_after(cfg: Config, holds: int, now: datetime,
+                      rand: Callable[[], float] | None = None) -> datetime:
+    """When a verdict the guard has held `holds` times is next tried: [actions]
+    guard_retry_min doubling per hold up to guard_retry_max_min, times 0.5-1.5 at random so a
+    fleet's held nodes do not all come back in the same minute."""
+    import random
+
+    first = float(cfg.get("actions.guard_retry_min", 5.0))
+    most = float(cfg.get("actions.guard_retry_max_min", 60.0))
+    minutes = min(most, first * 2 ** min(holds - 1, 16))
+    return now + timedelta(minutes=minutes * (0.5 + (rand or random.random)()))
+
+
+def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None) -> tuple[int, bool]:
     """Carry out the verdict in Slurm; (exit code, verdict still pending)."""
     stage, cfg = ctx.stage, ctx.cfg
+    had_pending = pending is not None
     enabled = bool(cfg.get("actions.enabled", True))
     if not enabled and verdict.drains:
         # Shadow mode: record what would have been drained, ask Slurm nothing, fail no job.
@@ -512,9 +547,11 @@ def _act(ctx: Context, verdict: Verdict, had_pending: bool) -> tuple[int, bool]:
         return 0, had_pending
     held = any(a.action == "guard_tripped" for a in actions)
     if verdict.drains and held:
-        save_pending(ctx.sdir, verdict, why="guard")
+        holds = (pending.holds if pending is not None and pending.why == "guard" else 0) + 1
+        retry = guard_retry_after(cfg, holds, utcnow())
+        save_pending(ctx.sdir, verdict, why="guard", holds=holds, retry_after=retry)
         log(f"{stage.name}: mass-drain guard holds; verdict {verdict.reason} kept and retried "
-            f"by the next run")
+            f"after {retry:%H:%M:%S}Z (held {holds} time(s))")
         return 0, True
     clear_pending(ctx.sdir)
     _sweep_line(ctx, verdict, actions)
@@ -671,9 +708,12 @@ def _read_samples(path: Path) -> dict[str, str]:
 
 
 # ---- pending verdicts -----------------------------------------------------------------------
-def save_pending(sdir: Path, verdict: Verdict, *, why: str) -> None:
+def save_pending(sdir: Path, verdict: Verdict, *, why: str, holds: int = 0,
+                 retry_after: datetime | None = None) -> None:
     data = {"level": int(verdict.level), "why": why,
             "causes": [c.to_dict() for c in verdict.causes], "time": utcnow().isoformat()}
+    if holds:
+        data.update(holds=holds, retry_after=retry_after.isoformat() if retry_after else None)
     try:
         # Its bytes and its name fsync'd: a power cut must not take the one memory of a drain
         # verdict whose XID left with the old boot's ring buffer.
@@ -686,6 +726,19 @@ def save_pending(sdir: Path, verdict: Verdict, *, why: str) -> None:
 class PendingVerdict:
     verdict: Verdict
     why: str  # slurm_unavailable | guard | fault
+    holds: int = 0  # how many runs in a row the mass-drain guard has held it back
+    retry_after: datetime | None = None  # aware; no Slurm call for it before then
+
+
+def _aware_time(value) -> datetime | None:
+    """A stored ISO time, aware; None for anything else (an old file, a hand edit)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
 
 
 def load_pending(sdir: Path) -> PendingVerdict | None:
@@ -697,7 +750,10 @@ def load_pending(sdir: Path) -> PendingVerdict | None:
             # verdict step of every later run, before anything is spooled.
             if not all(isinstance(v, str) for v in (c.family, c.component, c.reason, c.code)):
                 raise TypeError(f"cause {c.family!r}/{c.component!r} is not all text")
-        return PendingVerdict(Verdict(Level(data["level"]), "", causes), str(data.get("why", "")))
+        holds = data.get("holds", 0)
+        holds = holds if isinstance(holds, int) and not isinstance(holds, bool) else 0
+        return PendingVerdict(Verdict(Level(data["level"]), "", causes), str(data.get("why", "")),
+                              max(0, min(holds, 64)), _aware_time(data.get("retry_after")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:

@@ -27,6 +27,9 @@ class Away(Slurm):
     def node(self, name):
         raise SlurmUnavailable("slurmctld not responding")
 
+    def nodes(self, names=None):
+        raise SlurmUnavailable("slurmctld not responding")
+
 
 def test_clock_steps_between_runs_neither_drain_nor_lose_nor_double_a_fault(
         node_env, monkeypatch):  # noqa: F811 - pytest fixture by name

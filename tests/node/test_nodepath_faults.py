@@ -334,3 +334,115 @@ def test_a_fifo_or_endless_file_where_a_file_is_read_neither_hangs_nor_blinds_th
     assert time.monotonic() - started < 6, proc.stderr  # not the watchdog at 8 + 2 s
     assert proc.returncode == 1, proc.stderr
     assert "xid79" in [r.get("code") for r in _records(node_env)]
+
+
+class _FleetOutage:
+    """A Slurm where two of node01's ten partition mates were drained by rsc-health a moment
+    ago: the mass-drain guard (limit 1 of 10) holds node01's drain. Counts the node-table
+    reads, each one of which costs slurmctld the whole table."""
+
+    def __init__(self):
+        from datetime import UTC, datetime
+
+        from rsc_health.slurm.api import NodeInfo
+
+        now = datetime.now(UTC)
+        self.reads = 0
+        self.info = [NodeInfo(f"node{i:02d}", "IDLE", partitions=("gpu",)) for i in range(1, 9)]
+        self.info += [NodeInfo(f"node{i:02d}", "IDLE+DRAIN", "rsc_health:now:mount_missing:"
+                               "/checkpoint missing", "root", now, ("gpu",)) for i in (9, 10)]
+
+    def __call__(self, cfg, deadline):
+        return self
+
+    def node(self, name):
+        self.reads += 1
+        return next(n for n in self.info if n.name == name)
+
+    def nodes(self, names=None):
+        self.reads += 1
+        return list(self.info)
+
+    def drain(self, node, reason):
+        raise AssertionError("the guard should have held the drain")
+
+    def jobs_on_node(self, node):
+        return []
+
+
+def _lose_checkpoint_mount(root: Path) -> None:
+    mounts = root / "proc/mounts"
+    mounts.write_text("".join(line + "\n" for line in mounts.read_text().splitlines()
+                              if " /checkpoint " not in line))
+
+
+def _pending(root: Path) -> dict:
+    return json.loads((root / NODE_STATE / nodepath.PENDING_VERDICT_FILE).read_text())
+
+
+def _set_retry_after(root: Path, when: str) -> None:
+    path = root / NODE_STATE / nodepath.PENDING_VERDICT_FILE
+    data = json.loads(path.read_text())
+    data["retry_after"] = when
+    path.write_text(json.dumps(data))
+
+
+def test_a_guard_held_node_leaves_slurmctld_alone_until_its_backoff_runs_out(node_env):
+    """A fleet-wide outage (the shared mount gone everywhere) trips the mass-drain guard.
+    Every held node used to retry on every sweep and every job start, each try reading the
+    node's record and the whole node table (24 ms of slurmctld's time each at 16,000 nodes,
+    benchmarks/bench_guard_load.py): 16,000 nodes' sweeps kept slurmctld busy 2.5 s per
+    second for as long as the outage lasted. A held verdict is now retried only after a
+    jittered backoff that doubles per hold, and a try reads the table once."""
+    from datetime import UTC, datetime, timedelta
+
+    _lose_checkpoint_mount(node_env)
+    slurm = _FleetOutage()
+    before = datetime.now(UTC)
+    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0
+    first = _pending(node_env)
+    assert first["why"] == "guard" and first["holds"] == 1
+    assert slurm.reads == 1  # one read of the table per try: its own record is in it
+    retry = datetime.fromisoformat(first["retry_after"])
+    assert before + timedelta(minutes=2.5) <= retry <= datetime.now(UTC) + timedelta(minutes=7.5)
+
+    for entry in ("sweep", "prolog", "epilog", "sweep"):  # the same fault, nothing new
+        assert nodepath.run_stage(entry, slurm_factory=_no_slurm) == 0
+    assert _pending(node_env)["holds"] == 1
+    assert _gauge(node_env, "rsc_health_pending_drain") == "1"
+
+    _set_retry_after(node_env, (datetime.now(UTC) - timedelta(seconds=1)).isoformat())
+    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0  # the backoff ran out
+    second = _pending(node_env)
+    assert second["holds"] == 2 and slurm.reads == 2
+    assert datetime.fromisoformat(second["retry_after"]) >= before + timedelta(minutes=5)
+
+
+def test_a_new_fault_on_a_guard_held_node_is_tried_at_once(node_env):
+    _lose_checkpoint_mount(node_env)
+    slurm = _FleetOutage()
+    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0
+    assert _pending(node_env)["holds"] == 1
+    (node_env / "dev/kmsg").open("a").write(XID79)  # a GPU fell off the bus: news
+    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0
+    assert slurm.reads == 2 and _pending(node_env)["holds"] == 2
+
+
+@pytest.mark.parametrize("junk", [
+    {"holds": "many", "retry_after": "soon"},
+    {"holds": True, "retry_after": 12},
+    {"holds": -3, "retry_after": "2026-11-25T12:00:00"},  # no zone: not trusted
+])
+def test_a_garbled_guard_backoff_retries_rather_than_waits_for_ever(node_env, junk):
+    """A pending verdict from an older version, or hand-edited: what cannot be read as a
+    backoff is no backoff (the sweep asks Slurm, as before); it never blocks retries."""
+    sdir = node_env / NODE_STATE
+    sdir.mkdir(parents=True)
+    cause = {"family": "mount", "component": "/checkpoint", "status": "fail",
+             "severity": "drain_now", "reason": "/checkpoint missing", "code": "mount_missing"}
+    (sdir / nodepath.PENDING_VERDICT_FILE).write_text(json.dumps(
+        {"level": 3, "why": "guard", "causes": [cause], "time": "2026-11-24T00:00:00+00:00",
+         **junk}))
+    slurm = _FleetOutage()
+    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0
+    assert slurm.reads == 1 and _pending(node_env)["holds"] == 1

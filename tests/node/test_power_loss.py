@@ -74,6 +74,9 @@ class Away:
     def node(self, name):
         raise SlurmUnavailable("slurmctld is not answering")
 
+    def nodes(self, names=None):
+        raise SlurmUnavailable("slurmctld is not answering")
+
 
 def _spooled(root: Path) -> list[dict]:
     path = root / NODE_STATE / "spool" / "pending.jsonl"

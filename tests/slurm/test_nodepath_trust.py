@@ -39,7 +39,14 @@ def test_a_drain_the_guard_held_back_happens_once_the_guard_allows(slurm_cluster
     assert (c.root("node03") / "var/lib/rsc_health/pending_verdict.json").exists()
     c.run(["scontrol", "update", "NodeName=node01", "State=RESUME"])
     c.wait_for(lambda: "DRAIN" not in c.node_state("node01"), 30, "node01 resumed")
-    out = c.sweep("node03")  # the XID itself was consumed three sweeps ago
+    pending = c.root("node03") / "var/lib/rsc_health/pending_verdict.json"
+    held = json.loads(pending.read_text())
+    assert held["holds"] == 1
+    out = c.sweep("node03")  # within the guard's backoff: not tried, still held
+    assert out.returncode == 0 and "DRAIN" not in c.node_state("node03"), out.stderr
+    held["retry_after"] = "2000-01-01T00:00:00+00:00"  # the backoff has run out
+    pending.write_text(json.dumps(held))
+    out = c.sweep("node03")  # the XID itself was consumed sweeps ago
     assert out.returncode == 0, out.stderr
     assert c.node("node03")["Reason"].startswith("rsc_health:now:xid79:gpu3")
     assert not (c.root("node03") / "var/lib/rsc_health/pending_verdict.json").exists()
