@@ -420,7 +420,7 @@ def _locked(ctx: Context, run: Progress) -> int:
                                                  time=now, job_id=ctx.job_id))
             findings = findings + unsaved
     run.step = "act"
-    if pending and pending.why == "guard" and _guard_backs_off(stage, pending, fresh, now):
+    if pending and pending.why == "guard" and _guard_backs_off(cfg, stage, pending, fresh, now):
         # The mass-drain guard held this verdict back: something is wrong fleet-wide. Each
         # try reads the whole node table from slurmctld (about 27 ms of its time at 16,000
         # nodes), and every node of a failing fleet would try on every sweep and job start,
@@ -478,18 +478,20 @@ def _first_node(node: str) -> bool:
     return bool(hosts) and hosts[0] == node
 
 
-def _guard_backs_off(stage: Stage, pending: PendingVerdict, fresh: Verdict,
+def _guard_backs_off(cfg: Config, stage: Stage, pending: PendingVerdict, fresh: Verdict,
                      now: datetime) -> bool:
     """Leave Slurm alone for a guard-held verdict? Only while nothing is new: a fault code
     the held verdict lacks, or a worse level, is tried at once. A job start never retries it
-    (the sweep does); a sweep or epilog retries once the backoff has run out."""
+    (the sweep does); a sweep or epilog retries once the backoff has run out, or at once
+    when the wait left is longer than any backoff (the wall clock stepped back since)."""
     held = {c.code or c.family for c in pending.verdict.causes}
     new = {c.code or c.family for c in fresh.causes if fresh.drains} - held
     if new or fresh.level > pending.verdict.level:
         return False
     if stage.name == "prolog":
         return True
-    return pending.retry_after is not None and now < pending.retry_after
+    longest = timedelta(minutes=1.5 * float(cfg.get("actions.guard_retry_max_min", 60.0)))
+    return pending.retry_after is not None and now < pending.retry_after <= now + longest
 
 
 def guard_retry_after(cfg: Config, holds: int, now: datetime,
