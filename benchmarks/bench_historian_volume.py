@@ -55,6 +55,8 @@ from rsc_health.historian.db import connect  # noqa: E402
 from rsc_health.historian.ingest.delivery import (  # noqa: E402
     DeliveryReport,
     _chunks,
+    _Clock,
+    _parse,
     _write,
     flush,
     flush_engine,
@@ -144,9 +146,12 @@ def deliver_window(engine, tmp: Path, fleet: Fleet, start: datetime, sweeps: int
                 flush(flush_url, spool_dir)
             else:
                 report = DeliveryReport()
-                for rows in _chunks(path, 5000):
+                clock = _Clock()  # the historian's clock judges each stamp, as in flush
+                for chunk in _chunks(path, 5000):
                     with flush_engine(engine).begin() as conn:
-                        _write(conn, rows, report)
+                        if clock.base is None:
+                            clock.read(conn, version=False)
+                        _write(conn, _parse(chunk, clock.now()), report)
                 path.unlink()
             cpu += time.process_time() - c0
     return lines, cpu
