@@ -1,0 +1,50 @@
+"""Benchmarks that import the product's internals run at a tiny scale and print sane BENCH
+lines, so a change inside the product cannot break them unnoticed (the delivery refactor of
+session 9 broke bench_historian_volume, found only when it was next run)."""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _bench(script: str, *args: str, timeout: float = 300) -> dict[str, tuple[float, str]]:
+    env = dict(os.environ, RSC_BENCH_QUICK="1", PYTHONPATH=os.pathsep.join(
+        [str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],
+                          capture_output=True, text=True, env=env, timeout=timeout, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = {}
+    for line in proc.stdout.splitlines():
+        parts = line.split("\t")
+        if parts[0] == "BENCH":
+            assert len(parts) == 5, line
+            out[parts[2]] = (float(parts[3]), parts[4])
+    assert out, proc.stdout[-3000:]
+    return out
+
+
+def test_bench_historian_volume_delivers_a_small_fleet_into_sqlite():
+    bench = _bench("bench_historian_volume.py", "--backend", "sqlite", "--nodes", "20",
+                   "--hours", "0.5", "--big-spool-lines", "2000")
+    lines, unit = bench["20n_lines_measured"]
+    assert unit == "lines" and lines > 0
+    assert 0 < bench["flush_peak_rss_measured"][0] < 1024
+    assert all(math.isfinite(v) and v >= 0 for v, _ in bench.values())
+
+
+@pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
+                    reason="Slurm is not installed")
+def test_bench_guard_load_measures_a_real_slurmctld_and_the_backoffs_saving():
+    bench = _bench("bench_guard_load.py", "--nodes", "500", "--hours", "1", "--reads", "3")
+    assert bench["500 nodes ms per table read"][0] > 0
+    before, now = bench["500 nodes 1 h before"][0], bench["500 nodes 1 h now"][0]
+    assert 0 < now < before  # fewer, cheaper tries: by arithmetic, not by timing luck
