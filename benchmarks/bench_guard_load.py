@@ -123,10 +123,10 @@ def main() -> None:
                   f"(a try every sweep), {after:.2f} s/s now ({tries:.1f} tries per node): "
                   f"{before / after:.1f}x less")
             tag = f"{nodes} nodes {hours:g} h"
-            print(f"BENCH\tguard_load\t{tag} before\t{before:.3f}\ts/s")
-            print(f"BENCH\tguard_load\t{tag} now\t{after:.3f}\ts/s")
+            print(f"BENCH\tguard_load\t{tag} before\t{before:.4g}\ts/s")
+            print(f"BENCH\tguard_load\t{tag} now\t{after:.4g}\ts/s")
             print(f"BENCH\tguard_load\t{tag} ratio\t{before / after:.1f}\tx")
-        print(f"BENCH\tguard_load\t{nodes} nodes ms per table read\t{whole:.1f}\tms")
+        print(f"BENCH\tguard_load\t{nodes} nodes ms per table read\t{whole:.4g}\tms")
 
 
 if __name__ == "__main__":

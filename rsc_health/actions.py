@@ -330,12 +330,15 @@ class Actor:
             return []  # not our drain, or our record is not about this drain
         if not state.auto_resumable or self.never_resume & set(state.codes):
             return []
-        if info.in_hand:
+        if info.in_hand or info.down:
             # A reboot or power change someone asked Slurm for (`scontrol reboot ASAP` keeps
-            # our reason when given none): a resume now could cancel it. Slurm ends it with
-            # the node's next state; the clean count waits, and restarts after.
-            self.log(f"{self.node} is {info.state}: {info.in_hand.lower()} in hand, not "
-                     "resumed by rsc_health")
+            # our reason when given none): a resume now could cancel it. Or Slurm's own DOWN
+            # on top of our drain (slurmd stopped answering; it keeps our reason): RESUME
+            # would clear that too, which is Slurm's to do (ReturnToService) or a person's,
+            # and a sweep from the systemd timer runs even with slurmd dead. Slurm ends
+            # either with the node's next state; the clean count waits, and restarts after.
+            why = info.in_hand.lower() + " in hand" if info.in_hand else "down in Slurm"
+            self.log(f"{self.node} is {info.state}: {why}, not resumed by rsc_health")
             self._reset_clean_count()
             return []
         state.clean_sweeps += 1

@@ -47,3 +47,35 @@ def test_a_reboot_asked_of_slurm_is_not_resumed_over_by_our_clean_sweeps(slurm_c
     finally:
         c.run(["scontrol", "cancel_reboot", "node05"], check=False)
         c.run(["scancel", job], check=False)
+
+
+def test_slurms_own_down_on_top_of_our_drain_is_left_to_slurm(slurm_cluster):
+    """Our drain (a missing mount), then slurmd dies: Slurm marks the node DOWN and keeps our
+    reason. The sweep runs from its systemd timer all the same and the mount comes back: the
+    clean sweeps used to RESUME the node, clearing Slurm's DOWN with our DRAIN. Now they wait;
+    once slurmd is back (ReturnToService=2 ends the DOWN) our drain is resumed as ever."""
+    c = slurm_cluster
+    original = remove_mount(c, "node06")
+    assert c.sweep("node06").returncode == 0
+    assert c.node("node06")["Reason"].startswith("rsc_health:now:mount_missing:")
+    slurmd = c.procs.pop("slurmd-node06")
+    slurmd.terminate()
+    slurmd.wait(15)
+    try:
+        c.wait_for(lambda: _node(c, "node06").down, 60, "node06 DOWN (SlurmdTimeout=10)")
+        (c.root("node06") / "proc/mounts").write_text(original)
+        for _ in range(3):  # the site config resumes after 2 clean sweeps
+            assert c.sweep("node06").returncode == 0
+        info = _node(c, "node06")
+        assert info.down and info.drain_set, info.state
+        assert info.reason.startswith("rsc_health:now:mount_missing:")
+        assert [r["action"] for r in c.spool("node06") if r["kind"] == "action"] == [
+            "drain_now"]
+    finally:
+        c.start_slurmd("node06")
+    c.wait_for(lambda: not _node(c, "node06").down, 60, "node06 back from DOWN")
+    for _ in range(2):
+        assert c.sweep("node06").returncode == 0
+    kinds = [r["action"] for r in c.spool("node06") if r["kind"] == "action"]
+    assert kinds == ["drain_now", "resume"], kinds
+    assert not _node(c, "node06").drain_set

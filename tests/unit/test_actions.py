@@ -384,12 +384,16 @@ def test_the_guard_counts_the_partition_even_when_the_listing_lacks_this_node(cf
     "IDLE+DRAIN+POWERING_DOWN",
     "IDLE+DRAIN+POWER_DOWN",
     "IDLE@+DRAIN",  # sinfo's suffix for a pending reboot
+    "DOWN*+DRAIN",  # slurmd stopped answering after our drain; Slurm kept our reason
+    "DOWN+DRAIN+NOT_RESPONDING",
 ])
-def test_a_reboot_or_power_change_in_hand_is_never_resumed_over(cfg, tmp_path, state):
+def test_a_pending_reboot_or_slurms_own_down_is_never_resumed_over(cfg, tmp_path, state):
     """Our drain, then a person asks Slurm to reboot the node when its job ends (given no
-    reason, Slurm keeps ours). The sweeps run clean until then, and the third used to resume
-    the node on top of the pending reboot. Now the clean count waits for Slurm to finish it;
-    a node that comes back still drained by us is resumed after its clean sweeps as ever."""
+    reason, Slurm keeps ours), or Slurm marks it DOWN when slurmd stops answering (keeping
+    ours too). The sweeps (from the systemd timer, slurmd or not) run clean, and the third
+    used to resume the node on top of the pending reboot or Slurm's DOWN. Now the clean count
+    waits for Slurm to finish; a node that comes back still drained by us is resumed after
+    its clean sweeps as ever."""
     slurm = MemorySlurm()
     a = actor(slurm, cfg, tmp_path)
     a.apply(decide([finding("mount_missing", family="mount")]))
