@@ -422,7 +422,7 @@ def _locked(ctx: Context, run: Progress) -> int:
     run.step = "act"
     if pending and pending.why == "guard" and _guard_backs_off(cfg, stage, pending, fresh, now):
         # The mass-drain guard held this verdict back: something is wrong fleet-wide. Each
-        # try reads the whole node table from slurmctld (about 27 ms of its time at 16,000
+        # try reads the whole node table from slurmctld (about 25 ms of its time at 16,000
         # nodes), and every node of a failing fleet would try on every sweep and job start,
         # for as long as the outage lasts. Nothing new since: no Slurm call until the
         # backoff (jittered, doubling) runs out.
