@@ -39,8 +39,6 @@ from rsc_health.nodepath import guard_retry_after  # noqa: E402
 from tests.slurm.cluster import SlurmCluster, slurm_available  # noqa: E402
 
 SWEEP_MIN = 5.0
-READS_BEFORE = 2  # the node's own record, then the whole table for the guard
-READS_NOW = 1  # the whole table, the node's own record taken from it
 _NODE_INFO = re.compile(r"REQUEST_NODE_INFO\s+\(\s*2007\) count:(\d+)\s+ave_time:\d+\s+"
                         r"total_time:(\d+)")
 
@@ -114,8 +112,8 @@ def main() -> None:
         took = time.perf_counter() - t0
         print(f"{nodes} nodes: slurmctld {whole:.1f} ms per whole-table read ({mb:.1f} MB "
               f"printed), {one:.1f} ms for `scontrol show node ONE` ({took:.0f} s to measure)")
-        before_ms = whole + one  # one try, before: READS_BEFORE reads
-        now_ms = whole * READS_NOW  # one try, now
+        before_ms = whole + one  # one try, before: the node's record, then the whole table
+        now_ms = whole  # one try, now: the whole table, the node's own record taken from it
         for hours, tries in per_hours.items():
             before = nodes * (hours * 60 / SWEEP_MIN) * before_ms / 1000 / (hours * 3600)
             after = nodes * tries * now_ms / 1000 / (hours * 3600)

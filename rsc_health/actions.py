@@ -147,7 +147,7 @@ class Actor:
             self._spool(shadow)
             return shadow
         listing = None
-        if verdict.drains and self.load_state() is None:
+        if verdict.drains and not self._state_path.exists():
             # A first drain: the guard reads the whole node table anyway, and this node's own
             # record is in it. One read, not two: on Slurm 22.05 `scontrol show node ONE`
             # costs slurmctld the whole table too (benchmarks/bench_guard_load.py), and in a

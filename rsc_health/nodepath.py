@@ -490,8 +490,14 @@ def _guard_backs_off(cfg: Config, stage: Stage, pending: PendingVerdict, fresh: 
         return False
     if stage.name == "prolog":
         return True
-    longest = timedelta(minutes=1.5 * float(cfg.get("actions.guard_retry_max_min", 60.0)))
+    longest = timedelta(minutes=1.5 * _guard_retry_minutes(cfg)[1])
     return pending.retry_after is not None and now < pending.retry_after <= now + longest
+
+
+def _guard_retry_minutes(cfg: Config) -> tuple[float, float]:
+    """[actions] guard_retry_min and guard_retry_max_min: the first backoff and the longest."""
+    return (float(cfg.get("actions.guard_retry_min", 5.0)),
+            float(cfg.get("actions.guard_retry_max_min", 60.0)))
 
 
 def guard_retry_after(cfg: Config, holds: int, now: datetime,
@@ -501,8 +507,7 @@ def guard_retry_after(cfg: Config, holds: int, now: datetime,
     fleet's held nodes do not all come back in the same minute."""
     import random
 
-    first = float(cfg.get("actions.guard_retry_min", 5.0))
-    most = float(cfg.get("actions.guard_retry_max_min", 60.0))
+    first, most = _guard_retry_minutes(cfg)
     minutes = min(most, first * 2 ** min(holds - 1, 16))
     return now + timedelta(minutes=minutes * (0.5 + (rand or random.random)()))
 

@@ -341,12 +341,10 @@ def read_new_events(
                         errors.append(f"{source}: stopped after {MAX_READ >> 20} MiB of new "
                                       "records (a kernel logging faster than they are read?); "
                                       "the rest is read next run")
-                    seqs = [e for e in (_seq_of(ln) for ln in text.splitlines())
-                            if e is not None]
                 else:
                     text = _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace")
-                    seqs = [e for e in (_seq_of(ln) for ln in text.splitlines())
-                            if e is not None]
+                seqs = [e for e in (_seq_of(ln) for ln in text.splitlines()) if e is not None]
+                if not stat.S_ISCHR(kind):
                     newest = max(seqs, default=-1)
                 parsed = [e for e in parse_text(text, source) if e.seq is not None]
                 trusted = same_boot and not corrupt and not isinstance(lost, str) and last_seq >= 0

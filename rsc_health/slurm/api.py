@@ -75,12 +75,8 @@ class NodeInfo:
         named = sorted(self.flags & _IN_HAND)
         if named:
             return named[0]
-        for part in self.state.split("+"):
-            tail = part.rstrip().lstrip("ABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-            for ch in tail:
-                if ch in _IN_HAND_SUFFIX:
-                    return _IN_HAND_SUFFIX[ch]
-        return ""
+        # No flag name holds one of these characters.
+        return next((_IN_HAND_SUFFIX[ch] for ch in self.state if ch in _IN_HAND_SUFFIX), "")
 
 
 _IN_HAND = frozenset({"REBOOT_REQUESTED", "REBOOT_ISSUED", "POWER_DOWN", "POWERING_DOWN",
