@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
 
 from rsc_health.historian import db, schema
+from tests.ports import free_port as _free_port
 
 REPO = Path(__file__).resolve().parents[2]
 HOSTILE = ['q"uote', "back\\slash", "new\nline", "br{ace}s", "caf\ufffd\u00e9", "x,y=z"]
@@ -61,10 +61,6 @@ def test_hostile_node_names_come_back_whole_through_the_text_parser(historian, t
     assert got["rsc_health_historian_up"][0].value == 1
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.skipif(not shutil.which("prometheus-node-exporter"),

@@ -20,6 +20,8 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
+from tests.ports import free_port as _free_port
+
 PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 
 
@@ -27,10 +29,6 @@ def available() -> bool:
     return Path(PGBOUNCER).exists()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager

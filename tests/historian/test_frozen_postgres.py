@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -23,15 +22,12 @@ import pytest
 from sqlalchemy import text
 
 from rsc_health.historian import db as hdb
+from tests.ports import free_port as _free_port
 
 PG_BIN = sorted(Path("/usr/lib/postgresql").glob("*/bin"))
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class PrivatePostgres:

@@ -28,18 +28,13 @@ from pathlib import Path
 from typing import Any
 
 from tests.fixtures.nodes.node_copy import copy_node
+from tests.ports import free_port as _free_port
 
 SBIN = Path("/usr/sbin")
 
 
 def slurm_available() -> bool:
     return shutil.which("slurmctld") is not None or (SBIN / "slurmctld").exists()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _bin(name: str) -> str:
