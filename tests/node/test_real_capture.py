@@ -1,0 +1,41 @@
+"""The node path on a real GPU node's capture (tests/fixtures/real/h200-vm-2026-11-26: one H200,
+driver 580.159.04, NVLink answering NOT_SUPPORTED): replayed anywhere it judges as it did live."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from rsc_health.cli import cli
+from rsc_health.collect.gpu import parse_answers
+
+CAPTURE = Path(__file__).resolve().parents[1] / "fixtures" / "real" / "h200-vm-2026-11-26"
+
+
+def _key(doc: dict) -> list[tuple]:
+    return sorted((f["family"], f["component"], f["code"], f["status"]) for f in doc["findings"])
+
+
+def test_real_h200_snapshot_replays_to_the_verdict_the_node_gave_live():
+    live = json.loads((CAPTURE / "check-live.json").read_text())
+    res = CliRunner().invoke(cli, ["check", "--from", str(CAPTURE / "snapshot.json"), "--json"])
+    replayed = json.loads(res.output)
+    assert res.exit_code == live["verdict"]["exit_code"] == 0
+    assert _key(replayed) == _key(live)
+    # It did look: the one GPU, its ECC and remapping, its PCIe link were judged.
+    assert {"gpu", "ecc", "remap", "pcie", "xid"} <= {f["family"] for f in replayed["findings"]}
+
+
+def test_real_nvml_answers_parse_with_not_supported_fields_as_absent_not_faults():
+    doc = json.loads((CAPTURE / "snapshot.json").read_text())["nvml"]
+    report = parse_answers(doc)
+    assert report.error is None and report.driver_version == "580.159.04"
+    [gpu] = report.gpus
+    assert gpu.error is None and gpu.name == "NVIDIA H200"
+    # A Hopper GPU has no page retirement and this one no NVLink peers: NVML says NOT_SUPPORTED,
+    # which is "absent" (no checker error, no fault), while the answer itself is kept.
+    assert gpu.field_errors == {}
+    assert gpu.answers["retired_pages"]["pending"] == {"error": "NVML_ERROR_NOT_SUPPORTED"}
+    assert gpu.answers["nvlink"] == []
