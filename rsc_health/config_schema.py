@@ -70,6 +70,11 @@ RANGES: dict[str, tuple[float, float]] = {
     "site.timeout_s": (0, 600),
     "site.max_output_bytes": (1024, 16 * 1024 * 1024),
     "site.max_lines": (1, 10_000),
+    "qualify.k": (0.5, 20),
+    "qualify.min_margin": (0, 1),
+    "qualify.max_margin": (0, 1),
+    "qualify.min_peers": (1, 100_000),
+    "qualify.baseline_margin": (0, 1),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
