@@ -58,12 +58,14 @@ def test_rules_come_from_the_config():
 
 
 def test_real_spreads_meet_issue_24s_targets_where_one_run_can_show_a_5_percent_loss():
-    for name, deviations in real_spreads(FIX).items():
+    spreads = real_spreads(FIX)
+    assert robust_spread(spreads["bf16 GEMM run median x8 (H200)"]) < 0.005
+    for name, deviations in spreads.items():
         healthy_fail, recall = simulate(deviations, nodes=3000, degrade=0.05, seed=11)
         assert healthy_fail <= 0.001, name
-        # With the line at k = 4 spreads, a single run shows a 5% loss with 99% recall only when
-        # the healthy spread is under ~0.7% (5% >= (4 + 2.33) sigma). gpu-burn, IB, HBM and H2D
-        # are; a GEMM's run-to-run spread under a power cap (H200: ~0.9% after warm-up, 3.4%
-        # with it) is not: it needs repeated runs (bench_qualify prints its recall: 0.78).
+        # With the line at k = 4 spreads, a run shows a 5% loss with 99% recall only when the
+        # healthy spread is under ~0.7% (5% >= (4 + 2.33) sigma). A run's figure (its median
+        # after the warm-up: 0.15% across 8 fresh H200 runs), gpu-burn per GPU, IB per HCA, HBM
+        # and H2D are; one GEMM repetition (3.4% with the warm-up boost, ~1% after) is not.
         if robust_spread(deviations) < 0.005:
             assert recall >= 0.99, name
