@@ -46,7 +46,10 @@ MAX_SEQ = 2**62
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
 _DMESG = re.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<msg>.*)$")
 _KTIME = r"(?:\[\s*\d+\.\d+\]\s?)?"  # the kernel timestamp journald/rsyslog may keep
-_SYSLOG = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
+# A traditional syslog day is one or two digits, padded to two by a space ("May  6") or not
+# ("May 6": some rsyslog templates and forwarders); the RFC 3339 header has its own pattern.
+_DAY_TIME = r"\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d"
+_SYSLOG = re.compile(r"^" + _DAY_TIME + r" \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
 _ISO_SYSLOG = re.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
 # What may stand before "NVRM: Xid" in a line the kernel wrote: nothing (a /dev/kmsg record,
 # `journalctl -k -o cat`), a timestamp (dmesg's `[12.3]`, `dmesg -T`'s `[Mon Apr  6 ...]`,
@@ -55,7 +58,7 @@ _ISO_SYSLOG = re.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<m
 # (`logger`, sshd's "Invalid user <name>", an audit record's file name): not an event, or any
 # user could drain the node by logging one line. (`logger -t kernel` still forges the tag in a
 # file every facility writes to: /dev/kmsg, or a file of the kern facility only, is the source.)
-_TS = r"(?:\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
+_TS = r"(?:" + _DAY_TIME + r"(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
 _KERNEL_LEAD = re.compile(
     rf"^(?:{_TS}\s*|(?:{_TS}\s+)?\S+\s+kernel:\s*(?:\[[^\]]{{1,64}}\]\s*)?)?$"
 )
