@@ -5,15 +5,20 @@ judged, nothing older is judged again), and syslog headers with a one-digit day 
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from pathlib import Path
 
 import pytest
 
+from rsc_health import engine
 from rsc_health.collect import kmsg
+from rsc_health.model import Status
+from tests.fixtures.nodes.node_copy import NODE_STATE
 
 KERN_LOG = "/var/log/kern.log"
-NEW_GPU = "0000:3b:00"
+OLD_GPU, NEW_GPU = "0000:1b:00", "0000:3b:00"
 
 
 def _syslog(when: float, pci: str, xid: int = 79) -> str:
@@ -29,6 +34,168 @@ def _kern_log(root: Path, text: str | bytes) -> Path:
         text = text.encode()
     log.write_bytes(text)
     return log
+
+
+def _file_source(node):
+    cfg = node.config
+    cfg.data["xid"] = {**cfg.data.get("xid", {}), "sources": [KERN_LOG]}
+    return cfg
+
+
+def _xid_gpus(findings) -> list[str]:
+    return sorted(f.data["pci"] for f in findings if f.code == "xid79")
+
+
+def _errors(findings) -> list[str]:
+    return [f.reason for f in findings if f.status is Status.ERROR]
+
+
+def _age(path: Path, seconds: float) -> None:
+    then = time.time() - seconds
+    os.utime(path, (then, then))
+
+
+# ---- 1. a line over the read bound --------------------------------------------------------------
+
+def test_a_kern_log_line_longer_than_one_read_is_cut_and_the_cursor_moves_past_it(tmp_path):
+    """On main the read of a 16 MiB window with no newline in it consumed nothing: the cursor
+    stayed before the long line for good, every sweep read the same 16 MiB again and the XID
+    logged after it was never seen."""
+    now = time.time()
+    long_line = b"Nov 21 03:14:15 node01 kernel: " + b"A" * (kmsg.MAX_READ + 2**20) + b"\n"
+    log = _kern_log(tmp_path, long_line + _syslog(now, NEW_GPU).encode())
+    cursor: dict = {}
+    seen: list[str] = []
+    errors: list[str] = []
+    for _ in range(3):
+        read = kmsg.read_new_events(tmp_path, [KERN_LOG], cursor)
+        seen += [e.pci for e in read.events]
+        errors += read.errors
+        cursor = read.cursor
+    assert seen == [NEW_GPU]  # read once, in the second run
+    assert cursor["files"][KERN_LOG]["offset"] == log.stat().st_size
+    assert len([e for e in errors if "longer than" in e]) == 1  # said, once
+
+
+def test_an_xid_at_the_head_of_an_over_long_line_is_still_judged(tmp_path):
+    line = _syslog(time.time(), NEW_GPU).rstrip("\n").encode() + b" " + b"B" * kmsg.MAX_READ
+    _kern_log(tmp_path, line + b"\n")
+    read = kmsg.read_new_events(tmp_path, [KERN_LOG], {})
+    assert [e.pci for e in read.events] == [NEW_GPU]
+    again = kmsg.read_new_events(tmp_path, [KERN_LOG], read.cursor)
+    assert again.events == [] and again.errors == []
+
+
+# ---- 2. a backlog past one run's read -----------------------------------------------------------
+
+def test_a_kern_log_backlog_past_one_read_is_said_and_no_xid_is_lost(tmp_path):
+    """On main the first run read 16 MiB of a 20 MiB backlog and said nothing: the XID 79
+    behind it waited for the next sweep without a word."""
+    filler = b"Nov 21 03:14:15 node01 kernel: usb 1-1: new high-speed USB device\n"
+    backlog = filler * ((kmsg.MAX_READ + 4 * 2**20) // len(filler))
+    log = _kern_log(tmp_path, backlog + _syslog(time.time(), NEW_GPU).encode())
+
+    first = kmsg.read_new_events(tmp_path, [KERN_LOG], {})
+    assert first.events == []
+    [said] = first.errors
+    left = log.stat().st_size - first.cursor["files"][KERN_LOG]["offset"]
+    assert f"{left} bytes" in said and "next run" in said
+
+    second = kmsg.read_new_events(tmp_path, [KERN_LOG], first.cursor)
+    assert [e.pci for e in second.events] == [NEW_GPU]
+    assert second.errors == []
+
+
+# ---- 3. a cursor that is valid JSON but wrong, and an unreadable one, alike ---------------------
+
+def _ring(node, *, uptime_s: float = 7200.0) -> None:
+    """A ring buffer holding an XID logged an hour ago (judged by an earlier sweep) and one
+    logged a minute ago (after the cursor's last good write, five minutes ago)."""
+    node.write("proc/uptime", f"{uptime_s:.2f} 50000.00\n")
+    node.write("dev/kmsg",
+               f"4,5000,{int((uptime_s - 3600) * 1e6)},-;NVRM: Xid (PCI:{OLD_GPU}): 79, pid=7, "
+               "name=python3, GPU has fallen off the bus.\n"
+               f"4,5001,{int((uptime_s - 60) * 1e6)},-;NVRM: Xid (PCI:{NEW_GPU}): 79, pid=8, "
+               "name=python3, GPU has fallen off the bus.\n")
+
+
+def _break_cursor(node, how: str) -> Path:
+    cursor = node.path(f"{NODE_STATE}/xid_cursor.json")
+    cursor.parent.mkdir(parents=True, exist_ok=True)
+    boot = node.path("proc/sys/kernel/random/boot_id").read_text().strip()
+    good = {"boot_id": boot, "kmsg_seq": 4999, "files": {}}
+    if how == "past_newest":
+        cursor.write_text(json.dumps({**good, "kmsg_seq": 99_999_999}))
+    elif how == "not_a_number":
+        cursor.write_text(json.dumps({**good, "kmsg_seq": "many"}))
+    elif how == "unreadable":
+        cursor.write_text('{"boot_id": "0b2c')
+    else:
+        cursor.write_text(json.dumps(good))
+    _age(cursor, 300)
+    return cursor
+
+
+@pytest.mark.parametrize("how", ["past_newest", "not_a_number", "unreadable"])
+def test_a_wrong_or_unreadable_ring_buffer_cursor_judges_what_was_logged_since_its_last_write(
+        node, how):
+    """On main a sequence number past the ring buffer's newest (or not a number) was
+    discarded by reading on from the buffer's end: the XID logged a minute before the sweep
+    that found the bad cursor was never judged; an unreadable cursor did judge it."""
+    _ring(node)
+    _break_cursor(node, how)
+
+    first = engine.run(node.config, node.root)
+
+    assert _xid_gpus(first) == [NEW_GPU]  # the new one judged, the old one not again
+    assert len([e for e in _errors(first) if "cursor" in e]) == 1
+    second = engine.run(node.config, node.root)
+    assert _xid_gpus(second) == [] and _errors(second) == []
+
+
+@pytest.mark.parametrize("how", ["past_end", "garbage_offset", "unreadable"])
+def test_a_wrong_or_unreadable_file_cursor_judges_what_was_logged_since_its_last_write(
+        node, how):
+    """A kern.log holding an XID of two days ago (judged then) and one of a minute ago. On
+    main an offset past the end of the same file (same inode, same head: not a rotation) or an
+    offset that is not a number read the file again from its start (the old XID drained the
+    repaired node again), and an unreadable cursor read it from its end (the new XID was never
+    judged)."""
+    now = time.time()
+    log = _kern_log(node.root, _syslog(now - 2 * 86400, OLD_GPU) + _syslog(now - 60, NEW_GPU))
+    cfg = _file_source(node)
+    cursor = _break_cursor(node, "unreadable" if how == "unreadable" else "good")
+    if how != "unreadable":
+        st = log.stat()
+        head = log.read_bytes()[: kmsg.HEAD_BYTES].hex()
+        offset = st.st_size + 10_000 if how == "past_end" else "12x"
+        doc = json.loads(cursor.read_text())
+        doc["files"] = {KERN_LOG: {"inode": st.st_ino, "offset": offset, "head": head}}
+        cursor.write_text(json.dumps(doc))
+        _age(cursor, 300)
+
+    first = engine.run(cfg, node.root)
+
+    assert _xid_gpus(first) == [NEW_GPU]
+    assert len([e for e in _errors(first) if "cursor" in e]) == 1
+    with log.open("a") as fh:
+        fh.write(_syslog(time.time(), OLD_GPU, xid=48))
+    second = engine.run(cfg, node.root)
+    assert [f.code for f in second if f.family == "xid" and f.status is not Status.OK] \
+        == ["xid48"]
+    assert _errors(second) == []
+
+
+def test_a_truncated_log_is_still_read_from_its_start(node):
+    """copytruncate: the file was cut to nothing and written again, shorter than the old
+    offset. Its head changed, so it is a new log, read whole (not a wrong cursor)."""
+    now = time.time()
+    log = _kern_log(node.root, "".join(_syslog(now - 600, OLD_GPU, xid=13) for _ in range(20)))
+    cfg = _file_source(node)
+    engine.run(cfg, node.root)
+    log.write_text(_syslog(now - 3600, NEW_GPU))  # logged before the cursor's last write
+    findings = engine.run(cfg, node.root)
+    assert _xid_gpus(findings) == [NEW_GPU] and _errors(findings) == []
 
 
 # ---- 4. one- and two-digit days, and RFC 3339 ---------------------------------------------------
