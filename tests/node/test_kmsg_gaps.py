@@ -153,6 +153,46 @@ def test_a_wrong_or_unreadable_ring_buffer_cursor_judges_what_was_logged_since_i
     assert _xid_gpus(second) == [] and _errors(second) == []
 
 
+def test_a_cursor_past_the_live_ring_buffer_is_rebuilt_from_its_last_write(tmp_path, monkeypatch):
+    """The device path: /dev/kmsg hands one record per read() (a SOCK_SEQPACKET pair stands in
+    for it, refilled for each open, as the kernel's buffer is). The cursor says seq 10^9, the
+    buffer's newest is 301: the records logged since the cursor's last write are read again,
+    and the older ones, four times the read bound, neither count against it nor are judged."""
+    import socket
+
+    boot = "b0"
+    (tmp_path / "proc/sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/random/boot_id").write_text(boot + "\n")
+    (tmp_path / "proc/uptime").write_text("7200.00 1.00\n")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/kmsg").symlink_to("/dev/null")  # a character device, as the source must be
+    hour_ago, minute_ago = int(3600 * 1e6), int(7140 * 1e6)
+    records = [f"6,{seq},{hour_ago},-;usb 1-1: new high-speed USB device number 3"
+               for seq in range(300)]
+    records.append(f"4,300,{hour_ago},-;NVRM: Xid (PCI:{OLD_GPU}): 79, GPU has fallen off")
+    records.append(f"4,301,{minute_ago},-;NVRM: Xid (PCI:{NEW_GPU}): 79, GPU has fallen off")
+    monkeypatch.setattr(kmsg, "MAX_READ", 4096)
+    pairs = []
+
+    def open_device(path):
+        reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        writer.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+        for rec in records:
+            writer.send(rec.encode())
+        writer.close()
+        pairs.append(reader)
+        return os.dup(reader.fileno())
+
+    monkeypatch.setattr(kmsg, "_open_device", open_device)
+    cursor = {"boot_id": boot, "kmsg_seq": 10**9, "files": {}, "mtime": time.time() - 300}
+    got = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], cursor)
+    for reader in pairs:
+        reader.close()
+    assert [e.pci for e in got.events] == [NEW_GPU]
+    assert len(got.errors) == 1 and "past the ring buffer" in got.errors[0]
+    assert got.cursor["kmsg_seq"] == 301
+
+
 @pytest.mark.parametrize("how", ["past_end", "garbage_offset", "unreadable"])
 def test_a_wrong_or_unreadable_file_cursor_judges_what_was_logged_since_its_last_write(
         node, how):
@@ -218,3 +258,18 @@ def test_a_one_digit_day_still_refuses_text_another_program_logged(tmp_path):
     _kern_log(tmp_path, f"May 6 00:38:27 node01 sshd[77]: Invalid user NVRM: Xid (PCI:{NEW_GPU}):"
                         " 79, GPU has fallen off the bus.\n")
     assert kmsg.read_new_events(tmp_path, [KERN_LOG], {}).events == []
+
+
+@pytest.mark.parametrize(("line", "expect"), [
+    # no year in a traditional header: the latest such time not past tomorrow
+    ("Dec 31 23:59:00 n kernel: x", (2025, 12, 31)),
+    ("Jan 1 00:01:00 n kernel: x", (2026, 1, 1)),
+    ("Jan  1 00:01:00 n kernel: x", (2026, 1, 1)),
+    ("2026-01-01T11:00:00Z n kernel: x", (2026, 1, 1)),
+    ("Foo 1 00:01:00 n kernel: x", None),
+    ("[ 12.345] NVRM: Xid (PCI:0000:3b:00): 79, x", None),  # uptime of some boot: unknown
+])
+def test_when_a_kern_log_line_was_logged_is_read_from_its_header(line, expect):
+    now = time.mktime((2026, 1, 1, 12, 0, 0, 0, 0, -1))
+    when = kmsg.logged_at(line, now)
+    assert (None if when is None else time.localtime(when)[:3]) == expect
