@@ -16,7 +16,8 @@ thing. Here each run is folded into `check_results` intervals instead:
   as all clear: a clean run has no checker finding at all. Each entry point runs the same
   families every time, so a run reporting no such error closes the open checker intervals of
   its own entry point (`source`): a clean sweep closes a sweep's error, and a prolog, which runs
-  fewer families, neither closes a sweep's error nor makes it flap.
+  fewer families, neither closes a sweep's error nor makes it flap. A bad config is the whole
+  node's (every entry point reads the one file): any run that got past it closes it.
 
 A run is the records of one node with one time (the node path stamps every record of a run
 with the same time). A run no newer than what a family's open intervals already saw is a
@@ -45,6 +46,9 @@ C = schema.check_results
 EVENT_CHECKS = frozenset({"xid"})
 # Families whose state each entry point reports whole, in every run (see the module's doc).
 SOURCE_SCOPED = frozenset({"checker"})
+# Their codes that say something of the whole node, not of one entry point's look
+# (nodepath._broken_config: the config every entry point reads).
+NODE_WIDE_CODES = frozenset({"config_error"})
 # Nodes per query when loading open intervals (bound parameters stay well under limits).
 _NODES_PER_QUERY = 500
 
@@ -155,8 +159,9 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
             if family in SOURCE_SCOPED:
                 # Another entry point's intervals are left as they are: this run did not
                 # look where they were seen.
-                others = [o for o in current if o.source not in sources]
-                current = [o for o in current if o.source in sources]
+                mine = [o for o in current if o.source in sources or o.state[2] in NODE_WIDE_CODES]
+                others = [o for o in current if o not in mine]
+                current = mine
             else:
                 others = []
             seen = max((o.last_seen for o in current), default=None)

@@ -73,9 +73,10 @@ def test_a_bad_config_opens_a_finding_that_closes_once_the_config_is_fixed(
     good = site.read_text()
     assert _sweep() == 0
     site.write_text(good + "\n[gpu]\ncuont = 8\n")  # a typo pushed to the fleet
+    assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, deadline: Slurm()) == 0
     assert _sweep() == 0
     _flush(historian_url, node_env)
-    assert _open_checker(historian_url) == [("config_error", "sweep")]
+    assert _open_checker(historian_url) == [("config_error", "prolog")]  # one, seen by both
 
     site.write_text(good)
     assert _sweep() == 0
@@ -157,3 +158,16 @@ def test_the_same_checker_error_seen_by_two_entry_points_is_one_interval(histori
              + _run("n1", 2, "prolog", [GPU_OK, XID_OK, KMSG_ERROR])
              + _run("n1", 5, "sweep", [GPU_OK, XID_OK]))
     assert _checker_rows(historian) == [("xid_error", "sweep", 0, 2, False)]
+
+
+CONFIG_ERROR = Finding("checker", "config", Status.ERROR, Severity.NONE,
+                       "bad config: [gpu] cuont: unknown key", "config_error")
+
+
+def test_a_bad_config_seen_by_a_prolog_closes_at_the_next_clean_sweep(historian, tmp_path):
+    """One config file for every entry point: a node whose config was fixed must not show the
+    prolog's config_error until its next job starts (hours on an idle node)."""
+    _deliver(historian, tmp_path,
+             _run("n1", 0, "prolog", [CONFIG_ERROR])
+             + _run("n1", 5, "sweep", [GPU_OK, XID_OK]))
+    assert _checker_rows(historian) == [("config_error", "prolog", 0, 0, False)]
