@@ -326,7 +326,7 @@ def read_new_events(
         since_usec = _usec_since_boot(root, written)
     new_cursor["kmsg_seq"] = last_seq
     events: list[XidEvent] = []
-    files = cursor.get("files") if isinstance(cursor.get("files"), dict) else {}
+    files = cursor.get("files", {})
     for source in sources:
         path = root / source.lstrip("/")
         try:
@@ -368,7 +368,8 @@ def read_new_events(
                         events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))
                 new_cursor["kmsg_seq"] = max(last_seq, ring.newest)
             else:
-                got = _read_log_file(path, source, files.get(source), backlog=file_backlog,
+                got = _read_log_file(path, source, _file_entry(files, source),
+                                     backlog=file_backlog,
                                      lost=isinstance(lost, str), written=written)
                 events.extend(got.events)
                 errors.extend(got.errors)
@@ -484,6 +485,16 @@ def _parse_quietly(line: str, source: str) -> XidEvent | None:
         return parse_line(line, source)
     except Exception:  # noqa: BLE001 - a parser bug must not lose the rest
         return None
+
+
+def _file_entry(files, source: str):
+    """A file's cursor entry: None when the cursor has none (first sight of the file), and
+    False for one that is there but is not an object (nor are the cursor's "files")."""
+    if not isinstance(files, dict):
+        return False
+    if source not in files:
+        return None
+    return files[source] if isinstance(files[source], dict) else False
 
 
 def _file_start(st, head: str, prev, backlog: bool) -> tuple[int, bool, str | None]:

@@ -193,14 +193,15 @@ def test_a_cursor_past_the_live_ring_buffer_is_rebuilt_from_its_last_write(tmp_p
     assert got.cursor["kmsg_seq"] == 301
 
 
-@pytest.mark.parametrize("how", ["past_end", "garbage_offset", "unreadable"])
+@pytest.mark.parametrize("how", ["past_end", "garbage_offset", "entry_null", "files_not_object",
+                                 "unreadable"])
 def test_a_wrong_or_unreadable_file_cursor_judges_what_was_logged_since_its_last_write(
         node, how):
     """A kern.log holding an XID of two days ago (judged then) and one of a minute ago. On
-    main an offset past the end of the same file (same inode, same head: not a rotation) or an
-    offset that is not a number read the file again from its start (the old XID drained the
-    repaired node again), and an unreadable cursor read it from its end (the new XID was never
-    judged)."""
+    main an offset past the end of the same file (same inode, same head: not a rotation), an
+    offset that is not a number, or a file entry (or "files") that is not an object read the
+    file again from its start (the old XID drained the repaired node again), and an unreadable
+    cursor read it from its end (the new XID was never judged)."""
     now = time.time()
     log = _kern_log(node.root, _syslog(now - 2 * 86400, OLD_GPU) + _syslog(now - 60, NEW_GPU))
     cfg = _file_source(node)
@@ -211,6 +212,10 @@ def test_a_wrong_or_unreadable_file_cursor_judges_what_was_logged_since_its_last
         offset = st.st_size + 10_000 if how == "past_end" else "12x"
         doc = json.loads(cursor.read_text())
         doc["files"] = {KERN_LOG: {"inode": st.st_ino, "offset": offset, "head": head}}
+        if how == "entry_null":
+            doc["files"] = {KERN_LOG: None}
+        elif how == "files_not_object":
+            doc["files"] = [KERN_LOG]
         cursor.write_text(json.dumps(doc))
         _age(cursor, 300)
 
