@@ -314,10 +314,15 @@ def read_new_events(
     written = _number(cursor.get("lost_mtime") if isinstance(lost, str) else cursor.get("mtime"))
     last_seq = _valid_seq(cursor.get("kmsg_seq", -1)) if same_boot else -1
     since_usec: float | None = None
-    rebuild = isinstance(lost, str) or last_seq is None  # the ring buffer judged by time
+    # A boot id that is not text is no earlier boot's: the cursor is wrong.
+    bad_boot = "boot_id" in cursor and not isinstance(cursor["boot_id"], str)
+    rebuild = isinstance(lost, str) or bad_boot or last_seq is None  # ring records by time
     if isinstance(lost, str):
         errors.append(f"XID cursor unreadable ({lost[:80]}); rebuilt: "
                       + _rebuilt(root, written, files=True))
+    elif bad_boot:
+        errors.append(f"corrupt XID cursor (boot_id={str(cursor['boot_id'])[:40]!r}) "
+                      "discarded: " + _rebuilt(root, written))
     elif last_seq is None:
         errors.append(f"corrupt XID cursor (kmsg_seq={str(cursor.get('kmsg_seq'))[:40]!r}) "
                       "discarded: " + _rebuilt(root, written))

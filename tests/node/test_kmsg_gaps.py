@@ -128,6 +128,8 @@ def _break_cursor(node, how: str) -> Path:
         cursor.write_text(json.dumps({**good, "kmsg_seq": 99_999_999}))
     elif how == "not_a_number":
         cursor.write_text(json.dumps({**good, "kmsg_seq": "many"}))
+    elif how == "boot_not_text":
+        cursor.write_text(json.dumps({**good, "boot_id": 12}))
     elif how == "unreadable":
         cursor.write_text('{"boot_id": "0b2c')
     else:
@@ -136,12 +138,13 @@ def _break_cursor(node, how: str) -> Path:
     return cursor
 
 
-@pytest.mark.parametrize("how", ["past_newest", "not_a_number", "unreadable"])
+@pytest.mark.parametrize("how", ["past_newest", "not_a_number", "boot_not_text", "unreadable"])
 def test_a_wrong_or_unreadable_ring_buffer_cursor_judges_what_was_logged_since_its_last_write(
         node, how):
     """On main a sequence number past the ring buffer's newest (or not a number) was
     discarded by reading on from the buffer's end: the XID logged a minute before the sweep
-    that found the bad cursor was never judged; an unreadable cursor did judge it."""
+    that found the bad cursor was never judged; a boot id that is not text read the whole
+    buffer again (the XID of an hour ago judged twice); an unreadable cursor did judge it."""
     _ring(node)
     _break_cursor(node, how)
 
