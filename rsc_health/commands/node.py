@@ -186,14 +186,14 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         rel_target = target.relative_to(root.resolve()).as_posix()
         links[f"sys/bus/pci/devices/{entry.name}"] = rel_target
         # The device and every bridge above it on the resolved path.
-        node = target
-        while node != root.resolve() and node.name:
-            if pcie._BDF.match(node.name):
-                rel = node.relative_to(root.resolve()).as_posix()
-                links.setdefault(f"sys/bus/pci/devices/{node.name}", rel)
+        here = target
+        while here != root.resolve() and here.name:
+            if pcie._BDF.match(here.name):
+                rel = here.relative_to(root.resolve()).as_posix()
+                links.setdefault(f"sys/bus/pci/devices/{here.name}", rel)
                 for attr in PCI_ATTRS:
                     grab(f"{rel}/{attr}")
-            node = node.parent
+            here = here.parent
     edac = root / "sys/devices/system/edac/mc"
     for mc in sorted(edac.iterdir()) if edac.is_dir() else []:
         for attr in ("ue_count", "ce_count"):
