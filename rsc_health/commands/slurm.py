@@ -13,7 +13,19 @@ from datetime import timedelta
 
 import click
 
-from rsc_health.hostlist import expand
+from rsc_health.hostlist import HostlistError, expand
+
+
+def _hosts(expr: str) -> list[str]:
+    """The nodes an operator named, or one line saying why not (counted before expanding:
+    `node[0-99999999]` is refused at once, not after gigabytes of names)."""
+    try:
+        hosts = expand(expr)
+    except HostlistError as exc:
+        raise click.BadParameter(str(exc), param_hint="NODES") from exc
+    if not hosts:
+        raise click.BadParameter(f"{expr!r} names no node", param_hint="NODES")
+    return hosts
 
 
 def _slurm(ctx: click.Context):
@@ -132,10 +144,11 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
         raise click.ClickException("--reason must say why (it is what the next person reads)")
     slurm_reason = (f"rsc_health:manual:{sanitize(code).replace(':', '_') or 'manual'}:"
                     f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
+    hosts = _hosts(nodes)
     slurm = _slurm(ctx)
     results = []
     away: SlurmUnavailable | None = None
-    for node in expand(nodes):
+    for node in hosts:
         res = {"node": node, "ok": False, "result": "", "detail": "", "requeued": []}
         if away is not None:
             # One timeout for the lot, not one per node: 64 nodes against a frozen
@@ -210,10 +223,11 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
     from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
+    hosts = _hosts(nodes)
     slurm = _slurm(ctx)
     results = []
     away: SlurmUnavailable | None = None
-    for node in expand(nodes):
+    for node in hosts:
         res = {"node": node, "ok": False, "result": "", "detail": ""}
         if away is not None:
             res.update(result="not tried", detail=f"Slurm unavailable: {away}")
