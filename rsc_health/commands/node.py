@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from rsc_health.config import Config
+from rsc_health.config import Config, masked
 from rsc_health.model import Finding, Level, Status, utcnow
 
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
@@ -212,7 +212,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         "node": node or os.uname().nodename,
         "time": utcnow().isoformat(timespec="seconds"),
         "root": str(root),
-        "config": cfg.data,
+        "config": masked(cfg.data),  # a bug report leaves the site: no database password
         "files": files,
         "links": links,
         "mountpoints": [m.get("path") for m in cfg.get("mounts.expected", [])],

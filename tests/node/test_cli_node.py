@@ -113,3 +113,13 @@ def test_snapshot_records_the_node_s_name_not_the_root_directory(node, tmp_path,
     doc = json.loads(snap.read_text())
     assert doc["links"], "the fixture has PCI devices: the loop that shadowed the name ran"
     assert doc["node"] == "gpu042"
+
+
+def test_a_snapshot_carries_no_database_password(node, tmp_path):
+    cfg = node.root / "config.toml"
+    cfg.write_text(cfg.read_text() + '\n[historian]\nurl = "postgresql://rsc:hunter2@db/rsc"\n')
+    snap = tmp_path / "snap.json"
+    assert invoke(node, "snapshot", "--out", str(snap)).exit_code == 0
+    assert "hunter2" not in snap.read_text()
+    assert json.loads(snap.read_text())["config"]["historian"]["url"] == "postgresql://rsc:***@db/rsc"
+    assert CliRunner().invoke(cli, ["check", "--from", str(snap)]).exit_code == 0
