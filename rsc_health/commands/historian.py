@@ -17,6 +17,7 @@ import click
 from rsc_health.config import state_dir
 from rsc_health.historian import db as hdb
 from rsc_health.historian.ingest import IngestReport
+from rsc_health.terminal import echo
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -62,7 +63,7 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
         return
     click.echo(report.summary())
     for bad in report.bad[:MAX_BAD_SHOWN]:
-        click.echo(f"  skipped {bad}", err=True)
+        echo(f"  skipped {bad}", err=True)
     if len(report.bad) > MAX_BAD_SHOWN:
         click.echo(f"  ... and {len(report.bad) - MAX_BAD_SHOWN} more", err=True)
 
@@ -359,7 +360,7 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
         return
     for t in rows:
         closed = f"{t.closed:%Y-%m-%d %H:%M}" if t.closed else "open"
-        click.echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
+        echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
 
 
 @ticket.command("import")
@@ -422,7 +423,7 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
         raise click.ClickException(f"cannot read the spool {spool_dir}: {exc}") from exc
     click.echo(report.summary())
     for batch, bad in report.quarantined[:MAX_BAD_SHOWN]:
-        click.echo(f"  quarantined {batch} {bad}", err=True)
+        echo(f"  quarantined {batch} {bad}", err=True)
 
 
 # -- attribution ------------------------------------------------------------------------------
