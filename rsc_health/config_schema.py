@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rsc_health.config import ConfigError
+from rsc_health.model import Severity
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (
@@ -79,7 +80,7 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
-    "site.nhc_severity": ("warn", "drain_after_job", "drain_now"),
+    "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog.

@@ -48,10 +48,10 @@ REASON_MAX = 300
 # Below this many seconds left in the stage's budget, nothing is started.
 MIN_LIMIT_S = 0.1
 ALLOWED = {
-    "ok": {Severity.NONE},
-    "warn": {Severity.WARN},
-    "fail": {Severity.DRAIN_AFTER_JOB, Severity.DRAIN_NOW},
-    "error": {Severity.NONE},
+    Status.OK: {Severity.NONE},
+    Status.WARN: {Severity.WARN},
+    Status.FAIL: {Severity.DRAIN_AFTER_JOB, Severity.DRAIN_NOW},
+    Status.ERROR: {Severity.NONE},
 }
 # No regular expressions: this module is imported by every prolog, and compiling them costs
 # more than the rest of the module.
@@ -329,15 +329,11 @@ def parse_line(name: str, line: str) -> Finding | None:
     if not 0 < len(code) <= 64 or not _CODE_CHARS.issuperset(code) or len(component) > 128:
         return None
     data = {"check": name}
-    st = status.lower()
-    if st == "ok":
-        return Finding(FAMILY, component, Status.OK, Severity.NONE, reason, code, False, data)
-    if st == "warn":
-        return Finding(FAMILY, component, Status.WARN, Severity.WARN, reason, code, False, data)
-    if st == "fail":
-        return Finding(FAMILY, component, Status.FAIL, severity, reason, code, False, data)
-    return Finding("checker", component, Status.ERROR, Severity.NONE, f"{name}: {reason}", code,
-                   False, data)
+    st = Status(status.lower())
+    if st is Status.ERROR:
+        return Finding("checker", component, st, Severity.NONE, f"{name}: {reason}", code,
+                       False, data)
+    return Finding(FAMILY, component, st, severity, reason, code, False, data)
 
 
 def _error(name: str, reason: str) -> Finding:
