@@ -85,7 +85,7 @@ def test_real_sacct_and_sacctmgr_output_lands(cluster, tmp_path, monkeypatch):
     with engine.connect() as conn:
         assert len(conn.execute(select(schema.jobs)).all()) == len(jobs)
 
-    text = events.run_sacctmgr("2020-01-01T00:00:00", 30)
+    text = events.run_sacctmgr("2020-01-01T00:00:00", ACCT)
     header = text.splitlines()[0].split("|")
     assert {"NodeName", "TimeStart", "TimeEnd", "State", "Reason"} <= set(header), header
     rep = events.ingest_text(engine, text)

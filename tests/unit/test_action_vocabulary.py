@@ -50,6 +50,8 @@ WORDS = frozenset({k.value for k in ActionKind} | {s.value for s in Status}
 # (file, word): the same letters meaning something else.
 NOT_VOCABULARY = {
     ("collect/kmsg.py", "none"),  # XID 154's recovery action as the driver prints it: "(None)"
+    ("qualify/dcgm_diag.py", "fail"),  # `dcgmi diag -j`'s own result statuses
+    ("qualify/dcgm_diag.py", "warn"),
 }
 SET_CALLS = ("in_", "notin_", "not_in", "isin")
 
