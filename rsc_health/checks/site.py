@@ -27,6 +27,7 @@ descriptor's name, not their path). `checks_dir` empty (the default) and no
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -172,11 +173,16 @@ def _dir_refusal(directory: Path) -> str:
 
 
 def _path_refusal(path: Path, what: str = "") -> str:
-    """Why someone else could swap what `path` names (after symlinks) for their own, or "":
-    every directory above it, up to /, must be root's (or ours) and writable by no one else,
-    or sticky (/tmp: no one else can rename or remove root's entries in it)."""
+    """Why someone else could swap what `path` names for their own, or "": every directory
+    holding a name on the way to it (each symlink's own directory, then its target's), up to
+    /, must be root's (or ours) and writable by no one else, or sticky (/tmp: no one else can
+    rename or remove root's entries in it)."""
     prefix = f"{what}: " if what else ""
-    for directory in Path(os.path.realpath(path)).parents:
+    try:
+        holders = sorted(_holders(str(path)))
+    except OSError as exc:
+        return f"{prefix}{exc.strerror or exc}"
+    for directory in holders:
         try:
             st = os.lstat(directory)
         except OSError as exc:
@@ -187,6 +193,25 @@ def _path_refusal(path: Path, what: str = "") -> str:
             return (f"{prefix}{directory} on its path is writable by group or others (mode "
                     f"{stat.S_IMODE(st.st_mode):o}); refused")
     return ""
+
+
+def _holders(path: str, depth: int = 0) -> set[str]:
+    """The directories the kernel looks a name up in to reach `path`, symlinks followed (as
+    real paths): whoever can write one of them can change what `path` names."""
+    if depth > 40:
+        raise OSError(errno.ELOOP, "too many symlinks", path)
+    here, holders = "/", {"/"}
+    for name in Path(os.path.join(os.getcwd(), path)).parts[1:]:
+        if name == "..":
+            here = os.path.dirname(here)
+            continue
+        holders.add(here)
+        step = os.path.join(here, name)
+        if os.path.islink(step):
+            holders |= _holders(os.path.join(here, os.readlink(step)), depth + 1)
+            step = os.path.realpath(step)
+        here = step
+    return holders
 
 
 def _refusal(path: Path) -> str:

@@ -54,6 +54,21 @@ def test_a_symlink_to_a_program_in_a_directory_others_can_write_is_refused(node,
     assert verdict.level is Level.CHECKER_ERROR
 
 
+def test_a_symlinked_checks_dir_whose_link_others_can_replace_is_refused(node, tmp_path):
+    """site.d a symlink, kept in a directory anyone can write: the link can be pointed at
+    another directory, though everything it points at now is root's."""
+    marker = tmp_path / "ran"
+    program(tmp_path / "opt" / "site.d", "fan", _marking(marker))
+    node.path("etc/rsc_health").mkdir(parents=True)
+    node.path("etc/rsc_health/site.d").symlink_to(tmp_path / "opt" / "site.d")
+    node.path("etc/rsc_health").chmod(0o777)
+    findings, verdict = run_site(node, "/etc/rsc_health/site.d")
+    assert not marker.exists()
+    assert len(findings) == 1 and findings[0].status is Status.ERROR
+    assert f"{node.path('etc/rsc_health')} on its path is writable" in findings[0].reason
+    assert verdict.level is Level.CHECKER_ERROR
+
+
 def test_a_root_owned_sticky_directory_on_the_path_is_fine(node, tmp_path):
     """/tmp: others may create names in it but never rename or remove root's."""
     marker = tmp_path / "ran"
