@@ -106,3 +106,16 @@ def test_checks_find_their_helpers_through_rsc_health_checks_dir(node):
     findings, verdict = run_site(node, "/etc/rsc_health/site.d")
     assert [(f.component, f.code) for f in findings] == [("fan0", "helper_used")]
     assert verdict.level is Level.WARN
+
+
+def test_nhc_under_a_directory_others_can_write_is_refused(node):
+    from tests.node.site_fakes import fake_nhc
+
+    fake_nhc(node.root, "fail")
+    node.path("usr/sbin").chmod(0o777)
+    cfg = node.config
+    cfg.data["site"].update({"nhc_conf": "/etc/nhc/nhc.conf", "nhc_path": "/usr/sbin/nhc"})
+    findings = engine.run(cfg, node.root, only={"site"}, save_state=False)
+    assert [(f.status, f.component) for f in findings] == [(Status.ERROR, "[nhc]")]
+    assert f"{node.path('usr/sbin')} on its path is writable by group" in findings[0].reason
+    assert decide(findings).level is Level.CHECKER_ERROR
