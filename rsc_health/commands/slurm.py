@@ -23,9 +23,9 @@ def _hosts(expr: str) -> list[str]:
     try:
         hosts = expand(expr)
     except HostlistError as exc:
-        raise click.BadParameter(str(exc), param_hint="NODES") from exc
+        raise click.ClickException(f"NODES: {exc}") from exc
     if not hosts:
-        raise click.BadParameter(f"{expr!r} names no node", param_hint="NODES")
+        raise click.ClickException(f"NODES: {expr!r} names no node")
     return hosts
 
 
