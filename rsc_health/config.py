@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
+import re
 import stat
 import tomllib
 from dataclasses import dataclass, field
@@ -169,3 +170,26 @@ def state_dir(cfg: Config, root: Path) -> Path:
     """Local state (cursors, counters, spool) lives under the root, so two roots never share it."""
     configured = Path(cfg.get("node.state_dir", "/var/lib/rsc_health"))
     return root / configured.relative_to(configured.anchor)
+
+
+# Keys whose value is a secret whatever it looks like, and secrets inside any string value: a
+# URL's password (postgresql://user:PASSWORD@host) and libpq's `password=...`.
+_SECRET_KEY = re.compile(r"passw|secret|token|credential|api_?key", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*(?=@)")
+_KV_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+MASK = "***"
+
+
+def masked(value: Any, key: str = "") -> Any:
+    """`value` (a config document or any part of it) with its secrets replaced by MASK, for
+    everything that prints or ships a config (`config show`, snapshots)."""
+    if isinstance(value, dict):
+        return {k: masked(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v, key) for v in value]
+    if isinstance(value, str):
+        if value and _SECRET_KEY.search(key):
+            return MASK
+        value = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, value)
+        return _KV_PASSWORD.sub(lambda m: m.group("head") + MASK, value)
+    return value

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rsc_health.config import ConfigError
+from rsc_health.model import Severity
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (
@@ -79,8 +80,17 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
-    "site.nhc_severity": ("warn", "drain_after_job", "drain_now"),
+    "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
 }
+# Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
+# that family from every prolog or epilog.
+FAMILY_LISTS = ("slurm.prolog_families", "slurm.epilog_families")
+
+
+def family_names() -> tuple[str, ...]:
+    from rsc_health.checks import REGISTRY  # only when a family list is given
+
+    return tuple(f.name for f in REGISTRY)
 
 
 def _is_duration(key: str) -> bool:
@@ -139,6 +149,8 @@ def check_value(spec: Spec, value: Any, dotted: str) -> str | None:
         choices = CHOICES.get(dotted)
         if choices and value not in choices:
             return f"expected one of {', '.join(choices)}, got {value!r}"
+        if dotted.removesuffix("[]") in FAMILY_LISTS and value not in family_names():
+            return f"unknown check family {value!r}{_suggest(value, family_names())}"
         return None
     if kind == "list":
         if not isinstance(value, list):
@@ -224,7 +236,7 @@ def validate_overrides(overrides: dict, defaults: dict, path: Path) -> None:
                 validate_section(section, body, defaults, path, label)
 
 
-def _suggest(key: str, known: dict) -> str:
+def _suggest(key: str, known) -> str:
     import difflib
 
     close = difflib.get_close_matches(key, list(known), n=1)

@@ -48,6 +48,11 @@ class Level(enum.IntEnum):
     DRAIN_NOW = 3
     CHECKER_ERROR = 4
 
+    @property
+    def label(self) -> str:
+        """The word spool heartbeats and the historian store ("checker_error")."""
+        return self.name.lower()
+
 
 class ActionKind(enum.StrEnum):
     """What rsc-health did (or refused to do) in Slurm: the `action` of spool records and of

@@ -54,7 +54,7 @@ from rsc_health.config import (
     state_dir,
 )
 from rsc_health.durable import remove, write_atomic
-from rsc_health.model import Finding, Level, Severity, Status, Verdict, utcnow
+from rsc_health.model import ActionKind, Finding, Level, Severity, Status, Verdict, utcnow
 from rsc_health.policy import decide
 
 LOCK_FILE = "node.lock"
@@ -552,7 +552,7 @@ def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None) -> tupl
             return (drain_exit() if stage.name == "prolog" and enabled else 0), True
         log(f"{stage.name}: Slurm unavailable ({exc})")
         return 0, had_pending
-    held = any(a.action == "guard_tripped" for a in actions)
+    held = any(a.action == ActionKind.GUARD_TRIPPED for a in actions)
     if verdict.drains and held:
         holds = (pending.holds if pending is not None and pending.why == "guard" else 0) + 1
         retry = guard_retry_after(cfg, holds, utcnow())

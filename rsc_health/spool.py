@@ -114,7 +114,7 @@ def carries_news(rec: dict) -> bool:
     kind = rec.get("kind")
     if kind == "heartbeat":
         return False
-    return not (kind == "check" and rec.get("status") == "ok")
+    return not (kind == "check" and rec.get("status") == Status.OK)
 
 
 def append(spool_dir: Path, records: list[dict]) -> None:

@@ -17,6 +17,7 @@ import click
 from rsc_health.config import state_dir
 from rsc_health.historian import db as hdb
 from rsc_health.historian.ingest import IngestReport
+from rsc_health.terminal import echo
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -62,7 +63,7 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
         return
     click.echo(report.summary())
     for bad in report.bad[:MAX_BAD_SHOWN]:
-        click.echo(f"  skipped {bad}", err=True)
+        echo(f"  skipped {bad}", err=True)
     if len(report.bad) > MAX_BAD_SHOWN:
         click.echo(f"  ... and {len(report.bad) - MAX_BAD_SHOWN} more", err=True)
 
@@ -181,6 +182,14 @@ def _file_or_none(_ctx, _param, value):
     return value
 
 
+def _accounting(ctx: click.Context):
+    """sacct/sacctmgr through the one Slurm door ([slurm] bin_dir, [historian] sacct_timeout_s)."""
+    from rsc_health.slurm import from_config
+
+    cfg = ctx.obj.config
+    return from_config(cfg).accounting(float(cfg.get("historian.sacct_timeout_s", 600)))
+
+
 @ingest.command("sacct")
 @click.option("--file", "path", callback=_file_or_none, help="sacct --parsable2 output ('-').")
 @click.option("--since", help="Start (sacct -S) instead of the stored cursor.")
@@ -202,7 +211,7 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
                 engine,
                 since=since,
                 gpus_per_node=gpn,
-                timeout_s=float(cfg.get("sacct_timeout_s", 600)),
+                acct=_accounting(ctx),
                 default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 overlap_s=int(cfg.get("sacct_overlap_s", 3600)),
                 form=str(cfg.get("sacct_format", "auto")),
@@ -233,7 +242,7 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
             start = since or Retention.from_config(ctx.obj.config).events_start(
                 str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 datetime.now(UTC).replace(tzinfo=None))
-            text = events.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
+            text = events.run_sacctmgr(start, _accounting(ctx))
             report = events.ingest_text(engine, text, cluster=cluster)
     _print_report(report, as_json)
 
@@ -260,7 +269,7 @@ def ingest_reservations(
             report = reservations.ingest_file(engine, path, cluster=cluster)
         else:
             start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
-            text = reservations.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
+            text = reservations.run_sacctmgr(start, _accounting(ctx))
             report = reservations.ingest_text(engine, text, cluster=cluster)
     _print_report(report, as_json)
 
@@ -359,7 +368,7 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
         return
     for t in rows:
         closed = f"{t.closed:%Y-%m-%d %H:%M}" if t.closed else "open"
-        click.echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
+        echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
 
 
 @ticket.command("import")
@@ -422,7 +431,7 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
         raise click.ClickException(f"cannot read the spool {spool_dir}: {exc}") from exc
     click.echo(report.summary())
     for batch, bad in report.quarantined[:MAX_BAD_SHOWN]:
-        click.echo(f"  quarantined {batch} {bad}", err=True)
+        echo(f"  quarantined {batch} {bad}", err=True)
 
 
 # -- attribution ------------------------------------------------------------------------------

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from rsc_health.terminal import echo
+
 WINDOW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhw]?)\s*$")
 UNIT_DAYS = {"": 1.0, "d": 1.0, "w": 7.0, "h": 1 / 24}
 
@@ -125,12 +127,12 @@ def lemons(
         click.echo("  (Slurm not consulted: node states and human drains unknown)")
     for v in verdicts:
         a = by_node.get(v.node)
-        click.echo(f"{v.node}: {v.summary()}")
+        echo(f"{v.node}: {v.summary()}")
         if a is not None:
-            click.echo(f"  action: {a.action}: {a.reason or a.why}")
+            echo(f"  action: {a.action}: {a.reason or a.why}")
         for kind, rows in v.evidence.items():
             if rows:
-                click.echo(f"  {kind}: " + "; ".join(_evidence_line(kind, r) for r in rows[:5]))
+                echo(f"  {kind}: " + "; ".join(_evidence_line(kind, r) for r in rows[:5]))
                 if len(rows) > 5:
                     click.echo(f"    ... {len(rows) - 5} more")
 

@@ -13,7 +13,20 @@ from datetime import timedelta
 
 import click
 
-from rsc_health.hostlist import expand
+from rsc_health.hostlist import HostlistError, expand
+from rsc_health.terminal import echo
+
+
+def _hosts(expr: str) -> list[str]:
+    """The nodes an operator named, or one line saying why not (counted before expanding:
+    `node[0-99999999]` is refused at once, not after gigabytes of names)."""
+    try:
+        hosts = expand(expr)
+    except HostlistError as exc:
+        raise click.ClickException(f"NODES: {exc}") from exc
+    if not hosts:
+        raise click.ClickException(f"NODES: {expr!r} names no node")
+    return hosts
 
 
 def _slurm(ctx: click.Context):
@@ -99,7 +112,7 @@ def _report(results: list[dict], as_json: bool) -> None:
         click.echo(json.dumps(results, indent=2))
     else:
         for r in results:
-            click.echo(f"{r['node']}: {r['result']}" + (f" ({r['detail']})" if r["detail"] else ""))
+            echo(f"{r['node']}: {r['result']}" + (f" ({r['detail']})" if r["detail"] else ""))
     if any(not r["ok"] for r in results):
         sys.exit(1)
 
@@ -132,10 +145,11 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
         raise click.ClickException("--reason must say why (it is what the next person reads)")
     slurm_reason = (f"rsc_health:manual:{sanitize(code).replace(':', '_') or 'manual'}:"
                     f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
+    hosts = _hosts(nodes)
     slurm = _slurm(ctx)
     results = []
     away: SlurmUnavailable | None = None
-    for node in expand(nodes):
+    for node in hosts:
         res = {"node": node, "ok": False, "result": "", "detail": "", "requeued": []}
         if away is not None:
             # One timeout for the lot, not one per node: 64 nodes against a frozen
@@ -210,10 +224,11 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
     from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
+    hosts = _hosts(nodes)
     slurm = _slurm(ctx)
     results = []
     away: SlurmUnavailable | None = None
-    for node in expand(nodes):
+    for node in hosts:
         res = {"node": node, "ok": False, "result": "", "detail": ""}
         if away is not None:
             res.update(result="not tried", detail=f"Slurm unavailable: {away}")
@@ -351,25 +366,25 @@ def status(ctx: click.Context, as_json: bool) -> None:
         key = f"rsc_health {d['mode']}:{d['code']}" if d["ours"] else "others (not ours)"
         groups.setdefault(key, []).append(d)
     if not groups:
-        click.echo("no drained or down nodes")
+        echo("no drained or down nodes")
     for key in sorted(groups):
-        click.echo(f"{key}: {len(groups[key])}")
+        echo(f"{key}: {len(groups[key])}")
         for d in sorted(groups[key], key=lambda d: -(d["age_s"] or 0)):
-            click.echo(f"  {d['node']:<16} {_age(d['age_s']):>7}  {d['state']:<18} {d['reason']}")
+            echo(f"  {d['node']:<16} {_age(d['age_s']):>7}  {d['state']:<18} {d['reason']}")
     for g in data["guard"]:
         flag = "TRIPPED" if g["tripped"] else "ok"
         names = f": {', '.join(g['drained_recently'])}" if g["tripped"] else ""
-        click.echo(f"guard {g['partition']}: {flag} ({len(g['drained_recently'])}/{g['nodes']} "
+        echo(f"guard {g['partition']}: {flag} ({len(g['drained_recently'])}/{g['nodes']} "
                    f"drained by rsc_health in {data['guard_window_min']:g} min, "
                    f"limit {g['limit']}){names}")
     if data["not_checking"] is None:
-        click.echo("node freshness: no historian configured (heartbeats not checked)")
+        echo("node freshness: no historian configured (heartbeats not checked)")
     elif data["not_checking"]:
-        click.echo(f"not checking: {len(data['not_checking'])} node(s)")
+        echo(f"not checking: {len(data['not_checking'])} node(s)")
         for f in data["not_checking"]:
             why = ("stale" if f["stale"] else _CLOCK_WRONG if f["level"] == "clock_skew"
                    else f"checker errors ({f['level']})")
-            click.echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
+            echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
                        f"{f['last_seen'] or 'never'}")
     if problems:
         sys.exit(1)

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import Engine, func, select
 
 from rsc_health.historian import schema
+from rsc_health.model import DRAIN_KINDS, ActionKind, Status
 
 
 def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> CollectorRegistry:
@@ -71,12 +72,12 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
     c, a, j = schema.check_results, schema.node_actions, schema.jobs
     with engine.connect() as conn:
         open_bad = conn.execute(
-            select(c.c.severity, func.count()).where(c.c.is_open.is_(True), c.c.status != "ok")
+            select(c.c.severity, func.count()).where(c.c.is_open.is_(True), c.c.status != Status.OK)
             .group_by(c.c.severity)).all()
         trips = conn.execute(select(func.count()).where(
-            a.c.action == "guard_tripped", a.c.time >= now - timedelta(hours=24))).scalar()
+            a.c.action == ActionKind.GUARD_TRIPPED, a.c.time >= now - timedelta(hours=24))).scalar()
         drains = conn.execute(select(func.count()).where(
-            a.c.action.in_(("drain_now", "drain_after_job", "lemon_drain", "manual_drain")),
+            a.c.action.in_(sorted(DRAIN_KINDS)),
             a.c.time >= now - timedelta(hours=24))).scalar()
         last_job = conn.execute(select(func.max(j.c.end))).scalar()
         last_run = conn.execute(select(func.max(schema.node_runs.c.last_seen))).scalar()

@@ -28,6 +28,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, func, select, text
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import db_time
+from rsc_health.model import Level
 
 R = schema.node_runs
 # [historian] stale_after_s when a config lacks it (the packaged default_config.toml has it):
@@ -35,7 +36,7 @@ R = schema.node_runs
 STALE_AFTER_S = 2700.0
 _RUNS_Q = select(R.c.node, R.c.source, R.c.last_seen).where(
     R.c.node.in_(bindparam("nodes", expanding=True)))
-LEVELS = ("ok", "warn", "drain_after_job", "drain_now", "checker_error")
+LEVELS = tuple(lv.label for lv in Level)
 # How far ahead of the historian's clock a node's stamp may be and still be believed: NTP keeps
 # nodes within milliseconds, so this is only the slack between two honest clocks.
 CLOCK_AHEAD_S = 300.0
@@ -72,7 +73,7 @@ class NodeFreshness:
     def broken(self) -> bool:
         """Checking, but the checker could not look (config, sources, its own state), or
         the historian cannot use what it sends (its clock is wrong)."""
-        return (self.last_level in ("checker_error", CLOCK_SKEW)
+        return (self.last_level in (Level.CHECKER_ERROR.label, CLOCK_SKEW)
                 or self.checker_errors > 0)
 
 
@@ -114,8 +115,8 @@ def record_runs(conn: Connection, beats: Iterable[Heartbeat],
         fresh += 1
         d = days[(b.time.date(), b.node)]
         d[0] += 1
-        d[1] += b.level == "checker_error"
-        d[2] += b.level in ("drain_now", "drain_after_job")
+        d[1] += b.level == Level.CHECKER_ERROR.label
+        d[2] += b.level in (Level.DRAIN_NOW.label, Level.DRAIN_AFTER_JOB.label)
     if newest:
         quote = conn.dialect.identifier_preparer.quote
         cols = ("node", "source", "last_seen", "level", "checker_errors", "duration_s",

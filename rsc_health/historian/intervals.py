@@ -41,6 +41,7 @@ from sqlalchemy import Connection, and_, bindparam, func, select, text, update
 from rsc_health.historian import schema
 from rsc_health.historian.db import TURNS_CHECK_INTERVALS, take_turns
 from rsc_health.historian.ingest import bulk_write, db_time
+from rsc_health.model import Status
 
 C = schema.check_results
 EVENT_CHECKS = frozenset({"xid"})
@@ -174,7 +175,7 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
                 continue
             wanted: dict[str, CheckRecord] = {}
             for r in frecs:
-                if family in EVENT_CHECKS and r.status != "ok":
+                if family in EVENT_CHECKS and r.status != Status.OK:
                     inserts.append(_row(r, is_open=False))
                     report.events += 1
                     news[r.id] = r
@@ -202,7 +203,7 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
                 inserts.append(_row(r, is_open=True))
                 keep.append(_Open(r.id, comp, r.state, when, r.source))
                 report.opened += 1
-                if r.status != "ok":
+                if r.status != Status.OK:
                     news[r.id] = r
             state[(node, family)] = keep + others
     report.extended = len(extend)
@@ -228,7 +229,7 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
 
 _EVENTS_Q = select(C.c.node, C.c.check, func.max(C.c.time)).where(
     C.c.node.in_(bindparam("nodes", expanding=True)),
-    C.c.check.in_(sorted(EVENT_CHECKS)), C.c.is_open.is_(False), C.c.status != "ok",
+    C.c.check.in_(sorted(EVENT_CHECKS)), C.c.is_open.is_(False), C.c.status != Status.OK,
 ).group_by(C.c.node, C.c.check)
 
 
@@ -258,7 +259,7 @@ def _existing(conn: Connection, ids: list[str]) -> set[str]:
 def _count_new(report: FoldReport, r: CheckRecord) -> None:
     key = (r.time.date(), r.node, r.check)
     counts = report.new_by_day.setdefault(key, [0, 0])
-    counts[0 if r.status in ("fail", "error") else 1] += 1
+    counts[0 if r.status in (Status.FAIL, Status.ERROR) else 1] += 1
 
 
 def _rollup_checks(conn: Connection, new_by_day: dict[tuple, list[int]]) -> None:
@@ -285,7 +286,7 @@ def _rollup_checks(conn: Connection, new_by_day: dict[tuple, list[int]]) -> None
 
 def open_failures(conn: Connection, node: str | None = None) -> list[dict]:
     """The current non-ok states (open intervals), most severe first."""
-    q = select(C).where(C.c.is_open.is_(True), C.c.status != "ok")
+    q = select(C).where(C.c.is_open.is_(True), C.c.status != Status.OK)
     if node is not None:
         q = q.where(C.c.node == node)
     rows = [dict(r._mapping) for r in conn.execute(q)]

@@ -20,7 +20,7 @@ import pandas as pd
 from sqlalchemy import Engine, func, literal, or_, select
 
 from rsc_health.historian import schema
-from rsc_health.model import DRAIN_KINDS, ActionKind
+from rsc_health.model import DRAIN_KINDS, ActionKind, Status
 from rsc_health.report.data import SectionEmpty, empty_frame
 
 WEEK = timedelta(days=7)
@@ -308,7 +308,7 @@ def xids_per_gpu(engine: Engine, as_of: datetime, days: float, top: int) -> pd.D
     q = (
         select(c.c.node, c.c.component, c.c.code, func.count(), func.max(c.c.last_seen))
         .where(c.c.time >= as_of - timedelta(days=days), c.c.time < as_of,
-               c.c.check == "xid", c.c.status != "ok")
+               c.c.check == "xid", c.c.status != Status.OK)
         .group_by(c.c.node, c.c.component, c.c.code)
     )
     with engine.connect() as conn:

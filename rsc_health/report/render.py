@@ -17,6 +17,7 @@ import pandas as pd
 
 from rsc_health.report import morning, plots
 from rsc_health.report.data import ReportData
+from rsc_health.terminal import shown
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -295,7 +296,8 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         guard = str(data.guard.get("state", "unknown"))
         detail = data.guard.get("detail")
         lines.append(f"Mass-drain guard: {guard}" + (f" ({detail})" if detail else ""))
-    return "\n".join(lines) + "\n"
+    # Read in a terminal or a chat: the historian's text (node names, evidence) escaped.
+    return "\n".join(shown(line) for line in lines) + "\n"
 
 
 def _environment():

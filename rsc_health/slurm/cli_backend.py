@@ -180,6 +180,12 @@ class CliSlurm:
         # time.monotonic() after which no call may start (the sweep's budget), or None.
         self.deadline = deadline
 
+    def accounting(self, timeout_s: float):
+        """The historian's runner (sacct, sacctmgr) from the same Slurm: the same bin_dir."""
+        from rsc_health.slurm.accounting import Accounting
+
+        return Accounting(timeout_s=timeout_s, bin_dir=str(self.bin_dir or "") or None)
+
     # ---- plumbing --------------------------------------------------------------------------
     def _run(self, argv: list[str], timeout_s: float | None = None) -> str:
         if self.bin_dir is not None:

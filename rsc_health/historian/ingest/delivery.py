@@ -57,6 +57,7 @@ from rsc_health.historian.ingest import (
     parse_time,
 )
 from rsc_health.historian.intervals import CheckRecord, fold
+from rsc_health.model import Status
 
 QUARANTINE = "quarantine"
 # Lines per transaction: about 2 MB of JSON, a few MB of Python objects at most.
@@ -143,7 +144,7 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
         rows.clocks[node] = None
     if kind == "check":
         status = _text(rec, "status").lower()
-        if status not in ("ok", "warn", "fail", "error") or not rec.get("check"):
+        if status not in set(Status) or not rec.get("check"):
             raise RowError("check record needs `check` and a status ok|warn|fail|error")
         job_id = rec.get("job_id")
         rows.checks.append(CheckRecord(

@@ -81,6 +81,7 @@ from rsc_health.historian.schema import (
     node_events,
     tickets,
 )
+from rsc_health.model import ActionKind, Status
 
 PAPER_FEATURES = (
     "excl_jobid_count",
@@ -260,7 +261,7 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float):
         )
         .where(
             check_results.c.check == "xid",
-            check_results.c.status.in_(("warn", "fail")),
+            check_results.c.status.in_((Status.WARN, Status.FAIL)),
             span.of(check_results.c.node, check_results.c.time),
         )
         .distinct()
@@ -470,7 +471,7 @@ def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
             .where(
                 node_actions.c.time <= before,
                 or_(
-                    node_actions.c.action == "resume",
+                    node_actions.c.action == ActionKind.RESUME,
                     and_(
                         node_actions.c.action == "drain",
                         node_actions.c.reason.like(LEMON_REASON_PREFIX + "%"),
