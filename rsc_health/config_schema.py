@@ -46,6 +46,9 @@ EXPLICIT: dict[str, Spec] = {
         "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
     "report.skip": Spec("list", STR),
     "node.spool_max_mb": Spec("number"),
+    "qualify.tests": Spec("map", Spec("table", fields={
+        "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number")},
+        required=("plugin", "command"))),
 }
 # Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.
 RANGES: dict[str, tuple[float, float]] = {
