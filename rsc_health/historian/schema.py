@@ -271,7 +271,7 @@ qualify_results = Table(
     Column("higher_is_better", Boolean, nullable=False, default=True),
     Column("status", String(16), nullable=False),  # pass | fail | inconclusive
     Column("reason", Text, nullable=False, default=""),
-    Column("basis", String(16), nullable=False, default=""),  # peers | baseline | none
+    Column("basis", String(16), nullable=False, default=""),  # peers | baseline | unjudged
     Column("peer_median", Float),
     Column("threshold", Float),
     Column("percentile", Float),

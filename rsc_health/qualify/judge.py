@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from rsc_health.qualify.outcome import Metric
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+# What a judgement was made against: enough peers, the imported baseline, or nothing yet.
+PEERS, BASELINE, UNJUDGED = "peers", "baseline", "unjudged"
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Judgement:
     value: float
     status: str
     reason: str
-    basis: str                 # peers | baseline | none
+    basis: str                 # PEERS | BASELINE | UNJUDGED
     median: float | None = None
     threshold: float | None = None
     percentile: float | None = None   # share of peers at or below this value, 0..100
@@ -69,13 +71,13 @@ def judge(metric: Metric, peers: Sequence[float], *, baseline: float | None = No
         med = statistics.median(peers)
         rel = robust_spread(peers) / med if med > 0 else float("inf")
         tolerance = min(max(rules.k * rel, rules.min_margin), rules.max_margin)
-        basis = "peers"
+        basis = PEERS
     elif baseline is not None and baseline > 0:
-        med, tolerance, basis = baseline, rules.baseline_margin, "baseline"
+        med, tolerance, basis = baseline, rules.baseline_margin, BASELINE
     else:
         return Judgement(metric.name, metric.index, metric.value, INCONCLUSIVE,
                          f"{len(peers)} peer results (need {rules.min_peers}) and no baseline",
-                         "none", peers=len(peers))
+                         UNJUDGED, peers=len(peers))
     threshold = med * (1 - sign * tolerance)
     below = sum(1 for p in peers if p <= metric.value)
     percentile = round(100.0 * below / len(peers), 1) if peers else None

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import and_, func, or_, select
 
 from rsc_health.historian import schema
-from rsc_health.qualify.judge import INCONCLUSIVE, PASS, Judgement, robust_spread
+from rsc_health.qualify.judge import INCONCLUSIVE, PASS, UNJUDGED, Judgement, robust_spread
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,10 @@ def peers(conn, *, metric: str, idx: str, gpu_model: str, driver: str, exclude_n
 
 def _usable(q):
     """A value a peer may be judged by: one that passed, or one measured before the group had
-    enough peers to judge it (basis none). A fleet's first nodes of a new GPU model or driver
+    enough peers to judge it (UNJUDGED). A fleet's first nodes of a new GPU model or driver
     are peers to each other that way; the median and MAD stay robust to the odd bad one among
     them, and a value that failed its judgement is never a peer."""
-    return or_(q.c.status == PASS, and_(q.c.status == INCONCLUSIVE, q.c.basis == "none"))
+    return or_(q.c.status == PASS, and_(q.c.status == INCONCLUSIVE, q.c.basis == UNJUDGED))
 
 
 def record(conn, run: Run, judgements: list[tuple[str, Judgement, str, bool]]) -> None:
