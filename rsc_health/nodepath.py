@@ -105,15 +105,18 @@ def node_lock(sdir: Path, timeout_s: float):
     directory itself when the file was never made, is opened read-only. That run can neither
     spool nor advance its cursor (it says so), but it still looks and acts."""
     sdir.mkdir(parents=True, exist_ok=True)
+    # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
+    # programs a run executes (site checks, Slurm commands), and a probe forked without exec
+    # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
     try:
-        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         try:
-            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY)
+            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY)
+            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         log(f"state dir {sdir} refuses writes ({exc.strerror}): checking and acting, but "
             f"nothing can be spooled or remembered until it is writable")
     try:

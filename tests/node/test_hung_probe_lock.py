@@ -1,0 +1,114 @@
+"""A hung mount or a wedged driver never blinds the node (issue 21, class A).
+
+The statvfs/NVML probe child was forked while the node lock was held; stuck in the kernel (a
+real FUSE mount whose statfs never returns: the request is in the daemon's hands, so SIGKILL
+cannot end the wait) it kept the inherited flock after the run abandoned it, and every later
+prolog waited lock_timeout_s and let the job run without looking, every sweep skipped."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from tests.fixtures.nodes.node_copy import NODE_STATE
+
+REPO = Path(__file__).resolve().parents[2]
+XID79 = "4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has " \
+        "fallen off the bus.\n"
+
+
+def _env(root: Path, **extra) -> dict:
+    env = dict(os.environ, RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "site.toml"),
+               SLURMD_NODENAME="node01", PYTHONPATH=str(REPO), **extra)
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST"):
+        if name not in extra:
+            env.pop(name, None)
+    return env
+
+
+def _stage(root: Path, name: str, **env) -> tuple[subprocess.CompletedProcess, float]:
+    started = time.monotonic()
+    out = subprocess.run([sys.executable, "-m", "rsc_health.nodepath", name],
+                         env=_env(root, **env), capture_output=True, text=True, timeout=120)
+    return out, time.monotonic() - started
+
+
+def _records(root: Path) -> list[dict]:
+    path = root / NODE_STATE / "spool" / "pending.jsonl"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def _probes_left_behind(root: Path) -> list[int]:
+    """Live processes of a node-path run under `root` (the abandoned probe children)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if f"RSC_HEALTH_ROOT={root}".encode() in environ:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _lock_is_free(sdir: Path) -> bool:
+    fd = os.open(sdir / "node.lock", os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def test_a_probe_stuck_on_a_hung_mount_leaves_the_lock_and_the_next_prolog_sees_xid79(
+        hung_mount):
+    root = hung_mount
+    budget = 12
+    (root / "site.toml").write_text((root / "config.toml").read_text() + f"""
+[slurm]
+bin_dir = "/nonexistent-slurm"
+sweep_budget_s = {budget}
+prolog_budget_s = {budget}
+prolog_families = ["gpu", "xid", "ecc", "remap"]
+""")
+    sdir = root / NODE_STATE
+    sweep, _ = _stage(root, "sweep")
+    assert sweep.returncode == 0, sweep.stderr
+    assert ("mount", "mount_hung") in {(r.get("check"), r.get("code")) for r in _records(root)}
+    # The sweep is gone; its statvfs child is still stuck in the kernel on /checkpoint.
+    assert _probes_left_behind(root), "the hung probe child should still be waiting"
+    assert _lock_is_free(sdir), "the abandoned probe child still holds node.lock"
+
+    # Slurm was away, so the sweep kept its mount_hung verdict; an operator has dealt with it.
+    (sdir / "pending_verdict.json").unlink()
+    with (root / "dev/kmsg").open("a") as fh:
+        fh.write(XID79)
+    prolog, took = _stage(root, "prolog", SLURM_JOB_ID="77")
+    assert took < budget, (took, prolog.stderr)
+    assert prolog.returncode == 1, prolog.stderr  # slurmd drains the node, requeues the job
+    seen = {(r["source"], r["code"]) for r in _records(root) if r["kind"] == "check"}
+    assert ("prolog", "xid79") in seen, prolog.stderr
+
+
+def test_a_probe_child_holds_none_of_the_parents_descriptors(tmp_path):
+    """The child closes what it inherited before it runs the probe: the node lock's descriptor
+    (or any other) is not open in it, so a child that never returns holds nothing."""
+    from rsc_health.collect import bounded
+    from rsc_health.nodepath import node_lock
+
+    with node_lock(tmp_path, 1):
+        held = [int(fd) for fd in os.listdir("/proc/self/fd")
+                if os.path.realpath(f"/proc/self/fd/{fd}") == str(tmp_path / "node.lock")]
+        assert held
+        in_child = bounded.call(lambda: sorted(os.listdir("/proc/self/fd")), 5)
+    assert not set(map(str, held)) & set(in_child)
+    assert len(in_child) <= 5  # 0-2, the answer pipe, the fd listing /proc/self/fd
