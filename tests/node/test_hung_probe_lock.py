@@ -15,7 +15,9 @@ import sys
 import time
 from pathlib import Path
 
-from tests.fixtures.nodes.node_copy import NODE_STATE
+import pytest
+
+from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
 
 REPO = Path(__file__).resolve().parents[2]
 XID79 = "4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has " \
@@ -112,3 +114,79 @@ def test_a_probe_child_holds_none_of_the_parents_descriptors(tmp_path):
         in_child = bounded.call(lambda: sorted(os.listdir("/proc/self/fd")), 5)
     assert not set(map(str, held)) & set(in_child)
     assert len(in_child) <= 5  # 0-2, the answer pipe, the fd listing /proc/self/fd
+
+
+HOLDER = ("import fcntl, os, sys, time\n"
+          "fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644)\n"
+          "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+          "print('held', flush=True)\n"
+          "time.sleep(600)\n")
+
+
+@pytest.fixture
+def locked_node(tmp_path):
+    """A node whose node.lock another process holds for the whole test (a run stuck in the
+    kernel, a probe of an older release), with Slurm away."""
+    root = copy_node(tmp_path / "node")
+    (root / "site.toml").write_text((root / "config.toml").read_text() + """
+[slurm]
+bin_dir = "/nonexistent-slurm"
+lock_timeout_s = 1
+prolog_budget_s = 10
+sweep_budget_s = 10
+""")
+    sdir = root / NODE_STATE
+    sdir.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(sdir / "node.lock")],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    yield root
+    holder.kill()
+    holder.wait(10)
+
+
+def test_a_prolog_that_finds_the_lock_held_still_fails_the_job_for_an_xid79(locked_node):
+    root, sdir = locked_node, locked_node / NODE_STATE
+    with (root / "dev/kmsg").open("a") as fh:
+        fh.write(XID79)
+    prolog, took = _stage(root, "prolog", SLURM_JOB_ID="77")
+    assert took < 10, (took, prolog.stderr)
+    assert prolog.returncode == 1, prolog.stderr
+    assert "judging without it" in prolog.stderr
+    checks = {(r["check"], r["code"]) for r in _records(root) if r["kind"] == "check"}
+    assert {("xid", "xid79"), ("checker", "lock_held")} <= checks
+    # Read-only: the XID is still new for whoever holds the lock (or the next locked run).
+    assert not (sdir / "xid_cursor.json").exists()
+    assert not (sdir / "counters.json").exists()
+
+
+def test_a_sweep_that_finds_the_lock_held_keeps_the_xid79_verdict_pending(locked_node):
+    root, sdir = locked_node, locked_node / NODE_STATE
+    with (root / "dev/kmsg").open("a") as fh:
+        fh.write(XID79)
+    sweep, _ = _stage(root, "sweep")
+    assert sweep.returncode == 0, sweep.stderr
+    pending = json.loads((sdir / "pending_verdict.json").read_text())  # Slurm is away
+    assert [c["code"] for c in pending["causes"]] == ["xid79"]
+
+
+def test_a_pending_drain_verdict_fails_the_job_though_the_lock_is_held(locked_node):
+    from rsc_health import nodepath
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+
+    cause = Finding("xid", "gpu3", Status.FAIL, Severity.DRAIN_NOW, "Xid 79: fell off the bus",
+                    "xid79", True)
+    nodepath.save_pending(locked_node / NODE_STATE, decide([cause]), why="slurm_unavailable")
+    prolog, _ = _stage(locked_node, "prolog", SLURM_JOB_ID="77")
+    assert prolog.returncode == 1, prolog.stderr
+
+
+def test_a_healthy_node_with_its_lock_held_runs_the_job_and_says_so(locked_node):
+    prolog, _ = _stage(locked_node, "prolog", SLURM_JOB_ID="77")
+    assert prolog.returncode == 0, prolog.stderr
+    records = _records(locked_node)
+    beat = next(r for r in records if r["kind"] == "heartbeat")
+    assert beat["level"] == "checker_error" and beat["checker_errors"] == 1
+    (held,) = [r for r in records if r["kind"] == "check" and r["status"] == "error"]
+    assert held["code"] == "lock_held" and "node.lock held for 1s" in held["reason"]
