@@ -56,7 +56,16 @@ from rsc_health.config import (
     state_dir,
 )
 from rsc_health.durable import remove, write_atomic
-from rsc_health.model import ActionKind, Finding, Level, Severity, Status, Verdict, utcnow
+from rsc_health.model import (
+    HUNG_CODES,
+    ActionKind,
+    Finding,
+    Level,
+    Severity,
+    Status,
+    Verdict,
+    utcnow,
+)
 from rsc_health.policy import decide
 
 LOCK_FILE = "node.lock"
@@ -399,7 +408,7 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     # Checks get at most half of what is left; Slurm calls get the rest.
     findings, commit = engine.run_deferred(
         cfg, ctx.root, only=set(families) if families else None,
-        budget_s=max(1.0, remaining * 0.5),
+        budget_s=max(1.0, remaining * 0.5), sweep=stage.name == "sweep",
     )
     if lock_held:
         findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,
@@ -638,12 +647,21 @@ def _family_status(findings: list[Finding]) -> dict[str, str]:
     return {k: v.value for k, v in sorted(worst.items())}
 
 
+def _hung_probes(findings: list[Finding]) -> dict[str, str]:
+    """{probe: since when it hangs} for the probes this run found hung (collect.hangs)."""
+    return {str(f.data["probe"]): str(f.data["since"]) for f in findings
+            if f.code in HUNG_CODES and isinstance(f.data, dict)
+            and "probe" in f.data and "since" in f.data}
+
+
 def _heartbeat(stage: Stage, node: str, now, level: Level, findings: list[Finding],
                duration_s: float) -> dict:
+    hung = _hung_probes(findings)
     return spool.record(
         "heartbeat", node, now, source=stage.name, level=level.name.lower(),
         checker_errors=sum(f.status is Status.ERROR for f in findings),
         duration_s=round(duration_s, 3), families=_family_status(findings), version=VERSION,
+        **({"hung": hung} if hung else {}),
     )
 
 
@@ -676,6 +694,15 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
         for family, status in _family_status(findings).items():
             samples[f'rsc_health_family_status{{family="{lbl(family)}"}}'] = str(
                 STATUS_VALUE[status])
+        # This entry point's hung probes replace the ones it wrote before (one answered).
+        hung_key = f'rsc_health_probe_hung_since_seconds{{source="{stage.name}",probe='
+        previous = {k: v for k, v in previous.items() if not k.startswith(hung_key)}
+        for probe, since in _hung_probes(findings).items():
+            try:
+                samples[f'{hung_key}"{lbl(probe)}"}}'] = (
+                    f"{datetime.fromisoformat(since).timestamp():.0f}")
+            except ValueError:
+                continue
         merged = {**previous, **samples}
         text = _exposition(merged, node)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -696,6 +723,8 @@ HELP = {
     "rsc_health_checker_errors": "Findings the checker could not look at in the latest run.",
     "rsc_health_pending_drain": "1 while a drain verdict waits (Slurm away or the guard).",
     "rsc_health_spool_bytes": "Bytes in the node's spool not yet delivered to the historian.",
+    "rsc_health_probe_hung_since_seconds": "Since when (Unix time) a probe (a mount's statvfs, "
+                                           "NVML) has not answered, per probe still hanging.",
 }
 
 

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rsc_health.checks import REGISTRY, CollectEnv  # the one list of families
-from rsc_health.collect import counters, infiniband, kmsg, mounts, pcie
+from rsc_health.collect import counters, hangs, infiniband, kmsg, mounts, pcie
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.config import Config
 
@@ -31,6 +31,12 @@ class NodeState:
     # Flattened error counters and their increase since the previous sweep.
     counters: dict[str, int] = field(default_factory=dict)
     deltas: dict[str, int] = field(default_factory=dict)
+    # Probes that can hang (collect.hangs): the kinds this run ran, the ones that did not
+    # answer (probe -> what happened), and every probe hanging with since when and for how
+    # many sweeps (set by the engine from the node state).
+    probes_asked: list[str] = field(default_factory=list)
+    hung_probes: dict[str, str] = field(default_factory=dict)
+    hangs: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,11 +52,12 @@ def gpu_backend(cfg: Config, root: Path):
     return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)))
 
 
-def _nvml_answers(backend, timeout: float, state: NodeState) -> dict:
-    """NVML's answers from an abandonable child. When it hangs mid-read (one GPU's call
-    blocks in a wedged driver), what it answered before is kept and judged (a GPU lost
-    before the hang still drains), the hang itself is a checker error, and the GPUs it
-    never reached are unanswered (checker errors, never drains)."""
+def _nvml_answers(backend, timeout: float, state: NodeState) -> dict | None:
+    """NVML's answers from an abandonable child; None when it hung before the device count.
+    When it hangs mid-read (one GPU's call blocks in a wedged driver), what it answered
+    before is kept and judged (a GPU lost before the hang still drains), the hang itself is
+    said (`hung_probes`: the engine's nvml_hung), and the GPUs it never reached are
+    unanswered (checker errors, never drains)."""
     from rsc_health.collect import bounded
 
     try:
@@ -58,10 +65,11 @@ def _nvml_answers(backend, timeout: float, state: NodeState) -> dict:
     except bounded.Abandoned as exc:
         answers = gpu_mod.with_unanswered(exc.partial)
         if answers is None:
-            raise
+            state.hung_probes[hangs.NVML] = f"NVML: Abandoned: {exc}"
+            return None
         got = sum(1 for d in answers["devices"] if d.get("error") != "NVML_ERROR_TIMEOUT")
-        state.errors.append(("gpu", "nvml", f"Abandoned: {exc} (NVML hung after answering "
-                             f"for {got} of {answers['device_count']} GPUs)"))
+        state.hung_probes[hangs.NVML] = (f"NVML: Abandoned: {exc} (NVML hung after answering "
+                                         f"for {got} of {answers['device_count']} GPUs)")
         return answers
 
 
@@ -136,6 +144,7 @@ def collect_all(
         if isinstance(backend, gpu_mod.NvmlBackend):
             # A wedged driver blocks NVML calls in the kernel: ask from an abandonable child.
             timeout = float(cfg.get("gpu.nvml_timeout_s", 10.0))
+            state.probes_asked.append(hangs.NVML)
             answers = guard("gpu", "nvml", lambda: _nvml_answers(backend, timeout, state))
         else:
             answers = guard("gpu", "nvml", backend.read)
@@ -177,6 +186,11 @@ def collect_all(
                 again = guard("mount", "/proc/mounts", lambda: mounts.collect(root))
                 if again is not None:
                     state.mounts = again
+        state.probes_asked.append(hangs.STATVFS)
+        for path, result in state.mount_probes.items():
+            if result.hung:
+                state.hung_probes[hangs.statvfs(path)] = (
+                    f"statvfs {path}: no answer within {result.seconds:.1f}s")
     env = CollectEnv(cfg, deadline)
     for fam in REGISTRY:
         if fam.collect is not None and fam.name in want:

@@ -86,6 +86,8 @@ prolog_families = ["gpu", "xid", "ecc", "remap"]
     sweep, _ = _stage(root, "sweep")
     assert sweep.returncode == 0, sweep.stderr
     assert ("mount", "mount_hung") in {(r.get("check"), r.get("code")) for r in _records(root)}
+    beat = next(r for r in _records(root) if r["kind"] == "heartbeat")
+    assert set(beat["hung"]) == {"statvfs /checkpoint"}  # which probe, and since when
     # The sweep is gone; its statvfs child is still stuck in the kernel on /checkpoint.
     assert _probes_left_behind(root), "the hung probe child should still be waiting"
     assert _lock_is_free(sdir), "the abandoned probe child still holds node.lock"
