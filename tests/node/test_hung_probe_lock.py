@@ -26,7 +26,8 @@ XID79 = "4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3,
 
 def _env(root: Path, **extra) -> dict:
     env = dict(os.environ, RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "site.toml"),
-               SLURMD_NODENAME="node01", PYTHONPATH=str(REPO), **extra)
+               SLURMD_NODENAME="node01", PYTHONPATH=str(REPO))
+    env.update(extra)
     for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST"):
         if name not in extra:
             env.pop(name, None)
@@ -192,3 +193,36 @@ def test_a_healthy_node_with_its_lock_held_runs_the_job_and_says_so(locked_node)
     assert beat["level"] == "checker_error" and beat["checker_errors"] == 1
     (held,) = [r for r in records if r["kind"] == "check" and r["status"] == "error"]
     assert held["code"] == "lock_held" and "node.lock held for 1s" in held["reason"]
+
+
+def test_everything_hung_and_the_lock_held_the_prolog_still_refuses_the_job_in_budget(
+        hung_mount):
+    """The worst case at once: node.lock held by another process, /checkpoint hung (real
+    FUSE), NVML wedged, an XID 79 logged. The prolog waits a third of its budget for the
+    lock, judges without it, and exits with the drain code within its budget (or, if the
+    probes ate the rest, the watchdog's safe exit, which is the drain code too)."""
+    root, sdir = hung_mount, hung_mount / NODE_STATE
+    budget = 12
+    (root / "site.toml").write_text((root / "config.toml").read_text().replace(
+        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_timeout_s = 2.0\n') + f"""
+[slurm]
+bin_dir = "/nonexistent-slurm"
+prolog_budget_s = {budget}
+""")
+    sdir.mkdir(parents=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(sdir / "node.lock")],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with (root / "dev/kmsg").open("a") as fh:
+            fh.write(XID79)
+        wedged = REPO / "tests" / "fixtures" / "fault" / "wedged_nvml"
+        prolog, took = _stage(root, "prolog", SLURM_JOB_ID="77",
+                              PYTHONPATH=f"{wedged}:{REPO}")
+    finally:
+        holder.kill()
+        holder.wait(10)
+    assert took < budget + 3, (took, prolog.stderr)
+    assert prolog.returncode == 1, prolog.stderr
+    checks = {r["code"] for r in _records(root) if r["kind"] == "check"}
+    assert {"xid79", "mount_hung", "nvml_hung", "lock_held"} <= checks
