@@ -40,6 +40,24 @@ def _sweeps(root: Path, n: int, pythonpath: str = str(REPO)) -> str:
     return json.loads(spool.read_text().splitlines()[0])["time"]
 
 
+def _report_section(url: str, out: Path) -> str:
+    """The nightly report's 'checks stopped or cannot look' section, from the historian."""
+    import re
+
+    from rsc_health.model import utcnow
+    from rsc_health.report.gather import GatherOptions, gather
+    from rsc_health.report.render import write_report
+
+    skip = frozenset({"outcomes", "causes", "rolling", "deployments", "mttf", "goodput", "ettr"})
+    engine = connect(url)
+    try:
+        data = gather(engine, utcnow().replace(tzinfo=None), GatherOptions(skip=skip))
+    finally:
+        engine.dispose()
+    html = write_report(data, out).html.read_text()
+    return re.search(r'<section id="stale">(.*?)</section>', html, re.S).group(1)
+
+
 def _status(root: Path, tmp_path: Path, monkeypatch) -> tuple[int, dict, str]:
     url = f"sqlite:///{tmp_path / 'history.db'}"
     engine = connect(url)
@@ -68,6 +86,8 @@ def test_status_names_a_node_whose_mount_keeps_hanging(hung_mount, tmp_path, mon
                                                             ["mount_hung"])
     assert hung["since"][:19] == first[:19]  # since the first sweep that found it hung
     assert "probes hanging: 1" in text and "gpu042" in text and "/checkpoint since" in text
+    section = _report_section(f"sqlite:///{tmp_path / 'history.db'}", tmp_path / "report")
+    assert "probes hanging (1)" in section and "probe hanging: /checkpoint since" in section
 
 
 def test_status_names_a_node_whose_nvml_keeps_hanging(tmp_path, monkeypatch):
