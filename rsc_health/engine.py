@@ -94,11 +94,13 @@ def _run(
     state, new_cursor = collect_all(
         cfg, root, only=set(families), xid_cursor=cursor, previous_counters=previous,
         probe_timeout_s=timeout, deadline=deadline,
+        hangs_before=hangs.current(previous_hangs, kmsg.boot_id(root)),
     )
     for family, source, message in state.errors:
         findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
-                               set(state.hung_probes), utcnow(), sweep=sweep)
+                               {name: state.probe_pids.get(name) for name in state.hung_probes},
+                               utcnow(), sweep=sweep)
     if hangs.NVML in state.hung_probes:
         # Said on every run it hangs, with since when; after [gpu] nvml_hang_sweeps sweeps
         # in a row the gpu check makes it the node's fault (nvml_wedged).

@@ -30,11 +30,14 @@ from typing import Any
 
 class Abandoned(Exception):
     """The probe did not answer within its deadline (or its child died without answering).
-    `partial`: the last thing a streaming probe reported before that (None if nothing)."""
+    `partial`: the last thing a streaming probe reported before that (None if nothing);
+    `pid`: the child left behind (killed, but a child stuck in the kernel dies only when the
+    kernel lets go)."""
 
-    def __init__(self, message: str, partial: Any = None):
+    def __init__(self, message: str, partial: Any = None, pid: int | None = None):
         super().__init__(message)
         self.partial = partial
+        self.pid = pid
 
 
 def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]:
@@ -152,7 +155,7 @@ def call(fn: Callable[..., Any], timeout_s: float, *, streaming: bool = False) -
     partial: dict[str, Any] = {}
     answer = collect({"x": (pid, fd)}, time.monotonic() + timeout_s, partial)["x"]
     if answer is None:
-        raise Abandoned(f"no answer within {timeout_s:g}s", partial.get("x"))
+        raise Abandoned(f"no answer within {timeout_s:g}s", partial.get("x"), pid)
     if "error" in answer:
         if answer.get("errno") is not None:
             raise OSError(answer["errno"], answer.get("strerror") or answer["error"])

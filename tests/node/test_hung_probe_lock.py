@@ -104,6 +104,25 @@ prolog_families = ["gpu", "xid", "ecc", "remap"]
     assert ("prolog", "xid79") in seen, prolog.stderr
 
 
+def test_a_mount_that_keeps_hanging_leaves_one_stuck_probe_not_one_per_run(hung_mount):
+    """Each run forked a new statvfs child that joined the ones before it in the kernel: one
+    more stuck process (with the memory of the run it was forked from) per sweep and per job
+    start, for as long as the mount hung. The child left behind is the probe: while it is
+    still waiting the mount is hung, and no new one is started."""
+    root = hung_mount
+    (root / "site.toml").write_text((root / "config.toml").read_text()
+                                    + '\n[slurm]\nbin_dir = "/nonexistent-slurm"\n')
+    for _ in range(3):
+        sweep, _ = _stage(root, "sweep")
+        assert sweep.returncode == 0, sweep.stderr
+    runs = [r for r in _records(root) if r["kind"] == "check" and r["code"] == "mount_hung"]
+    assert len(runs) == 3  # every sweep still says so
+    assert len(_probes_left_behind(root)) == 1
+    record = json.loads((root / NODE_STATE / "probe_hangs.json").read_text())["probes"]
+    assert record["statvfs /checkpoint"]["sweeps"] == 3
+    assert record["statvfs /checkpoint"]["pid"] in _probes_left_behind(root)
+
+
 def test_a_probe_child_holds_none_of_the_parents_descriptors(tmp_path):
     """The child closes what it inherited before it runs the probe: the node lock's descriptor
     (or any other) is not open in it, so a child that never returns holds nothing."""

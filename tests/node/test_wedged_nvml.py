@@ -105,16 +105,17 @@ def test_the_hang_record_keeps_what_a_run_did_not_ask_and_forgets_a_reboot():
     from rsc_health.collect import hangs
 
     t0, t1 = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 1, 0, 5, tzinfo=UTC)
-    first = hangs.update({}, "boot-a", {"nvml", "statvfs"}, {"nvml", "statvfs /home"}, t0,
-                         sweep=True)
+    first = hangs.update({}, "boot-a", {"nvml", "statvfs"},
+                         {"nvml": None, "statvfs /home": None}, t0, sweep=True)
     assert first == {"nvml": {"since": t0.isoformat(), "sweeps": 1},
                      "statvfs /home": {"since": t0.isoformat(), "sweeps": 1}}
     saved = {"boot_id": "boot-a", "probes": first}
     # An epilog asks NVML only (it hangs again) and no mount: /home's record stays as it was.
-    assert hangs.update(saved, "boot-a", {"nvml"}, {"nvml"}, t1, sweep=False) == first
+    assert hangs.update(saved, "boot-a", {"nvml"}, {"nvml": None}, t1, sweep=False) == first
     # A sweep whose statvfs answered drops it; NVML counts on from its first hang.
-    assert hangs.update(saved, "boot-a", {"nvml", "statvfs"}, {"nvml"}, t1, sweep=True) == {
+    assert hangs.update(saved, "boot-a", {"nvml", "statvfs"}, {"nvml": None}, t1,
+                        sweep=True) == {
         "nvml": {"since": t0.isoformat(), "sweeps": 2}}
     # A new boot (the cure for a wedged driver) starts the count afresh.
-    assert hangs.update(saved, "boot-b", {"nvml"}, {"nvml"}, t1, sweep=True) == {
+    assert hangs.update(saved, "boot-b", {"nvml"}, {"nvml": None}, t1, sweep=True) == {
         "nvml": {"since": t1.isoformat(), "sweeps": 1}}
