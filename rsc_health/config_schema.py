@@ -71,6 +71,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "node.spool_max_mb": (0, 1_000_000),
     "mounts.probe_timeout_s": (0, 600),
     "gpu.nvml_timeout_s": (0, 600),
+    "gpu.nvml_hang_sweeps": (0, 10_000),
     "site.timeout_s": (0, 600),
     "site.max_output_bytes": (1024, 16 * 1024 * 1024),
     "site.max_lines": (1, 10_000),

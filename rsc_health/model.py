@@ -74,6 +74,12 @@ DRAIN_KINDS = frozenset({ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, Actio
                          ActionKind.MANUAL_DRAIN})
 
 
+# Finding codes of a probe that did not answer (a mount's statvfs, NVML; collect.hangs): their
+# data name the probe and since when it hangs. The heartbeat and the textfile carry them, and
+# `healthctl status` names the nodes whose intervals of them are open.
+HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged"})
+
+
 # Every reason string rsc-health gives Slurm starts with this; only such drains are ever
 # resumed by rsc-health. A reason without it belongs to a person or to Slurm itself.
 REASON_PREFIX = "rsc_health:"

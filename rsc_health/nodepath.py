@@ -16,12 +16,14 @@ prolog and epilog).
 
 Exit codes: the prolog exits 1 on a drain verdict (after setting the specific reason) so slurmd
 drains the node and requeues the job elsewhere; otherwise 0, also when the checker itself is
-broken (a bad config, a held lock, a state dir it cannot write, a bug, a hang past the budget):
-a checker fault never fails a job. The one exception is a prolog that already holds a drain
-verdict when its own fault strikes (or finds its config broken with one pending that the
-mass-drain guard did not hold): it still exits 1, as the verdict asked, and keeps the verdict
-pending (why="fault"). The epilog and the sweep exit 0: Slurm needs only the actions
-they take. A healthy prolog, epilog or sweep makes no Slurm call.
+broken (a bad config, a state dir it cannot write, a bug, a hang past the budget): a checker
+fault never fails a job. The one exception is a prolog that already holds a drain verdict when
+its own fault strikes (or finds its config broken with one pending that the mass-drain guard
+did not hold): it still exits 1, as the verdict asked, and keeps the verdict pending
+(why="fault"). The epilog and the sweep exit 0: Slurm needs only the actions they take. A
+healthy prolog, epilog or sweep makes no Slurm call. A node lock still held after [slurm]
+lock_timeout_s (by a run stuck in the kernel) is not a reason to look away: the run judges
+read-only without it (a checker error `lock_held`) and acts on what it sees.
 
 Never forget: a drain verdict that could not be carried out (slurmctld away, or the mass-drain
 guard holding) is kept in `pending_verdict.json` and honoured by the next sweep or prolog.
@@ -54,7 +56,16 @@ from rsc_health.config import (
     state_dir,
 )
 from rsc_health.durable import remove, write_atomic
-from rsc_health.model import ActionKind, Finding, Level, Severity, Status, Verdict, utcnow
+from rsc_health.model import (
+    HUNG_CODES,
+    ActionKind,
+    Finding,
+    Level,
+    Severity,
+    Status,
+    Verdict,
+    utcnow,
+)
 from rsc_health.policy import decide
 
 LOCK_FILE = "node.lock"
@@ -105,15 +116,18 @@ def node_lock(sdir: Path, timeout_s: float):
     directory itself when the file was never made, is opened read-only. That run can neither
     spool nor advance its cursor (it says so), but it still looks and acts."""
     sdir.mkdir(parents=True, exist_ok=True)
+    # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
+    # programs a run executes (site checks, Slurm commands), and a probe forked without exec
+    # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
     try:
-        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         try:
-            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY)
+            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY)
+            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         log(f"state dir {sdir} refuses writes ({exc.strerror}): checking and acting, but "
             f"nothing can be spooled or remembered until it is writable")
     try:
@@ -248,12 +262,12 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     try:
         timeout = min(float(cfg.get("slurm.lock_timeout_s", 20)), budget / 3)
         with node_lock(sdir, timeout):
-            return _locked(ctx, run)
+            return _judge(ctx, run)
     except LockTimeout as exc:
-        note = {"prolog": "; letting the job run", "sweep": "; skipping this sweep"}.get(
-            stage.name, "")
-        log(f"{stage.name}: {exc}{note}")
-        return 0
+        # Whatever holds it (a run stuck in the kernel, a probe of an older release), the node
+        # is still judged: read-only, so the events stay for the lock's holder to consume.
+        log(f"{stage.name}: {exc}; judging without it (no cursor or baseline moved)")
+        return _judge(ctx, run, lock_held=str(exc))
 
 
 def _checker_fault(run: Progress, exc: BaseException) -> int:
@@ -380,7 +394,11 @@ def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     return 0
 
 
-def _locked(ctx: Context, run: Progress) -> int:
+def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
+    """Look, spool, remember, act. Under the node lock, or (lock_held: why it could not be
+    taken) without it: then read-only, as `healthctl check` is: the XID cursor and counter
+    baselines are not moved and no clean sweep counts towards a resume, but the kernel log, the
+    probes and the pending verdict are judged and acted on (an XID 79 still fails the job)."""
     from rsc_health import engine
 
     stage, cfg = ctx.stage, ctx.cfg
@@ -390,8 +408,11 @@ def _locked(ctx: Context, run: Progress) -> int:
     # Checks get at most half of what is left; Slurm calls get the rest.
     findings, commit = engine.run_deferred(
         cfg, ctx.root, only=set(families) if families else None,
-        budget_s=max(1.0, remaining * 0.5),
+        budget_s=max(1.0, remaining * 0.5), sweep=stage.name == "sweep",
     )
+    if lock_held:
+        findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,
+                                f"{lock_held}: judged without it, read-only", "lock_held"))
     run.step = "verdict"
     pending = load_pending(ctx.sdir)
     fresh = decide(findings)
@@ -406,7 +427,7 @@ def _locked(ctx: Context, run: Progress) -> int:
                               time.monotonic() - ctx.started))
     records, spool_bytes = _within_spool_cap(ctx, records)
     run.spooled = _spool(ctx.sdir, records)
-    if run.spooled:
+    if run.spooled and not lock_held:
         # Only now is it safe to consume the events: they are on disk. When the spool is not
         # writable the next run reads them again, under the same record ids.
         run.step = "state"
@@ -431,7 +452,7 @@ def _locked(ctx: Context, run: Progress) -> int:
             log(f"{stage.name}: mass-drain guard held {verdict.reason} "
                 f"{pending.holds} time(s); next try after {pending.retry_after:%H:%M:%S}Z")
     else:
-        code, still_pending = _act(ctx, verdict, pending)
+        code, still_pending = _act(ctx, verdict, pending, locked=not lock_held)
     run.acted = True
     run.step = "textfile"
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
@@ -512,8 +533,10 @@ def guard_retry_after(cfg: Config, holds: int, now: datetime,
     return now + timedelta(minutes=minutes * (0.5 + (rand or random.random)()))
 
 
-def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None) -> tuple[int, bool]:
-    """Carry out the verdict in Slurm; (exit code, verdict still pending)."""
+def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *,
+         locked: bool = True) -> tuple[int, bool]:
+    """Carry out the verdict in Slurm; (exit code, verdict still pending). A run without the
+    node lock carries out a drain, but its clean verdict does not count towards a resume."""
     stage, cfg = ctx.stage, ctx.cfg
     had_pending = pending is not None
     enabled = bool(cfg.get("actions.enabled", True))
@@ -525,7 +548,7 @@ def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None) -> tupl
         log(f"{stage.name}: shadow mode, would drain: {verdict.reason}")
         return 0, False
     if not verdict.drains:
-        if not (stage.counts_as_clean and verdict.level in (Level.OK, Level.WARN)):
+        if not (stage.counts_as_clean and locked and verdict.level in (Level.OK, Level.WARN)):
             return 0, had_pending
         if not _has_drain_state(ctx.sdir):
             # A clean sweep only talks to Slurm to count towards resuming a node we drained:
@@ -624,12 +647,21 @@ def _family_status(findings: list[Finding]) -> dict[str, str]:
     return {k: v.value for k, v in sorted(worst.items())}
 
 
+def _hung_probes(findings: list[Finding]) -> dict[str, str]:
+    """{probe: since when it hangs} for the probes this run found hung (collect.hangs)."""
+    return {str(f.data["probe"]): str(f.data["since"]) for f in findings
+            if f.code in HUNG_CODES and isinstance(f.data, dict)
+            and "probe" in f.data and "since" in f.data}
+
+
 def _heartbeat(stage: Stage, node: str, now, level: Level, findings: list[Finding],
                duration_s: float) -> dict:
+    hung = _hung_probes(findings)
     return spool.record(
         "heartbeat", node, now, source=stage.name, level=level.name.lower(),
         checker_errors=sum(f.status is Status.ERROR for f in findings),
         duration_s=round(duration_s, 3), families=_family_status(findings), version=VERSION,
+        **({"hung": hung} if hung else {}),
     )
 
 
@@ -662,6 +694,15 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
         for family, status in _family_status(findings).items():
             samples[f'rsc_health_family_status{{family="{lbl(family)}"}}'] = str(
                 STATUS_VALUE[status])
+        # This entry point's hung probes replace the ones it wrote before (one answered).
+        hung_key = f'rsc_health_probe_hung_since_seconds{{source="{stage.name}",probe='
+        previous = {k: v for k, v in previous.items() if not k.startswith(hung_key)}
+        for probe, since in _hung_probes(findings).items():
+            try:
+                samples[f'{hung_key}"{lbl(probe)}"}}'] = (
+                    f"{datetime.fromisoformat(since).timestamp():.0f}")
+            except ValueError:
+                continue
         merged = {**previous, **samples}
         text = _exposition(merged, node)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -682,6 +723,8 @@ HELP = {
     "rsc_health_checker_errors": "Findings the checker could not look at in the latest run.",
     "rsc_health_pending_drain": "1 while a drain verdict waits (Slurm away or the guard).",
     "rsc_health_spool_bytes": "Bytes in the node's spool not yet delivered to the historian.",
+    "rsc_health_probe_hung_since_seconds": "Since when (Unix time) a probe (a mount's statvfs, "
+                                           "NVML) has not answered, per probe still hanging.",
 }
 
 

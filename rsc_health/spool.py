@@ -12,8 +12,9 @@ Record kinds (every record has "kind", "id", "time" (ISO 8601, UTC) and "node"):
   job_end    job_id
   action     action (drain_now|drain_after_job|resume|requeue|requeue_refused|guard_tripped),
              reason, job_id
-  heartbeat  source, level, checker_errors, duration_s, families ({family: status}), version:
-             one per prolog/epilog/sweep run, so the historian knows the node is still looking
+  heartbeat  source, level, checker_errors, duration_s, families ({family: status}), version,
+             and hung ({probe: since}) while a probe hangs: one per prolog/epilog/sweep run,
+             so the historian knows the node is still looking
 
 Standard library only: the prolog imports this.
 """

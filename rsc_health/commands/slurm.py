@@ -339,12 +339,34 @@ def _freshness(ctx: click.Context, now) -> list[dict] | None:
             for f in rows if f.stale or f.broken]
 
 
+def _hung_probes(ctx: click.Context, now) -> list[dict] | None:
+    """Nodes whose probes keep hanging (a mount's statvfs, NVML), from the historian's open
+    intervals; None when no historian is configured or it cannot be read."""
+    if not ctx.obj.historian_configured:
+        return None
+    try:
+        from rsc_health.historian.db import connect
+        from rsc_health.historian.freshness import hung_probes, stale_after_s
+
+        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        try:
+            rows = hung_probes(engine, now, stale_after_s(ctx.obj.config))
+        finally:
+            engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
+        click.echo(f"warning: cannot read hung probes from the historian: {exc}", err=True)
+        return None
+    return [{"node": h.node, "probe": h.probe, "codes": list(h.codes),
+             "since": h.since.isoformat(), "last_seen": h.last_seen.isoformat()} for h in rows]
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Drained nodes by reason and age, the mass-drain guard per partition, and nodes whose
-    checks stopped or cannot look. Exits 1 when a guard holds or a node is not checking."""
+    """Drained nodes by reason and age, the mass-drain guard per partition, nodes whose
+    checks stopped or cannot look, and nodes whose probes keep hanging (a mount, NVML). Exits
+    1 when a guard holds, a node is not checking or a probe hangs."""
     from rsc_health.model import utcnow
     from rsc_health.slurm import SlurmError
 
@@ -354,8 +376,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
     except SlurmError as exc:
         _fail(exc)
     data["not_checking"] = _freshness(ctx, now)
+    data["probes_hung"] = _hung_probes(ctx, now)
     tripped = [g for g in data["guard"] if g["tripped"]]
-    problems = bool(tripped) or bool(data["not_checking"])
+    problems = bool(tripped) or bool(data["not_checking"]) or bool(data["probes_hung"])
     if as_json:
         click.echo(json.dumps(data, indent=2))
         if problems:
@@ -386,6 +409,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
                    else f"checker errors ({f['level']})")
             echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
                        f"{f['last_seen'] or 'never'}")
+    if data["probes_hung"]:
+        click.echo(f"probes hanging: {len(data['probes_hung'])}")
+        for h in data["probes_hung"]:
+            click.echo(f"  {h['node']:<16} {h['probe']} since {h['since']} "
+                       f"({', '.join(h['codes'])}; last seen {h['last_seen']})")
     if problems:
         sys.exit(1)
 

@@ -237,6 +237,39 @@ def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
         yield items[i : i + size]
 
 
+@dataclass(frozen=True, slots=True)
+class HungProbe:
+    node: str
+    probe: str  # the finding's component: a mount's path, or "nvml"
+    codes: tuple[str, ...]  # model.HUNG_CODES open for it (nvml_hung, then nvml_wedged too)
+    since: datetime  # naive UTC: when the earliest of them opened
+    last_seen: datetime
+
+
+def hung_probes(engine: Engine, now: datetime, stale_after_s: float) -> list[HungProbe]:
+    """Nodes whose probes keep hanging (a mount's statvfs, NVML): open intervals of a
+    model.HUNG_CODES finding that a run still saw within stale_after_s. A node behind the
+    mass-drain guard, or whose NVML is only a checker error yet, is named here. Reads the open
+    intervals only (the partial index ix_check_results_open)."""
+    from rsc_health.model import HUNG_CODES
+
+    if now.tzinfo is not None:
+        from datetime import UTC
+
+        now = now.astimezone(UTC).replace(tzinfo=None)
+    c = schema.check_results
+    q = (select(c.c.node, c.c.component, c.c.code, c.c.time, c.c.last_seen)
+         .where(c.c.is_open, c.c.code.in_(sorted(HUNG_CODES)),
+                c.c.last_seen >= now - timedelta(seconds=stale_after_s)))
+    found: dict[tuple[str, str], list] = {}
+    with engine.connect() as conn:
+        for node, component, code, began, seen in conn.execute(q):
+            codes, first, last = found.get((node, component), ((), began, seen))
+            found[(node, component)] = [(*codes, code), min(first, began), max(last, seen)]
+    return [HungProbe(node, probe, tuple(sorted(codes)), first, last)
+            for (node, probe), (codes, first, last) in sorted(found.items())]
+
+
 def stale_after_s(cfg) -> float:
     """[historian] stale_after_s of a Config: how old a node's newest run may be."""
     return float(cfg.get("historian.stale_after_s", STALE_AFTER_S))

@@ -39,8 +39,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "rates": ("period", "since", "until", "failures", "node_days", "r_f", "ci_low", "ci_high"),
     # Nodes out of service at as_of, from the historian (node events, rsc-health's own drains).
     "out_of_service": ("node", "state", "since", "age_hours", "reason", "source"),
-    # Nodes whose node-path runs stopped arriving, or whose checker cannot look.
-    "stale": ("node", "last_seen", "age_hours", "source", "level", "stopped", "broken"),
+    # Nodes whose node-path runs stopped arriving, whose checker cannot look, or whose probes
+    # keep hanging (hung: "PROBE since TIME; ...", "" for none).
+    "stale": ("node", "last_seen", "age_hours", "source", "level", "stopped", "broken", "hung"),
     # XID check intervals per GPU in the lemon window, most first.
     "xids": ("node", "gpu", "intervals", "codes", "last_seen"),
     # The newest row of each input, so a stopped ingest is obvious.

@@ -272,20 +272,25 @@ def pull_columns(lemons: pd.DataFrame, streak: dict[str, int], max_days: int,
 
 
 def stale_checks(engine: Engine, as_of: datetime, stale_after_s: float) -> pd.DataFrame:
-    """Nodes whose latest node-path run is older than stale_after_s, or whose checker could not
-    look, oldest first. node_freshness reads node_runs (one row per node and entry point)."""
-    from rsc_health.historian.freshness import node_freshness
+    """Nodes whose latest node-path run is older than stale_after_s, whose checker could not
+    look, or whose probes keep hanging (`hung`: which, since when), oldest first.
+    node_freshness reads node_runs (one row per node and entry point), hung_probes the open
+    check intervals of a hung probe."""
+    from rsc_health.historian.freshness import hung_probes, node_freshness
 
     if not _has_rows(engine, schema.node_runs):
         raise SectionEmpty("no node-path heartbeats in the historian yet (each prolog, epilog and "
                        "sweep spools one; healthctl spool flush delivers them), so nodes whose "
                        "checks stopped cannot be told from nodes never checked")
+    hung: dict[str, list[str]] = {}
+    for h in hung_probes(engine, as_of, stale_after_s):
+        hung.setdefault(h.node, []).append(f"{h.probe} since {h.since:%Y-%m-%d %H:%M}")
     rows = [
         {"node": f.node, "last_seen": f.last_seen, "age_hours": _hours(as_of, f.last_seen),
          "source": f.last_source, "level": f.last_level, "stopped": f.stale,
-         "broken": f.broken}
+         "broken": f.broken, "hung": "; ".join(hung.get(f.node, []))}
         for f in node_freshness(engine, as_of, stale_after_s)
-        if f.stale or f.broken
+        if f.stale or f.broken or f.node in hung
     ]
     if not rows:
         return empty_frame("stale")
