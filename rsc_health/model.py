@@ -68,10 +68,13 @@ class ActionKind(enum.StrEnum):
     LEMON_DRAIN = "lemon_drain"  # `healthctl lemons --apply`
     MANUAL_DRAIN = "manual_drain"  # `healthctl drain`
     WOULD_DRAIN = "would_drain"  # shadow mode ([actions] enabled = false): recorded, not done
+    QUALIFY_START = "qualify_start"  # into a root-only reservation, resumed there, job sent
+    QUALIFY_RELEASE = "qualify_release"  # a stored pass: reservation gone, back in service
+    QUALIFY_DRAIN = "qualify_drain"  # failed or proved nothing: drained, reservation gone
 
 
 DRAIN_KINDS = frozenset({ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, ActionKind.LEMON_DRAIN,
-                         ActionKind.MANUAL_DRAIN})
+                         ActionKind.MANUAL_DRAIN, ActionKind.QUALIFY_DRAIN})
 
 
 # Finding codes of a probe that did not answer (a mount's statvfs, NVML; collect.hangs): their

@@ -3,6 +3,8 @@
     healthctl qualify run --tier full      # on the node (the qualification job runs this)
     healthctl qualify baseline             # the fleet's own baseline, per GPU model and slot
     healthctl qualify show NODE            # a node's latest runs and each metric's judgement
+    healthctl qualify start NODES          # the Slurm flow: reserve, resume, job, release/drain
+    healthctl qualify cleanup              # what a flow cut short left: drained, reservation gone
 
 `run` exits 0 on a pass, 3 on a fail (drain), 4 when the run proved nothing (inconclusive:
 a tool missing, a timeout, too few peers and no baseline): never 0 without a judged pass.
@@ -184,3 +186,63 @@ def show(ctx, node, as_json) -> None:
             pct = f" p{x['percentile']:.0f}" if x["percentile"] is not None else ""
             echo(f"    {x['status']:12s} {x['metric']}{idx} = {x['value']:.6g} {x['unit']}"
                  f"{pct} ({x['basis']}, {x['peers']} peers)")
+
+
+def _flow_parts(ctx):
+    from rsc_health.qualify.flow import HistorianSide
+    from rsc_health.slurm import from_config
+
+    injected = getattr(ctx.obj, "slurm", None)
+    return (injected or from_config(ctx.obj.config)), HistorianSide(_engine(ctx))
+
+
+@qualify.command("start")
+@click.argument("nodes")
+@click.option("--tier", type=click.Choice(["lite", "full", "deep"]), default="full",
+              show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=None,
+              help="Seconds to wait for each node's result ([qualify] flow_timeout_s).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def start(ctx, nodes, tier, timeout_s, as_json) -> None:
+    """Qualify NODES (a hostlist of nodes rsc-health drained) in Slurm, one after another."""
+    from rsc_health.hostlist import HostlistError, expand
+    from rsc_health.qualify.flow import Flow
+
+    cfg = ctx.obj.config
+    try:
+        names = expand(nodes)
+    except HostlistError as exc:
+        raise click.ClickException(f"NODES: {exc}") from exc
+    slurm, history = _flow_parts(ctx)
+    flow = Flow(slurm, history, command=list(cfg.get("qualify.node_command")), tier=tier,
+                timeout_s=timeout_s or float(cfg.get("qualify.flow_timeout_s")),
+                enabled=bool(cfg.get("actions.enabled")))
+    results = []
+    for name in names:
+        r = flow.run(name)
+        results.append(r)
+        if not as_json:
+            echo(f"{name}: {r.result}" + (f" ({r.detail[:300]})" if r.detail else "")
+                 + (f" [{', '.join(r.actions)}]" if r.actions else ""))
+    if as_json:
+        click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
+    ctx.exit(0 if all(r.result in ("pass", "would_qualify") for r in results) else 1)
+
+
+@qualify.command("cleanup")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def cleanup_cmd(ctx, as_json) -> None:
+    """Drain the node of every reservation a qualification flow left, and remove it."""
+    from rsc_health.qualify.flow import cleanup
+
+    if not ctx.obj.config.get("actions.enabled"):
+        echo("shadow mode ([actions] enabled = false): nothing touched")
+        return
+    slurm, history = _flow_parts(ctx)
+    results = cleanup(slurm, history)
+    if as_json:
+        click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
+    for r in results if not as_json else ():
+        echo(f"{r.node}: {r.result} ({r.detail})")
