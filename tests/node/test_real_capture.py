@@ -39,3 +39,28 @@ def test_real_nvml_answers_parse_with_not_supported_fields_as_absent_not_faults(
     assert gpu.field_errors == {}
     assert gpu.answers["retired_pages"]["pending"] == {"error": "NVML_ERROR_NOT_SUPPORTED"}
     assert gpu.answers["nvlink"] == []
+
+
+def test_the_real_h200_qualification_runs_judge_a_5_percent_slower_gpu_a_fail():
+    """The product's own qualification suite on the real H200 (qualify/): six gpu-burn runs,
+    none inconclusive for want of a tool, judged against each other; the same judge fails a GPU
+    5% slower than them and passes each of them against the other five."""
+    from rsc_health.qualify import Metric
+    from rsc_health.qualify.judge import FAIL, PASS, Rules, judge
+
+    runs = [json.loads(p.read_text())
+            for p in sorted((CAPTURE / "qualify").glob("qualify-*-h200-*.json"))]
+    full = [r for r in runs if r["tier"] == "full"]
+    assert all(r["verdict"] == "inconclusive" for r in full)  # no dcgmi, one NCCL rank
+    assert all("tool not found" in r["reason"] and "one rank" in r["reason"] for r in full)
+    values = [x["value"] for r in runs for x in r["results"]
+              if x["metric"] == "gpu-burn/fp32_tc_flops"]
+    assert len(values) == 6
+    rules = Rules(min_peers=5)
+    for i, v in enumerate(values):
+        others = values[:i] + values[i + 1:]
+        assert judge(Metric("gpu-burn/fp32_tc_flops", v, "GFLOP/s"), others,
+                     rules=rules).status == PASS
+    slow = min(values) * 0.95
+    assert judge(Metric("gpu-burn/fp32_tc_flops", slow, "GFLOP/s"), values,
+                 rules=rules).status == FAIL
