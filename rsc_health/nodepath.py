@@ -35,6 +35,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -55,7 +56,7 @@ from rsc_health.config import (
     resolve_node_config,
     state_dir,
 )
-from rsc_health.durable import remove, write_atomic
+from rsc_health.durable import open_regular, remove, write_atomic
 from rsc_health.model import (
     HUNG_CODES,
     ActionKind,
@@ -115,12 +116,14 @@ def node_lock(sdir: Path, timeout_s: float):
     must not blind the node path: flock needs no write access, so the lock file, or the
     directory itself when the file was never made, is opened read-only. That run can neither
     spool nor advance its cursor (it says so), but it still looks and acts."""
-    sdir.mkdir(parents=True, exist_ok=True)
+    _own_state_dir(sdir)
     # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
     # programs a run executes (site checks, Slurm commands), and a probe forked without exec
     # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
+    # O_NOFOLLOW: a symlink planted at its name is not followed (nor created through).
     try:
-        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
@@ -143,6 +146,27 @@ def node_lock(sdir: Path, timeout_s: float):
         yield
     finally:
         os.close(fd)
+
+
+STATE_DIR_MODE = 0o755
+
+
+def _own_state_dir(sdir: Path) -> None:
+    """The state dir, made 0755 whatever the umask. One that others may write (made 0777 by an
+    older version under umask 000) is ours to mend: anyone could plant a pending verdict,
+    a drain record or a symlink in it, and write_atomic refuses it (durable.DIRECTORY_RULE)."""
+    from rsc_health.durable import make_dirs, unsafe_directory
+
+    make_dirs(sdir, STATE_DIR_MODE)
+    for directory, mode in ((sdir, STATE_DIR_MODE), (sdir / "spool", spool.SPOOL_DIR_MODE)):
+        try:
+            st = directory.lstat()
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and unsafe_directory(st):
+                os.chmod(directory, mode)
+                log(f"{directory} was writable by group or others (mode "
+                    f"{stat.S_IMODE(st.st_mode):o}): made {mode:o}")
+        except OSError:
+            pass  # a read-only state dir: node_lock says so
 
 
 # ---- the stages -----------------------------------------------------------------------------
@@ -672,7 +696,9 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
                     findings: list[Finding], duration_s: float, *, pending: bool,
                     spool_bytes: int | None = None) -> None:
     """node_exporter textfile collector: the latest run per entry point, written atomically
-    (tmp + rename) so a scrape never reads half a file. Earlier stages' lines are kept."""
+    (durable.write_atomic: a scrape never reads half a file, nothing planted in the directory
+    is followed, a directory others may write without the sticky bit is refused). Earlier
+    stages' lines are kept."""
     directory = str(cfg.get("node.textfile_dir", "") or "")
     if not directory:
         return
@@ -704,11 +730,7 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
             except ValueError:
                 continue
         merged = {**previous, **samples}
-        text = _exposition(merged, node)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{TEXTFILE}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_atomic(path, _exposition(merged, node), sync_dir=False)
     except OSError as exc:
         log(f"cannot write the textfile {path}: {exc}")
 
@@ -745,8 +767,13 @@ def _exposition(samples: dict[str, str], node: str) -> str:
 
 
 def _read_samples(path: Path) -> dict[str, str]:
+    """The previous textfile's samples, if it is a file of ours (a symlink planted at its name
+    is not followed, a FIFO not waited on, a file someone else made not believed)."""
     try:
-        text = read_bounded(path, 1 << 20).decode("utf-8", "replace")
+        with open(open_regular(path), "rb") as fh:
+            if os.fstat(fh.fileno()).st_uid != os.geteuid():
+                return {}
+            text = fh.read(1 << 20).decode("utf-8", "replace")
     except OSError:
         return {}
     out = {}
