@@ -303,10 +303,18 @@ def _checker_fault(run: Progress, exc: BaseException) -> int:
     code = run.safe_exit()
     detail = f"{type(exc).__name__}: {exc}"[:300]
     _keep_unacted_verdict(run)
-    unspooled = _spool_fault(run, _fault(run, "checker_fault",
-                                         f"checker fault during {run.step}: {detail}"))
+    finding = _fault(run, "checker_fault", f"checker fault during {run.step}: {detail}")
+    unspooled = _spool_fault(run, finding)
     log(f"{run.stage.name}: checker fault during {run.step}{where}: {detail}; exiting {code}"
         + (f" (not spooled: {unspooled})" if unspooled else ""))
+    if run.cfg is not None and run.node is not None and run.step != "textfile":
+        # Said in the textfile too: else it goes on showing the last good run's verdict.
+        try:
+            _write_textfile(run.cfg, node_root(), run.node, run.stage, Level.CHECKER_ERROR,
+                            [finding], time.monotonic() - run.started,
+                            pending=run.unacted_drain, families=set())
+        except Exception:  # noqa: BLE001 - already said in the log and the spool
+            pass
     return code
 
 
@@ -406,7 +414,8 @@ def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     pending = load_pending(run.sdir) if stage.name == "prolog" else None
     held = pending is not None and pending.verdict.drains and pending.why != "guard"
     _write_textfile(defaults, root, run.node, stage, Level.CHECKER_ERROR, [finding],
-                    time.monotonic() - run.started, pending=held)
+                    time.monotonic() - run.started, pending=held, families=set(),
+                    spool_bytes=spool.size_bytes(run.sdir / "spool"))
     if held:
         # A drain verdict from before the config broke (Slurm was away, or a fault struck):
         # a working config would fail this job start, so does a broken one. One held back by
@@ -481,7 +490,7 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     run.step = "textfile"
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                     time.monotonic() - ctx.started, pending=still_pending,
-                    spool_bytes=spool_bytes)
+                    spool_bytes=spool_bytes, families=set(families) if families else None)
     return code
 
 
@@ -694,19 +703,23 @@ STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 
 def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Level,
                     findings: list[Finding], duration_s: float, *, pending: bool,
-                    spool_bytes: int | None = None) -> None:
+                    spool_bytes: int | None = None, families: set[str] | None = None) -> None:
     """node_exporter textfile collector: the latest run per entry point, written atomically
     (durable.write_atomic: a scrape never reads half a file, nothing planted in the directory
-    is followed, a directory others may write without the sticky bit is refused). Earlier
-    stages' lines are kept."""
+    is followed, a directory others may write without the sticky bit is refused).
+
+    Every line is this run's or still the latest word: each entry point's own lines come from
+    its latest run, and a check family's line from the latest run that looked at it
+    (`families`, None for all of them; one it looked at and heard nothing from is dropped).
+    Checker errors (family "checker") are said by every run: 3, or 0 once they are gone."""
     directory = str(cfg.get("node.textfile_dir", "") or "")
     if not directory:
         return
     path = root / directory.lstrip("/") / TEXTFILE
     try:
-        previous = _read_samples(path)
+        from rsc_health.collect.node import FAMILIES
+
         now = time.time()
-        lbl = _label
         samples = {
             f'rsc_health_last_run_timestamp_seconds{{source="{stage.name}"}}': f"{now:.3f}",
             f'rsc_health_run_duration_seconds{{source="{stage.name}"}}': f"{duration_s:.3f}",
@@ -717,20 +730,21 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
         samples["rsc_health_pending_drain"] = "1" if pending else "0"
         if spool_bytes is not None:
             samples["rsc_health_spool_bytes"] = str(spool_bytes)
-        for family, status in _family_status(findings).items():
-            samples[f'rsc_health_family_status{{family="{lbl(family)}"}}'] = str(
-                STATUS_VALUE[status])
-        # This entry point's hung probes replace the ones it wrote before (one answered).
+        for family, status in {"checker": "ok", **_family_status(findings)}.items():
+            samples[_family_key(family)] = str(STATUS_VALUE[status])
         hung_key = f'rsc_health_probe_hung_since_seconds{{source="{stage.name}",probe='
-        previous = {k: v for k, v in previous.items() if not k.startswith(hung_key)}
         for probe, since in _hung_probes(findings).items():
             try:
-                samples[f'{hung_key}"{lbl(probe)}"}}'] = (
+                samples[f'{hung_key}"{_label(probe)}"}}'] = (
                     f"{datetime.fromisoformat(since).timestamp():.0f}")
             except ValueError:
                 continue
-        merged = {**previous, **samples}
-        write_atomic(path, _exposition(merged, node), sync_dir=False)
+        unlooked = set() if families is None else set(FAMILIES) - families
+        still = {_family_key(f) for f in unlooked}
+        others = tuple(f'source="{other}"' for other in STAGES if other != stage.name)
+        kept = {k: v for k, v in _read_samples(path).items()
+                if k in still or k.partition("{")[2].startswith(others)}
+        write_atomic(path, _exposition({**kept, **samples}, node), sync_dir=False)
     except OSError as exc:
         log(f"cannot write the textfile {path}: {exc}")
 
@@ -748,6 +762,10 @@ HELP = {
     "rsc_health_probe_hung_since_seconds": "Since when (Unix time) a probe (a mount's statvfs, "
                                            "NVML) has not answered, per probe still hanging.",
 }
+
+
+def _family_key(family: str) -> str:
+    return f'rsc_health_family_status{{family="{_label(family)}"}}'
 
 
 def _label(value: str) -> str:
