@@ -50,6 +50,7 @@ from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import (
     Config,
     ConfigError,
+    fallback_config,
     load_config,
     node_name,
     node_root,
@@ -399,13 +400,15 @@ class Watchdog:
 def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     """The checker cannot look: say so loudly (stderr, syslog, spool, textfile), let the job
     run, unless a drain verdict from before is pending (see the module's exit codes). The
-    packaged defaults still say where the spool and that verdict are."""
+    packaged defaults still say where the spool and that verdict are; the textfile goes where
+    the last good config put it (config.fallback_config)."""
     stage = run.stage
-    log(f"{stage.name}: bad config: {exc}")
     try:
-        defaults = load_config(os.devnull)
+        defaults, which = fallback_config(root)
     except ConfigError:
+        log(f"{stage.name}: bad config: {exc}")
         return 0
+    log(f"{stage.name}: bad config: {exc} (spool and textfile where {which} say)")
     run.node, run.sdir = node_name(defaults), state_dir(defaults, root)
     finding = _fault(run, "config_error", f"bad config: {exc}")
     unspooled = _spool_fault(run, finding)
@@ -491,7 +494,18 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                     time.monotonic() - ctx.started, pending=still_pending,
                     spool_bytes=spool_bytes, families=set(families) if families else None)
+    _remember_config(cfg, ctx.sdir)
     return code
+
+
+def _remember_config(cfg: Config, sdir: Path) -> None:
+    """What a broken config push falls back on (config.fallback_config)."""
+    from rsc_health.config import remember_good
+
+    try:
+        remember_good(cfg, sdir)
+    except OSError as exc:
+        log(f"cannot remember the config's textfile dir and historian ({exc})")
 
 
 def _job_records(ctx: Context, now) -> list[dict]:

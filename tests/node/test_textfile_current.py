@@ -1,17 +1,26 @@
-"""The textfile never keeps a stale line (issue 21, "Loud, then stale").
+"""The textfile never keeps a stale line, and a broken config push is still said and still
+flushed (issue 21, "Loud, then stale").
 
 Each entry point's lines come from its latest run and each check family's from the latest run
-that looked at it; checker errors are said by every run (3, then 0 once gone), faults included.
+that looked at it; checker errors are said by every run (3, then 0 once gone), faults and
+broken configs included. A config that does not load falls back on what the last good one
+said (its textfile directory, its historian) for the textfile and for `spool flush`.
 """
 
 from __future__ import annotations
 
+import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from rsc_health import nodepath
 from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -74,3 +83,58 @@ def test_a_checker_fault_is_said_in_the_textfile_and_cleared_by_the_next_good_ru
     samples = _samples(node_env)
     assert samples['rsc_health_verdict_level{source="sweep"}'] == "0"
     assert samples['rsc_health_family_status{family="checker"}'] == "0"
+
+
+def test_a_broken_config_push_is_said_in_the_textfile_and_cleared_once_fixed(node_env):
+    """On main the broken run took its textfile_dir from the packaged defaults (none): the
+    textfile kept saying the last good run's 0 while the node could not look."""
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    good = site.read_text()
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+    assert _samples(node_env)['rsc_health_verdict_level{source="sweep"}'] == "0"
+
+    site.write_text(good + "\n[actions]\nenabeld = false\n")
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+    samples = _samples(node_env)
+    assert samples['rsc_health_verdict_level{source="sweep"}'] == "4"
+    assert samples['rsc_health_family_status{family="checker"}'] == "3"
+    assert samples['rsc_health_family_status{family="gpu"}'] == "0"  # its latest word, kept
+
+    site.write_text(good)
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+    samples = _samples(node_env)
+    assert samples['rsc_health_verdict_level{source="sweep"}'] == "0"
+    assert samples['rsc_health_family_status{family="checker"}'] == "0"
+
+
+def test_spool_flush_with_a_broken_config_delivers_with_the_last_good_historian(
+        node_env, tmp_path):
+    """A broken config push: the node spools its config_error, and its flush (the historian
+    URL in the config) still delivers it. On main `spool flush` failed on the same file."""
+    from sqlalchemy import create_engine, select
+
+    from rsc_health.historian import schema
+
+    db = tmp_path / "history.db"
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    good = site.read_text() + f'\n[historian]\nurl = "sqlite:///{db}"\n'
+    site.write_text(good)
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+    remembered = node_env / NODE_STATE / "last_good_config.json"
+    site.write_text(good + "\n[actions]\nenabeld = false\n")
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+
+    done = subprocess.run(  # what the node's rsc-health-flush.service runs
+        [sys.executable, "-m", "rsc_health.cli", "spool", "flush"],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert "enabeld" in done.stderr and "flushing with the last good config" in done.stderr
+    engine = create_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        codes = set(conn.execute(select(schema.check_results.c.code)).scalars())
+    engine.dispose()
+    assert "config_error" in codes
+    assert stat.S_IMODE(remembered.stat().st_mode) == 0o600  # the URL may hold a password
+
+
