@@ -124,6 +124,19 @@ def unsafe_directory(st: os.stat_result) -> str:
     return ""
 
 
+def _judge(st: os.stat_result, directory: Path) -> None:
+    why = unsafe_directory(st)
+    if why:
+        raise UnsafeDirectory(f"{directory} is {why}: refused ({DIRECTORY_RULE})")
+
+
+def ready_dir(path: Path) -> None:
+    """`path` made if missing (make_dirs) and judged by DIRECTORY_RULE now, before work that
+    would be lost at the first write (UnsafeDirectory)."""
+    make_dirs(path)
+    _judge(os.stat(path), path)
+
+
 def make_dirs(path: Path, mode: int = 0o755) -> None:
     """`path` made with exactly `mode` and its missing parents 0755, whatever the umask (under
     umask 000 mkdir's own mode would give 0777). Existing directories are left as they are."""
@@ -167,10 +180,7 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644,
     make_dirs(path.parent)
     dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        why = unsafe_directory(os.fstat(dfd))
-        if why:
-            raise UnsafeDirectory(errno.EPERM, f"{path.parent} is {why}: refused "
-                                  f"({DIRECTORY_RULE})", str(path))
+        _judge(os.fstat(dfd), path.parent)
         fd, tmp = _create_unique(dfd, path.name, mode)
         try:
             try:
