@@ -35,6 +35,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -49,13 +50,14 @@ from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import (
     Config,
     ConfigError,
+    fallback_config,
     load_config,
     node_name,
     node_root,
     resolve_node_config,
     state_dir,
 )
-from rsc_health.durable import remove, write_atomic
+from rsc_health.durable import open_regular, remove, write_atomic
 from rsc_health.model import (
     HUNG_CODES,
     ActionKind,
@@ -115,12 +117,14 @@ def node_lock(sdir: Path, timeout_s: float):
     must not blind the node path: flock needs no write access, so the lock file, or the
     directory itself when the file was never made, is opened read-only. That run can neither
     spool nor advance its cursor (it says so), but it still looks and acts."""
-    sdir.mkdir(parents=True, exist_ok=True)
+    _own_state_dir(sdir)
     # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
     # programs a run executes (site checks, Slurm commands), and a probe forked without exec
     # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
+    # O_NOFOLLOW: a symlink planted at its name is not followed (nor created through).
     try:
-        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
@@ -143,6 +147,27 @@ def node_lock(sdir: Path, timeout_s: float):
         yield
     finally:
         os.close(fd)
+
+
+STATE_DIR_MODE = 0o755
+
+
+def _own_state_dir(sdir: Path) -> None:
+    """The state dir, made 0755 whatever the umask. One that others may write (made 0777 by an
+    older version under umask 000) is ours to mend: anyone could plant a pending verdict,
+    a drain record or a symlink in it, and write_atomic refuses it (durable.DIRECTORY_RULE)."""
+    from rsc_health.durable import make_dirs, unsafe_directory
+
+    make_dirs(sdir, STATE_DIR_MODE)
+    for directory, mode in ((sdir, STATE_DIR_MODE), (sdir / "spool", spool.SPOOL_DIR_MODE)):
+        try:
+            st = directory.lstat()
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and unsafe_directory(st):
+                os.chmod(directory, mode)
+                log(f"{directory} was writable by group or others (mode "
+                    f"{stat.S_IMODE(st.st_mode):o}): made {mode:o}")
+        except OSError:
+            pass  # a read-only state dir: node_lock says so
 
 
 # ---- the stages -----------------------------------------------------------------------------
@@ -279,10 +304,18 @@ def _checker_fault(run: Progress, exc: BaseException) -> int:
     code = run.safe_exit()
     detail = f"{type(exc).__name__}: {exc}"[:300]
     _keep_unacted_verdict(run)
-    unspooled = _spool_fault(run, _fault(run, "checker_fault",
-                                         f"checker fault during {run.step}: {detail}"))
+    finding = _fault(run, "checker_fault", f"checker fault during {run.step}: {detail}")
+    unspooled = _spool_fault(run, finding)
     log(f"{run.stage.name}: checker fault during {run.step}{where}: {detail}; exiting {code}"
         + (f" (not spooled: {unspooled})" if unspooled else ""))
+    if run.cfg is not None and run.node is not None and run.step != "textfile":
+        # Said in the textfile too: else it goes on showing the last good run's verdict.
+        try:
+            _write_textfile(run.cfg, node_root(), run.node, run.stage, Level.CHECKER_ERROR,
+                            [finding], time.monotonic() - run.started,
+                            pending=run.unacted_drain, families=set())
+        except Exception:  # noqa: BLE001 - already said in the log and the spool
+            pass
     return code
 
 
@@ -367,13 +400,15 @@ class Watchdog:
 def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     """The checker cannot look: say so loudly (stderr, syslog, spool, textfile), let the job
     run, unless a drain verdict from before is pending (see the module's exit codes). The
-    packaged defaults still say where the spool and that verdict are."""
+    packaged defaults still say where the spool and that verdict are; the textfile goes where
+    the last good config put it (config.fallback_config)."""
     stage = run.stage
-    log(f"{stage.name}: bad config: {exc}")
     try:
-        defaults = load_config(os.devnull)
+        defaults, which = fallback_config(root)
     except ConfigError:
+        log(f"{stage.name}: bad config: {exc}")
         return 0
+    log(f"{stage.name}: bad config: {exc} (spool and textfile where {which} say)")
     run.node, run.sdir = node_name(defaults), state_dir(defaults, root)
     finding = _fault(run, "config_error", f"bad config: {exc}")
     unspooled = _spool_fault(run, finding)
@@ -382,7 +417,8 @@ def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     pending = load_pending(run.sdir) if stage.name == "prolog" else None
     held = pending is not None and pending.verdict.drains and pending.why != "guard"
     _write_textfile(defaults, root, run.node, stage, Level.CHECKER_ERROR, [finding],
-                    time.monotonic() - run.started, pending=held)
+                    time.monotonic() - run.started, pending=held, families=set(),
+                    spool_bytes=spool.size_bytes(run.sdir / "spool"))
     if held:
         # A drain verdict from before the config broke (Slurm was away, or a fault struck):
         # a working config would fail this job start, so does a broken one. One held back by
@@ -457,8 +493,19 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     run.step = "textfile"
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                     time.monotonic() - ctx.started, pending=still_pending,
-                    spool_bytes=spool_bytes)
+                    spool_bytes=spool_bytes, families=set(families) if families else None)
+    _remember_config(cfg, ctx.sdir)
     return code
+
+
+def _remember_config(cfg: Config, sdir: Path) -> None:
+    """What a broken config push falls back on (config.fallback_config)."""
+    from rsc_health.config import remember_good
+
+    try:
+        remember_good(cfg, sdir)
+    except OSError as exc:
+        log(f"cannot remember the config's textfile dir and historian ({exc})")
 
 
 def _job_records(ctx: Context, now) -> list[dict]:
@@ -670,17 +717,23 @@ STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 
 def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Level,
                     findings: list[Finding], duration_s: float, *, pending: bool,
-                    spool_bytes: int | None = None) -> None:
+                    spool_bytes: int | None = None, families: set[str] | None = None) -> None:
     """node_exporter textfile collector: the latest run per entry point, written atomically
-    (tmp + rename) so a scrape never reads half a file. Earlier stages' lines are kept."""
+    (durable.write_atomic: a scrape never reads half a file, nothing planted in the directory
+    is followed, a directory others may write without the sticky bit is refused).
+
+    Every line is this run's or still the latest word: each entry point's own lines come from
+    its latest run, and a check family's line from the latest run that looked at it
+    (`families`, None for all of them; one it looked at and heard nothing from is dropped).
+    Checker errors (family "checker") are said by every run: 3, or 0 once they are gone."""
     directory = str(cfg.get("node.textfile_dir", "") or "")
     if not directory:
         return
     path = root / directory.lstrip("/") / TEXTFILE
     try:
-        previous = _read_samples(path)
+        from rsc_health.collect.node import FAMILIES
+
         now = time.time()
-        lbl = _label
         samples = {
             f'rsc_health_last_run_timestamp_seconds{{source="{stage.name}"}}': f"{now:.3f}",
             f'rsc_health_run_duration_seconds{{source="{stage.name}"}}': f"{duration_s:.3f}",
@@ -691,24 +744,21 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
         samples["rsc_health_pending_drain"] = "1" if pending else "0"
         if spool_bytes is not None:
             samples["rsc_health_spool_bytes"] = str(spool_bytes)
-        for family, status in _family_status(findings).items():
-            samples[f'rsc_health_family_status{{family="{lbl(family)}"}}'] = str(
-                STATUS_VALUE[status])
-        # This entry point's hung probes replace the ones it wrote before (one answered).
+        for family, status in {"checker": "ok", **_family_status(findings)}.items():
+            samples[_family_key(family)] = str(STATUS_VALUE[status])
         hung_key = f'rsc_health_probe_hung_since_seconds{{source="{stage.name}",probe='
-        previous = {k: v for k, v in previous.items() if not k.startswith(hung_key)}
         for probe, since in _hung_probes(findings).items():
             try:
-                samples[f'{hung_key}"{lbl(probe)}"}}'] = (
+                samples[f'{hung_key}"{_label(probe)}"}}'] = (
                     f"{datetime.fromisoformat(since).timestamp():.0f}")
             except ValueError:
                 continue
-        merged = {**previous, **samples}
-        text = _exposition(merged, node)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{TEXTFILE}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        unlooked = set() if families is None else set(FAMILIES) - families
+        still = {_family_key(f) for f in unlooked}
+        others = tuple(f'source="{other}"' for other in STAGES if other != stage.name)
+        kept = {k: v for k, v in _read_samples(path).items()
+                if k in still or k.partition("{")[2].startswith(others)}
+        write_atomic(path, _exposition({**kept, **samples}, node), sync_dir=False)
     except OSError as exc:
         log(f"cannot write the textfile {path}: {exc}")
 
@@ -728,6 +778,10 @@ HELP = {
 }
 
 
+def _family_key(family: str) -> str:
+    return f'rsc_health_family_status{{family="{_label(family)}"}}'
+
+
 def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
@@ -745,8 +799,13 @@ def _exposition(samples: dict[str, str], node: str) -> str:
 
 
 def _read_samples(path: Path) -> dict[str, str]:
+    """The previous textfile's samples, if it is a file of ours (a symlink planted at its name
+    is not followed, a FIFO not waited on, a file someone else made not believed)."""
     try:
-        text = read_bounded(path, 1 << 20).decode("utf-8", "replace")
+        with open(open_regular(path), "rb") as fh:
+            if os.fstat(fh.fileno()).st_uid != os.geteuid():
+                return {}
+            text = fh.read(1 << 20).decode("utf-8", "replace")
     except OSError:
         return {}
     out = {}

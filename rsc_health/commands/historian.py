@@ -409,7 +409,8 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
     from rsc_health import spool as spool_mod
     from rsc_health.historian.ingest import delivery
 
-    spool_dir = Path(directory) if directory else state_dir(ctx.obj.config, ctx.obj.root) / "spool"
+    cfg = _flush_config(ctx)
+    spool_dir = Path(directory) if directory else state_dir(cfg, ctx.obj.root) / "spool"
     if not spool_dir.is_dir():
         raise click.ClickException(f"no spool directory {spool_dir}")
     try:
@@ -432,6 +433,21 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
     click.echo(report.summary())
     for batch, bad in report.quarantined[:MAX_BAD_SHOWN]:
         echo(f"  quarantined {batch} {bad}", err=True)
+
+
+def _flush_config(ctx: click.Context):
+    """The config a node's flush runs with. A broken one (a bad push) must not keep the spool
+    that says so from the historian: the flush goes on with the last good config's settings
+    (its historian URL), or the packaged defaults, and says so."""
+    from rsc_health.config import fallback_config
+
+    try:
+        return ctx.obj.config
+    except click.ClickException as exc:
+        cfg, which = fallback_config(ctx.obj.root)
+        click.echo(f"warning: {exc.message}; flushing with {which}", err=True)
+        ctx.obj._config = cfg  # database_url reads [historian] url from it
+        return cfg
 
 
 # -- attribution ------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from rsc_health.durable import make_dirs, write_atomic
 from rsc_health.report import morning, plots
 from rsc_health.report.data import ReportData
 from rsc_health.terminal import shown
@@ -324,7 +325,7 @@ def write_report(
     the one already in `out`, read before it is replaced)."""
     data.validate()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     json_path = out / REPORT_JSON
     prior = load_previous(previous if previous is not None else json_path)
 
@@ -357,10 +358,12 @@ def write_report(
         notes=data.notes,
         summary=summary,
     )
+    # Every file through durable.write_atomic: the report directory may be one a group
+    # shares, and nothing planted in it is followed.
     html_path = out / REPORT_HTML
-    html_path.write_text(html, encoding="utf-8")
+    write_atomic(html_path, html, sync_dir=False)
     summary_path = out / SUMMARY_TXT
-    summary_path.write_text(summary, encoding="utf-8")
+    write_atomic(summary_path, summary, sync_dir=False)
     document = {
         "format": JSON_FORMAT,
         "as_of": data.as_of.isoformat(sep=" ", timespec="seconds"),
@@ -385,8 +388,6 @@ def write_report(
         "notes": data.notes,
         "timings_s": data.timings,
     }
-    # Write to a temp name then rename: a crash mid-write must not destroy tomorrow's baseline.
-    tmp = json_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(json_path)
+    # Written whole or not at all: a crash mid-write must not destroy tomorrow's baseline.
+    write_atomic(json_path, json.dumps(document, indent=2, default=str) + "\n")
     return Written(html_path, summary_path, json_path, figures, changes)
