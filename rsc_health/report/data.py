@@ -46,6 +46,9 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "xids": ("node", "gpu", "intervals", "codes", "last_seen"),
     # The newest row of each input, so a stopped ingest is obvious.
     "freshness": ("input", "newest", "age_hours", "stale", "note"),
+    # Qualification runs of the last day (rsc_health/qualify), newest first: passed, failed and
+    # why, or inconclusive and why.
+    "qualified": ("node", "tier", "verdict", "ended", "reason", "job_id"),
 }
 
 # The paper's seven signals (Fig. 11), in the paper's order.
@@ -94,6 +97,7 @@ class ReportData:
     stale: pd.DataFrame = _frame("stale")
     xids: pd.DataFrame = _frame("xids")
     freshness: pd.DataFrame = _frame("freshness")
+    qualified: pd.DataFrame = _frame("qualified")
     # The mass-drain guard's state: {"state": "armed|tripped|...", "detail": "..."}.
     guard: dict[str, Any] = field(default_factory=dict)
     # Why a section is empty when it is (e.g. "metrics module unavailable"): section -> text.

@@ -394,3 +394,15 @@ def format_age(hours: float) -> str:
     if hours < 48:
         return f"{hours:.1f} h"
     return f"{hours / 24:.1f} d"
+
+
+def qualified(engine: Engine, as_of: datetime, hours: float = 24) -> pd.DataFrame:
+    """Qualification runs that ended in the `hours` before as_of, newest first."""
+    from rsc_health.historian.schema import qualify_runs as r
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(r.c.node, r.c.tier, r.c.verdict, r.c.ended, r.c.reason, r.c.job_id)
+            .where(r.c.ended > as_of - timedelta(hours=hours), r.c.ended <= as_of)
+            .order_by(r.c.ended.desc())).all()
+    return pd.DataFrame(rows, columns=["node", "tier", "verdict", "ended", "reason", "job_id"])

@@ -339,7 +339,7 @@ def write_report(
     head = headline(data, lemons, changes)
     summary = summary_text(data, lemons, changes, actions, head)
     sections = {name: section_rows(getattr(data, name))
-                for name in ("out_of_service", "stale", "xids", "freshness")}
+                for name in ("out_of_service", "stale", "xids", "freshness", "qualified")}
     html = _environment().get_template("report.html").render(
         as_of=data.as_of.strftime("%Y-%m-%d %H:%M"),
         window_days=data.window_days,
