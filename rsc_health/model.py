@@ -73,6 +73,10 @@ class ActionKind(enum.StrEnum):
     QUALIFY_DRAIN = "qualify_drain"  # failed or proved nothing: drained, reservation gone
 
 
+# The node_actions word lemon drains were recorded with before ActionKind existed: historians
+# keep such rows, and a node resumed after one is back from a lemon repair all the same.
+LEGACY_LEMON_DRAIN = "drain"
+
 DRAIN_KINDS = frozenset({ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, ActionKind.LEMON_DRAIN,
                          ActionKind.MANUAL_DRAIN, ActionKind.QUALIFY_DRAIN})
 
