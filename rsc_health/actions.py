@@ -176,10 +176,14 @@ class Actor:
         kind = ActionKind.DRAIN_NOW if now_mode else ActionKind.DRAIN_AFTER_JOB
         if (info.drain_set or info.down) and not is_ours(info.reason):
             # A person's drain or DOWN ("bob: dead PSU, RMA 123"), or Slurm's own ("Not
-            # responding"): theirs to manage, never drained over nor later resumed by us.
-            self.log(f"{self.node} is {info.state} for someone else "
-                     f"({info.reason!r}); leaving it alone (verdict: {verdict.reason})")
-            return []
+            # responding", "Prolog error"), or NHC's: theirs to manage, never drained over nor
+            # later resumed by us. The verdict is not theirs to drop: the caller keeps it
+            # pending, and it is carried out once that drain is lifted (the XID behind it is
+            # already consumed, so nothing else would ever drain the node for it).
+            msg = (f"{self.node} is {info.state} for someone else ({info.reason!r}); "
+                   f"verdict {verdict.reason} kept pending until that is lifted")
+            self.log(msg)
+            return [Action(ActionKind.HELD_UNDER_DRAIN, self.node, msg)]
         actions: list[Action] = []
         ours = parse_reason(info.reason) if info.drain_set else None
         # Only our own after-job drain is made a drain-now. An operator's (healthctl drain:

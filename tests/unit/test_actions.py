@@ -104,7 +104,11 @@ def test_a_persons_drain_is_never_touched(cfg, tmp_path):
     slurm.drain("n01", "bad fan, ticket 42")
     slurm.calls.clear()
     a = actor(slurm, cfg, tmp_path)
-    assert a.apply(decide([finding("xid79", repair=True)])) == []
+    # The verdict is not dropped: the caller hears it is held, and keeps it pending.
+    held = a.apply(decide([finding("xid79", repair=True)]))
+    assert [x.action for x in held] == ["held_under_drain"]
+    assert "bad fan, ticket 42" in held[0].reason and "xid79" in held[0].reason
+    assert [r["action"] for r in spooled(tmp_path)] == ["held_under_drain"]
     for _ in range(5):
         assert a.apply(decide([]), clean_sweep=True) == []
     assert slurm.calls == [] and slurm.info["n01"].reason == "bad fan, ticket 42"

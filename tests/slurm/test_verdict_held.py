@@ -1,0 +1,90 @@
+"""Issue 21 on the real Slurm: a drain verdict that meets a drain rsc-health does not own (a
+person's, slurmd's own "Prolog error") is kept, said, and carried out once that drain is
+lifted."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .test_cluster_scenarios import inject_xid79
+
+pytestmark = pytest.mark.slurm
+
+STATE = Path("var/lib/rsc_health")
+
+
+def pending(c, node: str) -> dict | None:
+    path = c.root(node) / STATE / "pending_verdict.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def backoff_ran_out(c, node: str) -> None:
+    """Time passes: the held verdict's backoff ([actions] guard_retry_min, doubling) is over."""
+    path = c.root(node) / STATE / "pending_verdict.json"
+    held = json.loads(path.read_text())
+    held["retry_after"] = "2000-01-01T00:00:00+00:00"
+    path.write_text(json.dumps(held))
+
+
+def actions(c, node: str) -> list[str]:
+    return [r["action"] for r in c.spool(node) if r["kind"] == "action"]
+
+
+def with_textfile(c, node: str) -> Path:
+    site = c.root(node) / "site.toml"
+    site.write_text(site.read_text().replace(
+        "[slurm]\n", '[node]\ntextfile_dir = "/textfile"\n\n[slurm]\n', 1))
+    return c.root(node) / "textfile" / "rsc_health.prom"
+
+
+def healthctl(c, db: str, *args: str) -> subprocess.CompletedProcess:
+    env = dict(c.env, RSC_HEALTH_CONFIG=os.devnull, PYTHONPATH=str(Path(__file__).parents[2]))
+    return subprocess.run([sys.executable, "-m", "rsc_health.cli", "--db", db, *args], env=env,
+                          capture_output=True, text=True, timeout=60)
+
+
+def flush(c, db: str, node: str) -> None:
+    out = healthctl(c, db, "spool", "flush", "--dir", str(c.root(node) / STATE / "spool"))
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_prolog_error_drain_resumed_by_an_operator_the_next_job_start_drains_for_xid79(
+        slurm_cluster, tmp_path):
+    c = slurm_cluster
+    site = c.root("node01") / "site.toml"
+    good = site.read_text()
+    # The prolog finds the XID but cannot set its reason (no scontrol it can run): it exits 1
+    # and slurmd drains the node itself, "Prolog error".
+    site.write_text(good.replace("[slurm]\n", f'[slurm]\nbin_dir = "{tmp_path / "none"}"\n', 1))
+    inject_xid79(c, "node01")
+    job = c.sbatch("-N", "1", "--requeue", "--wrap", "sleep 1")
+    c.wait_for(lambda: "DRAIN" in c.node_state("node01"), 60, "node01 drained by slurmd")
+    assert c.node("node01")["Reason"].startswith("Prolog error")
+    assert pending(c, "node01")["why"] == "slurm_unavailable"
+    c.wait_for(lambda: c.job_state(job) == "COMPLETED", 120, "job COMPLETED elsewhere")
+
+    site.write_text(good)
+    out = c.sweep("node01")
+    assert out.returncode == 0, out.stderr
+    assert c.node("node01")["Reason"].startswith("Prolog error")  # not ours to replace
+    assert pending(c, "node01")["why"] == "foreign_drain"
+
+    # An operator resumes it, as one does after a "Prolog error" that looks transient. The
+    # backoff is untouched: the job start itself carries the verdict out.
+    c.run(["scontrol", "update", "NodeName=node01", "State=RESUME"])
+    c.wait_for(lambda: "DRAIN" not in c.node_state("node01"), 30, "node01 resumed")
+    ran = tmp_path / "ran"
+    second = c.sbatch("-N", "1", "-w", "node01", "--requeue", "--wrap", f"touch {ran}")
+    c.wait_for(lambda: "DRAIN" in c.node_state("node01"), 60, "node01 drained by the prolog")
+    assert c.node("node01")["Reason"].startswith("rsc_health:now:xid79:gpu3")
+    # (the prolog is still settling the guard after its drain landed)
+    c.wait_for(lambda: pending(c, "node01") is None, 30, "verdict carried out")
+    # The job never ran there: requeued, it waits for the node it asked for.
+    c.wait_for(lambda: c.job_state(second) == "PENDING", 30, "job requeued")
+    assert not ran.exists()
