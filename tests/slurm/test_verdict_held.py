@@ -54,6 +54,61 @@ def flush(c, db: str, node: str) -> None:
     assert out.returncode == 0, out.stderr
 
 
+def test_xid79_under_a_persons_drain_is_kept_said_and_drained_for_once_resumed(
+        slurm_cluster, tmp_path):
+    c = slurm_cluster
+    db = f"sqlite:///{tmp_path / 'historian.db'}"
+    assert healthctl(c, db, "db", "upgrade").returncode == 0
+    prom = with_textfile(c, "node02")
+    c.run(["scontrol", "update", "NodeName=node02", "State=DRAIN",
+           "Reason=alice: BIOS update"])
+    inject_xid79(c, "node02")  # the GPU falls off the bus during the maintenance
+
+    out = c.sweep("node02")
+    assert out.returncode == 0, out.stderr
+    node = c.node("node02")
+    assert node["Reason"].startswith("alice: BIOS update")  # a person's drain stays theirs
+    held = pending(c, "node02")
+    assert held is not None and held["why"] == "foreign_drain"
+    assert [x["code"] for x in held["causes"]] == ["xid79"]
+    assert actions(c, "node02") == ["held_under_drain"]
+    assert "rsc_health_pending_drain 1" in prom.read_text()
+
+    # While the person's drain stands, the next sweep waits out the backoff (no Slurm call,
+    # nothing new spooled) and keeps the verdict.
+    out = c.sweep("node02")
+    assert out.returncode == 0 and "someone else's drain held" in out.stderr, out.stderr
+    assert pending(c, "node02") is not None and actions(c, "node02") == ["held_under_drain"]
+
+    flush(c, db, "node02")
+    status = healthctl(c, db, "status")
+    assert status.returncode == 1, status.stdout + status.stderr
+    line = next(ln for ln in status.stdout.splitlines() if ln.lstrip().startswith("node02 ")
+                and "held" in ln)
+    assert "held under a drain not ours" in line and "xid79" in line
+    assert "alice: BIOS update" in line
+    story = healthctl(c, db, "node", "node02")
+    assert "HELD" in story.stdout and "xid79" in story.stdout, story.stdout + story.stderr
+
+    # The person resumes it, knowing nothing of the XID: status still names the verdict.
+    c.run(["scontrol", "update", "NodeName=node02", "State=RESUME"])
+    c.wait_for(lambda: "DRAIN" not in c.node_state("node02"), 30, "node02 resumed")
+    status = healthctl(c, db, "status")
+    assert "now lifted" in status.stdout and "xid79" in status.stdout, status.stdout
+
+    backoff_ran_out(c, "node02")
+    out = c.sweep("node02")  # the XID itself was consumed two sweeps ago
+    assert out.returncode == 0, out.stderr
+    node = c.node("node02")
+    assert "DRAIN" in node["State"] and node["Reason"].startswith("rsc_health:now:xid79:gpu3")
+    assert pending(c, "node02") is None
+    assert actions(c, "node02") == ["drain_now"]  # spooled since the flush
+    assert "rsc_health_pending_drain 0" in prom.read_text()
+    flush(c, db, "node02")
+    status = healthctl(c, db, "status")
+    assert not [ln for ln in status.stdout.splitlines() if "held" in ln and "node02" in ln]
+
+
 def test_a_prolog_error_drain_resumed_by_an_operator_the_next_job_start_drains_for_xid79(
         slurm_cluster, tmp_path):
     c = slurm_cluster
