@@ -28,7 +28,7 @@ from rsc_health import spool
 from rsc_health.config import Config
 from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
-from rsc_health.policy import MODE_FOR_LEVEL, is_ours, parse_reason
+from rsc_health.policy import MANUAL_MODE, MODE_FOR_LEVEL, is_ours, parse_reason
 from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
@@ -89,12 +89,20 @@ def guard_states(
             for n in members
             if n.name != exclude
             and n.drain_set
-            and is_ours(n.reason)
+            and automatic(n.reason)
             and n.reason_time is not None
             and now - n.reason_time <= window
         ]
         out.append(GuardState(part, len(members), recent, guard_limit(len(members), max_share)))
     return out
+
+
+def automatic(reason: str | None) -> bool:
+    """A drain rsc-health made by itself (node path or lemons), the kind the mass-drain guard
+    counts. An operator's `healthctl drain` carries our prefix too, but is a person's decision:
+    a DIMM reseat must not use up the budget that holds back a broken node's automatic drain."""
+    parsed = parse_reason(reason)
+    return parsed is not None and parsed["mode"] != MANUAL_MODE
 
 
 class Actor:

@@ -1,6 +1,6 @@
 """Issue 21 on the real Slurm: a drain verdict that meets a drain rsc-health does not own (a
 person's, slurmd's own "Prolog error") is kept, said, and carried out once that drain is
-lifted."""
+lifted; an operator's `healthctl drain` does not use up the mass-drain guard's budget."""
 
 from __future__ import annotations
 
@@ -143,3 +143,31 @@ def test_a_prolog_error_drain_resumed_by_an_operator_the_next_job_start_drains_f
     # The job never ran there: requeued, it waits for the node it asked for.
     c.wait_for(lambda: c.job_state(second) == "PENDING", 30, "job requeued")
     assert not ran.exists()
+
+
+def test_an_operators_drain_does_not_hold_back_an_automatic_drain(slurm_cluster, tmp_path):
+    c = slurm_cluster
+    db = f"sqlite:///{tmp_path / 'historian.db'}"
+    assert healthctl(c, db, "db", "upgrade").returncode == 0
+    # guard_max_share 0.34 of 6 nodes: two automatic drains per window. Two DIMM reseats by
+    # an operator first.
+    out = healthctl(c, db, "drain", "node01,node02", "--reason", "DIMM reseat", "--now")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert all("DRAIN" in c.node_state(n) for n in ("node01", "node02"))
+    inject_xid79(c, "node03")
+    out = c.sweep("node03")
+    assert out.returncode == 0, out.stderr
+    assert "GUARD TRIPPED" not in out.stderr
+    assert c.node("node03")["Reason"].startswith("rsc_health:now:xid79:gpu3")
+    # The guard still counts the automatic drains: two more XIDs, one is held, and status
+    # names the held node and why.
+    for node in ("node04", "node05"):
+        inject_xid79(c, node)
+        assert c.sweep(node).returncode == 0
+    assert "DRAIN" in c.node_state("node04") and "DRAIN" not in c.node_state("node05")
+    assert actions(c, "node05") == ["guard_tripped"]
+    flush(c, db, "node05")
+    status = healthctl(c, db, "status")
+    assert status.returncode == 1
+    line = next(ln for ln in status.stdout.splitlines() if ln.lstrip().startswith("node05 "))
+    assert "held by the mass-drain guard" in line and "partition gpu" in line, status.stdout

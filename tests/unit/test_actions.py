@@ -169,6 +169,19 @@ def test_guard_forgets_drains_older_than_the_window(cfg, tmp_path):
     assert actions[0].action == "drain_now"
 
 
+def test_an_operators_drain_does_not_use_up_the_guards_budget(cfg, tmp_path):
+    """A DIMM reseat (`healthctl drain`) is a person's decision under our prefix: it must not
+    refuse a broken node's automatic drain. Automatic drains still count."""
+    slurm = MemorySlurm(10)  # 10% of 10: one automatic drain per window
+    slurm.drain("n05", "rsc_health:manual:manual:DIMM reseat by bob")
+    slurm.drain("n06", "rsc_health:manual:ib:cable swap by bob")
+    verdict = decide([finding("xid79", repair=True)])
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n01").apply(verdict)] == [
+        "drain_now"]
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n02").apply(verdict)] == [
+        "guard_tripped"]
+
+
 def test_guard_limit_is_at_least_one():
     assert guard_limit(6, 0.10) == 1
     assert guard_limit(100, 0.10) == 10
