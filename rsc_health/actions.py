@@ -4,11 +4,13 @@ Rules (issue 3):
 - DRAIN_NOW: drain with our reason, then requeue every job on the node so it restarts
   elsewhere with the same Job ID; a job that refuses requeue is reported (`requeue_refused`).
 - DRAIN_AFTER_JOB: drain; the running job finishes and the node then leaves service.
-- A node whose reason is not ours (a person's, or Slurm's own) is never touched.
+- A node whose reason is not ours (a person's, or Slurm's own) is never touched; a drain verdict
+  meeting it is reported held (`held_under_drain`) and the caller keeps it pending.
 - Resume only a drain that was ours and auto-resumable, after N clean sweeps in a row. What we
   drained for is kept in node-local state, because the reason string alone is clipped.
 - Mass-drain guard: once rsc-health drained `guard_max_share` of a partition within the window,
   refuse further drains. Read from Slurm (our prefix + reason time), so every node sees the same.
+  Only automatic drains count: an operator's `healthctl drain` (manual) does not.
 
 Every action is appended to the node's spool. Standard library only (the prolog imports this).
 """
