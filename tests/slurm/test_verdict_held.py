@@ -118,11 +118,13 @@ def test_a_prolog_error_drain_resumed_by_an_operator_the_next_job_start_drains_f
     # and slurmd drains the node itself, "Prolog error".
     site.write_text(good.replace("[slurm]\n", f'[slurm]\nbin_dir = "{tmp_path / "none"}"\n', 1))
     inject_xid79(c, "node01")
-    job = c.sbatch("-N", "1", "--requeue", "--wrap", "sleep 1")
+    ran = tmp_path / "ran"
+    job = c.sbatch("-N", "1", "-w", "node01", "--requeue", "--wrap", f"touch {ran}")
     c.wait_for(lambda: "DRAIN" in c.node_state("node01"), 60, "node01 drained by slurmd")
     assert c.node("node01")["Reason"].startswith("Prolog error")
     assert pending(c, "node01")["why"] == "slurm_unavailable"
-    c.wait_for(lambda: c.job_state(job) == "COMPLETED", 120, "job COMPLETED elsewhere")
+    c.wait_for(lambda: c.job_state(job) == "PENDING", 30, "job requeued")
+    c.run(["scancel", job])
 
     site.write_text(good)
     out = c.sweep("node01")
@@ -134,7 +136,6 @@ def test_a_prolog_error_drain_resumed_by_an_operator_the_next_job_start_drains_f
     # backoff is untouched: the job start itself carries the verdict out.
     c.run(["scontrol", "update", "NodeName=node01", "State=RESUME"])
     c.wait_for(lambda: "DRAIN" not in c.node_state("node01"), 30, "node01 resumed")
-    ran = tmp_path / "ran"
     second = c.sbatch("-N", "1", "-w", "node01", "--requeue", "--wrap", f"touch {ran}")
     c.wait_for(lambda: "DRAIN" in c.node_state("node01"), 60, "node01 drained by the prolog")
     assert c.node("node01")["Reason"].startswith("rsc_health:now:xid79:gpu3")
