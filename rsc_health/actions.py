@@ -227,7 +227,11 @@ class Actor:
                     raise
                 if over is not None:
                     return [over]
+            before = self.load_state() if escalate else None
             self._save_state(verdict)
+            if before is not None:
+                # Escalated from our after-job drain: what that one was for still stands.
+                self._note_verdict(verdict, before)
             actions.append(drained)
         elif node_path_drain and not self._state_path.exists():
             # Our drain, and no record of it: a drain call that timed out and that slurmctld
@@ -235,7 +239,7 @@ class Actor:
             actions.extend(self._adopt(verdict, info))
         else:
             # Already drained by us: keep it so, and restart the clean-sweep count.
-            self._reset_clean_count()
+            self._note_verdict(verdict)
         if now_mode and requeue:
             actions.extend(self._requeue_jobs(verdict.reason, skip))
         return actions
@@ -425,6 +429,23 @@ class Actor:
                                                                     & set(codes)),
             time=self.now().isoformat(),
         ))
+
+    def _note_verdict(self, verdict: Verdict, before: DrainState | None = None) -> None:
+        """A drain verdict under our drain: restart the clean count, and add what it found
+        (and what an earlier record `before` was for) to the record, so a repair fault found
+        under a transient drain (an XID 79 while drained for a lost mount) is never
+        auto-resumed with it: its events are consumed, no later run sees them again."""
+        state = self.load_state()
+        if state is None:
+            return
+        found = {c.code or c.family for c in verdict.causes}
+        codes = sorted(set(state.codes) | found | set(before.codes if before else ()))
+        resumable = (state.auto_resumable and verdict.auto_resumable
+                     and (before is None or before.auto_resumable)
+                     and not self.never_resume & set(codes))
+        if (state.clean_sweeps, state.codes, state.auto_resumable) != (0, codes, resumable):
+            state.clean_sweeps, state.codes, state.auto_resumable = 0, codes, resumable
+            self._write_state(state)
 
     def _reset_clean_count(self) -> None:
         state = self.load_state()

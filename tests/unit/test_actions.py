@@ -433,3 +433,33 @@ def test_a_pending_reboot_or_slurms_own_down_is_never_resumed_over(cfg, tmp_path
 ])
 def test_the_reboot_and_power_flags_are_read_from_names_and_suffixes(state, in_hand):
     assert NodeInfo("n01", state).in_hand == in_hand
+
+
+def test_a_repair_fault_found_under_our_transient_drain_is_never_auto_resumed(cfg, tmp_path):
+    """Drained for a mount that went away; the GPU then falls off the bus (XID 79) while the
+    drain stands. Once the mount is back the clean sweeps must not resume the node: the
+    XID 79 was consumed by the run that found it and is never seen again."""
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    assert a.load_state().auto_resumable
+    assert a.apply(decide([finding("xid79", repair=True, family="xid")])) == []
+    for _ in range(5):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set and ("resume", "n01") not in slurm.calls
+    state = a.load_state()
+    assert not state.auto_resumable and state.codes == ["mount_missing", "xid79"]
+
+
+def test_escalating_our_after_job_drain_keeps_what_it_was_for(cfg, tmp_path):
+    """Drained after the job for a pending row remap (repair); a mount then goes (drain now,
+    transient): once the mount is back, the node still waits for its repair."""
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("remap_pending", Severity.DRAIN_AFTER_JOB, True, "remap")]))
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    assert slurm.info["n01"].reason.startswith("rsc_health:now:mount_missing")
+    for _ in range(5):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
+    assert a.load_state().codes == ["mount_missing", "remap_pending"]
