@@ -196,11 +196,20 @@ class Actor:
             return [Action(ActionKind.HELD_UNDER_DRAIN, self.node, msg)]
         actions: list[Action] = []
         ours = parse_reason(info.reason) if info.drain_set else None
-        # Only our own after-job drain is made a drain-now. An operator's (healthctl drain:
-        # manual) or a lemon verdict's drain carries our prefix but is a person's decision,
-        # never auto-resumed: its reason stays, so it is never taken over and resumed.
+        if ours is not None and ours["mode"] not in MODE_FOR_LEVEL.values():
+            # An operator's drain (healthctl drain) or a lemon drain: our prefix, but a
+            # person's decision that only a person lifts (a DIMM reseat, a repair). As under a
+            # person's own drain, the verdict waits for that; a drain-now still requeues.
+            msg = (f"{self.node} is {info.state} by a person ({info.reason!r}); "
+                   f"verdict {verdict.reason} kept pending until that is lifted")
+            self.log(msg)
+            actions.append(Action(ActionKind.HELD_UNDER_DRAIN, self.node, msg))
+            if now_mode and requeue:
+                actions.extend(self._requeue_jobs(verdict.reason, skip))
+            return actions
+        # Only our own after-job drain is made a drain-now.
         escalate = ours is not None and ours["mode"] == "job" and now_mode
-        node_path_drain = ours is not None and ours["mode"] in MODE_FOR_LEVEL.values()
+        node_path_drain = ours is not None
         if ours is None or escalate:
             if ours is None:
                 tripped = self._guard_tripped(info, listing)

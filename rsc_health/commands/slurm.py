@@ -388,11 +388,11 @@ def _held_line(h: dict, drained: set[str]) -> str:
     if h["action"] == ActionKind.GUARD_TRIPPED:
         why = "held by the mass-drain guard"
     elif h["node"] in drained:
-        why = "held under a drain not ours"
+        why = "held under a drain rsc-health does not lift"
     else:
         # A person resumed it (or Slurm did): the verdict still stands.
-        why = ("held under a drain not ours, now lifted: drained at its next job start or "
-               "sweep retry")
+        why = ("held under a drain rsc-health does not lift, now lifted: drained at its next "
+               "job start or sweep retry")
     return f"  {h['node']:<16} {why} (last said {h['time']}): {h['reason']}"
 
 

@@ -85,7 +85,7 @@ def test_xid79_under_a_persons_drain_is_kept_said_and_drained_for_once_resumed(
     assert status.returncode == 1, status.stdout + status.stderr
     line = next(ln for ln in status.stdout.splitlines() if ln.lstrip().startswith("node02 ")
                 and "held" in ln)
-    assert "held under a drain not ours" in line and "xid79" in line
+    assert "held under a drain rsc-health does not lift" in line and "xid79" in line
     assert "alice: BIOS update" in line
     story = healthctl(c, db, "node", "node02")
     assert "HELD" in story.stdout and "xid79" in story.stdout, story.stdout + story.stderr
@@ -172,3 +172,25 @@ def test_an_operators_drain_does_not_hold_back_an_automatic_drain(slurm_cluster,
     assert status.returncode == 1
     line = next(ln for ln in status.stdout.splitlines() if ln.lstrip().startswith("node05 "))
     assert "held by the mass-drain guard" in line and "partition gpu" in line, status.stdout
+
+
+def test_xid79_under_an_operators_healthctl_drain_is_drained_for_once_resumed(
+        slurm_cluster, tmp_path):
+    """`healthctl drain` carries our prefix, but only a person lifts it: a verdict found under
+    it was dropped as 'already drained by us', and `healthctl resume` after the DIMM reseat put
+    the GPU that fell off the bus back in service."""
+    c = slurm_cluster
+    db = f"sqlite:///{tmp_path / 'historian.db'}"
+    assert healthctl(c, db, "db", "upgrade").returncode == 0
+    out = healthctl(c, db, "drain", "node04", "--reason", "DIMM reseat")
+    assert out.returncode == 0, out.stdout + out.stderr
+    inject_xid79(c, "node04")
+    assert c.sweep("node04").returncode == 0
+    assert c.node("node04")["Reason"].startswith("rsc_health:manual:manual:DIMM reseat")
+    assert pending(c, "node04")["why"] == "foreign_drain"
+    out = healthctl(c, db, "resume", "node04", "--reason", "DIMM reseated")
+    assert out.returncode == 0, out.stdout + out.stderr
+    backoff_ran_out(c, "node04")
+    assert c.sweep("node04").returncode == 0
+    assert c.node("node04")["Reason"].startswith("rsc_health:now:xid79:gpu3")
+    assert pending(c, "node04") is None

@@ -369,7 +369,9 @@ def test_an_operators_or_lemon_drain_is_never_taken_over_by_a_node_verdict(cfg, 
     slurm.calls.clear()
     a = actor(slurm, cfg, tmp_path)
     actions = a.apply(decide([finding("mount_missing", family="mount")]))
-    assert [(x.action, x.job_id) for x in actions] == [("requeue", "7")]
+    # The verdict is held (kept pending by the node path) until a person lifts that drain.
+    assert [(x.action, x.job_id) for x in actions] == [("held_under_drain", None),
+                                                       ("requeue", "7")]
     assert slurm.info["n01"].reason == held and a.load_state() is None
     for _ in range(4):
         assert a.apply(decide([]), clean_sweep=True) == []
@@ -463,3 +465,14 @@ def test_escalating_our_after_job_drain_keeps_what_it_was_for(cfg, tmp_path):
         assert a.apply(decide([]), clean_sweep=True) == []
     assert slurm.info["n01"].drain_set
     assert a.load_state().codes == ["mount_missing", "remap_pending"]
+
+
+def test_a_verdict_under_an_operators_drain_is_held_and_its_jobs_still_requeued(cfg, tmp_path):
+    slurm = MemorySlurm()
+    slurm.drain("n01", "rsc_health:manual:manual:DIMM reseat by bob")
+    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm.calls.clear()
+    done = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79", repair=True)]))
+    assert [(x.action, x.job_id) for x in done] == [("held_under_drain", None), ("requeue", "7")]
+    assert slurm.calls == [("requeue", "7")]
+    assert slurm.info["n01"].reason == "rsc_health:manual:manual:DIMM reseat by bob"
