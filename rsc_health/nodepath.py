@@ -25,8 +25,9 @@ healthy prolog, epilog or sweep makes no Slurm call. A node lock still held afte
 lock_timeout_s (by a run stuck in the kernel) is not a reason to look away: the run judges
 read-only without it (a checker error `lock_held`) and acts on what it sees.
 
-Never forget: a drain verdict that could not be carried out (slurmctld away, or the mass-drain
-guard holding) is kept in `pending_verdict.json` and honoured by the next sweep or prolog.
+Never forget: a drain verdict that could not be carried out (slurmctld away, the mass-drain
+guard holding, or a drain that is not ours standing: a person's, NHC's, slurmd's "Prolog
+error") is kept in `pending_verdict.json` and honoured by the next sweep or prolog.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from rsc_health.config import (
 )
 from rsc_health.durable import open_regular, remove, write_atomic
 from rsc_health.model import (
+    HELD_KINDS,
     HUNG_CODES,
     ActionKind,
     Finding,
@@ -71,8 +73,9 @@ from rsc_health.model import (
 from rsc_health.policy import decide
 
 LOCK_FILE = "node.lock"
-# A drain verdict not yet carried out (controller away, or the guard holding): acted on by the
-# next sweep or prolog, because the engine has already consumed the events behind it.
+# A drain verdict not yet carried out (controller away, the guard holding, someone else's drain
+# standing): acted on by the next sweep or prolog, because the engine has already consumed the
+# events behind it.
 PENDING_VERDICT_FILE = "pending_verdict.json"
 TEXTFILE = "rsc_health.prom"
 VERSION = "0.1.0"
@@ -477,15 +480,15 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
                                                  time=now, job_id=ctx.job_id))
             findings = findings + unsaved
     run.step = "act"
-    if pending and pending.why == "guard" and _guard_backs_off(cfg, stage, pending, fresh, now):
-        # The mass-drain guard held this verdict back: something is wrong fleet-wide. Each
-        # try reads the whole node table from slurmctld (about 25 ms of its time at 16,000
-        # nodes), and every node of a failing fleet would try on every sweep and job start,
-        # for as long as the outage lasts. Nothing new since: no Slurm call until the
-        # backoff (jittered, doubling) runs out.
+    if pending and _guard_backs_off(cfg, stage, pending, fresh, now):
+        # The mass-drain guard (something is wrong fleet-wide) or someone else's drain held
+        # this verdict back. Each try reads the whole node table from slurmctld (about 25 ms
+        # of its time at 16,000 nodes), and every held node would try on every sweep and job
+        # start, for as long as the outage or the maintenance lasts. Nothing new since: no
+        # Slurm call until the backoff (jittered, doubling) runs out.
         code, still_pending = 0, True
         if pending.retry_after is not None and stage.name != "prolog":
-            log(f"{stage.name}: mass-drain guard held {verdict.reason} "
+            log(f"{stage.name}: {HELD_BY[pending.why]} held {verdict.reason} "
                 f"{pending.holds} time(s); next try after {pending.retry_after:%H:%M:%S}Z")
     else:
         code, still_pending = _act(ctx, verdict, pending, locked=not lock_held)
@@ -546,18 +549,26 @@ def _first_node(node: str) -> bool:
     return bool(hosts) and hosts[0] == node
 
 
+# Why a pending verdict waits on a backoff (PendingVerdict.why), as the logs say it.
+HELD_BY = {"guard": "mass-drain guard", "foreign_drain": "someone else's drain"}
+
+
 def _guard_backs_off(cfg: Config, stage: Stage, pending: PendingVerdict, fresh: Verdict,
                      now: datetime) -> bool:
-    """Leave Slurm alone for a guard-held verdict? Only while nothing is new: a fault code
-    the held verdict lacks, or a worse level, is tried at once. A job start never retries it
-    (the sweep does); a sweep or epilog retries once the backoff has run out, or at once
-    when the wait left is longer than any backoff (the wall clock stepped back since)."""
+    """Leave Slurm alone for a verdict the guard or someone else's drain held? Only while
+    nothing is new: a fault code the held verdict lacks, or a worse level, is tried at once.
+    A job start never retries a guard-held one (the sweep does) and always retries one held
+    under someone else's drain: a job starting here means that drain is most likely lifted,
+    and the job must not run on the fault. A sweep or epilog retries once the backoff has run
+    out, or at once when the wait left is longer than any backoff (the clock stepped back)."""
+    if pending.why not in HELD_BY or not cfg.get("actions.enabled", True):
+        return False  # shadow mode asks Slurm nothing anyway: it records would_drain
     held = {c.code or c.family for c in pending.verdict.causes}
     new = {c.code or c.family for c in fresh.causes if fresh.drains} - held
     if new or fresh.level > pending.verdict.level:
         return False
     if stage.name == "prolog":
-        return True
+        return pending.why == "guard"
     longest = timedelta(minutes=1.5 * _guard_retry_minutes(cfg)[1])
     return pending.retry_after is not None and now < pending.retry_after <= now + longest
 
@@ -622,14 +633,18 @@ def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *,
             return (drain_exit() if stage.name == "prolog" and enabled else 0), True
         log(f"{stage.name}: Slurm unavailable ({exc})")
         return 0, had_pending
-    held = any(a.action == ActionKind.GUARD_TRIPPED for a in actions)
+    held = next((a.action for a in actions if a.action in HELD_KINDS), None)
     if verdict.drains and held:
-        holds = (pending.holds if pending is not None and pending.why == "guard" else 0) + 1
+        why = "guard" if held == ActionKind.GUARD_TRIPPED else "foreign_drain"
+        holds = (pending.holds if pending is not None and pending.why == why else 0) + 1
         retry = guard_retry_after(cfg, holds, utcnow())
-        save_pending(ctx.sdir, verdict, why="guard", holds=holds, retry_after=retry)
-        log(f"{stage.name}: mass-drain guard holds; verdict {verdict.reason} kept and retried "
+        save_pending(ctx.sdir, verdict, why=why, holds=holds, retry_after=retry)
+        log(f"{stage.name}: {HELD_BY[why]} holds; verdict {verdict.reason} kept and retried "
             f"after {retry:%H:%M:%S}Z (held {holds} time(s))")
-        return 0, True
+        # A job start under someone else's drain (its allocation came before that drain):
+        # the job must not run on the fault. Under the guard, jobs run, as the guard wants.
+        foreign = why == "foreign_drain" and stage.name == "prolog"
+        return (drain_exit() if foreign else 0), True
     clear_pending(ctx.sdir)
     _sweep_line(ctx, verdict, actions)
     if stage.name == "prolog" and verdict.drains and enabled:
@@ -771,7 +786,8 @@ HELP = {
     "rsc_health_last_run_timestamp_seconds": "When the entry point last ran (Unix time).",
     "rsc_health_run_duration_seconds": "How long the entry point's latest run took.",
     "rsc_health_checker_errors": "Findings the checker could not look at in the latest run.",
-    "rsc_health_pending_drain": "1 while a drain verdict waits (Slurm away or the guard).",
+    "rsc_health_pending_drain": "1 while a drain verdict waits (Slurm away, the guard, or "
+                                "someone else's drain).",
     "rsc_health_spool_bytes": "Bytes in the node's spool not yet delivered to the historian.",
     "rsc_health_probe_hung_since_seconds": "Since when (Unix time) a probe (a mount's statvfs, "
                                            "NVML) has not answered, per probe still hanging.",
@@ -834,7 +850,7 @@ def save_pending(sdir: Path, verdict: Verdict, *, why: str, holds: int = 0,
 @dataclass(frozen=True)
 class PendingVerdict:
     verdict: Verdict
-    why: str  # slurm_unavailable | guard | fault
+    why: str  # slurm_unavailable | guard | foreign_drain | fault
     holds: int = 0  # how many runs in a row the mass-drain guard has held it back
     retry_after: datetime | None = None  # aware; no Slurm call for it before then
 

@@ -10,8 +10,8 @@ Record kinds (every record has "kind", "id", "time" (ISO 8601, UTC) and "node"):
   check      source, job_id, check, component, status, severity, code, reason
   job_start  job_id, excluded (list of node names the job excluded), user, partition
   job_end    job_id
-  action     action (drain_now|drain_after_job|resume|requeue|requeue_refused|guard_tripped),
-             reason, job_id
+  action     action (an ActionKind: drain_now, drain_after_job, resume, requeue,
+             requeue_refused, guard_tripped, held_under_drain, would_drain), reason, job_id
   heartbeat  source, level, checker_errors, duration_s, families ({family: status}), version,
              and hung ({probe: since}) while a probe hangs: one per prolog/epilog/sweep run,
              so the historian knows the node is still looking

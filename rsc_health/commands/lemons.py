@@ -68,6 +68,9 @@ def lemons(
     from rsc_health.slurm import SlurmError
 
     section = {**DEFAULTS, **ctx.obj.config.section("lemon")}
+    # Shadow mode ([actions] enabled = false) holds for lemons too: --apply records what it
+    # would have drained and ticketed, and changes nothing.
+    shadow = not ctx.obj.config.get("actions.enabled", True)
     window_days = parse_window(window) if window else float(section["window_days"])
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     as_of = as_of or now
@@ -98,7 +101,8 @@ def lemons(
             guard = getattr(ctx.obj, "lemon_guard", None) or PartitionGuard.from_slurm(
                 slurm, ctx.obj.config, now
             )
-            actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=do_apply)
+            actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=do_apply,
+                                     shadow=shadow)
         except SlurmError as exc:
             if do_apply:
                 raise click.ClickException(f"cannot drain: {exc}") from exc
@@ -111,7 +115,8 @@ def lemons(
             "as_of": as_of.isoformat(),
             "window_days": window_days,
             "nodes": len(features),
-            "applied": do_apply,
+            "applied": do_apply and not shadow,
+            "shadow": shadow,
             "verdicts": [
                 {**v.to_dict(), "action": by_node[v.node].to_dict() if v.node in by_node else None}
                 for v in verdicts
@@ -121,7 +126,10 @@ def lemons(
         return
     click.echo(
         f"lemon candidates as of {as_of:%Y-%m-%d %H:%M} over {window_days:g} days: "
-        f"{len(verdicts)} of {len(features)} nodes" + ("" if do_apply else " (dry run)")
+        f"{len(verdicts)} of {len(features)} nodes"
+        + ("" if not do_apply else " (shadow mode: [actions] enabled = false; nothing drained, "
+           "no ticket opened, would-have drains recorded)" if shadow else "")
+        + ("" if do_apply else " (dry run)")
     )
     if slurm is None:
         click.echo("  (Slurm not consulted: node states and human drains unknown)")

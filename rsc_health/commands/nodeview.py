@@ -74,6 +74,9 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
             tickets = [dict(r._mapping) for r in conn.execute(
                 select(t.c.id, t.c.opened, t.c.closed, t.c.reason, t.c.source)
                 .where(t.c.node == node).order_by(desc(t.c.opened)).limit(20))]
+        from rsc_health.historian.held import held_verdicts, held_within
+
+        held = held_verdicts(engine, now, held_within(cfg), nodes=[node])
         lemon = _lemon(engine, cfg, node, now)
     finally:
         engine.dispose()
@@ -83,6 +86,9 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                       "checker_errors": fresh.checker_errors},
         "runs": runs, "open_findings": failing, "actions": actions, "failed_jobs": blamed,
         "tickets": tickets, "lemon": lemon,
+        # A drain verdict the node keeps and has not carried out (guard, or a drain not ours).
+        "held": {"time": held[0].time, "action": held[0].action, "reason": held[0].reason}
+        if held else None,
     }
 
 
@@ -153,6 +159,9 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
         for o in h["open_findings"][:10]:
             echo(f"    {o['check']:<10} {o['component']:<14} {o['severity']:<16} since "
                        f"{_fmt(o['time'])}  {o['reason']}")
+        if h["held"]:
+            echo(f"  HELD      a drain verdict not carried out ({h['held']['action']}, "
+                 f"last said {_fmt(h['held']['time'])}): {h['held']['reason']}")
         echo(f"  actions   {len(h['actions'])} recent")
         for a in h["actions"][:10]:
             echo(f"    {_fmt(a['time'])}  {a['action']:<16} {a['reason']}")

@@ -135,15 +135,16 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
 
     Goes on past a node it cannot change and prints one line per node; exits 1 if any failed.
     A node a person drained or set DOWN keeps its reason unless --force."""
-    from rsc_health.model import ActionKind
-    from rsc_health.policy import MAX_REASON_LEN, is_ours, sanitize
+    from rsc_health.model import REASON_PREFIX, ActionKind
+    from rsc_health.policy import MANUAL_MODE, MAX_REASON_LEN, is_ours, sanitize
     from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
     text = sanitize(reason).strip()
     if not text:
         raise click.ClickException("--reason must say why (it is what the next person reads)")
-    slurm_reason = (f"rsc_health:manual:{sanitize(code).replace(':', '_') or 'manual'}:"
+    slurm_reason = (f"{REASON_PREFIX}{MANUAL_MODE}:"
+                    f"{sanitize(code).replace(':', '_') or MANUAL_MODE}:"
                     f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
     hosts = _hosts(nodes)
     slurm = _slurm(ctx)
@@ -360,13 +361,50 @@ def _hung_probes(ctx: click.Context, now) -> list[dict] | None:
              "since": h.since.isoformat(), "last_seen": h.last_seen.isoformat()} for h in rows]
 
 
+def _held(ctx: click.Context, now) -> list[dict] | None:
+    """Nodes keeping a drain verdict rsc-health has not carried out (the mass-drain guard, or
+    a drain not ours standing), from the actions they delivered; None with no historian."""
+    if not ctx.obj.historian_configured:
+        return None
+    try:
+        from rsc_health.historian.db import connect
+        from rsc_health.historian.held import held_verdicts, held_within
+
+        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        try:
+            rows = held_verdicts(engine, now, held_within(ctx.obj.config))
+        finally:
+            engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
+        click.echo(f"warning: cannot read held verdicts from the historian: {exc}", err=True)
+        return None
+    return [{"node": h.node, "time": h.time.isoformat(), "action": h.action,
+             "reason": h.reason} for h in rows]
+
+
+def _held_line(h: dict, drained: set[str]) -> str:
+    from rsc_health.model import ActionKind
+
+    if h["action"] == ActionKind.GUARD_TRIPPED:
+        why = "held by the mass-drain guard"
+    elif h["node"] in drained:
+        why = "held under a drain rsc-health does not lift"
+    else:
+        # A person resumed it (or Slurm did): the verdict still stands.
+        why = ("held under a drain rsc-health does not lift, now lifted: drained at its next "
+               "job start or sweep retry")
+    return f"  {h['node']:<16} {why} (last said {h['time']}): {h['reason']}"
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Drained nodes by reason and age, the mass-drain guard per partition, nodes whose
-    checks stopped or cannot look, and nodes whose probes keep hanging (a mount, NVML). Exits
-    1 when a guard holds, a node is not checking or a probe hangs."""
+    """Drained nodes by reason and age, the mass-drain guard per partition, nodes keeping a
+    drain verdict held back (by the guard, or under a drain rsc-health does not lift) and why,
+    nodes whose checks stopped or cannot look, and nodes whose probes keep hanging (a mount,
+    NVML). Exits 1 when a guard or a verdict is held, a node is not checking or a probe
+    hangs."""
     from rsc_health.model import utcnow
     from rsc_health.slurm import SlurmError
 
@@ -377,8 +415,10 @@ def status(ctx: click.Context, as_json: bool) -> None:
         _fail(exc)
     data["not_checking"] = _freshness(ctx, now)
     data["probes_hung"] = _hung_probes(ctx, now)
+    data["held"] = _held(ctx, now)
     tripped = [g for g in data["guard"] if g["tripped"]]
-    problems = bool(tripped) or bool(data["not_checking"]) or bool(data["probes_hung"])
+    problems = (bool(tripped) or bool(data["not_checking"]) or bool(data["probes_hung"])
+                or bool(data["held"]))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         if problems:
@@ -400,6 +440,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
         echo(f"guard {g['partition']}: {flag} ({len(g['drained_recently'])}/{g['nodes']} "
                    f"drained by rsc_health in {data['guard_window_min']:g} min, "
                    f"limit {g['limit']}){names}")
+    if data["held"]:
+        echo(f"held: {len(data['held'])} node(s) keep a drain verdict not carried out")
+        drained = {d["node"] for d in data["drained"]}
+        for h in data["held"]:
+            echo(_held_line(h, drained))
     if data["not_checking"] is None:
         echo("node freshness: no historian configured (heartbeats not checked)")
     elif data["not_checking"]:

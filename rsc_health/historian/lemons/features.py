@@ -81,7 +81,7 @@ from rsc_health.historian.schema import (
     node_events,
     tickets,
 )
-from rsc_health.model import ActionKind, Status
+from rsc_health.model import LEGACY_LEMON_DRAIN, ActionKind, Status
 
 PAPER_FEATURES = (
     "excl_jobid_count",
@@ -203,6 +203,8 @@ def classify_outages(
         kind[fleet] = kind[fleet].where(kind[fleet] == "maintenance", "fleet")
     return kind
 LEMON_REASON_PREFIX = "rsc_health:lemon:"
+# node_actions words of a lemon drain: `lemons --apply` writes LEMON_DRAIN; older rows "drain".
+LEMON_DRAIN_ACTIONS = (ActionKind.LEMON_DRAIN.value, LEGACY_LEMON_DRAIN)
 ATTRIBUTED_KINDS = ("check", "event")
 
 
@@ -473,7 +475,7 @@ def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
                 or_(
                     node_actions.c.action == ActionKind.RESUME,
                     and_(
-                        node_actions.c.action == "drain",
+                        node_actions.c.action.in_(LEMON_DRAIN_ACTIONS),
                         node_actions.c.reason.like(LEMON_REASON_PREFIX + "%"),
                     ),
                 ),
@@ -485,7 +487,7 @@ def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
         repaired[node] = max(repaired.get(node, when), when)
     lemon_drained: set[str] = set()
     for node, when, action in acts:
-        if action == "drain":
+        if action in LEMON_DRAIN_ACTIONS:
             lemon_drained.add(node)
         elif node in lemon_drained:
             repaired[node] = max(repaired.get(node, when), when)
