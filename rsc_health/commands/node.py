@@ -175,7 +175,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
 
     for rel in ("proc/mounts", "proc/self/mountinfo", "proc/sys/kernel/random/boot_id"):
         grab(rel)
-    for source in cfg.get("xid.sources", ["/dev/kmsg"]):
+    for source in cfg.get("xid.sources"):
         grab(source.lstrip("/"))
     bus = root / "sys/bus/pci/devices"
     for entry in sorted(bus.iterdir()) if bus.is_dir() else []:
@@ -215,7 +215,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         "config": masked(cfg.data),  # a bug report leaves the site: no database password
         "files": files,
         "links": links,
-        "mountpoints": [m.get("path") for m in cfg.get("mounts.expected", [])],
+        "mountpoints": [m.get("path") for m in cfg.get("mounts.expected")],
         "mount_probes": _probe_mounts(cfg, root),
         "nvml": gpu_backend(cfg, root).read(),
         "state": _local_state(cfg, root),
@@ -229,7 +229,7 @@ def _probe_mounts(cfg: Config, root: Path) -> dict[str, dict]:
     from rsc_health.collect import mounts
     from rsc_health.collect.node import mounts_to_probe
 
-    timeout = float(cfg.get("mounts.probe_timeout_s", 2.0))
+    timeout = float(cfg.get("mounts.probe_timeout_s"))
     probes = mounts.probe(root, mounts_to_probe(cfg, mounts.collect(root)), timeout)
     return {p: asdict(r) for p, r in probes.items()}
 

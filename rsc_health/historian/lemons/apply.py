@@ -84,10 +84,10 @@ class PartitionGuard:
     def from_slurm(cls, slurm: SlurmNodes, cfg, now: datetime) -> PartitionGuard:
         return cls(
             fleet=slurm.nodes(),
-            max_share=float(cfg.get("actions.guard_max_share", 0.10)),
-            window=timedelta(minutes=float(cfg.get("actions.guard_window_min", 15))),
+            max_share=float(cfg.get("actions.guard_max_share")),
+            window=timedelta(minutes=float(cfg.get("actions.guard_window_min"))),
             now=now.replace(tzinfo=UTC) if now.tzinfo is None else now,
-            per_run=int(cfg.get("lemon.max_drains_per_run", 10)),
+            per_run=int(cfg.get("lemon.max_drains_per_run")),
         )
 
     def allow(self, nodes: Sequence[str]) -> tuple[list[str], str]:

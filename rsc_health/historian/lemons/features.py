@@ -71,6 +71,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, and_, case, distinct, func, or_, select, union
 
+from rsc_health.config import packaged_default
 from rsc_health.historian.schema import (
     attributions,
     check_results,
@@ -111,14 +112,11 @@ RSC_HEALTH_REASON_PREFIX = "rsc_health:"
 FLEET_FLOOR = 5.0
 # Nodes are drained for a maintenance reservation up to this long before it starts.
 MAINT_LEAD = pd.Timedelta(hours=1)
-# The packaged [lemon] keys for outages that are not a node's own (verdicts.DEFAULTS has them).
+# The packaged [lemon] keys for outages that are not a node's own.
 OUTAGE_DEFAULTS: dict[str, Any] = {
-    "maintenance_reason_patterns": [
-        r"(?i)maint", r"(?i)upgrad", r"(?i)firmware", r"(?i)\bplanned\b", r"(?i)scheduled",
-    ],
-    "fleet_event_nodes": 8,
-    "fleet_event_share": 0.05,
-    "fleet_event_window_s": 300,
+    key: packaged_default(f"lemon.{key}")
+    for key in ("maintenance_reason_patterns", "fleet_event_nodes", "fleet_event_share",
+                "fleet_event_window_s")
 }
 
 
