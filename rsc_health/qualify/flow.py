@@ -48,9 +48,10 @@ def reservation_name(node: str) -> str:
 
 
 def qualify_reason(code: str, text: str) -> str:
-    from rsc_health.policy import sanitize
+    from rsc_health.policy import QUALIFY_MODE, sanitize
 
-    return f"{REASON_PREFIX}qualify:{sanitize(code).replace(':', '_')}:{sanitize(text)}"[:250]
+    code = sanitize(code).replace(":", "_")
+    return f"{REASON_PREFIX}{QUALIFY_MODE}:{code}:{sanitize(text)}"[:250]
 
 
 def refusal(info, strikes: int) -> str | None:

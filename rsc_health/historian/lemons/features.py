@@ -82,7 +82,8 @@ from rsc_health.historian.schema import (
     node_events,
     tickets,
 )
-from rsc_health.model import LEGACY_LEMON_DRAIN, ActionKind, Status
+from rsc_health.model import LEGACY_LEMON_DRAIN, REASON_PREFIX, ActionKind, Status
+from rsc_health.policy import LEMON_MODE
 
 PAPER_FEATURES = (
     "excl_jobid_count",
@@ -108,7 +109,6 @@ EXTRA_FEATURES = (
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
-RSC_HEALTH_REASON_PREFIX = "rsc_health:"
 FLEET_FLOOR = 5.0
 # Nodes are drained for a maintenance reservation up to this long before it starts.
 MAINT_LEAD = pd.Timedelta(hours=1)
@@ -185,7 +185,7 @@ def classify_outages(
     if rules.maintenance_reason_patterns:
         planned = reason.str.contains(
             "|".join(f"(?:{p})" for p in rules.maintenance_reason_patterns), regex=True
-        ) & ~reason.str.startswith(RSC_HEALTH_REASON_PREFIX)
+        ) & ~reason.str.startswith(REASON_PREFIX)
         kind[planned] = "maintenance"
     threshold = rules.fleet_threshold(fleet_size)
     if np.isfinite(threshold) and len(events) >= threshold:
@@ -200,7 +200,7 @@ def classify_outages(
                  if len(set(nodes[lo[i]:hi[i]])) >= threshold]
         kind[fleet] = kind[fleet].where(kind[fleet] == "maintenance", "fleet")
     return kind
-LEMON_REASON_PREFIX = "rsc_health:lemon:"
+LEMON_REASON_PREFIX = f"{REASON_PREFIX}{LEMON_MODE}:"
 # node_actions words of a lemon drain: `lemons --apply` writes LEMON_DRAIN; older rows "drain".
 LEMON_DRAIN_ACTIONS = (ActionKind.LEMON_DRAIN.value, LEGACY_LEMON_DRAIN)
 ATTRIBUTED_KINDS = ("check", "event")
