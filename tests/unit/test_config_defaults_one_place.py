@@ -89,8 +89,14 @@ def restated_defaults(source: str) -> list[tuple[int, str]]:
                 section = _section_of(node.value, bound)
                 if section:
                     bound[node.targets[0].id] = section
-            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                    and node.func.attr == "get" and len(node.args) == 2):
+            if not isinstance(node, ast.Call):
+                continue
+            passed_on = [_string(a) for a in node.args[:-1]]  # a helper's (key, default)
+            if any(key and "." in key and key in DOCUMENTED for key in passed_on):
+                found[node.lineno] = ast.unparse(node)
+                continue
+            if not (isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+                    and len(node.args) == 2):
                 continue
             key = _string(node.args[0])
             if key is None:
@@ -130,6 +136,7 @@ def test_the_exemptions_are_still_needed():
     ('cfg.get("host", {}).get("ce_per_sweep", 100)', 1),
     ('g = cfg.get("gpu", {})', 1),
     ('g = (cfg.get("site") or {}).get("max_lines", 200)', 1),
+    ('_cfg(ctx, "metrics.confidence", 0.9)', 1),
     ('class O:\n    def from_config(cls, report):\n        return report.get("xid_top", 9)', 3),
 ])
 def test_the_scan_sees_each_way_a_default_is_restated(source, line):
@@ -138,6 +145,7 @@ def test_the_scan_sees_each_way_a_default_is_restated(source, line):
 
 @pytest.mark.parametrize("source", [
     'cfg.get("actions.guard_max_share")',
+    '_cfg(ctx, "metrics.confidence")',
     'cfg.get("historian.url") or ""',
     'os.environ.get("RSC_HEALTH_DB", "")',
     'spec.get("timeout_s", 600)',  # not a documented key: [qualify.tests.NAME] is a map
