@@ -25,8 +25,8 @@ from sqlalchemy import (
 
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
-# compared as bytes on PostgreSQL (0006).
-SCHEMA_VERSION = 6
+# compared as bytes on PostgreSQL (0006); 7: the node inventory (0007).
+SCHEMA_VERSION = 7
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -187,6 +187,23 @@ reservations = Table(
     Column("flags", Text, nullable=False, default=""),
     Column("nodelist", Text, nullable=False, default=""),
     UniqueConstraint("cluster", "name", "start", name="uq_reservations"),
+)
+
+# The fleet the historian had (version 7): each node's in-service intervals, with its cluster
+# and partition, imported (`healthctl ingest inventory`, a CSV of node, cluster, partition,
+# from, to). `end` NULL: still in service. Exposure (node-days per peer group) is taken from
+# here; without rows, the nodes seen in the window stand in for the fleet.
+node_inventory = Table(
+    "node_inventory",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(128), nullable=False),
+    Column("cluster", String(64), nullable=False, default=""),
+    Column("partition", String(64), nullable=False, default=""),
+    Column("start", DateTime, nullable=False),
+    Column("end", DateTime),
+    Column("source", String(16), nullable=False, default="csv"),
+    UniqueConstraint("node", "start", name="uq_node_inventory"),
 )
 
 tickets = Table(
