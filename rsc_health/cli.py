@@ -44,6 +44,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "mttf": "metrics:mttf",
     "ettr": "metrics:ettr",
     "goodput": "metrics:goodput",
+    "reliability": "metrics:reliability",
     "metrics": "exporter:metrics",
     # lemon nodes
     "lemons": "lemons:lemons",
@@ -108,7 +109,8 @@ class AppContext:
 # have no progress of their own (report, demo, sim and spool flush draw their own).
 SPINNER_COMMANDS = frozenset({
     "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "ingest", "lemons",
-    "metrics", "mttf", "node", "outcomes", "rolling", "status", "ticket", "tune-lemons",
+    "metrics", "mttf", "node", "outcomes", "reliability", "rolling", "status", "ticket",
+    "tune-lemons",
 })
 
 

@@ -297,6 +297,24 @@ def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
     _print_report(report, as_json)
 
 
+@ingest.command("inventory")
+@click.option("--file", "path", required=True, callback=_file_or_none,
+              help="CSV with node,cluster,partition,from,to ('-').")
+@json_option
+@click.pass_context
+def ingest_inventory(ctx: click.Context, path: str, as_json: bool) -> None:
+    """The fleet the historian had: each node's in-service intervals (to empty: in service),
+    with its cluster and partition. Node-days and the lemons' peer groups come from it."""
+    from rsc_health.historian.ingest import inventory
+
+    with _historian(ctx, inventory.InventoryError) as engine:
+        if path == "-":
+            report = inventory.import_lines(engine, _stdin_text(newline=""))
+        else:
+            report = inventory.import_csv(engine, path)
+    _print_report(report, as_json)
+
+
 # -- tickets ----------------------------------------------------------------------------------
 
 
