@@ -11,7 +11,9 @@ duration, out, event); `event` DBE or OTB says the life span ended in that failu
 - checks: the same failures as XID check results (DBE: XID 48, OTB: XID 79, on gpu0), for
   `healthctl ingest checks`;
 - inventory: each location in service from its first insert to its last remove, for
-  `healthctl ingest inventory`.
+  `healthctl ingest inventory`;
+- gpus: every life span as a GPU interval (serial, node, gpu0, insert, remove), for
+  `healthctl ingest gpus`.
 """
 
 from __future__ import annotations
@@ -49,7 +51,12 @@ def write_imports(frame: pd.DataFrame, out: Path) -> dict[str, Path]:
     out.mkdir(parents=True, exist_ok=True)
     fails = failures(frame)
     paths = {"events": out / "events.txt", "checks": out / "checks.jsonl",
-             "inventory": out / "inventory.csv"}
+             "inventory": out / "inventory.csv", "gpus": out / "gpus.csv"}
+    with paths["gpus"].open("w") as fh:
+        fh.write("serial,node,slot,from,to\n")
+        for r in frame.dropna(subset=["insert"]).itertuples():
+            to = "" if pd.isna(r.remove) else f"{r.remove:%Y-%m-%dT%H:%M:%S}"
+            fh.write(f"{r.SN},{r.location},gpu0,{r.insert:%Y-%m-%dT%H:%M:%S},{to}\n")
     with paths["events"].open("w") as fh:
         fh.write("NodeName|TimeStart|TimeEnd|State|Reason|Cluster\n")
         for r in fails.itertuples():

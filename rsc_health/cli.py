@@ -45,6 +45,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "ettr": "metrics:ettr",
     "goodput": "metrics:goodput",
     "reliability": "metrics:reliability",
+    "gpus": "metrics:gpus",
     "metrics": "exporter:metrics",
     # lemon nodes
     "lemons": "lemons:lemons",
@@ -108,7 +109,7 @@ class AppContext:
 # Commands that can run for more than a few seconds on a big historian or a slow controller and
 # have no progress of their own (report, demo, sim and spool flush draw their own).
 SPINNER_COMMANDS = frozenset({
-    "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "ingest", "lemons",
+    "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "gpus", "ingest", "lemons",
     "metrics", "mttf", "node", "outcomes", "reliability", "rolling", "status", "ticket",
     "tune-lemons",
 })

@@ -315,6 +315,24 @@ def ingest_inventory(ctx: click.Context, path: str, as_json: bool) -> None:
     _print_report(report, as_json)
 
 
+@ingest.command("gpus")
+@click.option("--file", "path", required=True, callback=_file_or_none,
+              help="CSV with serial,node,slot,from,to ('-').")
+@json_option
+@click.pass_context
+def ingest_gpus(ctx: click.Context, path: str, as_json: bool) -> None:
+    """Each GPU's intervals in a node by serial (or UUID): failures follow the GPU when it
+    moves (`healthctl gpus`), and the node it left is not blamed for them."""
+    from rsc_health.historian.ingest import inventory
+
+    with _historian(ctx, inventory.InventoryError) as engine:
+        if path == "-":
+            report = inventory.import_gpu_lines(engine, _stdin_text(newline=""))
+        else:
+            report = inventory.import_gpus_csv(engine, path)
+    _print_report(report, as_json)
+
+
 # -- tickets ----------------------------------------------------------------------------------
 
 

@@ -570,3 +570,37 @@ def reliability(ctx, since, until, period, cluster, as_json):
         ("system_mtbf_h", "system MTBF h", ".2f"), ("node_mtbf_h", "node MTBF h", ".0f"),
         ("repair_p50_h", "repair p50 h", ".1f"), ("repair_p90_h", "repair p90 h", ".1f"),
     ])
+
+
+# -- GPUs that failed in more than one node ---------------------------------------------------
+
+
+@click.command()
+@click.option("--until", type=click.DateTime(), help="Failures before (UTC; default: now).")
+@json_option
+@click.pass_context
+def gpus(ctx, until, as_json):
+    """GPUs (by serial, `healthctl ingest gpus`) that failed in two or more nodes: the fault
+    moved with the GPU, and the nodes it left are not blamed for it in the lemon verdicts."""
+    from rsc_health.historian.gpus import attribute, gpu_intervals, repeat_gpus
+    from rsc_health.historian.lemons.features import OutageRules
+    from rsc_health.historian.lemons.verdicts import DEFAULTS
+    from rsc_health.historian.metrics.reliability import failures
+
+    rules = OutageRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
+    hi = until or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    engine = _engine(ctx)
+    try:
+        found = failures(engine, datetime(1970, 1, 1), hi, rules)
+        df = repeat_gpus(attribute(found[["node", "time"]], gpu_intervals(engine)))
+    finally:
+        engine.dispose()
+    if as_json:
+        _emit_json({"until": hi, "gpus": _records(df)})
+        return
+    if df.empty:
+        click.echo("no GPU failed in more than one node")
+        return
+    click.echo(f"{len(df)} GPUs failed in more than one node")
+    for row in df.itertuples():
+        click.echo(f"  {row.serial}: {row.failures} failures in {', '.join(row.nodes)}")

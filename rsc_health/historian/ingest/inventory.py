@@ -109,3 +109,44 @@ def has_inventory(engine: Engine) -> bool:
 
 
 __all__ = ["InventoryError", "exposure", "has_inventory", "import_csv", "import_lines"]
+
+
+# -- GPUs -------------------------------------------------------------------------------------
+
+GPU = schema.gpu_inventory
+
+
+def import_gpus_csv(engine: Engine, path: Path | str) -> IngestReport:
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        return import_gpu_lines(engine, fh, name=str(path))
+
+
+def import_gpu_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
+    """Each GPU's intervals in a node: CSV serial, node, slot, from, to (slot and to may be
+    empty). Keyed by (serial, from); a repeated key keeps the later row and is counted."""
+    report = IngestReport("gpus")
+    reader = csv.DictReader(fh)
+    missing = {"serial", "node", "from"} - set(reader.fieldnames or ())
+    if missing:
+        raise InventoryError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
+    rows: dict[tuple[str, str], tuple] = {}
+    for record in reader:
+        report.read += 1
+        try:
+            serial = key_text((record.get("serial") or "").strip(), "serial", 64)
+            if not serial:
+                raise RowError("no serial")
+            node, _, _, start, end, source = _row(record)
+            slot = key_text((record.get("slot") or "").strip(), "slot", 32)
+        except (ValueError, TypeError) as exc:
+            report.add_bad(reader.line_num, str(exc)[:300])
+            continue
+        if (serial, start) in rows:
+            report.skipped += 1
+        rows[(serial, start)] = (serial, node, slot, start, end, source)
+    with writer(engine).begin() as conn:
+        report.written = bulk_write(
+            conn, GPU, ("serial", "node", "slot", "start", "end", "source"),
+            list(rows.values()), conflict=("serial", "start"), update=("node", "slot", "end"),
+        )
+    return report
