@@ -55,6 +55,8 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
                     "written": report.written,
                     "skipped": report.skipped,
                     "replaced": report.replaced,
+                    "merged": report.merged,
+                    "times": report.times or None,
                     "bad": [{"line": b.line, "error": b.message} for b in report.bad],
                 }
             )
@@ -214,9 +216,11 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
 @ingest.command("events")
 @click.option("--file", "path", callback=_file_or_none, help="`sacctmgr -P show event` output.")
 @click.option("--since", help="Start= for sacctmgr (default [historian] first_start).")
+@click.option("--tz", help="The IANA zone the times are wall-clock times of (default: UTC).")
 @json_option
 @click.pass_context
-def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_json: bool) -> None:
+def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: str | None,
+                  as_json: bool) -> None:
     """Node down/drain periods from `sacctmgr -P show event` (or --file)."""
     from rsc_health.historian.ingest import events
     from rsc_health.historian.retention import Retention
@@ -226,15 +230,15 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
     with _historian(ctx, events.EventsError) as engine:
         if path == "-":  # a reason is a person's text: bytes that are not UTF-8 are replaced
             stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-            report = events.ingest_lines(engine, stdin, cluster=cluster)
+            report = events.ingest_lines(engine, stdin, cluster=cluster, tz=tz)
         elif path is not None:
-            report = events.ingest_file(engine, path, cluster=cluster)
+            report = events.ingest_file(engine, path, cluster=cluster, tz=tz)
         else:
             start = since or Retention.from_config(ctx.obj.config).events_start(
                 str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 datetime.now(UTC).replace(tzinfo=None))
             text = events.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
-            report = events.ingest_text(engine, text, cluster=cluster)
+            report = events.ingest_text(engine, text, cluster=cluster, tz=tz)
     _print_report(report, as_json)
 
 
