@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import _titan  # noqa: E402
 
 from rsc_health.historian import db  # noqa: E402
-from rsc_health.historian.ingest import checks, events, inventory  # noqa: E402
+from rsc_health.historian.ingest import checks, events, inventory, tickets  # noqa: E402
 from rsc_health.historian.lemons.features import OutageRules, lemon_features  # noqa: E402
 from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, flagged  # noqa: E402
 
@@ -34,12 +34,15 @@ DATES = "2015-10-01,2016-01-01,2016-04-01,2016-07-01,2016-10-01,2017-01-01,2017-
         "2018-01-01,2018-07-01,2019-01-01,2019-07-01"
 
 
-def load(url: str, paths: dict[str, Path], mode: str) -> None:
+def load(url: str, paths: dict[str, Path], mode: str, tz: str | None = None,
+         with_tickets: bool = False) -> None:
     engine = db.connect(url, upgrade=True)
     try:
         inventory.import_csv(engine, paths["inventory"])
+        if with_tickets:
+            tickets.import_csv(engine, paths["tickets"])
         if mode == "events":
-            events.ingest_file(engine, paths["events"])
+            events.ingest_file(engine, paths["events"], tz=tz)
         else:
             checks.ingest_file(engine, paths["checks"])
     finally:
@@ -47,7 +50,7 @@ def load(url: str, paths: dict[str, Path], mode: str) -> None:
 
 
 def score(url: str, frame, dates: list[datetime], rules: dict[str, LemonRules],
-          rate_window_days: float):
+          rate_window_days: float, reference=_titan.reference):
     outages = OutageRules.from_config({**DEFAULTS, "rate_window_days": rate_window_days})
     window = outages.rate_window_days
     engine = db.connect(url)
@@ -58,7 +61,7 @@ def score(url: str, frame, dates: list[datetime], rules: dict[str, LemonRules],
             f = lemon_features(engine, as_of, DEFAULTS["window_days"],
                                history_days=DEFAULTS["history_days"], outages=outages)
             took = time.perf_counter() - t0
-            key = _titan.reference(frame, as_of, window)
+            key = reference(frame, as_of, window)
             for name, r in rules.items():
                 hit = set(f.index[flagged(f, r)])
                 rows.append({
@@ -99,11 +102,11 @@ def main(argv=None) -> int:
             load(url, paths, mode)
             print(f"titan {mode}: loaded in {time.perf_counter() - t0:.1f} s")
             for w in (float(x) for x in args.rate_window.split(",")):
-                _report(f"{mode}_w{w:g}", score(url, frame, dates, rules, w))
+                report(f"titan_{mode}_w{w:g}", score(url, frame, dates, rules, w))
     return 0
 
 
-def _report(label: str, rows: list[dict]) -> None:
+def report(label: str, rows: list[dict]) -> None:
     print(f"-- {label}")
     print(f"{'as_of':<11} {'rules':<12} {'flagged':>7} {'target':>6} "
           f"{'recall':>6} {'precision':>9} {'incidents':>9} {'s':>5}")
@@ -118,9 +121,9 @@ def _report(label: str, rows: list[dict]) -> None:
             t[i] += r[k]
     for name, (fl, tg, tpr, tpp) in totals.items():
         rec, prec = (tpr / tg if tg else 1.0), (tpp / fl if fl else 1.0)
-        print(f"BENCH\ttitan_{label}_{name.replace(' ', '_')}\trecall\t{rec:.3f}\t")
-        print(f"BENCH\ttitan_{label}_{name.replace(' ', '_')}\tprecision\t{prec:.3f}\t")
-        print(f"BENCH\ttitan_{label}_{name.replace(' ', '_')}\ttargets\t{tg}\t")
+        print(f"BENCH\t{label}_{name.replace(' ', '_')}\trecall\t{rec:.3f}\t")
+        print(f"BENCH\t{label}_{name.replace(' ', '_')}\tprecision\t{prec:.3f}\t")
+        print(f"BENCH\t{label}_{name.replace(' ', '_')}\ttargets\t{tg}\t")
 
 
 if __name__ == "__main__":

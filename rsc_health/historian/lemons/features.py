@@ -605,6 +605,11 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
     kept = starts[~on_incident]
     episodes = kept.groupby("node").size().astype("float64")
     tested = rate_test(episodes, exposure)
+    if basis == "inventory":
+        # The inventory makes it a group of one on purpose (a one-node system): its own rate
+        # is its base rate, and the absolute counts do not judge it either (verdicts.py gate).
+        alone = tested["expected"].isna()
+        tested.loc[alone, "expected"] = tested.loc[alone, "episodes"]
     q = tested["q"].to_numpy()
     surprise = np.clip(-np.log10(np.maximum(q, 1e-300)), 0.0, MAX_SURPRISE)
     surprise[tested["episodes"].to_numpy() < rules.rate_min_episodes] = 0.0

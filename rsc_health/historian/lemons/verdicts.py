@@ -86,7 +86,7 @@ DEFAULTS: dict[str, Any] = {
     "out_count_history": 3,
     "down_outs_history": 2,
     "rate_surprise": 2,
-    "peer_q": 0.25,
+    "peer_q": 0.05,
     "repeat_offender_fails": 1,
     "max_evidence": 20,
     "max_drains_per_run": 10,
@@ -103,7 +103,7 @@ class LemonRules:
     strong: tuple[str, ...] = ("xid_cnt",)
     min_single_node_jobs: int = 5
     repeat_offender_fails: int = 1
-    peer_q: float = 0.25
+    peer_q: float = 0.05
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> LemonRules:
