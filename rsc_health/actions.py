@@ -4,11 +4,13 @@ Rules (issue 3):
 - DRAIN_NOW: drain with our reason, then requeue every job on the node so it restarts
   elsewhere with the same Job ID; a job that refuses requeue is reported (`requeue_refused`).
 - DRAIN_AFTER_JOB: drain; the running job finishes and the node then leaves service.
-- A node whose reason is not ours (a person's, or Slurm's own) is never touched.
+- A node whose reason is not ours (a person's, or Slurm's own) is never touched; a drain verdict
+  meeting it is reported held (`held_under_drain`) and the caller keeps it pending.
 - Resume only a drain that was ours and auto-resumable, after N clean sweeps in a row. What we
   drained for is kept in node-local state, because the reason string alone is clipped.
 - Mass-drain guard: once rsc-health drained `guard_max_share` of a partition within the window,
   refuse further drains. Read from Slurm (our prefix + reason time), so every node sees the same.
+  Only automatic drains count: an operator's `healthctl drain` (manual) does not.
 
 Every action is appended to the node's spool. Standard library only (the prolog imports this).
 """
@@ -28,7 +30,7 @@ from rsc_health import spool
 from rsc_health.config import Config
 from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
-from rsc_health.policy import MODE_FOR_LEVEL, is_ours, parse_reason
+from rsc_health.policy import MANUAL_MODE, MODE_FOR_LEVEL, is_ours, parse_reason
 from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
@@ -89,12 +91,20 @@ def guard_states(
             for n in members
             if n.name != exclude
             and n.drain_set
-            and is_ours(n.reason)
+            and automatic(n.reason)
             and n.reason_time is not None
             and now - n.reason_time <= window
         ]
         out.append(GuardState(part, len(members), recent, guard_limit(len(members), max_share)))
     return out
+
+
+def automatic(reason: str | None) -> bool:
+    """A drain rsc-health made by itself (node path or lemons), the kind the mass-drain guard
+    counts. An operator's `healthctl drain` carries our prefix too, but is a person's decision:
+    a DIMM reseat must not use up the budget that holds back a broken node's automatic drain."""
+    parsed = parse_reason(reason)
+    return parsed is not None and parsed["mode"] != MANUAL_MODE
 
 
 class Actor:
@@ -176,17 +186,30 @@ class Actor:
         kind = ActionKind.DRAIN_NOW if now_mode else ActionKind.DRAIN_AFTER_JOB
         if (info.drain_set or info.down) and not is_ours(info.reason):
             # A person's drain or DOWN ("bob: dead PSU, RMA 123"), or Slurm's own ("Not
-            # responding"): theirs to manage, never drained over nor later resumed by us.
-            self.log(f"{self.node} is {info.state} for someone else "
-                     f"({info.reason!r}); leaving it alone (verdict: {verdict.reason})")
-            return []
+            # responding", "Prolog error"), or NHC's: theirs to manage, never drained over nor
+            # later resumed by us. The verdict is not theirs to drop: the caller keeps it
+            # pending, and it is carried out once that drain is lifted (the XID behind it is
+            # already consumed, so nothing else would ever drain the node for it).
+            msg = (f"{self.node} is {info.state} for someone else ({info.reason!r}); "
+                   f"verdict {verdict.reason} kept pending until that is lifted")
+            self.log(msg)
+            return [Action(ActionKind.HELD_UNDER_DRAIN, self.node, msg)]
         actions: list[Action] = []
         ours = parse_reason(info.reason) if info.drain_set else None
-        # Only our own after-job drain is made a drain-now. An operator's (healthctl drain:
-        # manual) or a lemon verdict's drain carries our prefix but is a person's decision,
-        # never auto-resumed: its reason stays, so it is never taken over and resumed.
+        if ours is not None and ours["mode"] not in MODE_FOR_LEVEL.values():
+            # An operator's drain (healthctl drain) or a lemon drain: our prefix, but a
+            # person's decision that only a person lifts (a DIMM reseat, a repair). As under a
+            # person's own drain, the verdict waits for that; a drain-now still requeues.
+            msg = (f"{self.node} is {info.state} by a person ({info.reason!r}); "
+                   f"verdict {verdict.reason} kept pending until that is lifted")
+            self.log(msg)
+            actions.append(Action(ActionKind.HELD_UNDER_DRAIN, self.node, msg))
+            if now_mode and requeue:
+                actions.extend(self._requeue_jobs(verdict.reason, skip))
+            return actions
+        # Only our own after-job drain is made a drain-now.
         escalate = ours is not None and ours["mode"] == "job" and now_mode
-        node_path_drain = ours is not None and ours["mode"] in MODE_FOR_LEVEL.values()
+        node_path_drain = ours is not None
         if ours is None or escalate:
             if ours is None:
                 tripped = self._guard_tripped(info, listing)
@@ -213,7 +236,11 @@ class Actor:
                     raise
                 if over is not None:
                     return [over]
+            before = self.load_state() if escalate else None
             self._save_state(verdict)
+            if before is not None:
+                # Escalated from our after-job drain: what that one was for still stands.
+                self._note_verdict(verdict, before)
             actions.append(drained)
         elif node_path_drain and not self._state_path.exists():
             # Our drain, and no record of it: a drain call that timed out and that slurmctld
@@ -221,7 +248,7 @@ class Actor:
             actions.extend(self._adopt(verdict, info))
         else:
             # Already drained by us: keep it so, and restart the clean-sweep count.
-            self._reset_clean_count()
+            self._note_verdict(verdict)
         if now_mode and requeue:
             actions.extend(self._requeue_jobs(verdict.reason, skip))
         return actions
@@ -411,6 +438,23 @@ class Actor:
                                                                     & set(codes)),
             time=self.now().isoformat(),
         ))
+
+    def _note_verdict(self, verdict: Verdict, before: DrainState | None = None) -> None:
+        """A drain verdict under our drain: restart the clean count, and add what it found
+        (and what an earlier record `before` was for) to the record, so a repair fault found
+        under a transient drain (an XID 79 while drained for a lost mount) is never
+        auto-resumed with it: its events are consumed, no later run sees them again."""
+        state = self.load_state()
+        if state is None:
+            return
+        found = {c.code or c.family for c in verdict.causes}
+        codes = sorted(set(state.codes) | found | set(before.codes if before else ()))
+        resumable = (state.auto_resumable and verdict.auto_resumable
+                     and (before is None or before.auto_resumable)
+                     and not self.never_resume & set(codes))
+        if (state.clean_sweeps, state.codes, state.auto_resumable) != (0, codes, resumable):
+            state.clean_sweeps, state.codes, state.auto_resumable = 0, codes, resumable
+            self._write_state(state)
 
     def _reset_clean_count(self) -> None:
         state = self.load_state()

@@ -49,6 +49,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "metrics": "exporter:metrics",
     # lemon nodes
     "lemons": "lemons:lemons",
+    # qualification against peers before return to service
+    "qualify": "qualify:qualify",
     "tune-lemons": "lemons:tune_lemons",
     # the nightly report
     "report": "report:report",

@@ -21,6 +21,7 @@ from __future__ import annotations
 import copy
 import fnmatch
 import os
+import re
 import stat
 import tomllib
 from dataclasses import dataclass, field
@@ -169,3 +170,76 @@ def state_dir(cfg: Config, root: Path) -> Path:
     """Local state (cursors, counters, spool) lives under the root, so two roots never share it."""
     configured = Path(cfg.get("node.state_dir", "/var/lib/rsc_health"))
     return root / configured.relative_to(configured.anchor)
+
+
+# Keys whose value is a secret whatever it looks like, and secrets inside any string value: a
+# URL's password (postgresql://user:PASSWORD@host) and libpq's `password=...`.
+_SECRET_KEY = re.compile(r"passw|secret|token|credential|api_?key", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*(?=@)")
+_KV_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+MASK = "***"
+
+
+def masked(value: Any, key: str = "") -> Any:
+    """`value` (a config document or any part of it) with its secrets replaced by MASK, for
+    everything that prints or ships a config (`config show`, snapshots)."""
+    if isinstance(value, dict):
+        return {k: masked(v, str(k)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [masked(v, key) for v in value]
+    if isinstance(value, str):
+        if value and _SECRET_KEY.search(key):
+            return MASK
+        value = _URL_PASSWORD.sub(lambda m: m.group("head") + MASK, value)
+        return _KV_PASSWORD.sub(lambda m: m.group("head") + MASK, value)
+    return value
+
+
+# ---- the last good config -------------------------------------------------------------------
+# What a node remembers of its last config that loaded (in the packaged default state dir's
+# <state_dir>/last_good_config.json, 0600: the historian URL may hold a password), so a broken
+# push is still said in its textfile and its spool still flushed. A site whose state_dir is
+# not the default's has its memory where a broken config cannot point: it falls back to the
+# packaged defaults.
+LAST_GOOD_FILE = "last_good_config.json"
+REMEMBERED = ("node.textfile_dir", "historian.url")
+
+
+def remember_good(cfg: Config, sdir: Path) -> None:
+    """Keep REMEMBERED of a config that loaded, when it differs from what is kept. Raises
+    OSError."""
+    import json
+
+    from rsc_health.durable import load_state_json, write_atomic
+
+    keep = {key: cfg.get(key, "") for key in REMEMBERED}
+    kept = load_state_json(sdir / LAST_GOOD_FILE)
+    if kept.get("settings") == keep and kept.get("source") == str(cfg.path):
+        return
+    write_atomic(sdir / LAST_GOOD_FILE, json.dumps(
+        {"settings": keep, "source": str(cfg.path), "time": _now_text()}), mode=0o600)
+
+
+def fallback_config(root: Path) -> tuple[Config, str]:
+    """(the config to go on with when the site's is broken, which one it is, in words): the
+    packaged defaults with the last good config's REMEMBERED settings, or the defaults alone."""
+    from rsc_health.durable import load_state_json
+
+    defaults = load_config(os.devnull)
+    kept = load_state_json(state_dir(defaults, root) / LAST_GOOD_FILE)
+    settings = kept.get("settings")
+    if not isinstance(settings, dict):
+        return defaults, "the packaged defaults"
+    for key in REMEMBERED:
+        value = settings.get(key)
+        if isinstance(value, str):
+            section, _, name = key.partition(".")
+            defaults.data.setdefault(section, {})[name] = value
+    return defaults, (f"the last good config's settings ({kept.get('source')}, remembered "
+                      f"{kept.get('time')})")
+
+
+def _now_text() -> str:
+    import time
+
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

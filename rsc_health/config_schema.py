@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rsc_health.config import ConfigError
+from rsc_health.model import Severity
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (
@@ -45,6 +46,9 @@ EXPLICIT: dict[str, Spec] = {
         "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
     "report.skip": Spec("list", STR),
     "node.spool_max_mb": Spec("number"),
+    "qualify.tests": Spec("map", Spec("table", fields={
+        "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number")},
+        required=("plugin", "command"))),
 }
 # Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.
 RANGES: dict[str, tuple[float, float]] = {
@@ -67,15 +71,30 @@ RANGES: dict[str, tuple[float, float]] = {
     "node.spool_max_mb": (0, 1_000_000),
     "mounts.probe_timeout_s": (0, 600),
     "gpu.nvml_timeout_s": (0, 600),
+    "gpu.nvml_hang_sweeps": (0, 10_000),
     "site.timeout_s": (0, 600),
     "site.max_output_bytes": (1024, 16 * 1024 * 1024),
     "site.max_lines": (1, 10_000),
+    "qualify.k": (0.5, 20),
+    "qualify.min_margin": (0, 1),
+    "qualify.max_margin": (0, 1),
+    "qualify.min_peers": (1, 100_000),
+    "qualify.baseline_margin": (0, 1),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
-    "site.nhc_severity": ("warn", "drain_after_job", "drain_now"),
+    "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
 }
+# Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
+# that family from every prolog or epilog.
+FAMILY_LISTS = ("slurm.prolog_families", "slurm.epilog_families")
+
+
+def family_names() -> tuple[str, ...]:
+    from rsc_health.checks import REGISTRY  # only when a family list is given
+
+    return tuple(f.name for f in REGISTRY)
 
 
 def _is_duration(key: str) -> bool:
@@ -134,6 +153,8 @@ def check_value(spec: Spec, value: Any, dotted: str) -> str | None:
         choices = CHOICES.get(dotted)
         if choices and value not in choices:
             return f"expected one of {', '.join(choices)}, got {value!r}"
+        if dotted.removesuffix("[]") in FAMILY_LISTS and value not in family_names():
+            return f"unknown check family {value!r}{_suggest(value, family_names())}"
         return None
     if kind == "list":
         if not isinstance(value, list):
@@ -219,7 +240,7 @@ def validate_overrides(overrides: dict, defaults: dict, path: Path) -> None:
                 validate_section(section, body, defaults, path, label)
 
 
-def _suggest(key: str, known: dict) -> str:
+def _suggest(key: str, known) -> str:
     import difflib
 
     close = difflib.get_close_matches(key, list(known), n=1)

@@ -12,6 +12,10 @@ made) is replaced, never opened for writing: opening a FIFO to write blocks unti
 Reading one (load_state_json) tells "there is none" (the first run) from "there is one and it
 cannot be read" (lost state): the two call for different things.
 
+Root writes files only through write_atomic, which never opens a name someone else could have
+planted (a symlink to /etc/shadow, a FIFO) and refuses a directory breaking DIRECTORY_RULE;
+make_dirs gives new directories their mode whatever the umask.
+
 Standard library only: the prolog imports this.
 """
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import stat
 import time
 from pathlib import Path
 
@@ -61,46 +66,172 @@ def _size(path: Path) -> int | None:
         return None
 
 
+def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+    """A descriptor on the regular file at `path`, never following a symlink there nor blocking
+    on a FIFO (O_NOFOLLOW|O_NONBLOCK, then fstat): OSError for anything else, naming it."""
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise OSError(errno.ELOOP, "a symlink, not a file: refused", str(path)) from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(errno.EINVAL, f"{_kind(st.st_mode)}, not a file: refused", str(path))
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
 def fsync_dir(path: Path) -> None:
     """Make the names in directory `path` (created, renamed, removed) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        os.fsync(fd)
-    except OSError as exc:
-        if exc.errno not in _NO_DIR_SYNC:
-            raise
+        _fsync_dir_fd(fd)
     finally:
         os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes | str, *, sync_dir: bool = True) -> None:
-    """Replace `path` with `data`: after a crash or a power cut it holds the old bytes or the
-    new ones, never a mix, never nothing. sync_dir=False leaves the directory's fsync to the
-    caller (several files of one directory, one fsync). Raises OSError."""
+class UnsafeDirectory(PermissionError):
+    """A directory root must not write into: see DIRECTORY_RULE."""
+
+
+# The one rule for every directory the product writes a file into (state, spool, textfile,
+# report, metrics export); write_atomic refuses any other, naming the rule.
+DIRECTORY_RULE = ("root writes only into a directory that is its own and that no one else may "
+                  "write unless it is sticky: chmod go-w or chmod +t it")
+
+
+def unsafe_directory(st: os.stat_result) -> str:
+    """Why a directory of this stat breaks DIRECTORY_RULE, or ""."""
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid not in (0, os.geteuid()):
+        return f"owned by uid {st.st_uid}"
+    if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
+        return f"writable by {'others' if mode & stat.S_IWOTH else 'its group'} (mode {mode:o})"
+    return ""
+
+
+def _judge(st: os.stat_result, directory: Path) -> None:
+    why = unsafe_directory(st)
+    if why:
+        raise UnsafeDirectory(f"{directory} is {why}: refused ({DIRECTORY_RULE})")
+
+
+def ready_dir(path: Path) -> None:
+    """`path` made if missing (make_dirs) and judged by DIRECTORY_RULE now, before work that
+    would be lost at the first write (UnsafeDirectory)."""
+    make_dirs(path)
+    _judge(os.stat(path), path)
+
+
+def make_dirs(path: Path, mode: int = 0o755) -> None:
+    """`path` made with exactly `mode` and its missing parents 0755, whatever the umask (under
+    umask 000 mkdir's own mode would give 0777). Existing directories are left as they are."""
     path = Path(path)
-    payload = data.encode() if isinstance(data, str) else data
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    _clear_name(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    try:
+    if path.is_dir():
+        return
+    missing = []
+    while not path.is_dir():
+        missing.append(path)
+        if path.parent == path:
+            break
+        path = path.parent
+    for directory in reversed(missing):
+        want = mode if directory is missing[0] else 0o755
         try:
-            view = memoryview(payload)
-            while view:
-                view = view[os.write(fd, view):]
-            os.fsync(fd)
+            os.mkdir(directory, want)
+        except FileExistsError:
+            if directory.is_dir():
+                continue
+            raise
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            os.fchmod(fd, want)
         finally:
             os.close(fd)
+
+
+def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644,
+                 sync_dir: bool = True) -> None:
+    """Replace `path` with `data`, the product's one way to write a file as root: after a
+    crash or a power cut it holds the old bytes or the new ones, never a mix, never nothing.
+
+    The bytes go to a new name no one can guess (O_CREAT|O_EXCL|O_NOFOLLOW, so nothing already
+    there, planted or not, is ever opened), made `mode` whatever the umask, fsync'd and
+    renamed over `path` (a symlink standing there is replaced, never followed). Every step is
+    relative to the directory opened once and judged by DIRECTORY_RULE (UnsafeDirectory when
+    it breaks it); a missing directory is made 0755. sync_dir=False leaves the directory's
+    fsync to the caller (several files of one directory, one fsync). Raises OSError."""
+    path = Path(path)
+    payload = data.encode() if isinstance(data, str) else data
+    make_dirs(path.parent)
+    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        _judge(os.fstat(dfd), path.parent)
+        fd, tmp = _create_unique(dfd, path.name, mode)
         try:
-            os.replace(tmp, path)
-        except IsADirectoryError:
-            _set_aside(path)
-            os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # a full disk keeps the old file, and no litter
-        raise
-    if sync_dir:
-        fsync_dir(path.parent)
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+            except IsADirectoryError:
+                _set_aside(path, dfd)
+                os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+        except BaseException:
+            try:
+                os.unlink(tmp, dir_fd=dfd)  # a full disk keeps the old file, and no litter
+            except OSError:
+                pass
+            raise
+        if sync_dir:
+            _fsync_dir_fd(dfd)
+    finally:
+        os.close(dfd)
+
+
+def _create_unique(dfd: int, name: str, mode: int) -> tuple[int, str]:
+    """A new file in directory `dfd` under a name no one can guess, and its name."""
+    for _ in range(100):
+        tmp = f".{name}.{os.urandom(8).hex()}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                         mode, dir_fd=dfd)
+        except FileExistsError:
+            continue  # someone is guessing (64 random bits): take another
+        try:
+            os.fchmod(fd, mode)  # the umask narrowed (or, at 000, did not) what open made
+        except BaseException:
+            os.close(fd)
+            os.unlink(tmp, dir_fd=dfd)
+            raise
+        return fd, tmp
+    raise OSError(errno.EEXIST, "no free temporary name after 100 tries", name)
+
+
+def _fsync_dir_fd(dfd: int) -> None:
+    try:
+        os.fsync(dfd)
+    except OSError as exc:
+        if exc.errno not in _NO_DIR_SYNC:
+            raise
 
 
 def remove(path: Path) -> bool:
@@ -130,8 +261,11 @@ def _clear_name(path: Path) -> bool:
     return True
 
 
-def _set_aside(path: Path) -> None:
+def _set_aside(path: Path, dir_fd: int | None = None) -> None:
     """A directory where a state file belongs: renamed out of the way, kept for a person to
     look at, so the state can be written again."""
-    aside = path.with_name(f"{path.name}.not-a-file-{time.time_ns()}")
-    os.rename(path, aside)
+    aside = f"{path.name}.not-a-file-{time.time_ns()}"
+    if dir_fd is None:
+        os.rename(path, path.with_name(aside))
+    else:
+        os.rename(path.name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

@@ -13,12 +13,13 @@ import time
 from pathlib import Path
 
 from rsc_health.config import Config, state_dir
-from rsc_health.model import Finding, Severity, Status
+from rsc_health.model import Finding, Severity, Status, utcnow
 
 XID_CURSOR_FILE = "xid_cursor.json"
 COUNTERS_FILE = "counters.json"
+HANGS_FILE = "probe_hangs.json"  # rsc_health.collect.hangs
 # The node-local state the checks judge against (snapshots carry it for an exact replay).
-STATE_FILES = (XID_CURSOR_FILE, COUNTERS_FILE)
+STATE_FILES = (XID_CURSOR_FILE, COUNTERS_FILE, HANGS_FILE)
 
 
 def _checker(family: str, component: str, reason: str) -> Finding:
@@ -32,36 +33,39 @@ def run(
     only: set[str] | None = None,
     budget_s: float | None = None,
     save_state: bool = True,
+    sweep: bool = False,
 ) -> list[Finding]:
     """All findings for the node under `root` (or only the families in `only`).
 
     save_state=False is read-only (`healthctl check`, snapshots): the XID cursor and the
-    counter baselines stay the sweep's, so what was new stays new for the next sweep."""
-    findings, commit = run_deferred(cfg, root, only=only, budget_s=budget_s)
+    counter baselines stay the sweep's, so what was new stays new for the next sweep.
+    sweep: a probe that hangs counts one more sweep in a row (collect.hangs)."""
+    findings, commit = run_deferred(cfg, root, only=only, budget_s=budget_s, sweep=sweep)
     if save_state:
         findings.extend(commit())
     return findings
 
 
 def run_deferred(
-    cfg: Config, root: Path, *, only: set[str] | None = None, budget_s: float | None = None
+    cfg: Config, root: Path, *, only: set[str] | None = None, budget_s: float | None = None,
+    sweep: bool = False,
 ):
     """(findings, commit): the node path calls commit() only once what the findings say is
     safely spooled, so an event is never consumed without being recorded. commit() returns
     checker findings for state it could not save; it never raises."""
     try:
-        return _run(cfg, Path(root), only=only, budget_s=budget_s)
+        return _run(cfg, Path(root), only=only, budget_s=budget_s, sweep=sweep)
     except Exception as exc:  # noqa: BLE001 - the contract: never raise
         return ([_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")],
                 lambda: [])
 
 
 def _run(
-    cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None
+    cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, sweep: bool
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
     from rsc_health.checks import CHECKS
-    from rsc_health.collect import counters, kmsg
+    from rsc_health.collect import counters, hangs, kmsg
     from rsc_health.collect.node import FAMILIES, collect_all
     from rsc_health.xid import CatalogError, load_catalog
 
@@ -75,6 +79,7 @@ def _run(
     sdir = state_dir(cfg, root)
     cursor = kmsg.load_cursor(sdir / XID_CURSOR_FILE)
     previous = counters.load(sdir / COUNTERS_FILE)
+    previous_hangs = hangs.load(sdir / HANGS_FILE)
     if "lost" in previous:
         # Said by the one run that rebuilds it: the commit below writes it whole again.
         findings.append(_checker("state", str(sdir / COUNTERS_FILE),
@@ -89,9 +94,22 @@ def _run(
     state, new_cursor = collect_all(
         cfg, root, only=set(families), xid_cursor=cursor, previous_counters=previous,
         probe_timeout_s=timeout, deadline=deadline,
+        hangs_before=hangs.current(previous_hangs, kmsg.boot_id(root)),
     )
     for family, source, message in state.errors:
         findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))
+    state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
+                               {name: state.probe_pids.get(name) for name in state.hung_probes},
+                               utcnow(), sweep=sweep)
+    if hangs.NVML in state.hung_probes:
+        # Said on every run it hangs, with since when; after [gpu] nvml_hang_sweeps sweeps
+        # in a row the gpu check makes it the node's fault (nvml_wedged).
+        hang = state.hangs[hangs.NVML]
+        findings.append(Finding(
+            "checker", hangs.NVML, Status.ERROR, Severity.NONE,
+            f"{state.hung_probes[hangs.NVML]}; not answering since {hang['since']} "
+            f"({hang['sweeps']} sweep(s) in a row)", "nvml_hung", data={"probe": hangs.NVML,
+                                                                        **hang}))
 
     data = dict(cfg.data)
     if "xid" in families:
@@ -117,6 +135,10 @@ def _run(
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
             merged.update(state.counters)
+            if (state.hangs != previous_hangs["probes"]
+                    or previous_hangs["boot_id"] not in (None, state.boot_id)):
+                # Written only when it changes: a healthy run adds no write.
+                hangs.save(sdir / HANGS_FILE, state.hangs, state.boot_id, sync_dir=False)
             counters.save(sdir / COUNTERS_FILE, merged, state.boot_id)
         except OSError as exc:
             return [_checker("state", str(sdir),

@@ -9,6 +9,11 @@ import re
 from itertools import groupby
 
 _RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+# No job runs on more hosts than this (the largest Slurm clusters have tens of thousands of
+# nodes): a hostlist naming more is a typo (`node[0-99999999]` for `node[0-99]`), refused
+# before anything is expanded, by the operator's commands and the sacct ingest alike.
+MAX_HOSTS = 100_000
 # One node as Slurm names it (a hostname): no comma, bracket, space, `=` or leading `-`, any of
 # which would make scontrol read the name as many nodes, another field or an option.
 _ONE_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
@@ -39,21 +44,44 @@ def _split_top(expr: str) -> list[str]:
     return [p.strip() for p in parts if p.strip()]
 
 
+def _range(piece: str, item: str) -> tuple[int, int, int]:
+    """(low, high, width) of one `lo-hi` or `n` inside a bracket."""
+    r = _RANGE.match(piece.strip())
+    if not r:
+        raise HostlistError(f"bad range {piece!r} in {item!r}")
+    lo, hi = r.group(1), r.group(2) or r.group(1)
+    try:
+        low, high = int(lo), int(hi)
+    except ValueError:  # more digits than int() takes
+        raise HostlistError(f"bad range {piece!r} in {item!r}") from None
+    if high < low:
+        raise HostlistError(f"descending range {piece!r} in {item!r}")
+    return low, high, len(lo)
+
+
+def count(expr: str | None) -> int:
+    """How many names `expand(expr)` gives, without expanding anything: per comma-separated
+    item, the product of its brackets' range sizes. HostlistError where expand raises one."""
+    if not expr or expr.strip() in ("None assigned", "(null)", "None"):
+        return 0
+    total = 0
+    for item in _split_top(expr.strip()):
+        size = 1
+        for body in _BRACKET.findall(item):
+            size *= sum(hi - lo + 1 for lo, hi, _ in (_range(p, item) for p in body.split(",")))
+        total += size
+    return total
+
+
 def _expand_one(item: str) -> list[str]:
-    m = re.search(r"\[([^\[\]]*)\]", item)
+    m = _BRACKET.search(item)
     if not m:
         return [item]
     prefix, body, rest = item[: m.start()], m.group(1), item[m.end() :]
     out: list[str] = []
     for piece in body.split(","):
-        r = _RANGE.match(piece.strip())
-        if not r:
-            raise HostlistError(f"bad range {piece!r} in {item!r}")
-        lo, hi = r.group(1), r.group(2) or r.group(1)
-        width = len(lo)
-        if int(hi) < int(lo):
-            raise HostlistError(f"descending range {piece!r} in {item!r}")
-        for n in range(int(lo), int(hi) + 1):
+        lo, hi, width = _range(piece, item)
+        for n in range(lo, hi + 1):
             for tail in _expand_one(rest):
                 out.append(f"{prefix}{n:0{width}d}{tail}")
     return out
@@ -64,14 +92,22 @@ def is_one_node(name: str) -> bool:
     return _ONE_NODE.fullmatch(name) is not None
 
 
-def expand(expr: str | None) -> list[str]:
-    """Expand a hostlist; "" / None / "None assigned" give []."""
+def expand(expr: str | None, limit: int = MAX_HOSTS) -> list[str]:
+    """Expand a hostlist; "" / None / "None assigned" give []. One naming more than `limit`
+    hosts is a HostlistError, said before any name is made."""
     if not expr or expr.strip() in ("None assigned", "(null)", "None"):
         return []
+    size = count(expr)
+    if size > limit:
+        raise HostlistError(f"{_short(expr)} names {size:,} hosts, more than {limit:,}")
     hosts: list[str] = []
     for item in _split_top(expr.strip()):
         hosts.extend(_expand_one(item))
     return hosts
+
+
+def _short(expr: str) -> str:
+    return repr(expr if len(expr) <= 80 else expr[:77] + "...")
 
 
 _TAIL_NUM = re.compile(r"^(.*?)(\d+)$")

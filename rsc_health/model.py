@@ -48,6 +48,11 @@ class Level(enum.IntEnum):
     DRAIN_NOW = 3
     CHECKER_ERROR = 4
 
+    @property
+    def label(self) -> str:
+        """The word spool heartbeats and the historian store ("checker_error")."""
+        return self.name.lower()
+
 
 class ActionKind(enum.StrEnum):
     """What rsc-health did (or refused to do) in Slurm: the `action` of spool records and of
@@ -60,13 +65,32 @@ class ActionKind(enum.StrEnum):
     REQUEUE = "requeue"
     REQUEUE_REFUSED = "requeue_refused"
     GUARD_TRIPPED = "guard_tripped"  # a drain the mass-drain guard held back (kept pending)
+    # A drain verdict kept pending under a drain or DOWN that is not ours (a person's, Slurm's
+    # "Prolog error", NHC's): carried out once that is lifted.
+    HELD_UNDER_DRAIN = "held_under_drain"
     LEMON_DRAIN = "lemon_drain"  # `healthctl lemons --apply`
     MANUAL_DRAIN = "manual_drain"  # `healthctl drain`
     WOULD_DRAIN = "would_drain"  # shadow mode ([actions] enabled = false): recorded, not done
+    QUALIFY_START = "qualify_start"  # into a root-only reservation, resumed there, job sent
+    QUALIFY_RELEASE = "qualify_release"  # a stored pass: reservation gone, back in service
+    QUALIFY_DRAIN = "qualify_drain"  # failed or proved nothing: drained, reservation gone
 
+
+# The node_actions word lemon drains were recorded with before ActionKind existed: historians
+# keep such rows, and a node resumed after one is back from a lemon repair all the same.
+LEGACY_LEMON_DRAIN = "drain"
+
+# A drain verdict the node keeps pending (not carried out) and why: what `healthctl status` names.
+HELD_KINDS = frozenset({ActionKind.GUARD_TRIPPED, ActionKind.HELD_UNDER_DRAIN})
 
 DRAIN_KINDS = frozenset({ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, ActionKind.LEMON_DRAIN,
-                         ActionKind.MANUAL_DRAIN})
+                         ActionKind.MANUAL_DRAIN, ActionKind.QUALIFY_DRAIN})
+
+
+# Finding codes of a probe that did not answer (a mount's statvfs, NVML; collect.hangs): their
+# data name the probe and since when it hangs. The heartbeat and the textfile carry them, and
+# `healthctl status` names the nodes whose intervals of them are open.
+HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged"})
 
 
 # Every reason string rsc-health gives Slurm starts with this; only such drains are ever

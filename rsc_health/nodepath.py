@@ -16,15 +16,18 @@ prolog and epilog).
 
 Exit codes: the prolog exits 1 on a drain verdict (after setting the specific reason) so slurmd
 drains the node and requeues the job elsewhere; otherwise 0, also when the checker itself is
-broken (a bad config, a held lock, a state dir it cannot write, a bug, a hang past the budget):
-a checker fault never fails a job. The one exception is a prolog that already holds a drain
-verdict when its own fault strikes (or finds its config broken with one pending that the
-mass-drain guard did not hold): it still exits 1, as the verdict asked, and keeps the verdict
-pending (why="fault"). The epilog and the sweep exit 0: Slurm needs only the actions
-they take. A healthy prolog, epilog or sweep makes no Slurm call.
+broken (a bad config, a state dir it cannot write, a bug, a hang past the budget): a checker
+fault never fails a job. The one exception is a prolog that already holds a drain verdict when
+its own fault strikes (or finds its config broken with one pending that the mass-drain guard
+did not hold): it still exits 1, as the verdict asked, and keeps the verdict pending
+(why="fault"). The epilog and the sweep exit 0: Slurm needs only the actions they take. A
+healthy prolog, epilog or sweep makes no Slurm call. A node lock still held after [slurm]
+lock_timeout_s (by a run stuck in the kernel) is not a reason to look away: the run judges
+read-only without it (a checker error `lock_held`) and acts on what it sees.
 
-Never forget: a drain verdict that could not be carried out (slurmctld away, or the mass-drain
-guard holding) is kept in `pending_verdict.json` and honoured by the next sweep or prolog.
+Never forget: a drain verdict that could not be carried out (slurmctld away, the mass-drain
+guard holding, or a drain that is not ours standing: a person's, NHC's, slurmd's "Prolog
+error") is kept in `pending_verdict.json` and honoured by the next sweep or prolog.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import errno
 import fcntl
 import json
 import os
+import stat
 import sys
 import threading
 import time
@@ -47,19 +51,31 @@ from rsc_health.collect.sysfs import read_bounded
 from rsc_health.config import (
     Config,
     ConfigError,
+    fallback_config,
     load_config,
     node_name,
     node_root,
     resolve_node_config,
     state_dir,
 )
-from rsc_health.durable import remove, write_atomic
-from rsc_health.model import Finding, Level, Severity, Status, Verdict, utcnow
+from rsc_health.durable import open_regular, remove, write_atomic
+from rsc_health.model import (
+    HELD_KINDS,
+    HUNG_CODES,
+    ActionKind,
+    Finding,
+    Level,
+    Severity,
+    Status,
+    Verdict,
+    utcnow,
+)
 from rsc_health.policy import decide
 
 LOCK_FILE = "node.lock"
-# A drain verdict not yet carried out (controller away, or the guard holding): acted on by the
-# next sweep or prolog, because the engine has already consumed the events behind it.
+# A drain verdict not yet carried out (controller away, the guard holding, someone else's drain
+# standing): acted on by the next sweep or prolog, because the engine has already consumed the
+# events behind it.
 PENDING_VERDICT_FILE = "pending_verdict.json"
 TEXTFILE = "rsc_health.prom"
 VERSION = "0.1.0"
@@ -104,16 +120,21 @@ def node_lock(sdir: Path, timeout_s: float):
     must not blind the node path: flock needs no write access, so the lock file, or the
     directory itself when the file was never made, is opened read-only. That run can neither
     spool nor advance its cursor (it says so), but it still looks and acts."""
-    sdir.mkdir(parents=True, exist_ok=True)
+    _own_state_dir(sdir)
+    # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
+    # programs a run executes (site checks, Slurm commands), and a probe forked without exec
+    # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
+    # O_NOFOLLOW: a symlink planted at its name is not followed (nor created through).
     try:
-        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)
     except OSError as exc:
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         try:
-            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY)
+            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY)
+            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         log(f"state dir {sdir} refuses writes ({exc.strerror}): checking and acting, but "
             f"nothing can be spooled or remembered until it is writable")
     try:
@@ -129,6 +150,27 @@ def node_lock(sdir: Path, timeout_s: float):
         yield
     finally:
         os.close(fd)
+
+
+STATE_DIR_MODE = 0o755
+
+
+def _own_state_dir(sdir: Path) -> None:
+    """The state dir, made 0755 whatever the umask. One that others may write (made 0777 by an
+    older version under umask 000) is ours to mend: anyone could plant a pending verdict,
+    a drain record or a symlink in it, and write_atomic refuses it (durable.DIRECTORY_RULE)."""
+    from rsc_health.durable import make_dirs, unsafe_directory
+
+    make_dirs(sdir, STATE_DIR_MODE)
+    for directory, mode in ((sdir, STATE_DIR_MODE), (sdir / "spool", spool.SPOOL_DIR_MODE)):
+        try:
+            st = directory.lstat()
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and unsafe_directory(st):
+                os.chmod(directory, mode)
+                log(f"{directory} was writable by group or others (mode "
+                    f"{stat.S_IMODE(st.st_mode):o}): made {mode:o}")
+        except OSError:
+            pass  # a read-only state dir: node_lock says so
 
 
 # ---- the stages -----------------------------------------------------------------------------
@@ -248,12 +290,12 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     try:
         timeout = min(float(cfg.get("slurm.lock_timeout_s", 20)), budget / 3)
         with node_lock(sdir, timeout):
-            return _locked(ctx, run)
+            return _judge(ctx, run)
     except LockTimeout as exc:
-        note = {"prolog": "; letting the job run", "sweep": "; skipping this sweep"}.get(
-            stage.name, "")
-        log(f"{stage.name}: {exc}{note}")
-        return 0
+        # Whatever holds it (a run stuck in the kernel, a probe of an older release), the node
+        # is still judged: read-only, so the events stay for the lock's holder to consume.
+        log(f"{stage.name}: {exc}; judging without it (no cursor or baseline moved)")
+        return _judge(ctx, run, lock_held=str(exc))
 
 
 def _checker_fault(run: Progress, exc: BaseException) -> int:
@@ -265,10 +307,18 @@ def _checker_fault(run: Progress, exc: BaseException) -> int:
     code = run.safe_exit()
     detail = f"{type(exc).__name__}: {exc}"[:300]
     _keep_unacted_verdict(run)
-    unspooled = _spool_fault(run, _fault(run, "checker_fault",
-                                         f"checker fault during {run.step}: {detail}"))
+    finding = _fault(run, "checker_fault", f"checker fault during {run.step}: {detail}")
+    unspooled = _spool_fault(run, finding)
     log(f"{run.stage.name}: checker fault during {run.step}{where}: {detail}; exiting {code}"
         + (f" (not spooled: {unspooled})" if unspooled else ""))
+    if run.cfg is not None and run.node is not None and run.step != "textfile":
+        # Said in the textfile too: else it goes on showing the last good run's verdict.
+        try:
+            _write_textfile(run.cfg, node_root(), run.node, run.stage, Level.CHECKER_ERROR,
+                            [finding], time.monotonic() - run.started,
+                            pending=run.unacted_drain, families=set())
+        except Exception:  # noqa: BLE001 - already said in the log and the spool
+            pass
     return code
 
 
@@ -353,13 +403,15 @@ class Watchdog:
 def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     """The checker cannot look: say so loudly (stderr, syslog, spool, textfile), let the job
     run, unless a drain verdict from before is pending (see the module's exit codes). The
-    packaged defaults still say where the spool and that verdict are."""
+    packaged defaults still say where the spool and that verdict are; the textfile goes where
+    the last good config put it (config.fallback_config)."""
     stage = run.stage
-    log(f"{stage.name}: bad config: {exc}")
     try:
-        defaults = load_config(os.devnull)
+        defaults, which = fallback_config(root)
     except ConfigError:
+        log(f"{stage.name}: bad config: {exc}")
         return 0
+    log(f"{stage.name}: bad config: {exc} (spool and textfile where {which} say)")
     run.node, run.sdir = node_name(defaults), state_dir(defaults, root)
     finding = _fault(run, "config_error", f"bad config: {exc}")
     unspooled = _spool_fault(run, finding)
@@ -368,7 +420,8 @@ def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     pending = load_pending(run.sdir) if stage.name == "prolog" else None
     held = pending is not None and pending.verdict.drains and pending.why != "guard"
     _write_textfile(defaults, root, run.node, stage, Level.CHECKER_ERROR, [finding],
-                    time.monotonic() - run.started, pending=held)
+                    time.monotonic() - run.started, pending=held, families=set(),
+                    spool_bytes=spool.size_bytes(run.sdir / "spool"))
     if held:
         # A drain verdict from before the config broke (Slurm was away, or a fault struck):
         # a working config would fail this job start, so does a broken one. One held back by
@@ -380,7 +433,11 @@ def _broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     return 0
 
 
-def _locked(ctx: Context, run: Progress) -> int:
+def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
+    """Look, spool, remember, act. Under the node lock, or (lock_held: why it could not be
+    taken) without it: then read-only, as `healthctl check` is: the XID cursor and counter
+    baselines are not moved and no clean sweep counts towards a resume, but the kernel log, the
+    probes and the pending verdict are judged and acted on (an XID 79 still fails the job)."""
     from rsc_health import engine
 
     stage, cfg = ctx.stage, ctx.cfg
@@ -390,8 +447,11 @@ def _locked(ctx: Context, run: Progress) -> int:
     # Checks get at most half of what is left; Slurm calls get the rest.
     findings, commit = engine.run_deferred(
         cfg, ctx.root, only=set(families) if families else None,
-        budget_s=max(1.0, remaining * 0.5),
+        budget_s=max(1.0, remaining * 0.5), sweep=stage.name == "sweep",
     )
+    if lock_held:
+        findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,
+                                f"{lock_held}: judged without it, read-only", "lock_held"))
     run.step = "verdict"
     pending = load_pending(ctx.sdir)
     fresh = decide(findings)
@@ -406,7 +466,7 @@ def _locked(ctx: Context, run: Progress) -> int:
                               time.monotonic() - ctx.started))
     records, spool_bytes = _within_spool_cap(ctx, records)
     run.spooled = _spool(ctx.sdir, records)
-    if run.spooled:
+    if run.spooled and not lock_held:
         # Only now is it safe to consume the events: they are on disk. When the spool is not
         # writable the next run reads them again, under the same record ids.
         run.step = "state"
@@ -420,24 +480,35 @@ def _locked(ctx: Context, run: Progress) -> int:
                                                  time=now, job_id=ctx.job_id))
             findings = findings + unsaved
     run.step = "act"
-    if pending and pending.why == "guard" and _guard_backs_off(cfg, stage, pending, fresh, now):
-        # The mass-drain guard held this verdict back: something is wrong fleet-wide. Each
-        # try reads the whole node table from slurmctld (about 25 ms of its time at 16,000
-        # nodes), and every node of a failing fleet would try on every sweep and job start,
-        # for as long as the outage lasts. Nothing new since: no Slurm call until the
-        # backoff (jittered, doubling) runs out.
+    if pending and _guard_backs_off(cfg, stage, pending, fresh, now):
+        # The mass-drain guard (something is wrong fleet-wide) or someone else's drain held
+        # this verdict back. Each try reads the whole node table from slurmctld (about 25 ms
+        # of its time at 16,000 nodes), and every held node would try on every sweep and job
+        # start, for as long as the outage or the maintenance lasts. Nothing new since: no
+        # Slurm call until the backoff (jittered, doubling) runs out.
         code, still_pending = 0, True
         if pending.retry_after is not None and stage.name != "prolog":
-            log(f"{stage.name}: mass-drain guard held {verdict.reason} "
+            log(f"{stage.name}: {HELD_BY[pending.why]} held {verdict.reason} "
                 f"{pending.holds} time(s); next try after {pending.retry_after:%H:%M:%S}Z")
     else:
-        code, still_pending = _act(ctx, verdict, pending)
+        code, still_pending = _act(ctx, verdict, pending, locked=not lock_held)
     run.acted = True
     run.step = "textfile"
     _write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                     time.monotonic() - ctx.started, pending=still_pending,
-                    spool_bytes=spool_bytes)
+                    spool_bytes=spool_bytes, families=set(families) if families else None)
+    _remember_config(cfg, ctx.sdir)
     return code
+
+
+def _remember_config(cfg: Config, sdir: Path) -> None:
+    """What a broken config push falls back on (config.fallback_config)."""
+    from rsc_health.config import remember_good
+
+    try:
+        remember_good(cfg, sdir)
+    except OSError as exc:
+        log(f"cannot remember the config's textfile dir and historian ({exc})")
 
 
 def _job_records(ctx: Context, now) -> list[dict]:
@@ -478,18 +549,26 @@ def _first_node(node: str) -> bool:
     return bool(hosts) and hosts[0] == node
 
 
+# Why a pending verdict waits on a backoff (PendingVerdict.why), as the logs say it.
+HELD_BY = {"guard": "mass-drain guard", "foreign_drain": "someone else's drain"}
+
+
 def _guard_backs_off(cfg: Config, stage: Stage, pending: PendingVerdict, fresh: Verdict,
                      now: datetime) -> bool:
-    """Leave Slurm alone for a guard-held verdict? Only while nothing is new: a fault code
-    the held verdict lacks, or a worse level, is tried at once. A job start never retries it
-    (the sweep does); a sweep or epilog retries once the backoff has run out, or at once
-    when the wait left is longer than any backoff (the wall clock stepped back since)."""
+    """Leave Slurm alone for a verdict the guard or someone else's drain held? Only while
+    nothing is new: a fault code the held verdict lacks, or a worse level, is tried at once.
+    A job start never retries a guard-held one (the sweep does) and always retries one held
+    under someone else's drain: a job starting here means that drain is most likely lifted,
+    and the job must not run on the fault. A sweep or epilog retries once the backoff has run
+    out, or at once when the wait left is longer than any backoff (the clock stepped back)."""
+    if pending.why not in HELD_BY or not cfg.get("actions.enabled", True):
+        return False  # shadow mode asks Slurm nothing anyway: it records would_drain
     held = {c.code or c.family for c in pending.verdict.causes}
     new = {c.code or c.family for c in fresh.causes if fresh.drains} - held
     if new or fresh.level > pending.verdict.level:
         return False
     if stage.name == "prolog":
-        return True
+        return pending.why == "guard"
     longest = timedelta(minutes=1.5 * _guard_retry_minutes(cfg)[1])
     return pending.retry_after is not None and now < pending.retry_after <= now + longest
 
@@ -512,8 +591,10 @@ def guard_retry_after(cfg: Config, holds: int, now: datetime,
     return now + timedelta(minutes=minutes * (0.5 + (rand or random.random)()))
 
 
-def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None) -> tuple[int, bool]:
-    """Carry out the verdict in Slurm; (exit code, verdict still pending)."""
+def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *,
+         locked: bool = True) -> tuple[int, bool]:
+    """Carry out the verdict in Slurm; (exit code, verdict still pending). A run without the
+    node lock carries out a drain, but its clean verdict does not count towards a resume."""
     stage, cfg = ctx.stage, ctx.cfg
     had_pending = pending is not None
     enabled = bool(cfg.get("actions.enabled", True))
@@ -525,7 +606,7 @@ def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None) -> tupl
         log(f"{stage.name}: shadow mode, would drain: {verdict.reason}")
         return 0, False
     if not verdict.drains:
-        if not (stage.counts_as_clean and verdict.level in (Level.OK, Level.WARN)):
+        if not (stage.counts_as_clean and locked and verdict.level in (Level.OK, Level.WARN)):
             return 0, had_pending
         if not _has_drain_state(ctx.sdir):
             # A clean sweep only talks to Slurm to count towards resuming a node we drained:
@@ -552,14 +633,18 @@ def _act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None) -> tupl
             return (drain_exit() if stage.name == "prolog" and enabled else 0), True
         log(f"{stage.name}: Slurm unavailable ({exc})")
         return 0, had_pending
-    held = any(a.action == "guard_tripped" for a in actions)
+    held = next((a.action for a in actions if a.action in HELD_KINDS), None)
     if verdict.drains and held:
-        holds = (pending.holds if pending is not None and pending.why == "guard" else 0) + 1
+        why = "guard" if held == ActionKind.GUARD_TRIPPED else "foreign_drain"
+        holds = (pending.holds if pending is not None and pending.why == why else 0) + 1
         retry = guard_retry_after(cfg, holds, utcnow())
-        save_pending(ctx.sdir, verdict, why="guard", holds=holds, retry_after=retry)
-        log(f"{stage.name}: mass-drain guard holds; verdict {verdict.reason} kept and retried "
+        save_pending(ctx.sdir, verdict, why=why, holds=holds, retry_after=retry)
+        log(f"{stage.name}: {HELD_BY[why]} holds; verdict {verdict.reason} kept and retried "
             f"after {retry:%H:%M:%S}Z (held {holds} time(s))")
-        return 0, True
+        # A job start under someone else's drain (its allocation came before that drain):
+        # the job must not run on the fault. Under the guard, jobs run, as the guard wants.
+        foreign = why == "foreign_drain" and stage.name == "prolog"
+        return (drain_exit() if foreign else 0), True
     clear_pending(ctx.sdir)
     _sweep_line(ctx, verdict, actions)
     if stage.name == "prolog" and verdict.drains and enabled:
@@ -624,12 +709,21 @@ def _family_status(findings: list[Finding]) -> dict[str, str]:
     return {k: v.value for k, v in sorted(worst.items())}
 
 
+def _hung_probes(findings: list[Finding]) -> dict[str, str]:
+    """{probe: since when it hangs} for the probes this run found hung (collect.hangs)."""
+    return {str(f.data["probe"]): str(f.data["since"]) for f in findings
+            if f.code in HUNG_CODES and isinstance(f.data, dict)
+            and "probe" in f.data and "since" in f.data}
+
+
 def _heartbeat(stage: Stage, node: str, now, level: Level, findings: list[Finding],
                duration_s: float) -> dict:
+    hung = _hung_probes(findings)
     return spool.record(
         "heartbeat", node, now, source=stage.name, level=level.name.lower(),
         checker_errors=sum(f.status is Status.ERROR for f in findings),
         duration_s=round(duration_s, 3), families=_family_status(findings), version=VERSION,
+        **({"hung": hung} if hung else {}),
     )
 
 
@@ -638,17 +732,23 @@ STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
 
 def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Level,
                     findings: list[Finding], duration_s: float, *, pending: bool,
-                    spool_bytes: int | None = None) -> None:
+                    spool_bytes: int | None = None, families: set[str] | None = None) -> None:
     """node_exporter textfile collector: the latest run per entry point, written atomically
-    (tmp + rename) so a scrape never reads half a file. Earlier stages' lines are kept."""
+    (durable.write_atomic: a scrape never reads half a file, nothing planted in the directory
+    is followed, a directory others may write without the sticky bit is refused).
+
+    Every line is this run's or still the latest word: each entry point's own lines come from
+    its latest run, and a check family's line from the latest run that looked at it
+    (`families`, None for all of them; one it looked at and heard nothing from is dropped).
+    Checker errors (family "checker") are said by every run: 3, or 0 once they are gone."""
     directory = str(cfg.get("node.textfile_dir", "") or "")
     if not directory:
         return
     path = root / directory.lstrip("/") / TEXTFILE
     try:
-        previous = _read_samples(path)
+        from rsc_health.collect.node import FAMILIES
+
         now = time.time()
-        lbl = _label
         samples = {
             f'rsc_health_last_run_timestamp_seconds{{source="{stage.name}"}}': f"{now:.3f}",
             f'rsc_health_run_duration_seconds{{source="{stage.name}"}}': f"{duration_s:.3f}",
@@ -659,15 +759,21 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
         samples["rsc_health_pending_drain"] = "1" if pending else "0"
         if spool_bytes is not None:
             samples["rsc_health_spool_bytes"] = str(spool_bytes)
-        for family, status in _family_status(findings).items():
-            samples[f'rsc_health_family_status{{family="{lbl(family)}"}}'] = str(
-                STATUS_VALUE[status])
-        merged = {**previous, **samples}
-        text = _exposition(merged, node)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{TEXTFILE}.{os.getpid()}")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        for family, status in {"checker": "ok", **_family_status(findings)}.items():
+            samples[_family_key(family)] = str(STATUS_VALUE[status])
+        hung_key = f'rsc_health_probe_hung_since_seconds{{source="{stage.name}",probe='
+        for probe, since in _hung_probes(findings).items():
+            try:
+                samples[f'{hung_key}"{_label(probe)}"}}'] = (
+                    f"{datetime.fromisoformat(since).timestamp():.0f}")
+            except ValueError:
+                continue
+        unlooked = set() if families is None else set(FAMILIES) - families
+        still = {_family_key(f) for f in unlooked}
+        others = tuple(f'source="{other}"' for other in STAGES if other != stage.name)
+        kept = {k: v for k, v in _read_samples(path).items()
+                if k in still or k.partition("{")[2].startswith(others)}
+        write_atomic(path, _exposition({**kept, **samples}, node), sync_dir=False)
     except OSError as exc:
         log(f"cannot write the textfile {path}: {exc}")
 
@@ -680,9 +786,16 @@ HELP = {
     "rsc_health_last_run_timestamp_seconds": "When the entry point last ran (Unix time).",
     "rsc_health_run_duration_seconds": "How long the entry point's latest run took.",
     "rsc_health_checker_errors": "Findings the checker could not look at in the latest run.",
-    "rsc_health_pending_drain": "1 while a drain verdict waits (Slurm away or the guard).",
+    "rsc_health_pending_drain": "1 while a drain verdict waits (Slurm away, the guard, or "
+                                "someone else's drain).",
     "rsc_health_spool_bytes": "Bytes in the node's spool not yet delivered to the historian.",
+    "rsc_health_probe_hung_since_seconds": "Since when (Unix time) a probe (a mount's statvfs, "
+                                           "NVML) has not answered, per probe still hanging.",
 }
+
+
+def _family_key(family: str) -> str:
+    return f'rsc_health_family_status{{family="{_label(family)}"}}'
 
 
 def _label(value: str) -> str:
@@ -702,8 +815,13 @@ def _exposition(samples: dict[str, str], node: str) -> str:
 
 
 def _read_samples(path: Path) -> dict[str, str]:
+    """The previous textfile's samples, if it is a file of ours (a symlink planted at its name
+    is not followed, a FIFO not waited on, a file someone else made not believed)."""
     try:
-        text = read_bounded(path, 1 << 20).decode("utf-8", "replace")
+        with open(open_regular(path), "rb") as fh:
+            if os.fstat(fh.fileno()).st_uid != os.geteuid():
+                return {}
+            text = fh.read(1 << 20).decode("utf-8", "replace")
     except OSError:
         return {}
     out = {}
@@ -732,7 +850,7 @@ def save_pending(sdir: Path, verdict: Verdict, *, why: str, holds: int = 0,
 @dataclass(frozen=True)
 class PendingVerdict:
     verdict: Verdict
-    why: str  # slurm_unavailable | guard | fault
+    why: str  # slurm_unavailable | guard | foreign_drain | fault
     holds: int = 0  # how many runs in a row the mass-drain guard has held it back
     retry_after: datetime | None = None  # aware; no Slurm call for it before then
 

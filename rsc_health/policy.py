@@ -21,6 +21,9 @@ from rsc_health.model import REASON_PREFIX, Finding, Level, Severity, Status, Ve
 MAX_REASON_LEN = 120
 
 MODE_FOR_LEVEL = {Level.DRAIN_NOW: "now", Level.DRAIN_AFTER_JOB: "job"}
+# `healthctl drain`: a person's decision under our prefix (never auto-resumed, and never
+# counted by the mass-drain guard against the automatic drains).
+MANUAL_MODE = "manual"
 
 _REASON_RE = re.compile(r"^rsc_health:(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")
 _UNSAFE = re.compile(r"[^\w .,/=+%()\-:#@]")

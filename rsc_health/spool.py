@@ -10,10 +10,15 @@ Record kinds (every record has "kind", "id", "time" (ISO 8601, UTC) and "node"):
   check      source, job_id, check, component, status, severity, code, reason
   job_start  job_id, excluded (list of node names the job excluded), user, partition
   job_end    job_id
-  action     action (drain_now|drain_after_job|resume|requeue|requeue_refused|guard_tripped),
-             reason, job_id
-  heartbeat  source, level, checker_errors, duration_s, families ({family: status}), version:
-             one per prolog/epilog/sweep run, so the historian knows the node is still looking
+  action     action (an ActionKind: drain_now, drain_after_job, resume, requeue,
+             requeue_refused, guard_tripped, held_under_drain, would_drain), reason, job_id
+  heartbeat  source, level, checker_errors, duration_s, families ({family: status}), version,
+             and hung ({probe: since}) while a probe hangs: one per prolog/epilog/sweep run,
+             so the historian knows the node is still looking
+
+Nothing standing at a spool name is trusted: a symlink there is never followed (a secret it
+points at would be delivered or quarantined) and a FIFO never opened blocking (a flush would
+wait for ever); each is refused, and the flush sets it aside as NAME.not-a-file-NS.
 
 Standard library only: the prolog imports this.
 """
@@ -25,15 +30,19 @@ import fcntl
 import json
 import os
 import re
+import stat
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 
-from rsc_health.durable import fsync_dir
+from rsc_health.durable import fsync_dir, make_dirs, open_regular
 from rsc_health.model import Finding, Status, new_record_id
 
 PENDING = "pending.jsonl"
+# The spool's directory: records name jobs and their users, so not for everyone to read.
+SPOOL_DIR_MODE = 0o750
 KINDS = ("check", "job_start", "job_end", "action", "heartbeat")
 
 
@@ -114,7 +123,7 @@ def carries_news(rec: dict) -> bool:
     kind = rec.get("kind")
     if kind == "heartbeat":
         return False
-    return not (kind == "check" and rec.get("status") == "ok")
+    return not (kind == "check" and rec.get("status") == Status.OK)
 
 
 def append(spool_dir: Path, records: list[dict]) -> None:
@@ -131,11 +140,9 @@ def append(spool_dir: Path, records: list[dict]) -> None:
     appended after it (tests/node/test_spool_torn.py)."""
     if not records:
         return
-    try:
-        spool_dir.mkdir(parents=True)
+    if not spool_dir.is_dir():
+        make_dirs(spool_dir, SPOOL_DIR_MODE)
         fsync_dir(spool_dir.parent)
-    except FileExistsError:
-        pass
     data = "".join(json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
     payload = data.encode("utf-8", "surrogateescape")
     fd = _open_locked_pending(spool_dir / PENDING)
@@ -172,7 +179,7 @@ def _open_locked_pending(path: Path) -> int:
     it to a batch), read it and deleted it: records appended to that inode would be lost, so
     the file is opened afresh (a claim only ever renames pending.jsonl away, so this ends)."""
     for _ in range(100):
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             held = os.fstat(fd)
@@ -189,14 +196,32 @@ def _open_locked_pending(path: Path) -> int:
     raise OSError(errno.EAGAIN, f"{path} was claimed away 100 times in a row")
 
 
+def _regular(path: Path) -> bool:
+    """A regular file stands at `path` (not a symlink to one); anything else is set aside for a
+    person to look at, so it neither blocks nor misleads a flush again."""
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return False
+    if stat.S_ISREG(st.st_mode):
+        return True
+    try:
+        path.rename(path.with_name(f"{path.name}.not-a-file-{time.time_ns()}"))
+    except FileNotFoundError:
+        pass
+    return False
+
+
 def claim(spool_dir: Path) -> list[Path]:
     """Move pending records aside for delivery; returns every batch awaiting delivery.
 
     The rename is atomic and the flock waits for any writer mid-append, so no line is torn or
-    lost; batches from an earlier failed delivery are returned again.
+    lost; batches from an earlier failed delivery are returned again. Callers hold flush_lock.
+    A symlink, FIFO or anything else that is not a file, at pending.jsonl or named like a
+    batch, is set aside (never read: it would block, or deliver what it points at).
     """
     pending = spool_dir / PENDING
-    if pending.exists():
+    if _regular(pending):
         stamp = datetime.now().strftime('%Y%m%dT%H%M%S%f')
         batch = spool_dir / f"batch-{stamp}.jsonl"
         # The name is the wall clock's: a clock stepped back onto (or frozen at) the instant
@@ -206,7 +231,7 @@ def claim(spool_dir: Path) -> list[Path]:
         while batch.exists():
             n += 1
             batch = spool_dir / f"batch-{stamp}~{n}.jsonl"  # "~" sorts after ".jsonl"
-        fd = os.open(pending, os.O_RDONLY)
+        fd = open_regular(pending)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             os.rename(pending, batch)
@@ -215,7 +240,9 @@ def claim(spool_dir: Path) -> list[Path]:
             fsync_dir(spool_dir)
         finally:
             os.close(fd)
-    return sorted(spool_dir.glob("batch-*.jsonl")) if spool_dir.exists() else []
+    if not spool_dir.exists():
+        return []
+    return sorted(p for p in spool_dir.glob("batch-*.jsonl") if _regular(p))
 
 
 FLUSH_LOCK = ".flush.lock"
@@ -230,7 +257,7 @@ def flush_lock(spool_dir: Path) -> Iterator[None]:
     """One flush of a spool at a time. Two at once claim the same batch files and each reads
     the historian before the other writes, so each counts the batch's failures: the second
     raises SpoolBusy instead (the first delivers everything that was claimable)."""
-    fd = os.open(spool_dir / FLUSH_LOCK, os.O_RDWR | os.O_CREAT, 0o640)
+    fd = open_regular(spool_dir / FLUSH_LOCK, os.O_RDWR | os.O_CREAT, 0o640)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -242,8 +269,9 @@ def flush_lock(spool_dir: Path) -> Iterator[None]:
 
 
 def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
-    """(line number, record or None when the line is not valid JSON, raw line)."""
-    with path.open(encoding="utf-8", errors="replace") as fh:
+    """(line number, record or None when the line is not valid JSON, raw line). Only a regular
+    file is read (open_regular): OSError for a symlink or FIFO put there since the claim."""
+    with open(open_regular(path), encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
             line = line.strip()
             if not line:

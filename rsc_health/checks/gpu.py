@@ -4,6 +4,7 @@ hardware throttling."""
 from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
+from rsc_health.collect import hangs
 from rsc_health.collect.gpu import known, unusable, val
 from rsc_health.model import Finding, Severity
 
@@ -15,8 +16,28 @@ def check(state, cfg: dict) -> list[Finding]:
     gcfg = cfg.get("gpu", {})
     expected = int(gcfg.get("count", 0))
     report = state.gpu
+    wedged = _wedged(state, gcfg) if expected else []
     if report is None:
+        return wedged
+    return wedged + _answered(state, report, gcfg, expected)
+
+
+def _wedged(state, gcfg: dict) -> list[Finding]:
+    """NVML hung on this run and on [gpu] nvml_hang_sweeps sweeps in a row: the driver is
+    wedged and answers nothing until the GPUs are reset. The node's fault, not a checker
+    error for ever: drain after the job (a repair)."""
+    # getattr: a state built by hand (a test, a replay tool) need not carry the hang fields.
+    hung_now = hangs.NVML in getattr(state, "hung_probes", {})
+    hang = getattr(state, "hangs", {}).get(hangs.NVML) if hung_now else None
+    limit = int(gcfg.get("nvml_hang_sweeps", 3))
+    if hang is None or limit <= 0 or hang["sweeps"] < limit:
         return []
+    return [fail("gpu", hangs.NVML, Severity.DRAIN_AFTER_JOB, "nvml_wedged",
+                 f"NVML has not answered for {hang['sweeps']} sweeps in a row, a wedged "
+                 f"driver: reset the GPUs", repair=True, probe=hangs.NVML, **hang)]
+
+
+def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
     if report.malformed:
         return [checker_error("gpu", "nvml", f"gpu: NVML answers not understood: "
                               f"{report.malformed}")]

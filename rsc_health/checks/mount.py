@@ -7,6 +7,7 @@ fixes them, and a clean sweep resumes the node.
 from __future__ import annotations
 
 from rsc_health.checks._finding import fail, ok
+from rsc_health.collect import hangs
 from rsc_health.model import Finding, Severity
 
 
@@ -32,10 +33,13 @@ def check(state, cfg: dict) -> list[Finding]:
             continue
         probe = state.mount_probes.get(path)
         if probe is not None and probe.hung:
+            # Since when and for how many sweeps (collect.hangs): the heartbeat and textfile
+            # name the probe; the reason, which Slurm shows, stays short.
+            name = hangs.statvfs(path)
             out.append(
                 fail("mount", path, Severity.DRAIN_NOW, "mount_hung",
                      f"{path} ({m.fstype}) did not answer statvfs in {probe.seconds:.1f}s",
-                     repair=False)
+                     repair=False, probe=name, **getattr(state, "hangs", {}).get(name, {}))
             )
         elif probe is not None and not probe.ok:
             out.append(

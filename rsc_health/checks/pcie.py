@@ -6,12 +6,13 @@ job). GPUs drop their link to Gen1 when idle to save power (ASPM/dynamic link sp
 bridges above them follow, so on those current < max speed is normal and says nothing; a
 ConnectX HCA keeps its link at full speed, so a slower NIC link is a bad riser or slot.
 AER: any fatal error since boot drains now; non-fatal errors rising between sweeps drain
-after the job; correctable ones only warn.
+after the job; correctable ones only warn. A width or speed the kernel never prints is a
+checker error (the collector keeps it in `unreadable`), never a drain.
 """
 
 from __future__ import annotations
 
-from rsc_health.checks._finding import fail, ok, warn
+from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.collect.counters import plausible
 from rsc_health.model import Finding, Severity
 
@@ -26,6 +27,9 @@ def check(state, cfg: dict) -> list[Finding]:
     for dev in state.pcie:
         comp = dev.bdf
         before = len(out)
+        for name, text in dev.unreadable.items():
+            out.append(checker_error("pcie", comp, f"pcie: cannot read {comp} {name}: {text!r} "
+                                                   f"is not a value the kernel prints"))
         if dev.width and dev.max_width and dev.width < dev.max_width:
             out.append(
                 fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "pcie_downtrained",

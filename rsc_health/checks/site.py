@@ -15,12 +15,19 @@ error none (the check could not look). Blank lines and lines starting with # are
 A site program can do anything, so what it does wrong is the checker's problem, never a drain:
 a garbled line, a hang, a crash, a non-zero exit with nothing said, too much output, a file in
 the directory that cannot be run or that anyone but root (or us) could have written, each
-becomes one checker finding naming the program. `checks_dir` empty (the default) and no
+becomes one checker finding naming the program. What runs cannot be swapped in between: every
+directory on a program's path (and checks_dir's), from / down, after symlinks, must be root's
+(or ours) and writable by no one else (a root-owned sticky directory such as /tmp qualifies: no
+one else can rename or remove root's entries in it), and the program is opened without
+following a symlink, checked on that descriptor (fstat) and run from it (/proc/self/fd/N), so
+the file judged is the file executed. Programs get RSC_HEALTH_CHECKS_DIR (their $0 is the
+descriptor's name, not their path). `checks_dir` empty (the default) and no
 `nhc_conf`: the family is off and nothing is spawned, so the healthy prolog pays nothing.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -42,10 +49,10 @@ REASON_MAX = 300
 # Below this many seconds left in the stage's budget, nothing is started.
 MIN_LIMIT_S = 0.1
 ALLOWED = {
-    "ok": {Severity.NONE},
-    "warn": {Severity.WARN},
-    "fail": {Severity.DRAIN_AFTER_JOB, Severity.DRAIN_NOW},
-    "error": {Severity.NONE},
+    Status.OK: {Severity.NONE},
+    Status.WARN: {Severity.WARN},
+    Status.FAIL: {Severity.DRAIN_AFTER_JOB, Severity.DRAIN_NOW},
+    Status.ERROR: {Severity.NONE},
 }
 # No regular expressions: this module is imported by every prolog, and compiling them costs
 # more than the rest of the module.
@@ -62,12 +69,21 @@ def collect(root: Path, env: CollectEnv | None = None) -> dict:
     (decoded with surrogateescape, so bytes survive to the parser) and how it ended."""
     if env is None or not enabled(env.cfg):
         return {"limit_s": 0.0, "checks": {}}
+    fds: dict[str, int] = {}  # the programs of checks_dir, opened once judged
+    try:
+        return _collect(root, env, fds)
+    finally:
+        for fd in fds.values():
+            os.close(fd)
+
+
+def _collect(root: Path, env: CollectEnv, fds: dict[str, int]) -> dict:
     cfg = env.cfg
     records: dict[str, dict] = {}
     commands: dict[str, list[str]] = {}
     directory = str(cfg.get("site.checks_dir", "") or "")
     if directory:
-        _from_directory(root / directory.lstrip("/"), records, commands)
+        _from_directory(root / directory.lstrip("/"), records, commands, fds)
     if cfg.get("site.nhc_conf", ""):
         nhc = root / str(cfg.get("site.nhc_path", "/usr/sbin/nhc")).lstrip("/")
         why = _refusal(nhc)
@@ -92,10 +108,12 @@ def collect(root: Path, env: CollectEnv | None = None) -> dict:
         from rsc_health.collect import procs  # only now: the family is on and has work
 
         child_env = dict(os.environ, RSC_HEALTH_ROOT=str(root),
-                         RSC_HEALTH_SITE_TIMEOUT_S=f"{limit:.1f}")
+                         RSC_HEALTH_SITE_TIMEOUT_S=f"{limit:.1f}",
+                         RSC_HEALTH_CHECKS_DIR=str(root / directory.lstrip("/")))
         outcomes = procs.run_all(
             commands, timeout_s={name: limit for name in commands},
             max_bytes=int(cfg.get("site.max_output_bytes", 65536)), env=child_env, cwd=root,
+            pass_fds=fds,
         )
         for name, out in outcomes.items():
             records[name] = {
@@ -107,7 +125,7 @@ def collect(root: Path, env: CollectEnv | None = None) -> dict:
     return {"limit_s": round(limit, 3), "checks": dict(sorted(records.items()))}
 
 
-def _from_directory(directory: Path, records: dict, commands: dict) -> None:
+def _from_directory(directory: Path, records: dict, commands: dict, fds: dict) -> None:
     why = _dir_refusal(directory)
     if why:
         records[str(directory)] = {"refused": why}
@@ -118,11 +136,29 @@ def _from_directory(directory: Path, records: dict, commands: dict) -> None:
         path = Path(entry.path)
         if path.is_dir():  # room for a helper library next to the checks; never run
             continue
-        why = _refusal(path)
-        if why:
-            records[entry.name] = {"refused": why}
+        opened = _refusal(path) or _open_program(path)
+        if isinstance(opened, str):
+            records[entry.name] = {"refused": opened}
         else:
-            commands[entry.name] = [str(path)]
+            fds[entry.name] = opened
+            commands[entry.name] = [f"/proc/self/fd/{opened}"]
+
+
+def _open_program(path: Path) -> int | str:
+    """A descriptor of the program `path` names now, or why not. Opened without following a
+    symlink and judged again on the descriptor: what runs is what was judged."""
+    try:
+        fd = os.open(os.path.realpath(path),
+                     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"cannot open: {exc.strerror or exc}"
+    st = os.fstat(fd)
+    why = (_owner_refusal(st, "") if stat.S_ISREG(st.st_mode) and st.st_mode & 0o111
+           else "changed while it was judged; refused")
+    if why:
+        os.close(fd)
+        return why
+    return fd
 
 
 def _dir_refusal(directory: Path) -> str:
@@ -132,7 +168,50 @@ def _dir_refusal(directory: Path) -> str:
         return f"checks_dir {directory}: {exc.strerror or exc}"
     if not stat.S_ISDIR(st.st_mode):
         return f"checks_dir {directory}: not a directory"
-    return _owner_refusal(st, f"checks_dir {directory}")
+    return (_owner_refusal(st, f"checks_dir {directory}")
+            or _path_refusal(directory, f"checks_dir {directory}"))
+
+
+def _path_refusal(path: Path, what: str = "") -> str:
+    """Why someone else could swap what `path` names for their own, or "": every directory
+    holding a name on the way to it (each symlink's own directory, then its target's), up to
+    /, must be root's (or ours) and writable by no one else, or sticky (/tmp: no one else can
+    rename or remove root's entries in it)."""
+    prefix = f"{what}: " if what else ""
+    try:
+        holders = sorted(_holders(str(path)))
+    except OSError as exc:
+        return f"{prefix}{exc.strerror or exc}"
+    for directory in holders:
+        try:
+            st = os.lstat(directory)
+        except OSError as exc:
+            return f"{prefix}{directory}: {exc.strerror or exc}"
+        if st.st_uid not in (0, os.geteuid()):
+            return f"{prefix}{directory} on its path is owned by uid {st.st_uid}; refused"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return (f"{prefix}{directory} on its path is writable by group or others (mode "
+                    f"{stat.S_IMODE(st.st_mode):o}); refused")
+    return ""
+
+
+def _holders(path: str, depth: int = 0) -> set[str]:
+    """The directories the kernel looks a name up in to reach `path`, symlinks followed (as
+    real paths): whoever can write one of them can change what `path` names."""
+    if depth > 40:
+        raise OSError(errno.ELOOP, "too many symlinks", path)
+    here, holders = "/", {"/"}
+    for name in Path(os.path.join(os.getcwd(), path)).parts[1:]:
+        if name == "..":
+            here = os.path.dirname(here)
+            continue
+        holders.add(here)
+        step = os.path.join(here, name)
+        if os.path.islink(step):
+            holders |= _holders(os.path.join(here, os.readlink(step)), depth + 1)
+            step = os.path.realpath(step)
+        here = step
+    return holders
 
 
 def _refusal(path: Path) -> str:
@@ -147,7 +226,7 @@ def _refusal(path: Path) -> str:
         return f"not a regular file ({_kind(st.st_mode)}); only executables are run"
     if not os.access(path, os.X_OK):
         return "not executable (chmod +x it, or rename it with a leading dot to disable it)"
-    return _owner_refusal(st, "")
+    return _owner_refusal(st, "") or _path_refusal(path)
 
 
 def _owner_refusal(st: os.stat_result, what: str) -> str:
@@ -275,15 +354,11 @@ def parse_line(name: str, line: str) -> Finding | None:
     if not 0 < len(code) <= 64 or not _CODE_CHARS.issuperset(code) or len(component) > 128:
         return None
     data = {"check": name}
-    st = status.lower()
-    if st == "ok":
-        return Finding(FAMILY, component, Status.OK, Severity.NONE, reason, code, False, data)
-    if st == "warn":
-        return Finding(FAMILY, component, Status.WARN, Severity.WARN, reason, code, False, data)
-    if st == "fail":
-        return Finding(FAMILY, component, Status.FAIL, severity, reason, code, False, data)
-    return Finding("checker", component, Status.ERROR, Severity.NONE, f"{name}: {reason}", code,
-                   False, data)
+    st = Status(status.lower())
+    if st is Status.ERROR:
+        return Finding("checker", component, st, Severity.NONE, f"{name}: {reason}", code,
+                       False, data)
+    return Finding(FAMILY, component, st, severity, reason, code, False, data)
 
 
 def _error(name: str, reason: str) -> Finding:

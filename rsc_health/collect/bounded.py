@@ -5,6 +5,15 @@ statvfs on a hung NFS/Lustre/FUSE mount and NVML on a wedged driver block in the
 not: the parent stops waiting at the deadline, kills the child (the kill lands whenever the
 kernel lets go) and goes on. The child's answer comes back as JSON over a pipe.
 
+The child keeps none of the parent's descriptors but its pipe: a child stuck in the kernel
+outlives the run that abandoned it (SIGKILL cannot end a FUSE request the daemon holds, nor an
+ioctl into a wedged driver), and whatever it still held stayed held. The node lock is a flock,
+and a flock belongs to the open file description, which a forked child shares: the stuck child
+held the node lock for as long as the mount hung, and every later prolog and sweep waited for
+it. (A POSIX fcntl lock is not inherited, but it is dropped when the process closes any
+descriptor of that file and does not exclude the process's own threads; an OFD lock is
+inherited like a flock. So the lock stays a flock, and the child lets go of it here.)
+
 Standard library only: the prolog uses this on every job start.
 """
 
@@ -21,11 +30,14 @@ from typing import Any
 
 class Abandoned(Exception):
     """The probe did not answer within its deadline (or its child died without answering).
-    `partial`: the last thing a streaming probe reported before that (None if nothing)."""
+    `partial`: the last thing a streaming probe reported before that (None if nothing);
+    `pid`: the child left behind (killed, but a child stuck in the kernel dies only when the
+    kernel lets go)."""
 
-    def __init__(self, message: str, partial: Any = None):
+    def __init__(self, message: str, partial: Any = None, pid: int | None = None):
         super().__init__(message)
         self.partial = partial
+        self.pid = pid
 
 
 def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]:
@@ -43,6 +55,10 @@ def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)
+            # Let go of every other descriptor (the node lock, the spool, other probes'
+            # pipes) before anything that can block: see the module's docstring.
+            os.closerange(3, w)
+            os.closerange(w + 1, _max_fd())
 
             def emit(obj: Any) -> None:
                 _write_all(w, json.dumps({"partial": obj}, default=str).encode() + b"\n")
@@ -60,6 +76,13 @@ def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]
             os._exit(code)
     os.close(w)
     return pid, r
+
+
+def _max_fd() -> int:
+    try:
+        return max(os.sysconf("SC_OPEN_MAX"), 1024)
+    except (OSError, ValueError):
+        return 65536
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -132,7 +155,7 @@ def call(fn: Callable[..., Any], timeout_s: float, *, streaming: bool = False) -
     partial: dict[str, Any] = {}
     answer = collect({"x": (pid, fd)}, time.monotonic() + timeout_s, partial)["x"]
     if answer is None:
-        raise Abandoned(f"no answer within {timeout_s:g}s", partial.get("x"))
+        raise Abandoned(f"no answer within {timeout_s:g}s", partial.get("x"), pid)
     if "error" in answer:
         if answer.get("errno") is not None:
             raise OSError(answer["errno"], answer.get("strerror") or answer["error"])

@@ -26,6 +26,7 @@ import re
 import stat
 import time
 from dataclasses import asdict, dataclass
+from datetime import datetime
 from pathlib import Path
 
 from rsc_health.collect.sysfs import read_bounded
@@ -46,7 +47,10 @@ MAX_SEQ = 2**62
 _KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
 _DMESG = re.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<msg>.*)$")
 _KTIME = r"(?:\[\s*\d+\.\d+\]\s?)?"  # the kernel timestamp journald/rsyslog may keep
-_SYSLOG = re.compile(r"^\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
+# A traditional syslog day is one or two digits, padded to two by a space ("May  6") or not
+# ("May 6": some rsyslog templates and forwarders); the RFC 3339 header has its own pattern.
+_DAY_TIME = r"\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d"
+_SYSLOG = re.compile(r"^" + _DAY_TIME + r" \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
 _ISO_SYSLOG = re.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
 # What may stand before "NVRM: Xid" in a line the kernel wrote: nothing (a /dev/kmsg record,
 # `journalctl -k -o cat`), a timestamp (dmesg's `[12.3]`, `dmesg -T`'s `[Mon Apr  6 ...]`,
@@ -55,7 +59,7 @@ _ISO_SYSLOG = re.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<m
 # (`logger`, sshd's "Invalid user <name>", an audit record's file name): not an event, or any
 # user could drain the node by logging one line. (`logger -t kernel` still forges the tag in a
 # file every facility writes to: /dev/kmsg, or a file of the kern facility only, is the source.)
-_TS = r"(?:\w{3} [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
+_TS = r"(?:" + _DAY_TIME + r"(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
 _KERNEL_LEAD = re.compile(
     rf"^(?:{_TS}\s*|(?:{_TS}\s+)?\S+\s+kernel:\s*(?:\[[^\]]{{1,64}}\]\s*)?)?$"
 )
@@ -193,7 +197,8 @@ class _RingRead:
     cut: bool  # stopped at a bound before the buffer ran dry
 
 
-def _read_kmsg_device(path: Path, after_seq: int) -> _RingRead:
+def _read_kmsg_device(path: Path, after_seq: int, since_usec: float | None = None
+                      ) -> _RingRead:
     """Drain the live ring buffer without blocking (each read() returns one record).
 
     A reader of /dev/kmsg always starts at the buffer's oldest record, so every run reads
@@ -202,7 +207,8 @@ def _read_kmsg_device(path: Path, after_seq: int) -> _RingRead:
     (log_buf_len=32M on a chatty node) would otherwise stop there every run and never reach a
     new XID. A record with no sequence number (not the kernel's format) counts as new, so a
     device that never runs dry (a kernel logging faster than we read) stops at MAX_READ; the
-    rest is read next run, from the cursor. MAX_RING bounds the whole read whatever it holds."""
+    rest is read next run, from the cursor. MAX_RING bounds the whole read whatever it holds.
+    With `since_usec` (a cursor being rebuilt), records logged before then count as judged."""
     records = []
     new_bytes = total = 0
     newest = -1
@@ -221,10 +227,10 @@ def _read_kmsg_device(path: Path, after_seq: int) -> _RingRead:
                 break
             total += len(chunk)
             line = chunk.decode("utf-8", "replace").split("\n", 1)[0]
-            seq = _seq_of(line)
-            if seq is not None:
-                newest = max(newest, seq)
-                if seq <= after_seq:
+            record = _seq_usec(line)
+            if record is not None:
+                newest = max(newest, record[0])
+                if not _newer(*record, after_seq, since_usec):
                     continue
                 records.append(line)
             new_bytes += len(chunk)
@@ -286,42 +292,46 @@ def read_new_events(
 
     A source must be /dev/kmsg (a character device) or a regular file: a FIFO, socket or
     directory is refused (it could block or never end), and files are opened non-blocking.
-    A cursor that is not one this code wrote (a sequence number that is not an integer, or
-    beyond what the ring buffer holds) is discarded with a warning: reading restarts at the
-    buffer's end, so the checks see every later XID and no old one twice.
 
-    A lost cursor (load_cursor's {"lost": ...}) is rebuilt, once, with a warning. A kernel log
-    file is then read from its end, whatever file_backlog says: it holds XIDs of earlier
-    boots, judged long ago, and judging them again would drain a repaired node. The ring
-    buffer holds this boot only, and each record says when it was logged: records logged
-    since the lost cursor was last written (less LOST_SLACK_S, the span of one run) are
-    judged; with no way to tell (no /proc/uptime), all of them, since within one boot an XID
-    judged twice costs less than an XID never judged."""
+    A cursor that cannot be trusted is rebuilt, with one warning, and judges what the kernel
+    logged since the cursor was last written (its mtime, less LOST_SLACK_S, the span of one
+    run): the XID logged just before the sweep that found it is judged, nothing judged long
+    ago is judged again (a repaired node drained again for its old XID 79). That is the same
+    whether the cursor is unreadable (load_cursor's {"lost": ...}) or valid JSON but wrong (a
+    sequence number that is not one, or past the ring buffer's newest record; a file offset
+    that is not one, or past the end of the same file). The ring buffer says when each record
+    was logged (microseconds since boot: the mtime is read against /proc/uptime); a kernel log
+    file says it in each line's syslog header. With no way to tell, the ring buffer is judged
+    whole (it holds this boot only: an XID judged twice costs less than one never judged) and
+    a file is read from its end (it holds earlier boots)."""
     boot = boot_id(root)
     new_cursor: dict = {"boot_id": boot, "kmsg_seq": -1, "files": {}}
     same_boot = bool(boot) and cursor.get("boot_id") == boot
     errors: list[str] = []
-    last_seq = _valid_seq(cursor.get("kmsg_seq", -1)) if same_boot else -1
     lost = cursor.get("lost")
-    since_usec: float | None = None  # a lost cursor: judge ring records logged since then
+    # When the cursor was last written (wall clock): what was logged since is judged when it
+    # cannot be trusted.
+    written = _number(cursor.get("lost_mtime") if isinstance(lost, str) else cursor.get("mtime"))
+    last_seq = _valid_seq(cursor.get("kmsg_seq", -1)) if same_boot else -1
+    since_usec: float | None = None
+    # A boot id that is not text is no earlier boot's: the cursor is wrong.
+    bad_boot = "boot_id" in cursor and not isinstance(cursor["boot_id"], str)
+    rebuild = isinstance(lost, str) or bad_boot or last_seq is None  # ring records by time
     if isinstance(lost, str):
-        file_backlog = False
-        since_usec = _usec_since_boot(root, cursor.get("lost_mtime"))
-        errors.append(
-            f"XID cursor unreadable ({lost[:80]}); rebuilt: kernel log files are read from "
-            "their end, the ring buffer " + ("in full" if since_usec is None else
-                                             "from the cursor's last write"))
-        corrupt = False
+        errors.append(f"XID cursor unreadable ({lost[:80]}); rebuilt: "
+                      + _rebuilt(root, written, files=True))
+    elif bad_boot:
+        errors.append(f"corrupt XID cursor (boot_id={str(cursor['boot_id'])[:40]!r}) "
+                      "discarded: " + _rebuilt(root, written))
     elif last_seq is None:
         errors.append(f"corrupt XID cursor (kmsg_seq={str(cursor.get('kmsg_seq'))[:40]!r}) "
-                      "discarded; reading from the end of the ring buffer")
-        last_seq = MAX_SEQ  # replaced below by the buffer's newest record
-        corrupt = True
-    else:
-        corrupt = False
+                      "discarded: " + _rebuilt(root, written))
+    if rebuild:
+        last_seq = -1
+        since_usec = _usec_since_boot(root, written)
     new_cursor["kmsg_seq"] = last_seq
     events: list[XidEvent] = []
-    files = cursor.get("files") if isinstance(cursor.get("files"), dict) else {}
+    files = cursor.get("files", {})
     for source in sources:
         path = root / source.lstrip("/")
         try:
@@ -334,74 +344,264 @@ def read_new_events(
             continue
         try:
             if stat.S_ISCHR(kind) or source == "/dev/kmsg":
-                if stat.S_ISCHR(kind):
-                    ring = _read_kmsg_device(path, last_seq)
-                    text, newest = ring.text, ring.newest
-                    if ring.cut:
-                        errors.append(f"{source}: stopped after {MAX_READ >> 20} MiB of new "
-                                      "records (a kernel logging faster than they are read?); "
-                                      "the rest is read next run")
-                else:
-                    text = _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace")
-                seqs = [e for e in (_seq_of(ln) for ln in text.splitlines()) if e is not None]
-                if not stat.S_ISCHR(kind):
-                    newest = max(seqs, default=-1)
-                parsed = [e for e in parse_text(text, source) if e.seq is not None]
-                trusted = same_boot and not corrupt and not isinstance(lost, str) and last_seq >= 0
-                if corrupt or (same_boot and last_seq > newest >= 0):
-                    if not corrupt:
-                        errors.append(f"XID cursor (seq {last_seq}) is past the ring buffer's "
-                                      f"newest record ({newest}); discarded")
-                    last_seq = newest
-                    trusted = False
-                missed, first, last = _missed_records(last_seq, seqs) if trusted else (0, 0, 0)
-                if missed:
-                    # Said, not hidden: an XID among them was never judged. The cure is the
-                    # node's (a larger log_buf_len, or rsyslog's kern.log as the source in
-                    # place of the ring buffer: a file does not overrun).
-                    errors.append(f"{source}: {missed} kernel log record(s) (seq {first}.."
-                                  f"{last}) were overwritten before they were read; an XID "
-                                  "among them went unseen (raise log_buf_len, or read kern.log "
-                                  "instead)")
-                logged = _usec_by_seq(text) if since_usec is not None else {}
-                for e in parsed:
-                    if e.seq <= last_seq:
-                        continue
-                    if since_usec is not None and logged.get(e.seq, 0) < since_usec:
-                        continue  # logged before the lost cursor was written: judged then
-                    events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))
-                new_cursor["kmsg_seq"] = max(last_seq, newest)
+                ring = _read_ring(path, last_seq, since_usec if rebuild else None)
+                if not rebuild and same_boot and last_seq > ring.newest >= 0:
+                    errors.append(f"XID cursor (seq {last_seq}) is past the ring buffer's "
+                                  f"newest record ({ring.newest}); discarded: "
+                                  + _rebuilt(root, written))
+                    rebuild, last_seq = True, -1
+                    since_usec = _usec_since_boot(root, written)
+                    ring = _read_ring(path, last_seq, since_usec)
+                if ring.cut:
+                    errors.append(f"{source}: stopped after {MAX_READ >> 20} MiB of new "
+                                  "records (a kernel logging faster than they are read?); "
+                                  "the rest is read next run")
+                if same_boot and not rebuild and last_seq >= 0:
+                    seqs = [s for s in (_seq_of(ln) for ln in ring.text.splitlines())
+                            if s is not None]
+                    missed, first, last = _missed_records(last_seq, seqs)
+                    if missed:
+                        # Said, not hidden: an XID among them was never judged. The cure is
+                        # the node's (a larger log_buf_len, or rsyslog's kern.log as the source
+                        # in place of the ring buffer: a file does not overrun).
+                        errors.append(f"{source}: {missed} kernel log record(s) (seq {first}.."
+                                      f"{last}) were overwritten before they were read; an XID "
+                                      "among them went unseen (raise log_buf_len, or read "
+                                      "kern.log instead)")
+                for e in parse_text(ring.text, source):
+                    if e.seq is not None:
+                        events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))
+                new_cursor["kmsg_seq"] = max(last_seq, ring.newest)
             else:
-                prev = files.get(source) if isinstance(files.get(source), dict) else None
-                data, offset, head = _read_file_from_cursor(path, st, prev, file_backlog)
-                # Only whole lines; a line still being written is read next time.
-                end = data.rfind(b"\n") + 1
-                pos = offset
-                for raw in data[:end].split(b"\n")[:-1]:
-                    line = raw.decode("utf-8", "replace")
-                    ev = None
-                    try:
-                        ev = parse_line(line, source)
-                    except Exception:  # noqa: BLE001 - a parser bug must not lose the rest
-                        ev = None
-                    if ev is not None:
-                        events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
-                    pos += len(raw) + 1
-                new_cursor["files"][source] = {"inode": st.st_ino, "offset": offset + end,
-                                               "head": head}
+                got = _read_log_file(path, source, _file_entry(files, source),
+                                     backlog=file_backlog,
+                                     lost=isinstance(lost, str), written=written)
+                events.extend(got.events)
+                errors.extend(got.errors)
+                new_cursor["files"][source] = got.entry
         except OSError as exc:
             errors.append(f"{source}: {exc.strerror or exc}")
-    if corrupt and new_cursor["kmsg_seq"] == MAX_SEQ:
-        new_cursor["kmsg_seq"] = -1
     return XidRead(events, errors, new_cursor)
 
 
+def _number(value) -> float | None:
+    return None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
+
+
+def _rebuilt(root: Path, written: float | None, *, files: bool = False) -> str:
+    """How a cursor that cannot be trusted is rebuilt, in words."""
+    when = ("since its last write ("
+            + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(written)) + ")"
+            if written is not None else "")
+    ring = ("the ring buffer" + (f" is judged {when}" if _usec_since_boot(root, written)
+                                 is not None else " is judged whole (its last write cannot be "
+                                 "told against /proc/uptime)"))
+    if not files:
+        return ring
+    return ring + ("; kernel log files " + (f"{when} by their lines' headers" if written
+                                            is not None else "from their end"))
+
+
+def _read_ring(path: Path, after_seq: int, since_usec: float | None) -> _RingRead:
+    """The ring buffer's records newer than `after_seq` (and, with `since_usec`, logged since
+    then): the live device, or a regular file standing in for it (a snapshot, a test)."""
+    if stat.S_ISCHR(path.stat().st_mode):
+        return _read_kmsg_device(path, after_seq, since_usec)
+    text = _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace")
+    kept, newest = [], -1
+    for line in text.splitlines():
+        record = _seq_usec(line)
+        if record is None:
+            continue
+        seq, usec = record
+        newest = max(newest, seq)
+        if _newer(seq, usec, after_seq, since_usec):
+            kept.append(line)
+    return _RingRead("\n".join(kept), newest, False)
+
+
+def _newer(seq: int, usec: int, after_seq: int, since_usec: float | None) -> bool:
+    return seq > after_seq and (since_usec is None or usec >= since_usec)
+
+
+@dataclass
+class _FileRead:
+    events: list[XidEvent]
+    errors: list[str]
+    entry: dict  # the file's cursor: inode, offset, head (+ skip inside an over-long line)
+
+
+def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
+                   written: float | None) -> _FileRead:
+    """New events of one kernel log file, from its cursor entry `prev` (None: first sight).
+
+    At most MAX_READ bytes a run. A backlog longer than that is said (the bytes left) and read
+    on next run. A line longer than that (no newline in a whole read) is judged by its first
+    MAX_LINE bytes, said, and the cursor moves past it ("skip": the rest of the line, read on
+    a later run, is dropped up to its newline): it never pins the cursor."""
+    errors: list[str] = []
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        st = os.fstat(fd)
+        head = _fingerprint(fd)
+        offset, skip, wrong = _file_start(st, head, prev, backlog)
+        if lost or wrong:
+            if wrong:
+                errors.append(f"{source}: XID cursor {wrong}; discarded: judging its lines "
+                              + ("logged since the cursor's last write" if written is not None
+                                 else "from its end (the cursor's last write cannot be told)"))
+            offset, skip = _offset_since(fd, st.st_size, written, source, errors), False
+        window = os.pread(fd, MAX_READ, offset)
+    finally:
+        os.close(fd)
+    entry = {"inode": st.st_ino, "offset": offset, "head": head}
+    pos, data = offset, window
+    if skip:
+        nl = data.find(b"\n")
+        if nl < 0:  # still inside the over-long line
+            entry.update(offset=offset + len(data), skip=True)
+            return _FileRead([], errors, entry)
+        pos, data = offset + nl + 1, data[nl + 1:]
+    events: list[XidEvent] = []
+    end = data.rfind(b"\n") + 1  # only whole lines; a line still being written waits
+    if end == 0 and not skip and len(window) == MAX_READ:
+        ev = _parse_quietly(data[:MAX_LINE].decode("utf-8", "replace"), source)
+        if ev is not None:
+            events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
+        errors.append(f"{source}: a line longer than {MAX_READ >> 20} MiB at byte {pos}: "
+                      f"judged by its first {MAX_LINE} bytes, the rest skipped")
+        entry.update(offset=offset + len(window), skip=True)
+        return _FileRead(events, errors, entry)
+    for raw in data[:end].split(b"\n")[:-1]:
+        ev = _parse_quietly(raw.decode("utf-8", "replace"), source)
+        if ev is not None:
+            events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
+        pos += len(raw) + 1
+    entry["offset"] = pos
+    left = st.st_size - pos
+    if len(window) == MAX_READ and left > 0:
+        errors.append(f"{source}: {left} bytes not read yet (a run reads {MAX_READ >> 20} MiB); "
+                      "read next run: an XID among them is judged then")
+    return _FileRead(events, errors, entry)
+
+
+def _parse_quietly(line: str, source: str) -> XidEvent | None:
+    try:
+        return parse_line(line, source)
+    except Exception:  # noqa: BLE001 - a parser bug must not lose the rest
+        return None
+
+
+def _file_entry(files, source: str):
+    """A file's cursor entry: None when the cursor has none (first sight of the file), and
+    False for one that is there but is not an object (nor are the cursor's "files")."""
+    if not isinstance(files, dict):
+        return False
+    if source not in files:
+        return None
+    return files[source] if isinstance(files[source], dict) else False
+
+
+def _file_start(st, head: str, prev, backlog: bool) -> tuple[int, bool, str | None]:
+    """(offset to read from, whether it is inside an over-long line, what is wrong with the
+    cursor entry or None). A rotated file (another inode; or shorter than the offset, or a
+    different head, as copytruncate leaves it) is a new log: read from its start. An offset
+    past the end of the same file (same inode, same head) is no rotation: the cursor is
+    wrong, and so is one that is not a byte offset."""
+    if prev is None:
+        # First sight of this file: what it already holds is history unless backlog says not.
+        return (0 if backlog else st.st_size), False, None
+    if not isinstance(prev, dict):
+        return 0, False, "entry is not one this code wrote"
+    offset = prev.get("offset", 0)
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        return 0, False, f"offset {str(offset)[:40]!r} is not a byte offset"
+    if prev.get("inode") != st.st_ino:
+        return 0, False, None
+    same_head = prev.get("head") == head
+    if st.st_size < offset:
+        if same_head and len(head) == 2 * HEAD_BYTES:
+            return 0, False, (f"offset {offset} is past the end ({st.st_size} bytes) of the "
+                              "same file")
+        return 0, False, None
+    if prev.get("head") not in (None, head) and offset >= HEAD_BYTES:
+        return 0, False, None
+    return offset, prev.get("skip") is True, None
+
+
+def _offset_since(fd: int, size: int, written: float | None, source: str,
+                  errors: list[str]) -> int:
+    """Where a file's lines logged since `written` (less LOST_SLACK_S) begin, by their syslog
+    headers, within its last MAX_READ bytes; its end when `written` is unknown or nothing
+    there was logged since."""
+    if written is None:
+        return size
+    start = max(0, size - MAX_READ)
+    data = os.pread(fd, MAX_READ, start)
+    pos = start
+    if start:  # the window began inside a line
+        nl = data.find(b"\n")
+        if nl < 0:
+            return size
+        pos, data = start + nl + 1, data[nl + 1:]
+    since, now = written - LOST_SLACK_S, time.time()
+    first = True
+    for raw in data.split(b"\n")[:-1]:
+        when = logged_at(raw[:64].decode("ascii", "replace"), now)
+        if when is not None and when >= since:
+            if first and start:
+                errors.append(f"{source}: more than {MAX_READ >> 20} MiB logged since the XID "
+                              "cursor's last write: only the last ones are judged")
+            return pos
+        if when is not None:
+            first = False
+        pos += len(raw) + 1
+    return pos
+
+
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_WALL_SYSLOG = re.compile(r"^(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) "
+                          r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\b")
+_WALL_ISO = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?(?=\s)")
+
+
+def logged_at(line: str, now: float) -> float | None:
+    """When a kernel log file's line was logged (Unix time), from its syslog header: RFC 3339,
+    or the traditional local time with no year (the latest such time not past tomorrow)."""
+    m = _WALL_ISO.match(line)
+    if m:
+        try:
+            return datetime.fromisoformat(m.group(0)).timestamp()
+        except (ValueError, OverflowError):
+            return None
+    m = _WALL_SYSLOG.match(line)
+    if not m or m.group("mon") not in _MONTHS:
+        return None
+    year = time.localtime(now).tm_year
+    fields = (_MONTHS.index(m.group("mon")) + 1, int(m.group("day")), int(m.group("h")),
+              int(m.group("m")), int(m.group("s")), 0, 0, -1)
+    for y in (year, year - 1):
+        try:
+            when = time.mktime((y, *fields))
+        except (OverflowError, ValueError):
+            return None
+        if when <= now + 86400:
+            return when
+    return None
+
+
 def _seq_of(line: str) -> int | None:
+    record = _seq_usec(line)
+    return None if record is None else record[0]
+
+
+def _seq_usec(line: str) -> tuple[int, int] | None:
+    """A /dev/kmsg record's (sequence number, when it was logged in microseconds since boot)."""
     m = _KMSG.match(line[:MAX_LINE])
     if not m:
         return None
     seq = int(m.group("seq"))
-    return seq if seq <= MAX_SEQ else None
+    return (seq, int(m.group("usec"))) if seq <= MAX_SEQ else None
 
 
 def _keyed(ev: XidEvent, key: str) -> XidEvent:
@@ -418,37 +618,20 @@ def _read_file(path: Path, offset: int, limit: int) -> tuple[bytes, str]:
         os.close(fd)
 
 
-def _read_file_from_cursor(path: Path, st, prev: dict | None, backlog: bool
-                           ) -> tuple[bytes, int, str]:
-    """(bytes from the cursor on, the offset they start at, the file's head fingerprint)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    try:
-        head = _fingerprint(fd)
-        if prev is None and not backlog:
-            # First sight of this file: what it already holds is history, not news.
-            return b"", st.st_size, head
-        offset = prev.get("offset", 0) if prev else 0
-        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-            offset = 0
-        rotated = prev is not None and (
-            prev.get("inode") != st.st_ino
-            or st.st_size < offset
-            or (prev.get("head") not in (None, head) and offset >= HEAD_BYTES)
-        )
-        if rotated:
-            offset = 0
-        return os.pread(fd, MAX_READ, offset), offset, head
-    finally:
-        os.close(fd)
-
-
 def load_cursor(path: Path) -> dict:
     """The saved cursor; {} when there is none (the first run). One that is there but cannot
     be read (empty after a power cut, cut short, a directory, a FIFO, a device) is not "none":
-    {"lost": why, "lost_mtime": when it was last written}, for read_new_events to judge."""
+    {"lost": why, "lost_mtime": when it was last written}, for read_new_events to judge. A
+    readable one carries its "mtime" too: it may still be wrong, and is then judged alike."""
     from rsc_health.durable import load_state_json
 
-    return load_state_json(path)
+    cursor = load_state_json(path)
+    if cursor and not isinstance(cursor.get("lost"), str):
+        try:
+            cursor["mtime"] = path.stat().st_mtime
+        except OSError:
+            pass
+    return cursor
 
 
 # A run reads the ring buffer before it writes its cursor, within one budget: records logged
@@ -467,16 +650,6 @@ def _usec_since_boot(root: Path, mtime) -> float | None:
         return None
     booted = time.time() - uptime
     return (mtime - booted - LOST_SLACK_S) * 1e6
-
-
-def _usec_by_seq(text: str) -> dict[int, int]:
-    """kmsg sequence number -> when the record was logged (microseconds since boot)."""
-    out = {}
-    for line in text.splitlines():
-        m = _KMSG.match(line[:MAX_LINE])
-        if m:
-            out[int(m.group("seq"))] = int(m.group("usec"))
-    return out
 
 
 def save_json(path: Path, data: dict, *, sync_dir: bool = True) -> None:

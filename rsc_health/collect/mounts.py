@@ -99,6 +99,7 @@ class ProbeResult:
     hung: bool
     seconds: float
     error: str | None = None
+    pid: int | None = None  # the child abandoned when hung (collect.hangs)
 
 
 def probe(root: Path, paths: list[str], timeout_s: float) -> dict[str, ProbeResult]:
@@ -121,7 +122,7 @@ def probe(root: Path, paths: list[str], timeout_s: float) -> dict[str, ProbeResu
         answer = answers.get(path)
         took = time.monotonic() - start
         if answer is None:
-            results[path] = ProbeResult(path, False, True, took)
+            results[path] = ProbeResult(path, False, True, took, pid=children[path][0])
         elif "error" in answer:
             results[path] = ProbeResult(path, False, False, took,
                                         answer.get("strerror") or answer["error"])

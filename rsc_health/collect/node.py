@@ -6,9 +6,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rsc_health.checks import REGISTRY, CollectEnv  # the one list of families
-from rsc_health.collect import counters, infiniband, kmsg, mounts, pcie
+from rsc_health.collect import counters, hangs, infiniband, kmsg, mounts, pcie
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.config import Config
+from rsc_health.model import utcnow
 
 FAMILIES = tuple(f.name for f in REGISTRY)
 GPU_FAMILIES = {"gpu", "ecc", "remap", "nvlink", "xid"}  # xid maps PCI addresses to gpuN
@@ -31,6 +32,13 @@ class NodeState:
     # Flattened error counters and their increase since the previous sweep.
     counters: dict[str, int] = field(default_factory=dict)
     deltas: dict[str, int] = field(default_factory=dict)
+    # Probes that can hang (collect.hangs): the kinds this run ran, the ones that did not
+    # answer (probe -> what happened), the children this run left behind on them, and every
+    # probe hanging with since when and for how many sweeps (set by the engine).
+    probes_asked: list[str] = field(default_factory=list)
+    hung_probes: dict[str, str] = field(default_factory=dict)
+    probe_pids: dict[str, int | None] = field(default_factory=dict)
+    hangs: dict[str, dict] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -46,22 +54,25 @@ def gpu_backend(cfg: Config, root: Path):
     return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)))
 
 
-def _nvml_answers(backend, timeout: float, state: NodeState) -> dict:
-    """NVML's answers from an abandonable child. When it hangs mid-read (one GPU's call
-    blocks in a wedged driver), what it answered before is kept and judged (a GPU lost
-    before the hang still drains), the hang itself is a checker error, and the GPUs it
-    never reached are unanswered (checker errors, never drains)."""
+def _nvml_answers(backend, timeout: float, state: NodeState) -> dict | None:
+    """NVML's answers from an abandonable child; None when it hung before the device count.
+    When it hangs mid-read (one GPU's call blocks in a wedged driver), what it answered
+    before is kept and judged (a GPU lost before the hang still drains), the hang itself is
+    said (`hung_probes`: the engine's nvml_hung), and the GPUs it never reached are
+    unanswered (checker errors, never drains)."""
     from rsc_health.collect import bounded
 
     try:
         return bounded.call(backend.read, timeout, streaming=True)
     except bounded.Abandoned as exc:
         answers = gpu_mod.with_unanswered(exc.partial)
+        state.probe_pids[hangs.NVML] = exc.pid
         if answers is None:
-            raise
+            state.hung_probes[hangs.NVML] = f"NVML: Abandoned: {exc}"
+            return None
         got = sum(1 for d in answers["devices"] if d.get("error") != "NVML_ERROR_TIMEOUT")
-        state.errors.append(("gpu", "nvml", f"Abandoned: {exc} (NVML hung after answering "
-                             f"for {got} of {answers['device_count']} GPUs)"))
+        state.hung_probes[hangs.NVML] = (f"NVML: Abandoned: {exc} (NVML hung after answering "
+                                         f"for {got} of {answers['device_count']} GPUs)")
         return answers
 
 
@@ -117,9 +128,13 @@ def collect_all(
     previous_counters: dict | None = None,
     probe_timeout_s: float | None = None,
     deadline: float | None = None,
+    hangs_before: dict[str, dict] | None = None,
 ) -> tuple[NodeState, dict]:
     """The node's state and the new XID cursor (saved by the caller once judged). `deadline`
-    (time.monotonic()) bounds the self-contained families that run programs (site)."""
+    (time.monotonic()) bounds the self-contained families that run programs (site).
+    `hangs_before`: the probes on record as hanging (collect.hangs); one whose abandoned child
+    is still in the kernel is not asked again, it is still hung."""
+    hangs_before = hangs_before or {}
     want = set(only) if only else set(FAMILIES)
     state = NodeState(boot_id=kmsg.boot_id(root))
     new_cursor = dict(xid_cursor or {})
@@ -136,7 +151,15 @@ def collect_all(
         if isinstance(backend, gpu_mod.NvmlBackend):
             # A wedged driver blocks NVML calls in the kernel: ask from an abandonable child.
             timeout = float(cfg.get("gpu.nvml_timeout_s", 10.0))
-            answers = guard("gpu", "nvml", lambda: _nvml_answers(backend, timeout, state))
+            state.probes_asked.append(hangs.NVML)
+            waiting = hangs_before.get(hangs.NVML)
+            if hangs.still_waiting(waiting):
+                state.hung_probes[hangs.NVML] = (
+                    f"NVML: the probe abandoned before (pid {waiting['pid']}) is still waiting "
+                    f"in the driver; not asked again")
+                answers = None
+            else:
+                answers = guard("gpu", "nvml", lambda: _nvml_answers(backend, timeout, state))
         else:
             answers = guard("gpu", "nvml", backend.read)
         if answers is not None:
@@ -167,9 +190,16 @@ def collect_all(
             state.mount_probes = guard("mount", replay, lambda: mounts.replayed_probes(
                 root / replay.lstrip("/"), to_probe)) or {}
         else:
+            waiting = [p for p in to_probe
+                       if hangs.still_waiting(hangs_before.get(hangs.statvfs(p)))]
+            asked = [p for p in to_probe if p not in waiting]
             state.mount_probes = (
-                guard("mount", "statvfs", lambda: mounts.probe(root, to_probe, timeout)) or {}
+                guard("mount", "statvfs", lambda: mounts.probe(root, asked, timeout)) or {}
             )
+            now = utcnow()
+            for path in waiting:  # its statvfs from an earlier run has still not returned
+                state.mount_probes[path] = mounts.ProbeResult(
+                    path, False, True, hangs.waited_s(hangs_before[hangs.statvfs(path)], now))
             if automounts_waiting(cfg, state.mounts):
                 # autofs unmounts an idle path; its trigger (fstype autofs) is all the table
                 # showed. statvfs follows automounts, so the probe just mounted it (or failed
@@ -177,6 +207,12 @@ def collect_all(
                 again = guard("mount", "/proc/mounts", lambda: mounts.collect(root))
                 if again is not None:
                     state.mounts = again
+        state.probes_asked.append(hangs.STATVFS)
+        for path, result in state.mount_probes.items():
+            if result.hung:
+                state.hung_probes[hangs.statvfs(path)] = (
+                    f"statvfs {path}: no answer within {result.seconds:.1f}s")
+                state.probe_pids[hangs.statvfs(path)] = result.pid
     env = CollectEnv(cfg, deadline)
     for fam in REGISTRY:
         if fam.collect is not None and fam.name in want:

@@ -92,9 +92,11 @@ def run_all(
     cwd: str | Path | None = None,
     exit_grace_s: float | None = EXIT_GRACE_S,
     stderr_keep: int = STDERR_KEEP,
+    pass_fds: dict[str, int] | None = None,
 ) -> dict[str, Outcome]:
     """Start every command now (argv lists, by name); return each one's Outcome no later than
-    its timeout (plus the time to spawn and kill). Never raises for a program's behaviour."""
+    its timeout (plus the time to spawn and kill). Never raises for a program's behaviour.
+    `pass_fds`: a descriptor a command inherits (its program, run as /proc/self/fd/N)."""
     running: list[_Running] = []
     results: dict[str, Outcome] = {}
     for name, argv in commands.items():
@@ -102,6 +104,7 @@ def run_all(
             proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                 start_new_session=True, close_fds=True, env=env, cwd=cwd,
+                pass_fds=(pass_fds[name],) if pass_fds and name in pass_fds else (),
             )
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

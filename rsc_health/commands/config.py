@@ -40,10 +40,11 @@ def config_check(obj) -> None:
 @click.pass_obj
 def config_show(obj, node: str | None, partition: str | None, section: str | None) -> None:
     """The effective config of one node: packaged defaults, the site file, then its
-    [partitions.NAME] and matching [nodes."GLOB"] overrides, as JSON."""
-    from rsc_health.config import resolve_node_config
+    [partitions.NAME] and matching [nodes."GLOB"] overrides, as JSON. Secrets are masked
+    (a database URL's password, any key named like password, secret or token)."""
+    from rsc_health.config import masked, resolve_node_config
 
     cfg, name = resolve_node_config(obj.config, node=node, partition=partition)
     data = cfg.data if not section else {section: cfg.data.get(section, {})}
     click.echo(json.dumps({"node": name, "partition": partition, "source": str(cfg.path or ""),
-                           "config": data}, indent=2, sort_keys=True, default=str))
+                           "config": masked(data)}, indent=2, sort_keys=True, default=str))

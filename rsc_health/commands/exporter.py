@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -57,13 +56,14 @@ def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: f
     if not out:
         click.echo(text.decode(), nl=False)
     else:
+        from rsc_health.durable import write_atomic
+
         path = Path(out)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
         try:
-            tmp.write_bytes(text)
-            os.replace(tmp, path)
+            # A textfile collector directory is often shared: nothing planted there is
+            # followed, and one others may write without the sticky bit is refused.
+            write_atomic(path, text, sync_dir=False)
         except OSError as exc:
-            tmp.unlink(missing_ok=True)
             raise click.ClickException(f"cannot write {path}: {exc}") from exc
         if failed is None:
             click.echo(f"wrote {path}", err=True)

@@ -17,6 +17,7 @@ import click
 from rsc_health.config import state_dir
 from rsc_health.historian import db as hdb
 from rsc_health.historian.ingest import IngestReport
+from rsc_health.terminal import echo
 
 if TYPE_CHECKING:
     from sqlalchemy import Engine
@@ -64,7 +65,7 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
         return
     click.echo(report.summary())
     for bad in report.bad[:MAX_BAD_SHOWN]:
-        click.echo(f"  skipped {bad}", err=True)
+        echo(f"  skipped {bad}", err=True)
     if len(report.bad) > MAX_BAD_SHOWN:
         click.echo(f"  ... and {len(report.bad) - MAX_BAD_SHOWN} more", err=True)
 
@@ -183,6 +184,14 @@ def _file_or_none(_ctx, _param, value):
     return value
 
 
+def _accounting(ctx: click.Context):
+    """sacct/sacctmgr through the one Slurm door ([slurm] bin_dir, [historian] sacct_timeout_s)."""
+    from rsc_health.slurm import from_config
+
+    cfg = ctx.obj.config
+    return from_config(cfg).accounting(float(cfg.get("historian.sacct_timeout_s", 600)))
+
+
 @ingest.command("sacct")
 @click.option("--file", "path", callback=_file_or_none, help="sacct --parsable2 output ('-').")
 @click.option("--since", help="Start (sacct -S) instead of the stored cursor.")
@@ -204,7 +213,7 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
                 engine,
                 since=since,
                 gpus_per_node=gpn,
-                timeout_s=float(cfg.get("sacct_timeout_s", 600)),
+                acct=_accounting(ctx),
                 default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 overlap_s=int(cfg.get("sacct_overlap_s", 3600)),
                 form=str(cfg.get("sacct_format", "auto")),
@@ -237,7 +246,7 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: s
             start = since or Retention.from_config(ctx.obj.config).events_start(
                 str(cfg.get("first_start", "1970-01-01T00:00:00")),
                 datetime.now(UTC).replace(tzinfo=None))
-            text = events.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
+            text = events.run_sacctmgr(start, _accounting(ctx))
             report = events.ingest_text(engine, text, cluster=cluster, tz=tz)
     _print_report(report, as_json)
 
@@ -264,7 +273,7 @@ def ingest_reservations(
             report = reservations.ingest_file(engine, path, cluster=cluster)
         else:
             start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
-            text = reservations.run_sacctmgr(start, float(cfg.get("sacct_timeout_s", 600)))
+            text = reservations.run_sacctmgr(start, _accounting(ctx))
             report = reservations.ingest_text(engine, text, cluster=cluster)
     _print_report(report, as_json)
 
@@ -399,7 +408,7 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
         return
     for t in rows:
         closed = f"{t.closed:%Y-%m-%d %H:%M}" if t.closed else "open"
-        click.echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
+        echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
 
 
 @ticket.command("import")
@@ -440,7 +449,8 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
     from rsc_health import spool as spool_mod
     from rsc_health.historian.ingest import delivery
 
-    spool_dir = Path(directory) if directory else state_dir(ctx.obj.config, ctx.obj.root) / "spool"
+    cfg = _flush_config(ctx)
+    spool_dir = Path(directory) if directory else state_dir(cfg, ctx.obj.root) / "spool"
     if not spool_dir.is_dir():
         raise click.ClickException(f"no spool directory {spool_dir}")
     try:
@@ -462,7 +472,22 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
         raise click.ClickException(f"cannot read the spool {spool_dir}: {exc}") from exc
     click.echo(report.summary())
     for batch, bad in report.quarantined[:MAX_BAD_SHOWN]:
-        click.echo(f"  quarantined {batch} {bad}", err=True)
+        echo(f"  quarantined {batch} {bad}", err=True)
+
+
+def _flush_config(ctx: click.Context):
+    """The config a node's flush runs with. A broken one (a bad push) must not keep the spool
+    that says so from the historian: the flush goes on with the last good config's settings
+    (its historian URL), or the packaged defaults, and says so."""
+    from rsc_health.config import fallback_config
+
+    try:
+        return ctx.obj.config
+    except click.ClickException as exc:
+        cfg, which = fallback_config(ctx.obj.root)
+        click.echo(f"warning: {exc.message}; flushing with {which}", err=True)
+        ctx.obj._config = cfg  # database_url reads [historian] url from it
+        return cfg
 
 
 # -- attribution ------------------------------------------------------------------------------

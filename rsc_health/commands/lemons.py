@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from rsc_health.terminal import echo
+
 WINDOW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhw]?)\s*$")
 UNIT_DAYS = {"": 1.0, "d": 1.0, "w": 7.0, "h": 1 / 24}
 
@@ -66,6 +68,9 @@ def lemons(
     from rsc_health.slurm import SlurmError
 
     section = {**DEFAULTS, **ctx.obj.config.section("lemon")}
+    # Shadow mode ([actions] enabled = false) holds for lemons too: --apply records what it
+    # would have drained and ticketed, and changes nothing.
+    shadow = not ctx.obj.config.get("actions.enabled", True)
     window_days = parse_window(window) if window else float(section["window_days"])
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     as_of = as_of or now
@@ -96,7 +101,8 @@ def lemons(
             guard = getattr(ctx.obj, "lemon_guard", None) or PartitionGuard.from_slurm(
                 slurm, ctx.obj.config, now
             )
-            actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=do_apply)
+            actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=do_apply,
+                                     shadow=shadow)
         except SlurmError as exc:
             if do_apply:
                 raise click.ClickException(f"cannot drain: {exc}") from exc
@@ -109,7 +115,8 @@ def lemons(
             "as_of": as_of.isoformat(),
             "window_days": window_days,
             "nodes": len(features),
-            "applied": do_apply,
+            "applied": do_apply and not shadow,
+            "shadow": shadow,
             "verdicts": [
                 {**v.to_dict(), "action": by_node[v.node].to_dict() if v.node in by_node else None}
                 for v in verdicts
@@ -119,18 +126,21 @@ def lemons(
         return
     click.echo(
         f"lemon candidates as of {as_of:%Y-%m-%d %H:%M} over {window_days:g} days: "
-        f"{len(verdicts)} of {len(features)} nodes" + ("" if do_apply else " (dry run)")
+        f"{len(verdicts)} of {len(features)} nodes"
+        + ("" if not do_apply else " (shadow mode: [actions] enabled = false; nothing drained, "
+           "no ticket opened, would-have drains recorded)" if shadow else "")
+        + ("" if do_apply else " (dry run)")
     )
     if slurm is None:
         click.echo("  (Slurm not consulted: node states and human drains unknown)")
     for v in verdicts:
         a = by_node.get(v.node)
-        click.echo(f"{v.node}: {v.summary()}")
+        echo(f"{v.node}: {v.summary()}")
         if a is not None:
-            click.echo(f"  action: {a.action}: {a.reason or a.why}")
+            echo(f"  action: {a.action}: {a.reason or a.why}")
         for kind, rows in v.evidence.items():
             if rows:
-                click.echo(f"  {kind}: " + "; ".join(_evidence_line(kind, r) for r in rows[:5]))
+                echo(f"  {kind}: " + "; ".join(_evidence_line(kind, r) for r in rows[:5]))
                 if len(rows) > 5:
                     click.echo(f"    ... {len(rows) - 5} more")
 

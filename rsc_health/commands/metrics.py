@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 
 import click
 
+from rsc_health.terminal import shown
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
 
@@ -73,7 +75,7 @@ def _fmt(value, spec: str = "") -> str:
         return "-"
     if isinstance(value, float) and spec:
         return format(value, spec)
-    return str(value)
+    return shown(value)  # a job, user or node name is anyone's text
 
 
 def _table(title: str, df, columns: list[tuple[str, str, str]]) -> None:

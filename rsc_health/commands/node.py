@@ -21,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from rsc_health.config import Config
+from rsc_health.config import Config, masked
 from rsc_health.model import Finding, Level, Status, utcnow
 
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
@@ -186,14 +186,14 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         rel_target = target.relative_to(root.resolve()).as_posix()
         links[f"sys/bus/pci/devices/{entry.name}"] = rel_target
         # The device and every bridge above it on the resolved path.
-        node = target
-        while node != root.resolve() and node.name:
-            if pcie._BDF.match(node.name):
-                rel = node.relative_to(root.resolve()).as_posix()
-                links.setdefault(f"sys/bus/pci/devices/{node.name}", rel)
+        here = target
+        while here != root.resolve() and here.name:
+            if pcie._BDF.match(here.name):
+                rel = here.relative_to(root.resolve()).as_posix()
+                links.setdefault(f"sys/bus/pci/devices/{here.name}", rel)
                 for attr in PCI_ATTRS:
                     grab(f"{rel}/{attr}")
-            node = node.parent
+            here = here.parent
     edac = root / "sys/devices/system/edac/mc"
     for mc in sorted(edac.iterdir()) if edac.is_dir() else []:
         for attr in ("ue_count", "ce_count"):
@@ -212,7 +212,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         "node": node or os.uname().nodename,
         "time": utcnow().isoformat(timespec="seconds"),
         "root": str(root),
-        "config": cfg.data,
+        "config": masked(cfg.data),  # a bug report leaves the site: no database password
         "files": files,
         "links": links,
         "mountpoints": [m.get("path") for m in cfg.get("mounts.expected", [])],

@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 
 import click
 
+from rsc_health.terminal import echo
+
 
 def gather_node(ctx: click.Context, node: str, now: datetime) -> dict:
     doc: dict = {"node": node, "time": now.isoformat(timespec="seconds"), "slurm": None,
@@ -72,6 +74,9 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
             tickets = [dict(r._mapping) for r in conn.execute(
                 select(t.c.id, t.c.opened, t.c.closed, t.c.reason, t.c.source)
                 .where(t.c.node == node).order_by(desc(t.c.opened)).limit(20))]
+        from rsc_health.historian.held import held_verdicts, held_within
+
+        held = held_verdicts(engine, now, held_within(cfg), nodes=[node])
         lemon = _lemon(engine, cfg, node, now)
     finally:
         engine.dispose()
@@ -81,6 +86,9 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                       "checker_errors": fresh.checker_errors},
         "runs": runs, "open_findings": failing, "actions": actions, "failed_jobs": blamed,
         "tickets": tickets, "lemon": lemon,
+        # A drain verdict the node keeps and has not carried out (guard, or a drain not ours).
+        "held": {"time": held[0].time, "action": held[0].action, "reason": held[0].reason}
+        if held else None,
     }
 
 
@@ -135,9 +143,9 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
         click.echo(json.dumps(doc, indent=1, default=str))
         return
     s = doc["slurm"]
-    click.echo(f"{node_name}")
+    echo(f"{node_name}")
     if s:
-        click.echo(f"  slurm     {s['state']}" + (f"  reason: {s['reason']}" if s["reason"] else "")
+        echo(f"  slurm     {s['state']}" + (f"  reason: {s['reason']}" if s["reason"] else "")
                    + (f"  since {s['since']}" if s["since"] else ""))
     h = doc["historian"]
     if h:
@@ -145,25 +153,28 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
         state = "STALE (checks stopped)" if f["stale"] else "fresh"
         if f["level"] == "clock_skew":
             state += "; node clock wrong: its records are quarantined in its spool"
-        click.echo(f"  checks    last {f['source'] or '-'} at {_fmt(f['last_seen'])} "
+        echo(f"  checks    last {f['source'] or '-'} at {_fmt(f['last_seen'])} "
                    f"verdict {f['level'] or '-'} ({state})")
-        click.echo(f"  failing   {len(h['open_findings'])} open finding(s)")
+        echo(f"  failing   {len(h['open_findings'])} open finding(s)")
         for o in h["open_findings"][:10]:
-            click.echo(f"    {o['check']:<10} {o['component']:<14} {o['severity']:<16} since "
+            echo(f"    {o['check']:<10} {o['component']:<14} {o['severity']:<16} since "
                        f"{_fmt(o['time'])}  {o['reason']}")
-        click.echo(f"  actions   {len(h['actions'])} recent")
+        if h["held"]:
+            echo(f"  HELD      a drain verdict not carried out ({h['held']['action']}, "
+                 f"last said {_fmt(h['held']['time'])}): {h['held']['reason']}")
+        echo(f"  actions   {len(h['actions'])} recent")
         for a in h["actions"][:10]:
-            click.echo(f"    {_fmt(a['time'])}  {a['action']:<16} {a['reason']}")
-        click.echo(f"  failures  {len(h['failed_jobs'])} failed job(s) blamed on it")
+            echo(f"    {_fmt(a['time'])}  {a['action']:<16} {a['reason']}")
+        echo(f"  failures  {len(h['failed_jobs'])} failed job(s) blamed on it")
         for jb in h["failed_jobs"][:10]:
-            click.echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<10} "
+            echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<10} "
                        f"{jb['gpus']:>5} GPUs  {jb['cause']} {jb['code']}")
-        click.echo(f"  tickets   {len(h['tickets'])}")
+        echo(f"  tickets   {len(h['tickets'])}")
         for t in h["tickets"][:5]:
-            click.echo(f"    #{t['id']} {t['source']} opened {_fmt(t['opened'])} "
+            echo(f"    #{t['id']} {t['source']} opened {_fmt(t['opened'])} "
                        f"{'open' if t['closed'] is None else 'closed ' + _fmt(t['closed'])}: "
                        f"{t['reason']}")
         lem = h["lemon"]
-        click.echo(f"  lemon     {'CANDIDATE' if lem['candidate'] else 'no'}: {lem['why']}")
+        echo(f"  lemon     {'CANDIDATE' if lem['candidate'] else 'no'}: {lem['why']}")
     for p in doc["problems"]:
-        click.echo(f"  note      {p}")
+        echo(f"  note      {p}")

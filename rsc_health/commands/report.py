@@ -56,10 +56,19 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
         options = replace(options, previous=load_previous(previous or out_dir / "report.json"))
         show = not quiet and click.get_text_stream("stderr").isatty()
         from rsc_health.commands.progress import steps
+        from rsc_health.durable import ready_dir
 
+        try:
+            ready_dir(out_dir)  # a directory refused is said before the gathering, not after
+        except OSError as exc:
+            raise click.ClickException(f"cannot write the report: {exc}") from exc
         with steps(show) as step:
             data = gather(engine, moment, options, progress=step)
-            written = write_report(data, out_dir, previous=previous, embed=embed, progress=step)
+            try:
+                written = write_report(data, out_dir, previous=previous, embed=embed,
+                                       progress=step)
+            except OSError as exc:
+                raise click.ClickException(f"cannot write the report: {exc}") from exc
     finally:
         engine.dispose()
     click.echo(written.summary.read_text(), nl=False)

@@ -13,7 +13,20 @@ from datetime import timedelta
 
 import click
 
-from rsc_health.hostlist import expand
+from rsc_health.hostlist import HostlistError, expand
+from rsc_health.terminal import echo
+
+
+def _hosts(expr: str) -> list[str]:
+    """The nodes an operator named, or one line saying why not (counted before expanding:
+    `node[0-99999999]` is refused at once, not after gigabytes of names)."""
+    try:
+        hosts = expand(expr)
+    except HostlistError as exc:
+        raise click.ClickException(f"NODES: {exc}") from exc
+    if not hosts:
+        raise click.ClickException(f"NODES: {expr!r} names no node")
+    return hosts
 
 
 def _slurm(ctx: click.Context):
@@ -99,7 +112,7 @@ def _report(results: list[dict], as_json: bool) -> None:
         click.echo(json.dumps(results, indent=2))
     else:
         for r in results:
-            click.echo(f"{r['node']}: {r['result']}" + (f" ({r['detail']})" if r["detail"] else ""))
+            echo(f"{r['node']}: {r['result']}" + (f" ({r['detail']})" if r["detail"] else ""))
     if any(not r["ok"] for r in results):
         sys.exit(1)
 
@@ -122,20 +135,22 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
 
     Goes on past a node it cannot change and prints one line per node; exits 1 if any failed.
     A node a person drained or set DOWN keeps its reason unless --force."""
-    from rsc_health.model import ActionKind
-    from rsc_health.policy import MAX_REASON_LEN, is_ours, sanitize
+    from rsc_health.model import REASON_PREFIX, ActionKind
+    from rsc_health.policy import MANUAL_MODE, MAX_REASON_LEN, is_ours, sanitize
     from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
     text = sanitize(reason).strip()
     if not text:
         raise click.ClickException("--reason must say why (it is what the next person reads)")
-    slurm_reason = (f"rsc_health:manual:{sanitize(code).replace(':', '_') or 'manual'}:"
+    slurm_reason = (f"{REASON_PREFIX}{MANUAL_MODE}:"
+                    f"{sanitize(code).replace(':', '_') or MANUAL_MODE}:"
                     f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
+    hosts = _hosts(nodes)
     slurm = _slurm(ctx)
     results = []
     away: SlurmUnavailable | None = None
-    for node in expand(nodes):
+    for node in hosts:
         res = {"node": node, "ok": False, "result": "", "detail": "", "requeued": []}
         if away is not None:
             # One timeout for the lot, not one per node: 64 nodes against a frozen
@@ -210,10 +225,11 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
     from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
+    hosts = _hosts(nodes)
     slurm = _slurm(ctx)
     results = []
     away: SlurmUnavailable | None = None
-    for node in expand(nodes):
+    for node in hosts:
         res = {"node": node, "ok": False, "result": "", "detail": ""}
         if away is not None:
             res.update(result="not tried", detail=f"Slurm unavailable: {away}")
@@ -324,12 +340,71 @@ def _freshness(ctx: click.Context, now) -> list[dict] | None:
             for f in rows if f.stale or f.broken]
 
 
+def _hung_probes(ctx: click.Context, now) -> list[dict] | None:
+    """Nodes whose probes keep hanging (a mount's statvfs, NVML), from the historian's open
+    intervals; None when no historian is configured or it cannot be read."""
+    if not ctx.obj.historian_configured:
+        return None
+    try:
+        from rsc_health.historian.db import connect
+        from rsc_health.historian.freshness import hung_probes, stale_after_s
+
+        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        try:
+            rows = hung_probes(engine, now, stale_after_s(ctx.obj.config))
+        finally:
+            engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
+        click.echo(f"warning: cannot read hung probes from the historian: {exc}", err=True)
+        return None
+    return [{"node": h.node, "probe": h.probe, "codes": list(h.codes),
+             "since": h.since.isoformat(), "last_seen": h.last_seen.isoformat()} for h in rows]
+
+
+def _held(ctx: click.Context, now) -> list[dict] | None:
+    """Nodes keeping a drain verdict rsc-health has not carried out (the mass-drain guard, or
+    a drain not ours standing), from the actions they delivered; None with no historian."""
+    if not ctx.obj.historian_configured:
+        return None
+    try:
+        from rsc_health.historian.db import connect
+        from rsc_health.historian.held import held_verdicts, held_within
+
+        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        try:
+            rows = held_verdicts(engine, now, held_within(ctx.obj.config))
+        finally:
+            engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
+        click.echo(f"warning: cannot read held verdicts from the historian: {exc}", err=True)
+        return None
+    return [{"node": h.node, "time": h.time.isoformat(), "action": h.action,
+             "reason": h.reason} for h in rows]
+
+
+def _held_line(h: dict, drained: set[str]) -> str:
+    from rsc_health.model import ActionKind
+
+    if h["action"] == ActionKind.GUARD_TRIPPED:
+        why = "held by the mass-drain guard"
+    elif h["node"] in drained:
+        why = "held under a drain rsc-health does not lift"
+    else:
+        # A person resumed it (or Slurm did): the verdict still stands.
+        why = ("held under a drain rsc-health does not lift, now lifted: drained at its next "
+               "job start or sweep retry")
+    return f"  {h['node']:<16} {why} (last said {h['time']}): {h['reason']}"
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
 def status(ctx: click.Context, as_json: bool) -> None:
-    """Drained nodes by reason and age, the mass-drain guard per partition, and nodes whose
-    checks stopped or cannot look. Exits 1 when a guard holds or a node is not checking."""
+    """Drained nodes by reason and age, the mass-drain guard per partition, nodes keeping a
+    drain verdict held back (by the guard, or under a drain rsc-health does not lift) and why,
+    nodes whose checks stopped or cannot look, and nodes whose probes keep hanging (a mount,
+    NVML). Exits 1 when a guard or a verdict is held, a node is not checking or a probe
+    hangs."""
     from rsc_health.model import utcnow
     from rsc_health.slurm import SlurmError
 
@@ -339,8 +414,11 @@ def status(ctx: click.Context, as_json: bool) -> None:
     except SlurmError as exc:
         _fail(exc)
     data["not_checking"] = _freshness(ctx, now)
+    data["probes_hung"] = _hung_probes(ctx, now)
+    data["held"] = _held(ctx, now)
     tripped = [g for g in data["guard"] if g["tripped"]]
-    problems = bool(tripped) or bool(data["not_checking"])
+    problems = (bool(tripped) or bool(data["not_checking"]) or bool(data["probes_hung"])
+                or bool(data["held"]))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         if problems:
@@ -351,26 +429,36 @@ def status(ctx: click.Context, as_json: bool) -> None:
         key = f"rsc_health {d['mode']}:{d['code']}" if d["ours"] else "others (not ours)"
         groups.setdefault(key, []).append(d)
     if not groups:
-        click.echo("no drained or down nodes")
+        echo("no drained or down nodes")
     for key in sorted(groups):
-        click.echo(f"{key}: {len(groups[key])}")
+        echo(f"{key}: {len(groups[key])}")
         for d in sorted(groups[key], key=lambda d: -(d["age_s"] or 0)):
-            click.echo(f"  {d['node']:<16} {_age(d['age_s']):>7}  {d['state']:<18} {d['reason']}")
+            echo(f"  {d['node']:<16} {_age(d['age_s']):>7}  {d['state']:<18} {d['reason']}")
     for g in data["guard"]:
         flag = "TRIPPED" if g["tripped"] else "ok"
         names = f": {', '.join(g['drained_recently'])}" if g["tripped"] else ""
-        click.echo(f"guard {g['partition']}: {flag} ({len(g['drained_recently'])}/{g['nodes']} "
+        echo(f"guard {g['partition']}: {flag} ({len(g['drained_recently'])}/{g['nodes']} "
                    f"drained by rsc_health in {data['guard_window_min']:g} min, "
                    f"limit {g['limit']}){names}")
+    if data["held"]:
+        echo(f"held: {len(data['held'])} node(s) keep a drain verdict not carried out")
+        drained = {d["node"] for d in data["drained"]}
+        for h in data["held"]:
+            echo(_held_line(h, drained))
     if data["not_checking"] is None:
-        click.echo("node freshness: no historian configured (heartbeats not checked)")
+        echo("node freshness: no historian configured (heartbeats not checked)")
     elif data["not_checking"]:
-        click.echo(f"not checking: {len(data['not_checking'])} node(s)")
+        echo(f"not checking: {len(data['not_checking'])} node(s)")
         for f in data["not_checking"]:
             why = ("stale" if f["stale"] else _CLOCK_WRONG if f["level"] == "clock_skew"
                    else f"checker errors ({f['level']})")
-            click.echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
+            echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
                        f"{f['last_seen'] or 'never'}")
+    if data["probes_hung"]:
+        click.echo(f"probes hanging: {len(data['probes_hung'])}")
+        for h in data["probes_hung"]:
+            click.echo(f"  {h['node']:<16} {h['probe']} since {h['since']} "
+                       f"({', '.join(h['codes'])}; last seen {h['last_seen']})")
     if problems:
         sys.exit(1)
 

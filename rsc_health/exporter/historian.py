@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import Engine, func, select
 
 from rsc_health.historian import schema
+from rsc_health.model import DRAIN_KINDS, ActionKind, Status
 
 
 def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> CollectorRegistry:
@@ -71,12 +72,12 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
     c, a, j = schema.check_results, schema.node_actions, schema.jobs
     with engine.connect() as conn:
         open_bad = conn.execute(
-            select(c.c.severity, func.count()).where(c.c.is_open.is_(True), c.c.status != "ok")
+            select(c.c.severity, func.count()).where(c.c.is_open.is_(True), c.c.status != Status.OK)
             .group_by(c.c.severity)).all()
         trips = conn.execute(select(func.count()).where(
-            a.c.action == "guard_tripped", a.c.time >= now - timedelta(hours=24))).scalar()
+            a.c.action == ActionKind.GUARD_TRIPPED, a.c.time >= now - timedelta(hours=24))).scalar()
         drains = conn.execute(select(func.count()).where(
-            a.c.action.in_(("drain_now", "drain_after_job", "lemon_drain", "manual_drain")),
+            a.c.action.in_(sorted(DRAIN_KINDS)),
             a.c.time >= now - timedelta(hours=24))).scalar()
         last_job = conn.execute(select(func.max(j.c.end))).scalar()
         last_run = conn.execute(select(func.max(schema.node_runs.c.last_seen))).scalar()
@@ -95,7 +96,34 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
         if newest is not None:
             age.labels(source).set(max(0.0, (now - newest).total_seconds()))
     _lemons(engine, cfg, now, reg)
+    _qualify(engine, now, reg)
     return reg
+
+
+def _qualify(engine: Engine, now: datetime, reg: CollectorRegistry) -> None:
+    """Qualification runs of the last day by verdict, and each node's latest verdict."""
+    from sqlalchemy import func, select
+
+    from rsc_health.historian.schema import qualify_runs as r
+    from rsc_health.qualify.judge import FAIL, INCONCLUSIVE, PASS
+
+    with engine.connect() as conn:
+        counts = dict(conn.execute(select(r.c.verdict, func.count()).where(
+            r.c.ended > now - timedelta(hours=24), r.c.ended <= now).group_by(r.c.verdict)).all())
+        newest = select(r.c.node, r.c.verdict, func.row_number().over(
+            partition_by=r.c.node, order_by=r.c.ended.desc()).label("n")).where(
+            r.c.ended <= now).subquery()
+        latest = conn.execute(select(newest.c.node, newest.c.verdict)
+                              .where(newest.c.n == 1)).all()
+    runs = Gauge("rsc_health_qualify_runs_24h", "Qualification runs in the last 24 h by verdict",
+                 ["verdict"], registry=reg)
+    for verdict in (PASS, FAIL, INCONCLUSIVE):
+        runs.labels(verdict).set(counts.get(verdict, 0))
+    last = Gauge("rsc_health_node_qualify_passed",
+                 "1 when a node's latest qualification run passed, 0 when it did not",
+                 ["node"], registry=reg)
+    for node, verdict in latest:
+        last.labels(node).set(1 if verdict == PASS else 0)
 
 
 def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:

@@ -26,12 +26,13 @@ from sqlalchemy.sql import ColumnElement
 
 from rsc_health.historian import schema
 from rsc_health.historian.db import refresh_statistics, writer
+from rsc_health.model import Severity, Status
 
 # REQUEUED instances are included because rsc-health itself requeues the jobs of a node it
 # drains: the killed instance then ends REQUEUED, not FAILED, and is still an infra failure
 # when a check fired on its nodes. Without a check it stays unattributed (a user's requeue).
 FAILED_STATES = ("FAILED", "NODE_FAIL", "REQUEUED")
-DRAIN_SEVERITIES = ("drain_after_job", "drain_now")
+DRAIN_SEVERITIES = (Severity.DRAIN_AFTER_JOB.label, Severity.DRAIN_NOW.label)
 J, JN, C, E, A = (
     schema.jobs,
     schema.job_nodes,
@@ -65,8 +66,8 @@ def _shift(engine: Engine, column: ColumnElement, seconds: int) -> ColumnElement
 
 def failing_check() -> ColumnElement:
     return or_(
-        and_(C.c.status == "fail", C.c.severity.in_(DRAIN_SEVERITIES)),
-        and_(C.c.check == "xid", C.c.status.in_(("warn", "fail"))),
+        and_(C.c.status == Status.FAIL, C.c.severity.in_(DRAIN_SEVERITIES)),
+        and_(C.c.check == "xid", C.c.status.in_((Status.WARN, Status.FAIL))),
     )
 
 

@@ -28,6 +28,7 @@ from sqlalchemy import Connection, Engine, bindparam, delete, func, select, text
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import db_time
+from rsc_health.model import Level
 
 R = schema.node_runs
 # [historian] stale_after_s when a config lacks it (the packaged default_config.toml has it):
@@ -35,7 +36,7 @@ R = schema.node_runs
 STALE_AFTER_S = 2700.0
 _RUNS_Q = select(R.c.node, R.c.source, R.c.last_seen).where(
     R.c.node.in_(bindparam("nodes", expanding=True)))
-LEVELS = ("ok", "warn", "drain_after_job", "drain_now", "checker_error")
+LEVELS = tuple(lv.label for lv in Level)
 # How far ahead of the historian's clock a node's stamp may be and still be believed: NTP keeps
 # nodes within milliseconds, so this is only the slack between two honest clocks.
 CLOCK_AHEAD_S = 300.0
@@ -72,7 +73,7 @@ class NodeFreshness:
     def broken(self) -> bool:
         """Checking, but the checker could not look (config, sources, its own state), or
         the historian cannot use what it sends (its clock is wrong)."""
-        return (self.last_level in ("checker_error", CLOCK_SKEW)
+        return (self.last_level in (Level.CHECKER_ERROR.label, CLOCK_SKEW)
                 or self.checker_errors > 0)
 
 
@@ -114,8 +115,8 @@ def record_runs(conn: Connection, beats: Iterable[Heartbeat],
         fresh += 1
         d = days[(b.time.date(), b.node)]
         d[0] += 1
-        d[1] += b.level == "checker_error"
-        d[2] += b.level in ("drain_now", "drain_after_job")
+        d[1] += b.level == Level.CHECKER_ERROR.label
+        d[2] += b.level in (Level.DRAIN_NOW.label, Level.DRAIN_AFTER_JOB.label)
     if newest:
         quote = conn.dialect.identifier_preparer.quote
         cols = ("node", "source", "last_seen", "level", "checker_errors", "duration_s",
@@ -234,6 +235,39 @@ def _nodes_with_results(conn: Connection) -> list[str]:
 def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
     for i in range(0, len(items), size):
         yield items[i : i + size]
+
+
+@dataclass(frozen=True, slots=True)
+class HungProbe:
+    node: str
+    probe: str  # the finding's component: a mount's path, or "nvml"
+    codes: tuple[str, ...]  # model.HUNG_CODES open for it (nvml_hung, then nvml_wedged too)
+    since: datetime  # naive UTC: when the earliest of them opened
+    last_seen: datetime
+
+
+def hung_probes(engine: Engine, now: datetime, stale_after_s: float) -> list[HungProbe]:
+    """Nodes whose probes keep hanging (a mount's statvfs, NVML): open intervals of a
+    model.HUNG_CODES finding that a run still saw within stale_after_s. A node behind the
+    mass-drain guard, or whose NVML is only a checker error yet, is named here. Reads the open
+    intervals only (the partial index ix_check_results_open)."""
+    from rsc_health.model import HUNG_CODES
+
+    if now.tzinfo is not None:
+        from datetime import UTC
+
+        now = now.astimezone(UTC).replace(tzinfo=None)
+    c = schema.check_results
+    q = (select(c.c.node, c.c.component, c.c.code, c.c.time, c.c.last_seen)
+         .where(c.c.is_open, c.c.code.in_(sorted(HUNG_CODES)),
+                c.c.last_seen >= now - timedelta(seconds=stale_after_s)))
+    found: dict[tuple[str, str], list] = {}
+    with engine.connect() as conn:
+        for node, component, code, began, seen in conn.execute(q):
+            codes, first, last = found.get((node, component), ((), began, seen))
+            found[(node, component)] = [(*codes, code), min(first, began), max(last, seen)]
+    return [HungProbe(node, probe, tuple(sorted(codes)), first, last)
+            for (node, probe), (codes, first, last) in sorted(found.items())]
 
 
 def stale_after_s(cfg) -> float:

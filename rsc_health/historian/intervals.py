@@ -12,6 +12,12 @@ thing. Here each run is folded into `check_results` intervals instead:
 - an open interval of a family the run looked at, whose component the run no longer reports
   (the family is all clear, or other components fail now): it closes.
 - Events are not states: an XID record is news, each one its own closed point.
+- Checker errors (family `checker`: the node could not look) are the one family no run reports
+  as all clear: a clean run has no checker finding at all. Each entry point runs the same
+  families every time, so a run reporting no such error closes the open checker intervals of
+  its own entry point (`source`): a clean sweep closes a sweep's error, and a prolog, which runs
+  fewer families, neither closes a sweep's error nor makes it flap. A bad config is the whole
+  node's (every entry point reads the one file): any run that got past it closes it.
 
 A run is the records of one node with one time (the node path stamps every record of a run
 with the same time). A run no newer than what a family's open intervals already saw is a
@@ -35,9 +41,15 @@ from sqlalchemy import Connection, and_, bindparam, func, select, text, update
 from rsc_health.historian import schema
 from rsc_health.historian.db import TURNS_CHECK_INTERVALS, take_turns
 from rsc_health.historian.ingest import bulk_write, db_time
+from rsc_health.model import Status
 
 C = schema.check_results
 EVENT_CHECKS = frozenset({"xid"})
+# Families whose state each entry point reports whole, in every run (see the module's doc).
+SOURCE_SCOPED = frozenset({"checker"})
+# Their codes that say something of the whole node, not of one entry point's look
+# (nodepath._broken_config: the config every entry point reads).
+NODE_WIDE_CODES = frozenset({"config_error"})
 # Nodes per query when loading open intervals (bound parameters stay well under limits).
 _NODES_PER_QUERY = 500
 
@@ -69,6 +81,7 @@ class _Open:
     component: str
     state: tuple[str, str, str]
     last_seen: datetime
+    source: str
 
 
 @dataclass
@@ -93,7 +106,7 @@ COLUMNS = ("id", "time", "node", "source", "job_id", "check", "component", "stat
 # Built once: a node's flush runs these every few minutes on every node of the fleet, and
 # building the statement cost more than running it.
 _OPEN_Q = select(C.c.id, C.c.node, C.c.check, C.c.component, C.c.status, C.c.severity,
-                 C.c.code, C.c.last_seen).where(
+                 C.c.code, C.c.last_seen, C.c.source).where(
     C.c.is_open.is_(True), C.c.node.in_(bindparam("nodes", expanding=True)))
 # One statement per run time, not one per interval: a node's flush extends its eight
 # all-clear families to the same latest sweep, and every statement costs the database host
@@ -107,8 +120,8 @@ def _load_open(conn: Connection, nodes: list[str]) -> dict[tuple[str, str], list
     out: dict[tuple[str, str], list[_Open]] = defaultdict(list)
     for i in range(0, len(nodes), _NODES_PER_QUERY):
         rows = conn.execute(_OPEN_Q, {"nodes": nodes[i : i + _NODES_PER_QUERY]})
-        for rid, node, check, comp, status, sev, code, last in rows:
-            out[(node, check)].append(_Open(rid, comp, (status, sev, code), last))
+        for rid, node, check, comp, status, sev, code, last, source in rows:
+            out[(node, check)].append(_Open(rid, comp, (status, sev, code), last, source))
     return out
 
 
@@ -138,8 +151,20 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
         by_family: dict[str, list[CheckRecord]] = defaultdict(list)
         for r in recs:
             by_family[r.check].append(r)
+        sources = {r.source for r in recs}
+        for family in SOURCE_SCOPED:
+            if state.get((node, family)):
+                by_family.setdefault(family, [])  # no record is its all clear
         for family, frecs in by_family.items():
             current = state[(node, family)]
+            if family in SOURCE_SCOPED:
+                # Another entry point's intervals are left as they are: this run did not
+                # look where they were seen.
+                mine = [o for o in current if o.source in sources or o.state[2] in NODE_WIDE_CODES]
+                others = [o for o in current if o not in mine]
+                current = mine
+            else:
+                others = []
             seen = max((o.last_seen for o in current), default=None)
             # An event closes the family's intervals and opens none: then a run before the
             # latest event is the stale one (else an old run would reopen state). Its own run
@@ -150,7 +175,7 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
                 continue
             wanted: dict[str, CheckRecord] = {}
             for r in frecs:
-                if family in EVENT_CHECKS and r.status != "ok":
+                if family in EVENT_CHECKS and r.status != Status.OK:
                     inserts.append(_row(r, is_open=False))
                     report.events += 1
                     news[r.id] = r
@@ -169,12 +194,18 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
                     close.add(o.id)
                     report.closed += 1
             for comp, r in wanted.items():
+                twin = next((o for o in others if o.component == comp and o.state == r.state),
+                            None)
+                if twin is not None:  # the same error another entry point saw: one interval
+                    if when > twin.last_seen:
+                        twin.last_seen = extend[twin.id] = when
+                    continue
                 inserts.append(_row(r, is_open=True))
-                keep.append(_Open(r.id, comp, r.state, when))
+                keep.append(_Open(r.id, comp, r.state, when, r.source))
                 report.opened += 1
-                if r.status != "ok":
+                if r.status != Status.OK:
                     news[r.id] = r
-            state[(node, family)] = keep
+            state[(node, family)] = keep + others
     report.extended = len(extend)
     # Count only what this fold really adds: an event read again (a cursor that could not be
     # saved, a batch delivered twice) carries the id it had the first time and is already here.
@@ -198,7 +229,7 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
 
 _EVENTS_Q = select(C.c.node, C.c.check, func.max(C.c.time)).where(
     C.c.node.in_(bindparam("nodes", expanding=True)),
-    C.c.check.in_(sorted(EVENT_CHECKS)), C.c.is_open.is_(False), C.c.status != "ok",
+    C.c.check.in_(sorted(EVENT_CHECKS)), C.c.is_open.is_(False), C.c.status != Status.OK,
 ).group_by(C.c.node, C.c.check)
 
 
@@ -228,7 +259,7 @@ def _existing(conn: Connection, ids: list[str]) -> set[str]:
 def _count_new(report: FoldReport, r: CheckRecord) -> None:
     key = (r.time.date(), r.node, r.check)
     counts = report.new_by_day.setdefault(key, [0, 0])
-    counts[0 if r.status in ("fail", "error") else 1] += 1
+    counts[0 if r.status in (Status.FAIL, Status.ERROR) else 1] += 1
 
 
 def _rollup_checks(conn: Connection, new_by_day: dict[tuple, list[int]]) -> None:
@@ -255,7 +286,7 @@ def _rollup_checks(conn: Connection, new_by_day: dict[tuple, list[int]]) -> None
 
 def open_failures(conn: Connection, node: str | None = None) -> list[dict]:
     """The current non-ok states (open intervals), most severe first."""
-    q = select(C).where(C.c.is_open.is_(True), C.c.status != "ok")
+    q = select(C).where(C.c.is_open.is_(True), C.c.status != Status.OK)
     if node is not None:
         q = q.where(C.c.node == node)
     rows = [dict(r._mapping) for r in conn.execute(q)]

@@ -25,8 +25,9 @@ from sqlalchemy import (
 
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
-# compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007).
-SCHEMA_VERSION = 7
+# compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
+# qualification runs and results (0008).
+SCHEMA_VERSION = 8
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -272,6 +273,44 @@ attributions = Table(
     Column("kind", String(16), nullable=False),  # check|event|unattributed
     Index("ix_attributions_job", "job_pk"),
     Index("ix_attributions_node", "node"),
+)
+
+# Qualification (rsc_health/qualify): one row per run of a tier on a node, and one per metric
+# it measured, judged against its peers (same GPU model, driver and slot) at the time.
+qualify_runs = Table(
+    "qualify_runs",
+    metadata,
+    Column("run_id", String(RECORD_ID_LEN), primary_key=True),
+    Column("node", String(128), nullable=False),
+    Column("tier", String(16), nullable=False),
+    Column("started", DateTime, nullable=False),
+    Column("ended", DateTime, nullable=False),
+    Column("verdict", String(16), nullable=False),  # pass | fail | inconclusive
+    Column("reason", Text, nullable=False, default=""),
+    Column("gpu_model", String(64), nullable=False, default=""),
+    Column("driver", String(32), nullable=False, default=""),
+    Column("job_id", String(32)),
+    Index("ix_qualify_runs_node_ended", "node", "ended"),
+)
+qualify_results = Table(
+    "qualify_results",
+    metadata,
+    Column("run_id", String(RECORD_ID_LEN),
+           ForeignKey("qualify_runs.run_id", ondelete="CASCADE"), primary_key=True),
+    Column("test", String(32), primary_key=True),
+    Column("metric", String(128), primary_key=True),
+    Column("idx", String(32), primary_key=True),  # GPU index or HCA; "" for the node
+    Column("value", Float),
+    Column("unit", String(16), nullable=False, default=""),
+    Column("higher_is_better", Boolean, nullable=False, default=True),
+    Column("status", String(16), nullable=False),  # pass | fail | inconclusive
+    Column("reason", Text, nullable=False, default=""),
+    Column("basis", String(16), nullable=False, default=""),  # peers | baseline | unjudged
+    Column("peer_median", Float),
+    Column("threshold", Float),
+    Column("percentile", Float),
+    Column("peers", Integer, nullable=False, default=0),
+    Index("ix_qualify_results_metric", "metric", "idx", "status"),
 )
 
 ingest_cursors = Table(

@@ -39,12 +39,16 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "rates": ("period", "since", "until", "failures", "node_days", "r_f", "ci_low", "ci_high"),
     # Nodes out of service at as_of, from the historian (node events, rsc-health's own drains).
     "out_of_service": ("node", "state", "since", "age_hours", "reason", "source"),
-    # Nodes whose node-path runs stopped arriving, or whose checker cannot look.
-    "stale": ("node", "last_seen", "age_hours", "source", "level", "stopped", "broken"),
+    # Nodes whose node-path runs stopped arriving, whose checker cannot look, or whose probes
+    # keep hanging (hung: "PROBE since TIME; ...", "" for none).
+    "stale": ("node", "last_seen", "age_hours", "source", "level", "stopped", "broken", "hung"),
     # XID check intervals per GPU in the lemon window, most first.
     "xids": ("node", "gpu", "intervals", "codes", "last_seen"),
     # The newest row of each input, so a stopped ingest is obvious.
     "freshness": ("input", "newest", "age_hours", "stale", "note"),
+    # Qualification runs of the last day (rsc_health/qualify), newest first: passed, failed and
+    # why, or inconclusive and why.
+    "qualified": ("node", "tier", "verdict", "ended", "reason", "job_id"),
 }
 
 # The paper's seven signals (Fig. 11), in the paper's order.
@@ -93,6 +97,7 @@ class ReportData:
     stale: pd.DataFrame = _frame("stale")
     xids: pd.DataFrame = _frame("xids")
     freshness: pd.DataFrame = _frame("freshness")
+    qualified: pd.DataFrame = _frame("qualified")
     # The mass-drain guard's state: {"state": "armed|tripped|...", "detail": "..."}.
     guard: dict[str, Any] = field(default_factory=dict)
     # Why a section is empty when it is (e.g. "metrics module unavailable"): section -> text.

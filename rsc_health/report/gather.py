@@ -408,6 +408,10 @@ def gather(
                lambda: morning.stale_checks(engine, as_of, opts.stale_after_s))
     if got is not None:
         data.stale = got
+    got = step("qualified", "qualification runs",
+               lambda: morning.qualified(engine, as_of, opts.actions_hours))
+    if got is not None:
+        data.qualified = got
     got = step("xids", "XIDs per GPU",
                lambda: morning.xids_per_gpu(engine, as_of, opts.window_days, opts.xid_top))
     if got is not None:

@@ -20,7 +20,7 @@ import pandas as pd
 from sqlalchemy import Engine, func, literal, or_, select
 
 from rsc_health.historian import schema
-from rsc_health.model import DRAIN_KINDS, ActionKind
+from rsc_health.model import DRAIN_KINDS, ActionKind, Status
 from rsc_health.report.data import SectionEmpty, empty_frame
 
 WEEK = timedelta(days=7)
@@ -272,20 +272,25 @@ def pull_columns(lemons: pd.DataFrame, streak: dict[str, int], max_days: int,
 
 
 def stale_checks(engine: Engine, as_of: datetime, stale_after_s: float) -> pd.DataFrame:
-    """Nodes whose latest node-path run is older than stale_after_s, or whose checker could not
-    look, oldest first. node_freshness reads node_runs (one row per node and entry point)."""
-    from rsc_health.historian.freshness import node_freshness
+    """Nodes whose latest node-path run is older than stale_after_s, whose checker could not
+    look, or whose probes keep hanging (`hung`: which, since when), oldest first.
+    node_freshness reads node_runs (one row per node and entry point), hung_probes the open
+    check intervals of a hung probe."""
+    from rsc_health.historian.freshness import hung_probes, node_freshness
 
     if not _has_rows(engine, schema.node_runs):
         raise SectionEmpty("no node-path heartbeats in the historian yet (each prolog, epilog and "
                        "sweep spools one; healthctl spool flush delivers them), so nodes whose "
                        "checks stopped cannot be told from nodes never checked")
+    hung: dict[str, list[str]] = {}
+    for h in hung_probes(engine, as_of, stale_after_s):
+        hung.setdefault(h.node, []).append(f"{h.probe} since {h.since:%Y-%m-%d %H:%M}")
     rows = [
         {"node": f.node, "last_seen": f.last_seen, "age_hours": _hours(as_of, f.last_seen),
          "source": f.last_source, "level": f.last_level, "stopped": f.stale,
-         "broken": f.broken}
+         "broken": f.broken, "hung": "; ".join(hung.get(f.node, []))}
         for f in node_freshness(engine, as_of, stale_after_s)
-        if f.stale or f.broken
+        if f.stale or f.broken or f.node in hung
     ]
     if not rows:
         return empty_frame("stale")
@@ -308,7 +313,7 @@ def xids_per_gpu(engine: Engine, as_of: datetime, days: float, top: int) -> pd.D
     q = (
         select(c.c.node, c.c.component, c.c.code, func.count(), func.max(c.c.last_seen))
         .where(c.c.time >= as_of - timedelta(days=days), c.c.time < as_of,
-               c.c.check == "xid", c.c.status != "ok")
+               c.c.check == "xid", c.c.status != Status.OK)
         .group_by(c.c.node, c.c.component, c.c.code)
     )
     with engine.connect() as conn:
@@ -389,3 +394,15 @@ def format_age(hours: float) -> str:
     if hours < 48:
         return f"{hours:.1f} h"
     return f"{hours / 24:.1f} d"
+
+
+def qualified(engine: Engine, as_of: datetime, hours: float = 24) -> pd.DataFrame:
+    """Qualification runs that ended in the `hours` before as_of, newest first."""
+    from rsc_health.historian.schema import qualify_runs as r
+
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(r.c.node, r.c.tier, r.c.verdict, r.c.ended, r.c.reason, r.c.job_id)
+            .where(r.c.ended > as_of - timedelta(hours=hours), r.c.ended <= as_of)
+            .order_by(r.c.ended.desc())).all()
+    return pd.DataFrame(rows, columns=["node", "tier", "verdict", "ended", "reason", "job_id"])

@@ -97,11 +97,18 @@ def _pyplot():
 
 
 def _save(fig, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """The PNG drawn in memory and written by durable.write_atomic (savefig would open the
+    path itself, following a symlink planted there)."""
+    import io
+
+    from rsc_health.durable import write_atomic
+
     if fig.get_layout_engine() is None:
         fig.tight_layout()
-    fig.savefig(path, dpi=DPI, format="png")
+    png = io.BytesIO()
+    fig.savefig(png, dpi=DPI, format="png")
     _pyplot().close(fig)
+    write_atomic(path, png.getvalue(), sync_dir=False)
     return path
 
 

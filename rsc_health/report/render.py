@@ -15,8 +15,10 @@ from typing import Any
 
 import pandas as pd
 
+from rsc_health.durable import make_dirs, write_atomic
 from rsc_health.report import morning, plots
 from rsc_health.report.data import ReportData
+from rsc_health.terminal import shown
 
 REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
@@ -295,7 +297,8 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         guard = str(data.guard.get("state", "unknown"))
         detail = data.guard.get("detail")
         lines.append(f"Mass-drain guard: {guard}" + (f" ({detail})" if detail else ""))
-    return "\n".join(lines) + "\n"
+    # Read in a terminal or a chat: the historian's text (node names, evidence) escaped.
+    return "\n".join(shown(line) for line in lines) + "\n"
 
 
 def _environment():
@@ -322,7 +325,7 @@ def write_report(
     the one already in `out`, read before it is replaced)."""
     data.validate()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    make_dirs(out)
     json_path = out / REPORT_JSON
     prior = load_previous(previous if previous is not None else json_path)
 
@@ -336,7 +339,7 @@ def write_report(
     head = headline(data, lemons, changes)
     summary = summary_text(data, lemons, changes, actions, head)
     sections = {name: section_rows(getattr(data, name))
-                for name in ("out_of_service", "stale", "xids", "freshness")}
+                for name in ("out_of_service", "stale", "xids", "freshness", "qualified")}
     html = _environment().get_template("report.html").render(
         as_of=data.as_of.strftime("%Y-%m-%d %H:%M"),
         window_days=data.window_days,
@@ -355,10 +358,12 @@ def write_report(
         notes=data.notes,
         summary=summary,
     )
+    # Every file through durable.write_atomic: the report directory may be one a group
+    # shares, and nothing planted in it is followed.
     html_path = out / REPORT_HTML
-    html_path.write_text(html, encoding="utf-8")
+    write_atomic(html_path, html, sync_dir=False)
     summary_path = out / SUMMARY_TXT
-    summary_path.write_text(summary, encoding="utf-8")
+    write_atomic(summary_path, summary, sync_dir=False)
     document = {
         "format": JSON_FORMAT,
         "as_of": data.as_of.isoformat(sep=" ", timespec="seconds"),
@@ -383,8 +388,6 @@ def write_report(
         "notes": data.notes,
         "timings_s": data.timings,
     }
-    # Write to a temp name then rename: a crash mid-write must not destroy tomorrow's baseline.
-    tmp = json_path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(document, indent=2, default=str) + "\n", encoding="utf-8")
-    tmp.replace(json_path)
+    # Written whole or not at all: a crash mid-write must not destroy tomorrow's baseline.
+    write_atomic(json_path, json.dumps(document, indent=2, default=str) + "\n")
     return Written(html_path, summary_path, json_path, figures, changes)

@@ -36,6 +36,7 @@ if __package__ in (None, ""):  # run as a file: import the rsc_health this file 
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from rsc_health.collect import procs  # noqa: E402 - after the path fix above
+from rsc_health.model import Severity, Status  # noqa: E402
 
 # `die()`'s line, and the detached-mode parent's.
 FAILED = re.compile(r"^ERROR:?\s+(?:\S+:\s+)?Health check failed:\s+(?P<msg>.*)$")
@@ -66,7 +67,7 @@ def error(code: str, reason: str, component: str = "nhc") -> str:
 def findings(stdout: str, stderr: str, severity: str) -> list[str]:
     """NHC's output -> finding lines: one per failing check function (several failures of
     the same function join into one finding), a checker error for NHC's own troubles."""
-    status = "warn" if severity == "warn" else "fail"
+    status = Status.WARN if Severity.parse(severity) is Severity.WARN else Status.FAIL
     failed: dict[str, list[str]] = {}
     warned: dict[str, list[str]] = {}
     errors: list[str] = []
@@ -143,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nhc", default="/usr/sbin/nhc")
     ap.add_argument("--conf", default="/etc/nhc/nhc.conf")
     ap.add_argument("--severity", default="drain_after_job",
-                    choices=("warn", "drain_after_job", "drain_now"))
+                    choices=[s.label for s in Severity if s is not Severity.NONE])
     ap.add_argument("--timeout", type=float,
                     default=float(os.environ.get("RSC_HEALTH_SITE_TIMEOUT_S") or 30))
     args = ap.parse_args(argv)

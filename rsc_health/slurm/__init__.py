@@ -32,7 +32,9 @@ __all__ = [
 
 
 def from_config(cfg, *, timeout_s: float | None = None) -> CliSlurm:
-    """The Slurm backend the config asks for ([slurm] call_timeout_s, bin_dir)."""
+    """The Slurm backend the config asks for ([slurm] call_timeout_s, bin_dir): the one door
+    to Slurm for the node path, the operator's commands and, through `.accounting()`, the
+    historian's sacct and sacctmgr."""
     return CliSlurm(
         timeout_s=float(
             timeout_s if timeout_s is not None else cfg.get("slurm.call_timeout_s", 10)

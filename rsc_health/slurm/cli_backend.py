@@ -180,6 +180,12 @@ class CliSlurm:
         # time.monotonic() after which no call may start (the sweep's budget), or None.
         self.deadline = deadline
 
+    def accounting(self, timeout_s: float):
+        """The historian's runner (sacct, sacctmgr) from the same Slurm: the same bin_dir."""
+        from rsc_health.slurm.accounting import Accounting
+
+        return Accounting(timeout_s=timeout_s, bin_dir=str(self.bin_dir or "") or None)
+
     # ---- plumbing --------------------------------------------------------------------------
     def _run(self, argv: list[str], timeout_s: float | None = None) -> str:
         if self.bin_dir is not None:
@@ -301,6 +307,52 @@ class CliSlurm:
             partition=partition,
         )
 
+    # ---- reservations and jobs of our own (qualification) -------------------------------------
+    def create_reservation(self, name: str, node: str, users: str = "root") -> None:
+        """A maintenance reservation of one node for `users` only, from now, without end: no
+        ordinary job can start there while it stands (IGNORE_JOBS: a job still running on a
+        draining node does not stop it being made)."""
+        _one_node("reserve", node)
+        _one_word("reservation", name)
+        self._run(["scontrol", "create", "reservation", f"ReservationName={name}",
+                   f"Nodes={node}", "StartTime=now", "Duration=infinite", f"Users={users}",
+                   "Flags=MAINT,IGNORE_JOBS"])
+
+    def delete_reservation(self, name: str) -> None:
+        _one_word("reservation", name)
+        try:
+            self._run(["scontrol", "delete", f"ReservationName={name}"])
+        except SlurmCommandError as exc:
+            if "not found" not in exc.stderr and "Invalid reservation" not in exc.stderr:
+                raise
+
+    def reservations(self) -> dict[str, str]:
+        """{reservation name: its node list}."""
+        out = self._run(["scontrol", "-o", "show", "reservation"])
+        found = {}
+        for line in out.splitlines():
+            kv = parse_kv(line)
+            if "ReservationName" in kv:
+                found[kv["ReservationName"]] = kv.get("Nodes", "")
+        return found
+
+    def submit(self, options: list[str], command: list[str]) -> str:
+        """sbatch OPTIONS --wrap COMMAND (argv, quoted for the shell sbatch hands it to);
+        the job id."""
+        import shlex
+
+        out = self._run(["sbatch", "--parsable", *options, "--wrap", shlex.join(command)])
+        job_id = out.strip().split(";")[0]
+        if not _JOB_ID.match(job_id):
+            raise SlurmCommandError(["sbatch"], 0, f"no job id in {out[:80]!r}")
+        return job_id
+
+    def cancel(self, job_id: str) -> None:
+        if not _JOB_ID.match(job_id):
+            raise SlurmCommandError(["scancel", job_id], 1, "not a job id")
+        self._run(["scancel", job_id])
+
+
 def _one_node(verb: str, name: str) -> None:
     """scontrol expands a hostlist in NodeName=: a name from a database or a file that reads
     `gpu[01-64]` or `a,b` would act on every node it names. One node per call, or no call."""
@@ -309,6 +361,11 @@ def _one_node(verb: str, name: str) -> None:
     if not is_one_node(name):
         raise SlurmCommandError(["scontrol", verb, "node", repr(name)[:80]], 2,
                                 "not one Slurm node name: refused")
+
+
+def _one_word(what: str, name: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+        raise SlurmCommandError(["scontrol", what, repr(name)[:80]], 2, f"not a {what} name")
 
 
 def _expand(nodelist: str) -> list[str]:

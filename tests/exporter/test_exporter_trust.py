@@ -61,6 +61,26 @@ def test_hostile_node_names_come_back_whole_through_the_text_parser(historian, t
     assert got["rsc_health_historian_up"][0].value == 1
 
 
+def test_qualification_verdicts_are_exported_per_node_and_per_day(historian, tmp_path):
+    eng = create_engine(historian)
+    now = datetime.utcnow()
+    with eng.begin() as conn:
+        for run_id, node, ago_h, verdict in (("a", HOSTILE[0], 30, "fail"), ("b", HOSTILE[0], 1,
+                                              "pass"), ("c", "gpu9", 2, "inconclusive")):
+            conn.execute(schema.qualify_runs.insert().values(
+                run_id=run_id, node=node, tier="full", started=now - timedelta(hours=ago_h + 1),
+                ended=now - timedelta(hours=ago_h), verdict=verdict, reason="", gpu_model="",
+                driver=""))
+    eng.dispose()
+    out = tmp_path / "fleet.prom"
+    assert export(historian, out).returncode == 0
+    got = samples(out.read_text())
+    assert {s.labels["verdict"]: s.value for s in got["rsc_health_qualify_runs_24h"]} == {
+        "pass": 1, "fail": 0, "inconclusive": 1}
+    assert {s.labels["node"]: s.value for s in got["rsc_health_node_qualify_passed"]} == {
+        HOSTILE[0]: 1, "gpu9": 0}
+
+
 
 
 @pytest.mark.skipif(not shutil.which("prometheus-node-exporter"),

@@ -19,6 +19,7 @@ from sqlalchemy import create_engine, select, text
 from rsc_health.historian import schema
 from rsc_health.historian.db import connect, table_counts
 from rsc_health.historian.ingest import sacct, sacct_parse
+from rsc_health.slurm.accounting import Accounting
 
 FIELDS = list(sacct_parse.FIELDS)
 
@@ -312,7 +313,7 @@ def test_an_event_reason_with_the_delimiter_and_latin1_bytes_lands(historian, tm
 
 def test_an_unknown_sacct_format_is_one_line():
     with pytest.raises(sacct.SacctError, match="sacct_format"):
-        sacct.run_sacct("2024-01-01", "2024-01-02", 5, form="xml")
+        sacct.run_sacct("2024-01-01", "2024-01-02", Accounting(timeout_s=5), form="xml")
 
 
 def test_an_absurd_event_row_costs_only_itself(historian):

@@ -25,7 +25,7 @@ def test_upgrade_from_version_6_adds_the_inventory_and_keeps_every_row(historian
             conn.execute(text(
                 'INSERT INTO node_events (node, start, "end", state, reason, source, cluster) '
                 "VALUES ('n1', '2024-03-01 00:00:00', NULL, 'DOWN', 'x', 'sacctmgr', 'c')"))
-        assert db.migrate(engine, 6) == [7]
+        assert db.migrate(engine, 6)[0] == 7
         assert db.current_version(engine) == schema.SCHEMA_VERSION
         report = inventory.import_lines(engine, io.StringIO(
             "node,cluster,partition,from,to\nn1,c,p,2024-01-01T00:00:00,\n"))

@@ -14,6 +14,9 @@ from sqlalchemy import select
 from rsc_health.historian import schema
 from rsc_health.historian.db import connect
 from rsc_health.historian.ingest import events, sacct
+from rsc_health.slurm.accounting import Accounting
+
+ACCT = Accounting(timeout_s=600)  # sacct and sacctmgr from PATH, as the test cluster has them
 
 pytestmark = pytest.mark.slurm
 
@@ -64,7 +67,8 @@ def test_real_sacct_and_sacctmgr_output_lands(cluster, tmp_path, monkeypatch):
     # cursor's overlap): wait until the window query sees both jobs
     cluster.wait_for(lambda: {ok, bad} <= _listed(cluster), 60, "slurmdbd to list the jobs")
     engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
-    report = sacct.ingest_incremental(engine, since="2020-01-01T00:00:00", gpus_per_node=8)
+    report = sacct.ingest_incremental(engine, acct=ACCT, since="2020-01-01T00:00:00",
+                                      gpus_per_node=8)
     assert report.bad == []
     with engine.connect() as conn:
         jobs = {r.job_id: r for r in conn.execute(select(schema.jobs))}
@@ -77,11 +81,11 @@ def test_real_sacct_and_sacctmgr_output_lands(cluster, tmp_path, monkeypatch):
     assert jobs[bad].end >= jobs[bad].start
     assert sacct.get_cursor(engine) is not None
     # a second incremental run from the cursor adds nothing twice
-    sacct.ingest_incremental(engine, since="2020-01-01T00:00:00")
+    sacct.ingest_incremental(engine, acct=ACCT, since="2020-01-01T00:00:00")
     with engine.connect() as conn:
         assert len(conn.execute(select(schema.jobs)).all()) == len(jobs)
 
-    text = events.run_sacctmgr("2020-01-01T00:00:00", 30)
+    text = events.run_sacctmgr("2020-01-01T00:00:00", ACCT)
     header = text.splitlines()[0].split("|")
     assert {"NodeName", "TimeStart", "TimeEnd", "State", "Reason"} <= set(header), header
     rep = events.ingest_text(engine, text)
@@ -128,7 +132,7 @@ def test_every_adversarially_named_job_lands_in_an_incremental_ingest(
         cluster.wait_for(lambda j=job_id: _final(cluster, j, {"COMPLETED"}), 60, f"job {job_id}")
     cluster.wait_for(lambda: ids <= _listed(cluster), 60, "slurmdbd to list the jobs")
     engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
-    report = sacct.ingest_incremental(engine, since="2020-01-01T00:00:00", form=form)
+    report = sacct.ingest_incremental(engine, acct=ACCT, since="2020-01-01T00:00:00", form=form)
     assert report.bad == [], report.bad
     with engine.connect() as conn:
         names = dict(conn.execute(select(schema.jobs.c.job_id, schema.jobs.c.name)).all())
@@ -165,15 +169,15 @@ def test_a_drain_inside_a_real_maint_reservation_is_not_the_nodes_outage(
         engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
         since = "2020-01-01T00:00:00"
         cluster.wait_for(
-            lambda: "rsc_maint" in reservations.run_sacctmgr(since, 30), 60,
+            lambda: "rsc_maint" in reservations.run_sacctmgr(since, ACCT), 60,
             "slurmdbd to list the reservation",
         )
         cluster.wait_for(
-            lambda: all(f"|{n}|" in events.run_sacctmgr(since, 30) for n in (planned, unplanned)),
+            lambda: all(f"|{n}|" in events.run_sacctmgr(since, ACCT) for n in (planned, unplanned)),
             60, "slurmdbd to list both drains",
         )
-        assert reservations.ingest_text(engine, reservations.run_sacctmgr(since, 30)).bad == []
-        assert events.ingest_text(engine, events.run_sacctmgr(since, 30)).bad == []
+        assert reservations.ingest_text(engine, reservations.run_sacctmgr(since, ACCT)).bad == []
+        assert events.ingest_text(engine, events.run_sacctmgr(since, ACCT)).bad == []
         as_of = datetime.now(UTC).replace(tzinfo=None) + timedelta(minutes=1)
         counts = lemon_features(engine, as_of)["out_count"]
         assert counts.get(planned, 0) == 0
@@ -194,7 +198,7 @@ def test_a_requeued_jobs_instances_all_land_through_sacct_json(cluster, tmp_path
     cluster.wait_for(lambda: _final(cluster, job, {"COMPLETED"}), 120, "the requeued job")
     cluster.wait_for(lambda: job in _listed(cluster), 60, "slurmdbd to list the job")
     engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
-    report = sacct.ingest_incremental(engine, since="2020-01-01T00:00:00", form="json")
+    report = sacct.ingest_incremental(engine, acct=ACCT, since="2020-01-01T00:00:00", form="json")
     assert report.bad == []
     with engine.connect() as conn:
         states = conn.execute(

@@ -22,6 +22,7 @@ from sqlalchemy import select
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import sacct
+from rsc_health.slurm.accounting import Accounting
 
 R0 = datetime(2024, 3, 1, 12, 0, 0)
 _FMT = "%Y-%m-%dT%H:%M:%S"
@@ -106,7 +107,8 @@ def test_a_clock_that_jumped_forward_and_back_loses_no_job_end(historian, tmp_pa
         world_file.write_text(json.dumps({"now": f"{real:{_FMT}}", "jobs": jobs}))
         clock.now = local
         try:
-            sacct.ingest_incremental(historian, since=since, form="parsable", overlap_s=3600)
+            sacct.ingest_incremental(historian, since=since, form="parsable", overlap_s=3600,
+                                     acct=Accounting(timeout_s=600))
         except sacct.SacctError as exc:  # the old cursor: a window that ends before it starts
             failed.append(str(exc))
 

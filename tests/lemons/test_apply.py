@@ -159,3 +159,20 @@ def test_a_name_naming_many_nodes_is_skipped_without_asking_slurm(engine):
     assert [n for n, _ in slurm.drained] == ["n3"]
     with engine.connect() as conn:
         assert conn.execute(select(tickets.c.node)).scalars().all() == ["n3"]
+
+
+def test_shadow_mode_apply_changes_nothing_and_records_what_it_would_have_done(engine):
+    """[actions] enabled = false holds for lemons too: --apply drains nothing and opens no
+    ticket; the drain it would have made is recorded once as would_drain."""
+    slurm = FakeSlurm()
+    for day in (0, 1):  # two nightly runs
+        actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10),
+                                 now=AS_OF + timedelta(days=day), apply=True, shadow=True)
+        assert [(a.node, a.action) for a in actions] == [("n1", "would_drain")]
+        assert "shadow mode" in actions[0].why
+    assert slurm.drained == [] and "DRAIN" not in slurm.node("n1").state
+    with engine.connect() as conn:
+        assert conn.execute(select(tickets)).all() == []
+        rows = conn.execute(select(node_actions.c.node, node_actions.c.action,
+                                   node_actions.c.reason)).all()
+    assert rows == [("n1", "would_drain", lemon_reason(_verdict("n1")))]

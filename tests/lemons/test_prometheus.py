@@ -41,7 +41,7 @@ def _node_path_textfile(tmp_path, textdir: Path) -> None:
     env = dict(os.environ, RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(site),
                SLURMD_NODENAME="node01", PYTHONPATH=str(REPO))
     code = ("import sys; from rsc_health import nodepath; "
-            "nodepath._act = lambda ctx, verdict, pending: (0, False); "
+            "nodepath._act = lambda ctx, verdict, pending, **kw: (0, False); "
             "sys.exit(nodepath.main(['sweep']))")
     subprocess.run([sys.executable, "-c", code], env=env, check=True, timeout=60)
     # textfile_dir is under the root (like every node path), so the file is in the root copy.

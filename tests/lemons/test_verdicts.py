@@ -175,3 +175,30 @@ def test_a_node_that_keeps_dying_and_going_to_repair_is_a_lemon_with_its_history
     assert v.top_feature == "down_outs_history"
     assert len(v.evidence["tickets"]) == 3 and len(v.evidence["out_of_service"]) == 3
     assert len(evidence(engine, "n1", AS_OF, 28, history_days=28)["tickets"]) == 1
+
+
+def test_a_node_resumed_after_a_lemon_drain_made_by_apply_is_back_from_repair(fleet, engine):
+    """`lemons --apply` records its drains as lemon_drain (ActionKind); lemon_repairs looked
+    for the older word "drain" only, so a node resumed after one was never back from repair
+    and its failures from before the drain kept counting against it."""
+    from lemon_fleet import FakeSlurm
+    from sqlalchemy import insert
+
+    from rsc_health.historian.lemons.apply import CountGuard, apply_verdicts
+    from rsc_health.historian.lemons.features import lemon_repairs
+    from rsc_health.historian.lemons.verdicts import Crossing, LemonVerdict
+    from rsc_health.historian.schema import node_actions
+    from rsc_health.model import ActionKind
+
+    drained_at, resumed_at = AS_OF - 9 * DAY, AS_OF - 4 * DAY
+    done = apply_verdicts(engine, [LemonVerdict("n1", [Crossing("node_fails", 4, 3)])],
+                          FakeSlurm(), CountGuard(10), now=drained_at, apply=True)
+    assert [a.action for a in done] == ["drain"]
+    with engine.begin() as conn:  # `healthctl resume n1` after the repair
+        conn.execute(insert(node_actions).values(id="r1", time=resumed_at, node="n1",
+                                                 action=ActionKind.RESUME.value, reason=""))
+    assert lemon_repairs(engine, AS_OF) == {"n1": resumed_at}
+    fleet.failed(["n1"], "n1", end=AS_OF - DAY)  # and it fails again: a repeat offender
+    f = lemon_features(engine, AS_OF)
+    (v,) = lemon_verdicts(engine, f, AS_OF, _repeat_only())
+    assert v.node == "n1" and v.repeat_offender and v.resumed_at == resumed_at

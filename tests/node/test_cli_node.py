@@ -102,3 +102,24 @@ def test_a_snapshot_without_probe_records_still_replays(node, tmp_path):
     snap.write_text(json.dumps(doc))
     res = CliRunner().invoke(cli, ["check", "--from", str(snap), "--only", "mount"])
     assert res.exit_code == 0, res.output
+
+
+def test_snapshot_records_the_node_s_name_not_the_root_directory(node, tmp_path, monkeypatch):
+    """A loop over the PCI bridges reused the name `node`: every snapshot of a node with a
+    GPU recorded its root directory as the node's name."""
+    monkeypatch.setenv("SLURMD_NODENAME", "gpu042")
+    snap = tmp_path / "snap.json"
+    assert invoke(node, "snapshot", "--out", str(snap)).exit_code == 0
+    doc = json.loads(snap.read_text())
+    assert doc["links"], "the fixture has PCI devices: the loop that shadowed the name ran"
+    assert doc["node"] == "gpu042"
+
+
+def test_a_snapshot_carries_no_database_password(node, tmp_path):
+    cfg = node.root / "config.toml"
+    cfg.write_text(cfg.read_text() + '\n[historian]\nurl = "postgresql://rsc:hunter2@db/rsc"\n')
+    snap = tmp_path / "snap.json"
+    assert invoke(node, "snapshot", "--out", str(snap)).exit_code == 0
+    assert "hunter2" not in snap.read_text()
+    assert json.loads(snap.read_text())["config"]["historian"]["url"] == "postgresql://rsc:***@db/rsc"
+    assert CliRunner().invoke(cli, ["check", "--from", str(snap)]).exit_code == 0

@@ -6,47 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-import pytest
-
-from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
+from tests.fixtures.nodes.node_copy import NODE_STATE
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT = REPO / "tests" / "fixtures" / "fault"
-
-
-def _fuse_available() -> bool:
-    try:
-        import fuse  # noqa: F401
-    except (ImportError, OSError):
-        return False
-    return os.path.exists("/dev/fuse") and shutil.which("fusermount") is not None
-
-
-@pytest.fixture
-def hung_mount(tmp_path):
-    if not _fuse_available():
-        pytest.skip("FUSE (fusepy and /dev/fuse) is not available here")
-    root = copy_node(tmp_path / "node")
-    point = root / "checkpoint"
-    proc = subprocess.Popen([sys.executable, str(FAULT / "hung_fuse.py"), str(point)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for _ in range(100):
-        if any(f" {point} " in line for line in Path("/proc/mounts").read_text().splitlines()):
-            break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.skip(f"could not mount FUSE here: {proc.stderr.read().decode()[:200]}")
-    yield root
-    proc.kill()  # the kernel then fails every waiting statfs; then unmount
-    proc.wait(10)
-    subprocess.run(["fusermount", "-u", "-z", str(point)], capture_output=True)
 
 
 def test_prolog_returns_within_its_budget_with_hung_mount_wedged_nvml_and_fifo(

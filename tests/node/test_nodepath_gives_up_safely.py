@@ -47,7 +47,9 @@ def test_a_broken_config_file_exits_0_and_names_the_problem(entry, node_env, mon
 
 
 @pytest.mark.parametrize("entry", ENTRY_POINTS)
-def test_a_held_node_lock_exits_0_without_checking(entry, node_env, monkeypatch, capsys):
+def test_a_held_node_lock_exits_0_after_judging_read_only(entry, node_env, monkeypatch, capsys):
+    """A healthy node whose lock someone else holds: the run still looks (a checker error
+    says the lock was held), lets the job run, and moves no cursor or baseline."""
     site = node_env / "site.toml"
     site.write_text((node_env / "config.toml").read_text() + "\n[slurm]\nlock_timeout_s = 0.2\n")
     monkeypatch.setenv("RSC_HEALTH_CONFIG", str(site))
@@ -58,7 +60,10 @@ def test_a_held_node_lock_exits_0_without_checking(entry, node_env, monkeypatch,
 
     err = capsys.readouterr().err
     assert f"rsc_health: {entry}: {sdir / nodepath.LOCK_FILE} held for 0.2s" in err
-    assert not (sdir / "spool").exists()
+    records = [json.loads(x) for x in (sdir / "spool/pending.jsonl").read_text().splitlines()]
+    assert {r["code"] for r in records if r["kind"] == "check" and r["status"] == "error"} == {
+        "lock_held"}
+    assert not (sdir / "xid_cursor.json").exists()
 
 
 def _pending(sdir, why: str) -> None:

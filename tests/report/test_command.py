@@ -7,6 +7,7 @@ import re
 import shlex
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from rsc_health.cli import cli
@@ -44,6 +45,24 @@ def test_report_command_writes_the_page_and_prints_the_summary(engine, tmp_path)
     assert again.exit_code == 0, again.output
     assert "new since 2024-06-30 00:00:00: 0" in again.stdout
     assert 'src="data:image/png;base64,' in (out / "report.html").read_text()
+
+
+def test_report_command_refuses_a_directory_anyone_may_write_before_gathering(
+        engine, tmp_path, monkeypatch):  # noqa: F811
+    """report.html and the rest go through durable.write_atomic; a directory others may write
+    without the sticky bit is refused in one line, before the gathering, with nothing in it."""
+    import rsc_health.report.gather as gather_mod
+
+    out = tmp_path / "report"
+    out.mkdir()
+    out.chmod(0o777)
+    monkeypatch.setattr(gather_mod, "gather", lambda *a, **k: pytest.fail("gathered"))
+    result = CliRunner().invoke(cli, ["--config", str(_config(tmp_path)), "--db",
+                                      str(engine.url), "report", "--out", str(out)])
+    assert result.exit_code == 1
+    assert f"cannot write the report: {out} is writable by others (mode 777): refused" in (
+        result.output)
+    assert list(out.iterdir()) == []
 
 
 def test_report_command_names_an_unreachable_database(tmp_path):

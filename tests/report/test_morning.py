@@ -366,3 +366,28 @@ def test_an_empty_historian_renders_every_section_with_a_reason(engine, tmp_path
     assert "no r_f yet" in cards and "no heartbeats yet" in cards
     for figure in re.findall(r"<figcaption>(.*?)</figcaption>", html, re.S):
         assert "muted" in figure  # every empty figure says why
+
+
+# --- qualification ------------------------------------------------------------------------
+
+
+def test_qualification_runs_of_the_last_day_say_passed_failed_and_why(engine, tmp_path):
+    from rsc_health.historian.schema import qualify_runs
+
+    runs = [("r1", "gpu010", "full", AS_OF - timedelta(hours=2), "pass", "", "101"),
+            ("r2", "gpu011", "full", AS_OF - timedelta(hours=1), "fail",
+             "nccl_all_reduce: nccl-bw/allreduce_8589934592_busbw -6.0% vs peers median", "102"),
+            ("r3", "gpu012", "lite", AS_OF - timedelta(hours=3), "inconclusive",
+             "dcgm_r1: tool not found", None),
+            ("r0", "gpu013", "full", AS_OF - timedelta(hours=30), "pass", "", "90")]  # too old
+    with engine.begin() as conn:
+        for run_id, node, tier, ended, verdict, reason, job in runs:
+            conn.execute(insert(qualify_runs).values(
+                run_id=run_id, node=node, tier=tier, started=ended - timedelta(minutes=9),
+                ended=ended, verdict=verdict, reason=reason, gpu_model="H100", driver="570",
+                job_id=job))
+    data = gather(engine, AS_OF, _opts(skip=FIGURES))
+    assert list(data.qualified["node"]) == ["gpu011", "gpu010", "gpu012"]  # newest first
+    section = _section(write_report(data, tmp_path / "out").html.read_text(), "qualified")
+    assert "(1 passed, 1 failed, 1 inconclusive)" in section
+    assert "FAIL" in section and "-6.0% vs peers median" in section and "gpu013" not in section

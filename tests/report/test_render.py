@@ -120,3 +120,15 @@ def test_summary_uses_the_verdict_summary_and_caps_long_lists(report_data, tmp_p
     assert "  ... and 15 more (see report.html)" in summary
     html = (tmp_path / "report.html").read_text()
     assert all(f"<code>{n}</code>" in html for n in nodes)
+
+
+def test_summary_txt_escapes_terminal_sequences_in_the_historian_s_text(report_data, tmp_path):
+    """summary.txt is read in a terminal and posted to chat: evidence carrying a job name or
+    a reason must not bring its escape sequences along."""
+    report_data.lemons = pd.DataFrame({
+        "node": ["gpu001"], "rules": [["node_fails>=3"]],
+        "evidence": [["failed jobs: 1 FAILED (\x1b]0;owned\x07\x1bc)"]], "summary": [""],
+    })
+    summary = write_report(report_data, tmp_path).summary.read_text()
+    assert "\x1b" not in summary and "\x07" not in summary
+    assert "  gpu001: failed jobs: 1 FAILED (\\x1b]0;owned\\x07\\x1bc)\n" in summary

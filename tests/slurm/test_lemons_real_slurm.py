@@ -158,3 +158,37 @@ def test_a_node_name_in_the_historian_that_names_many_nodes_never_drains_them(
         engine.dispose()
         for node in c.node_names:
             c.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"], check=False)
+
+
+def test_shadow_mode_lemons_apply_changes_nothing_in_slurm(slurm_cluster, tmp_path):
+    """[actions] enabled = false: the nightly `lemons --apply` (the README enables its timer
+    before going live) drains nothing and opens no ticket; it records the would-have drain."""
+    c = slurm_cluster
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    url = f"sqlite:///{tmp_path / 'historian.db'}"
+    engine = create_engine(url)
+    db.create(engine)
+    seed_lemon_history(engine, "node02", now)
+    shadow = tmp_path / "shadow.toml"
+    shadow.write_text("[actions]\nenabled = false\n")
+    before = {n: (c.node(n)["State"], c.node(n).get("Reason", "")) for n in c.node_names}
+    try:
+        out = healthctl(c, url, tmp_path, "--config", str(shadow), "lemons", "--apply", "--json")
+        assert out.returncode == 0, out.stderr
+        after = {n: (c.node(n)["State"], c.node(n).get("Reason", "")) for n in c.node_names}
+        assert after == before
+        doc = json.loads(out.stdout)
+        assert doc["shadow"] is True and doc["applied"] is False
+        assert {v["node"]: v["action"]["action"] for v in doc["verdicts"]} == {
+            "node02": "would_drain"}
+        text = healthctl(c, url, tmp_path, "--config", str(shadow), "lemons", "--apply")
+        assert "shadow mode" in text.stdout, text.stdout
+        assert after == {n: (c.node(n)["State"], c.node(n).get("Reason", ""))
+                         for n in c.node_names}
+        with engine.connect() as conn:
+            assert conn.execute(select(tickets).where(tickets.c.source == "lemon")).all() == []
+            rows = conn.execute(select(node_actions.c.node, node_actions.c.action)).all()
+        assert rows == [("node02", "would_drain")]
+    finally:
+        engine.dispose()
+        c.run(["scontrol", "update", "NodeName=node02", "State=RESUME"], check=False)

@@ -26,7 +26,7 @@ def test_second_holder_waits_then_gives_up(tmp_path):
         pass
 
 
-def test_sweep_skips_cleanly_while_a_prolog_holds_the_lock(tmp_path):
+def test_sweep_judges_read_only_while_a_prolog_holds_the_lock(tmp_path):
     root = tmp_path / "node"
     copy_node(root, HEALTHY)
     (root / "site.toml").write_text((HEALTHY / "config.toml").read_text()
@@ -38,6 +38,7 @@ def test_sweep_skips_cleanly_while_a_prolog_holds_the_lock(tmp_path):
         out = subprocess.run([sys.executable, "-m", "rsc_health.nodepath", "sweep"], env=env,
                              capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
-    assert "skipping this sweep" in out.stderr
-    # It did not run the checks: nothing was spooled.
-    assert not (sdir / "spool" / "pending.jsonl").exists()
+    assert "judging without it" in out.stderr
+    # It looked and spooled, but consumed nothing: the cursor is the lock holder's.
+    assert "lock_held" in (sdir / "spool" / "pending.jsonl").read_text()
+    assert not (sdir / "xid_cursor.json").exists()

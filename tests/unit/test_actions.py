@@ -104,7 +104,11 @@ def test_a_persons_drain_is_never_touched(cfg, tmp_path):
     slurm.drain("n01", "bad fan, ticket 42")
     slurm.calls.clear()
     a = actor(slurm, cfg, tmp_path)
-    assert a.apply(decide([finding("xid79", repair=True)])) == []
+    # The verdict is not dropped: the caller hears it is held, and keeps it pending.
+    held = a.apply(decide([finding("xid79", repair=True)]))
+    assert [x.action for x in held] == ["held_under_drain"]
+    assert "bad fan, ticket 42" in held[0].reason and "xid79" in held[0].reason
+    assert [r["action"] for r in spooled(tmp_path)] == ["held_under_drain"]
     for _ in range(5):
         assert a.apply(decide([]), clean_sweep=True) == []
     assert slurm.calls == [] and slurm.info["n01"].reason == "bad fan, ticket 42"
@@ -163,6 +167,19 @@ def test_guard_forgets_drains_older_than_the_window(cfg, tmp_path):
     slurm.drain("n12", "a person's drain")
     actions = actor(slurm, cfg, tmp_path, "n01").apply(decide([finding("xid79", repair=True)]))
     assert actions[0].action == "drain_now"
+
+
+def test_an_operators_drain_does_not_use_up_the_guards_budget(cfg, tmp_path):
+    """A DIMM reseat (`healthctl drain`) is a person's decision under our prefix: it must not
+    refuse a broken node's automatic drain. Automatic drains still count."""
+    slurm = MemorySlurm(10)  # 10% of 10: one automatic drain per window
+    slurm.drain("n05", "rsc_health:manual:manual:DIMM reseat by bob")
+    slurm.drain("n06", "rsc_health:manual:ib:cable swap by bob")
+    verdict = decide([finding("xid79", repair=True)])
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n01").apply(verdict)] == [
+        "drain_now"]
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n02").apply(verdict)] == [
+        "guard_tripped"]
 
 
 def test_guard_limit_is_at_least_one():
@@ -352,7 +369,9 @@ def test_an_operators_or_lemon_drain_is_never_taken_over_by_a_node_verdict(cfg, 
     slurm.calls.clear()
     a = actor(slurm, cfg, tmp_path)
     actions = a.apply(decide([finding("mount_missing", family="mount")]))
-    assert [(x.action, x.job_id) for x in actions] == [("requeue", "7")]
+    # The verdict is held (kept pending by the node path) until a person lifts that drain.
+    assert [(x.action, x.job_id) for x in actions] == [("held_under_drain", None),
+                                                       ("requeue", "7")]
     assert slurm.info["n01"].reason == held and a.load_state() is None
     for _ in range(4):
         assert a.apply(decide([]), clean_sweep=True) == []
@@ -416,3 +435,44 @@ def test_a_pending_reboot_or_slurms_own_down_is_never_resumed_over(cfg, tmp_path
 ])
 def test_the_reboot_and_power_flags_are_read_from_names_and_suffixes(state, in_hand):
     assert NodeInfo("n01", state).in_hand == in_hand
+
+
+def test_a_repair_fault_found_under_our_transient_drain_is_never_auto_resumed(cfg, tmp_path):
+    """Drained for a mount that went away; the GPU then falls off the bus (XID 79) while the
+    drain stands. Once the mount is back the clean sweeps must not resume the node: the
+    XID 79 was consumed by the run that found it and is never seen again."""
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    assert a.load_state().auto_resumable
+    assert a.apply(decide([finding("xid79", repair=True, family="xid")])) == []
+    for _ in range(5):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set and ("resume", "n01") not in slurm.calls
+    state = a.load_state()
+    assert not state.auto_resumable and state.codes == ["mount_missing", "xid79"]
+
+
+def test_escalating_our_after_job_drain_keeps_what_it_was_for(cfg, tmp_path):
+    """Drained after the job for a pending row remap (repair); a mount then goes (drain now,
+    transient): once the mount is back, the node still waits for its repair."""
+    slurm = MemorySlurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("remap_pending", Severity.DRAIN_AFTER_JOB, True, "remap")]))
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    assert slurm.info["n01"].reason.startswith("rsc_health:now:mount_missing")
+    for _ in range(5):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
+    assert a.load_state().codes == ["mount_missing", "remap_pending"]
+
+
+def test_a_verdict_under_an_operators_drain_is_held_and_its_jobs_still_requeued(cfg, tmp_path):
+    slurm = MemorySlurm()
+    slurm.drain("n01", "rsc_health:manual:manual:DIMM reseat by bob")
+    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm.calls.clear()
+    done = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79", repair=True)]))
+    assert [(x.action, x.job_id) for x in done] == [("held_under_drain", None), ("requeue", "7")]
+    assert slurm.calls == [("requeue", "7")]
+    assert slurm.info["n01"].reason == "rsc_health:manual:manual:DIMM reseat by bob"

@@ -30,13 +30,15 @@ from rsc_health.historian.ingest import (
     key_text,
     parse_time,
 )
+from rsc_health.model import Severity, Status
 from rsc_health.spool import without_lone_surrogates
 
-STATUSES = ("ok", "warn", "fail", "error")
-SEVERITIES = ("none", "warn", "drain_after_job", "drain_now")
+STATUSES = tuple(s.value for s in Status)
+SEVERITIES = tuple(s.label for s in Severity)
 # A tool that does not grade its results: a failing check is taken to ask for a drain after
 # the job (the attribution counts it), a warning stays a warning.
-DEFAULT_SEVERITY = {"ok": "none", "warn": "warn", "fail": "drain_after_job", "error": "none"}
+DEFAULT_SEVERITY = {Status.OK: Severity.NONE.label, Status.WARN: Severity.WARN.label,
+                    Status.FAIL: Severity.DRAIN_AFTER_JOB.label, Status.ERROR: Severity.NONE.label}
 COLUMNS = (
     "id",
     "time",

@@ -18,7 +18,10 @@ record stamped from the future or before CLOCK_FLOOR goes to quarantine, counted
 
 from __future__ import annotations
 
+import errno
 import json
+import os
+import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +33,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
 from rsc_health import spool
+from rsc_health.durable import make_dirs, open_regular
 from rsc_health.historian import schema
 from rsc_health.historian.db import (
     HistorianFrozen,
@@ -57,8 +61,10 @@ from rsc_health.historian.ingest import (
     parse_time,
 )
 from rsc_health.historian.intervals import CheckRecord, fold
+from rsc_health.model import Status
 
 QUARANTINE = "quarantine"
+QUARANTINE_MODE = 0o700
 # Lines per transaction: about 2 MB of JSON, a few MB of Python objects at most.
 CHUNK_LINES = 5_000
 # Longest one statement of a flush may run: a frozen database ends the flush (the spool
@@ -143,7 +149,7 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
         rows.clocks[node] = None
     if kind == "check":
         status = _text(rec, "status").lower()
-        if status not in ("ok", "warn", "fail", "error") or not rec.get("check"):
+        if status not in set(Status) or not rec.get("check"):
             raise RowError("check record needs `check` and a status ok|warn|fail|error")
         job_id = rec.get("job_id")
         rows.checks.append(CheckRecord(
@@ -303,9 +309,20 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
 
 
 def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> None:
+    """Appended to quarantine/BATCH, a directory and files only root reads (0700, 0600: the
+    lines are whatever the batch held); nothing planted there (a symlink, a FIFO) is followed."""
     qdir = spool_dir / QUARANTINE
-    qdir.mkdir(parents=True, exist_ok=True)
-    with (qdir / batch.name).open("a", encoding="utf-8") as fh:
+    make_dirs(qdir, QUARANTINE_MODE)
+    dfd = os.open(qdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        fd = os.open(batch.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+                     | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+    finally:
+        os.close(dfd)
+    with open(fd, "a", encoding="utf-8") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file: refused", str(qdir / batch.name))
+        os.fchmod(fd, 0o600)
         for row, raw in bad:
             fh.write(json.dumps({"line": row.line, "error": row.message, "raw": raw}) + "\n")
 
@@ -378,7 +395,7 @@ def pending_lines(spool_dir: Path) -> int:
     total = 0
     for path in [spool_dir / spool.PENDING, *sorted(spool_dir.glob("batch-*.jsonl"))]:
         try:
-            with path.open("rb") as fh:
+            with open(open_regular(path), "rb") as fh:
                 for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
                     total += block.count(b"\n")
         except OSError:

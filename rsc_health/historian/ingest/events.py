@@ -53,11 +53,11 @@ class EventsError(RuntimeError):
     pass
 
 
-def run_sacctmgr(start: str, timeout_s: float) -> str:
+def run_sacctmgr(start: str, acct: Accounting) -> str:
     """`sacctmgr -P show event` since `start`, through rsc_health.slurm.accounting; bytes that
     are not UTF-8 (a reason is a person's text) become U+FFFD."""
     try:
-        return Accounting(timeout_s=timeout_s).node_events(start).decode("utf-8", "replace")
+        return acct.node_events(start).decode("utf-8", "replace")
     except SlurmError as exc:
         raise EventsError(str(exc)) from exc
 

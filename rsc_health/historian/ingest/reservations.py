@@ -47,9 +47,9 @@ class ReservationsError(RuntimeError):
     pass
 
 
-def run_sacctmgr(start: str, timeout_s: float) -> str:
+def run_sacctmgr(start: str, acct: Accounting) -> str:
     try:
-        data = Accounting(timeout_s=timeout_s).reservations(start)
+        data = acct.reservations(start)
     except SlurmError as exc:
         raise ReservationsError(str(exc)) from exc
     return data.decode("utf-8", "replace")

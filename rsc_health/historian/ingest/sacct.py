@@ -1,6 +1,7 @@
 """Job instances from Slurm accounting: `sacct --json` or `--parsable2` output, run or read.
 
-`ingest_incremental` runs sacct through `rsc_health.slurm.accounting` (typed errors, a timeout)
+`ingest_incremental` runs sacct through the Accounting it is given (typed errors, a timeout;
+`rsc_health.slurm.from_config(cfg).accounting(...)` in `healthctl`, so [slurm] bin_dir holds)
 with --json where the release has it (22.05's Debian build does), and --parsable2 with the unit
 separator as delimiter where it does not. `sacct_parse` reads both and the `|` files of older
 exports: a name with `|`, a newline or bytes that are not UTF-8 never costs a job.
@@ -86,7 +87,7 @@ def sacct_argv(start: str, end: str) -> list[str]:
 
 
 def run_sacct(
-    start: str, end: str, timeout_s: float, *, form: str = "auto"
+    start: str, end: str, acct: Accounting, *, form: str = "auto"
 ) -> tuple[bytes, dict[str, str] | None]:
     """sacct's output for [start, end], times in UTC, and the exit codes that go with it.
 
@@ -98,7 +99,6 @@ def run_sacct(
     if form not in SACCT_FORMS:
         raise SacctError(f"[historian] sacct_format must be one of {', '.join(SACCT_FORMS)}, "
                          f"not {form!r}")
-    acct = Accounting(timeout_s=timeout_s)
     try:
         if form in ("auto", "json"):
             try:
@@ -491,8 +491,8 @@ def ingest_incremental(
     engine: Engine,
     *,
     since: str | None = None,
+    acct: Accounting,
     gpus_per_node: int = 8,
-    timeout_s: float = 600,
     default_start: str = "1970-01-01T00:00:00",
     overlap_s: int = 3600,
     form: str = "auto",
@@ -509,7 +509,7 @@ def ingest_incremental(
     """
     start = since or get_cursor(engine) or default_start
     now = _utcnow().replace(tzinfo=None, microsecond=0)
-    data, codes = run_sacct(start, now.strftime(_SACCT_TIME), timeout_s, form=form)
+    data, codes = run_sacct(start, now.strftime(_SACCT_TIME), acct, form=form)
     report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
                          cluster=cluster, default_cluster=cluster_name())
     cursor = next_start(start, now, report.newest, overlap_s)

@@ -84,9 +84,9 @@ OPTIONAL_FIELDS = ("Cluster",)
 BLOCK_BYTES = 16 << 20
 NULL_TIMES = ("Unknown", "None", "")
 NO_NODES = ("", "None assigned", "(null)", "None")  # what hostlist.expand reads as no host
-# No job runs on more hosts than this: the largest Slurm clusters have tens of thousands of
-# nodes. A NodeList (or NNodes) past it is garbage, reported, and never expanded.
-MAX_HOSTS = 100_000
+# A NodeList (or NNodes) naming more hosts than this is garbage, reported, and never expanded
+# (the bound the operator's hostlists have too).
+MAX_HOSTS = hostlist.MAX_HOSTS
 # The jobs table's integer columns are 32-bit on both databases.
 MAX_COUNT = 2**31 - 1
 # Longest value each text column holds (schema.jobs); a longer one makes its row bad rather
@@ -746,27 +746,13 @@ def expand_nodelist(nodelist: str) -> list[str] | str:
     return hosts
 
 
-_BRACKET = re.compile(r"\[([^\[\]]*)\]")
-
-
 def _host_count_bound(nodelist: str) -> int | None:
-    """How many hosts a NodeList names at most (duplicates counted), without expanding it:
-    per comma-separated piece, the product of its brackets' range sizes. None when a bracket
-    is not a list of numbers and ranges (hostlist.expand then reports it)."""
-    total = 0
-    for piece in re.split(r",(?![^\[]*\])", nodelist):
-        size = 1
-        for body in _BRACKET.findall(piece):
-            count = 0
-            for part in body.split(","):
-                m = _NUMBERS.fullmatch(part.strip())
-                if not m:
-                    return None
-                lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
-                count += abs(hi - lo) + 1
-            size *= count
-        total += size
-    return total
+    """How many hosts a NodeList names (hostlist.count: nothing expanded); None when it is
+    not a hostlist."""
+    try:
+        return hostlist.count(nodelist)
+    except hostlist.HostlistError:
+        return None
 
 
 _ONE_BRACKET = re.compile(r"([^\[\],\s]+)\[([\d,\-]+)\]")

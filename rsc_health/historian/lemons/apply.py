@@ -159,8 +159,19 @@ def apply_verdicts(
     *,
     now: datetime,
     apply: bool = False,
+    shadow: bool = False,
 ) -> list[LemonAction]:
-    """Decide (and with apply=True, perform) one action per verdict, in verdict order."""
+    """Decide (and with apply=True, perform) one action per verdict, in verdict order.
+
+    shadow=True ([actions] enabled = false): apply changes nothing in Slurm and opens no
+    ticket; each drain it would have made is recorded as a `would_drain` node action."""
+    if shadow and apply:
+        actions = apply_verdicts(engine, verdicts, slurm, guard, now=now)
+        for a in actions:
+            if a.action == ActionKind.WOULD_DRAIN:
+                _record_would_drain(engine, a.node, a.reason, now)
+                a.why += " (shadow mode: not drained, no ticket opened)"
+        return actions
     actions: list[LemonAction] = []
     wanted: list[tuple[LemonVerdict, str]] = []
     for v in verdicts:
@@ -224,3 +235,16 @@ def _record(engine: Engine, verdict: LemonVerdict, reason: str, now: datetime) -
                 reason=reason))
             wrote = True
     return wrote
+
+
+def _record_would_drain(engine: Engine, node: str, reason: str, now: datetime) -> None:
+    """Shadow mode's record of a lemon drain (and its ticket) not made: once per node and
+    reason, however many nightly runs would have made it."""
+    action_id = hashlib.sha256(f"lemon-shadow|{node}|{reason}".encode()).hexdigest()[:32]
+    with writer(engine).begin() as conn:
+        take_turns(conn, TURNS_LEMON_RECORDS, [node])
+        if conn.execute(select(node_actions.c.id).where(node_actions.c.id == action_id)
+                        ).first() is None:
+            conn.execute(insert(node_actions).values(
+                id=action_id, time=now, node=node, action=ActionKind.WOULD_DRAIN.value,
+                reason=reason))

@@ -104,6 +104,7 @@ from rsc_health.historian.schema import (
     node_events,
     tickets,
 )
+from rsc_health.model import LEGACY_LEMON_DRAIN, ActionKind, Status
 
 PAPER_FEATURES = (
     "excl_jobid_count",
@@ -257,6 +258,8 @@ def classify_outages(
         kind[fleet] = kind[fleet].where(kind[fleet] == "maintenance", "fleet")
     return kind
 LEMON_REASON_PREFIX = "rsc_health:lemon:"
+# node_actions words of a lemon drain: `lemons --apply` writes LEMON_DRAIN; older rows "drain".
+LEMON_DRAIN_ACTIONS = (ActionKind.LEMON_DRAIN.value, LEGACY_LEMON_DRAIN)
 ATTRIBUTED_KINDS = ("check", "event")
 
 
@@ -316,7 +319,7 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float,
         )
         .where(
             check_results.c.check == "xid",
-            check_results.c.status.in_(("warn", "fail")),
+            check_results.c.status.in_((Status.WARN, Status.FAIL)),
             check_results.c.code.not_in(application_xid_codes()),
             span.of(check_results.c.node, check_results.c.time),
         )
@@ -531,15 +534,16 @@ def _own_fault_times(engine: Engine, lo: datetime, hi: datetime) -> tuple[pd.Dat
     app = application_xid_codes()
     faults = union(
         select(cr.c.node, cr.c.time).where(
-            in_window, cr.c.check == "xid", cr.c.status.in_(("warn", "fail")),
+            in_window, cr.c.check == "xid", cr.c.status.in_((Status.WARN, Status.FAIL)),
             cr.c.code.not_in(app)),
-        select(cr.c.node, cr.c.time).where(in_window, cr.c.check != "xid", cr.c.status == "fail"),
+        select(cr.c.node, cr.c.time).where(
+            in_window, cr.c.check != "xid", cr.c.status == Status.FAIL),
     )
     with engine.connect() as conn:
         rows = pd.DataFrame(conn.execute(faults).all(), columns=["node", "time"])
         app_rows = conn.execute(
             select(cr.c.node, func.count()).where(
-                in_window, cr.c.check == "xid", cr.c.status.in_(("warn", "fail")),
+                in_window, cr.c.check == "xid", cr.c.status.in_((Status.WARN, Status.FAIL)),
                 cr.c.code.in_(app)).group_by(cr.c.node)
         ).all()
     return rows, pd.Series(dict(app_rows), dtype="float64")
@@ -664,9 +668,9 @@ def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
             .where(
                 node_actions.c.time <= before,
                 or_(
-                    node_actions.c.action == "resume",
+                    node_actions.c.action == ActionKind.RESUME,
                     and_(
-                        node_actions.c.action == "drain",
+                        node_actions.c.action.in_(LEMON_DRAIN_ACTIONS),
                         node_actions.c.reason.like(LEMON_REASON_PREFIX + "%"),
                     ),
                 ),
@@ -678,7 +682,7 @@ def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
         repaired[node] = max(repaired.get(node, when), when)
     lemon_drained: set[str] = set()
     for node, when, action in acts:
-        if action == "drain":
+        if action in LEMON_DRAIN_ACTIONS:
             lemon_drained.add(node)
         elif node in lemon_drained:
             repaired[node] = max(repaired.get(node, when), when)

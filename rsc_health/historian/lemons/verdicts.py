@@ -33,6 +33,7 @@ from rsc_health.historian.schema import (
     node_events,
     tickets,
 )
+from rsc_health.model import Status
 
 # feature -> config key of its threshold. A rule fires when feature >= threshold (> 0).
 RULES: dict[str, str] = {
@@ -362,7 +363,7 @@ def evidence(
         .where(
             check_results.c.node == node,
             check_results.c.check == "xid",
-            check_results.c.status.in_(("warn", "fail")),
+            check_results.c.status.in_((Status.WARN, Status.FAIL)),
             check_results.c.time >= lo,
             check_results.c.time < hi,
         )

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, func, select
 
 from rsc_health.historian.metrics._sql import ALL_TIME, Window
 from rsc_health.historian.schema import check_results
+from rsc_health.model import Status
 
 COLUMNS = ("check", "time")
 
@@ -34,7 +35,7 @@ def check_deployments(
             return pd.DataFrame(columns=list(COLUMNS))
         first_ok = (
             select(t.c.check, func.min(t.c.time).label("time"))
-            .where(t.c.status == "ok")
+            .where(t.c.status == Status.OK)
             .group_by(t.c.check)
             .subquery()
         )

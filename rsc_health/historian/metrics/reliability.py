@@ -39,6 +39,7 @@ from rsc_health.historian.lemons.features import (
     classify_outages,
 )
 from rsc_health.historian.schema import check_results, node_events
+from rsc_health.model import Status
 
 PERIODS = {"month": "M", "quarter": "Q", "year": "Y"}
 COLUMNS = ["period", "group", "failures", "episodes", "nodes_failed", "node_days", "hours",
@@ -60,7 +61,7 @@ def failures(engine: Engine, lo: datetime, hi: datetime,
         xid = pd.DataFrame(conn.execute(
             select(cr.c.node, cr.c.time, cr.c.code).distinct()
             .where(cr.c.time >= lo, cr.c.time < hi, cr.c.check == "xid",
-                   cr.c.status.in_(("warn", "fail")),
+                   cr.c.status.in_((Status.WARN, Status.FAIL)),
                    cr.c.code.not_in(application_xid_codes()))).all(),
             columns=["node", "time", "reason"])
     if not ev.empty:

@@ -1,0 +1,248 @@
+"""`healthctl qualify`: prove a node against its peers before it returns to service.
+
+    healthctl qualify run --tier full      # on the node (the qualification job runs this)
+    healthctl qualify baseline             # the fleet's own baseline, per GPU model and slot
+    healthctl qualify show NODE            # a node's latest runs and each metric's judgement
+    healthctl qualify start NODES          # the Slurm flow: reserve, resume, job, release/drain
+    healthctl qualify cleanup              # what a flow cut short left: drained, reservation gone
+
+`run` exits 0 on a pass, 3 on a fail (drain), 4 when the run proved nothing (inconclusive:
+a tool missing, a timeout, too few peers and no baseline): never 0 without a judged pass.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+import click
+
+from rsc_health.terminal import echo
+
+EXIT = {"pass": 0, "fail": 3, "inconclusive": 4}
+
+
+def _engine(ctx: click.Context):
+    from rsc_health.historian import db as hdb
+
+    try:
+        return hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _identity(cfg, root: Path) -> tuple[str, str]:
+    """(GPU model, driver) of this node from NVML, bounded; ("", "") when NVML cannot say."""
+    from rsc_health.collect import bounded
+    from rsc_health.collect.node import gpu_backend
+
+    try:
+        doc = bounded.call(gpu_backend(cfg, root).read, float(cfg.get("gpu.nvml_timeout_s")))
+    except Exception:  # noqa: BLE001 - NVML's trouble is the run's: peers cannot be chosen
+        return "", ""
+    if not isinstance(doc, dict):
+        return "", ""
+    names = {d.get("name") for d in doc.get("devices") or [] if isinstance(d, dict)}
+    model = next(iter(names)) if len(names) == 1 and isinstance(next(iter(names)), str) else ""
+    driver = doc.get("driver_version")
+    return model[:64], driver[:32] if isinstance(driver, str) else ""
+
+
+@click.group("qualify")
+def qualify() -> None:
+    """Qualify nodes against their peers before they return to service."""
+
+
+@qualify.command("run")
+@click.option("--tier", type=click.Choice(["lite", "full", "deep"]), default="full",
+              show_default=True)
+@click.option("--node", default=None, help="Record as this node (default: this host's name).")
+@click.option("--gpu-model", default=None, help="Peer group: GPU model (default: from NVML).")
+@click.option("--driver", default=None, help="Peer group: driver version (default: from NVML).")
+@click.option("--no-record", is_flag=True, help="Judge, print, store nothing.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def run(ctx, tier, node, gpu_model, driver, no_record, as_json) -> None:
+    """Run a tier's tests on this node, judge each metric against its peers, record it."""
+    from rsc_health.qualify import runner, store
+    from rsc_health.qualify.baseline import Baseline
+    from rsc_health.qualify.judge import Rules
+    from rsc_health.qualify.verdict import judge_run
+
+    cfg = ctx.obj.config
+    node = node or os.uname().nodename.split(".")[0]
+    if gpu_model is None or driver is None:
+        found_model, found_driver = _identity(cfg, ctx.obj.root)
+        gpu_model = found_model if gpu_model is None else gpu_model
+        driver = found_driver if driver is None else driver
+    try:
+        specs = runner.tier_tests(cfg, tier)
+    except runner.SuiteError as exc:
+        raise click.ClickException(str(exc)) from exc
+    base_path = cfg.get("qualify.baseline")
+    try:
+        baseline = Baseline.load(Path(base_path)) if base_path else None
+    except (OSError, ValueError) as exc:
+        raise click.ClickException(f"[qualify] baseline {base_path}: {exc}") from exc
+    started = datetime.now(UTC).replace(tzinfo=None)
+    outcomes = runner.run_tier(cfg, tier, budget_s=float(cfg.get("qualify.tier_budget_s")))
+    engine = _engine(ctx) if ctx.obj.historian_configured else None
+    since = store.since(started, cfg)
+    conn = engine.connect() if engine is not None else None
+    try:
+        def peers_of(metric):
+            if conn is None:
+                return []
+            return store.peers(conn, metric=metric.name, idx=metric.index,
+                               gpu_model=gpu_model, driver=driver, exclude_node=node,
+                               since=since)
+
+        judged = judge_run(outcomes, peers_of=peers_of, baseline=baseline,
+                           rules=Rules.from_config(cfg))
+    finally:
+        if conn is not None:
+            conn.close()
+    ended = datetime.now(UTC).replace(tzinfo=None)
+    run_rec = store.Run(uuid.uuid4().hex, node, tier, started, ended, judged.verdict,
+                        judged.reason[:4000], gpu_model, driver,
+                        os.environ.get("SLURM_JOB_ID"))
+    if engine is not None and not no_record:
+        from rsc_health.historian import db as hdb
+
+        with hdb.writer(engine).begin() as wconn:
+            store.record(wconn, run_rec, judged.judgements)
+    if as_json:
+        click.echo(json.dumps({
+            "run_id": run_rec.run_id, "node": node, "tier": tier, "verdict": judged.verdict,
+            "reason": judged.reason, "gpu_model": gpu_model, "driver": driver,
+            "tests": [s.name for s in specs],
+            "results": [dict(test=t, metric=j.metric, index=j.index, value=j.value, unit=u,
+                             status=j.status, basis=j.basis, median=j.median,
+                             threshold=j.threshold, percentile=j.percentile, peers=j.peers,
+                             reason=j.reason) for t, j, u, _h in judged.judgements],
+            "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive)
+                         for o in judged.outcomes],
+        }, indent=1))
+    else:
+        for t, j, _u, _h in judged.judgements:
+            idx = f"[{j.index}]" if j.index else ""
+            echo(f"{j.status:12s} {t}: {j.metric}{idx} = {j.value:.6g}  {j.reason}")
+        for o in judged.outcomes:
+            if o.failed or o.inconclusive:
+                echo(f"{'fail' if o.failed else 'inconclusive':12s} {o.test}: "
+                     f"{o.failed or o.inconclusive}")
+        echo(f"qualify {tier} on {node}: {judged.verdict.upper()}"
+             + (f" ({judged.reason[:300]})" if judged.reason else ""))
+    ctx.exit(EXIT[judged.verdict])
+
+
+@qualify.command("baseline")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def baseline_cmd(ctx, as_json) -> None:
+    """The fleet's own baseline: passing results per GPU model, driver, metric and slot."""
+    from rsc_health.qualify import store
+
+    engine = _engine(ctx)
+    with engine.connect() as conn:
+        rows = store.baseline(conn, since=store.since(datetime.now(UTC).replace(tzinfo=None),
+                                                        ctx.obj.config))
+    if as_json:
+        click.echo(json.dumps(rows, indent=1, default=str))
+        return
+    if not rows:
+        echo("no passing qualification results yet")
+        return
+    for r in rows:
+        idx = f"[{r['idx']}]" if r["idx"] else ""
+        echo(f"{r['gpu_model'] or '?':24s} {r['driver'] or '?':12s} {r['metric']}{idx}: "
+             f"median {r['median']:.6g} {r['unit']}, spread {r['spread_pct']}%, "
+             f"{r['nodes']} nodes")
+
+
+@qualify.command("show")
+@click.argument("node")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def show(ctx, node, as_json) -> None:
+    """A node's latest qualification runs and each metric's judgement."""
+    from rsc_health.qualify import store
+
+    with _engine(ctx).connect() as conn:
+        runs = store.latest_runs(conn, node)
+    if as_json:
+        click.echo(json.dumps(runs, indent=1, default=str))
+        return
+    if not runs:
+        echo(f"{node}: never qualified")
+    for r in runs:
+        echo(f"{r['ended']:%Y-%m-%d %H:%M} {r['tier']:5s} {r['verdict'].upper():12s} "
+             f"{r['reason'][:200]}")
+        for x in r["results"]:
+            idx = f"[{x['idx']}]" if x["idx"] else ""
+            pct = f" p{x['percentile']:.0f}" if x["percentile"] is not None else ""
+            echo(f"    {x['status']:12s} {x['metric']}{idx} = {x['value']:.6g} {x['unit']}"
+                 f"{pct} ({x['basis']}, {x['peers']} peers)")
+
+
+def _flow_parts(ctx):
+    from rsc_health.qualify.flow import HistorianSide
+    from rsc_health.slurm import from_config
+
+    injected = getattr(ctx.obj, "slurm", None)
+    return (injected or from_config(ctx.obj.config)), HistorianSide(_engine(ctx))
+
+
+@qualify.command("start")
+@click.argument("nodes")
+@click.option("--tier", type=click.Choice(["lite", "full", "deep"]), default="full",
+              show_default=True)
+@click.option("--timeout", "timeout_s", type=float, default=None,
+              help="Seconds to wait for each node's result ([qualify] flow_timeout_s).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def start(ctx, nodes, tier, timeout_s, as_json) -> None:
+    """Qualify NODES (a hostlist of nodes rsc-health drained) in Slurm, one after another."""
+    from rsc_health.hostlist import HostlistError, expand
+    from rsc_health.qualify.flow import Flow
+
+    cfg = ctx.obj.config
+    try:
+        names = expand(nodes)
+    except HostlistError as exc:
+        raise click.ClickException(f"NODES: {exc}") from exc
+    slurm, history = _flow_parts(ctx)
+    flow = Flow(slurm, history, command=list(cfg.get("qualify.node_command")), tier=tier,
+                timeout_s=timeout_s or float(cfg.get("qualify.flow_timeout_s")),
+                enabled=bool(cfg.get("actions.enabled")))
+    results = []
+    for name in names:
+        r = flow.run(name)
+        results.append(r)
+        if not as_json:
+            echo(f"{name}: {r.result}" + (f" ({r.detail[:300]})" if r.detail else "")
+                 + (f" [{', '.join(r.actions)}]" if r.actions else ""))
+    if as_json:
+        click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
+    ctx.exit(0 if all(r.result in ("pass", "would_qualify") for r in results) else 1)
+
+
+@qualify.command("cleanup")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def cleanup_cmd(ctx, as_json) -> None:
+    """Drain the node of every reservation a qualification flow left, and remove it."""
+    from rsc_health.qualify.flow import cleanup
+
+    if not ctx.obj.config.get("actions.enabled"):
+        echo("shadow mode ([actions] enabled = false): nothing touched")
+        return
+    slurm, history = _flow_parts(ctx)
+    results = cleanup(slurm, history)
+    if as_json:
+        click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
+    for r in results if not as_json else ():
+        echo(f"{r.node}: {r.result} ({r.detail})")

@@ -1,0 +1,250 @@
+"""The qualification flow in Slurm, from the management host: a node drained by rsc-health is
+proved against its peers before it takes ordinary jobs again.
+
+    1. refuse a person's drain, a DOWN node, a reboot or power change Slurm holds, and a node
+       that failed in production three times since its last pass (repair, not qualification:
+       Aegis's three strikes) -- nothing in Slurm is touched for those;
+    2. a root-only maintenance reservation of the node (rsc_health_qualify_<node>), so no
+       ordinary job can start there; only then is the node resumed (into it);
+    3. the qualification job: sbatch --reservation, -w node, --exclusive, running
+       `healthctl qualify run --tier T` on the node, which judges and stores the result;
+    4. the stored result of that job decides: a pass deletes the reservation (back in service);
+       a fail or no result (inconclusive, job killed, controller gone) drains the node again
+       with rsc_health:qualify:<code> BEFORE the reservation goes, so at no moment can an
+       ordinary job reach a node without a stored pass.
+
+Shadow mode ([actions] enabled = false) touches nothing and says what it would have done.
+Anything left by a flow cut short (the command killed, slurmctld restarted) is a reservation
+named rsc_health_qualify_*: `healthctl qualify cleanup` drains its node and removes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from rsc_health.model import REASON_PREFIX, ActionKind
+from rsc_health.qualify.judge import FAIL, INCONCLUSIVE, PASS
+from rsc_health.slurm.api import SlurmError
+
+RESERVATION_PREFIX = "rsc_health_qualify_"
+STRIKES = 3
+
+
+@dataclass
+class FlowResult:
+    node: str
+    result: str          # pass | fail | inconclusive | refused | would_qualify
+    detail: str = ""
+    job_id: str | None = None
+    actions: tuple[str, ...] = ()
+
+
+def reservation_name(node: str) -> str:
+    return RESERVATION_PREFIX + node
+
+
+def qualify_reason(code: str, text: str) -> str:
+    from rsc_health.policy import sanitize
+
+    return f"{REASON_PREFIX}qualify:{sanitize(code).replace(':', '_')}:{sanitize(text)}"[:250]
+
+
+def refusal(info, strikes: int) -> str | None:
+    """Why this node must not be qualified now, or None."""
+    if info.down:
+        return f"{info.state}: DOWN is Slurm's or a person's, not ours to touch"
+    if info.in_hand:
+        return f"Slurm holds a {info.in_hand} for it"
+    if not info.drain_set:
+        return "not drained: drain it first (qualification takes drained nodes back)"
+    if not info.reason.startswith(REASON_PREFIX):
+        return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
+    if strikes >= STRIKES:
+        return (f"{strikes} production failures since its last qualification pass: repair, "
+                "not qualification")
+    return None
+
+
+class Flow:
+    """One node's qualification. `slurm`: a SlurmAPI with reservations and jobs (CliSlurm);
+    `history`: the historian's answers and records (HistorianSide below, or a test's)."""
+
+    def __init__(self, slurm, history, *, command: list[str], tier: str, timeout_s: float,
+                 enabled: bool = True, poll_s: float = 2.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.slurm, self.history = slurm, history
+        self.command, self.tier, self.timeout_s = command, tier, timeout_s
+        self.enabled, self.poll_s, self.clock = enabled, poll_s, clock
+
+    def run(self, node: str) -> FlowResult:
+        info = self.slurm.node(node)
+        strikes = self.history.strikes(node)
+        why = refusal(info, strikes)
+        if why:
+            if strikes >= STRIKES and info.reason.startswith(REASON_PREFIX):
+                self.history.repair_ticket(node, why)
+            return FlowResult(node, "refused", why)
+        if not self.enabled:
+            return FlowResult(node, "would_qualify",
+                              f"shadow mode: would reserve, resume and run the {self.tier} tier")
+        res = reservation_name(node)
+        done: list[str] = []
+        self.slurm.create_reservation(res, node)
+        done.append("reserved")
+        job_id = None
+        verdict, detail = INCONCLUSIVE, "the flow stopped before a result"
+        try:
+            self.slurm.resume(node)
+            done.append("resumed into the reservation")
+            self.history.action(node, ActionKind.QUALIFY_START, f"{self.tier} tier in {res}")
+            job_id = self.slurm.submit(
+                [f"--reservation={res}", f"--nodelist={node}", "--nodes=1", "--exclusive",
+                 f"--job-name=rsc_health_qualify_{self.tier}", f"--time={_minutes(self.timeout_s)}",
+                 "--output=/dev/null", "--error=/dev/null"],
+                [*self.command, "qualify", "run", "--tier", self.tier, "--node", node])
+            done.append(f"job {job_id}")
+            verdict, detail = self._wait(node, job_id)
+        except SlurmError as exc:
+            detail = f"Slurm: {str(exc)[:200]}"
+        finally:
+            done += self._finish(node, res, verdict, detail, job_id)
+        return FlowResult(node, verdict, detail, job_id, tuple(done))
+
+    def _wait(self, node: str, job_id: str) -> tuple[str, str]:
+        deadline = self.clock() + self.timeout_s
+        while self.clock() < deadline:
+            stored = self.history.result(node, job_id)
+            if stored is not None:
+                return stored
+            try:
+                job = self.slurm.job(job_id)
+            except SlurmError:
+                job = None  # a controller restarting: ask again
+            else:
+                if job is None or job.state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
+                                                "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"):
+                    # Ended: its result is stored before it ends, or never.
+                    stored = self.history.result(node, job_id)
+                    if stored is not None:
+                        return stored
+                    state = job.state if job else "gone"
+                    return INCONCLUSIVE, f"job {job_id} ended ({state}) with no stored result"
+            time.sleep(self.poll_s)
+        try:
+            self.slurm.cancel(job_id)
+        except SlurmError:
+            pass
+        return INCONCLUSIVE, f"no result within {self.timeout_s:.0f} s (job {job_id} cancelled)"
+
+    def _finish(self, node: str, res: str, verdict: str, detail: str,
+                job_id: str | None) -> list[str]:
+        """Drain before the reservation goes, unless a pass is stored: the node is never out
+        of the reservation and undrained without one."""
+        done = []
+        if verdict != PASS:
+            code = "inconclusive" if verdict == INCONCLUSIVE else _first_test(detail)
+            reason = qualify_reason(code, detail)
+            self.slurm.drain(node, reason)  # raises: the reservation stays and holds the node
+            done.append(f"drained ({reason[:60]})")
+            self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
+            if verdict == FAIL:
+                self.history.repair_ticket(node, reason)
+        self.slurm.delete_reservation(res)
+        done.append("reservation deleted")
+        if verdict == PASS:
+            self.history.action(node, ActionKind.QUALIFY_RELEASE,
+                                f"{self.tier} pass, job {job_id}")
+        return done
+
+
+def cleanup(slurm, history) -> list[FlowResult]:
+    """Reservations a flow left behind: drain their node (inconclusive: never back without a
+    pass) and remove them."""
+    out = []
+    for name, nodes in slurm.reservations().items():
+        if not name.startswith(RESERVATION_PREFIX):
+            continue
+        node = name[len(RESERVATION_PREFIX):]
+        if nodes and nodes != node:
+            out.append(FlowResult(node, "refused", f"{name} holds {nodes!r}, not {node}"))
+            continue
+        reason = qualify_reason("interrupted", "qualification cut short; qualify again")
+        slurm.drain(node, reason)
+        history.action(node, ActionKind.QUALIFY_DRAIN, reason)
+        slurm.delete_reservation(name)
+        out.append(FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
+                              actions=("drained", "reservation deleted")))
+    return out
+
+
+def _first_test(detail: str) -> str:
+    return (detail.split(":", 1)[0] or "failed")[:24]
+
+
+def _minutes(seconds: float) -> int:
+    return max(1, int(seconds // 60) + 1)
+
+
+class HistorianSide:
+    """The flow's questions to the historian and its records there."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    def result(self, node: str, job_id: str) -> tuple[str, str] | None:
+        from sqlalchemy import select
+
+        from rsc_health.historian.schema import qualify_runs as r
+
+        with self.engine.connect() as conn:
+            row = conn.execute(select(r.c.verdict, r.c.reason).where(
+                r.c.node == node, r.c.job_id == job_id).order_by(r.c.ended.desc())).first()
+        return (row.verdict, row.reason) if row else None
+
+    def strikes(self, node: str) -> int:
+        """Drains of the node by rsc-health's own checks in production since its last pass."""
+        from sqlalchemy import func, select
+
+        from rsc_health.historian.schema import node_actions as a
+        from rsc_health.historian.schema import qualify_runs as r
+
+        with self.engine.connect() as conn:
+            last = conn.execute(select(func.max(r.c.ended)).where(
+                r.c.node == node, r.c.verdict == PASS)).scalar()
+            if last is None:
+                return 0
+            return conn.execute(select(func.count()).select_from(a).where(
+                a.c.node == node, a.c.time > last,
+                a.c.action.in_([ActionKind.DRAIN_NOW.value, ActionKind.DRAIN_AFTER_JOB.value])
+            )).scalar() or 0
+
+    def action(self, node: str, kind: ActionKind, reason: str) -> None:
+        from sqlalchemy import insert
+
+        from rsc_health.historian.db import writer
+        from rsc_health.historian.schema import node_actions
+
+        now = datetime.now(UTC).replace(tzinfo=None)
+        aid = hashlib.sha256(f"{node}|{kind}|{reason}|{now.isoformat()}".encode()).hexdigest()
+        with writer(self.engine).begin() as conn:
+            conn.execute(insert(node_actions).values(id=aid[:32], time=now, node=node,
+                                                     action=kind.value, reason=reason[:1000]))
+
+    def repair_ticket(self, node: str, reason: str) -> None:
+        from sqlalchemy import insert, select
+
+        from rsc_health.historian.db import writer
+        from rsc_health.historian.schema import tickets
+
+        now = datetime.now(UTC).replace(tzinfo=None)
+        with writer(self.engine).begin() as conn:
+            open_one = conn.execute(select(tickets.c.id).where(
+                tickets.c.node == node, tickets.c.closed.is_(None),
+                tickets.c.source == "qualify")).first()
+            if open_one is None:
+                conn.execute(insert(tickets).values(node=node, opened=now, reason=reason,
+                                                    source="qualify"))

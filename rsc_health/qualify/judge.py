@@ -1,0 +1,88 @@
+"""Judge a qualification metric against its peers, never against a constant.
+
+Peers are passing results of the same metric from nodes of the same GPU model, driver/firmware
+and topology slot (the caller chooses the group and excludes the node itself). Their median and
+robust spread (1.4826 x MAD, a standard deviation for normal data that one bad peer cannot
+inflate) set the line:
+
+    tolerance = clamp(k x spread / median, min_margin, max_margin)
+    fail when value < median x (1 - tolerance)      (higher is better; mirrored otherwise)
+
+k (4) keeps a healthy node's chance of failing under 1 in 10,000 when the spread is normal;
+min_margin (2.5%) keeps a metric with almost no spread (HBM copy: 0.02% run to run on the H200
+of tests/fixtures/real) from failing on noise a job would never feel; max_margin (5%) is the
+relative floor: a node 5% under its peers' median fails however noisy the peers are. With fewer
+than min_peers peers an imported fleet baseline (baseline.py) is the median, with its own wider
+margin (SuperBench's quick-scan rule: 10%); with neither, the result is inconclusive: never a
+pass, never a fail.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from rsc_health.qualify.outcome import Metric
+
+PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
+# What a judgement was made against: enough peers, the imported baseline, or nothing yet.
+PEERS, BASELINE, UNJUDGED = "peers", "baseline", "unjudged"
+
+
+@dataclass(frozen=True)
+class Rules:
+    k: float = 4.0
+    min_margin: float = 0.025
+    max_margin: float = 0.05
+    min_peers: int = 8
+    baseline_margin: float = 0.10
+
+    @classmethod
+    def from_config(cls, cfg) -> Rules:
+        return cls(**{f: float(cfg.get(f"qualify.{f}")) if f != "min_peers"
+                      else int(cfg.get(f"qualify.{f}")) for f in cls.__dataclass_fields__})
+
+
+@dataclass(frozen=True)
+class Judgement:
+    metric: str
+    index: str
+    value: float
+    status: str
+    reason: str
+    basis: str                 # PEERS | BASELINE | UNJUDGED
+    median: float | None = None
+    threshold: float | None = None
+    percentile: float | None = None   # share of peers at or below this value, 0..100
+    peers: int = 0
+
+
+def robust_spread(values: Sequence[float]) -> float:
+    med = statistics.median(values)
+    return 1.4826 * statistics.median(abs(v - med) for v in values)
+
+
+def judge(metric: Metric, peers: Sequence[float], *, baseline: float | None = None,
+          rules: Rules = Rules()) -> Judgement:
+    peers = [p for p in peers if p == p and p >= 0]  # a NaN or negative peer is no evidence
+    sign = 1.0 if metric.higher_is_better else -1.0
+    if len(peers) >= rules.min_peers:
+        med = statistics.median(peers)
+        rel = robust_spread(peers) / med if med > 0 else float("inf")
+        tolerance = min(max(rules.k * rel, rules.min_margin), rules.max_margin)
+        basis = PEERS
+    elif baseline is not None and baseline > 0:
+        med, tolerance, basis = baseline, rules.baseline_margin, BASELINE
+    else:
+        return Judgement(metric.name, metric.index, metric.value, INCONCLUSIVE,
+                         f"{len(peers)} peer results (need {rules.min_peers}) and no baseline",
+                         UNJUDGED, peers=len(peers))
+    threshold = med * (1 - sign * tolerance)
+    below = sum(1 for p in peers if p <= metric.value)
+    percentile = round(100.0 * below / len(peers), 1) if peers else None
+    off = (metric.value - med) / med * 100 if med else 0.0
+    failed = metric.value < threshold if sign > 0 else metric.value > threshold
+    where = f"{off:+.1f}% vs {basis} median {med:.4g} {metric.unit} (line {threshold:.4g})"
+    return Judgement(metric.name, metric.index, metric.value, FAIL if failed else PASS,
+                     where, basis, med, threshold, percentile, len(peers))

@@ -1,0 +1,56 @@
+"""nvbandwidth: copy-engine and SM bandwidth between host and each GPU, and between GPUs.
+Each testcase prints a matrix (rows and columns are devices) and a `SUM <testcase> <GB/s>` line;
+a testcase it cannot run on this topology prints `Waived:` instead (never a failure).
+Metrics: one per testcase and per GPU (the column), so one slow GPU stands out from its peers.
+
+Real output: ../shared/data/qualify/tool-outputs/nvbandwidth_results.log (nvbandwidth v0.6, GH200).
+"""
+
+from __future__ import annotations
+
+import re
+
+from rsc_health.qualify.outcome import Metric, Outcome, number
+
+NAME = "nvbandwidth"
+TOOL = "nvbandwidth"
+
+_RUNNING = re.compile(r"^Running (\w+)\.\s*$")
+
+
+def parse(text: str, tool: str | None = None) -> Outcome:
+    metrics: list[Metric] = []
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        m = _RUNNING.match(lines[i].strip())
+        i += 1
+        if not m:
+            continue
+        case = m.group(1)
+        # Skip to the column header (device numbers), then read rows until a blank line.
+        while i < len(lines) and not re.fullmatch(r"\s*(\d+\s*)+", lines[i]):
+            if _RUNNING.match(lines[i].strip()):
+                break
+            i += 1
+        if i >= len(lines) or _RUNNING.match(lines[i].strip()):
+            continue
+        unit = re.search(r"\((\w+/?\w*)\)\s*$", lines[i - 1])
+        unit = unit.group(1) if unit else "GB/s"
+        columns = lines[i].split()
+        i += 1
+        per_column: dict[str, list[float]] = {c: [] for c in columns}
+        while i < len(lines) and lines[i].strip():
+            cells = lines[i].split()[1:]
+            for col, cell in zip(columns, cells, strict=False):
+                if cell != "N/A":
+                    per_column[col].append(number(cell))
+            i += 1
+        for col, values in per_column.items():
+            if values:
+                lower = unit == "ns"  # a latency: the worst is the highest
+                metrics.append(Metric(f"nvbandwidth/{case}", max(values) if lower else
+                                      min(values), unit, "gpu", col, higher_is_better=not lower))
+    if not metrics:
+        return Outcome(NAME, inconclusive="no testcase ran (all waived?)")
+    return Outcome(NAME, metrics=metrics)

@@ -1,0 +1,47 @@
+"""perftest (`ib_write_bw`, `ib_read_bw`, `ib_send_bw`), loopback or against a known-good peer:
+the `BW average[MB/sec]` of the largest message (perftest's MB is 2^20 bytes... except with
+--report_gbits; we read the column header's unit). Metric per HCA as SuperBench names it.
+
+Real output: ../shared/data/qualify/tool-outputs/ib_loopback_*.log (perftest, ConnectX-6 HDR).
+"""
+
+from __future__ import annotations
+
+import re
+
+from rsc_health.qualify.outcome import Metric, Outcome, number
+
+NAME = "perftest"
+TOOL = "ib_write_bw"
+
+_HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(\w+)/sec\]\s+BW average\[(\w+)/sec\]")
+_TEST = re.compile(r"RDMA_(Write|Read|Send) BW Test", re.I)
+_DEVICE = re.compile(r"Device\s*:\s*(\S+)")
+# Per perftest's README: MB/sec is 10^6 bytes/s... perftest prints with its own MB = 2^20 unless
+# run with --report_gbits. SuperBench divides the column by 1000 to get GB/s; so do we, so an
+# imported SuperBench baseline lines up.
+_TO_GBPS = {"MB": 1 / 1000.0, "Gb": 1 / 8.0, "MiB": 1.048576 / 1000.0}
+
+
+def parse(text: str, tool: str | None = None) -> Outcome:
+    header = _HEADER.search(text)
+    if not header:
+        return Outcome(NAME, inconclusive="no result table (peer never connected?)")
+    unit = header.group(2)
+    if unit not in _TO_GBPS:
+        return Outcome(NAME, inconclusive=f"unknown bandwidth unit {unit[:10]!r}")
+    rows = []
+    for line in text[header.end():].splitlines():
+        tokens = line.split()
+        if len(tokens) >= 4 and tokens[0].isdigit() and tokens[1].isdigit():
+            rows.append((int(tokens[0]), number(tokens[3])))
+        elif rows and line.startswith("-"):
+            break
+    if not rows:
+        return Outcome(NAME, inconclusive="result table empty")
+    size, bw = max(rows)
+    op = (_TEST.search(text).group(1) if _TEST.search(text) else "Write").lower()
+    dev = _DEVICE.search(text)
+    hca = dev.group(1) if dev else "ib0"
+    return Outcome(NAME, metrics=[Metric(f"ib-loopback/ib_{op}_{size}_{hca}_bw",
+                                         bw * _TO_GBPS[unit], "GB/s", "hca", hca)])

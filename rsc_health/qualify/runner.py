@@ -1,0 +1,82 @@
+"""Run a qualification tier on this node: each test's tool (from [qualify.tests.NAME]: plug-in,
+command, timeout), bounded and in its own process group (collect/procs), its output parsed by the
+plug-in. A tool that is missing, times out, dies by a signal, prints more than the bound or
+exits non-zero without the plug-in finding a fault proves nothing: inconclusive, never a pass.
+The tests run one after another, never together: a deep diagnostic run beside a stress test
+fails for want of the GPU, not for a fault (DCGM says so in its warnings)."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from dataclasses import dataclass
+
+from rsc_health.qualify import PLUGINS, parse
+from rsc_health.qualify.outcome import Outcome
+
+MAX_OUTPUT = 16 * 1024 * 1024
+TIERS = ("lite", "full", "deep")
+
+
+@dataclass(frozen=True)
+class TestSpec:
+    name: str
+    plugin: str
+    command: tuple[str, ...]
+    timeout_s: float
+
+
+class SuiteError(ValueError):
+    """The tier names a test the config does not define, or a plug-in that does not exist."""
+
+
+def tier_tests(cfg, tier: str) -> list[TestSpec]:
+    if tier not in TIERS:
+        raise SuiteError(f"unknown tier {tier!r} (tiers: {', '.join(TIERS)})")
+    defined = cfg.get("qualify.tests")
+    specs = []
+    for name in cfg.get(f"qualify.{tier}"):
+        if name not in defined:
+            raise SuiteError(f"[qualify] {tier}: test {name!r} has no [qualify.tests.{name}]")
+        spec = defined[name]
+        if spec["plugin"] not in PLUGINS:
+            raise SuiteError(f"[qualify.tests.{name}] plugin {spec['plugin']!r} unknown "
+                             f"(plug-ins: {', '.join(sorted(PLUGINS))})")
+        specs.append(TestSpec(name, spec["plugin"], tuple(spec["command"]),
+                              float(spec.get("timeout_s", 600))))
+    return specs
+
+
+def run_test(spec: TestSpec, *, deadline: float | None = None) -> Outcome:
+    from rsc_health.collect import procs
+
+    if not spec.command or shutil.which(spec.command[0]) is None:
+        return Outcome(spec.name, inconclusive=f"tool not found: {spec.command[:1]}")
+    timeout = spec.timeout_s
+    if deadline is not None:
+        timeout = min(timeout, deadline - time.monotonic())
+        if timeout <= 0:
+            return Outcome(spec.name, inconclusive="no time left in the tier's budget")
+    done = procs.run_all({spec.name: list(spec.command)}, timeout_s={spec.name: timeout},
+                         max_bytes=MAX_OUTPUT)[spec.name]
+    if done.start_error:
+        return Outcome(spec.name, inconclusive=f"could not start: {done.start_error[:120]}")
+    if done.timed_out:
+        return Outcome(spec.name, inconclusive=f"timed out after {timeout:.0f} s")
+    if done.truncated:
+        return Outcome(spec.name, inconclusive=f"output past {MAX_OUTPUT} bytes")
+    text = done.stdout.decode("utf-8", "replace")
+    out = parse(spec.plugin, text, spec.command[0])
+    out.test = spec.name
+    if out.failed:
+        return out  # the tool found a fault: that stands whatever its exit status
+    if done.returncode != 0:
+        err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        return Outcome(spec.name, inconclusive=f"exit {done.returncode}"
+                       + (f": {err[-1][:120]}" if err else ""))
+    return out
+
+
+def run_tier(cfg, tier: str, *, budget_s: float | None = None) -> list[Outcome]:
+    deadline = time.monotonic() + budget_s if budget_s else None
+    return [run_test(spec, deadline=deadline) for spec in tier_tests(cfg, tier)]

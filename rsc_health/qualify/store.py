@@ -1,0 +1,109 @@
+"""Qualification runs and results in the historian, and the peers a new result is judged by:
+the latest usable value (_usable) of the same metric and slot from each other node with the same GPU
+model and driver, within [qualify] peer_days (one value per node: a node qualified ten times
+counts once)."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, func, or_, select
+
+from rsc_health.historian import schema
+from rsc_health.qualify.judge import INCONCLUSIVE, PASS, UNJUDGED, Judgement, robust_spread
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    node: str
+    tier: str
+    started: datetime
+    ended: datetime
+    verdict: str
+    reason: str
+    gpu_model: str = ""
+    driver: str = ""
+    job_id: str | None = None
+
+
+def peers(conn, *, metric: str, idx: str, gpu_model: str, driver: str, exclude_node: str,
+          since: datetime) -> list[float]:
+    r, q = schema.qualify_runs, schema.qualify_results
+    newest = (
+        select(r.c.node, q.c.value,
+               func.row_number().over(partition_by=r.c.node,
+                                      order_by=r.c.ended.desc()).label("n"))
+        .select_from(q.join(r, q.c.run_id == r.c.run_id))
+        .where(and_(q.c.metric == metric, q.c.idx == idx, _usable(q),
+                    r.c.gpu_model == gpu_model, r.c.driver == driver,
+                    r.c.node != exclude_node, r.c.ended >= since, q.c.value.is_not(None)))
+        .subquery()
+    )
+    return [float(v) for v in conn.execute(select(newest.c.value).where(newest.c.n == 1))
+            .scalars()]
+
+
+def _usable(q):
+    """A value a peer may be judged by: one that passed, or one measured before the group had
+    enough peers to judge it (UNJUDGED). A fleet's first nodes of a new GPU model or driver
+    are peers to each other that way; the median and MAD stay robust to the odd bad one among
+    them, and a value that failed its judgement is never a peer."""
+    return or_(q.c.status == PASS, and_(q.c.status == INCONCLUSIVE, q.c.basis == UNJUDGED))
+
+
+def record(conn, run: Run, judgements: list[tuple[str, Judgement, str, bool]]) -> None:
+    """judgements: (test, judgement, unit, higher_is_better) per metric."""
+    conn.execute(schema.qualify_runs.insert().values(**run.__dict__))
+    rows = [dict(run_id=run.run_id, test=test, metric=j.metric, idx=j.index, value=j.value,
+                 unit=unit, higher_is_better=hib, status=j.status, reason=j.reason,
+                 basis=j.basis, peer_median=j.median, threshold=j.threshold,
+                 percentile=j.percentile, peers=j.peers)
+            for test, j, unit, hib in judgements]
+    if rows:
+        conn.execute(schema.qualify_results.insert(), rows)
+
+
+def baseline(conn, *, since: datetime) -> list[dict]:
+    """The fleet's own baseline: per GPU model, driver, metric and slot, the passing values'
+    node count, median and robust spread (what a new result is judged against)."""
+    r, q = schema.qualify_runs, schema.qualify_results
+    rows = conn.execute(
+        select(r.c.gpu_model, r.c.driver, q.c.metric, q.c.idx, q.c.unit, r.c.node, q.c.value)
+        .select_from(q.join(r, q.c.run_id == r.c.run_id))
+        .where(and_(_usable(q), r.c.ended >= since, q.c.value.is_not(None)))
+        .order_by(r.c.ended)
+    ).all()
+    latest: dict[tuple, dict[str, float]] = {}
+    units: dict[tuple, str] = {}
+    for model, driver, metric, idx, unit, node, value in rows:
+        key = (model, driver, metric, idx)
+        latest.setdefault(key, {})[node] = float(value)  # ordered by time: the newest wins
+        units[key] = unit
+    out = []
+    for key, by_node in sorted(latest.items()):
+        values = list(by_node.values())
+        med = statistics.median(values)
+        out.append(dict(gpu_model=key[0], driver=key[1], metric=key[2], idx=key[3],
+                        unit=units[key], nodes=len(values), median=med,
+                        spread_pct=round(100 * robust_spread(values) / med, 3) if med else None))
+    return out
+
+
+def latest_runs(conn, node: str, limit: int = 5) -> list[dict]:
+    r = schema.qualify_runs
+    runs = conn.execute(select(r).where(r.c.node == node).order_by(r.c.ended.desc())
+                        .limit(limit)).mappings().all()
+    q = schema.qualify_results
+    out = []
+    for run in runs:
+        results = conn.execute(select(q).where(q.c.run_id == run["run_id"])
+                               .order_by(q.c.test, q.c.metric, q.c.idx)).mappings().all()
+        out.append({**dict(run), "results": [dict(x) for x in results]})
+    return out
+
+
+def since(now: datetime, cfg) -> datetime:
+    return now - timedelta(days=float(cfg.get("qualify.peer_days")))

@@ -1,0 +1,366 @@
+"""Root never writes through a name someone else controls (issue 21, "Root writes through
+symlinks planted in directories others can write").
+
+The attacks are real: symlinks and FIFOs planted by an unprivileged uid (nobody, in a forked
+child that dropped root) in the directories the node path, the flush, the report and
+`metrics export` write into, for every name the old writers used (the textfile's
+`.rsc_health.prom.PID` for the next few thousand pids). Root-only files outside must stay as
+they were; directories are made with their modes whatever the umask.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from rsc_health import durable, nodepath, spool
+from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
+
+REPO = Path(__file__).resolve().parents[2]
+NOBODY = 65534
+SECRET = b"root:$6$not-for-anyone$:19000:0:99999:7:::\n"
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="plants as another uid: needs root")
+
+
+def _as_nobody(directory: Path, plant) -> None:
+    """Run plant(dir_fd) in a child that is uid/gid nobody, on `directory` opened by root
+    (so the child needs no way through the test's 0700 parents, only write access there)."""
+    dfd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            plant(dfd)
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(dfd)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "the unprivileged child could not plant"
+
+
+def _secret(path: Path) -> Path:
+    path.write_bytes(SECRET)
+    path.chmod(0o600)
+    return path
+
+
+def _tree(top: Path, skip: Path) -> dict[str, tuple]:
+    """Every name under `top` except under `skip`, with what it is, holds and when."""
+    out = {}
+    for dirpath, dirnames, filenames in os.walk(top):
+        if Path(dirpath) == skip or skip in Path(dirpath).parents:
+            dirnames[:] = []
+            continue
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            if p == skip:
+                continue
+            st = p.lstat()
+            body = p.read_bytes() if stat.S_ISREG(st.st_mode) else None
+            out[str(p)] = (st.st_mode, st.st_uid, st.st_mtime_ns, body)
+    return out
+
+
+@pytest.fixture
+def node_env(tmp_path, monkeypatch):
+    root = copy_node(tmp_path / "node")
+    site = root / "site.toml"
+    site.write_text((root / "config.toml").read_text()
+                    + '\n[node]\ntextfile_dir = "/var/lib/node_exporter"\n')
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(root))
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(site))
+    monkeypatch.setenv("SLURMD_NODENAME", "node01")
+    for name in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    return root
+
+
+def _no_slurm(cfg, deadline):
+    raise AssertionError("a Slurm call was made")
+
+
+def _plant_textfile_names(secret: Path):
+    """Symlinks at the textfile's name and at the temporary name of the next 3000 pids."""
+    first = os.getpid()
+
+    def plant(dfd: int) -> None:
+        os.symlink(secret, nodepath.TEXTFILE, dir_fd=dfd)
+        for pid in range(first - 50, first + 3000):
+            os.symlink(secret, f".{nodepath.TEXTFILE}.{pid}", dir_fd=dfd)
+
+    return plant
+
+
+# ---- the textfile ------------------------------------------------------------------------------
+def test_a_textfile_dir_anyone_may_write_is_refused_and_nothing_outside_changes(
+        node_env, tmp_path, capsys):
+    """0777, symlinks planted by nobody for the next few thousand pids: on main root wrote the
+    textfile through the planted `.rsc_health.prom.PID` (the 0600 secret became metrics)."""
+    secret = _secret(tmp_path / "shadow")
+    textdir = node_env / "var/lib/node_exporter"
+    textdir.mkdir(parents=True)
+    textdir.chmod(0o777)
+    _as_nobody(textdir, _plant_textfile_names(secret))
+    assert (textdir / nodepath.TEXTFILE).lstat().st_uid == NOBODY
+    (node_env / NODE_STATE).mkdir()  # made by the run: not what this test is about
+    before = _tree(tmp_path, skip=node_env / NODE_STATE)
+    before.pop(str(textdir))  # its mtime may change; what it holds is checked below
+    planted = sorted(os.listdir(textdir))
+
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+
+    after = _tree(tmp_path, skip=node_env / NODE_STATE)
+    after.pop(str(textdir))
+    assert after == before
+    assert secret.read_bytes() == SECRET and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert sorted(os.listdir(textdir)) == planted
+    err = capsys.readouterr().err
+    assert f"cannot write the textfile {textdir / nodepath.TEXTFILE}" in err
+    assert "writable by others (mode 777): refused" in err
+
+
+def test_a_sticky_group_dir_with_planted_names_gets_the_textfile_and_nothing_else(
+        node_env, tmp_path):
+    """A textfile directory shared with a group (root:nogroup 01770, the sticky bit set as the
+    rule asks): a group member plants the old writer's names. The kernel's protected_symlinks
+    covers only world-writable sticky directories, so only the writer protects here; on main
+    the secret was overwritten through `.rsc_health.prom.PID`."""
+    secret = _secret(tmp_path / "shadow")
+    textdir = node_env / "var/lib/node_exporter"
+    textdir.mkdir(parents=True)
+    os.chown(textdir, 0, NOBODY)
+    textdir.chmod(0o1770)
+    _as_nobody(textdir, _plant_textfile_names(secret))
+    planted = {n for n in os.listdir(textdir) if n != nodepath.TEXTFILE}
+
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+
+    assert secret.read_bytes() == SECRET and stat.S_IMODE(secret.stat().st_mode) == 0o600
+    written = textdir / nodepath.TEXTFILE
+    st = written.lstat()
+    assert stat.S_ISREG(st.st_mode) and st.st_uid == 0 and stat.S_IMODE(st.st_mode) == 0o644
+    text = written.read_text()
+    assert 'rsc_health_verdict_level{source="sweep"} 0' in text and "root:" not in text
+    # the planted links are still links to the secret (never followed, never used), and the
+    # writer left no temporary file behind
+    assert set(os.listdir(textdir)) - {nodepath.TEXTFILE} == planted
+    assert all(os.readlink(textdir / n) == str(secret) for n in planted)
+
+
+def test_write_atomic_never_opens_a_planted_name_and_keeps_the_mode_whatever_the_umask(
+        tmp_path):
+    secret = _secret(tmp_path / "secret")
+    target = tmp_path / "out" / "file.txt"
+    target.parent.mkdir()
+    target.symlink_to(secret)
+    old = os.umask(0o077)
+    try:
+        durable.write_atomic(target, "new\n", mode=0o644)
+    finally:
+        os.umask(old)
+    assert secret.read_bytes() == SECRET
+    assert not target.is_symlink() and target.read_text() == "new\n"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert os.listdir(target.parent) == ["file.txt"]
+
+
+def test_write_atomic_refuses_a_directory_others_own_or_write_without_the_sticky_bit(tmp_path):
+    for mode, owner, refused in ((0o777, 0, True), (0o775, 0, True), (0o1777, 0, False),
+                                 (0o755, NOBODY, True), (0o755, 0, False)):
+        d = tmp_path / f"d{mode:o}-{owner}"
+        d.mkdir()
+        d.chmod(mode)
+        os.chown(d, owner, -1)
+        if refused:
+            with pytest.raises(durable.UnsafeDirectory, match="refused"):
+                durable.write_atomic(d / "f", "x")
+            assert os.listdir(d) == []
+        else:
+            durable.write_atomic(d / "f", "x")
+            assert (d / "f").read_text() == "x"
+
+
+# ---- the spool -------------------------------------------------------------------------------
+def test_append_never_follows_a_planted_pending_jsonl(tmp_path):
+    """On main the records were appended to whatever pending.jsonl pointed at."""
+    secret = _secret(tmp_path / "secret")
+    sdir = tmp_path / "spool"
+    sdir.mkdir()
+    (sdir / spool.PENDING).symlink_to(secret)
+    with pytest.raises(OSError, match="symlink"):
+        spool.append(sdir, [{"kind": "check", "n": 1}])
+    assert secret.read_bytes() == SECRET
+    (sdir / spool.PENDING).unlink()
+    (sdir / spool.PENDING).symlink_to(tmp_path / "created-by-root")  # dangling
+    with pytest.raises(OSError, match="symlink"):
+        spool.append(sdir, [{"kind": "check", "n": 1}])
+    assert not (tmp_path / "created-by-root").exists()
+
+
+def _flush(root: Path, db: Path | None, *, env: dict | None = None, umask: int = -1,
+           config: Path | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(REPO), "RSC_HEALTH_ROOT": str(root), **(env or {})}
+    if config is not None:
+        full["RSC_HEALTH_CONFIG"] = str(config)
+    args = [sys.executable, "-m", "rsc_health.cli"]
+    if db is not None:
+        args += ["--db", f"sqlite:///{db}"]
+    return subprocess.run(args + ["spool", "flush"], env=full, capture_output=True,
+                          text=True, timeout=timeout, umask=umask)
+
+
+def _node_with_spool(tmp_path: Path) -> tuple[Path, Path]:
+    root = tmp_path / "node"
+    sdir = root / NODE_STATE / "spool"
+    sdir.mkdir(parents=True)
+    (tmp_path / "cfg.toml").write_text("")
+    return root, sdir
+
+
+def test_a_fifo_named_like_a_batch_does_not_block_the_flush(tmp_path):
+    """On main `spool flush` opened the FIFO to read it and waited for a writer for ever."""
+    root, sdir = _node_with_spool(tmp_path)
+    os.mkfifo(sdir / "batch-20240301T000000000000.jsonl")
+    os.mkfifo(sdir / spool.PENDING)
+    good = spool.record("job_end", "node01", datetime.now(UTC), job_id="7")
+    (sdir / "batch-20240301T000000000001.jsonl").write_text(json.dumps(good) + "\n")
+
+    try:
+        done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml", timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("spool flush blocked on a FIFO")
+    assert done.returncode == 0, done.stderr
+    assert "job_end 1" in done.stdout
+    aside = sorted(p.name for p in sdir.iterdir() if ".not-a-file-" in p.name)
+    assert [n.split(".not-a-file-")[0] for n in aside] == [
+        "batch-20240301T000000000000.jsonl", spool.PENDING]
+    assert all(stat.S_ISFIFO((sdir / n).lstat().st_mode) for n in aside)
+
+
+def test_a_symlinked_secret_is_never_delivered_nor_copied_into_quarantine(tmp_path):
+    """On main the secret's lines (not JSON) were quarantined, in a 0644 file."""
+    root, sdir = _node_with_spool(tmp_path)
+    secret = _secret(tmp_path / "shadow")
+    (sdir / "batch-20240301T000000000000.jsonl").symlink_to(secret)
+    (sdir / spool.PENDING).symlink_to(secret)
+    (sdir / "batch-20240301T000000000001.jsonl").write_text("not a record\n")
+
+    done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml", umask=0)
+
+    assert done.returncode == 0, done.stderr
+    assert secret.read_bytes() == SECRET
+    for path in sdir.rglob("*"):
+        if path.is_file() and not path.is_symlink():
+            assert b"not-for-anyone" not in path.read_bytes(), path
+    qdir = sdir / "quarantine"
+    quarantined = qdir / "batch-20240301T000000000001.jsonl"
+    assert "not a record" in quarantined.read_text()
+    assert stat.S_IMODE(qdir.stat().st_mode) == 0o700  # made under umask 000
+    assert stat.S_IMODE(quarantined.stat().st_mode) == 0o600
+
+
+# ---- directories made whatever the umask -----------------------------------------------------
+def test_state_and_spool_dirs_are_not_0777_under_umask_000(node_env):
+    """On main, under umask 000 the state dir and the spool came out 0777 (anyone could plant
+    a pending verdict or a symlink in them)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "rsc_health.nodepath", "sweep"], env=env,
+                          capture_output=True, text=True, timeout=120, umask=0)
+    assert done.returncode == 0, done.stderr
+    state = node_env / NODE_STATE
+    assert stat.S_IMODE(state.stat().st_mode) == 0o755
+    assert stat.S_IMODE((state / "spool").stat().st_mode) == 0o750
+    assert stat.S_IMODE((state / "spool" / spool.PENDING).stat().st_mode) == 0o640
+    assert stat.S_IMODE((state / "counters.json").stat().st_mode) == 0o644
+    text = node_env / "var/lib/node_exporter" / nodepath.TEXTFILE
+    assert stat.S_IMODE(text.stat().st_mode) == 0o644
+    assert stat.S_IMODE(text.parent.stat().st_mode) == 0o755
+
+
+def test_a_state_dir_left_0777_is_mended_and_said(node_env, capsys):
+    state = node_env / NODE_STATE
+    (state / "spool").mkdir(parents=True)
+    state.chmod(0o777)
+    (state / "spool").chmod(0o777)
+
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+
+    assert stat.S_IMODE(state.stat().st_mode) == 0o755
+    assert stat.S_IMODE((state / "spool").stat().st_mode) == 0o750
+    err = capsys.readouterr().err
+    assert f"{state} was writable by group or others (mode 777): made 755" in err
+    assert f"{state / 'spool'} was writable by group or others (mode 777): made 750" in err
+
+
+# ---- the report and `metrics export` ---------------------------------------------------------
+def _shared_dir(path: Path) -> Path:
+    """A directory shared with a group, as the rule asks of one: root:nogroup 01770."""
+    path.mkdir(parents=True)
+    os.chown(path, 0, NOBODY)
+    path.chmod(0o1770)
+    return path
+
+
+def test_the_report_is_never_written_through_names_planted_in_its_directory(tmp_path):
+    """On main report.html and summary.txt were written in place, report.json through the
+    fixed report.json.tmp and each PNG by savefig's own open: all followed a planted symlink."""
+    from rsc_health.report import plots
+    from rsc_health.report.render import write_report
+    from tests.report.conftest import build_report_data
+
+    secret = _secret(tmp_path / "shadow")
+    out = _shared_dir(tmp_path / "report")
+    names = ["report.html", "summary.txt", "report.json.tmp"]
+    names += [name for name, _, _ in plots.FIGURES.values()]
+
+    def plant(dfd: int) -> None:
+        for name in names:
+            os.symlink(secret, name, dir_fd=dfd)
+
+    _as_nobody(out, plant)
+
+    written = write_report(build_report_data(), out)
+
+    assert secret.read_bytes() == SECRET
+    for path in (written.html, written.summary, written.json,
+                 *(out / f.file for f in written.figures)):
+        st = path.lstat()
+        assert stat.S_ISREG(st.st_mode) and st.st_uid == 0, path
+    assert "root:" not in written.summary.read_text()
+
+
+def test_metrics_export_is_never_written_through_names_planted_for_the_next_pids(tmp_path):
+    """On main the export went through `.fleet.prom.PID`: planted for the next 3000 pids, the
+    export's own pid was among them and root wrote the fleet metrics into the secret."""
+    secret = _secret(tmp_path / "shadow")
+    out = _shared_dir(tmp_path / "textfile")
+    last = int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+
+    def plant(dfd: int) -> None:
+        for pid in range(last + 1, last + 3000):
+            os.symlink(secret, f".fleet.prom.{pid}", dir_fd=dfd)
+
+    _as_nobody(out, plant)
+    done = subprocess.run(
+        [sys.executable, "-m", "rsc_health.cli", "--config", os.devnull,
+         "--db", f"sqlite:///{tmp_path / 'h.db'}", "metrics", "export",
+         "--out", str(out / "fleet.prom")],
+        env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
+        timeout=300)
+
+    assert done.returncode == 0, done.stderr
+    assert secret.read_bytes() == SECRET
+    assert "rsc_health_historian_up" in (out / "fleet.prom").read_text()
+    assert stat.S_IMODE((out / "fleet.prom").stat().st_mode) == 0o644

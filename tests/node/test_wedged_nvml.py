@@ -1,0 +1,121 @@
+"""A wedged driver is the node's fault once it has stayed wedged (issue 21, class A).
+
+An NVML that never answers (tests/fixtures/fault/wedged_nvml: every call blocks, as ioctls into
+a wedged driver do) was a checker error on every sweep for ever: jobs kept starting on GPUs
+that need a reset. After [gpu] nvml_hang_sweeps sweeps in a row it drains after the job
+(nvml_wedged, a repair); the heartbeat and the textfile say which probe hangs and since when."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
+
+REPO = Path(__file__).resolve().parents[2]
+WEDGED = REPO / "tests" / "fixtures" / "fault" / "wedged_nvml"
+TEXTFILE = "var/lib/node_exporter/rsc_health.prom"
+
+
+@pytest.fixture
+def gpu_node(tmp_path):
+    root = copy_node(tmp_path / "node")
+    (root / "site.toml").write_text((root / "config.toml").read_text().replace(
+        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_timeout_s = 1.0\n')  # nvml_hang_sweeps 3
+        + '\n[node]\ntextfile_dir = "/var/lib/node_exporter"\n'
+        + '[slurm]\nbin_dir = "/nonexistent-slurm"\nsweep_budget_s = 10\nprolog_budget_s = 10\n')
+    return root
+
+
+def _stage(root: Path, name: str, *, wedged: bool = True) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "site.toml"),
+               SLURMD_NODENAME="node01",
+               PYTHONPATH=f"{WEDGED}:{REPO}" if wedged else str(REPO))
+    for key in ("SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST"):
+        env.pop(key, None)
+    if name == "prolog":
+        env["SLURM_JOB_ID"] = "77"
+    out = subprocess.run([sys.executable, "-m", "rsc_health.nodepath", name], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode in (0, 1), out.stderr
+    return out
+
+
+def _runs(root: Path) -> list[list[dict]]:
+    """The spooled records, one list per run (a run's records share one time)."""
+    runs: dict[str, list[dict]] = {}
+    for line in (root / NODE_STATE / "spool/pending.jsonl").read_text().splitlines():
+        rec = json.loads(line)
+        runs.setdefault(rec["time"], []).append(rec)
+    return list(runs.values())
+
+
+def _codes(run: list[dict]) -> set[str]:
+    return {r["code"] for r in run if r["kind"] == "check" and r["status"] != "ok"}
+
+
+def _hangs(root: Path) -> dict:
+    return json.loads((root / NODE_STATE / "probe_hangs.json").read_text())["probes"]
+
+
+def test_nvml_hung_for_three_sweeps_drains_the_node_after_its_job(gpu_node):
+    root = gpu_node
+    for _ in range(2):
+        _stage(root, "sweep")
+    _stage(root, "prolog")  # a job start neither counts a sweep nor resets the count
+    assert not (root / NODE_STATE / "pending_verdict.json").exists()  # not yet the node's fault
+    _stage(root, "sweep")
+
+    runs = _runs(root)
+    assert [("nvml_wedged" in _codes(r), "nvml_hung" in _codes(r)) for r in runs] == [
+        (False, True), (False, True), (False, True), (True, True)]
+    assert _hangs(root)["nvml"]["sweeps"] == 3
+    beats = [next(x for x in r if x["kind"] == "heartbeat") for r in runs]
+    since = {b["hung"]["nvml"] for b in beats}
+    assert len(since) == 1  # since the first hang, on every run
+    assert beats[-1]["level"] == "drain_after_job"
+    pending = json.loads((root / NODE_STATE / "pending_verdict.json").read_text())  # Slurm away
+    assert [c["code"] for c in pending["causes"]] == ["nvml_wedged"]
+    assert pending["causes"][0]["repair"] is True
+    prom = (root / TEXTFILE).read_text()
+    assert 'rsc_health_probe_hung_since_seconds{source="sweep",probe="nvml"}' in prom
+
+
+def test_an_nvml_that_answers_again_starts_the_count_afresh(gpu_node):
+    root = gpu_node
+    for _ in range(2):
+        _stage(root, "sweep")
+    assert _hangs(root)["nvml"]["sweeps"] == 2
+    _stage(root, "sweep", wedged=False)  # the real pynvml answers (no driver here: at once)
+    assert "nvml" not in _hangs(root)
+    assert "probe_hung_since" not in (root / TEXTFILE).read_text()  # no stale line
+    _stage(root, "sweep")
+    assert _hangs(root)["nvml"]["sweeps"] == 1
+    assert "nvml_wedged" not in _codes(_runs(root)[-1])
+
+
+def test_the_hang_record_keeps_what_a_run_did_not_ask_and_forgets_a_reboot():
+    from datetime import UTC, datetime
+
+    from rsc_health.collect import hangs
+
+    t0, t1 = datetime(2026, 11, 1, tzinfo=UTC), datetime(2026, 11, 1, 0, 5, tzinfo=UTC)
+    first = hangs.update({}, "boot-a", {"nvml", "statvfs"},
+                         {"nvml": None, "statvfs /home": None}, t0, sweep=True)
+    assert first == {"nvml": {"since": t0.isoformat(), "sweeps": 1},
+                     "statvfs /home": {"since": t0.isoformat(), "sweeps": 1}}
+    saved = {"boot_id": "boot-a", "probes": first}
+    # An epilog asks NVML only (it hangs again) and no mount: /home's record stays as it was.
+    assert hangs.update(saved, "boot-a", {"nvml"}, {"nvml": None}, t1, sweep=False) == first
+    # A sweep whose statvfs answered drops it; NVML counts on from its first hang.
+    assert hangs.update(saved, "boot-a", {"nvml", "statvfs"}, {"nvml": None}, t1,
+                        sweep=True) == {
+        "nvml": {"since": t0.isoformat(), "sweeps": 2}}
+    # A new boot (the cure for a wedged driver) starts the count afresh.
+    assert hangs.update(saved, "boot-b", {"nvml"}, {"nvml": None}, t1, sweep=True) == {
+        "nvml": {"since": t1.isoformat(), "sweeps": 1}}

@@ -1,0 +1,185 @@
+"""The qualification flow on the real Slurm cluster: a node rsc-health drained is reserved for
+root, resumed into the reservation, qualified by a real job running `healthctl qualify run` on
+stand-in tools printing the real formats, and released only on a stored pass; every other path
+(fail, nothing proved, job killed, a person's drain, a flow cut short, shadow mode) leaves the
+node drained or untouched and no reservation behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from rsc_health.sim import qualify_tools as standin
+
+pytestmark = pytest.mark.slurm
+
+HEALTHY_NVML = (Path(__file__).resolve().parents[1] / "fixtures" / "nodes" / "healthy"
+                / "rsc_health" / "nvml.json")
+
+
+def _bin(tmp: Path, name: str, *, busbw=231.0, missing=(), hang=()) -> Path:
+    d = tmp / name
+    d.mkdir()
+    outputs = {"dcgmi": standin.dcgm_diag({"Memory": ["Pass"] * 8}),
+               "all_reduce_perf": standin.nccl(busbw), "gpu_burn": standin.gpu_burn([16950.0] * 8)}
+    for tool, out in outputs.items():
+        if tool in missing:
+            continue
+        (d / f"{tool}.out").write_text(out)
+        body = "exec sleep 120" if tool in hang else f'cat "{d}/{tool}.out"'
+        (d / tool).write_text(f"#!/bin/sh\n{body}\n")
+        (d / tool).chmod(0o755)
+    return d
+
+
+@pytest.fixture
+def qual(slurm_cluster, tmp_path):
+    c = slurm_cluster
+    cfg = tmp_path / "config.toml"
+    db = f"sqlite:///{tmp_path / 'history.db'}"
+    node_cmd = [sys.executable, "-m", "rsc_health.cli", "--config", str(cfg)]
+    cfg.write_text(f"""
+[gpu]
+backend = "replay"
+replay_file = "{HEALTHY_NVML}"
+[slurm]
+bin_dir = ""
+[qualify]
+full = ["dcgm", "nccl", "burn"]
+min_peers = 4
+tier_budget_s = 60
+node_command = {json.dumps(node_cmd)}
+flow_timeout_s = 90
+[qualify.tests.dcgm]
+plugin = "dcgm_diag"
+command = ["dcgmi", "diag", "-r", "2", "-j"]
+timeout_s = 20
+[qualify.tests.nccl]
+plugin = "nccl_tests"
+command = ["all_reduce_perf", "-g", "8"]
+timeout_s = 20
+[qualify.tests.burn]
+plugin = "gpu_burn"
+command = ["gpu_burn", "-tc", "60"]
+timeout_s = 20
+""")
+    healthy = _bin(tmp_path, "healthy")
+
+    def hc(*args, path_bin=healthy, extra_env=None):
+        env = dict(c.env, RSC_HEALTH_DB=db, PATH=f"{path_bin}:{os.environ['PATH']}",
+                   PYTHONPATH=str(Path(__file__).resolve().parents[2]), **(extra_env or {}))
+        return subprocess.run([*node_cmd, *args], env=env, capture_output=True, text=True,
+                              timeout=300)
+
+    assert hc("db", "upgrade").returncode == 0
+    for i, bw in enumerate((231.0, 230.2, 231.6, 229.9, 230.8)):  # the fleet's earlier passes
+        hc("qualify", "run", "--node", f"peer{i}", path_bin=_bin(tmp_path, f"b{i}", busbw=bw))
+    engine = create_engine(db)
+
+    def sql(q, **kw):
+        with engine.connect() as conn:
+            return conn.execute(text(q), kw).all()
+
+    yield c, hc, sql, tmp_path
+    for name in json.loads(json.dumps(_reservations(c))):
+        if name.startswith("rsc_health_qualify_"):
+            c.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
+    engine.dispose()
+
+
+def _reservations(c) -> list[str]:
+    out = c.run(["scontrol", "-o", "show", "reservation"], check=False).stdout
+    return [tok.split("=", 1)[1] for line in out.splitlines() for tok in line.split()
+            if tok.startswith("ReservationName=")]
+
+
+def _ours(c, node, why="rsc_health:now:xid79:gpu3 fell off the bus"):
+    c.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={why}"])
+
+
+def test_a_repaired_node_passes_and_returns_to_service_with_a_stored_pass(qual):
+    c, hc, sql, _ = qual
+    _ours(c, "node02")
+    out = hc("qualify", "start", "node02", "--json")
+    [r] = json.loads(out.stdout)
+    assert out.returncode == 0 and r["result"] == "pass", out.stdout + out.stderr
+    assert "DRAIN" not in c.node_state("node02") and _reservations(c) == []
+    [(verdict, job)] = sql("SELECT verdict, job_id FROM qualify_runs WHERE node = 'node02'")
+    assert verdict == "pass" and job == r["job_id"]
+    acts = [a for (a,) in sql("SELECT action FROM node_actions WHERE node = 'node02' "
+                              "ORDER BY time")]
+    assert acts == ["qualify_start", "qualify_release"]
+
+
+def test_a_slow_node_fails_and_is_drained_with_a_ticket_before_the_reservation_goes(qual):
+    c, hc, sql, tmp = qual
+    _ours(c, "node03")
+    out = hc("qualify", "start", "node03", path_bin=_bin(tmp, "slow", busbw=231.0 * 0.94))
+    assert out.returncode == 1 and "node03: fail" in out.stdout, out.stdout + out.stderr
+    node = c.node("node03")
+    assert "DRAIN" in node["State"] and node["Reason"].startswith("rsc_health:qualify:nccl")
+    assert _reservations(c) == []
+    assert sql("SELECT source FROM tickets WHERE node = 'node03'") == [("qualify",)]
+
+
+def test_nothing_proved_or_a_killed_job_leaves_the_node_drained_never_in_service(qual):
+    c, hc, sql, tmp = qual
+    _ours(c, "node04")
+    out = hc("qualify", "start", "node04", path_bin=_bin(tmp, "nogpuburn", missing=("gpu_burn",)))
+    assert "node04: inconclusive" in out.stdout, out.stdout + out.stderr
+    assert c.node("node04")["Reason"].startswith("rsc_health:qualify:inconclusive")
+
+    _ours(c, "node05")
+    hung = _bin(tmp, "hung", hang=("all_reduce_perf",))
+
+    def kill_when_running():
+        def running():
+            jobs = c.run(["squeue", "-h", "-w", "node05", "-o", "%i %T"]).stdout.split()
+            return jobs[0] if len(jobs) == 2 and jobs[1] == "RUNNING" else None
+        job = c.wait_for(running, 60, "qualification job running")
+        c.run(["scancel", job])
+
+    killer = threading.Thread(target=kill_when_running)
+    killer.start()
+    out = hc("qualify", "start", "node05", path_bin=hung)
+    killer.join()
+    assert "node05: inconclusive" in out.stdout and "no stored result" in out.stdout, out.stdout
+    assert "DRAIN" in c.node_state("node05") and _reservations(c) == []
+
+
+def test_a_persons_drain_is_refused_and_untouched(qual):
+    c, hc, sql, _ = qual
+    c.run(["scontrol", "update", "NodeName=node06", "State=DRAIN", "Reason=alice: BIOS update"])
+    out = hc("qualify", "start", "node06")
+    assert out.returncode == 1 and "node06: refused" in out.stdout
+    assert c.node("node06")["Reason"].startswith("alice: BIOS update")
+    assert _reservations(c) == [] and sql("SELECT * FROM node_actions") == []
+
+
+def test_cleanup_drains_what_an_interrupted_flow_left_and_shadow_mode_touches_nothing(qual):
+    c, hc, sql, tmp = qual
+    c.run(["scontrol", "create", "reservation", "ReservationName=rsc_health_qualify_node01",
+           "Nodes=node01", "StartTime=now", "Duration=infinite", "Users=root",
+           "Flags=MAINT,IGNORE_JOBS"])
+    out = hc("qualify", "cleanup")
+    assert "node01: inconclusive" in out.stdout, out.stdout + out.stderr
+    assert c.node("node01")["Reason"].startswith("rsc_health:qualify:interrupted")
+    assert _reservations(c) == []
+
+    _ours(c, "node02")
+    shadow = tmp / "shadow.toml"
+    shadow.write_text("[actions]\nenabled = false\n")
+    out = subprocess.run([sys.executable, "-m", "rsc_health.cli", "--config", str(shadow),
+                          "qualify", "start", "node02"],
+                         env=dict(c.env, RSC_HEALTH_DB=f"sqlite:///{tmp / 'history.db'}"),
+                         capture_output=True, text=True, timeout=60)
+    assert "would_qualify" in out.stdout, out.stdout + out.stderr
+    assert c.node("node02")["Reason"].startswith("rsc_health:now:xid79")
+    assert _reservations(c) == []

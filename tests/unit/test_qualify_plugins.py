@@ -1,0 +1,125 @@
+"""Qualification plug-ins read their tools' real output (tests/fixtures/qualify: SuperBench's
+copies; tests/fixtures/real: an H200 capture) and the lab's stand-ins alike, and hostile output
+is inconclusive, never a pass and never a crash."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from rsc_health.qualify import PLUGINS, parse
+from rsc_health.qualify.baseline import Baseline
+from rsc_health.sim import qualify_tools as standin
+
+FIX = Path(__file__).resolve().parents[1] / "fixtures"
+TOOLS = FIX / "qualify" / "tool-outputs"
+H200 = FIX / "real" / "h200-vm-2026-11-26"
+
+
+def test_nccl_tests_reads_the_largest_size_bus_bandwidth_of_real_runs():
+    text = (TOOLS / "nccl_allreduce.log").read_text()
+    out = parse("nccl_tests", text, "all_reduce_perf")
+    last = [line.split() for line in text.splitlines() if line.strip().startswith("8589934592")]
+    assert [m.name for m in out.metrics] == ["nccl-bw/allreduce_8589934592_busbw"]
+    assert out.metrics[0].value == max(float(last[0][6]), float(last[0][10]))
+    # Older nccl-tests never name their test: the program run names it.
+    assert parse("nccl_tests", (TOOLS / "nccl_alltoall.log").read_text(),
+                 "/opt/nccl-tests/alltoall_perf").metrics[0].name.startswith("nccl-bw/alltoall_")
+
+
+def test_nccl_tests_on_one_rank_is_inconclusive_not_a_zero_bandwidth_fail():
+    out = parse("nccl_tests", (H200 / "nccl_all_reduce_perf-1gpu.log").read_text())
+    assert out.metrics == [] and out.failed is None
+    assert "one rank" in out.inconclusive
+
+
+def test_nccl_wrong_results_are_the_hardwares_fault():
+    out = parse("nccl_tests", standin.nccl(230.0, wrong=12))
+    assert out.failed and "12 wrong" in out.failed
+
+
+def test_gpu_burn_reads_each_gpus_throughput_and_faulty_gpus_fail():
+    real = parse("gpu_burn", (TOOLS / "gpu_burn.log").read_text())
+    assert [m.index for m in real.metrics] == [str(i) for i in range(8)]
+    assert {m.name for m in real.metrics} == {"gpu-burn/fp64_tc_flops"}
+    last = [line for line in (TOOLS / "gpu_burn.log").read_text().splitlines()
+            if line.startswith("100.0%")][-1]
+    expected = [float(g) for g in re.findall(r"\(([\d.]+) Gflop/s\)", last)]
+    assert [m.value for m in real.metrics] == expected
+    h200 = parse("gpu_burn", (H200 / "gpu_burn-h200-20s.log").read_text())
+    assert h200.metrics[0].name == "gpu-burn/fp64_flops" and h200.metrics[0].value > 50_000
+    assert parse("gpu_burn", standin.gpu_burn([17000, 16900, 17010], faulty=[2])).failed == \
+        "GPU 2 computed wrong results"
+
+
+def test_perftest_bandwidth_lines_up_with_the_superbench_fleet_baseline():
+    out = parse("perftest", (TOOLS / "ib_loopback_8M_size.log").read_text())
+    [metric] = out.metrics
+    assert metric.name == "ib-loopback/ib_write_8388608_ib0_bw" and metric.scope == "hca"
+    base = Baseline.load(FIX / "qualify" / "fleet-baseline" / "ndv4-a100-baseline.json")
+    # The same unit as SuperBench's fleet: within 3% of 1,939 nodes' mean for that HCA.
+    assert abs(metric.value / base.get(metric) - 1) < 0.03
+    # An HCA name the baseline lacks gets the mean over the HCAs it has.
+    renamed = parse("perftest", standin.perftest(23.7, device="mlx5_4")).metrics[0]
+    assert 23 < base.get(renamed) < 24.5
+
+
+def test_nvbandwidth_keeps_each_gpu_column_and_latency_is_lower_is_better():
+    out = parse("nvbandwidth", (TOOLS / "nvbandwidth_results.log").read_text())
+    h2d = {m.index: m.value for m in out.metrics
+           if m.name == "nvbandwidth/host_to_device_memcpy_ce"}
+    assert h2d == {"0": 323.36, "1": 269.33, "2": 312.11}  # each GPU's slowest path
+    [lat] = [m for m in out.metrics if "latency" in m.name]
+    assert lat.unit == "ns" and lat.higher_is_better is False
+
+
+def test_bandwidth_test_takes_the_largest_transfer_and_needs_a_pass_line():
+    out = parse("bandwidth_test", (TOOLS / "cuda_memory_d2d_bw.log").read_text())
+    assert [(m.name, m.value) for m in out.metrics] == [("mem-bw/d2d_bw", 762.8)]
+    cut = "\n".join((TOOLS / "cuda_memory_h2d_bw.log").read_text().splitlines()[:20])
+    assert parse("bandwidth_test", cut).inconclusive
+    assert parse("bandwidth_test", standin.bandwidth_test("H2D", 55.0, passed=False)).failed
+
+
+def test_dcgm_diag_fail_fails_and_an_allocation_error_is_never_a_pass():
+    fail = parse("dcgm_diag", standin.dcgm_diag({"Memory": ["Pass", "Fail"]},
+                                                warnings={"Memory": "DBE detected"}))
+    assert fail.failed == "Memory GPU1: DBE detected"
+    alloc = parse("dcgm_diag", standin.dcgm_diag(
+        {"Memory": ["Pass", "Pass"]}, warnings={"Memory": "Unable to allocate 80 GB on GPU 0"}))
+    assert alloc.failed is None and alloc.metrics == [] and "allocate" in alloc.inconclusive
+    busy = parse("dcgm_diag", standin.dcgm_diag({"Targeted Stress": ["Fail"]}, warnings={
+        "Targeted Stress": "The GPU is being used by another process"}))
+    assert busy.failed is None and busy.inconclusive
+    assert parse("dcgm_diag", standin.dcgm_diag({"Memory": ["Skip", "Skip"]})).inconclusive
+    assert parse("dcgm_diag", standin.dcgm_diag({}, runtime_error="host engine not running")
+                 ).inconclusive.startswith("runtime error")
+
+
+@pytest.mark.parametrize("test", sorted(PLUGINS))
+@pytest.mark.parametrize("text", [
+    "", "\x00\xff" * 100, "garbage\n" * 1000, "9" * 100_000,
+    "       8    2   float   sum   -1   5.0   nan   -1.0   0   5.0   1.0   inf   0\n",
+    "100.0%  proc'd: 1 (-5 Gflop/s)   errors: 0   temps: 1 C\n\tGPU 0: OK\n",
+    '{"DCGM Diagnostic": {"test_categories": "x"}}', "[]", "null",
+])
+def test_hostile_output_is_inconclusive_never_a_pass_or_a_crash(test, text):
+    out = parse(test, text)
+    assert out.metrics == [] and out.inconclusive and out.failed is None
+
+
+def test_every_plugin_names_its_tool_and_parses_a_stand_in():
+    made = {"nccl_tests": standin.nccl(231.0), "gpu_burn": standin.gpu_burn([16950.0]),
+            "perftest": standin.perftest(24.0), "nvbandwidth": (TOOLS / "nvbandwidth_results.log"
+                                                                ).read_text(),
+            "bandwidth_test": standin.bandwidth_test("D2H", 55.0),
+            "dcgm_diag": standin.dcgm_diag({"Memory": ["Pass"]})}
+    assert set(made) == set(PLUGINS), "a new plug-in needs a stand-in here"
+    for name, plugin in PLUGINS.items():
+        assert plugin.NAME == name and plugin.TOOL
+        out = parse(name, made[name])
+        assert out.metrics and not out.failed and not out.inconclusive, name
+        json.dumps([m.__dict__ for m in out.metrics])

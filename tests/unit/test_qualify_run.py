@@ -1,0 +1,136 @@
+"""`healthctl qualify run` end to end on stand-in tools that print the real formats: a fleet's
+first nodes bootstrap each other's peers, a node 5% slow fails, a tool that is missing, hangs or
+warns that it could not allocate is inconclusive (exit 4), never a pass; results and the fleet's
+own baseline are in the historian."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from rsc_health.cli import cli
+from rsc_health.sim import qualify_tools as standin
+
+CONFIG = """
+[qualify]
+full = ["dcgm", "nccl", "burn"]
+min_peers = 4
+tier_budget_s = 60
+[qualify.tests.dcgm]
+plugin = "dcgm_diag"
+command = ["dcgmi", "diag", "-r", "2", "-j"]
+timeout_s = 10
+[qualify.tests.nccl]
+plugin = "nccl_tests"
+command = ["all_reduce_perf", "-g", "8"]
+timeout_s = 10
+[qualify.tests.burn]
+plugin = "gpu_burn"
+command = ["gpu_burn", "-tc", "60"]
+timeout_s = 10
+"""
+
+
+class Node:
+    def __init__(self, tmp: Path, name: str, busbw: float = 231.0, gflops=(16950.0,) * 8,
+                 dcgm: str | None = None, missing: tuple[str, ...] = (), hang: str = ""):
+        self.name = name
+        self.bin = tmp / f"bin-{name}"
+        self.bin.mkdir(exist_ok=True)
+        outputs = {
+            "dcgmi": dcgm or standin.dcgm_diag({"Memory": ["Pass"] * 8, "PCIe": ["Pass"] * 8}),
+            "all_reduce_perf": standin.nccl(busbw),
+            "gpu_burn": standin.gpu_burn(list(gflops)),
+        }
+        for tool, text in outputs.items():
+            if tool in missing:
+                continue
+            (self.bin / f"{tool}.out").write_text(text)
+            body = "exec sleep 30" if tool == hang else f'cat "{self.bin}/{tool}.out"'
+            script = self.bin / tool
+            script.write_text(f"#!/bin/sh\n{body}\n")
+            script.chmod(script.stat().st_mode | stat.S_IXUSR)
+
+    def run(self, cfg: Path, db: str, *extra: str):
+        env = {"PATH": f"{self.bin}:/usr/bin:/bin", "RSC_HEALTH_DB": db}
+        old = dict(os.environ)
+        os.environ.update(env)
+        try:
+            return CliRunner().invoke(cli, ["--config", str(cfg), "qualify", "run", "--node",
+                                            self.name, "--gpu-model", "NVIDIA H100 80GB HBM3",
+                                            "--driver", "570.124.06", "--json", *extra])
+        finally:
+            os.environ.clear()
+            os.environ.update(old)
+
+
+def _setup(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(CONFIG)
+    db = f"sqlite:///{tmp_path / 'h.db'}"
+    assert CliRunner().invoke(cli, ["--db", db, "db", "upgrade"]).exit_code == 0
+    return cfg, db
+
+
+def _fleet(tmp_path, cfg, db, n=5):
+    spread = [231.0, 230.2, 231.6, 229.9, 230.8, 231.3, 230.5]
+    return [Node(tmp_path, f"gpu{i:03d}", busbw=spread[i % len(spread)]).run(cfg, db)
+            for i in range(n)]
+
+
+def test_first_nodes_bootstrap_peers_then_a_node_5_percent_slow_fails(tmp_path):
+    cfg, db = _setup(tmp_path)
+    first = _fleet(tmp_path, cfg, db)
+    # The first min_peers nodes have nobody to be judged by: inconclusive, measured, kept.
+    assert [r.exit_code for r in first] == [4, 4, 4, 4, 0], [r.output[-300:] for r in first]
+    slow = Node(tmp_path, "gpu100", busbw=231.0 * 0.95).run(cfg, db)
+    doc = json.loads(slow.output)
+    assert slow.exit_code == 3 and doc["verdict"] == "fail"
+    [nccl] = [r for r in doc["results"] if r["metric"].startswith("nccl-bw/")]
+    assert nccl["status"] == "fail" and nccl["basis"] == "peers" and nccl["peers"] == 5
+    assert nccl["percentile"] == 0.0
+    # A node whose one GPU is 6% slow fails on that GPU alone.
+    gpus = (16950.0,) * 7 + (16950.0 * 0.94,)
+    one = json.loads(Node(tmp_path, "gpu101", gflops=gpus).run(cfg, db).output)
+    assert [(r["index"], r["status"]) for r in one["results"]
+            if r["metric"].startswith("gpu-burn") and r["status"] != "pass"] == [("7", "fail")]
+    again = Node(tmp_path, "gpu000").run(cfg, db)
+    assert again.exit_code == 0, again.output[-400:]
+
+
+def test_missing_hanging_or_unallocated_tools_are_inconclusive_never_a_pass(tmp_path):
+    cfg, db = _setup(tmp_path)
+    _fleet(tmp_path, cfg, db, n=6)
+    cases = {
+        "gpu200": dict(missing=("gpu_burn",)),
+        "gpu201": dict(hang="all_reduce_perf"),
+        "gpu202": dict(dcgm=standin.dcgm_diag({"Memory": ["Pass"] * 8}, warnings={
+            "Memory": "Unable to allocate memory for the test on GPU 3"})),
+    }
+    for name, kw in cases.items():
+        res = Node(tmp_path, name, **kw).run(cfg, db)
+        doc = json.loads(res.output)
+        assert res.exit_code == 4 and doc["verdict"] == "inconclusive", (name, res.output[-300:])
+    # The tool said so itself: a DCGM Fail is a fail with DCGM's reason.
+    bad = Node(tmp_path, "gpu203", dcgm=standin.dcgm_diag(
+        {"Memory": ["Pass"] * 7 + ["Fail"]}, warnings={"Memory": "DBE on GPU 7"})).run(cfg, db)
+    assert bad.exit_code == 3 and "DBE on GPU 7" in json.loads(bad.output)["reason"]
+
+
+def test_baseline_and_show_read_the_fleets_own_results(tmp_path):
+    cfg, db = _setup(tmp_path)
+    _fleet(tmp_path, cfg, db, n=6)
+    res = CliRunner().invoke(cli, ["--config", str(cfg), "--db", db, "qualify", "baseline",
+                                   "--json"])
+    rows = json.loads(res.output)
+    [nccl] = [r for r in rows if r["metric"].startswith("nccl-bw/")]
+    assert nccl["nodes"] == 6 and 230.0 < nccl["median"] < 231.5
+    assert {r["idx"] for r in rows if r["metric"].startswith("gpu-burn")} == {str(i) for i in
+                                                                               range(8)}
+    show = CliRunner().invoke(cli, ["--config", str(cfg), "--db", db, "qualify", "show",
+                                    "gpu005"])
+    assert show.exit_code == 0 and "PASS" in show.output and "nccl-bw/" in show.output
