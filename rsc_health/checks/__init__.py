@@ -84,8 +84,8 @@ REGISTRY: tuple[Family, ...] = (
            capture=mount.capture),
     Family("host", host.check, "host", reads=host.READS, collect=host.collect,
            counters=host.counters),
-    # Programs, not files: a replay never runs this machine's (restore_snapshot turns it off).
-    Family("site", site.check, "site", collect=site.collect),
+    # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
+    Family("site", site.check, "site", collect=site.collect, capture=site.capture),
 )
 FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}

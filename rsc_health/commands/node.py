@@ -26,6 +26,7 @@ from rsc_health.model import Finding, Level, Status, utcnow
 
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
 PROBES_FILE = "rsc_health/mount_probes.json"  # in a replay root
+SITE_FILE = "rsc_health/site_checks.json"  # in a replay root
 CHECK_SCHEMA = "rsc_health.check/1"
 
 
@@ -256,8 +257,12 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
         cfg.data.setdefault("gpu", {}).update(backend="replay")
     if isinstance(probes, dict):
         cfg.data.setdefault("mounts", {})["probe_replay_file"] = PROBES_FILE
-    # Site checks are programs: replaying would run this machine's, not look at the snapshot's.
+    # Site checks are programs: replaying would run this machine's, not look at the snapshot's;
+    # what the node's printed is judged instead (older snapshots have no record: none run).
     cfg.data.setdefault("site", {}).update(checks_dir="", nhc_conf="")
+    if isinstance(doc.get("site_checks"), dict):
+        (root / SITE_FILE).write_text(json.dumps(doc["site_checks"]))
+        cfg.data["site"]["replay_file"] = SITE_FILE
     state = doc.get("state")
     if isinstance(state, dict):
         sdir = state_dir(cfg, root)
