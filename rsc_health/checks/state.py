@@ -64,11 +64,20 @@ def collect_all(
             data = env.guard(fam.name, fam.name, lambda fam=fam: fam.collect(root, env))
             if data is not None:
                 state.extra[fam.name] = data
-    # Only the families that ran keep baselines: a prolog that does not judge NVLink must
-    # not move its counters' baseline past errors the next sweep has to see.
+    # Only the families that ran move their baselines: a prolog that does not judge NVLink
+    # must not move its counters' baseline past errors the next sweep has to see. A counter
+    # with no baseline yet (a first run, a new boot) is kept whoever read it: from then on
+    # the family that judges it sees its rise.
     for fam in families:
         if fam.counters is not None:
             state.counters.update(fam.counters(state))
+    before = previous_counters or {}
+    kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
+        else {}
+    for fam in REGISTRY:
+        if fam.counters is not None and fam not in families:
+            state.counters.update({k: v for k, v in fam.counters(state).items()
+                                   if k not in kept})
     for key, value in list(state.counters.items()):
         if not counters.plausible(value):
             # Not judged and not kept as a baseline: the last good one stays, so a real rise

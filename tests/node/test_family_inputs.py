@@ -45,3 +45,17 @@ def test_a_prolog_that_does_not_judge_nvlink_leaves_its_errors_to_the_next_sweep
     assert ("nvlink", "gpu1", "nvlink_errors") in seen
     assert ("pcie", "gpu5", "pcie_replay") in seen
     assert (node_env / NODE_STATE / "counters.json").exists()
+
+
+def test_after_a_reboot_the_first_prolog_keeps_a_baseline_for_the_next_sweep(node_env):  # noqa: F811
+    from .conftest import Node
+
+    node = Node(node_env)
+    assert _stage("sweep") == 0
+    node.write("proc/sys/kernel/random/boot_id", "0f0f0f0f-1111-2222-3333-444444444444\n")
+    assert _stage("prolog") == 0  # the first run of the new boot judges no NVLink
+    _bump(node, lambda gpus: gpus[6]["nvlink"][2].update(recovery=4))
+    _stage("sweep")
+    seen = {(r["check"], r["component"], r["code"]) for r in _records(node_env)
+            if r["kind"] == "check" and r["status"] != "ok"}
+    assert ("nvlink", "gpu6", "nvlink_errors") in seen
