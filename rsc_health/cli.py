@@ -44,6 +44,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "mttf": "metrics:mttf",
     "ettr": "metrics:ettr",
     "goodput": "metrics:goodput",
+    "reliability": "metrics:reliability",
+    "gpus": "metrics:gpus",
     "metrics": "exporter:metrics",
     # lemon nodes
     "lemons": "lemons:lemons",
@@ -109,8 +111,9 @@ class AppContext:
 # Commands that can run for more than a few seconds on a big historian or a slow controller and
 # have no progress of their own (report, demo, sim and spool flush draw their own).
 SPINNER_COMMANDS = frozenset({
-    "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "ingest", "lemons",
-    "metrics", "mttf", "node", "outcomes", "rolling", "status", "ticket", "tune-lemons",
+    "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "gpus", "ingest", "lemons",
+    "metrics", "mttf", "node", "outcomes", "reliability", "rolling", "status", "ticket",
+    "tune-lemons",
 })
 
 

@@ -97,6 +97,21 @@ def family_names() -> tuple[str, ...]:
     return tuple(f.name for f in REGISTRY)
 
 
+def family_types() -> dict[str, Spec]:
+    """The element types a family declares (checks.Family.types) for its keys whose default
+    is an empty list or table, by dotted key."""
+    global _FAMILY_TYPES
+    if _FAMILY_TYPES is None:
+        from rsc_health.checks import REGISTRY  # only for an empty default: few keys
+
+        _FAMILY_TYPES = {f"{f.config}.{key}": spec for f in REGISTRY
+                         for key, spec in f.types.items()}
+    return _FAMILY_TYPES
+
+
+_FAMILY_TYPES: dict[str, Spec] | None = None
+
+
 def _is_duration(key: str) -> bool:
     return key.endswith(DURATION_SUFFIXES)
 
@@ -104,6 +119,8 @@ def _is_duration(key: str) -> bool:
 def infer(value: Any, dotted: str) -> Spec:
     if dotted in EXPLICIT:
         return EXPLICIT[dotted]
+    if isinstance(value, list | dict) and not value and dotted in family_types():
+        return family_types()[dotted]
     if isinstance(value, bool):
         return Spec("bool")
     if isinstance(value, int):

@@ -64,9 +64,9 @@ def _run(
     cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, sweep: bool
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
-    from rsc_health.checks import CHECKS
+    from rsc_health.checks import CHECKS, FAMILIES
+    from rsc_health.checks.state import collect_all
     from rsc_health.collect import counters, hangs, kmsg
-    from rsc_health.collect.node import FAMILIES, collect_all
     from rsc_health.xid import CatalogError, load_catalog
 
     started = time.monotonic()

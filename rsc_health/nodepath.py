@@ -746,7 +746,7 @@ def _write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Lev
         return
     path = root / directory.lstrip("/") / TEXTFILE
     try:
-        from rsc_health.collect.node import FAMILIES
+        from rsc_health.checks import FAMILIES
 
         now = time.time()
         samples = {

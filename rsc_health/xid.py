@@ -62,6 +62,13 @@ class Catalog:
             repair = key in table.get("repair", ())
         return XidRule(ACTIONS[action], repair, entry.get("name", f"XID {xid}"))
 
+    def application_codes(self) -> frozenset[int]:
+        """The XIDs marked `application = true`: the program's error, never the node's."""
+        return frozenset(
+            int(code) for code, entry in self.data.get("codes", {}).items()
+            if entry.get("application", False)
+        )
+
 
 def _read(path: Path) -> dict:
     from rsc_health.collect.sysfs import read_bounded  # refuses a FIFO or endless file

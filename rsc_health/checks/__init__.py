@@ -1,18 +1,30 @@
-"""Pure checks: `NodeState` (+ the counter deltas it carries) and config -> findings.
+"""Check families: each one file that reads the node, keeps its counters and judges.
 
-One module per check family; each exposes `check(state, cfg) -> list[Finding]` and does no I/O
-(the XID catalog is loaded by the engine and passed in through `cfg`). `REGISTRY` is the one
-list of families: engine, collectors and config read it. A family written the new way (see
-host.py) also brings its own `collect(root)` and `counters(data)`, so adding it is that one
-file, its line below, and its section in default_config.toml. A collector gets the node's
-root and a `CollectEnv` (the config, and the stage's deadline it must return by: site.py runs
-programs and needs both; host.py needs neither).
+A family module exposes `check(state, cfg) -> list[Finding]` (pure: no I/O; the XID catalog
+is loaded by the engine and passed in through `cfg`) and, when it reads something of its own,
+`collect(root, CollectEnv)` (its data lands in `state.extra[name]`) and `counters(state)` (the
+error counters kept between sweeps). `REGISTRY` is the one list of families: engine,
+collectors, the snapshot and config validation read it, and its `Family` line declares
+everything the family needs and brings:
+
+- `config`: its section in default_config.toml (typed from the defaults; `types` gives the
+  element type of a list or map whose default is empty, so `[1, "eth0"]` is refused);
+- `nvml`: it judges NVML's answers (state.gpu), so NVML is read whenever it runs, alone
+  (`check --only NAME`, `prolog_families = [NAME]`) or not;
+- `reads`: the files under the node's root it reads (globs), and `reads_config`: config keys
+  whose values name more of them; a snapshot carries exactly these (symlinks as links), so
+  its replay judges what the live node judged; `capture(cfg, root)`: anything else a
+  snapshot must carry for it (the mount probes' outcomes).
+
+tests/unit/test_family_contract.py holds every family to all of it. The shared readers (NVML,
+the kernel log, sysfs helpers, the mount table, bounded probes) live in rsc_health.collect,
+which never imports this package.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rsc_health.checks import ecc, gpu, host, infiniband, mount, nvlink, pcie, remap, site, xid
@@ -20,34 +32,61 @@ from rsc_health.checks import ecc, gpu, host, infiniband, mount, nvlink, pcie, r
 
 @dataclass(frozen=True)
 class CollectEnv:
-    """What a collector may need beyond the root: the config, and the time.monotonic() by which
-    it must have returned (None: no stage budget, e.g. `healthctl check`)."""
+    """What a collector may need beyond the root: the config; the time.monotonic() by which
+    it must have returned (None: no stage budget, e.g. `healthctl check`); and for the run's
+    own bookkeeping the state being filled (errors, probes asked and hung), the XID cursor,
+    the probes on record as hanging and the statvfs timeout."""
 
     cfg: Any
     deadline: float | None = None
+    state: Any = None
+    xid_cursor: dict | None = None
+    hangs_before: dict = field(default_factory=dict)
+    probe_timeout_s: float | None = None
+
+    def guard(self, family: str, source: str, fn: Callable[[], Any]) -> Any:
+        """fn(), or None with a checker finding naming `source` when it raises."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - a collector bug is a checker finding
+            self.state.errors.append((family, source, f"{type(exc).__name__}: {exc}"))
+            return None
 
 
 @dataclass(frozen=True)
 class Family:
     name: str
     check: Callable
-    # Self-contained families: read the node under its root, collect(root, CollectEnv) (any
-    # exception is a checker finding), and the error counters to keep between sweeps. The
-    # older families are collected by rsc_health.collect.node.
+    config: str  # its [section] in default_config.toml (several families may share one)
+    nvml: bool = False  # judges NVML's answers: NVML is read whenever it runs
+    reads: tuple[str, ...] = ()  # globs under the root its collect reads
+    reads_config: tuple[str, ...] = ()  # config keys naming more files it reads
     collect: Callable[[Any, CollectEnv], Any] | None = None
     counters: Callable[[Any], dict[str, int]] | None = None
+    capture: Callable[[Any, Any], dict] | None = None  # snapshot extras: cfg, root -> doc
+    types: dict[str, Any] = field(default_factory=dict)  # key -> config_schema.Spec
 
 
 REGISTRY: tuple[Family, ...] = (
-    Family("gpu", gpu.check),
-    Family("xid", xid.check),
-    Family("ecc", ecc.check),
-    Family("remap", remap.check),
-    Family("nvlink", nvlink.check),
-    Family("pcie", pcie.check),
-    Family("infiniband", infiniband.check),
-    Family("mount", mount.check),
-    Family("host", host.check, host.collect, host.counters),
-    Family("site", site.check, site.collect),
+    Family("gpu", gpu.check, "gpu", nvml=True),
+    # NVML maps the kernel's PCI addresses to gpuN.
+    Family("xid", xid.check, "xid", nvml=True, reads_config=xid.READS_CONFIG,
+           collect=xid.collect),
+    Family("ecc", ecc.check, "gpu", nvml=True, counters=ecc.counters),
+    Family("remap", remap.check, "gpu", nvml=True),
+    Family("nvlink", nvlink.check, "gpu", nvml=True, counters=nvlink.counters),
+    # NVML's PCIe replay counter of each GPU.
+    Family("pcie", pcie.check, "pcie", nvml=True, reads=pcie.READS, collect=pcie.collect,
+           counters=pcie.counters),
+    Family("infiniband", infiniband.check, "infiniband", reads=infiniband.READS,
+           collect=infiniband.collect, counters=infiniband.counters),
+    Family("mount", mount.check, "mounts", reads=mount.READS, collect=mount.collect,
+           capture=mount.capture),
+    Family("host", host.check, "host", reads=host.READS, collect=host.collect,
+           counters=host.counters),
+    # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
+    Family("site", site.check, "site", collect=site.collect, capture=site.capture),
 )
+FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}
+BY_NAME: dict[str, Family] = {f.name: f for f in REGISTRY}

@@ -8,6 +8,19 @@ from rsc_health.collect.gpu import val
 from rsc_health.model import Finding, Severity
 
 
+def counters(state) -> dict[str, int]:
+    """Each GPU's volatile and aggregate ECC counts (NVML)."""
+    out: dict[str, int] = {}
+    for g in state.gpu.gpus if state.gpu else []:
+        ecc = g.answers.get("ecc") or {}
+        for kind in ("volatile", "aggregate"):
+            for err in ("corrected", "uncorrected"):
+                v = val((ecc.get(kind) or {}).get(err))
+                if isinstance(v, int):
+                    out[f"ecc/gpu{g.index}/{kind}_{err}"] = v
+    return out
+
+
 def check(state, cfg: dict) -> list[Finding]:
     gcfg = cfg.get("gpu", {})
     out: list[Finding] = []

@@ -2,7 +2,9 @@
 
 The whole family lives here, as a new family should: what it reads (`collect`, under the
 node's root), which counters it keeps between sweeps (`counters`), and the policy (`check`);
-the registry line in rsc_health/checks/__init__.py is all it adds elsewhere.
+its registry line in rsc_health/checks/__init__.py (with what it reads, for snapshots), its
+[host] section in default_config.toml and its row in the README's family table are all it
+adds elsewhere.
 
 /sys/devices/system/edac/mc/mc<N>/{ue_count,ce_count} (kernel Documentation/admin-guide/
 ras.rst): uncorrectable and corrected errors since the EDAC driver loaded. An uncorrectable
@@ -21,6 +23,7 @@ from rsc_health.collect.sysfs import parse_count, read_text
 from rsc_health.model import Finding, Severity
 
 EDAC = "sys/devices/system/edac/mc"
+READS = (f"{EDAC}/mc*/ue_count", f"{EDAC}/mc*/ce_count")
 
 
 def collect(root: Path, env=None) -> dict[str, dict[str, int | None]]:
@@ -41,8 +44,8 @@ def _count(path: Path) -> int | None:
     return value if plausible(value) else None
 
 
-def counters(data: dict) -> dict[str, int]:
-    return {f"edac/{mc}/{kind}": v for mc, counts in (data or {}).items()
+def counters(state) -> dict[str, int]:
+    return {f"edac/{mc}/{kind}": v for mc, counts in (state.extra.get("host") or {}).items()
             for kind, v in counts.items() if isinstance(v, int)}
 
 

@@ -2,21 +2,101 @@
 
 All are drain-now (jobs would fail or hang on them) and transient (repair=False): a remount
 fixes them, and a clean sweep resumes the node.
+
+The whole family lives here: what it reads (`collect`: the mount table through the shared
+reader collect.mounts, and a statvfs probe of each expected mount in an abandonable child),
+what a snapshot must carry to replay it (`capture`: the probes' outcomes, so a hung mount
+replays as hung) and its policy.
 """
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
 from rsc_health.checks._finding import fail, ok
-from rsc_health.collect import hangs
-from rsc_health.model import Finding, Severity
+from rsc_health.collect import hangs, mounts
+from rsc_health.model import Finding, Severity, utcnow
+
+READS = ("proc/mounts", "proc/self/mountinfo")
+
+
+@dataclass
+class MountState:
+    table: list[mounts.Mount]
+    probes: dict[str, mounts.ProbeResult] = field(default_factory=dict)
+
+
+def automounts_waiting(cfg, present: list[mounts.Mount]) -> list[str]:
+    """Expected paths whose visible mount is autofs's trigger, where the config expects
+    something else mounted there (or says nothing of the type)."""
+    visible = {m.path: m.fstype for m in present}  # the last mount on a path is the visible one
+    return [m["path"] for m in cfg.get("mounts.expected", [])
+            if m.get("path") and visible.get(m["path"]) == "autofs"
+            and m.get("fstype") != "autofs"]
+
+
+def mounts_to_probe(cfg, present: list[mounts.Mount]) -> list[str]:
+    """The expected mounts that are mounted: the ones statvfs must answer for."""
+    mounted = {m.path for m in present}
+    expected = [m.get("path") for m in cfg.get("mounts.expected", []) if m.get("path")]
+    return [p for p in expected if p in mounted]
+
+
+def collect(root: Path, env) -> MountState | None:
+    cfg, state = env.cfg, env.state
+    table = env.guard("mount", "/proc/mounts", lambda: mounts.collect(root))
+    if table is None:
+        return None
+    found = MountState(table)
+    timeout = env.probe_timeout_s or float(cfg.get("mounts.probe_timeout_s", 2.0))
+    to_probe = mounts_to_probe(cfg, table)
+    replay = str(cfg.get("mounts.probe_replay_file", "") or "")
+    if replay:  # a snapshot's recorded outcomes, not this machine's statvfs
+        found.probes = env.guard("mount", replay, lambda: mounts.replayed_probes(
+            root / replay.lstrip("/"), to_probe)) or {}
+    else:
+        waiting = [p for p in to_probe
+                   if hangs.still_waiting(env.hangs_before.get(hangs.statvfs(p)))]
+        asked = [p for p in to_probe if p not in waiting]
+        found.probes = env.guard("mount", "statvfs",
+                                 lambda: mounts.probe(root, asked, timeout)) or {}
+        now = utcnow()
+        for path in waiting:  # its statvfs from an earlier run has still not returned
+            found.probes[path] = mounts.ProbeResult(
+                path, False, True, hangs.waited_s(env.hangs_before[hangs.statvfs(path)], now))
+        if automounts_waiting(cfg, table):
+            # autofs unmounts an idle path; its trigger (fstype autofs) is all the table
+            # showed. statvfs follows automounts, so the probe just mounted it (or failed
+            # to): judge the table as the next job will find it.
+            again = env.guard("mount", "/proc/mounts", lambda: mounts.collect(root))
+            if again is not None:
+                found.table = again
+    state.probes_asked.append(hangs.STATVFS)
+    for path, result in found.probes.items():
+        if result.hung:
+            state.hung_probes[hangs.statvfs(path)] = (
+                f"statvfs {path}: no answer within {result.seconds:.1f}s")
+            state.probe_pids[hangs.statvfs(path)] = result.pid
+    return found
+
+
+def capture(cfg, root: Path) -> dict:
+    """What a snapshot carries beyond the files: each expected mount point (a directory in
+    the replay root) and the statvfs probe's outcome for each one present."""
+    timeout = float(cfg.get("mounts.probe_timeout_s", 2.0))
+    probes = mounts.probe(root, mounts_to_probe(cfg, mounts.collect(root)), timeout)
+    return {"mountpoints": [m.get("path") for m in cfg.get("mounts.expected", [])],
+            "mount_probes": {p: asdict(r) for p, r in probes.items()}}
 
 
 def check(state, cfg: dict) -> list[Finding]:
     expected = cfg.get("mounts", {}).get("expected", [])
-    if state.mounts is None:
+    found = state.extra.get("mount")
+    if found is None:
         return []
     # The last mount on a path is the visible one (mounts stack).
-    by_path = {m.path: m for m in state.mounts}
+    by_path = {m.path: m for m in found.table}
     out: list[Finding] = []
     for want in expected:
         path = want.get("path")
@@ -31,7 +111,7 @@ def check(state, cfg: dict) -> list[Finding]:
                      f"{path} {got}, expected {fstype or 'a mount'}", repair=False)
             )
             continue
-        probe = state.mount_probes.get(path)
+        probe = found.probes.get(path)
         if probe is not None and probe.hung:
             # Since when and for how many sweeps (collect.hangs): the heartbeat and textfile
             # name the probe; the reason, which Slurm shows, stays short.

@@ -67,7 +67,19 @@ def enabled(cfg) -> bool:
 def collect(root: Path, env: CollectEnv | None = None) -> dict:
     """{"limit_s": float, "checks": {name: record}}; a record holds what the program printed
     (decoded with surrogateescape, so bytes survive to the parser) and how it ended."""
-    if env is None or not enabled(env.cfg):
+    if env is None:
+        return {"limit_s": 0.0, "checks": {}}
+    replay = str(env.cfg.get("site.replay_file", "") or "")
+    if replay:  # a snapshot's record of what the programs printed: nothing is run here
+        import json
+
+        from rsc_health.collect.sysfs import read_bounded
+
+        doc = json.loads(read_bounded(root / replay.lstrip("/")))
+        if not isinstance(doc, dict) or not isinstance(doc.get("checks"), dict):
+            raise ValueError(f"{replay}: not a record of site checks")
+        return doc
+    if not enabled(env.cfg):
         return {"limit_s": 0.0, "checks": {}}
     fds: dict[str, int] = {}  # the programs of checks_dir, opened once judged
     try:
@@ -75,6 +87,15 @@ def collect(root: Path, env: CollectEnv | None = None) -> dict:
     finally:
         for fd in fds.values():
             os.close(fd)
+
+
+def capture(cfg, root: Path) -> dict:
+    """What a snapshot carries for the family: the programs' outcomes, run once now (their
+    output decoded as in collect), so a replay judges what they printed without running
+    anything on the machine replaying it."""
+    from rsc_health.checks import CollectEnv
+
+    return {"site_checks": collect(root, CollectEnv(cfg))}
 
 
 def _collect(root: Path, env: CollectEnv, fds: dict[str, int]) -> dict:

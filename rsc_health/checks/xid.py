@@ -1,9 +1,28 @@
-"""XID events: each new event is judged by the catalog (see rsc_health/xid_catalog.toml)."""
+"""XID events: each new event in the kernel log is judged by the catalog (see
+rsc_health/xid_catalog.toml). The kernel log is read by the shared reader (collect.kmsg) from
+`[xid] sources`, past the cursor the engine keeps; NVML (the registry's nvml=True) maps each
+event's PCI address to its gpuN."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from rsc_health.checks._finding import fail, ok, warn
+from rsc_health.collect import kmsg
 from rsc_health.model import Finding, Severity, Status
+
+READS_CONFIG = ("xid.sources",)
+
+
+def collect(root: Path, env) -> kmsg.XidRead | None:
+    """The events since the cursor and the cursor to save once they are judged; the reader's
+    complaints (a FIFO source, lost records, a backlog) are checker findings."""
+    read = env.guard("xid", "kernel log", lambda: kmsg.read_new_events(
+        root, list(env.cfg.get("xid.sources", ["/dev/kmsg"])), env.xid_cursor or {},
+        file_backlog=bool(env.cfg.get("xid.file_backlog", True))))
+    if read is not None:
+        env.state.errors.extend(("xid", "kernel log", e) for e in read.errors)
+    return read
 
 
 def _pci_key(bus_id: str) -> str:
@@ -30,7 +49,9 @@ def check(state, cfg: dict) -> list[Finding]:
     # One finding per GPU, XID and line severity: an application storm of 500 XID 13 lines is
     # one WARN with a count, not 500 rows (the first event's details are kept).
     groups: dict[tuple[str, int, str | None, str | None], list] = {}
-    located = [(by_pci.get(_pci_key(ev.pci), ev.pci), ev) for ev in state.xid_events]
+    read = state.extra.get("xid")
+    events = read.events if read is not None else []
+    located = [(by_pci.get(_pci_key(ev.pci), ev.pci), ev) for ev in events]
     for comp, ev in _latest_recovery_only(located):
         groups.setdefault((comp, ev.xid, ev.severity, ev.recovery), []).append(ev)
     out: list[Finding] = []

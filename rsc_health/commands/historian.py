@@ -56,6 +56,8 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
                     "written": report.written,
                     "skipped": report.skipped,
                     "replaced": report.replaced,
+                    "merged": report.merged,
+                    "times": report.times or None,
                     "bad": [{"line": b.line, "error": b.message} for b in report.bad],
                 }
             )
@@ -223,9 +225,11 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
 @ingest.command("events")
 @click.option("--file", "path", callback=_file_or_none, help="`sacctmgr -P show event` output.")
 @click.option("--since", help="Start= for sacctmgr (default [historian] first_start).")
+@click.option("--tz", help="The IANA zone the times are wall-clock times of (default: UTC).")
 @json_option
 @click.pass_context
-def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_json: bool) -> None:
+def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: str | None,
+                  as_json: bool) -> None:
     """Node down/drain periods from `sacctmgr -P show event` (or --file)."""
     from rsc_health.historian.ingest import events
     from rsc_health.historian.retention import Retention
@@ -235,15 +239,15 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, as_js
     with _historian(ctx, events.EventsError) as engine:
         if path == "-":  # a reason is a person's text: bytes that are not UTF-8 are replaced
             stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
-            report = events.ingest_lines(engine, stdin, cluster=cluster)
+            report = events.ingest_lines(engine, stdin, cluster=cluster, tz=tz)
         elif path is not None:
-            report = events.ingest_file(engine, path, cluster=cluster)
+            report = events.ingest_file(engine, path, cluster=cluster, tz=tz)
         else:
             start = since or Retention.from_config(ctx.obj.config).events_start(
                 str(cfg.get("historian.first_start")),
                 datetime.now(UTC).replace(tzinfo=None))
             text = events.run_sacctmgr(start, _accounting(ctx))
-            report = events.ingest_text(engine, text, cluster=cluster)
+            report = events.ingest_text(engine, text, cluster=cluster, tz=tz)
     _print_report(report, as_json)
 
 
@@ -303,6 +307,42 @@ def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
             report = exclusions.ingest_lines(engine, _stdin_text())
         else:
             report = exclusions.ingest_file(engine, path)
+    _print_report(report, as_json)
+
+
+@ingest.command("inventory")
+@click.option("--file", "path", required=True, callback=_file_or_none,
+              help="CSV with node,cluster,partition,from,to ('-').")
+@json_option
+@click.pass_context
+def ingest_inventory(ctx: click.Context, path: str, as_json: bool) -> None:
+    """The fleet the historian had: each node's in-service intervals (to empty: in service),
+    with its cluster and partition. Node-days and the lemons' peer groups come from it."""
+    from rsc_health.historian.ingest import inventory
+
+    with _historian(ctx, inventory.InventoryError) as engine:
+        if path == "-":
+            report = inventory.import_lines(engine, _stdin_text(newline=""))
+        else:
+            report = inventory.import_csv(engine, path)
+    _print_report(report, as_json)
+
+
+@ingest.command("gpus")
+@click.option("--file", "path", required=True, callback=_file_or_none,
+              help="CSV with serial,node,slot,from,to ('-').")
+@json_option
+@click.pass_context
+def ingest_gpus(ctx: click.Context, path: str, as_json: bool) -> None:
+    """Each GPU's intervals in a node by serial (or UUID): failures follow the GPU when it
+    moves (`healthctl gpus`), and the node it left is not blamed for them."""
+    from rsc_health.historian.ingest import inventory
+
+    with _historian(ctx, inventory.InventoryError) as engine:
+        if path == "-":
+            report = inventory.import_gpu_lines(engine, _stdin_text(newline=""))
+        else:
+            report = inventory.import_gpus_csv(engine, path)
     _print_report(report, as_json)
 
 

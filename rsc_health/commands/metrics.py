@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 
 import click
 
@@ -531,3 +531,78 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
             *cols,
         ],
     )
+
+
+# -- reliability (events) ---------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--since", type=click.DateTime(), help="Failures at/after (UTC; default: all).")
+@click.option("--until", type=click.DateTime(), help="Failures before (UTC; default: now).")
+@click.option("--period", type=click.Choice(["month", "quarter", "year"]), default="quarter",
+              show_default=True)
+@click.option("--cluster", default=None, help="Only this cluster's nodes.")
+@json_option
+@click.pass_context
+def reliability(ctx, since, until, period, cluster, as_json):
+    """Event-based reliability per period and peer group: failures, episodes, system and node
+    MTBF, repair time (p50/p90/mean), reason mix. From node events and XIDs alone, beside the
+    job-based r_f and MTTF; node-days come from `healthctl ingest inventory`."""
+    from rsc_health.historian.lemons.features import OutageRules
+    from rsc_health.historian.lemons.verdicts import DEFAULTS
+    from rsc_health.historian.metrics.reliability import reliability as compute
+
+    rules = OutageRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
+    lo = since or datetime(1970, 1, 1)
+    hi = until or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    engine = _engine(ctx)
+    try:
+        df = compute(engine, lo, hi, period=period, rules=rules, cluster=cluster)
+    finally:
+        engine.dispose()
+    if as_json:
+        _emit_json({"since": lo, "until": hi, "period": period, "rows": _records(df)})
+        return
+    if df.empty:
+        click.echo("no failures in the window")
+        return
+    _table("event-based reliability", df, [
+        ("period", "period", "s"), ("group", "group", "s"), ("failures", "failures", ""),
+        ("episodes", "episodes", ""), ("node_days", "node-days", ".0f"),
+        ("system_mtbf_h", "system MTBF h", ".2f"), ("node_mtbf_h", "node MTBF h", ".0f"),
+        ("repair_p50_h", "repair p50 h", ".1f"), ("repair_p90_h", "repair p90 h", ".1f"),
+    ])
+
+
+# -- GPUs that failed in more than one node ---------------------------------------------------
+
+
+@click.command()
+@click.option("--until", type=click.DateTime(), help="Failures before (UTC; default: now).")
+@json_option
+@click.pass_context
+def gpus(ctx, until, as_json):
+    """GPUs (by serial, `healthctl ingest gpus`) that failed in two or more nodes: the fault
+    moved with the GPU, and the nodes it left are not blamed for it in the lemon verdicts."""
+    from rsc_health.historian.gpus import attribute, gpu_intervals, repeat_gpus
+    from rsc_health.historian.lemons.features import OutageRules
+    from rsc_health.historian.lemons.verdicts import DEFAULTS
+    from rsc_health.historian.metrics.reliability import failures
+
+    rules = OutageRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
+    hi = until or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    engine = _engine(ctx)
+    try:
+        found = failures(engine, datetime(1970, 1, 1), hi, rules)
+        df = repeat_gpus(attribute(found[["node", "time"]], gpu_intervals(engine)))
+    finally:
+        engine.dispose()
+    if as_json:
+        _emit_json({"until": hi, "gpus": _records(df)})
+        return
+    if df.empty:
+        click.echo("no GPU failed in more than one node")
+        return
+    click.echo(f"{len(df)} GPUs failed in more than one node")
+    for row in df.itertuples():
+        click.echo(f"  {row.serial}: {row.failures} failures in {', '.join(row.nodes)}")

@@ -26,6 +26,7 @@ from rsc_health.model import Finding, Level, Status, utcnow
 
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
 PROBES_FILE = "rsc_health/mount_probes.json"  # in a replay root
+SITE_FILE = "rsc_health/site_checks.json"  # in a replay root
 CHECK_SCHEMA = "rsc_health.check/1"
 
 
@@ -126,10 +127,8 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
 
 # --- snapshot -----------------------------------------------------------------------------
 
-PCI_ATTRS = ("class", "vendor", "device", "current_link_speed", "max_link_speed",
-             "current_link_width", "max_link_width", "aer_dev_correctable", "aer_dev_nonfatal",
-             "aer_dev_fatal")
-IB_PORT_ATTRS = ("state", "phys_state", "rate", "link_layer", "lid")
+# Read by the engine for every family: the boot id keys counter baselines and the XID cursor.
+SHARED_READS = ("proc/sys/kernel/random/boot_id",)
 
 
 def _read(path: Path) -> str | None:
@@ -161,52 +160,53 @@ def _local_state(cfg: Config, root: Path) -> dict[str, str]:
 
 
 def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
-    """Every file the collectors read (and NVML's answers), as one JSON document."""
-    from rsc_health.collect import pcie
+    """Exactly what the families of checks.REGISTRY declare they read (files, NVML's answers,
+    what their `capture` adds), with the node's local state, as one JSON document."""
+    from rsc_health.checks import REGISTRY
     from rsc_health.collect.node import gpu_backend
 
     files: dict[str, str] = {}
     links: dict[str, str] = {}
+    real_root = root.resolve()
+
+    def inside(path: Path) -> str | None:
+        try:
+            return path.relative_to(real_root).as_posix()
+        except ValueError:
+            return None  # a link out of the root: not this node's to carry
 
     def grab(rel: str) -> None:
-        text = _read(root / rel)
+        # Each symlink on the way is carried as a link (where its directory really is), the
+        # file where it really is: a replay resolves paths as the node did (the bridges
+        # above a PCI device are the addresses on its resolved path).
+        here = root
+        for part in Path(rel).parts:
+            here = here / part
+            if here.is_symlink():
+                where, target = inside(here.parent.resolve() / part), inside(here.resolve())
+                if where is None or target is None:
+                    return
+                links.setdefault(where, target)
+        real = inside((root / rel).resolve())
+        text = _read(root / rel) if real is not None else None
         if text is not None:
-            files[rel] = text
+            files[real] = text
 
-    for rel in ("proc/mounts", "proc/self/mountinfo", "proc/sys/kernel/random/boot_id"):
+    for rel in SHARED_READS:
         grab(rel)
-    for source in cfg.get("xid.sources"):
-        grab(source.lstrip("/"))
-    bus = root / "sys/bus/pci/devices"
-    for entry in sorted(bus.iterdir()) if bus.is_dir() else []:
-        cls = (_read(entry / "class") or "").strip().lower()
-        if cls not in pcie.GPU_CLASSES + pcie.NIC_CLASSES:
-            continue
-        target = entry.resolve()
-        rel_target = target.relative_to(root.resolve()).as_posix()
-        links[f"sys/bus/pci/devices/{entry.name}"] = rel_target
-        # The device and every bridge above it on the resolved path.
-        here = target
-        while here != root.resolve() and here.name:
-            if pcie._BDF.match(here.name):
-                rel = here.relative_to(root.resolve()).as_posix()
-                links.setdefault(f"sys/bus/pci/devices/{here.name}", rel)
-                for attr in PCI_ATTRS:
-                    grab(f"{rel}/{attr}")
-            here = here.parent
-    edac = root / "sys/devices/system/edac/mc"
-    for mc in sorted(edac.iterdir()) if edac.is_dir() else []:
-        for attr in ("ue_count", "ce_count"):
-            grab(f"{mc.relative_to(root).as_posix()}/{attr}")
-    ib = root / "sys/class/infiniband"
-    for hca in sorted(ib.iterdir()) if ib.is_dir() else []:
-        for port in sorted((hca / "ports").iterdir()) if (hca / "ports").is_dir() else []:
-            rel = port.relative_to(root).as_posix()
-            for attr in IB_PORT_ATTRS:
-                grab(f"{rel}/{attr}")
-            counters = port / "counters"
-            for c in sorted(counters.iterdir()) if counters.is_dir() else []:
-                grab(f"{rel}/counters/{c.name}")
+    doc: dict = {}
+    for fam in REGISTRY:
+        for pattern in fam.reads:
+            for path in sorted(root.glob(pattern)):
+                grab(path.relative_to(root).as_posix())
+        for key in fam.reads_config:
+            value = cfg.get(key, [])
+            for source in [value] if isinstance(value, str) else value:
+                grab(str(source).lstrip("/"))
+        if fam.capture is not None:
+            doc.update(fam.capture(cfg, root))
+    if any(fam.nvml for fam in REGISTRY):
+        doc["nvml"] = gpu_backend(cfg, root).read()
     return {
         "schema": SNAPSHOT_SCHEMA,
         "node": node or os.uname().nodename,
@@ -215,23 +215,9 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         "config": masked(cfg.data),  # a bug report leaves the site: no database password
         "files": files,
         "links": links,
-        "mountpoints": [m.get("path") for m in cfg.get("mounts.expected")],
-        "mount_probes": _probe_mounts(cfg, root),
-        "nvml": gpu_backend(cfg, root).read(),
+        **doc,
         "state": _local_state(cfg, root),
     }
-
-
-def _probe_mounts(cfg: Config, root: Path) -> dict[str, dict]:
-    """The statvfs probe's outcome for each expected mount that is present."""
-    from dataclasses import asdict
-
-    from rsc_health.collect import mounts
-    from rsc_health.collect.node import mounts_to_probe
-
-    timeout = float(cfg.get("mounts.probe_timeout_s"))
-    probes = mounts.probe(root, mounts_to_probe(cfg, mounts.collect(root)), timeout)
-    return {p: asdict(r) for p, r in probes.items()}
 
 
 def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
@@ -271,8 +257,12 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
         cfg.data.setdefault("gpu", {}).update(backend="replay")
     if isinstance(probes, dict):
         cfg.data.setdefault("mounts", {})["probe_replay_file"] = PROBES_FILE
-    # Site checks are programs: replaying would run this machine's, not look at the snapshot's.
+    # Site checks are programs: replaying would run this machine's, not look at the snapshot's;
+    # what the node's printed is judged instead (older snapshots have no record: none run).
     cfg.data.setdefault("site", {}).update(checks_dir="", nhc_conf="")
+    if isinstance(doc.get("site_checks"), dict):
+        (root / SITE_FILE).write_text(json.dumps(doc["site_checks"]))
+        cfg.data["site"]["replay_file"] = SITE_FILE
     state = doc.get("state")
     if isinstance(state, dict):
         sdir = state_dir(cfg, root)

@@ -230,10 +230,46 @@ def start(ctx, nodes, tier, timeout_s, as_json) -> None:
     ctx.exit(0 if all(r.result in ("pass", "would_qualify") for r in results) else 1)
 
 
+@qualify.command("auto")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--dry-run", is_flag=True, help="Say which nodes would be qualified, and why.")
+@click.pass_context
+def auto(ctx, as_json, dry_run) -> None:
+    """Qualify the nodes that are due: repair ticket closed after our drain, or a retry of a
+    run that proved nothing (back-off from [qualify] retry_min)."""
+    from rsc_health.qualify.flow import Flow, auto_candidates
+
+    cfg = ctx.obj.config
+    slurm, history = _flow_parts(ctx)
+    now = datetime.now(UTC).replace(tzinfo=None)
+    due = auto_candidates(slurm.nodes(), history, now,
+                          retry_min=float(cfg.get("qualify.retry_min")),
+                          retry_max_min=float(cfg.get("qualify.retry_max_min")),
+                          limit=int(cfg.get("qualify.auto_max_nodes")))
+    results = []
+    if not dry_run:
+        flow = Flow(slurm, history, command=list(cfg.get("qualify.node_command")), tier="full",
+                    timeout_s=float(cfg.get("qualify.flow_timeout_s")),
+                    enabled=bool(cfg.get("actions.enabled")))
+        results = [flow.run(node) for node, _why in due]
+    if as_json:
+        click.echo(json.dumps({"due": [{"node": n, "why": w} for n, w in due],
+                               "results": [r.__dict__ for r in results]}, indent=1,
+                              default=list))
+        return
+    if not due:
+        echo("no node is due for qualification")
+    for (node, why), r in zip(due, results or [None] * len(due), strict=True):
+        echo(f"{node}: {why}" + (f" -> {r.result} ({r.detail[:200]})" if r else " (dry run)"))
+
+
 @qualify.command("cleanup")
 @click.option("--json", "as_json", is_flag=True)
+@click.option("--older-than", "older_than_s", type=float, default=None,
+              help="Only reservations older than this many seconds (default: [qualify] "
+                   "flow_timeout_s plus 5 minutes: a younger one may be a flow still running).")
 @click.pass_context
-def cleanup_cmd(ctx, as_json) -> None:
+def cleanup_cmd(ctx, as_json, older_than_s) -> None:
     """Drain the node of every reservation a qualification flow left, and remove it."""
     from rsc_health.qualify.flow import cleanup
 
@@ -241,7 +277,9 @@ def cleanup_cmd(ctx, as_json) -> None:
         echo("shadow mode ([actions] enabled = false): nothing touched")
         return
     slurm, history = _flow_parts(ctx)
-    results = cleanup(slurm, history)
+    if older_than_s is None:
+        older_than_s = float(ctx.obj.config.get("qualify.flow_timeout_s")) + 300
+    results = cleanup(slurm, history, older_than_s=older_than_s)
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
     for r in results if not as_json else ():

@@ -25,8 +25,8 @@ from sqlalchemy import (
 
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
-# compared as bytes on PostgreSQL (0006); 7: the node inventory (0007); 8: qualification runs and
-# results (0008).
+# compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
+# qualification runs and results (0008).
 SCHEMA_VERSION = 8
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
@@ -188,6 +188,40 @@ reservations = Table(
     Column("flags", Text, nullable=False, default=""),
     Column("nodelist", Text, nullable=False, default=""),
     UniqueConstraint("cluster", "name", "start", name="uq_reservations"),
+)
+
+# The fleet the historian had (version 7): each node's in-service intervals, with its cluster
+# and partition, imported (`healthctl ingest inventory`, a CSV of node, cluster, partition,
+# from, to). `end` NULL: still in service. Exposure (node-days per peer group) is taken from
+# here; without rows, the nodes seen in the window stand in for the fleet.
+node_inventory = Table(
+    "node_inventory",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(128), nullable=False),
+    Column("cluster", String(64), nullable=False, default=""),
+    Column("partition", String(64), nullable=False, default=""),
+    Column("start", DateTime, nullable=False),
+    Column("end", DateTime),
+    Column("source", String(16), nullable=False, default="csv"),
+    UniqueConstraint("node", "start", name="uq_node_inventory"),
+)
+
+# Each GPU's in-service intervals by serial (or UUID) and node (version 7), imported
+# (`healthctl ingest gpus`, a CSV of serial, node, slot, from, to): a failure on a node is the
+# GPU's too, so a GPU that failed in two nodes is seen, and the node it left is not blamed.
+gpu_inventory = Table(
+    "gpu_inventory",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("serial", String(64), nullable=False),
+    Column("node", String(128), nullable=False),
+    Column("slot", String(32), nullable=False, default=""),
+    Column("start", DateTime, nullable=False),
+    Column("end", DateTime),
+    Column("source", String(16), nullable=False, default="csv"),
+    UniqueConstraint("serial", "start", name="uq_gpu_inventory"),
+    Index("ix_gpu_inventory_node", "node", "start"),
 )
 
 tickets = Table(

@@ -27,11 +27,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rsc_health.model import REASON_PREFIX, ActionKind
+from rsc_health.policy import QUALIFY_MODE
 from rsc_health.qualify.judge import FAIL, INCONCLUSIVE, PASS
 from rsc_health.slurm.api import SlurmError
 
 RESERVATION_PREFIX = "rsc_health_qualify_"
 STRIKES = 3
+RETRY_CODES = ("inconclusive", "interrupted")  # proved nothing: qualify again after a back-off
 
 
 @dataclass
@@ -48,10 +50,10 @@ def reservation_name(node: str) -> str:
 
 
 def qualify_reason(code: str, text: str) -> str:
-    from rsc_health.policy import QUALIFY_MODE, sanitize
+    from rsc_health.policy import MAX_REASON_LEN, sanitize
 
-    code = sanitize(code).replace(":", "_")
-    return f"{REASON_PREFIX}{QUALIFY_MODE}:{code}:{sanitize(text)}"[:250]
+    reason = f"{REASON_PREFIX}{QUALIFY_MODE}:{sanitize(code).replace(':', '_')}:{sanitize(text)}"
+    return reason[:MAX_REASON_LEN]
 
 
 def refusal(info, strikes: int) -> str | None:
@@ -141,6 +143,28 @@ class Flow:
             pass
         return INCONCLUSIVE, f"no result within {self.timeout_s:.0f} s (job {job_id} cancelled)"
 
+    def _delete_when_free(self, res: str, job_id: str | None) -> None:
+        """Slurm refuses to delete a reservation a job is still in ("in use"): the job has
+        stored its result and is exiting, or completing. Wait for it (cancel it after a
+        while), then delete."""
+        from rsc_health.slurm.api import SlurmCommandError
+
+        deadline = self.clock() + max(30.0, 15 * self.poll_s)
+        cancelled = False
+        while True:
+            try:
+                self.slurm.delete_reservation(res)
+                return
+            except SlurmCommandError as exc:
+                if not _in_use(exc):
+                    raise
+                if self.clock() >= deadline:
+                    if cancelled or job_id is None:
+                        raise
+                    self.slurm.cancel(job_id)
+                    cancelled, deadline = True, self.clock() + max(30.0, 15 * self.poll_s)
+            time.sleep(min(self.poll_s, 1.0))
+
     def _finish(self, node: str, res: str, verdict: str, detail: str,
                 job_id: str | None) -> list[str]:
         """Drain before the reservation goes, unless a pass is stored: the node is never out
@@ -154,7 +178,7 @@ class Flow:
             self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
             if verdict == FAIL:
                 self.history.repair_ticket(node, reason)
-        self.slurm.delete_reservation(res)
+        self._delete_when_free(res, job_id)
         done.append("reservation deleted")
         if verdict == PASS:
             self.history.action(node, ActionKind.QUALIFY_RELEASE,
@@ -162,12 +186,20 @@ class Flow:
         return done
 
 
-def cleanup(slurm, history) -> list[FlowResult]:
+def _in_use(exc: SlurmError) -> bool:
+    return "in use" in str(getattr(exc, "stderr", "") or exc)
+
+
+def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
     """Reservations a flow left behind: drain their node (inconclusive: never back without a
-    pass) and remove them."""
+    pass) and remove them. One younger than `older_than_s` may be a flow still running (a
+    person's `qualify start`): left alone."""
     out = []
-    for name, nodes in slurm.reservations().items():
+    now = datetime.now(UTC)
+    for name, (nodes, started) in slurm.reservations().items():
         if not name.startswith(RESERVATION_PREFIX):
+            continue
+        if started is not None and (now - started).total_seconds() < older_than_s:
             continue
         node = name[len(RESERVATION_PREFIX):]
         if nodes and nodes != node:
@@ -179,6 +211,39 @@ def cleanup(slurm, history) -> list[FlowResult]:
         slurm.delete_reservation(name)
         out.append(FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
                               actions=("drained", "reservation deleted")))
+    return out
+
+
+def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_max_min: float,
+                    limit: int) -> list[tuple[str, str]]:
+    """Nodes to qualify without a person asking, with why, at most `limit`:
+    - drained by rsc-health (any mode but a person's `healthctl drain`) and a repair ticket of
+      the node closed after the drain: repaired, so prove it;
+    - drained by qualification because it proved nothing: again once a back-off has passed
+      (retry_min doubling per inconclusive run in a row, at most retry_max_min).
+    A person's drain, DOWN, and a reboot Slurm holds are never candidates."""
+    from datetime import timedelta
+
+    from rsc_health.policy import MANUAL_MODE, parse_reason
+
+    out = []
+    for info in nodes:
+        if len(out) >= limit:
+            break
+        parsed = parse_reason(info.reason) if info.drain_set else None
+        if parsed is None or info.down or info.in_hand or parsed["mode"] == MANUAL_MODE:
+            continue
+        drained_at = info.reason_time.astimezone(UTC).replace(tzinfo=None) \
+            if info.reason_time else None
+        if parsed["mode"] == QUALIFY_MODE and parsed["code"] in RETRY_CODES:
+            streak, last = history.inconclusive_streak(info.name)
+            wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
+            if last is None or now - last >= timedelta(minutes=wait):
+                out.append((info.name, f"retry after {streak} inconclusive run(s)"))
+            continue
+        closed = history.ticket_closed_after(info.name, drained_at)
+        if closed is not None:
+            out.append((info.name, f"repair ticket closed {closed:%Y-%m-%d %H:%M}"))
     return out
 
 
@@ -234,6 +299,33 @@ class HistorianSide:
         with writer(self.engine).begin() as conn:
             conn.execute(insert(node_actions).values(id=aid[:32], time=now, node=node,
                                                      action=kind.value, reason=reason[:1000]))
+
+    def inconclusive_streak(self, node: str) -> tuple[int, datetime | None]:
+        """Inconclusive runs in a row, newest first, and when the newest ended."""
+        from sqlalchemy import select
+
+        from rsc_health.historian.schema import qualify_runs as r
+
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(r.c.verdict, r.c.ended).where(r.c.node == node)
+                                .order_by(r.c.ended.desc()).limit(16)).all()
+        streak = 0
+        for verdict, _ended in rows:
+            if verdict != INCONCLUSIVE:
+                break
+            streak += 1
+        return streak, rows[0].ended if rows else None
+
+    def ticket_closed_after(self, node: str, since: datetime | None) -> datetime | None:
+        from sqlalchemy import func, select
+
+        from rsc_health.historian.schema import tickets
+
+        if since is None:
+            return None
+        with self.engine.connect() as conn:
+            return conn.execute(select(func.max(tickets.c.closed)).where(
+                tickets.c.node == node, tickets.c.closed > since)).scalar()
 
     def repair_ticket(self, node: str, reason: str) -> None:
         from sqlalchemy import insert, select

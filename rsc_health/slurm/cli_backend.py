@@ -326,14 +326,15 @@ class CliSlurm:
             if "not found" not in exc.stderr and "Invalid reservation" not in exc.stderr:
                 raise
 
-    def reservations(self) -> dict[str, str]:
-        """{reservation name: its node list}."""
+    def reservations(self) -> dict[str, tuple[str, datetime | None]]:
+        """{reservation name: (its node list, its start time, aware UTC, or None)}."""
         out = self._run(["scontrol", "-o", "show", "reservation"])
         found = {}
         for line in out.splitlines():
             kv = parse_kv(line)
             if "ReservationName" in kv:
-                found[kv["ReservationName"]] = kv.get("Nodes", "")
+                found[kv["ReservationName"]] = (kv.get("Nodes", ""),
+                                                _local_time(kv.get("StartTime", "")))
         return found
 
     def submit(self, options: list[str], command: list[str]) -> str:
@@ -361,6 +362,14 @@ def _one_node(verb: str, name: str) -> None:
     if not is_one_node(name):
         raise SlurmCommandError(["scontrol", verb, "node", repr(name)[:80]], 2,
                                 "not one Slurm node name: refused")
+
+
+def _local_time(text: str) -> datetime | None:
+    """scontrol's local wall time (SLURM_TIME_FORMAT=standard), as aware UTC."""
+    try:
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").astimezone(UTC)
+    except ValueError:
+        return None
 
 
 def _one_word(what: str, name: str) -> None:

@@ -29,16 +29,26 @@ def test_defaults_keep_precision_and_recall_on_held_out_seeds(tmp_path):
 def test_maintenance_and_fleet_wide_outages_flag_no_healthy_node(tmp_path):
     """Issue 13 point 5: three maintenance drains and two fleet-wide "Not responding" events
     per fleet. Counting them as the nodes' outages flagged 4 healthy nodes on these seeds
-    (precision 0.75); with the packaged [lemon] outage keys none is flagged and recall holds."""
+    (precision 0.75); with the packaged [lemon] outage keys none is flagged and recall holds.
+    Issue 23: the peer-rate gate (peer_q) and incident days are a second defence."""
+    from dataclasses import replace
+
     from rsc_health.historian.lemons.features import OutageRules
 
     disrupted = {"maintenance_drains": 3, "fleet_events": 2}
     seeds = (101, 102, 103)
     aware = [labelled_from_sim(s, tmp_path / "aware", **disrupted) for s in seeds]
-    blind = [labelled_from_sim(s, tmp_path / "blind", outages=OutageRules((), 0, 0.0, 300),
+    # blind to maintenance reasons and fleet events, and to fleet-wide incident days
+    blind = [labelled_from_sim(s, tmp_path / "blind",
+                               outages=OutageRules((), 0, 0.0, 300, incident_alpha=0.0),
                                **disrupted) for s in seeds]
     rules = LemonRules.from_config()
-    got, without = score(aware, rules), score(blind, rules)
+    no_peers = replace(rules, peer_q=1.0)  # absolute counts, whatever the peers' rate
+    got, without = score(aware, rules), score(blind, no_peers)
     assert without.fp > 0, without.to_dict()  # the disruptions do bite when counted
     assert got.fp == 0, got.to_dict()
     assert got.tp + got.fn == 12 and got.recall >= 0.9, got.to_dict()
+    # The peer-rate gate and the incident days alone, without the [lemon] outage keys, also
+    # keep every healthy node out (recall is lower that way: 10 of 12, measured).
+    rates_only = score(blind, rules)
+    assert rates_only.fp == 0, rates_only.to_dict()

@@ -277,12 +277,15 @@ def test_hung_mount_is_a_finding_not_a_hang(node, monkeypatch):
 
 
 def test_collector_crash_is_a_checker_error_that_never_drains(node, monkeypatch):
-    from rsc_health.collect import infiniband
+    from dataclasses import replace
 
-    def boom(root):
+    from rsc_health.checks import REGISTRY, state
+
+    def boom(root, env):
         raise RuntimeError("sysfs exploded")
 
-    monkeypatch.setattr(infiniband, "collect", boom)
+    monkeypatch.setattr(state, "REGISTRY", tuple(
+        replace(f, collect=boom) if f.name == "infiniband" else f for f in REGISTRY))
     found, verdict = only_bad(node)
     assert [(f.family, f.status) for f in found] == [("checker", Status.ERROR)]
     assert verdict.level is Level.CHECKER_ERROR and verdict.reason == ""

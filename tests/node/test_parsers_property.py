@@ -8,7 +8,8 @@ import re
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rsc_health.collect import infiniband, kmsg, mounts, pcie, sysfs
+from rsc_health.checks import infiniband, pcie
+from rsc_health.collect import kmsg, mounts, sysfs
 
 XID_MARK = re.compile(r"NVRM: Xid \(")
 noise = st.binary(max_size=2000).map(lambda b: b.decode("utf-8", "replace"))

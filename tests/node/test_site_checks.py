@@ -476,7 +476,12 @@ def test_a_snapshot_replay_runs_no_site_programs(node, tmp_path):
     base = ["--root", str(node.root), "--config", str(config)]
     assert CliRunner().invoke(cli, [*base, "check"]).exit_code == 3  # live: the check runs
     marker.unlink()
+    # The snapshot runs them once and carries what they printed ...
     assert CliRunner().invoke(cli, [*base, "snapshot", "--out", str(snap)]).exit_code == 0
+    assert marker.exists()
+    marker.unlink()
+    # ... and the replay judges that, running nothing here.
     res = CliRunner().invoke(cli, ["check", "--from", str(snap)])
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == 3, res.output
+    assert "rsc_health:now:b:a c" in res.output
     assert not marker.exists()

@@ -168,7 +168,9 @@ def test_cleanup_drains_what_an_interrupted_flow_left_and_shadow_mode_touches_no
     c.run(["scontrol", "create", "reservation", "ReservationName=rsc_health_qualify_node01",
            "Nodes=node01", "StartTime=now", "Duration=infinite", "Users=root",
            "Flags=MAINT,IGNORE_JOBS"])
-    out = hc("qualify", "cleanup")
+    young = hc("qualify", "cleanup")  # may be a flow still running: left alone
+    assert "node01" not in young.stdout and _reservations(c) == ["rsc_health_qualify_node01"]
+    out = hc("qualify", "cleanup", "--older-than", "0")
     assert "node01: inconclusive" in out.stdout, out.stdout + out.stderr
     assert c.node("node01")["Reason"].startswith("rsc_health:qualify:interrupted")
     assert _reservations(c) == []
@@ -183,3 +185,20 @@ def test_cleanup_drains_what_an_interrupted_flow_left_and_shadow_mode_touches_no
     assert "would_qualify" in out.stdout, out.stdout + out.stderr
     assert c.node("node02")["Reason"].startswith("rsc_health:now:xid79")
     assert _reservations(c) == []
+
+
+def test_auto_qualifies_a_node_once_its_repair_ticket_closes(qual):
+    c, hc, sql, _ = qual
+    _ours(c, "node03")
+    dry = hc("qualify", "auto", "--dry-run")
+    assert "no node is due" in dry.stdout, dry.stdout + dry.stderr
+    assert hc("ticket", "open", "node03", "--reason", "RMA gpu3").returncode == 0
+    [(ticket,)] = sql("SELECT id FROM tickets WHERE node = 'node03'")
+    assert hc("ticket", "close", str(ticket)).returncode == 0
+    assert sql("SELECT count(*) FROM tickets WHERE node = 'node03' AND closed IS NOT NULL") \
+        == [(1,)]
+    out = hc("qualify", "auto", "--json")
+    doc = json.loads(out.stdout)
+    assert [d["node"] for d in doc["due"]] == ["node03"], out.stdout + out.stderr
+    assert doc["results"][0]["result"] == "pass"
+    assert "DRAIN" not in c.node_state("node03") and _reservations(c) == []

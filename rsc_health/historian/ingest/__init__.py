@@ -74,6 +74,10 @@ class IngestReport:
     replaced: int = 0
     # sacct: the newest Start or End among the jobs read (naive UTC), None when none had one.
     newest: datetime | None = None
+    # Rows folded into another row of the same key, by cause (none of them is lost silently).
+    merged: dict[str, int] = field(default_factory=dict)
+    # How wall-clock times were read (events: "UTC", or the --tz zone).
+    times: str = ""
 
     def add_bad(self, line: int, message: str) -> None:
         self.bad.append(BadRow(line, message))
@@ -86,6 +90,10 @@ class IngestReport:
             text += f", {len(self.bad)} unparsable"
         if self.replaced:
             text += f", {self.replaced} undecodable bytes replaced"
+        for cause, n in self.merged.items():
+            text += f", {n} merged ({cause})"
+        if self.times:
+            text += f"; times read as {self.times}"
         return text
 
 

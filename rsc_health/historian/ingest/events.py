@@ -4,14 +4,20 @@ sacctmgr prints a header line; its names differ between the field you ask for an
 prints (ask `Start`, get `TimeStart`), so both spellings are accepted. Cluster-wide events
 (no NodeName) are not node periods and are skipped. An event still open has End `Unknown`;
 reading it again once it closed fills in the end (the key is node, start, state).
+
+Rows of one load with the same key (a DBE and an off-the-bus in the same second) are one
+period: the reasons are joined ("; ") and the report counts the merge by its cause. sacctmgr
+prints slurmdbd's wall-clock time: `tz` (an IANA zone) reads it as that zone's and stores UTC;
+without it the times are taken as UTC and the report says so.
 """
 
 from __future__ import annotations
 
 import io
 from collections.abc import Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from sqlalchemy import Engine
 from sqlalchemy.exc import DBAPIError
@@ -56,11 +62,27 @@ def run_sacctmgr(start: str, acct: Accounting) -> str:
         raise EventsError(str(exc)) from exc
 
 
-def _time(text: str) -> datetime | None:
+MERGED_SAME_KEY = "same node, start and state in one load: one period, reasons joined"
+
+
+def _time(text: str, tz: ZoneInfo | None = None) -> datetime | None:
     text = text.strip()
     if text in NULL_TIMES:
         return None
-    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    value = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
+    if tz is not None:
+        value = value.replace(tzinfo=tz).astimezone(UTC).replace(tzinfo=None)
+    return value
+
+
+def zone(tz: str | None) -> ZoneInfo | None:
+    """The IANA zone `tz` names (None: times are UTC already), or EventsError."""
+    if not tz:
+        return None
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise EventsError(f"--tz {tz!r}: not a time zone (e.g. Europe/Berlin, UTC)") from exc
 
 
 def _header_index(header: list[str]) -> dict[str, int]:
@@ -77,24 +99,28 @@ def _header_index(header: list[str]) -> dict[str, int]:
 
 
 def ingest_lines(
-    engine: Engine, lines: Iterable[str], *, source: str = "sacctmgr", cluster: str = ""
+    engine: Engine, lines: Iterable[str], *, source: str = "sacctmgr", cluster: str = "",
+    tz: str | None = None,
 ) -> IngestReport:
     """Load `sacctmgr -P show event` lines. Each period's cluster is `cluster` when given
-    ([historian] cluster), else the output's Cluster column, else ''. A database that fails
-    during the load raises EventsError with one line."""
+    ([historian] cluster), else the output's Cluster column, else ''. `tz`: the zone the
+    times are wall-clock times of. A database that fails during the load raises EventsError
+    with one line."""
+    zinfo = zone(tz)
     try:
-        return _ingest_lines(engine, lines, source, cluster)
+        return _ingest_lines(engine, lines, source, cluster, zinfo)
     except DBAPIError as exc:
         raise EventsError(database_failed("events", exc)) from exc
 
 
-def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: str):
-    report = IngestReport("events")
+def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: str,
+                  tz: ZoneInfo | None):
+    report = IngestReport("events", times=str(tz) if tz else "UTC")
     it = iter(lines)
     header_line = next(it, "")
     index = _header_index(header_line.rstrip("\n").split("|"))
     width = len(header_line.rstrip("\n").split("|"))
-    batch: list[tuple] = []
+    batch: dict[tuple, tuple] = {}
     with writer(engine).begin() as conn:
         limit_statements(conn)
         for lineno, line in enumerate(it, 2):
@@ -126,8 +152,8 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
                 report.add_bad(lineno, "a NUL byte outside the Reason")  # a name is not text
                 continue
             try:
-                start = _time(fields[index["start"]])
-                end = _time(fields[index["end"]])
+                start = _time(fields[index["start"]], tz)
+                end = _time(fields[index["end"]], tz)
             except ValueError as exc:
                 report.add_bad(lineno, str(exc))
                 continue
@@ -136,15 +162,27 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
                 continue
             reason = free_text(fields[index["reason"]], report) if "reason" in index else ""
             named = cluster or (fields[index["cluster"]].strip() if "cluster" in index else "")
-            batch.append(
-                (node, db_time(start), db_time(end), fields[index["state"]], reason, source,
-                 named)
-            )
+            row = (node, db_time(start), db_time(end), fields[index["state"]], reason, source,
+                   named)
+            key = (node, row[1], row[3])
+            if key in batch:
+                report.merged[MERGED_SAME_KEY] = report.merged.get(MERGED_SAME_KEY, 0) + 1
+                row = _merge(batch[key], row)
+            batch[key] = row
             if len(batch) >= BATCH_ROWS:
-                report.written += _write(conn, batch)
-                batch = []
-        report.written += _write(conn, batch)
+                report.written += _write(conn, list(batch.values()))
+                batch = {}
+        report.written += _write(conn, list(batch.values()))
     return report
+
+
+def _merge(first: tuple, later: tuple) -> tuple:
+    """Two rows of one key: the later row, with both reasons (and the later end when it has
+    one)."""
+    reasons = [r for r in (first[4], later[4]) if r]
+    reason = "; ".join(dict.fromkeys(reasons))
+    end = later[2] if later[2] is not None else first[2]
+    return (later[0], later[1], end, later[3], reason, *later[5:])
 
 
 def _write(conn, rows: list[tuple]) -> int:
@@ -159,10 +197,12 @@ def _write(conn, rows: list[tuple]) -> int:
     )
 
 
-def ingest_file(engine: Engine, path: Path | str, *, cluster: str = "") -> IngestReport:
+def ingest_file(engine: Engine, path: Path | str, *, cluster: str = "",
+                tz: str | None = None) -> IngestReport:
     with open(path, encoding="utf-8", errors="replace") as fh:
-        return ingest_lines(engine, fh, cluster=cluster)
+        return ingest_lines(engine, fh, cluster=cluster, tz=tz)
 
 
-def ingest_text(engine: Engine, text: str, *, cluster: str = "") -> IngestReport:
-    return ingest_lines(engine, io.StringIO(text), cluster=cluster)
+def ingest_text(engine: Engine, text: str, *, cluster: str = "",
+                tz: str | None = None) -> IngestReport:
+    return ingest_lines(engine, io.StringIO(text), cluster=cluster, tz=tz)

@@ -8,8 +8,12 @@ window (below).
 Definitions (everything restricted to the window):
 
   excl_jobid_count      distinct job_exclusions.job_id that excluded the node (`time` in window)
-  xid_cnt               distinct XID events: distinct (time, component, code) among
-                        check_results rows with check='xid' and status warn/fail
+  xid_cnt               XID episodes: distinct XID events (time, component, code) among
+                        check_results rows with check='xid' and status warn/fail, chained
+                        into one episode while each is at most `episode_gap_h` after the
+                        one before (106 retries of one bad GPU in an evening are one). XIDs
+                        the catalog marks `application = true` (13, 31, 43, 45, 68: the
+                        program's error) are never the node's and count nowhere
   xid_codes             the distinct XID codes of those events, sorted (kept alongside xid_cnt)
   tickets               repair tickets (any source) `opened` in window
   out_count             out-of-service periods (node_events, any state/source) that `start`
@@ -54,6 +58,23 @@ repeat_outs, out_count_history and down_outs_history (`OutageRules`, the [lemon]
   MAINT reservation     the node is in a Slurm reservation with the MAINT flag (`healthctl
                         ingest reservations`) and the outage begins inside it, or in the
                         hour before it (nodes are drained ahead of the work)
+The fleet-rate rule (over `[as_of - rate_window_days, as_of)`, lemons/episodes.py):
+  episodes              the node's own fault episodes: its XID events (not application
+                        class), failed checks and own outages (none of the three kinds
+                        above; tickets are repairs, not faults), chained by episode_gap_h,
+                        less those beginning on a fleet-wide incident day of its peer group
+  rate_expected         the episodes expected of it at its peer group's rate (the group's
+                        other nodes' episodes per node-day) times its own node-days
+  rate_q                the Poisson upper tail P(X >= episodes), Benjamini-Hochberg adjusted
+                        within the peer group
+  rate_surprise         -log10(rate_q) (0 below rate_min_episodes episodes): the rule
+  left_out              the node's events in the rate window counted nowhere: maintenance
+                        and fleet-wide outages, application-class XIDs, episodes on incident
+                        days, failures of a GPU that failed in two nodes (historian/gpus.py:
+                        the fault moved with it); the verdict says so
+  Peer group and exposure come from the node inventory (`healthctl ingest inventory`:
+  cluster/partition, node-days in service); without one, every node seen in the rate window
+  (jobs, checks, events) is in service all of it, its group its cluster.
 Both windows of a node that came back from a lemon repair start at that repair
 (`lemon_repairs`): its past is what sent it there, and only new trouble (or the repeat-offender
 rule) should send it back.
@@ -72,6 +93,8 @@ import pandas as pd
 from sqlalchemy import Engine, and_, case, distinct, func, or_, select, union
 
 from rsc_health.config import packaged_default
+from rsc_health.historian.lemons.episodes import count_episodes, episode_starts, rate_test
+from rsc_health.historian.lemons.episodes import incident_days as find_incident_days
 from rsc_health.historian.schema import (
     attributions,
     check_results,
@@ -106,6 +129,11 @@ EXTRA_FEATURES = (
     "tickets_history",
     "out_count_history",
     "down_outs_history",
+    "episodes",
+    "rate_expected",
+    "rate_q",
+    "rate_surprise",
+    "left_out",
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
@@ -116,8 +144,19 @@ MAINT_LEAD = pd.Timedelta(hours=1)
 OUTAGE_DEFAULTS: dict[str, Any] = {
     key: packaged_default(f"lemon.{key}")
     for key in ("maintenance_reason_patterns", "fleet_event_nodes", "fleet_event_share",
-                "fleet_event_window_s")
+                "fleet_event_window_s", "episode_gap_h", "rate_window_days", "rate_min_episodes",
+                "incident_alpha")
 }
+# Most -log10(q) reported: a q that underflows to 0 is still a number.
+MAX_SURPRISE = 300.0
+
+
+def application_xid_codes() -> tuple[str, ...]:
+    """check_results codes ("xid13") of the XIDs the packaged catalog marks as the
+    application's own errors."""
+    from rsc_health.xid import load_catalog
+
+    return tuple(f"xid{c}" for c in sorted(load_catalog().application_codes()))
 
 
 @dataclass(frozen=True)
@@ -131,6 +170,15 @@ class OutageRules:
     fleet_event_nodes: int = OUTAGE_DEFAULTS["fleet_event_nodes"]
     fleet_event_share: float = OUTAGE_DEFAULTS["fleet_event_share"]
     fleet_event_window_s: float = OUTAGE_DEFAULTS["fleet_event_window_s"]
+    # How a node's events become episodes and are judged against its peers' rate.
+    episode_gap_h: float = OUTAGE_DEFAULTS["episode_gap_h"]
+    rate_window_days: float = OUTAGE_DEFAULTS["rate_window_days"]
+    rate_min_episodes: int = OUTAGE_DEFAULTS["rate_min_episodes"]
+    incident_alpha: float = OUTAGE_DEFAULTS["incident_alpha"]
+
+    @property
+    def gap(self) -> pd.Timedelta:
+        return pd.Timedelta(hours=self.episode_gap_h)
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> OutageRules:
@@ -148,6 +196,10 @@ class OutageRules:
             int(merged["fleet_event_nodes"]),
             float(merged["fleet_event_share"]),
             float(merged["fleet_event_window_s"]),
+            float(merged["episode_gap_h"]),
+            float(merged["rate_window_days"]),
+            int(merged["rate_min_episodes"]),
+            float(merged["incident_alpha"]),
         )
 
     def fleet_threshold(self, fleet_size: int) -> float:
@@ -238,7 +290,8 @@ class _Span:
         return and_(node.in_(list(self.since)), time >= start, time < self.hi)
 
 
-def _window_features(engine: Engine, span: _Span, early_fail_minutes: float):
+def _window_features(engine: Engine, span: _Span, early_fail_minutes: float,
+                     gap: pd.Timedelta):
     """The window features as one Series each (node -> value), and the XID-event rows."""
     dialect = engine.dialect.name
     j, jn, a = jobs, job_nodes, attributions
@@ -262,16 +315,16 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float):
         .where(
             check_results.c.check == "xid",
             check_results.c.status.in_((Status.WARN, Status.FAIL)),
+            check_results.c.code.not_in(application_xid_codes()),
             span.of(check_results.c.node, check_results.c.time),
         )
         .distinct()
         .subquery()
     )
-    s["xid_cnt"] = _series(
-        engine,
-        select(xid_rows.c.node, func.count()).group_by(xid_rows.c.node),
-        "xid_cnt",
-    )
+    with engine.connect() as conn:
+        xids = pd.DataFrame(conn.execute(select(xid_rows.c.node, xid_rows.c.time)).all(),
+                            columns=["node", "time"])
+    s["xid_cnt"] = count_episodes(xids, gap)
     s["tickets"] = _series(
         engine,
         select(tickets.c.node, func.count())
@@ -374,15 +427,18 @@ def lemon_features(
     outages = outages or OutageRules()
     lo, hi = window_bounds(as_of, window_days)
     h_lo, _ = window_bounds(as_of, max(history_days, window_days))
+    r_lo, _ = window_bounds(as_of, outages.rate_window_days)
     repaired = lemon_repairs(engine, hi)
-    s, xid_rows = _window_features(engine, _Span(lo, hi), early_fail_minutes)
+    s, xid_rows = _window_features(engine, _Span(lo, hi), early_fail_minutes,
+                                     outages.gap)
     xid_codes = _xid_codes(engine, xid_rows)
     # A node back from a lemon repair inside the window is judged on what happened since: the
     # failures that sent it to repair must not send it straight back. One more pass, over
     # those few nodes only, each from its own repair.
     restart = {node: when for node, when in repaired.items() if when > lo}
     if restart:
-        again, again_xid = _window_features(engine, _Span(lo, hi, restart), early_fail_minutes)
+        again, again_xid = _window_features(engine, _Span(lo, hi, restart),
+                                             early_fail_minutes, outages.gap)
         for name, series in s.items():
             s[name] = pd.concat([series.drop(list(restart), errors="ignore"), again[name]])
         xid_codes = pd.concat([xid_codes.drop(list(restart), errors="ignore"),
@@ -405,10 +461,11 @@ def lemon_features(
         events = pd.DataFrame(
             conn.execute(
                 select(node_events.c.node, node_events.c.start, node_events.c.state,
-                       node_events.c.reason)
-                .where(node_events.c.start >= min(h_lo, lo) - margin, node_events.c.start < hi)
+                       node_events.c.reason, node_events.c.cluster)
+                .where(node_events.c.start >= min(h_lo, lo, r_lo) - margin,
+                       node_events.c.start < hi)
             ).all(),
-            columns=["node", "start", "state", "reason"],
+            columns=["node", "start", "state", "reason", "cluster"],
         )
     nodes = _nodes_seen(engine, lo, hi) | set(s["tickets_history"].index)
     members = _cluster_nodes(engine, cluster) if cluster is not None else None
@@ -429,7 +486,10 @@ def lemon_features(
     in_window = own[(own["start"] >= since) & (own["start"] >= lo) & (own["start"] < hi)]
     s["out_count"] = in_window.groupby("node").size().astype("float64")
     s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
-    nodes |= set(s["out_count_history"].index)
+    rate, peer_group, left_out = _fleet_rate(engine, events, r_lo, hi, outages, cluster, members,
+                                             fleet)
+    s.update(rate)
+    nodes |= set(s["out_count_history"].index) | set(s["episodes"].index)
     if members is not None:
         nodes &= members
     frame = pd.DataFrame(index=pd.Index(sorted(nodes), name="node"))
@@ -439,6 +499,7 @@ def lemon_features(
     for name in FEATURE_COLUMNS:
         if name not in frame.columns:
             frame[name] = 0.0
+    frame["rate_q"] = s["rate_q"].reindex(frame.index).fillna(1.0)
     frame["node_fails"] = frame["multi_node_node_fails"] + frame["single_node_node_fails"]
     singles = frame["single_node_jobs"].where(frame["single_node_jobs"] > 0)
     frame["single_node_node_failure_rate"] = (frame["single_node_node_fails"] / singles).fillna(0.0)
@@ -448,10 +509,141 @@ def lemon_features(
     frame = frame[list(FEATURE_COLUMNS)]
     frame["xid_codes"] = xid_codes.reindex(frame.index)
     frame["xid_codes"] = frame["xid_codes"].apply(lambda v: v if isinstance(v, list) else [])
+    frame["peer_group"] = peer_group.reindex(frame.index).fillna("")
     frame.index.name = "node"
     if members is not None:
         frame = frame[frame.index.isin(members)]
-    return frame.sort_index()
+    frame = frame.sort_index()
+    frame.attrs["left_out"] = left_out
+    return frame
+
+
+def _own_fault_times(engine: Engine, lo: datetime, hi: datetime) -> tuple[pd.DataFrame, pd.Series]:
+    """(node, time) of the node's own faults in [lo, hi) the database holds apart from outages:
+    XID events (not application class) and failed checks of the other families; and per node
+    its application-class XIDs. Repair tickets are not faults: a ticket is the repair of an
+    outage already counted, opened hours or days after it (a site that imports its outage
+    records as tickets too would count every one twice)."""
+    cr = check_results
+    in_window = and_(cr.c.time >= lo, cr.c.time < hi)
+    app = application_xid_codes()
+    faults = union(
+        select(cr.c.node, cr.c.time).where(
+            in_window, cr.c.check == "xid", cr.c.status.in_((Status.WARN, Status.FAIL)),
+            cr.c.code.not_in(app)),
+        select(cr.c.node, cr.c.time).where(
+            in_window, cr.c.check != "xid", cr.c.status == Status.FAIL),
+    )
+    with engine.connect() as conn:
+        rows = pd.DataFrame(conn.execute(faults).all(), columns=["node", "time"])
+        app_rows = conn.execute(
+            select(cr.c.node, func.count()).where(
+                in_window, cr.c.check == "xid", cr.c.status.in_((Status.WARN, Status.FAIL)),
+                cr.c.code.in_(app)).group_by(cr.c.node)
+        ).all()
+    return rows, pd.Series(dict(app_rows), dtype="float64")
+
+
+def _exposure(engine: Engine, lo: datetime, hi: datetime, events: pd.DataFrame,
+              cluster: str | None, members: set[str] | None,
+              seen: set[str]) -> tuple[pd.DataFrame, str]:
+    """node, group, days over [lo, hi), and where it came from ("inventory" or "seen"):
+    without an inventory, the nodes `seen` (in the verdict window: jobs, checks, events) and
+    every node with an event in [lo, hi), each in service all of it. (Reading 90 days of jobs
+    for the nodes seen cost 1.7 s of a 4 s lemon pass at the paper's scale.)"""
+    from rsc_health.historian.ingest.inventory import exposure
+
+    inv = exposure(engine, lo, hi)
+    if not inv.empty:
+        if cluster is not None:
+            inv = inv[inv["cluster"] == cluster]
+        group = inv["cluster"].str.cat(inv["partition"], sep="/")
+        return pd.DataFrame({"node": inv["node"], "group": group, "days": inv["days"]}), \
+            "inventory"
+    seen = set(seen) | set(events["node"])
+    if members is not None:
+        seen &= members
+    clusters = events.sort_values("start").groupby("node")["cluster"].last()
+    nodes = sorted(seen)
+    return pd.DataFrame({
+        "node": nodes,
+        "group": clusters.reindex(nodes).fillna("").to_numpy(),
+        "days": (hi - lo).total_seconds() / 86400.0,
+    }), "seen"
+
+
+def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime,
+                rules: OutageRules, cluster: str | None, members: set[str] | None,
+                seen: set[str]):
+    """The fleet-rate rule's series (episodes, rate_expected, rate_q, rate_surprise,
+    left_out) over the nodes with an episode or an event left out, every node's peer group,
+    and what the rule left out of the counts (episodes.py)."""
+    faults, app_xids = _own_fault_times(engine, lo, hi)
+    window = events[(events["start"] >= lo) & (events["start"] < hi)]
+    own = window[window["kind"] == "node"]
+    faults = pd.concat([faults, own[["node", "start"]].rename(columns={"start": "time"})],
+                       ignore_index=True)
+    if members is not None:
+        faults = faults[faults["node"].isin(members)]
+    # A GPU that failed in two nodes took its fault along: the nodes are not blamed for it.
+    from rsc_health.historian.gpus import moved_gpu_failures
+
+    moved = moved_gpu_failures(engine, faults, hi, rules)
+    moved_by_node = faults[moved].groupby("node").size().astype("float64")
+    faults = faults[~moved]
+    exposure, basis = _exposure(engine, lo, hi, events, cluster, members,
+                                seen | set(faults["node"]))
+    groups = exposure.set_index("node")["group"]
+    starts = episode_starts(faults, rules.gap)
+    starts = starts[starts["node"].isin(groups.index)].assign(
+        group=lambda f: f["node"].map(groups))
+    incidents = find_incident_days(starts, exposure, rules.incident_alpha)
+    day = pd.to_datetime(starts["time"]).dt.floor("D")
+    on_incident = pd.MultiIndex.from_arrays([starts["group"], day]).isin(
+        pd.MultiIndex.from_arrays([incidents["group"], pd.to_datetime(incidents["day"])]))
+    kept = starts[~on_incident]
+    episodes = kept.groupby("node").size().astype("float64")
+    tested = rate_test(episodes, exposure)
+    if basis == "inventory":
+        # The inventory makes it a group of one on purpose (a one-node system): its own rate
+        # is its base rate, and the absolute counts do not judge it either (verdicts.py gate).
+        alone = tested["expected"].isna()
+        tested.loc[alone, "expected"] = tested.loc[alone, "episodes"]
+    q = tested["q"].to_numpy()
+    surprise = np.clip(-np.log10(np.maximum(q, 1e-300)), 0.0, MAX_SURPRISE)
+    surprise[tested["episodes"].to_numpy() < rules.rate_min_episodes] = 0.0
+    not_own = window[window["kind"] != "node"]
+    left = pd.concat([
+        not_own.groupby("node").size().astype("float64"),
+        app_xids,
+        starts[on_incident].groupby("node").size().astype("float64"),
+        moved_by_node,
+    ]).groupby(level=0).sum()
+    tested["surprise"] = surprise
+    tested = tested[tested["episodes"] > 0]
+    series = {
+        "episodes": tested["episodes"],
+        "rate_expected": tested["expected"],
+        "rate_q": tested["q"],
+        "rate_surprise": tested["surprise"],
+        "left_out": left,
+    }
+    left_out = {
+        "window": [lo.isoformat(sep=" "), hi.isoformat(sep=" ")],
+        "exposure": basis,
+        "node_days": float(exposure["days"].sum()),
+        "maintenance_outages": int((not_own["kind"] == "maintenance").sum()),
+        "fleet_outages": int((not_own["kind"] == "fleet").sum()),
+        "application_xids": int(app_xids.sum()),
+        "incident_days": [
+            {"group": r.group, "day": pd.Timestamp(r.day).date().isoformat(),
+             "nodes": int(r.nodes), "expected": round(float(r.expected), 2)}
+            for r in incidents.itertuples()
+        ],
+        "incident_episodes": int(on_incident.sum()),
+        "moved_gpu_failures": int(moved.sum()),
+    }
+    return series, groups, left_out
 
 
 def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:

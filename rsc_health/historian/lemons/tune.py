@@ -23,7 +23,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rsc_health.historian.lemons.verdicts import RATE_RULES, LemonRules
+from rsc_health.historian.lemons.verdicts import (
+    PEER_GATED_RULES,
+    RATE_RULES,
+    LemonRules,
+    above_peer_rate,
+)
 
 # The knobs the tuning moves. Rules not named here are off while tuning (the failure-rate and
 # early-fail rules drown in users' own failures: a quarter of single-node jobs fail anyway).
@@ -95,9 +100,17 @@ class _Compiled:
     def __init__(self, data: Labelled):
         nodes = sorted(data.nodes | data.lemons | set(data.features.index))
         f = data.features.reindex(nodes).fillna(0)
-        self.cols = {c: f[c].to_numpy(dtype=float) for c in f.columns if f[c].dtype != object}
+        self.cols = {c: f[c].to_numpy(dtype=float) for c in f.columns
+                     if pd.api.types.is_numeric_dtype(f[c])}
         self.truth = np.array([n in data.lemons for n in nodes])
         self.single_jobs = self.cols.get("single_node_jobs", np.zeros(len(nodes)))
+        self.features = f
+        self._peers: dict[float, np.ndarray] = {}
+
+    def above_peers(self, ratio: float) -> np.ndarray:
+        if ratio not in self._peers:
+            self._peers[ratio] = above_peer_rate(self.features, ratio).to_numpy()
+        return self._peers[ratio]
 
     def predict(self, rules: LemonRules) -> np.ndarray:
         hits = np.zeros(len(self.truth), dtype=int)
@@ -108,6 +121,8 @@ class _Compiled:
             crossed = self.cols[feat] >= threshold
             if feat in RATE_RULES:
                 crossed &= self.single_jobs >= rules.min_single_node_jobs
+            if feat in PEER_GATED_RULES:
+                crossed &= self.above_peers(rules.peer_q)
             hits += crossed
             if feat in rules.strong:
                 strong |= crossed

@@ -52,8 +52,16 @@ RULES: dict[str, str] = {
     "tickets_history": "tickets_history",
     "out_count_history": "out_count_history",
     "down_outs_history": "down_outs_history",
+    "rate_surprise": "rate_surprise",
 }
 RATE_RULES = {"single_node_node_failure_rate", "single_node_fail_rate_any"}
+# Absolute counts of outages and tickets: on a system whose every node fails often they fire
+# for the whole fleet, so they fire only on a node whose episodes are unusual at its peer
+# group's rate: BH-adjusted q at most `peer_q` (features.py: rate_q).
+PEER_GATED_RULES = {
+    "tickets", "out_count", "repeat_outs", "tickets_history", "out_count_history",
+    "down_outs_history",
+}
 
 # The packaged [lemon] section, for callers without a Config.
 DEFAULTS: dict[str, Any] = packaged_default("lemon")
@@ -68,6 +76,7 @@ class LemonRules:
     strong: tuple[str, ...] = tuple(DEFAULTS["strong"])
     min_single_node_jobs: int = DEFAULTS["min_single_node_jobs"]
     repeat_offender_fails: int = DEFAULTS["repeat_offender_fails"]
+    peer_q: float = DEFAULTS["peer_q"]
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> LemonRules:
@@ -78,6 +87,7 @@ class LemonRules:
             strong=tuple(merged["strong"]),
             min_single_node_jobs=int(merged["min_single_node_jobs"]),
             repeat_offender_fails=int(merged["repeat_offender_fails"]),
+            peer_q=float(merged["peer_q"]),
         )
 
     def with_thresholds(self, **changes: float) -> LemonRules:
@@ -87,6 +97,7 @@ class LemonRules:
             self.strong,
             self.min_single_node_jobs,
             self.repeat_offender_fails,
+            self.peer_q,
         )
 
 
@@ -104,6 +115,10 @@ class LemonVerdict:
     repeat_offender: bool = False
     resumed_at: datetime | None = None
     evidence: dict[str, list[dict]] = field(default_factory=dict)
+    # The fleet-rate rule's view of the node: its episodes, the expectation at its peer
+    # group's rate, q, the group; and what the rule left out of the fleet's counts.
+    peer: dict[str, Any] = field(default_factory=dict)
+    left_out: dict[str, Any] = field(default_factory=dict)
 
     @property
     def top_feature(self) -> str:
@@ -113,7 +128,13 @@ class LemonVerdict:
         return max(self.crossings, key=lambda c: c.value / c.threshold).feature
 
     def summary(self) -> str:
-        parts = [f"{c.feature}={_fmt(c.value)}>={_fmt(c.threshold)}" for c in self.crossings]
+        parts = [
+            f"episodes={self.peer['episodes']} vs {self.peer['expected']:.2f} expected at "
+            f"the rate of {self.peer['group'] or 'its peers'} (q={self.peer['q']:.1e})"
+            if c.feature == "rate_surprise" and self.peer
+            else f"{c.feature}={_fmt(c.value)}>={_fmt(c.threshold)}"
+            for c in self.crossings
+        ]
         if self.repeat_offender:
             parts.insert(0, "repeat offender")
         return ", ".join(parts)
@@ -134,14 +155,26 @@ def crossings_frame(features: pd.DataFrame, rules: LemonRules) -> pd.DataFrame:
     """Boolean frame: which rule each node crosses (vectorised, for tuning on big grids)."""
     out = pd.DataFrame(index=features.index)
     enough_singles = features["single_node_jobs"] >= rules.min_single_node_jobs
+    above_peers = above_peer_rate(features, rules.peer_q)
     for feat, threshold in rules.thresholds.items():
         if threshold <= 0 or feat not in features:
             continue
         crossed = features[feat] >= threshold
         if feat in RATE_RULES:
             crossed &= enough_singles  # one failed job out of two is noise, not a rate
+        if feat in PEER_GATED_RULES:
+            crossed &= above_peers
         out[feat] = crossed
     return out
+
+
+def above_peer_rate(features: pd.DataFrame, peer_q: float) -> pd.Series:
+    """Nodes whose episodes are unusual at their peer group's rate: rate_q <= peer_q. Every
+    node when peer_q >= 1 or the features have no rate columns, and a node with nothing to be
+    judged against (no peers: rate_expected 0)."""
+    if peer_q >= 1 or "rate_q" not in features:
+        return pd.Series(True, index=features.index)
+    return (features["rate_q"] <= peer_q) | (features["rate_expected"] <= 0)
 
 
 def flagged(features: pd.DataFrame, rules: LemonRules, repeat: pd.Series | None = None):
@@ -227,6 +260,8 @@ def lemon_verdicts(
             crossings=cs,
             repeat_offender=is_repeat,
             resumed_at=repeats.at[node, "resumed_at"].to_pydatetime() if is_repeat else None,
+            peer=_peer(row),
+            left_out=features.attrs.get("left_out", {}),
         )
         if with_evidence:
             v.evidence = evidence(
@@ -241,6 +276,17 @@ def lemon_verdicts(
         )
     )
     return verdicts
+
+
+def _peer(row: pd.Series) -> dict[str, Any]:
+    if "rate_q" not in row:
+        return {}
+    return {
+        "group": str(row.get("peer_group", "")),
+        "episodes": int(row["episodes"]),
+        "expected": round(float(row["rate_expected"]), 4),
+        "q": float(row["rate_q"]),
+    }
 
 
 def evidence(

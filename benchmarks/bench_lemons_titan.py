@@ -1,0 +1,130 @@
+"""Lemon verdicts on a real fleet's history: Titan's six years of GPU failures (_titan.py),
+imported as an operator would (`ingest inventory`, then `ingest events` or `ingest checks`),
+scored at several as-of dates against the answer key _titan.reference computes by its own
+definitions:
+
+    recall     flagged nodes among the target (separate failures in the window far above the
+               fleet's rate: exact Poisson tail, Bonferroni across the fleet, < 0.001)
+    precision  flagged nodes that are statistically unusual in the window or over their life
+               (Poisson tail, BH across the fleet, < 0.05)
+
+    python3 benchmarks/bench_lemons_titan.py [--dates 2016-01-01,2017-01-01] [--backend sqlite]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import _titan  # noqa: E402
+
+from rsc_health.historian import db  # noqa: E402
+from rsc_health.historian.ingest import checks, events, inventory, tickets  # noqa: E402
+from rsc_health.historian.lemons.features import OutageRules, lemon_features  # noqa: E402
+from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, flagged  # noqa: E402
+
+DATES = "2015-10-01,2016-01-01,2016-04-01,2016-07-01,2016-10-01,2017-01-01,2017-07-01," \
+        "2018-01-01,2018-07-01,2019-01-01,2019-07-01"
+
+
+def load(url: str, paths: dict[str, Path], mode: str, tz: str | None = None,
+         with_tickets: bool = False) -> None:
+    engine = db.connect(url, upgrade=True)
+    try:
+        inventory.import_csv(engine, paths["inventory"])
+        if with_tickets:
+            tickets.import_csv(engine, paths["tickets"])
+        if mode == "events":
+            events.ingest_file(engine, paths["events"], tz=tz)
+        else:
+            checks.ingest_file(engine, paths["checks"])
+    finally:
+        engine.dispose()
+
+
+def score(url: str, frame, dates: list[datetime], rules: dict[str, LemonRules],
+          rate_window_days: float, reference=_titan.reference):
+    outages = OutageRules.from_config({**DEFAULTS, "rate_window_days": rate_window_days})
+    window = outages.rate_window_days
+    engine = db.connect(url)
+    rows = []
+    try:
+        for as_of in dates:
+            t0 = time.perf_counter()
+            f = lemon_features(engine, as_of, DEFAULTS["window_days"],
+                               history_days=DEFAULTS["history_days"], outages=outages)
+            took = time.perf_counter() - t0
+            key = reference(frame, as_of, window)
+            for name, r in rules.items():
+                hit = set(f.index[flagged(f, r)])
+                rows.append({
+                    "as_of": as_of.date().isoformat(), "rules": name, "flagged": len(hit),
+                    "target": len(key["target"]),
+                    "tp_recall": len(hit & key["target"]),
+                    "tp_precision": len(hit & key["unusual"]),
+                    "incident_days": len(f.attrs["left_out"]["incident_days"]),
+                    "seconds": round(took, 2),
+                })
+    finally:
+        engine.dispose()
+    return rows
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dates", default=DATES)
+    ap.add_argument("--data", type=Path, default=_titan.DATA)
+    ap.add_argument("--rate-window", default="90,365",
+                    help="[lemon] rate_window_days to score, comma-separated")
+    args = ap.parse_args(argv)
+    frame = _titan.read(args.data)
+    dates = [datetime.fromisoformat(d) for d in args.dates.split(",")]
+    base = LemonRules.from_config()
+    rules = {
+        "defaults": base,
+        "rate only": LemonRules(
+            {k: (v if k == "rate_surprise" else 0.0) for k, v in base.thresholds.items()},
+            min_signals=99, strong=("rate_surprise",)),
+        "paper rules": LemonRules.from_config({"rate_surprise": 0, "peer_q": 1.0}),
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        paths = _titan.write_imports(frame, Path(tmp))
+        for mode in ("events", "checks"):
+            url = f"sqlite:///{tmp}/{mode}.db"
+            t0 = time.perf_counter()
+            load(url, paths, mode)
+            print(f"titan {mode}: loaded in {time.perf_counter() - t0:.1f} s")
+            for w in (float(x) for x in args.rate_window.split(",")):
+                report(f"titan_{mode}_w{w:g}", score(url, frame, dates, rules, w))
+    return 0
+
+
+def report(label: str, rows: list[dict]) -> None:
+    print(f"-- {label}")
+    print(f"{'as_of':<11} {'rules':<12} {'flagged':>7} {'target':>6} "
+          f"{'recall':>6} {'precision':>9} {'incidents':>9} {'s':>5}")
+    totals: dict[str, list[int]] = {}
+    for r in rows:
+        rec = r["tp_recall"] / r["target"] if r["target"] else 1.0
+        prec = r["tp_precision"] / r["flagged"] if r["flagged"] else 1.0
+        print(f"{r['as_of']:<11} {r['rules']:<12} {r['flagged']:>7} {r['target']:>6} "
+              f"{rec:>6.2f} {prec:>9.2f} {r['incident_days']:>9} {r['seconds']:>5}")
+        t = totals.setdefault(r["rules"], [0, 0, 0, 0])
+        for i, k in enumerate(("flagged", "target", "tp_recall", "tp_precision")):
+            t[i] += r[k]
+    for name, (fl, tg, tpr, tpp) in totals.items():
+        rec, prec = (tpr / tg if tg else 1.0), (tpp / fl if fl else 1.0)
+        print(f"BENCH\t{label}_{name.replace(' ', '_')}\trecall\t{rec:.3f}\t")
+        print(f"BENCH\t{label}_{name.replace(' ', '_')}\tprecision\t{prec:.3f}\t")
+        print(f"BENCH\t{label}_{name.replace(' ', '_')}\ttargets\t{tg}\t")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""`NodeState`: everything the checks judge, collected in one pass (`collect_all`) by the
+families of checks.REGISTRY that run: NVML once for all that judge it, then each family's own
+collector, then each family's counters."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rsc_health.checks import REGISTRY, CollectEnv
+from rsc_health.collect import counters, kmsg
+from rsc_health.collect import gpu as gpu_mod
+from rsc_health.collect.node import read_nvml
+from rsc_health.config import Config
+
+
+@dataclass
+class NodeState:
+    boot_id: str = ""
+    gpu: gpu_mod.GpuReport | None = None  # NVML, read for the families with nvml=True
+    nvml_answers: dict | None = None
+    # Collector problems: (family, source, message) -> checker findings.
+    errors: list[tuple[str, str, str]] = field(default_factory=list)
+    # What each family's own collector read, by family name.
+    extra: dict = field(default_factory=dict)
+    # Flattened error counters and their increase since the previous sweep.
+    counters: dict[str, int] = field(default_factory=dict)
+    deltas: dict[str, int] = field(default_factory=dict)
+    # Probes that can hang (collect.hangs): the kinds this run ran, the ones that did not
+    # answer (probe -> what happened), the children this run left behind on them, and every
+    # probe hanging with since when and for how many sweeps (set by the engine).
+    probes_asked: list[str] = field(default_factory=list)
+    hung_probes: dict[str, str] = field(default_factory=dict)
+    probe_pids: dict[str, int | None] = field(default_factory=dict)
+    hangs: dict[str, dict] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def collect_all(
+    cfg: Config,
+    root: Path,
+    *,
+    only: set[str] | None = None,
+    xid_cursor: dict | None = None,
+    previous_counters: dict | None = None,
+    probe_timeout_s: float | None = None,
+    deadline: float | None = None,
+    hangs_before: dict[str, dict] | None = None,
+) -> tuple[NodeState, dict]:
+    """The node's state and the new XID cursor (saved by the caller once judged). `deadline`
+    (time.monotonic()) bounds the families that run programs (site). `hangs_before`: the
+    probes on record as hanging (collect.hangs); one whose abandoned child is still in the
+    kernel is not asked again, it is still hung."""
+    hangs_before = hangs_before or {}
+    families = [f for f in REGISTRY if not only or f.name in only]
+    state = NodeState(boot_id=kmsg.boot_id(root))
+    if any(f.nvml for f in families):
+        read_nvml(cfg, root, state, hangs_before)
+    env = CollectEnv(cfg, deadline, state, xid_cursor, hangs_before, probe_timeout_s)
+    for fam in families:
+        if fam.collect is not None:
+            data = env.guard(fam.name, fam.name, lambda fam=fam: fam.collect(root, env))
+            if data is not None:
+                state.extra[fam.name] = data
+    # Only the families that ran move their baselines: a prolog that does not judge NVLink
+    # must not move its counters' baseline past errors the next sweep has to see. A counter
+    # with no baseline yet (a first run, a new boot) is kept whoever read it: from then on
+    # the family that judges it sees its rise.
+    for fam in families:
+        if fam.counters is not None:
+            state.counters.update(fam.counters(state))
+    before = previous_counters or {}
+    kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
+        else {}
+    for fam in REGISTRY:
+        if fam.counters is not None and fam not in families:
+            state.counters.update({k: v for k, v in fam.counters(state).items()
+                                   if k not in kept})
+    for key, value in list(state.counters.items()):
+        if not counters.plausible(value):
+            # Not judged and not kept as a baseline: the last good one stays, so a real rise
+            # after a garbled read is still seen.
+            del state.counters[key]
+            state.errors.append(("counters", key, f"not a counter value: {str(value)[:40]!r}"))
+    state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
+    xid_read = state.extra.get("xid")
+    return state, dict(xid_read.cursor if xid_read is not None else xid_cursor or {})

@@ -1,0 +1,152 @@
+"""The node inventory: each node's in-service intervals, from a CSV (columns node, cluster,
+partition, from, to; cluster, partition and to may be empty: to empty is still in service).
+
+It is the fleet the historian judges rates against: node-days per cluster and partition, the
+exposure of every node, failed or not (event history alone names only the nodes that failed).
+Rows are keyed by (node, from); importing again updates the rest."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+
+import pandas as pd
+from sqlalchemy import Engine, or_, select
+
+from rsc_health.historian import schema
+from rsc_health.historian.db import writer
+from rsc_health.historian.ingest import (
+    IngestReport,
+    RowError,
+    bulk_write,
+    db_time,
+    key_text,
+    parse_time,
+)
+
+INV = schema.node_inventory
+REQUIRED = ("node", "from")
+
+
+class InventoryError(ValueError):
+    pass
+
+
+def import_csv(engine: Engine, path: Path | str) -> IngestReport:
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        return import_lines(engine, fh, name=str(path))
+
+
+def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
+    report = IngestReport("inventory")
+    reader = csv.DictReader(fh)
+    missing = set(REQUIRED) - set(reader.fieldnames or ())
+    if missing:
+        raise InventoryError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
+    rows: dict[tuple[str, str], tuple] = {}
+    for record in reader:
+        report.read += 1
+        try:
+            row = _row(record)
+        except (ValueError, TypeError) as exc:
+            report.add_bad(reader.line_num, str(exc)[:300])
+            continue
+        if (row[0], row[3]) in rows:
+            report.skipped += 1  # the same node and start twice: the later row is kept
+        rows[(row[0], row[3])] = row
+    with writer(engine).begin() as conn:
+        report.written = bulk_write(
+            conn, INV, ("node", "cluster", "partition", "start", "end", "source"),
+            list(rows.values()), conflict=("node", "start"),
+            update=("cluster", "partition", "end"),
+        )
+    return report
+
+
+def _row(record: dict) -> tuple:
+    node = (record.get("node") or "").strip()
+    if not node:
+        raise RowError("no node")
+    start = parse_time(record["from"])
+    to_text = (record.get("to") or "").strip()
+    end = parse_time(to_text) if to_text else None
+    if end is not None and end < start:
+        raise RowError(f"to ({to_text}) is before from")
+    return (
+        key_text(node, "node", 128),
+        key_text((record.get("cluster") or "").strip(), "cluster", 64),
+        key_text((record.get("partition") or "").strip(), "partition", 64),
+        db_time(start), db_time(end), "csv",
+    )
+
+
+def exposure(engine: Engine, lo: datetime, hi: datetime) -> pd.DataFrame:
+    """Per inventory node in service during [lo, hi): node, cluster, partition, days (its
+    in-service time inside the window, summed over its intervals). Empty without inventory."""
+    stmt = select(INV.c.node, INV.c.cluster, INV.c.partition, INV.c.start, INV.c.end).where(
+        INV.c.start < hi, or_(INV.c.end.is_(None), INV.c.end > lo)
+    )
+    with engine.connect() as conn:
+        frame = pd.DataFrame(conn.execute(stmt).all(),
+                             columns=["node", "cluster", "partition", "start", "end"])
+    if frame.empty:
+        return pd.DataFrame(columns=["node", "cluster", "partition", "days"])
+    start = pd.to_datetime(frame["start"]).clip(lower=pd.Timestamp(lo))
+    end = pd.to_datetime(frame["end"]).fillna(pd.Timestamp(hi)).clip(upper=pd.Timestamp(hi))
+    frame["days"] = (end - start).dt.total_seconds().clip(lower=0) / 86400.0
+    # a node's cluster and partition: those of its latest interval in the window
+    frame = frame.sort_values("start")
+    return frame.groupby("node", as_index=False).agg(
+        cluster=("cluster", "last"), partition=("partition", "last"), days=("days", "sum")
+    )
+
+
+def has_inventory(engine: Engine) -> bool:
+    with engine.connect() as conn:
+        return conn.execute(select(INV.c.id).limit(1)).first() is not None
+
+
+__all__ = ["InventoryError", "exposure", "has_inventory", "import_csv", "import_lines"]
+
+
+# -- GPUs -------------------------------------------------------------------------------------
+
+GPU = schema.gpu_inventory
+
+
+def import_gpus_csv(engine: Engine, path: Path | str) -> IngestReport:
+    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+        return import_gpu_lines(engine, fh, name=str(path))
+
+
+def import_gpu_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
+    """Each GPU's intervals in a node: CSV serial, node, slot, from, to (slot and to may be
+    empty). Keyed by (serial, from); a repeated key keeps the later row and is counted."""
+    report = IngestReport("gpus")
+    reader = csv.DictReader(fh)
+    missing = {"serial", "node", "from"} - set(reader.fieldnames or ())
+    if missing:
+        raise InventoryError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
+    rows: dict[tuple[str, str], tuple] = {}
+    for record in reader:
+        report.read += 1
+        try:
+            serial = key_text((record.get("serial") or "").strip(), "serial", 64)
+            if not serial:
+                raise RowError("no serial")
+            node, _, _, start, end, source = _row(record)
+            slot = key_text((record.get("slot") or "").strip(), "slot", 32)
+        except (ValueError, TypeError) as exc:
+            report.add_bad(reader.line_num, str(exc)[:300])
+            continue
+        if (serial, start) in rows:
+            report.skipped += 1
+        rows[(serial, start)] = (serial, node, slot, start, end, source)
+    with writer(engine).begin() as conn:
+        report.written = bulk_write(
+            conn, GPU, ("serial", "node", "slot", "start", "end", "source"),
+            list(rows.values()), conflict=("serial", "start"), update=("node", "slot", "end"),
+        )
+    return report

@@ -1,0 +1,125 @@
+"""Event-based reliability, beside the paper's job-based figures: what the fleet's own failure
+history says, per period and peer group, with no jobs at all.
+
+A failure is one of a node's own out-of-service periods (node_events that are neither planned
+maintenance nor a fleet-wide event: lemons.features.classify_outages) or one of its XID events
+that is not of the application class, in [lo, hi). Per period (calendar month, quarter or
+year, UTC) and group (cluster/partition from the node inventory, else the events' cluster):
+
+  failures         failures that began in the period (one per node and second)
+  episodes         the same chained into episodes ([lemon] episode_gap_h)
+  nodes_failed     distinct nodes with a failure
+  node_days        node-days in service (node inventory; None without one)
+  hours            hours of the period inside [lo, hi)
+  system_mtbf_h    the mean time between consecutive failures of the group in the period,
+                   (last - first) / (failures - 1): the published system MTBF (Titan, SC20);
+                   None below two failures
+  hours_per_failure  hours / failures
+  node_mtbf_h      node_days * 24 / failures: one node's mean time between failures
+  repair_p50_h, repair_p90_h, repair_mean_h  hours from an outage's start to its end (the
+                   outages with an end)
+  reasons          failures by reason (the outage's reason, or the XID code)
+
+Everything is read once for [lo, hi) and grouped in pandas: rows are failures, not checks.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import numpy as np
+import pandas as pd
+from sqlalchemy import Engine, select
+
+from rsc_health.historian.ingest.inventory import exposure
+from rsc_health.historian.lemons.episodes import episode_starts
+from rsc_health.historian.lemons.features import (
+    OutageRules,
+    application_xid_codes,
+    classify_outages,
+)
+from rsc_health.historian.schema import check_results, node_events
+from rsc_health.model import Status
+
+PERIODS = {"month": "M", "quarter": "Q", "year": "Y"}
+COLUMNS = ["period", "group", "failures", "episodes", "nodes_failed", "node_days", "hours",
+           "system_mtbf_h", "hours_per_failure", "node_mtbf_h", "repair_p50_h",
+           "repair_p90_h", "repair_mean_h", "reasons"]
+
+
+def failures(engine: Engine, lo: datetime, hi: datetime,
+             rules: OutageRules | None = None) -> pd.DataFrame:
+    """node, time, repair_h (None for an XID or an outage not ended), reason, cluster."""
+    rules = rules or OutageRules()
+    cr = check_results
+    with engine.connect() as conn:
+        ev = pd.DataFrame(conn.execute(
+            select(node_events.c.node, node_events.c.start, node_events.c.end,
+                   node_events.c.reason, node_events.c.cluster)
+            .where(node_events.c.start >= lo, node_events.c.start < hi)).all(),
+            columns=["node", "start", "end", "reason", "cluster"])
+        xid = pd.DataFrame(conn.execute(
+            select(cr.c.node, cr.c.time, cr.c.code).distinct()
+            .where(cr.c.time >= lo, cr.c.time < hi, cr.c.check == "xid",
+                   cr.c.status.in_((Status.WARN, Status.FAIL)),
+                   cr.c.code.not_in(application_xid_codes()))).all(),
+            columns=["node", "time", "reason"])
+    if not ev.empty:
+        ev["kind"] = classify_outages(ev, rules, ev["node"].nunique())
+        ev = ev[ev["kind"] == "node"]
+    own = pd.DataFrame({
+        "node": ev["node"], "time": pd.to_datetime(ev["start"]),
+        "repair_h": (pd.to_datetime(ev["end"]) - pd.to_datetime(ev["start"]))
+        .dt.total_seconds() / 3600, "reason": ev["reason"], "cluster": ev["cluster"]})
+    xid = xid.assign(time=pd.to_datetime(xid["time"]), repair_h=np.nan, cluster="")
+    out = pd.concat([own, xid[own.columns]], ignore_index=True)
+    # one failure per node and second: an outage and its XID are one
+    out = out.sort_values(["node", "time", "repair_h"]).drop_duplicates(["node", "time"])
+    return out.reset_index(drop=True)
+
+
+def reliability(engine: Engine, lo: datetime, hi: datetime, *, period: str = "quarter",
+                rules: OutageRules | None = None, cluster: str | None = None) -> pd.DataFrame:
+    """One row per period and group (COLUMNS), periods in order."""
+    rules = rules or OutageRules()
+    f = failures(engine, lo, hi, rules)
+    inv = exposure(engine, lo, hi)
+    if not inv.empty:
+        groups = inv.set_index("node")["cluster"].str.cat(inv.set_index("node")["partition"],
+                                                          sep="/")
+        f["group"] = f["node"].map(groups).fillna(f["cluster"])
+    else:
+        f["group"] = f["cluster"].fillna("")
+    if cluster is not None:
+        f = f[f["group"].str.split("/").str[0] == cluster]
+        inv = inv[inv["cluster"] == cluster]
+    freq = PERIODS[period]
+    f["period"] = f["time"].dt.to_period(freq)
+    starts = episode_starts(f[["node", "time", "group", "period"]], rules.gap)
+    rows = []
+    for (per, group), g in f.groupby(["period", "group"], sort=True):
+        p_lo = max(per.start_time, pd.Timestamp(lo))
+        p_hi = min(per.end_time + pd.Timedelta(microseconds=1), pd.Timestamp(hi))
+        hours = (p_hi - p_lo).total_seconds() / 3600
+        node_days = None
+        if not inv.empty:
+            e = exposure(engine, p_lo.to_pydatetime(), p_hi.to_pydatetime())
+            e = e[e["cluster"].str.cat(e["partition"], sep="/") == group]
+            node_days = float(e["days"].sum())
+        n = len(g)
+        t = g["time"].sort_values()
+        repair = g["repair_h"].dropna()
+        rows.append({
+            "period": str(per), "group": group, "failures": n,
+            "episodes": int(((starts["period"] == per) & (starts["group"] == group)).sum()),
+            "nodes_failed": int(g["node"].nunique()), "node_days": node_days, "hours": hours,
+            "system_mtbf_h": (t.iloc[-1] - t.iloc[0]).total_seconds() / 3600 / (n - 1)
+            if n > 1 else None,
+            "hours_per_failure": hours / n,
+            "node_mtbf_h": node_days * 24 / n if node_days else None,
+            "repair_p50_h": float(repair.quantile(0.5)) if len(repair) else None,
+            "repair_p90_h": float(repair.quantile(0.9)) if len(repair) else None,
+            "repair_mean_h": float(repair.mean()) if len(repair) else None,
+            "reasons": g["reason"].fillna("").value_counts().to_dict(),
+        })
+    return pd.DataFrame(rows, columns=COLUMNS)

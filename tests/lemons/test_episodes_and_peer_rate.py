@@ -1,0 +1,206 @@
+"""Issue 23: episodes, not events; rules relative to the fleet's own rate.
+
+Every history here goes in as an operator's import would (`ingest events` text in sacctmgr's
+format, `ingest checks` JSON lines, `ingest inventory` CSV), on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import replace
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from lemon_fleet import AS_OF
+
+from rsc_health.historian.ingest import checks, events, inventory, tickets
+from rsc_health.historian.lemons.features import OutageRules, lemon_features
+from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts
+
+DAY = timedelta(days=1)
+HOUR = timedelta(hours=1)
+FROM = AS_OF - 400 * DAY
+
+
+def _events(engine, rows, cluster=""):
+    """rows: (node, start, state, reason) -> `ingest events`."""
+    lines = ["NodeName|TimeStart|TimeEnd|State|Reason"]
+    lines += [f"{n}|{t:%Y-%m-%dT%H:%M:%S}|{t + 2 * HOUR:%Y-%m-%dT%H:%M:%S}|{s}|{r}"
+              for n, t, s, r in rows]
+    report = events.ingest_text(engine, "\n".join(lines) + "\n", cluster=cluster)
+    assert not report.bad, report.bad
+
+
+def _xids(engine, rows):
+    """rows: (node, time, code, gpu) -> `ingest checks`."""
+    text = "".join(json.dumps({"time": t.isoformat(), "node": n, "check": "xid",
+                               "status": "fail", "code": code, "component": gpu}) + "\n"
+                   for n, t, code, gpu in rows)
+    report = checks.ingest_lines(engine, io.StringIO(text))
+    assert report.written == len(rows), report
+
+
+def _inventory(engine, nodes, cluster="c", partition="p", start=FROM):
+    text = "node,cluster,partition,from,to\n" + "".join(
+        f"{n},{cluster},{partition},{start:%Y-%m-%dT%H:%M:%S},\n" for n in nodes)
+    report = inventory.import_lines(engine, io.StringIO(text))
+    assert report.written == len(nodes), report
+
+
+def _lemons(engine, rules=None, outages=None):
+    f = lemon_features(engine, AS_OF, outages=outages)
+    return f, lemon_verdicts(engine, f, AS_OF, rules or LemonRules.from_config())
+
+
+def _background(engine, names, n_faults, rng, cluster=""):
+    """n_faults DOWNs spread at random over the 90-day rate window, one node each time."""
+    rows = []
+    for _ in range(n_faults):
+        node = names[rng.integers(len(names))]
+        t = AS_OF - timedelta(seconds=int(rng.integers(1, 89 * 86400)))
+        rows.append((node, t, "DOWN", "Not responding"))
+    _events(engine, rows, cluster)
+    return rows
+
+
+def _as_tickets(engine, rows):
+    """The same outages imported again from the ticket system, opened an hour later."""
+    text = "node,opened,closed,reason\n" + "".join(
+        f"{n},{t + HOUR:%Y-%m-%dT%H:%M:%S},{t + DAY:%Y-%m-%dT%H:%M:%S},{r}\n"
+        for n, t, _s, r in rows)
+    report = tickets.import_lines(engine, io.StringIO(text))
+    assert not report.bad, report.bad
+
+
+def test_a_burst_of_xids_from_one_fault_is_one_episode_and_no_lemon(fleet_any):
+    """106 XID 79s of one GPU in one evening were 106 events: xid_cnt >= 5 made a lemon."""
+    engine = fleet_any.engine
+    evening = AS_OF - 3 * DAY + 18 * HOUR
+    _xids(engine, [("n1", evening + timedelta(minutes=2 * i), "xid79", "gpu3")
+                   for i in range(106)])
+    # five faults on five separate days: five episodes
+    _xids(engine, [("n2", AS_OF - k * 4 * DAY, "xid48", "gpu1") for k in range(1, 6)])
+    f, verdicts = _lemons(engine)
+    assert f.loc["n1", "xid_cnt"] == 1
+    assert f.loc["n2", "xid_cnt"] == 5
+    assert [v.node for v in verdicts] == ["n2"]
+
+
+def test_a_burst_is_split_only_by_a_gap_longer_than_episode_gap_h(fleet):
+    engine = fleet.engine
+    t = AS_OF - 10 * DAY
+    # retries every 11 hours chain into one episode; then 13 hours of quiet: a new one
+    _xids(engine, [("n1", t + 11 * HOUR * i, "xid79", "gpu0") for i in range(4)]
+          + [("n1", t + 33 * HOUR + 13 * HOUR, "xid79", "gpu0")])
+    assert lemon_features(engine, AS_OF).loc["n1", "xid_cnt"] == 2
+    hourly = OutageRules(episode_gap_h=1)
+    assert lemon_features(engine, AS_OF, outages=hourly).loc["n1", "xid_cnt"] == 5
+
+
+def test_application_class_xids_are_never_the_nodes(fleet_any):
+    """A shadow-mode pilot made a lemon of a node from six XID 13s over six sweeps."""
+    engine = fleet_any.engine
+    _xids(engine, [("n1", AS_OF - k * 2 * DAY, code, "gpu2")
+                   for k, code in enumerate(["xid13"] * 6 + ["xid31", "xid43", "xid45"], 1)])
+    f, verdicts = _lemons(engine)
+    assert f.loc["n1", ["xid_cnt", "episodes"]].tolist() == [0, 0]
+    assert f.loc["n1", "xid_codes"] == []
+    assert f.loc["n1", "left_out"] == 9
+    assert f.attrs["left_out"]["application_xids"] == 9
+    assert verdicts == []
+
+
+def test_events_alone_make_a_lemon_against_the_fleets_own_rate(fleet_any):
+    """A node DOWN on five separate days of four weeks, in a fleet of 200 where 20 DOWNs in a
+    quarter is the norm: the paper's rules needed three signals and events feed two."""
+    engine = fleet_any.engine
+    names = [f"n{i:03d}" for i in range(200)]
+    _inventory(engine, names)
+    _background(engine, names, 20, np.random.default_rng(7))
+    _events(engine, [("n007", AS_OF - (3 + 5 * k) * DAY, "DOWN", "Not responding")
+                     for k in range(5)])
+    f, verdicts = _lemons(engine)
+    assert [v.node for v in verdicts] == ["n007"]
+    (v,) = verdicts
+    assert "rate_surprise" in [c.feature for c in v.crossings]
+    assert v.peer["group"] == "c/p" and v.peer["episodes"] >= 5
+    assert v.peer["expected"] < 0.5 and v.peer["q"] < 0.01
+    assert "expected at the rate of c/p" in v.summary()
+    assert v.left_out["exposure"] == "inventory"
+    assert v.left_out["node_days"] == pytest.approx(200 * 90)
+    # without the rule the same history makes no lemon (what main did)
+    off = LemonRules.from_config().with_thresholds(rate_surprise=0)
+    assert lemon_verdicts(engine, f, AS_OF, off) == []
+
+
+def test_a_noisy_systems_fleet_is_judged_by_its_own_rate(fleet_any):
+    """Two systems in one historian, one failing twenty times as often, their outages imported
+    as events and again as tickets. Absolute thresholds flagged 87 of the noisy one's 100
+    nodes; judged by its own rate, none is, while the quiet system's one bad node still is."""
+    engine = fleet_any.engine
+    rng = np.random.default_rng(11)
+    quiet = [f"q{i:03d}" for i in range(100)]
+    noisy = [f"x{i:03d}" for i in range(100)]
+    _inventory(engine, quiet, cluster="quiet")
+    _inventory(engine, noisy, cluster="noisy")
+    _as_tickets(engine, _background(engine, quiet, 25, rng, cluster="quiet"))
+    _as_tickets(engine, _background(engine, noisy, 500, rng, cluster="noisy"))
+    _events(engine, [("q042", AS_OF - (2 + 6 * k) * DAY, "DOWN", "Not responding")
+                     for k in range(5)], cluster="quiet")
+    f, verdicts = _lemons(engine)
+    flagged = [v.node for v in verdicts]
+    assert flagged == ["q042"], flagged
+    # the noisy system does fail far more: its nodes do cross the absolute thresholds
+    assert (f.loc[f.index.str.startswith("x"), "out_count_history"] >= 3).sum() > 50
+    absolute = replace(LemonRules.from_config(), peer_q=1.0)
+    assert len(lemon_verdicts(engine, f, AS_OF, absolute)) > 20
+
+
+def test_a_fleet_wide_incident_day_is_left_out_and_the_verdict_says_so(fleet_any):
+    """40 of 200 nodes go DOWN over one afternoon (minutes apart, so the five-minute fleet
+    event misses it), three times in the quarter (a failing PDU): 3 episodes each, far above
+    the fleet's rate. The days are incidents; no node of the rack is a lemon for them."""
+    engine = fleet_any.engine
+    names = [f"n{i:03d}" for i in range(200)]
+    rack = names[:40]
+    _inventory(engine, names)
+    _background(engine, names[40:], 15, np.random.default_rng(3))
+    rows = []
+    for day in (70, 40, 10):
+        start = AS_OF - day * DAY + 13 * HOUR
+        rows += [(n, start + timedelta(minutes=7 * i), "DOWN", "Not responding")
+                 for i, n in enumerate(rack)]
+    _events(engine, rows)
+    _events(engine, [("n150", AS_OF - (5 + 6 * k) * DAY, "DOWN", "Not responding")
+                     for k in range(4)])
+    f, verdicts = _lemons(engine)
+    assert [v.node for v in verdicts] == ["n150"]
+    said = verdicts[0].left_out
+    assert [d["day"] for d in said["incident_days"]] == [
+        (AS_OF - d * DAY).date().isoformat() for d in (70, 40, 10)]
+    assert all(d["nodes"] == 40 and d["expected"] < 1 for d in said["incident_days"])
+    assert said["incident_episodes"] == 120
+    assert (f.loc[rack, "left_out"] == 3).all()
+    # counted as the nodes' own, the incidents raise the bar the fleet is judged by eightfold
+    # and hide the one real lemon
+    counted = OutageRules(incident_alpha=0.0)
+    f2 = lemon_features(engine, AS_OF, outages=counted)
+    assert f2.loc["n150", "rate_expected"] > 5 * f.loc["n150", "rate_expected"]
+    assert lemon_verdicts(engine, f2, AS_OF, LemonRules.from_config()) == []
+
+
+def test_inventory_import_accounts_for_every_row(engine):
+    text = ("node,cluster,partition,from,to\n"
+            "a,c,p,2026-01-01T00:00:00,2026-01-11T00:00:00\n"
+            "a,c,p,2026-02-01T00:00:00,\n"
+            "b,c,p,2026-01-05T00:00:00,2026-01-01T00:00:00\n"  # to before from
+            "c,c,p,2026-01-01T00:00:00,2026-01-02T00:00:00\n"
+            "c,c,q,2026-01-01T00:00:00,2026-01-03T00:00:00\n")  # same key: the later row
+    report = inventory.import_lines(engine, io.StringIO(text))
+    assert (report.read, report.written, report.skipped, len(report.bad)) == (5, 3, 1, 1)
+    exp = inventory.exposure(engine, AS_OF - 60 * DAY, AS_OF).set_index("node")
+    # a: 10 days in January (window from 2025-12-31) + 28 days of February
+    assert exp.loc["a", "days"] == pytest.approx(10 + 28)
+    assert exp.loc["c", ["partition", "days"]].tolist() == ["q", pytest.approx(2)]
+    assert "b" not in exp.index

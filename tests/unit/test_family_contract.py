@@ -1,0 +1,237 @@
+"""The family contract, for every family in checks.REGISTRY: a family that forgets any part
+of it fails here, not on a fleet.
+
+For each family, on a copy of tests/fixtures/nodes/healthy: its config section exists in
+default_config.toml and every key in it is typed (an empty list's items too); `healthctl check
+--only NAME` gives at least one finding of it on the healthy node and finds a fault written
+into what it declares it reads; `prolog_families = [NAME]` runs it in a real prolog
+(nodepath.run_stage) that spools that fault; a live `healthctl snapshot` replays
+(`check --from`) to the live verdict and findings; its name is valid in every config list
+that names families; the README's family table has its row. And no module of
+rsc_health.collect imports rsc_health.checks (the shared readers stay below the families).
+
+A new family adds its FAULTS entry below: how to break a node for it through its inputs.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rsc_health import nodepath
+from rsc_health.checks import FAMILIES, REGISTRY
+from rsc_health.cli import cli
+from rsc_health.config import PACKAGED_DEFAULTS, ConfigError, _read_toml, load_config, validated
+from rsc_health.config_schema import FAMILY_LISTS, Spec, infer
+from rsc_health.engine import run
+from tests.fixtures.nodes.node_copy import HEALTHY, NODE_STATE, copy_node
+from tests.node.test_state_dir_read_only import Slurm
+
+REPO = Path(__file__).resolve().parents[2]
+XID79 = ("4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has "
+         "fallen off the bus.\n")
+
+
+def _nvml(edit: Callable[[list], None]) -> Callable[[Path], None]:
+    def inject(root: Path) -> None:
+        path = root / "rsc_health/nvml.json"
+        doc = json.loads(path.read_text())
+        edit(doc["devices"])
+        path.write_text(json.dumps(doc))
+    return inject
+
+
+def _write(rel: str, text: str) -> Callable[[Path], None]:
+    def inject(root: Path) -> None:
+        path = (root / rel).resolve()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return inject
+
+
+def _append(rel: str, text: str) -> Callable[[Path], None]:
+    def inject(root: Path) -> None:
+        with (root / rel).open("a") as fh:
+            fh.write(text)
+    return inject
+
+
+def _gpu_link_width(width: str) -> Callable[[Path], None]:
+    def inject(root: Path) -> None:
+        devices = sorted((root / "sys/bus/pci/devices").iterdir())
+        gpu = next(d for d in devices if (d / "class").read_text().strip() == "0x030200")
+        (gpu / "current_link_width").write_text(width + "\n")
+    return inject
+
+
+def _drop_mount(path: str) -> Callable[[Path], None]:
+    def inject(root: Path) -> None:
+        table = root / "proc/mounts"
+        table.write_text("".join(line for line in table.read_text().splitlines(True)
+                                 if line.split()[1] != path))
+    return inject
+
+
+SITE_DIR = "etc/rsc_health/site.d"
+
+
+def _site_program(line: str) -> Callable[[Path], None]:
+    def inject(root: Path) -> None:
+        program = root / SITE_DIR / "disk"
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text(f"#!/bin/sh\necho '{line}'\n")
+        program.chmod(0o755)
+    return inject
+
+
+# family -> (config that switches it on, if its default is off; its healthy inputs, if the
+# fixture lacks them; a fault written into what it reads; the code that fault must give).
+FAULTS: dict[str, tuple[str, Callable[[Path], None] | None, Callable[[Path], None], str]] = {
+    "gpu": ("", None, _nvml(lambda gpus: gpus[3].update(
+        {k: {"error": "NVML_ERROR_GPU_IS_LOST"} for k in ("temperature", "ecc_mode")})),
+        "gpu_lost"),
+    "xid": ("", None, _append("dev/kmsg", XID79), "xid79"),
+    "ecc": ("", None, _nvml(lambda gpus: gpus[4]["ecc"]["volatile"].update(uncorrected=2)),
+            "ecc_dbe"),
+    "remap": ("", None, _nvml(lambda gpus: gpus[6]["remapped_rows"].update(failure=True)),
+              "remap_failed"),
+    "nvlink": ("", None, _nvml(lambda gpus: gpus[1]["nvlink"][5].update(state=0)),
+               "nvlink_down"),
+    "pcie": ("", None, _gpu_link_width("8"), "pcie_downtrained"),
+    "infiniband": ("", None, _write("sys/class/infiniband/mlx5_2/ports/1/state", "1: DOWN\n"),
+                   "ib_down"),
+    "mount": ("", None, _drop_mount("/home"), "mount_missing"),
+    "host": ("", None, _write("sys/devices/system/edac/mc/mc1/ue_count", "2\n"), "edac_ue"),
+    "site": (f'[site]\nchecks_dir = "/{SITE_DIR}"\n',
+             _site_program("ok none disk0 disk_ok disk0 answers"),
+             _site_program("fail drain_after_job disk0 disk_gone disk0 is gone"), "disk_gone"),
+}
+
+
+@pytest.fixture(params=FAMILIES)
+def family(request) -> str:
+    return request.param
+
+
+def _node(tmp_path: Path, name: str) -> tuple[Path, Path]:
+    if name not in FAULTS:
+        pytest.fail(f"family {name!r} has no FAULTS entry in {Path(__file__).name}: say how "
+                    f"to break a node through what it reads")
+    on, healthy, _, _ = FAULTS[name]
+    root = copy_node(tmp_path / "node", HEALTHY)
+    if healthy is not None:
+        healthy(root)
+    config = root / "site.toml"
+    config.write_text((root / "config.toml").read_text() + "\n" + on
+                      + f'\n[slurm]\nprolog_families = ["{name}"]\n')
+    return root, config
+
+
+def _check(root: Path, config: Path | str, *args: str) -> dict:
+    res = CliRunner().invoke(cli, ["--root", str(root), "--config", str(config), "check",
+                                   "--json", *args])
+    assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+    return json.loads(res.output)
+
+
+def _key(doc: dict) -> list[tuple]:
+    return sorted((f["family"], f["component"], f["code"], f["status"], f["severity"])
+                  for f in doc["findings"])
+
+
+def _untyped(spec: Spec, where: str) -> list[str]:
+    if spec.kind == "any":
+        return [where]
+    out = _untyped(spec.item, where + "[]") if spec.item is not None else []
+    for key, sub in spec.fields.items():
+        out += _untyped(sub, f"{where}.{key}")
+    return out
+
+
+def test_its_config_section_exists_and_every_key_is_typed(family):
+    fam = next(f for f in REGISTRY if f.name == family)
+    defaults = _read_toml(PACKAGED_DEFAULTS)
+    assert isinstance(defaults.get(fam.config), dict), (
+        f"[{fam.config}] (family {family}) is not in default_config.toml")
+    untyped = [w for key, value in defaults[fam.config].items()
+               for w in _untyped(infer(value, f"{fam.config}.{key}"), f"{fam.config}.{key}")]
+    assert untyped == [], (f"untyped keys (give Family.types or config_schema.EXPLICIT): "
+                           f"{untyped}")
+
+
+def test_check_only_runs_it_healthy_and_finds_a_fault_in_its_inputs(family, tmp_path):
+    root, config = _node(tmp_path, family)
+    healthy = _check(root, config, "--only", family)
+    own = [f for f in healthy["findings"] if f["family"] == family]
+    assert own, f"`check --only {family}` looked at nothing: {healthy['findings']}"
+    assert healthy["verdict"]["exit_code"] == 0, healthy["findings"]
+    run(load_config(config), root)  # a sweep's baselines: counters rise from here
+    FAULTS[family][2](root)
+    broken = _check(root, config, "--only", family)
+    codes = {f["code"] for f in broken["findings"] if f["family"] == family}
+    assert FAULTS[family][3] in codes, broken["findings"]
+    assert broken["verdict"]["exit_code"] != 0
+
+
+def test_a_prolog_with_only_it_in_prolog_families_runs_it(family, tmp_path, monkeypatch):
+    root, config = _node(tmp_path, family)
+    run(load_config(config), root)
+    FAULTS[family][2](root)
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(root))
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(config))
+    monkeypatch.setenv("SLURMD_NODENAME", "node01")
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    nodepath.run_stage("prolog", slurm_factory=lambda c, d: Slurm())
+    spool = root / NODE_STATE / "spool" / "pending.jsonl"
+    records = [json.loads(line) for line in spool.read_text().splitlines()]
+    checks = {(r["check"], r["code"]) for r in records if r["kind"] == "check"}
+    assert (family, FAULTS[family][3]) in checks, sorted(checks)
+    assert {c for c, _ in checks} <= {family, "checker"}
+
+
+def test_a_live_snapshot_replays_to_the_live_verdict(family, tmp_path):
+    root, config = _node(tmp_path, family)
+    run(load_config(config), root)
+    FAULTS[family][2](root)
+    live = _check(root, config, "--only", family)
+    out = tmp_path / "snapshot.json"
+    res = CliRunner().invoke(cli, ["--root", str(root), "--config", str(config), "snapshot",
+                                   "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    # Replayed elsewhere: another root, the snapshot's own config.
+    replayed = _check(tmp_path / "elsewhere", os.devnull, "--from", str(out), "--only", family)
+    assert _key(replayed) == _key(live)
+    assert replayed["verdict"] == live["verdict"]
+
+
+def test_its_name_is_valid_in_every_config_list_of_families(family):
+    for dotted in FAMILY_LISTS:
+        section, key = dotted.split(".")
+        validated({section: {key: [family]}}, "site.toml")
+    with pytest.raises(ConfigError):
+        validated({"slurm": {"prolog_families": [family + "x"]}}, "site.toml")
+
+
+def test_the_readme_family_table_lists_it(family):
+    rows = re.findall(r"^\| `([a-z_]+)` \|", (REPO / "README.md").read_text(), re.M)
+    assert family in rows, f"README.md's family table has no row for `{family}`"
+
+
+def test_collect_never_imports_checks():
+    """The shared readers sit below the families: checks import collect, never the reverse
+    (on main, collect/node.py imported checks.REGISTRY while every check imported collect)."""
+    offenders = []
+    for path in sorted((REPO / "rsc_health/collect").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}: {n}" for n in names
+                          if n == "rsc_health.checks" or n.startswith("rsc_health.checks.")]
+    assert offenders == []
