@@ -125,13 +125,12 @@ class Actor:
         self.now = now
         # Messages carry no prefix: the node path's log adds "rsc_health: " (and syslogs).
         self.log = log or (lambda msg: print(f"rsc_health: {msg}", file=sys.stderr))
-        a = cfg.section("actions")
-        self.enabled = bool(a.get("enabled", True))
-        self.resume_after = int(a.get("resume_after_clean_sweeps", 3))
-        self.never_resume = set(a.get("never_resume_codes", ()))
-        self.max_share = float(a.get("guard_max_share", 0.10))
-        self.window = timedelta(minutes=float(a.get("guard_window_min", 15)))
-        self.settle_s = float(a.get("guard_settle_s", 2.0))
+        self.enabled = bool(cfg.get("actions.enabled"))
+        self.resume_after = int(cfg.get("actions.resume_after_clean_sweeps"))
+        self.never_resume = set(cfg.get("actions.never_resume_codes"))
+        self.max_share = float(cfg.get("actions.guard_max_share"))
+        self.window = timedelta(minutes=float(cfg.get("actions.guard_window_min")))
+        self.settle_s = float(cfg.get("actions.guard_settle_s"))
         self.sleep = time.sleep
 
     # ---- entry point -----------------------------------------------------------------------

@@ -85,11 +85,11 @@ class AppContext:
     @property
     def historian_configured(self) -> bool:
         return bool(self.db_url or os.environ.get("RSC_HEALTH_DB")
-                    or self.config.get("historian.url", ""))
+                    or self.config.get("historian.url"))
 
     @property
     def statement_timeout_s(self) -> float:
-        return float(self.config.get("historian.statement_timeout_s", 900))
+        return float(self.config.get("historian.statement_timeout_s"))
 
     @property
     def database_url(self) -> str:
@@ -98,7 +98,7 @@ class AppContext:
         url = (
             self.db_url
             or os.environ.get("RSC_HEALTH_DB")
-            or self.config.get("historian.url", "")
+            or self.config.get("historian.url")
         )
         if not url:
             raise click.ClickException(

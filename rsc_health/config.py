@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import copy
 import fnmatch
+import functools
 import os
 import re
 import stat
@@ -31,6 +32,7 @@ from typing import Any
 DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
 PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")
 OVERRIDE_TABLES = ("nodes", "partitions")
+_UNSET: Any = object()
 
 
 class ConfigError(Exception):
@@ -49,13 +51,18 @@ class Config:
             raise ConfigError(f"{self.path or 'config'}: [{name}] must be a table")
         return value
 
-    def get(self, dotted: str, default: Any = None) -> Any:
-        node: Any = self.data
-        for part in dotted.split("."):
-            if not isinstance(node, dict) or part not in node:
-                return default
-            node = node[part]
-        return node
+    def get(self, dotted: str, default: Any = _UNSET) -> Any:
+        """The value of `section.key`. A documented key takes no default here: one missing
+        from this config (a document a test or a caller trimmed) is the packaged default, so
+        default_config.toml stays the only place a default is written. `default` is for keys
+        default_config.toml does not have (None when not given)."""
+        node = _lookup(self.data, dotted)
+        if node is not _UNSET:
+            return node
+        if default is not _UNSET:
+            return default
+        node = _lookup(_packaged(), dotted)
+        return None if node is _UNSET else copy.deepcopy(node)
 
     def for_node(self, node: str, partition: str | None = None) -> Config:
         """The config as seen by one node: partition overrides, then node-glob overrides."""
@@ -69,6 +76,37 @@ class Config:
         for layer in layers:
             _deep_merge(merged, layer)
         return Config(merged, self.path, self.overrides)
+
+
+def _lookup(data: dict, dotted: str) -> Any:
+    node: Any = data
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNSET
+        node = node[part]
+    return node
+
+
+@functools.cache
+def _packaged() -> dict:
+    return _read_toml(PACKAGED_DEFAULTS)
+
+
+def packaged_default(dotted: str) -> Any:
+    """A documented key's packaged default (default_config.toml); KeyError for one that is not
+    documented."""
+    value = _lookup(_packaged(), dotted)
+    if value is _UNSET:
+        raise KeyError(f"{dotted}: not in {PACKAGED_DEFAULTS.name}")
+    return copy.deepcopy(value)
+
+
+def with_defaults(section: str, table: Any = None) -> dict[str, Any]:
+    """The packaged [section] with `table` (a config's section, or part of one) over it: what
+    a helper that takes a section (`from_config`) reads, never a default of its own."""
+    merged = packaged_default(section)
+    merged.update(table or {})
+    return merged
 
 
 def _deep_merge(base: dict, top: dict) -> dict:
@@ -146,7 +184,7 @@ def node_name(cfg: Config) -> str:
     short hostname (the name Slurm knows the node by, which [nodes."GLOB"] matches)."""
     return (
         os.environ.get("SLURMD_NODENAME")
-        or str(cfg.get("slurm.node_name", "") or "")
+        or str(cfg.get("slurm.node_name") or "")
         or os.uname().nodename.split(".")[0]  # gethostname() without importing socket
     )
 
@@ -168,7 +206,7 @@ def node_root(explicit: str | os.PathLike | None = None) -> Path:
 
 def state_dir(cfg: Config, root: Path) -> Path:
     """Local state (cursors, counters, spool) lives under the root, so two roots never share it."""
-    configured = Path(cfg.get("node.state_dir", "/var/lib/rsc_health"))
+    configured = Path(cfg.get("node.state_dir"))
     return root / configured.relative_to(configured.anchor)
 
 
@@ -212,7 +250,7 @@ def remember_good(cfg: Config, sdir: Path) -> None:
 
     from rsc_health.durable import load_state_json, write_atomic
 
-    keep = {key: cfg.get(key, "") for key in REMEMBERED}
+    keep = {key: cfg.get(key) for key in REMEMBERED}
     kept = load_state_json(sdir / LAST_GOOD_FILE)
     if kept.get("settings") == keep and kept.get("source") == str(cfg.path):
         return

@@ -141,7 +141,7 @@ def run_demo(
     try:
         def ingest_all() -> None:
             sacct.ingest_text(engine, sim.files["sacct.txt"],
-                              gpus_per_node=int(cfg.get("historian.gpus_per_node", 8)))
+                              gpus_per_node=int(cfg.get("historian.gpus_per_node")))
             events.ingest_file(engine, sim.files["events.txt"])
             checks.ingest_file(engine, sim.files["checks.jsonl"])
             exclusions.ingest_file(engine, sim.files["exclusions.jsonl"])
@@ -156,7 +156,7 @@ def run_demo(
 
         truth = json.loads(sim.files["truth.json"].read_text())
         as_of = datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
-        large = int(cfg.get("metrics.large_job_gpus", 128))
+        large = int(cfg.get("metrics.large_job_gpus"))
         rf = timed("metrics", "computing the failure rate",
                    lambda: rates.failure_rate(engine, Window(until=as_of), large))
 

@@ -85,7 +85,7 @@ def _run(
         findings.append(_checker("state", str(sdir / COUNTERS_FILE),
                                  f"{COUNTERS_FILE} unreadable ({previous['lost'][:80]}); "
                                  "rebuilt: no counter deltas this run"))
-    timeout = float(cfg.get("mounts.probe_timeout_s", 2.0))
+    timeout = float(cfg.get("mounts.probe_timeout_s"))
     if budget_s is not None:
         # Leave the rest of the budget for everything else the collectors do.
         timeout = max(0.05, min(timeout, budget_s * 0.5))

@@ -24,8 +24,13 @@ MODE_FOR_LEVEL = {Level.DRAIN_NOW: "now", Level.DRAIN_AFTER_JOB: "job"}
 # `healthctl drain`: a person's decision under our prefix (never auto-resumed, and never
 # counted by the mass-drain guard against the automatic drains).
 MANUAL_MODE = "manual"
+# `healthctl lemons --apply` (historian verdict) and a failed qualification
+# (rsc_health/qualify/flow.py): only a person lifts either.
+LEMON_MODE = "lemon"
+QUALIFY_MODE = "qualify"
 
-_REASON_RE = re.compile(r"^rsc_health:(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")
+_REASON_RE = re.compile(
+    rf"^{re.escape(REASON_PREFIX)}(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")
 _UNSAFE = re.compile(r"[^\w .,/=+%()\-:#@]")
 
 

@@ -189,7 +189,7 @@ def _accounting(ctx: click.Context):
     from rsc_health.slurm import from_config
 
     cfg = ctx.obj.config
-    return from_config(cfg).accounting(float(cfg.get("historian.sacct_timeout_s", 600)))
+    return from_config(cfg).accounting(float(cfg.get("historian.sacct_timeout_s")))
 
 
 @ingest.command("sacct")
@@ -201,23 +201,23 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
     """Job instances from `sacct -a -X -D --parsable2` (run incrementally, or --file)."""
     from rsc_health.historian.ingest import sacct
 
-    cfg = ctx.obj.config.section("historian")
+    cfg = ctx.obj.config
     with _historian(ctx, sacct.SacctError) as engine:
-        gpn = int(cfg.get("gpus_per_node", 8))
+        gpn = int(cfg.get("historian.gpus_per_node"))
         if path is not None:
             source = sys.stdin if path == "-" else Path(path)
             report = sacct.ingest_text(engine, source, gpus_per_node=gpn,
-                                       cluster=str(cfg.get("cluster", "")))
+                                       cluster=str(cfg.get("historian.cluster")))
         else:
             report = sacct.ingest_incremental(
                 engine,
                 since=since,
                 gpus_per_node=gpn,
                 acct=_accounting(ctx),
-                default_start=str(cfg.get("first_start", "1970-01-01T00:00:00")),
-                overlap_s=int(cfg.get("sacct_overlap_s", 3600)),
-                form=str(cfg.get("sacct_format", "auto")),
-                cluster=str(cfg.get("cluster", "")),
+                default_start=str(cfg.get("historian.first_start")),
+                overlap_s=int(cfg.get("historian.sacct_overlap_s")),
+                form=str(cfg.get("historian.sacct_format")),
+                cluster=str(cfg.get("historian.cluster")),
             )
     _print_report(report, as_json)
 
@@ -234,8 +234,8 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: s
     from rsc_health.historian.ingest import events
     from rsc_health.historian.retention import Retention
 
-    cfg = ctx.obj.config.section("historian")
-    cluster = str(cfg.get("cluster", ""))
+    cfg = ctx.obj.config
+    cluster = str(cfg.get("historian.cluster"))
     with _historian(ctx, events.EventsError) as engine:
         if path == "-":  # a reason is a person's text: bytes that are not UTF-8 are replaced
             stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
@@ -244,7 +244,7 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: s
             report = events.ingest_file(engine, path, cluster=cluster, tz=tz)
         else:
             start = since or Retention.from_config(ctx.obj.config).events_start(
-                str(cfg.get("first_start", "1970-01-01T00:00:00")),
+                str(cfg.get("historian.first_start")),
                 datetime.now(UTC).replace(tzinfo=None))
             text = events.run_sacctmgr(start, _accounting(ctx))
             report = events.ingest_text(engine, text, cluster=cluster, tz=tz)
@@ -263,8 +263,8 @@ def ingest_reservations(
     """Slurm reservations (MAINT ones mark planned maintenance for the lemon features)."""
     from rsc_health.historian.ingest import reservations
 
-    cfg = ctx.obj.config.section("historian")
-    cluster = str(cfg.get("cluster", ""))
+    cfg = ctx.obj.config
+    cluster = str(cfg.get("historian.cluster"))
     with _historian(ctx, reservations.ReservationsError) as engine:
         if path == "-":
             stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
@@ -272,7 +272,7 @@ def ingest_reservations(
         elif path is not None:
             report = reservations.ingest_file(engine, path, cluster=cluster)
         else:
-            start = since or str(cfg.get("first_start", "1970-01-01T00:00:00"))
+            start = since or str(cfg.get("historian.first_start"))
             text = reservations.run_sacctmgr(start, _accounting(ctx))
             report = reservations.ingest_text(engine, text, cluster=cluster)
     _print_report(report, as_json)

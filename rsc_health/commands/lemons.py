@@ -70,7 +70,7 @@ def lemons(
     section = {**DEFAULTS, **ctx.obj.config.section("lemon")}
     # Shadow mode ([actions] enabled = false) holds for lemons too: --apply records what it
     # would have drained and ticketed, and changes nothing.
-    shadow = not ctx.obj.config.get("actions.enabled", True)
+    shadow = not ctx.obj.config.get("actions.enabled")
     window_days = parse_window(window) if window else float(section["window_days"])
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     as_of = as_of or now

@@ -91,8 +91,8 @@ def _table(title: str, df, columns: list[tuple[str, str, str]]) -> None:
     Console().print(table)
 
 
-def _cfg(ctx, key, default):
-    return ctx.obj.config.get(key, default)
+def _cfg(ctx, key):
+    return ctx.obj.config.get(key)
 
 
 # -- outcomes ---------------------------------------------------------------------------------
@@ -135,10 +135,10 @@ def failure_rate(ctx, since, until, large_job_gpus, as_json):
     from rsc_health.historian.metrics.rates import failure_rate as compute
 
     threshold = (
-        large_job_gpus if large_job_gpus is not None else _cfg(ctx, "metrics.large_job_gpus", 128)
+        large_job_gpus if large_job_gpus is not None else _cfg(ctx, "metrics.large_job_gpus")
     )
     fr = compute(
-        _engine(ctx), _window(since, until), threshold, _cfg(ctx, "metrics.confidence", 0.9)
+        _engine(ctx), _window(since, until), threshold, _cfg(ctx, "metrics.confidence")
     )
     per = fr.per_1000()
     if as_json:
@@ -217,8 +217,8 @@ def rolling(ctx, since, until, days, every, as_json):
     df = compute(
         _engine(ctx),
         _window(since, until),
-        days or _cfg(ctx, "metrics.rolling_days", 30),
-        _cfg(ctx, "metrics.large_job_gpus", 128),
+        days or _cfg(ctx, "metrics.rolling_days"),
+        _cfg(ctx, "metrics.large_job_gpus"),
     )
     if as_json:
         return _emit_json(_records(df))
@@ -227,7 +227,7 @@ def rolling(ctx, since, until, days, every, as_json):
     shown = df.iloc[::-1].iloc[:: max(every, 1)].iloc[::-1]  # always keep the latest day
     modes = [c for c in df.columns if c not in ("date", "node_days", "total")]
     _table(
-        f"{days or _cfg(ctx, 'metrics.rolling_days', 30)}-day rolling failures per 1000 node-days",
+        f"{days or _cfg(ctx, 'metrics.rolling_days')}-day rolling failures per 1000 node-days",
         shown.assign(date=shown["date"].dt.date),
         [
             ("date", "date", "s"),
@@ -262,18 +262,18 @@ def mttf(ctx, since, until, rf, project, as_json):
     from rsc_health.historian.metrics.rates import failure_rate as measure
 
     engine, window = _engine(ctx), _window(since, until)
-    conf = _cfg(ctx, "metrics.confidence", 0.9)
+    conf = _cfg(ctx, "metrics.confidence")
     r_f = (
         rf / 1000
         if rf is not None
-        else measure(engine, window, _cfg(ctx, "metrics.large_job_gpus", 128), conf).r_f
+        else measure(engine, window, _cfg(ctx, "metrics.large_job_gpus"), conf).r_f
     )
-    gpn = _cfg(ctx, "metrics.gpus_per_node", 8)
+    gpn = _cfg(ctx, "metrics.gpus_per_node")
     df = mttf_by_size(
         engine,
         window,
         r_f if r_f == r_f else None,
-        _cfg(ctx, "metrics.size_buckets", [8, 16, 32, 64, 128, 256, 512, 1024, 2048]),
+        _cfg(ctx, "metrics.size_buckets"),
         gpn,
         conf,
     )
@@ -312,8 +312,8 @@ def goodput(ctx, since, until, as_json):
     df = goodput_lost(
         _engine(ctx),
         _window(since, until),
-        _cfg(ctx, "metrics.size_buckets", [8, 16, 32, 64, 128, 256, 512, 1024, 2048]),
-        float(_cfg(ctx, "metrics.preempt_window_s", 300)),
+        _cfg(ctx, "metrics.size_buckets"),
+        float(_cfg(ctx, "metrics.preempt_window_s")),
     )
     if as_json:
         return _emit_json(_records(df))
@@ -398,9 +398,9 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
     from rsc_health.historian.metrics.runs import RunOptions, job_runs
 
     specs = [parse_what_if(w) for w in what_ifs]
-    u0 = minutes(float(_cfg(ctx, "ettr.u0_min", 5.0)))
-    w_cp = minutes(float(_cfg(ctx, "ettr.w_cp_min", 5.0)))
-    dt_min = float(_cfg(ctx, "ettr.checkpoint_interval_min", 0.0))
+    u0 = minutes(float(_cfg(ctx, "ettr.u0_min")))
+    w_cp = minutes(float(_cfg(ctx, "ettr.w_cp_min")))
+    dt_min = float(_cfg(ctx, "ettr.checkpoint_interval_min"))
     dt_cp = minutes(dt_min) if dt_min > 0 else None
     engine = None
     if rf is not None:
@@ -409,7 +409,7 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
         from rsc_health.historian.metrics.rates import failure_rate as measure
 
         engine = _engine(ctx)
-        large = _cfg(ctx, "metrics.large_job_gpus", 128)
+        large = _cfg(ctx, "metrics.large_job_gpus")
         r_f = measure(engine, _window(since, until), large).r_f
         if not r_f == r_f:
             if nodes:
@@ -432,7 +432,7 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
         for label, model in [("baseline", base)] + [
             (w, _apply_what_if(base, s)) for w, s in zip(what_ifs, specs, strict=True)
         ]:
-            mc = monte_carlo(model, runs=int(_cfg(ctx, "ettr.monte_carlo_runs", 20000)))
+            mc = monte_carlo(model, runs=int(_cfg(ctx, "ettr.monte_carlo_runs")))
             rows.append(
                 {
                     "scenario": label,
@@ -467,14 +467,14 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
         return
 
     opts = RunOptions(
-        link_by=_cfg(ctx, "ettr.link_by", "name_user"),
-        tag_regex=_cfg(ctx, "ettr.tag_regex", r"run=(\S+)"),
-        gap_s=float(_cfg(ctx, "ettr.link_gap_hours", 6.0)) * 3600,
+        link_by=_cfg(ctx, "ettr.link_by"),
+        tag_regex=_cfg(ctx, "ettr.tag_regex"),
+        gap_s=float(_cfg(ctx, "ettr.link_gap_hours")) * 3600,
         u0=u0,
         w_cp=w_cp,
         dt_cp=dt_cp,
-        min_run_hours=float(_cfg(ctx, "ettr.min_run_hours", 48.0)),
-        min_gpus=int(_cfg(ctx, "ettr.min_gpus", 1)),
+        min_run_hours=float(_cfg(ctx, "ettr.min_run_hours")),
+        min_gpus=int(_cfg(ctx, "ettr.min_gpus")),
     )
     runs = job_runs(engine or _engine(ctx), r_f, _window(since, until), opts)
     cols = []

@@ -35,7 +35,7 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
     section = cfg.section("report")
     moment = as_of or datetime.now(UTC).replace(tzinfo=None, second=0, microsecond=0)
     if embed is None:
-        embed = bool(section.get("embed", False))
+        embed = bool(cfg.get("report.embed"))
     try:
         engine = hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
     except hdb.HistorianError as exc:

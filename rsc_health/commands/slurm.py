@@ -278,8 +278,7 @@ def gather_status(slurm, cfg, now) -> dict:
     from rsc_health.policy import parse_reason
 
     nodes = slurm.nodes()
-    a = cfg.section("actions")
-    window = timedelta(minutes=float(a.get("guard_window_min", 15)))
+    window = timedelta(minutes=float(cfg.get("actions.guard_window_min")))
     drained = []
     for n in nodes:
         if not (n.drain_set or n.down):
@@ -295,8 +294,8 @@ def gather_status(slurm, cfg, now) -> dict:
     guards = [
         {"partition": g.partition, "nodes": g.total, "drained_recently": g.recent_ours,
          "limit": g.limit, "tripped": g.tripped}
-        for g in guard_states(nodes, partitions, max_share=float(a.get("guard_max_share", 0.1)),
-                              window=window, now=now)
+        for g in guard_states(nodes, partitions, window=window, now=now,
+                              max_share=float(cfg.get("actions.guard_max_share")))
     ]
     return {"time": now.isoformat(), "drained": drained, "guard": guards,
             "guard_window_min": window.total_seconds() / 60}

@@ -29,8 +29,8 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
     reg = CollectorRegistry()
     _up(reg, 1)
     window = Window(since=now - timedelta(days=window_days), until=now)
-    large = int(cfg.get("metrics.large_job_gpus", 128))
-    confidence = float(cfg.get("metrics.confidence", 0.9))
+    large = int(cfg.get("metrics.large_job_gpus"))
+    confidence = float(cfg.get("metrics.confidence"))
 
     fr = failure_rate(engine, window, large, confidence)
     rf = Gauge("rsc_health_failure_rate_per_1000_node_days",

@@ -24,6 +24,7 @@ import pandas as pd
 from sqlalchemy import Engine, and_, delete, exists, func, literal, or_, select
 from sqlalchemy.sql import ColumnElement
 
+from rsc_health.config import packaged_default
 from rsc_health.historian import schema
 from rsc_health.historian.db import refresh_statistics, writer
 from rsc_health.model import Severity, Status
@@ -44,13 +45,14 @@ J, JN, C, E, A = (
 
 @dataclass(frozen=True)
 class Window:
-    before_s: int = 600
-    after_s: int = 300
+    before_s: int = packaged_default("attribution.before_s")
+    after_s: int = packaged_default("attribution.after_s")
 
     @classmethod
     def from_config(cls, cfg) -> Window:
-        section = cfg.section("attribution") if cfg is not None else {}
-        return cls(int(section.get("before_s", 600)), int(section.get("after_s", 300)))
+        if cfg is None:
+            return cls()
+        return cls(int(cfg.get("attribution.before_s")), int(cfg.get("attribution.after_s")))
 
 
 def _shift(engine: Engine, column: ColumnElement, seconds: int) -> ColumnElement:

@@ -31,9 +31,6 @@ from rsc_health.historian.ingest import db_time
 from rsc_health.model import Level
 
 R = schema.node_runs
-# [historian] stale_after_s when a config lacks it (the packaged default_config.toml has it):
-# one flush interval plus three sweeps (tests/unit/test_freshness_matches_the_shipped_timers.py).
-STALE_AFTER_S = 2700.0
 _RUNS_Q = select(R.c.node, R.c.source, R.c.last_seen).where(
     R.c.node.in_(bindparam("nodes", expanding=True)))
 LEVELS = tuple(lv.label for lv in Level)
@@ -272,7 +269,7 @@ def hung_probes(engine: Engine, now: datetime, stale_after_s: float) -> list[Hun
 
 def stale_after_s(cfg) -> float:
     """[historian] stale_after_s of a Config: how old a node's newest run may be."""
-    return float(cfg.get("historian.stale_after_s", STALE_AFTER_S))
+    return float(cfg.get("historian.stale_after_s"))
 
 
 def stale_nodes(engine: Engine, now: datetime, stale_after_s: float) -> list[NodeFreshness]:

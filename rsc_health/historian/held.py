@@ -35,7 +35,7 @@ class Held:
 
 def held_within(cfg) -> timedelta:
     """How old a node's newest held action may be and still stand for a pending verdict."""
-    longest_wait_min = 1.5 * float(cfg.get("actions.guard_retry_max_min", 60.0))
+    longest_wait_min = 1.5 * float(cfg.get("actions.guard_retry_max_min"))
     return timedelta(minutes=longest_wait_min, seconds=stale_after_s(cfg))
 
 

@@ -22,6 +22,7 @@ from datetime import UTC, date, datetime, timedelta
 from sqlalchemy import ColumnElement, Engine, Table, delete, func, select
 from sqlalchemy.exc import DBAPIError
 
+from rsc_health.config import packaged_default
 from rsc_health.historian import schema
 from rsc_health.historian.db import HistorianError, HistorianFrozen, writer
 
@@ -36,15 +37,17 @@ class PruneStopped(HistorianError):
 
 @dataclass(frozen=True)
 class Retention:
-    days: int = 400
-    rollup_days: int = 0
-    jobs_days: int = 0
+    days: int = packaged_default("historian.retention_days")
+    rollup_days: int = packaged_default("historian.rollup_retention_days")
+    jobs_days: int = packaged_default("historian.jobs_retention_days")
 
     @classmethod
     def from_config(cls, cfg) -> Retention:
-        h = cfg.section("historian") if cfg is not None else {}
-        return cls(int(h.get("retention_days", 400)), int(h.get("rollup_retention_days", 0)),
-                   int(h.get("jobs_retention_days", 0)))
+        if cfg is None:
+            return cls()
+        return cls(int(cfg.get("historian.retention_days")),
+                   int(cfg.get("historian.rollup_retention_days")),
+                   int(cfg.get("historian.jobs_retention_days")))
 
 
     def events_start(self, first_start: str, now: datetime) -> str:

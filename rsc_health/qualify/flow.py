@@ -27,12 +27,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from rsc_health.model import REASON_PREFIX, ActionKind
+from rsc_health.policy import QUALIFY_MODE
 from rsc_health.qualify.judge import FAIL, INCONCLUSIVE, PASS
 from rsc_health.slurm.api import SlurmError
 
 RESERVATION_PREFIX = "rsc_health_qualify_"
 STRIKES = 3
-QUALIFY_MODE = "qualify"  # rsc_health:qualify:<code>:<text>
 RETRY_CODES = ("inconclusive", "interrupted")  # proved nothing: qualify again after a back-off
 
 

@@ -23,6 +23,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from rsc_health.config import packaged_default
 from rsc_health.qualify.outcome import Metric
 
 PASS, FAIL, INCONCLUSIVE = "pass", "fail", "inconclusive"
@@ -32,11 +33,11 @@ PEERS, BASELINE, UNJUDGED = "peers", "baseline", "unjudged"
 
 @dataclass(frozen=True)
 class Rules:
-    k: float = 4.0
-    min_margin: float = 0.025
-    max_margin: float = 0.05
-    min_peers: int = 8
-    baseline_margin: float = 0.10
+    k: float = packaged_default("qualify.k")
+    min_margin: float = packaged_default("qualify.min_margin")
+    max_margin: float = packaged_default("qualify.max_margin")
+    min_peers: int = packaged_default("qualify.min_peers")
+    baseline_margin: float = packaged_default("qualify.baseline_margin")
 
     @classmethod
     def from_config(cls, cfg) -> Rules:

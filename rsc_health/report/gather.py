@@ -18,8 +18,8 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, select
 
+from rsc_health.config import packaged_default, with_defaults
 from rsc_health.historian.db import refresh_statistics
-from rsc_health.historian.freshness import STALE_AFTER_S
 from rsc_health.historian.schema import node_actions
 from rsc_health.model import DRAIN_KINDS, ActionKind
 from rsc_health.report.data import COLUMNS, ReportData, SectionEmpty, empty_frame
@@ -34,21 +34,28 @@ DRAIN_ACTIONS = tuple(sorted(k.value for k in DRAIN_KINDS)) + ("drain",)
 
 @dataclass(frozen=True)
 class GatherOptions:
-    """The `[report]` and `[lemon]` settings gather needs."""
+    """The `[report]` and `[lemon]` settings gather needs; each default is the packaged one."""
 
-    window_days: float = 28  # lemon features (Fig. 11) and verdicts
-    metrics_days: float = 330  # Figs 3-9: about the paper's 11 months
-    rolling_days: int = 30  # Fig. 5's rolling average
-    actions_hours: float = 24  # drains/resumes shown
+    # lemon features (Fig. 11) and verdicts
+    window_days: float = packaged_default("lemon.window_days")
+    # Figs 3-9: about the paper's 11 months
+    metrics_days: float = packaged_default("report.metrics_days")
+    rolling_days: int = packaged_default("report.rolling_days")  # Fig. 5's rolling average
+    actions_hours: float = packaged_default("report.actions_hours")  # drains/resumes shown
     lemon: Mapping[str, Any] | None = None  # the [lemon] section
     ettr: Mapping[str, Any] | None = None  # the [ettr] section: job-run linking, overheads
-    large_job_gpus: int = 128  # [metrics] large_job_gpus: jobs that define r_f
+    # [metrics] large_job_gpus: jobs that define r_f
+    large_job_gpus: int = packaged_default("metrics.large_job_gpus")
     skip: frozenset[str] = frozenset()  # sections not gathered (an expensive one, say)
-    confidence: float = 0.9  # [metrics] confidence: the headline r_f's interval
-    stale_after_s: float = STALE_AFTER_S  # [historian] stale_after_s: a node's checks stopped
-    sacct_stale_hours: float = 6  # newest job end older than this: the sacct input is stale
-    xid_top: int = 10  # rows of the XIDs-per-GPU table
-    listed_days_max: int = 7  # how far back "days listed" looks (one lemon evaluation a day)
+    # [metrics] confidence: the headline r_f's interval
+    confidence: float = packaged_default("metrics.confidence")
+    # [historian] stale_after_s: a node's checks stopped
+    stale_after_s: float = packaged_default("historian.stale_after_s")
+    # newest job end older than this: the sacct input is stale
+    sacct_stale_hours: float = packaged_default("report.sacct_stale_hours")
+    xid_top: int = packaged_default("report.xid_top")  # rows of the XIDs-per-GPU table
+    # how far back "days listed" looks (one lemon evaluation a day)
+    listed_days_max: int = packaged_default("report.listed_days_max")
     previous: Mapping[str, Any] | None = None  # last night's report.json: days listed carry on
 
     @classmethod
@@ -60,20 +67,22 @@ class GatherOptions:
         metrics: Mapping[str, Any] | None = None,
         historian: Mapping[str, Any] | None = None,
     ) -> GatherOptions:
+        report = with_defaults("report", report)
+        metrics = with_defaults("metrics", metrics)
         return cls(
-            window_days=float(lemon.get("window_days", 28)),
-            metrics_days=float(report.get("metrics_days", 330)),
-            rolling_days=int(report.get("rolling_days", 30)),
-            actions_hours=float(report.get("actions_hours", 24)),
+            window_days=float(with_defaults("lemon", lemon)["window_days"]),
+            metrics_days=float(report["metrics_days"]),
+            rolling_days=int(report["rolling_days"]),
+            actions_hours=float(report["actions_hours"]),
             lemon=dict(lemon),
             ettr=dict(ettr or {}),
-            large_job_gpus=int((metrics or {}).get("large_job_gpus", 128)),
-            skip=_sections(report.get("skip", ())),
-            confidence=float((metrics or {}).get("confidence", 0.9)),
-            stale_after_s=float((historian or {}).get("stale_after_s", STALE_AFTER_S)),
-            sacct_stale_hours=float(report.get("sacct_stale_hours", 6)),
-            xid_top=int(report.get("xid_top", 10)),
-            listed_days_max=int(report.get("listed_days_max", 7)),
+            large_job_gpus=int(metrics["large_job_gpus"]),
+            skip=_sections(report["skip"]),
+            confidence=float(metrics["confidence"]),
+            stale_after_s=float(with_defaults("historian", historian)["stale_after_s"]),
+            sacct_stale_hours=float(report["sacct_stale_hours"]),
+            xid_top=int(report["xid_top"]),
+            listed_days_max=int(report["listed_days_max"]),
         )
 
 
@@ -378,21 +387,21 @@ def gather(
             from rsc_health.historian.metrics.ettr import minutes
             from rsc_health.historian.metrics.runs import RunOptions, job_runs
 
-            cfg = opts.ettr or {}
+            cfg = with_defaults("ettr", opts.ettr)
             if r_f is None:  # no large-job runtime or failures: nothing to expect against
                 raise SectionEmpty(
                     "no ETTR yet: no job over the large-job threshold has ended in the window, "
                     "so r_f (and the expected ETTR) cannot be measured")
-            dt_min = float(cfg.get("checkpoint_interval_min", 0.0))
+            dt_min = float(cfg["checkpoint_interval_min"])
             run_opts = RunOptions(
-                link_by=str(cfg.get("link_by", "name_user")),
-                tag_regex=str(cfg.get("tag_regex", r"run=(\S+)")),
-                gap_s=float(cfg.get("link_gap_hours", 6.0)) * 3600,
-                u0=minutes(float(cfg.get("u0_min", 5.0))),
-                w_cp=minutes(float(cfg.get("w_cp_min", 5.0))),
+                link_by=str(cfg["link_by"]),
+                tag_regex=str(cfg["tag_regex"]),
+                gap_s=float(cfg["link_gap_hours"]) * 3600,
+                u0=minutes(float(cfg["u0_min"])),
+                w_cp=minutes(float(cfg["w_cp_min"])),
                 dt_cp=minutes(dt_min) if dt_min > 0 else None,
-                min_run_hours=float(cfg.get("min_run_hours", 48.0)),
-                min_gpus=int(cfg.get("min_gpus", 1)),
+                min_run_hours=float(cfg["min_run_hours"]),
+                min_gpus=int(cfg["min_gpus"]),
             )
             return ettr_section(job_runs(engine, r_f, window, run_opts))
 

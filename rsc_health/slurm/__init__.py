@@ -37,7 +37,7 @@ def from_config(cfg, *, timeout_s: float | None = None) -> CliSlurm:
     historian's sacct and sacctmgr."""
     return CliSlurm(
         timeout_s=float(
-            timeout_s if timeout_s is not None else cfg.get("slurm.call_timeout_s", 10)
+            timeout_s if timeout_s is not None else cfg.get("slurm.call_timeout_s")
         ),
-        bin_dir=cfg.get("slurm.bin_dir", "") or None,
+        bin_dir=cfg.get("slurm.bin_dir") or None,
     )

@@ -37,7 +37,7 @@ from rsc_health.historian.lemons.verdicts import LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
 from rsc_health.hostlist import is_one_node
 from rsc_health.model import ActionKind, Finding, Severity, Status
-from rsc_health.policy import format_reason, is_ours, parse_reason
+from rsc_health.policy import LEMON_MODE, format_reason, is_ours, parse_reason
 from rsc_health.slurm.api import NodeInfo
 
 
@@ -84,10 +84,10 @@ class PartitionGuard:
     def from_slurm(cls, slurm: SlurmNodes, cfg, now: datetime) -> PartitionGuard:
         return cls(
             fleet=slurm.nodes(),
-            max_share=float(cfg.get("actions.guard_max_share", 0.10)),
-            window=timedelta(minutes=float(cfg.get("actions.guard_window_min", 15))),
+            max_share=float(cfg.get("actions.guard_max_share")),
+            window=timedelta(minutes=float(cfg.get("actions.guard_window_min"))),
             now=now.replace(tzinfo=UTC) if now.tzinfo is None else now,
-            per_run=int(cfg.get("lemon.max_drains_per_run", 10)),
+            per_run=int(cfg.get("lemon.max_drains_per_run")),
         )
 
     def allow(self, nodes: Sequence[str]) -> tuple[list[str], str]:
@@ -144,7 +144,7 @@ def lemon_reason(verdict: LemonVerdict) -> str:
         code=top,
         repair=True,
     )
-    return format_reason("lemon", [finding])
+    return format_reason(LEMON_MODE, [finding])
 
 
 def _num(v: float) -> str:
@@ -186,7 +186,7 @@ def apply_verdicts(
             actions.append(LemonAction(v.node, "skip", f"human reason kept: {info.reason}"))
         elif is_ours(info.reason) and (info.drain_set or info.down):
             mode = parse_reason(info.reason)["mode"]
-            if mode == "lemon" and apply and _record(engine, v, info.reason, now):
+            if mode == LEMON_MODE and apply and _record(engine, v, info.reason, now):
                 # A run cut short after the drain (a frozen slurmctld, a drain RPC that timed
                 # out but landed): the ticket and the action record are completed now.
                 actions.append(LemonAction(v.node, "repaired",

@@ -92,6 +92,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, and_, case, distinct, func, or_, select, union
 
+from rsc_health.config import packaged_default
 from rsc_health.historian.lemons.episodes import count_episodes, episode_starts, rate_test
 from rsc_health.historian.lemons.episodes import incident_days as find_incident_days
 from rsc_health.historian.schema import (
@@ -104,7 +105,8 @@ from rsc_health.historian.schema import (
     node_events,
     tickets,
 )
-from rsc_health.model import LEGACY_LEMON_DRAIN, ActionKind, Status
+from rsc_health.model import LEGACY_LEMON_DRAIN, REASON_PREFIX, ActionKind, Status
+from rsc_health.policy import LEMON_MODE
 
 PAPER_FEATURES = (
     "excl_jobid_count",
@@ -135,22 +137,15 @@ EXTRA_FEATURES = (
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
-RSC_HEALTH_REASON_PREFIX = "rsc_health:"
 FLEET_FLOOR = 5.0
 # Nodes are drained for a maintenance reservation up to this long before it starts.
 MAINT_LEAD = pd.Timedelta(hours=1)
-# The packaged [lemon] keys for outages that are not a node's own (verdicts.DEFAULTS has them).
+# The packaged [lemon] keys for outages that are not a node's own.
 OUTAGE_DEFAULTS: dict[str, Any] = {
-    "maintenance_reason_patterns": [
-        r"(?i)maint", r"(?i)upgrad", r"(?i)firmware", r"(?i)\bplanned\b", r"(?i)scheduled",
-    ],
-    "fleet_event_nodes": 8,
-    "fleet_event_share": 0.05,
-    "fleet_event_window_s": 300,
-    "episode_gap_h": 12,
-    "rate_window_days": 90,
-    "rate_min_episodes": 2,
-    "incident_alpha": 0.01,
+    key: packaged_default(f"lemon.{key}")
+    for key in ("maintenance_reason_patterns", "fleet_event_nodes", "fleet_event_share",
+                "fleet_event_window_s", "episode_gap_h", "rate_window_days", "rate_min_episodes",
+                "incident_alpha")
 }
 # Most -log10(q) reported: a q that underflows to 0 is still a number.
 MAX_SURPRISE = 300.0
@@ -242,7 +237,7 @@ def classify_outages(
     if rules.maintenance_reason_patterns:
         planned = reason.str.contains(
             "|".join(f"(?:{p})" for p in rules.maintenance_reason_patterns), regex=True
-        ) & ~reason.str.startswith(RSC_HEALTH_REASON_PREFIX)
+        ) & ~reason.str.startswith(REASON_PREFIX)
         kind[planned] = "maintenance"
     threshold = rules.fleet_threshold(fleet_size)
     if np.isfinite(threshold) and len(events) >= threshold:
@@ -257,7 +252,7 @@ def classify_outages(
                  if len(set(nodes[lo[i]:hi[i]])) >= threshold]
         kind[fleet] = kind[fleet].where(kind[fleet] == "maintenance", "fleet")
     return kind
-LEMON_REASON_PREFIX = "rsc_health:lemon:"
+LEMON_REASON_PREFIX = f"{REASON_PREFIX}{LEMON_MODE}:"
 # node_actions words of a lemon drain: `lemons --apply` writes LEMON_DRAIN; older rows "drain".
 LEMON_DRAIN_ACTIONS = (ActionKind.LEMON_DRAIN.value, LEGACY_LEMON_DRAIN)
 ATTRIBUTED_KINDS = ("check", "event")

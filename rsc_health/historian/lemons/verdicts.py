@@ -17,10 +17,10 @@ from typing import Any
 import pandas as pd
 from sqlalchemy import Engine, and_, or_, select
 
+from rsc_health.config import packaged_default
 from rsc_health.historian.lemons.features import (
     ATTRIBUTED_KINDS,
     FAILED_STATES,
-    OUTAGE_DEFAULTS,
     lemon_repairs,
     window_bounds,
 )
@@ -63,36 +63,8 @@ PEER_GATED_RULES = {
     "down_outs_history",
 }
 
-# The packaged [lemon] section, for callers without a Config (a test keeps the two equal).
-DEFAULTS: dict[str, Any] = {
-    "window_days": 28,
-    "early_fail_minutes": 10,
-    "history_days": 90,
-    "min_signals": 3,
-    "strong": ["xid_cnt", "rate_surprise"],
-    "min_single_node_jobs": 5,
-    "node_fails": 0,
-    "multi_node_node_fails": 0,
-    "single_node_node_fails": 2,
-    "single_node_node_failure_rate": 0,
-    "single_node_fail_rate_any": 0,
-    "early_fails": 0,
-    "xid_cnt": 5,
-    "tickets": 0,
-    "out_count": 0,
-    "repeat_outs": 0,
-    "fail_causes": 0,
-    "excl_jobid_count": 0,
-    "tickets_history": 3,
-    "out_count_history": 3,
-    "down_outs_history": 2,
-    "rate_surprise": 2,
-    "peer_q": 0.05,
-    "repeat_offender_fails": 1,
-    "max_evidence": 20,
-    "max_drains_per_run": 10,
-    **OUTAGE_DEFAULTS,
-}
+# The packaged [lemon] section, for callers without a Config.
+DEFAULTS: dict[str, Any] = packaged_default("lemon")
 
 
 @dataclass(frozen=True)
@@ -100,11 +72,11 @@ class LemonRules:
     """The `[lemon]` thresholds, with DEFAULTS for anything the config leaves out."""
 
     thresholds: dict[str, float]
-    min_signals: int = 3
-    strong: tuple[str, ...] = ("xid_cnt",)
-    min_single_node_jobs: int = 5
-    repeat_offender_fails: int = 1
-    peer_q: float = 0.05
+    min_signals: int = DEFAULTS["min_signals"]
+    strong: tuple[str, ...] = tuple(DEFAULTS["strong"])
+    min_single_node_jobs: int = DEFAULTS["min_single_node_jobs"]
+    repeat_offender_fails: int = DEFAULTS["repeat_offender_fails"]
+    peer_q: float = DEFAULTS["peer_q"]
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> LemonRules:
