@@ -308,18 +308,25 @@ def _checker_fault(run: Progress, exc: BaseException) -> int:
     detail = f"{type(exc).__name__}: {exc}"[:300]
     _keep_unacted_verdict(run)
     finding = _fault(run, "checker_fault", f"checker fault during {run.step}: {detail}")
-    unspooled = _spool_fault(run, finding)
+    unspooled = _say_fault(run, finding)
     log(f"{run.stage.name}: checker fault during {run.step}{where}: {detail}; exiting {code}"
         + (f" (not spooled: {unspooled})" if unspooled else ""))
+    return code
+
+
+def _say_fault(run: Progress, finding: Finding) -> str | None:
+    """A run ended early (a checker fault, the watchdog) says so where a working run would:
+    the spool (a checker record and heartbeat) and the textfile, else the textfile goes on
+    showing the last good run's verdict. Returns why it could not be spooled, or None."""
+    unspooled = _spool_fault(run, finding)
     if run.cfg is not None and run.node is not None and run.step != "textfile":
-        # Said in the textfile too: else it goes on showing the last good run's verdict.
         try:
             _write_textfile(run.cfg, node_root(), run.node, run.stage, Level.CHECKER_ERROR,
                             [finding], time.monotonic() - run.started,
                             pending=run.unacted_drain, families=set())
-        except Exception:  # noqa: BLE001 - already said in the log and the spool
+        except Exception:  # noqa: BLE001 - said in the log and the spool
             pass
-    return code
+    return unspooled
 
 
 def _keep_unacted_verdict(run: Progress) -> None:
@@ -354,9 +361,9 @@ def _spool_fault(run: Progress, finding: Finding) -> str | None:
 class Watchdog:
     """Past the budget, whatever is stuck (a probe that ignored its deadline, a Slurm call, a
     config on a hung mount), the process leaves with the safe exit code: it names the step,
-    spools a checker_error heartbeat (itself bounded by a one-second backstop, since the
-    spool's disk may be what hangs) and calls os._exit, so no stuck thread or child can hold
-    the exit."""
+    spools a checker_error heartbeat and writes the textfile (bounded by a one-second
+    backstop, since the spool's disk may be what hangs) and calls os._exit, so no stuck thread
+    or child can hold the exit."""
 
     BACKSTOP_S = 1.0
 
@@ -391,7 +398,7 @@ class Watchdog:
             log(f"{run.stage.name}: still running after {self.after_s:.0f}s during {run.step} "
                 f"(budget exceeded; a source or a Slurm call hung); exiting {code}")
             _keep_unacted_verdict(run)
-            unspooled = _spool_fault(run, _fault(
+            unspooled = _say_fault(run, _fault(
                 run, "checker_timeout",
                 f"{run.stage.name} hung during {run.step} past {self.after_s:.0f}s"))
             if unspooled:

@@ -52,6 +52,8 @@ class NodeInfo:
     reason_user: str = ""
     reason_time: datetime | None = None  # aware, UTC
     partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()  # AvailableFeatures
+    weight: int = 1  # the scheduler fills lower weights first
 
     @property
     def flags(self) -> set[str]:

@@ -38,6 +38,9 @@ _REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled
 _JOB_GONE = re.compile(r"invalid job id|already completing|pending execution", re.IGNORECASE)
 # `Reason=text with spaces [user@2026-11-22T01:22:26]`; the text may contain anything but "[".
 _REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-9T:-]+)\]")
+# What `scontrol delete` says of a reservation that is not there (already deleted).
+_NO_RESERVATION = re.compile(r"not found|invalid reservation|reservation is invalid",
+                             re.IGNORECASE)
 _KEY = re.compile(r"(?:^|\s)(?P<key>[A-Za-z][\w/:]*)=")
 _JOB_ID = re.compile(r"^\d+(?:_\d+|_\[[\d,\-%]+\])?(?:\+\d+)?$")
 
@@ -111,6 +114,8 @@ def parse_node_line(line: str) -> NodeInfo:
             nxt = keys[cut + 1].start() if cut + 1 < len(keys) else len(line)
             reason = line[keys[cut].end():nxt].strip()
     parts = kv.get("Partitions", "")
+    feats = kv.get("AvailableFeatures", "")
+    weight = kv.get("Weight", "1")
     return NodeInfo(
         name=kv["NodeName"],
         state=kv.get("State", ""),
@@ -118,6 +123,8 @@ def parse_node_line(line: str) -> NodeInfo:
         reason_user=user,
         reason_time=when,
         partitions=tuple(p for p in parts.split(",") if p and p != "(null)"),
+        features=tuple(f for f in feats.split(",") if f and f != "(null)"),
+        weight=int(weight) if weight.isdigit() else 1,
     )
 
 
@@ -249,6 +256,24 @@ class CliSlurm:
         _one_node("update", node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
+    def set_features(self, node: str, features) -> None:
+        """The node's features (available and active alike); read back in NodeInfo.features.
+        Each is one word: a feature reading "a State=IDLE" would make the node ambiguous."""
+        _one_node("update", node)
+        feats = list(features)
+        for f in feats:
+            _one_word("feature", f)
+        joined = ",".join(feats)
+        self._run(["scontrol", "update", f"NodeName={node}", f"AvailableFeatures={joined}",
+                   f"ActiveFeatures={joined}"])
+
+    def set_weight(self, node: str, weight: int) -> None:
+        _one_node("update", node)
+        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight < 2**32:
+            raise SlurmCommandError(["scontrol", "update", f"NodeName={node}"], 2,
+                                    f"Invalid weight {weight!r}")
+        self._run(["scontrol", "update", f"NodeName={node}", f"Weight={weight}"])
+
     # ---- jobs ------------------------------------------------------------------------------
     def requeue(self, job_id: str) -> None:
         try:
@@ -323,7 +348,8 @@ class CliSlurm:
         try:
             self._run(["scontrol", "delete", f"ReservationName={name}"])
         except SlurmCommandError as exc:
-            if "not found" not in exc.stderr and "Invalid reservation" not in exc.stderr:
+            # 22.05 says "Requested reservation is invalid" of one that is gone.
+            if not _NO_RESERVATION.search(exc.stderr):
                 raise
 
     def reservations(self) -> dict[str, tuple[str, datetime | None]]:

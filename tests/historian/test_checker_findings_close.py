@@ -19,14 +19,14 @@ from rsc_health.historian.intervals import open_failures
 from rsc_health.model import Finding, Severity, Status, new_record_id
 from tests.fixtures.nodes.node_copy import NODE_STATE
 from tests.node.test_nodepath_faults import node_env  # noqa: F401 - the fixture
-from tests.node.test_state_dir_read_only import Slurm
+from tests.node.test_state_dir_read_only import node01_slurm
 
 C = schema.check_results
 T0 = datetime(2024, 3, 1, 0, 0, tzinfo=UTC)
 
 
 def _sweep() -> int:
-    return nodepath.run_stage("sweep", slurm_factory=lambda cfg, deadline: Slurm())
+    return nodepath.run_stage("sweep", slurm_factory=lambda cfg, deadline: node01_slurm())
 
 
 def _flush(url: str, root) -> None:
@@ -73,7 +73,7 @@ def test_a_bad_config_opens_a_finding_that_closes_once_the_config_is_fixed(
     good = site.read_text()
     assert _sweep() == 0
     site.write_text(good + "\n[gpu]\ncuont = 8\n")  # a typo pushed to the fleet
-    assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, deadline: Slurm()) == 0
+    assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, deadline: node01_slurm()) == 0
     assert _sweep() == 0
     _flush(historian_url, node_env)
     assert _open_checker(historian_url) == [("config_error", "prolog")]  # one, seen by both

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from sqlalchemy import insert
 
 from rsc_health.historian import schema
-from rsc_health.slurm.api import NodeInfo
+from rsc_health.slurm.memory import MemorySlurm
 
 AS_OF = datetime(2026, 3, 1)
 
@@ -97,34 +97,17 @@ class Fleet:
             conn.execute(insert(schema.job_exclusions).values(job_id=job_id, node=node, time=time))
 
 
-class FakeSlurm:
-    """The SlurmAPI slice lemons use, in memory: node -> NodeInfo; drain records the call and
-    sets the DRAIN flag with our reason, stamped now, as scontrol would."""
+def fleet_slurm(
+    nodes: dict[str, tuple[str, str]] | None = None, *, size: int = 10, partition="learn"
+) -> MemorySlurm:
+    """The shipped in-memory Slurm holding n0..n(size-1) idle and `nodes` as {name: (state,
+    reason)}, all in `partition`; a drain is stamped now, as scontrol would."""
+    slurm = MemorySlurm([f"n{k}" for k in range(size)], partition=partition)
+    for name, (state, reason) in (nodes or {}).items():
+        slurm.add_node(name, state, reason)
+    return slurm
 
-    def __init__(
-        self, nodes: dict[str, tuple[str, str]] | None = None, partition="learn", size: int = 0
-    ):
-        self.partition = partition
-        self.infos: dict[str, NodeInfo] = {}
-        for k in range(size):
-            self._set(f"n{k}", "IDLE", "")
-        for name, (state, reason) in (nodes or {}).items():
-            self._set(name, state, reason)
-        self.drained: list[tuple[str, str]] = []
 
-    def _set(self, name, state, reason, when=None):
-        self.infos[name] = NodeInfo(
-            name, state, reason, reason_time=when, partitions=(self.partition,)
-        )
-
-    def node(self, name: str) -> NodeInfo:
-        if name not in self.infos:
-            self._set(name, "IDLE", "")
-        return self.infos[name]
-
-    def nodes(self, names=None) -> list[NodeInfo]:
-        return [i for n, i in self.infos.items() if names is None or n in names]
-
-    def drain(self, node: str, reason: str) -> None:
-        self.drained.append((node, reason))
-        self._set(node, "IDLE+DRAIN", reason, datetime.now(UTC))
+def drained(slurm: MemorySlurm) -> list[tuple[str, str]]:
+    """(node, reason) of every drain asked of Slurm."""
+    return [(c[1], c[2]) for c in slurm.calls if c[0] == "drain"]

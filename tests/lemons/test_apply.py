@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from datetime import timedelta
 
-from lemon_fleet import AS_OF, FakeSlurm
+from lemon_fleet import AS_OF, drained, fleet_slurm
 from sqlalchemy import select
 
 from rsc_health.historian.lemons.apply import CountGuard, apply_verdicts, lemon_reason
@@ -31,19 +31,19 @@ def test_reason_uses_the_policy_grammar_with_the_top_feature():
 
 
 def test_dry_run_changes_nothing(engine):
-    slurm = FakeSlurm()
+    slurm = fleet_slurm()
     actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF)
     assert [(a.node, a.action) for a in actions] == [("n1", "would_drain")]
-    assert slurm.drained == []
+    assert drained(slurm) == []
     with engine.connect() as conn:
         assert conn.execute(select(tickets)).all() == []
 
 
 def test_apply_drains_opens_a_lemon_ticket_and_records_the_action(engine):
-    slurm = FakeSlurm()
+    slurm = fleet_slurm()
     actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
     assert [(a.node, a.action) for a in actions] == [("n1", "drain")]
-    assert slurm.drained == [("n1", lemon_reason(_verdict("n1")))]
+    assert drained(slurm) == [("n1", lemon_reason(_verdict("n1")))]
     with engine.connect() as conn:
         t = conn.execute(select(tickets)).one()
         act = conn.execute(select(node_actions)).one()
@@ -53,11 +53,12 @@ def test_apply_drains_opens_a_lemon_ticket_and_records_the_action(engine):
 
 
 def test_human_drains_and_notes_are_left_alone(engine):
-    slurm = FakeSlurm(
+    slurm = fleet_slurm(
         {
             "human": ("IDLE+DRAIN", "bad dimm, ticket 1234 -- bob"),
             "note": ("MIXED", "watching this one"),
             "ours": ("ALLOCATED+DRAIN", "rsc_health:now:xid79:gpu3 fell off the bus"),
+            "free": ("IDLE", ""),
         }
     )
     verdicts = [_verdict(n) for n in ("human", "note", "ours", "free")]
@@ -67,29 +68,29 @@ def test_human_drains_and_notes_are_left_alone(engine):
     assert by_node["note"].action == "skip"
     assert by_node["ours"].action == "skip" and "(now)" in by_node["ours"].why
     assert by_node["free"].action == "drain"
-    assert [n for n, _ in slurm.drained] == ["free"]
+    assert [n for n, _ in drained(slurm)] == ["free"]
 
 
 def test_guard_holds_back_drains_beyond_its_limit(engine):
-    slurm = FakeSlurm()
+    slurm = fleet_slurm()
     verdicts = [_verdict(f"n{k}") for k in range(5)]
     actions = apply_verdicts(engine, verdicts, slurm, CountGuard(2), now=AS_OF, apply=True)
     assert [a.action for a in actions].count("drain") == 2
     held = [a for a in actions if a.action == "held"]
     assert [a.node for a in held] == ["n2", "n3", "n4"]
     assert "limited to 2" in held[0].why
-    assert [n for n, _ in slurm.drained] == ["n0", "n1"]  # the most damning go first
+    assert [n for n, _ in drained(slurm)] == ["n0", "n1"]  # the most damning go first
     with engine.connect() as conn:
         assert len(conn.execute(select(tickets)).all()) == 2
 
 
 def test_a_lemon_drained_node_is_not_drained_twice(engine):
-    slurm = FakeSlurm()
+    slurm = fleet_slurm()
     apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
     later = AS_OF + timedelta(days=1)
     actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=later, apply=True)
     assert actions[0].action == "skip" and "(lemon)" in actions[0].why
-    assert len(slurm.drained) == 1
+    assert len(drained(slurm)) == 1
 
 
 def test_partition_guard_counts_our_recent_drains_and_this_runs(engine):
@@ -99,9 +100,9 @@ def test_partition_guard_counts_our_recent_drains_and_this_runs(engine):
     from rsc_health.historian.lemons.apply import PartitionGuard
 
     now = datetime.now(UTC).replace(tzinfo=None)
-    slurm = FakeSlurm(size=20)  # guard_max_share 0.10 of 20 nodes: 2 drains per window
+    slurm = fleet_slurm(size=20)  # guard_max_share 0.10 of 20 nodes: 2 drains per window
     slurm.drain("n19", "rsc_health:now:xid79:gpu1 fell off the bus")  # ours, just now
-    slurm.drained.clear()
+    slurm.calls.clear()
     guard = PartitionGuard.from_slurm(slurm, load_config(os.devnull), now)
     verdicts = [_verdict(f"n{k}") for k in range(4)]
     actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=True)
@@ -112,7 +113,7 @@ def test_partition_guard_counts_our_recent_drains_and_this_runs(engine):
         ("n3", "held"),
     ]
     assert "partition learn at its limit" in actions[1].why
-    assert [n for n, _ in slurm.drained] == ["n0"]
+    assert [n for n, _ in drained(slurm)] == ["n0"]
 
 
 def test_a_drain_that_landed_while_slurmctld_froze_is_completed_by_the_rerun(engine):
@@ -120,22 +121,15 @@ def test_a_drain_that_landed_while_slurmctld_froze_is_completed_by_the_rerun(eng
     drain in Slurm and completes both, once; a third run changes nothing."""
     from rsc_health.slurm.api import SlurmUnavailable
 
-    class FreezingSlurm(FakeSlurm):
-        frozen = True
-
-        def drain(self, node, reason):
-            super().drain(node, reason)
-            if self.frozen:
-                raise SlurmUnavailable("scontrol did not answer within 10s")
-
-    slurm = FreezingSlurm()
+    slurm = fleet_slurm()
+    slurm.stop_after("drain", answered=False)  # the drain RPC landed, its answer did not
     try:
         apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
     except SlurmUnavailable:
         pass
     with engine.connect() as conn:
         assert conn.execute(select(tickets)).all() == []
-    slurm.frozen = False
+    slurm.start()
     again = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
     assert [(a.node, a.action) for a in again] == [("n1", "repaired")]
     third = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
@@ -143,20 +137,20 @@ def test_a_drain_that_landed_while_slurmctld_froze_is_completed_by_the_rerun(eng
     with engine.connect() as conn:
         assert len(conn.execute(select(tickets)).all()) == 1
         assert [r.action for r in conn.execute(select(node_actions))] == ["lemon_drain"]
-    assert len(slurm.drained) == 1
+    assert len(drained(slurm)) == 1
 
 
 def test_a_name_naming_many_nodes_is_skipped_without_asking_slurm(engine):
     """An imported row's node `n[0-9]` or `n1,n2` would reach scontrol as many nodes; it is
     skipped before any Slurm call, and the real candidate beside it is still drained."""
-    slurm = FakeSlurm()
+    slurm = fleet_slurm()
     verdicts = [_verdict("n[0-9]"), _verdict("n1,n2"), _verdict("n3")]
     actions = apply_verdicts(engine, verdicts, slurm, CountGuard(10), now=AS_OF, apply=True)
     assert [(a.node, a.action) for a in actions] == [
         ("n[0-9]", "skip"), ("n1,n2", "skip"), ("n3", "drain")]
     assert all("not one Slurm node name" in a.why for a in actions[:2])
-    assert set(slurm.infos) == {"n3"}  # never even looked up
-    assert [n for n, _ in slurm.drained] == ["n3"]
+    assert slurm.reads == 1  # n3 only: the others never even looked up
+    assert [n for n, _ in drained(slurm)] == ["n3"]
     with engine.connect() as conn:
         assert conn.execute(select(tickets.c.node)).scalars().all() == ["n3"]
 
@@ -164,13 +158,13 @@ def test_a_name_naming_many_nodes_is_skipped_without_asking_slurm(engine):
 def test_shadow_mode_apply_changes_nothing_and_records_what_it_would_have_done(engine):
     """[actions] enabled = false holds for lemons too: --apply drains nothing and opens no
     ticket; the drain it would have made is recorded once as would_drain."""
-    slurm = FakeSlurm()
+    slurm = fleet_slurm()
     for day in (0, 1):  # two nightly runs
         actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10),
                                  now=AS_OF + timedelta(days=day), apply=True, shadow=True)
         assert [(a.node, a.action) for a in actions] == [("n1", "would_drain")]
         assert "shadow mode" in actions[0].why
-    assert slurm.drained == [] and "DRAIN" not in slurm.node("n1").state
+    assert drained(slurm) == [] and "DRAIN" not in slurm.node("n1").state
     with engine.connect() as conn:
         assert conn.execute(select(tickets)).all() == []
         rows = conn.execute(select(node_actions.c.node, node_actions.c.action,

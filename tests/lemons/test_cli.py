@@ -8,13 +8,12 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from lemon_fleet import AS_OF, FakeSlurm
+from lemon_fleet import AS_OF, drained, fleet_slurm
 from sqlalchemy import select
 
 from rsc_health.cli import AppContext
 from rsc_health.commands.lemons import lemons, parse_window
 from rsc_health.historian.schema import tickets
-from rsc_health.slurm import SlurmUnavailable
 
 DAY = timedelta(days=1)
 
@@ -27,6 +26,12 @@ def history(fleet, engine):
             fleet.xid(node, AS_OF - (k + 1) * DAY, "xid79", f"gpu{k}")
     fleet.job(["good"], end=AS_OF - DAY)
     return engine
+
+
+def history_slurm(nodes=None):
+    """The history's nodes (bad, person, good) idle, but for `nodes`."""
+    return fleet_slurm({"bad": ("IDLE", ""), "person": ("IDLE", ""), "good": ("IDLE", ""),
+                        **(nodes or {})}, size=0)
 
 
 def _obj(engine, slurm=None):
@@ -48,18 +53,18 @@ def _run(engine, *args, slurm=None):
 
 
 def test_dry_run_lists_candidates_with_evidence_and_touches_nothing(history):
-    slurm = FakeSlurm({"person": ("IDLE+DRAIN", "fan noisy -- alice")})
+    slurm = history_slurm({"person": ("IDLE+DRAIN", "fan noisy -- alice")})
     out = _run(history, slurm=slurm).output
     assert "2 of 3 nodes (dry run)" in out
     assert "bad: xid_cnt=6>=" in out
     assert "action: would_drain: rsc_health:lemon:xid_cnt:" in out
     assert "action: skip: human reason kept: fan noisy -- alice" in out
     assert "xid_events:" in out and "gpu0 xid79" in out
-    assert slurm.drained == []
+    assert drained(slurm) == []
 
 
 def test_json_carries_verdicts_crossings_evidence_and_actions(history):
-    doc = json.loads(_run(history, "--json", slurm=FakeSlurm()).output)
+    doc = json.loads(_run(history, "--json", slurm=history_slurm()).output)
     assert doc["nodes"] == 3 and doc["applied"] is False
     by_node = {v["node"]: v for v in doc["verdicts"]}
     assert set(by_node) == {"bad", "person"}
@@ -72,28 +77,30 @@ def test_json_carries_verdicts_crossings_evidence_and_actions(history):
 
 
 def test_apply_drains_and_opens_tickets_but_keeps_the_human_drain(history):
-    slurm = FakeSlurm({"person": ("IDLE+DRAIN", "fan noisy -- alice")})
+    slurm = history_slurm({"person": ("IDLE+DRAIN", "fan noisy -- alice")})
     _run(history, "--apply", slurm=slurm)
-    assert [n for n, _ in slurm.drained] == ["bad"]
+    assert [n for n, _ in drained(slurm)] == ["bad"]
     with history.connect() as conn:
         rows = conn.execute(select(tickets.c.node, tickets.c.source)).all()
     assert rows == [("bad", "lemon")]
 
 
-class DeadSlurm(FakeSlurm):
-    def nodes(self, names=None):
-        raise SlurmUnavailable("slurmctld not responding")
+def dead_slurm():
+    slurm = history_slurm()
+    slurm.stop()  # slurmctld not responding
+    return slurm
 
 
 def test_apply_refuses_when_slurm_is_unreachable_and_a_dry_run_still_lists(history):
-    result = _run(history, "--apply", slurm=DeadSlurm())
-    assert result.exit_code != 0 and "cannot drain: slurmctld not responding" in result.output
-    out = _run(history, slurm=DeadSlurm()).output
+    result = _run(history, "--apply", slurm=dead_slurm())
+    assert result.exit_code != 0
+    assert "cannot drain: Unable to contact slurm controller" in result.output
+    out = _run(history, slurm=dead_slurm()).output
     assert "bad: xid_cnt" in out and "Slurm not consulted" in out
 
 
 def test_window_shrinks_what_is_counted(history):
-    doc = json.loads(_run(history, "--json", "--window", "3d", slurm=FakeSlurm()).output)
+    doc = json.loads(_run(history, "--json", "--window", "3d", slurm=history_slurm()).output)
     assert all(c["value"] == 3 for v in doc["verdicts"] for c in v["crossings"])
 
 

@@ -181,7 +181,7 @@ def test_a_node_resumed_after_a_lemon_drain_made_by_apply_is_back_from_repair(fl
     """`lemons --apply` records its drains as lemon_drain (ActionKind); lemon_repairs looked
     for the older word "drain" only, so a node resumed after one was never back from repair
     and its failures from before the drain kept counting against it."""
-    from lemon_fleet import FakeSlurm
+    from lemon_fleet import fleet_slurm
     from sqlalchemy import insert
 
     from rsc_health.historian.lemons.apply import CountGuard, apply_verdicts
@@ -192,7 +192,7 @@ def test_a_node_resumed_after_a_lemon_drain_made_by_apply_is_back_from_repair(fl
 
     drained_at, resumed_at = AS_OF - 9 * DAY, AS_OF - 4 * DAY
     done = apply_verdicts(engine, [LemonVerdict("n1", [Crossing("node_fails", 4, 3)])],
-                          FakeSlurm(), CountGuard(10), now=drained_at, apply=True)
+                          fleet_slurm(), CountGuard(10), now=drained_at, apply=True)
     assert [a.action for a in done] == ["drain"]
     with engine.begin() as conn:  # `healthctl resume n1` after the repair
         conn.execute(insert(node_actions).values(id="r1", time=resumed_at, node="n1",

@@ -9,11 +9,10 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from rsc_health import nodepath
-from rsc_health.slurm.api import SlurmUnavailable
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
 from .test_nodepath_faults import XID79, node_env  # noqa: F401 - the fixture
-from .test_state_dir_read_only import Slurm
+from .test_state_dir_read_only import node01_slurm, slurm_away
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -23,18 +22,10 @@ def _at(monkeypatch, when: datetime) -> None:
     monkeypatch.setattr(nodepath.time, "time", lambda: when.timestamp())
 
 
-class Away(Slurm):
-    def node(self, name):
-        raise SlurmUnavailable("slurmctld not responding")
-
-    def nodes(self, names=None):
-        raise SlurmUnavailable("slurmctld not responding")
-
-
 def test_clock_steps_between_runs_neither_drain_nor_lose_nor_double_a_fault(
         node_env, monkeypatch):  # noqa: F811 - pytest fixture by name
     root = node_env
-    healthy = Slurm()
+    healthy = node01_slurm()
     _at(monkeypatch, T0)
     assert nodepath.run_stage("sweep", slurm_factory=lambda c, d: healthy) == 0
 
@@ -45,20 +36,20 @@ def test_clock_steps_between_runs_neither_drain_nor_lose_nor_double_a_fault(
 
     # Still a day back: an XID 79 while slurmctld is away; the verdict is kept.
     (root / "dev/kmsg").open("a").write(XID79)
-    assert nodepath.run_stage("sweep", slurm_factory=lambda c, d: Away()) == 0
+    assert nodepath.run_stage("sweep", slurm_factory=lambda c, d: slurm_away()) == 0
     assert (root / NODE_STATE / nodepath.PENDING_VERDICT_FILE).exists()
 
     # A year forward: the kept verdict is carried out by the next prolog, once.
     _at(monkeypatch, T0 + timedelta(days=365))
-    slurm = Slurm()
+    slurm = node01_slurm()
     assert nodepath.run_stage("prolog", slurm_factory=lambda c, d: slurm) == 1
     assert [c[0] for c in slurm.calls] == ["drain"] and "xid79" in slurm.calls[0][2]
     assert not (root / NODE_STATE / nodepath.PENDING_VERDICT_FILE).exists()
 
     # Back to T0 again: the XID is not news a second time.
     _at(monkeypatch, T0)
-    again = Slurm()
-    again.info = slurm.info
+    again = slurm  # Slurm as the prolog left it
+    again.calls.clear()
     nodepath.run_stage("sweep", slurm_factory=lambda c, d: again)
     assert [c for c in again.calls if c[0] == "drain"] == []
 

@@ -14,11 +14,10 @@ from tests.fixtures.nodes.node_copy import NODE_STATE
 from .test_nodepath_faults import REPO, node_env  # noqa: F401 - the fixture
 
 RUN = ("import sys\nfrom rsc_health import nodepath\n"
-       "class S:\n"
-       "    def node(self, n):\n"
-       "        from rsc_health.slurm.api import SlurmUnavailable\n"
-       "        raise SlurmUnavailable('away')\n"
-       "raise SystemExit(nodepath.run_stage(sys.argv[1], slurm_factory=lambda c, d: S()))\n")
+       "from rsc_health.slurm.memory import MemorySlurm\n"
+       "slurm = MemorySlurm(['node01'])\n"
+       "slurm.stop()\n"
+       "raise SystemExit(nodepath.run_stage(sys.argv[1], slurm_factory=lambda c, d: slurm))\n")
 
 
 def test_prolog_and_sweep_at_once_leave_whole_state_and_one_record(node_env):  # noqa: F811

@@ -8,37 +8,21 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from rsc_health import nodepath
-from rsc_health.slurm.api import NodeInfo
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
 from .test_nodepath_faults import XID79, node_env  # noqa: F401 - the fixture
-from .test_state_dir_read_only import NODE, Slurm
+from .test_state_dir_read_only import NODE, node01_slurm
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-
-
-class Counting(Slurm):
-    """A person drained the node for a BIOS update; every read of Slurm's node state counts."""
-
-    def __init__(self):
-        super().__init__()
-        self.info = NodeInfo(NODE, "IDLE+DRAIN", "alice: BIOS update", "alice", T0, ("gpu",))
-        self.reads = 0
-
-    def node(self, name):
-        self.reads += 1
-        return super().node(name)
-
-    def nodes(self, names=None):
-        self.reads += 1
-        return super().nodes(names)
 
 
 def test_a_verdict_held_under_a_persons_drain_for_a_day_costs_slurmctld_few_reads(
         node_env, monkeypatch):  # noqa: F811 - pytest fixture by name
     root = node_env
     monkeypatch.delenv("SLURM_JOB_ID")
-    slurm = Counting()
+    # A person drained the node for a BIOS update; every read of Slurm's node state counts.
+    slurm = node01_slurm()
+    slurm.set_state(NODE, "MIXED+DRAIN", "alice: BIOS update", user="alice", when=T0)
     when = [T0]
     monkeypatch.setattr(nodepath, "utcnow", lambda: when[0])
     (root / "dev/kmsg").open("a").write(XID79)
@@ -58,7 +42,8 @@ def test_a_verdict_held_under_a_persons_drain_for_a_day_costs_slurmctld_few_read
     assert len(held) == slurm.reads and {r["action"] for r in held} == {"held_under_drain"}
 
     # The person resumes it; a job starts there: the prolog does not wait for the backoff.
-    slurm.info = NodeInfo(NODE, "IDLE", partitions=("gpu",))
+    slurm.resume(NODE)
+    slurm.calls.clear()
     monkeypatch.setenv("SLURM_JOB_ID", "4243")
     assert nodepath.run_stage("prolog", slurm_factory=lambda c, d: slurm) == 1
     assert [c[0] for c in slurm.calls] == ["drain"] and "xid79" in slurm.calls[0][2]

@@ -20,7 +20,7 @@ from rsc_health.cli import cli
 from rsc_health.historian.db import connect
 from rsc_health.historian.ingest.delivery import deliver
 from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
-from tests.lemons.lemon_fleet import FakeSlurm
+from tests.lemons.lemon_fleet import fleet_slurm
 
 REPO = Path(__file__).resolve().parents[2]
 WEDGED = REPO / "tests" / "fixtures" / "fault" / "wedged_nvml"
@@ -66,7 +66,7 @@ def _status(root: Path, tmp_path: Path, monkeypatch) -> tuple[int, dict, str]:
     finally:
         engine.dispose()
     # Slurm's view: nothing drained (the guard held the drain, or slurmctld was away).
-    fleet = FakeSlurm({"gpu042": ("MIXED", ""), "gpu043": ("IDLE", "")})
+    fleet = fleet_slurm({"gpu042": ("MIXED", ""), "gpu043": ("IDLE", "")}, size=0)
     monkeypatch.setattr("rsc_health.commands.slurm._slurm", lambda ctx: fleet)
     result = CliRunner().invoke(cli, ["--db", url, "status", "--json"])
     text = CliRunner().invoke(cli, ["--db", url, "status"]).output

@@ -17,11 +17,10 @@ import pytest
 from rsc_health import engine, nodepath
 from rsc_health.actions import DRAIN_STATE_FILE
 from rsc_health.model import Status
-from rsc_health.slurm.api import NodeInfo
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
 from .test_nodepath_faults import REPO, XID79, node_env  # noqa: F401 - the fixture
-from .test_state_dir_read_only import NODE, Slurm
+from .test_state_dir_read_only import NODE, node01_slurm
 
 XID = "4,{seq},{usec},-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has " \
       "fallen off the bus.\n"
@@ -125,11 +124,11 @@ def test_a_lost_counters_file_is_said_once_and_rebuilt(node, how):
 def test_a_lost_drain_record_is_said_once_never_resumes_and_is_rebuilt(
         node_env, how, capsys):  # noqa: F811
     sdir = node_env / NODE_STATE
-    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: Slurm()) == 0
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: node01_slurm()) == 0
     _break(sdir / DRAIN_STATE_FILE, how)
     capsys.readouterr()
-    slurm = Slurm()
-    slurm.info = NodeInfo(NODE, "IDLE+DRAIN", OURS, "root", None, ("gpu",))
+    slurm = node01_slurm()
+    slurm.set_state(NODE, "MIXED+DRAIN", OURS, user="root")
 
     for _ in range(4):  # more clean sweeps than resume_after_clean_sweeps
         assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm) == 0
@@ -143,7 +142,7 @@ def test_a_lost_drain_record_is_said_once_never_resumes_and_is_rebuilt(
 @pytest.mark.parametrize("how", BROKEN)
 def test_a_pending_verdict_is_kept_whatever_stood_at_its_name(node_env, how):  # noqa: F811
     sdir = node_env / NODE_STATE
-    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: Slurm()) == 0
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: node01_slurm()) == 0
     _break(sdir / nodepath.PENDING_VERDICT_FILE, how)
     (node_env / "dev/kmsg").open("a").write(XID79)
 
@@ -154,11 +153,10 @@ def test_a_pending_verdict_is_kept_whatever_stood_at_its_name(node_env, how):  #
 
 
 AWAY = ("import sys\nfrom rsc_health import nodepath\n"
-        "class S:\n"
-        "    def node(self, n):\n"
-        "        from rsc_health.slurm.api import SlurmUnavailable\n"
-        "        raise SlurmUnavailable('away')\n"
-        "raise SystemExit(nodepath.run_stage('sweep', slurm_factory=lambda c, d: S()))\n")
+        "from rsc_health.slurm.memory import MemorySlurm\n"
+        "slurm = MemorySlurm(['node01'])\n"
+        "slurm.stop()\n"
+        "raise SystemExit(nodepath.run_stage('sweep', slurm_factory=lambda c, d: slurm))\n")
 
 
 def _sweep_with_slurm_away(root: Path, timeout: float = 20) -> int:
@@ -173,7 +171,7 @@ def _sweep_with_slurm_away(root: Path, timeout: float = 20) -> int:
 def test_a_fifo_at_a_state_files_temporary_name_never_holds_the_sweep(
         node_env, name):  # noqa: F811
     sdir = node_env / NODE_STATE
-    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: Slurm()) == 0
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: node01_slurm()) == 0
     os.mkfifo(sdir / name)
     (node_env / "dev/kmsg").open("a").write(XID79)
 

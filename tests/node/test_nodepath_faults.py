@@ -244,7 +244,7 @@ def test_a_full_spool_keeps_faults_and_drops_only_all_clear_rows(node_env, capsy
     before = len(_records(node_env))
     (node_env / "dev/kmsg").open("a").write(XID79)
 
-    nodepath.run_stage("sweep", slurm_factory=lambda cfg, deadline: _Quiet())
+    nodepath.run_stage("sweep", slurm_factory=lambda cfg, deadline: _quiet())
 
     new = _records(node_env)[before:]
     assert [r["kind"] for r in new if r["kind"] == "check"] == ["check"]
@@ -254,18 +254,13 @@ def test_a_full_spool_keeps_faults_and_drops_only_all_clear_rows(node_env, capsy
     assert int(_gauge(node_env, "rsc_health_spool_bytes")) >= 3000
 
 
-class _Quiet:
-    """A Slurm that has the node idle and takes a drain (what the sweep's verdict asks)."""
+def _quiet():
+    """slurmctld away: every call raises SlurmUnavailable."""
+    from rsc_health.slurm.memory import MemorySlurm
 
-    deadline = None
-
-    def __getattr__(self, name):
-        from rsc_health.slurm.api import SlurmUnavailable
-
-        def away(*args, **kwargs):
-            raise SlurmUnavailable("test: controller away")
-
-        return away
+    slurm = MemorySlurm(["node01"])
+    slurm.stop()
+    return slurm
 
 
 @pytest.mark.parametrize("cause", [
@@ -286,7 +281,7 @@ def test_a_wrongly_typed_pending_verdict_is_discarded_not_a_fault_on_every_run(n
         {"level": 3, "why": "guard", "causes": [cause], "time": "2026-11-24T00:00:00+00:00"}))
     (node_env / "dev/kmsg").open("a").write(XID79)
 
-    assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, deadline: _Quiet()) == 1
+    assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, deadline: _quiet()) == 1
 
     assert [r["code"] for r in _records(node_env) if r.get("status") == "fail"] == ["xid79"]
     assert not any(r.get("code") == "checker_fault" for r in _records(node_env))
@@ -336,38 +331,21 @@ def test_a_fifo_or_endless_file_where_a_file_is_read_neither_hangs_nor_blinds_th
     assert "xid79" in [r.get("code") for r in _records(node_env)]
 
 
-class _FleetOutage:
+def _fleet_outage():
     """A Slurm where two of node01's ten partition mates were drained by rsc-health a moment
-    ago: the mass-drain guard (limit 1 of 10) holds node01's drain. Counts the node-table
-    reads, each one of which costs slurmctld the whole table."""
+    ago: the mass-drain guard (limit 1 of 10) holds node01's drain. Its `reads` count the
+    node-table reads, each one of which costs slurmctld the whole table."""
+    from rsc_health.slurm.memory import MemorySlurm
 
-    def __init__(self):
-        from datetime import UTC, datetime
+    slurm = MemorySlurm([f"node{i:02d}" for i in range(1, 9)])
+    for i in (9, 10):
+        slurm.add_node(f"node{i:02d}", "IDLE+DRAIN",
+                       "rsc_health:now:mount_missing:/checkpoint missing", user="root")
+    return slurm
 
-        from rsc_health.slurm.api import NodeInfo
 
-        now = datetime.now(UTC)
-        self.reads = 0
-        self.info = [NodeInfo(f"node{i:02d}", "IDLE", partitions=("gpu",)) for i in range(1, 9)]
-        self.info += [NodeInfo(f"node{i:02d}", "IDLE+DRAIN", "rsc_health:now:mount_missing:"
-                               "/checkpoint missing", "root", now, ("gpu",)) for i in (9, 10)]
-
-    def __call__(self, cfg, deadline):
-        return self
-
-    def node(self, name):
-        self.reads += 1
-        return next(n for n in self.info if n.name == name)
-
-    def nodes(self, names=None):
-        self.reads += 1
-        return list(self.info)
-
-    def drain(self, node, reason):
-        raise AssertionError("the guard should have held the drain")
-
-    def jobs_on_node(self, node):
-        return []
+def _drains(slurm) -> list[tuple]:
+    return [c for c in slurm.calls if c[0] == "drain"]
 
 
 def _lose_checkpoint_mount(root: Path) -> None:
@@ -397,12 +375,13 @@ def test_a_guard_held_node_leaves_slurmctld_alone_until_its_backoff_runs_out(nod
     from datetime import UTC, datetime, timedelta
 
     _lose_checkpoint_mount(node_env)
-    slurm = _FleetOutage()
+    slurm = _fleet_outage()
     before = datetime.now(UTC)
-    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm) == 0
     first = _pending(node_env)
     assert first["why"] == "guard" and first["holds"] == 1
     assert slurm.reads == 1  # one read of the table per try: its own record is in it
+    assert _drains(slurm) == []  # the guard held the drain
     retry = datetime.fromisoformat(first["retry_after"])
     assert before + timedelta(minutes=2.5) <= retry <= datetime.now(UTC) + timedelta(minutes=7.5)
 
@@ -412,20 +391,23 @@ def test_a_guard_held_node_leaves_slurmctld_alone_until_its_backoff_runs_out(nod
     assert _gauge(node_env, "rsc_health_pending_drain") == "1"
 
     _set_retry_after(node_env, (datetime.now(UTC) - timedelta(seconds=1)).isoformat())
-    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0  # the backoff ran out
+    # The backoff ran out.
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm) == 0
     second = _pending(node_env)
     assert second["holds"] == 2 and slurm.reads == 2
+    assert _drains(slurm) == []  # the guard held the drain
     assert datetime.fromisoformat(second["retry_after"]) >= before + timedelta(minutes=5)
 
 
 def test_a_new_fault_on_a_guard_held_node_is_tried_at_once(node_env):
     _lose_checkpoint_mount(node_env)
-    slurm = _FleetOutage()
-    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0
+    slurm = _fleet_outage()
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm) == 0
     assert _pending(node_env)["holds"] == 1
     (node_env / "dev/kmsg").open("a").write(XID79)  # a GPU fell off the bus: news
-    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm) == 0
     assert slurm.reads == 2 and _pending(node_env)["holds"] == 2
+    assert _drains(slurm) == []  # the guard held the drain
 
 
 @pytest.mark.parametrize("junk", [
@@ -445,7 +427,8 @@ def test_a_garbled_guard_backoff_retries_rather_than_waits_for_ever(node_env, ju
     (sdir / nodepath.PENDING_VERDICT_FILE).write_text(json.dumps(
         {"level": 3, "why": "guard", "causes": [cause], "time": "2026-11-24T00:00:00+00:00",
          **junk}))
-    slurm = _FleetOutage()
-    assert nodepath.run_stage("sweep", slurm_factory=slurm) == 0
+    slurm = _fleet_outage()
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm) == 0
     assert slurm.reads == 1  # tried now
+    assert _drains(slurm) == []  # the guard held the drain
     assert _pending(node_env)["holds"] == (4 if junk["holds"] == 3 else 1)

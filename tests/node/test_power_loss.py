@@ -22,11 +22,11 @@ from pathlib import Path
 import pytest
 
 from rsc_health import nodepath
-from rsc_health.slurm.api import NodeInfo, SlurmUnavailable
+from rsc_health.slurm.api import NodeInfo
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
 from .test_nodepath_faults import XID79, node_env  # noqa: F401 - the fixture
-from .test_state_dir_read_only import NODE, Slurm
+from .test_state_dir_read_only import NODE, node01_slurm, slurm_away
 
 REPO = Path(__file__).resolve().parents[2]
 FAULT = REPO / "tests" / "fixtures" / "fault"
@@ -70,14 +70,6 @@ def powerloss_state(node_env):  # noqa: F811 - pytest fixture by name
     proc.wait(10)
 
 
-class Away:
-    def node(self, name):
-        raise SlurmUnavailable("slurmctld is not answering")
-
-    def nodes(self, names=None):
-        raise SlurmUnavailable("slurmctld is not answering")
-
-
 def _spooled(root: Path) -> list[dict]:
     path = root / NODE_STATE / "spool" / "pending.jsonl"
     text = path.read_text() if path.exists() else ""
@@ -90,11 +82,11 @@ def test_a_drain_verdict_kept_for_an_absent_slurm_survives_a_power_cut(powerloss
     kmsg = root / "dev/kmsg"
     ring = kmsg.read_text()
     kmsg.write_text(ring + XID79)
-    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: Away()) == 0
+    assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm_away()) == 0
 
     cut(kind)
     kmsg.write_text(ring)  # the XID went with the old boot's ring buffer
-    slurm = Slurm()
+    slurm = node01_slurm()
     assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm) == 0
 
     drains = [c for c in slurm.calls if c[0] == "drain"]
@@ -114,17 +106,17 @@ def test_a_power_cut_never_has_a_repaired_node_drained_again_for_an_old_logged_x
                    "name=python3, GPU has fallen off the bus.\n")
     site = Path(os.environ["RSC_HEALTH_CONFIG"])
     site.write_text(site.read_text() + '\n[xid]\nsources = ["/var/log/kern.log"]\n')
-    first = Slurm()
+    first = node01_slurm()
     nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: first)
     assert [c[0] for c in first.calls][:1] == ["drain"]  # the XID, when it was news
 
     # Repaired and resumed by a person; two clean sweeps since.
     for _ in range(2):
-        healthy = Slurm()
+        healthy = node01_slurm()
         assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d, s=healthy: s) == 0
         assert healthy.calls == []
     cut(kind)
-    after = Slurm()
+    after = node01_slurm()
     assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: after) == 0
     assert after.calls == []
-    assert NodeInfo(NODE, "MIXED", partitions=("gpu",)) == after.info
+    assert NodeInfo(NODE, "MIXED", partitions=("gpu",)) == after.info[NODE]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rsc_health import nodepath
-from rsc_health.slurm.api import JobInfo, NodeInfo
+from rsc_health.slurm.memory import MemorySlurm
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
 from .test_nodepath_faults import XID79, node_env  # noqa: F401 - the fixture
@@ -22,38 +22,24 @@ from .test_nodepath_faults import XID79, node_env  # noqa: F401 - the fixture
 NODE = "node01"
 
 
-class Slurm:
-    def __init__(self):
-        self.info = NodeInfo(NODE, "MIXED", partitions=("gpu",))
-        self.calls: list[tuple] = []
+def node01_slurm() -> MemorySlurm:
+    """node01 running job 777 (MIXED), on the node path's own clock (a test that moves
+    nodepath.utcnow moves the time Slurm stamps on a drain)."""
+    slurm = MemorySlurm([NODE], now=lambda: nodepath.utcnow())
+    slurm.start_job(NODE, "777", whole_node=False)
+    return slurm
 
-    def node(self, name):
-        return self.info
 
-    def nodes(self, names=None):
-        return [self.info]
-
-    def drain(self, node, reason):
-        self.calls.append(("drain", node, reason))
-        self.info = NodeInfo(NODE, "MIXED+DRAIN", reason, "root", None, ("gpu",))
-
-    def resume(self, node):
-        self.calls.append(("resume", node))
-
-    def requeue(self, job_id):
-        self.calls.append(("requeue", job_id))
-
-    def jobs_on_node(self, node):
-        return [JobInfo("777", "RUNNING", NODE)]
-
-    def job(self, job_id):
-        return None
+def slurm_away() -> MemorySlurm:
+    slurm = node01_slurm()
+    slurm.stop()  # slurmctld not answering
+    return slurm
 
 
 @pytest.fixture
 def read_only_state(node_env):  # noqa: F811 - pytest fixture by name
     sdir = node_env / NODE_STATE
-    slurm = Slurm()
+    slurm = node01_slurm()
     # A first, healthy sweep: the state dir, its lock file, cursor and baselines exist.
     assert nodepath.run_stage("sweep", slurm_factory=lambda cfg, d: slurm) == 0
     assert (sdir / nodepath.LOCK_FILE).exists()
@@ -80,7 +66,7 @@ def test_a_read_only_state_dir_still_drains_a_lost_gpu(read_only_state, capsys, 
                                                        requeued):
     root, sdir = read_only_state
     (root / "dev/kmsg").open("a").write(XID79)
-    slurm = Slurm()
+    slurm = node01_slurm()
 
     assert nodepath.run_stage(entry, slurm_factory=lambda cfg, d: slurm) == code
 
@@ -94,7 +80,7 @@ def test_a_read_only_state_dir_still_drains_a_lost_gpu(read_only_state, capsys, 
 
 
 def test_a_read_only_state_dir_with_nothing_wrong_lets_the_job_run(read_only_state, capsys):
-    slurm = Slurm()
+    slurm = node01_slurm()
     assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, d: slurm) == 0
     assert slurm.calls == []
     assert "Read-only file system" in capsys.readouterr().err

@@ -11,49 +11,26 @@ from rsc_health.actions import Actor, guard_limit
 from rsc_health.config import load_config
 from rsc_health.model import Finding, Severity, Status
 from rsc_health.policy import decide
-from rsc_health.slurm.api import JobGone, JobInfo, NodeInfo, RequeueRefused
+from rsc_health.slurm.api import NodeInfo, RequeueRefused
+from rsc_health.slurm.memory import MemorySlurm
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 
 
-class MemorySlurm:
-    """Just enough Slurm: node states with reason + reason time, jobs per node."""
+def memory_slurm(n: int = 10) -> MemorySlurm:
+    """n00..n(n-1) idle in partition gpu; a drain is stamped NOW."""
+    return MemorySlurm([f"n{i:02d}" for i in range(n)], now=lambda: NOW)
 
-    def __init__(self, n: int = 10):
-        self.info = {f"n{i:02d}": NodeInfo(f"n{i:02d}", "IDLE", partitions=("gpu",))
-                     for i in range(n)}
-        self.jobs: dict[str, list[JobInfo]] = {}
-        self.calls: list[tuple] = []
 
-    def node(self, name):
-        return self.info[name]
-
-    def nodes(self, names=None):
-        return [v for k, v in self.info.items() if not names or k in names]
-
-    def drain(self, node, reason, when=NOW):
-        self.calls.append(("drain", node, reason))
-        self.info[node] = NodeInfo(node, "IDLE+DRAIN", reason, "root", when, ("gpu",))
-
-    def resume(self, node):
-        self.calls.append(("resume", node))
-        self.info[node] = NodeInfo(node, "IDLE", partitions=("gpu",))
+class Refusing(MemorySlurm):
+    """slurmctld refuses the requeue of job "refuses" though squeue listed it requeueable."""
 
     def requeue(self, job_id):
+        if job_id != "refuses":
+            return super().requeue(job_id)
         self.calls.append(("requeue", job_id))
-        if job_id == "refuses":
-            raise RequeueRefused(["scontrol", "requeue", job_id], 1,
-                                 "Requested operation is presently disabled for job")
-        if job_id == "went_pending":  # requeued by someone else after squeue listed it
-            raise JobGone(["scontrol", "requeue", job_id], 1,
-                          f"Job is pending execution for job {job_id}")
-
-    def jobs_on_node(self, node):
-        return self.jobs.get(node, [])
-
-    def job(self, job_id):
-        return None
-
+        raise RequeueRefused(["scontrol", "requeue", job_id], 1,
+                             "Requested operation is presently disabled for job")
 
 
 def finding(code: str, sev=Severity.DRAIN_NOW, repair=False, family="gpu") -> Finding:
@@ -77,9 +54,10 @@ def spooled(tmp_path, node="n01"):
 
 
 def test_xid79_drains_now_requeues_jobs_and_reports_refusals(cfg, tmp_path):
-    slurm = MemorySlurm()
-    slurm.jobs["n01"] = [JobInfo("7", "RUNNING"), JobInfo("8", "RUNNING", requeue=False),
-                         JobInfo("refuses", "RUNNING")]
+    slurm = Refusing([f"n{i:02d}" for i in range(10)], now=lambda: NOW)
+    slurm.start_job("n01", "7")
+    slurm.start_job("n01", "8", requeue=False)
+    slurm.start_job("n01", "refuses")
     verdict = decide([finding("xid79", repair=True, family="xid")])
     actions = actor(slurm, cfg, tmp_path).apply(verdict)
     assert slurm.info["n01"].reason.startswith("rsc_health:now:xid79:")
@@ -90,8 +68,8 @@ def test_xid79_drains_now_requeues_jobs_and_reports_refusals(cfg, tmp_path):
 
 
 def test_drain_after_job_only_drains(cfg, tmp_path):
-    slurm = MemorySlurm()
-    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm = memory_slurm()
+    slurm.start_job("n01", "7")
     actions = actor(slurm, cfg, tmp_path).apply(
         decide([finding("remap_pending", Severity.DRAIN_AFTER_JOB, True, "remap")]))
     assert [a.action for a in actions] == ["drain_after_job"]
@@ -100,7 +78,7 @@ def test_drain_after_job_only_drains(cfg, tmp_path):
 
 
 def test_a_persons_drain_is_never_touched(cfg, tmp_path):
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     slurm.drain("n01", "bad fan, ticket 42")
     slurm.calls.clear()
     a = actor(slurm, cfg, tmp_path)
@@ -115,7 +93,7 @@ def test_a_persons_drain_is_never_touched(cfg, tmp_path):
 
 
 def test_transient_drain_is_resumed_after_n_clean_sweeps(cfg, tmp_path):
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     a = actor(slurm, cfg, tmp_path)
     a.apply(decide([finding("mount_missing", family="mount")]))
     assert slurm.info["n01"].drain_set
@@ -126,7 +104,7 @@ def test_transient_drain_is_resumed_after_n_clean_sweeps(cfg, tmp_path):
 
 
 def test_a_fault_seen_again_restarts_the_clean_count(cfg, tmp_path):
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     a = actor(slurm, cfg, tmp_path)
     bad = decide([finding("mount_missing", family="mount")])
     a.apply(bad)
@@ -140,7 +118,7 @@ def test_a_fault_seen_again_restarts_the_clean_count(cfg, tmp_path):
 
 @pytest.mark.parametrize("code", ["xid79", "ecc_dbe", "remap_failed"])
 def test_repair_codes_are_never_auto_resumed(cfg, tmp_path, code):
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     a = actor(slurm, cfg, tmp_path)
     # Even when a finding forgot to say repair=True, the config's list holds.
     a.apply(decide([finding(code, repair=False)]))
@@ -150,7 +128,7 @@ def test_repair_codes_are_never_auto_resumed(cfg, tmp_path, code):
 
 
 def test_guard_refuses_drains_past_the_share_and_spools_it(cfg, tmp_path):
-    slurm = MemorySlurm(20)  # 10% of 20 = 2 drains per window
+    slurm = memory_slurm(20)  # 10% of 20 = 2 drains per window
     verdict = decide([finding("xid79", repair=True)])
     results = [actor(slurm, cfg, tmp_path, f"n{i:02d}").apply(verdict) for i in range(5)]
     drained = [n for n, v in slurm.info.items() if v.drain_set]
@@ -160,10 +138,10 @@ def test_guard_refuses_drains_past_the_share_and_spools_it(cfg, tmp_path):
 
 
 def test_guard_forgets_drains_older_than_the_window(cfg, tmp_path):
-    slurm = MemorySlurm(20)
+    slurm = memory_slurm(20)
     old = NOW - timedelta(minutes=16)
-    slurm.drain("n10", "rsc_health:now:xid79:gpu0 old", when=old)
-    slurm.drain("n11", "rsc_health:now:xid79:gpu0 old", when=old)
+    slurm.set_state("n10", "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 old", user="root", when=old)
+    slurm.set_state("n11", "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 old", user="root", when=old)
     slurm.drain("n12", "a person's drain")
     actions = actor(slurm, cfg, tmp_path, "n01").apply(decide([finding("xid79", repair=True)]))
     assert actions[0].action == "drain_now"
@@ -172,7 +150,7 @@ def test_guard_forgets_drains_older_than_the_window(cfg, tmp_path):
 def test_an_operators_drain_does_not_use_up_the_guards_budget(cfg, tmp_path):
     """A DIMM reseat (`healthctl drain`) is a person's decision under our prefix: it must not
     refuse a broken node's automatic drain. Automatic drains still count."""
-    slurm = MemorySlurm(10)  # 10% of 10: one automatic drain per window
+    slurm = memory_slurm(10)  # 10% of 10: one automatic drain per window
     slurm.drain("n05", "rsc_health:manual:manual:DIMM reseat by bob")
     slurm.drain("n06", "rsc_health:manual:ib:cable swap by bob")
     verdict = decide([finding("xid79", repair=True)])
@@ -190,36 +168,38 @@ def test_guard_limit_is_at_least_one():
 
 def test_disabled_actions_touch_nothing_and_record_what_would_have_drained(cfg, tmp_path):
     cfg.data["actions"]["enabled"] = False
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     done = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79")]))
     assert [a.action for a in done] == ["would_drain"]
     assert slurm.calls == []
 
 
 def test_epilog_never_requeues_its_own_ending_job(cfg, tmp_path):
-    slurm = MemorySlurm()
-    slurm.jobs["n01"] = [JobInfo("7", "COMPLETING"), JobInfo("9", "RUNNING")]
+    slurm = memory_slurm()
+    slurm.start_job("n01", "7", state="COMPLETING")
+    slurm.start_job("n01", "9")
     actions = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79", repair=True)]),
                                                 skip_jobs={"7"})
     assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", "9")]
 
 
 def test_drain_after_job_escalates_to_drain_now_when_worse_appears(cfg, tmp_path):
-    slurm = MemorySlurm()
-    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm = memory_slurm()
+    slurm.start_job("n01", "7")
     a = actor(slurm, cfg, tmp_path)
     a.apply(decide([finding("remap_pending", Severity.DRAIN_AFTER_JOB, True, "remap")]))
     actions = a.apply(decide([finding("xid79", repair=True, family="xid")]))
     assert [x.action for x in actions] == ["drain_now", "requeue"]
     assert slurm.info["n01"].reason.startswith("rsc_health:now:xid79:")
     # Already drained now by us: a repeat verdict does not drain or requeue twice.
-    slurm.jobs["n01"] = []
+    assert slurm.jobs_on_node("n01") == []  # requeued
     assert a.apply(decide([finding("xid79", repair=True, family="xid")])) == []
 
 
 def test_a_refused_requeue_is_reported_once_while_the_node_stays_drained(cfg, tmp_path):
-    slurm = MemorySlurm()
-    slurm.jobs["n01"] = [JobInfo("8", "RUNNING", requeue=False), JobInfo("refuses", "RUNNING")]
+    slurm = Refusing([f"n{i:02d}" for i in range(10)], now=lambda: NOW)
+    slurm.start_job("n01", "8", requeue=False)
+    slurm.start_job("n01", "refuses")
     verdict = decide([finding("xid79", repair=True, family="xid")])
     first = actor(slurm, cfg, tmp_path).apply(verdict)
     assert [(a.action, a.job_id) for a in first] == [
@@ -231,7 +211,7 @@ def test_a_refused_requeue_is_reported_once_while_the_node_stays_drained(cfg, tm
     # ... though the requeue is still tried (it may be allowed later), and a new job on the
     # node is still requeued or reported.
     assert slurm.calls.count(("requeue", "refuses")) == 4
-    slurm.jobs["n01"].append(JobInfo("9", "RUNNING", requeue=False))
+    slurm.start_job("n01", "9", requeue=False)
     again = actor(slurm, cfg, tmp_path).apply(verdict)
     assert [(a.action, a.job_id) for a in again] == [("requeue_refused", "9")]
     assert [r["job_id"] for r in spooled(tmp_path) if r["action"] == "requeue_refused"] == [
@@ -241,9 +221,12 @@ def test_a_refused_requeue_is_reported_once_while_the_node_stays_drained(cfg, tm
 def test_jobs_already_leaving_the_node_are_not_requeued_and_do_not_stop_the_sweep(cfg, tmp_path):
     # What the sweep after a requeue sees on a real cluster: the requeued job COMPLETING on the
     # drained node, or PENDING by the time scontrol requeue reaches it.
-    slurm = MemorySlurm()
-    slurm.jobs["n01"] = [JobInfo("5", "COMPLETING"), JobInfo("went_pending", "RUNNING"),
-                         JobInfo("7", "RUNNING")]
+    slurm = memory_slurm()
+    slurm.start_job("n01", "5", state="COMPLETING")
+    slurm.start_job("n01", "went_pending")
+    slurm.start_job("n01", "7")
+    # Requeued by someone else right after squeue listed it.
+    slurm.after("jobs_on_node", lambda: slurm.requeue("went_pending"))
     verdict = decide([finding("xid79", repair=True, family="xid")])
     actions = actor(slurm, cfg, tmp_path).apply(verdict)
     assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", "7")]
@@ -258,20 +241,17 @@ def test_a_node_that_drained_first_steps_back_when_later_racers_push_it_past_the
     from datetime import timedelta
 
     cfg.data["actions"]["guard_max_share"] = 0.34  # 6 nodes: limit 2
-    slurm = MemorySlurm(n=0)
-    for name in ("n01", "n02", "n03", "n04", "n05", "n06"):
-        slurm.info[name] = NodeInfo(name, "IDLE", partitions=("gpu",))
+    slurm = MemorySlurm(["n01", "n02", "n03", "n04", "n05", "n06"], now=lambda: NOW)
     a = actor(slurm, cfg, tmp_path, node="n06")
     same_second = NOW - timedelta(seconds=1)
 
     def racers_land(seconds):  # while n06 waits, n01 and n02 drain in the same second
         for name in ("n01", "n02"):
-            slurm.info[name] = NodeInfo(name, "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 x",
-                                        "root", same_second, ("gpu",))
+            slurm.set_state(name, "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 x", user="root",
+                            when=same_second)
 
     a.sleep = racers_land
-    slurm.drain = lambda node, reason, when=same_second: MemorySlurm.drain(
-        slurm, node, reason, when)
+    slurm.now = lambda: same_second
     done = a.apply(decide([finding("xid79")]))
     assert [x.action for x in done] == ["guard_tripped"]
     assert "DRAIN" not in slurm.info["n06"].state
@@ -284,13 +264,13 @@ def test_a_wrongly_typed_drain_record_neither_stops_requeues_nor_resumes_the_nod
     """slurm_drain.json of the right keys and wrong types (JSON written by hand, another
     version): read as no record. It raised TypeError inside the Actor on every sweep, before
     the jobs on a DRAIN_NOW node were requeued."""
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     a = actor(slurm, cfg, tmp_path)
     bad = decide([finding("mount_missing", family="mount")])
     a.apply(bad)
     path = tmp_path / "n01" / "slurm_drain.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), **field}))
-    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm.start_job("n01", "7")
     assert ("requeue", "7") in [(x.action, x.job_id) for x in a.apply(bad)]
     path.write_text(json.dumps({**json.loads(path.read_text()), **field})
                     if path.exists() else json.dumps(field))
@@ -299,32 +279,15 @@ def test_a_wrongly_typed_drain_record_neither_stops_requeues_nor_resumes_the_nod
     assert slurm.info["n01"].drain_set
 
 
-class FreezesAfterDrain(MemorySlurm):
-    """slurmctld stops answering right after it took the drain (the guard's second look)."""
-
-    def __init__(self):
-        super().__init__()
-        self.frozen = False
-
-    def drain(self, node, reason, when=NOW):
-        super().drain(node, reason, when)
-        self.frozen = True
-
-    def nodes(self, names=None):
-        if self.frozen:
-            from rsc_health.slurm.api import SlurmUnavailable
-            raise SlurmUnavailable("scontrol show node: timed out after 10 s")
-        return super().nodes(names)
-
-
 def test_a_drain_that_landed_before_slurm_froze_is_recorded_and_resumable(cfg, tmp_path):
     """The drain happened; Slurm froze before the guard's second look. What is true (our
     drain, its record for auto-resume, its action) is kept; the caller still hears Slurm
     is away, so the verdict stays pending and the requeue follows next run."""
     from rsc_health.slurm.api import SlurmError
 
-    slurm = FreezesAfterDrain()
-    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm = memory_slurm()
+    slurm.stop_after("drain")  # slurmctld stops answering right after it took the drain
+    slurm.start_job("n01", "7")
     a = actor(slurm, cfg, tmp_path)
     verdict = decide([finding("mount_missing", family="mount")])
     with pytest.raises(SlurmError):
@@ -332,7 +295,7 @@ def test_a_drain_that_landed_before_slurm_froze_is_recorded_and_resumable(cfg, t
     assert slurm.info["n01"].drain_set
     assert a.load_state() is not None and a.load_state().reason == slurm.info["n01"].reason
     assert [r["action"] for r in spooled(tmp_path)] == ["drain_now"]
-    slurm.frozen = False  # the next run: Slurm back, the verdict retried
+    slurm.start()  # the next run: Slurm back, the verdict retried
     assert [x.action for x in a.apply(verdict)] == ["requeue"]
     assert [r["action"] for r in spooled(tmp_path)] == ["drain_now", "requeue"]
     for _ in range(3):
@@ -343,7 +306,7 @@ def test_a_drain_that_landed_before_slurm_froze_is_recorded_and_resumable(cfg, t
 def test_our_drain_that_landed_after_the_call_timed_out_is_adopted_once(cfg, tmp_path):
     """scontrol timed out, slurmctld applied the drain later: the next run finds our drain
     with no record of it. It is recorded once (not on every run), with what Slurm holds."""
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     verdict = decide([finding("mount_missing", family="mount")])
     slurm.drain("n01", verdict.reason)  # landed late: this Actor never saw it succeed
     a = actor(slurm, cfg, tmp_path)
@@ -363,9 +326,9 @@ def test_an_operators_or_lemon_drain_is_never_taken_over_by_a_node_verdict(cfg, 
     """healthctl drain and lemons --apply drain with our prefix but are never auto-resumed.
     A DRAIN_NOW fault on such a node requeues its jobs but must not replace the reason (it
     did: 'escalated' to the node path's own drain, which clean sweeps then resumed)."""
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     slurm.drain("n01", held)
-    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm.start_job("n01", "7")
     slurm.calls.clear()
     a = actor(slurm, cfg, tmp_path)
     actions = a.apply(decide([finding("mount_missing", family="mount")]))
@@ -387,8 +350,12 @@ class ListsOthersOnly(MemorySlurm):
         return [n for n in super().nodes(names) if n.name != "n01"]
 
 
+def lists_others_only() -> ListsOthersOnly:
+    return ListsOthersOnly([f"n{i:02d}" for i in range(10)], now=lambda: NOW)
+
+
 def test_the_guard_counts_the_partition_even_when_the_listing_lacks_this_node(cfg, tmp_path):
-    slurm = ListsOthersOnly()
+    slurm = lists_others_only()
     for name in ("n02", "n03"):  # the limit of 10 nodes at 10% is 1: already past it
         slurm.drain(name, f"rsc_health:now:xid79:{name} gpu0 fell off the bus")
     slurm.calls.clear()
@@ -413,17 +380,17 @@ def test_a_pending_reboot_or_slurms_own_down_is_never_resumed_over(cfg, tmp_path
     used to resume the node on top of the pending reboot or Slurm's DOWN. Now the clean count
     waits for Slurm to finish; a node that comes back still drained by us is resumed after
     its clean sweeps as ever."""
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     a = actor(slurm, cfg, tmp_path)
     a.apply(decide([finding("mount_missing", family="mount")]))
     ours = slurm.info["n01"]
-    slurm.info["n01"] = NodeInfo("n01", state, ours.reason, "root", ours.reason_time, ("gpu",))
+    slurm.set_state("n01", state)  # Slurm keeps our reason, user and time
     for _ in range(5):
         assert a.apply(decide([]), clean_sweep=True) == []
     assert not any(c[0] == "resume" for c in slurm.calls)
     assert a.load_state() is not None and a.load_state().clean_sweeps == 0
 
-    slurm.info["n01"] = ours  # the reboot done, the node back and still drained by us
+    slurm.set_state("n01", ours.state)  # the reboot done, back and still drained by us
     kinds = [[x.action for x in a.apply(decide([]), clean_sweep=True)] for _ in range(3)]
     assert kinds == [[], [], ["resume"]]
 
@@ -441,7 +408,7 @@ def test_a_repair_fault_found_under_our_transient_drain_is_never_auto_resumed(cf
     """Drained for a mount that went away; the GPU then falls off the bus (XID 79) while the
     drain stands. Once the mount is back the clean sweeps must not resume the node: the
     XID 79 was consumed by the run that found it and is never seen again."""
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     a = actor(slurm, cfg, tmp_path)
     a.apply(decide([finding("mount_missing", family="mount")]))
     assert a.load_state().auto_resumable
@@ -456,7 +423,7 @@ def test_a_repair_fault_found_under_our_transient_drain_is_never_auto_resumed(cf
 def test_escalating_our_after_job_drain_keeps_what_it_was_for(cfg, tmp_path):
     """Drained after the job for a pending row remap (repair); a mount then goes (drain now,
     transient): once the mount is back, the node still waits for its repair."""
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     a = actor(slurm, cfg, tmp_path)
     a.apply(decide([finding("remap_pending", Severity.DRAIN_AFTER_JOB, True, "remap")]))
     a.apply(decide([finding("mount_missing", family="mount")]))
@@ -468,9 +435,9 @@ def test_escalating_our_after_job_drain_keeps_what_it_was_for(cfg, tmp_path):
 
 
 def test_a_verdict_under_an_operators_drain_is_held_and_its_jobs_still_requeued(cfg, tmp_path):
-    slurm = MemorySlurm()
+    slurm = memory_slurm()
     slurm.drain("n01", "rsc_health:manual:manual:DIMM reseat by bob")
-    slurm.jobs["n01"] = [JobInfo("7", "RUNNING")]
+    slurm.start_job("n01", "7")
     slurm.calls.clear()
     done = actor(slurm, cfg, tmp_path).apply(decide([finding("xid79", repair=True)]))
     assert [(x.action, x.job_id) for x in done] == [("held_under_drain", None), ("requeue", "7")]
