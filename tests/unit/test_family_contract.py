@@ -32,7 +32,7 @@ from rsc_health.config import PACKAGED_DEFAULTS, ConfigError, _read_toml, load_c
 from rsc_health.config_schema import FAMILY_LISTS, Spec, infer
 from rsc_health.engine import run
 from tests.fixtures.nodes.node_copy import HEALTHY, NODE_STATE, copy_node
-from tests.node.test_state_dir_read_only import Slurm
+from tests.node.test_state_dir_read_only import node01_slurm
 
 REPO = Path(__file__).resolve().parents[2]
 XID79 = ("4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has "
@@ -188,7 +188,7 @@ def test_a_prolog_with_only_it_in_prolog_families_runs_it(family, tmp_path, monk
     monkeypatch.setenv("RSC_HEALTH_CONFIG", str(config))
     monkeypatch.setenv("SLURMD_NODENAME", "node01")
     monkeypatch.setenv("SLURM_JOB_ID", "4242")
-    nodepath.run_stage("prolog", slurm_factory=lambda c, d: Slurm())
+    nodepath.run_stage("prolog", slurm_factory=lambda c, d: node01_slurm())
     spool = root / NODE_STATE / "spool" / "pending.jsonl"
     records = [json.loads(line) for line in spool.read_text().splitlines()]
     checks = {(r["check"], r["code"]) for r in records if r["kind"] == "check"}
