@@ -274,6 +274,3 @@ def stale_after_s(cfg) -> float:
     """[historian] stale_after_s of a Config: how old a node's newest run may be."""
     return float(cfg.get("historian.stale_after_s", STALE_AFTER_S))
 
-
-def stale_nodes(engine: Engine, now: datetime, stale_after_s: float) -> list[NodeFreshness]:
-    return [f for f in node_freshness(engine, now, stale_after_s) if f.stale]
