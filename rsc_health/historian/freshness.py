@@ -36,7 +36,6 @@ R = schema.node_runs
 STALE_AFTER_S = 2700.0
 _RUNS_Q = select(R.c.node, R.c.source, R.c.last_seen).where(
     R.c.node.in_(bindparam("nodes", expanding=True)))
-LEVELS = tuple(lv.label for lv in Level)
 # How far ahead of the historian's clock a node's stamp may be and still be believed: NTP keeps
 # nodes within milliseconds, so this is only the slack between two honest clocks.
 CLOCK_AHEAD_S = 300.0
