@@ -37,14 +37,12 @@ NODE_PATH_MODULES = {
     "rsc_health", "rsc_health.nodepath", "rsc_health.config", "rsc_health.config_schema",
     "rsc_health.model", "rsc_health.policy", "rsc_health.spool", "rsc_health.durable",
     "rsc_health.engine", "rsc_health.xid",
-    "rsc_health.checks", "rsc_health.checks._finding",
+    "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
     *(f"rsc_health.checks.{f}" for f in ("gpu", "xid", "ecc", "remap", "nvlink", "pcie",
                                           "infiniband", "mount", "host", "site")),
     "rsc_health.collect", "rsc_health.collect.node", "rsc_health.collect.sysfs",
     "rsc_health.collect.bounded", "rsc_health.collect.counters", "rsc_health.collect.kmsg",
-    "rsc_health.collect.gpu", "rsc_health.collect.pcie", "rsc_health.collect.infiniband",
-    "rsc_health.collect.mounts",
-    "rsc_health.collect.hangs",  # the probes that can hang (wip/lock, issue 21)
+    "rsc_health.collect.gpu", "rsc_health.collect.mounts", "rsc_health.collect.hangs",
 }
 # Standard-library modules a healthy prolog has no use for: each is a cost on every job start
 # (or, for subprocess and socket, a sign that something talks to Slurm or runs a program).
