@@ -158,17 +158,6 @@ def attribute(
     return AttributionReport(int(jobs or 0), {k: int(n) for k, n in counts})
 
 
-def causes_by_job(engine: Engine) -> pd.DataFrame:
-    """job_pk, cause, nodes (culprit count) for every attributed instance."""
-    query = (
-        select(A.c.job_pk, A.c.cause, A.c.kind, func.count(A.c.node).label("nodes"))
-        .group_by(A.c.job_pk, A.c.cause, A.c.kind)
-        .order_by(A.c.job_pk, A.c.cause)
-    )
-    with engine.connect() as conn:
-        return pd.DataFrame(conn.execute(query).all(), columns=["job_pk", "cause", "kind", "nodes"])
-
-
 def cooccurrence(engine: Engine) -> pd.DataFrame:
     """How often two causes were attributed to the same failed instance (paper: PCIe with
     XID 79). Columns cause_a, cause_b (cause_a < cause_b), jobs; most frequent first."""

@@ -33,7 +33,6 @@ from rsc_health.model import Level
 R = schema.node_runs
 _RUNS_Q = select(R.c.node, R.c.source, R.c.last_seen).where(
     R.c.node.in_(bindparam("nodes", expanding=True)))
-LEVELS = tuple(lv.label for lv in Level)
 # How far ahead of the historian's clock a node's stamp may be and still be believed: NTP keeps
 # nodes within milliseconds, so this is only the slack between two honest clocks.
 CLOCK_AHEAD_S = 300.0
@@ -271,6 +270,3 @@ def stale_after_s(cfg) -> float:
     """[historian] stale_after_s of a Config: how old a node's newest run may be."""
     return float(cfg.get("historian.stale_after_s"))
 
-
-def stale_nodes(engine: Engine, now: datetime, stale_after_s: float) -> list[NodeFreshness]:
-    return [f for f in node_freshness(engine, now, stale_after_s) if f.stale]

@@ -1,12 +1,24 @@
-"""The node path (engine, `healthctl check`) must not import the historian's heavy libraries."""
+"""The node path's import budget: what a prolog loads is part of every job's start-up.
+
+`healthctl check` must not import the historian's heavy libraries; a healthy prolog, run as
+slurmd runs it (a fresh interpreter, `python -m rsc_health.nodepath prolog`), loads nothing but
+the standard library and the node path's own modules listed here: no third-party package, no
+Slurm side, no module kept for faults, drains or other families' programs
+(benchmarks/bench_prolog.py measures what they cost).
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 from tests.fixtures.nodes.node_copy import copy_node
 
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("pandas", "sqlalchemy", "matplotlib", "scipy")
 
 PROBE = """
@@ -19,6 +31,27 @@ heavy = sorted(m for m in sys.modules if m.split(".")[0] in {heavy!r})
 print("HEAVY:", ",".join(heavy))
 """
 
+# Every rsc_health module a healthy prolog may load (the default prolog_families). A new one
+# here is a cost on every job start: import it where it is used, or add it with its reason.
+NODE_PATH_MODULES = {
+    "rsc_health", "rsc_health.nodepath", "rsc_health.config", "rsc_health.config_schema",
+    "rsc_health.model", "rsc_health.policy", "rsc_health.spool", "rsc_health.durable",
+    "rsc_health.engine", "rsc_health.xid",
+    "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
+    *(f"rsc_health.checks.{f}" for f in ("gpu", "xid", "ecc", "remap", "nvlink", "pcie",
+                                          "infiniband", "mount", "host", "site")),
+    "rsc_health.collect", "rsc_health.collect.node", "rsc_health.collect.sysfs",
+    "rsc_health.collect.bounded", "rsc_health.collect.counters", "rsc_health.collect.kmsg",
+    "rsc_health.collect.gpu", "rsc_health.collect.mounts", "rsc_health.collect.hangs",
+}
+# Standard-library modules a healthy prolog has no use for: each is a cost on every job start
+# (or, for subprocess and socket, a sign that something talks to Slurm or runs a program).
+NOT_ON_A_HEALTHY_PROLOG = {
+    "subprocess", "socket", "logging", "traceback", "random", "tempfile", "shutil", "hashlib",
+    "uuid", "difflib", "argparse", "csv", "sqlite3", "decimal", "email", "http", "urllib.request",
+    "syslog", "zoneinfo", "zipfile", "tarfile", "gzip", "platform", "getpass", "pprint",
+}
+
 
 def test_healthctl_check_imports_no_pandas_sqlalchemy_or_matplotlib(tmp_path):
     root = tmp_path / "node"
@@ -27,3 +60,46 @@ def test_healthctl_check_imports_no_pandas_sqlalchemy_or_matplotlib(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(root), str(root / "config.toml")],
                          capture_output=True, text=True, check=True).stdout
     assert "HEAVY: \n" in out or out.strip().endswith("HEAVY:")
+
+
+def _imported(argv: list[str], env: dict[str, str], cwd: Path) -> set[str]:
+    """The modules a fresh interpreter imported (python -X importtime, on stderr)."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", *argv], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    names = set()
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and not line.rstrip().endswith("package"):
+            names.add(line.rsplit("|", 1)[1].strip())
+    assert names, proc.stderr[-2000:]
+    return names
+
+
+def test_a_healthy_prolog_loads_only_the_standard_library_and_its_own_modules(tmp_path):
+    root = copy_node(tmp_path / "node")
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("SLURM", "RSC_HEALTH", "PYTHON"))}
+    env.update(PYTHONPATH=str(REPO), RSC_HEALTH_ROOT=str(root), SLURMD_NODENAME="node01",
+               RSC_HEALTH_CONFIG=str(root / "config.toml"), SLURM_JOB_ID="77",
+               SLURM_JOB_NODELIST="node[01-02]")
+    # What this interpreter loads before any code of ours (site hooks, .pth files) is not the
+    # prolog's: only what the prolog adds to a bare start is judged.
+    bare = _imported(["-c", "pass"], env, tmp_path)
+    loaded = _imported(["-m", "rsc_health.nodepath", "prolog"], env, tmp_path) - bare
+
+    spool = root / "var/lib/rsc_health/spool"
+    beats = [json.loads(line) for f in sorted(spool.glob("*.jsonl"))
+             for line in f.read_text().splitlines() if '"heartbeat"' in line]
+    assert [(b["source"], b["level"]) for b in beats] == [("prolog", "ok")]  # it ran, healthy
+
+    ours = {m for m in loaded if m.split(".")[0] == "rsc_health"}
+    assert {"rsc_health.config", "rsc_health.collect.kmsg"} <= ours  # nodepath is __main__
+    assert ours <= NODE_PATH_MODULES, sorted(ours - NODE_PATH_MODULES)
+    others = loaded - ours
+    # importtime also lists a try-import that failed (copy tries Jython's org.python.core).
+    third_party = {m for m in others if m.split(".")[0] not in sys.stdlib_module_names
+                   and importlib.util.find_spec(m.split(".")[0]) is not None}
+    assert not third_party, sorted(third_party)
+    unneeded = {m for m in others if m in NOT_ON_A_HEALTHY_PROLOG
+                or m.split(".")[0] in NOT_ON_A_HEALTHY_PROLOG}
+    assert not unneeded, sorted(unneeded)

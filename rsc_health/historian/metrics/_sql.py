@@ -40,12 +40,6 @@ def _seconds_sqlite(element, compiler, **kw):
     return f"ROUND((julianday({b}) - julianday({a})) * 86400.0, 3)"
 
 
-@compiles(seconds_between, "mysql")
-def _seconds_mysql(element, compiler, **kw):
-    a, b = (compiler.process(c, **kw) for c in element.clauses)
-    return f"TIMESTAMPDIFF(SECOND, {a}, {b})"
-
-
 class shifted(FunctionElement):  # noqa: N801
     """A timestamp moved by a number of seconds, inside the database.
 
@@ -69,12 +63,6 @@ def _shifted_sqlite(element, compiler, **kw):
     # Same text shape SQLAlchemy stores ("YYYY-MM-DD HH:MM:SS.fff..."), so comparisons hold.
     ts, secs = (compiler.process(c, **kw) for c in element.clauses)
     return f"strftime('%Y-%m-%d %H:%M:%f', {ts}, {secs} || ' seconds')"
-
-
-@compiles(shifted, "mysql")
-def _shifted_mysql(element, compiler, **kw):
-    ts, secs = (compiler.process(c, **kw) for c in element.clauses)
-    return f"DATE_ADD({ts}, INTERVAL {secs} SECOND)"
 
 
 def runtime_s() -> ColumnElement:

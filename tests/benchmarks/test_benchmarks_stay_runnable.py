@@ -41,6 +41,7 @@ def test_bench_historian_volume_delivers_a_small_fleet_into_sqlite():
     assert all(math.isfinite(v) and v >= 0 for v, _ in bench.values())
 
 
+@pytest.mark.slurm  # its own slurmctld: run in the Slurm group (tests/conftest.py)
 @pytest.mark.skipif(shutil.which("slurmctld") is None or shutil.which("munged") is None,
                     reason="Slurm is not installed")
 def test_bench_guard_load_measures_a_real_slurmctld_and_the_backoffs_saving():

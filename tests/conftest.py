@@ -1,0 +1,61 @@
+"""The suite runs in parallel (pytest-xdist: `scripts/test` passes -n auto --dist loadgroup).
+
+Tests that share something expensive or must not overlap run in one worker, one after another,
+as an xdist group given here, so no test file has to remember it:
+
+- "slurm": every test that takes the real Slurm cluster (`slurm_cluster`, one per worker, ~10 s
+  to start) or is marked `slurm` (the guard benchmark's own slurmctld). The two longest files
+  (every README command on a real site, 2-5 min; metrics on real accounting, 1 min) are a
+  second group, "slurm-long", with a cluster of their own in another worker: in one group the
+  Slurm tests alone took 10 minutes at load 8. The historian's real-accounting tests start a
+  cluster of their own too ("slurm-accounting"). Clusters never share a port or an accounting
+  database (tests/slurm/cluster.py names both afresh). The tests under tests/slurm that start
+  no daemon (the CLI backend against stand-in programs) run anywhere.
+- "sim" and "validation": the tests of those directories share session-scoped simulated fleets,
+  built once in one worker, not once per worker.
+
+PostgreSQL tests need no group: each gets its own database (tests/historian/conftest.py).
+PgBouncer, Prometheus, the frozen PostgreSQL and Chromium each start their own daemon on a port
+of their own (tests/ports.free_port), so they may run beside anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parent
+# A file -> group; else a fixture or a marker -> group; else the first directory under tests/.
+FILE_GROUPS = {
+    "test_readme_commands_run.py": "slurm-long",
+    "test_metrics_on_real_accounting.py": "slurm-long",
+    "test_real_accounting.py": "slurm-accounting",
+}
+FIXTURE_GROUPS = {"slurm_cluster": "slurm", "_slurm_cluster_session": "slurm"}
+MARKER_GROUPS = {"slurm": "slurm"}
+DIRECTORY_GROUPS = {"sim": "sim", "validation": "validation"}
+
+
+def xdist_group(item: pytest.Item) -> str | None:
+    if Path(str(item.path)).name in FILE_GROUPS:
+        return FILE_GROUPS[Path(str(item.path)).name]
+    for fixture in getattr(item, "fixturenames", ()):
+        if fixture in FIXTURE_GROUPS:
+            return FIXTURE_GROUPS[fixture]
+    for marker, group in MARKER_GROUPS.items():
+        if item.get_closest_marker(marker) is not None:
+            return group
+    try:
+        top = Path(str(item.path)).resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+    return DIRECTORY_GROUPS.get(top)
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks into the test ids
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        group = xdist_group(item)
+        if group is not None and item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(group))
