@@ -282,5 +282,7 @@ def cleanup_cmd(ctx, as_json, older_than_s) -> None:
     results = cleanup(slurm, history, older_than_s=older_than_s)
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
+    if not as_json and not results:
+        echo("no reservation left behind by a qualification flow")
     for r in results if not as_json else ():
         echo(f"{r.node}: {r.result} ({r.detail})")

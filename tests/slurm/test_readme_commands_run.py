@@ -37,6 +37,11 @@ PG_ADMIN = os.environ.get("RSC_HEALTH_TEST_PG",
 RUN_ELSEWHERE = {
     "healthctl lemons --apply":
         "tests/slurm/test_lemons_real_slurm.py::test_lemon_is_drained_ticketed_and_never_auto_resumed",
+    # The flow needs nodes rsc-health drained and the tools of a tier (stand-ins there).
+    "healthctl qualify start 'gpu[040-043]' --tier full":
+        "tests/slurm/test_qualify_flow.py::test_a_repaired_node_passes_and_returns_to_service_with_a_stored_pass",
+    "healthctl qualify run --tier lite":
+        "tests/unit/test_qualify_run.py::test_first_nodes_bootstrap_peers_then_a_node_5_percent_slow_fails",
 }
 # Exit codes the README documents for a command on this site (default: 0).
 EXIT_CODES = {
@@ -83,6 +88,11 @@ def site(tmp_path_factory):
         "node": "node04", "source": "other-tool", "check": "mount", "component": "/scratch",
         "status": "fail", "severity": "drain_after_job", "code": "mount_missing",
         "reason": "/scratch not mounted"}) + "\n")
+    # The fleet inventory and GPU inventory an operator imports (README: ingest inventory/gpus).
+    (tmp / "fleet.csv").write_text("node,cluster,partition,from,to\n" + "".join(
+        f"node{i:02d},,gpu,2026-01-01 00:00:00,\n" for i in range(1, 7)))
+    (tmp / "gpus.csv").write_text("serial,node,slot,from,to\n"
+                                  "1654024031139,node01,0,2026-01-01 00:00:00,\n")
     name = "readme_" + uuid.uuid4().hex[:8]
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -107,6 +117,8 @@ def localise(line: str, site: dict, ticket: str | None) -> list[str]:
         ("gpu042.json", f"{tmp}/gpu042.json"),
         ("node.json", f"{tmp}/node.json"),
         ("other-tool.jsonl", f"{tmp}/other-tool.jsonl"),
+        ("--file fleet.csv", f"--file {tmp}/fleet.csv"),
+        ("--file gpus.csv", f"--file {tmp}/gpus.csv"),
         ("--root DIR", f"--root {root}"),
         ("--workdir DIR", f"--workdir {tmp}/tune"),
         ("--out DIR", f"--out {tmp}/report-day"),

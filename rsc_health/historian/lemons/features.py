@@ -487,7 +487,7 @@ def lemon_features(
     s["out_count"] = in_window.groupby("node").size().astype("float64")
     s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
     rate, peer_group, left_out = _fleet_rate(engine, events, r_lo, hi, outages, cluster, members,
-                                             fleet)
+                                             fleet, repaired=repaired)
     s.update(rate)
     nodes |= set(s["out_count_history"].index) | set(s["episodes"].index)
     if members is not None:
@@ -574,7 +574,7 @@ def _exposure(engine: Engine, lo: datetime, hi: datetime, events: pd.DataFrame,
 
 def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime,
                 rules: OutageRules, cluster: str | None, members: set[str] | None,
-                seen: set[str]):
+                seen: set[str], repaired: dict[str, datetime] | None = None):
     """The fleet-rate rule's series (episodes, rate_expected, rate_q, rate_surprise,
     left_out) over the nodes with an episode or an event left out, every node's peer group,
     and what the rule left out of the counts (episodes.py)."""
@@ -585,6 +585,13 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
                        ignore_index=True)
     if members is not None:
         faults = faults[faults["node"].isin(members)]
+    # A node back from a lemon repair is judged on what happened since, over the days since:
+    # the failures that sent it to repair must not send it straight back (as for every other
+    # lemon feature above).
+    restart = {n: t for n, t in (repaired or {}).items() if t > lo}
+    if restart:
+        since = pd.to_datetime(faults["node"].map(restart))
+        faults = faults[since.isna() | (pd.to_datetime(faults["time"]) >= since)]
     # A GPU that failed in two nodes took its fault along: the nodes are not blamed for it.
     from rsc_health.historian.gpus import moved_gpu_failures
 
@@ -593,6 +600,12 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
     faults = faults[~moved]
     exposure, basis = _exposure(engine, lo, hi, events, cluster, members,
                                 seen | set(faults["node"]))
+    if restart:
+        back = pd.to_datetime(exposure["node"].map(restart))
+        after = (pd.Timestamp(hi) - back).dt.total_seconds() / 86400.0
+        exposure = exposure.assign(days=np.where(back.notna(),
+                                                 np.minimum(exposure["days"], after),
+                                                 exposure["days"]))
     groups = exposure.set_index("node")["group"]
     starts = episode_starts(faults, rules.gap)
     starts = starts[starts["node"].isin(groups.index)].assign(
