@@ -78,6 +78,10 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
 
         held = held_verdicts(engine, now, held_within(cfg), nodes=[node])
         lemon = _lemon(engine, cfg, node, now)
+        from rsc_health.qualify.store import latest_runs
+
+        with engine.connect() as conn:
+            qualified = latest_runs(conn, node, limit=3)
     finally:
         engine.dispose()
     return {
@@ -85,7 +89,7 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                       "level": fresh.last_level, "stale": fresh.stale,
                       "checker_errors": fresh.checker_errors},
         "runs": runs, "open_findings": failing, "actions": actions, "failed_jobs": blamed,
-        "tickets": tickets, "lemon": lemon,
+        "tickets": tickets, "lemon": lemon, "qualified": qualified,
         # A drain verdict the node keeps and has not carried out (guard, or a drain not ours).
         "held": {"time": held[0].time, "action": held[0].action, "reason": held[0].reason}
         if held else None,
@@ -176,5 +180,12 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
                        f"{t['reason']}")
         lem = h["lemon"]
         echo(f"  lemon     {'CANDIDATE' if lem['candidate'] else 'no'}: {lem['why']}")
+        runs = h.get("qualified") or []
+        echo(f"  qualify   {'never qualified' if not runs else str(len(runs)) + ' recent run(s)'}")
+        for r in runs:
+            failed = [x for x in r["results"] if x["status"] != "pass"]
+            echo(f"    {_fmt(r['ended'])}  {r['tier']:<5} {r['verdict'].upper():<12} "
+                 + (r["reason"][:160] if r["reason"] else f"{len(r['results'])} metric(s) "
+                    "within their peers") + (f" ({len(failed)} not passed)" if failed else ""))
     for p in doc["problems"]:
         echo(f"  note      {p}")

@@ -62,3 +62,31 @@ def test_node_view_as_of_judges_a_past_period_the_way_it_was(fleet, tmp_path):
     doc = json.loads(past.output)
     assert doc["time"].startswith("2024-03-31")
     assert doc["historian"]["lemon"]["candidate"]
+
+
+def test_node_view_shows_the_nodes_qualification_runs_and_what_did_not_pass(fleet, tmp_path):
+    from rsc_health.historian.schema import qualify_results, qualify_runs
+
+    now = datetime.utcnow().replace(microsecond=0)
+    with fleet.engine.begin() as conn:
+        conn.execute(qualify_runs.insert().values(
+            run_id="q1", node="ok1", tier="full", started=now - timedelta(minutes=20),
+            ended=now - timedelta(minutes=10), verdict="fail", gpu_model="H100", driver="570",
+            reason="nccl_all_reduce: nccl-bw/allreduce_8589934592_busbw -6.1% vs peers median"))
+        conn.execute(qualify_results.insert().values(
+            run_id="q1", test="nccl_all_reduce", metric="nccl-bw/allreduce_8589934592_busbw",
+            idx="", value=217.0, unit="GB/s", higher_is_better=True, status="fail",
+            reason="-6.1%", basis="peers", peer_median=231.0, threshold=225.2, percentile=0.0,
+            peers=12))
+    url = fleet.engine.url.render_as_string(hide_password=False)
+    site = tmp_path / "site.toml"
+    site.write_text('[slurm]\nbin_dir = "/nonexistent"\n')
+    doc = json.loads(CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "ok1",
+                                              "--json"]).output)
+    [run] = doc["historian"]["qualified"]
+    assert run["verdict"] == "fail" and run["results"][0]["peer_median"] == 231.0
+    text = CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "ok1"]).output
+    assert "qualify   1 recent run(s)" in text and "FAIL" in text and "-6.1% vs peers" in text
+    assert "(1 not passed)" in text
+    other = CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "bad1"]).output
+    assert "qualify   never qualified" in other
