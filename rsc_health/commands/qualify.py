@@ -87,9 +87,10 @@ def run(ctx, tier, node, gpu_model, driver, no_record, as_json) -> None:
         baseline = Baseline.load(Path(base_path)) if base_path else None
     except (OSError, ValueError) as exc:
         raise click.ClickException(f"[qualify] baseline {base_path}: {exc}") from exc
+    # The historian first: a node that cannot reach it learns so before minutes of tests.
+    engine = _engine(ctx) if ctx.obj.historian_configured else None
     started = datetime.now(UTC).replace(tzinfo=None)
     outcomes = runner.run_tier(cfg, tier, budget_s=float(cfg.get("qualify.tier_budget_s")))
-    engine = _engine(ctx) if ctx.obj.historian_configured else None
     since = store.since(started, cfg)
     conn = engine.connect() if engine is not None else None
     try:

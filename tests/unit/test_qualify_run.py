@@ -134,3 +134,14 @@ def test_baseline_and_show_read_the_fleets_own_results(tmp_path):
     show = CliRunner().invoke(cli, ["--config", str(cfg), "--db", db, "qualify", "show",
                                     "gpu005"])
     assert show.exit_code == 0 and "PASS" in show.output and "nccl-bw/" in show.output
+
+
+def test_an_unreachable_historian_is_said_before_any_tool_runs(tmp_path):
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(CONFIG)
+    node = Node(tmp_path, "gpu300")
+    marker = tmp_path / "ran"
+    (node.bin / "gpu_burn").write_text(f"#!/bin/sh\ntouch {marker}\ncat {node.bin}/gpu_burn.out\n")
+    res = node.run(cfg, "postgresql+psycopg://nobody@127.0.0.1:9/none")
+    assert res.exit_code == 1 and "historian" in res.output.lower(), res.output[-400:]
+    assert not marker.exists()
