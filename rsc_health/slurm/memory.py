@@ -103,7 +103,7 @@ class MemorySlurm:
         self.reads = 0
         self._nodes: dict[str, _Node] = {}
         self._jobs: dict[str, _Job] = {}
-        self._reservations: dict[str, str] = {}
+        self._reservations: dict[str, tuple[str, datetime | None]] = {}
         self._next_job = 1000
         self._up = True
         self._stop_after: tuple[str, bool] | None = None
@@ -299,7 +299,7 @@ class MemorySlurm:
             raise SlurmCommandError(argv, 1, "Error creating the reservation: "
                                              "Invalid node name specified")
         self.calls.append(("create_reservation", name, node, users))
-        self._reservations[name] = node
+        self._reservations[name] = (node, self.now())
         self._done("create_reservation")
 
     def delete_reservation(self, name: str) -> None:
@@ -309,7 +309,8 @@ class MemorySlurm:
             self.calls.append(("delete_reservation", name))
         self._done("delete_reservation")
 
-    def reservations(self) -> dict[str, str]:
+    def reservations(self) -> dict[str, tuple[str, datetime | None]]:
+        """{reservation name: (its node list, its start time, aware UTC)}, as CliSlurm's."""
         self._gate("reservations")
         return dict(self._reservations)
 

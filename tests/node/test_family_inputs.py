@@ -8,7 +8,7 @@ from tests.fixtures.nodes.node_copy import NODE_STATE
 
 from .conftest import bad
 from .test_nodepath_faults import _records, node_env  # noqa: F401 - the fixture
-from .test_state_dir_read_only import Slurm
+from .test_state_dir_read_only import node01_slurm
 
 
 def _bump(node, edit) -> None:
@@ -23,7 +23,7 @@ def test_check_only_pcie_judges_the_gpus_pcie_replays(node):
 
 
 def _stage(name: str) -> int:
-    return nodepath.run_stage(name, slurm_factory=lambda c, d: Slurm())
+    return nodepath.run_stage(name, slurm_factory=lambda c, d: node01_slurm())
 
 
 def test_a_prolog_that_does_not_judge_nvlink_leaves_its_errors_to_the_next_sweep(node_env):  # noqa: F811

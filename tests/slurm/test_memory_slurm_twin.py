@@ -4,6 +4,8 @@ requeued, refused and cancelled, reservations, the typed errors, and a controlle
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from rsc_health.slurm import CliSlurm, SlurmError, SlurmUnavailable
@@ -71,7 +73,9 @@ def story(slurm, run_job, settle) -> list:
 
     say(_outcome(lambda: slurm.create_reservation("twin_res", "node06")))
     say(_outcome(lambda: slurm.create_reservation("twin_res", "node06")))
-    say(slurm.reservations().get("twin_res"))
+    nodes, start = slurm.reservations().get("twin_res", ("", None))
+    say(nodes)
+    say(start is not None and abs((start - datetime.now(UTC)).total_seconds()) < 120)
     say(_outcome(lambda: slurm.delete_reservation("twin_res")))
     say(_outcome(lambda: slurm.delete_reservation("twin_res")))
     say("twin_res" in slurm.reservations())

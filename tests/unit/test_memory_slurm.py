@@ -113,7 +113,7 @@ def test_reservations_features_and_weights():
     s.create_reservation("rsc_health_qualify_n01", "n01")
     with pytest.raises(SlurmCommandError, match="Duplicate"):
         s.create_reservation("rsc_health_qualify_n01", "n01")
-    assert s.reservations() == {"rsc_health_qualify_n01": "n01"}
+    assert s.reservations() == {"rsc_health_qualify_n01": ("n01", NOW)}
     job = s.submit(["--reservation=rsc_health_qualify_n01", "--nodelist=n01"], ["true"])
     assert s.job(job).state == "PENDING"
     with pytest.raises(SlurmCommandError, match="reservation is invalid"):
