@@ -49,9 +49,3 @@ def judge_run(outcomes: list[Outcome], *, peers_of: Callable[[Metric], list[floa
     elif not outcomes:
         judged.verdict, judged.reason = INCONCLUSIVE, "the tier has no tests"
     return judged
-
-
-def code(judged: Judged) -> str:
-    """The drain code for a failed run: the first failing test's name."""
-    first = judged.reason.split(":", 1)[0] if judged.reason else "failed"
-    return first.replace(" ", "_")[:24] or "failed"
