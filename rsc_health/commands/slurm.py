@@ -316,22 +316,35 @@ def _age(seconds: float | None) -> str:
 _CLOCK_WRONG = "node clock wrong (its records are quarantined in its spool)"
 
 
-def _freshness(ctx: click.Context, now) -> list[dict] | None:
-    """Nodes whose checks stopped or cannot look, from the historian's heartbeats; None when
-    no historian is configured (a node-only install)."""
+def _from_historian(ctx: click.Context, what: str, read) -> list | None:
+    """`read(engine)` against the historian for `status` (its imports inside it: a node-only
+    install may lack the historian's libraries); None when no historian is configured or it
+    cannot be read (said on stderr: Slurm's half of status still stands)."""
     if not ctx.obj.historian_configured:
         return None
     try:
         from rsc_health.historian.db import connect
-        from rsc_health.historian.freshness import node_freshness, stale_after_s
 
         engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
-            rows = node_freshness(engine, now, stale_after_s(ctx.obj.config))
+            return read(engine)
         finally:
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
-        click.echo(f"warning: cannot read node freshness from the historian: {exc}", err=True)
+        click.echo(f"warning: cannot read {what} from the historian: {exc}", err=True)
+        return None
+
+
+def _freshness(ctx: click.Context, now) -> list[dict] | None:
+    """Nodes whose checks stopped or cannot look, from the historian's heartbeats; None when
+    no historian is configured (a node-only install)."""
+    def read(engine):
+        from rsc_health.historian.freshness import node_freshness, stale_after_s
+
+        return node_freshness(engine, now, stale_after_s(ctx.obj.config))
+
+    rows = _from_historian(ctx, "node freshness", read)
+    if rows is None:
         return None
     return [{"node": f.node, "last_seen": f.last_seen.isoformat() if f.last_seen else None,
              "source": f.last_source, "level": f.last_level, "stale": f.stale,
@@ -342,19 +355,13 @@ def _freshness(ctx: click.Context, now) -> list[dict] | None:
 def _hung_probes(ctx: click.Context, now) -> list[dict] | None:
     """Nodes whose probes keep hanging (a mount's statvfs, NVML), from the historian's open
     intervals; None when no historian is configured or it cannot be read."""
-    if not ctx.obj.historian_configured:
-        return None
-    try:
-        from rsc_health.historian.db import connect
+    def read(engine):
         from rsc_health.historian.freshness import hung_probes, stale_after_s
 
-        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
-        try:
-            rows = hung_probes(engine, now, stale_after_s(ctx.obj.config))
-        finally:
-            engine.dispose()
-    except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
-        click.echo(f"warning: cannot read hung probes from the historian: {exc}", err=True)
+        return hung_probes(engine, now, stale_after_s(ctx.obj.config))
+
+    rows = _from_historian(ctx, "hung probes", read)
+    if rows is None:
         return None
     return [{"node": h.node, "probe": h.probe, "codes": list(h.codes),
              "since": h.since.isoformat(), "last_seen": h.last_seen.isoformat()} for h in rows]
@@ -363,19 +370,13 @@ def _hung_probes(ctx: click.Context, now) -> list[dict] | None:
 def _held(ctx: click.Context, now) -> list[dict] | None:
     """Nodes keeping a drain verdict rsc-health has not carried out (the mass-drain guard, or
     a drain not ours standing), from the actions they delivered; None with no historian."""
-    if not ctx.obj.historian_configured:
-        return None
-    try:
-        from rsc_health.historian.db import connect
+    def read(engine):
         from rsc_health.historian.held import held_verdicts, held_within
 
-        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
-        try:
-            rows = held_verdicts(engine, now, held_within(ctx.obj.config))
-        finally:
-            engine.dispose()
-    except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
-        click.echo(f"warning: cannot read held verdicts from the historian: {exc}", err=True)
+        return held_verdicts(engine, now, held_within(ctx.obj.config))
+
+    rows = _from_historian(ctx, "held verdicts", read)
+    if rows is None:
         return None
     return [{"node": h.node, "time": h.time.isoformat(), "action": h.action,
              "reason": h.reason} for h in rows]
