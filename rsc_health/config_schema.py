@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rsc_health.config import ConfigError
-from rsc_health.model import Severity
+from rsc_health.model import LOWER_IS_WORSE, Metric, Severity
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (
@@ -45,6 +45,10 @@ EXPLICIT: dict[str, Spec] = {
     "mounts.expected": Spec("list", Spec("table", fields={
         "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
     "report.skip": Spec("list", STR),
+    "telemetry.warn_above": Spec("map", Spec("float"), keys=tuple(
+        m.value for m in Metric if m not in LOWER_IS_WORSE)),
+    "telemetry.warn_below": Spec("map", Spec("float"), keys=tuple(
+        m.value for m in LOWER_IS_WORSE)),
     "node.spool_max_mb": Spec("number"),
     "qualify.tests": Spec("map", Spec("table", fields={
         "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number")},
@@ -76,6 +80,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "site.max_output_bytes": (1024, 16 * 1024 * 1024),
     "site.max_lines": (1, 10_000),
     "qualify.k": (0.5, 20),
+    "telemetry.busy_util_pct": (0, 100),
+    "telemetry.hw_throttle_warn_frac": (0, 1),
+    "telemetry.pcie_link_warn_ratio": (0, 1),
+    "telemetry.max_interval_s": (1, 86_400 * 7),
     "qualify.min_margin": (0, 1),
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),

@@ -27,7 +27,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsc_health.checks import ecc, gpu, host, infiniband, mount, nvlink, pcie, remap, site, xid
+from rsc_health.checks import (
+    ecc,
+    gpu,
+    host,
+    infiniband,
+    mount,
+    nvlink,
+    pcie,
+    remap,
+    site,
+    telemetry,
+    xid,
+)
 
 
 @dataclass(frozen=True)
@@ -86,6 +98,10 @@ REGISTRY: tuple[Family, ...] = (
            counters=host.counters),
     # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
     Family("site", site.check, "site", collect=site.collect, capture=site.capture),
+    # NVML's telemetry answers (asked only when it runs) and the HCAs' traffic counters:
+    # one sample a run, warnings only.
+    Family("telemetry", telemetry.check, "telemetry", nvml=True, reads=telemetry.READS,
+           collect=telemetry.collect, counters=telemetry.counters),
 )
 FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}

@@ -57,7 +57,8 @@ def collect_all(
     families = [f for f in REGISTRY if not only or f.name in only]
     state = NodeState(boot_id=kmsg.boot_id(root))
     if any(f.nvml for f in families):
-        read_nvml(cfg, root, state, hangs_before)
+        read_nvml(cfg, root, state, hangs_before,
+                  telemetry=any(f.name == "telemetry" for f in families))
     env = CollectEnv(cfg, deadline, state, xid_cursor, hangs_before, probe_timeout_s)
     for fam in families:
         if fam.collect is not None:

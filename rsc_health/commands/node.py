@@ -162,7 +162,7 @@ def _local_state(cfg: Config, root: Path) -> dict[str, str]:
 def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
     """Exactly what the families of checks.REGISTRY declare they read (files, NVML's answers,
     what their `capture` adds), with the node's local state, as one JSON document."""
-    from rsc_health.checks import REGISTRY
+    from rsc_health.checks import BY_NAME, REGISTRY
     from rsc_health.collect.node import gpu_backend
 
     files: dict[str, str] = {}
@@ -206,7 +206,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         if fam.capture is not None:
             doc.update(fam.capture(cfg, root))
     if any(fam.nvml for fam in REGISTRY):
-        doc["nvml"] = gpu_backend(cfg, root).read()
+        doc["nvml"] = gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME).read()
     return {
         "schema": SNAPSHOT_SCHEMA,
         "node": node or os.uname().nodename,
