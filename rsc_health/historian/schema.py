@@ -26,8 +26,8 @@ from sqlalchemy import (
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
 # compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
-# qualification runs and results (0008).
-SCHEMA_VERSION = 8
+# qualification runs and results (0008); 9: telemetry samples and rollups (0009).
+SCHEMA_VERSION = 9
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -311,6 +311,55 @@ qualify_results = Table(
     Column("percentile", Float),
     Column("peers", Integer, nullable=False, default=0),
     Index("ix_qualify_results_metric", "metric", "idx", "status"),
+)
+
+# Telemetry (version 9): the node-level samples each sweep spools (checks/telemetry.py, the
+# vocabulary of model.Metric), one row per (time, node, metric), kept [historian]
+# telemetry_retention_days for the fail-slow detector (historian/telemetry.load_samples is
+# the one door to them); keyed by time first, as both the loader's windows and the pruning
+# read them. WITHOUT ROWID on SQLite: the key is the table.
+telemetry_samples = Table(
+    "telemetry_samples",
+    metadata,
+    Column("time", DateTime, primary_key=True),
+    Column("node", key_text(128), primary_key=True),
+    Column("metric", String(32), primary_key=True),
+    Column("value", Float, nullable=False),
+    Column("component", String(64), nullable=False, default=""),
+    sqlite_with_rowid=False,
+)
+# Their rollups, kept as the other daily rollups are ([historian] rollup_retention_days): per
+# node and multi-node job (through job_nodes, the samples between the job's start and end),
+# and per node-day for the samples outside such jobs. n samples, their mean, min and max,
+# `past` of them beyond the metric's warn threshold ([telemetry] warn_above / warn_below),
+# and the component that was the worst most often.
+telemetry_job_rollups = Table(
+    "telemetry_job_rollups",
+    metadata,
+    Column("job_pk", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("node", key_text(128), primary_key=True),
+    Column("metric", String(32), primary_key=True),
+    Column("n", Integer, nullable=False),
+    Column("mean", Float, nullable=False),
+    Column("min", Float, nullable=False),
+    Column("max", Float, nullable=False),
+    Column("past", Integer, nullable=False),
+    Column("worst_component", String(64), nullable=False, default=""),
+    sqlite_with_rowid=False,
+)
+telemetry_day_rollups = Table(
+    "telemetry_day_rollups",
+    metadata,
+    Column("day", Date, primary_key=True),
+    Column("node", key_text(128), primary_key=True),
+    Column("metric", String(32), primary_key=True),
+    Column("n", Integer, nullable=False),
+    Column("mean", Float, nullable=False),
+    Column("min", Float, nullable=False),
+    Column("max", Float, nullable=False),
+    Column("past", Integer, nullable=False),
+    Column("worst_component", String(64), nullable=False, default=""),
+    sqlite_with_rowid=False,
 )
 
 ingest_cursors = Table(

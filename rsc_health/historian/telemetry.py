@@ -1,0 +1,194 @@
+"""Telemetry in the historian: the one door to the samples, and their rollups.
+
+Each sweep's `telemetry` spool record lands as rows of `telemetry_samples` (node, time, metric,
+value, component: the vocabulary of model.Metric; historian/ingest/delivery.py), kept
+`[historian] telemetry_retention_days` (retention.py prunes them). `load_samples` is how
+anything reads them (the fail-slow detector included).
+
+`rollup` (run by `healthctl ingest telemetry`, from the ingest timer after sacct) condenses
+them, to keep after the samples are gone:
+
+- per node and multi-node job (`telemetry_job_rollups`): the samples of each node of the job
+  (job_nodes) between its start and end, for every job of 2+ nodes that has ended and has
+  no rollup yet (a job sacct brought in late is still rolled up, while its samples last);
+- per node-day outside such jobs (`telemetry_day_rollups`): for each whole day (UTC) the
+  samples no multi-node job of that node covered, once the day is `SETTLE` old (nodes flush
+  their spools every 30 minutes). A job still running at the time counts as covering.
+
+Each rollup row: n, mean, min, max, `past` (samples beyond the metric's warn threshold,
+[telemetry] warn_above / warn_below: the fraction is past / n) and the component that was
+the worst most often. Rolling up the same job or day again replaces its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from sqlalchemy import Engine, and_, case, delete, exists, func, literal, select
+
+from rsc_health.historian import schema
+from rsc_health.historian.db import writer
+from rsc_health.model import LOWER_IS_WORSE, Metric
+
+COLUMNS = ["node", "time", "metric", "value", "component"]
+CURSOR = "telemetry_rollup_day"  # ingest_cursors: the first day not rolled up yet
+SETTLE = timedelta(hours=1)  # a day is rolled up once every node has flushed it
+NODES_PER_QUERY = 500  # node names per IN (...) list
+
+
+def _naive(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo is not None else t
+
+
+def load_samples(engine: Engine, since: datetime, until: datetime,
+                 nodes: Iterable[str] | None = None):
+    """The samples with since <= time < until (of `nodes` only, when given), as a
+    pandas.DataFrame[node, time, metric, value, component] ordered by node, metric, time.
+    Times are naive UTC, as the historian keeps them."""
+    import pandas as pd
+
+    s = schema.telemetry_samples
+    base = select(s.c.node, s.c.time, s.c.metric, s.c.value, s.c.component).where(
+        s.c.time >= _naive(since), s.c.time < _naive(until))
+    wanted = None if nodes is None else sorted(set(nodes))
+    rows: list = []
+    with engine.connect() as conn:
+        if wanted is None:
+            rows = list(conn.execute(base))
+        else:
+            for i in range(0, len(wanted), NODES_PER_QUERY):
+                rows += list(conn.execute(base.where(s.c.node.in_(wanted[i:i + NODES_PER_QUERY]))))
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame["time"] = pd.to_datetime(frame["time"])
+    frame["value"] = frame["value"].astype(float)
+    return frame.sort_values(["node", "metric", "time"], kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class RollupReport:
+    jobs: int = 0
+    job_rows: int = 0
+    days: int = 0
+    day_rows: int = 0
+
+    def summary(self) -> str:
+        return (f"telemetry rollups: {self.jobs} job(s) -> {self.job_rows} row(s), "
+                f"{self.days} day(s) -> {self.day_rows} row(s)")
+
+
+def _past(cfg) -> object:
+    """CASE: 1 for a sample beyond its metric's warn threshold, else 0."""
+    s = schema.telemetry_samples
+    above = cfg.get("telemetry.warn_above")
+    below = cfg.get("telemetry.warn_below")
+    whens = []
+    for metric in Metric:
+        if metric in LOWER_IS_WORSE and metric.value in below:
+            whens.append((and_(s.c.metric == metric.value, s.c.value < float(below[metric])), 1))
+        elif metric not in LOWER_IS_WORSE and metric.value in above:
+            whens.append((and_(s.c.metric == metric.value, s.c.value > float(above[metric])), 1))
+    return case(*whens, else_=0) if whens else literal(0)
+
+
+def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
+    """(node, metric) -> n, mean, min, max, past, worst_component of the samples `where`."""
+    s = schema.telemetry_samples
+    out: dict[tuple[str, str], dict] = {}
+    stats = select(s.c.node, s.c.metric, func.count(), func.avg(s.c.value), func.min(s.c.value),
+                   func.max(s.c.value), func.sum(_past(cfg))).where(where) \
+        .group_by(s.c.node, s.c.metric)
+    for node, metric, n, mean, lo, hi, past in conn.execute(stats):
+        out[(node, metric)] = {"n": int(n), "mean": float(mean), "min": float(lo),
+                               "max": float(hi), "past": int(past or 0), "worst_component": ""}
+    comps = select(s.c.node, s.c.metric, s.c.component, func.count()).where(where) \
+        .group_by(s.c.node, s.c.metric, s.c.component)
+    best: dict[tuple[str, str], tuple[int, str]] = {}
+    for node, metric, comp, n in conn.execute(comps):
+        key = (node, metric)
+        # The most frequent; ties to the smaller name, so a rerun writes the same row.
+        if key not in best or (n, _neg(comp)) > (best[key][0], _neg(best[key][1])):
+            best[key] = (int(n), comp)
+    for key, (_n, comp) in best.items():
+        if key in out:
+            out[key]["worst_component"] = comp
+    return out
+
+
+def _neg(text: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in text)
+
+
+def _jobs_to_roll(conn, until: datetime, oldest: datetime) -> list[tuple[int, datetime, datetime]]:
+    j, r = schema.jobs, schema.telemetry_job_rollups
+    q = select(j.c.id, j.c.start, j.c.end).where(
+        j.c.nnodes >= 2, j.c.start.is_not(None), j.c.end.is_not(None), j.c.end < until,
+        j.c.end >= oldest, ~exists().where(r.c.job_pk == j.c.id))
+    return [(int(pk), start, end) for pk, start, end in conn.execute(q)]
+
+
+def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
+    """Roll up what is due (see the module's docstring); idempotent."""
+    now = _naive(now)
+    report = RollupReport()
+    s, jn = schema.telemetry_samples, schema.job_nodes
+    retention = int(cfg.get("historian.telemetry_retention_days"))
+    oldest = now - timedelta(days=retention) if retention > 0 else datetime(1970, 1, 1)
+    with engine.connect() as conn:
+        jobs = _jobs_to_roll(conn, now - SETTLE, oldest)
+    for pk, start, end in jobs:
+        where = and_(s.c.time >= start, s.c.time <= end,
+                     s.c.node.in_(select(jn.c.node).where(jn.c.job_pk == pk)))
+        with writer(engine).begin() as conn:
+            agg = _aggregate(conn, where, cfg)
+            r = schema.telemetry_job_rollups
+            conn.execute(delete(r).where(r.c.job_pk == pk))
+            if agg:
+                conn.execute(r.insert(), [{"job_pk": pk, "node": node, "metric": metric, **v}
+                                          for (node, metric), v in agg.items()])
+        report.jobs += 1 if agg else 0
+        report.job_rows += len(agg)
+    for day in _days_due(engine, now):
+        lo = datetime(day.year, day.month, day.day)
+        hi = lo + timedelta(days=1)
+        j = schema.jobs
+        in_job = exists().where(
+            jn.c.node == s.c.node, jn.c.job_pk == j.c.id, j.c.nnodes >= 2,
+            j.c.start.is_not(None), j.c.start <= s.c.time,
+            (j.c.end.is_(None)) | (j.c.end >= s.c.time))
+        where = and_(s.c.time >= lo, s.c.time < hi, ~in_job)
+        with writer(engine).begin() as conn:
+            agg = _aggregate(conn, where, cfg)
+            r = schema.telemetry_day_rollups
+            conn.execute(delete(r).where(r.c.day == day))
+            if agg:
+                conn.execute(r.insert(), [{"day": day, "node": node, "metric": metric, **v}
+                                          for (node, metric), v in agg.items()])
+            _save_cursor(conn, day + timedelta(days=1))
+        report.days += 1
+        report.day_rows += len(agg)
+    return report
+
+
+def _days_due(engine: Engine, now: datetime) -> list[date]:
+    """Whole days from the cursor (or the oldest sample) whose end is SETTLE behind now."""
+    c, s = schema.ingest_cursors, schema.telemetry_samples
+    with engine.connect() as conn:
+        saved = conn.execute(select(c.c.value).where(c.c.name == CURSOR)).scalar()
+        if saved:
+            first = date.fromisoformat(saved)
+        else:
+            oldest = conn.execute(select(func.min(s.c.time))).scalar()
+            if oldest is None:
+                return []
+            first = (oldest if isinstance(oldest, datetime)
+                     else datetime.fromisoformat(str(oldest))).date()
+    last = (now - SETTLE).date() - timedelta(days=1)  # the last day whose end has settled
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def _save_cursor(conn, day: date) -> None:
+    c = schema.ingest_cursors
+    conn.execute(delete(c).where(c.c.name == CURSOR))
+    conn.execute(c.insert().values(name=CURSOR, value=day.isoformat()))
