@@ -23,6 +23,8 @@ from sqlalchemy import (
     text,
 )
 
+from rsc_health.model import Metric  # the telemetry vocabulary names the rollups' columns
+
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
 # compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
@@ -330,21 +332,30 @@ telemetry_samples = Table(
 )
 # Their rollups, kept as the other daily rollups are ([historian] rollup_retention_days): per
 # node and multi-node job (through job_nodes, the samples between the job's start and end),
-# and per node-day for the samples outside such jobs. n samples, their mean, min and max,
-# `past` of them beyond the metric's warn threshold ([telemetry] warn_above / warn_below),
-# and the component that was the worst most often.
+# and per node-day for the samples outside such jobs. One row per (job or day, node), a group
+# of columns per metric of the vocabulary, `<metric>_<stat>`: n samples, their mean, min and
+# max, `past` of them beyond the metric's warn threshold ([telemetry] warn_above /
+# warn_below: the fraction is past / n) and `worst`, the component that was the worst most
+# often; all NULL for a metric the node did not report. Wide, not a row per metric, and the
+# figures as 4-byte floats on PostgreSQL: a fleet of 16,000 nodes writes about 48,000 of
+# these rows a day (benchmarks/bench_telemetry_storage.py; a row per metric was 2.5x the
+# bytes). A metric added to the vocabulary is a migration adding its columns.
+ROLLUP_STATS: tuple[tuple[str, object], ...] = (
+    ("n", Integer), ("mean", Float(precision=24)), ("min", Float(precision=24)),
+    ("max", Float(precision=24)), ("past", Integer), ("worst", String(16)),
+)
+
+
+def _rollup_columns() -> list[Column]:
+    return [Column(f"{m.value}_{stat}", kind) for m in Metric for stat, kind in ROLLUP_STATS]
+
+
 telemetry_job_rollups = Table(
     "telemetry_job_rollups",
     metadata,
     Column("job_pk", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
     Column("node", key_text(128), primary_key=True),
-    Column("metric", String(32), primary_key=True),
-    Column("n", Integer, nullable=False),
-    Column("mean", Float, nullable=False),
-    Column("min", Float, nullable=False),
-    Column("max", Float, nullable=False),
-    Column("past", Integer, nullable=False),
-    Column("worst_component", String(64), nullable=False, default=""),
+    *_rollup_columns(),
     sqlite_with_rowid=False,
 )
 telemetry_day_rollups = Table(
@@ -352,13 +363,7 @@ telemetry_day_rollups = Table(
     metadata,
     Column("day", Date, primary_key=True),
     Column("node", key_text(128), primary_key=True),
-    Column("metric", String(32), primary_key=True),
-    Column("n", Integer, nullable=False),
-    Column("mean", Float, nullable=False),
-    Column("min", Float, nullable=False),
-    Column("max", Float, nullable=False),
-    Column("past", Integer, nullable=False),
-    Column("worst_component", String(64), nullable=False, default=""),
+    *_rollup_columns(),
     sqlite_with_rowid=False,
 )
 

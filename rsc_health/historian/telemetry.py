@@ -15,9 +15,11 @@ them, to keep after the samples are gone:
   samples no multi-node job of that node covered, once the day is `SETTLE` old (nodes flush
   their spools every 30 minutes). A job still running at the time counts as covering.
 
-Each rollup row: n, mean, min, max, `past` (samples beyond the metric's warn threshold,
-[telemetry] warn_above / warn_below: the fraction is past / n) and the component that was
-the worst most often. Rolling up the same job or day again replaces its rows.
+Each rollup row is one node's, with per metric: n, mean, min, max, `past` (samples beyond
+the metric's warn threshold, [telemetry] warn_above / warn_below: the fraction is past / n)
+and `worst`, the component that was the worst most often (schema.py says why wide).
+`load_rollups` reads them back one row per metric. Rolling up the same job or day again
+replaces its rows.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ COLUMNS = ["node", "time", "metric", "value", "component"]
 CURSOR = "telemetry_rollup_day"  # ingest_cursors: the first day not rolled up yet
 SETTLE = timedelta(hours=1)  # a day is rolled up once every node has flushed it
 NODES_PER_QUERY = 500  # node names per IN (...) list
+_METRICS = frozenset(m.value for m in Metric)
 
 
 def _naive(t: datetime) -> datetime:
@@ -101,7 +104,7 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
         .group_by(s.c.node, s.c.metric)
     for node, metric, n, mean, lo, hi, past in conn.execute(stats):
         out[(node, metric)] = {"n": int(n), "mean": float(mean), "min": float(lo),
-                               "max": float(hi), "past": int(past or 0), "worst_component": ""}
+                               "max": float(hi), "past": int(past or 0), "worst": ""}
     comps = select(s.c.node, s.c.metric, s.c.component, func.count()).where(where) \
         .group_by(s.c.node, s.c.metric, s.c.component)
     best: dict[tuple[str, str], tuple[int, str]] = {}
@@ -112,8 +115,45 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
             best[key] = (int(n), comp)
     for key, (_n, comp) in best.items():
         if key in out:
-            out[key]["worst_component"] = comp
+            out[key]["worst"] = comp[:16]
     return out
+
+
+def _wide(agg: dict[tuple[str, str], dict], key: dict) -> list[dict]:
+    """One row per node: `key` (job_pk or day), node, and `<metric>_<stat>` for its metrics."""
+    rows: dict[str, dict] = {}
+    for (node, metric), stats in agg.items():
+        if metric not in _METRICS:
+            continue  # a name no column holds (a newer node's): in the samples only
+        row = rows.setdefault(node, {**key, "node": node})
+        row.update({f"{metric}_{stat}": value for stat, value in stats.items()})
+    return list(rows.values())
+
+
+def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] | None = None):
+    """Rollups as a long pandas.DataFrame[<job_pk or day>, node, metric, n, mean, min, max,
+    past, worst]: kind "job" (jobs that ended since <= end < until) or "day" (since <= day <
+    until), one row per metric a node reported."""
+    import pandas as pd
+
+    if kind == "job":
+        r, j = schema.telemetry_job_rollups, schema.jobs
+        q = select(r).join(j, j.c.id == r.c.job_pk).where(j.c.end >= _naive(since),
+                                                          j.c.end < _naive(until))
+        first = "job_pk"
+    else:
+        r = schema.telemetry_day_rollups
+        q = select(r).where(r.c.day >= since, r.c.day < until)
+        first = "day"
+    if nodes is not None:
+        q = q.where(r.c.node.in_(sorted(set(nodes))))
+    with engine.connect() as conn:
+        wide = [dict(row._mapping) for row in conn.execute(q)]
+    stats = [stat for stat, _kind in schema.ROLLUP_STATS]
+    long = [{first: row[first], "node": row["node"], "metric": m.value,
+             **{stat: row[f"{m.value}_{stat}"] for stat in stats}}
+            for row in wide for m in Metric if row.get(f"{m.value}_n") is not None]
+    return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
 
 
 def _neg(text: str) -> tuple[int, ...]:
@@ -144,11 +184,11 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
             agg = _aggregate(conn, where, cfg)
             r = schema.telemetry_job_rollups
             conn.execute(delete(r).where(r.c.job_pk == pk))
-            if agg:
-                conn.execute(r.insert(), [{"job_pk": pk, "node": node, "metric": metric, **v}
-                                          for (node, metric), v in agg.items()])
-        report.jobs += 1 if agg else 0
-        report.job_rows += len(agg)
+            rows = _wide(agg, {"job_pk": pk})
+            if rows:
+                _insert(conn, r, rows)
+        report.jobs += 1 if rows else 0
+        report.job_rows += len(rows)
     for day in _days_due(engine, now):
         lo = datetime(day.year, day.month, day.day)
         hi = lo + timedelta(days=1)
@@ -162,12 +202,12 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
             agg = _aggregate(conn, where, cfg)
             r = schema.telemetry_day_rollups
             conn.execute(delete(r).where(r.c.day == day))
-            if agg:
-                conn.execute(r.insert(), [{"day": day, "node": node, "metric": metric, **v}
-                                          for (node, metric), v in agg.items()])
+            rows = _wide(agg, {"day": day})
+            if rows:
+                _insert(conn, r, rows)
             _save_cursor(conn, day + timedelta(days=1))
         report.days += 1
-        report.day_rows += len(agg)
+        report.day_rows += len(rows)
     return report
 
 
@@ -186,6 +226,12 @@ def _days_due(engine: Engine, now: datetime) -> list[date]:
                      else datetime.fromisoformat(str(oldest))).date()
     last = (now - SETTLE).date() - timedelta(days=1)  # the last day whose end has settled
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def _insert(conn, table, rows: list[dict]) -> None:
+    """Rows with every column named (a metric a node lacks: NULL), as one executemany."""
+    names = [c.name for c in table.columns]
+    conn.execute(table.insert(), [{n: row.get(n) for n in names} for row in rows])
 
 
 def _save_cursor(conn, day: date) -> None:

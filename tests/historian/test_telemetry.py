@@ -15,7 +15,7 @@ from rsc_health.config import load_config
 from rsc_health.historian import db, schema
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.historian.retention import Retention, prune
-from rsc_health.historian.telemetry import load_samples, rollup
+from rsc_health.historian.telemetry import load_rollups, load_samples, rollup
 from rsc_health.model import Metric
 
 DAY = datetime(2026, 11, 20)
@@ -123,16 +123,23 @@ def test_rollups_per_job_and_per_node_day_outside_jobs(historian):
     _job(historian, 8, ["b1"], DAY + timedelta(hours=7), DAY + timedelta(hours=8))
     report = rollup(historian, DAY + timedelta(days=1, hours=2), CFG)
     assert (report.jobs, report.job_rows, report.days) == (1, 2, 1)
+    jobs = load_rollups(historian, "job", DAY, DAY + timedelta(days=1)).set_index("node")
+    days = load_rollups(historian, "day", date(2026, 11, 20), date(2026, 11, 21)) \
+        .set_index("node")
+    assert list(jobs.columns) == ["job_pk", "metric", "n", "mean", "min", "max", "past",
+                                  "worst"]
+    b1 = jobs.loc["b1"]
+    assert (b1.job_pk, b1.metric, b1.n, b1["min"], b1["max"], b1.past, b1.worst) == (
+        7, "gpu_temp_c", 48, 80.0, 90.0, 24, "gpu3")
+    assert b1["mean"] == pytest.approx(85.0)
+    assert (jobs.loc["b2"].n, jobs.loc["b2"].past, jobs.loc["b2"]["mean"]) == (48, 0, 70.0)
+    assert days.loc["b1"].day == date(2026, 11, 20)
+    assert (days.loc["b1"].n, days.loc["b1"]["max"], days.loc["b1"].past) == (24 + 216, 40.0, 0)
+    # One row per node, NULL for the metrics it did not report.
     jr, dr = schema.telemetry_job_rollups, schema.telemetry_day_rollups
     with historian.connect() as conn:
-        jobs = {r.node: r for r in conn.execute(select(jr))}
-        days = {r.node: r for r in conn.execute(select(dr))}
-    b1 = jobs["b1"]
-    assert (b1.n, b1.min, b1.max, b1.past, b1.worst_component) == (48, 80.0, 90.0, 24, "gpu3")
-    assert b1.mean == pytest.approx(85.0)
-    assert (jobs["b2"].n, jobs["b2"].past, jobs["b2"].mean) == (48, 0, 70.0)
-    assert days["b1"].day == date(2026, 11, 20)
-    assert (days["b1"].n, days["b1"].max, days["b1"].past) == (24 + 216, 40.0, 0)
+        row = conn.execute(select(jr).where(jr.c.node == "b1")).one()._mapping
+    assert row["gpu_temp_c_n"] == 48 and row["sm_clock_ratio_n"] is None
     # Rolled up again: the same rows, not twice as many.
     rollup(historian, DAY + timedelta(days=1, hours=3), CFG)
     with historian.connect() as conn:
@@ -160,10 +167,11 @@ def test_fraction_past_a_lower_is_worse_threshold(historian):
                      lambda i: 0.5 if i < 3 else 0.95, "gpu2")
     _insert_samples(historian, ratios)
     rollup(historian, DAY + timedelta(days=2), CFG)
-    dr = schema.telemetry_day_rollups
-    with historian.connect() as conn:
-        row = conn.execute(select(dr).where(dr.c.node == "d1")).one()
-    assert (row.n, row.past, row.min) == (12, 3, 0.5)  # below the 0.6 of warn_below
+    day = load_rollups(historian, "day", DAY.date(), DAY.date() + timedelta(days=1))
+    (row,) = day.itertuples()
+    assert (row.metric, row.n, row.past, row.min) == ("sm_clock_ratio", 12, 3, 0.5)
+    # below the 0.6 of warn_below; 0.95 is stored as a 4-byte float on PostgreSQL
+    assert row.max == pytest.approx(0.95, rel=1e-6)
 
 
 def test_prune_forgets_old_samples_and_keeps_the_rollups(historian):
