@@ -316,18 +316,24 @@ qualify_results = Table(
 )
 
 # Telemetry (version 9): the node-level samples each sweep spools (checks/telemetry.py, the
-# vocabulary of model.Metric), one row per (time, node, metric), kept [historian]
-# telemetry_retention_days for the fail-slow detector (historian/telemetry.load_samples is
-# the one door to them); keyed by time first, as both the loader's windows and the pruning
-# read them. WITHOUT ROWID on SQLite: the key is the table.
+# vocabulary of model.Metric), kept [historian] telemetry_retention_days for the fail-slow
+# detector. historian/telemetry.load_samples is the one door to them: it gives them as rows
+# (node, time, metric, value, component). Stored as one row per (time, node), a value column
+# `<metric>` (a 4-byte float on PostgreSQL) and a component column `<metric>_c` per metric,
+# NULL for a metric the sweep did not sample: a row per metric was ten times the bytes
+# (benchmarks/bench_telemetry_storage.py). Keyed by time first, as both the loader's windows
+# and the pruning read them; WITHOUT ROWID on SQLite: the key is the table.
+def _sample_columns() -> list[Column]:
+    return [col for m in Metric for col in (Column(m.value, Float(precision=24)),
+                                            Column(f"{m.value}_c", String(32)))]
+
+
 telemetry_samples = Table(
     "telemetry_samples",
     metadata,
     Column("time", DateTime, primary_key=True),
     Column("node", key_text(128), primary_key=True),
-    Column("metric", String(32), primary_key=True),
-    Column("value", Float, nullable=False),
-    Column("component", String(64), nullable=False, default=""),
+    *_sample_columns(),
     sqlite_with_rowid=False,
 )
 # Their rollups, kept as the other daily rollups are ([historian] rollup_retention_days): per

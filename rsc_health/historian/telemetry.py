@@ -48,13 +48,13 @@ def _naive(t: datetime) -> datetime:
 def load_samples(engine: Engine, since: datetime, until: datetime,
                  nodes: Iterable[str] | None = None):
     """The samples with since <= time < until (of `nodes` only, when given), as a
-    pandas.DataFrame[node, time, metric, value, component] ordered by node, metric, time.
-    Times are naive UTC, as the historian keeps them."""
+    pandas.DataFrame[node, time, metric, value, component] ordered by node, metric, time:
+    one row per metric a sweep sampled. Times are naive UTC, as the historian keeps them."""
     import pandas as pd
 
     s = schema.telemetry_samples
-    base = select(s.c.node, s.c.time, s.c.metric, s.c.value, s.c.component).where(
-        s.c.time >= _naive(since), s.c.time < _naive(until))
+    names = [c.name for c in s.columns]
+    base = select(s).where(s.c.time >= _naive(since), s.c.time < _naive(until))
     wanted = None if nodes is None else sorted(set(nodes))
     rows: list = []
     with engine.connect() as conn:
@@ -63,9 +63,17 @@ def load_samples(engine: Engine, since: datetime, until: datetime,
         else:
             for i in range(0, len(wanted), NODES_PER_QUERY):
                 rows += list(conn.execute(base.where(s.c.node.in_(wanted[i:i + NODES_PER_QUERY]))))
-    frame = pd.DataFrame(rows, columns=COLUMNS)
+    wide = pd.DataFrame(rows, columns=names)
+    parts = []
+    for m in Metric:
+        part = wide.loc[wide[m.value].notna(), ["node", "time", m.value, f"{m.value}_c"]]
+        part.columns = ["node", "time", "value", "component"]
+        part.insert(2, "metric", m.value)
+        parts.append(part)
+    frame = pd.concat(parts, ignore_index=True)
     frame["time"] = pd.to_datetime(frame["time"])
     frame["value"] = frame["value"].astype(float)
+    frame["component"] = frame["component"].fillna("").astype(str)
     return frame.sort_values(["node", "metric", "time"], kind="stable").reset_index(drop=True)
 
 
@@ -81,42 +89,53 @@ class RollupReport:
                 f"{self.days} day(s) -> {self.day_rows} row(s)")
 
 
-def _past(cfg) -> object:
-    """CASE: 1 for a sample beyond its metric's warn threshold, else 0."""
-    s = schema.telemetry_samples
-    above = cfg.get("telemetry.warn_above")
-    below = cfg.get("telemetry.warn_below")
-    whens = []
-    for metric in Metric:
-        if metric in LOWER_IS_WORSE and metric.value in below:
-            whens.append((and_(s.c.metric == metric.value, s.c.value < float(below[metric])), 1))
-        elif metric not in LOWER_IS_WORSE and metric.value in above:
-            whens.append((and_(s.c.metric == metric.value, s.c.value > float(above[metric])), 1))
-    return case(*whens, else_=0) if whens else literal(0)
+def _past(cfg, metric: Metric) -> object:
+    """CASE: 1 for a sample of `metric` beyond its warn threshold, else 0 (NULL: not sampled)."""
+    col = schema.telemetry_samples.c[metric.value]
+    if metric in LOWER_IS_WORSE:
+        limit = cfg.get("telemetry.warn_below").get(metric.value)
+        beyond = None if limit is None else col < float(limit)
+    else:
+        limit = cfg.get("telemetry.warn_above").get(metric.value)
+        beyond = None if limit is None else col > float(limit)
+    return literal(0) if beyond is None else case((beyond, 1), else_=0)
 
 
 def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
-    """(node, metric) -> n, mean, min, max, past, worst_component of the samples `where`."""
+    """(node, metric) -> n, mean, min, max, past, worst of the samples `where`: one pass for
+    the figures, one GROUP BY per metric for its most frequent worst component."""
     s = schema.telemetry_samples
     out: dict[tuple[str, str], dict] = {}
-    stats = select(s.c.node, s.c.metric, func.count(), func.avg(s.c.value), func.min(s.c.value),
-                   func.max(s.c.value), func.sum(_past(cfg))).where(where) \
-        .group_by(s.c.node, s.c.metric)
-    for node, metric, n, mean, lo, hi, past in conn.execute(stats):
-        out[(node, metric)] = {"n": int(n), "mean": float(mean), "min": float(lo),
-                               "max": float(hi), "past": int(past or 0), "worst": ""}
-    comps = select(s.c.node, s.c.metric, s.c.component, func.count()).where(where) \
-        .group_by(s.c.node, s.c.metric, s.c.component)
-    best: dict[tuple[str, str], tuple[int, str]] = {}
-    for node, metric, comp, n in conn.execute(comps):
-        key = (node, metric)
-        # The most frequent; ties to the smaller name, so a rerun writes the same row.
-        if key not in best or (n, _neg(comp)) > (best[key][0], _neg(best[key][1])):
-            best[key] = (int(n), comp)
-    for key, (_n, comp) in best.items():
-        if key in out:
-            out[key]["worst"] = comp[:16]
+    aggs = []
+    for m in Metric:
+        col = s.c[m.value]
+        aggs += [func.count(col), func.avg(col), func.min(col), func.max(col),
+                 func.sum(case((col.is_(None), 0), else_=_past(cfg, m)))]
+    for row in conn.execute(select(s.c.node, *aggs).where(where).group_by(s.c.node)):
+        node, figures = row[0], row[1:]
+        for i, m in enumerate(Metric):
+            n, mean, lo, hi, past = figures[5 * i: 5 * i + 5]
+            if n:
+                out[(node, m.value)] = {"n": int(n), "mean": float(mean), "min": float(lo),
+                                        "max": float(hi), "past": int(past or 0), "worst": ""}
+    for m in Metric:
+        comp = s.c[f"{m.value}_c"]
+        best: dict[str, tuple[int, str]] = {}
+        q = select(s.c.node, comp, func.count()).where(where, s.c[m.value].is_not(None)) \
+            .group_by(s.c.node, comp)
+        for node, name, n in conn.execute(q):
+            name = name or ""
+            # The most frequent; ties to the smaller name, so a rerun writes the same row.
+            if node not in best or (n, _neg(name)) > (best[node][0], _neg(best[node][1])):
+                best[node] = (int(n), name)
+        for node, (_n, name) in best.items():
+            if (node, m.value) in out:
+                out[(node, m.value)]["worst"] = name[:16]
     return out
+
+
+def _neg(text: str) -> tuple[int, ...]:
+    return tuple(-ord(c) for c in text)
 
 
 def _wide(agg: dict[tuple[str, str], dict], key: dict) -> list[dict]:
@@ -154,10 +173,6 @@ def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] |
              **{stat: row[f"{m.value}_{stat}"] for stat in stats}}
             for row in wide for m in Metric if row.get(f"{m.value}_n") is not None]
     return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
-
-
-def _neg(text: str) -> tuple[int, ...]:
-    return tuple(-ord(c) for c in text)
 
 
 def _jobs_to_roll(conn, until: datetime, oldest: datetime) -> list[tuple[int, datetime, datetime]]:

@@ -35,10 +35,9 @@ def _spool(tmp_path, records):
 
 
 def _samples(engine) -> list[tuple]:
-    s = schema.telemetry_samples
-    with engine.connect() as conn:
-        return sorted(tuple(r) for r in conn.execute(
-            select(s.c.node, s.c.time, s.c.metric, s.c.value, s.c.component)))
+    """(node, time, metric, value, component) rows, through the loader."""
+    frame = load_samples(engine, datetime(2000, 1, 1), datetime(2100, 1, 1))
+    return sorted(tuple(r) for r in frame.itertuples(index=False))
 
 
 def test_telemetry_records_land_once_as_samples(historian, tmp_path):
@@ -69,10 +68,16 @@ def test_a_garbled_sample_is_quarantined_with_its_record(historian, tmp_path, ba
 
 
 def _insert_samples(engine, rows):
+    """(node, time, metric, value, component) rows, stored as the delivery stores them: one
+    row per (time, node)."""
+    wide: dict[tuple, dict] = {}
+    for n, t, m, v, c in rows:
+        row = wide.setdefault((t, n), {"time": t, "node": n})
+        row.update({m: v, f"{m}_c": c})
+    names = [c.name for c in schema.telemetry_samples.columns]
     with engine.begin() as conn:
-        conn.execute(schema.telemetry_samples.insert(), [
-            {"node": n, "time": t, "metric": m, "value": v, "component": c}
-            for n, t, m, v, c in rows])
+        conn.execute(schema.telemetry_samples.insert(),
+                     [{k: row.get(k) for k in names} for row in wide.values()])
 
 
 def _job(engine, pk: int, nodes: list[str], start, end) -> None:
@@ -106,6 +111,12 @@ def test_load_samples_is_the_door_with_a_window_and_nodes(historian):
     a3 = frame[frame["node"] == "a3"]
     assert set(a3["component"]) == {"gpu7"} and set(a3["metric"]) == {"sm_clock_ratio"}
     assert load_samples(historian, DAY, DAY + timedelta(days=1)).shape == (72, 5)
+    # Two metrics of one sweep: two rows out of the one stored.
+    _insert_samples(historian, [("a4", DAY, "gpu_temp_c", 50.0, "gpu1"),
+                                ("a4", DAY, "power_ratio", 0.5, "gpu2")])
+    a4 = load_samples(historian, DAY, DAY + timedelta(minutes=1), nodes=["a4"])
+    assert [tuple(r) for r in a4.itertuples(index=False)] == [
+        ("a4", DAY, "gpu_temp_c", 50.0, "gpu1"), ("a4", DAY, "power_ratio", 0.5, "gpu2")]
 
 
 def test_rollups_per_job_and_per_node_day_outside_jobs(historian):
@@ -181,7 +192,7 @@ def test_prune_forgets_old_samples_and_keeps_the_rollups(historian):
                     + _sweeps("e1", "gpu_temp_c", now - timedelta(hours=3), 1, 50.0))
     rollup(historian, now, CFG)
     counts = prune(historian, now, Retention(days=400, telemetry_days=3))
-    assert counts["telemetry_samples"] == 36
+    assert counts["telemetry_samples"] == 36  # one row per sweep
     assert len(_samples(historian)) == 12
     with historian.connect() as conn:
         assert conn.execute(select(func.count()).select_from(

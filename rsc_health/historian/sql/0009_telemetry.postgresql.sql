@@ -1,15 +1,33 @@
--- Version 9: telemetry (issue 25). The node-level samples each sweep spools (one row per
--- time, node and metric of model.Metric), kept [historian] telemetry_retention_days, and their
--- rollups per node and multi-node job and per node-day outside such jobs (a group of columns
--- per metric), kept as the other daily rollups. New tables only: no existing row changes.
+-- Version 9: telemetry (issue 25). The node-level samples each sweep spools (a row per time
+-- and node, a value and a component column per metric of model.Metric), kept [historian]
+-- telemetry_retention_days, and their rollups per node and multi-node job and per node-day
+-- outside such jobs (a group of columns per metric), kept as the other daily rollups.
+-- New tables only: no existing row changes.
 
 CREATE TABLE telemetry_samples (
 	time TIMESTAMP WITHOUT TIME ZONE NOT NULL,
 	node VARCHAR(128) COLLATE "C" NOT NULL,
-	metric VARCHAR(32) NOT NULL,
-	value FLOAT NOT NULL,
-	component VARCHAR(64) NOT NULL,
-	PRIMARY KEY (time, node, metric)
+	sm_clock_ratio FLOAT(24),
+	sm_clock_ratio_c VARCHAR(32),
+	throttle_hw_frac FLOAT(24),
+	throttle_hw_frac_c VARCHAR(32),
+	throttle_power_frac FLOAT(24),
+	throttle_power_frac_c VARCHAR(32),
+	gpu_temp_c FLOAT(24),
+	gpu_temp_c_c VARCHAR(32),
+	power_ratio FLOAT(24),
+	power_ratio_c VARCHAR(32),
+	pcie_link_ratio FLOAT(24),
+	pcie_link_ratio_c VARCHAR(32),
+	pcie_replay_rate FLOAT(24),
+	pcie_replay_rate_c VARCHAR(32),
+	nvlink_error_rate FLOAT(24),
+	nvlink_error_rate_c VARCHAR(32),
+	ib_xmit_wait_rate FLOAT(24),
+	ib_xmit_wait_rate_c VARCHAR(32),
+	ib_link_ratio FLOAT(24),
+	ib_link_ratio_c VARCHAR(32),
+	PRIMARY KEY (time, node)
 );
 
 CREATE TABLE telemetry_job_rollups (
