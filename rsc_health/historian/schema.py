@@ -322,7 +322,8 @@ qualify_results = Table(
 # `<metric>` (a 4-byte float on PostgreSQL) and a component column `<metric>_c` per metric,
 # NULL for a metric the sweep did not sample: a row per metric was ten times the bytes
 # (benchmarks/bench_telemetry_storage.py). Keyed by time first, as both the loader's windows
-# and the pruning read them; WITHOUT ROWID on SQLite: the key is the table.
+# and the pruning read them, with an index by node; WITHOUT ROWID on SQLite: the key is the
+# table.
 def _sample_columns() -> list[Column]:
     return [col for m in Metric for col in (Column(m.value, Float(precision=24)),
                                             Column(f"{m.value}_c", String(32)))]
@@ -334,6 +335,9 @@ telemetry_samples = Table(
     Column("time", DateTime, primary_key=True),
     Column("node", key_text(128), primary_key=True),
     *_sample_columns(),
+    # A job's nodes over its span (the rollups, the detector's per-job reads) without
+    # scanning every node's samples of those hours.
+    Index("ix_telemetry_samples_node_time", "node", "time"),
     sqlite_with_rowid=False,
 )
 # Their rollups, kept as the other daily rollups are ([historian] rollup_retention_days): per

@@ -30,6 +30,8 @@ CREATE TABLE telemetry_samples (
 	PRIMARY KEY (time, node)
 );
 
+CREATE INDEX ix_telemetry_samples_node_time ON telemetry_samples (node, time);
+
 CREATE TABLE telemetry_job_rollups (
 	job_pk INTEGER NOT NULL,
 	node VARCHAR(128) COLLATE "C" NOT NULL,

@@ -30,6 +30,8 @@ CREATE TABLE telemetry_samples (
 	PRIMARY KEY (time, node)
 ) WITHOUT ROWID;
 
+CREATE INDEX ix_telemetry_samples_node_time ON telemetry_samples (node, time);
+
 CREATE TABLE telemetry_job_rollups (
 	job_pk INTEGER NOT NULL,
 	node VARCHAR(128) NOT NULL,
