@@ -114,12 +114,20 @@ def telemetry_records(findings: Iterable[Finding], *, node: str, source: str, ti
                       job_id: str | None) -> list[dict]:
     """The run's `telemetry` record: the sample the telemetry family's OK finding carries
     (checks/telemetry.py), none when that family did not run."""
+    data = telemetry_sample(findings)
+    if data is None:
+        return []
+    return [record("telemetry", node, time, source=source, job_id=job_id,
+                   interval_s=data.get("interval_s"), metrics=data["metrics"])]
+
+
+def telemetry_sample(findings: Iterable[Finding]) -> dict | None:
+    """{metrics, interval_s, ...}: the telemetry family's sample among `findings`, if any."""
     for f in findings:
         data = f.data if isinstance(f.data, dict) else {}
         if f.family == TELEMETRY_FAMILY and f.status is Status.OK and "metrics" in data:
-            return [record("telemetry", node, time, source=source, job_id=job_id,
-                           interval_s=data.get("interval_s"), metrics=data["metrics"])]
-    return []
+            return data
+    return None
 
 
 def size_bytes(spool_dir: Path) -> int:
