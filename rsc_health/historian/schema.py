@@ -6,6 +6,8 @@ Migrations that change these tables live in `sql/` and bump `SCHEMA_VERSION`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     Boolean,
     Column,
@@ -350,7 +352,7 @@ telemetry_samples = Table(
 # figures as 4-byte floats on PostgreSQL: a fleet of 16,000 nodes writes about 48,000 of
 # these rows a day (benchmarks/bench_telemetry_storage.py; a row per metric was 2.5x the
 # bytes). A metric added to the vocabulary is a migration adding its columns.
-ROLLUP_STATS: tuple[tuple[str, object], ...] = (
+ROLLUP_STATS: tuple[tuple[str, Any], ...] = (
     ("n", Integer), ("mean", Float(precision=24)), ("min", Float(precision=24)),
     ("max", Float(precision=24)), ("past", Integer), ("worst", String(16)),
 )
