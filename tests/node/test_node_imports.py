@@ -39,7 +39,7 @@ NODE_PATH_MODULES = {
     "rsc_health.engine", "rsc_health.xid",
     "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
     *(f"rsc_health.checks.{f}" for f in ("gpu", "xid", "ecc", "remap", "nvlink", "pcie",
-                                          "infiniband", "mount", "host", "site")),
+                                          "infiniband", "mount", "host", "site", "telemetry")),
     "rsc_health.collect", "rsc_health.collect.node", "rsc_health.collect.sysfs",
     "rsc_health.collect.bounded", "rsc_health.collect.counters", "rsc_health.collect.kmsg",
     "rsc_health.collect.gpu", "rsc_health.collect.mounts", "rsc_health.collect.hangs",
