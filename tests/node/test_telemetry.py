@@ -304,3 +304,34 @@ def test_a_sweep_spools_one_telemetry_record(node, monkeypatch):
     nodepath.run_stage("prolog", slurm_factory=lambda c, d: node01_slurm())
     records = [json.loads(line) for line in spool.read_text().splitlines()]
     assert len([r for r in records if r["kind"] == "telemetry"]) == 1
+
+
+def test_a_fifo_or_a_device_where_a_counter_was_is_skipped_never_waited_on(node):
+    """A FIFO at port_xmit_wait would block read() for ever, /dev/zero never ends: that port's
+    counter is absent (no rate), the other ports' are read."""
+    import os
+    import time
+
+    port = node.root / "sys/class/infiniband/mlx5_1/ports/1/counters"
+    (port / "port_xmit_wait").unlink()
+    os.mkfifo(port / "port_xmit_wait")
+    (port / "port_xmit_data").unlink()
+    (port / "port_xmit_data").symlink_to("/dev/zero")
+    started = time.monotonic()
+    read = telemetry.collect(node.root)
+    assert time.monotonic() - started < 2
+    ports = {p["name"]: p for p in read["ports"]}
+    assert set(ports["mlx5_1/1"]["counters"]) == {"port_rcv_data"}
+    assert set(ports["mlx5_0/1"]["counters"]) == set(telemetry.IB_COUNTERS)
+
+
+def test_a_hostile_hca_name_and_garbled_counters_do_not_reach_the_sample_as_numbers(node):
+    base = node.root / "sys/class/infiniband"
+    (base / "mlx5_0").rename(base / 'mlx"5\nx')
+    port = base / "mlx5_2/ports/1/counters"
+    (port / "port_xmit_wait").write_text("-5\n")
+    (port / "port_rcv_data").write_text("12junk\n")
+    read = telemetry.collect(node.root)
+    ports = {p["name"]: p for p in read["ports"]}
+    assert 'mlx"5\nx/1' in ports  # a name, never parsed as anything else
+    assert ports["mlx5_2/1"]["counters"] == {"port_xmit_data": 0}
