@@ -335,3 +335,34 @@ def test_a_hostile_hca_name_and_garbled_counters_do_not_reach_the_sample_as_numb
     ports = {p["name"]: p for p in read["ports"]}
     assert 'mlx"5\nx/1' in ports  # a name, never parsed as anything else
     assert ports["mlx5_2/1"]["counters"] == {"port_xmit_data": 0}
+
+
+def test_a_telemetry_call_that_hangs_is_bounded_like_every_nvml_read(monkeypatch, node):
+    """nvmlDeviceGetViolationStatus blocks for ever on GPU 2 (a wedged driver): the read is
+    abandoned at [gpu] nvml_timeout_s, the hang is said, the GPUs answered before are sampled,
+    and nothing drains."""
+    import time
+
+    from rsc_health.model import Level
+    from rsc_health.policy import decide
+
+    fake = FakeNvml()
+    fake.install(monkeypatch)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 4)
+    real = pynvml.nvmlDeviceGetViolationStatus
+
+    def wedged(handle, policy):
+        if handle == "h2":
+            time.sleep(3600)  # in the forked child, abandoned at the deadline
+        return real(handle, policy)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetViolationStatus", wedged)
+    cfg = node.config
+    cfg.data["gpu"].update(backend="nvml", count=4, nvml_timeout_s=1.0)
+    started = time.monotonic()
+    findings = engine.run(cfg, node.root, only={"gpu", "telemetry"}, save_state=False)
+    assert time.monotonic() - started < 5
+    assert any(f.code == "nvml_hung" for f in findings)
+    metrics = _sample(findings)["metrics"]
+    assert metrics[Metric.SM_CLOCK_RATIO]["component"] in {"gpu0", "gpu1"}
+    assert decide(findings).level in (Level.CHECKER_ERROR, Level.WARN)
