@@ -190,7 +190,14 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
     retention = int(cfg.get("historian.telemetry_retention_days"))
     oldest = now - timedelta(days=retention) if retention > 0 else datetime(1970, 1, 1)
     with engine.connect() as conn:
-        jobs = _jobs_to_roll(conn, now - SETTLE, oldest)
+        # A job that ended before the first sample kept has none: it is not asked about on
+        # every run (the jobs from before telemetry was deployed, or already pruned).
+        first = conn.execute(select(func.min(s.c.time))).scalar()
+        if first is None:
+            jobs = []
+        else:
+            first = first if isinstance(first, datetime) else datetime.fromisoformat(str(first))
+            jobs = _jobs_to_roll(conn, now - SETTLE, max(oldest, first))
     for pk, start, end in jobs:
         where = and_(s.c.time >= start, s.c.time <= end,
                      s.c.node.in_(select(jn.c.node).where(jn.c.job_pk == pk)))
