@@ -101,7 +101,7 @@ REGISTRY: tuple[Family, ...] = (
     # NVML's telemetry answers (asked only when it runs) and the HCAs' traffic counters:
     # one sample a run, warnings only.
     Family("telemetry", telemetry.check, "telemetry", nvml=True, reads=telemetry.READS,
-           collect=telemetry.collect, counters=telemetry.counters),
+           collect=telemetry.collect, counters=telemetry.counters, capture=telemetry.capture),
 )
 FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}

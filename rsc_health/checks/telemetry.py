@@ -29,13 +29,14 @@ NOT_SUPPORTED or NO_PERMISSION for are absent from the sample, not checker error
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
 from rsc_health.checks._finding import ok, readable_gpus, warn
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import TELEMETRY_KEY, val
-from rsc_health.collect.sysfs import parse_count, read_text
+from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded, read_text
 from rsc_health.model import Finding, Metric
 
 FAMILY = "telemetry"
@@ -78,7 +79,24 @@ def collect(root: Path, env=None) -> dict:
             ports.append({"name": f"{hca.name}/{pdir.name}", "hca": hca.name,
                           "rate_gbps": parse_rate(read_text(pdir / "rate")),
                           "link_layer": read_text(pdir / "link_layer"), "counters": counts})
-    return {"time_ms": int(time.time() * 1000), "ports": ports}
+    return {"time_ms": _clock_ms(root, env), "ports": ports}
+
+
+def _clock_ms(root: Path, env) -> int:
+    """Now, in ms; a snapshot's replay (`check --from`) reads when the node looked."""
+    replay = str(env.cfg.get("telemetry.clock_replay_file")) if env is not None else ""
+    if replay:
+        doc = json.loads(read_bounded(root / replay.lstrip("/"), ATTR_BYTES))
+        value = doc.get("time_ms") if isinstance(doc, dict) else None
+        if plausible(value):
+            return value
+        raise ValueError(f"{replay}: no time_ms")
+    return int(time.time() * 1000)
+
+
+def capture(cfg, root: Path) -> dict:
+    """What a snapshot carries beyond the files: when it read the node (the rates' clock)."""
+    return {"telemetry_clock": {"time_ms": _clock_ms(root, None)}}
 
 
 def _int(value) -> int | None:

@@ -27,6 +27,7 @@ from rsc_health.model import Finding, Level, Status, utcnow
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
 PROBES_FILE = "rsc_health/mount_probes.json"  # in a replay root
 SITE_FILE = "rsc_health/site_checks.json"  # in a replay root
+CLOCK_FILE = "rsc_health/telemetry_clock.json"  # in a replay root
 CHECK_SCHEMA = "rsc_health.check/1"
 
 
@@ -263,6 +264,12 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
     if isinstance(doc.get("site_checks"), dict):
         (root / SITE_FILE).write_text(json.dumps(doc["site_checks"]))
         cfg.data["site"]["replay_file"] = SITE_FILE
+    # When the node read its counters: rates replay over the interval the node saw, not over
+    # the time since (older snapshots have none: their rates are the replay's).
+    clock = doc.get("telemetry_clock")
+    if isinstance(clock, dict):
+        (root / CLOCK_FILE).write_text(json.dumps(clock))
+        cfg.data.setdefault("telemetry", {})["clock_replay_file"] = CLOCK_FILE
     state = doc.get("state")
     if isinstance(state, dict):
         sdir = state_dir(cfg, root)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import time
 from pathlib import Path
 
 import pynvml
@@ -366,3 +368,43 @@ def test_a_telemetry_call_that_hangs_is_bounded_like_every_nvml_read(monkeypatch
     metrics = _sample(findings)["metrics"]
     assert metrics[Metric.SM_CLOCK_RATIO]["component"] in {"gpu0", "gpu1"}
     assert decide(findings).level in (Level.CHECKER_ERROR, Level.WARN)
+
+
+def test_a_snapshot_replays_rates_over_the_interval_the_node_saw(node, tmp_path, monkeypatch):
+    """GPU 3 spent 180 s of the last 300 in HW thermal slowdown: the live check warns. The
+    snapshot's replay an hour later judges the same 300 s, not the 3,300 since the sweep."""
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    cfg = node.config
+    engine.run(cfg, node.root, only={"telemetry"})
+    saved = node.root / "var/lib/rsc_health/counters.json"
+    state = json.loads(saved.read_text())
+    state["counters"]["tm/time_ms"] -= 300_000
+    saved.write_text(json.dumps(state))
+    node.nvml(lambda d: d["devices"][3]["telemetry"]["event_time_ns"].update(
+        hw_thermal=180 * 10**9))
+
+    def check(*args):
+        res = CliRunner().invoke(cli, ["--root", str(node.root), "--config",
+                                       str(node.root / "config.toml"), *args])
+        assert res.exception is None or isinstance(res.exception, SystemExit), res.output
+        return res.output
+
+    def warned(doc):
+        return [(f["component"], f["code"]) for f in json.loads(doc)["findings"]
+                if f["status"] == "warn"]
+
+    assert warned(check("check", "--json", "--only", "telemetry")) == [
+        ("gpu3", "gpu_hw_throttle")]
+    snap = tmp_path / "snap.json"
+    check("snapshot", "--out", str(snap))
+    later = time.time() + 3000
+    monkeypatch.setattr(telemetry.time, "time", lambda: later)
+    res = CliRunner().invoke(cli, ["--root", str(tmp_path / "elsewhere"), "--config",
+                                   os.devnull, "check", "--from", str(snap), "--json",
+                                   "--only", "telemetry"])
+    assert warned(res.output) == [("gpu3", "gpu_hw_throttle")]
+    # A live check now (an hour on) would not: 180 s of 3,300 is under the 25% warn line.
+    assert warned(check("check", "--json", "--only", "telemetry")) == []
