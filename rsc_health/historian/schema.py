@@ -322,10 +322,10 @@ qualify_results = Table(
 # detector. historian/telemetry.load_samples is the one door to them: it gives them as rows
 # (node, time, metric, value, component). Stored as one row per (time, node), a value column
 # `<metric>` (a 4-byte float on PostgreSQL) and a component column `<metric>_c` per metric,
-# NULL for a metric the sweep did not sample: a row per metric was ten times the bytes
-# (benchmarks/bench_telemetry_storage.py). Keyed by time first, as both the loader's windows
-# and the pruning read them, with an index by node; WITHOUT ROWID on SQLite: the key is the
-# table.
+# NULL for a metric the sweep did not sample: a row per metric (and no node index) was 3.5x
+# the bytes on SQLite, 6.5x on PostgreSQL (benchmarks/bench_telemetry_storage.py). Keyed
+# by time first, as both the loader's windows and the pruning read them, with an index by
+# node; WITHOUT ROWID on SQLite: the key is the table.
 def _sample_columns() -> list[Column]:
     return [col for m in Metric for col in (Column(m.value, Float(precision=24)),
                                             Column(f"{m.value}_c", String(32)))]
@@ -349,9 +349,10 @@ telemetry_samples = Table(
 # max, `past` of them beyond the metric's warn threshold ([telemetry] warn_above /
 # warn_below: the fraction is past / n) and `worst`, the component that was the worst most
 # often; all NULL for a metric the node did not report. Wide, not a row per metric, and the
-# figures as 4-byte floats on PostgreSQL: a fleet of 16,000 nodes writes about 48,000 of
-# these rows a day (benchmarks/bench_telemetry_storage.py; a row per metric was 2.5x the
-# bytes). A metric added to the vocabulary is a migration adding its columns.
+# figures as 4-byte floats on PostgreSQL: a fleet of 16,000 nodes writes about 47,000 of
+# these rows a day (benchmarks/bench_telemetry_storage.py; a row per metric was 1.8x the
+# bytes on SQLite, 3.5x on PostgreSQL). A metric added to the vocabulary is a migration
+# adding its columns.
 ROLLUP_STATS: tuple[tuple[str, Any], ...] = (
     ("n", Integer), ("mean", Float(precision=24)), ("min", Float(precision=24)),
     ("max", Float(precision=24)), ("past", Integer), ("worst", String(16)),
