@@ -232,3 +232,42 @@ def test_upgrade_to_9_adds_the_telemetry_tables_as_a_new_database_has_them(tmp_p
     finally:
         old.dispose()
         new.dispose()
+
+
+@pytest.mark.postgres
+def test_upgrade_to_9_on_postgresql_matches_a_new_database(pg_url, tmp_path):
+    """The PostgreSQL file of 0009 builds what schema.py creates (4-byte floats included)."""
+    from sqlalchemy import create_engine
+
+    old_dir = tmp_path / "old"
+    old_dir.mkdir()
+    for mig in db.migrations("postgresql"):
+        if mig.version <= 8:
+            (old_dir / mig.path.name).write_text(mig.path.read_text())
+    old = db.engine_for(pg_url)
+    admin = create_engine(pg_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{old.url.database}_new"')
+    new = db.engine_for(old.url.set(database=f"{old.url.database}_new")
+                        .render_as_string(hide_password=False))
+    try:
+        db.migrate(old, 0, old_dir)
+        assert db.migrate(old, 8) == [9]
+        db.create(new)
+        tables = ("telemetry_samples", "telemetry_job_rollups", "telemetry_day_rollups")
+
+        def typed(engine):
+            insp = inspect(engine)
+            return {t: sorted((c["name"], str(c["type"])) for c in insp.get_columns(t))
+                    for t in tables}
+
+        assert _shape(old, tables) == _shape(new, tables)
+        assert typed(old) == typed(new)
+        assert ("gpu_temp_c", "REAL") in typed(old)["telemetry_samples"]
+    finally:
+        old.dispose()
+        new.dispose()
+        with admin.connect() as conn:
+            conn.exec_driver_sql(
+                f'DROP DATABASE IF EXISTS "{old.url.database}_new" WITH (FORCE)')
+        admin.dispose()
