@@ -12,6 +12,8 @@
 \if :{?node} \else \set node rsc_health_node \endif
 \if :{?reader} \else \set reader rsc_health_reader \endif
 \connect :"dbname"
+-- One transaction: a flush running while this is re-run sees the old grants or the new ones.
+BEGIN;
 
 -- The node role: exactly what `healthctl spool flush` does.
 --   schema_version    every flush's first transaction reads it (a node of another release
@@ -36,3 +38,4 @@ GRANT SELECT (job_id, node) ON job_exclusions TO :"node";
 -- The reader role: every table, read only, now and for tables later migrations add.
 GRANT SELECT ON ALL TABLES IN SCHEMA public TO :"reader";
 ALTER DEFAULT PRIVILEGES FOR ROLE :"owner" IN SCHEMA public GRANT SELECT ON TABLES TO :"reader";
+COMMIT;
