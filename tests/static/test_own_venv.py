@@ -7,7 +7,9 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,3 +61,28 @@ def test_under_scripts_test_every_python_and_healthctl_is_the_venvs():
     for program in ("python3", "healthctl", "ruff"):
         found = shutil.which(program)
         assert found and Path(found).parent.resolve() == venv / "bin", (program, found)
+
+
+def test_install_never_removes_a_path_that_is_not_a_venv(tmp_path):
+    keep = tmp_path / "not-a-venv"
+    keep.mkdir()
+    (keep / "precious").write_text("x")
+    for target in (keep, tmp_path / "not-a-venv" / "precious"):
+        out = subprocess.run([str(SCRIPTS / "install")], capture_output=True, text=True,
+                             timeout=120, env=dict(os.environ, RSC_HEALTH_VENV=str(target)))
+        assert out.returncode == 1 and "is not a virtual environment" in out.stderr
+    assert (keep / "precious").read_text() == "x"
+
+
+@pytest.mark.skipif(not os.environ.get("VIRTUAL_ENV"), reason="not run by scripts/test")
+def test_a_second_install_into_the_same_venv_does_not_run_pip(tmp_path):
+    """scripts/demo and scripts/test call scripts/install every time: with nothing changed it
+    must not spend pip's seconds (the stamp), nor touch the venv."""
+    venv = Path(os.environ["VIRTUAL_ENV"])
+    before = (venv / ".rsc-health-installed").stat().st_mtime_ns
+    start = time.monotonic()
+    out = subprocess.run([str(SCRIPTS / "install")], capture_output=True, text=True,
+                         timeout=120, env=dict(os.environ, RSC_HEALTH_VENV=str(venv)))
+    assert out.returncode == 0, out.stderr
+    assert (venv / ".rsc-health-installed").stat().st_mtime_ns == before
+    print(f"scripts/install with nothing to do: {time.monotonic() - start:.2f} s")
