@@ -202,9 +202,14 @@ def test_the_node_role_cannot_read_or_change_what_is_not_its_own(deployed):
     assert not allowed, allowed
 
 
-def test_the_reader_role_reads_everything_and_changes_nothing(deployed):
+def test_the_reader_role_reads_everything_and_changes_nothing(deployed, tmp_path):
     reader = _as(deployed["reader"], deployed)
     assert _count(reader, schema.tickets) == 0 and _count(reader, schema.node_actions) == 0
+    # What it is for: the fleet export (as Grafana, `status` and the report read) runs as it.
+    out = tmp_path / "fleet.prom"
+    exported = _healthctl("--db", reader, "metrics", "export", "--out", str(out))
+    assert exported.returncode == 0, exported.stderr
+    assert "rsc_health_historian_up 1.0" in out.read_text()
     allowed = [sql for sql in READER_MAY_NOT if not _refused(reader, sql)]
     assert not allowed, allowed
 

@@ -86,3 +86,19 @@ def test_a_second_install_into_the_same_venv_does_not_run_pip(tmp_path):
     assert out.returncode == 0, out.stderr
     assert (venv / ".rsc-health-installed").stat().st_mtime_ns == before
     print(f"scripts/install with nothing to do: {time.monotonic() - start:.2f} s")
+
+
+def test_scripts_started_by_the_machines_python_go_on_in_the_venv(tmp_path):
+    """scripts/typecheck and benchmarks/run (python shebangs) re-exec under the checkout's
+    venv when the machine's Python starts them, with their arguments."""
+    if sys.prefix != sys.base_prefix:
+        pytest.skip("already in a venv: the scripts rightly stay in it")
+    fake = tmp_path / "venv" / "bin" / "python"
+    fake.parent.mkdir(parents=True)
+    fake.write_text('#!/bin/sh\necho "in the venv: $*"\n')
+    fake.chmod(0o755)
+    for script in (SCRIPTS / "typecheck", REPO / "benchmarks" / "run"):
+        out = subprocess.run([sys.executable, str(script), "--quick"], capture_output=True,
+                             text=True, timeout=60,
+                             env=dict(os.environ, RSC_HEALTH_VENV=str(fake.parent.parent)))
+        assert out.stdout.strip() == f"in the venv: {script} --quick", (script, out)
