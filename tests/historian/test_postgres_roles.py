@@ -169,6 +169,8 @@ def test_without_schema_version_every_flush_fails(deployed, tmp_path):
     out = _healthctl("--db", _as(deployed["node"], deployed), "spool", "flush",
                      "--dir", str(spool_dir))
     assert out.returncode != 0
+    assert "permission denied for table schema_version" in out.stderr
+    assert "deploy/postgresql/grants.sql" in out.stderr  # and what to do about it
     assert list(spool_dir.glob("batch-*")), "the spool must wait for the next flush"
 
 
