@@ -366,7 +366,7 @@ def deliver(
                 raise HistorianUnavailable(
                     f"historian database {safe_url(str(engine.url))} failed during the spool "
                     f"flush; {batch.name} and later batches stay in {spool_dir} and are "
-                    f"delivered again next time: {_first_line(exc)}"
+                    f"delivered again next time: {_first_line(exc)}{_grant_hint(exc)}"
                 ) from exc
             report.skewed += rows.skewed
             if rows.bad:
@@ -383,6 +383,16 @@ def deliver(
         spool.done(batch)
         report.batches += 1
     return report
+
+
+def _grant_hint(exc: Exception) -> str:
+    """What to do when the database refused the node's role (insufficient_privilege): the
+    grants a flush needs are one file, to be run again after every schema upgrade."""
+    if getattr(getattr(exc, "orig", None), "sqlstate", None) != "42501":
+        return ""
+    return (" (the database role in the URL lacks a grant the flush needs: run "
+            "deploy/postgresql/grants.sql as a superuser, again after every `db upgrade`; "
+            "docs/deployment.md)")
 
 
 def _first_line(exc: Exception) -> str:
