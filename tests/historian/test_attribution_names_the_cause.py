@@ -1,0 +1,83 @@
+"""Attribution names the finding that caused the action (issue 26, true answers 1): the code
+of rsc-health's own drain wins; without one, the most severe finding, then the earliest; never
+the alphabetically smallest code. On a historian filled as the operator fills it."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from sqlalchemy import select
+
+from rsc_health.historian import schema
+from rsc_health.historian.db import connect
+from tests.historian.operator_history import (
+    flush,
+    healthctl,
+    ingest_sacct,
+    run_records,
+    sacct_row,
+    xid_findings,
+    xid_line,
+)
+
+T = datetime(2026, 11, 20, 12, 0, 0)
+MIN = timedelta(minutes=1)
+GPUS = {f"00000000:{b}:00.0": i for i, b in enumerate(("18", "1A", "3B", "5D"))}
+
+
+def _blamed(url: str, job: str) -> list[tuple[str, str, str]]:
+    engine = connect(url)
+    try:
+        a, j = schema.attributions, schema.jobs
+        with engine.connect() as conn:
+            rows = conn.execute(select(a.c.node, a.c.cause, a.c.code)
+                                .select_from(a.join(j, a.c.job_pk == j.c.id))
+                                .where(j.c.job_id == job)).all()
+        return sorted((str(n), str(c), str(k)) for n, c, k in rows)
+    finally:
+        engine.dispose()
+
+
+def test_a_job_requeued_by_our_xid79_drain_is_blamed_on_xid79_not_an_earlier_xid48(
+        historian_url, tmp_path):
+    spool_dir = tmp_path / "spool"
+    # 8 minutes before the end: XID 48 (double-bit ECC) on gpu1; the mass-drain guard held
+    # the drain back (another rack was going out at the same time).
+    x48 = xid_findings([xid_line("0000:1a:00", 48, "An uncorrectable double bit error")], GPUS)
+    flush(historian_url, spool_dir,
+          run_records("gpu007", T - 8 * MIN, "sweep", x48, guard_held=True))
+    # At the end: XID 79 on gpu3; the guard lets this one through: drain now, requeue 4242.
+    x79 = xid_findings([xid_line("0000:5d:00", 79, "GPU has fallen off the bus.")], GPUS)
+    recs = run_records("gpu007", T, "sweep", x79, job_ids=("4242",))
+    assert [r["reason"].split(":")[2] for r in recs if r["kind"] == "action"] == ["xid79"] * 2
+    flush(historian_url, spool_dir, recs)
+    ingest_sacct(historian_url, tmp_path, [
+        sacct_row("4242", "REQUEUED", T - timedelta(hours=3), T, "gpu[007-008]", 2, 16)])
+    healthctl(historian_url, "attribute")
+
+    assert _blamed(historian_url, "4242") == [("gpu007", "xid", "xid79")]
+
+
+def test_without_our_action_the_most_severe_finding_wins_then_the_earliest(
+        historian_url, tmp_path):
+    spool_dir = tmp_path / "spool"
+    # Shadow mode ([actions] enabled = false): rsc-health drained nothing, so no action
+    # names a code. gpu002's XID 13 (a warning) came first, XID 94 (drain after the job) later.
+    flush(historian_url, spool_dir, run_records("gpu002", T - 9 * MIN, "sweep", xid_findings(
+        [xid_line("0000:18:00", 13, "Graphics SM Warp Exception")], GPUS), shadow=True))
+    flush(historian_url, spool_dir, run_records("gpu002", T - 2 * MIN, "sweep", xid_findings(
+        [xid_line("0000:3b:00", 94, "Contained ECC error")], GPUS), shadow=True))
+    # gpu003: two drain-now XIDs, XID 95 first, XID 48 three minutes later.
+    flush(historian_url, spool_dir, run_records("gpu003", T - 5 * MIN, "sweep", xid_findings(
+        [xid_line("0000:1a:00", 95, "Uncontained ECC error")], GPUS), shadow=True))
+    flush(historian_url, spool_dir, run_records("gpu003", T - 2 * MIN, "sweep", xid_findings(
+        [xid_line("0000:5d:00", 48, "An uncorrectable double bit error")], GPUS), shadow=True))
+    ingest_sacct(historian_url, tmp_path, [
+        sacct_row("5001", "FAILED", T - timedelta(hours=1), T, "gpu002", 1, 8),
+        sacct_row("5002", "FAILED", T - timedelta(hours=1), T, "gpu003", 1, 8)])
+    healthctl(historian_url, "attribute")
+
+    assert _blamed(historian_url, "5001") == [("gpu002", "xid", "xid94")]  # not "xid13"
+    assert _blamed(historian_url, "5002") == [("gpu003", "xid", "xid95")]  # not "xid48"
+    healthctl(historian_url, "attribute")  # a rerun picks the same findings
+    assert _blamed(historian_url, "5002") == [("gpu003", "xid", "xid95")]
