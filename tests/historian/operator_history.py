@@ -92,8 +92,9 @@ def action_record(node: str, when: datetime, kind: ActionKind, reason: str) -> d
                         detail="")
 
 
-def healthctl(url: str, *args: str) -> str:
-    result = CliRunner().invoke(cli, ["--db", url, *args])
+def healthctl(url: str, *args: str, config: Path | None = None) -> str:
+    head = ["--config", str(config)] if config is not None else []
+    result = CliRunner().invoke(cli, [*head, "--db", url, *args])
     assert result.exit_code == 0, result.output
     return result.output
 
