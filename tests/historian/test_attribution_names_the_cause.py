@@ -4,6 +4,7 @@ the alphabetically smallest code. On a historian filled as the operator fills it
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from sqlalchemy import select
@@ -81,3 +82,25 @@ def test_without_our_action_the_most_severe_finding_wins_then_the_earliest(
     assert _blamed(historian_url, "5002") == [("gpu003", "xid", "xid95")]  # not "xid48"
     healthctl(historian_url, "attribute")  # a rerun picks the same findings
     assert _blamed(historian_url, "5002") == [("gpu003", "xid", "xid95")]
+
+
+def test_the_node_view_names_the_gpu_the_failure_is_blamed_on_and_links_the_node(
+        historian_url, tmp_path):
+    """`healthctl node` is where an RMA is decided: the failed job's cause, code and GPU are
+    the drain's own (xid79 on gpu3), and the node links where the nightly report does."""
+    test_a_job_requeued_by_our_xid79_drain_is_blamed_on_xid79_not_an_earlier_xid48(
+        historian_url, tmp_path)
+    config = tmp_path / "site.toml"
+    config.write_text('[report]\nnode_url = "https://grafana.example/d/node?var-node={node}"\n')
+    doc = json.loads(healthctl(historian_url, "node", "gpu007", "--as-of",
+                               T.strftime("%Y-%m-%dT%H:%M:%S"), "--json", config=config))
+    jobs = doc["historian"]["failed_jobs"]
+    assert [(j["job_id"], j["cause"], j["code"], j["component"]) for j in jobs] == [
+        ("4242", "xid", "xid79", "gpu3")]
+    assert doc["links"] == {"story": "healthctl node gpu007",
+                            "node_url": "https://grafana.example/d/node?var-node=gpu007",
+                            "dashboard_url": ""}
+    text = healthctl(historian_url, "node", "gpu007", "--as-of",
+                     T.strftime("%Y-%m-%dT%H:%M:%S"), config=config)
+    assert "xid xid79 on gpu3" in text
+    assert "node page https://grafana.example/d/node?var-node=gpu007" in text
