@@ -78,6 +78,16 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                 .select_from(at.join(j, at.c.job_pk == j.c.id)
                              .outerjoin(c, c.c.id == at.c.evidence))
                 .where(at.c.node == node).order_by(desc(j.c.end)).limit(20))]
+            # One name per GPU (rsc_health.gpuname): `gpu1 (0000:1a:00.0)` whichever half
+            # a finding knew, as the nightly report names it.
+            from rsc_health.historian.gpu_names import gpu_names
+
+            names = gpu_names(conn, [node])[node]
+            for row in failing:
+                row["component"] = names.name(str(row["component"]))
+            for row in blamed:
+                if row.get("component") is not None:
+                    row["component"] = names.name(str(row["component"]))
             t = schema.tickets
             tickets = [dict(r._mapping) for r in conn.execute(
                 select(t.c.id, t.c.opened, t.c.closed, t.c.reason, t.c.source)

@@ -13,6 +13,7 @@ import pandas as pd
 from sqlalchemy import Engine, case, func, select
 
 from rsc_health.historian import schema
+from rsc_health.historian.gpu_names import named
 from rsc_health.model import Severity, Status
 from rsc_health.report.data import SectionEmpty, empty_frame
 
@@ -64,10 +65,11 @@ def open_findings(engine: Engine, as_of: datetime, limit: int) -> pd.DataFrame:
             select(c.c.node, c.c.check, c.c.component, c.c.severity, c.c.status, c.c.code,
                    c.c.time, c.c.last_seen, c.c.reason)
             .where(*where).order_by(rank.desc(), c.c.time, c.c.node).limit(limit)).all()
-    if not rows:
-        return empty_frame("open_findings")
-    frame = pd.DataFrame(rows, columns=["node", "check", "component", "severity", "status",
-                                        "code", "since", "last_seen", "reason"])
+        if not rows:
+            return empty_frame("open_findings")
+        frame = pd.DataFrame(rows, columns=["node", "check", "component", "severity", "status",
+                                            "code", "since", "last_seen", "reason"])
+        frame["component"] = named(conn, list(frame["node"]), list(frame["component"]))
     frame.attrs.update(total=int(total), nodes=int(nodes))
     return frame
 

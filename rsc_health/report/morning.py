@@ -324,11 +324,17 @@ def xids_per_gpu(engine: Engine, as_of: datetime, days: float, top: int) -> pd.D
                c.c.check == "xid", c.c.status != Status.OK)
         .group_by(c.c.node, c.c.component, c.c.code)
     )
+    from rsc_health.historian.gpu_names import named
+
     with engine.connect() as conn:
         rows = pd.DataFrame(conn.execute(q).all(),
                             columns=["node", "gpu", "code", "n", "last_seen"])
-    if rows.empty:
-        return empty_frame("xids")
+        if rows.empty:
+            return empty_frame("xids")
+        # One name per GPU (gpu1 and 0000:1a:00 are the same one): then one row per GPU.
+        rows["gpu"] = named(conn, list(rows["node"]), list(rows["gpu"]))
+    rows = (rows.groupby(["node", "gpu", "code"], as_index=False)
+            .agg(n=("n", "sum"), last_seen=("last_seen", "max")))
     rows = rows.sort_values(["n", "code"], ascending=[False, True])
     out = (
         rows.groupby(["node", "gpu"], sort=False)

@@ -19,9 +19,11 @@ from click.testing import CliRunner
 
 from rsc_health import spool
 from rsc_health.checks import xid as xid_check
+from rsc_health.checks._finding import gpu_name, ok
 from rsc_health.cli import cli
 from rsc_health.collect import kmsg
 from rsc_health.model import ActionKind, Finding, Level, Status, Verdict
+from rsc_health.nodepath import _gpu_bus_ids
 from rsc_health.policy import decide
 from rsc_health.xid import load_catalog
 
@@ -51,20 +53,30 @@ def xid_findings(lines: list[str], gpus: dict[str, int]) -> list[Finding]:
     return xid_check.check(state, {"xid_catalog": load_catalog()})
 
 
+def gpu_findings(gpus: dict[str, int]) -> list[Finding]:
+    """The gpu family's all-clear findings for the GPUs NVML lists, as checks.gpu makes them
+    (each carrying its bus id)."""
+    return [ok("gpu", gpu_name(i), f"gpu{i} NVIDIA H100 80GB HBM3 ok", bus_id=bus)
+            for bus, i in sorted(gpus.items(), key=lambda kv: kv[1])]
+
+
 def run_records(node: str, when: datetime, stage: str, findings: list[Finding], *,
                 job_ids: tuple[str, ...] = (), shadow: bool = False,
-                guard_held: bool = False) -> list[dict]:
-    """What one prolog/epilog/sweep spools: its check records, its heartbeat and the actions
+                guard_held: bool = False, gpus: dict[str, int] | None = None) -> list[dict]:
+    """What one prolog/epilog/sweep spools: its check records, its heartbeat (with the bus id
+    of each GPU in `gpus`, through the node path's own nodepath._gpu_bus_ids) and the actions
     of its verdict (a drain and the requeue of each job on the node, a shadow mode's
     would_drain, or the guard's hold)."""
     when = when.replace(tzinfo=UTC) if when.tzinfo is None else when
+    findings = list(findings) + (gpu_findings(gpus) if gpus else [])
     verdict: Verdict = decide(findings)
     recs = spool.check_records(findings, node=node, source=stage, time=when,
                                job_id=job_ids[0] if job_ids and stage != "sweep" else None)
     recs.append(spool.record(
         "heartbeat", node, when, source=stage, level=verdict.level.name.lower(),
         checker_errors=sum(f.status is Status.ERROR for f in findings), duration_s=0.4,
-        families={}, version="test"))
+        families={}, version="test", **({"gpus": bus_ids} if (bus_ids := _gpu_bus_ids(
+            findings)) else {})))
     if verdict.drains:
         if shadow:
             recs.append(spool.record("action", node, when, action=ActionKind.WOULD_DRAIN.value,
