@@ -12,7 +12,7 @@ Rules, in order, all pushed down to the database as INSERT ... SELECT:
    picks the same one). Never the alphabetically smallest code: an earlier XID 48 on another
    GPU is not the XID 79 that drained the node (issue 26).
 2. event:  a NODE_FAIL with no such check -> the job's node(s) whose own out-of-service event
-   was open at the job's end (cause `node_down`).
+   was open at the job's end (cause `node_down`; of several, the one that began last).
 3. unattributed: a NODE_FAIL with neither -> one row, cause `unattributed`, no node.
 A FAILED job without a failing check gets no row: nothing says the hardware failed (the
 paper's r_f counts only *attributed* FAILED jobs).
@@ -159,14 +159,17 @@ def attribute(
         literal("check"),
     ).where(ranked.c.rank == 1)
     has_row = exists().where(A.c.job_pk == J.c.id)
-    by_event = (
+    # The node's own outage open at the job's end; of several, the one that began last (the
+    # state it was in when the job died), never the alphabetically smallest state.
+    events = (
         select(
-            J.c.id,
-            E.c.node,
-            literal("node_down"),
-            func.min(E.c.state),
-            func.min(E.c.id),
-            literal("event"),
+            J.c.id.label("job_pk"),
+            E.c.node.label("node"),
+            E.c.state.label("state"),
+            E.c.id.label("evidence"),
+            func.row_number().over(
+                partition_by=(J.c.id, E.c.node), order_by=(E.c.start.desc(), E.c.id.desc()),
+            ).label("rank"),
         )
         .select_from(J.join(JN, JN.c.job_pk == J.c.id))
         .join(
@@ -178,8 +181,12 @@ def attribute(
             ),
         )
         .where(J.c.id.in_(targets), J.c.state == "NODE_FAIL", ~has_row)
-        .group_by(J.c.id, E.c.node)
+        .subquery()
     )
+    by_event = select(
+        events.c.job_pk, events.c.node, literal("node_down"), events.c.state, events.c.evidence,
+        literal("event"),
+    ).where(events.c.rank == 1)
     unattributed = select(
         J.c.id,
         literal(None),

@@ -104,3 +104,21 @@ def test_the_node_view_names_the_gpu_the_failure_is_blamed_on_and_links_the_node
                      T.strftime("%Y-%m-%dT%H:%M:%S"), config=config)
     assert "xid xid79 on gpu3" in text
     assert "node page https://grafana.example/d/node?var-node=gpu007" in text
+
+
+def test_a_node_fail_without_a_check_is_blamed_on_the_outage_that_began_last(
+        historian_url, tmp_path):
+    """A person drained gpu009 after its job (DRAIN, still open); 40 s before the end the
+    node stopped answering (DOWN): the job died of the DOWN."""
+    from tests.historian.operator_history import ingest_events, iso
+
+    ingest_events(historian_url, tmp_path, [
+        f"rsc|gpu009|{iso(T - timedelta(hours=1))}|Unknown|DRAIN|fan check after job|"
+        "jdoe(1001)",
+        f"rsc|gpu009|{iso(T - timedelta(seconds=40))}|Unknown|DOWN|Not responding|"
+        "slurm(64030)",
+    ])
+    ingest_sacct(historian_url, tmp_path, [
+        sacct_row("6001", "NODE_FAIL", T - timedelta(hours=3), T, "gpu009", 1, 8)])
+    healthctl(historian_url, "attribute")
+    assert _blamed(historian_url, "6001") == [("gpu009", "node_down", "DOWN")]
