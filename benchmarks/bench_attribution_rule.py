@@ -4,7 +4,7 @@ rule it replaced (the alphabetically smallest code: a GROUP BY with min()), on t
 simulated historian in the same run: the time each takes and how many (job, node, family)
 rows name a different code.
 
-    python3 benchmarks/bench_attribution_rule.py [--nodes 512] [--days 60] [--backend sqlite]
+    python3 benchmarks/bench_attribution_rule.py [--nodes 512] [--days 60] [--backend both]
 
 The simulator writes real sacct, sacctmgr and check formats; it records no rsc-health actions,
 so this measures the severity-then-time part and the cost of the (empty) drain lookup. Prints
@@ -76,31 +76,16 @@ def _rows(engine) -> dict:
             select(A.c.job_pk, A.c.node, A.c.cause, A.c.code))}
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--nodes", type=int, default=64 if _synth.QUICK else 512)
-    ap.add_argument("--days", type=float, default=14 if _synth.QUICK else 60)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--repeat", type=int, default=4)
-    args = ap.parse_args()
-
-    from rsc_health.config import load_config
+def _measure(backend: str, url: str, sim_dir: Path, window, args) -> None:
     from rsc_health.historian import db as hdb
-    from rsc_health.historian.attribute import Window, attribute
+    from rsc_health.historian.attribute import attribute
     from rsc_health.historian.ingest import checks, events, sacct
-    from rsc_health.sim.config import SimConfig
-    from rsc_health.sim.core import simulate
 
-    cfg = load_config("/dev/null")
-    with tempfile.TemporaryDirectory() as tmp:
-        sim_dir = Path(tmp) / "sim"
-        simulate(SimConfig.from_config(cfg, nodes=args.nodes, days=args.days, seed=args.seed),
-                 sim_dir)
-        engine = hdb.connect(f"sqlite:///{Path(tmp) / 'h.db'}")
+    engine = hdb.connect(url)
+    try:
         sacct.ingest_text(engine, sim_dir / "sacct.txt")
         events.ingest_file(engine, sim_dir / "events.txt")
         checks.ingest_file(engine, sim_dir / "checks.jsonl")
-        window = Window.from_config(cfg)
         times: dict[str, list[float]] = {"old": [], "new": []}
         runs = {"old": lambda: _old_rule(engine, window),
                 "new": lambda: attribute(engine, window=window)}
@@ -111,17 +96,55 @@ def main() -> int:
                 runs[name]()
                 times[name].append(time.perf_counter() - t)
                 rows[name] = _rows(engine)
-        old, new = rows["old"], rows["new"]
+    finally:
         engine.dispose()
+    old, new = rows["old"], rows["new"]
     best = {k: min(v) for k, v in times.items()}
     differ = sum(1 for k in old if new.get(k) != old[k])
-    print(f"{args.nodes} nodes x {args.days:g} days (SQLite), best of {args.repeat}:")
+    print(f"{args.nodes} nodes x {args.days:g} days ({backend}), best of {args.repeat}:")
     print(f"  old rule (min code)         {best['old']:8.3f} s")
     print(f"  new rule (drain, sev, time) {best['new']:8.3f} s   "
           f"ratio {best['new'] / best['old']:.2f}")
-    print(f"  (job, node, family) rows: {len(old)}; naming another code now: {differ}")
-    _synth.bench("attribution_rule", "new_over_old", best["new"] / best["old"], "x")
-    _synth.bench("attribution_rule", "rows_changed", differ, "rows")
+    print(f"  attribution rows: {len(old)}; naming another code now: {differ}")
+    _synth.bench(f"attribution_rule_{backend}", "new_over_old", best["new"] / best["old"], "x")
+    _synth.bench(f"attribution_rule_{backend}", "rows_changed", differ, "rows")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nodes", type=int, default=64 if _synth.QUICK else 512)
+    ap.add_argument("--days", type=float, default=14 if _synth.QUICK else 60)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=4)
+    ap.add_argument("--backend", choices=["sqlite", "postgres", "both"], default="both")
+    ap.add_argument("--pg", default=_synth.PG_DEFAULT, help="PostgreSQL admin URL")
+    args = ap.parse_args()
+
+    from rsc_health.config import load_config
+    from rsc_health.historian.attribute import Window
+    from rsc_health.sim.config import SimConfig
+    from rsc_health.sim.core import simulate
+
+    cfg = load_config("/dev/null")
+    window = Window.from_config(cfg)
+    with tempfile.TemporaryDirectory() as tmp:
+        sim_dir = Path(tmp) / "sim"
+        simulate(SimConfig.from_config(cfg, nodes=args.nodes, days=args.days, seed=args.seed),
+                 sim_dir)
+        for backend in _synth.backends(args.backend):
+            if backend == "postgres":
+                why = _synth.pg_unavailable(args.pg)
+                if why:
+                    print(f"PostgreSQL skipped: {why}")
+                    continue
+                url, name = _synth.create_postgres(args.pg)
+            else:
+                url, name = f"sqlite:///{Path(tmp) / 'h.db'}", ""
+            try:
+                _measure(backend, url, sim_dir, window, args)
+            finally:
+                if name:
+                    _synth.drop_postgres(args.pg, name)
     return 0
 
 
