@@ -252,7 +252,7 @@ def test_upgrade_to_9_on_postgresql_matches_a_new_database(pg_url, tmp_path):
                         .render_as_string(hide_password=False))
     try:
         db.migrate(old, 0, old_dir)
-        assert db.migrate(old, 8) == [9]
+        assert 9 in db.migrate(old, 8)
         db.create(new)
         tables = ("telemetry_samples", "telemetry_job_rollups", "telemetry_day_rollups")
 
