@@ -88,9 +88,9 @@ def _clock_ms(root: Path, env) -> int:
     if replay:
         doc = json.loads(read_bounded(root / replay.lstrip("/"), ATTR_BYTES))
         value = doc.get("time_ms") if isinstance(doc, dict) else None
-        if not plausible(value):
+        if not isinstance(value, int) or not plausible(value):
             raise ValueError(f"{replay}: no time_ms")
-        return int(value)
+        return value
     return int(time.time() * 1000)
 
 
