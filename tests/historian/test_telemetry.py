@@ -271,3 +271,26 @@ def test_upgrade_to_9_on_postgresql_matches_a_new_database(pg_url, tmp_path):
             conn.exec_driver_sql(
                 f'DROP DATABASE IF EXISTS "{old.url.database}_new" WITH (FORCE)')
         admin.dispose()
+
+
+def test_healthctl_ingest_telemetry_rolls_up(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    engine = db.connect(url, upgrade=True)
+    try:
+        day = datetime.combine(date.today() - timedelta(days=2), datetime.min.time())
+        _insert_samples(engine, _sweeps("f1", "gpu_temp_c", day, 24, 50.0))
+    finally:
+        engine.dispose()
+    res = CliRunner().invoke(cli, ["--db", url, "ingest", "telemetry", "--json"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
+    assert report["days"] in (1, 2) and report["day_rows"] == 1  # that day (and yesterday)
+    again = json.loads(CliRunner().invoke(cli, ["--db", url, "ingest", "telemetry",
+                                                "--json"]).output)
+    assert again["days"] == 0  # the cursor moved past the closed days
