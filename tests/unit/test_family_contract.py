@@ -37,6 +37,9 @@ from tests.node.test_state_dir_read_only import node01_slurm
 REPO = Path(__file__).resolve().parents[2]
 XID79 = ("4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has "
          "fallen off the bus.\n")
+# A fatal NVSwitch error as the nvidia-nvswitch driver prints it (tests/fixtures/sxid/README.md).
+SXID20034 = ("3,9001,99000001,-;nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 "
+             "LTSSM Fault Up\n")
 
 
 def _nvml(edit: Callable[[list], None]) -> Callable[[Path], None]:
@@ -98,6 +101,7 @@ FAULTS: dict[str, tuple[str, Callable[[Path], None] | None, Callable[[Path], Non
         {k: {"error": "NVML_ERROR_GPU_IS_LOST"} for k in ("temperature", "ecc_mode")})),
         "gpu_lost"),
     "xid": ("", None, _append("dev/kmsg", XID79), "xid79"),
+    "sxid": ("", None, _append("dev/kmsg", SXID20034), "sxid20034"),
     "ecc": ("", None, _nvml(lambda gpus: gpus[4]["ecc"]["volatile"].update(uncorrected=2)),
             "ecc_dbe"),
     "remap": ("", None, _nvml(lambda gpus: gpus[6]["remapped_rows"].update(failure=True)),
@@ -235,3 +239,13 @@ def test_collect_never_imports_checks():
             offenders += [f"{path.name}: {n}" for n in names
                           if n == "rsc_health.checks" or n.startswith("rsc_health.checks.")]
     assert offenders == []
+
+
+def test_every_kernel_log_cursor_is_local_state_a_snapshot_carries():
+    """A family's cursor (Family.cursor) is node-local state: a snapshot carries it and a
+    replay judges "new since the last sweep" as the node did."""
+    from rsc_health.engine import STATE_FILES
+
+    cursors = {f.cursor for f in REGISTRY if f.cursor}
+    assert cursors and cursors <= set(STATE_FILES)
+    assert len(cursors) == len([f for f in REGISTRY if f.cursor])  # one file per family
