@@ -32,6 +32,7 @@ from rsc_health.checks import (
     gpu,
     host,
     infiniband,
+    leftover,
     mount,
     nvlink,
     pcie,
@@ -80,6 +81,10 @@ class Family:
     # Its kernel-log cursor's file under the state dir (engine.STATE_FILES lists it): its
     # collect returns a kmsg.XidRead whose cursor is saved once its findings are spooled.
     cursor: str | None = None
+    # Its `capture` returns {"<name>_record": doc} (what it read of the live machine: programs'
+    # outcomes, processes) and `[<config>] replay_file` makes its collect judge that doc:
+    # `check --from` replays it and runs nothing of the machine replaying it.
+    replays: bool = False
 
 
 REGISTRY: tuple[Family, ...] = (
@@ -102,6 +107,9 @@ REGISTRY: tuple[Family, ...] = (
            capture=mount.capture),
     Family("host", host.check, "host", reads=host.READS, collect=host.collect,
            counters=host.counters),
+    # Processes NVML sees on the GPUs that belong to no running job (the prolog's check).
+    Family("leftover", leftover.check, "leftover", nvml=True, collect=leftover.collect,
+           capture=leftover.capture, replays=True),
     # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
     Family("site", site.check, "site", collect=site.collect, capture=site.capture),
 )

@@ -82,6 +82,24 @@ def _drop_mount(path: str) -> Callable[[Path], None]:
     return inject
 
 
+def _leftover(root: Path) -> None:
+    """A process of job 17, which no longer runs here (no step socket), holding 2 GiB on gpu2:
+    /proc as the kernel shows it (cgroup v2 under slurmstepd.scope), a spool dir with only the
+    prolog's own job (4242) in it."""
+    _nvml(lambda gpus: gpus[2].update(processes=[{"pid": 4321, "used_memory": 2 << 30}]))(root)
+    proc = root / "proc/4321"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_17/step_0/user/task_0\n")
+    (proc / "comm").write_text("python3\n")
+    (proc / "status").write_text("Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\n")
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n"
+                                     "alice:x:1000:1000::/home/alice:/bin/bash\n")
+    spool = root / "var/spool/slurmd"
+    spool.mkdir(parents=True)
+    (spool / "node01_4242.4294967292").write_text("")
+
+
 SITE_DIR = "etc/rsc_health/site.d"
 
 
@@ -113,6 +131,7 @@ FAULTS: dict[str, tuple[str, Callable[[Path], None] | None, Callable[[Path], Non
                    "ib_down"),
     "mount": ("", None, _drop_mount("/home"), "mount_missing"),
     "host": ("", None, _write("sys/devices/system/edac/mc/mc1/ue_count", "2\n"), "edac_ue"),
+    "leftover": ("", None, _leftover, "gpu_process_leftover"),
     "site": (f'[site]\nchecks_dir = "/{SITE_DIR}"\n',
              _site_program("ok none disk0 disk_ok disk0 answers"),
              _site_program("fail drain_after_job disk0 disk_gone disk0 is gone"), "disk_gone"),
