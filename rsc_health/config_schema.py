@@ -82,12 +82,14 @@ RANGES: dict[str, tuple[float, float]] = {
     "qualify.min_peers": (1, 100_000),
     "qualify.baseline_margin": (0, 1),
     "leftover.min_memory_mib": (0, 16 * 2**20),
+    "fabric.timeout_s": (0, 600),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
     "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
     "leftover.action": ("drain_now", "drain_after_job", "warn"),
+    "fabric.nvswitch": ("auto", "yes", "no"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog.

@@ -29,6 +29,7 @@ from typing import Any
 
 from rsc_health.checks import (
     ecc,
+    fabric,
     gpu,
     host,
     infiniband,
@@ -107,6 +108,9 @@ REGISTRY: tuple[Family, ...] = (
            capture=mount.capture),
     Family("host", host.check, "host", reads=host.READS, collect=host.collect,
            counters=host.counters),
+    # NVSwitch systems: the Fabric Manager service (a bounded systemctl) and NVML's fabric state.
+    Family("fabric", fabric.check, "fabric", nvml=True, reads=fabric.READS,
+           collect=fabric.collect, capture=fabric.capture, replays=True),
     # Processes NVML sees on the GPUs that belong to no running job (the prolog's check).
     Family("leftover", leftover.check, "leftover", nvml=True, collect=leftover.collect,
            capture=leftover.capture, replays=True),

@@ -100,6 +100,24 @@ def _leftover(root: Path) -> None:
     (spool / "node01_4242.4294967292").write_text("")
 
 
+def _systemctl(answer: str, code: int) -> Callable[[Path], None]:
+    """A stand-in for systemctl under the root: `is-active UNIT` prints the unit's state and
+    exits as systemctl does (0 active, 3 inactive)."""
+    def inject(root: Path) -> None:
+        program = root / "usr/bin/systemctl"
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text(f"#!/bin/sh\necho {answer}\nexit {code}\n")
+        program.chmod(0o755)
+    return inject
+
+
+def _fabric_healthy(root: Path) -> None:
+    _systemctl("active", 0)(root)
+    _nvml(lambda gpus: [g.update(fabric={"state": 3, "status": 0, "clique_id": 1,
+                                         "cluster_uuid": "00" * 16, "health_mask": 0})
+                        for g in gpus])(root)
+
+
 SITE_DIR = "etc/rsc_health/site.d"
 
 
@@ -132,6 +150,8 @@ FAULTS: dict[str, tuple[str, Callable[[Path], None] | None, Callable[[Path], Non
     "mount": ("", None, _drop_mount("/home"), "mount_missing"),
     "host": ("", None, _write("sys/devices/system/edac/mc/mc1/ue_count", "2\n"), "edac_ue"),
     "leftover": ("", None, _leftover, "gpu_process_leftover"),
+    "fabric": ('[fabric]\nnvswitch = "yes"\n', _fabric_healthy, _systemctl("inactive", 3),
+               "fabric_manager_down"),
     "site": (f'[site]\nchecks_dir = "/{SITE_DIR}"\n',
              _site_program("ok none disk0 disk_ok disk0 answers"),
              _site_program("fail drain_after_job disk0 disk_gone disk0 is gone"), "disk_gone"),
