@@ -38,6 +38,7 @@ NODE_PATH_MODULES = {
     "rsc_health.model", "rsc_health.policy", "rsc_health.spool", "rsc_health.durable",
     "rsc_health.engine", "rsc_health.xid",
     "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
+    "rsc_health.checks._program",
     *(f"rsc_health.checks.{f}" for f in ("gpu", "xid", "ecc", "remap", "nvlink", "pcie",
                                           "infiniband", "mount", "host", "site", "sxid",
                                           "leftover", "fabric", "dcgm")),
