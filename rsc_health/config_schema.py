@@ -83,6 +83,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "qualify.baseline_margin": (0, 1),
     "leftover.min_memory_mib": (0, 16 * 2**20),
     "fabric.timeout_s": (0, 600),
+    "dcgm.timeout_s": (0, 3600),
+    "dcgm.diag_level": (0, 4),
+    "dcgm.group": (0, 2**31),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsc_health.checks import (
+    dcgm,
     ecc,
     fabric,
     gpu,
@@ -114,6 +115,9 @@ REGISTRY: tuple[Family, ...] = (
     # Processes NVML sees on the GPUs that belong to no running job (the prolog's check).
     Family("leftover", leftover.check, "leftover", nvml=True, collect=leftover.collect,
            capture=leftover.capture, replays=True),
+    # DCGM's verdicts (dcgmi health / diag -j), off unless [dcgm] enabled or a saved file.
+    Family("dcgm", dcgm.check, "dcgm", collect=dcgm.collect, capture=dcgm.capture,
+           replays=True),
     # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
     Family("site", site.check, "site", collect=site.collect, capture=site.capture),
 )

@@ -118,6 +118,19 @@ def _fabric_healthy(root: Path) -> None:
                         for g in gpus])(root)
 
 
+def _dcgmi(incidents: list) -> Callable[[Path], None]:
+    """A dcgmi stand-in under the root printing `dcgmi health -c -j` as DCGM writes it."""
+    from rsc_health.sim.qualify_tools import dcgm_health
+
+    def inject(root: Path) -> None:
+        (root / "dcgm-health.json").write_text(dcgm_health(incidents))
+        program = root / "usr/bin/dcgmi"
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text(f"#!/bin/sh\ncat '{root / 'dcgm-health.json'}'\n")
+        program.chmod(0o755)
+    return inject
+
+
 SITE_DIR = "etc/rsc_health/site.d"
 
 
@@ -150,6 +163,9 @@ FAULTS: dict[str, tuple[str, Callable[[Path], None] | None, Callable[[Path], Non
     "mount": ("", None, _drop_mount("/home"), "mount_missing"),
     "host": ("", None, _write("sys/devices/system/edac/mc/mc1/ue_count", "2\n"), "edac_ue"),
     "leftover": ("", None, _leftover, "gpu_process_leftover"),
+    "dcgm": ("[dcgm]\nenabled = true\n", _dcgmi([]),
+             _dcgmi([("GPU", 3, "Memory system", "Failure", "A volatile double-bit ECC error "
+                      "has occurred on GPU 3")]), "dcgm_health_memory"),
     "fabric": ('[fabric]\nnvswitch = "yes"\n', _fabric_healthy, _systemctl("inactive", 3),
                "fabric_manager_down"),
     "site": (f'[site]\nchecks_dir = "/{SITE_DIR}"\n',
