@@ -91,7 +91,8 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
     "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
-    "leftover.action": ("drain_now", "drain_after_job", "warn"),
+    "leftover.action": tuple(s.label for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB,
+                                               Severity.WARN)),
     "fabric.nvswitch": ("auto", "yes", "no"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop

@@ -179,7 +179,7 @@ def _health(run: dict) -> list[Finding]:
 
 
 def _diag(run: dict) -> list[Finding]:
-    from rsc_health.qualify.dcgm_diag import diagnostic, results
+    from rsc_health.qualify.dcgm_diag import DCGM_FAIL, DCGM_WARN, diagnostic, results
 
     doc, trouble = _json(run, "dcgmi diag")
     if doc is None:
@@ -195,7 +195,7 @@ def _diag(run: dict) -> list[Finding]:
                               f"{str(diag['runtime_error'])[:160]}")]
     out: list[Finding] = []
     for r in found[:4096]:
-        if r.status not in ("fail", "warn"):
+        if r.status not in (DCGM_FAIL, DCGM_WARN):
             continue
         comp = _component(r.entity_group, r.entity_id) if r.entity_group else "dcgm"
         why = "".join(c for c in (r.warnings[0] if r.warnings else "no reason given")
@@ -208,7 +208,7 @@ def _diag(run: dict) -> list[Finding]:
             continue
         code = _code("diag", r.test)
         data = {"test": r.test[:64], "dcgm": r.status, "message": why}
-        if r.status == "fail":
+        if r.status == DCGM_FAIL:
             out.append(fail(FAMILY, comp, Severity.DRAIN_AFTER_JOB, code, text, repair=False,
                             **data))
         else:

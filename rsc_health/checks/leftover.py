@@ -42,8 +42,7 @@ _STEP_SOCKET = re.compile(r"_(\d{1,12})\.(\d{1,12})(?:\.\d{1,6})?(?:\.ALT)?$")
 MAX_PID = 2**22  # the kernel's pid_max ceiling
 MAX_SPOOL_ENTRIES = 100_000
 READ_LIMIT = 64 * 1024
-ACTIONS = {"drain_now": Severity.DRAIN_NOW, "drain_after_job": Severity.DRAIN_AFTER_JOB,
-           "warn": Severity.WARN}
+ACTIONS = {s.label: s for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB, Severity.WARN)}
 
 
 def _pid(p) -> int | None:

@@ -16,6 +16,9 @@ from rsc_health.qualify.outcome import Metric, Outcome
 NAME = "dcgm_diag"
 TOOL = "dcgmi"
 
+# DCGM's own result words (lower-cased), not rsc-health's statuses.
+DCGM_FAIL, DCGM_WARN, DCGM_PASS = "fail", "warn", "pass"
+
 # Warnings that mean the test did not test (DCGM error texts, lower-cased substrings).
 NOT_TESTED = ("allocat", "being used by another", "busy", "timeout", "timed out",
               "insufficient", "not enough", "unable to", "could not", "failed to initialize")
@@ -82,13 +85,13 @@ def parse(text: str, tool: str | None = None) -> Outcome:
     ran = 0
     metrics: list[Metric] = []
     for r in results(doc):
-        if r.status == "fail":
+        if r.status == DCGM_FAIL:
             untested = r.untested()
             if untested:
                 return Outcome(NAME, inconclusive=f"{r.test} {r.entity}: {untested[:160]}")
             why = r.warnings[0][:160] if r.warnings else "no reason given"
             return Outcome(NAME, failed=f"{r.test} {r.entity}: {why}")
-        if r.status in ("pass", "warn"):
+        if r.status in (DCGM_PASS, DCGM_WARN):
             untested = r.untested()
             if untested:
                 return Outcome(NAME, inconclusive=f"{r.test} {r.entity}: {untested[:160]}")
