@@ -4,7 +4,10 @@ that a stage judging only XIDs never moves."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+
+import pytest
 
 from rsc_health.collect import kmsg
 from rsc_health.model import Level, Severity, Status
@@ -115,3 +118,20 @@ def test_a_bad_site_catalog_is_a_checker_error_and_consumes_nothing(node, tmp_pa
     assert [f.code for f in findings] == ["sxid_error"]
     findings, _ = node.check(only={"sxid"})  # the packaged catalog again: still new
     assert [f.code for f in bad(findings)] == ["sxid20034"]
+
+
+@pytest.mark.parametrize("how", ["empty", "truncated", "directory", "fifo", "dev_zero"])
+def test_a_lost_sxid_cursor_never_has_an_sxid_judged_twice_and_is_rebuilt(node, how):
+    from tests.node.test_lost_state import _break
+
+    node.write("proc/uptime", "7200.00 50000.00\n")  # up two hours; the SXid an hour ago
+    node.append("dev/kmsg", FATAL.replace("99000100", str(3600 * 10**6)))
+    assert [f.code for f in node.check(only={"sxid"})[0]] == ["sxid20034"]
+    _break(node.path(NODE_STATE) / "sxid_cursor.json", how)
+    started = time.monotonic()
+    first, _ = node.check(only={"sxid"})
+    assert time.monotonic() - started < 10
+    assert not [f for f in first if f.code == "sxid20034"]  # judged once already
+    assert len([f for f in first if f.status is Status.ERROR and "cursor" in f.reason]) == 1
+    second, verdict = node.check(only={"sxid"})
+    assert verdict.level is Level.OK  # rebuilt: said once
