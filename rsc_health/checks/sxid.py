@@ -23,7 +23,9 @@ def collect(root: Path, env) -> kmsg.XidRead | None:
         root, list(env.cfg.get("xid.sources")), env.cursors.get(FAMILY) or {},
         file_backlog=bool(env.cfg.get("xid.file_backlog")), parse=kmsg.parse_sxid_line))
     if read is not None:
-        env.state.errors.extend((FAMILY, "kernel log", e) for e in read.errors)
+        # The shared reader names its cursor after XIDs; this one is the SXid cursor.
+        env.state.errors.extend((FAMILY, "kernel log", e.replace("XID cursor", "SXid cursor"))
+                                for e in read.errors)
     return read
 
 

@@ -155,3 +155,21 @@ def test_a_healthy_node_reads_no_proc_file(node, monkeypatch):
     monkeypatch.setattr(leftover, "_process", refuse)
     bad, verdict = _leftover(node)
     assert bad == [] and verdict.level is Level.OK
+
+
+def test_this_machines_real_proc_reads_as_a_process_with_its_command_and_user(monkeypatch):
+    """The record's reader on the real /proc (root "/"): this test's own process, as the
+    kernel shows it (cgroup v1 or v2 lines, comm, the Uid: line of status)."""
+    from pathlib import Path
+
+    from rsc_health.checks import leftover
+    from rsc_health.config import load_config
+
+    monkeypatch.delenv("SLURM_JOB_ID")
+    cfg = load_config(os.devnull)
+    rec = leftover.record(Path("/"), cfg, {os.getpid()})
+    me = rec["pids"][str(os.getpid())]
+    assert me["seen"] and me["command"] == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+    assert me["uid"] == os.getuid() and me["user"] not in ("?", "")
+    assert me["job"] is None  # not a Slurm task here
+    assert rec["job_id"] is None
