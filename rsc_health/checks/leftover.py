@@ -18,9 +18,11 @@ cannot be read is the checker's problem: nothing in a job cgroup is called a lef
 
 The finding names pid, command, user, GPU and memory. `[leftover] action` decides (default
 drain_now: at job start nothing of ours is running, so "now" only fails the prolog, which
-sends the job elsewhere). Everything under /proc is read bounded (read_bounded refuses a FIFO
-and stops at its limit); user names come from the root's /etc/passwd only (an NSS lookup can
-block on a directory server). `check --from` judges the record a snapshot carries.
+sends the job elsewhere). A sweep (no job of its own) that finds one while other jobs run
+drains after them instead: "now" would requeue jobs for a process that is not theirs.
+Everything under /proc is read bounded (read_bounded refuses a FIFO and stops at its limit);
+user names come from the root's /etc/passwd only (an NSS lookup can block on a directory
+server). `check --from` judges the record a snapshot carries.
 """
 
 from __future__ import annotations
@@ -212,10 +214,15 @@ def check(state, cfg: dict) -> list[Finding]:
             else:
                 why = "in no job's cgroup"
             text = f"{what} {why}"
-            if action is Severity.WARN or (isinstance(used, int) and 0 <= used < floor):
+            severity = action
+            if severity is Severity.DRAIN_NOW and own is None and running:
+                # A sweep (no job of its own) while jobs run here: "now" would requeue them
+                # for a process that is not theirs. They finish; then the node drains.
+                severity = Severity.DRAIN_AFTER_JOB
+            if severity is Severity.WARN or (isinstance(used, int) and 0 <= used < floor):
                 out.append(warn(FAMILY, comp, "gpu_process_leftover", text, **data))
             else:
-                out.append(fail(FAMILY, comp, action, "gpu_process_leftover", text,
+                out.append(fail(FAMILY, comp, severity, "gpu_process_leftover", text,
                                 repair=False, **data))
     if not [f for f in out if f.family == FAMILY]:
         out.append(ok(FAMILY, "gpus", "no leftover GPU processes"))

@@ -62,6 +62,19 @@ def test_a_process_of_a_job_that_ended_drains_now_and_says_what_it_is(node):
     assert "gpu2 pid 4321 (python3, alice, 2048 MiB) left by job 17" in f.reason
 
 
+def test_a_sweep_finding_one_beside_running_jobs_drains_after_them_not_now(node, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID")  # the sweep: no job of its own
+    _gpu_process(node)
+    _steps(node, 4242)  # job 4242 runs here; job 17 is over
+    bad, verdict = _leftover(node)
+    assert [(f.code, f.severity) for f in bad] == [
+        ("gpu_process_leftover", Severity.DRAIN_AFTER_JOB)]
+    _steps(node)  # nothing runs: now costs no job
+    node.path(f"{SPOOL}/node01_4242.0").unlink()
+    node.path(f"{SPOOL}/node01_4242.4294967292").unlink()
+    assert _leftover(node)[1].level is Level.DRAIN_NOW
+
+
 def test_cgroup_v1_paths_name_the_job_too(node):
     _gpu_process(node, cgroup=V1.format(job=99))
     _steps(node)
