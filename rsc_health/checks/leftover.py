@@ -78,11 +78,16 @@ def collect(root: Path, env) -> dict | None:
 
 
 def capture(cfg, root: Path) -> dict:
-    """A snapshot carries who each process NVML names is, as read now."""
+    """A snapshot carries who each process NVML names is, as read now (live NVML from an
+    abandonable child, as the node path asks it: a wedged driver must not hang a snapshot)."""
+    from rsc_health.collect import bounded
+    from rsc_health.collect.gpu import NvmlBackend
     from rsc_health.collect.node import gpu_backend
 
     try:
-        answers = gpu_backend(cfg, root).read()
+        backend = gpu_backend(cfg, root)
+        answers = (bounded.call(backend.read, float(cfg.get("gpu.nvml_timeout_s")))
+                   if isinstance(backend, NvmlBackend) else backend.read())
     except Exception:  # noqa: BLE001 - the snapshot's own NVML read says what is wrong
         answers = None
     return {"leftover_record": record(root, cfg, _nvml_pids(answers))}

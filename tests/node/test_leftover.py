@@ -6,6 +6,7 @@ by themselves."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 
@@ -186,3 +187,22 @@ def test_this_machines_real_proc_reads_as_a_process_with_its_command_and_user(mo
     assert me["uid"] == os.getuid() and me["user"] not in ("?", "")
     assert me["job"] is None  # not a Slurm task here
     assert rec["job_id"] is None
+
+
+def test_a_snapshot_is_not_hung_by_a_wedged_nvml(node, monkeypatch):
+    """capture() asks live NVML from an abandonable child, as the node path does."""
+    from rsc_health.checks import leftover
+    from rsc_health.collect import gpu
+    from rsc_health.collect import node as node_mod
+
+    def wedged(self, progress=None):
+        time.sleep(60)
+
+    monkeypatch.setattr(gpu.NvmlBackend, "read", wedged)
+    monkeypatch.setattr(node_mod, "gpu_backend", lambda cfg, root: gpu.NvmlBackend())
+    cfg = node.config
+    cfg.data["gpu"]["nvml_timeout_s"] = 0.5
+    started = time.monotonic()
+    rec = leftover.capture(cfg, node.root)["leftover_record"]
+    assert time.monotonic() - started < 5
+    assert rec["pids"] == {}
