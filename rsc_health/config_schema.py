@@ -45,6 +45,7 @@ EXPLICIT: dict[str, Spec] = {
     "mounts.expected": Spec("list", Spec("table", fields={
         "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
     "report.skip": Spec("list", STR),
+    "leftover.ignore_commands": Spec("list", STR),
     "node.spool_max_mb": Spec("number"),
     "qualify.tests": Spec("map", Spec("table", fields={
         "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number")},
@@ -80,11 +81,19 @@ RANGES: dict[str, tuple[float, float]] = {
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),
     "qualify.baseline_margin": (0, 1),
+    "leftover.min_memory_mib": (0, 16 * 2**20),
+    "fabric.timeout_s": (0, 600),
+    "dcgm.timeout_s": (0, 3600),
+    "dcgm.diag_level": (0, 4),
+    "dcgm.group": (0, 2**31),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
     "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
+    "leftover.action": tuple(s.label for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB,
+                                               Severity.WARN)),
+    "fabric.nvswitch": ("auto", "yes", "no"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog.
