@@ -49,6 +49,12 @@ EXPLICIT: dict[str, Spec] = {
     "qualify.tests": Spec("map", Spec("table", fields={
         "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number")},
         required=("plugin", "command"))),
+    # A site may judge a metric of its own: any name, each with the three fields.
+    "failslow.metrics": Spec("map", Spec("table", fields={
+        "direction": STR, "min_delta": Spec("float"), "min_margin": Spec("float"),
+        "max_margin": Spec("float"),
+        "persist_sweeps": Spec("int")},
+        required=("direction",))),
 }
 # Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.
 RANGES: dict[str, tuple[float, float]] = {
@@ -80,6 +86,12 @@ RANGES: dict[str, tuple[float, float]] = {
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),
     "qualify.baseline_margin": (0, 1),
+    "failslow.k": (0.5, 20),
+    "failslow.min_margin": (0, 1),
+    "failslow.max_margin": (0, 1),
+    "failslow.persist_sweeps": (1, 100),
+    "failslow.min_nodes": (2, 100_000),
+    "failslow.max_outlier_share": (0, 1),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
