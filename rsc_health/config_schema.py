@@ -92,6 +92,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "failslow.persist_sweeps": (1, 100),
     "failslow.min_nodes": (2, 100_000),
     "failslow.max_outlier_share": (0, 1),
+    "failslow.steps_max_line_bytes": (256, 16 * 1024 * 1024),
+    "failslow.steps_max_lines": (1, 1_000_000_000),
+    "failslow.steps_max_files": (1, 10_000_000),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),

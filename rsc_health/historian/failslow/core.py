@@ -187,7 +187,7 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     line = np.maximum(tol * med_abs.to_numpy(dtype=float), min_delta)
     bad = sign * (obs["value"].to_numpy(dtype=float) - obs["median"].to_numpy(dtype=float))
     outlier = (bad > line) & (bad > 0)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         deviation = np.where(line > 0, bad * rules.k / line, np.where(bad > 0, np.inf, 0.0))
     obs = obs.assign(line=line, deviation=deviation, outlier=outlier)
     # Job-wide: counted over the job's whole metric and slot, every group together (a leaf
