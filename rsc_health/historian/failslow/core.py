@@ -284,7 +284,7 @@ def _detail(rows: pd.DataFrame, latest: pd.Series) -> str:
 def evidence_from_runs(runs: pd.DataFrame) -> list[SuspectEvidence]:
     """One SuspectEvidence per (node, metric, source): every job behind it, the earliest
     start and the latest outlying sweep; values from its latest run."""
-    out = []
+    out: list[SuspectEvidence] = []
     if runs.empty:
         return out
     for (node, metric, source), rows in runs.groupby(["node", "metric", "source"], sort=True):

@@ -226,7 +226,7 @@ def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
         raise StepsError(f"{path}: a symlink, not a file: refused")
     if not stat.S_ISDIR(st.st_mode):
         raise StepsError(f"{path}: not a regular file or a directory")
-    files = []
+    files: list[Path] = []
     with os.scandir(path) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             if not entry.name.endswith(SUFFIXES):
