@@ -28,6 +28,9 @@ from rsc_health.config import load_config  # noqa: E402
 from rsc_health.historian.failslow.core import Rules, find_runs, judged  # noqa: E402
 from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow  # noqa: E402
 
+sys.path.insert(0, str(HERE))
+from _straggler_traces import TRACES, step_frame  # noqa: E402
+
 
 def _seeds(text: str) -> list[int]:
     out: list[int] = []
@@ -119,7 +122,27 @@ def main() -> int:
         print(f"BENCH\tfailslow\t{name}_recall\t{t['recall']:.3f}\tratio")
         print(f"BENCH\tfailslow\t{name}_imbalance_flags\t{t['imb_flags']}\tflags")
         print(f"BENCH\tfailslow\t{name}_delay_max\t{t['delay_max']:.1f}\tmin")
+        print(f"BENCH\tfailslow\t{name}_within_10min\t"
+              f"{1 - t['delay_over_10'] / max(1, len(t['delays'])):.3f}\tratio")
+    real_traces(rules)
     return 0
+
+
+def real_traces(rules: Rules) -> None:
+    """ByteDance's real per-rank traces (tests/fixtures/failslow/bytedance-straggler): AR's
+    one slowed worker should be the only suspect, SE (sequence lengths) and ST (a long last
+    stage) should have none, with and without the pipeline stage known."""
+    for trace, what in TRACES.items():
+        steps, members = step_frame(trace, rules.slot_s)
+        for label, m, s in (("stage known", members, steps),
+                            ("no stage", members.drop(columns="stage"), steps.assign(stage=""))):
+            obs = judged(None, m, s, rules)
+            runs = find_runs(obs, rules)
+            flagged = sorted(set(runs["node"]))
+            print(f"real trace {trace} ({what}), {label}: {m['node'].nunique()} workers, "
+                  f"{len(obs)} worker-steps judged, suspects {flagged or 'none'}")
+            slug = f"{trace}_{label.replace(' ', '_')}"
+            print(f"BENCH\tfailslow\treal_{slug}_suspects\t{len(flagged)}\tnodes")
 
 
 if __name__ == "__main__":

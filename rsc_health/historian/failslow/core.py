@@ -156,13 +156,13 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     """Each observation against its (job, group, metric, slot) peers: median, line, outlier,
     deviation; groups under min_nodes nodes are dropped; job-wide slots flag no one."""
     if obs.empty:
-        return obs.assign(median=[], line=[], deviation=[], outlier=[], n=[])
+        return obs.assign(median=[], line=[], deviation=[], outlier=[], n=[], job_wide=[])
     key = ["job_id", "group", "metric", "slot"]
     g = obs.groupby(key, sort=False)["value"]
     obs = obs.assign(n=g.transform("size"), median=g.transform("median"))
     obs = obs[obs["n"] >= rules.min_nodes]
     if obs.empty:
-        return obs.assign(line=[], deviation=[], outlier=[])
+        return obs.assign(line=[], deviation=[], outlier=[], job_wide=[])
     absdev = (obs["value"] - obs["median"]).abs()
     mad = absdev.groupby([obs[c] for c in key], sort=False).transform("median")
     spread = MAD_SCALE * mad
