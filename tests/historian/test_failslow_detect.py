@@ -219,3 +219,14 @@ def test_a_direction_that_is_neither_low_nor_high_is_refused():
     cfg = Config({"failslow": {"metrics": {"x": {"direction": "sideways"}}}})
     with pytest.raises(ValueError, match="sideways"):
         Rules.from_config(cfg)
+
+
+def test_aware_and_naive_times_are_the_same_utc_clock():
+    """Telemetry stamped with an offset, jobs in the historian's naive UTC: one clock."""
+    samples = _samples(NODES, "throttle_hw_frac", lambda i, s: 0.9 if i == 0 and s >= 4 else 0,
+                       12)
+    aware = samples.assign(time=pd.to_datetime(samples["time"]).dt.tz_localize("UTC")
+                           .dt.tz_convert("Europe/Paris"))
+    found = detect_frame(aware, _job("1", NODES), None, CFG)
+    assert [e.node for e in found] == ["gpu001"]
+    assert found[0].since == detect_frame(samples, _job("1", NODES), None, CFG)[0].since

@@ -221,3 +221,14 @@ def test_postgresql_migration_0011_builds_what_schema_py_builds(pg_url, tmp_path
             "job_id", "rank", "stage", "step"]
     finally:
         engine.dispose()
+
+
+def test_a_historian_that_cannot_be_read_is_an_error_never_no_suspects(tmp_path):
+    from rsc_health.historian.db import HistorianUnavailable
+
+    gone = db.engine_for(f"sqlite:///{tmp_path / 'gone' / 'h.db'}")
+    try:
+        with pytest.raises(HistorianUnavailable, match="could not be read for fail-slow"):
+            detect(gone, datetime(2026, 11, 26, 10, 20), load_config(None))
+    finally:
+        gone.dispose()

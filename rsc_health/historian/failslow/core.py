@@ -86,8 +86,14 @@ class Rules:
         )
 
 
+def utc(times: pd.Series) -> pd.Series:
+    """Times as naive UTC (the historian's form): an aware time is converted, a naive one is
+    taken as UTC, so samples, jobs and step times from different sources compare."""
+    return pd.to_datetime(times, utc=True).dt.tz_localize(None).astype("datetime64[ns]")
+
+
 def _slot(times: pd.Series, slot_s: int) -> pd.Series:
-    return pd.to_datetime(times).astype("datetime64[ns]").astype("int64") // (slot_s * 10**9)
+    return utc(times).astype("int64") // (slot_s * 10**9)
 
 
 def _group_key(frame: pd.DataFrame) -> pd.Series:
@@ -106,11 +112,11 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
         return pd.DataFrame(columns=cols)
     s = samples.loc[samples["metric"].isin(list(rules.metrics)), list(SAMPLE_COLUMNS)]
     s = s.assign(value=pd.to_numeric(s["value"], errors="coerce"),
-                 time=pd.to_datetime(s["time"]))
+                 time=utc(s["time"]))
     s = s[np.isfinite(s["value"].to_numpy(dtype=float))]
     m = membership.assign(group=_group_key(membership))[
         ["job_id", "node", "start", "end", "group"]]
-    m = m.assign(start=pd.to_datetime(m["start"]), end=pd.to_datetime(m["end"]))
+    m = m.assign(start=utc(m["start"]), end=utc(m["end"]))
     j = s.merge(m, on="node", how="inner")
     inside = (j["time"] >= j["start"]) & (j["end"].isna() | (j["time"] < j["end"]))
     j = j[inside]
@@ -131,7 +137,7 @@ def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | Non
     if steps is None or steps.empty or rules.steps_metric not in rules.metrics:
         return pd.DataFrame(columns=cols)
     s = steps.assign(seconds=pd.to_numeric(steps["seconds"], errors="coerce"),
-                     time=pd.to_datetime(steps["time"]))
+                     time=utc(steps["time"]))
     s = s[np.isfinite(s["seconds"].to_numpy(dtype=float)) & (s["seconds"] > 0)]
     if s.empty:
         return pd.DataFrame(columns=cols)

@@ -16,8 +16,10 @@ from typing import Any
 
 import pandas as pd
 from sqlalchemy import Engine, and_, func, or_, select
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 
 from rsc_health.historian import schema
+from rsc_health.historian.db import HistorianUnavailable, safe_url
 from rsc_health.historian.failslow.core import (
     MEMBER_COLUMNS,
     SAMPLE_COLUMNS,
@@ -80,9 +82,18 @@ def with_stages(members: pd.DataFrame, step_rows: pd.DataFrame) -> pd.DataFrame:
 
 
 def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
+    """HistorianUnavailable (one line, no password) when the database cannot be read: a
+    detector that cannot see must say so, never answer "no suspects"."""
     rules = Rules.from_config(cfg)
     since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
-    step_rows = steps(engine, since, now)
-    members = with_stages(membership(engine, since, now), step_rows)
-    return detect_frame(_samples(engine, since, now), members,
-                        step_rows if not step_rows.empty else None, rules)
+    try:
+        step_rows = steps(engine, since, now)
+        members = with_stages(membership(engine, since, now), step_rows)
+        samples = _samples(engine, since, now)
+    except (OperationalError, InterfaceError, ProgrammingError) as exc:
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        raise HistorianUnavailable(
+            f"historian database {safe_url(str(engine.url))} could not be read for fail-slow "
+            f"detection: {first}") from exc
+    return detect_frame(samples, members, step_rows if not step_rows.empty else None, rules)
