@@ -125,7 +125,21 @@ def main() -> int:
         print(f"BENCH\tfailslow\t{name}_within_10min\t"
               f"{1 - t['delay_over_10'] / max(1, len(t['delays'])):.3f}\tratio")
     real_traces(rules)
+    scale(rules, 1600 if quick else 16000)
     return 0
+
+
+def scale(rules: Rules, nodes: int) -> None:
+    """One detector call at fleet scale: every node in a 64-node job, an hour of telemetry
+    (12 sweeps x 10 metrics), what `detect` judges each time the suspect tier calls it."""
+    fleet = simulate_failslow(FailSlowConfig(jobs=nodes // 64, sizes=(64,), size_weights=(1.0,),
+                                             sweeps=(12, 12), seed=7, steps_share=0.0))
+    t0 = time.perf_counter()
+    runs = find_runs(judged(fleet.samples, fleet.membership, None, rules), rules)
+    took = time.perf_counter() - t0
+    print(f"scale: {nodes} nodes, {len(fleet.samples)} samples (an hour): detector {took:.1f} s, "
+          f"{runs['node'].nunique()} suspects")
+    print(f"BENCH\tfailslow\tdetect_{nodes}_nodes_hour\t{took:.1f}\ts")
 
 
 def real_traces(rules: Rules) -> None:

@@ -89,6 +89,9 @@ class Rules:
 def utc(times: pd.Series) -> pd.Series:
     """Times as naive UTC (the historian's form): an aware time is converted, a naive one is
     taken as UTC, so samples, jobs and step times from different sources compare."""
+    times = pd.Series(times)
+    if pd.api.types.is_datetime64_dtype(times.dtype):  # already naive: no copy, no parse
+        return times if times.dtype == "datetime64[ns]" else times.astype("datetime64[ns]")
     return pd.to_datetime(times, utc=True).dt.tz_localize(None).astype("datetime64[ns]")
 
 
@@ -181,11 +184,14 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     typical = per_slot.groupby(level=[0, 1, 2], sort=False).median().rename("typical")
     rel = np.maximum(rel.to_numpy(), obs[["job_id", "group", "metric"]].join(
         typical, on=["job_id", "group", "metric"])["typical"].to_numpy())
-    metric_rule = obs["metric"].map(rules.metrics)
-    sign = metric_rule.map(lambda r: r.sign).to_numpy(dtype=float)
-    min_delta = metric_rule.map(lambda r: r.min_delta).to_numpy(dtype=float)
-    cap = metric_rule.map(lambda r: r.max_margin or rules.max_margin).to_numpy(dtype=float)
-    floor = metric_rule.map(lambda r: r.min_margin or rules.min_margin).to_numpy(dtype=float)
+    def per_metric(field) -> np.ndarray:
+        return obs["metric"].map({m: field(r) for m, r in rules.metrics.items()}).to_numpy(
+            dtype=float)
+
+    sign = per_metric(lambda r: r.sign)
+    min_delta = per_metric(lambda r: r.min_delta)
+    cap = per_metric(lambda r: r.max_margin or rules.max_margin)
+    floor = per_metric(lambda r: r.min_margin or rules.min_margin)
     # The qualification judge's own rule, one door.
     tol = np.fromiter((tolerance(r, rules.k, lo, hi) for r, lo, hi in zip(rel, floor, cap,
                                                                           strict=True)),
@@ -218,7 +224,7 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
         return out
     key = ["job_id", "metric", "slot"]
     jm = obs[obs.groupby(["job_id", "metric"], sort=False)["outlier"].transform("any")]
-    sign = jm["metric"].map(lambda m: rules.metrics[m].sign).to_numpy(dtype=float)
+    sign = jm["metric"].map({m: r.sign for m, r in rules.metrics.items()}).to_numpy(dtype=float)
     job_med = jm.groupby(key, sort=False)["value"].transform("median")
     bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
     # each node's largest move in slots s-1, s, s+1, for every slot s
@@ -248,26 +254,30 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     same = (o[key] == o[key].shift()).all(axis=1)
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
     o = o.assign(run=(~adjacent).cumsum())
-    need = o["metric"].map(lambda m: rules.metrics[m].persist or rules.persist_sweeps
-                           if m in rules.metrics else rules.persist_sweeps)
+    need = o["metric"].map({m: r.persist or rules.persist_sweeps
+                            for m, r in rules.metrics.items()}).fillna(rules.persist_sweeps)
     o = o.assign(pos=o["outlier"].astype(int).groupby(o["run"]).cumsum())
     hit = o[o["outlier"] & (o["pos"] == need)]
     confirmed = hit.set_index("run")["time"].rename("confirmed")
-    o = o[o["outlier"]]
+    o = o[o["outlier"] & o["run"].isin(confirmed.index)]
+    if o.empty:
+        return pd.DataFrame(columns=cols)
     runs = (o.groupby("run").agg(job_id=("job_id", "first"), node=("node", "first"),
                                  group=("group", "first"), metric=("metric", "first"),
                                  source=("source", "first"), since=("time", "min"),
                                  last=("time", "max"), value=("value", "median"),
                                  peer_median=("median", "median"),
-                                 deviation=("deviation", "median"), slots=("slot", "size"),
-                                 component=("component", _mode))
-            .join(confirmed, how="inner"))
+                                 deviation=("deviation", "median"), slots=("slot", "size"))
+            .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
     return runs.reset_index(drop=True)[cols]
 
 
-def _mode(values: pd.Series) -> str:
-    counts = values.astype(str).value_counts()
-    return str(counts.index[0]) if len(counts) else ""
+def _mode(keys: pd.Series, values: pd.Series) -> pd.Series:
+    """The most frequent value per key (the first seen among ties), named component."""
+    counts = (pd.DataFrame({"key": keys.to_numpy(), "value": values.astype(str).to_numpy()})
+              .groupby(["key", "value"], sort=False).size().rename("n").reset_index())
+    best = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates("key")
+    return best.set_index("key")["value"].rename("component")
 
 
 def _detail(rows: pd.DataFrame, latest: pd.Series) -> str:
