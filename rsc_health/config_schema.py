@@ -100,6 +100,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
     "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
+    "failslow.metrics.*.direction": ("low", "high"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog.

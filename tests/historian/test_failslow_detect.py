@@ -230,3 +230,12 @@ def test_aware_and_naive_times_are_the_same_utc_clock():
     found = detect_frame(aware, _job("1", NODES), None, CFG)
     assert [e.node for e in found] == ["gpu001"]
     assert found[0].since == detect_frame(samples, _job("1", NODES), None, CFG)[0].since
+
+
+def test_config_check_names_a_metric_direction_that_is_neither(tmp_path):
+    from rsc_health.config import ConfigError
+
+    path = tmp_path / "config.toml"
+    path.write_text('[failslow.metrics.my_metric]\ndirection = "sideways"\n')
+    with pytest.raises(ConfigError, match="my_metric: direction: expected one of low, high"):
+        load_config(path)
