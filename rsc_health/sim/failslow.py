@@ -295,3 +295,33 @@ def simulate_failslow(cfg: FailSlowConfig | None = None) -> FailSlowFleet:
         truth=pd.DataFrame(truth, columns=["job_id", "node", "kind", "onset"]),
         jobs=pd.DataFrame(jobs),
     )
+
+
+def write_failslow(fleet: FailSlowFleet, out_dir) -> dict[str, object]:
+    """The lab's fleet as files: `steps/JOB.jsonl` (the drop file of docs/failslow.md, one per
+    job that writes step times), `telemetry.jsonl` (one sample a line: node, time, metric, value,
+    component; times ISO 8601 UTC), `failslow_jobs.csv` (job_id, node, start, end, gpu_model,
+    stage) and `failslow_truth.json` (the injected nodes and their onsets)."""
+    import json
+    from pathlib import Path
+
+    out = Path(out_dir)
+    (out / "steps").mkdir(parents=True, exist_ok=True)
+
+    def iso(col: pd.Series) -> pd.Series:
+        return pd.to_datetime(col).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    for job, rows in fleet.steps.groupby("job_id", sort=True):
+        rows.assign(time=iso(rows["time"]), seconds=rows["seconds"].round(6)).to_json(
+            out / "steps" / f"{job}.jsonl", orient="records", lines=True)
+    fleet.samples.assign(time=iso(fleet.samples["time"])).to_json(
+        out / "telemetry.jsonl", orient="records", lines=True)
+    fleet.membership.assign(start=iso(fleet.membership["start"]),
+                            end=iso(fleet.membership["end"])).to_csv(
+        out / "failslow_jobs.csv", index=False)
+    truth = [{"job_id": r.job_id, "node": r.node, "kind": r.kind,
+              "onset": pd.Timestamp(r.onset).strftime("%Y-%m-%dT%H:%M:%SZ")}
+             for r in fleet.truth.itertuples()]
+    (out / "failslow_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return {"steps_files": fleet.steps["job_id"].nunique(), "samples": len(fleet.samples),
+            "injected": len(truth)}

@@ -232,3 +232,37 @@ def test_a_historian_that_cannot_be_read_is_an_error_never_no_suspects(tmp_path)
             detect(gone, datetime(2026, 11, 26, 10, 20), load_config(None))
     finally:
         gone.dispose()
+
+
+def test_the_labs_drop_files_go_through_ingest_and_detect(tmp_path):
+    """The simulator's step files, as a job would leave them, through `healthctl ingest steps`
+    and `detect`: the injected nodes that slow their ranks are found from steps alone."""
+    import pandas as pd
+
+    from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow, write_failslow
+
+    fleet = simulate_failslow(FailSlowConfig(jobs=6, seed=11, fault_share=1.0,
+                                             imbalance_share=0.0, steps_share=1.0,
+                                             sizes=(8,), size_weights=(1.0,), sweeps=(14, 14),
+                                             kinds=("hw_slowdown",)))
+    write_failslow(fleet, tmp_path / "lab")
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    result = CliRunner().invoke(cli, ["--db", url, "ingest", "steps", str(tmp_path / "lab" /
+                                                                           "steps"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["written"] == len(fleet.steps)
+    engine = db.connect(url)
+    try:
+        for job, rows in fleet.membership.groupby("job_id"):
+            _job(engine, job, list(rows["node"]), rows["start"].iloc[0].to_pydatetime(),
+                 rows["end"].iloc[0].to_pydatetime())
+        cfg = load_config(None)
+        found = set()
+        for _, row in fleet.jobs.iterrows():
+            end = pd.Timestamp(row["end"]).to_pydatetime()
+            found |= {(e.job_ids, e.node) for e in detect(engine, end, cfg)
+                      if e.source == "steps"}
+    finally:
+        engine.dispose()
+    truth = {((r.job_id,), r.node) for r in fleet.truth.itertuples()}
+    assert truth and found == truth
