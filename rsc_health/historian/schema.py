@@ -315,19 +315,20 @@ qualify_results = Table(
     Index("ix_qualify_results_metric", "metric", "idx", "status"),
 )
 
-# Per-rank step (or section) times jobs report (version 11; `healthctl ingest steps`,
-# docs/failslow.md): untrusted input that can make a node a fail-slow suspect, never drain
-# it. `stage` is the peer group inside the job (a pipeline stage, "" when one; NVRx sections
-# are "section:NAME", its GPU score "gpu"); `unit` "s" (seconds a step) or "rel" (time
-# relative to the job's fastest rank: NVRx's relative performance score inverted).
+# Step (or section) times jobs report (version 11; `healthctl ingest steps`, docs/failslow.md):
+# untrusted input that can make a node a fail-slow suspect, never drain it. One row per job,
+# node, stage and step: the node's slowest rank in that step (`rank`, `seconds`), so a node of 8
+# ranks costs one row, not 8. `stage` is the peer group inside the job (a pipeline stage, ""
+# when one; NVRx sections are "section:NAME", its GPU score "gpu"); `unit` "s" (seconds a
+# step) or "rel" (time relative to the job's fastest rank: NVRx's relative score inverted).
 step_times = Table(
     "step_times",
     metadata,
     Column("job_id", key_text(32), primary_key=True),
-    Column("rank", Integer, primary_key=True),
+    Column("node", key_text(128), primary_key=True),
     Column("stage", key_text(64), primary_key=True),
     Column("step", BigInteger, primary_key=True),
-    Column("node", key_text(128), nullable=False),
+    Column("rank", Integer, nullable=False),
     Column("time", DateTime, nullable=False),
     Column("seconds", Float, nullable=False),
     Column("unit", String(8), nullable=False, default="s"),

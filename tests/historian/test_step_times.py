@@ -3,6 +3,7 @@ as untrusted input, and `failslow.detect` judging them from the historian (docs/
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import threading
@@ -30,25 +31,35 @@ def _rows(engine, where: str = "") -> list[tuple]:
             "ORDER BY job_id, stage, rank, step")).all()
 
 
-def test_the_drop_file_lands_one_row_per_rank_and_step_and_reloads_to_the_same(historian):
+def test_the_drop_file_keeps_each_nodes_slowest_rank_per_step_and_reloads_to_the_same(
+        historian):
     report = steps.ingest_path(historian, FIXTURES / "steps-drop.jsonl", LIMITS)
     assert (report.read, report.written, report.bad) == (64, 64, [])
     first = _rows(historian)
-    assert len(first) == 64 and first[0] == ("7002", 0, "", 100, "gpu201", 0.512, "s")
+    # 16 ranks on 4 nodes, 4 windows: one row per node and window, its slowest rank's
+    assert len(first) == 16 and first[0] == ("7002", 2, "", 100, "gpu201", 0.52, "s")
+    assert {r[1] for r in first if r[4] == "gpu203"} == {8}  # 8 and 11 tie: the first read stays
     steps.ingest_path(historian, FIXTURES / "steps-drop.jsonl", LIMITS)
     assert _rows(historian) == first
+
+
+def test_a_slower_rank_read_later_replaces_the_nodes_row_a_faster_one_does_not(historian):
+    line = {"job_id": "9", "node": "n1", "stage": "", "step": 5, "time": "2026-01-01T00:00:00Z"}
+    for rank, seconds in ((0, 1.0), (1, 1.5), (2, 1.2)):
+        steps.ingest_stream(historian, io.BytesIO(
+            (json.dumps({**line, "rank": rank, "seconds": seconds}) + "\n").encode()), LIMITS)
+    assert _rows(historian) == [("9", 1, "", 5, "n1", 1.5, "s")]
 
 
 def test_an_nvrx_report_becomes_relative_times_per_section_and_gpu(historian):
     report = steps.ingest_path(historian, FIXTURES / "nvrx-report.jsonl", LIMITS)
     assert report.bad == [] and report.read == 3
     rows = _rows(historian, "WHERE step = 1000")
-    stages = {r[2] for r in rows}
-    assert stages == {"gpu", "section:fwd_bwd"}
-    # 32 GPU scores and 31 section scores (rank 5's is NaN: no result) per report
-    assert len(rows) == 63
-    slow = [r for r in rows if r[1] == 19]
-    assert {r[4] for r in slow} == {"gpu103"} and all(r[6] == "rel" for r in slow)
+    assert {r[2] for r in rows} == {"gpu", "section:fwd_bwd"}
+    # 4 nodes x (the GPU score, one section) per report; rank 5's NaN fwd_bwd is skipped
+    assert len(rows) == 8
+    slow = [r for r in rows if r[4] == "gpu103"]
+    assert {r[1] for r in slow} == {19} and all(r[6] == "rel" for r in slow)
     assert sorted(round(r[5], 3) for r in slow) == [round(1 / 0.64, 3), round(1 / 0.61, 3)]
 
 
@@ -218,7 +229,7 @@ def test_postgresql_migration_0011_builds_what_schema_py_builds(pg_url, tmp_path
         cols = {c["name"]: str(c["type"]) for c in insp.get_columns("step_times")}
         assert cols["step"] == "BIGINT" and cols["seconds"].startswith(("FLOAT", "DOUBLE"))
         assert insp.get_pk_constraint("step_times")["constrained_columns"] == [
-            "job_id", "rank", "stage", "step"]
+            "job_id", "node", "stage", "step"]
     finally:
         engine.dispose()
 
@@ -266,3 +277,22 @@ def test_the_labs_drop_files_go_through_ingest_and_detect(tmp_path):
         engine.dispose()
     truth = {((r.job_id,), r.node) for r in fleet.truth.itertuples()}
     assert truth and found == truth
+
+
+def test_prune_forgets_step_times_after_their_retention(historian):
+    from rsc_health.historian.retention import Retention, prune
+
+    now = datetime(2026, 11, 26, 12, 0)
+    rows = [{"job_id": "1", "node": "n1", "stage": "", "step": d, "rank": 0,
+             "time": datetime(2026, 11, 26 - d, 11, 0), "seconds": 1.0, "unit": "s"}
+            for d in range(0, 20)]
+    with historian.begin() as conn:
+        conn.execute(insert(schema.step_times), rows)
+    retention = Retention(days=400, steps_days=7)
+    # days 7 (7 days and 1 hour ago) to 19 go
+    assert prune(historian, now, retention, dry_run=True)["step_times"] == 13
+    assert prune(historian, now, retention)["step_times"] == 13
+    with historian.connect() as conn:
+        left = sorted(conn.execute(select(schema.step_times.c.step)).scalars())
+    assert left == list(range(0, 7))
+    assert "step_times" not in prune(historian, now, Retention(days=400, steps_days=0))

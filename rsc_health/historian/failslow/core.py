@@ -134,8 +134,9 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
 
 def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | None,
                       rules: Rules) -> pd.DataFrame:
-    """Per-rank step times as one value per (job, node, stage, slot): each rank's median over
-    its steps in the slot, then the node's slowest rank (a slow GPU slows its own rank)."""
+    """Step times as one value per (job, node, stage, slot): for each step the node's slowest
+    rank (a slow GPU slows its own rank; the historian keeps only that one, steps.py), then
+    the median over the slot's steps."""
     cols = ["job_id", "node", "group", "metric", "slot", "time", "value", "component", "source"]
     if steps is None or steps.empty or rules.steps_metric not in rules.metrics:
         return pd.DataFrame(columns=cols)
@@ -152,13 +153,19 @@ def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | Non
     else:
         s = s.assign(gpu_model=_NO_GROUP)
     s = s.assign(group=s["gpu_model"].fillna(_NO_GROUP).astype(str) + "|" + s["stage"])
-    per_rank = (s.groupby(["job_id", "node", "group", "slot", "rank"], sort=False)
-                .agg(time=("time", "max"), value=("seconds", "median")).reset_index())
-    idx = per_rank.groupby(["job_id", "node", "group", "slot"], sort=False)["value"].idxmax()
-    out = per_rank.loc[idx]
+    step_key = ["job_id", "node", "group", "slot", "step"]
+    s = s.reset_index(drop=True)
+    slowest = s.loc[s.groupby(step_key, sort=False)["seconds"].idxmax()]
+    key = ["job_id", "node", "group", "slot"]
+    out = (slowest.groupby(key, sort=False)
+           .agg(time=("time", "max"), value=("seconds", "median")).reset_index())
+    # the rank that was slowest most often in the slot names the component
+    counts = slowest.groupby(key + ["rank"], sort=False).size().rename("n").reset_index()
+    best = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates(key)
+    out = out.merge(best[key + ["rank"]], on=key, how="left")
     out = out.assign(metric=rules.steps_metric, source=STEPS,
                      component="rank " + out["rank"].astype(str))
-    return out[cols].reset_index(drop=True)
+    return out[cols]
 
 
 def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:

@@ -1,4 +1,5 @@
-"""Per-rank step times jobs report, into `step_times` (docs/failslow.md).
+"""Per-rank step times jobs report, into `step_times` (docs/failslow.md): per job, node,
+stage and step the historian keeps the node's slowest rank, what the detector judges.
 
 Two forms, told apart line by line (JSON Lines; a `.json` file may hold one report):
 
@@ -40,7 +41,6 @@ from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
     RowError,
-    bulk_write,
     db_time,
     key_text,
     parse_time,
@@ -48,6 +48,7 @@ from rsc_health.historian.ingest import (
 from rsc_health.spool import without_lone_surrogates
 
 COLUMNS = ("job_id", "rank", "stage", "step", "node", "time", "seconds", "unit")
+KEY = ("job_id", "node", "stage", "step")
 MAX_RANK = 10_000_000
 MAX_STEP = 2**53
 MAX_SECONDS = 86_400.0
@@ -167,9 +168,22 @@ def parse_line(line: str) -> list[tuple]:
 
 
 def _write(conn, rows: list[tuple]) -> int:
-    return bulk_write(conn, schema.step_times, COLUMNS, rows,
-                      conflict=("job_id", "rank", "stage", "step"),
-                      update=("node", "time", "seconds", "unit"))
+    """Keep, per (job, node, stage, step), the slowest rank: a row replaces the stored one
+    only when it is slower (so a file read twice, or its ranks in any order, end the same)."""
+    if not rows:
+        return 0
+    quote = conn.dialect.identifier_preparer.quote
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    table = quote(schema.step_times.name)
+    sql = (f"INSERT INTO {table} ({', '.join(quote(c) for c in COLUMNS)}) "
+           f"VALUES ({', '.join([mark] * len(COLUMNS))}) "
+           f"ON CONFLICT ({', '.join(quote(c) for c in KEY)}) DO UPDATE SET "
+           + ", ".join(f"{quote(c)} = excluded.{quote(c)}"
+                       for c in ("rank", "time", "seconds", "unit"))
+           + f" WHERE excluded.{quote('seconds')} > {table}.{quote('seconds')}")
+    for start in range(0, len(rows), BATCH_ROWS):
+        conn.exec_driver_sql(sql, rows[start:start + BATCH_ROWS])
+    return len(rows)
 
 
 def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
