@@ -191,6 +191,7 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     typical = per_slot.groupby(level=[0, 1, 2], sort=False).median().rename("typical")
     rel = np.maximum(rel.to_numpy(), obs[["job_id", "group", "metric"]].join(
         typical, on=["job_id", "group", "metric"])["typical"].to_numpy())
+
     def per_metric(field) -> np.ndarray:
         return obs["metric"].map({m: field(r) for m, r in rules.metrics.items()}).to_numpy(
             dtype=float)
