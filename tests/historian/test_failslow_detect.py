@@ -239,3 +239,20 @@ def test_config_check_names_a_metric_direction_that_is_neither(tmp_path):
     path.write_text('[failslow.metrics.my_metric]\ndirection = "sideways"\n')
     with pytest.raises(ConfigError, match="my_metric: direction: expected one of low, high"):
         load_config(path)
+
+
+def test_a_step_file_naming_nodes_its_job_never_ran_on_makes_no_suspect_of_them():
+    """Step times are the job's word: a file that puts a slow rank on a node outside the job
+    (or outside the job's time there) is not judged; the job's own nodes still are."""
+    rng = np.random.default_rng(12)
+    noise = np.exp(rng.normal(0, 0.02, (8, 8, 24)))
+    outsiders = [f"victim{i}" for i in range(8)]
+    steps = _steps(outsiders, [""] * 8,
+                   lambda i, r, w: 0.5 * noise[i, r, w] * (3.0 if i == 0 else 1.0))
+    assert detect_frame(None, _job("77", NODES), steps, CFG) == []
+    early = _job("77", outsiders, start=T0 + timedelta(hours=2))
+    assert detect_frame(None, early, steps, CFG) == []
+    assert [e.node for e in detect_frame(None, _job("77", outsiders), steps, CFG)] == [
+        "victim0"]
+    assert detect_frame(None, pd.DataFrame(columns=["job_id", "node", "start", "end"]), steps,
+                        CFG) == []

@@ -140,18 +140,29 @@ def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | Non
     cols = ["job_id", "node", "group", "metric", "slot", "time", "value", "component", "source"]
     if steps is None or steps.empty or rules.steps_metric not in rules.metrics:
         return pd.DataFrame(columns=cols)
-    s = steps.assign(seconds=pd.to_numeric(steps["seconds"], errors="coerce"),
+    s = steps.assign(job_id=steps["job_id"].astype(str), node=steps["node"].astype(str),
+                     seconds=pd.to_numeric(steps["seconds"], errors="coerce"),
                      time=utc(steps["time"]))
     s = s[np.isfinite(s["seconds"].to_numpy(dtype=float)) & (s["seconds"] > 0)]
     if s.empty:
         return pd.DataFrame(columns=cols)
     stage = s["stage"] if "stage" in s else pd.Series(_NO_GROUP, index=s.index)
     s = s.assign(stage=stage.fillna(_NO_GROUP).astype(str), slot=_slot(s["time"], rules.slot_s))
-    if membership is not None and not membership.empty and "gpu_model" in membership:
-        models = membership[["job_id", "node", "gpu_model"]].drop_duplicates(["job_id", "node"])
-        s = s.merge(models, on=["job_id", "node"], how="left")
-    else:
-        s = s.assign(gpu_model=_NO_GROUP)
+    # A job's file is the job's word, not Slurm's: only rows of nodes the job ran on (its
+    # membership), inside the time it ran there, are judged. A hostile or mistaken file naming
+    # other nodes makes none of them a suspect.
+    if membership is None or membership.empty:
+        return pd.DataFrame(columns=cols)
+    m = membership.assign(start=utc(membership["start"]), end=utc(membership["end"]))
+    model = m["gpu_model"] if "gpu_model" in m else pd.Series(_NO_GROUP, index=m.index)
+    m = m.assign(gpu_model=model.fillna(_NO_GROUP).astype(str))[
+        ["job_id", "node", "start", "end", "gpu_model"]]
+    s = s.merge(m.astype({"job_id": str, "node": str}),
+                on=["job_id", "node"], how="inner")
+    s = s[(s["time"] >= s["start"]) & (s["end"].isna() | (s["time"] <= s["end"]))]
+    s = s.drop_duplicates(["job_id", "node", "rank", "stage", "step"])  # a requeued job's rows
+    if s.empty:
+        return pd.DataFrame(columns=cols)
     s = s.assign(group=s["gpu_model"].fillna(_NO_GROUP).astype(str) + "|" + s["stage"])
     step_key = ["job_id", "node", "group", "slot", "step"]
     s = s.reset_index(drop=True)
