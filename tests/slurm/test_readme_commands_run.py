@@ -93,6 +93,10 @@ def site(tmp_path_factory):
         f"node{i:02d},,gpu,2026-01-01 00:00:00,\n" for i in range(1, 7)))
     (tmp / "gpus.csv").write_text("serial,node,slot,from,to\n"
                                   "1654024031139,node01,0,2026-01-01 00:00:00,\n")
+    # Step times a job left (README: ingest steps): the drop-file fixture.
+    (tmp / "steps").mkdir()
+    (tmp / "steps" / "job-7002.jsonl").write_bytes(
+        (REPO / "tests/fixtures/failslow/steps-drop.jsonl").read_bytes())
     name = "readme_" + uuid.uuid4().hex[:8]
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -122,6 +126,7 @@ def localise(line: str, site: dict, ticket: str | None) -> list[str]:
         ("other-tool.jsonl", f"{tmp}/other-tool.jsonl"),
         ("--file fleet.csv", f"--file {tmp}/fleet.csv"),
         ("--file gpus.csv", f"--file {tmp}/gpus.csv"),
+        ("/shared/steps/", f"{tmp}/steps/"),
         ("--root DIR", f"--root {root}"),
         ("--workdir DIR", f"--workdir {tmp}/tune"),
         ("--out DIR", f"--out {tmp}/report-day"),
