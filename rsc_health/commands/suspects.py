@@ -92,8 +92,8 @@ def suspects(ctx, show_all, as_json) -> None:
 @click.pass_context
 def clear(ctx, node, reason) -> None:
     """A person clears NODE's suspicion: the trusted feature and its weight come back now."""
-    from rsc_health.hostlist import is_one_node
     from rsc_health.historian import suspects as hs
+    from rsc_health.hostlist import is_one_node
     from rsc_health.suspects import apply
 
     if not is_one_node(node):

@@ -128,8 +128,9 @@ def record(engine, evidence: Iterable[SuspectEvidence], now: datetime, *,
                 out[node] = "renewed"
                 continue
             if current is not None and last <= current.changed:
-                out[node] = (f"ignored (evidence up to {last:%Y-%m-%d %H:%M} is not newer than "
-                             f"its {current.state.value} episode, {current.changed:%Y-%m-%d %H:%M})")
+                out[node] = (f"ignored (evidence up to {last:%Y-%m-%d %H:%M} is not newer "
+                             f"than its {current.state.value} episode, "
+                             f"{current.changed:%Y-%m-%d %H:%M})")
                 continue
             if current is not None:
                 # Only the evidence seen after the last episode ended opens the new one.
