@@ -80,11 +80,15 @@ RANGES: dict[str, tuple[float, float]] = {
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),
     "qualify.baseline_margin": (0, 1),
+    "suspects.max_share": (0, 1),
+    "suspects.big_job_nodes": (2, 1_000_000),
+    "suspects.suspect_weight": (2, 2**32 - 2),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
     "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
+    "suspects.qualify_tier": ("lite", "full", "deep"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog.
