@@ -311,3 +311,29 @@ def test_migration_0010_adds_the_table_as_schema_py_has_it(historian_url, tmp_pa
             assert conn.execute(text("SELECT count(*) FROM tickets")).scalar() == 1
     finally:
         old.dispose()
+
+
+def test_status_and_node_show_the_suspect_with_its_evidence(tmp_path, monkeypatch):
+    from rsc_health.commands import slurm as slurm_cmds
+    from rsc_health.commands.nodeview import node as node_cmd
+    from rsc_health.commands.slurm import status as status_cmd
+
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(), cfg(tmp_path)
+    monkeypatch.setattr(slurm_cmds, "_slurm", lambda ctx: slurm)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0, jobs=("4242",))])
+    out = CliRunner().invoke(status_cmd, [], obj=_obj(engine, slurm, tmp_path))
+    assert "suspects: 1 node(s) kept from big jobs" in out.output, out.output
+    assert "node07           sm_clock_ratio deviation 9.5" in out.output
+    assert out.exit_code == 0  # a suspect alone is not a problem status exits 1 for
+    js = CliRunner().invoke(status_cmd, ["--json"], obj=_obj(engine, slurm, tmp_path))
+    [row] = json.loads(js.output)["suspects"]
+    assert (row["node"], row["tier"], row["job_ids"]) == ("node07", "applied", ["4242"])
+    hs.clear(engine, "node07", T0 + H, who="alice", why="fan replaced")
+    out = CliRunner().invoke(node_cmd, ["node07"], obj=_obj(engine, slurm, tmp_path))
+    assert ("suspect   CLEARED, alice 2026-11-20 13:00: fan replaced: sm_clock_ratio 0.62 "
+            "vs peers 0.98 (deviation 9.5, telemetry) since 2026-11-20 11:50; jobs 4242 "
+            "[applied]") in out.output, out.output
+    out = CliRunner().invoke(node_cmd, ["node01"], obj=_obj(engine, slurm, tmp_path))
+    assert "suspect   never" in out.output
+    engine.dispose()
