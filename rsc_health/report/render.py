@@ -252,6 +252,24 @@ def draw_figures(
     return figures
 
 
+def suspects_lines(data: ReportData) -> list[str]:
+    """The suspect tier's lines of summary.txt: open suspects, each with its evidence."""
+    from rsc_health.model import SuspectState
+
+    frame = data.suspects
+    if frame.empty:
+        return []
+    open_ = frame[frame["state"] == SuspectState.SUSPECT.value]
+    lines = [f"Suspect nodes (kept from big jobs): {len(open_)} open, "
+             f"{len(frame) - len(open_)} ended in the last day"]
+    for row in open_.head(SUMMARY_MAX_LEMONS).itertuples():
+        dev = "?" if row.deviation != row.deviation or row.deviation is None \
+            else f"{row.deviation:.3g}"
+        lines.append(f"  {row.node}: {row.metric} deviation {dev} ({row.source}) in jobs "
+                     f"{row.job_ids or '-'}")
+    return lines
+
+
 def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
                  actions: list[dict], head: Headline | None = None) -> str:
     day = data.as_of.strftime("%Y-%m-%d")
@@ -297,6 +315,7 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         guard = str(data.guard.get("state", "unknown"))
         detail = data.guard.get("detail")
         lines.append(f"Mass-drain guard: {guard}" + (f" ({detail})" if detail else ""))
+    lines += suspects_lines(data)
     # Read in a terminal or a chat: the historian's text (node names, evidence) escaped.
     return "\n".join(shown(line) for line in lines) + "\n"
 
@@ -339,7 +358,8 @@ def write_report(
     head = headline(data, lemons, changes)
     summary = summary_text(data, lemons, changes, actions, head)
     sections = {name: section_rows(getattr(data, name))
-                for name in ("out_of_service", "stale", "xids", "freshness", "qualified")}
+                for name in ("out_of_service", "stale", "xids", "freshness", "qualified",
+                             "suspects")}
     html = _environment().get_template("report.html").render(
         as_of=data.as_of.strftime("%Y-%m-%d %H:%M"),
         window_days=data.window_days,
@@ -371,7 +391,7 @@ def write_report(
         "headline": head.to_dict(),
         "lemons": lemons,
         **{name: _records(getattr(data, name))
-           for name in ("rates", "out_of_service", "stale", "xids", "freshness")},
+           for name in ("rates", "out_of_service", "stale", "xids", "freshness", "suspects")},
         "changes": {
             "previous_as_of": changes.previous_as_of,
             "new": changes.new,
