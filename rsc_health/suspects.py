@@ -76,17 +76,18 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
     for nodes whose episode ended (the default 1)."""
     info = {n.name: n for n in nodes}
     members: dict[str, int] = {}
-    for n in nodes:
-        for p in n.partitions:
+    for node in nodes:
+        for p in node.partitions:
             members[p] = members.get(p, 0) + 1
     used: dict[str, int] = {}
     out: list[Change] = []
     suspect_nodes = set()
     for ep in episodes:
         suspect_nodes.add(ep.node)
-        n = info.get(ep.node)
-        if n is None:
+        found = info.get(ep.node)
+        if found is None:
             continue
+        n = found
         if (n.drain_set and not is_ours(n.reason)) or n.down:
             out.append(Change(n.name, ActionKind.SUSPECT_HELD,
                               f"{n.state} ({n.reason[:60]!r}): a person's or Slurm's state "
@@ -125,14 +126,14 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
                           weight=rules.suspect_weight if n.weight != rules.suspect_weight
                           else None, slurm_weight=original))
     if rules.enabled:
-        for n in nodes:
-            if (n.name in suspect_nodes or rules.trusted in n.features
-                    or n.weight != rules.suspect_weight):
+        for other in nodes:
+            if (other.name in suspect_nodes or rules.trusted in other.features
+                    or other.weight != rules.suspect_weight):
                 continue
-            back = (restore_weights or {}).get(n.name, 1)
-            out.append(Change(n.name, ActionKind.SUSPECT_RESTORE,
+            back = (restore_weights or {}).get(other.name, 1)
+            out.append(Change(other.name, ActionKind.SUSPECT_RESTORE,
                               f"no open suspect episode: {rules.trusted} back, weight {back}",
-                              features=(*n.features, rules.trusted), weight=back))
+                              features=(*other.features, rules.trusted), weight=back))
     return out
 
 
