@@ -343,6 +343,9 @@ suspects = Table(
     Column("slurm_weight", Integer),
     Index("ix_suspects_node_state", "node", "state"),
     Index("ix_suspects_state", "state"),
+    # At most one open episode per node, whatever two passes at once do.
+    Index("ux_suspects_open", "node", unique=True, sqlite_where=text("state = 'suspect'"),
+          postgresql_where=text("state = 'suspect'")),
 )
 
 ingest_cursors = Table(

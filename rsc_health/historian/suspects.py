@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import func, insert, select, update
 
-from rsc_health.historian.db import writer
+from rsc_health.historian.db import TURNS_SUSPECTS, take_turns, writer
 from rsc_health.historian.failslow.evidence import STEPS, SuspectEvidence
 from rsc_health.historian.schema import qualify_runs, suspects
 from rsc_health.model import SuspectState
@@ -114,6 +114,8 @@ def record(engine, evidence: Iterable[SuspectEvidence], now: datetime, *,
     if not by_node:
         return out
     with writer(engine).begin() as conn:
+        # Two passes at once (the timer and the strigger hook): one opens, the other renews.
+        take_turns(conn, TURNS_SUSPECTS, sorted(by_node))
         for node, evs in sorted(by_node.items()):
             last = max(e.last for e in evs)
             since = min(e.since for e in evs)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+import pytest
 from click.testing import CliRunner
 from sqlalchemy import insert, select, text
 
@@ -337,3 +338,40 @@ def test_status_and_node_show_the_suspect_with_its_evidence(tmp_path, monkeypatc
     out = CliRunner().invoke(node_cmd, ["node01"], obj=_obj(engine, slurm, tmp_path))
     assert "suspect   never" in out.output
     engine.dispose()
+
+
+def test_two_passes_at_once_open_one_episode_the_other_renews_it(historian, monkeypatch):
+    """The timer's pass and the strigger hook's can run together: one node, one open episode.
+    Each pass is slowed between its read and its write, so both would read "no episode"."""
+    import threading
+    import time
+
+    fields = hs._fields
+
+    def slow(*a, **kw):
+        time.sleep(0.3)
+        return fields(*a, **kw)
+
+    monkeypatch.setattr(hs, "_fields", slow)
+    exp = timedelta(hours=24)
+    barrier = threading.Barrier(4)
+    said: list[dict] = []
+
+    def one(k):
+        barrier.wait()
+        said.append(hs.record(historian, [ev("node09", T0 + k * timedelta(seconds=1))],
+                              T0, expire_after=exp))
+
+    threads = [threading.Thread(target=one, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(d["node09"] for d in said) == ["new", "renewed", "renewed", "renewed"]
+    assert hs.counts(historian) == {"suspect": 1}
+    with pytest.raises(Exception, match="(?i)unique"):
+        with historian.begin() as conn:  # the database itself refuses a second open episode
+            conn.execute(insert(hs.suspects).values(
+                node="node09", state="suspect", since=T0, last_evidence=T0, expires=T0,
+                metric="x", job_ids="", source="telemetry", detail="", changed=T0,
+                changed_by="", change_reason="", tier=""))

@@ -26,3 +26,6 @@ CREATE TABLE suspects (
 CREATE INDEX ix_suspects_node_state ON suspects (node, state);
 
 CREATE INDEX ix_suspects_state ON suspects (state);
+
+-- At most one open episode per node, whatever two passes at once do.
+CREATE UNIQUE INDEX ux_suspects_open ON suspects (node) WHERE state = 'suspect';
