@@ -21,4 +21,4 @@ def test_the_lua_requires_the_configured_feature_at_the_configured_size():
     assert feature and feature.group(1) == cfg.get("suspects.trusted_feature")
     assert size and int(size.group(1)) == cfg.get("suspects.big_job_nodes")
     # Both of Slurm's entry points call it: a job grown by `scontrol update` is caught too.
-    assert text.count("rsc_require_trusted(job_desc)") == 2
+    assert text.count("\trsc_require_trusted(job_desc)\n") == 2
