@@ -73,7 +73,7 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
          restore_weights: dict[str, int] | None = None) -> list[Change]:
     """Pure: what the tier changes in Slurm. `episodes`: the open ones (historian.suspects.
     Episode), strongest first; `restore_weights`: {node: weight before the tier raised it}
-    for nodes whose episode ended (the default 1)."""
+    for nodes an episode of which the tier applied: only those are given the feature back."""
     info = {n.name: n for n in nodes}
     members: dict[str, int] = {}
     for node in nodes:
@@ -127,10 +127,13 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
                           else None, slurm_weight=original))
     if rules.enabled:
         for other in nodes:
+            # Only a node the tier changed (an episode of it saved its weight): a node a site
+            # left without the feature at that weight itself is not ours to touch.
             if (other.name in suspect_nodes or rules.trusted in other.features
-                    or other.weight != rules.suspect_weight):
+                    or other.weight != rules.suspect_weight
+                    or other.name not in (restore_weights or {})):
                 continue
-            back = (restore_weights or {}).get(other.name, 1)
+            back = (restore_weights or {})[other.name]
             out.append(Change(other.name, ActionKind.SUSPECT_RESTORE,
                               f"no open suspect episode: {rules.trusted} back, weight {back}",
                               features=(*other.features, rules.trusted), weight=back))

@@ -215,11 +215,14 @@ def test_the_guard_caps_suspects_per_partition_strongest_first(tmp_path):
 def test_a_persons_drain_or_down_is_left_alone(tmp_path):
     engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
     slurm, config = fleet(), cfg(tmp_path)
+    # A node the site itself keeps without the feature, at the suspects' weight: not ours.
+    slurm.add_node("node20", features=("a100",), weight=1000)
     slurm.set_state("node03", "IDLE+DRAIN", "bad fan -- alice", user="alice")
     slurm.set_state("node04", "DOWN*", "Not responding", user="slurm")
     run_pass(engine, slurm, config, T0, [ev("node03", T0), ev("node04", T0)])
     assert slurm.info["node03"].features == ("h100", TRUSTED)
     assert slurm.info["node04"].features == ("h100", TRUSTED)
+    assert slurm.info["node20"].features == ("a100",)
     assert [c for c in slurm.calls if c[0].startswith("set_")] == []
     assert sorted(a[:2] for a in actions(engine)) == [("node03", "suspect_held"),
                                                       ("node04", "suspect_held")]
