@@ -82,7 +82,9 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
     used: dict[str, int] = {}
     out: list[Change] = []
     suspect_nodes = set()
-    for ep in episodes:
+    # What the tier holds already keeps its place (as the drain guard, first come); then the
+    # strongest evidence.
+    for ep in sorted(episodes, key=lambda e: (e.tier != APPLIED, -(e.deviation or 0.0), e.node)):
         suspect_nodes.add(ep.node)
         found = info.get(ep.node)
         if found is None:
@@ -97,10 +99,15 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
         full = [p for p in parts if used.get(p, 0) >= guard_limit(members.get(p, 1),
                                                                    rules.max_share)]
         if full:
+            ours = (ep.tier == APPLIED and rules.trusted not in n.features
+                    and n.weight == rules.suspect_weight)  # the cap was lowered meanwhile
             out.append(Change(n.name, ActionKind.SUSPECT_HELD,
                               f"guard: partition {full[0]} already has "
                               f"{used.get(full[0], 0)} suspect(s) ([suspects] max_share "
-                              f"{rules.max_share:g})", ep.id, HELD, record=ep.tier != HELD))
+                              f"{rules.max_share:g})" + ("; given back" if ours else ""),
+                              ep.id, HELD, record=ep.tier != HELD,
+                              features=(*n.features, rules.trusted) if ours else None,
+                              weight=(ep.slurm_weight or 1) if ours else None))
             continue
         for p in parts:
             used[p] = used.get(p, 0) + 1

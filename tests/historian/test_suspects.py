@@ -203,12 +203,20 @@ def test_the_guard_caps_suspects_per_partition_strongest_first(tmp_path):
     assert lost == ["node04", "node05"]  # 5% of 40: the two strongest
     held = {a[0] for a in actions(engine) if a[1] == "suspect_held"}
     assert held == {"node01", "node02", "node03"}
-    # The strongest expires: the next in line takes its place, and it is given back.
+    # A stronger one found later waits: what the tier holds keeps its place.
+    run_pass(engine, slurm, config, T0 + timedelta(minutes=1), [ev("node06", T0, dev=99.0)])
+    lost = sorted(n for n, i in slurm.info.items() if TRUSTED not in i.features)
+    assert lost == ["node04", "node05"]
+    # The strongest is cleared: the next in line takes its place, and it is given back.
     hs.clear(engine, "node05", T0 + H, who="carol", why="fan replaced")
     run_pass(engine, slurm, config, T0 + H)
     lost = sorted(n for n, i in slurm.info.items() if TRUSTED not in i.features)
-    assert lost == ["node03", "node04"]
+    assert lost == ["node04", "node06"]
     assert slurm.info["node05"].weight == 10
+    # The cap lowered to one: the weaker one is given back, not left half-applied.
+    run_pass(engine, slurm, cfg(tmp_path, "[suspects]\nmax_share = 0.01\n"), T0 + 2 * H)
+    lost = sorted(n for n, i in slurm.info.items() if TRUSTED not in i.features)
+    assert lost == ["node06"] and slurm.info["node04"].weight == 10  # the strongest stays
     engine.dispose()
 
 
