@@ -289,6 +289,14 @@ def test_healthctl_suspects_shows_the_evidence_and_json(tmp_path):
     bad = CliRunner().invoke(suspects_cmd, ["clear", "node08", "--reason", "x"],
                              obj=_obj(engine, fleet(), tmp_path))
     assert bad.exit_code == 1 and "no open suspect episode" in bad.output
+    slurm = fleet()
+    ok = CliRunner().invoke(suspects_cmd, ["clear", "node07", "--reason", "PSU swapped"],
+                            obj=_obj(engine, slurm, tmp_path))
+    assert ok.exit_code == 0, ok.output
+    assert "no suspect node" in CliRunner().invoke(
+        suspects_cmd, [], obj=_obj(engine, slurm, tmp_path)).output
+    shown = CliRunner().invoke(suspects_cmd, ["--all"], obj=_obj(engine, slurm, tmp_path))
+    assert "node07: cleared (" in shown.output and ": PSU swapped)" in shown.output
     engine.dispose()
 
 
