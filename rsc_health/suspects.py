@@ -120,8 +120,10 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
         lost = rules.trusted in n.features or n.weight != rules.suspect_weight
         if not lost and ep.tier == APPLIED:
             continue
-        original = ep.slurm_weight if ep.slurm_weight is not None else (
-            n.weight if n.weight != rules.suspect_weight else 1)
+        # The weight to give back: the node's own while Slurm shows it (slurm.conf's, read
+        # again at a reconfigure that may have changed it), else the one saved.
+        original = n.weight if n.weight != rules.suspect_weight else (
+            ep.slurm_weight if ep.slurm_weight is not None else 1)
         again = ep.tier == APPLIED
         why = (f"re-applied: Slurm had {','.join(n.features) or 'no features'} and weight "
                f"{n.weight} again (a reconfigure or restart)" if again else

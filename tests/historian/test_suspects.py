@@ -172,14 +172,14 @@ def test_what_slurm_lost_at_a_reconfigure_is_re_applied_and_said(tmp_path):
     engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
     slurm, config = fleet(), cfg(tmp_path)
     run_pass(engine, slurm, config, T0, [ev("node07", T0)])
-    # scontrol reconfigure: the node reads slurm.conf again.
-    slurm.add_node("node07", features=("h100", TRUSTED), weight=10)
+    # scontrol reconfigure: the node reads slurm.conf again (where its weight is now 20).
+    slurm.add_node("node07", features=("h100", TRUSTED), weight=20)
     res = run_pass(engine, slurm, config, T0 + timedelta(minutes=1))
     [ch] = res.changes
     assert ch.kind is ActionKind.SUSPECT and ch.why.startswith("re-applied")
     assert slurm.info["node07"].features == ("h100",) and slurm.info["node07"].weight == 1000
     [ep] = hs.active(engine)
-    assert ep.slurm_weight == 10  # the weight to give back is slurm.conf's, not ours
+    assert ep.slurm_weight == 20  # the weight to give back is slurm.conf's, not ours
     engine.dispose()
 
 
