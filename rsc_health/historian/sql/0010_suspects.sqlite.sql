@@ -1,7 +1,9 @@
 -- Version 10: suspect nodes (rsc_health/suspects.py): one row per episode, renewed by
 -- fail-slow evidence, ended cleared, confirmed or expired. A new table only: no row changes.
+-- Safe to run again (IF NOT EXISTS): main reached version 12 before 0010 was merged, and a
+-- historian already at 12 skips it; applying this file to it by hand is harmless.
 
-CREATE TABLE suspects (
+CREATE TABLE IF NOT EXISTS suspects (
 	id INTEGER NOT NULL,
 	node VARCHAR(128) NOT NULL,
 	state VARCHAR(16) NOT NULL,
@@ -23,9 +25,9 @@ CREATE TABLE suspects (
 	PRIMARY KEY (id)
 );
 
-CREATE INDEX ix_suspects_node_state ON suspects (node, state);
+CREATE INDEX IF NOT EXISTS ix_suspects_node_state ON suspects (node, state);
 
-CREATE INDEX ix_suspects_state ON suspects (state);
+CREATE INDEX IF NOT EXISTS ix_suspects_state ON suspects (state);
 
 -- At most one open episode per node, whatever two passes at once do.
-CREATE UNIQUE INDEX ux_suspects_open ON suspects (node) WHERE state = 'suspect';
+CREATE UNIQUE INDEX IF NOT EXISTS ux_suspects_open ON suspects (node) WHERE state = 'suspect';
