@@ -101,6 +101,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "failslow.steps_max_line_bytes": (256, 16 * 1024 * 1024),
     "failslow.steps_max_lines": (1, 1_000_000_000),
     "failslow.steps_max_files": (1, 10_000_000),
+    "suspects.max_share": (0, 1),
+    "suspects.big_job_nodes": (2, 1_000_000),
+    "suspects.suspect_weight": (2, 2**32 - 2),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
@@ -110,6 +113,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
                                                Severity.WARN)),
     "fabric.nvswitch": ("auto", "yes", "no"),
     "failslow.metrics.*.direction": ("low", "high"),
+    "suspects.qualify_tier": ("lite", "full", "deep"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog.

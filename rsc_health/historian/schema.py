@@ -27,9 +27,9 @@ from sqlalchemy import (
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
 # compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
-# qualification runs and results (0008); 9, 10: reserved (telemetry, suspects); 11: jobs' step
-# times, the slowest rank per node and step (0011); 12: gpu_names, the bus id of each node's
-# GPU index (0012).
+# qualification runs and results (0008); 9: reserved (telemetry); 10: suspect nodes (0010);
+# 11: jobs' step times, the slowest rank per node and step (0011); 12: gpu_names, the bus
+# id of each node's GPU index (0012).
 SCHEMA_VERSION = 12
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
@@ -334,6 +334,41 @@ step_times = Table(
     Column("seconds", Float, nullable=False),
     Column("unit", String(8), nullable=False, default="s"),
     Index("ix_step_times_time", "time"),
+)
+
+# Suspect nodes (version 10, rsc_health/suspects.py): one row per episode. A node is suspect
+# while its row's state is "suspect"; evidence renews `last_evidence` and `expires`; the episode
+# ends cleared (a qualification pass, or a person), confirmed (qualification failed: drained),
+# or expired (no evidence for [suspects] expire_after_h). `changed_by`/`change_reason` say who
+# ended it and why; `tier` is what the Slurm tier did with it: "" (not yet), applied, shadow
+# (shadow mode: recorded only), held (over the guard's cap), person (a person's drain or DOWN
+# on the node: left alone); `slurm_weight` the node's weight before the tier raised it.
+suspects = Table(
+    "suspects",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(128), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("since", DateTime, nullable=False),
+    Column("last_evidence", DateTime, nullable=False),
+    Column("expires", DateTime, nullable=False),
+    Column("metric", String(64), nullable=False),
+    Column("value", Float),
+    Column("peer_median", Float),
+    Column("deviation", Float),
+    Column("job_ids", Text, nullable=False, default=""),
+    Column("source", String(16), nullable=False),
+    Column("detail", Text, nullable=False, default=""),
+    Column("changed", DateTime, nullable=False),
+    Column("changed_by", String(64), nullable=False, default=""),
+    Column("change_reason", Text, nullable=False, default=""),
+    Column("tier", String(16), nullable=False, default=""),
+    Column("slurm_weight", Integer),
+    Index("ix_suspects_node_state", "node", "state"),
+    Index("ix_suspects_state", "state"),
+    # At most one open episode per node, whatever two passes at once do.
+    Index("ux_suspects_open", "node", unique=True, sqlite_where=text("state = 'suspect'"),
+          postgresql_where=text("state = 'suspect'")),
 )
 
 ingest_cursors = Table(

@@ -42,6 +42,9 @@ RUN_ELSEWHERE = {
         "tests/slurm/test_qualify_flow.py::test_a_repaired_node_passes_and_returns_to_service_with_a_stored_pass",
     "healthctl qualify run --tier lite":
         "tests/unit/test_qualify_run.py::test_first_nodes_bootstrap_peers_then_a_node_5_percent_slow_fails",
+    # A person's clear needs a suspect, and the tier needs slurm.conf's rsc_trusted and the lua.
+    'healthctl suspects clear gpu042 --reason "jobs were mis-sharded, not the node"':
+        "tests/slurm/test_suspect_tier.py::test_suspect_tier_survives_reconfigure_and_restart_on_real_slurm",
 }
 # Exit codes the README documents for a command on this site (default: 0).
 EXIT_CODES = {
