@@ -8,7 +8,8 @@ deleted; the daily rollups (`heartbeat_days`, `check_days`,
 Telemetry samples (`telemetry_samples`) are kept `telemetry_retention_days` (3), their
 per-job rollups go with their job. Open intervals are never pruned: they are the node's
 current state, however old. Jobs and node events stay unless `jobs_retention_days` is set:
-the paper's metrics need a year.
+the paper's metrics need a year. Jobs' step times (`step_times`, fail-slow evidence) go after
+`[failslow] steps_retention_days`.
 
 The big tables are pruned a day of rows per transaction, each under the historian's statement
 timeout like any other command: a prune cut short (a row locked elsewhere, a kill, a lost
@@ -43,6 +44,7 @@ class Retention:
     days: int = packaged_default("historian.retention_days")
     rollup_days: int = packaged_default("historian.rollup_retention_days")
     jobs_days: int = packaged_default("historian.jobs_retention_days")
+    steps_days: int = packaged_default("failslow.steps_retention_days")
     telemetry_days: int = packaged_default("historian.telemetry_retention_days")
 
     @classmethod
@@ -52,6 +54,7 @@ class Retention:
         return cls(int(cfg.get("historian.retention_days")),
                    int(cfg.get("historian.rollup_retention_days")),
                    int(cfg.get("historian.jobs_retention_days")),
+                   int(cfg.get("failslow.steps_retention_days")),
                    int(cfg.get("historian.telemetry_retention_days")))
 
 
@@ -106,6 +109,10 @@ def _plan(now: datetime, r: Retention) -> list[_Step]:
         day = (now - timedelta(days=r.rollup_days)).date()
         for t in (schema.heartbeat_days, schema.check_days, schema.telemetry_day_rollups):
             out.append(_Step(t.name, t, t.c.day < day, t.c.day, day))
+    if r.steps_days > 0:
+        cut = now - timedelta(days=r.steps_days)
+        st = schema.step_times
+        out.append(_Step("step_times", st, st.c.time < cut, st.c.time, cut))
     if r.telemetry_days > 0:
         # Telemetry samples: the fail-slow detector's window, days not a year. An hour of a
         # 16,000-node fleet's samples (about two million rows) per transaction.

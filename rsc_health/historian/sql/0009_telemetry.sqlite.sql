@@ -2,9 +2,11 @@
 -- and node, a value and a component column per metric of model.Metric), kept [historian]
 -- telemetry_retention_days, and their rollups per node and multi-node job and per node-day
 -- outside such jobs (a group of columns per metric), kept as the other daily rollups.
--- New tables only: no existing row changes.
+-- New tables only: no existing row changes. Safe to run again (IF NOT EXISTS): main reached
+-- version 12 before 0009 was merged, and a historian already at 12 skips it; applying this
+-- file to it by hand is harmless.
 
-CREATE TABLE telemetry_samples (
+CREATE TABLE IF NOT EXISTS telemetry_samples (
 	time DATETIME NOT NULL,
 	node VARCHAR(128) NOT NULL,
 	sm_clock_ratio FLOAT,
@@ -30,9 +32,9 @@ CREATE TABLE telemetry_samples (
 	PRIMARY KEY (time, node)
 ) WITHOUT ROWID;
 
-CREATE INDEX ix_telemetry_samples_node_time ON telemetry_samples (node, time);
+CREATE INDEX IF NOT EXISTS ix_telemetry_samples_node_time ON telemetry_samples (node, time);
 
-CREATE TABLE telemetry_job_rollups (
+CREATE TABLE IF NOT EXISTS telemetry_job_rollups (
 	job_pk INTEGER NOT NULL,
 	node VARCHAR(128) NOT NULL,
 	sm_clock_ratio_n INTEGER,
@@ -99,7 +101,7 @@ CREATE TABLE telemetry_job_rollups (
 	FOREIGN KEY(job_pk) REFERENCES jobs (id) ON DELETE CASCADE
 ) WITHOUT ROWID;
 
-CREATE TABLE telemetry_day_rollups (
+CREATE TABLE IF NOT EXISTS telemetry_day_rollups (
 	day DATE NOT NULL,
 	node VARCHAR(128) NOT NULL,
 	sm_clock_ratio_n INTEGER,
