@@ -294,3 +294,33 @@ def test_healthctl_ingest_telemetry_rolls_up(tmp_path):
     again = json.loads(CliRunner().invoke(cli, ["--db", url, "ingest", "telemetry",
                                                 "--json"]).output)
     assert again["days"] == 0  # the cursor moved past the closed days
+
+
+def test_samples_delivered_from_spools_make_the_failslow_detector_find_the_slow_node(
+        historian, tmp_path):
+    """The contract end to end: eight nodes of one job spool their sweeps' telemetry records
+    (the node path's kind), the flush delivers them, and the fail-slow detector, reading them
+    through load_samples, names the one whose SM clock sat at 55% of its peers' for 30 min."""
+    from rsc_health.historian.failslow import detect
+
+    now = datetime.now().replace(microsecond=0, second=0)
+    start = now - timedelta(minutes=50)
+    nodes = [f"g{i:03d}" for i in range(8)]
+    _job(historian, 31, nodes, start, None)
+    records = []
+    for k in range(9):
+        t = now - timedelta(minutes=45 - 5 * k)
+        for node in nodes:
+            slow = node == "g005" and k >= 3
+            records.append(_record(node, t, {
+                "sm_clock_ratio": {"value": 0.52 if slow else 0.95 + 0.001 * int(node[1:]),
+                                   "component": "gpu6" if slow else "gpu0"},
+                "gpu_temp_c": {"value": 64.0, "component": "gpu1"},
+            }))
+    deliver(historian, _spool(tmp_path, records))
+    found = detect(historian, now, CFG)
+    assert {(e.node, e.metric, e.source) for e in found} == {
+        ("g005", "sm_clock_ratio", "telemetry")}
+    (ev,) = found
+    assert ev.value == pytest.approx(0.52, abs=1e-6) and ev.peer_median > 0.9
+    assert ev.job_ids == ("31",)
