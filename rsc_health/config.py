@@ -24,10 +24,11 @@ import functools
 import os
 import re
 import stat
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rsc_health.compat import packaged_bytes, tomllib
 
 DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
 PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")
@@ -89,7 +90,15 @@ def _lookup(data: dict, dotted: str) -> Any:
 
 @functools.cache
 def _packaged() -> dict:
-    return _read_toml(PACKAGED_DEFAULTS)
+    return _read_defaults()
+
+
+def _read_defaults() -> dict:
+    """The packaged default_config.toml, from the installed file or from the node zipapp."""
+    data = packaged_bytes(PACKAGED_DEFAULTS)
+    if data is None:
+        return _read_toml(PACKAGED_DEFAULTS)
+    return _parse_toml(data, PACKAGED_DEFAULTS)
 
 
 def packaged_default(dotted: str) -> Any:
@@ -132,13 +141,18 @@ def _read_toml(path: Path) -> dict:
             data = fh.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return _parse_toml(data, path)
+
+
+def _parse_toml(data: bytes, path: Path) -> dict:
+    try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
 def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]:
@@ -152,7 +166,7 @@ def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]
 
 
 def load_config(explicit: str | os.PathLike | None = None) -> Config:
-    data = _read_toml(PACKAGED_DEFAULTS)
+    data = _read_defaults()
     path, named = resolve_path(explicit)
     site: dict = {}
     if str(path) != os.devnull:
@@ -174,7 +188,7 @@ def validated(data: dict, source: str | os.PathLike) -> Config:
     """A Config from a whole document that did not come through load_config (a snapshot's)."""
     from rsc_health.config_schema import validate_site
 
-    defaults = _read_toml(PACKAGED_DEFAULTS)
+    defaults = _read_defaults()
     validate_site(data, defaults, Path(source))
     return Config(_deep_merge(defaults, data), Path(source))
 

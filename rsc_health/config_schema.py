@@ -119,7 +119,7 @@ def _is_duration(key: str) -> bool:
 def infer(value: Any, dotted: str) -> Spec:
     if dotted in EXPLICIT:
         return EXPLICIT[dotted]
-    if isinstance(value, list | dict) and not value and dotted in family_types():
+    if isinstance(value, (list, dict)) and not value and dotted in family_types():
         return family_types()[dotted]
     if isinstance(value, bool):
         return Spec("bool")

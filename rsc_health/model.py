@@ -9,10 +9,12 @@ from __future__ import annotations
 import enum
 import os
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
+
+from rsc_health.compat import UTC, StrEnum
 
 
-class Status(enum.StrEnum):
+class Status(StrEnum):
     """What a single check saw. ERROR means the checker itself could not look."""
 
     OK = "ok"
@@ -54,7 +56,7 @@ class Level(enum.IntEnum):
         return self.name.lower()
 
 
-class ActionKind(enum.StrEnum):
+class ActionKind(StrEnum):
     """What rsc-health did (or refused to do) in Slurm: the `action` of spool records and of
     the historian's node_actions rows. One vocabulary for the node path, lemons, operator
     commands and the report (tests/unit/test_action_vocabulary.py holds them together)."""
@@ -98,7 +100,7 @@ HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged"})
 REASON_PREFIX = "rsc_health:"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Finding:
     """One observation of one component.
 
@@ -138,7 +140,7 @@ class Finding:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Verdict:
     """The node's answer to "am I fit to run the next job?"."""
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from rsc_health.compat import packaged_bytes, tomllib
 from rsc_health.model import Severity
 
 CATALOG_PATH = Path(__file__).with_name("xid_catalog.toml")
@@ -73,8 +73,10 @@ class Catalog:
 def _read(path: Path) -> dict:
     from rsc_health.collect.sysfs import read_bounded  # refuses a FIFO or endless file
 
+    packed = packaged_bytes(path) if path == CATALOG_PATH else None  # from the node zipapp
     try:
-        return tomllib.loads(read_bounded(path, 1 << 20).decode("utf-8"))
+        return tomllib.loads((read_bounded(path, 1 << 20) if packed is None else packed)
+                             .decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from exc
 

@@ -185,14 +185,16 @@ class NvmlBackend:
         }
         rows = call(nv.nvmlDeviceGetRemappedRows, handle)
         names = ("correctable", "uncorrectable", "pending", "failure")
-        d["remapped_rows"] = rows if isinstance(rows, dict) else dict(zip(names, rows, strict=True))
+        if not isinstance(rows, dict) and len(rows) != len(names):  # zip(strict=True) is 3.10+
+            raise ValueError(f"nvmlDeviceGetRemappedRows: {len(rows)} values, not {len(names)}")
+        d["remapped_rows"] = rows if isinstance(rows, dict) else dict(zip(names, rows))
         links = []
         for link in range(self.max_links):
             state = call(nv.nvmlDeviceGetNvLinkState, handle, link)
             if isinstance(state, dict) and state["error"] in ABSENT:
                 break
             entry = {"link": link, "state": state}
-            for counter, ctype in zip(NVLINK_COUNTERS, range(4), strict=True):
+            for ctype, counter in enumerate(NVLINK_COUNTERS):
                 entry[counter] = call(nv.nvmlDeviceGetNvLinkErrorCounter, handle, link, ctype)
             links.append(entry)
         d["nvlink"] = links

@@ -25,7 +25,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine, func, select
@@ -33,6 +33,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
 from rsc_health import spool
+from rsc_health.compat import UTC
 from rsc_health.durable import make_dirs, open_regular
 from rsc_health.historian import schema
 from rsc_health.historian.db import (
