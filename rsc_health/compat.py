@@ -43,4 +43,10 @@ def packaged_bytes(path: os.PathLike | str) -> bytes | None:
     return None
 
 
-__all__ = ["UTC", "StrEnum", "packaged_bytes", "tomllib"]
+def zip_archive() -> str | None:
+    """The zip archive this package runs from (the node zipapp), or None."""
+    loader = globals().get("__loader__")
+    return loader.archive if isinstance(loader, zipimport.zipimporter) else None
+
+
+__all__ = ["UTC", "StrEnum", "packaged_bytes", "tomllib", "zip_archive"]

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Optional
 
 from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import DBAPIError, OperationalError
@@ -214,7 +215,7 @@ def _span(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-Line = tuple[int, dict | None, str]
+Line = tuple[int, Optional[dict], str]  # evaluated at run time: no X | None before 3.10
 
 
 def _chunks(path: Path, size: int) -> Iterator[list[Line]]:
