@@ -448,14 +448,7 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
     import sys
 
     from rsc_health import spool as spool_mod
-
-    try:
-        from rsc_health.historian.ingest import delivery
-    except ImportError as exc:  # a node without the [node-flush] extra (or the bare zipapp)
-        raise click.ClickException(
-            f"spool flush needs SQLAlchemy and psycopg ({exc}): install rsc-health[node-flush] "
-            "or `pip install 'SQLAlchemy>=2.0' 'psycopg[binary]>=3.1'` for this Python, or "
-            "flush from the management host") from exc
+    from rsc_health.historian.ingest import delivery
 
     cfg = _flush_config(ctx)
     spool_dir = Path(directory) if directory else state_dir(cfg, ctx.obj.root) / "spool"
