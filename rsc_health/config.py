@@ -24,11 +24,11 @@ import functools
 import os
 import re
 import stat
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rsc_health.compat import packaged_bytes, tomllib
+from rsc_health.record import dataclass, field
 
 DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
 PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")

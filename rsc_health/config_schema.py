@@ -13,12 +13,12 @@ Standard library only: the prolog validates its config on every job start.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rsc_health.config import ConfigError
 from rsc_health.model import Severity
+from rsc_health.record import dataclass, field
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 from rsc_health.compat import UTC, StrEnum
+from rsc_health.record import asdict, dataclass, field
 
 
 class Status(StrEnum):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from rsc_health.compat import packaged_bytes, tomllib
 from rsc_health.model import Severity
+from rsc_health.record import dataclass
 
 CATALOG_PATH = Path(__file__).with_name("xid_catalog.toml")
 ACTIONS = {

@@ -24,10 +24,10 @@ which never imports this package.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from rsc_health.checks import ecc, gpu, host, infiniband, mount, nvlink, pcie, remap, site, xid
+from rsc_health.record import dataclass, field
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,6 @@ Documentation/ABI/testing/sysfs-bus-pci and drivers/pci/pci-sysfs.c): `class` = 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from rsc_health.checks._finding import checker_error, fail, ok, warn
@@ -30,6 +29,7 @@ from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import val
 from rsc_health.collect.sysfs import parse_count, parse_counters, read_text
 from rsc_health.model import Finding, Severity
+from rsc_health.record import dataclass, field
 
 GPU_CLASSES = ("0x030200", "0x030000")  # 3D controller, VGA controller
 NIC_CLASSES = ("0x020700", "0x020000")  # InfiniBand, Ethernet

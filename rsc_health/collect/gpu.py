@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rsc_health.record import dataclass, field
 
 # What an NVML error answer says about the node. Only UNUSABLE ever drains: the GPU or the
 # driver really cannot run a job. CHECKER means the checker could not ask or asked wrongly (its

@@ -25,11 +25,11 @@ import os
 import re
 import stat
 import time
-from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
 from rsc_health.collect.sysfs import read_bounded
+from rsc_health.record import asdict, dataclass
 
 # MIG instances print their GPU instance (and compute instance) after the address:
 #   NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...   NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94
@@ -605,7 +605,7 @@ def _seq_usec(line: str) -> tuple[int, int] | None:
 
 
 def _keyed(ev: XidEvent, key: str) -> XidEvent:
-    from dataclasses import replace
+    from rsc_health.record import replace
 
     return replace(ev, key=key)
 
