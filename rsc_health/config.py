@@ -27,6 +27,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from rsc_health import lazyre
 from rsc_health.compat import packaged_bytes, tomllib
 from rsc_health.record import dataclass, field
 
@@ -226,9 +227,9 @@ def state_dir(cfg: Config, root: Path) -> Path:
 
 # Keys whose value is a secret whatever it looks like, and secrets inside any string value: a
 # URL's password (postgresql://user:PASSWORD@host) and libpq's `password=...`.
-_SECRET_KEY = re.compile(r"passw|secret|token|credential|api_?key", re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*(?=@)")
-_KV_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+_SECRET_KEY = lazyre.compile(r"passw|secret|token|credential|api_?key", re.IGNORECASE)
+_URL_PASSWORD = lazyre.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*(?=@)")
+_KV_PASSWORD = lazyre.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 MASK = "***"
 
 

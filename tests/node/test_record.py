@@ -170,3 +170,32 @@ def test_a_required_field_after_a_default_is_refused_as_dataclasses_refuse_it():
         class Bad:
             a: int = 0
             b: int
+
+
+def test_a_lazy_pattern_compiles_at_first_use_and_then_is_the_pattern():
+    from rsc_health import lazyre
+
+    pat = lazyre.compile(r"^(?P<n>\d+)x$", 0)
+    assert pat._compiled is None  # nothing compiled at import
+    assert pat.match("12x").group("n") == "12"
+    assert pat.fullmatch("1y") is None and pat.sub("-", "3x") == "-"
+    assert pat.pattern == r"^(?P<n>\d+)x$" and pat._compiled is not None
+    with pytest.raises(__import__("re").error):
+        lazyre.compile("(").match("x")  # a bad pattern fails where it is used
+
+
+def test_every_lazy_pattern_of_the_node_side_compiles():
+    from rsc_health import lazyre
+
+    found = 0
+    for rel in build_node().node_side_files(REPO):
+        name = rel[:-3].replace("/", ".").removesuffix(".__init__")
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        for attr, value in vars(module).items():
+            if isinstance(value, lazyre._Lazy):
+                assert value.search("") is not None or True, f"{name}.{attr}"
+                found += 1
+    assert found >= 15
