@@ -4,7 +4,7 @@ that reads a TOML config and writes JSON, all in the same run; and the worst cas
 whose statfs blocks (a real FUSE mount), an NVML that never answers and a FIFO kernel-log
 source, all at once, against the prolog's budget.
 
-    python3 benchmarks/bench_prolog.py [--runs 20] [--venv DIR]
+    python3 benchmarks/bench_prolog.py [--runs 20] [--venv DIR] [--pyz]
 
 The node install is README step 1 done in a fresh venv: `python -m venv`, then
 `pip install COPY[node-flush]` from a copy of this checkout (pip builds a wheel of it and
@@ -126,6 +126,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3 if quick else 20)
     ap.add_argument("--venv", type=Path, help="keep the node install here (default: a "
                     "temporary one, created and removed by this run)")
+    ap.add_argument("--pyz", action="store_true", help="also time the node zipapp "
+                    "(scripts/build-node) run by the node install's python: built with that "
+                    "python's bytecode, and built without bytecode (what another Python pays)")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         python = node_install(args.venv or Path(tmp) / "venv")
@@ -137,6 +140,13 @@ def main() -> None:
         print(f"bytecode       : {check_bytecode(python, env, tmp)}")
         cases = {"bare": [str(python), "-c", BARE], "floor": [str(python), "-c", FLOOR],
                  "prolog": [str(python), "-m", "rsc_health.nodepath", "prolog"]}
+        if args.pyz:
+            for name, extra in (("pyz", ["--python", str(python)]),
+                                ("pyz_source", ["--no-bytecode"])):
+                out = Path(tmp) / f"{name}.pyz"
+                subprocess.run([sys.executable, str(REPO / "scripts" / "build-node"),
+                                "--out", str(out), *extra], check=True, stdout=subprocess.DEVNULL)
+                cases[name] = [str(python), str(out), "prolog"]
         for argv in cases.values():  # warm the page cache
             timed_cpu(argv, env, tmp)
         wall: dict[str, list[float]] = {name: [] for name in cases}
@@ -150,10 +160,15 @@ def main() -> None:
     w = {name: median_ms(v) for name, v in wall.items()}
     c = {name: median_ms(v) for name, v in cpu.items()}
     label = {"bare": f"python -c {BARE!r}", "floor": f"python -c {FLOOR!r}",
-             "prolog": "healthy prolog"}
+             "prolog": "healthy prolog", "pyz": "healthy prolog from the .pyz",
+             "pyz_source": "same, .pyz without bytecode"}
     for name in cases:
         print(f"{label[name]:32s}: wall median {w[name]:6.1f} ms (min "
               f"{min(wall[name]) * 1000:5.1f}), cpu median {c[name]:6.1f} ms")
+    for name in ("pyz", "pyz_source"):
+        if name in cases:
+            print(f"{name} / installed prolog: {w[name] / w['prolog']:.2f}x wall, "
+                  f"{c[name] / c['prolog']:.2f}x cpu; / floor: {w[name] / w['floor']:.2f}x wall")
     for base in ("bare", "floor"):
         print(f"prolog / {base:5s}: {w['prolog'] / w[base]:.2f}x wall, "
               f"{c['prolog'] / c[base]:.2f}x cpu"
@@ -163,6 +178,9 @@ def main() -> None:
     for name in cases:
         print(f"BENCH\tprolog\t{name} wall median\t{w[name]:.1f}\tms")
         print(f"BENCH\tprolog\t{name} cpu median\t{c[name]:.1f}\tms")
+    for name in ("pyz", "pyz_source"):
+        if name in cases:
+            print(f"BENCH\tprolog\t{name} / installed wall\t{w[name] / w['prolog']:.2f}\tx")
     for base in ("bare", "floor"):
         print(f"BENCH\tprolog\tprolog / {base} wall\t{w['prolog'] / w[base]:.2f}\tx")
         print(f"BENCH\tprolog\tprolog / {base} cpu\t{c['prolog'] / c[base]:.2f}\tx")

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from rsc_health import lazyre
-from rsc_health.compat import packaged_bytes, tomllib
+from rsc_health.compat import packaged_bytes, packaged_toml, tomllib
 from rsc_health.record import dataclass, field
 
 DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
@@ -95,11 +95,12 @@ def _packaged() -> dict:
 
 
 def _read_defaults() -> dict:
-    """The packaged default_config.toml, from the installed file or from the node zipapp."""
+    """The packaged default_config.toml, from the installed file or from the node zipapp;
+    parsed once at build time when it is the file scripts/gen-packaged saw."""
     data = packaged_bytes(PACKAGED_DEFAULTS)
     if data is None:
-        return _read_toml(PACKAGED_DEFAULTS)
-    return _parse_toml(data, PACKAGED_DEFAULTS)
+        return _read_toml(PACKAGED_DEFAULTS, packaged=True)
+    return packaged_toml(data) or _parse_toml(data, PACKAGED_DEFAULTS)
 
 
 def packaged_default(dotted: str) -> Any:
@@ -131,7 +132,7 @@ def _deep_merge(base: dict, top: dict) -> dict:
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path, *, packaged: bool = False) -> dict:
     """Read a TOML file that is a regular file: a FIFO or a device where the config should be
     would block the prolog at open or read, so it is refused without waiting (O_NONBLOCK)."""
     try:
@@ -144,7 +145,7 @@ def _read_toml(path: Path) -> dict:
             raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    return _parse_toml(data, path)
+    return (packaged and packaged_toml(data)) or _parse_toml(data, path)
 
 
 def _parse_toml(data: bytes, path: Path) -> dict:

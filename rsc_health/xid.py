@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rsc_health.compat import packaged_bytes, tomllib
+from rsc_health.compat import packaged_bytes, packaged_toml, tomllib
 from rsc_health.model import Severity
 from rsc_health.record import dataclass
 
@@ -75,8 +75,12 @@ def _read(path: Path) -> dict:
 
     packed = packaged_bytes(path) if path == CATALOG_PATH else None  # from the node zipapp
     try:
-        return tomllib.loads((read_bounded(path, 1 << 20) if packed is None else packed)
-                             .decode("utf-8"))
+        data = read_bounded(path, 1 << 20) if packed is None else packed
+        if path == CATALOG_PATH:
+            tree = packaged_toml(data)  # parsed at build time (scripts/gen-packaged)
+            if tree is not None:
+                return tree
+        return tomllib.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from exc
 

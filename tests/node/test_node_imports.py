@@ -38,6 +38,7 @@ NODE_PATH_MODULES = {
     "rsc_health.compat",  # what 3.11 gives, on the 3.9 and 3.10 that nodes ship
     "rsc_health.record",  # dataclasses without importing them (inspect, ast, dis, tokenize)
     "rsc_health.lazyre",  # patterns compiled when first used
+    "rsc_health._packaged",  # the packaged TOML files, parsed at build time
     "rsc_health.model", "rsc_health.policy", "rsc_health.spool", "rsc_health.durable",
     "rsc_health.engine", "rsc_health.xid",
     "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
