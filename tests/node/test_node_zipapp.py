@@ -150,7 +150,8 @@ def test_spool_flush_from_the_pyz_needs_sqlalchemy_beside_it(pyz, node, tmp_path
 def test_the_pyz_runs_the_node_path_on_python_3_9(node, tmp_path):
     python = find_python39()
     if python is None:
-        pytest.skip("no CPython 3.9 on this machine (set RSC_HEALTH_TEST_PYTHON39 to one); "
+        pytest.skip("no CPython 3.9 on this machine (scripts/install-python39, or set "
+                    "RSC_HEALTH_TEST_PYTHON39 to one); "
                     "tests/static/test_node_python.py still holds the node side to 3.9")
     # Built with 3.9's bytecode, as an operator builds it for a RHEL 9 fleet.
     pyz, why = build_pyz(tmp_path / "py39.pyz", python=python)

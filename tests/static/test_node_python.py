@@ -124,7 +124,8 @@ def test_the_union_rule_fails_a_run_time_union_and_spares_a_lazy_annotation():
 def test_every_node_side_module_compiles_on_python_3_9():
     python = find_python39()
     if python is None:
-        pytest.skip("no CPython 3.9 on this machine (set RSC_HEALTH_TEST_PYTHON39); the "
+        pytest.skip("no CPython 3.9 on this machine (scripts/install-python39, or set "
+                    "RSC_HEALTH_TEST_PYTHON39); the "
                     "static checks above still hold the node side to 3.9")
     sources = [str(p) for p in node_side()]
     code = ("import sys\nfor f in sys.argv[1:]:\n"
