@@ -85,6 +85,8 @@ def test_prolog_epilog_and_sweep_run_from_the_pyz_on_the_standard_library_alone(
 
 def test_check_and_snapshot_from_the_pyz_replay_the_same_verdict(pyz, node, tmp_path):
     root, env = node
+    version = run(sys.executable, pyz, env, "--version")
+    assert version.returncode == 0 and "version" in version.stdout, version.stderr
     live = run(sys.executable, pyz, env, "check")
     assert live.returncode == 0, live.stderr
     assert "verdict: OK" in live.stdout
@@ -170,3 +172,17 @@ def test_the_pyz_runs_the_node_path_on_python_3_9(node, tmp_path):
     assert "checker fault" not in drained.stderr, drained.stderr
     assert heartbeats(root) == [("prolog", "ok"), ("epilog", "ok"), ("sweep", "ok"),
                                 ("prolog", "drain_now")]
+
+
+def test_the_nhc_adapter_runs_from_the_pyz(pyz, node):
+    """[site] nhc_conf: the adapter is a program the site family starts; from the zip it is
+    the .pyz itself (`nhc-adapter`), not a file path inside the archive."""
+    from tests.node.site_fakes import fake_nhc
+
+    root, env = node
+    fake_nhc(root, "fail")
+    with open(root / "config.toml", "a") as fh:
+        fh.write('\n[site]\nnhc_conf = "/etc/nhc/nhc.conf"\nnhc_path = "/usr/sbin/nhc"\n')
+    done = run(sys.executable, pyz, env, "check", "--only", "site")
+    assert done.returncode == 2, done.stdout + done.stderr  # DRAIN_AFTER_JOB, as installed
+    assert "check_fs_mount" in done.stdout and "check_hw_physmem" in done.stdout
