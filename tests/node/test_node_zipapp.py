@@ -64,7 +64,8 @@ def test_the_pyz_holds_the_node_side_and_pure_python_dependencies_only(pyz):
     with zipfile.ZipFile(pyz) as zf:
         names = set(zf.namelist())
     for member in ("__main__.py", "rsc_health/nodepath.py", "rsc_health/default_config.toml",
-                   "rsc_health/xid_catalog.toml", "click/core.py", "pynvml.py",
+                   "rsc_health/xid_catalog.toml", "rsc_health/sxid_catalog.toml",
+                   "click/core.py", "pynvml.py",
                    "tomli/_parser.py"):
         assert member in names, member
     tops = {n.split("/")[0] for n in names}

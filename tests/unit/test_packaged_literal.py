@@ -22,7 +22,7 @@ def test_the_generated_literals_are_current():
 
 
 def test_each_literal_is_what_tomllib_makes_of_its_file_and_fresh_each_time():
-    for path in (config.PACKAGED_DEFAULTS, xid.CATALOG_PATH):
+    for path in (config.PACKAGED_DEFAULTS, xid.CATALOG_PATH, xid.SXID_CATALOG_PATH):
         data = path.read_bytes()
         tree = compat.packaged_toml(data)
         assert tree == tomllib.loads(data.decode("utf-8")), path.name
