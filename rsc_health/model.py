@@ -83,7 +83,7 @@ class ActionKind(StrEnum):
     SUSPECT_HELD = "suspect_held"  # over the guard's cap, or a person's drain/DOWN: left alone
 
 
-class SuspectState(enum.StrEnum):
+class SuspectState(StrEnum):
     """A suspect episode's state (the historian's `suspects` table, rsc_health/suspects.py)."""
 
     SUSPECT = "suspect"  # kept away from big jobs; qualification decides
