@@ -137,7 +137,7 @@ def counters(state) -> dict[str, int]:
 
 def _ratio(num, den) -> float | None:
     n, d = val(num), val(den)
-    if isinstance(n, int | float) and isinstance(d, int | float) and not isinstance(n, bool) \
+    if isinstance(n, (int, float)) and isinstance(d, (int, float)) and not isinstance(n, bool) \
             and d > 0 and n >= 0:
         return n / d
     return None
@@ -174,7 +174,7 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     if power is not None:
         out["power_ratio"] = power
     temp = val(g.answers.get("temperature"))
-    if isinstance(temp, int | float) and not isinstance(temp, bool) and -50 < temp < 200:
+    if isinstance(temp, (int, float)) and not isinstance(temp, bool) and -50 < temp < 200:
         out["temp_c"] = float(temp)
     pcie = g.answers.get("pcie")
     if isinstance(pcie, dict):

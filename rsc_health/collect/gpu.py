@@ -291,7 +291,7 @@ def _event_times(nv, call, handle) -> dict[str, Any]:
     if isinstance(answer, dict):
         return {key: answer for key, _fid in wanted}
     out: dict[str, Any] = {}
-    for (key, _fid), value in zip(wanted, answer, strict=False):
+    for (key, _fid), value in zip(wanted, answer):
         ret = getattr(value, "nvmlReturn", 0)
         if ret:
             out[key] = {"error": code_name(ret)}

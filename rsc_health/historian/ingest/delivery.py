@@ -218,7 +218,7 @@ def _sample(rec: dict, node: str, when: datetime) -> tuple:
         if name not in _METRICS:
             continue
         value = sample.get("value") if isinstance(sample, dict) else None
-        if isinstance(value, bool) or not isinstance(value, int | float) \
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or abs(value) > 1e30:
             raise RowError(f"telemetry {name}: value {str(value)[:40]!r} is not a number")
         comp = sample.get("component")
