@@ -48,7 +48,7 @@ EVENT_CHECKS = frozenset({"xid"})
 # Families whose state each entry point reports whole, in every run (see the module's doc).
 SOURCE_SCOPED = frozenset({"checker"})
 # Their codes that say something of the whole node, not of one entry point's look
-# (nodepath._broken_config: the config every entry point reads).
+# (node.exits.broken_config: the config every entry point reads).
 NODE_WIDE_CODES = frozenset({"config_error"})
 # Nodes per query when loading open intervals (bound parameters stay well under limits).
 _NODES_PER_QUERY = 500
