@@ -29,14 +29,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rsc_health.config_schema import ConfigError
+
 DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
 PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")
 OVERRIDE_TABLES = ("nodes", "partitions")
 _UNSET: Any = object()
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the file and what is wrong."""
 
 
 @dataclass

@@ -17,8 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rsc_health.config import ConfigError
 from rsc_health.model import Severity
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file and what is wrong.
+    Defined here, below rsc_health.config (which reads it from here), so the schema does not
+    import the module that imports it (tests/unit/test_import_graph.py)."""
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (

@@ -28,29 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rsc_health.checks import ecc, gpu, host, infiniband, mount, nvlink, pcie, remap, site, xid
-
-
-@dataclass(frozen=True)
-class CollectEnv:
-    """What a collector may need beyond the root: the config; the time.monotonic() by which
-    it must have returned (None: no stage budget, e.g. `healthctl check`); and for the run's
-    own bookkeeping the state being filled (errors, probes asked and hung), the XID cursor,
-    the probes on record as hanging and the statvfs timeout."""
-
-    cfg: Any
-    deadline: float | None = None
-    state: Any = None
-    xid_cursor: dict | None = None
-    hangs_before: dict = field(default_factory=dict)
-    probe_timeout_s: float | None = None
-
-    def guard(self, family: str, source: str, fn: Callable[[], Any]) -> Any:
-        """fn(), or None with a checker finding naming `source` when it raises."""
-        try:
-            return fn()
-        except Exception as exc:  # noqa: BLE001 - a collector bug is a checker finding
-            self.state.errors.append((family, source, f"{type(exc).__name__}: {exc}"))
-            return None
+from rsc_health.checks.env import CollectEnv
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from rsc_health.checks._finding import ok
 from rsc_health.model import Finding, Severity, Status
 
 if TYPE_CHECKING:
-    from rsc_health.checks import CollectEnv
+    from rsc_health.checks.env import CollectEnv
 
 FAMILY = "site"
 NHC = "[nhc]"  # the built-in NHC adapter's name among the checks (no file can be called that)
@@ -93,7 +93,7 @@ def capture(cfg, root: Path) -> dict:
     """What a snapshot carries for the family: the programs' outcomes, run once now (their
     output decoded as in collect), so a replay judges what they printed without running
     anything on the machine replaying it."""
-    from rsc_health.checks import CollectEnv
+    from rsc_health.checks.env import CollectEnv
 
     return {"site_checks": collect(root, CollectEnv(cfg))}
 
