@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rsc_health.model import Severity
+from rsc_health.model import FINDING_SEVERITIES, Level
 
 
 class ConfigError(Exception):
@@ -89,7 +89,7 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
-    "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
+    "site.nhc_severity": tuple(s.severity_word for s in FINDING_SEVERITIES if s is not Level.NONE),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog.

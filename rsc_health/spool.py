@@ -75,7 +75,7 @@ def check_records(
             check=f.family,
             component=f.component,
             status=f.status.value,
-            severity=f.severity.label,
+            severity=f.severity.severity_word,
             code=f.code,
             reason=f.reason,
         )

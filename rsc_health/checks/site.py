@@ -367,15 +367,15 @@ def parse_line(name: str, line: str) -> Finding | None:
     status, sev_text, component, code = (p for p in parts[:4])
     reason = (parts[4] if len(parts) > 4 else code)[:REASON_MAX]
     try:
+        st = Status(status.lower())
         severity = Severity.parse(sev_text)
-    except KeyError:
+    except (KeyError, ValueError):
         return None
-    if status.lower() not in ALLOWED or severity not in ALLOWED[status.lower()]:
+    if severity not in ALLOWED[st]:
         return None
     if not 0 < len(code) <= 64 or not _CODE_CHARS.issuperset(code) or len(component) > 128:
         return None
     data = {"check": name}
-    st = Status(status.lower())
     if st is Status.ERROR:
         return Finding("checker", component, st, Severity.NONE, f"{name}: {reason}", code,
                        False, data)

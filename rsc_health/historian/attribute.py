@@ -33,7 +33,7 @@ from rsc_health.model import Severity, Status
 # drains: the killed instance then ends REQUEUED, not FAILED, and is still an infra failure
 # when a check fired on its nodes. Without a check it stays unattributed (a user's requeue).
 FAILED_STATES = ("FAILED", "NODE_FAIL", "REQUEUED")
-DRAIN_SEVERITIES = (Severity.DRAIN_AFTER_JOB.label, Severity.DRAIN_NOW.label)
+DRAIN_SEVERITIES = (Severity.DRAIN_AFTER_JOB.severity_word, Severity.DRAIN_NOW.severity_word)
 J, JN, C, E, A = (
     schema.jobs,
     schema.job_nodes,

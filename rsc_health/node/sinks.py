@@ -82,13 +82,22 @@ def within_spool_cap(cfg: Config, sdir: Path, source: str,
     return kept, held
 
 
-def family_status(findings: list[Finding]) -> dict[str, str]:
-    order = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3}
+# A family's status in the textfile (HELP: 0 ok, 1 warn, 2 fail, 3 checker error): the
+# highest of its findings' is its worst.
+STATUS_VALUE = {Status.OK: 0, Status.WARN: 1, Status.FAIL: 2, Status.ERROR: 3}
+
+
+def _worst_status(findings: list[Finding]) -> dict[str, Status]:
     worst: dict[str, Status] = {}
     for f in findings:
-        if f.family not in worst or order[f.status] > order[worst[f.family]]:
+        if f.family not in worst or STATUS_VALUE[f.status] > STATUS_VALUE[worst[f.family]]:
             worst[f.family] = f.status
-    return {k: v.value for k, v in sorted(worst.items())}
+    return dict(sorted(worst.items()))
+
+
+def family_status(findings: list[Finding]) -> dict[str, str]:
+    """{family: its worst status word}, as heartbeats carry it."""
+    return {k: v.value for k, v in _worst_status(findings).items()}
 
 
 def hung_probes(findings: list[Finding]) -> dict[str, str]:
@@ -102,7 +111,7 @@ def heartbeat(stage: Stage, node: str, now, level: Level, findings: list[Finding
               duration_s: float) -> dict:
     hung = hung_probes(findings)
     return spool.record(
-        "heartbeat", node, now, source=stage.name, level=level.name.lower(),
+        "heartbeat", node, now, source=stage.name, level=level.label,
         checker_errors=sum(f.status is Status.ERROR for f in findings),
         duration_s=round(duration_s, 3), families=family_status(findings), version=VERSION,
         **({"hung": hung} if hung else {}),
@@ -165,8 +174,6 @@ def sweep_line(stage: Stage, node: str, level: Level, reason: str, actions: list
 
 
 # ---- the Prometheus textfile ----------------------------------------------------------------
-STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}
-
 HELP = {
     "rsc_health_verdict_level": "Verdict of the latest run: 0 ok, 1 warn, 2 drain after job, "
                                 "3 drain now, 4 checker error.",
@@ -205,14 +212,14 @@ def write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Leve
         samples = {
             f'rsc_health_last_run_timestamp_seconds{{source="{stage.name}"}}': f"{now:.3f}",
             f'rsc_health_run_duration_seconds{{source="{stage.name}"}}': f"{duration_s:.3f}",
-            f'rsc_health_verdict_level{{source="{stage.name}"}}': str(int(level)),
+            f'rsc_health_verdict_level{{source="{stage.name}"}}': str(level.exit_code),
             f'rsc_health_checker_errors{{source="{stage.name}"}}':
                 str(sum(f.status is Status.ERROR for f in findings)),
         }
         samples["rsc_health_pending_drain"] = "1" if pending else "0"
         if spool_bytes is not None:
             samples["rsc_health_spool_bytes"] = str(spool_bytes)
-        for family, status in {"checker": "ok", **family_status(findings)}.items():
+        for family, status in {"checker": Status.OK, **_worst_status(findings)}.items():
             samples[_family_key(family)] = str(STATUS_VALUE[status])
         hung_key = f'rsc_health_probe_hung_since_seconds{{source="{stage.name}",probe='
         for probe, since in hung_probes(findings).items():

@@ -111,7 +111,7 @@ class PendingVerdict:
 
 def save_pending(sdir: Path, verdict: Verdict, *, why: str, holds: int = 0,
                  retry_after: datetime | None = None, now: datetime | None = None) -> None:
-    data = {"level": int(verdict.level), "why": why,
+    data = {"level": verdict.level.exit_code, "why": why,
             "causes": [c.to_dict() for c in verdict.causes],
             "time": (now or utcnow()).isoformat()}
     if holds:
@@ -146,7 +146,8 @@ def load_pending(sdir: Path) -> PendingVerdict | None:
                 raise TypeError(f"cause {c.family!r}/{c.component!r} is not all text")
         holds = data.get("holds", 0)
         holds = holds if isinstance(holds, int) and not isinstance(holds, bool) else 0
-        return PendingVerdict(Verdict(Level(data["level"]), "", causes), str(data.get("why", "")),
+        level = Level.from_exit_code(data["level"])  # stored as its exit code, as ever
+        return PendingVerdict(Verdict(level, "", causes), str(data.get("why", "")),
                               max(0, min(holds, 64)), _aware_time(data.get("retry_after")))
     except FileNotFoundError:
         return None

@@ -46,7 +46,7 @@ def test_the_report_counts_the_drains_and_guard_trips_the_node_path_writes():
 # ---- the whole product: no action, status, severity or level word compared as a bare string ----
 # The words, from the enums and nowhere else.
 WORDS = frozenset({k.value for k in ActionKind} | {s.value for s in Status}
-                  | {s.label for s in Severity} | {lv.label for lv in Level})
+                  | {lv.label for lv in Level} | {lv.severity_word for lv in Level})
 # (file, word): the same letters meaning something else.
 NOT_VOCABULARY = {
     ("collect/kmsg.py", "none"),  # XID 154's recovery action as the driver prints it: "(None)"
@@ -105,3 +105,67 @@ def test_the_scan_sees_each_form_and_leaves_other_words_alone():
                            'd = ("ok", "sqlite")\n')
     assert [key for key, _ in hits] == [
         (1, "drain_now"), (2, "error"), (2, "fail"), (3, "warn"), (4, "ok"), (4, "warn")]
+
+
+# ---- one severity scale: a level is ranked as a Level, and leaves as its exit code or word ----
+def bare_level_numbers(source: str) -> list[tuple[int, str]]:
+    """(line, code) where a level or severity is taken as a number: compared with a bare int
+    (`verdict.level == 4`, `f.severity >= 2`), made one (`int(verdict.level)`), or one made
+    from a number (`Level(4)`). The rank is not the exit code: `Level.X` to compare,
+    `.exit_code` / `Level.from_exit_code` at the edges."""
+    found = []
+
+    def levelish(node: ast.AST) -> bool:
+        return ((isinstance(node, ast.Attribute) and node.attr in ("level", "severity"))
+                or (isinstance(node, ast.Name) and node.id in ("level", "severity")))
+
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            sides = [node.left, *node.comparators]
+            if any(levelish(x) for x in sides) and any(
+                    isinstance(x, ast.Constant) and type(x.value) is int for x in sides):
+                found.append((node.lineno, ast.unparse(node)[:80]))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
+            if node.func.id == "int" and node.args and levelish(node.args[0]):
+                found.append((node.lineno, ast.unparse(node)[:80]))
+            if node.func.id in ("Level", "Severity") and node.args and not (
+                    isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value,
+                                                                          str)):
+                found.append((node.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_the_product_takes_no_level_as_a_bare_number():
+    found = [f"rsc_health/{path.relative_to(ROOT).as_posix()}:{line}: {code}"
+             for path in sorted(ROOT.rglob("*.py"))
+             for line, code in bare_level_numbers(path.read_text())]
+    assert found == [], "\n".join(found)
+
+
+def test_the_level_scan_sees_each_form():
+    hits = bare_level_numbers("a = verdict.level == 4\nb = int(v.level)\nc = Level(data['x'])\n"
+                              "d = f.severity >= 2\ne = v.level is Level.OK\n"
+                              "g = Level.from_exit_code(3)\nh = x.count == 4\n")
+    assert [line for line, _ in hits] == [1, 2, 3, 4]
+
+
+def test_one_scale_status_exit_code_and_words_are_derived_from_it():
+    """The one type: Severity is Level; its rank orders could-not-look above a warning and
+    below any drain; status, exit code and the stored words come from it and round-trip."""
+    assert Severity is Level
+    assert Level.OK < Level.WARN < Level.UNKNOWN < Level.DRAIN_AFTER_JOB < Level.DRAIN_NOW
+    assert Level.UNKNOWN is Level.CHECKER_ERROR and Severity.NONE is Level.OK
+    assert [lv.exit_code for lv in Level] == [0, 1, 4, 2, 3]  # README "Exit codes"
+    assert all(Level.from_exit_code(lv.exit_code) is lv for lv in Level)
+    assert [lv.status for lv in Level] == [Status.OK, Status.WARN, Status.ERROR, Status.FAIL,
+                                           Status.FAIL]
+    assert [lv.label for lv in Level] == ["ok", "warn", "checker_error", "drain_after_job",
+                                          "drain_now"]
+    words = ["none", "warn", "drain_after_job", "drain_now"]
+    assert [Level.parse(w).severity_word for w in words] == words
+    for bad in ("ok", "checker_error", "unknown", "", "drain"):
+        try:
+            Level.parse(bad)
+        except KeyError:
+            continue
+        raise AssertionError(f"{bad!r} parsed as a finding severity")
