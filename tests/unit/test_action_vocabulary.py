@@ -82,6 +82,11 @@ def bare_vocabulary(source: str) -> list[tuple[tuple[int, str], str]]:
             words = [w for arg in node.args for w in _words(arg)]
         elif isinstance(node, (ast.Tuple, ast.List, ast.Set)) and len(node.elts) > 1:
             words = _words(node) if len(_words(node)) == len(node.elts) else []
+        elif isinstance(node, ast.Dict) and len(node.keys) > 1:
+            # {"drain_now": 0, "warn": 2, ...}: a private copy of the order or the words
+            keys = [k for k in node.keys if k is not None]
+            found_keys = [w for k in keys for w in _words(k)]
+            words = found_keys if len(found_keys) == len(node.keys) else []
         found += [(node.lineno, w, ast.unparse(node)[:80]) for w in words]
     return sorted({(line, w): code for line, w, code in found}.items())
 
@@ -102,9 +107,11 @@ def test_the_scan_sees_each_form_and_leaves_other_words_alone():
     hits = bare_vocabulary('a == "drain_now"\nif s in ("fail", "error"): pass\n'
                            'q = c.status.in_(("warn", "x"))\nLEVELS = ("ok", "warn")\n'
                            '"error" in answer\nb == "drain"\nc == Status.OK\n'
-                           'd = ("ok", "sqlite")\n')
+                           'd = ("ok", "sqlite")\n'
+                           'order = {"drain_now": 0, "none": 3}\nrow = {"ok": 1, "x": 2}\n')
     assert [key for key, _ in hits] == [
-        (1, "drain_now"), (2, "error"), (2, "fail"), (3, "warn"), (4, "ok"), (4, "warn")]
+        (1, "drain_now"), (2, "error"), (2, "fail"), (3, "warn"), (4, "ok"), (4, "warn"),
+        (9, "drain_now"), (9, "none")]
 
 
 # ---- one severity scale: a level is ranked as a Level, and leaves as its exit code or word ----
