@@ -176,3 +176,51 @@ def test_one_scale_status_exit_code_and_words_are_derived_from_it():
         except KeyError:
             continue
         raise AssertionError(f"{bad!r} parsed as a finding severity")
+
+
+def mismatched_findings(source: str) -> list[tuple[int, str]]:
+    """(line, code) for a Finding(...) whose literal status is not the one its literal
+    severity derives (Level.status), a checker error (status ERROR, severity NONE) aside."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                and node.func.id == "Finding" and len(node.args) >= 4):
+            continue
+        status, severity = node.args[2], node.args[3]
+        if not (isinstance(status, ast.Attribute) and isinstance(status.value, ast.Name)
+                and status.value.id == "Status" and isinstance(severity, ast.Attribute)
+                and isinstance(severity.value, ast.Name)
+                and severity.value.id in ("Severity", "Level")):
+            continue
+        st, sev = Status[status.attr], Level[severity.attr]
+        if st is not (Status.ERROR if st is Status.ERROR and sev is Level.NONE else sev.status):
+            found.append((node.lineno, ast.unparse(node)[:80]))
+    return found
+
+
+def test_every_finding_the_product_makes_says_the_status_its_level_derives():
+    found = [f"rsc_health/{path.relative_to(ROOT).as_posix()}:{line}: {code}"
+             for path in sorted(ROOT.rglob("*.py")) if "sim" not in path.parts
+             for line, code in mismatched_findings(path.read_text())]
+    assert found == [], "\n".join(found)
+    assert mismatched_findings('Finding("x", "c", Status.FAIL, Severity.WARN, "r")\n'
+                               'Finding("x", "c", Status.ERROR, Severity.NONE, "r")\n'
+                               'Finding("x", "c", Status.OK, Level.DRAIN_NOW, "r")\n') == [
+        (1, "Finding('x', 'c', Status.FAIL, Severity.WARN, 'r')"),
+        (3, "Finding('x', 'c', Status.OK, Level.DRAIN_NOW, 'r')")]
+
+
+def test_the_finding_helpers_derive_the_status_and_refuse_a_fail_that_only_warns():
+    import pytest
+
+    from rsc_health.checks import _finding as mk
+
+    made = [mk.ok("f", "c"), mk.warn("f", "c", "w", "r"),
+            mk.fail("f", "c", Severity.DRAIN_NOW, "d", "r", repair=False),
+            mk.fail("f", "c", Severity.DRAIN_AFTER_JOB, "d", "r", repair=True),
+            mk.checker_error("f", "c", "r")]
+    assert [f.status for f in made] == [Status.OK, Status.WARN, Status.FAIL, Status.FAIL,
+                                        Status.ERROR]
+    assert all(f.level.status is f.status for f in made)
+    with pytest.raises(ValueError):
+        mk.fail("f", "c", Severity.WARN, "w", "r", repair=False)
