@@ -184,9 +184,11 @@ def mismatched_findings(source: str) -> list[tuple[int, str]]:
     found = []
     for node in ast.walk(ast.parse(source)):
         if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
-                and node.func.id == "Finding" and len(node.args) >= 4):
+                and node.func.id == "Finding"):
             continue
-        status, severity = node.args[2], node.args[3]
+        given = {k.arg: k.value for k in node.keywords}
+        status = node.args[2] if len(node.args) > 2 else given.get("status")
+        severity = node.args[3] if len(node.args) > 3 else given.get("severity")
         if not (isinstance(status, ast.Attribute) and isinstance(status.value, ast.Name)
                 and status.value.id == "Status" and isinstance(severity, ast.Attribute)
                 and isinstance(severity.value, ast.Name)
@@ -205,9 +207,12 @@ def test_every_finding_the_product_makes_says_the_status_its_level_derives():
     assert found == [], "\n".join(found)
     assert mismatched_findings('Finding("x", "c", Status.FAIL, Severity.WARN, "r")\n'
                                'Finding("x", "c", Status.ERROR, Severity.NONE, "r")\n'
-                               'Finding("x", "c", Status.OK, Level.DRAIN_NOW, "r")\n') == [
+                               'Finding("x", "c", Status.OK, Level.DRAIN_NOW, "r")\n'
+                               'Finding(family="x", component="c", status=Status.WARN,\n'
+                               '        severity=Severity.DRAIN_NOW, reason="r")\n') == [
         (1, "Finding('x', 'c', Status.FAIL, Severity.WARN, 'r')"),
-        (3, "Finding('x', 'c', Status.OK, Level.DRAIN_NOW, 'r')")]
+        (3, "Finding('x', 'c', Status.OK, Level.DRAIN_NOW, 'r')"),
+        (4, "Finding(family='x', component='c', status=Status.WARN, severity=Severity.DRAIN_N")]
 
 
 def test_the_finding_helpers_derive_the_status_and_refuse_a_fail_that_only_warns():
