@@ -57,6 +57,8 @@ LAZY_COMMANDS: dict[str, str] = {
     # fleet simulator and the demo
     "sim": "sim:sim",
     "demo": "demo:demo",
+    # deployment: systemd units rendered for the venv this healthctl runs from
+    "install-units": "deploy:install_units",
 }
 
 

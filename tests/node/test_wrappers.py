@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +32,9 @@ def env(tmp_path):
         "PYTHONPATH": str(REPO), "RSC_HEALTH_DEFAULTS": str(defaults),
         "RSC_HEALTH_ROOT": str(root), "RSC_HEALTH_CONFIG": str(root / "config.toml"),
         "SLURMD_NODENAME": "node01", "SLURM_JOB_ID": "77",
-        "RSC_HEALTH_PYTHON": os.environ.get("RSC_HEALTH_TEST_PYTHON", "python3"),
+        # The Python running the tests (scripts/test: the checkout's venv), not a bare
+        # `python3` on PATH, which is the machine's and need not have click.
+        "RSC_HEALTH_PYTHON": os.environ.get("RSC_HEALTH_TEST_PYTHON", sys.executable),
     }
 
 

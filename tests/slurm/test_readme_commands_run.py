@@ -108,7 +108,10 @@ def site(tmp_path_factory):
 def localise(line: str, site: dict, ticket: str | None) -> list[str]:
     tmp, root = site["tmp"], site["root"]
     subs = [
-        ("--db postgresql+psycopg://rsc@dbhost/rsc_health", f"--db {site['pg']}"),
+        ("--db postgresql+psycopg://rsc_health@dbhost/rsc_health", f"--db {site['pg']}"),
+        # Rendered for this checkout, into a temp directory, never the machine's systemd.
+        ("install-units manager --from .",
+         f"install-units manager --from {REPO} --dest {tmp}/units"),
         ("--db sqlite:////var/lib/rsc_health/history.db", f"--db sqlite:///{tmp}/fresh.db"),
         ("/var/lib/node_exporter/textfile_collector/", f"{tmp}/textfile/"),
         ("/var/lib/rsc_health/spool", f"{root}/var/lib/rsc_health/spool"),

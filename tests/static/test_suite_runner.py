@@ -9,15 +9,17 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+# pytest from the checkout's venv (scripts/install makes it), never the machine's python3.
+EXEC = 'exec "$venv/bin/python" -m pytest '
 
 
 def pytest_options() -> list[str]:
     """The options scripts/test gives pytest (its exec line, before "$@")."""
     for line in (REPO / "scripts" / "test").read_text().splitlines():
-        if line.startswith("exec python3 -m pytest "):
-            words = shlex.split(line.removeprefix("exec python3 -m pytest "))
+        if line.startswith(EXEC):
+            words = shlex.split(line.removeprefix(EXEC))
             return [w for w in words if w != "$@"]
-    raise AssertionError("scripts/test has no `exec python3 -m pytest` line")
+    raise AssertionError(f"scripts/test has no `{EXEC}` line")
 
 
 def run(tmp_path: Path, *args: str) -> int:
