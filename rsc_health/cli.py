@@ -52,6 +52,8 @@ LAZY_COMMANDS: dict[str, str] = {
     # qualification against peers before return to service
     "qualify": "qualify:qualify",
     "tune-lemons": "lemons:tune_lemons",
+    # the suspect tier: slow nodes kept from big jobs, short of a drain
+    "suspects": "suspects:suspects",
     # the nightly report
     "report": "report:report",
     # fleet simulator and the demo
@@ -114,7 +116,7 @@ class AppContext:
 # have no progress of their own (report, demo, sim and spool flush draw their own).
 SPINNER_COMMANDS = frozenset({
     "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "gpus", "ingest", "lemons",
-    "metrics", "mttf", "node", "outcomes", "reliability", "rolling", "status", "ticket",
+    "metrics", "mttf", "node", "outcomes", "reliability", "rolling", "status", "suspects", "ticket",
     "tune-lemons",
 })
 

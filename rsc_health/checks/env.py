@@ -13,13 +13,13 @@ from typing import Any
 class CollectEnv:
     """What a collector may need beyond the root: the config; the time.monotonic() by which
     it must have returned (None: no stage budget, e.g. `healthctl check`); and for the run's
-    own bookkeeping the state being filled (errors, probes asked and hung), the XID cursor,
-    the probes on record as hanging and the statvfs timeout."""
+    own bookkeeping the state being filled (errors, probes asked and hung), the kernel-log
+    cursors by family (xid, sxid), the probes on record as hanging and the statvfs timeout."""
 
     cfg: Any
     deadline: float | None = None
     state: Any = None
-    xid_cursor: dict | None = None
+    cursors: dict = field(default_factory=dict)
     hangs_before: dict = field(default_factory=dict)
     probe_timeout_s: float | None = None
 

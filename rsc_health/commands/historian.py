@@ -346,6 +346,25 @@ def ingest_gpus(ctx: click.Context, path: str, as_json: bool) -> None:
     _print_report(report, as_json)
 
 
+@ingest.command("steps")
+@click.argument("path")
+@json_option
+@click.pass_context
+def ingest_steps(ctx: click.Context, path: str, as_json: bool) -> None:
+    """Per-rank step times jobs wrote: a JSON-lines drop file, NVRx straggler reports, or a
+    directory of them ('-': stdin). Fail-slow evidence (docs/failslow.md): it can make a node
+    a suspect, never drain it."""
+    from rsc_health.historian.ingest import steps
+
+    limits = steps.Limits.from_config(ctx.obj.config)
+    with _historian(ctx, steps.StepsError) as engine:
+        if path == "-":
+            report = steps.ingest_stream(engine, sys.stdin.buffer, limits)
+        else:
+            report = steps.ingest_path(engine, path, limits)
+    _print_report(report, as_json)
+
+
 # -- tickets ----------------------------------------------------------------------------------
 
 
