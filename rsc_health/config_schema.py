@@ -13,11 +13,11 @@ Standard library only: the prolog validates its config on every job start.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rsc_health.model import FINDING_SEVERITIES, Level
+from rsc_health.record import dataclass, field
 
 
 class ConfigError(Exception):
@@ -153,7 +153,7 @@ def _is_duration(key: str) -> bool:
 def infer(value: Any, dotted: str) -> Spec:
     if dotted in EXPLICIT:
         return EXPLICIT[dotted]
-    if isinstance(value, list | dict) and not value and dotted in family_types():
+    if isinstance(value, (list, dict)) and not value and dotted in family_types():
         return family_types()[dotted]
     if isinstance(value, bool):
         return Spec("bool")

@@ -5,8 +5,9 @@ file can name it without importing the registry that imports the family
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
+
+from rsc_health.record import dataclass, field
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from rsc_health.record import dataclass
 
 if TYPE_CHECKING:
     from rsc_health.config import Config

@@ -16,7 +16,6 @@ import stat
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,6 +25,7 @@ from rsc_health.collect.sysfs import read_bounded
 from rsc_health.durable import remove, write_atomic
 from rsc_health.model import Finding, Level, Verdict, utcnow
 from rsc_health.node.sinks import log
+from rsc_health.record import dataclass
 
 if TYPE_CHECKING:
     from rsc_health.config import Config

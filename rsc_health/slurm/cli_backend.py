@@ -11,9 +11,10 @@ import os
 import re
 import subprocess
 import time
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from rsc_health.compat import UTC
 from rsc_health.slurm.api import (
     JobGone,
     JobInfo,

@@ -37,6 +37,10 @@ NODE_PATH_MODULES = {
     "rsc_health", "rsc_health.nodepath", "rsc_health.node", "rsc_health.node.stage",
     "rsc_health.node.store", "rsc_health.node.sinks", "rsc_health.node.exits",
     "rsc_health.node.act", "rsc_health.config", "rsc_health.config_schema",
+    "rsc_health.compat",  # what 3.11 gives, on the 3.9 and 3.10 that nodes ship
+    "rsc_health.record",  # dataclasses without importing them (inspect, ast, dis, tokenize)
+    "rsc_health.lazyre",  # patterns compiled when first used
+    "rsc_health._packaged",  # the packaged TOML files, parsed at build time
     "rsc_health.model", "rsc_health.policy", "rsc_health.spool", "rsc_health.durable",
     "rsc_health.engine", "rsc_health.xid",
     "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
@@ -55,6 +59,7 @@ NOT_ON_A_HEALTHY_PROLOG = {
     "subprocess", "socket", "logging", "traceback", "random", "tempfile", "shutil", "hashlib",
     "uuid", "difflib", "argparse", "csv", "sqlite3", "decimal", "email", "http", "urllib.request",
     "syslog", "zoneinfo", "zipfile", "tarfile", "gzip", "platform", "getpass", "pprint",
+    "dataclasses", "inspect", "ast", "dis", "tokenize",  # rsc_health.record says why
 }
 
 
