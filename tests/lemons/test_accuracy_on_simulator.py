@@ -13,7 +13,7 @@ together.
 
 from __future__ import annotations
 
-from rsc_health.historian.lemons.tune import labelled_from_sim, score
+from rsc_health.sim.tune import labelled_from_sim, score
 from rsc_health.historian.lemons.verdicts import LemonRules
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rsc_health.historian.lemons.tune import Labelled, choose, run_grid, score
+from rsc_health.sim.tune import Labelled, choose, run_grid, score
 from rsc_health.historian.lemons.verdicts import LemonRules
 
 
