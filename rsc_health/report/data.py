@@ -51,16 +51,6 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "qualified": ("node", "tier", "verdict", "ended", "reason", "job_id"),
 }
 
-# The paper's seven signals (Fig. 11), in the paper's order.
-PAPER_FEATURES: tuple[str, ...] = (
-    "excl_jobid_count",
-    "xid_cnt",
-    "tickets",
-    "out_count",
-    "multi_node_node_fails",
-    "single_node_node_fails",
-    "single_node_node_failure_rate",
-)
 
 
 class SectionEmpty(Exception):
