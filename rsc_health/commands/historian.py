@@ -6,7 +6,7 @@ import io
 import json
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -163,6 +163,19 @@ def ingest() -> None:
     """Load Slurm accounting, node events and health results into the historian."""
 
 
+def _load(ctx: click.Context, path: str, as_json: bool, from_lines: Callable,
+          from_file: Callable, *errors: type[Exception], csv: bool = False) -> None:
+    """One source's `--file PATH` (or `-`: standard input) through its loader, and the load's
+    report printed. `csv`: standard input's line endings untranslated, as the csv module
+    wants (newline="")."""
+    with _historian(ctx, *errors) as engine:
+        if path == "-":
+            report = from_lines(engine, _stdin_text(newline="" if csv else None))
+        else:
+            report = from_file(engine, path)
+    _print_report(report, as_json)
+
+
 def _stdin_text(newline: str | None = None) -> io.TextIOWrapper:
     """Standard input as text for `--file -`: UTF-8, bytes that are not replaced (a reason or
     a node name is a person's text)."""
@@ -286,12 +299,7 @@ def ingest_checks(ctx: click.Context, path: str, as_json: bool) -> None:
     """Health results from JSON Lines (time, node, check, status, severity, ...)."""
     from rsc_health.historian.ingest import checks
 
-    with _historian(ctx) as engine:
-        if path == "-":
-            report = checks.ingest_lines(engine, sys.stdin)
-        else:
-            report = checks.ingest_file(engine, path)
-    _print_report(report, as_json)
+    _load(ctx, path, as_json, checks.ingest_lines, checks.ingest_file)
 
 
 @ingest.command("exclusions")
@@ -302,12 +310,7 @@ def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
     """Nodes jobs excluded, from JSON Lines (job_id, node, time): the simulator's export."""
     from rsc_health.historian.ingest import exclusions
 
-    with _historian(ctx) as engine:
-        if path == "-":
-            report = exclusions.ingest_lines(engine, _stdin_text())
-        else:
-            report = exclusions.ingest_file(engine, path)
-    _print_report(report, as_json)
+    _load(ctx, path, as_json, exclusions.ingest_lines, exclusions.ingest_file)
 
 
 @ingest.command("inventory")
@@ -320,12 +323,8 @@ def ingest_inventory(ctx: click.Context, path: str, as_json: bool) -> None:
     with its cluster and partition. Node-days and the lemons' peer groups come from it."""
     from rsc_health.historian.ingest import inventory
 
-    with _historian(ctx, inventory.InventoryError) as engine:
-        if path == "-":
-            report = inventory.import_lines(engine, _stdin_text(newline=""))
-        else:
-            report = inventory.import_csv(engine, path)
-    _print_report(report, as_json)
+    _load(ctx, path, as_json, inventory.import_lines, inventory.import_csv,
+          inventory.InventoryError, csv=True)
 
 
 @ingest.command("gpus")
@@ -338,12 +337,8 @@ def ingest_gpus(ctx: click.Context, path: str, as_json: bool) -> None:
     moves (`healthctl gpus`), and the node it left is not blamed for them."""
     from rsc_health.historian.ingest import inventory
 
-    with _historian(ctx, inventory.InventoryError) as engine:
-        if path == "-":
-            report = inventory.import_gpu_lines(engine, _stdin_text(newline=""))
-        else:
-            report = inventory.import_gpus_csv(engine, path)
-    _print_report(report, as_json)
+    _load(ctx, path, as_json, inventory.import_gpu_lines, inventory.import_gpus_csv,
+          inventory.InventoryError, csv=True)
 
 
 # -- tickets ----------------------------------------------------------------------------------
@@ -420,12 +415,8 @@ def ticket_import(ctx: click.Context, path: str, as_json: bool) -> None:
     """Import tickets from CSV with columns node,opened,closed,reason."""
     from rsc_health.historian.ingest import tickets
 
-    with _historian(ctx, tickets.TicketError) as engine:
-        if path == "-":  # csv wants the line endings untranslated (newline="")
-            report = tickets.import_lines(engine, _stdin_text(newline=""))
-        else:
-            report = tickets.import_csv(engine, path)
-    _print_report(report, as_json)
+    _load(ctx, path, as_json, tickets.import_lines, tickets.import_csv, tickets.TicketError,
+          csv=True)
 
 
 # -- spool ------------------------------------------------------------------------------------
