@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import stat
@@ -291,54 +292,37 @@ def ingest_reservations(
     _print_report(report, as_json)
 
 
-@ingest.command("checks")
-@click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines ('-').")
-@json_option
-@click.pass_context
-def ingest_checks(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Health results from JSON Lines (time, node, check, status, severity, ...)."""
-    from rsc_health.historian.ingest import checks
-
-    _load(ctx, path, as_json, checks.ingest_lines, checks.ingest_file)
-
-
-@ingest.command("exclusions")
-@click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines ('-').")
-@json_option
-@click.pass_context
-def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Nodes jobs excluded, from JSON Lines (job_id, node, time): the simulator's export."""
-    from rsc_health.historian.ingest import exclusions
-
-    _load(ctx, path, as_json, exclusions.ingest_lines, exclusions.ingest_file)
+# The sources read from a file (or `-`, standard input) by one loader each: command name, the
+# --file help, the command's help, and the loader in rsc_health.historian.ingest.
+def _file_source(group: click.Group, name: str, file_help: str, doc: str, module: str,
+                 from_lines: str, from_file: str, error: str | None = None,
+                 csv: bool = False) -> None:
+    @group.command(name, help=doc)
+    @click.option("--file", "path", required=True, callback=_file_or_none, help=file_help)
+    @json_option
+    @click.pass_context
+    def load(ctx: click.Context, path: str, as_json: bool) -> None:
+        loader = importlib.import_module(f"rsc_health.historian.ingest.{module}")
+        errors = (getattr(loader, error),) if error else ()
+        _load(ctx, path, as_json, getattr(loader, from_lines), getattr(loader, from_file),
+              *errors, csv=csv)
 
 
-@ingest.command("inventory")
-@click.option("--file", "path", required=True, callback=_file_or_none,
-              help="CSV with node,cluster,partition,from,to ('-').")
-@json_option
-@click.pass_context
-def ingest_inventory(ctx: click.Context, path: str, as_json: bool) -> None:
-    """The fleet the historian had: each node's in-service intervals (to empty: in service),
-    with its cluster and partition. Node-days and the lemons' peer groups come from it."""
-    from rsc_health.historian.ingest import inventory
-
-    _load(ctx, path, as_json, inventory.import_lines, inventory.import_csv,
-          inventory.InventoryError, csv=True)
-
-
-@ingest.command("gpus")
-@click.option("--file", "path", required=True, callback=_file_or_none,
-              help="CSV with serial,node,slot,from,to ('-').")
-@json_option
-@click.pass_context
-def ingest_gpus(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Each GPU's intervals in a node by serial (or UUID): failures follow the GPU when it
-    moves (`healthctl gpus`), and the node it left is not blamed for them."""
-    from rsc_health.historian.ingest import inventory
-
-    _load(ctx, path, as_json, inventory.import_gpu_lines, inventory.import_gpus_csv,
-          inventory.InventoryError, csv=True)
+_file_source(ingest, "checks", "JSON Lines ('-').",
+             "Health results from JSON Lines (time, node, check, status, severity, ...).",
+             "checks", "ingest_lines", "ingest_file")
+_file_source(ingest, "exclusions", "JSON Lines ('-').",
+             "Nodes jobs excluded, from JSON Lines (job_id, node, time): the simulator's export.",
+             "exclusions", "ingest_lines", "ingest_file")
+_file_source(ingest, "inventory", "CSV with node,cluster,partition,from,to ('-').",
+             "The fleet the historian had: each node's in-service intervals (to empty: in "
+             "service), with its cluster and partition. Node-days and the lemons' peer groups "
+             "come from it.",
+             "inventory", "import_lines", "import_csv", "InventoryError", csv=True)
+_file_source(ingest, "gpus", "CSV with serial,node,slot,from,to ('-').",
+             "Each GPU's intervals in a node by serial (or UUID): failures follow the GPU when "
+             "it moves (`healthctl gpus`), and the node it left is not blamed for them.",
+             "inventory", "import_gpu_lines", "import_gpus_csv", "InventoryError", csv=True)
 
 
 # -- tickets ----------------------------------------------------------------------------------
@@ -406,17 +390,9 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
         echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
 
 
-@ticket.command("import")
-@click.option("--file", "path", required=True, callback=_file_or_none,
-              help="CSV export ('-').")
-@json_option
-@click.pass_context
-def ticket_import(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Import tickets from CSV with columns node,opened,closed,reason."""
-    from rsc_health.historian.ingest import tickets
-
-    _load(ctx, path, as_json, tickets.import_lines, tickets.import_csv, tickets.TicketError,
-          csv=True)
+_file_source(ticket, "import", "CSV export ('-').",
+             "Import tickets from CSV with columns node,opened,closed,reason.",
+             "tickets", "import_lines", "import_csv", "TicketError", csv=True)
 
 
 # -- spool ------------------------------------------------------------------------------------
