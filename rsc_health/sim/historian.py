@@ -60,9 +60,13 @@ def ingest_fleet(engine: Engine, sim_dir: Path, *,
     from rsc_health.historian.ingest.delivery import deliver
 
     sim_dir = Path(sim_dir)
-    sacct_args = {} if gpus_per_node is None else {"gpus_per_node": gpus_per_node}
+    def ingest_sacct(path: Path) -> object:
+        if gpus_per_node is None:
+            return sacct.ingest_text(engine, path)
+        return sacct.ingest_text(engine, path, gpus_per_node=gpus_per_node)
+
     steps: list[tuple[str, Callable[[Path], object]]] = [
-        ("sacct.txt", lambda p: sacct.ingest_text(engine, p, **sacct_args)),
+        ("sacct.txt", ingest_sacct),
         ("events.txt", lambda p: events.ingest_file(engine, p)),
         ("checks.jsonl", lambda p: checks.ingest_file(engine, p)),
         ("exclusions.jsonl", lambda p: exclusions.ingest_file(engine, p)),
