@@ -726,12 +726,27 @@ def _hung_probes(findings: list[Finding]) -> dict[str, str]:
 def _heartbeat(stage: Stage, node: str, now, level: Level, findings: list[Finding],
                duration_s: float) -> dict:
     hung = _hung_probes(findings)
+    gpus = _gpu_bus_ids(findings)
     return spool.record(
         "heartbeat", node, now, source=stage.name, level=level.name.lower(),
         checker_errors=sum(f.status is Status.ERROR for f in findings),
         duration_s=round(duration_s, 3), families=_family_status(findings), version=VERSION,
-        **({"hung": hung} if hung else {}),
+        **({"hung": hung} if hung else {}), **({"gpus": gpus} if gpus else {}),
     )
+
+
+def _gpu_bus_ids(findings: list[Finding]) -> dict[str, str]:
+    """{"1": "00000000:1A:00.0"}: the bus id of each GPU index NVML answered for this run
+    (the gpu family's per-GPU findings carry it), so the historian names a GPU one way
+    (rsc_health.gpuname) whichever half a finding knew."""
+    out: dict[str, str] = {}
+    for f in findings:
+        # checks.gpu names each GPU gpu_name(index) = "gpuN" (parsed here rather than by
+        # rsc_health.gpuname: one module less on every job start).
+        if (f.family == "gpu" and isinstance(f.data, dict) and f.data.get("bus_id")
+                and f.component.startswith("gpu") and f.component[3:].isdigit()):
+            out[f.component[3:]] = str(f.data["bus_id"])[:32]
+    return out
 
 
 STATUS_VALUE = {"ok": 0, "warn": 1, "fail": 2, "error": 3}

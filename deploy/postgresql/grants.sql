@@ -22,6 +22,8 @@ BEGIN;
 --                     and opens new ones (keyed by the spool record's id: no sequence).
 --   check_days, node_runs, heartbeat_days
 --                     daily rollups and heartbeats: read, insert, update.
+--   gpu_names         each GPU's index and bus id as the node's heartbeat last said them
+--                     (one GPU name everywhere): read, insert, update.
 --   node_actions, job_exclusions
 --                     keyed inserts (ON CONFLICT (key) DO NOTHING): INSERT, and SELECT on the
 --                     key columns alone, which PostgreSQL asks of an ON CONFLICT target; so a
@@ -30,7 +32,8 @@ BEGIN;
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM :"node";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM :"node";
 GRANT SELECT ON schema_version TO :"node";
-GRANT SELECT, INSERT, UPDATE ON check_results, check_days, node_runs, heartbeat_days TO :"node";
+GRANT SELECT, INSERT, UPDATE ON check_results, check_days, node_runs, heartbeat_days, gpu_names
+  TO :"node";
 GRANT INSERT ON node_actions, job_exclusions TO :"node";
 GRANT SELECT (id) ON node_actions TO :"node";
 GRANT SELECT (job_id, node) ON job_exclusions TO :"node";

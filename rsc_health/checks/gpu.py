@@ -67,6 +67,9 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
     temp_max = float(gcfg.get("temperature_max_c", 87))
     for g in report.gpus:
         comp = gpu_name(g.index)
+        # Its bus id rides along (never in the component: that is the finding's identity in
+        # the historian), so the heartbeat can say which bus id each index has (gpuname).
+        bus = {"bus_id": g.pci_bus_id} if g.pci_bus_id else {}
         if g.error and not unusable(g.error):
             out.append(_could_not_ask(comp, comp, g.error))
             continue
@@ -83,7 +86,8 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
         temp = val(g.answers.get("temperature"))
         if isinstance(temp, int | float) and temp > temp_max:
             found = True
-            out.append(warn("gpu", comp, "gpu_hot", f"{comp} at {temp} C (max {temp_max:g})"))
+            out.append(warn("gpu", comp, "gpu_hot", f"{comp} at {temp} C (max {temp_max:g})",
+                            **bus))
         reasons = val(g.answers.get("throttle_reasons"))
         if isinstance(reasons, int):
             hw = [name for bit, name in HW_THROTTLE.items() if reasons & bit]
@@ -91,10 +95,10 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
                 found = True
                 out.append(
                     warn("gpu", comp, "gpu_throttle", f"{comp} throttled: {', '.join(hw)}",
-                         throttle_reasons=reasons)
+                         throttle_reasons=reasons, **bus)
                 )
         if not found:
-            out.append(ok("gpu", comp, f"{comp} {g.name or ''} ok".replace("  ", " ")))
+            out.append(ok("gpu", comp, f"{comp} {g.name or ''} ok".replace("  ", " "), **bus))
     return out
 
 

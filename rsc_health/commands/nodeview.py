@@ -31,6 +31,10 @@ def gather_node(ctx: click.Context, node: str, now: datetime) -> dict:
             doc["problems"].append(f"Slurm not consulted: {exc}")
     except ImportError as exc:  # pragma: no cover - slurm/ is part of every install
         doc["problems"].append(f"Slurm not consulted: {exc}")
+    from rsc_health.report.links import Links
+
+    # The same places the nightly report links this node to ([report] node_url/dashboard_url).
+    doc["links"] = Links.from_config(ctx.obj.config.section("report")).of(node)
     if not ctx.obj.historian_configured:
         doc["problems"].append("no historian configured: history not shown")
         return doc
@@ -64,12 +68,26 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
             actions = [dict(r._mapping) for r in conn.execute(
                 select(a.c.time, a.c.action, a.c.reason, a.c.job_id).where(a.c.node == node)
                 .order_by(desc(a.c.time)).limit(20))]
-            j, at = schema.jobs, schema.attributions
+            j, at, c = schema.jobs, schema.attributions, schema.check_results
+            # The finding each failure is blamed on (attribute.py picks it: the drain's own
+            # code, else the most severe, then the earliest), with the component it was on:
+            # which GPU an RMA is for.
             blamed = [dict(r._mapping) for r in conn.execute(
                 select(j.c.job_id, j.c.name, j.c.user, j.c.state, j.c.end, j.c.gpus,
-                       at.c.cause, at.c.code)
-                .select_from(at.join(j, at.c.job_pk == j.c.id))
+                       at.c.cause, at.c.code, c.c.component)
+                .select_from(at.join(j, at.c.job_pk == j.c.id)
+                             .outerjoin(c, c.c.id == at.c.evidence))
                 .where(at.c.node == node).order_by(desc(j.c.end)).limit(20))]
+            # One name per GPU (rsc_health.gpuname): `gpu1 (0000:1a:00.0)` whichever half
+            # a finding knew, as the nightly report names it.
+            from rsc_health.historian.gpu_names import gpu_names
+
+            names = gpu_names(conn, [node])[node]
+            for row in failing:
+                row["component"] = names.name(str(row["component"]))
+            for row in blamed:
+                if row.get("component") is not None:
+                    row["component"] = names.name(str(row["component"]))
             t = schema.tickets
             tickets = [dict(r._mapping) for r in conn.execute(
                 select(t.c.id, t.c.opened, t.c.closed, t.c.reason, t.c.source)
@@ -172,7 +190,9 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
         echo(f"  failures  {len(h['failed_jobs'])} failed job(s) blamed on it")
         for jb in h["failed_jobs"][:10]:
             echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<10} "
-                       f"{jb['gpus']:>5} GPUs  {jb['cause']} {jb['code']}")
+                       f"{jb['gpus']:>5} GPUs  {jb['cause']} {jb['code']}"
+                 + (f" on {jb['component']}" if jb.get("component") not in (None, "", "*")
+                    else ""))
         echo(f"  tickets   {len(h['tickets'])}")
         for t in h["tickets"][:5]:
             echo(f"    #{t['id']} {t['source']} opened {_fmt(t['opened'])} "
@@ -187,5 +207,9 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
             echo(f"    {_fmt(r['ended'])}  {r['tier']:<5} {r['verdict'].upper():<12} "
                  + (r["reason"][:160] if r["reason"] else f"{len(r['results'])} metric(s) "
                     "within their peers") + (f" ({len(failed)} not passed)" if failed else ""))
+    links = doc.get("links") or {}
+    for label, key in (("node page", "node_url"), ("dashboard", "dashboard_url")):
+        if links.get(key):
+            echo(f"  {label:<9} {links[key]}")
     for p in doc["problems"]:
         echo(f"  note      {p}")

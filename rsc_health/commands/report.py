@@ -29,6 +29,7 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
     """
     from rsc_health.historian import db as hdb
     from rsc_health.report.gather import GatherOptions, gather
+    from rsc_health.report.links import Links
     from rsc_health.report.render import write_report
 
     cfg = ctx.obj.config
@@ -66,7 +67,7 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
             data = gather(engine, moment, options, progress=step)
             try:
                 written = write_report(data, out_dir, previous=previous, embed=embed,
-                                       progress=step)
+                                       progress=step, links=Links.from_config(section))
             except OSError as exc:
                 raise click.ClickException(f"cannot write the report: {exc}") from exc
     finally:

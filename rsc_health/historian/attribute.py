@@ -5,9 +5,14 @@ after a failing job's lifetime").
 Rules, in order, all pushed down to the database as INSERT ... SELECT:
 1. check:  every failing check result (status fail with a drain severity, or any non-ok XID)
    on one of the job's nodes whose interval overlaps [end - before_s, end + after_s] -> one row per
-   (job, node, check family); several causes and culprit nodes are normal.
+   (job, node, check family); several causes and culprit nodes are normal. The row names the
+   finding that caused the action: when rsc-health itself drained or requeued the node in the
+   window (a node_actions row whose reason is ours and carries a code), the check with that
+   code wins; otherwise the most severe, then the earliest (then its record id, so a rerun
+   picks the same one). Never the alphabetically smallest code: an earlier XID 48 on another
+   GPU is not the XID 79 that drained the node (issue 26).
 2. event:  a NODE_FAIL with no such check -> the job's node(s) whose own out-of-service event
-   was open at the job's end (cause `node_down`).
+   was open at the job's end (cause `node_down`; of several, the one that began last).
 3. unattributed: a NODE_FAIL with neither -> one row, cause `unattributed`, no node.
 A FAILED job without a failing check gets no row: nothing says the hardware failed (the
 paper's r_f counts only *attributed* FAILED jobs).
@@ -21,25 +26,31 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
-from sqlalchemy import Engine, and_, delete, exists, func, literal, or_, select
+from sqlalchemy import Engine, and_, case, delete, exists, func, literal, or_, select
 from sqlalchemy.sql import ColumnElement
 
 from rsc_health.config import packaged_default
 from rsc_health.historian import schema
 from rsc_health.historian.db import refresh_statistics, writer
-from rsc_health.model import Severity, Status
+from rsc_health.model import REASON_PREFIX, ActionKind, Severity, Status
+from rsc_health.policy import MODE_FOR_LEVEL
 
 # REQUEUED instances are included because rsc-health itself requeues the jobs of a node it
 # drains: the killed instance then ends REQUEUED, not FAILED, and is still an infra failure
 # when a check fired on its nodes. Without a check it stays unattributed (a user's requeue).
 FAILED_STATES = ("FAILED", "NODE_FAIL", "REQUEUED")
 DRAIN_SEVERITIES = (Severity.DRAIN_AFTER_JOB.label, Severity.DRAIN_NOW.label)
-J, JN, C, E, A = (
+# rsc-health's own actions that take a node's jobs down: the drain (now or after the job) and
+# the requeue of its jobs. Their reason is `rsc_health:<mode>:<code>:...` (policy.format_reason).
+ACTING_KINDS = (ActionKind.DRAIN_NOW.value, ActionKind.DRAIN_AFTER_JOB.value,
+                ActionKind.REQUEUE.value)
+J, JN, C, E, A, NA = (
     schema.jobs,
     schema.job_nodes,
     schema.check_results,
     schema.node_events,
     schema.attributions,
+    schema.node_actions,
 )
 
 
@@ -73,6 +84,31 @@ def failing_check() -> ColumnElement:
     )
 
 
+def severity_rank() -> ColumnElement:
+    """A check row's severity as its Severity number (the worst is the largest): the one order
+    of rsc_health.model, never the spelling of the label."""
+    return case({s.label: int(s) for s in Severity}, value=C.c.severity, else_=0)
+
+
+def acted_on(lo: ColumnElement, hi: ColumnElement) -> ColumnElement:
+    """1 when rsc-health drained or requeued the check's node inside [lo, hi] with a reason
+    carrying the check's code (`rsc_health:now:xid79:...`), else 0."""
+    carries = [
+        func.substr(NA.c.reason, 1, func.length(prefix)) == prefix
+        for prefix in (literal(f"{REASON_PREFIX}{mode}:").op("||")(C.c.code).op("||")(
+            literal(":")) for mode in sorted(MODE_FOR_LEVEL.values()))
+    ]
+    acted = exists().where(
+        NA.c.node == C.c.node,
+        NA.c.action.in_(ACTING_KINDS),
+        NA.c.time >= lo,
+        NA.c.time <= hi,
+        C.c.code != "",
+        or_(*carries),
+    )
+    return case((acted, 1), else_=0)
+
+
 @dataclass
 class AttributionReport:
     jobs: int
@@ -97,31 +133,43 @@ def attribute(
     lo = _shift(engine, J.c.end, -window.before_s)
     hi = _shift(engine, J.c.end, window.after_s)
 
-    by_check = (
+    # One row per (job, node, family): the finding that caused the action (see the module's
+    # rule 1), picked by its rank inside the group.
+    ranked = (
         select(
-            J.c.id,
-            C.c.node,
-            C.c.check,
-            func.min(C.c.code),
-            func.min(C.c.id),
-            literal("check"),
+            J.c.id.label("job_pk"),
+            C.c.node.label("node"),
+            C.c.check.label("cause"),
+            C.c.code.label("code"),
+            C.c.id.label("evidence"),
+            func.row_number().over(
+                partition_by=(J.c.id, C.c.node, C.c.check),
+                order_by=(acted_on(lo, hi).desc(), severity_rank().desc(), C.c.time, C.c.id),
+            ).label("rank"),
         )
         .select_from(J.join(JN, JN.c.job_pk == J.c.id))
         # Intervals (version 5): a failing state that began before the window and was still
         # seen inside it counts, as the per-sweep rows it replaces did.
         .join(C, and_(C.c.node == JN.c.node, C.c.time <= hi, C.c.last_seen >= lo))
         .where(J.c.id.in_(targets), failing_check())
-        .group_by(J.c.id, C.c.node, C.c.check)
+        .subquery()
     )
+    by_check = select(
+        ranked.c.job_pk, ranked.c.node, ranked.c.cause, ranked.c.code, ranked.c.evidence,
+        literal("check"),
+    ).where(ranked.c.rank == 1)
     has_row = exists().where(A.c.job_pk == J.c.id)
-    by_event = (
+    # The node's own outage open at the job's end; of several, the one that began last (the
+    # state it was in when the job died), never the alphabetically smallest state.
+    events = (
         select(
-            J.c.id,
-            E.c.node,
-            literal("node_down"),
-            func.min(E.c.state),
-            func.min(E.c.id),
-            literal("event"),
+            J.c.id.label("job_pk"),
+            E.c.node.label("node"),
+            E.c.state.label("state"),
+            E.c.id.label("evidence"),
+            func.row_number().over(
+                partition_by=(J.c.id, E.c.node), order_by=(E.c.start.desc(), E.c.id.desc()),
+            ).label("rank"),
         )
         .select_from(J.join(JN, JN.c.job_pk == J.c.id))
         .join(
@@ -133,8 +181,12 @@ def attribute(
             ),
         )
         .where(J.c.id.in_(targets), J.c.state == "NODE_FAIL", ~has_row)
-        .group_by(J.c.id, E.c.node)
+        .subquery()
     )
+    by_event = select(
+        events.c.job_pk, events.c.node, literal("node_down"), events.c.state, events.c.evidence,
+        literal("event"),
+    ).where(events.c.rank == 1)
     unattributed = select(
         J.c.id,
         literal(None),

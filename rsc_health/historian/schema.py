@@ -26,8 +26,9 @@ from sqlalchemy import (
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
 # compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
-# qualification runs and results (0008).
-SCHEMA_VERSION = 8
+# qualification runs and results (0008); 9-11: reserved (telemetry, suspects, step times);
+# 12: gpu_names, the bus id of each node's GPU index (0012).
+SCHEMA_VERSION = 12
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -324,4 +325,17 @@ schema_version = Table(
     "schema_version",
     metadata,
     Column("version", Integer, primary_key=True),
+)
+
+
+# Version 12: the bus id of each GPU index, per node, as the node's latest heartbeat said it
+# (rsc_health.gpuname): findings name a GPU by one half (gpu1, or 0000:1a:00 when NVML could
+# not map it); the report and `healthctl node` show both halves, `gpu1 (0000:1a:00.0)`.
+gpu_names = Table(
+    "gpu_names",
+    metadata,
+    Column("node", String(128), primary_key=True),
+    Column("idx", Integer, primary_key=True, autoincrement=False),
+    Column("bus_id", String(32), nullable=False),
+    Column("last_seen", DateTime, nullable=False),
 )

@@ -32,7 +32,8 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "features": ("node",),
     # Today's lemon candidates: evidence is a list of short human-readable strings.
     "lemons": ("node", "rules", "evidence"),
-    # What rsc-health did in Slurm over the last day (node_actions).
+    # What rsc-health did in Slurm over the last day (node_actions); gather folds repeats into
+    # intervals (report.fleet.fold_repeats: time is the first, last_seen and count added).
     "actions": ("time", "node", "action", "reason", "job_id"),
     # The headline r_f (per 1000 node-days, with its interval): the latest 7 days, the 7 before
     # them, and the metrics window; one row per period.
@@ -46,6 +47,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     "xids": ("node", "gpu", "intervals", "codes", "last_seen"),
     # The newest row of each input, so a stopped ingest is obvious.
     "freshness": ("input", "newest", "age_hours", "stale", "note"),
+    # Findings open now (check intervals not closed), most severe first: a young fleet's faults.
+    "open_findings": ("node", "check", "component", "severity", "code", "since", "reason"),
+    # Node events that began in the lemon window, per node, most first.
+    "node_events": ("node", "events", "down", "last_start", "last_state", "last_reason"),
     # Qualification runs of the last day (rsc_health/qualify), newest first: passed, failed and
     # why, or inconclusive and why.
     "qualified": ("node", "tier", "verdict", "ended", "reason", "job_id"),
@@ -88,6 +93,8 @@ class ReportData:
     xids: pd.DataFrame = _frame("xids")
     freshness: pd.DataFrame = _frame("freshness")
     qualified: pd.DataFrame = _frame("qualified")
+    open_findings: pd.DataFrame = _frame("open_findings")
+    node_events: pd.DataFrame = _frame("node_events")
     # The mass-drain guard's state: {"state": "armed|tripped|...", "detail": "..."}.
     guard: dict[str, Any] = field(default_factory=dict)
     # Why a section is empty when it is (e.g. "metrics module unavailable"): section -> text.

@@ -23,6 +23,7 @@ from rsc_health.historian.db import refresh_statistics
 from rsc_health.historian.schema import node_actions
 from rsc_health.model import DRAIN_KINDS, ActionKind
 from rsc_health.report.data import COLUMNS, ReportData, SectionEmpty, empty_frame
+from rsc_health.report.fleet import fold_repeats
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,7 @@ class GatherOptions:
     # how far back "days listed" looks (one lemon evaluation a day)
     listed_days_max: int = packaged_default("report.listed_days_max")
     previous: Mapping[str, Any] | None = None  # last night's report.json: days listed carry on
+    fleet_rows: int = packaged_default("report.fleet_rows")  # open findings, events per node
 
     @classmethod
     def from_config(
@@ -83,6 +85,7 @@ class GatherOptions:
             sacct_stale_hours=float(report["sacct_stale_hours"]),
             xid_top=int(report["xid_top"]),
             listed_days_max=int(report["listed_days_max"]),
+            fleet_rows=int(report["fleet_rows"]),
         )
 
 
@@ -426,6 +429,8 @@ def gather(
     if got is not None:
         data.xids = got
 
+    young_fleet(engine, as_of, opts, step, data)
+
     lemon_cfg = _lemon_settings(opts.lemon)
 
     def features(when: datetime = as_of):
@@ -483,6 +488,22 @@ def gather(
     got = step("actions", "recent actions",
                lambda: recent_actions(engine, as_of, opts.actions_hours))
     if got is not None:
-        data.actions = got
         data.guard = guard_state(got, opts.actions_hours)
+        data.actions = fold_repeats(got)  # every sweep's "would drain": one interval
     return data
+
+
+def young_fleet(engine: Engine, as_of: datetime, opts: GatherOptions, step: Callable,
+                data: ReportData) -> None:
+    """What needs no finished job: the findings open now and the node events per node, so a
+    cluster with no job over the large-job size yet has more to read than "-"."""
+    from rsc_health.report import fleet
+
+    got = step("open_findings", "findings open now",
+               lambda: fleet.open_findings(engine, as_of, opts.fleet_rows))
+    if got is not None:
+        data.open_findings = got
+    got = step("node_events", "node events per node",
+               lambda: fleet.events_per_node(engine, as_of, opts.window_days, opts.fleet_rows))
+    if got is not None:
+        data.node_events = got

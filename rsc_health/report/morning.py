@@ -28,7 +28,8 @@ HOUR_S = 3600.0
 # node_actions words that take a node out of service ("drain": lemon drains written before
 # ActionKind existed) and the one that brings it back. would_drain (shadow mode) changes nothing.
 OUT_ACTIONS = tuple(sorted(k.value for k in DRAIN_KINDS)) + ("drain",)
-BACK_ACTIONS = (ActionKind.RESUME.value,)
+# A qualification pass resumes the node into service too (the reservation goes).
+BACK_ACTIONS = (ActionKind.RESUME.value, ActionKind.QUALIFY_RELEASE.value)
 
 
 def _hours(now: datetime, then: datetime | None) -> float:
@@ -115,13 +116,17 @@ def rate_change(rates: pd.DataFrame) -> RateChange | None:
 
 
 def out_of_service(engine: Engine, as_of: datetime, lookback_days: float = 30) -> pd.DataFrame:
-    """Nodes out of service at `as_of`, newest outage first.
+    """Nodes out of service at `as_of`, newest outage first: Slurm's node events reconciled with
+    rsc-health's own actions, which the historian has first (events come from sacctmgr on the
+    ingest timer and lag; the node spools and `healthctl drain/resume` record the actions).
 
-    A node event still open at as_of (sacctmgr's record: DOWN, DRAIN, FAIL and Slurm's reason)
-    names the state. An rsc-health drain in node_actions with no resume after it and no node
-    event closed after it counts too: events are ingested on a timer, so the latest drains may
-    not have an event yet. Drains are looked for over `lookback_days` only (an older one has its
-    event by now)."""
+    Per node, the newer of its latest open node event and its latest out/back action decides:
+    - an open event (DOWN, DRAIN, FAIL and Slurm's reason) names the state, unless rsc-health
+      resumed the node at or after the event began (`healthctl resume` 20 s ago: the event's
+      end is not ingested yet);
+    - an rsc-health drain with no later resume counts though no event shows it yet, unless an
+      event that ended after the drain says the node came back (a person resumed it).
+    Actions are looked for over `lookback_days` only (an older one has its event by now)."""
     if not (_has_rows(engine, schema.node_events) or _has_rows(engine, schema.node_actions)):
         raise SectionEmpty("no node events or rsc-health actions in the historian yet "
                        "(healthctl ingest events; the node spools' actions), so which nodes "
@@ -139,13 +144,16 @@ def out_of_service(engine: Engine, as_of: datetime, lookback_days: float = 30) -
                    a.c.action.in_(OUT_ACTIONS + BACK_ACTIONS))
             .order_by(a.c.node, a.c.time)
         ).all()
+    last: dict[str, tuple] = {}
+    for node, when, action, reason in acts:  # ordered by time: the latest wins
+        last[node] = (when, action, reason)
     out: dict[str, dict] = {}
     for node, start, state, reason in events:  # ordered by start: the latest open one wins
         out[node] = {"node": node, "state": state, "since": start, "reason": reason,
                      "source": "node event"}
-    last: dict[str, tuple] = {}
-    for node, when, action, reason in acts:
-        last[node] = (when, action, reason)
+    for node, (when, action, _reason) in last.items():
+        if action in BACK_ACTIONS and node in out and when >= out[node]["since"]:
+            del out[node]  # resumed by rsc-health since the event began: Slurm's end lags
     drained = {n: v for n, v in last.items() if v[1] in OUT_ACTIONS and n not in out}
     if drained:
         with engine.connect() as conn:
@@ -316,11 +324,17 @@ def xids_per_gpu(engine: Engine, as_of: datetime, days: float, top: int) -> pd.D
                c.c.check == "xid", c.c.status != Status.OK)
         .group_by(c.c.node, c.c.component, c.c.code)
     )
+    from rsc_health.historian.gpu_names import named
+
     with engine.connect() as conn:
         rows = pd.DataFrame(conn.execute(q).all(),
                             columns=["node", "gpu", "code", "n", "last_seen"])
-    if rows.empty:
-        return empty_frame("xids")
+        if rows.empty:
+            return empty_frame("xids")
+        # One name per GPU (gpu1 and 0000:1a:00 are the same one): then one row per GPU.
+        rows["gpu"] = named(conn, list(rows["node"]), list(rows["gpu"]))
+    rows = (rows.groupby(["node", "gpu", "code"], as_index=False)
+            .agg(n=("n", "sum"), last_seen=("last_seen", "max")))
     rows = rows.sort_values(["n", "code"], ascending=[False, True])
     out = (
         rows.groupby(["node", "gpu"], sort=False)

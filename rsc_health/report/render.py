@@ -18,6 +18,7 @@ import pandas as pd
 from rsc_health.durable import make_dirs, write_atomic
 from rsc_health.report import morning, plots
 from rsc_health.report.data import ReportData
+from rsc_health.report.links import Links
 from rsc_health.terminal import shown
 
 REPORT_JSON = "report.json"
@@ -165,7 +166,7 @@ def section_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
         row = {k: _jsonable(v) for k, v in record.items()}
         if "age_hours" in record:
             row["age"] = morning.format_age(record["age_hours"])
-        for key in ("since", "last_seen", "newest"):
+        for key in ("since", "last_seen", "newest", "last_start"):
             value = record.get(key)
             if value is pd.NaT:
                 row[key] = None
@@ -182,6 +183,20 @@ def load_previous(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def agree_with_days_listed(changes: LemonChanges, lemons: list[dict[str, Any]]) -> LemonChanges:
+    """A candidate is "new" only when nothing says it was listed before: one listed for more
+    than a day (judged by today's rules on the days before) is "still", whatever the last
+    report.json held (none, a gap, another day's). The page, summary.txt and report.json
+    then never call one candidate both "new" and "listed 7+ d"."""
+    older = {r["node"] for r in lemons if (r.get("days_listed") or 1) > 1}
+    moved = [n for n in changes.new if n in older]
+    if not moved:
+        return changes
+    return LemonChanges(new=[n for n in changes.new if n not in older],
+                        still=sorted(set(changes.still) | set(moved)), cleared=changes.cleared,
+                        previous_as_of=changes.previous_as_of)
 
 
 def diff_lemons(current: list[str], previous: dict[str, Any] | None) -> LemonChanges:
@@ -223,10 +238,39 @@ def action_rows(data: ReportData) -> list[dict[str, Any]]:
 
 
 def action_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Intervals per action (a folded row is one: every sweep's would_drain of one node and
+    reason counts once)."""
     counts: dict[str, int] = {}
     for row in rows:
         counts[str(row["action"])] = counts.get(str(row["action"]), 0) + 1
     return dict(sorted(counts.items()))
+
+
+def action_records(rows: list[dict[str, Any]]) -> dict[str, int]:
+    """Records per action before folding (a row without a count is one record)."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        counts[str(row["action"])] = counts.get(str(row["action"]), 0) + int(
+            row.get("count") or 1)
+    return dict(sorted(counts.items()))
+
+
+def meanwhile(data: ReportData) -> str:
+    """What a fleet with no r_f yet has to show instead: open findings, node events, GPUs with
+    XIDs ("" when none of them is known either)."""
+    parts = []
+    if "open_findings" not in data.notes:
+        attrs = data.open_findings.attrs
+        parts.append(f"{attrs.get('total', len(data.open_findings))} open finding(s) on "
+                     f"{attrs.get('nodes', data.open_findings['node'].nunique())} node(s)")
+    if "node_events" not in data.notes and not data.node_events.empty:
+        attrs = data.node_events.attrs
+        parts.append(f"{attrs.get('total_events', int(data.node_events['events'].sum()))} "
+                     f"node event(s) on {attrs.get('total_nodes', len(data.node_events))} "
+                     f"node(s) in {data.window_days} days")
+    if "xids" not in data.notes and not data.xids.empty:
+        parts.append(f"XIDs on {data.xids.attrs.get('total_gpus', len(data.xids))} GPU(s)")
+    return "; ".join(parts)
 
 
 def draw_figures(
@@ -253,7 +297,8 @@ def draw_figures(
 
 
 def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
-                 actions: list[dict], head: Headline | None = None) -> str:
+                 actions: list[dict], head: Headline | None = None,
+                 links: Links | None = None) -> str:
     day = data.as_of.strftime("%Y-%m-%d")
     lines = [f"rsc-health lemon report {day} ({data.window_days}-day window)"]
     if head is not None:
@@ -262,6 +307,8 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
             lines.append(f"r_f last 7 days: {rate_text(head.r_f)} per 1000 node-days{change}")
         else:
             lines.append(f"r_f last 7 days: none ({head.rates_note or 'no large-job node-days'})")
+            if meanwhile(data):
+                lines.append(f"Meanwhile: {meanwhile(data)}")
         if head.out_of_service is not None:
             lines.append(f"Out of service: {head.out_of_service} node(s)")
         if head.stopped is not None:
@@ -286,12 +333,15 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         because = (row["summary"] or "; ".join(row["evidence"]) or ", ".join(row["rules"])
                    or "no evidence recorded")
         lines.append(f"  {row['node']}{tag}: {because}")
+        if links is not None and links.node(row["node"]):
+            lines.append(f"    {links.node(row['node'])}")
     if len(lemons) > SUMMARY_MAX_LEMONS:
         lines.append(f"  ... and {len(lemons) - SUMMARY_MAX_LEMONS} more (see report.html)")
     if changes.cleared:
         lines.append(f"No longer candidates: {', '.join(changes.cleared)}")
-    counts = action_counts(actions)
-    done = ", ".join(f"{n} {a}" for a, n in counts.items()) or "none"
+    counts, records = action_counts(actions), action_records(actions)
+    done = ", ".join(f"{n} {a}" + (f" ({records[a]} records)" if records[a] > n else "")
+                     for a, n in counts.items()) or "none"
     lines.append(f"Actions in the last day: {done}")
     if data.guard:
         guard = str(data.guard.get("state", "unknown"))
@@ -299,6 +349,16 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         lines.append(f"Mass-drain guard: {guard}" + (f" ({detail})" if detail else ""))
     # Read in a terminal or a chat: the historian's text (node names, evidence) escaped.
     return "\n".join(shown(line) for line in lines) + "\n"
+
+
+def named_nodes(data: ReportData) -> list[str]:
+    nodes: set[str] = set()
+    for name in ("lemons", "out_of_service", "stale", "xids", "qualified", "actions",
+                 "open_findings", "node_events"):
+        frame = getattr(data, name)
+        if "node" in frame.columns:
+            nodes.update(str(n) for n in frame["node"].dropna())
+    return sorted(nodes)
 
 
 def _environment():
@@ -320,6 +380,7 @@ def write_report(
     previous: Path | None = None,
     embed: bool = False,
     progress: Callable[[str], None] | None = None,
+    links: Links | None = None,
 ) -> Written:
     """Render everything into `out`. `previous` is the report.json to diff against (default:
     the one already in `out`, read before it is replaced)."""
@@ -330,16 +391,18 @@ def write_report(
     prior = load_previous(previous if previous is not None else json_path)
 
     lemons = lemon_rows(data)
-    changes = diff_lemons([r["node"] for r in lemons], prior)
+    changes = agree_with_days_listed(diff_lemons([r["node"] for r in lemons], prior), lemons)
+    links = links or Links()
     actions = action_rows(data)
     figures = draw_figures(data, out, embed=embed, progress=progress)
 
     if progress:
         progress("page, summary and JSON")
     head = headline(data, lemons, changes)
-    summary = summary_text(data, lemons, changes, actions, head)
+    summary = summary_text(data, lemons, changes, actions, head, links)
     sections = {name: section_rows(getattr(data, name))
-                for name in ("out_of_service", "stale", "xids", "freshness", "qualified")}
+                for name in ("out_of_service", "stale", "xids", "freshness", "qualified",
+                             "open_findings", "node_events")}
     html = _environment().get_template("report.html").render(
         as_of=data.as_of.strftime("%Y-%m-%d %H:%M"),
         window_days=data.window_days,
@@ -354,6 +417,11 @@ def write_report(
         figures=figures,
         actions=actions,
         action_counts=action_counts(actions),
+        action_records=action_records(actions),
+        links=links,
+        meanwhile=meanwhile(data),
+        fleet_totals={"open_findings": dict(data.open_findings.attrs),
+                      "node_events": dict(data.node_events.attrs)},
         guard=data.guard,
         notes=data.notes,
         summary=summary,
@@ -371,7 +439,10 @@ def write_report(
         "headline": head.to_dict(),
         "lemons": lemons,
         **{name: _records(getattr(data, name))
-           for name in ("rates", "out_of_service", "stale", "xids", "freshness")},
+           for name in ("rates", "out_of_service", "stale", "xids", "freshness",
+                        "open_findings", "node_events")},
+        # Every node the report names, with its story and the site's pages.
+        "links": {node: links.of(node) for node in named_nodes(data)},
         "changes": {
             "previous_as_of": changes.previous_as_of,
             "new": changes.new,

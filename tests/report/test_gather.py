@@ -77,8 +77,9 @@ def test_gather_fills_sections_from_the_historian(engine, tmp_path):
 def check_gathered(engine, tmp_path) -> None:
     data = gather(engine, AS_OF, GatherOptions(metrics_days=30, lemon=LEMON_RULES))
     data.validate()
-    # 8-GPU jobs only (no r_f, no ETTR) and no heartbeats: those three sections say why.
-    assert set(data.notes) == {"ettr", "rates", "stale"}, data.notes
+    # 8-GPU jobs only (no r_f, no ETTR), no heartbeats and no node events: those four
+    # sections say why.
+    assert set(data.notes) == {"ettr", "rates", "stale", "node_events"}, data.notes
     by_state = dict(zip(data.outcomes["state"], data.outcomes["jobs"], strict=True))
     assert by_state["COMPLETED"] == 42
     assert sum(by_state.values()) == 46

@@ -34,6 +34,7 @@ from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
 from rsc_health import spool
 from rsc_health.durable import make_dirs, open_regular
+from rsc_health.gpuname import bus_id
 from rsc_health.historian import schema
 from rsc_health.historian.db import (
     HistorianFrozen,
@@ -110,6 +111,8 @@ class _Rows:
     exclusions: list[tuple] = field(default_factory=list)
     actions: list[tuple] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
+    # (node, GPU index) -> (bus id, time): the latest heartbeat's word (rsc_health.gpuname).
+    gpu_names: dict[tuple[str, int], tuple[str, datetime]] = field(default_factory=dict)
     # Per node, its latest heartbeat's word on its clock (freshness.record_runs' `clocks`).
     clocks: dict[str, Heartbeat | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
@@ -186,8 +189,23 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
             level=_text(rec, "level")[:16], checker_errors=max(0, min(errors, 2**31 - 1)),
             duration_s=duration, version=_text(rec, "version")[:32],
         ))
+        _gpu_names(rows, node, when, rec.get("gpus"))
     # job_end carries nothing the tables keep beyond the epilog's own check records.
     rows.counts[kind] = rows.counts.get(kind, 0) + 1
+
+
+def _gpu_names(rows: _Rows, node: str, when: datetime, gpus) -> None:
+    """A heartbeat's {"1": "00000000:1A:00.0"}; what is not an index and a bus id is left out
+    (an older node sends none; a garbled one costs its names, never the heartbeat)."""
+    if not isinstance(gpus, dict):
+        return
+    for index, bus in list(gpus.items())[:64]:
+        canon = bus_id(bus)
+        if canon is None or not str(index).isdigit() or int(index) > 9999:
+            continue
+        key = (node, int(index))
+        if key not in rows.gpu_names or rows.gpu_names[key][1] <= when:
+            rows.gpu_names[key] = (canon, when)
 
 
 def _skewed(rows: _Rows, rec: dict, node: str, when: datetime, received: datetime) -> None:
@@ -306,6 +324,10 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
     bulk_write(conn, schema.node_actions, ("id", "time", "node", "action", "reason", "job_id"),
                rows.actions, conflict=("id",))
     record_runs(conn, rows.heartbeats, rows.clocks)
+    bulk_write(conn, schema.gpu_names, ("node", "idx", "bus_id", "last_seen"),
+               [(node, idx, bus, db_time(when))
+                for (node, idx), (bus, when) in sorted(rows.gpu_names.items())],
+               conflict=("node", "idx"), update=("bus_id", "last_seen"))
 
 
 def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> None:
