@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rsc_health.report.data import PAPER_FEATURES, ReportData
+from rsc_health.historian.lemons.features import PAPER_FEATURES
+from rsc_health.report.data import ReportData
 from rsc_health.report.render import write_report
 
 MODES = ("infiniband", "mount", "gpu_memory", "pcie", "xid", "nvlink", "gpu", "node_down")
