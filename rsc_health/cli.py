@@ -51,6 +51,8 @@ LAZY_COMMANDS: dict[str, str] = {
     "lemons": "lemons:lemons",
     # qualification against peers before return to service
     "qualify": "qualify:qualify",
+    # the suspect tier: slow nodes kept from big jobs, short of a drain
+    "suspects": "suspects:suspects",
     # the nightly report
     "report": "report:report",
     # deployment: systemd units rendered for the venv this healthctl runs from
@@ -119,7 +121,7 @@ class AppContext:
 # have no progress of their own (report, demo, sim and spool flush draw their own).
 SPINNER_COMMANDS = frozenset({
     "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "gpus", "ingest", "lemons",
-    "metrics", "mttf", "node", "outcomes", "reliability", "rolling", "status", "ticket",
+    "metrics", "mttf", "node", "outcomes", "reliability", "rolling", "status", "suspects", "ticket",
     "tune-lemons",
 })
 

@@ -45,10 +45,17 @@ EXPLICIT: dict[str, Spec] = {
     "mounts.expected": Spec("list", Spec("table", fields={
         "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
     "report.skip": Spec("list", STR),
+    "leftover.ignore_commands": Spec("list", STR),
     "node.spool_max_mb": Spec("number"),
     "qualify.tests": Spec("map", Spec("table", fields={
         "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number")},
         required=("plugin", "command"))),
+    # A site may judge a metric of its own: any name, each with the three fields.
+    "failslow.metrics": Spec("map", Spec("table", fields={
+        "direction": STR, "min_delta": Spec("float"), "min_margin": Spec("float"),
+        "max_margin": Spec("float"),
+        "persist_sweeps": Spec("int")},
+        required=("direction",))),
 }
 # Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.
 RANGES: dict[str, tuple[float, float]] = {
@@ -80,11 +87,33 @@ RANGES: dict[str, tuple[float, float]] = {
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),
     "qualify.baseline_margin": (0, 1),
+    "leftover.min_memory_mib": (0, 16 * 2**20),
+    "fabric.timeout_s": (0, 600),
+    "dcgm.timeout_s": (0, 3600),
+    "dcgm.diag_level": (0, 4),
+    "dcgm.group": (0, 2**31),
+    "failslow.k": (0.5, 20),
+    "failslow.min_margin": (0, 1),
+    "failslow.max_margin": (0, 1),
+    "failslow.persist_sweeps": (1, 100),
+    "failslow.min_nodes": (2, 100_000),
+    "failslow.max_outlier_share": (0, 1),
+    "failslow.steps_max_line_bytes": (256, 16 * 1024 * 1024),
+    "failslow.steps_max_lines": (1, 1_000_000_000),
+    "failslow.steps_max_files": (1, 10_000_000),
+    "suspects.max_share": (0, 1),
+    "suspects.big_job_nodes": (2, 1_000_000),
+    "suspects.suspect_weight": (2, 2**32 - 2),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
     "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
+    "leftover.action": tuple(s.label for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB,
+                                               Severity.WARN)),
+    "fabric.nvswitch": ("auto", "yes", "no"),
+    "failslow.metrics.*.direction": ("low", "high"),
+    "suspects.qualify_tier": ("lite", "full", "deep"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog.

@@ -16,10 +16,12 @@ from rsc_health.config import Config, state_dir
 from rsc_health.model import Finding, Severity, Status, utcnow
 
 XID_CURSOR_FILE = "xid_cursor.json"
+SXID_CURSOR_FILE = "sxid_cursor.json"
 COUNTERS_FILE = "counters.json"
 HANGS_FILE = "probe_hangs.json"  # rsc_health.collect.hangs
-# The node-local state the checks judge against (snapshots carry it for an exact replay).
-STATE_FILES = (XID_CURSOR_FILE, COUNTERS_FILE, HANGS_FILE)
+# The node-local state the checks judge against (snapshots carry it for an exact replay);
+# every Family.cursor is among them (tests/unit/test_family_contract.py).
+STATE_FILES = (XID_CURSOR_FILE, SXID_CURSOR_FILE, COUNTERS_FILE, HANGS_FILE)
 
 
 def _checker(family: str, component: str, reason: str) -> Finding:
@@ -64,10 +66,10 @@ def _run(
     cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, sweep: bool
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
-    from rsc_health.checks import CHECKS, FAMILIES
+    from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
     from rsc_health.checks.state import collect_all
     from rsc_health.collect import counters, hangs, kmsg
-    from rsc_health.xid import CatalogError, load_catalog
+    from rsc_health.xid import CatalogError, load_catalog, load_sxid_catalog
 
     started = time.monotonic()
     findings: list[Finding] = []
@@ -77,7 +79,8 @@ def _run(
     families = [f for f in FAMILIES if not only or f in only]
 
     sdir = state_dir(cfg, root)
-    cursor = kmsg.load_cursor(sdir / XID_CURSOR_FILE)
+    cursor_files: dict[str, str] = {f: c for f in families if (c := BY_NAME[f].cursor)}
+    cursors = {f: kmsg.load_cursor(sdir / name) for f, name in cursor_files.items()}
     previous = counters.load(sdir / COUNTERS_FILE)
     previous_hangs = hangs.load(sdir / HANGS_FILE)
     if "lost" in previous:
@@ -91,8 +94,8 @@ def _run(
         timeout = max(0.05, min(timeout, budget_s * 0.5))
     # Programs a family runs (site checks) must be done by here: the rest is judging.
     deadline = started + budget_s * 0.9 if budget_s is not None else None
-    state, new_cursor = collect_all(
-        cfg, root, only=set(families), xid_cursor=cursor, previous_counters=previous,
+    state, new_cursors = collect_all(
+        cfg, root, only=set(families), cursors=cursors, previous_counters=previous,
         probe_timeout_s=timeout, deadline=deadline,
         hangs_before=hangs.current(previous_hangs, kmsg.boot_id(root)),
     )
@@ -112,25 +115,27 @@ def _run(
                                                                         **hang}))
 
     data = dict(cfg.data)
-    if "xid" in families:
-        try:
-            data["xid_catalog"] = load_catalog(cfg.get("xid.catalog_override") or None)
-        except CatalogError as exc:
-            findings.append(_checker("xid", "xid catalog", f"bad XID catalog: {exc}"))
-            families.remove("xid")
+    for family, key, load in (("xid", "xid.catalog_override", load_catalog),
+                              ("sxid", "sxid.catalog_override", load_sxid_catalog)):
+        if family in families:
+            try:
+                data[f"{family}_catalog"] = load(cfg.get(key) or None)
+            except CatalogError as exc:
+                findings.append(_checker(family, f"{family} catalog",
+                                         f"bad {family.upper()} catalog: {exc}"))
+                families.remove(family)
+                new_cursors.pop(family, None)  # nothing judged: nothing consumed
     for family in families:
         try:
             findings.extend(CHECKS[family](state, data))
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
             findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
 
-    xid_ran = "xid" in families
-
     def commit() -> list[Finding]:
         try:
-            if xid_ran:
-                # The counters' save below fsyncs the directory for both names.
-                kmsg.save_json(sdir / XID_CURSOR_FILE, new_cursor, sync_dir=False)
+            for family, cursor in new_cursors.items():
+                # The counters' save below fsyncs the directory for every name.
+                kmsg.save_json(sdir / cursor_files[family], cursor, sync_dir=False)
             # Merge: a partial run (--only) must not drop the other families' baselines.
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})

@@ -74,6 +74,20 @@ class ActionKind(enum.StrEnum):
     QUALIFY_START = "qualify_start"  # into a root-only reservation, resumed there, job sent
     QUALIFY_RELEASE = "qualify_release"  # a stored pass: reservation gone, back in service
     QUALIFY_DRAIN = "qualify_drain"  # failed or proved nothing: drained, reservation gone
+    # The suspect tier (rsc_health/suspects.py): short of a drain, never a drain.
+    SUSPECT = "suspect"  # trusted feature taken off, weight raised (or put back after a loss)
+    SUSPECT_RESTORE = "suspect_restore"  # trusted feature and weight given back
+    WOULD_SUSPECT = "would_suspect"  # shadow mode: recorded, Slurm untouched
+    SUSPECT_HELD = "suspect_held"  # over the guard's cap, or a person's drain/DOWN: left alone
+
+
+class SuspectState(enum.StrEnum):
+    """A suspect episode's state (the historian's `suspects` table, rsc_health/suspects.py)."""
+
+    SUSPECT = "suspect"  # kept away from big jobs; qualification decides
+    CLEARED = "cleared"  # a qualification pass, or a person (`healthctl suspects clear`)
+    CONFIRMED = "confirmed"  # qualification failed: drained with a ticket
+    EXPIRED = "expired"  # no evidence for [suspects] expire_after_h
 
 
 # The node_actions word lemon drains were recorded with before ActionKind existed: historians

@@ -1,4 +1,5 @@
-"""The XID catalog as data: the packaged `xid_catalog.toml` with the site override file over it."""
+"""The XID catalog as data: the packaged `xid_catalog.toml` with the site override file over it.
+The NVSwitch SXid catalog (`sxid_catalog.toml`) has the same shape and is read the same way."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 from rsc_health.model import Severity
 
 CATALOG_PATH = Path(__file__).with_name("xid_catalog.toml")
+SXID_CATALOG_PATH = Path(__file__).with_name("sxid_catalog.toml")
 ACTIONS = {
     "drain_now": Severity.DRAIN_NOW,
     "drain_after_job": Severity.DRAIN_AFTER_JOB,
@@ -35,6 +37,7 @@ class XidRule:
 @dataclass
 class Catalog:
     data: dict
+    label: str = "XID"  # "SXid" for the NVSwitch catalog
 
     def rule(
         self, xid: int, line_severity: str | None = None, recovery: str | None = None
@@ -42,7 +45,10 @@ class Catalog:
         entry = self.data.get("codes", {}).get(str(xid))
         if entry is None:
             action = self.data.get("defaults", {}).get("unknown", "warn")
-            return XidRule(ACTIONS[action], False, f"XID {xid} (not in catalog)")
+            if action not in PER_LINE:
+                return XidRule(ACTIONS[action], False, f"{self.label} {xid} (not in catalog)")
+            # An unlisted code judged by what its line says (an SXid's Fatal / Non-fatal).
+            entry = {"action": action, "name": f"{self.label} {xid} (not in catalog)"}
         action = entry.get("action", "warn")
         repair = bool(entry.get("repair", False))
         if action == "by_severity":
@@ -60,7 +66,7 @@ class Catalog:
             key = recovery if recovery in table else "unknown"
             action = table.get(key, "drain_after_job")
             repair = key in table.get("repair", ())
-        return XidRule(ACTIONS[action], repair, entry.get("name", f"XID {xid}"))
+        return XidRule(ACTIONS[action], repair, entry.get("name", f"{self.label} {xid}"))
 
     def application_codes(self) -> frozenset[int]:
         """The XIDs marked `application = true`: the program's error, never the node's."""
@@ -80,6 +86,9 @@ def _read(path: Path) -> dict:
 
 
 def _validate(data: dict, path: Path) -> None:
+    unknown = data.get("defaults", {}).get("unknown", "warn")
+    if unknown not in (*ACTIONS, *PER_LINE):
+        raise CatalogError(f"{path}: [defaults] unknown: unknown action {unknown!r}")
     for key, action in data.get("by_recovery_action", {}).items():
         if key != "repair" and action not in ACTIONS:
             raise CatalogError(f"{path}: [by_recovery_action] {key}: unknown action {action!r}")
@@ -90,13 +99,18 @@ def _validate(data: dict, path: Path) -> None:
             raise CatalogError(f"{path}: [codes.{code}] unknown action {entry.get('action')!r}")
 
 
-def load_catalog(override: str | Path | None = None) -> Catalog:
-    data = _read(CATALOG_PATH)
+def load_catalog(override: str | Path | None = None, path: Path = CATALOG_PATH,
+                 label: str = "XID") -> Catalog:
+    data = _read(path)
     if override:
         site = _read(Path(override))
         _validate(site, Path(override))
         for table in ("defaults", *PER_LINE):
             data.setdefault(table, {}).update(site.get(table, {}))
         data.setdefault("codes", {}).update(site.get("codes", {}))
-    _validate(data, CATALOG_PATH)
-    return Catalog(data)
+    _validate(data, path)
+    return Catalog(data, label)
+
+
+def load_sxid_catalog(override: str | Path | None = None) -> Catalog:
+    return load_catalog(override, SXID_CATALOG_PATH, "SXid")

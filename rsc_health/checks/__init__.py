@@ -27,20 +27,35 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rsc_health.checks import ecc, gpu, host, infiniband, mount, nvlink, pcie, remap, site, xid
+from rsc_health.checks import (
+    dcgm,
+    ecc,
+    fabric,
+    gpu,
+    host,
+    infiniband,
+    leftover,
+    mount,
+    nvlink,
+    pcie,
+    remap,
+    site,
+    sxid,
+    xid,
+)
 
 
 @dataclass(frozen=True)
 class CollectEnv:
     """What a collector may need beyond the root: the config; the time.monotonic() by which
     it must have returned (None: no stage budget, e.g. `healthctl check`); and for the run's
-    own bookkeeping the state being filled (errors, probes asked and hung), the XID cursor,
-    the probes on record as hanging and the statvfs timeout."""
+    own bookkeeping the state being filled (errors, probes asked and hung), the kernel-log
+    cursors by family (xid, sxid), the probes on record as hanging and the statvfs timeout."""
 
     cfg: Any
     deadline: float | None = None
     state: Any = None
-    xid_cursor: dict | None = None
+    cursors: dict = field(default_factory=dict)
     hangs_before: dict = field(default_factory=dict)
     probe_timeout_s: float | None = None
 
@@ -65,13 +80,23 @@ class Family:
     counters: Callable[[Any], dict[str, int]] | None = None
     capture: Callable[[Any, Any], dict] | None = None  # snapshot extras: cfg, root -> doc
     types: dict[str, Any] = field(default_factory=dict)  # key -> config_schema.Spec
+    # Its kernel-log cursor's file under the state dir (engine.STATE_FILES lists it): its
+    # collect returns a kmsg.XidRead whose cursor is saved once its findings are spooled.
+    cursor: str | None = None
+    # Its `capture` returns {"<name>_record": doc} (what it read of the live machine: programs'
+    # outcomes, processes) and `[<config>] replay_file` makes its collect judge that doc:
+    # `check --from` replays it and runs nothing of the machine replaying it.
+    replays: bool = False
 
 
 REGISTRY: tuple[Family, ...] = (
     Family("gpu", gpu.check, "gpu", nvml=True),
     # NVML maps the kernel's PCI addresses to gpuN.
     Family("xid", xid.check, "xid", nvml=True, reads_config=xid.READS_CONFIG,
-           collect=xid.collect),
+           collect=xid.collect, cursor="xid_cursor.json"),
+    # The same kernel-log sources as xid ([xid] sources), read past a cursor of its own.
+    Family("sxid", sxid.check, "sxid", reads_config=sxid.READS_CONFIG, collect=sxid.collect,
+           cursor="sxid_cursor.json"),
     Family("ecc", ecc.check, "gpu", nvml=True, counters=ecc.counters),
     Family("remap", remap.check, "gpu", nvml=True),
     Family("nvlink", nvlink.check, "gpu", nvml=True, counters=nvlink.counters),
@@ -84,6 +109,15 @@ REGISTRY: tuple[Family, ...] = (
            capture=mount.capture),
     Family("host", host.check, "host", reads=host.READS, collect=host.collect,
            counters=host.counters),
+    # NVSwitch systems: the Fabric Manager service (a bounded systemctl) and NVML's fabric state.
+    Family("fabric", fabric.check, "fabric", nvml=True, reads=fabric.READS,
+           collect=fabric.collect, capture=fabric.capture, replays=True),
+    # Processes NVML sees on the GPUs that belong to no running job (the prolog's check).
+    Family("leftover", leftover.check, "leftover", nvml=True, collect=leftover.collect,
+           capture=leftover.capture, replays=True),
+    # DCGM's verdicts (dcgmi health / diag -j), off unless [dcgm] enabled or a saved file.
+    Family("dcgm", dcgm.check, "dcgm", collect=dcgm.collect, capture=dcgm.capture,
+           replays=True),
     # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
     Family("site", site.check, "site", collect=site.collect, capture=site.capture),
 )

@@ -42,13 +42,14 @@ def collect_all(
     root: Path,
     *,
     only: set[str] | None = None,
-    xid_cursor: dict | None = None,
+    cursors: dict[str, dict] | None = None,
     previous_counters: dict | None = None,
     probe_timeout_s: float | None = None,
     deadline: float | None = None,
     hangs_before: dict[str, dict] | None = None,
 ) -> tuple[NodeState, dict]:
-    """The node's state and the new XID cursor (saved by the caller once judged). `deadline`
+    """The node's state and the new kernel-log cursors of the families that ran and keep one
+    (family -> cursor; saved by the caller once judged). `deadline`
     (time.monotonic()) bounds the families that run programs (site). `hangs_before`: the
     probes on record as hanging (collect.hangs); one whose abandoned child is still in the
     kernel is not asked again, it is still hung."""
@@ -57,7 +58,8 @@ def collect_all(
     state = NodeState(boot_id=kmsg.boot_id(root))
     if any(f.nvml for f in families):
         read_nvml(cfg, root, state, hangs_before)
-    env = CollectEnv(cfg, deadline, state, xid_cursor, hangs_before, probe_timeout_s)
+    cursors = cursors or {}
+    env = CollectEnv(cfg, deadline, state, cursors, hangs_before, probe_timeout_s)
     for fam in families:
         if fam.collect is not None:
             data = env.guard(fam.name, fam.name, lambda fam=fam: fam.collect(root, env))
@@ -84,5 +86,10 @@ def collect_all(
             del state.counters[key]
             state.errors.append(("counters", key, f"not a counter value: {str(value)[:40]!r}"))
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
-    xid_read = state.extra.get("xid")
-    return state, dict(xid_read.cursor if xid_read is not None else xid_cursor or {})
+    new_cursors = {}
+    for fam in families:
+        if fam.cursor is not None:
+            read = state.extra.get(fam.name)
+            new_cursors[fam.name] = dict(read.cursor if read is not None
+                                         else cursors.get(fam.name) or {})
+    return state, new_cursors

@@ -18,7 +18,7 @@ def collect(root: Path, env) -> kmsg.XidRead | None:
     """The events since the cursor and the cursor to save once they are judged; the reader's
     complaints (a FIFO source, lost records, a backlog) are checker findings."""
     read = env.guard("xid", "kernel log", lambda: kmsg.read_new_events(
-        root, list(env.cfg.get("xid.sources", ["/dev/kmsg"])), env.xid_cursor or {},
+        root, list(env.cfg.get("xid.sources", ["/dev/kmsg"])), env.cursors.get("xid") or {},
         file_backlog=bool(env.cfg.get("xid.file_backlog", True))))
     if read is not None:
         env.state.errors.extend(("xid", "kernel log", e) for e in read.errors)

@@ -205,7 +205,61 @@ class NvmlBackend:
         }
         d["temperature"] = call(nv.nvmlDeviceGetTemperature, handle, 0)
         d["throttle_reasons"] = call(nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        d["fabric"] = _fabric(nv, call, handle)
+        # A binding older than the call (or one that lacks it) is absent, as NVML would say.
+        running = getattr(nv, "nvmlDeviceGetComputeRunningProcesses", None)
+        procs = (call(running, handle) if running is not None
+                 else {"error": "NVML_ERROR_FUNCTION_NOT_FOUND"})
+        d["processes"] = procs if isinstance(procs, dict) else _processes(procs)
         return d
+
+
+# Compute processes kept per GPU (a GPU runs a handful; MPS clients can be dozens).
+MAX_PROCESSES = 256
+# nvmlGpuFabricState_t (nvml.h): NOT_SUPPORTED (no fabric: not an NVSwitch/NVLink-domain GPU),
+# NOT_STARTED (Fabric Manager has not trained it), IN_PROGRESS, COMPLETED.
+FABRIC_STATES = {0: "not_supported", 1: "not_started", 2: "in_progress", 3: "completed"}
+
+
+def _processes(procs: Any) -> list[dict] | dict:
+    """pynvml's process objects as answers; a binding that hands back something else is an
+    answer that is not one (NOT_A_CODE: a checker error), never a crash of the whole read."""
+    try:
+        return [{"pid": int(p.pid),
+                 "used_memory": None if p.usedGpuMemory is None else int(p.usedGpuMemory)}
+                for p in list(procs)[:MAX_PROCESSES]]
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return {"error": f"{NOT_A_CODE}({_short(procs)})"}
+
+
+def _fabric(nv, call, handle) -> dict[str, Any]:
+    """The GPU's NVLink fabric state: nvmlDeviceGetGpuFabricInfoV (R550+, with the health
+    mask), else nvmlDeviceGetGpuFabricInfo (R535); NVML's error as answered otherwise
+    (NOT_SUPPORTED before Hopper and off NVSwitch systems, FUNCTION_NOT_FOUND on a driver that
+    has neither: both absent)."""
+    import ctypes
+
+    versioned = getattr(nv, "c_nvmlGpuFabricInfoV_t", None)
+    if versioned is not None and hasattr(nv, "nvmlDeviceGetGpuFabricInfoV"):
+        info = versioned()
+        got = call(nv.nvmlDeviceGetGpuFabricInfoV, handle, ctypes.byref(info))
+        if not isinstance(got, dict):
+            return _fabric_doc(info, health=True)
+        if got.get("error") != "NVML_ERROR_FUNCTION_NOT_FOUND":
+            return got
+    if not hasattr(nv, "nvmlDeviceGetGpuFabricInfo"):
+        return {"error": "NVML_ERROR_FUNCTION_NOT_FOUND"}
+    info = nv.c_nvmlGpuFabricInfo_t()
+    got = call(nv.nvmlDeviceGetGpuFabricInfo, handle, ctypes.byref(info))
+    return got if isinstance(got, dict) else _fabric_doc(info, health=False)
+
+
+def _fabric_doc(info, *, health: bool) -> dict[str, Any]:
+    doc = {"state": int(info.state), "status": int(info.status),
+           "clique_id": int(info.cliqueId), "cluster_uuid": bytes(info.clusterUuid).hex()}
+    if health:
+        doc["health_mask"] = int(info.healthMask)
+    return doc
 
 
 class ReplayBackend:

@@ -25,6 +25,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
@@ -166,11 +167,63 @@ def parse_line(line: str, source: str = "") -> XidEvent | None:
                     recovery, mig)
 
 
-def parse_text(text: str, source: str = "") -> list[XidEvent]:
+# NVSwitch errors, printed by the nvidia-nvswitch driver with the switch's full PCI address:
+#   nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 egress non-posted PRIV
+#       error (First)
+#   nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM Fault Up
+#   nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 10002, Severity 5 Engine instance 00 Sub-engine
+#       instance 00                                  (a detail line of the same error)
+#   nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 10002, Data {0x00000000, ...}   (likewise)
+# (tests/fixtures/sxid/README.md cites where each shape was seen.) The same kernel-lead rule
+# as XIDs: another program's text quoting an SXid is not one.
+_SXID = re.compile(
+    r"nvidia-nvswitch(?P<switch>\d{1,4}): SXid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
+    r"[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<sxid>\d{1,5}),(?P<rest>.*)$"
+)
+_SXID_SEVERITY = re.compile(r"^\s*(?P<sev>Fatal|Non-fatal|Nonfatal)\b", re.IGNORECASE)
+_SXID_DETAIL = re.compile(r"^\s*(?:Severity \d+\b|Data \{)")
+
+
+@dataclass(frozen=True)
+class SxidEvent:
+    sxid: int
+    switch: int  # N of nvidia-nvswitchN
+    pci: str  # the switch's address as printed, lower case
+    message: str
+    severity: str | None = None  # "fatal" / "nonfatal" as the line says it, else None
+    detail: bool = False  # a "Severity N Engine instance" / "Data {...}" line of an error
+    seq: int | None = None
+    source: str = ""
+    key: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_sxid_line(line: str, source: str = "") -> SxidEvent | None:
+    """One SxidEvent, or None when the line is not a well-formed NVSwitch SXid line."""
+    msg, seq = strip_prefix(line[:MAX_LINE].rstrip("\r\n"))
+    if seq is not None and seq > MAX_SEQ:
+        seq = None
+    m = _SXID.search(msg)
+    if not m or not _KERNEL_LEAD.match(msg[: m.start()]):
+        return None
+    rest = m.group("rest")
+    sm = _SXID_SEVERITY.match(rest)
+    severity = None
+    if sm:
+        severity = "fatal" if sm.group("sev").lower() == "fatal" else "nonfatal"
+        rest = rest[sm.end():].lstrip(" ,")
+    return SxidEvent(int(m.group("sxid")), int(m.group("switch")), m.group("pci").lower(),
+                     rest.strip()[:200], severity, bool(_SXID_DETAIL.match(rest)), seq, source)
+
+
+def parse_text(text: str, source: str = "", parse: Callable = parse_line) -> list:
+    """Every event `parse` (parse_line: XIDs; parse_sxid_line: NVSwitch SXids) finds."""
     events = []
     for line in text.splitlines():
         try:
-            ev = parse_line(line, source)
+            ev = parse(line, source)
         except Exception:  # noqa: BLE001 - a parser bug must not lose the other lines
             ev = None
         if ev:
@@ -257,7 +310,7 @@ def _missed_records(after_seq: int, seqs: list[int]) -> tuple[int, int, int]:
 
 @dataclass
 class XidRead:
-    events: list[XidEvent]  # new since the cursor
+    events: list  # new since the cursor
     errors: list[str]  # sources that could not be read
     cursor: dict
 
@@ -286,7 +339,8 @@ def _valid_seq(value) -> int | None:
 
 
 def read_new_events(
-    root: Path, sources: list[str], cursor: dict, *, file_backlog: bool = True
+    root: Path, sources: list[str], cursor: dict, *, file_backlog: bool = True,
+    parse: Callable = parse_line,
 ) -> XidRead:
     """Events not seen before, and the cursor to save once they have been judged.
 
@@ -303,7 +357,10 @@ def read_new_events(
     was logged (microseconds since boot: the mtime is read against /proc/uptime); a kernel log
     file says it in each line's syslog header. With no way to tell, the ring buffer is judged
     whole (it holds this boot only: an XID judged twice costs less than one never judged) and
-    a file is read from its end (it holds earlier boots)."""
+    a file is read from its end (it holds earlier boots).
+
+    `parse` picks the events (parse_line: GPU XIDs; parse_sxid_line: NVSwitch SXids); each
+    kind has its own cursor, so a stage that judges one never consumes the other's lines."""
     boot = boot_id(root)
     new_cursor: dict = {"boot_id": boot, "kmsg_seq": -1, "files": {}}
     same_boot = bool(boot) and cursor.get("boot_id") == boot
@@ -330,7 +387,7 @@ def read_new_events(
         last_seq = -1
         since_usec = _usec_since_boot(root, written)
     new_cursor["kmsg_seq"] = last_seq
-    events: list[XidEvent] = []
+    events: list = []
     files = cursor.get("files", {})
     for source in sources:
         path = root / source.lstrip("/")
@@ -368,13 +425,13 @@ def read_new_events(
                                       f"{last}) were overwritten before they were read; an XID "
                                       "among them went unseen (raise log_buf_len, or read "
                                       "kern.log instead)")
-                for e in parse_text(ring.text, source):
+                for e in parse_text(ring.text, source, parse):
                     if e.seq is not None:
                         events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))
                 new_cursor["kmsg_seq"] = max(last_seq, ring.newest)
             else:
                 got = _read_log_file(path, source, _file_entry(files, source),
-                                     backlog=file_backlog,
+                                     backlog=file_backlog, parse=parse,
                                      lost=isinstance(lost, str), written=written)
                 events.extend(got.events)
                 errors.extend(got.errors)
@@ -426,13 +483,13 @@ def _newer(seq: int, usec: int, after_seq: int, since_usec: float | None) -> boo
 
 @dataclass
 class _FileRead:
-    events: list[XidEvent]
+    events: list
     errors: list[str]
     entry: dict  # the file's cursor: inode, offset, head (+ skip inside an over-long line)
 
 
 def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
-                   written: float | None) -> _FileRead:
+                   written: float | None, parse: Callable | None = None) -> _FileRead:
     """New events of one kernel log file, from its cursor entry `prev` (None: first sight).
 
     At most MAX_READ bytes a run. A backlog longer than that is said (the bytes left) and read
@@ -462,10 +519,10 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
             entry.update(offset=offset + len(data), skip=True)
             return _FileRead([], errors, entry)
         pos, data = offset + nl + 1, data[nl + 1:]
-    events: list[XidEvent] = []
+    events: list = []
     end = data.rfind(b"\n") + 1  # only whole lines; a line still being written waits
     if end == 0 and not skip and len(window) == MAX_READ:
-        ev = _parse_quietly(data[:MAX_LINE].decode("utf-8", "replace"), source)
+        ev = _parse_quietly(data[:MAX_LINE].decode("utf-8", "replace"), source, parse)
         if ev is not None:
             events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
         errors.append(f"{source}: a line longer than {MAX_READ >> 20} MiB at byte {pos}: "
@@ -473,7 +530,7 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
         entry.update(offset=offset + len(window), skip=True)
         return _FileRead(events, errors, entry)
     for raw in data[:end].split(b"\n")[:-1]:
-        ev = _parse_quietly(raw.decode("utf-8", "replace"), source)
+        ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
         if ev is not None:
             events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
         pos += len(raw) + 1
@@ -485,9 +542,9 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
     return _FileRead(events, errors, entry)
 
 
-def _parse_quietly(line: str, source: str) -> XidEvent | None:
+def _parse_quietly(line: str, source: str, parse: Callable | None = None):
     try:
-        return parse_line(line, source)
+        return (parse or parse_line)(line, source)
     except Exception:  # noqa: BLE001 - a parser bug must not lose the rest
         return None
 

@@ -325,6 +325,25 @@ _file_source(ingest, "gpus", "CSV with serial,node,slot,from,to ('-').",
              "inventory", "import_gpu_lines", "import_gpus_csv", "InventoryError", csv=True)
 
 
+@ingest.command("steps")
+@click.argument("path")
+@json_option
+@click.pass_context
+def ingest_steps(ctx: click.Context, path: str, as_json: bool) -> None:
+    """Per-rank step times jobs wrote: a JSON-lines drop file, NVRx straggler reports, or a
+    directory of them ('-': stdin). Fail-slow evidence (docs/failslow.md): it can make a node
+    a suspect, never drain it."""
+    from rsc_health.historian.ingest import steps
+
+    limits = steps.Limits.from_config(ctx.obj.config)
+    with _historian(ctx, steps.StepsError) as engine:
+        if path == "-":
+            report = steps.ingest_stream(engine, sys.stdin.buffer, limits)
+        else:
+            report = steps.ingest_path(engine, path, limits)
+    _print_report(report, as_json)
+
+
 # -- tickets ----------------------------------------------------------------------------------
 
 

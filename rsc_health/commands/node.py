@@ -263,6 +263,18 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
     if isinstance(doc.get("site_checks"), dict):
         (root / SITE_FILE).write_text(json.dumps(doc["site_checks"]))
         cfg.data["site"]["replay_file"] = SITE_FILE
+    # Families that record what they read of the live machine (Family.replays) judge the
+    # snapshot's record; an older snapshot without one gives them an empty record: nothing of
+    # the machine replaying it is read or run.
+    from rsc_health.checks import REGISTRY
+
+    for fam in REGISTRY:
+        if fam.replays:
+            rec = doc.get(f"{fam.name}_record")
+            rel = f"rsc_health/{fam.name}_record.json"
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(json.dumps(rec if isinstance(rec, dict) else {}))
+            cfg.data.setdefault(fam.config, {})["replay_file"] = rel
     state = doc.get("state")
     if isinstance(state, dict):
         sdir = state_dir(cfg, root)

@@ -100,6 +100,9 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
 
         with engine.connect() as conn:
             qualified = latest_runs(conn, node, limit=3)
+        from rsc_health.historian.suspects import of_node
+
+        suspect = [e.as_dict() for e in of_node(engine, node, limit=3)]
     finally:
         engine.dispose()
     return {
@@ -107,7 +110,7 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                       "level": fresh.last_level, "stale": fresh.stale,
                       "checker_errors": fresh.checker_errors},
         "runs": runs, "open_findings": failing, "actions": actions, "failed_jobs": blamed,
-        "tickets": tickets, "lemon": lemon, "qualified": qualified,
+        "tickets": tickets, "lemon": lemon, "qualified": qualified, "suspect": suspect,
         # A drain verdict the node keeps and has not carried out (guard, or a drain not ours).
         "held": {"time": held[0].time, "action": held[0].action, "reason": held[0].reason}
         if held else None,
@@ -160,6 +163,8 @@ def _fmt(v) -> str:
 def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bool) -> None:
     """One node's story: Slurm state, last checks, open findings, actions (who, why), failed
     jobs blamed on it, tickets, and why it is or is not a lemon."""
+    from rsc_health.model import SuspectState
+
     doc = gather_node(ctx, node_name, as_of.replace(tzinfo=UTC) if as_of else datetime.now(UTC))
     if as_json:
         click.echo(json.dumps(doc, indent=1, default=str))
@@ -207,6 +212,21 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
             echo(f"    {_fmt(r['ended'])}  {r['tier']:<5} {r['verdict'].upper():<12} "
                  + (r["reason"][:160] if r["reason"] else f"{len(r['results'])} metric(s) "
                     "within their peers") + (f" ({len(failed)} not passed)" if failed else ""))
+        eps = h.get("suspect") or []
+        if not eps:
+            echo("  suspect   never")
+        for e in eps:
+            def num(x):
+                return "?" if x is None else f"{x:.4g}"
+
+            dev = num(e["deviation"])
+            ended = "" if e["state"] == SuspectState.SUSPECT else (
+                f", {e['changed_by']} {e['changed'][:16].replace('T', ' ')}: "
+                f"{e['change_reason'][:80]}")
+            echo(f"  suspect   {e['state'].upper()}{ended}: {e['metric']} {num(e['value'])} "
+                 f"vs peers {num(e['peer_median'])} (deviation {dev}, {e['source']}) since "
+                 f"{e['since'][:16].replace('T', ' ')}; jobs {', '.join(e['job_ids'][:6]) or '-'}"
+                 + (f" [{e['tier']}]" if e["tier"] else ""))
     links = doc.get("links") or {}
     for label, key in (("node page", "node_url"), ("dashboard", "dashboard_url")):
         if links.get(key):

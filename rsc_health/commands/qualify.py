@@ -236,23 +236,36 @@ def start(ctx, nodes, tier, timeout_s, as_json) -> None:
 @click.option("--dry-run", is_flag=True, help="Say which nodes would be qualified, and why.")
 @click.pass_context
 def auto(ctx, as_json, dry_run) -> None:
-    """Qualify the nodes that are due: repair ticket closed after our drain, or a retry of a
-    run that proved nothing (back-off from [qualify] retry_min)."""
-    from rsc_health.qualify.flow import Flow, auto_candidates
+    """Qualify the nodes that are due: repair ticket closed after our drain, a retry of a
+    run that proved nothing (back-off from [qualify] retry_min), or an idle suspect node
+    ([suspects] qualify_tier; a pass clears it, a fail drains it)."""
+    from rsc_health.historian import suspects as hs
+    from rsc_health.qualify.flow import Flow, auto_candidates, suspect_candidates
 
     cfg = ctx.obj.config
     slurm, history = _flow_parts(ctx)
     now = datetime.now(UTC).replace(tzinfo=None)
-    due = auto_candidates(slurm.nodes(), history, now,
+    nodes = slurm.nodes()
+    limit = int(cfg.get("qualify.auto_max_nodes"))
+    due = auto_candidates(nodes, history, now,
                           retry_min=float(cfg.get("qualify.retry_min")),
                           retry_max_min=float(cfg.get("qualify.retry_max_min")),
-                          limit=int(cfg.get("qualify.auto_max_nodes")))
+                          limit=limit)
+    suspect_due = suspect_candidates(nodes, hs.active(history.engine), history, now,
+                                     retry_min=float(cfg.get("qualify.retry_min")),
+                                     retry_max_min=float(cfg.get("qualify.retry_max_min")),
+                                     limit=max(0, limit - len(due)))
+    suspect_nodes = {n for n, _ in suspect_due}
+    due = due + suspect_due
     results = []
     if not dry_run:
-        flow = Flow(slurm, history, command=list(cfg.get("qualify.node_command")), tier="full",
-                    timeout_s=float(cfg.get("qualify.flow_timeout_s")),
-                    enabled=bool(cfg.get("actions.enabled")))
-        results = [flow.run(node) for node, _why in due]
+        def flow(tier):
+            return Flow(slurm, history, command=list(cfg.get("qualify.node_command")),
+                        tier=tier, timeout_s=float(cfg.get("qualify.flow_timeout_s")),
+                        enabled=bool(cfg.get("actions.enabled")))
+
+        results = [flow(str(cfg.get("suspects.qualify_tier"))).run(node, suspect=True)
+                   if node in suspect_nodes else flow("full").run(node) for node, _why in due]
     if as_json:
         click.echo(json.dumps({"due": [{"node": n, "why": w} for n, w in due],
                                "results": [r.__dict__ for r in results]}, indent=1,

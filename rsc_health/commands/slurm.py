@@ -376,6 +376,23 @@ def _held(ctx: click.Context, now) -> list[dict] | None:
              "reason": h.reason} for h in rows]
 
 
+def _suspects(ctx: click.Context) -> list[dict] | None:
+    """Open suspect episodes (rsc_health/suspects.py) with their evidence; None with no
+    historian."""
+    def read(engine):
+        from rsc_health.historian.suspects import active
+
+        return active(engine)
+
+    rows = _from_historian(ctx, "suspects", read)
+    if rows is None:
+        return None
+    return [{"node": e.node, "since": e.since.isoformat(), "metric": e.metric,
+             "value": e.value, "peer_median": e.peer_median, "deviation": e.deviation,
+             "source": e.source, "tier": e.tier, "expires": e.expires.isoformat(),
+             "job_ids": list(e.job_ids)} for e in rows]
+
+
 def _held_line(h: dict, drained: set[str]) -> str:
     from rsc_health.model import ActionKind
 
@@ -410,6 +427,8 @@ def status(ctx: click.Context, as_json: bool) -> None:
     data["not_checking"] = _freshness(ctx, now)
     data["probes_hung"] = _hung_probes(ctx, now)
     data["held"] = _held(ctx, now)
+    # Informational: a suspect is kept from big jobs, not a problem status exits 1 for.
+    data["suspects"] = _suspects(ctx)
     tripped = [g for g in data["guard"] if g["tripped"]]
     problems = (bool(tripped) or bool(data["not_checking"]) or bool(data["probes_hung"])
                 or bool(data["held"]))
@@ -439,6 +458,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
         drained = {d["node"] for d in data["drained"]}
         for h in data["held"]:
             echo(_held_line(h, drained))
+    if data["suspects"]:
+        echo(f"suspects: {len(data['suspects'])} node(s) kept from big jobs "
+             "(`healthctl suspects` for the evidence)")
+        for sp in data["suspects"]:
+            dev = "?" if sp["deviation"] is None else f"{sp['deviation']:.3g}"
+            echo(f"  {sp['node']:<16} {sp['metric']} deviation {dev} since {sp['since']} "
+                 f"[{sp['tier'] or 'not yet applied'}]")
     if data["not_checking"] is None:
         echo("node freshness: no historian configured (heartbeats not checked)")
     elif data["not_checking"]:

@@ -97,7 +97,23 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
             age.labels(source).set(max(0.0, (now - newest).total_seconds()))
     _lemons(engine, cfg, now, reg)
     _qualify(engine, now, reg)
+    _suspects(engine, reg)
     return reg
+
+
+def _suspects(engine: Engine, reg: CollectorRegistry) -> None:
+    """Open suspect episodes (rsc_health/suspects.py): how many, and a flag per node with the
+    metric that made it one, and whether the tier holds it in Slurm."""
+    from rsc_health.historian.suspects import active
+
+    open_eps = active(engine)
+    Gauge("rsc_health_suspect_nodes", "Nodes suspect now (slow against their jobs' peers; "
+          "kept from big jobs, never drained by it)", registry=reg).set(len(open_eps))
+    per = Gauge("rsc_health_node_suspect", "1 for a suspect node; tier: applied (kept from big "
+                "jobs in Slurm), shadow, held (guard), person (a person's state), '' (not yet)",
+                ["node", "metric", "tier"], registry=reg)
+    for e in open_eps:
+        per.labels(e.node, e.metric, e.tier).set(1)
 
 
 def _qualify(engine: Engine, now: datetime, reg: CollectorRegistry) -> None:

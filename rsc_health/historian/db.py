@@ -81,6 +81,7 @@ def writer(bind: _Bind) -> _Bind:
 # only makes their transactions take turns.
 TURNS_CHECK_INTERVALS = 1920164712
 TURNS_LEMON_RECORDS = 1920166765
+TURNS_SUSPECTS = 1920169331  # "rsus": a node's suspect episodes (historian/suspects.py)
 _TAKE_TURNS = text(
     "SELECT count(pg_advisory_xact_lock(CAST(:space AS integer), k)) FROM "
     "(SELECT DISTINCT hashtext(n) AS k FROM unnest(CAST(:keys AS text[])) AS n ORDER BY k) "

@@ -5,7 +5,8 @@ kept `[historian] retention_days` (400: a year plus the lemon history window) an
 deleted; the daily rollups (`heartbeat_days`, `check_days`) keep their counts for
 `rollup_retention_days` (0 = forever), so a report over years does not need the rows.
 Open intervals are never pruned: they are the node's current state, however old. Jobs and
-node events stay unless `jobs_retention_days` is set: the paper's metrics need a year.
+node events stay unless `jobs_retention_days` is set: the paper's metrics need a year. Jobs'
+step times (`step_times`, fail-slow evidence) go after `[failslow] steps_retention_days`.
 
 The big tables are pruned a day of rows per transaction, each under the historian's statement
 timeout like any other command: a prune cut short (a row locked elsewhere, a kill, a lost
@@ -40,6 +41,7 @@ class Retention:
     days: int = packaged_default("historian.retention_days")
     rollup_days: int = packaged_default("historian.rollup_retention_days")
     jobs_days: int = packaged_default("historian.jobs_retention_days")
+    steps_days: int = packaged_default("failslow.steps_retention_days")
 
     @classmethod
     def from_config(cls, cfg) -> Retention:
@@ -47,7 +49,8 @@ class Retention:
             return cls()
         return cls(int(cfg.get("historian.retention_days")),
                    int(cfg.get("historian.rollup_retention_days")),
-                   int(cfg.get("historian.jobs_retention_days")))
+                   int(cfg.get("historian.jobs_retention_days")),
+                   int(cfg.get("failslow.steps_retention_days")))
 
 
     def events_start(self, first_start: str, now: datetime) -> str:
@@ -100,6 +103,10 @@ def _plan(now: datetime, r: Retention) -> list[_Step]:
         day = (now - timedelta(days=r.rollup_days)).date()
         for t in (schema.heartbeat_days, schema.check_days):
             out.append(_Step(t.name, t, t.c.day < day, t.c.day, day))
+    if r.steps_days > 0:
+        cut = now - timedelta(days=r.steps_days)
+        st = schema.step_times
+        out.append(_Step("step_times", st, st.c.time < cut, st.c.time, cut))
     if r.jobs_days > 0:
         cut = now - timedelta(days=r.jobs_days)
         j, e = schema.jobs, schema.node_events

@@ -7,6 +7,7 @@ Migrations that change these tables live in `sql/` and bump `SCHEMA_VERSION`.
 from __future__ import annotations
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     Column,
     Date,
@@ -26,8 +27,9 @@ from sqlalchemy import (
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
 # compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
-# qualification runs and results (0008); 9-11: reserved (telemetry, suspects, step times);
-# 12: gpu_names, the bus id of each node's GPU index (0012).
+# qualification runs and results (0008); 9: reserved (telemetry); 10: suspect nodes (0010);
+# 11: jobs' step times, the slowest rank per node and step (0011); 12: gpu_names, the bus
+# id of each node's GPU index (0012).
 SCHEMA_VERSION = 12
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
@@ -312,6 +314,61 @@ qualify_results = Table(
     Column("percentile", Float),
     Column("peers", Integer, nullable=False, default=0),
     Index("ix_qualify_results_metric", "metric", "idx", "status"),
+)
+
+# Step (or section) times jobs report (version 11; `healthctl ingest steps`, docs/failslow.md):
+# untrusted input that can make a node a fail-slow suspect, never drain it. One row per job,
+# node, stage and step: the node's slowest rank in that step (`rank`, `seconds`), so a node of 8
+# ranks costs one row, not 8. `stage` is the peer group inside the job (a pipeline stage, ""
+# when one; NVRx sections are "section:NAME", its GPU score "gpu"); `unit` "s" (seconds a
+# step) or "rel" (time relative to the job's fastest rank: NVRx's relative score inverted).
+step_times = Table(
+    "step_times",
+    metadata,
+    Column("job_id", key_text(32), primary_key=True),
+    Column("node", key_text(128), primary_key=True),
+    Column("stage", key_text(64), primary_key=True),
+    Column("step", BigInteger, primary_key=True),
+    Column("rank", Integer, nullable=False),
+    Column("time", DateTime, nullable=False),
+    Column("seconds", Float, nullable=False),
+    Column("unit", String(8), nullable=False, default="s"),
+    Index("ix_step_times_time", "time"),
+)
+
+# Suspect nodes (version 10, rsc_health/suspects.py): one row per episode. A node is suspect
+# while its row's state is "suspect"; evidence renews `last_evidence` and `expires`; the episode
+# ends cleared (a qualification pass, or a person), confirmed (qualification failed: drained),
+# or expired (no evidence for [suspects] expire_after_h). `changed_by`/`change_reason` say who
+# ended it and why; `tier` is what the Slurm tier did with it: "" (not yet), applied, shadow
+# (shadow mode: recorded only), held (over the guard's cap), person (a person's drain or DOWN
+# on the node: left alone); `slurm_weight` the node's weight before the tier raised it.
+suspects = Table(
+    "suspects",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("node", String(128), nullable=False),
+    Column("state", String(16), nullable=False),
+    Column("since", DateTime, nullable=False),
+    Column("last_evidence", DateTime, nullable=False),
+    Column("expires", DateTime, nullable=False),
+    Column("metric", String(64), nullable=False),
+    Column("value", Float),
+    Column("peer_median", Float),
+    Column("deviation", Float),
+    Column("job_ids", Text, nullable=False, default=""),
+    Column("source", String(16), nullable=False),
+    Column("detail", Text, nullable=False, default=""),
+    Column("changed", DateTime, nullable=False),
+    Column("changed_by", String(64), nullable=False, default=""),
+    Column("change_reason", Text, nullable=False, default=""),
+    Column("tier", String(16), nullable=False, default=""),
+    Column("slurm_weight", Integer),
+    Index("ix_suspects_node_state", "node", "state"),
+    Index("ix_suspects_state", "state"),
+    # At most one open episode per node, whatever two passes at once do.
+    Index("ux_suspects_open", "node", unique=True, sqlite_where=text("state = 'suspect'"),
+          postgresql_where=text("state = 'suspect'")),
 )
 
 ingest_cursors = Table(

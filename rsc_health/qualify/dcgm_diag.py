@@ -9,44 +9,93 @@ pass (DCGM itself has reported Pass after an allocation error).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 from rsc_health.qualify.outcome import Metric, Outcome
 
 NAME = "dcgm_diag"
 TOOL = "dcgmi"
 
+# DCGM's own result words (lower-cased), not rsc-health's statuses.
+DCGM_FAIL, DCGM_WARN, DCGM_PASS = "fail", "warn", "pass"
+
 # Warnings that mean the test did not test (DCGM error texts, lower-cased substrings).
 NOT_TESTED = ("allocat", "being used by another", "busy", "timeout", "timed out",
               "insufficient", "not enough", "unable to", "could not", "failed to initialize")
 
 
+@dataclass(frozen=True)
+class Result:
+    """One test's result for one entity, as `dcgmi diag -j` printed it."""
+
+    test: str
+    entity_group: str  # "GPU", "Switch", ...; "" for a system-wide test (Deployment tests)
+    entity_id: str
+    status: str  # lower case: pass | fail | warn | skip | ...
+    warnings: tuple[str, ...]
+
+    @property
+    def entity(self) -> str:
+        return f"{self.entity_group}{self.entity_id}"
+
+    def untested(self) -> str | None:
+        """The warning that says the test could not do its work, if any."""
+        return next((w for w in self.warnings if any(k in w.lower() for k in NOT_TESTED)), None)
+
+
+def diagnostic(doc: dict) -> dict:
+    """The diagnostic's body: "DCGM Diagnostic" (DCGM 3.x/4.x), or "DCGM GPU Diagnostic"
+    (DCGM 2.x, per-result "gpu_ids")."""
+    if not isinstance(doc, dict):
+        raise TypeError("not a JSON object")
+    diag = doc.get("DCGM Diagnostic", doc.get("DCGM GPU Diagnostic"))
+    if not isinstance(diag, dict):
+        raise KeyError("DCGM Diagnostic")
+    return diag
+
+
+def results(doc: dict) -> list[Result]:
+    """Every per-entity result of a parsed `dcgmi diag -j` document (the one reader of it:
+    the qualification plug-in here and the dcgm node family). Raises KeyError / TypeError /
+    ValueError on a document that is not one."""
+    out = []
+    for category in diagnostic(doc).get("test_categories", []):
+        for test in category["tests"]:
+            name = str(test["name"])
+            for result in test["results"]:
+                if not isinstance(result, dict):
+                    raise TypeError(f"{name}: a result that is not an object")
+                warnings = tuple(str(w.get("warning", "")) if isinstance(w, dict) else str(w)
+                                 for w in result.get("warnings", []) or [])
+                if "entity_group" in result or "entity_id" in result:
+                    group, ident = str(result["entity_group"]), str(result["entity_id"])
+                elif "gpu_ids" in result:  # DCGM 2.x: "gpu_ids" : "0" (or "0,1")
+                    group, ident = "GPU", str(result["gpu_ids"])
+                else:
+                    group, ident = "", ""
+                out.append(Result(name, group, ident, str(result["status"]).lower(), warnings))
+    return out
+
+
 def parse(text: str, tool: str | None = None) -> Outcome:
     doc = json.loads(text)
-    diag = doc["DCGM Diagnostic"]
+    diag = diagnostic(doc)
     if diag.get("runtime_error"):
         return Outcome(NAME, inconclusive=f"runtime error: {str(diag['runtime_error'])[:120]}")
     ran = 0
     metrics: list[Metric] = []
-    for category in diag.get("test_categories", []):
-        for test in category["tests"]:
-            name = str(test["name"])
-            for result in test["results"]:
-                status = str(result["status"]).lower()
-                warnings = [str(w.get("warning", "")) for w in result.get("warnings", []) or []]
-                entity = f"{result['entity_group']}{result['entity_id']}"
-                if status == "fail":
-                    why = warnings[0][:160] if warnings else "no reason given"
-                    untested = next((w for w in warnings
-                                     if any(k in w.lower() for k in NOT_TESTED)), None)
-                    if untested:
-                        return Outcome(NAME, inconclusive=f"{name} {entity}: {untested[:160]}")
-                    return Outcome(NAME, failed=f"{name} {entity}: {why}")
-                if status in ("pass", "warn"):
-                    untested = next((w for w in warnings
-                                     if any(k in w.lower() for k in NOT_TESTED)), None)
-                    if untested:
-                        return Outcome(NAME, inconclusive=f"{name} {entity}: {untested[:160]}")
-                    ran += 1
+    for r in results(doc):
+        if r.status == DCGM_FAIL:
+            untested = r.untested()
+            if untested:
+                return Outcome(NAME, inconclusive=f"{r.test} {r.entity}: {untested[:160]}")
+            why = r.warnings[0][:160] if r.warnings else "no reason given"
+            return Outcome(NAME, failed=f"{r.test} {r.entity}: {why}")
+        if r.status in (DCGM_PASS, DCGM_WARN):
+            untested = r.untested()
+            if untested:
+                return Outcome(NAME, inconclusive=f"{r.test} {r.entity}: {untested[:160]}")
+            ran += 1
     if not ran:
         return Outcome(NAME, inconclusive="every test skipped or none listed")
     # DCGM judges its own tests; what we keep is that they ran and passed, as a count.

@@ -56,14 +56,17 @@ def qualify_reason(code: str, text: str) -> str:
     return reason[:MAX_REASON_LEN]
 
 
-def refusal(info, strikes: int) -> str | None:
-    """Why this node must not be qualified now, or None."""
+def refusal(info, strikes: int, suspect: bool = False) -> str | None:
+    """Why this node must not be qualified now, or None. A suspect (rsc_health/suspects.py)
+    is qualified undrained: the reservation keeps ordinary jobs off it meanwhile."""
     if info.down:
         return f"{info.state}: DOWN is Slurm's or a person's, not ours to touch"
     if info.in_hand:
         return f"Slurm holds a {info.in_hand} for it"
-    if not info.drain_set:
+    if not info.drain_set and not suspect:
         return "not drained: drain it first (qualification takes drained nodes back)"
+    if not info.drain_set:
+        return None
     if not info.reason.startswith(REASON_PREFIX):
         return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
     if strikes >= STRIKES:
@@ -83,10 +86,13 @@ class Flow:
         self.command, self.tier, self.timeout_s = command, tier, timeout_s
         self.enabled, self.poll_s, self.clock = enabled, poll_s, clock
 
-    def run(self, node: str) -> FlowResult:
+    def run(self, node: str, *, suspect: bool = False) -> FlowResult:
+        """`suspect`: the node is an open suspect episode, qualified as it is (undrained); a
+        run that proves nothing leaves it a suspect, never drained (suspects never drain by
+        themselves: only a failed run does)."""
         info = self.slurm.node(node)
         strikes = self.history.strikes(node)
-        why = refusal(info, strikes)
+        why = refusal(info, strikes, suspect)
         if why:
             if strikes >= STRIKES and info.reason.startswith(REASON_PREFIX):
                 self.history.repair_ticket(node, why)
@@ -100,9 +106,11 @@ class Flow:
         done.append("reserved")
         job_id = None
         verdict, detail = INCONCLUSIVE, "the flow stopped before a result"
+        undrained = suspect and not info.drain_set
         try:
-            self.slurm.resume(node)
-            done.append("resumed into the reservation")
+            if not undrained:
+                self.slurm.resume(node)
+                done.append("resumed into the reservation")
             self.history.action(node, ActionKind.QUALIFY_START, f"{self.tier} tier in {res}")
             job_id = self.slurm.submit(
                 [f"--reservation={res}", f"--nodelist={node}", "--nodes=1", "--exclusive",
@@ -114,7 +122,7 @@ class Flow:
         except SlurmError as exc:
             detail = f"Slurm: {str(exc)[:200]}"
         finally:
-            done += self._finish(node, res, verdict, detail, job_id)
+            done += self._finish(node, res, verdict, detail, job_id, keep=undrained)
         return FlowResult(node, verdict, detail, job_id, tuple(done))
 
     def _wait(self, node: str, job_id: str) -> tuple[str, str]:
@@ -166,11 +174,14 @@ class Flow:
             time.sleep(min(self.poll_s, 1.0))
 
     def _finish(self, node: str, res: str, verdict: str, detail: str,
-                job_id: str | None) -> list[str]:
+                job_id: str | None, keep: bool = False) -> list[str]:
         """Drain before the reservation goes, unless a pass is stored: the node is never out
-        of the reservation and undrained without one."""
+        of the reservation and undrained without one. `keep`: an undrained suspect whose run
+        proved nothing goes back as it came (still a suspect, kept from big jobs)."""
         done = []
-        if verdict != PASS:
+        if keep and verdict == INCONCLUSIVE:
+            done.append("still a suspect (inconclusive: not drained)")
+        elif verdict != PASS:
             code = "inconclusive" if verdict == INCONCLUSIVE else _first_test(detail)
             reason = qualify_reason(code, detail)
             self.slurm.drain(node, reason)  # raises: the reservation stays and holds the node
@@ -244,6 +255,30 @@ def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_ma
         closed = history.ticket_closed_after(info.name, drained_at)
         if closed is not None:
             out.append((info.name, f"repair ticket closed {closed:%Y-%m-%d %H:%M}"))
+    return out
+
+
+def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: float,
+                       retry_max_min: float, limit: int) -> list[tuple[str, str]]:
+    """Open suspect episodes to qualify (issue 24's suspect trigger), at most `limit`: the
+    node idle (no job to wait for), neither drained, DOWN nor held for a reboot, in no
+    qualification reservation, and not qualified inconclusively within the back-off."""
+    from datetime import timedelta
+
+    info = {n.name: n for n in nodes}
+    out: list[tuple[str, str]] = []
+    for ep in episodes:
+        if len(out) >= limit:
+            break
+        n = info.get(ep.node)
+        if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
+            continue
+        streak, last = history.inconclusive_streak(ep.node)
+        if streak and last is not None and last > ep.since:
+            wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
+            if now - last < timedelta(minutes=wait):
+                continue
+        out.append((ep.node, f"suspect since {ep.since:%Y-%m-%d %H:%M}: {ep.metric}"))
     return out
 
 

@@ -64,6 +64,13 @@ def robust_spread(values: Sequence[float]) -> float:
     return 1.4826 * statistics.median(abs(v - med) for v in values)
 
 
+def tolerance(rel_spread: float, k: float, min_margin: float, max_margin: float) -> float:
+    """The relative distance from the peers' median at which a value fails: k x the peers'
+    relative spread, never under min_margin nor over max_margin (the fail-slow detector,
+    rsc_health/historian/failslow, draws its line with this too)."""
+    return min(max(k * rel_spread, min_margin), max_margin)
+
+
 def judge(metric: Metric, peers: Sequence[float], *, baseline: float | None = None,
           rules: Rules = Rules()) -> Judgement:
     peers = [p for p in peers if p == p and p >= 0]  # a NaN or negative peer is no evidence
@@ -71,15 +78,15 @@ def judge(metric: Metric, peers: Sequence[float], *, baseline: float | None = No
     if len(peers) >= rules.min_peers:
         med = statistics.median(peers)
         rel = robust_spread(peers) / med if med > 0 else float("inf")
-        tolerance = min(max(rules.k * rel, rules.min_margin), rules.max_margin)
+        margin = tolerance(rel, rules.k, rules.min_margin, rules.max_margin)
         basis = PEERS
     elif baseline is not None and baseline > 0:
-        med, tolerance, basis = baseline, rules.baseline_margin, BASELINE
+        med, margin, basis = baseline, rules.baseline_margin, BASELINE
     else:
         return Judgement(metric.name, metric.index, metric.value, INCONCLUSIVE,
                          f"{len(peers)} peer results (need {rules.min_peers}) and no baseline",
                          UNJUDGED, peers=len(peers))
-    threshold = med * (1 - sign * tolerance)
+    threshold = med * (1 - sign * margin)
     below = sum(1 for p in peers if p <= metric.value)
     percentile = round(100.0 * below / len(peers), 1) if peers else None
     off = (metric.value - med) / med * 100 if med else 0.0

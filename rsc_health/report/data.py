@@ -54,6 +54,10 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     # Qualification runs of the last day (rsc_health/qualify), newest first: passed, failed and
     # why, or inconclusive and why.
     "qualified": ("node", "tier", "verdict", "ended", "reason", "job_id"),
+    # Suspect episodes open now or ended in the last day (rsc_health/suspects.py), open first:
+    # the evidence (metric, value against the peers' median, deviation, jobs) and how it ended.
+    "suspects": ("node", "state", "metric", "value", "peer_median", "deviation", "source",
+                 "since", "last_evidence", "job_ids", "tier", "changed_by", "change_reason"),
 }
 
 
@@ -93,6 +97,7 @@ class ReportData:
     xids: pd.DataFrame = _frame("xids")
     freshness: pd.DataFrame = _frame("freshness")
     qualified: pd.DataFrame = _frame("qualified")
+    suspects: pd.DataFrame = _frame("suspects")
     open_findings: pd.DataFrame = _frame("open_findings")
     node_events: pd.DataFrame = _frame("node_events")
     # The mass-drain guard's state: {"state": "armed|tripped|...", "detail": "..."}.

@@ -424,6 +424,10 @@ def gather(
                lambda: morning.qualified(engine, as_of, opts.actions_hours))
     if got is not None:
         data.qualified = got
+    got = step("suspects", "suspect nodes",
+               lambda: morning.suspects(engine, as_of, opts.actions_hours))
+    if got is not None:
+        data.suspects = got
     got = step("xids", "XIDs per GPU",
                lambda: morning.xids_per_gpu(engine, as_of, opts.window_days, opts.xid_top))
     if got is not None:

@@ -420,3 +420,20 @@ def qualified(engine: Engine, as_of: datetime, hours: float = 24) -> pd.DataFram
             .where(r.c.ended > as_of - timedelta(hours=hours), r.c.ended <= as_of)
             .order_by(r.c.ended.desc())).all()
     return pd.DataFrame(rows, columns=["node", "tier", "verdict", "ended", "reason", "job_id"])
+
+
+def suspects(engine: Engine, as_of: datetime, hours: float = 24) -> pd.DataFrame:
+    """Suspect episodes open at as_of or ended in the `hours` before it: open ones first,
+    strongest deviation first; ended ones newest first."""
+    from rsc_health.historian.suspects import recent
+    from rsc_health.model import SuspectState
+
+    eps = [e for e in recent(engine, as_of - timedelta(hours=hours))
+           if e.since <= as_of and (e.state is SuspectState.SUSPECT or e.changed <= as_of)]
+    eps.sort(key=lambda e: (e.state is not SuspectState.SUSPECT, -(e.deviation or 0.0)))
+    return pd.DataFrame(
+        [(e.node, e.state.value, e.metric, e.value, e.peer_median, e.deviation, e.source,
+          e.since, e.last_evidence, ", ".join(e.job_ids[:8]), e.tier, e.changed_by,
+          e.change_reason) for e in eps],
+        columns=["node", "state", "metric", "value", "peer_median", "deviation", "source",
+                 "since", "last_evidence", "job_ids", "tier", "changed_by", "change_reason"])

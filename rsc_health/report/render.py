@@ -296,6 +296,24 @@ def draw_figures(
     return figures
 
 
+def suspects_lines(data: ReportData) -> list[str]:
+    """The suspect tier's lines of summary.txt: open suspects, each with its evidence."""
+    from rsc_health.model import SuspectState
+
+    frame = data.suspects
+    if frame.empty:
+        return []
+    open_ = frame[frame["state"] == SuspectState.SUSPECT.value]
+    lines = [f"Suspect nodes (kept from big jobs): {len(open_)} open, "
+             f"{len(frame) - len(open_)} ended in the last day"]
+    for row in open_.head(SUMMARY_MAX_LEMONS).itertuples():
+        dev = "?" if row.deviation != row.deviation or row.deviation is None \
+            else f"{row.deviation:.3g}"
+        lines.append(f"  {row.node}: {row.metric} deviation {dev} ({row.source}) in jobs "
+                     f"{row.job_ids or '-'}")
+    return lines
+
+
 def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
                  actions: list[dict], head: Headline | None = None,
                  links: Links | None = None) -> str:
@@ -347,6 +365,7 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         guard = str(data.guard.get("state", "unknown"))
         detail = data.guard.get("detail")
         lines.append(f"Mass-drain guard: {guard}" + (f" ({detail})" if detail else ""))
+    lines += suspects_lines(data)
     # Read in a terminal or a chat: the historian's text (node names, evidence) escaped.
     return "\n".join(shown(line) for line in lines) + "\n"
 
@@ -354,7 +373,7 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
 def named_nodes(data: ReportData) -> list[str]:
     nodes: set[str] = set()
     for name in ("lemons", "out_of_service", "stale", "xids", "qualified", "actions",
-                 "open_findings", "node_events"):
+                 "open_findings", "node_events", "suspects"):
         frame = getattr(data, name)
         if "node" in frame.columns:
             nodes.update(str(n) for n in frame["node"].dropna())
@@ -402,7 +421,7 @@ def write_report(
     summary = summary_text(data, lemons, changes, actions, head, links)
     sections = {name: section_rows(getattr(data, name))
                 for name in ("out_of_service", "stale", "xids", "freshness", "qualified",
-                             "open_findings", "node_events")}
+                             "open_findings", "node_events", "suspects")}
     html = _environment().get_template("report.html").render(
         as_of=data.as_of.strftime("%Y-%m-%d %H:%M"),
         window_days=data.window_days,
@@ -440,7 +459,7 @@ def write_report(
         "lemons": lemons,
         **{name: _records(getattr(data, name))
            for name in ("rates", "out_of_service", "stale", "xids", "freshness",
-                        "open_findings", "node_events")},
+                        "open_findings", "node_events", "suspects")},
         # Every node the report names, with its story and the site's pages.
         "links": {node: links.of(node) for node in named_nodes(data)},
         "changes": {

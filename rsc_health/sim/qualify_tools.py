@@ -112,6 +112,26 @@ def dcgm_diag(statuses: dict[str, Sequence[str]], *, warnings: dict[str, str] | 
     return json.dumps(doc, indent=2) + "\n"
 
 
+def dcgm_health(incidents: list[tuple[str, int, str, str, str]] | None = None) -> str:
+    """`dcgmi health -c -j` as DCGM writes it (dcgmi/Health.cpp through DcgmiOutputJson):
+    incidents are (entity group "GPU"/"Switch", id, system "Memory system", health
+    "Warning"/"Failure", message)."""
+    rank = {"Healthy": 0, "Warning": 1, "Failure": 2}
+    body: dict = {"Overall Health": {"value": "Healthy"}}
+    overall = "Healthy"
+    for group, ident, system, health, message in incidents or []:
+        entity = body.setdefault(group, {"children": {}})["children"].setdefault(
+            str(ident), {"children": {"Errors": {"children": {}}}, "value": "Healthy"})
+        entity["children"]["Errors"]["children"][system] = {"value": health,
+                                                            "overflow": [message]}
+        if rank[health] > rank[entity["value"]]:
+            entity["value"] = health
+        if rank[health] > rank[overall]:
+            overall = health
+    body["Overall Health"]["value"] = overall
+    return json.dumps({"body": body, "header": ["Health Monitor Report"]}, indent=3) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="qualify_tools")
     sub = ap.add_subparsers(dest="tool", required=True)

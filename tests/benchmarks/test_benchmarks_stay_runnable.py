@@ -49,3 +49,11 @@ def test_bench_guard_load_measures_a_real_slurmctld_and_the_backoffs_saving():
     assert bench["500 nodes ms per table read"][0] > 0
     before, now = bench["500 nodes 1 h before"][0], bench["500 nodes 1 h now"][0]
     assert 0 < now < before  # fewer, cheaper tries: by arithmetic, not by timing luck
+
+
+def test_bench_failslow_scores_a_small_simulated_fleet_and_the_real_traces():
+    bench = _bench("bench_failslow.py", "--jobs", "20", "--seeds", "0", "--held-out", "101")
+    for name in ("tuning", "held_out"):
+        assert 0 <= bench[f"{name}_f1"][0] <= 1 and bench[f"{name}_f1"][1] == "ratio"
+    assert bench["real_AR_stage_known_suspects"] == (1.0, "nodes")
+    assert bench["real_SE_stage_known_suspects"] == (0.0, "nodes")

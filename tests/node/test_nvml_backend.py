@@ -3,6 +3,8 @@ faked at the pynvml boundary (no GPU here): errors become data, never exceptions
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pynvml
 import pytest
 
@@ -12,9 +14,18 @@ from rsc_health.collect.gpu import NvmlBackend, parse_answers
 class FakeNvml:
     """Answers for a 2-GPU node; `fail` maps a pynvml function name to an NVML error code."""
 
-    def __init__(self, fail: dict[str, int] | None = None, lost: int | None = None):
-        self.fail = fail or {}
+    def __init__(self, fail: dict[str, int] | None = None, lost: int | None = None,
+                 fabric: dict | None = None, processes: list | None = None):
+        # Off NVSwitch systems (the H100 PCIe, the H200 of tests/fixtures/real) the fabric
+        # calls answer NOT_SUPPORTED.
+        self.fail = {"nvmlDeviceGetGpuFabricInfoV": pynvml.NVML_ERROR_NOT_SUPPORTED,
+                     "nvmlDeviceGetGpuFabricInfo": pynvml.NVML_ERROR_NOT_SUPPORTED}
+        if fabric is not None:
+            self.fail = {}
+        self.fail.update(fail or {})
         self.lost = lost
+        self.fabric = fabric or {}
+        self.processes = processes or []
 
     def install(self, monkeypatch):
         def fn(name, result):
@@ -58,6 +69,23 @@ class FakeNvml:
         fn("nvmlDeviceGetTemperature", 40)
         fn("nvmlDeviceGetCurrentClocksThrottleReasons", 1)
 
+        def fabric_info(handle, ref):  # NVML fills the caller's struct through the pointer
+            for key, value in self.fabric.items():
+                setattr(ref._obj, key, value)
+            return pynvml.NVML_SUCCESS
+
+        fn("nvmlDeviceGetGpuFabricInfoV", fabric_info)
+        fn("nvmlDeviceGetGpuFabricInfo", fabric_info)
+
+        def processes(handle):
+            # pynvml hands back friendly objects (nvmlStructToFriendlyObject), usedGpuMemory
+            # None where NVML said NVML_VALUE_NOT_AVAILABLE.
+            return [SimpleNamespace(pid=pid, usedGpuMemory=used, gpuInstanceId=0xFFFFFFFF,
+                                    computeInstanceId=0xFFFFFFFF)
+                    for pid, used in self.processes]
+
+        fn("nvmlDeviceGetComputeRunningProcesses", processes)
+
 
 def test_live_backend_reads_every_field_through_pynvml(monkeypatch):
     FakeNvml().install(monkeypatch)
@@ -71,6 +99,30 @@ def test_live_backend_reads_every_field_through_pynvml(monkeypatch):
     assert dev["retired_pages"] == {"sbe": 0, "dbe": 0, "pending": 0}
     report = parse_answers(doc)
     assert report.error is None and [g.index for g in report.gpus] == [0, 1]
+
+
+def test_fabric_state_and_compute_processes_are_read_as_nvml_answers_them(monkeypatch):
+    FakeNvml(fabric={"state": pynvml.NVML_GPU_FABRIC_STATE_COMPLETED, "status": 0,
+                     "cliqueId": 7, "healthMask": 0x2A},
+             processes=[(4242, 20 * 2**30), (77, None)]).install(monkeypatch)
+    dev = NvmlBackend().read()["devices"][0]
+    assert dev["fabric"] == {"state": 3, "status": 0, "clique_id": 7,
+                             "cluster_uuid": "00" * 16, "health_mask": 0x2A}
+    assert dev["processes"] == [{"pid": 4242, "used_memory": 20 * 2**30},
+                                {"pid": 77, "used_memory": None}]
+
+
+def test_a_driver_without_the_versioned_fabric_call_falls_back_and_unsupported_is_absent(
+        monkeypatch):
+    FakeNvml(fabric={"state": pynvml.NVML_GPU_FABRIC_STATE_NOT_STARTED, "status": 0},
+             fail={"nvmlDeviceGetGpuFabricInfoV": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}
+             ).install(monkeypatch)
+    dev = NvmlBackend().read()["devices"][0]
+    assert dev["fabric"]["state"] == 1 and "health_mask" not in dev["fabric"]
+    FakeNvml().install(monkeypatch)
+    doc = NvmlBackend().read()
+    assert doc["devices"][0]["fabric"] == {"error": "NVML_ERROR_NOT_SUPPORTED"}
+    assert parse_answers(doc).gpus[0].field_errors == {}  # absent, not a checker error
 
 
 @pytest.mark.parametrize(("code", "name"), [

@@ -23,7 +23,13 @@ def test_real_h200_snapshot_replays_to_the_verdict_the_node_gave_live():
     res = CliRunner().invoke(cli, ["check", "--from", str(CAPTURE / "snapshot.json"), "--json"])
     replayed = json.loads(res.output)
     assert res.exit_code == live["verdict"]["exit_code"] == 0
-    assert _key(replayed) == _key(live)
+    # Families added after the capture (sxid, fabric, leftover, dcgm) find this PCIe H200
+    # healthy too (no NVSwitch, no SXid line, no GPU process, DCGM not asked); the others
+    # judge it exactly as it was judged live.
+    known = {f["family"] for f in live["findings"]}
+    assert _key({"findings": [f for f in replayed["findings"] if f["family"] in known]}) \
+        == _key(live)
+    assert all(f["status"] == "ok" for f in replayed["findings"] if f["family"] not in known)
     # It did look: the one GPU, its ECC and remapping, its PCIe link were judged.
     assert {"gpu", "ecc", "remap", "pcie", "xid"} <= {f["family"] for f in replayed["findings"]}
 

@@ -65,6 +65,7 @@ class SlurmCluster:
         prolog: Path | None = None,
         epilog: Path | None = None,
         extra_conf: str = "",
+        node_conf: str = "",
     ):
         self.base = Path(base)
         self.node_names = [f"node{i:02d}" for i in range(1, nodes + 1)]
@@ -73,6 +74,7 @@ class SlurmCluster:
         self.prolog = prolog
         self.epilog = epilog
         self.extra_conf = extra_conf
+        self.node_conf = node_conf  # more words on every NodeName line (Features=...)
         self.cluster_name = "rsch" + secrets.token_hex(3)
         self.db_name = f"slurm_acct_{self.cluster_name}"
         self.procs: dict[str, subprocess.Popen] = {}
@@ -158,9 +160,10 @@ class SlurmCluster:
             devs.append(dev)
         gres = len(devs) == self.gpus and self.gpus > 0
         gres_spec = f" Gres=gpu:{self.gpus}" if gres else ""
+        more = f" {self.node_conf}" if self.node_conf else ""
         nodes = "\n".join(
             f"NodeName={n} NodeHostname=localhost NodeAddr=127.0.0.1 Port={p} CPUs=2 "
-            f"RealMemory=1000{gres_spec} State=UNKNOWN"
+            f"RealMemory=1000{gres_spec} State=UNKNOWN{more}"
             for n, p in self.node_ports.items()
         )
         acct = (

@@ -205,3 +205,63 @@ def test_auto_qualifies_a_node_once_its_repair_ticket_closes(qual):
     assert [d["node"] for d in doc["due"]] == ["node03"], out.stdout + out.stderr
     assert doc["results"][0]["result"] == "pass"
     assert "DRAIN" not in c.node_state("node03") and _reservations(c) == []
+
+
+def test_auto_qualifies_an_idle_suspect_undrained_pass_clears_fail_drains_nothing_proved_stays(
+        qual):
+    """Issue 24's suspect trigger: a suspect (rsc_health/suspects.py) is qualified as it is,
+    never drained first; a pass leaves it in service and clears the episode, a run that
+    proved nothing leaves it a suspect and undrained, a fail drains it and confirms it."""
+    from datetime import UTC, datetime, timedelta
+
+    from rsc_health.historian import suspects as hs
+    from rsc_health.historian.failslow.evidence import SuspectEvidence
+
+    c, hc, sql, tmp = qual
+    with open(tmp / "config.toml", "a") as fh:
+        fh.write('\n[suspects]\nqualify_tier = "full"\n')
+    engine = create_engine(f"sqlite:///{tmp / 'history.db'}")
+    now = datetime.now(UTC).replace(tzinfo=None)
+
+    def suspect(node):
+        hs.record(engine, [SuspectEvidence(
+            node=node, metric="sm_clock_ratio", value=0.7, peer_median=0.99, deviation=8.0,
+            since=now - timedelta(minutes=10), last=now, job_ids=("12",), source="telemetry",
+            detail="gpu1 clocks held low")], now, expire_after=timedelta(hours=24))
+
+    def state(node):
+        return hs.of_node(engine, node, limit=1)[0].state.value
+
+    try:
+        suspect("node02")
+        out = hc("qualify", "auto", "--json", path_bin=_bin(tmp, "nothing",
+                                                            missing=("gpu_burn",)))
+        doc = json.loads(out.stdout)
+        assert [d["node"] for d in doc["due"]] == ["node02"], out.stdout + out.stderr
+        assert doc["results"][0]["result"] == "inconclusive"
+        assert c.node_state("node02") == "IDLE" and _reservations(c) == []
+        hc("suspects", "apply")
+        assert state("node02") == "suspect"
+
+        out = hc("qualify", "auto", "--json")  # the back-off: not yet again
+        assert json.loads(out.stdout)["due"] == [], out.stdout
+        suspect("node03")
+        out = hc("qualify", "auto", "--json")
+        doc = json.loads(out.stdout)
+        assert [d["node"] for d in doc["due"]] == ["node03"], out.stdout + out.stderr
+        assert doc["results"][0]["result"] == "pass"
+        assert c.node_state("node03") == "IDLE" and _reservations(c) == []
+        hc("suspects", "apply")
+        assert state("node03") == "cleared"
+
+        suspect("node04")
+        out = hc("qualify", "auto", "--json", path_bin=_bin(tmp, "slow4", busbw=231.0 * 0.94))
+        assert json.loads(out.stdout)["results"][0]["result"] == "fail", out.stdout
+        assert c.node("node04")["Reason"].startswith("rsc_health:qualify:nccl")
+        hc("suspects", "apply")
+        assert state("node04") == "confirmed"
+    finally:
+        engine.dispose()
+        for node in ("node02", "node03", "node04"):  # what the tier set, as slurm.conf has it
+            c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=",
+                   "ActiveFeatures=", "Weight=1"], check=False)

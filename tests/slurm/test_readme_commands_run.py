@@ -42,6 +42,9 @@ RUN_ELSEWHERE = {
         "tests/slurm/test_qualify_flow.py::test_a_repaired_node_passes_and_returns_to_service_with_a_stored_pass",
     "healthctl qualify run --tier lite":
         "tests/unit/test_qualify_run.py::test_first_nodes_bootstrap_peers_then_a_node_5_percent_slow_fails",
+    # A person's clear needs a suspect, and the tier needs slurm.conf's rsc_trusted and the lua.
+    'healthctl suspects clear gpu042 --reason "jobs were mis-sharded, not the node"':
+        "tests/slurm/test_suspect_tier.py::test_suspect_tier_survives_reconfigure_and_restart_on_real_slurm",
 }
 # Exit codes the README documents for a command on this site (default: 0).
 EXIT_CODES = {
@@ -93,6 +96,10 @@ def site(tmp_path_factory):
         f"node{i:02d},,gpu,2026-01-01 00:00:00,\n" for i in range(1, 7)))
     (tmp / "gpus.csv").write_text("serial,node,slot,from,to\n"
                                   "1654024031139,node01,0,2026-01-01 00:00:00,\n")
+    # Step times a job left (README: ingest steps): the drop-file fixture.
+    (tmp / "steps").mkdir()
+    (tmp / "steps" / "job-7002.jsonl").write_bytes(
+        (REPO / "tests/fixtures/failslow/steps-drop.jsonl").read_bytes())
     name = "readme_" + uuid.uuid4().hex[:8]
     admin = create_engine(PG_ADMIN, isolation_level="AUTOCOMMIT")
     with admin.connect() as conn:
@@ -122,6 +129,7 @@ def localise(line: str, site: dict, ticket: str | None) -> list[str]:
         ("other-tool.jsonl", f"{tmp}/other-tool.jsonl"),
         ("--file fleet.csv", f"--file {tmp}/fleet.csv"),
         ("--file gpus.csv", f"--file {tmp}/gpus.csv"),
+        ("/shared/steps/", f"{tmp}/steps/"),
         ("--root DIR", f"--root {root}"),
         ("--workdir DIR", f"--workdir {tmp}/tune"),
         ("--out DIR", f"--out {tmp}/report-day"),

@@ -37,6 +37,9 @@ from tests.node.test_state_dir_read_only import node01_slurm
 REPO = Path(__file__).resolve().parents[2]
 XID79 = ("4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has "
          "fallen off the bus.\n")
+# A fatal NVSwitch error as the nvidia-nvswitch driver prints it (tests/fixtures/sxid/README.md).
+SXID20034 = ("3,9001,99000001,-;nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 "
+             "LTSSM Fault Up\n")
 
 
 def _nvml(edit: Callable[[list], None]) -> Callable[[Path], None]:
@@ -79,6 +82,55 @@ def _drop_mount(path: str) -> Callable[[Path], None]:
     return inject
 
 
+def _leftover(root: Path) -> None:
+    """A process of job 17, which no longer runs here (no step socket), holding 2 GiB on gpu2:
+    /proc as the kernel shows it (cgroup v2 under slurmstepd.scope), a spool dir with only the
+    prolog's own job (4242) in it."""
+    _nvml(lambda gpus: gpus[2].update(processes=[{"pid": 4321, "used_memory": 2 << 30}]))(root)
+    proc = root / "proc/4321"
+    proc.mkdir(parents=True)
+    (proc / "cgroup").write_text("0::/system.slice/slurmstepd.scope/job_17/step_0/user/task_0\n")
+    (proc / "comm").write_text("python3\n")
+    (proc / "status").write_text("Name:\tpython3\nUid:\t1000\t1000\t1000\t1000\n")
+    (root / "etc").mkdir(exist_ok=True)
+    (root / "etc/passwd").write_text("root:x:0:0:root:/root:/bin/bash\n"
+                                     "alice:x:1000:1000::/home/alice:/bin/bash\n")
+    spool = root / "var/spool/slurmd"
+    spool.mkdir(parents=True)
+    (spool / "node01_4242.4294967292").write_text("")
+
+
+def _systemctl(answer: str, code: int) -> Callable[[Path], None]:
+    """A stand-in for systemctl under the root: `is-active UNIT` prints the unit's state and
+    exits as systemctl does (0 active, 3 inactive)."""
+    def inject(root: Path) -> None:
+        program = root / "usr/bin/systemctl"
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text(f"#!/bin/sh\necho {answer}\nexit {code}\n")
+        program.chmod(0o755)
+    return inject
+
+
+def _fabric_healthy(root: Path) -> None:
+    _systemctl("active", 0)(root)
+    _nvml(lambda gpus: [g.update(fabric={"state": 3, "status": 0, "clique_id": 1,
+                                         "cluster_uuid": "00" * 16, "health_mask": 0})
+                        for g in gpus])(root)
+
+
+def _dcgmi(incidents: list) -> Callable[[Path], None]:
+    """A dcgmi stand-in under the root printing `dcgmi health -c -j` as DCGM writes it."""
+    from rsc_health.sim.qualify_tools import dcgm_health
+
+    def inject(root: Path) -> None:
+        (root / "dcgm-health.json").write_text(dcgm_health(incidents))
+        program = root / "usr/bin/dcgmi"
+        program.parent.mkdir(parents=True, exist_ok=True)
+        program.write_text(f"#!/bin/sh\ncat '{root / 'dcgm-health.json'}'\n")
+        program.chmod(0o755)
+    return inject
+
+
 SITE_DIR = "etc/rsc_health/site.d"
 
 
@@ -98,6 +150,7 @@ FAULTS: dict[str, tuple[str, Callable[[Path], None] | None, Callable[[Path], Non
         {k: {"error": "NVML_ERROR_GPU_IS_LOST"} for k in ("temperature", "ecc_mode")})),
         "gpu_lost"),
     "xid": ("", None, _append("dev/kmsg", XID79), "xid79"),
+    "sxid": ("", None, _append("dev/kmsg", SXID20034), "sxid20034"),
     "ecc": ("", None, _nvml(lambda gpus: gpus[4]["ecc"]["volatile"].update(uncorrected=2)),
             "ecc_dbe"),
     "remap": ("", None, _nvml(lambda gpus: gpus[6]["remapped_rows"].update(failure=True)),
@@ -109,6 +162,12 @@ FAULTS: dict[str, tuple[str, Callable[[Path], None] | None, Callable[[Path], Non
                    "ib_down"),
     "mount": ("", None, _drop_mount("/home"), "mount_missing"),
     "host": ("", None, _write("sys/devices/system/edac/mc/mc1/ue_count", "2\n"), "edac_ue"),
+    "leftover": ("", None, _leftover, "gpu_process_leftover"),
+    "dcgm": ("[dcgm]\nenabled = true\n", _dcgmi([]),
+             _dcgmi([("GPU", 3, "Memory system", "Failure", "A volatile double-bit ECC error "
+                      "has occurred on GPU 3")]), "dcgm_health_memory"),
+    "fabric": ('[fabric]\nnvswitch = "yes"\n', _fabric_healthy, _systemctl("inactive", 3),
+               "fabric_manager_down"),
     "site": (f'[site]\nchecks_dir = "/{SITE_DIR}"\n',
              _site_program("ok none disk0 disk_ok disk0 answers"),
              _site_program("fail drain_after_job disk0 disk_gone disk0 is gone"), "disk_gone"),
@@ -235,3 +294,13 @@ def test_collect_never_imports_checks():
             offenders += [f"{path.name}: {n}" for n in names
                           if n == "rsc_health.checks" or n.startswith("rsc_health.checks.")]
     assert offenders == []
+
+
+def test_every_kernel_log_cursor_is_local_state_a_snapshot_carries():
+    """A family's cursor (Family.cursor) is node-local state: a snapshot carries it and a
+    replay judges "new since the last sweep" as the node did."""
+    from rsc_health.engine import STATE_FILES
+
+    cursors = {f.cursor for f in REGISTRY if f.cursor}
+    assert cursors and cursors <= set(STATE_FILES)
+    assert len(cursors) == len([f for f in REGISTRY if f.cursor])  # one file per family

@@ -1,0 +1,163 @@
+#!/usr/bin/env python3
+"""Fail-slow detection on simulated fleets (rsc_health/sim/failslow.py): F1 per (job, node),
+flags on workload-imbalance jobs, detection delay from onset, over tuning seeds and a held-out
+seed set the defaults were never tuned on (issue 25's targets: F1 >= 0.95, 0 flags on
+imbalance jobs, delay <= 10 minutes).
+
+Scoring (Minder's, per machine): a faulty (job, node) whose suspect run was confirmed at or
+after its onset is a true positive, its delay confirmed - onset; any other flagged (job, node)
+is a false positive (a faulty node flagged only before its onset counts as both FP and FN).
+
+    python3 benchmarks/bench_failslow.py [--jobs 120] [--seeds 0-4] [--held-out 101-110]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import pandas as pd  # noqa: E402
+
+from rsc_health.config import load_config  # noqa: E402
+from rsc_health.historian.failslow.core import Rules, find_runs, judged  # noqa: E402
+from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow  # noqa: E402
+
+sys.path.insert(0, str(HERE))
+from _straggler_traces import TRACES, step_frame  # noqa: E402
+
+
+def _seeds(text: str) -> list[int]:
+    out: list[int] = []
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.extend(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def score(fleet, runs: pd.DataFrame) -> dict:
+    truth = fleet.truth
+    flagged = (runs.groupby(["job_id", "node"])["confirmed"].min().rename("confirmed")
+               if not runs.empty else pd.Series(dtype="datetime64[ns]", name="confirmed"))
+    flagged = flagged.reset_index() if len(flagged) else pd.DataFrame(
+        columns=["job_id", "node", "confirmed"])
+    # a faulty node's detection: its earliest run confirmed at or after onset
+    after = runs.merge(truth, on=["job_id", "node"])
+    after = after[pd.to_datetime(after["confirmed"]) >= pd.to_datetime(after["onset"])]
+    first = after.groupby(["job_id", "node"]).agg(confirmed=("confirmed", "min"),
+                                                  onset=("onset", "first"),
+                                                  kind=("kind", "first")).reset_index()
+    tp = len(first)
+    fn = len(truth) - tp
+    keys_tp = set(zip(first["job_id"], first["node"], strict=True))
+    fp = sum(1 for k in zip(flagged["job_id"], flagged["node"], strict=True) if k not in keys_tp)
+    delays = ((pd.to_datetime(first["confirmed"]) - pd.to_datetime(first["onset"]))
+              .dt.total_seconds() / 60.0)
+    imb_jobs = set(fleet.jobs.loc[fleet.jobs["kind"] == "imbalance", "job_id"])
+    imb_flags = int(flagged["job_id"].isin(imb_jobs).sum())
+    missed = truth.merge(first[["job_id", "node"]], how="left", indicator=True)
+    missed = missed[missed["_merge"] == "left_only"]["kind"].value_counts().to_dict()
+    fp_metrics = {}
+    if not runs.empty:
+        fpr = runs[[k not in keys_tp for k in zip(runs["job_id"], runs["node"], strict=True)]]
+        fp_metrics = fpr["metric"].value_counts().to_dict()
+    return {"tp": tp, "fp": fp, "fn": fn, "delays": delays.tolist(), "imb_flags": imb_flags,
+            "imb_jobs": len(imb_jobs), "missed": missed, "fp_metrics": fp_metrics}
+
+
+def run(seeds: list[int], jobs: int, rules: Rules) -> dict:
+    tot = {"tp": 0, "fp": 0, "fn": 0, "delays": [], "imb_flags": 0, "imb_jobs": 0,
+           "missed": {}, "fp_metrics": {}, "nodes": 0, "seconds": 0.0}
+    for seed in seeds:
+        fleet = simulate_failslow(FailSlowConfig(jobs=jobs, seed=seed))
+        t0 = time.perf_counter()
+        runs = find_runs(judged(fleet.samples, fleet.membership, fleet.steps, rules), rules)
+        tot["seconds"] += time.perf_counter() - t0
+        s = score(fleet, runs)
+        for k in ("tp", "fp", "fn", "imb_flags", "imb_jobs"):
+            tot[k] += s[k]
+        tot["delays"] += s["delays"]
+        tot["nodes"] += len(fleet.membership)
+        for k in ("missed", "fp_metrics"):
+            for m, c in s[k].items():
+                tot[k][m] = tot[k].get(m, 0) + c
+    p = tot["tp"] / (tot["tp"] + tot["fp"]) if tot["tp"] + tot["fp"] else 0.0
+    r = tot["tp"] / (tot["tp"] + tot["fn"]) if tot["tp"] + tot["fn"] else 0.0
+    tot.update(precision=p, recall=r, f1=2 * p * r / (p + r) if p + r else 0.0)
+    d = pd.Series(tot["delays"], dtype=float)
+    tot.update(delay_median=float(d.median()) if len(d) else float("nan"),
+               delay_max=float(d.max()) if len(d) else float("nan"),
+               delay_over_10=int((d > 10).sum()))
+    return tot
+
+
+def main() -> int:
+    quick = os.environ.get("RSC_BENCH_QUICK") == "1"
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jobs", type=int, default=40 if quick else 120)
+    ap.add_argument("--seeds", default="0-1" if quick else "0-4", help="tuning seeds")
+    ap.add_argument("--held-out", default="101-102" if quick else "101-110")
+    args = ap.parse_args()
+    rules = Rules.from_config(load_config(None))
+    for name, seeds in (("tuning", _seeds(args.seeds)), ("held_out", _seeds(args.held_out))):
+        t = run(seeds, args.jobs, rules)
+        print(f"{name}: seeds {seeds[0]}-{seeds[-1]}, {len(seeds) * args.jobs} jobs, "
+              f"{t['nodes']} job-nodes, {t['tp'] + t['fn']} injected: "
+              f"P {t['precision']:.3f} R {t['recall']:.3f} F1 {t['f1']:.3f} "
+              f"(tp {t['tp']} fp {t['fp']} fn {t['fn']}); imbalance-job flags {t['imb_flags']} "
+              f"in {t['imb_jobs']} jobs; delay median {t['delay_median']:.1f} min, max "
+              f"{t['delay_max']:.1f}, over 10 min {t['delay_over_10']}; detector "
+              f"{t['seconds']:.1f} s")
+        if t["missed"]:
+            print(f"  missed by kind: {t['missed']}")
+        if t["fp_metrics"]:
+            print(f"  false-positive runs by metric: {t['fp_metrics']}")
+        print(f"BENCH\tfailslow\t{name}_f1\t{t['f1']:.3f}\tratio")
+        print(f"BENCH\tfailslow\t{name}_precision\t{t['precision']:.3f}\tratio")
+        print(f"BENCH\tfailslow\t{name}_recall\t{t['recall']:.3f}\tratio")
+        print(f"BENCH\tfailslow\t{name}_imbalance_flags\t{t['imb_flags']}\tflags")
+        print(f"BENCH\tfailslow\t{name}_delay_max\t{t['delay_max']:.1f}\tmin")
+        print(f"BENCH\tfailslow\t{name}_within_10min\t"
+              f"{1 - t['delay_over_10'] / max(1, len(t['delays'])):.3f}\tratio")
+    real_traces(rules)
+    scale(rules, 1600 if quick else 16000)
+    return 0
+
+
+def scale(rules: Rules, nodes: int) -> None:
+    """One detector call at fleet scale: every node in a 64-node job, an hour of telemetry
+    (12 sweeps x 10 metrics), what `detect` judges each time the suspect tier calls it."""
+    fleet = simulate_failslow(FailSlowConfig(jobs=nodes // 64, sizes=(64,), size_weights=(1.0,),
+                                             sweeps=(12, 12), seed=7, steps_share=0.0))
+    t0 = time.perf_counter()
+    runs = find_runs(judged(fleet.samples, fleet.membership, None, rules), rules)
+    took = time.perf_counter() - t0
+    print(f"scale: {nodes} nodes, {len(fleet.samples)} samples (an hour): detector {took:.1f} s, "
+          f"{runs['node'].nunique()} suspects")
+    print(f"BENCH\tfailslow\tdetect_{nodes}_nodes_hour\t{took:.1f}\ts")
+
+
+def real_traces(rules: Rules) -> None:
+    """ByteDance's real per-rank traces (tests/fixtures/failslow/bytedance-straggler): AR's
+    one slowed worker should be the only suspect, SE (sequence lengths) and ST (a long last
+    stage) should have none, with and without the pipeline stage known."""
+    for trace, what in TRACES.items():
+        steps, members = step_frame(trace, rules.slot_s)
+        for label, m, s in (("stage known", members, steps),
+                            ("no stage", members.drop(columns="stage"), steps.assign(stage=""))):
+            obs = judged(None, m, s, rules)
+            runs = find_runs(obs, rules)
+            flagged = sorted(set(runs["node"]))
+            print(f"real trace {trace} ({what}), {label}: {m['node'].nunique()} workers, "
+                  f"{len(obs)} worker-steps judged, suspects {flagged or 'none'}")
+            slug = f"{trace}_{label.replace(' ', '_')}"
+            print(f"BENCH\tfailslow\treal_{slug}_suspects\t{len(flagged)}\tnodes")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+"""DCGM's own verdicts taken in as findings, where DCGM is installed and the site asks for it:
+`dcgmi health -g GROUP -c -j` (the health watches' incidents: each entity's systems, e.g.
+"Memory system", Failure / Warning with DCGM's message) and, with `[dcgm] diag_level` > 0,
+`dcgmi diag -r N -j` (read by the one reader of that JSON, rsc_health.qualify.dcgm_diag).
+
+A DCGM Failure (health) or Fail (diag) drains after the job; a Warning / Warn warns. What says
+nothing of the node is the checker's: dcgmi missing, refused (others could write it), killed at
+`[dcgm] timeout_s`, output that is not DCGM's JSON (e.g. "Error: Health watches not enabled",
+or nv-hostengine not running), a diag runtime error, or a diag failure whose warning says the
+test could not run (allocation, GPU busy: qualify.dcgm_diag.NOT_TESTED).
+
+Off by default (`[dcgm] enabled`): nothing is spawned. `[dcgm] health_file` / `diag_file`
+judge saved outputs instead of running dcgmi (an output taken elsewhere, e.g.
+`dcgmi diag -r 3 -j > diag.json` during a maintenance window, then
+`healthctl check --only dcgm` with the file named). The programs' JSON is JSON-parsed here
+only at judging time, bounded in size; the record is plain text a snapshot carries.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rsc_health.checks import _program
+from rsc_health.checks._finding import checker_error, fail, ok, warn
+from rsc_health.collect.sysfs import read_bounded
+from rsc_health.model import Finding, Severity
+
+FAMILY = "dcgm"
+MAX_OUTPUT = 4 * 2**20  # a diag of 8 GPUs and switches prints tens of kB
+HEALTHY, WARNING, FAILURE = "Healthy", "Warning", "Failure"
+OVERALL = "Overall Health"
+
+
+def collect(root: Path, env) -> dict:
+    cfg = env.cfg
+    replay = str(cfg.get("dcgm.replay_file") or "")
+    if replay:
+        doc = json.loads(read_bounded(root / replay.lstrip("/")))
+        if not isinstance(doc, dict):
+            raise ValueError(f"{replay}: not a record of dcgmi")
+        return doc
+    return record(root, cfg, env.deadline)
+
+
+def capture(cfg, root: Path) -> dict:
+    return {"dcgm_record": record(root, cfg, None)}
+
+
+def _saved(root: Path, rel: str) -> dict:
+    """A saved output, as a run record would hold it."""
+    try:
+        text = read_bounded(root / rel.lstrip("/"), MAX_OUTPUT).decode("utf-8", "replace")
+    except OSError as exc:
+        return {"argv": [rel], "refused": f"{rel}: {exc.strerror or exc}"}
+    return {"argv": [rel], "returncode": 0, "stdout": text}
+
+
+def record(root: Path, cfg, deadline: float | None) -> dict:
+    doc: dict = {}
+    health_file, diag_file = str(cfg.get("dcgm.health_file")), str(cfg.get("dcgm.diag_file"))
+    if health_file:
+        doc["health"] = _saved(root, health_file)
+    if diag_file:
+        doc["diag"] = _saved(root, diag_file)
+    if not cfg.get("dcgm.enabled") or health_file or diag_file:
+        return doc
+    dcgmi, timeout = str(cfg.get("dcgm.dcgmi")), float(cfg.get("dcgm.timeout_s"))
+    if cfg.get("dcgm.health"):
+        doc["health"] = _program.run(root, dcgmi, ["health", "-g", str(cfg.get("dcgm.group")),
+                                                   "-c", "-j"],
+                                     timeout_s=timeout, deadline=deadline, max_bytes=MAX_OUTPUT)
+    level = int(cfg.get("dcgm.diag_level"))
+    if level > 0:
+        doc["diag"] = _program.run(root, dcgmi, ["diag", "-r", str(level), "-j"],
+                                   timeout_s=timeout, deadline=deadline, max_bytes=MAX_OUTPUT)
+    return doc
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    rec = state.extra.get(FAMILY)
+    if not isinstance(rec, dict):
+        return []
+    out: list[Finding] = []
+    if "health" in rec:
+        out.extend(_health(rec["health"]))
+    if "diag" in rec:
+        out.extend(_diag(rec["diag"]))
+    if not rec:
+        out.append(ok(FAMILY, "dcgm", "DCGM not asked ([dcgm] enabled = false)"))
+    elif not [f for f in out if f.severity > Severity.NONE or f.family != FAMILY]:
+        out.append(ok(FAMILY, "dcgm", "DCGM reports no incident"))
+    return out
+
+
+def _json(run: dict, what: str) -> tuple[dict | None, Finding | None]:
+    why = _program.trouble(run, what)
+    if why:
+        return None, checker_error(FAMILY, "dcgmi", why)
+    text = str(run.get("stdout") or "")
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or str(
+            run.get("stderr") or "").strip()
+        shown = "".join(c for c in first if c.isprintable())[:160] or "no output"
+        return None, checker_error(FAMILY, "dcgmi", f"{what} printed no JSON (exit "
+                                   f"{run.get('returncode')}): {shown}")
+    if not isinstance(doc, dict):
+        return None, checker_error(FAMILY, "dcgmi", f"{what} printed JSON that is not DCGM's")
+    return doc, None
+
+
+def _component(group: str, entity: str) -> str:
+    group = "".join(c for c in group.lower() if c.isalnum() or c == "_")[:16]
+    entity = "".join(c for c in entity if c.isalnum())[:16]
+    return {"gpu": "gpu", "switch": "nvswitch"}.get(group, group or "entity") + entity
+
+
+def _code(kind: str, name: str) -> str:
+    slug = "".join(c if c.isalnum() else "_" for c in name.lower().replace(" system", ""))
+    return f"dcgm_{kind}_{'_'.join(p for p in slug.split('_') if p)[:40] or 'unknown'}"
+
+
+def _health(run: dict) -> list[Finding]:
+    """`dcgmi health -c -j` (dcgmi/Health.cpp through DcgmiOutputJson): {"header": ["Health
+    Monitor Report"], "body": {"Overall Health": {"value": ...}, "<entity group>":
+    {"children": {"<id>": {"value": ..., "children": {"Errors": {"children": {"<system>":
+    {"value": ..., "overflow": [message parts]}}}}}}}}}."""
+    doc, trouble = _json(run, "dcgmi health")
+    if doc is None:
+        return [trouble] if trouble else []
+    raw = doc.get("body")
+    body: dict = raw if isinstance(raw, dict) else {}
+    overall = body.get(OVERALL)
+    overall_value = overall.get("value") if isinstance(overall, dict) else None
+    if overall_value not in (HEALTHY, WARNING, FAILURE):
+        return [checker_error(FAMILY, "dcgmi", "dcgmi health: no overall health in its "
+                              f"answer ({str(overall_value)[:40]!r})")]
+    out: list[Finding] = []
+    for group, node in list(body.items())[:64]:
+        if group == OVERALL or not isinstance(node, dict):
+            continue
+        entities = node.get("children")
+        for ident, entity in list(entities.items())[:1024] if isinstance(entities, dict) else []:
+            errors = (entity.get("children") or {}).get("Errors") if isinstance(
+                entity, dict) else None
+            systems = errors.get("children") if isinstance(errors, dict) else None
+            comp = _component(str(group), str(ident))
+            for system, verdict in list(systems.items())[:64] if isinstance(systems,
+                                                                            dict) else []:
+                if not isinstance(verdict, dict):
+                    continue
+                value = verdict.get("value")
+                parts = verdict.get("overflow")
+                message = " ".join(str(p) for p in parts if isinstance(p, str)) if isinstance(
+                    parts, list) else ""
+                message = "".join(c for c in message if c.isprintable())[:200]
+                text = f"{comp} DCGM {system}: {value}" + (f": {message}" if message else "")
+                code = _code("health", str(system))
+                data = {"system": str(system)[:64], "dcgm": value, "message": message}
+                if value == FAILURE:
+                    out.append(fail(FAMILY, comp, Severity.DRAIN_AFTER_JOB, code, text,
+                                    repair=False, **data))
+                elif value == WARNING:
+                    out.append(warn(FAMILY, comp, code, text, **data))
+                elif value != HEALTHY:
+                    out.append(checker_error(FAMILY, comp, f"{comp} DCGM {system}: "
+                                             f"{str(value)[:40]!r}"))
+    if overall_value != HEALTHY and not out:
+        # DCGM said so overall without naming an entity: still its verdict.
+        text = f"DCGM overall health: {overall_value}"
+        if overall_value == FAILURE:
+            out.append(fail(FAMILY, "dcgm", Severity.DRAIN_AFTER_JOB, "dcgm_health", text,
+                            repair=False))
+        else:
+            out.append(warn(FAMILY, "dcgm", "dcgm_health", text))
+    return out
+
+
+def _diag(run: dict) -> list[Finding]:
+    from rsc_health.qualify.dcgm_diag import DCGM_FAIL, DCGM_WARN, diagnostic, results
+
+    doc, trouble = _json(run, "dcgmi diag")
+    if doc is None:
+        return [trouble] if trouble else []
+    try:
+        diag = diagnostic(doc)
+        found = results(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return [checker_error(FAMILY, "dcgmi", f"dcgmi diag: not DCGM's diagnostic JSON "
+                              f"({type(exc).__name__}: {str(exc)[:80]})")]
+    if diag.get("runtime_error"):
+        return [checker_error(FAMILY, "dcgmi", "dcgmi diag runtime error: "
+                              f"{str(diag['runtime_error'])[:160]}")]
+    out: list[Finding] = []
+    for r in found[:4096]:
+        if r.status not in (DCGM_FAIL, DCGM_WARN):
+            continue
+        comp = _component(r.entity_group, r.entity_id) if r.entity_group else "dcgm"
+        why = "".join(c for c in (r.warnings[0] if r.warnings else "no reason given")
+                      if c.isprintable())[:200]
+        text = f"{comp} DCGM diag {r.test}: {r.status}: {why}"
+        untested = r.untested()
+        if untested:
+            out.append(checker_error(FAMILY, comp, f"{comp} DCGM diag {r.test} did not test: "
+                                     f"{untested[:160]}"))
+            continue
+        code = _code("diag", r.test)
+        data = {"test": r.test[:64], "dcgm": r.status, "message": why}
+        if r.status == DCGM_FAIL:
+            out.append(fail(FAMILY, comp, Severity.DRAIN_AFTER_JOB, code, text, repair=False,
+                            **data))
+        else:
+            out.append(warn(FAMILY, comp, code, text, **data))
+    return out

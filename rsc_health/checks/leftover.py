@@ -1,0 +1,234 @@
+"""Leftover GPU processes at job start: a compute process NVML sees on a GPU
+(nvmlDeviceGetComputeRunningProcesses) that belongs to no running job of this node holds GPU
+memory (and, in EXCLUSIVE_PROCESS mode, the GPU itself) that the next job needs: it OOMs or
+fails to create its context minutes into its run. Found before the job starts, the prolog
+fails, Slurm requeues the job elsewhere and the node drains until the process is gone.
+
+Whose a process is, read without any Slurm RPC (the prolog makes none when healthy):
+- its cgroup (/proc/PID/cgroup): Slurm's task/cgroup puts every task under `job_N`
+  (v1 `/slurm/uid_U/job_N/step_S/...`, v2 `/system.slice/slurmstepd.scope/job_N/...`);
+- whether job N still runs here: slurmstepd listens on `<SlurmdSpoolDir>/<node>_<job>.<step>`
+  (src/slurmd/common/stepd_api.c) while the step runs; no socket of job N = job N is over;
+- the prolog's own job ($SLURM_JOB_ID) is never a leftover.
+A process in the cgroup of a job that is over is a leftover. One in no job cgroup (a user's
+ssh session, a daemon, or any job's process under proctrack/linuxproc where tasks have no job
+cgroup) is a leftover only when no other job runs here (the exclusive node at job start);
+with other jobs running it cannot be told from theirs, and warns. A spool directory that
+cannot be read is the checker's problem: nothing in a job cgroup is called a leftover then.
+
+The finding names pid, command, user, GPU and memory. `[leftover] action` decides (default
+drain_now: at job start nothing of ours is running, so "now" only fails the prolog, which
+sends the job elsewhere). A sweep (no job of its own) that finds one while other jobs run
+drains after them instead: "now" would requeue jobs for a process that is not theirs.
+Everything under /proc is read bounded (read_bounded refuses a FIFO and stops at its limit);
+user names come from the root's /etc/passwd only (an NSS lookup can block on a directory
+server). `check --from` judges the record a snapshot carries.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+
+from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
+from rsc_health.collect.gpu import err
+from rsc_health.collect.sysfs import read_bounded
+from rsc_health.model import Finding, Severity
+
+FAMILY = "leftover"
+_JOB = re.compile(r"/job_(\d{1,12})(?:/|$)")
+# `<node>_<job>.<step>[.<het component>]`; a node name may itself hold "_".
+_STEP_SOCKET = re.compile(r"_(\d{1,12})\.(\d{1,12})(?:\.\d{1,6})?(?:\.ALT)?$")
+MAX_PID = 2**22  # the kernel's pid_max ceiling
+MAX_SPOOL_ENTRIES = 100_000
+READ_LIMIT = 64 * 1024
+ACTIONS = {s.label: s for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB, Severity.WARN)}
+
+
+def _pid(p) -> int | None:
+    """A process answer's pid when it is one the kernel could have given, else None."""
+    pid = p.get("pid") if isinstance(p, dict) else None
+    if isinstance(pid, int) and not isinstance(pid, bool) and 0 < pid < MAX_PID:
+        return pid
+    return None
+
+
+def _nvml_pids(answers) -> set[int]:
+    pids: set[int] = set()
+    devices = answers.get("devices") if isinstance(answers, dict) else None
+    for dev in devices if isinstance(devices, list) else []:
+        procs = dev.get("processes") if isinstance(dev, dict) else None
+        for p in procs if isinstance(procs, list) else []:
+            if (pid := _pid(p)) is not None:
+                pids.add(pid)
+    return pids
+
+
+def collect(root: Path, env) -> dict | None:
+    replay = str(env.cfg.get("leftover.replay_file") or "")
+    if replay:  # a snapshot's record: nothing of this machine is read
+        doc = json.loads(read_bounded(root / replay.lstrip("/")))
+        if not isinstance(doc, dict):
+            raise ValueError(f"{replay}: not a record of GPU processes")
+        return doc
+    answers = env.state.nvml_answers if env.state is not None else None
+    return record(root, env.cfg, _nvml_pids(answers))
+
+
+def capture(cfg, root: Path) -> dict:
+    """A snapshot carries who each process NVML names is, as read now (live NVML from an
+    abandonable child, as the node path asks it: a wedged driver must not hang a snapshot)."""
+    from rsc_health.collect import bounded
+    from rsc_health.collect.gpu import NvmlBackend
+    from rsc_health.collect.node import gpu_backend
+
+    try:
+        backend = gpu_backend(cfg, root)
+        answers = (bounded.call(backend.read, float(cfg.get("gpu.nvml_timeout_s")))
+                   if isinstance(backend, NvmlBackend) else backend.read())
+    except Exception:  # noqa: BLE001 - the snapshot's own NVML read says what is wrong
+        answers = None
+    return {"leftover_record": record(root, cfg, _nvml_pids(answers))}
+
+
+def record(root: Path, cfg, pids: set[int]) -> dict:
+    """Who each pid is and which jobs run here, as plain JSON (what `check` judges)."""
+    out: dict = {"job_id": _own_job(), "pids": {}, "jobs": [], "spool_error": None}
+    if not pids:
+        return out  # the healthy case reads nothing at all
+    spool = root / str(cfg.get("leftover.slurmd_spool_dir")).lstrip("/")
+    try:
+        jobs = set()
+        with os.scandir(spool) as entries:
+            for n, entry in enumerate(entries):
+                if n >= MAX_SPOOL_ENTRIES:
+                    break
+                m = _STEP_SOCKET.search(entry.name)
+                if m:
+                    jobs.add(m.group(1))
+        out["jobs"] = sorted(jobs)
+    except OSError as exc:
+        out["spool_error"] = f"{spool}: {exc.strerror or exc}"
+    users = _passwd(root)
+    for pid in sorted(pids)[:1024]:
+        out["pids"][str(pid)] = _process(root, pid, users)
+    return out
+
+
+def _own_job() -> str | None:
+    job = os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+    return job if job and job.isdigit() and len(job) <= 12 else None
+
+
+def _process(root: Path, pid: int, users: dict[int, str]) -> dict:
+    proc = root / "proc" / str(pid)
+    try:
+        cgroup = read_bounded(proc / "cgroup", READ_LIMIT).decode("utf-8", "replace")
+    except OSError:
+        return {"seen": False}
+    jobs = {m.group(1) for line in cgroup.splitlines() for m in [_JOB.search(line)] if m}
+    info: dict = {"seen": True, "job": min(jobs, key=int) if jobs else None}
+    try:
+        comm = read_bounded(proc / "comm", 256).decode("utf-8", "replace").strip()
+        info["command"] = "".join(c if c.isprintable() else "?" for c in comm)[:64]
+    except OSError:
+        info["command"] = "?"
+    try:
+        status = read_bounded(proc / "status", READ_LIMIT).decode("utf-8", "replace")
+        uid_line = next((ln for ln in status.splitlines() if ln.startswith("Uid:")), "")
+        uid = int(uid_line.split()[1])
+        info["uid"] = uid
+        info["user"] = users.get(uid, f"uid {uid}")
+    except (OSError, ValueError, IndexError):
+        info["user"] = "?"
+    return info
+
+
+def _passwd(root: Path) -> dict[int, str]:
+    users: dict[int, str] = {}
+    try:
+        text = read_bounded(root / "etc/passwd", 4 * 2**20).decode("utf-8", "replace")
+    except OSError:
+        return users
+    for line in text.splitlines():
+        parts = line.split(":")
+        if len(parts) >= 3 and parts[2].isdigit():
+            users.setdefault(int(parts[2]), parts[0][:32])
+    return users
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    conf = cfg["leftover"]
+    rec = state.extra.get(FAMILY)
+    if state.gpu is None or state.gpu.error or not isinstance(rec, dict):
+        return []  # NVML itself is the gpu family's to report
+    action = ACTIONS.get(str(conf["action"]))
+    if action is None:
+        return [checker_error(FAMILY, FAMILY, f"[leftover] action {conf['action']!r} is not "
+                              "drain_now, drain_after_job or warn")]
+    ignore = set(conf["ignore_commands"])
+    floor = int(conf["min_memory_mib"]) * 2**20
+    own = rec.get("job_id")
+    raw = rec.get("pids")
+    pids: dict = raw if isinstance(raw, dict) else {}
+    running = {str(j) for j in rec.get("jobs") or []} - {own}
+    spool_error = rec.get("spool_error")
+    out: list[Finding] = []
+    if spool_error:
+        out.append(checker_error(FAMILY, "slurmd spool", f"leftover: cannot list running "
+                                 f"jobs ({str(spool_error)[:160]}): no process in a job cgroup "
+                                 "is called a leftover"))
+    for g in state.gpu.gpus:
+        procs = g.answers.get("processes") if isinstance(g.answers, dict) else None
+        if procs is None or err(procs) or not isinstance(procs, list):
+            continue  # absent, or NVML refused: the gpu family says which
+        for p in procs:
+            pid = _pid(p)
+            if pid is None:
+                continue  # not a pid NVML could have answered: nothing to look at
+            found = pids.get(str(pid))
+            info: dict = found if isinstance(found, dict) else {"seen": False}
+            used = p.get("used_memory") if isinstance(p, dict) else None
+            mib = used // 2**20 if isinstance(used, int) and used >= 0 else None
+            comp = gpu_name(g.index)
+            data = {"pid": pid, "gpu": comp, "gpu_uuid": g.uuid, "pci": g.pci_bus_id,
+                    "used_memory_mib": mib, "command": info.get("command"),
+                    "user": info.get("user"), "job": info.get("job")}
+            what = (f"{comp} pid {pid} ({info.get('command', '?')}, {info.get('user', '?')}, "
+                    f"{'?' if mib is None else mib} MiB)")
+            if not info.get("seen"):
+                out.append(warn(FAMILY, comp, "gpu_process_unseen", f"{what}: NVML names a "
+                                "process this /proc does not show (exited, or another PID "
+                                "namespace)", **data))
+                continue
+            job = info.get("job")
+            job = str(job) if job is not None else None
+            if (job is not None and job == own) or str(info.get("command")) in ignore:
+                continue
+            if job is not None:
+                if job in running or spool_error:
+                    continue  # a job still running here
+                why = f"left by job {job}, which no longer runs here"
+            elif running:
+                out.append(warn(FAMILY, comp, "gpu_process_unattributed", f"{what}: in no "
+                                f"job's cgroup while job(s) {', '.join(sorted(running)[:3])} "
+                                "run here: cannot tell whose", **data))
+                continue
+            else:
+                why = "in no job's cgroup"
+            text = f"{what} {why}"
+            severity = action
+            if severity is Severity.DRAIN_NOW and own is None and running:
+                # A sweep (no job of its own) while jobs run here: "now" would requeue them
+                # for a process that is not theirs. They finish; then the node drains.
+                severity = Severity.DRAIN_AFTER_JOB
+            if severity is Severity.WARN or (isinstance(used, int) and 0 <= used < floor):
+                out.append(warn(FAMILY, comp, "gpu_process_leftover", text, **data))
+            else:
+                out.append(fail(FAMILY, comp, severity, "gpu_process_leftover", text,
+                                repair=False, **data))
+    if not [f for f in out if f.family == FAMILY]:
+        out.append(ok(FAMILY, "gpus", "no leftover GPU processes"))
+    return out

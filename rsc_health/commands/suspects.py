@@ -1,0 +1,147 @@
+"""`healthctl suspects`: nodes slow against their own jobs' peers, kept from big jobs.
+
+    healthctl suspects [--all] [--json]            # open episodes and their evidence
+    healthctl suspects clear NODE --reason TEXT    # a person clears one (trusted again at once)
+    healthctl suspects apply [--json]              # the manager pass (rsc-health-suspects.timer)
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+from datetime import UTC, datetime, timedelta
+
+import click
+
+from rsc_health.terminal import echo
+
+
+def _engine(ctx: click.Context):
+    from rsc_health.historian import db as hdb
+
+    try:
+        return hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def _slurm(ctx: click.Context):
+    injected = getattr(ctx.obj, "slurm", None)
+    if injected is not None:
+        return injected
+    from rsc_health.slurm import from_config
+
+    return from_config(ctx.obj.config)
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def describe(ep) -> str:
+    """One line of evidence: the metric, how far from its peers, since when, in which jobs."""
+    def num(x):
+        return "?" if x is None else f"{x:.4g}"
+
+    jobs = ", ".join(ep.job_ids[:6]) + (f" (+{len(ep.job_ids) - 6})" if len(ep.job_ids) > 6
+                                        else "")
+    return (f"{ep.metric} {num(ep.value)} vs peers {num(ep.peer_median)} "
+            f"(deviation {num(ep.deviation)}, {ep.source}) since {ep.since:%Y-%m-%d %H:%M}, "
+            f"last {ep.last_evidence:%Y-%m-%d %H:%M}, expires {ep.expires:%Y-%m-%d %H:%M}; "
+            f"jobs {jobs or '-'}")
+
+
+@click.group("suspects", invoke_without_command=True)
+@click.option("--all", "show_all", is_flag=True,
+              help="Also the episodes that ended in the last 7 days (cleared, confirmed, expired).")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def suspects(ctx, show_all, as_json) -> None:
+    """Suspect nodes (slow against their jobs' peers) and the evidence behind each."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from rsc_health.historian import suspects as hs
+    from rsc_health.model import SuspectState
+
+    engine = _engine(ctx)
+    try:
+        eps = (hs.recent(engine, _now() - timedelta(days=7)) if show_all
+               else hs.active(engine))
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(json.dumps({"schema": "rsc_health.suspects/1",
+                               "suspects": [e.as_dict() for e in eps]}, indent=1))
+        return
+    if not eps:
+        echo("no suspect node" + (" in the last 7 days" if show_all else ""))
+        return
+    for ep in eps:
+        tier = f" [{ep.tier}]" if ep.tier else ""
+        end = (f" ({ep.changed_by}: {ep.change_reason})"
+               if ep.state is not SuspectState.SUSPECT else "")
+        echo(f"{ep.node}: {ep.state.value}{tier}{end}: {describe(ep)}")
+        if ep.detail:
+            echo(f"    {ep.detail[:300]}")
+
+
+@suspects.command("clear")
+@click.argument("node")
+@click.option("--reason", required=True, help="Why (kept with your name in the historian).")
+@click.pass_context
+def clear(ctx, node, reason) -> None:
+    """A person clears NODE's suspicion: the trusted feature and its weight come back now."""
+    from rsc_health.historian import suspects as hs
+    from rsc_health.hostlist import is_one_node
+    from rsc_health.suspects import apply
+
+    if not is_one_node(node):
+        raise click.ClickException(f"{node!r}: one node name, please")
+    if not reason.strip():
+        raise click.ClickException("--reason must say why")
+    who = os.environ.get("SUDO_USER") or getpass.getuser()
+    engine = _engine(ctx)
+    try:
+        ep = hs.clear(engine, node, _now(), who=who, why=reason.strip())
+        if ep is None:
+            raise click.ClickException(f"{node} has no open suspect episode")
+        echo(f"{node}: cleared by {who} ({reason.strip()})")
+        changes, errors = apply(engine, _slurm(ctx), ctx.obj.config, _now(), log=echo)
+    finally:
+        engine.dispose()
+    for err in errors:
+        echo(f"Slurm: {err} (the next `healthctl suspects apply` tries again)", err=True)
+    if errors:
+        ctx.exit(1)
+
+
+@suspects.command("apply")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def apply_cmd(ctx, as_json) -> None:
+    """The manager pass: new fail-slow evidence, qualification results and expiry into the
+    historian, then Slurm in line with it (a change Slurm lost at a reconfigure or restart
+    is re-applied). Exit 1 when a Slurm call failed."""
+    from rsc_health.suspects import manager_pass
+
+    engine = _engine(ctx)
+    try:
+        res = manager_pass(engine, _slurm(ctx), ctx.obj.config, _now(),
+                           log=(lambda m: None) if as_json else echo)
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(json.dumps(res.as_dict(), indent=1))
+    else:
+        for node, what in sorted(res.recorded.items()):
+            echo(f"{node}: evidence {what}")
+        for node, state, why in res.settled:
+            echo(f"{node}: {state.value} ({why})")
+        for node in res.expired:
+            echo(f"{node}: expired")
+        if not (res.recorded or res.settled or res.expired or res.changes):
+            echo("suspect tier: nothing to change")
+    for err in res.errors:
+        echo(f"Slurm: {err}", err=True)
+    ctx.exit(1 if res.errors else 0)

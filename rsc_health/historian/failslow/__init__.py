@@ -1,0 +1,30 @@
+"""Fail-slow nodes: slow, not failed, judged against their own jobs' other nodes
+(docs/failslow.md).
+
+evidence.py  SuspectEvidence, the record the suspect tier consumes
+core.py      the pure detector: detect_frame(samples, membership, steps, cfg)
+load.py      detect(engine, now, cfg): the historian's telemetry, jobs and step times
+steps.py     per-rank step times: the JSON-lines drop file and NVRx straggler reports
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rsc_health.historian.failslow.core import detect_frame
+from rsc_health.historian.failslow.evidence import SuspectEvidence
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from sqlalchemy import Engine
+
+
+def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
+    """Suspects from the last [failslow] lookback_min minutes of the historian."""
+    from rsc_health.historian.failslow.load import detect as _detect
+
+    return _detect(engine, now, cfg)
+
+
+__all__ = ["SuspectEvidence", "detect", "detect_frame"]

@@ -1,0 +1,352 @@
+"""The pure core of fail-slow detection: each node of a multi-node job against the job's other
+nodes, sweep slot by sweep slot, persisting (docs/failslow.md).
+
+    observations  one value per (job, node, peer group, metric, slot): telemetry samples joined
+                  to the jobs the node ran at their time; step times per node and stage
+    judge         per (job, group, metric, slot): the peers' median and robust spread give the
+                  line (the qualification judge's tolerance, rsc_health/qualify/judge.py, or
+                  the metric's min_delta when larger); past it in the bad direction: outlier
+    job-wide      more than max_outlier_share of a slot's nodes (and more than one) outlying is
+                  the workload's or the fabric's shift: that slot flags no node
+    persist       persist_sweeps outlying slots in a row (a missing slot breaks the run)
+
+No I/O and no clock: `detect_frame(samples, membership, steps, cfg)`; `load.detect` reads
+the historian and calls it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rsc_health.historian.failslow.evidence import STEPS, TELEMETRY, SuspectEvidence
+from rsc_health.qualify.judge import tolerance
+
+LOW, HIGH = "low", "high"
+DIRECTIONS = (LOW, HIGH)
+SAMPLE_COLUMNS = ("node", "time", "metric", "value", "component")
+MEMBER_COLUMNS = ("job_id", "node", "start", "end")
+STEP_COLUMNS = ("job_id", "rank", "node", "stage", "step", "seconds", "time")
+MAD_SCALE = 1.4826
+_NO_GROUP = ""
+
+
+@dataclass(frozen=True)
+class MetricRule:
+    direction: str  # LOW | HIGH: which way is bad
+    min_delta: float  # smallest deviation that counts, in the metric's unit
+    max_margin: float  # the metric's cap on the relative tolerance (0: the section's)
+    persist: int = 0  # the metric's own persist_sweeps (0: the section's)
+    min_margin: float = 0.0  # the metric's floor on the relative tolerance (0: the section's)
+
+    @property
+    def sign(self) -> float:
+        return -1.0 if self.direction == LOW else 1.0
+
+
+@dataclass(frozen=True)
+class Rules:
+    k: float
+    min_margin: float
+    max_margin: float
+    slot_s: int
+    persist_sweeps: int
+    min_nodes: int
+    max_outlier_share: float
+    steps_metric: str
+    metrics: Mapping[str, MetricRule]
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Rules:
+        """[failslow] of a Config (or anything with `.get(dotted)`)."""
+        metrics = {}
+        for name, table in (cfg.get("failslow.metrics") or {}).items():
+            direction = str(table.get("direction"))
+            if direction not in DIRECTIONS:
+                raise ValueError(f"[failslow.metrics.{name}] direction {direction!r}: "
+                                 f"must be one of {', '.join(DIRECTIONS)}")
+            metrics[str(name)] = MetricRule(direction, float(table.get("min_delta") or 0.0),
+                                            float(table.get("max_margin") or 0.0),
+                                            int(table.get("persist_sweeps") or 0),
+                                            float(table.get("min_margin") or 0.0))
+        return cls(
+            k=float(cfg.get("failslow.k")),
+            min_margin=float(cfg.get("failslow.min_margin")),
+            max_margin=float(cfg.get("failslow.max_margin")),
+            slot_s=max(1, int(cfg.get("failslow.slot_s"))),
+            persist_sweeps=max(1, int(cfg.get("failslow.persist_sweeps"))),
+            min_nodes=max(2, int(cfg.get("failslow.min_nodes"))),
+            max_outlier_share=float(cfg.get("failslow.max_outlier_share")),
+            steps_metric=str(cfg.get("failslow.steps_metric")),
+            metrics=metrics,
+        )
+
+
+def utc(times: pd.Series) -> pd.Series:
+    """Times as naive UTC (the historian's form): an aware time is converted, a naive one is
+    taken as UTC, so samples, jobs and step times from different sources compare."""
+    times = pd.Series(times)
+    if pd.api.types.is_datetime64_dtype(times.dtype):  # already naive: no copy, no parse
+        return times if times.dtype == "datetime64[ns]" else times.astype("datetime64[ns]")
+    return pd.to_datetime(times, utc=True).dt.tz_localize(None).astype("datetime64[ns]")
+
+
+def _slot(times: pd.Series, slot_s: int) -> pd.Series:
+    return utc(times).astype("int64") // (slot_s * 10**9)
+
+
+def _group_key(frame: pd.DataFrame) -> pd.Series:
+    model = frame["gpu_model"] if "gpu_model" in frame else _NO_GROUP
+    stage = frame["stage"] if "stage" in frame else _NO_GROUP
+    return (pd.Series(model, index=frame.index).fillna(_NO_GROUP).astype(str) + "|"
+            + pd.Series(stage, index=frame.index).fillna(_NO_GROUP).astype(str))
+
+
+def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
+                           rules: Rules) -> pd.DataFrame:
+    """Samples of judged metrics joined to the jobs their node ran at their time: one row per
+    (job, node, group, metric, slot), its value the median of the slot's samples."""
+    cols = ["job_id", "node", "group", "metric", "slot", "time", "value", "component", "source"]
+    if samples is None or samples.empty or membership is None or membership.empty:
+        return pd.DataFrame(columns=cols)
+    s = samples.loc[samples["metric"].isin(list(rules.metrics)), list(SAMPLE_COLUMNS)]
+    s = s.assign(value=pd.to_numeric(s["value"], errors="coerce"),
+                 time=utc(s["time"]))
+    s = s[np.isfinite(s["value"].to_numpy(dtype=float))]
+    m = membership.assign(group=_group_key(membership))[
+        ["job_id", "node", "start", "end", "group"]]
+    m = m.assign(start=utc(m["start"]), end=utc(m["end"]))
+    j = s.merge(m, on="node", how="inner")
+    inside = (j["time"] >= j["start"]) & (j["end"].isna() | (j["time"] < j["end"]))
+    j = j[inside]
+    if j.empty:
+        return pd.DataFrame(columns=cols)
+    j = j.assign(slot=_slot(j["time"], rules.slot_s), component=j["component"].fillna(""))
+    out = (j.groupby(["job_id", "node", "group", "metric", "slot"], sort=False)
+           .agg(time=("time", "max"), value=("value", "median"), component=("component", "first"))
+           .reset_index())
+    return out.assign(source=TELEMETRY)[cols]
+
+
+def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | None,
+                      rules: Rules) -> pd.DataFrame:
+    """Step times as one value per (job, node, stage, slot): for each step the node's slowest
+    rank (a slow GPU slows its own rank; the historian keeps only that one, steps.py), then
+    the median over the slot's steps."""
+    cols = ["job_id", "node", "group", "metric", "slot", "time", "value", "component", "source"]
+    if steps is None or steps.empty or rules.steps_metric not in rules.metrics:
+        return pd.DataFrame(columns=cols)
+    s = steps.assign(job_id=steps["job_id"].astype(str), node=steps["node"].astype(str),
+                     seconds=pd.to_numeric(steps["seconds"], errors="coerce"),
+                     time=utc(steps["time"]))
+    s = s[np.isfinite(s["seconds"].to_numpy(dtype=float)) & (s["seconds"] > 0)]
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    stage = s["stage"] if "stage" in s else pd.Series(_NO_GROUP, index=s.index)
+    s = s.assign(stage=stage.fillna(_NO_GROUP).astype(str), slot=_slot(s["time"], rules.slot_s))
+    # A job's file is the job's word, not Slurm's: only rows of nodes the job ran on (its
+    # membership), inside the time it ran there, are judged. A hostile or mistaken file naming
+    # other nodes makes none of them a suspect.
+    if membership is None or membership.empty:
+        return pd.DataFrame(columns=cols)
+    m = membership.assign(start=utc(membership["start"]), end=utc(membership["end"]))
+    model = m["gpu_model"] if "gpu_model" in m else pd.Series(_NO_GROUP, index=m.index)
+    m = m.assign(gpu_model=model.fillna(_NO_GROUP).astype(str))[
+        ["job_id", "node", "start", "end", "gpu_model"]]
+    s = s.merge(m.astype({"job_id": str, "node": str}),
+                on=["job_id", "node"], how="inner")
+    s = s[(s["time"] >= s["start"]) & (s["end"].isna() | (s["time"] <= s["end"]))]
+    s = s.drop_duplicates(["job_id", "node", "rank", "stage", "step"])  # a requeued job's rows
+    if s.empty:
+        return pd.DataFrame(columns=cols)
+    s = s.assign(group=s["gpu_model"].fillna(_NO_GROUP).astype(str) + "|" + s["stage"])
+    step_key = ["job_id", "node", "group", "slot", "step"]
+    s = s.reset_index(drop=True)
+    slowest = s.loc[s.groupby(step_key, sort=False)["seconds"].idxmax()]
+    key = ["job_id", "node", "group", "slot"]
+    out = (slowest.groupby(key, sort=False)
+           .agg(time=("time", "max"), value=("seconds", "median")).reset_index())
+    # the rank that was slowest most often in the slot names the component
+    counts = slowest.groupby(key + ["rank"], sort=False).size().rename("n").reset_index()
+    best = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates(key)
+    out = out.merge(best[key + ["rank"]], on=key, how="left")
+    out = out.assign(metric=rules.steps_metric, source=STEPS,
+                     component="rank " + out["rank"].astype(str))
+    return out[cols]
+
+
+def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
+    """Each observation against its (job, group, metric, slot) peers: median, line, outlier,
+    deviation; groups under min_nodes nodes are dropped; job-wide slots flag no one."""
+    if obs.empty:
+        return obs.assign(median=[], line=[], deviation=[], outlier=[], n=[], job_wide=[])
+    key = ["job_id", "group", "metric", "slot"]
+    g = obs.groupby(key, sort=False)["value"]
+    obs = obs.assign(n=g.transform("size"), median=g.transform("median"))
+    obs = obs[obs["n"] >= rules.min_nodes]
+    if obs.empty:
+        return obs.assign(line=[], deviation=[], outlier=[], job_wide=[])
+    absdev = (obs["value"] - obs["median"]).abs()
+    mad = absdev.groupby([obs[c] for c in key], sort=False).transform("median")
+    spread = MAD_SCALE * mad
+    med_abs = obs["median"].abs()
+    rel = pd.Series(np.where(med_abs > 0, spread / med_abs.where(med_abs > 0, 1.0), np.inf),
+                    index=obs.index)
+    # A handful of nodes give a spread that is often too small by luck: the group's typical
+    # spread over its slots (the median of its per-slot spreads) is the least one slot gets.
+    per_slot = rel.groupby([obs[c] for c in key], sort=False).first()
+    typical = per_slot.groupby(level=[0, 1, 2], sort=False).median().rename("typical")
+    rel = np.maximum(rel.to_numpy(), obs[["job_id", "group", "metric"]].join(
+        typical, on=["job_id", "group", "metric"])["typical"].to_numpy())
+
+    def per_metric(field) -> np.ndarray:
+        return obs["metric"].map({m: field(r) for m, r in rules.metrics.items()}).to_numpy(
+            dtype=float)
+
+    sign = per_metric(lambda r: r.sign)
+    min_delta = per_metric(lambda r: r.min_delta)
+    cap = per_metric(lambda r: r.max_margin or rules.max_margin)
+    floor = per_metric(lambda r: r.min_margin or rules.min_margin)
+    # The qualification judge's own rule, one door.
+    tol = np.fromiter((tolerance(r, rules.k, lo, hi) for r, lo, hi in zip(rel, floor, cap,
+                                                                          strict=True)),
+                      dtype=float, count=len(rel))
+    line = np.maximum(tol * med_abs.to_numpy(dtype=float), min_delta)
+    bad = sign * (obs["value"].to_numpy(dtype=float) - obs["median"].to_numpy(dtype=float))
+    outlier = (bad > line) & (bad > 0)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        deviation = np.where(line > 0, bad * rules.k / line, np.where(bad > 0, np.inf, 0.0))
+    obs = obs.assign(line=line, deviation=deviation, outlier=outlier)
+    # Job-wide: counted over the job's whole metric and slot, every group together (a leaf
+    # switch's nodes span stages), so a shift one group sees as a single node is still seen.
+    # A node moved with it when its own deviation is at least half the outlier's: a leaf
+    # switch's congested nodes all move, and widen the spread so only some pass the line.
+    moved = _moved_with(obs, rules)
+    n_job = obs.groupby(["job_id", "metric", "slot"], sort=False)["value"].transform("size")
+    allowed = np.maximum(1, np.floor(rules.max_outlier_share * n_job))
+    job_wide = obs["outlier"] & (moved > allowed)
+    return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
+
+
+def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
+    """For each outlier, how many of its job's nodes (itself included) are past the job's
+    median in the same metric and direction by at least half as much as it is, in its slot or
+    the slots either side (nodes sample at their own phase, so a shift that begins or ends
+    inside a slot shows on part of them only). The job's median is over every group: a leaf
+    switch's nodes span stages. 0 for the nodes that are not outliers."""
+    out = pd.Series(0, index=obs.index, dtype="int64")
+    if not obs["outlier"].any():
+        return out
+    key = ["job_id", "metric", "slot"]
+    jm = obs[obs.groupby(["job_id", "metric"], sort=False)["outlier"].transform("any")]
+    sign = jm["metric"].map({m: r.sign for m, r in rules.metrics.items()}).to_numpy(dtype=float)
+    job_med = jm.groupby(key, sort=False)["value"].transform("median")
+    bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
+    # each node's largest move in slots s-1, s, s+1, for every slot s
+    spread = pd.concat([bad.assign(slot=bad["slot"] + d) for d in (-1, 0, 1)])
+    near = spread.groupby(["job_id", "metric", "slot", "node"], sort=False)["bad"].max()
+    near = near.rename("near").reset_index()
+    mine = bad.loc[bad["outlier"], key + ["bad"]].assign(row=lambda f: f.index)
+    pairs = mine.merge(near, on=key, how="inner")
+    counts = (pairs["near"] >= pairs["bad"] / 2).groupby(pairs["row"]).sum()
+    out.loc[counts.index] = counts.to_numpy()
+    return out
+
+
+def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
+    """Runs of consecutive outlying slots per (job, node, group, metric) that reached the
+    metric's persist_sweeps: since, last, confirmed (the slot that completed persistence), the
+    node's and its peers' medians over the run, the median deviation. A slot in which the node
+    was past its line while the job moved with it (job_wide) neither counts nor breaks a run:
+    a checkpoint or a fabric blip says nothing either way about the node."""
+    cols = ["job_id", "node", "group", "metric", "source", "since", "last", "confirmed",
+            "value", "peer_median", "deviation", "slots", "component"]
+    if obs.empty or not obs["outlier"].any():
+        return pd.DataFrame(columns=cols)
+    key = ["job_id", "node", "group", "metric"]
+    held = obs["outlier"] | obs["job_wide"]
+    o = obs[held].sort_values(key + ["slot"]).reset_index(drop=True)
+    same = (o[key] == o[key].shift()).all(axis=1)
+    adjacent = same & (o["slot"] - o["slot"].shift() == 1)
+    o = o.assign(run=(~adjacent).cumsum())
+    need = o["metric"].map({m: r.persist or rules.persist_sweeps
+                            for m, r in rules.metrics.items()}).fillna(rules.persist_sweeps)
+    o = o.assign(pos=o["outlier"].astype(int).groupby(o["run"]).cumsum())
+    hit = o[o["outlier"] & (o["pos"] == need)]
+    confirmed = hit.set_index("run")["time"].rename("confirmed")
+    o = o[o["outlier"] & o["run"].isin(confirmed.index)]
+    if o.empty:
+        return pd.DataFrame(columns=cols)
+    runs = (o.groupby("run").agg(job_id=("job_id", "first"), node=("node", "first"),
+                                 group=("group", "first"), metric=("metric", "first"),
+                                 source=("source", "first"), since=("time", "min"),
+                                 last=("time", "max"), value=("value", "median"),
+                                 peer_median=("median", "median"),
+                                 deviation=("deviation", "median"), slots=("slot", "size"))
+            .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
+    return runs.reset_index(drop=True)[cols]
+
+
+def _mode(keys: pd.Series, values: pd.Series) -> pd.Series:
+    """The most frequent value per key (the first seen among ties), named component."""
+    counts = (pd.DataFrame({"key": keys.to_numpy(), "value": values.astype(str).to_numpy()})
+              .groupby(["key", "value"], sort=False).size().rename("n").reset_index())
+    best = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates("key")
+    return best.set_index("key")["value"].rename("component")
+
+
+def _detail(rows: pd.DataFrame, latest: pd.Series) -> str:
+    med = float(latest["peer_median"])
+    off = (float(latest["value"]) - med) / abs(med) * 100 if med else float("inf")
+    model, _, stage = str(latest["group"]).partition("|")
+    where = f" on {latest['component']}" if latest["component"] else ""
+    parts = [f"{latest['metric']} {float(latest['value']):.4g} vs peers' median {med:.4g} "
+             f"({off:+.1f}%){where}, {int(rows['slots'].sum())} outlying sweeps"]
+    if stage:
+        parts.append(f"stage {stage}")
+    if model:
+        parts.append(f"GPU {model}")
+    jobs = sorted(set(rows["job_id"].astype(str)))
+    parts.append(f"job{'s' if len(jobs) > 1 else ''} {', '.join(jobs[:5])}"
+                 + (f" and {len(jobs) - 5} more" if len(jobs) > 5 else ""))
+    return "; ".join(parts)
+
+
+def evidence_from_runs(runs: pd.DataFrame) -> list[SuspectEvidence]:
+    """One SuspectEvidence per (node, metric, source): every job behind it, the earliest
+    start and the latest outlying sweep; values from its latest run."""
+    out: list[SuspectEvidence] = []
+    if runs.empty:
+        return out
+    for (node, metric, source), rows in runs.groupby(["node", "metric", "source"], sort=True):
+        latest = rows.sort_values(["last", "deviation"]).iloc[-1]
+        out.append(SuspectEvidence(
+            node=str(node), metric=str(metric), value=float(latest["value"]),
+            peer_median=float(latest["peer_median"]), deviation=float(latest["deviation"]),
+            since=pd.Timestamp(rows["since"].min()).to_pydatetime(),
+            last=pd.Timestamp(rows["last"].max()).to_pydatetime(),
+            job_ids=tuple(sorted(set(rows["job_id"].astype(str)))), source=str(source),
+            detail=_detail(rows, latest)))
+    return out
+
+
+def judged(samples: pd.DataFrame, membership: pd.DataFrame, steps: pd.DataFrame | None,
+           rules: Rules) -> pd.DataFrame:
+    """Every observation judged (the frame behind the runs: benchmarks and `--explain`)."""
+    obs = pd.concat([telemetry_observations(samples, membership, rules),
+                     step_observations(steps, membership, rules)], ignore_index=True)
+    obs = obs.astype({"slot": "int64", "value": "float64"})
+    return judge_slots(obs, rules)
+
+
+def detect_frame(samples: pd.DataFrame, membership: pd.DataFrame,
+                 steps: pd.DataFrame | None, cfg: Any) -> list[SuspectEvidence]:
+    """Suspects from telemetry samples (node, time, metric, value, component), job membership
+    (job_id, node, start, end[, gpu_model][, stage]) and per-rank step times (job_id, rank,
+    node, stage, step, seconds, time) or None. `cfg`: a Config, or Rules."""
+    rules = cfg if isinstance(cfg, Rules) else Rules.from_config(cfg)
+    return evidence_from_runs(find_runs(judged(samples, membership, steps, rules), rules))

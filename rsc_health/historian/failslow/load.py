@@ -1,0 +1,99 @@
+"""`detect(engine, now, cfg)`: the last [failslow] lookback_min minutes of the historian, judged
+by the pure core.
+
+    samples     rsc_health.historian.telemetry.load_samples (the telemetry helper's one door;
+                none until it is installed: the step times are judged alone)
+    membership  jobs of two or more nodes running in the window (jobs, job_nodes), each node's
+                GPU model from its newest qualification run (qualify_runs) and its pipeline
+                stage from the job's own step times when it wrote them
+    steps       step_times in the window
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+import pandas as pd
+from sqlalchemy import Engine, and_, func, or_, select
+from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
+
+from rsc_health.historian import schema
+from rsc_health.historian.db import HistorianUnavailable, safe_url
+from rsc_health.historian.failslow.core import (
+    MEMBER_COLUMNS,
+    SAMPLE_COLUMNS,
+    STEP_COLUMNS,
+    Rules,
+    detect_frame,
+)
+from rsc_health.historian.failslow.evidence import SuspectEvidence
+
+
+def _samples(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
+    try:
+        from rsc_health.historian.telemetry import load_samples  # the telemetry helper's door
+    except ImportError:
+        return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
+    return load_samples(engine, since, until)
+
+
+def membership(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
+    """Multi-node job instances that ran in [since, until]: job_id, node, start, end,
+    gpu_model (the node's newest qualification run's, '' when never qualified)."""
+    j, jn, q = schema.jobs, schema.job_nodes, schema.qualify_runs
+    stmt = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end)
+            .select_from(j.join(jn, jn.c.job_pk == j.c.id))
+            .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
+                   or_(j.c.end.is_(None), j.c.end >= since)))
+    newest = (select(q.c.node, func.max(q.c.ended).label("ended"))
+              .where(q.c.gpu_model != "").group_by(q.c.node).subquery())
+    models = (select(q.c.node, q.c.gpu_model)
+              .join(newest, and_(newest.c.node == q.c.node, newest.c.ended == q.c.ended)))
+    with engine.connect() as conn:
+        members = pd.DataFrame(conn.execute(stmt).all(), columns=list(MEMBER_COLUMNS))
+        gpus = pd.DataFrame(conn.execute(models).all(), columns=["node", "gpu_model"])
+    gpus = gpus.drop_duplicates("node")
+    members = members.merge(gpus, on="node", how="left")
+    return members.assign(gpu_model=members["gpu_model"].fillna(""))
+
+
+def steps(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
+    st = schema.step_times
+    stmt = (select(st.c.job_id, st.c.rank, st.c.node, st.c.stage, st.c.step, st.c.seconds,
+                   st.c.time)
+            .where(st.c.time >= since, st.c.time <= until))
+    with engine.connect() as conn:
+        return pd.DataFrame(conn.execute(stmt).all(), columns=list(STEP_COLUMNS))
+
+
+def with_stages(members: pd.DataFrame, step_rows: pd.DataFrame) -> pd.DataFrame:
+    """Each (job, node)'s pipeline stage from the job's drop-file step times (the stage most
+    of its rows name); NVRx sections and the GPU score are not stages."""
+    if step_rows.empty or members.empty:
+        return members.assign(stage=None)
+    pipe = step_rows[~step_rows["stage"].astype(str).str.startswith("section:")
+                     & (step_rows["stage"] != "gpu") & (step_rows["stage"] != "")]
+    if pipe.empty:
+        return members.assign(stage=None)
+    stage = (pipe.groupby(["job_id", "node"])["stage"]
+             .agg(lambda s: s.value_counts().index[0]).rename("stage").reset_index())
+    return members.merge(stage, on=["job_id", "node"], how="left")
+
+
+def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
+    """HistorianUnavailable (one line, no password) when the database cannot be read: a
+    detector that cannot see must say so, never answer "no suspects"."""
+    rules = Rules.from_config(cfg)
+    since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
+    try:
+        step_rows = steps(engine, since, now)
+        members = with_stages(membership(engine, since, now), step_rows)
+        samples = _samples(engine, since, now)
+    except (OperationalError, InterfaceError, ProgrammingError) as exc:
+        orig = getattr(exc, "orig", None) or exc
+        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        raise HistorianUnavailable(
+            f"historian database {safe_url(str(engine.url))} could not be read for fail-slow "
+            f"detection: {first}") from exc
+    return detect_frame(samples, members, step_rows if not step_rows.empty else None, rules)

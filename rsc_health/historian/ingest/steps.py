@@ -1,0 +1,281 @@
+"""Per-rank step times jobs report, into `step_times` (docs/failslow.md): per job, node,
+stage and step the historian keeps the node's slowest rank, what the detector judges.
+
+Two forms, told apart line by line (JSON Lines; a `.json` file may hold one report):
+
+- the drop file: one object per rank per step (or per window of steps):
+  {"job_id": "4242", "rank": 17, "node": "gpu042", "stage": "3", "step": 1200,
+   "seconds": 0.512, "time": "2026-11-26T10:05:00Z"}    (stage optional)
+- NVIDIA Resiliency Extension's straggler report (nvidia_resiliency_ext.straggler.Report,
+  src/nvidia_resiliency_ext/straggler/reporting.py): its fields as
+  `json.dumps(dataclasses.asdict(report))` writes them (rank keys become strings), plus the
+  job_id, step and time the report was made. Each relative performance score (0..1: the
+  fastest rank's median time / this rank's) becomes a relative time 1/score, unit "rel",
+  stage "section:NAME" per section and "gpu" for the GPU score; individual scores (a rank
+  against its own past) are not peer comparisons and are not kept.
+
+The files come from jobs, so from users: every value is checked (finite, positive, bounded),
+lines longer than [failslow] steps_max_line_bytes and files longer than steps_max_lines are
+cut and said, and a file is opened only as a regular file (no symlink followed, no FIFO
+waited on: durable.open_regular); a directory is read one level deep, its symlinks and
+non-files refused by name.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import stat
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from sqlalchemy import Engine
+
+from rsc_health.durable import open_regular
+from rsc_health.historian import schema
+from rsc_health.historian.db import writer
+from rsc_health.historian.ingest import (
+    BATCH_ROWS,
+    IngestReport,
+    RowError,
+    db_time,
+    key_text,
+    parse_time,
+)
+from rsc_health.spool import without_lone_surrogates
+
+COLUMNS = ("job_id", "rank", "stage", "step", "node", "time", "seconds", "unit")
+KEY = ("job_id", "node", "stage", "step")
+MAX_RANK = 10_000_000
+MAX_STEP = 2**53
+MAX_SECONDS = 86_400.0
+SUFFIXES = (".jsonl", ".json", ".ndjson")
+NVRX_SECTIONS = "section_relative_perf_scores"
+NVRX_GPU = "gpu_relative_perf_scores"
+
+
+class StepsError(Exception):
+    """The path given cannot be read as step files at all (missing, not a file or directory)."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_line_bytes: int
+    max_lines: int
+    max_files: int
+
+    @classmethod
+    def from_config(cls, cfg: Any) -> Limits:
+        return cls(int(cfg.get("failslow.steps_max_line_bytes")),
+                   int(cfg.get("failslow.steps_max_lines")),
+                   int(cfg.get("failslow.steps_max_files")))
+
+
+def _int(value: object, name: str, limit: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        raise RowError(f"{name} is not an integer")
+    try:
+        number = int(value)
+    except ValueError as exc:
+        raise RowError(f"{name} {str(value)[:32]!r} is not an integer") from exc
+    if not 0 <= number <= limit:
+        raise RowError(f"{name} {number} is out of range 0..{limit}")
+    return number
+
+
+def _positive(value: object, name: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise RowError(f"{name} is not a number")
+    number = float(value)
+    if not math.isfinite(number) or number <= 0 or number > MAX_SECONDS:
+        raise RowError(f"{name} {str(value)[:32]} is not in (0, {MAX_SECONDS:g}]")
+    return number
+
+
+def _time(value: object) -> str:
+    try:
+        return db_time(parse_time(str(value)[:64])) or ""
+    except ValueError as exc:
+        raise RowError(f"time {str(value)[:64]!r} is not ISO 8601") from exc
+
+
+def drop_row(obj: dict) -> tuple:
+    """One drop-file line as a step_times row (RowError when it cannot be kept)."""
+    missing = [k for k in ("job_id", "rank", "node", "step", "seconds", "time")
+               if obj.get(k) in (None, "")]
+    if missing:
+        raise RowError(f"missing {', '.join(missing)}")
+    stage = obj.get("stage")
+    stage = "" if stage is None else str(stage)
+    if stage.startswith("section:") or stage == "gpu":
+        raise RowError(f"stage {stage[:32]!r} is reserved for NVRx reports")
+    return (key_text(obj["job_id"], "job_id", 32), _int(obj["rank"], "rank", MAX_RANK),
+            key_text(stage, "stage", 64), _int(obj["step"], "step", MAX_STEP),
+            key_text(obj["node"], "node", 128), _time(obj["time"]),
+            _positive(obj["seconds"], "seconds"), "s")
+
+
+def nvrx_rows(obj: dict) -> list[tuple]:
+    """An NVRx straggler report's relative scores as step_times rows (unit "rel")."""
+    missing = [k for k in ("job_id", "step", "time", "rank_to_node") if obj.get(k) in (None, "")]
+    if missing:
+        raise RowError(f"NVRx report: missing {', '.join(missing)}")
+    job = key_text(obj["job_id"], "job_id", 32)
+    step = _int(obj["step"], "step", MAX_STEP)
+    when = _time(obj["time"])
+    nodes = obj["rank_to_node"]
+    if not isinstance(nodes, dict):
+        raise RowError("NVRx report: rank_to_node is not an object")
+    groups: list[tuple[str, object]] = [("gpu", obj.get(NVRX_GPU) or {})]
+    sections = obj.get(NVRX_SECTIONS) or {}
+    if not isinstance(sections, dict):
+        raise RowError(f"NVRx report: {NVRX_SECTIONS} is not an object")
+    groups += [(f"section:{name}", scores) for name, scores in sections.items()]
+    rows = []
+    for stage, scores in groups:
+        if not isinstance(scores, dict):
+            raise RowError(f"NVRx report: the scores of {stage[:40]!r} are not an object")
+        stage = key_text(stage, "stage", 64)
+        for rank, score in scores.items():
+            if isinstance(score, float) and math.isnan(score):
+                continue  # NVRx's "no result for this rank" (reporting.py: NaN)
+            value = _positive(score, f"score of rank {str(rank)[:16]}")
+            if value > 1.0 + 1e-9:
+                raise RowError(f"score {value:g} of rank {str(rank)[:16]} is above 1")
+            r = _int(rank, "rank", MAX_RANK)
+            node = nodes.get(str(r), nodes.get(r))
+            if node in (None, "", "<unk>"):
+                raise RowError(f"NVRx report: rank {r} has no node in rank_to_node")
+            rows.append((job, r, stage, step, key_text(node, "node", 128), when,
+                         1.0 / value, "rel"))
+    return rows
+
+
+def parse_line(line: str) -> list[tuple]:
+    """The step_times rows of one JSON line (RowError when it has none to keep)."""
+    try:
+        obj = without_lone_surrogates(json.loads(line))
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise RowError(f"not JSON: {str(exc)[:200]}") from exc
+    if not isinstance(obj, dict):
+        raise RowError("not a JSON object")
+    if NVRX_SECTIONS in obj or NVRX_GPU in obj:
+        return nvrx_rows(obj)
+    return [drop_row(obj)]
+
+
+def _write(conn, rows: list[tuple]) -> int:
+    """Keep, per (job, node, stage, step), the slowest rank: a row replaces the stored one
+    only when it is slower (so a file read twice, or its ranks in any order, end the same)."""
+    if not rows:
+        return 0
+    quote = conn.dialect.identifier_preparer.quote
+    mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
+    table = quote(schema.step_times.name)
+    sql = (f"INSERT INTO {table} ({', '.join(quote(c) for c in COLUMNS)}) "
+           f"VALUES ({', '.join([mark] * len(COLUMNS))}) "
+           f"ON CONFLICT ({', '.join(quote(c) for c in KEY)}) DO UPDATE SET "
+           + ", ".join(f"{quote(c)} = excluded.{quote(c)}"
+                       for c in ("rank", "time", "seconds", "unit"))
+           + f" WHERE excluded.{quote('seconds')} > {table}.{quote('seconds')}")
+    for start in range(0, len(rows), BATCH_ROWS):
+        conn.exec_driver_sql(sql, rows[start:start + BATCH_ROWS])
+    return len(rows)
+
+
+def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
+                   where: str) -> Iterator[tuple[int, str]]:
+    """(line number, text) of at most max_lines lines, each cut at max_line_bytes: a longer
+    line is reported and skipped (its tail read and dropped in blocks, never held)."""
+    lineno = 0
+    while True:
+        raw = fh.readline(limits.max_line_bytes + 1)
+        if not raw:
+            return
+        lineno += 1
+        if lineno > limits.max_lines:
+            report.add_bad(lineno, f"{where}more than {limits.max_lines} lines: the rest "
+                                   "was not read")
+            return
+        if len(raw) > limits.max_line_bytes and not raw.endswith(b"\n"):
+            while raw and not raw.endswith(b"\n"):
+                raw = fh.readline(1 << 16)
+            report.add_bad(lineno, f"{where}longer than {limits.max_line_bytes} bytes")
+            continue
+        text = raw.decode("utf-8", errors="replace")
+        report.replaced += text.count("\ufffd")
+        yield lineno, text
+
+
+def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: str) -> None:
+    batch: list[tuple] = []
+    for lineno, line in lines:
+        if not line.strip():
+            continue
+        report.read += 1
+        try:
+            batch.extend(parse_line(line))
+        except RowError as exc:
+            report.add_bad(lineno, f"{where}{exc}")
+            continue
+        if len(batch) >= BATCH_ROWS:
+            report.written += _write(conn, batch)
+            batch = []
+    report.written += _write(conn, batch)
+
+
+def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
+    """The files to read: `path` itself, or the regular *.jsonl/*.json/*.ndjson files in the
+    directory (one level, sorted; symlinks and anything else refused by name)."""
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        raise StepsError(f"{path}: {exc.strerror or 'cannot stat'}") from exc
+    if stat.S_ISREG(st.st_mode):
+        return [path]
+    if stat.S_ISLNK(st.st_mode):
+        raise StepsError(f"{path}: a symlink, not a file: refused")
+    if not stat.S_ISDIR(st.st_mode):
+        raise StepsError(f"{path}: not a regular file or a directory")
+    files: list[Path] = []
+    with os.scandir(path) as entries:
+        for entry in sorted(entries, key=lambda e: e.name):
+            if not entry.name.endswith(SUFFIXES):
+                continue
+            if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
+                report.add_bad(0, f"{entry.name}: not a regular file: refused")
+                continue
+            if len(files) >= limits.max_files:
+                report.add_bad(0, f"{path}: more than {limits.max_files} step files: the "
+                                  "rest were not read")
+                break
+            files.append(Path(entry.path))
+    return files
+
+
+def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestReport:
+    """Every step file at `path` (a file or a directory of them), in one transaction."""
+    report = IngestReport("steps")
+    files = step_files(Path(path), limits, report)
+    with writer(engine).begin() as conn:
+        for file in files:
+            where = f"{file.name}: " if len(files) > 1 or file != Path(path) else ""
+            try:
+                fd = open_regular(file)
+            except OSError as exc:
+                report.add_bad(0, f"{file.name}: {exc.strerror or exc}")
+                continue
+            with open(fd, "rb") as fh:
+                _load(conn, _bounded_lines(fh, limits, report, where), report, where)
+    return report
+
+
+def ingest_stream(engine: Engine, fh: IO[bytes], limits: Limits) -> IngestReport:
+    """JSON Lines from an open binary stream (`PATH` '-': stdin), bounded as a file is."""
+    report = IngestReport("steps")
+    with writer(engine).begin() as conn:
+        _load(conn, _bounded_lines(fh, limits, report, ""), report, "")
+    return report

@@ -1,0 +1,243 @@
+"""Suspect episodes in the historian (table `suspects`, migration 0010).
+
+One row per episode of a node: opened by fail-slow evidence (`SuspectEvidence`, from
+rsc_health.historian.failslow), renewed by more, ended
+
+    cleared    by a qualification pass after it opened, or by a person (`healthctl suspects
+               clear NODE --reason`), who is named in changed_by with the reason;
+    confirmed  by a qualification fail after it opened (the flow drained the node, ticketed);
+    expired    when no evidence renewed it for [suspects] expire_after_h.
+
+Evidence counts only when it is newer than the node's last ended episode: a person's clear (or
+a node a person resumed after a confirmed suspicion) wins over the evidence that was already
+known; only evidence seen after it opens a new episode. Times are naive UTC.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import func, insert, select, update
+
+from rsc_health.historian.db import TURNS_SUSPECTS, take_turns, writer
+from rsc_health.historian.failslow.evidence import STEPS, SuspectEvidence
+from rsc_health.historian.schema import qualify_runs, suspects
+from rsc_health.model import SuspectState
+
+MAX_JOB_IDS = 32  # job ids kept per episode (the newest evidence's first)
+MAX_DETAIL = 1000
+SYSTEM = "rsc_health"  # changed_by for what rsc-health itself decided
+
+
+@dataclass(frozen=True)
+class Episode:
+    id: int
+    node: str
+    state: SuspectState
+    since: datetime
+    last_evidence: datetime
+    expires: datetime
+    metric: str
+    value: float | None
+    peer_median: float | None
+    deviation: float | None
+    job_ids: tuple[str, ...]
+    source: str
+    detail: str
+    changed: datetime
+    changed_by: str
+    change_reason: str
+    tier: str
+    slurm_weight: int | None
+
+    def as_dict(self) -> dict:
+        d = {k: getattr(self, k) for k in self.__dataclass_fields__}
+        d["state"] = self.state.value
+        d["job_ids"] = list(self.job_ids)
+        for k in ("since", "last_evidence", "expires", "changed"):
+            d[k] = d[k].isoformat()
+        return d
+
+
+def _episode(row) -> Episode:
+    m = row._mapping
+    return Episode(
+        id=m["id"], node=m["node"], state=SuspectState(m["state"]), since=m["since"],
+        last_evidence=m["last_evidence"], expires=m["expires"], metric=m["metric"],
+        value=m["value"], peer_median=m["peer_median"], deviation=m["deviation"],
+        job_ids=tuple(j for j in (m["job_ids"] or "").split(",") if j), source=m["source"],
+        detail=m["detail"], changed=m["changed"], changed_by=m["changed_by"],
+        change_reason=m["change_reason"], tier=m["tier"], slurm_weight=m["slurm_weight"])
+
+
+def _finite(x) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if v == v and abs(v) != float("inf") else None
+
+
+def _strongest(evs: list[SuspectEvidence]) -> SuspectEvidence:
+    """The evidence an operator reads first: steps before telemetry (the job's own clock),
+    then the largest deviation."""
+    return max(evs, key=lambda e: (e.source == STEPS, _finite(e.deviation) or 0.0))
+
+
+def _fields(evs: list[SuspectEvidence], prior_jobs: Iterable[str] = ()) -> dict:
+    top = _strongest(evs)
+    jobs: list[str] = []
+    for e in sorted(evs, key=lambda e: e.last, reverse=True):
+        jobs += [str(j)[:32] for j in e.job_ids if "," not in str(j)]
+    jobs += list(prior_jobs)
+    uniq = list(dict.fromkeys(jobs))[:MAX_JOB_IDS]
+    more = "" if len(evs) == 1 else f" (+{len(evs) - 1} more metric(s): " + ", ".join(
+        sorted({e.metric for e in evs if e is not top})) + ")"
+    return dict(metric=str(top.metric)[:64], value=_finite(top.value),
+                peer_median=_finite(top.peer_median), deviation=_finite(top.deviation),
+                job_ids=",".join(uniq), source=str(top.source)[:16],
+                detail=(str(top.detail) + more)[:MAX_DETAIL])
+
+
+def record(engine, evidence: Iterable[SuspectEvidence], now: datetime, *,
+           expire_after: timedelta) -> dict[str, str]:
+    """Open or renew episodes from the detector's evidence. {node: "new" | "renewed" |
+    "ignored (...)"}; evidence no newer than the node's last ended episode is ignored."""
+    by_node: dict[str, list[SuspectEvidence]] = {}
+    for ev in evidence:
+        if not isinstance(ev.node, str) or not ev.node or len(ev.node) > 128:
+            continue
+        by_node.setdefault(ev.node, []).append(ev)
+    out: dict[str, str] = {}
+    if not by_node:
+        return out
+    with writer(engine).begin() as conn:
+        # Two passes at once (the timer and the strigger hook): one opens, the other renews.
+        take_turns(conn, TURNS_SUSPECTS, sorted(by_node))
+        for node, evs in sorted(by_node.items()):
+            last = max(e.last for e in evs)
+            since = min(e.since for e in evs)
+            rows = conn.execute(select(suspects).where(suspects.c.node == node)
+                                .order_by(suspects.c.id.desc()).limit(1)).first()
+            current = _episode(rows) if rows is not None else None
+            if current is not None and current.state is SuspectState.SUSPECT:
+                f = _fields(evs, current.job_ids)
+                newest = max(last, current.last_evidence)
+                conn.execute(update(suspects).where(suspects.c.id == current.id).values(
+                    last_evidence=newest, expires=newest + expire_after, **f))
+                out[node] = "renewed"
+                continue
+            if current is not None and last <= current.changed:
+                out[node] = (f"ignored (evidence up to {last:%Y-%m-%d %H:%M} is not newer "
+                             f"than its {current.state.value} episode, "
+                             f"{current.changed:%Y-%m-%d %H:%M})")
+                continue
+            if current is not None:
+                # Only the evidence seen after the last episode ended opens the new one.
+                since = max(since, current.changed)
+            conn.execute(insert(suspects).values(
+                node=node, state=SuspectState.SUSPECT.value, since=since, last_evidence=last,
+                expires=last + expire_after,
+                changed=now, changed_by=SYSTEM, change_reason="fail-slow evidence", tier="",
+                **_fields(evs)))
+            out[node] = "new"
+    return out
+
+
+def _end(conn, episode_id: int, state: SuspectState, now: datetime, who: str, why: str) -> None:
+    conn.execute(update(suspects).where(suspects.c.id == episode_id,
+                                        suspects.c.state == SuspectState.SUSPECT.value).values(
+        state=state.value, changed=now, changed_by=who[:64], change_reason=why[:1000]))
+
+
+def expire(engine, now: datetime) -> list[str]:
+    """Episodes whose evidence stopped: expired. The nodes."""
+    with writer(engine).begin() as conn:
+        rows = conn.execute(select(suspects.c.id, suspects.c.node, suspects.c.last_evidence)
+                            .where(suspects.c.state == SuspectState.SUSPECT.value,
+                                   suspects.c.expires <= now)).all()
+        for r in rows:
+            _end(conn, r.id, SuspectState.EXPIRED, now, SYSTEM,
+                 f"no evidence since {r.last_evidence:%Y-%m-%d %H:%M}")
+    return [r.node for r in rows]
+
+
+def settle(engine, now: datetime) -> list[tuple[str, SuspectState, str]]:
+    """Episodes a qualification run decided, after the episode opened: a pass clears, a fail
+    confirms (the flow drained the node and opened a ticket); an inconclusive run decides
+    nothing. [(node, new state, why)]."""
+    from rsc_health.qualify.judge import FAIL, PASS
+
+    out = []
+    with writer(engine).begin() as conn:
+        for ep in [_episode(r) for r in conn.execute(select(suspects).where(
+                suspects.c.state == SuspectState.SUSPECT.value)).all()]:
+            run = conn.execute(select(qualify_runs.c.verdict, qualify_runs.c.run_id,
+                                      qualify_runs.c.tier, qualify_runs.c.ended)
+                               .where(qualify_runs.c.node == ep.node,
+                                      qualify_runs.c.ended > ep.changed,
+                                      qualify_runs.c.verdict.in_([PASS, FAIL]))
+                               .order_by(qualify_runs.c.ended.desc())).first()
+            if run is None:
+                continue
+            state = SuspectState.CLEARED if run.verdict == PASS else SuspectState.CONFIRMED
+            why = f"qualification {run.verdict} ({run.tier}, run {run.run_id[:12]})"
+            _end(conn, ep.id, state, now, "qualify", why)
+            out.append((ep.node, state, why))
+    return out
+
+
+def clear(engine, node: str, now: datetime, *, who: str, why: str) -> Episode | None:
+    """A person clears a node's open episode; None when it has none."""
+    with writer(engine).begin() as conn:
+        row = conn.execute(select(suspects).where(
+            suspects.c.node == node, suspects.c.state == SuspectState.SUSPECT.value)).first()
+        if row is None:
+            return None
+        _end(conn, row.id, SuspectState.CLEARED, now, who, why)
+    return _episode(row)
+
+
+def set_tier(engine, episode_id: int, tier: str, slurm_weight: int | None = None) -> None:
+    values: dict = {"tier": tier}
+    if slurm_weight is not None:
+        values["slurm_weight"] = slurm_weight
+    with writer(engine).begin() as conn:
+        conn.execute(update(suspects).where(suspects.c.id == episode_id).values(**values))
+
+
+def active(engine) -> list[Episode]:
+    """Open episodes, one per node, strongest deviation first."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(suspects).where(
+            suspects.c.state == SuspectState.SUSPECT.value)).all()
+    return sorted((_episode(r) for r in rows),
+                  key=lambda e: (-(e.deviation or 0.0), e.node))
+
+
+def recent(engine, since: datetime, node: str | None = None) -> list[Episode]:
+    """Episodes open now or changed since `since` (newest first); one node's when named."""
+    q = select(suspects).where((suspects.c.state == SuspectState.SUSPECT.value)
+                               | (suspects.c.changed >= since))
+    if node is not None:
+        q = q.where(suspects.c.node == node)
+    with engine.connect() as conn:
+        rows = conn.execute(q.order_by(suspects.c.changed.desc(), suspects.c.id.desc())).all()
+    return [_episode(r) for r in rows]
+
+
+def of_node(engine, node: str, limit: int = 5) -> list[Episode]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(suspects).where(suspects.c.node == node)
+                            .order_by(suspects.c.id.desc()).limit(limit)).all()
+    return [_episode(r) for r in rows]
+
+
+def counts(engine) -> dict[str, int]:
+    """{state: episodes}: what the exporter and status summarise."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(suspects.c.state, func.count())
+                            .group_by(suspects.c.state)).all()
+    return {s: n for s, n in rows}

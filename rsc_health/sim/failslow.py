@@ -1,0 +1,327 @@
+"""Fail-slow lab: multi-node jobs' telemetry and per-rank step times, with slow nodes injected
+and the healthy spread a detector must not flag (the lab; the product never imports it).
+
+Each job runs on its own nodes for `sweeps` sweeps of `slot_s` seconds; every node samples the
+telemetry vocabulary once a sweep at its own phase (HealthCheckNodeState=CYCLE spreads them).
+
+Healthy spread:
+- per-node offsets (clock bins, a rack's cooling: temperature), per-sample noise, one-sweep
+  jitters (a clock dip, a throttle spike), PCIe links idling down on the nodes that sample
+  during a checkpoint,
+- job-wide shifts (a phase that runs hotter or clocks lower on every node; fabric congestion
+  on every node, or on one leaf switch's share of them),
+- step times: per-step noise from uneven sequence lengths across data-parallel ranks, a
+  slowly drifting per-rank imbalance, a heavier last pipeline stage, job-wide slow phases
+  (evaluation, checkpoints).
+
+Injected fail-slow nodes (one a job, two in a few big ones), from an onset time on:
+- hw_slowdown: one GPU stuck in HW slowdown: SM clock ratio down 20-50%, HW slowdown most
+  of every interval, its rank's steps slower by the clock loss;
+- pcie_x8: a GPU's PCIe link downtrained x16 -> x8 (link ratio 0.5), steps 3-10% slower;
+- ib_congested: one HCA port congested: xmit_wait 4-20x its peers, steps 5-30% slower;
+- thermal: a GPU running 12-20 C hotter in SW thermal slowdown, clocks down 8-20%.
+
+Workload-imbalance jobs (`imbalance_share`) carry the healthy spread at its strongest and no
+fault: a detector should flag none of their nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+KINDS = ("hw_slowdown", "pcie_x8", "ib_congested", "thermal")
+
+
+@dataclass
+class FailSlowConfig:
+    jobs: int = 120
+    seed: int = 0
+    start: str = "2024-03-01T00:00:00"
+    slot_s: int = 300
+    sweeps: tuple[int, int] = (12, 36)  # a job's length in sweeps (uniform)
+    sizes: tuple[int, ...] = (4, 8, 16, 32, 64)
+    size_weights: tuple[float, ...] = (0.25, 0.3, 0.25, 0.12, 0.08)
+    gpus_per_node: int = 8
+    fault_share: float = 0.4  # jobs with an injected fail-slow node
+    imbalance_share: float = 0.25  # jobs with the strongest healthy spread and no fault
+    steps_share: float = 0.5  # jobs that write per-rank step times
+    step_windows: int = 6  # step-time lines per rank per sweep
+    step_s: float = 10.0  # a healthy step's seconds
+    kinds: tuple[str, ...] = KINDS
+    first_job_id: int = 5000
+    node_prefix: str = "fs"
+    # telemetry metrics written (the contract's vocabulary)
+    metrics: tuple[str, ...] = field(default=(
+        "sm_clock_ratio", "throttle_hw_frac", "throttle_power_frac", "gpu_temp_c",
+        "power_ratio", "pcie_link_ratio", "pcie_replay_rate", "nvlink_error_rate",
+        "ib_xmit_wait_rate", "ib_link_ratio"))
+
+
+@dataclass
+class FailSlowFleet:
+    samples: pd.DataFrame  # node, time, metric, value, component
+    membership: pd.DataFrame  # job_id, node, start, end, gpu_model, stage
+    steps: pd.DataFrame  # job_id, rank, node, stage, step, seconds, time
+    truth: pd.DataFrame  # job_id, node, kind, onset
+    jobs: pd.DataFrame  # job_id, nodes, start, end, kind (fault | imbalance | plain), steps
+
+
+def _job_plan(cfg: FailSlowConfig, rng: np.random.Generator) -> list[dict]:
+    w = np.asarray(cfg.size_weights, dtype=float)
+    plans = []
+    t0 = np.datetime64(cfg.start, "s")
+    for j in range(cfg.jobs):
+        n = int(rng.choice(cfg.sizes, p=w / w.sum()))
+        sweeps = int(rng.integers(cfg.sweeps[0], cfg.sweeps[1] + 1))
+        u = rng.random()
+        kind = ("fault" if u < cfg.fault_share else
+                "imbalance" if u < cfg.fault_share + cfg.imbalance_share else "plain")
+        pp = int(rng.choice([p for p in (1, 2, 4) if n // p >= 4]))
+        plans.append({
+            "job_id": str(cfg.first_job_id + j), "n": n, "sweeps": sweeps, "kind": kind,
+            "pp": pp, "steps": bool(rng.random() < cfg.steps_share),
+            "start": t0 + np.timedelta64(int(rng.integers(0, 86400)), "s"),
+            "gpu_model": str(rng.choice(["H100-SXM5-80GB", "A100-SXM4-80GB"])),
+        })
+    return plans
+
+
+def _faults(plan: dict, cfg: FailSlowConfig, rng: np.random.Generator) -> list[dict]:
+    if plan["kind"] != "fault":
+        return []
+    count = 2 if plan["n"] >= 32 and rng.random() < 0.15 else 1
+    nodes = rng.choice(plan["n"], size=count, replace=False)
+    out = []
+    for node in nodes.tolist():
+        sweeps = plan["sweeps"]
+        onset = int(rng.integers(max(1, sweeps // 5), max(2, sweeps - 4)))
+        kind = str(rng.choice(cfg.kinds))
+        f = {"node": node, "kind": kind, "onset_sweep": onset,
+             "gpu": int(rng.integers(0, cfg.gpus_per_node)),
+             "hca": int(rng.integers(0, 8))}
+        if kind == "hw_slowdown":
+            f.update(clock=rng.uniform(0.5, 0.8), hw=rng.uniform(0.6, 1.0))
+            f["slow"] = 1 / f["clock"]
+        elif kind == "pcie_x8":
+            f.update(slow=rng.uniform(1.03, 1.10))
+        elif kind == "ib_congested":
+            f.update(wait=rng.uniform(4, 20), slow=rng.uniform(1.05, 1.3))
+        else:
+            f.update(temp=rng.uniform(12, 20), hw=rng.uniform(0.3, 0.8),
+                     clock=rng.uniform(0.8, 0.92))
+            f["slow"] = 1 / f["clock"]
+        out.append(f)
+    return out
+
+
+def _telemetry(plan: dict, faults: list[dict], names: list[str], cfg: FailSlowConfig,
+               rng: np.random.Generator) -> tuple[pd.DataFrame, np.ndarray, str]:
+    n, s = plan["n"], plan["sweeps"]
+    phase = rng.integers(0, cfg.slot_s, size=n)
+    times = (plan["start"] + np.timedelta64(60, "s")
+             + (np.arange(s)[None, :] * cfg.slot_s + phase[:, None]).astype("timedelta64[s]"))
+    strong = plan["kind"] == "imbalance"
+    shape = (n, s)
+
+    def jitter(p: float) -> np.ndarray:
+        return rng.random(shape) < p
+
+    # Healthy: a job's base level, each node's own offset, per-sample noise, one-sweep jitters.
+    clock = (rng.uniform(0.93, 1.0) + rng.normal(0, 0.006, (n, 1)) + rng.normal(0, 0.006, shape))
+    clock = np.where(jitter(0.02), clock * rng.uniform(0.85, 0.95, shape), clock)
+    hw = np.where(jitter(0.01), rng.uniform(0.02, 0.4, shape), 0.0)
+    power_frac = np.clip(rng.uniform(0, 0.3) + rng.normal(0, 0.05, shape), 0, 1)
+    temp = rng.uniform(55, 72) + rng.normal(0, 2.5, (n, 1)) + rng.normal(0, 1.2, shape)
+    hot_rack = rng.random(n) < 0.05  # a node in a warm spot of its rack: healthy, hotter
+    temp[hot_rack] += rng.uniform(4, 8)
+    power = np.clip(rng.uniform(0.6, 0.95) + rng.normal(0, 0.03, shape), 0, 1.1)
+    # A checkpoint idles every GPU of the job at once: the nodes that sample during it see
+    # their links idled down to Gen1 (a quarter of Gen4's rate).
+    ckpt = rng.random(s) < 0.03
+    pcie = np.where(ckpt[None, :] & (rng.random(shape) < rng.uniform(0.3, 1.0)), 0.25, 1.0)
+    replay = np.where(jitter(0.01), rng.uniform(0, 0.5, shape), 0.0)
+    nvl = np.zeros(shape)
+    wait = (np.exp(rng.uniform(np.log(2e5), np.log(2e6))) * np.exp(rng.normal(0, 0.1, (n, 1)))
+            * np.exp(rng.normal(0, 0.25, shape)))
+    ib_link = np.ones(shape)
+    # Job-wide shifts: every node (or a leaf switch's share of them) at once.
+    shift = ""
+    if strong or rng.random() < 0.2:
+        a = int(rng.integers(0, s - 2))
+        b = int(rng.integers(a + 2, s + 1))
+        what = int(rng.integers(0, 3))
+        shift = f"{('phase', 'fabric', 'leaf')[what]} sweeps {a}-{b}"
+        if what == 0:  # a hotter, lower-clocked phase on every node
+            clock[:, a:b] *= rng.uniform(0.8, 0.92)
+            temp[:, a:b] += rng.uniform(4, 10)
+            hw[:, a:b] = np.maximum(hw[:, a:b], rng.uniform(0.0, 0.3))
+        elif what == 1:  # fabric congestion everywhere
+            wait[:, a:b] *= rng.uniform(3, 10)
+        else:  # one leaf switch's nodes congested: 30-50% of the job
+            leaf = np.zeros(n, dtype=bool)
+            leaf[rng.choice(n, size=max(2, int(np.ceil(rng.uniform(0.3, 0.5) * n))),
+                            replace=False)] = True
+            wait[np.ix_(leaf, np.arange(a, b))] *= rng.uniform(3, 10)
+    comp = {m: np.full(shape, "node", dtype=object) for m in cfg.metrics}
+    gpu_names = np.asarray([f"gpu{i}" for i in range(cfg.gpus_per_node)], dtype=object)
+    for m in ("sm_clock_ratio", "throttle_hw_frac", "gpu_temp_c", "power_ratio",
+              "pcie_link_ratio", "pcie_replay_rate", "throttle_power_frac",
+              "nvlink_error_rate"):
+        comp[m] = gpu_names[rng.integers(0, cfg.gpus_per_node, shape)]
+    comp["ib_xmit_wait_rate"] = np.asarray([f"mlx5_{i}:1" for i in range(8)],
+                                           dtype=object)[rng.integers(0, 8, shape)]
+    comp["ib_link_ratio"] = comp["ib_xmit_wait_rate"]
+    slow = np.ones(shape)
+    for f in faults:
+        i, on = f["node"], slice(f["onset_sweep"], s)
+        gpu = f"gpu{f['gpu']}"
+        if f["kind"] == "hw_slowdown":
+            clock[i, on] = f["clock"] + rng.normal(0, 0.01, s - f["onset_sweep"])
+            hw[i, on] = np.clip(f["hw"] + rng.normal(0, 0.05, s - f["onset_sweep"]), 0, 1)
+            comp["sm_clock_ratio"][i, on] = comp["throttle_hw_frac"][i, on] = gpu
+        elif f["kind"] == "pcie_x8":
+            pcie[i, on] = 0.5
+            comp["pcie_link_ratio"][i, on] = gpu
+        elif f["kind"] == "ib_congested":
+            wait[i, on] *= f["wait"]
+            comp["ib_xmit_wait_rate"][i, on] = f"mlx5_{f['hca']}:1"
+        else:
+            temp[i, on] += f["temp"]
+            hw[i, on] = np.clip(f["hw"] + rng.normal(0, 0.05, s - f["onset_sweep"]), 0, 1)
+            clock[i, on] = np.minimum(clock[i, on], f["clock"])
+            comp["gpu_temp_c"][i, on] = comp["throttle_hw_frac"][i, on] = gpu
+            comp["sm_clock_ratio"][i, on] = gpu
+        slow[i, on] = f["slow"]
+    values = {
+        "sm_clock_ratio": np.clip(clock, 0.05, 1.0), "throttle_hw_frac": np.clip(hw, 0, 1),
+        "throttle_power_frac": power_frac, "gpu_temp_c": temp, "power_ratio": power,
+        "pcie_link_ratio": pcie, "pcie_replay_rate": replay, "nvlink_error_rate": nvl,
+        "ib_xmit_wait_rate": wait, "ib_link_ratio": ib_link,
+    }
+    node_col = np.repeat(np.asarray(names, dtype=object), s)
+    time_col = times.reshape(-1)
+    frames = [pd.DataFrame({"node": node_col, "time": time_col, "metric": m,
+                            "value": values[m].reshape(-1), "component": comp[m].reshape(-1)})
+              for m in cfg.metrics]
+    return pd.concat(frames, ignore_index=True), slow, shift
+
+
+def _steps(plan: dict, slow: np.ndarray, names: list[str], cfg: FailSlowConfig,
+           rng: np.random.Generator) -> pd.DataFrame:
+    """One line per rank per window: the mean step seconds over the window's steps."""
+    n, s, g, pp = plan["n"], plan["sweeps"], cfg.gpus_per_node, plan["pp"]
+    w = cfg.step_windows
+    strong = plan["kind"] == "imbalance"
+    nw = s * w
+    stage_of_node = np.arange(n) * pp // n  # contiguous blocks of nodes per stage
+    stage_factor = np.where(stage_of_node == pp - 1, rng.uniform(1.15, 1.4) if pp > 1 else 1.0,
+                            1.0)
+    steps_per_window = max(1, int(cfg.slot_s / w / cfg.step_s))
+    # Per-rank drifting imbalance (sequence lengths by data shard): AR(1), stationary std.
+    sd = 0.03 if strong else 0.015
+    drift = np.zeros((n, g, nw))
+    drift[:, :, 0] = rng.normal(0, sd, (n, g))
+    for t in range(1, nw):
+        drift[:, :, t] = 0.8 * drift[:, :, t - 1] + rng.normal(0, sd * 0.6, (n, g))
+    # Per-step noise from uneven sequence lengths, averaged over the window's steps.
+    sigma = 0.25 if strong else 0.1
+    noise = np.exp(rng.normal(0, sigma / np.sqrt(steps_per_window), (n, g, nw)))
+    # Occasional very long batches on one rank (a window's mean pulled up).
+    burst = rng.random((n, g, nw)) < (0.01 if strong else 0.003)
+    noise = np.where(burst, noise * rng.uniform(1.2, 1.6, (n, g, nw)), noise)
+    base = cfg.step_s * stage_factor[:, None, None] * np.exp(drift) * noise
+    # Job-wide slow phases (evaluation, a checkpoint): every rank at once.
+    if strong or rng.random() < 0.2:
+        a = int(rng.integers(0, nw - 2))
+        b = int(rng.integers(a + 2, min(nw, a + 2 * w) + 1))
+        base[:, :, a:b] *= rng.uniform(1.5, 3.0)
+    node_slow = np.repeat(slow, w, axis=1)  # (n, nw)
+    # A fault slows one GPU's rank (hw, thermal) or every rank of the node (pcie/ib): both
+    # show in the node's slowest rank; spread it on rank 0..g-1 by the fault's GPU (rank g-1).
+    per_rank = np.ones((n, g, nw))
+    per_rank[:, -1, :] = node_slow
+    pcie_ib = node_slow > 1.0
+    per_rank[:, :-1, :] = np.where(pcie_ib[:, None, :], 1 + (node_slow[:, None, :] - 1) * 0.7, 1)
+    sec = base * per_rank
+    t = (plan["start"] + np.timedelta64(60, "s")
+         + (np.arange(nw) * (cfg.slot_s // w) + cfg.slot_s // w - 1).astype("timedelta64[s]"))
+    ranks = (np.arange(n)[:, None] * g + np.arange(g)[None, :])
+    return pd.DataFrame({
+        "job_id": plan["job_id"],
+        "rank": np.repeat(ranks.reshape(-1), nw),
+        "node": np.repeat(np.asarray(names, dtype=object), g * nw),
+        "stage": np.repeat(stage_of_node.astype(str), g * nw) if pp > 1 else "",
+        "step": np.tile((np.arange(nw) + 1) * steps_per_window, n * g),
+        "seconds": sec.reshape(-1),
+        "time": np.tile(t, n * g),
+    })
+
+
+def simulate_failslow(cfg: FailSlowConfig | None = None) -> FailSlowFleet:
+    cfg = cfg or FailSlowConfig()
+    rng = np.random.default_rng(cfg.seed)
+    samples, members, steps, truth, jobs = [], [], [], [], []
+    node_no = 0
+    for plan in _job_plan(cfg, rng):
+        names = [f"{cfg.node_prefix}{node_no + i:05d}" for i in range(plan["n"])]
+        node_no += plan["n"]
+        faults = _faults(plan, cfg, rng)
+        tel, slow, shift = _telemetry(plan, faults, names, cfg, rng)
+        samples.append(tel)
+        end = plan["start"] + np.timedelta64(plan["sweeps"] * cfg.slot_s + 120, "s")
+        stage_of_node = np.arange(plan["n"]) * plan["pp"] // plan["n"]
+        members.append(pd.DataFrame({
+            "job_id": plan["job_id"], "node": names, "start": plan["start"], "end": end,
+            "gpu_model": plan["gpu_model"],
+            "stage": stage_of_node.astype(str) if plan["steps"] and plan["pp"] > 1 else None}))
+        if plan["steps"]:
+            steps.append(_steps(plan, slow, names, cfg, rng))
+        for f in faults:
+            onset = (plan["start"] + np.timedelta64(60, "s")
+                     + np.timedelta64(f["onset_sweep"] * cfg.slot_s, "s"))
+            truth.append({"job_id": plan["job_id"], "node": names[f["node"]],
+                          "kind": f["kind"], "onset": onset})
+        jobs.append({"job_id": plan["job_id"], "nodes": plan["n"], "start": plan["start"],
+                     "end": end, "kind": plan["kind"], "steps": plan["steps"],
+                     "pp": plan["pp"], "shift": shift})
+    cols = ["job_id", "rank", "node", "stage", "step", "seconds", "time"]
+    return FailSlowFleet(
+        samples=pd.concat(samples, ignore_index=True),
+        membership=pd.concat(members, ignore_index=True),
+        steps=pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(columns=cols),
+        truth=pd.DataFrame(truth, columns=["job_id", "node", "kind", "onset"]),
+        jobs=pd.DataFrame(jobs),
+    )
+
+
+def write_failslow(fleet: FailSlowFleet, out_dir) -> dict[str, object]:
+    """The lab's fleet as files: `steps/JOB.jsonl` (the drop file of docs/failslow.md, one per
+    job that writes step times), `telemetry.jsonl` (one sample a line: node, time, metric, value,
+    component; times ISO 8601 UTC), `failslow_jobs.csv` (job_id, node, start, end, gpu_model,
+    stage) and `failslow_truth.json` (the injected nodes and their onsets)."""
+    import json
+    from pathlib import Path
+
+    out = Path(out_dir)
+    (out / "steps").mkdir(parents=True, exist_ok=True)
+
+    def iso(col: pd.Series) -> pd.Series:
+        return pd.to_datetime(col).dt.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+    for job, rows in fleet.steps.groupby("job_id", sort=True):
+        rows.assign(time=iso(rows["time"]), seconds=rows["seconds"].round(6)).to_json(
+            out / "steps" / f"{job}.jsonl", orient="records", lines=True)
+    fleet.samples.assign(time=iso(fleet.samples["time"])).to_json(
+        out / "telemetry.jsonl", orient="records", lines=True)
+    fleet.membership.assign(start=iso(fleet.membership["start"]),
+                            end=iso(fleet.membership["end"])).to_csv(
+        out / "failslow_jobs.csv", index=False)
+    truth = [{"job_id": r.job_id, "node": r.node, "kind": r.kind,
+              "onset": pd.Timestamp(r.onset).strftime("%Y-%m-%dT%H:%M:%SZ")}
+             for r in fleet.truth.itertuples()]
+    (out / "failslow_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
+    return {"steps_files": fleet.steps["job_id"].nunique(), "samples": len(fleet.samples),
+            "injected": len(truth)}

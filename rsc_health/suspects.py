@@ -1,0 +1,268 @@
+"""The suspect tier in Slurm, short of a drain (issue 25 item 4), run from the management host.
+
+A suspect node stays in service for small jobs and is kept away from big ones. Slurm 22.05 has
+no negative constraint, so the tier works with a positive one:
+
+- every node carries the feature [suspects] trusted_feature (declared in slurm.conf: Slurm's
+  own configuration is the state "nobody is suspect");
+- deploy/slurm/job_submit.lua makes each job of [suspects] big_job_nodes nodes or more require
+  it;
+- a suspect loses the feature and gets [suspects] suspect_weight (Slurm fills the lowest
+  weights first, so small jobs reach it last); an ended episode gets both back.
+
+`scontrol update` changes are lost at `scontrol reconfigure` and at a slurmctld restart without
+-R: the node reads slurm.conf's features and weight again. Every manager pass (`healthctl
+suspects apply`, deploy/manager/rsc-health-suspects.timer, every minute) compares what Slurm
+holds with the historian's open episodes and applies the difference, so a lost change comes back
+within one pass and is recorded as re-applied (tests/slurm/test_suspect_tier.py measures it).
+
+What is never done: a drain (qualification decides: `healthctl qualify auto` sends idle suspects
+to the [suspects] qualify_tier, whose pass clears and whose fail drains); a change in shadow mode
+([actions] enabled = false: `would_suspect` is recorded); a change to a node a person or Slurm
+drained or marked DOWN (their state wins: `suspect_held`); more suspects at once than the guard
+allows ([suspects] max_share of each partition, at least one, strongest evidence first).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from rsc_health.actions import guard_limit
+from rsc_health.model import ActionKind
+from rsc_health.policy import is_ours
+from rsc_health.slurm.api import NodeInfo, SlurmError
+
+# What the historian's `suspects.tier` says the tier did with an episode.
+APPLIED, SHADOW, HELD, PERSON = "applied", "shadow", "held", "person"
+
+
+@dataclass(frozen=True)
+class TierRules:
+    trusted: str
+    suspect_weight: int
+    max_share: float
+    enabled: bool
+
+    @classmethod
+    def from_config(cls, cfg) -> TierRules:
+        return cls(trusted=str(cfg.get("suspects.trusted_feature")),
+                   suspect_weight=int(cfg.get("suspects.suspect_weight")),
+                   max_share=float(cfg.get("suspects.max_share")),
+                   enabled=bool(cfg.get("actions.enabled")))
+
+
+@dataclass(frozen=True)
+class Change:
+    """One node's difference between Slurm and the historian, and what to do about it."""
+
+    node: str
+    kind: ActionKind
+    why: str
+    episode_id: int | None = None
+    tier: str = ""  # the episode's tier after this change
+    features: tuple[str, ...] | None = None  # set these (None: leave them)
+    weight: int | None = None  # set this (None: leave it)
+    slurm_weight: int | None = None  # the weight to give back when the episode ends
+    record: bool = True  # a node_actions row (False: nothing new to say)
+
+
+def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
+         restore_weights: dict[str, int] | None = None) -> list[Change]:
+    """Pure: what the tier changes in Slurm. `episodes`: the open ones (historian.suspects.
+    Episode), strongest first; `restore_weights`: {node: weight before the tier raised it}
+    for nodes an episode of which the tier applied: only those are given the feature back."""
+    info = {n.name: n for n in nodes}
+    members: dict[str, int] = {}
+    for node in nodes:
+        for p in node.partitions:
+            members[p] = members.get(p, 0) + 1
+    used: dict[str, int] = {}
+    out: list[Change] = []
+    suspect_nodes = set()
+    # What the tier holds already keeps its place (as the drain guard, first come); then the
+    # strongest evidence.
+    for ep in sorted(episodes, key=lambda e: (e.tier != APPLIED, -(e.deviation or 0.0), e.node)):
+        suspect_nodes.add(ep.node)
+        found = info.get(ep.node)
+        if found is None:
+            continue
+        n = found
+        if (n.drain_set and not is_ours(n.reason)) or n.down:
+            out.append(Change(n.name, ActionKind.SUSPECT_HELD,
+                              f"{n.state} ({n.reason[:60]!r}): a person's or Slurm's state "
+                              "wins; left alone", ep.id, PERSON, record=ep.tier != PERSON))
+            continue
+        parts = n.partitions or ("",)
+        full = [p for p in parts if used.get(p, 0) >= guard_limit(members.get(p, 1),
+                                                                   rules.max_share)]
+        if full:
+            ours = (ep.tier == APPLIED and rules.trusted not in n.features
+                    and n.weight == rules.suspect_weight)  # the cap was lowered meanwhile
+            out.append(Change(n.name, ActionKind.SUSPECT_HELD,
+                              f"guard: partition {full[0]} already has "
+                              f"{used.get(full[0], 0)} suspect(s) ([suspects] max_share "
+                              f"{rules.max_share:g})" + ("; given back" if ours else ""),
+                              ep.id, HELD, record=ep.tier != HELD,
+                              features=(*n.features, rules.trusted) if ours else None,
+                              weight=(ep.slurm_weight or 1) if ours else None))
+            continue
+        for p in parts:
+            used[p] = used.get(p, 0) + 1
+        if not rules.enabled:
+            out.append(Change(n.name, ActionKind.WOULD_SUSPECT,
+                              f"shadow mode: would take {rules.trusted} off and set weight "
+                              f"{rules.suspect_weight}", ep.id, SHADOW, record=ep.tier != SHADOW))
+            continue
+        feats = tuple(f for f in n.features if f != rules.trusted)
+        lost = rules.trusted in n.features or n.weight != rules.suspect_weight
+        if not lost and ep.tier == APPLIED:
+            continue
+        # The weight to give back: the node's own while Slurm shows it (slurm.conf's, read
+        # again at a reconfigure that may have changed it), else the one saved.
+        original = n.weight if n.weight != rules.suspect_weight else (
+            ep.slurm_weight if ep.slurm_weight is not None else 1)
+        again = ep.tier == APPLIED
+        why = (f"re-applied: Slurm had {','.join(n.features) or 'no features'} and weight "
+               f"{n.weight} again (a reconfigure or restart)" if again else
+               f"{ep.metric} {_num(ep.value)} against peers {_num(ep.peer_median)} "
+               f"(deviation {_num(ep.deviation)}): {rules.trusted} off, weight "
+               f"{rules.suspect_weight}")
+        out.append(Change(n.name, ActionKind.SUSPECT, why, ep.id, APPLIED,
+                          features=feats if rules.trusted in n.features else None,
+                          weight=rules.suspect_weight if n.weight != rules.suspect_weight
+                          else None, slurm_weight=original))
+    if rules.enabled:
+        for other in nodes:
+            # Only a node the tier changed (an episode of it saved its weight): a node a site
+            # left without the feature at that weight itself is not ours to touch.
+            if (other.name in suspect_nodes or rules.trusted in other.features
+                    or other.weight != rules.suspect_weight
+                    or other.name not in (restore_weights or {})):
+                continue
+            back = (restore_weights or {})[other.name]
+            out.append(Change(other.name, ActionKind.SUSPECT_RESTORE,
+                              f"no open suspect episode: {rules.trusted} back, weight {back}",
+                              features=(*other.features, rules.trusted), weight=back))
+    return out
+
+
+def _num(x) -> str:
+    return "?" if x is None else f"{x:.3g}"
+
+
+@dataclass
+class PassResult:
+    evidence: int = 0
+    recorded: dict[str, str] = field(default_factory=dict)
+    settled: list = field(default_factory=list)
+    expired: list[str] = field(default_factory=list)
+    changes: list[Change] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def as_dict(self) -> dict:
+        return {
+            "evidence": self.evidence, "recorded": self.recorded,
+            "settled": [{"node": n, "state": s.value, "why": w} for n, s, w in self.settled],
+            "expired": self.expired,
+            "changes": [{"node": c.node, "action": c.kind.value, "why": c.why}
+                        for c in self.changes],
+            "errors": self.errors, "notes": self.notes,
+        }
+
+
+def detector() -> Callable | None:
+    """The fail-slow detector (rsc_health.historian.failslow.detect), or None when this
+    install has none."""
+    try:
+        from rsc_health.historian.failslow import detect  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    return detect
+
+
+def manager_pass(engine, slurm, cfg, now: datetime, *, detect: Callable | None = None,
+                 log: Callable[[str], None] = lambda msg: None) -> PassResult:
+    """One pass: new evidence -> episodes; qualification results and expiry end them; then
+    Slurm is brought in line with the open episodes (re-applying what Slurm lost)."""
+    from rsc_health.historian import suspects as hs
+
+    res = PassResult()
+    detect = detect or detector()
+    if detect is None:
+        res.notes.append("no fail-slow detector installed (rsc_health.historian.failslow."
+                         "detect): no new evidence this pass")
+        log(res.notes[-1])
+    else:
+        evidence = list(detect(engine, now, cfg))
+        res.evidence = len(evidence)
+        res.recorded = hs.record(engine, evidence, now, expire_after=timedelta(
+            hours=float(cfg.get("suspects.expire_after_h"))))
+    res.settled = hs.settle(engine, now)
+    res.expired = hs.expire(engine, now)
+    res.changes, res.errors = apply(engine, slurm, cfg, now, log=log)
+    return res
+
+
+def apply(engine, slurm, cfg, now: datetime, *,
+          log: Callable[[str], None] = lambda msg: None) -> tuple[list[Change], list[str]]:
+    """Bring Slurm in line with the open episodes. (changes made or recorded, errors)."""
+    from rsc_health.historian import suspects as hs
+
+    rules = TierRules.from_config(cfg)
+    episodes = hs.active(engine)
+    try:
+        nodes = slurm.nodes()
+    except SlurmError as exc:
+        return [], [f"Slurm: {exc}"]
+    restore = _restore_weights(engine, {n.name for n in nodes if rules.trusted not in n.features
+                                        and n.weight == rules.suspect_weight})
+    done, errors = [], []
+    for ch in plan(nodes, episodes, rules, restore):
+        try:
+            if ch.features is not None:
+                slurm.set_features(ch.node, list(ch.features))
+            if ch.weight is not None:
+                slurm.set_weight(ch.node, ch.weight)
+        except SlurmError as exc:
+            errors.append(f"{ch.node}: {exc}")
+            log(f"suspect tier: {ch.node}: {exc}")
+            continue
+        if ch.episode_id is not None:
+            hs.set_tier(engine, ch.episode_id, ch.tier, ch.slurm_weight)
+        if ch.record:
+            action(engine, ch.node, ch.kind, ch.why, now)
+            log(f"suspect tier: {ch.node}: {ch.kind.value}: {ch.why}")
+        done.append(ch)
+    return done, errors
+
+
+def _restore_weights(engine, nodes: set[str]) -> dict[str, int]:
+    """{node: the weight its newest applied episode saved} for nodes to give back."""
+    from sqlalchemy import select
+
+    from rsc_health.historian.schema import suspects
+
+    if not nodes:
+        return {}
+    with engine.connect() as conn:
+        rows = conn.execute(select(suspects.c.node, suspects.c.slurm_weight)
+                            .where(suspects.c.node.in_(sorted(nodes)),
+                                   suspects.c.slurm_weight.is_not(None))
+                            .order_by(suspects.c.id)).all()
+    return {node: int(w) for node, w in rows}
+
+
+def action(engine, node: str, kind: ActionKind, reason: str, now: datetime) -> None:
+    from sqlalchemy import insert
+
+    from rsc_health.historian.db import writer
+    from rsc_health.historian.schema import node_actions
+
+    aid = hashlib.sha256(f"{node}|{kind}|{reason}|{now.isoformat()}".encode()).hexdigest()
+    with writer(engine).begin() as conn:
+        conn.execute(insert(node_actions).values(id=aid[:32], time=now, node=node,
+                                                 action=kind.value, reason=reason[:1000]))

@@ -1,0 +1,298 @@
+"""Per-rank step times: `healthctl ingest steps` on the drop file and NVRx straggler reports,
+as untrusted input, and `failslow.detect` judging them from the historian (docs/failslow.md)."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from sqlalchemy import insert, inspect, select, text
+
+from rsc_health.cli import cli
+from rsc_health.config import load_config
+from rsc_health.historian import db, schema
+from rsc_health.historian.failslow import detect
+from rsc_health.historian.ingest import steps
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "failslow"
+LIMITS = steps.Limits.from_config(load_config(None))
+
+
+def _rows(engine, where: str = "") -> list[tuple]:
+    with engine.connect() as conn:
+        return conn.execute(text(
+            f"SELECT job_id, rank, stage, step, node, seconds, unit FROM step_times {where} "
+            "ORDER BY job_id, stage, rank, step")).all()
+
+
+def test_the_drop_file_keeps_each_nodes_slowest_rank_per_step_and_reloads_to_the_same(
+        historian):
+    report = steps.ingest_path(historian, FIXTURES / "steps-drop.jsonl", LIMITS)
+    assert (report.read, report.written, report.bad) == (64, 64, [])
+    first = _rows(historian)
+    # 16 ranks on 4 nodes, 4 windows: one row per node and window, its slowest rank's
+    assert len(first) == 16 and first[0] == ("7002", 2, "", 100, "gpu201", 0.52, "s")
+    assert {r[1] for r in first if r[4] == "gpu203"} == {8}  # 8 and 11 tie: the first read stays
+    steps.ingest_path(historian, FIXTURES / "steps-drop.jsonl", LIMITS)
+    assert _rows(historian) == first
+
+
+def test_a_slower_rank_read_later_replaces_the_nodes_row_a_faster_one_does_not(historian):
+    line = {"job_id": "9", "node": "n1", "stage": "", "step": 5, "time": "2026-01-01T00:00:00Z"}
+    for rank, seconds in ((0, 1.0), (1, 1.5), (2, 1.2)):
+        steps.ingest_stream(historian, io.BytesIO(
+            (json.dumps({**line, "rank": rank, "seconds": seconds}) + "\n").encode()), LIMITS)
+    assert _rows(historian) == [("9", 1, "", 5, "n1", 1.5, "s")]
+
+
+def test_an_nvrx_report_becomes_relative_times_per_section_and_gpu(historian):
+    report = steps.ingest_path(historian, FIXTURES / "nvrx-report.jsonl", LIMITS)
+    assert report.bad == [] and report.read == 3
+    rows = _rows(historian, "WHERE step = 1000")
+    assert {r[2] for r in rows} == {"gpu", "section:fwd_bwd"}
+    # 4 nodes x (the GPU score, one section) per report; rank 5's NaN fwd_bwd is skipped
+    assert len(rows) == 8
+    slow = [r for r in rows if r[4] == "gpu103"]
+    assert {r[1] for r in slow} == {19} and all(r[6] == "rel" for r in slow)
+    assert sorted(round(r[5], 3) for r in slow) == [round(1 / 0.64, 3), round(1 / 0.61, 3)]
+
+
+HOSTILE = [
+    ({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": -0.5,
+      "time": "2026-01-01T00:00:00Z"}, "seconds"),
+    ({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1e400,
+      "time": "2026-01-01T00:00:00Z"}, "seconds"),
+    ({"job_id": "1", "rank": True, "node": "n1", "step": 1, "seconds": 1,
+      "time": "2026-01-01T00:00:00Z"}, "rank"),
+    ({"job_id": "1", "rank": 0, "node": "n1", "step": 2**80, "seconds": 1,
+      "time": "2026-01-01T00:00:00Z"}, "step"),
+    ({"job_id": "1", "rank": 0, "node": "n\x001", "step": 1, "seconds": 1,
+      "time": "2026-01-01T00:00:00Z"}, "NUL"),
+    ({"job_id": "1" * 40, "rank": 0, "node": "n1", "step": 1, "seconds": 1,
+      "time": "2026-01-01T00:00:00Z"}, "longer"),
+    ({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": "fast",
+      "time": "2026-01-01T00:00:00Z"}, "number"),
+    ({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1, "time": "yesterday"},
+     "ISO"),
+    ({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1,
+      "time": "2026-01-01T00:00:00Z", "stage": "gpu"}, "reserved"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
+      "gpu_relative_perf_scores": {"0": 3.5}}, "above 1"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {},
+      "gpu_relative_perf_scores": {"0": 0.5}}, "no node"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n"},
+      "section_relative_perf_scores": ["x"]}, "not an object"),
+    ([1, 2, 3], "not a JSON object"),
+]
+
+
+def test_hostile_lines_are_reported_by_number_and_the_good_ones_kept(tmp_path, historian):
+    good = {"job_id": "1", "rank": 3, "node": "n1", "step": 7, "seconds": 0.25,
+            "time": "2026-01-01T00:00:00+02:00"}
+    lines = [json.dumps(obj) for obj, _ in HOSTILE] + ["{not json", "[" * 100_000,
+                                                       json.dumps(good)]
+    path = tmp_path / "s.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    report = steps.ingest_path(historian, path, LIMITS)
+    assert report.written == 1 and len(report.bad) == len(HOSTILE) + 2
+    for bad, (_, why) in zip(report.bad, HOSTILE, strict=False):
+        assert why in bad.message, (bad, why)
+    with historian.connect() as conn:
+        row = conn.execute(select(schema.step_times)).one()
+    assert row.time == datetime(2025, 12, 31, 22, 0, 0)  # offset read, stored as UTC
+
+
+def test_a_line_over_the_limit_is_skipped_and_a_file_over_the_count_is_cut(tmp_path, historian):
+    ok = json.dumps({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1,
+                     "time": "2026-01-01T00:00:00Z"})
+    path = tmp_path / "long.jsonl"
+    path.write_text(ok + "\n" + '{"pad": "' + "x" * 300_000 + '"}\n' + ok.replace(
+        '"step": 1', '"step": 2') + "\n" + ok.replace('"step": 1', '"step": 3') + "\n")
+    limits = steps.Limits(max_line_bytes=1024, max_lines=3, max_files=10)
+    report = steps.ingest_path(historian, path, limits)
+    assert report.written == 2
+    assert [b.line for b in report.bad] == [2, 4]
+    assert "longer than 1024 bytes" in report.bad[0].message
+    assert "more than 3 lines" in report.bad[1].message
+
+
+def test_symlinks_and_fifos_are_refused_without_blocking(tmp_path, historian):
+    src = FIXTURES / "steps-drop.jsonl"
+    d = tmp_path / "drops"
+    d.mkdir()
+    (d / "a.jsonl").write_bytes(src.read_bytes())
+    os.symlink(src, d / "b.jsonl")
+    os.mkfifo(d / "c.jsonl")
+    (d / "notes.txt").write_text("not a step file")
+    done = threading.Event()
+
+    def run():
+        run.report = steps.ingest_path(historian, d, LIMITS)
+        done.set()
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    assert done.wait(30), "a FIFO in the drop directory blocked the load"
+    report = run.report
+    assert report.written == 64
+    assert sorted(b.message for b in report.bad) == [
+        "b.jsonl: not a regular file: refused", "c.jsonl: not a regular file: refused"]
+    with pytest.raises(steps.StepsError, match="symlink"):
+        steps.ingest_path(historian, d / "b.jsonl", LIMITS)
+    with pytest.raises(steps.StepsError, match="not a regular file or a directory"):
+        steps.ingest_path(historian, d / "c.jsonl", LIMITS)
+
+
+def test_healthctl_ingest_steps_reads_a_directory_and_says_what_it_refused(tmp_path):
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    d = tmp_path / "drops"
+    d.mkdir()
+    for name in ("steps-drop.jsonl", "nvrx-report.jsonl"):
+        (d / name).write_bytes((FIXTURES / name).read_bytes())
+    result = CliRunner().invoke(cli, ["--db", url, "ingest", "steps", str(d), "--json"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert (out["read"], out["written"], out["bad"]) == (67, 64 + 3 * 63, [])
+    missing = CliRunner().invoke(cli, ["--db", url, "ingest", "steps", str(tmp_path / "none")])
+    assert missing.exit_code != 0 and "none" in missing.output
+    piped = CliRunner().invoke(cli, ["--db", url, "ingest", "steps", "-"],
+                               input=(FIXTURES / "steps-drop.jsonl").read_text())
+    assert piped.exit_code == 0 and "steps: read 64, written 64" in piped.output
+
+
+def _job(engine, job_id: str, nodes: list[str], start: datetime, end: datetime | None):
+    with engine.begin() as conn:
+        pk = conn.execute(insert(schema.jobs).values(
+            job_id=job_id, job_id_display=job_id, state="RUNNING", submit=start, start=start,
+            end=end, nnodes=len(nodes), instance_key=f"{job_id}:{start}:{start}")
+            .returning(schema.jobs.c.id)).scalar_one()
+        conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n} for n in nodes])
+
+
+def test_detect_judges_the_historians_step_times_of_a_running_job(historian):
+    steps.ingest_path(historian, FIXTURES / "steps-drop.jsonl", LIMITS)
+    _job(historian, "7002", ["gpu201", "gpu202", "gpu203", "gpu204"],
+         datetime(2026, 11, 26, 9, 55), None)
+    found = detect(historian, datetime(2026, 11, 26, 10, 20), load_config(None))
+    assert [(e.node, e.source, e.job_ids) for e in found] == [("gpu203", "steps", ("7002",))]
+    assert found[0].value / found[0].peer_median == pytest.approx(1.4, rel=0.02)
+    # an hour later the window holds none of it
+    assert detect(historian, datetime(2026, 11, 26, 11, 30), load_config(None)) == []
+
+
+def test_detect_reads_nvrx_scores_as_relative_times(historian):
+    steps.ingest_path(historian, FIXTURES / "nvrx-report.jsonl", LIMITS)
+    _job(historian, "7001", [f"gpu{n}" for n in (101, 102, 103, 104)],
+         datetime(2026, 11, 26, 9, 50), datetime(2026, 11, 26, 12, 0))
+    found = detect(historian, datetime(2026, 11, 26, 10, 15), load_config(None))
+    assert {(e.node, e.source) for e in found} == {("gpu103", "steps")}
+    assert all("stage gpu" in e.detail or "stage section:fwd_bwd" in e.detail for e in found)
+
+
+def test_upgrade_to_11_adds_step_times_as_a_new_database_has_them(tmp_path):
+    old_dir = tmp_path / "old"
+    old_dir.mkdir()
+    for mig in db.migrations("sqlite"):
+        if mig.version <= 8:
+            (old_dir / mig.path.name).write_text(mig.path.read_text())
+    old = db.engine_for(f"sqlite:///{tmp_path / 'old.db'}")
+    new = db.engine_for(f"sqlite:///{tmp_path / 'new.db'}")
+    try:
+        assert db.migrate(old, 0, old_dir)[-1] == 8
+        assert 11 in db.migrate(old, 8)
+        db.create(new)
+
+        def shape(engine):
+            insp = inspect(engine)
+            return (sorted((c["name"], c["nullable"]) for c in insp.get_columns("step_times")),
+                    sorted(i["name"] for i in insp.get_indexes("step_times")),
+                    insp.get_pk_constraint("step_times")["constrained_columns"])
+
+        assert shape(old) == shape(new)
+    finally:
+        old.dispose()
+        new.dispose()
+
+
+@pytest.mark.postgres
+def test_postgresql_migration_0011_builds_what_schema_py_builds(pg_url, tmp_path):
+    engine = db.engine_for(pg_url)
+    try:
+        db.migrate(engine, 0)
+        insp = inspect(engine)
+        cols = {c["name"]: str(c["type"]) for c in insp.get_columns("step_times")}
+        assert cols["step"] == "BIGINT" and cols["seconds"].startswith(("FLOAT", "DOUBLE"))
+        assert insp.get_pk_constraint("step_times")["constrained_columns"] == [
+            "job_id", "node", "stage", "step"]
+    finally:
+        engine.dispose()
+
+
+def test_a_historian_that_cannot_be_read_is_an_error_never_no_suspects(tmp_path):
+    from rsc_health.historian.db import HistorianUnavailable
+
+    gone = db.engine_for(f"sqlite:///{tmp_path / 'gone' / 'h.db'}")
+    try:
+        with pytest.raises(HistorianUnavailable, match="could not be read for fail-slow"):
+            detect(gone, datetime(2026, 11, 26, 10, 20), load_config(None))
+    finally:
+        gone.dispose()
+
+
+def test_the_labs_drop_files_go_through_ingest_and_detect(tmp_path):
+    """The simulator's step files, as a job would leave them, through `healthctl ingest steps`
+    and `detect`: the injected nodes that slow their ranks are found from steps alone."""
+    import pandas as pd
+
+    from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow, write_failslow
+
+    fleet = simulate_failslow(FailSlowConfig(jobs=6, seed=11, fault_share=1.0,
+                                             imbalance_share=0.0, steps_share=1.0,
+                                             sizes=(8,), size_weights=(1.0,), sweeps=(14, 14),
+                                             kinds=("hw_slowdown",)))
+    write_failslow(fleet, tmp_path / "lab")
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    result = CliRunner().invoke(cli, ["--db", url, "ingest", "steps", str(tmp_path / "lab" /
+                                                                           "steps"), "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["written"] == len(fleet.steps)
+    engine = db.connect(url)
+    try:
+        for job, rows in fleet.membership.groupby("job_id"):
+            _job(engine, job, list(rows["node"]), rows["start"].iloc[0].to_pydatetime(),
+                 rows["end"].iloc[0].to_pydatetime())
+        cfg = load_config(None)
+        found = set()
+        for _, row in fleet.jobs.iterrows():
+            end = pd.Timestamp(row["end"]).to_pydatetime()
+            found |= {(e.job_ids, e.node) for e in detect(engine, end, cfg)
+                      if e.source == "steps"}
+    finally:
+        engine.dispose()
+    truth = {((r.job_id,), r.node) for r in fleet.truth.itertuples()}
+    assert truth and found == truth
+
+
+def test_prune_forgets_step_times_after_their_retention(historian):
+    from rsc_health.historian.retention import Retention, prune
+
+    now = datetime(2026, 11, 26, 12, 0)
+    rows = [{"job_id": "1", "node": "n1", "stage": "", "step": d, "rank": 0,
+             "time": datetime(2026, 11, 26 - d, 11, 0), "seconds": 1.0, "unit": "s"}
+            for d in range(0, 20)]
+    with historian.begin() as conn:
+        conn.execute(insert(schema.step_times), rows)
+    retention = Retention(days=400, steps_days=7)
+    # days 7 (7 days and 1 hour ago) to 19 go
+    assert prune(historian, now, retention, dry_run=True)["step_times"] == 13
+    assert prune(historian, now, retention)["step_times"] == 13
+    with historian.connect() as conn:
+        left = sorted(conn.execute(select(schema.step_times.c.step)).scalars())
+    assert left == list(range(0, 7))
+    assert "step_times" not in prune(historian, now, Retention(days=400, steps_days=0))

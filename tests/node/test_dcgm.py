@@ -1,0 +1,145 @@
+"""DCGM's verdicts as findings: `dcgmi health -c -j` (real healthy output; an unhealthy one as
+DCGM's Health.cpp writes it) and `dcgmi diag -j` (real DCGM 2.x output; DCGM 4's schema)
+through the one reader of diag JSON (qualify.dcgm_diag); dcgmi run bounded, only when asked;
+what says nothing of the node is the checker's."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from rsc_health.checks import _program
+from rsc_health.model import Level, Severity, Status
+from rsc_health.sim.qualify_tools import dcgm_diag, dcgm_health
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "dcgm"
+
+
+def _judge(node, **dcgm_cfg):
+    from rsc_health.engine import run
+    from rsc_health.policy import decide
+
+    cfg = node.config
+    cfg.data["dcgm"].update(dcgm_cfg)
+    findings = run(cfg, node.root, only={"dcgm"})
+    return [f for f in findings if f.status is not Status.OK], decide(findings)
+
+
+def _dcgmi(node, body: str) -> None:
+    node.write("usr/bin/dcgmi", "#!/bin/sh\n" + body + "\n")
+    node.path("usr/bin/dcgmi").chmod(0o755)
+
+
+def _prints(node, text: str) -> None:
+    node.write("out.txt", text)
+    _dcgmi(node, f"cat '{node.path('out.txt')}'")
+
+
+def test_off_by_default_nothing_is_spawned(node, monkeypatch):
+    monkeypatch.setattr(_program, "run", lambda *a, **k: pytest.fail("ran dcgmi"))
+    bad, verdict = _judge(node)
+    assert bad == [] and verdict.level is Level.OK
+
+
+def test_the_real_healthy_health_report_is_healthy(node):
+    node.write("saved/health.json", (FIXTURES / "health-healthy.json").read_text())
+    bad, verdict = _judge(node, health_file="/saved/health.json")
+    assert bad == [] and verdict.level is Level.OK
+
+
+def test_each_health_incident_is_a_finding_on_its_entity(node):
+    _prints(node, dcgm_health([
+        ("GPU", 1, "Memory system", "Failure", "A volatile double-bit ECC error has occurred"),
+        ("GPU", 1, "PCIe system", "Warning", "Detected more than 8 PCIe replays per minute"),
+        ("Switch", 0, "NVLINK system", "Warning", "NvSwitch non-fatal error"),
+    ]))
+    bad, verdict = _judge(node, enabled=True)
+    got = {(f.component, f.code, f.severity) for f in bad}
+    assert got == {("gpu1", "dcgm_health_memory", Severity.DRAIN_AFTER_JOB),
+                   ("gpu1", "dcgm_health_pcie", Severity.WARN),
+                   ("nvswitch0", "dcgm_health_nvlink", Severity.WARN)}
+    assert verdict.level is Level.DRAIN_AFTER_JOB
+    memory = next(f for f in bad if f.code == "dcgm_health_memory")
+    assert "double-bit ECC" in memory.reason and not memory.repair
+
+
+def test_watches_not_enabled_or_no_host_engine_is_the_checkers(node):
+    _dcgmi(node, "echo 'Error: Health watches not enabled. Please enable watches.'\nexit 255")
+    bad, verdict = _judge(node, enabled=True)
+    assert [(f.family, f.code) for f in bad] == [("checker", "dcgm_unreadable")]
+    assert "Health watches not enabled" in bad[0].reason
+    assert verdict.level is Level.CHECKER_ERROR
+
+
+def test_the_real_dcgm2_diag_passes_and_a_failed_test_drains_after_the_job(node):
+    real = (FIXTURES / "diag-r2-dcgm2.json").read_text()
+    node.write("saved/diag.json", real)
+    bad, verdict = _judge(node, diag_file="/saved/diag.json")
+    assert bad == [] and verdict.level is Level.OK
+    doc = json.loads(real)
+    memory = doc["DCGM GPU Diagnostic"]["test_categories"][2]["tests"][0]["results"][0]
+    memory.update(status="Fail", warnings=[{"warning": "Error using CUDA API cudaMemcpy"}])
+    node.write("saved/diag.json", json.dumps(doc))
+    bad, verdict = _judge(node, diag_file="/saved/diag.json")
+    assert [(f.component, f.code) for f in bad] == [("gpu0", "dcgm_diag_gpu_memory")]
+    assert verdict.level is Level.DRAIN_AFTER_JOB
+
+
+def test_dcgm4_diag_run_by_the_sweep_fails_warns_and_untested_is_the_checkers(node):
+    _dcgmi(node, f"""case "$1" in
+  health) cat '{node.path("h.json")}' ;;
+  diag) cat '{node.path("d.json")}' ;;
+esac""")
+    node.write("h.json", dcgm_health())
+    node.write("d.json", dcgm_diag({"Memory": ["Pass", "Fail"], "PCIe": ["Warn", "Pass"],
+                                    "Targeted Stress": ["Fail", "Pass"]},
+                                   warnings={"Targeted Stress": "GPU 0 is being used by "
+                                             "another process", "Memory": "DBE detected"}))
+    bad, verdict = _judge(node, enabled=True, diag_level=1)
+    got = {(f.family, f.component, f.code) for f in bad}
+    assert got == {("dcgm", "gpu1", "dcgm_diag_memory"), ("dcgm", "gpu0", "dcgm_diag_pcie"),
+                   ("checker", "gpu0", "dcgm_unreadable")}
+    assert verdict.level is Level.DRAIN_AFTER_JOB
+    node.write("d.json", dcgm_diag({}, runtime_error="host engine not running"))
+    bad, _ = _judge(node, enabled=True, diag_level=1)
+    assert [f.code for f in bad] == ["dcgm_unreadable"] and "runtime error" in bad[0].reason
+
+
+def test_a_hung_or_missing_dcgmi_is_the_checkers_and_bounded(node):
+    _dcgmi(node, "sleep 30")
+    started = time.monotonic()
+    bad, verdict = _judge(node, enabled=True, timeout_s=0.5)
+    assert time.monotonic() - started < 5
+    assert [f.code for f in bad] == ["dcgm_unreadable"] and "in time" in bad[0].reason
+    bad, verdict = _judge(node, enabled=True, dcgmi="/opt/none/dcgmi")
+    assert [f.code for f in bad] == ["dcgm_unreadable"] and "missing" in bad[0].reason
+    assert verdict.level is Level.CHECKER_ERROR
+
+
+@pytest.mark.parametrize("text", [
+    '{"body": [1, 2], "header": []}',
+    '{"body": {"Overall Health": {"value": "Exploded"}}}',
+    '{"body": {"Overall Health": {"value": "Failure"}, "GPU": {"children": {"0": 7}}}}',
+    "\x00\xff" * 100,
+    '{"body": {"Overall Health": {"value": "Warning"}, "GPU": {"children": {"0": {"children":'
+    ' {"Errors": {"children": {"SM system": {"value": "Warning", "overflow": ["\\u001b[31mx"]'
+    '}}}}}}}}}',
+])
+def test_hostile_health_output_never_crashes_and_drains_only_on_a_failure(node, text):
+    _prints(node, text)
+    bad, verdict = _judge(node, enabled=True)
+    assert bad  # something is said
+    assert all("\x1b" not in f.reason for f in bad)
+    if "Failure" in text:
+        assert verdict.level is Level.DRAIN_AFTER_JOB  # DCGM said so overall
+    else:
+        assert verdict.level in (Level.CHECKER_ERROR, Level.WARN)
+
+
+def test_a_flood_of_output_is_cut_and_not_judged(node):
+    _dcgmi(node, "head -c 9000000 /dev/zero")
+    bad, verdict = _judge(node, enabled=True)
+    assert [f.code for f in bad] == ["dcgm_unreadable"] and verdict.level is Level.CHECKER_ERROR

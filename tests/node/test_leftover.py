@@ -1,0 +1,208 @@
+"""Leftover GPU processes at job start: NVML's compute processes judged by whose they are
+(/proc/PID/cgroup under Slurm's job_N, the job's step sockets in the slurmd spool dir, the
+prolog's own job), without a Slurm call; hostile /proc and NVML answers never crash nor drain
+by themselves."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from rsc_health.model import Level, Severity, Status
+
+V2 = "0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n"
+# cgroup v1 as task/cgroup writes it (several hierarchies, one line each).
+V1 = ("12:memory:/slurm/uid_1000/job_{job}/step_batch/task_0\n"
+      "11:devices:/slurm/uid_1000/job_{job}/step_batch/task_0\n4:cpuset:/\n")
+SPOOL = "var/spool/slurmd"
+JOB17 = V2.format(job=17)
+
+
+def _gpu_process(node, pid=4321, gpu=2, used=2 << 30, cgroup=JOB17,
+                 comm="python3", uid=1000):
+    node.nvml(lambda d: d["devices"][gpu].setdefault("processes", []).append(
+        {"pid": pid, "used_memory": used}))
+    if cgroup is not None:
+        node.write(f"proc/{pid}/cgroup", cgroup)
+        node.write(f"proc/{pid}/comm", comm + "\n")
+        node.write(f"proc/{pid}/status", f"Name:\t{comm}\nUid:\t{uid}\t{uid}\t{uid}\t{uid}\n")
+    node.write("etc/passwd", "root:x:0:0:root:/root:/bin/bash\n"
+                             "alice:x:1000:1000::/home/alice:/bin/bash\n")
+
+
+def _steps(node, *jobs):
+    node.path(SPOOL).mkdir(parents=True, exist_ok=True)
+    for job in jobs:
+        node.write(f"{SPOOL}/node01_{job}.4294967292", "")
+        node.write(f"{SPOOL}/node01_{job}.0", "")
+
+
+def _leftover(node):
+    findings, verdict = node.check(only={"leftover"})
+    return [f for f in findings if f.status is not Status.OK], verdict
+
+
+@pytest.fixture(autouse=True)
+def _prolog_of_job_4242(monkeypatch):
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+
+
+def test_a_process_of_a_job_that_ended_drains_now_and_says_what_it_is(node):
+    _gpu_process(node)
+    _steps(node, 4242)  # only the prolog's own job runs
+    bad, verdict = _leftover(node)
+    assert verdict.level is Level.DRAIN_NOW
+    (f,) = bad
+    assert (f.family, f.component, f.code, f.repair) == (
+        "leftover", "gpu2", "gpu_process_leftover", False)
+    assert {k: f.data[k] for k in ("pid", "command", "user", "job", "used_memory_mib")} == {
+        "pid": 4321, "command": "python3", "user": "alice", "job": "17",
+        "used_memory_mib": 2048}
+    assert "gpu2 pid 4321 (python3, alice, 2048 MiB) left by job 17" in f.reason
+
+
+def test_a_sweep_finding_one_beside_running_jobs_drains_after_them_not_now(node, monkeypatch):
+    monkeypatch.delenv("SLURM_JOB_ID")  # the sweep: no job of its own
+    _gpu_process(node)
+    _steps(node, 4242)  # job 4242 runs here; job 17 is over
+    bad, verdict = _leftover(node)
+    assert [(f.code, f.severity) for f in bad] == [
+        ("gpu_process_leftover", Severity.DRAIN_AFTER_JOB)]
+    _steps(node)  # nothing runs: now costs no job
+    node.path(f"{SPOOL}/node01_4242.0").unlink()
+    node.path(f"{SPOOL}/node01_4242.4294967292").unlink()
+    assert _leftover(node)[1].level is Level.DRAIN_NOW
+
+
+def test_cgroup_v1_paths_name_the_job_too(node):
+    _gpu_process(node, cgroup=V1.format(job=99))
+    _steps(node)
+    bad, _ = _leftover(node)
+    assert [f.data["job"] for f in bad] == ["99"]
+
+
+def test_the_prologs_own_job_and_another_running_job_are_not_leftovers(node):
+    _gpu_process(node, pid=10, cgroup=V2.format(job=4242))
+    _gpu_process(node, pid=11, gpu=3, cgroup=V2.format(job=17))
+    _steps(node, 4242, 17)  # job 17 still runs here (a shared node)
+    bad, verdict = _leftover(node)
+    assert bad == [] and verdict.level is Level.OK
+
+
+def test_a_process_in_no_job_is_a_leftover_alone_and_only_a_warning_beside_other_jobs(node):
+    _gpu_process(node, cgroup="0::/user.slice/user-1000.slice/session-3.scope\n")
+    _steps(node)
+    bad, verdict = _leftover(node)
+    assert [f.code for f in bad] == ["gpu_process_leftover"]
+    assert verdict.level is Level.DRAIN_NOW
+    _steps(node, 17)  # another job runs: under proctrack/linuxproc its tasks look the same
+    bad, verdict = _leftover(node)
+    assert [(f.code, f.severity) for f in bad] == [("gpu_process_unattributed", Severity.WARN)]
+
+
+def test_config_decides_warn_and_small_leftovers_only_warn(node):
+    _gpu_process(node, used=100 << 20)
+    _steps(node)
+    cfg = node.config
+    cfg.data["leftover"]["min_memory_mib"] = 512
+    from rsc_health.engine import run
+    from rsc_health.policy import decide
+
+    assert decide(run(cfg, node.root, only={"leftover"})).level is Level.WARN
+    cfg.data["leftover"]["min_memory_mib"] = 0
+    cfg.data["leftover"]["action"] = "warn"
+    assert decide(run(cfg, node.root, only={"leftover"})).level is Level.WARN
+    cfg.data["leftover"]["action"] = "drain_after_job"
+    assert decide(run(cfg, node.root, only={"leftover"})).level is Level.DRAIN_AFTER_JOB
+    cfg.data["leftover"]["ignore_commands"] = ["python3"]
+    assert decide(run(cfg, node.root, only={"leftover"})).level is Level.OK
+
+
+def test_memory_nvml_cannot_tell_counts_as_held(node):
+    _gpu_process(node, used=None)
+    _steps(node)
+    cfg = node.config
+    cfg.data["leftover"]["min_memory_mib"] = 512
+    from rsc_health.engine import run
+    from rsc_health.policy import decide
+
+    assert decide(run(cfg, node.root, only={"leftover"})).level is Level.DRAIN_NOW
+
+
+def test_a_pid_this_proc_does_not_show_warns(node):
+    _gpu_process(node, cgroup=None)
+    _steps(node)
+    bad, verdict = _leftover(node)
+    assert [f.code for f in bad] == ["gpu_process_unseen"] and verdict.level is Level.WARN
+
+
+def test_an_unreadable_spool_dir_is_the_checkers_problem_never_a_drain(node):
+    _gpu_process(node)  # job 17's, and no spool dir to tell whether job 17 still runs
+    bad, verdict = _leftover(node)
+    assert [(f.family, f.code) for f in bad] == [("checker", "leftover_unreadable")]
+    assert verdict.level is Level.CHECKER_ERROR
+
+
+def test_hostile_proc_files_and_nvml_answers_neither_block_nor_crash(node):
+    _gpu_process(node, pid=20, cgroup=None)
+    node.path("proc/20").mkdir(parents=True)
+    os.mkfifo(node.path("proc/20/cgroup"))  # a FIFO where a file was expected: never opened
+    _gpu_process(node, pid=21, gpu=3, cgroup="x" * 200_000)  # over the read limit
+    node.write("proc/21/comm", "\x1b[31mevil\x00name" * 50)
+    node.nvml(lambda d: d["devices"][4].update(processes=[
+        {"pid": "7"}, {"pid": -1}, {"pid": True}, "junk", {"pid": 2**40}]))
+    node.nvml(lambda d: d["devices"][5].update(processes={"error": "NVML_ERROR_NOT_SUPPORTED"}))
+    _steps(node)
+    bad, verdict = _leftover(node)
+    assert sorted(f.code for f in bad) == ["gpu_process_unseen", "gpu_process_unseen"]
+    assert verdict.level is Level.WARN
+
+
+def test_a_healthy_node_reads_no_proc_file(node, monkeypatch):
+    from rsc_health.checks import leftover
+
+    def refuse(*a, **k):
+        raise AssertionError("read a /proc file with no GPU process")
+
+    monkeypatch.setattr(leftover, "_process", refuse)
+    bad, verdict = _leftover(node)
+    assert bad == [] and verdict.level is Level.OK
+
+
+def test_this_machines_real_proc_reads_as_a_process_with_its_command_and_user(monkeypatch):
+    """The record's reader on the real /proc (root "/"): this test's own process, as the
+    kernel shows it (cgroup v1 or v2 lines, comm, the Uid: line of status)."""
+    from pathlib import Path
+
+    from rsc_health.checks import leftover
+    from rsc_health.config import load_config
+
+    monkeypatch.delenv("SLURM_JOB_ID")
+    cfg = load_config(os.devnull)
+    rec = leftover.record(Path("/"), cfg, {os.getpid()})
+    me = rec["pids"][str(os.getpid())]
+    assert me["seen"] and me["command"] == Path(f"/proc/{os.getpid()}/comm").read_text().strip()
+    assert me["uid"] == os.getuid() and me["user"] not in ("?", "")
+    assert me["job"] is None  # not a Slurm task here
+    assert rec["job_id"] is None
+
+
+def test_a_snapshot_is_not_hung_by_a_wedged_nvml(node, monkeypatch):
+    """capture() asks live NVML from an abandonable child, as the node path does."""
+    from rsc_health.checks import leftover
+    from rsc_health.collect import gpu
+    from rsc_health.collect import node as node_mod
+
+    def wedged(self, progress=None):
+        time.sleep(60)
+
+    monkeypatch.setattr(gpu.NvmlBackend, "read", wedged)
+    monkeypatch.setattr(node_mod, "gpu_backend", lambda cfg, root: gpu.NvmlBackend())
+    cfg = node.config
+    cfg.data["gpu"]["nvml_timeout_s"] = 0.5
+    started = time.monotonic()
+    rec = leftover.capture(cfg, node.root)["leftover_record"]
+    assert time.monotonic() - started < 5
+    assert rec["pids"] == {}

@@ -1,0 +1,170 @@
+"""The suspect tier on a real Slurm 22.05 (Debian's slurm-wlm, whose job_submit/lua plugin is
+there): every node declares `rsc_trusted` in slurm.conf, the shipped deploy/slurm/job_submit.lua
+makes jobs of 4+ nodes require it, `healthctl suspects apply` takes it off a suspect.
+
+Measured here: a big job never starts on the suspect (it waits for trusted nodes), a small job
+still runs there; `scontrol reconfigure` and a slurmctld restart give the node slurm.conf's
+feature and weight back, the next pass re-applies both (and says so), and the big job keeps
+avoiding the suspect; the strigger hook in deploy/slurm re-applies on its own after a
+reconfigure; a person's clear gives the node back at once."""
+
+from __future__ import annotations
+
+import shutil
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from rsc_health.cli import cli
+from rsc_health.historian import db
+from rsc_health.historian import suspects as hs
+from rsc_health.historian.failslow.evidence import TELEMETRY, SuspectEvidence
+
+from .cluster import REPO, SlurmCluster, slurm_available
+
+pytestmark = pytest.mark.slurm
+LUA = REPO / "deploy" / "slurm" / "job_submit.lua"
+TRIGGER = REPO / "deploy" / "slurm" / "rsc-health-suspects-trigger"
+SUSPECT = "node03"
+
+
+@pytest.fixture(scope="module")
+def lua_cluster(tmp_path_factory):
+    if not slurm_available():
+        pytest.skip("slurmctld is not installed")
+    if not list(Path("/usr/lib/x86_64-linux-gnu/slurm-wlm").glob("job_submit_lua.so")):
+        pytest.skip("this Slurm has no job_submit/lua plugin")
+    base = tmp_path_factory.mktemp("suspects")
+    (base / "etc").mkdir(parents=True)
+    shutil.copy(LUA, base / "etc" / "job_submit.lua")
+    cluster = SlurmCluster(base, nodes=6, accounting=False, extra_conf="JobSubmitPlugins=lua\n",
+                           node_conf="Features=rsc_trusted")
+    cluster.start()
+    yield cluster
+    cluster.stop()
+
+
+def _evidence(now):
+    return [SuspectEvidence(node=SUSPECT, metric="throttle_hw_frac", value=0.41,
+                            peer_median=0.0, deviation=14.2, since=now - timedelta(minutes=10),
+                            last=now, job_ids=("77",), source=TELEMETRY,
+                            detail="gpu5 HW slowdown 41% of the interval in job 77")]
+
+
+def _healthctl(c, base, *args):
+    config = base / "config.toml"
+    config.write_text("[slurm]\ncall_timeout_s = 20\n")
+    return CliRunner().invoke(cli, ["--config", str(config), "--db",
+                                    f"sqlite:///{base / 'history.db'}", *args],
+                              env={"SLURM_CONF": c.env["SLURM_CONF"]})
+
+
+def _trusted(c, node):
+    return "rsc_trusted" in c.node(node).get("AvailableFeatures", "").split(",")
+
+
+def _big_job_avoids_the_suspect(c):
+    """node01 busy, so the only five idle nodes include the suspect: a 5-node job must wait
+    (the lua asked for rsc_trusted; 4 trusted nodes are idle) and never start there."""
+    busy = c.sbatch("-w", "node01", "--exclusive", "--wrap", "sleep 300")
+    c.wait_for(lambda: c.job_state(busy) == "RUNNING", 30, "node01 busy")
+    big = c.sbatch("-N", "5", "--wrap", "sleep 300")
+    assert c.job(big).get("Features") == "rsc_trusted"  # added by the shipped lua
+    deadline = time.monotonic() + 8  # four scheduler and backfill passes (2 s each here)
+    while time.monotonic() < deadline:
+        job = c.job(big)
+        assert job.get("JobState") == "PENDING", job
+        time.sleep(1)
+    c.run(["scancel", big, busy])
+    c.wait_for(lambda: not c.run(["squeue", "-h"]).stdout.strip(), 60, "queue empty")
+
+
+def test_suspect_tier_survives_reconfigure_and_restart_on_real_slurm(lua_cluster, tmp_path,
+                                                                     monkeypatch):
+    import rsc_health.suspects as tier
+
+    c = lua_cluster
+    now = datetime.now(UTC).replace(tzinfo=None)
+    monkeypatch.setattr(tier, "detector", lambda: (lambda engine, at, cfg: _evidence(now)))
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    timings = {}
+
+    out = _healthctl(c, tmp_path, "suspects", "apply")
+    assert out.exit_code == 0, out.output
+    assert not _trusted(c, SUSPECT) and c.node(SUSPECT)["Weight"] == "1000"
+    assert "IDLE" == c.node_state(SUSPECT)  # short of a drain
+    assert all(_trusted(c, n) for n in c.node_names if n != SUSPECT)
+
+    # Small jobs still run on the suspect; a 1-node job nobody placed goes elsewhere (weight).
+    small = c.sbatch("-w", SUSPECT, "--wrap", "sleep 300")
+    c.wait_for(lambda: c.job_state(small) == "RUNNING", 30, "small job on the suspect")
+    free = c.sbatch("-N", "1", "--wrap", "sleep 300")
+    c.wait_for(lambda: c.job_state(free) == "RUNNING", 30, "a 1-node job")
+    assert c.job(free)["NodeList"] != SUSPECT
+    c.run(["scancel", small, free])
+    c.wait_for(lambda: not c.run(["squeue", "-h"]).stdout.strip(), 60, "queue empty")
+    _big_job_avoids_the_suspect(c)
+
+    # scontrol reconfigure: slurm.conf's feature and weight are back; the next pass re-applies.
+    t0 = time.monotonic()
+    c.run(["scontrol", "reconfigure"])
+    c.wait_for(lambda: _trusted(c, SUSPECT), 30, "reconfigure gave the feature back")
+    timings["reconfigure_lost_s"] = time.monotonic() - t0
+    t1 = time.monotonic()
+    out = _healthctl(c, tmp_path, "suspects", "apply", "--json")
+    timings["reapply_pass_s"] = time.monotonic() - t1
+    assert out.exit_code == 0, out.output
+    assert '"why": "re-applied' in out.output
+    assert not _trusted(c, SUSPECT) and c.node(SUSPECT)["Weight"] == "1000"
+    _big_job_avoids_the_suspect(c)
+
+    # slurmctld restarted (as its unit does: no -R): the same.
+    c.stop_slurmctld()
+    c.start_slurmctld()
+    c.wait_for(lambda: _trusted(c, SUSPECT), 30, "restart gave the feature back")
+    out = _healthctl(c, tmp_path, "suspects", "apply", "--json")
+    assert out.exit_code == 0 and '"why": "re-applied' in out.output, out.output
+    assert not _trusted(c, SUSPECT)
+    c.wait_for(lambda: all(c.node_state(n) == "IDLE" for n in c.node_names), 60, "nodes back")
+    _big_job_avoids_the_suspect(c)
+
+    # The strigger hook re-applies on its own, without waiting for the timer.
+    hook = tmp_path / "hook"
+    hook.write_text(
+        "#!/bin/sh\n"
+        f"export SLURM_CONF={c.env['SLURM_CONF']} PYTHONPATH={REPO} "
+        f"RSC_HEALTH_DB=sqlite:///{tmp_path / 'history.db'} "
+        f"RSC_HEALTH_CONFIG={tmp_path / 'config.toml'} "
+        f"RSC_HEALTH_HEALTHCTL='{_python()} -m rsc_health.cli'\n"
+        f"exec {TRIGGER} >>{tmp_path / 'hook.log'} 2>&1\n")
+    hook.chmod(0o755)
+    c.run(["strigger", "--set", "--reconfig", "--flags=PERM", f"--program={hook}"])
+    try:
+        t2 = time.monotonic()
+        c.run(["scontrol", "reconfigure"])
+        c.wait_for(lambda: _trusted(c, SUSPECT), 30, "reconfigure gave the feature back")
+        c.wait_for(lambda: not _trusted(c, SUSPECT), 60, "the trigger re-applied the tier")
+        timings["trigger_reapplied_s"] = time.monotonic() - t2
+    finally:
+        c.run(["strigger", "--clear", "--user=root"], check=False)
+    assert c.node(SUSPECT)["Weight"] == "1000"
+
+    # A person clears it: trusted again, at slurm.conf's weight.
+    out = _healthctl(c, tmp_path, "suspects", "clear", SUSPECT, "--reason", "fan replaced")
+    assert out.exit_code == 0, out.output
+    assert _trusted(c, SUSPECT) and c.node(SUSPECT)["Weight"] == "1"
+    engine = db.connect(f"sqlite:///{tmp_path / 'history.db'}")
+    try:
+        assert hs.active(engine) == []
+    finally:
+        engine.dispose()
+    print("suspect tier timings:", {k: round(v, 2) for k, v in timings.items()})
+
+
+def _python() -> str:
+    import sys
+
+    return sys.executable
