@@ -18,6 +18,7 @@ from rsc_health.config import Config
 class NodeState:
     boot_id: str = ""
     gpu: gpu_mod.GpuReport | None = None  # NVML, read for the families with nvml=True
+    nvml_answers: dict | None = None
     # Collector problems: (family, source, message) -> checker findings.
     errors: list[tuple[str, str, str]] = field(default_factory=list)
     # What each family's own collector read, by family name.

@@ -21,7 +21,7 @@ def gpu_backend(cfg: Config, root: Path):
 
 
 def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict]) -> None:
-    """NVML's answers, parsed, into state.gpu. Live NVML is asked from an
+    """NVML's answers into state.nvml_answers and state.gpu. Live NVML is asked from an
     abandonable child (a wedged driver blocks its calls in the kernel); a probe abandoned
     before whose child is still waiting is not asked again. A failure is a checker error
     (state.errors), a hang is said in state.hung_probes."""
@@ -48,6 +48,7 @@ def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict]) -> 
     else:
         answers = guard(backend.read)
     if answers is not None:
+        state.nvml_answers = answers
         state.gpu = guard(lambda: gpu_mod.parse_answers(answers))
 
 
