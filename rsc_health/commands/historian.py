@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from rsc_health.commands import historian_engine as _engine
 from rsc_health.config import state_dir
 from rsc_health.historian import db as hdb
 from rsc_health.historian.ingest import IngestReport
@@ -24,14 +25,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 MAX_BAD_SHOWN = 20
-
-
-def _engine(ctx: click.Context, *, upgrade: bool = False):
-    try:
-        return hdb.connect(ctx.obj.database_url, upgrade=upgrade,
-                           statement_timeout_s=ctx.obj.statement_timeout_s)
-    except hdb.HistorianError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 @contextmanager

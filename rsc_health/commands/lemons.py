@@ -10,6 +10,8 @@ from datetime import UTC, datetime
 
 import click
 
+from rsc_health.commands import historian_engine as _engine
+from rsc_health.commands import slurm_handle as _slurm
 from rsc_health.terminal import echo
 
 WINDOW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhw]?)\s*$")
@@ -22,25 +24,6 @@ def parse_window(text: str) -> float:
     if not m:
         raise click.BadParameter(f"{text!r}: expected e.g. 28d, 4w or 36h")
     return float(m[1]) * UNIT_DAYS[m[2]]
-
-
-def _engine(ctx: click.Context):
-    from rsc_health.historian import db as hdb
-
-    try:
-        return hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
-    except hdb.HistorianError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def _slurm(ctx: click.Context):
-    """SlurmAPI: one injected through ctx.obj (tests, other backends), else the configured one."""
-    injected = getattr(ctx.obj, "slurm", None)
-    if injected is not None:
-        return injected
-    from rsc_health.slurm import from_config
-
-    return from_config(ctx.obj.config)
 
 
 @click.command("lemons")
