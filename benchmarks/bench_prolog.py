@@ -4,7 +4,7 @@ that reads a TOML config and writes JSON, all in the same run; and the worst cas
 whose statfs blocks (a real FUSE mount), an NVML that never answers and a FIFO kernel-log
 source, all at once, against the prolog's budget.
 
-    python3 benchmarks/bench_prolog.py [--runs 20] [--venv DIR]
+    python3 benchmarks/bench_prolog.py [--runs 20] [--venv DIR] [--pyz] [--instructions]
 
 The node install is README step 1 done in a fresh venv: `python -m venv`, then
 `pip install COPY[node-flush]` from a copy of this checkout (pip builds a wheel of it and
@@ -126,6 +126,12 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3 if quick else 20)
     ap.add_argument("--venv", type=Path, help="keep the node install here (default: a "
                     "temporary one, created and removed by this run)")
+    ap.add_argument("--pyz", action="store_true", help="also time the node zipapp "
+                    "(scripts/build-node) run by the node install's python: built with that "
+                    "python's bytecode, and built without bytecode (what another Python pays)")
+    ap.add_argument("--instructions", action="store_true", help="also count the instructions "
+                    "each case runs (valgrind's callgrind): a figure that load does not move, "
+                    "for a machine others share")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         python = node_install(args.venv or Path(tmp) / "venv")
@@ -137,6 +143,13 @@ def main() -> None:
         print(f"bytecode       : {check_bytecode(python, env, tmp)}")
         cases = {"bare": [str(python), "-c", BARE], "floor": [str(python), "-c", FLOOR],
                  "prolog": [str(python), "-m", "rsc_health.nodepath", "prolog"]}
+        if args.pyz:
+            for name, extra in (("pyz", ["--python", str(python)]),
+                                ("pyz_source", ["--no-bytecode"])):
+                out = Path(tmp) / f"{name}.pyz"
+                subprocess.run([sys.executable, str(REPO / "scripts" / "build-node"),
+                                "--out", str(out), *extra], check=True, stdout=subprocess.DEVNULL)
+                cases[name] = [str(python), str(out), "prolog"]
         for argv in cases.values():  # warm the page cache
             timed_cpu(argv, env, tmp)
         wall: dict[str, list[float]] = {name: [] for name in cases}
@@ -146,14 +159,20 @@ def main() -> None:
                 w, c = timed_cpu(argv, env, tmp)
                 wall[name].append(w)
                 cpu[name].append(c)
+        counted = instructions(python, cases, tmp) if args.instructions else None
         worst = worst_case(python)
     w = {name: median_ms(v) for name, v in wall.items()}
     c = {name: median_ms(v) for name, v in cpu.items()}
     label = {"bare": f"python -c {BARE!r}", "floor": f"python -c {FLOOR!r}",
-             "prolog": "healthy prolog"}
+             "prolog": "healthy prolog", "pyz": "healthy prolog from the .pyz",
+             "pyz_source": "same, .pyz without bytecode"}
     for name in cases:
         print(f"{label[name]:32s}: wall median {w[name]:6.1f} ms (min "
               f"{min(wall[name]) * 1000:5.1f}), cpu median {c[name]:6.1f} ms")
+    for name in ("pyz", "pyz_source"):
+        if name in cases:
+            print(f"{name} / installed prolog: {w[name] / w['prolog']:.2f}x wall, "
+                  f"{c[name] / c['prolog']:.2f}x cpu; / floor: {w[name] / w['floor']:.2f}x wall")
     for base in ("bare", "floor"):
         print(f"prolog / {base:5s}: {w['prolog'] / w[base]:.2f}x wall, "
               f"{c['prolog'] / c[base]:.2f}x cpu"
@@ -163,15 +182,56 @@ def main() -> None:
     for name in cases:
         print(f"BENCH\tprolog\t{name} wall median\t{w[name]:.1f}\tms")
         print(f"BENCH\tprolog\t{name} cpu median\t{c[name]:.1f}\tms")
+    for name in ("pyz", "pyz_source"):
+        if name in cases:
+            print(f"BENCH\tprolog\t{name} / installed wall\t{w[name] / w['prolog']:.2f}\tx")
     for base in ("bare", "floor"):
         print(f"BENCH\tprolog\tprolog / {base} wall\t{w['prolog'] / w[base]:.2f}\tx")
         print(f"BENCH\tprolog\tprolog / {base} cpu\t{c['prolog'] / c[base]:.2f}\tx")
+    if counted:
+        for name, count in counted.items():
+            print(f"{label[name]:32s}: {count / 1e6:7.1f} M instructions (callgrind Ir)")
+        for name in ("prolog", "pyz", "pyz_source"):
+            if name in counted:
+                print(f"{name} / floor instructions: {counted[name] / counted['floor']:.2f}x")
+                print(f"BENCH\tprolog\t{name} / floor instructions\t"
+                      f"{counted[name] / counted['floor']:.2f}\tx")
     if worst is not None:
         took, budget = worst
         print(f"worst case     : {took:.1f} s with a hung FUSE mount, a wedged NVML and a FIFO "
               f"source (budget {budget:g} s: {took / budget:.0%} of it)")
         print(f"BENCH\tprolog\tworst case wall\t{took:.2f}\ts")
         print(f"BENCH\tprolog\tworst case / budget\t{took / budget:.2f}\tx")
+
+
+def instructions(python: Path, cases: dict[str, list[str]], tmp: str) -> dict[str, int] | None:
+    """{case: instructions of its process, the most of any process it forked} under callgrind,
+    each prolog on a fresh copy of the healthy node. A prolog that did not stay healthy (a probe
+    past its deadline: valgrind runs code about 50x slower) is run again, three tries."""
+    if not shutil.which("valgrind"):
+        print("instructions   : skipped (no valgrind here)")
+        return None
+    counted: dict[str, int] = {}
+    for name, argv in cases.items():
+        for attempt in range(3):
+            root = Path(tmp) / f"vg-{name}-{attempt}"
+            copy_node(root)
+            env = clean_env(RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "config.toml"),
+                            SLURMD_NODENAME="bench01", SLURM_JOB_ID="4244",
+                            SLURM_JOB_NODELIST="bench[01-04]")
+            out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+                                  *argv], env=env, cwd=tmp, capture_output=True, text=True,
+                                 timeout=600)
+            said = [ln for ln in out.stderr.splitlines() if not ln.startswith("==")]
+            counts = [int(ln.split()[-1]) for ln in out.stderr.splitlines()
+                      if "Collected :" in ln]
+            if out.returncode == 0 and not said and counts:
+                counted[name] = max(counts)
+                break
+        else:
+            print(f"instructions   : {name} never ran clean under valgrind; not counted")
+            return None
+    return counted
 
 
 def worst_case(python: Path) -> tuple[float, float] | None:

@@ -22,7 +22,6 @@ import math
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -31,6 +30,7 @@ from rsc_health.config import Config
 from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import MANUAL_MODE, MODE_FOR_LEVEL, is_ours, parse_reason
+from rsc_health.record import asdict, dataclass, field
 from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"

@@ -135,8 +135,28 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attr = target.split(":")
-        module = importlib.import_module(f"rsc_health.commands.{module_name}")
+        try:
+            module = importlib.import_module(f"rsc_health.commands.{module_name}")
+        except ImportError as exc:
+            if (exc.name or "rsc_health").split(".")[0] == "rsc_health":
+                raise
+            return _unavailable(cmd_name, exc.name or "?")
         return getattr(module, attr)
+
+
+def _unavailable(name: str, missing: str) -> click.Command:
+    """A command whose library this Python lacks (the node zipapp, a node without the
+    [node-flush] extra): listed, and saying what to install when run, never a traceback."""
+    why = (f"needs the Python package {missing!r}, not installed for {sys.executable} "
+           "(on a node, `spool flush` needs rsc-health[node-flush]: SQLAlchemy and psycopg; "
+           "the management host's commands need rsc-health[historian])")
+
+    @click.command(name, help=f"(not available here: {why})", add_help_option=False,
+                   context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+    def command() -> None:
+        raise click.ClickException(f"healthctl {name} {why}")
+
+    return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -24,10 +24,12 @@ import functools
 import os
 import re
 import stat
-import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rsc_health import lazyre
+from rsc_health.compat import packaged_bytes, packaged_toml, tomllib
+from rsc_health.record import dataclass, field
 
 DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
 PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")
@@ -89,7 +91,16 @@ def _lookup(data: dict, dotted: str) -> Any:
 
 @functools.cache
 def _packaged() -> dict:
-    return _read_toml(PACKAGED_DEFAULTS)
+    return _read_defaults()
+
+
+def _read_defaults() -> dict:
+    """The packaged default_config.toml, from the installed file or from the node zipapp;
+    parsed once at build time when it is the file scripts/gen-packaged saw."""
+    data = packaged_bytes(PACKAGED_DEFAULTS)
+    if data is None:
+        return _read_toml(PACKAGED_DEFAULTS, packaged=True)
+    return packaged_toml(data) or _parse_toml(data, PACKAGED_DEFAULTS)
 
 
 def packaged_default(dotted: str) -> Any:
@@ -121,7 +132,7 @@ def _deep_merge(base: dict, top: dict) -> dict:
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _read_toml(path: Path) -> dict:
+def _read_toml(path: Path, *, packaged: bool = False) -> dict:
     """Read a TOML file that is a regular file: a FIFO or a device where the config should be
     would block the prolog at open or read, so it is refused without waiting (O_NONBLOCK)."""
     try:
@@ -132,13 +143,18 @@ def _read_toml(path: Path) -> dict:
             data = fh.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    return (packaged and packaged_toml(data)) or _parse_toml(data, path)
+
+
+def _parse_toml(data: bytes, path: Path) -> dict:
+    try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
-    except OSError as exc:
-        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
 
 
 def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]:
@@ -152,7 +168,7 @@ def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]
 
 
 def load_config(explicit: str | os.PathLike | None = None) -> Config:
-    data = _read_toml(PACKAGED_DEFAULTS)
+    data = _read_defaults()
     path, named = resolve_path(explicit)
     site: dict = {}
     if str(path) != os.devnull:
@@ -174,7 +190,7 @@ def validated(data: dict, source: str | os.PathLike) -> Config:
     """A Config from a whole document that did not come through load_config (a snapshot's)."""
     from rsc_health.config_schema import validate_site
 
-    defaults = _read_toml(PACKAGED_DEFAULTS)
+    defaults = _read_defaults()
     validate_site(data, defaults, Path(source))
     return Config(_deep_merge(defaults, data), Path(source))
 
@@ -212,9 +228,9 @@ def state_dir(cfg: Config, root: Path) -> Path:
 
 # Keys whose value is a secret whatever it looks like, and secrets inside any string value: a
 # URL's password (postgresql://user:PASSWORD@host) and libpq's `password=...`.
-_SECRET_KEY = re.compile(r"passw|secret|token|credential|api_?key", re.IGNORECASE)
-_URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*(?=@)")
-_KV_PASSWORD = re.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+_SECRET_KEY = lazyre.compile(r"passw|secret|token|credential|api_?key", re.IGNORECASE)
+_URL_PASSWORD = lazyre.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*(?=@)")
+_KV_PASSWORD = lazyre.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
 MASK = "***"
 
 

@@ -13,12 +13,12 @@ Standard library only: the prolog validates its config on every job start.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from rsc_health.config import ConfigError
 from rsc_health.model import Severity
+from rsc_health.record import dataclass, field
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (
@@ -148,7 +148,7 @@ def _is_duration(key: str) -> bool:
 def infer(value: Any, dotted: str) -> Spec:
     if dotted in EXPLICIT:
         return EXPLICIT[dotted]
-    if isinstance(value, list | dict) and not value and dotted in family_types():
+    if isinstance(value, (list, dict)) and not value and dotted in family_types():
         return family_types()[dotted]
     if isinstance(value, bool):
         return Spec("bool")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import enum
 import os
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
+
+from rsc_health.compat import UTC, StrEnum
+from rsc_health.record import asdict, dataclass, field
 
 
-class Status(enum.StrEnum):
+class Status(StrEnum):
     """What a single check saw. ERROR means the checker itself could not look."""
 
     OK = "ok"
@@ -54,7 +56,7 @@ class Level(enum.IntEnum):
         return self.name.lower()
 
 
-class ActionKind(enum.StrEnum):
+class ActionKind(StrEnum):
     """What rsc-health did (or refused to do) in Slurm: the `action` of spool records and of
     the historian's node_actions rows. One vocabulary for the node path, lemons, operator
     commands and the report (tests/unit/test_action_vocabulary.py holds them together)."""
@@ -81,7 +83,7 @@ class ActionKind(enum.StrEnum):
     SUSPECT_HELD = "suspect_held"  # over the guard's cap, or a person's drain/DOWN: left alone
 
 
-class SuspectState(enum.StrEnum):
+class SuspectState(StrEnum):
     """A suspect episode's state (the historian's `suspects` table, rsc_health/suspects.py)."""
 
     SUSPECT = "suspect"  # kept away from big jobs; qualification decides
@@ -112,7 +114,7 @@ HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged"})
 REASON_PREFIX = "rsc_health:"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Finding:
     """One observation of one component.
 
@@ -152,7 +154,7 @@ class Finding:
         )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Verdict:
     """The node's answer to "am I fit to run the next job?"."""
 

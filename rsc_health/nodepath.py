@@ -42,7 +42,6 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -71,6 +70,7 @@ from rsc_health.model import (
     utcnow,
 )
 from rsc_health.policy import decide
+from rsc_health.record import dataclass
 
 LOCK_FILE = "node.lock"
 # A drain verdict not yet carried out (controller away, the guard holding, someone else's drain

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import re
 
+from rsc_health import lazyre
 from rsc_health.model import REASON_PREFIX, Finding, Level, Severity, Status, Verdict
 
 MAX_REASON_LEN = 120
@@ -29,9 +30,9 @@ MANUAL_MODE = "manual"
 LEMON_MODE = "lemon"
 QUALIFY_MODE = "qualify"
 
-_REASON_RE = re.compile(
+_REASON_RE = lazyre.compile(
     rf"^{re.escape(REASON_PREFIX)}(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")
-_UNSAFE = re.compile(r"[^\w .,/=+%()\-:#@]")
+_UNSAFE = lazyre.compile(r"[^\w .,/=+%()\-:#@]")
 
 
 def decide(findings: list[Finding]) -> Verdict:

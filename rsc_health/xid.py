@@ -3,11 +3,11 @@ The NVSwitch SXid catalog (`sxid_catalog.toml`) has the same shape and is read t
 
 from __future__ import annotations
 
-import tomllib
-from dataclasses import dataclass
 from pathlib import Path
 
+from rsc_health.compat import packaged_bytes, packaged_toml, tomllib
 from rsc_health.model import Severity
+from rsc_health.record import dataclass
 
 CATALOG_PATH = Path(__file__).with_name("xid_catalog.toml")
 SXID_CATALOG_PATH = Path(__file__).with_name("sxid_catalog.toml")
@@ -79,8 +79,15 @@ class Catalog:
 def _read(path: Path) -> dict:
     from rsc_health.collect.sysfs import read_bounded  # refuses a FIFO or endless file
 
+    packaged = path in (CATALOG_PATH, SXID_CATALOG_PATH)
+    packed = packaged_bytes(path) if packaged else None  # from the node zipapp
     try:
-        return tomllib.loads(read_bounded(path, 1 << 20).decode("utf-8"))
+        data = read_bounded(path, 1 << 20) if packed is None else packed
+        if packaged:
+            tree = packaged_toml(data)  # parsed at build time (scripts/gen-packaged)
+            if tree is not None:
+                return tree
+        return tomllib.loads(data.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise CatalogError(f"{path}: {exc}") from exc
 

@@ -24,7 +24,6 @@ which never imports this package.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 from rsc_health.checks import (
@@ -43,6 +42,7 @@ from rsc_health.checks import (
     sxid,
     xid,
 )
+from rsc_health.record import dataclass, field
 
 
 @dataclass(frozen=True)

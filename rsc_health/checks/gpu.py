@@ -84,7 +84,7 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
             out.append(checker_error("gpu", comp, f"{comp} {field}: {error}", nvml=error))
         found = False
         temp = val(g.answers.get("temperature"))
-        if isinstance(temp, int | float) and temp > temp_max:
+        if isinstance(temp, (int, float)) and temp > temp_max:
             found = True
             out.append(warn("gpu", comp, "gpu_hot", f"{comp} at {temp} C (max {temp_max:g})",
                             **bus))

@@ -13,15 +13,15 @@ drivers/infiniband/core/sysfs.c, as rdma-core's ibstat reads them): `state` = `4
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok
 from rsc_health.collect.sysfs import parse_count, read_text
 from rsc_health.model import Finding, Severity
+from rsc_health.record import dataclass, field
 
-_RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
+_RATE = lazyre.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 ERROR_COUNTERS = (
     "symbol_error",
     "link_downed",

@@ -29,18 +29,18 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from pathlib import Path
 
+from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
 from rsc_health.collect.gpu import err
 from rsc_health.collect.sysfs import read_bounded
 from rsc_health.model import Finding, Severity
 
 FAMILY = "leftover"
-_JOB = re.compile(r"/job_(\d{1,12})(?:/|$)")
+_JOB = lazyre.compile(r"/job_(\d{1,12})(?:/|$)")
 # `<node>_<job>.<step>[.<het component>]`; a node name may itself hold "_".
-_STEP_SOCKET = re.compile(r"_(\d{1,12})\.(\d{1,12})(?:\.\d{1,6})?(?:\.ALT)?$")
+_STEP_SOCKET = lazyre.compile(r"_(\d{1,12})\.(\d{1,12})(?:\.\d{1,6})?(?:\.ALT)?$")
 MAX_PID = 2**22  # the kernel's pid_max ceiling
 MAX_SPOOL_ENTRIES = 100_000
 READ_LIMIT = 64 * 1024

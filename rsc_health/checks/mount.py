@@ -11,12 +11,12 @@ replays as hung) and its policy.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rsc_health.checks._finding import fail, ok
 from rsc_health.collect import hangs, mounts
 from rsc_health.model import Finding, Severity, utcnow
+from rsc_health.record import asdict, dataclass, field
 
 READS = ("proc/mounts", "proc/self/mountinfo")
 

@@ -21,20 +21,20 @@ Documentation/ABI/testing/sysfs-bus-pci and drivers/pci/pci-sysfs.c): `class` = 
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import val
 from rsc_health.collect.sysfs import parse_count, parse_counters, read_text
 from rsc_health.model import Finding, Severity
+from rsc_health.record import dataclass, field
 
 GPU_CLASSES = ("0x030200", "0x030000")  # 3D controller, VGA controller
 NIC_CLASSES = ("0x020700", "0x020000")  # InfiniBand, Ethernet
-_BDF = re.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
-_SPEED = re.compile(r"\s*(\d+(?:\.\d+)?) GT/s(?: PCIe)?\s*")
+_BDF = lazyre.compile(r"^[0-9a-f]{4,8}:[0-9a-f]{2}:[0-9a-f]{2}\.[0-7]$")
+_SPEED = lazyre.compile(r"\s*(\d+(?:\.\d+)?) GT/s(?: PCIe)?\s*")
 # What the kernel prints: the negotiated width field of the Link Status register (x0 when the
 # link is down), and pci_speed_string()'s rates (Gen1-Gen6) or "Unknown" (older: "Unknown speed").
 LINK_WIDTHS = frozenset((0, 1, 2, 4, 8, 12, 16, 32))

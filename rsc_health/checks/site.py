@@ -113,8 +113,12 @@ def _collect(root: Path, env: CollectEnv, fds: dict[str, int]) -> dict:
         else:
             import sys
 
+            from rsc_health.compat import zip_archive
+
+            archive = zip_archive()  # the node zipapp runs its own copy of the adapter
+            adapter = [archive, "nhc-adapter"] if archive else [str(NHC_ADAPTER)]
             commands[NHC] = [
-                sys.executable, str(NHC_ADAPTER), "--nhc", str(nhc),
+                sys.executable, *adapter, "--nhc", str(nhc),
                 "--conf", str(root / str(cfg.get("site.nhc_conf")).lstrip("/")),
                 "--severity", str(cfg.get("site.nhc_severity", "drain_after_job")),
             ]

@@ -4,7 +4,6 @@ collector, then each family's counters."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rsc_health.checks import REGISTRY, CollectEnv
@@ -12,6 +11,7 @@ from rsc_health.collect import counters, kmsg
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect.node import read_nvml
 from rsc_health.config import Config
+from rsc_health.record import asdict, dataclass, field
 
 
 @dataclass

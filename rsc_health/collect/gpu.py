@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from rsc_health.record import dataclass, field
 
 # What an NVML error answer says about the node. Only UNUSABLE ever drains: the GPU or the
 # driver really cannot run a job. CHECKER means the checker could not ask or asked wrongly (its
@@ -185,14 +186,16 @@ class NvmlBackend:
         }
         rows = call(nv.nvmlDeviceGetRemappedRows, handle)
         names = ("correctable", "uncorrectable", "pending", "failure")
-        d["remapped_rows"] = rows if isinstance(rows, dict) else dict(zip(names, rows, strict=True))
+        if not isinstance(rows, dict) and len(rows) != len(names):  # zip(strict=True) is 3.10+
+            raise ValueError(f"nvmlDeviceGetRemappedRows: {len(rows)} values, not {len(names)}")
+        d["remapped_rows"] = rows if isinstance(rows, dict) else dict(zip(names, rows))
         links = []
         for link in range(self.max_links):
             state = call(nv.nvmlDeviceGetNvLinkState, handle, link)
             if isinstance(state, dict) and state["error"] in ABSENT:
                 break
             entry = {"link": link, "state": state}
-            for counter, ctype in zip(NVLINK_COUNTERS, range(4), strict=True):
+            for ctype, counter in enumerate(NVLINK_COUNTERS):
                 entry[counter] = call(nv.nvmlDeviceGetNvLinkErrorCounter, handle, link, ctype)
             links.append(entry)
         d["nvlink"] = links

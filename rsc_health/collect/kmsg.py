@@ -26,17 +26,18 @@ import re
 import stat
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
+from rsc_health import lazyre
 from rsc_health.collect.sysfs import read_bounded
+from rsc_health.record import asdict, dataclass
 
 # MIG instances print their GPU instance (and compute instance) after the address:
 #   NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...   NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94
 # NVSwitch `SXid` lines ("nvidia-nvswitch0: SXid (PCI:...): 12028") are not GPU XIDs: the
 # literal "NVRM: Xid" never matches them.
-_XID = re.compile(
+_XID = lazyre.compile(
     r"NVRM: Xid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}(?:\.[0-7])?)"
     r"(?P<mig>(?: GPU-C?I:[0-9A-Fa-f]{1,4}){0,2})\): (?P<xid>\d{1,5}),(?P<rest>.*)$"
 )
@@ -45,14 +46,14 @@ _XID = re.compile(
 MAX_LINE = 4096
 # A kmsg sequence number beyond this is not one the kernel wrote (it counts from 0 per boot).
 MAX_SEQ = 2**62
-_KMSG = re.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
-_DMESG = re.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<msg>.*)$")
+_KMSG = lazyre.compile(r"^(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),[^;]*;(?P<msg>.*)$")
+_DMESG = lazyre.compile(r"^\[\s*(?P<ts>\d+\.\d+)\]\s?(?P<msg>.*)$")
 _KTIME = r"(?:\[\s*\d+\.\d+\]\s?)?"  # the kernel timestamp journald/rsyslog may keep
 # A traditional syslog day is one or two digits, padded to two by a space ("May  6") or not
 # ("May 6": some rsyslog templates and forwarders); the RFC 3339 header has its own pattern.
 _DAY_TIME = r"\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d"
-_SYSLOG = re.compile(r"^" + _DAY_TIME + r" \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
-_ISO_SYSLOG = re.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
+_SYSLOG = lazyre.compile(r"^" + _DAY_TIME + r" \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
+_ISO_SYSLOG = lazyre.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
 # What may stand before "NVRM: Xid" in a line the kernel wrote: nothing (a /dev/kmsg record,
 # `journalctl -k -o cat`), a timestamp (dmesg's `[12.3]`, `dmesg -T`'s `[Mon Apr  6 ...]`,
 # `--time-format=iso`), or a syslog header "<time> <host> kernel:" (any timestamp precision,
@@ -61,19 +62,19 @@ _ISO_SYSLOG = re.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<m
 # user could drain the node by logging one line. (`logger -t kernel` still forges the tag in a
 # file every facility writes to: /dev/kmsg, or a file of the kern facility only, is the source.)
 _TS = r"(?:" + _DAY_TIME + r"(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
-_KERNEL_LEAD = re.compile(
+_KERNEL_LEAD = lazyre.compile(
     rf"^(?:{_TS}\s*|(?:{_TS}\s+)?\S+\s+kernel:\s*(?:\[[^\]]{{1,64}}\]\s*)?)?$"
 )
-_PID = re.compile(r"^\s*pid=(?P<pid>'?<unknown>'?|\d+)\s*,")
-_NAME = re.compile(r"^\s*name=(?P<name>[^,]*),")
+_PID = lazyre.compile(r"^\s*pid=(?P<pid>'?<unknown>'?|\d+)\s*,")
+_NAME = lazyre.compile(r"^\s*name=(?P<name>[^,]*),")
 # NVLink5 XIDs (144-150) carry their own severity word after the unit name.
-_NVL5_SEVERITY = re.compile(r"\b(?P<sev>Nonfatal|Non-fatal|Fatal)\b")
+_NVL5_SEVERITY = lazyre.compile(r"\b(?P<sev>Nonfatal|Non-fatal|Fatal)\b")
 NVLINK5_XIDS = range(144, 151)
 # XID 154 (R550+) states what the GPU now needs after another XID: the text after "to" is
 # None, Drain P2P, Drain and Reset, GPU Reset Required or Node Reboot Required (older drivers:
 # "OS Reboot"), with NVML's nvmlGpuRecoveryAction_t number in hex before it.
 RECOVERY_XID = 154
-_RECOVERY_HEX = re.compile(r"^(?P<hex>0x[0-9a-fA-F]{1,8})\b")
+_RECOVERY_HEX = lazyre.compile(r"^(?P<hex>0x[0-9a-fA-F]{1,8})\b")
 _RECOVERY_BY_NUMBER = {0: "none", 1: "gpu_reset", 2: "node_reboot", 3: "drain_p2p",
                        4: "drain_and_reset"}
 
@@ -176,12 +177,12 @@ def parse_line(line: str, source: str = "") -> XidEvent | None:
 #   nvidia-nvswitch2: SXid (PCI:0000:c4:00.0): 10002, Data {0x00000000, ...}   (likewise)
 # (tests/fixtures/sxid/README.md cites where each shape was seen.) The same kernel-lead rule
 # as XIDs: another program's text quoting an SXid is not one.
-_SXID = re.compile(
+_SXID = lazyre.compile(
     r"nvidia-nvswitch(?P<switch>\d{1,4}): SXid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
     r"[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<sxid>\d{1,5}),(?P<rest>.*)$"
 )
-_SXID_SEVERITY = re.compile(r"^\s*(?P<sev>Fatal|Non-fatal|Nonfatal)\b", re.IGNORECASE)
-_SXID_DETAIL = re.compile(r"^\s*(?:Severity \d+\b|Data \{)")
+_SXID_SEVERITY = lazyre.compile(r"^\s*(?P<sev>Fatal|Non-fatal|Nonfatal)\b", re.IGNORECASE)
+_SXID_DETAIL = lazyre.compile(r"^\s*(?:Severity \d+\b|Data \{)")
 
 
 @dataclass(frozen=True)
@@ -617,9 +618,9 @@ def _offset_since(fd: int, size: int, written: float | None, source: str,
 
 
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
-_WALL_SYSLOG = re.compile(r"^(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) "
+_WALL_SYSLOG = lazyre.compile(r"^(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) "
                           r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\b")
-_WALL_ISO = re.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?(?=\s)")
+_WALL_ISO = lazyre.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?(?=\s)")
 
 
 def logged_at(line: str, now: float) -> float | None:
@@ -662,7 +663,7 @@ def _seq_usec(line: str) -> tuple[int, int] | None:
 
 
 def _keyed(ev: XidEvent, key: str) -> XidEvent:
-    from dataclasses import replace
+    from rsc_health.record import replace
 
     return replace(ev, key=key)
 

@@ -11,10 +11,10 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from rsc_health.collect.sysfs import read_bounded
+from rsc_health.record import dataclass
 
 
 @dataclass

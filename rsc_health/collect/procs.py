@@ -24,8 +24,9 @@ import select
 import signal
 import subprocess
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
+
+from rsc_health.record import dataclass, field
 
 # After the program exits, how long its pipes may stay open (held by a child it left behind).
 EXIT_GRACE_S = 0.2

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import stat
 from pathlib import Path
 
-_INT = re.compile(r"^\s*(-?\d+)")
+from rsc_health import lazyre
+
+_INT = lazyre.compile(r"^\s*(-?\d+)")
 # A sysfs attribute is at most a page; procfs tables and state files are larger but bounded.
 ATTR_BYTES = 1 << 16
 FILE_BYTES = 16 << 20

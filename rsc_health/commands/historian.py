@@ -9,13 +9,14 @@ import stat
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
 from rsc_health.commands import historian_engine as _engine
+from rsc_health.compat import UTC
 from rsc_health.config import state_dir
 from rsc_health.historian import db as hdb
 from rsc_health.historian.ingest import IngestReport

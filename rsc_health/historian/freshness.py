@@ -45,7 +45,7 @@ CLOCK_SOURCE = "clock"
 CLOCK_SKEW = "clock_skew"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class Heartbeat:
     node: str
     time: datetime  # naive UTC
@@ -56,7 +56,7 @@ class Heartbeat:
     version: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class NodeFreshness:
     node: str
     last_seen: datetime | None
@@ -179,7 +179,7 @@ def node_freshness(
     for the nodes without a heartbeat; never a pass over check_results, which holds a year
     of intervals (10M rows took a full GROUP BY 4-9 s per call, for `healthctl node` too)."""
     if now.tzinfo is not None:
-        from datetime import UTC
+        from rsc_health.compat import UTC
 
         now = now.astimezone(UTC).replace(tzinfo=None)
     wanted = sorted(set(nodes)) if nodes is not None else None
@@ -229,7 +229,7 @@ def _chunks(items: list[str], size: int = 500) -> Iterator[list[str]]:
         yield items[i : i + size]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class HungProbe:
     node: str
     probe: str  # the finding's component: a mount's path, or "nvml"
@@ -246,7 +246,7 @@ def hung_probes(engine: Engine, now: datetime, stale_after_s: float) -> list[Hun
     from rsc_health.model import HUNG_CODES
 
     if now.tzinfo is not None:
-        from datetime import UTC
+        from rsc_health.compat import UTC
 
         now = now.astimezone(UTC).replace(tzinfo=None)
     c = schema.check_results

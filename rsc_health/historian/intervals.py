@@ -54,7 +54,7 @@ NODE_WIDE_CODES = frozenset({"config_error"})
 _NODES_PER_QUERY = 500
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class CheckRecord:
     """One spool `check` record, parsed (times naive UTC)."""
 

@@ -5,6 +5,8 @@ implements it with Slurm's own commands (scontrol, sinfo, squeue, sacct, sacctmg
 newer. pyslurm could sit behind the same interface where its version matches the site's Slurm.
 """
 
+from __future__ import annotations
+
 from rsc_health.slurm.api import (
     JobGone,
     JobInfo,

@@ -43,7 +43,7 @@ class JobGone(SlurmCommandError):
     requeued and pending): nothing left to do to it."""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class NodeInfo:
     name: str
     # Slurm's compound state as scontrol prints it, e.g. "MIXED+DRAIN", "IDLE", "DOWN*+DRAIN".
@@ -88,7 +88,7 @@ _IN_HAND_SUFFIX = {"@": "REBOOT_REQUESTED", "^": "REBOOT_ISSUED", "!": "POWER_DO
                    "%": "POWERING_DOWN", "~": "POWERED_DOWN", "#": "POWERING_UP"}
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class JobInfo:
     job_id: str
     state: str

@@ -12,9 +12,10 @@ import re
 import subprocess
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 
+from rsc_health.compat import UTC
 from rsc_health.slurm.api import (
     JobGone,
     JobInfo,

@@ -20,8 +20,9 @@ from __future__ import annotations
 import shlex
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
+from rsc_health.compat import UTC
 from rsc_health.slurm.api import (
     JobGone,
     JobInfo,

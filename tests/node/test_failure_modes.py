@@ -277,9 +277,8 @@ def test_hung_mount_is_a_finding_not_a_hang(node, monkeypatch):
 
 
 def test_collector_crash_is_a_checker_error_that_never_drains(node, monkeypatch):
-    from dataclasses import replace
-
     from rsc_health.checks import REGISTRY, state
+    from rsc_health.record import replace  # Family is a node-side record
 
     def boom(root, env):
         raise RuntimeError("sysfs exploded")

@@ -35,6 +35,10 @@ print("HEAVY:", ",".join(heavy))
 # here is a cost on every job start: import it where it is used, or add it with its reason.
 NODE_PATH_MODULES = {
     "rsc_health", "rsc_health.nodepath", "rsc_health.config", "rsc_health.config_schema",
+    "rsc_health.compat",  # what 3.11 gives, on the 3.9 and 3.10 that nodes ship
+    "rsc_health.record",  # dataclasses without importing them (inspect, ast, dis, tokenize)
+    "rsc_health.lazyre",  # patterns compiled when first used
+    "rsc_health._packaged",  # the packaged TOML files, parsed at build time
     "rsc_health.model", "rsc_health.policy", "rsc_health.spool", "rsc_health.durable",
     "rsc_health.engine", "rsc_health.xid",
     "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
@@ -52,6 +56,7 @@ NOT_ON_A_HEALTHY_PROLOG = {
     "subprocess", "socket", "logging", "traceback", "random", "tempfile", "shutil", "hashlib",
     "uuid", "difflib", "argparse", "csv", "sqlite3", "decimal", "email", "http", "urllib.request",
     "syslog", "zoneinfo", "zipfile", "tarfile", "gzip", "platform", "getpass", "pprint",
+    "dataclasses", "inspect", "ast", "dis", "tokenize",  # rsc_health.record says why
 }
 
 

@@ -139,7 +139,7 @@ def db_time(value: datetime | None) -> str | None:
     if value is None:
         return None
     if value.tzinfo is not None:
-        from datetime import UTC
+        from rsc_health.compat import UTC
 
         value = value.astimezone(UTC).replace(tzinfo=None)
     return value.strftime(DB_TIME_FORMAT)
@@ -147,7 +147,7 @@ def db_time(value: datetime | None) -> str | None:
 
 def parse_time(text: str) -> datetime:
     """ISO 8601 (with or without offset, `Z` allowed) -> naive UTC."""
-    from datetime import UTC
+    from rsc_health.compat import UTC
 
     value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     if value.tzinfo is not None:

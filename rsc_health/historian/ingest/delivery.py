@@ -25,14 +25,16 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Optional
 
 from sqlalchemy import Connection, Engine, func, select
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
 from rsc_health import spool
+from rsc_health.compat import UTC
 from rsc_health.durable import make_dirs, open_regular
 from rsc_health.gpuname import bus_id
 from rsc_health.historian import schema
@@ -231,7 +233,7 @@ def _span(seconds: float) -> str:
     return f"{seconds:.0f} s"
 
 
-Line = tuple[int, dict | None, str]
+Line = tuple[int, Optional[dict], str]  # evaluated at run time: no X | None before 3.10
 
 
 def _chunks(path: Path, size: int) -> Iterator[list[Line]]:

@@ -1,0 +1,42 @@
+"""The packaged TOML files reach a prolog as bytecode (rsc_health/_packaged.py, written by
+scripts/gen-packaged), never as a stale copy: the literal is current (else this fails and says
+to run the script), equal to what tomllib makes of each file, fresh on every call, and used only
+for the exact bytes it was made from: a changed defaults file is parsed."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from rsc_health import compat, config, xid
+from rsc_health.compat import tomllib
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_the_generated_literals_are_current():
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "gen-packaged"), "--check"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr  # "stale: run scripts/gen-packaged"
+
+
+def test_each_literal_is_what_tomllib_makes_of_its_file_and_fresh_each_time():
+    for path in (config.PACKAGED_DEFAULTS, xid.CATALOG_PATH, xid.SXID_CATALOG_PATH):
+        data = path.read_bytes()
+        tree = compat.packaged_toml(data)
+        assert tree == tomllib.loads(data.decode("utf-8")), path.name
+        tree.clear()
+        assert compat.packaged_toml(data) == tomllib.loads(data.decode("utf-8"))
+
+
+def test_bytes_that_differ_by_one_character_are_parsed_not_taken_from_the_literal(
+        tmp_path, monkeypatch):
+    data = config.PACKAGED_DEFAULTS.read_bytes()
+    assert compat.packaged_toml(data + b"\n") is None
+    edited = tmp_path / "default_config.toml"
+    edited.write_bytes(data.replace(b"spool_max_mb = 64", b"spool_max_mb = 65", 1))
+    monkeypatch.setattr(config, "PACKAGED_DEFAULTS", edited)
+    site = tmp_path / "site.toml"
+    site.write_text("")
+    assert config.load_config(site).get("node.spool_max_mb") == 65
