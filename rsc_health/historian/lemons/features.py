@@ -112,7 +112,8 @@ from rsc_health.historian.schema import (
 from rsc_health.model import LEGACY_LEMON_DRAIN, REASON_PREFIX, ActionKind, Status
 from rsc_health.policy import LEMON_MODE
 
-PAPER_FEATURES = (
+# The paper's seven signals (Fig. 11), in the paper's order.
+PAPER_FEATURES: tuple[str, ...] = (
     "excl_jobid_count",
     "xid_cnt",
     "tickets",
