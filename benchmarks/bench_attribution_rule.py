@@ -79,13 +79,11 @@ def _rows(engine) -> dict:
 def _measure(backend: str, url: str, sim_dir: Path, window, args) -> None:
     from rsc_health.historian import db as hdb
     from rsc_health.historian.attribute import attribute
-    from rsc_health.historian.ingest import checks, events, sacct
+    from rsc_health.sim.historian import ingest_fleet
 
     engine = hdb.connect(url)
     try:
-        sacct.ingest_text(engine, sim_dir / "sacct.txt")
-        events.ingest_file(engine, sim_dir / "events.txt")
-        checks.ingest_file(engine, sim_dir / "checks.jsonl")
+        ingest_fleet(engine, sim_dir)
         times: dict[str, list[float]] = {"old": [], "new": []}
         runs = {"old": lambda: _old_rule(engine, window),
                 "new": lambda: attribute(engine, window=window)}

@@ -13,7 +13,7 @@ section has the table). RSC_BENCH_QUICK=1
 Every phase runs in a fresh child process (`--phase`), so its peak RSS (VmHWM, which starts
 afresh at exec) is that phase's own. The phases call the same functions as `healthctl sim`,
 `healthctl ingest ...`, `healthctl attribute`, `healthctl metrics`, `healthctl lemons` and
-`healthctl report` (rsc_health/demo.py chains them the same way):
+`healthctl report` (rsc_health/sim/demo.py chains them the same way):
 
   simulate   rsc_health.sim.simulate -> sacct.txt, events.txt, checks.jsonl, ... (once)
   read_csv   pandas.read_csv of the same sacct.txt (all columns as text): the ingest yardstick
@@ -44,7 +44,6 @@ import sys
 import tempfile
 import time
 import uuid
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import _synth  # same directory: options, peak RSS, child runs, BENCH lines
@@ -59,11 +58,6 @@ def _config():
     from rsc_health.config import load_config
 
     return load_config(os.devnull)  # the packaged defaults, as on a fresh install
-
-
-def _as_of(sim_dir: Path) -> datetime:
-    truth = json.loads((sim_dir / "truth.json").read_text())
-    return datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
 
 
 def phase(name: str, sim_dir: Path, url: str | None, nodes: int, days: float, seed: int) -> dict:
@@ -103,20 +97,15 @@ def phase(name: str, sim_dir: Path, url: str | None, nodes: int, days: float, se
 
 
 def _backend_phase(name: str, engine, cfg, sim_dir: Path) -> dict:
-    as_of = _as_of(sim_dir)
-    if name == "ingest":
-        from rsc_health.historian.ingest import checks, events, exclusions, sacct
-        from rsc_health.historian.ingest import tickets as ticket_ingest
+    from rsc_health.sim.historian import truth_of
 
-        t = time.perf_counter()
-        sacct.ingest_text(engine, sim_dir / "sacct.txt",
-                          gpus_per_node=int(cfg.get("historian.gpus_per_node", 8)))
-        sacct_s = time.perf_counter() - t
-        events.ingest_file(engine, sim_dir / "events.txt")
-        checks.ingest_file(engine, sim_dir / "checks.jsonl")
-        exclusions.ingest_file(engine, sim_dir / "exclusions.jsonl")
-        ticket_ingest.import_csv(engine, sim_dir / "tickets.csv")
-        return {"ingest_sacct_s": round(sacct_s, 3)}
+    _truth, as_of = truth_of(sim_dir)
+    if name == "ingest":
+        from rsc_health.sim.historian import ingest_fleet
+
+        seconds = ingest_fleet(engine, sim_dir,
+                               gpus_per_node=int(cfg.get("historian.gpus_per_node")))
+        return {"ingest_sacct_s": round(seconds["sacct.txt"], 3)}
     if name == "attribute":
         from rsc_health.historian.attribute import Window as AttributionWindow
         from rsc_health.historian.attribute import attribute

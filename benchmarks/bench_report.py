@@ -33,7 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rsc_health.report.data import PAPER_FEATURES, ReportData
+from rsc_health.historian.lemons.features import PAPER_FEATURES
+from rsc_health.report.data import ReportData
 from rsc_health.report.render import write_report
 
 MODES = ("infiniband", "mount", "gpu_memory", "pcie", "xid", "nvlink", "gpu", "node_down")
@@ -113,34 +114,12 @@ def synthetic(nodes: int, days: int, lemons: int, seed: int = 0) -> ReportData:
 def simulate_historian(
     nodes: int, days: float, work: Path, seed: int, into: str | None = None
 ) -> tuple[str, datetime]:
-    from rsc_health.historian.attribute import attribute
-    from rsc_health.historian.db import connect
-    from rsc_health.historian.ingest import checks, events, exclusions, sacct
-    from rsc_health.historian.ingest import tickets as ticket_ingest
-    from rsc_health.historian.ingest.delivery import deliver
     from rsc_health.sim.config import SimConfig
-    from rsc_health.sim.core import simulate
+    from rsc_health.sim.historian import simulated_historian
 
-    out = work / f"sim-{nodes}x{days:g}-seed{seed}"
-    simulate(SimConfig(nodes=nodes, days=days, seed=seed), out)
-    url = into
-    if url is None:
-        db = out / "historian.db"
-        db.unlink(missing_ok=True)
-        url = f"sqlite:///{db}"
-    engine = connect(url)  # creates the schema, version row included
-    try:
-        sacct.ingest_text(engine, out / "sacct.txt")
-        events.ingest_file(engine, out / "events.txt")
-        checks.ingest_file(engine, out / "checks.jsonl")
-        exclusions.ingest_file(engine, out / "exclusions.jsonl")
-        ticket_ingest.import_csv(engine, out / "tickets.csv")
-        deliver(engine, out / "spool")
-        attribute(engine)
-    finally:
-        engine.dispose()
-    truth = json.loads((out / "truth.json").read_text())
-    return url, datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
+    fleet = simulated_historian(SimConfig(nodes=nodes, days=days, seed=seed),
+                                work / f"sim-{nodes}x{days:g}-seed{seed}", url=into)
+    return fleet.url, fleet.as_of
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -20,20 +20,16 @@ Ground truth used (all from truth.json, none hard-coded):
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, create_engine, select
+from sqlalchemy import Engine, select
 
 from rsc_health.historian import db as hdb
-from rsc_health.historian.attribute import attribute
-from rsc_health.historian.ingest import checks, events, exclusions, sacct
-from rsc_health.historian.ingest import tickets as ticket_ingest
 from rsc_health.historian.metrics import mttf, rates, runs
 from rsc_health.historian.metrics._sql import (
     DEFAULT_BUCKETS,
@@ -46,7 +42,7 @@ from rsc_health.historian.metrics._sql import (
 from rsc_health.historian.metrics.ettr import hours
 from rsc_health.historian.schema import job_nodes, jobs
 from rsc_health.sim.config import SimConfig
-from rsc_health.sim.core import simulate
+from rsc_health.sim.historian import simulated_historian
 
 VALIDATION_SEEDS = (201, 202, 203, 204, 205)  # lemon tuning used 1-10, held out 11-15, 101-110
 LARGE_JOB_GPUS = 128
@@ -88,22 +84,9 @@ class Fleet:
 def build_fleet(seed: int, workdir: Path, *, nodes: int = 256, days: float = 90,
                 **sim_overrides) -> Fleet:
     """Simulate one fleet, ingest it into a fresh SQLite historian and attribute (as the demo)."""
-    out = Path(workdir) / f"seed{seed}-{nodes}x{days:g}"
-    simulate(SimConfig(nodes=nodes, days=days, seed=seed, **sim_overrides), out)
-    db = out / "historian.db"
-    for suffix in ("", "-wal", "-shm"):
-        Path(f"{db}{suffix}").unlink(missing_ok=True)
-    engine = create_engine(f"sqlite:///{db}")
-    hdb.create(engine)
-    sacct.ingest_text(engine, out / "sacct.txt")
-    events.ingest_file(engine, out / "events.txt")
-    checks.ingest_file(engine, out / "checks.jsonl")
-    exclusions.ingest_file(engine, out / "exclusions.jsonl")
-    ticket_ingest.import_csv(engine, out / "tickets.csv")
-    attribute(engine)
-    truth = json.loads((out / "truth.json").read_text())
-    as_of = datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
-    return Fleet(seed, out, engine, truth, as_of)
+    fleet = simulated_historian(SimConfig(nodes=nodes, days=days, seed=seed, **sim_overrides),
+                                Path(workdir) / f"seed{seed}-{nodes}x{days:g}")
+    return Fleet(seed, fleet.out, hdb.connect(fleet.url), fleet.truth, fleet.as_of)
 
 
 def exposure(fleet: Fleet) -> pd.DataFrame:
@@ -230,8 +213,8 @@ def ettr_agreement(df: pd.DataFrame) -> dict:
 
 def lemon_scores(seeds: list[int], nodes: int, days: float) -> pd.DataFrame:
     """Precision and recall of the packaged lemon rules per seed and over all of them."""
-    from rsc_health.historian.lemons.tune import labelled_from_sim, score
     from rsc_health.historian.lemons.verdicts import LemonRules
+    from rsc_health.sim.tune import labelled_from_sim, score
 
     rules = LemonRules.from_config()
     rows = []

@@ -51,16 +51,21 @@ LAZY_COMMANDS: dict[str, str] = {
     "lemons": "lemons:lemons",
     # qualification against peers before return to service
     "qualify": "qualify:qualify",
-    "tune-lemons": "lemons:tune_lemons",
     # the suspect tier: slow nodes kept from big jobs, short of a drain
     "suspects": "suspects:suspects",
     # the nightly report
     "report": "report:report",
-    # fleet simulator and the demo
-    "sim": "sim:sim",
-    "demo": "demo:demo",
     # deployment: systemd units rendered for the venv this healthctl runs from
     "install-units": "deploy:install_units",
+}
+
+# The lab's commands (the fleet simulator, the demo, the lemon tuning): the only commands that
+# load the lab package rsc_health.sim, and only when run (rsc_health/commands/lab.py;
+# tests/unit/test_lab_apart.py holds the product to it).
+LAB_COMMANDS: dict[str, str] = {
+    "sim": "lab:sim",
+    "demo": "lab:demo",
+    "tune-lemons": "lab:tune_lemons",
 }
 
 
@@ -123,10 +128,10 @@ SPINNER_COMMANDS = frozenset({
 
 class LazyGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(LAZY_COMMANDS)
+        return sorted(LAZY_COMMANDS.keys() | LAB_COMMANDS.keys())
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = LAZY_COMMANDS.get(cmd_name)
+        target = LAZY_COMMANDS.get(cmd_name) or LAB_COMMANDS.get(cmd_name)
         if target is None:
             return None
         module_name, attr = target.split(":")

@@ -16,9 +16,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rsc_health.config import ConfigError
-from rsc_health.model import LOWER_IS_WORSE, Metric, Severity
+from rsc_health.model import FINDING_SEVERITIES, LOWER_IS_WORSE, Level, Metric
 from rsc_health.record import dataclass, field
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file and what is wrong.
+    Defined here, below rsc_health.config (which reads it from here), so the schema does not
+    import the module that imports it (tests/unit/test_import_graph.py)."""
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (
@@ -116,9 +121,9 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
-    "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
-    "leftover.action": tuple(s.label for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB,
-                                               Severity.WARN)),
+    "site.nhc_severity": tuple(s.severity_word for s in FINDING_SEVERITIES if s is not Level.NONE),
+    "leftover.action": tuple(s.severity_word for s in (Level.DRAIN_NOW, Level.DRAIN_AFTER_JOB,
+                                                       Level.WARN)),
     "fabric.nvswitch": ("auto", "yes", "no"),
     "failslow.metrics.*.direction": ("low", "high"),
     "suspects.qualify_tier": ("lite", "full", "deep"),

@@ -43,7 +43,7 @@ from datetime import datetime
 from pathlib import Path
 
 from rsc_health.durable import fsync_dir, make_dirs, open_regular
-from rsc_health.model import Finding, Status, new_record_id
+from rsc_health.model import Finding, Severity, Status, new_record_id
 
 PENDING = "pending.jsonl"
 # The spool's directory: records name jobs and their users, so not for everyone to read.
@@ -81,7 +81,7 @@ def check_records(
             check=f.family,
             component=f.component,
             status=f.status.value,
-            severity=f.severity.label,
+            severity=f.severity.severity_word,
             code=f.code,
             reason=f.reason,
         )
@@ -101,8 +101,8 @@ def check_records(
                 job_id=job_id,
                 check=family,
                 component="*",
-                status="ok",
-                severity="none",
+                status=Status.OK.value,
+                severity=Severity.NONE.severity_word,
                 code="",
                 reason="all clear",
             )

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok
-from rsc_health.collect.sysfs import parse_count, parse_int, read_text
+from rsc_health.collect.sysfs import parse_count, read_text
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
 
@@ -44,7 +44,6 @@ class IbPort:
     hca: str
     port: str
     state: str | None  # "ACTIVE", "DOWN", "INIT", ...
-    state_code: int | None
     phys_state: str | None  # "LinkUp", "Polling", "Disabled", ...
     rate_gbps: float | None
     link_layer: str | None
@@ -81,12 +80,10 @@ def collect(root: Path, env=None) -> list[IbPort]:
         except OSError:
             continue
         for pdir in port_dirs:
-            state_text = read_text(pdir / "state")
             port = IbPort(
                 hca=hca.name,
                 port=pdir.name,
-                state=_word(state_text),
-                state_code=parse_int(state_text),
+                state=_word(read_text(pdir / "state")),
                 phys_state=_word(read_text(pdir / "phys_state")),
                 rate_gbps=parse_rate(read_text(pdir / "rate")),
                 link_layer=read_text(pdir / "link_layer"),

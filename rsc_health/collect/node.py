@@ -4,10 +4,13 @@ abandonable child. (Each family collects the rest itself: rsc_health.checks.)"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect import hangs
-from rsc_health.config import Config
+
+if TYPE_CHECKING:  # annotations only: config reads the family registry, which reads this
+    from rsc_health.config import Config
 
 
 def gpu_backend(cfg: Config, root: Path, telemetry: bool = False):

@@ -1,0 +1,31 @@
+"""`healthctl`'s subcommands, one module per part of the product (rsc_health.cli loads them
+lazily). What several of them need is here, once: the historian a command opens and the Slurm
+handle it uses. Both import their dependencies when called, so loading this package costs the
+node path nothing."""
+
+from __future__ import annotations
+
+import click
+
+
+def historian_engine(ctx: click.Context, *, upgrade: bool = False):
+    """The configured historian (--db, $RSC_HEALTH_DB or [historian] url) with the configured
+    statement timeout; a database that cannot be opened is a one-line click error."""
+    from rsc_health.historian import db as hdb
+
+    try:
+        return hdb.connect(ctx.obj.database_url, upgrade=upgrade,
+                           statement_timeout_s=ctx.obj.statement_timeout_s)
+    except hdb.HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+def slurm_handle(ctx: click.Context):
+    """SlurmAPI: one injected through ctx.obj (tests, other backends), else the configured one
+    (rsc_health.slurm.from_config, the one door)."""
+    injected = getattr(ctx.obj, "slurm", None)
+    if injected is not None:
+        return injected
+    from rsc_health.slurm import from_config
+
+    return from_config(ctx.obj.config)

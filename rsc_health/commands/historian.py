@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import stat
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from rsc_health.commands import historian_engine as _engine
 from rsc_health.compat import UTC
 from rsc_health.config import state_dir
 from rsc_health.historian import db as hdb
@@ -24,14 +26,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Engine
 
 MAX_BAD_SHOWN = 20
-
-
-def _engine(ctx: click.Context, *, upgrade: bool = False):
-    try:
-        return hdb.connect(ctx.obj.database_url, upgrade=upgrade,
-                           statement_timeout_s=ctx.obj.statement_timeout_s)
-    except hdb.HistorianError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 @contextmanager
@@ -162,6 +156,19 @@ def db_status(ctx: click.Context, as_json: bool) -> None:
 @click.group()
 def ingest() -> None:
     """Load Slurm accounting, node events and health results into the historian."""
+
+
+def _load(ctx: click.Context, path: str, as_json: bool, from_lines: Callable,
+          from_file: Callable, *errors: type[Exception], csv: bool = False) -> None:
+    """One source's `--file PATH` (or `-`: standard input) through its loader, and the load's
+    report printed. `csv`: standard input's line endings untranslated, as the csv module
+    wants (newline="")."""
+    with _historian(ctx, *errors) as engine:
+        if path == "-":
+            report = from_lines(engine, _stdin_text(newline="" if csv else None))
+        else:
+            report = from_file(engine, path)
+    _print_report(report, as_json)
 
 
 def _stdin_text(newline: str | None = None) -> io.TextIOWrapper:
@@ -297,72 +304,37 @@ def ingest_reservations(
     _print_report(report, as_json)
 
 
-@ingest.command("checks")
-@click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines ('-').")
-@json_option
-@click.pass_context
-def ingest_checks(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Health results from JSON Lines (time, node, check, status, severity, ...)."""
-    from rsc_health.historian.ingest import checks
-
-    with _historian(ctx) as engine:
-        if path == "-":
-            report = checks.ingest_lines(engine, sys.stdin)
-        else:
-            report = checks.ingest_file(engine, path)
-    _print_report(report, as_json)
-
-
-@ingest.command("exclusions")
-@click.option("--file", "path", required=True, callback=_file_or_none, help="JSON Lines ('-').")
-@json_option
-@click.pass_context
-def ingest_exclusions(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Nodes jobs excluded, from JSON Lines (job_id, node, time): the simulator's export."""
-    from rsc_health.historian.ingest import exclusions
-
-    with _historian(ctx) as engine:
-        if path == "-":
-            report = exclusions.ingest_lines(engine, _stdin_text())
-        else:
-            report = exclusions.ingest_file(engine, path)
-    _print_report(report, as_json)
+# The sources read from a file (or `-`, standard input) by one loader each: command name, the
+# --file help, the command's help, and the loader in rsc_health.historian.ingest.
+def _file_source(group: click.Group, name: str, file_help: str, doc: str, module: str,
+                 from_lines: str, from_file: str, error: str | None = None,
+                 csv: bool = False) -> None:
+    @group.command(name, help=doc)
+    @click.option("--file", "path", required=True, callback=_file_or_none, help=file_help)
+    @json_option
+    @click.pass_context
+    def load(ctx: click.Context, path: str, as_json: bool) -> None:
+        loader = importlib.import_module(f"rsc_health.historian.ingest.{module}")
+        errors = (getattr(loader, error),) if error else ()
+        _load(ctx, path, as_json, getattr(loader, from_lines), getattr(loader, from_file),
+              *errors, csv=csv)
 
 
-@ingest.command("inventory")
-@click.option("--file", "path", required=True, callback=_file_or_none,
-              help="CSV with node,cluster,partition,from,to ('-').")
-@json_option
-@click.pass_context
-def ingest_inventory(ctx: click.Context, path: str, as_json: bool) -> None:
-    """The fleet the historian had: each node's in-service intervals (to empty: in service),
-    with its cluster and partition. Node-days and the lemons' peer groups come from it."""
-    from rsc_health.historian.ingest import inventory
-
-    with _historian(ctx, inventory.InventoryError) as engine:
-        if path == "-":
-            report = inventory.import_lines(engine, _stdin_text(newline=""))
-        else:
-            report = inventory.import_csv(engine, path)
-    _print_report(report, as_json)
-
-
-@ingest.command("gpus")
-@click.option("--file", "path", required=True, callback=_file_or_none,
-              help="CSV with serial,node,slot,from,to ('-').")
-@json_option
-@click.pass_context
-def ingest_gpus(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Each GPU's intervals in a node by serial (or UUID): failures follow the GPU when it
-    moves (`healthctl gpus`), and the node it left is not blamed for them."""
-    from rsc_health.historian.ingest import inventory
-
-    with _historian(ctx, inventory.InventoryError) as engine:
-        if path == "-":
-            report = inventory.import_gpu_lines(engine, _stdin_text(newline=""))
-        else:
-            report = inventory.import_gpus_csv(engine, path)
-    _print_report(report, as_json)
+_file_source(ingest, "checks", "JSON Lines ('-').",
+             "Health results from JSON Lines (time, node, check, status, severity, ...).",
+             "checks", "ingest_lines", "ingest_file")
+_file_source(ingest, "exclusions", "JSON Lines ('-').",
+             "Nodes jobs excluded, from JSON Lines (job_id, node, time): the simulator's export.",
+             "exclusions", "ingest_lines", "ingest_file")
+_file_source(ingest, "inventory", "CSV with node,cluster,partition,from,to ('-').",
+             "The fleet the historian had: each node's in-service intervals (to empty: in "
+             "service), with its cluster and partition. Node-days and the lemons' peer groups "
+             "come from it.",
+             "inventory", "import_lines", "import_csv", "InventoryError", csv=True)
+_file_source(ingest, "gpus", "CSV with serial,node,slot,from,to ('-').",
+             "Each GPU's intervals in a node by serial (or UUID): failures follow the GPU when "
+             "it moves (`healthctl gpus`), and the node it left is not blamed for them.",
+             "inventory", "import_gpu_lines", "import_gpus_csv", "InventoryError", csv=True)
 
 
 @ingest.command("steps")
@@ -449,21 +421,9 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
         echo(f"{t.id:>6}  {t.node:<20} {t.opened:%Y-%m-%d %H:%M}  {closed:<16}  {t.reason}")
 
 
-@ticket.command("import")
-@click.option("--file", "path", required=True, callback=_file_or_none,
-              help="CSV export ('-').")
-@json_option
-@click.pass_context
-def ticket_import(ctx: click.Context, path: str, as_json: bool) -> None:
-    """Import tickets from CSV with columns node,opened,closed,reason."""
-    from rsc_health.historian.ingest import tickets
-
-    with _historian(ctx, tickets.TicketError) as engine:
-        if path == "-":  # csv wants the line endings untranslated (newline="")
-            report = tickets.import_lines(engine, _stdin_text(newline=""))
-        else:
-            report = tickets.import_csv(engine, path)
-    _print_report(report, as_json)
+_file_source(ticket, "import", "CSV export ('-').",
+             "Import tickets from CSV with columns node,opened,closed,reason.",
+             "tickets", "import_lines", "import_csv", "TicketError", csv=True)
 
 
 # -- spool ------------------------------------------------------------------------------------

@@ -1,17 +1,17 @@
-"""`healthctl lemons` (candidates with evidence; --apply drains them) and `healthctl
-tune-lemons` (choose the [lemon] thresholds on simulator ground truth)."""
+"""`healthctl lemons`: candidates with evidence; --apply drains them. (`healthctl
+tune-lemons`, which tunes the [lemon] thresholds on the simulator, is a lab command:
+rsc_health/commands/lab.py.)"""
 
 from __future__ import annotations
 
 import json
-import math
 import re
-import tempfile
 from datetime import UTC, datetime
-from pathlib import Path
 
 import click
 
+from rsc_health.commands import historian_engine as _engine
+from rsc_health.commands import slurm_handle as _slurm
 from rsc_health.terminal import echo
 
 WINDOW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([dhw]?)\s*$")
@@ -24,25 +24,6 @@ def parse_window(text: str) -> float:
     if not m:
         raise click.BadParameter(f"{text!r}: expected e.g. 28d, 4w or 36h")
     return float(m[1]) * UNIT_DAYS[m[2]]
-
-
-def _engine(ctx: click.Context):
-    from rsc_health.historian import db as hdb
-
-    try:
-        return hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
-    except hdb.HistorianError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def _slurm(ctx: click.Context):
-    """SlurmAPI: one injected through ctx.obj (tests, other backends), else the configured one."""
-    injected = getattr(ctx.obj, "slurm", None)
-    if injected is not None:
-        return injected
-    from rsc_health.slurm import from_config
-
-    return from_config(ctx.obj.config)
 
 
 @click.command("lemons")
@@ -156,144 +137,3 @@ def _evidence_line(kind: str, r: dict) -> str:
     if kind == "tickets":
         return f"{r['opened']} ({r['source']}) {r['reason']}"
     return f"job {r['job_id']} {r['time']}"
-
-
-def _seeds(text: str) -> list[int]:
-    """`1-10,101,103` -> [1, ..., 10, 101, 103]."""
-    out: list[int] = []
-    try:
-        for part in (p.strip() for p in text.split(",")):
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                out.extend(range(lo, hi + 1))
-            elif part:
-                out.append(int(part))
-    except ValueError as exc:
-        raise click.BadParameter(f"{text!r}: expected seeds like 1-10,42") from exc
-    return out
-
-
-@click.command("tune-lemons")
-@click.option("--sim-seeds", default="1-10", show_default=True, help="Tuning seeds.")
-@click.option(
-    "--holdout-seeds",
-    default="11-15,101-110",
-    show_default=True,
-    help="Seeds the accuracy is reported on (never tuned on).",
-)
-@click.option("--nodes", default=256, show_default=True, type=int)
-@click.option("--days", default=90.0, show_default=True, type=float)
-@click.option("--window", default="28d", show_default=True, metavar="SPAN")
-@click.option(
-    "--target-precision",
-    default=0.95,
-    show_default=True,
-    type=float,
-    help="Tuning precision floor; above the 0.9 goal so held-out precision keeps a margin.",
-)
-@click.option("--top", default=20, show_default=True, type=int, help="Grid rows printed.")
-@click.option(
-    "--workdir",
-    type=click.Path(file_okay=False),
-    default=None,
-    help="Keep the simulated fleets here (default: a temp dir).",
-)
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-@click.pass_context
-def tune_lemons(
-    ctx: click.Context,
-    sim_seeds: str,
-    holdout_seeds: str,
-    nodes: int,
-    days: float,
-    window: str,
-    target_precision: float,
-    top: int,
-    workdir: str | None,
-    as_json: bool,
-) -> None:
-    """Choose [lemon] thresholds on simulated fleets; report accuracy on held-out seeds."""
-    from rsc_health.historian.lemons.tune import (
-        DEFAULT_GRID,
-        choose,
-        labelled_from_sim,
-        rules_for,
-        run_grid,
-        score,
-        tuning_base,
-    )
-    from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules
-
-    window_days = parse_window(window)
-    configured = LemonRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
-    base = tuning_base(configured)
-    history_days = float({**DEFAULTS, **ctx.obj.config.section("lemon")}["history_days"])
-
-    def say(message: str) -> None:
-        click.echo(message, err=True)
-
-    def fleets(seeds: list[int], where: Path):
-        return [
-            labelled_from_sim(
-                s,
-                where,
-                nodes=nodes,
-                days=days,
-                window_days=window_days,
-                history_days=history_days,
-                progress=say,
-            )
-            for s in seeds
-        ]
-
-    with tempfile.TemporaryDirectory(prefix="tune-lemons-") as tmp:
-        where = Path(workdir or tmp)
-        tuning = fleets(_seeds(sim_seeds), where)
-        say(f"scoring {math.prod(len(v) for v in DEFAULT_GRID.values())} grid points")
-        results = run_grid(tuning, base, DEFAULT_GRID)
-        best = choose(results, list(DEFAULT_GRID), target_precision)
-        chosen = {k: best[k] for k in DEFAULT_GRID}
-        held = score(fleets(_seeds(holdout_seeds), where), rules_for(base, chosen))
-    shown = results.sort_values(["f1", "precision"], ascending=False).head(top)
-    if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "tuning_seeds": _seeds(sim_seeds),
-                    "holdout_seeds": _seeds(holdout_seeds),
-                    "grid": DEFAULT_GRID,
-                    "chosen": {k: _plain(v) for k, v in chosen.items()},
-                    "tuning": {
-                        k: _plain(best[k])
-                        for k in ("tp", "fp", "fn", "tn", "precision", "recall", "fpr", "f1")
-                    },
-                    "holdout": held.to_dict(),
-                    "top": json.loads(shown.to_json(orient="records")),
-                },
-                indent=1,
-            )
-        )
-        return
-    click.echo(f"grid: {len(results)} points on tuning seeds {sim_seeds} (pooled); best by F1:")
-    click.echo(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    click.echo(
-        "\nchosen [lemon] defaults (precision >= "
-        f"{target_precision:g}, then recall, then fewest FP, then most conservative):"
-    )
-    for k, v in chosen.items():
-        click.echo(f"{k} = {json.dumps(_plain(v))}")
-    click.echo(
-        f"tuning seeds:   precision {best['precision']:.3f} recall {best['recall']:.3f} "
-        f"FPR {best['fpr']:.4f} (tp {best['tp']} fp {best['fp']} fn {best['fn']})"
-    )
-    click.echo(
-        f"held-out seeds {holdout_seeds}: precision {held.precision:.3f} recall "
-        f"{held.recall:.3f} FPR {held.fpr:.4f} (tp {held.tp} fp {held.fp} fn {held.fn})"
-    )
-
-
-def _plain(v):
-    if isinstance(v, tuple | list):
-        return list(v)
-    f = float(v)
-    return int(f) if f == int(f) else f

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import click
 
+from rsc_health.commands import historian_engine as _engine
 from rsc_health.terminal import shown
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
@@ -28,15 +29,6 @@ def window_options(f):
     f = click.option("--until", type=click.DateTime(), help="Jobs that ended before (UTC).")(f)
     f = click.option("--since", type=click.DateTime(), help="Jobs that ended at/after (UTC).")(f)
     return f
-
-
-def _engine(ctx: click.Context):
-    from rsc_health.historian import db as hdb
-
-    try:
-        return hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
-    except hdb.HistorianError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 def _window(since: datetime | None, until: datetime | None):

@@ -41,13 +41,14 @@ def _render_table(findings: list[Finding], verdict, verbose: bool) -> str:
     if shown:
         w_fam = max(len("CHECK"), *(len(f.family) for f in shown))
         w_comp = max(len("COMPONENT"), *(len(f.component) for f in shown))
-        w_sev = max(len("SEVERITY"), *(len(f.severity.label) for f in shown))
+        w_sev = max(len("SEVERITY"), *(len(f.severity.severity_word) for f in shown))
         lines.append(f"{'CHECK':<{w_fam}}  {'COMPONENT':<{w_comp}}  STATUS  "
                      f"{'SEVERITY':<{w_sev}}  REASON")
-        order = sorted(shown, key=lambda f: (-int(f.severity), f.family, f.component))
+        order = sorted(sorted(shown, key=lambda f: (f.family, f.component)),
+                       key=lambda f: f.severity, reverse=True)  # worst first, by rank
         for f in order:
             lines.append(f"{f.family:<{w_fam}}  {f.component:<{w_comp}}  {f.status.value:<6}  "
-                         f"{f.severity.label:<{w_sev}}  {f.reason}")
+                         f"{f.severity.severity_word:<{w_sev}}  {f.reason}")
     n_ok = sum(f.status is Status.OK for f in findings)
     lines.append(f"{len(findings)} checks, {n_ok} ok, {len(findings) - n_ok} not ok")
     lines.append(f"verdict: {verdict.level.name} (exit {verdict.exit_code})"
@@ -84,7 +85,7 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
         obj.config  # noqa: B018 -- load it now: a broken config is a checker error, not a crash
     except click.ClickException as exc:
         click.echo(f"checker error: {exc.message}", err=True)
-        sys.exit(int(Level.CHECKER_ERROR))
+        sys.exit(Level.CHECKER_ERROR.exit_code)
 
     families = _families(only)
     if snapshot:
@@ -95,7 +96,7 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
                 cfg, root = restore_snapshot(Path(snapshot), Path(tmp), obj)
             except ConfigError as exc:
                 click.echo(f"checker error: {exc}", err=True)
-                sys.exit(int(Level.CHECKER_ERROR))
+                sys.exit(Level.CHECKER_ERROR.exit_code)
             findings = run(cfg, root, only=families, save_state=False)
             node = json.loads(Path(snapshot).read_text()).get("node", "")
             shown_root = f"snapshot:{snapshot}"
@@ -113,7 +114,7 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
             "root": shown_root,
             "time": utcnow().isoformat(timespec="seconds"),
             "verdict": {
-                "level": verdict.level.name.lower(),
+                "level": verdict.level.label,
                 "exit_code": verdict.exit_code,
                 "reason": verdict.reason,
                 "auto_resumable": verdict.auto_resumable,

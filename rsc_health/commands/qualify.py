@@ -20,18 +20,10 @@ from pathlib import Path
 
 import click
 
+from rsc_health.commands import historian_engine as _engine
 from rsc_health.terminal import echo
 
 EXIT = {"pass": 0, "fail": 3, "inconclusive": 4}
-
-
-def _engine(ctx: click.Context):
-    from rsc_health.historian import db as hdb
-
-    try:
-        return hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
-    except hdb.HistorianError as exc:
-        raise click.ClickException(str(exc)) from exc
 
 
 def _identity(cfg, root: Path) -> tuple[str, str]:

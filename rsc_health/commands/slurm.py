@@ -146,66 +146,50 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
     slurm_reason = (f"{REASON_PREFIX}{MANUAL_MODE}:"
                     f"{sanitize(code).replace(':', '_') or MANUAL_MODE}:"
                     f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
-    hosts = _hosts(nodes)
     slurm = _slurm(ctx)
-    results = []
-    away: SlurmUnavailable | None = None
-    for node in hosts:
-        res = {"node": node, "ok": False, "result": "", "detail": "", "requeued": []}
-        if away is not None:
-            # One timeout for the lot, not one per node: 64 nodes against a frozen
-            # slurmctld would otherwise take 64 timeouts (or three each).
-            res.update(result="not tried", detail=f"Slurm unavailable: {away}")
-            results.append(res)
-            continue
+
+    def drain_one(node: str, res: dict) -> SlurmUnavailable | None:
+        info = slurm.node(node)
+        if (info.drain_set or info.down) and not is_ours(info.reason) and not force:
+            res.update(result="refused",
+                       detail=f"{info.state} by someone else: {info.reason!r}; --force")
+            return None
         try:
-            info = slurm.node(node)
-            if (info.drain_set or info.down) and not is_ours(info.reason) and not force:
-                res.update(result="refused",
-                           detail=f"{info.state} by someone else: {info.reason!r}; --force")
-                results.append(res)
-                continue
-            try:
-                slurm.drain(node, slurm_reason)
-            except SlurmUnavailable as exc:
-                # slurmctld may hold the request and apply it once it answers again (a
-                # SIGSTOP, an overload): recorded as asked, and said to be unconfirmed.
-                away = exc
-                _unconfirmed(ctx, ActionKind.MANUAL_DRAIN, node, slurm_reason, who, "drain",
-                             exc, res)
-                results.append(res)
-                continue
-            # Recorded before anything else can fail: the drain is done.
-            where = _record(ctx, ActionKind.MANUAL_DRAIN, node, f"{slurm_reason} ({who})")
-            res.update(ok=True, result="drained")
-            try:
-                after = slurm.node(node)
-                if any(f in after.flags for f in ("ALLOCATED", "MIXED", "COMPLETING")) \
-                        and not now_:
-                    res["result"] = "draining"
-                if now_:
-                    for job in slurm.jobs_on_node(node):
-                        try:
-                            slurm.requeue(job.job_id)
-                            res["requeued"].append(job.job_id)
-                        except SlurmUnavailable:
-                            raise
-                        except SlurmError as exc:
-                            res["detail"] += f"job {job.job_id} not requeued: {exc}; "
-            except SlurmError as exc:
-                if isinstance(exc, SlurmUnavailable):
-                    away = exc
-                res["detail"] += (f"drained, but {'jobs not requeued: ' if now_ else ''}"
-                                  f"state not re-read: {exc}; ")
-                res["ok"] = not now_
-            res["detail"] = (res["detail"] + f"recorded in the {where}").strip()
+            slurm.drain(node, slurm_reason)
         except SlurmUnavailable as exc:
-            away = exc
-            res.update(result="failed", detail=str(exc))
+            # slurmctld may hold the request and apply it once it answers again (a
+            # SIGSTOP, an overload): recorded as asked, and said to be unconfirmed.
+            _unconfirmed(ctx, ActionKind.MANUAL_DRAIN, node, slurm_reason, who, "drain",
+                         exc, res)
+            return exc
+        # Recorded before anything else can fail: the drain is done.
+        where = _record(ctx, ActionKind.MANUAL_DRAIN, node, f"{slurm_reason} ({who})")
+        res.update(ok=True, result="drained")
+        away = None
+        try:
+            after = slurm.node(node)
+            if any(f in after.flags for f in ("ALLOCATED", "MIXED", "COMPLETING")) \
+                    and not now_:
+                res["result"] = "draining"
+            if now_:
+                for job in slurm.jobs_on_node(node):
+                    try:
+                        slurm.requeue(job.job_id)
+                        res["requeued"].append(job.job_id)
+                    except SlurmUnavailable:
+                        raise
+                    except SlurmError as exc:
+                        res["detail"] += f"job {job.job_id} not requeued: {exc}; "
         except SlurmError as exc:
-            res.update(result="failed", detail=str(exc))
-        results.append(res)
-    _report(results, as_json)
+            if isinstance(exc, SlurmUnavailable):
+                away = exc
+            res["detail"] += (f"drained, but {'jobs not requeued: ' if now_ else ''}"
+                              f"state not re-read: {exc}; ")
+            res["ok"] = not now_
+        res["detail"] = (res["detail"] + f"recorded in the {where}").strip()
+        return away
+
+    _report(_each_node(_hosts(nodes), drain_one, requeued=True), as_json)
 
 
 @click.command()
@@ -222,55 +206,65 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
     the historian (close the ticket: `healthctl ticket close ID`)."""
     from rsc_health.model import ActionKind
     from rsc_health.policy import is_ours
-    from rsc_health.slurm import SlurmError, SlurmUnavailable
+    from rsc_health.slurm import SlurmUnavailable
 
     who = _who()
-    hosts = _hosts(nodes)
     slurm = _slurm(ctx)
+
+    def resume_one(node: str, res: dict) -> SlurmUnavailable | None:
+        info = slurm.node(node)
+        if not (info.drain_set or info.down):
+            res.update(ok=True, result="not drained", detail=info.state)
+            return None
+        if not is_ours(info.reason) and not force:
+            res.update(result="refused", detail=f"not ours ({info.reason!r}); --force")
+            return None
+        open_tickets = _open_tickets(ctx, node)
+        if open_tickets and not force:
+            res.update(result="refused",
+                       detail=f"open repair ticket {', '.join(open_tickets)}; --force")
+            return None
+        note = f"by {who}" + (f": {reason}" if reason else "")
+        try:
+            slurm.resume(node)
+        except SlurmUnavailable as exc:
+            # As for drain: slurmctld may still apply it once it answers again.
+            _unconfirmed(ctx, ActionKind.RESUME, node, info.reason, note, "resume", exc, res)
+            return exc
+        where = _record(ctx, ActionKind.RESUME, node, f"{info.reason} ({note})")
+        checked = "" if open_tickets is not None else "; tickets not checked (no historian)"
+        res.update(ok=True, result="resumed",
+                   detail=f"was {info.state} {info.reason}; recorded in the {where}{checked}")
+        return None
+
+    _report(_each_node(_hosts(nodes), resume_one), as_json)
+
+
+def _each_node(hosts: list[str], act, *, requeued: bool = False) -> list[dict]:
+    """`act(node, result)` on each node in turn, one result each (`requeued`: every result
+    has the list). An act that finds Slurm unavailable returns (or raises) it, and the nodes
+    after it are not tried: one timeout for the lot, not one per node (64 nodes against a
+    frozen slurmctld would otherwise take 64 timeouts, or three each)."""
+    from rsc_health.slurm import SlurmError, SlurmUnavailable
+
     results = []
     away: SlurmUnavailable | None = None
     for node in hosts:
-        res = {"node": node, "ok": False, "result": "", "detail": ""}
+        res: dict = {"node": node, "ok": False, "result": "", "detail": ""}
+        if requeued:
+            res["requeued"] = []
         if away is not None:
             res.update(result="not tried", detail=f"Slurm unavailable: {away}")
-            results.append(res)
-            continue
-        try:
-            info = slurm.node(node)
-            if not (info.drain_set or info.down):
-                res.update(ok=True, result="not drained", detail=info.state)
-                results.append(res)
-                continue
-            if not is_ours(info.reason) and not force:
-                res.update(result="refused", detail=f"not ours ({info.reason!r}); --force")
-                results.append(res)
-                continue
-            open_tickets = _open_tickets(ctx, node)
-            if open_tickets and not force:
-                res.update(result="refused",
-                           detail=f"open repair ticket {', '.join(open_tickets)}; --force")
-                results.append(res)
-                continue
-            note = f"by {who}" + (f": {reason}" if reason else "")
+        else:
             try:
-                slurm.resume(node)
+                away = act(node, res)
             except SlurmUnavailable as exc:
-                # As for drain: slurmctld may still apply it once it answers again.
                 away = exc
-                _unconfirmed(ctx, ActionKind.RESUME, node, info.reason, note, "resume", exc, res)
-                results.append(res)
-                continue
-            where = _record(ctx, ActionKind.RESUME, node, f"{info.reason} ({note})")
-            checked = "" if open_tickets is not None else "; tickets not checked (no historian)"
-            res.update(ok=True, result="resumed",
-                       detail=f"was {info.state} {info.reason}; recorded in the {where}{checked}")
-        except SlurmUnavailable as exc:
-            away = exc
-            res.update(result="failed", detail=str(exc))
-        except SlurmError as exc:
-            res.update(result="failed", detail=str(exc))
+                res.update(result="failed", detail=str(exc))
+            except SlurmError as exc:
+                res.update(result="failed", detail=str(exc))
         results.append(res)
-    _report(results, as_json)
+    return results
 
 
 def gather_status(slurm, cfg, now) -> dict:

@@ -14,25 +14,9 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
+from rsc_health.commands import historian_engine as _engine
+from rsc_health.commands import slurm_handle as _slurm
 from rsc_health.terminal import echo
-
-
-def _engine(ctx: click.Context):
-    from rsc_health.historian import db as hdb
-
-    try:
-        return hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
-    except hdb.HistorianError as exc:
-        raise click.ClickException(str(exc)) from exc
-
-
-def _slurm(ctx: click.Context):
-    injected = getattr(ctx.obj, "slurm", None)
-    if injected is not None:
-        return injected
-    from rsc_health.slurm import from_config
-
-    return from_config(ctx.obj.config)
 
 
 def _now() -> datetime:

@@ -114,20 +114,7 @@ def record_runs(conn: Connection, beats: Iterable[Heartbeat],
         d[1] += b.level == Level.CHECKER_ERROR.label
         d[2] += b.level in (Level.DRAIN_NOW.label, Level.DRAIN_AFTER_JOB.label)
     if newest:
-        quote = conn.dialect.identifier_preparer.quote
-        cols = ("node", "source", "last_seen", "level", "checker_errors", "duration_s",
-                "version")
-        conn.execute(
-            text(
-                f"INSERT INTO node_runs ({', '.join(quote(c) for c in cols)}) VALUES "
-                f"({', '.join(':' + c for c in cols)}) ON CONFLICT (node, source) DO UPDATE SET "
-                + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in cols[2:])
-                + " WHERE excluded.last_seen > node_runs.last_seen"
-            ),
-            [{"node": b.node, "source": b.source, "last_seen": db_time(b.time),
-              "level": b.level, "checker_errors": b.checker_errors, "duration_s": b.duration_s,
-              "version": b.version} for b in newest.values()],
-        )
+        _upsert_runs(conn, [(b, b.source, b.level) for b in newest.values()])
         conn.execute(
             text(
                 "INSERT INTO heartbeat_days (day, node, runs, checker_error_runs, drain_runs) "
@@ -157,10 +144,19 @@ def _record_clocks(conn: Connection, clocks: dict[str, Heartbeat | None],
     wrong = [b for b in clocks.values() if b is not None]
     if not wrong:
         return
-    quote = conn.dialect.identifier_preparer.quote
-    cols = ("node", "source", "last_seen", "level", "checker_errors", "duration_s", "version")
     # Not counted in heartbeat_days: the run's day is unknown, and a redelivered batch would
     # count it twice (its receive time is new each time).
+    _upsert_runs(conn, [(b, CLOCK_SOURCE, CLOCK_SKEW) for b in wrong])
+
+
+_RUN_COLUMNS = ("node", "source", "last_seen", "level", "checker_errors", "duration_s",
+                "version")
+
+
+def _upsert_runs(conn: Connection, runs: list[tuple[Heartbeat, str, str]]) -> None:
+    """node_runs rows from (heartbeat, source, level): a row is replaced only by a newer run."""
+    quote = conn.dialect.identifier_preparer.quote
+    cols = _RUN_COLUMNS
     conn.execute(
         text(
             f"INSERT INTO node_runs ({', '.join(quote(c) for c in cols)}) VALUES "
@@ -168,9 +164,9 @@ def _record_clocks(conn: Connection, clocks: dict[str, Heartbeat | None],
             + ", ".join(f"{quote(c)} = excluded.{quote(c)}" for c in cols[2:])
             + " WHERE excluded.last_seen > node_runs.last_seen"
         ),
-        [{"node": b.node, "source": CLOCK_SOURCE, "last_seen": db_time(b.time),
-          "level": CLOCK_SKEW, "checker_errors": b.checker_errors, "duration_s": b.duration_s,
-          "version": b.version} for b in wrong],
+        [{"node": b.node, "source": source, "last_seen": db_time(b.time), "level": level,
+          "checker_errors": b.checker_errors, "duration_s": b.duration_s, "version": b.version}
+         for b, source, level in runs],
     )
 
 

@@ -60,16 +60,6 @@ COLUMNS: dict[str, tuple[str, ...]] = {
                  "since", "last_evidence", "job_ids", "tier", "changed_by", "change_reason"),
 }
 
-# The paper's seven signals (Fig. 11), in the paper's order.
-PAPER_FEATURES: tuple[str, ...] = (
-    "excl_jobid_count",
-    "xid_cnt",
-    "tickets",
-    "out_count",
-    "multi_node_node_fails",
-    "single_node_node_fails",
-    "single_node_node_failure_rate",
-)
 
 
 class SectionEmpty(Exception):

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from rsc_health.report.data import PAPER_FEATURES
+from rsc_health.historian.lemons.features import PAPER_FEATURES
 
 # Sized for the page: a figure in the two-column grid shows about 520 px wide, so it is drawn
 # at 640 px with fonts that stay >= 11 px on screen; small multiples span both columns (WIDE).

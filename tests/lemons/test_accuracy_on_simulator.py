@@ -13,8 +13,8 @@ together.
 
 from __future__ import annotations
 
-from rsc_health.historian.lemons.tune import labelled_from_sim, score
 from rsc_health.historian.lemons.verdicts import LemonRules
+from rsc_health.sim.tune import labelled_from_sim, score
 
 
 def test_defaults_keep_precision_and_recall_on_held_out_seeds(tmp_path):

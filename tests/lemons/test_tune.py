@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from rsc_health.historian.lemons.tune import Labelled, choose, run_grid, score
 from rsc_health.historian.lemons.verdicts import LemonRules
+from rsc_health.sim.tune import Labelled, choose, run_grid, score
 
 
 def _fleet(rows: dict[str, dict], lemons: set[str], extra_nodes: int = 0) -> Labelled:

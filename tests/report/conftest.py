@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 import pandas as pd
 import pytest
 
-from rsc_health.report.data import PAPER_FEATURES, ReportData
+from rsc_health.historian.lemons.features import PAPER_FEATURES
+from rsc_health.report.data import ReportData
 
 AS_OF = datetime(2024, 6, 30)
 

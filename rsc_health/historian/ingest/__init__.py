@@ -10,7 +10,7 @@ natural unique key and the writes are `INSERT ... ON CONFLICT` (the same syntax 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -111,6 +111,17 @@ def limit_statements(conn: Connection, seconds: float = STATEMENT_TIMEOUT_S) -> 
             and conn.info.get("statement_timeout_s") != seconds):
         conn.exec_driver_sql(f"SET LOCAL statement_timeout = {max(1, int(seconds * 1000))}")
         conn.info["statement_timeout_s"] = seconds  # the client-side bound follows (db.py)
+
+
+def pipe_rows(lines: Iterator[str], report: IngestReport) -> Iterator[tuple[int, list[str]]]:
+    """The rows of `sacctmgr -P` output after its header line: (line number, fields split on
+    `|`), blank lines skipped, each row counted in `report.read`."""
+    for lineno, line in enumerate(lines, 2):
+        line = line.rstrip("\n")
+        if not line.strip():
+            continue
+        report.read += 1
+        yield lineno, line.split("|")
 
 
 def database_failed(what: str, exc: Exception) -> str:

@@ -66,7 +66,7 @@ from rsc_health.historian.ingest import (
     parse_time,
 )
 from rsc_health.historian.intervals import CheckRecord, fold
-from rsc_health.model import Metric, Status
+from rsc_health.model import Metric, Severity, Status
 
 QUARANTINE = "quarantine"
 QUARANTINE_MODE = 0o700
@@ -165,7 +165,8 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
             source=_text(rec, "source", "sweep")[:16] or "sweep",
             job_id=None if job_id in (None, "") else str(job_id)[:32],
             check=str(rec["check"])[:32], component=(_text(rec, "component") or "*")[:64],
-            status=status, severity=(_text(rec, "severity") or "none").lower()[:16],
+            status=status,
+            severity=(_text(rec, "severity") or Severity.NONE.severity_word).lower()[:16],
             code=_text(rec, "code")[:32], reason=_text(rec, "reason") or _text(rec, "detail"),
         ))
     elif kind == "job_start":

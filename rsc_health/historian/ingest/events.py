@@ -32,6 +32,7 @@ from rsc_health.historian.ingest import (
     db_time,
     free_text,
     limit_statements,
+    pipe_rows,
 )
 from rsc_health.slurm.accounting import Accounting
 from rsc_health.slurm.api import SlurmError
@@ -123,12 +124,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
     batch: dict[tuple, tuple] = {}
     with writer(engine).begin() as conn:
         limit_statements(conn)
-        for lineno, line in enumerate(it, 2):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            report.read += 1
-            fields = line.split("|")
+        for lineno, fields in pipe_rows(it, report):
             if len(fields) > width and "reason" in index:
                 # Reason is a person's free text, the only column that can hold a `|`.
                 at, surplus = index["reason"], len(fields) - width

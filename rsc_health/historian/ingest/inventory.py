@@ -8,7 +8,7 @@ Rows are keyed by (node, from); importing again updates the rest."""
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 
@@ -41,28 +41,41 @@ def import_csv(engine: Engine, path: Path | str) -> IngestReport:
 
 def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
     report = IngestReport("inventory")
-    reader = csv.DictReader(fh)
-    missing = set(REQUIRED) - set(reader.fieldnames or ())
-    if missing:
-        raise InventoryError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
-    rows: dict[tuple[str, str], tuple] = {}
-    for record in reader:
-        report.read += 1
-        try:
-            row = _row(record)
-        except (ValueError, TypeError) as exc:
-            report.add_bad(reader.line_num, str(exc)[:300])
-            continue
-        if (row[0], row[3]) in rows:
-            report.skipped += 1  # the same node and start twice: the later row is kept
-        rows[(row[0], row[3])] = row
+
+    def keyed(record: dict) -> tuple[tuple, tuple]:
+        row = _row(record)
+        return (row[0], row[3]), row
+
+    rows = _keyed_rows(fh, name, report, set(REQUIRED), keyed)
     with writer(engine).begin() as conn:
         report.written = bulk_write(
             conn, INV, ("node", "cluster", "partition", "start", "end", "source"),
-            list(rows.values()), conflict=("node", "start"),
-            update=("cluster", "partition", "end"),
+            rows, conflict=("node", "start"), update=("cluster", "partition", "end"),
         )
     return report
+
+
+def _keyed_rows(fh: Iterable[str], name: str, report: IngestReport, required: set[str],
+                keyed: Callable[[dict], tuple[tuple, tuple]]) -> list[tuple]:
+    """The CSV's rows through `keyed` (record -> (key, row)); a row that does not parse is
+    reported with its line and left out, and a key seen twice keeps the later row (counted as
+    skipped)."""
+    reader = csv.DictReader(fh)
+    missing = required - set(reader.fieldnames or ())
+    if missing:
+        raise InventoryError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
+    rows: dict[tuple, tuple] = {}
+    for record in reader:
+        report.read += 1
+        try:
+            key, row = keyed(record)
+        except (ValueError, TypeError) as exc:
+            report.add_bad(reader.line_num, str(exc)[:300])
+            continue
+        if key in rows:
+            report.skipped += 1
+        rows[key] = row
+    return list(rows.values())
 
 
 def _row(record: dict) -> tuple:
@@ -125,28 +138,19 @@ def import_gpu_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> I
     """Each GPU's intervals in a node: CSV serial, node, slot, from, to (slot and to may be
     empty). Keyed by (serial, from); a repeated key keeps the later row and is counted."""
     report = IngestReport("gpus")
-    reader = csv.DictReader(fh)
-    missing = {"serial", "node", "from"} - set(reader.fieldnames or ())
-    if missing:
-        raise InventoryError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
-    rows: dict[tuple[str, str], tuple] = {}
-    for record in reader:
-        report.read += 1
-        try:
-            serial = key_text((record.get("serial") or "").strip(), "serial", 64)
-            if not serial:
-                raise RowError("no serial")
-            node, _, _, start, end, source = _row(record)
-            slot = key_text((record.get("slot") or "").strip(), "slot", 32)
-        except (ValueError, TypeError) as exc:
-            report.add_bad(reader.line_num, str(exc)[:300])
-            continue
-        if (serial, start) in rows:
-            report.skipped += 1
-        rows[(serial, start)] = (serial, node, slot, start, end, source)
+
+    def keyed(record: dict) -> tuple[tuple, tuple]:
+        serial = key_text((record.get("serial") or "").strip(), "serial", 64)
+        if not serial:
+            raise RowError("no serial")
+        node, _, _, start, end, source = _row(record)
+        slot = key_text((record.get("slot") or "").strip(), "slot", 32)
+        return (serial, start), (serial, node, slot, start, end, source)
+
+    rows = _keyed_rows(fh, name, report, {"serial", "node", "from"}, keyed)
     with writer(engine).begin() as conn:
         report.written = bulk_write(
             conn, GPU, ("serial", "node", "slot", "start", "end", "source"),
-            list(rows.values()), conflict=("serial", "start"), update=("node", "slot", "end"),
+            rows, conflict=("serial", "start"), update=("node", "slot", "end"),
         )
     return report

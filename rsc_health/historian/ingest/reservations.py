@@ -26,6 +26,7 @@ from rsc_health.historian.ingest import (
     database_failed,
     db_time,
     limit_statements,
+    pipe_rows,
 )
 from rsc_health.slurm.accounting import Accounting
 from rsc_health.slurm.api import SlurmError
@@ -81,12 +82,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], cluster: str) -> IngestR
     rows: list[tuple] = []
     with writer(engine).begin() as conn:
         limit_statements(conn)
-        for lineno, line in enumerate(it, 2):
-            line = line.rstrip("\n")
-            if not line.strip():
-                continue
-            report.read += 1
-            fields = line.split("|")
+        for lineno, fields in pipe_rows(it, report):
             if len(fields) != len(header):
                 report.add_bad(lineno, f"expected {len(header)} fields, saw {len(fields)}")
                 continue

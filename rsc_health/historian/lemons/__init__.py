@@ -4,5 +4,5 @@ back into Slurm (drain + repair ticket).
 features.py  the paper's seven signals plus extras, one DataFrame row per node
 verdicts.py  threshold rules over the features, with the evidence behind each verdict
 apply.py     drain + ticket through the Slurm interface, dry run by default
-tune.py      threshold grid over simulator ground truth: precision, recall, FPR
+(The threshold tuning over simulator ground truth is the lab's: rsc_health/sim/tune.py.)
 """

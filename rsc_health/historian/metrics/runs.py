@@ -79,18 +79,9 @@ def _submissions(window: Window, min_gpus: int):
     )
 
 
-_RUN_COLS = [
-    "job_ids",
-    "name",
-    "user",
-    "gpus",
-    "nodes",
-    "instances",
-    "interruptions",
-    "runtime_s",
-    "first",
-    "last",
-]
+# What names a run and its size: the first columns of the linked runs and of job_runs' rows.
+_RUN_KEY = ["job_ids", "name", "user", "gpus", "nodes", "instances", "interruptions"]
+_RUN_COLS = [*_RUN_KEY, "runtime_s", "first", "last"]
 _CHUNK = 100_000  # rows per fetch: bounded Python objects while streaming submissions
 
 
@@ -423,13 +414,7 @@ def job_runs(
 ) -> pd.DataFrame:
     """One row per job run of at least `min_run_hours` runtime, longest first."""
     cols = [
-        "job_ids",
-        "name",
-        "user",
-        "gpus",
-        "nodes",
-        "instances",
-        "interruptions",
+        *_RUN_KEY,
         "runtime_hours",
         "wallclock_hours",
         "queue_hours",

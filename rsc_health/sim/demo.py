@@ -7,11 +7,9 @@ against the simulator's ground truth. Every step is the same code an operator ru
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
 from pathlib import Path
 
 from rsc_health.config import Config
@@ -105,15 +103,13 @@ def run_demo(
     from rsc_health.historian import db as hdb
     from rsc_health.historian.attribute import Window as AttributionWindow
     from rsc_health.historian.attribute import attribute
-    from rsc_health.historian.ingest import checks, events, exclusions, sacct
-    from rsc_health.historian.ingest import tickets as ticket_ingest
-    from rsc_health.historian.ingest.delivery import deliver
     from rsc_health.historian.metrics import rates
     from rsc_health.historian.metrics._sql import Window
     from rsc_health.report.gather import GatherOptions, gather
     from rsc_health.report.render import write_report
     from rsc_health.sim.config import SimConfig
     from rsc_health.sim.core import simulate
+    from rsc_health.sim.historian import fresh_sqlite, ingest_fleet, truth_of
 
     say = progress or (lambda _msg: None)
     out_dir = Path(out_dir)
@@ -132,30 +128,17 @@ def run_demo(
     sim = timed("simulate", f"simulating {sim_cfg.nodes} nodes x {sim_cfg.days:g} days",
                 lambda: simulate(sim_cfg, sim_dir))
 
-    if database_url is None:
-        db_path = out_dir / "historian.db"
-        for suffix in ("", "-wal", "-shm"):  # a fresh historian every run
-            Path(f"{db_path}{suffix}").unlink(missing_ok=True)
-        database_url = f"sqlite:///{db_path}"
+    if database_url is None:  # a fresh historian every run
+        database_url = fresh_sqlite(out_dir / "historian.db")
     engine = hdb.connect(database_url)
     try:
-        def ingest_all() -> None:
-            sacct.ingest_text(engine, sim.files["sacct.txt"],
-                              gpus_per_node=int(cfg.get("historian.gpus_per_node")))
-            events.ingest_file(engine, sim.files["events.txt"])
-            checks.ingest_file(engine, sim.files["checks.jsonl"])
-            exclusions.ingest_file(engine, sim.files["exclusions.jsonl"])
-            ticket_ingest.import_csv(engine, sim.files["tickets.csv"])
-            # The nodes' last heartbeats, as each node's `spool flush` would deliver them.
-            deliver(engine, sim.files["spool/pending.jsonl"].parent)
-
+        gpus_per_node = int(cfg.get("historian.gpus_per_node"))
         timed("ingest", "ingesting sacct, node events, health checks, exclusions, tickets",
-              ingest_all)
+              lambda: ingest_fleet(engine, sim_dir, gpus_per_node=gpus_per_node))
         timed("attribute", "attributing job failures to health checks",
               lambda: attribute(engine, window=AttributionWindow.from_config(cfg)))
 
-        truth = json.loads(sim.files["truth.json"].read_text())
-        as_of = datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
+        truth, as_of = truth_of(sim_dir)
         large = int(cfg.get("metrics.large_job_gpus"))
         rf = timed("metrics", "computing the failure rate",
                    lambda: rates.failure_rate(engine, Window(until=as_of), large))

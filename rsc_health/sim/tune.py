@@ -14,10 +14,8 @@ point reaches the target precision, take the best F1.
 from __future__ import annotations
 
 import itertools
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
-from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -234,38 +232,20 @@ def labelled_from_sim(
     compute the features at the end of the simulated period (as a nightly run would).
     `sim_settings` go to SimConfig (e.g. maintenance_drains, fleet_events); `outages` (an
     OutageRules) to the features."""
-    from sqlalchemy import create_engine
-
     from rsc_health.historian import db as hdb
-    from rsc_health.historian.attribute import attribute
-    from rsc_health.historian.ingest import checks, events, exclusions, sacct
-    from rsc_health.historian.ingest import tickets as ticket_ingest
     from rsc_health.historian.lemons.features import lemon_features
     from rsc_health.hostlist import expand
     from rsc_health.sim.config import SimConfig
-    from rsc_health.sim.core import simulate
+    from rsc_health.sim.historian import simulated_historian
 
-    say = progress or (lambda _msg: None)
-    out = Path(workdir) / f"seed{seed}"
-    say(f"seed {seed}: simulating {nodes} nodes x {days:g} days")
-    simulate(SimConfig(nodes=nodes, days=days, seed=seed, **sim_settings), out)
-    db = out / "historian.db"
-    db.unlink(missing_ok=True)
-    engine = create_engine(f"sqlite:///{db}")
+    fleet = simulated_historian(SimConfig(nodes=nodes, days=days, seed=seed, **sim_settings),
+                                Path(workdir) / f"seed{seed}", progress=progress)
+    engine = hdb.connect(fleet.url)
     try:
-        hdb.create(engine)  # versioned, so `healthctl --db` can open --workdir's fleets
-        say(f"seed {seed}: ingesting and attributing")
-        sacct.ingest_text(engine, out / "sacct.txt")
-        events.ingest_file(engine, out / "events.txt")
-        checks.ingest_file(engine, out / "checks.jsonl")
-        exclusions.ingest_file(engine, out / "exclusions.jsonl")
-        ticket_ingest.import_csv(engine, out / "tickets.csv")
-        attribute(engine)
-        truth = json.loads((out / "truth.json").read_text())
-        as_of = datetime.fromisoformat(truth["start"]) + timedelta(days=truth["days"])
-        features = lemon_features(engine, as_of, window_days, history_days=history_days,
+        features = lemon_features(engine, fleet.as_of, window_days, history_days=history_days,
                                   outages=outages)
     finally:
         engine.dispose()
+    truth = fleet.truth
     every = {n for hosts in truth["partitions"].values() for n in expand(hosts)}
     return Labelled(features, frozenset(truth["lemon_nodes"]), frozenset(every))
