@@ -239,7 +239,7 @@ def write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Leve
         for family, status in {"checker": Status.OK, **_worst_status(findings)}.items():
             samples[_family_key(family)] = str(STATUS_VALUE[status])
         sample = spool.telemetry_sample(findings)
-        for metric, got in (sample or {}).get("metrics", {}).items():
+        for metric, got in (sample["metrics"] if sample else {}).items():
             samples[f'rsc_health_telemetry{{source="{stage.name}",'
                     f'metric="{_label(metric)}"}}'] = f"{float(got['value']):.6g}"
         hung_key = f'rsc_health_probe_hung_since_seconds{{source="{stage.name}",probe='
