@@ -16,7 +16,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rsc_health.model import FINDING_SEVERITIES, Level
+from rsc_health.model import FINDING_SEVERITIES, LOWER_IS_WORSE, Level, Metric
 from rsc_health.record import dataclass, field
 
 
@@ -50,6 +50,10 @@ EXPLICIT: dict[str, Spec] = {
     "mounts.expected": Spec("list", Spec("table", fields={
         "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
     "report.skip": Spec("list", STR),
+    "telemetry.warn_above": Spec("map", Spec("float"), keys=tuple(
+        m.value for m in Metric if m not in LOWER_IS_WORSE)),
+    "telemetry.warn_below": Spec("map", Spec("float"), keys=tuple(
+        m.value for m in LOWER_IS_WORSE)),
     "leftover.ignore_commands": Spec("list", STR),
     "node.spool_max_mb": Spec("number"),
     "qualify.tests": Spec("map", Spec("table", fields={
@@ -88,6 +92,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "site.max_output_bytes": (1024, 16 * 1024 * 1024),
     "site.max_lines": (1, 10_000),
     "qualify.k": (0.5, 20),
+    "telemetry.busy_util_pct": (0, 100),
+    "telemetry.hw_throttle_warn_frac": (0, 1),
+    "telemetry.pcie_link_warn_ratio": (0, 1),
+    "telemetry.max_interval_s": (1, 86_400 * 7),
     "qualify.min_margin": (0, 1),
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),

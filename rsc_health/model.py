@@ -149,6 +149,31 @@ HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged"})
 REASON_PREFIX = "rsc_health:"
 
 
+class Metric(StrEnum):
+    """The node-level telemetry vocabulary (issue 25): one value per node per sweep, with the
+    worst component named alongside. The node's `telemetry` spool records, the historian's
+    telemetry_samples and rollups, and the fail-slow detector all speak it; a name is a
+    contract between them, never restated as a bare string."""
+
+    SM_CLOCK_RATIO = "sm_clock_ratio"  # min over busy GPUs of SM clock / max SM clock (0..1]
+    # max over GPUs of the fraction of the interval in HW slowdown, HW thermal, HW power
+    # brake or SW thermal slowdown (0..1)
+    THROTTLE_HW_FRAC = "throttle_hw_frac"
+    THROTTLE_POWER_FRAC = "throttle_power_frac"  # max over GPUs, fraction in SW power cap
+    GPU_TEMP_C = "gpu_temp_c"  # max GPU temperature
+    POWER_RATIO = "power_ratio"  # max over GPUs of power draw / enforced power limit
+    PCIE_LINK_RATIO = "pcie_link_ratio"  # min over GPUs of (gen*width)/(max gen*max width)
+    PCIE_REPLAY_RATE = "pcie_replay_rate"  # max over GPUs of PCIe replays per second
+    NVLINK_ERROR_RATE = "nvlink_error_rate"  # max over GPUs, CRC/replay/recovery errors per s
+    IB_XMIT_WAIT_RATE = "ib_xmit_wait_rate"  # max over HCA ports of port_xmit_wait ticks per s
+    IB_LINK_RATIO = "ib_link_ratio"  # min over HCA ports of active rate / expected rate
+
+
+# The metrics where less is worse (a rollup counts samples below their warn threshold); the
+# others count samples above it.
+LOWER_IS_WORSE = frozenset({Metric.SM_CLOCK_RATIO, Metric.PCIE_LINK_RATIO, Metric.IB_LINK_RATIO})
+
+
 @dataclass(frozen=True)
 class Finding:
     """One observation of one component.

@@ -153,6 +153,8 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     records = spool.check_records(findings, node=ctx.node, source=stage.name, time=now,
                                   job_id=ctx.job_id)
     records.extend(_job_records(ctx, now))
+    records.extend(spool.telemetry_records(findings, node=ctx.node, source=stage.name, time=now,
+                                           job_id=ctx.job_id))
     records.append(heartbeat(stage, ctx.node, now, verdict.level, findings,
                              time.monotonic() - ctx.started))
     records, spool_bytes = _within_spool_cap(ctx, records)

@@ -40,6 +40,7 @@ from rsc_health.checks import (
     remap,
     site,
     sxid,
+    telemetry,
     xid,
 )
 from rsc_health.checks.env import CollectEnv
@@ -98,6 +99,10 @@ REGISTRY: tuple[Family, ...] = (
            replays=True),
     # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
     Family("site", site.check, "site", collect=site.collect, capture=site.capture),
+    # NVML's telemetry answers (asked only when it runs) and the HCAs' traffic counters:
+    # one sample a run, warnings only.
+    Family("telemetry", telemetry.check, "telemetry", nvml=True, reads=telemetry.READS,
+           collect=telemetry.collect, counters=telemetry.counters, capture=telemetry.capture),
 )
 FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}

@@ -27,6 +27,7 @@ from rsc_health.model import Finding, Level, Status, utcnow
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
 PROBES_FILE = "rsc_health/mount_probes.json"  # in a replay root
 SITE_FILE = "rsc_health/site_checks.json"  # in a replay root
+CLOCK_FILE = "rsc_health/telemetry_clock.json"  # in a replay root
 CHECK_SCHEMA = "rsc_health.check/1"
 
 
@@ -163,7 +164,7 @@ def _local_state(cfg: Config, root: Path) -> dict[str, str]:
 def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
     """Exactly what the families of checks.REGISTRY declare they read (files, NVML's answers,
     what their `capture` adds), with the node's local state, as one JSON document."""
-    from rsc_health.checks import REGISTRY
+    from rsc_health.checks import BY_NAME, REGISTRY
     from rsc_health.collect.node import gpu_backend
 
     files: dict[str, str] = {}
@@ -207,7 +208,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         if fam.capture is not None:
             doc.update(fam.capture(cfg, root))
     if any(fam.nvml for fam in REGISTRY):
-        doc["nvml"] = gpu_backend(cfg, root).read()
+        doc["nvml"] = gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME).read()
     return {
         "schema": SNAPSHOT_SCHEMA,
         "node": node or os.uname().nodename,
@@ -276,6 +277,12 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(json.dumps(rec if isinstance(rec, dict) else {}))
             cfg.data.setdefault(fam.config, {})["replay_file"] = rel
+    # When the node read its counters: rates replay over the interval the node saw, not over
+    # the time since (older snapshots have none: their rates are the replay's).
+    clock = doc.get("telemetry_clock")
+    if isinstance(clock, dict):
+        (root / CLOCK_FILE).write_text(json.dumps(clock))
+        cfg.data.setdefault("telemetry", {})["clock_replay_file"] = CLOCK_FILE
     state = doc.get("state")
     if isinstance(state, dict):
         sdir = state_dir(cfg, root)

@@ -202,6 +202,8 @@ HELP = {
     "rsc_health_spool_bytes": "Bytes in the node's spool not yet delivered to the historian.",
     "rsc_health_probe_hung_since_seconds": "Since when (Unix time) a probe (a mount's statvfs, "
                                            "NVML) has not answered, per probe still hanging.",
+    "rsc_health_telemetry": "The latest telemetry sample, per metric: the worst GPU's or HCA "
+                            "port's value (docs/telemetry.md).",
 }
 
 
@@ -236,6 +238,10 @@ def write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Leve
             samples["rsc_health_spool_bytes"] = str(spool_bytes)
         for family, status in {"checker": Status.OK, **_worst_status(findings)}.items():
             samples[_family_key(family)] = str(STATUS_VALUE[status])
+        sample = spool.telemetry_sample(findings)
+        for metric, got in (sample["metrics"] if sample else {}).items():
+            samples[f'rsc_health_telemetry{{source="{stage.name}",'
+                    f'metric="{_label(metric)}"}}'] = f"{float(got['value']):.6g}"
         hung_key = f'rsc_health_probe_hung_since_seconds{{source="{stage.name}",probe='
         for probe, since in hung_probes(findings).items():
             try:

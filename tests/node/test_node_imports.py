@@ -48,7 +48,7 @@ NODE_PATH_MODULES = {
     "rsc_health.checks._program",
     *(f"rsc_health.checks.{f}" for f in ("gpu", "xid", "ecc", "remap", "nvlink", "pcie",
                                           "infiniband", "mount", "host", "site", "sxid",
-                                          "leftover", "fabric", "dcgm")),
+                                          "leftover", "fabric", "dcgm", "telemetry")),
     "rsc_health.collect", "rsc_health.collect.node", "rsc_health.collect.sysfs",
     "rsc_health.collect.bounded", "rsc_health.collect.counters", "rsc_health.collect.kmsg",
     "rsc_health.collect.gpu", "rsc_health.collect.mounts", "rsc_health.collect.hangs",
