@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -95,7 +96,7 @@ def demo(ctx: click.Context, out_dir: Path, nodes: int | None, days: float | Non
     from rsc_health.sim.demo import run_demo
 
     explicit_db = ctx.obj.db_url or os.environ.get("RSC_HEALTH_DB")
-    show = not as_json and click.get_text_stream("stderr").isatty()
+    show = not as_json and sys.stderr.isatty()
     with steps(show) as step:
         result = run_demo(ctx.obj.config, out_dir, nodes=nodes, days=days, seed=seed,
                           database_url=explicit_db, progress=step)

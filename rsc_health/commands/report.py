@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,7 +56,7 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
         # Last night's report.json (the one in --out unless --previous names another): the
         # pull list's days listed carry on from it instead of re-judging a week of lemons.
         options = replace(options, previous=load_previous(previous or out_dir / "report.json"))
-        show = not quiet and click.get_text_stream("stderr").isatty()
+        show = not quiet and sys.stderr.isatty()
         from rsc_health.commands.progress import steps
         from rsc_health.durable import ready_dir
 
