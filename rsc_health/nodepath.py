@@ -449,6 +449,8 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
 
     stage, cfg = ctx.stage, ctx.cfg
     families = cfg.get(stage.families_key) if stage.families_key else None
+    if stage.name == "prolog" and cfg.get("qualify.prolog_lite_min_nodes"):
+        families, cfg = prolog_lite(cfg, families, os.environ)
     remaining = ctx.deadline - time.monotonic()
     run.step = "checks"
     # Checks get at most half of what is left; Slurm calls get the rest.
@@ -516,6 +518,60 @@ def _remember_config(cfg: Config, sdir: Path) -> None:
         remember_good(cfg, sdir)
     except OSError as exc:
         log(f"cannot remember the config's textfile dir and historian ({exc})")
+
+
+def job_nodes(env) -> int:
+    """The job's node count from the prolog's environment (SLURM_JOB_NUM_NODES, SLURM_NNODES,
+    else SLURM_JOB_NODELIST counted without expanding it); 0 when none says. No Slurm RPC."""
+    for key in ("SLURM_JOB_NUM_NODES", "SLURM_NNODES"):
+        text = (env.get(key) or "").strip()
+        if text.isdigit() and len(text) < 10:
+            return int(text)
+    from rsc_health.hostlist import HostlistError, count
+
+    try:
+        return count((env.get("SLURM_JOB_NODELIST") or "")[:65536])
+    except HostlistError:
+        return 0
+
+
+def lite_diag_level(cfg: Config) -> int:
+    """The DCGM diagnostic level of the [qualify] lite tier: the highest `-r N` among its tests
+    with the dcgm_diag plug-in (their verdict is DCGM's own, node-local; a test judged against
+    peers needs the historian and is not run in a prolog). 0: none."""
+    tests = cfg.get("qualify.tests") or {}
+    level = 0
+    for name in cfg.get("qualify.lite") or []:
+        spec = tests.get(name) if isinstance(tests, dict) else None
+        if not isinstance(spec, dict) or spec.get("plugin") != "dcgm_diag":
+            continue
+        argv = [str(a) for a in spec.get("command") or []]
+        for flag, value in zip(argv, argv[1:]):
+            if flag in ("-r", "--run") and value.isdigit():
+                level = max(level, min(int(value), 4))
+    return level
+
+
+def prolog_lite(cfg: Config, families, env):
+    """The lite tier in the prolog of a job of [qualify] prolog_lite_min_nodes nodes or more:
+    the dcgm family with DCGM's diagnostic at the lite tier's level, bounded as every check
+    is (by the prolog's budget). A DCGM Fail drains the node (the job starts elsewhere); a
+    diagnostic that could not run is a checker error, never a drain. Smaller jobs: nothing."""
+    least = int(cfg.get("qualify.prolog_lite_min_nodes"))
+    level = lite_diag_level(cfg) if least > 0 and job_nodes(env) >= least else 0
+    if level <= 0:
+        return families, cfg
+    import copy
+
+    data = copy.deepcopy(cfg.data)
+    dcgm = data.setdefault("dcgm", {})
+    dcgm.update(enabled=True, diag_level=max(level, int(cfg.get("dcgm.diag_level"))))
+    dcgm.update(timeout_s=min(float(cfg.get("dcgm.timeout_s")),
+                              float(cfg.get("qualify.prolog_lite_timeout_s"))))
+    only = list(families) if families else None
+    if only is not None and "dcgm" not in only:
+        only.append("dcgm")
+    return only, Config(data, cfg.path, cfg.overrides)
 
 
 def _job_records(ctx: Context, now) -> list[dict]:
