@@ -289,3 +289,27 @@ def test_the_guard_reads_slurms_own_view_so_fails_of_one_run_count_against_the_n
     r2, _ = run_to_a_fail(slurm, "n17", guard)
     assert r2.result == "inconclusive" and "guard" in r2.detail
 
+
+
+def test_a_lemon_verdicts_drain_is_qualified_once_its_repair_ticket_closes():
+    """The lemon trigger: `healthctl lemons --apply` drains rsc_health:lemon:... with a ticket;
+    the ticket's closing (the repair) makes the node due, never before."""
+    now = datetime(2026, 11, 26, 12, 0)
+    slurm = MemorySlurm()
+    slurm.add_node("lemon", "IDLE+DRAIN", LEMON, when=datetime(2026, 11, 20, tzinfo=UTC))
+
+    class Tickets:
+        def __init__(self, closed):
+            self.closed = closed
+
+        def ticket_closed_after(self, node, since):
+            return self.closed if self.closed and self.closed > since else None
+
+        def inconclusive_streak(self, node):
+            return 0, None
+
+    kw = dict(retry_min=30, retry_max_min=720, limit=4)
+    assert auto_candidates(slurm.nodes(), Tickets(None), now, **kw) == []
+    assert auto_candidates(slurm.nodes(), Tickets(datetime(2026, 11, 19)), now, **kw) == []
+    assert [n for n, _ in auto_candidates(slurm.nodes(), Tickets(datetime(2026, 11, 25)), now,
+                                          **kw)] == ["lemon"]
