@@ -327,7 +327,7 @@ def strike_candidates(nodes, history, *, strikes: int, limit: int) -> list[tuple
     pass: they go to repair (Flow.repair), at most `limit`."""
     from rsc_health.policy import MANUAL_MODE
 
-    out = []
+    out: list[tuple[str, int]] = []
     for info in nodes:
         if len(out) >= limit:
             break
