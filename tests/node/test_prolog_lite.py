@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from rsc_health import nodepath
+from rsc_health.node import lite
 from rsc_health.sim.qualify_tools import dcgm_diag
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
@@ -113,10 +114,10 @@ def test_the_lite_level_is_the_lite_tiers_dcgm_test_and_peer_judged_tests_stay_o
     cfg = Config({"qualify": {"lite": ["dcgm_r2", "gpu_burn"], "tests": {
         "dcgm_r2": {"plugin": "dcgm_diag", "command": ["dcgmi", "diag", "-r", "2", "-j"]},
         "gpu_burn": {"plugin": "gpu_burn", "command": ["gpu_burn", "60"]}}}})
-    assert nodepath.lite_diag_level(cfg) == 2
+    assert lite.lite_diag_level(cfg) == 2
     cfg.data["qualify"]["lite"] = ["gpu_burn"]
-    assert nodepath.lite_diag_level(cfg) == 0
-    families, same = nodepath.prolog_lite(
+    assert lite.lite_diag_level(cfg) == 0
+    families, same = lite.prolog_lite(
         Config({"qualify": dict(cfg.data["qualify"], prolog_lite_min_nodes=2)}), ["gpu"],
         {"SLURM_JOB_NUM_NODES": "9"})
     assert families == ["gpu"]  # no node-local test in the lite tier: nothing added
