@@ -313,3 +313,41 @@ def test_a_lemon_verdicts_drain_is_qualified_once_its_repair_ticket_closes():
     assert auto_candidates(slurm.nodes(), Tickets(datetime(2026, 11, 19)), now, **kw) == []
     assert [n for n, _ in auto_candidates(slurm.nodes(), Tickets(datetime(2026, 11, 25)), now,
                                           **kw)] == ["lemon"]
+
+
+def test_healthctl_qualify_auto_drains_a_struck_node_for_repair_with_a_ticket(db, tmp_path):
+    """The command end to end on MemorySlurm and the SQLite historian: a node that passed, then
+    was drained three times by our checks, is sent to repair (not qualified: no reservation, no
+    job), with one ticket; a dry run touches nothing."""
+    from rsc_health.cli import AppContext
+    from rsc_health.commands.qualify import qualify
+
+    url, engine = db
+    now = naive(datetime.now(UTC))
+    add_run(engine, "gpu042", PASS, now - timedelta(days=6))
+    for d in (5, 3, 1):
+        add_drain(engine, "gpu042", now - timedelta(days=d))
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE+DRAIN", XID79)
+    config = tmp_path / "cli.toml"
+    config.write_text("")
+
+    def obj():
+        o = AppContext(config_path=str(config), db_url=url)
+        o.slurm = slurm
+        return o
+
+    dry = CliRunner().invoke(qualify, ["auto", "--dry-run"], obj=obj())
+    assert dry.exit_code == 0 and "gpu042: 3 production failures" in dry.output, dry.output
+    assert slurm.node("gpu042").reason == XID79
+    out = CliRunner().invoke(qualify, ["auto"], obj=obj())
+    assert out.exit_code == 0, out.output
+    assert "-> repair" in out.output
+    assert parse_reason(slurm.node("gpu042").reason)["code"] == STRIKES_CODE
+    assert not [c for c in slurm.calls if c[0] in ("create_reservation", "submit", "resume")]
+    with engine.connect() as conn:
+        rows = conn.execute(tickets.select().where(tickets.c.node == "gpu042")).all()
+    assert len(rows) == 1 and rows[0].source == "qualify"
+    CliRunner().invoke(qualify, ["auto"], obj=obj())  # the next timer run: still one ticket
+    with engine.connect() as conn:
+        assert len(conn.execute(tickets.select()).all()) == 1
