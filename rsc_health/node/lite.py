@@ -32,7 +32,7 @@ def lite_diag_level(cfg: Config) -> int:
     """The DCGM diagnostic level of the [qualify] lite tier: the highest `-r N` among its tests
     with the dcgm_diag plug-in. 0: none."""
     tests = cfg.get("qualify.tests") or {}
-    level = 0
+    deepest = 0
     for name in cfg.get("qualify.lite") or []:
         spec = tests.get(name) if isinstance(tests, dict) else None
         if not isinstance(spec, dict) or spec.get("plugin") != "dcgm_diag":
@@ -40,8 +40,8 @@ def lite_diag_level(cfg: Config) -> int:
         argv = [str(a) for a in spec.get("command") or []]
         for flag, value in zip(argv, argv[1:]):
             if flag in ("-r", "--run") and value.isdigit():
-                level = max(level, min(int(value), 4))
-    return level
+                deepest = max(deepest, min(int(value), 4))
+    return deepest
 
 
 def prolog_lite(cfg: Config, families, env):
@@ -49,12 +49,12 @@ def prolog_lite(cfg: Config, families, env):
     tier's level for a big job, else as they were. A DCGM Fail drains the node (the job starts
     elsewhere); a diagnostic that could not run is a checker error, never a drain."""
     least = int(cfg.get("qualify.prolog_lite_min_nodes"))
-    level = lite_diag_level(cfg) if least > 0 and job_nodes(env) >= least else 0
-    if level <= 0:
+    run_r = lite_diag_level(cfg) if least > 0 and job_nodes(env) >= least else 0
+    if run_r <= 0:
         return families, cfg
     data = copy.deepcopy(cfg.data)
     dcgm = data.setdefault("dcgm", {})
-    dcgm.update(enabled=True, diag_level=max(level, int(cfg.get("dcgm.diag_level"))))
+    dcgm.update(enabled=True, diag_level=max(run_r, int(cfg.get("dcgm.diag_level"))))
     dcgm.update(timeout_s=min(float(cfg.get("dcgm.timeout_s")),
                               float(cfg.get("qualify.prolog_lite_timeout_s"))))
     only = list(families) if families else None
