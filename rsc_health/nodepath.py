@@ -133,6 +133,10 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
 
     stage, cfg = ctx.stage, ctx.cfg
     families = cfg.get(stage.families_key) if stage.families_key else None
+    if stage.name == "prolog" and cfg.get("qualify.prolog_lite_min_nodes"):
+        from rsc_health.node.lite import prolog_lite
+
+        families, cfg = prolog_lite(cfg, families, os.environ)
     remaining = ctx.deadline - time.monotonic()
     run.step = "checks"
     # Checks get at most half of what is left; Slurm calls get the rest.

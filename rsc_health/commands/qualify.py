@@ -186,7 +186,18 @@ def _flow_parts(ctx):
     from rsc_health.slurm import from_config
 
     injected = getattr(ctx.obj, "slurm", None)
-    return (injected or from_config(ctx.obj.config)), HistorianSide(_engine(ctx))
+    window = float(ctx.obj.config.get("qualify.strikes_window_days"))
+    return (injected or from_config(ctx.obj.config)), HistorianSide(_engine(ctx), window)
+
+
+def _flow(cfg, slurm, history, tier: str, timeout_s: float | None = None):
+    """A Flow with the site's strikes and the mass-drain guard over its fail drains."""
+    from rsc_health.qualify.flow import Flow, mass_drain_guard
+
+    return Flow(slurm, history, command=list(cfg.get("qualify.node_command")), tier=tier,
+                timeout_s=timeout_s or float(cfg.get("qualify.flow_timeout_s")),
+                enabled=bool(cfg.get("actions.enabled")), strikes=int(cfg.get("qualify.strikes")),
+                guard=mass_drain_guard(slurm, cfg))
 
 
 @qualify.command("start")
@@ -200,7 +211,6 @@ def _flow_parts(ctx):
 def start(ctx, nodes, tier, timeout_s, as_json) -> None:
     """Qualify NODES (a hostlist of nodes rsc-health drained) in Slurm, one after another."""
     from rsc_health.hostlist import HostlistError, expand
-    from rsc_health.qualify.flow import Flow
 
     cfg = ctx.obj.config
     try:
@@ -208,9 +218,7 @@ def start(ctx, nodes, tier, timeout_s, as_json) -> None:
     except HostlistError as exc:
         raise click.ClickException(f"NODES: {exc}") from exc
     slurm, history = _flow_parts(ctx)
-    flow = Flow(slurm, history, command=list(cfg.get("qualify.node_command")), tier=tier,
-                timeout_s=timeout_s or float(cfg.get("qualify.flow_timeout_s")),
-                enabled=bool(cfg.get("actions.enabled")))
+    flow = _flow(cfg, slurm, history, tier, timeout_s)
     results = []
     for name in names:
         r = flow.run(name)
@@ -230,15 +238,25 @@ def start(ctx, nodes, tier, timeout_s, as_json) -> None:
 def auto(ctx, as_json, dry_run) -> None:
     """Qualify the nodes that are due: repair ticket closed after our drain, a retry of a
     run that proved nothing (back-off from [qualify] retry_min), or an idle suspect node
-    ([suspects] qualify_tier; a pass clears it, a fail drains it)."""
+    ([suspects] qualify_tier; a pass clears it, a fail drains it). First, a node drained
+    [qualify] strikes times in production since its last pass goes to repair instead."""
     from rsc_health.historian import suspects as hs
-    from rsc_health.qualify.flow import Flow, auto_candidates, suspect_candidates
+    from rsc_health.qualify.flow import auto_candidates, strike_candidates, suspect_candidates
 
     cfg = ctx.obj.config
     slurm, history = _flow_parts(ctx)
     now = datetime.now(UTC).replace(tzinfo=None)
     nodes = slurm.nodes()
     limit = int(cfg.get("qualify.auto_max_nodes"))
+    struck = strike_candidates(nodes, history, strikes=int(cfg.get("qualify.strikes")),
+                               limit=limit)
+    repairs = []
+    if not dry_run:
+        info = {n.name: n for n in nodes}
+        repairs = [_flow(cfg, slurm, history, "full").repair(node, info[node], n)
+                   for node, n in struck]
+        if struck:
+            nodes = slurm.nodes()
     due = auto_candidates(nodes, history, now,
                           retry_min=float(cfg.get("qualify.retry_min")),
                           retry_max_min=float(cfg.get("qualify.retry_max_min")),
@@ -252,17 +270,20 @@ def auto(ctx, as_json, dry_run) -> None:
     results = []
     if not dry_run:
         def flow(tier):
-            return Flow(slurm, history, command=list(cfg.get("qualify.node_command")),
-                        tier=tier, timeout_s=float(cfg.get("qualify.flow_timeout_s")),
-                        enabled=bool(cfg.get("actions.enabled")))
+            return _flow(cfg, slurm, history, tier)
 
         results = [flow(str(cfg.get("suspects.qualify_tier"))).run(node, suspect=True)
                    if node in suspect_nodes else flow("full").run(node) for node, _why in due]
     if as_json:
         click.echo(json.dumps({"due": [{"node": n, "why": w} for n, w in due],
-                               "results": [r.__dict__ for r in results]}, indent=1,
+                               "results": [r.__dict__ for r in results],
+                               "repair": [{"node": n, "strikes": k} for n, k in struck],
+                               "repair_results": [r.__dict__ for r in repairs]}, indent=1,
                               default=list))
         return
+    for (node, k), r in zip(struck, repairs or [None] * len(struck), strict=True):
+        echo(f"{node}: {k} production failures since its last pass -> "
+             + (f"repair ({r.detail[:200]})" if r else "repair (dry run)"))
     if not due:
         echo("no node is due for qualification")
     for (node, why), r in zip(due, results or [None] * len(due), strict=True):

@@ -107,6 +107,41 @@ def _open_tickets(ctx: click.Context, node: str) -> list[str] | None:
         return None
 
 
+def repair_drain(reason: str | None, never_resume) -> bool:
+    """A drain of ours that needs hands-on repair: a lemon, a failed qualification (or one
+    that proved nothing), or a node-path drain for a never-resume code. A person's
+    `healthctl drain` is theirs to lift; a transient code resumes by itself."""
+    from rsc_health.policy import LEMON_MODE, MANUAL_MODE, QUALIFY_MODE, parse_reason
+
+    parsed = parse_reason(reason)
+    if parsed is None or parsed["mode"] == MANUAL_MODE:
+        return False
+    return parsed["mode"] in (LEMON_MODE, QUALIFY_MODE) or parsed["code"] in set(never_resume)
+
+
+def _needs_qualification(ctx: click.Context, info) -> str | None:
+    """Why this node must be qualified rather than resumed, or None."""
+    if not repair_drain(info.reason, ctx.obj.config.get("actions.never_resume_codes")):
+        return None
+    ask = f"qualify it: `healthctl qualify start {info.name}` (or --force)"
+    if not ctx.obj.historian_configured:
+        return f"repair drain ({info.reason[:60]!r}) and no historian to find a pass in; {ask}"
+    try:
+        from rsc_health.historian.db import connect
+        from rsc_health.qualify.flow import HistorianSide
+
+        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        try:
+            passed = HistorianSide(engine).passed_since(info.name, info.reason_time)
+        finally:
+            engine.dispose()
+    except Exception as exc:  # noqa: BLE001 - cannot tell: never back without a pass
+        return f"repair drain and the historian could not say whether it passed ({exc}); {ask}"
+    if passed:
+        return None
+    return f"repair drain ({info.reason[:60]!r}) with no qualification pass since; {ask}"
+
+
 def _report(results: list[dict], as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(results, indent=2))
@@ -195,7 +230,8 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
 @click.command()
 @click.argument("nodes")
 @click.option("--force", is_flag=True,
-              help="Also resume a drain rsc-health did not set, or one with an open ticket.")
+              help="Also resume a drain rsc-health did not set, one with an open ticket, or a "
+                   "repair drain with no qualification pass since.")
 @click.option("--reason", default="", help="Why (recorded with who resumed it).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per node.")
 @click.pass_context
@@ -203,7 +239,10 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
     """Resume NODES after repair; one line per node, going on past a node it cannot change.
 
     A person's or Slurm's drain needs --force; so does a node with an open repair ticket in
-    the historian (close the ticket: `healthctl ticket close ID`)."""
+    the historian (close the ticket: `healthctl ticket close ID`), and a node rsc-health
+    drained for a repair (a never-resume code, a lemon, a failed qualification) with no
+    stored qualification pass since the drain: `healthctl qualify start NODE` proves it and
+    resumes it on a pass (issue 24: no node back in service without one)."""
     from rsc_health.model import ActionKind
     from rsc_health.policy import is_ours
     from rsc_health.slurm import SlurmUnavailable
@@ -223,6 +262,10 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
         if open_tickets and not force:
             res.update(result="refused",
                        detail=f"open repair ticket {', '.join(open_tickets)}; --force")
+            return None
+        unproved = None if force else _needs_qualification(ctx, info)
+        if unproved:
+            res.update(result="refused", detail=unproved)
             return None
         note = f"by {who}" + (f": {reason}" if reason else "")
         try:

@@ -32,8 +32,13 @@ from rsc_health.qualify.judge import FAIL, INCONCLUSIVE, PASS
 from rsc_health.slurm.api import SlurmError
 
 RESERVATION_PREFIX = "rsc_health_qualify_"
-STRIKES = 3
-RETRY_CODES = ("inconclusive", "interrupted")  # proved nothing: qualify again after a back-off
+STRIKES = 3  # [qualify] strikes: the default of Flow's `strikes` when no config is at hand
+# Proved nothing (or a fail the mass-drain guard held back): qualify again after a back-off.
+RETRY_CODES = ("inconclusive", "interrupted", "guard_held")
+# A node that passed and then failed in production `strikes` times: repair, not qualification
+# (Aegis's three strikes). Its drain carries this code and a ticket; the ticket's closing is
+# what makes it a candidate again (auto_candidates), its strikes counted from then on.
+STRIKES_CODE = "three_strikes"
 
 
 @dataclass
@@ -56,7 +61,7 @@ def qualify_reason(code: str, text: str) -> str:
     return reason[:MAX_REASON_LEN]
 
 
-def refusal(info, strikes: int, suspect: bool = False) -> str | None:
+def refusal(info, strikes: int, suspect: bool = False, limit: int = STRIKES) -> str | None:
     """Why this node must not be qualified now, or None. A suspect (rsc_health/suspects.py)
     is qualified undrained: the reservation keeps ordinary jobs off it meanwhile."""
     if info.down:
@@ -69,7 +74,7 @@ def refusal(info, strikes: int, suspect: bool = False) -> str | None:
         return None
     if not info.reason.startswith(REASON_PREFIX):
         return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
-    if strikes >= STRIKES:
+    if strikes >= limit:
         return (f"{strikes} production failures since its last qualification pass: repair, "
                 "not qualification")
     return None
@@ -81,10 +86,31 @@ class Flow:
 
     def __init__(self, slurm, history, *, command: list[str], tier: str, timeout_s: float,
                  enabled: bool = True, poll_s: float = 2.0,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic,
+                 strikes: int = STRIKES, guard: Callable[[str], str | None] | None = None):
+        """`strikes`: production drains since the last pass (within the historian's window)
+        that send a node to repair instead; `guard(node)`: why the mass-drain guard holds a
+        qualification fail's drain back now (a broken tool or a bad baseline failing the
+        fleet), or None to let it go (rsc_health.actions.guard_states: the drains' own)."""
         self.slurm, self.history = slurm, history
         self.command, self.tier, self.timeout_s = command, tier, timeout_s
         self.enabled, self.poll_s, self.clock = enabled, poll_s, clock
+        self.strikes, self.guard = strikes, guard
+
+    def repair(self, node: str, info, strikes: int) -> FlowResult:
+        """Three strikes: drain with a repair reason (ours already, so no capacity is lost
+        and no guard applies) and open a ticket; never qualification."""
+        why = (f"{strikes} production failures since its last qualification pass: repair, "
+               "not qualification")
+        if not self.enabled:
+            return FlowResult(node, "refused", f"shadow mode: would send to repair ({why})")
+        parsed = _parsed(info.reason)
+        if parsed is None or parsed["code"] != STRIKES_CODE:
+            reason = qualify_reason(STRIKES_CODE, f"{strikes} failures after a pass: repair")
+            self.slurm.drain(node, reason)
+            self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
+        self.history.repair_ticket(node, why)
+        return FlowResult(node, "refused", why, actions=("drained for repair", "ticket"))
 
     def run(self, node: str, *, suspect: bool = False) -> FlowResult:
         """`suspect`: the node is an open suspect episode, qualified as it is (undrained); a
@@ -92,10 +118,12 @@ class Flow:
         themselves: only a failed run does)."""
         info = self.slurm.node(node)
         strikes = self.history.strikes(node)
-        why = refusal(info, strikes, suspect)
+        why = refusal(info, strikes, suspect, self.strikes)
         if why:
-            if strikes >= STRIKES and info.reason.startswith(REASON_PREFIX):
-                self.history.repair_ticket(node, why)
+            if strikes >= self.strikes and info.drain_set \
+                    and info.reason.startswith(REASON_PREFIX) and not info.down \
+                    and not info.in_hand:
+                return self.repair(node, info, strikes)
             return FlowResult(node, "refused", why)
         if not self.enabled:
             return FlowResult(node, "would_qualify",
@@ -122,7 +150,9 @@ class Flow:
         except SlurmError as exc:
             detail = f"Slurm: {str(exc)[:200]}"
         finally:
-            done += self._finish(node, res, verdict, detail, job_id, keep=undrained)
+            more, verdict, detail = self._finish(node, res, verdict, detail, job_id,
+                                                 keep=undrained)
+            done += more
         return FlowResult(node, verdict, detail, job_id, tuple(done))
 
     def _wait(self, node: str, job_id: str) -> tuple[str, str]:
@@ -174,15 +204,24 @@ class Flow:
             time.sleep(min(self.poll_s, 1.0))
 
     def _finish(self, node: str, res: str, verdict: str, detail: str,
-                job_id: str | None, keep: bool = False) -> list[str]:
+                job_id: str | None, keep: bool = False) -> tuple[list[str], str, str]:
         """Drain before the reservation goes, unless a pass is stored: the node is never out
         of the reservation and undrained without one. `keep`: an undrained suspect whose run
-        proved nothing goes back as it came (still a suspect, kept from big jobs)."""
+        proved nothing goes back as it came (still a suspect, kept from big jobs). Returns
+        what was done and the verdict as it stands (a fail the guard held is inconclusive)."""
         done = []
+        held = self.guard(node) if verdict == FAIL and self.guard is not None else None
+        if held:
+            # A fleet failing at once is the tool's or the baseline's fault more often than
+            # the nodes': no fail drain, no ticket; proved nothing, retried after a back-off.
+            self.history.action(node, ActionKind.GUARD_TRIPPED, f"qualify fail held: {held}")
+            done.append(f"fail held back ({held})")
+            verdict, detail = INCONCLUSIVE, f"held by the {held}: {detail}"
         if keep and verdict == INCONCLUSIVE:
             done.append("still a suspect (inconclusive: not drained)")
         elif verdict != PASS:
-            code = "inconclusive" if verdict == INCONCLUSIVE else _first_test(detail)
+            code = ("guard_held" if held else "inconclusive") if verdict == INCONCLUSIVE \
+                else _first_test(detail)
             reason = qualify_reason(code, detail)
             self.slurm.drain(node, reason)  # raises: the reservation stays and holds the node
             done.append(f"drained ({reason[:60]})")
@@ -194,7 +233,7 @@ class Flow:
         if verdict == PASS:
             self.history.action(node, ActionKind.QUALIFY_RELEASE,
                                 f"{self.tier} pass, job {job_id}")
-        return done
+        return done, verdict, detail
 
 
 def _in_use(exc: SlurmError) -> bool:
@@ -282,6 +321,60 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
     return out
 
 
+def strike_candidates(nodes, history, *, strikes: int, limit: int) -> list[tuple[str, int]]:
+    """Nodes rsc-health drained (not a person's, not DOWN or held for a reboot, not already a
+    three-strikes repair drain) that failed in production `strikes` times since their last
+    pass: they go to repair (Flow.repair), at most `limit`."""
+    from rsc_health.policy import MANUAL_MODE
+
+    out: list[tuple[str, int]] = []
+    for info in nodes:
+        if len(out) >= limit:
+            break
+        parsed = _parsed(info.reason) if info.drain_set else None
+        if parsed is None or info.down or info.in_hand or parsed["mode"] == MANUAL_MODE \
+                or parsed["code"] == STRIKES_CODE:
+            continue
+        n = history.strikes(info.name)
+        if n >= strikes:
+            out.append((info.name, n))
+    return out
+
+
+def mass_drain_guard(slurm, cfg, now: datetime | None = None) -> Callable[[str], str | None]:
+    """The action layer's mass-drain guard (rsc_health.actions.guard_states, [actions]
+    guard_max_share within guard_window_min, read from Slurm's own view of our drains) for a
+    qualification fail's drain: why it is held now, or None. Asked when the fail is known, so
+    the fails of this very run (drained already) count against the next ones."""
+    from datetime import timedelta
+
+    from rsc_health.actions import guard_states
+
+    def held(node: str) -> str | None:
+        fleet = slurm.nodes()
+        me = next((n for n in fleet if n.name == node), None)
+        if me is None:
+            return None
+        states = guard_states(fleet, sorted(me.partitions),
+                              max_share=float(cfg.get("actions.guard_max_share")),
+                              window=timedelta(minutes=float(cfg.get("actions.guard_window_min"))),
+                              now=now or datetime.now(UTC), exclude=node)
+        full = [g for g in states if g.tripped]
+        if not full:
+            return None
+        g = full[0]
+        return (f"mass-drain guard: {len(g.recent_ours)}/{g.total} nodes of partition "
+                f"{g.partition} drained by rsc-health within the window")
+
+    return held
+
+
+def _parsed(reason: str | None) -> dict | None:
+    from rsc_health.policy import parse_reason
+
+    return parse_reason(reason)
+
+
 def _first_test(detail: str) -> str:
     return (detail.split(":", 1)[0] or "failed")[:24]
 
@@ -293,8 +386,11 @@ def _minutes(seconds: float) -> int:
 class HistorianSide:
     """The flow's questions to the historian and its records there."""
 
-    def __init__(self, engine):
+    def __init__(self, engine, strikes_window_days: float = 0.0):
+        """`strikes_window_days`: production drains older than this do not count as strikes
+        (0: every drain since the last pass)."""
         self.engine = engine
+        self.strikes_window_days = strikes_window_days
 
     def result(self, node: str, job_id: str) -> tuple[str, str] | None:
         from sqlalchemy import select
@@ -307,17 +403,30 @@ class HistorianSide:
         return (row.verdict, row.reason) if row else None
 
     def strikes(self, node: str) -> int:
-        """Drains of the node by rsc-health's own checks in production since its last pass."""
+        """Drains of the node by rsc-health's own checks in production since its last pass,
+        within the window, and since a repair ticket of the node last closed (a repair
+        starts the count again). A node that never passed has none."""
+        from datetime import timedelta
+
         from sqlalchemy import func, select
 
         from rsc_health.historian.schema import node_actions as a
         from rsc_health.historian.schema import qualify_runs as r
+        from rsc_health.historian.schema import tickets as t
 
         with self.engine.connect() as conn:
             last = conn.execute(select(func.max(r.c.ended)).where(
                 r.c.node == node, r.c.verdict == PASS)).scalar()
             if last is None:
                 return 0
+            repaired = conn.execute(select(func.max(t.c.closed)).where(
+                t.c.node == node)).scalar()
+            if repaired is not None and repaired > last:
+                last = repaired
+            if self.strikes_window_days > 0:
+                floor = datetime.now(UTC).replace(tzinfo=None) - timedelta(
+                    days=self.strikes_window_days)
+                last = max(last, floor)
             return conn.execute(select(func.count()).select_from(a).where(
                 a.c.node == node, a.c.time > last,
                 a.c.action.in_([ActionKind.DRAIN_NOW.value, ActionKind.DRAIN_AFTER_JOB.value])
@@ -350,6 +459,21 @@ class HistorianSide:
                 break
             streak += 1
         return streak, rows[0].ended if rows else None
+
+    def passed_since(self, node: str, since: datetime | None) -> bool:
+        """A stored qualification pass of the node that ended after `since` (naive UTC, or
+        aware: made naive UTC); any pass when `since` is None."""
+        from sqlalchemy import select
+
+        from rsc_health.historian.schema import qualify_runs as r
+
+        q = select(r.c.ended).where(r.c.node == node, r.c.verdict == PASS)
+        if since is not None:
+            if since.tzinfo is not None:
+                since = since.astimezone(UTC).replace(tzinfo=None)
+            q = q.where(r.c.ended > since)
+        with self.engine.connect() as conn:
+            return conn.execute(q.limit(1)).first() is not None
 
     def ticket_closed_after(self, node: str, since: datetime | None) -> datetime | None:
         from sqlalchemy import func, select

@@ -130,7 +130,12 @@ def test_lemon_is_drained_ticketed_and_never_auto_resumed(slurm_cluster, tmp_pat
             ).scalar_one()
         closed = healthctl(c, url, tmp_path, "ticket", "close", str(ticket_id))
         assert closed.returncode == 0, closed.stderr
-        resumed = healthctl(c, url, tmp_path, "resume", "node02")
+        # A lemon drain is a repair drain: a plain resume is refused until a stored
+        # qualification pass (issue 24); a person's --force is the one way around it.
+        refused = healthctl(c, url, tmp_path, "resume", "node02")
+        assert refused.returncode == 1 and "qualify start node02" in refused.stdout, \
+            refused.stdout + refused.stderr
+        resumed = healthctl(c, url, tmp_path, "resume", "node02", "--force")
         assert resumed.returncode == 0, resumed.stderr
         again = healthctl(c, url, tmp_path, "lemons", "--apply", "--json")
         assert again.returncode == 0, again.stderr

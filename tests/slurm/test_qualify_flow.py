@@ -119,6 +119,25 @@ def test_a_repaired_node_passes_and_returns_to_service_with_a_stored_pass(qual):
     assert acts == ["qualify_start", "qualify_release"]
 
 
+def test_a_persons_resume_of_a_repair_drain_is_refused_until_qualification_passes(qual):
+    """issue 24: `healthctl resume` of an rsc-health repair drain (xid79) with no stored pass
+    since the drain is refused and points at `qualify start`; after the pass the node is in
+    service (qualification resumed it), and a second drain is again refused until a pass."""
+    c, hc, sql, _ = qual
+    _ours(c, "node02")
+    out = hc("resume", "node02")
+    assert out.returncode == 1 and "qualify start node02" in out.stdout, out.stdout + out.stderr
+    assert "DRAIN" in c.node_state("node02")
+    out = hc("qualify", "start", "node02")
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "DRAIN" not in c.node_state("node02")
+    _ours(c, "node02")  # failed again in production: the old pass predates this drain
+    out = hc("resume", "node02")
+    assert out.returncode == 1 and "no qualification pass since" in out.stdout, out.stdout
+    assert hc("resume", "node02", "--force").returncode == 0
+    assert "DRAIN" not in c.node_state("node02")
+
+
 def test_a_slow_node_fails_and_is_drained_with_a_ticket_before_the_reservation_goes(qual):
     c, hc, sql, tmp = qual
     _ours(c, "node03")
