@@ -22,6 +22,10 @@ warm-up hour that opens the all-clear intervals:
 - flush memory: a separate `healthctl spool flush` of one big spool (--big-spool-lines),
   peak RSS of that process.
 
+--telemetry adds each sweep's `telemetry` record (issue 25, docs/telemetry.md): one
+telemetry_samples row per node and sweep. Its storage is the samples' standing size
+(benchmarks/bench_telemetry_storage.py), not this benchmark's growth figure.
+
 Figures for a whole day are extrapolated linearly from the measured hours (the load is the
 same every five minutes); the BENCH lines say which figures are measured and which projected.
 Targets: storage <= 50 MB/day and delivery CPU <= 5% of a core at 16,000 nodes (the database
@@ -73,6 +77,16 @@ def bench(name: str, metric: str, value: float, unit: str) -> None:
     print(f"BENCH\t{name}\t{metric}\t{value:.6g}\t{unit}", flush=True)
 
 
+TELEMETRY = False  # --telemetry: each sweep also spools its telemetry record
+TELEMETRY_METRICS = {
+    "sm_clock_ratio": (0.7, 1.0, "gpu3"), "throttle_hw_frac": (0.0, 0.0, "gpu0"),
+    "throttle_power_frac": (0.0, 0.4, "gpu5"), "gpu_temp_c": (40, 78, "gpu6"),
+    "power_ratio": (0.1, 1.05, "gpu2"), "pcie_link_ratio": (1.0, 1.0, "gpu0"),
+    "pcie_replay_rate": (0.0, 0.0, "gpu0"), "nvlink_error_rate": (0.0, 0.0, "gpu0"),
+    "ib_xmit_wait_rate": (0.0, 5e6, "mlx5_3/1"), "ib_link_ratio": (1.0, 1.0, "mlx5_0/1"),
+}
+
+
 def sweep_lines(node: str, when: datetime, failing: str | None) -> list[str]:
     """One sweep's spool lines, as json.dumps writes them on the node."""
     out = []
@@ -88,6 +102,14 @@ def sweep_lines(node: str, when: datetime, failing: str | None) -> list[str]:
                    "source": "sweep", "job_id": None, "check": fam, "component": "*",
                    "status": "ok", "severity": "none", "code": "", "reason": "all clear"}
         out.append(json.dumps(rec, separators=(",", ":"), sort_keys=True))
+    if TELEMETRY:
+        # The sweep's telemetry sample (checks/telemetry.py), every metric of the vocabulary.
+        metrics = {name: {"value": round(random.uniform(lo, hi), 6), "component": comp}
+                   for name, (lo, hi, comp) in TELEMETRY_METRICS.items()}
+        out.append(json.dumps({"kind": "telemetry", "id": uuid.uuid4().hex, "time": t,
+                               "node": node, "source": "sweep", "job_id": None,
+                               "interval_s": 300.0, "metrics": metrics},
+                              separators=(",", ":"), sort_keys=True))
     out.append(json.dumps({"kind": "heartbeat", "id": uuid.uuid4().hex, "time": t, "node": node,
                            "source": "sweep", "level": "drain_now" if failing else "ok",
                            "checker_errors": 0, "duration_s": 0.4, "families": {},
@@ -262,7 +284,11 @@ def main() -> None:
                     help="how each node's flush reaches PostgreSQL: through a local PgBouncer "
                     "in transaction mode (docs/deployment.md), a new backend per flush, or "
                     "one pooled connection for every flush (no connection cost at all)")
+    ap.add_argument("--telemetry", action="store_true",
+                    help="each sweep also spools its telemetry record (issue 25)")
     args = ap.parse_args()
+    global TELEMETRY
+    TELEMETRY = args.telemetry
     if args.backend == "sqlite":
         args.connections = "pooled"
     flush_every = max(1, args.flush_min // 5)

@@ -152,7 +152,7 @@ class Actor:
             if not verdict.drains:
                 return []
             shadow = [Action(ActionKind.WOULD_DRAIN, self.node, verdict.reason,
-                             detail=verdict.level.name.lower())]
+                             detail=verdict.level.label)]
             self._spool(shadow)
             return shadow
         listing = None

@@ -29,16 +29,13 @@ from typing import Any
 
 from rsc_health import lazyre
 from rsc_health.compat import packaged_bytes, packaged_toml, tomllib
+from rsc_health.config_schema import ConfigError
 from rsc_health.record import dataclass, field
 
 DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
 PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")
 OVERRIDE_TABLES = ("nodes", "partitions")
 _UNSET: Any = object()
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the file and what is wrong."""
 
 
 @dataclass

@@ -16,9 +16,14 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rsc_health.config import ConfigError
-from rsc_health.model import Severity
+from rsc_health.model import FINDING_SEVERITIES, LOWER_IS_WORSE, Level, Metric
 from rsc_health.record import dataclass, field
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message names the file and what is wrong.
+    Defined here, below rsc_health.config (which reads it from here), so the schema does not
+    import the module that imports it (tests/unit/test_import_graph.py)."""
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (
@@ -45,6 +50,10 @@ EXPLICIT: dict[str, Spec] = {
     "mounts.expected": Spec("list", Spec("table", fields={
         "path": STR, "fstype": STR, "rw": Spec("bool")}, required=("path",))),
     "report.skip": Spec("list", STR),
+    "telemetry.warn_above": Spec("map", Spec("float"), keys=tuple(
+        m.value for m in Metric if m not in LOWER_IS_WORSE)),
+    "telemetry.warn_below": Spec("map", Spec("float"), keys=tuple(
+        m.value for m in LOWER_IS_WORSE)),
     "leftover.ignore_commands": Spec("list", STR),
     "node.spool_max_mb": Spec("number"),
     "qualify.tests": Spec("map", Spec("table", fields={
@@ -83,6 +92,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "site.max_output_bytes": (1024, 16 * 1024 * 1024),
     "site.max_lines": (1, 10_000),
     "qualify.k": (0.5, 20),
+    "telemetry.busy_util_pct": (0, 100),
+    "telemetry.hw_throttle_warn_frac": (0, 1),
+    "telemetry.pcie_link_warn_ratio": (0, 1),
+    "telemetry.max_interval_s": (1, 86_400 * 7),
     "qualify.min_margin": (0, 1),
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),
@@ -108,9 +121,9 @@ RANGES: dict[str, tuple[float, float]] = {
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
-    "site.nhc_severity": tuple(s.label for s in Severity if s is not Severity.NONE),
-    "leftover.action": tuple(s.label for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB,
-                                               Severity.WARN)),
+    "site.nhc_severity": tuple(s.severity_word for s in FINDING_SEVERITIES if s is not Level.NONE),
+    "leftover.action": tuple(s.severity_word for s in (Level.DRAIN_NOW, Level.DRAIN_AFTER_JOB,
+                                                       Level.WARN)),
     "fabric.nvswitch": ("auto", "yes", "no"),
     "failslow.metrics.*.direction": ("low", "high"),
     "suspects.qualify_tier": ("lite", "full", "deep"),

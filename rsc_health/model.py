@@ -15,7 +15,8 @@ from rsc_health.record import asdict, dataclass, field
 
 
 class Status(StrEnum):
-    """What a single check saw. ERROR means the checker itself could not look."""
+    """The word a check's result is stored under (spool records, check_results.status): what
+    it saw. Derived from the finding's Level (Level.status); ERROR means it could not look."""
 
     OK = "ok"
     WARN = "warn"
@@ -23,37 +24,71 @@ class Status(StrEnum):
     ERROR = "error"
 
 
-class Severity(enum.IntEnum):
-    """What a finding asks Slurm to do, in one total order: the worst finding wins."""
-
-    NONE = 0
-    WARN = 1
-    DRAIN_AFTER_JOB = 2
-    DRAIN_NOW = 3
-
-    @property
-    def label(self) -> str:
-        return self.name.lower()
-
-    @classmethod
-    def parse(cls, text: str) -> Severity:
-        return cls[text.strip().upper().replace("-", "_")]
-
-
 class Level(enum.IntEnum):
-    """The node's verdict. The value is the exit code of `healthctl check`, the prolog's
-    decision input and the sweep's action input (documented in README.md, "Exit codes")."""
+    """The one severity scale, in one total order of rank (the worst wins): what a finding
+    asks of Slurm, and the node's verdict. "Could not look" (CHECKER_ERROR, also named
+    UNKNOWN) ranks above a warning and below any drain: a checker that could not look is
+    loud, never fatal (policy.decide).
+
+    The rank is not an exit code: `exit_code` is what `healthctl check` exits with and the
+    textfile's rsc_health_verdict_level says (README "Exit codes": 0 ok, 1 warn, 2 drain after
+    job, 3 drain now, 4 checker error), `status` the word a finding is stored under, `label`
+    the verdict's word (heartbeats, the historian) and `severity_word` a finding's."""
 
     OK = 0
     WARN = 1
-    DRAIN_AFTER_JOB = 2
-    DRAIN_NOW = 3
-    CHECKER_ERROR = 4
+    CHECKER_ERROR = 2
+    DRAIN_AFTER_JOB = 3
+    DRAIN_NOW = 4
+    # The same members under the names they also go by.
+    NONE = 0  # a finding that asks nothing
+    UNKNOWN = 2  # could not look
 
     @property
     def label(self) -> str:
-        """The word spool heartbeats and the historian store ("checker_error")."""
+        """The verdict's word, as spool heartbeats and the historian store it."""
         return self.name.lower()
+
+    @property
+    def severity_word(self) -> str:
+        """A finding's severity word (spool records, check_results.severity)."""
+        return "none" if self in (Level.OK, Level.CHECKER_ERROR) else self.name.lower()
+
+    @property
+    def exit_code(self) -> int:
+        return _EXIT_CODES[self]
+
+    @classmethod
+    def from_exit_code(cls, code: int) -> Level:
+        for level, value in _EXIT_CODES.items():
+            if value == code:
+                return level
+        raise ValueError(f"{code!r} is not a verdict exit code")
+
+    @property
+    def status(self) -> Status:
+        """The word a finding of this level is stored under."""
+        return _STATUS[self]
+
+    @classmethod
+    def parse(cls, text: str) -> Level:
+        """A finding's severity from its word ("none", "warn", "drain_after_job",
+        "drain_now"); KeyError for anything else."""
+        word = text.strip().lower().replace("-", "_")
+        for level in FINDING_SEVERITIES:
+            if level.severity_word == word:
+                return level
+        raise KeyError(text)
+
+
+# One type: a finding's severity is a Level (the name kept where findings are made).
+Severity = Level
+# The levels a finding may ask for (a checker error is said by its status, ERROR).
+FINDING_SEVERITIES = (Level.NONE, Level.WARN, Level.DRAIN_AFTER_JOB, Level.DRAIN_NOW)
+_EXIT_CODES = {Level.OK: 0, Level.WARN: 1, Level.DRAIN_AFTER_JOB: 2, Level.DRAIN_NOW: 3,
+               Level.CHECKER_ERROR: 4}
+_STATUS = {Level.OK: Status.OK, Level.WARN: Status.WARN, Level.CHECKER_ERROR: Status.ERROR,
+           Level.DRAIN_AFTER_JOB: Status.FAIL, Level.DRAIN_NOW: Status.FAIL}
 
 
 class ActionKind(StrEnum):
@@ -114,6 +149,31 @@ HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged"})
 REASON_PREFIX = "rsc_health:"
 
 
+class Metric(StrEnum):
+    """The node-level telemetry vocabulary (issue 25): one value per node per sweep, with the
+    worst component named alongside. The node's `telemetry` spool records, the historian's
+    telemetry_samples and rollups, and the fail-slow detector all speak it; a name is a
+    contract between them, never restated as a bare string."""
+
+    SM_CLOCK_RATIO = "sm_clock_ratio"  # min over busy GPUs of SM clock / max SM clock (0..1]
+    # max over GPUs of the fraction of the interval in HW slowdown, HW thermal, HW power
+    # brake or SW thermal slowdown (0..1)
+    THROTTLE_HW_FRAC = "throttle_hw_frac"
+    THROTTLE_POWER_FRAC = "throttle_power_frac"  # max over GPUs, fraction in SW power cap
+    GPU_TEMP_C = "gpu_temp_c"  # max GPU temperature
+    POWER_RATIO = "power_ratio"  # max over GPUs of power draw / enforced power limit
+    PCIE_LINK_RATIO = "pcie_link_ratio"  # min over GPUs of (gen*width)/(max gen*max width)
+    PCIE_REPLAY_RATE = "pcie_replay_rate"  # max over GPUs of PCIe replays per second
+    NVLINK_ERROR_RATE = "nvlink_error_rate"  # max over GPUs, CRC/replay/recovery errors per s
+    IB_XMIT_WAIT_RATE = "ib_xmit_wait_rate"  # max over HCA ports of port_xmit_wait ticks per s
+    IB_LINK_RATIO = "ib_link_ratio"  # min over HCA ports of active rate / expected rate
+
+
+# The metrics where less is worse (a rollup counts samples below their warn threshold); the
+# others count samples above it.
+LOWER_IS_WORSE = frozenset({Metric.SM_CLOCK_RATIO, Metric.PCIE_LINK_RATIO, Metric.IB_LINK_RATIO})
+
+
 @dataclass(frozen=True)
 class Finding:
     """One observation of one component.
@@ -134,10 +194,16 @@ class Finding:
     repair: bool = False
     data: dict = field(default_factory=dict)
 
+    @property
+    def level(self) -> Level:
+        """Its place on the one scale: what it asks, or CHECKER_ERROR when it could not look
+        (a checker error never asks for a drain, whatever its severity says)."""
+        return Level.CHECKER_ERROR if self.status is Status.ERROR else self.severity
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["status"] = self.status.value
-        d["severity"] = self.severity.label
+        d["severity"] = self.severity.severity_word
         return d
 
     @classmethod
@@ -168,7 +234,7 @@ class Verdict:
 
     @property
     def exit_code(self) -> int:
-        return int(self.level)
+        return self.level.exit_code
 
     @property
     def drains(self) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 
 from rsc_health import lazyre
-from rsc_health.model import REASON_PREFIX, Finding, Level, Severity, Status, Verdict
+from rsc_health.model import REASON_PREFIX, Finding, Level, Verdict
 
 MAX_REASON_LEN = 120
 
@@ -36,28 +36,19 @@ _UNSAFE = lazyre.compile(r"[^\w .,/=+%()\-:#@]")
 
 
 def decide(findings: list[Finding]) -> Verdict:
-    """The worst finding wins; a checker error only counts when nothing is worse than WARN."""
-    real = [f for f in findings if f.status is not Status.ERROR]
-    errors = [f for f in findings if f.status is Status.ERROR]
-    worst = max((f.severity for f in real), default=Severity.NONE)
-
-    if worst >= Severity.DRAIN_AFTER_JOB:
-        level = Level.DRAIN_NOW if worst is Severity.DRAIN_NOW else Level.DRAIN_AFTER_JOB
-        causes = tuple(f for f in real if f.severity is worst)
+    """The worst finding wins, on the one scale (model.Level): a drain over a checker that
+    could not look, that over a warning. A checker error never drains a node by itself: it is
+    loud, not fatal."""
+    worst = max((f.level for f in findings), default=Level.OK)
+    causes = tuple(f for f in findings if f.level is worst)
+    if worst in MODE_FOR_LEVEL:
         return Verdict(
-            level=level,
-            reason=format_reason(MODE_FOR_LEVEL[level], causes),
+            level=worst,
+            reason=format_reason(MODE_FOR_LEVEL[worst], causes),
             causes=causes,
             auto_resumable=not any(f.repair for f in causes),
         )
-    if errors:
-        # A checker that could not look never drains a node by itself: it is loud, not fatal.
-        return Verdict(level=Level.CHECKER_ERROR, reason="", causes=tuple(errors))
-    if worst is Severity.WARN:
-        return Verdict(
-            level=Level.WARN, reason="", causes=tuple(f for f in real if f.severity is worst)
-        )
-    return Verdict(level=Level.OK, reason="")
+    return Verdict(level=worst, reason="", causes=causes if worst is not Level.OK else ())
 
 
 def format_reason(mode: str, causes: tuple[Finding, ...] | list[Finding]) -> str:

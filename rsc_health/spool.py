@@ -15,6 +15,11 @@ Record kinds (every record has "kind", "id", "time" (ISO 8601, UTC) and "node"):
   heartbeat  source, level, checker_errors, duration_s, families ({family: status}), version,
              and hung ({probe: since}) while a probe hangs: one per prolog/epilog/sweep run,
              so the historian knows the node is still looking
+  telemetry  source, job_id, interval_s (seconds the rates cover; null on a first run, after
+             a reboot or a gap), metrics ({metric: {value, component}} in the vocabulary of
+             model.Metric, e.g. {"throttle_hw_frac": {"value": 0.4, "component": "gpu3"}}):
+             one per run of the telemetry family (every sweep), dropped first when the spool
+             is full (a sample is not news)
 
 Nothing standing at a spool name is trusted: a symlink there is never followed (a secret it
 points at would be delivered or quarantined) and a FIFO never opened blocking (a flush would
@@ -38,12 +43,13 @@ from datetime import datetime
 from pathlib import Path
 
 from rsc_health.durable import fsync_dir, make_dirs, open_regular
-from rsc_health.model import Finding, Status, new_record_id
+from rsc_health.model import Finding, Severity, Status, new_record_id
 
 PENDING = "pending.jsonl"
 # The spool's directory: records name jobs and their users, so not for everyone to read.
 SPOOL_DIR_MODE = 0o750
-KINDS = ("check", "job_start", "job_end", "action", "heartbeat")
+KINDS = ("check", "job_start", "job_end", "action", "heartbeat", "telemetry")
+TELEMETRY_FAMILY = "telemetry"  # the family whose OK finding carries the run's sample
 
 
 def record(kind: str, node: str, time: datetime, **fields) -> dict:
@@ -75,7 +81,7 @@ def check_records(
             check=f.family,
             component=f.component,
             status=f.status.value,
-            severity=f.severity.label,
+            severity=f.severity.severity_word,
             code=f.code,
             reason=f.reason,
         )
@@ -95,13 +101,33 @@ def check_records(
                 job_id=job_id,
                 check=family,
                 component="*",
-                status="ok",
-                severity="none",
+                status=Status.OK.value,
+                severity=Severity.NONE.severity_word,
                 code="",
                 reason="all clear",
             )
         )
     return out
+
+
+def telemetry_records(findings: Iterable[Finding], *, node: str, source: str, time: datetime,
+                      job_id: str | None) -> list[dict]:
+    """The run's `telemetry` record: the sample the telemetry family's OK finding carries
+    (checks/telemetry.py), none when that family did not run."""
+    data = telemetry_sample(findings)
+    if data is None:
+        return []
+    return [record("telemetry", node, time, source=source, job_id=job_id,
+                   interval_s=data.get("interval_s"), metrics=data["metrics"])]
+
+
+def telemetry_sample(findings: Iterable[Finding]) -> dict | None:
+    """{metrics, interval_s, ...}: the telemetry family's sample among `findings`, if any."""
+    for f in findings:
+        data = f.data if isinstance(f.data, dict) else {}
+        if f.family == TELEMETRY_FAMILY and f.status is Status.OK and "metrics" in data:
+            return data
+    return None
 
 
 def size_bytes(spool_dir: Path) -> int:
@@ -121,7 +147,7 @@ def carries_news(rec: dict) -> bool:
     """A record that must be kept however full the spool is: anything but an all-clear check
     row or a heartbeat (those say 'still fine', which the next delivered run says again)."""
     kind = rec.get("kind")
-    if kind == "heartbeat":
+    if kind in ("heartbeat", "telemetry"):
         return False
     return not (kind == "check" and rec.get("status") == Status.OK)
 

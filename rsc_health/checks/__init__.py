@@ -40,32 +40,11 @@ from rsc_health.checks import (
     remap,
     site,
     sxid,
+    telemetry,
     xid,
 )
+from rsc_health.checks.env import CollectEnv
 from rsc_health.record import dataclass, field
-
-
-@dataclass(frozen=True)
-class CollectEnv:
-    """What a collector may need beyond the root: the config; the time.monotonic() by which
-    it must have returned (None: no stage budget, e.g. `healthctl check`); and for the run's
-    own bookkeeping the state being filled (errors, probes asked and hung), the kernel-log
-    cursors by family (xid, sxid), the probes on record as hanging and the statvfs timeout."""
-
-    cfg: Any
-    deadline: float | None = None
-    state: Any = None
-    cursors: dict = field(default_factory=dict)
-    hangs_before: dict = field(default_factory=dict)
-    probe_timeout_s: float | None = None
-
-    def guard(self, family: str, source: str, fn: Callable[[], Any]) -> Any:
-        """fn(), or None with a checker finding naming `source` when it raises."""
-        try:
-            return fn()
-        except Exception as exc:  # noqa: BLE001 - a collector bug is a checker finding
-            self.state.errors.append((family, source, f"{type(exc).__name__}: {exc}"))
-            return None
 
 
 @dataclass(frozen=True)
@@ -120,6 +99,10 @@ REGISTRY: tuple[Family, ...] = (
            replays=True),
     # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
     Family("site", site.check, "site", collect=site.collect, capture=site.capture),
+    # NVML's telemetry answers (asked only when it runs) and the HCAs' traffic counters:
+    # one sample a run, warnings only.
+    Family("telemetry", telemetry.check, "telemetry", nvml=True, reads=telemetry.READS,
+           collect=telemetry.collect, counters=telemetry.counters, capture=telemetry.capture),
 )
 FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}

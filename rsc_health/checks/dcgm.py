@@ -70,9 +70,9 @@ def record(root: Path, cfg, deadline: float | None) -> dict:
         doc["health"] = _program.run(root, dcgmi, ["health", "-g", str(cfg.get("dcgm.group")),
                                                    "-c", "-j"],
                                      timeout_s=timeout, deadline=deadline, max_bytes=MAX_OUTPUT)
-    level = int(cfg.get("dcgm.diag_level"))
-    if level > 0:
-        doc["diag"] = _program.run(root, dcgmi, ["diag", "-r", str(level), "-j"],
+    diag_level = int(cfg.get("dcgm.diag_level"))
+    if diag_level > 0:
+        doc["diag"] = _program.run(root, dcgmi, ["diag", "-r", str(diag_level), "-j"],
                                    timeout_s=timeout, deadline=deadline, max_bytes=MAX_OUTPUT)
     return doc
 

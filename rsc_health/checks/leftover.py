@@ -44,7 +44,8 @@ _STEP_SOCKET = lazyre.compile(r"_(\d{1,12})\.(\d{1,12})(?:\.\d{1,6})?(?:\.ALT)?$
 MAX_PID = 2**22  # the kernel's pid_max ceiling
 MAX_SPOOL_ENTRIES = 100_000
 READ_LIMIT = 64 * 1024
-ACTIONS = {s.label: s for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB, Severity.WARN)}
+ACTIONS = {s.severity_word: s
+           for s in (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB, Severity.WARN)}
 
 
 def _pid(p) -> int | None:

@@ -38,7 +38,7 @@ from rsc_health.checks._finding import ok
 from rsc_health.model import Finding, Severity, Status
 
 if TYPE_CHECKING:
-    from rsc_health.checks import CollectEnv
+    from rsc_health.checks.env import CollectEnv
 
 FAMILY = "site"
 NHC = "[nhc]"  # the built-in NHC adapter's name among the checks (no file can be called that)
@@ -93,7 +93,7 @@ def capture(cfg, root: Path) -> dict:
     """What a snapshot carries for the family: the programs' outcomes, run once now (their
     output decoded as in collect), so a replay judges what they printed without running
     anything on the machine replaying it."""
-    from rsc_health.checks import CollectEnv
+    from rsc_health.checks.env import CollectEnv
 
     return {"site_checks": collect(root, CollectEnv(cfg))}
 
@@ -371,15 +371,15 @@ def parse_line(name: str, line: str) -> Finding | None:
     status, sev_text, component, code = (p for p in parts[:4])
     reason = (parts[4] if len(parts) > 4 else code)[:REASON_MAX]
     try:
+        st = Status(status.lower())
         severity = Severity.parse(sev_text)
-    except KeyError:
+    except (KeyError, ValueError):
         return None
-    if status.lower() not in ALLOWED or severity not in ALLOWED[status.lower()]:
+    if severity not in ALLOWED[st]:
         return None
     if not 0 < len(code) <= 64 or not _CODE_CHARS.issuperset(code) or len(component) > 128:
         return None
     data = {"check": name}
-    st = Status(status.lower())
     if st is Status.ERROR:
         return Finding("checker", component, st, Severity.NONE, f"{name}: {reason}", code,
                        False, data)

@@ -58,7 +58,8 @@ def collect_all(
     families = [f for f in REGISTRY if not only or f.name in only]
     state = NodeState(boot_id=kmsg.boot_id(root))
     if any(f.nvml for f in families):
-        read_nvml(cfg, root, state, hangs_before)
+        read_nvml(cfg, root, state, hangs_before,
+                  telemetry=any(f.name == "telemetry" for f in families))
     cursors = cursors or {}
     env = CollectEnv(cfg, deadline, state, cursors, hangs_before, probe_timeout_s)
     for fam in families:

@@ -107,6 +107,25 @@ def _short(value: Any) -> str:
 
 NVLINK_COUNTERS = ("replay", "recovery", "crc_flit", "crc_data")  # NVML_NVLINK_ERROR_DL_* 0..3
 
+# Telemetry (the `telemetry` family; read only when it runs, so a prolog asks NVML nothing
+# more). nvmlDeviceGetViolationStatus's perf policies (nvml.h nvmlPerfPolicyType_t): each
+# answers a cumulative violationTime in ns, the time clocks were held below the requested
+# ones for that reason.
+VIOLATION_POLICIES = (("power", 0), ("thermal", 1), ("sync_boost", 2), ("board_limit", 3),
+                      ("reliability", 5))
+# Cumulative ns per clock-event reason (nvmlDeviceGetFieldValues, R535+): what the violation
+# policies lump together as "thermal" split into the hardware's own slowdowns. The pynvml
+# name, then the key the answers use. A pynvml without one asks for the others.
+EVENT_TIME_FIELDS = (
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP", "sw_power_cap"),
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_SLOWDOWN", "hw_slowdown"),
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_THERM_SLOWDOWN", "sw_thermal"),
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_THERM_SLOWDOWN", "hw_thermal"),
+    ("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN", "hw_power_brake"),
+)
+NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2  # nvmlClockType_t
+TELEMETRY_KEY = "telemetry"  # a device's telemetry answers
+
 
 def error_name(exc: BaseException) -> str:
     """The NVML name of a pynvml exception's return code (code_name: never raises)."""
@@ -116,8 +135,9 @@ def error_name(exc: BaseException) -> str:
 class NvmlBackend:
     """Live NVML through pynvml (imported here, not at module import: CPU nodes lack it)."""
 
-    def __init__(self, max_links: int = 18):
+    def __init__(self, max_links: int = 18, telemetry: bool = False):
         self.max_links = max_links
+        self.telemetry = telemetry
 
     def read(self, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Every answer. `progress(doc)`, when given, gets the answers so far after the count
@@ -207,14 +227,86 @@ class NvmlBackend:
             "replay": call(nv.nvmlDeviceGetPcieReplayCounter, handle),
         }
         d["temperature"] = call(nv.nvmlDeviceGetTemperature, handle, 0)
-        d["throttle_reasons"] = call(nv.nvmlDeviceGetCurrentClocksThrottleReasons, handle)
+        d["throttle_reasons"] = clock_event_reasons(nv, call, handle)
         d["fabric"] = _fabric(nv, call, handle)
         # A binding older than the call (or one that lacks it) is absent, as NVML would say.
         running = getattr(nv, "nvmlDeviceGetComputeRunningProcesses", None)
         procs = (call(running, handle) if running is not None
                  else {"error": "NVML_ERROR_FUNCTION_NOT_FOUND"})
         d["processes"] = procs if isinstance(procs, dict) else _processes(procs)
+        if self.telemetry:
+            d[TELEMETRY_KEY] = _telemetry(nv, call, handle)
         return d
+
+
+def clock_event_reasons(nv, call, handle) -> Any:
+    """nvmlDeviceGetCurrentClocksEventReasons (R535+), else the deprecated
+    ...ClocksThrottleReasons it replaces (removed in CUDA 14): the same bitmask, whichever
+    this pynvml and driver have. A pynvml without either answers FUNCTION_NOT_FOUND (absent)."""
+    missing = {"error": "NVML_ERROR_FUNCTION_NOT_FOUND"}
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                 "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        fn = getattr(nv, name, None)
+        if fn is None:
+            continue
+        answer = call(fn, handle)
+        if err(answer) != "NVML_ERROR_FUNCTION_NOT_FOUND":  # the driver has it: its answer
+            return answer
+    return missing
+
+
+def _telemetry(nv, call, handle) -> dict[str, Any]:
+    """One GPU's telemetry answers. Each field is its own call: one NOT_SUPPORTED or
+    NO_PERMISSION is that field absent, never the others."""
+    def struct(answer, *names):
+        if isinstance(answer, dict):
+            return answer
+        return {n: getattr(answer, n, None) for n in names}
+
+    t: dict[str, Any] = {
+        "clocks": {"sm": call(nv.nvmlDeviceGetClockInfo, handle, NVML_CLOCK_SM),
+                   "mem": call(nv.nvmlDeviceGetClockInfo, handle, NVML_CLOCK_MEM)},
+        "max_clocks": {"sm": call(nv.nvmlDeviceGetMaxClockInfo, handle, NVML_CLOCK_SM),
+                       "mem": call(nv.nvmlDeviceGetMaxClockInfo, handle, NVML_CLOCK_MEM)},
+        "power_mw": call(nv.nvmlDeviceGetPowerUsage, handle),
+        "enforced_power_limit_mw": call(nv.nvmlDeviceGetEnforcedPowerLimit, handle),
+        "utilization": struct(call(nv.nvmlDeviceGetUtilizationRates, handle), "gpu", "memory"),
+    }
+    violation = {}
+    for name, policy in VIOLATION_POLICIES:
+        answer = call(nv.nvmlDeviceGetViolationStatus, handle, policy)
+        violation[name] = answer if isinstance(answer, dict) else \
+            getattr(answer, "violationTime", None)
+    t["violation_ns"] = violation
+    t["event_time_ns"] = _event_times(nv, call, handle)
+    return t
+
+
+def _event_times(nv, call, handle) -> dict[str, Any]:
+    """The clock-event reasons' cumulative ns, one nvmlDeviceGetFieldValues call for all."""
+    wanted = [(key, getattr(nv, name)) for name, key in EVENT_TIME_FIELDS if hasattr(nv, name)]
+    if not wanted:
+        return {}
+    answer = call(nv.nvmlDeviceGetFieldValues, handle, [fid for _key, fid in wanted])
+    if isinstance(answer, dict):
+        return {key: answer for key, _fid in wanted}
+    out: dict[str, Any] = {}
+    for (key, _fid), value in zip(wanted, answer):
+        ret = getattr(value, "nvmlReturn", 0)
+        if ret:
+            out[key] = {"error": code_name(ret)}
+            continue
+        out[key] = _field_value(value)
+    return out
+
+
+def _field_value(value) -> Any:
+    """A c_nvmlFieldValue_t's value by its valueType (nvml.h nvmlValueType_t)."""
+    union = value.value
+    kind = getattr(value, "valueType", 3)
+    attr = {0: "dVal", 1: "uiVal", 2: "ulVal", 3: "ullVal", 4: "sllVal", 5: "siVal",
+            6: "usVal"}.get(kind, "ullVal")
+    return getattr(union, attr, None)
 
 
 # Compute processes kept per GPU (a GPU runs a handful; MPS clients can be dozens).
@@ -380,10 +472,14 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
         state.uuid = val(dev.get("uuid"))
         state.pci_bus_id = val(dev.get("pci_bus_id"))
         state.name = val(dev.get("name"))
-        state.field_errors = dict(_field_errors(dev))
+        errors = dict(_field_errors(dev))
+        # Telemetry fields NVML refuses (NO_PERMISSION, NOT_SUPPORTED, ...) are absent, not
+        # the checker's problem: the telemetry family leaves them out of its sample.
+        state.field_errors = {k: v for k, v in errors.items()
+                              if not k.startswith(TELEMETRY_KEY + ".")}
         # A GPU that falls off the bus (or needs a reset) mid-read answers so field by
         # field: that is the device's state, not one field's.
-        fault = next((f for f in DEVICE_FAULTS if f in state.field_errors.values()), None)
+        fault = next((f for f in DEVICE_FAULTS if f in errors.values()), None)
         if not state.error and fault:
             state.error, state.field_errors = fault, {}
         gpus.append(state)

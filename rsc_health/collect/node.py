@@ -4,23 +4,28 @@ abandonable child. (Each family collects the rest itself: rsc_health.checks.)"""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect import hangs
-from rsc_health.config import Config
+
+if TYPE_CHECKING:  # annotations only: config reads the family registry, which reads this
+    from rsc_health.config import Config
 
 
-def gpu_backend(cfg: Config, root: Path):
-    """`auto`: replay when reading a test/snapshot root that carries captured answers."""
+def gpu_backend(cfg: Config, root: Path, telemetry: bool = False):
+    """`auto`: replay when reading a test/snapshot root that carries captured answers.
+    telemetry: ask live NVML for the telemetry fields too (only when that family runs)."""
     gcfg = cfg.section("gpu")
     replay = root / str(gcfg.get("replay_file", "rsc_health/nvml.json")).lstrip("/")
     backend = gcfg.get("backend", "auto")
     if backend == "replay" or (backend == "auto" and str(root) != "/" and replay.exists()):
         return gpu_mod.ReplayBackend(replay)
-    return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)))
+    return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)), telemetry=telemetry)
 
 
-def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict]) -> None:
+def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
+              telemetry: bool = False) -> None:
     """NVML's answers into state.nvml_answers and state.gpu. Live NVML is asked from an
     abandonable child (a wedged driver blocks its calls in the kernel); a probe abandoned
     before whose child is still waiting is not asked again. A failure is a checker error
@@ -33,7 +38,7 @@ def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict]) -> 
             state.errors.append(("gpu", "nvml", f"{type(exc).__name__}: {exc}"))
             return None
 
-    backend = gpu_backend(cfg, root)
+    backend = gpu_backend(cfg, root, telemetry)
     if isinstance(backend, gpu_mod.NvmlBackend):
         timeout = float(cfg.get("gpu.nvml_timeout_s", 10.0))
         state.probes_asked.append(hangs.NVML)

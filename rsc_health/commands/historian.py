@@ -260,6 +260,24 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: s
     _print_report(report, as_json)
 
 
+@ingest.command("telemetry")
+@json_option
+@click.pass_context
+def ingest_telemetry(ctx: click.Context, as_json: bool) -> None:
+    """Roll the nodes' telemetry samples up per multi-node job and per node-day outside jobs
+    (run after `ingest sacct`: the jobs must be known)."""
+    import json
+
+    from rsc_health.historian import telemetry
+
+    with _historian(ctx) as engine:
+        report = telemetry.rollup(engine, datetime.now(UTC), ctx.obj.config)
+    if as_json:
+        click.echo(json.dumps(report.__dict__))
+    else:
+        click.echo(report.summary())
+
+
 @ingest.command("reservations")
 @click.option("--file", "path", callback=_file_or_none,
               help="`sacctmgr -P show reservation` output ('-').")

@@ -27,6 +27,7 @@ from rsc_health.model import Finding, Level, Status, utcnow
 SNAPSHOT_SCHEMA = "rsc_health.snapshot/1"
 PROBES_FILE = "rsc_health/mount_probes.json"  # in a replay root
 SITE_FILE = "rsc_health/site_checks.json"  # in a replay root
+CLOCK_FILE = "rsc_health/telemetry_clock.json"  # in a replay root
 CHECK_SCHEMA = "rsc_health.check/1"
 
 
@@ -40,13 +41,14 @@ def _render_table(findings: list[Finding], verdict, verbose: bool) -> str:
     if shown:
         w_fam = max(len("CHECK"), *(len(f.family) for f in shown))
         w_comp = max(len("COMPONENT"), *(len(f.component) for f in shown))
-        w_sev = max(len("SEVERITY"), *(len(f.severity.label) for f in shown))
+        w_sev = max(len("SEVERITY"), *(len(f.severity.severity_word) for f in shown))
         lines.append(f"{'CHECK':<{w_fam}}  {'COMPONENT':<{w_comp}}  STATUS  "
                      f"{'SEVERITY':<{w_sev}}  REASON")
-        order = sorted(shown, key=lambda f: (-int(f.severity), f.family, f.component))
+        order = sorted(sorted(shown, key=lambda f: (f.family, f.component)),
+                       key=lambda f: f.severity, reverse=True)  # worst first, by rank
         for f in order:
             lines.append(f"{f.family:<{w_fam}}  {f.component:<{w_comp}}  {f.status.value:<6}  "
-                         f"{f.severity.label:<{w_sev}}  {f.reason}")
+                         f"{f.severity.severity_word:<{w_sev}}  {f.reason}")
     n_ok = sum(f.status is Status.OK for f in findings)
     lines.append(f"{len(findings)} checks, {n_ok} ok, {len(findings) - n_ok} not ok")
     lines.append(f"verdict: {verdict.level.name} (exit {verdict.exit_code})"
@@ -83,7 +85,7 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
         obj.config  # noqa: B018 -- load it now: a broken config is a checker error, not a crash
     except click.ClickException as exc:
         click.echo(f"checker error: {exc.message}", err=True)
-        sys.exit(int(Level.CHECKER_ERROR))
+        sys.exit(Level.CHECKER_ERROR.exit_code)
 
     families = _families(only)
     if snapshot:
@@ -94,7 +96,7 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
                 cfg, root = restore_snapshot(Path(snapshot), Path(tmp), obj)
             except ConfigError as exc:
                 click.echo(f"checker error: {exc}", err=True)
-                sys.exit(int(Level.CHECKER_ERROR))
+                sys.exit(Level.CHECKER_ERROR.exit_code)
             findings = run(cfg, root, only=families, save_state=False)
             node = json.loads(Path(snapshot).read_text()).get("node", "")
             shown_root = f"snapshot:{snapshot}"
@@ -112,7 +114,7 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
             "root": shown_root,
             "time": utcnow().isoformat(timespec="seconds"),
             "verdict": {
-                "level": verdict.level.name.lower(),
+                "level": verdict.level.label,
                 "exit_code": verdict.exit_code,
                 "reason": verdict.reason,
                 "auto_resumable": verdict.auto_resumable,
@@ -162,7 +164,7 @@ def _local_state(cfg: Config, root: Path) -> dict[str, str]:
 def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
     """Exactly what the families of checks.REGISTRY declare they read (files, NVML's answers,
     what their `capture` adds), with the node's local state, as one JSON document."""
-    from rsc_health.checks import REGISTRY
+    from rsc_health.checks import BY_NAME, REGISTRY
     from rsc_health.collect.node import gpu_backend
 
     files: dict[str, str] = {}
@@ -206,7 +208,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         if fam.capture is not None:
             doc.update(fam.capture(cfg, root))
     if any(fam.nvml for fam in REGISTRY):
-        doc["nvml"] = gpu_backend(cfg, root).read()
+        doc["nvml"] = gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME).read()
     return {
         "schema": SNAPSHOT_SCHEMA,
         "node": node or os.uname().nodename,
@@ -275,6 +277,12 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(json.dumps(rec if isinstance(rec, dict) else {}))
             cfg.data.setdefault(fam.config, {})["replay_file"] = rel
+    # When the node read its counters: rates replay over the interval the node saw, not over
+    # the time since (older snapshots have none: their rates are the replay's).
+    clock = doc.get("telemetry_clock")
+    if isinstance(clock, dict):
+        (root / CLOCK_FILE).write_text(json.dumps(clock))
+        cfg.data.setdefault("telemetry", {})["clock_replay_file"] = CLOCK_FILE
     state = doc.get("state")
     if isinstance(state, dict):
         sdir = state_dir(cfg, root)

@@ -32,14 +32,14 @@ from sqlalchemy.sql import ColumnElement
 from rsc_health.config import packaged_default
 from rsc_health.historian import schema
 from rsc_health.historian.db import refresh_statistics, writer
-from rsc_health.model import REASON_PREFIX, ActionKind, Severity, Status
+from rsc_health.model import FINDING_SEVERITIES, REASON_PREFIX, ActionKind, Severity, Status
 from rsc_health.policy import MODE_FOR_LEVEL
 
 # REQUEUED instances are included because rsc-health itself requeues the jobs of a node it
 # drains: the killed instance then ends REQUEUED, not FAILED, and is still an infra failure
 # when a check fired on its nodes. Without a check it stays unattributed (a user's requeue).
 FAILED_STATES = ("FAILED", "NODE_FAIL", "REQUEUED")
-DRAIN_SEVERITIES = (Severity.DRAIN_AFTER_JOB.label, Severity.DRAIN_NOW.label)
+DRAIN_SEVERITIES = (Severity.DRAIN_AFTER_JOB.severity_word, Severity.DRAIN_NOW.severity_word)
 # rsc-health's own actions that take a node's jobs down: the drain (now or after the job) and
 # the requeue of its jobs. Their reason is `rsc_health:<mode>:<code>:...` (policy.format_reason).
 ACTING_KINDS = (ActionKind.DRAIN_NOW.value, ActionKind.DRAIN_AFTER_JOB.value,
@@ -87,7 +87,7 @@ def failing_check() -> ColumnElement:
 def severity_rank() -> ColumnElement:
     """A check row's severity as its Severity number (the worst is the largest): the one order
     of rsc_health.model, never the spelling of the label."""
-    return case({s.label: int(s) for s in Severity}, value=C.c.severity, else_=0)
+    return case({s.severity_word: int(s) for s in FINDING_SEVERITIES}, value=C.c.severity, else_=0)
 
 
 def acted_on(lo: ColumnElement, hi: ColumnElement) -> ColumnElement:

@@ -41,14 +41,14 @@ from sqlalchemy import Connection, and_, bindparam, func, select, text, update
 from rsc_health.historian import schema
 from rsc_health.historian.db import TURNS_CHECK_INTERVALS, take_turns
 from rsc_health.historian.ingest import bulk_write, db_time
-from rsc_health.model import Status
+from rsc_health.model import Severity, Status
 
 C = schema.check_results
 EVENT_CHECKS = frozenset({"xid"})
 # Families whose state each entry point reports whole, in every run (see the module's doc).
 SOURCE_SCOPED = frozenset({"checker"})
 # Their codes that say something of the whole node, not of one entry point's look
-# (nodepath._broken_config: the config every entry point reads).
+# (node.exits.broken_config: the config every entry point reads).
 NODE_WIDE_CODES = frozenset({"config_error"})
 # Nodes per query when loading open intervals (bound parameters stay well under limits).
 _NODES_PER_QUERY = 500
@@ -290,8 +290,16 @@ def open_failures(conn: Connection, node: str | None = None) -> list[dict]:
     if node is not None:
         q = q.where(C.c.node == node)
     rows = [dict(r._mapping) for r in conn.execute(q)]
-    order = {"drain_now": 0, "drain_after_job": 1, "warn": 2, "none": 3}
-    return sorted(rows, key=lambda r: (order.get(r["severity"], 9), r["node"], r["check"]))
+    return sorted(rows, key=lambda r: (-_rank(r["severity"]), r["node"], r["check"]))
+
+
+def _rank(word: str) -> int:
+    """A stored severity word's rank on the one scale (model.Level); below all for a word
+    that is not one."""
+    try:
+        return int(Severity.parse(word or ""))
+    except KeyError:
+        return -1
 
 
 def overlapping(lo_col, hi_col):

@@ -2,11 +2,14 @@
 
 The node path's rows are the volume: closed check intervals, actions, job exclusions. They are
 kept `[historian] retention_days` (400: a year plus the lemon history window) and then
-deleted; the daily rollups (`heartbeat_days`, `check_days`) keep their counts for
+deleted; the daily rollups (`heartbeat_days`, `check_days`,
+`telemetry_day_rollups`) keep their counts for
 `rollup_retention_days` (0 = forever), so a report over years does not need the rows.
-Open intervals are never pruned: they are the node's current state, however old. Jobs and
-node events stay unless `jobs_retention_days` is set: the paper's metrics need a year. Jobs'
-step times (`step_times`, fail-slow evidence) go after `[failslow] steps_retention_days`.
+Telemetry samples (`telemetry_samples`) are kept `telemetry_retention_days` (3), their
+per-job rollups go with their job. Open intervals are never pruned: they are the node's
+current state, however old. Jobs and node events stay unless `jobs_retention_days` is set:
+the paper's metrics need a year. Jobs' step times (`step_times`, fail-slow evidence) go after
+`[failslow] steps_retention_days`.
 
 The big tables are pruned a day of rows per transaction, each under the historian's statement
 timeout like any other command: a prune cut short (a row locked elsewhere, a kill, a lost
@@ -42,6 +45,7 @@ class Retention:
     rollup_days: int = packaged_default("historian.rollup_retention_days")
     jobs_days: int = packaged_default("historian.jobs_retention_days")
     steps_days: int = packaged_default("failslow.steps_retention_days")
+    telemetry_days: int = packaged_default("historian.telemetry_retention_days")
 
     @classmethod
     def from_config(cls, cfg) -> Retention:
@@ -50,7 +54,8 @@ class Retention:
         return cls(int(cfg.get("historian.retention_days")),
                    int(cfg.get("historian.rollup_retention_days")),
                    int(cfg.get("historian.jobs_retention_days")),
-                   int(cfg.get("failslow.steps_retention_days")))
+                   int(cfg.get("failslow.steps_retention_days")),
+                   int(cfg.get("historian.telemetry_retention_days")))
 
 
     def events_start(self, first_start: str, now: datetime) -> str:
@@ -84,6 +89,7 @@ class _Step:
     where: ColumnElement
     column: ColumnElement | None = None
     upper: datetime | date | None = None
+    window: timedelta = WINDOW
 
 
 def _plan(now: datetime, r: Retention) -> list[_Step]:
@@ -101,12 +107,18 @@ def _plan(now: datetime, r: Retention) -> list[_Step]:
         ]
     if r.rollup_days > 0:
         day = (now - timedelta(days=r.rollup_days)).date()
-        for t in (schema.heartbeat_days, schema.check_days):
+        for t in (schema.heartbeat_days, schema.check_days, schema.telemetry_day_rollups):
             out.append(_Step(t.name, t, t.c.day < day, t.c.day, day))
     if r.steps_days > 0:
         cut = now - timedelta(days=r.steps_days)
         st = schema.step_times
         out.append(_Step("step_times", st, st.c.time < cut, st.c.time, cut))
+    if r.telemetry_days > 0:
+        # Telemetry samples: the fail-slow detector's window, days not a year. An hour of a
+        # 16,000-node fleet's samples (about two million rows) per transaction.
+        cut = now - timedelta(days=r.telemetry_days)
+        t = schema.telemetry_samples
+        out.append(_Step(t.name, t, t.c.time < cut, t.c.time, cut, timedelta(hours=1)))
     if r.jobs_days > 0:
         cut = now - timedelta(days=r.jobs_days)
         j, e = schema.jobs, schema.node_events
@@ -152,7 +164,7 @@ def _delete(engine: Engine, step: _Step, counts: dict[str, int]) -> None:
     # Each window's transaction also finds the next (an index probe: years without rows, or
     # a node's 1970 clock, cost one step, not one per empty day).
     while lo is not None and lo < upper:
-        hi = min(lo + WINDOW, upper)
+        hi = min(lo + step.window, upper)
         with writer(engine).begin() as conn:
             counts[step.name] += int(conn.execute(
                 delete(step.table).where(step.where, col >= lo, col < hi)).rowcount or 0)

@@ -6,6 +6,8 @@ Migrations that change these tables live in `sql/` and bump `SCHEMA_VERSION`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -24,12 +26,14 @@ from sqlalchemy import (
     text,
 )
 
+from rsc_health.model import Metric  # the telemetry vocabulary names the rollups' columns
+
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
 # compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
-# qualification runs and results (0008); 9: reserved (telemetry); 10: suspect nodes (0010);
-# 11: jobs' step times, the slowest rank per node and step (0011); 12: gpu_names, the bus
-# id of each node's GPU index (0012).
+# qualification runs and results (0008); 9: telemetry samples and rollups (0009); 10: suspect
+# nodes (0010); 11: jobs' step times, the slowest rank per node and step (0011); 12:
+# gpu_names, the bus id of each node's GPU index (0012).
 SCHEMA_VERSION = 12
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
@@ -314,6 +318,69 @@ qualify_results = Table(
     Column("percentile", Float),
     Column("peers", Integer, nullable=False, default=0),
     Index("ix_qualify_results_metric", "metric", "idx", "status"),
+)
+
+# Telemetry (version 9): the node-level samples each sweep spools (checks/telemetry.py, the
+# vocabulary of model.Metric), kept [historian] telemetry_retention_days for the fail-slow
+# detector. historian/telemetry.load_samples is the one door to them: it gives them as rows
+# (node, time, metric, value, component). Stored as one row per (time, node), a value column
+# `<metric>` (a 4-byte float on PostgreSQL) and a component column `<metric>_c` per metric,
+# NULL for a metric the sweep did not sample: a row per metric (and no node index) was 3.5x
+# the bytes on SQLite, 6.5x on PostgreSQL (benchmarks/bench_telemetry_storage.py). Keyed
+# by time first, as both the loader's windows and the pruning read them, with an index by
+# node; WITHOUT ROWID on SQLite: the key is the table.
+def _sample_columns() -> list[Column]:
+    return [col for m in Metric for col in (Column(m.value, Float(precision=24)),
+                                            Column(f"{m.value}_c", String(32)))]
+
+
+telemetry_samples = Table(
+    "telemetry_samples",
+    metadata,
+    Column("time", DateTime, primary_key=True),
+    Column("node", key_text(128), primary_key=True),
+    *_sample_columns(),
+    # A job's nodes over its span (the rollups, the detector's per-job reads) without
+    # scanning every node's samples of those hours.
+    Index("ix_telemetry_samples_node_time", "node", "time"),
+    sqlite_with_rowid=False,
+)
+# Their rollups, kept as the other daily rollups are ([historian] rollup_retention_days): per
+# node and multi-node job (through job_nodes, the samples between the job's start and end),
+# and per node-day for the samples outside such jobs. One row per (job or day, node), a group
+# of columns per metric of the vocabulary, `<metric>_<stat>`: n samples, their mean, min and
+# max, `past` of them beyond the metric's warn threshold ([telemetry] warn_above /
+# warn_below: the fraction is past / n) and `worst`, the component that was the worst most
+# often; all NULL for a metric the node did not report. Wide, not a row per metric, and the
+# figures as 4-byte floats on PostgreSQL: a fleet of 16,000 nodes writes about 47,000 of
+# these rows a day (benchmarks/bench_telemetry_storage.py; a row per metric was 1.8x the
+# bytes on SQLite, 3.5x on PostgreSQL). A metric added to the vocabulary is a migration
+# adding its columns.
+ROLLUP_STATS: tuple[tuple[str, Any], ...] = (
+    ("n", Integer), ("mean", Float(precision=24)), ("min", Float(precision=24)),
+    ("max", Float(precision=24)), ("past", Integer), ("worst", String(16)),
+)
+
+
+def _rollup_columns() -> list[Column]:
+    return [Column(f"{m.value}_{stat}", kind) for m in Metric for stat, kind in ROLLUP_STATS]
+
+
+telemetry_job_rollups = Table(
+    "telemetry_job_rollups",
+    metadata,
+    Column("job_pk", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
+    Column("node", key_text(128), primary_key=True),
+    *_rollup_columns(),
+    sqlite_with_rowid=False,
+)
+telemetry_day_rollups = Table(
+    "telemetry_day_rollups",
+    metadata,
+    Column("day", Date, primary_key=True),
+    Column("node", key_text(128), primary_key=True),
+    *_rollup_columns(),
+    sqlite_with_rowid=False,
 )
 
 # Step (or section) times jobs report (version 11; `healthctl ingest steps`, docs/failslow.md):

@@ -14,7 +14,7 @@ from sqlalchemy import Engine, case, func, select
 
 from rsc_health.historian import schema
 from rsc_health.historian.gpu_names import named
-from rsc_health.model import Severity, Status
+from rsc_health.model import FINDING_SEVERITIES, Status
 from rsc_health.report.data import SectionEmpty, empty_frame
 
 FOLD_KEY = ("node", "action", "reason", "job_id")
@@ -53,7 +53,7 @@ def open_findings(engine: Engine, as_of: datetime, limit: int) -> pd.DataFrame:
     first, then the oldest: the fleet's current faults, whatever jobs have run. `limit` rows;
     attrs total and nodes say how many there are in all."""
     c = schema.check_results
-    rank = case({s.label: int(s) for s in Severity}, value=c.c.severity, else_=0)
+    rank = case({s.severity_word: int(s) for s in FINDING_SEVERITIES}, value=c.c.severity, else_=0)
     where = (c.c.is_open.is_(True), c.c.status != Status.OK, c.c.time <= as_of)
     with engine.connect() as conn:
         if conn.execute(select(c.c.id).limit(1)).first() is None:

@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a file: import the rsc_health this file 
     sys.path[0] = str(Path(__file__).resolve().parents[2])
 
 from rsc_health.collect import procs  # noqa: E402 - after the path fix above
-from rsc_health.model import Severity, Status  # noqa: E402
+from rsc_health.model import FINDING_SEVERITIES, Severity, Status  # noqa: E402
 
 # `die()`'s line, and the detached-mode parent's.
 FAILED = re.compile(r"^ERROR:?\s+(?:\S+:\s+)?Health check failed:\s+(?P<msg>.*)$")
@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nhc", default="/usr/sbin/nhc")
     ap.add_argument("--conf", default="/etc/nhc/nhc.conf")
     ap.add_argument("--severity", default="drain_after_job",
-                    choices=[s.label for s in Severity if s is not Severity.NONE])
+                    choices=[s.severity_word for s in FINDING_SEVERITIES if s is not Severity.NONE])
     ap.add_argument("--timeout", type=float,
                     default=float(os.environ.get("RSC_HEALTH_SITE_TIMEOUT_S") or 30))
     args = ap.parse_args(argv)

@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from rsc_health.slurm.api import SlurmCommandError, SlurmUnavailable
-from rsc_health.slurm.cli_backend import _UNAVAILABLE, run_command
+from rsc_health.slurm.command import _UNAVAILABLE, run_command
 
 # ASCII unit separator: never in a host, user, partition, state, time or TRES. A job name could
 # hold it (or a newline); the parser puts such a record back together by its field count.

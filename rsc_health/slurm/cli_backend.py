@@ -11,7 +11,6 @@ import os
 import re
 import subprocess
 import time
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
@@ -24,16 +23,14 @@ from rsc_health.slurm.api import (
     SlurmCommandError,
     SlurmUnavailable,
 )
-
-# What Slurm's commands print when the controller (or slurmdbd) is not there to answer.
-_UNAVAILABLE = re.compile(
-    r"Unable to contact slurm controller|Connection refused|Socket timed out|"
-    r"Zero Bytes were transmitted|slurm_persist_conn_open|Unable to establish|"
-    r"Communication connection failure|Connection timed out|"
-    # configless slurmd/clients that cannot find slurmctld (DNS SRV) to fetch slurm.conf from
-    r"Could not establish a configuration source",
-    re.IGNORECASE,
+from rsc_health.slurm.command import (  # noqa: F401 - read from here too
+    _UNAVAILABLE,
+    MAX_OUTPUT,
+    STDERR_KEEP,
+    CommandResult,
+    run_command,
 )
+
 _REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled", re.IGNORECASE)
 # What `scontrol requeue` says of a job that left the node after squeue listed it.
 _JOB_GONE = re.compile(r"invalid job id|already completing|pending execution", re.IGNORECASE)
@@ -139,40 +136,6 @@ def node_records(out: str) -> list[str]:
         else:
             records[-1] += " " + line
     return [r for r in records if r.startswith("NodeName=")]
-
-
-# A Slurm command's output is taken whole or not at all: a fleet's `scontrol show node` is a
-# few MB and a year of `sacct --json` some hundreds; past this it is refused, never cut.
-MAX_OUTPUT = 4 << 30
-STDERR_KEEP = 1 << 20
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    returncode: int
-    stdout: bytes
-    stderr: bytes
-
-
-def run_command(argv: list[str], timeout_s: float, env: dict[str, str]) -> CommandResult:
-    """One Slurm command in its own process group, read to the end of its output: a site's
-    wrapper (a shell script around scontrol or sacct) that hangs at the timeout is killed with
-    what it started, and so is a child it left holding its output (its answer may not be
-    whole). Raises SlurmUnavailable when it cannot start or does not finish in time."""
-    from rsc_health.collect import procs
-
-    name = Path(argv[0]).name
-    out = procs.run_all({name: argv}, timeout_s={name: timeout_s}, max_bytes=MAX_OUTPUT,
-                        env=env, exit_grace_s=None, stderr_keep=STDERR_KEEP)[name]
-    if out.start_error:
-        raise SlurmUnavailable(f"{argv[0]} cannot be run ({out.start_error}): "
-                               "is Slurm installed here?")
-    if out.timed_out:
-        raise SlurmUnavailable(f"{argv[0]} did not answer within {timeout_s:g}s")
-    if out.truncated:
-        raise SlurmCommandError(argv, out.returncode or 0,
-                                f"output larger than {MAX_OUTPUT} bytes: refused, not cut")
-    return CommandResult(out.returncode or 0, out.stdout, out.stderr)
 
 
 class CliSlurm:

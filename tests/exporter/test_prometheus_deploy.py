@@ -25,6 +25,7 @@ from sqlalchemy import create_engine, insert
 from rsc_health import nodepath
 from rsc_health.historian import db, schema
 from rsc_health.model import ActionKind
+from rsc_health.node import sinks
 from tests.fixtures.nodes.node_copy import copy_node
 from tests.ports import free_port
 
@@ -60,7 +61,7 @@ def test_the_rules_unit_tests_pass():
 
 def test_every_rsc_health_metric_the_rules_use_is_written():
     source = (REPO / "rsc_health/exporter/historian.py").read_text()
-    written = set(nodepath.HELP) | set(re.findall(r'"(rsc_health_[a-z0-9_]+)"', source))
+    written = set(sinks.HELP) | set(re.findall(r'"(rsc_health_[a-z0-9_]+)"', source))
     used = set(re.findall(r"rsc_health_[a-z0-9_]+", RULES.read_text())) - {
         "rsc_health_fleet"}  # the export's file name in the mtime rule
     assert used and used <= written, used - written

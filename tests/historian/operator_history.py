@@ -23,7 +23,7 @@ from rsc_health.checks._finding import gpu_name, ok
 from rsc_health.cli import cli
 from rsc_health.collect import kmsg
 from rsc_health.model import ActionKind, Finding, Level, Status, Verdict
-from rsc_health.nodepath import _gpu_bus_ids
+from rsc_health.node.sinks import _gpu_bus_ids
 from rsc_health.policy import decide
 from rsc_health.xid import load_catalog
 
@@ -64,7 +64,7 @@ def run_records(node: str, when: datetime, stage: str, findings: list[Finding], 
                 job_ids: tuple[str, ...] = (), shadow: bool = False,
                 guard_held: bool = False, gpus: dict[str, int] | None = None) -> list[dict]:
     """What one prolog/epilog/sweep spools: its check records, its heartbeat (with the bus id
-    of each GPU in `gpus`, through the node path's own nodepath._gpu_bus_ids) and the actions
+    of each GPU in `gpus`, through the node path's own node.sinks._gpu_bus_ids) and the actions
     of its verdict (a drain and the requeue of each job on the node, a shadow mode's
     would_drain, or the guard's hold)."""
     when = when.replace(tzinfo=UTC) if when.tzinfo is None else when

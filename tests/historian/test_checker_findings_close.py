@@ -17,6 +17,7 @@ from rsc_health.historian import schema
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.historian.intervals import open_failures
 from rsc_health.model import Finding, Severity, Status, new_record_id
+from rsc_health.node import sinks
 from tests.fixtures.nodes.node_copy import NODE_STATE
 from tests.node.test_nodepath_faults import node_env  # noqa: F401 - the fixture
 from tests.node.test_state_dir_read_only import node01_slurm
@@ -104,7 +105,7 @@ def _run(node: str, minute: int, source: str, findings: list[Finding]) -> list[d
     recs.append({"kind": "heartbeat", "id": new_record_id(), "time": t.isoformat(),
                  "node": node, "source": source, "level": "checker_error" if errors else "ok",
                  "checker_errors": errors, "duration_s": 0.2,
-                 "families": nodepath._family_status(findings), "version": "test"})
+                 "families": sinks.family_status(findings), "version": "test"})
     return recs
 
 

@@ -115,11 +115,11 @@ def test_the_grafana_dashboard_only_uses_metrics_that_are_written():
     or `metrics export` writes."""
     import re
 
-    from rsc_health import nodepath as np_mod
+    from rsc_health.node import sinks
 
     dash = json.loads((REPO / "deploy/grafana/rsc-health.json").read_text())
     used = {m for p in dash["panels"] for t in p["targets"]
             for m in re.findall(r"rsc_health_[a-z0-9_]+", t["expr"])}
     source = (REPO / "rsc_health/exporter/historian.py").read_text()
-    written = set(np_mod.HELP) | set(re.findall(r'"(rsc_health_[a-z0-9_]+)"', source))
+    written = set(sinks.HELP) | set(re.findall(r'"(rsc_health_[a-z0-9_]+)"', source))
     assert used and used <= written, used - written

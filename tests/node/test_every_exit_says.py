@@ -9,11 +9,13 @@ import json
 import os
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from rsc_health import nodepath
+from rsc_health.nodepath import node_lock
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
 from .test_nodepath_faults import (
@@ -24,6 +26,7 @@ from .test_nodepath_faults import (
     _records,
     node_env,  # noqa: F401 - the fixture
 )
+from .test_state_dir_read_only import NODE, node01_slurm, slurm_away
 
 
 def _level(root: Path, source: str) -> str | None:
@@ -87,3 +90,112 @@ def test_the_watchdogs_exit_says_it(node_env, healthy_first):  # noqa: F811
     assert _gauge(node_env, "rsc_health_pending_drain") == "1"
     assert json.loads((node_env / NODE_STATE / nodepath.PENDING_VERDICT_FILE).read_text())[
         "why"] == "fault"
+
+
+# ---- the rest of the exit paths: each one the fleet reads in the spool and the textfile ----
+def _drain_level() -> str:
+    from rsc_health.model import Level
+
+    return str(Level.DRAIN_NOW.exit_code)  # an XID 79 drains at once
+
+
+def test_a_drain_verdict_carried_out_says_it(node_env):  # noqa: F811
+    slurm = node01_slurm()
+    (node_env / "dev/kmsg").open("a").write(XID79)
+    assert nodepath.run_stage("prolog", slurm_factory=lambda c, d: slurm) == 1
+    assert [c[0] for c in slurm.calls] == ["drain"]
+    _says(node_env, "prolog", _drain_level(), "xid79")
+    assert _gauge(node_env, "rsc_health_pending_drain") == "0"
+
+
+def test_a_drain_verdict_slurm_could_not_take_says_it(node_env):  # noqa: F811
+    (node_env / "dev/kmsg").open("a").write(XID79)
+    assert nodepath.run_stage("sweep", slurm_factory=lambda c, d: slurm_away()) == 0
+    _says(node_env, "sweep", _drain_level(), "xid79")
+    assert _gauge(node_env, "rsc_health_pending_drain") == "1"
+
+
+def test_a_drain_verdict_held_under_someone_elses_drain_says_it(node_env):  # noqa: F811
+    slurm = node01_slurm()
+    slurm.set_state(NODE, "MIXED+DRAIN", "alice: BIOS update", user="alice")
+    (node_env / "dev/kmsg").open("a").write(XID79)
+    assert nodepath.run_stage("sweep", slurm_factory=lambda c, d: slurm) == 0
+    _says(node_env, "sweep", _drain_level(), "xid79")
+    assert _gauge(node_env, "rsc_health_pending_drain") == "1"
+    # The next sweep backs off (no Slurm call) and still says it.
+    slurm.calls.clear()
+    assert nodepath.run_stage("sweep", slurm_factory=lambda c, d: slurm) == 0
+    assert slurm.calls == []
+    _says(node_env, "sweep", _drain_level(), None)
+    assert _gauge(node_env, "rsc_health_pending_drain") == "1"
+
+
+def test_shadow_mode_says_the_verdict_it_did_not_carry_out(node_env):  # noqa: F811
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    site.write_text(site.read_text() + "\n[actions]\nenabled = false\n")
+    (node_env / "dev/kmsg").open("a").write(XID79)
+    assert nodepath.run_stage("prolog", slurm_factory=_no_slurm) == 0
+    _says(node_env, "prolog", _drain_level(), "xid79")
+
+
+def test_a_run_that_could_not_take_the_lock_says_it(node_env):  # noqa: F811
+    _set("lock_timeout_s = 0.2")
+    with node_lock(node_env / NODE_STATE, 1):
+        assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+    _says(node_env, "sweep", "4", "lock_held")  # judged, read-only: a checker error
+
+
+def test_a_fault_before_anything_was_spooled_says_it(node_env, monkeypatch):  # noqa: F811
+    def broken(*args, **kwargs):
+        raise RuntimeError("bug before the spool")
+
+    monkeypatch.setattr(nodepath, "_within_spool_cap", broken)
+    assert nodepath.run_stage("epilog", slurm_factory=_no_slurm) == 0
+    _says(node_env, "epilog", "4", "checker_fault")
+    beats = [r for r in _records(node_env) if r["kind"] == "heartbeat"]
+    assert [b["level"] for b in beats] == ["checker_error"]
+
+
+def test_a_config_with_no_fallback_says_it_where_it_can(
+        node_env, monkeypatch, capsys):  # noqa: F811
+    """A broken config on a node that never ran with a good one and whose packaged defaults
+    cannot be read either: nowhere to spool or write the textfile, so the one line on stderr
+    and syslog is all that can be said; the job runs."""
+    from rsc_health.config import ConfigError
+
+    def no_fallback(root):
+        raise ConfigError("packaged defaults unreadable")
+
+    monkeypatch.setattr("rsc_health.config.fallback_config", no_fallback)
+    _set("prolog_budgte_s = 1")
+    assert nodepath.run_stage("prolog", slurm_factory=_no_slurm) == 0
+    assert "prolog: bad config:" in capsys.readouterr().err
+    assert not (node_env / "var/lib/node_exporter" / nodepath.TEXTFILE).exists()
+
+
+def test_the_textfile_is_what_prometheus_client_parses(node_env, monkeypatch):  # noqa: F811
+    """The node path writes the text format by hand (standard library only); the exporter's
+    own library reads it back, hostile label values (a probe named with quotes, a backslash
+    and a newline) included, as node_exporter's textfile collector would."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from rsc_health.model import Finding, Level, Severity, Status
+    from rsc_health.node import sinks
+    from rsc_health.node.stage import STAGES
+
+    probe = 'mount:/mnt/we"ird\\path\nx'
+    hung = Finding("mount", probe, Status.ERROR, Severity.NONE, "statvfs hung", "mount_hung",
+                   data={"probe": probe, "since": "2026-11-26T10:00:00+00:00"})
+    cfg = nodepath.load_config()
+    sinks.write_textfile(cfg, node_env, "node01", STAGES["sweep"], Level.CHECKER_ERROR,
+                         [hung], 1.5, pending=True, spool_bytes=1234)
+    text = (node_env / "var/lib/node_exporter" / nodepath.TEXTFILE).read_text()
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(text) for s in fam.samples}
+    assert samples[("rsc_health_probe_hung_since_seconds",
+                    (("probe", probe), ("source", "sweep")))] == datetime(
+        2026, 11, 26, 10, tzinfo=UTC).timestamp()
+    assert samples[("rsc_health_verdict_level", (("source", "sweep"),))] == 4.0
+    assert samples[("rsc_health_family_status", (("family", "mount"),))] == 3.0
+    assert samples[("rsc_health_pending_drain", ())] == 1.0
+    assert samples[("rsc_health_spool_bytes", ())] == 1234.0

@@ -34,7 +34,9 @@ print("HEAVY:", ",".join(heavy))
 # Every rsc_health module a healthy prolog may load (the default prolog_families). A new one
 # here is a cost on every job start: import it where it is used, or add it with its reason.
 NODE_PATH_MODULES = {
-    "rsc_health", "rsc_health.nodepath", "rsc_health.config", "rsc_health.config_schema",
+    "rsc_health", "rsc_health.nodepath", "rsc_health.node", "rsc_health.node.stage",
+    "rsc_health.node.store", "rsc_health.node.sinks", "rsc_health.node.exits",
+    "rsc_health.node.act", "rsc_health.config", "rsc_health.config_schema",
     "rsc_health.compat",  # what 3.11 gives, on the 3.9 and 3.10 that nodes ship
     "rsc_health.record",  # dataclasses without importing them (inspect, ast, dis, tokenize)
     "rsc_health.lazyre",  # patterns compiled when first used
@@ -42,10 +44,11 @@ NODE_PATH_MODULES = {
     "rsc_health.model", "rsc_health.policy", "rsc_health.spool", "rsc_health.durable",
     "rsc_health.engine", "rsc_health.xid",
     "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
+    "rsc_health.checks.env",
     "rsc_health.checks._program",
     *(f"rsc_health.checks.{f}" for f in ("gpu", "xid", "ecc", "remap", "nvlink", "pcie",
                                           "infiniband", "mount", "host", "site", "sxid",
-                                          "leftover", "fabric", "dcgm")),
+                                          "leftover", "fabric", "dcgm", "telemetry")),
     "rsc_health.collect", "rsc_health.collect.node", "rsc_health.collect.sysfs",
     "rsc_health.collect.bounded", "rsc_health.collect.counters", "rsc_health.collect.kmsg",
     "rsc_health.collect.gpu", "rsc_health.collect.mounts", "rsc_health.collect.hangs",

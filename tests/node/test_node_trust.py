@@ -194,7 +194,7 @@ def test_an_unwritable_spool_does_not_consume_the_xid(node, monkeypatch):
     monkeypatch.setenv("RSC_HEALTH_ROOT", str(node.root))
     monkeypatch.setenv("RSC_HEALTH_CONFIG", str(node.root / "config.toml"))
     monkeypatch.setenv("SLURMD_NODENAME", "node01")
-    monkeypatch.setattr(nodepath, "_act", lambda ctx, verdict, pending: (0, False))
+    monkeypatch.setattr(nodepath, "_act", lambda ctx, verdict, pending, **kw: (0, False))
     nodepath.main(["sweep"])
     _xid(node)
     real = spool.append

@@ -26,6 +26,11 @@ class FakeNvml:
         self.lost = lost
         self.fabric = fabric or {}
         self.processes = processes or []
+        # Telemetry, as a loaded H100 SXM answers it: cumulative ns per violation policy
+        # (nvmlPerfPolicyType_t) and per clock-event field id, both only ever growing.
+        self.violation_ns = {0: 32_201_738_944, 1: 0, 2: 0, 3: 0, 5: 0}
+        self.event_ns = {pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: 32_201_738_944}
+        self.unsupported_fields: set[int] = set()
 
     def install(self, monkeypatch):
         def fn(name, result):
@@ -68,6 +73,33 @@ class FakeNvml:
         fn("nvmlDeviceGetPcieReplayCounter", 0)
         fn("nvmlDeviceGetTemperature", 40)
         fn("nvmlDeviceGetCurrentClocksThrottleReasons", 1)
+        fn("nvmlDeviceGetCurrentClocksEventReasons", 4)  # SW power cap, under load
+        fn("nvmlDeviceGetClockInfo", lambda h, clock: {1: 1395, 2: 2619}[clock])
+        fn("nvmlDeviceGetMaxClockInfo", lambda h, clock: {1: 1980, 2: 2619}[clock])
+        fn("nvmlDeviceGetPowerUsage", 699_000)
+        fn("nvmlDeviceGetEnforcedPowerLimit", 700_000)
+        fn("nvmlDeviceGetUtilizationRates", pynvml.c_nvmlUtilization_t(gpu=100, memory=38))
+
+        def violation(h, policy):
+            if policy not in self.violation_ns:
+                raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+            return pynvml.c_nvmlViolationTime_t(referenceTime=1795699448612669,
+                                                violationTime=self.violation_ns[policy])
+
+        def field_values(h, ids):
+            # NVML answers each field in its own slot: nvmlReturn per field, the call succeeds.
+            values = (pynvml.c_nvmlFieldValue_t * len(ids))()
+            for slot, fid in zip(values, ids, strict=True):
+                slot.fieldId = fid
+                if fid in self.unsupported_fields:
+                    slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+                    continue
+                slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+                slot.value.ullVal = self.event_ns.get(fid, 0)
+            return values
+
+        fn("nvmlDeviceGetViolationStatus", violation)
+        fn("nvmlDeviceGetFieldValues", field_values)
 
         def fabric_info(handle, ref):  # NVML fills the caller's struct through the pointer
             for key, value in self.fabric.items():

@@ -138,3 +138,18 @@ def test_spool_flush_with_a_broken_config_delivers_with_the_last_good_historian(
     assert stat.S_IMODE(remembered.stat().st_mode) == 0o600  # the URL may hold a password
 
 
+
+
+def test_the_sweeps_telemetry_sample_is_in_the_textfile_and_a_prolog_keeps_it(node_env,
+                                                                                monkeypatch):
+    assert nodepath.run_stage("sweep", slurm_factory=_no_slurm) == 0
+    samples = _samples(node_env)
+    assert samples['rsc_health_telemetry{source="sweep",metric="gpu_temp_c"}'] == "34"
+    assert samples['rsc_health_telemetry{source="sweep",metric="power_ratio"}'] == "0.103929"
+    assert not any('metric="throttle_hw_frac"' in k for k in samples)  # no rate on a first run
+    # A prolog does not sample: the sweep's lines stay, none of its own appear.
+    monkeypatch.setenv("SLURM_JOB_ID", "42")
+    assert nodepath.run_stage("prolog", slurm_factory=_no_slurm) == 0
+    samples = _samples(node_env)
+    assert samples['rsc_health_telemetry{source="sweep",metric="gpu_temp_c"}'] == "34"
+    assert not any(k.startswith('rsc_health_telemetry{source="prolog"') for k in samples)

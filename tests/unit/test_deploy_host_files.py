@@ -102,11 +102,12 @@ def test_the_manager_directories_take_the_export_as_rsc_health_and_roots_file(ro
 
 
 def test_the_node_directories_are_the_modes_the_node_path_makes(root):
-    from rsc_health import nodepath, spool
+    from rsc_health import spool
+    from rsc_health.node import store
 
     _apply(root, "systemd-tmpfiles", HOST / "rsc-health-node.tmpfiles.conf", "--create")
     state = root / "var/lib/rsc_health"
-    assert stat.S_IMODE(state.stat().st_mode) == nodepath.STATE_DIR_MODE
+    assert stat.S_IMODE(state.stat().st_mode) == store.STATE_DIR_MODE
     assert stat.S_IMODE((state / "spool").stat().st_mode) == spool.SPOOL_DIR_MODE
     for d in (state, state / "spool", root / "var/lib/node_exporter/textfile_collector"):
         assert unsafe_directory(d.stat()) == "", d

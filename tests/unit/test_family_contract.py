@@ -162,6 +162,10 @@ FAULTS: dict[str, tuple[str, Callable[[Path], None] | None, Callable[[Path], Non
                    "ib_down"),
     "mount": ("", None, _drop_mount("/home"), "mount_missing"),
     "host": ("", None, _write("sys/devices/system/edac/mc/mc1/ue_count", "2\n"), "edac_ue"),
+    # A busy GPU whose link trained at Gen3: the telemetry family's own judgement.
+    "telemetry": ("", None, _nvml(lambda gpus: (gpus[2]["telemetry"]["utilization"].update(gpu=97),
+                                                gpus[2]["pcie"].update(gen=3))),
+                  "gpu_pcie_slow"),
     "leftover": ("", None, _leftover, "gpu_process_leftover"),
     "dcgm": ("[dcgm]\nenabled = true\n", _dcgmi([]),
              _dcgmi([("GPU", 3, "Memory system", "Failure", "A volatile double-bit ECC error "

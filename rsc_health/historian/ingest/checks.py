@@ -30,15 +30,17 @@ from rsc_health.historian.ingest import (
     key_text,
     parse_time,
 )
-from rsc_health.model import Severity, Status
+from rsc_health.model import FINDING_SEVERITIES, Severity, Status
 from rsc_health.spool import without_lone_surrogates
 
 STATUSES = tuple(s.value for s in Status)
-SEVERITIES = tuple(s.label for s in Severity)
+SEVERITIES = tuple(s.severity_word for s in FINDING_SEVERITIES)
 # A tool that does not grade its results: a failing check is taken to ask for a drain after
 # the job (the attribution counts it), a warning stays a warning.
-DEFAULT_SEVERITY = {Status.OK: Severity.NONE.label, Status.WARN: Severity.WARN.label,
-                    Status.FAIL: Severity.DRAIN_AFTER_JOB.label, Status.ERROR: Severity.NONE.label}
+DEFAULT_SEVERITY = {Status.OK: Severity.NONE.severity_word,
+                    Status.WARN: Severity.WARN.severity_word,
+                    Status.FAIL: Severity.DRAIN_AFTER_JOB.severity_word,
+                    Status.ERROR: Severity.NONE.severity_word}
 COLUMNS = (
     "id",
     "time",

@@ -5,8 +5,9 @@ whatever the spool's size); each chunk is written in one transaction with a stat
 timeout, and the file is removed only after its last chunk committed. Every write is keyed:
 check records fold into intervals (rsc_health.historian.intervals: a run the table has already
 seen changes nothing), actions by their record id, exclusions by (job, node), heartbeats by
-(node, source, time) (rsc_health.historian.freshness). So a batch delivered twice, or cut
-short by a kill or a lost database and delivered again, lands each record once. Lines that are
+(node, source, time) (rsc_health.historian.freshness), telemetry samples by (time, node).
+So a batch delivered twice, or cut short by a kill or a lost database and delivered again,
+lands each record once. Lines that are
 not valid records go to `quarantine/` next to the spool with their line number and the
 reason, never retried.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import stat
 import time
@@ -64,7 +66,7 @@ from rsc_health.historian.ingest import (
     parse_time,
 )
 from rsc_health.historian.intervals import CheckRecord, fold
-from rsc_health.model import Status
+from rsc_health.model import Metric, Severity, Status
 
 QUARANTINE = "quarantine"
 QUARANTINE_MODE = 0o700
@@ -113,6 +115,7 @@ class _Rows:
     exclusions: list[tuple] = field(default_factory=list)
     actions: list[tuple] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
+    telemetry: list[tuple] = field(default_factory=list)  # rows in SAMPLE_COLUMNS order
     # (node, GPU index) -> (bus id, time): the latest heartbeat's word (rsc_health.gpuname).
     gpu_names: dict[tuple[str, int], tuple[str, datetime]] = field(default_factory=dict)
     # Per node, its latest heartbeat's word on its clock (freshness.record_runs' `clocks`).
@@ -162,7 +165,8 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
             source=_text(rec, "source", "sweep")[:16] or "sweep",
             job_id=None if job_id in (None, "") else str(job_id)[:32],
             check=str(rec["check"])[:32], component=(_text(rec, "component") or "*")[:64],
-            status=status, severity=(_text(rec, "severity") or "none").lower()[:16],
+            status=status,
+            severity=(_text(rec, "severity") or Severity.NONE.severity_word).lower()[:16],
             code=_text(rec, "code")[:32], reason=_text(rec, "reason") or _text(rec, "detail"),
         ))
     elif kind == "job_start":
@@ -192,8 +196,39 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
             duration_s=duration, version=_text(rec, "version")[:32],
         ))
         _gpu_names(rows, node, when, rec.get("gpus"))
+    elif kind == "telemetry":
+        rows.telemetry.append(_sample(rec, node, when))
     # job_end carries nothing the tables keep beyond the epilog's own check records.
     rows.counts[kind] = rows.counts.get(kind, 0) + 1
+
+
+_METRICS = frozenset(m.value for m in Metric)
+# telemetry_samples' columns, in the order _sample writes them.
+SAMPLE_COLUMNS = ("time", "node", *(c for m in Metric for c in (m.value, f"{m.value}_c")))
+
+
+def _sample(rec: dict, node: str, when: datetime) -> tuple:
+    """A telemetry record's row of telemetry_samples (SAMPLE_COLUMNS). A metric this
+    historian does not know (a newer node) is left out; a value that is not a finite number
+    refuses the whole record (it was not written by the node path)."""
+    metrics = rec.get("metrics")
+    if not isinstance(metrics, dict):
+        raise RowError("telemetry record needs an object `metrics`")
+    got: dict[str, tuple[float, str]] = {}
+    for name, sample in metrics.items():
+        if name not in _METRICS:
+            continue
+        value = sample.get("value") if isinstance(sample, dict) else None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value) or abs(value) > 1e30:
+            raise RowError(f"telemetry {name}: value {str(value)[:40]!r} is not a number")
+        comp = sample.get("component")
+        got[name] = (float(value), "" if comp is None else str(comp)[:32])
+    row: list = [db_time(when), node]
+    for m in Metric:
+        value, comp = got.get(m.value, (None, None))
+        row += [value, comp]
+    return tuple(row)
 
 
 def _gpu_names(rows: _Rows, node: str, when: datetime, gpus) -> None:
@@ -330,6 +365,8 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
                [(node, idx, bus, db_time(when))
                 for (node, idx), (bus, when) in sorted(rows.gpu_names.items())],
                conflict=("node", "idx"), update=("bus_id", "last_seen"))
+    bulk_write(conn, schema.telemetry_samples, SAMPLE_COLUMNS, rows.telemetry,
+               conflict=("time", "node"))
 
 
 def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> None:

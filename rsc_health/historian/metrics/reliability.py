@@ -33,11 +33,7 @@ from sqlalchemy import Engine, select
 
 from rsc_health.historian.ingest.inventory import exposure
 from rsc_health.historian.lemons.episodes import episode_starts
-from rsc_health.historian.lemons.features import (
-    OutageRules,
-    application_xid_codes,
-    classify_outages,
-)
+from rsc_health.historian.outages import OutageRules, application_xid_codes, classify_outages
 from rsc_health.historian.schema import check_results, node_events
 from rsc_health.model import Status
 

@@ -1,0 +1,33 @@
+"""What a family's collector is given (`CollectEnv`), in a module of its own so a family
+file can name it without importing the registry that imports the family
+(tests/unit/test_import_graph.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rsc_health.record import dataclass, field
+
+
+@dataclass(frozen=True)
+class CollectEnv:
+    """What a collector may need beyond the root: the config; the time.monotonic() by which
+    it must have returned (None: no stage budget, e.g. `healthctl check`); and for the run's
+    own bookkeeping the state being filled (errors, probes asked and hung), the kernel-log
+    cursors by family (xid, sxid), the probes on record as hanging and the statvfs timeout."""
+
+    cfg: Any
+    deadline: float | None = None
+    state: Any = None
+    cursors: dict = field(default_factory=dict)
+    hangs_before: dict = field(default_factory=dict)
+    probe_timeout_s: float | None = None
+
+    def guard(self, family: str, source: str, fn: Callable[[], Any]) -> Any:
+        """fn(), or None with a checker finding naming `source` when it raises."""
+        try:
+            return fn()
+        except Exception as exc:  # noqa: BLE001 - a collector bug is a checker finding
+            self.state.errors.append((family, source, f"{type(exc).__name__}: {exc}"))
+            return None

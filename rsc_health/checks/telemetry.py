@@ -1,0 +1,304 @@
+"""Telemetry: what a GPU and its links are doing, sampled each sweep, judged only to warn.
+
+NVML (read with the other GPU families' answers, but only when this family runs: a device's
+`telemetry` block, rsc_health/collect/gpu.py) gives per GPU its SM and memory clocks and their
+maxima, power draw and the enforced limit, utilization, the cumulative violation times of
+nvmlDeviceGetViolationStatus (power, thermal, sync boost, board limit, reliability) and the
+per-reason clock-event times (SW power cap, HW slowdown, SW/HW thermal, HW power brake); with
+the PCIe link, replay counter, temperature and NVLink error counters every GPU family reads.
+The HCAs give `port_xmit_wait` (ticks a port had data and could not send: congestion) and
+the data counters (`port_xmit_data`, `port_rcv_data`: octets / 4) under
+/sys/class/infiniband/<hca>/ports/<n>/counters/, and the port's `rate`.
+
+Cumulative counters are kept between runs as every family keeps its own (`counters`, saved
+in counters.json with the time of the read): a rate is the increase over the interval since
+the last run that sampled them. None on a first run, after a reboot or when the interval is
+outside [telemetry] min_interval_s..max_interval_s; a counter that went down (a driver reload,
+a wrap) counts from zero, never negative.
+
+`check` is pure: it turns the state into the node-level sample of the shared vocabulary
+(`model.Metric`, one value per metric with the worst component), carried by an OK finding
+whose data the node path spools as one `telemetry` record, and warns on what a healthy GPU
+does not do: HW slowdown, HW/SW thermal or HW power-brake slowdown for more than
+`hw_throttle_warn_frac` of the interval (gpu_hw_throttle), a busy GPU's PCIe link below its
+maximum (gpu_pcie_slow). Throttling never drains, and the SW power cap never warns by itself:
+a healthy H200 at full load spends a third of its time there
+(tests/fixtures/real/h200-vm-2026-11-26/nvml-telemetry-4hz.jsonl.gz). NVML fields it answers
+NOT_SUPPORTED or NO_PERMISSION for are absent from the sample, not checker errors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from rsc_health.checks._finding import ok, readable_gpus, warn
+from rsc_health.collect.counters import plausible
+from rsc_health.collect.gpu import TELEMETRY_KEY, val
+from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded, read_text
+from rsc_health.model import Finding, Metric
+
+FAMILY = "telemetry"
+IB_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data")
+_PORTS = "sys/class/infiniband/*/ports/*"
+READS = (f"{_PORTS}/rate", f"{_PORTS}/link_layer",
+         *(f"{_PORTS}/counters/{c}" for c in IB_COUNTERS))
+# The clock-event times that mean the hardware protected itself (HW slowdown, thermal, power
+# brake); the violation policy "thermal" stands in where the per-reason fields are absent.
+HW_EVENTS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+TIME_KEY = "tm/time_ms"
+NS = 1e9
+
+
+def _prefix(gpu_index: int) -> str:
+    return f"tm/gpu{gpu_index}/"
+
+
+def collect(root: Path, env=None) -> dict:
+    """The HCA ports' counters and rate, and when they (and NVML, read just before) were read."""
+    from rsc_health.checks.infiniband import parse_rate
+
+    ports = []
+    base = root / "sys/class/infiniband"
+    try:
+        hcas = sorted(base.iterdir())
+    except OSError:
+        hcas = []
+    for hca in hcas:
+        try:
+            port_dirs = sorted((hca / "ports").iterdir(), key=lambda p: p.name)
+        except OSError:
+            continue
+        for pdir in port_dirs:
+            counts = {}
+            for c in IB_COUNTERS:
+                value = parse_count(read_text(pdir / "counters" / c))
+                if value is not None:
+                    counts[c] = value
+            ports.append({"name": f"{hca.name}/{pdir.name}", "hca": hca.name,
+                          "rate_gbps": parse_rate(read_text(pdir / "rate")),
+                          "link_layer": read_text(pdir / "link_layer"), "counters": counts})
+    return {"time_ms": _clock_ms(root, env), "ports": ports}
+
+
+def _clock_ms(root: Path, env) -> int:
+    """Now, in ms; a snapshot's replay (`check --from`) reads when the node looked."""
+    replay = str(env.cfg.get("telemetry.clock_replay_file")) if env is not None else ""
+    if replay:
+        doc = json.loads(read_bounded(root / replay.lstrip("/"), ATTR_BYTES))
+        value = doc.get("time_ms") if isinstance(doc, dict) else None
+        if not isinstance(value, int) or not plausible(value):
+            raise ValueError(f"{replay}: no time_ms")
+        return value
+    return int(time.time() * 1000)
+
+
+def capture(cfg, root: Path) -> dict:
+    """What a snapshot carries beyond the files: when it read the node (the rates' clock)."""
+    return {"telemetry_clock": {"time_ms": _clock_ms(root, None)}}
+
+
+def _int(value) -> int | None:
+    """A counter or reading NVML really answered: a non-negative int below 2**63."""
+    v = val(value)
+    return v if plausible(v) else None
+
+
+def counters(state) -> dict[str, int]:
+    """The cumulative counters this family turns into rates, and the time they were read."""
+    read = state.extra.get(FAMILY)
+    if read is None:
+        return {}
+    out = {TIME_KEY: read["time_ms"]}
+    for port in read["ports"]:
+        for c, v in port["counters"].items():
+            out[f"tm/ib/{port['name']}/{c}"] = v
+    for g, _comp in readable_gpus(state):
+        p = _prefix(g.index)
+        tele = g.answers.get(TELEMETRY_KEY)
+        if isinstance(tele, dict):
+            for group, sub in (("viol", tele.get("violation_ns")),
+                               ("event", tele.get("event_time_ns"))):
+                for name, value in (sub.items() if isinstance(sub, dict) else ()):
+                    if _int(value) is not None:
+                        out[f"{p}{group}/{name}"] = value
+        pcie = g.answers.get("pcie")
+        replay = _int(pcie.get("replay")) if isinstance(pcie, dict) else None
+        if replay is not None:
+            out[f"{p}pcie_replay"] = replay
+        links = [lk for lk in g.answers.get("nvlink") or [] if isinstance(lk, dict)]
+        errs = [_int(lk.get(c)) for lk in links for c in ("replay", "recovery", "crc_flit",
+                                                          "crc_data")]
+        if links and any(e is not None for e in errs):
+            out[f"{p}nvlink_errors"] = sum(e for e in errs if e is not None)
+    return out
+
+
+def _ratio(num, den) -> float | None:
+    n, d = val(num), val(den)
+    if isinstance(n, (int, float)) and isinstance(d, (int, float)) and not isinstance(n, bool) \
+            and d > 0 and n >= 0:
+        return n / d
+    return None
+
+
+def interval_s(state, tcfg: dict) -> float | None:
+    """Seconds since the last run that sampled the counters, when rates may use it."""
+    ms = state.deltas.get(TIME_KEY)
+    if ms is None or ms == state.counters.get(TIME_KEY):
+        # No baseline, or counters.deltas saw a reset: a new boot or the clock stepped back.
+        return None
+    secs = ms / 1000.0
+    if not float(tcfg["min_interval_s"]) <= secs <= float(tcfg["max_interval_s"]):
+        return None
+    return secs
+
+
+def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
+    """One GPU's figures (absent when NVML did not say, or no interval for a rate)."""
+    tele = g.answers.get(TELEMETRY_KEY)
+    tele = tele if isinstance(tele, dict) else {}
+    out: dict = {}
+    util = tele.get("utilization")
+    busy_pct = _int(util.get("gpu")) if isinstance(util, dict) else None
+    busy = busy_pct is not None and busy_pct >= float(tcfg["busy_util_pct"])
+    out["busy"] = busy
+    clocks, maxima = tele.get("clocks") or {}, tele.get("max_clocks") or {}
+    if isinstance(clocks, dict) and isinstance(maxima, dict):
+        for name in ("sm", "mem"):
+            r = _ratio(clocks.get(name), maxima.get(name))
+            if r is not None:
+                out[f"{name}_clock_ratio"] = min(r, 1.0)
+    power = _ratio(tele.get("power_mw"), tele.get("enforced_power_limit_mw"))
+    if power is not None:
+        out["power_ratio"] = power
+    temp = val(g.answers.get("temperature"))
+    if isinstance(temp, (int, float)) and not isinstance(temp, bool) and -50 < temp < 200:
+        out["temp_c"] = float(temp)
+    pcie = g.answers.get("pcie")
+    if isinstance(pcie, dict):
+        gen, mgen = _int(pcie.get("gen")), _int(pcie.get("max_gen"))
+        width, mwidth = _int(pcie.get("width")), _int(pcie.get("max_width"))
+        if width is not None and mwidth:
+            # An idle GPU drops its link to Gen1 to save power: only a busy one's speed counts.
+            if busy and gen is not None and mgen:
+                out["pcie_link_ratio"] = min(1.0, (gen * width) / (mgen * mwidth))
+            else:
+                out["pcie_link_ratio"] = min(1.0, width / mwidth)
+    if interval is None:
+        return out
+    p = _prefix(g.index)
+
+    def frac(key: str) -> float | None:
+        d = state.deltas.get(p + key)
+        return None if d is None else min(1.0, d / (interval * NS))
+
+    hw = {name: frac(f"event/{name}") for name in HW_EVENTS}
+    hw["thermal"] = frac("viol/thermal")
+    seen = {k: v for k, v in hw.items() if v is not None}
+    if seen:
+        worst = max(seen, key=lambda k: seen[k])
+        out["hw_frac"], out["hw_reason"] = seen[worst], worst
+    power_frac = frac("event/sw_power_cap")
+    if power_frac is None:
+        power_frac = frac("viol/power")
+    if power_frac is not None:
+        out["power_frac"] = power_frac
+    for key, name in (("pcie_replay", "pcie_replay_rate"), ("nvlink_errors", "nvlink_error_rate")):
+        d = state.deltas.get(p + key)
+        if d is not None:
+            out[name] = d / interval
+    return out
+
+
+# GPU figure -> (metric, worst is the max (True) or the min (False)).
+GPU_METRICS = (
+    ("sm_clock_ratio", Metric.SM_CLOCK_RATIO, False),
+    ("hw_frac", Metric.THROTTLE_HW_FRAC, True),
+    ("power_frac", Metric.THROTTLE_POWER_FRAC, True),
+    ("temp_c", Metric.GPU_TEMP_C, True),
+    ("power_ratio", Metric.POWER_RATIO, True),
+    ("pcie_link_ratio", Metric.PCIE_LINK_RATIO, False),
+    ("pcie_replay_rate", Metric.PCIE_REPLAY_RATE, True),
+    ("nvlink_error_rate", Metric.NVLINK_ERROR_RATE, True),
+)
+
+
+def _worst(items: list[tuple[str, float]], highest: bool) -> dict | None:
+    if not items:
+        return None
+    comp, value = (max if highest else min)(items, key=lambda kv: kv[1])
+    return {"value": round(float(value), 6), "component": comp}
+
+
+def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
+    """(metrics {name: {value, component}}, interval_s, per-GPU figures, per-port figures)."""
+    tcfg = cfg["telemetry"]
+    interval = interval_s(state, tcfg)
+    gpus = {comp: gpu_sample(g, state, tcfg, interval) for g, comp in readable_gpus(state)}
+    metrics: dict[str, dict] = {}
+    for key, metric, highest in GPU_METRICS:
+        if key == "sm_clock_ratio":
+            # Only busy GPUs: an idle one parks its clocks by design.
+            items = [(c, f[key]) for c, f in gpus.items() if f.get("busy") and key in f]
+        else:
+            items = [(c, f[key]) for c, f in gpus.items() if key in f]
+        worst = _worst(items, highest)
+        if worst is not None:
+            metrics[metric.value] = worst
+    read = state.extra.get(FAMILY) or {"ports": []}
+    expected = float(cfg["infiniband"]["rate_gbps"])
+    ports = []
+    for port in read["ports"]:
+        if (port.get("link_layer") or "InfiniBand") != "InfiniBand":
+            continue
+        fig: dict = {"port": port["name"]}
+        if expected and port.get("rate_gbps") is not None:
+            fig["link_ratio"] = port["rate_gbps"] / expected
+        if interval is not None:
+            for c in IB_COUNTERS:
+                d = state.deltas.get(f"tm/ib/{port['name']}/{c}")
+                if d is not None:
+                    # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
+                    fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
+        ports.append(fig)
+    for key, metric, highest in (("port_xmit_wait_rate", Metric.IB_XMIT_WAIT_RATE, True),
+                                 ("link_ratio", Metric.IB_LINK_RATIO, False)):
+        worst = _worst([(f["port"], f[key]) for f in ports if key in f], highest)
+        if worst is not None:
+            metrics[metric.value] = worst
+    return metrics, interval, gpus, ports
+
+
+def check(state, cfg: dict) -> list[Finding]:
+    tcfg = cfg["telemetry"]
+    metrics, interval, gpus, ports = sample(state, cfg)
+    out: list[Finding] = []
+    hw_limit = float(tcfg["hw_throttle_warn_frac"])
+    pcie_limit = float(tcfg["pcie_link_warn_ratio"])
+    for comp, fig in gpus.items():
+        if fig.get("hw_frac", 0.0) > hw_limit:
+            out.append(warn(FAMILY, comp, "gpu_hw_throttle",
+                            f"{comp} in {fig['hw_reason']} slowdown {fig['hw_frac']:.0%} of the "
+                            f"last {interval:.0f}s (warn above {hw_limit:.0%})",
+                            fraction=round(fig["hw_frac"], 4), reason_kind=fig["hw_reason"],
+                            interval_s=interval))
+        if fig.get("busy") and fig.get("pcie_link_ratio", 1.0) < pcie_limit:
+            pcie = g_pcie(state, comp)
+            out.append(warn(FAMILY, comp, "gpu_pcie_slow",
+                            f"{comp} busy on a PCIe link at {fig['pcie_link_ratio']:.0%} of its "
+                            f"maximum (Gen{pcie.get('gen')} x{pcie.get('width')} of "
+                            f"Gen{pcie.get('max_gen')} x{pcie.get('max_width')})",
+                            link_ratio=round(fig["pcie_link_ratio"], 4)))
+    summary = ", ".join(f"{k}={v['value']:g}" for k, v in sorted(metrics.items())) or "nothing"
+    out.append(ok(FAMILY, "node", f"sampled {summary}", metrics=metrics, interval_s=interval,
+                  gpus=gpus, ports=ports))
+    return out
+
+
+def g_pcie(state, comp: str) -> dict:
+    for g, c in readable_gpus(state):
+        if c == comp and isinstance(g.answers.get("pcie"), dict):
+            return g.answers["pcie"]
+    return {}

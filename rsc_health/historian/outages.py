@@ -1,0 +1,132 @@
+"""Out-of-service periods that are not a node's own: planned maintenance (by reason or a
+MAINT reservation) and fleet-wide events (many nodes out within a few minutes), and the XIDs
+that are the application's own. Read by the lemon features, the reliability metrics and the
+GPU attribution alike, so it sits below all three (tests/unit/test_import_graph.py)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rsc_health.config import packaged_default
+from rsc_health.model import REASON_PREFIX
+
+FLEET_FLOOR = 5.0
+# Nodes are drained for a maintenance reservation up to this long before it starts.
+MAINT_LEAD = pd.Timedelta(hours=1)
+# The packaged [lemon] keys for outages that are not a node's own.
+OUTAGE_DEFAULTS: dict[str, Any] = {
+    key: packaged_default(f"lemon.{key}")
+    for key in ("maintenance_reason_patterns", "fleet_event_nodes", "fleet_event_share",
+                "fleet_event_window_s", "episode_gap_h", "rate_window_days", "rate_min_episodes",
+                "incident_alpha")
+}
+
+
+def application_xid_codes() -> tuple[str, ...]:
+    """check_results codes ("xid13") of the XIDs the packaged catalog marks as the
+    application's own errors."""
+    from rsc_health.xid import load_catalog
+
+    return tuple(f"xid{c}" for c in sorted(load_catalog().application_codes()))
+
+
+@dataclass(frozen=True)
+class OutageRules:
+    """Which out-of-service periods are not the node's own: planned maintenance (by reason)
+    and fleet-wide events (many nodes out within a few minutes)."""
+
+    maintenance_reason_patterns: tuple[str, ...] = tuple(
+        OUTAGE_DEFAULTS["maintenance_reason_patterns"]
+    )
+    fleet_event_nodes: int = OUTAGE_DEFAULTS["fleet_event_nodes"]
+    fleet_event_share: float = OUTAGE_DEFAULTS["fleet_event_share"]
+    fleet_event_window_s: float = OUTAGE_DEFAULTS["fleet_event_window_s"]
+    # How a node's events become episodes and are judged against its peers' rate.
+    episode_gap_h: float = OUTAGE_DEFAULTS["episode_gap_h"]
+    rate_window_days: float = OUTAGE_DEFAULTS["rate_window_days"]
+    rate_min_episodes: int = OUTAGE_DEFAULTS["rate_min_episodes"]
+    incident_alpha: float = OUTAGE_DEFAULTS["incident_alpha"]
+
+    @property
+    def gap(self) -> pd.Timedelta:
+        return pd.Timedelta(hours=self.episode_gap_h)
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any] | None = None) -> OutageRules:
+        merged = {**OUTAGE_DEFAULTS, **(section or {})}
+        for pattern in merged["maintenance_reason_patterns"]:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"[lemon] maintenance_reason_patterns: {pattern!r} is not a regular "
+                    f"expression ({exc})"
+                ) from exc
+        return cls(
+            tuple(merged["maintenance_reason_patterns"]),
+            int(merged["fleet_event_nodes"]),
+            float(merged["fleet_event_share"]),
+            float(merged["fleet_event_window_s"]),
+            float(merged["episode_gap_h"]),
+            float(merged["rate_window_days"]),
+            int(merged["rate_min_episodes"]),
+            float(merged["incident_alpha"]),
+        )
+
+    def fleet_threshold(self, fleet_size: int) -> float:
+        """Nodes out together that make an event fleet-wide (inf: off)."""
+        limits: list[float] = []
+        if self.fleet_event_nodes > 0:
+            limits.append(self.fleet_event_nodes)
+        if self.fleet_event_share > 0 and fleet_size > 0:
+            # never fewer than FLEET_FLOOR nodes: on a small fleet a share is two or three
+            # nodes, and two independent failures in five minutes do happen
+            limits.append(max(FLEET_FLOOR, self.fleet_event_share * fleet_size))
+        return min(limits) if limits else float("inf")
+
+
+def classify_outages(
+    events: pd.DataFrame,
+    rules: OutageRules,
+    fleet_size: int,
+    maintenance: Sequence[tuple[set[str], datetime, datetime | None]] = (),
+) -> pd.Series:
+    """Per node_events row (columns node, start, reason): "maintenance", "fleet" or "node"
+    (the node's own). Fleet-wide: the row's start has at least the threshold of distinct nodes
+    going out within fleet_event_window_s either side. `maintenance`: (nodes, start, end) of
+    the MAINT reservations."""
+    kind = pd.Series("node", index=events.index, dtype=object)
+    if events.empty:
+        return kind
+    starts = pd.to_datetime(events["start"])
+    for nodes, start, end in maintenance:
+        inside = events["node"].isin(nodes) & (starts >= pd.Timestamp(start) - MAINT_LEAD)
+        if end is not None:
+            inside &= starts <= pd.Timestamp(end)
+        kind[inside] = "maintenance"
+    reason = events["reason"].fillna("").astype(str)
+    if rules.maintenance_reason_patterns:
+        planned = reason.str.contains(
+            "|".join(f"(?:{p})" for p in rules.maintenance_reason_patterns), regex=True
+        ) & ~reason.str.startswith(REASON_PREFIX)
+        kind[planned] = "maintenance"
+    threshold = rules.fleet_threshold(fleet_size)
+    if np.isfinite(threshold) and len(events) >= threshold:
+        order = events.sort_values("start")
+        t = pd.to_datetime(order["start"]).to_numpy("datetime64[s]").view(np.int64)
+        w = int(rules.fleet_event_window_s)
+        lo = np.searchsorted(t, t - w, side="left")
+        hi = np.searchsorted(t, t + w, side="right")
+        crowded = np.flatnonzero(hi - lo >= threshold)  # rows, before counting distinct nodes
+        nodes = order["node"].to_numpy()
+        fleet = [order.index[i] for i in crowded
+                 if len(set(nodes[lo[i]:hi[i]])) >= threshold]
+        kind[fleet] = kind[fleet].where(kind[fleet] == "maintenance", "fleet")
+    return kind

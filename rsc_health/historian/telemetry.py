@@ -1,0 +1,261 @@
+"""Telemetry in the historian: the one door to the samples, and their rollups.
+
+Each sweep's `telemetry` spool record lands as rows of `telemetry_samples` (node, time, metric,
+value, component: the vocabulary of model.Metric; historian/ingest/delivery.py), kept
+`[historian] telemetry_retention_days` (retention.py prunes them). `load_samples` is how
+anything reads them (the fail-slow detector included).
+
+`rollup` (run by `healthctl ingest telemetry`, from the ingest timer after sacct) condenses
+them, to keep after the samples are gone:
+
+- per node and multi-node job (`telemetry_job_rollups`): the samples of each node of the job
+  (job_nodes) between its start and end, for every job of 2+ nodes that has ended and has
+  no rollup yet (a job sacct brought in late is still rolled up, while its samples last);
+- per node-day outside such jobs (`telemetry_day_rollups`): for each whole day (UTC) the
+  samples no multi-node job of that node covered, once the day is `SETTLE` old (nodes flush
+  their spools every 30 minutes). A job still running at the time counts as covering.
+
+Each rollup row is one node's, with per metric: n, mean, min, max, `past` (samples beyond
+the metric's warn threshold, [telemetry] warn_above / warn_below: the fraction is past / n)
+and `worst`, the component that was the worst most often (schema.py says why wide).
+`load_rollups` reads them back one row per metric. Rolling up the same job or day again
+replaces its rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+
+from sqlalchemy import Engine, and_, delete, exists, func, select
+
+from rsc_health.historian import schema
+from rsc_health.historian.db import writer
+from rsc_health.model import LOWER_IS_WORSE, Metric
+
+COLUMNS = ["node", "time", "metric", "value", "component"]
+CURSOR = "telemetry_rollup_day"  # ingest_cursors: the first day not rolled up yet
+SETTLE = timedelta(hours=1)  # a day is rolled up once every node has flushed it
+NODES_PER_QUERY = 500  # node names per IN (...) list
+_METRICS = frozenset(m.value for m in Metric)
+
+
+def _naive(t: datetime) -> datetime:
+    return t.astimezone(UTC).replace(tzinfo=None) if t.tzinfo is not None else t
+
+
+def load_samples(engine: Engine, since: datetime, until: datetime,
+                 nodes: Iterable[str] | None = None):
+    """The samples with since <= time < until (of `nodes` only, when given), as a
+    pandas.DataFrame[node, time, metric, value, component] ordered by node, metric, time:
+    one row per metric a sweep sampled. Times are naive UTC, as the historian keeps them."""
+    import pandas as pd
+
+    s = schema.telemetry_samples
+    names = [c.name for c in s.columns]
+    base = select(s).where(s.c.time >= _naive(since), s.c.time < _naive(until))
+    wanted = None if nodes is None else sorted(set(nodes))
+    rows: list = []
+    with engine.connect() as conn:
+        if wanted is None:
+            rows = list(conn.execute(base))
+        else:
+            for i in range(0, len(wanted), NODES_PER_QUERY):
+                rows += list(conn.execute(base.where(s.c.node.in_(wanted[i:i + NODES_PER_QUERY]))))
+    wide = pd.DataFrame(rows, columns=names)
+    parts = []
+    for m in Metric:
+        part = wide.loc[wide[m.value].notna(), ["node", "time", m.value, f"{m.value}_c"]]
+        part.columns = ["node", "time", "value", "component"]
+        part.insert(2, "metric", m.value)
+        parts.append(part)
+    frame = pd.concat(parts, ignore_index=True)
+    frame["time"] = pd.to_datetime(frame["time"])
+    frame["value"] = frame["value"].astype(float)
+    frame["component"] = frame["component"].fillna("").astype(str)
+    return frame.sort_values(["node", "metric", "time"], kind="stable").reset_index(drop=True)
+
+
+@dataclass
+class RollupReport:
+    jobs: int = 0
+    job_rows: int = 0
+    days: int = 0
+    day_rows: int = 0
+
+    def summary(self) -> str:
+        return (f"telemetry rollups: {self.jobs} job(s) -> {self.job_rows} row(s), "
+                f"{self.days} day(s) -> {self.day_rows} row(s)")
+
+
+def _limit(cfg, metric: Metric) -> float | None:
+    table = cfg.get("telemetry.warn_below" if metric in LOWER_IS_WORSE else "telemetry.warn_above")
+    value = table.get(metric.value)
+    return None if value is None else float(value)
+
+
+def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
+    """(node, metric) -> n, mean, min, max, past, worst of the samples `where`: one read of
+    the rows, the figures in pandas (a GROUP BY per metric for its most frequent worst
+    component cost a scan each, and the node-day's NOT EXISTS with every one)."""
+    import pandas as pd
+
+    s = schema.telemetry_samples
+    frame = pd.DataFrame(list(conn.execute(select(s).where(where))),
+                         columns=[c.name for c in s.columns])
+    parts = []
+    for m in Metric:
+        sub = frame.loc[frame[m.value].notna(), ["node", m.value, f"{m.value}_c"]]
+        if sub.empty:
+            continue
+        values = sub[m.value].astype(float)
+        limit = _limit(cfg, m)
+        if limit is None:
+            past = values * 0
+        else:
+            past = (values < limit) if m in LOWER_IS_WORSE else (values > limit)
+        parts.append(pd.DataFrame({"node": sub["node"], "metric": m.value, "v": values,
+                                   "past": past.astype(int),
+                                   "comp": sub[f"{m.value}_c"].fillna("").astype(str)}))
+    if not parts:
+        return {}
+    long = pd.concat(parts, ignore_index=True)
+    figures = long.groupby(["node", "metric"]).agg(
+        n=("v", "size"), mean=("v", "mean"), min=("v", "min"), max=("v", "max"),
+        past=("past", "sum"))
+    # The most frequent worst component; ties to the smaller name, so a rerun writes the
+    # same row.
+    counts = long.groupby(["node", "metric", "comp"]).size().reset_index(name="k")
+    worst = counts.sort_values(["node", "metric", "k", "comp"],
+                               ascending=[True, True, False, True]) \
+        .drop_duplicates(["node", "metric"]).set_index(["node", "metric"])["comp"]
+    figures = figures.join(worst)
+    return {(str(node), str(metric)): {
+        "n": int(n), "mean": float(mean), "min": float(lo), "max": float(hi),
+        "past": int(past), "worst": str(comp)[:16]}
+        for (node, metric), n, mean, lo, hi, past, comp in figures.itertuples()}
+
+
+def _wide(agg: dict[tuple[str, str], dict], key: dict) -> list[dict]:
+    """One row per node: `key` (job_pk or day), node, and `<metric>_<stat>` for its metrics."""
+    rows: dict[str, dict] = {}
+    for (node, metric), stats in agg.items():
+        if metric not in _METRICS:
+            continue  # a name no column holds (a newer node's): in the samples only
+        row = rows.setdefault(node, {**key, "node": node})
+        row.update({f"{metric}_{stat}": value for stat, value in stats.items()})
+    return list(rows.values())
+
+
+def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] | None = None):
+    """Rollups as a long pandas.DataFrame[<job_pk or day>, node, metric, n, mean, min, max,
+    past, worst]: kind "job" (jobs that ended since <= end < until) or "day" (since <= day <
+    until), one row per metric a node reported."""
+    import pandas as pd
+
+    if kind == "job":
+        r, j = schema.telemetry_job_rollups, schema.jobs
+        q = select(r).join(j, j.c.id == r.c.job_pk).where(j.c.end >= _naive(since),
+                                                          j.c.end < _naive(until))
+        first = "job_pk"
+    else:
+        r = schema.telemetry_day_rollups
+        q = select(r).where(r.c.day >= since, r.c.day < until)
+        first = "day"
+    if nodes is not None:
+        q = q.where(r.c.node.in_(sorted(set(nodes))))
+    with engine.connect() as conn:
+        wide = [dict(row._mapping) for row in conn.execute(q)]
+    stats = [stat for stat, _kind in schema.ROLLUP_STATS]
+    long = [{first: row[first], "node": row["node"], "metric": m.value,
+             **{stat: row[f"{m.value}_{stat}"] for stat in stats}}
+            for row in wide for m in Metric if row.get(f"{m.value}_n") is not None]
+    return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
+
+
+def _jobs_to_roll(conn, until: datetime, oldest: datetime) -> list[tuple[int, datetime, datetime]]:
+    j, r = schema.jobs, schema.telemetry_job_rollups
+    q = select(j.c.id, j.c.start, j.c.end).where(
+        j.c.nnodes >= 2, j.c.start.is_not(None), j.c.end.is_not(None), j.c.end < until,
+        j.c.end >= oldest, ~exists().where(r.c.job_pk == j.c.id))
+    return [(int(pk), start, end) for pk, start, end in conn.execute(q)]
+
+
+def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
+    """Roll up what is due (see the module's docstring); idempotent."""
+    now = _naive(now)
+    report = RollupReport()
+    s, jn = schema.telemetry_samples, schema.job_nodes
+    retention = int(cfg.get("historian.telemetry_retention_days"))
+    oldest = now - timedelta(days=retention) if retention > 0 else datetime(1970, 1, 1)
+    with engine.connect() as conn:
+        # A job that ended before the first sample kept has none: it is not asked about on
+        # every run (the jobs from before telemetry was deployed, or already pruned).
+        first = conn.execute(select(func.min(s.c.time))).scalar()
+        if first is None:
+            jobs = []
+        else:
+            first = first if isinstance(first, datetime) else datetime.fromisoformat(str(first))
+            jobs = _jobs_to_roll(conn, now - SETTLE, max(oldest, first))
+    for pk, start, end in jobs:
+        where = and_(s.c.time >= start, s.c.time <= end,
+                     s.c.node.in_(select(jn.c.node).where(jn.c.job_pk == pk)))
+        with writer(engine).begin() as conn:
+            agg = _aggregate(conn, where, cfg)
+            r = schema.telemetry_job_rollups
+            conn.execute(delete(r).where(r.c.job_pk == pk))
+            rows = _wide(agg, {"job_pk": pk})
+            if rows:
+                _insert(conn, r, rows)
+        report.jobs += 1 if rows else 0
+        report.job_rows += len(rows)
+    for day in _days_due(engine, now):
+        lo = datetime(day.year, day.month, day.day)
+        hi = lo + timedelta(days=1)
+        j = schema.jobs
+        in_job = exists().where(
+            jn.c.node == s.c.node, jn.c.job_pk == j.c.id, j.c.nnodes >= 2,
+            j.c.start.is_not(None), j.c.start <= s.c.time,
+            (j.c.end.is_(None)) | (j.c.end >= s.c.time))
+        where = and_(s.c.time >= lo, s.c.time < hi, ~in_job)
+        with writer(engine).begin() as conn:
+            agg = _aggregate(conn, where, cfg)
+            r = schema.telemetry_day_rollups
+            conn.execute(delete(r).where(r.c.day == day))
+            rows = _wide(agg, {"day": day})
+            if rows:
+                _insert(conn, r, rows)
+            _save_cursor(conn, day + timedelta(days=1))
+        report.days += 1
+        report.day_rows += len(rows)
+    return report
+
+
+def _days_due(engine: Engine, now: datetime) -> list[date]:
+    """Whole days from the cursor (or the oldest sample) whose end is SETTLE behind now."""
+    c, s = schema.ingest_cursors, schema.telemetry_samples
+    with engine.connect() as conn:
+        saved = conn.execute(select(c.c.value).where(c.c.name == CURSOR)).scalar()
+        if saved:
+            first = date.fromisoformat(saved)
+        else:
+            oldest = conn.execute(select(func.min(s.c.time))).scalar()
+            if oldest is None:
+                return []
+            first = (oldest if isinstance(oldest, datetime)
+                     else datetime.fromisoformat(str(oldest))).date()
+    last = (now - SETTLE).date() - timedelta(days=1)  # the last day whose end has settled
+    return [first + timedelta(days=i) for i in range((last - first).days + 1)]
+
+
+def _insert(conn, table, rows: list[dict]) -> None:
+    """Rows with every column named (a metric a node lacks: NULL), as one executemany."""
+    names = [c.name for c in table.columns]
+    conn.execute(table.insert(), [{n: row.get(n) for n in names} for row in rows])
+
+
+def _save_cursor(conn, day: date) -> None:
+    c = schema.ingest_cursors
+    conn.execute(delete(c).where(c.c.name == CURSOR))
+    conn.execute(c.insert().values(name=CURSOR, value=day.isoformat()))

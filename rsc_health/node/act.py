@@ -1,0 +1,120 @@
+"""Carrying a verdict out in Slurm, and the job records a prolog or epilog spools. Imports
+nothing of the Slurm side until a verdict asks for it: a healthy prolog makes no Slurm call."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime
+
+from rsc_health import spool
+from rsc_health.model import HELD_KINDS, ActionKind, Level, Verdict
+from rsc_health.node.sinks import log, sweep_line
+from rsc_health.node.stage import Context, drain_exit
+from rsc_health.node.store import (
+    HELD_BY,
+    PendingVerdict,
+    clear_pending,
+    guard_retry_after,
+    has_drain_state,
+    save_pending,
+)
+
+
+def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: datetime,
+        locked: bool = True) -> tuple[int, bool]:
+    """Carry out the verdict in Slurm; (exit code, verdict still pending). A run without the
+    node lock carries out a drain, but its clean verdict does not count towards a resume."""
+    stage, cfg = ctx.stage, ctx.cfg
+    had_pending = pending is not None
+    enabled = bool(cfg.get("actions.enabled"))
+    if not enabled and verdict.drains:
+        # Shadow mode: record what would have been drained, ask Slurm nothing, fail no job.
+        from rsc_health.actions import Actor
+
+        Actor(None, cfg, ctx.node, ctx.sdir, log=log).apply(verdict)
+        log(f"{stage.name}: shadow mode, would drain: {verdict.reason}")
+        return 0, False
+    if not verdict.drains:
+        if not (stage.counts_as_clean and locked and verdict.level in (Level.OK, Level.WARN)):
+            return 0, had_pending
+        if not has_drain_state(ctx.sdir):
+            # A clean sweep only talks to Slurm to count towards resuming a node we drained:
+            # with no drain of ours on record, 16,000 nodes' sweeps cost slurmctld nothing.
+            sweep_line(stage, ctx.node, verdict.level, verdict.reason, [])
+            return 0, had_pending
+    # Imported only past this point: a healthy prolog neither calls nor loads the Slurm side.
+    from rsc_health.actions import Actor
+    from rsc_health.slurm.api import SlurmError
+
+    skip = {ctx.job_id} if (ctx.job_id and stage.name == "epilog") else None
+    slurm = ctx.slurm_factory(cfg, ctx.deadline)
+    try:
+        actor = Actor(slurm, cfg, ctx.node, ctx.sdir, log=log)
+        actions = actor.apply(verdict, requeue=stage.requeue,
+                              clean_sweep=stage.counts_as_clean and not had_pending,
+                              skip_jobs=skip)
+    except SlurmError as exc:
+        if verdict.drains:
+            save_pending(ctx.sdir, verdict, why="slurm_unavailable", now=now)
+            log(f"{stage.name}: Slurm unavailable ({exc}); verdict {verdict.level.name} kept "
+                f"for the next run")
+            # The prolog still fails the job start: slurmd then drains the node itself.
+            return (drain_exit() if stage.name == "prolog" and enabled else 0), True
+        log(f"{stage.name}: Slurm unavailable ({exc})")
+        return 0, had_pending
+    held = next((a.action for a in actions if a.action in HELD_KINDS), None)
+    if verdict.drains and held:
+        why = "guard" if held == ActionKind.GUARD_TRIPPED else "foreign_drain"
+        holds = (pending.holds if pending is not None and pending.why == why else 0) + 1
+        retry = guard_retry_after(cfg, holds, now)
+        save_pending(ctx.sdir, verdict, why=why, holds=holds, retry_after=retry, now=now)
+        log(f"{stage.name}: {HELD_BY[why]} holds; verdict {verdict.reason} kept and retried "
+            f"after {retry:%H:%M:%S}Z (held {holds} time(s))")
+        # A job start under someone else's drain (its allocation came before that drain):
+        # the job must not run on the fault. Under the guard, jobs run, as the guard wants.
+        foreign = why == "foreign_drain" and stage.name == "prolog"
+        return (drain_exit() if foreign else 0), True
+    clear_pending(ctx.sdir)
+    sweep_line(stage, ctx.node, verdict.level, verdict.reason, actions)
+    if stage.name == "prolog" and verdict.drains and enabled:
+        log(f"prolog: {verdict.reason}")
+        return drain_exit(), False
+    return 0, False
+
+
+def job_records(ctx: Context, now) -> list[dict]:
+    """job_start / job_end. ExcNodeList costs a Slurm RPC, so it is read only when the lemon
+    feature wants it and only on the allocation's first node: one call per job, not per node."""
+    if not ctx.job_id:
+        return []
+    if ctx.stage.name == "epilog":
+        return [spool.record("job_end", ctx.node, now, job_id=ctx.job_id)]
+    if ctx.stage.name != "prolog":
+        return []
+    excluded: list[str] = []
+    if ctx.cfg.get("slurm.record_exclusions") and _first_node(ctx.node):
+        from rsc_health.slurm.api import SlurmError
+
+        try:
+            job = ctx.slurm_factory(ctx.cfg, ctx.deadline).job(ctx.job_id)
+            excluded = list(job.excluded) if job else []
+        except SlurmError as exc:
+            log(f"prolog: cannot read job {ctx.job_id}: {exc}")
+    return [spool.record(
+        "job_start", ctx.node, now, job_id=ctx.job_id, excluded=excluded,
+        user=os.environ.get("SLURM_JOB_USER", ""),
+        partition=os.environ.get("SLURM_JOB_PARTITION", ""),
+    )]
+
+
+def _first_node(node: str) -> bool:
+    from rsc_health.hostlist import HostlistError, expand
+
+    nodelist = os.environ.get("SLURM_JOB_NODELIST", "")
+    if not nodelist:
+        return True
+    try:
+        hosts = expand(nodelist)
+    except (HostlistError, ValueError):
+        return False
+    return bool(hosts) and hosts[0] == node

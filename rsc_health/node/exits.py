@@ -1,0 +1,127 @@
+"""The ways a node-path run ends early, each ending in one line on stderr and syslog, a
+checker record and heartbeat in the spool where the disk allows, the textfile, and a safe
+exit code (rsc_health.nodepath, "Exit codes"): a checker fault, a config that does not load,
+and the watchdog past the budget."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rsc_health.model import Finding, Severity, Status
+from rsc_health.node import sinks
+from rsc_health.node.sinks import log
+from rsc_health.node.stage import Progress, drain_exit
+from rsc_health.node.store import load_pending, save_pending
+
+if TYPE_CHECKING:
+    from rsc_health.config import ConfigError
+
+
+def fault(run: Progress, code: str, reason: str) -> Finding:
+    return Finding("checker", run.step, Status.ERROR, Severity.NONE, reason[:500], code)
+
+
+def keep_unacted_verdict(run: Progress) -> None:
+    if run.unacted_drain and run.sdir is not None and run.verdict is not None:
+        save_pending(run.sdir, run.verdict, why="fault")
+
+
+def checker_fault(run: Progress, exc: BaseException) -> int:
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if "rsc_health" in f.filename] or frames
+    where = f" at {Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else ""
+    code = run.safe_exit()
+    detail = f"{type(exc).__name__}: {exc}"[:300]
+    keep_unacted_verdict(run)
+    finding = fault(run, "checker_fault", f"checker fault during {run.step}: {detail}")
+    unspooled = sinks.say_fault(run, finding)
+    log(f"{run.stage.name}: checker fault during {run.step}{where}: {detail}; exiting {code}"
+        + (f" (not spooled: {unspooled})" if unspooled else ""))
+    return code
+
+
+def broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
+    """The checker cannot look: say so loudly (stderr, syslog, spool, textfile), let the job
+    run, unless a drain verdict from before is pending (see the module's exit codes). The
+    packaged defaults still say where the spool and that verdict are; the textfile goes where
+    the last good config put it (config.fallback_config)."""
+    from rsc_health.config import ConfigError, fallback_config, node_name, state_dir
+
+    stage = run.stage
+    try:
+        defaults, which = fallback_config(root)
+    except ConfigError:
+        log(f"{stage.name}: bad config: {exc}")
+        return 0
+    log(f"{stage.name}: bad config: {exc} (spool and textfile where {which} say)")
+    run.node, run.sdir = node_name(defaults), state_dir(defaults, root)
+    finding = fault(run, "config_error", f"bad config: {exc}")
+    pending = load_pending(run.sdir) if stage.name == "prolog" else None
+    held = pending is not None and pending.verdict.drains and pending.why != "guard"
+    unspooled = sinks.say_fault(run, finding, cfg=defaults, root=root, pending=held)
+    if unspooled:
+        log(f"{stage.name}: cannot write the spool: {unspooled}")
+    if held and pending is not None:
+        # A drain verdict from before the config broke (Slurm was away, or a fault struck):
+        # a working config would fail this job start, so does a broken one. One held back by
+        # the mass-drain guard lets jobs run, as it would with a working config.
+        codes = ", ".join(sorted({c.code or c.family for c in pending.verdict.causes}))
+        log(f"{stage.name}: a drain verdict is pending ({codes}; {pending.why}); failing the "
+            f"job start so slurmd drains the node. Fix the config to carry it out ourselves")
+        return drain_exit()
+    return 0
+
+
+class Watchdog:
+    """Past the budget, whatever is stuck (a probe that ignored its deadline, a Slurm call, a
+    config on a hung mount), the process leaves with the safe exit code: it names the step,
+    spools a checker_error heartbeat and writes the textfile (bounded by a one-second
+    backstop, since the spool's disk may be what hangs) and calls os._exit, so no stuck thread
+    or child can hold the exit."""
+
+    BACKSTOP_S = 1.0
+
+    def __init__(self, run: Progress, after_s: float):
+        self.run = run
+        self._timer: threading.Timer | None = None
+        self.rearm(after_s)
+
+    def rearm(self, after_s: float) -> None:
+        self.cancel()
+        self.after_s = after_s
+        self._timer = threading.Timer(after_s, self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+
+    def _fire(self) -> None:
+        run = self.run
+        code = run.safe_exit()
+        backstop = threading.Timer(self.BACKSTOP_S, os._exit, (code,))
+        backstop.daemon = True
+        backstop.start()
+        try:
+            # A Slurm command or site check still running is killed with its process group
+            # (imported only if something started one): os._exit leaves them running.
+            procs = sys.modules.get("rsc_health.collect.procs")
+            if procs is not None:
+                procs.kill_live_groups()
+            log(f"{run.stage.name}: still running after {self.after_s:.0f}s during {run.step} "
+                f"(budget exceeded; a source or a Slurm call hung); exiting {code}")
+            keep_unacted_verdict(run)
+            unspooled = sinks.say_fault(run, fault(
+                run, "checker_timeout",
+                f"{run.stage.name} hung during {run.step} past {self.after_s:.0f}s"))
+            if unspooled:
+                log(f"{run.stage.name}: not spooled: {unspooled}")
+        finally:
+            os._exit(code)

@@ -1,0 +1,112 @@
+"""What differs per entry point (a `Stage`), one run's context, and how far a run got
+(`Progress`, for whoever has to end it early: a fault, the watchdog)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rsc_health.record import dataclass
+
+if TYPE_CHECKING:
+    from rsc_health.config import Config
+    from rsc_health.model import Verdict
+    from rsc_health.slurm.api import SlurmAPI
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str  # prolog | epilog | sweep
+    families_key: str | None  # [slurm] key listing the families, None = all
+    budget_key: str
+    requeue: bool  # DRAIN_NOW requeues the node's jobs (not in the prolog: Slurm does it)
+    counts_as_clean: bool  # a clean run counts towards auto-resume (only the sweep)
+
+
+STAGES = {
+    "prolog": Stage("prolog", families_key="slurm.prolog_families",
+                    budget_key="slurm.prolog_budget_s", requeue=False, counts_as_clean=False),
+    "epilog": Stage("epilog", families_key="slurm.epilog_families",
+                    budget_key="slurm.epilog_budget_s", requeue=True, counts_as_clean=False),
+    "sweep": Stage("sweep", families_key=None, budget_key="slurm.sweep_budget_s",
+                   requeue=True, counts_as_clean=True),
+}
+
+
+@dataclass
+class Context:
+    stage: Stage
+    cfg: Config
+    root: Path
+    node: str
+    sdir: Path
+    started: float
+    deadline: float
+    job_id: str | None
+    slurm_factory: Callable[[Config, float | None], SlurmAPI]
+
+
+def job_id() -> str | None:
+    return os.environ.get("SLURM_JOB_ID") or os.environ.get("SLURM_JOBID")
+
+
+# The watchdog's first arming when not even the packaged defaults can be read (a broken
+# install): the run still ends, with a safe exit code, however long its config takes.
+UNREADABLE_DEFAULTS_BUDGET_S = 60.0
+
+
+def budget(cfg: Config | None, stage: Stage) -> float:
+    """The stage's budget in seconds: the config's, or before one is read (the watchdog's first
+    arming; a config on a hung mount must not hold the prolog either) the packaged default."""
+    from rsc_health.config import packaged_default
+
+    for source in (cfg, None):
+        try:
+            value = source.get(stage.budget_key) if source is not None else \
+                packaged_default(stage.budget_key)
+            return max(1.0, float(value))
+        except Exception:  # noqa: BLE001 - a budget must come out of this, whatever is broken
+            continue
+    return UNREADABLE_DEFAULTS_BUDGET_S
+
+
+def drain_exit() -> int:
+    """The prolog's exit code for a drain verdict: 1 (what slurmd drains on), or the code the
+    shipped wrapper asks for (RSC_HEALTH_DRAIN_EXIT) so it can tell a verdict from a Python that
+    could not even start, and turn only the verdict into 1."""
+    try:
+        code = int(os.environ.get("RSC_HEALTH_DRAIN_EXIT", "1"))
+    except ValueError:
+        return 1
+    return code if 1 <= code <= 125 else 1
+
+
+@dataclass
+class Progress:
+    """How far this run got, for whoever has to end it early (a fault, the watchdog): which
+    step was running, where the spool is, and whether a drain verdict is already in hand."""
+
+    stage: Stage
+    started: float
+    job_id: str | None
+    step: str = "start"
+    cfg: Config | None = None
+    node: str | None = None
+    sdir: Path | None = None
+    verdict: Verdict | None = None
+    spooled: bool = False
+    acted: bool = False
+
+    @property
+    def unacted_drain(self) -> bool:
+        """A drain verdict is in hand, not yet carried out, and actions are on."""
+        return bool(self.verdict is not None and self.verdict.drains and not self.acted
+                    and self.cfg is not None and self.cfg.get("actions.enabled"))
+
+    def safe_exit(self) -> int:
+        """0 (let the job run, leave the node alone) unless this is a prolog with an unacted
+        drain verdict: then the drain code, so slurmd drains the node and requeues the job,
+        which is what the verdict asked for."""
+        return drain_exit() if self.unacted_drain and self.stage.name == "prolog" else 0

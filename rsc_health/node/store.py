@@ -1,0 +1,224 @@
+"""The node's local store under its state dir: the per-node lock, the pending drain verdict,
+the mass-drain guard's backoff, and what a broken config falls back on.
+
+A drain verdict not yet carried out (controller away, the guard holding, someone else's drain
+standing) is kept in `pending_verdict.json` and acted on by the next sweep or prolog, because
+the engine has already consumed the events behind it.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import stat
+import time
+from collections.abc import Callable
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from rsc_health import spool
+from rsc_health.collect.sysfs import read_bounded
+from rsc_health.durable import remove, write_atomic
+from rsc_health.model import Finding, Level, Verdict, utcnow
+from rsc_health.node.sinks import log
+from rsc_health.record import dataclass
+
+if TYPE_CHECKING:
+    from rsc_health.config import Config
+    from rsc_health.node.stage import Stage
+
+LOCK_FILE = "node.lock"
+PENDING_VERDICT_FILE = "pending_verdict.json"
+STATE_DIR_MODE = 0o755
+# Why a pending verdict waits on a backoff (PendingVerdict.why), as the logs say it.
+HELD_BY = {"guard": "mass-drain guard", "foreign_drain": "someone else's drain"}
+
+
+class LockTimeout(Exception):
+    pass
+
+
+@contextmanager
+def node_lock(sdir: Path, timeout_s: float):
+    """flock on <state_dir>/node.lock; polls so the wait is bounded by our budget.
+
+    A state dir that refuses writes (its filesystem remounted read-only after disk errors)
+    must not blind the node path: flock needs no write access, so the lock file, or the
+    directory itself when the file was never made, is opened read-only. That run can neither
+    spool nor advance its cursor (it says so), but it still looks and acts."""
+    own_state_dir(sdir)
+    # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
+    # programs a run executes (site checks, Slurm commands), and a probe forked without exec
+    # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
+    # O_NOFOLLOW: a symlink planted at its name is not followed (nor created through).
+    try:
+        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                     0o644)
+    except OSError as exc:
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        try:
+            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        log(f"state dir {sdir} refuses writes ({exc.strerror}): checking and acting, but "
+            f"nothing can be spooled or remembered until it is writable")
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    raise LockTimeout(f"{sdir / LOCK_FILE} held for {timeout_s:g}s") from None
+                time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)
+
+
+def own_state_dir(sdir: Path) -> None:
+    """The state dir, made 0755 whatever the umask. One that others may write (made 0777 by an
+    older version under umask 000) is ours to mend: anyone could plant a pending verdict,
+    a drain record or a symlink in it, and write_atomic refuses it (durable.DIRECTORY_RULE)."""
+    from rsc_health.durable import make_dirs, unsafe_directory
+
+    make_dirs(sdir, STATE_DIR_MODE)
+    for directory, mode in ((sdir, STATE_DIR_MODE), (sdir / "spool", spool.SPOOL_DIR_MODE)):
+        try:
+            st = directory.lstat()
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and unsafe_directory(st):
+                os.chmod(directory, mode)
+                log(f"{directory} was writable by group or others (mode "
+                    f"{stat.S_IMODE(st.st_mode):o}): made {mode:o}")
+        except OSError:
+            pass  # a read-only state dir: node_lock says so
+
+
+# ---- pending verdicts -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class PendingVerdict:
+    verdict: Verdict
+    why: str  # slurm_unavailable | guard | foreign_drain | fault
+    holds: int = 0  # how many runs in a row the mass-drain guard has held it back
+    retry_after: datetime | None = None  # aware; no Slurm call for it before then
+
+
+def save_pending(sdir: Path, verdict: Verdict, *, why: str, holds: int = 0,
+                 retry_after: datetime | None = None, now: datetime | None = None) -> None:
+    data = {"level": verdict.level.exit_code, "why": why,
+            "causes": [c.to_dict() for c in verdict.causes],
+            "time": (now or utcnow()).isoformat()}
+    if holds:
+        data.update(holds=holds, retry_after=retry_after.isoformat() if retry_after else None)
+    try:
+        # Its bytes and its name fsync'd: a power cut must not take the one memory of a drain
+        # verdict whose XID left with the old boot's ring buffer.
+        write_atomic(sdir / PENDING_VERDICT_FILE, json.dumps(data))
+    except OSError as exc:
+        log(f"cannot save the pending verdict ({exc}); the next run decides afresh")
+
+
+def _aware_time(value) -> datetime | None:
+    """A stored ISO time, aware; None for anything else (an old file, a hand edit)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
+
+
+def load_pending(sdir: Path) -> PendingVerdict | None:
+    try:
+        data = json.loads(read_bounded(sdir / PENDING_VERDICT_FILE))
+        causes = tuple(Finding.from_dict(c) for c in data["causes"])
+        for c in causes:
+            # JSON of the wrong types (a number or null where text belongs) would fail the
+            # verdict step of every later run, before anything is spooled.
+            if not all(isinstance(v, str) for v in (c.family, c.component, c.reason, c.code)):
+                raise TypeError(f"cause {c.family!r}/{c.component!r} is not all text")
+        holds = data.get("holds", 0)
+        holds = holds if isinstance(holds, int) and not isinstance(holds, bool) else 0
+        level = Level.from_exit_code(data["level"])  # stored as its exit code, as ever
+        return PendingVerdict(Verdict(level, "", causes), str(data.get("why", "")),
+                              max(0, min(holds, 64)), _aware_time(data.get("retry_after")))
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        log(f"corrupt {PENDING_VERDICT_FILE} discarded: {exc}")
+        clear_pending(sdir)
+        return None
+
+
+def clear_pending(sdir: Path) -> None:
+    try:
+        remove(sdir / PENDING_VERDICT_FILE)  # for good: not drained again after a power cut
+    except OSError:
+        pass
+
+
+# ---- the guard's backoff ----------------------------------------------------------------------
+def guard_backs_off(cfg: Config, stage: Stage, pending: PendingVerdict, fresh: Verdict,
+                    now: datetime) -> bool:
+    """Leave Slurm alone for a verdict the guard or someone else's drain held? Only while
+    nothing is new: a fault code the held verdict lacks, or a worse level, is tried at once.
+    A job start never retries a guard-held one (the sweep does) and always retries one held
+    under someone else's drain: a job starting here means that drain is most likely lifted,
+    and the job must not run on the fault. A sweep or epilog retries once the backoff has run
+    out, or at once when the wait left is longer than any backoff (the clock stepped back)."""
+    if pending.why not in HELD_BY or not cfg.get("actions.enabled"):
+        return False  # shadow mode asks Slurm nothing anyway: it records would_drain
+    held = {c.code or c.family for c in pending.verdict.causes}
+    new = {c.code or c.family for c in fresh.causes if fresh.drains} - held
+    if new or fresh.level > pending.verdict.level:
+        return False
+    if stage.name == "prolog":
+        return pending.why == "guard"
+    longest = timedelta(minutes=1.5 * _guard_retry_minutes(cfg)[1])
+    return pending.retry_after is not None and now < pending.retry_after <= now + longest
+
+
+def _guard_retry_minutes(cfg: Config) -> tuple[float, float]:
+    """[actions] guard_retry_min and guard_retry_max_min: the first backoff and the longest."""
+    return (float(cfg.get("actions.guard_retry_min")),
+            float(cfg.get("actions.guard_retry_max_min")))
+
+
+def guard_retry_after(cfg: Config, holds: int, now: datetime,
+                      rand: Callable[[], float] | None = None) -> datetime:
+    """When a verdict the guard has held `holds` times is next tried: [actions]
+    guard_retry_min doubling per hold up to guard_retry_max_min, times 0.5-1.5 at random so a
+    fleet's held nodes do not all come back in the same minute."""
+    import random
+
+    first, most = _guard_retry_minutes(cfg)
+    minutes = min(most, first * 2 ** min(holds - 1, 16))
+    return now + timedelta(minutes=minutes * (0.5 + (rand or random.random)()))
+
+
+# ---- other memories -------------------------------------------------------------------------
+def has_drain_state(sdir: Path) -> bool:
+    """A drain of ours is on record (the Actor's drain state file)."""
+    from rsc_health.actions import DRAIN_STATE_FILE
+
+    try:
+        return (sdir / DRAIN_STATE_FILE).exists()
+    except OSError:
+        return True  # cannot tell: ask Slurm, as before
+
+
+def remember_config(cfg: Config, sdir: Path) -> None:
+    """What a broken config push falls back on (config.fallback_config)."""
+    from rsc_health.config import remember_good
+
+    try:
+        remember_good(cfg, sdir)
+    except OSError as exc:
+        log(f"cannot remember the config's textfile dir and historian ({exc})")
