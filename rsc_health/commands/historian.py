@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -159,15 +159,16 @@ def ingest() -> None:
 
 
 def _load(ctx: click.Context, path: str, as_json: bool, from_lines: Callable,
-          from_file: Callable, *errors: type[Exception], csv: bool = False) -> None:
+          from_file: Callable, *errors: type[Exception], csv: bool = False,
+          **options: Any) -> None:
     """One source's `--file PATH` (or `-`: standard input) through its loader, and the load's
     report printed. `csv`: standard input's line endings untranslated, as the csv module
-    wants (newline="")."""
+    wants (newline=""). `options` go to the loader (tz)."""
     with _historian(ctx, *errors) as engine:
         if path == "-":
-            report = from_lines(engine, _stdin_text(newline="" if csv else None))
+            report = from_lines(engine, _stdin_text(newline="" if csv else None), **options)
         else:
-            report = from_file(engine, path)
+            report = from_file(engine, path, **options)
     _print_report(report, as_json)
 
 
@@ -308,16 +309,36 @@ def ingest_reservations(
 # --file help, the command's help, and the loader in rsc_health.historian.ingest.
 def _file_source(group: click.Group, name: str, file_help: str, doc: str, module: str,
                  from_lines: str, from_file: str, error: str | None = None,
-                 csv: bool = False) -> None:
-    @group.command(name, help=doc)
-    @click.option("--file", "path", required=True, callback=_file_or_none, help=file_help)
-    @json_option
+                 csv: bool = False, tz: bool = False) -> None:
+    """`tz`: the source holds wall-clock times; the command takes --tz (an IANA zone) for
+    those without an offset, and the report says how they were read."""
+
     @click.pass_context
-    def load(ctx: click.Context, path: str, as_json: bool) -> None:
+    def load(ctx: click.Context, path: str, as_json: bool, tz: str | None = None) -> None:
         loader = importlib.import_module(f"rsc_health.historian.ingest.{module}")
         errors = (getattr(loader, error),) if error else ()
+        options = {"tz": _zone(tz)} if tz_option else {}
         _load(ctx, path, as_json, getattr(loader, from_lines), getattr(loader, from_file),
-              *errors, csv=csv)
+              *errors, csv=csv, **options)
+
+    tz_option = tz
+    command = json_option(load)
+    if tz:
+        command = click.option("--tz", help="The IANA zone times without an offset are "
+                               "wall-clock times of (default: UTC).")(command)
+    command = click.option("--file", "path", required=True, callback=_file_or_none,
+                           help=file_help)(command)
+    group.command(name, help=doc)(command)
+
+
+def _zone(tz: str | None):
+    """--tz as a zone (None: UTC), or a usage error naming it."""
+    from rsc_health.historian.ingest.events import EventsError, zone
+
+    try:
+        return zone(tz)
+    except EventsError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tz") from exc
 
 
 _file_source(ingest, "checks", "JSON Lines ('-').",
@@ -330,11 +351,12 @@ _file_source(ingest, "inventory", "CSV with node,cluster,partition,from,to ('-')
              "The fleet the historian had: each node's in-service intervals (to empty: in "
              "service), with its cluster and partition. Node-days and the lemons' peer groups "
              "come from it.",
-             "inventory", "import_lines", "import_csv", "InventoryError", csv=True)
+             "inventory", "import_lines", "import_csv", "InventoryError", csv=True, tz=True)
 _file_source(ingest, "gpus", "CSV with serial,node,slot,from,to ('-').",
              "Each GPU's intervals in a node by serial (or UUID): failures follow the GPU when "
              "it moves (`healthctl gpus`), and the node it left is not blamed for them.",
-             "inventory", "import_gpu_lines", "import_gpus_csv", "InventoryError", csv=True)
+             "inventory", "import_gpu_lines", "import_gpus_csv", "InventoryError", csv=True,
+             tz=True)
 
 
 @ingest.command("steps")
@@ -423,7 +445,7 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
 
 _file_source(ticket, "import", "CSV export ('-').",
              "Import tickets from CSV with columns node,opened,closed,reason.",
-             "tickets", "import_lines", "import_csv", "TicketError", csv=True)
+             "tickets", "import_lines", "import_csv", "TicketError", csv=True, tz=True)
 
 
 # -- spool ------------------------------------------------------------------------------------

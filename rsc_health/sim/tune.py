@@ -26,6 +26,7 @@ from rsc_health.historian.lemons.verdicts import (
     RATE_RULES,
     LemonRules,
     above_peer_rate,
+    selective_in_group,
 )
 
 # The knobs the tuning moves. Rules not named here are off while tuning (the failure-rate and
@@ -104,11 +105,19 @@ class _Compiled:
         self.single_jobs = self.cols.get("single_node_jobs", np.zeros(len(nodes)))
         self.features = f
         self._peers: dict[float, np.ndarray] = {}
+        self._selective: dict[tuple[str, float, float], np.ndarray] = {}
 
     def above_peers(self, ratio: float) -> np.ndarray:
         if ratio not in self._peers:
             self._peers[ratio] = above_peer_rate(self.features, ratio).to_numpy()
         return self._peers[ratio]
+
+    def selective(self, feat: str, threshold: float, count_rule_p: float) -> np.ndarray:
+        key = (feat, threshold, count_rule_p)
+        if key not in self._selective:
+            self._selective[key] = selective_in_group(
+                self.features, feat, threshold, count_rule_p).to_numpy()
+        return self._selective[key]
 
     def predict(self, rules: LemonRules) -> np.ndarray:
         hits = np.zeros(len(self.truth), dtype=int)
@@ -120,7 +129,8 @@ class _Compiled:
             if feat in RATE_RULES:
                 crossed &= self.single_jobs >= rules.min_single_node_jobs
             if feat in PEER_GATED_RULES:
-                crossed &= self.above_peers(rules.peer_q)
+                crossed &= self.above_peers(rules.peer_q) | self.selective(
+                    feat, threshold, rules.count_rule_p)
             hits += crossed
             if feat in rules.strong:
                 strong |= crossed

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, tzinfo
 
 from sqlalchemy import Connection, Engine, Table
 
@@ -145,11 +145,15 @@ def db_time(value: datetime | None) -> str | None:
     return value.strftime(DB_TIME_FORMAT)
 
 
-def parse_time(text: str) -> datetime:
-    """ISO 8601 (with or without offset, `Z` allowed) -> naive UTC."""
+def parse_time(text: str, tz: tzinfo | None = None) -> datetime:
+    """ISO 8601 (with or without offset, `Z` allowed) -> naive UTC. A time without an offset is
+    a wall-clock time of `tz` (an import's --tz) when given, else UTC already; one with an
+    offset says its own zone."""
     from rsc_health.compat import UTC
 
     value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    if value.tzinfo is None and tz is not None:
+        value = value.replace(tzinfo=tz)
     if value.tzinfo is not None:
         value = value.astimezone(UTC).replace(tzinfo=None)
     return value

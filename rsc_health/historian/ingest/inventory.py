@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, tzinfo
 from pathlib import Path
 
 import pandas as pd
@@ -34,16 +34,18 @@ class InventoryError(ValueError):
     pass
 
 
-def import_csv(engine: Engine, path: Path | str) -> IngestReport:
+def import_csv(engine: Engine, path: Path | str, *, tz: tzinfo | None = None) -> IngestReport:
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        return import_lines(engine, fh, name=str(path))
+        return import_lines(engine, fh, name=str(path), tz=tz)
 
 
-def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
-    report = IngestReport("inventory")
+def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
+                 tz: tzinfo | None = None) -> IngestReport:
+    """`tz`: the zone from/to without an offset are wall-clock times of (None: UTC)."""
+    report = IngestReport("inventory", times=str(tz) if tz else "UTC")
 
     def keyed(record: dict) -> tuple[tuple, tuple]:
-        row = _row(record)
+        row = _row(record, tz)
         return (row[0], row[3]), row
 
     rows = _keyed_rows(fh, name, report, set(REQUIRED), keyed)
@@ -78,13 +80,13 @@ def _keyed_rows(fh: Iterable[str], name: str, report: IngestReport, required: se
     return list(rows.values())
 
 
-def _row(record: dict) -> tuple:
+def _row(record: dict, tz: tzinfo | None = None) -> tuple:
     node = (record.get("node") or "").strip()
     if not node:
         raise RowError("no node")
-    start = parse_time(record["from"])
+    start = parse_time(record["from"], tz)
     to_text = (record.get("to") or "").strip()
-    end = parse_time(to_text) if to_text else None
+    end = parse_time(to_text, tz) if to_text else None
     if end is not None and end < start:
         raise RowError(f"to ({to_text}) is before from")
     return (
@@ -129,21 +131,23 @@ __all__ = ["InventoryError", "exposure", "has_inventory", "import_csv", "import_
 GPU = schema.gpu_inventory
 
 
-def import_gpus_csv(engine: Engine, path: Path | str) -> IngestReport:
+def import_gpus_csv(engine: Engine, path: Path | str, *,
+                    tz: tzinfo | None = None) -> IngestReport:
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        return import_gpu_lines(engine, fh, name=str(path))
+        return import_gpu_lines(engine, fh, name=str(path), tz=tz)
 
 
-def import_gpu_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
+def import_gpu_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
+                     tz: tzinfo | None = None) -> IngestReport:
     """Each GPU's intervals in a node: CSV serial, node, slot, from, to (slot and to may be
     empty). Keyed by (serial, from); a repeated key keeps the later row and is counted."""
-    report = IngestReport("gpus")
+    report = IngestReport("gpus", times=str(tz) if tz else "UTC")
 
     def keyed(record: dict) -> tuple[tuple, tuple]:
         serial = key_text((record.get("serial") or "").strip(), "serial", 64)
         if not serial:
             raise RowError("no serial")
-        node, _, _, start, end, source = _row(record)
+        node, _, _, start, end, source = _row(record, tz)
         slot = key_text((record.get("slot") or "").strip(), "slot", 32)
         return (serial, start), (serial, node, slot, start, end, source)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from pathlib import Path
 
 from sqlalchemy import Engine, insert, select, update
@@ -79,17 +79,19 @@ def list_tickets(engine: Engine, *, open_only: bool = False, node: str | None = 
         return [Ticket(**row._mapping) for row in conn.execute(query)]
 
 
-def import_csv(engine: Engine, path: Path | str) -> IngestReport:
+def import_csv(engine: Engine, path: Path | str, *, tz: tzinfo | None = None) -> IngestReport:
     """Rows keyed by (node, opened): importing again only fills in `closed` and the reason."""
     with open(path, newline="", encoding="utf-8", errors="replace") as fh:
-        return import_lines(engine, fh, name=str(path))
+        return import_lines(engine, fh, name=str(path), tz=tz)
 
 
-def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> IngestReport:
+def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
+                 tz: tzinfo | None = None) -> IngestReport:
     """The CSV from an open text stream (`--file -`: stdin, opened with newline=""); `name`
     for messages. A row the historian cannot keep (a field past the csv module's limit, a
-    node name too long or with a NUL) is reported with its line; the others land."""
-    report = IngestReport("tickets")
+    node name too long or with a NUL) is reported with its line; the others land. `tz`: the
+    zone times without an offset are wall-clock times of (None: UTC), said in the report."""
+    report = IngestReport("tickets", times=str(tz) if tz else "UTC")
     rows = []
     lines = _Counted(fh)
     reader = csv.DictReader(lines)
@@ -111,7 +113,7 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> Inges
             continue
         report.read += 1
         try:
-            rows.append(_row(record, report))
+            rows.append(_row(record, report, tz))
         except (ValueError, TypeError, AttributeError) as exc:
             report.add_bad(reader.line_num, str(exc)[:300])
     with writer(engine).begin() as conn:
@@ -126,14 +128,14 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-") -> Inges
     return report
 
 
-def _row(record: dict, report: IngestReport) -> tuple:
+def _row(record: dict, report: IngestReport, tz: tzinfo | None = None) -> tuple:
     node = (record.get("node") or "").strip()
     if not node:
         raise RowError("no node")
     node = key_text(node, "node", 128)
-    opened = parse_time(record["opened"])
+    opened = parse_time(record["opened"], tz)
     closed_text = (record.get("closed") or "").strip()
-    closed = parse_time(closed_text) if closed_text else None
+    closed = parse_time(closed_text, tz) if closed_text else None
     reason = free_text((record.get("reason") or "").strip(), report)
     return (node, db_time(opened), db_time(closed), reason, "csv")
 

@@ -72,6 +72,7 @@ The fleet-rate rule (over `[as_of - rate_window_days, as_of)`, lemons/episodes.p
                         and fleet-wide outages, application-class XIDs, episodes on incident
                         days, failures of a GPU that failed in two nodes (historian/gpus.py:
                         the fault moved with it); the verdict says so
+  peer_group, peer_nodes the node's peer group and how many nodes it has (quiet ones too)
   Peer group and exposure come from the node inventory (`healthctl ingest inventory`:
   cluster/partition, node-days in service); without one, every node seen in the rate window
   (jobs, checks, events) is in service all of it, its group its cluster.
@@ -404,6 +405,10 @@ def lemon_features(
     frame["xid_codes"] = xid_codes.reindex(frame.index)
     frame["xid_codes"] = frame["xid_codes"].apply(lambda v: v if isinstance(v, list) else [])
     frame["peer_group"] = peer_group.reindex(frame.index).fillna("")
+    # Nodes in each peer group, the quiet ones too (the frame holds only nodes with something
+    # to count): a group's mean count is over all of them (verdicts.selective_in_group).
+    frame["peer_nodes"] = frame["peer_group"].map(peer_group.value_counts()).fillna(0).astype(
+        "int64")
     frame.index.name = "node"
     if members is not None:
         frame = frame[frame.index.isin(members)]

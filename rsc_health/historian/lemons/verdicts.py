@@ -14,7 +14,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from scipy.stats import poisson
 from sqlalchemy import Engine, and_, or_, select
 
 from rsc_health.config import packaged_default
@@ -56,8 +58,10 @@ RULES: dict[str, str] = {
 }
 RATE_RULES = {"single_node_node_failure_rate", "single_node_fail_rate_any"}
 # Absolute counts of outages and tickets: on a system whose every node fails often they fire
-# for the whole fleet, so they fire only on a node whose episodes are unusual at its peer
-# group's rate: BH-adjusted q at most `peer_q` (features.py: rate_q).
+# for the whole fleet, so they fire only where the threshold is rare at the node's peer
+# group's own level of that count (`count_rule_p`, selective_in_group), or on a node whose
+# episodes are unusual at its peer group's rate: BH-adjusted q at most `peer_q` (features.py:
+# rate_q).
 PEER_GATED_RULES = {
     "tickets", "out_count", "repeat_outs", "tickets_history", "out_count_history",
     "down_outs_history",
@@ -77,6 +81,7 @@ class LemonRules:
     min_single_node_jobs: int = DEFAULTS["min_single_node_jobs"]
     repeat_offender_fails: int = DEFAULTS["repeat_offender_fails"]
     peer_q: float = DEFAULTS["peer_q"]
+    count_rule_p: float = DEFAULTS["count_rule_p"]
 
     @classmethod
     def from_config(cls, section: Mapping[str, Any] | None = None) -> LemonRules:
@@ -88,6 +93,7 @@ class LemonRules:
             min_single_node_jobs=int(merged["min_single_node_jobs"]),
             repeat_offender_fails=int(merged["repeat_offender_fails"]),
             peer_q=float(merged["peer_q"]),
+            count_rule_p=float(merged["count_rule_p"]),
         )
 
     def with_thresholds(self, **changes: float) -> LemonRules:
@@ -98,6 +104,7 @@ class LemonRules:
             self.min_single_node_jobs,
             self.repeat_offender_fails,
             self.peer_q,
+            self.count_rule_p,
         )
 
 
@@ -163,7 +170,8 @@ def crossings_frame(features: pd.DataFrame, rules: LemonRules) -> pd.DataFrame:
         if feat in RATE_RULES:
             crossed &= enough_singles  # one failed job out of two is noise, not a rate
         if feat in PEER_GATED_RULES:
-            crossed &= above_peers
+            crossed &= above_peers | selective_in_group(features, feat, threshold,
+                                                        rules.count_rule_p)
         out[feat] = crossed
     return out
 
@@ -175,6 +183,33 @@ def above_peer_rate(features: pd.DataFrame, peer_q: float) -> pd.Series:
     if peer_q >= 1 or "rate_q" not in features:
         return pd.Series(True, index=features.index)
     return (features["rate_q"] <= peer_q) | (features["rate_expected"] <= 0)
+
+
+def selective_in_group(features: pd.DataFrame, feat: str, threshold: float,
+                       count_rule_p: float) -> pd.Series:
+    """Per node: whether the count rule `feat >= threshold` is rare in the node's peer group,
+    so the absolute threshold means there what it means on the fleet it was fitted to. A node
+    at its group's mean count (the other nodes' mean, so a lemon does not raise its own bar)
+    reaches the threshold with Poisson probability at most count_rule_p. On a system whose
+    every node goes out ten times a quarter, 3 outages is no signal (the node must then be
+    unusual at its group's rate, above_peer_rate); on one where 3 is far above the usual 0.6,
+    it is the paper's rule, whatever the group's size. count_rule_p <= 0: never (the
+    per-node gate alone decides)."""
+    if count_rule_p <= 0 or feat not in features:
+        return pd.Series(False, index=features.index)
+    groups = (features["peer_group"] if "peer_group" in features
+              else pd.Series("", index=features.index))
+    values = features[feat].astype("float64")
+    total = values.groupby(groups).transform("sum")
+    size = values.groupby(groups).transform("size")
+    if "peer_nodes" in features:  # the group's quiet nodes count towards its mean
+        size = np.maximum(size, features["peer_nodes"])
+    others = (size - 1).where(size > 1)
+    mean = ((total - values) / others).to_numpy(dtype="float64", na_value=np.nan)
+    rare = np.zeros(len(mean), dtype=bool)
+    known = ~np.isnan(mean)  # a node alone in its group has no group level to compare with
+    rare[known] = poisson.sf(threshold - 1, mean[known]) <= count_rule_p
+    return pd.Series(rare, index=features.index)
 
 
 def flagged(features: pd.DataFrame, rules: LemonRules, repeat: pd.Series | None = None):
