@@ -132,7 +132,11 @@ def _needs_qualification(ctx: click.Context, info) -> str | None:
 
         engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
-            passed = HistorianSide(engine).passed_since(info.name, info.reason_time)
+            # Slurm stamps a reason to the whole second: a pass that ended within the drain's
+            # own second may be from before it (a node that failed again at once), so only a
+            # pass from the next second on counts.
+            since = info.reason_time + timedelta(seconds=1) if info.reason_time else None
+            passed = HistorianSide(engine).passed_since(info.name, since)
         finally:
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - cannot tell: never back without a pass

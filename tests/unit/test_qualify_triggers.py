@@ -102,6 +102,22 @@ def test_resume_after_a_stored_pass_since_the_drain_or_with_force_goes_through(d
     assert "DRAIN" not in slurm.node("forced").state
 
 
+def test_a_pass_in_the_drains_own_second_does_not_count(db, monkeypatch):
+    """Slurm stamps a drain to the whole second, so a pass that ended within that second may
+    be from before it (the node failed again at once, as on the real cluster): refused; a pass
+    from the next second on counts."""
+    url, engine = db
+    drained = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=5)
+    slurm = MemorySlurm()
+    slurm.add_node("same_second", "IDLE+DRAIN", XID79, when=drained)
+    slurm.add_node("next_second", "IDLE+DRAIN", XID79, when=drained)
+    add_run(engine, "same_second", PASS, naive(drained) + timedelta(milliseconds=700))
+    add_run(engine, "next_second", PASS, naive(drained) + timedelta(seconds=1, milliseconds=1))
+    out = resume(url, slurm, monkeypatch, "same_second,next_second")
+    assert out.exit_code == 1
+    assert "same_second: refused" in out.output and "next_second: resumed" in out.output
+
+
 def test_resume_of_a_transient_or_a_persons_healthctl_drain_needs_no_qualification(
         db, monkeypatch):
     url, _ = db
