@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rsc_health.checks import _program
 from rsc_health.checks._finding import checker_error, fail, ok, warn
+from rsc_health.checks.env import replayed
 from rsc_health.collect.sysfs import read_bounded
 from rsc_health.model import Finding, Severity
 
@@ -33,14 +34,8 @@ OVERALL = "Overall Health"
 
 
 def collect(root: Path, env) -> dict:
-    cfg = env.cfg
-    replay = str(cfg.get("dcgm.replay_file") or "")
-    if replay:
-        doc = json.loads(read_bounded(root / replay.lstrip("/")))
-        if not isinstance(doc, dict):
-            raise ValueError(f"{replay}: not a record of dcgmi")
-        return doc
-    return record(root, cfg, env.deadline)
+    doc = replayed(root, env.cfg, "dcgm", "dcgmi")
+    return doc if doc is not None else record(root, env.cfg, env.deadline)
 
 
 def capture(cfg, root: Path) -> dict:

@@ -31,3 +31,21 @@ class CollectEnv:
         except Exception as exc:  # noqa: BLE001 - a collector bug is a checker finding
             self.state.errors.append((family, source, f"{type(exc).__name__}: {exc}"))
             return None
+
+
+def replayed(root, cfg, section: str, what: str) -> dict | None:
+    """The record `[section] replay_file` names under the root (what a snapshot carried for a
+    family with `replays=True`), or None when the key is empty and the live node is read. A
+    record that is not a JSON object raises, naming `what` it should have been: the family's
+    collect turns that into a checker finding."""
+    import json
+
+    from rsc_health.collect.sysfs import read_bounded
+
+    replay = str(cfg.get(f"{section}.replay_file") or "")
+    if not replay:
+        return None
+    doc = json.loads(read_bounded(root / replay.lstrip("/")))
+    if not isinstance(doc, dict):
+        raise ValueError(f"{replay}: not a record of {what}")
+    return doc

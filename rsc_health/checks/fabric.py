@@ -19,13 +19,13 @@ Nothing here is a repair: a restarted FM and a retrained fabric are seen by the 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from rsc_health.checks import _program
 from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus, warn
+from rsc_health.checks.env import replayed
 from rsc_health.collect.gpu import FABRIC_STATES, NVML_ERROR_NAMES, err
-from rsc_health.collect.sysfs import read_bounded, read_text
+from rsc_health.collect.sysfs import read_text
 from rsc_health.model import Finding, Severity
 
 FAMILY = "fabric"
@@ -58,14 +58,8 @@ def nvswitches(root: Path) -> list[str]:
 
 
 def collect(root: Path, env) -> dict:
-    cfg = env.cfg
-    replay = str(cfg.get("fabric.replay_file") or "")
-    if replay:
-        doc = json.loads(read_bounded(root / replay.lstrip("/")))
-        if not isinstance(doc, dict):
-            raise ValueError(f"{replay}: not a record of the fabric")
-        return doc
-    return record(root, cfg, env.deadline)
+    doc = replayed(root, env.cfg, "fabric", "the fabric")
+    return doc if doc is not None else record(root, env.cfg, env.deadline)
 
 
 def capture(cfg, root: Path) -> dict:

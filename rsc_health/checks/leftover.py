@@ -27,12 +27,12 @@ server). `check --from` judges the record a snapshot carries.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
+from rsc_health.checks.env import replayed
 from rsc_health.collect.gpu import err
 from rsc_health.collect.sysfs import read_bounded
 from rsc_health.model import Finding, Severity
@@ -68,11 +68,8 @@ def _nvml_pids(answers) -> set[int]:
 
 
 def collect(root: Path, env) -> dict | None:
-    replay = str(env.cfg.get("leftover.replay_file") or "")
-    if replay:  # a snapshot's record: nothing of this machine is read
-        doc = json.loads(read_bounded(root / replay.lstrip("/")))
-        if not isinstance(doc, dict):
-            raise ValueError(f"{replay}: not a record of GPU processes")
+    doc = replayed(root, env.cfg, "leftover", "GPU processes")
+    if doc is not None:  # a snapshot's record: nothing of this machine is read
         return doc
     answers = env.state.nvml_answers if env.state is not None else None
     return record(root, env.cfg, _nvml_pids(answers))
