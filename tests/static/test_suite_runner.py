@@ -23,8 +23,11 @@ def pytest_options() -> list[str]:
 
 
 def run(tmp_path: Path, *args: str) -> int:
-    return subprocess.run([sys.executable, "-m", "pytest", *pytest_options(), *args],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=120).returncode
+    # Two workers, not scripts/test's four: the probe checks the exit status of a parallel run,
+    # and it runs beside the whole suite on a 2-core machine, where starting four more
+    # interpreters took over 120 s once (CI, stop 28). The timeout is a hang guard, not a budget.
+    return subprocess.run([sys.executable, "-m", "pytest", *pytest_options(), "-n", "2", *args],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600).returncode
 
 
 def test_scripts_test_runs_the_suite_in_parallel_by_groups():
