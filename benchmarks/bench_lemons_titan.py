@@ -19,6 +19,7 @@ import tempfile
 import time
 from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -37,10 +38,12 @@ DATES = "2015-10-01,2016-01-01,2016-04-01,2016-07-01,2016-10-01,2017-01-01,2017-
 def load(url: str, paths: dict[str, Path], mode: str, tz: str | None = None,
          with_tickets: bool = False) -> None:
     engine = db.connect(url, upgrade=True)
+    # Every wall-clock file in the same zone, as an operator passes --tz to each import.
+    zone = ZoneInfo(tz) if tz else None
     try:
-        inventory.import_csv(engine, paths["inventory"])
+        inventory.import_csv(engine, paths["inventory"], tz=zone)
         if with_tickets:
-            tickets.import_csv(engine, paths["tickets"])
+            tickets.import_csv(engine, paths["tickets"], tz=zone)
         if mode == "events":
             events.ingest_file(engine, paths["events"], tz=tz)
         else:

@@ -136,7 +136,8 @@ class LemonVerdict:
 
     def summary(self) -> str:
         parts = [
-            f"episodes={self.peer['episodes']} vs {self.peer['expected']:.2f} expected at "
+            f"{self.peer.get('by', 'episodes')}={self.peer['episodes']} vs "
+            f"{self.peer['expected']:.2f} expected at "
             f"the rate of {self.peer['group'] or 'its peers'} (q={self.peer['q']:.1e})"
             if c.feature == "rate_surprise" and self.peer
             else f"{c.feature}={_fmt(c.value)}>={_fmt(c.threshold)}"
@@ -316,10 +317,14 @@ def lemon_verdicts(
 def _peer(row: pd.Series) -> dict[str, Any]:
     if "rate_q" not in row:
         return {}
+    # The stream that gave q: every episode, or the repaired ones (with a ticket).
+    repairs = row.get("rate_by") == "repairs"
     return {
         "group": str(row.get("peer_group", "")),
-        "episodes": int(row["episodes"]),
-        "expected": round(float(row["rate_expected"]), 4),
+        "by": "repairs" if repairs else "episodes",
+        "episodes": int(row["repairs"] if repairs else row["episodes"]),
+        "expected": round(float(row["repairs_expected"] if repairs else row["rate_expected"]),
+                          4),
         "q": float(row["rate_q"]),
     }
 
