@@ -87,16 +87,26 @@ def test_a_burst_of_xids_from_one_fault_is_one_episode_and_no_lemon(fleet_any):
     assert [v.node for v in verdicts] == ["n2"]
 
 
-def test_a_burst_is_split_only_by_a_gap_longer_than_episode_gap_h(fleet):
+def test_a_burst_is_one_episode_until_episode_gap_h_after_its_first_event(fleet):
     engine = fleet.engine
-    t = AS_OF - 10 * DAY
-    # retries every 23 hours chain into one episode (episode_gap_h 24: the issue's "separate
-    # occasions more than a day apart"); then 25 hours of quiet: a new one
-    _xids(engine, [("n1", t + 23 * HOUR * i, "xid79", "gpu0") for i in range(4)]
-          + [("n1", t + 69 * HOUR + 25 * HOUR, "xid79", "gpu0")])
-    assert lemon_features(engine, AS_OF).loc["n1", "xid_cnt"] == 2
+    t = AS_OF - 20 * DAY
+    # within 24 h (episode_gap_h: the issue's "separate occasions more than a day apart") of
+    # the first: one episode; 25 h after it a second begins, and 5 h later is still it
+    _xids(engine, [("n1", t + h * HOUR, "xid79", "gpu0") for h in (0, 11, 23, 25, 30, 60)])
+    assert lemon_features(engine, AS_OF).loc["n1", "xid_cnt"] == 3
     hourly = OutageRules(episode_gap_h=1)
-    assert lemon_features(engine, AS_OF, outages=hourly).loc["n1", "xid_cnt"] == 5
+    assert lemon_features(engine, AS_OF, outages=hourly).loc["n1", "xid_cnt"] == 6
+
+
+def test_a_fault_that_comes_back_every_23_hours_is_not_one_endless_episode(fleet):
+    """Chaining each event to the one before made ten XIDs 23 hours apart one episode (each is
+    within a day of the last); an episode lasts at most episode_gap_h from its first event."""
+    engine = fleet.engine
+    t = AS_OF - 20 * DAY
+    _xids(engine, [("n1", t + 23 * k * HOUR, "xid94", "gpu5") for k in range(10)])
+    f = lemon_features(engine, AS_OF)
+    assert f.loc["n1", "xid_cnt"] == 5
+    assert f.loc["n1", "episodes"] == 5
 
 
 def test_application_class_xids_are_never_the_nodes(fleet_any):

@@ -3,8 +3,8 @@
 An episode is one fault as the node lived it: the retries, repeated XIDs, the drain, the
 ticket and the DOWN that one bad GPU causes in an evening are one episode, whatever source
 each came from (`fault_episodes`). A node's events (rows of node, time) chain into one
-episode while each is at most `gap` after the one before; a repair ticket joins the episode
-it repairs.
+episode until `gap` after the episode's first event (a fault that keeps coming back is an
+episode per `gap`, not one endless chain); a repair ticket joins the episode it repairs.
 
 The fleet-rate rule (`rate_test`) asks of every node: is its episode count in the window
 unlikely at its peer group's own rate? The group's rate is its episodes per node-day of
@@ -40,17 +40,30 @@ PRIOR_EPISODES = 0.5
 
 def episode_starts(events: pd.DataFrame, gap: pd.Timedelta) -> pd.DataFrame:
     """The first row of each episode of `events` (columns node, time, ...): a node's row more
-    than `gap` after its previous row begins a new episode."""
+    than `gap` after the first row of its episode begins a new one (`_begins`)."""
     if events.empty:
         return events.iloc[0:0]
     ordered = events.assign(time=pd.to_datetime(events["time"])).sort_values(
         ["node", "time"], kind="stable"
     )
-    node = ordered["node"].to_numpy()
-    t = ordered["time"].to_numpy()
-    new = np.ones(len(ordered), dtype=bool)
-    new[1:] = (node[1:] != node[:-1]) | (t[1:] - t[:-1] > gap.to_timedelta64())
-    return ordered[new]
+    return ordered[_begins(ordered["node"].to_numpy(), ordered["time"].to_numpy(), gap)]
+
+
+def _begins(node: np.ndarray, t: np.ndarray, gap: pd.Timedelta) -> np.ndarray:
+    """Which rows (sorted by node, then time) begin an episode: a node's first row, and each
+    row more than `gap` after the first row of the episode before it. An episode lasts at
+    most `gap` from its first event: the retries of one evening are one, but a fault that
+    comes back every day is an episode a day, not one endless chain (chaining each event to
+    the one before made a GPU with an XID every 23 hours one fault for ever)."""
+    g = gap.to_timedelta64()
+    new = np.zeros(len(t), dtype=bool)
+    bounds = np.flatnonzero(np.r_[True, node[1:] != node[:-1], True])
+    for a, b in zip(bounds[:-1], bounds[1:]):  # one step per episode, not per row
+        i = a
+        while i < b:
+            new[i] = True
+            i = a + int(np.searchsorted(t[a:b], t[i] + g, side="right"))
+    return new
 
 
 def count_episodes(events: pd.DataFrame, gap: pd.Timedelta) -> pd.Series:
@@ -138,10 +151,7 @@ def fault_episodes(rows: pd.DataFrame, tickets: pd.DataFrame, gap: pd.Timedelta,
 def _chain(rows: pd.DataFrame, gap: pd.Timedelta) -> pd.DataFrame:
     """Episodes of rows (node, time, own): node, time, last, own, repaired (False)."""
     ordered = rows.sort_values(["node", "time"], kind="stable")
-    node = ordered["node"].to_numpy()
-    t = ordered["time"].to_numpy()
-    new = np.ones(len(ordered), dtype=bool)
-    new[1:] = (node[1:] != node[:-1]) | (t[1:] - t[:-1] > gap.to_timedelta64())
+    new = _begins(ordered["node"].to_numpy(), ordered["time"].to_numpy(), gap)
     out = ordered.assign(_e=np.cumsum(new)).groupby("_e", sort=False).agg(
         node=("node", "first"), time=("time", "min"), last=("time", "max"),
         own=("own", "any"))
