@@ -57,8 +57,10 @@ def _begins(node: np.ndarray, t: np.ndarray, gap: pd.Timedelta) -> np.ndarray:
     the one before made a GPU with an XID every 23 hours one fault for ever)."""
     g = gap.to_timedelta64()
     new = np.zeros(len(t), dtype=bool)
+    if not len(t):
+        return new
     bounds = np.flatnonzero(np.r_[True, node[1:] != node[:-1], True])
-    for a, b in zip(bounds[:-1], bounds[1:]):  # one step per episode, not per row
+    for a, b in zip(bounds[:-1], bounds[1:], strict=True):  # a step per episode, not per row
         i = a
         while i < b:
             new[i] = True

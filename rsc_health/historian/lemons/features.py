@@ -514,6 +514,7 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
 
     moved = moved_gpu_failures(engine, faults, hi, rules)
     moved_by_node = faults[moved].groupby("node").size().astype("float64")
+    moved_faults = faults[moved]
     faults = faults[~moved]
     exposure, basis = _exposure(engine, lo, hi, events, cluster, members,
                                 seen | set(faults["node"]))
@@ -525,10 +526,12 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
                                                  exposure["days"]))
     groups = exposure.set_index("node")["group"]
     # One episode per fault, whatever the sources: the node's faults and own outages, the
-    # outages that were not its own (so that their tickets are not faults either) and the
-    # repair tickets (episodes.fault_episodes).
+    # outages that were not its own and the failures of a GPU that moved (so that their
+    # tickets are not the node's faults either) and the repair tickets
+    # (episodes.fault_episodes).
     rows = pd.concat([
-        faults.assign(own=True),
+        faults[["node", "time"]].assign(own=True),
+        moved_faults[["node", "time"]].assign(own=False),
         not_own[["node", "start"]].rename(columns={"start": "time"}).assign(own=False),
     ], ignore_index=True)
     every = fault_episodes(rows, tickets_in, rules.gap, pd.Timedelta(hours=rules.ticket_lag_h))

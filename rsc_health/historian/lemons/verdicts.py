@@ -179,11 +179,14 @@ def crossings_frame(features: pd.DataFrame, rules: LemonRules) -> pd.DataFrame:
 
 def above_peer_rate(features: pd.DataFrame, peer_q: float) -> pd.Series:
     """Nodes whose episodes are unusual at their peer group's rate: rate_q <= peer_q. Every
-    node when peer_q >= 1 or the features have no rate columns, and a node with nothing to be
-    judged against (no peers: rate_expected 0)."""
+    node when peer_q >= 1 or the features have no rate columns, and a node with episodes but
+    nothing to judge them against (no peers: rate_expected 0). A node without an episode of
+    its own (every outage of it maintenance, fleet-wide or a moved GPU's) is not: its counts
+    are of faults that were not its own."""
     if peer_q >= 1 or "rate_q" not in features:
         return pd.Series(True, index=features.index)
-    return (features["rate_q"] <= peer_q) | (features["rate_expected"] <= 0)
+    return (features["rate_q"] <= peer_q) | (
+        (features["rate_expected"] <= 0) & (features["episodes"] > 0))
 
 
 def selective_in_group(features: pd.DataFrame, feat: str, threshold: float,
