@@ -306,3 +306,17 @@ def test_the_same_count_is_a_lemon_in_a_small_fleet_and_chance_in_a_big_one(flee
     assert f.loc["s007", "rate_expected"] == pytest.approx(alone_expected)
     assert f.loc["s007", "rate_q"] > 10 * alone_q
     assert "s007" not in [v.node for v in verdicts]
+
+
+def test_a_ticket_opened_just_before_the_drain_it_asked_for_is_that_episodes_repair(fleet):
+    """A person opens the ticket, then drains the node: the ticket is minutes early, not a
+    fault of its own."""
+    engine = fleet.engine
+    _inventory(engine, [f"n{i:03d}" for i in range(20)])
+    t = AS_OF - 10 * DAY
+    _events(engine, [("n001", t, "DRAIN", "gpu3 ecc errors -- alice")])
+    report = tickets.import_lines(engine, io.StringIO(
+        f"node,opened,closed,reason\nn001,{t - timedelta(minutes=10):%Y-%m-%dT%H:%M:%S},,ecc\n"))
+    assert not report.bad, report.bad
+    f = lemon_features(engine, AS_OF)
+    assert f.loc["n001", ["episodes", "repairs"]].tolist() == [1, 1]

@@ -115,7 +115,8 @@ def fault_episodes(rows: pd.DataFrame, tickets: pd.DataFrame, gap: pd.Timedelta,
     kept so that the ticket of that outage does not become a fault of its own. An episode is
     the node's own when any of its events is. `tickets` (node, time, own: False for a planned
     one): a repair ticket opened at most `lag` after the last event of the node's latest
-    episode is that episode's repair (it is `repaired`); a ticket with no episode before it
+    episode, or at most `gap` before an episode begins (opened, then the node drained for
+    it), is that episode's repair (it is `repaired`); a ticket with no episode by it
     (a site that imports tickets only, or a fault no other source saw) is an episode of its
     own, tickets within `gap` of each other one. The same fault imported as an outage and
     again as a ticket is one episode, not two."""
@@ -136,6 +137,13 @@ def fault_episodes(rows: pd.DataFrame, tickets: pd.DataFrame, gap: pd.Timedelta,
                                 left_on="time", right_on="start", by="node",
                                 direction="backward")
             joined = (hit["start"].notna() & (hit["time"] - hit["last"] <= lag)).to_numpy()
+            # a ticket opened just before the drain it asked for (within `gap`) is its too
+            ahead = pd.merge_asof(tk, ends.sort_values("start", kind="stable"),
+                                  left_on="time", right_on="start", by="node",
+                                  direction="forward", tolerance=gap)
+            early = ~joined & ahead["start"].notna().to_numpy()
+            hit.loc[early, "start"] = ahead.loc[early, "start"]
+            joined = joined | early
             repaired = pd.MultiIndex.from_frame(hit.loc[joined, ["node", "start"]])
             eps["repaired"] = pd.MultiIndex.from_arrays([eps["node"], eps["time"]]).isin(
                 repaired)
