@@ -334,7 +334,8 @@ def write_failslow(fleet: FailSlowFleet, out_dir) -> dict[str, object]:
                             end=iso(fleet.membership["end"])).to_csv(
         out / "failslow_jobs.csv", index=False)
     truth = [{"job_id": r.job_id, "node": r.node, "kind": r.kind,
-              "onset": pd.Timestamp(r.onset).strftime("%Y-%m-%dT%H:%M:%SZ")}
+              "onset": pd.Timestamp(r.onset).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "gpu": int(r.gpu), "slow": round(float(r.slow), 6)}
              for r in fleet.truth.itertuples()]
     (out / "failslow_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     return {"steps_files": fleet.steps["job_id"].nunique(), "samples": len(fleet.samples),

@@ -76,7 +76,7 @@ class FailSlowAct:
         out = [f"fail-slow: {self.nodes} nodes in {self.jobs} jobs, the last "
                f"{SWEEPS * 5} minutes; injected: "
                + ", ".join(f"{t['node']} {t['kind']} (gpu{t['gpu']}, from "
-                           f"{t['onset'][11:16]})" for t in self.injected)]
+                           f"{t['onset'][11:16]} UTC)" for t in self.injected)]
         out.append("  ingested: " + "; ".join(self.ingested.values()))
         q = {r["node"]: r for r in self.qualified}
         s = {r["node"]: r for r in self.settled}
@@ -85,7 +85,7 @@ class FailSlowAct:
             label = ("injected " + truth[node]["kind"]) if node in truth else "NOT injected"
             out.append(f"  suspect {node} ({label}): {e['metric']} {e['value']:.3g} vs peers "
                        f"{e['peer_median']:.3g} (deviation {e['deviation']:.3g}, {e['source']})"
-                       f" since {e['since'][11:16]}, job {', '.join(e['job_ids'])}")
+                       f" since {e['since'][11:16]} UTC, job {', '.join(e['job_ids'])}")
             if node in q:
                 out.append(f"    qualified: {q[node]['result'].upper()} ("
                            + (q[node]['detail'][:110] or "every metric within its peers")
@@ -217,8 +217,8 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
     t0 = time.perf_counter()
     fleet = simulate_failslow(FailSlowConfig(
         jobs=len(SCRIPT), seed=seed, script=SCRIPT, sizes=(NODES_PER_JOB,), size_weights=(1.0,),
-        sweeps=(SWEEPS, SWEEPS), steps_share=1.0, step_windows=STEP_WINDOWS, start=f"{start:%Y-%m-%dT%H:%M:%S}",
-        start_within_s=0))
+        sweeps=(SWEEPS, SWEEPS), steps_share=1.0, step_windows=STEP_WINDOWS,
+        start=f"{start:%Y-%m-%dT%H:%M:%S}", start_within_s=0))
     write_failslow(fleet, out)
     (out / "sacct.txt").write_text(sacct_text(fleet))
     spool_dir = out / "spool"
