@@ -174,6 +174,40 @@ def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] |
     return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
 
 
+def latest_rollups(engine: Engine, node: str, cfg=None) -> dict:
+    """A node's newest rollups, for `healthctl node`: {"job": {job_id, start, end, metrics},
+    "day": {day, metrics}} (None where it has none). `metrics`: {metric: {n, mean, min, max,
+    past, past_frac, worst, limit}}, in the vocabulary's order; `limit` is the metric's warn
+    threshold from `cfg` ([telemetry] warn_above / warn_below), what `past` counted against."""
+    j, r, d = schema.jobs, schema.telemetry_job_rollups, schema.telemetry_day_rollups
+    with engine.connect() as conn:
+        job = conn.execute(select(r, j.c.job_id, j.c.start, j.c.end)
+                           .join(j, j.c.id == r.c.job_pk).where(r.c.node == node)
+                           .order_by(j.c.end.desc(), j.c.id.desc()).limit(1)).first()
+        day = conn.execute(select(d).where(d.c.node == node)
+                           .order_by(d.c.day.desc()).limit(1)).first()
+
+    def metrics(row) -> dict:
+        out = {}
+        for m in Metric:
+            n = row._mapping.get(f"{m.value}_n")
+            if n is None:
+                continue
+            stats = {stat: row._mapping.get(f"{m.value}_{stat}")
+                     for stat, _kind in schema.ROLLUP_STATS}
+            past = stats.get("past") or 0
+            stats["past_frac"] = past / n if n else None
+            stats["limit"] = _limit(cfg, m) if cfg is not None else None
+            out[m.value] = stats
+        return out
+
+    return {
+        "job": None if job is None else {
+            "job_id": job.job_id, "start": job.start, "end": job.end, "metrics": metrics(job)},
+        "day": None if day is None else {"day": day.day, "metrics": metrics(day)},
+    }
+
+
 def _jobs_to_roll(conn, until: datetime, oldest: datetime) -> list[tuple[int, datetime, datetime]]:
     j, r = schema.jobs, schema.telemetry_job_rollups
     q = select(j.c.id, j.c.start, j.c.end).where(
