@@ -89,7 +89,8 @@ class RollupReport:
                 f"{self.days} day(s) -> {self.day_rows} row(s)")
 
 
-def _limit(cfg, metric: Metric) -> float | None:
+def warn_limit(cfg, metric: Metric) -> float | None:
+    """The metric's warn line ([telemetry] warn_above, or warn_below for LOWER_IS_WORSE)."""
     table = cfg.get("telemetry.warn_below" if metric in LOWER_IS_WORSE else "telemetry.warn_above")
     value = table.get(metric.value)
     return None if value is None else float(value)
@@ -110,7 +111,7 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
         if sub.empty:
             continue
         values = sub[m.value].astype(float)
-        limit = _limit(cfg, m)
+        limit = warn_limit(cfg, m)
         if limit is None:
             past = values * 0
         else:
@@ -197,7 +198,7 @@ def latest_rollups(engine: Engine, node: str, cfg=None) -> dict:
                      for stat, _kind in schema.ROLLUP_STATS}
             past = stats.get("past") or 0
             stats["past_frac"] = past / n if n else None
-            stats["limit"] = _limit(cfg, m) if cfg is not None else None
+            stats["limit"] = warn_limit(cfg, m) if cfg is not None else None
             out[m.value] = stats
         return out
 

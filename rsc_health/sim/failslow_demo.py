@@ -132,7 +132,7 @@ class StandInSlurm(MemorySlurm):
         return job_id
 
 
-def _standins(bin_dir: Path, *, gflops: list[float], busbw: float) -> None:
+def standin_bin(bin_dir: Path, *, gflops: list[float], busbw: float) -> None:
     """One node's tools: scripts that print the stand-ins' output in the real formats."""
     from rsc_health.sim import qualify_tools as standin
 
@@ -260,7 +260,7 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
                       for i in range(8)]
             if node in degraded:  # the stuck GPU runs at its clock's share
                 gflops[int(degraded[node].gpu)] /= float(degraded[node].slow)
-            _standins(d, gflops=gflops, busbw=HEALTHY_BUSBW)
+            standin_bin(d, gflops=gflops, busbw=HEALTHY_BUSBW)
         return d
 
     def run_on_node(node: str, job_id: str, command: list[str]) -> None:
