@@ -200,6 +200,7 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
     from rsc_health.cli import AppContext, cli
     from rsc_health.commands.qualify import qualify as qualify_cmd
     from rsc_health.commands.suspects import suspects as suspects_cmd
+    from rsc_health.config import load_config
     from rsc_health.historian import db as hdb
     from rsc_health.historian import suspects as hs
     from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow, write_failslow
@@ -273,8 +274,9 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
 
     names = sorted(fleet.membership["node"])
     slurm = StandInSlurm([], run_job=run_on_node, partition="learn")
-    for n in names:
-        slurm.add_node(n, features=("rsc_trusted",), weight=1)
+    trusted = str(load_config(config).get("suspects.trusted_feature"))
+    for n in names:  # slurm.conf's nodes: every one trusted, weight 1
+        slurm.add_node(n, features=(trusted,), weight=1)
 
     def obj() -> AppContext:
         o = AppContext(config_path=str(config), db_url=url)

@@ -60,6 +60,10 @@ def _failslow_checks(out, doc):
     measured (found by the detector, judged by qualification, held by Slurm), not written in."""
     import math
 
+    from rsc_health.config import load_config
+    from rsc_health.model import REASON_PREFIX
+    from rsc_health.policy import QUALIFY_MODE
+
     act = doc["failslow"]
     truth = {t["node"]: t for t in json.loads(
         (out / "failslow" / "failslow_truth.json").read_text())}
@@ -91,9 +95,10 @@ def _failslow_checks(out, doc):
     settled = {s["node"]: s["state"] for s in act["settled"]}
     assert settled == {slow: "confirmed", congested: "cleared"}
     assert "DRAIN" in act["slurm"][slow]["state"]
-    assert act["slurm"][slow]["reason"].startswith("rsc_health:qualify:gpu_burn")
+    assert act["slurm"][slow]["reason"].startswith(f"{REASON_PREFIX}{QUALIFY_MODE}:gpu_burn")
     assert "DRAIN" not in act["slurm"][congested]["state"]
-    assert "rsc_trusted" in act["slurm"][congested]["features"]
+    trusted = load_config(None).get("suspects.trusted_feature")
+    assert trusted in act["slurm"][congested]["features"]
     assert act["slurm"][congested]["weight"] == 1
     text = "\n".join(act["lines"])
     assert f"suspect {slow} (injected hw_slowdown)" in text and "NOT injected" not in text

@@ -21,7 +21,10 @@ from rsc_health.cli import AppContext, cli
 from rsc_health.commands.nodeview import node as node_cmd
 from rsc_health.commands.qualify import qualify as qualify_cmd
 from rsc_health.commands.suspects import suspects as suspects_cmd
+from rsc_health.config import load_config
 from rsc_health.historian import db, schema
+from rsc_health.model import REASON_PREFIX, ActionKind
+from rsc_health.policy import QUALIFY_MODE
 from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow
 from rsc_health.sim.failslow_demo import (
     DRIVER,
@@ -121,8 +124,10 @@ def test_a_slow_gpus_node_is_confirmed_and_a_congested_but_sound_node_released(l
 
     names = sorted(fleet.membership["node"])
     slurm = StandInSlurm([], run_job=run_on_node, partition="learn")
+    cfg = load_config(config)
+    trusted = cfg.get("suspects.trusted_feature")
     for n in names:
-        slurm.add_node(n, features=("rsc_trusted",), weight=1)
+        slurm.add_node(n, features=(trusted,), weight=1)
 
     def obj():
         o = AppContext(config_path=str(config), db_url=url)
@@ -138,9 +143,10 @@ def test_a_slow_gpus_node_is_confirmed_and_a_congested_but_sound_node_released(l
     assert sorted(first_pass["recorded"]) == sorted([slow, congested])
     for n in (slow, congested):  # kept from big jobs, short of a drain
         info = slurm.info[n]
-        assert "rsc_trusted" not in info.features and info.weight == 1000
+        assert trusted not in info.features
+        assert info.weight == cfg.get("suspects.suspect_weight")
         assert "DRAIN" not in info.state
-    assert all("rsc_trusted" in slurm.info[n].features for n in healthy)
+    assert all(trusted in slurm.info[n].features for n in healthy)
 
     auto = json.loads(_ok(runner.invoke(qualify_cmd, ["auto", "--json"], obj=obj())))
     results = {r["node"]: r for r in auto["results"]}
@@ -153,9 +159,9 @@ def test_a_slow_gpus_node_is_confirmed_and_a_congested_but_sound_node_released(l
                                                                   congested: "cleared"}
     drained, released = slurm.info[slow], slurm.info[congested]
     assert "DRAIN" in drained.state
-    assert drained.reason.startswith("rsc_health:qualify:gpu_burn_long:")
+    assert drained.reason.startswith(f"{REASON_PREFIX}{QUALIFY_MODE}:gpu_burn_long:")
     assert "DRAIN" not in released.state and not slurm.reservations()
-    assert "rsc_trusted" in released.features and released.weight == 1
+    assert trusted in released.features and released.weight == 1
     engine = db.connect(url)
     try:
         with engine.connect() as conn:
@@ -165,7 +171,8 @@ def test_a_slow_gpus_node_is_confirmed_and_a_congested_but_sound_node_released(l
     finally:
         engine.dispose()
     assert tickets == [slow]
-    assert (congested, "qualify_release") in actions and (slow, "qualify_drain") in actions
+    assert (congested, ActionKind.QUALIFY_RELEASE) in actions
+    assert (slow, ActionKind.QUALIFY_DRAIN) in actions
     shown = _ok(runner.invoke(suspects_cmd, ["--all"], obj=obj()))
     assert f"{slow}: confirmed" in shown and f"{congested}: cleared" in shown
     view = _ok(runner.invoke(node_cmd, [slow], obj=obj()))
