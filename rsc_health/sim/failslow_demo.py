@@ -280,7 +280,7 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
 
     def obj() -> AppContext:
         o = AppContext(config_path=str(config), db_url=url)
-        o.slurm = slurm
+        setattr(o, "slurm", slurm)  # noqa: B010 - the hook commands.slurm_handle reads
         return o
 
     say("fail-slow: healthy nodes' earlier qualification passes (the peers)")
