@@ -57,3 +57,9 @@ def test_bench_failslow_scores_a_small_simulated_fleet_and_the_real_traces():
         assert 0 <= bench[f"{name}_f1"][0] <= 1 and bench[f"{name}_f1"][1] == "ratio"
     assert bench["real_AR_stage_known_suspects"] == (1.0, "nodes")
     assert bench["real_SE_stage_known_suspects"] == (0.0, "nodes")
+
+
+def test_bench_exporter_telemetry_keeps_the_aggregate_series_flat_as_the_fleet_grows():
+    bench = _bench("bench_exporter_telemetry.py", "--nodes", "400")
+    assert bench["aggregate_series_10x_fleet"] == (1.0, "ratio")
+    assert bench["400_nodes_per_node_series"] == (2.0, "series")  # its 2 suspects alone
