@@ -211,6 +211,14 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
     timings: dict[str, float] = {}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    # A run before this one (another seed) left its own files: the act starts from none.
+    import shutil
+
+    for name in ("spool", "bin", "steps"):
+        if (out / name).is_dir() and not (out / name).is_symlink():
+            shutil.rmtree(out / name)
+    for name in ("historian.db", "historian.db-wal", "historian.db-shm"):
+        (out / name).unlink(missing_ok=True)
     now = (now or datetime.now(UTC)).astimezone(UTC).replace(tzinfo=None, microsecond=0)
     # The jobs ended a minute ago: `suspects apply` reads the last [failslow] lookback_min.
     start = now - timedelta(seconds=SWEEPS * 300 + 120 + 60)
@@ -230,8 +238,6 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
     timings["lab"] = time.perf_counter() - t0
 
     url = f"sqlite:///{out / 'historian.db'}"
-    if (out / "historian.db").exists():
-        (out / "historian.db").unlink()
     runner = CliRunner()
 
     def door(*args: str, **kw) -> str:

@@ -105,10 +105,16 @@ def _failslow_checks(out, doc):
     assert "healthy nodes flagged: 0 of 46" in text
 
 
-def test_the_fail_slow_act_finds_and_confirms_the_slow_gpu_and_clears_the_congested_node(
-        tmp_path):
-    """Another seed of the act alone: other nodes, GPUs and onsets, the same outcome."""
+def test_the_fail_slow_act_run_again_with_another_seed_finds_that_seeds_nodes_only(tmp_path):
+    """Another seed of the act alone, into the directory a first run (seed 0) left: the same
+    node slow on another GPU (gpu0, seed 0's gpu6), another congested node, the same outcome;
+    nothing of the first run's files in it (its degraded stand-in tools, its spool, its
+    historian)."""
     from rsc_health.sim.failslow_demo import run_failslow_act
 
-    act = run_failslow_act(tmp_path / "failslow", seed=5)
+    first = run_failslow_act(tmp_path / "failslow", seed=0)
+    act = run_failslow_act(tmp_path / "failslow", seed=24)  # fs00000 slow again, on gpu0
+    assert first.injected[0]["node"] == act.injected[0]["node"]
+    assert first.injected[0]["gpu"] != act.injected[0]["gpu"]
+    assert act.ingested["spool"].endswith("delivered telemetry 672")
     _failslow_checks(tmp_path, {"failslow": {**act.to_dict(), "lines": act.lines()}})
