@@ -64,6 +64,7 @@ class FailSlowAct:
     qualified: list[dict]  # node, result, detail (the flow's)
     settled: list[dict]  # node, state, why (the second pass)
     slurm: dict[str, dict]  # suspect node -> state, reason, features, weight at the end
+    tier: dict[str, dict] = field(default_factory=dict)  # the same, after the first pass
     seconds: float = 0.0
     step_seconds: dict[str, float] = field(default_factory=dict)
 
@@ -86,15 +87,22 @@ class FailSlowAct:
             out.append(f"  suspect {node} ({label}): {e['metric']} {e['value']:.3g} vs peers "
                        f"{e['peer_median']:.3g} (deviation {e['deviation']:.3g}, {e['source']})"
                        f" since {e['since'][11:16]} UTC, job {', '.join(e['job_ids'])}")
+            if node in self.tier:
+                t = self.tier[node]
+                out.append(f"    suspect tier: {t['state']}, features "
+                           f"{','.join(t['features']) or '-'}, weight {t['weight']} (kept from "
+                           "big jobs, not drained)")
             if node in q:
                 out.append(f"    qualified: {q[node]['result'].upper()} ("
                            + (q[node]['detail'][:110] or "every metric within its peers")
                            + ")")
             sl = self.slurm.get(node, {})
             if node in s:
-                out.append(f"    -> {s[node]['state']}: Slurm {sl.get('state', '?')}"
-                           + (f", reason {sl['reason'][:70]!r}" if sl.get("reason") else "")
-                           + f", features {','.join(sl.get('features', [])) or '-'}, "
+                held = "DRAIN" in str(sl.get("state", ""))
+                out.append(f"    -> {s[node]['state']}: "
+                           + (f"drained ({sl.get('state')}, reason {sl['reason'][:60]!r})"
+                              if held else f"not drained ({sl.get('state', '?')})")
+                           + f"; features {','.join(sl.get('features', [])) or '-'}, "
                              f"weight {sl.get('weight', '?')}")
         missed = sorted(set(truth) - set(self.flagged))
         healthy = self.nodes - len(truth)
@@ -108,6 +116,7 @@ class FailSlowAct:
         return {"nodes": self.nodes, "jobs": self.jobs, "injected": self.injected,
                 "ingested": self.ingested, "found": self.found, "flagged": self.flagged,
                 "qualified": self.qualified, "settled": self.settled, "slurm": self.slurm,
+                "tier": self.tier,
                 "seconds": self.seconds, "step_seconds": self.step_seconds}
 
 
@@ -130,6 +139,13 @@ class StandInSlurm(MemorySlurm):
         finally:
             self.end_job(job_id)
         return job_id
+
+
+def _slurm_view(slurm: MemorySlurm, node: str) -> dict:
+    """What slurmctld holds for `node` (the test's eye, not a call)."""
+    info = slurm.info[node]
+    return {"state": info.state, "reason": info.reason, "features": list(info.features),
+            "weight": info.weight}
 
 
 def standin_bin(bin_dir: Path, *, gflops: list[float], busbw: float) -> None:
@@ -307,6 +323,7 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
         found = [e.as_dict() for e in hs.active(engine)]
     finally:
         engine.dispose()
+    tier = {e["node"]: _slurm_view(slurm, e["node"]) for e in found}
     timings["detect"] = time.perf_counter() - t0
 
     say("fail-slow: `healthctl qualify auto` (idle suspects, stand-in tools)")
@@ -322,13 +339,10 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
     settled = json.loads(res.output)["settled"]
     timings["qualify"] = time.perf_counter() - t0
 
-    info = slurm.info
-    end_state = {e["node"]: {"state": info[e["node"]].state, "reason": info[e["node"]].reason,
-                             "features": list(info[e["node"]].features),
-                             "weight": info[e["node"]].weight} for e in found}
+    end_state = {e["node"]: _slurm_view(slurm, e["node"]) for e in found}
     injected = [{"job_id": r.job_id, "node": r.node, "kind": r.kind, "gpu": int(r.gpu),
                  "onset": f"{r.onset:%Y-%m-%dT%H:%M:%S}"} for r in truth.itertuples()]
     return FailSlowAct(
         nodes=len(names), jobs=len(fleet.jobs), injected=injected, ingested=ingested,
-        found=found, qualified=qualified, settled=settled, slurm=end_state,
+        found=found, qualified=qualified, settled=settled, slurm=end_state, tier=tier,
         seconds=time.perf_counter() - t_all, step_seconds=timings)

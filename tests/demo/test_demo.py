@@ -87,6 +87,10 @@ def _failslow_checks(out, doc):
         assert onset <= ep[node]["since"][:19], (node, ep[node]["since"], onset)
         assert ep[node]["deviation"] > 4
         assert ep[node]["job_ids"] == [truth[node]["job_id"]]
+    for node in (slow, congested):  # the tier, before qualification: kept from big jobs
+        tier = act["tier"][node]
+        assert "DRAIN" not in tier["state"] and tier["weight"] > 1
+        assert load_config(None).get("suspects.trusted_feature") not in tier["features"]
     q = {r["node"]: r for r in act["qualified"]}
     # The degraded GPU's own gpu_burn figure fails it; the congested node's hardware passes.
     assert q[slow]["result"] == "fail"
