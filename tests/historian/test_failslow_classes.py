@@ -25,11 +25,11 @@ def _job(nodes, job_id="77", **extra) -> pd.DataFrame:
                          "end": T0 + timedelta(hours=3), **extra})
 
 
-def _samples(metric: str, value, component, sweeps: int = 12) -> pd.DataFrame:
+def _samples(metric: str, value, component, sweeps: int = 12, nodes=NODES) -> pd.DataFrame:
     """One sample per node per sweep at the node's own phase: value(i, s), component(i, s)."""
     rng = np.random.default_rng(3)
     rows = []
-    for i, node in enumerate(NODES):
+    for i, node in enumerate(nodes):
         phase = int(rng.integers(5, 290))
         for s in range(sweeps):
             rows.append({"node": node, "time": T0 + timedelta(seconds=60 + 300 * s + phase),
@@ -109,6 +109,16 @@ def test_one_node_slow_from_the_start_is_alone_so_still_a_suspect():
     noise = _noise(10, (32, 8, 24), 0.03)
     steps = _steps(nodes, lambda i, r, w: noise[i, r, w] * (1.3 if i == 9 else 1.0))
     assert [e.node for e in detect_frame(None, _job(nodes), steps, CFG)] == ["n09"]
+
+
+def test_two_nodes_with_links_downtrained_from_the_start_are_two_suspects_not_a_role():
+    # 2 of 16 nodes (under the job-wide share), x8 links (0.5 of x16) from the first sweep
+    nodes = [f"n{i:02d}" for i in range(16)]
+    samples = _samples("pcie_link_ratio", lambda i, s: 0.5 if i in (1, 6) else 1.0,
+                       lambda i, s: "gpu2", nodes=nodes)
+    found = detect_frame(samples, _job(nodes), None, CFG)
+    assert [(e.node, e.metric) for e in found] == [("n01", "pcie_link_ratio"),
+                                                   ("n06", "pcie_link_ratio")]
 
 
 def _obs(rows) -> pd.DataFrame:

@@ -326,9 +326,13 @@ def _role_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str]) -> set:
     different; its later runs too) and, in at least half of the run's slots, another node of
     the job was off in the same metric by a like amount (within a factor of 2): a pipeline
     stage or a kind of rank whose work is heavier, e.g. a last stage the step file does not
-    name. A node that goes bad during the job has an onset; one bad from the start is alone."""
+    name. A node that goes bad during the job has an onset; one bad from the start is alone.
+    Step times only: a role sets how long a rank's step takes, not its links' width or its
+    GPUs' throttling, so two nodes with links downtrained from the start are two suspects."""
+    o = o[o["source"] == STEPS]
     if o.empty:
         return set()
+    obs = obs[(obs["source"] == STEPS) & obs["job_id"].isin(o["job_id"].unique())]
     first = obs.groupby(key, sort=False)["slot"].min()
     held_from = obs[obs["outlier"]].groupby(key, sort=False)["slot"].min()
     always = (held_from <= first.reindex(held_from.index) + 1).rename("always")
