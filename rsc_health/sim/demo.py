@@ -37,6 +37,7 @@ class DemoResult:
     lemons_planted: list[str]
     lemons_found: list[str]
     step_seconds: dict[str, float] = field(default_factory=dict)
+    qualification: list[str] = field(default_factory=list)  # sim.qualify_fleet.demo_lines
 
     @property
     def true_positives(self) -> list[str]:
@@ -82,6 +83,7 @@ class DemoResult:
             lines.append(f"  missed: {', '.join(missed)}")
         if extra:
             lines.append(f"  flagged but healthy: {', '.join(extra)}")
+        lines.extend(self.qualification)
         lines.append(f"report: {self.report_html}")
         lines.append(f"historian: {self.database_url}")
         steps = ", ".join(f"{k} {v:.1f}s" for k, v in self.step_seconds.items())
@@ -155,6 +157,8 @@ def run_demo(
         engine.dispose()
 
     found = sorted(str(n) for n in data.lemons["node"]) if len(data.lemons) else []
+    qualification = timed("qualification", "what qualification prevents (fleet model)",
+                          lambda: _qualification_lines(sim_cfg.seed))
     return DemoResult(
         out_dir=out_dir,
         database_url=database_url,
@@ -174,7 +178,14 @@ def run_demo(
         lemons_planted=sorted(truth["lemon_nodes"]),
         lemons_found=found,
         step_seconds=timings,
+        qualification=qualification,
     )
+
+
+def _qualification_lines(seed: int) -> list[str]:
+    from rsc_health.sim.qualify_fleet import demo_lines
+
+    return demo_lines(seed)
 
 
 def _true_rf_per_1000(truth: dict, fallback: float) -> float:
