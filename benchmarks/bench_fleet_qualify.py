@@ -37,7 +37,7 @@ def main() -> int:
     ap.add_argument("--shares", default="0.1" if quick else "0.05,0.1,0.2,0.3")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--nodes", type=int, default=512 if quick else 1024)
-    ap.add_argument("--jobs", type=int, default=3000 if quick else 8000)
+    ap.add_argument("--jobs", type=int, default=3000 if quick else 12000)
     args = ap.parse_args()
     t0 = time.perf_counter()
     base = FleetModel(nodes=args.nodes, jobs=args.jobs, seed=args.seed)
