@@ -237,9 +237,11 @@ def start(ctx, nodes, tier, timeout_s, as_json) -> None:
 @click.pass_context
 def auto(ctx, as_json, dry_run) -> None:
     """Qualify the nodes that are due: repair ticket closed after our drain, a retry of a
-    run that proved nothing (back-off from [qualify] retry_min), or an idle suspect node
-    ([suspects] qualify_tier; a pass clears it, a fail drains it). First, a node drained
-    [qualify] strikes times in production since its last pass goes to repair instead."""
+    run that proved nothing (back-off from [qualify] retry_min), an idle suspect node
+    ([suspects] qualify_tier; a pass clears it, a fail drains it), or, with [qualify]
+    on_driver_change, an idle node whose driver or GPU firmware changed since its last pass
+    (full tier, undrained). First, a node drained [qualify] strikes times in production since
+    its last pass goes to repair instead."""
     from rsc_health.historian import suspects as hs
     from rsc_health.qualify.flow import auto_candidates, strike_candidates, suspect_candidates
 
@@ -267,13 +269,33 @@ def auto(ctx, as_json, dry_run) -> None:
                                      limit=max(0, limit - len(due)))
     suspect_nodes = {n for n, _ in suspect_due}
     due = due + suspect_due
+    driver_nodes: set[str] = set()
+    if cfg.get("qualify.on_driver_change"):
+        from rsc_health.historian import versions
+        from rsc_health.qualify.flow import driver_candidates
+
+        with history.engine.connect() as conn:
+            changed = versions.changes(conn)
+        taken = {n for n, _ in due}
+        driver_due = driver_candidates(nodes, {n: c for n, c in changed.items()
+                                               if n not in taken}, history, now,
+                                       retry_min=float(cfg.get("qualify.retry_min")),
+                                       retry_max_min=float(cfg.get("qualify.retry_max_min")),
+                                       limit=max(0, limit - len(due)))
+        driver_nodes = {n for n, _ in driver_due}
+        due = due + driver_due
     results = []
     if not dry_run:
         def flow(tier):
             return _flow(cfg, slurm, history, tier)
 
-        results = [flow(str(cfg.get("suspects.qualify_tier"))).run(node, suspect=True)
-                   if node in suspect_nodes else flow("full").run(node) for node, _why in due]
+        def one(node: str):
+            if node in suspect_nodes:
+                return flow(str(cfg.get("suspects.qualify_tier"))).run(node, suspect=True)
+            # A driver/firmware change: the node is in service; qualified undrained.
+            return flow("full").run(node, suspect=node in driver_nodes)
+
+        results = [one(node) for node, _why in due]
     if as_json:
         click.echo(json.dumps({"due": [{"node": n, "why": w} for n, w in due],
                                "results": [r.__dict__ for r in results],

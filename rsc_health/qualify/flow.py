@@ -113,9 +113,9 @@ class Flow:
         return FlowResult(node, "refused", why, actions=("drained for repair", "ticket"))
 
     def run(self, node: str, *, suspect: bool = False) -> FlowResult:
-        """`suspect`: the node is an open suspect episode, qualified as it is (undrained); a
-        run that proves nothing leaves it a suspect, never drained (suspects never drain by
-        themselves: only a failed run does)."""
+        """`suspect`: the node is qualified as it is, undrained (an open suspect episode, or
+        a driver/firmware change); a run that proves nothing leaves it as it came, never
+        drained (only a failed run drains it)."""
         info = self.slurm.node(node)
         strikes = self.history.strikes(node)
         why = refusal(info, strikes, suspect, self.strikes)
@@ -218,7 +218,7 @@ class Flow:
             done.append(f"fail held back ({held})")
             verdict, detail = INCONCLUSIVE, f"held by the {held}: {detail}"
         if keep and verdict == INCONCLUSIVE:
-            done.append("still a suspect (inconclusive: not drained)")
+            done.append("left in service as it came (inconclusive: not drained)")
         elif verdict != PASS:
             code = ("guard_held" if held else "inconclusive") if verdict == INCONCLUSIVE \
                 else _first_test(detail)
@@ -318,6 +318,36 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
             if now - last < timedelta(minutes=wait):
                 continue
         out.append((ep.node, f"suspect since {ep.since:%Y-%m-%d %H:%M}: {ep.metric}"))
+    return out
+
+
+def driver_candidates(nodes, changed, history, now: datetime, *, retry_min: float,
+                      retry_max_min: float, limit: int) -> list[tuple[str, str]]:
+    """Nodes whose driver or GPU firmware changed since their last qualification pass
+    ([qualify] on_driver_change), at most `limit`, oldest change first. `changed`: {node:
+    (since, previous, versions)} (rsc_health.historian.versions.changes). Like a suspect, the
+    node is taken undrained and only when idle (no job to wait for), never drained, DOWN, held
+    for a reboot or in a reservation, and not again within the back-off of an inconclusive run
+    after the change."""
+    from datetime import timedelta
+
+    info = {n.name: n for n in nodes}
+    out: list[tuple[str, str]] = []
+    for node, (since, previous, current) in sorted(changed.items(), key=lambda kv: kv[1][0]):
+        if len(out) >= limit:
+            break
+        n = info.get(node)
+        if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
+            continue
+        if history.passed_since(node, since):
+            continue
+        streak, last = history.inconclusive_streak(node)
+        if streak and last is not None and last > since:
+            wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
+            if now - last < timedelta(minutes=wait):
+                continue
+        out.append((node, f"driver/firmware changed {since:%Y-%m-%d %H:%M}: "
+                          f"{previous[:120]} -> {current[:120]}"))
     return out
 
 
