@@ -206,11 +206,15 @@ def _flow(cfg, slurm, history, tier: str, timeout_s: float | None = None):
               show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=None,
               help="Seconds to wait for each node's result ([qualify] flow_timeout_s).")
+@click.option("--parallel", type=click.IntRange(min=1), default=None,
+              help="Flows at once, each on its own node ([qualify] parallel).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def start(ctx, nodes, tier, timeout_s, as_json) -> None:
-    """Qualify NODES (a hostlist of nodes rsc-health drained) in Slurm, one after another."""
+def start(ctx, nodes, tier, timeout_s, parallel, as_json) -> None:
+    """Qualify NODES (a hostlist of nodes rsc-health drained) in Slurm, side by side in
+    batches of [qualify] parallel (--parallel 1: one after another)."""
     from rsc_health.hostlist import HostlistError, expand
+    from rsc_health.qualify.flow import run_batches
 
     cfg = ctx.obj.config
     try:
@@ -219,13 +223,14 @@ def start(ctx, nodes, tier, timeout_s, as_json) -> None:
         raise click.ClickException(f"NODES: {exc}") from exc
     slurm, history = _flow_parts(ctx)
     flow = _flow(cfg, slurm, history, tier, timeout_s)
-    results = []
-    for name in names:
-        r = flow.run(name)
-        results.append(r)
+
+    def said(r) -> None:
         if not as_json:
-            echo(f"{name}: {r.result}" + (f" ({r.detail[:300]})" if r.detail else "")
+            echo(f"{r.node}: {r.result}" + (f" ({r.detail[:300]})" if r.detail else "")
                  + (f" [{', '.join(r.actions)}]" if r.actions else ""))
+
+    results = run_batches([(name, lambda name=name: flow.run(name)) for name in names],
+                          parallel or int(cfg.get("qualify.parallel")), said)
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
     ctx.exit(0 if all(r.result in ("pass", "would_qualify") for r in results) else 1)
@@ -243,7 +248,12 @@ def auto(ctx, as_json, dry_run) -> None:
     (full tier, undrained). First, a node drained [qualify] strikes times in production since
     its last pass goes to repair instead."""
     from rsc_health.historian import suspects as hs
-    from rsc_health.qualify.flow import auto_candidates, strike_candidates, suspect_candidates
+    from rsc_health.qualify.flow import (
+        auto_candidates,
+        run_batches,
+        strike_candidates,
+        suspect_candidates,
+    )
 
     cfg = ctx.obj.config
     slurm, history = _flow_parts(ctx)
@@ -295,7 +305,8 @@ def auto(ctx, as_json, dry_run) -> None:
             # A driver/firmware change: the node is in service; qualified undrained.
             return flow("full").run(node, suspect=node in driver_nodes)
 
-        results = [one(node) for node, _why in due]
+        results = run_batches([(node, lambda node=node: one(node)) for node, _why in due],
+                              int(cfg.get("qualify.parallel")))
     if as_json:
         click.echo(json.dumps({"due": [{"node": n, "why": w} for n, w in due],
                                "results": [r.__dict__ for r in results],

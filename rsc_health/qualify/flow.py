@@ -21,8 +21,9 @@ named rsc_health_qualify_*: `healthctl qualify cleanup` drains its node and remo
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -83,6 +84,11 @@ def refusal(info, strikes: int, suspect: bool = False, limit: int = STRIKES) -> 
 class Flow:
     """One node's qualification. `slurm`: a SlurmAPI with reservations and jobs (CliSlurm);
     `history`: the historian's answers and records (HistorianSide below, or a test's)."""
+
+    # Flows run side by side (run_batches), of one tier or several: the guard's look at Slurm
+    # and the drain it allows are one step in the process, so two fails at once cannot both
+    # pass a guard that had room for one.
+    _drain_lock = threading.Lock()
 
     def __init__(self, slurm, history, *, command: list[str], tier: str, timeout_s: float,
                  enabled: bool = True, poll_s: float = 2.0,
@@ -209,7 +215,18 @@ class Flow:
         of the reservation and undrained without one. `keep`: an undrained suspect whose run
         proved nothing goes back as it came (still a suspect, kept from big jobs). Returns
         what was done and the verdict as it stands (a fail the guard held is inconclusive)."""
-        done = []
+        with self._drain_lock:
+            done, verdict, detail = self._judge_and_drain(node, verdict, detail, keep)
+        self._delete_when_free(res, job_id)
+        done.append("reservation deleted")
+        if verdict == PASS:
+            self.history.action(node, ActionKind.QUALIFY_RELEASE,
+                                f"{self.tier} pass, job {job_id}")
+        return done, verdict, detail
+
+    def _judge_and_drain(self, node: str, verdict: str, detail: str,
+                         keep: bool) -> tuple[list[str], str, str]:
+        done: list[str] = []
         held = self.guard(node) if verdict == FAIL and self.guard is not None else None
         if held:
             # A fleet failing at once is the tool's or the baseline's fault more often than
@@ -228,12 +245,36 @@ class Flow:
             self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
             if verdict == FAIL:
                 self.history.repair_ticket(node, reason)
-        self._delete_when_free(res, job_id)
-        done.append("reservation deleted")
-        if verdict == PASS:
-            self.history.action(node, ActionKind.QUALIFY_RELEASE,
-                                f"{self.tier} pass, job {job_id}")
         return done, verdict, detail
+
+
+def run_batches(jobs: Iterable[tuple[str, Callable[[], FlowResult]]], parallel: int,
+                on_done: Callable[[FlowResult], None] | None = None) -> list[FlowResult]:
+    """Run flows side by side, at most `parallel` at once (each waits for its own node's job;
+    one node's flow never waits for another's), results in the order given. `on_done` sees
+    each result as it comes. A flow that raises ends the batch with that error once the others
+    running beside it are done (their reservations and drains settled)."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    jobs = list(jobs)
+    if parallel <= 1 or len(jobs) <= 1:
+        out = []
+        for _node, fn in jobs:
+            r = fn()
+            if on_done is not None:
+                on_done(r)
+            out.append(r)
+        return out
+    results: dict[int, FlowResult] = {}
+    with ThreadPoolExecutor(max_workers=min(parallel, len(jobs)),
+                            thread_name_prefix="rsc_health_qualify") as pool:
+        futures = {pool.submit(fn): i for i, (_node, fn) in enumerate(jobs)}
+        for fut in as_completed(futures):
+            r = fut.result()
+            results[futures[fut]] = r
+            if on_done is not None:
+                on_done(r)
+    return [results[i] for i in range(len(jobs))]
 
 
 def _in_use(exc: SlurmError) -> bool:
