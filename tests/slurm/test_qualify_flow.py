@@ -332,3 +332,28 @@ def test_auto_qualifies_an_idle_node_whose_driver_changed_undrained_and_drains_i
         assert json.loads(again.stdout)["due"] == [], again.stdout
     finally:
         engine.dispose()
+
+
+def test_qualify_start_takes_three_nodes_side_by_side_and_releases_each_on_its_own_pass(qual):
+    """`qualify start` with --parallel: three reservations and three qualification jobs at
+    once on the real cluster (their results written into one SQLite historian together);
+    each node back in service on its own stored pass, no reservation left."""
+    c, hc, sql, _ = qual
+    nodes = ("node02", "node03", "node04")
+    for node in nodes:
+        _ours(c, node)
+    out = hc("qualify", "start", "node[02-04]", "--parallel", "3", "--json")
+    results = json.loads(out.stdout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert [(r["node"], r["result"]) for r in results] == [(n, "pass") for n in nodes]
+    assert all("DRAIN" not in c.node_state(n) for n in nodes) and _reservations(c) == []
+    runs = sql("SELECT node, verdict, job_id FROM qualify_runs WHERE node IN "
+               "('node02', 'node03', 'node04') ORDER BY node")
+    assert [(n, v) for n, v, _ in runs] == [(n, "pass") for n in nodes]
+    assert [j for _, _, j in runs] == [r["job_id"] for r in results]
+    # Side by side: every job had started before the first one's pass was stored.
+    starts = sql("SELECT time FROM node_actions WHERE action = 'qualify_start' AND node IN "
+                 "('node02', 'node03', 'node04') ORDER BY time")
+    ends = sql("SELECT min(ended) FROM qualify_runs WHERE node IN "
+               "('node02', 'node03', 'node04')")
+    assert len(starts) == 3 and str(starts[-1][0]) < str(ends[0][0])
