@@ -16,6 +16,7 @@ import json
 import os
 import uuid
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import click
@@ -229,7 +230,7 @@ def start(ctx, nodes, tier, timeout_s, parallel, as_json) -> None:
             echo(f"{r.node}: {r.result}" + (f" ({r.detail[:300]})" if r.detail else "")
                  + (f" [{', '.join(r.actions)}]" if r.actions else ""))
 
-    results = run_batches([(name, lambda name=name: flow.run(name)) for name in names],
+    results = run_batches([(name, partial(flow.run, name)) for name in names],
                           parallel or int(cfg.get("qualify.parallel")), said)
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
@@ -294,7 +295,7 @@ def auto(ctx, as_json, dry_run) -> None:
                                        limit=max(0, limit - len(due)))
         driver_nodes = {n for n, _ in driver_due}
         due = due + driver_due
-    results = []
+    results: list = []
     if not dry_run:
         def flow(tier):
             return _flow(cfg, slurm, history, tier)
@@ -305,7 +306,7 @@ def auto(ctx, as_json, dry_run) -> None:
             # A driver/firmware change: the node is in service; qualified undrained.
             return flow("full").run(node, suspect=node in driver_nodes)
 
-        results = run_batches([(node, lambda node=node: one(node)) for node, _why in due],
+        results = run_batches([(node, partial(one, node)) for node, _why in due],
                               int(cfg.get("qualify.parallel")))
     if as_json:
         click.echo(json.dumps({"due": [{"node": n, "why": w} for n, w in due],

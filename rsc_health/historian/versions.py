@@ -86,14 +86,14 @@ def record(conn: Connection, seen: dict[str, list[tuple[datetime, Fields]]]) -> 
     nodes = sorted(n for n, beats in seen.items() if beats)
     stored: dict[str, tuple] = {}
     for start in range(0, len(nodes), CHUNK):
-        for row in conn.execute(select(t.c.node, t.c.versions, t.c.since, t.c.last_seen,
-                                       t.c.previous)
-                                .where(t.c.node.in_(nodes[start:start + CHUNK]))):
-            stored[row.node] = (row.versions, row.since, row.last_seen, row.previous)
+        for r in conn.execute(select(t.c.node, t.c.versions, t.c.since, t.c.last_seen,
+                                     t.c.previous)
+                              .where(t.c.node.in_(nodes[start:start + CHUNK]))):
+            stored[r.node] = (r.versions, r.since, r.last_seen, r.previous)
     out = []
     changed = 0
     for node in nodes:
-        row = stored.get(node)
+        row: tuple | None = stored.get(node)
         moved = False
         for when, fields in sorted(((naive(w), f) for w, f in seen[node]), key=lambda b: b[0]):
             if not fields:
