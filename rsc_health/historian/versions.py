@@ -2,11 +2,12 @@
 (node_versions, version 13), and when they last changed: qualification's driver/firmware
 trigger (`healthctl qualify auto` with [qualify] on_driver_change).
 
-A heartbeat's `versions` ({"driver": "580.95.05", "vbios": {"0": "96.00.AF.00.01", ...},
-"inforom": {...}}) becomes fields: the driver, and the sorted distinct VBIOS and InfoROM values
-of the node's GPUs (a GPU NVML did not answer for this run changes nothing; an update that
-reaches one board does). A field a heartbeat does not carry keeps its last value, so a run
-where NVML would not say the firmware is no change. The first sight of a node is no change.
+A heartbeat's `versions` ({"driver": "580.95.05", "vbios": ["96.00.AF.00.01"], "inforom":
+[...]}: the distinct values of the node's GPUs; a map of GPU index to value reads too) becomes
+fields: the driver, and the sorted distinct VBIOS and InfoROM values (a GPU NVML did not answer
+for this run changes nothing; an update that reaches one board does). A field a heartbeat
+does not carry keeps its last value, so a run where NVML would not say the firmware is no
+change. The first sight of a node is no change.
 Delivered with the heartbeats, on the node's flush too: Python 3.9, SQLAlchemy only."""
 
 from __future__ import annotations
@@ -43,10 +44,12 @@ def fields_of(versions) -> Fields:
     if driver:
         out["driver"] = driver
     for key in ("vbios", "inforom"):
-        per_gpu = versions.get(key)
-        if not isinstance(per_gpu, dict):
+        given = versions.get(key)  # the distinct values; a map of GPU index to value also reads
+        if isinstance(given, dict):
+            given = list(given.values())
+        if not isinstance(given, list):
             continue
-        values = sorted({v for v in (_clean(x) for x in list(per_gpu.values())[:64]) if v})
+        values = sorted({v for v in (_clean(x) for x in given[:64]) if v})
         if values:
             out[key] = "+".join(values)
     return out

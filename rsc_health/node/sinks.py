@@ -122,11 +122,13 @@ def heartbeat(stage: Stage, node: str, now, level: Level, findings: list[Finding
 
 
 def _versions(findings: list[Finding]) -> dict:
-    """{"driver": "580.95.05", "vbios": {"0": "96.00.AF.00.01", ...}, "inforom": {...}}: the
-    driver and each GPU's firmware as NVML said them this run (the gpu family's per-GPU
-    findings carry them), so the historian sees a driver or firmware change (qualification's
-    trigger, [qualify] on_driver_change)."""
+    """{"driver": "580.95.05", "vbios": ["96.00.AF.00.01"], "inforom": ["G520.0200.00.05"]}:
+    the driver and the distinct firmware versions of the GPUs NVML answered for this run (the
+    gpu family's per-GPU findings carry them; about 100 bytes on a node whose boards agree),
+    so the historian sees a driver or firmware change (qualification's trigger, [qualify]
+    on_driver_change)."""
     out: dict = {}
+    seen: dict = {}
     for f in findings:
         if not (f.family == "gpu" and isinstance(f.data, dict) and f.component.startswith("gpu")
                 and f.component[3:].isdigit()):
@@ -135,7 +137,9 @@ def _versions(findings: list[Finding]) -> dict:
             out["driver"] = f.data["driver"]
         for key in ("vbios", "inforom"):
             if isinstance(f.data.get(key), str):
-                out.setdefault(key, {})[f.component[3:]] = f.data[key]
+                seen.setdefault(key, set()).add(f.data[key])
+    for key, values in seen.items():
+        out[key] = sorted(values)
     return out
 
 

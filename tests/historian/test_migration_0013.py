@@ -115,3 +115,16 @@ def test_garbled_or_hostile_versions_cost_their_fields_never_the_heartbeat(histo
     assert len(rows["gpu074"][0]) <= versions.MAX_TEXT and " #" in rows["gpu074"][0]
     with historian.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM jobs")).scalar() == 0
+
+
+def test_the_nodes_own_form_the_distinct_values_reads_as_the_per_gpu_map_does(historian,
+                                                                              tmp_path):
+    as_list = {"driver": "570.133.20", "vbios": ["96.00.AF.00.02", "96.00.AF.00.01"],
+               "inforom": ["G520.0200.00.05"]}
+    as_map = {"driver": "570.133.20",
+              "vbios": {"0": "96.00.AF.00.01", "1": "96.00.AF.00.02"},
+              "inforom": {"0": "G520.0200.00.05", "1": "G520.0200.00.05"}}
+    _deliver(historian, tmp_path, [_beat("gpu090", 0, as_list), _beat("gpu091", 0, as_map)])
+    rows = _rows(historian)
+    assert rows["gpu090"] == rows["gpu091"] == (
+        "driver=570.133.20 vbios=96.00.AF.00.01+96.00.AF.00.02 inforom=G520.0200.00.05", None)

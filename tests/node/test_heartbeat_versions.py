@@ -43,7 +43,7 @@ def test_the_sweeps_findings_give_the_heartbeat_the_driver_and_each_gpus_vbios(n
     assert verdict.level is Level.OK
     beat = _versions(findings)
     assert isinstance(beat["driver"], str) and beat["driver"]
-    assert beat["vbios"] == {str(i): f"96.00.AF.00.0{1 + i % 2}" for i in range(8)}
+    assert beat["vbios"] == ["96.00.AF.00.01", "96.00.AF.00.02"]  # the distinct values
     assert "inforom" not in beat
 
 
@@ -52,5 +52,5 @@ def test_hostile_version_strings_are_cut_and_a_garbled_answer_is_left_out(node):
     findings, verdict = node.check()
     assert verdict.level is Level.OK
     beat = _versions(findings)
-    assert set(beat["vbios"]) == {"0", "2", "4", "6"}
-    assert all(len(v) == 64 for v in beat["vbios"].values())
+    assert beat["vbios"] == ["x" * 64]  # the boards that said a string, cut
+
