@@ -252,8 +252,9 @@ def run_batches(jobs: Iterable[tuple[str, Callable[[], FlowResult]]], parallel: 
                 on_done: Callable[[FlowResult], None] | None = None) -> list[FlowResult]:
     """Run flows side by side, at most `parallel` at once (each waits for its own node's job;
     one node's flow never waits for another's), results in the order given. `on_done` sees
-    each result as it comes. A flow that raises ends the batch with that error once the others
-    running beside it are done (their reservations and drains settled)."""
+    each result as it comes. A flow that raises (Slurm gone mid-flow) raises here once every
+    other flow of the batch has run to its end (their reservations and drains settled); one
+    after another (`parallel` 1), the flows after it do not start, as before."""
     from concurrent.futures import ThreadPoolExecutor, as_completed
 
     jobs = list(jobs)
