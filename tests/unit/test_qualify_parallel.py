@@ -139,3 +139,35 @@ def test_four_fails_at_once_take_the_guards_last_room_once_and_the_rest_are_held
     assert sorted(r.result for r in results) == [FAIL, "inconclusive", "inconclusive",
                                                  "inconclusive"]
     assert len(hist.tickets) == 1 and not slurm.reservations()
+
+
+def test_a_flow_that_raises_side_by_side_lets_the_others_finish_then_raises():
+    from rsc_health.qualify.flow import FlowResult
+    from rsc_health.slurm.api import SlurmError
+
+    finished = []
+
+    def ok(node):
+        def run():
+            time.sleep(0.05)
+            finished.append(node)
+            return FlowResult(node, PASS)
+        return run
+
+    def gone():
+        raise SlurmError("slurmctld went away")
+
+    jobs = [("a", ok("a")), ("b", gone), ("c", ok("c")), ("d", ok("d"))]
+    try:
+        run_batches(jobs, 2)
+    except SlurmError as exc:
+        assert "went away" in str(exc)
+    else:
+        raise AssertionError("the flow's error was swallowed")
+    assert sorted(finished) == ["a", "c", "d"]
+    finished.clear()
+    try:
+        run_batches(jobs, 1)
+    except SlurmError:
+        pass
+    assert finished == ["a"]  # one after another: the rest never started
