@@ -101,6 +101,7 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
 
         with engine.connect() as conn:
             qualified = latest_runs(conn, node, limit=3)
+            versions = _versions(conn, node)
         from rsc_health.historian.suspects import of_node
 
         suspect = [e.as_dict() for e in of_node(engine, node, limit=3)]
@@ -115,11 +116,23 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                       "checker_errors": fresh.checker_errors},
         "runs": runs, "open_findings": failing, "actions": actions, "failed_jobs": blamed,
         "tickets": tickets, "lemon": lemon, "qualified": qualified, "suspect": suspect,
-        "telemetry": telemetry,
+        "telemetry": telemetry, "versions": versions,
         # A drain verdict the node keeps and has not carried out (guard, or a drain not ours).
         "held": {"time": held[0].time, "action": held[0].action, "reason": held[0].reason}
         if held else None,
     }
+
+
+def _versions(conn, node: str) -> dict | None:
+    """The node's driver and GPU firmware as its heartbeats said them (node_versions): since
+    when, and what they were before (qualification's driver/firmware trigger)."""
+    from sqlalchemy import select
+
+    from rsc_health.historian.schema import node_versions as v
+
+    row = conn.execute(select(v.c.versions, v.c.since, v.c.previous)
+                       .where(v.c.node == node)).first()
+    return dict(row._mapping) if row else None
 
 
 def _lemon(engine, cfg, node: str, now: datetime) -> dict:
@@ -247,6 +260,10 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
         echo(f"  lemon     {'CANDIDATE' if lem['candidate'] else 'no'}: {lem['why']}")
         runs = h.get("qualified") or []
         echo(f"  qualify   {'never qualified' if not runs else str(len(runs)) + ' recent run(s)'}")
+        ver = h.get("versions")
+        if ver:
+            echo(f"  versions  {ver['versions'][:200]} since {_fmt(ver['since'])}"
+                 + (f" (was {ver['previous'][:120]})" if ver["previous"] else ""))
         for r in runs:
             failed = [x for x in r["results"] if x["status"] != "pass"]
             echo(f"    {_fmt(r['ended'])}  {r['tier']:<5} {r['verdict'].upper():<12} "

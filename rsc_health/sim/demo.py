@@ -46,6 +46,7 @@ class DemoResult:
     step_seconds: dict[str, float] = field(default_factory=dict)
     # The fail-slow act (FailSlowAct.to_dict(), its printed lines under "lines").
     failslow: dict = field(default_factory=dict)
+    qualification: list[str] = field(default_factory=list)  # sim.qualify_fleet.demo_lines
 
     @property
     def true_positives(self) -> list[str]:
@@ -92,6 +93,7 @@ class DemoResult:
         if extra:
             lines.append(f"  flagged but healthy: {', '.join(extra)}")
         lines += self.failslow.get("lines", [])
+        lines.extend(self.qualification)
         lines.append(f"report: {self.report_html}")
         lines.append(f"historian: {self.database_url}")
         steps = ", ".join(f"{k} {v:.1f}s" for k, v in self.step_seconds.items())
@@ -170,6 +172,8 @@ def run_demo(
                 lambda: run_failslow_act(out_dir / "failslow", seed=sim_cfg.seed,
                                          progress=say))
     found = sorted(str(n) for n in data.lemons["node"]) if len(data.lemons) else []
+    qualification = timed("qualification", "what qualification prevents (fleet model)",
+                          lambda: _qualification_lines(sim_cfg.seed))
     return DemoResult(
         out_dir=out_dir,
         database_url=database_url,
@@ -190,7 +194,14 @@ def run_demo(
         lemons_found=found,
         step_seconds=timings,
         failslow={**act.to_dict(), "lines": act.lines()},
+        qualification=qualification,
     )
+
+
+def _qualification_lines(seed: int) -> list[str]:
+    from rsc_health.sim.qualify_fleet import demo_lines
+
+    return demo_lines(seed)
 
 
 def _true_rf_per_1000(truth: dict, fallback: float) -> float:

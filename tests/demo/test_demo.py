@@ -27,6 +27,12 @@ def test_demo_writes_report_and_compares_with_ground_truth(tmp_path):
     assert doc["rf_node_days"] > 0
     assert doc["rf_ci_per_1000"][0] <= doc["rf_est_per_1000"] <= doc["rf_ci_per_1000"][1]
     _failslow_checks(out, doc)
+    # Issue 24: what qualification prevented in the fleet model, two lines.
+    first, second = doc["qualification"]
+    assert "with qualification + lemon drains" in first and "schedulable" in first
+    prevented, failed = (int(x) for x in second.split("prevented: ")[1].split(" (")[0]
+                         .split(" of "))
+    assert 0 < prevented <= failed
 
 
 def test_demo_historian_charges_goodput_to_the_preemptions_failure_requeues_caused(tmp_path):
