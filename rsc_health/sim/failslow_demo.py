@@ -51,6 +51,10 @@ LAB_CONFIG = """\
 # The demo's fail-slow act: the packaged defaults, and the deep tier without nvbandwidth.
 [qualify]
 deep = ["dcgm_r3", "nccl_all_reduce", "gpu_burn_long"]
+# One flow at a time: the lab's stand-in slurmd runs each job in this process through click's
+# CliRunner, which swaps sys.stdout and os.environ (the node's tools on PATH) for the whole
+# process; side by side, one node's job would see another's tools and output.
+parallel = 1
 """
 
 
