@@ -157,6 +157,12 @@ def _passwd(root: Path) -> dict[int, str]:
     return users
 
 
+def _ignored(info: dict, ignore: set) -> bool:
+    """An ignored command is root's daemon (nv-hostengine): /proc/PID/comm is whatever the
+    process set with prctl(PR_SET_NAME), so a user's leftover named like it still counts."""
+    return info.get("uid") == 0 and str(info.get("command")) in ignore
+
+
 def check(state, cfg: dict) -> list[Finding]:
     conf = cfg["leftover"]
     rec = state.extra.get(FAMILY)
@@ -203,7 +209,7 @@ def check(state, cfg: dict) -> list[Finding]:
                 continue
             job = info.get("job")
             job = str(job) if job is not None else None
-            if (job is not None and job == own) or str(info.get("command")) in ignore:
+            if (job is not None and job == own) or _ignored(info, ignore):
                 continue
             if job is not None:
                 if job in running or spool_error:
