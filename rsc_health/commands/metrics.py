@@ -543,6 +543,7 @@ def reliability(ctx, since, until, period, cluster, as_json):
     from rsc_health.historian.lemons.features import OutageRules
     from rsc_health.historian.lemons.verdicts import DEFAULTS
     from rsc_health.historian.metrics.reliability import reliability as compute
+    from rsc_health.historian.outages import describe_removed
 
     rules = OutageRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
     lo = since or datetime(1970, 1, 1)
@@ -553,10 +554,12 @@ def reliability(ctx, since, until, period, cluster, as_json):
     finally:
         engine.dispose()
     if as_json:
-        _emit_json({"since": lo, "until": hi, "period": period, "rows": _records(df)})
+        _emit_json({"since": lo, "until": hi, "period": period, "rows": _records(df),
+                    "left_out": df.attrs["left_out"]})
         return
     if df.empty:
         click.echo("no failures in the window")
+        click.echo(describe_removed(df.attrs["left_out"]))
         return
     _table("event-based reliability", df, [
         ("period", "period", "s"), ("group", "group", "s"), ("failures", "failures", ""),
@@ -564,6 +567,7 @@ def reliability(ctx, since, until, period, cluster, as_json):
         ("system_mtbf_h", "system MTBF h", ".2f"), ("node_mtbf_h", "node MTBF h", ".0f"),
         ("repair_p50_h", "repair p50 h", ".1f"), ("repair_p90_h", "repair p90 h", ".1f"),
     ])
+    click.echo(describe_removed(df.attrs["left_out"]))
 
 
 # -- GPUs that failed in more than one node ---------------------------------------------------

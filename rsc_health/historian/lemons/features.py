@@ -99,6 +99,7 @@ from rsc_health.historian.outages import (  # noqa: F401 - long read from here t
     OutageRules,
     application_xid_codes,
     classify_outages,
+    removed_by_cause,
 )
 from rsc_health.historian.schema import (
     attributions,
@@ -546,6 +547,8 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
         "node_days": float(exposure["days"].sum()),
         "maintenance_outages": int((not_own["kind"] == "maintenance").sum()),
         "fleet_outages": int((not_own["kind"] == "fleet").sum()),
+        # the same two counts by cause: which maintenance pattern or reservation, fleet-wide
+        "removed": removed_by_cause(not_own, not_own["kind"], rules, len(seen)),
         "application_xids": int(app_xids.sum()),
         "incident_days": [
             {"group": r.group, "day": pd.Timestamp(r.day).date().isoformat(),
