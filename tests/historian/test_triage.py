@@ -121,3 +121,35 @@ def test_an_unreadable_exit_code_is_unknown_not_a_crash(code):
 
     label, evidence = _by_state("FAILED", code)
     assert label == UNKNOWN and "unreadable" in evidence[0]
+
+
+def test_host_labels_feed_the_lemon_features_and_application_xids_do_not(historian):
+    from rsc_health.historian.lemons.features import lemon_features
+
+    _load(historian)
+    frame = lemon_features(historian, datetime(2024, 3, 2))
+    counts = frame["host_failed_jobs"]
+    assert counts.get("n1") == 1 and counts.get("n12") == 1 and counts.get("n8") == 1
+    assert counts.get("n2", 0) == 0 and counts.get("n9", 0) == 0  # XID 13; maintenance
+
+
+def test_the_node_view_shows_its_failed_jobs_triaged(tmp_path):
+    from rsc_health.historian import db
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    engine = db.connect(url, upgrade=True)
+    try:
+        _load(engine)
+    finally:
+        engine.dispose()
+    site = tmp_path / "site.toml"
+    site.write_text('[slurm]\nbin_dir = "/nonexistent"\n')
+    base = ["--config", str(site), "--db", url, "node"]
+    doc = json.loads(CliRunner().invoke(cli, [*base, "n12", "--as-of", "2024-03-02",
+                                              "--json"]).output)
+    tri = doc["historian"]["triage"]
+    assert tri["labels"] == {HOST: 1, USER: 0, UNKNOWN: 0}
+    assert tri["jobs"][0]["job_id"] == "12" and tri["jobs"][0]["blamed"]
+    text = CliRunner().invoke(cli, [*base, "n2", "--as-of", "2024-03-02"]).output
+    assert "triage    failed jobs since 2024-02-03 00:00: host 0, user 1, unknown 0" in text
+    assert "application-class XID" in text

@@ -72,6 +72,10 @@ The fleet-rate rule (over `[as_of - rate_window_days, as_of)`, lemons/episodes.p
                         and fleet-wide outages, application-class XIDs, episodes on incident
                         days, failures of a GPU that failed in two nodes (historian/gpus.py:
                         the fault moved with it); the verdict says so
+  host_failed_jobs      failed jobs in the window that failed-job triage (historian/triage.py)
+                        labels host and blames on the node: its own checks, drains and
+                        DOWN events around the job's end, or Slurm's NODE_FAIL with them;
+                        never an application-class XID. An input, judged by no rule yet
   peer_group, peer_nodes the node's peer group and how many nodes it has (quiet ones too)
   Peer group and exposure come from the node inventory (`healthctl ingest inventory`:
   cluster/partition, node-days in service); without one, every node seen in the rate window
@@ -111,6 +115,7 @@ from rsc_health.historian.schema import (
     node_events,
     tickets,
 )
+from rsc_health.historian.triage import host_failed_jobs, triage
 from rsc_health.model import LEGACY_LEMON_DRAIN, REASON_PREFIX, ActionKind, Status
 from rsc_health.policy import LEMON_MODE
 
@@ -141,6 +146,7 @@ EXTRA_FEATURES = (
     "rate_q",
     "rate_surprise",
     "left_out",
+    "host_failed_jobs",
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
@@ -382,6 +388,7 @@ def lemon_features(
     in_window = own[(own["start"] >= since) & (own["start"] >= lo) & (own["start"] < hi)]
     s["out_count"] = in_window.groupby("node").size().astype("float64")
     s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
+    s["host_failed_jobs"] = host_failed_jobs(triage(engine, lo, hi, rules=outages))
     rate, peer_group, left_out = _fleet_rate(engine, events, r_lo, hi, outages, cluster, members,
                                              fleet, repaired=repaired)
     s.update(rate)
