@@ -43,6 +43,7 @@ from rsc_health.historian.schema import check_results, node_events
 from rsc_health.model import Status
 
 PERIODS = {"month": "M", "quarter": "Q", "year": "Y"}
+WHOLE = "window"  # reliability(period=WHOLE): the whole [lo, hi) as one period
 COLUMNS = ["period", "group", "failures", "episodes", "nodes_failed", "node_days", "hours",
            "system_mtbf_h", "hours_per_failure", "node_mtbf_h", "repair_p50_h",
            "repair_p90_h", "repair_mean_h", "reasons"]
@@ -108,13 +109,18 @@ def reliability(engine: Engine, lo: datetime, hi: datetime, *, period: str = "qu
     if cluster is not None:
         f = f[f["group"].str.split("/").str[0] == cluster]
         inv = inv[inv["cluster"] == cluster]
-    freq = PERIODS[period]
-    f["period"] = f["time"].dt.to_period(freq)
+    if period == WHOLE:  # one row per group over [lo, hi) (the exporter's window)
+        f["period"] = WHOLE
+    else:
+        f["period"] = f["time"].dt.to_period(PERIODS[period])
     starts = episode_starts(f[["node", "time", "group", "period"]], rules.gap)
     rows = []
     for (per, group), g in f.groupby(["period", "group"], sort=True):
-        p_lo = max(per.start_time, pd.Timestamp(lo))
-        p_hi = min(per.end_time + pd.Timedelta(microseconds=1), pd.Timestamp(hi))
+        if period == WHOLE:
+            p_lo, p_hi = pd.Timestamp(lo), pd.Timestamp(hi)
+        else:
+            p_lo = max(per.start_time, pd.Timestamp(lo))
+            p_hi = min(per.end_time + pd.Timedelta(microseconds=1), pd.Timestamp(hi))
         hours = (p_hi - p_lo).total_seconds() / 3600
         node_days = None
         if not inv.empty:
