@@ -147,7 +147,8 @@ def _lemon(engine, cfg, node: str, now: datetime) -> dict:
     features = lemon_features(engine, now, float(section["window_days"]),
                               early_fail_minutes=float(section["early_fail_minutes"]),
                               history_days=float(section["history_days"]),
-                              outages=OutageRules.from_config(section))
+                              outages=OutageRules.from_config(section),
+                              host_jobs=False)  # the rules' features; _triage shows the jobs
     rules = LemonRules.from_config(section)
     if node not in features.index:
         return {"candidate": False, "why": "no activity in the lemon window", "features": {}}

@@ -152,7 +152,8 @@ def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
     features = lemon_features(engine, now, window,
                               early_fail_minutes=float(section["early_fail_minutes"]),
                               history_days=float(section["history_days"]),
-                              outages=OutageRules.from_config(section))
+                              outages=OutageRules.from_config(section),
+                              host_jobs=False)  # verdicts only; _reliability triages once
     verdicts = lemon_verdicts(engine, features, now, LemonRules.from_config(section),
                               window_days=window, with_evidence=False,
                               history_days=float(section["history_days"]))

@@ -288,6 +288,7 @@ def triage_section(engine: Engine, as_of: datetime, opts: GatherOptions) -> pd.D
              if label == LABELS[0] else []} for label in LABELS]
     frame = pd.DataFrame(rows, columns=["label", "jobs", "nodes"])
     frame.attrs["blamed_nodes"] = len(blamed)
+    frame.attrs["host_failed_jobs"] = blamed  # the lemon features' input, read once
     return frame
 
 
@@ -477,11 +478,16 @@ def gather(
     def features(when: datetime = as_of):
         from rsc_health.historian.lemons.features import OutageRules, lemon_features
 
+        # host_failed_jobs (triage) only for tonight's features, from the triage section
+        # when it was gathered: no rule reads it, and the days-listed walk back asks for a
+        # verdict per earlier day.
+        host = data.triage.attrs.get("host_failed_jobs")
         return lemon_features(
             engine, when, opts.window_days,
             early_fail_minutes=float(lemon_cfg["early_fail_minutes"]),
             history_days=float(lemon_cfg["history_days"]),
-            outages=OutageRules.from_config(lemon_cfg))
+            outages=OutageRules.from_config(lemon_cfg),
+            host_jobs=(host if host is not None else True) if when == as_of else False)
 
     def verdicts_of(feats: pd.DataFrame, when: datetime, with_evidence: bool = True):
         from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts

@@ -58,6 +58,9 @@ def test_the_report_shows_reliability_per_month_and_failed_jobs_by_label(tmp_pat
     labels = dict(zip(data.triage["label"], data.triage["jobs"], strict=True))
     assert labels == {"host": 1, "user": 2, "unknown": 0}
     assert data.triage.set_index("label").loc["host", "nodes"] == ["n1 (1)"]
+    # the lemon features take the host labels from the triage section (one read)
+    hosts = data.features.set_index("node")["host_failed_jobs"]
+    assert hosts.get("n1") == 1 and hosts.get("n2", 0) == 0
 
     written = write_report(data, tmp_path / "out")
     summary = written.summary.read_text()

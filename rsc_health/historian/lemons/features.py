@@ -321,11 +321,15 @@ def lemon_features(
     history_days: float = 90,
     outages: OutageRules | None = None,
     cluster: str | None = None,
+    host_jobs: bool | pd.Series = True,
 ) -> pd.DataFrame:
     """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS.
     `outages` says which out-of-service periods are not the node's own (default: the
     packaged [lemon] keys). With `cluster`, only that cluster's nodes (those its jobs ran on
-    or its node events name), and its fleet-wide events judged among its own nodes."""
+    or its node events name), and its fleet-wide events judged among its own nodes.
+    `host_jobs` False leaves host_failed_jobs at 0 (no rule reads it: a caller that wants
+    only verdicts, such as the report's days-listed walk back, saves the triage's read); a
+    Series is the counts already taken (triage.host_failed_jobs of the same window)."""
     outages = outages or OutageRules()
     lo, hi = window_bounds(as_of, window_days)
     h_lo, _ = window_bounds(as_of, max(history_days, window_days))
@@ -388,7 +392,10 @@ def lemon_features(
     in_window = own[(own["start"] >= since) & (own["start"] >= lo) & (own["start"] < hi)]
     s["out_count"] = in_window.groupby("node").size().astype("float64")
     s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
-    s["host_failed_jobs"] = host_failed_jobs(triage(engine, lo, hi, rules=outages))
+    if isinstance(host_jobs, pd.Series):
+        s["host_failed_jobs"] = host_jobs.astype("float64")
+    elif host_jobs:
+        s["host_failed_jobs"] = host_failed_jobs(triage(engine, lo, hi, rules=outages))
     rate, peer_group, left_out = _fleet_rate(engine, events, r_lo, hi, outages, cluster, members,
                                              fleet, repaired=repaired)
     s.update(rate)
