@@ -34,7 +34,8 @@ def test_reliability_and_triage_are_exported(tmp_path):
             f"{_t(end - timedelta(hours=3))}|{_t(end - timedelta(hours=2))}|{_t(end)}|1|{n}|"
             "billing=8,cpu=96,gres/gpu=8,mem=1000G,node=1\n"
             for j, state, code, n, end in ((1, "NODE_FAIL", "0:0", "n1", d5),
-                                           (2, "OUT_OF_MEMORY", "0:125", "n2", d2 + timedelta(days=1)),
+                                           (2, "OUT_OF_MEMORY", "0:125", "n2",
+                                            d2 + timedelta(days=1)),
                                            (3, "FAILED", "0:9", "n2", d2 - timedelta(days=1)))))
     finally:
         engine.dispose()
