@@ -46,6 +46,7 @@ LAZY_COMMANDS: dict[str, str] = {
     "goodput": "metrics:goodput",
     "reliability": "metrics:reliability",
     "gpus": "metrics:gpus",
+    "triage": "metrics:triage",
     "metrics": "exporter:metrics",
     # lemon nodes
     "lemons": "lemons:lemons",
@@ -122,7 +123,7 @@ class AppContext:
 SPINNER_COMMANDS = frozenset({
     "attribute", "causes", "db", "ettr", "failure-rate", "goodput", "gpus", "ingest", "lemons",
     "metrics", "mttf", "node", "outcomes", "reliability", "rolling", "status", "suspects", "ticket",
-    "tune-lemons",
+    "triage", "tune-lemons",
 })
 
 

@@ -43,20 +43,7 @@ def _historian(ctx: click.Context, *errors: type[Exception]) -> Iterator[Engine]
 
 def _print_report(report: IngestReport, as_json: bool) -> None:
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "source": report.source,
-                    "read": report.read,
-                    "written": report.written,
-                    "skipped": report.skipped,
-                    "replaced": report.replaced,
-                    "merged": report.merged,
-                    "times": report.times or None,
-                    "bad": [{"line": b.line, "error": b.message} for b in report.bad],
-                }
-            )
-        )
+        click.echo(json.dumps(report.as_dict()))
         return
     click.echo(report.summary())
     for bad in report.bad[:MAX_BAD_SHOWN]:

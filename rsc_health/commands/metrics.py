@@ -8,12 +8,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import click
 
 from rsc_health.commands import historian_engine as _engine
-from rsc_health.terminal import shown
+from rsc_health.terminal import echo, shown
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 
@@ -543,6 +543,7 @@ def reliability(ctx, since, until, period, cluster, as_json):
     from rsc_health.historian.lemons.features import OutageRules
     from rsc_health.historian.lemons.verdicts import DEFAULTS
     from rsc_health.historian.metrics.reliability import reliability as compute
+    from rsc_health.historian.outages import describe_removed
 
     rules = OutageRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
     lo = since or datetime(1970, 1, 1)
@@ -553,10 +554,12 @@ def reliability(ctx, since, until, period, cluster, as_json):
     finally:
         engine.dispose()
     if as_json:
-        _emit_json({"since": lo, "until": hi, "period": period, "rows": _records(df)})
+        _emit_json({"since": lo, "until": hi, "period": period, "rows": _records(df),
+                    "left_out": df.attrs["left_out"]})
         return
     if df.empty:
         click.echo("no failures in the window")
+        click.echo(describe_removed(df.attrs["left_out"]))
         return
     _table("event-based reliability", df, [
         ("period", "period", "s"), ("group", "group", "s"), ("failures", "failures", ""),
@@ -564,6 +567,54 @@ def reliability(ctx, since, until, period, cluster, as_json):
         ("system_mtbf_h", "system MTBF h", ".2f"), ("node_mtbf_h", "node MTBF h", ".0f"),
         ("repair_p50_h", "repair p50 h", ".1f"), ("repair_p90_h", "repair p90 h", ".1f"),
     ])
+    click.echo(describe_removed(df.attrs["left_out"]))
+
+
+# -- failed-job triage ------------------------------------------------------------------------
+
+
+@click.command()
+@click.option("--since", type=click.DateTime(), help="Jobs that ended at/after (UTC; default: "
+              "[lemon] window_days before --until).")
+@click.option("--until", type=click.DateTime(), help="Jobs that ended before (UTC; default: now).")
+@click.option("--node", default=None, help="Only the jobs that ran on this node.")
+@click.option("--label", type=click.Choice(["host", "user", "unknown"]), default=None,
+              help="Only jobs with this label.")
+@json_option
+@click.pass_context
+def triage(ctx, since, until, node, label, as_json):
+    """Every failed job (FAILED, NODE_FAIL, BOOT_FAIL, OUT_OF_MEMORY, TIMEOUT, DEADLINE,
+    CANCELLED, REQUEUED) labelled host, user or unknown, with its evidence: failing checks
+    and rsc-health drains in the attribution window, node DOWN events, Slurm's NODE_FAIL,
+    application-class XIDs (the job's own), exit codes and signals."""
+    from rsc_health.historian.attribute import Window
+    from rsc_health.historian.lemons.features import OutageRules
+    from rsc_health.historian.lemons.verdicts import DEFAULTS
+    from rsc_health.historian.triage import summary
+    from rsc_health.historian.triage import triage as compute
+
+    section = {**DEFAULTS, **ctx.obj.config.section("lemon")}
+    hi = until or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    lo = since or hi - timedelta(days=float(section["window_days"]))
+    engine = _engine(ctx)
+    try:
+        df = compute(engine, lo, hi, window=Window.from_config(ctx.obj.config),
+                     rules=OutageRules.from_config(section), node=node)
+    finally:
+        engine.dispose()
+    counts = summary(df)
+    if label is not None:
+        df = df[df["label"] == label]
+    if as_json:
+        _emit_json({"since": lo, "until": hi, "node": node, "labels": counts,
+                    "jobs": _records(df)})
+        return
+    click.echo(f"{sum(counts.values())} failed job(s) {lo:%Y-%m-%d %H:%M} to "
+               f"{hi:%Y-%m-%d %H:%M}: " + ", ".join(f"{k} {n}" for k, n in counts.items()))
+    for row in df.itertuples():
+        blamed = f" [{', '.join(row.nodes)}]" if row.nodes else ""
+        echo(f"  {row.job_id:<12} {row.end:%Y-%m-%d %H:%M}  {row.state:<13} {row.label:<7}"
+             f"{blamed}  {'; '.join(row.evidence)}")
 
 
 # -- GPUs that failed in more than one node ---------------------------------------------------

@@ -97,6 +97,7 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
 
         held = held_verdicts(engine, now, held_within(cfg), nodes=[node])
         lemon = _lemon(engine, cfg, node, now)
+        triaged = _triage(engine, cfg, node, now)
         from rsc_health.qualify.store import latest_runs
 
         with engine.connect() as conn:
@@ -115,8 +116,8 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                       "level": fresh.last_level, "stale": fresh.stale,
                       "checker_errors": fresh.checker_errors},
         "runs": runs, "open_findings": failing, "actions": actions, "failed_jobs": blamed,
-        "tickets": tickets, "lemon": lemon, "qualified": qualified, "suspect": suspect,
-        "telemetry": telemetry, "versions": versions,
+        "tickets": tickets, "lemon": lemon, "triage": triaged, "qualified": qualified,
+        "suspect": suspect, "telemetry": telemetry, "versions": versions,
         # A drain verdict the node keeps and has not carried out (guard, or a drain not ours).
         "held": {"time": held[0].time, "action": held[0].action, "reason": held[0].reason}
         if held else None,
@@ -135,6 +136,26 @@ def _versions(conn, node: str) -> dict | None:
     return dict(row._mapping) if row else None
 
 
+def _triage(engine, cfg, node: str, now: datetime) -> dict:
+    """The node's failed jobs in the lemon window, each labelled host, user or unknown
+    (historian/triage.py), newest first."""
+    from datetime import timedelta
+
+    from rsc_health.historian.attribute import Window
+    from rsc_health.historian.lemons.features import OutageRules
+    from rsc_health.historian.lemons.verdicts import DEFAULTS
+    from rsc_health.historian.triage import summary, triage
+
+    section = {**DEFAULTS, **cfg.section("lemon")}
+    lo = now - timedelta(days=float(section["window_days"]))
+    df = triage(engine, lo, now, window=Window.from_config(cfg),
+                rules=OutageRules.from_config(section), node=node)
+    jobs = [{"job_id": r.job_id, "end": r.end, "state": r.state, "label": r.label,
+             "blamed": node in r.nodes, "evidence": list(r.evidence)}
+            for r in df.iloc[::-1].head(20).itertuples()]
+    return {"since": lo, "labels": summary(df), "jobs": jobs}
+
+
 def _lemon(engine, cfg, node: str, now: datetime) -> dict:
     from rsc_health.historian.lemons.features import OutageRules, lemon_features
     from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, crossings_frame
@@ -143,7 +164,8 @@ def _lemon(engine, cfg, node: str, now: datetime) -> dict:
     features = lemon_features(engine, now, float(section["window_days"]),
                               early_fail_minutes=float(section["early_fail_minutes"]),
                               history_days=float(section["history_days"]),
-                              outages=OutageRules.from_config(section))
+                              outages=OutageRules.from_config(section),
+                              host_jobs=False)  # the rules' features; _triage shows the jobs
     rules = LemonRules.from_config(section)
     if node not in features.index:
         return {"candidate": False, "why": "no activity in the lemon window", "features": {}}
@@ -251,6 +273,13 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
                        f"{jb['gpus']:>5} GPUs  {jb['cause']} {jb['code']}"
                  + (f" on {jb['component']}" if jb.get("component") not in (None, "", "*")
                     else ""))
+        tri = h.get("triage")
+        if tri:
+            labels = ", ".join(f"{k} {n}" for k, n in tri["labels"].items())
+            echo(f"  triage    failed jobs since {_fmt(tri['since'])}: {labels}")
+            for jb in tri["jobs"][:10]:
+                echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<13} "
+                     f"{jb['label']:<7} {'; '.join(jb['evidence'])[:160]}")
         echo(f"  tickets   {len(h['tickets'])}")
         for t in h["tickets"][:5]:
             echo(f"    #{t['id']} {t['source']} opened {_fmt(t['opened'])} "

@@ -96,6 +96,7 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
         if newest is not None:
             age.labels(source).set(max(0.0, (now - newest).total_seconds()))
     _lemons(engine, cfg, now, reg)
+    _reliability(engine, cfg, now, window_days, reg)
     _qualify(engine, now, reg)
     _suspects(engine, now, reg)
     _telemetry(engine, cfg, now, reg)
@@ -221,7 +222,8 @@ def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
     features = lemon_features(engine, now, window,
                               early_fail_minutes=float(section["early_fail_minutes"]),
                               history_days=float(section["history_days"]),
-                              outages=OutageRules.from_config(section))
+                              outages=OutageRules.from_config(section),
+                              host_jobs=False)  # verdicts only; _reliability triages once
     verdicts = lemon_verdicts(engine, features, now, LemonRules.from_config(section),
                               window_days=window, with_evidence=False,
                               history_days=float(section["history_days"]))
@@ -231,6 +233,51 @@ def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
                 registry=reg)
     for v in verdicts:
         per.labels(v.node).set(1)
+
+
+def _reliability(engine: Engine, cfg, now: datetime, window_days: float,
+                 reg: CollectorRegistry) -> None:
+    """Event-based reliability over the export window per peer group (the report's section),
+    what its filters left out, and the failed jobs of the lemon window by triage label."""
+    from rsc_health.historian.lemons.features import OutageRules
+    from rsc_health.historian.lemons.verdicts import DEFAULTS
+    from rsc_health.historian.metrics.reliability import WHOLE, reliability
+    from rsc_health.historian.triage import summary, triage
+
+    section = {**DEFAULTS, **cfg.section("lemon")}
+    rules = OutageRules.from_config(section)
+    frame = reliability(engine, now - timedelta(days=window_days), now, period=WHOLE,
+                        rules=rules)
+    span = f"in the last {window_days:g} days"
+    fails = Gauge("rsc_health_node_failures", f"Node failures (own outages and XIDs not of "
+                  f"the application class) {span}, by peer group", ["group"], registry=reg)
+    episodes = Gauge("rsc_health_node_failure_episodes", f"The same chained into episodes "
+                     f"{span}, by peer group", ["group"], registry=reg)
+    mtbf = Gauge("rsc_health_system_mtbf_hours", f"Mean hours between a peer group's "
+                 f"consecutive failures {span}", ["group"], registry=reg)
+    repair = Gauge("rsc_health_repair_hours", f"Hours from an outage's start to its end {span}, "
+                   "by peer group and quantile", ["group", "quantile"], registry=reg)
+    for row in frame.itertuples():
+        fails.labels(row.group).set(row.failures)
+        episodes.labels(row.group).set(row.episodes)
+        if row.system_mtbf_h is not None and row.system_mtbf_h == row.system_mtbf_h:
+            mtbf.labels(row.group).set(row.system_mtbf_h)
+        for q, value in (("0.5", row.repair_p50_h), ("0.9", row.repair_p90_h)):
+            if value is not None and value == value:
+                repair.labels(row.group, q).set(value)
+    left = Gauge("rsc_health_node_outages_left_out", f"Outages {span} the reliability figures "
+                 "leave out: kind=maintenance|fleet, cause=the pattern or reservation",
+                 ["kind", "cause"], registry=reg)
+    for kind in ("maintenance", "fleet"):
+        for cause, n in frame.attrs["left_out"].get(kind, {}).items():
+            left.labels(kind, cause).set(n)
+    jobs = triage(engine, now - timedelta(days=float(section["window_days"])), now,
+                  rules=rules)
+    per = Gauge("rsc_health_failed_jobs", "Failed jobs in the lemon window by triage label "
+                "(host: the nodes failed; user: the job's own error; unknown)", ["label"],
+                registry=reg)
+    for label, n in summary(jobs).items():
+        per.labels(label).set(n)
 
 
 def _up(reg: CollectorRegistry, value: int) -> None:

@@ -132,3 +132,50 @@ def classify_outages(
                  if len(set(nodes[lo[i]:hi[i]])) >= threshold]
         kind[fleet] = kind[fleet].where(kind[fleet] == "maintenance", "fleet")
     return kind
+
+
+MAINT_RESERVATION = "a MAINT reservation"
+
+
+def removed_by_cause(events: pd.DataFrame, kind: pd.Series, rules: OutageRules,
+                     fleet_size: int) -> dict[str, dict[str, int]]:
+    """What classify_outages left out of `events` (its `kind`), counted by cause:
+    {"maintenance": {pattern or MAINT_RESERVATION: rows}, "fleet": {"fleet-wide event": rows}}.
+    A maintenance row is counted under the first of `maintenance_reason_patterns` its reason
+    matches (in the configured order), else under the MAINT reservation it fell in.
+    `fleet_size`: as given to classify_outages."""
+    out: dict[str, dict[str, int]] = {"maintenance": {}, "fleet": {}}
+    if events.empty:
+        return out
+    maint = events.loc[kind[kind == "maintenance"].index]
+    rest = maint["reason"].fillna("").astype(str)
+    rest = rest[~rest.str.startswith(REASON_PREFIX)]
+    counted = 0
+    for pattern in rules.maintenance_reason_patterns:
+        hit = rest.str.contains(pattern, regex=True)
+        if hit.any():
+            out["maintenance"][pattern] = int(hit.sum())
+            counted += int(hit.sum())
+        rest = rest[~hit]
+    if len(maint) > counted:
+        out["maintenance"][MAINT_RESERVATION] = len(maint) - counted
+    fleet = int((kind == "fleet").sum())
+    if fleet:
+        out["fleet"][f"fleet-wide event (>= {rules.fleet_threshold(fleet_size):g} "
+                     f"nodes within {rules.fleet_event_window_s:g} s)"] = fleet
+    return out
+
+
+def describe_removed(removed: Mapping[str, Any]) -> str:
+    """One line of what the filters left out (removed_by_cause's counts, and
+    "application_xids" when given): "left out: 899 maintenance (Maintenance: 734, ...), ..."."""
+    parts = []
+    for kind, label in (("maintenance", "maintenance"), ("fleet", "fleet-wide")):
+        by = removed.get(kind) or {}
+        if by:
+            causes = ", ".join(f"{cause!r}: {n}" for cause, n in
+                               sorted(by.items(), key=lambda kv: -kv[1]))
+            parts.append(f"{sum(by.values())} {label} outages ({causes})")
+    if removed.get("application_xids"):
+        parts.append(f"{removed['application_xids']} application-class XIDs")
+    return "left out: " + ("; ".join(parts) if parts else "nothing")

@@ -58,6 +58,15 @@ COLUMNS: dict[str, tuple[str, ...]] = {
     # the evidence (metric, value against the peers' median, deviation, jobs) and how it ended.
     "suspects": ("node", "state", "metric", "value", "peer_median", "deviation", "source",
                  "since", "last_evidence", "job_ids", "tier", "changed_by", "change_reason"),
+    # Event-based reliability per month and peer group over the metrics window (node events
+    # and XIDs, historian/metrics/reliability.py); attrs["left_out"]: what the maintenance and
+    # fleet-event filters removed, by pattern.
+    "reliability": ("period", "group", "failures", "episodes", "nodes_failed", "node_days",
+                    "system_mtbf_h", "node_mtbf_h", "repair_p50_h", "repair_p90_h",
+                    "repair_mean_h", "reasons"),
+    # Failed jobs of the lemon window by triage label (historian/triage.py): how many, and
+    # the nodes the host-labelled ones blame, most first ("node (jobs)").
+    "triage": ("label", "jobs", "nodes"),
 }
 
 
@@ -100,6 +109,8 @@ class ReportData:
     suspects: pd.DataFrame = _frame("suspects")
     open_findings: pd.DataFrame = _frame("open_findings")
     node_events: pd.DataFrame = _frame("node_events")
+    reliability: pd.DataFrame = _frame("reliability")
+    triage: pd.DataFrame = _frame("triage")
     # The mass-drain guard's state: {"state": "armed|tripped|...", "detail": "..."}.
     guard: dict[str, Any] = field(default_factory=dict)
     # Why a section is empty when it is (e.g. "metrics module unavailable"): section -> text.

@@ -254,6 +254,44 @@ def lemons_section(verdicts: list[Any]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=columns) if rows else empty_frame("lemons")
 
 
+def reliability_section(engine: Engine, as_of: datetime, opts: GatherOptions) -> pd.DataFrame:
+    """Event-based reliability per month and group over the metrics window; attrs keep what
+    the maintenance and fleet-event filters left out."""
+    from rsc_health.historian.metrics.reliability import reliability
+    from rsc_health.historian.outages import OutageRules
+
+    rules = OutageRules.from_config(_lemon_settings(opts.lemon))
+    frame = reliability(engine, as_of - timedelta(days=opts.metrics_days), as_of,
+                        period="month", rules=rules)
+    if frame.empty:
+        raise SectionEmpty(f"no node failure (node events, XIDs) in the last "
+                           f"{opts.metrics_days:g} days")
+    return frame
+
+
+TRIAGE_NODES = 10  # nodes named per label
+
+
+def triage_section(engine: Engine, as_of: datetime, opts: GatherOptions) -> pd.DataFrame:
+    """Failed jobs of the lemon window per triage label, with the nodes the host ones blame."""
+    from rsc_health.historian.outages import OutageRules
+    from rsc_health.historian.triage import LABELS, host_failed_jobs, triage
+
+    jobs = triage(engine, as_of - timedelta(days=opts.window_days), as_of,
+                  rules=OutageRules.from_config(_lemon_settings(opts.lemon)))
+    if jobs.empty:
+        raise SectionEmpty(f"no failed job ended in the last {opts.window_days:g} days")
+    blamed = host_failed_jobs(jobs).sort_values(ascending=False, kind="stable")
+    counts = jobs["label"].value_counts()
+    rows = [{"label": label, "jobs": int(counts.get(label, 0)),
+             "nodes": [f"{n} ({int(k)})" for n, k in blamed.head(TRIAGE_NODES).items()]
+             if label == LABELS[0] else []} for label in LABELS]
+    frame = pd.DataFrame(rows, columns=["label", "jobs", "nodes"])
+    frame.attrs["blamed_nodes"] = len(blamed)
+    frame.attrs["host_failed_jobs"] = blamed  # the lemon features' input, read once
+    return frame
+
+
 def recent_actions(engine: Engine, as_of: datetime, hours: float) -> pd.DataFrame:
     t = node_actions
     q = (
@@ -440,11 +478,16 @@ def gather(
     def features(when: datetime = as_of):
         from rsc_health.historian.lemons.features import OutageRules, lemon_features
 
+        # host_failed_jobs (triage) only for tonight's features, from the triage section
+        # when it was gathered: no rule reads it, and the days-listed walk back asks for a
+        # verdict per earlier day.
+        host = data.triage.attrs.get("host_failed_jobs")
         return lemon_features(
             engine, when, opts.window_days,
             early_fail_minutes=float(lemon_cfg["early_fail_minutes"]),
             history_days=float(lemon_cfg["history_days"]),
-            outages=OutageRules.from_config(lemon_cfg))
+            outages=OutageRules.from_config(lemon_cfg),
+            host_jobs=(host if host is not None else True) if when == as_of else False)
 
     def verdicts_of(feats: pd.DataFrame, when: datetime, with_evidence: bool = True):
         from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts
@@ -511,3 +554,10 @@ def young_fleet(engine: Engine, as_of: datetime, opts: GatherOptions, step: Call
                lambda: fleet.events_per_node(engine, as_of, opts.window_days, opts.fleet_rows))
     if got is not None:
         data.node_events = got
+    got = step("reliability", "event-based reliability",
+               lambda: reliability_section(engine, as_of, opts))
+    if got is not None:
+        data.reliability = got
+    got = step("triage", "failed-job triage", lambda: triage_section(engine, as_of, opts))
+    if got is not None:
+        data.triage = got

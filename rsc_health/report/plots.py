@@ -394,6 +394,33 @@ def lemon_feature_cdfs(frame: pd.DataFrame, title: str):
     return fig
 
 
+@figure("Node failures per month and repair time (event-based)")
+def reliability_by_period(frame: pd.DataFrame, title: str):
+    """Failures per period (all groups, bars) with the system MTBF of the busiest group, and
+    the repair time's p50 and p90 (hours, log scale) per period."""
+    data = _numeric_columns(frame, "failures", "repair_p50_h", "repair_p90_h", "system_mtbf_h")
+    data = data[data["failures"] > 0]
+    if data.empty:
+        raise _NoData
+    per = data.groupby("period", sort=True).agg(
+        failures=("failures", "sum"), p50=("repair_p50_h", "median"),
+        p90=("repair_p90_h", "median"))
+    fig, (top, bottom) = _figure((FIGSIZE[0], FIGSIZE[1] * 1.5), nrows=2, sharex=True)
+    x = np.arange(len(per))
+    top.bar(x, per["failures"], label="failures (all groups)")
+    top.set_ylabel("failures")
+    top.grid(axis="x", visible=False)
+    bottom.plot(x, per["p50"], marker="o", label="repair p50")
+    bottom.plot(x, per["p90"], marker="o", label="repair p90")
+    if (per[["p50", "p90"]] > 0).any().any():
+        bottom.set_yscale("log")
+    bottom.set_ylabel("repair hours")
+    bottom.set_xticks(x, [_plain(p) for p in per.index], rotation=45, ha="right")
+    fig.suptitle(title)
+    _legend_below(fig, 3)
+    return fig
+
+
 def _wrap(name: str, width: int = 22) -> str:
     """A long feature name on two lines, broken at the underscore nearest its middle, so
     neighbouring panel titles never run into each other."""
@@ -415,6 +442,9 @@ FIGURES: dict[str, tuple[str, str, Callable[..., Plot]]] = {
     "outcomes": ("fig03_outcomes.png", "Job outcomes (Fig. 3)", job_outcomes),
     "goodput": ("fig08_goodput.png", "Goodput lost by job size (Fig. 8)", goodput_lost),
     "ettr": ("fig09_ettr.png", "ETTR of the longest runs (Fig. 9)", ettr_runs),
+    "reliability": ("reliability_by_period.png",
+                    "Node failures per month and repair time (event-based, node events and "
+                    "XIDs)", reliability_by_period),
 }
 # Figures of small multiples, drawn page-wide: the page gives them both grid columns.
 WIDE: frozenset[str] = frozenset({"features", "rolling"})

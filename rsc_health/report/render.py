@@ -296,6 +296,38 @@ def draw_figures(
     return figures
 
 
+def _num(value: Any, spec: str) -> str:
+    """A number for the page ("-" for none or NaN)."""
+    if value is None or (isinstance(value, float) and value != value):
+        return "-"
+    return spec % value
+
+
+def reliability_meta(data: ReportData) -> dict[str, Any]:
+    from rsc_health.historian.outages import describe_removed
+
+    frame = data.reliability
+    return {"months": int(frame["period"].nunique()) if not frame.empty else 0,
+            "left_out": describe_removed(frame.attrs.get("left_out", {}))}
+
+
+def reliability_lines(data: ReportData) -> list[str]:
+    """summary.txt's lines on event-based reliability and failed-job triage."""
+    lines = []
+    frame = data.reliability
+    if not frame.empty:
+        last = frame[frame["period"] == frame["period"].max()]
+        repair = pd.to_numeric(last["repair_p50_h"], errors="coerce").median()
+        lines.append(f"Node failures in {last['period'].iloc[0]}: {int(last['failures'].sum())} "
+                     f"({int(last['episodes'].sum())} episodes, "
+                     f"{int(last['nodes_failed'].sum())} nodes)"
+                     + (f", repair p50 {repair:.1f} h" if repair == repair else ""))
+    if not data.triage.empty:
+        counts = ", ".join(f"{r.label} {r.jobs}" for r in data.triage.itertuples())
+        lines.append(f"Failed jobs ({data.window_days} days) by triage: {counts}")
+    return lines
+
+
 def suspects_lines(data: ReportData) -> list[str]:
     """The suspect tier's lines of summary.txt: open suspects, each with its evidence."""
     from rsc_health.model import SuspectState
@@ -365,6 +397,7 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         guard = str(data.guard.get("state", "unknown"))
         detail = data.guard.get("detail")
         lines.append(f"Mass-drain guard: {guard}" + (f" ({detail})" if detail else ""))
+    lines += reliability_lines(data)
     lines += suspects_lines(data)
     # Read in a terminal or a chat: the historian's text (node names, evidence) escaped.
     return "\n".join(shown(line) for line in lines) + "\n"
@@ -421,7 +454,11 @@ def write_report(
     summary = summary_text(data, lemons, changes, actions, head, links)
     sections = {name: section_rows(getattr(data, name))
                 for name in ("out_of_service", "stale", "xids", "freshness", "qualified",
-                             "open_findings", "node_events", "suspects")}
+                             "open_findings", "node_events", "suspects", "reliability",
+                             "triage")}
+    for row in sections["reliability"]:
+        reasons = row.get("reasons") or {}
+        row["reason_mix"] = ", ".join(f"{k or '-'} {v}" for k, v in list(reasons.items())[:4])
     html = _environment().get_template("report.html").render(
         as_of=data.as_of.strftime("%Y-%m-%d %H:%M"),
         window_days=data.window_days,
@@ -444,6 +481,8 @@ def write_report(
         guard=data.guard,
         notes=data.notes,
         summary=summary,
+        reliability_meta=reliability_meta(data),
+        num=_num,
     )
     # Every file through durable.write_atomic: the report directory may be one a group
     # shares, and nothing planted in it is followed.
@@ -459,7 +498,9 @@ def write_report(
         "lemons": lemons,
         **{name: _records(getattr(data, name))
            for name in ("rates", "out_of_service", "stale", "xids", "freshness",
-                        "open_findings", "node_events", "suspects")},
+                        "open_findings", "node_events", "suspects", "reliability", "triage")},
+        "reliability_left_out": {k: _jsonable(v) for k, v in
+                                 data.reliability.attrs.get("left_out", {}).items()},
         # Every node the report names, with its story and the site's pages.
         "links": {node: links.of(node) for node in named_nodes(data)},
         "changes": {

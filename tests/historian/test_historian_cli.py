@@ -33,7 +33,7 @@ def test_ingest_commands_report_counts_and_bad_lines(tmp_path):
     )
     assert [b["line"] for b in out["bad"]] == [4, 5, 6]
     text = _run(url, "ingest", "events", "--file", str(FIXTURES / "sacctmgr_events.txt"))
-    assert text.startswith("events: read 3, written 2, skipped 1")
+    assert text.startswith("events: read 3, written 2, 1 dropped (a cluster-wide event")
     assert "attributed" in _run(url, "attribute")
     status = json.loads(_run(url, "db", "status", "--json"))
     assert status["rows"]["jobs"] == 8 and status["rows"]["node_events"] == 2

@@ -209,7 +209,8 @@ def test_inventory_import_accounts_for_every_row(engine):
             "c,c,p,2026-01-01T00:00:00,2026-01-02T00:00:00\n"
             "c,c,q,2026-01-01T00:00:00,2026-01-03T00:00:00\n")  # same key: the later row
     report = inventory.import_lines(engine, io.StringIO(text))
-    assert (report.read, report.written, report.skipped, len(report.bad)) == (5, 3, 1, 1)
+    assert (report.read, report.written, sum(report.merged.values()), len(report.bad)) == (
+        5, 3, 1, 1)
     exp = inventory.exposure(engine, AS_OF - 60 * DAY, AS_OF).set_index("node")
     # a: 10 days in January (window from 2025-12-31) + 28 days of February
     assert exp.loc["a", "days"] == pytest.approx(10 + 28)

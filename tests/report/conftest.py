@@ -103,6 +103,15 @@ def build_report_data(as_of: datetime = AS_OF) -> ReportData:
         lemons=lemons,
         actions=actions,
         guard={"state": "armed", "detail": "2 of 40 nodes drained by rsc-health (limit 10%)"},
+        reliability=pd.DataFrame(
+            [{"period": f"2024-0{m}", "group": g, "failures": f, "episodes": f - 1,
+              "nodes_failed": f - 2, "node_days": 600.0, "hours": 720.0,
+              "system_mtbf_h": 720.0 / f, "hours_per_failure": 720.0 / f,
+              "node_mtbf_h": 600 * 24.0 / f, "repair_p50_h": 2.0 + m, "repair_p90_h": 30.0 + m,
+              "repair_mean_h": 8.0, "reasons": {"GPU fell off the bus": f - 2, "DBE": 2}}
+             for m in (4, 5, 6) for g, f in (("c/a", 6 + m), ("c/b", 4))]),
+        triage=pd.DataFrame({"label": ["host", "user", "unknown"], "jobs": [12, 40, 7],
+                             "nodes": [["gpu007 (5)", "gpu013 (3)"], [], []]}),
     )
 
 

@@ -77,9 +77,13 @@ def test_gather_fills_sections_from_the_historian(engine, tmp_path):
 def check_gathered(engine, tmp_path) -> None:
     data = gather(engine, AS_OF, GatherOptions(metrics_days=30, lemon=LEMON_RULES))
     data.validate()
-    # 8-GPU jobs only (no r_f, no ETTR), no heartbeats and no node events: those four
-    # sections say why.
-    assert set(data.notes) == {"ettr", "rates", "stale", "node_events"}, data.notes
+    # 8-GPU jobs only (no r_f, no ETTR), no heartbeats and no node events or failing XID
+    # rows (no event-based reliability): those five sections say why.
+    assert set(data.notes) == {"ettr", "rates", "stale", "node_events", "reliability"}, \
+        data.notes
+    # the four FAILED jobs have no exit code and no failing check row in the historian
+    assert dict(zip(data.triage["label"], data.triage["jobs"], strict=True)) == {
+        "host": 0, "user": 0, "unknown": 4}
     by_state = dict(zip(data.outcomes["state"], data.outcomes["jobs"], strict=True))
     assert by_state["COMPLETED"] == 42
     assert sum(by_state.values()) == 46

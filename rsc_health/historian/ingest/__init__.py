@@ -24,8 +24,25 @@ BATCH_ROWS = 10_000
 DB_TIME_FORMAT = "%Y-%m-%d %H:%M:%S.%f"
 
 
+# The causes a row of a load is left out for, each said once (the report and --json group the
+# dropped rows by them). A row that does not parse is "unparsable"; a loader names finer ones.
+UNPARSABLE = "unparsable"
+UNPARSABLE_TIME = "unparsable time"
+NO_NODE = "no node"
+NO_TIME = "no time"
+MALFORMED_CSV = "not a CSV row (the csv module refused it)"
+NOT_JSON = "not a JSON object"
+FIELD_COUNT = "wrong number of fields"
+BAD_NAME = "a name the historian cannot keep (too long, or a NUL byte)"
+
+
 class RowError(ValueError):
-    """One input row the historian cannot keep; the load reports it with its line and goes on."""
+    """One input row the historian cannot keep; the load reports it with its line and goes on,
+    counted under `cause`."""
+
+    def __init__(self, message: str, cause: str | None = None) -> None:
+        super().__init__(message)
+        self.cause = cause or UNPARSABLE
 
 
 def key_text(value: object, name: str, limit: int) -> str:
@@ -35,9 +52,9 @@ def key_text(value: object, name: str, limit: int) -> str:
     refuse the whole transaction for the one row, SQLite would keep it."""
     text = str(value)
     if "\x00" in text:
-        raise RowError(f"{name} holds a NUL byte")
+        raise RowError(f"{name} holds a NUL byte", BAD_NAME)
     if len(text) > limit:
-        raise RowError(f"{name} is longer than {limit} characters")
+        raise RowError(f"{name} is longer than {limit} characters", BAD_NAME)
     return text
 
 
@@ -63,12 +80,17 @@ class BadRow:
 
 @dataclass
 class IngestReport:
-    """What one load did: rows read, rows written (inserted or updated), rows skipped, and
-    bytes that were not UTF-8, replaced by U+FFFD (the rows holding them still land)."""
+    """What one load did: rows read, rows written (inserted or updated), rows merged into
+    another row of the same key (by cause), rows dropped (by cause), and bytes that were not
+    UTF-8, replaced by U+FFFD (the rows holding them still land). Every row read is written,
+    merged or dropped: read == written + sum(merged) + sum(dropped) for the loaders that
+    account (`accounts`)."""
 
     source: str
     read: int = 0
     written: int = 0
+    # Rows left out on purpose (not errors), e.g. a cluster event, a PENDING job; also in
+    # `dropped` under their cause.
     skipped: int = 0
     bad: list[BadRow] = field(default_factory=list)
     replaced: int = 0
@@ -76,22 +98,49 @@ class IngestReport:
     newest: datetime | None = None
     # Rows folded into another row of the same key, by cause (none of them is lost silently).
     merged: dict[str, int] = field(default_factory=dict)
+    # Rows not kept, by cause: the unparsable ones (also in `bad`, with their lines) and the
+    # skipped ones.
+    dropped: dict[str, int] = field(default_factory=dict)
     # How wall-clock times were read (events: "UTC", or the --tz zone).
     times: str = ""
 
-    def add_bad(self, line: int, message: str) -> None:
+    def add_bad(self, line: int, message: str, cause: str = UNPARSABLE) -> None:
         self.bad.append(BadRow(line, message))
+        self.dropped[cause] = self.dropped.get(cause, 0) + 1
+
+    def skip(self, cause: str, n: int = 1) -> None:
+        """`n` rows left out on purpose, for `cause`."""
+        if n:
+            self.skipped += n
+            self.dropped[cause] = self.dropped.get(cause, 0) + n
+
+    def merge(self, cause: str, n: int = 1) -> None:
+        """`n` rows folded into another row of the load with the same key, for `cause`."""
+        if n:
+            self.merged[cause] = self.merged.get(cause, 0) + n
+
+    def as_dict(self) -> dict:
+        """The report as `--json` prints it."""
+        return {
+            "source": self.source,
+            "read": self.read,
+            "written": self.written,
+            "merged": self.merged,
+            "dropped": self.dropped,
+            "skipped": self.skipped,
+            "replaced": self.replaced,
+            "times": self.times or None,
+            "bad": [{"line": b.line, "error": b.message} for b in self.bad],
+        }
 
     def summary(self) -> str:
         text = f"{self.source}: read {self.read}, written {self.written}"
-        if self.skipped:
-            text += f", skipped {self.skipped}"
-        if self.bad:
-            text += f", {len(self.bad)} unparsable"
-        if self.replaced:
-            text += f", {self.replaced} undecodable bytes replaced"
         for cause, n in self.merged.items():
             text += f", {n} merged ({cause})"
+        for cause, n in self.dropped.items():
+            text += f", {n} dropped ({cause})"
+        if self.replaced:
+            text += f", {self.replaced} undecodable bytes replaced"
         if self.times:
             text += f"; times read as {self.times}"
         return text

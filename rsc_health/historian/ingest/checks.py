@@ -22,6 +22,10 @@ from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
+    NO_NODE,
+    NO_TIME,
+    NOT_JSON,
+    UNPARSABLE_TIME,
     IngestReport,
     RowError,
     bulk_write,
@@ -58,6 +62,10 @@ COLUMNS = (
 )
 
 
+MERGED_SAME_ID = ("same id in one load: the first row kept (without an id, the id is the "
+                  "row's content: an identical row)")
+MISSING = {"time": NO_TIME, "node": NO_NODE}
+
 __all__ = ["RowError", "ingest_file", "ingest_lines", "stable_id", "to_row", "write"]
 
 
@@ -76,7 +84,7 @@ def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = N
     NULs in the detail are replaced (counted in `report`)."""
     for key in ("time", "node", "check", "status"):
         if not obj.get(key):
-            raise RowError(f"missing {key!r}")
+            raise RowError(f"missing {key!r}", MISSING.get(key))
     status = str(obj["status"]).lower()
     if status not in STATUSES:
         raise RowError(f"status {obj['status']!r} is not one of {'|'.join(STATUSES)}")
@@ -86,7 +94,7 @@ def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = N
     try:
         time = parse_time(str(obj["time"]))
     except ValueError as exc:
-        raise RowError(f"time {obj['time']!r} is not ISO 8601") from exc
+        raise RowError(f"time {obj['time']!r} is not ISO 8601", UNPARSABLE_TIME) from exc
     job_id = obj.get("job_id")
     record_id = str(obj.get("id") or stable_id(obj))
     if len(record_id) > schema.RECORD_ID_LEN:
@@ -97,7 +105,8 @@ def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = N
         try:
             last_seen = parse_time(str(obj["last_seen"]))
         except ValueError as exc:
-            raise RowError(f"last_seen {obj['last_seen']!r} is not ISO 8601") from exc
+            raise RowError(f"last_seen {obj['last_seen']!r} is not ISO 8601",
+                           UNPARSABLE_TIME) from exc
         if last_seen < time:
             raise RowError("last_seen is before time")
     return (
@@ -124,6 +133,7 @@ def write(conn, rows: list[tuple]) -> int:
 def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
     report = IngestReport("checks")
     batch: list[tuple] = []
+    seen: set[str] = set()  # the ids of this load: a repeated one is counted, not rewritten
     with writer(engine).begin() as conn:
         for lineno, line in enumerate(lines, 1):
             line = line.strip()
@@ -133,11 +143,19 @@ def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
             try:
                 obj = without_lone_surrogates(json.loads(line))
                 if not isinstance(obj, dict):
-                    raise RowError("not a JSON object")
-                batch.append(to_row(obj, report=report))
-            except (json.JSONDecodeError, RecursionError, RowError) as exc:  # [[[[... too deep
-                report.add_bad(lineno, str(exc)[:300])
+                    raise RowError("not a JSON object", NOT_JSON)
+                row = to_row(obj, report=report)
+            except RowError as exc:
+                report.add_bad(lineno, str(exc)[:300], exc.cause)
                 continue
+            except (json.JSONDecodeError, RecursionError) as exc:  # [[[[... too deep
+                report.add_bad(lineno, str(exc)[:300], NOT_JSON)
+                continue
+            if row[0] in seen:
+                report.merge(MERGED_SAME_ID)
+                continue
+            seen.add(row[0])
+            batch.append(row)
             if len(batch) >= BATCH_ROWS:
                 report.written += write(conn, batch)
                 batch = []

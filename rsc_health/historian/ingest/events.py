@@ -25,7 +25,11 @@ from sqlalchemy.exc import DBAPIError
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
+    BAD_NAME,
     BATCH_ROWS,
+    FIELD_COUNT,
+    NO_TIME,
+    UNPARSABLE_TIME,
     IngestReport,
     bulk_write,
     database_failed,
@@ -64,6 +68,7 @@ def run_sacctmgr(start: str, acct: Accounting) -> str:
 
 
 MERGED_SAME_KEY = "same node, start and state in one load: one period, reasons joined"
+CLUSTER_EVENT = "a cluster-wide event (no NodeName), not a node's"
 
 
 def _time(text: str, tz: ZoneInfo | None = None) -> datetime | None:
@@ -131,30 +136,33 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
                 fields = [*fields[:at], "|".join(fields[at : at + surplus + 1]),
                           *fields[at + surplus + 1 :]]
             if len(fields) != width:
-                report.add_bad(lineno, f"expected {width} fields, saw {len(fields)}")
+                report.add_bad(lineno, f"expected {width} fields, saw {len(fields)}",
+                               FIELD_COUNT)
                 continue
             node = fields[index["node"]].strip()
             if not node:
-                report.skipped += 1  # a cluster event, not a node's
+                report.skip(CLUSTER_EVENT)
                 continue
             too_long = next((name for name, value, limit in (
                 ("NodeName", node, 128), ("State", fields[index["state"]], 32),
                 ("Cluster", fields[index["cluster"]] if "cluster" in index else "", 64),
             ) if len(value) > limit), None)
             if too_long:  # PostgreSQL would refuse the whole load for one such value
-                report.add_bad(lineno, f"{too_long} is longer than the historian keeps")
+                report.add_bad(lineno, f"{too_long} is longer than the historian keeps",
+                               BAD_NAME)
                 continue
             if any("\x00" in f for i, f in enumerate(fields) if i != index.get("reason")):
-                report.add_bad(lineno, "a NUL byte outside the Reason")  # a name is not text
+                report.add_bad(lineno, "a NUL byte outside the Reason",  # a name is not text
+                               BAD_NAME)
                 continue
             try:
                 start = _time(fields[index["start"]], tz)
                 end = _time(fields[index["end"]], tz)
             except ValueError as exc:
-                report.add_bad(lineno, str(exc))
+                report.add_bad(lineno, str(exc), UNPARSABLE_TIME)
                 continue
             if start is None:
-                report.add_bad(lineno, "no start time")
+                report.add_bad(lineno, "no start time", NO_TIME)
                 continue
             reason = free_text(fields[index["reason"]], report) if "reason" in index else ""
             named = cluster or (fields[index["cluster"]].strip() if "cluster" in index else "")
@@ -162,7 +170,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
                    named)
             key = (node, row[1], row[3])
             if key in batch:
-                report.merged[MERGED_SAME_KEY] = report.merged.get(MERGED_SAME_KEY, 0) + 1
+                report.merge(MERGED_SAME_KEY)
                 row = _merge(batch[key], row)
             batch[key] = row
             if len(batch) >= BATCH_ROWS:

@@ -13,6 +13,8 @@ from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
+    NOT_JSON,
+    UNPARSABLE_TIME,
     IngestReport,
     RowError,
     bulk_write,
@@ -23,6 +25,7 @@ from rsc_health.historian.ingest import (
 from rsc_health.spool import without_lone_surrogates
 
 COLUMNS = ("job_id", "node", "time")
+MERGED_SAME_KEY = "same job and node in one load: the first kept"
 
 
 def _write(conn, rows: list[tuple]) -> int:
@@ -38,7 +41,8 @@ def _row(obj: object) -> tuple:
     try:
         time = db_time(parse_time(str(obj["time"])))
     except ValueError as exc:
-        raise RowError(f"time {str(obj['time'])[:64]!r} is not ISO 8601") from exc
+        raise RowError(f"time {str(obj['time'])[:64]!r} is not ISO 8601",
+                       UNPARSABLE_TIME) from exc
     return (key_text(obj["job_id"], "job_id", 32), key_text(obj["node"], "node", 128), time)
 
 
@@ -51,19 +55,25 @@ def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
     """The JSON Lines from an open text stream (`--file -`: stdin)."""
     report = IngestReport("exclusions")
     batch: list[tuple] = []
+    seen: set[tuple[str, str]] = set()
     with writer(engine).begin() as conn:
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
                 continue
             report.read += 1
             try:
-                batch.append(_row(without_lone_surrogates(json.loads(line))))
+                row = _row(without_lone_surrogates(json.loads(line)))
             except RowError as exc:
-                report.add_bad(lineno, str(exc))
+                report.add_bad(lineno, str(exc), exc.cause)
                 continue
             except (json.JSONDecodeError, RecursionError) as exc:  # [[[[... too deep
-                report.add_bad(lineno, f"not JSON: {str(exc)[:200]}")
+                report.add_bad(lineno, f"not JSON: {str(exc)[:200]}", NOT_JSON)
                 continue
+            if row[:2] in seen:
+                report.merge(MERGED_SAME_KEY)
+                continue
+            seen.add(row[:2])
+            batch.append(row)
             if len(batch) >= BATCH_ROWS:
                 report.written += _write(conn, batch)
                 batch = []

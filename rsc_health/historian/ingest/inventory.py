@@ -18,6 +18,10 @@ from sqlalchemy import Engine, or_, select
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
+    MALFORMED_CSV,
+    NO_NODE,
+    NO_TIME,
+    UNPARSABLE_TIME,
     IngestReport,
     RowError,
     bulk_write,
@@ -28,6 +32,9 @@ from rsc_health.historian.ingest import (
 
 INV = schema.node_inventory
 REQUIRED = ("node", "from")
+MERGED_SAME_KEY = "same node (gpus: serial) and from in one load: the later row kept"
+TO_BEFORE_FROM = "to before from"
+NO_SERIAL = "no serial"
 
 
 class InventoryError(ValueError):
@@ -60,22 +67,37 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
 def _keyed_rows(fh: Iterable[str], name: str, report: IngestReport, required: set[str],
                 keyed: Callable[[dict], tuple[tuple, tuple]]) -> list[tuple]:
     """The CSV's rows through `keyed` (record -> (key, row)); a row that does not parse is
-    reported with its line and left out, and a key seen twice keeps the later row (counted as
-    skipped)."""
+    reported with its line and left out (by cause), and a key seen twice keeps the later row
+    (counted as merged: an interval has no reason to keep)."""
     reader = csv.DictReader(fh)
-    missing = required - set(reader.fieldnames or ())
+    try:
+        fields = reader.fieldnames
+    except csv.Error as exc:
+        raise InventoryError(f"{name}: line 1 is not a CSV header: {exc}") from exc
+    missing = required - set(fields or ())
     if missing:
         raise InventoryError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
     rows: dict[tuple, tuple] = {}
-    for record in reader:
+    while True:
+        try:
+            record = next(reader)
+        except StopIteration:
+            break
+        except csv.Error as exc:
+            report.read += 1
+            report.add_bad(reader.line_num, str(exc)[:300], MALFORMED_CSV)
+            continue
         report.read += 1
         try:
             key, row = keyed(record)
+        except RowError as exc:
+            report.add_bad(reader.line_num, str(exc)[:300], exc.cause)
+            continue
         except (ValueError, TypeError) as exc:
-            report.add_bad(reader.line_num, str(exc)[:300])
+            report.add_bad(reader.line_num, str(exc)[:300], UNPARSABLE_TIME)
             continue
         if key in rows:
-            report.skipped += 1
+            report.merge(MERGED_SAME_KEY)
         rows[key] = row
     return list(rows.values())
 
@@ -83,12 +105,15 @@ def _keyed_rows(fh: Iterable[str], name: str, report: IngestReport, required: se
 def _row(record: dict, tz: tzinfo | None = None) -> tuple:
     node = (record.get("node") or "").strip()
     if not node:
-        raise RowError("no node")
-    start = parse_time(record["from"], tz)
+        raise RowError("no node", NO_NODE)
+    from_text = (record.get("from") or "").strip()
+    if not from_text:
+        raise RowError("no from time", NO_TIME)
+    start = parse_time(from_text, tz)
     to_text = (record.get("to") or "").strip()
     end = parse_time(to_text, tz) if to_text else None
     if end is not None and end < start:
-        raise RowError(f"to ({to_text}) is before from")
+        raise RowError(f"to ({to_text}) is before from", TO_BEFORE_FROM)
     return (
         key_text(node, "node", 128),
         key_text((record.get("cluster") or "").strip(), "cluster", 64),
@@ -146,7 +171,7 @@ def import_gpu_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
     def keyed(record: dict) -> tuple[tuple, tuple]:
         serial = key_text((record.get("serial") or "").strip(), "serial", 64)
         if not serial:
-            raise RowError("no serial")
+            raise RowError("no serial", NO_SERIAL)
         node, _, _, start, end, source = _row(record, tz)
         slot = key_text((record.get("slot") or "").strip(), "slot", 32)
         return (serial, start), (serial, node, slot, start, end, source)

@@ -20,7 +20,9 @@ from sqlalchemy.exc import DBAPIError
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
-    BATCH_ROWS,
+    FIELD_COUNT,
+    NO_TIME,
+    UNPARSABLE_TIME,
     IngestReport,
     bulk_write,
     database_failed,
@@ -42,6 +44,9 @@ ALIASES = {
 REQUIRED = ("name", "start", "flags", "nodelist")
 COLUMNS = ("cluster", "name", "start", "end", "flags", "nodelist")
 NULL_TIMES = ("Unknown", "None", "")
+
+
+MERGED_SAME_KEY = "same cluster, name and start in one load: the later row kept"
 
 
 class ReservationsError(RuntimeError):
@@ -79,29 +84,30 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], cluster: str) -> IngestR
     missing = [ALIASES[k][0] for k in REQUIRED if k not in index]
     if missing:
         raise ReservationsError(f"sacctmgr reservation output lacks {', '.join(missing)}")
-    rows: list[tuple] = []
+    rows: dict[tuple, tuple] = {}  # a load holds few: one batch, repeats counted
     with writer(engine).begin() as conn:
         limit_statements(conn)
         for lineno, fields in pipe_rows(it, report):
             if len(fields) != len(header):
-                report.add_bad(lineno, f"expected {len(header)} fields, saw {len(fields)}")
+                report.add_bad(lineno, f"expected {len(header)} fields, saw {len(fields)}",
+                               FIELD_COUNT)
                 continue
             try:
                 start = _time(fields[index["start"]])
                 end = _time(fields[index["end"]]) if "end" in index else None
             except ValueError as exc:
-                report.add_bad(lineno, str(exc)[:200])
+                report.add_bad(lineno, str(exc)[:200], UNPARSABLE_TIME)
                 continue
             if start is None:
-                report.add_bad(lineno, "no start time")
+                report.add_bad(lineno, "no start time", NO_TIME)
                 continue
             named = cluster or (fields[index["cluster"]] if "cluster" in index else "")
-            rows.append((named, fields[index["name"]][:128], db_time(start), db_time(end),
-                         fields[index["flags"]], fields[index["nodelist"]]))
-            if len(rows) >= BATCH_ROWS:
-                report.written += _write(conn, rows)
-                rows = []
-        report.written += _write(conn, rows)
+            row = (named, fields[index["name"]][:128], db_time(start), db_time(end),
+                   fields[index["flags"]], fields[index["nodelist"]])
+            if row[:3] in rows:
+                report.merge(MERGED_SAME_KEY)
+            rows[row[:3]] = row
+        report.written += _write(conn, list(rows.values()))
     return report
 
 

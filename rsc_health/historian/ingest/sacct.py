@@ -70,6 +70,9 @@ from rsc_health.historian.ingest.sacct_parse import (
 from rsc_health.slurm.accounting import Accounting, cluster_name, sacct_parsable_argv
 from rsc_health.slurm.api import SlurmCommandError, SlurmError
 
+NOT_STARTED = "PENDING: not an instance until it starts (read again then)"
+JOB_STEP = "a job step (sacct without -X): part of its job's instance"
+
 __all__ = ["FIELDS", "JOB_COLUMNS", "SacctError", "ingest_text", "ingest_incremental"]
 
 CURSOR = "sacct"
@@ -204,7 +207,8 @@ def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: 
             report.add_bad(line, message)
         report.read += problems.read
         report.replaced += problems.replaced
-        report.skipped += problems.pending
+        report.skip(NOT_STARTED, problems.pending - problems.steps)
+        report.skip(JOB_STEP, problems.steps)
         report.written += block.jobs.num_rows
         newest = _newest_time(block)
         if newest is not None and (report.newest is None or newest > report.newest):

@@ -133,6 +133,7 @@ class BlockProblems:
 
     bad: list[tuple[int, str]] = field(default_factory=list)
     pending: int = 0
+    steps: int = 0  # of `pending`, the job steps (`1234.batch`)
     read: int = 0
     replaced: int = 0
 
@@ -558,8 +559,10 @@ def _validate(
         problems.bad.append((int(lines[i]), next(why(i) for mask, why in checks if mask[i])))
     pending = _np(pc.equal(state, "PENDING"))  # not an instance yet; read again once it starts
     # A step (`1234.batch`, `1234.0`: sacct without -X) is part of its job's instance, not one.
-    pending |= _np(pc.match_substring(raw["JobIDRaw"], "."))
+    step = _np(pc.match_substring(raw["JobIDRaw"], "."))
+    pending |= step
     problems.pending += int((~bad & pending).sum())
+    problems.steps += int((~bad & step).sum())
     keep = ~bad & ~pending
 
     # Expand each distinct NodeList once; one that is not a usable hostlist makes its rows bad.

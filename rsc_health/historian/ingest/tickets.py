@@ -14,6 +14,10 @@ from sqlalchemy import Engine, insert, select, update
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
+    MALFORMED_CSV,
+    NO_NODE,
+    NO_TIME,
+    UNPARSABLE_TIME,
     IngestReport,
     RowError,
     bulk_write,
@@ -24,6 +28,7 @@ from rsc_health.historian.ingest import (
 )
 
 T = schema.tickets
+MERGED_SAME_KEY = "same node and opened in one load: one ticket, reasons joined"
 
 
 class TicketError(ValueError):
@@ -92,7 +97,7 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
     node name too long or with a NUL) is reported with its line; the others land. `tz`: the
     zone times without an offset are wall-clock times of (None: UTC), said in the report."""
     report = IngestReport("tickets", times=str(tz) if tz else "UTC")
-    rows = []
+    rows: dict[tuple, tuple] = {}
     lines = _Counted(fh)
     reader = csv.DictReader(lines)
     try:
@@ -109,19 +114,28 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
             break
         except csv.Error as exc:  # the reader goes on at the next line
             report.read += 1
-            report.add_bad(lines.count, str(exc))
+            report.add_bad(lines.count, str(exc), MALFORMED_CSV)
             continue
         report.read += 1
         try:
-            rows.append(_row(record, report, tz))
+            row = _row(record, report, tz)
+        except RowError as exc:
+            report.add_bad(reader.line_num, str(exc)[:300], exc.cause)
+            continue
         except (ValueError, TypeError, AttributeError) as exc:
-            report.add_bad(reader.line_num, str(exc)[:300])
+            report.add_bad(reader.line_num, str(exc)[:300], UNPARSABLE_TIME)
+            continue
+        key = row[:2]
+        if key in rows:  # a second ticket opened in the same second: keep both reasons
+            report.merge(MERGED_SAME_KEY)
+            row = _merge(rows[key], row)
+        rows[key] = row
     with writer(engine).begin() as conn:
         report.written = bulk_write(
             conn,
             T,
             ("node", "opened", "closed", "reason", "source"),
-            rows,
+            list(rows.values()),
             conflict=("node", "opened"),
             update=("closed", "reason"),
         )
@@ -131,13 +145,24 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
 def _row(record: dict, report: IngestReport, tz: tzinfo | None = None) -> tuple:
     node = (record.get("node") or "").strip()
     if not node:
-        raise RowError("no node")
+        raise RowError("no node", NO_NODE)
     node = key_text(node, "node", 128)
-    opened = parse_time(record["opened"], tz)
+    opened_text = (record.get("opened") or "").strip()
+    if not opened_text:
+        raise RowError("no opened time", NO_TIME)
+    opened = parse_time(opened_text, tz)
     closed_text = (record.get("closed") or "").strip()
     closed = parse_time(closed_text, tz) if closed_text else None
     reason = free_text((record.get("reason") or "").strip(), report)
     return (node, db_time(opened), db_time(closed), reason, "csv")
+
+
+def _merge(first: tuple, later: tuple) -> tuple:
+    """Two tickets of one node opened in the same second: one ticket with both reasons, closed
+    at the later close (open while either is)."""
+    reason = "; ".join(dict.fromkeys(r for r in (first[3], later[3]) if r))
+    closed = None if None in (first[2], later[2]) else max(first[2], later[2])
+    return (later[0], later[1], closed, reason, later[4])
 
 
 class _Counted:

@@ -76,6 +76,10 @@ The fleet-rate rule (over `[as_of - rate_window_days, as_of)`, lemons/episodes.p
                         and fleet-wide outages, application-class XIDs, episodes on incident
                         days, failures of a GPU that failed in two nodes (historian/gpus.py:
                         the fault moved with it); the verdict says so
+  host_failed_jobs      failed jobs in the window that failed-job triage (historian/triage.py)
+                        labels host and blames on the node: its own checks, drains and
+                        DOWN events around the job's end, or Slurm's NODE_FAIL with them;
+                        never an application-class XID. An input, judged by no rule yet
   peer_group, peer_nodes the node's peer group and how many nodes it has (quiet ones too)
   Peer group and exposure come from the node inventory (`healthctl ingest inventory`:
   cluster/partition, node-days in service); without one, every node seen in the rate window
@@ -107,6 +111,7 @@ from rsc_health.historian.outages import (  # noqa: F401 - long read from here t
     OutageRules,
     application_xid_codes,
     classify_outages,
+    removed_by_cause,
 )
 from rsc_health.historian.schema import (
     attributions,
@@ -118,6 +123,7 @@ from rsc_health.historian.schema import (
     node_events,
     tickets,
 )
+from rsc_health.historian.triage import host_failed_jobs, triage
 from rsc_health.model import LEGACY_LEMON_DRAIN, REASON_PREFIX, ActionKind, Status
 from rsc_health.policy import LEMON_MODE
 
@@ -150,6 +156,7 @@ EXTRA_FEATURES = (
     "rate_q",
     "rate_surprise",
     "left_out",
+    "host_failed_jobs",
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
 FAILED_STATES = ("FAILED", "NODE_FAIL")
@@ -324,11 +331,15 @@ def lemon_features(
     history_days: float = 90,
     outages: OutageRules | None = None,
     cluster: str | None = None,
+    host_jobs: bool | pd.Series = True,
 ) -> pd.DataFrame:
     """One row per node seen in the window, indexed by node, columns FEATURE_COLUMNS.
     `outages` says which out-of-service periods are not the node's own (default: the
     packaged [lemon] keys). With `cluster`, only that cluster's nodes (those its jobs ran on
-    or its node events name), and its fleet-wide events judged among its own nodes."""
+    or its node events name), and its fleet-wide events judged among its own nodes.
+    `host_jobs` False leaves host_failed_jobs at 0 (no rule reads it: a caller that wants
+    only verdicts, such as the report's days-listed walk back, saves the triage's read); a
+    Series is the counts already taken (triage.host_failed_jobs of the same window)."""
     outages = outages or OutageRules()
     lo, hi = window_bounds(as_of, window_days)
     h_lo, _ = window_bounds(as_of, max(history_days, window_days))
@@ -391,6 +402,10 @@ def lemon_features(
     in_window = own[(own["start"] >= since) & (own["start"] >= lo) & (own["start"] < hi)]
     s["out_count"] = in_window.groupby("node").size().astype("float64")
     s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
+    if isinstance(host_jobs, pd.Series):
+        s["host_failed_jobs"] = host_jobs.astype("float64")
+    elif host_jobs:
+        s["host_failed_jobs"] = host_failed_jobs(triage(engine, lo, hi, rules=outages))
     rate, peer_group, left_out, rate_by = _fleet_rate(engine, events, r_lo, hi, outages,
                                                       cluster, members, fleet,
                                                       repaired=repaired)
@@ -577,6 +592,8 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
         "node_days": float(exposure["days"].sum()),
         "maintenance_outages": int((not_own["kind"] == "maintenance").sum()),
         "fleet_outages": int((not_own["kind"] == "fleet").sum()),
+        # the same two counts by cause: which maintenance pattern or reservation, fleet-wide
+        "removed": removed_by_cause(not_own, not_own["kind"], rules, len(seen)),
         "application_xids": int(app_xids.sum()),
         "incident_days": [
             {"group": r.group, "day": pd.Timestamp(r.day).date().isoformat(),

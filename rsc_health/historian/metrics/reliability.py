@@ -29,15 +29,21 @@ from datetime import datetime
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, func, select
 
 from rsc_health.historian.ingest.inventory import exposure
 from rsc_health.historian.lemons.episodes import episode_starts
-from rsc_health.historian.outages import OutageRules, application_xid_codes, classify_outages
+from rsc_health.historian.outages import (
+    OutageRules,
+    application_xid_codes,
+    classify_outages,
+    removed_by_cause,
+)
 from rsc_health.historian.schema import check_results, node_events
 from rsc_health.model import Status
 
 PERIODS = {"month": "M", "quarter": "Q", "year": "Y"}
+WHOLE = "window"  # reliability(period=WHOLE): the whole [lo, hi) as one period
 COLUMNS = ["period", "group", "failures", "episodes", "nodes_failed", "node_days", "hours",
            "system_mtbf_h", "hours_per_failure", "node_mtbf_h", "repair_p50_h",
            "repair_p90_h", "repair_mean_h", "reasons"]
@@ -45,7 +51,9 @@ COLUMNS = ["period", "group", "failures", "episodes", "nodes_failed", "node_days
 
 def failures(engine: Engine, lo: datetime, hi: datetime,
              rules: OutageRules | None = None) -> pd.DataFrame:
-    """node, time, repair_h (None for an XID or an outage not ended), reason, cluster."""
+    """node, time, repair_h (None for an XID or an outage not ended), reason, cluster. What
+    was left out is in attrs["left_out"]: outages by maintenance pattern and fleet-wide
+    event (outages.removed_by_cause), and the application-class XIDs."""
     rules = rules or OutageRules()
     cr = check_results
     with engine.connect() as conn:
@@ -60,8 +68,16 @@ def failures(engine: Engine, lo: datetime, hi: datetime,
                    cr.c.status.in_((Status.WARN, Status.FAIL)),
                    cr.c.code.not_in(application_xid_codes()))).all(),
             columns=["node", "time", "reason"])
+        app_xids = conn.execute(
+            select(func.count()).select_from(
+                select(cr.c.node, cr.c.time, cr.c.code).distinct()
+                .where(cr.c.time >= lo, cr.c.time < hi, cr.c.check == "xid",
+                       cr.c.status.in_((Status.WARN, Status.FAIL)),
+                       cr.c.code.in_(application_xid_codes())).subquery())).scalar_one()
+    left_out = {"maintenance": {}, "fleet": {}}
     if not ev.empty:
         ev["kind"] = classify_outages(ev, rules, ev["node"].nunique())
+        left_out = removed_by_cause(ev, ev["kind"], rules, ev["node"].nunique())
         ev = ev[ev["kind"] == "node"]
     own = pd.DataFrame({
         "node": ev["node"], "time": pd.to_datetime(ev["start"]),
@@ -71,14 +87,18 @@ def failures(engine: Engine, lo: datetime, hi: datetime,
     out = pd.concat([own, xid[own.columns]], ignore_index=True)
     # one failure per node and second: an outage and its XID are one
     out = out.sort_values(["node", "time", "repair_h"]).drop_duplicates(["node", "time"])
-    return out.reset_index(drop=True)
+    out = out.reset_index(drop=True)
+    out.attrs["left_out"] = {**left_out, "application_xids": int(app_xids)}
+    return out
 
 
 def reliability(engine: Engine, lo: datetime, hi: datetime, *, period: str = "quarter",
                 rules: OutageRules | None = None, cluster: str | None = None) -> pd.DataFrame:
-    """One row per period and group (COLUMNS), periods in order."""
+    """One row per period and group (COLUMNS), periods in order; attrs["left_out"] says what
+    the failures left out (failures())."""
     rules = rules or OutageRules()
     f = failures(engine, lo, hi, rules)
+    left_out = f.attrs["left_out"]
     inv = exposure(engine, lo, hi)
     if not inv.empty:
         groups = inv.set_index("node")["cluster"].str.cat(inv.set_index("node")["partition"],
@@ -89,13 +109,18 @@ def reliability(engine: Engine, lo: datetime, hi: datetime, *, period: str = "qu
     if cluster is not None:
         f = f[f["group"].str.split("/").str[0] == cluster]
         inv = inv[inv["cluster"] == cluster]
-    freq = PERIODS[period]
-    f["period"] = f["time"].dt.to_period(freq)
+    if period == WHOLE:  # one row per group over [lo, hi) (the exporter's window)
+        f["period"] = WHOLE
+    else:
+        f["period"] = f["time"].dt.to_period(PERIODS[period])
     starts = episode_starts(f[["node", "time", "group", "period"]], rules.gap)
     rows = []
     for (per, group), g in f.groupby(["period", "group"], sort=True):
-        p_lo = max(per.start_time, pd.Timestamp(lo))
-        p_hi = min(per.end_time + pd.Timedelta(microseconds=1), pd.Timestamp(hi))
+        if period == WHOLE:
+            p_lo, p_hi = pd.Timestamp(lo), pd.Timestamp(hi)
+        else:
+            p_lo = max(per.start_time, pd.Timestamp(lo))
+            p_hi = min(per.end_time + pd.Timedelta(microseconds=1), pd.Timestamp(hi))
         hours = (p_hi - p_lo).total_seconds() / 3600
         node_days = None
         if not inv.empty:
@@ -118,4 +143,6 @@ def reliability(engine: Engine, lo: datetime, hi: datetime, *, period: str = "qu
             "repair_mean_h": float(repair.mean()) if len(repair) else None,
             "reasons": g["reason"].fillna("").value_counts().to_dict(),
         })
-    return pd.DataFrame(rows, columns=COLUMNS)
+    out = pd.DataFrame(rows, columns=COLUMNS)
+    out.attrs["left_out"] = left_out
+    return out
