@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rsc_health.config import Config, state_dir
+from rsc_health.durable import fsync_dir
 from rsc_health.model import Finding, Severity, Status, utcnow
 
 XID_CURSOR_FILE = "xid_cursor.json"
@@ -26,6 +27,12 @@ STATE_FILES = (XID_CURSOR_FILE, SXID_CURSOR_FILE, COUNTERS_FILE, HANGS_FILE)
 
 def _checker(family: str, component: str, reason: str) -> Finding:
     return Finding("checker", component, Status.ERROR, Severity.NONE, reason, f"{family}_error")
+
+
+def _as_saved(cursor: dict) -> dict:
+    """A loaded cursor as it was written: less the mtime kmsg.load_cursor adds (an unreadable
+    one keeps its "lost" and never equals a new cursor, so it is written again)."""
+    return {k: v for k, v in cursor.items() if k != "mtime"}
 
 
 def run(
@@ -132,19 +139,30 @@ def _run(
             findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
 
     def commit() -> list[Finding]:
+        # Each state file is written only when it changes: what is on disk already says the
+        # same thing, made durable by the run that wrote it. A healthy run on a quiet node
+        # (no new kernel log record, no counter moved, no probe hung) writes none of them and
+        # pays no fsync for them (bench_prolog.py).
+        renamed = False
         try:
             for family, cursor in new_cursors.items():
-                # The counters' save below fsyncs the directory for every name.
-                kmsg.save_json(sdir / cursor_files[family], cursor, sync_dir=False)
+                if cursor != _as_saved(cursors[family]):
+                    # One directory fsync below covers every name renamed into it.
+                    kmsg.save_json(sdir / cursor_files[family], cursor, sync_dir=False)
+                    renamed = True
             # Merge: a partial run (--only) must not drop the other families' baselines.
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
             merged.update(state.counters)
             if (state.hangs != previous_hangs["probes"]
                     or previous_hangs["boot_id"] not in (None, state.boot_id)):
-                # Written only when it changes: a healthy run adds no write.
                 hangs.save(sdir / HANGS_FILE, state.hangs, state.boot_id, sync_dir=False)
-            counters.save(sdir / COUNTERS_FILE, merged, state.boot_id)
+                renamed = True
+            if previous != {"boot_id": state.boot_id, "counters": merged}:
+                counters.save(sdir / COUNTERS_FILE, merged, state.boot_id, sync_dir=False)
+                renamed = True
+            if renamed:
+                fsync_dir(sdir)
         except OSError as exc:
             return [_checker("state", str(sdir),
                              f"cannot save state: {exc.strerror or exc}")]

@@ -91,22 +91,33 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _last_message(buf: bytes, key: str) -> Any:
-    """The last whole line of a child's output that is a JSON object holding `key`."""
-    for line in reversed(buf.split(b"\n")):
+def _messages(buf: bytes) -> list[dict]:
+    """Every whole line of a child's output that is a JSON object, in order."""
+    out = []
+    for line in buf.split(b"\n"):
         try:
             msg = json.loads(line)
         except ValueError:
             continue
-        if isinstance(msg, dict) and key in msg:
+        if isinstance(msg, dict):
+            out.append(msg)
+    return out
+
+
+def _last_message(buf: bytes, key: str) -> Any:
+    """The last whole line of a child's output that is a JSON object holding `key`."""
+    for msg in reversed(_messages(buf)):
+        if key in msg:
             return msg
     return None
 
 
 def collect(children: dict[str, tuple[int, int]], deadline: float,
-            partial: dict[str, Any] | None = None) -> dict[str, dict | None]:
+            partial: dict[str, Any] | None = None,
+            reports: dict[str, list] | None = None) -> dict[str, dict | None]:
     """Wait for every child's answer until `deadline` (time.monotonic()); None = abandoned.
-    `partial`, when given, receives each abandoned streaming child's last report."""
+    `partial`, when given, receives each abandoned streaming child's last report; `reports`,
+    when given, every report of each streaming child, in order, answered or abandoned."""
     buffers = {key: bytearray() for key in children}
     open_fds = {fd: key for key, (_, fd) in children.items()}
     done: dict[str, dict | None] = {}
@@ -129,6 +140,10 @@ def collect(children: dict[str, tuple[int, int]], deadline: float,
     for fd, key in open_fds.items():
         os.close(fd)
         done[key] = None
+    if reports is not None:
+        for key in children:
+            reports[key] = [m["partial"] for m in _messages(bytes(buffers[key]))
+                            if "partial" in m]
     if partial is not None:
         for key in children:
             if done.get(key) is None:
