@@ -159,11 +159,10 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     """One GPU's figures (absent when NVML did not say, or no interval for a rate)."""
     tele = g.answers.get(TELEMETRY_KEY)
     tele = tele if isinstance(tele, dict) else {}
-    out: dict = {}
     util = tele.get("utilization")
     busy_pct = _int(util.get("gpu")) if isinstance(util, dict) else None
     busy = busy_pct is not None and busy_pct >= float(tcfg["busy_util_pct"])
-    out["busy"] = busy
+    out: dict = {"busy": busy}
     clocks, maxima = tele.get("clocks") or {}, tele.get("max_clocks") or {}
     if isinstance(clocks, dict) and isinstance(maxima, dict):
         for name in ("sm", "mem"):
@@ -176,22 +175,35 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     temp = val(g.answers.get("temperature"))
     if isinstance(temp, (int, float)) and not isinstance(temp, bool) and -50 < temp < 200:
         out["temp_c"] = float(temp)
-    pcie = g.answers.get("pcie")
-    if isinstance(pcie, dict):
-        gen, mgen = _int(pcie.get("gen")), _int(pcie.get("max_gen"))
-        width, mwidth = _int(pcie.get("width")), _int(pcie.get("max_width"))
-        if width is not None and mwidth:
-            # An idle GPU drops its link to Gen1 to save power: only a busy one's speed counts.
-            if busy and gen is not None and mgen:
-                out["pcie_link_ratio"] = min(1.0, (gen * width) / (mgen * mwidth))
-            else:
-                out["pcie_link_ratio"] = min(1.0, width / mwidth)
-    if interval is None:
-        return out
-    p = _prefix(g.index)
+    link = _pcie_link_ratio(g.answers.get("pcie"), busy)
+    if link is not None:
+        out["pcie_link_ratio"] = link
+    if interval is not None:
+        out.update(_rates(_prefix(g.index), state.deltas, interval))
+    return out
+
+
+def _pcie_link_ratio(pcie, busy: bool) -> float | None:
+    """The PCIe link's width (and, busy, its speed) against its maximum."""
+    if not isinstance(pcie, dict):
+        return None
+    gen, mgen = _int(pcie.get("gen")), _int(pcie.get("max_gen"))
+    width, mwidth = _int(pcie.get("width")), _int(pcie.get("max_width"))
+    if width is None or not mwidth:
+        return None
+    # An idle GPU drops its link to Gen1 to save power: only a busy one's speed counts.
+    if busy and gen is not None and mgen:
+        return min(1.0, (gen * width) / (mgen * mwidth))
+    return min(1.0, width / mwidth)
+
+
+def _rates(p: str, deltas: dict, interval: float) -> dict:
+    """The GPU's figures over the interval: throttled fractions (the worst hardware reason,
+    the power cap) and error rates."""
+    out: dict = {}
 
     def frac(key: str) -> float | None:
-        d = state.deltas.get(p + key)
+        d = deltas.get(p + key)
         return None if d is None else min(1.0, d / (interval * NS))
 
     hw = {name: frac(f"event/{name}") for name in HW_EVENTS}
@@ -206,7 +218,7 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     if power_frac is not None:
         out["power_frac"] = power_frac
     for key, name in (("pcie_replay", "pcie_replay_rate"), ("nvlink_errors", "nvlink_error_rate")):
-        d = state.deltas.get(p + key)
+        d = deltas.get(p + key)
         if d is not None:
             out[name] = d / interval
     return out
