@@ -85,11 +85,12 @@ def _read_counters(state: NodeState, families: list, before: dict) -> None:
     that judges it sees its rise. A value that is not a counter is neither judged nor kept
     (the last good baseline stays, so a real rise after a garbled read is still seen)."""
     read = state.counters
-    for fam in (f for f in families if f.counters is not None):
-        read.update(fam.counters(state))
     kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
         else {}
-    for fam in (f for f in REGISTRY if f.counters is not None and f not in families):
-        read.update({k: v for k, v in fam.counters(state).items() if k not in kept})
+    # The families that ran first, then the others' counters that have no baseline yet.
+    for ran, fam in sorted(((fam in families, fam) for fam in REGISTRY),
+                           key=lambda pair: not pair[0]):
+        if fam.counters is not None:
+            read.update({k: v for k, v in fam.counters(state).items() if ran or k not in kept})
     for key in [k for k, v in read.items() if not counters.plausible(v)]:
         state.errors.append(("counters", key, f"not a counter value: {str(read.pop(key))[:40]!r}"))
