@@ -100,6 +100,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),
     "qualify.baseline_margin": (0, 1),
+    "qualify.parallel": (1, 1024),
     "leftover.min_memory_mib": (0, 16 * 2**20),
     "fabric.timeout_s": (0, 600),
     "dcgm.timeout_s": (0, 3600),

@@ -24,6 +24,8 @@ BEGIN;
 --                     daily rollups and heartbeats: read, insert, update.
 --   gpu_names         each GPU's index and bus id as the node's heartbeat last said them
 --                     (one GPU name everywhere): read, insert, update.
+--   node_versions     the node's driver and GPU firmware as its heartbeat said them, and
+--                     when they changed (qualification's trigger): read, insert, update.
 --   node_actions, job_exclusions
 --                     keyed inserts (ON CONFLICT (key) DO NOTHING): INSERT, and SELECT on the
 --                     key columns alone, which PostgreSQL asks of an ON CONFLICT target; so a
@@ -33,8 +35,8 @@ BEGIN;
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM :"node";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM :"node";
 GRANT SELECT ON schema_version TO :"node";
-GRANT SELECT, INSERT, UPDATE ON check_results, check_days, node_runs, heartbeat_days, gpu_names
-  TO :"node";
+GRANT SELECT, INSERT, UPDATE ON check_results, check_days, node_runs, heartbeat_days, gpu_names,
+  node_versions TO :"node";
 GRANT INSERT ON node_actions, job_exclusions, telemetry_samples TO :"node";
 GRANT SELECT (time, node) ON telemetry_samples TO :"node";
 GRANT SELECT (id) ON node_actions TO :"node";

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
 from rsc_health.collect import hangs
-from rsc_health.collect.gpu import known, unusable, val
+from rsc_health.collect.gpu import known, unusable, val, versions
 from rsc_health.model import Finding, Severity
 
 # nvmlClocksThrottleReason* bits that mean the hardware protected itself.
@@ -70,6 +70,8 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
         # Its bus id rides along (never in the component: that is the finding's identity in
         # the historian), so the heartbeat can say which bus id each index has (gpuname).
         bus = {"bus_id": g.pci_bus_id} if g.pci_bus_id else {}
+        # So do the driver and firmware versions (qualification's driver/firmware trigger).
+        bus.update(versions(report, g))
         if g.error and not unusable(g.error):
             out.append(_could_not_ask(comp, comp, g.error))
             continue

@@ -157,6 +157,12 @@ def _passwd(root: Path) -> dict[int, str]:
     return users
 
 
+def _ignored(info: dict, ignore: set) -> bool:
+    """An ignored command is root's daemon (nv-hostengine): /proc/PID/comm is whatever the
+    process set with prctl(PR_SET_NAME), so a user's leftover named like it still counts."""
+    return info.get("uid") == 0 and str(info.get("command")) in ignore
+
+
 def check(state, cfg: dict) -> list[Finding]:
     conf = cfg["leftover"]
     rec = state.extra.get(FAMILY)
@@ -214,7 +220,7 @@ def _judge(g, p, here: dict) -> Finding | None:
                     "/proc does not show (exited, or another PID namespace)", **data)
     job = None if info.get("job") is None else str(info.get("job"))
     own, running = here["own"], here["running"]
-    if (job is not None and job == own) or str(info.get("command")) in here["ignore"]:
+    if (job is not None and job == own) or _ignored(info, here["ignore"]):
         return None
     if job is not None and (job in running or here["spool_error"]):
         return None  # a job still running here

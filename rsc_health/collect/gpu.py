@@ -125,6 +125,7 @@ EVENT_TIME_FIELDS = (
 )
 NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2  # nvmlClockType_t
 TELEMETRY_KEY = "telemetry"  # a device's telemetry answers
+FIRMWARE_KEY = "firmware"  # a device's VBIOS and InfoROM versions (never a checker error)
 
 
 def error_name(exc: BaseException) -> str:
@@ -236,7 +237,21 @@ class NvmlBackend:
         d["processes"] = procs if isinstance(procs, dict) else _processes(procs)
         if self.telemetry:
             d[TELEMETRY_KEY] = _telemetry(nv, call, handle)
+        d[FIRMWARE_KEY] = _firmware(nv, call, handle)
         return d
+
+
+def _firmware(nv, call, handle) -> dict[str, Any]:
+    """The board's VBIOS and InfoROM image versions: what a firmware update changes (the
+    heartbeat carries them; qualification's driver/firmware trigger reads them). A binding
+    without the call answers FUNCTION_NOT_FOUND, as NVML would."""
+    out: dict[str, Any] = {}
+    for key, name in (("vbios", "nvmlDeviceGetVbiosVersion"),
+                      ("inforom", "nvmlDeviceGetInforomImageVersion")):
+        fn = getattr(nv, name, None)
+        out[key] = (call(fn, handle) if fn is not None
+                    else {"error": "NVML_ERROR_FUNCTION_NOT_FOUND"})
+    return out
 
 
 def clock_event_reasons(nv, call, handle) -> Any:
@@ -475,8 +490,9 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
         errors = dict(_field_errors(dev))
         # Telemetry fields NVML refuses (NO_PERMISSION, NOT_SUPPORTED, ...) are absent, not
         # the checker's problem: the telemetry family leaves them out of its sample.
+        # Firmware versions NVML will not say are only unknown.
         state.field_errors = {k: v for k, v in errors.items()
-                              if not k.startswith(TELEMETRY_KEY + ".")}
+                              if not k.startswith((TELEMETRY_KEY + ".", FIRMWARE_KEY + "."))}
         # A GPU that falls off the bus (or needs a reset) mid-read answers so field by
         # field: that is the device's state, not one field's.
         fault = next((f for f in DEVICE_FAULTS if f in errors.values()), None)
@@ -484,6 +500,16 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
             state.error, state.field_errors = fault, {}
         gpus.append(state)
     return GpuReport(None, val(doc.get("driver_version")), gpus)
+
+
+def versions(report: GpuReport, gpu: GpuState) -> dict[str, str]:
+    """{"driver": ..., "vbios": ..., "inforom": ...}: what NVML said of this GPU's driver and
+    firmware, the values it could not say left out."""
+    fw = gpu.answers.get(FIRMWARE_KEY) if isinstance(gpu.answers, dict) else None
+    fw = fw if isinstance(fw, dict) else {}
+    found = {"driver": report.driver_version, "vbios": val(fw.get("vbios")),
+             "inforom": val(fw.get("inforom"))}
+    return {k: v.strip()[:64] for k, v in found.items() if isinstance(v, str) and v.strip()}
 
 
 def _field_errors(node: Any, path: str = ""):

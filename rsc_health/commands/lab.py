@@ -86,7 +86,8 @@ def sim(obj, nodes, days, seed, out_dir, lemon_share, rf, as_json, progress):
 @click.pass_context
 def demo(ctx: click.Context, out_dir: Path, nodes: int | None, days: float | None,
          seed: int | None, as_json: bool) -> None:
-    """Simulate a fleet, ingest it into SQLite, find the lemons and write the nightly report.
+    """Simulate a fleet, ingest it into SQLite, find the lemons and write the nightly report;
+    then a fail-slow suspect found, qualified and confirmed (OUT/failslow).
 
     Needs no GPUs and no Slurm: the fleet simulator writes sacct, sacctmgr and health-check
     output in their real formats, and everything downstream is the production code path.

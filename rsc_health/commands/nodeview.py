@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 
 import click
 
+from rsc_health.model import LOWER_IS_WORSE
 from rsc_health.terminal import echo
 
 
@@ -100,9 +101,13 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
 
         with engine.connect() as conn:
             qualified = latest_runs(conn, node, limit=3)
+            versions = _versions(conn, node)
         from rsc_health.historian.suspects import of_node
 
         suspect = [e.as_dict() for e in of_node(engine, node, limit=3)]
+        from rsc_health.historian.telemetry import latest_rollups
+
+        telemetry = latest_rollups(engine, node, cfg)
     finally:
         engine.dispose()
     return {
@@ -111,10 +116,23 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                       "checker_errors": fresh.checker_errors},
         "runs": runs, "open_findings": failing, "actions": actions, "failed_jobs": blamed,
         "tickets": tickets, "lemon": lemon, "qualified": qualified, "suspect": suspect,
+        "telemetry": telemetry, "versions": versions,
         # A drain verdict the node keeps and has not carried out (guard, or a drain not ours).
         "held": {"time": held[0].time, "action": held[0].action, "reason": held[0].reason}
         if held else None,
     }
+
+
+def _versions(conn, node: str) -> dict | None:
+    """The node's driver and GPU firmware as its heartbeats said them (node_versions): since
+    when, and what they were before (qualification's driver/firmware trigger)."""
+    from sqlalchemy import select
+
+    from rsc_health.historian.schema import node_versions as v
+
+    row = conn.execute(select(v.c.versions, v.c.since, v.c.previous)
+                       .where(v.c.node == node)).first()
+    return dict(row._mapping) if row else None
 
 
 def _lemon(engine, cfg, node: str, now: datetime) -> dict:
@@ -145,6 +163,58 @@ def _lemon(engine, cfg, node: str, now: datetime) -> dict:
         why = "no rule fired"
     return {"candidate": candidate, "why": why, "fired": fired,
             "features": {k: v for k, v in row.items() if v}}
+
+
+# What each telemetry metric (rsc_health.model.Metric) is, for a person reading its rollup.
+_LABELS = {
+    "sm_clock_ratio": "SM clock / max (min GPU)",
+    "throttle_hw_frac": "time HW-throttled (max GPU)",
+    "throttle_power_frac": "time power-capped (max GPU)",
+    "gpu_temp_c": "GPU temperature C (max)",
+    "power_ratio": "power / limit (max GPU)",
+    "pcie_link_ratio": "PCIe gen x width / max",
+    "pcie_replay_rate": "PCIe replays / s (max GPU)",
+    "nvlink_error_rate": "NVLink errors / s (max GPU)",
+    "ib_xmit_wait_rate": "IB xmit_wait / s (max port)",
+    "ib_link_ratio": "IB rate / expected (min)",
+}
+
+
+def _echo_telemetry(h: dict) -> None:
+    """The node's telemetry rollups: its last multi-node job, its last day outside jobs."""
+    tel = h.get("telemetry") or {}
+    if not tel.get("job") and not tel.get("day"):
+        echo("  telemetry no rollups (none of its samples rolled up yet)")
+    if tel.get("job"):
+        jr = tel["job"]
+        for line in _rollup_lines(f"  telemetry last multi-node job {jr['job_id']} "
+                                  f"({_fmt(jr['start'])} to {_fmt(jr['end'])})",
+                                  jr["metrics"]):
+            echo(line)
+    if tel.get("day"):
+        for line in _rollup_lines(f"  telemetry last day outside jobs {tel['day']['day']}",
+                                  tel["day"]["metrics"]):
+            echo(line)
+
+
+def _num(x) -> str:
+    if not isinstance(x, (int, float)) or isinstance(x, bool):
+        return "?"
+    return f"{x:.3g}"
+
+
+def _rollup_lines(title: str, metrics: dict) -> list[str]:
+    lines = [title]
+    for name, st in metrics.items():
+        frac = st.get("past_frac")
+        side = "under" if name in LOWER_IS_WORSE else "over"
+        past = (f"  {frac:.0%} {side} {st['limit']:g}" if isinstance(frac, float)
+                and st.get("limit") is not None else "")
+        worst = f"  worst {st['worst']}" if st.get("worst") else ""
+        lines.append(f"    {_LABELS.get(name, name):<28} mean {_num(st.get('mean')):>8}  min "
+                     f"{_num(st.get('min')):>8}  max {_num(st.get('max')):>8}  "
+                     f"({st.get('n')} samples){past}{worst}")
+    return lines
 
 
 def _fmt(v) -> str:
@@ -194,6 +264,10 @@ def _echo_lemon(h: dict) -> None:
     echo(f"  lemon     {'CANDIDATE' if lem['candidate'] else 'no'}: {lem['why']}")
     runs = h.get("qualified") or []
     echo(f"  qualify   {'never qualified' if not runs else str(len(runs)) + ' recent run(s)'}")
+    ver = h.get("versions")
+    if ver:
+        echo(f"  versions  {ver['versions'][:200]} since {_fmt(ver['since'])}"
+             + (f" (was {ver['previous'][:120]})" if ver["previous"] else ""))
     for r in runs:
         failed = [x for x in r["results"] if x["status"] != "pass"]
         echo(f"    {_fmt(r['ended'])}  {r['tier']:<5} {r['verdict'].upper():<12} "
@@ -220,6 +294,8 @@ def _echo_suspects(h: dict) -> None:
              f"vs peers {_num(e['peer_median'])} (deviation {_num(e['deviation'])}, "
              f"{e['source']}) since {e['since'][:16].replace('T', ' ')}; jobs "
              f"{', '.join(e['job_ids'][:6]) or '-'}" + (f" [{e['tier']}]" if e["tier"] else ""))
+        if e.get("detail"):
+            echo(f"            {e['detail'][:200]}")
 
 
 @click.command()
@@ -243,7 +319,7 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
                    + (f"  since {s['since']}" if s["since"] else ""))
     h = doc["historian"]
     if h:
-        for part in (_echo_checks, _echo_history, _echo_lemon, _echo_suspects):
+        for part in (_echo_checks, _echo_history, _echo_lemon, _echo_telemetry, _echo_suspects):
             part(h)
     links = doc.get("links") or {}
     for label, key in (("node page", "node_url"), ("dashboard", "dashboard_url")):

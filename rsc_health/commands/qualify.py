@@ -16,6 +16,7 @@ import json
 import os
 import uuid
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 import click
@@ -206,11 +207,15 @@ def _flow(cfg, slurm, history, tier: str, timeout_s: float | None = None):
               show_default=True)
 @click.option("--timeout", "timeout_s", type=float, default=None,
               help="Seconds to wait for each node's result ([qualify] flow_timeout_s).")
+@click.option("--parallel", type=click.IntRange(min=1), default=None,
+              help="Flows at once, each on its own node ([qualify] parallel).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def start(ctx, nodes, tier, timeout_s, as_json) -> None:
-    """Qualify NODES (a hostlist of nodes rsc-health drained) in Slurm, one after another."""
+def start(ctx, nodes, tier, timeout_s, parallel, as_json) -> None:
+    """Qualify NODES (a hostlist of nodes rsc-health drained) in Slurm, side by side in
+    batches of [qualify] parallel (--parallel 1: one after another)."""
     from rsc_health.hostlist import HostlistError, expand
+    from rsc_health.qualify.flow import run_batches
 
     cfg = ctx.obj.config
     try:
@@ -219,13 +224,14 @@ def start(ctx, nodes, tier, timeout_s, as_json) -> None:
         raise click.ClickException(f"NODES: {exc}") from exc
     slurm, history = _flow_parts(ctx)
     flow = _flow(cfg, slurm, history, tier, timeout_s)
-    results = []
-    for name in names:
-        r = flow.run(name)
-        results.append(r)
+
+    def said(r) -> None:
         if not as_json:
-            echo(f"{name}: {r.result}" + (f" ({r.detail[:300]})" if r.detail else "")
+            echo(f"{r.node}: {r.result}" + (f" ({r.detail[:300]})" if r.detail else "")
                  + (f" [{', '.join(r.actions)}]" if r.actions else ""))
+
+    results = run_batches([(name, partial(flow.run, name)) for name in names],
+                          parallel or int(cfg.get("qualify.parallel")), said)
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
     ctx.exit(0 if all(r.result in ("pass", "would_qualify") for r in results) else 1)
@@ -237,11 +243,18 @@ def start(ctx, nodes, tier, timeout_s, as_json) -> None:
 @click.pass_context
 def auto(ctx, as_json, dry_run) -> None:
     """Qualify the nodes that are due: repair ticket closed after our drain, a retry of a
-    run that proved nothing (back-off from [qualify] retry_min), or an idle suspect node
-    ([suspects] qualify_tier; a pass clears it, a fail drains it). First, a node drained
-    [qualify] strikes times in production since its last pass goes to repair instead."""
+    run that proved nothing (back-off from [qualify] retry_min), an idle suspect node
+    ([suspects] qualify_tier; a pass clears it, a fail drains it), or, with [qualify]
+    on_driver_change, an idle node whose driver or GPU firmware changed since its last pass
+    (full tier, undrained). First, a node drained [qualify] strikes times in production since
+    its last pass goes to repair instead."""
     from rsc_health.historian import suspects as hs
-    from rsc_health.qualify.flow import auto_candidates, strike_candidates, suspect_candidates
+    from rsc_health.qualify.flow import (
+        auto_candidates,
+        run_batches,
+        strike_candidates,
+        suspect_candidates,
+    )
 
     cfg = ctx.obj.config
     slurm, history = _flow_parts(ctx)
@@ -267,13 +280,34 @@ def auto(ctx, as_json, dry_run) -> None:
                                      limit=max(0, limit - len(due)))
     suspect_nodes = {n for n, _ in suspect_due}
     due = due + suspect_due
-    results = []
+    driver_nodes: set[str] = set()
+    if cfg.get("qualify.on_driver_change"):
+        from rsc_health.historian import versions
+        from rsc_health.qualify.flow import driver_candidates
+
+        with history.engine.connect() as conn:
+            changed = versions.changes(conn)
+        taken = {n for n, _ in due}
+        driver_due = driver_candidates(nodes, {n: c for n, c in changed.items()
+                                               if n not in taken}, history, now,
+                                       retry_min=float(cfg.get("qualify.retry_min")),
+                                       retry_max_min=float(cfg.get("qualify.retry_max_min")),
+                                       limit=max(0, limit - len(due)))
+        driver_nodes = {n for n, _ in driver_due}
+        due = due + driver_due
+    results: list = []
     if not dry_run:
         def flow(tier):
             return _flow(cfg, slurm, history, tier)
 
-        results = [flow(str(cfg.get("suspects.qualify_tier"))).run(node, suspect=True)
-                   if node in suspect_nodes else flow("full").run(node) for node, _why in due]
+        def one(node: str):
+            if node in suspect_nodes:
+                return flow(str(cfg.get("suspects.qualify_tier"))).run(node, suspect=True)
+            # A driver/firmware change: the node is in service; qualified undrained.
+            return flow("full").run(node, suspect=node in driver_nodes)
+
+        results = run_batches([(node, partial(one, node)) for node, _why in due],
+                              int(cfg.get("qualify.parallel")))
     if as_json:
         click.echo(json.dumps({"due": [{"node": n, "why": w} for n, w in due],
                                "results": [r.__dict__ for r in results],

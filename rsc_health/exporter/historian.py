@@ -97,14 +97,67 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
             age.labels(source).set(max(0.0, (now - newest).total_seconds()))
     _lemons(engine, cfg, now, reg)
     _qualify(engine, now, reg)
-    _suspects(engine, reg)
+    _suspects(engine, now, reg)
+    _telemetry(engine, cfg, now, reg)
     return reg
 
 
-def _suspects(engine: Engine, reg: CollectorRegistry) -> None:
-    """Open suspect episodes (rsc_health/suspects.py): how many, and a flag per node with the
-    metric that made it one, and whether the tier holds it in Slurm."""
-    from rsc_health.historian.suspects import active
+# The fleet's spread of each telemetry metric: stat label -> quantile of the nodes' values.
+SPREAD = (("min", 0.0), ("p01", 0.01), ("p50", 0.5), ("p99", 0.99), ("max", 1.0))
+
+
+def _telemetry(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
+    """Fleet telemetry from each node's newest sample of the last two sweep slots ([failslow]
+    slot_s): per metric, how many nodes reported it, how many are past its warn line
+    ([telemetry] warn_above / warn_below) and the fleet's spread. Labelled by metric and
+    stat only, so 16,000 nodes export as many series as 16; per-node series are the
+    suspects' alone (_suspects)."""
+    import numpy as np
+    import pandas as pd
+
+    from rsc_health.historian.telemetry import warn_limit
+    from rsc_health.model import LOWER_IS_WORSE, Metric
+
+    s = schema.telemetry_samples
+    since = now - timedelta(seconds=2 * float(cfg.get("failslow.slot_s")))
+    names = ["node", "time", *(m.value for m in Metric)]
+    with engine.connect() as conn:
+        rows = conn.execute(select(s.c.node, s.c.time, *(s.c[m.value] for m in Metric))
+                            .where(s.c.time >= since, s.c.time <= now)).all()
+    frame = pd.DataFrame(rows, columns=names).sort_values("time", kind="stable")
+    reporting = Gauge("rsc_health_telemetry_nodes",
+                      "Nodes with a telemetry sample of the metric in the last two sweep slots",
+                      ["metric"], registry=reg)
+    past = Gauge("rsc_health_telemetry_nodes_past_warn",
+                 "Nodes whose newest sample of the metric is past its [telemetry] warn line "
+                 "(under it for sm_clock_ratio, pcie_link_ratio, ib_link_ratio; over it for "
+                 "the rest)", ["metric"], registry=reg)
+    spread = Gauge("rsc_health_telemetry_fleet",
+                   "The fleet's spread of each node's newest sample of the metric: stat=min, "
+                   "p01, p50, p99, max", ["metric", "stat"], registry=reg)
+    for m in Metric:
+        col = frame[["node", m.value]].dropna()
+        values = col.groupby("node", sort=False)[m.value].last().astype(float)
+        values = values[np.isfinite(values)]
+        reporting.labels(m.value).set(len(values))
+        limit = warn_limit(cfg, m)
+        if limit is None:
+            past.labels(m.value).set(0)
+        else:
+            over = values < limit if m in LOWER_IS_WORSE else values > limit
+            past.labels(m.value).set(int(over.sum()))
+        if len(values):
+            for stat, q in SPREAD:
+                spread.labels(m.value, stat).set(float(values.quantile(q)))
+
+
+def _suspects(engine: Engine, now: datetime, reg: CollectorRegistry) -> None:
+    """Open suspect episodes (rsc_health/suspects.py): how many, by the metric and source of
+    their evidence, and a flag per node (the only per-node telemetry series) with the metric
+    that made it one and whether the tier holds it in Slurm; and how episodes ended in the
+    last 24 h."""
+    from rsc_health.historian.suspects import active, recent
+    from rsc_health.model import SuspectState
 
     open_eps = active(engine)
     Gauge("rsc_health_suspect_nodes", "Nodes suspect now (slow against their jobs' peers; "
@@ -114,6 +167,23 @@ def _suspects(engine: Engine, reg: CollectorRegistry) -> None:
                 ["node", "metric", "tier"], registry=reg)
     for e in open_eps:
         per.labels(e.node, e.metric, e.tier).set(1)
+    by = Gauge("rsc_health_suspect_nodes_by_metric", "Suspect nodes now by the metric and "
+               "source (telemetry, steps) of their evidence", ["metric", "source"],
+               registry=reg)
+    counted: dict[tuple[str, str], int] = {}
+    for e in open_eps:
+        key = (str(e.metric)[:64], str(e.source)[:16])
+        counted[key] = counted.get(key, 0) + 1
+    for (metric, source), n in counted.items():
+        by.labels(metric, source).set(n)
+    ended = Gauge("rsc_health_suspect_episodes_ended_24h", "Suspect episodes that ended in the "
+                  "last 24 h: state=confirmed (qualification failed: drained), cleared (a pass "
+                  "or a person), expired (no evidence renewed it)", ["state"], registry=reg)
+    done = [e for e in recent(engine, now - timedelta(hours=24))
+            if e.state is not SuspectState.SUSPECT and e.changed is not None
+            and e.changed <= now]
+    for state in (SuspectState.CONFIRMED, SuspectState.CLEARED, SuspectState.EXPIRED):
+        ended.labels(state.value).set(sum(e.state is state for e in done))
 
 
 def _qualify(engine: Engine, now: datetime, reg: CollectorRegistry) -> None:

@@ -33,8 +33,9 @@ from rsc_health.model import Metric  # the telemetry vocabulary names the rollup
 # compared as bytes on PostgreSQL (0006); 7: the node and GPU inventories (0007); 8:
 # qualification runs and results (0008); 9: telemetry samples and rollups (0009); 10: suspect
 # nodes (0010); 11: jobs' step times, the slowest rank per node and step (0011); 12:
-# gpu_names, the bus id of each node's GPU index (0012).
-SCHEMA_VERSION = 12
+# gpu_names, the bus id of each node's GPU index (0012); 13: node_versions, each node's driver
+# and GPU firmware and when they last changed (0013).
+SCHEMA_VERSION = 13
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -462,4 +463,18 @@ gpu_names = Table(
     Column("idx", Integer, primary_key=True, autoincrement=False),
     Column("bus_id", String(32), nullable=False),
     Column("last_seen", DateTime, nullable=False),
+)
+
+
+# Version 13: each node's driver and GPU firmware as its heartbeats said them (the canonical
+# text of rsc_health.historian.versions), since when, and what they were before: a change
+# makes the node due for qualification ([qualify] on_driver_change). One row per node.
+node_versions = Table(
+    "node_versions",
+    metadata,
+    Column("node", key_text(128), primary_key=True),
+    Column("versions", String(512), nullable=False),
+    Column("since", DateTime, nullable=False),
+    Column("last_seen", DateTime, nullable=False),
+    Column("previous", String(512), nullable=True),
 )

@@ -89,7 +89,8 @@ class RollupReport:
                 f"{self.days} day(s) -> {self.day_rows} row(s)")
 
 
-def _limit(cfg, metric: Metric) -> float | None:
+def warn_limit(cfg, metric: Metric) -> float | None:
+    """The metric's warn line ([telemetry] warn_above, or warn_below for LOWER_IS_WORSE)."""
     table = cfg.get("telemetry.warn_below" if metric in LOWER_IS_WORSE else "telemetry.warn_above")
     value = table.get(metric.value)
     return None if value is None else float(value)
@@ -110,7 +111,7 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
         if sub.empty:
             continue
         values = sub[m.value].astype(float)
-        limit = _limit(cfg, m)
+        limit = warn_limit(cfg, m)
         if limit is None:
             past = values * 0
         else:
@@ -172,6 +173,40 @@ def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] |
              **{stat: row[f"{m.value}_{stat}"] for stat in stats}}
             for row in wide for m in Metric if row.get(f"{m.value}_n") is not None]
     return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
+
+
+def latest_rollups(engine: Engine, node: str, cfg=None) -> dict:
+    """A node's newest rollups, for `healthctl node`: {"job": {job_id, start, end, metrics},
+    "day": {day, metrics}} (None where it has none). `metrics`: {metric: {n, mean, min, max,
+    past, past_frac, worst, limit}}, in the vocabulary's order; `limit` is the metric's warn
+    threshold from `cfg` ([telemetry] warn_above / warn_below), what `past` counted against."""
+    j, r, d = schema.jobs, schema.telemetry_job_rollups, schema.telemetry_day_rollups
+    with engine.connect() as conn:
+        job = conn.execute(select(r, j.c.job_id, j.c.start, j.c.end)
+                           .join(j, j.c.id == r.c.job_pk).where(r.c.node == node)
+                           .order_by(j.c.end.desc(), j.c.id.desc()).limit(1)).first()
+        day = conn.execute(select(d).where(d.c.node == node)
+                           .order_by(d.c.day.desc()).limit(1)).first()
+
+    def metrics(row) -> dict:
+        out = {}
+        for m in Metric:
+            n = row._mapping.get(f"{m.value}_n")
+            if n is None:
+                continue
+            stats = {stat: row._mapping.get(f"{m.value}_{stat}")
+                     for stat, _kind in schema.ROLLUP_STATS}
+            past = stats.get("past") or 0
+            stats["past_frac"] = past / n if n else None
+            stats["limit"] = warn_limit(cfg, m) if cfg is not None else None
+            out[m.value] = stats
+        return out
+
+    return {
+        "job": None if job is None else {
+            "job_id": job.job_id, "start": job.start, "end": job.end, "metrics": metrics(job)},
+        "day": None if day is None else {"day": day.day, "metrics": metrics(day)},
+    }
 
 
 def _jobs_to_roll(conn, until: datetime, oldest: datetime) -> list[tuple[int, datetime, datetime]]:

@@ -111,12 +111,36 @@ def heartbeat(stage: Stage, node: str, now, level: Level, findings: list[Finding
               duration_s: float) -> dict:
     hung = hung_probes(findings)
     gpus = _gpu_bus_ids(findings)
+    versions = _versions(findings)
     return spool.record(
         "heartbeat", node, now, source=stage.name, level=level.label,
         checker_errors=sum(f.status is Status.ERROR for f in findings),
         duration_s=round(duration_s, 3), families=family_status(findings), version=VERSION,
         **({"hung": hung} if hung else {}), **({"gpus": gpus} if gpus else {}),
+        **({"versions": versions} if versions else {}),
     )
+
+
+def _versions(findings: list[Finding]) -> dict:
+    """{"driver": "580.95.05", "vbios": ["96.00.AF.00.01"], "inforom": ["G520.0200.00.05"]}:
+    the driver and the distinct firmware versions of the GPUs NVML answered for this run (the
+    gpu family's per-GPU findings carry them; about 100 bytes on a node whose boards agree),
+    so the historian sees a driver or firmware change (qualification's trigger, [qualify]
+    on_driver_change)."""
+    out: dict = {}
+    seen: dict = {}
+    for f in findings:
+        if not (f.family == "gpu" and isinstance(f.data, dict) and f.component.startswith("gpu")
+                and f.component[3:].isdigit()):
+            continue
+        if isinstance(f.data.get("driver"), str):
+            out["driver"] = f.data["driver"]
+        for key in ("vbios", "inforom"):
+            if isinstance(f.data.get(key), str):
+                seen.setdefault(key, set()).add(f.data[key])
+    for key, values in seen.items():
+        out[key] = sorted(values)
+    return out
 
 
 def _gpu_bus_ids(findings: list[Finding]) -> dict[str, str]:

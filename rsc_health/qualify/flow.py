@@ -21,8 +21,9 @@ named rsc_health_qualify_*: `healthctl qualify cleanup` drains its node and remo
 from __future__ import annotations
 
 import hashlib
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -84,6 +85,11 @@ class Flow:
     """One node's qualification. `slurm`: a SlurmAPI with reservations and jobs (CliSlurm);
     `history`: the historian's answers and records (HistorianSide below, or a test's)."""
 
+    # Flows run side by side (run_batches), of one tier or several: the guard's look at Slurm
+    # and the drain it allows are one step in the process, so two fails at once cannot both
+    # pass a guard that had room for one.
+    _drain_lock = threading.Lock()
+
     def __init__(self, slurm, history, *, command: list[str], tier: str, timeout_s: float,
                  enabled: bool = True, poll_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic,
@@ -113,9 +119,9 @@ class Flow:
         return FlowResult(node, "refused", why, actions=("drained for repair", "ticket"))
 
     def run(self, node: str, *, suspect: bool = False) -> FlowResult:
-        """`suspect`: the node is an open suspect episode, qualified as it is (undrained); a
-        run that proves nothing leaves it a suspect, never drained (suspects never drain by
-        themselves: only a failed run does)."""
+        """`suspect`: the node is qualified as it is, undrained (an open suspect episode, or
+        a driver/firmware change); a run that proves nothing leaves it as it came, never
+        drained (only a failed run drains it)."""
         info = self.slurm.node(node)
         strikes = self.history.strikes(node)
         why = refusal(info, strikes, suspect, self.strikes)
@@ -209,7 +215,18 @@ class Flow:
         of the reservation and undrained without one. `keep`: an undrained suspect whose run
         proved nothing goes back as it came (still a suspect, kept from big jobs). Returns
         what was done and the verdict as it stands (a fail the guard held is inconclusive)."""
-        done = []
+        with self._drain_lock:
+            done, verdict, detail = self._judge_and_drain(node, verdict, detail, keep)
+        self._delete_when_free(res, job_id)
+        done.append("reservation deleted")
+        if verdict == PASS:
+            self.history.action(node, ActionKind.QUALIFY_RELEASE,
+                                f"{self.tier} pass, job {job_id}")
+        return done, verdict, detail
+
+    def _judge_and_drain(self, node: str, verdict: str, detail: str,
+                         keep: bool) -> tuple[list[str], str, str]:
+        done: list[str] = []
         held = self.guard(node) if verdict == FAIL and self.guard is not None else None
         if held:
             # A fleet failing at once is the tool's or the baseline's fault more often than
@@ -218,7 +235,7 @@ class Flow:
             done.append(f"fail held back ({held})")
             verdict, detail = INCONCLUSIVE, f"held by the {held}: {detail}"
         if keep and verdict == INCONCLUSIVE:
-            done.append("still a suspect (inconclusive: not drained)")
+            done.append("left in service as it came (inconclusive: not drained)")
         elif verdict != PASS:
             code = ("guard_held" if held else "inconclusive") if verdict == INCONCLUSIVE \
                 else _first_test(detail)
@@ -228,12 +245,37 @@ class Flow:
             self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
             if verdict == FAIL:
                 self.history.repair_ticket(node, reason)
-        self._delete_when_free(res, job_id)
-        done.append("reservation deleted")
-        if verdict == PASS:
-            self.history.action(node, ActionKind.QUALIFY_RELEASE,
-                                f"{self.tier} pass, job {job_id}")
         return done, verdict, detail
+
+
+def run_batches(jobs: Iterable[tuple[str, Callable[[], FlowResult]]], parallel: int,
+                on_done: Callable[[FlowResult], None] | None = None) -> list[FlowResult]:
+    """Run flows side by side, at most `parallel` at once (each waits for its own node's job;
+    one node's flow never waits for another's), results in the order given. `on_done` sees
+    each result as it comes. A flow that raises (Slurm gone mid-flow) raises here once every
+    other flow of the batch has run to its end (their reservations and drains settled); one
+    after another (`parallel` 1), the flows after it do not start, as before."""
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    jobs = list(jobs)
+    if parallel <= 1 or len(jobs) <= 1:
+        out = []
+        for _node, fn in jobs:
+            r = fn()
+            if on_done is not None:
+                on_done(r)
+            out.append(r)
+        return out
+    results: dict[int, FlowResult] = {}
+    with ThreadPoolExecutor(max_workers=min(parallel, len(jobs)),
+                            thread_name_prefix="rsc_health_qualify") as pool:
+        futures = {pool.submit(fn): i for i, (_node, fn) in enumerate(jobs)}
+        for fut in as_completed(futures):
+            r = fut.result()
+            results[futures[fut]] = r
+            if on_done is not None:
+                on_done(r)
+    return [results[i] for i in range(len(jobs))]
 
 
 def _in_use(exc: SlurmError) -> bool:
@@ -318,6 +360,36 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
             if now - last < timedelta(minutes=wait):
                 continue
         out.append((ep.node, f"suspect since {ep.since:%Y-%m-%d %H:%M}: {ep.metric}"))
+    return out
+
+
+def driver_candidates(nodes, changed, history, now: datetime, *, retry_min: float,
+                      retry_max_min: float, limit: int) -> list[tuple[str, str]]:
+    """Nodes whose driver or GPU firmware changed since their last qualification pass
+    ([qualify] on_driver_change), at most `limit`, oldest change first. `changed`: {node:
+    (since, previous, versions)} (rsc_health.historian.versions.changes). Like a suspect, the
+    node is taken undrained and only when idle (no job to wait for), never drained, DOWN, held
+    for a reboot or in a reservation, and not again within the back-off of an inconclusive run
+    after the change."""
+    from datetime import timedelta
+
+    info = {n.name: n for n in nodes}
+    out: list[tuple[str, str]] = []
+    for node, (since, previous, current) in sorted(changed.items(), key=lambda kv: kv[1][0]):
+        if len(out) >= limit:
+            break
+        n = info.get(node)
+        if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
+            continue
+        if history.passed_since(node, since):
+            continue
+        streak, last = history.inconclusive_streak(node)
+        if streak and last is not None and last > since:
+            wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
+            if now - last < timedelta(minutes=wait):
+                continue
+        out.append((node, f"driver/firmware changed {since:%Y-%m-%d %H:%M}: "
+                          f"{previous[:120]} -> {current[:120]}"))
     return out
 
 

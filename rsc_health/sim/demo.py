@@ -3,6 +3,13 @@
 Simulate a fleet in Slurm's own formats, ingest it into a fresh SQLite historian, attribute the
 job failures, compute r_f, MTTF and lemon verdicts, write the nightly report, and hold the result
 against the simulator's ground truth. Every step is the same code an operator runs by hand.
+
+Then the fail-slow act (rsc_health/sim/failslow_demo.py): a small fleet's last hour of
+telemetry and step times with one GPU stuck in HW slowdown and one congested HCA port, through
+`ingest sacct`, `spool flush`, `ingest steps`, `suspects apply` and `qualify auto` on a
+MemorySlurm with stand-in tools, into its own SQLite historian (OUT/failslow/historian.db): the
+slow GPU's node is found and confirmed (drained with the qualify reason), the other suspect,
+whose hardware is fine, is cleared.
 """
 
 from __future__ import annotations
@@ -37,6 +44,9 @@ class DemoResult:
     lemons_planted: list[str]
     lemons_found: list[str]
     step_seconds: dict[str, float] = field(default_factory=dict)
+    # The fail-slow act (FailSlowAct.to_dict(), its printed lines under "lines").
+    failslow: dict = field(default_factory=dict)
+    qualification: list[str] = field(default_factory=list)  # sim.qualify_fleet.demo_lines
 
     @property
     def true_positives(self) -> list[str]:
@@ -82,6 +92,8 @@ class DemoResult:
             lines.append(f"  missed: {', '.join(missed)}")
         if extra:
             lines.append(f"  flagged but healthy: {', '.join(extra)}")
+        lines += self.failslow.get("lines", [])
+        lines.extend(self.qualification)
         lines.append(f"report: {self.report_html}")
         lines.append(f"historian: {self.database_url}")
         steps = ", ".join(f"{k} {v:.1f}s" for k, v in self.step_seconds.items())
@@ -154,7 +166,14 @@ def run_demo(
     finally:
         engine.dispose()
 
+    from rsc_health.sim.failslow_demo import run_failslow_act
+
+    act = timed("failslow", "fail-slow: a suspect found, qualified and confirmed",
+                lambda: run_failslow_act(out_dir / "failslow", seed=sim_cfg.seed,
+                                         progress=say))
     found = sorted(str(n) for n in data.lemons["node"]) if len(data.lemons) else []
+    qualification = timed("qualification", "what qualification prevents (fleet model)",
+                          lambda: _qualification_lines(sim_cfg.seed))
     return DemoResult(
         out_dir=out_dir,
         database_url=database_url,
@@ -174,7 +193,15 @@ def run_demo(
         lemons_planted=sorted(truth["lemon_nodes"]),
         lemons_found=found,
         step_seconds=timings,
+        failslow={**act.to_dict(), "lines": act.lines()},
+        qualification=qualification,
     )
+
+
+def _qualification_lines(seed: int) -> list[str]:
+    from rsc_health.sim.qualify_fleet import demo_lines
+
+    return demo_lines(seed)
 
 
 def _true_rf_per_1000(truth: dict, fallback: float) -> float:

@@ -53,6 +53,10 @@ class FailSlowConfig:
     kinds: tuple[str, ...] = KINDS
     first_job_id: int = 5000
     node_prefix: str = "fs"
+    # Each job's kind in order, instead of the draw (the demo's fixed acts): a fault kind of
+    # KINDS (one node of that fault), "imbalance" or "plain"; jobs past its end are drawn.
+    script: tuple[str, ...] = ()
+    start_within_s: int = 86400  # jobs start at random within this many seconds of `start`
     # telemetry metrics written (the contract's vocabulary)
     metrics: tuple[str, ...] = field(default=(
         "sm_clock_ratio", "throttle_hw_frac", "throttle_power_frac", "gpu_temp_c",
@@ -65,7 +69,7 @@ class FailSlowFleet:
     samples: pd.DataFrame  # node, time, metric, value, component
     membership: pd.DataFrame  # job_id, node, start, end, gpu_model, stage
     steps: pd.DataFrame  # job_id, rank, node, stage, step, seconds, time
-    truth: pd.DataFrame  # job_id, node, kind, onset
+    truth: pd.DataFrame  # job_id, node, kind, onset, gpu (the fault's), slow (step factor)
     jobs: pd.DataFrame  # job_id, nodes, start, end, kind (fault | imbalance | plain), steps
 
 
@@ -79,12 +83,18 @@ def _job_plan(cfg: FailSlowConfig, rng: np.random.Generator) -> list[dict]:
         u = rng.random()
         kind = ("fault" if u < cfg.fault_share else
                 "imbalance" if u < cfg.fault_share + cfg.imbalance_share else "plain")
+        fault_kind = None
+        if j < len(cfg.script):
+            fault_kind = cfg.script[j] if cfg.script[j] in KINDS else None
+            kind = "fault" if fault_kind else cfg.script[j]
         pp = int(rng.choice([p for p in (1, 2, 4) if n // p >= 4]))
         plans.append({
             "job_id": str(cfg.first_job_id + j), "n": n, "sweeps": sweeps, "kind": kind,
             "pp": pp, "steps": bool(rng.random() < cfg.steps_share),
-            "start": t0 + np.timedelta64(int(rng.integers(0, 86400)), "s"),
+            "start": t0 + np.timedelta64(int(rng.integers(0, 86400)) * cfg.start_within_s
+                                         // 86400, "s"),
             "gpu_model": str(rng.choice(["H100-SXM5-80GB", "A100-SXM4-80GB"])),
+            "fault_kind": fault_kind,
         })
     return plans
 
@@ -93,12 +103,15 @@ def _faults(plan: dict, cfg: FailSlowConfig, rng: np.random.Generator) -> list[d
     if plan["kind"] != "fault":
         return []
     count = 2 if plan["n"] >= 32 and rng.random() < 0.15 else 1
+    if plan.get("fault_kind"):
+        count = 1
     nodes = rng.choice(plan["n"], size=count, replace=False)
     out = []
     for node in nodes.tolist():
         sweeps = plan["sweeps"]
         onset = int(rng.integers(max(1, sweeps // 5), max(2, sweeps - 4)))
         kind = str(rng.choice(cfg.kinds))
+        kind = plan.get("fault_kind") or kind
         f = {"node": node, "kind": kind, "onset_sweep": onset,
              "gpu": int(rng.integers(0, cfg.gpus_per_node)),
              "hca": int(rng.integers(0, 8))}
@@ -283,7 +296,8 @@ def simulate_failslow(cfg: FailSlowConfig | None = None) -> FailSlowFleet:
             onset = (plan["start"] + np.timedelta64(60, "s")
                      + np.timedelta64(f["onset_sweep"] * cfg.slot_s, "s"))
             truth.append({"job_id": plan["job_id"], "node": names[f["node"]],
-                          "kind": f["kind"], "onset": onset})
+                          "kind": f["kind"], "onset": onset, "gpu": f["gpu"],
+                          "slow": float(f["slow"])})
         jobs.append({"job_id": plan["job_id"], "nodes": plan["n"], "start": plan["start"],
                      "end": end, "kind": plan["kind"], "steps": plan["steps"],
                      "pp": plan["pp"], "shift": shift})
@@ -292,7 +306,7 @@ def simulate_failslow(cfg: FailSlowConfig | None = None) -> FailSlowFleet:
         samples=pd.concat(samples, ignore_index=True),
         membership=pd.concat(members, ignore_index=True),
         steps=pd.concat(steps, ignore_index=True) if steps else pd.DataFrame(columns=cols),
-        truth=pd.DataFrame(truth, columns=["job_id", "node", "kind", "onset"]),
+        truth=pd.DataFrame(truth, columns=["job_id", "node", "kind", "onset", "gpu", "slow"]),
         jobs=pd.DataFrame(jobs),
     )
 
@@ -320,7 +334,8 @@ def write_failslow(fleet: FailSlowFleet, out_dir) -> dict[str, object]:
                             end=iso(fleet.membership["end"])).to_csv(
         out / "failslow_jobs.csv", index=False)
     truth = [{"job_id": r.job_id, "node": r.node, "kind": r.kind,
-              "onset": pd.Timestamp(r.onset).strftime("%Y-%m-%dT%H:%M:%SZ")}
+              "onset": pd.Timestamp(r.onset).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "gpu": int(r.gpu), "slow": round(float(r.slow), 6)}
              for r in fleet.truth.itertuples()]
     (out / "failslow_truth.json").write_text(json.dumps(truth, indent=1) + "\n")
     return {"steps_files": fleet.steps["job_id"].nunique(), "samples": len(fleet.samples),

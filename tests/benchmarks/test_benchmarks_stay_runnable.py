@@ -57,3 +57,18 @@ def test_bench_failslow_scores_a_small_simulated_fleet_and_the_real_traces():
         assert 0 <= bench[f"{name}_f1"][0] <= 1 and bench[f"{name}_f1"][1] == "ratio"
     assert bench["real_AR_stage_known_suspects"] == (1.0, "nodes")
     assert bench["real_SE_stage_known_suspects"] == (0.0, "nodes")
+
+
+def test_bench_exporter_telemetry_keeps_the_aggregate_series_flat_as_the_fleet_grows():
+    bench = _bench("bench_exporter_telemetry.py", "--nodes", "400")
+    assert bench["aggregate_series_10x_fleet"] == (1.0, "ratio")
+    assert bench["400_nodes_per_node_series"] == (2.0, "series")  # its 2 suspects alone
+
+
+def test_bench_fleet_qualify_calibrates_a_small_fleet_to_the_papers_before_point():
+    bench = _bench("bench_fleet_qualify.py", "--nodes", "256", "--jobs", "1000", "--shares", "0.2")
+    none, unit = bench["bad20_big_job_fail_none"]
+    assert unit == "%" and abs(none - 14.0) < 1.0  # the calibration point
+    for name in ("lemon", "qualify"):
+        assert 0 < bench[f"bad20_big_job_fail_{name}"][0] < none
+    assert 90 < bench["bad20_schedulable_qualify"][0] <= 100

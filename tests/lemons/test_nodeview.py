@@ -90,3 +90,31 @@ def test_node_view_shows_the_nodes_qualification_runs_and_what_did_not_pass(flee
     assert "(1 not passed)" in text
     other = CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "bad1"]).output
     assert "qualify   never qualified" in other
+
+
+def test_node_view_shows_the_drivers_and_firmware_the_heartbeats_said_and_the_last_change(
+        fleet, tmp_path):
+    from rsc_health import spool
+    from rsc_health.compat import UTC
+    from rsc_health.historian.ingest.delivery import deliver
+
+    t0 = datetime.now(UTC) - timedelta(hours=1)
+    d = tmp_path / "spool"
+    d.mkdir()
+    spool.append(d, [spool.record("heartbeat", "gpu080", t0 + timedelta(minutes=k),
+                                  source="sweep", level="ok", checker_errors=0, duration_s=0.3,
+                                  families={}, version="t",
+                                  versions={"driver": drv, "vbios": {"0": "96.00.AF.00.01"}})
+                     for k, drv in enumerate(("570.133.20", "580.95.05"))])
+    assert deliver(fleet.engine, d).quarantined_count == 0
+    url = fleet.engine.url.render_as_string(hide_password=False)
+    site = tmp_path / "site.toml"
+    site.write_text('[slurm]\nbin_dir = "/nonexistent"\n')
+    out = CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node", "gpu080"])
+    assert out.exit_code == 0, out.output
+    line = next(ln for ln in out.output.splitlines() if ln.startswith("  versions"))
+    assert "driver=580.95.05 vbios=96.00.AF.00.01 since" in line
+    assert "(was driver=570.133.20 vbios=96.00.AF.00.01)" in line
+    doc = json.loads(CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node",
+                                              "gpu080", "--json"]).output)
+    assert doc["historian"]["versions"]["previous"].startswith("driver=570.133.20")

@@ -117,6 +117,21 @@ def test_config_decides_warn_and_small_leftovers_only_warn(node):
     cfg.data["leftover"]["action"] = "drain_after_job"
     assert decide(run(cfg, node.root, only={"leftover"})).level is Level.DRAIN_AFTER_JOB
     cfg.data["leftover"]["ignore_commands"] = ["python3"]
+    # alice's process calls itself python3 (comm is the process's own choice): not ignored
+    assert decide(run(cfg, node.root, only={"leftover"})).level is Level.DRAIN_AFTER_JOB
+
+
+def test_an_ignored_command_is_ignored_only_as_roots_daemon_not_a_users_namesake(node):
+    from rsc_health.engine import run
+    from rsc_health.policy import decide
+
+    _gpu_process(node, comm="nv-hostengine", uid=1000, cgroup="0::/user.slice/x.scope\n")
+    _steps(node)
+    cfg = node.config
+    cfg.data["leftover"]["ignore_commands"] = ["nv-hostengine"]
+    # a user's process named itself so with prctl(PR_SET_NAME): still a leftover
+    assert decide(run(cfg, node.root, only={"leftover"})).level is Level.DRAIN_NOW
+    node.write("proc/4321/status", "Name:\tnv-hostengine\nUid:\t0\t0\t0\t0\n")
     assert decide(run(cfg, node.root, only={"leftover"})).level is Level.OK
 
 

@@ -58,6 +58,8 @@ class FakeNvml:
         fn("nvmlDeviceGetRetiredPages", [])
         fn("nvmlDeviceGetRetiredPagesPendingStatus", 0)
         fn("nvmlDeviceGetRemappedRows", (0, 1, 1, 0))
+        fn("nvmlDeviceGetVbiosVersion", "96.00.74.00.1C")
+        fn("nvmlDeviceGetInforomImageVersion", "G520.0200.00.05")
 
         def link_state(h, link):
             if link >= 18:

@@ -284,3 +284,76 @@ def test_auto_qualifies_an_idle_suspect_undrained_pass_clears_fail_drains_nothin
         for node in ("node02", "node03", "node04"):  # what the tier set, as slurm.conf has it
             c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=",
                    "ActiveFeatures=", "Weight=1"], check=False)
+
+
+def test_auto_qualifies_an_idle_node_whose_driver_changed_undrained_and_drains_it_on_a_fail(
+        qual):
+    """The driver/firmware-change trigger ([qualify] on_driver_change): heartbeats that said a
+    new driver make an idle node due; it is qualified as it is, in service; a pass leaves it
+    in service and not due again, a fail drains it with a ticket. Off, nothing is due."""
+    from datetime import UTC, datetime, timedelta
+
+    from rsc_health import spool
+    from rsc_health.historian.ingest.delivery import deliver
+
+    c, hc, sql, tmp = qual
+    engine = create_engine(f"sqlite:///{tmp / 'history.db'}")
+    t0 = datetime.now(UTC) - timedelta(minutes=30)
+    d = tmp / "spool"
+    d.mkdir()
+    # node02's new driver is seen first, node04's five minutes later.
+    spool.append(d, [spool.record("heartbeat", node, t0 + timedelta(minutes=k + later),
+                                  source="sweep", level="ok", checker_errors=0, duration_s=0.3,
+                                  families={}, version="t",
+                                  versions={"driver": drv, "vbios": {"0": "96.00.AF.00.01"}})
+                     for node, later in (("node02", 0), ("node04", 5))
+                     for k, drv in enumerate(("570.133.20", "580.95.05"))])
+    try:
+        assert deliver(engine, d).quarantined_count == 0
+        off = hc("qualify", "auto", "--json")
+        assert json.loads(off.stdout)["due"] == [], off.stdout + off.stderr
+        cfg = tmp / "config.toml"
+        cfg.write_text(cfg.read_text().replace(
+            "[qualify]\n", "[qualify]\non_driver_change = true\nauto_max_nodes = 1\n", 1))
+        out = hc("qualify", "auto", "--json")
+        doc = json.loads(out.stdout)
+        assert [x["node"] for x in doc["due"]] == ["node02"], out.stdout + out.stderr
+        assert "driver=570.133.20" in doc["due"][0]["why"]
+        assert doc["results"][0]["result"] == "pass"
+        assert c.node_state("node02") == "IDLE" and _reservations(c) == []
+        out = hc("qualify", "auto", "--json", path_bin=_bin(tmp, "slow_drv", busbw=231.0 * 0.94))
+        doc = json.loads(out.stdout)
+        assert [x["node"] for x in doc["due"]] == ["node04"], out.stdout + out.stderr
+        assert doc["results"][0]["result"] == "fail"
+        assert c.node("node04")["Reason"].startswith("rsc_health:qualify:nccl")
+        assert _reservations(c) == []
+        assert sql("SELECT count(*) FROM tickets WHERE node = 'node04'") == [(1,)]
+        again = hc("qualify", "auto", "--json")
+        assert json.loads(again.stdout)["due"] == [], again.stdout
+    finally:
+        engine.dispose()
+
+
+def test_qualify_start_takes_three_nodes_side_by_side_and_releases_each_on_its_own_pass(qual):
+    """`qualify start` with --parallel: three reservations and three qualification jobs at
+    once on the real cluster (their results written into one SQLite historian together);
+    each node back in service on its own stored pass, no reservation left."""
+    c, hc, sql, _ = qual
+    nodes = ("node02", "node03", "node04")
+    for node in nodes:
+        _ours(c, node)
+    out = hc("qualify", "start", "node[02-04]", "--parallel", "3", "--json")
+    results = json.loads(out.stdout)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert [(r["node"], r["result"]) for r in results] == [(n, "pass") for n in nodes]
+    assert all("DRAIN" not in c.node_state(n) for n in nodes) and _reservations(c) == []
+    runs = sql("SELECT node, verdict, job_id FROM qualify_runs WHERE node IN "
+               "('node02', 'node03', 'node04') ORDER BY node")
+    assert [(n, v) for n, v, _ in runs] == [(n, "pass") for n in nodes]
+    assert [j for _, _, j in runs] == [r["job_id"] for r in results]
+    # Side by side: every job had started before the first one's pass was stored.
+    starts = sql("SELECT time FROM node_actions WHERE action = 'qualify_start' AND node IN "
+                 "('node02', 'node03', 'node04') ORDER BY time")
+    ends = sql("SELECT min(ended) FROM qualify_runs WHERE node IN "
+               "('node02', 'node03', 'node04')")
+    assert len(starts) == 3 and str(starts[-1][0]) < str(ends[0][0])

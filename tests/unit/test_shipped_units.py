@@ -58,3 +58,38 @@ def test_every_management_timer_is_in_the_deployment_docs_and_the_readme():
     for timer in (REPO / "deploy" / "manager").glob("*.timer"):
         assert timer.stem in docs, timer.stem
         assert timer.name in readme, timer.name
+
+
+CRONS = sorted((REPO / "checks").glob("*.cron"))
+
+
+def _cron_commands(path: Path) -> list[list[str]]:
+    """The command words of each /etc/cron.d entry (5 time fields and a user, then the command)."""
+    out = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" in line.split()[0]:
+            continue
+        out.append(shlex.split(line)[6:])
+    return out
+
+
+def test_cron_entries_name_every_program_by_its_full_path_and_parse():
+    """cron's PATH is /usr/bin:/bin: a bare `healthctl` from a venv install is 'not found'
+    every night, and nobody reads the mail. Every program a cron line runs (and the one it
+    wraps through flock/timeout) is a full path, and healthctl's arguments parse."""
+    assert CRONS
+    for path in CRONS:
+        assert "PATH=" not in path.read_text(), f"{path.name} leans on a PATH"
+        commands = _cron_commands(path)
+        assert commands, path.name
+        for words in commands:
+            assert words[0].startswith("/"), f"{path.name}: {words[0]} by PATH"
+            for w in words:
+                if Path(w).name in {"flock", "timeout", "healthctl", "rsc-health-sweep"}:
+                    assert w.startswith("/"), f"{path.name}: {w} by PATH"
+            if Path(words[0]).name == "healthctl":
+                assert words[0] == "/opt/rsc_health/venv/bin/healthctl"
+                args = [w for w in words[1:] if not w.startswith(">")]
+                result = CliRunner().invoke(cli, [*args, "--help"])
+                assert result.exit_code == 0, result.output

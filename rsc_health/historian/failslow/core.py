@@ -32,6 +32,9 @@ SAMPLE_COLUMNS = ("node", "time", "metric", "value", "component")
 MEMBER_COLUMNS = ("job_id", "node", "start", "end")
 STEP_COLUMNS = ("job_id", "rank", "node", "stage", "step", "seconds", "time")
 MAD_SCALE = 1.4826
+# A slot this many lines past (deviation >= STRONG x k) is the whole node's, whatever its worst
+# component: a run of such slots persists even as the worst GPU or slowest rank changes.
+STRONG = 2.0
 _NO_GROUP = ""
 
 
@@ -260,9 +263,17 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
 def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     """Runs of consecutive outlying slots per (job, node, group, metric) that reached the
     metric's persist_sweeps: since, last, confirmed (the slot that completed persistence), the
-    node's and its peers' medians over the run, the median deviation. A slot in which the node
-    was past its line while the job moved with it (job_wide) neither counts nor breaks a run:
-    a checkpoint or a fabric blip says nothing either way about the node."""
+    node's and its peers' medians over the run, the median deviation.
+
+    Persistence is of the same thing, not of chance: a run goes on only while the outlying
+    component stays the same (the GPU, the HCA port, the rank slowest most often), unless both
+    slots are at least STRONG lines past (a whole node gone bad, whose worst GPU or slowest
+    rank may change from sweep to sweep). A healthy node's one-sweep jitters land on a new GPU
+    or port each time, and a workload's slowest rank rotates (sequence lengths by data shard):
+    neither persists. A slot in which the node was past its line while the job moved with it
+    (job_wide) neither counts nor breaks a run, once: a checkpoint or a fabric blip says
+    nothing either way about the node; a second such slot in a row ends the run (a node that
+    moves with its job for longer is part of the job's shift, e.g. a leaf switch's)."""
     cols = ["job_id", "node", "group", "metric", "source", "since", "last", "confirmed",
             "value", "peer_median", "deviation", "slots", "component"]
     if obs.empty or not obs["outlier"].any():
@@ -272,13 +283,31 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     o = obs[held].sort_values(key + ["slot"]).reset_index(drop=True)
     same = (o[key] == o[key].shift()).all(axis=1)
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
-    o = o.assign(run=(~adjacent).cumsum())
+    # a job-wide slot right after another one: the run ends before it
+    o = o[~(o["job_wide"] & adjacent & o["job_wide"].shift(fill_value=False))]
+    o = o.reset_index(drop=True)
+    same = (o[key] == o[key].shift()).all(axis=1)
+    adjacent = same & (o["slot"] - o["slot"].shift() == 1)
+    comp = o["component"].fillna("").astype(str)
+    strong = o["deviation"].to_numpy(dtype=float) >= STRONG * rules.k
+    # the component and strength of the last outlying slot before each row (in its key)
+    mark = pd.Series(np.arange(len(o)), index=o.index).where(o["outlier"]).groupby(
+        [o[c] for c in key], sort=False).ffill().shift()
+    mark = mark.where(same)
+    have = mark.notna().to_numpy()
+    at = mark.fillna(0).astype(int).to_numpy()
+    prev_comp = np.where(have, comp.to_numpy()[at], "")
+    prev_strong = np.where(have, strong[at], False)
+    continues = (~o["outlier"].to_numpy() | ~have | (comp.to_numpy() == prev_comp)
+                 | (strong & prev_strong))
+    o = o.assign(run=(~(adjacent.to_numpy() & continues)).cumsum())
     need = o["metric"].map({m: r.persist or rules.persist_sweeps
                             for m, r in rules.metrics.items()}).fillna(rules.persist_sweeps)
     o = o.assign(pos=o["outlier"].astype(int).groupby(o["run"]).cumsum())
     hit = o[o["outlier"] & (o["pos"] == need)]
     confirmed = hit.set_index("run")["time"].rename("confirmed")
     o = o[o["outlier"] & o["run"].isin(confirmed.index)]
+    o = o[~o["run"].isin(_role_runs(obs, o, key))]
     if o.empty:
         return pd.DataFrame(columns=cols)
     runs = (o.groupby("run").agg(job_id=("job_id", "first"), node=("node", "first"),
@@ -289,6 +318,38 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
                                  deviation=("deviation", "median"), slots=("slot", "size"))
             .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
     return runs.reset_index(drop=True)[cols]
+
+
+def _role_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str]) -> set:
+    """Runs that are a role the job did not name, not a fault (the change-point test): the
+    node was off its peers from its first judged slot in the job (no onset: it was always
+    different; its later runs too) and, in at least half of the run's slots, another node of
+    the job was off in the same metric by a like amount (within a factor of 2): a pipeline
+    stage or a kind of rank whose work is heavier, e.g. a last stage the step file does not
+    name. A node that goes bad during the job has an onset; one bad from the start is alone.
+    Step times only: a role sets how long a rank's step takes, not its links' width or its
+    GPUs' throttling, so two nodes with links downtrained from the start are two suspects."""
+    o = o[o["source"] == STEPS]
+    if o.empty:
+        return set()
+    obs = obs[(obs["source"] == STEPS) & obs["job_id"].isin(o["job_id"].unique())]
+    first = obs.groupby(key, sort=False)["slot"].min()
+    held_from = obs[obs["outlier"]].groupby(key, sort=False)["slot"].min()
+    always = (held_from <= first.reindex(held_from.index) + 1).rename("always")
+    runs = o.groupby("run").agg(**{c: (c, "first") for c in key}).join(always, on=key)
+    early = runs.index[runs["always"].fillna(False).astype(bool)]
+    if len(early) == 0:
+        return set()
+    held = obs.loc[obs["outlier"] | obs["job_wide"],
+                   ["job_id", "metric", "slot", "node", "deviation"]]
+    mine = o.loc[o["run"].isin(early), ["run", "job_id", "metric", "slot", "node", "deviation"]]
+    pairs = mine.merge(held, on=["job_id", "metric", "slot"], suffixes=("", "_other"))
+    ratio = pairs["deviation_other"] / pairs["deviation"]
+    pairs = pairs[(pairs["node_other"] != pairs["node"]) & (ratio >= 0.5) & (ratio <= 2.0)]
+    accompanied = pairs.groupby("run")["slot"].nunique()
+    size = mine.groupby("run")["slot"].nunique()
+    share = accompanied.reindex(size.index, fill_value=0) / size
+    return set(share.index[share >= 0.5])
 
 
 def _mode(keys: pd.Series, values: pd.Series) -> pd.Series:

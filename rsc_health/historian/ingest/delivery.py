@@ -39,7 +39,7 @@ from rsc_health import spool
 from rsc_health.compat import UTC
 from rsc_health.durable import make_dirs, open_regular
 from rsc_health.gpuname import bus_id
-from rsc_health.historian import schema
+from rsc_health.historian import schema, versions
 from rsc_health.historian.db import (
     HistorianFrozen,
     HistorianUnavailable,
@@ -118,6 +118,8 @@ class _Rows:
     telemetry: list[tuple] = field(default_factory=list)  # rows in SAMPLE_COLUMNS order
     # (node, GPU index) -> (bus id, time): the latest heartbeat's word (rsc_health.gpuname).
     gpu_names: dict[tuple[str, int], tuple[str, datetime]] = field(default_factory=dict)
+    # node -> [(time, driver and firmware fields)]: rsc_health.historian.versions.
+    versions: dict[str, list] = field(default_factory=dict)
     # Per node, its latest heartbeat's word on its clock (freshness.record_runs' `clocks`).
     clocks: dict[str, Heartbeat | None] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
@@ -209,6 +211,9 @@ def _heartbeat_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
         duration_s=duration, version=_text(rec, "version")[:32],
     ))
     _gpu_names(rows, node, when, rec.get("gpus"))
+    found = versions.fields_of(rec.get("versions"))
+    if found:
+        rows.versions.setdefault(node, []).append((when, found))
 
 
 def _telemetry_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
@@ -383,6 +388,7 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
                [(node, idx, bus, db_time(when))
                 for (node, idx), (bus, when) in sorted(rows.gpu_names.items())],
                conflict=("node", "idx"), update=("bus_id", "last_seen"))
+    versions.record(conn, rows.versions)
     bulk_write(conn, schema.telemetry_samples, SAMPLE_COLUMNS, rows.telemetry,
                conflict=("time", "node"))
 

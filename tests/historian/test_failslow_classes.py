@@ -1,0 +1,186 @@
+"""Fail-slow detection, class by class (rsc_health/historian/failslow/core.py): persistence is of
+the same component (GPU, port, rank), a role the job did not name is not a fault, a node that
+moves with its job for long is the job's, and step files are untrusted numbers."""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+
+from rsc_health.config import load_config
+from rsc_health.historian.failslow import detect_frame
+from rsc_health.historian.failslow.core import Rules, find_runs
+
+T0 = datetime(2026, 11, 26, 10, 0, 0)
+CFG = load_config(None)
+RULES = Rules.from_config(CFG)
+NODES = [f"gpu{i:03d}" for i in range(1, 9)]
+
+
+def _job(nodes, job_id="77", **extra) -> pd.DataFrame:
+    return pd.DataFrame({"job_id": job_id, "node": nodes, "start": T0,
+                         "end": T0 + timedelta(hours=3), **extra})
+
+
+def _samples(metric: str, value, component, sweeps: int = 12, nodes=NODES) -> pd.DataFrame:
+    """One sample per node per sweep at the node's own phase: value(i, s), component(i, s)."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for i, node in enumerate(nodes):
+        phase = int(rng.integers(5, 290))
+        for s in range(sweeps):
+            rows.append({"node": node, "time": T0 + timedelta(seconds=60 + 300 * s + phase),
+                         "metric": metric, "value": value(i, s), "component": component(i, s)})
+    return pd.DataFrame(rows)
+
+
+def _steps(nodes, seconds, stages=None, windows=24) -> pd.DataFrame:
+    """8 ranks a node, one line per rank per window, two windows a sweep."""
+    rows = []
+    for i, node in enumerate(nodes):
+        for r in range(8):
+            for w in range(windows):
+                rows.append({"job_id": "77", "rank": i * 8 + r, "node": node,
+                             "stage": stages[i] if stages else "", "step": w,
+                             "seconds": seconds(i, r, w),
+                             "time": T0 + timedelta(seconds=150 * w + 149)})
+    return pd.DataFrame(rows)
+
+
+def _noise(seed: int, shape, sd: float = 0.01) -> np.ndarray:
+    return np.exp(np.random.default_rng(seed).normal(0, sd, shape))
+
+
+def test_throttle_jitters_on_a_new_gpu_each_sweep_are_not_a_persistent_suspect():
+    # 0.35 of the interval throttled (past the 0.25 line, not twice it), on gpu1 then gpu5
+    samples = _samples("throttle_hw_frac",
+                       lambda i, s: 0.35 if i == 2 and s in (5, 6) else 0.0,
+                       lambda i, s: f"gpu{1 if s == 5 else 5}")
+    assert detect_frame(samples, _job(NODES), None, CFG) == []
+
+
+def test_the_same_gpu_throttled_two_sweeps_in_a_row_is_a_suspect():
+    samples = _samples("throttle_hw_frac",
+                       lambda i, s: 0.35 if i == 2 and s in (5, 6) else 0.0,
+                       lambda i, s: "gpu4")
+    assert [e.node for e in detect_frame(samples, _job(NODES), None, CFG)] == ["gpu003"]
+
+
+def test_a_whole_node_throttled_whose_worst_gpu_changes_is_still_a_suspect():
+    samples = _samples("throttle_hw_frac",
+                       lambda i, s: 0.9 if i == 2 and s >= 5 else 0.0,
+                       lambda i, s: f"gpu{s % 8}")
+    found = detect_frame(samples, _job(NODES), None, CFG)
+    assert [(e.node, e.metric) for e in found] == [("gpu003", "throttle_hw_frac")]
+
+
+def test_a_slowest_rank_that_rotates_is_the_workload_not_a_slow_node():
+    # one node's slowest rank ~4.5% past its peers' (past its 2.5% line, short of twice it),
+    # a new rank each sweep: uneven sequence lengths by data shard, not a GPU
+    noise = _noise(1, (8, 8, 24))
+    steps = _steps(NODES, lambda i, r, w: noise[i, r, w]
+                   * (1.06 if i == 5 and w >= 4 and r == (w // 2) % 8 else 1.0))
+    assert detect_frame(None, _job(NODES), steps, CFG) == []
+
+
+def test_the_same_rank_slow_sweep_after_sweep_is_a_suspect():
+    noise = _noise(1, (8, 8, 24))
+    steps = _steps(NODES, lambda i, r, w: noise[i, r, w]
+                   * (1.06 if i == 5 and w >= 4 and r == 3 else 1.0))
+    found = detect_frame(None, _job(NODES), steps, CFG)
+    assert [(e.node, e.source) for e in found] == [("gpu006", "steps")]
+    assert "rank 43" in found[0].detail
+
+
+def test_a_heavier_last_stage_the_job_did_not_name_is_a_role_not_four_suspects():
+    # 8 pipeline stages of 4 nodes: the last stage is 12.5% of the job, under the job-wide
+    # share, and its nodes are 30% slower from the first step (no onset)
+    nodes = [f"n{i:02d}" for i in range(32)]
+    noise = _noise(10, (32, 8, 24), 0.03)
+    steps = _steps(nodes, lambda i, r, w: noise[i, r, w] * (1.3 if i >= 28 else 1.0))
+    assert detect_frame(None, _job(nodes), steps, CFG) == []
+
+
+def test_one_node_slow_from_the_start_is_alone_so_still_a_suspect():
+    nodes = [f"n{i:02d}" for i in range(32)]
+    noise = _noise(10, (32, 8, 24), 0.03)
+    steps = _steps(nodes, lambda i, r, w: noise[i, r, w] * (1.3 if i == 9 else 1.0))
+    assert [e.node for e in detect_frame(None, _job(nodes), steps, CFG)] == ["n09"]
+
+
+def test_two_nodes_with_links_downtrained_from_the_start_are_two_suspects_not_a_role():
+    # 2 of 16 nodes (under the job-wide share), x8 links (0.5 of x16) from the first sweep
+    nodes = [f"n{i:02d}" for i in range(16)]
+    samples = _samples("pcie_link_ratio", lambda i, s: 0.5 if i in (1, 6) else 1.0,
+                       lambda i, s: "gpu2", nodes=nodes)
+    found = detect_frame(samples, _job(nodes), None, CFG)
+    assert [(e.node, e.metric) for e in found] == [("n01", "pcie_link_ratio"),
+                                                   ("n06", "pcie_link_ratio")]
+
+
+def _obs(rows) -> pd.DataFrame:
+    """Judged observations of one node and metric, slot by slot: (slot, outlier, job_wide)."""
+    return pd.DataFrame([{
+        "job_id": "9", "node": "a", "group": "|", "metric": "ib_xmit_wait_rate", "slot": s,
+        "time": T0 + timedelta(minutes=5 * s), "value": 4e6, "component": "mlx5_0:1",
+        "source": "telemetry", "median": 1e6, "line": 2.5e6, "deviation": 6.4,
+        "outlier": out, "job_wide": wide} for s, out, wide in rows])
+
+
+def test_a_node_moving_with_a_long_leaf_congestion_is_part_of_it():
+    # outlying alone, then with its leaf switch for three sweeps, then alone again
+    rows = [(1, True, False), (2, False, True), (3, False, True), (4, False, True),
+            (5, True, False)]
+    assert find_runs(_obs(rows), RULES).empty
+
+
+def test_a_one_sweep_blip_of_the_whole_job_neither_counts_nor_breaks_a_run():
+    rows = [(1, True, False), (2, False, True), (3, True, False)]
+    runs = find_runs(_obs(rows), RULES)
+    assert len(runs) == 1 and runs.iloc[0]["slots"] == 2
+
+
+def test_hostile_step_times_are_skipped_and_judge_nothing():
+    noise = _noise(2, (8, 8, 24))
+    steps = _steps(NODES, lambda i, r, w: noise[i, r, w])
+    steps["seconds"] = steps["seconds"].astype(object)
+    k = steps.index
+    steps.loc[k[::7], "seconds"] = math.nan
+    steps.loc[k[1::7], "seconds"] = -5.0
+    steps.loc[k[2::7], "seconds"] = math.inf
+    steps.loc[k[3::7], "seconds"] = "slow"
+    steps.loc[k[4::97], "seconds"] = 1e308  # a huge value on a few ranks, never twice alike
+    assert detect_frame(None, _job(NODES), steps, CFG) == []
+
+
+def test_two_node_jobs_have_no_peers_and_are_not_judged():
+    two = NODES[:2]
+    steps = _steps(two, lambda i, r, w: 2.0 if i == 0 else 1.0)
+    assert detect_frame(None, _job(two), steps, CFG) == []
+
+
+def test_peers_are_one_gpu_model_a_slower_model_in_a_mixed_job_is_not_a_suspect():
+    noise = _noise(4, (8, 8, 24))
+    model = ["A100-SXM4-80GB" if i < 4 else "H100-SXM5-80GB" for i in range(8)]
+    steps = _steps(NODES, lambda i, r, w: noise[i, r, w] * (1.6 if i < 4 else 1.0))
+    assert detect_frame(None, _job(NODES, gpu_model=model), steps, CFG) == []
+    slow = _steps(NODES, lambda i, r, w: noise[i, r, w] * (1.6 if i == 7 and w >= 6 else 1.0))
+    found = detect_frame(None, _job(NODES, gpu_model=["H100-SXM5-80GB"] * 8), slow, CFG)
+    assert [e.node for e in found] == ["gpu008"] and "H100" in found[0].detail
+
+
+def test_alibaba_pai_s_straggler_that_emerges_mid_training_is_the_suspect_of_its_job():
+    # real per-worker mini-batch times (tests/fixtures/failslow/README.md); the release says
+    # worker 6 of job 1 becomes a straggler in the middle of the training
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from _pai_minibatch import step_frame
+
+    steps, members = step_frame("1", RULES.slot_s)
+    found = detect_frame(None, members, steps, RULES)
+    assert [(e.node, e.source) for e in found] == [("pai-job1-w6", "steps")]
+    assert found[0].since > members["start"].iloc[0] + timedelta(hours=1)

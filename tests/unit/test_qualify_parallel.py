@@ -1,0 +1,173 @@
+"""`qualify start` (and `qualify auto`) run their flows side by side, at most [qualify]
+parallel at once, each on its own node: every node still ends released on a stored pass or
+drained, no reservation is left, results come back in the order asked, and the mass-drain
+guard still lets fails through one at a time (two fails at once cannot both take the last
+room). On the shipped MemorySlurm, made safe for threads by a lock around each call."""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+from rsc_health.policy import parse_reason
+from rsc_health.qualify.flow import Flow, mass_drain_guard, run_batches
+from rsc_health.qualify.judge import FAIL, PASS
+from rsc_health.slurm.memory import MemorySlurm
+
+XID79 = "rsc_health:now:xid79:gpu3 fell off the bus"
+METHODS = ("node", "nodes", "drain", "resume", "create_reservation", "delete_reservation",
+           "reservations", "submit", "job", "cancel", "start_job", "end_job")
+
+
+class LockedSlurm(MemorySlurm):
+    """MemorySlurm with one lock around each call (slurmctld answers one RPC at a time), and
+    the most reservations it ever held at once."""
+
+    def __init__(self, latency_s: float = 0.0):
+        super().__init__()
+        self.lock = threading.RLock()
+        self.most = 0
+        self.latency_s = latency_s  # a real controller's answer takes time to come back
+        for name in METHODS:
+            setattr(self, name, self._locked(getattr(super(), name)))
+
+    def _locked(self, fn):
+        def call(*args, **kw):
+            with self.lock:
+                out = fn(*args, **kw)
+                self.most = max(self.most, len(self._reservations))
+            time.sleep(self.latency_s)
+            return out
+        return call
+
+
+class History:
+    """The flow's historian side: a node's job stores its verdict `after` seconds after it
+    was submitted (so flows overlap), then the job ends."""
+
+    def __init__(self, slurm, verdicts, after=0.15, at=None):
+        self.slurm, self.verdicts, self.after, self.at = slurm, verdicts, after, at
+        self.lock = threading.Lock()
+        self.actions, self.tickets, self.first_asked = [], [], {}
+
+    def strikes(self, node):
+        return 0
+
+    def result(self, node, job_id):
+        if self.at is not None:  # every verdict lands at the same instant
+            if time.monotonic() < self.at:
+                return None
+        else:
+            with self.lock:
+                t0 = self.first_asked.setdefault(job_id, time.monotonic())
+            if time.monotonic() - t0 < self.after:
+                return None
+        return self.verdicts[node], "" if self.verdicts[node] == PASS else \
+            "gpu_burn: gflops[3] 9% under the peers' median"
+
+    def action(self, node, kind, reason):
+        with self.lock:
+            self.actions.append((node, kind, reason))
+
+    def repair_ticket(self, node, reason):
+        with self.lock:
+            self.tickets.append((node, reason))
+
+
+def flow(slurm, hist, **kw):
+    return Flow(slurm, hist, command=["healthctl"], tier="full", timeout_s=20, poll_s=0.01, **kw)
+
+
+def test_six_drained_nodes_three_at_a_time_each_released_on_its_pass_in_the_order_asked():
+    slurm = LockedSlurm()
+    names = [f"gpu{i:03d}" for i in range(6)]
+    for n in names:
+        slurm.add_node(n, "IDLE+DRAIN", XID79)
+    hist = History(slurm, dict.fromkeys(names, PASS))
+    f = flow(slurm, hist)
+    seen = []
+    results = run_batches([(n, lambda n=n: f.run(n)) for n in names], 3, seen.append)
+    assert [r.node for r in results] == names and {r.result for r in results} == {PASS}
+    assert sorted(r.node for r in seen) == names
+    assert slurm.most == 3  # three reservations at once, never more
+    assert not slurm.reservations()
+    assert not any(slurm.node(n).drain_set for n in names)
+
+
+def test_one_at_a_time_is_the_old_order_and_holds_one_reservation():
+    slurm = LockedSlurm()
+    names = ["a", "b", "c"]
+    for n in names:
+        slurm.add_node(n, "IDLE+DRAIN", XID79)
+    hist = History(slurm, {"a": PASS, "b": FAIL, "c": PASS}, after=0.0)
+    f = flow(slurm, hist)
+    results = run_batches([(n, lambda n=n: f.run(n)) for n in names], 1)
+    assert [(r.node, r.result) for r in results] == [("a", PASS), ("b", FAIL), ("c", PASS)]
+    assert slurm.most == 1 and not slurm.reservations()
+    assert parse_reason(slurm.node("b").reason)["code"] == "gpu_burn"
+
+
+class Cfg(dict):
+    def get(self, key, default=None):
+        return self[key]
+
+
+def test_four_fails_at_once_take_the_guards_last_room_once_and_the_rest_are_held():
+    """20 nodes, the guard's limit 2 (10%); one qualification fail drained a minute ago: room
+    for one more. Four nodes fail side by side, their verdicts at the same instant, each read
+    of Slurm taking 20 ms: one drains for repair, three are held."""
+    slurm = LockedSlurm(latency_s=0.02)
+    recent = datetime.now(UTC) - timedelta(minutes=1)
+    for i in range(20):
+        if i == 0:
+            slurm.add_node("n00", "IDLE+DRAIN", "rsc_health:qualify:gpu_burn:9% under peers",
+                           when=recent)
+        elif i >= 16:
+            slurm.add_node(f"n{i:02d}", "IDLE+DRAIN", XID79,
+                           when=datetime.now(UTC) - timedelta(days=2))
+        else:
+            slurm.add_node(f"n{i:02d}", "IDLE")
+    failing = [f"n{i}" for i in range(16, 20)]
+    hist = History(slurm, dict.fromkeys(failing, FAIL), at=time.monotonic() + 1.0)
+    guard = mass_drain_guard(slurm, Cfg({"actions.guard_max_share": 0.10,
+                                         "actions.guard_window_min": 15}))
+    f = flow(slurm, hist, guard=guard)
+    results = run_batches([(n, lambda n=n: f.run(n)) for n in failing], 4)
+    codes = sorted(parse_reason(slurm.node(n).reason)["code"] for n in failing)
+    assert codes == ["gpu_burn", "guard_held", "guard_held", "guard_held"], codes
+    assert sorted(r.result for r in results) == [FAIL, "inconclusive", "inconclusive",
+                                                 "inconclusive"]
+    assert len(hist.tickets) == 1 and not slurm.reservations()
+
+
+def test_a_flow_that_raises_side_by_side_lets_the_others_finish_then_raises():
+    from rsc_health.qualify.flow import FlowResult
+    from rsc_health.slurm.api import SlurmError
+
+    finished = []
+
+    def ok(node):
+        def run():
+            time.sleep(0.05)
+            finished.append(node)
+            return FlowResult(node, PASS)
+        return run
+
+    def gone():
+        raise SlurmError("slurmctld went away")
+
+    jobs = [("a", ok("a")), ("b", gone), ("c", ok("c")), ("d", ok("d"))]
+    try:
+        run_batches(jobs, 2)
+    except SlurmError as exc:
+        assert "went away" in str(exc)
+    else:
+        raise AssertionError("the flow's error was swallowed")
+    assert sorted(finished) == ["a", "c", "d"]
+    finished.clear()
+    try:
+        run_batches(jobs, 1)
+    except SlurmError:
+        pass
+    assert finished == ["a"]  # one after another: the rest never started
