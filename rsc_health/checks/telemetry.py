@@ -244,6 +244,20 @@ def _worst(items: list[tuple[str, float]], highest: bool) -> dict | None:
     return {"value": round(float(value), 6), "component": comp}
 
 
+def _port_figures(port: dict, deltas: dict, expected: float, interval: float | None) -> dict:
+    """One InfiniBand port's figures: its link rate against the expected one, and its
+    counters' rates over the interval."""
+    fig: dict = {"port": port["name"]}
+    if expected and port.get("rate_gbps") is not None:
+        fig["link_ratio"] = port["rate_gbps"] / expected
+    for c in IB_COUNTERS if interval is not None else ():
+        d = deltas.get(f"tm/ib/{port['name']}/{c}")
+        if d is not None:
+            # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
+            fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
+    return fig
+
+
 def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
     """(metrics {name: {value, component}}, interval_s, per-GPU figures, per-port figures)."""
     tcfg = cfg["telemetry"]
@@ -261,20 +275,8 @@ def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
             metrics[metric.value] = worst
     read = state.extra.get(FAMILY) or {"ports": []}
     expected = float(cfg["infiniband"]["rate_gbps"])
-    ports = []
-    for port in read["ports"]:
-        if (port.get("link_layer") or "InfiniBand") != "InfiniBand":
-            continue
-        fig: dict = {"port": port["name"]}
-        if expected and port.get("rate_gbps") is not None:
-            fig["link_ratio"] = port["rate_gbps"] / expected
-        if interval is not None:
-            for c in IB_COUNTERS:
-                d = state.deltas.get(f"tm/ib/{port['name']}/{c}")
-                if d is not None:
-                    # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
-                    fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
-        ports.append(fig)
+    ports = [_port_figures(port, state.deltas, expected, interval) for port in read["ports"]
+             if (port.get("link_layer") or "InfiniBand") == "InfiniBand"]
     for key, metric, highest in (("port_xmit_wait_rate", Metric.IB_XMIT_WAIT_RATE, True),
                                  ("link_ratio", Metric.IB_LINK_RATIO, False)):
         worst = _worst([(f["port"], f[key]) for f in ports if key in f], highest)
