@@ -25,7 +25,7 @@ OUTAGE_DEFAULTS: dict[str, Any] = {
     key: packaged_default(f"lemon.{key}")
     for key in ("maintenance_reason_patterns", "fleet_event_nodes", "fleet_event_share",
                 "fleet_event_window_s", "episode_gap_h", "rate_window_days", "rate_min_episodes",
-                "incident_alpha")
+                "incident_alpha", "ticket_lag_h")
 }
 
 
@@ -53,6 +53,7 @@ class OutageRules:
     rate_window_days: float = OUTAGE_DEFAULTS["rate_window_days"]
     rate_min_episodes: int = OUTAGE_DEFAULTS["rate_min_episodes"]
     incident_alpha: float = OUTAGE_DEFAULTS["incident_alpha"]
+    ticket_lag_h: float = OUTAGE_DEFAULTS["ticket_lag_h"]
 
     @property
     def gap(self) -> pd.Timedelta:
@@ -78,6 +79,7 @@ class OutageRules:
             float(merged["rate_window_days"]),
             int(merged["rate_min_episodes"]),
             float(merged["incident_alpha"]),
+            float(merged["ticket_lag_h"]),
         )
 
     def fleet_threshold(self, fleet_size: int) -> float:

@@ -46,6 +46,9 @@ max_share = 0.2
 [qualify]
 min_peers = 4
 deep = ["dcgm_r3", "nccl_all_reduce", "gpu_burn_long"]
+# the stand-in slurmd runs each job in this process (CliRunner swaps stdout and os.environ for
+# the whole process): one flow at a time
+parallel = 1
 """
 HOSTILE = 'fs"9\\x{y},z=1\u00e9'
 

@@ -13,7 +13,7 @@ import pandas as pd
 
 from rsc_health.historian import db
 from rsc_health.historian.gpus import attribute, gpu_intervals, repeat_gpus
-from rsc_health.historian.ingest import events, inventory
+from rsc_health.historian.ingest import events, inventory, tickets
 from rsc_health.historian.lemons.features import lemon_features
 from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts
 from rsc_health.historian.metrics.reliability import failures
@@ -48,6 +48,10 @@ def test_a_gpu_that_failed_in_two_nodes_is_reported_and_the_node_it_left_is_not_
         lines = ["NodeName|TimeStart|TimeEnd|State|Reason"] + [
             f"{n}|{_fmt(t)}|{_fmt(t + timedelta(hours=2))}|DOWN|GPU" for n, t in own + background]
         events.ingest_text(engine, "\n".join(lines) + "\n")
+        # and each of n001's failures has its repair ticket, opened an hour later
+        tickets.import_lines(engine, io.StringIO("node,opened,closed,reason\n" + "".join(
+            f"n001,{_fmt(t + timedelta(hours=1))},{_fmt(t + DAY)},swap GPU\n"
+            for n, t in own if n == "n001")))
         lemons_before = {v.node for v in lemon_verdicts(
             engine, lemon_features(engine, AS_OF), AS_OF, LemonRules.from_config())}
         assert "n001" in lemons_before  # the slot was blamed for the GPU
@@ -66,7 +70,8 @@ def test_a_gpu_that_failed_in_two_nodes_is_reported_and_the_node_it_left_is_not_
         f = lemon_features(engine, AS_OF)
         verdicts = lemon_verdicts(engine, f, AS_OF, LemonRules.from_config())
         assert "n001" not in {v.node for v in verdicts}
-        assert f.loc["n001", ["episodes", "left_out"]].tolist() == [0, 4]
+        # the tickets repaired the GPU's failures: no episode of the node's own either
+        assert f.loc["n001", ["episodes", "repairs", "left_out"]].tolist() == [0, 0, 4]
         assert f.attrs["left_out"]["moved_gpu_failures"] == 6
     finally:
         engine.dispose()

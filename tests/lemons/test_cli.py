@@ -20,10 +20,11 @@ DAY = timedelta(days=1)
 
 @pytest.fixture
 def history(fleet, engine):
-    """bad: 6 XID events; person: a lemon too, but a person drained it; good: one job."""
+    """bad: 6 XID events two days apart (6 episodes); person: a lemon too, but a person drained
+    it; good: one job."""
     for node in ("bad", "person"):
         for k in range(6):
-            fleet.xid(node, AS_OF - (k + 1) * DAY, "xid79", f"gpu{k}")
+            fleet.xid(node, AS_OF - (2 * k + 1) * DAY, "xid79", f"gpu{k}")
     fleet.job(["good"], end=AS_OF - DAY)
     return engine
 

@@ -87,15 +87,26 @@ def test_a_burst_of_xids_from_one_fault_is_one_episode_and_no_lemon(fleet_any):
     assert [v.node for v in verdicts] == ["n2"]
 
 
-def test_a_burst_is_split_only_by_a_gap_longer_than_episode_gap_h(fleet):
+def test_a_burst_is_one_episode_until_episode_gap_h_after_its_first_event(fleet):
     engine = fleet.engine
-    t = AS_OF - 10 * DAY
-    # retries every 11 hours chain into one episode; then 13 hours of quiet: a new one
-    _xids(engine, [("n1", t + 11 * HOUR * i, "xid79", "gpu0") for i in range(4)]
-          + [("n1", t + 33 * HOUR + 13 * HOUR, "xid79", "gpu0")])
-    assert lemon_features(engine, AS_OF).loc["n1", "xid_cnt"] == 2
+    t = AS_OF - 20 * DAY
+    # within 24 h (episode_gap_h: the issue's "separate occasions more than a day apart") of
+    # the first: one episode; 25 h after it a second begins, and 5 h later is still it
+    _xids(engine, [("n1", t + h * HOUR, "xid79", "gpu0") for h in (0, 11, 23, 25, 30, 60)])
+    assert lemon_features(engine, AS_OF).loc["n1", "xid_cnt"] == 3
     hourly = OutageRules(episode_gap_h=1)
-    assert lemon_features(engine, AS_OF, outages=hourly).loc["n1", "xid_cnt"] == 5
+    assert lemon_features(engine, AS_OF, outages=hourly).loc["n1", "xid_cnt"] == 6
+
+
+def test_a_fault_that_comes_back_every_23_hours_is_not_one_endless_episode(fleet):
+    """Chaining each event to the one before made ten XIDs 23 hours apart one episode (each is
+    within a day of the last); an episode lasts at most episode_gap_h from its first event."""
+    engine = fleet.engine
+    t = AS_OF - 20 * DAY
+    _xids(engine, [("n1", t + 23 * k * HOUR, "xid94", "gpu5") for k in range(10)])
+    f = lemon_features(engine, AS_OF)
+    assert f.loc["n1", "xid_cnt"] == 5
+    assert f.loc["n1", "episodes"] == 5
 
 
 def test_application_class_xids_are_never_the_nodes(fleet_any):
@@ -206,15 +217,15 @@ def test_inventory_import_accounts_for_every_row(engine):
     assert "b" not in exp.index
 
 
-def test_count_rule_p_makes_a_lemon_of_a_node_over_the_paper_thresholds_where_they_are_rare(fleet):
+def test_a_node_repaired_far_more_often_than_its_fleet_is_a_lemon_by_default(fleet):
     """The simulator's lemons fail 3-4x as often as their fleet, not 50x: four DOWNs in a
-    quarter where 256 nodes average 0.6 outages is no surprise across the fleet (BH q ~ 0.9),
-    so the peer gate alone dropped them (held-out recall 0.78). At this fleet's own level
-    (0.6 outages, 0.15 DOWNs, 0.2 tickets a node a quarter) 3 outages, 3 tickets and 2 DOWNs
-    are rare (Poisson tails 0.02, 0.001, 0.01 <= count_rule_p 0.05), so the paper's rules
-    judge the node as on the fleet they were fitted to, with [lemon] count_rule_p 0.05 (off by
-    default: on LANL it costs precision, docs/validation.md); a noisy system's norm is judged
-    by test_a_noisy_systems_fleet_is_judged_by_its_own_rate above."""
+    quarter where 256 nodes average 0.6 episodes (transient XIDs and drains besides) is no
+    surprise across the fleet, so the per-episode test alone dropped them (held-out recall
+    0.78). But a repair ticket is rarer than an episode (0.2 a node a quarter here): four
+    repaired episodes are far above the fleet's repair rate, and the repairs stream of the
+    rate test finds the node with the packaged defaults; the count gate (count_rule_p) is not
+    needed. The ticket of each DOWN, opened an hour later, is that DOWN's episode, not a
+    second one."""
     engine = fleet.engine
     rng = np.random.default_rng(5)
     names = [f"n{i:03d}" for i in range(256)]
@@ -230,14 +241,82 @@ def test_count_rule_p_makes_a_lemon_of_a_node_over_the_paper_thresholds_where_th
     lemon = [("n042", AS_OF - (4 + 19 * k) * DAY, "DOWN", "Not responding") for k in range(4)]
     _events(engine, lemon)
     _as_tickets(engine, lemon)
-    opened = replace(LemonRules.from_config(), count_rule_p=0.05)
-    f, verdicts = _lemons(engine, rules=opened)
-    assert f.loc["n042", "rate_q"] > 0.05  # not unusual across the fleet
-    assert f.loc["n042", "rate_surprise"] < 2
-    assert f.loc["n042", "peer_nodes"] == 256  # the group's mean is over its quiet nodes too
+    f, verdicts = _lemons(engine)
+    assert f.loc["n042", ["episodes", "repairs"]].tolist() == [4, 4]  # not 8: one per fault
+    assert f.loc["n042", "rate_by"] == "repairs"
+    assert f.loc["n042", "rate_q"] <= 0.05
+    assert f.loc["n042", "peer_nodes"] == 256  # the group's rate is over its quiet nodes too
     assert [v.node for v in verdicts] == ["n042"]
     (v,) = verdicts
-    assert {c.feature for c in v.crossings} >= {"tickets_history", "out_count_history",
-                                                "down_outs_history"}
-    # the per-node gate alone (count_rule_p 0, the packaged default) drops it, as main did
-    assert lemon_verdicts(engine, f, AS_OF, LemonRules.from_config()) == []
+    assert v.peer["by"] == "repairs" and v.peer["episodes"] == 4
+    # unusual at q <= peer_q 0.05 (not at the rate rule's own 0.01): the paper's history
+    # counts may judge it
+    assert {c.feature for c in v.crossings} == {
+        "tickets_history", "out_count_history", "down_outs_history"}
+    # a repair is rarer than an episode: that is what makes four of them a surprise
+    assert f.loc["n042", "repairs_expected"] < f.loc["n042", "rate_expected"] / 2
+
+
+def test_one_fault_seen_as_an_outage_a_failed_check_and_a_ticket_is_one_episode(fleet_any):
+    """LANL imported as events and again as tickets counted every fault twice; a ticket is
+    the repair of the episode before it (opened within ticket_lag_h, 72 h), not a second
+    fault. A ticket with nothing before it is a fault of its own; a planned one is none."""
+    engine = fleet_any.engine
+    names = [f"n{i:03d}" for i in range(50)]
+    _inventory(engine, names)
+    t = AS_OF - 30 * DAY
+    _events(engine, [("n001", t, "DOWN", "Not responding")])
+    _xids(engine, [("n001", t + HOUR, "xid79", "gpu2")])
+    text = ("node,opened,closed,reason\n"
+            f"n001,{t + 30 * HOUR:%Y-%m-%dT%H:%M:%S},{t + 2 * DAY:%Y-%m-%dT%H:%M:%S},gpu\n"
+            # five days after: no episode within the lag before it, a fault of its own
+            f"n001,{t + 5 * DAY:%Y-%m-%dT%H:%M:%S},,fan\n"
+            f"n002,{t:%Y-%m-%dT%H:%M:%S},,scheduled maintenance: BIOS\n")
+    report = tickets.import_lines(engine, io.StringIO(text))
+    assert not report.bad, report.bad
+    f = lemon_features(engine, AS_OF)
+    assert f.loc["n001", ["episodes", "repairs"]].tolist() == [2, 2]
+    assert "n002" not in f.index or f.loc["n002", "episodes"] == 0
+    shorter = OutageRules(ticket_lag_h=24)  # the first ticket is then a fault of its own too
+    assert lemon_features(engine, AS_OF, outages=shorter).loc["n001", "episodes"] == 3
+
+
+def test_the_same_count_is_a_lemon_in_a_small_fleet_and_chance_in_a_big_one(fleet_any):
+    """Three DOWNs in a quarter where a node of its system expects 0.03: among 200 nodes
+    that is far from chance (one in ~1,000 fleets of that size); among 5,000 (LANL's) a few
+    nodes would do it by chance, and the multiple-testing control is over every node of the
+    fleet tested, not only the node's own system (LANL at year ends: precision 0.88 -> 0.96
+    with events, 0.81 -> 0.96 with tickets too, by the answer key's own BH)."""
+    engine = fleet_any.engine
+    rng = np.random.default_rng(2)
+    small = [f"s{i:03d}" for i in range(200)]
+    _inventory(engine, small, cluster="small")
+    _background(engine, small, 6, rng, cluster="small")
+    _events(engine, [("s007", AS_OF - (5 + 20 * k) * DAY, "DOWN", "Not responding")
+                     for k in range(3)], cluster="small")
+    f, verdicts = _lemons(engine)
+    assert [v.node for v in verdicts] == ["s007"]
+    alone_q, alone_expected = f.loc["s007", ["rate_q", "rate_expected"]]
+    assert alone_expected < 0.1
+    big = [f"b{i:04d}" for i in range(4800)]
+    _inventory(engine, big, cluster="big")
+    _background(engine, big, 400, rng, cluster="big")
+    f, verdicts = _lemons(engine)
+    # still judged by its own system's rate, not the big one's: the same expectation
+    assert f.loc["s007", "rate_expected"] == pytest.approx(alone_expected)
+    assert f.loc["s007", "rate_q"] > 10 * alone_q
+    assert "s007" not in [v.node for v in verdicts]
+
+
+def test_a_ticket_opened_just_before_the_drain_it_asked_for_is_that_episodes_repair(fleet):
+    """A person opens the ticket, then drains the node: the ticket is minutes early, not a
+    fault of its own."""
+    engine = fleet.engine
+    _inventory(engine, [f"n{i:03d}" for i in range(20)])
+    t = AS_OF - 10 * DAY
+    _events(engine, [("n001", t, "DRAIN", "gpu3 ecc errors -- alice")])
+    report = tickets.import_lines(engine, io.StringIO(
+        f"node,opened,closed,reason\nn001,{t - timedelta(minutes=10):%Y-%m-%dT%H:%M:%S},,ecc\n"))
+    assert not report.bad, report.bad
+    f = lemon_features(engine, AS_OF)
+    assert f.loc["n001", ["episodes", "repairs"]].tolist() == [1, 1]

@@ -28,9 +28,10 @@ def test_xid_cnt_counts_distinct_events_and_keeps_the_codes(fleet, engine):
     t = AS_OF - 5 * DAY
     fleet.xid("n1", t, "xid79", "gpu3")
     fleet.xid("n1", t, "xid79", "gpu3", status="warn")  # same event seen twice: one event
-    fleet.xid("n1", t + DAY, "xid48", "gpu1")
-    fleet.xid("n1", t + 2 * DAY, "xid79", "gpu3")
-    fleet.xid("n1", t + 2 * DAY, "xid13", "gpu2", status="ok")  # ok rows are not events
+    # separate occasions more than a day apart (episode_gap_h 24): three episodes
+    fleet.xid("n1", t + 2 * DAY, "xid48", "gpu1")
+    fleet.xid("n1", t + 4 * DAY, "xid79", "gpu3")
+    fleet.xid("n1", t + 4 * DAY, "xid13", "gpu2", status="ok")  # ok rows are not events
     fleet.xid("n1", AS_OF - 40 * DAY, "xid31", "gpu0")  # outside the window
     f = lemon_features(engine, AS_OF)
     assert f.loc["n1", "xid_cnt"] == 3

@@ -57,7 +57,7 @@ def test_prometheus_scrapes_the_sweep_textfile_and_the_fleet_export(tmp_path, fl
     _node_path_textfile(tmp_path, textdir)
     now = datetime.utcnow()
     for k in range(6):
-        fleet.xid("bad1", now - timedelta(days=k + 1))
+        fleet.xid("bad1", now - timedelta(days=2 * k + 1))  # separate days: 6 episodes
     url = fleet.engine.url.render_as_string(hide_password=False)
     out = subprocess.run([sys.executable, "-m", "rsc_health.cli", "--config", os.devnull,
                           "--db", url, "metrics", "export", "--out",

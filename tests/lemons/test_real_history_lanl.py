@@ -43,7 +43,9 @@ def test_lanl_lemons_against_each_systems_own_rate(tmp_path):
 def test_lanl_outages_imported_as_tickets_too_do_not_flag_the_noisy_systems(tmp_path):
     """The issue's second import: the outage records also as repair tickets. The paper's
     absolute counts then fire across the noisiest systems (precision 0.41 against the key,
-    measured); gated by each system's own rate they do not (0.90 with [lemon] peer_q 0.05)."""
+    measured); gated by each system's own rate they do not, and each outage and its ticket
+    are one episode, not two (these four dates: 88 of 91 flagged are unusual by the key,
+    0.97, measured 2026-11-26; 0.90 before episodes took in the tickets)."""
     frame = _lanl.read()
     paths = _lanl.write_imports(frame, tmp_path)
     url = f"sqlite:///{tmp_path / 'h.db'}"
@@ -57,4 +59,4 @@ def test_lanl_outages_imported_as_tickets_too_do_not_flag_the_noisy_systems(tmp_
         return sum(r["tp_precision"] for r in mine) / max(1, sum(r["flagged"] for r in mine))
 
     assert precision("paper") < 0.6, rows
-    assert precision("defaults") >= 0.85, rows
+    assert precision("defaults") >= 0.9, rows

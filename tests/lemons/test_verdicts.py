@@ -166,10 +166,14 @@ def test_a_node_that_keeps_dying_and_going_to_repair_is_a_lemon_with_its_history
         fleet.ticket("n1", AS_OF - days * DAY, closed=AS_OF - (days - 1) * DAY)
     fleet.ticket("n1", AS_OF - 120 * DAY)  # beyond history_days: neither counted nor listed
     fleet.ticket("n2", AS_OF - 50 * DAY)  # one repair in a quarter is ordinary wear
+    for i in range(20):  # the quiet rest of the fleet, which n1 is judged against
+        fleet.job([f"q{i:02d}"], end=AS_OF - 3 * DAY)
     f = lemon_features(engine, AS_OF)
+    # each ticket, opened a day after its DOWN, is that DOWN's repair: 3 episodes, not 6
+    assert f.loc["n1", ["episodes", "repairs"]].tolist() == [3, 3]
     (v,) = lemon_verdicts(engine, f, AS_OF, LemonRules.from_config())
     assert v.node == "n1"
-    assert v.summary() == (
+    assert v.summary().startswith(
         "tickets_history=3>=3, out_count_history=3>=3, down_outs_history=3>=2"
     )
     assert v.top_feature == "down_outs_history"

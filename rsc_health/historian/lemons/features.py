@@ -60,13 +60,17 @@ repeat_outs, out_count_history and down_outs_history (`OutageRules`, the [lemon]
                         hour before it (nodes are drained ahead of the work)
 The fleet-rate rule (over `[as_of - rate_window_days, as_of)`, lemons/episodes.py):
   episodes              the node's own fault episodes: its XID events (not application
-                        class), failed checks and own outages (none of the three kinds
-                        above; tickets are repairs, not faults), chained by episode_gap_h,
-                        less those beginning on a fleet-wide incident day of its peer group
+                        class), failed checks, own outages (none of the three kinds above)
+                        and repair tickets, one episode per fault whatever the sources
+                        (a ticket opened within ticket_lag_h of an episode is its repair,
+                        episodes.fault_episodes), chained by episode_gap_h, less those
+                        beginning on a fleet-wide incident day of its peer group
   rate_expected         the episodes expected of it at its peer group's rate (the group's
                         other nodes' episodes per node-day) times its own node-days
-  rate_q                the Poisson upper tail P(X >= episodes), Benjamini-Hochberg adjusted
-                        within the peer group
+  repairs, repairs_expected  the same for its repaired episodes (those with a ticket)
+  rate_q                the smaller of the two Poisson upper tails P(X >= count),
+                        Benjamini-Hochberg adjusted across every node and both counts of
+                        the fleet (rate_by says which count gave it)
   rate_surprise         -log10(rate_q) (0 below rate_min_episodes episodes): the rule
   left_out              the node's events in the rate window counted nowhere: maintenance
                         and fleet-wide outages, application-class XIDs, episodes on incident
@@ -83,14 +87,18 @@ rule) should send it back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, and_, case, distinct, func, or_, select, union
 
-from rsc_health.historian.lemons.episodes import count_episodes, episode_starts, rate_test
+from rsc_health.historian.lemons.episodes import (
+    count_episodes,
+    fault_episodes,
+    rate_test,
+)
 from rsc_health.historian.lemons.episodes import incident_days as find_incident_days
 from rsc_health.historian.outages import (  # noqa: F401 - long read from here too
     FLEET_FLOOR,
@@ -137,6 +145,8 @@ EXTRA_FEATURES = (
     "down_outs_history",
     "episodes",
     "rate_expected",
+    "repairs",
+    "repairs_expected",
     "rate_q",
     "rate_surprise",
     "left_out",
@@ -381,8 +391,9 @@ def lemon_features(
     in_window = own[(own["start"] >= since) & (own["start"] >= lo) & (own["start"] < hi)]
     s["out_count"] = in_window.groupby("node").size().astype("float64")
     s["repeat_outs"] = _repeat_outs(engine, in_window, hi)
-    rate, peer_group, left_out = _fleet_rate(engine, events, r_lo, hi, outages, cluster, members,
-                                             fleet, repaired=repaired)
+    rate, peer_group, left_out, rate_by = _fleet_rate(engine, events, r_lo, hi, outages,
+                                                      cluster, members, fleet,
+                                                      repaired=repaired)
     s.update(rate)
     nodes |= set(s["out_count_history"].index) | set(s["episodes"].index)
     if members is not None:
@@ -399,12 +410,14 @@ def lemon_features(
     singles = frame["single_node_jobs"].where(frame["single_node_jobs"] > 0)
     frame["single_node_node_failure_rate"] = (frame["single_node_node_fails"] / singles).fillna(0.0)
     frame["single_node_fail_rate_any"] = (frame["single_node_failed_jobs"] / singles).fillna(0.0)
-    counts = [c for c in FEATURE_COLUMNS if "rate" not in c]
+    counts = [c for c in FEATURE_COLUMNS if "rate" not in c and not c.endswith("_expected")]
     frame[counts] = frame[counts].astype("int64")
     frame = frame[list(FEATURE_COLUMNS)]
     frame["xid_codes"] = xid_codes.reindex(frame.index)
     frame["xid_codes"] = frame["xid_codes"].apply(lambda v: v if isinstance(v, list) else [])
     frame["peer_group"] = peer_group.reindex(frame.index).fillna("")
+    # Which stream gave rate_q: "episodes" (every episode) or "repairs" (those with a ticket)
+    frame["rate_by"] = rate_by.reindex(frame.index).fillna("episodes")
     # Nodes in each peer group, the quiet ones too (the frame holds only nodes with something
     # to count): a group's mean count is over all of them (verdicts.selective_in_group).
     frame["peer_nodes"] = frame["peer_group"].map(peer_group.value_counts()).fillna(0).astype(
@@ -480,10 +493,13 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
     faults, app_xids = _own_fault_times(engine, lo, hi)
     window = events[(events["start"] >= lo) & (events["start"] < hi)]
     own = window[window["kind"] == "node"]
+    not_own = window[window["kind"] != "node"]
     faults = pd.concat([faults, own[["node", "start"]].rename(columns={"start": "time"})],
                        ignore_index=True)
+    tickets_in = _repair_tickets(engine, lo, hi, rules)
     if members is not None:
         faults = faults[faults["node"].isin(members)]
+        tickets_in = tickets_in[tickets_in["node"].isin(members)]
     # A node back from a lemon repair is judged on what happened since, over the days since:
     # the failures that sent it to repair must not send it straight back (as for every other
     # lemon feature above).
@@ -491,11 +507,14 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
     if restart:
         since = pd.to_datetime(faults["node"].map(restart))
         faults = faults[since.isna() | (pd.to_datetime(faults["time"]) >= since)]
+        since = pd.to_datetime(tickets_in["node"].map(restart))
+        tickets_in = tickets_in[since.isna() | (pd.to_datetime(tickets_in["time"]) >= since)]
     # A GPU that failed in two nodes took its fault along: the nodes are not blamed for it.
     from rsc_health.historian.gpus import moved_gpu_failures
 
     moved = moved_gpu_failures(engine, faults, hi, rules)
     moved_by_node = faults[moved].groupby("node").size().astype("float64")
+    moved_faults = faults[moved]
     faults = faults[~moved]
     exposure, basis = _exposure(engine, lo, hi, events, cluster, members,
                                 seen | set(faults["node"]))
@@ -506,8 +525,17 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
                                                  np.minimum(exposure["days"], after),
                                                  exposure["days"]))
     groups = exposure.set_index("node")["group"]
-    starts = episode_starts(faults, rules.gap)
-    starts = starts[starts["node"].isin(groups.index)].assign(
+    # One episode per fault, whatever the sources: the node's faults and own outages, the
+    # outages that were not its own and the failures of a GPU that moved (so that their
+    # tickets are not the node's faults either) and the repair tickets
+    # (episodes.fault_episodes).
+    rows = pd.concat([
+        faults[["node", "time"]].assign(own=True),
+        moved_faults[["node", "time"]].assign(own=False),
+        not_own[["node", "start"]].rename(columns={"start": "time"}).assign(own=False),
+    ], ignore_index=True)
+    every = fault_episodes(rows, tickets_in, rules.gap, pd.Timedelta(hours=rules.ticket_lag_h))
+    starts = every[every["own"] & every["node"].isin(groups.index)].assign(
         group=lambda f: f["node"].map(groups))
     incidents = find_incident_days(starts, exposure, rules.incident_alpha)
     day = pd.to_datetime(starts["time"]).dt.floor("D")
@@ -515,7 +543,9 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
         pd.MultiIndex.from_arrays([incidents["group"], pd.to_datetime(incidents["day"])]))
     kept = starts[~on_incident]
     episodes = kept.groupby("node").size().astype("float64")
-    tested = rate_test(episodes, exposure)
+    repairs = kept[kept["repaired"]].groupby("node").size().astype("float64")
+    tested = rate_test({"episodes": episodes, "repairs": repairs}, exposure)
+    tested["expected"] = tested["episodes_expected"]
     if basis == "inventory":
         # The inventory makes it a group of one on purpose (a one-node system): its own rate
         # is its base rate, and the absolute counts do not judge it either (verdicts.py gate).
@@ -524,7 +554,6 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
     q = tested["q"].to_numpy()
     surprise = np.clip(-np.log10(np.maximum(q, 1e-300)), 0.0, MAX_SURPRISE)
     surprise[tested["episodes"].to_numpy() < rules.rate_min_episodes] = 0.0
-    not_own = window[window["kind"] != "node"]
     left = pd.concat([
         not_own.groupby("node").size().astype("float64"),
         app_xids,
@@ -536,6 +565,8 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
     series = {
         "episodes": tested["episodes"],
         "rate_expected": tested["expected"],
+        "repairs": tested["repairs"],
+        "repairs_expected": tested["repairs_expected"],
         "rate_q": tested["q"],
         "rate_surprise": tested["surprise"],
         "left_out": left,
@@ -555,7 +586,24 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
         "incident_episodes": int(on_incident.sum()),
         "moved_gpu_failures": int(moved.sum()),
     }
-    return series, groups, left_out
+    return series, groups, left_out, tested["by"]
+
+
+def _repair_tickets(engine: Engine, lo: datetime, hi: datetime,
+                    rules: OutageRules) -> pd.DataFrame:
+    """node, time (opened), own of the repair tickets opened in [lo, hi), not the ones
+    `lemons --apply` opened itself (source 'lemon': its own verdicts); own is False for a
+    ticket whose reason says planned maintenance (the outages' maintenance_reason_patterns)."""
+    with engine.connect() as conn:
+        rows = pd.DataFrame(conn.execute(
+            select(tickets.c.node, tickets.c.opened, tickets.c.reason).where(
+                tickets.c.opened >= lo, tickets.c.opened < hi,
+                or_(tickets.c.source.is_(None), tickets.c.source != "lemon"))
+        ).all(), columns=["node", "time", "reason"])
+    planned = classify_outages(rows.rename(columns={"time": "start"}).assign(
+        reason=rows["reason"]), replace(rules, fleet_event_nodes=0, fleet_event_share=0.0),
+        0) == "maintenance"
+    return rows.assign(own=~planned.to_numpy())[["node", "time", "own"]]
 
 
 def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:

@@ -136,7 +136,8 @@ class LemonVerdict:
 
     def summary(self) -> str:
         parts = [
-            f"episodes={self.peer['episodes']} vs {self.peer['expected']:.2f} expected at "
+            f"{self.peer.get('by', 'episodes')}={self.peer['episodes']} vs "
+            f"{self.peer['expected']:.2f} expected at "
             f"the rate of {self.peer['group'] or 'its peers'} (q={self.peer['q']:.1e})"
             if c.feature == "rate_surprise" and self.peer
             else f"{c.feature}={_fmt(c.value)}>={_fmt(c.threshold)}"
@@ -178,11 +179,14 @@ def crossings_frame(features: pd.DataFrame, rules: LemonRules) -> pd.DataFrame:
 
 def above_peer_rate(features: pd.DataFrame, peer_q: float) -> pd.Series:
     """Nodes whose episodes are unusual at their peer group's rate: rate_q <= peer_q. Every
-    node when peer_q >= 1 or the features have no rate columns, and a node with nothing to be
-    judged against (no peers: rate_expected 0)."""
+    node when peer_q >= 1 or the features have no rate columns, and a node with episodes but
+    nothing to judge them against (no peers: rate_expected 0). A node without an episode of
+    its own (every outage of it maintenance, fleet-wide or a moved GPU's) is not: its counts
+    are of faults that were not its own."""
     if peer_q >= 1 or "rate_q" not in features:
         return pd.Series(True, index=features.index)
-    return (features["rate_q"] <= peer_q) | (features["rate_expected"] <= 0)
+    return (features["rate_q"] <= peer_q) | (
+        (features["rate_expected"] <= 0) & (features["episodes"] > 0))
 
 
 def selective_in_group(features: pd.DataFrame, feat: str, threshold: float,
@@ -316,10 +320,14 @@ def lemon_verdicts(
 def _peer(row: pd.Series) -> dict[str, Any]:
     if "rate_q" not in row:
         return {}
+    # The stream that gave q: every episode, or the repaired ones (with a ticket).
+    repairs = row.get("rate_by") == "repairs"
     return {
         "group": str(row.get("peer_group", "")),
-        "episodes": int(row["episodes"]),
-        "expected": round(float(row["rate_expected"]), 4),
+        "by": "repairs" if repairs else "episodes",
+        "episodes": int(row["repairs"] if repairs else row["episodes"]),
+        "expected": round(float(row["repairs_expected"] if repairs else row["rate_expected"]),
+                          4),
         "q": float(row["rate_q"]),
     }
 
