@@ -115,23 +115,30 @@ def counters(state) -> dict[str, int]:
         for c, v in port["counters"].items():
             out[f"tm/ib/{port['name']}/{c}"] = v
     for g, _comp in readable_gpus(state):
-        p = _prefix(g.index)
-        tele = g.answers.get(TELEMETRY_KEY)
-        if isinstance(tele, dict):
-            for group, sub in (("viol", tele.get("violation_ns")),
-                               ("event", tele.get("event_time_ns"))):
-                for name, value in (sub.items() if isinstance(sub, dict) else ()):
-                    if _int(value) is not None:
-                        out[f"{p}{group}/{name}"] = value
-        pcie = g.answers.get("pcie")
-        replay = _int(pcie.get("replay")) if isinstance(pcie, dict) else None
-        if replay is not None:
-            out[f"{p}pcie_replay"] = replay
-        links = [lk for lk in g.answers.get("nvlink") or [] if isinstance(lk, dict)]
-        errs = [_int(lk.get(c)) for lk in links for c in ("replay", "recovery", "crc_flit",
-                                                          "crc_data")]
-        if links and any(e is not None for e in errs):
-            out[f"{p}nvlink_errors"] = sum(e for e in errs if e is not None)
+        out.update(_gpu_counters(g))
+    return out
+
+
+def _gpu_counters(g) -> dict[str, int]:
+    """One GPU's cumulative counters: throttle (violation and event) times, PCIe replays and
+    the sum of its NVLinks' error counters."""
+    p = _prefix(g.index)
+    out: dict[str, int] = {}
+    tele = g.answers.get(TELEMETRY_KEY)
+    tele = tele if isinstance(tele, dict) else {}
+    for group, sub in (("viol", tele.get("violation_ns")), ("event", tele.get("event_time_ns"))):
+        for name, value in (sub.items() if isinstance(sub, dict) else ()):
+            if _int(value) is not None:
+                out[f"{p}{group}/{name}"] = value
+    pcie = g.answers.get("pcie")
+    replay = _int(pcie.get("replay")) if isinstance(pcie, dict) else None
+    if replay is not None:
+        out[f"{p}pcie_replay"] = replay
+    links = [lk for lk in g.answers.get("nvlink") or [] if isinstance(lk, dict)]
+    errs = [e for e in (_int(lk.get(c)) for lk in links
+                        for c in ("replay", "recovery", "crc_flit", "crc_data")) if e is not None]
+    if errs:
+        out[f"{p}nvlink_errors"] = sum(errs)
     return out
 
 
