@@ -35,6 +35,23 @@ def _as_saved(cursor: dict) -> dict:
     return {k: v for k, v in cursor.items() if k != "mtime"}
 
 
+def _load_catalogs(cfg: Config, families: list[str], data: dict) -> list[tuple[str, Finding]]:
+    """The XID and SXid catalogs of the families that judge them, into data; (family, checker
+    finding) for each that does not load."""
+    from rsc_health.xid import CatalogError, load_catalog, load_sxid_catalog
+
+    bad = []
+    for family, key, load in (("xid", "xid.catalog_override", load_catalog),
+                              ("sxid", "sxid.catalog_override", load_sxid_catalog)):
+        if family in families:
+            try:
+                data[f"{family}_catalog"] = load(cfg.get(key) or None)
+            except CatalogError as exc:
+                bad.append((family, _checker(family, f"{family} catalog",
+                                             f"bad {family.upper()} catalog: {exc}")))
+    return bad
+
+
 def run(
     cfg: Config,
     root: Path,
@@ -76,8 +93,6 @@ def _run(
     from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
     from rsc_health.checks.state import collect_all
     from rsc_health.collect import counters, hangs, kmsg
-    from rsc_health.xid import CatalogError, load_catalog, load_sxid_catalog
-
     started = time.monotonic()
     findings: list[Finding] = []
     unknown = set(only or ()) - set(FAMILIES)
@@ -122,16 +137,10 @@ def _run(
                                                                         **hang}))
 
     data = dict(cfg.data)
-    for family, key, load in (("xid", "xid.catalog_override", load_catalog),
-                              ("sxid", "sxid.catalog_override", load_sxid_catalog)):
-        if family in families:
-            try:
-                data[f"{family}_catalog"] = load(cfg.get(key) or None)
-            except CatalogError as exc:
-                findings.append(_checker(family, f"{family} catalog",
-                                         f"bad {family.upper()} catalog: {exc}"))
-                families.remove(family)
-                new_cursors.pop(family, None)  # nothing judged: nothing consumed
+    for family, problem in _load_catalogs(cfg, families, data):
+        findings.append(problem)
+        families.remove(family)
+        new_cursors.pop(family, None)  # nothing judged: nothing consumed
     for family in families:
         try:
             findings.extend(CHECKS[family](state, data))
