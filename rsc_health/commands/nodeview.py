@@ -275,7 +275,8 @@ def _echo_lemon(h: dict) -> None:
                 "within their peers") + (f" ({len(failed)} not passed)" if failed else ""))
 
 
-def _num(x) -> str:
+def _figure(x) -> str:
+    """A suspect episode's figure, to four significant digits."""
     return "?" if x is None else f"{x:.4g}"
 
 
@@ -290,8 +291,8 @@ def _echo_suspects(h: dict) -> None:
         ended = "" if e["state"] == SuspectState.SUSPECT else (
             f", {e['changed_by']} {e['changed'][:16].replace('T', ' ')}: "
             f"{e['change_reason'][:80]}")
-        echo(f"  suspect   {e['state'].upper()}{ended}: {e['metric']} {_num(e['value'])} "
-             f"vs peers {_num(e['peer_median'])} (deviation {_num(e['deviation'])}, "
+        echo(f"  suspect   {e['state'].upper()}{ended}: {e['metric']} {_figure(e['value'])} "
+             f"vs peers {_figure(e['peer_median'])} (deviation {_figure(e['deviation'])}, "
              f"{e['source']}) since {e['since'][:16].replace('T', ' ')}; jobs "
              f"{', '.join(e['job_ids'][:6]) or '-'}" + (f" [{e['tier']}]" if e["tier"] else ""))
         if e.get("detail"):
