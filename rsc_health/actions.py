@@ -216,25 +216,9 @@ class Actor:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
             drained = Action(kind, self.node, verdict.reason)
-            if ours is None:
-                # Twice: a node that drained a moment before the others sees too few at first.
-                # After guard_settle_s every racing drain has landed, and every node ranks the
-                # same final set the same way, so exactly those past the limit step back.
-                try:
-                    over = self._over_the_limit()
-                    if over is None and self.settle_s > 0:
-                        self.sleep(self.settle_s)
-                        over = self._over_the_limit()
-                except SlurmError:
-                    # The drain landed and Slurm stopped answering before the second look:
-                    # what is true goes on record (our drain, resumable as any other), and the
-                    # caller still hears Slurm is away, so the verdict stays pending and the
-                    # requeue follows on the next run.
-                    self._save_state(verdict)
-                    self._spool([drained])
-                    raise
-                if over is not None:
-                    return [over]
+            over = self._settled_over_the_limit(verdict, drained) if ours is None else None
+            if over is not None:
+                return [over]
             before = self.load_state() if escalate else None
             self._save_state(verdict)
             if before is not None:
@@ -251,6 +235,26 @@ class Actor:
         if now_mode and requeue:
             actions.extend(self._requeue_jobs(verdict.reason, skip))
         return actions
+
+    def _settled_over_the_limit(self, verdict: Verdict, drained: Action) -> Action | None:
+        """After a fresh drain of ours: the guard's step back if this node is past the limit.
+        Looked at twice: a node that drained a moment before the others sees too few at
+        first. After guard_settle_s every racing drain has landed, and every node ranks the
+        same final set the same way, so exactly those past the limit step back."""
+        try:
+            over = self._over_the_limit()
+            if over is None and self.settle_s > 0:
+                self.sleep(self.settle_s)
+                over = self._over_the_limit()
+        except SlurmError:
+            # The drain landed and Slurm stopped answering before the second look: what is
+            # true goes on record (our drain, resumable as any other), and the caller still
+            # hears Slurm is away, so the verdict stays pending and the requeue follows on
+            # the next run.
+            self._save_state(verdict)
+            self._spool([drained])
+            raise
+        return over
 
     def _adopt(self, verdict: Verdict, info: NodeInfo) -> list[Action]:
         """Record our drain found in place with no record of it. Nothing is spooled unless

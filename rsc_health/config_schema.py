@@ -164,28 +164,36 @@ def infer(value: Any, dotted: str) -> Spec:
         return EXPLICIT[dotted]
     if isinstance(value, (list, dict)) and not value and dotted in family_types():
         return family_types()[dotted]
-    if isinstance(value, bool):
-        return Spec("bool")
-    if isinstance(value, int):
-        return Spec("number" if _is_duration(dotted) else "int")
-    if isinstance(value, float):
-        return Spec("float")
-    if isinstance(value, str):
-        return STR
-    if isinstance(value, list):
-        kinds = {infer(v, dotted + "[]").kind for v in value}
-        if kinds <= {"int", "float", "number"} and "float" in kinds:
-            return Spec("list", Spec("float"))
-        return Spec("list", infer(value[0], dotted + "[]") if len(kinds) == 1 else Spec("any"))
-    if isinstance(value, dict):
-        if not value:
-            return Spec("map", Spec("any"))
-        specs = [infer(v, f"{dotted}.*") for v in value.values()]
-        kinds = {s.kind for s in specs}
-        if kinds <= {"int", "float", "number"}:
-            return Spec("map", Spec("float" if "float" in kinds else specs[0].kind))
-        return Spec("map", specs[0] if len(kinds) == 1 else Spec("any"))
-    return Spec("any")
+    # bool before int: True is an int to isinstance.
+    make = next((m for t, m in _INFERRED if isinstance(value, t)), None)
+    return make(value, dotted) if make else Spec("any")
+
+
+def _infer_list(value: list, dotted: str) -> Spec:
+    kinds = {infer(v, dotted + "[]").kind for v in value}
+    if kinds <= {"int", "float", "number"} and "float" in kinds:
+        return Spec("list", Spec("float"))
+    return Spec("list", infer(value[0], dotted + "[]") if len(kinds) == 1 else Spec("any"))
+
+
+def _infer_map(value: dict, dotted: str) -> Spec:
+    if not value:
+        return Spec("map", Spec("any"))
+    specs = [infer(v, f"{dotted}.*") for v in value.values()]
+    kinds = {s.kind for s in specs}
+    if kinds <= {"int", "float", "number"}:
+        return Spec("map", Spec("float" if "float" in kinds else specs[0].kind))
+    return Spec("map", specs[0] if len(kinds) == 1 else Spec("any"))
+
+
+_INFERRED = (
+    (bool, lambda value, dotted: Spec("bool")),
+    (int, lambda value, dotted: Spec("number" if _is_duration(dotted) else "int")),
+    (float, lambda value, dotted: Spec("float")),
+    (str, lambda value, dotted: STR),
+    (list, _infer_list),
+    (dict, _infer_map),
+)
 
 
 def _type_name(value: Any) -> str:
@@ -195,57 +203,74 @@ def _type_name(value: Any) -> str:
 
 def check_value(spec: Spec, value: Any, dotted: str) -> str | None:
     """What is wrong with `value` for `spec`, or None."""
-    kind = spec.kind
-    if kind == "any":
-        return None
-    if kind == "bool":
-        return None if isinstance(value, bool) else f"expected true or false, got {_show(value)}"
-    if kind in ("int", "float", "number"):
-        ok = (isinstance(value, int) and not isinstance(value, bool)) or (
-            kind != "int" and isinstance(value, float))
-        if not ok:
-            want = "an integer" if kind == "int" else "a number"
-            return f"expected {want}, got {_show(value)}"
+    checker = _CHECKERS.get(spec.kind)  # "any" takes anything
+    return checker(spec, value, dotted) if checker else None
+
+
+def _check_bool(spec: Spec, value: Any, dotted: str) -> str | None:
+    return None if isinstance(value, bool) else f"expected true or false, got {_show(value)}"
+
+
+def _check_number(spec: Spec, value: Any, dotted: str) -> str | None:
+    integer = isinstance(value, int) and not isinstance(value, bool)
+    if integer or (spec.kind != "int" and isinstance(value, float)):
         return _check_range(value, dotted)
-    if kind == "str":
-        if not isinstance(value, str):
-            return f"expected a string, got {_show(value)}"
-        choices = CHOICES.get(dotted)
-        if choices and value not in choices:
-            return f"expected one of {', '.join(choices)}, got {value!r}"
-        if dotted.removesuffix("[]") in FAMILY_LISTS and value not in family_names():
-            return f"unknown check family {value!r}{_suggest(value, family_names())}"
-        return None
-    if kind == "list":
-        if not isinstance(value, list):
-            return f"expected a list, got {_show(value)}"
-        for i, item in enumerate(value):
-            problem = check_value(spec.item or Spec("any"), item, dotted + "[]")
-            if problem:
-                return f"item {i + 1}: {problem}"
-        return None
-    if kind == "map":
-        if not isinstance(value, dict):
-            return f"expected a table, got {_show(value)}"
-        for key, item in value.items():
-            if spec.keys is not None and key not in spec.keys:
-                return f"unknown key {key!r} (known: {', '.join(spec.keys)})"
-            problem = check_value(spec.item or Spec("any"), item, f"{dotted}.*")
-            if problem:
-                return f"{key}: {problem}"
-        return None
-    if kind == "table":
-        if not isinstance(value, dict):
-            return f"expected a table, got {_show(value)}"
-        for key, item in value.items():
-            if key not in spec.fields:
-                return f"unknown key {key!r} (known: {', '.join(spec.fields)})"
-            problem = check_value(spec.fields[key], item, f"{dotted}.{key}")
-            if problem:
-                return f"{key}: {problem}"
-        missing = [k for k in spec.required if k not in value]
-        return f"missing {', '.join(missing)}" if missing else None
+    want = "an integer" if spec.kind == "int" else "a number"
+    return f"expected {want}, got {_show(value)}"
+
+
+def _check_str(spec: Spec, value: Any, dotted: str) -> str | None:
+    if not isinstance(value, str):
+        return f"expected a string, got {_show(value)}"
+    choices = CHOICES.get(dotted)
+    if choices and value not in choices:
+        return f"expected one of {', '.join(choices)}, got {value!r}"
+    if dotted.removesuffix("[]") in FAMILY_LISTS and value not in family_names():
+        return f"unknown check family {value!r}{_suggest(value, family_names())}"
     return None
+
+
+def _check_list(spec: Spec, value: Any, dotted: str) -> str | None:
+    if not isinstance(value, list):
+        return f"expected a list, got {_show(value)}"
+    for i, item in enumerate(value):
+        problem = check_value(spec.item or Spec("any"), item, dotted + "[]")
+        if problem:
+            return f"item {i + 1}: {problem}"
+    return None
+
+
+def _check_map(spec: Spec, value: Any, dotted: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"expected a table, got {_show(value)}"
+    return _check_entries(value, spec.keys, lambda key: spec.item or Spec("any"),
+                          lambda key: f"{dotted}.*")
+
+
+def _check_table(spec: Spec, value: Any, dotted: str) -> str | None:
+    if not isinstance(value, dict):
+        return f"expected a table, got {_show(value)}"
+    problem = _check_entries(value, spec.fields, spec.fields.get,
+                             lambda key: f"{dotted}.{key}")
+    missing = [k for k in spec.required if k not in value]
+    return problem or (f"missing {', '.join(missing)}" if missing else None)
+
+
+def _check_entries(value: dict, known, spec_of, dotted_of) -> str | None:
+    """The first entry of a table that is not among `known` (None: any key is) or whose value
+    is wrong for spec_of(key), in words."""
+    for key, item in value.items():
+        if known is not None and key not in known:
+            return f"unknown key {key!r} (known: {', '.join(known)})"
+        problem = check_value(spec_of(key), item, dotted_of(key))
+        if problem:
+            return f"{key}: {problem}"
+    return None
+
+
+_CHECKERS = {"bool": _check_bool, "int": _check_number, "float": _check_number,
+             "number": _check_number, "str": _check_str, "list": _check_list,
+             "map": _check_map, "table": _check_table}
 
 
 def _show(value: Any) -> str:

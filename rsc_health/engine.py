@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 from rsc_health.config import Config, state_dir
+from rsc_health.durable import fsync_dir
 from rsc_health.model import Finding, Severity, Status, utcnow
 
 XID_CURSOR_FILE = "xid_cursor.json"
@@ -26,6 +27,29 @@ STATE_FILES = (XID_CURSOR_FILE, SXID_CURSOR_FILE, COUNTERS_FILE, HANGS_FILE)
 
 def _checker(family: str, component: str, reason: str) -> Finding:
     return Finding("checker", component, Status.ERROR, Severity.NONE, reason, f"{family}_error")
+
+
+def _as_saved(cursor: dict) -> dict:
+    """A loaded cursor as it was written: less the mtime kmsg.load_cursor adds (an unreadable
+    one keeps its "lost" and never equals a new cursor, so it is written again)."""
+    return {k: v for k, v in cursor.items() if k != "mtime"}
+
+
+def _load_catalogs(cfg: Config, families: list[str], data: dict) -> list[tuple[str, Finding]]:
+    """The XID and SXid catalogs of the families that judge them, into data; (family, checker
+    finding) for each that does not load."""
+    from rsc_health.xid import CatalogError, load_catalog, load_sxid_catalog
+
+    bad = []
+    for family, key, load in (("xid", "xid.catalog_override", load_catalog),
+                              ("sxid", "sxid.catalog_override", load_sxid_catalog)):
+        if family in families:
+            try:
+                data[f"{family}_catalog"] = load(cfg.get(key) or None)
+            except CatalogError as exc:
+                bad.append((family, _checker(family, f"{family} catalog",
+                                             f"bad {family.upper()} catalog: {exc}")))
+    return bad
 
 
 def run(
@@ -69,8 +93,6 @@ def _run(
     from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
     from rsc_health.checks.state import collect_all
     from rsc_health.collect import counters, hangs, kmsg
-    from rsc_health.xid import CatalogError, load_catalog, load_sxid_catalog
-
     started = time.monotonic()
     findings: list[Finding] = []
     unknown = set(only or ()) - set(FAMILIES)
@@ -115,16 +137,10 @@ def _run(
                                                                         **hang}))
 
     data = dict(cfg.data)
-    for family, key, load in (("xid", "xid.catalog_override", load_catalog),
-                              ("sxid", "sxid.catalog_override", load_sxid_catalog)):
-        if family in families:
-            try:
-                data[f"{family}_catalog"] = load(cfg.get(key) or None)
-            except CatalogError as exc:
-                findings.append(_checker(family, f"{family} catalog",
-                                         f"bad {family.upper()} catalog: {exc}"))
-                families.remove(family)
-                new_cursors.pop(family, None)  # nothing judged: nothing consumed
+    for family, problem in _load_catalogs(cfg, families, data):
+        findings.append(problem)
+        families.remove(family)
+        new_cursors.pop(family, None)  # nothing judged: nothing consumed
     for family in families:
         try:
             findings.extend(CHECKS[family](state, data))
@@ -132,19 +148,30 @@ def _run(
             findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
 
     def commit() -> list[Finding]:
+        # Each state file is written only when it changes: what is on disk already says the
+        # same thing, made durable by the run that wrote it. A healthy run on a quiet node
+        # (no new kernel log record, no counter moved, no probe hung) writes none of them and
+        # pays no fsync for them (bench_prolog.py).
+        renamed = False
         try:
             for family, cursor in new_cursors.items():
-                # The counters' save below fsyncs the directory for every name.
-                kmsg.save_json(sdir / cursor_files[family], cursor, sync_dir=False)
+                if cursor != _as_saved(cursors[family]):
+                    # One directory fsync below covers every name renamed into it.
+                    kmsg.save_json(sdir / cursor_files[family], cursor, sync_dir=False)
+                    renamed = True
             # Merge: a partial run (--only) must not drop the other families' baselines.
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
             merged.update(state.counters)
             if (state.hangs != previous_hangs["probes"]
                     or previous_hangs["boot_id"] not in (None, state.boot_id)):
-                # Written only when it changes: a healthy run adds no write.
                 hangs.save(sdir / HANGS_FILE, state.hangs, state.boot_id, sync_dir=False)
-            counters.save(sdir / COUNTERS_FILE, merged, state.boot_id)
+                renamed = True
+            if previous != {"boot_id": state.boot_id, "counters": merged}:
+                counters.save(sdir / COUNTERS_FILE, merged, state.boot_id, sync_dir=False)
+                renamed = True
+            if renamed:
+                fsync_dir(sdir)
         except OSError as exc:
             return [_checker("state", str(sdir),
                              f"cannot save state: {exc.strerror or exc}")]

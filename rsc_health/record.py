@@ -53,6 +53,27 @@ else:
         return str(text).split("[")[0].rsplit(".", 1)[-1] == "ClassVar"
 
     def _process(cls, frozen: bool):
+        fields = _fields(cls)
+        _check_order(fields)
+        setattr(cls, _FIELDS, fields)
+        own = cls.__dict__
+        compared = tuple(n for n, f in fields.items() if f.compare)
+        made = {"__init__": lambda: _make_init(cls, tuple(fields.values())),
+                "__repr__": lambda: _make_repr(tuple(n for n, f in fields.items() if f.repr)),
+                "__eq__": lambda: _make_eq(compared)}
+        for name, make in made.items():
+            if name not in own:
+                setattr(cls, name, make())
+        if own.get("__hash__", None) is None:  # no explicit __hash__
+            cls.__hash__ = _make_hash(compared) if frozen else None
+        if frozen:
+            cls.__setattr__ = _frozen_setattr(cls)
+            cls.__delattr__ = _frozen_delattr(cls)
+        return cls
+
+    def _fields(cls) -> dict[str, Field]:
+        """The bases' fields, then this class's own annotations (not ClassVars), in order; a
+        field() default moves onto the class as a plain attribute (or leaves it)."""
         fields: dict[str, Field] = {}
         for base in reversed(cls.__mro__[1:]):
             fields.update(getattr(base, _FIELDS, {}))
@@ -62,34 +83,20 @@ else:
             value = cls.__dict__.get(name, _MISSING)
             f = value if isinstance(value, Field) else Field(default=value)
             f.name = name
-            if isinstance(value, Field):
-                if f.default is _MISSING:
-                    delattr(cls, name)
-                else:
-                    setattr(cls, name, f.default)
+            if isinstance(value, Field) and f.default is _MISSING:
+                delattr(cls, name)
+            elif isinstance(value, Field):
+                setattr(cls, name, f.default)
             fields[name] = f
+        return fields
+
+    def _check_order(fields: dict[str, Field]) -> None:
         required_after_default = False
         for f in fields.values():
             has_default = f.default is not _MISSING or f.default_factory is not _MISSING
             if required_after_default and not has_default:
                 raise TypeError(f"non-default argument {f.name!r} follows default argument")
             required_after_default = required_after_default or has_default
-        setattr(cls, _FIELDS, fields)
-        own = cls.__dict__
-        if "__init__" not in own:
-            cls.__init__ = _make_init(cls, tuple(fields.values()))
-        if "__repr__" not in own:
-            cls.__repr__ = _make_repr(tuple(n for n, f in fields.items() if f.repr))
-        compared = tuple(n for n, f in fields.items() if f.compare)
-        if "__eq__" not in own:
-            cls.__eq__ = _make_eq(compared)
-        explicit_hash = own.get("__hash__", None) is not None
-        if not explicit_hash:
-            cls.__hash__ = _make_hash(compared) if frozen else None
-        if frozen:
-            cls.__setattr__ = _frozen_setattr(cls)
-            cls.__delattr__ = _frozen_delattr(cls)
-        return cls
 
     def _make_init(cls, fields: tuple[Field, ...]):
         names = tuple(f.name for f in fields)

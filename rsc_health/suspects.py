@@ -86,67 +86,86 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
     # strongest evidence.
     for ep in sorted(episodes, key=lambda e: (e.tier != APPLIED, -(e.deviation or 0.0), e.node)):
         suspect_nodes.add(ep.node)
-        found = info.get(ep.node)
-        if found is None:
-            continue
-        n = found
-        if (n.drain_set and not is_ours(n.reason)) or n.down:
-            out.append(Change(n.name, ActionKind.SUSPECT_HELD,
-                              f"{n.state} ({n.reason[:60]!r}): a person's or Slurm's state "
-                              "wins; left alone", ep.id, PERSON, record=ep.tier != PERSON))
+        n = info.get(ep.node)
+        if n is None:
             continue
         parts = n.partitions or ("",)
-        full = [p for p in parts if used.get(p, 0) >= guard_limit(members.get(p, 1),
-                                                                   rules.max_share)]
-        if full:
-            ours = (ep.tier == APPLIED and rules.trusted not in n.features
-                    and n.weight == rules.suspect_weight)  # the cap was lowered meanwhile
-            out.append(Change(n.name, ActionKind.SUSPECT_HELD,
-                              f"guard: partition {full[0]} already has "
-                              f"{used.get(full[0], 0)} suspect(s) ([suspects] max_share "
-                              f"{rules.max_share:g})" + ("; given back" if ours else ""),
-                              ep.id, HELD, record=ep.tier != HELD,
-                              features=(*n.features, rules.trusted) if ours else None,
-                              weight=(ep.slurm_weight or 1) if ours else None))
-            continue
-        for p in parts:
-            used[p] = used.get(p, 0) + 1
-        if not rules.enabled:
-            out.append(Change(n.name, ActionKind.WOULD_SUSPECT,
-                              f"shadow mode: would take {rules.trusted} off and set weight "
-                              f"{rules.suspect_weight}", ep.id, SHADOW, record=ep.tier != SHADOW))
-            continue
-        feats = tuple(f for f in n.features if f != rules.trusted)
-        lost = rules.trusted in n.features or n.weight != rules.suspect_weight
-        if not lost and ep.tier == APPLIED:
-            continue
-        # The weight to give back: the node's own while Slurm shows it (slurm.conf's, read
-        # again at a reconfigure that may have changed it), else the one saved.
-        original = n.weight if n.weight != rules.suspect_weight else (
-            ep.slurm_weight if ep.slurm_weight is not None else 1)
-        again = ep.tier == APPLIED
-        why = (f"re-applied: Slurm had {','.join(n.features) or 'no features'} and weight "
-               f"{n.weight} again (a reconfigure or restart)" if again else
-               f"{ep.metric} {_num(ep.value)} against peers {_num(ep.peer_median)} "
-               f"(deviation {_num(ep.deviation)}): {rules.trusted} off, weight "
-               f"{rules.suspect_weight}")
-        out.append(Change(n.name, ActionKind.SUSPECT, why, ep.id, APPLIED,
-                          features=feats if rules.trusted in n.features else None,
-                          weight=rules.suspect_weight if n.weight != rules.suspect_weight
-                          else None, slurm_weight=original))
+        change = _held_by_state(n, ep) or _held_by_guard(n, ep, parts, used, members, rules)
+        if change is None:
+            for p in parts:
+                used[p] = used.get(p, 0) + 1
+            change = _suspect(n, ep, rules) if rules.enabled else Change(
+                n.name, ActionKind.WOULD_SUSPECT, f"shadow mode: would take {rules.trusted} "
+                f"off and set weight {rules.suspect_weight}", ep.id, SHADOW,
+                record=ep.tier != SHADOW)
+        if change is not None:
+            out.append(change)
     if rules.enabled:
-        for other in nodes:
-            # Only a node the tier changed (an episode of it saved its weight): a node a site
-            # left without the feature at that weight itself is not ours to touch.
-            if (other.name in suspect_nodes or rules.trusted in other.features
-                    or other.weight != rules.suspect_weight
-                    or other.name not in (restore_weights or {})):
-                continue
-            back = (restore_weights or {})[other.name]
-            out.append(Change(other.name, ActionKind.SUSPECT_RESTORE,
-                              f"no open suspect episode: {rules.trusted} back, weight {back}",
-                              features=(*other.features, rules.trusted), weight=back))
+        out.extend(_restores(nodes, suspect_nodes, rules, restore_weights or {}))
     return out
+
+
+def _held_by_state(n: NodeInfo, ep) -> Change | None:
+    """A person's or Slurm's drain or down state wins over the tier."""
+    if not ((n.drain_set and not is_ours(n.reason)) or n.down):
+        return None
+    return Change(n.name, ActionKind.SUSPECT_HELD,
+                  f"{n.state} ({n.reason[:60]!r}): a person's or Slurm's state wins; left alone",
+                  ep.id, PERSON, record=ep.tier != PERSON)
+
+
+def _held_by_guard(n: NodeInfo, ep, parts, used: dict[str, int], members: dict[str, int],
+                   rules: TierRules) -> Change | None:
+    """A partition of the node already has its share of suspects ([suspects] max_share): held,
+    and given back if the tier had applied it (the cap was lowered meanwhile)."""
+    full = [p for p in parts if used.get(p, 0) >= guard_limit(members.get(p, 1),
+                                                               rules.max_share)]
+    if not full:
+        return None
+    ours = (ep.tier == APPLIED and rules.trusted not in n.features
+            and n.weight == rules.suspect_weight)
+    return Change(n.name, ActionKind.SUSPECT_HELD,
+                  f"guard: partition {full[0]} already has {used.get(full[0], 0)} suspect(s) "
+                  f"([suspects] max_share {rules.max_share:g})" + ("; given back" if ours else ""),
+                  ep.id, HELD, record=ep.tier != HELD,
+                  features=(*n.features, rules.trusted) if ours else None,
+                  weight=(ep.slurm_weight or 1) if ours else None)
+
+
+def _suspect(n: NodeInfo, ep, rules: TierRules) -> Change | None:
+    """Take the trusted feature off and set the suspect weight (again, if Slurm lost it);
+    None when Slurm already shows the tier applied."""
+    feats = tuple(f for f in n.features if f != rules.trusted)
+    lost = rules.trusted in n.features or n.weight != rules.suspect_weight
+    if not lost and ep.tier == APPLIED:
+        return None
+    # The weight to give back: the node's own while Slurm shows it (slurm.conf's, read
+    # again at a reconfigure that may have changed it), else the one saved.
+    original = n.weight if n.weight != rules.suspect_weight else (
+        ep.slurm_weight if ep.slurm_weight is not None else 1)
+    why = (f"re-applied: Slurm had {','.join(n.features) or 'no features'} and weight "
+           f"{n.weight} again (a reconfigure or restart)" if ep.tier == APPLIED else
+           f"{ep.metric} {_num(ep.value)} against peers {_num(ep.peer_median)} "
+           f"(deviation {_num(ep.deviation)}): {rules.trusted} off, weight "
+           f"{rules.suspect_weight}")
+    return Change(n.name, ActionKind.SUSPECT, why, ep.id, APPLIED,
+                  features=feats if rules.trusted in n.features else None,
+                  weight=rules.suspect_weight if n.weight != rules.suspect_weight else None,
+                  slurm_weight=original)
+
+
+def _restores(nodes: list[NodeInfo], suspect_nodes: set[str], rules: TierRules,
+              restore_weights: dict[str, int]) -> list[Change]:
+    """The feature and weight given back to nodes the tier changed that have no open episode.
+    Only a node the tier changed (an episode of it saved its weight): a node a site left
+    without the feature at that weight itself is not ours to touch."""
+    return [Change(other.name, ActionKind.SUSPECT_RESTORE,
+                   f"no open suspect episode: {rules.trusted} back, weight "
+                   f"{restore_weights[other.name]}",
+                   features=(*other.features, rules.trusted), weight=restore_weights[other.name])
+            for other in nodes
+            if other.name not in suspect_nodes and rules.trusted not in other.features
+            and other.weight == rules.suspect_weight and other.name in restore_weights]
 
 
 def _num(x) -> str:

@@ -117,6 +117,33 @@ def _code(kind: str, name: str) -> str:
     return f"dcgm_{kind}_{'_'.join(p for p in slug.split('_') if p)[:40] or 'unknown'}"
 
 
+def _first(mapping, limit: int) -> list:
+    """The first `limit` items of what should be a JSON object (none if it is not one)."""
+    return list(mapping.items())[:limit] if isinstance(mapping, dict) else []
+
+
+def _system_finding(comp: str, system, verdict) -> Finding | None:
+    """DCGM's verdict on one health system of one entity; None when it is healthy (or not a
+    verdict at all)."""
+    if not isinstance(verdict, dict):
+        return None
+    value = verdict.get("value")
+    parts = verdict.get("overflow")
+    message = " ".join(str(p) for p in parts if isinstance(p, str)) if isinstance(
+        parts, list) else ""
+    message = "".join(c for c in message if c.isprintable())[:200]
+    text = f"{comp} DCGM {system}: {value}" + (f": {message}" if message else "")
+    code = _code("health", str(system))
+    data = {"system": str(system)[:64], "dcgm": value, "message": message}
+    if value == FAILURE:
+        return fail(FAMILY, comp, Severity.DRAIN_AFTER_JOB, code, text, repair=False, **data)
+    if value == WARNING:
+        return warn(FAMILY, comp, code, text, **data)
+    if value != HEALTHY:
+        return checker_error(FAMILY, comp, f"{comp} DCGM {system}: {str(value)[:40]!r}")
+    return None
+
+
 def _health(run: dict) -> list[Finding]:
     """`dcgmi health -c -j` (dcgmi/Health.cpp through DcgmiOutputJson): {"header": ["Health
     Monitor Report"], "body": {"Overall Health": {"value": ...}, "<entity group>":
@@ -136,32 +163,13 @@ def _health(run: dict) -> list[Finding]:
     for group, node in list(body.items())[:64]:
         if group == OVERALL or not isinstance(node, dict):
             continue
-        entities = node.get("children")
-        for ident, entity in list(entities.items())[:1024] if isinstance(entities, dict) else []:
+        for ident, entity in _first(node.get("children"), 1024):
             errors = (entity.get("children") or {}).get("Errors") if isinstance(
                 entity, dict) else None
             systems = errors.get("children") if isinstance(errors, dict) else None
             comp = _component(str(group), str(ident))
-            for system, verdict in list(systems.items())[:64] if isinstance(systems,
-                                                                            dict) else []:
-                if not isinstance(verdict, dict):
-                    continue
-                value = verdict.get("value")
-                parts = verdict.get("overflow")
-                message = " ".join(str(p) for p in parts if isinstance(p, str)) if isinstance(
-                    parts, list) else ""
-                message = "".join(c for c in message if c.isprintable())[:200]
-                text = f"{comp} DCGM {system}: {value}" + (f": {message}" if message else "")
-                code = _code("health", str(system))
-                data = {"system": str(system)[:64], "dcgm": value, "message": message}
-                if value == FAILURE:
-                    out.append(fail(FAMILY, comp, Severity.DRAIN_AFTER_JOB, code, text,
-                                    repair=False, **data))
-                elif value == WARNING:
-                    out.append(warn(FAMILY, comp, code, text, **data))
-                elif value != HEALTHY:
-                    out.append(checker_error(FAMILY, comp, f"{comp} DCGM {system}: "
-                                             f"{str(value)[:40]!r}"))
+            out.extend(f for f in (_system_finding(comp, system, verdict)
+                                   for system, verdict in _first(systems, 64)) if f)
     if overall_value != HEALTHY and not out:
         # DCGM said so overall without naming an entity: still its verdict.
         text = f"DCGM overall health: {overall_value}"

@@ -150,40 +150,7 @@ def check(state, cfg: dict) -> list[Finding]:
                  repair=True)
         )
     for p in ports:
-        comp = p.name
-        before = len(out)
-        if p.state not in PORT_STATES or p.phys_state not in PHYS_STATES:
-            # An empty, missing or garbled sysfs file says nothing about the link.
-            out.append(checker_error("infiniband", comp,
-                                     f"infiniband: cannot read {comp} state "
-                                     f"({p.state!r}/{p.phys_state!r})"))
-            continue
-        if p.state != "ACTIVE" or p.phys_state != "LinkUp":
-            out.append(
-                fail("infiniband", comp, Severity.DRAIN_NOW, "ib_down",
-                     f"{comp} port {p.state or '?'}/{p.phys_state or '?'}", repair=False,
-                     state=p.state, phys_state=p.phys_state)
-            )
-        elif rate and p.rate_gbps is not None and p.rate_gbps < rate:
-            out.append(
-                fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, "ib_rate",
-                     f"{comp} at {p.rate_gbps:g} Gb/s, expected {rate:g}", repair=True,
-                     rate_gbps=p.rate_gbps)
-            )
-        if p.unreadable:
-            out.append(checker_error("infiniband", comp, f"infiniband: {comp} counters hold no "
-                                     f"count: {', '.join(p.unreadable)}"))
-        for counter, code in RISING_CODES.items():
-            d = state.deltas.get(f"ib/{comp}/{counter}", 0)
-            limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
-            if d > limit:
-                out.append(
-                    fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
-                         f"{comp} {counter} +{d} since last sweep (limit {limit})",
-                         repair=True, counter=counter, delta=d)
-                )
-        if len(out) == before:
-            out.append(ok("infiniband", comp, f"{comp} ACTIVE {p.rate_gbps or 0:g} Gb/s"))
+        out.extend(_port(p, state.deltas, rate, limits))
     count = int(icfg.get("count", 0))
     if count and not wanted and len(ports) < count:
         out.append(
@@ -191,3 +158,33 @@ def check(state, cfg: dict) -> list[Finding]:
                  f"{len(ports)} of {count} InfiniBand ports present", repair=True)
         )
     return out
+
+
+def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:
+    """One port: its link state and rate, counters it could not read, error counters rising
+    past their limits; ok when none of that."""
+    comp = p.name
+    if p.state not in PORT_STATES or p.phys_state not in PHYS_STATES:
+        # An empty, missing or garbled sysfs file says nothing about the link.
+        return [checker_error("infiniband", comp, f"infiniband: cannot read {comp} state "
+                              f"({p.state!r}/{p.phys_state!r})")]
+    out: list[Finding] = []
+    if p.state != "ACTIVE" or p.phys_state != "LinkUp":
+        out.append(fail("infiniband", comp, Severity.DRAIN_NOW, "ib_down",
+                        f"{comp} port {p.state or '?'}/{p.phys_state or '?'}", repair=False,
+                        state=p.state, phys_state=p.phys_state))
+    elif rate and p.rate_gbps is not None and p.rate_gbps < rate:
+        out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, "ib_rate",
+                        f"{comp} at {p.rate_gbps:g} Gb/s, expected {rate:g}", repair=True,
+                        rate_gbps=p.rate_gbps))
+    if p.unreadable:
+        out.append(checker_error("infiniband", comp, f"infiniband: {comp} counters hold no "
+                                 f"count: {', '.join(p.unreadable)}"))
+    for counter, code in RISING_CODES.items():
+        d = deltas.get(f"ib/{comp}/{counter}", 0)
+        limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
+        if d > limit:
+            out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
+                            f"{comp} {counter} +{d} since last sweep (limit {limit})",
+                            repair=True, counter=counter, delta=d))
+    return out or [ok("infiniband", comp, f"{comp} ACTIVE {p.rate_gbps or 0:g} Gb/s")]

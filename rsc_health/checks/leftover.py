@@ -184,55 +184,58 @@ def check(state, cfg: dict) -> list[Finding]:
         out.append(checker_error(FAMILY, "slurmd spool", f"leftover: cannot list running "
                                  f"jobs ({str(spool_error)[:160]}): no process in a job cgroup "
                                  "is called a leftover"))
+    here = {"pids": pids, "own": own, "running": running, "spool_error": spool_error,
+            "ignore": ignore, "floor": floor, "action": action}
     for g in state.gpu.gpus:
         procs = g.answers.get("processes") if isinstance(g.answers, dict) else None
         if procs is None or err(procs) or not isinstance(procs, list):
             continue  # absent, or NVML refused: the gpu family says which
         for p in procs:
-            pid = _pid(p)
-            if pid is None:
-                continue  # not a pid NVML could have answered: nothing to look at
-            found = pids.get(str(pid))
-            info: dict = found if isinstance(found, dict) else {"seen": False}
-            used = p.get("used_memory") if isinstance(p, dict) else None
-            mib = used // 2**20 if isinstance(used, int) and used >= 0 else None
-            comp = gpu_name(g.index)
-            data = {"pid": pid, "gpu": comp, "gpu_uuid": g.uuid, "pci": g.pci_bus_id,
-                    "used_memory_mib": mib, "command": info.get("command"),
-                    "user": info.get("user"), "job": info.get("job")}
-            what = (f"{comp} pid {pid} ({info.get('command', '?')}, {info.get('user', '?')}, "
-                    f"{'?' if mib is None else mib} MiB)")
-            if not info.get("seen"):
-                out.append(warn(FAMILY, comp, "gpu_process_unseen", f"{what}: NVML names a "
-                                "process this /proc does not show (exited, or another PID "
-                                "namespace)", **data))
-                continue
-            job = info.get("job")
-            job = str(job) if job is not None else None
-            if (job is not None and job == own) or _ignored(info, ignore):
-                continue
-            if job is not None:
-                if job in running or spool_error:
-                    continue  # a job still running here
-                why = f"left by job {job}, which no longer runs here"
-            elif running:
-                out.append(warn(FAMILY, comp, "gpu_process_unattributed", f"{what}: in no "
-                                f"job's cgroup while job(s) {', '.join(sorted(running)[:3])} "
-                                "run here: cannot tell whose", **data))
-                continue
-            else:
-                why = "in no job's cgroup"
-            text = f"{what} {why}"
-            severity = action
-            if severity is Severity.DRAIN_NOW and own is None and running:
-                # A sweep (no job of its own) while jobs run here: "now" would requeue them
-                # for a process that is not theirs. They finish; then the node drains.
-                severity = Severity.DRAIN_AFTER_JOB
-            if severity is Severity.WARN or (isinstance(used, int) and 0 <= used < floor):
-                out.append(warn(FAMILY, comp, "gpu_process_leftover", text, **data))
-            else:
-                out.append(fail(FAMILY, comp, severity, "gpu_process_leftover", text,
-                                repair=False, **data))
+            finding = _judge(g, p, here)
+            if finding is not None:
+                out.append(finding)
     if not [f for f in out if f.family == FAMILY]:
         out.append(ok(FAMILY, "gpus", "no leftover GPU processes"))
     return out
+
+
+def _judge(g, p, here: dict) -> Finding | None:
+    """One process NVML names on GPU g: a finding, or None when it is no one's concern (its
+    own job's, an ignored command, a job still running here, not a pid at all)."""
+    pid = _pid(p)
+    if pid is None:
+        return None  # not a pid NVML could have answered: nothing to look at
+    found = here["pids"].get(str(pid))
+    info: dict = found if isinstance(found, dict) else {"seen": False}
+    used = p.get("used_memory") if isinstance(p, dict) else None
+    mib = used // 2**20 if isinstance(used, int) and used >= 0 else None
+    comp = gpu_name(g.index)
+    data = {"pid": pid, "gpu": comp, "gpu_uuid": g.uuid, "pci": g.pci_bus_id,
+            "used_memory_mib": mib, "command": info.get("command"),
+            "user": info.get("user"), "job": info.get("job")}
+    what = (f"{comp} pid {pid} ({info.get('command', '?')}, {info.get('user', '?')}, "
+            f"{'?' if mib is None else mib} MiB)")
+    if not info.get("seen"):
+        return warn(FAMILY, comp, "gpu_process_unseen", f"{what}: NVML names a process this "
+                    "/proc does not show (exited, or another PID namespace)", **data)
+    job = None if info.get("job") is None else str(info.get("job"))
+    own, running = here["own"], here["running"]
+    if (job is not None and job == own) or _ignored(info, here["ignore"]):
+        return None
+    if job is not None and (job in running or here["spool_error"]):
+        return None  # a job still running here
+    if job is None and running:
+        return warn(FAMILY, comp, "gpu_process_unattributed", f"{what}: in no job's cgroup "
+                    f"while job(s) {', '.join(sorted(running)[:3])} run here: cannot tell "
+                    "whose", **data)
+    why = (f"left by job {job}, which no longer runs here" if job is not None
+           else "in no job's cgroup")
+    severity = here["action"]
+    if severity is Severity.DRAIN_NOW and own is None and running:
+        # A sweep (no job of its own) while jobs run here: "now" would requeue them for a
+        # process that is not theirs. They finish; then the node drains.
+        severity = Severity.DRAIN_AFTER_JOB
+    if severity is Severity.WARN or (isinstance(used, int) and 0 <= used < here["floor"]):
+        return warn(FAMILY, comp, "gpu_process_leftover", f"{what} {why}", **data)
+    return fail(FAMILY, comp, severity, "gpu_process_leftover", f"{what} {why}", repair=False,
+                **data)

@@ -43,6 +43,12 @@ def mounts_to_probe(cfg, present: list[mounts.Mount]) -> list[str]:
     return [p for p in expected if p in mounted]
 
 
+def _sharing_a_child(paths: list[str], records: dict) -> set[str]:
+    """The paths whose abandoned child (pid and start time) is also another path's."""
+    child = {p: (records[p].get("pid"), records[p].get("start")) for p in paths}
+    return {p for p in paths if sum(1 for q in paths if child[q] == child[p]) > 1}
+
+
 def collect(root: Path, env) -> MountState | None:
     cfg, state = env.cfg, env.state
     table = env.guard("mount", "/proc/mounts", lambda: mounts.collect(root))
@@ -56,11 +62,15 @@ def collect(root: Path, env) -> MountState | None:
         found.probes = env.guard("mount", replay, lambda: mounts.replayed_probes(
             root / replay.lstrip("/"), to_probe)) or {}
     else:
-        waiting = [p for p in to_probe
-                   if hangs.still_waiting(env.hangs_before.get(hangs.statvfs(p)))]
+        before = {p: env.hangs_before.get(hangs.statvfs(p)) for p in to_probe}
+        waiting = [p for p in to_probe if hangs.still_waiting(before[p])]
+        # One child asks every mount; one left stuck on two mounts cannot say which of them
+        # answered since: those are asked again, each in a child of its own.
+        alone = _sharing_a_child(waiting, before)
+        waiting = [p for p in waiting if p not in alone]
         asked = [p for p in to_probe if p not in waiting]
         found.probes = env.guard("mount", "statvfs",
-                                 lambda: mounts.probe(root, asked, timeout)) or {}
+                                 lambda: mounts.probe(root, asked, timeout, alone)) or {}
         now = utcnow()
         for path in waiting:  # its statvfs from an earlier run has still not returned
             found.probes[path] = mounts.ProbeResult(

@@ -27,40 +27,45 @@ def check(state, cfg: dict) -> list[Finding]:
     out: list[Finding] = []
     for g, comp in readable_gpus(state):
         links = g.answers.get("nvlink") or []
-        before = len(out)
-        states = [(lk.get("link"), *(flag(lk["state"]) if lk.get("state") is not None
-                                     else (None, "no state"))) for lk in links]
-        down = [link for link, up, _ in states if up is False]
-        active = sum(1 for _, up, _ in states if up)
-        # A state NVML could not give (TIMEOUT, UNKNOWN, ...) or not a real 0/1 (0.0, "0")
-        # says nothing about the link: the checker could not look. Only links known down or
-        # absent drain.
-        unreadable = {link: why for link, _, why in states if why}
-        missing = max(0, expected - len(links))
-        if down or active + len(unreadable) < expected:
-            shown = ",".join(str(x) for x in down) or "-"
-            out.append(
-                fail("nvlink", comp, Severity.DRAIN_NOW, "nvlink_down",
-                     f"{comp} {active} of {expected} NVLinks active (down: {shown})",
-                     repair=True, down=down, missing=missing)
-            )
-        elif unreadable:
-            shown = ", ".join(f"{link}: {why}" for link, why in unreadable.items())
-            out.append(checker_error("nvlink", comp, f"{comp} NVLink state unreadable ({shown})"))
-        rising = {}
-        for lk in links:
-            for c in NVLINK_COUNTERS:
-                d = state.deltas.get(f"nvlink/{comp}/{lk.get('link')}/{c}", 0)
-                if d > limit:
-                    rising[f"{lk.get('link')}/{c}"] = d
-        if rising:
-            first = next(iter(rising))
-            out.append(
-                fail("nvlink", comp, Severity.DRAIN_AFTER_JOB, "nvlink_errors",
-                     f"{comp} NVLink errors rising: link {first} +{rising[first]}"
-                     + (f" (+{len(rising) - 1} more)" if len(rising) > 1 else ""),
-                     repair=True, rising=rising)
-            )
-        if len(out) == before and links:
-            out.append(ok("nvlink", comp, f"{comp} {active} NVLinks active"))
+        found, active = _link_states(comp, links, expected)
+        found += _rising(comp, links, state.deltas, limit)
+        if not found and links:
+            found = [ok("nvlink", comp, f"{comp} {active} NVLinks active")]
+        out.extend(found)
     return out
+
+
+def _link_states(comp: str, links: list, expected: int) -> tuple[list[Finding], int]:
+    """(links down or missing: drain now, or states NVML could not give: a checker error;
+    how many links are active)."""
+    states = [(lk.get("link"), *(flag(lk["state"]) if lk.get("state") is not None
+                                 else (None, "no state"))) for lk in links]
+    down = [link for link, up, _ in states if up is False]
+    active = sum(1 for _, up, _ in states if up)
+    # A state NVML could not give (TIMEOUT, UNKNOWN, ...) or not a real 0/1 (0.0, "0")
+    # says nothing about the link: the checker could not look. Only links known down or
+    # absent drain.
+    unreadable = {link: why for link, _, why in states if why}
+    missing = max(0, expected - len(links))
+    if down or active + len(unreadable) < expected:
+        shown = ",".join(str(x) for x in down) or "-"
+        return [fail("nvlink", comp, Severity.DRAIN_NOW, "nvlink_down",
+                     f"{comp} {active} of {expected} NVLinks active (down: {shown})",
+                     repair=True, down=down, missing=missing)], active
+    if unreadable:
+        shown = ", ".join(f"{link}: {why}" for link, why in unreadable.items())
+        return [checker_error("nvlink", comp, f"{comp} NVLink state unreadable ({shown})")], active
+    return [], active
+
+
+def _rising(comp: str, links: list, deltas: dict, limit: int) -> list[Finding]:
+    """Error counters that rose past the limit since the last sweep (drain after the job)."""
+    rising = {f"{lk.get('link')}/{c}": d for lk in links for c in NVLINK_COUNTERS
+              if (d := deltas.get(f"nvlink/{comp}/{lk.get('link')}/{c}", 0)) > limit}
+    if not rising:
+        return []
+    first = next(iter(rising))
+    return [fail("nvlink", comp, Severity.DRAIN_AFTER_JOB, "nvlink_errors",
+                 f"{comp} NVLink errors rising: link {first} +{rising[first]}"
+                 + (f" (+{len(rising) - 1} more)" if len(rising) > 1 else ""),
+                 repair=True, rising=rising)]

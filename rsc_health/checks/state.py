@@ -62,36 +62,35 @@ def collect_all(
                   telemetry=any(f.name == "telemetry" for f in families))
     cursors = cursors or {}
     env = CollectEnv(cfg, deadline, state, cursors, hangs_before, probe_timeout_s)
-    for fam in families:
-        if fam.collect is not None:
-            data = env.guard(fam.name, fam.name, lambda fam=fam: fam.collect(root, env))
-            if data is not None:
-                state.extra[fam.name] = data
-    # Only the families that ran move their baselines: a prolog that does not judge NVLink
-    # must not move its counters' baseline past errors the next sweep has to see. A counter
-    # with no baseline yet (a first run, a new boot) is kept whoever read it: from then on
-    # the family that judges it sees its rise.
-    for fam in families:
-        if fam.counters is not None:
-            state.counters.update(fam.counters(state))
-    before = previous_counters or {}
-    kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
-        else {}
-    for fam in REGISTRY:
-        if fam.counters is not None and fam not in families:
-            state.counters.update({k: v for k, v in fam.counters(state).items()
-                                   if k not in kept})
-    for key, value in list(state.counters.items()):
-        if not counters.plausible(value):
-            # Not judged and not kept as a baseline: the last good one stays, so a real rise
-            # after a garbled read is still seen.
-            del state.counters[key]
-            state.errors.append(("counters", key, f"not a counter value: {str(value)[:40]!r}"))
+    for fam in (f for f in families if f.collect is not None):
+        data = env.guard(fam.name, fam.name, lambda fam=fam: fam.collect(root, env))
+        if data is not None:
+            state.extra[fam.name] = data
+    _read_counters(state, families, previous_counters or {})
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
     new_cursors = {}
-    for fam in families:
-        if fam.cursor is not None:
-            read = state.extra.get(fam.name)
-            new_cursors[fam.name] = dict(read.cursor if read is not None
-                                         else cursors.get(fam.name) or {})
+    for fam in (f for f in families if f.cursor is not None):
+        read = state.extra.get(fam.name)
+        new_cursors[fam.name] = dict(read.cursor if read is not None
+                                     else cursors.get(fam.name) or {})
     return state, new_cursors
+
+
+def _read_counters(state: NodeState, families: list, before: dict) -> None:
+    """Into state.counters: the counters this run read, to judge and to keep as baselines.
+
+    Only the families that ran move their baselines: a prolog that does not judge NVLink must
+    not move its counters' baseline past errors the next sweep has to see. A counter with no
+    baseline yet (a first run, a new boot) is kept whoever read it: from then on the family
+    that judges it sees its rise. A value that is not a counter is neither judged nor kept
+    (the last good baseline stays, so a real rise after a garbled read is still seen)."""
+    read = state.counters
+    kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
+        else {}
+    # The families that ran first, then the others' counters that have no baseline yet.
+    for ran, fam in sorted(((fam in families, fam) for fam in REGISTRY),
+                           key=lambda pair: not pair[0]):
+        if fam.counters is not None:
+            read.update({k: v for k, v in fam.counters(state).items() if ran or k not in kept})
+    for key in [k for k, v in read.items() if not counters.plausible(v)]:
+        state.errors.append(("counters", key, f"not a counter value: {str(read.pop(key))[:40]!r}"))

@@ -115,23 +115,30 @@ def counters(state) -> dict[str, int]:
         for c, v in port["counters"].items():
             out[f"tm/ib/{port['name']}/{c}"] = v
     for g, _comp in readable_gpus(state):
-        p = _prefix(g.index)
-        tele = g.answers.get(TELEMETRY_KEY)
-        if isinstance(tele, dict):
-            for group, sub in (("viol", tele.get("violation_ns")),
-                               ("event", tele.get("event_time_ns"))):
-                for name, value in (sub.items() if isinstance(sub, dict) else ()):
-                    if _int(value) is not None:
-                        out[f"{p}{group}/{name}"] = value
-        pcie = g.answers.get("pcie")
-        replay = _int(pcie.get("replay")) if isinstance(pcie, dict) else None
-        if replay is not None:
-            out[f"{p}pcie_replay"] = replay
-        links = [lk for lk in g.answers.get("nvlink") or [] if isinstance(lk, dict)]
-        errs = [_int(lk.get(c)) for lk in links for c in ("replay", "recovery", "crc_flit",
-                                                          "crc_data")]
-        if links and any(e is not None for e in errs):
-            out[f"{p}nvlink_errors"] = sum(e for e in errs if e is not None)
+        out.update(_gpu_counters(g))
+    return out
+
+
+def _gpu_counters(g) -> dict[str, int]:
+    """One GPU's cumulative counters: throttle (violation and event) times, PCIe replays and
+    the sum of its NVLinks' error counters."""
+    p = _prefix(g.index)
+    out: dict[str, int] = {}
+    tele = g.answers.get(TELEMETRY_KEY)
+    tele = tele if isinstance(tele, dict) else {}
+    for group, sub in (("viol", tele.get("violation_ns")), ("event", tele.get("event_time_ns"))):
+        for name, value in (sub.items() if isinstance(sub, dict) else ()):
+            if _int(value) is not None:
+                out[f"{p}{group}/{name}"] = value
+    pcie = g.answers.get("pcie")
+    replay = _int(pcie.get("replay")) if isinstance(pcie, dict) else None
+    if replay is not None:
+        out[f"{p}pcie_replay"] = replay
+    links = [lk for lk in g.answers.get("nvlink") or [] if isinstance(lk, dict)]
+    errs = [e for e in (_int(lk.get(c)) for lk in links
+                        for c in ("replay", "recovery", "crc_flit", "crc_data")) if e is not None]
+    if errs:
+        out[f"{p}nvlink_errors"] = sum(errs)
     return out
 
 
@@ -159,11 +166,10 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     """One GPU's figures (absent when NVML did not say, or no interval for a rate)."""
     tele = g.answers.get(TELEMETRY_KEY)
     tele = tele if isinstance(tele, dict) else {}
-    out: dict = {}
     util = tele.get("utilization")
     busy_pct = _int(util.get("gpu")) if isinstance(util, dict) else None
     busy = busy_pct is not None and busy_pct >= float(tcfg["busy_util_pct"])
-    out["busy"] = busy
+    out: dict = {"busy": busy}
     clocks, maxima = tele.get("clocks") or {}, tele.get("max_clocks") or {}
     if isinstance(clocks, dict) and isinstance(maxima, dict):
         for name in ("sm", "mem"):
@@ -176,22 +182,35 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     temp = val(g.answers.get("temperature"))
     if isinstance(temp, (int, float)) and not isinstance(temp, bool) and -50 < temp < 200:
         out["temp_c"] = float(temp)
-    pcie = g.answers.get("pcie")
-    if isinstance(pcie, dict):
-        gen, mgen = _int(pcie.get("gen")), _int(pcie.get("max_gen"))
-        width, mwidth = _int(pcie.get("width")), _int(pcie.get("max_width"))
-        if width is not None and mwidth:
-            # An idle GPU drops its link to Gen1 to save power: only a busy one's speed counts.
-            if busy and gen is not None and mgen:
-                out["pcie_link_ratio"] = min(1.0, (gen * width) / (mgen * mwidth))
-            else:
-                out["pcie_link_ratio"] = min(1.0, width / mwidth)
-    if interval is None:
-        return out
-    p = _prefix(g.index)
+    link = _pcie_link_ratio(g.answers.get("pcie"), busy)
+    if link is not None:
+        out["pcie_link_ratio"] = link
+    if interval is not None:
+        out.update(_rates(_prefix(g.index), state.deltas, interval))
+    return out
+
+
+def _pcie_link_ratio(pcie, busy: bool) -> float | None:
+    """The PCIe link's width (and, busy, its speed) against its maximum."""
+    if not isinstance(pcie, dict):
+        return None
+    gen, mgen = _int(pcie.get("gen")), _int(pcie.get("max_gen"))
+    width, mwidth = _int(pcie.get("width")), _int(pcie.get("max_width"))
+    if width is None or not mwidth:
+        return None
+    # An idle GPU drops its link to Gen1 to save power: only a busy one's speed counts.
+    if busy and gen is not None and mgen:
+        return min(1.0, (gen * width) / (mgen * mwidth))
+    return min(1.0, width / mwidth)
+
+
+def _rates(p: str, deltas: dict, interval: float) -> dict:
+    """The GPU's figures over the interval: throttled fractions (the worst hardware reason,
+    the power cap) and error rates."""
+    out: dict = {}
 
     def frac(key: str) -> float | None:
-        d = state.deltas.get(p + key)
+        d = deltas.get(p + key)
         return None if d is None else min(1.0, d / (interval * NS))
 
     hw = {name: frac(f"event/{name}") for name in HW_EVENTS}
@@ -206,7 +225,7 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     if power_frac is not None:
         out["power_frac"] = power_frac
     for key, name in (("pcie_replay", "pcie_replay_rate"), ("nvlink_errors", "nvlink_error_rate")):
-        d = state.deltas.get(p + key)
+        d = deltas.get(p + key)
         if d is not None:
             out[name] = d / interval
     return out
@@ -232,6 +251,20 @@ def _worst(items: list[tuple[str, float]], highest: bool) -> dict | None:
     return {"value": round(float(value), 6), "component": comp}
 
 
+def _port_figures(port: dict, deltas: dict, expected: float, interval: float | None) -> dict:
+    """One InfiniBand port's figures: its link rate against the expected one, and its
+    counters' rates over the interval."""
+    fig: dict = {"port": port["name"]}
+    if expected and port.get("rate_gbps") is not None:
+        fig["link_ratio"] = port["rate_gbps"] / expected
+    for c in IB_COUNTERS if interval is not None else ():
+        d = deltas.get(f"tm/ib/{port['name']}/{c}")
+        if d is not None:
+            # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
+            fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
+    return fig
+
+
 def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
     """(metrics {name: {value, component}}, interval_s, per-GPU figures, per-port figures)."""
     tcfg = cfg["telemetry"]
@@ -249,20 +282,8 @@ def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
             metrics[metric.value] = worst
     read = state.extra.get(FAMILY) or {"ports": []}
     expected = float(cfg["infiniband"]["rate_gbps"])
-    ports = []
-    for port in read["ports"]:
-        if (port.get("link_layer") or "InfiniBand") != "InfiniBand":
-            continue
-        fig: dict = {"port": port["name"]}
-        if expected and port.get("rate_gbps") is not None:
-            fig["link_ratio"] = port["rate_gbps"] / expected
-        if interval is not None:
-            for c in IB_COUNTERS:
-                d = state.deltas.get(f"tm/ib/{port['name']}/{c}")
-                if d is not None:
-                    # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
-                    fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
-        ports.append(fig)
+    ports = [_port_figures(port, state.deltas, expected, interval) for port in read["ports"]
+             if (port.get("link_layer") or "InfiniBand") == "InfiniBand"]
     for key, metric, highest in (("port_xmit_wait_rate", Metric.IB_XMIT_WAIT_RATE, True),
                                  ("link_ratio", Metric.IB_LINK_RATIO, False)):
         worst = _worst([(f["port"], f[key]) for f in ports if key in f], highest)

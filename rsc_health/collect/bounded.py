@@ -91,60 +91,85 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _last_message(buf: bytes, key: str) -> Any:
-    """The last whole line of a child's output that is a JSON object holding `key`."""
-    for line in reversed(buf.split(b"\n")):
+def _messages(buf: bytes) -> list[dict]:
+    """Every whole line of a child's output that is a JSON object, in order."""
+    out = []
+    for line in buf.split(b"\n"):
         try:
             msg = json.loads(line)
         except ValueError:
             continue
-        if isinstance(msg, dict) and key in msg:
+        if isinstance(msg, dict):
+            out.append(msg)
+    return out
+
+
+def _last_message(buf: bytes, key: str) -> Any:
+    """The last whole line of a child's output that is a JSON object holding `key`."""
+    for msg in reversed(_messages(buf)):
+        if key in msg:
             return msg
     return None
 
 
 def collect(children: dict[str, tuple[int, int]], deadline: float,
-            partial: dict[str, Any] | None = None) -> dict[str, dict | None]:
+            partial: dict[str, Any] | None = None,
+            reports: dict[str, list] | None = None) -> dict[str, dict | None]:
     """Wait for every child's answer until `deadline` (time.monotonic()); None = abandoned.
-    `partial`, when given, receives each abandoned streaming child's last report."""
-    buffers = {key: bytearray() for key in children}
-    open_fds = {fd: key for key, (_, fd) in children.items()}
-    done: dict[str, dict | None] = {}
-    while open_fds:
-        left = deadline - time.monotonic()
-        if left <= 0:
-            break
-        ready, _, _ = select.select(list(open_fds), [], [], left)
-        for fd in ready:
-            chunk = os.read(fd, 65536)
-            key = open_fds[fd]
-            if chunk:
-                buffers[key] += chunk
-                continue
-            del open_fds[fd]
-            os.close(fd)
-            answer = _last_message(bytes(buffers[key]), "ok") or _last_message(
-                bytes(buffers[key]), "error")
-            done[key] = answer
-    for fd, key in open_fds.items():
-        os.close(fd)
-        done[key] = None
+    `partial`, when given, receives each abandoned streaming child's last report; `reports`,
+    when given, every report of each streaming child, in order, answered or abandoned."""
+    buffers, done = _read_until(children, deadline)
+    said = {key: _messages(bytes(buf)) for key, buf in buffers.items()}
+    if reports is not None:
+        reports.update({key: [m["partial"] for m in msgs if "partial" in m]
+                        for key, msgs in said.items()})
     if partial is not None:
         for key in children:
             if done.get(key) is None:
-                last = _last_message(bytes(buffers[key]), "partial")
+                last = next((m for m in reversed(said[key]) if "partial" in m), None)
                 partial[key] = last["partial"] if last else None
     for key, (pid, _) in children.items():
-        if done.get(key) is None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
-        try:
-            os.waitpid(pid, os.WNOHANG)  # reap if it is gone; never wait for a stuck one
-        except OSError:
-            pass
+        _let_go(pid, kill=done.get(key) is None)
     return done
+
+
+def _read_until(children: dict[str, tuple[int, int]], deadline: float
+                ) -> tuple[dict[str, bytearray], dict[str, dict | None]]:
+    """(what each child wrote, its answer: its last "ok" or "error" message, None for one
+    that did not close its pipe by the deadline); every pipe is closed after."""
+    buffers = {key: bytearray() for key in children}
+    open_fds = {fd: key for key, (_, fd) in children.items()}
+    done: dict[str, dict | None] = {}
+    while open_fds and deadline > time.monotonic():
+        ready, _, _ = select.select(list(open_fds), [], [],
+                                    max(0.0, deadline - time.monotonic()))
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            key = open_fds[fd]
+            buffers[key] += chunk
+            if not chunk:
+                del open_fds[fd]
+                os.close(fd)
+                done[key] = (_last_message(bytes(buffers[key]), "ok")
+                             or _last_message(bytes(buffers[key]), "error"))
+    for fd, key in open_fds.items():
+        os.close(fd)
+        done[key] = None
+    return buffers, done
+
+
+def _let_go(pid: int, *, kill: bool) -> None:
+    """Kill a child abandoned (kill=True; the kill lands when the kernel lets go of it), and
+    reap it if it is gone; never wait for a stuck one."""
+    try:
+        if kill:
+            os.kill(pid, signal.SIGKILL)
+    except OSError:
+        pass
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except OSError:
+        pass
 
 
 def call(fn: Callable[..., Any], timeout_s: float, *, streaming: bool = False) -> Any:

@@ -97,13 +97,30 @@ def waited_s(record: dict, now: datetime) -> float:
 
 def _start_time(pid: int) -> int | None:
     """A live process's start time (clock ticks since boot, /proc/PID/stat field 22); None when
-    it is gone or a zombie. /proc is this machine's, whatever root the checks read."""
+    it is gone or a zombie. /proc is this machine's, whatever root the checks read.
+
+    Live means any of its threads: the mount prober's child asks each mount in a thread, and
+    once killed its main thread is a zombie while the thread stuck in statvfs is still in the
+    kernel (state D): the process is still waiting on that mount."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        fields = stat[stat.rindex(")") + 2:].split()
-        return None if fields[0] in ("Z", "X", "x") else int(fields[19])
+        state, start = _stat(Path(f"/proc/{pid}/stat"))
+        if state in _GONE:
+            tasks = Path(f"/proc/{pid}/task")
+            if not any(_stat(t / "stat")[0] not in _GONE for t in tasks.iterdir()):
+                return None
+        return start
     except (OSError, ValueError, IndexError):
         return None
+
+
+_GONE = ("Z", "X", "x")
+
+
+def _stat(path: Path) -> tuple[str, int]:
+    """(state, start time) from a /proc stat file."""
+    stat = path.read_text()
+    fields = stat[stat.rindex(")") + 2:].split()
+    return fields[0], int(fields[19])
 
 
 def save(path: Path, probes: dict[str, dict], boot_id: str, *, sync_dir: bool = True) -> None:

@@ -1,9 +1,10 @@
 """Mounts: presence, type and read-write from /proc/mounts, plus a liveness probe.
 
-The probe calls statvfs in a forked child per mount and gives up after a timeout: a hung NFS,
-Lustre or FUSE mount blocks statvfs in the kernel, and the checker must report that
-(`mount_hung`), not hang with it. A thread stuck in the kernel would keep the prolog from
-exiting until the mount answers; an abandoned child does not (rsc_health.collect.bounded).
+The probe calls statvfs in a forked child (a thread per mount in it) and gives up after a
+timeout: a hung NFS, Lustre or FUSE mount blocks statvfs in the kernel, and the checker must
+report that (`mount_hung`), not hang with it. A thread stuck in the kernel would keep the
+prolog from exiting until the mount answers; an abandoned child does not
+(rsc_health.collect.bounded), whatever its own threads are stuck in.
 """
 
 from __future__ import annotations
@@ -102,33 +103,70 @@ class ProbeResult:
     pid: int | None = None  # the child abandoned when hung (collect.hangs)
 
 
-def probe(root: Path, paths: list[str], timeout_s: float) -> dict[str, ProbeResult]:
-    """statvfs every path in parallel, each in its own child; whatever has not answered by
-    the deadline is hung (and its child abandoned)."""
+def probe(root: Path, paths: list[str], timeout_s: float,
+          alone: frozenset[str] | set[str] = frozenset()) -> dict[str, ProbeResult]:
+    """statvfs every path in parallel; whatever has not answered by the deadline is hung (and
+    the child asking it abandoned). One forked child asks them all, a thread per path (a hung
+    mount holds its own thread, not the others' answers): one fork per run, not one per mount.
+    A path in `alone` gets a child of its own (checks.mount: a path whose earlier hang shared
+    its child with another's, so that each stuck child names one mount again)."""
     from rsc_health.collect import bounded
 
     start = time.monotonic()
-    results: dict[str, ProbeResult] = {}
-    children = {}
 
     def target(path: str) -> str:
         return str(root / path.lstrip("/")) if path != "/" else str(root)
 
-    for path in paths:
-        # The module's `statvfs` (tests replace it), called in the child.
-        children[path] = bounded.start(lambda p=path: statvfs(target(p)) and None)
-    answers = bounded.collect(children, start + timeout_s)
-    for path in paths:
-        answer = answers.get(path)
-        took = time.monotonic() - start
-        if answer is None:
-            results[path] = ProbeResult(path, False, True, took, pid=children[path][0])
-        elif "error" in answer:
-            results[path] = ProbeResult(path, False, False, took,
-                                        answer.get("strerror") or answer["error"])
-        else:
-            results[path] = ProbeResult(path, True, False, took)
-    return results
+    together = [p for p in paths if p not in alone]
+    groups = ([together] if together else []) + [[p] for p in paths if p in alone]
+    children = {str(i): bounded.start(_asker([target(p) for p in group]), streaming=True)
+                for i, group in enumerate(groups)}
+    reports: dict[str, list] = {}
+    bounded.collect(children, start + timeout_s, reports=reports)
+    took = time.monotonic() - start
+    results: dict[str, ProbeResult] = {}
+    for i, group in enumerate(groups):
+        said = {r.get("i"): r for r in reports.get(str(i), []) if isinstance(r, dict)}
+        for n, path in enumerate(group):
+            answer = said.get(n)
+            if answer is None:
+                results[path] = ProbeResult(path, False, True, took, pid=children[str(i)][0])
+            elif answer.get("error"):
+                results[path] = ProbeResult(path, False, False, answer["seconds"],
+                                            str(answer["error"]))
+            else:
+                results[path] = ProbeResult(path, True, False, answer["seconds"])
+    return {path: results[path] for path in paths}
+
+
+def _asker(targets: list[str]):
+    """What the child runs: statvfs each target (the module's `statvfs`: tests replace it), in
+    a thread each when there are several, reporting {"i", "seconds", "error"} per answer."""
+
+    def ask(emit) -> None:
+        import threading
+
+        started = time.monotonic()
+
+        def one(i: int) -> None:
+            try:
+                statvfs(targets[i])
+                error = None
+            except Exception as exc:  # noqa: BLE001 - reported to the parent as data
+                error = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
+            emit({"i": i, "seconds": time.monotonic() - started, "error": error})
+
+        if len(targets) == 1:
+            one(0)
+            return
+        threads = [threading.Thread(target=one, args=(i,), daemon=True)
+                   for i in range(len(targets))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    return ask
 
 
 def replayed_probes(path: Path, paths: list[str]) -> dict[str, ProbeResult]:

@@ -101,54 +101,77 @@ def run_all(
     running: list[_Running] = []
     results: dict[str, Outcome] = {}
     for name, argv in commands.items():
-        try:
-            proc = subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, close_fds=True, env=env, cwd=cwd,
-                pass_fds=(pass_fds[name],) if pass_fds and name in pass_fds else (),
-            )
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            results[name] = Outcome(name, start_error=why)
-            continue
-        _LIVE.add(proc.pid)
-        now = time.monotonic()
-        r = _Running(name, proc, now + max(0.0, timeout_s[name]), now, err_keep=stderr_keep)
-        for fd, kind in ((proc.stdout.fileno(), "out"), (proc.stderr.fileno(), "err")):
-            os.set_blocking(fd, False)
-            r.open_fds[fd] = kind
-        running.append(r)
-
+        started = _start(name, argv, timeout_s[name], stderr_keep, env=env, cwd=cwd,
+                         fd=(pass_fds or {}).get(name))
+        if isinstance(started, Outcome):
+            results[name] = started
+        else:
+            running.append(started)
     while running:
-        now = time.monotonic()
         for r in list(running):
-            if r.exited_at is None and _exited(r.proc):
-                r.exited_at = now
-            grace_over = exit_grace_s is not None and r.exited_at is not None and (
-                now - r.exited_at >= exit_grace_s)
-            if r.exited_at is not None and (not r.open_fds or grace_over):
-                results[r.name] = _finish(r, max_bytes, timed_out=False)
+            outcome = _settled(r, time.monotonic(), max_bytes, exit_grace_s)
+            if outcome is not None:
+                results[r.name] = outcome
                 running.remove(r)
-            elif now >= r.deadline and (r.exited_at is None or exit_grace_s is None):
-                _kill_group(r.proc)
-                results[r.name] = _finish(r, max_bytes, timed_out=True)
-                running.remove(r)
-        if not running:
-            break
-        fds = {fd: r for r in running for fd in r.open_fds}
-        wait = min(r.deadline for r in running) - time.monotonic()
-        if any(r.exited_at is not None for r in running) or any(not r.open_fds for r in running):
-            wait = min(wait, POLL_S)  # waiting on an exit the pipes will not announce
-        elif fds:
-            wait = min(wait, 0.1)  # an exit behind pipes a left-behind child keeps open
-        wait = max(0.0, wait)
-        if not fds:
-            time.sleep(wait)
-            continue
-        ready, _, _ = select.select(list(fds), [], [], wait)
-        for fd in ready:
-            _read(fds[fd], fd, max_bytes)
+        if running:
+            _wait(running, max_bytes)
     return {name: results[name] for name in commands}
+
+
+def _start(name: str, argv: list[str], timeout_s: float, stderr_keep: int, *, env, cwd,
+           fd: int | None) -> _Running | Outcome:
+    """The command started in its own session, its pipes non-blocking; or the Outcome of one
+    that could not start."""
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, close_fds=True, env=env, cwd=cwd,
+            pass_fds=(fd,) if fd is not None else (),
+        )
+    except (OSError, ValueError, subprocess.SubprocessError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return Outcome(name, start_error=why)
+    _LIVE.add(proc.pid)
+    now = time.monotonic()
+    r = _Running(name, proc, now + max(0.0, timeout_s), now, err_keep=stderr_keep)
+    for pipe_fd, kind in ((proc.stdout.fileno(), "out"), (proc.stderr.fileno(), "err")):
+        os.set_blocking(pipe_fd, False)
+        r.open_fds[pipe_fd] = kind
+    return r
+
+
+def _settled(r: _Running, now: float, max_bytes: int,
+             exit_grace_s: float | None) -> Outcome | None:
+    """The command's Outcome once it has exited and its pipes are done (or the grace after
+    its exit is over), or once it is past its deadline (its group killed); None meanwhile."""
+    if r.exited_at is None and _exited(r.proc):
+        r.exited_at = now
+    grace_over = exit_grace_s is not None and r.exited_at is not None and (
+        now - r.exited_at >= exit_grace_s)
+    if r.exited_at is not None and (not r.open_fds or grace_over):
+        return _finish(r, max_bytes, timed_out=False)
+    if now >= r.deadline and (r.exited_at is None or exit_grace_s is None):
+        _kill_group(r.proc)
+        return _finish(r, max_bytes, timed_out=True)
+    return None
+
+
+def _wait(running: list[_Running], max_bytes: int) -> None:
+    """Read what the running commands wrote, waiting no later than the next deadline (and
+    polling while an exit is one the pipes will not announce)."""
+    fds = {fd: r for r in running for fd in r.open_fds}
+    wait = min(r.deadline for r in running) - time.monotonic()
+    if any(r.exited_at is not None for r in running) or any(not r.open_fds for r in running):
+        wait = min(wait, POLL_S)  # waiting on an exit the pipes will not announce
+    elif fds:
+        wait = min(wait, 0.1)  # an exit behind pipes a left-behind child keeps open
+    wait = max(0.0, wait)
+    if not fds:
+        time.sleep(wait)
+        return
+    ready, _, _ = select.select(list(fds), [], [], wait)
+    for fd in ready:
+        _read(fds[fd], fd, max_bytes)
 
 
 def _read(r: _Running, fd: int, max_bytes: int) -> bool:

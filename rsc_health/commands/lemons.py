@@ -115,15 +115,19 @@ def lemons(
     if slurm is None:
         click.echo("  (Slurm not consulted: node states and human drains unknown)")
     for v in verdicts:
-        a = by_node.get(v.node)
-        echo(f"{v.node}: {v.summary()}")
-        if a is not None:
-            echo(f"  action: {a.action}: {a.reason or a.why}")
-        for kind, rows in v.evidence.items():
-            if rows:
-                echo(f"  {kind}: " + "; ".join(_evidence_line(kind, r) for r in rows[:5]))
-                if len(rows) > 5:
-                    click.echo(f"    ... {len(rows) - 5} more")
+        _echo_verdict(v, by_node.get(v.node))
+
+
+def _echo_verdict(v, a) -> None:
+    """One candidate: its summary, the action taken on it, the first rows of each evidence."""
+    echo(f"{v.node}: {v.summary()}")
+    if a is not None:
+        echo(f"  action: {a.action}: {a.reason or a.why}")
+    for kind, rows in v.evidence.items():
+        if rows:
+            echo(f"  {kind}: " + "; ".join(_evidence_line(kind, r) for r in rows[:5]))
+        if len(rows) > 5:
+            click.echo(f"    ... {len(rows) - 5} more")
 
 
 def _evidence_line(kind: str, r: dict) -> str:

@@ -229,17 +229,7 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
     if doc.get("schema") != SNAPSHOT_SCHEMA:
         raise click.ClickException(f"{path}: not a {SNAPSHOT_SCHEMA} file")
     root = into / "root"
-    for rel, text in doc.get("files", {}).items():
-        dest = root / _safe(rel)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
-    for rel, target in doc.get("links", {}).items():
-        dest = root / _safe(rel)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        (root / _safe(target)).mkdir(parents=True, exist_ok=True)
-        os.symlink(os.path.relpath(root / _safe(target), dest.parent), dest)
-    for mp in doc.get("mountpoints", []):
-        (root / _safe(mp)).mkdir(parents=True, exist_ok=True)
+    _write_tree(doc, root)
     data = dict(doc.get("config") or {})
     gpu = dict(data.get("gpu") or {})
     gpu.update(backend="replay", replay_file="rsc_health/nvml.json")
@@ -285,12 +275,31 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
         cfg.data.setdefault("telemetry", {})["clock_replay_file"] = CLOCK_FILE
     state = doc.get("state")
     if isinstance(state, dict):
-        sdir = state_dir(cfg, root)
-        sdir.mkdir(parents=True, exist_ok=True)
-        for name, text in state.items():
-            if isinstance(text, str) and name == Path(name).name and not name.startswith("."):
-                (sdir / name).write_text(text)
+        _write_state(state, state_dir(cfg, root))
     return cfg, root
+
+
+def _write_tree(doc: dict, root: Path) -> None:
+    """The snapshot's files, symlinks and mount points under root (names kept inside it)."""
+    for rel, text in doc.get("files", {}).items():
+        dest = root / _safe(rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_text(text)
+    for rel, target in doc.get("links", {}).items():
+        dest = root / _safe(rel)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        (root / _safe(target)).mkdir(parents=True, exist_ok=True)
+        os.symlink(os.path.relpath(root / _safe(target), dest.parent), dest)
+    for mp in doc.get("mountpoints", []):
+        (root / _safe(mp)).mkdir(parents=True, exist_ok=True)
+
+
+def _write_state(state: dict, sdir: Path) -> None:
+    """The node state files the snapshot carries (plain names only) into the state dir."""
+    sdir.mkdir(parents=True, exist_ok=True)
+    for name, text in state.items():
+        if isinstance(text, str) and name == Path(name).name and not name.startswith("."):
+            (sdir / name).write_text(text)
 
 
 def _safe(rel: str) -> str:

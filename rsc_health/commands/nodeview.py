@@ -202,6 +202,23 @@ _LABELS = {
 }
 
 
+def _echo_telemetry(h: dict) -> None:
+    """The node's telemetry rollups: its last multi-node job, its last day outside jobs."""
+    tel = h.get("telemetry") or {}
+    if not tel.get("job") and not tel.get("day"):
+        echo("  telemetry no rollups (none of its samples rolled up yet)")
+    if tel.get("job"):
+        jr = tel["job"]
+        for line in _rollup_lines(f"  telemetry last multi-node job {jr['job_id']} "
+                                  f"({_fmt(jr['start'])} to {_fmt(jr['end'])})",
+                                  jr["metrics"]):
+            echo(line)
+    if tel.get("day"):
+        for line in _rollup_lines(f"  telemetry last day outside jobs {tel['day']['day']}",
+                                  tel["day"]["metrics"]):
+            echo(line)
+
+
 def _num(x) -> str:
     if not isinstance(x, (int, float)) or isinstance(x, bool):
         return "?"
@@ -228,6 +245,89 @@ def _fmt(v) -> str:
     return "-" if v is None else str(v)
 
 
+def _echo_checks(h: dict) -> None:
+    """Freshness, the open findings and a held verdict."""
+    f = h["freshness"]
+    state = "STALE (checks stopped)" if f["stale"] else "fresh"
+    if f["level"] == "clock_skew":
+        state += "; node clock wrong: its records are quarantined in its spool"
+    echo(f"  checks    last {f['source'] or '-'} at {_fmt(f['last_seen'])} "
+         f"verdict {f['level'] or '-'} ({state})")
+    echo(f"  failing   {len(h['open_findings'])} open finding(s)")
+    for o in h["open_findings"][:10]:
+        echo(f"    {o['check']:<10} {o['component']:<14} {o['severity']:<16} since "
+             f"{_fmt(o['time'])}  {o['reason']}")
+    if h["held"]:
+        echo(f"  HELD      a drain verdict not carried out ({h['held']['action']}, "
+             f"last said {_fmt(h['held']['time'])}): {h['held']['reason']}")
+
+
+def _echo_history(h: dict) -> None:
+    """Actions, failed jobs blamed on the node, tickets."""
+    echo(f"  actions   {len(h['actions'])} recent")
+    for a in h["actions"][:10]:
+        echo(f"    {_fmt(a['time'])}  {a['action']:<16} {a['reason']}")
+    echo(f"  failures  {len(h['failed_jobs'])} failed job(s) blamed on it")
+    for jb in h["failed_jobs"][:10]:
+        echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<10} "
+             f"{jb['gpus']:>5} GPUs  {jb['cause']} {jb['code']}"
+             + (f" on {jb['component']}" if jb.get("component") not in (None, "", "*")
+                else ""))
+    tri = h.get("triage")
+    if tri:
+        labels = ", ".join(f"{k} {n}" for k, n in tri["labels"].items())
+        echo(f"  triage    failed jobs since {_fmt(tri['since'])}: {labels}")
+        for jb in tri["jobs"][:10]:
+            echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<13} "
+                 f"{jb['label']:<7} {'; '.join(jb['evidence'])[:160]}")
+    echo(f"  tickets   {len(h['tickets'])}")
+    for t in h["tickets"][:5]:
+        echo(f"    #{t['id']} {t['source']} opened {_fmt(t['opened'])} "
+             f"{'open' if t['closed'] is None else 'closed ' + _fmt(t['closed'])}: "
+             f"{t['reason']}")
+
+
+def _echo_lemon(h: dict) -> None:
+    """Whether the node is a lemon candidate, and its qualification runs."""
+    lem = h["lemon"]
+    echo(f"  lemon     {'CANDIDATE' if lem['candidate'] else 'no'}: {lem['why']}")
+    runs = h.get("qualified") or []
+    echo(f"  qualify   {'never qualified' if not runs else str(len(runs)) + ' recent run(s)'}")
+    ver = h.get("versions")
+    if ver:
+        echo(f"  versions  {ver['versions'][:200]} since {_fmt(ver['since'])}"
+             + (f" (was {ver['previous'][:120]})" if ver["previous"] else ""))
+    for r in runs:
+        failed = [x for x in r["results"] if x["status"] != "pass"]
+        echo(f"    {_fmt(r['ended'])}  {r['tier']:<5} {r['verdict'].upper():<12} "
+             + (r["reason"][:160] if r["reason"] else f"{len(r['results'])} metric(s) "
+                "within their peers") + (f" ({len(failed)} not passed)" if failed else ""))
+
+
+def _figure(x) -> str:
+    """A suspect episode's figure, to four significant digits."""
+    return "?" if x is None else f"{x:.4g}"
+
+
+def _echo_suspects(h: dict) -> None:
+    """The node's suspect-tier episodes."""
+    from rsc_health.model import SuspectState
+
+    eps = h.get("suspect") or []
+    if not eps:
+        echo("  suspect   never")
+    for e in eps:
+        ended = "" if e["state"] == SuspectState.SUSPECT else (
+            f", {e['changed_by']} {e['changed'][:16].replace('T', ' ')}: "
+            f"{e['change_reason'][:80]}")
+        echo(f"  suspect   {e['state'].upper()}{ended}: {e['metric']} {_figure(e['value'])} "
+             f"vs peers {_figure(e['peer_median'])} (deviation {_figure(e['deviation'])}, "
+             f"{e['source']}) since {e['since'][:16].replace('T', ' ')}; jobs "
+             f"{', '.join(e['job_ids'][:6]) or '-'}" + (f" [{e['tier']}]" if e["tier"] else ""))
+        if e.get("detail"):
+            echo(f"            {e['detail'][:200]}")
+
+
 @click.command()
 @click.argument("node_name", metavar="NODE")
 @click.option("--as-of", "as_of", type=click.DateTime(), default=None,
@@ -238,8 +338,6 @@ def _fmt(v) -> str:
 def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bool) -> None:
     """One node's story: Slurm state, last checks, open findings, actions (who, why), failed
     jobs blamed on it, tickets, and why it is or is not a lemon."""
-    from rsc_health.model import SuspectState
-
     doc = gather_node(ctx, node_name, as_of.replace(tzinfo=UTC) if as_of else datetime.now(UTC))
     if as_json:
         click.echo(json.dumps(doc, indent=1, default=str))
@@ -251,83 +349,8 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
                    + (f"  since {s['since']}" if s["since"] else ""))
     h = doc["historian"]
     if h:
-        f = h["freshness"]
-        state = "STALE (checks stopped)" if f["stale"] else "fresh"
-        if f["level"] == "clock_skew":
-            state += "; node clock wrong: its records are quarantined in its spool"
-        echo(f"  checks    last {f['source'] or '-'} at {_fmt(f['last_seen'])} "
-                   f"verdict {f['level'] or '-'} ({state})")
-        echo(f"  failing   {len(h['open_findings'])} open finding(s)")
-        for o in h["open_findings"][:10]:
-            echo(f"    {o['check']:<10} {o['component']:<14} {o['severity']:<16} since "
-                       f"{_fmt(o['time'])}  {o['reason']}")
-        if h["held"]:
-            echo(f"  HELD      a drain verdict not carried out ({h['held']['action']}, "
-                 f"last said {_fmt(h['held']['time'])}): {h['held']['reason']}")
-        echo(f"  actions   {len(h['actions'])} recent")
-        for a in h["actions"][:10]:
-            echo(f"    {_fmt(a['time'])}  {a['action']:<16} {a['reason']}")
-        echo(f"  failures  {len(h['failed_jobs'])} failed job(s) blamed on it")
-        for jb in h["failed_jobs"][:10]:
-            echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<10} "
-                       f"{jb['gpus']:>5} GPUs  {jb['cause']} {jb['code']}"
-                 + (f" on {jb['component']}" if jb.get("component") not in (None, "", "*")
-                    else ""))
-        tri = h.get("triage")
-        if tri:
-            labels = ", ".join(f"{k} {n}" for k, n in tri["labels"].items())
-            echo(f"  triage    failed jobs since {_fmt(tri['since'])}: {labels}")
-            for jb in tri["jobs"][:10]:
-                echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<13} "
-                     f"{jb['label']:<7} {'; '.join(jb['evidence'])[:160]}")
-        echo(f"  tickets   {len(h['tickets'])}")
-        for t in h["tickets"][:5]:
-            echo(f"    #{t['id']} {t['source']} opened {_fmt(t['opened'])} "
-                       f"{'open' if t['closed'] is None else 'closed ' + _fmt(t['closed'])}: "
-                       f"{t['reason']}")
-        lem = h["lemon"]
-        echo(f"  lemon     {'CANDIDATE' if lem['candidate'] else 'no'}: {lem['why']}")
-        runs = h.get("qualified") or []
-        echo(f"  qualify   {'never qualified' if not runs else str(len(runs)) + ' recent run(s)'}")
-        ver = h.get("versions")
-        if ver:
-            echo(f"  versions  {ver['versions'][:200]} since {_fmt(ver['since'])}"
-                 + (f" (was {ver['previous'][:120]})" if ver["previous"] else ""))
-        for r in runs:
-            failed = [x for x in r["results"] if x["status"] != "pass"]
-            echo(f"    {_fmt(r['ended'])}  {r['tier']:<5} {r['verdict'].upper():<12} "
-                 + (r["reason"][:160] if r["reason"] else f"{len(r['results'])} metric(s) "
-                    "within their peers") + (f" ({len(failed)} not passed)" if failed else ""))
-        tel = h.get("telemetry") or {}
-        if not tel.get("job") and not tel.get("day"):
-            echo("  telemetry no rollups (none of its samples rolled up yet)")
-        if tel.get("job"):
-            jr = tel["job"]
-            for line in _rollup_lines(f"  telemetry last multi-node job {jr['job_id']} "
-                                      f"({_fmt(jr['start'])} to {_fmt(jr['end'])})",
-                                      jr["metrics"]):
-                echo(line)
-        if tel.get("day"):
-            for line in _rollup_lines(f"  telemetry last day outside jobs {tel['day']['day']}",
-                                      tel["day"]["metrics"]):
-                echo(line)
-        eps = h.get("suspect") or []
-        if not eps:
-            echo("  suspect   never")
-        for e in eps:
-            def num(x):
-                return "?" if x is None else f"{x:.4g}"
-
-            dev = num(e["deviation"])
-            ended = "" if e["state"] == SuspectState.SUSPECT else (
-                f", {e['changed_by']} {e['changed'][:16].replace('T', ' ')}: "
-                f"{e['change_reason'][:80]}")
-            echo(f"  suspect   {e['state'].upper()}{ended}: {e['metric']} {num(e['value'])} "
-                 f"vs peers {num(e['peer_median'])} (deviation {dev}, {e['source']}) since "
-                 f"{e['since'][:16].replace('T', ' ')}; jobs {', '.join(e['job_ids'][:6]) or '-'}"
-                 + (f" [{e['tier']}]" if e["tier"] else ""))
-            if e.get("detail"):
-                echo(f"            {e['detail'][:200]}")
+        for part in (_echo_checks, _echo_history, _echo_lemon, _echo_telemetry, _echo_suspects):
+            part(h)
     links = doc.get("links") or {}
     for label, key in (("node page", "node_url"), ("dashboard", "dashboard_url")):
         if links.get(key):

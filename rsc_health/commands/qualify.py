@@ -109,28 +109,39 @@ def run(ctx, tier, node, gpu_model, driver, no_record, as_json) -> None:
         with hdb.writer(engine).begin() as wconn:
             store.record(wconn, run_rec, judged.judgements)
     if as_json:
-        click.echo(json.dumps({
-            "run_id": run_rec.run_id, "node": node, "tier": tier, "verdict": judged.verdict,
-            "reason": judged.reason, "gpu_model": gpu_model, "driver": driver,
-            "tests": [s.name for s in specs],
-            "results": [dict(test=t, metric=j.metric, index=j.index, value=j.value, unit=u,
-                             status=j.status, basis=j.basis, median=j.median,
-                             threshold=j.threshold, percentile=j.percentile, peers=j.peers,
-                             reason=j.reason) for t, j, u, _h in judged.judgements],
-            "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive)
-                         for o in judged.outcomes],
-        }, indent=1))
+        click.echo(json.dumps(_run_doc(run_rec, judged, specs), indent=1))
     else:
-        for t, j, _u, _h in judged.judgements:
-            idx = f"[{j.index}]" if j.index else ""
-            echo(f"{j.status:12s} {t}: {j.metric}{idx} = {j.value:.6g}  {j.reason}")
-        for o in judged.outcomes:
-            if o.failed or o.inconclusive:
-                echo(f"{'fail' if o.failed else 'inconclusive':12s} {o.test}: "
-                     f"{o.failed or o.inconclusive}")
-        echo(f"qualify {tier} on {node}: {judged.verdict.upper()}"
-             + (f" ({judged.reason[:300]})" if judged.reason else ""))
+        _echo_run(run_rec, judged)
     ctx.exit(EXIT[judged.verdict])
+
+
+def _run_doc(run_rec, judged, specs) -> dict:
+    """`qualify run --json`: the run, its judged metrics and its tests' outcomes."""
+    return {
+        "run_id": run_rec.run_id, "node": run_rec.node, "tier": run_rec.tier,
+        "verdict": judged.verdict, "reason": judged.reason, "gpu_model": run_rec.gpu_model,
+        "driver": run_rec.driver, "tests": [s.name for s in specs],
+        "results": [dict(test=t, metric=j.metric, index=j.index, value=j.value, unit=u,
+                         status=j.status, basis=j.basis, median=j.median,
+                         threshold=j.threshold, percentile=j.percentile, peers=j.peers,
+                         reason=j.reason) for t, j, u, _h in judged.judgements],
+        "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive)
+                     for o in judged.outcomes],
+    }
+
+
+def _echo_run(run_rec, judged) -> None:
+    """`qualify run`: a line per judged metric and per failed or inconclusive test, then the
+    verdict."""
+    for t, j, _u, _h in judged.judgements:
+        idx = f"[{j.index}]" if j.index else ""
+        echo(f"{j.status:12s} {t}: {j.metric}{idx} = {j.value:.6g}  {j.reason}")
+    for o in judged.outcomes:
+        if o.failed or o.inconclusive:
+            echo(f"{'fail' if o.failed else 'inconclusive':12s} {o.test}: "
+                 f"{o.failed or o.inconclusive}")
+    echo(f"qualify {run_rec.tier} on {run_rec.node}: {judged.verdict.upper()}"
+         + (f" ({judged.reason[:300]})" if judged.reason else ""))
 
 
 @qualify.command("baseline")

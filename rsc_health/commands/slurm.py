@@ -454,6 +454,69 @@ def _held_line(h: dict, drained: set[str]) -> str:
     return f"  {h['node']:<16} {why} (last said {h['time']}): {h['reason']}"
 
 
+def _echo_drained(data: dict) -> None:
+    groups: dict[str, list[dict]] = {}
+    for d in data["drained"]:
+        key = f"rsc_health {d['mode']}:{d['code']}" if d["ours"] else "others (not ours)"
+        groups.setdefault(key, []).append(d)
+    if not groups:
+        echo("no drained or down nodes")
+    for key in sorted(groups):
+        echo(f"{key}: {len(groups[key])}")
+        for d in sorted(groups[key], key=lambda d: -(d["age_s"] or 0)):
+            echo(f"  {d['node']:<16} {_age(d['age_s']):>7}  {d['state']:<18} {d['reason']}")
+
+
+def _echo_guards(data: dict) -> None:
+    for g in data["guard"]:
+        flag = "TRIPPED" if g["tripped"] else "ok"
+        names = f": {', '.join(g['drained_recently'])}" if g["tripped"] else ""
+        echo(f"guard {g['partition']}: {flag} ({len(g['drained_recently'])}/{g['nodes']} "
+             f"drained by rsc_health in {data['guard_window_min']:g} min, "
+             f"limit {g['limit']}){names}")
+
+
+def _echo_held(data: dict) -> None:
+    if not data["held"]:
+        return
+    echo(f"held: {len(data['held'])} node(s) keep a drain verdict not carried out")
+    drained = {d["node"] for d in data["drained"]}
+    for h in data["held"]:
+        echo(_held_line(h, drained))
+
+
+def _echo_suspects(data: dict) -> None:
+    if not data["suspects"]:
+        return
+    echo(f"suspects: {len(data['suspects'])} node(s) kept from big jobs "
+         "(`healthctl suspects` for the evidence)")
+    for sp in data["suspects"]:
+        dev = "?" if sp["deviation"] is None else f"{sp['deviation']:.3g}"
+        echo(f"  {sp['node']:<16} {sp['metric']} deviation {dev} since {sp['since']} "
+             f"[{sp['tier'] or 'not yet applied'}]")
+
+
+def _echo_not_checking(data: dict) -> None:
+    if data["not_checking"] is None:
+        echo("node freshness: no historian configured (heartbeats not checked)")
+        return
+    if data["not_checking"]:
+        echo(f"not checking: {len(data['not_checking'])} node(s)")
+    for f in data["not_checking"]:
+        why = ("stale" if f["stale"] else _CLOCK_WRONG if f["level"] == "clock_skew"
+               else f"checker errors ({f['level']})")
+        echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
+             f"{f['last_seen'] or 'never'}")
+
+
+def _echo_hung(data: dict) -> None:
+    if data["probes_hung"]:
+        click.echo(f"probes hanging: {len(data['probes_hung'])}")
+    for h in data["probes_hung"]:
+        click.echo(f"  {h['node']:<16} {h['probe']} since {h['since']} "
+                   f"({', '.join(h['codes'])}; last seen {h['last_seen']})")
+
+
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.pass_context
@@ -484,48 +547,9 @@ def status(ctx: click.Context, as_json: bool) -> None:
         if problems:
             sys.exit(1)
         return
-    groups: dict[str, list[dict]] = {}
-    for d in data["drained"]:
-        key = f"rsc_health {d['mode']}:{d['code']}" if d["ours"] else "others (not ours)"
-        groups.setdefault(key, []).append(d)
-    if not groups:
-        echo("no drained or down nodes")
-    for key in sorted(groups):
-        echo(f"{key}: {len(groups[key])}")
-        for d in sorted(groups[key], key=lambda d: -(d["age_s"] or 0)):
-            echo(f"  {d['node']:<16} {_age(d['age_s']):>7}  {d['state']:<18} {d['reason']}")
-    for g in data["guard"]:
-        flag = "TRIPPED" if g["tripped"] else "ok"
-        names = f": {', '.join(g['drained_recently'])}" if g["tripped"] else ""
-        echo(f"guard {g['partition']}: {flag} ({len(g['drained_recently'])}/{g['nodes']} "
-                   f"drained by rsc_health in {data['guard_window_min']:g} min, "
-                   f"limit {g['limit']}){names}")
-    if data["held"]:
-        echo(f"held: {len(data['held'])} node(s) keep a drain verdict not carried out")
-        drained = {d["node"] for d in data["drained"]}
-        for h in data["held"]:
-            echo(_held_line(h, drained))
-    if data["suspects"]:
-        echo(f"suspects: {len(data['suspects'])} node(s) kept from big jobs "
-             "(`healthctl suspects` for the evidence)")
-        for sp in data["suspects"]:
-            dev = "?" if sp["deviation"] is None else f"{sp['deviation']:.3g}"
-            echo(f"  {sp['node']:<16} {sp['metric']} deviation {dev} since {sp['since']} "
-                 f"[{sp['tier'] or 'not yet applied'}]")
-    if data["not_checking"] is None:
-        echo("node freshness: no historian configured (heartbeats not checked)")
-    elif data["not_checking"]:
-        echo(f"not checking: {len(data['not_checking'])} node(s)")
-        for f in data["not_checking"]:
-            why = ("stale" if f["stale"] else _CLOCK_WRONG if f["level"] == "clock_skew"
-                   else f"checker errors ({f['level']})")
-            echo(f"  {f['node']:<16} {why}, last {f['source'] or '-'} at "
-                       f"{f['last_seen'] or 'never'}")
-    if data["probes_hung"]:
-        click.echo(f"probes hanging: {len(data['probes_hung'])}")
-        for h in data["probes_hung"]:
-            click.echo(f"  {h['node']:<16} {h['probe']} since {h['since']} "
-                       f"({', '.join(h['codes'])}; last seen {h['last_seen']})")
+    for part in (_echo_drained, _echo_guards, _echo_held, _echo_suspects, _echo_not_checking,
+                 _echo_hung):
+        part(data)
     if problems:
         sys.exit(1)
 

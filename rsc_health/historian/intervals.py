@@ -131,9 +131,8 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
     runs: dict[tuple[str, datetime], list[CheckRecord]] = defaultdict(list)
     for r in records:
         runs[(r.node, r.time)].append(r)
-    report = FoldReport()
     if not runs:
-        return report
+        return FoldReport()
     nodes = sorted({node for node, _ in runs})
     # Two folds of one node take turns: otherwise both read its open intervals before either
     # wrote, both closed the same one and each opened its own (two open failures where the
@@ -143,88 +142,137 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
     last_event = _last_events(conn, sorted({
         (r.node, r.check) for recs in runs.values() for r in recs
         if r.check in EVENT_CHECKS and not state.get((r.node, r.check))}))
-    inserts: list[tuple] = []
-    news: dict[str, CheckRecord] = {}  # failures and events this fold may count as new
-    extend: dict[str, datetime] = {}
-    close: set[str] = set()
+    folding = _Folding(state, last_event)
     for (node, when), recs in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        folding.run(node, when, recs)
+    return folding.write(conn)
+
+
+class _Folding:
+    """One fold's work: the open intervals by (node, family) as the runs move them, and what
+    to write (rows to insert, intervals to extend to a time, ids to close)."""
+
+    def __init__(self, state: dict[tuple[str, str], list[_Open]],
+                 last_event: dict[tuple[str, str], datetime]):
+        self.state, self.last_event = state, last_event
+        self.report = FoldReport()
+        self.inserts: list[tuple] = []
+        self.news: dict[str, CheckRecord] = {}  # failures and events this fold may count
+        self.extend: dict[str, datetime] = {}
+        self.close: set[str] = set()
+
+    def run(self, node: str, when: datetime, recs: list[CheckRecord]) -> None:
+        """One run's records (one node, one time), family by family."""
         by_family: dict[str, list[CheckRecord]] = defaultdict(list)
         for r in recs:
             by_family[r.check].append(r)
         sources = {r.source for r in recs}
         for family in SOURCE_SCOPED:
-            if state.get((node, family)):
+            if self.state.get((node, family)):
                 by_family.setdefault(family, [])  # no record is its all clear
         for family, frecs in by_family.items():
-            current = state[(node, family)]
-            if family in SOURCE_SCOPED:
-                # Another entry point's intervals are left as they are: this run did not
-                # look where they were seen.
-                mine = [o for o in current if o.source in sources or o.state[2] in NODE_WIDE_CODES]
-                others = [o for o in current if o not in mine]
-                current = mine
+            self.family(node, when, family, frecs, sources)
+
+    def family(self, node: str, when: datetime, family: str, frecs: list[CheckRecord],
+               sources: set[str]) -> None:
+        current, others = self._scoped(self.state[(node, family)], family, sources)
+        seen = max((o.last_seen for o in current), default=None)
+        # An event closes the family's intervals and opens none: then a run before the
+        # latest event is the stale one (else an old run would reopen state). Its own run
+        # is not: its events are keyed, and a same-time record new to the table lands.
+        event = self.last_event.get((node, family)) if seen is None else None
+        if (seen is not None and when <= seen) or (event is not None and when < event):
+            self.report.stale_runs += 1
+            return
+        wanted = self._wanted(family, frecs)
+        keep = self._carry(current, wanted, when)
+        keep.extend(self._open(wanted, others, when))
+        self.state[(node, family)] = keep + others
+
+    @staticmethod
+    def _scoped(current: list[_Open], family: str,
+                sources: set[str]) -> tuple[list[_Open], list[_Open]]:
+        """(the intervals this run judges, the ones it leaves): another entry point's
+        intervals of a source-scoped family are left as they are, this run did not look where
+        they were seen."""
+        if family not in SOURCE_SCOPED:
+            return current, []
+        mine = [o for o in current if o.source in sources or o.state[2] in NODE_WIDE_CODES]
+        return mine, [o for o in current if o not in mine]
+
+    def _wanted(self, family: str, frecs: list[CheckRecord]) -> dict[str, CheckRecord]:
+        """The state each component should be in (its first record); events are inserted
+        closed as they come."""
+        wanted: dict[str, CheckRecord] = {}
+        for r in frecs:
+            if family in EVENT_CHECKS and r.status != Status.OK:
+                self.inserts.append(_row(r, is_open=False))
+                self.report.events += 1
+                self.news[r.id] = r
             else:
-                others = []
-            seen = max((o.last_seen for o in current), default=None)
-            # An event closes the family's intervals and opens none: then a run before the
-            # latest event is the stale one (else an old run would reopen state). Its own run
-            # is not: its events are keyed, and a same-time record new to the table lands.
-            event = last_event.get((node, family)) if seen is None else None
-            if (seen is not None and when <= seen) or (event is not None and when < event):
-                report.stale_runs += 1
+                wanted.setdefault(r.component, r)
+        return wanted
+
+    def _carry(self, current: list[_Open], wanted: dict[str, CheckRecord],
+               when: datetime) -> list[_Open]:
+        """Extend each open interval the run still sees in the same state (taking it out of
+        `wanted`), close the others; the ones kept open."""
+        keep: list[_Open] = []
+        for o in current:
+            r = wanted.get(o.component)
+            if r is not None and r.state == o.state:
+                o.last_seen = when
+                self.extend[o.id] = when
+                keep.append(o)
+                del wanted[o.component]
+            else:
+                # Closed at its last sighting (an extension earlier in this fold stays).
+                self.close.add(o.id)
+                self.report.closed += 1
+        return keep
+
+    def _open(self, wanted: dict[str, CheckRecord], others: list[_Open],
+              when: datetime) -> list[_Open]:
+        """Open an interval for each state still wanted, unless another entry point's open
+        one already says the same (then that one is extended)."""
+        opened: list[_Open] = []
+        for comp, r in wanted.items():
+            twin = next((o for o in others if o.component == comp and o.state == r.state),
+                        None)
+            if twin is not None:  # the same error another entry point saw: one interval
+                if when > twin.last_seen:
+                    twin.last_seen = self.extend[twin.id] = when
                 continue
-            wanted: dict[str, CheckRecord] = {}
-            for r in frecs:
-                if family in EVENT_CHECKS and r.status != Status.OK:
-                    inserts.append(_row(r, is_open=False))
-                    report.events += 1
-                    news[r.id] = r
-                else:
-                    wanted.setdefault(r.component, r)
-            keep: list[_Open] = []
-            for o in current:
-                r = wanted.get(o.component)
-                if r is not None and r.state == o.state:
-                    o.last_seen = when
-                    extend[o.id] = when
-                    keep.append(o)
-                    del wanted[o.component]
-                else:
-                    # Closed at its last sighting (an extension earlier in this fold stays).
-                    close.add(o.id)
-                    report.closed += 1
-            for comp, r in wanted.items():
-                twin = next((o for o in others if o.component == comp and o.state == r.state),
-                            None)
-                if twin is not None:  # the same error another entry point saw: one interval
-                    if when > twin.last_seen:
-                        twin.last_seen = extend[twin.id] = when
-                    continue
-                inserts.append(_row(r, is_open=True))
-                keep.append(_Open(r.id, comp, r.state, when, r.source))
-                report.opened += 1
-                if r.status != Status.OK:
-                    news[r.id] = r
-            state[(node, family)] = keep + others
-    report.extended = len(extend)
-    # Count only what this fold really adds: an event read again (a cursor that could not be
-    # saved, a batch delivered twice) carries the id it had the first time and is already here.
-    for rid in _existing(conn, sorted(news)):
-        del news[rid]
-    for r in news.values():
-        _count_new(report, r)
-    bulk_write(conn, C, COLUMNS, inserts, conflict=("id",))
-    by_time: dict[datetime, list[str]] = defaultdict(list)
-    for rid, seen in extend.items():
-        by_time[seen].append(rid)
-    for seen, rids in sorted(by_time.items()):
-        for i in range(0, len(rids), _NODES_PER_QUERY):
-            conn.execute(_EXTEND, {"ids": sorted(rids[i : i + _NODES_PER_QUERY]), "seen": seen})
-    closing = sorted(close)
-    for i in range(0, len(closing), _NODES_PER_QUERY):
-        conn.execute(_CLOSE, {"ids": closing[i : i + _NODES_PER_QUERY]})
-    _rollup_checks(conn, report.new_by_day)
-    return report
+            self.inserts.append(_row(r, is_open=True))
+            opened.append(_Open(r.id, comp, r.state, when, r.source))
+            self.report.opened += 1
+            if r.status != Status.OK:
+                self.news[r.id] = r
+        return opened
+
+    def write(self, conn: Connection) -> FoldReport:
+        report = self.report
+        report.extended = len(self.extend)
+        # Count only what this fold really adds: an event read again (a cursor that could not
+        # be saved, a batch delivered twice) carries the id it had the first time and is
+        # already here.
+        for rid in _existing(conn, sorted(self.news)):
+            del self.news[rid]
+        for r in self.news.values():
+            _count_new(report, r)
+        bulk_write(conn, C, COLUMNS, self.inserts, conflict=("id",))
+        by_time: dict[datetime, list[str]] = defaultdict(list)
+        for rid, seen in self.extend.items():
+            by_time[seen].append(rid)
+        for seen, rids in sorted(by_time.items()):
+            for i in range(0, len(rids), _NODES_PER_QUERY):
+                conn.execute(_EXTEND, {"ids": sorted(rids[i : i + _NODES_PER_QUERY]),
+                                       "seen": seen})
+        closing = sorted(self.close)
+        for i in range(0, len(closing), _NODES_PER_QUERY):
+            conn.execute(_CLOSE, {"ids": closing[i : i + _NODES_PER_QUERY]})
+        _rollup_checks(conn, report.new_by_day)
+        return report
 
 
 _EVENTS_Q = select(C.c.node, C.c.check, func.max(C.c.time)).where(

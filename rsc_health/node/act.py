@@ -26,22 +26,9 @@ def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: 
     node lock carries out a drain, but its clean verdict does not count towards a resume."""
     stage, cfg = ctx.stage, ctx.cfg
     had_pending = pending is not None
-    enabled = bool(cfg.get("actions.enabled"))
-    if not enabled and verdict.drains:
-        # Shadow mode: record what would have been drained, ask Slurm nothing, fail no job.
-        from rsc_health.actions import Actor
-
-        Actor(None, cfg, ctx.node, ctx.sdir, log=log).apply(verdict)
-        log(f"{stage.name}: shadow mode, would drain: {verdict.reason}")
-        return 0, False
-    if not verdict.drains:
-        if not (stage.counts_as_clean and locked and verdict.level in (Level.OK, Level.WARN)):
-            return 0, had_pending
-        if not has_drain_state(ctx.sdir):
-            # A clean sweep only talks to Slurm to count towards resuming a node we drained:
-            # with no drain of ours on record, 16,000 nodes' sweeps cost slurmctld nothing.
-            sweep_line(stage, ctx.node, verdict.level, verdict.reason, [])
-            return 0, had_pending
+    settled = _settled_without_slurm(ctx, verdict, had_pending, locked)
+    if settled is not None:
+        return settled
     # Imported only past this point: a healthy prolog neither calls nor loads the Slurm side.
     from rsc_health.actions import Actor
     from rsc_health.slurm.api import SlurmError
@@ -54,32 +41,71 @@ def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: 
                               clean_sweep=stage.counts_as_clean and not had_pending,
                               skip_jobs=skip)
     except SlurmError as exc:
-        if verdict.drains:
-            save_pending(ctx.sdir, verdict, why="slurm_unavailable", now=now)
-            log(f"{stage.name}: Slurm unavailable ({exc}); verdict {verdict.level.name} kept "
-                f"for the next run")
-            # The prolog still fails the job start: slurmd then drains the node itself.
-            return (drain_exit() if stage.name == "prolog" and enabled else 0), True
-        log(f"{stage.name}: Slurm unavailable ({exc})")
-        return 0, had_pending
+        return _slurm_away(ctx, verdict, had_pending, exc, now)
     held = next((a.action for a in actions if a.action in HELD_KINDS), None)
     if verdict.drains and held:
-        why = "guard" if held == ActionKind.GUARD_TRIPPED else "foreign_drain"
-        holds = (pending.holds if pending is not None and pending.why == why else 0) + 1
-        retry = guard_retry_after(cfg, holds, now)
-        save_pending(ctx.sdir, verdict, why=why, holds=holds, retry_after=retry, now=now)
-        log(f"{stage.name}: {HELD_BY[why]} holds; verdict {verdict.reason} kept and retried "
-            f"after {retry:%H:%M:%S}Z (held {holds} time(s))")
-        # A job start under someone else's drain (its allocation came before that drain):
-        # the job must not run on the fault. Under the guard, jobs run, as the guard wants.
-        foreign = why == "foreign_drain" and stage.name == "prolog"
-        return (drain_exit() if foreign else 0), True
+        return _held_back(ctx, verdict, pending, held, now)
     clear_pending(ctx.sdir)
     sweep_line(stage, ctx.node, verdict.level, verdict.reason, actions)
-    if stage.name == "prolog" and verdict.drains and enabled:
+    if stage.name == "prolog" and verdict.drains and cfg.get("actions.enabled"):
         log(f"prolog: {verdict.reason}")
         return drain_exit(), False
     return 0, False
+
+
+def _settled_without_slurm(ctx: Context, verdict: Verdict, had_pending: bool,
+                           locked: bool) -> tuple[int, bool] | None:
+    """(exit code, still pending) when the verdict needs no Slurm call: shadow mode, or a
+    clean run with nothing of ours to resume; None when Slurm must be asked."""
+    stage = ctx.stage
+    if not ctx.cfg.get("actions.enabled") and verdict.drains:
+        # Shadow mode: record what would have been drained, ask Slurm nothing, fail no job.
+        from rsc_health.actions import Actor
+
+        Actor(None, ctx.cfg, ctx.node, ctx.sdir, log=log).apply(verdict)
+        log(f"{stage.name}: shadow mode, would drain: {verdict.reason}")
+        return 0, False
+    if verdict.drains:
+        return None
+    if not (stage.counts_as_clean and locked and verdict.level in (Level.OK, Level.WARN)):
+        return 0, had_pending
+    if not has_drain_state(ctx.sdir):
+        # A clean sweep only talks to Slurm to count towards resuming a node we drained:
+        # with no drain of ours on record, 16,000 nodes' sweeps cost slurmctld nothing.
+        sweep_line(stage, ctx.node, verdict.level, verdict.reason, [])
+        return 0, had_pending
+    return None
+
+
+def _slurm_away(ctx: Context, verdict: Verdict, had_pending: bool, exc: Exception,
+                now: datetime) -> tuple[int, bool]:
+    stage = ctx.stage
+    if not verdict.drains:
+        log(f"{stage.name}: Slurm unavailable ({exc})")
+        return 0, had_pending
+    save_pending(ctx.sdir, verdict, why="slurm_unavailable", now=now)
+    log(f"{stage.name}: Slurm unavailable ({exc}); verdict {verdict.level.name} kept "
+        f"for the next run")
+    # The prolog still fails the job start: slurmd then drains the node itself.
+    enabled = bool(ctx.cfg.get("actions.enabled"))
+    return (drain_exit() if stage.name == "prolog" and enabled else 0), True
+
+
+def _held_back(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, held,
+               now: datetime) -> tuple[int, bool]:
+    """The mass-drain guard or someone else's drain held the verdict: kept pending, retried
+    after a backoff."""
+    stage = ctx.stage
+    why = "guard" if held == ActionKind.GUARD_TRIPPED else "foreign_drain"
+    holds = (pending.holds if pending is not None and pending.why == why else 0) + 1
+    retry = guard_retry_after(ctx.cfg, holds, now)
+    save_pending(ctx.sdir, verdict, why=why, holds=holds, retry_after=retry, now=now)
+    log(f"{stage.name}: {HELD_BY[why]} holds; verdict {verdict.reason} kept and retried "
+        f"after {retry:%H:%M:%S}Z (held {holds} time(s))")
+    # A job start under someone else's drain (its allocation came before that drain):
+    # the job must not run on the fault. Under the guard, jobs run, as the guard wants.
+    foreign = why == "foreign_drain" and stage.name == "prolog"
+    return (drain_exit() if foreign else 0), True
 
 
 def job_records(ctx: Context, now) -> list[dict]:

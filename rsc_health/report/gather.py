@@ -202,6 +202,24 @@ def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else f"{value:.2f}"
 
 
+def _failed_jobs_line(rows: list[dict], limit: int) -> str | None:
+    """The failed jobs, one entry each with its causes together (a job can have several
+    attributions); None without any."""
+    failed: dict[str, tuple[str, list[str]]] = {}
+    for r in rows:
+        state, causes = failed.setdefault(str(r["job_id"]), (str(r["state"]), []))
+        if r.get("cause") and r["cause"] not in causes:
+            causes.append(str(r["cause"]))
+    if not failed:
+        return None
+    jobs = ", ".join(
+        f"{job} {state}" + (f" ({', '.join(causes)})" if causes else "")
+        for job, (state, causes) in list(failed.items())[:limit]
+    )
+    more = f" (+{len(failed) - limit} more)" if len(failed) > limit else ""
+    return f"failed jobs: {jobs}{more}"
+
+
 def lemon_evidence_lines(verdict: Any, limit: int = 5) -> list[str]:
     """Short lines an operator reads: each crossing, then the rows behind the strongest ones."""
     lines = []
@@ -211,19 +229,9 @@ def lemon_evidence_lines(verdict: Any, limit: int = 5) -> list[str]:
     for c in verdict.crossings:
         lines.append(f"{c.feature}={_fmt(c.value)} >= {_fmt(c.threshold)}")
     ev = verdict.evidence or {}
-    # One entry per failed job, its causes together (a job can have several attributions).
-    failed: dict[str, tuple[str, list[str]]] = {}
-    for r in ev.get("failed_jobs") or []:
-        state, causes = failed.setdefault(str(r["job_id"]), (str(r["state"]), []))
-        if r.get("cause") and r["cause"] not in causes:
-            causes.append(str(r["cause"]))
+    failed = _failed_jobs_line(ev.get("failed_jobs") or [], limit)
     if failed:
-        jobs = ", ".join(
-            f"{job} {state}" + (f" ({', '.join(causes)})" if causes else "")
-            for job, (state, causes) in list(failed.items())[:limit]
-        )
-        more = f" (+{len(failed) - limit} more)" if len(failed) > limit else ""
-        lines.append(f"failed jobs: {jobs}{more}")
+        lines.append(failed)
     xids = ev.get("xid_events") or []
     if xids:
         codes = sorted({str(r.get("code") or "?") for r in xids})

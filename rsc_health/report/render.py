@@ -346,33 +346,33 @@ def suspects_lines(data: ReportData) -> list[str]:
     return lines
 
 
-def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
-                 actions: list[dict], head: Headline | None = None,
-                 links: Links | None = None) -> str:
-    day = data.as_of.strftime("%Y-%m-%d")
-    lines = [f"rsc-health lemon report {day} ({data.window_days}-day window)"]
-    if head is not None:
-        if head.r_f is not None and head.r_f.get("node_days"):
-            change = f", {head.change.words} on the week before" if head.change else ""
-            lines.append(f"r_f last 7 days: {rate_text(head.r_f)} per 1000 node-days{change}")
-        else:
-            lines.append(f"r_f last 7 days: none ({head.rates_note or 'no large-job node-days'})")
-            if meanwhile(data):
-                lines.append(f"Meanwhile: {meanwhile(data)}")
-        if head.out_of_service is not None:
-            lines.append(f"Out of service: {head.out_of_service} node(s)")
-        if head.stopped is not None:
-            lines.append(f"Checks stopped: {head.stopped} node(s); checker broken: "
-                         f"{head.broken} node(s)")
-        if head.stale_inputs:
-            lines.append("STALE INPUT: " + "; ".join(
-                f"{name} (newest {head.newest[name]} old)" if head.newest.get(name, "-") != "-"
-                else f"{name} (none yet)" for name in head.stale_inputs))
+def _headline_lines(data: ReportData, head: Headline) -> list[str]:
+    """The summary's headline: r_f, out of service, checks stopped, stale inputs."""
+    lines = []
+    if head.r_f is not None and head.r_f.get("node_days"):
+        change = f", {head.change.words} on the week before" if head.change else ""
+        lines.append(f"r_f last 7 days: {rate_text(head.r_f)} per 1000 node-days{change}")
+    else:
+        lines.append(f"r_f last 7 days: none ({head.rates_note or 'no large-job node-days'})")
+        if meanwhile(data):
+            lines.append(f"Meanwhile: {meanwhile(data)}")
+    if head.out_of_service is not None:
+        lines.append(f"Out of service: {head.out_of_service} node(s)")
+    if head.stopped is not None:
+        lines.append(f"Checks stopped: {head.stopped} node(s); checker broken: "
+                     f"{head.broken} node(s)")
+    if head.stale_inputs:
+        lines.append("STALE INPUT: " + "; ".join(
+            f"{name} (newest {head.newest[name]} old)" if head.newest.get(name, "-") != "-"
+            else f"{name} (none yet)" for name in head.stale_inputs))
+    return lines
+
+
+def _lemon_lines(lemons: list[dict], changes: LemonChanges, links: Links | None) -> list[str]:
+    """The lemon candidates, one short line each (and its link), and the ones cleared."""
     since = f" since {changes.previous_as_of}" if changes.previous_as_of else ""
-    lines.append(
-        f"Lemon candidates: {len(lemons)} (new{since}: {len(changes.new)}, "
-        f"cleared: {len(changes.cleared)})"
-    )
+    lines = [f"Lemon candidates: {len(lemons)} (new{since}: {len(changes.new)}, "
+             f"cleared: {len(changes.cleared)})"]
     new = set(changes.new)
     for row in lemons[:SUMMARY_MAX_LEMONS]:
         tag = " NEW" if row["node"] in new and changes.previous_as_of else ""
@@ -389,6 +389,17 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
         lines.append(f"  ... and {len(lemons) - SUMMARY_MAX_LEMONS} more (see report.html)")
     if changes.cleared:
         lines.append(f"No longer candidates: {', '.join(changes.cleared)}")
+    return lines
+
+
+def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
+                 actions: list[dict], head: Headline | None = None,
+                 links: Links | None = None) -> str:
+    day = data.as_of.strftime("%Y-%m-%d")
+    lines = [f"rsc-health lemon report {day} ({data.window_days}-day window)"]
+    if head is not None:
+        lines += _headline_lines(data, head)
+    lines += _lemon_lines(lemons, changes, links)
     counts, records = action_counts(actions), action_records(actions)
     done = ", ".join(f"{n} {a}" + (f" ({records[a]} records)" if records[a] > n else "")
                      for a, n in counts.items()) or "none"

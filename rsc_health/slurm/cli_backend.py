@@ -89,30 +89,11 @@ def parse_node_line(line: str) -> NodeInfo:
     keys = list(_KEY.finditer(line))
     name = line.split(" ", 1)[0].partition("=")[2] if line.startswith("NodeName=") else "?"
     cut = next((i for i, m in enumerate(keys) if m["key"] in _TAIL_KEYS), len(keys))
-    head_end = keys[cut].start() if cut < len(keys) else len(line)
-    seen: dict[str, int] = {}
-    for m in keys[:cut]:
-        seen[m["key"]] = seen.get(m["key"], 0) + 1
-    twice = sorted(k for k, n in seen.items() if n > 1)
-    missing = [k for k in _HEAD_KEYS if k not in seen]
-    if twice or missing or not keys or keys[0].start() != 0 or keys[0]["key"] != "NodeName":
-        why = (f"{', '.join(twice)} printed twice" if twice
-               else f"no {', '.join(missing) or 'NodeName'} before the free text")
+    why = _head_problem(keys[:cut])
+    if why:
         raise AmbiguousNode(name, why)
-    kv = parse_kv(line[:head_end])
-    reason, user, when = "", "", None
-    if cut < len(keys) and keys[cut]["key"] == "Reason":
-        # Slurm writes the first line of the reason, then " [user@time]", then any further
-        # lines (joined by spaces with -o): the reason is that first line.
-        rest = line[keys[cut].start():]
-        m = _REASON.match(rest.lstrip())
-        if m:
-            reason, user, when = m["text"].strip(), m["user"], slurm_time(m["time"])
-        else:
-            nxt = keys[cut + 1].start() if cut + 1 < len(keys) else len(line)
-            reason = line[keys[cut].end():nxt].strip()
-    parts = kv.get("Partitions", "")
-    feats = kv.get("AvailableFeatures", "")
+    kv = parse_kv(line[:keys[cut].start() if cut < len(keys) else len(line)])
+    reason, user, when = _reason(line, keys, cut)
     weight = kv.get("Weight", "1")
     return NodeInfo(
         name=kv["NodeName"],
@@ -120,10 +101,43 @@ def parse_node_line(line: str) -> NodeInfo:
         reason=reason if reason != "(null)" else "",
         reason_user=user,
         reason_time=when,
-        partitions=tuple(p for p in parts.split(",") if p and p != "(null)"),
-        features=tuple(f for f in feats.split(",") if f and f != "(null)"),
+        partitions=_listed(kv.get("Partitions", "")),
+        features=_listed(kv.get("AvailableFeatures", "")),
         weight=int(weight) if weight.isdigit() else 1,
     )
+
+
+def _head_problem(head: list) -> str | None:
+    """Why the fixed fields (the key matches before the free text) cannot be trusted: a key
+    printed twice, one missing, or a record that does not open with NodeName; None if fine."""
+    seen: dict[str, int] = {}
+    for m in head:
+        seen[m["key"]] = seen.get(m["key"], 0) + 1
+    twice = sorted(k for k, n in seen.items() if n > 1)
+    missing = [k for k in _HEAD_KEYS if k not in seen]
+    if twice:
+        return f"{', '.join(twice)} printed twice"
+    if missing or not head or head[0].start() != 0 or head[0]["key"] != "NodeName":
+        return f"no {', '.join(missing) or 'NodeName'} before the free text"
+    return None
+
+
+def _reason(line: str, keys: list, cut: int) -> tuple[str, str, datetime | None]:
+    """(reason, user, time) from a Reason= that opens the free text; empty without one.
+    Slurm writes the first line of the reason, then " [user@time]", then any further lines
+    (joined by spaces with -o): the reason is that first line."""
+    if cut >= len(keys) or keys[cut]["key"] != "Reason":
+        return "", "", None
+    m = _REASON.match(line[keys[cut].start():].lstrip())
+    if m:
+        return m["text"].strip(), m["user"], slurm_time(m["time"])
+    nxt = keys[cut + 1].start() if cut + 1 < len(keys) else len(line)
+    return line[keys[cut].end():nxt].strip(), "", None
+
+
+def _listed(text: str) -> tuple[str, ...]:
+    """A comma-separated Slurm list, without Slurm's "(null)" for none."""
+    return tuple(p for p in text.split(",") if p and p != "(null)")
 
 
 def node_records(out: str) -> list[str]:

@@ -45,7 +45,8 @@ def test_budget_bounds_a_hung_mount_and_overrun_is_reported(node, monkeypatch):
     monkeypatch.setattr(mounts, "statvfs",
                         lambda p: release.wait(30) if p.endswith("/home") else real_statvfs(p))
     monkeypatch.setattr(mounts, "probe",
-                        lambda root, paths, t: timeouts.append(t) or real_probe(root, paths, t))
+                        lambda root, paths, t, *alone: timeouts.append(t)
+                        or real_probe(root, paths, t, *alone))
     findings = run(node.config, node.root, only={"mount"}, budget_s=3.0)
     release.set()
     assert timeouts == [1.5]  # half the budget, not the config's 2 s

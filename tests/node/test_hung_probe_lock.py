@@ -47,18 +47,29 @@ def _records(root: Path) -> list[dict]:
 
 
 def _probes_left_behind(root: Path) -> list[int]:
-    """Live processes of a node-path run under `root` (the abandoned probe children)."""
+    """Live processes of a node-path run under `root` (the abandoned probe children). A killed
+    prober whose thread is stuck in statvfs has a zombie main thread: its environment is read
+    through the thread still in the kernel."""
     pids = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
-        try:
-            environ = (entry / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if f"RSC_HEALTH_ROOT={root}".encode() in environ:
-            pids.append(int(entry.name))
+        for task in _tasks(entry):
+            try:
+                environ = (task / "environ").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if f"RSC_HEALTH_ROOT={root}".encode() in environ:
+                pids.append(int(entry.name))
+                break
     return pids
+
+
+def _tasks(entry: Path) -> list[Path]:
+    try:
+        return list((entry / "task").iterdir())
+    except OSError:
+        return []
 
 
 def _lock_is_free(sdir: Path) -> bool:

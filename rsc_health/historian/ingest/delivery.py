@@ -157,54 +157,72 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
         _skewed(rows, rec, node, when, received)
     if kind == "heartbeat":
         rows.clocks[node] = None
-    if kind == "check":
-        status = _text(rec, "status").lower()
-        if status not in set(Status) or not rec.get("check"):
-            raise RowError("check record needs `check` and a status ok|warn|fail|error")
-        job_id = rec.get("job_id")
-        rows.checks.append(CheckRecord(
-            id=_record_id(rec), time=when, node=node,
-            source=_text(rec, "source", "sweep")[:16] or "sweep",
-            job_id=None if job_id in (None, "") else str(job_id)[:32],
-            check=str(rec["check"])[:32], component=(_text(rec, "component") or "*")[:64],
-            status=status,
-            severity=(_text(rec, "severity") or Severity.NONE.severity_word).lower()[:16],
-            code=_text(rec, "code")[:32], reason=_text(rec, "reason") or _text(rec, "detail"),
-        ))
-    elif kind == "job_start":
-        excluded = rec.get("excluded") or []
-        if not isinstance(excluded, list) or not rec.get("job_id"):
-            raise RowError("job_start needs job_id and a list `excluded`")
-        job_id = key_text(rec["job_id"], "job_id", 32)
-        names = [key_text(n, "excluded node", 128) for n in excluded]
-        rows.exclusions.extend((job_id, n, db_time(when)) for n in names)
-    elif kind == "action":
-        if not rec.get("action"):
-            raise RowError("action record lacks `action`")
-        job_id = rec.get("job_id")
-        rows.actions.append((_record_id(rec), db_time(when), node, str(rec["action"])[:24],
-                             _text(rec, "reason"),
-                             None if job_id in (None, "") else key_text(job_id, "job_id", 32)))
-    elif kind == "heartbeat":
-        try:
-            errors = int(rec.get("checker_errors") or 0)
-            duration = rec.get("duration_s")
-            duration = None if duration is None else float(duration)
-        except (TypeError, ValueError) as exc:
-            raise RowError("heartbeat checker_errors/duration_s are not numbers") from exc
-        rows.heartbeats.append(Heartbeat(
-            node=node, time=when, source=(_text(rec, "source") or "sweep")[:16],
-            level=_text(rec, "level")[:16], checker_errors=max(0, min(errors, 2**31 - 1)),
-            duration_s=duration, version=_text(rec, "version")[:32],
-        ))
-        _gpu_names(rows, node, when, rec.get("gpus"))
-        found = versions.fields_of(rec.get("versions"))
-        if found:
-            rows.versions.setdefault(node, []).append((when, found))
-    elif kind == "telemetry":
-        rows.telemetry.append(_sample(rec, node, when))
     # job_end carries nothing the tables keep beyond the epilog's own check records.
+    reader = _READERS.get(kind)
+    if reader is not None:
+        reader(rows, rec, node, when)
     rows.counts[kind] = rows.counts.get(kind, 0) + 1
+
+
+def _check_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
+    status = _text(rec, "status").lower()
+    if status not in set(Status) or not rec.get("check"):
+        raise RowError("check record needs `check` and a status ok|warn|fail|error")
+    job_id = rec.get("job_id")
+    rows.checks.append(CheckRecord(
+        id=_record_id(rec), time=when, node=node,
+        source=_text(rec, "source", "sweep")[:16] or "sweep",
+        job_id=None if job_id in (None, "") else str(job_id)[:32],
+        check=str(rec["check"])[:32], component=(_text(rec, "component") or "*")[:64],
+        status=status,
+        severity=(_text(rec, "severity") or Severity.NONE.severity_word).lower()[:16],
+        code=_text(rec, "code")[:32], reason=_text(rec, "reason") or _text(rec, "detail"),
+    ))
+
+
+def _job_start_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
+    excluded = rec.get("excluded") or []
+    if not isinstance(excluded, list) or not rec.get("job_id"):
+        raise RowError("job_start needs job_id and a list `excluded`")
+    job_id = key_text(rec["job_id"], "job_id", 32)
+    names = [key_text(n, "excluded node", 128) for n in excluded]
+    rows.exclusions.extend((job_id, n, db_time(when)) for n in names)
+
+
+def _action_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
+    if not rec.get("action"):
+        raise RowError("action record lacks `action`")
+    job_id = rec.get("job_id")
+    rows.actions.append((_record_id(rec), db_time(when), node, str(rec["action"])[:24],
+                         _text(rec, "reason"),
+                         None if job_id in (None, "") else key_text(job_id, "job_id", 32)))
+
+
+def _heartbeat_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
+    try:
+        errors = int(rec.get("checker_errors") or 0)
+        duration = rec.get("duration_s")
+        duration = None if duration is None else float(duration)
+    except (TypeError, ValueError) as exc:
+        raise RowError("heartbeat checker_errors/duration_s are not numbers") from exc
+    rows.heartbeats.append(Heartbeat(
+        node=node, time=when, source=(_text(rec, "source") or "sweep")[:16],
+        level=_text(rec, "level")[:16], checker_errors=max(0, min(errors, 2**31 - 1)),
+        duration_s=duration, version=_text(rec, "version")[:32],
+    ))
+    _gpu_names(rows, node, when, rec.get("gpus"))
+    found = versions.fields_of(rec.get("versions"))
+    if found:
+        rows.versions.setdefault(node, []).append((when, found))
+
+
+def _telemetry_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
+    rows.telemetry.append(_sample(rec, node, when))
+
+
+# What each record kind adds to the rows.
+_READERS = {"check": _check_row, "job_start": _job_start_row, "action": _action_row,
+            "heartbeat": _heartbeat_row, "telemetry": _telemetry_row}
 
 
 _METRICS = frozenset(m.value for m in Metric)
