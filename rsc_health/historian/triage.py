@@ -161,8 +161,8 @@ def _in_window(found: pd.DataFrame, pairs: pd.DataFrame, before: timedelta,
         return []
     m = pairs.merge(found, on="node")
     end = pd.to_datetime(m["end"])
-    t1 = pd.to_datetime(m["t1"]).fillna(pd.Timestamp.max)
-    hit = m[(pd.to_datetime(m["t0"]) <= end + after) & (t1 >= end - before)]
+    t1 = pd.to_datetime(m["t1"])  # NaT: still open
+    hit = m[(pd.to_datetime(m["t0"]) <= end + after) & (t1.isna() | (t1 >= end - before))]
     hit = hit.drop_duplicates(["job_pk", "node", "a", "b"])
     return list(zip(hit["job_pk"], hit["node"], hit["a"], hit["b"], strict=True))
 
