@@ -354,6 +354,47 @@ def _apply_what_if(model, spec):
     return model.what_if(w_cp=value)
 
 
+def _ettr_projection(ctx, base, nodes: int, what_ifs: list, runtime_days: float,
+                     as_json: bool):
+    """`ettr --nodes N`: the modelled run (Eq. 1, Eq. 2, Monte Carlo), then each what-if."""
+    from rsc_health.historian.metrics.ettr import monte_carlo
+
+    rows = []
+    for label, model in [("baseline", base)] + [(w, _apply_what_if(base, s)) for w, s in what_ifs]:
+        mc = monte_carlo(model, runs=int(_cfg(ctx, "ettr.monte_carlo_runs")))
+        rows.append(
+            {
+                "scenario": label,
+                "nodes": nodes,
+                "r_f_per_1000": model.r_f * 1000,
+                "w_cp_min": model.w_cp * 1440,
+                "checkpoint_interval_min": model.interval * 1440,
+                "mttf_hours": model.mttf * 24,
+                "eq1_expected": model.expected(),
+                "eq2_long_run": model.expected_long_run(),
+                "monte_carlo": mc.mean,
+            }
+        )
+    if as_json:
+        return _emit_json(rows)
+    import pandas as pd
+
+    _table(
+        f"Expected ETTR, {nodes} nodes, R = {runtime_days:g} days",
+        pd.DataFrame(rows),
+        [
+            ("scenario", "scenario", "s"),
+            ("r_f_per_1000", "r_f/1000", ".2f"),
+            ("w_cp_min", "w_cp min", ".2f"),
+            ("checkpoint_interval_min", "dt_cp min", ".1f"),
+            ("mttf_hours", "MTTF h", ".2f"),
+            ("eq1_expected", "Eq.1", ".3f"),
+            ("eq2_long_run", "Eq.2", ".3f"),
+            ("monte_carlo", "Monte Carlo", ".3f"),
+        ],
+    )
+
+
 @click.command()
 @window_options
 @click.option(
@@ -386,7 +427,7 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
     """ETTR: measured per job run next to expected (Eq. 1), or a modelled run (--nodes)."""
     import numpy as np
 
-    from rsc_health.historian.metrics.ettr import EttrModel, minutes, monte_carlo
+    from rsc_health.historian.metrics.ettr import EttrModel, minutes
     from rsc_health.historian.metrics.runs import RunOptions, job_runs
 
     specs = [parse_what_if(w) for w in what_ifs]
@@ -417,46 +458,10 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
             return
 
     if nodes:
-        base = EttrModel(
-            nodes, r_f, runtime=runtime_days, u0=u0, w_cp=w_cp, dt_cp=dt_cp, queue=queue_hours / 24
-        )
-        rows = []
-        for label, model in [("baseline", base)] + [
-            (w, _apply_what_if(base, s)) for w, s in zip(what_ifs, specs, strict=True)
-        ]:
-            mc = monte_carlo(model, runs=int(_cfg(ctx, "ettr.monte_carlo_runs")))
-            rows.append(
-                {
-                    "scenario": label,
-                    "nodes": nodes,
-                    "r_f_per_1000": model.r_f * 1000,
-                    "w_cp_min": model.w_cp * 1440,
-                    "checkpoint_interval_min": model.interval * 1440,
-                    "mttf_hours": model.mttf * 24,
-                    "eq1_expected": model.expected(),
-                    "eq2_long_run": model.expected_long_run(),
-                    "monte_carlo": mc.mean,
-                }
-            )
-        if as_json:
-            return _emit_json(rows)
-        import pandas as pd
-
-        _table(
-            f"Expected ETTR, {nodes} nodes, R = {runtime_days:g} days",
-            pd.DataFrame(rows),
-            [
-                ("scenario", "scenario", "s"),
-                ("r_f_per_1000", "r_f/1000", ".2f"),
-                ("w_cp_min", "w_cp min", ".2f"),
-                ("checkpoint_interval_min", "dt_cp min", ".1f"),
-                ("mttf_hours", "MTTF h", ".2f"),
-                ("eq1_expected", "Eq.1", ".3f"),
-                ("eq2_long_run", "Eq.2", ".3f"),
-                ("monte_carlo", "Monte Carlo", ".3f"),
-            ],
-        )
-        return
+        return _ettr_projection(ctx, EttrModel(nodes, r_f, runtime=runtime_days, u0=u0,
+                                               w_cp=w_cp, dt_cp=dt_cp, queue=queue_hours / 24),
+                                nodes, list(zip(what_ifs, specs, strict=True)), runtime_days,
+                                as_json)
 
     opts = RunOptions(
         link_by=_cfg(ctx, "ettr.link_by"),

@@ -248,6 +248,32 @@ def start(ctx, nodes, tier, timeout_s, parallel, as_json) -> None:
     ctx.exit(0 if all(r.result in ("pass", "would_qualify") for r in results) else 1)
 
 
+def _due(cfg, nodes, history, now, limit: int) -> tuple[list, set[str], set[str]]:
+    """`qualify auto`'s nodes, in order, with why: repairs closed and retries first, then idle
+    suspects, then (with [qualify] on_driver_change) nodes whose driver or firmware changed;
+    at most `limit`. Also which of them are suspects and which driver changes."""
+    from rsc_health.historian import suspects as hs
+    from rsc_health.qualify.flow import auto_candidates, suspect_candidates
+
+    backoff = {"retry_min": float(cfg.get("qualify.retry_min")),
+               "retry_max_min": float(cfg.get("qualify.retry_max_min"))}
+    due = auto_candidates(nodes, history, now, limit=limit, **backoff)
+    suspect_due = suspect_candidates(nodes, hs.active(history.engine), history, now,
+                                     limit=max(0, limit - len(due)), **backoff)
+    due = due + suspect_due
+    if not cfg.get("qualify.on_driver_change"):
+        return due, {n for n, _ in suspect_due}, set()
+    from rsc_health.historian import versions
+    from rsc_health.qualify.flow import driver_candidates
+
+    with history.engine.connect() as conn:
+        changed = versions.changes(conn)
+    taken = {n for n, _ in due}
+    driver_due = driver_candidates(nodes, {n: c for n, c in changed.items() if n not in taken},
+                                   history, now, limit=max(0, limit - len(due)), **backoff)
+    return due + driver_due, {n for n, _ in suspect_due}, {n for n, _ in driver_due}
+
+
 @qualify.command("auto")
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--dry-run", is_flag=True, help="Say which nodes would be qualified, and why.")
@@ -259,13 +285,7 @@ def auto(ctx, as_json, dry_run) -> None:
     on_driver_change, an idle node whose driver or GPU firmware changed since its last pass
     (full tier, undrained). First, a node drained [qualify] strikes times in production since
     its last pass goes to repair instead."""
-    from rsc_health.historian import suspects as hs
-    from rsc_health.qualify.flow import (
-        auto_candidates,
-        run_batches,
-        strike_candidates,
-        suspect_candidates,
-    )
+    from rsc_health.qualify.flow import run_batches, strike_candidates
 
     cfg = ctx.obj.config
     slurm, history = _flow_parts(ctx)
@@ -281,31 +301,7 @@ def auto(ctx, as_json, dry_run) -> None:
                    for node, n in struck]
         if struck:
             nodes = slurm.nodes()
-    due = auto_candidates(nodes, history, now,
-                          retry_min=float(cfg.get("qualify.retry_min")),
-                          retry_max_min=float(cfg.get("qualify.retry_max_min")),
-                          limit=limit)
-    suspect_due = suspect_candidates(nodes, hs.active(history.engine), history, now,
-                                     retry_min=float(cfg.get("qualify.retry_min")),
-                                     retry_max_min=float(cfg.get("qualify.retry_max_min")),
-                                     limit=max(0, limit - len(due)))
-    suspect_nodes = {n for n, _ in suspect_due}
-    due = due + suspect_due
-    driver_nodes: set[str] = set()
-    if cfg.get("qualify.on_driver_change"):
-        from rsc_health.historian import versions
-        from rsc_health.qualify.flow import driver_candidates
-
-        with history.engine.connect() as conn:
-            changed = versions.changes(conn)
-        taken = {n for n, _ in due}
-        driver_due = driver_candidates(nodes, {n: c for n, c in changed.items()
-                                               if n not in taken}, history, now,
-                                       retry_min=float(cfg.get("qualify.retry_min")),
-                                       retry_max_min=float(cfg.get("qualify.retry_max_min")),
-                                       limit=max(0, limit - len(due)))
-        driver_nodes = {n for n, _ in driver_due}
-        due = due + driver_due
+    due, suspect_nodes, driver_nodes = _due(cfg, nodes, history, now, limit)
     results: list = []
     if not dry_run:
         def flow(tier):

@@ -68,10 +68,30 @@ def triage(engine: Engine, lo: datetime, hi: datetime, *, window: Window | None 
     if node is not None:
         jobs_q = jobs_q.where(J.c.id.in_(select(JN.c.job_pk).where(JN.c.node == node)))
     before, after = timedelta(seconds=window.before_s), timedelta(seconds=window.after_s)
-    # The evidence of the whole span first (failing rows are few), then matched to each job's
-    # nodes and window: a join per job and node walked every check row of the node before the
-    # window (9.4 s of 15 at the paper's scale).
-    span_lo, span_hi = lo - before, hi + after
+    with engine.connect() as conn:
+        jobs = _frame(conn.execute(jobs_q.order_by(J.c.end, J.c.id)),
+                      ["job_pk", "job_id", "user", "state", "exit_code", "end"])
+        if jobs.empty:
+            return pd.DataFrame(columns=COLUMNS)
+        found = [_frame(conn.execute(q), ["node", "a", "b", "t0", "t1"])
+                 for q in _evidence_queries(lo - before, hi + after, node)]
+        nodes = sorted(set().union(*(f["node"] for f in found)))
+        pairs = _job_nodes(conn, jobs_q.with_only_columns(J.c.id, J.c.end), nodes)
+    checks, acts, downs = (_in_window(f, pairs, before, after) for f in found)
+    book = _Evidence()
+    book.read(checks, acts, downs, _matcher(rules.maintenance_reason_patterns))
+    labelled = [book.label(pk, state, exit_code) for pk, state, exit_code
+                in zip(jobs["job_pk"], jobs["state"], jobs["exit_code"], strict=True)]
+    jobs["label"] = [x[0] for x in labelled]
+    jobs["nodes"] = [x[1] for x in labelled]
+    jobs["evidence"] = [x[2] for x in labelled]
+    return jobs[COLUMNS]
+
+
+def _evidence_queries(span_lo: datetime, span_hi: datetime, node: str | None) -> list:
+    """Failing checks, rsc-health's own drains and DOWN/FAIL events over the whole span (they
+    are few), matched to each job's nodes and window afterwards: a join per job and node
+    walked every check row of the node before the window (9.4 s of 15 at the paper's scale)."""
     checks_q = select(C.c.node, C.c.check, C.c.code, C.c.time, C.c.last_seen).where(
         failing_check(), C.c.time <= span_hi, C.c.last_seen >= span_lo)
     acts_q = select(NA.c.node, NA.c.action, NA.c.reason, NA.c.time, NA.c.time.label("t1")).where(
@@ -80,62 +100,56 @@ def triage(engine: Engine, lo: datetime, hi: datetime, *, window: Window | None 
     downs_q = select(E.c.node, E.c.state, E.c.reason, E.c.start, E.c.end).where(
         E.c.start <= span_hi, or_(E.c.end.is_(None), E.c.end >= span_lo),
         or_(E.c.state.like("DOWN%"), E.c.state.like("FAIL%")))
-    if node is not None:
-        checks_q, acts_q, downs_q = (checks_q.where(C.c.node == node),
-                                     acts_q.where(NA.c.node == node),
-                                     downs_q.where(E.c.node == node))
-    with engine.connect() as conn:
-        jobs = _frame(conn.execute(jobs_q.order_by(J.c.end, J.c.id)),
-                      ["job_pk", "job_id", "user", "state", "exit_code", "end"])
-        if jobs.empty:
-            return pd.DataFrame(columns=COLUMNS)
-        found = [_frame(conn.execute(q), ["node", "a", "b", "t0", "t1"])
-                 for q in (checks_q, acts_q, downs_q)]
-        nodes = sorted(set().union(*(f["node"] for f in found)))
-        pairs = _job_nodes(conn, jobs_q.with_only_columns(J.c.id, J.c.end), nodes)
-    checks, acts, downs = (_in_window(f, pairs, before, after) for f in found)
-    app_codes = set(application_xid_codes())
-    host: dict[int, list[str]] = {}
-    blamed: dict[int, set[str]] = {}
-    user: dict[int, list[str]] = {}
+    if node is None:
+        return [checks_q, acts_q, downs_q]
+    return [checks_q.where(C.c.node == node), acts_q.where(NA.c.node == node),
+            downs_q.where(E.c.node == node)]
 
-    def add(book: dict, pk: int, text: str) -> None:
-        book.setdefault(pk, []).append(text)
 
-    for pk, n, check, code in checks:
-        if check == "xid" and code in app_codes:
-            add(user, pk, f"{code} on {n}: an application-class XID (the job's own error)")
-        else:
-            add(host, pk, f"failing check {check} {code} on {n}".replace("  ", " ").strip())
-            blamed.setdefault(pk, set()).add(n)
-    for pk, n, action, reason in acts:
-        add(host, pk, f"rsc-health {action} {n}: {reason}")
-        blamed.setdefault(pk, set()).add(n)
-    maintenance = _matcher(rules.maintenance_reason_patterns)
-    for pk, n, state, reason in downs:
-        if maintenance(reason or ""):
-            add(host, pk, f"{n} {state} for planned maintenance ({reason}): not the node's")
-        else:
-            add(host, pk, f"{n} {state} in the window" + (f": {reason}" if reason else ""))
-            blamed.setdefault(pk, set()).add(n)
-    labels, nodes, evidence = [], [], []
-    for pk, state, exit_code in zip(jobs["job_pk"], jobs["state"], jobs["exit_code"],
-                                    strict=True):
-        found_host = list(host.get(pk, ()))
+class _Evidence:
+    """What was found against each failed job (by its key): the host's side, the user's, and
+    the nodes the host evidence blames."""
+
+    def __init__(self) -> None:
+        self.host: dict[int, list[str]] = {}
+        self.user: dict[int, list[str]] = {}
+        self.blamed: dict[int, set[str]] = {}
+
+    def _host(self, pk: int, node: str, text: str) -> None:
+        self.host.setdefault(pk, []).append(text)
+        self.blamed.setdefault(pk, set()).add(node)
+
+    def read(self, checks, acts, downs, maintenance) -> None:
+        app_codes = set(application_xid_codes())
+        for pk, n, check, code in checks:
+            if check == "xid" and code in app_codes:
+                self.user.setdefault(pk, []).append(
+                    f"{code} on {n}: an application-class XID (the job's own error)")
+            else:
+                self._host(pk, n, f"failing check {check} {code} on {n}".replace("  ", " ")
+                           .strip())
+        for pk, n, action, reason in acts:
+            self._host(pk, n, f"rsc-health {action} {n}: {reason}")
+        for pk, n, state, reason in downs:
+            if maintenance(reason or ""):  # said, but blames no node
+                self.host.setdefault(pk, []).append(
+                    f"{n} {state} for planned maintenance ({reason}): not the node's")
+            else:
+                self._host(pk, n, f"{n} {state} in the window" + (f": {reason}" if reason
+                                                                  else ""))
+
+    def label(self, pk: int, state: str, exit_code) -> tuple[str, list[str], list[str]]:
+        """(label, blamed nodes, evidence) of one failed job."""
+        found_host = list(self.host.get(pk, ()))
         if state in SLURM_HOST_STATES:
             found_host.insert(0, f"Slurm: {state}")
-        found_user = user.get(pk, [])
+        found_user = self.user.get(pk, [])
         if found_host:
-            label, said = HOST, found_host + found_user
-        elif found_user:
-            label, said = USER, found_user
-        else:
-            label, said = _by_state(state, exit_code)
-        labels.append(label)
-        nodes.append(sorted(blamed.get(pk, ())) if label == HOST else [])
-        evidence.append(said)
-    jobs["label"], jobs["nodes"], jobs["evidence"] = labels, nodes, evidence
-    return jobs[COLUMNS]
+            return HOST, sorted(self.blamed.get(pk, ())), found_host + found_user
+        if found_user:
+            return USER, [], found_user
+        label, said = _by_state(state, exit_code)
+        return label, [], said
 
 
 def _job_nodes(conn, jobs_q, nodes: list[str]) -> pd.DataFrame:

@@ -370,6 +370,12 @@ def gather(
             # Kept in report.json: the first place to look when the nightly run gets slow.
             data.timings[label] = round(time.perf_counter() - started, 3)
 
+    def put(attr: str, section: str, label: str, produce: Callable[[], Any]) -> None:
+        """step(), its result kept as data.<attr> unless the section gave none."""
+        got = step(section, label, produce)
+        if got is not None:
+            setattr(data, attr, got)
+
     def metrics():
         from rsc_health.historian.metrics import goodput, mttf, rates
 
@@ -377,10 +383,8 @@ def gather(
 
     from rsc_health.report import morning
 
-    got = step("freshness", "data freshness", lambda: morning.freshness(
+    put("freshness", "freshness", "data freshness", lambda: morning.freshness(
         engine, as_of, opts.stale_after_s, opts.sacct_stale_hours))
-    if got is not None:
-        data.freshness = got
 
     modules = step("metrics", "metrics", metrics)
     if modules is None:
@@ -389,27 +393,18 @@ def gather(
             data.notes.setdefault(section, why)
     else:
         rates, mttf, goodput = modules
-        got = step("rates", "headline r_f", lambda: morning.weekly_rates(
+        put("rates", "rates", "headline r_f", lambda: morning.weekly_rates(
             engine, as_of, rates.failure_rate, large_job_gpus=opts.large_job_gpus,
             long_days=opts.metrics_days, confidence=opts.confidence))
-        if got is not None:
-            data.rates = got
-        got = step("outcomes", "job outcomes", lambda: outcomes_section(rates.outcomes(
+        put("outcomes", "outcomes", "job outcomes", lambda: outcomes_section(rates.outcomes(
             engine, window)))
-        if got is not None:
-            data.outcomes = got
-        got = step("causes", "failure causes",
+        put("causes", "causes", "failure causes",
                    lambda: causes_section(rates.causes(engine, window)))
-        if got is not None:
-            data.causes = got
-        got = step("rolling", "rolling failure rate", lambda: rolling_section(
+        put("rolling", "rolling", "rolling failure rate", lambda: rolling_section(
             rates.rolling(engine, window, days=opts.rolling_days,
                           large_job_gpus=opts.large_job_gpus), opts.rolling_days))
-        if got is not None:
-            data.rolling = got
-        got = step("deployments", "check deployments", lambda: deployments_section(engine, window))
-        if got is not None:
-            data.deployments = got
+        put("deployments", "deployments", "check deployments",
+            lambda: deployments_section(engine, window))
 
         # r_f (large jobs, per node-day) drives both the MTTF projection and E[ETTR]: the
         # headline's metrics-window row when it was gathered, else one query.
@@ -424,13 +419,9 @@ def gather(
         def mttf_frame() -> pd.DataFrame:
             return mttf_section(mttf.mttf_by_size(engine, window, r_f=r_f))
 
-        got = step("mttf", "MTTF by job size", mttf_frame)
-        if got is not None:
-            data.mttf = got
-        got = step("goodput", "goodput lost",
+        put("mttf", "mttf", "MTTF by job size", mttf_frame)
+        put("goodput", "goodput", "goodput lost",
                    lambda: goodput_section(goodput.goodput_lost(engine, window)))
-        if got is not None:
-            data.goodput = got
 
         def ettr_frame() -> pd.DataFrame:
             from rsc_health.historian.metrics.ettr import minutes
@@ -454,30 +445,18 @@ def gather(
             )
             return ettr_section(job_runs(engine, r_f, window, run_opts))
 
-        got = step("ettr", "ETTR of job runs", ettr_frame)
-        if got is not None:
-            data.ettr = got
+        put("ettr", "ettr", "ETTR of job runs", ettr_frame)
 
-    got = step("out_of_service", "nodes out of service",
+    put("out_of_service", "out_of_service", "nodes out of service",
                lambda: morning.out_of_service(engine, as_of))
-    if got is not None:
-        data.out_of_service = got
-    got = step("stale", "nodes whose checks stopped",
+    put("stale", "stale", "nodes whose checks stopped",
                lambda: morning.stale_checks(engine, as_of, opts.stale_after_s))
-    if got is not None:
-        data.stale = got
-    got = step("qualified", "qualification runs",
+    put("qualified", "qualified", "qualification runs",
                lambda: morning.qualified(engine, as_of, opts.actions_hours))
-    if got is not None:
-        data.qualified = got
-    got = step("suspects", "suspect nodes",
+    put("suspects", "suspects", "suspect nodes",
                lambda: morning.suspects(engine, as_of, opts.actions_hours))
-    if got is not None:
-        data.suspects = got
-    got = step("xids", "XIDs per GPU",
+    put("xids", "xids", "XIDs per GPU",
                lambda: morning.xids_per_gpu(engine, as_of, opts.window_days, opts.xid_top))
-    if got is not None:
-        data.xids = got
 
     young_fleet(engine, as_of, opts, step, data)
 
@@ -512,9 +491,7 @@ def gather(
         def verdicts():
             return lemons_section(verdicts_of(feats, as_of))
 
-        got = step("lemons", "lemon verdicts", verdicts)
-        if got is not None:
-            data.lemons = got
+        put("lemons", "lemons", "lemon verdicts", verdicts)
 
         def pull() -> pd.DataFrame:
             nodes = [str(n) for n in data.lemons["node"]]
@@ -534,9 +511,7 @@ def gather(
 
         if "lemons" not in data.notes:
             # Days listed, Slurm state and ticket: a failure here keeps the candidates shown.
-            got = step("pull", "days listed, state and tickets of the candidates", pull)
-            if got is not None:
-                data.lemons = got
+            put("lemons", "pull", "days listed, state and tickets of the candidates", pull)
     else:
         data.notes["lemons"] = data.notes["features"]
 

@@ -317,11 +317,17 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
         run_on_node(node, "", ["healthctl", "qualify", "run", "--tier", "deep", "--node", node])
     timings["peers"] = time.perf_counter() - t0
 
+    def healthctl(command, *args: str) -> dict:
+        """`healthctl COMMAND ARGS --json` on the lab's historian and Slurm: its JSON."""
+        res = runner.invoke(command, [*args, "--json"], obj=obj())
+        if res.exit_code != 0:
+            raise RuntimeError(f"healthctl {command.name} {' '.join(args)}: "
+                               f"{res.output[-400:]}")
+        return json.loads(res.output)
+
     say("fail-slow: `healthctl suspects apply` (detect, then the suspect tier in Slurm)")
     t0 = time.perf_counter()
-    res = runner.invoke(suspects_cmd, ["apply", "--json"], obj=obj())
-    if res.exit_code != 0:
-        raise RuntimeError(f"healthctl suspects apply: {res.output[-400:]}")
+    healthctl(suspects_cmd, "apply")
     engine = hdb.connect(url)
     try:
         found = [e.as_dict() for e in hs.active(engine)]
@@ -332,15 +338,9 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
 
     say("fail-slow: `healthctl qualify auto` (idle suspects, stand-in tools)")
     t0 = time.perf_counter()
-    res = runner.invoke(qualify_cmd, ["auto", "--json"], obj=obj())
-    if res.exit_code != 0:
-        raise RuntimeError(f"healthctl qualify auto: {res.output[-400:]}")
     qualified = [{"node": r["node"], "result": r["result"], "detail": r["detail"]}
-                 for r in json.loads(res.output)["results"]]
-    res = runner.invoke(suspects_cmd, ["apply", "--json"], obj=obj())
-    if res.exit_code != 0:
-        raise RuntimeError(f"healthctl suspects apply: {res.output[-400:]}")
-    settled = json.loads(res.output)["settled"]
+                 for r in healthctl(qualify_cmd, "auto")["results"]]
+    settled = healthctl(suspects_cmd, "apply")["settled"]
     timings["qualify"] = time.perf_counter() - t0
 
     end_state = {e["node"]: _slurm_view(slurm, e["node"]) for e in found}

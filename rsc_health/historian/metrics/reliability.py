@@ -74,7 +74,7 @@ def failures(engine: Engine, lo: datetime, hi: datetime,
                 .where(cr.c.time >= lo, cr.c.time < hi, cr.c.check == "xid",
                        cr.c.status.in_((Status.WARN, Status.FAIL)),
                        cr.c.code.in_(application_xid_codes())).subquery())).scalar_one()
-    left_out = {"maintenance": {}, "fleet": {}}
+    left_out: dict[str, dict[str, int]] = {"maintenance": {}, "fleet": {}}
     if not ev.empty:
         ev["kind"] = classify_outages(ev, rules, ev["node"].nunique())
         left_out = removed_by_cause(ev, ev["kind"], rules, ev["node"].nunique())
