@@ -24,6 +24,10 @@ NAMES = ("reads", "reads_config")
 # A prolog reads every family's counters (a counter with no baseline yet is kept whoever
 # read it), so these modules load in every stage.
 COUNTING = {f.name for f in REGISTRY if f.counters is not None}
+# Standard-library modules a healthy prolog has no use for: copy (and weakref with it: config
+# trees are copied by config._copied), signal (only to kill an abandoned probe), subprocess
+# (a healthy prolog runs no program), dataclasses (rsc_health.record).
+UNUSED = {"copy", "weakref", "signal", "subprocess", "dataclasses"}
 
 
 @pytest.mark.parametrize("fam", REGISTRY, ids=lambda f: f.name)
@@ -47,7 +51,7 @@ def test_a_family_attribute_that_does_not_exist_fails_when_used_not_at_import():
         missing()
 
 
-def test_a_healthy_prolog_imports_only_the_families_it_runs_or_counts(tmp_path):
+def test_a_healthy_prolog_loads_only_the_families_it_runs_or_counts_and_no_failure_path(tmp_path):
     root = tmp_path / "node"
     copy_node(root)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8",
@@ -55,12 +59,15 @@ def test_a_healthy_prolog_imports_only_the_families_it_runs_or_counts(tmp_path):
            "RSC_HEALTH_CONFIG": str(root / "config.toml"), "SLURMD_NODENAME": "node01",
            "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "node01"}
     code = ("import json, sys\nfrom rsc_health import nodepath\ncode = nodepath.main(['prolog'])\n"
+            f"UNUSED = {sorted(UNUSED)!r}\n"
             "print(json.dumps([code, sorted(m.rsplit('.', 1)[1] for m in sys.modules "
-            "if m.startswith('rsc_health.checks.'))]))")
+            "if m.startswith('rsc_health.checks.')), "
+            "sorted(m for m in UNUSED if m in sys.modules)]))")
     out = subprocess.run([sys.executable, "-c", code], env=env, cwd=tmp_path, check=True,
                          capture_output=True, text=True).stdout.splitlines()[-1]
-    exit_code, loaded = json.loads(out)
+    exit_code, loaded, unused = json.loads(out)
     assert exit_code == 0
+    assert unused == []
     ran = set(load_config(root / "config.toml").get("slurm.prolog_families"))
     families = {f.name for f in REGISTRY}
     assert ran | COUNTING <= set(loaded)
