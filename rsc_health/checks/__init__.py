@@ -97,7 +97,7 @@ _ATTRS = {"collect": "collect", "counters": "counters", "capture": "capture", "r
 def _family(name: str, config: str, brings: tuple[str, ...] = (), **declared: Any) -> Family:
     """The family NAME of module rsc_health.checks.NAME: its `check` and what it `brings`
     (Family fields, see _ATTRS), all imported on first use."""
-    attrs = {key: _Attr(name, _ATTRS[key]) for key in brings}
+    attrs: dict[str, Any] = {key: _Attr(name, _ATTRS[key]) for key in brings}
     return Family(name, _Attr(name, "check"), config, **attrs, **declared)
 
 
