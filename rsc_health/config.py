@@ -18,7 +18,7 @@ Only the standard library is imported: the prolog loads the config on every job 
 
 from __future__ import annotations
 
-import copy
+import datetime
 import fnmatch
 import functools
 import os
@@ -61,11 +61,11 @@ class Config:
         if default is not _UNSET:
             return default
         node = _lookup(_packaged(), dotted)
-        return None if node is _UNSET else copy.deepcopy(node)
+        return None if node is _UNSET else _copied(node)
 
     def for_node(self, node: str, partition: str | None = None) -> Config:
         """The config as seen by one node: partition overrides, then node-glob overrides."""
-        merged = copy.deepcopy(self.data)
+        merged = _copied(self.data)
         layers = []
         if partition and partition in self.overrides.get("partitions", {}):
             layers.append(self.overrides["partitions"][partition])
@@ -106,7 +106,7 @@ def packaged_default(dotted: str) -> Any:
     value = _lookup(_packaged(), dotted)
     if value is _UNSET:
         raise KeyError(f"{dotted}: not in {PACKAGED_DEFAULTS.name}")
-    return copy.deepcopy(value)
+    return _copied(value)
 
 
 def with_defaults(section: str, table: Any = None) -> dict[str, Any]:
@@ -117,12 +117,31 @@ def with_defaults(section: str, table: Any = None) -> dict[str, Any]:
     return merged
 
 
+# TOML's leaves: immutable, so a copy of a config tree shares them.
+_LEAVES = (str, int, float, bool, type(None), datetime.date, datetime.time)
+
+
+def _copied(value: Any) -> Any:
+    """A config tree's own copy: tables and arrays made anew, leaves shared (what
+    copy.deepcopy gives a TOML document, without importing copy and weakref into every job
+    start or walking its memo). Anything else a caller put in is deep-copied."""
+    if isinstance(value, dict):
+        return {key: _copied(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_copied(item) for item in value]
+    if isinstance(value, _LEAVES):
+        return value
+    import copy
+
+    return copy.deepcopy(value)
+
+
 def _deep_merge(base: dict, top: dict) -> dict:
     for key, value in top.items():
         if isinstance(value, dict) and isinstance(base.get(key), dict):
             _deep_merge(base[key], value)
         else:
-            base[key] = copy.deepcopy(value)
+            base[key] = _copied(value)
     return base
 
 

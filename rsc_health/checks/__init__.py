@@ -16,6 +16,11 @@ everything the family needs and brings:
   its replay judges what the live node judged; `capture(cfg, root)`: anything else a
   snapshot must carry for it (the mount probes' outcomes).
 
+A family's functions and file lists are its module's own (`check`, `collect`, `counters`,
+`capture`, `READS`, `READS_CONFIG`), named in its `Family` line and imported on first use
+(`_Attr`): a stage imports only the family modules it runs (a prolog: [slurm] prolog_families
+and the families whose counters it keeps baselines of), not all of them.
+
 tests/unit/test_family_contract.py holds every family to all of it. The shared readers (NVML,
 the kernel log, sysfs helpers, the mount table, bounded probes) live in rsc_health.collect,
 which never imports this package.
@@ -23,26 +28,10 @@ which never imports this package.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from importlib import import_module
 from typing import Any
 
-from rsc_health.checks import (
-    dcgm,
-    ecc,
-    fabric,
-    gpu,
-    host,
-    infiniband,
-    leftover,
-    mount,
-    nvlink,
-    pcie,
-    remap,
-    site,
-    sxid,
-    telemetry,
-    xid,
-)
 from rsc_health.checks.env import CollectEnv
 from rsc_health.record import dataclass, field
 
@@ -68,41 +57,75 @@ class Family:
     replays: bool = False
 
 
+class _Attr:
+    """An attribute of a family module (rsc_health.checks.MODULE), imported when first used:
+    called, it is the function; iterated, the tuple of names. Equal by what it names."""
+
+    __slots__ = ("attr", "module", "_value")
+
+    def __init__(self, module: str, attr: str) -> None:
+        self.module = module
+        self.attr = attr
+        self._value: Any = None
+
+    def resolve(self) -> Any:
+        if self._value is None:
+            self._value = getattr(import_module(f"{__name__}.{self.module}"), self.attr)
+        return self._value
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.resolve()(*args, **kwargs)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.resolve())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Attr) and (self.module, self.attr) == (other.module, other.attr)
+
+    def __hash__(self) -> int:
+        return hash((self.module, self.attr))
+
+    def __repr__(self) -> str:
+        return f"{__name__}.{self.module}.{self.attr}"
+
+
+# What each Family field names in the family's module.
+_ATTRS = {"collect": "collect", "counters": "counters", "capture": "capture", "reads": "READS",
+          "reads_config": "READS_CONFIG"}
+
+
+def _family(name: str, config: str, brings: tuple[str, ...] = (), **declared: Any) -> Family:
+    """The family NAME of module rsc_health.checks.NAME: its `check` and what it `brings`
+    (Family fields, see _ATTRS), all imported on first use."""
+    attrs: dict[str, Any] = {key: _Attr(name, _ATTRS[key]) for key in brings}
+    return Family(name, _Attr(name, "check"), config, **attrs, **declared)
+
+
 REGISTRY: tuple[Family, ...] = (
-    Family("gpu", gpu.check, "gpu", nvml=True),
+    _family("gpu", "gpu", nvml=True),
     # NVML maps the kernel's PCI addresses to gpuN.
-    Family("xid", xid.check, "xid", nvml=True, reads_config=xid.READS_CONFIG,
-           collect=xid.collect, cursor="xid_cursor.json"),
+    _family("xid", "xid", ("reads_config", "collect"), nvml=True, cursor="xid_cursor.json"),
     # The same kernel-log sources as xid ([xid] sources), read past a cursor of its own.
-    Family("sxid", sxid.check, "sxid", reads_config=sxid.READS_CONFIG, collect=sxid.collect,
-           cursor="sxid_cursor.json"),
-    Family("ecc", ecc.check, "gpu", nvml=True, counters=ecc.counters),
-    Family("remap", remap.check, "gpu", nvml=True),
-    Family("nvlink", nvlink.check, "gpu", nvml=True, counters=nvlink.counters),
+    _family("sxid", "sxid", ("reads_config", "collect"), cursor="sxid_cursor.json"),
+    _family("ecc", "gpu", ("counters",), nvml=True),
+    _family("remap", "gpu", nvml=True),
+    _family("nvlink", "gpu", ("counters",), nvml=True),
     # NVML's PCIe replay counter of each GPU.
-    Family("pcie", pcie.check, "pcie", nvml=True, reads=pcie.READS, collect=pcie.collect,
-           counters=pcie.counters),
-    Family("infiniband", infiniband.check, "infiniband", reads=infiniband.READS,
-           collect=infiniband.collect, counters=infiniband.counters),
-    Family("mount", mount.check, "mounts", reads=mount.READS, collect=mount.collect,
-           capture=mount.capture),
-    Family("host", host.check, "host", reads=host.READS, collect=host.collect,
-           counters=host.counters),
+    _family("pcie", "pcie", ("reads", "collect", "counters"), nvml=True),
+    _family("infiniband", "infiniband", ("reads", "collect", "counters")),
+    _family("mount", "mounts", ("reads", "collect", "capture")),
+    _family("host", "host", ("reads", "collect", "counters")),
     # NVSwitch systems: the Fabric Manager service (a bounded systemctl) and NVML's fabric state.
-    Family("fabric", fabric.check, "fabric", nvml=True, reads=fabric.READS,
-           collect=fabric.collect, capture=fabric.capture, replays=True),
+    _family("fabric", "fabric", ("reads", "collect", "capture"), nvml=True, replays=True),
     # Processes NVML sees on the GPUs that belong to no running job (the prolog's check).
-    Family("leftover", leftover.check, "leftover", nvml=True, collect=leftover.collect,
-           capture=leftover.capture, replays=True),
+    _family("leftover", "leftover", ("collect", "capture"), nvml=True, replays=True),
     # DCGM's verdicts (dcgmi health / diag -j), off unless [dcgm] enabled or a saved file.
-    Family("dcgm", dcgm.check, "dcgm", collect=dcgm.collect, capture=dcgm.capture,
-           replays=True),
+    _family("dcgm", "dcgm", ("collect", "capture"), replays=True),
     # Programs, not files: a snapshot carries what they printed, a replay runs nothing.
-    Family("site", site.check, "site", collect=site.collect, capture=site.capture),
+    _family("site", "site", ("collect", "capture")),
     # NVML's telemetry answers (asked only when it runs) and the HCAs' traffic counters:
     # one sample a run, warnings only.
-    Family("telemetry", telemetry.check, "telemetry", nvml=True, reads=telemetry.READS,
-           collect=telemetry.collect, counters=telemetry.counters, capture=telemetry.capture),
+    _family("telemetry", "telemetry", ("reads", "collect", "counters", "capture"), nvml=True),
 )
 FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}
