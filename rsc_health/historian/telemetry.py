@@ -237,14 +237,9 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
         where = and_(s.c.time >= start, s.c.time <= end,
                      s.c.node.in_(select(jn.c.node).where(jn.c.job_pk == pk)))
         with writer(engine).begin() as conn:
-            agg = _aggregate(conn, where, cfg)
-            r = schema.telemetry_job_rollups
-            conn.execute(delete(r).where(r.c.job_pk == pk))
-            rows = _wide(agg, {"job_pk": pk})
-            if rows:
-                _insert(conn, r, rows)
-        report.jobs += 1 if rows else 0
-        report.job_rows += len(rows)
+            n = _replace_rollup(conn, schema.telemetry_job_rollups, "job_pk", pk, where, cfg)
+        report.jobs += 1 if n else 0
+        report.job_rows += n
     for day in _days_due(engine, now):
         lo = datetime(day.year, day.month, day.day)
         hi = lo + timedelta(days=1)
@@ -255,16 +250,22 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
             (j.c.end.is_(None)) | (j.c.end >= s.c.time))
         where = and_(s.c.time >= lo, s.c.time < hi, ~in_job)
         with writer(engine).begin() as conn:
-            agg = _aggregate(conn, where, cfg)
-            r = schema.telemetry_day_rollups
-            conn.execute(delete(r).where(r.c.day == day))
-            rows = _wide(agg, {"day": day})
-            if rows:
-                _insert(conn, r, rows)
+            n = _replace_rollup(conn, schema.telemetry_day_rollups, "day", day, where, cfg)
             _save_cursor(conn, day + timedelta(days=1))
         report.days += 1
-        report.day_rows += len(rows)
+        report.day_rows += n
     return report
+
+
+def _replace_rollup(conn, table, key: str, value, where, cfg) -> int:
+    """One job's or one day's rollup rows made anew from the samples `where` selects (a
+    rerun replaces, never doubles them); how many rows it wrote."""
+    agg = _aggregate(conn, where, cfg)
+    conn.execute(delete(table).where(table.c[key] == value))
+    rows = _wide(agg, {key: value})
+    if rows:
+        _insert(conn, table, rows)
+    return len(rows)
 
 
 def _days_due(engine: Engine, now: datetime) -> list[date]:
