@@ -13,6 +13,7 @@ drivers/infiniband/core/sysfs.c, as rdma-core's ibstat reads them): `state` = `4
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from rsc_health import lazyre
@@ -67,35 +68,41 @@ def parse_rate(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def collect(root: Path, env=None) -> list[IbPort]:
-    base = root / "sys/class/infiniband"
-    ports: list[IbPort] = []
+def each_port(root: Path) -> Iterator[tuple[Path, Path]]:
+    """(HCA directory, port directory) of every port under /sys/class/infiniband, in name
+    order; an HCA whose ports cannot be listed is skipped, no class directory is no port."""
     try:
-        hcas = sorted(p for p in base.iterdir())
+        hcas = sorted((root / "sys/class/infiniband").iterdir())
     except OSError:
-        return []
+        return
     for hca in hcas:
         try:
             port_dirs = sorted((hca / "ports").iterdir(), key=lambda p: p.name)
         except OSError:
             continue
         for pdir in port_dirs:
-            port = IbPort(
-                hca=hca.name,
-                port=pdir.name,
-                state=_word(read_text(pdir / "state")),
-                phys_state=_word(read_text(pdir / "phys_state")),
-                rate_gbps=parse_rate(read_text(pdir / "rate")),
-                link_layer=read_text(pdir / "link_layer"),
-            )
-            for counter in ERROR_COUNTERS:
-                text = read_text(pdir / "counters" / counter)
-                value = parse_count(text)
-                if value is not None:
-                    port.counters[counter] = value
-                elif text is not None:
-                    port.unreadable.append(counter)
-            ports.append(port)
+            yield hca, pdir
+
+
+def collect(root: Path, env=None) -> list[IbPort]:
+    ports: list[IbPort] = []
+    for hca, pdir in each_port(root):
+        port = IbPort(
+            hca=hca.name,
+            port=pdir.name,
+            state=_word(read_text(pdir / "state")),
+            phys_state=_word(read_text(pdir / "phys_state")),
+            rate_gbps=parse_rate(read_text(pdir / "rate")),
+            link_layer=read_text(pdir / "link_layer"),
+        )
+        for counter in ERROR_COUNTERS:
+            text = read_text(pdir / "counters" / counter)
+            value = parse_count(text)
+            if value is not None:
+                port.counters[counter] = value
+            elif text is not None:
+                port.unreadable.append(counter)
+        ports.append(port)
     return ports
 
 

@@ -57,28 +57,18 @@ def _prefix(gpu_index: int) -> str:
 
 def collect(root: Path, env=None) -> dict:
     """The HCA ports' counters and rate, and when they (and NVML, read just before) were read."""
-    from rsc_health.checks.infiniband import parse_rate
+    from rsc_health.checks.infiniband import each_port, parse_rate
 
     ports = []
-    base = root / "sys/class/infiniband"
-    try:
-        hcas = sorted(base.iterdir())
-    except OSError:
-        hcas = []
-    for hca in hcas:
-        try:
-            port_dirs = sorted((hca / "ports").iterdir(), key=lambda p: p.name)
-        except OSError:
-            continue
-        for pdir in port_dirs:
-            counts = {}
-            for c in IB_COUNTERS:
-                value = parse_count(read_text(pdir / "counters" / c))
-                if value is not None:
-                    counts[c] = value
-            ports.append({"name": f"{hca.name}/{pdir.name}", "hca": hca.name,
-                          "rate_gbps": parse_rate(read_text(pdir / "rate")),
-                          "link_layer": read_text(pdir / "link_layer"), "counters": counts})
+    for hca, pdir in each_port(root):
+        counts = {}
+        for c in IB_COUNTERS:
+            value = parse_count(read_text(pdir / "counters" / c))
+            if value is not None:
+                counts[c] = value
+        ports.append({"name": f"{hca.name}/{pdir.name}", "hca": hca.name,
+                      "rate_gbps": parse_rate(read_text(pdir / "rate")),
+                      "link_layer": read_text(pdir / "link_layer"), "counters": counts})
     return {"time_ms": _clock_ms(root, env), "ports": ports}
 
 
