@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -94,6 +95,34 @@ class OutageRules:
         return min(limits) if limits else float("inf")
 
 
+@lru_cache(maxsize=16)
+def _compiled(patterns: tuple[str, ...]) -> tuple[re.Pattern, ...]:
+    return tuple(re.compile(p) for p in patterns)
+
+
+def planned_pattern(reason: str, rules: OutageRules) -> str | None:
+    """The first of `maintenance_reason_patterns` (in the configured order) that `reason`
+    matches, or None; never for rsc-health's own reasons. Each pattern alone, by Python's re,
+    as OutageRules.from_config validated it: joined with "|" a second "(?i)" is an error to
+    Python's re, and a string column's own engine (pyarrow's RE2) refuses lookarounds the
+    config accepts."""
+    if reason.startswith(REASON_PREFIX):
+        return None
+    for pattern, rx in zip(rules.maintenance_reason_patterns,
+                           _compiled(rules.maintenance_reason_patterns), strict=True):
+        if rx.search(reason):
+            return pattern
+    return None
+
+
+def _planned(events: pd.DataFrame, rules: OutageRules) -> pd.Series:
+    """planned_pattern of each row's reason (object Series; None where none matches)."""
+    reason = events["reason"].fillna("").astype(str)
+    # Asked once per distinct reason: a fleet's outages repeat a few dozen reasons.
+    found = {r: planned_pattern(r, rules) for r in reason.unique()}
+    return pd.Series([found[r] for r in reason], index=events.index, dtype=object)
+
+
 def classify_outages(
     events: pd.DataFrame,
     rules: OutageRules,
@@ -113,12 +142,8 @@ def classify_outages(
         if end is not None:
             inside &= starts <= pd.Timestamp(end)
         kind[inside] = "maintenance"
-    reason = events["reason"].fillna("").astype(str)
     if rules.maintenance_reason_patterns:
-        planned = reason.str.contains(
-            "|".join(f"(?:{p})" for p in rules.maintenance_reason_patterns), regex=True
-        ) & ~reason.str.startswith(REASON_PREFIX)
-        kind[planned] = "maintenance"
+        kind[_planned(events, rules).notna()] = "maintenance"
     threshold = rules.fleet_threshold(fleet_size)
     if np.isfinite(threshold) and len(events) >= threshold:
         order = events.sort_values("start")
@@ -148,15 +173,12 @@ def removed_by_cause(events: pd.DataFrame, kind: pd.Series, rules: OutageRules,
     if events.empty:
         return out
     maint = events.loc[kind[kind == "maintenance"].index]
-    rest = maint["reason"].fillna("").astype(str)
-    rest = rest[~rest.str.startswith(REASON_PREFIX)]
+    by = _planned(maint, rules).value_counts()
     counted = 0
-    for pattern in rules.maintenance_reason_patterns:
-        hit = rest.str.contains(pattern, regex=True)
-        if hit.any():
-            out["maintenance"][pattern] = int(hit.sum())
-            counted += int(hit.sum())
-        rest = rest[~hit]
+    for pattern in rules.maintenance_reason_patterns:  # the configured order
+        if by.get(pattern, 0):
+            out["maintenance"][pattern] = int(by[pattern])
+            counted += int(by[pattern])
     if len(maint) > counted:
         out["maintenance"][MAINT_RESERVATION] = len(maint) - counted
     fleet = int((kind == "fleet").sum())

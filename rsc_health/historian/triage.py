@@ -27,7 +27,6 @@ features count them (`host_failed_jobs`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 import pandas as pd
@@ -35,7 +34,7 @@ from sqlalchemy import Engine, or_, select
 
 from rsc_health.historian import schema
 from rsc_health.historian.attribute import ACTING_KINDS, Window, failing_check
-from rsc_health.historian.outages import OutageRules, application_xid_codes
+from rsc_health.historian.outages import OutageRules, application_xid_codes, planned_pattern
 from rsc_health.model import REASON_PREFIX
 
 HOST, USER, UNKNOWN = "host", "user", "unknown"
@@ -79,7 +78,7 @@ def triage(engine: Engine, lo: datetime, hi: datetime, *, window: Window | None 
         pairs = _job_nodes(conn, jobs_q.with_only_columns(J.c.id, J.c.end), nodes)
     checks, acts, downs = (_in_window(f, pairs, before, after) for f in found)
     book = _Evidence()
-    book.read(checks, acts, downs, _matcher(rules.maintenance_reason_patterns))
+    book.read(checks, acts, downs, lambda reason: planned_pattern(reason, rules) is not None)
     labelled = [book.label(pk, state, exit_code) for pk, state, exit_code
                 in zip(jobs["job_pk"], jobs["state"], jobs["exit_code"], strict=True)]
     jobs["label"] = [x[0] for x in labelled]
@@ -210,14 +209,6 @@ def _exit(text: str) -> tuple[int | None, int]:
         return int(head), int(tail or 0)
     except ValueError:
         return None, 0
-
-
-def _matcher(patterns: Iterable[str]):
-    import re
-
-    compiled = [re.compile(p) for p in patterns]  # each alone: (?i) must lead its pattern
-    return lambda reason: (not reason.startswith(REASON_PREFIX)) and any(
-        rx.search(reason) for rx in compiled)
 
 
 def host_failed_jobs(frame: pd.DataFrame) -> pd.Series:

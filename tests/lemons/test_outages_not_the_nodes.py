@@ -130,3 +130,28 @@ def test_an_outage_inside_a_maint_reservation_is_maintenance(fleet_any):
     fleet.event("n3", start + timedelta(hours=1), reason="bob: cabling")  # not MAINT
     counts = _counts(fleet.engine)
     assert counts.loc[["n1", "n2", "n3"], "out_count"].tolist() == [0, 1, 1]
+
+
+def test_every_pattern_the_config_accepts_classifies_and_counts_alike_everywhere():
+    """Config validation compiles each maintenance pattern alone with Python's re. The
+    filters used to join them with "|" and match through the string column's engine
+    (pyarrow's RE2), which refuses a lookahead the config accepts: the reliability report,
+    the lemon features and the counts of what was left out all raised. Now every site asks
+    outages.planned_pattern, pattern by pattern, first match in the configured order."""
+    from rsc_health.historian.outages import planned_pattern, removed_by_cause
+
+    rules = OutageRules.from_config({"maintenance_reason_patterns": [
+        "(?i)maint", r"(?i)swap(?=ped)", "(?i)upgrad"]})
+    t0 = pd.Timestamp("2024-03-01 00:00:00")
+    reasons = ["Maintenance window", "PSU swapped", "PSU swap failed", "OS upgrade",
+               "rsc_health:now:xid79:gpu2 maintenance", "Not responding"]
+    frame = pd.DataFrame({"node": [f"n{i}" for i in range(6)],
+                          "start": [t0 + pd.Timedelta(hours=i) for i in range(6)],
+                          "reason": reasons})
+    kinds = classify_outages(frame, rules, 100)
+    assert kinds.tolist() == ["maintenance", "maintenance", "node", "maintenance", "node",
+                              "node"]
+    assert [planned_pattern(r, rules) for r in reasons] == [
+        "(?i)maint", r"(?i)swap(?=ped)", None, "(?i)upgrad", None, None]
+    assert removed_by_cause(frame, kinds, rules, 100)["maintenance"] == {
+        "(?i)maint": 1, r"(?i)swap(?=ped)": 1, "(?i)upgrad": 1}
