@@ -62,6 +62,7 @@ NOT_ON_A_HEALTHY_PROLOG = {
     "dataclasses", "inspect", "ast", "dis", "tokenize",  # rsc_health.record says why
     "runpy",  # `python -m`: rsc_health.node.start says why
     "tomllib",  # after the first job start: config.load_config_compiled says why
+    "typing",  # annotations only: `TYPE_CHECKING = False` in the node path's modules
 }
 
 
