@@ -21,16 +21,20 @@ from __future__ import annotations
 import datetime
 import fnmatch
 import functools
+import marshal
 import os
 import re
 import stat
 from pathlib import Path
-from typing import Any
 
 from rsc_health import lazyre
-from rsc_health.compat import packaged_bytes, packaged_toml, tomllib
+from rsc_health.compat import packaged_bytes, packaged_toml
 from rsc_health.config_schema import ConfigError
 from rsc_health.record import dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from typing import Any
 
 DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
 PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")
@@ -165,6 +169,8 @@ def _read_toml(path: Path, *, packaged: bool = False) -> dict:
 
 
 def _parse_toml(data: bytes, path: Path) -> dict:
+    from rsc_health.compat import tomllib  # not on a job start that finds its compiled config
+
     try:
         return tomllib.loads(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
@@ -313,3 +319,117 @@ def _now_text() -> str:
     import time
 
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+# ---- the compiled config --------------------------------------------------------------------
+# What a job start loads instead of parsing TOML (tomllib and its patterns: 8 ms of a 17.9 ms
+# bare start, benchmarks/bench_prolog.py): the validated, merged config of the last load,
+# marshalled into <packaged default state_dir>/COMPILED_FILE (root's, 0600: the historian URL
+# may hold a password), keyed by everything the result depends on: the site file's stat
+# (device, inode, size, mtime_ns, ctime_ns, mode, owner: an edit that keeps the mtime, a
+# replace by rename or a chmod all change it), the package's version and the stat of the code
+# and defaults that validated it. Anything else (another key, a file not a regular one, owned
+# by someone other than root or this user, writable by group or others, in a directory that
+# breaks durable.DIRECTORY_RULE, truncated, corrupt, larger than MAX_CONFIG_BYTES) is a miss:
+# the TOML is parsed and validated as always, and the result written anew. Only a site whose
+# state_dir is the packaged default's keeps one (the file must be found before the config is
+# read). A config with a date or time value is not kept (marshal has no datetime).
+COMPILED_FILE = "compiled_config.marshal"
+COMPILED_FORMAT = 1
+
+
+def _stat_key(path: str | os.PathLike) -> tuple | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, st.st_mode,
+            st.st_uid)
+
+
+def _code_key() -> tuple:
+    """The stat of what turns a site file into a Config: this module, the schema, the packaged
+    defaults (or the node zipapp that holds them all)."""
+    from rsc_health import __version__
+    from rsc_health.compat import zip_archive
+
+    archive = zip_archive()
+    here = os.path.dirname(os.path.abspath(__file__))
+    parts = [archive] if archive else [os.path.join(here, name) for name in (
+        "config.py", "config_schema.py", "default_config.toml", "_packaged.py", "model.py")]
+    return (COMPILED_FORMAT, __version__, tuple(_stat_key(p) for p in parts))
+
+
+def _compiled_key(path: Path, named: bool) -> tuple | None:
+    """The key of a load of `path`; None when it is no file to keep a compiled copy of (a
+    FIFO, a device, a directory: load_config says what is wrong with it)."""
+    site = _stat_key(path)
+    if site is None and named and str(path) != os.devnull:
+        return None
+    if site is not None and str(path) != os.devnull and not stat.S_ISREG(site[5]):
+        return None
+    return (_code_key(), str(path), named, site)
+
+
+def compiled_path(root: Path) -> Path:
+    configured = Path(packaged_default("node.state_dir"))
+    return root / configured.relative_to(configured.anchor) / COMPILED_FILE
+
+
+def _read_compiled(file: Path, key: tuple) -> Config | None:
+    from rsc_health.durable import open_regular, unsafe_directory
+
+    try:
+        if unsafe_directory(os.stat(file.parent)):
+            return None
+        fd = open_regular(file)
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if st.st_uid not in (0, os.geteuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+                return None
+            blob = fh.read(MAX_CONFIG_BYTES + 1)
+        if len(blob) > MAX_CONFIG_BYTES:
+            return None
+        kept = marshal.loads(blob)
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    if not (isinstance(kept, tuple) and len(kept) == 4 and kept[0] == key):
+        return None
+    _, data, path, overrides = kept
+    if not (isinstance(data, dict) and isinstance(overrides, dict)
+            and (path is None or isinstance(path, str))):
+        return None
+    return Config(data, Path(path) if path is not None else None, overrides)
+
+
+def _write_compiled(file: Path, key: tuple, cfg: Config) -> None:
+    from rsc_health.durable import write_atomic
+
+    try:
+        blob = marshal.dumps((key, cfg.data, None if cfg.path is None else str(cfg.path),
+                              cfg.overrides))
+    except ValueError:  # a date or time value: parsed each time
+        return
+    if len(blob) <= MAX_CONFIG_BYTES:
+        write_atomic(file, blob, mode=0o600)
+
+
+def load_config_compiled(root: Path, explicit: str | os.PathLike | None = None) -> Config:
+    """load_config(explicit) for a job start: from the compiled config when its key still
+    holds, else loaded as always and kept for the next run (a write that fails is only a miss
+    next time). Raises ConfigError as load_config does."""
+    path, named = resolve_path(explicit)
+    key = _compiled_key(path, named)
+    if key is None:
+        return load_config(explicit)
+    file = compiled_path(root)
+    cfg = _read_compiled(file, key)
+    if cfg is not None:
+        return cfg
+    cfg = load_config(explicit)
+    if state_dir(cfg, root) == file.parent and _compiled_key(path, named) == key:
+        try:
+            _write_compiled(file, key, cfg)
+        except OSError:
+            pass
+    return cfg

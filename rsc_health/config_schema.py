@@ -14,10 +14,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
 
 from rsc_health.model import FINDING_SEVERITIES, LOWER_IS_WORSE, Level, Metric
 from rsc_health.record import dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class ConfigError(Exception):

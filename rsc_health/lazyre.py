@@ -10,7 +10,13 @@ methods (then it is an `re.Pattern` in all but type).
 from __future__ import annotations
 
 import re
-from typing import Any, cast
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from typing import Any, cast
+else:
+    def cast(_type, value):
+        return value
 
 
 class _Lazy:

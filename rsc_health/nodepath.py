@@ -47,11 +47,18 @@ if __name__ == "__main__":
     # os._exit, yet its imports alone made the collector pass over every object several
     # times (2-3 ms of a 50 ms healthy prolog, benchmarks/bench_prolog.py). Collection still
     # runs, only less often: garbage stays bounded (JOB_START_GC_THRESHOLD objects a pass).
+    # The scripts start through rsc_health.node.job_start, which sets the same threshold.
     from rsc_health.node import JOB_START_GC_THRESHOLD
     gc.set_threshold(JOB_START_GC_THRESHOLD)
 
 from rsc_health import spool
-from rsc_health.config import ConfigError, load_config, node_root, resolve_node_config, state_dir
+from rsc_health.config import (
+    ConfigError,
+    load_config_compiled,
+    node_root,
+    resolve_node_config,
+    state_dir,
+)
 from rsc_health.model import Finding, Severity, Status, utcnow
 from rsc_health.node import sinks
 from rsc_health.node.act import act as _act
@@ -111,7 +118,7 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     root = node_root()
     run.step = "config"
     try:
-        base = load_config()
+        base = load_config_compiled(root)
     except ConfigError as exc:
         return broken_config(run, root, exc)
     sinks.set_syslog(bool(base.get("node.syslog")))

@@ -15,10 +15,10 @@ __dataclass_fields__: use `record_fields`). benchmarks/bench_prolog.py measures 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
     from dataclasses import asdict, dataclass, field, replace
+    from typing import Any
 else:
     _MISSING = object()
     _FIELDS = "__record_fields__"

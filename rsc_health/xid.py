@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rsc_health.compat import packaged_bytes, packaged_toml, tomllib
+from rsc_health.compat import packaged_bytes, packaged_toml
 from rsc_health.model import Severity
 from rsc_health.record import dataclass
 
@@ -87,8 +87,14 @@ def _read(path: Path) -> dict:
             tree = packaged_toml(data)  # parsed at build time (scripts/gen-packaged)
             if tree is not None:
                 return tree
-        return tomllib.loads(data.decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        text = data.decode("utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CatalogError(f"{path}: {exc}") from exc
+    from rsc_health.compat import tomllib  # a catalog that is not the packaged one
+
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"{path}: {exc}") from exc
 
 

@@ -30,10 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from importlib import import_module
-from typing import Any
 
 from rsc_health.checks.env import CollectEnv
 from rsc_health.record import dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,12 @@ file can name it without importing the registry that imports the family
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 from rsc_health.record import dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from typing import Any
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,10 @@ import os
 import select
 import time
 from collections.abc import Callable
-from typing import Any
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from typing import Any
 
 
 class Abandoned(Exception):

@@ -11,9 +11,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from rsc_health.record import dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from typing import Any
 
 # What an NVML error answer says about the node. Only UNUSABLE ever drains: the GPU or the
 # driver really cannot run a job. CHECKER means the checker could not ask or asked wrongly (its

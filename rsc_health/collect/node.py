@@ -4,11 +4,11 @@ abandonable child. (Each family collects the rest itself: rsc_health.checks.)"""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect import hangs
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:  # annotations only: config reads the family registry, which reads this
     from rsc_health.config import Config
 

@@ -9,8 +9,9 @@
 Standard library only, Python 3.9 syntax: every job start imports these.
 """
 
-# The garbage collector's first threshold in a job start's interpreter (`python -m
-# rsc_health.nodepath`, the node zipapp): CPython's 700 made its imports alone pass the
+# The garbage collector's first threshold in a job start's interpreter (node.start.job_start,
+# `python -m rsc_health.nodepath`, the node zipapp): CPython's 700 made its imports alone pass the
 # collector over every object several times. 20000 live allocations between passes still
 # bounds what cyclic garbage a run can hold.
 JOB_START_GC_THRESHOLD = 20000
+

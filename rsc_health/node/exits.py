@@ -9,7 +9,6 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsc_health.model import Finding, Severity, Status
 from rsc_health.node import sinks
@@ -17,6 +16,7 @@ from rsc_health.node.sinks import log
 from rsc_health.node.stage import Progress, drain_exit
 from rsc_health.node.store import load_pending, save_pending
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
     from rsc_health.config import ConfigError
 

@@ -14,13 +14,13 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsc_health import spool
 from rsc_health.durable import open_regular, write_atomic
 from rsc_health.model import HUNG_CODES, Finding, Level, Status, utcnow
 from rsc_health.node.stage import STAGES
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
     from rsc_health.config import Config
     from rsc_health.node.stage import Progress, Stage

@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsc_health.record import dataclass
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
     from rsc_health.config import Config
     from rsc_health.model import Verdict

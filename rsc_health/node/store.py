@@ -18,7 +18,6 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsc_health import spool
 from rsc_health.collect.sysfs import read_bounded
@@ -27,6 +26,7 @@ from rsc_health.model import Finding, Level, Verdict, utcnow
 from rsc_health.node.sinks import log
 from rsc_health.record import dataclass
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
     from rsc_health.config import Config
     from rsc_health.node.stage import Stage

@@ -179,6 +179,7 @@ def test_the_textfile_is_what_prometheus_client_parses(node_env, monkeypatch):  
     and a newline) included, as node_exporter's textfile collector would."""
     from prometheus_client.parser import text_string_to_metric_families
 
+    from rsc_health.config import load_config
     from rsc_health.model import Finding, Level, Severity, Status
     from rsc_health.node import sinks
     from rsc_health.node.stage import STAGES
@@ -186,7 +187,7 @@ def test_the_textfile_is_what_prometheus_client_parses(node_env, monkeypatch):  
     probe = 'mount:/mnt/we"ird\\path\nx'
     hung = Finding("mount", probe, Status.ERROR, Severity.NONE, "statvfs hung", "mount_hung",
                    data={"probe": probe, "since": "2026-11-26T10:00:00+00:00"})
-    cfg = nodepath.load_config()
+    cfg = load_config()
     sinks.write_textfile(cfg, node_env, "node01", STAGES["sweep"], Level.CHECKER_ERROR,
                          [hung], 1.5, pending=True, spool_bytes=1234)
     text = (node_env / "var/lib/node_exporter" / nodepath.TEXTFILE).read_text()

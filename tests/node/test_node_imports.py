@@ -1,7 +1,7 @@
 """The node path's import budget: what a prolog loads is part of every job's start-up.
 
 `healthctl check` must not import the historian's heavy libraries; a healthy prolog, run as
-slurmd runs it (a fresh interpreter, `python -m rsc_health.nodepath prolog`), loads nothing but
+slurmd runs it (a fresh interpreter, `python -c JOB_START_CODE prolog` as the script does), loads
 the standard library and the node path's own modules listed here: no third-party package, no
 Slurm side, no module kept for faults, drains or other families' programs
 (benchmarks/bench_prolog.py measures what they cost).
@@ -36,7 +36,7 @@ print("HEAVY:", ",".join(heavy))
 NODE_PATH_MODULES = {
     "rsc_health", "rsc_health.nodepath", "rsc_health.node", "rsc_health.node.stage",
     "rsc_health.node.store", "rsc_health.node.sinks", "rsc_health.node.exits",
-    "rsc_health.node.act", "rsc_health.config", "rsc_health.config_schema",
+    "rsc_health.node.act", "rsc_health.node.start", "rsc_health.config", "rsc_health.config_schema",
     "rsc_health.compat",  # what 3.11 gives, on the 3.9 and 3.10 that nodes ship
     "rsc_health.record",  # dataclasses without importing them (inspect, ast, dis, tokenize)
     "rsc_health.lazyre",  # patterns compiled when first used
@@ -60,6 +60,9 @@ NOT_ON_A_HEALTHY_PROLOG = {
     "uuid", "difflib", "argparse", "csv", "sqlite3", "decimal", "email", "http", "urllib.request",
     "syslog", "zoneinfo", "zipfile", "tarfile", "gzip", "platform", "getpass", "pprint",
     "dataclasses", "inspect", "ast", "dis", "tokenize",  # rsc_health.record says why
+    "runpy",  # `python -m`: rsc_health.node.start says why
+    "tomllib",  # after the first job start: config.load_config_compiled says why
+    "typing",  # annotations only: `TYPE_CHECKING = False` in the node path's modules
 }
 
 
@@ -95,15 +98,19 @@ def test_a_healthy_prolog_loads_only_the_standard_library_and_its_own_modules(tm
     # What this interpreter loads before any code of ours (site hooks, .pth files) is not the
     # prolog's: only what the prolog adds to a bare start is judged.
     bare = _imported(["-c", "pass"], env, tmp_path)
-    loaded = _imported(["-m", "rsc_health.nodepath", "prolog"], env, tmp_path) - bare
+    from rsc_health.node.start import JOB_START_CODE  # what prolog/rsc-health-prolog runs
+
+    first = _imported(["-c", JOB_START_CODE, "prolog"], env, tmp_path) - bare
+    assert "tomllib" in first  # the first job start parses the TOML and compiles it
+    loaded = _imported(["-c", JOB_START_CODE, "prolog"], env, tmp_path) - bare
 
     spool = root / "var/lib/rsc_health/spool"
     beats = [json.loads(line) for f in sorted(spool.glob("*.jsonl"))
              for line in f.read_text().splitlines() if '"heartbeat"' in line]
-    assert [(b["source"], b["level"]) for b in beats] == [("prolog", "ok")]  # it ran, healthy
+    assert [(b["source"], b["level"]) for b in beats] == [("prolog", "ok")] * 2  # healthy
 
     ours = {m for m in loaded if m.split(".")[0] == "rsc_health"}
-    assert {"rsc_health.config", "rsc_health.collect.kmsg"} <= ours  # nodepath is __main__
+    assert {"rsc_health.config", "rsc_health.collect.kmsg"} <= ours
     assert ours <= NODE_PATH_MODULES, sorted(ours - NODE_PATH_MODULES)
     others = loaded - ours
     # importtime also lists a try-import that failed (copy tries Jython's org.python.core).
