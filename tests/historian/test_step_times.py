@@ -108,6 +108,41 @@ def test_hostile_lines_are_reported_by_number_and_the_good_ones_kept(tmp_path, h
     assert row.time == datetime(2025, 12, 31, 22, 0, 0)  # offset read, stored as UTC
 
 
+def test_a_number_or_time_past_what_a_float_or_a_date_holds_costs_only_its_line(
+        tmp_path, historian):
+    """JSON integers have no bound (10**400 is no float: OverflowError, not ValueError), and a
+    time at an offset can leave the calendar in UTC: each costs its own line, never the file
+    or the other users' files of the directory."""
+    good = {"job_id": "1", "rank": 3, "node": "n1", "step": 7, "seconds": 0.25,
+            "time": "2026-01-01T00:00:00Z"}
+    nvrx = {"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z",
+            "rank_to_node": {"0": "n1"}}
+    lines = ['{"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1' + "0" * 400
+             + ', "time": "2026-01-01T00:00:00Z"}',
+             json.dumps(nvrx)[:-1] + ', "gpu_relative_perf_scores": {"0": 1' + "0" * 400 + "}}",
+             json.dumps({**good, "time": "0001-01-01T00:00:00+01:00"}),
+             json.dumps({**good, "time": "9999-12-31T23:59:59-01:00"}),
+             '{"job_id": "1", "rank": ' + "1" * 5000 + "}",  # past int's 4,300 digits
+             json.dumps(good)]
+    (tmp_path / "a-hostile.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "b-other-user.jsonl").write_text(json.dumps({**good, "node": "n2"}) + "\n")
+    report = steps.ingest_path(historian, tmp_path, LIMITS)
+    assert [b.line for b in report.bad] == [1, 2, 3, 4, 5], report.bad
+    assert "seconds" in report.bad[0].message and "score" in report.bad[1].message
+    assert all("ISO 8601" in b.message for b in report.bad[2:4])
+    assert "not JSON" in report.bad[4].message
+    assert {r[4] for r in _rows(historian)} == {"n1", "n2"}
+
+
+def test_a_year_before_1000_is_stored_zero_padded_so_text_order_is_time_order(historian):
+    """db_time's text is what both dialects compare: '999-...' sorts after '2026-...' as text,
+    so such a row would sit outside every window and never be pruned."""
+    from rsc_health.historian.ingest import db_time
+
+    assert db_time(datetime(999, 12, 31, 23, 59, 59)) == "0999-12-31 23:59:59.000000"
+    assert db_time(datetime(999, 1, 1)) < db_time(datetime(2026, 1, 1))
+
+
 def test_a_line_over_the_limit_is_skipped_and_a_file_over_the_count_is_cut(tmp_path, historian):
     ok = json.dumps({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1,
                      "time": "2026-01-01T00:00:00Z"})

@@ -191,7 +191,9 @@ def db_time(value: datetime | None) -> str | None:
         from rsc_health.compat import UTC
 
         value = value.astimezone(UTC).replace(tzinfo=None)
-    return value.strftime(DB_TIME_FORMAT)
+    # isoformat pads the year to 4 digits as DB_TIME_FORMAT's %Y does not on glibc (year 999
+    # would be '999-...', after '2026-...' as text): the same text otherwise
+    return value.isoformat(sep=" ", timespec="microseconds")
 
 
 def parse_time(text: str, tz: tzinfo | None = None) -> datetime:
@@ -204,7 +206,10 @@ def parse_time(text: str, tz: tzinfo | None = None) -> datetime:
     if value.tzinfo is None and tz is not None:
         value = value.replace(tzinfo=tz)
     if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
+        try:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError as exc:  # year 1 at +01:00 is year 0 in UTC: every caller's error
+            raise ValueError(f"{text.strip()[:64]!r} is out of range in UTC") from exc
     return value
 
 

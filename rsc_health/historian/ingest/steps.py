@@ -89,7 +89,10 @@ def _int(value: object, name: str, limit: int) -> int:
 def _positive(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise RowError(f"{name} is not a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError as exc:  # a JSON integer has no bound: 10**400 is no float
+        raise RowError(f"{name} {str(value)[:32]}... is not in (0, {MAX_SECONDS:g}]") from exc
     if not math.isfinite(number) or number <= 0 or number > MAX_SECONDS:
         raise RowError(f"{name} {str(value)[:32]} is not in (0, {MAX_SECONDS:g}]")
     return number
@@ -158,7 +161,7 @@ def parse_line(line: str) -> list[tuple]:
     """The step_times rows of one JSON line (RowError when it has none to keep)."""
     try:
         obj = without_lone_surrogates(json.loads(line))
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: an integer past 4,300 digits
         raise RowError(f"not JSON: {str(exc)[:200]}") from exc
     if not isinstance(obj, dict):
         raise RowError("not a JSON object")
