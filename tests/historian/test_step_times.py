@@ -134,6 +134,25 @@ def test_a_number_or_time_past_what_a_float_or_a_date_holds_costs_only_its_line(
     assert {r[4] for r in _rows(historian)} == {"n1", "n2"}
 
 
+def test_a_flood_of_garbage_lines_is_counted_not_listed_line_by_line(tmp_path, historian):
+    """2M garbage lines held 2M BadRow objects (522 MB measured); a directory of such files
+    could exhaust the historian's memory. The first MAX_BAD_LISTED are listed, all counted."""
+    path = tmp_path / "flood.jsonl"
+    n = steps.MAX_BAD_LISTED * 3
+    path.write_text("x\n" * n + json.dumps({"job_id": "1", "rank": 0, "node": "n1", "step": 1,
+                                            "seconds": 1, "time": "2026-01-01T00:00:00Z"}))
+    report = steps.ingest_path(historian, path, LIMITS)
+    assert len(report.bad) == steps.MAX_BAD_LISTED and report.written == 1
+    assert report.bad_not_listed == n - steps.MAX_BAD_LISTED
+    assert sum(report.dropped.values()) == n and report.read == n + 1
+    url = historian.url.render_as_string(hide_password=False)
+    out = CliRunner().invoke(cli, ["--db", url, "ingest", "steps", "--json", str(path)])
+    assert out.exit_code == 0, out.output
+    said = json.loads(out.output)
+    assert len(said["bad"]) == steps.MAX_BAD_LISTED
+    assert said["bad_not_listed"] == n - steps.MAX_BAD_LISTED
+
+
 def test_a_year_before_1000_is_stored_zero_padded_so_text_order_is_time_order(historian):
     """db_time's text is what both dialects compare: '999-...' sorts after '2026-...' as text,
     so such a row would sit outside every window and never be pruned."""

@@ -52,6 +52,7 @@ KEY = ("job_id", "node", "stage", "step")
 MAX_RANK = 10_000_000
 MAX_STEP = 2**53
 MAX_SECONDS = 86_400.0
+MAX_BAD_LISTED = 1000  # bad lines listed per load; the rest counted (IngestReport.max_bad)
 SUFFIXES = (".jsonl", ".json", ".ndjson")
 NVRX_SECTIONS = "section_relative_perf_scores"
 NVRX_GPU = "gpu_relative_perf_scores"
@@ -261,7 +262,7 @@ def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
 
 def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestReport:
     """Every step file at `path` (a file or a directory of them), in one transaction."""
-    report = IngestReport("steps")
+    report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
     files = step_files(Path(path), limits, report)
     with writer(engine).begin() as conn:
         for file in files:
@@ -278,7 +279,7 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
 
 def ingest_stream(engine: Engine, fh: IO[bytes], limits: Limits) -> IngestReport:
     """JSON Lines from an open binary stream (`PATH` '-': stdin), bounded as a file is."""
-    report = IngestReport("steps")
+    report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
     with writer(engine).begin() as conn:
         _load(conn, _bounded_lines(fh, limits, report, ""), report, "")
     return report
