@@ -153,6 +153,24 @@ def test_a_flood_of_garbage_lines_is_counted_not_listed_line_by_line(tmp_path, h
     assert said["bad_not_listed"] == n - steps.MAX_BAD_LISTED
 
 
+def test_one_users_flood_of_files_cannot_push_another_users_file_past_the_limit(
+        tmp_path, historian):
+    """The directory is read to max_files files; by name alone, 'a*.jsonl' files of one user
+    kept 'z.jsonl' of another out of every load. Each owner's files are taken in turn."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the files two owners")
+    line = {"job_id": "1", "rank": 0, "step": 1, "seconds": 1, "time": "2026-01-01T00:00:00Z"}
+    for i in range(5):
+        path = tmp_path / f"a{i}.jsonl"
+        path.write_text(json.dumps({**line, "node": f"flood{i}"}) + "\n")
+        os.chown(path, 4242, 4242)
+    (tmp_path / "z.jsonl").write_text(json.dumps({**line, "node": "victim"}) + "\n")
+    limits = steps.Limits(max_line_bytes=1024, max_lines=10, max_files=3)
+    report = steps.ingest_path(historian, tmp_path, limits)
+    assert "victim" in {r[4] for r in _rows(historian)} and report.written == 3
+    assert "3 were not read" in report.bad[-1].message
+
+
 def test_a_year_before_1000_is_stored_zero_padded_so_text_order_is_time_order(historian):
     """db_time's text is what both dialects compare: '999-...' sorts after '2026-...' as text,
     so such a row would sit outside every window and never be pruned."""

@@ -23,6 +23,7 @@ non-files refused by name.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -233,7 +234,8 @@ def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: s
 
 def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
     """The files to read: `path` itself, or the regular *.jsonl/*.json/*.ndjson files in the
-    directory (one level, sorted; symlinks and anything else refused by name)."""
+    directory (one level; by name within each owner, the owners in turn; symlinks and
+    anything else refused by name)."""
     try:
         st = os.lstat(path)
     except OSError as exc:
@@ -244,7 +246,7 @@ def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
         raise StepsError(f"{path}: a symlink, not a file: refused")
     if not stat.S_ISDIR(st.st_mode):
         raise StepsError(f"{path}: not a regular file or a directory")
-    files: list[Path] = []
+    by_owner: dict[int, list[Path]] = {}
     with os.scandir(path) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             if not entry.name.endswith(SUFFIXES):
@@ -252,11 +254,21 @@ def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
             if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 report.add_bad(0, f"{entry.name}: not a regular file: refused")
                 continue
-            if len(files) >= limits.max_files:
-                report.add_bad(0, f"{path}: more than {limits.max_files} step files: the "
-                                  "rest were not read")
-                break
-            files.append(Path(entry.path))
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue  # gone since the listing
+            by_owner.setdefault(owner, []).append(Path(entry.path))
+    # Each owner's files in turn (the first of each, then the second, ...): a user who floods
+    # the shared directory with max_files files of their own cannot push every other user's
+    # files past the limit.
+    queues = [by_owner[uid] for uid in sorted(by_owner)]
+    files = [f for turn in itertools.zip_longest(*queues) for f in turn if f is not None]
+    if len(files) > limits.max_files:
+        report.add_bad(0, f"{path}: more than {limits.max_files} step files: "
+                          f"{len(files) - limits.max_files} were not read (each owner's "
+                          "files in turn)")
+        files = files[:limits.max_files]
     return files
 
 
