@@ -171,3 +171,36 @@ def test_a_flow_that_raises_side_by_side_lets_the_others_finish_then_raises():
     except SlurmError:
         pass
     assert finished == ["a"]  # one after another: the rest never started
+
+
+class DrainedMidFlow(History):
+    """A person drains the node while its qualification job runs (a fan they heard)."""
+
+    def result(self, node, job_id):
+        if not self.first_asked:
+            self.slurm.set_state(node, "MIXED+DRAIN", "bad fan -- alice", user="alice")
+        return super().result(node, job_id)
+
+
+def test_a_persons_drain_arriving_mid_flow_is_never_rewritten_by_the_flows_drain():
+    for verdict in (FAIL, "inconclusive"):
+        slurm = LockedSlurm()
+        slurm.add_node("gpu001", "IDLE+DRAIN", XID79)
+        hist = DrainedMidFlow(slurm, {"gpu001": verdict}, after=0.02)
+        r = flow(slurm, hist).run("gpu001")
+        info = slurm.node("gpu001")
+        assert info.drain_set and info.reason == "bad fan -- alice", (verdict, info.reason)
+        assert not slurm.reservations() and r.result == verdict
+        assert not [c for c in slurm.calls if c[0] == "drain"]
+
+
+def test_cleanup_leaves_a_persons_drain_of_a_left_reservations_node_theirs():
+    from rsc_health.qualify.flow import cleanup, reservation_name
+
+    slurm = LockedSlurm()
+    slurm.add_node("gpu002", "IDLE+DRAIN", "psu swap -- bob", user="bob")
+    slurm.create_reservation(reservation_name("gpu002"), "gpu002")
+    hist = History(slurm, {})
+    [r] = cleanup(slurm, hist)
+    assert slurm.node("gpu002").reason == "psu swap -- bob" and not slurm.reservations()
+    assert not [c for c in slurm.calls if c[0] == "drain"] and "bob" in r.detail
