@@ -30,6 +30,7 @@ import os
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,6 +39,7 @@ from sqlalchemy import Engine
 from rsc_health.durable import open_regular
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
+from rsc_health.historian.freshness import CLOCK_FLOOR, believable
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
@@ -100,14 +102,21 @@ def _positive(value: object, name: str) -> float:
     return number
 
 
-def _time(value: object) -> str:
+def _time(value: object, received: datetime) -> str:
+    """A step's time, believable as the historian's clock judges a node's (freshness: from
+    CLOCK_FLOOR to a few minutes ahead): a row stamped in 9999 would sit outside every
+    window and never be pruned, so a user could grow the table without end."""
     try:
-        return db_time(parse_time(str(value)[:64])) or ""
+        when = parse_time(str(value)[:64])
     except ValueError as exc:
         raise RowError(f"time {str(value)[:64]!r} is not ISO 8601") from exc
+    if not believable(when, received):
+        raise RowError(f"time {when:%Y-%m-%d %H:%M} is before {CLOCK_FLOOR:%Y} or ahead of "
+                       "the historian's clock")
+    return db_time(when) or ""
 
 
-def drop_row(obj: dict) -> tuple:
+def drop_row(obj: dict, received: datetime) -> tuple:
     """One drop-file line as a step_times row (RowError when it cannot be kept)."""
     missing = [k for k in ("job_id", "rank", "node", "step", "seconds", "time")
                if obj.get(k) in (None, "")]
@@ -119,18 +128,18 @@ def drop_row(obj: dict) -> tuple:
         raise RowError(f"stage {stage[:32]!r} is reserved for NVRx reports")
     return (key_text(obj["job_id"], "job_id", 32), _int(obj["rank"], "rank", MAX_RANK),
             key_text(stage, "stage", 64), _int(obj["step"], "step", MAX_STEP),
-            key_text(obj["node"], "node", 128), _time(obj["time"]),
+            key_text(obj["node"], "node", 128), _time(obj["time"], received),
             _positive(obj["seconds"], "seconds"), "s")
 
 
-def nvrx_rows(obj: dict) -> list[tuple]:
+def nvrx_rows(obj: dict, received: datetime) -> list[tuple]:
     """An NVRx straggler report's relative scores as step_times rows (unit "rel")."""
     missing = [k for k in ("job_id", "step", "time", "rank_to_node") if obj.get(k) in (None, "")]
     if missing:
         raise RowError(f"NVRx report: missing {', '.join(missing)}")
     job = key_text(obj["job_id"], "job_id", 32)
     step = _int(obj["step"], "step", MAX_STEP)
-    when = _time(obj["time"])
+    when = _time(obj["time"], received)
     nodes = obj["rank_to_node"]
     if not isinstance(nodes, dict):
         raise RowError("NVRx report: rank_to_node is not an object")
@@ -159,8 +168,9 @@ def nvrx_rows(obj: dict) -> list[tuple]:
     return rows
 
 
-def parse_line(line: str) -> list[tuple]:
-    """The step_times rows of one JSON line (RowError when it has none to keep)."""
+def parse_line(line: str, received: datetime) -> list[tuple]:
+    """The step_times rows of one JSON line (RowError when it has none to keep); `received`:
+    now, naive UTC, what the line's time is judged against."""
     try:
         obj = without_lone_surrogates(json.loads(line))
     except (ValueError, RecursionError) as exc:  # ValueError: an integer past 4,300 digits
@@ -168,8 +178,8 @@ def parse_line(line: str) -> list[tuple]:
     if not isinstance(obj, dict):
         raise RowError("not a JSON object")
     if NVRX_SECTIONS in obj or NVRX_GPU in obj:
-        return nvrx_rows(obj)
-    return [drop_row(obj)]
+        return nvrx_rows(obj, received)
+    return [drop_row(obj, received)]
 
 
 def _write(conn, rows: list[tuple]) -> int:
@@ -217,12 +227,13 @@ def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
 
 def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: str) -> None:
     batch: list[tuple] = []
+    received = datetime.now(UTC).replace(tzinfo=None)
     for lineno, line in lines:
         if not line.strip():
             continue
         report.read += 1
         try:
-            batch.extend(parse_line(line))
+            batch.extend(parse_line(line, received))
         except RowError as exc:
             report.add_bad(lineno, f"{where}{exc}")
             continue
