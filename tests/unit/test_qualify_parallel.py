@@ -204,3 +204,33 @@ def test_cleanup_leaves_a_persons_drain_of_a_left_reservations_node_theirs():
     [r] = cleanup(slurm, hist)
     assert slurm.node("gpu002").reason == "psu swap -- bob" and not slurm.reservations()
     assert not [c for c in slurm.calls if c[0] == "drain"] and "bob" in r.detail
+
+
+def test_two_flows_of_one_node_at_once_one_runs_the_other_touches_nothing():
+    """Two `healthctl qualify start` of one node: the reservation's name is the lock; the
+    second is refused by Slurm before it resumes, submits or drains anything."""
+    from rsc_health.slurm.api import SlurmError
+
+    slurm = LockedSlurm(latency_s=0.01)
+    slurm.add_node("gpu001", "IDLE+DRAIN", XID79)
+    f = flow(slurm, History(slurm, {"gpu001": FAIL}, after=0.1))
+    out: dict = {}
+
+    def go(i):
+        try:
+            out[i] = f.run("gpu001")
+        except SlurmError as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [r for r in out.values() if isinstance(r, SlurmError)]
+    [ran] = [r for r in out.values() if not isinstance(r, SlurmError)]
+    assert len(errors) == 1 and "Duplicate reservation" in str(errors[0])
+    assert ran.result == FAIL and not slurm.reservations()
+    assert [c[0] for c in slurm.calls if c[0] in ("resume", "submit", "drain")] == [
+        "resume", "submit", "drain"]
+    assert slurm.node("gpu001").reason.startswith("rsc_health:qualify:")
