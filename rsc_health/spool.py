@@ -304,7 +304,7 @@ def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
                 continue
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):  # RecursionError: [[[[... nested
+            except (ValueError, RecursionError):  # [[[[... nested; ValueError: 5,000 digits
                 yield lineno, None, line
                 continue
             if "\\ud" in line or "\\uD" in line:

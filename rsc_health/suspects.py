@@ -122,7 +122,8 @@ def _held_by_guard(n: NodeInfo, ep, parts, used: dict[str, int], members: dict[s
                                                                rules.max_share)]
     if not full:
         return None
-    ours = (ep.tier == APPLIED and rules.trusted not in n.features
+    # Shadow mode gives nothing back either: a write to Slurm is a write ([actions] enabled).
+    ours = (rules.enabled and ep.tier == APPLIED and rules.trusted not in n.features
             and n.weight == rules.suspect_weight)
     return Change(n.name, ActionKind.SUSPECT_HELD,
                   f"guard: partition {full[0]} already has {used.get(full[0], 0)} suspect(s) "

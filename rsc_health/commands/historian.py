@@ -48,8 +48,9 @@ def _print_report(report: IngestReport, as_json: bool) -> None:
     click.echo(report.summary())
     for bad in report.bad[:MAX_BAD_SHOWN]:
         echo(f"  skipped {bad}", err=True)
-    if len(report.bad) > MAX_BAD_SHOWN:
-        click.echo(f"  ... and {len(report.bad) - MAX_BAD_SHOWN} more", err=True)
+    more = max(0, len(report.bad) - MAX_BAD_SHOWN) + report.bad_not_listed
+    if more:
+        click.echo(f"  ... and {more} more", err=True)
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")

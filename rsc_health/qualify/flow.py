@@ -73,8 +73,9 @@ def refusal(info, strikes: int, suspect: bool = False, limit: int = STRIKES) -> 
         return "not drained: drain it first (qualification takes drained nodes back)"
     if not info.drain_set:
         return None
-    if not info.reason.startswith(REASON_PREFIX):
-        return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
+    theirs = _persons_drain(info)
+    if theirs:
+        return theirs
     if strikes >= limit:
         return (f"{strikes} production failures since its last qualification pass: repair, "
                 "not qualification")
@@ -240,9 +241,13 @@ class Flow:
             code = ("guard_held" if held else "inconclusive") if verdict == INCONCLUSIVE \
                 else _first_test(detail)
             reason = qualify_reason(code, detail)
-            self.slurm.drain(node, reason)  # raises: the reservation stays and holds the node
-            done.append(f"drained ({reason[:60]})")
-            self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
+            theirs = _persons_drain(self.slurm.node(node))
+            if theirs:  # drained by a person mid-flow: out of service already, and theirs
+                done.append(f"not drained: {theirs}")
+            else:
+                self.slurm.drain(node, reason)  # raises: the reservation stays and holds it
+                done.append(f"drained ({reason[:60]})")
+                self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
             if verdict == FAIL:
                 self.history.repair_ticket(node, reason)
         return done, verdict, detail
@@ -298,12 +303,26 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
             out.append(FlowResult(node, "refused", f"{name} holds {nodes!r}, not {node}"))
             continue
         reason = qualify_reason("interrupted", "qualification cut short; qualify again")
+        theirs = _persons_drain(slurm.node(node))
+        if theirs:
+            slurm.delete_reservation(name)
+            out.append(FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
+                                  actions=("reservation deleted",)))
+            continue
         slurm.drain(node, reason)
         history.action(node, ActionKind.QUALIFY_DRAIN, reason)
         slurm.delete_reservation(name)
         out.append(FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
                               actions=("drained", "reservation deleted")))
     return out
+
+
+def _persons_drain(info) -> str | None:
+    """Why a drain must not be written over this node's: a person (or anyone but rsc-health)
+    drained it, so it is out of service already and its reason is theirs."""
+    if info.drain_set and not info.reason.startswith(REASON_PREFIX):
+        return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
+    return None
 
 
 def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_max_min: float,

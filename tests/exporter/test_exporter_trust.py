@@ -135,3 +135,49 @@ def test_a_historian_that_is_not_a_database_is_one_line_and_up_0(tmp_path):
     proc = export(f"sqlite:///{bad}", out, timeout=60)
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert samples(out.read_text())["rsc_health_historian_up"][0].value == 0
+
+
+def test_a_symlink_planted_at_the_textfile_name_is_replaced_never_followed(historian, tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_text("keep me\n")
+    textfiles = tmp_path / "textfiles"
+    textfiles.mkdir(mode=0o1777)  # a shared, sticky directory: allowed
+    os.chmod(textfiles, 0o1777)
+    (textfiles / "fleet.prom").symlink_to(victim)
+    proc = export(historian, textfiles / "fleet.prom", timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert victim.read_text() == "keep me\n"
+    assert not (textfiles / "fleet.prom").is_symlink()
+    assert "rsc_health_historian_up" in samples((textfiles / "fleet.prom").read_text())
+
+
+def test_a_textfile_directory_anyone_may_write_without_the_sticky_bit_is_refused(historian,
+                                                                                 tmp_path):
+    textfiles = tmp_path / "open"
+    textfiles.mkdir()
+    os.chmod(textfiles, 0o777)
+    proc = export(historian, textfiles / "fleet.prom", timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "writable by others" in proc.stderr and list(textfiles.iterdir()) == []
+
+
+def test_a_full_disk_keeps_the_last_file_whole_and_leaves_no_temporary(historian, tmp_path):
+    """RLIMIT_FSIZE makes the write fail (EFBIG) as ENOSPC would, at the same step."""
+    import resource
+    import signal
+
+    out = tmp_path / "fleet.prom"
+    out.write_text("# the last good export\n")
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64, 64))
+
+    proc = subprocess.run([sys.executable, "-m", "rsc_health.cli", "--config", os.devnull,
+                           "--db", historian, "metrics", "export", "--out", str(out)],
+                          env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
+                          text=True, timeout=60, preexec_fn=small_files)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "cannot write" in proc.stderr
+    assert out.read_text() == "# the last good export\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.prom", "historian.db"]

@@ -87,11 +87,27 @@ def test_a_nul_in_a_spool_record_becomes_a_replacement_character(historian, tmp_
     assert _count(historian, schema.check_results, node="good") == 1
 
 
-def test_a_spool_line_nested_too_deep_for_json_is_quarantined(historian, tmp_path):
+def test_a_spool_record_whose_time_leaves_the_calendar_in_utc_is_quarantined(
+        historian, tmp_path):
+    """Year 1 at +01:00 is year 0 in UTC: no datetime holds it (OverflowError, not ValueError)."""
+    t = _recent()
+    spool.append(tmp_path, _good(t))
+    bad = _good(t)[0] | {"time": "0001-01-01T00:00:00+01:00", "node": "bad", "id": "x1"}
+    with (tmp_path / spool.PENDING).open("a") as fh:
+        fh.write(json.dumps(bad) + "\n")
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 1 and not list(tmp_path.glob("batch-*"))
+    assert _count(historian, schema.check_results, node="good") == 1
+
+
+@pytest.mark.parametrize("line", ["[" * 100_000, '{"n": ' + "9" * 5000 + "}"],
+                         ids=["nested-100k-deep", "integer-of-5000-digits"])
+def test_a_spool_line_json_cannot_read_is_quarantined(historian, tmp_path, line):
+    """An integer past Python's 4,300 digits raises ValueError, not JSONDecodeError."""
     t = _recent()
     spool.append(tmp_path, _good(t))
     with (tmp_path / spool.PENDING).open("a") as fh:
-        fh.write("[" * 100_000 + "\n")
+        fh.write(line + "\n")
     report = deliver(historian, tmp_path)
     assert report.quarantined_count == 1 and not list(tmp_path.glob("batch-*"))
     assert _count(historian, schema.check_results, node="good") == 1
@@ -108,7 +124,8 @@ def _tickets_csv(*rows: str) -> str:
     (f"{LONG},2024-03-01T08:00:00,,psu", "longer than"),
     ("gpu\x009,2024-03-01T08:00:00,,psu", "NUL"),
     (f"gpu009,2024-03-01T08:00:00,,{TEN_MB}", "larger than"),
-], ids=["node-200-chars", "nul-in-node", "10mb-reason"])
+    ("gpu009,9999-12-31T23:59:59-01:00,,psu", "out of range"),
+], ids=["node-200-chars", "nul-in-node", "10mb-reason", "time-past-year-9999-in-utc"])
 def test_one_bad_ticket_row_costs_only_itself(historian, tmp_path, row, why):
     path = tmp_path / "tickets.csv"
     path.write_text(_tickets_csv("gpu001,2024-03-01T08:00:00,,fan", row,
@@ -137,7 +154,11 @@ def _excl(job_id, node) -> str:
     (_excl("7", "gpu\x00003"), "NUL"),
     ("[1, 2]", "not a JSON object"),
     ("[" * 100_000, "not JSON"),
-], ids=["node-200-chars", "job-id-40-chars", "nul-in-node", "array", "nested-100k-deep"])
+    (json.dumps({"job_id": "7", "node": "gpu003", "time": "0001-01-01T00:00:00+01:00"}),
+     "ISO 8601"),
+    ('{"job_id": ' + "7" * 5000 + "}", "not JSON"),
+], ids=["node-200-chars", "job-id-40-chars", "nul-in-node", "array", "nested-100k-deep",
+        "time-before-year-1-in-utc", "integer-of-5000-digits"])
 def test_one_bad_exclusion_line_costs_only_itself(historian, tmp_path, line, why):
     path = tmp_path / "exclusions.jsonl"
     path.write_text("\r\n".join([_excl("1", "gpu001"), line, _excl("2", "gpu002")]) + "\r\n")
@@ -156,10 +177,21 @@ def _check(**over) -> str:
 @pytest.mark.parametrize("over", [
     {"node": LONG}, {"check": "c" * 40}, {"component": "c" * 100}, {"code": "c" * 40},
     {"job_id": "9" * 40}, {"node": "gpu\x00001"},
-], ids=["node", "check", "component", "code", "job_id", "nul-node"])
+    {"time": "0001-01-01T00:00:00+01:00"}, {"last_seen": "9999-12-31T23:59:59-01:00"},
+], ids=["node", "check", "component", "code", "job_id", "nul-node",
+        "time-before-year-1-in-utc", "last-seen-past-year-9999-in-utc"])
 def test_one_bad_check_line_costs_only_itself(historian, tmp_path, over):
     path = tmp_path / "checks.jsonl"
     path.write_text("\n".join([_check(node="gpu001"), _check(**over),
+                               _check(node="gpu002")]) + "\n")
+    report = checks.ingest_file(historian, path)
+    assert [b.line for b in report.bad] == [2], report.bad
+    assert _count(historian, schema.check_results) == 2
+
+
+def test_a_check_line_with_an_integer_past_5000_digits_costs_only_itself(historian, tmp_path):
+    path = tmp_path / "checks.jsonl"
+    path.write_text("\n".join([_check(node="gpu001"), '{"code": ' + "4" * 5000 + "}",
                                _check(node="gpu002")]) + "\n")
     report = checks.ingest_file(historian, path)
     assert [b.line for b in report.bad] == [2], report.bad

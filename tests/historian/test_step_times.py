@@ -84,6 +84,12 @@ HOSTILE = [
       "time": "2026-01-01T00:00:00Z", "stage": "gpu"}, "reserved"),
     ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
       "gpu_relative_perf_scores": {"0": 3.5}}, "above 1"),
+    ({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1,
+      "time": "9999-01-01T00:00:00Z"}, "ahead of the historian's clock"),
+    ({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1,
+      "time": "1970-01-01T00:00:00Z"}, "before 2020"),
+    ({"job_id": "1", "step": 1, "time": "3000-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
+      "gpu_relative_perf_scores": {"0": 0.5}}, "ahead of the historian's clock"),
     ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {},
       "gpu_relative_perf_scores": {"0": 0.5}}, "no node"),
     ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n"},
@@ -106,6 +112,78 @@ def test_hostile_lines_are_reported_by_number_and_the_good_ones_kept(tmp_path, h
     with historian.connect() as conn:
         row = conn.execute(select(schema.step_times)).one()
     assert row.time == datetime(2025, 12, 31, 22, 0, 0)  # offset read, stored as UTC
+
+
+def test_a_number_or_time_past_what_a_float_or_a_date_holds_costs_only_its_line(
+        tmp_path, historian):
+    """JSON integers have no bound (10**400 is no float: OverflowError, not ValueError), and a
+    time at an offset can leave the calendar in UTC: each costs its own line, never the file
+    or the other users' files of the directory."""
+    good = {"job_id": "1", "rank": 3, "node": "n1", "step": 7, "seconds": 0.25,
+            "time": "2026-01-01T00:00:00Z"}
+    nvrx = {"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z",
+            "rank_to_node": {"0": "n1"}}
+    lines = ['{"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": 1' + "0" * 400
+             + ', "time": "2026-01-01T00:00:00Z"}',
+             json.dumps(nvrx)[:-1] + ', "gpu_relative_perf_scores": {"0": 1' + "0" * 400 + "}}",
+             json.dumps({**good, "time": "0001-01-01T00:00:00+01:00"}),
+             json.dumps({**good, "time": "9999-12-31T23:59:59-01:00"}),
+             '{"job_id": "1", "rank": ' + "1" * 5000 + "}",  # past int's 4,300 digits
+             json.dumps(good)]
+    (tmp_path / "a-hostile.jsonl").write_text("\n".join(lines) + "\n")
+    (tmp_path / "b-other-user.jsonl").write_text(json.dumps({**good, "node": "n2"}) + "\n")
+    report = steps.ingest_path(historian, tmp_path, LIMITS)
+    assert [b.line for b in report.bad] == [1, 2, 3, 4, 5], report.bad
+    assert "seconds" in report.bad[0].message and "score" in report.bad[1].message
+    assert all("ISO 8601" in b.message for b in report.bad[2:4])
+    assert "not JSON" in report.bad[4].message
+    assert {r[4] for r in _rows(historian)} == {"n1", "n2"}
+
+
+def test_a_flood_of_garbage_lines_is_counted_not_listed_line_by_line(tmp_path, historian):
+    """2M garbage lines held 2M BadRow objects (522 MB measured); a directory of such files
+    could exhaust the historian's memory. The first MAX_BAD_LISTED are listed, all counted."""
+    path = tmp_path / "flood.jsonl"
+    n = steps.MAX_BAD_LISTED * 3
+    path.write_text("x\n" * n + json.dumps({"job_id": "1", "rank": 0, "node": "n1", "step": 1,
+                                            "seconds": 1, "time": "2026-01-01T00:00:00Z"}))
+    report = steps.ingest_path(historian, path, LIMITS)
+    assert len(report.bad) == steps.MAX_BAD_LISTED and report.written == 1
+    assert report.bad_not_listed == n - steps.MAX_BAD_LISTED
+    assert sum(report.dropped.values()) == n and report.read == n + 1
+    url = historian.url.render_as_string(hide_password=False)
+    out = CliRunner().invoke(cli, ["--db", url, "ingest", "steps", "--json", str(path)])
+    assert out.exit_code == 0, out.output
+    said = json.loads(out.output)
+    assert len(said["bad"]) == steps.MAX_BAD_LISTED
+    assert said["bad_not_listed"] == n - steps.MAX_BAD_LISTED
+
+
+def test_one_users_flood_of_files_cannot_push_another_users_file_past_the_limit(
+        tmp_path, historian):
+    """The directory is read to max_files files; by name alone, 'a*.jsonl' files of one user
+    kept 'z.jsonl' of another out of every load. Each owner's files are taken in turn."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the files two owners")
+    line = {"job_id": "1", "rank": 0, "step": 1, "seconds": 1, "time": "2026-01-01T00:00:00Z"}
+    for i in range(5):
+        path = tmp_path / f"a{i}.jsonl"
+        path.write_text(json.dumps({**line, "node": f"flood{i}"}) + "\n")
+        os.chown(path, 4242, 4242)
+    (tmp_path / "z.jsonl").write_text(json.dumps({**line, "node": "victim"}) + "\n")
+    limits = steps.Limits(max_line_bytes=1024, max_lines=10, max_files=3)
+    report = steps.ingest_path(historian, tmp_path, limits)
+    assert "victim" in {r[4] for r in _rows(historian)} and report.written == 3
+    assert "3 were not read" in report.bad[-1].message
+
+
+def test_a_year_before_1000_is_stored_zero_padded_so_text_order_is_time_order(historian):
+    """db_time's text is what both dialects compare: '999-...' sorts after '2026-...' as text,
+    so such a row would sit outside every window and never be pruned."""
+    from rsc_health.historian.ingest import db_time
+
+    assert db_time(datetime(999, 12, 31, 23, 59, 59)) == "0999-12-31 23:59:59.000000"
+    assert db_time(datetime(999, 1, 1)) < db_time(datetime(2026, 1, 1))
 
 
 def test_a_line_over_the_limit_is_skipped_and_a_file_over_the_count_is_cut(tmp_path, historian):

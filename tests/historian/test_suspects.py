@@ -194,6 +194,23 @@ def test_shadow_mode_records_would_suspect_once_and_changes_nothing(tmp_path):
     engine.dispose()
 
 
+def test_shadow_mode_writes_nothing_even_where_the_guard_would_give_a_node_back(tmp_path):
+    """The tier applied two suspects; then the site turns actions off and lowers the cap. The
+    guard's give-back is a write to Slurm like any other: in shadow mode it is only said."""
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm = fleet(40)
+    run_pass(engine, slurm, cfg(tmp_path, "[suspects]\nmax_share = 0.05\n"), T0,
+             [ev("node04", T0, dev=4.0), ev("node05", T0, dev=5.0)])
+    assert sorted(n for n, i in slurm.info.items() if TRUSTED not in i.features) == [
+        "node04", "node05"]
+    calls = len(slurm.calls)
+    shadow = cfg(tmp_path, "[suspects]\nmax_share = 0.01\n[actions]\nenabled = false\n")
+    run_pass(engine, slurm, shadow, T0 + timedelta(minutes=1))
+    assert [c for c in slurm.calls[calls:] if c[0] in ("set_features", "set_weight")] == []
+    assert slurm.info["node04"].weight == 1000  # left as it was: shadow mode touches nothing
+    engine.dispose()
+
+
 def test_the_guard_caps_suspects_per_partition_strongest_first(tmp_path):
     engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
     slurm, config = fleet(40), cfg(tmp_path, "[suspects]\nmax_share = 0.05\n")

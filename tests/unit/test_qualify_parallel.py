@@ -171,3 +171,66 @@ def test_a_flow_that_raises_side_by_side_lets_the_others_finish_then_raises():
     except SlurmError:
         pass
     assert finished == ["a"]  # one after another: the rest never started
+
+
+class DrainedMidFlow(History):
+    """A person drains the node while its qualification job runs (a fan they heard)."""
+
+    def result(self, node, job_id):
+        if not self.first_asked:
+            self.slurm.set_state(node, "MIXED+DRAIN", "bad fan -- alice", user="alice")
+        return super().result(node, job_id)
+
+
+def test_a_persons_drain_arriving_mid_flow_is_never_rewritten_by_the_flows_drain():
+    for verdict in (FAIL, "inconclusive"):
+        slurm = LockedSlurm()
+        slurm.add_node("gpu001", "IDLE+DRAIN", XID79)
+        hist = DrainedMidFlow(slurm, {"gpu001": verdict}, after=0.02)
+        r = flow(slurm, hist).run("gpu001")
+        info = slurm.node("gpu001")
+        assert info.drain_set and info.reason == "bad fan -- alice", (verdict, info.reason)
+        assert not slurm.reservations() and r.result == verdict
+        assert not [c for c in slurm.calls if c[0] == "drain"]
+
+
+def test_cleanup_leaves_a_persons_drain_of_a_left_reservations_node_theirs():
+    from rsc_health.qualify.flow import cleanup, reservation_name
+
+    slurm = LockedSlurm()
+    slurm.add_node("gpu002", "IDLE+DRAIN", "psu swap -- bob", user="bob")
+    slurm.create_reservation(reservation_name("gpu002"), "gpu002")
+    hist = History(slurm, {})
+    [r] = cleanup(slurm, hist)
+    assert slurm.node("gpu002").reason == "psu swap -- bob" and not slurm.reservations()
+    assert not [c for c in slurm.calls if c[0] == "drain"] and "bob" in r.detail
+
+
+def test_two_flows_of_one_node_at_once_one_runs_the_other_touches_nothing():
+    """Two `healthctl qualify start` of one node: the reservation's name is the lock; the
+    second is refused by Slurm before it resumes, submits or drains anything."""
+    from rsc_health.slurm.api import SlurmError
+
+    slurm = LockedSlurm(latency_s=0.01)
+    slurm.add_node("gpu001", "IDLE+DRAIN", XID79)
+    f = flow(slurm, History(slurm, {"gpu001": FAIL}, after=0.1))
+    out: dict = {}
+
+    def go(i):
+        try:
+            out[i] = f.run("gpu001")
+        except SlurmError as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=go, args=(i,)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    errors = [r for r in out.values() if isinstance(r, SlurmError)]
+    [ran] = [r for r in out.values() if not isinstance(r, SlurmError)]
+    assert len(errors) == 1 and "Duplicate reservation" in str(errors[0])
+    assert ran.result == FAIL and not slurm.reservations()
+    assert [c[0] for c in slurm.calls if c[0] in ("resume", "submit", "drain")] == [
+        "resume", "submit", "drain"]
+    assert slurm.node("gpu001").reason.startswith("rsc_health:qualify:")

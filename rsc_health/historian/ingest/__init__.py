@@ -103,9 +103,17 @@ class IngestReport:
     dropped: dict[str, int] = field(default_factory=dict)
     # How wall-clock times were read (events: "UTC", or the --tz zone).
     times: str = ""
+    # Bad rows listed at most (0: all); the rest only counted in `bad_not_listed` and
+    # `dropped`. Untrusted input (step files) sets it: millions of garbage lines must not
+    # become millions of BadRow objects in the historian's memory.
+    max_bad: int = 0
+    bad_not_listed: int = 0
 
     def add_bad(self, line: int, message: str, cause: str = UNPARSABLE) -> None:
-        self.bad.append(BadRow(line, message))
+        if self.max_bad and len(self.bad) >= self.max_bad:
+            self.bad_not_listed += 1
+        else:
+            self.bad.append(BadRow(line, message))
         self.dropped[cause] = self.dropped.get(cause, 0) + 1
 
     def skip(self, cause: str, n: int = 1) -> None:
@@ -131,6 +139,7 @@ class IngestReport:
             "replaced": self.replaced,
             "times": self.times or None,
             "bad": [{"line": b.line, "error": b.message} for b in self.bad],
+            "bad_not_listed": self.bad_not_listed,
         }
 
     def summary(self) -> str:
@@ -191,7 +200,9 @@ def db_time(value: datetime | None) -> str | None:
         from rsc_health.compat import UTC
 
         value = value.astimezone(UTC).replace(tzinfo=None)
-    return value.strftime(DB_TIME_FORMAT)
+    # isoformat pads the year to 4 digits as DB_TIME_FORMAT's %Y does not on glibc (year 999
+    # would be '999-...', after '2026-...' as text): the same text otherwise
+    return value.isoformat(sep=" ", timespec="microseconds")
 
 
 def parse_time(text: str, tz: tzinfo | None = None) -> datetime:
@@ -204,7 +215,10 @@ def parse_time(text: str, tz: tzinfo | None = None) -> datetime:
     if value.tzinfo is None and tz is not None:
         value = value.replace(tzinfo=tz)
     if value.tzinfo is not None:
-        value = value.astimezone(UTC).replace(tzinfo=None)
+        try:
+            value = value.astimezone(UTC).replace(tzinfo=None)
+        except OverflowError as exc:  # year 1 at +01:00 is year 0 in UTC: every caller's error
+            raise ValueError(f"{text.strip()[:64]!r} is out of range in UTC") from exc
     return value
 
 

@@ -23,12 +23,14 @@ non-files refused by name.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
 import stat
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
@@ -37,6 +39,7 @@ from sqlalchemy import Engine
 from rsc_health.durable import open_regular
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
+from rsc_health.historian.freshness import CLOCK_FLOOR, believable
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
     IngestReport,
@@ -52,6 +55,7 @@ KEY = ("job_id", "node", "stage", "step")
 MAX_RANK = 10_000_000
 MAX_STEP = 2**53
 MAX_SECONDS = 86_400.0
+MAX_BAD_LISTED = 1000  # bad lines listed per load; the rest counted (IngestReport.max_bad)
 SUFFIXES = (".jsonl", ".json", ".ndjson")
 NVRX_SECTIONS = "section_relative_perf_scores"
 NVRX_GPU = "gpu_relative_perf_scores"
@@ -89,20 +93,30 @@ def _int(value: object, name: str, limit: int) -> int:
 def _positive(value: object, name: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise RowError(f"{name} is not a number")
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError as exc:  # a JSON integer has no bound: 10**400 is no float
+        raise RowError(f"{name} {str(value)[:32]}... is not in (0, {MAX_SECONDS:g}]") from exc
     if not math.isfinite(number) or number <= 0 or number > MAX_SECONDS:
         raise RowError(f"{name} {str(value)[:32]} is not in (0, {MAX_SECONDS:g}]")
     return number
 
 
-def _time(value: object) -> str:
+def _time(value: object, received: datetime) -> str:
+    """A step's time, believable as the historian's clock judges a node's (freshness: from
+    CLOCK_FLOOR to a few minutes ahead): a row stamped in 9999 would sit outside every
+    window and never be pruned, so a user could grow the table without end."""
     try:
-        return db_time(parse_time(str(value)[:64])) or ""
+        when = parse_time(str(value)[:64])
     except ValueError as exc:
         raise RowError(f"time {str(value)[:64]!r} is not ISO 8601") from exc
+    if not believable(when, received):
+        raise RowError(f"time {when:%Y-%m-%d %H:%M} is before {CLOCK_FLOOR:%Y} or ahead of "
+                       "the historian's clock")
+    return db_time(when) or ""
 
 
-def drop_row(obj: dict) -> tuple:
+def drop_row(obj: dict, received: datetime) -> tuple:
     """One drop-file line as a step_times row (RowError when it cannot be kept)."""
     missing = [k for k in ("job_id", "rank", "node", "step", "seconds", "time")
                if obj.get(k) in (None, "")]
@@ -114,18 +128,18 @@ def drop_row(obj: dict) -> tuple:
         raise RowError(f"stage {stage[:32]!r} is reserved for NVRx reports")
     return (key_text(obj["job_id"], "job_id", 32), _int(obj["rank"], "rank", MAX_RANK),
             key_text(stage, "stage", 64), _int(obj["step"], "step", MAX_STEP),
-            key_text(obj["node"], "node", 128), _time(obj["time"]),
+            key_text(obj["node"], "node", 128), _time(obj["time"], received),
             _positive(obj["seconds"], "seconds"), "s")
 
 
-def nvrx_rows(obj: dict) -> list[tuple]:
+def nvrx_rows(obj: dict, received: datetime) -> list[tuple]:
     """An NVRx straggler report's relative scores as step_times rows (unit "rel")."""
     missing = [k for k in ("job_id", "step", "time", "rank_to_node") if obj.get(k) in (None, "")]
     if missing:
         raise RowError(f"NVRx report: missing {', '.join(missing)}")
     job = key_text(obj["job_id"], "job_id", 32)
     step = _int(obj["step"], "step", MAX_STEP)
-    when = _time(obj["time"])
+    when = _time(obj["time"], received)
     nodes = obj["rank_to_node"]
     if not isinstance(nodes, dict):
         raise RowError("NVRx report: rank_to_node is not an object")
@@ -154,17 +168,18 @@ def nvrx_rows(obj: dict) -> list[tuple]:
     return rows
 
 
-def parse_line(line: str) -> list[tuple]:
-    """The step_times rows of one JSON line (RowError when it has none to keep)."""
+def parse_line(line: str, received: datetime) -> list[tuple]:
+    """The step_times rows of one JSON line (RowError when it has none to keep); `received`:
+    now, naive UTC, what the line's time is judged against."""
     try:
         obj = without_lone_surrogates(json.loads(line))
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: an integer past 4,300 digits
         raise RowError(f"not JSON: {str(exc)[:200]}") from exc
     if not isinstance(obj, dict):
         raise RowError("not a JSON object")
     if NVRX_SECTIONS in obj or NVRX_GPU in obj:
-        return nvrx_rows(obj)
-    return [drop_row(obj)]
+        return nvrx_rows(obj, received)
+    return [drop_row(obj, received)]
 
 
 def _write(conn, rows: list[tuple]) -> int:
@@ -212,12 +227,13 @@ def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
 
 def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: str) -> None:
     batch: list[tuple] = []
+    received = datetime.now(UTC).replace(tzinfo=None)
     for lineno, line in lines:
         if not line.strip():
             continue
         report.read += 1
         try:
-            batch.extend(parse_line(line))
+            batch.extend(parse_line(line, received))
         except RowError as exc:
             report.add_bad(lineno, f"{where}{exc}")
             continue
@@ -229,7 +245,8 @@ def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: s
 
 def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
     """The files to read: `path` itself, or the regular *.jsonl/*.json/*.ndjson files in the
-    directory (one level, sorted; symlinks and anything else refused by name)."""
+    directory (one level; by name within each owner, the owners in turn; symlinks and
+    anything else refused by name)."""
     try:
         st = os.lstat(path)
     except OSError as exc:
@@ -240,7 +257,7 @@ def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
         raise StepsError(f"{path}: a symlink, not a file: refused")
     if not stat.S_ISDIR(st.st_mode):
         raise StepsError(f"{path}: not a regular file or a directory")
-    files: list[Path] = []
+    by_owner: dict[int, list[Path]] = {}
     with os.scandir(path) as entries:
         for entry in sorted(entries, key=lambda e: e.name):
             if not entry.name.endswith(SUFFIXES):
@@ -248,17 +265,27 @@ def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
             if entry.is_symlink() or not entry.is_file(follow_symlinks=False):
                 report.add_bad(0, f"{entry.name}: not a regular file: refused")
                 continue
-            if len(files) >= limits.max_files:
-                report.add_bad(0, f"{path}: more than {limits.max_files} step files: the "
-                                  "rest were not read")
-                break
-            files.append(Path(entry.path))
+            try:
+                owner = entry.stat(follow_symlinks=False).st_uid
+            except OSError:
+                continue  # gone since the listing
+            by_owner.setdefault(owner, []).append(Path(entry.path))
+    # Each owner's files in turn (the first of each, then the second, ...): a user who floods
+    # the shared directory with max_files files of their own cannot push every other user's
+    # files past the limit.
+    queues = [by_owner[uid] for uid in sorted(by_owner)]
+    files = [f for turn in itertools.zip_longest(*queues) for f in turn if f is not None]
+    if len(files) > limits.max_files:
+        report.add_bad(0, f"{path}: more than {limits.max_files} step files: "
+                          f"{len(files) - limits.max_files} were not read (each owner's "
+                          "files in turn)")
+        files = files[:limits.max_files]
     return files
 
 
 def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestReport:
     """Every step file at `path` (a file or a directory of them), in one transaction."""
-    report = IngestReport("steps")
+    report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
     files = step_files(Path(path), limits, report)
     with writer(engine).begin() as conn:
         for file in files:
@@ -275,7 +302,7 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
 
 def ingest_stream(engine: Engine, fh: IO[bytes], limits: Limits) -> IngestReport:
     """JSON Lines from an open binary stream (`PATH` '-': stdin), bounded as a file is."""
-    report = IngestReport("steps")
+    report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
     with writer(engine).begin() as conn:
         _load(conn, _bounded_lines(fh, limits, report, ""), report, "")
     return report
