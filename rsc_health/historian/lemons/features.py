@@ -89,8 +89,10 @@ The fleet-rate rule (over `[as_of - rate_window_days, as_of)`, lemons/episodes.p
                         never an application-class XID. An input, judged by no rule yet
   peer_group, peer_nodes the node's peer group and how many nodes it has (quiet ones too)
   Peer group and exposure come from the node inventory (`healthctl ingest inventory`:
-  cluster/partition, node-days in service); without one, every node seen in the rate window
-  (jobs, checks, events) is in service all of it, its group its cluster.
+  cluster/partition, and the GPU model where it names more than one in a partition:
+  cluster/partition/model, `peer_groups`; node-days in service); without one, every node
+  seen in the rate window (jobs, checks, events) is in service all of it, its group its
+  cluster.
 Both windows of a node that came back from a lemon repair start at that repair
 (`lemon_repairs`): its past is what sent it there, and only new trouble (or the repeat-offender
 rule) should send it back.
@@ -501,9 +503,8 @@ def _exposure(engine: Engine, lo: datetime, hi: datetime, events: pd.DataFrame,
     if not inv.empty:
         if cluster is not None:
             inv = inv[inv["cluster"] == cluster]
-        group = inv["cluster"].str.cat(inv["partition"], sep="/")
-        return pd.DataFrame({"node": inv["node"], "group": group, "days": inv["days"]}), \
-            "inventory"
+        return pd.DataFrame({"node": inv["node"], "group": peer_groups(inv),
+                             "days": inv["days"]}), "inventory"
     seen = set(seen) | set(events["node"])
     if members is not None:
         seen &= members
@@ -514,6 +515,20 @@ def _exposure(engine: Engine, lo: datetime, hi: datetime, events: pd.DataFrame,
         "group": clusters.reindex(nodes).fillna("").to_numpy(),
         "days": (hi - lo).total_seconds() / 86400.0,
     }), "seen"
+
+
+def peer_groups(inv: pd.DataFrame) -> pd.Series:
+    """Each inventory node's peer group: cluster/partition, and its GPU model where the
+    inventory knows it in a partition with more than one (cluster/partition/model): a mixed
+    fleet's models fail at their own rates, and a node is judged by its own model's. A
+    partition of one model, or whose models nobody named, keeps its group as before; a node
+    of unknown model in a mixed partition is a group of its own partition's unknowns."""
+    group = inv["cluster"].astype(str).str.cat(inv["partition"].astype(str), sep="/")
+    if "gpu_model" not in inv:
+        return group
+    model = inv["gpu_model"].fillna("").astype(str)
+    mixed = model.groupby(group).transform("nunique") > 1
+    return group.where(~mixed, group.str.cat(model, sep="/"))
 
 
 def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime,
