@@ -249,7 +249,9 @@ def keep_stored_reasons(conn: Connection, table: Table, columns: Sequence[str],
     at = [columns.index(k) for k in key]
     reason_at = columns.index("reason")
     cols = [table.c[k] for k in key]
-    times = [datetime.strptime(r[at[1]], DB_TIME_FORMAT) for r in rows]
+    # DB_TIME_FORMAT text sorts as the times do: parse only the two ends
+    times = [datetime.strptime(t, DB_TIME_FORMAT) for t in (
+        min(r[at[1]] for r in rows), max(r[at[1]] for r in rows))]
     stored: dict[tuple, str] = {}
     nodes = sorted({r[at[0]] for r in rows})
     for i in range(0, len(nodes), IN_CHUNK):
