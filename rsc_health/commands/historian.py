@@ -335,7 +335,7 @@ _file_source(ingest, "checks", "JSON Lines ('-').",
 _file_source(ingest, "exclusions", "JSON Lines ('-').",
              "Nodes jobs excluded, from JSON Lines (job_id, node, time): the simulator's export.",
              "exclusions", "ingest_lines", "ingest_file")
-_file_source(ingest, "inventory", "CSV with node,cluster,partition,from,to ('-').",
+_file_source(ingest, "inventory", "CSV with node,cluster,partition,from,to[,gpu_model] ('-').",
              "The fleet the historian had: each node's in-service intervals (to empty: in "
              "service), with its cluster and partition. Node-days and the lemons' peer groups "
              "come from it.",

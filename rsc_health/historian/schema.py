@@ -35,7 +35,8 @@ from rsc_health.model import Metric  # the telemetry vocabulary names the rollup
 # nodes (0010); 11: jobs' step times, the slowest rank per node and step (0011); 12:
 # gpu_names, the bus id of each node's GPU index (0012); 13: node_versions, each node's driver
 # and GPU firmware and when they last changed (0013).
-SCHEMA_VERSION = 13
+# 15: node_inventory.gpu_model, the GPU model of a node (0015; 14 is another change's).
+SCHEMA_VERSION = 15
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -212,6 +213,8 @@ node_inventory = Table(
     Column("start", DateTime, nullable=False),
     Column("end", DateTime),
     Column("source", String(16), nullable=False, default="csv"),
+    # version 15: the node's GPU model ('' unknown), a part of its lemon peer group
+    Column("gpu_model", String(64), nullable=False, default="", server_default=""),
     UniqueConstraint("node", "start", name="uq_node_inventory"),
 )
 

@@ -7,6 +7,7 @@ filters say what they removed, by pattern."""
 
 from __future__ import annotations
 
+import io
 import json
 import re
 import sys
@@ -20,11 +21,14 @@ from sqlalchemy import select
 from rsc_health.cli import cli
 from rsc_health.historian import db, schema
 from rsc_health.historian.ingest import (
+    REASON_JOINED,
+    UNKNOWN_NODE,
     checks,
     events,
     exclusions,
     inventory,
     reservations,
+    sacct,
     tickets,
 )
 from rsc_health.historian.ingest.events import zone
@@ -286,3 +290,81 @@ def test_a_maint_reservation_is_named_as_the_cause():
     assert list(kind) == ["maintenance", "maintenance", "node"]
     assert removed_by_cause(ev, kind, rules, 3) == {
         "maintenance": {"(?i)firmware": 1, MAINT_RESERVATION: 1}, "fleet": {}}
+
+
+# -- issue 23, what was left: a sacct duplicate, unknown nodes, a reason replaced by a re-import
+
+SACCT_SMALL = Path(__file__).parent / "fixtures" / "sacct_small.txt"
+
+
+def test_a_job_instance_read_twice_in_one_sacct_load_is_merged_not_written_twice(historian):
+    lines = SACCT_SMALL.read_text().splitlines(keepends=True)
+    # the first job again (two exports that overlap), and again with a later state
+    again = lines[1].replace("|COMPLETED|", "|FAILED|")
+    report = sacct_ingest(historian, "".join([*lines, lines[1], again]))
+    alone = sacct_ingest(historian.url, "".join(lines), fresh=True)
+    assert report.read == alone.read + 2
+    assert report.written == alone.written
+    assert report.merged == {sacct.MERGED_SAME_INSTANCE: 2}
+    assert "2 merged (same job instance twice in one load" in report.summary()
+    with historian.connect() as conn:
+        states = conn.execute(select(schema.jobs.c.state).where(
+            schema.jobs.c.job_id == "1001")).scalars().all()
+    assert states == ["FAILED"]  # one row, the later one
+
+
+def sacct_ingest(engine_or_url, text: str, fresh: bool = False):
+    if not fresh:
+        return sacct.ingest_text(engine_or_url, text)
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        other = db.connect(f"sqlite:///{tmp}/fresh.db", upgrade=True)
+        try:
+            return sacct.ingest_text(other, text)
+        finally:
+            other.dispose()
+
+
+def test_rows_for_nodes_the_inventory_does_not_list_are_kept_and_noted(historian):
+    inventory.import_lines(historian, io.StringIO(
+        "node,cluster,partition,from,to\nn1,c,p,2016-01-01T00:00:00,\n"))
+    report = events.ingest_text(historian, HEADER
+                                + "n1|2016-04-05T10:00:00|Unknown|DOWN|GPU DBE\n"
+                                + "ghost|2016-04-05T11:00:00|Unknown|DOWN|GPU DBE\n"
+                                + "ghost|2016-04-06T11:00:00|Unknown|DOWN|GPU OTB\n")
+    assert (report.read, report.written) == (3, 3)
+    assert report.noted == {UNKNOWN_NODE: 2}
+    assert "2 written for a node the inventory does not list" in report.summary()
+    assert report.as_dict()["noted"] == {UNKNOWN_NODE: 2}
+    got = tickets.import_lines(historian, io.StringIO(
+        "node,opened,closed,reason\nghost,2016-04-05T12:00:00,,GPU DBE\n"
+        "n1,2016-04-05T12:00:00,,GPU DBE\n"))
+    assert (got.written, got.noted) == (2, {UNKNOWN_NODE: 1})
+
+
+def test_no_inventory_no_unknown_nodes(historian):
+    report = events.ingest_text(historian, HEADER + "n9|2016-04-05T10:00:00|Unknown|DOWN|x\n")
+    assert report.noted == {}
+
+
+def test_a_re_import_with_another_reason_keeps_both_and_says_so(historian):
+    first = HEADER + "n1|2016-04-05T10:00:00|Unknown|DOWN|GPU DBE\n"
+    events.ingest_text(historian, first)
+    report = events.ingest_text(historian, HEADER
+                                + "n1|2016-04-05T10:00:00|2016-04-05T12:00:00|DOWN|GPU OTB\n")
+    assert report.noted == {REASON_JOINED: 1}
+    with historian.connect() as conn:
+        row = conn.execute(select(schema.node_events.c.reason, schema.node_events.c.end)).one()
+    assert row == ("GPU DBE; GPU OTB", datetime(2016, 4, 5, 12))  # both, and the end filled
+    # the same files again change nothing and note nothing
+    assert events.ingest_text(historian, first).noted == {}
+    assert _rows(historian)[0][2] == "GPU DBE; GPU OTB"
+    tk = "node,opened,closed,reason\nn1,2016-04-05T10:00:00,,{}\n"
+    tickets.import_lines(historian, io.StringIO(tk.format("GPU DBE")))
+    again = tickets.import_lines(historian, io.StringIO(tk.format("GPU off the bus")))
+    assert again.noted == {REASON_JOINED: 1}
+    assert tickets.import_lines(historian, io.StringIO(tk.format("GPU DBE"))).noted == {}
+    with historian.connect() as conn:
+        assert conn.execute(select(schema.tickets.c.reason)).scalar_one() == (
+            "GPU DBE; GPU off the bus")

@@ -11,11 +11,13 @@ from dataclasses import replace
 from datetime import timedelta
 
 import numpy as np
+import pandas as pd
 import pytest
 from lemon_fleet import AS_OF
 
+from rsc_health.historian import schema
 from rsc_health.historian.ingest import checks, events, inventory, tickets
-from rsc_health.historian.lemons.features import OutageRules, lemon_features
+from rsc_health.historian.lemons.features import OutageRules, lemon_features, peer_groups
 from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts
 
 DAY = timedelta(days=1)
@@ -321,3 +323,47 @@ def test_a_ticket_opened_just_before_the_drain_it_asked_for_is_that_episodes_rep
     assert not report.bad, report.bad
     f = lemon_features(engine, AS_OF)
     assert f.loc["n001", ["episodes", "repairs"]].tolist() == [1, 1]
+
+
+def _inventory_with_models(engine, models: dict[str, str]):
+    text = "node,cluster,partition,from,to,gpu_model\n" + "".join(
+        f"{n},c,p,{FROM:%Y-%m-%dT%H:%M:%S},,{m}\n" for n, m in models.items())
+    report = inventory.import_lines(engine, io.StringIO(text))
+    assert report.written == len(models), report
+
+
+def test_a_mixed_partition_is_judged_by_gpu_model_when_the_inventory_names_it(fleet_any):
+    """One partition, two GPU models: 150 quiet nodes (15 outages a quarter among them) and
+    50 of an older model that each go DOWN three times. A quiet-model node down four times
+    is far above its own model's rate (0.1 a node), and ordinary at the partition's pooled
+    rate (0.8): judged with the noisy model it was hidden. The noisy model's nodes are
+    judged by their own rate and none of them is a lemon."""
+    engine = fleet_any.engine
+    quiet = [f"a{i:03d}" for i in range(150)]
+    noisy = [f"b{i:03d}" for i in range(50)]
+    _inventory_with_models(engine, {**{n: "H100" for n in quiet}, **{n: "V100" for n in noisy}})
+    _background(engine, quiet[1:], 15, np.random.default_rng(11))
+    rng = np.random.default_rng(12)
+    rows = [(n, AS_OF - timedelta(days=int(d), hours=3)) for n in noisy
+            for d in rng.choice(np.arange(2, 88), 3, replace=False)]
+    _events(engine, [(n, t, "DOWN", "Not responding") for n, t in rows])
+    _events(engine, [(quiet[0], AS_OF - (7 + 20 * k) * DAY, "DOWN", "Not responding")
+                     for k in range(4)])
+    f, verdicts = _lemons(engine)
+    assert f.loc[quiet[0], "peer_group"] == "c/p/H100"
+    assert f.loc[noisy[0], "peer_group"] == "c/p/V100"
+    assert [v.node for v in verdicts] == [quiet[0]]
+    assert verdicts[0].peer["group"] == "c/p/H100"
+    # the same fleet without the models: one pooled group, the quiet model's lemon hidden
+    with engine.begin() as conn:
+        conn.execute(schema.node_inventory.update().values(gpu_model=""))
+    f2, verdicts2 = _lemons(engine)
+    assert set(f2["peer_group"]) == {"c/p"}
+    assert quiet[0] not in {v.node for v in verdicts2}
+
+
+def test_peer_groups_split_only_partitions_with_more_than_one_model():
+    inv = pd.DataFrame({"cluster": ["c"] * 5, "partition": ["p", "p", "p", "q", "q"],
+                        "gpu_model": ["A", "B", "", "A", "A"]})
+    assert peer_groups(inv).tolist() == ["c/p/A", "c/p/B", "c/p/", "c/q", "c/q"]
+    assert peer_groups(inv.drop(columns="gpu_model")).tolist() == ["c/p"] * 3 + ["c/q"] * 2

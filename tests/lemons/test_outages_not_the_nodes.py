@@ -14,7 +14,7 @@ from rsc_health.historian.lemons.features import OutageRules, classify_outages, 
 
 DAY = timedelta(days=1)
 OUTAGE_FEATURES = ["out_count", "repeat_outs", "out_count_history", "down_outs_history"]
-BLIND = OutageRules((), 0, 0.0, 300)
+BLIND = OutageRules((), 0, 0.0, 300, incident_alpha=0.0)  # nothing left out
 
 
 def _counts(engine, outages=None) -> pd.DataFrame:
@@ -57,14 +57,46 @@ def test_many_nodes_out_within_minutes_is_a_fleet_event(fleet_any):
     assert blind.loc["n03", "out_count"] == 2 and blind.loc["n05", "out_count"] == 1
 
 
+def test_an_incident_day_too_slow_for_a_fleet_event_is_left_out_of_the_counts(fleet_any):
+    """20 of 40 nodes die over one afternoon, 10 minutes apart (the five-minute fleet event
+    misses it): the day is a fleet-wide incident of the group, and each struck node's outage
+    that day, and the ticket opened for it the next morning, count in none of the count
+    rules; a struck node's own outage on another day still counts, and the verdict's features
+    say how many of its episodes the incidents took."""
+    fleet = fleet_any
+    t = AS_OF - 4 * DAY
+    for i in range(20):
+        fleet.event(f"n{i:02d}", t + timedelta(minutes=10 * i), state="DOWN",
+                    reason="Not responding")
+    fleet.ticket("n05", t + timedelta(hours=20), closed=t + 2 * DAY)
+    for i in range(40):
+        fleet.job([f"n{i:02d}"], end=AS_OF - DAY)
+    fleet.event("n03", AS_OF - 2 * DAY, state="DOWN", reason="Not responding")  # its own
+    f = lemon_features(fleet.engine, AS_OF)
+    assert f.attrs["left_out"]["incident_days"][0]["nodes"] == 20
+    assert f.loc["n03", OUTAGE_FEATURES].tolist() == [1, 0, 1, 1]
+    assert f.loc[[f"n{i:02d}" for i in range(20) if i != 3], "out_count_history"].eq(0).all()
+    assert f.loc["n05", "tickets_history"] == 0
+    assert f.loc[[f"n{i:02d}" for i in range(20)], "incident_episodes"].eq(1).all()
+    counted = lemon_features(fleet.engine, AS_OF, outages=OutageRules(incident_alpha=0.0))
+    assert counted.loc["n05", ["out_count_history", "tickets_history"]].tolist() == [1, 1]
+    assert counted["incident_episodes"].eq(0).all()
+
+
 def test_a_few_nodes_out_together_still_count(fleet):
     t = AS_OF - 4 * DAY
     for i in range(3):  # three in a minute on a 40-node fleet: under 8 nodes and 5%
         fleet.event(f"n{i}", t + timedelta(seconds=20 * i), state="DOWN",
                     reason="Not responding")
+    for i in range(3, 40):  # the fleet's usual trouble: an outage every other day
+        fleet.event(f"n{i}", AS_OF - (10 + 2 * (i - 3)) * DAY, state="DOWN",
+                    reason="Not responding")
     for i in range(40):
         fleet.job([f"n{i}"], end=AS_OF - DAY)
-    assert _counts(fleet.engine).loc[["n0", "n1", "n2"], "out_count"].tolist() == [1, 1, 1]
+    f = lemon_features(fleet.engine, AS_OF)
+    assert f.loc[["n0", "n1", "n2"], "out_count"].tolist() == [1, 1, 1]
+    # three on a day is within what this fleet's rate allows: no incident day either
+    assert f.attrs["left_out"]["incident_days"] == []
 
 
 def test_fleet_threshold_is_the_smaller_of_count_and_share():

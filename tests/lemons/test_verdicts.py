@@ -206,3 +206,19 @@ def test_a_node_resumed_after_a_lemon_drain_made_by_apply_is_back_from_repair(fl
     f = lemon_features(engine, AS_OF)
     (v,) = lemon_verdicts(engine, f, AS_OF, _repeat_only())
     assert v.node == "n1" and v.repeat_offender and v.resumed_at == resumed_at
+
+
+def test_a_verdict_names_the_episodes_its_incident_days_took():
+    from rsc_health.historian.lemons.verdicts import Crossing, LemonVerdict, _peer
+
+    row = pd.Series({"rate_q": 1e-4, "peer_group": "c/p", "rate_by": "episodes",
+                     "episodes": 6, "rate_expected": 0.8, "repairs": 0,
+                     "repairs_expected": 0.1, "incident_episodes": 2})
+    v = LemonVerdict("n1", [Crossing("rate_surprise", 4.0, 2.0)], peer=_peer(row))
+    assert v.peer["incident_episodes"] == 2
+    assert v.summary() == ("episodes=6 vs 0.80 expected at the rate of c/p (q=1.0e-04) "
+                           "(2 episodes on fleet-wide incident days of c/p left out)")
+    assert v.to_dict()["peer"]["incident_episodes"] == 2
+    quiet = LemonVerdict("n2", [Crossing("rate_surprise", 4.0, 2.0)],
+                         peer=_peer(row.drop("incident_episodes")))
+    assert "incident" not in quiet.summary()

@@ -34,6 +34,12 @@ MALFORMED_CSV = "not a CSV row (the csv module refused it)"
 NOT_JSON = "not a JSON object"
 FIELD_COUNT = "wrong number of fields"
 BAD_NAME = "a name the historian cannot keep (too long, or a NUL byte)"
+# Rows kept, with a word (IngestReport.noted).
+UNKNOWN_NODE = "written for a node the inventory does not list (unknown node)"
+REASON_JOINED = ("already in the historian from an earlier load with another reason: "
+                 "both reasons kept")
+# Nodes asked in one IN (...): well under every driver's bound parameter limit.
+IN_CHUNK = 900
 
 
 class RowError(ValueError):
@@ -108,6 +114,9 @@ class IngestReport:
     # become millions of BadRow objects in the historian's memory.
     max_bad: int = 0
     bad_not_listed: int = 0
+    # Rows written (they are in `written`) that deserve a word, by cause: a node the
+    # inventory does not list, a reason joined to the one a row of an earlier load holds.
+    noted: dict[str, int] = field(default_factory=dict)
 
     def add_bad(self, line: int, message: str, cause: str = UNPARSABLE) -> None:
         if self.max_bad and len(self.bad) >= self.max_bad:
@@ -127,6 +136,11 @@ class IngestReport:
         if n:
             self.merged[cause] = self.merged.get(cause, 0) + n
 
+    def note(self, cause: str, n: int = 1) -> None:
+        """`n` rows written, with a word for `cause`."""
+        if n:
+            self.noted[cause] = self.noted.get(cause, 0) + n
+
     def as_dict(self) -> dict:
         """The report as `--json` prints it."""
         return {
@@ -135,6 +149,7 @@ class IngestReport:
             "written": self.written,
             "merged": self.merged,
             "dropped": self.dropped,
+            "noted": self.noted,
             "skipped": self.skipped,
             "replaced": self.replaced,
             "times": self.times or None,
@@ -148,6 +163,8 @@ class IngestReport:
             text += f", {n} merged ({cause})"
         for cause, n in self.dropped.items():
             text += f", {n} dropped ({cause})"
+        for cause, n in self.noted.items():
+            text += f", {n} {cause}"
         if self.replaced:
             text += f", {self.replaced} undecodable bytes replaced"
         if self.times:
@@ -220,6 +237,76 @@ def parse_time(text: str, tz: tzinfo | None = None) -> datetime:
         except OverflowError as exc:  # year 1 at +01:00 is year 0 in UTC: every caller's error
             raise ValueError(f"{text.strip()[:64]!r} is out of range in UTC") from exc
     return value
+
+
+def join_reasons(stored: str, new: str) -> str:
+    """A stored reason and a new one for the same row: both, "; "-joined, each part once (a
+    part the stored reason already holds is not added again, so loading the same file twice
+    changes nothing)."""
+    parts = [r for r in stored.split("; ") if r]
+    parts += [r for r in new.split("; ") if r and r not in parts]
+    return "; ".join(parts)
+
+
+def keep_stored_reasons(conn: Connection, table: Table, columns: Sequence[str],
+                        key: Sequence[str], rows: list[tuple],
+                        report: IngestReport) -> list[tuple]:
+    """`rows` (tuples in `columns` order; `key` is `table`'s unique key, its first column the
+    node, its second a time) with each reason joined to the one a row of an earlier load with
+    the same key holds (join_reasons), each such row counted in `report.noted`
+    (REASON_JOINED): a re-import, or a second export that says more, never replaces a reason
+    without a word."""
+    if not rows:
+        return rows
+    from sqlalchemy import and_, select
+
+    at = [columns.index(k) for k in key]
+    reason_at = columns.index("reason")
+    cols = [table.c[k] for k in key]
+    # DB_TIME_FORMAT text sorts as the times do: parse only the two ends
+    times = [datetime.strptime(t, DB_TIME_FORMAT) for t in (
+        min(r[at[1]] for r in rows), max(r[at[1]] for r in rows))]
+    stored: dict[tuple, str] = {}
+    nodes = sorted({r[at[0]] for r in rows})
+    for i in range(0, len(nodes), IN_CHUNK):
+        found = conn.execute(select(*cols, table.c.reason).where(and_(
+            cols[0].in_(nodes[i:i + IN_CHUNK]), cols[1] >= min(times),
+            cols[1] <= max(times)))).all()
+        for *k, reason in found:
+            k[1] = db_time(k[1]) if isinstance(k[1], datetime) else k[1]
+            stored[tuple(k)] = reason or ""
+    if not stored:
+        return rows
+    out = []
+    for row in rows:
+        old = stored.get(tuple(row[i] for i in at))
+        if old is not None and row[reason_at] != old:
+            joined = join_reasons(old, row[reason_at])
+            if joined != old:
+                report.note(REASON_JOINED)
+            row = (*row[:reason_at], joined, *row[reason_at + 1:])
+        out.append(row)
+    return out
+
+
+def note_unknown_nodes(conn: Connection, nodes: Sequence[str], report: IngestReport) -> None:
+    """Count in `report.noted` (UNKNOWN_NODE) the rows whose node (one entry per row) the
+    node inventory does not list, when there is an inventory: the row is kept (an inventory
+    often lags the fleet), but its node has no exposure, no peer group and no cluster until
+    the inventory names it."""
+    from sqlalchemy import select
+
+    from rsc_health.historian import schema
+
+    inv = schema.node_inventory
+    if not nodes or conn.execute(select(inv.c.id).limit(1)).first() is None:
+        return
+    wanted = sorted(set(nodes))
+    known: set[str] = set()
+    for at in range(0, len(wanted), IN_CHUNK):
+        known.update(conn.execute(select(inv.c.node).distinct().where(
+            inv.c.node.in_(wanted[at:at + IN_CHUNK]))).scalars())
+    report.note(UNKNOWN_NODE, sum(1 for n in nodes if n not in known))
 
 
 def upsert_sql(

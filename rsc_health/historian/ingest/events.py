@@ -6,7 +6,9 @@ prints (ask `Start`, get `TimeStart`), so both spellings are accepted. Cluster-w
 reading it again once it closed fills in the end (the key is node, start, state).
 
 Rows of one load with the same key (a DBE and an off-the-bus in the same second) are one
-period: the reasons are joined ("; ") and the report counts the merge by its cause. sacctmgr
+period: the reasons are joined ("; ") and the report counts the merge by its cause. A row whose
+period an earlier load stored with another reason keeps both reasons, and a row for a node the
+inventory does not list is kept: the report notes both (`noted`). sacctmgr
 prints slurmdbd's wall-clock time: `tz` (an IANA zone) reads it as that zone's and stores UTC;
 without it the times are taken as UTC and the report says so.
 """
@@ -35,7 +37,9 @@ from rsc_health.historian.ingest import (
     database_failed,
     db_time,
     free_text,
+    keep_stored_reasons,
     limit_statements,
+    note_unknown_nodes,
     pipe_rows,
 )
 from rsc_health.slurm.accounting import Accounting
@@ -174,9 +178,9 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
                 row = _merge(batch[key], row)
             batch[key] = row
             if len(batch) >= BATCH_ROWS:
-                report.written += _write(conn, list(batch.values()))
+                report.written += _write(conn, list(batch.values()), report)
                 batch = {}
-        report.written += _write(conn, list(batch.values()))
+        report.written += _write(conn, list(batch.values()), report)
     return report
 
 
@@ -189,7 +193,13 @@ def _merge(first: tuple, later: tuple) -> tuple:
     return (later[0], later[1], end, later[3], reason, *later[5:])
 
 
-def _write(conn, rows: list[tuple]) -> int:
+def _write(conn, rows: list[tuple], report: IngestReport) -> int:
+    """Write one batch; a reason an earlier load stored for the same period is kept beside
+    the new one, and rows for nodes the inventory does not list are counted (both in
+    `report.noted`)."""
+    note_unknown_nodes(conn, [r[0] for r in rows], report)
+    rows = keep_stored_reasons(conn, schema.node_events, COLUMNS, ("node", "start", "state"),
+                               rows, report)
     return bulk_write(
         conn,
         schema.node_events,

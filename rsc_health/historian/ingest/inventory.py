@@ -1,5 +1,6 @@
 """The node inventory: each node's in-service intervals, from a CSV (columns node, cluster,
-partition, from, to; cluster, partition and to may be empty: to empty is still in service).
+partition, from, to, and optionally gpu_model; cluster, partition, to and gpu_model may be
+empty: to empty is still in service, gpu_model empty is not known).
 
 It is the fleet the historian judges rates against: node-days per cluster and partition, the
 exposure of every node, failed or not (event history alone names only the nodes that failed).
@@ -53,13 +54,15 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
 
     def keyed(record: dict) -> tuple[tuple, tuple]:
         row = _row(record, tz)
-        return (row[0], row[3]), row
+        model = key_text((record.get("gpu_model") or "").strip(), "gpu_model", 64)
+        return (row[0], row[3]), (*row, model)
 
     rows = _keyed_rows(fh, name, report, set(REQUIRED), keyed)
     with writer(engine).begin() as conn:
         report.written = bulk_write(
-            conn, INV, ("node", "cluster", "partition", "start", "end", "source"),
+            conn, INV, ("node", "cluster", "partition", "start", "end", "source", "gpu_model"),
             rows, conflict=("node", "start"), update=("cluster", "partition", "end"),
+            fill=("gpu_model",),
         )
     return report
 
@@ -123,23 +126,27 @@ def _row(record: dict, tz: tzinfo | None = None) -> tuple:
 
 
 def exposure(engine: Engine, lo: datetime, hi: datetime) -> pd.DataFrame:
-    """Per inventory node in service during [lo, hi): node, cluster, partition, days (its
-    in-service time inside the window, summed over its intervals). Empty without inventory."""
-    stmt = select(INV.c.node, INV.c.cluster, INV.c.partition, INV.c.start, INV.c.end).where(
+    """Per inventory node in service during [lo, hi): node, cluster, partition, gpu_model
+    ('' unknown), days (its in-service time inside the window, summed over its intervals).
+    Empty without inventory."""
+    stmt = select(INV.c.node, INV.c.cluster, INV.c.partition, INV.c.start, INV.c.end,
+                  INV.c.gpu_model).where(
         INV.c.start < hi, or_(INV.c.end.is_(None), INV.c.end > lo)
     )
     with engine.connect() as conn:
         frame = pd.DataFrame(conn.execute(stmt).all(),
-                             columns=["node", "cluster", "partition", "start", "end"])
+                             columns=["node", "cluster", "partition", "start", "end",
+                                      "gpu_model"])
     if frame.empty:
-        return pd.DataFrame(columns=["node", "cluster", "partition", "days"])
+        return pd.DataFrame(columns=["node", "cluster", "partition", "gpu_model", "days"])
     start = pd.to_datetime(frame["start"]).clip(lower=pd.Timestamp(lo))
     end = pd.to_datetime(frame["end"]).fillna(pd.Timestamp(hi)).clip(upper=pd.Timestamp(hi))
     frame["days"] = (end - start).dt.total_seconds().clip(lower=0) / 86400.0
-    # a node's cluster and partition: those of its latest interval in the window
+    # a node's cluster, partition and GPU model: those of its latest interval in the window
     frame = frame.sort_values("start")
     return frame.groupby("node", as_index=False).agg(
-        cluster=("cluster", "last"), partition=("partition", "last"), days=("days", "sum")
+        cluster=("cluster", "last"), partition=("partition", "last"),
+        gpu_model=("gpu_model", "last"), days=("days", "sum")
     )
 
 

@@ -23,11 +23,14 @@ from rsc_health.historian.ingest import (
     bulk_write,
     db_time,
     free_text,
+    keep_stored_reasons,
     key_text,
+    note_unknown_nodes,
     parse_time,
 )
 
 T = schema.tickets
+TICKET_COLUMNS = ("node", "opened", "closed", "reason", "source")
 MERGED_SAME_KEY = "same node and opened in one load: one ticket, reasons joined"
 
 
@@ -131,11 +134,15 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
             row = _merge(rows[key], row)
         rows[key] = row
     with writer(engine).begin() as conn:
+        kept = list(rows.values())
+        note_unknown_nodes(conn, [r[0] for r in kept], report)
+        # a ticket an earlier load stored with another reason keeps both (report.noted)
+        kept = keep_stored_reasons(conn, T, TICKET_COLUMNS, ("node", "opened"), kept, report)
         report.written = bulk_write(
             conn,
             T,
-            ("node", "opened", "closed", "reason", "source"),
-            list(rows.values()),
+            TICKET_COLUMNS,
+            kept,
             conflict=("node", "opened"),
             update=("closed", "reason"),
         )

@@ -76,14 +76,23 @@ The fleet-rate rule (over `[as_of - rate_window_days, as_of)`, lemons/episodes.p
                         and fleet-wide outages, application-class XIDs, episodes on incident
                         days, failures of a GPU that failed in two nodes (historian/gpus.py:
                         the fault moved with it); the verdict says so
+  incident_episodes     of those, the node's episodes that began on a fleet-wide incident
+                        day of its peer group (episodes.incident_days); that day's outages
+                        of the node, and its tickets opened that day or within ticket_lag_h
+                        after, count in none of out_count, repeat_outs, out_count_history,
+                        down_outs_history and tickets_history either (incidents are found
+                        over the rate window: one shorter than the history window leaves
+                        the older ones in). The verdict names them
   host_failed_jobs      failed jobs in the window that failed-job triage (historian/triage.py)
                         labels host and blames on the node: its own checks, drains and
                         DOWN events around the job's end, or Slurm's NODE_FAIL with them;
                         never an application-class XID. An input, judged by no rule yet
   peer_group, peer_nodes the node's peer group and how many nodes it has (quiet ones too)
   Peer group and exposure come from the node inventory (`healthctl ingest inventory`:
-  cluster/partition, node-days in service); without one, every node seen in the rate window
-  (jobs, checks, events) is in service all of it, its group its cluster.
+  cluster/partition, and the GPU model where it names more than one in a partition:
+  cluster/partition/model, `peer_groups`; node-days in service); without one, every node
+  seen in the rate window (jobs, checks, events) is in service all of it, its group its
+  cluster.
 Both windows of a node that came back from a lemon repair start at that repair
 (`lemon_repairs`): its past is what sent it there, and only new trouble (or the repeat-offender
 rule) should send it back.
@@ -156,6 +165,7 @@ EXTRA_FEATURES = (
     "rate_q",
     "rate_surprise",
     "left_out",
+    "incident_episodes",
     "host_failed_jobs",
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
@@ -391,6 +401,17 @@ def lemon_features(
     fleet = nodes | set(events["node"])
     events["kind"] = classify_outages(events, outages, len(fleet),
                                       _maintenance_reservations(engine, hi, cluster))
+    rate, peer_group, left_out, rate_by, struck = _fleet_rate(
+        engine, events, r_lo, hi, outages, cluster, members, fleet, repaired=repaired)
+    # A node's episode on one of its peer group's incident days is the incident's, not the
+    # node's: its outages that day, and the tickets opened for them (that day, or within
+    # ticket_lag_h after), count in none of the count rules either (the rate rule already
+    # left the episode out). Only the struck nodes: a quiet node's outage that day is its own.
+    history_tickets = _outside_incidents(history_tickets, "opened", struck,
+                                         pd.Timedelta(days=1, hours=outages.ticket_lag_h))
+    s["tickets_history"] = history_tickets.groupby("node").size().astype("float64")
+    incident_outs = _on_incident(events, "start", struck, pd.Timedelta(days=1))
+    events.loc[incident_outs & (events["kind"] == "node"), "kind"] = "incident"
     own = events[events["kind"] == "node"]
     # Slurm's event states read "DOWN", "DOWN*", "DOWN+DRAIN"...: the first word says it died.
     history_outs = _since_repair_frame(own[own["start"] >= h_lo], repaired)
@@ -406,10 +427,8 @@ def lemon_features(
         s["host_failed_jobs"] = host_jobs.astype("float64")
     elif host_jobs:
         s["host_failed_jobs"] = host_failed_jobs(triage(engine, lo, hi, rules=outages))
-    rate, peer_group, left_out, rate_by = _fleet_rate(engine, events, r_lo, hi, outages,
-                                                      cluster, members, fleet,
-                                                      repaired=repaired)
     s.update(rate)
+    s["incident_episodes"] = struck.groupby("node").size().astype("float64")
     nodes |= set(s["out_count_history"].index) | set(s["episodes"].index)
     if members is not None:
         nodes &= members
@@ -484,9 +503,8 @@ def _exposure(engine: Engine, lo: datetime, hi: datetime, events: pd.DataFrame,
     if not inv.empty:
         if cluster is not None:
             inv = inv[inv["cluster"] == cluster]
-        group = inv["cluster"].str.cat(inv["partition"], sep="/")
-        return pd.DataFrame({"node": inv["node"], "group": group, "days": inv["days"]}), \
-            "inventory"
+        return pd.DataFrame({"node": inv["node"], "group": peer_groups(inv),
+                             "days": inv["days"]}), "inventory"
     seen = set(seen) | set(events["node"])
     if members is not None:
         seen &= members
@@ -497,6 +515,20 @@ def _exposure(engine: Engine, lo: datetime, hi: datetime, events: pd.DataFrame,
         "group": clusters.reindex(nodes).fillna("").to_numpy(),
         "days": (hi - lo).total_seconds() / 86400.0,
     }), "seen"
+
+
+def peer_groups(inv: pd.DataFrame) -> pd.Series:
+    """Each inventory node's peer group: cluster/partition, and its GPU model where the
+    inventory knows it in a partition with more than one (cluster/partition/model): a mixed
+    fleet's models fail at their own rates, and a node is judged by its own model's. A
+    partition of one model, or whose models nobody named, keeps its group as before; a node
+    of unknown model in a mixed partition is a group of its own partition's unknowns."""
+    group = inv["cluster"].astype(str).str.cat(inv["partition"].astype(str), sep="/")
+    if "gpu_model" not in inv:
+        return group
+    model = inv["gpu_model"].fillna("").astype(str)
+    mixed = model.groupby(group).transform("nunique") > 1
+    return group.where(~mixed, group.str.cat(model, sep="/"))
 
 
 def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime,
@@ -603,7 +635,28 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
         "incident_episodes": int(on_incident.sum()),
         "moved_gpu_failures": int(moved.sum()),
     }
-    return series, groups, left_out, tested["by"]
+    struck = starts.loc[on_incident, ["node"]].assign(day=day[on_incident])
+    return series, groups, left_out, tested["by"], struck.reset_index(drop=True)
+
+
+def _on_incident(rows: pd.DataFrame, column: str, struck: pd.DataFrame,
+                 reach: pd.Timedelta) -> pd.Series:
+    """Per row of `rows` (node, `column`): whether it falls in [day, day + reach) of one
+    of its node's incident days (`struck`: node, day, the node's episodes that began on a
+    fleet-wide incident day of its peer group)."""
+    hit = pd.Series(False, index=rows.index)
+    if rows.empty or struck.empty:
+        return hit
+    when = pd.to_datetime(rows[column])
+    for day, nodes in struck.groupby("day")["node"]:
+        start = pd.Timestamp(day)
+        hit |= rows["node"].isin(set(nodes)) & (when >= start) & (when < start + reach)
+    return hit
+
+
+def _outside_incidents(rows: pd.DataFrame, column: str, struck: pd.DataFrame,
+                       reach: pd.Timedelta) -> pd.DataFrame:
+    return rows[~_on_incident(rows, column, struck, reach)] if not rows.empty else rows
 
 
 def _repair_tickets(engine: Engine, lo: datetime, hi: datetime,

@@ -145,7 +145,12 @@ class LemonVerdict:
         ]
         if self.repeat_offender:
             parts.insert(0, "repeat offender")
-        return ", ".join(parts)
+        text = ", ".join(parts)
+        incident = int(self.peer.get("incident_episodes", 0))
+        if incident:
+            text += (f" ({incident} episode{'s' if incident > 1 else ''} on fleet-wide incident "
+                     f"days of {self.peer['group'] or 'its peers'} left out)")
+        return text
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -329,6 +334,8 @@ def _peer(row: pd.Series) -> dict[str, Any]:
         "expected": round(float(row["repairs_expected"] if repairs else row["rate_expected"]),
                           4),
         "q": float(row["rate_q"]),
+        # its episodes that began on a fleet-wide incident day: the incident's, counted nowhere
+        "incident_episodes": int(row.get("incident_episodes", 0)),
     }
 
 
