@@ -224,32 +224,3 @@ def test_alibaba_pai_s_stable_per_worker_differences_make_no_suspect():
 
     steps, members = step_frame("2", RULES.slot_s)
     assert detect_frame(None, members, steps, RULES) == []
-
-
-def _episode_tail(episode: bool):
-    """16 nodes' IB congestion (port_xmit_wait rate); with `episode`, the whole job congested
-    3x in sweeps 4-7 and 4 nodes that sample early in sweep 8 still see its end. n05 is 4x
-    its peers in sweep 7 and 5x the job's median in sweep 8 (with the episode: a spike inside
-    it, then the tail it sampled late)."""
-    nodes = [f"n{i:02d}" for i in range(16)]
-    noise = _noise(4, (16, 12), 0.1)
-
-    def value(i, s):
-        level = 3e6 if episode and (4 <= s <= 7 or (s == 8 and i < 4)) else 1e6
-        if i == 5 and s in (7, 8):
-            level = 12e6 if s == 7 else 5e6
-        return level * noise[i, s]
-
-    samples = _samples("ib_xmit_wait_rate", value, lambda i, s: "mlx5_0:1", nodes=nodes)
-    return detect_frame(samples, _job(nodes), None, CFG)
-
-
-def test_a_spike_at_the_end_of_a_job_wide_congestion_episode_is_the_job_s_not_a_node():
-    # sweep 8 straddles the episode's end (the job's median fell by more than a line): its
-    # outliers are the job's change, so n05 has one outlying sweep, not two
-    assert _episode_tail(episode=True) == []
-
-
-def test_the_same_two_sweeps_in_a_quiet_job_are_a_suspect():
-    assert [(e.node, e.metric) for e in _episode_tail(episode=False)] == [
-        ("n05", "ib_xmit_wait_rate")]

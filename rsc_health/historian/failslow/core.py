@@ -234,23 +234,8 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     moved = _moved_with(obs, rules)
     n_job = obs.groupby(["job_id", "metric", "slot"], sort=False)["value"].transform("size")
     allowed = np.maximum(1, np.floor(rules.max_outlier_share * n_job))
-    job_wide = obs["outlier"] & ((moved > allowed) | _at_job_step(obs, line))
+    job_wide = obs["outlier"] & (moved > allowed)
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
-
-
-def _at_job_step(obs: pd.DataFrame, line: np.ndarray) -> np.ndarray:
-    """Outliers in a slot where the job's median (every group) moved by more than the
-    outlier's own line since the slot before: the slot straddles a job-wide change (a
-    congestion episode's start or end, a phase), and nodes sample at their own phase, so
-    some show the old level and some the new. Such an outlier is the job's change, like a
-    job-wide slot (it neither counts nor breaks a run)."""
-    key = ["job_id", "metric", "slot"]
-    med = obs.groupby(key, sort=False)["value"].median().rename("job_median").reset_index()
-    prev = med.assign(slot=med["slot"] + 1).rename(columns={"job_median": "prev_median"})
-    both = obs[key].merge(med, on=key, how="left").merge(prev, on=key, how="left")
-    step = (both["job_median"] - both["prev_median"]).abs().to_numpy(dtype=float)
-    with np.errstate(invalid="ignore"):
-        return obs["outlier"].to_numpy() & (np.nan_to_num(step, nan=0.0) > line)
 
 
 def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
