@@ -35,6 +35,9 @@ MAD_SCALE = 1.4826
 # A slot this many lines past (deviation >= STRONG x k) is the whole node's, whatever its worst
 # component: a run of such slots persists even as the worst GPU or slowest rank changes.
 STRONG = 2.0
+# A node's start in a job: the first this many judged slots (the less off of them: an onset in
+# the second slot still leaves a level start).
+STEADY_SLOTS = 2
 _NO_GROUP = ""
 
 
@@ -308,6 +311,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     confirmed = hit.set_index("run")["time"].rename("confirmed")
     o = o[o["outlier"] & o["run"].isin(confirmed.index)]
     o = o[~o["run"].isin(_role_runs(obs, o, key))]
+    o = o[~o["run"].isin(_steady_runs(obs, o, key, rules))]
     if o.empty:
         return pd.DataFrame(columns=cols)
     runs = (o.groupby("run").agg(job_id=("job_id", "first"), node=("node", "first"),
@@ -350,6 +354,44 @@ def _role_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str]) -> set:
     size = mine.groupby("run")["slot"].nunique()
     share = accompanied.reindex(size.index, fill_value=0) / size
     return set(share.index[share >= 0.5])
+
+
+def _steady_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str], rules: Rules) -> set:
+    """Runs with no onset (the change-point test against the node itself): the node was
+    already off its peers by half a line or more at its start in the job (the less off of its
+    first STEADY_SLOTS judged slots), and the run is neither half a line worse than that start
+    nor STRONG lines past its peers: a stable per-node offset that crosses the line now and
+    then (a rank with a little more work, a smaller share of a GPU, a slower part the job was
+    placed on), not a node that went slow. Without an onset the bar is STRONG lines: a node
+    far off from its first step (30% slower) is still a suspect, its onset before the job.
+    A node that started level with its peers has an onset when it crosses the line, and is
+    judged as before. Step times only: telemetry off from the start (a link downtrained, a
+    GPU throttling) is a fault whenever it began."""
+    o = o[o["source"] == STEPS]
+    if o.empty:
+        return set()
+    obs = obs[(obs["source"] == STEPS) & obs["job_id"].isin(o["job_id"].unique())]
+
+    def signed(f: pd.DataFrame) -> pd.Series:  # off the peers' median, in the bad direction
+        sign = f["metric"].map({m: r.sign for m, r in rules.metrics.items()}).astype(float)
+        return sign * (f["value"] - f["median"]) / f["median"].abs().where(f["median"] != 0)
+
+    off = signed(obs)
+    first = obs.assign(off=off).sort_values("slot")
+    head = first.groupby(key, sort=False).head(STEADY_SLOTS).groupby(key, sort=False)
+    start = head["off"].min().rename("start")
+    rel_line = (o["line"] / o["median"].abs().where(o["median"] != 0)).rename("rel_line")
+    run_off = signed(o)
+    runs = (o.assign(run_off=run_off, rel_line=rel_line)
+            .groupby("run").agg(**{c: (c, "first") for c in key}, run_off=("run_off", "median"),
+                                rel_line=("rel_line", "median"))
+            .join(start, on=key))
+    start, run_off, line = (runs[c].to_numpy(dtype=float) for c in ("start", "run_off",
+                                                                       "rel_line"))
+    with np.errstate(invalid="ignore"):
+        steady = ((start >= 0.5 * line) & (run_off - start < 0.5 * line)
+                  & (run_off < STRONG * line))
+    return set(runs.index[steady])
 
 
 def _mode(keys: pd.Series, values: pd.Series) -> pd.Series:
