@@ -336,7 +336,7 @@ def _role_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str]) -> set:
     o = o[o["source"] == STEPS]
     if o.empty:
         return set()
-    obs = obs[(obs["source"] == STEPS) & obs["job_id"].isin(o["job_id"].unique())]
+    obs = obs[obs["source"] == STEPS]
     first = obs.groupby(key, sort=False)["slot"].min()
     held_from = obs[obs["outlier"]].groupby(key, sort=False)["slot"].min()
     always = (held_from <= first.reindex(held_from.index) + 1).rename("always")
@@ -366,11 +366,12 @@ def _steady_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str], rules: Rule
     far off from its first step (30% slower) is still a suspect, its onset before the job.
     A node that started level with its peers has an onset when it crosses the line, and is
     judged as before. Step times only: telemetry off from the start (a link downtrained, a
-    GPU throttling) is a fault whenever it began."""
+    GPU throttling) is a fault whenever it began. The same node steadily off in two jobs of the
+    frame is not excused: the offset follows the node, not the work."""
     o = o[o["source"] == STEPS]
     if o.empty:
         return set()
-    obs = obs[(obs["source"] == STEPS) & obs["job_id"].isin(o["job_id"].unique())]
+    obs = obs[obs["source"] == STEPS]
 
     def signed(f: pd.DataFrame) -> pd.Series:  # off the peers' median, in the bad direction
         sign = f["metric"].map({m: r.sign for m, r in rules.metrics.items()}).astype(float)
@@ -378,8 +379,15 @@ def _steady_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str], rules: Rule
 
     off = signed(obs)
     first = obs.assign(off=off).sort_values("slot")
-    head = first.groupby(key, sort=False).head(STEADY_SLOTS).groupby(key, sort=False)
-    start = head["off"].min().rename("start")
+    at_start = (first.assign(rel=first["line"] / first["median"].abs().where(first["median"] != 0))
+                .groupby(key, sort=False).head(STEADY_SLOTS).groupby(key, sort=False)
+                .agg(start=("off", "min"), rel=("rel", "median")))
+    start = at_start["start"]
+    # An offset that follows the node into another job, among other peers, is the node's (a
+    # slower part, a host fault a job cannot cause): not excused in any job.
+    off_jobs = (at_start[at_start["start"] >= 0.5 * at_start["rel"]].reset_index()
+                .groupby("node")["job_id"].nunique())
+    followed = set(off_jobs.index[off_jobs >= 2])
     rel_line = (o["line"] / o["median"].abs().where(o["median"] != 0)).rename("rel_line")
     run_off = signed(o)
     runs = (o.assign(run_off=run_off, rel_line=rel_line)
@@ -391,7 +399,7 @@ def _steady_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str], rules: Rule
     with np.errstate(invalid="ignore"):
         steady = ((start >= 0.5 * line) & (run_off - start < 0.5 * line)
                   & (run_off < STRONG * line))
-    return set(runs.index[steady])
+    return set(runs.index[steady & ~runs["node"].isin(followed).to_numpy()])
 
 
 def _mode(keys: pd.Series, values: pd.Series) -> pd.Series:
