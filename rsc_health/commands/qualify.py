@@ -87,7 +87,8 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     engine = _engine(ctx) if ctx.obj.historian_configured else None
     started = datetime.now(UTC).replace(tzinfo=None)
     since = store.since(started, cfg)
-    if peer is None and engine is not None and any(s.server_command for s in specs):
+    if peer is None and engine is not None and any(
+            s.server_command or any("{peer}" in c for c in s.command) for s in specs):
         from rsc_health.qualify import pairwise
 
         with engine.connect() as pconn:

@@ -1,5 +1,7 @@
-"""Pairwise tests: the node under test against a known-good peer (perftest's `ib_write_bw`
-client here, its server on the peer). The peer is a node whose newest qualification run within
+"""Pairwise tests: the node under test against a known-good peer: perftest's `ib_write_bw`
+client here and its server on the peer (server_command), or nccl-tests launched on both from
+here (`mpirun -H <node>,{peer}`: no server_command; the ranks must sit on two hosts, the peer
+one of them). The peer is a node whose newest qualification run within
 [qualify] peer_days passed, of the same GPU model and driver, that is not itself being
 qualified now (no qualification started since that pass) and not the node itself.
 
@@ -27,6 +29,10 @@ from rsc_health.qualify.outcome import Outcome
 PEER = "{peer}"
 # A Slurm node name as a host name: letters, digits, '.', '-', '_'; never a leading '-'.
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_RANK_HOST = re.compile(r"^#\s+Rank\s+\d+\s.*?\son\s+(\S+)\s+device", re.M)
+# A pairwise metric is named apart from the same tool's single-node one: judged against other
+# nodes' pairwise results only.
+_PAIR_NAME = {"ib-loopback": "ib-pair", "nccl-bw": "nccl-pair"}
 _SETUP = re.compile(r"^\s*(Link type|Mtu|Connection type|Transport type)\s*:\s*(\S+)", re.M)
 
 
@@ -80,6 +86,10 @@ def run_pair(name: str, plugin: str, client: list[str], server: list[str], peer:
     if not valid_peer(peer):
         return Outcome(name, inconclusive=f"peer name is not a host name: {peer[:40]!r}")
     s_argv, c_argv = _argv(server, peer), _argv(client, peer)
+    if not server:  # one launcher for both ends (nccl-tests under mpirun -H node,peer)
+        c = procs.run_all({"client": c_argv}, timeout_s={"client": timeout_s},
+                          max_bytes=1 << 20)["client"]
+        return _launched(name, plugin, c, c_argv, peer, timeout_s)
     done: dict[str, procs.Outcome] = {}
 
     def serve() -> None:
@@ -93,18 +103,9 @@ def run_pair(name: str, plugin: str, client: list[str], server: list[str], peer:
                       max_bytes=1 << 20)["client"]
     thread.join(timeout_s + server_wait_s + 5)
     s = done.get("server")
-    for who, p in (("client", c), ("peer's server", s)):
-        if p is None:
-            return Outcome(name, inconclusive=f"{who} never finished")
-        if p.start_error:
-            return Outcome(name, inconclusive=f"{who} could not start: {p.start_error[:120]}")
-        if p.timed_out:
-            return Outcome(name, inconclusive=f"{who} timed out after {timeout_s:.0f} s "
-                           f"(peer {peer} busy or unreachable?)")
-        if p.returncode != 0:
-            err = p.stderr.decode("utf-8", "replace").strip().splitlines()
-            return Outcome(name, inconclusive=f"{who} exit {p.returncode}"
-                           + (f": {err[-1][:120]}" if err else ""))
+    why = _unfinished(name, peer, timeout_s, (("client", c), ("peer's server", s)))
+    if why is not None:
+        return why
     assert s is not None  # the loop above returned when it was
     c_text = c.stdout.decode("utf-8", "replace")
     s_text = s.stdout.decode("utf-8", "replace")
@@ -122,7 +123,52 @@ def run_pair(name: str, plugin: str, client: list[str], server: list[str], peer:
         if len(sizes) > 1:
             return Outcome(name, inconclusive=f"setup mismatch with {peer}: message sizes "
                            f"{', '.join(sorted(sizes))}")
+    return _renamed(name, out)
+
+
+def _renamed(name: str, out: Outcome) -> Outcome:
     out.test = name
-    out.metrics = [replace(m, name=m.name.replace("ib-loopback/", "ib-pair/", 1))
-                   for m in out.metrics]
+    out.metrics = [replace(m, name=_PAIR_NAME.get(m.name.split("/", 1)[0],
+                                                  m.name.split("/", 1)[0] + "-pair")
+                           + "/" + m.name.split("/", 1)[-1]) for m in out.metrics]
     return out
+
+
+def _unfinished(name, peer, timeout_s, ends) -> Outcome | None:
+    for who, p in ends:
+        if p is None:
+            return Outcome(name, inconclusive=f"{who} never finished")
+        if p.start_error:
+            return Outcome(name, inconclusive=f"{who} could not start: {p.start_error[:120]}")
+        if p.timed_out:
+            return Outcome(name, inconclusive=f"{who} timed out after {timeout_s:.0f} s "
+                           f"(peer {peer} busy or unreachable?)")
+        if p.returncode != 0:
+            err = p.stderr.decode("utf-8", "replace").strip().splitlines()
+            return Outcome(name, inconclusive=f"{who} exit {p.returncode}"
+                           + (f": {err[-1][:120]}" if err else ""))
+    return None
+
+
+def _launched(name: str, plugin: str, c, argv: list[str], peer: str,
+              timeout_s: float) -> Outcome:
+    """Both ends from one launcher: the ranks' hosts must include the peer and another host
+    (else the run measured this node alone: inconclusive); wrong results fail as in a
+    single-node run."""
+    text = c.stdout.decode("utf-8", "replace")
+    out = parse(plugin, text, argv[0])
+    if out.failed:
+        out.test = name
+        return out
+    why = _unfinished(name, peer, timeout_s, (("launcher", c),))
+    if why is not None:
+        return why
+    hosts = {h.split(".")[0] for h in _RANK_HOST.findall(text)}
+    if peer.split(".")[0] not in hosts or len(hosts) < 2:
+        on = ", ".join(sorted(hosts))[:80] or "no host"
+        return Outcome(name, inconclusive=f"setup mismatch: ranks on {on}, not on this node "
+                       f"and {peer}")
+    if out.inconclusive:
+        out.test = name
+        return out
+    return _renamed(name, out)

@@ -63,7 +63,7 @@ def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None 
         timeout = min(timeout, deadline - time.monotonic())
         if timeout <= 0:
             return Outcome(spec.name, inconclusive="no time left in the tier's budget")
-    if spec.server_command:
+    if spec.server_command or any("{peer}" in c for c in spec.command):
         from rsc_health.qualify import pairwise
 
         return pairwise.run_pair(spec.name, spec.plugin, list(spec.command),

@@ -129,3 +129,22 @@ def test_the_known_good_peer_has_a_recent_pass_and_is_not_being_qualified(engine
         good = pairwise.known_good(conn, node="gpu-009", gpu_model=MODEL, driver=DRIVER,
                                    since=now - timedelta(days=90))
     assert good == ["gpu-001", "gpu-007"]
+
+
+def test_nccl_pairwise_from_one_launcher_needs_ranks_on_the_peer_and_flags_wrong_results():
+    both = standin.nccl(46.0, ranks=16, hosts=("gpu-009", "gpu-017"))
+    out = pairwise.run_pair("nccl_pair", "nccl_tests", printer(both), [], "gpu-017",
+                            timeout_s=10.0)
+    assert out.inconclusive is None
+    assert [m.name for m in out.metrics] == ["nccl-pair/allreduce_8589934592_busbw"]
+    alone = standin.nccl(231.0, ranks=8, hosts=("gpu-009",))
+    one = pairwise.run_pair("nccl_pair", "nccl_tests", printer(alone), [], "gpu-017",
+                            timeout_s=10.0)
+    assert "setup mismatch" in one.inconclusive and not one.metrics
+    wrong = standin.nccl(46.0, ranks=16, hosts=("gpu-009", "gpu-017"), wrong=3)
+    bad = pairwise.run_pair("nccl_pair", "nccl_tests", printer(wrong, rc=1), [], "gpu-017",
+                            timeout_s=10.0)
+    assert bad.failed and "wrong" in bad.failed
+    hung = pairwise.run_pair("nccl_pair", "nccl_tests", printer(both, sleep=30), [], "gpu-017",
+                             timeout_s=1.0)
+    assert "timed out" in hung.inconclusive
