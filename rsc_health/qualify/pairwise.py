@@ -54,16 +54,13 @@ def known_good(conn, *, node: str, gpu_model: str, driver: str, since) -> list[s
                     r.c.ended >= since))
         .subquery()
     )
-    rows = conn.execute(select(newest.c.node, newest.c.ended)
-                        .where(and_(newest.c.n == 1, newest.c.verdict == "pass"))
-                        .order_by(newest.c.ended.desc(), newest.c.node)).all()
-    out = []
-    for peer, ended in rows:
-        started = conn.execute(select(func.count()).select_from(a).where(and_(
-            a.c.node == peer, a.c.action == "qualify_start", a.c.time > ended))).scalar_one()
-        if not started and valid_peer(peer):
-            out.append(peer)
-    return out
+    qualifying = select(a.c.id).where(and_(
+        a.c.node == newest.c.node, a.c.action == "qualify_start",
+        a.c.time > newest.c.ended)).exists()
+    rows = conn.execute(select(newest.c.node)
+                        .where(and_(newest.c.n == 1, newest.c.verdict == "pass", ~qualifying))
+                        .order_by(newest.c.ended.desc(), newest.c.node)).scalars()
+    return [peer for peer in rows if valid_peer(peer)]
 
 
 def _argv(template, peer: str) -> list[str]:
