@@ -27,7 +27,7 @@ from rsc_health.sim.qualify_fleet import (  # noqa: E402
     calibrate,
     catch_table,
     compare,
-    floor,
+    limits,
 )
 
 
@@ -53,7 +53,8 @@ def main() -> int:
         cal = calibrate(replace(base, bad_repair_share=share), catch)
         m = cal.model
         res = compare(m, catch)
-        fl = floor(m, catch)
+        lim = limits(m, catch)
+        fl = lim["floor"]
         none, lemon, qual = (res[p] for p in ("none", "lemon", "qualify"))
         prevented = none.big_jobs_failed - qual.big_jobs_failed
         print(f"{share:11.2f} {m.background_per_1000:6.2f} {m.silent_per_day:8.3f} "
@@ -65,6 +66,9 @@ def main() -> int:
               f"{qual.qualify_false_fails} of healthy ones, {qual.strikes} three-strike repairs, "
               f"{qual.lemon_drains} lemon drains (lemon only: {lemon.lemon_drains}); "
               f"silent kills {none.silent_kills} -> {lemon.silent_kills} -> {qual.silent_kills}")
+        print(f"   limits: a perfect test (every defect that reaches qualification caught) "
+              f"{lim['perfect_test']:.1%}, floor {fl:.1%}: perfect test - floor is what "
+              "qualification never tests (separate runs: 0.2-0.3 points of noise)")
         tag = f"bad{int(round(share * 100))}"
         print(f"BENCH\tfleet_qualify\t{tag}_big_job_fail_none\t{none.big_job_failure * 100:.2f}\t%")
         print(f"BENCH\tfleet_qualify\t{tag}_big_job_fail_lemon\t{lemon.big_job_failure * 100:.2f}"
@@ -72,6 +76,7 @@ def main() -> int:
         print(f"BENCH\tfleet_qualify\t{tag}_big_job_fail_qualify\t{qual.big_job_failure * 100:.2f}"
               "\t%")
         print(f"BENCH\tfleet_qualify\t{tag}_floor\t{fl * 100:.2f}\t%")
+        print(f"BENCH\tfleet_qualify\t{tag}_perfect_test\t{lim['perfect_test'] * 100:.2f}\t%")
         print(f"BENCH\tfleet_qualify\t{tag}_schedulable_qualify\t{qual.schedulable * 100:.2f}\t%")
     print(f"wall {time.perf_counter() - t0:.1f} s")
     return 0

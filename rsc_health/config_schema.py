@@ -60,7 +60,8 @@ EXPLICIT: dict[str, Spec] = {
     "leftover.ignore_commands": Spec("list", STR),
     "node.spool_max_mb": Spec("number"),
     "qualify.tests": Spec("map", Spec("table", fields={
-        "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number")},
+        "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number"),
+        "server_command": Spec("list", STR), "server_wait_s": Spec("number")},
         required=("plugin", "command"))),
     # A site may judge a metric of its own: any name, each with the three fields.
     "failslow.metrics": Spec("map", Spec("table", fields={

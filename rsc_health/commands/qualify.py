@@ -56,9 +56,12 @@ def qualify() -> None:
 @click.option("--gpu-model", default=None, help="Peer group: GPU model (default: from NVML).")
 @click.option("--driver", default=None, help="Peer group: driver version (default: from NVML).")
 @click.option("--no-record", is_flag=True, help="Judge, print, store nothing.")
+@click.option("--peer", default=None,
+              help="Known-good peer of the pairwise tests (default: the node of the same GPU "
+                   "model and driver whose pass is newest and that is not being qualified).")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
-def run(ctx, tier, node, gpu_model, driver, no_record, as_json) -> None:
+def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     """Run a tier's tests on this node, judge each metric against its peers, record it."""
     from rsc_health.qualify import runner, store
     from rsc_health.qualify.baseline import Baseline
@@ -83,8 +86,17 @@ def run(ctx, tier, node, gpu_model, driver, no_record, as_json) -> None:
     # The historian first: a node that cannot reach it learns so before minutes of tests.
     engine = _engine(ctx) if ctx.obj.historian_configured else None
     started = datetime.now(UTC).replace(tzinfo=None)
-    outcomes = runner.run_tier(cfg, tier, budget_s=float(cfg.get("qualify.tier_budget_s")))
     since = store.since(started, cfg)
+    if peer is None and engine is not None and any(
+            s.server_command or any("{peer}" in c for c in s.command) for s in specs):
+        from rsc_health.qualify import pairwise
+
+        with engine.connect() as pconn:
+            good = pairwise.known_good(pconn, node=node, gpu_model=gpu_model, driver=driver,
+                                       since=since)
+        peer = good[0] if good else None
+    outcomes = runner.run_tier(cfg, tier, budget_s=float(cfg.get("qualify.tier_budget_s")),
+                               peer=peer)
     conn = engine.connect() if engine is not None else None
     try:
         def peers_of(metric):

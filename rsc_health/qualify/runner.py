@@ -24,6 +24,10 @@ class TestSpec:
     plugin: str
     command: tuple[str, ...]
     timeout_s: float
+    # Pairwise (pairwise.py): the server's argv, run on the peer; "{peer}" in either argv is
+    # the known-good peer's name. Empty: a test of this node alone.
+    server_command: tuple[str, ...] = ()
+    server_wait_s: float = 2.0
 
 
 class SuiteError(ValueError):
@@ -43,11 +47,13 @@ def tier_tests(cfg, tier: str) -> list[TestSpec]:
             raise SuiteError(f"[qualify.tests.{name}] plugin {spec['plugin']!r} unknown "
                              f"(plug-ins: {', '.join(sorted(PLUGINS))})")
         specs.append(TestSpec(name, spec["plugin"], tuple(spec["command"]),
-                              float(spec.get("timeout_s", 600))))
+                              float(spec.get("timeout_s", 600)),
+                              tuple(spec.get("server_command", ())),
+                              float(spec.get("server_wait_s", 2.0))))
     return specs
 
 
-def run_test(spec: TestSpec, *, deadline: float | None = None) -> Outcome:
+def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None = None) -> Outcome:
     from rsc_health.collect import procs
 
     if not spec.command or shutil.which(spec.command[0]) is None:
@@ -57,6 +63,12 @@ def run_test(spec: TestSpec, *, deadline: float | None = None) -> Outcome:
         timeout = min(timeout, deadline - time.monotonic())
         if timeout <= 0:
             return Outcome(spec.name, inconclusive="no time left in the tier's budget")
+    if spec.server_command or any("{peer}" in c for c in spec.command):
+        from rsc_health.qualify import pairwise
+
+        return pairwise.run_pair(spec.name, spec.plugin, list(spec.command),
+                                 list(spec.server_command), peer, timeout_s=timeout,
+                                 server_wait_s=spec.server_wait_s)
     done = procs.run_all({spec.name: list(spec.command)}, timeout_s={spec.name: timeout},
                          max_bytes=MAX_OUTPUT)[spec.name]
     if done.start_error:
@@ -77,6 +89,9 @@ def run_test(spec: TestSpec, *, deadline: float | None = None) -> Outcome:
     return out
 
 
-def run_tier(cfg, tier: str, *, budget_s: float | None = None) -> list[Outcome]:
+def run_tier(cfg, tier: str, *, budget_s: float | None = None,
+             peer: str | None = None) -> list[Outcome]:
+    """`peer`: the known-good node pairwise tests run against (pairwise.known_good); None:
+    they come out inconclusive."""
     deadline = time.monotonic() + budget_s if budget_s else None
-    return [run_test(spec, deadline=deadline) for spec in tier_tests(cfg, tier)]
+    return [run_test(spec, deadline=deadline, peer=peer) for spec in tier_tests(cfg, tier)]

@@ -87,6 +87,11 @@ class FleetModel:
     lemon_window_days: float = 28.0
     strikes: int = 3
     strikes_window_days: float = 30.0
+    # Policy "qualify" also qualifies a node in service once this many job failures are
+    # attributed to it inside lemon_window_days, short of a lemon drain (a pre-lemon suspect:
+    # undrained, at the next nightly run, qualify_hours out of service; a fail sends it to
+    # repair). 0 = off: qualification only after repairs (the product's flow today).
+    qualify_after_kills: int = 0
     exposure: float = 0.0582
     # Visible failures per 1000 node-days of a healthy node; None: rf as if only lemons were
     # above it (`fit_background` sets it so the "none" fleet's visible rate is rf).
@@ -194,6 +199,20 @@ class _Node:
             break
         return t
 
+    def suspect_qualify(self, t: float) -> float:
+        """Qualified in service (qualify_after_kills): a fail is repaired like a fail after a
+        repair (the failed test names the part), a pass puts it back as it was."""
+        t += self.m.qualify_hours * 3600
+        defective = self.state != HEALTHY
+        if self.gq.random() < (self.catch.defective if defective else self.catch.healthy):
+            self.stats["qualify_fails" if defective else "qualify_false_fails"] += 1
+            self.state = HEALTHY
+            self.recent.clear()
+            return self.after_repair(t + self.repair_s())
+        self.passed = True
+        self.since_pass.clear()
+        return t
+
     def deep(self, t: float) -> float:
         """A lemon drain or three strikes: the node is replaced or rebuilt, then qualified."""
         t += float(self.g.exponential(self.m.deep_repair_days * DAY))
@@ -237,12 +256,17 @@ class _Node:
                 back = self.after_repair(t + self.repair_s())
             struck = self.qualify and self.passed and m.strikes > 0 and sum(
                 x >= t - m.strikes_window_days * DAY for x in self.since_pass) >= m.strikes
+            suspect = (self.qualify and not visible and m.qualify_after_kills > 0
+                       and len(self.recent) >= m.qualify_after_kills)
             if struck or (self.lemon_drains and len(self.recent) >= m.lemon_count):
                 self.stats["strikes" if struck else "lemon_drains"] += 1
                 nightly = math.ceil(t / DAY) * DAY  # the nightly verdict drains it
                 if not visible:
                     start = nightly
                 back = self.deep(max(back, nightly))
+            elif suspect:
+                start = math.ceil(t / DAY) * DAY
+                back = self.suspect_qualify(start)
             self.out(start, back)
             t = back
 
@@ -451,6 +475,19 @@ def compare(model: FleetModel, catch: Catch) -> dict[str, PolicyResult]:
     return {p: run_policy(model, p, catch, jobs) for p in POLICIES}
 
 
+def limits(model: FleetModel, catch: Catch) -> dict[str, float]:
+    """What keeps policy "qualify" above the floor, on the same draws: `qualify` (as is);
+    `perfect_test` (every defective node that reaches qualification fails it: what is left is
+    nodes qualification never tests, or tests too late); `floor` (healthy nodes only)."""
+    jobs = draw_jobs(model)
+    perfect = replace(catch, defective=1.0)
+    return {
+        "qualify": run_policy(model, "qualify", catch, jobs).big_job_failure,
+        "perfect_test": run_policy(model, "qualify", perfect, jobs).big_job_failure,
+        "floor": floor(model, catch),
+    }
+
+
 def floor(model: FleetModel, catch: Catch) -> float:
     """The big-job failure rate from healthy nodes' own visible failures alone: what no policy
     that acts on defective nodes can go under."""
@@ -460,7 +497,7 @@ def floor(model: FleetModel, catch: Catch) -> float:
 
 __all__ = ["Catch", "Calibration", "FleetModel", "POLICIES", "PolicyResult", "calibrate",
            "catch_table", "compare", "demo_lines", "draw_jobs", "fit_background", "floor",
-           "job_failures", "placement", "run_policy", "timeline"]
+           "job_failures", "limits", "placement", "run_policy", "timeline"]
 
 
 def demo_lines(seed: int = 0, *, nodes: int = 1024, jobs: int = 12000) -> list[str]:

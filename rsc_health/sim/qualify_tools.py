@@ -16,16 +16,18 @@ from collections.abc import Sequence
 
 
 def nccl(busbw: float, *, ranks: int = 8, op: str = "all_reduce_perf", wrong: int = 0,
-         max_bytes: int = 8589934592) -> str:
+         max_bytes: int = 8589934592, hosts: Sequence[str] = ("node01",)) -> str:
     """nccl-tests 2.19 layout (root column, #wrong), sizes 8 B .. max_bytes by 2x; bus bandwidth
-    ramps to `busbw` at the largest size as the real curve does."""
+    ramps to `busbw` at the largest size as the real curve does. The ranks are spread over
+    `hosts` in blocks, as mpirun places them."""
     lines = ["# nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809",
              f"# Collective test starting: {op}",
              f"# nThread 1 nGpus {ranks} minBytes 8 maxBytes {max_bytes} step: 2(factor) "
              "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0", "#",
              "# Using devices"]
-    lines += [f"#  Rank {r:2d} Group  0 Pid   1000 on     node01 device {r:2d} [0000:{r:02x}:00] "
-              "NVIDIA H100 80GB HBM3" for r in range(ranks)]
+    lines += [f"#  Rank {r:2d} Group  0 Pid   1000 on {hosts[r * len(hosts) // ranks]:>10s} device "
+              f"{r % max(1, ranks // len(hosts)):2d} [0000:{r:02x}:00] NVIDIA H100 80GB HBM3"
+              for r in range(ranks)]
     lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw "
               " #wrong     time   algbw   busbw  #wrong"]
     factor = 2 * (ranks - 1) / ranks if ranks > 1 else 0.0

@@ -11,6 +11,7 @@ from rsc_health.sim.qualify_fleet import (
     FleetModel,
     catch_table,
     compare,
+    limits,
     timeline,
 )
 
@@ -53,3 +54,24 @@ def test_qualification_with_lemon_drains_fails_fewer_big_jobs_and_keeps_the_flee
 def test_a_policy_the_model_does_not_know_is_refused(catch):
     with pytest.raises(ValueError, match="policy"):
         timeline(SMALL, "pray", catch)
+
+
+def test_a_pre_lemon_suspect_is_qualified_in_service_and_a_caught_lemon_needs_no_lemon_drain(
+        catch):
+    lemony = replace(SMALL, lemon_share=0.05, bad_repair_share=0.0)
+    perfect = replace(catch, defective=1.0)
+    off = timeline(lemony, "qualify", perfect)
+    on = timeline(replace(lemony, qualify_after_kills=1), "qualify", perfect)
+    # Off, a lemon with no visible failure kills jobs until the lemon rule drains it; on, its
+    # first attributed kill sends it to qualification, which fails it (a perfect test here).
+    assert off.lemon_drains > 0 and on.lemon_drains < off.lemon_drains / 2
+    assert on.silent < off.silent and on.qualify_fails > off.qualify_fails
+
+
+def test_the_limits_of_qualification_are_measured_on_the_same_draws(catch):
+    lim = limits(SMALL, catch)
+    assert set(lim) == {"qualify", "perfect_test", "floor"}
+    assert all(0.0 < v < 0.2 for v in lim.values())
+    # A test that misses nothing leaves no more failures than the real judge (same job and
+    # failure draws; only qualification's verdicts differ), within a job or two of noise.
+    assert lim["perfect_test"] <= lim["qualify"] + 2 / SMALL.jobs

@@ -145,3 +145,35 @@ def test_an_unreachable_historian_is_said_before_any_tool_runs(tmp_path):
     res = node.run(cfg, "postgresql+psycopg://nobody@127.0.0.1:9/none")
     assert res.exit_code == 1 and "historian" in res.output.lower(), res.output[-400:]
     assert not marker.exists()
+
+
+PAIR = """
+[qualify.tests.pair]
+plugin = "perftest"
+command = ["ib_write_bw", "-s", "8388608", "{peer}"]
+server_command = ["peer_server", "{peer}", "ib_write_bw", "-s", "8388608"]
+server_wait_s = 0.05
+timeout_s = 10
+"""
+
+
+def test_pairwise_runs_against_the_newest_passing_peer_and_without_one_is_inconclusive(tmp_path):
+    cfg, db = _setup(tmp_path)
+    pair_cfg = tmp_path / "pair.toml"
+    pair_cfg.write_text(CONFIG.replace("full = ", "lite = [\"pair\"]\nfull = ", 1) + PAIR)
+    lonely = Node(tmp_path, "gpu100")
+    for tool in ("ib_write_bw", "peer_server"):
+        script = lonely.bin / tool
+        script.write_text(f'#!/bin/sh\necho "$@" >> "{lonely.bin}/{tool}.args"\n'
+                          f'cat "{lonely.bin}/perftest.out"\n')
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    (lonely.bin / "perftest.out").write_text(standin.perftest(23.9))
+    first = lonely.run(pair_cfg, db, "--tier", "lite")
+    assert "no known-good peer" in first.output
+    assert not (lonely.bin / "ib_write_bw.args").exists()  # nothing ran without a peer
+    # gpu000..003 bootstrap (inconclusive: never a known-good peer), gpu004 and gpu005 pass.
+    assert [r.exit_code for r in _fleet(tmp_path, cfg, db, n=6)] == [4, 4, 4, 4, 0, 0]
+    res = lonely.run(pair_cfg, db, "--tier", "lite")
+    assert "ib-pair/ib_write_8388608_mlx5_0_bw" in res.output
+    assert (lonely.bin / "ib_write_bw.args").read_text().split()[-1] == "gpu005"
+    assert (lonely.bin / "peer_server.args").read_text().split()[0] == "gpu005"

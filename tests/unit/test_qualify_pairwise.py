@@ -1,0 +1,103 @@
+"""Issue 24's pairwise test: this node's `ib_write_bw` client against a known-good peer's server,
+on stand-ins that print perftest's real format (sim/qualify_tools.perftest, the layout of
+../shared/data/qualify/tool-outputs/ib_loopback_*.log). The peer is a node with a stored recent
+pass that is not being qualified; no peer, a peer that times out or is busy, a garbled output,
+a setup mismatch and a hostile peer name are inconclusive, never fail and never pass."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from rsc_health.qualify import pairwise
+from rsc_health.qualify.judge import Rules
+from rsc_health.qualify.verdict import judge_run
+from rsc_health.sim import qualify_tools as standin
+
+
+def printer(text: str, *, sleep: float = 0.0, rc: int = 0, err: str = "") -> list[str]:
+    """argv of a stand-in that prints `text` (then `err` on stderr) and exits `rc`; the
+    trailing "{peer}" proves the peer's name reaches the argv as one argument."""
+    code = (f"import sys,time; time.sleep({sleep}); sys.stdout.write({text!r}); "
+            f"sys.stderr.write({err!r}); sys.exit({rc})")
+    return [sys.executable, "-c", code, "{peer}"]
+
+
+def pair(client, server, peer="gpu-017", timeout_s=10.0):
+    return pairwise.run_pair("ib_write_bw_pair", "perftest", client, server, peer,
+                             timeout_s=timeout_s, server_wait_s=0.05)
+
+
+def test_a_healthy_pair_yields_the_clients_bandwidth_judged_against_peers():
+    out = pair(printer(standin.perftest(23.9, device="mlx5_0")),
+               printer(standin.perftest(23.9, device="mlx5_0")))
+    assert out.inconclusive is None and out.failed is None
+    (m,) = out.metrics
+    assert m.name == "ib-pair/ib_write_8388608_mlx5_0_bw" and m.value == pytest.approx(23.9)
+    peers = [23.8, 24.0, 23.9, 24.1, 23.7, 23.95, 24.05, 23.85]
+    ok = judge_run([out], peers_of=lambda _m: peers, baseline=None, rules=Rules())
+    slow = pair(printer(standin.perftest(21.5)), printer(standin.perftest(21.5)))
+    bad = judge_run([slow], peers_of=lambda _m: peers, baseline=None, rules=Rules())
+    assert (ok.verdict, bad.verdict) == ("pass", "fail")
+
+
+def test_no_known_good_peer_and_a_hostile_peer_name_are_inconclusive_and_run_nothing(tmp_path):
+    marker = tmp_path / "ran"
+    touch = [sys.executable, "-c", f"open({str(marker)!r}, 'w')", "{peer}"]
+    assert "no known-good peer" in pair(touch, touch, peer=None).inconclusive
+    for hostile in ("-oProxyCommand=touch /tmp/x", "a b", "gpu;rm -rf /", "../x", "x" * 300,
+                    "gpu\n01"):
+        out = pair(touch, touch, peer=hostile)
+        assert out.inconclusive and "not a host name" in out.inconclusive and not out.metrics
+    assert not marker.exists()
+
+
+def test_a_peer_that_times_out_or_is_busy_is_inconclusive_never_fail_or_pass():
+    good = printer(standin.perftest(23.9))
+    slow = pair(good, printer("", sleep=30), timeout_s=1.0)
+    assert "timed out" in slow.inconclusive and "gpu-017" in slow.inconclusive
+    busy = pair(printer("", rc=1, err=" Couldn't connect to gpu-017:18515\n"),
+                printer("", rc=1, err="Couldn't bind socket: Address already in use\n"))
+    assert busy.inconclusive and busy.failed is None and not busy.metrics
+    missing = pair(good, ["/nonexistent/ib_write_bw", "{peer}"])
+    assert "could not start" in missing.inconclusive
+
+
+@pytest.mark.parametrize("garbled", [
+    "", "\x00\xff" * 100, standin.perftest(23.9).replace("23900.00", "-5"),
+    standin.perftest(23.9).replace("BW average[MB/sec]", "BW average[PB/sec]"),
+    "#bytes #iterations\n" + "9" * 50_000 + "\n"])
+def test_a_garbled_client_output_is_inconclusive(garbled):
+    out = pair(printer(garbled), printer(standin.perftest(23.9)))
+    assert out.inconclusive and out.failed is None and not out.metrics
+
+
+def test_a_setup_mismatch_between_the_two_ends_is_inconclusive():
+    here = standin.perftest(23.9)
+    mtu = pair(printer(here), printer(here.replace("4096[B]", "1024[B]")))
+    assert "setup mismatch" in mtu.inconclusive and "Mtu" in mtu.inconclusive
+    link = pair(printer(here), printer(here.replace("Link type       : IB",
+                                                    "Link type       : Ethernet")))
+    assert "Link type" in link.inconclusive
+    size = pair(printer(here), printer(standin.perftest(23.9, size=65536)))
+    assert "message sizes" in size.inconclusive
+
+
+def test_nccl_pairwise_from_one_launcher_needs_ranks_on_the_peer_and_flags_wrong_results():
+    both = standin.nccl(46.0, ranks=16, hosts=("gpu-009", "gpu-017"))
+    out = pairwise.run_pair("nccl_pair", "nccl_tests", printer(both), [], "gpu-017",
+                            timeout_s=10.0)
+    assert out.inconclusive is None
+    assert [m.name for m in out.metrics] == ["nccl-pair/allreduce_8589934592_busbw"]
+    alone = standin.nccl(231.0, ranks=8, hosts=("gpu-009",))
+    one = pairwise.run_pair("nccl_pair", "nccl_tests", printer(alone), [], "gpu-017",
+                            timeout_s=10.0)
+    assert "setup mismatch" in one.inconclusive and not one.metrics
+    wrong = standin.nccl(46.0, ranks=16, hosts=("gpu-009", "gpu-017"), wrong=3)
+    bad = pairwise.run_pair("nccl_pair", "nccl_tests", printer(wrong, rc=1), [], "gpu-017",
+                            timeout_s=10.0)
+    assert bad.failed and "wrong" in bad.failed
+    hung = pairwise.run_pair("nccl_pair", "nccl_tests", printer(both, sleep=30), [], "gpu-017",
+                             timeout_s=1.0)
+    assert "timed out" in hung.inconclusive
