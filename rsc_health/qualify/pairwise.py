@@ -23,7 +23,9 @@ from dataclasses import replace
 
 from sqlalchemy import and_, func, select
 
+from rsc_health.model import ActionKind
 from rsc_health.qualify import parse
+from rsc_health.qualify.judge import PASS
 from rsc_health.qualify.outcome import Outcome
 
 PEER = "{peer}"
@@ -55,10 +57,10 @@ def known_good(conn, *, node: str, gpu_model: str, driver: str, since) -> list[s
         .subquery()
     )
     qualifying = select(a.c.id).where(and_(
-        a.c.node == newest.c.node, a.c.action == "qualify_start",
+        a.c.node == newest.c.node, a.c.action == ActionKind.QUALIFY_START,
         a.c.time > newest.c.ended)).exists()
     rows = conn.execute(select(newest.c.node)
-                        .where(and_(newest.c.n == 1, newest.c.verdict == "pass", ~qualifying))
+                        .where(and_(newest.c.n == 1, newest.c.verdict == PASS, ~qualifying))
                         .order_by(newest.c.ended.desc(), newest.c.node)).scalars()
     return [peer for peer in rows if valid_peer(peer)]
 
