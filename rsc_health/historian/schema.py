@@ -34,8 +34,9 @@ from rsc_health.model import Metric  # the telemetry vocabulary names the rollup
 # qualification runs and results (0008); 9: telemetry samples and rollups (0009); 10: suspect
 # nodes (0010); 11: jobs' step times, the slowest rank per node and step (0011); 12:
 # gpu_names, the bus id of each node's GPU index (0012); 13: node_versions, each node's driver
-# and GPU firmware and when they last changed (0013).
-SCHEMA_VERSION = 13
+# and GPU firmware and when they last changed (0013); 14: the telemetry metrics
+# nvlink_data_rate, remapped_rows, remap_low_banks and ib_error_rate (0014).
+SCHEMA_VERSION = 14
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
