@@ -93,9 +93,16 @@ def sample_rows(nodes: list[str], busy, t0: datetime, days: int, seed: int = 1):
                 Metric.NVLINK_ERROR_RATE: 0.0,
                 Metric.IB_XMIT_WAIT_RATE: rng.uniform(1e4, 5e6) if on else rng.uniform(0, 50),
                 Metric.IB_LINK_RATIO: 1.0,
+                # A few correctable remaps on an aged GPU; banks all at max; IB error
+                # counters mostly still, a rare burst.
+                Metric.REMAPPED_ROWS: float(rng.choice((0, 0, 0, 1, 2))),
+                Metric.REMAP_LOW_BANKS: 0.0,
+                Metric.IB_ERROR_RATE: rng.uniform(0, 0.05) if rng.random() < 0.1 else 0.0,
             }
             if on:
                 values[Metric.SM_CLOCK_RATIO] = rng.uniform(0.7, 1.0)
+                # Busy GPUs only, as the family samples it: tens of GB/s over NVLink.
+                values[Metric.NVLINK_DATA_RATE] = rng.uniform(1e10, 6e10)
             row: list = [t.strftime("%Y-%m-%d %H:%M:%S.%f"), node]
             for metric in Metric:
                 if metric in values:
