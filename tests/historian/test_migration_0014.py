@@ -120,7 +120,8 @@ def test_the_new_metrics_land_roll_up_and_show_in_the_node_view(historian, tmp_p
     assert (low["n"], low["past"], low["max"], low["worst"], low["limit"]) == (
         288, 12, 2.0, "gpu4", 0.0)
     assert got[Metric.IB_ERROR_RATE.value]["past"] == 0
-    assert got[Metric.NVLINK_DATA_RATE.value]["limit"] is None  # no line: peers judge it
+    unlined = got[Metric.NVLINK_DATA_RATE.value]  # no line: peers judge it, nothing counted
+    assert (unlined["limit"], unlined["past"], unlined["past_frac"]) == (None, None, None)
     assert got[Metric.NVLINK_DATA_RATE.value]["min"] == pytest.approx(4.0e10, rel=1e-6)
     assert got[Metric.REMAPPED_ROWS.value]["mean"] == 11.0
     with historian.connect() as conn:
