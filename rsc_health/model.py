@@ -184,6 +184,13 @@ class Metric(StrEnum):
 
 # The metrics where less is worse (a rollup counts samples below their warn threshold); the
 # others count samples above it.
+# Levels, not rates or ratios over the interval: the samples keep them (the detector's window,
+# the exporter), the rollups do not. Their rollup would repeat a level the remap family and
+# the samples already give, and its columns would take the PostgreSQL rollups past the
+# storage budget (benchmarks/bench_telemetry_storage.py).
+LEVELS = frozenset({Metric.REMAPPED_ROWS, Metric.REMAP_LOW_BANKS})
+ROLLED_UP = tuple(m for m in Metric if m not in LEVELS)
+
 LOWER_IS_WORSE = frozenset({Metric.SM_CLOCK_RATIO, Metric.PCIE_LINK_RATIO, Metric.IB_LINK_RATIO,
                             Metric.NVLINK_DATA_RATE})
 

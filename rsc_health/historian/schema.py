@@ -26,7 +26,7 @@ from sqlalchemy import (
     text,
 )
 
-from rsc_health.model import Metric  # the telemetry vocabulary names the rollups' columns
+from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names the columns
 
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
@@ -357,7 +357,7 @@ telemetry_samples = Table(
 # figures as 4-byte floats on PostgreSQL: a fleet of 16,000 nodes writes about 47,000 of
 # these rows a day (benchmarks/bench_telemetry_storage.py; a row per metric was 1.8x the
 # bytes on SQLite, 3.5x on PostgreSQL). A metric added to the vocabulary is a migration
-# adding its columns.
+# adding its columns; the levels (model.LEVELS) have none here.
 ROLLUP_STATS: tuple[tuple[str, Any], ...] = (
     ("n", Integer), ("mean", Float(precision=24)), ("min", Float(precision=24)),
     ("max", Float(precision=24)), ("past", Integer), ("worst", String(16)),
@@ -365,7 +365,7 @@ ROLLUP_STATS: tuple[tuple[str, Any], ...] = (
 
 
 def _rollup_columns() -> list[Column]:
-    return [Column(f"{m.value}_{stat}", kind) for m in Metric for stat, kind in ROLLUP_STATS]
+    return [Column(f"{m.value}_{stat}", kind) for m in ROLLED_UP for stat, kind in ROLLUP_STATS]
 
 
 telemetry_job_rollups = Table(

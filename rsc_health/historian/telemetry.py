@@ -33,13 +33,13 @@ from sqlalchemy import Engine, and_, delete, exists, func, select
 
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
-from rsc_health.model import LOWER_IS_WORSE, Metric
+from rsc_health.model import LOWER_IS_WORSE, ROLLED_UP, Metric
 
 COLUMNS = ["node", "time", "metric", "value", "component"]
 CURSOR = "telemetry_rollup_day"  # ingest_cursors: the first day not rolled up yet
 SETTLE = timedelta(hours=1)  # a day is rolled up once every node has flushed it
 NODES_PER_QUERY = 500  # node names per IN (...) list
-_METRICS = frozenset(m.value for m in Metric)
+_METRICS = frozenset(m.value for m in ROLLED_UP)  # the metrics the rollups hold
 
 
 def _naive(t: datetime) -> datetime:
@@ -107,7 +107,7 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
     frame = pd.DataFrame(list(conn.execute(select(s).where(where))),
                          columns=[c.name for c in s.columns])
     parts = []
-    for m in Metric:
+    for m in ROLLED_UP:
         sub = frame.loc[frame[m.value].notna(), ["node", m.value, f"{m.value}_c"]]
         if sub.empty:
             continue
@@ -175,7 +175,7 @@ def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] |
     stats = [stat for stat, _kind in schema.ROLLUP_STATS]
     long = [{first: row[first], "node": row["node"], "metric": m.value,
              **{stat: row[f"{m.value}_{stat}"] for stat in stats}}
-            for row in wide for m in Metric if row.get(f"{m.value}_n") is not None]
+            for row in wide for m in ROLLED_UP if row.get(f"{m.value}_n") is not None]
     return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
 
 
@@ -194,7 +194,7 @@ def latest_rollups(engine: Engine, node: str, cfg=None) -> dict:
 
     def metrics(row) -> dict:
         out = {}
-        for m in Metric:
+        for m in ROLLED_UP:
             n = row._mapping.get(f"{m.value}_n")
             if n is None:
                 continue

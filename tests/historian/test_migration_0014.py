@@ -15,7 +15,7 @@ from rsc_health.config import load_config
 from rsc_health.historian import db, schema
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.historian.telemetry import latest_rollups, load_samples, rollup
-from rsc_health.model import Metric
+from rsc_health.model import ROLLED_UP, Metric
 
 TABLES = ("telemetry_samples", "telemetry_job_rollups", "telemetry_day_rollups")
 NEW = (Metric.NVLINK_DATA_RATE, Metric.REMAPPED_ROWS, Metric.REMAP_LOW_BANKS,
@@ -94,20 +94,21 @@ def test_upgrade_from_13_on_postgresql_matches_a_new_database(pg_url, tmp_path):
 
 
 def test_the_new_metrics_land_roll_up_and_show_in_the_node_view(historian, tmp_path):
-    """A day of a node's sweeps outside jobs with the four metrics: the samples say what the
-    records said, the day's rollup counts the remap-low sweeps past warn_above (0 banks) and
-    the node view reads them back."""
+    """A day of a node's sweeps outside jobs with the four metrics: the samples keep all four,
+    the day's rollup holds the two rates (the levels are not rolled up: model.LEVELS) and
+    counts the IB error sweeps past warn_above (1/s), and the node view reads them back."""
     day = datetime(2026, 11, 20)
     records = []
     for i in range(288):
         low = 2.0 if i >= 276 else 0.0  # the last hour: two banks low on spare rows
+        ib = 4.0 if i >= 276 else 0.01  # and a port's errors at 4/s
         records.append(spool.record(
             "telemetry", "gpu007", day + timedelta(minutes=5 * i), source="sweep",
             job_id=None, interval_s=300.0, metrics={
                 "nvlink_data_rate": {"value": 4.0e10 + i, "component": "gpu1"},
                 "remapped_rows": {"value": 11.0, "component": "gpu4"},
                 "remap_low_banks": {"value": low, "component": "gpu4"},
-                "ib_error_rate": {"value": 0.01, "component": "mlx5_6/1"}}))
+                "ib_error_rate": {"value": ib, "component": "mlx5_6/1"}}))
     sdir = tmp_path / "spool"
     spool.append(sdir, records)
     assert deliver(historian, sdir).delivered.get("telemetry") == 288
@@ -116,14 +117,17 @@ def test_the_new_metrics_land_roll_up_and_show_in_the_node_view(historian, tmp_p
     report = rollup(historian, day + timedelta(days=1, hours=2), CFG)
     assert report.day_rows == 1
     got = latest_rollups(historian, "gpu007", CFG)["day"]["metrics"]
-    low = got[Metric.REMAP_LOW_BANKS.value]
-    assert (low["n"], low["past"], low["max"], low["worst"], low["limit"]) == (
-        288, 12, 2.0, "gpu4", 0.0)
-    assert got[Metric.IB_ERROR_RATE.value]["past"] == 0
+    assert set(got) == {m.value for m in NEW if m in ROLLED_UP} == {
+        "nvlink_data_rate", "ib_error_rate"}
+    assert Metric.REMAP_LOW_BANKS.value not in got and Metric.REMAPPED_ROWS.value not in got
+    ib = got[Metric.IB_ERROR_RATE.value]
+    assert (ib["n"], ib["past"], ib["max"], ib["worst"], ib["limit"]) == (
+        288, 12, 4.0, "mlx5_6/1", 1.0)
+    assert load_samples(historian, day, day + timedelta(days=1), nodes=["gpu007"]).query(
+        "metric == 'remap_low_banks'")["value"].max() == 2.0
     unlined = got[Metric.NVLINK_DATA_RATE.value]  # no line: peers judge it, nothing counted
     assert (unlined["limit"], unlined["past"], unlined["past_frac"]) == (None, None, None)
     assert got[Metric.NVLINK_DATA_RATE.value]["min"] == pytest.approx(4.0e10, rel=1e-6)
-    assert got[Metric.REMAPPED_ROWS.value]["mean"] == 11.0
     with historian.connect() as conn:
         assert conn.execute(text("SELECT count(*) FROM telemetry_day_rollups")).scalar() == 1
     assert schema.SCHEMA_VERSION == 14

@@ -1,7 +1,8 @@
 -- Version 14: four more metrics of the telemetry vocabulary (model.Metric, issue 25 item 1):
 -- nvlink_data_rate, remapped_rows, remap_low_banks, ib_error_rate. Their value and component
--- columns in telemetry_samples and their stat columns in both rollup tables, NULL in every
--- existing row (no sweep sampled them): no existing value changes.
+-- columns in telemetry_samples, and the stat columns of the two rates in both rollup tables
+-- (the levels remapped_rows and remap_low_banks are not rolled up: model.LEVELS), NULL in
+-- every existing row (no sweep sampled them): no existing value changes.
 
 ALTER TABLE telemetry_samples ADD COLUMN nvlink_data_rate FLOAT;
 ALTER TABLE telemetry_samples ADD COLUMN nvlink_data_rate_c VARCHAR(32);
@@ -18,18 +19,6 @@ ALTER TABLE telemetry_job_rollups ADD COLUMN nvlink_data_rate_min FLOAT;
 ALTER TABLE telemetry_job_rollups ADD COLUMN nvlink_data_rate_max FLOAT;
 ALTER TABLE telemetry_job_rollups ADD COLUMN nvlink_data_rate_past INTEGER;
 ALTER TABLE telemetry_job_rollups ADD COLUMN nvlink_data_rate_worst VARCHAR(16);
-ALTER TABLE telemetry_job_rollups ADD COLUMN remapped_rows_n INTEGER;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remapped_rows_mean FLOAT;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remapped_rows_min FLOAT;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remapped_rows_max FLOAT;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remapped_rows_past INTEGER;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remapped_rows_worst VARCHAR(16);
-ALTER TABLE telemetry_job_rollups ADD COLUMN remap_low_banks_n INTEGER;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remap_low_banks_mean FLOAT;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remap_low_banks_min FLOAT;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remap_low_banks_max FLOAT;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remap_low_banks_past INTEGER;
-ALTER TABLE telemetry_job_rollups ADD COLUMN remap_low_banks_worst VARCHAR(16);
 ALTER TABLE telemetry_job_rollups ADD COLUMN ib_error_rate_n INTEGER;
 ALTER TABLE telemetry_job_rollups ADD COLUMN ib_error_rate_mean FLOAT;
 ALTER TABLE telemetry_job_rollups ADD COLUMN ib_error_rate_min FLOAT;
@@ -43,18 +32,6 @@ ALTER TABLE telemetry_day_rollups ADD COLUMN nvlink_data_rate_min FLOAT;
 ALTER TABLE telemetry_day_rollups ADD COLUMN nvlink_data_rate_max FLOAT;
 ALTER TABLE telemetry_day_rollups ADD COLUMN nvlink_data_rate_past INTEGER;
 ALTER TABLE telemetry_day_rollups ADD COLUMN nvlink_data_rate_worst VARCHAR(16);
-ALTER TABLE telemetry_day_rollups ADD COLUMN remapped_rows_n INTEGER;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remapped_rows_mean FLOAT;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remapped_rows_min FLOAT;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remapped_rows_max FLOAT;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remapped_rows_past INTEGER;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remapped_rows_worst VARCHAR(16);
-ALTER TABLE telemetry_day_rollups ADD COLUMN remap_low_banks_n INTEGER;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remap_low_banks_mean FLOAT;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remap_low_banks_min FLOAT;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remap_low_banks_max FLOAT;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remap_low_banks_past INTEGER;
-ALTER TABLE telemetry_day_rollups ADD COLUMN remap_low_banks_worst VARCHAR(16);
 ALTER TABLE telemetry_day_rollups ADD COLUMN ib_error_rate_n INTEGER;
 ALTER TABLE telemetry_day_rollups ADD COLUMN ib_error_rate_mean FLOAT;
 ALTER TABLE telemetry_day_rollups ADD COLUMN ib_error_rate_min FLOAT;
