@@ -157,7 +157,7 @@ def narrow_copy(engine, day0, day1) -> int:
         conn.exec_driver_sql(
             "CREATE TABLE narrow_rollups (key VARCHAR(16) NOT NULL, node VARCHAR(128) NOT NULL, "
             "metric VARCHAR(32) NOT NULL, n INTEGER NOT NULL, mean FLOAT NOT NULL, "
-            "min FLOAT NOT NULL, max FLOAT NOT NULL, past INTEGER NOT NULL, "
+            "min FLOAT NOT NULL, max FLOAT NOT NULL, past INTEGER, "
             "worst_component VARCHAR(64) NOT NULL, PRIMARY KEY (key, node, metric))"
             + (" WITHOUT ROWID" if engine.dialect.name == "sqlite" else ""))
     rows = []
@@ -168,7 +168,10 @@ def narrow_copy(engine, day0, day1) -> int:
         first = "job_pk" if kind == "job" else "day"
         rows += [{"key": f"{kind}{r[first]}", "node": r["node"], "metric": r["metric"],
                   "n": int(r["n"]), "mean": float(r["mean"]), "min": float(r["min"]),
-                  "max": float(r["max"]), "past": int(r["past"]),
+                  "max": float(r["max"]),
+                  # NULL for a metric with no warn line (nothing counted)
+                  "past": None if r["past"] is None or r["past"] != r["past"]
+                  else int(r["past"]),
                   "worst_component": r["worst"]} for r in frame.to_dict("records")]
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO narrow_rollups VALUES (:key, :node, :metric, :n, :mean, "
