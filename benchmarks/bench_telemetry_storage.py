@@ -93,9 +93,16 @@ def sample_rows(nodes: list[str], busy, t0: datetime, days: int, seed: int = 1):
                 Metric.NVLINK_ERROR_RATE: 0.0,
                 Metric.IB_XMIT_WAIT_RATE: rng.uniform(1e4, 5e6) if on else rng.uniform(0, 50),
                 Metric.IB_LINK_RATIO: 1.0,
+                # A few correctable remaps on an aged GPU; banks all at max; IB error
+                # counters mostly still, a rare burst.
+                Metric.REMAPPED_ROWS: float(rng.choice((0, 0, 0, 1, 2))),
+                Metric.REMAP_LOW_BANKS: 0.0,
+                Metric.IB_ERROR_RATE: rng.uniform(0, 0.05) if rng.random() < 0.1 else 0.0,
             }
             if on:
                 values[Metric.SM_CLOCK_RATIO] = rng.uniform(0.7, 1.0)
+                # Busy GPUs only, as the family samples it: tens of GB/s over NVLink.
+                values[Metric.NVLINK_DATA_RATE] = rng.uniform(1e10, 6e10)
             row: list = [t.strftime("%Y-%m-%d %H:%M:%S.%f"), node]
             for metric in Metric:
                 if metric in values:
@@ -150,7 +157,7 @@ def narrow_copy(engine, day0, day1) -> int:
         conn.exec_driver_sql(
             "CREATE TABLE narrow_rollups (key VARCHAR(16) NOT NULL, node VARCHAR(128) NOT NULL, "
             "metric VARCHAR(32) NOT NULL, n INTEGER NOT NULL, mean FLOAT NOT NULL, "
-            "min FLOAT NOT NULL, max FLOAT NOT NULL, past INTEGER NOT NULL, "
+            "min FLOAT NOT NULL, max FLOAT NOT NULL, past INTEGER, "
             "worst_component VARCHAR(64) NOT NULL, PRIMARY KEY (key, node, metric))"
             + (" WITHOUT ROWID" if engine.dialect.name == "sqlite" else ""))
     rows = []
@@ -161,7 +168,10 @@ def narrow_copy(engine, day0, day1) -> int:
         first = "job_pk" if kind == "job" else "day"
         rows += [{"key": f"{kind}{r[first]}", "node": r["node"], "metric": r["metric"],
                   "n": int(r["n"]), "mean": float(r["mean"]), "min": float(r["min"]),
-                  "max": float(r["max"]), "past": int(r["past"]),
+                  "max": float(r["max"]),
+                  # NULL for a metric with no warn line (nothing counted)
+                  "past": None if r["past"] is None or r["past"] != r["past"]
+                  else int(r["past"]),
                   "worst_component": r["worst"]} for r in frame.to_dict("records")]
     with engine.begin() as conn:
         conn.execute(text("INSERT INTO narrow_rollups VALUES (:key, :node, :metric, :n, :mean, "

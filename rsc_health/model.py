@@ -167,11 +167,32 @@ class Metric(StrEnum):
     NVLINK_ERROR_RATE = "nvlink_error_rate"  # max over GPUs, CRC/replay/recovery errors per s
     IB_XMIT_WAIT_RATE = "ib_xmit_wait_rate"  # max over HCA ports of port_xmit_wait ticks per s
     IB_LINK_RATIO = "ib_link_ratio"  # min over HCA ports of active rate / expected rate
+    # min over busy GPUs of NVLink data bytes per s, TX + RX over all links (NVML's
+    # NVLINK_THROUGHPUT_DATA_TX/RX fields); GPUs whose NVML has no NVLink say nothing
+    NVLINK_DATA_RATE = "nvlink_data_rate"
+    # max over GPUs of DRAM rows remapped (correctable + uncorrectable; retired pages on a GPU
+    # without a row remapper): state, not a rate
+    REMAPPED_ROWS = "remapped_rows"
+    # max over GPUs of memory banks whose row-remap availability is low or none
+    # (nvmlDeviceGetRowRemapperHistogram): the next uncorrectable error there may not remap
+    REMAP_LOW_BANKS = "remap_low_banks"
+    # max over HCA ports of error counter increments per s (symbol, link downed, link error
+    # recovery, receive, remote physical, link integrity, buffer overrun; not xmit discards,
+    # which are congestion)
+    IB_ERROR_RATE = "ib_error_rate"
 
 
 # The metrics where less is worse (a rollup counts samples below their warn threshold); the
 # others count samples above it.
-LOWER_IS_WORSE = frozenset({Metric.SM_CLOCK_RATIO, Metric.PCIE_LINK_RATIO, Metric.IB_LINK_RATIO})
+# Levels, not rates or ratios over the interval: the samples keep them (the detector's window,
+# the exporter), the rollups do not. Their rollup would repeat a level the remap family and
+# the samples already give, and its columns would take the PostgreSQL rollups past the
+# storage budget (benchmarks/bench_telemetry_storage.py).
+LEVELS = frozenset({Metric.REMAPPED_ROWS, Metric.REMAP_LOW_BANKS})
+ROLLED_UP = tuple(m for m in Metric if m not in LEVELS)
+
+LOWER_IS_WORSE = frozenset({Metric.SM_CLOCK_RATIO, Metric.PCIE_LINK_RATIO, Metric.IB_LINK_RATIO,
+                            Metric.NVLINK_DATA_RATE})
 
 
 @dataclass(frozen=True)

@@ -4,11 +4,14 @@ NVML (read with the other GPU families' answers, but only when this family runs:
 `telemetry` block, rsc_health/collect/gpu.py) gives per GPU its SM and memory clocks and their
 maxima, power draw and the enforced limit, utilization, the cumulative violation times of
 nvmlDeviceGetViolationStatus (power, thermal, sync boost, board limit, reliability) and the
-per-reason clock-event times (SW power cap, HW slowdown, SW/HW thermal, HW power brake); with
-the PCIe link, replay counter, temperature and NVLink error counters every GPU family reads.
-The HCAs give `port_xmit_wait` (ticks a port had data and could not send: congestion) and
-the data counters (`port_xmit_data`, `port_rcv_data`: octets / 4) under
-/sys/class/infiniband/<hca>/ports/<n>/counters/, and the port's `rate`.
+per-reason clock-event times (SW power cap, HW slowdown, SW/HW thermal, HW power brake), the
+NVLink data KiB sent and received over all links (NVLINK_THROUGHPUT_DATA_TX/RX) and the row
+remapper's histogram of banks by spare rows left; with the PCIe link, replay counter,
+temperature, remapped rows and NVLink error counters every GPU family reads.
+The HCAs give `port_xmit_wait` (ticks a port had data and could not send: congestion), the
+data counters (`port_xmit_data`, `port_rcv_data`: octets / 4) and the error counters the
+infiniband family judges (IB_ERRORS) under /sys/class/infiniband/<hca>/ports/<n>/counters/,
+and the port's `rate`.
 
 Cumulative counters are kept between runs as every family keeps its own (`counters`, saved
 in counters.json with the time of the read): a rate is the increase over the interval since
@@ -21,7 +24,11 @@ a wrap) counts from zero, never negative.
 whose data the node path spools as one `telemetry` record, and warns on what a healthy GPU
 does not do: HW slowdown, HW/SW thermal or HW power-brake slowdown for more than
 `hw_throttle_warn_frac` of the interval (gpu_hw_throttle), a busy GPU's PCIe link below its
-maximum (gpu_pcie_slow). Throttling never drains, and the SW power cap never warns by itself:
+maximum (gpu_pcie_slow), NVLink errors (CRC, replay, recovery) faster than [telemetry]
+warn_above.nvlink_error_rate (gpu_nvlink_errors), memory banks with low or no remap
+availability beyond warn_above.remap_low_banks (gpu_remap_low). A pending remap or IB error
+counters rising are the remap and infiniband families' to act on; here they are figures only.
+Throttling never drains, and the SW power cap never warns by itself:
 a healthy H200 at full load spends a third of its time there
 (tests/fixtures/real/h200-vm-2026-11-26/nvml-telemetry-4hz.jsonl.gz). NVML fields it answers
 NOT_SUPPORTED or NO_PERMISSION for are absent from the sample, not checker errors.
@@ -34,13 +41,17 @@ import time
 from pathlib import Path
 
 from rsc_health.checks._finding import ok, readable_gpus, warn
+from rsc_health.checks.infiniband import ERROR_COUNTERS
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import TELEMETRY_KEY, val
 from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded, read_text
 from rsc_health.model import Finding, Metric
 
 FAMILY = "telemetry"
-IB_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data")
+# The infiniband family's error counters but transmit discards (congestion, which
+# port_xmit_wait measures): their sum per second is ib_error_rate.
+IB_ERRORS = tuple(c for c in ERROR_COUNTERS if c != "port_xmit_discards")
+IB_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data", *IB_ERRORS)
 _PORTS = "sys/class/infiniband/*/ports/*"
 READS = (f"{_PORTS}/rate", f"{_PORTS}/link_layer",
          *(f"{_PORTS}/counters/{c}" for c in IB_COUNTERS))
@@ -129,6 +140,11 @@ def _gpu_counters(g) -> dict[str, int]:
                         for c in ("replay", "recovery", "crc_flit", "crc_data")) if e is not None]
     if errs:
         out[f"{p}nvlink_errors"] = sum(errs)
+    kib = tele.get("nvlink_kib")
+    for way in ("tx", "rx"):
+        v = _int(kib.get(way)) if isinstance(kib, dict) else None
+        if v is not None:
+            out[f"{p}nvlink_{way}_kib"] = v
     return out
 
 
@@ -175,9 +191,39 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     link = _pcie_link_ratio(g.answers.get("pcie"), busy)
     if link is not None:
         out["pcie_link_ratio"] = link
+    out.update(_remap_figures(g.answers, tele))
     if interval is not None:
         out.update(_rates(_prefix(g.index), state.deltas, interval))
     return out
+
+
+def _remap_figures(answers: dict, tele: dict) -> dict:
+    """Rows remapped (correctable + uncorrectable; pages retired on a GPU without a row
+    remapper) and banks with low or no remap availability left; absent where NVML said
+    nothing readable (a bool, a negative or a garbled count is not a count)."""
+    out: dict = {}
+    rows = _counts(answers.get("remapped_rows"), ("correctable", "uncorrectable"))
+    if rows is None:
+        rows = _counts(answers.get("retired_pages"), ("sbe", "dbe"))
+    if rows is not None:
+        out["remapped_rows"] = float(rows)
+    low = _counts(tele.get("remap_histogram"), ("low", "none"))
+    if low is not None:
+        out["remap_low_banks"] = float(low)
+    return out
+
+
+def _counts(answer, keys: tuple[str, ...]) -> int | None:
+    """The sum of an answer's counts at `keys`, or None unless every one is a real count."""
+    if not isinstance(answer, dict):
+        return None
+    total = 0
+    for key in keys:
+        v = _int(answer.get(key))
+        if v is None:
+            return None
+        total += v
+    return total
 
 
 def _pcie_link_ratio(pcie, busy: bool) -> float | None:
@@ -218,6 +264,9 @@ def _rates(p: str, deltas: dict, interval: float) -> dict:
         d = deltas.get(p + key)
         if d is not None:
             out[name] = d / interval
+    tx, rx = deltas.get(p + "nvlink_tx_kib"), deltas.get(p + "nvlink_rx_kib")
+    if tx is not None and rx is not None:
+        out["nvlink_data_rate"] = (tx + rx) * 1024 / interval  # bytes per second
     return out
 
 
@@ -231,7 +280,12 @@ GPU_METRICS = (
     ("pcie_link_ratio", Metric.PCIE_LINK_RATIO, False),
     ("pcie_replay_rate", Metric.PCIE_REPLAY_RATE, True),
     ("nvlink_error_rate", Metric.NVLINK_ERROR_RATE, True),
+    ("nvlink_data_rate", Metric.NVLINK_DATA_RATE, False),
+    ("remapped_rows", Metric.REMAPPED_ROWS, True),
+    ("remap_low_banks", Metric.REMAP_LOW_BANKS, True),
 )
+# Only busy GPUs: an idle one parks its clocks and sends nothing over NVLink by design.
+BUSY_ONLY = frozenset({"sm_clock_ratio", "nvlink_data_rate"})
 
 
 def _worst(items: list[tuple[str, float]], highest: bool) -> dict | None:
@@ -252,6 +306,11 @@ def _port_figures(port: dict, deltas: dict, expected: float, interval: float | N
         if d is not None:
             # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
             fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
+    errs = [deltas.get(f"tm/ib/{port['name']}/{c}") for c in IB_ERRORS] \
+        if interval is not None else []
+    seen = [d for d in errs if d is not None]
+    if seen:
+        fig["error_rate"] = sum(seen) / interval
     return fig
 
 
@@ -262,8 +321,7 @@ def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
     gpus = {comp: gpu_sample(g, state, tcfg, interval) for g, comp in readable_gpus(state)}
     metrics: dict[str, dict] = {}
     for key, metric, highest in GPU_METRICS:
-        if key == "sm_clock_ratio":
-            # Only busy GPUs: an idle one parks its clocks by design.
+        if key in BUSY_ONLY:
             items = [(c, f[key]) for c, f in gpus.items() if f.get("busy") and key in f]
         else:
             items = [(c, f[key]) for c, f in gpus.items() if key in f]
@@ -275,7 +333,8 @@ def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
     ports = [_port_figures(port, state.deltas, expected, interval) for port in read["ports"]
              if (port.get("link_layer") or "InfiniBand") == "InfiniBand"]
     for key, metric, highest in (("port_xmit_wait_rate", Metric.IB_XMIT_WAIT_RATE, True),
-                                 ("link_ratio", Metric.IB_LINK_RATIO, False)):
+                                 ("link_ratio", Metric.IB_LINK_RATIO, False),
+                                 ("error_rate", Metric.IB_ERROR_RATE, True)):
         worst = _worst([(f["port"], f[key]) for f in ports if key in f], highest)
         if worst is not None:
             metrics[metric.value] = worst
@@ -302,9 +361,32 @@ def check(state, cfg: dict) -> list[Finding]:
                             f"maximum (Gen{pcie.get('gen')} x{pcie.get('width')} of "
                             f"Gen{pcie.get('max_gen')} x{pcie.get('max_width')})",
                             link_ratio=round(fig["pcie_link_ratio"], 4)))
+        out.extend(_gpu_warnings(comp, fig, tcfg, interval))
     summary = ", ".join(f"{k}={v['value']:g}" for k, v in sorted(metrics.items())) or "nothing"
     out.append(ok(FAMILY, "node", f"sampled {summary}", metrics=metrics, interval_s=interval,
                   gpus=gpus, ports=ports))
+    return out
+
+
+def _gpu_warnings(comp: str, fig: dict, tcfg: dict, interval: float | None) -> list[Finding]:
+    """NVLink errors and row-remap exhaustion past their warn lines ([telemetry] warn_above,
+    the lines the rollups count against): what a healthy GPU never does; warnings only."""
+    above = tcfg.get("warn_above") or {}
+    out: list[Finding] = []
+    limit = above.get(Metric.NVLINK_ERROR_RATE.value)
+    rate = fig.get("nvlink_error_rate")
+    if limit is not None and rate is not None and rate > float(limit):
+        out.append(warn(FAMILY, comp, "gpu_nvlink_errors",
+                        f"{comp} NVLink errors (CRC, replay, recovery) at {rate:.3g}/s over the "
+                        f"last {interval:.0f}s (warn above {float(limit):g}/s)",
+                        rate=round(rate, 6), interval_s=interval))
+    limit = above.get(Metric.REMAP_LOW_BANKS.value)
+    low = fig.get("remap_low_banks")
+    if limit is not None and low is not None and low > float(limit):
+        out.append(warn(FAMILY, comp, "gpu_remap_low",
+                        f"{comp} has {low:.0f} memory bank(s) with low or no row-remap "
+                        f"availability left: the next uncorrectable error there may not remap",
+                        banks=int(low), remapped_rows=fig.get("remapped_rows")))
     return out
 
 

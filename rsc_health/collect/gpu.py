@@ -127,6 +127,14 @@ EVENT_TIME_FIELDS = (
     ("NVML_FI_DEV_CLOCKS_EVENT_REASON_HW_POWER_BRAKE_SLOWDOWN", "hw_power_brake"),
 )
 NVML_CLOCK_SM, NVML_CLOCK_MEM = 1, 2  # nvmlClockType_t
+# NVLink data KiB sent and received, cumulative (nvml.h NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX
+# 138 / _RX 139: payload, no protocol overhead). A scopeId of UINT_MAX sums every link (a
+# link index would give that link only). NOT_SUPPORTED off NVLink (the real H200 VM capture).
+NVLINK_THROUGHPUT_FIELDS = (("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX", 138, "tx"),
+                            ("NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX", 139, "rx"))
+ALL_LINKS = 0xFFFFFFFF
+# nvmlDeviceGetRowRemapperHistogram (Ampere+): memory banks by the remap rows they have left.
+REMAP_HISTOGRAM = ("max", "high", "partial", "low", "none")
 TELEMETRY_KEY = "telemetry"  # a device's telemetry answers
 FIRMWARE_KEY = "firmware"  # a device's VBIOS and InfoROM versions (never a checker error)
 
@@ -297,7 +305,26 @@ def _telemetry(nv, call, handle) -> dict[str, Any]:
             getattr(answer, "violationTime", None)
     t["violation_ns"] = violation
     t["event_time_ns"] = _event_times(nv, call, handle)
+    t["nvlink_kib"] = _nvlink_throughput(nv, call, handle)
+    hist = getattr(nv, "nvmlDeviceGetRowRemapperHistogram", None)
+    t["remap_histogram"] = (struct(call(hist, handle), *REMAP_HISTOGRAM) if hist is not None
+                            else {"error": "NVML_ERROR_FUNCTION_NOT_FOUND"})
     return t
+
+
+def _nvlink_throughput(nv, call, handle) -> dict[str, Any]:
+    """NVLink data KiB {"tx", "rx"} summed over the GPU's links, one field-values call; each
+    field's own return code is its answer (NOT_SUPPORTED without NVLink)."""
+    ids = [(getattr(nv, name, fid), ALL_LINKS) for name, fid, _key in NVLINK_THROUGHPUT_FIELDS]
+    answer = call(nv.nvmlDeviceGetFieldValues, handle, ids)
+    keys = [key for _name, _fid, key in NVLINK_THROUGHPUT_FIELDS]
+    if isinstance(answer, dict):
+        return {key: answer for key in keys}
+    out: dict[str, Any] = {}
+    for key, value in zip(keys, answer):
+        ret = getattr(value, "nvmlReturn", 0)
+        out[key] = {"error": code_name(ret)} if ret else _field_value(value)
+    return out
 
 
 def _event_times(nv, call, handle) -> dict[str, Any]:

@@ -199,6 +199,10 @@ _LABELS = {
     "nvlink_error_rate": "NVLink errors / s (max GPU)",
     "ib_xmit_wait_rate": "IB xmit_wait / s (max port)",
     "ib_link_ratio": "IB rate / expected (min)",
+    "nvlink_data_rate": "NVLink B/s (min busy GPU)",
+    "remapped_rows": "rows remapped (max GPU)",
+    "remap_low_banks": "banks low on remap (max GPU)",
+    "ib_error_rate": "IB errors / s (max port)",
 }
 
 

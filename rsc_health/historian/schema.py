@@ -26,7 +26,7 @@ from sqlalchemy import (
     text,
 )
 
-from rsc_health.model import Metric  # the telemetry vocabulary names the rollups' columns
+from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names the columns
 
 # 3: skipped (reserved during development); 4: the cluster column (0004); 5: check results as
 # intervals, node run freshness and daily rollups (0005); 6: the keys of jobs and job_nodes
@@ -34,8 +34,9 @@ from rsc_health.model import Metric  # the telemetry vocabulary names the rollup
 # qualification runs and results (0008); 9: telemetry samples and rollups (0009); 10: suspect
 # nodes (0010); 11: jobs' step times, the slowest rank per node and step (0011); 12:
 # gpu_names, the bus id of each node's GPU index (0012); 13: node_versions, each node's driver
-# and GPU firmware and when they last changed (0013).
-# 15: node_inventory.gpu_model, the GPU model of a node (0015; 14 is another change's).
+# and GPU firmware and when they last changed (0013); 14: the telemetry metrics
+# nvlink_data_rate, remapped_rows, remap_low_banks and ib_error_rate (0014); 15:
+# node_inventory.gpu_model, the GPU model of a node (0015).
 SCHEMA_VERSION = 15
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
@@ -359,7 +360,7 @@ telemetry_samples = Table(
 # figures as 4-byte floats on PostgreSQL: a fleet of 16,000 nodes writes about 47,000 of
 # these rows a day (benchmarks/bench_telemetry_storage.py; a row per metric was 1.8x the
 # bytes on SQLite, 3.5x on PostgreSQL). A metric added to the vocabulary is a migration
-# adding its columns.
+# adding its columns; the levels (model.LEVELS) have none here.
 ROLLUP_STATS: tuple[tuple[str, Any], ...] = (
     ("n", Integer), ("mean", Float(precision=24)), ("min", Float(precision=24)),
     ("max", Float(precision=24)), ("past", Integer), ("worst", String(16)),
@@ -367,7 +368,7 @@ ROLLUP_STATS: tuple[tuple[str, Any], ...] = (
 
 
 def _rollup_columns() -> list[Column]:
-    return [Column(f"{m.value}_{stat}", kind) for m in Metric for stat, kind in ROLLUP_STATS]
+    return [Column(f"{m.value}_{stat}", kind) for m in ROLLED_UP for stat, kind in ROLLUP_STATS]
 
 
 telemetry_job_rollups = Table(

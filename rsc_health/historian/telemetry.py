@@ -16,7 +16,8 @@ them, to keep after the samples are gone:
   their spools every 30 minutes). A job still running at the time counts as covering.
 
 Each rollup row is one node's, with per metric: n, mean, min, max, `past` (samples beyond
-the metric's warn threshold, [telemetry] warn_above / warn_below: the fraction is past / n)
+the metric's warn threshold, [telemetry] warn_above / warn_below: the fraction is past / n;
+NULL for a metric with no threshold)
 and `worst`, the component that was the worst most often (schema.py says why wide).
 `load_rollups` reads them back one row per metric. Rolling up the same job or day again
 replaces its rows.
@@ -32,13 +33,13 @@ from sqlalchemy import Engine, and_, delete, exists, func, select
 
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
-from rsc_health.model import LOWER_IS_WORSE, Metric
+from rsc_health.model import LOWER_IS_WORSE, ROLLED_UP, Metric
 
 COLUMNS = ["node", "time", "metric", "value", "component"]
 CURSOR = "telemetry_rollup_day"  # ingest_cursors: the first day not rolled up yet
 SETTLE = timedelta(hours=1)  # a day is rolled up once every node has flushed it
 NODES_PER_QUERY = 500  # node names per IN (...) list
-_METRICS = frozenset(m.value for m in Metric)
+_METRICS = frozenset(m.value for m in ROLLED_UP)  # the metrics the rollups hold
 
 
 def _naive(t: datetime) -> datetime:
@@ -106,7 +107,7 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
     frame = pd.DataFrame(list(conn.execute(select(s).where(where))),
                          columns=[c.name for c in s.columns])
     parts = []
-    for m in Metric:
+    for m in ROLLED_UP:
         sub = frame.loc[frame[m.value].notna(), ["node", m.value, f"{m.value}_c"]]
         if sub.empty:
             continue
@@ -122,6 +123,9 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
     if not parts:
         return {}
     long = pd.concat(parts, ignore_index=True)
+    # A metric with no warn line has nothing to count: its `past` is NULL, not a claimed 0
+    # (and 4 bytes less a row: the storage budget).
+    unlined = {m.value for m in Metric if warn_limit(cfg, m) is None}
     figures = long.groupby(["node", "metric"]).agg(
         n=("v", "size"), mean=("v", "mean"), min=("v", "min"), max=("v", "max"),
         past=("past", "sum"))
@@ -134,7 +138,7 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
     figures = figures.join(worst)
     return {(str(node), str(metric)): {
         "n": int(n), "mean": float(mean), "min": float(lo), "max": float(hi),
-        "past": int(past), "worst": str(comp)[:16]}
+        "past": None if metric in unlined else int(past), "worst": str(comp)[:16]}
         for (node, metric), n, mean, lo, hi, past, comp in figures.itertuples()}
 
 
@@ -171,7 +175,7 @@ def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] |
     stats = [stat for stat, _kind in schema.ROLLUP_STATS]
     long = [{first: row[first], "node": row["node"], "metric": m.value,
              **{stat: row[f"{m.value}_{stat}"] for stat in stats}}
-            for row in wide for m in Metric if row.get(f"{m.value}_n") is not None]
+            for row in wide for m in ROLLED_UP if row.get(f"{m.value}_n") is not None]
     return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
 
 
@@ -190,14 +194,14 @@ def latest_rollups(engine: Engine, node: str, cfg=None) -> dict:
 
     def metrics(row) -> dict:
         out = {}
-        for m in Metric:
+        for m in ROLLED_UP:
             n = row._mapping.get(f"{m.value}_n")
             if n is None:
                 continue
             stats = {stat: row._mapping.get(f"{m.value}_{stat}")
                      for stat, _kind in schema.ROLLUP_STATS}
-            past = stats.get("past") or 0
-            stats["past_frac"] = past / n if n else None
+            past = stats.get("past")
+            stats["past_frac"] = past / n if n and past is not None else None
             stats["limit"] = warn_limit(cfg, m) if cfg is not None else None
             out[m.value] = stats
         return out

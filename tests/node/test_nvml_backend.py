@@ -30,7 +30,13 @@ class FakeNvml:
         # (nvmlPerfPolicyType_t) and per clock-event field id, both only ever growing.
         self.violation_ns = {0: 32_201_738_944, 1: 0, 2: 0, 3: 0, 5: 0}
         self.event_ns = {pynvml.NVML_FI_DEV_CLOCKS_EVENT_REASON_SW_POWER_CAP: 32_201_738_944}
+        # NVLink data KiB over all links (scopeId UINT_MAX), cumulative; per link (a link
+        # index as scopeId) NVML answers that link's alone.
+        self.nvlink_kib = {pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_TX: 7_340_032_000,
+                           pynvml.NVML_FI_DEV_NVLINK_THROUGHPUT_DATA_RX: 7_340_031_000}
         self.unsupported_fields: set[int] = set()
+        # Banks by remap availability left, as the real H200 (tests/fixtures/real) answers.
+        self.histogram = {"max": 3072, "high": 0, "partial": 0, "low": 0, "none": 0}
 
     def install(self, monkeypatch):
         def fn(name, result):
@@ -91,17 +97,25 @@ class FakeNvml:
         def field_values(h, ids):
             # NVML answers each field in its own slot: nvmlReturn per field, the call succeeds.
             values = (pynvml.c_nvmlFieldValue_t * len(ids))()
-            for slot, fid in zip(values, ids, strict=True):
-                slot.fieldId = fid
+            for slot, wanted in zip(values, ids, strict=True):
+                # pynvml takes a field id or a (field id, scope id) pair.
+                fid, scope = wanted if isinstance(wanted, tuple) else (wanted, 0)
+                slot.fieldId, slot.scopeId = fid, scope
                 if fid in self.unsupported_fields:
                     slot.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
                     continue
                 slot.valueType = pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
-                slot.value.ullVal = self.event_ns.get(fid, 0)
+                if fid in self.nvlink_kib:
+                    total = self.nvlink_kib[fid]
+                    slot.value.ullVal = total if scope == 0xFFFFFFFF else total // 18
+                else:
+                    slot.value.ullVal = self.event_ns.get(fid, 0)
             return values
 
         fn("nvmlDeviceGetViolationStatus", violation)
         fn("nvmlDeviceGetFieldValues", field_values)
+        fn("nvmlDeviceGetRowRemapperHistogram",
+           lambda h: pynvml.c_nvmlRowRemapperHistogramValues(**self.histogram))
 
         def fabric_info(handle, ref):  # NVML fills the caller's struct through the pointer
             for key, value in self.fabric.items():
