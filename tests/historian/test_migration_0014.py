@@ -57,7 +57,7 @@ def test_upgrade_from_13_adds_the_columns_as_a_new_database_has_them(tmp_path):
     try:
         assert db.migrate(old, 0, _old_dir(tmp_path, "sqlite"))[-1] == 13
         _keep_a_sample(old)
-        assert db.migrate(old, 13) == [14]
+        assert db.migrate(old, 13)[0] == 14
         db.create(new)
         assert _shape(old) == _shape(new)
         assert _kept(old) == [("gpu001", 61.5, "gpu2", None)]
@@ -79,7 +79,7 @@ def test_upgrade_from_13_on_postgresql_matches_a_new_database(pg_url, tmp_path):
     try:
         db.migrate(old, 0, _old_dir(tmp_path, "postgresql"))
         _keep_a_sample(old)
-        assert db.migrate(old, 13) == [14]
+        assert db.migrate(old, 13)[0] == 14
         db.create(new)
         assert _shape(old) == _shape(new)
         assert ("nvlink_data_rate", True, "REAL") in _shape(old)["telemetry_samples"][0]
