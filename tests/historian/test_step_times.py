@@ -171,10 +171,50 @@ def test_one_users_flood_of_files_cannot_push_another_users_file_past_the_limit(
         path.write_text(json.dumps({**line, "node": f"flood{i}"}) + "\n")
         os.chown(path, 4242, 4242)
     (tmp_path / "z.jsonl").write_text(json.dumps({**line, "node": "victim"}) + "\n")
-    limits = steps.Limits(max_line_bytes=1024, max_lines=10, max_files=3)
+    limits = steps.Limits(max_line_bytes=1024, max_lines=10, max_files=3,
+                          owner_must_match=False)  # the order alone (owners: the next test)
     report = steps.ingest_path(historian, tmp_path, limits)
     assert "victim" in {r[4] for r in _rows(historian)} and report.written == 3
     assert "3 were not read" in report.bad[-1].message
+
+
+def test_a_users_step_file_counts_only_for_that_users_own_jobs(tmp_path, historian):
+    """Anyone may write the shared drop directory and name any running job (squeue shows
+    them): a line for another user's job would make that job's nodes suspects. A user's file
+    is read for that user's jobs (sacct's User); a job not ingested yet waits for a later
+    pass; an owner with no name here is refused; root's and the historian's own files are
+    taken at their word."""
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the files other owners")
+    user = pwd.getpwnam("nobody")
+    with historian.begin() as conn:
+        for job_id, owner in (("501", "nobody"), ("502", "alice")):
+            conn.execute(insert(schema.jobs).values(
+                job_id=job_id, job_id_display=job_id, user=owner, state="RUNNING",
+                submit=datetime(2026, 1, 1), instance_key=f"{job_id}:x:", nnodes=4))
+    line = {"rank": 0, "step": 1, "seconds": 1, "time": "2026-01-01T00:00:00Z"}
+
+    def drop(name, uid, job_id, node):
+        path = tmp_path / name
+        path.write_text(json.dumps({**line, "job_id": job_id, "node": node}) + "\n")
+        os.chown(path, uid, 0)
+
+    drop("own.jsonl", user.pw_uid, "501", "own-job-node")
+    drop("forged.jsonl", user.pw_uid, "502", "victim")
+    drop("early.jsonl", user.pw_uid, "999", "not-yet")
+    drop("nameless.jsonl", 54321, "501", "nameless")
+    drop("root.jsonl", 0, "502", "roots-word")
+    report = steps.ingest_path(historian, tmp_path, LIMITS)
+    assert {r[4] for r in _rows(historian)} == {"own-job-node", "roots-word"}
+    assert report.dropped == {steps.ANOTHER_USERS_JOB: 1, steps.JOB_NOT_KNOWN_YET: 1,
+                              steps.OWNER_UNKNOWN: 1}
+    assert report.written == 2 and report.read == 5
+    # The site that turns it off takes every line at its word.
+    off = steps.Limits(LIMITS.max_line_bytes, LIMITS.max_lines, LIMITS.max_files, False)
+    steps.ingest_path(historian, tmp_path, off)
+    assert {r[4] for r in _rows(historian)} >= {"victim", "not-yet", "nameless"}
 
 
 def test_a_year_before_1000_is_stored_zero_padded_so_text_order_is_time_order(historian):

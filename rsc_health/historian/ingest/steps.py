@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, select
 
 from rsc_health.durable import open_regular
 from rsc_health.historian import schema
@@ -70,12 +70,14 @@ class Limits:
     max_line_bytes: int
     max_lines: int
     max_files: int
+    owner_must_match: bool = True
 
     @classmethod
     def from_config(cls, cfg: Any) -> Limits:
         return cls(int(cfg.get("failslow.steps_max_line_bytes")),
                    int(cfg.get("failslow.steps_max_lines")),
-                   int(cfg.get("failslow.steps_max_files")))
+                   int(cfg.get("failslow.steps_max_files")),
+                   bool(cfg.get("failslow.steps_owner_must_match")))
 
 
 def _int(value: object, name: str, limit: int) -> int:
@@ -225,9 +227,63 @@ def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
         yield lineno, text
 
 
-def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: str) -> None:
+ANOTHER_USERS_JOB = "another user's job"
+JOB_NOT_KNOWN_YET = "job not known yet"
+OWNER_UNKNOWN = "file owner has no name here"
+
+
+class _OwnerFilter:
+    """Keeps the rows of `owner`'s own jobs (sacct's User), for one file: the users of each
+    job id are asked once a load."""
+
+    def __init__(self, conn, owner: str | None, users: dict[str, set[str]]):
+        self.conn, self.owner, self.users = conn, owner, users
+
+    def __call__(self, rows: list[tuple], report: IngestReport) -> list[tuple]:
+        if self.owner is None:
+            report.skip(OWNER_UNKNOWN, len(rows))
+            return []
+        ask = sorted({r[0] for r in rows} - self.users.keys())
+        for start in range(0, len(ask), 500):
+            part = ask[start:start + 500]
+            for k in part:
+                self.users[k] = set()
+            q = select(schema.jobs.c.job_id, schema.jobs.c.user).where(
+                schema.jobs.c.job_id.in_(part))
+            for job_id, user in self.conn.execute(q):
+                self.users[job_id].add(user)
+        kept = []
+        for row in rows:
+            users = self.users[row[0]]
+            if not users:
+                report.skip(JOB_NOT_KNOWN_YET)
+            elif self.owner not in users:
+                report.skip(ANOTHER_USERS_JOB)
+            else:
+                kept.append(row)
+        return kept
+
+
+def _owner_name(uid: int) -> str | None:
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, OverflowError):
+        return None
+
+
+def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: str,
+          keep: _OwnerFilter | None = None) -> None:
     batch: list[tuple] = []
     received = datetime.now(UTC).replace(tzinfo=None)
+
+    def flush() -> None:
+        nonlocal batch
+        rows = keep(batch, report) if keep is not None and batch else batch
+        report.written += _write(conn, rows)
+        batch = []
+
     for lineno, line in lines:
         if not line.strip():
             continue
@@ -238,9 +294,8 @@ def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: s
             report.add_bad(lineno, f"{where}{exc}")
             continue
         if len(batch) >= BATCH_ROWS:
-            report.written += _write(conn, batch)
-            batch = []
-    report.written += _write(conn, batch)
+            flush()
+    flush()
 
 
 def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
@@ -287,6 +342,8 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
     """Every step file at `path` (a file or a directory of them), in one transaction."""
     report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
     files = step_files(Path(path), limits, report)
+    trusted = {0, os.geteuid()}
+    users: dict[str, set[str]] = {}
     with writer(engine).begin() as conn:
         for file in files:
             where = f"{file.name}: " if len(files) > 1 or file != Path(path) else ""
@@ -295,8 +352,11 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
             except OSError as exc:
                 report.add_bad(0, f"{file.name}: {exc.strerror or exc}")
                 continue
+            uid = os.fstat(fd).st_uid
+            keep = (_OwnerFilter(conn, _owner_name(uid), users)
+                    if limits.owner_must_match and uid not in trusted else None)
             with open(fd, "rb") as fh:
-                _load(conn, _bounded_lines(fh, limits, report, where), report, where)
+                _load(conn, _bounded_lines(fh, limits, report, where), report, where, keep)
     return report
 
 
