@@ -5,11 +5,11 @@ interpreter start".
     python3 benchmarks/bench_prolog_floor.py [--venv DIR] [--runs 10]
 
 Same node install, clean environment, fixture node and "bare" as benchmarks/bench_prolog.py
-(`python -c pass` of the node install's own interpreter; nothing here redefines it). Two parts:
+(`python -c pass` of the node install's own interpreter; nothing here redefines it). Three parts:
 
 1. Breakdown (callgrind instructions, a figure load does not move): the interpreter importing,
-   one layer more each time, the modules a healthy prolog ends up holding (found with
-   -X importtime on a second job start: the first parses the TOML), then the prolog itself:
+   one layer more each time, the modules a healthy prolog ends up holding (its sys.modules at
+   the end of a second job start: the first parses the TOML), then the prolog itself:
        bare -> + json (enum, re, functools, collections...) -> + pathlib (urllib.parse,
        ipaddress, fnmatch...) -> + every other stdlib module it holds -> + every rsc_health
        module it holds -> the whole prolog (the run itself).
@@ -30,6 +30,9 @@ Same node install, clean environment, fixture node and "bare" as benchmarks/benc
    NVML child: callgrind counts a forked child from its parent's count at the fork, and that
    child imports json to parse the replay file (bench_prolog's figure, the costliest process,
    is kept; each process's count is printed too).
+
+3. What a live node's NVML child imports on top (the fixture replays NVML from a file, so no
+   benchmark here runs it): `import pynvml` and, for a binding of our own, `import ctypes`.
 
 Interleaved wall and CPU medians of bare, the prolog and the model are printed beside the
 instructions. The model's first run (uncounted, untimed) writes its memo, as the real prolog's
@@ -270,6 +273,10 @@ def main() -> None:
                                                + ", ".join(imports))
             counts.append((label, callgrind([python, "-c", code], env, tmp)))
         counts.append(("the whole healthy prolog (+ the run)", callgrind(prolog, env, tmp)))
+        # What a live node's NVML child adds (the fixture replays NVML from a file, so neither
+        # benchmark runs it): collect.gpu.NvmlBackend imports pynvml in the forked child.
+        nvml_imports = {name: callgrind([python, "-c", f"import {name}"], env, tmp)
+                        for name in ("pynvml", "ctypes")}
         model_env = fresh("model")
         timed_cpu(prolog, model_env, tmp)  # compiled config, as the prolog's second run has it
         model = [python, "-c", MODEL, "prolog"]
@@ -298,6 +305,9 @@ def main() -> None:
     for name, per in each.items():
         print(f"  {name + ', parent then children (from the fork)':42s} "
               + ", ".join(f"{n / 1e6:.1f}" for n in per) + " M")
+    for name, n in nvml_imports.items():
+        print(f"  {'import ' + name + ' alone':42s} {n / 1e6:7.1f} M  (+{(n - bare) / 1e6:.1f} M"
+              f" over bare{': a live node NVML child pays it' if name == 'pynvml' else ''})")
     print(f"  2.5x bare = {2.5 * bare / 1e6:.1f} M: room left for judging over the model: "
           f"{(2.5 * bare - model_ir) / 1e6:.1f} M")
     for name in wall:
@@ -309,6 +319,9 @@ def main() -> None:
     for label, n in counts:
         print(f"BENCH\tprolog_floor\t{label}\t{n / 1e6:.1f}\tM instructions")
     print(f"BENCH\tprolog_floor\tfast-path model\t{model_ir / 1e6:.1f}\tM instructions")
+    for name, n in nvml_imports.items():
+        print(f"BENCH\tprolog_floor\timport {name} over bare\t{(n - bare) / 1e6:.1f}\t"
+              "M instructions")
     print(f"BENCH\tprolog_floor\tfast-path model / bare\t{model_ir / bare:.2f}\tx")
     print(f"BENCH\tprolog_floor\tfast-path model parent / bare\t"
           f"{each['model'][0] / bare:.2f}\tx")
