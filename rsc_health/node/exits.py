@@ -100,7 +100,8 @@ class Watchdog:
 
     def __init__(self, run: Progress, after_s: float):
         self.run = run
-        self._armed: _thread.LockType | None = None  # the lock the waiting thread times out on; released = cancelled
+        # The lock the waiting thread times out on; released = cancelled.
+        self._armed: _thread.LockType | None = None
         self.rearm(after_s)
 
     def rearm(self, after_s: float) -> None:
