@@ -5,9 +5,10 @@ and the watchdog past the budget."""
 
 from __future__ import annotations
 
+import _thread
 import os
 import sys
-import threading
+import time
 from pathlib import Path
 
 from rsc_health.model import Finding, Severity, Status
@@ -78,37 +79,52 @@ def broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
     return 0
 
 
+def _exit_after(seconds: float, code: int) -> None:
+    time.sleep(seconds)
+    os._exit(code)
+
+
 class Watchdog:
     """Past the budget, whatever is stuck (a probe that ignored its deadline, a Slurm call, a
     config on a hung mount), the process leaves with the safe exit code: it names the step,
     spools a checker_error heartbeat and writes the textfile (bounded by a one-second
     backstop, since the spool's disk may be what hangs) and calls os._exit, so no stuck thread
-    or child can hold the exit."""
+    or child can hold the exit.
+
+    Its thread is a bare _thread waiting on a lock with a timeout (cancel releases the lock),
+    not a threading.Timer: importing threading (and _weakrefset) cost every job start 4.1 M
+    instructions, about 3% of a healthy prolog (benchmarks/bench_prolog_floor.py). Like a
+    daemon Timer, nothing waits for it at exit; the node path leaves by os._exit anyway."""
 
     BACKSTOP_S = 1.0
 
     def __init__(self, run: Progress, after_s: float):
         self.run = run
-        self._timer: threading.Timer | None = None
+        # The lock the waiting thread times out on; released = cancelled.
+        self._armed: _thread.LockType | None = None
         self.rearm(after_s)
 
     def rearm(self, after_s: float) -> None:
         self.cancel()
         self.after_s = after_s
-        self._timer = threading.Timer(after_s, self._fire)
-        self._timer.daemon = True
-        self._timer.start()
+        armed = _thread.allocate_lock()
+        armed.acquire()
+        self._armed = armed
+        _thread.start_new_thread(self._wait, (armed, after_s))
 
     def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+        armed, self._armed = self._armed, None
+        if armed is not None:
+            armed.release()
+
+    def _wait(self, armed: _thread.LockType, after_s: float) -> None:
+        if not armed.acquire(timeout=min(after_s, _thread.TIMEOUT_MAX)):
+            self._fire()
 
     def _fire(self) -> None:
         run = self.run
         code = run.safe_exit()
-        backstop = threading.Timer(self.BACKSTOP_S, os._exit, (code,))
-        backstop.daemon = True
-        backstop.start()
+        _thread.start_new_thread(_exit_after, (self.BACKSTOP_S, code))
         try:
             # A Slurm command or site check still running is killed with its process group
             # (imported only if something started one): os._exit leaves them running.

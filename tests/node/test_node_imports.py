@@ -63,6 +63,7 @@ NOT_ON_A_HEALTHY_PROLOG = {
     "runpy",  # `python -m`: rsc_health.node.start says why
     "tomllib",  # after the first job start: config.load_config_compiled says why
     "typing",  # annotations only: `TYPE_CHECKING = False` in the node path's modules
+    "threading",  # the watchdog is a bare _thread: rsc_health.node.exits.Watchdog says why
 }
 
 
