@@ -34,6 +34,29 @@ ERROR_COUNTERS = (
     "excessive_buffer_overrun_errors",
 )
 
+# The width in bits at which the kernel shows each PortCounters counter (drivers/infiniband/
+# core/sysfs.c PORT_PMA_ATTR). The IB spec has them stop at all ones, not wrap: one held there
+# shows a delta of 0 every sweep whatever the link does. The data counters are left out: the
+# kernel shows PortCountersExtended's 64 bits where the HCA has them.
+COUNTER_BITS = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_xmit_discards": 16,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "port_xmit_wait": 32,
+}
+
+
+def saturated(counter: str, value: int | None) -> bool:
+    """Whether `value` is `counter`'s all-ones maximum, where it stops counting."""
+    bits = COUNTER_BITS.get(counter)
+    return bits is not None and isinstance(value, int) and value >= (1 << bits) - 1
+
+
 PORT_ATTRS = ("state", "phys_state", "rate", "link_layer")
 _PORTS = "sys/class/infiniband/*/ports/*"
 READS = (*(f"{_PORTS}/{a}" for a in PORT_ATTRS),
@@ -187,11 +210,20 @@ def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:
     if p.unreadable:
         out.append(checker_error("infiniband", comp, f"infiniband: {comp} counters hold no "
                                  f"count: {', '.join(p.unreadable)}"))
+    stuck = []
     for counter, code in RISING_CODES.items():
         d = deltas.get(f"ib/{comp}/{counter}", 0)
         limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
-        if d > limit:
+        if d > limit:  # what it counted before it stopped still counts
             out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
                             f"{comp} {counter} +{d} since last sweep (limit {limit})",
                             repair=True, counter=counter, delta=d))
+        elif saturated(counter, p.counters.get(counter)):
+            stuck.append(f"{counter}={p.counters[counter]}")
+    if stuck:
+        # Held at its maximum it can show no new error: the checker cannot judge it any more.
+        out.append(checker_error("infiniband", comp, (
+            f"infiniband: {comp} counters stopped at their maximum ({', '.join(stuck)}): "
+            f"errors past it are not seen; clear them (perfquery -x -R -C {p.hca} "
+            f"-P {p.port})")))
     return out or [ok("infiniband", comp, f"{comp} ACTIVE {p.rate_gbps or 0:g} Gb/s")]
