@@ -71,13 +71,24 @@ class Limits:
     max_lines: int
     max_files: int
     owner_must_match: bool = True
+    # Lines one pass reads in all (files x lines is users' to make); what it leaves is said.
+    max_lines_per_pass: int = 20_000_000
 
     @classmethod
     def from_config(cls, cfg: Any) -> Limits:
         return cls(int(cfg.get("failslow.steps_max_line_bytes")),
                    int(cfg.get("failslow.steps_max_lines")),
                    int(cfg.get("failslow.steps_max_files")),
-                   bool(cfg.get("failslow.steps_owner_must_match")))
+                   bool(cfg.get("failslow.steps_owner_must_match")),
+                   int(cfg.get("failslow.steps_max_lines_per_pass")))
+
+
+class _Budget:
+    """The lines a pass may still read (Limits.max_lines_per_pass), shared by its files."""
+
+    def __init__(self, lines: int):
+        self.left = lines
+        self.spent_in: str | None = None  # where it ran out
 
 
 def _int(value: object, name: str, limit: int) -> int:
@@ -204,14 +215,21 @@ def _write(conn, rows: list[tuple]) -> int:
 
 
 def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
-                   where: str) -> Iterator[tuple[int, str]]:
+                   where: str, budget: _Budget | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) of at most max_lines lines, each cut at max_line_bytes: a longer
-    line is reported and skipped (its tail read and dropped in blocks, never held)."""
+    line is reported and skipped (its tail read and dropped in blocks, never held). `budget`:
+    the pass's lines left; this file stops where it runs out."""
     lineno = 0
     while True:
+        if budget is not None and budget.left <= 0:
+            if fh.readline(1):  # more was there: the pass's budget, not the file, ended it
+                budget.spent_in = where.rstrip(": ") or "the input"
+            return
         raw = fh.readline(limits.max_line_bytes + 1)
         if not raw:
             return
+        if budget is not None:
+            budget.left -= 1
         lineno += 1
         if lineno > limits.max_lines:
             report.add_bad(lineno, f"{where}more than {limits.max_lines} lines: the rest "
@@ -344,8 +362,13 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
     files = step_files(Path(path), limits, report)
     trusted = {0, os.geteuid()}
     users: dict[str, set[str]] = {}
+    budget = _Budget(limits.max_lines_per_pass)
+    unread = 0
     with writer(engine).begin() as conn:
         for file in files:
+            if budget.left <= 0:
+                unread += 1
+                continue
             where = f"{file.name}: " if len(files) > 1 or file != Path(path) else ""
             try:
                 fd = open_regular(file)
@@ -356,13 +379,26 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
             keep = (_OwnerFilter(conn, _owner_name(uid), users)
                     if limits.owner_must_match and uid not in trusted else None)
             with open(fd, "rb") as fh:
-                _load(conn, _bounded_lines(fh, limits, report, where), report, where, keep)
+                _load(conn, _bounded_lines(fh, limits, report, where, budget), report, where,
+                      keep)
+    _said_budget(report, limits, budget, unread)
     return report
+
+
+def _said_budget(report: IngestReport, limits: Limits, budget: _Budget, unread: int) -> None:
+    if budget.spent_in is None and not unread:
+        return
+    what = (f"the rest of {budget.spent_in}" if budget.spent_in else "") + (
+        f"{' and ' if budget.spent_in else ''}{unread} more files" if unread else "")
+    report.add_bad(0, f"budget of {limits.max_lines_per_pass} lines per pass spent: {what} "
+                      "were not read (the next pass reads them again)")
 
 
 def ingest_stream(engine: Engine, fh: IO[bytes], limits: Limits) -> IngestReport:
     """JSON Lines from an open binary stream (`PATH` '-': stdin), bounded as a file is."""
     report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
+    budget = _Budget(limits.max_lines_per_pass)
     with writer(engine).begin() as conn:
-        _load(conn, _bounded_lines(fh, limits, report, ""), report, "")
+        _load(conn, _bounded_lines(fh, limits, report, "", budget), report, "")
+    _said_budget(report, limits, budget, 0)
     return report
