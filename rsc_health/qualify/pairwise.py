@@ -16,6 +16,7 @@ against the other nodes' pairwise results like any metric (judge.py).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -74,9 +75,10 @@ def _setup(text: str) -> dict[str, str]:
 
 
 def run_pair(name: str, plugin: str, client: list[str], server: list[str], peer: str | None,
-             *, timeout_s: float, server_wait_s: float = 2.0) -> Outcome:
+             *, timeout_s: float, server_wait_s: float = 2.0, here: str | None = None) -> Outcome:
     """The server (on the peer) first, then after server_wait_s the client (here), each bounded
-    by timeout_s and run in its own process group (collect/procs)."""
+    by timeout_s and run in its own process group (collect/procs). `here`: this host's name as
+    the ranks print it (gethostname, short; the default)."""
     from rsc_health.collect import procs
 
     if not peer:
@@ -84,11 +86,16 @@ def run_pair(name: str, plugin: str, client: list[str], server: list[str], peer:
                        "not being qualified)")
     if not valid_peer(peer):
         return Outcome(name, inconclusive=f"peer name is not a host name: {peer[:40]!r}")
+    here = here or os.uname().nodename
+    if peer.split(".")[0].lower() == here.split(".")[0].lower():
+        # ib_write_bw to itself is the HCA's loopback: no cable, no switch port measured.
+        return Outcome(name, inconclusive=f"peer {peer} is this node: nothing between two "
+                       "nodes would be measured")
     s_argv, c_argv = _argv(server, peer), _argv(client, peer)
     if not server:  # one launcher for both ends (nccl-tests under mpirun -H node,peer)
         c = procs.run_all({"client": c_argv}, timeout_s={"client": timeout_s},
                           max_bytes=1 << 20)["client"]
-        return _launched(name, plugin, c, c_argv, peer, timeout_s)
+        return _launched(name, plugin, c, c_argv, peer, timeout_s, here)
     done: dict[str, procs.Outcome] = {}
 
     def serve() -> None:
@@ -150,10 +157,10 @@ def _unfinished(name, peer, timeout_s, ends) -> Outcome | None:
 
 
 def _launched(name: str, plugin: str, c, argv: list[str], peer: str,
-              timeout_s: float) -> Outcome:
-    """Both ends from one launcher: the ranks' hosts must include the peer and another host
-    (else the run measured this node alone: inconclusive); wrong results fail as in a
-    single-node run."""
+              timeout_s: float, here: str) -> Outcome:
+    """Both ends from one launcher: the ranks' hosts must include the peer and this node (else
+    the run measured this node alone, or the peer with some third host and not this node at
+    all: inconclusive, never a pass); wrong results fail as in a single-node run."""
     text = c.stdout.decode("utf-8", "replace")
     out = parse(plugin, text, argv[0])
     if out.failed:
@@ -162,11 +169,12 @@ def _launched(name: str, plugin: str, c, argv: list[str], peer: str,
     why = _unfinished(name, peer, timeout_s, (("launcher", c),))
     if why is not None:
         return why
-    hosts = {h.split(".")[0] for h in _RANK_HOST.findall(text)}
-    if peer.split(".")[0] not in hosts or len(hosts) < 2:
+    hosts = {h.split(".")[0].lower() for h in _RANK_HOST.findall(text)}
+    me, them = here.split(".")[0].lower(), peer.split(".")[0].lower()
+    if them not in hosts or me not in hosts or me == them:
         on = ", ".join(sorted(hosts))[:80] or "no host"
         return Outcome(name, inconclusive=f"setup mismatch: ranks on {on}, not on this node "
-                       f"and {peer}")
+                       f"({me[:40]}) and {peer}")
     if out.inconclusive:
         out.test = name
         return out
