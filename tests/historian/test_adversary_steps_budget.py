@@ -56,3 +56,38 @@ def test_the_default_budget_is_configured_and_bounded():
 
     limits = steps.Limits.from_config(load_config(None))
     assert limits.max_lines <= limits.max_lines_per_pass < limits.max_lines * limits.max_files
+
+
+def test_a_step_file_others_may_write_is_nobodys_word(tmp_path, historian):
+    """root's drop file made world-writable (how a prolog might hand it to the job), or a
+    user's file anyone may write: every user can append a line naming any running job. It was
+    taken at root's word (no owner check at all); now its lines are refused and counted. A
+    root file only root's group may write, and the historian's own files, stay root's word."""
+    from datetime import datetime
+
+    from sqlalchemy import insert
+
+    from rsc_health.historian import schema
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the files other owners")
+    with historian.begin() as conn:
+        conn.execute(insert(schema.jobs).values(
+            job_id="502", job_id_display="502", user="alice", state="RUNNING",
+            submit=datetime(2026, 1, 1), instance_key="502:x:", nnodes=4))
+
+    def drop(name, uid, gid, mode, node):
+        path = tmp_path / name
+        path.write_text(json.dumps({**LINE, "job_id": "502", "node": node}) + "\n")
+        os.chown(path, uid, gid)
+        os.chmod(path, mode)
+
+    drop("open.jsonl", 0, 0, 0o666, "world")
+    drop("group.jsonl", 0, 4343, 0o664, "users-group")
+    drop("nobodys.jsonl", 65534, 65534, 0o666, "nobody-open")
+    drop("roots.jsonl", 0, 0, 0o664, "roots-group")
+    drop("plain.jsonl", 0, 0, 0o644, "plain")
+    limits = steps.Limits(max_line_bytes=1024, max_lines=50, max_files=100)
+    report = steps.ingest_path(historian, tmp_path, limits)
+    assert {r[4] for r in _rows(historian)} == {"roots-group", "plain"}
+    assert report.dropped.get(steps.WRITABLE_BY_OTHERS) == 3

@@ -248,18 +248,20 @@ def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
 ANOTHER_USERS_JOB = "another user's job"
 JOB_NOT_KNOWN_YET = "job not known yet"
 OWNER_UNKNOWN = "file owner has no name here"
+WRITABLE_BY_OTHERS = "file others may write"
 
 
 class _OwnerFilter:
     """Keeps the rows of `owner`'s own jobs (sacct's User), for one file: the users of each
     job id are asked once a load."""
 
-    def __init__(self, conn, owner: str | None, users: dict[str, set[str]]):
-        self.conn, self.owner, self.users = conn, owner, users
+    def __init__(self, conn, owner: str | None, users: dict[str, set[str]],
+                 refused: str = OWNER_UNKNOWN):
+        self.conn, self.owner, self.users, self.refused = conn, owner, users, refused
 
     def __call__(self, rows: list[tuple], report: IngestReport) -> list[tuple]:
         if self.owner is None:
-            report.skip(OWNER_UNKNOWN, len(rows))
+            report.skip(self.refused, len(rows))
             return []
         ask = sorted({r[0] for r in rows} - self.users.keys())
         for start in range(0, len(ask), 500):
@@ -280,6 +282,17 @@ class _OwnerFilter:
             else:
                 kept.append(row)
         return kept
+
+
+def _others_may_write(st: os.stat_result, trusted: set[int]) -> bool:
+    """A file anyone may write (o+w), or root's or the historian's own that a group of users
+    may write (g+w, its group not root's nor the historian's): whose words it holds, its owner
+    cannot say. A world-writable file is how a job's prolog might hand root's drop file to a
+    job; every other user can then append lines naming any job."""
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return (st.st_uid in trusted and bool(st.st_mode & stat.S_IWGRP)
+            and st.st_gid not in (0, os.getegid()))
 
 
 def _owner_name(uid: int) -> str | None:
@@ -375,9 +388,13 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
             except OSError as exc:
                 report.add_bad(0, f"{file.name}: {exc.strerror or exc}")
                 continue
-            uid = os.fstat(fd).st_uid
+            st = os.fstat(fd)
+            uid = st.st_uid
             keep = (_OwnerFilter(conn, _owner_name(uid), users)
                     if limits.owner_must_match and uid not in trusted else None)
+            if limits.owner_must_match and _others_may_write(st, trusted):
+                # Its owner's word no more: anyone (or a group of users) may have written it.
+                keep = _OwnerFilter(conn, None, users, WRITABLE_BY_OTHERS)
             with open(fd, "rb") as fh:
                 _load(conn, _bounded_lines(fh, limits, report, where, budget), report, where,
                       keep)
