@@ -73,6 +73,7 @@ class IbPort:
     link_layer: str | None
     counters: dict[str, int] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # counter files that held no count
+    virtual: bool = False  # an SR-IOV virtual function's (made and removed at will)
 
     @property
     def name(self) -> str:
@@ -117,6 +118,7 @@ def collect(root: Path, env=None) -> list[IbPort]:
             phys_state=_word(read_text(pdir / "phys_state")),
             rate_gbps=parse_rate(read_text(pdir / "rate")),
             link_layer=read_text(pdir / "link_layer"),
+            virtual=(hca / "device" / "physfn").exists(),
         )
         for counter in ERROR_COUNTERS:
             text = read_text(pdir / "counters" / counter)
@@ -129,9 +131,37 @@ def collect(root: Path, env=None) -> list[IbPort]:
     return ports
 
 
+# The most physical ports seen at once in this boot, kept with the counters: an HCA that falls
+# off the bus (or whose driver lost it) takes its ports out of sysfs, and with no [infiniband]
+# hcas or count configured nothing else would say it was ever there.
+PORTS_SEEN = "ib/ports_seen"
+
+
 def counters(state) -> dict[str, int]:
-    return {f"ib/{port.name}/{k}": v for port in state.extra.get("infiniband") or []
-            for k, v in port.counters.items()}
+    ports = state.extra.get("infiniband")
+    out = {f"ib/{port.name}/{k}": v for port in ports or [] for k, v in port.counters.items()}
+    if ports is not None:
+        here = [p for p in ports if not p.virtual]
+        out.update({f"ib/{p.name}/present": 1 for p in here})
+        before = state.baseline.get(PORTS_SEEN, 0)
+        out[PORTS_SEEN] = max(len(here), before if isinstance(before, int) else 0)
+    return out
+
+
+def _vanished(state, found: list) -> list[Finding]:
+    """Physical ports fewer than this boot has seen at once: the ports gone named (those seen
+    earlier in this boot that are not here; a rename within the boot is no loss)."""
+    here = {p.name for p in found if not p.virtual}
+    seen = state.counters.get(PORTS_SEEN, 0)
+    if len(here) >= seen:
+        return []
+    gone = sorted(k[3:-len("/present")] for k in state.baseline
+                  if k.startswith("ib/") and k.endswith("/present")
+                  and k[3:-len("/present")] not in here)
+    return [fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
+                 f"{len(here)} of the {seen} InfiniBand ports seen earlier in this boot "
+                 f"present (gone: {', '.join(gone)[:200] or 'unknown'})", repair=True,
+                 gone=gone[:64])]
 
 # What the kernel writes (drivers/infiniband/core/sysfs.c): anything else was not read right.
 PORT_STATES = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"}
@@ -187,6 +217,8 @@ def check(state, cfg: dict) -> list[Finding]:
             fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
                  f"{len(ports)} of {count} InfiniBand ports present", repair=True)
         )
+    elif not wanted:
+        out.extend(_vanished(state, found))
     return out
 
 

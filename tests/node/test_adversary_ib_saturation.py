@@ -76,3 +76,54 @@ def test_a_saturated_xmit_wait_gives_no_congestion_rate_never_zero(node):
     others = [p for p in sample["ports"] if p["port"] != "mlx5_2/1"]
     assert others and all("port_xmit_wait_rate" in p for p in others)
     assert sample["metrics"]["ib_xmit_wait_rate"]["component"] == "mlx5_4/1"
+
+
+# -- an HCA that vanishes between sweeps ------------------------------------------------------
+
+IB = "sys/class/infiniband"
+
+
+def _unconfigured(node) -> None:
+    """The packaged defaults: no [infiniband] hcas list, no port count."""
+    cfg = node.path("config.toml")
+    cfg.write_text(cfg.read_text().replace(
+        'hcas = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", '
+        '"mlx5_7"]\n', ""))
+    assert "hcas" not in cfg.read_text()
+
+
+def _missing(node):
+    findings, verdict = node.check()
+    return [(f.code, f.reason) for f in bad(findings) if f.code == "ib_missing"], verdict
+
+
+def test_an_hca_that_falls_off_the_bus_mid_boot_drains_though_none_was_configured(node):
+    """[infiniband] hcas = [] and count = 0 (the defaults): an HCA gone from sysfs between two
+    sweeps took its ports and their checks with it, and the node stayed in service without a
+    rail. Now fewer physical ports than this boot has seen at once drain it (ib_missing, as a
+    configured HCA missing does), every sweep until it is back or the node reboots."""
+    import shutil
+
+    _unconfigured(node)
+    assert _missing(node)[0] == []
+    shutil.rmtree(node.path(f"{IB}/mlx5_3"))
+    for _ in range(2):  # said again at the next sweep: the high-water mark is kept
+        found, verdict = _missing(node)
+        assert len(found) == 1 and "7 of the 8" in found[0][1] and "mlx5_3/1" in found[0][1]
+        assert verdict.level is Level.DRAIN_NOW
+    node.write("proc/sys/kernel/random/boot_id", "0f3c5d7e-1111-4a2b-9c3d-5e6f7a8b9c0d\n")
+    assert _missing(node)[0] == []  # a new boot: what it has is what it has
+
+
+def test_a_renamed_hca_or_a_virtual_function_removed_is_no_loss(node):
+    import shutil
+
+    _unconfigured(node)
+    _missing(node)
+    node.path(f"{IB}/mlx5_3").rename(node.path(f"{IB}/mlx5_9"))  # a driver rebind's new name
+    assert _missing(node)[0] == []
+    shutil.copytree(node.path(f"{IB}/mlx5_0"), node.path(f"{IB}/mlx5_10"))
+    node.write(f"{IB}/mlx5_10/device/physfn/uevent", "PCI_SLOT_NAME=0000:18:00.0\n")
+    assert _missing(node)[0] == []
+    shutil.rmtree(node.path(f"{IB}/mlx5_10"))  # SR-IOV VFs come and go at will
+    assert _missing(node)[0] == []
