@@ -301,6 +301,8 @@ def _port_figures(port: dict, deltas: dict, expected: float, interval: float | N
     fig: dict = {"port": port["name"]}
     if expected and port.get("rate_gbps") is not None:
         fig["link_ratio"] = port["rate_gbps"] / expected
+    if interval is None:
+        return fig
     counts = port.get("counters") or {}
 
     def delta(c: str) -> int | None:
@@ -309,13 +311,12 @@ def _port_figures(port: dict, deltas: dict, expected: float, interval: float | N
             return None
         return deltas.get(f"tm/ib/{port['name']}/{c}")
 
-    for c in IB_COUNTERS if interval is not None else ():
+    for c in IB_COUNTERS:
         d = delta(c)
         if d is not None:
             # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
             fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
-    errs = [delta(c) for c in IB_ERRORS] if interval is not None else []
-    seen = [d for d in errs if d is not None]
+    seen = [d for d in (delta(c) for c in IB_ERRORS) if d is not None]
     stopped = any(saturated(c, counts.get(c)) for c in IB_ERRORS)
     if seen and not stopped:  # one stopped counter would understate the sum
         fig["error_rate"] = sum(seen) / interval
