@@ -30,6 +30,11 @@ from rsc_health.qualify.judge import PASS
 from rsc_health.qualify.outcome import Outcome
 
 PEER = "{peer}"
+# Output past procs' max_bytes is cut there: what came after (the largest message size's row,
+# its wrong results, the summary) was never read, so the rows before it are no result. A wrong
+# result read before the cut still fails.
+MAX_OUTPUT = 1 << 20
+_CUT = "{who} output cut at " + str(MAX_OUTPUT) + " bytes: the result was not all read"
 # A Slurm node name as a host name: letters, digits, '.', '-', '_'; never a leading '-'.
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _RANK_HOST = re.compile(r"^#\s+Rank\s+\d+\s.*?\son\s+(\S+)\s+device", re.M)
@@ -94,24 +99,26 @@ def run_pair(name: str, plugin: str, client: list[str], server: list[str], peer:
     s_argv, c_argv = _argv(server, peer), _argv(client, peer)
     if not server:  # one launcher for both ends (nccl-tests under mpirun -H node,peer)
         c = procs.run_all({"client": c_argv}, timeout_s={"client": timeout_s},
-                          max_bytes=1 << 20)["client"]
+                          max_bytes=MAX_OUTPUT)["client"]
         return _launched(name, plugin, c, c_argv, peer, timeout_s, here)
     done: dict[str, procs.Outcome] = {}
 
     def serve() -> None:
         done.update(procs.run_all({"server": s_argv}, timeout_s={"server": timeout_s},
-                                  max_bytes=1 << 20))
+                                  max_bytes=MAX_OUTPUT))
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     time.sleep(server_wait_s)
     c = procs.run_all({"client": c_argv}, timeout_s={"client": timeout_s},
-                      max_bytes=1 << 20)["client"]
+                      max_bytes=MAX_OUTPUT)["client"]
     thread.join(timeout_s + server_wait_s + 5)
     s = done.get("server")
     why = _unfinished(name, peer, timeout_s, (("client", c), ("peer's server", s)))
     if why is not None:
         return why
+    if c.truncated:
+        return Outcome(name, inconclusive=_CUT.format(who="client"))
     assert s is not None  # the loop above returned when it was
     c_text = c.stdout.decode("utf-8", "replace")
     s_text = s.stdout.decode("utf-8", "replace")
@@ -169,6 +176,8 @@ def _launched(name: str, plugin: str, c, argv: list[str], peer: str,
     why = _unfinished(name, peer, timeout_s, (("launcher", c),))
     if why is not None:
         return why
+    if c.truncated:  # the last rows (largest size, its #wrong) and the summary went with it
+        return Outcome(name, inconclusive=_CUT.format(who="launcher"))
     hosts = {h.split(".")[0].lower() for h in _RANK_HOST.findall(text)}
     me, them = here.split(".")[0].lower(), peer.split(".")[0].lower()
     if them not in hosts or me not in hosts or me == them:
