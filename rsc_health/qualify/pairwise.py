@@ -24,7 +24,7 @@ from dataclasses import replace
 
 from sqlalchemy import and_, func, select
 
-from rsc_health.model import ActionKind
+from rsc_health.model import LEGACY_LEMON_DRAIN, ActionKind, SuspectState
 from rsc_health.qualify import parse
 from rsc_health.qualify.judge import PASS
 from rsc_health.qualify.outcome import Outcome
@@ -65,10 +65,27 @@ def known_good(conn, *, node: str, gpu_model: str, driver: str, since) -> list[s
     qualifying = select(a.c.id).where(and_(
         a.c.node == newest.c.node, a.c.action == ActionKind.QUALIFY_START,
         a.c.time > newest.c.ended)).exists()
+    # Judged bad since its pass (drained, or a drain verdict held, guarded or only recorded in
+    # shadow mode) or slow now (an open suspect episode): its link would be the one measured,
+    # and a healthy node paired with it fails.
+    faulted = select(a.c.id).where(and_(
+        a.c.node == newest.c.node, a.c.action.in_(JUDGED_BAD),
+        a.c.time > newest.c.ended)).exists()
+    suspect = select(schema.suspects.c.id).where(and_(
+        schema.suspects.c.node == newest.c.node,
+        schema.suspects.c.state == SuspectState.SUSPECT)).exists()
     rows = conn.execute(select(newest.c.node)
-                        .where(and_(newest.c.n == 1, newest.c.verdict == PASS, ~qualifying))
+                        .where(and_(newest.c.n == 1, newest.c.verdict == PASS, ~qualifying,
+                                    ~faulted, ~suspect))
                         .order_by(newest.c.ended.desc(), newest.c.node)).scalars()
     return [peer for peer in rows if valid_peer(peer)]
+
+
+# What rsc-health (or a person, through it) judged of a node that unmakes its last pass.
+JUDGED_BAD = tuple(str(k) for k in (
+    ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, ActionKind.GUARD_TRIPPED,
+    ActionKind.HELD_UNDER_DRAIN, ActionKind.LEMON_DRAIN, ActionKind.MANUAL_DRAIN,
+    ActionKind.WOULD_DRAIN, ActionKind.QUALIFY_DRAIN)) + (LEGACY_LEMON_DRAIN,)
 
 
 def _argv(template, peer: str) -> list[str]:
