@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rsc_health import lazyre
-from rsc_health.checks._finding import checker_error, fail, ok
+from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.collect.sysfs import parse_count, read_text
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
@@ -253,9 +253,11 @@ def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:
         elif saturated(counter, p.counters.get(counter)):
             stuck.append(f"{counter}={p.counters[counter]}")
     if stuck:
-        # Held at its maximum it can show no new error: the checker cannot judge it any more.
-        out.append(checker_error("infiniband", comp, (
-            f"infiniband: {comp} counters stopped at their maximum ({', '.join(stuck)}): "
-            f"errors past it are not seen; clear them (perfquery -x -R -C {p.hca} "
-            f"-P {p.port})")))
+        # Held at its maximum it can show no new error. A warning, not a checker error: the
+        # 4-bit counters (overruns, link integrity) fill on healthy ports under load, and a
+        # checker error every sweep would stop the clean sweeps a resume waits for.
+        out.append(warn("infiniband", comp, "ib_counter_saturated", (
+            f"{comp} counters stopped at their maximum ({', '.join(stuck)}): errors past it "
+            f"are not seen; clear them (perfquery -x -R -C {p.hca} -P {p.port})"),
+            counters=stuck))
     return out or [ok("infiniband", comp, f"{comp} ACTIVE {p.rate_gbps or 0:g} Gb/s")]
