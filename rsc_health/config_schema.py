@@ -119,6 +119,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "failslow.steps_max_line_bytes": (256, 16 * 1024 * 1024),
     "failslow.steps_max_lines": (1, 1_000_000_000),
     "failslow.steps_max_files": (1, 10_000_000),
+    "failslow.steps_max_lines_per_pass": (1, 10_000_000_000),
     "suspects.max_share": (0, 1),
     "suspects.big_job_nodes": (2, 1_000_000),
     "suspects.suspect_weight": (2, 2**32 - 2),

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from rsc_health import lazyre
-from rsc_health.checks._finding import checker_error, fail, ok
+from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.collect.sysfs import parse_count, read_text
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
@@ -33,6 +33,29 @@ ERROR_COUNTERS = (
     "local_link_integrity_errors",
     "excessive_buffer_overrun_errors",
 )
+
+# The width in bits at which the kernel shows each PortCounters counter (drivers/infiniband/
+# core/sysfs.c PORT_PMA_ATTR). The IB spec has them stop at all ones, not wrap: one held there
+# shows a delta of 0 every sweep whatever the link does. The data counters are left out: the
+# kernel shows PortCountersExtended's 64 bits where the HCA has them.
+COUNTER_BITS = {
+    "symbol_error": 16,
+    "link_error_recovery": 8,
+    "link_downed": 8,
+    "port_rcv_errors": 16,
+    "port_rcv_remote_physical_errors": 16,
+    "port_xmit_discards": 16,
+    "local_link_integrity_errors": 4,
+    "excessive_buffer_overrun_errors": 4,
+    "port_xmit_wait": 32,
+}
+
+
+def saturated(counter: str, value: int | None) -> bool:
+    """Whether `value` is `counter`'s all-ones maximum, where it stops counting."""
+    bits = COUNTER_BITS.get(counter)
+    return bits is not None and isinstance(value, int) and value >= (1 << bits) - 1
+
 
 PORT_ATTRS = ("state", "phys_state", "rate", "link_layer")
 _PORTS = "sys/class/infiniband/*/ports/*"
@@ -50,6 +73,7 @@ class IbPort:
     link_layer: str | None
     counters: dict[str, int] = field(default_factory=dict)
     unreadable: list[str] = field(default_factory=list)  # counter files that held no count
+    virtual: bool = False  # an SR-IOV virtual function's (made and removed at will)
 
     @property
     def name(self) -> str:
@@ -94,6 +118,7 @@ def collect(root: Path, env=None) -> list[IbPort]:
             phys_state=_word(read_text(pdir / "phys_state")),
             rate_gbps=parse_rate(read_text(pdir / "rate")),
             link_layer=read_text(pdir / "link_layer"),
+            virtual=(hca / "device" / "physfn").exists(),
         )
         for counter in ERROR_COUNTERS:
             text = read_text(pdir / "counters" / counter)
@@ -106,9 +131,37 @@ def collect(root: Path, env=None) -> list[IbPort]:
     return ports
 
 
+# The most physical ports seen at once in this boot, kept with the counters: an HCA that falls
+# off the bus (or whose driver lost it) takes its ports out of sysfs, and with no [infiniband]
+# hcas or count configured nothing else would say it was ever there.
+PORTS_SEEN = "ib/ports_seen"
+
+
 def counters(state) -> dict[str, int]:
-    return {f"ib/{port.name}/{k}": v for port in state.extra.get("infiniband") or []
-            for k, v in port.counters.items()}
+    ports = state.extra.get("infiniband")
+    out = {f"ib/{port.name}/{k}": v for port in ports or [] for k, v in port.counters.items()}
+    if ports is not None:
+        here = [p for p in ports if not p.virtual]
+        out.update({f"ib/{p.name}/present": 1 for p in here})
+        before = state.baseline.get(PORTS_SEEN, 0)
+        out[PORTS_SEEN] = max(len(here), before if isinstance(before, int) else 0)
+    return out
+
+
+def _vanished(state, found: list) -> list[Finding]:
+    """Physical ports fewer than this boot has seen at once: the ports gone named (those seen
+    earlier in this boot that are not here; a rename within the boot is no loss)."""
+    here = {p.name for p in found if not p.virtual}
+    seen = state.counters.get(PORTS_SEEN, 0)
+    if len(here) >= seen:
+        return []
+    gone = sorted(k[3:-len("/present")] for k in state.baseline
+                  if k.startswith("ib/") and k.endswith("/present")
+                  and k[3:-len("/present")] not in here)
+    return [fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
+                 f"{len(here)} of the {seen} InfiniBand ports seen earlier in this boot "
+                 f"present (gone: {', '.join(gone)[:200] or 'unknown'})", repair=True,
+                 gone=gone[:64])]
 
 # What the kernel writes (drivers/infiniband/core/sysfs.c): anything else was not read right.
 PORT_STATES = {"NOP", "DOWN", "INIT", "ARMED", "ACTIVE", "ACTIVE_DEFER"}
@@ -164,6 +217,8 @@ def check(state, cfg: dict) -> list[Finding]:
             fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
                  f"{len(ports)} of {count} InfiniBand ports present", repair=True)
         )
+    elif not wanted:
+        out.extend(_vanished(state, found))
     return out
 
 
@@ -187,11 +242,22 @@ def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:
     if p.unreadable:
         out.append(checker_error("infiniband", comp, f"infiniband: {comp} counters hold no "
                                  f"count: {', '.join(p.unreadable)}"))
+    stuck = []
     for counter, code in RISING_CODES.items():
         d = deltas.get(f"ib/{comp}/{counter}", 0)
         limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
-        if d > limit:
+        if d > limit:  # what it counted before it stopped still counts
             out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
                             f"{comp} {counter} +{d} since last sweep (limit {limit})",
                             repair=True, counter=counter, delta=d))
+        elif saturated(counter, p.counters.get(counter)):
+            stuck.append(f"{counter}={p.counters[counter]}")
+    if stuck:
+        # Held at its maximum it can show no new error. A warning, not a checker error: the
+        # 4-bit counters (overruns, link integrity) fill on healthy ports under load, and a
+        # checker error every sweep would stop the clean sweeps a resume waits for.
+        out.append(warn("infiniband", comp, "ib_counter_saturated", (
+            f"{comp} counters stopped at their maximum ({', '.join(stuck)}): errors past it "
+            f"are not seen; clear them (perfquery -x -R -C {p.hca} -P {p.port})"),
+            counters=stuck))
     return out or [ok("infiniband", comp, f"{comp} ACTIVE {p.rate_gbps or 0:g} Gb/s")]

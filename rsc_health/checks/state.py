@@ -26,6 +26,8 @@ class NodeState:
     # Flattened error counters and their increase since the previous sweep.
     counters: dict[str, int] = field(default_factory=dict)
     deltas: dict[str, int] = field(default_factory=dict)
+    # The baselines on record from earlier runs of this boot (what deltas are taken against).
+    baseline: dict[str, int] = field(default_factory=dict)
     # Probes that can hang (collect.hangs): the kinds this run ran, the ones that did not
     # answer (probe -> what happened), the children this run left behind on them, and every
     # probe hanging with since when and for how many sweeps (set by the engine).
@@ -87,6 +89,7 @@ def _read_counters(state: NodeState, families: list, before: dict) -> None:
     read = state.counters
     kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
         else {}
+    state.baseline = dict(kept)
     # The families that ran first, then the others' counters that have no baseline yet.
     for ran, fam in sorted(((fam in families, fam) for fam in REGISTRY),
                            key=lambda pair: not pair[0]):

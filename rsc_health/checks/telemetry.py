@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 from rsc_health.checks._finding import ok, readable_gpus, warn
-from rsc_health.checks.infiniband import ERROR_COUNTERS
+from rsc_health.checks.infiniband import ERROR_COUNTERS, saturated
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import TELEMETRY_KEY, val
 from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded, read_text
@@ -301,15 +301,24 @@ def _port_figures(port: dict, deltas: dict, expected: float, interval: float | N
     fig: dict = {"port": port["name"]}
     if expected and port.get("rate_gbps") is not None:
         fig["link_ratio"] = port["rate_gbps"] / expected
-    for c in IB_COUNTERS if interval is not None else ():
-        d = deltas.get(f"tm/ib/{port['name']}/{c}")
+    if interval is None:
+        return fig
+    counts = port.get("counters") or {}
+
+    def delta(c: str) -> int | None:
+        # A counter held at its maximum (IB counters stop there) shows no rate, never 0.
+        if saturated(c, counts.get(c)):
+            return None
+        return deltas.get(f"tm/ib/{port['name']}/{c}")
+
+    for c in IB_COUNTERS:
+        d = delta(c)
         if d is not None:
             # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
             fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
-    errs = [deltas.get(f"tm/ib/{port['name']}/{c}") for c in IB_ERRORS] \
-        if interval is not None else []
-    seen = [d for d in errs if d is not None]
-    if seen:
+    seen = [d for d in (delta(c) for c in IB_ERRORS) if d is not None]
+    stopped = any(saturated(c, counts.get(c)) for c in IB_ERRORS)
+    if seen and not stopped:  # one stopped counter would understate the sum
         fig["error_rate"] = sum(seen) / interval
     return fig
 

@@ -178,10 +178,15 @@ class NvmlBackend:
                 return doc
             doc["device_count"] = count
             doc["devices"] = []
+            handles = []
             for i in range(count):
                 if progress is not None:
                     progress(doc)
-                doc["devices"].append(self._device(pynvml, call, i))
+                device, handle = self._device(pynvml, call, i)
+                doc["devices"].append(device)
+                handles.append(handle)
+            if self.telemetry:
+                _telemetry_pass(pynvml, call, doc, handles, progress)
             return doc
         finally:
             try:
@@ -189,10 +194,11 @@ class NvmlBackend:
             except pynvml.NVMLError:
                 pass
 
-    def _device(self, nv, call, index: int) -> dict[str, Any]:
+    def _device(self, nv, call, index: int) -> tuple[dict[str, Any], Any]:
+        """(one GPU's health answers, its handle; None when NVML gave none)."""
         handle = call(nv.nvmlDeviceGetHandleByIndex, index)
         if isinstance(handle, dict):
-            return {"index": index, **handle}
+            return {"index": index, **handle}, None
         pci = call(nv.nvmlDeviceGetPciInfo, handle)
         d: dict[str, Any] = {
             "index": index,
@@ -246,10 +252,26 @@ class NvmlBackend:
         procs = (call(running, handle) if running is not None
                  else {"error": "NVML_ERROR_FUNCTION_NOT_FOUND"})
         d["processes"] = procs if isinstance(procs, dict) else _processes(procs)
-        if self.telemetry:
-            d[TELEMETRY_KEY] = _telemetry(nv, call, handle)
         d[FIRMWARE_KEY] = _firmware(nv, call, handle)
-        return d
+        return d, handle
+
+
+def _telemetry_pass(nv, call, doc: dict[str, Any], handles: list,
+                    progress: Callable[[dict], None] | None) -> None:
+    """Every GPU's telemetry, after every GPU's health answers: a driver that blocks in a
+    warn-only telemetry field (the read abandoned at its deadline) leaves the health of all
+    GPUs judged. Until a GPU's telemetry is read it says NVML's own timeout (UNANSWERED), what
+    a read abandoned there reports: absent to the telemetry family, no GPU field error."""
+    devices = doc["devices"]
+    for d, handle in zip(devices, handles):
+        if handle is not None:
+            d[TELEMETRY_KEY] = dict(UNANSWERED)
+    for d, handle in zip(devices, handles):
+        if handle is None:
+            continue
+        if progress is not None:
+            progress(doc)
+        d[TELEMETRY_KEY] = _telemetry(nv, call, handle)
 
 
 def _firmware(nv, call, handle) -> dict[str, Any]:
@@ -521,8 +543,10 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
         # Telemetry fields NVML refuses (NO_PERMISSION, NOT_SUPPORTED, ...) are absent, not
         # the checker's problem: the telemetry family leaves them out of its sample.
         # Firmware versions NVML will not say are only unknown.
+        # A read abandoned in the telemetry pass leaves the whole key UNANSWERED: absent too.
         state.field_errors = {k: v for k, v in errors.items()
-                              if not k.startswith((TELEMETRY_KEY + ".", FIRMWARE_KEY + "."))}
+                              if k not in (TELEMETRY_KEY, FIRMWARE_KEY)
+                              and not k.startswith((TELEMETRY_KEY + ".", FIRMWARE_KEY + "."))}
         # A GPU that falls off the bus (or needs a reset) mid-read answers so field by
         # field: that is the device's state, not one field's.
         fault = next((f for f in DEVICE_FAULTS if f in errors.values()), None)

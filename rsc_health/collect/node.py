@@ -74,6 +74,8 @@ def _nvml_answers(backend, timeout: float, state) -> dict | None:
             state.hung_probes[hangs.NVML] = f"NVML: Abandoned: {exc}"
             return None
         got = sum(1 for d in answers["devices"] if d.get("error") != "NVML_ERROR_TIMEOUT")
-        state.hung_probes[hangs.NVML] = (f"NVML: Abandoned: {exc} (NVML hung after answering "
-                                         f"for {got} of {answers['device_count']} GPUs)")
+        where = (f"after answering for {got} of {answers['device_count']} GPUs"
+                 if got < answers["device_count"] else
+                 "in the telemetry pass, after every GPU's health answers")
+        state.hung_probes[hangs.NVML] = f"NVML: Abandoned: {exc} (NVML hung {where})"
         return answers

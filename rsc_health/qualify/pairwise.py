@@ -16,6 +16,7 @@ against the other nodes' pairwise results like any metric (judge.py).
 
 from __future__ import annotations
 
+import os
 import re
 import threading
 import time
@@ -23,12 +24,17 @@ from dataclasses import replace
 
 from sqlalchemy import and_, func, select
 
-from rsc_health.model import ActionKind
+from rsc_health.model import LEGACY_LEMON_DRAIN, ActionKind, SuspectState
 from rsc_health.qualify import parse
 from rsc_health.qualify.judge import PASS
 from rsc_health.qualify.outcome import Outcome
 
 PEER = "{peer}"
+# Output past procs' max_bytes is cut there: what came after (the largest message size's row,
+# its wrong results, the summary) was never read, so the rows before it are no result. A wrong
+# result read before the cut still fails.
+MAX_OUTPUT = 1 << 20
+_CUT = "{who} output cut at " + str(MAX_OUTPUT) + " bytes: the result was not all read"
 # A Slurm node name as a host name: letters, digits, '.', '-', '_'; never a leading '-'.
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _RANK_HOST = re.compile(r"^#\s+Rank\s+\d+\s.*?\son\s+(\S+)\s+device", re.M)
@@ -59,10 +65,27 @@ def known_good(conn, *, node: str, gpu_model: str, driver: str, since) -> list[s
     qualifying = select(a.c.id).where(and_(
         a.c.node == newest.c.node, a.c.action == ActionKind.QUALIFY_START,
         a.c.time > newest.c.ended)).exists()
+    # Judged bad since its pass (drained, or a drain verdict held, guarded or only recorded in
+    # shadow mode) or slow now (an open suspect episode): its link would be the one measured,
+    # and a healthy node paired with it fails.
+    faulted = select(a.c.id).where(and_(
+        a.c.node == newest.c.node, a.c.action.in_(JUDGED_BAD),
+        a.c.time > newest.c.ended)).exists()
+    suspect = select(schema.suspects.c.id).where(and_(
+        schema.suspects.c.node == newest.c.node,
+        schema.suspects.c.state == SuspectState.SUSPECT)).exists()
     rows = conn.execute(select(newest.c.node)
-                        .where(and_(newest.c.n == 1, newest.c.verdict == PASS, ~qualifying))
+                        .where(and_(newest.c.n == 1, newest.c.verdict == PASS, ~qualifying,
+                                    ~faulted, ~suspect))
                         .order_by(newest.c.ended.desc(), newest.c.node)).scalars()
     return [peer for peer in rows if valid_peer(peer)]
+
+
+# What rsc-health (or a person, through it) judged of a node that unmakes its last pass.
+JUDGED_BAD = tuple(str(k) for k in (
+    ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, ActionKind.GUARD_TRIPPED,
+    ActionKind.HELD_UNDER_DRAIN, ActionKind.LEMON_DRAIN, ActionKind.MANUAL_DRAIN,
+    ActionKind.WOULD_DRAIN, ActionKind.QUALIFY_DRAIN)) + (LEGACY_LEMON_DRAIN,)
 
 
 def _argv(template, peer: str) -> list[str]:
@@ -74,9 +97,10 @@ def _setup(text: str) -> dict[str, str]:
 
 
 def run_pair(name: str, plugin: str, client: list[str], server: list[str], peer: str | None,
-             *, timeout_s: float, server_wait_s: float = 2.0) -> Outcome:
+             *, timeout_s: float, server_wait_s: float = 2.0, here: str | None = None) -> Outcome:
     """The server (on the peer) first, then after server_wait_s the client (here), each bounded
-    by timeout_s and run in its own process group (collect/procs)."""
+    by timeout_s and run in its own process group (collect/procs). `here`: this host's name as
+    the ranks print it (gethostname, short; the default)."""
     from rsc_health.collect import procs
 
     if not peer:
@@ -84,27 +108,34 @@ def run_pair(name: str, plugin: str, client: list[str], server: list[str], peer:
                        "not being qualified)")
     if not valid_peer(peer):
         return Outcome(name, inconclusive=f"peer name is not a host name: {peer[:40]!r}")
+    here = here or os.uname().nodename
+    if peer.split(".")[0].lower() == here.split(".")[0].lower():
+        # ib_write_bw to itself is the HCA's loopback: no cable, no switch port measured.
+        return Outcome(name, inconclusive=f"peer {peer} is this node: nothing between two "
+                       "nodes would be measured")
     s_argv, c_argv = _argv(server, peer), _argv(client, peer)
     if not server:  # one launcher for both ends (nccl-tests under mpirun -H node,peer)
         c = procs.run_all({"client": c_argv}, timeout_s={"client": timeout_s},
-                          max_bytes=1 << 20)["client"]
-        return _launched(name, plugin, c, c_argv, peer, timeout_s)
+                          max_bytes=MAX_OUTPUT)["client"]
+        return _launched(name, plugin, c, c_argv, peer, timeout_s, here)
     done: dict[str, procs.Outcome] = {}
 
     def serve() -> None:
         done.update(procs.run_all({"server": s_argv}, timeout_s={"server": timeout_s},
-                                  max_bytes=1 << 20))
+                                  max_bytes=MAX_OUTPUT))
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     time.sleep(server_wait_s)
     c = procs.run_all({"client": c_argv}, timeout_s={"client": timeout_s},
-                      max_bytes=1 << 20)["client"]
+                      max_bytes=MAX_OUTPUT)["client"]
     thread.join(timeout_s + server_wait_s + 5)
     s = done.get("server")
     why = _unfinished(name, peer, timeout_s, (("client", c), ("peer's server", s)))
     if why is not None:
         return why
+    if c.truncated:
+        return Outcome(name, inconclusive=_CUT.format(who="client"))
     assert s is not None  # the loop above returned when it was
     c_text = c.stdout.decode("utf-8", "replace")
     s_text = s.stdout.decode("utf-8", "replace")
@@ -150,10 +181,10 @@ def _unfinished(name, peer, timeout_s, ends) -> Outcome | None:
 
 
 def _launched(name: str, plugin: str, c, argv: list[str], peer: str,
-              timeout_s: float) -> Outcome:
-    """Both ends from one launcher: the ranks' hosts must include the peer and another host
-    (else the run measured this node alone: inconclusive); wrong results fail as in a
-    single-node run."""
+              timeout_s: float, here: str) -> Outcome:
+    """Both ends from one launcher: the ranks' hosts must include the peer and this node (else
+    the run measured this node alone, or the peer with some third host and not this node at
+    all: inconclusive, never a pass); wrong results fail as in a single-node run."""
     text = c.stdout.decode("utf-8", "replace")
     out = parse(plugin, text, argv[0])
     if out.failed:
@@ -162,11 +193,14 @@ def _launched(name: str, plugin: str, c, argv: list[str], peer: str,
     why = _unfinished(name, peer, timeout_s, (("launcher", c),))
     if why is not None:
         return why
-    hosts = {h.split(".")[0] for h in _RANK_HOST.findall(text)}
-    if peer.split(".")[0] not in hosts or len(hosts) < 2:
+    if c.truncated:  # the last rows (largest size, its #wrong) and the summary went with it
+        return Outcome(name, inconclusive=_CUT.format(who="launcher"))
+    hosts = {h.split(".")[0].lower() for h in _RANK_HOST.findall(text)}
+    me, them = here.split(".")[0].lower(), peer.split(".")[0].lower()
+    if them not in hosts or me not in hosts or me == them:
         on = ", ".join(sorted(hosts))[:80] or "no host"
         return Outcome(name, inconclusive=f"setup mismatch: ranks on {on}, not on this node "
-                       f"and {peer}")
+                       f"({me[:40]}) and {peer}")
     if out.inconclusive:
         out.test = name
         return out

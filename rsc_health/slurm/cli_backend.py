@@ -240,7 +240,7 @@ class CliSlurm:
         _one_node("update", node)
         feats = list(features)
         for f in feats:
-            _one_word("feature", f)
+            _one_feature(f)
         joined = ",".join(feats)
         self._run(["scontrol", "update", f"NodeName={node}", f"AvailableFeatures={joined}",
                    f"ActiveFeatures={joined}"])
@@ -374,6 +374,18 @@ def _local_time(text: str) -> datetime | None:
         return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").astimezone(UTC)
     except ValueError:
         return None
+
+
+# A node feature as the site's slurm.conf may spell it (`ib:hdr`, `gpu+nvl`, `rack/3`: Slurm
+# itself judges them): printable ASCII, one word, never a comma (it would split one feature in
+# two in AvailableFeatures=) nor '='.
+_FEATURE = re.compile(r"[!-+\--<>-~]{1,256}")
+
+
+def _one_feature(name: str) -> None:
+    if not isinstance(name, str) or not _FEATURE.fullmatch(name):
+        raise SlurmCommandError(["scontrol", "feature", repr(name)[:80]], 2,
+                                "not a feature name")
 
 
 def _one_word(what: str, name: str) -> None:

@@ -31,7 +31,7 @@ from rsc_health.slurm.api import (
     SlurmCommandError,
     SlurmUnavailable,
 )
-from rsc_health.slurm.cli_backend import _JOB_ID, _one_node, _one_word
+from rsc_health.slurm.cli_backend import _JOB_ID, _one_feature, _one_node, _one_word
 
 # What a node's first state word may be; the rest are flags ("DRAIN", "REBOOT_REQUESTED"...).
 BASE_STATES = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING", "DOWN", "FUTURE", "UNKNOWN")
@@ -272,7 +272,7 @@ class MemorySlurm:
         n = self._node(node, "update")
         feats = tuple(features)
         for f in feats:
-            _one_word("feature", f)
+            _one_feature(f)
         self.calls.append(("set_features", node, feats))
         n.features = feats
         self._done("set_features")

@@ -54,3 +54,36 @@ def test_the_known_good_peer_has_a_recent_pass_and_is_not_being_qualified(engine
         good = pairwise.known_good(conn, node="gpu-009", gpu_model=MODEL, driver=DRIVER,
                                    since=now - timedelta(days=90))
     assert good == ["gpu-001", "gpu-007"]
+
+
+def test_a_peer_drained_or_suspect_since_its_pass_is_not_known_good(engine):
+    """A peer that passed, then was drained (or had a drain held, or only recorded in shadow
+    mode) or became a suspect: the pairwise test would measure its bad link, and the healthy
+    node paired with it would fail and be drained. It was chosen all the same."""
+    from rsc_health.historian.schema import suspects
+    from rsc_health.model import ActionKind, SuspectState
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    for i, node in enumerate(("gpu-011", "gpu-012", "gpu-013", "gpu-014", "gpu-015")):
+        add_run(engine, node, "pass", now - timedelta(hours=2, minutes=i))
+    with engine.begin() as conn:
+        for node, action, when in (
+                ("gpu-011", ActionKind.DRAIN_AFTER_JOB, now - timedelta(hours=1)),
+                ("gpu-012", ActionKind.WOULD_DRAIN, now - timedelta(hours=1)),
+                ("gpu-015", ActionKind.DRAIN_NOW, now - timedelta(hours=3))):  # before its pass
+            conn.execute(insert(node_actions).values(
+                id=uuid.uuid4().hex[:32], time=when, node=node, action=str(action),
+                reason="ib_symbol_errors"))
+        conn.execute(insert(suspects).values(
+            node="gpu-013", state=str(SuspectState.SUSPECT), since=now - timedelta(hours=1),
+            last_evidence=now, expires=now + timedelta(hours=24), metric="ib_xmit_wait_rate",
+            value=9e6, peer_median=1e5, deviation=12.0, source="telemetry", changed=now))
+        conn.execute(insert(suspects).values(
+            node="gpu-014", state=str(SuspectState.CLEARED), since=now - timedelta(days=3),
+            last_evidence=now - timedelta(days=3), expires=now - timedelta(days=2),
+            metric="sm_clock_ratio", value=0.6, peer_median=0.98, deviation=9.0,
+            source="telemetry", changed=now - timedelta(days=2)))
+    with engine.connect() as conn:
+        good = pairwise.known_good(conn, node="gpu-009", gpu_model=MODEL, driver=DRIVER,
+                                   since=now - timedelta(days=90))
+    assert good == ["gpu-014", "gpu-015"]

@@ -87,7 +87,7 @@ def test_a_setup_mismatch_between_the_two_ends_is_inconclusive():
 def test_nccl_pairwise_from_one_launcher_needs_ranks_on_the_peer_and_flags_wrong_results():
     both = standin.nccl(46.0, ranks=16, hosts=("gpu-009", "gpu-017"))
     out = pairwise.run_pair("nccl_pair", "nccl_tests", printer(both), [], "gpu-017",
-                            timeout_s=10.0)
+                            timeout_s=10.0, here="gpu-009")
     assert out.inconclusive is None
     assert [m.name for m in out.metrics] == ["nccl-pair/allreduce_8589934592_busbw"]
     alone = standin.nccl(231.0, ranks=8, hosts=("gpu-009",))
@@ -101,3 +101,67 @@ def test_nccl_pairwise_from_one_launcher_needs_ranks_on_the_peer_and_flags_wrong
     hung = pairwise.run_pair("nccl_pair", "nccl_tests", printer(both, sleep=30), [], "gpu-017",
                              timeout_s=1.0)
     assert "timed out" in hung.inconclusive
+
+
+def test_nccl_ranks_on_the_peer_and_a_third_host_never_pass_for_this_node():
+    """The launcher put its ranks on the peer and on some other host, none here (a hostfile
+    or -H list that does not name this node): the run measured nothing of this node. It was
+    taken as a pairwise result (two hosts, the peer among them); now inconclusive."""
+    elsewhere = standin.nccl(46.0, ranks=16, hosts=("gpu-017", "gpu-031"))
+    out = pairwise.run_pair("nccl_pair", "nccl_tests", printer(elsewhere), [], "gpu-017",
+                            timeout_s=10.0, here="gpu-009")
+    assert out.inconclusive and "setup mismatch" in out.inconclusive and not out.metrics
+    # The same ranks with this node among them (any case, any domain) are a result.
+    mixed = standin.nccl(46.0, ranks=16, hosts=("GPU-009.cluster", "gpu-017"))
+    ok = pairwise.run_pair("nccl_pair", "nccl_tests", printer(mixed), [], "gpu-017",
+                           timeout_s=10.0, here="gpu-009")
+    assert ok.inconclusive is None and ok.metrics
+
+
+def test_a_peer_that_is_this_node_is_inconclusive_and_runs_nothing(tmp_path):
+    """ib_write_bw against itself is the HCA's loopback: the cable and switch port a pairwise
+    test is for are never crossed, so its bandwidth says nothing of them."""
+    marker = tmp_path / "ran"
+    touch = [sys.executable, "-c", f"open({str(marker)!r}, 'w')", "{peer}"]
+    for me in ("gpu-009", "GPU-009", "gpu-009.cluster"):
+        out = pairwise.run_pair("ib_write_bw_pair", "perftest", touch, touch, me,
+                                timeout_s=10.0, server_wait_s=0.05, here="gpu-009")
+        assert out.inconclusive and "this node" in out.inconclusive and not out.metrics
+    assert not marker.exists()
+
+
+def from_file(path, text: str, rc: int = 0) -> list[str]:
+    """argv of a stand-in that prints a file's `text` (too long for an argv) and exits `rc`."""
+    path.write_text(text)
+    code = "import sys; sys.stdout.write(open(sys.argv[1]).read()); sys.exit(int(sys.argv[2]))"
+    return [sys.executable, "-c", code, str(path), str(rc), "{peer}"]
+
+
+def test_a_launcher_output_cut_at_its_byte_limit_never_passes(tmp_path):
+    """NCCL_DEBUG=INFO (or a peer rank's warnings) floods the launcher's stdout between the
+    result rows: past 1 MiB it is cut, and with it the last rows (the largest size, its
+    `#wrong`) and the `Out of bounds values` line. The rows before the cut were taken as the
+    result: a node whose largest messages came back wrong could pass. Now a cut output is
+    inconclusive, unless what was read already shows a wrong result (that fails)."""
+    text = standin.nccl(46.0, ranks=16, hosts=("gpu-009", "gpu-017"), wrong=3)
+    lines = text.splitlines(keepends=True)
+    last_rows = max(i for i, line in enumerate(lines) if line.split()[:1] == ["4294967296"])
+    flood = "gpu-017:4242:4242 [0] NCCL INFO Channel 00/32 :    0   1   2   3   4   5\n" * 20000
+    cut = "".join(lines[:last_rows]) + flood + "".join(lines[last_rows:])
+    out = pairwise.run_pair("nccl_pair", "nccl_tests", from_file(tmp_path / "cut.log", cut), [],
+                            "gpu-017", timeout_s=20.0, here="gpu-009")
+    assert out.failed is None and not out.metrics
+    assert out.inconclusive and "cut" in out.inconclusive
+    seen = "".join(lines) + flood  # the wrong row was read before the cut: that fails
+    bad = pairwise.run_pair("nccl_pair", "nccl_tests",
+                            from_file(tmp_path / "seen.log", seen, rc=1), [], "gpu-017",
+                            timeout_s=20.0, here="gpu-009")
+    assert bad.failed and "wrong" in bad.failed
+
+
+def test_a_client_output_cut_at_its_byte_limit_is_inconclusive(tmp_path):
+    here = standin.perftest(23.9)
+    flooded = "x" * (1 << 20) + "\n" + here
+    out = pair(from_file(tmp_path / "c.log", flooded), printer(here))
+    assert "could not start" not in (out.inconclusive or "")
+    assert out.inconclusive and out.failed is None and not out.metrics

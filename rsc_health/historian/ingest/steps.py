@@ -71,13 +71,24 @@ class Limits:
     max_lines: int
     max_files: int
     owner_must_match: bool = True
+    # Lines one pass reads in all (files x lines is users' to make); what it leaves is said.
+    max_lines_per_pass: int = 20_000_000
 
     @classmethod
     def from_config(cls, cfg: Any) -> Limits:
         return cls(int(cfg.get("failslow.steps_max_line_bytes")),
                    int(cfg.get("failslow.steps_max_lines")),
                    int(cfg.get("failslow.steps_max_files")),
-                   bool(cfg.get("failslow.steps_owner_must_match")))
+                   bool(cfg.get("failslow.steps_owner_must_match")),
+                   int(cfg.get("failslow.steps_max_lines_per_pass")))
+
+
+class _Budget:
+    """The lines a pass may still read (Limits.max_lines_per_pass), shared by its files."""
+
+    def __init__(self, lines: int):
+        self.left = lines
+        self.spent_in: str | None = None  # where it ran out
 
 
 def _int(value: object, name: str, limit: int) -> int:
@@ -204,14 +215,21 @@ def _write(conn, rows: list[tuple]) -> int:
 
 
 def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
-                   where: str) -> Iterator[tuple[int, str]]:
+                   where: str, budget: _Budget | None = None) -> Iterator[tuple[int, str]]:
     """(line number, text) of at most max_lines lines, each cut at max_line_bytes: a longer
-    line is reported and skipped (its tail read and dropped in blocks, never held)."""
+    line is reported and skipped (its tail read and dropped in blocks, never held). `budget`:
+    the pass's lines left; this file stops where it runs out."""
     lineno = 0
     while True:
+        if budget is not None and budget.left <= 0:
+            if fh.readline(1):  # more was there: the pass's budget, not the file, ended it
+                budget.spent_in = where.rstrip(": ") or "the input"
+            return
         raw = fh.readline(limits.max_line_bytes + 1)
         if not raw:
             return
+        if budget is not None:
+            budget.left -= 1
         lineno += 1
         if lineno > limits.max_lines:
             report.add_bad(lineno, f"{where}more than {limits.max_lines} lines: the rest "
@@ -230,18 +248,20 @@ def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
 ANOTHER_USERS_JOB = "another user's job"
 JOB_NOT_KNOWN_YET = "job not known yet"
 OWNER_UNKNOWN = "file owner has no name here"
+WRITABLE_BY_OTHERS = "file others may write"
 
 
 class _OwnerFilter:
     """Keeps the rows of `owner`'s own jobs (sacct's User), for one file: the users of each
     job id are asked once a load."""
 
-    def __init__(self, conn, owner: str | None, users: dict[str, set[str]]):
-        self.conn, self.owner, self.users = conn, owner, users
+    def __init__(self, conn, owner: str | None, users: dict[str, set[str]],
+                 refused: str = OWNER_UNKNOWN):
+        self.conn, self.owner, self.users, self.refused = conn, owner, users, refused
 
     def __call__(self, rows: list[tuple], report: IngestReport) -> list[tuple]:
         if self.owner is None:
-            report.skip(OWNER_UNKNOWN, len(rows))
+            report.skip(self.refused, len(rows))
             return []
         ask = sorted({r[0] for r in rows} - self.users.keys())
         for start in range(0, len(ask), 500):
@@ -262,6 +282,17 @@ class _OwnerFilter:
             else:
                 kept.append(row)
         return kept
+
+
+def _others_may_write(st: os.stat_result, trusted: set[int]) -> bool:
+    """A file anyone may write (o+w), or root's or the historian's own that a group of users
+    may write (g+w, its group not root's nor the historian's): whose words it holds, its owner
+    cannot say. A world-writable file is how a job's prolog might hand root's drop file to a
+    job; every other user can then append lines naming any job."""
+    if st.st_mode & stat.S_IWOTH:
+        return True
+    return (st.st_uid in trusted and bool(st.st_mode & stat.S_IWGRP)
+            and st.st_gid not in (0, os.getegid()))
 
 
 def _owner_name(uid: int) -> str | None:
@@ -344,25 +375,47 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
     files = step_files(Path(path), limits, report)
     trusted = {0, os.geteuid()}
     users: dict[str, set[str]] = {}
+    budget = _Budget(limits.max_lines_per_pass)
+    unread = 0
     with writer(engine).begin() as conn:
         for file in files:
+            if budget.left <= 0:
+                unread += 1
+                continue
             where = f"{file.name}: " if len(files) > 1 or file != Path(path) else ""
             try:
                 fd = open_regular(file)
             except OSError as exc:
                 report.add_bad(0, f"{file.name}: {exc.strerror or exc}")
                 continue
-            uid = os.fstat(fd).st_uid
+            st = os.fstat(fd)
+            uid = st.st_uid
             keep = (_OwnerFilter(conn, _owner_name(uid), users)
                     if limits.owner_must_match and uid not in trusted else None)
+            if limits.owner_must_match and _others_may_write(st, trusted):
+                # Its owner's word no more: anyone (or a group of users) may have written it.
+                keep = _OwnerFilter(conn, None, users, WRITABLE_BY_OTHERS)
             with open(fd, "rb") as fh:
-                _load(conn, _bounded_lines(fh, limits, report, where), report, where, keep)
+                _load(conn, _bounded_lines(fh, limits, report, where, budget), report, where,
+                      keep)
+    _said_budget(report, limits, budget, unread)
     return report
+
+
+def _said_budget(report: IngestReport, limits: Limits, budget: _Budget, unread: int) -> None:
+    if budget.spent_in is None and not unread:
+        return
+    what = (f"the rest of {budget.spent_in}" if budget.spent_in else "") + (
+        f"{' and ' if budget.spent_in else ''}{unread} more files" if unread else "")
+    report.add_bad(0, f"budget of {limits.max_lines_per_pass} lines per pass spent: {what} "
+                      "were not read (the next pass reads them again)")
 
 
 def ingest_stream(engine: Engine, fh: IO[bytes], limits: Limits) -> IngestReport:
     """JSON Lines from an open binary stream (`PATH` '-': stdin), bounded as a file is."""
     report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
+    budget = _Budget(limits.max_lines_per_pass)
     with writer(engine).begin() as conn:
-        _load(conn, _bounded_lines(fh, limits, report, ""), report, "")
+        _load(conn, _bounded_lines(fh, limits, report, "", budget), report, "")
+    _said_budget(report, limits, budget, 0)
     return report
