@@ -125,7 +125,7 @@ def _run(
         findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
                                {name: state.probe_pids.get(name) for name in state.hung_probes},
-                               utcnow(), sweep=sweep)
+                               utcnow(), sweep=sweep, after_health=state.hung_after_health)
     if hangs.NVML in state.hung_probes:
         # Said on every run it hangs, with since when; after [gpu] nvml_hang_sweeps sweeps
         # in a row the gpu check makes it the node's fault (nvml_wedged).

@@ -45,7 +45,8 @@ def load(path: Path) -> dict:
     probes = data.get("probes") if isinstance(data.get("probes"), dict) else {}
     clean = {
         str(name): {k: v for k, v in p.items() if k in ("since", "sweeps", "pid", "start")
-                    and (k == "since" or type(v) is int)}
+                    and (k == "since" or type(v) is int)
+                    or k == "after_health" and v is True}
         for name, p in probes.items()
         if isinstance(p, dict) and isinstance(p.get("since"), str)
         and type(p.get("sweeps")) is int and p["sweeps"] >= 0
@@ -60,21 +61,26 @@ def current(previous: dict, boot_id: str) -> dict[str, dict]:
 
 
 def update(previous: dict, boot_id: str, asked: set[str], hung: dict[str, int | None],
-           now: datetime, *, sweep: bool) -> dict[str, dict]:
+           now: datetime, *, sweep: bool, after_health: frozenset[str] | set[str] = frozenset(),
+           ) -> dict[str, dict]:
     """The probes hanging after this run. `asked`: the probe kinds this run ran (a kind it did
     not run keeps its record); `hung`: the probes that did not answer, each with the pid of the
     child this run abandoned (None: none, the one on record is still waiting). A sweep that
-    found a probe hung counts one more sweep."""
+    found a probe hung counts one more sweep. `after_health`: the hung probes whose child
+    waits only past the health answers (after_health: true on the record, kept while that
+    child is the one on record)."""
     before = current(previous, boot_id)
     out = {name: p for name, p in before.items() if kind(name) not in asked}
     for name in sorted(hung):
         was = before.get(name) or {"since": now.isoformat(), "sweeps": 0}
         rec = {**was, "sweeps": was["sweeps"] + (1 if sweep else 0)}
         if hung[name] is not None:
-            rec.pop("pid", None), rec.pop("start", None)
+            rec.pop("pid", None), rec.pop("start", None), rec.pop("after_health", None)
             start = _start_time(hung[name])
             if start is not None:
                 rec.update(pid=hung[name], start=start)
+                if name in after_health:
+                    rec["after_health"] = True
         out[name] = rec
     return out
 

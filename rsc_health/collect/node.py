@@ -42,8 +42,22 @@ def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
     if isinstance(backend, gpu_mod.NvmlBackend):
         timeout = float(cfg.get("gpu.nvml_timeout_s", 10.0))
         state.probes_asked.append(hangs.NVML)
-        waiting = hangs_before.get(hangs.NVML)
-        if hangs.still_waiting(waiting):
+        waiting = hangs_before.get(hangs.NVML) or {}
+        if hangs.still_waiting(waiting) and waiting.get("after_health") is True:
+            # The child left behind hung in a warn-only telemetry field, after every GPU's
+            # health had answered: the health calls still return. Not asking them until that
+            # child comes back would let a GPU lost meanwhile take jobs for up to
+            # nvml_hang_sweeps sweeps; ask them again from a new child (telemetry is not
+            # asked while the old one waits). Should this one hang too, it is the record and
+            # nothing is asked again: at most two children stuck.
+            answers = guard(lambda: _nvml_answers(
+                gpu_backend(cfg, root, telemetry=False), timeout, state))
+            if hangs.NVML not in state.hung_probes:
+                state.hung_after_health.add(hangs.NVML)
+                state.hung_probes[hangs.NVML] = (
+                    f"NVML: the telemetry probe abandoned before (pid {waiting['pid']}) is still "
+                    f"waiting in the driver; health asked again without telemetry")
+        elif hangs.still_waiting(waiting):
             state.hung_probes[hangs.NVML] = (
                 f"NVML: the probe abandoned before (pid {waiting['pid']}) is still waiting "
                 f"in the driver; not asked again")
@@ -74,6 +88,8 @@ def _nvml_answers(backend, timeout: float, state) -> dict | None:
             state.hung_probes[hangs.NVML] = f"NVML: Abandoned: {exc}"
             return None
         got = sum(1 for d in answers["devices"] if d.get("error") != "NVML_ERROR_TIMEOUT")
+        if got >= answers["device_count"]:
+            state.hung_after_health.add(hangs.NVML)
         where = (f"after answering for {got} of {answers['device_count']} GPUs"
                  if got < answers["device_count"] else
                  "in the telemetry pass, after every GPU's health answers")

@@ -15,6 +15,7 @@ from rsc_health import engine
 from rsc_health.collect.gpu import TELEMETRY_KEY, NvmlBackend
 from rsc_health.model import Level, Severity
 from rsc_health.policy import decide
+from tests.node.conftest import Node
 from tests.node.test_nvml_backend import FakeNvml
 
 
@@ -94,3 +95,95 @@ def test_without_telemetry_the_read_is_unchanged(monkeypatch):
     assert all(TELEMETRY_KEY not in d for d in doc["devices"])
     both = NvmlBackend(telemetry=True).read()
     assert all(isinstance(d[TELEMETRY_KEY].get("nvlink_kib"), dict) for d in both["devices"])
+
+
+def _kill_left_children(sdir) -> None:
+    import os
+    import signal
+
+    from rsc_health.collect import hangs
+    rec = hangs.load(sdir / engine.HANGS_FILE)["probes"].get(hangs.NVML) or {}
+    if type(rec.get("pid")) is int:
+        try:
+            os.kill(rec["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _in_the_kernel(root) -> None:
+    """Block as a wedged driver does: in the kernel, where SIGKILL does not end the wait (a
+    statfs on a FUSE mount whose daemon never answers)."""
+    import os
+    os.statvfs(str(root / "checkpoint"))
+
+
+def test_a_gpu_lost_while_a_telemetry_child_is_still_stuck_drains_at_the_next_job_start(
+        monkeypatch, hung_mount):
+    """The sweep's telemetry read hangs on GPU 0 after every GPU's health answered; its child
+    stays stuck in the driver. GPU 3 is then lost. Before: while that child waited, no run asked
+    NVML at all (a checker error), so the next jobs started on the lost GPU until
+    nvml_hang_sweeps sweeps drained the node after them. Now the health calls are asked again
+    from a new child (telemetry is not): the lost GPU drains at the next job start, the stuck
+    child is still said, and only the stuck child is on record (no child left per run)."""
+    from rsc_health.collect import hangs
+    from rsc_health.engine import state_dir
+
+    fake = FakeNvml()
+    fake.install(monkeypatch)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 4)
+    real = pynvml.nvmlDeviceGetFieldValues
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetFieldValues", lambda h, ids: (
+        _in_the_kernel(hung_mount) if h == "h0" else None) or real(h, ids))
+    node = Node(hung_mount)
+    cfg = node.config
+    cfg.data["gpu"].update(backend="nvml", count=4, nvml_timeout_s=1.0)
+    sdir = state_dir(cfg, node.root)
+    try:
+        first = engine.run(cfg, node.root, only={"gpu", "telemetry"}, sweep=True)
+        assert decide(first).level is not Level.DRAIN_NOW
+        stuck = hangs.load(sdir / engine.HANGS_FILE)["probes"][hangs.NVML]
+        assert stuck["after_health"] is True and hangs.still_waiting(stuck)
+
+        FakeNvml(lost=3).install(monkeypatch)
+        monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 4)
+        second = engine.run(cfg, node.root, only={"gpu"})
+        drains = [(f.component, f.code) for f in second if f.severity is Severity.DRAIN_NOW]
+        assert drains == [("gpu3", "gpu_lost")]
+        hung = [f.reason for f in second if f.code == "nvml_hung"]
+        assert hung and "health asked again without telemetry" in hung[0]
+        after = hangs.load(sdir / engine.HANGS_FILE)["probes"][hangs.NVML]
+        assert after["pid"] == stuck["pid"] and after["after_health"] is True
+    finally:
+        _kill_left_children(sdir)
+
+
+def test_a_child_stuck_in_the_health_calls_is_not_asked_again(monkeypatch, hung_mount):
+    """A child that hung before every GPU's health answered is the driver's: nothing is asked
+    while it waits (asking would leave one more process stuck per run), as before."""
+    from rsc_health.collect import hangs
+    from rsc_health.engine import state_dir
+
+    FakeNvml().install(monkeypatch)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 4)
+    real = pynvml.nvmlDeviceGetHandleByIndex
+
+    def wedged(i):
+        if i == 2:
+            _in_the_kernel(hung_mount)
+        return real(i)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", wedged)
+    node = Node(hung_mount)
+    cfg = node.config
+    cfg.data["gpu"].update(backend="nvml", count=4, nvml_timeout_s=1.0)
+    sdir = state_dir(cfg, node.root)
+    try:
+        engine.run(cfg, node.root, only={"gpu"}, sweep=True)
+        stuck = hangs.load(sdir / engine.HANGS_FILE)["probes"][hangs.NVML]
+        assert "after_health" not in stuck and hangs.still_waiting(stuck)
+        second = engine.run(cfg, node.root, only={"gpu"})
+        hung = [f.reason for f in second if f.code == "nvml_hung"]
+        assert hung and "not asked again" in hung[0]
+        assert hangs.load(sdir / engine.HANGS_FILE)["probes"][hangs.NVML]["pid"] == stuck["pid"]
+    finally:
+        _kill_left_children(sdir)
