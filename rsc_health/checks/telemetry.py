@@ -60,6 +60,16 @@ READS = (f"{_PORTS}/rate", f"{_PORTS}/link_layer",
 HW_EVENTS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
 TIME_KEY = "tm/time_ms"
 NS = 1e9
+# More NVLink bytes per second (sent + received) than any GPU's links carry (NVLink 5: 1.8 TB/s
+# both ways together), with room: a rate past it is a counter that jumped (a garbled read, a
+# reset the driver did not show as one), not traffic, and is absent, never recorded.
+NVLINK_MAX_BYTES_S = 4e12
+# The IB error counters' widths in PortCounters (IBTA vol. 1, 16.1.3.5): they stop at their
+# maximum instead of wrapping. A counter that sat there through the interval can no longer
+# rise, so its port's error rate is unknown (absent), not 0.
+IB_SATURATES = {"symbol_error": 0xFFFF, "link_downed": 0xFF, "link_error_recovery": 0xFF,
+                "port_rcv_errors": 0xFFFF, "port_rcv_remote_physical_errors": 0xFFFF,
+                "local_link_integrity_errors": 0xF, "excessive_buffer_overrun_errors": 0xF}
 
 
 def _prefix(gpu_index: int) -> str:
@@ -266,7 +276,9 @@ def _rates(p: str, deltas: dict, interval: float) -> dict:
             out[name] = d / interval
     tx, rx = deltas.get(p + "nvlink_tx_kib"), deltas.get(p + "nvlink_rx_kib")
     if tx is not None and rx is not None:
-        out["nvlink_data_rate"] = (tx + rx) * 1024 / interval  # bytes per second
+        rate = (tx + rx) * 1024 / interval  # bytes per second
+        if rate <= NVLINK_MAX_BYTES_S:
+            out["nvlink_data_rate"] = rate
     return out
 
 
@@ -309,7 +321,10 @@ def _port_figures(port: dict, deltas: dict, expected: float, interval: float | N
     errs = [deltas.get(f"tm/ib/{port['name']}/{c}") for c in IB_ERRORS] \
         if interval is not None else []
     seen = [d for d in errs if d is not None]
-    if seen:
+    counts = port.get("counters") or {}
+    stuck = any(counts.get(c) == top and not deltas.get(f"tm/ib/{port['name']}/{c}")
+                for c, top in IB_SATURATES.items())
+    if seen and not stuck:
         fig["error_rate"] = sum(seen) / interval
     return fig
 
