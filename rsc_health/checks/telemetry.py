@@ -42,9 +42,10 @@ from pathlib import Path
 
 from rsc_health.checks._finding import ok, readable_gpus, warn
 from rsc_health.checks.infiniband import ERROR_COUNTERS
+from rsc_health.collect import ibports
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import TELEMETRY_KEY, val
-from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded, read_text
+from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded
 from rsc_health.model import Finding, Metric
 
 FAMILY = "telemetry"
@@ -77,19 +78,23 @@ def _prefix(gpu_index: int) -> str:
 
 
 def collect(root: Path, env=None) -> dict:
-    """The HCA ports' counters and rate, and when they (and NVML, read just before) were read."""
-    from rsc_health.checks.infiniband import each_port, parse_rate
+    """The HCA ports' counters and rate, and when they (and NVML, read just before) were read.
+    Through the run's one reader of the ports (rsc_health.collect.ibports): the error counters,
+    rate and link layer the infiniband family read this run are its answers, not read again."""
+    from rsc_health.checks.infiniband import parse_rate
 
+    read = ibports.reader(root, env)
     ports = []
-    for hca, pdir in each_port(root):
+    for hca, name, pdir in read.ports():
         counts = {}
         for c in IB_COUNTERS:
-            value = parse_count(read_text(pdir / "counters" / c))
+            value = parse_count(read.text(pdir / "counters" / c))
             if value is not None:
                 counts[c] = value
-        ports.append({"name": f"{hca.name}/{pdir.name}", "hca": hca.name,
-                      "rate_gbps": parse_rate(read_text(pdir / "rate")),
-                      "link_layer": read_text(pdir / "link_layer"), "counters": counts})
+        ports.append({"name": f"{hca}/{name}", "hca": hca,
+                      "rate_gbps": parse_rate(read.text(pdir / "rate")),
+                      "link_layer": read.text(pdir / "link_layer"), "counters": counts})
+    ibports.said(read, env, FAMILY)
     return {"time_ms": _clock_ms(root, env), "ports": ports}
 
 
