@@ -310,9 +310,11 @@ def _links(plan: dict, faults: list[dict], shift: str, ckpt: np.ndarray, cfg: Fa
         # that rail, or a leaf's share of the nodes, counts errors of one level give or take.
         a = int(rng.integers(0, s - 1))
         b = min(s, a + int(rng.integers(1, 3)))
-        hit = (np.ones(n, dtype=bool) if rng.random() < 0.5 else
-               rng.random(n) < rng.uniform(0.3, 0.5))
-        hit[rng.integers(0, n, 2)] = True
+        hit = np.ones(n, dtype=bool)
+        if rng.random() < 0.5:  # a leaf's share: 30-50% of the nodes (at least two)
+            hit[:] = False
+            hit[rng.choice(n, size=max(2, int(np.ceil(rng.uniform(0.3, 0.5) * n))),
+                           replace=False)] = True
         level = rng.uniform(5, 60) * np.exp(rng.normal(0, 0.4, (int(hit.sum()), b - a)))
         counts[np.ix_(hit, np.arange(a, b))] += np.round(level)
         comp["ib_error_rate"][np.ix_(hit, np.arange(a, b))] = ports[rng.integers(0, 8)]
