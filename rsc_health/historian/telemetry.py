@@ -136,10 +136,24 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
                                ascending=[True, True, False, True]) \
         .drop_duplicates(["node", "metric"]).set_index(["node", "metric"])["comp"]
     figures = figures.join(worst)
+    # A metric that held one value over the job or day (a link ratio at 1.0, an error rate
+    # at 0: most of them, most of the time) keeps it once, in min; mean and max are NULL and
+    # read back as min (`_filled`): a NULL costs a row no bytes (the storage budget).
     return {(str(node), str(metric)): {
-        "n": int(n), "mean": float(mean), "min": float(lo), "max": float(hi),
+        "n": int(n), "mean": None if lo == hi else float(mean), "min": float(lo),
+        "max": None if lo == hi else float(hi),
         "past": None if metric in unlined else int(past), "worst": str(comp)[:16]}
         for (node, metric), n, mean, lo, hi, past, comp in figures.itertuples()}
+
+
+def _filled(stats: dict) -> dict:
+    """A metric's stats as stored, with mean and max read back from min where the rollup
+    kept a constant once (`_aggregate`)."""
+    if stats.get("n") is not None and stats.get("min") is not None:
+        for stat in ("mean", "max"):
+            if stats.get(stat) is None:
+                stats[stat] = stats["min"]
+    return stats
 
 
 def _wide(agg: dict[tuple[str, str], dict], key: dict) -> list[dict]:
@@ -174,7 +188,7 @@ def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] |
         wide = [dict(row._mapping) for row in conn.execute(q)]
     stats = [stat for stat, _kind in schema.ROLLUP_STATS]
     long = [{first: row[first], "node": row["node"], "metric": m.value,
-             **{stat: row[f"{m.value}_{stat}"] for stat in stats}}
+             **_filled({stat: row[f"{m.value}_{stat}"] for stat in stats})}
             for row in wide for m in ROLLED_UP if row.get(f"{m.value}_n") is not None]
     return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
 
@@ -198,8 +212,8 @@ def latest_rollups(engine: Engine, node: str, cfg=None) -> dict:
             n = row._mapping.get(f"{m.value}_n")
             if n is None:
                 continue
-            stats = {stat: row._mapping.get(f"{m.value}_{stat}")
-                     for stat, _kind in schema.ROLLUP_STATS}
+            stats = _filled({stat: row._mapping.get(f"{m.value}_{stat}")
+                             for stat, _kind in schema.ROLLUP_STATS})
             past = stats.get("past")
             stats["past_frac"] = past / n if n and past is not None else None
             stats["limit"] = warn_limit(cfg, m) if cfg is not None else None
