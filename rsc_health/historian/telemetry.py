@@ -146,9 +146,17 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
         for (node, metric), n, mean, lo, hi, past, comp in figures.itertuples()}
 
 
-def _filled(stats: dict) -> dict:
-    """A metric's stats as stored, with mean and max read back from min where the rollup
-    kept a constant once (`_aggregate`)."""
+def _reported(row, metric: str) -> bool:
+    """Whether a rollup row holds the metric (its min is set whenever it does; its n is NULL
+    when it equals the row's sweeps, since 0016)."""
+    return row.get(f"{metric}_min") is not None or row.get(f"{metric}_n") is not None
+
+
+def _filled(stats: dict, sweeps=None) -> dict:
+    """A metric's stats as stored, read back whole: n from the row's `sweeps` where the
+    rollup kept it once (0016), mean and max from min where it kept a constant once."""
+    if stats.get("n") is None and sweeps is not None:
+        stats["n"] = sweeps
     if stats.get("n") is not None and stats.get("min") is not None:
         for stat in ("mean", "max"):
             if stats.get(stat) is None:
@@ -164,6 +172,14 @@ def _wide(agg: dict[tuple[str, str], dict], key: dict) -> list[dict]:
             continue  # a name no column holds (a newer node's): in the samples only
         row = rows.setdefault(node, {**key, "node": node})
         row.update({f"{metric}_{stat}": value for stat, value in stats.items()})
+    for row in rows.values():
+        # The row's sample count once (0016): most metrics are sampled every sweep, and a
+        # NULL costs no bytes; a metric sampled less often keeps its own n.
+        counts = [row[f"{m}_n"] for m in _METRICS if row.get(f"{m}_n") is not None]
+        row["sweeps"] = max(counts)
+        for m in _METRICS:
+            if row.get(f"{m}_n") == row["sweeps"]:
+                row[f"{m}_n"] = None
     return list(rows.values())
 
 
@@ -188,8 +204,8 @@ def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] |
         wide = [dict(row._mapping) for row in conn.execute(q)]
     stats = [stat for stat, _kind in schema.ROLLUP_STATS]
     long = [{first: row[first], "node": row["node"], "metric": m.value,
-             **_filled({stat: row[f"{m.value}_{stat}"] for stat in stats})}
-            for row in wide for m in ROLLED_UP if row.get(f"{m.value}_n") is not None]
+             **_filled({stat: row[f"{m.value}_{stat}"] for stat in stats}, row.get("sweeps"))}
+            for row in wide for m in ROLLED_UP if _reported(row, m.value)]
     return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
 
 
@@ -209,11 +225,12 @@ def latest_rollups(engine: Engine, node: str, cfg=None) -> dict:
     def metrics(row) -> dict:
         out = {}
         for m in ROLLED_UP:
-            n = row._mapping.get(f"{m.value}_n")
-            if n is None:
+            if not _reported(row._mapping, m.value):
                 continue
             stats = _filled({stat: row._mapping.get(f"{m.value}_{stat}")
-                             for stat, _kind in schema.ROLLUP_STATS})
+                             for stat, _kind in schema.ROLLUP_STATS},
+                            row._mapping.get("sweeps"))
+            n = stats["n"]
             past = stats.get("past")
             stats["past_frac"] = past / n if n and past is not None else None
             stats["limit"] = warn_limit(cfg, m) if cfg is not None else None
