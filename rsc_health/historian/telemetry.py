@@ -18,7 +18,10 @@ them, to keep after the samples are gone:
 Each rollup row is one node's, with per metric: n, mean, min, max, `past` (samples beyond
 the metric's warn threshold, [telemetry] warn_above / warn_below: the fraction is past / n;
 NULL for a metric with no threshold)
-and `worst`, the component that was the worst most often (schema.py says why wide).
+and `worst`, the component that was the worst most often (schema.py says why wide). What a
+row would repeat is kept once: the row's sample count in `sweeps` (a metric's n is NULL when
+it equals it; 0016) and a metric that held one value in its min (mean and max NULL); the
+readers give every figure back whole.
 `load_rollups` reads them back one row per metric. Rolling up the same job or day again
 replaces its rows.
 """
