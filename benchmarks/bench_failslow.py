@@ -77,12 +77,13 @@ def score(fleet, runs: pd.DataFrame) -> dict:
     return {"tp": tp, "fp": fp, "fn": fn, "delays": delays.tolist(), "imb_flags": imb_flags,
             "imb_jobs": len(imb_jobs), "missed": missed, "fp_metrics": fp_metrics,
             "injected": truth["kind"].value_counts().to_dict(),
-            "found": first["kind"].value_counts().to_dict()}
+            "found": first["kind"].value_counts().to_dict(),
+            "late": first.loc[(delays > 10).to_numpy(), "kind"].value_counts().to_dict()}
 
 
 def run(seeds: list[int], jobs: int, rules: Rules) -> dict:
     tot = {"tp": 0, "fp": 0, "fn": 0, "delays": [], "imb_flags": 0, "imb_jobs": 0,
-           "missed": {}, "fp_metrics": {}, "injected": {}, "found": {}, "nodes": 0,
+           "missed": {}, "fp_metrics": {}, "injected": {}, "found": {}, "late": {}, "nodes": 0,
            "seconds": 0.0}
     for seed in seeds:
         fleet = simulate_failslow(FailSlowConfig(jobs=jobs, seed=seed))
@@ -94,7 +95,7 @@ def run(seeds: list[int], jobs: int, rules: Rules) -> dict:
             tot[k] += s[k]
         tot["delays"] += s["delays"]
         tot["nodes"] += len(fleet.membership)
-        for k in ("missed", "fp_metrics", "injected", "found"):
+        for k in ("missed", "fp_metrics", "injected", "found", "late"):
             for m, c in s[k].items():
                 tot[k][m] = tot[k].get(m, 0) + c
     p = tot["tp"] / (tot["tp"] + tot["fp"]) if tot["tp"] + tot["fp"] else 0.0
@@ -133,8 +134,9 @@ def main() -> int:
         for kind, n_in in sorted(t["injected"].items()):
             found = t["found"].get(kind, 0)
             fp = t["fp_metrics"].get(KIND_METRIC.get(kind, ""), 0)
+            late = t["late"].get(kind, 0)
             print(f"  {kind}: recall {found}/{n_in} = {found / n_in:.3f}, "
-                  f"{KIND_METRIC.get(kind)} false-positive runs {fp}")
+                  f"{KIND_METRIC.get(kind)} false-positive runs {fp}, found past 10 min {late}")
             print(f"BENCH\tfailslow\t{name}_recall_{kind}\t{found / n_in:.3f}\tratio")
             print(f"BENCH\tfailslow\t{name}_fp_{KIND_METRIC.get(kind)}\t{fp}\truns")
         print(f"BENCH\tfailslow\t{name}_f1\t{t['f1']:.3f}\tratio")
