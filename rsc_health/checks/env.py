@@ -26,6 +26,9 @@ class CollectEnv:
     cursors: dict = field(default_factory=dict)
     hangs_before: dict = field(default_factory=dict)
     probe_timeout_s: float | None = None
+    # What several families read from one source, read once a run and shared (the InfiniBand
+    # ports: rsc_health.collect.ibports).
+    shared: dict = field(default_factory=dict)
 
     def guard(self, family: str, source: str, fn: Callable[[], Any]) -> Any:
         """fn(), or None with a checker finding naming `source` when it raises."""

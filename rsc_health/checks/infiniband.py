@@ -13,12 +13,12 @@ drivers/infiniband/core/sysfs.c, as rdma-core's ibstat reads them): `state` = `4
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
-from rsc_health.collect.sysfs import parse_count, read_text
+from rsc_health.collect import ibports
+from rsc_health.collect.sysfs import parse_count
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
 
@@ -92,42 +92,30 @@ def parse_rate(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def each_port(root: Path) -> Iterator[tuple[Path, Path]]:
-    """(HCA directory, port directory) of every port under /sys/class/infiniband, in name
-    order; an HCA whose ports cannot be listed is skipped, no class directory is no port."""
-    try:
-        hcas = sorted((root / "sys/class/infiniband").iterdir())
-    except OSError:
-        return
-    for hca in hcas:
-        try:
-            port_dirs = sorted((hca / "ports").iterdir(), key=lambda p: p.name)
-        except OSError:
-            continue
-        for pdir in port_dirs:
-            yield hca, pdir
-
-
 def collect(root: Path, env=None) -> list[IbPort]:
+    """The ports through the run's one reader (rsc_health.collect.ibports): the telemetry
+    family's reads of the same files are served from it."""
+    read = ibports.reader(root, env)
     ports: list[IbPort] = []
-    for hca, pdir in each_port(root):
+    for hca, name, pdir in read.ports():
         port = IbPort(
-            hca=hca.name,
-            port=pdir.name,
-            state=_word(read_text(pdir / "state")),
-            phys_state=_word(read_text(pdir / "phys_state")),
-            rate_gbps=parse_rate(read_text(pdir / "rate")),
-            link_layer=read_text(pdir / "link_layer"),
-            virtual=(hca / "device" / "physfn").exists(),
+            hca=hca,
+            port=name,
+            state=_word(read.text(pdir / "state")),
+            phys_state=_word(read.text(pdir / "phys_state")),
+            rate_gbps=parse_rate(read.text(pdir / "rate")),
+            link_layer=read.text(pdir / "link_layer"),
+            virtual=(pdir.parent.parent / "device" / "physfn").exists(),
         )
         for counter in ERROR_COUNTERS:
-            text = read_text(pdir / "counters" / counter)
+            text = read.text(pdir / "counters" / counter)
             value = parse_count(text)
             if value is not None:
                 port.counters[counter] = value
             elif text is not None:
                 port.unreadable.append(counter)
         ports.append(port)
+    ibports.said(read, env, "infiniband")
     return ports
 
 

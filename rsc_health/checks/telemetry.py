@@ -42,9 +42,10 @@ from pathlib import Path
 
 from rsc_health.checks._finding import ok, readable_gpus, warn
 from rsc_health.checks.infiniband import ERROR_COUNTERS, saturated
+from rsc_health.collect import ibports
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import TELEMETRY_KEY, val
-from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded, read_text
+from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded
 from rsc_health.model import Finding, Metric
 
 FAMILY = "telemetry"
@@ -60,26 +61,33 @@ READS = (f"{_PORTS}/rate", f"{_PORTS}/link_layer",
 HW_EVENTS = ("hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
 TIME_KEY = "tm/time_ms"
 NS = 1e9
-
+# More NVLink bytes per second (sent + received) than any GPU's links carry (NVLink 5: 1.8 TB/s
+# both ways together), with room: a rate past it is a counter that jumped (a garbled read, a
+# reset the driver did not show as one), not traffic, and is absent, never recorded.
+NVLINK_MAX_BYTES_S = 4e12
 
 def _prefix(gpu_index: int) -> str:
     return f"tm/gpu{gpu_index}/"
 
 
 def collect(root: Path, env=None) -> dict:
-    """The HCA ports' counters and rate, and when they (and NVML, read just before) were read."""
-    from rsc_health.checks.infiniband import each_port, parse_rate
+    """The HCA ports' counters and rate, and when they (and NVML, read just before) were read.
+    Through the run's one reader of the ports (rsc_health.collect.ibports): the error counters,
+    rate and link layer the infiniband family read this run are its answers, not read again."""
+    from rsc_health.checks.infiniband import parse_rate
 
+    read = ibports.reader(root, env)
     ports = []
-    for hca, pdir in each_port(root):
+    for hca, name, pdir in read.ports():
         counts = {}
         for c in IB_COUNTERS:
-            value = parse_count(read_text(pdir / "counters" / c))
+            value = parse_count(read.text(pdir / "counters" / c))
             if value is not None:
                 counts[c] = value
-        ports.append({"name": f"{hca.name}/{pdir.name}", "hca": hca.name,
-                      "rate_gbps": parse_rate(read_text(pdir / "rate")),
-                      "link_layer": read_text(pdir / "link_layer"), "counters": counts})
+        ports.append({"name": f"{hca}/{name}", "hca": hca,
+                      "rate_gbps": parse_rate(read.text(pdir / "rate")),
+                      "link_layer": read.text(pdir / "link_layer"), "counters": counts})
+    ibports.said(read, env, FAMILY)
     return {"time_ms": _clock_ms(root, env), "ports": ports}
 
 
@@ -266,7 +274,9 @@ def _rates(p: str, deltas: dict, interval: float) -> dict:
             out[name] = d / interval
     tx, rx = deltas.get(p + "nvlink_tx_kib"), deltas.get(p + "nvlink_rx_kib")
     if tx is not None and rx is not None:
-        out["nvlink_data_rate"] = (tx + rx) * 1024 / interval  # bytes per second
+        rate = (tx + rx) * 1024 / interval  # bytes per second
+        if rate <= NVLINK_MAX_BYTES_S:
+            out["nvlink_data_rate"] = rate
     return out
 
 

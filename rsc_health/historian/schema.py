@@ -36,8 +36,9 @@ from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names
 # gpu_names, the bus id of each node's GPU index (0012); 13: node_versions, each node's driver
 # and GPU firmware and when they last changed (0013); 14: the telemetry metrics
 # nvlink_data_rate, remapped_rows, remap_low_banks and ib_error_rate (0014); 15:
-# node_inventory.gpu_model, the GPU model of a node (0015).
-SCHEMA_VERSION = 15
+# node_inventory.gpu_model, the GPU model of a node (0015); 16: the telemetry rollups'
+# `sweeps`, a row's sample count kept once (0016).
+SCHEMA_VERSION = 16
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -377,6 +378,7 @@ telemetry_job_rollups = Table(
     Column("job_pk", Integer, ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True),
     Column("node", key_text(128), primary_key=True),
     *_rollup_columns(),
+    Column("sweeps", Integer),  # 0016: a metric's _n is NULL when it equals this
     sqlite_with_rowid=False,
 )
 telemetry_day_rollups = Table(
@@ -385,6 +387,7 @@ telemetry_day_rollups = Table(
     Column("day", Date, primary_key=True),
     Column("node", key_text(128), primary_key=True),
     *_rollup_columns(),
+    Column("sweeps", Integer),  # 0016
     sqlite_with_rowid=False,
 )
 

@@ -18,7 +18,10 @@ them, to keep after the samples are gone:
 Each rollup row is one node's, with per metric: n, mean, min, max, `past` (samples beyond
 the metric's warn threshold, [telemetry] warn_above / warn_below: the fraction is past / n;
 NULL for a metric with no threshold)
-and `worst`, the component that was the worst most often (schema.py says why wide).
+and `worst`, the component that was the worst most often (schema.py says why wide). What a
+row would repeat is kept once: the row's sample count in `sweeps` (a metric's n is NULL when
+it equals it; 0016) and a metric that held one value in its min (mean and max NULL); the
+readers give every figure back whole.
 `load_rollups` reads them back one row per metric. Rolling up the same job or day again
 replaces its rows.
 """
@@ -136,10 +139,32 @@ def _aggregate(conn, where, cfg) -> dict[tuple[str, str], dict]:
                                ascending=[True, True, False, True]) \
         .drop_duplicates(["node", "metric"]).set_index(["node", "metric"])["comp"]
     figures = figures.join(worst)
+    # A metric that held one value over the job or day (a link ratio at 1.0, an error rate
+    # at 0: most of them, most of the time) keeps it once, in min; mean and max are NULL and
+    # read back as min (`_filled`): a NULL costs a row no bytes (the storage budget).
     return {(str(node), str(metric)): {
-        "n": int(n), "mean": float(mean), "min": float(lo), "max": float(hi),
+        "n": int(n), "mean": None if lo == hi else float(mean), "min": float(lo),
+        "max": None if lo == hi else float(hi),
         "past": None if metric in unlined else int(past), "worst": str(comp)[:16]}
         for (node, metric), n, mean, lo, hi, past, comp in figures.itertuples()}
+
+
+def _reported(row, metric: str) -> bool:
+    """Whether a rollup row holds the metric (its min is set whenever it does; its n is NULL
+    when it equals the row's sweeps, since 0016)."""
+    return row.get(f"{metric}_min") is not None or row.get(f"{metric}_n") is not None
+
+
+def _filled(stats: dict, sweeps=None) -> dict:
+    """A metric's stats as stored, read back whole: n from the row's `sweeps` where the
+    rollup kept it once (0016), mean and max from min where it kept a constant once."""
+    if stats.get("n") is None and sweeps is not None:
+        stats["n"] = sweeps
+    if stats.get("n") is not None and stats.get("min") is not None:
+        for stat in ("mean", "max"):
+            if stats.get(stat) is None:
+                stats[stat] = stats["min"]
+    return stats
 
 
 def _wide(agg: dict[tuple[str, str], dict], key: dict) -> list[dict]:
@@ -150,6 +175,14 @@ def _wide(agg: dict[tuple[str, str], dict], key: dict) -> list[dict]:
             continue  # a name no column holds (a newer node's): in the samples only
         row = rows.setdefault(node, {**key, "node": node})
         row.update({f"{metric}_{stat}": value for stat, value in stats.items()})
+    for row in rows.values():
+        # The row's sample count once (0016): most metrics are sampled every sweep, and a
+        # NULL costs no bytes; a metric sampled less often keeps its own n.
+        counts = [row[f"{m}_n"] for m in _METRICS if row.get(f"{m}_n") is not None]
+        row["sweeps"] = max(counts)
+        for m in _METRICS:
+            if row.get(f"{m}_n") == row["sweeps"]:
+                row[f"{m}_n"] = None
     return list(rows.values())
 
 
@@ -174,8 +207,8 @@ def load_rollups(engine: Engine, kind: str, since, until, nodes: Iterable[str] |
         wide = [dict(row._mapping) for row in conn.execute(q)]
     stats = [stat for stat, _kind in schema.ROLLUP_STATS]
     long = [{first: row[first], "node": row["node"], "metric": m.value,
-             **{stat: row[f"{m.value}_{stat}"] for stat in stats}}
-            for row in wide for m in ROLLED_UP if row.get(f"{m.value}_n") is not None]
+             **_filled({stat: row[f"{m.value}_{stat}"] for stat in stats}, row.get("sweeps"))}
+            for row in wide for m in ROLLED_UP if _reported(row, m.value)]
     return pd.DataFrame(long, columns=[first, "node", "metric", *stats])
 
 
@@ -195,11 +228,12 @@ def latest_rollups(engine: Engine, node: str, cfg=None) -> dict:
     def metrics(row) -> dict:
         out = {}
         for m in ROLLED_UP:
-            n = row._mapping.get(f"{m.value}_n")
-            if n is None:
+            if not _reported(row._mapping, m.value):
                 continue
-            stats = {stat: row._mapping.get(f"{m.value}_{stat}")
-                     for stat, _kind in schema.ROLLUP_STATS}
+            stats = _filled({stat: row._mapping.get(f"{m.value}_{stat}")
+                             for stat, _kind in schema.ROLLUP_STATS},
+                            row._mapping.get("sweeps"))
+            n = stats["n"]
             past = stats.get("past")
             stats["past_frac"] = past / n if n and past is not None else None
             stats["limit"] = warn_limit(cfg, m) if cfg is not None else None

@@ -19,7 +19,22 @@ Injected fail-slow nodes (one a job, two in a few big ones), from an onset time 
   of every interval, its rank's steps slower by the clock loss;
 - pcie_x8: a GPU's PCIe link downtrained x16 -> x8 (link ratio 0.5), steps 3-10% slower;
 - ib_congested: one HCA port congested: xmit_wait 4-20x its peers, steps 5-30% slower;
-- thermal: a GPU running 12-20 C hotter in SW thermal slowdown, clocks down 8-20%.
+- thermal: a GPU running 12-20 C hotter in SW thermal slowdown, clocks down 8-20%;
+- nvlink_degraded: a GPU whose NVLink carries 5-60% of its peers' bytes (links down or NVLink
+  P2P lost: NCCL moves its traffic to PCIe), steps 5-30% slower. A synchronous job's nodes move
+  the same bytes per step, so a node's NVLink throughput is off its peers' only when its traffic
+  went elsewhere; a link that is merely slower slows every node alike and shows in step times;
+- ib_port_errors: one HCA port's symbol/link errors rising (6 to 60 per sweep at onset, growing
+  up to 30% a sweep, capped at 1/s) while its peers' ports count none, steps 2-15% slower.
+
+NVLink throughput: a job's GPUs answer NOT_SUPPORTED for the throughput fields on a share of
+jobs (`nvlink_unsupported_share`; the real H200 does): no nvlink_data_rate sample at all, never a
+zero. Its healthy spread: a job's traffic level, a per-node offset of a few percent, per-sample
+noise, checkpoints that idle part of each node's interval (by its phase), a pipeline's last stage
+moving less, job-wide phases. IB errors' healthy spread: most ports count none, a few count a
+trickle, one-sweep bursts on a random port, fabric events on every port of the job or a leaf's.
+The draws of both come from a generator of their own (seed, job), so the other metrics, the
+kinds' parameters and step times of a seed stay as they were.
 
 Workload-imbalance jobs (`imbalance_share`) carry the healthy spread at its strongest and no
 fault: a detector should flag none of their nodes.
@@ -32,7 +47,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-KINDS = ("hw_slowdown", "pcie_x8", "ib_congested", "thermal")
+KINDS = ("hw_slowdown", "pcie_x8", "ib_congested", "thermal", "nvlink_degraded",
+         "ib_port_errors")
 
 
 @dataclass
@@ -57,11 +73,13 @@ class FailSlowConfig:
     # KINDS (one node of that fault), "imbalance" or "plain"; jobs past its end are drawn.
     script: tuple[str, ...] = ()
     start_within_s: int = 86400  # jobs start at random within this many seconds of `start`
+    # jobs whose GPUs answer NOT_SUPPORTED for NVLink throughput (no nvlink_data_rate samples)
+    nvlink_unsupported_share: float = 0.3
     # telemetry metrics written (the contract's vocabulary)
     metrics: tuple[str, ...] = field(default=(
         "sm_clock_ratio", "throttle_hw_frac", "throttle_power_frac", "gpu_temp_c",
         "power_ratio", "pcie_link_ratio", "pcie_replay_rate", "nvlink_error_rate",
-        "ib_xmit_wait_rate", "ib_link_ratio"))
+        "ib_xmit_wait_rate", "ib_link_ratio", "nvlink_data_rate", "ib_error_rate"))
 
 
 @dataclass
@@ -122,10 +140,15 @@ def _faults(plan: dict, cfg: FailSlowConfig, rng: np.random.Generator) -> list[d
             f.update(slow=rng.uniform(1.03, 1.10))
         elif kind == "ib_congested":
             f.update(wait=rng.uniform(4, 20), slow=rng.uniform(1.05, 1.3))
-        else:
+        elif kind == "thermal":
             f.update(temp=rng.uniform(12, 20), hw=rng.uniform(0.3, 0.8),
                      clock=rng.uniform(0.8, 0.92))
             f["slow"] = 1 / f["clock"]
+        elif kind == "nvlink_degraded":
+            f.update(nvl=rng.uniform(0.05, 0.6), slow=rng.uniform(1.05, 1.3))
+        else:  # ib_port_errors: errors per second at onset, growth per sweep
+            f.update(err=rng.uniform(0.02, 0.2), growth=rng.uniform(0.0, 0.3),
+                     slow=rng.uniform(1.02, 1.15))
         out.append(f)
     return out
 
@@ -187,6 +210,7 @@ def _telemetry(plan: dict, faults: list[dict], names: list[str], cfg: FailSlowCo
     comp["ib_xmit_wait_rate"] = np.asarray([f"mlx5_{i}:1" for i in range(8)],
                                            dtype=object)[rng.integers(0, 8, shape)]
     comp["ib_link_ratio"] = comp["ib_xmit_wait_rate"]
+    nvl_rate, ib_err = _links(plan, faults, shift, ckpt, cfg, comp)
     slow = np.ones(shape)
     for f in faults:
         i, on = f["node"], slice(f["onset_sweep"], s)
@@ -201,25 +225,100 @@ def _telemetry(plan: dict, faults: list[dict], names: list[str], cfg: FailSlowCo
         elif f["kind"] == "ib_congested":
             wait[i, on] *= f["wait"]
             comp["ib_xmit_wait_rate"][i, on] = f"mlx5_{f['hca']}:1"
-        else:
+        elif f["kind"] == "thermal":
             temp[i, on] += f["temp"]
             hw[i, on] = np.clip(f["hw"] + rng.normal(0, 0.05, s - f["onset_sweep"]), 0, 1)
             clock[i, on] = np.minimum(clock[i, on], f["clock"])
             comp["gpu_temp_c"][i, on] = comp["throttle_hw_frac"][i, on] = gpu
             comp["sm_clock_ratio"][i, on] = gpu
+        elif f["kind"] == "nvlink_degraded":
+            nvl_rate[i, on] *= f["nvl"]
+            comp["nvlink_data_rate"][i, on] = gpu
+        elif f["kind"] == "ib_port_errors":
+            # counts per sweep, rising from onset: Poisson around the port's rate
+            rate = np.minimum(1.0, f["err"] * (1 + f["growth"])
+                              ** np.arange(s - f["onset_sweep"]))
+            ib_err[i, on] = np.maximum(ib_err[i, on], rng.poisson(rate * cfg.slot_s) / cfg.slot_s)
+            comp["ib_error_rate"][i, on] = f"mlx5_{f['hca']}:1"
         slow[i, on] = f["slow"]
     values = {
         "sm_clock_ratio": np.clip(clock, 0.05, 1.0), "throttle_hw_frac": np.clip(hw, 0, 1),
         "throttle_power_frac": power_frac, "gpu_temp_c": temp, "power_ratio": power,
         "pcie_link_ratio": pcie, "pcie_replay_rate": replay, "nvlink_error_rate": nvl,
         "ib_xmit_wait_rate": wait, "ib_link_ratio": ib_link,
+        "nvlink_data_rate": nvl_rate, "ib_error_rate": ib_err,
     }
     node_col = np.repeat(np.asarray(names, dtype=object), s)
     time_col = times.reshape(-1)
     frames = [pd.DataFrame({"node": node_col, "time": time_col, "metric": m,
                             "value": values[m].reshape(-1), "component": comp[m].reshape(-1)})
               for m in cfg.metrics]
+    # NaN: not answered (NOT_SUPPORTED, no busy GPU): no sample, never a zero
+    frames = [f[f["value"].notna()] for f in frames]
     return pd.concat(frames, ignore_index=True), slow, shift
+
+
+def _links(plan: dict, faults: list[dict], shift: str, ckpt: np.ndarray, cfg: FailSlowConfig,
+           comp: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Healthy nvlink_data_rate (bytes/s, the node's least busy GPU; NaN where not answered)
+    and ib_error_rate (errors/s, the node's worst port), from a generator of their own (the
+    seed's other draws stay as they were); their components into `comp`."""
+    rng = np.random.default_rng([cfg.seed, int(plan["job_id"]), 25])
+    n, s = plan["n"], plan["sweeps"]
+    shape = (n, s)
+    strong = plan["kind"] == "imbalance"
+    g = cfg.gpus_per_node
+    comp["nvlink_data_rate"] = np.asarray([f"gpu{i}" for i in range(g)],
+                                          dtype=object)[rng.integers(0, g, shape)]
+    ports = np.asarray([f"mlx5_{i}:1" for i in range(8)], dtype=object)
+    comp["ib_error_rate"] = np.full(shape, ports[0], dtype=object)  # all zero: the first port
+    nvl_fault = any(f["kind"] == "nvlink_degraded" for f in faults)
+    # A job's traffic level; each node a few percent off it; per-sample noise (the node's
+    # least busy GPU over the interval).
+    level = np.exp(rng.uniform(np.log(2e10), np.log(2e11)))
+    nvl = (level * np.exp(rng.normal(0, 0.03 if not strong else 0.06, (n, 1)))
+           * np.exp(rng.normal(0, 0.05 if not strong else 0.1, shape)))
+    pp = plan["pp"]
+    if pp > 1:  # the last pipeline stage moves less over NVLink (a role, not a fault)
+        last = np.arange(n) * pp // n == pp - 1
+        nvl[last] *= rng.uniform(0.6, 0.95)
+    # A checkpoint idles the GPUs for part of each node's interval (by its phase); a node that
+    # samples while idle has no busy GPU: no sample.
+    for t in np.flatnonzero(ckpt):
+        nvl[:, t] *= rng.uniform(0.3, 1.0, n)
+        nvl[rng.random(n) < 0.2, t] = np.nan
+    jitter = rng.random(shape) < (0.02 if not strong else 0.05)  # a one-sweep dip on one GPU
+    nvl = np.where(jitter, nvl * rng.uniform(0.5, 0.9, shape), nvl)
+    if shift.startswith("phase"):  # a phase with less communication on every node
+        a, b = (int(x) for x in shift.split()[-1].split("-"))
+        nvl[:, a:b] *= rng.uniform(0.5, 0.9)
+    if not nvl_fault and rng.random() < cfg.nvlink_unsupported_share:
+        nvl[:] = np.nan  # NOT_SUPPORTED for the throughput fields: the metric is absent
+    # IB errors: most ports count none; a few a trickle on their own port; one-sweep bursts.
+    counts = np.zeros(shape)
+    trickle = rng.random(n) < 0.1
+    counts[trickle] = rng.poisson(rng.uniform(0.2, 2.0, (int(trickle.sum()), 1)),
+                                  (int(trickle.sum()), s))
+    comp["ib_error_rate"][trickle] = ports[rng.integers(0, 8, int(trickle.sum()))][:, None]
+    # (the workload does not make a healthy cable count errors: the same rate in every job)
+    burst = rng.random(shape) < 0.01
+    counts = np.where(burst, np.maximum(counts, rng.integers(5, 100, shape)), counts)
+    comp["ib_error_rate"] = np.where(burst, ports[rng.integers(0, 8, shape)],
+                                     comp["ib_error_rate"])
+    if strong or rng.random() < 0.1:
+        # A fabric event (a leaf or spine switch flapping), 1-2 sweeps: every node's port on
+        # that rail, or a leaf's share of the nodes, counts errors of one level give or take.
+        a = int(rng.integers(0, s - 1))
+        b = min(s, a + int(rng.integers(1, 3)))
+        hit = np.ones(n, dtype=bool)
+        if rng.random() < 0.5:  # a leaf's share: 30-50% of the nodes (at least two)
+            hit[:] = False
+            hit[rng.choice(n, size=max(2, int(np.ceil(rng.uniform(0.3, 0.5) * n))),
+                           replace=False)] = True
+        level = rng.uniform(5, 60) * np.exp(rng.normal(0, 0.4, (int(hit.sum()), b - a)))
+        counts[np.ix_(hit, np.arange(a, b))] += np.round(level)
+        comp["ib_error_rate"][np.ix_(hit, np.arange(a, b))] = ports[rng.integers(0, 8)]
+    return nvl, counts / cfg.slot_s
 
 
 def _steps(plan: dict, slow: np.ndarray, names: list[str], cfg: FailSlowConfig,

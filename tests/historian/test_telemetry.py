@@ -150,7 +150,9 @@ def test_rollups_per_job_and_per_node_day_outside_jobs(historian):
     jr, dr = schema.telemetry_job_rollups, schema.telemetry_day_rollups
     with historian.connect() as conn:
         row = conn.execute(select(jr).where(jr.c.node == "b1")).one()._mapping
-    assert row["gpu_temp_c_n"] == 48 and row["sm_clock_ratio_n"] is None
+    # the row's sample count once (0016): a metric sampled every sweep has no n of its own
+    assert row["sweeps"] == 48 and row["gpu_temp_c_n"] is None
+    assert row["gpu_temp_c_min"] == 80.0 and row["sm_clock_ratio_min"] is None
     # Rolled up again: the same rows, not twice as many.
     rollup(historian, DAY + timedelta(days=1, hours=3), CFG)
     with historian.connect() as conn:
@@ -324,3 +326,54 @@ def test_samples_delivered_from_spools_make_the_failslow_detector_find_the_slow_
     (ev,) = found
     assert ev.value == pytest.approx(0.52, abs=1e-6) and ev.peer_median > 0.9
     assert ev.job_ids == ("31",)
+
+
+def test_a_metric_constant_over_a_job_is_stored_once_and_read_back_whole(historian):
+    """A link ratio at 1.0 and an error rate at 0 the whole job keep their value once (min;
+    mean and max NULL, no bytes); read back, mean and max are that value. A metric that moved
+    keeps all three, and its worst component either way."""
+    rows = (_sweeps("c1", "pcie_link_ratio", DAY, 2, 1.0, "gpu2")
+            + _sweeps("c1", "ib_error_rate", DAY, 2, 0.0, "mlx5_0/1")
+            + _sweeps("c1", "gpu_temp_c", DAY, 2, lambda i: 60.0 + i % 3)
+            + _sweeps("c2", "pcie_link_ratio", DAY, 2, 0.5, "gpu5")
+            + _sweeps("c2", "ib_error_rate", DAY, 2, lambda i: 0.5 if i == 3 else 0.0,
+                      "mlx5_4/1"))
+    _insert_samples(historian, rows)
+    _job(historian, 9, ["c1", "c2"], DAY, DAY + timedelta(hours=2))
+    rollup(historian, DAY + timedelta(hours=4), CFG)
+    jr = schema.telemetry_job_rollups
+    with historian.connect() as conn:
+        c1 = conn.execute(select(jr).where(jr.c.node == "c1")).one()._mapping
+    assert (c1["pcie_link_ratio_min"], c1["pcie_link_ratio_mean"], c1["pcie_link_ratio_max"]) \
+        == (1.0, None, None)
+    assert c1["ib_error_rate_mean"] is None and c1["gpu_temp_c_max"] == 62.0
+    assert (c1["sweeps"], c1["gpu_temp_c_n"], c1["ib_error_rate_n"]) == (24, None, None)
+    got = load_rollups(historian, "job", DAY, DAY + timedelta(days=1)).set_index(
+        ["node", "metric"])
+    assert tuple(got.loc[("c1", "ib_error_rate"), ["n", "mean", "min", "max", "past"]]) == (
+        24, 0.0, 0.0, 0.0, 0)
+    c2 = got.loc[("c2", "pcie_link_ratio")]
+    assert (c2["mean"], c2["max"], c2["past"], c2["worst"]) == (0.5, 0.5, 24, "gpu5")
+    moved = got.loc[("c2", "ib_error_rate")]
+    assert (moved["min"], moved["max"], moved["worst"]) == (0.0, 0.5, "mlx5_4/1")
+    assert moved["mean"] == pytest.approx(0.5 / 24)
+
+
+def test_a_metric_sampled_in_fewer_sweeps_keeps_its_own_count(historian):
+    """NVLink throughput only while a GPU is busy: 6 of the job's 24 sweeps. The row keeps 24
+    once (sweeps) and the throughput its own 6; both read back as they were."""
+    rows = (_sweeps("d1", "gpu_temp_c", DAY, 2, 60.0)
+            + _sweeps("d1", "nvlink_data_rate", DAY, 0.5, lambda i: 4e10 + i, "gpu1")
+            + _sweeps("d2", "gpu_temp_c", DAY, 2, 61.0))
+    _insert_samples(historian, rows)
+    _job(historian, 11, ["d1", "d2"], DAY, DAY + timedelta(hours=2))
+    rollup(historian, DAY + timedelta(hours=4), CFG)
+    jr = schema.telemetry_job_rollups
+    with historian.connect() as conn:
+        d1 = conn.execute(select(jr).where(jr.c.node == "d1")).one()._mapping
+    assert (d1["sweeps"], d1["gpu_temp_c_n"], d1["nvlink_data_rate_n"]) == (24, None, 6)
+    got = load_rollups(historian, "job", DAY, DAY + timedelta(days=1)).set_index(
+        ["node", "metric"])
+    assert got.loc[("d1", "gpu_temp_c"), "n"] == 24
+    assert got.loc[("d1", "nvlink_data_rate"), "n"] == 6
+    assert ("d2", "nvlink_data_rate") not in got.index

@@ -251,3 +251,30 @@ def test_an_ib_error_counter_that_went_down_gives_no_negative_rate(node):
     node.write(port + "symbol_error", "0\n")  # the HCA was reset
     sample = _sample(engine.run(node.config, node.root, only={"telemetry"}, save_state=False))
     assert sample["metrics"][Metric.IB_ERROR_RATE]["value"] >= 0.0
+
+
+def test_an_nvlink_counter_that_jumps_past_any_links_bandwidth_gives_no_rate():
+    """A jump no NVLink carries (a garbled read, a reset the driver did not show as one) is no
+    figure at all, not a huge rate."""
+    first_doc, second_doc = _doc(), _doc()
+    for dev in second_doc["devices"]:
+        dev["telemetry"]["nvlink_kib"]["tx"] += 2**50  # 1 PiB in 300 s
+    first = _state(first_doc, 1_000_000)
+    sample = _sample(telemetry.check(_state(second_doc, 1_300_000, _saved(first)), CFG))
+    assert Metric.NVLINK_DATA_RATE not in sample["metrics"]
+
+
+def test_a_saturated_ib_error_counter_gives_no_rate_not_zero(node):
+    """PortCounters stop at their width's maximum (symbol_error: 16 bits): a port that sat at
+    65535 through the interval can no longer show its errors; its rate is absent."""
+    port = "sys/class/infiniband/mlx5_0/ports/1/counters/"
+    node.write(port + "symbol_error", "65535\n")
+    engine.run(node.config, node.root, only={"telemetry"})
+    saved = node.root / "var/lib/rsc_health/counters.json"
+    state = json.loads(saved.read_text())
+    state["counters"]["tm/time_ms"] -= 300_000
+    saved.write_text(json.dumps(state))
+    findings = engine.run(node.config, node.root, only={"telemetry"}, save_state=False)
+    ports = {p["port"]: p for p in _sample(findings)["ports"]}
+    assert "error_rate" not in ports["mlx5_0/1"]
+    assert ports["mlx5_1/1"]["error_rate"] == 0.0  # an unsaturated port still says 0

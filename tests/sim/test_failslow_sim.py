@@ -23,7 +23,8 @@ def test_every_injected_node_ran_its_job_and_shows_its_fault_after_onset():
                                              imbalance_share=0.0))
     members = set(zip(fleet.membership["job_id"], fleet.membership["node"], strict=True))
     metric = {"hw_slowdown": "throttle_hw_frac", "pcie_x8": "pcie_link_ratio",
-              "ib_congested": "ib_xmit_wait_rate", "thermal": "gpu_temp_c"}
+              "ib_congested": "ib_xmit_wait_rate", "thermal": "gpu_temp_c",
+              "nvlink_degraded": "nvlink_data_rate", "ib_port_errors": "ib_error_rate"}
     s = fleet.samples
     for row in fleet.truth.itertuples():
         assert (row.job_id, row.node) in members
@@ -31,5 +32,17 @@ def test_every_injected_node_ran_its_job_and_shows_its_fault_after_onset():
         mine = s[(s["node"] == row.node) & (s["metric"] == m)]
         after = mine[mine["time"] >= row.onset + pd.Timedelta(seconds=300)]["value"].median()
         before = mine[mine["time"] < row.onset]["value"].median()
-        assert after > before if row.kind != "pcie_x8" else after < before, row
-    assert set(fleet.truth["kind"]) == {"hw_slowdown", "pcie_x8", "ib_congested", "thermal"}
+        lower = row.kind in ("pcie_x8", "nvlink_degraded")
+        assert after < before if lower else after > before, row
+    assert set(fleet.truth["kind"]) == {"hw_slowdown", "pcie_x8", "ib_congested", "thermal",
+                                        "nvlink_degraded", "ib_port_errors"}
+
+
+def test_nvlink_throughput_not_supported_is_no_sample_never_a_zero():
+    """A share of jobs' GPUs answer NOT_SUPPORTED for the throughput fields (the real H200):
+    those jobs have no nvlink_data_rate sample at all; where there is one it is traffic."""
+    fleet = simulate_failslow(FailSlowConfig(jobs=40, seed=6, nvlink_unsupported_share=0.5))
+    nvl = fleet.samples[fleet.samples["metric"] == "nvlink_data_rate"]
+    assert (nvl["value"] > 0).all() and nvl["value"].notna().all()
+    with_nvl = fleet.membership[fleet.membership["node"].isin(set(nvl["node"]))]["job_id"]
+    assert 0 < with_nvl.nunique() < fleet.jobs["job_id"].nunique()

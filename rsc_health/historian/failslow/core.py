@@ -48,6 +48,9 @@ class MetricRule:
     max_margin: float  # the metric's cap on the relative tolerance (0: the section's)
     persist: int = 0  # the metric's own persist_sweeps (0: the section's)
     min_margin: float = 0.0  # the metric's floor on the relative tolerance (0: the section's)
+    # A run is of one component only: no STRONG exception (a count whose peers count none is
+    # "many lines past" at its first error, so bursts on two ports would make one run).
+    same_component: bool = False
 
     @property
     def sign(self) -> float:
@@ -78,7 +81,8 @@ class Rules:
             metrics[str(name)] = MetricRule(direction, float(table.get("min_delta") or 0.0),
                                             float(table.get("max_margin") or 0.0),
                                             int(table.get("persist_sweeps") or 0),
-                                            float(table.get("min_margin") or 0.0))
+                                            float(table.get("min_margin") or 0.0),
+                                            bool(table.get("same_component") or False))
         return cls(
             k=float(cfg.get("failslow.k")),
             min_margin=float(cfg.get("failslow.min_margin")),
@@ -293,6 +297,8 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
     comp = o["component"].fillna("").astype(str)
     strong = o["deviation"].to_numpy(dtype=float) >= STRONG * rules.k
+    strong &= ~o["metric"].map({m: r.same_component for m, r in rules.metrics.items()}).fillna(
+        False).to_numpy(dtype=bool)
     # the component and strength of the last outlying slot before each row (in its key)
     mark = pd.Series(np.arange(len(o)), index=o.index).where(o["outlier"]).groupby(
         [o[c] for c in key], sort=False).ffill().shift()

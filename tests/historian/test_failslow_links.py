@@ -1,0 +1,154 @@
+"""NVLink throughput and IB error rates in fail-slow detection (issue 25 leftovers): a node whose
+NVLink carries far less than its job peers', or one of whose IB ports counts errors while its
+peers' count none, becomes a suspect through the same peer and persistence rules (never a drain);
+a metric NVML did not answer is absent, never a zero that would look slow."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rsc_health.config import load_config
+from rsc_health.historian.failslow import detect_frame
+from rsc_health.historian.failslow.core import Rules, find_runs, judged
+from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow
+
+T0 = datetime(2026, 11, 26, 10, 0, 0)
+CFG = load_config(None)
+NODES = [f"gpu{i:03d}" for i in range(1, 9)]
+GB = 1e9
+
+
+def _job(nodes=NODES, job_id: str = "77", **extra) -> pd.DataFrame:
+    return pd.DataFrame({"job_id": job_id, "node": nodes, "start": T0,
+                         "end": T0 + timedelta(hours=3), **extra})
+
+
+def _samples(metric: str, value, component, sweeps: int = 14, seed: int = 0) -> pd.DataFrame:
+    """One sample per node per sweep at the node's own phase; value(i, s) None: not answered."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for i, node in enumerate(NODES):
+        phase = int(rng.integers(5, 290))
+        for s in range(sweeps):
+            v = value(i, s)
+            if v is not None:
+                rows.append({"node": node, "time": T0 + timedelta(seconds=60 + 300 * s + phase),
+                             "metric": metric, "value": v, "component": component(i, s)})
+    return pd.DataFrame(rows)
+
+
+def _traffic(seed: int = 1, level: float = 80 * GB, sd: float = 0.05):
+    table = level * np.exp(np.random.default_rng(seed).normal(0, sd, (len(NODES), 40)))
+    return lambda i, s: float(table[i, s])
+
+
+def _gpu(i, s):
+    return f"gpu{(i + s) % 8}"  # a healthy node's least busy GPU changes sweep to sweep
+
+
+def test_a_node_whose_nvlink_carries_a_fifth_of_its_peers_bytes_is_a_suspect():
+    level = _traffic()
+    samples = _samples("nvlink_data_rate",
+                       lambda i, s: level(i, s) * (0.2 if i == 5 and s >= 6 else 1.0),
+                       lambda i, s: "gpu2" if i == 5 and s >= 6 else _gpu(i, s))
+    found = detect_frame(samples, _job(), None, CFG)
+    assert [(e.node, e.metric, e.source) for e in found] == [
+        ("gpu006", "nvlink_data_rate", "telemetry")]
+    ev = found[0]
+    assert ev.value < 0.3 * ev.peer_median and "gpu2" in ev.detail
+    assert T0 + timedelta(minutes=31) <= ev.since <= T0 + timedelta(minutes=36)
+
+
+def test_nvlink_traffic_a_tenth_under_its_peers_or_one_dip_is_not_a_suspect():
+    level = _traffic(seed=2)
+    steady = _samples("nvlink_data_rate",
+                      lambda i, s: level(i, s) * (0.88 if i == 2 else 1.0), _gpu)
+    dip = _samples("nvlink_data_rate",
+                   lambda i, s: level(i, s) * (0.3 if (i, s) == (4, 7) else 1.0), _gpu)
+    assert detect_frame(steady, _job(), None, CFG) == []
+    assert detect_frame(dip, _job(), None, CFG) == []
+
+
+def test_a_checkpoint_that_idles_every_node_for_part_of_its_interval_flags_no_one():
+    level = _traffic(seed=3)
+    share = np.random.default_rng(9).uniform(0.2, 0.9, len(NODES))
+
+    def ckpt(i, s):  # sweeps 5 and 6: each node idle for its own share of the interval
+        return level(i, s) * (share[i] if s in (5, 6) else 1.0)
+
+    assert detect_frame(_samples("nvlink_data_rate", ckpt, _gpu), _job(), None, CFG) == []
+
+
+def test_nvlink_throughput_not_answered_is_absent_and_never_judged_as_zero():
+    """NOT_SUPPORTED (the real H200's answer for the throughput fields) leaves no sample: a node
+    with none, or with none for some sweeps, is judged on what it has or not at all."""
+    level = _traffic(seed=4)
+    samples = _samples("nvlink_data_rate",
+                       lambda i, s: None if i == 3 or (i == 6 and s % 2) else level(i, s), _gpu)
+    assert detect_frame(samples, _job(), None, CFG) == []
+    obs = judged(samples, _job(), None, Rules.from_config(CFG))
+    assert "gpu004" not in set(obs["node"]) and (obs["value"] > 0).all()
+
+
+def test_a_port_whose_errors_rise_while_its_peers_count_none_is_a_suspect():
+    def errors(i, s):
+        return 0.05 * 1.2 ** (s - 5) if i == 1 and s >= 5 else 0.0
+
+    samples = _samples("ib_error_rate", errors,
+                       lambda i, s: "mlx5_3:1" if i == 1 and s >= 5 else "mlx5_0:1")
+    found = detect_frame(samples, _job(), None, CFG)
+    assert [(e.node, e.metric) for e in found] == [("gpu002", "ib_error_rate")]
+    assert found[0].peer_median == 0.0 and "mlx5_3:1" in found[0].detail
+
+
+def test_error_bursts_on_two_ports_in_two_sweeps_are_not_one_port_rising():
+    """Each burst is many lines past peers that count none; the whole-node exception that lets
+    a run change GPU does not apply to a cable's errors."""
+    def bursts(i, s):
+        return 0.3 if i == 4 and s in (6, 7) else 0.0
+
+    samples = _samples("ib_error_rate", bursts,
+                       lambda i, s: ("mlx5_1:1" if s == 6 else "mlx5_5:1") if i == 4
+                       else "mlx5_0:1")
+    assert detect_frame(samples, _job(), None, CFG) == []
+
+
+def test_a_fabric_event_on_every_port_of_the_job_flags_no_one():
+    rng = np.random.default_rng(5)
+    level = rng.uniform(0.05, 0.2, (len(NODES), 40))
+
+    def event(i, s):  # sweeps 4-6: a switch flapping, every node's rail-2 port counting
+        return float(level[i, s]) if 4 <= s <= 6 else 0.0
+
+    samples = _samples("ib_error_rate", event,
+                       lambda i, s: "mlx5_2:1" if 4 <= s <= 6 else "mlx5_0:1")
+    assert detect_frame(samples, _job(), None, CFG) == []
+
+
+def test_a_port_counting_errors_a_little_under_its_busy_peers_stays_in_service():
+    """Peers at about 0.3 errors/s (a noisy fabric): a node at twice that is inside the
+    heavy-tailed counts' margin (2.5x the median at least)."""
+    base = 0.3 * np.exp(np.random.default_rng(6).normal(0, 0.3, (len(NODES), 40)))
+    samples = _samples("ib_error_rate",
+                       lambda i, s: float(base[i, s]) * (2.0 if i == 0 else 1.0),
+                       lambda i, s: "mlx5_0:1")
+    assert detect_frame(samples, _job(), None, CFG) == []
+
+
+@pytest.mark.parametrize("kind,metric", [("nvlink_degraded", "nvlink_data_rate"),
+                                         ("ib_port_errors", "ib_error_rate")])
+def test_the_lab_injects_the_kind_and_the_detector_finds_most_of_them(kind, metric):
+    fleet = simulate_failslow(FailSlowConfig(jobs=30, seed=21, fault_share=1.0,
+                                             imbalance_share=0.0, kinds=(kind,),
+                                             steps_share=0.0))
+    rules = Rules.from_config(CFG)
+    runs = find_runs(judged(fleet.samples, fleet.membership, None, rules), rules)
+    truth = set(zip(fleet.truth["job_id"], fleet.truth["node"], strict=True))
+    found = set(zip(runs["job_id"], runs["node"], strict=True)) & truth
+    assert len(found) >= 0.8 * len(truth)
+    assert set(runs.loc[runs["metric"] == metric].pipe(
+        lambda r: zip(r["job_id"], r["node"], strict=True))) & truth
