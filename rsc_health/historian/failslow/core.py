@@ -234,8 +234,48 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     moved = _moved_with(obs, rules)
     n_job = obs.groupby(["job_id", "metric", "slot"], sort=False)["value"].transform("size")
     allowed = np.maximum(1, np.floor(rules.max_outlier_share * n_job))
-    job_wide = obs["outlier"] & (moved > allowed)
+    job_wide = obs["outlier"] & ((moved > allowed) | _lagging(obs, tol, min_delta, sign))
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
+
+
+def _lagging(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
+             sign: np.ndarray) -> np.ndarray:
+    """Outliers that still show the job's previous level, not a new one of their own: the end
+    of a job-wide shift (fabric congestion, a slow phase) falls inside a slot, and nodes sample
+    at their own phase, so the nodes that sampled before the end show the shift for one more
+    slot, few enough to pass as outliers. Such an outlier is the job's, judged like a job-wide
+    slot (it neither counts toward nor breaks a run; a second in a row ends it) when all of:
+    its group's median came back from the bad side by more than its line since the slot
+    before; its value is within a line of that earlier median; and the job's nodes that
+    sampled before it in the slot (at least one) were, by their median, at least half as far
+    past their groups' medians in the same direction: the shift was still on when it sampled.
+    A node that turns slow as its job recovers is alone among the earlier samplers, and one
+    far worse than its peers ever were is not at the earlier level: both are judged as
+    before. Causal: only the slot and the one before it are read."""
+    out = np.zeros(len(obs), dtype=bool)
+    key = ["job_id", "group", "metric", "slot"]
+    med = obs.groupby(key, sort=False)["median"].first().rename("prev").reset_index()
+    med = med.assign(slot=med["slot"] + 1)
+    prev = obs[key].merge(med, on=key, how="left")["prev"].to_numpy(dtype=float)
+    value = obs["value"].to_numpy(dtype=float)
+    cur = obs["median"].to_numpy(dtype=float)
+    line = obs["line"].to_numpy(dtype=float)
+    prev_line = np.maximum(tol * np.abs(prev), min_delta)
+    with np.errstate(invalid="ignore"):
+        cand = (obs["outlier"].to_numpy() & (sign * (prev - cur) > line)
+                & (np.abs(value - prev) <= prev_line))
+    if not cand.any():
+        return out
+    slot_key = ["job_id", "metric", "slot"]
+    bad = obs[slot_key + ["node", "time"]].assign(bad=sign * (value - cur))
+    mine = bad[cand].assign(row=np.flatnonzero(cand))
+    pairs = mine.merge(bad, on=slot_key, suffixes=("", "_other"))
+    pairs = pairs[(pairs["node_other"] != pairs["node"])
+                  & (pairs["time_other"] <= pairs["time"])]
+    earlier = pairs.groupby("row")["bad_other"].median()
+    at = earlier.index.to_numpy(dtype=int)
+    out[at] = earlier.to_numpy(dtype=float) >= mine.set_index("row").loc[at, "bad"] / 2
+    return out
 
 
 def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
