@@ -36,11 +36,11 @@ def _offset(i: int) -> int:
     return 5 + 290 * i // N
 
 
-def _samples(seed: int, extra=None) -> pd.DataFrame:
+def _samples(seed: int, extra=None, episode: bool = True) -> pd.DataFrame:
     """ib_xmit_wait_rate on every node, one sample a slot: healthy log-normal spread, and a
     job-wide congestion episode that each node leaves at its own moment early in slot 10 (40
     to 60 s in: the 4 to 6 nodes that sample before then still see it). `extra(i, s, value)`
-    may change a value."""
+    may change a value; `episode=False`: no whole-job episode."""
     rng = np.random.default_rng(seed)
     recover = 300 * EPISODE[1] + rng.uniform(40, 60, N)  # each node's own end, seconds
     rows = []
@@ -48,7 +48,7 @@ def _samples(seed: int, extra=None) -> pd.DataFrame:
         for s in range(SLOTS):
             at = 300 * s + _offset(i)
             value = BASE * float(np.exp(rng.normal(0, 0.25)))
-            if 300 * EPISODE[0] <= at < recover[i]:
+            if episode and 300 * EPISODE[0] <= at < recover[i]:
                 value *= FACTOR
             if extra is not None:
                 value = extra(i, s, value)
@@ -125,3 +125,55 @@ def test_an_early_sampler_alone_at_the_old_level_is_not_excused():
     obs = judged(_samples(0, _slow_from(0, EPISODE[1], FACTOR)), _job(), None, RULES)
     first = obs[(obs["node"] == "ib000") & (obs["slot"] == obs["slot"].min() + EPISODE[1])]
     assert first["outlier"].tolist() == [True]
+
+
+def _pcie(link_down_from: int | None, checkpoint: int, idled: int) -> pd.DataFrame:
+    """16 nodes' pcie_link_ratio: node 5's link x8 (0.5) from slot `link_down_from`; a
+    one-sweep checkpoint in slot `checkpoint` idles `idled` nodes' links to Gen1 (0.25)."""
+    rows = []
+    for i in range(16):
+        for s in range(14):
+            value = 1.0
+            if link_down_from is not None and i == 5 and s >= link_down_from:
+                value = 0.5
+            elif s == checkpoint and i >= 16 - idled:
+                value = 0.25
+            rows.append({"node": f"p{i:02d}", "time": T0 + timedelta(seconds=300 * s + 20 + 15 * i),
+                         "metric": "pcie_link_ratio", "value": value, "component": "gpu3"})
+    return pd.DataFrame(rows)
+
+
+def _pcie_job() -> pd.DataFrame:
+    return pd.DataFrame({"job_id": "89", "node": [f"p{i:02d}" for i in range(16)],
+                         "start": T0, "end": T0 + timedelta(seconds=300 * 14)})
+
+
+def test_a_checkpoint_the_sweep_after_a_link_downtrains_hides_one_slot_not_three():
+    # the checkpoint's idled links (0.75 below the median) are a one-sweep event far bigger
+    # than the x8 link (0.5 below): the slot before and after it are the node's own. Before,
+    # they counted as the job's move too: three job-wide slots, the run restarted after them
+    frame = _pcie(6, checkpoint=7, idled=6)
+    runs = find_runs(judged(frame, _pcie_job(), None, RULES), RULES)
+    assert sorted(set(runs["node"])) == ["p05"]
+    assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 8 + 20 + 75)
+
+
+def test_a_checkpoint_alone_makes_no_suspect():
+    for idled in (2, 3, 6, 10, 16):
+        frame = _pcie(None, checkpoint=7, idled=idled)
+        assert detect_frame(frame, _pcie_job(), None, CFG) == [], idled
+
+
+def test_a_leaf_switch_congesting_inside_a_slot_is_still_the_job_s_move():
+    # 12 of 32 nodes (a leaf switch) congest 5x from 150 s into slot 6: in slot 6 only those
+    # that sample later show it (too few alone); the slot after, all 12 move alike, so the
+    # early ones are the job's move, as before
+    leaf = set(range(0, 32, 8)) | set(range(3, 32, 8)) | set(range(5, 32, 8))
+
+    def extra(i: int, s: int, value: float) -> float:
+        at = 300 * s + _offset(i)
+        return value * 5.0 if i in leaf and at >= 300 * 6 + 150 else value
+
+    for seed in range(5):
+        frame = _samples(seed, extra, episode=False)
+        assert detect_frame(frame, _job(), None, CFG) == [], seed

@@ -280,10 +280,12 @@ def _lagging(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
 
 def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     """For each outlier, how many of its job's nodes (itself included) are past the job's
-    median in the same metric and direction by at least half as much as it is, in its slot or
-    the slots either side (nodes sample at their own phase, so a shift that begins or ends
-    inside a slot shows on part of them only). The job's median is over every group: a leaf
-    switch's nodes span stages. 0 for the nodes that are not outliers."""
+    median in the same metric and direction by at least half as much as it is, in its slot, or
+    in a slot either side by a like amount (at most its own move plus its line): nodes sample
+    at their own phase, so a shift that begins or ends inside a slot shows on part of them
+    only; a one-sweep event far bigger than the outlier's move next door (a checkpoint idling
+    links to a quarter beside a link at half) is another event. The job's median is over every
+    group: a leaf switch's nodes span stages. 0 for the nodes that are not outliers."""
     out = pd.Series(0, index=obs.index, dtype="int64")
     if not obs["outlier"].any():
         return out
@@ -292,13 +294,19 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     sign = jm["metric"].map({m: r.sign for m, r in rules.metrics.items()}).to_numpy(dtype=float)
     job_med = jm.groupby(key, sort=False)["value"].transform("median")
     bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
-    # each node's largest move in slots s-1, s, s+1, for every slot s
-    spread = pd.concat([bad.assign(slot=bad["slot"] + d) for d in (-1, 0, 1)])
-    near = spread.groupby(["job_id", "metric", "slot", "node"], sort=False)["bad"].max()
-    near = near.rename("near").reset_index()
-    mine = bad.loc[bad["outlier"], key + ["bad"]].assign(row=lambda f: f.index)
+    # each node's moves in slots s-1, s, s+1, for every slot s
+    spread = pd.concat([bad.assign(slot=bad["slot"] + d, d=d) for d in (-1, 0, 1)])
+    near = spread[["job_id", "metric", "slot", "node", "d", "bad"]].rename(
+        columns={"bad": "near"})
+    mine = bad.loc[bad["outlier"], key + ["bad", "line"]].assign(row=lambda f: f.index)
     pairs = mine.merge(near, on=key, how="inner")
-    counts = (pairs["near"] >= pairs["bad"] / 2).groupby(pairs["row"]).sum()
+    # in its own slot, any node at least half as far; in a slot either side, only a like move
+    # (no more than a line past the outlier's): the same shift caught at another phase. A
+    # one-sweep event far bigger next door (a checkpoint idling links to a quarter) is not the
+    # move that made this node an outlier.
+    with_it = (pairs["near"] >= pairs["bad"] / 2) & (
+        (pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"]))
+    counts = pairs[with_it].groupby("row")["node"].nunique()
     out.loc[counts.index] = counts.to_numpy()
     return out
 
