@@ -238,16 +238,58 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     moved = _moved_with(obs, rules)
     n_job = obs.groupby(["job_id", "metric", "slot"], sort=False)["value"].transform("size")
     allowed = np.maximum(1, np.floor(rules.max_outlier_share * n_job))
-    job_wide = obs["outlier"] & (moved > allowed)
+    job_wide = obs["outlier"] & ((moved > allowed) | _lagging(obs, tol, min_delta, sign))
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
+
+
+def _lagging(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
+             sign: np.ndarray) -> np.ndarray:
+    """Outliers that still show the job's previous level, not a new one of their own: the end
+    of a job-wide shift (fabric congestion, a slow phase) falls inside a slot, and nodes sample
+    at their own phase, so the nodes that sampled before the end show the shift for one more
+    slot, few enough to pass as outliers. Such an outlier is the job's, judged like a job-wide
+    slot (it neither counts toward nor breaks a run; a second in a row ends it) when all of:
+    its group's median came back from the bad side by more than its line since the slot
+    before; its value is within a line of that earlier median; and the job's nodes that
+    sampled before it in the slot (at least one) were, by their median, at least half as far
+    past their groups' medians in the same direction: the shift was still on when it sampled.
+    A node that turns slow as its job recovers is alone among the earlier samplers, and one
+    far worse than its peers ever were is not at the earlier level: both are judged as
+    before. Causal: only the slot and the one before it are read."""
+    out = np.zeros(len(obs), dtype=bool)
+    key = ["job_id", "group", "metric", "slot"]
+    med = obs.groupby(key, sort=False)["median"].first().rename("prev").reset_index()
+    med = med.assign(slot=med["slot"] + 1)
+    prev = obs[key].merge(med, on=key, how="left")["prev"].to_numpy(dtype=float)
+    value = obs["value"].to_numpy(dtype=float)
+    cur = obs["median"].to_numpy(dtype=float)
+    line = obs["line"].to_numpy(dtype=float)
+    prev_line = np.maximum(tol * np.abs(prev), min_delta)
+    with np.errstate(invalid="ignore"):
+        cand = (obs["outlier"].to_numpy() & (sign * (prev - cur) > line)
+                & (np.abs(value - prev) <= prev_line))
+    if not cand.any():
+        return out
+    slot_key = ["job_id", "metric", "slot"]
+    bad = obs[slot_key + ["node", "time"]].assign(bad=sign * (value - cur))
+    mine = bad[cand].assign(row=np.flatnonzero(cand))
+    pairs = mine.merge(bad, on=slot_key, suffixes=("", "_other"))
+    pairs = pairs[(pairs["node_other"] != pairs["node"])
+                  & (pairs["time_other"] <= pairs["time"])]
+    earlier = pairs.groupby("row")["bad_other"].median()
+    at = earlier.index.to_numpy(dtype=int)
+    out[at] = earlier.to_numpy(dtype=float) >= mine.set_index("row").loc[at, "bad"] / 2
+    return out
 
 
 def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     """For each outlier, how many of its job's nodes (itself included) are past the job's
-    median in the same metric and direction by at least half as much as it is, in its slot or
-    the slots either side (nodes sample at their own phase, so a shift that begins or ends
-    inside a slot shows on part of them only). The job's median is over every group: a leaf
-    switch's nodes span stages. 0 for the nodes that are not outliers."""
+    median in the same metric and direction by at least half as much as it is, in its slot, or
+    in a slot either side by a like amount (at most its own move plus its line): nodes sample
+    at their own phase, so a shift that begins or ends inside a slot shows on part of them
+    only; a one-sweep event far bigger than the outlier's move next door (a checkpoint idling
+    links to a quarter beside a link at half) is another event. The job's median is over every
+    group: a leaf switch's nodes span stages. 0 for the nodes that are not outliers."""
     out = pd.Series(0, index=obs.index, dtype="int64")
     if not obs["outlier"].any():
         return out
@@ -256,13 +298,19 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     sign = jm["metric"].map({m: r.sign for m, r in rules.metrics.items()}).to_numpy(dtype=float)
     job_med = jm.groupby(key, sort=False)["value"].transform("median")
     bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
-    # each node's largest move in slots s-1, s, s+1, for every slot s
-    spread = pd.concat([bad.assign(slot=bad["slot"] + d) for d in (-1, 0, 1)])
-    near = spread.groupby(["job_id", "metric", "slot", "node"], sort=False)["bad"].max()
-    near = near.rename("near").reset_index()
-    mine = bad.loc[bad["outlier"], key + ["bad"]].assign(row=lambda f: f.index)
+    # each node's moves in slots s-1, s, s+1, for every slot s
+    spread = pd.concat([bad.assign(slot=bad["slot"] + d, d=d) for d in (-1, 0, 1)])
+    near = spread[["job_id", "metric", "slot", "node", "d", "bad"]].rename(
+        columns={"bad": "near"})
+    mine = bad.loc[bad["outlier"], key + ["bad", "line"]].assign(row=lambda f: f.index)
     pairs = mine.merge(near, on=key, how="inner")
-    counts = (pairs["near"] >= pairs["bad"] / 2).groupby(pairs["row"]).sum()
+    # in its own slot, any node at least half as far; in a slot either side, only a like move
+    # (no more than a line past the outlier's): the same shift caught at another phase. A
+    # one-sweep event far bigger next door (a checkpoint idling links to a quarter) is not the
+    # move that made this node an outlier.
+    with_it = (pairs["near"] >= pairs["bad"] / 2) & (
+        (pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"]))
+    counts = pairs[with_it].groupby("row")["node"].nunique()
     out.loc[counts.index] = counts.to_numpy()
     return out
 

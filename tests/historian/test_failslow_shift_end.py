@@ -1,0 +1,179 @@
+"""Fail-slow detection at the end of a whole-job shift (rsc_health/historian/failslow/core.py,
+`_lagging`): nodes sample at their own phase and recover at slightly different times, so the
+few that sample before the end show the shift one slot longer than the rest. Such a node is
+the job's, not a suspect; a node that really turns slow during the shift is still found, as
+soon as the shift ends."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import numpy as np
+import pandas as pd
+
+from rsc_health.config import load_config
+from rsc_health.historian.failslow import core, detect_frame
+from rsc_health.historian.failslow.core import Rules, find_runs, judged
+
+T0 = datetime(2026, 11, 26, 10, 0, 0)  # on the 300 s slot grid
+CFG = load_config(None)
+RULES = Rules.from_config(CFG)
+N = 32
+NODES = [f"ib{i:03d}" for i in range(N)]
+SLOTS = 16
+BASE = 1.0e6  # a healthy port's xmit_wait per second
+EPISODE = (4, 10)  # whole-job congestion from slot 4 until early in slot 10
+FACTOR = 4.0
+
+
+def _job() -> pd.DataFrame:
+    return pd.DataFrame({"job_id": "88", "node": NODES, "start": T0,
+                         "end": T0 + timedelta(seconds=300 * SLOTS)})
+
+
+def _offset(i: int) -> int:
+    """Node i samples this many seconds into every slot (its sweep's phase)."""
+    return 5 + 290 * i // N
+
+
+def _samples(seed: int, extra=None, episode: bool = True) -> pd.DataFrame:
+    """ib_xmit_wait_rate on every node, one sample a slot: healthy log-normal spread, and a
+    job-wide congestion episode that each node leaves at its own moment early in slot 10 (40
+    to 60 s in: the 4 to 6 nodes that sample before then still see it). `extra(i, s, value)`
+    may change a value; `episode=False`: no whole-job episode."""
+    rng = np.random.default_rng(seed)
+    recover = 300 * EPISODE[1] + rng.uniform(40, 60, N)  # each node's own end, seconds
+    rows = []
+    for i, node in enumerate(NODES):
+        for s in range(SLOTS):
+            at = 300 * s + _offset(i)
+            value = BASE * float(np.exp(rng.normal(0, 0.25)))
+            if episode and 300 * EPISODE[0] <= at < recover[i]:
+                value *= FACTOR
+            if extra is not None:
+                value = extra(i, s, value)
+            rows.append({"node": node, "time": T0 + timedelta(seconds=at),
+                         "metric": "ib_xmit_wait_rate", "value": value,
+                         "component": "mlx5_0:1"})
+    return pd.DataFrame(rows)
+
+
+def _lagging_nodes(frame: pd.DataFrame) -> int:
+    obs = judged(frame, _job(), None, RULES)
+    last = obs[obs["slot"] == obs["slot"].min() + EPISODE[1]]
+    return int((last["value"] > 2 * BASE).sum())
+
+
+def _spike_then_lag(i: int, s: int, value: float) -> float:
+    # node 2 samples before the end (it lags); a healthy burst in the episode's last full
+    # slot makes it an outlier there too: two outlying slots in a row on the same port
+    return value * 4.0 if i == 2 and s == EPISODE[1] - 1 else value
+
+
+def test_the_last_nodes_to_leave_a_job_wide_congestion_are_not_suspects():
+    for seed in range(10):
+        frame = _samples(seed, _spike_then_lag)
+        assert 4 <= _lagging_nodes(frame) <= 6  # few: under max_outlier_share of 32
+        assert detect_frame(frame, _job(), None, CFG) == [], seed
+
+
+def test_the_lagging_slot_is_judged_like_a_job_wide_one_not_dropped():
+    obs = judged(_samples(0, _spike_then_lag), _job(), None, RULES)
+    lag = obs[(obs["node"] == "ib002") & (obs["slot"] == obs["slot"].min() + EPISODE[1])]
+    assert lag["job_wide"].tolist() == [True]
+    assert lag["outlier"].tolist() == [False]
+
+
+def _slow_from(node: int, slot: int, factor: float):
+    """Node `node`'s port at `factor` x a healthy port's rate from `slot` on (or the job's
+    congestion, when that is worse)."""
+    def extra(i: int, s: int, value: float) -> float:
+        return max(value, factor * BASE) if i == node and s >= slot else value
+    return extra
+
+
+def test_a_port_that_congests_during_the_job_wide_episode_is_found_when_it_ends(monkeypatch):
+    # node 20 samples late in the slot (after the end); its port at 6x from slot 8 on is hidden
+    # by the episode (1.5x the congested median), then past its line from slot 10: a suspect
+    # two sweeps later (three when the laggards outnumber the job-wide share: the job-wide
+    # count's own cost), and never later than with the lagging rule switched off
+    for seed in range(10):
+        frame = _samples(seed, _slow_from(20, 8, 6.0))
+        runs = find_runs(judged(frame, _job(), None, RULES), RULES)
+        assert sorted(set(runs["node"])) == ["ib020"], seed
+        confirmed = pd.Timestamp(runs["confirmed"].min())
+        assert confirmed <= T0 + timedelta(seconds=300 * (EPISODE[1] + 2) + _offset(20)), seed
+        with monkeypatch.context() as m:
+            m.setattr(core, "_lagging", lambda obs, *a: np.zeros(len(obs), dtype=bool))
+            without = find_runs(judged(frame, _job(), None, RULES), RULES)
+        assert confirmed == pd.Timestamp(without["confirmed"].min()), seed
+
+
+def test_a_port_far_worse_than_the_episode_ever_was_is_not_excused_as_lagging():
+    # node 1 samples before the end, like the laggards, but at 20x: not the job's old level
+    for seed in range(10):
+        frame = _samples(seed, _slow_from(1, EPISODE[1], 20.0))
+        runs = find_runs(judged(frame, _job(), None, RULES), RULES)
+        assert sorted(set(runs["node"])) == ["ib001"], seed
+        assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(
+            seconds=300 * (EPISODE[1] + 1) + _offset(1)), seed
+
+
+def test_an_early_sampler_alone_at_the_old_level_is_not_excused():
+    # no other node sampled before node 0 in the slot: nothing says the shift was still on
+    # when it sampled, so its outlier counts
+    obs = judged(_samples(0, _slow_from(0, EPISODE[1], FACTOR)), _job(), None, RULES)
+    first = obs[(obs["node"] == "ib000") & (obs["slot"] == obs["slot"].min() + EPISODE[1])]
+    assert first["outlier"].tolist() == [True]
+
+
+def _pcie(link_down_from: int | None, checkpoint: int, idled: int) -> pd.DataFrame:
+    """16 nodes' pcie_link_ratio: node 5's link x8 (0.5) from slot `link_down_from`; a
+    one-sweep checkpoint in slot `checkpoint` idles `idled` nodes' links to Gen1 (0.25)."""
+    rows = []
+    for i in range(16):
+        for s in range(14):
+            value = 1.0
+            if link_down_from is not None and i == 5 and s >= link_down_from:
+                value = 0.5
+            elif s == checkpoint and i >= 16 - idled:
+                value = 0.25
+            rows.append({"node": f"p{i:02d}", "time": T0 + timedelta(seconds=300 * s + 20 + 15 * i),
+                         "metric": "pcie_link_ratio", "value": value, "component": "gpu3"})
+    return pd.DataFrame(rows)
+
+
+def _pcie_job() -> pd.DataFrame:
+    return pd.DataFrame({"job_id": "89", "node": [f"p{i:02d}" for i in range(16)],
+                         "start": T0, "end": T0 + timedelta(seconds=300 * 14)})
+
+
+def test_a_checkpoint_the_sweep_after_a_link_downtrains_hides_one_slot_not_three():
+    # the checkpoint's idled links (0.75 below the median) are a one-sweep event far bigger
+    # than the x8 link (0.5 below): the slot before and after it are the node's own. Before,
+    # they counted as the job's move too: three job-wide slots, the run restarted after them
+    frame = _pcie(6, checkpoint=7, idled=6)
+    runs = find_runs(judged(frame, _pcie_job(), None, RULES), RULES)
+    assert sorted(set(runs["node"])) == ["p05"]
+    assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 8 + 20 + 75)
+
+
+def test_a_checkpoint_alone_makes_no_suspect():
+    for idled in (2, 3, 6, 10, 16):
+        frame = _pcie(None, checkpoint=7, idled=idled)
+        assert detect_frame(frame, _pcie_job(), None, CFG) == [], idled
+
+
+def test_a_leaf_switch_congesting_inside_a_slot_is_still_the_job_s_move():
+    # 12 of 32 nodes (a leaf switch) congest 5x from 150 s into slot 6: in slot 6 only those
+    # that sample later show it (too few alone); the slot after, all 12 move alike, so the
+    # early ones are the job's move, as before
+    leaf = set(range(0, 32, 8)) | set(range(3, 32, 8)) | set(range(5, 32, 8))
+
+    def extra(i: int, s: int, value: float) -> float:
+        at = 300 * s + _offset(i)
+        return value * 5.0 if i in leaf and at >= 300 * 6 + 150 else value
+
+    for seed in range(5):
+        frame = _samples(seed, extra, episode=False)
+        assert detect_frame(frame, _job(), None, CFG) == [], seed
