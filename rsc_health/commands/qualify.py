@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import uuid
 from datetime import UTC, datetime
 from functools import partial
@@ -87,16 +88,17 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     engine = _engine(ctx) if ctx.obj.historian_configured else None
     started = datetime.now(UTC).replace(tzinfo=None)
     since = store.since(started, cfg)
-    if peer is None and engine is not None and any(
-            s.server_command or any("{peer}" in c for c in s.command) for s in specs):
+    good: list[str] = []
+    if peer is None and engine is not None and any(runner.is_pairwise(s) for s in specs):
         from rsc_health.qualify import pairwise
 
         with engine.connect() as pconn:
             good = pairwise.known_good(pconn, node=node, gpu_model=gpu_model, driver=driver,
                                        since=since)
         peer = good[0] if good else None
-    outcomes = runner.run_tier(cfg, tier, budget_s=float(cfg.get("qualify.tier_budget_s")),
-                               peer=peer)
+    budget_s = float(cfg.get("qualify.tier_budget_s"))
+    deadline = time.monotonic() + budget_s if budget_s else None
+    outcomes = runner.run_tier(cfg, tier, budget_s=budget_s, peer=peer)
     conn = engine.connect() if engine is not None else None
     try:
         def peers_of(metric):
@@ -108,6 +110,9 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
 
         judged = judge_run(outcomes, peers_of=peers_of, baseline=baseline,
                            rules=Rules.from_config(cfg))
+        if len(good) > 1:
+            judged = _confirm_pairwise_fail(judged, specs, good[1], peer, deadline, peers_of,
+                                            baseline, Rules.from_config(cfg))
     finally:
         if conn is not None:
             conn.close()
@@ -125,6 +130,38 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     else:
         _echo_run(run_rec, judged)
     ctx.exit(EXIT[judged.verdict])
+
+
+def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadline,
+                           peers_of, baseline, rules):
+    """A run failed only by pairwise tests against the chosen peer is run again against a
+    second known-good peer: a peer degraded since its own pass (not yet caught) would
+    otherwise fail, and drain, a sound node. Only when the second peer's run fails too does the
+    fail stand; when it does not, its judgement is the run's, and the reason says the first
+    peer's result was set aside. A peer named with --peer is the operator's choice: no retry."""
+    from rsc_health.qualify import runner
+    from rsc_health.qualify.judge import FAIL
+    from rsc_health.qualify.verdict import judge_run
+
+    if judged.verdict != FAIL:
+        return judged
+    pair = {s.name for s in specs if runner.is_pairwise(s)}
+    failing = {o.test for o in judged.outcomes if o.failed}
+    failing |= {test for test, j, _u, _h in judged.judgements if j.status == FAIL}
+    if not failing or not failing <= pair:
+        return judged
+    again = {s.name: runner.run_test(s, deadline=deadline, peer=second)
+             for s in specs if s.name in failing}
+    retried = judge_run([again.get(o.test, o) for o in judged.outcomes], peers_of=peers_of,
+                        baseline=baseline, rules=rules)
+    if retried.verdict == FAIL:
+        retried.reason = (f"failed against two known-good peers ({first}, {second}): "
+                          f"{retried.reason}")[:4000]
+        return retried
+    note = (f"pairwise against {first} failed ({judged.reason}); against {second} it did not: "
+            f"{first}'s result set aside (is {first} itself degraded?)")
+    retried.reason = f"{note}; {retried.reason}" if retried.reason else note
+    return retried
 
 
 def _run_doc(run_rec, judged, specs) -> dict:

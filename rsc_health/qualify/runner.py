@@ -53,6 +53,11 @@ def tier_tests(cfg, tier: str) -> list[TestSpec]:
     return specs
 
 
+def is_pairwise(spec: TestSpec) -> bool:
+    """A test of this node against a known-good peer (pairwise.py)."""
+    return bool(spec.server_command) or any("{peer}" in c for c in spec.command)
+
+
 def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None = None) -> Outcome:
     from rsc_health.collect import procs
 
@@ -63,7 +68,7 @@ def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None 
         timeout = min(timeout, deadline - time.monotonic())
         if timeout <= 0:
             return Outcome(spec.name, inconclusive="no time left in the tier's budget")
-    if spec.server_command or any("{peer}" in c for c in spec.command):
+    if is_pairwise(spec):
         from rsc_health.qualify import pairwise
 
         return pairwise.run_pair(spec.name, spec.plugin, list(spec.command),

@@ -177,3 +177,58 @@ def test_pairwise_runs_against_the_newest_passing_peer_and_without_one_is_inconc
     assert "ib-pair/ib_write_8388608_mlx5_0_bw" in res.output
     assert (lonely.bin / "ib_write_bw.args").read_text().split()[-1] == "gpu005"
     assert (lonely.bin / "peer_server.args").read_text().split()[0] == "gpu005"
+
+
+def _pair_node(tmp_path, name: str, *, slow_with: str = "") -> Node:
+    """A node whose pairwise client prints perftest's real format: 23.9 GB/s, or 20.0 against a
+    peer in `slow_with` ("first": whichever peer it is run against first; "all": every peer)."""
+    node = Node(tmp_path, name)
+    (node.bin / "fast.out").write_text(standin.perftest(23.9))
+    (node.bin / "slow.out").write_text(standin.perftest(20.0))
+    first = node.bin / "first"
+    pick = {"first": f'if [ -e "{first}" ]; then f=fast; else touch "{first}"; f=slow; fi',
+            "all": "f=slow", "": "f=fast"}[slow_with]
+    for tool in ("ib_write_bw", "peer_server"):
+        script = node.bin / tool
+        script.write_text(f'#!/bin/sh\necho "$@" >> "{node.bin}/{tool}.args"\n'
+                          + ("" if tool == "peer_server" else f"{pick}\n")
+                          + (f'cat "{node.bin}/fast.out"\n' if tool == "peer_server"
+                             else f'cat "{node.bin}/$f.out"\n'))
+        script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    return node
+
+
+def test_a_pairwise_fail_against_one_peer_is_run_again_against_a_second_before_it_stands(
+        tmp_path):
+    """The chosen known-good peer may have degraded since its own pass: a node slow against it
+    alone is run again against the next known-good peer. Slow against the first only: the run
+    passes on the second's result and says the first was set aside. Slow against both: it
+    fails, naming both. A peer an operator named (--peer) is not second-guessed."""
+    cfg, db = _setup(tmp_path)
+    pair_cfg = tmp_path / "pair.toml"
+    pair_cfg.write_text(CONFIG.replace("full = ", "lite = [\"pair\"]\nfull = ", 1) + PAIR)
+    assert [r.exit_code for r in _fleet(tmp_path, cfg, db, n=6)] == [4, 4, 4, 4, 0, 0]
+    # Peers for the pairwise metric itself (the first four measured, unjudged; then judged).
+    seeded = [_pair_node(tmp_path, f"gpu2{i:02d}").run(pair_cfg, db, "--tier", "lite")
+              for i in range(6)]
+    assert [r.exit_code for r in seeded] == [4, 4, 4, 4, 0, 0], seeded[-1].output[-400:]
+
+    once = _pair_node(tmp_path, "gpu300", slow_with="first")
+    res = once.run(pair_cfg, db, "--tier", "lite")
+    doc = json.loads(res.output)
+    tried = (once.bin / "ib_write_bw.args").read_text().split("\n")
+    peers = [line.split()[-1] for line in tried if line]
+    assert len(peers) == 2 and peers[0] != peers[1]
+    assert res.exit_code == 0 and doc["verdict"] == "pass", res.output[-600:]
+    assert f"{peers[0]}'s result set aside" in doc["reason"]
+
+    both = _pair_node(tmp_path, "gpu301", slow_with="all")
+    res = both.run(pair_cfg, db, "--tier", "lite")
+    doc = json.loads(res.output)
+    assert res.exit_code == 3 and doc["verdict"] == "fail"
+    assert "failed against two known-good peers" in doc["reason"]
+
+    named = _pair_node(tmp_path, "gpu302", slow_with="first")
+    res = named.run(pair_cfg, db, "--tier", "lite", "--peer", "gpu004")
+    assert res.exit_code == 3
+    assert len((named.bin / "ib_write_bw.args").read_text().split("\n")) == 2  # one run
