@@ -242,14 +242,24 @@ def labelled_from_sim(
     compute the features at the end of the simulated period (as a nightly run would).
     `sim_settings` go to SimConfig (e.g. maintenance_drains, fleet_events); `outages` (an
     OutageRules) to the features."""
-    from rsc_health.historian import db as hdb
-    from rsc_health.historian.lemons.features import lemon_features
-    from rsc_health.hostlist import expand
     from rsc_health.sim.config import SimConfig
     from rsc_health.sim.historian import simulated_historian
 
     fleet = simulated_historian(SimConfig(nodes=nodes, days=days, seed=seed, **sim_settings),
                                 Path(workdir) / f"seed{seed}", progress=progress)
+    return labelled_from_historian(fleet, window_days=window_days, history_days=history_days,
+                                   outages=outages)
+
+
+def labelled_from_historian(fleet, *, window_days: float = 28, history_days: float = 90,
+                            outages=None) -> Labelled:
+    """The features of a simulated historian (`rsc_health.sim.historian.simulated_historian`)
+    at the end of its period, labelled with its truth. One fleet may be labelled under several
+    `outages` rules without simulating and ingesting it again."""
+    from rsc_health.historian import db as hdb
+    from rsc_health.historian.lemons.features import lemon_features
+    from rsc_health.hostlist import expand
+
     engine = hdb.connect(fleet.url)
     try:
         features = lemon_features(engine, fleet.as_of, window_days, history_days=history_days,

@@ -14,7 +14,9 @@ together.
 from __future__ import annotations
 
 from rsc_health.historian.lemons.verdicts import LemonRules
-from rsc_health.sim.tune import labelled_from_sim, score
+from rsc_health.sim.config import SimConfig
+from rsc_health.sim.historian import simulated_historian
+from rsc_health.sim.tune import labelled_from_historian, labelled_from_sim, score
 
 
 def test_defaults_keep_precision_and_recall_on_held_out_seeds(tmp_path):
@@ -37,11 +39,14 @@ def test_maintenance_and_fleet_wide_outages_flag_no_healthy_node(tmp_path):
 
     disrupted = {"maintenance_drains": 3, "fleet_events": 2}
     seeds = (101, 102, 103)
-    aware = [labelled_from_sim(s, tmp_path / "aware", **disrupted) for s in seeds]
+    # One simulated historian per seed, its features computed twice: the outage rules act on
+    # the features only, so both sides see the same jobs, events and attribution.
+    built = [simulated_historian(SimConfig(nodes=256, days=90, seed=s, **disrupted),
+                                 tmp_path / f"seed{s}") for s in seeds]
+    aware = [labelled_from_historian(f) for f in built]
     # blind to maintenance reasons and fleet events, and to fleet-wide incident days
-    blind = [labelled_from_sim(s, tmp_path / "blind",
-                               outages=OutageRules((), 0, 0.0, 300, incident_alpha=0.0),
-                               **disrupted) for s in seeds]
+    blind = [labelled_from_historian(f, outages=OutageRules((), 0, 0.0, 300, incident_alpha=0.0))
+             for f in built]
     rules = LemonRules.from_config()
     no_peers = replace(rules, peer_q=1.0)  # absolute counts, whatever the peers' rate
     got, without = score(aware, rules), score(blind, no_peers)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import csv
 import json
+import pickle
 from pathlib import Path
 
 import pytest
 
 from rsc_health.sim import SimConfig, simulate
+from tests.shared_build import built_once
 
 
 def read_sacct(path: Path) -> list[dict[str, str]]:
@@ -19,9 +21,16 @@ def read_sacct(path: Path) -> list[dict[str, str]]:
 
 @pytest.fixture(scope="session")
 def fleet(tmp_path_factory) -> dict:
-    """256 nodes x 60 days: big enough for the paper's job-mix shares to settle."""
-    out = tmp_path_factory.mktemp("sim_fleet")
-    result = simulate(SimConfig(nodes=256, days=60, seed=11), out)
+    """256 nodes x 60 days: big enough for the paper's job-mix shares to settle. Simulated once
+    per test run, whichever xdist worker needs it first (tests/shared_build.py); the tests only
+    read its files."""
+    def build(directory: Path) -> None:
+        result = simulate(SimConfig(nodes=256, days=60, seed=11), directory / "fleet")
+        (directory / "result.pickle").write_bytes(pickle.dumps(result))
+
+    shared = built_once(tmp_path_factory, "sim-fleet-256x60-seed11", build)
+    out = shared / "fleet"
+    result = pickle.loads((shared / "result.pickle").read_bytes())
     return {
         "dir": out,
         "result": result,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -40,11 +41,9 @@ def _bin(tmp: Path, name: str, *, busbw=231.0, missing=(), hang=()) -> Path:
     return d
 
 
-@pytest.fixture
-def qual(slurm_cluster, tmp_path):
-    c = slurm_cluster
-    cfg = tmp_path / "config.toml"
-    db = f"sqlite:///{tmp_path / 'history.db'}"
+def _config(tmp: Path) -> list[str]:
+    """Write tmp/config.toml; the healthctl command line that reads it."""
+    cfg = tmp / "config.toml"
     node_cmd = [sys.executable, "-m", "rsc_health.cli", "--config", str(cfg)]
     cfg.write_text(f"""
 [gpu]
@@ -71,17 +70,44 @@ plugin = "gpu_burn"
 command = ["gpu_burn", "-tc", "60"]
 timeout_s = 20
 """)
+    return node_cmd
+
+
+def _healthctl(env: dict, node_cmd: list[str], db: str):
+    def hc(*args, path_bin, extra_env=None):
+        full = dict(env, RSC_HEALTH_DB=db, PATH=f"{path_bin}:{os.environ['PATH']}",
+                    PYTHONPATH=str(Path(__file__).resolve().parents[2]), **(extra_env or {}))
+        return subprocess.run([*node_cmd, *args], env=full, capture_output=True, text=True,
+                              timeout=300)
+    return hc
+
+
+@pytest.fixture(scope="module")
+def peer_history(_slurm_cluster_session, tmp_path_factory) -> Path:  # its directory
+    """A historian holding the fleet's earlier passes (five peers, by `qualify run` on the
+    stand-ins), made once for this module; every test starts from a copy of it."""
+    tmp = tmp_path_factory.mktemp("qualify-peers")
+    hc = _healthctl(_slurm_cluster_session.env, _config(tmp), f"sqlite:///{tmp / 'history.db'}")
+    assert hc("db", "upgrade", path_bin=_bin(tmp, "healthy")).returncode == 0
+    for i, bw in enumerate((231.0, 230.2, 231.6, 229.9, 230.8)):  # the fleet's earlier passes
+        hc("qualify", "run", "--node", f"peer{i}", path_bin=_bin(tmp, f"b{i}", busbw=bw))
+    return tmp
+
+
+@pytest.fixture
+def qual(slurm_cluster, tmp_path, peer_history):
+    c = slurm_cluster
+    db = f"sqlite:///{tmp_path / 'history.db'}"
+    node_cmd = _config(tmp_path)
+    for name in ("history.db", "history.db-wal"):  # the writers have exited: no -shm needed
+        if (peer_history / name).exists():
+            shutil.copy(peer_history / name, tmp_path / name)
     healthy = _bin(tmp_path, "healthy")
+    run = _healthctl(c.env, node_cmd, db)
 
     def hc(*args, path_bin=healthy, extra_env=None):
-        env = dict(c.env, RSC_HEALTH_DB=db, PATH=f"{path_bin}:{os.environ['PATH']}",
-                   PYTHONPATH=str(Path(__file__).resolve().parents[2]), **(extra_env or {}))
-        return subprocess.run([*node_cmd, *args], env=env, capture_output=True, text=True,
-                              timeout=300)
+        return run(*args, path_bin=path_bin, extra_env=extra_env)
 
-    assert hc("db", "upgrade").returncode == 0
-    for i, bw in enumerate((231.0, 230.2, 231.6, 229.9, 230.8)):  # the fleet's earlier passes
-        hc("qualify", "run", "--node", f"peer{i}", path_bin=_bin(tmp_path, f"b{i}", busbw=bw))
     engine = create_engine(db)
 
     def sql(q, **kw):

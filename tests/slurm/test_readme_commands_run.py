@@ -15,8 +15,6 @@ import json
 import os
 import re
 import shlex
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from click.testing import CliRunner
 from sqlalchemy import create_engine, text
 
 from rsc_health.cli import cli
+from tests.cli_forkserver import CliForkServer
 from tests.fixtures.nodes.node_copy import copy_node
 from tests.unit.test_readme_commands import COMMANDS
 
@@ -152,25 +151,28 @@ def test_every_readme_command_runs_on_a_real_site(slurm_cluster, site):
                RSC_HEALTH_CONFIG=os.devnull, PYTHONPATH=str(REPO))
     ticket = None
     ran = []
-    for line in COMMANDS:
-        if line in RUN_ELSEWHERE:
-            path, _, name = RUN_ELSEWHERE[line].partition("::")
-            assert f"def {name}(" in (REPO / path).read_text(), RUN_ELSEWHERE[line]
-            continue
-        for variant in expand(line):
-            argv = localise(variant, site, ticket)
-            proc = subprocess.run([sys.executable, "-m", "rsc_health.cli", *argv], env=env,
-                                  capture_output=True, text=True, timeout=300, cwd=site["tmp"])
-            command = next(w for w in argv if not w.startswith("-") and "/" not in w
-                           and "://" not in w)
-            allowed = EXIT_CODES.get(command, {0})
-            assert proc.returncode in allowed, (variant, argv, proc.stdout[-2000:],
-                                                proc.stderr[-2000:])
-            assert "Traceback" not in proc.stderr, (variant, proc.stderr[-2000:])
-            assert (proc.stdout + proc.stderr).strip(), variant
-            if argv[:2] == ["ticket", "open"]:
-                ticket = re.search(r"\d+", proc.stdout).group(0)
-            ran.append(variant)
+    # Each line is its own `python -m rsc_health.cli` process in this environment and directory,
+    # forked from one server that imported pandas and the rest once (tests/cli_forkserver.py:
+    # ~2 CPU-s of start and import per line saved, 60-odd lines).
+    with CliForkServer(env, site["tmp"]) as server:
+        for line in COMMANDS:
+            if line in RUN_ELSEWHERE:
+                path, _, name = RUN_ELSEWHERE[line].partition("::")
+                assert f"def {name}(" in (REPO / path).read_text(), RUN_ELSEWHERE[line]
+                continue
+            for variant in expand(line):
+                argv = localise(variant, site, ticket)
+                proc = server.run(argv, timeout=300)
+                command = next(w for w in argv if not w.startswith("-") and "/" not in w
+                               and "://" not in w)
+                allowed = EXIT_CODES.get(command, {0})
+                assert proc.returncode in allowed, (variant, argv, proc.stdout[-2000:],
+                                                    proc.stderr[-2000:])
+                assert "Traceback" not in proc.stderr, (variant, proc.stderr[-2000:])
+                assert (proc.stdout + proc.stderr).strip(), variant
+                if argv[:2] == ["ticket", "open"]:
+                    ticket = re.search(r"\d+", proc.stdout).group(0)
+                ran.append(variant)
     assert len(ran) >= len(COMMANDS)
     assert (site["tmp"] / "textfile" / "rsc_health_fleet.prom").read_text().startswith("#")
     assert (site["tmp"] / "report-day").is_dir()
