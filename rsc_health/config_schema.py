@@ -67,7 +67,8 @@ EXPLICIT: dict[str, Spec] = {
     "failslow.metrics": Spec("map", Spec("table", fields={
         "direction": STR, "min_delta": Spec("float"), "min_margin": Spec("float"),
         "max_margin": Spec("float"),
-        "persist_sweeps": Spec("int"), "same_component": Spec("bool")},
+        "persist_sweeps": Spec("int"), "same_component": Spec("bool"),
+        "counts": Spec("bool")},
         required=("direction",))),
 }
 # Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.

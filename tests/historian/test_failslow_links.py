@@ -152,3 +152,48 @@ def test_the_lab_injects_the_kind_and_the_detector_finds_most_of_them(kind, metr
     assert len(found) >= 0.8 * len(truth)
     assert set(runs.loc[runs["metric"] == metric].pipe(
         lambda r: zip(r["job_id"], r["node"], strict=True))) & truth
+
+
+def _port_counts(counts: dict[int, int], node: int = 3, port: str = "mlx5_6:1"):
+    """Errors per sweep on one port of one node (value: errors per second over 300 s); the
+    peers' ports count none."""
+    def value(i, s):
+        return counts.get(s, 0) / 300.0 if i == node else 0.0
+
+    def component(i, s):
+        return port if i == node and s in counts else "mlx5_0:1"
+    return _samples("ib_error_rate", value, component)
+
+
+def test_two_healthy_bursts_on_one_port_whose_count_falls_by_three_quarters_are_no_run():
+    """Lab seed 1005's false flag: a burst of 77 errors then one of 20 on the same port, then
+    none. A port going bad does not fall back to a quarter the next sweep."""
+    for first, second in ((77, 20), (91, 13), (60, 22)):
+        samples = _port_counts({6: first, 7: second})
+        assert detect_frame(samples, _job(), None, CFG) == [], (first, second)
+
+
+def test_a_failing_port_whose_poisson_count_dips_is_still_found_at_its_second_sweep():
+    """16 then 7 errors: under half, but within 3 Poisson sigmas of a steady rate (the drop 9
+    against 3 x sqrt(23) = 14.4); and a partial first interval (8 errors, then 40) rising:
+    both confirmed at the second outlying sweep, as without the rule."""
+    for counts in ({6: 16, 7: 7, 8: 14, 9: 18, 10: 21}, {6: 8, 7: 40, 8: 44, 9: 50},
+                   {6: 30, 7: 45, 8: 51, 9: 66}):
+        samples = _port_counts(counts)
+        found = detect_frame(samples, _job(), None, CFG)
+        assert [(e.node, e.metric) for e in found] == [("gpu004", "ib_error_rate")], counts
+        rules = Rules.from_config(CFG)
+        runs = find_runs(judged(samples, _job(), None, rules), rules)
+        second = samples[(samples["node"] == "gpu004")].sort_values("time")["time"].iloc[7]
+        assert runs["confirmed"].min() == second, counts
+
+
+def test_a_failing_port_that_halves_once_after_a_burst_is_found_one_sweep_later():
+    """The rule's cost, stated: 60 errors then 20 (a drop beyond chance) starts the run again
+    at 20; the port is still found once it keeps counting (20, 24, 30)."""
+    samples = _port_counts({6: 60, 7: 20, 8: 24, 9: 30, 10: 33})
+    rules = Rules.from_config(CFG)
+    runs = find_runs(judged(samples, _job(), None, rules), rules)
+    times = samples[(samples["node"] == "gpu004")].sort_values("time")["time"]
+    assert list(runs["node"]) == ["gpu004"]
+    assert runs["confirmed"].iloc[0] == times.iloc[8]

@@ -51,6 +51,11 @@ class MetricRule:
     # A run is of one component only: no STRONG exception (a count whose peers count none is
     # "many lines past" at its first error, so bursts on two ports would make one run).
     same_component: bool = False
+    # The value is a count per second over the sweep's interval (errors): a run goes on only
+    # while the count does not fall to under half the run's previous slot by more than chance
+    # (3 Poisson sigmas). A port going bad does not back off by half the next sweep; two
+    # healthy bursts of independent size on one port often do.
+    counts: bool = False
 
     @property
     def sign(self) -> float:
@@ -82,7 +87,8 @@ class Rules:
                                             float(table.get("max_margin") or 0.0),
                                             int(table.get("persist_sweeps") or 0),
                                             float(table.get("min_margin") or 0.0),
-                                            bool(table.get("same_component") or False))
+                                            bool(table.get("same_component") or False),
+                                            bool(table.get("counts") or False))
         return cls(
             k=float(cfg.get("failslow.k")),
             min_margin=float(cfg.get("failslow.min_margin")),
@@ -357,6 +363,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     prev_strong = np.where(have, strong[at], False)
     continues = (~o["outlier"].to_numpy() | ~have | (comp.to_numpy() == prev_comp)
                  | (strong & prev_strong))
+    continues &= ~_count_fell(o, at, have, rules)
     o = o.assign(run=(~(adjacent.to_numpy() & continues)).cumsum())
     need = o["metric"].map({m: r.persist or rules.persist_sweeps
                             for m, r in rules.metrics.items()}).fillna(rules.persist_sweeps)
@@ -376,6 +383,22 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
                                  deviation=("deviation", "median"), slots=("slot", "size"))
             .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
     return runs.reset_index(drop=True)[cols]
+
+
+def _count_fell(o: pd.DataFrame, at: np.ndarray, have: np.ndarray, rules: Rules) -> np.ndarray:
+    """Rows of a `counts` metric whose count over the peers' median fell to under half the
+    previous outlying slot's, and by more than 3 Poisson sigmas of the two (the interval taken
+    as slot_s): such a slot starts a run of its own."""
+    counted = o["metric"].map({m: r.counts for m, r in rules.metrics.items()}).fillna(
+        False).to_numpy(dtype=bool)
+    if not counted.any():
+        return np.zeros(len(o), dtype=bool)
+    excess = np.maximum(0.0, (o["value"].to_numpy(dtype=float)
+                              - o["median"].to_numpy(dtype=float)) * rules.slot_s)
+    before = np.where(have, excess[at], 0.0)
+    drop = before - excess
+    return (counted & have & o["outlier"].to_numpy() & (excess < before / 2)
+            & (drop > 3.0 * np.sqrt(before + excess)))
 
 
 def _role_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str]) -> set:
