@@ -1,4 +1,4 @@
-"""The suite runs in parallel (pytest-xdist: `scripts/test` passes -n auto --dist loadgroup).
+"""The suite runs in parallel (pytest-xdist: `scripts/test` passes -n 4 --dist loadgroup).
 
 Tests that share something expensive or must not overlap run in one worker, one after another,
 as an xdist group given here, so no test file has to remember it:
@@ -15,6 +15,14 @@ as an xdist group given here, so no test file has to remember it:
   built once in one worker, not once per worker.
 
 PostgreSQL tests need no group: each gets its own database (tests/historian/conftest.py).
+
+What actually happens with the pinned tools (pytest 9.2, pytest-xdist 3.8): `--dist loadgroup`
+spreads a group's tests over every worker (xdist reads the group from the test's id, which
+pytest 9.2 no longer carries; 8 tests of one group ran on gw0-gw3 here). The suite is correct
+without it and must stay so: every Slurm test takes its worker's own cluster (ports and
+accounting database of its own), and what the sim and validation tests share is built once per
+run under a file lock (tests/shared_build.py), whichever workers ask. Keeping a group in one
+worker would also make the suite slower: the slurm tests alone are about 23 test-minutes.
 PgBouncer, Prometheus, the frozen PostgreSQL and Chromium each start their own daemon on a port
 of their own (tests/ports.free_port), so they may run beside anything.
 """
