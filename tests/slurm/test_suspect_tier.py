@@ -168,3 +168,31 @@ def _python() -> str:
     import sys
 
     return sys.executable
+
+
+def test_a_site_feature_with_a_colon_is_handed_back_as_slurm_holds_it(lua_cluster, tmp_path,
+                                                                      monkeypatch):
+    """A site's own feature outside [A-Za-z0-9_.-] (`ib:hdr`, `gpu+nvl`), which Slurm accepts:
+    the tier takes rsc_trusted off the suspect and leaves the site's features as Slurm holds
+    them (it refused such a node on every pass before), and gives rsc_trusted back, the site's
+    kept, when a person clears it."""
+    import rsc_health.suspects as tier
+
+    c, node = lua_cluster, "node05"
+    site = {"rsc_trusted", "ib:hdr", "gpu+nvl"}
+    c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=" + ",".join(sorted(site)),
+           "ActiveFeatures=" + ",".join(sorted(site))])
+    assert set(c.node(node)["AvailableFeatures"].split(",")) == site  # Slurm took them
+    now = datetime.now(UTC).replace(tzinfo=None)
+    evidence = [e.__class__(**{**e.__dict__, "node": node}) for e in _evidence(now)]
+    monkeypatch.setattr(tier, "detector", lambda: (lambda engine, at, cfg: evidence))
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    out = _healthctl(c, tmp_path, "suspects", "apply", "--json")
+    assert out.exit_code == 0, out.output
+    held = c.node(node)
+    assert set(held["AvailableFeatures"].split(",")) == site - {"rsc_trusted"}
+    assert held["Weight"] == "1000"
+    out = _healthctl(c, tmp_path, "suspects", "clear", node, "--reason", "checked by hand")
+    assert out.exit_code == 0, out.output
+    c.wait_for(lambda: _trusted(c, node), 30, "trusted again")
+    assert set(c.node(node)["AvailableFeatures"].split(",")) == site
