@@ -66,6 +66,7 @@ NS = 1e9
 # reset the driver did not show as one), not traffic, and is absent, never recorded.
 NVLINK_MAX_BYTES_S = 4e12
 
+
 def _prefix(gpu_index: int) -> str:
     return f"tm/gpu{gpu_index}/"
 

@@ -16,7 +16,7 @@ the historian and calls it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,6 +195,13 @@ def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | Non
     return out[cols]
 
 
+def _per_metric(metric: pd.Series, rules: Rules, field: Callable[[MetricRule], object],
+                default: object = np.nan, dtype: type = float) -> np.ndarray:
+    """Each row's value of one of its metric's rules (`default` for a metric without a table)."""
+    return metric.map({m: field(r) for m, r in rules.metrics.items()}).fillna(
+        default).to_numpy(dtype=dtype)
+
+
 def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     """Each observation against its (job, group, metric, slot) peers: median, line, outlier,
     deviation; groups under min_nodes nodes are dropped; job-wide slots flag no one."""
@@ -219,14 +226,10 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     rel = np.maximum(rel.to_numpy(), obs[["job_id", "group", "metric"]].join(
         typical, on=["job_id", "group", "metric"])["typical"].to_numpy())
 
-    def per_metric(field) -> np.ndarray:
-        return obs["metric"].map({m: field(r) for m, r in rules.metrics.items()}).to_numpy(
-            dtype=float)
-
-    sign = per_metric(lambda r: r.sign)
-    min_delta = per_metric(lambda r: r.min_delta)
-    cap = per_metric(lambda r: r.max_margin or rules.max_margin)
-    floor = per_metric(lambda r: r.min_margin or rules.min_margin)
+    sign = _per_metric(obs["metric"], rules, lambda r: r.sign)
+    min_delta = _per_metric(obs["metric"], rules, lambda r: r.min_delta)
+    cap = _per_metric(obs["metric"], rules, lambda r: r.max_margin or rules.max_margin)
+    floor = _per_metric(obs["metric"], rules, lambda r: r.min_margin or rules.min_margin)
     # The qualification judge's own rule, one door.
     tol = np.fromiter((tolerance(r, rules.k, lo, hi) for r, lo, hi in zip(rel, floor, cap,
                                                                           strict=True)),
@@ -301,7 +304,7 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
         return out
     key = ["job_id", "metric", "slot"]
     jm = obs[obs.groupby(["job_id", "metric"], sort=False)["outlier"].transform("any")]
-    sign = jm["metric"].map({m: r.sign for m, r in rules.metrics.items()}).to_numpy(dtype=float)
+    sign = _per_metric(jm["metric"], rules, lambda r: r.sign)
     job_med = jm.groupby(key, sort=False)["value"].transform("median")
     bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
     # each node's moves in slots s-1, s, s+1, for every slot s
@@ -351,8 +354,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
     comp = o["component"].fillna("").astype(str)
     strong = o["deviation"].to_numpy(dtype=float) >= STRONG * rules.k
-    strong &= ~o["metric"].map({m: r.same_component for m, r in rules.metrics.items()}).fillna(
-        False).to_numpy(dtype=bool)
+    strong &= ~_per_metric(o["metric"], rules, lambda r: r.same_component, False, bool)
     # the component and strength of the last outlying slot before each row (in its key)
     mark = pd.Series(np.arange(len(o)), index=o.index).where(o["outlier"]).groupby(
         [o[c] for c in key], sort=False).ffill().shift()
@@ -389,8 +391,7 @@ def _count_fell(o: pd.DataFrame, at: np.ndarray, have: np.ndarray, rules: Rules)
     """Rows of a `counts` metric whose count over the peers' median fell to under half the
     previous outlying slot's, and by more than 3 Poisson sigmas of the two (the interval taken
     as slot_s): such a slot starts a run of its own."""
-    counted = o["metric"].map({m: r.counts for m, r in rules.metrics.items()}).fillna(
-        False).to_numpy(dtype=bool)
+    counted = _per_metric(o["metric"], rules, lambda r: r.counts, False, bool)
     if not counted.any():
         return np.zeros(len(o), dtype=bool)
     excess = np.maximum(0.0, (o["value"].to_numpy(dtype=float)
