@@ -259,7 +259,7 @@ def worst_case(python: Path) -> tuple[float, float] | None:
         os.mkfifo(fifo)
         site = root / "site.toml"
         site.write_text((root / "config.toml").read_text().replace(
-            "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_timeout_s = 2.0\n')
+            "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_binding = "pynvml"\nnvml_timeout_s = 2.0\n')
             + '\n[xid]\nsources = ["/dev/kmsg", "/var/log/kern.fifo"]\n[slurm]\n'
             f'bin_dir = "/nonexistent"\nprolog_budget_s = {budget}\n')
         # The test environment's python runs the FUSE server (fusepy is a test dependency).

@@ -144,12 +144,19 @@ def error_name(exc: BaseException) -> str:
     return code_name(getattr(exc, "value", None))
 
 
-class NvmlBackend:
-    """Live NVML through pynvml (imported here, not at module import: CPU nodes lack it)."""
+BINDINGS = ("own", "pynvml")  # [gpu] nvml_binding
 
-    def __init__(self, max_links: int = 18, telemetry: bool = False):
+
+class NvmlBackend:
+    """Live NVML through pynvml (imported here, not at module import: CPU nodes lack it), or,
+    binding="own", the health pass through rsc_health.collect.nvmlc (a ctypes binding of just
+    those calls: `import pynvml` costs a job start more than the rest of it). Telemetry (the
+    sweep's pass) is always asked through pynvml."""
+
+    def __init__(self, max_links: int = 18, telemetry: bool = False, binding: str = "pynvml"):
         self.max_links = max_links
         self.telemetry = telemetry
+        self.binding = binding
 
     def read(self, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Every answer. `progress(doc)`, when given, gets the answers so far after the count
@@ -157,13 +164,22 @@ class NvmlBackend:
         # pynvml missing from the checker's own Python is an install problem (ImportError: a
         # checker finding), not the node's: the NVIDIA library itself missing is
         # NVML_ERROR_LIBRARY_NOT_FOUND from nvmlInit below.
-        import pynvml
+        if self.binding == "own" and not self.telemetry:
+            from rsc_health.collect import nvmlc as pynvml
+        else:
+            import pynvml
+        # pynvml raises NVMLLibraryMismatchError (not an NVMLError) where a library lacks the
+        # versioned entry point of a call it wraps so (nvmlDeviceGetComputeRunningProcesses_v3
+        # on an older driver): FUNCTION_NOT_FOUND for that answer, as NVML would say.
+        mismatch = getattr(pynvml, "NVMLLibraryMismatchError", None)
+        errors = (pynvml.NVMLError, mismatch) if mismatch is not None else pynvml.NVMLError
 
         def call(fn, *args):
             try:
                 value = fn(*args)
-            except pynvml.NVMLError as exc:
-                return {"error": error_name(exc)}
+            except errors as exc:
+                return {"error": error_name(exc) if isinstance(exc, pynvml.NVMLError)
+                        else "NVML_ERROR_FUNCTION_NOT_FOUND"}
             return value.decode() if isinstance(value, bytes) else value
 
         try:

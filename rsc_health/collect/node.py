@@ -21,7 +21,8 @@ def gpu_backend(cfg: Config, root: Path, telemetry: bool = False):
     backend = gcfg.get("backend", "auto")
     if backend == "replay" or (backend == "auto" and str(root) != "/" and replay.exists()):
         return gpu_mod.ReplayBackend(replay)
-    return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)), telemetry=telemetry)
+    return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)), telemetry=telemetry,
+                               binding=str(gcfg.get("nvml_binding", "own")))
 
 
 def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
