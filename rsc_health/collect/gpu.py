@@ -164,31 +164,36 @@ class NvmlBackend:
         # pynvml missing from the checker's own Python is an install problem (ImportError: a
         # checker finding), not the node's: the NVIDIA library itself missing is
         # NVML_ERROR_LIBRARY_NOT_FOUND from nvmlInit below.
+        nv: Any
         if self.binding == "own" and not self.telemetry:
-            from rsc_health.collect import nvmlc as pynvml
+            from rsc_health.collect import nvmlc
+
+            nv = nvmlc
         else:
             import pynvml
+
+            nv = pynvml
         # pynvml raises NVMLLibraryMismatchError (not an NVMLError) where a library lacks the
         # versioned entry point of a call it wraps so (nvmlDeviceGetComputeRunningProcesses_v3
         # on an older driver): FUNCTION_NOT_FOUND for that answer, as NVML would say.
-        mismatch = getattr(pynvml, "NVMLLibraryMismatchError", None)
-        errors = (pynvml.NVMLError, mismatch) if mismatch is not None else pynvml.NVMLError
+        mismatch = getattr(nv, "NVMLLibraryMismatchError", None)
+        errors = (nv.NVMLError, mismatch) if mismatch is not None else nv.NVMLError
 
         def call(fn, *args):
             try:
                 value = fn(*args)
             except errors as exc:
-                return {"error": error_name(exc) if isinstance(exc, pynvml.NVMLError)
+                return {"error": error_name(exc) if isinstance(exc, nv.NVMLError)
                         else "NVML_ERROR_FUNCTION_NOT_FOUND"}
             return value.decode() if isinstance(value, bytes) else value
 
         try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
             return {"error": error_name(exc)}
         try:
-            doc: dict[str, Any] = {"driver_version": call(pynvml.nvmlSystemGetDriverVersion)}
-            count = call(pynvml.nvmlDeviceGetCount)
+            doc: dict[str, Any] = {"driver_version": call(nv.nvmlSystemGetDriverVersion)}
+            count = call(nv.nvmlDeviceGetCount)
             if isinstance(count, dict):
                 doc["device_count"] = count
                 return doc
@@ -198,16 +203,16 @@ class NvmlBackend:
             for i in range(count):
                 if progress is not None:
                     progress(doc)
-                device, handle = self._device(pynvml, call, i)
+                device, handle = self._device(nv, call, i)
                 doc["devices"].append(device)
                 handles.append(handle)
             if self.telemetry:
-                _telemetry_pass(pynvml, call, doc, handles, progress)
+                _telemetry_pass(nv, call, doc, handles, progress)
             return doc
         finally:
             try:
-                pynvml.nvmlShutdown()
-            except pynvml.NVMLError:
+                nv.nvmlShutdown()
+            except nv.NVMLError:
                 pass
 
     def _device(self, nv, call, index: int) -> tuple[dict[str, Any], Any]:
