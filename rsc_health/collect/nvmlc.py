@@ -160,16 +160,26 @@ def _string(name: str, size: int, *args) -> bytes:
     return buf.value
 
 
+# One output cell of each type, and its reference, for the calls that answer one number: the
+# health pass makes about 120 calls per GPU (18 NVLinks x 5), and a new cell and byref per call
+# were a third of each call's cost. Not thread-safe: the NVML child asks from one thread.
+_UINT = c_uint()
+_UINT_REF = byref(_UINT)
+_ULONGLONG = c_ulonglong()
+_ULONGLONG_REF = byref(_ULONGLONG)
+
+
 def _uint(name: str, *args) -> int:
-    out = c_uint()
-    _check(_fn(name)(*args, byref(out)))
-    return out.value
+    """An entry point's one unsigned int answer. The unsigned int arguments (link, counter,
+    sensor, error and counter types: small constants of the health pass) go as Python ints, as
+    pynvml passes the NVLink ones: ctypes passes a C int, the same bits below 2**31."""
+    _check(_fn(name)(*args, _UINT_REF))
+    return _UINT.value
 
 
 def _ulonglong(name: str, *args) -> int:
-    out = c_ulonglong()
-    _check(_fn(name)(*args, byref(out)))
-    return out.value
+    _check(_fn(name)(*args, _ULONGLONG_REF))
+    return _ULONGLONG.value
 
 
 def nvmlInit() -> None:
@@ -216,8 +226,8 @@ def nvmlDeviceGetEccMode(handle) -> list:
 
 
 def nvmlDeviceGetTotalEccErrors(handle, error_type: int, counter_type: int) -> int:
-    return _ulonglong("nvmlDeviceGetTotalEccErrors", handle, c_uint(error_type),
-                      c_uint(counter_type))
+    return _ulonglong("nvmlDeviceGetTotalEccErrors", handle, error_type,
+                      counter_type)
 
 
 def nvmlDeviceGetRetiredPages(handle, source: int) -> list:
@@ -245,11 +255,11 @@ def nvmlDeviceGetRemappedRows(handle) -> tuple:
 
 
 def nvmlDeviceGetNvLinkState(handle, link: int) -> int:
-    return _uint("nvmlDeviceGetNvLinkState", handle, c_uint(link))
+    return _uint("nvmlDeviceGetNvLinkState", handle, link)
 
 
 def nvmlDeviceGetNvLinkErrorCounter(handle, link: int, counter: int) -> int:
-    return _ulonglong("nvmlDeviceGetNvLinkErrorCounter", handle, c_uint(link), c_uint(counter))
+    return _ulonglong("nvmlDeviceGetNvLinkErrorCounter", handle, link, counter)
 
 
 def nvmlDeviceGetCurrPcieLinkGeneration(handle) -> int:
@@ -273,7 +283,7 @@ def nvmlDeviceGetPcieReplayCounter(handle) -> int:
 
 
 def nvmlDeviceGetTemperature(handle, sensor: int) -> int:
-    return _uint("nvmlDeviceGetTemperature", handle, c_uint(sensor))
+    return _uint("nvmlDeviceGetTemperature", handle, sensor)
 
 
 def nvmlDeviceGetCurrentClocksEventReasons(handle) -> int:
