@@ -215,6 +215,12 @@ class NvmlBackend:
             except nv.NVMLError:
                 pass
 
+    def read_streamed(self, emit: Callable[[Any], None]) -> dict[str, Any]:
+        """read(), its progress sent through `emit` as packed reports (unpack_report): each
+        GPU's health answers are encoded once, not again in every later report (an 8-GPU
+        health pass: 8 GPUs encoded, not 36)."""
+        return self.read(_Packer(emit))
+
     def _device(self, nv, call, index: int) -> tuple[dict[str, Any], Any]:
         """(one GPU's health answers, its handle; None when NVML gave none)."""
         handle = call(nv.nvmlDeviceGetHandleByIndex, index)
@@ -459,6 +465,48 @@ class ReplayBackend:
         if not isinstance(doc, dict):
             raise ValueError(f"{self.path}: not a JSON object of NVML answers")
         return doc
+
+
+PACKED = "devices_json"  # a packed report's devices, each one already a JSON text
+
+
+class _Packer:
+    """NvmlBackend.read's progress as packed reports: the document with its devices as JSON
+    texts. A GPU's health answers do not change once it is in the list, so each is encoded
+    once; in the telemetry pass every GPU's answers change (its telemetry), so each report
+    encodes them all afresh, as before."""
+
+    def __init__(self, emit: Callable[[Any], None]):
+        self.emit = emit
+        self.encoded: list[str] = []
+
+    def __call__(self, doc: dict[str, Any]) -> None:
+        devices = doc.get("devices")
+        if not isinstance(devices, list):
+            self.emit(doc)
+            return
+        if any(TELEMETRY_KEY in d for d in devices if isinstance(d, dict)):
+            encoded = [json.dumps(d, default=str) for d in devices]
+        else:
+            self.encoded.extend(json.dumps(d, default=str) for d in devices[len(self.encoded):])
+            encoded = self.encoded
+        report = {k: v for k, v in doc.items() if k != "devices"}
+        report[PACKED] = encoded
+        self.emit(report)
+
+
+def unpack_report(report: Any) -> Any:
+    """A packed report (NvmlBackend.read_streamed) as the answers document it stands for; any
+    other report as it is; None for a packed report that does not decode."""
+    if not isinstance(report, dict) or PACKED not in report:
+        return report
+    try:
+        devices = [json.loads(text) for text in report[PACKED]]
+    except (TypeError, ValueError):
+        return None
+    doc = {k: v for k, v in report.items() if k != PACKED}
+    doc["devices"] = devices
+    return doc
 
 
 # What a GPU that NVML never answered for (the read was abandoned at its deadline) shows: the

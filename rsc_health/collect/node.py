@@ -81,9 +81,9 @@ def _nvml_answers(backend, timeout: float, state) -> dict | None:
     from rsc_health.collect import bounded
 
     try:
-        return bounded.call(backend.read, timeout, streaming=True)
+        return bounded.call(backend.read_streamed, timeout, streaming=True)
     except bounded.Abandoned as exc:
-        answers = gpu_mod.with_unanswered(exc.partial)
+        answers = gpu_mod.with_unanswered(gpu_mod.unpack_report(exc.partial))
         state.probe_pids[hangs.NVML] = exc.pid
         if answers is None:
             state.hung_probes[hangs.NVML] = f"NVML: Abandoned: {exc}"

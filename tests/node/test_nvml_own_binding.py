@@ -17,7 +17,9 @@ from pathlib import Path
 import pynvml
 import pytest
 
+from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect import nvmlc
+from rsc_health.collect.gpu import TELEMETRY_KEY
 from tests.fixtures import nvml_stub
 
 REPO = Path(__file__).resolve().parents[2]
@@ -191,3 +193,46 @@ def test_an_nvml_call_that_never_returns_is_abandoned_with_the_answers_before_it
     assert devices[1]["temperature"] == 35 and devices[1]["uuid"].endswith("8c01")
     assert "after answering for 2 of 8 GPUs" in got["hung"]["nvml"]
     assert got["errors"] == [] and len(got["pids"]) == 1
+
+
+def _fixture_devices() -> list[dict]:
+    doc = json.loads((REPO / "tests/fixtures/nodes/healthy/rsc_health/nvml.json").read_text())
+    return [{k: v for k, v in d.items() if k != TELEMETRY_KEY} for d in doc["devices"]]
+
+
+def test_the_nvml_child_encodes_each_gpus_health_answers_once():
+    """The child reports the answers so far after each GPU (kept if a later GPU hangs). Each
+    report re-encoded every GPU before it: 36 GPUs' answers encoded for an 8-GPU node, and
+    the parent decoded them all. Packed reports carry each GPU's answers encoded once, and
+    unpack to the document the old report was, at every step of the health pass and of the
+    telemetry pass after it."""
+    sent: list[str] = []
+    packer = gpu_mod._Packer(lambda report: sent.append(json.dumps(report)))
+    doc: dict = {"driver_version": "535.129.03", "device_count": 8, "devices": []}
+    encodes = []
+    real_dumps = json.dumps
+
+    def counting(obj, *args, **kwargs):
+        if isinstance(obj, dict) and "index" in obj:  # one GPU's answers
+            encodes.append(obj["index"])
+        return real_dumps(obj, *args, **kwargs)
+
+    for device in _fixture_devices():
+        gpu_mod.json.dumps = counting
+        try:
+            packer(doc)
+        finally:
+            gpu_mod.json.dumps = real_dumps
+        assert gpu_mod.unpack_report(json.loads(sent[-1])) == json.loads(json.dumps(doc))
+        doc["devices"].append(device)
+    assert encodes == list(range(7))  # each GPU once (the 8th is in the answer only)
+    # The telemetry pass changes every GPU's answers: each report is whole again.
+    for d in doc["devices"]:
+        d[TELEMETRY_KEY] = dict(gpu_mod.UNANSWERED)
+    for d in doc["devices"]:
+        packer(doc)
+        assert gpu_mod.unpack_report(json.loads(sent[-1])) == json.loads(json.dumps(doc))
+        d[TELEMETRY_KEY] = {"power_mw": 71000}
+    assert gpu_mod.unpack_report({gpu_mod.PACKED: ["{not json"]}) is None
+    assert gpu_mod.unpack_report({"device_count": 2, "devices": []}) == {"device_count": 2,
+                                                                         "devices": []}
