@@ -182,10 +182,14 @@ class NvmlBackend:
         def call(fn, *args):
             try:
                 value = fn(*args)
+                return value.decode() if isinstance(value, bytes) else value
             except errors as exc:
                 return {"error": error_name(exc) if isinstance(exc, nv.NVMLError)
                         else "NVML_ERROR_FUNCTION_NOT_FOUND"}
-            return value.decode() if isinstance(value, bytes) else value
+            except UnicodeDecodeError as exc:
+                # A driver string that is not UTF-8 (pynvml decodes it itself and raises):
+                # that answer unreadable, a checker error, never the whole read lost.
+                return {"error": f"{NOT_A_CODE}(not UTF-8: {_short(exc.object)})"}
 
         try:
             nv.nvmlInit()

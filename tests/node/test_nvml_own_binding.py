@@ -44,7 +44,7 @@ CASES = (
     ["", "lost=3", "procs=3 pages=2", "count=0", "init=9", "init=18", "err=nvmlInitWithFlags:999",
      "err=nvmlDeviceGetCount_v2:28", "err=nvmlDeviceGetHandleByIndex_v2:15:5",
      "err=nvmlDeviceGetRetiredPages:7", "err=nvmlDeviceGetComputeRunningProcesses_v3:2",
-     "err=nvmlDeviceGetNvLinkState:3:1 err=nvmlDeviceGetTotalEccErrors:14:6"]
+     "err=nvmlDeviceGetNvLinkState:3:1 err=nvmlDeviceGetTotalEccErrors:14:6", "badname=2"]
     + [f"count=2 err={name}:3" for name in HEALTH_CALLS]
     + [f"count=2 err={name}:{code}:1" for name in HEALTH_CALLS[3:] for code in (4, 15, 999)]
 )
@@ -98,6 +98,10 @@ def test_own_binding_answers_as_pynvml_on_the_stub_healthy_and_with_each_error(s
                                   {"pid": 4002, "used_memory": None}]
     assert procs["retired_pages"] == {"sbe": 2, "dbe": 2, "pending": 0}
     assert by_case["init=9"] == {"error": "NVML_ERROR_DRIVER_NOT_LOADED"}
+    # A name that is not UTF-8 made both bindings lose the whole read; now that answer alone.
+    garbled = by_case["badname=2"]["devices"]
+    assert garbled[2]["name"]["error"].startswith("NVML_ERROR_NOT_A_CODE(not UTF-8: ")
+    assert garbled[2]["uuid"].endswith("8c02") and garbled[3]["name"] == "NVIDIA H100 80GB HBM3"
     assert by_case["count=2 err=nvmlDeviceGetRemappedRows:3"]["devices"][1]["remapped_rows"] \
         == {"error": "NVML_ERROR_NOT_SUPPORTED"}
     assert by_case["count=2 err=nvmlDeviceGetTemperature:4:1"]["devices"][1]["temperature"] \
@@ -236,3 +240,19 @@ def test_the_nvml_child_encodes_each_gpus_health_answers_once():
     assert gpu_mod.unpack_report({gpu_mod.PACKED: ["{not json"]}) is None
     assert gpu_mod.unpack_report({"device_count": 2, "devices": []}) == {"device_count": 2,
                                                                          "devices": []}
+
+
+def test_the_own_binding_reads_without_pynvml_or_ctypes_util(stub_dir):
+    """What the binding is for: a job start's NVML child never imports pynvml (125 M
+    instructions) nor ctypes.util (find_library runs ldconfig); the telemetry pass does."""
+    code = ("import json, sys\n"
+            "from rsc_health.collect.gpu import NvmlBackend\n"
+            "doc = NvmlBackend(binding='own').read()\n"
+            "own = sorted(m for m in ('pynvml', 'ctypes.util') if m in sys.modules)\n"
+            "NvmlBackend(binding='own', telemetry=True).read()\n"
+            "print(json.dumps([doc['device_count'], own, 'pynvml' in sys.modules]))\n")
+    env = {k: v for k, v in os.environ.items() if k != "NVML_STUB"}
+    env.update(PYTHONPATH=str(REPO), LD_LIBRARY_PATH=str(nvml_stub.build(stub_dir)))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    assert json.loads(out.stdout) == [8, [], True]
