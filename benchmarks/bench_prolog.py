@@ -318,7 +318,9 @@ def instructions(cases: dict[str, list[str]], env_for, tmp: str
 
 
 def worst_case(python: Path) -> tuple[float, float] | None:
-    """(wall seconds, budget) of one prolog with every source stuck; None without FUSE."""
+    """(wall seconds, budget) of one prolog with every source stuck; None without FUSE. NVML
+    is the default binding on the stub library, blocked in nvmlInitWithFlags (as a wedged
+    driver blocks it); without gcc, the wedged pynvml stand-in through pynvml."""
     fault = REPO / "tests" / "fixtures" / "fault"
     if not (os.path.exists("/dev/fuse") and shutil.which("fusermount")):
         print("worst case     : skipped (no FUSE here)")
@@ -331,8 +333,13 @@ def worst_case(python: Path) -> tuple[float, float] | None:
         fifo.parent.mkdir(parents=True, exist_ok=True)
         os.mkfifo(fifo)
         site = root / "site.toml"
+        from tests.fixtures import nvml_stub
+
+        stub = nvml_stub.build(Path(tmp)) if nvml_stub.available() else None
+        binding = "own" if stub is not None else "pynvml"
         site.write_text((root / "config.toml").read_text().replace(
-            "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_binding = "pynvml"\nnvml_timeout_s = 2.0\n')
+            "[gpu]\n", f'[gpu]\nbackend = "nvml"\nnvml_binding = "{binding}"\n'
+            'nvml_timeout_s = 2.0\n')
             + '\n[xid]\nsources = ["/dev/kmsg", "/var/log/kern.fifo"]\n[slurm]\n'
             f'bin_dir = "/nonexistent"\nprolog_budget_s = {budget}\n')
         # The test environment's python runs the FUSE server (fusepy is a test dependency).
@@ -347,10 +354,12 @@ def worst_case(python: Path) -> tuple[float, float] | None:
             else:
                 print("worst case     : skipped (FUSE would not mount)")
                 return None
-            # The wedged pynvml stand-in comes first on the path, ahead of the install's.
             env = clean_env(RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(site),
-                            SLURMD_NODENAME="bench01", SLURM_JOB_ID="4243",
-                            PYTHONPATH=str(fault / "wedged_nvml"))
+                            SLURMD_NODENAME="bench01", SLURM_JOB_ID="4243")
+            if stub is not None:
+                env.update(LD_LIBRARY_PATH=str(stub), NVML_STUB="hang=nvmlInitWithFlags")
+            else:  # the wedged pynvml stand-in first on the path, ahead of the install's
+                env.update(PYTHONPATH=str(fault / "wedged_nvml"))
             t0 = time.perf_counter()
             subprocess.run([str(python), "-c", JOB_START_CODE, "prolog"], env=env,
                            cwd=tmp, capture_output=True, timeout=120)

@@ -44,7 +44,8 @@ CASES = (
     ["", "lost=3", "procs=3 pages=2", "count=0", "init=9", "init=18", "err=nvmlInitWithFlags:999",
      "err=nvmlDeviceGetCount_v2:28", "err=nvmlDeviceGetHandleByIndex_v2:15:5",
      "err=nvmlDeviceGetRetiredPages:7", "err=nvmlDeviceGetComputeRunningProcesses_v3:2",
-     "err=nvmlDeviceGetNvLinkState:3:1 err=nvmlDeviceGetTotalEccErrors:14:6", "badname=2"]
+     "err=nvmlDeviceGetNvLinkState:3:1 err=nvmlDeviceGetTotalEccErrors:14:6", "badname=2",
+     "procs=300 pages=100", "count=64"]
     + [f"count=2 err={name}:3" for name in HEALTH_CALLS]
     + [f"count=2 err={name}:{code}:1" for name in HEALTH_CALLS[3:] for code in (4, 15, 999)]
 )
@@ -100,6 +101,9 @@ def test_own_binding_answers_as_pynvml_on_the_stub_healthy_and_with_each_error(s
     assert by_case["init=9"] == {"error": "NVML_ERROR_DRIVER_NOT_LOADED"}
     # A name that is not UTF-8 made both bindings lose the whole read; now that answer alone.
     garbled = by_case["badname=2"]["devices"]
+    many = by_case["procs=300 pages=100"]["devices"][7]
+    assert len(many["processes"]) == 256 and many["retired_pages"]["dbe"] == 100
+    assert len(by_case["count=64"]["devices"]) == 64
     assert garbled[2]["name"]["error"].startswith("NVML_ERROR_NOT_A_CODE(not UTF-8: ")
     assert garbled[2]["uuid"].endswith("8c02") and garbled[3]["name"] == "NVIDIA H100 80GB HBM3"
     assert by_case["count=2 err=nvmlDeviceGetRemappedRows:3"]["devices"][1]["remapped_rows"] \
