@@ -5,6 +5,7 @@ whose statfs blocks (a real FUSE mount), an NVML that never answers and a FIFO k
 source, all at once, against the prolog's budget.
 
     python3 benchmarks/bench_prolog.py [--runs 20] [--venv DIR] [--pyz] [--instructions]
+                                       [--live-nvml]
 
 The node install is README step 1 done in a fresh venv: `python -m venv`, then
 `pip install COPY[node-flush]` from a copy of this checkout (pip builds a wheel of it and
@@ -22,6 +23,19 @@ healthy prolog makes no Slurm call, so none is timed), interleaved with `python 
 figure; CPU time (user + system of the child and what it waited for) is printed beside it because
 it moves less when other work shares the machine. Targets: healthy prolog <= 2.0x the floor (wall
 median); worst case within [slurm] prolog_budget_s.
+
+The fixture node REPLAYS NVML from a JSON file, which no GPU node does: a live node's NVML
+child loads libnvidia-ml and asks it about every GPU. --live-nvml also times the prolog with the
+live backend ([gpu] backend = "nvml") on a stand-in libnvidia-ml.so.1 built here with gcc
+(tests/fixtures/nvml_stub: a healthy 8-GPU H100 node, NVML's real signatures, found through
+LD_LIBRARY_PATH), once through pynvml and once through the own binding ([gpu] nvml_binding),
+in the same interleaved run. The stub answers at once, so what is timed is the Python side: the
+import and the calls' marshalling, not a driver's ioctls.
+
+Instructions (--instructions) are counted with callgrind dumping before every fork: per case
+"parent" is the job-start process's own count (what earlier figures called the prolog's: the
+largest process), and "all" adds every forked child's own work (the NVML child, the prober),
+what a node's CPUs run for the job start. The children run while the parent waits for them.
 """
 
 from __future__ import annotations
@@ -57,6 +71,23 @@ print(pkg, len(mods), len(done))
 """
 
 
+LIVE = ("live_pynvml", "live_own")  # the prolog on live NVML (the stub), by binding
+
+
+def live_site(root: Path, name: str, stub: Path | None) -> Path:
+    """The node's config for a case: the fixture's own, or for a LIVE case the same with
+    [gpu] backend = "nvml" and that case's binding (a file of its own beside it)."""
+    config = root / "config.toml"
+    if name not in LIVE or stub is None:
+        return config
+    site = root / f"site-{name}.toml"
+    if not site.exists():
+        binding = name.split("_", 1)[1]
+        site.write_text(config.read_text().replace(
+            "[gpu]\n", f'[gpu]\nbackend = "nvml"\nnvml_binding = "{binding}"\n', 1))
+    return site
+
+
 def timed(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float:
     return timed_cpu(argv, env, cwd)[0]
 
@@ -64,7 +95,8 @@ def timed(argv: list[str], env: dict[str, str], cwd: str | None = None) -> float
 def timed_cpu(argv: list[str], env: dict[str, str], cwd: str | None = None
               ) -> tuple[float, float]:
     """(wall, cpu) seconds of one run; cpu is the child's user + system time, including the
-    children it waited for (the probes it forks)."""
+    children it waited for (the probes it forks) and, once this process is a subreaper
+    (adopt_orphans), the ones it left to exit unreaped: they are reaped and counted here."""
     with tempfile.TemporaryFile() as err:  # a file, not a pipe: an abandoned child keeps it
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
@@ -75,7 +107,37 @@ def timed_cpu(argv: list[str], env: dict[str, str], cwd: str | None = None
             err.seek(0)
             raise SystemExit(f"{argv} failed ({proc.returncode}): "
                              f"{err.read().decode(errors='replace')}")
-    return elapsed, usage.ru_utime + usage.ru_stime
+    return elapsed, usage.ru_utime + usage.ru_stime + reap_orphans()
+
+
+def adopt_orphans() -> bool:
+    """Make this process the reaper of its descendants' orphans (prctl
+    PR_SET_CHILD_SUBREAPER). The prolog reaps its NVML child with WNOHANG, and a child still
+    exiting then is never waited for by the prolog: its CPU was missing from the prolog's."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_orphans(patience_s: float = 2.0) -> float:
+    """CPU seconds of the adopted children, each reaped as it exits (none: 0.0 at once)."""
+    cpu = 0.0
+    give_up = time.monotonic() + patience_s
+    while True:
+        try:
+            pid, _status, usage = os.wait4(-1, os.WNOHANG)
+        except ChildProcessError:
+            return cpu
+        if pid == 0:  # one still exiting
+            if time.monotonic() > give_up:
+                return cpu
+            time.sleep(0.001)
+            continue
+        cpu += usage.ru_utime + usage.ru_stime
 
 
 def node_install(venv: Path) -> Path:
@@ -134,17 +196,36 @@ def main() -> None:
     ap.add_argument("--instructions", action="store_true", help="also count the instructions "
                     "each case runs (valgrind's callgrind): a figure that load does not move, "
                     "for a machine others share")
+    ap.add_argument("--live-nvml", action="store_true", help="also time the prolog with live "
+                    "NVML on a stub libnvidia-ml.so.1 (built with gcc), through pynvml and "
+                    "through the own binding")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         python = node_install(args.venv or Path(tmp) / "venv")
         root = Path(tmp) / "node"
         copy_node(root)
-        env = clean_env(RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "config.toml"),
-                        SLURMD_NODENAME="bench01", SLURM_JOB_ID="4242",
-                        SLURM_JOB_NODELIST="bench[01-04]")
+        stub = None
+        if args.live_nvml:
+            from tests.fixtures import nvml_stub
+
+            if not nvml_stub.available():
+                raise SystemExit("--live-nvml needs gcc to build the stub libnvidia-ml.so.1")
+            stub = nvml_stub.build(Path(tmp))
+
+        def env_for(name: str, root: Path, job: str) -> dict[str, str]:
+            return clean_env(RSC_HEALTH_ROOT=str(root),
+                             RSC_HEALTH_CONFIG=str(live_site(root, name, stub)),
+                             SLURMD_NODENAME="bench01", SLURM_JOB_ID=job,
+                             SLURM_JOB_NODELIST="bench[01-04]",
+                             **({"LD_LIBRARY_PATH": str(stub)} if name in LIVE else {}))
+
+        env = env_for("prolog", root, "4242")
         print(f"bytecode       : {check_bytecode(python, env, tmp)}")
         cases = {"bare": [str(python), "-c", BARE], "floor": [str(python), "-c", FLOOR],
                  "prolog": [str(python), "-c", JOB_START_CODE, "prolog"]}
+        if stub is not None:
+            for name in LIVE:
+                cases[name] = cases["prolog"]
         if args.pyz:
             for name, extra in (("pyz", ["--python", str(python)]),
                                 ("pyz_source", ["--no-bytecode"])):
@@ -152,22 +233,26 @@ def main() -> None:
                 subprocess.run([sys.executable, str(REPO / "scripts" / "build-node"),
                                 "--out", str(out), *extra], check=True, stdout=subprocess.DEVNULL)
                 cases[name] = [str(python), str(out), "prolog"]
-        for argv in cases.values():  # warm the page cache
-            timed_cpu(argv, env, tmp)
+        envs = {name: env_for(name, root, "4242") for name in cases}
+        adopted = adopt_orphans()
+        for name, argv in cases.items():  # warm the page cache
+            timed_cpu(argv, envs[name], tmp)
         wall: dict[str, list[float]] = {name: [] for name in cases}
         cpu: dict[str, list[float]] = {name: [] for name in cases}
         for _ in range(args.runs):  # interleaved so load changes hit all three alike
             for name, argv in cases.items():
-                w, c = timed_cpu(argv, env, tmp)
+                w, c = timed_cpu(argv, envs[name], tmp)
                 wall[name].append(w)
                 cpu[name].append(c)
-        counted = instructions(python, cases, tmp) if args.instructions else None
+        counted = instructions(cases, env_for, tmp) if args.instructions else None
         worst = worst_case(python)
     w = {name: median_ms(v) for name, v in wall.items()}
     c = {name: median_ms(v) for name, v in cpu.items()}
     label = {"bare": f"python -c {BARE!r}", "floor": f"python -c {FLOOR!r}",
              "prolog": "healthy prolog", "pyz": "healthy prolog from the .pyz",
-             "pyz_source": "same, .pyz without bytecode"}
+             "pyz_source": "same, .pyz without bytecode",
+             "live_pynvml": "prolog, live NVML stub, pynvml",
+             "live_own": "prolog, live NVML stub, own"}
     for name in cases:
         print(f"{label[name]:32s}: wall median {w[name]:6.1f} ms (min "
               f"{min(wall[name]) * 1000:5.1f}), cpu median {c[name]:6.1f} ms")
@@ -179,7 +264,12 @@ def main() -> None:
         print(f"prolog / {base:5s}: {w['prolog'] / w[base]:.2f}x wall, "
               f"{c['prolog'] / c[base]:.2f}x cpu"
               + (f"  (target <= {TARGET_X_FLOOR}x)" if base == "floor" else ""))
-    print(f"({args.runs} runs each, interleaved; load average {os.getloadavg()[0]:.2f})")
+    for name in LIVE:
+        if name in cases:
+            print(f"{name} / bare: {w[name] / w['bare']:.2f}x wall, {c[name] / c['bare']:.2f}x "
+                  f"cpu; / replayed prolog: {w[name] / w['prolog']:.2f}x wall")
+    print(f"({args.runs} runs each, interleaved; load average {os.getloadavg()[0]:.2f}; "
+          f"children the prolog left unreaped {'counted' if adopted else 'NOT counted'})")
     # benchmarks/run table protocol
     for name in cases:
         print(f"BENCH\tprolog\t{name} wall median\t{w[name]:.1f}\tms")
@@ -190,17 +280,23 @@ def main() -> None:
     for base in ("bare", "floor"):
         print(f"BENCH\tprolog\tprolog / {base} wall\t{w['prolog'] / w[base]:.2f}\tx")
         print(f"BENCH\tprolog\tprolog / {base} cpu\t{c['prolog'] / c[base]:.2f}\tx")
+    for name in LIVE:
+        if name in cases:
+            print(f"BENCH\tprolog\t{name} / bare wall\t{w[name] / w['bare']:.2f}\tx")
+            print(f"BENCH\tprolog\t{name} / bare cpu\t{c[name] / c['bare']:.2f}\tx")
     if counted:
-        for name, count in counted.items():
-            print(f"{label[name]:32s}: {count / 1e6:7.1f} M instructions (callgrind Ir)")
-        for name in ("prolog", "pyz", "pyz_source"):
+        for name, (parent, whole) in counted.items():
+            print(f"{label[name]:32s}: {parent / 1e6:7.1f} M instructions parent, "
+                  f"{whole / 1e6:7.1f} M all processes (callgrind Ir)")
+        for name in ("prolog", "pyz", "pyz_source", *LIVE):
             if name in counted:
                 for base in ("bare", "floor"):
-                    ratio = counted[name] / counted[base]
-                    print(f"{name} / {base} instructions: {ratio:.2f}x"
-                          + ("  (issue 25: <= 2.5x)" if (name, base) == ("prolog", "bare")
-                             else ""))
-                    print(f"BENCH\tprolog\t{name} / {base} instructions\t{ratio:.2f}\tx")
+                    for i, which in enumerate(("parent", "all")):
+                        ratio = counted[name][i] / counted[base][i]
+                        print(f"{name} / {base} instructions ({which}): {ratio:.2f}x"
+                              + ("  (issue 25: <= 2.5x)" if base == "bare" else ""))
+                        print(f"BENCH\tprolog\t{name} / {base} instructions {which}\t"
+                              f"{ratio:.2f}\tx")
     if worst is not None:
         took, budget = worst
         print(f"worst case     : {took:.1f} s with a hung FUSE mount, a wedged NVML and a FIFO "
@@ -209,34 +305,44 @@ def main() -> None:
         print(f"BENCH\tprolog\tworst case / budget\t{took / budget:.2f}\tx")
 
 
-def instructions(python: Path, cases: dict[str, list[str]], tmp: str) -> dict[str, int] | None:
-    """{case: instructions of its process, the most of any process it forked} under callgrind,
-    each prolog on a fresh copy of the healthy node that has run one job start before. A prolog
-    that did not stay healthy (a probe past its deadline: valgrind runs code about 50x slower)
-    is run again, three tries."""
+def instructions(cases: dict[str, list[str]], env_for, tmp: str
+                 ) -> dict[str, tuple[int, int]] | None:
+    """{case: (instructions of its own process, of it and every process it forked)} under
+    callgrind, each prolog on a fresh copy of the healthy node that has run one job start
+    before. Callgrind dumps its counts before every fork, so a child counts only its own work
+    (without the dumps, a forked child's count starts from its parent's). A prolog that did not
+    stay healthy (a probe past its deadline: valgrind runs code about 50x slower) is run
+    again, three tries."""
     if not shutil.which("valgrind"):
         print("instructions   : skipped (no valgrind here)")
         return None
-    counted: dict[str, int] = {}
+    counted: dict[str, tuple[int, int]] = {}
     for name, argv in cases.items():
         for attempt in range(3):
             root = Path(tmp) / f"vg-{name}-{attempt}"
             copy_node(root)
-            env = clean_env(RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "config.toml"),
-                            SLURMD_NODENAME="bench01", SLURM_JOB_ID="4244",
-                            SLURM_JOB_NODELIST="bench[01-04]")
+            env = env_for(name, root, "4244")
             # Once uncounted, as the timed runs are warmed: the node's first job start parses
             # the TOML and keeps the compiled config (config.load_config_compiled); every
             # later one, the case timed here, loads that.
             timed(argv, env, tmp)
-            out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-                                  *argv], env=env, cwd=tmp, capture_output=True, text=True,
-                                 timeout=600)
-            said = [ln for ln in out.stderr.splitlines() if not ln.startswith("==")]
-            counts = [int(ln.split()[-1]) for ln in out.stderr.splitlines()
-                      if "Collected :" in ln]
-            if out.returncode == 0 and not said and counts:
-                counted[name] = max(counts)
+            dumps = Path(tmp) / f"cg-{name}-{attempt}"
+            dumps.mkdir()
+            out = subprocess.run(["valgrind", "--tool=callgrind",
+                                  f"--callgrind-out-file={dumps}/cg.%p",
+                                  "--dump-before=fork", "--dump-before=_Fork", *argv],
+                                 env=env, cwd=tmp, capture_output=True, text=True, timeout=600)
+            lines = out.stderr.splitlines()
+            said = [ln for ln in lines if not ln.startswith("==")]
+            # The first line valgrind writes is the started process's own: "==PID== ...".
+            mine = lines[0].split(" ", 1)[0] if lines and lines[0].startswith("==") else None
+            parent = [int(ln.split()[-1]) for ln in lines
+                      if "Collected :" in ln and mine and ln.startswith(mine + " ")]
+            whole = sum(int(ln.split()[1]) for f in dumps.iterdir()
+                        for ln in f.read_text(errors="replace").splitlines()
+                        if ln.startswith("totals:"))
+            if out.returncode == 0 and not said and parent and whole:
+                counted[name] = (parent[0], whole)
                 break
         else:
             print(f"instructions   : {name} never ran clean under valgrind; not counted")
@@ -245,7 +351,9 @@ def instructions(python: Path, cases: dict[str, list[str]], tmp: str) -> dict[st
 
 
 def worst_case(python: Path) -> tuple[float, float] | None:
-    """(wall seconds, budget) of one prolog with every source stuck; None without FUSE."""
+    """(wall seconds, budget) of one prolog with every source stuck; None without FUSE. NVML
+    is the default binding on the stub library, blocked in nvmlInitWithFlags (as a wedged
+    driver blocks it); without gcc, the wedged pynvml stand-in through pynvml."""
     fault = REPO / "tests" / "fixtures" / "fault"
     if not (os.path.exists("/dev/fuse") and shutil.which("fusermount")):
         print("worst case     : skipped (no FUSE here)")
@@ -258,8 +366,13 @@ def worst_case(python: Path) -> tuple[float, float] | None:
         fifo.parent.mkdir(parents=True, exist_ok=True)
         os.mkfifo(fifo)
         site = root / "site.toml"
+        from tests.fixtures import nvml_stub
+
+        stub = nvml_stub.build(Path(tmp)) if nvml_stub.available() else None
+        binding = "own" if stub is not None else "pynvml"
         site.write_text((root / "config.toml").read_text().replace(
-            "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_timeout_s = 2.0\n')
+            "[gpu]\n", f'[gpu]\nbackend = "nvml"\nnvml_binding = "{binding}"\n'
+            'nvml_timeout_s = 2.0\n')
             + '\n[xid]\nsources = ["/dev/kmsg", "/var/log/kern.fifo"]\n[slurm]\n'
             f'bin_dir = "/nonexistent"\nprolog_budget_s = {budget}\n')
         # The test environment's python runs the FUSE server (fusepy is a test dependency).
@@ -274,10 +387,12 @@ def worst_case(python: Path) -> tuple[float, float] | None:
             else:
                 print("worst case     : skipped (FUSE would not mount)")
                 return None
-            # The wedged pynvml stand-in comes first on the path, ahead of the install's.
             env = clean_env(RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(site),
-                            SLURMD_NODENAME="bench01", SLURM_JOB_ID="4243",
-                            PYTHONPATH=str(fault / "wedged_nvml"))
+                            SLURMD_NODENAME="bench01", SLURM_JOB_ID="4243")
+            if stub is not None:
+                env.update(LD_LIBRARY_PATH=str(stub), NVML_STUB="hang=nvmlInitWithFlags")
+            else:  # the wedged pynvml stand-in first on the path, ahead of the install's
+                env.update(PYTHONPATH=str(fault / "wedged_nvml"))
             t0 = time.perf_counter()
             subprocess.run([str(python), "-c", JOB_START_CODE, "prolog"], env=env,
                            cwd=tmp, capture_output=True, timeout=120)

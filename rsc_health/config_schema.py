@@ -127,6 +127,7 @@ RANGES: dict[str, tuple[float, float]] = {
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
+    "gpu.nvml_binding": ("own", "pynvml"),
     "ettr.link_by": ("job_id", "name_user", "tag"),
     "site.nhc_severity": tuple(s.severity_word for s in FINDING_SEVERITIES if s is not Level.NONE),
     "leftover.action": tuple(s.severity_word for s in (Level.DRAIN_NOW, Level.DRAIN_AFTER_JOB,

@@ -107,9 +107,16 @@ def _messages(buf: bytes) -> list[dict]:
 
 
 def _last_message(buf: bytes, key: str) -> Any:
-    """The last whole line of a child's output that is a JSON object holding `key`."""
-    for msg in reversed(_messages(buf)):
-        if key in msg:
+    """The last whole line of a child's output that is a JSON object holding `key`. Lines are
+    decoded from the last back, only as far as that one: a streaming child's answer is its last
+    line, and its reports before it (the NVML child's: every GPU's answers so far, after each
+    GPU) are not decoded again on every job start."""
+    for line in reversed(buf.split(b"\n")):
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and key in msg:
             return msg
     return None
 
@@ -121,14 +128,13 @@ def collect(children: dict[str, tuple[int, int]], deadline: float,
     `partial`, when given, receives each abandoned streaming child's last report; `reports`,
     when given, every report of each streaming child, in order, answered or abandoned."""
     buffers, done = _read_until(children, deadline)
-    said = {key: _messages(bytes(buf)) for key, buf in buffers.items()}
     if reports is not None:
-        reports.update({key: [m["partial"] for m in msgs if "partial" in m]
-                        for key, msgs in said.items()})
+        reports.update({key: [m["partial"] for m in _messages(bytes(buf)) if "partial" in m]
+                        for key, buf in buffers.items()})
     if partial is not None:
         for key in children:
             if done.get(key) is None:
-                last = next((m for m in reversed(said[key]) if "partial" in m), None)
+                last = _last_message(bytes(buffers[key]), "partial")
                 partial[key] = last["partial"] if last else None
     for key, (pid, _) in children.items():
         _let_go(pid, kill=done.get(key) is None)

@@ -144,12 +144,19 @@ def error_name(exc: BaseException) -> str:
     return code_name(getattr(exc, "value", None))
 
 
-class NvmlBackend:
-    """Live NVML through pynvml (imported here, not at module import: CPU nodes lack it)."""
+BINDINGS = ("own", "pynvml")  # [gpu] nvml_binding
 
-    def __init__(self, max_links: int = 18, telemetry: bool = False):
+
+class NvmlBackend:
+    """Live NVML through pynvml (imported here, not at module import: CPU nodes lack it), or,
+    binding="own", the health pass through rsc_health.collect.nvmlc (a ctypes binding of just
+    those calls: `import pynvml` costs a job start more than the rest of it). Telemetry (the
+    sweep's pass) is always asked through pynvml."""
+
+    def __init__(self, max_links: int = 18, telemetry: bool = False, binding: str = "pynvml"):
         self.max_links = max_links
         self.telemetry = telemetry
+        self.binding = binding
 
     def read(self, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Every answer. `progress(doc)`, when given, gets the answers so far after the count
@@ -157,22 +164,40 @@ class NvmlBackend:
         # pynvml missing from the checker's own Python is an install problem (ImportError: a
         # checker finding), not the node's: the NVIDIA library itself missing is
         # NVML_ERROR_LIBRARY_NOT_FOUND from nvmlInit below.
-        import pynvml
+        nv: Any
+        if self.binding == "own" and not self.telemetry:
+            from rsc_health.collect import nvmlc
+
+            nv = nvmlc
+        else:
+            import pynvml
+
+            nv = pynvml
+        # pynvml raises NVMLLibraryMismatchError (not an NVMLError) where a library lacks the
+        # versioned entry point of a call it wraps so (nvmlDeviceGetComputeRunningProcesses_v3
+        # on an older driver): FUNCTION_NOT_FOUND for that answer, as NVML would say.
+        mismatch = getattr(nv, "NVMLLibraryMismatchError", None)
+        errors = (nv.NVMLError, mismatch) if mismatch is not None else nv.NVMLError
 
         def call(fn, *args):
             try:
                 value = fn(*args)
-            except pynvml.NVMLError as exc:
-                return {"error": error_name(exc)}
-            return value.decode() if isinstance(value, bytes) else value
+                return value.decode() if isinstance(value, bytes) else value
+            except errors as exc:
+                return {"error": error_name(exc) if isinstance(exc, nv.NVMLError)
+                        else "NVML_ERROR_FUNCTION_NOT_FOUND"}
+            except UnicodeDecodeError as exc:
+                # A driver string that is not UTF-8 (pynvml decodes it itself and raises):
+                # that answer unreadable, a checker error, never the whole read lost.
+                return {"error": f"{NOT_A_CODE}(not UTF-8: {_short(exc.object)})"}
 
         try:
-            pynvml.nvmlInit()
-        except pynvml.NVMLError as exc:
+            nv.nvmlInit()
+        except nv.NVMLError as exc:
             return {"error": error_name(exc)}
         try:
-            doc: dict[str, Any] = {"driver_version": call(pynvml.nvmlSystemGetDriverVersion)}
-            count = call(pynvml.nvmlDeviceGetCount)
+            doc: dict[str, Any] = {"driver_version": call(nv.nvmlSystemGetDriverVersion)}
+            count = call(nv.nvmlDeviceGetCount)
             if isinstance(count, dict):
                 doc["device_count"] = count
                 return doc
@@ -182,17 +207,23 @@ class NvmlBackend:
             for i in range(count):
                 if progress is not None:
                     progress(doc)
-                device, handle = self._device(pynvml, call, i)
+                device, handle = self._device(nv, call, i)
                 doc["devices"].append(device)
                 handles.append(handle)
             if self.telemetry:
-                _telemetry_pass(pynvml, call, doc, handles, progress)
+                _telemetry_pass(nv, call, doc, handles, progress)
             return doc
         finally:
             try:
-                pynvml.nvmlShutdown()
-            except pynvml.NVMLError:
+                nv.nvmlShutdown()
+            except nv.NVMLError:
                 pass
+
+    def read_streamed(self, emit: Callable[[Any], None]) -> dict[str, Any]:
+        """read(), its progress sent through `emit` as packed reports (unpack_report): each
+        GPU's health answers are encoded once, not again in every later report (an 8-GPU
+        health pass: 8 GPUs encoded, not 36)."""
+        return self.read(_Packer(emit))
 
     def _device(self, nv, call, index: int) -> tuple[dict[str, Any], Any]:
         """(one GPU's health answers, its handle; None when NVML gave none)."""
@@ -438,6 +469,48 @@ class ReplayBackend:
         if not isinstance(doc, dict):
             raise ValueError(f"{self.path}: not a JSON object of NVML answers")
         return doc
+
+
+PACKED = "devices_json"  # a packed report's devices, each one already a JSON text
+
+
+class _Packer:
+    """NvmlBackend.read's progress as packed reports: the document with its devices as JSON
+    texts. A GPU's health answers do not change once it is in the list, so each is encoded
+    once; in the telemetry pass every GPU's answers change (its telemetry), so each report
+    encodes them all afresh, as before."""
+
+    def __init__(self, emit: Callable[[Any], None]):
+        self.emit = emit
+        self.encoded: list[str] = []
+
+    def __call__(self, doc: dict[str, Any]) -> None:
+        devices = doc.get("devices")
+        if not isinstance(devices, list):
+            self.emit(doc)
+            return
+        if any(TELEMETRY_KEY in d for d in devices if isinstance(d, dict)):
+            encoded = [json.dumps(d, default=str) for d in devices]
+        else:
+            self.encoded.extend(json.dumps(d, default=str) for d in devices[len(self.encoded):])
+            encoded = self.encoded
+        report = {k: v for k, v in doc.items() if k != "devices"}
+        report[PACKED] = encoded
+        self.emit(report)
+
+
+def unpack_report(report: Any) -> Any:
+    """A packed report (NvmlBackend.read_streamed) as the answers document it stands for; any
+    other report as it is; None for a packed report that does not decode."""
+    if not isinstance(report, dict) or PACKED not in report:
+        return report
+    try:
+        devices = [json.loads(text) for text in report[PACKED]]
+    except (TypeError, ValueError):
+        return None
+    doc = {k: v for k, v in report.items() if k != PACKED}
+    doc["devices"] = devices
+    return doc
 
 
 # What a GPU that NVML never answered for (the read was abandoned at its deadline) shows: the

@@ -21,7 +21,8 @@ def gpu_backend(cfg: Config, root: Path, telemetry: bool = False):
     backend = gcfg.get("backend", "auto")
     if backend == "replay" or (backend == "auto" and str(root) != "/" and replay.exists()):
         return gpu_mod.ReplayBackend(replay)
-    return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)), telemetry=telemetry)
+    return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)), telemetry=telemetry,
+                               binding=str(gcfg.get("nvml_binding", "own")))
 
 
 def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
@@ -80,9 +81,9 @@ def _nvml_answers(backend, timeout: float, state) -> dict | None:
     from rsc_health.collect import bounded
 
     try:
-        return bounded.call(backend.read, timeout, streaming=True)
+        return bounded.call(backend.read_streamed, timeout, streaming=True)
     except bounded.Abandoned as exc:
-        answers = gpu_mod.with_unanswered(exc.partial)
+        answers = gpu_mod.with_unanswered(gpu_mod.unpack_report(exc.partial))
         state.probe_pids[hangs.NVML] = exc.pid
         if answers is None:
             state.hung_probes[hangs.NVML] = f"NVML: Abandoned: {exc}"

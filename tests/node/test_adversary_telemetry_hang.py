@@ -41,7 +41,7 @@ def test_a_telemetry_field_that_hangs_on_gpu0_still_lets_a_lost_gpu3_drain(monke
     monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 4)
     _wedge_field_values_on(monkeypatch, "h0")
     cfg = node.config
-    cfg.data["gpu"].update(backend="nvml", count=4, nvml_timeout_s=1.0)
+    cfg.data["gpu"].update(backend="nvml", nvml_binding="pynvml", count=4, nvml_timeout_s=1.0)
 
     started = time.monotonic()
     findings = engine.run(cfg, node.root, only={"gpu", "telemetry"}, save_state=False)
@@ -136,7 +136,7 @@ def test_a_gpu_lost_while_a_telemetry_child_is_still_stuck_drains_at_the_next_jo
         _in_the_kernel(hung_mount) if h == "h0" else None) or real(h, ids))
     node = Node(hung_mount)
     cfg = node.config
-    cfg.data["gpu"].update(backend="nvml", count=4, nvml_timeout_s=1.0)
+    cfg.data["gpu"].update(backend="nvml", nvml_binding="pynvml", count=4, nvml_timeout_s=1.0)
     sdir = state_dir(cfg, node.root)
     try:
         first = engine.run(cfg, node.root, only={"gpu", "telemetry"}, sweep=True)
@@ -175,7 +175,7 @@ def test_a_child_stuck_in_the_health_calls_is_not_asked_again(monkeypatch, hung_
     monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", wedged)
     node = Node(hung_mount)
     cfg = node.config
-    cfg.data["gpu"].update(backend="nvml", count=4, nvml_timeout_s=1.0)
+    cfg.data["gpu"].update(backend="nvml", nvml_binding="pynvml", count=4, nvml_timeout_s=1.0)
     sdir = state_dir(cfg, node.root)
     try:
         engine.run(cfg, node.root, only={"gpu"}, sweep=True)

@@ -234,7 +234,8 @@ def test_everything_hung_and_the_lock_held_the_prolog_still_refuses_the_job_in_b
     root, sdir = hung_mount, hung_mount / NODE_STATE
     budget = 12
     (root / "site.toml").write_text((root / "config.toml").read_text().replace(
-        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_timeout_s = 2.0\n') + f"""
+        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_binding = "pynvml"\n'
+        'nvml_timeout_s = 2.0\n') + f"""
 [slurm]
 bin_dir = "/nonexistent-slurm"
 prolog_budget_s = {budget}

@@ -93,7 +93,7 @@ def test_status_names_a_node_whose_mount_keeps_hanging(hung_mount, tmp_path, mon
 def test_status_names_a_node_whose_nvml_keeps_hanging(tmp_path, monkeypatch):
     root = copy_node(tmp_path / "node")
     (root / "site.toml").write_text((root / "config.toml").read_text().replace(
-        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_timeout_s = 1.0\n')
+        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_binding = "pynvml"\nnvml_timeout_s = 1.0\n')
         + '\n[slurm]\nbin_dir = "/nonexistent-slurm"\n')
     first = _sweeps(root, 2, f"{WEDGED}:{REPO}")
     code, data, text = _status(root, tmp_path, monkeypatch)

@@ -31,7 +31,8 @@ sources = ["/dev/kmsg", "/var/log/kern.fifo"]
 bin_dir = "/nonexistent-slurm"
 prolog_budget_s = 12
 """)
-    text = site.read_text().replace("[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_timeout_s = 2.0\n')
+    text = site.read_text().replace(
+        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_binding = "pynvml"\nnvml_timeout_s = 2.0\n')
     site.write_text(text)
     env = dict(os.environ, RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(site),
                SLURMD_NODENAME="node01", SLURM_JOB_ID="77",

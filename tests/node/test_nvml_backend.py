@@ -260,7 +260,7 @@ def test_a_gpu_lost_before_nvml_hangs_on_another_still_drains_within_the_budget(
 
     monkeypatch.setattr(pynvml, "nvmlDeviceGetPciInfo", wedged)
     cfg = node.config
-    cfg.data["gpu"].update(backend="nvml", count=4, nvml_timeout_s=1.0)
+    cfg.data["gpu"].update(backend="nvml", nvml_binding="pynvml", count=4, nvml_timeout_s=1.0)
 
     started = time.monotonic()
     findings = engine.run(cfg, node.root, only={"gpu"})

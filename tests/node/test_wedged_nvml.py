@@ -26,7 +26,8 @@ TEXTFILE = "var/lib/node_exporter/rsc_health.prom"
 def gpu_node(tmp_path):
     root = copy_node(tmp_path / "node")
     (root / "site.toml").write_text((root / "config.toml").read_text().replace(
-        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_timeout_s = 1.0\n')  # nvml_hang_sweeps 3
+        "[gpu]\n", '[gpu]\nbackend = "nvml"\nnvml_binding = "pynvml"\n'  # its wedged pynvml
+        'nvml_timeout_s = 1.0\n')  # nvml_hang_sweeps 3
         + '\n[node]\ntextfile_dir = "/var/lib/node_exporter"\n'
         + '[slurm]\nbin_dir = "/nonexistent-slurm"\nsweep_budget_s = 10\nprolog_budget_s = 10\n')
     return root
