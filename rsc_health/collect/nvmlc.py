@@ -52,6 +52,12 @@ NVML_DEVICE_PCI_BUS_ID_BUFFER_V2_SIZE = 16
 NVML_GPU_FABRIC_UUID_LEN = 16
 NVML_VALUE_NOT_AVAILABLE_ULONGLONG = 0xFFFFFFFFFFFFFFFF
 nvmlGpuFabricInfo_v2 = 0x02000024
+# The most entries a list call may ask room for. A driver that reports billions of retired pages
+# or processes (a garbled count) would have the child allocate and the library fill gigabytes;
+# past this the answer is INSUFFICIENT_SIZE (a checker error for that field; the GPU's other
+# answers stand). Real figures are far below: pages retire by the dozen, a GPU runs at most
+# hundreds of compute contexts.
+MAX_LIST_ENTRIES = 1 << 16
 
 
 class NVMLError(Exception):
@@ -182,6 +188,14 @@ def _ulonglong(name: str, *args) -> int:
     return _ULONGLONG.value
 
 
+def _room(count: int) -> int:
+    """Room for a list call's second ask: twice the first answer's count plus 5 (entries added
+    between the two calls), as pynvml asks; a count past MAX_LIST_ENTRIES is not given room."""
+    if count > MAX_LIST_ENTRIES:
+        raise NVMLError(NVML_ERROR_INSUFFICIENT_SIZE)
+    return count * 2 + 5
+
+
 def nvmlInit() -> None:
     _load()
     _check(_fn("nvmlInitWithFlags")(0))
@@ -238,10 +252,11 @@ def nvmlDeviceGetRetiredPages(handle, source: int) -> list:
     ret = fn(handle, c_uint(source), byref(count), None)
     if ret not in (NVML_SUCCESS, NVML_ERROR_INSUFFICIENT_SIZE):
         raise NVMLError(ret)
-    count.value = count.value * 2 + 5
-    pages = (c_ulonglong * count.value)()
+    room = _room(count.value)
+    pages = (c_ulonglong * room)()
+    count.value = room
     _check(fn(handle, c_uint(source), byref(count), pages))
-    return [int(p) for p in pages[0:count.value]]
+    return [int(p) for p in pages[0:min(count.value, room)]]
 
 
 def nvmlDeviceGetRetiredPagesPendingStatus(handle) -> int:
@@ -315,10 +330,11 @@ def nvmlDeviceGetComputeRunningProcesses(handle) -> list:
         return []
     if ret != NVML_ERROR_INSUFFICIENT_SIZE:
         raise NVMLError(ret)
-    count.value = count.value * 2 + 5
-    infos = (c_nvmlProcessInfo_v3_t * count.value)()
+    room = _room(count.value)
+    infos = (c_nvmlProcessInfo_v3_t * room)()
+    count.value = room
     _check(fn(handle, byref(count), infos))
-    return [Process(infos[i]) for i in range(count.value)]
+    return [Process(infos[i]) for i in range(min(count.value, room))]
 
 
 def nvmlDeviceGetVbiosVersion(handle) -> bytes:

@@ -260,3 +260,26 @@ def test_the_own_binding_reads_without_pynvml_or_ctypes_util(stub_dir):
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                          text=True, timeout=60, check=True)
     assert json.loads(out.stdout) == [8, [], True]
+
+
+def test_a_garbled_list_count_is_a_checker_error_for_that_field_not_gigabytes(stub_dir):
+    """A driver that answers billions of retired pages or compute processes had the own binding
+    ask room for twice that (a 32 GB buffer for the library to fill, in the NVML child of every
+    job start). Past MAX_LIST_ENTRIES (65,536; the stub says 100,000, which the old code took
+    whole) the field is INSUFFICIENT_SIZE; the GPU's other answers, and the other GPUs, stand."""
+    code = """
+import json, os, sys
+from rsc_health.collect.gpu import NvmlBackend
+os.environ["NVML_STUB"] = "count=2 procs=100000 pages=100000"
+print(json.dumps(NvmlBackend(binding="own").read()))
+"""
+    env = {k: v for k, v in os.environ.items() if k not in ("LD_LIBRARY_PATH", "NVML_STUB")}
+    env.update(PYTHONPATH=str(REPO), LD_LIBRARY_PATH=str(nvml_stub.build(stub_dir)))
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                         text=True, timeout=60, check=True)
+    doc = json.loads(out.stdout)
+    assert len(doc["devices"]) == 2
+    for gpu in doc["devices"]:
+        assert gpu["processes"] == {"error": "NVML_ERROR_INSUFFICIENT_SIZE"}
+        assert gpu["uuid"].startswith("GPU-") and isinstance(gpu["temperature"], int)
+        assert "error" in str(gpu["retired_pages"])
