@@ -42,6 +42,16 @@ class Abandoned(Exception):
         self.pid = pid
 
 
+DIED = "died"  # an answer's key: the child closed its pipe without one (its exit status)
+
+
+class Died(Abandoned):
+    """The child closed its pipe without an answer: it crashed (a segfault in the library it
+    called) or was killed. Not a hang: nothing is left waiting in the kernel, and a caller that
+    counts hangs toward a drain must not count this (a checker that crashes is the checker's
+    fault)."""
+
+
 def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]:
     """Fork a child that runs fn() and writes its JSON result; (pid, read fd). streaming: fn
     gets an `emit(obj)` to report how far it got, one JSON line each, before its result
@@ -133,10 +143,12 @@ def collect(children: dict[str, tuple[int, int]], deadline: float,
                         for key, buf in buffers.items()})
     if partial is not None:
         for key in children:
-            if done.get(key) is None:
+            if done.get(key) is None or DIED in (done.get(key) or {}):
                 last = _last_message(bytes(buffers[key]), "partial")
                 partial[key] = last["partial"] if last else None
     for key, (pid, _) in children.items():
+        if DIED in (done.get(key) or {}):
+            done[key] = {DIED: _exit_status(pid)}
         _let_go(pid, kill=done.get(key) is None)
     return done
 
@@ -159,11 +171,31 @@ def _read_until(children: dict[str, tuple[int, int]], deadline: float
                 del open_fds[fd]
                 os.close(fd)
                 done[key] = (_last_message(bytes(buffers[key]), "ok")
-                             or _last_message(bytes(buffers[key]), "error"))
+                             or _last_message(bytes(buffers[key]), "error")
+                             or {DIED: True})
     for fd, key in open_fds.items():
         os.close(fd)
         done[key] = None
     return buffers, done
+
+
+def _exit_status(pid: int) -> str:
+    """How a child that closed its pipe without an answer ended (it is exiting: its pipe
+    closes as the kernel tears it down; waited for at most 50 ms, then "still exiting")."""
+    got, status = 0, 0
+    for _ in range(25):
+        try:
+            got, status = os.waitpid(pid, os.WNOHANG)
+        except OSError:
+            return "already reaped"
+        if got:
+            break
+        time.sleep(0.002)
+    if got == 0:
+        return "still exiting"
+    if os.WIFSIGNALED(status):
+        return f"killed by signal {os.WTERMSIG(status)}"
+    return f"exit status {os.WEXITSTATUS(status)}"
 
 
 def _let_go(pid: int, *, kill: bool) -> None:
@@ -191,6 +223,9 @@ def call(fn: Callable[..., Any], timeout_s: float, *, streaming: bool = False) -
     answer = collect({"x": (pid, fd)}, time.monotonic() + timeout_s, partial)["x"]
     if answer is None:
         raise Abandoned(f"no answer within {timeout_s:g}s", partial.get("x"), pid)
+    if DIED in answer:
+        raise Died(f"the child exited without an answer ({answer[DIED]})",
+                   partial.get("x"), pid)
     if "error" in answer:
         if answer.get("errno") is not None:
             raise OSError(answer["errno"], answer.get("strerror") or answer["error"])

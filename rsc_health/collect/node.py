@@ -78,10 +78,27 @@ def _nvml_answers(backend, timeout: float, state) -> dict | None:
     before is kept and judged (a GPU lost before the hang still drains), the hang itself is
     said (`hung_probes`: the engine's nvml_hung), and the GPUs it never reached are
     unanswered (checker errors, never drains)."""
+    import time
+
     from rsc_health.collect import bounded
 
+    started = time.monotonic()
     try:
         return bounded.call(backend.read_streamed, timeout, streaming=True)
+    except bounded.Died as exc:
+        # A crash, not a hang: nothing waits in the kernel, so no hang is recorded (hangs
+        # count toward a drain; a checker that crashes must not drain the node). The own
+        # binding is checked against pynvml's layouts and a stub, not every driver: should
+        # it crash, the health pass is asked again through pynvml in the time left.
+        if backend.binding == "own" and not backend.telemetry:
+            state.errors.append(("gpu", "nvml", (
+                f"the own NVML binding's child died: {exc}; the health pass was asked again "
+                f'through pynvml (set [gpu] nvml_binding = "pynvml" and report this)')))
+            fallback = gpu_mod.NvmlBackend(max_links=backend.max_links, binding="pynvml")
+            left = max(0.5, timeout - (time.monotonic() - started))
+            return _nvml_answers(fallback, left, state)
+        state.errors.append(("gpu", "nvml", f"NVML's child died: {exc}"))
+        return gpu_mod.with_unanswered(gpu_mod.unpack_report(exc.partial))
     except bounded.Abandoned as exc:
         answers = gpu_mod.with_unanswered(gpu_mod.unpack_report(exc.partial))
         state.probe_pids[hangs.NVML] = exc.pid

@@ -283,3 +283,63 @@ print(json.dumps(NvmlBackend(binding="own").read()))
         assert gpu["processes"] == {"error": "NVML_ERROR_INSUFFICIENT_SIZE"}
         assert gpu["uuid"].startswith("GPU-") and isinstance(gpu["temperature"], int)
         assert "error" in str(gpu["retired_pages"])
+
+
+CRASH_READ = """
+import ctypes, json, sys
+from pathlib import Path
+from rsc_health.checks.state import NodeState
+from rsc_health.collect import node, nvmlc
+from rsc_health.config import load_config
+if sys.argv[2] == "own-crashes":
+    # A layout slip on a driver the binding was never run against: the call segfaults.
+    nvmlc.nvmlDeviceGetTemperature = lambda handle, sensor: ctypes.string_at(0)
+state = NodeState()
+node.read_nvml(load_config(sys.argv[1]), Path("/"), state, {})
+print(json.dumps({"answers": state.nvml_answers, "hung": state.hung_probes,
+                  "errors": state.errors}))
+"""
+
+
+def _crash_read(stub_dir, tmp_path, binding: str, how: str, stub: str = "") -> dict:
+    site = tmp_path / "site.toml"
+    site.write_text(f'[gpu]\ncount = 8\nbackend = "nvml"\nnvml_binding = "{binding}"\n'
+                    'nvml_timeout_s = 5.0\n')
+    env = {k: v for k, v in os.environ.items() if k != "NVML_STUB"}
+    env.update(PYTHONPATH=str(REPO), LD_LIBRARY_PATH=str(nvml_stub.build(stub_dir)),
+               NVML_STUB=stub)
+    out = subprocess.run([sys.executable, "-c", CRASH_READ, str(site), how], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    return json.loads(out.stdout)
+
+
+def test_an_own_binding_that_crashes_is_asked_again_through_pynvml_not_counted_a_hang(
+        stub_dir, tmp_path):
+    """The own binding segfaults in its child (a layout slip on a driver it was never run
+    against). Before, a child that died without an answer read as NVML hung: every GPU after
+    the crash unjudged on every job start, and nvml_hang_sweeps sweeps of "hangs" drained a
+    sound node. Now the health pass is asked again through pynvml at once (all 8 GPUs judged),
+    the crash is a loud checker error, and no hang is recorded."""
+    got = _crash_read(stub_dir, tmp_path, "own", "own-crashes")
+    devices = got["answers"]["devices"]
+    assert len(devices) == 8 and all("error" not in d for d in devices)
+    assert all(isinstance(d["temperature"], int) for d in devices)
+    assert got["hung"] == {}
+    assert len(got["errors"]) == 1
+    assert "own NVML binding's child died" in got["errors"][0][2]
+    assert "signal 11" in got["errors"][0][2] and "pynvml" in got["errors"][0][2]
+
+
+def test_an_nvml_library_that_crashes_its_child_is_a_checker_error_not_a_hang(
+        stub_dir, tmp_path):
+    """The driver's library itself segfaults on GPU 2 (through pynvml, nothing to fall back
+    to): GPUs 0-1 keep their answers (a GPU lost before the crash still drains), 2-7 are
+    unanswered (checker errors), the crash is said with its signal, and no hang is recorded:
+    a crashing checker never counts toward nvml_hang_sweeps."""
+    got = _crash_read(stub_dir, tmp_path, "pynvml", "as-is",
+                      stub="crash=nvmlDeviceGetTemperature:2")
+    devices = got["answers"]["devices"]
+    assert [d.get("error") for d in devices] == [None, None] + ["NVML_ERROR_TIMEOUT"] * 6
+    assert got["hung"] == {}
+    assert [e[:2] for e in got["errors"]] == [["gpu", "nvml"]]
+    assert "NVML's child died" in got["errors"][0][2] and "signal 11" in got["errors"][0][2]
