@@ -297,8 +297,11 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     in a slot either side by a like amount (at most its own move plus its line): nodes sample
     at their own phase, so a shift that begins or ends inside a slot shows on part of them
     only; a one-sweep event far bigger than the outlier's move next door (a checkpoint idling
-    links to a quarter beside a link at half) is another event. The job's median is over every
-    group: a leaf switch's nodes span stages. 0 for the nodes that are not outliers."""
+    links to a quarter beside a link at half) is another event. Next door counts only a
+    sample within one sweep of the outlier's own, or of a node still past its line in the
+    outlier's slot (a shift still on): another node's one-sweep dip a whole sweep before an
+    onset is another moment. The job's median is over every group: a leaf switch's nodes span
+    stages. 0 for the nodes that are not outliers."""
     out = pd.Series(0, index=obs.index, dtype="int64")
     if not obs["outlier"].any():
         return out
@@ -309,16 +312,26 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
     # each node's moves in slots s-1, s, s+1, for every slot s
     spread = pd.concat([bad.assign(slot=bad["slot"] + d, d=d) for d in (-1, 0, 1)])
-    near = spread[["job_id", "metric", "slot", "node", "d", "bad"]].rename(
-        columns={"bad": "near"})
-    mine = bad.loc[bad["outlier"], key + ["bad", "line"]].assign(row=lambda f: f.index)
+    near = spread[["job_id", "metric", "slot", "node", "d", "bad", "time"]].rename(
+        columns={"bad": "near", "time": "near_time"})
+    mine = bad.loc[bad["outlier"], key + ["bad", "line", "time"]].assign(row=lambda f: f.index)
     pairs = mine.merge(near, on=key, how="inner")
     # in its own slot, any node at least half as far; in a slot either side, only a like move
     # (no more than a line past the outlier's): the same shift caught at another phase. A
     # one-sweep event far bigger next door (a checkpoint idling links to a quarter) is not the
-    # move that made this node an outlier.
+    # move that made this node an outlier. Next door, a sample taken within one sweep of the
+    # outlier's own (a shift that began, or a one-sweep event that fell, between two nodes'
+    # samples shows on both at most slot_s apart; a job's step times share one clock, so their
+    # slots are exactly slot_s apart and always count), or any sample of a node that was
+    # past its own line in the outlier's slot too (a shift still on: its level next door is the
+    # same shift's). Another node's one-sweep dip a whole sweep before an onset, back in line
+    # by the onset's slot, is another moment, not this node's move.
+    now = bad.loc[bad["outlier"], key + ["node"]].assign(now=True)
+    pairs = pairs.merge(now, on=key + ["node"], how="left")
+    gap = (pairs["near_time"] - pairs["time"]).abs() / np.timedelta64(1, "s")
     with_it = (pairs["near"] >= pairs["bad"] / 2) & (
-        (pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"]))
+        (pairs["d"] == 0) | ((pairs["near"] <= pairs["bad"] + pairs["line"])
+                             & ((gap <= rules.slot_s) | pairs["now"].notna())))
     counts = pairs[with_it].groupby("row")["node"].nunique()
     out.loc[counts.index] = counts.to_numpy()
     return out
