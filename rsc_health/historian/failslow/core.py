@@ -326,13 +326,17 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     # past its own line in the outlier's slot too (a shift still on: its level next door is the
     # same shift's). Another node's one-sweep dip a whole sweep before an onset, back in line
     # by the onset's slot, is another moment, not this node's move.
-    now = bad.loc[bad["outlier"], key + ["node"]].assign(now=True)
-    pairs = pairs.merge(now, on=key + ["node"], how="left")
-    gap = (pairs["near_time"] - pairs["time"]).abs() / np.timedelta64(1, "s")
-    with_it = (pairs["near"] >= pairs["bad"] / 2) & (
-        (pairs["d"] == 0) | ((pairs["near"] <= pairs["bad"] + pairs["line"])
-                             & ((gap <= rules.slot_s) | pairs["now"].notna())))
-    counts = pairs[with_it].groupby("row")["node"].nunique()
+    pairs = pairs[(pairs["near"] >= pairs["bad"] / 2)
+                  & ((pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"]))]
+    apart = (pairs["d"] != 0) & ((pairs["near_time"] - pairs["time"]).abs()
+                                 > np.timedelta64(rules.slot_s, "s"))
+    if apart.any():
+        now = bad.loc[bad["outlier"], key + ["node"]].drop_duplicates()
+        still = pairs.loc[apart, key + ["node"]].merge(now.assign(now=True), on=key + ["node"],
+                                                       how="left")["now"].notna().to_numpy()
+        pairs = pairs[~apart.to_numpy() | np.isin(np.arange(len(pairs)),
+                                                  np.flatnonzero(apart.to_numpy())[still])]
+    counts = pairs.groupby("row")["node"].nunique()
     out.loc[counts.index] = counts.to_numpy()
     return out
 
