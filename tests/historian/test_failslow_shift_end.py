@@ -220,3 +220,24 @@ def test_a_dip_on_another_node_within_a_sweep_of_an_onset_is_still_the_same_move
     runs = find_runs(judged(_nvlink_onset(dipper=6), _nvlink_job(), None, RULES), RULES)
     assert sorted(set(runs["node"])) == ["n3"]
     assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 8 + 65)
+
+
+
+def test_a_node_still_displaced_in_the_outliers_slot_moves_with_it_from_a_sweep_away():
+    # node 0 is a stage that moves a quarter less over NVLink all along (inside the 30% line);
+    # its deeper dip in slot 5 (to 0.6) was sampled more than a sweep before node 3's two dips
+    # (slots 6 and 7), but node 0 is still displaced in slot 6 by more than half that dip: a
+    # state on at node 3's moment, as a leaf switch's congestion is, so slot 6 is the job's and
+    # node 3's two dips are no run. With "past its own line" as the test of a state still on
+    # (the first cut of the timing rule), node 0 did not count and node 3 was a suspect
+    f = _nvlink_onset(dipper=0)
+    slot = (f["time"] - T0).dt.total_seconds().floordiv(300).astype(int)
+    n0, n3 = f["node"] == "n0", f["node"] == "n3"
+    f.loc[n0, "value"] = 80e9 * np.where(slot[n0] == 5, 0.6, 0.75)
+    f.loc[n3 & (slot >= 8), "value"] = 80e9
+    f.loc[n3 & (slot >= 8), "component"] = "gpu5"
+    assert find_runs(judged(f, _nvlink_job(), None, RULES), RULES).empty
+    # the same two dips with node 0 level with its peers but for its dip: node 3's run
+    f.loc[n0 & (slot != 5), "value"] = 80e9
+    runs = find_runs(judged(f, _nvlink_job(), None, RULES), RULES)
+    assert sorted(set(runs["node"])) == ["n3"]

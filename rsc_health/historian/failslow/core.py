@@ -298,10 +298,11 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     at their own phase, so a shift that begins or ends inside a slot shows on part of them
     only; a one-sweep event far bigger than the outlier's move next door (a checkpoint idling
     links to a quarter beside a link at half) is another event. Next door counts only a
-    sample within one sweep of the outlier's own, or of a node still past its line in the
-    outlier's slot (a shift still on): another node's one-sweep dip a whole sweep before an
-    onset is another moment. The job's median is over every group: a leaf switch's nodes span
-    stages. 0 for the nodes that are not outliers."""
+    sample within one sweep of the outlier's own, or of a node still displaced in the outlier's
+    slot by at least half its move next door (a state still on: a leaf's congestion, a stage
+    that moves less): another node's one-sweep dip a whole sweep before an onset, back in line
+    by the onset's slot, is another moment. The job's median is over every group: a leaf
+    switch's nodes span stages. 0 for the nodes that are not outliers."""
     out = pd.Series(0, index=obs.index, dtype="int64")
     if not obs["outlier"].any():
         return out
@@ -322,18 +323,20 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     # move that made this node an outlier. Next door, a sample taken within one sweep of the
     # outlier's own (a shift that began, or a one-sweep event that fell, between two nodes'
     # samples shows on both at most slot_s apart; a job's step times share one clock, so their
-    # slots are exactly slot_s apart and always count), or any sample of a node that was
-    # past its own line in the outlier's slot too (a shift still on: its level next door is the
-    # same shift's). Another node's one-sweep dip a whole sweep before an onset, back in line
-    # by the onset's slot, is another moment, not this node's move.
+    # slots are exactly slot_s apart and always count), or a sample of a node still displaced
+    # in the outlier's slot by at least half that move (a state still on, whose level next door
+    # is the same state's: a leaf's congestion, a stage that moves less; "past its own line"
+    # missed a stage inside its line). Another node's one-sweep dip a whole sweep before an
+    # onset, back in line by the onset's slot, is another moment, not this node's move.
     pairs = pairs[(pairs["near"] >= pairs["bad"] / 2)
                   & ((pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"]))]
     apart = (pairs["d"] != 0) & ((pairs["near_time"] - pairs["time"]).abs()
                                  > np.timedelta64(rules.slot_s, "s"))
     if apart.any():
-        now = bad.loc[bad["outlier"], key + ["node"]].drop_duplicates()
-        still = pairs.loc[apart, key + ["node"]].merge(now.assign(now=True), on=key + ["node"],
-                                                       how="left")["now"].notna().to_numpy()
+        now = bad[key + ["node", "bad"]].drop_duplicates(key + ["node"]).rename(
+            columns={"bad": "now"})
+        far = pairs.loc[apart, key + ["node", "near"]].merge(now, on=key + ["node"], how="left")
+        still = (far["now"] >= far["near"] / 2).to_numpy()
         pairs = pairs[~apart.to_numpy() | np.isin(np.arange(len(pairs)),
                                                   np.flatnonzero(apart.to_numpy())[still])]
     counts = pairs.groupby("row")["node"].nunique()
