@@ -81,15 +81,58 @@ def score(fleet, runs: pd.DataFrame) -> dict:
             "late": first.loc[(delays > 10).to_numpy(), "kind"].value_counts().to_dict()}
 
 
-def run(seeds: list[int], jobs: int, rules: Rules) -> dict:
+def explain(seed: int, fleet, obs: pd.DataFrame, runs: pd.DataFrame) -> None:
+    """--list: each false-positive run and each detection past 10 minutes, with the node's
+    slots in its metric (value, peers' median, line, outlier/job-wide) to name its class."""
+    truth = fleet.truth.assign(onset=pd.to_datetime(fleet.truth["onset"]))
+    jobs = fleet.jobs.set_index("job_id")
+    if runs.empty:
+        return
+    m = runs.merge(truth, on=["job_id", "node"], how="left")
+    tp = m["onset"].notna() & (pd.to_datetime(m["confirmed"]) >= m["onset"])
+    good = set(zip(m.loc[tp, "job_id"], m.loc[tp, "node"], strict=True))
+
+    def slots(job: str, node: str, metric: str) -> str:
+        o = obs[(obs["job_id"] == job) & (obs["node"] == node) & (obs["metric"] == metric)]
+        o = o.sort_values("slot")
+        s0 = obs.loc[obs["job_id"] == job, "slot"].min()
+        return " ".join(f"{int(r.slot - s0)}:{r.value:.3g}/{r.median:.3g}/{r.line:.2g}"
+                        f"{'*' if r.outlier else '~' if r.job_wide else ''}"
+                        f"{'[' + str(r.component) + ']' if r.outlier else ''}"
+                        for r in o.itertuples())
+
+    for r in m[~tp].itertuples():
+        if (r.job_id, r.node) in good:
+            continue
+        j = jobs.loc[r.job_id]
+        print(f"  FP seed {seed} job {r.job_id} ({j['kind']}, {j['nodes']} nodes, pp {j['pp']}, "
+              f"{j['shift'] or 'no shift'}) {r.node} {r.metric} [{r.component}] "
+              f"{r.slots} slots dev {r.deviation:.1f}: {slots(r.job_id, r.node, r.metric)}")
+    first = m[tp].sort_values("confirmed").drop_duplicates(["job_id", "node"])
+    for r in first.itertuples():
+        delay = (pd.Timestamp(r.confirmed) - r.onset).total_seconds() / 60
+        if delay <= 10:
+            continue
+        j = jobs.loc[r.job_id]
+        s0 = obs.loc[obs["job_id"] == r.job_id, "slot"].min()
+        on = int(r.onset.value // (300 * 10**9) - s0)
+        print(f"  LATE seed {seed} job {r.job_id} ({j['nodes']} nodes, {j['shift'] or 'no shift'})"
+              f" {r.node} {r.kind} onset slot {on} {delay:.1f} min via {r.metric}: "
+              f"{slots(r.job_id, r.node, KIND_METRIC.get(r.kind, r.metric))}")
+
+
+def run(seeds: list[int], jobs: int, rules: Rules, listing: bool = False) -> dict:
     tot = {"tp": 0, "fp": 0, "fn": 0, "delays": [], "imb_flags": 0, "imb_jobs": 0,
            "missed": {}, "fp_metrics": {}, "injected": {}, "found": {}, "late": {}, "nodes": 0,
            "seconds": 0.0}
     for seed in seeds:
         fleet = simulate_failslow(FailSlowConfig(jobs=jobs, seed=seed))
         t0 = time.perf_counter()
-        runs = find_runs(judged(fleet.samples, fleet.membership, fleet.steps, rules), rules)
+        obs = judged(fleet.samples, fleet.membership, fleet.steps, rules)
+        runs = find_runs(obs, rules)
         tot["seconds"] += time.perf_counter() - t0
+        if listing:
+            explain(seed, fleet, obs, runs)
         s = score(fleet, runs)
         for k in ("tp", "fp", "fn", "imb_flags", "imb_jobs"):
             tot[k] += s[k]
@@ -114,10 +157,13 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=40 if quick else 120)
     ap.add_argument("--seeds", default="0-1" if quick else "0-4", help="tuning seeds")
     ap.add_argument("--held-out", default="101-102" if quick else "101-110")
+    ap.add_argument("--list", action="store_true",
+                    help="print each false-positive run and each detection past 10 minutes")
+    ap.add_argument("--no-traces", action="store_true", help="skip the real traces and scale")
     args = ap.parse_args()
     rules = Rules.from_config(load_config(None))
     for name, seeds in (("tuning", _seeds(args.seeds)), ("held_out", _seeds(args.held_out))):
-        t = run(seeds, args.jobs, rules)
+        t = run(seeds, args.jobs, rules, args.list)
         print(f"{name}: seeds {seeds[0]}-{seeds[-1]}, {len(seeds) * args.jobs} jobs, "
               f"{t['nodes']} job-nodes, {t['tp'] + t['fn']} injected: "
               f"P {t['precision']:.3f} R {t['recall']:.3f} F1 {t['f1']:.3f} "
@@ -146,6 +192,8 @@ def main() -> int:
         print(f"BENCH\tfailslow\t{name}_delay_max\t{t['delay_max']:.1f}\tmin")
         print(f"BENCH\tfailslow\t{name}_within_10min\t"
               f"{1 - t['delay_over_10'] / max(1, len(t['delays'])):.3f}\tratio")
+    if args.no_traces:
+        return 0
     real_traces(rules)
     pai_traces(rules)
     scale(rules, 1600 if quick else 16000)

@@ -177,3 +177,67 @@ def test_a_leaf_switch_congesting_inside_a_slot_is_still_the_job_s_move():
     for seed in range(5):
         frame = _samples(seed, extra, episode=False)
         assert detect_frame(frame, _job(), None, CFG) == [], seed
+
+
+
+def _nvlink_onset(dipper: int) -> pd.DataFrame:
+    """8 nodes' nvlink_data_rate; node i samples 20 + 15 i s into every slot. Node 3 carries 40%
+    of its peers' bytes from slot 6 on; node `dipper` dips to 55% for the one sweep of slot 5
+    (a checkpoint idling one GPU for part of its interval)."""
+    rows = []
+    for i in range(8):
+        for s in range(12):
+            value = 80e9 * (1 + 0.01 * ((i * 7 + s * 3) % 5 - 2))
+            if i == 3 and s >= 6:
+                value *= 0.4
+            elif i == dipper and s == 5:
+                value *= 0.55
+            rows.append({"node": f"n{i}", "time": T0 + timedelta(seconds=300 * s + 20 + 15 * i),
+                         "metric": "nvlink_data_rate", "value": value,
+                         "component": "gpu2" if i == 3 and s >= 6 else f"gpu{(i + s) % 8}"})
+    return pd.DataFrame(rows)
+
+
+def _nvlink_job() -> pd.DataFrame:
+    return pd.DataFrame({"job_id": "90", "node": [f"n{i}" for i in range(8)], "start": T0,
+                         "end": T0 + timedelta(seconds=300 * 12)})
+
+
+def test_another_nodes_one_sweep_dip_a_whole_sweep_before_an_onset_does_not_hide_it():
+    # node 0's dip (slot 5, 1520 s) was sampled 345 s before node 3's first slow sample (slot
+    # 6, 1865 s), more than a sweep: another moment, and node 0 is back in line in slot 6.
+    # Before, it counted as "moved with" node 3 (2 of 8 nodes: job-wide) and node 3 was
+    # confirmed a sweep late (slot 8, not 7)
+    runs = find_runs(judged(_nvlink_onset(dipper=0), _nvlink_job(), None, RULES), RULES)
+    assert sorted(set(runs["node"])) == ["n3"]
+    assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 7 + 65)
+
+
+def test_a_dip_on_another_node_within_a_sweep_of_an_onset_is_still_the_same_move():
+    # node 6's dip (slot 5, 1610 s) is 255 s before node 3's first slow sample: within one
+    # sweep, so it may be the same event caught at another phase (a checkpoint's sweep spans
+    # two slots): slot 6 stays the job's, and node 3 is confirmed by its slots 7 and 8
+    runs = find_runs(judged(_nvlink_onset(dipper=6), _nvlink_job(), None, RULES), RULES)
+    assert sorted(set(runs["node"])) == ["n3"]
+    assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 8 + 65)
+
+
+
+def test_a_node_still_displaced_in_the_outliers_slot_moves_with_it_from_a_sweep_away():
+    # node 0 is a stage that moves a quarter less over NVLink all along (inside the 30% line);
+    # its deeper dip in slot 5 (to 0.6) was sampled more than a sweep before node 3's two dips
+    # (slots 6 and 7), but node 0 is still displaced in slot 6 by more than half that dip: a
+    # state on at node 3's moment, as a leaf switch's congestion is, so slot 6 is the job's and
+    # node 3's two dips are no run. With "past its own line" as the test of a state still on
+    # (the first cut of the timing rule), node 0 did not count and node 3 was a suspect
+    f = _nvlink_onset(dipper=0)
+    slot = (f["time"] - T0).dt.total_seconds().floordiv(300).astype(int)
+    n0, n3 = f["node"] == "n0", f["node"] == "n3"
+    f.loc[n0, "value"] = 80e9 * np.where(slot[n0] == 5, 0.6, 0.75)
+    f.loc[n3 & (slot >= 8), "value"] = 80e9
+    f.loc[n3 & (slot >= 8), "component"] = "gpu5"
+    assert find_runs(judged(f, _nvlink_job(), None, RULES), RULES).empty
+    # the same two dips with node 0 level with its peers but for its dip: node 3's run
+    f.loc[n0 & (slot != 5), "value"] = 80e9
+    runs = find_runs(judged(f, _nvlink_job(), None, RULES), RULES)
+    assert sorted(set(runs["node"])) == ["n3"]

@@ -297,8 +297,12 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     in a slot either side by a like amount (at most its own move plus its line): nodes sample
     at their own phase, so a shift that begins or ends inside a slot shows on part of them
     only; a one-sweep event far bigger than the outlier's move next door (a checkpoint idling
-    links to a quarter beside a link at half) is another event. The job's median is over every
-    group: a leaf switch's nodes span stages. 0 for the nodes that are not outliers."""
+    links to a quarter beside a link at half) is another event. Next door counts only a
+    sample within one sweep of the outlier's own, or of a node still displaced in the outlier's
+    slot by at least half its move next door (a state still on: a leaf's congestion, a stage
+    that moves less): another node's one-sweep dip a whole sweep before an onset, back in line
+    by the onset's slot, is another moment. The job's median is over every group: a leaf
+    switch's nodes span stages. 0 for the nodes that are not outliers."""
     out = pd.Series(0, index=obs.index, dtype="int64")
     if not obs["outlier"].any():
         return out
@@ -309,17 +313,33 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
     # each node's moves in slots s-1, s, s+1, for every slot s
     spread = pd.concat([bad.assign(slot=bad["slot"] + d, d=d) for d in (-1, 0, 1)])
-    near = spread[["job_id", "metric", "slot", "node", "d", "bad"]].rename(
-        columns={"bad": "near"})
-    mine = bad.loc[bad["outlier"], key + ["bad", "line"]].assign(row=lambda f: f.index)
+    near = spread[["job_id", "metric", "slot", "node", "d", "bad", "time"]].rename(
+        columns={"bad": "near", "time": "near_time"})
+    mine = bad.loc[bad["outlier"], key + ["bad", "line", "time"]].assign(row=lambda f: f.index)
     pairs = mine.merge(near, on=key, how="inner")
     # in its own slot, any node at least half as far; in a slot either side, only a like move
     # (no more than a line past the outlier's): the same shift caught at another phase. A
     # one-sweep event far bigger next door (a checkpoint idling links to a quarter) is not the
-    # move that made this node an outlier.
-    with_it = (pairs["near"] >= pairs["bad"] / 2) & (
-        (pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"]))
-    counts = pairs[with_it].groupby("row")["node"].nunique()
+    # move that made this node an outlier. Next door, a sample taken within one sweep of the
+    # outlier's own (a shift that began, or a one-sweep event that fell, between two nodes'
+    # samples shows on both at most slot_s apart; a job's step times share one clock, so their
+    # slots are exactly slot_s apart and always count), or a sample of a node still displaced
+    # in the outlier's slot by at least half that move (a state still on, whose level next door
+    # is the same state's: a leaf's congestion, a stage that moves less; "past its own line"
+    # missed a stage inside its line). Another node's one-sweep dip a whole sweep before an
+    # onset, back in line by the onset's slot, is another moment, not this node's move.
+    pairs = pairs[(pairs["near"] >= pairs["bad"] / 2)
+                  & ((pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"]))]
+    apart = (pairs["d"] != 0) & ((pairs["near_time"] - pairs["time"]).abs()
+                                 > np.timedelta64(rules.slot_s, "s"))
+    if apart.any():
+        now = bad[key + ["node", "bad"]].drop_duplicates(key + ["node"]).rename(
+            columns={"bad": "now"})
+        far = pairs.loc[apart, key + ["node", "near"]].merge(now, on=key + ["node"], how="left")
+        still = (far["now"] >= far["near"] / 2).to_numpy()
+        pairs = pairs[~apart.to_numpy() | np.isin(np.arange(len(pairs)),
+                                                  np.flatnonzero(apart.to_numpy())[still])]
+    counts = pairs.groupby("row")["node"].nunique()
     out.loc[counts.index] = counts.to_numpy()
     return out
 
