@@ -288,24 +288,30 @@ class Actor:
 
     def _over_the_limit(self) -> Action | None:
         """After our drain: did sweeps running at the same instant drain more of a partition
-        than the guard allows? Every node ranks the recent drains the same way (reason time,
-        then name); a node ranked past the limit undoes its own drain (still ours) and keeps
-        its verdict pending. So the guard holds at its limit under simultaneous sweeps."""
+        than the guard allows? Every node ranks the recent drains the same way (a lemon's or a
+        qualification's first, then reason time, then name); a node ranked past the limit
+        undoes its own drain (still ours) and keeps its verdict pending. So the guard holds at
+        its limit under simultaneous sweeps, counting what its first look counts."""
         nodes = self.slurm.nodes()
         mine = next((n for n in nodes if n.name == self.node), None)
         if mine is None or not (mine.drain_set and is_ours(mine.reason)):
             return None
         now = self.now()
+        stepping = set(MODE_FOR_LEVEL.values())
         for part in mine.partitions:
             members = [n for n in nodes if part in n.partitions]
-            recent = sorted(
-                (n for n in members if n.drain_set and is_ours(n.reason)
-                 and n.reason_time is not None and now - n.reason_time <= self.window
-                 and (parse_reason(n.reason) or {}).get("mode") in ("now", "job")),
-                key=lambda n: (n.reason_time, n.name),
-            )
+            # The drains the first look counts (guard_states: every automatic one). A lemon's
+            # or a qualification's never steps back, so it holds its place ahead of the
+            # node-path drains, which are ranked after it (reason time, then name).
+            recent = [n for n in members if n.drain_set and automatic(n.reason)
+                      and n.reason_time is not None and now - n.reason_time <= self.window]
+            fixed = [n for n in recent
+                     if (parse_reason(n.reason) or {}).get("mode") not in stepping]
+            racing = sorted((n for n in recent if n not in fixed),
+                            key=lambda n: (n.reason_time, n.name))
             limit = guard_limit(len(members), self.max_share)
-            rank = [n.name for n in recent].index(self.node) if mine in recent else -1
+            names = [n.name for n in racing]
+            rank = len(fixed) + names.index(self.node) if self.node in names else -1
             if rank >= limit:
                 self.slurm.resume(self.node)
                 msg = (f"mass-drain guard: {len(recent)}/{len(members)} nodes of partition "

@@ -257,6 +257,32 @@ def test_a_node_that_drained_first_steps_back_when_later_racers_push_it_past_the
     assert "DRAIN" not in slurm.info["n06"].state
 
 
+@pytest.mark.parametrize("lemon_at", [-2, 0], ids=["lemon_before", "lemon_same_second"])
+def test_a_lemon_drain_racing_node_drains_keeps_the_guard_at_its_limit(cfg, tmp_path, lemon_at):
+    """The first look counts every automatic drain (node path, lemons, qualification); the
+    second look, after guard_settle_s, counted only node-path ones. A lemon drain in the
+    window and two node drains racing past the first look: three automatic drains where the
+    limit is two. A lemon drain never steps back, so the node-path drains rank after it."""
+    cfg.data["actions"]["guard_max_share"] = 0.34  # 6 nodes: limit 2
+    slurm = MemorySlurm(["n01", "n02", "n03", "n04", "n05", "n06"], now=lambda: NOW)
+    same_second = NOW - timedelta(seconds=1)
+    slurm.set_state("n05", "IDLE+DRAIN", "rsc_health:lemon:lemon:lemon candidate",
+                    user="root", when=same_second + timedelta(seconds=lemon_at))
+    a = actor(slurm, cfg, tmp_path, node="n06")
+
+    def racer_lands(seconds):  # while n06 waits, n01 drains in the same second
+        slurm.set_state("n01", "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 x", user="root",
+                        when=same_second)
+
+    a.sleep = racer_lands
+    slurm.now = lambda: same_second
+    done = a.apply(decide([finding("xid79")]))
+    assert [x.action for x in done] == ["guard_tripped"]
+    assert "DRAIN" not in slurm.info["n06"].state
+    b = actor(slurm, cfg, tmp_path, node="n01")  # the racer's own second look
+    assert b._over_the_limit() is None  # ranked first of the node-path drains: it stays
+
+
 @pytest.mark.parametrize("field", [{"refused_jobs": 7}, {"codes": 5}, {"clean_sweeps": "x"},
                                    {"reason": None}, {"auto_resumable": "no"}])
 def test_a_wrongly_typed_drain_record_neither_stops_requeues_nor_resumes_the_node(
