@@ -54,7 +54,7 @@ class History:
     def strikes(self, node):
         return 0
 
-    def result(self, node, job_id):
+    def result(self, node, job_id, since=None):
         if self.at is not None:  # every verdict lands at the same instant
             if time.monotonic() < self.at:
                 return None
@@ -176,10 +176,10 @@ def test_a_flow_that_raises_side_by_side_lets_the_others_finish_then_raises():
 class DrainedMidFlow(History):
     """A person drains the node while its qualification job runs (a fan they heard)."""
 
-    def result(self, node, job_id):
+    def result(self, node, job_id, since=None):
         if not self.first_asked:
             self.slurm.set_state(node, "MIXED+DRAIN", "bad fan -- alice", user="alice")
-        return super().result(node, job_id)
+        return super().result(node, job_id, since)
 
 
 def test_a_persons_drain_arriving_mid_flow_is_never_rewritten_by_the_flows_drain():
