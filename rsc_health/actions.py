@@ -31,7 +31,7 @@ from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import MANUAL_MODE, MODE_FOR_LEVEL, is_ours, parse_reason
 from rsc_health.record import asdict, dataclass, field
-from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
+from rsc_health.slurm.api import JobGone, NodeInfo, SlurmAPI, SlurmCommandError, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
 
@@ -204,7 +204,7 @@ class Actor:
             self.log(msg)
             actions.append(Action(ActionKind.HELD_UNDER_DRAIN, self.node, msg))
             if now_mode and requeue:
-                actions.extend(self._requeue_jobs(verdict.reason, skip))
+                self._requeue_jobs(verdict.reason, skip, actions)
             return actions
         # Only our own after-job drain is made a drain-now.
         escalate = ours is not None and ours["mode"] == "job" and now_mode
@@ -233,7 +233,7 @@ class Actor:
             # Already drained by us: keep it so, and restart the clean-sweep count.
             self._note_verdict(verdict)
         if now_mode and requeue:
-            actions.extend(self._requeue_jobs(verdict.reason, skip))
+            self._requeue_jobs(verdict.reason, skip, actions)
         return actions
 
     def _settled_over_the_limit(self, verdict: Verdict, drained: Action) -> Action | None:
@@ -321,11 +321,29 @@ class Actor:
                 return Action(ActionKind.GUARD_TRIPPED, self.node, msg)
         return None
 
-    def _requeue_jobs(self, reason: str, skip: set[str]) -> list[Action]:
-        """Requeue every job on the node; a refusal is reported once per job and drain."""
+    def _requeue_jobs(self, reason: str, skip: set[str], done: list[Action]) -> None:
+        """Requeue every job on the node, appending to `done` (the drain's actions so far); a
+        refusal is reported once per job and drain. Slurm's refusal of one job, whatever it
+        says, is that job's: the jobs after it are still requeued. Slurm going away midway
+        spools what was done (the drain above all, and the requeues before) before it is
+        raised: the caller spools nothing then."""
         state = self.load_state()
         reported = set(state.refused_jobs) if state else set()
-        out = []
+        start = len(done)
+        try:
+            self._requeue_listed(reason, skip, reported, done)
+        except SlurmError:
+            self._spool(done)
+            raise
+        finally:
+            newly = [a.job_id for a in done[start:]
+                     if a.action == ActionKind.REQUEUE_REFUSED and a.job_id]
+            if state is not None and newly:
+                state.refused_jobs = sorted(reported | set(newly))
+                self._write_state(state)
+
+    def _requeue_listed(self, reason: str, skip: set[str], reported: set[str],
+                        out: list[Action]) -> None:
         for job in self.slurm.jobs_on_node(self.node):
             # A COMPLETING job is already leaving the node (one we requeued last sweep is, for
             # a moment, before it turns PENDING): there is nothing left to requeue.
@@ -339,21 +357,16 @@ class Actor:
                     self.slurm.requeue(job.job_id)
                     out.append(Action(ActionKind.REQUEUE, self.node, reason, job.job_id))
                     continue
-                except RequeueRefused as exc:
-                    refused = Action(ActionKind.REQUEUE_REFUSED, self.node, reason, job.job_id,
-                                     exc.stderr)
                 except JobGone:
                     continue  # it ended or was requeued between the listing and the requeue
+                except SlurmCommandError as exc:  # RequeueRefused, or anything Slurm said
+                    refused = Action(ActionKind.REQUEUE_REFUSED, self.node, reason, job.job_id,
+                                     exc.stderr[:500])
             if job.job_id in reported:
                 continue
             out.append(refused)
             self.log(f"job {job.job_id} on {self.node} refused requeue: "
                      f"{refused.detail}")
-        newly = [a.job_id for a in out if a.action == ActionKind.REQUEUE_REFUSED and a.job_id]
-        if state is not None and newly:
-            state.refused_jobs = sorted(reported | set(newly))
-            self._write_state(state)
-        return out
 
     # ---- resume ----------------------------------------------------------------------------
     def _clean(self, info: NodeInfo) -> list[Action]:

@@ -86,3 +86,33 @@ def test_the_guard_holds_at_its_limit_when_every_node_sweeps_at_the_same_instant
     held = [n for n in c.node_names if n not in drained]
     for node in held:
         assert (c.root(node) / "var/lib/rsc_health/pending_verdict.json").exists(), node
+
+
+def test_a_het_job_component_on_a_draining_node_is_requeued_through_its_leader(
+        slurm_cluster, tmp_path):
+    """squeue lists a heterogeneous job's second component on its node under its own id, and
+    `scontrol requeue` of it says "Job not heterogeneous job leader": the Actor raised on it,
+    so the drain was never spooled, and the jobs after it on the node were never requeued.
+    The whole het job is requeued through its leader, and the drain is on record."""
+    c = slurm_cluster
+    script = tmp_path / "het.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N1 -w node01 --requeue\n#SBATCH hetjob\n"
+                      "#SBATCH -N1 -w node02 --requeue\nsleep 300\n")
+    leader = c.sbatch(str(script))
+    component = str(int(leader) + 1)
+    other = c.sbatch("-w", "node02", "--requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, other)
+    c.wait_for(lambda: c.run(["squeue", "-h", "-j", component, "-o", "%T"]).stdout.strip()
+               == "RUNNING", 60, "het component RUNNING")
+    inject_xid79(c, "node02")
+    out = c.sweep("node02")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    actions = [(r["action"], r["job_id"]) for r in c.spool("node02") if r["kind"] == "action"]
+    assert ("drain_now", None) in actions, actions
+    assert ("requeue", component) in actions and ("requeue", other) in actions, actions
+    def states():
+        return set(c.run(["squeue", "-h", "-j", leader, "-o", "%T"]).stdout.split())
+
+    c.wait_for(lambda: states() and states() <= {"PENDING", "COMPLETING"}, 30,
+               "the het job requeued, both components")
+    assert c.job(leader)["Restarts"] == "1"

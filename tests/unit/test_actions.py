@@ -257,6 +257,60 @@ def test_a_node_that_drained_first_steps_back_when_later_racers_push_it_past_the
     assert "DRAIN" not in slurm.info["n06"].state
 
 
+class SaysSomethingElse(MemorySlurm):
+    """slurmctld answers the requeue of job "het" with a refusal of its own words (a het job's
+    component: "Job not heterogeneous job leader for job het")."""
+
+    def requeue(self, job_id):
+        if job_id != "het":
+            return super().requeue(job_id)
+        self.calls.append(("requeue", job_id))
+        from rsc_health.slurm.api import SlurmCommandError
+
+        raise SlurmCommandError(["scontrol", "requeue", job_id], 1,
+                                f"Job not heterogeneous job leader for job {job_id}")
+
+
+def test_a_job_slurm_refuses_in_other_words_neither_stops_the_requeues_nor_loses_the_drain(
+        cfg, tmp_path):
+    """The Actor raised on a refusal worded as neither RequeueRefused nor JobGone: the drain
+    was never spooled and the jobs listed after that one were never requeued, on every
+    sweep. It is that job's refusal, reported once."""
+    slurm = SaysSomethingElse([f"n{i:02d}" for i in range(10)], now=lambda: NOW)
+    slurm.start_job("n01", "het")
+    slurm.start_job("n01", "8")
+    a = actor(slurm, cfg, tmp_path)
+    done = a.apply(decide([finding("xid79", repair=True)]))
+    assert [(x.action, x.job_id) for x in done] == [
+        ("drain_now", None), ("requeue_refused", "het"), ("requeue", "8")]
+    assert "heterogeneous" in done[1].detail
+    assert [r["action"] for r in spooled(tmp_path)] == ["drain_now", "requeue_refused", "requeue"]
+    again = a.apply(decide([finding("xid79", repair=True)]))
+    assert [x.action for x in again] == []  # reported once per drain
+
+
+def test_slurm_vanishing_mid_requeue_keeps_the_drain_and_the_requeues_done_on_record(
+        cfg, tmp_path):
+    """The drain landed, one job was requeued, then slurmctld stopped answering: the caller
+    hears Slurm is away (the verdict stays pending), and what was done is spooled, once."""
+    from rsc_health.slurm.api import SlurmUnavailable
+
+    slurm = memory_slurm()
+    slurm.start_job("n01", "7")
+    slurm.start_job("n01", "8")
+    slurm.stop_after("requeue")  # job 7's requeue lands, then nothing answers
+    a = actor(slurm, cfg, tmp_path)
+    with pytest.raises(SlurmUnavailable):
+        a.apply(decide([finding("xid79", repair=True)]))
+    assert [(r["action"], r["job_id"]) for r in spooled(tmp_path)] == [
+        ("drain_now", None), ("requeue", "7")]
+    slurm.start()
+    done = a.apply(decide([finding("xid79", repair=True)]))
+    assert [(x.action, x.job_id) for x in done] == [("requeue", "8")]
+    assert [(r["action"], r["job_id"]) for r in spooled(tmp_path)] == [
+        ("drain_now", None), ("requeue", "7"), ("requeue", "8")]
+
+
 @pytest.mark.parametrize("lemon_at", [-2, 0], ids=["lemon_before", "lemon_same_second"])
 def test_a_lemon_drain_racing_node_drains_keeps_the_guard_at_its_limit(cfg, tmp_path, lemon_at):
     """The first look counts every automatic drain (node path, lemons, qualification); the
