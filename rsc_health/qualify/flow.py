@@ -250,7 +250,7 @@ class Flow:
             code = ("guard_held" if held else "inconclusive") if verdict == INCONCLUSIVE \
                 else _first_test(detail)
             reason = qualify_reason(code, detail)
-            theirs = _persons_drain(self.slurm.node(node))
+            theirs = _kept_drain(self.slurm.node(node))
             if theirs:  # drained by a person mid-flow: out of service already, and theirs
                 done.append(f"not drained: {theirs}")
             else:
@@ -312,7 +312,7 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
             out.append(FlowResult(node, "refused", f"{name} holds {nodes!r}, not {node}"))
             continue
         reason = qualify_reason("interrupted", "qualification cut short; qualify again")
-        theirs = _persons_drain(slurm.node(node))
+        theirs = _kept_drain(slurm.node(node))
         if theirs:
             slurm.delete_reservation(name)
             out.append(FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
@@ -332,6 +332,19 @@ def _persons_drain(info) -> str | None:
     if info.drain_set and not info.reason.startswith(REASON_PREFIX):
         return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
     return None
+
+
+def _kept_drain(info) -> str | None:
+    """Why a drain that came while a flow held the node must not be written over: a person's
+    own, or a person's `healthctl drain` under our prefix (a drain of the qualify mode would
+    be retried by `qualify auto`, and a pass would put the node back in service past it)."""
+    from rsc_health.policy import MANUAL_MODE
+
+    theirs = _persons_drain(info)
+    if theirs is None and info.drain_set and (_parsed(info.reason) or {}).get(
+            "mode") == MANUAL_MODE:
+        return f"drained with healthctl drain ({info.reason[:60]!r}): a person's drain stays theirs"
+    return theirs
 
 
 def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_max_min: float,
