@@ -27,8 +27,14 @@ end
 -- The most nodes the job may get. Not min_nodes alone: `-N 2-64` may get 64, and a job that
 -- names no node count (`-n 64`, `--gpus=32`) is spread over as many nodes as Slurm finds free
 -- CPUs or GPUs on (one task or GPU each at worst), so it counts as big unless it says it
--- is not (`-N 1`, `-N 1-2`).
+-- is not (`-N 1`, `-N 1-2`). A heterogeneous job's component counts as big whatever its size.
 local function rsc_nodes(job_desc)
+	local het = job_desc.het_job_offset
+	if het ~= nil and het ~= NO_VAL then
+		-- A component of a heterogeneous job (offset 0 is its leader): Slurm hands each
+		-- component here alone, so the job's size is not known; each counts as big.
+		return RSC_BIG_JOB_NODES
+	end
 	local n = given(job_desc.min_nodes) or 1
 	local most = given(job_desc.max_nodes)
 	if most ~= nil then

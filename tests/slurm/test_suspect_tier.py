@@ -202,8 +202,9 @@ def test_a_big_job_that_names_no_node_count_or_ors_the_feature_away_still_avoids
         lua_cluster, tmp_path, monkeypatch):
     """A user's own words made a big job skip the tier: `-n 10` on 2-CPU nodes (no -N: the
     lua read min_nodes as 1) and `-N 2-5` (min 2) are five-node jobs; a constraint that ORs
-    the feature with another (`rsc_trusted|site_x`) was taken as already requiring it; and
-    `scontrol update job NumNodes=5-5` replaced the job's own constraint by the feature alone.
+    the feature with another (`rsc_trusted|site_x`) was taken as already requiring it; a het
+    job of 2 + 3 nodes reaches the lua one component at a time; and `scontrol update job
+    NumNodes=5-5` replaced the job's own constraint by the feature alone.
     Each now requires rsc_trusted, and none starts on the suspect."""
     import rsc_health.suspects as tier
     from rsc_health.hostlist import expand
@@ -224,11 +225,16 @@ def test_a_big_job_that_names_no_node_count_or_ors_the_feature_away_still_avoids
         held = c.sbatch("-N", "1", "--hold", "--constraint=site_x", "--wrap", "sleep 300")
         c.run(["scontrol", "update", f"JobId={held}", "NumNodes=5-5"])
         assert c.job(held).get("Features") == "(site_x)&rsc_trusted"
+        het = tmp_path / "het.sh"
+        het.write_text("#!/bin/sh\n#SBATCH -N2\n#SBATCH hetjob\n#SBATCH -N3\nsleep 300\n")
         jobs = [c.sbatch("-n", "10", "--wrap", "sleep 300"),
                 c.sbatch("-N", "2-5", "--wrap", "sleep 300"),
-                c.sbatch("-N", "5", "--constraint=rsc_trusted|site_x", "--wrap", "sleep 300")]
+                c.sbatch("-N", "5", "--constraint=rsc_trusted|site_x", "--wrap", "sleep 300"),
+                c.sbatch(str(het))]
+        jobs.append(str(int(jobs[-1]) + 1))  # the het job's second component
         assert [c.job(j).get("Features") for j in jobs] == [
-            "rsc_trusted", "rsc_trusted", "(rsc_trusted|site_x)&rsc_trusted"]
+            "rsc_trusted", "rsc_trusted", "(rsc_trusted|site_x)&rsc_trusted", "rsc_trusted",
+            "rsc_trusted"]
         deadline = time.monotonic() + 6  # three scheduler and backfill passes
         while time.monotonic() < deadline:
             for j in jobs:
