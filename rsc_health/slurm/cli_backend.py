@@ -36,6 +36,9 @@ _REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled
 _JOB_GONE = re.compile(r"invalid job id|already completing|pending execution", re.IGNORECASE)
 # `Reason=text with spaces [user@2026-11-22T01:22:26]`; the text may contain anything but "[".
 _REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-9T:-]+)\]")
+# The job states that hold an allocation on the node: a drain-now requeues each. STOPPED is a
+# job its user stopped (`scancel -s STOP`): it keeps the node's GPUs, and runs on when sent CONT.
+ON_NODE_STATES = "RUNNING,CONFIGURING,COMPLETING,SUSPENDED,STOPPED"
 # What `scontrol requeue` says of a het job's component other than its leader.
 _NOT_HET_LEADER = re.compile(r"not heterogeneous job leader", re.IGNORECASE)
 # What `scontrol delete` says of a reservation that is not there (already deleted).
@@ -285,7 +288,7 @@ class CliSlurm:
         comment or work dir): a name holding a newline and a forged `id|RUNNING|node|...` row
         cannot add a job to this list, so it cannot get another user's job requeued."""
         out = self._run(
-            ["squeue", "-h", "-w", node, "-t", "RUNNING,CONFIGURING,COMPLETING,SUSPENDED",
+            ["squeue", "-h", "-w", node, "-t", ON_NODE_STATES,
              "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:"]
         )
         jobs = []

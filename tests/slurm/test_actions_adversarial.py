@@ -116,3 +116,20 @@ def test_a_het_job_component_on_a_draining_node_is_requeued_through_its_leader(
     c.wait_for(lambda: states() and states() <= {"PENDING", "COMPLETING"}, 30,
                "the het job requeued, both components")
     assert c.job(leader)["Restarts"] == "1"
+
+
+def test_a_job_its_user_stopped_on_an_xid79_node_is_requeued_too(slurm_cluster):
+    """`scancel -s STOP` (any user, their own job) puts a job in STOPPED: it keeps its
+    allocation on the node, and squeue listed only RUNNING, CONFIGURING, COMPLETING and
+    SUSPENDED jobs, so a drain-now never requeued it; sent CONT, it ran on at the broken GPU."""
+    c = slurm_cluster
+    job = c.sbatch("-w", "node04", "--requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, job)
+    c.run(["scancel", "-s", "STOP", job])
+    c.wait_for(lambda: c.job_state(job) == "STOPPED", 30, "job STOPPED")
+    inject_xid79(c, "node04")
+    out = c.sweep("node04")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    actions = [(r["action"], r["job_id"]) for r in c.spool("node04") if r["kind"] == "action"]
+    assert ("requeue", job) in actions, actions
+    c.wait_for(lambda: c.job_state(job) in ("PENDING", "COMPLETING"), 30, "requeued")
