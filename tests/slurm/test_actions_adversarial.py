@@ -133,3 +133,31 @@ def test_a_job_its_user_stopped_on_an_xid79_node_is_requeued_too(slurm_cluster):
     actions = [(r["action"], r["job_id"]) for r in c.spool("node04") if r["kind"] == "action"]
     assert ("requeue", job) in actions, actions
     c.wait_for(lambda: c.job_state(job) in ("PENDING", "COMPLETING"), 30, "requeued")
+
+
+def test_an_interactive_allocation_on_an_xid79_node_is_reported_and_the_rest_requeued(
+        slurm_cluster):
+    """salloc/srun allocations say Requeue=1 in squeue, and `scontrol requeue` answers "Only
+    batch jobs are accepted or processed": the Actor raised on it, so the drain was never
+    spooled and the batch job beside it never requeued, on every sweep. Now it is that job's
+    requeue_refused, reported once, and the batch job is requeued."""
+    c = slurm_cluster
+    c.run(["salloc", "-w", "node05", "--no-shell"])
+    interactive = c.run(["squeue", "-h", "-w", "node05", "-o", "%i"]).stdout.split()[0]
+    batch = c.sbatch("-w", "node05", "--requeue", "--oversubscribe", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, batch)
+    inject_xid79(c, "node05")
+    try:
+        out = c.sweep("node05")
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        actions = [(r["action"], r["job_id"], r.get("detail", ""))
+                   for r in c.spool("node05") if r["kind"] == "action"]
+        assert ("drain_now", None) in [a[:2] for a in actions], actions
+        assert ("requeue", batch) in [a[:2] for a in actions], actions
+        [refused] = [a for a in actions if a[:2] == ("requeue_refused", interactive)]
+        assert "Only batch jobs" in refused[2]
+        assert c.sweep("node05").returncode == 0  # reported once per drain
+        assert len([r for r in c.spool("node05") if r["kind"] == "action"
+                    and r["action"] == "requeue_refused"]) == 1
+    finally:
+        c.run(["scancel", interactive], check=False)
