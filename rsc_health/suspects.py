@@ -276,13 +276,28 @@ def _restore_weights(engine, nodes: set[str]) -> dict[str, int]:
     return {node: int(w) for node, w in rows}
 
 
+# Two passes at once (the timer's and the strigger hook's after a reconfigure) both read Slurm
+# before either wrote and make the same change: one change, recorded once. The same change
+# said again after this long is a change of its own (Slurm lost it again).
+SAME_CHANGE_WITHIN = timedelta(minutes=2)
+
+
 def action(engine, node: str, kind: ActionKind, reason: str, now: datetime) -> None:
-    from sqlalchemy import insert
+    """The node_actions row of a tier change, unless a pass beside this one recorded the same
+    change of the node (same action and words) within SAME_CHANGE_WITHIN."""
+    from sqlalchemy import insert, select
 
-    from rsc_health.historian.db import writer
-    from rsc_health.historian.schema import node_actions
+    from rsc_health.historian.db import TURNS_SUSPECTS, take_turns, writer
+    from rsc_health.historian.schema import node_actions as a
 
+    reason = reason[:1000]
     aid = hashlib.sha256(f"{node}|{kind}|{reason}|{now.isoformat()}".encode()).hexdigest()
     with writer(engine).begin() as conn:
-        conn.execute(insert(node_actions).values(id=aid[:32], time=now, node=node,
-                                                 action=kind.value, reason=reason[:1000]))
+        take_turns(conn, TURNS_SUSPECTS, [node])
+        if conn.execute(select(a.c.id).where(
+                a.c.node == node, a.c.action == kind.value, a.c.reason == reason,
+                a.c.time >= now - SAME_CHANGE_WITHIN, a.c.time <= now + SAME_CHANGE_WITHIN)
+                ).first() is not None:
+            return
+        conn.execute(insert(a).values(id=aid[:32], time=now, node=node, action=kind.value,
+                                      reason=reason))

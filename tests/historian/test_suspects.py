@@ -411,3 +411,34 @@ def test_two_passes_at_once_open_one_episode_the_other_renews_it(historian, monk
                 node="node09", state="suspect", since=T0, last_evidence=T0, expires=T0,
                 metric="x", job_ids="", source="telemetry", detail="", changed=T0,
                 changed_by="", change_reason="", tier=""))
+
+
+def test_two_tier_passes_at_once_record_one_re_application(historian, tmp_path):
+    """A reconfigure fires the strigger hook's pass while the timer's runs: both read Slurm
+    before either wrote, both re-apply the tier (the same scontrol update twice, harmless),
+    and each recorded its own `suspect` action: one re-application, two records."""
+    from rsc_health.suspects import apply
+
+    engine = historian
+    slurm, config = fleet(), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    slurm.add_node("node07", features=("h100", TRUSTED), weight=10)  # scontrol reconfigure
+    stale = slurm.nodes()  # what the hook's pass read, before the timer's pass wrote
+
+    class ReadBefore:
+        def __getattr__(self, name):
+            return getattr(slurm, name)
+
+        def nodes(self, names=None):
+            return stale
+
+    first, _ = apply(engine, slurm, config, T0 + timedelta(minutes=1))
+    second, _ = apply(engine, ReadBefore(), config, T0 + timedelta(minutes=1, seconds=2))
+    assert [c.kind for c in first] == [ActionKind.SUSPECT] == [c.kind for c in second]
+    assert slurm.info["node07"].features == ("h100",) and slurm.info["node07"].weight == 1000
+    again = [a for a in actions(engine, "node07") if a[2].startswith("re-applied")]
+    assert len(again) == 1, again
+    # A later reconfigure and its re-application is a record of its own.
+    slurm.add_node("node07", features=("h100", TRUSTED), weight=10)
+    apply(engine, slurm, config, T0 + timedelta(minutes=9))
+    assert len([a for a in actions(engine, "node07") if a[2].startswith("re-applied")]) == 2
