@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from rsc_health.actions import guard_limit
 from rsc_health.model import ActionKind
 from rsc_health.policy import is_ours
-from rsc_health.slurm.api import NodeInfo, SlurmError
+from rsc_health.slurm.api import NodeInfo, SlurmError, SlurmUnavailable
 
 # What the historian's `suspects.tier` says the tier did with an episode.
 APPLIED, SHADOW, HELD, PERSON = "applied", "shadow", "held", "person"
@@ -241,13 +241,20 @@ def apply(engine, slurm, cfg, now: datetime, *,
     restore = _restore_weights(engine, {n.name for n in nodes if rules.trusted not in n.features
                                         and n.weight == rules.suspect_weight})
     done, errors = [], []
+    away: SlurmUnavailable | None = None
     for ch in plan(nodes, episodes, rules, restore):
+        if away is not None and (ch.features is not None or ch.weight is not None):
+            # One timeout for the pass, not one per node: the next pass tries again.
+            errors.append(f"{ch.node}: not tried, Slurm unavailable ({away})")
+            continue
         try:
             if ch.features is not None:
                 slurm.set_features(ch.node, list(ch.features))
             if ch.weight is not None:
                 slurm.set_weight(ch.node, ch.weight)
         except SlurmError as exc:
+            if isinstance(exc, SlurmUnavailable):
+                away = exc
             errors.append(f"{ch.node}: {exc}")
             log(f"suspect tier: {ch.node}: {exc}")
             continue

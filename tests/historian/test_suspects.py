@@ -442,3 +442,37 @@ def test_two_tier_passes_at_once_record_one_re_application(historian, tmp_path):
     slurm.add_node("node07", features=("h100", TRUSTED), weight=10)
     apply(engine, slurm, config, T0 + timedelta(minutes=9))
     assert len([a for a in actions(engine, "node07") if a[2].startswith("re-applied")]) == 2
+
+
+def test_a_controller_that_stops_answering_mid_pass_costs_one_timeout_not_one_per_node(
+        tmp_path):
+    """A reconfigure gives every suspect its feature back; slurmctld then freezes. Each of
+    the pass's changes waited its own [slurm] call_timeout_s (10 s each, two calls a node:
+    800 suspects of a 16,000-node fleet, hours). After the first "unavailable" the pass
+    tries no other node; the next pass re-applies them."""
+    from rsc_health.slurm.api import SlurmUnavailable
+    from rsc_health.suspects import apply
+
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(), cfg(tmp_path, "[suspects]\nmax_share = 0.5\n")
+    evidence = [ev(f"node{i:02d}", T0) for i in (3, 5, 7)]
+    run_pass(engine, slurm, config, T0, evidence)
+    assert all(TRUSTED not in slurm.info[f"node{i:02d}"].features for i in (3, 5, 7))
+    for i in (3, 5, 7):  # scontrol reconfigure
+        slurm.add_node(f"node{i:02d}", features=("h100", TRUSTED), weight=10)
+    tried = []
+
+    class Frozen:
+        def __getattr__(self, name):
+            return getattr(slurm, name)
+
+        def set_features(self, node, features):
+            tried.append(node)
+            raise SlurmUnavailable("scontrol did not answer within 10s")
+
+    changes, errors = apply(engine, Frozen(), config, T0 + timedelta(minutes=1))
+    assert len(tried) == 1 and changes == []
+    assert len(errors) == 3 and "not tried" in errors[-1], errors
+    changes, errors = apply(engine, slurm, config, T0 + timedelta(minutes=2))
+    assert sorted(c.node for c in changes) == ["node03", "node05", "node07"] and not errors
+    engine.dispose()
