@@ -375,8 +375,11 @@ class Actor:
             if state is not None:
                 self._clear_state()  # resumed by someone else; nothing left to track
             return []
-        if not is_ours(info.reason) or state is None or state.reason != info.reason:
-            return []  # not our drain, or our record is not about this drain
+        if not is_ours(info.reason) or state is None or (
+                state.reason.strip() != info.reason.strip()):
+            # Not our drain, or our record is not about this drain (compared without the
+            # trailing space a record written before format_reason stripped it may hold).
+            return []
         if not state.auto_resumable or self.never_resume & set(state.codes):
             return []
         if info.in_hand or info.down:

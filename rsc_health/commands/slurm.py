@@ -193,7 +193,7 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
         raise click.ClickException("--reason must say why (it is what the next person reads)")
     slurm_reason = (f"{REASON_PREFIX}{MANUAL_MODE}:"
                     f"{sanitize(code).replace(':', '_') or MANUAL_MODE}:"
-                    f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
+                    f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
     hosts = _hosts(nodes)
     if _shadow(ctx):
         # Shadow mode: Slurm is asked nothing; what would have been drained is recorded.

@@ -63,7 +63,7 @@ def qualify_reason(code: str, text: str) -> str:
     from rsc_health.policy import MAX_REASON_LEN, sanitize
 
     reason = f"{REASON_PREFIX}{QUALIFY_MODE}:{sanitize(code).replace(':', '_')}:{sanitize(text)}"
-    return reason[:MAX_REASON_LEN]
+    return reason[:MAX_REASON_LEN].rstrip()
 
 
 def refusal(info, strikes: int, suspect: bool = False, limit: int = STRIKES) -> str | None:

@@ -3,6 +3,7 @@ touched, and the guard holds at its limit when every node sweeps at the same ins
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -161,3 +162,30 @@ def test_an_interactive_allocation_on_an_xid79_node_is_reported_and_the_rest_req
                     and r["action"] == "requeue_refused"]) == 1
     finally:
         c.run(["scancel", interactive], check=False)
+
+
+def test_a_transient_drain_whose_reason_was_clipped_after_a_space_is_auto_resumed(
+        slurm_cluster, tmp_path, monkeypatch):
+    """A reason clipped to 120 characters just after a space kept the space: Slurm stores
+    it, scontrol prints it before " [user@time]" and the reason read back has none, so the
+    drain record ("...there ") never matched Slurm's ("...there") and a transient drain
+    (a lost mount) was never auto-resumed."""
+    from rsc_health.actions import Actor
+    from rsc_health.config import load_config
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    c = slurm_cluster
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    lost = Finding("mount", "/lustre/scratch", Status.FAIL, Severity.DRAIN_NOW,
+                   "x" * 74 + " is not mounted there where it should be", "mount_missing",
+                   False)
+    actor = Actor(CliSlurm(timeout_s=20), load_config(os.devnull), "node06", tmp_path,
+                  log=lambda m: None)
+    assert [a.action for a in actor.apply(decide([lost]))] == ["drain_now"]
+    assert "DRAIN" in c.node_state("node06")
+    for _ in range(3):  # [actions] resume_after_clean_sweeps
+        done = actor.apply(decide([]), clean_sweep=True)
+    assert [a.action for a in done] == ["resume"]
+    assert "DRAIN" not in c.node_state("node06")

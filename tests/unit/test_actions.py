@@ -523,3 +523,17 @@ def test_a_verdict_under_an_operators_drain_is_held_and_its_jobs_still_requeued(
     assert [(x.action, x.job_id) for x in done] == [("held_under_drain", None), ("requeue", "7")]
     assert slurm.calls == [("requeue", "7")]
     assert slurm.info["n01"].reason == "rsc_health:manual:manual:DIMM reseat by bob"
+
+
+def test_a_drain_record_written_with_the_clipped_trailing_space_still_resumes(cfg, tmp_path):
+    """Records written before format_reason stripped the clip's trailing space hold "... "
+    where Slurm's reason, read back, ends without it: still the same drain."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    path = tmp_path / "n01" / "slurm_drain.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "reason": record["reason"] + " "}))
+    for _ in range(3):
+        done = a.apply(decide([]), clean_sweep=True)
+    assert [x.action for x in done] == ["resume"]
