@@ -167,12 +167,12 @@ def apply_verdicts(
     shadow=True ([actions] enabled = false): apply changes nothing in Slurm and opens no
     ticket; each drain it would have made is recorded as a `would_drain` node action."""
     if shadow and apply:
-        actions = apply_verdicts(engine, verdicts, slurm, guard, now=now)
-        for a in actions:
+        would = apply_verdicts(engine, verdicts, slurm, guard, now=now)
+        for a in would:
             if a.action == ActionKind.WOULD_DRAIN:
                 _record_would_drain(engine, a.node, a.reason, now)
                 a.why += " (shadow mode: not drained, no ticket opened)"
-        return actions
+        return would
     actions: list[LemonAction] = []
     wanted: list[tuple[LemonVerdict, str]] = []
     for v in verdicts:
