@@ -232,6 +232,9 @@ def test_a_big_job_that_names_no_node_count_or_ors_the_feature_away_still_avoids
                 c.sbatch("-N", "5", "--constraint=rsc_trusted|site_x", "--wrap", "sleep 300"),
                 c.sbatch(str(het))]
         jobs.append(str(int(jobs[-1]) + 1))  # the het job's second component
+        plain = c.sbatch("--hold", "--wrap", "sleep 300")  # names no size: one task, small
+        assert c.job(plain).get("Features") in (None, "(null)"), c.job(plain)
+        c.run(["scancel", plain])
         assert [c.job(j).get("Features") for j in jobs] == [
             "rsc_trusted", "rsc_trusted", "(rsc_trusted|site_x)&rsc_trusted", "rsc_trusted",
             "rsc_trusted"]
