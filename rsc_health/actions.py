@@ -31,7 +31,7 @@ from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
 from rsc_health.policy import MANUAL_MODE, MODE_FOR_LEVEL, is_ours, parse_reason
 from rsc_health.record import asdict, dataclass, field
-from rsc_health.slurm.api import JobGone, NodeInfo, RequeueRefused, SlurmAPI, SlurmError
+from rsc_health.slurm.api import JobGone, NodeInfo, SlurmAPI, SlurmCommandError, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
 
@@ -204,7 +204,7 @@ class Actor:
             self.log(msg)
             actions.append(Action(ActionKind.HELD_UNDER_DRAIN, self.node, msg))
             if now_mode and requeue:
-                actions.extend(self._requeue_jobs(verdict.reason, skip))
+                self._requeue_jobs(verdict.reason, skip, actions)
             return actions
         # Only our own after-job drain is made a drain-now.
         escalate = ours is not None and ours["mode"] == "job" and now_mode
@@ -233,7 +233,7 @@ class Actor:
             # Already drained by us: keep it so, and restart the clean-sweep count.
             self._note_verdict(verdict)
         if now_mode and requeue:
-            actions.extend(self._requeue_jobs(verdict.reason, skip))
+            self._requeue_jobs(verdict.reason, skip, actions)
         return actions
 
     def _settled_over_the_limit(self, verdict: Verdict, drained: Action) -> Action | None:
@@ -288,24 +288,30 @@ class Actor:
 
     def _over_the_limit(self) -> Action | None:
         """After our drain: did sweeps running at the same instant drain more of a partition
-        than the guard allows? Every node ranks the recent drains the same way (reason time,
-        then name); a node ranked past the limit undoes its own drain (still ours) and keeps
-        its verdict pending. So the guard holds at its limit under simultaneous sweeps."""
+        than the guard allows? Every node ranks the recent drains the same way (a lemon's or a
+        qualification's first, then reason time, then name); a node ranked past the limit
+        undoes its own drain (still ours) and keeps its verdict pending. So the guard holds at
+        its limit under simultaneous sweeps, counting what its first look counts."""
         nodes = self.slurm.nodes()
         mine = next((n for n in nodes if n.name == self.node), None)
         if mine is None or not (mine.drain_set and is_ours(mine.reason)):
             return None
         now = self.now()
+        stepping = set(MODE_FOR_LEVEL.values())
         for part in mine.partitions:
             members = [n for n in nodes if part in n.partitions]
-            recent = sorted(
-                (n for n in members if n.drain_set and is_ours(n.reason)
-                 and n.reason_time is not None and now - n.reason_time <= self.window
-                 and (parse_reason(n.reason) or {}).get("mode") in ("now", "job")),
-                key=lambda n: (n.reason_time, n.name),
-            )
+            # The drains the first look counts (guard_states: every automatic one). A lemon's
+            # or a qualification's never steps back, so it holds its place ahead of the
+            # node-path drains, which are ranked after it (reason time, then name).
+            recent = [n for n in members if n.drain_set and automatic(n.reason)
+                      and n.reason_time is not None and now - n.reason_time <= self.window]
+            fixed = [n for n in recent
+                     if (parse_reason(n.reason) or {}).get("mode") not in stepping]
+            racing = sorted((n for n in recent if n not in fixed),
+                            key=lambda n: (n.reason_time, n.name))
             limit = guard_limit(len(members), self.max_share)
-            rank = [n.name for n in recent].index(self.node) if mine in recent else -1
+            names = [n.name for n in racing]
+            rank = len(fixed) + names.index(self.node) if self.node in names else -1
             if rank >= limit:
                 self.slurm.resume(self.node)
                 msg = (f"mass-drain guard: {len(recent)}/{len(members)} nodes of partition "
@@ -315,11 +321,29 @@ class Actor:
                 return Action(ActionKind.GUARD_TRIPPED, self.node, msg)
         return None
 
-    def _requeue_jobs(self, reason: str, skip: set[str]) -> list[Action]:
-        """Requeue every job on the node; a refusal is reported once per job and drain."""
+    def _requeue_jobs(self, reason: str, skip: set[str], done: list[Action]) -> None:
+        """Requeue every job on the node, appending to `done` (the drain's actions so far); a
+        refusal is reported once per job and drain. Slurm's refusal of one job, whatever it
+        says, is that job's: the jobs after it are still requeued. Slurm going away midway
+        spools what was done (the drain above all, and the requeues before) before it is
+        raised: the caller spools nothing then."""
         state = self.load_state()
         reported = set(state.refused_jobs) if state else set()
-        out = []
+        start = len(done)
+        try:
+            self._requeue_listed(reason, skip, reported, done)
+        except SlurmError:
+            self._spool(done)
+            raise
+        finally:
+            newly = [a.job_id for a in done[start:]
+                     if a.action == ActionKind.REQUEUE_REFUSED and a.job_id]
+            if state is not None and newly:
+                state.refused_jobs = sorted(reported | set(newly))
+                self._write_state(state)
+
+    def _requeue_listed(self, reason: str, skip: set[str], reported: set[str],
+                        out: list[Action]) -> None:
         for job in self.slurm.jobs_on_node(self.node):
             # A COMPLETING job is already leaving the node (one we requeued last sweep is, for
             # a moment, before it turns PENDING): there is nothing left to requeue.
@@ -333,21 +357,16 @@ class Actor:
                     self.slurm.requeue(job.job_id)
                     out.append(Action(ActionKind.REQUEUE, self.node, reason, job.job_id))
                     continue
-                except RequeueRefused as exc:
-                    refused = Action(ActionKind.REQUEUE_REFUSED, self.node, reason, job.job_id,
-                                     exc.stderr)
                 except JobGone:
                     continue  # it ended or was requeued between the listing and the requeue
+                except SlurmCommandError as exc:  # RequeueRefused, or anything Slurm said
+                    refused = Action(ActionKind.REQUEUE_REFUSED, self.node, reason, job.job_id,
+                                     exc.stderr[:500])
             if job.job_id in reported:
                 continue
             out.append(refused)
             self.log(f"job {job.job_id} on {self.node} refused requeue: "
                      f"{refused.detail}")
-        newly = [a.job_id for a in out if a.action == ActionKind.REQUEUE_REFUSED and a.job_id]
-        if state is not None and newly:
-            state.refused_jobs = sorted(reported | set(newly))
-            self._write_state(state)
-        return out
 
     # ---- resume ----------------------------------------------------------------------------
     def _clean(self, info: NodeInfo) -> list[Action]:
@@ -356,8 +375,11 @@ class Actor:
             if state is not None:
                 self._clear_state()  # resumed by someone else; nothing left to track
             return []
-        if not is_ours(info.reason) or state is None or state.reason != info.reason:
-            return []  # not our drain, or our record is not about this drain
+        if not is_ours(info.reason) or state is None or (
+                state.reason.strip() != info.reason.strip()):
+            # Not our drain, or our record is not about this drain (compared without the
+            # trailing space a record written before format_reason stripped it may hold).
+            return []
         if not state.auto_resumable or self.never_resume & set(state.codes):
             return []
         if info.in_hand or info.down:

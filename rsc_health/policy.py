@@ -63,7 +63,9 @@ def format_reason(mode: str, causes: tuple[Finding, ...] | list[Finding]) -> str
     if len(causes) > 1:
         text = f"{text} (+{len(causes) - 1} more)"
     reason = f"{REASON_PREFIX}{mode}:{code.replace(':', '_')}:{sanitize(text)}"
-    return reason[:MAX_REASON_LEN]
+    # No trailing space where the clip fell after one: Slurm's reason is read back without it
+    # (scontrol prints "REASON [user@time]"), and the node's drain record must equal it.
+    return reason[:MAX_REASON_LEN].rstrip()
 
 
 def sanitize(text: str) -> str:

@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from rsc_health.actions import guard_limit
 from rsc_health.model import ActionKind
 from rsc_health.policy import is_ours
-from rsc_health.slurm.api import NodeInfo, SlurmError
+from rsc_health.slurm.api import NodeInfo, SlurmError, SlurmUnavailable
 
 # What the historian's `suspects.tier` says the tier did with an episode.
 APPLIED, SHADOW, HELD, PERSON = "applied", "shadow", "held", "person"
@@ -241,13 +241,20 @@ def apply(engine, slurm, cfg, now: datetime, *,
     restore = _restore_weights(engine, {n.name for n in nodes if rules.trusted not in n.features
                                         and n.weight == rules.suspect_weight})
     done, errors = [], []
+    away: SlurmUnavailable | None = None
     for ch in plan(nodes, episodes, rules, restore):
+        if away is not None and (ch.features is not None or ch.weight is not None):
+            # One timeout for the pass, not one per node: the next pass tries again.
+            errors.append(f"{ch.node}: not tried, Slurm unavailable ({away})")
+            continue
         try:
             if ch.features is not None:
                 slurm.set_features(ch.node, list(ch.features))
             if ch.weight is not None:
                 slurm.set_weight(ch.node, ch.weight)
         except SlurmError as exc:
+            if isinstance(exc, SlurmUnavailable):
+                away = exc
             errors.append(f"{ch.node}: {exc}")
             log(f"suspect tier: {ch.node}: {exc}")
             continue
@@ -276,13 +283,28 @@ def _restore_weights(engine, nodes: set[str]) -> dict[str, int]:
     return {node: int(w) for node, w in rows}
 
 
+# Two passes at once (the timer's and the strigger hook's after a reconfigure) both read Slurm
+# before either wrote and make the same change: one change, recorded once. The same change
+# said again after this long is a change of its own (Slurm lost it again).
+SAME_CHANGE_WITHIN = timedelta(minutes=2)
+
+
 def action(engine, node: str, kind: ActionKind, reason: str, now: datetime) -> None:
-    from sqlalchemy import insert
+    """The node_actions row of a tier change, unless a pass beside this one recorded the same
+    change of the node (same action and words) within SAME_CHANGE_WITHIN."""
+    from sqlalchemy import insert, select
 
-    from rsc_health.historian.db import writer
-    from rsc_health.historian.schema import node_actions
+    from rsc_health.historian.db import TURNS_SUSPECTS, take_turns, writer
+    from rsc_health.historian.schema import node_actions as a
 
+    reason = reason[:1000]
     aid = hashlib.sha256(f"{node}|{kind}|{reason}|{now.isoformat()}".encode()).hexdigest()
     with writer(engine).begin() as conn:
-        conn.execute(insert(node_actions).values(id=aid[:32], time=now, node=node,
-                                                 action=kind.value, reason=reason[:1000]))
+        take_turns(conn, TURNS_SUSPECTS, [node])
+        if conn.execute(select(a.c.id).where(
+                a.c.node == node, a.c.action == kind.value, a.c.reason == reason,
+                a.c.time >= now - SAME_CHANGE_WITHIN, a.c.time <= now + SAME_CHANGE_WITHIN)
+                ).first() is not None:
+            return
+        conn.execute(insert(a).values(id=aid[:32], time=now, node=node, action=kind.value,
+                                      reason=reason))

@@ -35,6 +35,15 @@ def _slurm(ctx: click.Context):
     return from_config(ctx.obj.config)
 
 
+SHADOW_WORDS = "shadow mode ([actions] enabled = false): Slurm not asked, nothing changed"
+
+
+def _shadow(ctx: click.Context) -> bool:
+    """[actions] enabled = false: no command changes Slurm, a person's included (as `lemons
+    --apply`, `qualify start` and `qualify cleanup`)."""
+    return not ctx.obj.config.get("actions.enabled")
+
+
 def _who() -> str:
     import getpass
 
@@ -184,7 +193,16 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
         raise click.ClickException("--reason must say why (it is what the next person reads)")
     slurm_reason = (f"{REASON_PREFIX}{MANUAL_MODE}:"
                     f"{sanitize(code).replace(':', '_') or MANUAL_MODE}:"
-                    f"{text} by {sanitize(who)}")[:MAX_REASON_LEN]
+                    f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
+    hosts = _hosts(nodes)
+    if _shadow(ctx):
+        # Shadow mode: Slurm is asked nothing; what would have been drained is recorded.
+        for node in hosts:
+            _record(ctx, ActionKind.WOULD_DRAIN, node, f"{slurm_reason} ({who})")
+        _report([{"node": node, "ok": True, "result": "not drained", "requeued": [],
+                  "detail": SHADOW_WORDS + "; recorded as would_drain"} for node in hosts],
+                as_json)
+        return
     slurm = _slurm(ctx)
 
     def drain_one(node: str, res: dict) -> SlurmUnavailable | None:
@@ -228,7 +246,7 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
         res["detail"] = (res["detail"] + f"recorded in the {where}").strip()
         return away
 
-    _report(_each_node(_hosts(nodes), drain_one, requeued=True), as_json)
+    _report(_each_node(hosts, drain_one, requeued=True), as_json)
 
 
 @click.command()
@@ -252,6 +270,11 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
     from rsc_health.slurm import SlurmUnavailable
 
     who = _who()
+    hosts = _hosts(nodes)
+    if _shadow(ctx):
+        _report([{"node": node, "ok": True, "result": "not resumed", "detail": SHADOW_WORDS}
+                 for node in hosts], as_json)
+        return
     slurm = _slurm(ctx)
 
     def resume_one(node: str, res: dict) -> SlurmUnavailable | None:
@@ -284,7 +307,7 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
                    detail=f"was {info.state} {info.reason}; recorded in the {where}{checked}")
         return None
 
-    _report(_each_node(_hosts(nodes), resume_one), as_json)
+    _report(_each_node(hosts, resume_one), as_json)
 
 
 def _each_node(hosts: list[str], act, *, requeued: bool = False) -> list[dict]:

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from rsc_health.model import REASON_PREFIX, ActionKind
 from rsc_health.policy import QUALIFY_MODE
@@ -40,6 +40,10 @@ RETRY_CODES = ("inconclusive", "interrupted", "guard_held")
 # (Aegis's three strikes). Its drain carries this code and a ticket; the ticket's closing is
 # what makes it a candidate again (auto_candidates), its strikes counted from then on.
 STRIKES_CODE = "three_strikes"
+# A qualification run's times are the node's clock, its submission the management host's: a
+# result counts as the job's from this long before the submission on (a node further off is
+# flagged by the freshness check's clock skew).
+RESULT_CLOCK_SLACK = timedelta(minutes=10)
 
 
 @dataclass
@@ -59,7 +63,7 @@ def qualify_reason(code: str, text: str) -> str:
     from rsc_health.policy import MAX_REASON_LEN, sanitize
 
     reason = f"{REASON_PREFIX}{QUALIFY_MODE}:{sanitize(code).replace(':', '_')}:{sanitize(text)}"
-    return reason[:MAX_REASON_LEN]
+    return reason[:MAX_REASON_LEN].rstrip()
 
 
 def refusal(info, strikes: int, suspect: bool = False, limit: int = STRIKES) -> str | None:
@@ -147,13 +151,14 @@ class Flow:
                 self.slurm.resume(node)
                 done.append("resumed into the reservation")
             self.history.action(node, ActionKind.QUALIFY_START, f"{self.tier} tier in {res}")
+            submitted = datetime.now(UTC)
             job_id = self.slurm.submit(
                 [f"--reservation={res}", f"--nodelist={node}", "--nodes=1", "--exclusive",
                  f"--job-name=rsc_health_qualify_{self.tier}", f"--time={_minutes(self.timeout_s)}",
                  "--output=/dev/null", "--error=/dev/null"],
                 [*self.command, "qualify", "run", "--tier", self.tier, "--node", node])
             done.append(f"job {job_id}")
-            verdict, detail = self._wait(node, job_id)
+            verdict, detail = self._wait(node, job_id, submitted)
         except SlurmError as exc:
             detail = f"Slurm: {str(exc)[:200]}"
         finally:
@@ -162,10 +167,14 @@ class Flow:
             done += more
         return FlowResult(node, verdict, detail, job_id, tuple(done))
 
-    def _wait(self, node: str, job_id: str) -> tuple[str, str]:
+    def _wait(self, node: str, job_id: str, submitted: datetime) -> tuple[str, str]:
+        """The stored result of this job: one stored since its submission (Slurm reuses job
+        ids: a fresh StateSaveLocation starts again at FirstJobId, MaxJobId wraps; an old
+        pass under the same id is not this job's)."""
         deadline = self.clock() + self.timeout_s
+        since = submitted - RESULT_CLOCK_SLACK
         while self.clock() < deadline:
-            stored = self.history.result(node, job_id)
+            stored = self.history.result(node, job_id, since=since)
             if stored is not None:
                 return stored
             try:
@@ -176,7 +185,7 @@ class Flow:
                 if job is None or job.state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
                                                 "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"):
                     # Ended: its result is stored before it ends, or never.
-                    stored = self.history.result(node, job_id)
+                    stored = self.history.result(node, job_id, since=since)
                     if stored is not None:
                         return stored
                     state = job.state if job else "gone"
@@ -241,7 +250,7 @@ class Flow:
             code = ("guard_held" if held else "inconclusive") if verdict == INCONCLUSIVE \
                 else _first_test(detail)
             reason = qualify_reason(code, detail)
-            theirs = _persons_drain(self.slurm.node(node))
+            theirs = _kept_drain(self.slurm.node(node))
             if theirs:  # drained by a person mid-flow: out of service already, and theirs
                 done.append(f"not drained: {theirs}")
             else:
@@ -303,7 +312,7 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
             out.append(FlowResult(node, "refused", f"{name} holds {nodes!r}, not {node}"))
             continue
         reason = qualify_reason("interrupted", "qualification cut short; qualify again")
-        theirs = _persons_drain(slurm.node(node))
+        theirs = _kept_drain(slurm.node(node))
         if theirs:
             slurm.delete_reservation(name)
             out.append(FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
@@ -323,6 +332,19 @@ def _persons_drain(info) -> str | None:
     if info.drain_set and not info.reason.startswith(REASON_PREFIX):
         return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
     return None
+
+
+def _kept_drain(info) -> str | None:
+    """Why a drain that came while a flow held the node must not be written over: a person's
+    own, or a person's `healthctl drain` under our prefix (a drain of the qualify mode would
+    be retried by `qualify auto`, and a pass would put the node back in service past it)."""
+    from rsc_health.policy import MANUAL_MODE
+
+    theirs = _persons_drain(info)
+    if theirs is None and info.drain_set and (_parsed(info.reason) or {}).get(
+            "mode") == MANUAL_MODE:
+        return f"drained with healthctl drain ({info.reason[:60]!r}): a person's drain stays theirs"
+    return theirs
 
 
 def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_max_min: float,
@@ -483,14 +505,18 @@ class HistorianSide:
         self.engine = engine
         self.strikes_window_days = strikes_window_days
 
-    def result(self, node: str, job_id: str) -> tuple[str, str] | None:
+    def result(self, node: str, job_id: str, *,
+               since: datetime | None = None) -> tuple[str, str] | None:
+        """The newest run of `node` stored under `job_id` (ended at `since` or later)."""
         from sqlalchemy import select
 
         from rsc_health.historian.schema import qualify_runs as r
 
+        q = select(r.c.verdict, r.c.reason).where(r.c.node == node, r.c.job_id == job_id)
+        if since is not None:
+            q = q.where(r.c.ended >= since.astimezone(UTC).replace(tzinfo=None))
         with self.engine.connect() as conn:
-            row = conn.execute(select(r.c.verdict, r.c.reason).where(
-                r.c.node == node, r.c.job_id == job_id).order_by(r.c.ended.desc())).first()
+            row = conn.execute(q.order_by(r.c.ended.desc())).first()
         return (row.verdict, row.reason) if row else None
 
     def strikes(self, node: str) -> int:

@@ -36,6 +36,11 @@ _REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled
 _JOB_GONE = re.compile(r"invalid job id|already completing|pending execution", re.IGNORECASE)
 # `Reason=text with spaces [user@2026-11-22T01:22:26]`; the text may contain anything but "[".
 _REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-9T:-]+)\]")
+# The job states that hold an allocation on the node: a drain-now requeues each. STOPPED is a
+# job its user stopped (`scancel -s STOP`): it keeps the node's GPUs, and runs on when sent CONT.
+ON_NODE_STATES = "RUNNING,CONFIGURING,COMPLETING,SUSPENDED,STOPPED"
+# What `scontrol requeue` says of a het job's component other than its leader.
+_NOT_HET_LEADER = re.compile(r"not heterogeneous job leader", re.IGNORECASE)
 # What `scontrol delete` says of a reservation that is not there (already deleted).
 _NO_RESERVATION = re.compile(r"not found|invalid reservation|reservation is invalid",
                              re.IGNORECASE)
@@ -254,21 +259,36 @@ class CliSlurm:
 
     # ---- jobs ------------------------------------------------------------------------------
     def requeue(self, job_id: str) -> None:
+        """Requeue the job; a heterogeneous job's component (squeue lists each on its own node
+        under its own id) through its leader: Slurm requeues a het job whole, from the leader
+        only ("Job not heterogeneous job leader")."""
         try:
             self._run(["scontrol", "requeue", job_id])
         except SlurmCommandError as exc:
+            leader = self._het_leader(job_id) if _NOT_HET_LEADER.search(exc.stderr) else None
+            if leader is not None:
+                return self.requeue(leader)
             if _JOB_GONE.search(exc.stderr):
                 raise JobGone(exc.argv, exc.returncode, exc.stderr) from None
             if not _REQUEUE_REFUSED.search(exc.stderr):
                 raise
             raise RequeueRefused(exc.argv, exc.returncode, exc.stderr) from None
 
+    def _het_leader(self, job_id: str) -> str | None:
+        """The leader's id of the het job `job_id` is a component of (squeue's HetJobID: a
+        field no user can fill), or None when it is not another job's component."""
+        if not _JOB_ID.match(job_id):
+            return None
+        out = self._run(["squeue", "-h", "-j", job_id, "-O", "HetJobID:|"])
+        leader = out.strip().split("|", 1)[0].strip()
+        return leader if leader.isdigit() and leader != job_id else None
+
     def jobs_on_node(self, node: str) -> list[JobInfo]:
         """The jobs on `node`. Only fields no user can fill are asked for (never the job name,
         comment or work dir): a name holding a newline and a forged `id|RUNNING|node|...` row
         cannot add a job to this list, so it cannot get another user's job requeued."""
         out = self._run(
-            ["squeue", "-h", "-w", node, "-t", "RUNNING,CONFIGURING,COMPLETING,SUSPENDED",
+            ["squeue", "-h", "-w", node, "-t", ON_NODE_STATES,
              "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:"]
         )
         jobs = []

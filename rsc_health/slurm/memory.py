@@ -36,7 +36,7 @@ from rsc_health.slurm.cli_backend import _JOB_ID, _one_feature, _one_node, _one_
 # What a node's first state word may be; the rest are flags ("DRAIN", "REBOOT_REQUESTED"...).
 BASE_STATES = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING", "DOWN", "FUTURE", "UNKNOWN")
 # Job states squeue lists for a node (CliSlurm.jobs_on_node asks for these).
-ON_NODE = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED")
+ON_NODE = ("RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "STOPPED")  # cli_backend's
 UNAVAILABLE = "Unable to contact slurm controller (connect failure)"
 
 

@@ -85,6 +85,23 @@ def test_a_running_job_read_again_gets_its_end(historian):
     assert _nodes(historian, row.id) == ["gpu013"]
 
 
+def test_an_export_from_while_a_job_ran_read_after_it_ended_does_not_bring_it_back(historian):
+    """A backfill of last week's export after the incremental runs: its RUNNING row (End
+    Unknown) of an instance stored FAILED wrote RUNNING, no end and exit 0:0 over it. The
+    failed job vanished from r_f, the triage and the lemon features, and read as running."""
+    finished = SACCT.read_text().replace(
+        "1013|1013|serve|frank|gpu|RUNNING|0:0|2024-03-01T13:00:00|2024-03-01T13:00:00|"
+        "2024-03-01T13:00:02|Unknown|",
+        "1013|1013|serve|frank|gpu|FAILED|1:0|2024-03-01T13:00:00|2024-03-01T13:00:00|"
+        "2024-03-01T13:00:02|2024-03-01T15:00:00|",
+    )
+    assert finished != SACCT.read_text()
+    sacct.ingest_text(historian, finished)
+    sacct.ingest_text(historian, SACCT)  # the older export, read later
+    (row,) = _jobs(historian)["1013"]
+    assert (row.state, row.end, row.exit_code) == ("FAILED", datetime(2024, 3, 1, 15), "1:0")
+
+
 def test_an_instance_twice_in_one_file_lands_once_with_its_last_state(historian):
     """Two sacct outputs concatenated: the running row, then the same instance finished. The
     bulk paths (executemany on SQLite, COPY + INSERT ... SELECT on PostgreSQL) must both act

@@ -370,3 +370,22 @@ def test_step_rows_and_extra_columns_of_real_sacct_output_are_not_jobs(historian
     report = sacct.ingest_text(historian, "|".join(fields) + "\n" + "\n".join(rows) + "\n")
     assert report.bad == [] and report.skipped == 6
     assert set(_names(historian)) == {"1", "2"}
+
+
+def test_an_older_export_read_after_an_event_closed_does_not_reopen_it(historian):
+    """An incremental run stored gpu042's DOWN period closed; a backfill of an export made
+    while it was still open (End Unknown) wrote NULL over the stored end: the node was out of
+    service again, for ever, in every report, metric and lemon feature after it."""
+    from sqlalchemy import select
+
+    from rsc_health.historian import schema
+    from rsc_health.historian.ingest import events
+
+    head = "NodeName|TimeStart|TimeEnd|State|Reason\n"
+    events.ingest_text(historian, head + "gpu042|2026-11-20T10:00:00|2026-11-20T14:00:00|DOWN|"
+                                         "Not responding\n")
+    events.ingest_text(historian, head + "gpu042|2026-11-20T10:00:00|Unknown|DOWN|"
+                                         "Not responding\n")
+    with historian.connect() as conn:
+        [end] = conn.execute(select(schema.node_events.c.end)).scalars().all()
+    assert end is not None and end.hour == 14

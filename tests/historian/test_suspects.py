@@ -411,3 +411,68 @@ def test_two_passes_at_once_open_one_episode_the_other_renews_it(historian, monk
                 node="node09", state="suspect", since=T0, last_evidence=T0, expires=T0,
                 metric="x", job_ids="", source="telemetry", detail="", changed=T0,
                 changed_by="", change_reason="", tier=""))
+
+
+def test_two_tier_passes_at_once_record_one_re_application(historian, tmp_path):
+    """A reconfigure fires the strigger hook's pass while the timer's runs: both read Slurm
+    before either wrote, both re-apply the tier (the same scontrol update twice, harmless),
+    and each recorded its own `suspect` action: one re-application, two records."""
+    from rsc_health.suspects import apply
+
+    engine = historian
+    slurm, config = fleet(), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    slurm.add_node("node07", features=("h100", TRUSTED), weight=10)  # scontrol reconfigure
+    stale = slurm.nodes()  # what the hook's pass read, before the timer's pass wrote
+
+    class ReadBefore:
+        def __getattr__(self, name):
+            return getattr(slurm, name)
+
+        def nodes(self, names=None):
+            return stale
+
+    first, _ = apply(engine, slurm, config, T0 + timedelta(minutes=1))
+    second, _ = apply(engine, ReadBefore(), config, T0 + timedelta(minutes=1, seconds=2))
+    assert [c.kind for c in first] == [ActionKind.SUSPECT] == [c.kind for c in second]
+    assert slurm.info["node07"].features == ("h100",) and slurm.info["node07"].weight == 1000
+    again = [a for a in actions(engine, "node07") if a[2].startswith("re-applied")]
+    assert len(again) == 1, again
+    # A later reconfigure and its re-application is a record of its own.
+    slurm.add_node("node07", features=("h100", TRUSTED), weight=10)
+    apply(engine, slurm, config, T0 + timedelta(minutes=9))
+    assert len([a for a in actions(engine, "node07") if a[2].startswith("re-applied")]) == 2
+
+
+def test_a_controller_that_stops_answering_mid_pass_costs_one_timeout_not_one_per_node(
+        tmp_path):
+    """A reconfigure gives every suspect its feature back; slurmctld then freezes. Each of
+    the pass's changes waited its own [slurm] call_timeout_s (10 s each, two calls a node:
+    800 suspects of a 16,000-node fleet, hours). After the first "unavailable" the pass
+    tries no other node; the next pass re-applies them."""
+    from rsc_health.slurm.api import SlurmUnavailable
+    from rsc_health.suspects import apply
+
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(), cfg(tmp_path, "[suspects]\nmax_share = 0.5\n")
+    evidence = [ev(f"node{i:02d}", T0) for i in (3, 5, 7)]
+    run_pass(engine, slurm, config, T0, evidence)
+    assert all(TRUSTED not in slurm.info[f"node{i:02d}"].features for i in (3, 5, 7))
+    for i in (3, 5, 7):  # scontrol reconfigure
+        slurm.add_node(f"node{i:02d}", features=("h100", TRUSTED), weight=10)
+    tried = []
+
+    class Frozen:
+        def __getattr__(self, name):
+            return getattr(slurm, name)
+
+        def set_features(self, node, features):
+            tried.append(node)
+            raise SlurmUnavailable("scontrol did not answer within 10s")
+
+    changes, errors = apply(engine, Frozen(), config, T0 + timedelta(minutes=1))
+    assert len(tried) == 1 and changes == []
+    assert len(errors) == 3 and "not tried" in errors[-1], errors
+    changes, errors = apply(engine, slurm, config, T0 + timedelta(minutes=2))
+    assert sorted(c.node for c in changes) == ["node03", "node05", "node07"] and not errors
+    engine.dispose()

@@ -170,3 +170,16 @@ def test_shadow_mode_apply_changes_nothing_and_records_what_it_would_have_done(e
         rows = conn.execute(select(node_actions.c.node, node_actions.c.action,
                                    node_actions.c.reason)).all()
     assert rows == [("n1", "would_drain", lemon_reason(_verdict("n1")))]
+
+
+def test_a_candidate_slurm_no_longer_knows_is_skipped_and_the_others_still_drain(engine):
+    """A node decommissioned or renamed within the lemon window is still a candidate in the
+    historian; `scontrol show node` says "Node ... not found". apply_verdicts raised on it,
+    so `lemons --apply` drained no lemon at all, every night, while it stayed in the window."""
+    slurm = fleet_slurm()
+    verdicts = [_verdict("gone42", fails=9), _verdict("n1")]
+    actions = apply_verdicts(engine, verdicts, slurm, CountGuard(10), now=AS_OF, apply=True)
+    by_node = {a.node: a for a in actions}
+    assert by_node["gone42"].action == "skip" and "not found" in by_node["gone42"].why
+    assert by_node["n1"].action == "drain"
+    assert [n for n, _ in drained(slurm)] == ["n1"]

@@ -3,6 +3,7 @@ touched, and the guard holds at its limit when every node sweeps at the same ins
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -86,3 +87,105 @@ def test_the_guard_holds_at_its_limit_when_every_node_sweeps_at_the_same_instant
     held = [n for n in c.node_names if n not in drained]
     for node in held:
         assert (c.root(node) / "var/lib/rsc_health/pending_verdict.json").exists(), node
+
+
+def test_a_het_job_component_on_a_draining_node_is_requeued_through_its_leader(
+        slurm_cluster, tmp_path):
+    """squeue lists a heterogeneous job's second component on its node under its own id, and
+    `scontrol requeue` of it says "Job not heterogeneous job leader": the Actor raised on it,
+    so the drain was never spooled, and the jobs after it on the node were never requeued.
+    The whole het job is requeued through its leader, and the drain is on record."""
+    c = slurm_cluster
+    script = tmp_path / "het.sh"
+    script.write_text("#!/bin/sh\n#SBATCH -N1 -w node01 --requeue\n#SBATCH hetjob\n"
+                      "#SBATCH -N1 -w node02 --requeue\nsleep 300\n")
+    leader = c.sbatch(str(script))
+    component = str(int(leader) + 1)
+    other = c.sbatch("-w", "node02", "--requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, other)
+    c.wait_for(lambda: c.run(["squeue", "-h", "-j", component, "-o", "%T"]).stdout.strip()
+               == "RUNNING", 60, "het component RUNNING")
+    inject_xid79(c, "node02")
+    out = c.sweep("node02")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    actions = [(r["action"], r["job_id"]) for r in c.spool("node02") if r["kind"] == "action"]
+    assert ("drain_now", None) in actions, actions
+    assert ("requeue", component) in actions and ("requeue", other) in actions, actions
+    def states():
+        return set(c.run(["squeue", "-h", "-j", leader, "-o", "%T"]).stdout.split())
+
+    c.wait_for(lambda: states() and states() <= {"PENDING", "COMPLETING"}, 30,
+               "the het job requeued, both components")
+    assert c.job(leader)["Restarts"] == "1"
+
+
+def test_a_job_its_user_stopped_on_an_xid79_node_is_requeued_too(slurm_cluster):
+    """`scancel -s STOP` (any user, their own job) puts a job in STOPPED: it keeps its
+    allocation on the node, and squeue listed only RUNNING, CONFIGURING, COMPLETING and
+    SUSPENDED jobs, so a drain-now never requeued it; sent CONT, it ran on at the broken GPU."""
+    c = slurm_cluster
+    job = c.sbatch("-w", "node04", "--requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, job)
+    c.run(["scancel", "-s", "STOP", job])
+    c.wait_for(lambda: c.job_state(job) == "STOPPED", 30, "job STOPPED")
+    inject_xid79(c, "node04")
+    out = c.sweep("node04")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    actions = [(r["action"], r["job_id"]) for r in c.spool("node04") if r["kind"] == "action"]
+    assert ("requeue", job) in actions, actions
+    c.wait_for(lambda: c.job_state(job) in ("PENDING", "COMPLETING"), 30, "requeued")
+
+
+def test_an_interactive_allocation_on_an_xid79_node_is_reported_and_the_rest_requeued(
+        slurm_cluster):
+    """salloc/srun allocations say Requeue=1 in squeue, and `scontrol requeue` answers "Only
+    batch jobs are accepted or processed": the Actor raised on it, so the drain was never
+    spooled and the batch job beside it never requeued, on every sweep. Now it is that job's
+    requeue_refused, reported once, and the batch job is requeued."""
+    c = slurm_cluster
+    c.run(["salloc", "-w", "node05", "--no-shell"])
+    interactive = c.run(["squeue", "-h", "-w", "node05", "-o", "%i"]).stdout.split()[0]
+    batch = c.sbatch("-w", "node05", "--requeue", "--oversubscribe", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, batch)
+    inject_xid79(c, "node05")
+    try:
+        out = c.sweep("node05")
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        actions = [(r["action"], r["job_id"], r.get("detail", ""))
+                   for r in c.spool("node05") if r["kind"] == "action"]
+        assert ("drain_now", None) in [a[:2] for a in actions], actions
+        assert ("requeue", batch) in [a[:2] for a in actions], actions
+        [refused] = [a for a in actions if a[:2] == ("requeue_refused", interactive)]
+        assert "Only batch jobs" in refused[2]
+        assert c.sweep("node05").returncode == 0  # reported once per drain
+        assert len([r for r in c.spool("node05") if r["kind"] == "action"
+                    and r["action"] == "requeue_refused"]) == 1
+    finally:
+        c.run(["scancel", interactive], check=False)
+
+
+def test_a_transient_drain_whose_reason_was_clipped_after_a_space_is_auto_resumed(
+        slurm_cluster, tmp_path, monkeypatch):
+    """A reason clipped to 120 characters just after a space kept the space: Slurm stores
+    it, scontrol prints it before " [user@time]" and the reason read back has none, so the
+    drain record ("...there ") never matched Slurm's ("...there") and a transient drain
+    (a lost mount) was never auto-resumed."""
+    from rsc_health.actions import Actor
+    from rsc_health.config import load_config
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    c = slurm_cluster
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    lost = Finding("mount", "/lustre/scratch", Status.FAIL, Severity.DRAIN_NOW,
+                   "x" * 74 + " is not mounted there where it should be", "mount_missing",
+                   False)
+    actor = Actor(CliSlurm(timeout_s=20), load_config(os.devnull), "node06", tmp_path,
+                  log=lambda m: None)
+    assert [a.action for a in actor.apply(decide([lost]))] == ["drain_now"]
+    assert "DRAIN" in c.node_state("node06")
+    for _ in range(3):  # [actions] resume_after_clean_sweeps
+        done = actor.apply(decide([]), clean_sweep=True)
+    assert [a.action for a in done] == ["resume"]
+    assert "DRAIN" not in c.node_state("node06")

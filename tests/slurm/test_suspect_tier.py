@@ -196,3 +196,57 @@ def test_a_site_feature_with_a_colon_is_handed_back_as_slurm_holds_it(lua_cluste
     assert out.exit_code == 0, out.output
     c.wait_for(lambda: _trusted(c, node), 30, "trusted again")
     assert set(c.node(node)["AvailableFeatures"].split(",")) == site
+
+
+def test_a_big_job_that_names_no_node_count_or_ors_the_feature_away_still_avoids_the_suspect(
+        lua_cluster, tmp_path, monkeypatch):
+    """A user's own words made a big job skip the tier: `-n 10` on 2-CPU nodes (no -N: the
+    lua read min_nodes as 1) and `-N 2-5` (min 2) are five-node jobs; a constraint that ORs
+    the feature with another (`rsc_trusted|site_x`) was taken as already requiring it; a het
+    job of 2 + 3 nodes reaches the lua one component at a time; and `scontrol update job
+    NumNodes=5-5` replaced the job's own constraint by the feature alone.
+    Each now requires rsc_trusted, and none starts on the suspect."""
+    import rsc_health.suspects as tier
+    from rsc_health.hostlist import expand
+
+    c, node = lua_cluster, "node04"
+    c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=rsc_trusted,site_x",
+           "ActiveFeatures=rsc_trusted,site_x"])
+    now = datetime.now(UTC).replace(tzinfo=None)
+    evidence = [e.__class__(**{**e.__dict__, "node": node}) for e in _evidence(now)]
+    monkeypatch.setattr(tier, "detector", lambda: (lambda engine, at, cfg: evidence))
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    assert _healthctl(c, tmp_path, "suspects", "apply").exit_code == 0
+    assert c.node(node)["AvailableFeatures"] == "site_x"
+    busy = c.sbatch("-w", "node01", "--exclusive", "--wrap", "sleep 300")
+    jobs = []
+    try:
+        c.wait_for(lambda: c.job_state(busy) == "RUNNING", 30, "node01 busy")
+        held = c.sbatch("-N", "1", "--hold", "--constraint=site_x", "--wrap", "sleep 300")
+        c.run(["scontrol", "update", f"JobId={held}", "NumNodes=5-5"])
+        assert c.job(held).get("Features") == "(site_x)&rsc_trusted"
+        het = tmp_path / "het.sh"
+        het.write_text("#!/bin/sh\n#SBATCH -N2\n#SBATCH hetjob\n#SBATCH -N3\nsleep 300\n")
+        jobs = [c.sbatch("-n", "10", "--wrap", "sleep 300"),
+                c.sbatch("-N", "2-5", "--wrap", "sleep 300"),
+                c.sbatch("-N", "5", "--constraint=rsc_trusted|site_x", "--wrap", "sleep 300"),
+                c.sbatch(str(het))]
+        jobs.append(str(int(jobs[-1]) + 1))  # the het job's second component
+        plain = c.sbatch("--hold", "--wrap", "sleep 300")  # names no size: one task, small
+        assert c.job(plain).get("Features") in (None, "(null)"), c.job(plain)
+        c.run(["scancel", plain])
+        assert [c.job(j).get("Features") for j in jobs] == [
+            "rsc_trusted", "rsc_trusted", "(rsc_trusted|site_x)&rsc_trusted", "rsc_trusted",
+            "rsc_trusted"]
+        deadline = time.monotonic() + 6  # three scheduler and backfill passes
+        while time.monotonic() < deadline:
+            for j in jobs:
+                placed = c.job(j).get("NodeList", "")
+                assert node not in (expand(placed) if placed not in ("", "(null)") else []), (
+                    j, c.job(j))
+            time.sleep(1)
+    finally:
+        c.run(["scancel", busy, *jobs, *([held] if "held" in locals() else [])], check=False)
+        out = _healthctl(c, tmp_path, "suspects", "clear", node, "--reason", "test over")
+        assert out.exit_code == 0, out.output
+        c.wait_for(lambda: not c.run(["squeue", "-h"]).stdout.strip(), 60, "queue empty")

@@ -257,6 +257,86 @@ def test_a_node_that_drained_first_steps_back_when_later_racers_push_it_past_the
     assert "DRAIN" not in slurm.info["n06"].state
 
 
+class SaysSomethingElse(MemorySlurm):
+    """slurmctld answers the requeue of job "het" with a refusal of its own words (a het job's
+    component: "Job not heterogeneous job leader for job het")."""
+
+    def requeue(self, job_id):
+        if job_id != "het":
+            return super().requeue(job_id)
+        self.calls.append(("requeue", job_id))
+        from rsc_health.slurm.api import SlurmCommandError
+
+        raise SlurmCommandError(["scontrol", "requeue", job_id], 1,
+                                f"Job not heterogeneous job leader for job {job_id}")
+
+
+def test_a_job_slurm_refuses_in_other_words_neither_stops_the_requeues_nor_loses_the_drain(
+        cfg, tmp_path):
+    """The Actor raised on a refusal worded as neither RequeueRefused nor JobGone: the drain
+    was never spooled and the jobs listed after that one were never requeued, on every
+    sweep. It is that job's refusal, reported once."""
+    slurm = SaysSomethingElse([f"n{i:02d}" for i in range(10)], now=lambda: NOW)
+    slurm.start_job("n01", "het")
+    slurm.start_job("n01", "8")
+    a = actor(slurm, cfg, tmp_path)
+    done = a.apply(decide([finding("xid79", repair=True)]))
+    assert [(x.action, x.job_id) for x in done] == [
+        ("drain_now", None), ("requeue_refused", "het"), ("requeue", "8")]
+    assert "heterogeneous" in done[1].detail
+    assert [r["action"] for r in spooled(tmp_path)] == ["drain_now", "requeue_refused", "requeue"]
+    again = a.apply(decide([finding("xid79", repair=True)]))
+    assert [x.action for x in again] == []  # reported once per drain
+
+
+def test_slurm_vanishing_mid_requeue_keeps_the_drain_and_the_requeues_done_on_record(
+        cfg, tmp_path):
+    """The drain landed, one job was requeued, then slurmctld stopped answering: the caller
+    hears Slurm is away (the verdict stays pending), and what was done is spooled, once."""
+    from rsc_health.slurm.api import SlurmUnavailable
+
+    slurm = memory_slurm()
+    slurm.start_job("n01", "7")
+    slurm.start_job("n01", "8")
+    slurm.stop_after("requeue")  # job 7's requeue lands, then nothing answers
+    a = actor(slurm, cfg, tmp_path)
+    with pytest.raises(SlurmUnavailable):
+        a.apply(decide([finding("xid79", repair=True)]))
+    assert [(r["action"], r["job_id"]) for r in spooled(tmp_path)] == [
+        ("drain_now", None), ("requeue", "7")]
+    slurm.start()
+    done = a.apply(decide([finding("xid79", repair=True)]))
+    assert [(x.action, x.job_id) for x in done] == [("requeue", "8")]
+    assert [(r["action"], r["job_id"]) for r in spooled(tmp_path)] == [
+        ("drain_now", None), ("requeue", "7"), ("requeue", "8")]
+
+
+@pytest.mark.parametrize("lemon_at", [-2, 0], ids=["lemon_before", "lemon_same_second"])
+def test_a_lemon_drain_racing_node_drains_keeps_the_guard_at_its_limit(cfg, tmp_path, lemon_at):
+    """The first look counts every automatic drain (node path, lemons, qualification); the
+    second look, after guard_settle_s, counted only node-path ones. A lemon drain in the
+    window and two node drains racing past the first look: three automatic drains where the
+    limit is two. A lemon drain never steps back, so the node-path drains rank after it."""
+    cfg.data["actions"]["guard_max_share"] = 0.34  # 6 nodes: limit 2
+    slurm = MemorySlurm(["n01", "n02", "n03", "n04", "n05", "n06"], now=lambda: NOW)
+    same_second = NOW - timedelta(seconds=1)
+    slurm.set_state("n05", "IDLE+DRAIN", "rsc_health:lemon:lemon:lemon candidate",
+                    user="root", when=same_second + timedelta(seconds=lemon_at))
+    a = actor(slurm, cfg, tmp_path, node="n06")
+
+    def racer_lands(seconds):  # while n06 waits, n01 drains in the same second
+        slurm.set_state("n01", "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 x", user="root",
+                        when=same_second)
+
+    a.sleep = racer_lands
+    slurm.now = lambda: same_second
+    done = a.apply(decide([finding("xid79")]))
+    assert [x.action for x in done] == ["guard_tripped"]
+    assert "DRAIN" not in slurm.info["n06"].state
+    b = actor(slurm, cfg, tmp_path, node="n01")  # the racer's own second look
+    assert b._over_the_limit() is None  # ranked first of the node-path drains: it stays
+
+
 @pytest.mark.parametrize("field", [{"refused_jobs": 7}, {"codes": 5}, {"clean_sweeps": "x"},
                                    {"reason": None}, {"auto_resumable": "no"}])
 def test_a_wrongly_typed_drain_record_neither_stops_requeues_nor_resumes_the_node(
@@ -443,3 +523,17 @@ def test_a_verdict_under_an_operators_drain_is_held_and_its_jobs_still_requeued(
     assert [(x.action, x.job_id) for x in done] == [("held_under_drain", None), ("requeue", "7")]
     assert slurm.calls == [("requeue", "7")]
     assert slurm.info["n01"].reason == "rsc_health:manual:manual:DIMM reseat by bob"
+
+
+def test_a_drain_record_written_with_the_clipped_trailing_space_still_resumes(cfg, tmp_path):
+    """Records written before format_reason stripped the clip's trailing space hold "... "
+    where Slurm's reason, read back, ends without it: still the same drain."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    path = tmp_path / "n01" / "slurm_drain.json"
+    record = json.loads(path.read_text())
+    path.write_text(json.dumps({**record, "reason": record["reason"] + " "}))
+    for _ in range(3):
+        done = a.apply(decide([]), clean_sweep=True)
+    assert [x.action for x in done] == ["resume"]

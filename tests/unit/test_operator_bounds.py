@@ -62,3 +62,29 @@ def test_count_matches_expand_and_needs_no_expansion():
     assert len(hostlist.expand("n[1-100000]")) == hostlist.MAX_HOSTS
     with pytest.raises(hostlist.HostlistError, match="descending"):
         hostlist.count("n[9-1]")
+
+
+def test_shadow_mode_drain_and_resume_ask_slurm_nothing_and_record_what_would_have_drained(
+        tmp_path):
+    """[actions] enabled = false: `healthctl drain` and `resume` called scontrol update all
+    the same (lemons --apply and qualify start/cleanup already changed nothing). Now Slurm is
+    never asked; the drain is recorded as would_drain."""
+    import json
+
+    config, calls = _stand_in_slurm(tmp_path)
+    config.write_text(config.read_text() + "[actions]\nenabled = false\n")
+    env = dict(os.environ, PYTHONPATH=str(REPO), RSC_HEALTH_DB="")
+    root = tmp_path / "root"
+    for verb in (["drain", "node[01-02]", "--reason", "rack swap", "--now"],
+                 ["resume", "node01", "--force"]):
+        proc = subprocess.run(
+            [sys.executable, "-m", "rsc_health.cli", "--config", str(config), "--root",
+             str(root), *verb], capture_output=True, text=True, env=env, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        assert "shadow mode" in proc.stdout and "nothing changed" in proc.stdout, proc.stdout
+    assert not calls.exists(), calls.read_text()
+    [pending] = list(root.rglob("pending.jsonl"))
+    recs = [json.loads(line) for line in pending.read_text().splitlines()]
+    assert [(r["action"], r["node"]) for r in recs] == [("would_drain", "node01"),
+                                                        ("would_drain", "node02")]
+    assert recs[0]["reason"].startswith("rsc_health:manual:manual:rack swap by ")

@@ -54,7 +54,7 @@ class History:
     def strikes(self, node):
         return 0
 
-    def result(self, node, job_id):
+    def result(self, node, job_id, since=None):
         if self.at is not None:  # every verdict lands at the same instant
             if time.monotonic() < self.at:
                 return None
@@ -176,10 +176,10 @@ def test_a_flow_that_raises_side_by_side_lets_the_others_finish_then_raises():
 class DrainedMidFlow(History):
     """A person drains the node while its qualification job runs (a fan they heard)."""
 
-    def result(self, node, job_id):
+    def result(self, node, job_id, since=None):
         if not self.first_asked:
             self.slurm.set_state(node, "MIXED+DRAIN", "bad fan -- alice", user="alice")
-        return super().result(node, job_id)
+        return super().result(node, job_id, since)
 
 
 def test_a_persons_drain_arriving_mid_flow_is_never_rewritten_by_the_flows_drain():
@@ -204,6 +204,41 @@ def test_cleanup_leaves_a_persons_drain_of_a_left_reservations_node_theirs():
     [r] = cleanup(slurm, hist)
     assert slurm.node("gpu002").reason == "psu swap -- bob" and not slurm.reservations()
     assert not [c for c in slurm.calls if c[0] == "drain"] and "bob" in r.detail
+
+
+class ManualDrainMidFlow(History):
+    """A person drains the node with `healthctl drain` (our prefix, manual mode) while its
+    qualification job runs."""
+
+    REASON = "rsc_health:manual:manual:DIMM reseat by alice"
+
+    def result(self, node, job_id, since=None):
+        if not self.first_asked:
+            self.slurm.set_state(node, "MIXED+DRAIN", self.REASON, user="alice")
+        return super().result(node, job_id, since)
+
+
+def test_a_persons_healthctl_drain_arriving_mid_flow_or_before_cleanup_stays_theirs():
+    """`healthctl drain` is a person's decision under our prefix. The flow's fail or
+    inconclusive drain wrote over it with rsc_health:qualify:..., which `qualify auto` then
+    retries (inconclusive) or takes back once a ticket closes: the person's drain was gone and
+    a pass put the node back in service. So was cleanup's `interrupted` drain."""
+    from rsc_health.qualify.flow import cleanup, reservation_name
+
+    for verdict in (FAIL, "inconclusive"):
+        slurm = LockedSlurm()
+        slurm.add_node("gpu001", "IDLE+DRAIN", XID79)
+        hist = ManualDrainMidFlow(slurm, {"gpu001": verdict}, after=0.02)
+        r = flow(slurm, hist).run("gpu001")
+        info = slurm.node("gpu001")
+        assert info.drain_set and info.reason == ManualDrainMidFlow.REASON, (verdict, info)
+        assert not slurm.reservations() and r.result == verdict
+        assert not [c for c in slurm.calls if c[0] == "drain"]
+    slurm = LockedSlurm()
+    slurm.add_node("gpu002", "IDLE+DRAIN", ManualDrainMidFlow.REASON, user="alice")
+    slurm.create_reservation(reservation_name("gpu002"), "gpu002")
+    cleanup(slurm, History(slurm, {}))
+    assert slurm.node("gpu002").reason == ManualDrainMidFlow.REASON and not slurm.reservations()
 
 
 def test_two_flows_of_one_node_at_once_one_runs_the_other_touches_nothing():

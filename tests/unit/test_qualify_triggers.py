@@ -168,7 +168,7 @@ class History:
     def strikes(self, node):
         return self._strikes.get(node, 0)
 
-    def result(self, node, job_id):
+    def result(self, node, job_id, since=None):
         return self._result
 
     def action(self, node, kind, reason):
@@ -367,3 +367,28 @@ def test_healthctl_qualify_auto_drains_a_struck_node_for_repair_with_a_ticket(db
     CliRunner().invoke(qualify, ["auto"], obj=obj())  # the next timer run: still one ticket
     with engine.connect() as conn:
         assert len(conn.execute(tickets.select()).all()) == 1
+
+
+def test_a_pass_stored_under_the_same_job_id_long_ago_does_not_release_the_node(db):
+    """Slurm reuses job ids (a slurmctld started on a fresh StateSaveLocation begins again at
+    FirstJobId; MaxJobId wraps): a pass of this node stored 40 days ago under the id the new
+    qualification job gets was taken as that job's result at once, and the node went back
+    into service without running anything. Only a result stored since the job's submission
+    is its own."""
+    _, engine = db
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE+DRAIN", XID79)
+    next_id = str(slurm._next_job + 1)  # the id the flow's sbatch will get
+    with engine.begin() as conn:
+        conn.execute(insert(qualify_runs).values(
+            run_id=uuid.uuid4().hex, node="gpu042", tier="full",
+            started=naive(datetime.now(UTC)) - timedelta(days=40, minutes=9),
+            ended=naive(datetime.now(UTC)) - timedelta(days=40), verdict=PASS, reason="",
+            gpu_model="NVIDIA H100 80GB HBM3", driver="550.54.15", job_id=next_id))
+    r = Flow(slurm, HistorianSide(engine), command=["healthctl"], tier="full", timeout_s=0.3,
+             poll_s=0.01).run("gpu042")
+    assert r.job_id == next_id
+    assert r.result == "inconclusive", r
+    info = slurm.node("gpu042")
+    assert "DRAIN" in info.state and parse_reason(info.reason)["mode"] == "qualify"
+    assert not slurm.reservations()

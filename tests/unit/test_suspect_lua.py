@@ -21,4 +21,5 @@ def test_the_lua_requires_the_configured_feature_at_the_configured_size():
     assert feature and feature.group(1) == cfg.get("suspects.trusted_feature")
     assert size and int(size.group(1)) == cfg.get("suspects.big_job_nodes")
     # Both of Slurm's entry points call it: a job grown by `scontrol update` is caught too.
-    assert text.count("\trsc_require_trusted(job_desc)\n") == 2
+    assert text.count("\trsc_require_trusted(job_desc, nil)\n") == 1
+    assert text.count("\trsc_require_trusted(job_desc, job_rec)\n") == 1

@@ -318,30 +318,41 @@ def upsert_sql(
     conflict: Sequence[str],
     update: Sequence[str] = (),
     fill: Sequence[str] = (),
+    once: Sequence[str] = (),
+    settled: str | None = None,
 ) -> str:
     """INSERT INTO table (columns) <source> ON CONFLICT: update `update`, or do nothing.
 
     `source` is `VALUES (...)` with the driver's placeholders or a SELECT. Only rows whose
     values changed are rewritten, so re-reading an unchanged file writes no pages. A `fill`
     column is only ever set, never cleared: a new '' keeps the stored value (a file without
-    a Cluster column does not unname the rows an incremental run named)."""
+    a Cluster column does not unname the rows an incremental run named). A `once` column
+    likewise, for NULL: an event's end, once known, is not unknown again when an export made
+    before it closed is read later. `settled`: a column whose value makes a stored row final
+    (a job's end): a row without it (read from an export made while the job ran) changes
+    nothing of a row with it."""
     quote = conn.dialect.identifier_preparer.quote
     name = quote(table)
     sql = (
         f"INSERT INTO {name} ({', '.join(quote(c) for c in columns)}) {source} "
         f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
     )
-    if not update and not fill:
+    if not update and not fill and not once:
         return sql + "DO NOTHING"
     distinct = "IS DISTINCT FROM" if conn.dialect.name == "postgresql" else "IS NOT"
     new = {c: f"excluded.{quote(c)}" for c in update}
+    new.update({c: f"COALESCE(excluded.{quote(c)}, {name}.{quote(c)})" for c in once})
     new.update({c: f"COALESCE(NULLIF(excluded.{quote(c)}, ''), {name}.{quote(c)})" for c in fill})
+    where = " OR ".join(f"{name}.{quote(c)} {distinct} {value}" for c, value in new.items())
+    if settled is not None:
+        where = (f"({where}) AND NOT (excluded.{quote(settled)} IS NULL "
+                 f"AND {name}.{quote(settled)} IS NOT NULL)")
     return (
         sql
         + "DO UPDATE SET "
         + ", ".join(f"{quote(c)} = {value}" for c, value in new.items())
         + " WHERE "
-        + " OR ".join(f"{name}.{quote(c)} {distinct} {value}" for c, value in new.items())
+        + where
     )
 
 
@@ -354,8 +365,10 @@ def bulk_write(
     conflict: Sequence[str],
     update: Sequence[str] = (),
     fill: Sequence[str] = (),
+    once: Sequence[str] = (),
 ) -> int:
-    """INSERT rows (tuples in `columns` order); on a key conflict update `update` or ignore.
+    """INSERT rows (tuples in `columns` order); on a key conflict update `update` or ignore
+    (`fill`, `once`: upsert_sql's).
 
     Goes straight to the driver's executemany: SQLAlchemy's per-value bind processing would
     cost more than the database itself on a million-row sacct file.
@@ -365,7 +378,7 @@ def bulk_write(
     mark = "?" if conn.dialect.paramstyle == "qmark" else "%s"
     values = f"VALUES ({', '.join([mark] * len(columns))})"
     sql = upsert_sql(conn, table.name, columns, values, conflict=conflict, update=update,
-                     fill=fill)
+                     fill=fill, once=once)
     for start in range(0, len(rows), BATCH_ROWS):
         conn.exec_driver_sql(sql, rows[start : start + BATCH_ROWS])
     return len(rows)

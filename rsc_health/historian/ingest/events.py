@@ -206,8 +206,9 @@ def _write(conn, rows: list[tuple], report: IngestReport) -> int:
         COLUMNS,
         rows,
         conflict=("node", "start", "state"),
-        update=("end", "reason"),
+        update=("reason",),
         fill=("cluster",),
+        once=("end",),
     )
 
 

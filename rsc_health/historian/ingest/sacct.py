@@ -83,7 +83,8 @@ SACCT_FORMS = ("auto", "json", "parsable")
 # A load this big changes the tables' sizes enough that the planner needs new statistics.
 ANALYZE_AFTER_ROWS = 50_000
 _SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
-# A running job's row is re-read later with its final state: these may change, nothing else.
+# A running job's row is re-read later with its final state: these may change, nothing else;
+# and an ended job's row is final (an older export's running row read later changes nothing).
 UPDATABLE = ("state", "exit_code", "eligible", "end", "gpus", "nodelist", "nnodes")
 
 
@@ -439,7 +440,7 @@ def _defer_pg_constraints(conn, first_load: bool) -> list[str]:
 
 def _upsert_sql(conn, source: str) -> str:
     return upsert_sql(conn, "jobs", JOB_COLUMNS, source, conflict=("instance_key",),
-                      update=UPDATABLE, fill=("cluster",))
+                      update=UPDATABLE, fill=("cluster",), settled="end")
 
 
 def _write_jobs(conn, columns: list[list], hosts: dict[str, str]) -> None:

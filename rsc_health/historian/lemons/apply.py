@@ -3,7 +3,8 @@
 A dry run unless `apply=True`. The rules, in order, for each candidate:
 
 0. A name that is not one Slurm node name (an imported row's `gpu[01-64]`, `a,b`, `-x`) is never
-   sent to Slurm: scontrol would act on every node it names.
+   sent to Slurm: scontrol would act on every node it names. One Slurm no longer knows
+   (decommissioned or renamed within the window) is skipped with Slurm's words; the others go on.
 1. A node whose reason is not ours (a person's or Slurm's own) is left alone: a human drain is
    sacred, and a reason set on an idle node is a person's note.
 2. A node already drained by rsc-health (any mode) is left alone: it is already out of service,
@@ -38,7 +39,7 @@ from rsc_health.historian.schema import node_actions, tickets
 from rsc_health.hostlist import is_one_node
 from rsc_health.model import ActionKind, Finding, Severity, Status
 from rsc_health.policy import LEMON_MODE, format_reason, is_ours, parse_reason
-from rsc_health.slurm.api import NodeInfo
+from rsc_health.slurm.api import NodeInfo, SlurmCommandError
 
 
 class SlurmNodes(Protocol):
@@ -166,12 +167,12 @@ def apply_verdicts(
     shadow=True ([actions] enabled = false): apply changes nothing in Slurm and opens no
     ticket; each drain it would have made is recorded as a `would_drain` node action."""
     if shadow and apply:
-        actions = apply_verdicts(engine, verdicts, slurm, guard, now=now)
-        for a in actions:
+        would = apply_verdicts(engine, verdicts, slurm, guard, now=now)
+        for a in would:
             if a.action == ActionKind.WOULD_DRAIN:
                 _record_would_drain(engine, a.node, a.reason, now)
                 a.why += " (shadow mode: not drained, no ticket opened)"
-        return actions
+        return would
     actions: list[LemonAction] = []
     wanted: list[tuple[LemonVerdict, str]] = []
     for v in verdicts:
@@ -181,7 +182,13 @@ def apply_verdicts(
             actions.append(LemonAction(v.node, "skip", "not one Slurm node name: never "
                                        "sent to Slurm (fix the imported rows)"))
             continue
-        info = slurm.node(v.node)
+        try:
+            info = slurm.node(v.node)
+        except SlurmCommandError as exc:
+            # Slurm answered and does not know it (decommissioned, renamed within the
+            # window), or its record is ambiguous: this candidate's, not the run's.
+            actions.append(LemonAction(v.node, "skip", f"Slurm: {exc}"[:300]))
+            continue
         if info.reason and not is_ours(info.reason):
             actions.append(LemonAction(v.node, "skip", f"human reason kept: {info.reason}"))
         elif is_ours(info.reason) and (info.drain_set or info.down):
