@@ -362,7 +362,17 @@ def gather_status(slurm, cfg, now) -> dict:
                               max_share=float(cfg.get("actions.guard_max_share")))
     ]
     return {"time": now.isoformat(), "drained": drained, "guard": guards,
-            "guard_window_min": window.total_seconds() / 60}
+            "guard_window_min": window.total_seconds() / 60,
+            # Nodes whose scontrol record reads ambiguously (Features/Comment text shaped like
+            # a field): refused by every action until a person fixes the text.
+            "refused": list(getattr(slurm, "refused_nodes", []))}
+
+
+def _echo_refused(data: dict) -> None:
+    if data["refused"]:
+        echo(f"refused: {len(data['refused'])} node(s) whose scontrol record reads ambiguously "
+             "(Features/Comment/Extra text shaped like a field): no action is taken on them "
+             "until the text is fixed: " + ",".join(data["refused"]))
 
 
 def _age(seconds: float | None) -> str:
@@ -533,8 +543,9 @@ def _echo_not_checking(data: dict) -> None:
 
 
 def _echo_hung(data: dict) -> None:
-    if data["probes_hung"]:
-        click.echo(f"probes hanging: {len(data['probes_hung'])}")
+    if not data["probes_hung"]:  # none, or None: no historian (said by _echo_not_checking)
+        return
+    click.echo(f"probes hanging: {len(data['probes_hung'])}")
     for h in data["probes_hung"]:
         click.echo(f"  {h['node']:<16} {h['probe']} since {h['since']} "
                    f"({', '.join(h['codes'])}; last seen {h['last_seen']})")
@@ -564,14 +575,14 @@ def status(ctx: click.Context, as_json: bool) -> None:
     data["suspects"] = _suspects(ctx)
     tripped = [g for g in data["guard"] if g["tripped"]]
     problems = (bool(tripped) or bool(data["not_checking"]) or bool(data["probes_hung"])
-                or bool(data["held"]))
+                or bool(data["held"]) or bool(data["refused"]))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         if problems:
             sys.exit(1)
         return
     for part in (_echo_drained, _echo_guards, _echo_held, _echo_suspects, _echo_not_checking,
-                 _echo_hung):
+                 _echo_hung, _echo_refused):
         part(data)
     if problems:
         sys.exit(1)

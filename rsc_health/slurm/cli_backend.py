@@ -80,6 +80,7 @@ class AmbiguousNode(SlurmCommandError):
     one of the fields we decide on: refused rather than guessed at."""
 
     def __init__(self, name: str, why: str):
+        self.node = name
         super().__init__(["scontrol", "show", "node", name], 1,
                          f"ambiguous scontrol output for node {name!r}: {why}; "
                          "fix the node's Features/Comment/Extra text")
@@ -169,6 +170,8 @@ class CliSlurm:
         self.bin_dir = Path(bin_dir) if bin_dir else None
         # time.monotonic() after which no call may start (the sweep's budget), or None.
         self.deadline = deadline
+        # The nodes the last listing refused as ambiguous (AmbiguousNode): left out of it.
+        self.refused_nodes: list[str] = []
 
     def accounting(self, timeout_s: float):
         """The historian's runner (sacct, sacctmgr) from the same Slurm: the same bin_dir."""
@@ -203,7 +206,18 @@ class CliSlurm:
         argv = ["scontrol", "-o", "show", "node"]
         if names:
             argv.append(",".join(names))
-        infos = [parse_node_line(rec) for rec in node_records(self._run(argv))]
+        infos, self.refused_nodes = [], []
+        for rec in node_records(self._run(argv)):
+            try:
+                infos.append(parse_node_line(rec))
+            except AmbiguousNode as exc:
+                # One node's Features/Comment text that reads like a field we decide on is
+                # that node refused, not the listing: every other node's first drain, the
+                # guard and the tier read this listing, and a dead GPU elsewhere must still
+                # drain. The node itself stays refused wherever it is asked for alone.
+                if names and exc.node in names:
+                    raise
+                self.refused_nodes.append(exc.node)
         # A Comment or Extra holding a newline and then "NodeName=node05 State=IDLE ..." lists
         # node05 twice. Asked alone, Slurm prints the node's own record first: that one.
         count: dict[str, int] = {}

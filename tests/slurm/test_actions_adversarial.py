@@ -189,3 +189,28 @@ def test_a_transient_drain_whose_reason_was_clipped_after_a_space_is_auto_resume
         done = actor.apply(decide([]), clean_sweep=True)
     assert [a.action for a in done] == ["resume"]
     assert "DRAIN" not in c.node_state("node06")
+
+
+def test_a_dead_gpu_drains_while_another_nodes_features_read_like_a_state(slurm_cluster,
+                                                                            tmp_path):
+    """node03's Features were set to "a State=IDLE" (Slurm takes it). The fleet listing, which a
+    node's first drain reads for the guard, raised on node03's record: node04's fallen GPU was
+    never drained while that text stood, on every sweep. Now node03 alone is refused (named by
+    healthctl status) and node04 drains."""
+    c = slurm_cluster
+    c.run(["scontrol", "update", "NodeName=node03", "AvailableFeatures=a State=IDLE",
+           "ActiveFeatures=a State=IDLE"])
+    try:
+        inject_xid79(c, "node04")
+        out = c.sweep("node04")
+        assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+        assert "node04" in drained_nodes(c), c.node("node04")
+        assert "DRAIN" not in c.node_state("node03")
+        from .test_healthctl_slurm import healthctl
+
+        status = healthctl(c, "status", root=tmp_path)
+        assert status.returncode == 1 and "refused: 1 node(s)" in status.stdout, status.stdout
+        assert "node03" in status.stdout and "Traceback" not in status.stderr
+    finally:
+        c.run(["scontrol", "update", "NodeName=node03", "AvailableFeatures=",
+               "ActiveFeatures="], check=False)

@@ -116,3 +116,19 @@ def test_a_reason_comment_and_extra_full_of_slurm_text_on_the_real_cluster(slurm
         # The harness reads Slurm's output as UTF-8: the Latin-1 reason must not outlive us.
         c.run(["scontrol", "update", "NodeName=node04", "State=RESUME", "Comment=", "Extra="],
               check=False)
+
+
+def test_one_ambiguous_node_is_left_out_of_the_listing_not_every_nodes_drain(tmp_path):
+    """node03's Features read "a State=IDLE". The whole-fleet listing raised on it, and every
+    node's first drain, the guard, the suspect tier and lemons --apply read that listing: a
+    dead GPU on node04 could not drain while node03's text stood. Now node03 alone is refused
+    (left out, named in refused_nodes; asked for by name it still raises)."""
+    bad = DRAINED.replace("node02", "node03").replace("AvailableFeatures=(null)",
+                                                      "AvailableFeatures=a State=IDLE")
+    fleet = [DRAINED, bad, IDLE.replace("node02", "node04")]
+    slurm = fake_bin(tmp_path, "scontrol", "cat <<'EOF'\n" + "\n".join(fleet) + "\nEOF\n")
+    assert [(n.name, n.state) for n in slurm.nodes()] == [("node02", "IDLE+DRAIN"),
+                                                          ("node04", "IDLE")]
+    assert slurm.refused_nodes == ["node03"]
+    with pytest.raises(SlurmCommandError, match="ambiguous"):
+        slurm.nodes(["node03"])
