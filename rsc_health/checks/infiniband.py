@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
-from rsc_health.collect import ibports
+from rsc_health.collect import hangs, ibports
 from rsc_health.collect.sysfs import parse_count
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
@@ -92,10 +92,15 @@ def parse_rate(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def collect(root: Path, env=None) -> list[IbPort]:
+def collect(root: Path, env=None) -> list[IbPort] | None:
     """The ports through the run's one reader (rsc_health.collect.ibports): the telemetry
-    family's reads of the same files are served from it."""
-    read = ibports.reader(root, env)
+    family's reads of the same files are served from it. None when the ports were not listed
+    (the read hung before, or is still stuck from an earlier run: ib_hung says so): a port
+    never listed is not judged missing."""
+    read = ibports.reader(root, env, ibports.port_files(READS))
+    if not read.listed:
+        ibports.said(read, env, "infiniband")
+        return None
     ports: list[IbPort] = []
     for hca, name, pdir in read.ports():
         port = IbPort(
@@ -105,7 +110,7 @@ def collect(root: Path, env=None) -> list[IbPort]:
             phys_state=_word(read.text(pdir / "phys_state")),
             rate_gbps=parse_rate(read.text(pdir / "rate")),
             link_layer=read.text(pdir / "link_layer"),
-            virtual=(pdir.parent.parent / "device" / "physfn").exists(),
+            virtual=read.virtual(pdir),
         )
         for counter in ERROR_COUNTERS:
             text = read.text(pdir / "counters" / counter)
@@ -180,11 +185,29 @@ DEFAULT_LIMITS = {
 }
 
 
+def _wedged(state, icfg: dict) -> list[Finding]:
+    """The ports' sysfs read hung on this run and on [infiniband] hang_sweeps sweeps in a row:
+    the HCA's driver is wedged (a firmware command that never completes), and multi-node jobs
+    fail on it. The node's fault, not a checker error for ever: drain after the job (a
+    repair), as checks.gpu does for NVML."""
+    # getattr: a state built by hand (a test, a replay tool) need not carry the hang fields.
+    hung_now = hangs.IB in getattr(state, "hung_probes", {})
+    hang = getattr(state, "hangs", {}).get(hangs.IB) if hung_now else None
+    limit = int(icfg.get("hang_sweeps", 3))
+    if hang is None or limit <= 0 or hang["sweeps"] < limit:
+        return []
+    return [fail("infiniband", hangs.IB, Severity.DRAIN_AFTER_JOB, "ib_wedged",
+                 f"the InfiniBand ports' read has not answered for {hang['sweeps']} sweeps in "
+                 "a row, a wedged HCA driver: reset the HCA", repair=True, probe=hangs.IB,
+                 **hang)]
+
+
 def check(state, cfg: dict) -> list[Finding]:
     icfg = cfg.get("infiniband", {})
     found = state.extra.get("infiniband")
+    wedged = _wedged(state, icfg)
     if found is None:
-        return []
+        return wedged
     wanted = list(icfg.get("hcas", []))
     rate = float(icfg.get("rate_gbps", 0))
     limits = icfg.get("errors_per_sweep", {})
@@ -207,7 +230,7 @@ def check(state, cfg: dict) -> list[Finding]:
         )
     elif not wanted:
         out.extend(_vanished(state, found))
-    return out
+    return wedged + out
 
 
 def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:

@@ -74,10 +74,11 @@ def _prefix(gpu_index: int) -> str:
 def collect(root: Path, env=None) -> dict:
     """The HCA ports' counters and rate, and when they (and NVML, read just before) were read.
     Through the run's one reader of the ports (rsc_health.collect.ibports): the error counters,
-    rate and link layer the infiniband family read this run are its answers, not read again."""
+    rate and link layer the infiniband family read this run are its answers, not read again.
+    Ports not listed (their read hung: ib_hung) are none: the GPUs' sample still stands."""
     from rsc_health.checks.infiniband import parse_rate
 
-    read = ibports.reader(root, env)
+    read = ibports.reader(root, env, ibports.port_files(READS))
     ports = []
     for hca, name, pdir in read.ports():
         counts = {}

@@ -107,9 +107,16 @@ def _messages(buf: bytes) -> list[dict]:
 
 
 def _last_message(buf: bytes, key: str) -> Any:
-    """The last whole line of a child's output that is a JSON object holding `key`."""
-    for msg in reversed(_messages(buf)):
-        if key in msg:
+    """The last whole line of a child's output that is a JSON object holding `key` (parsed
+    from the end: a streaming child's answer is its last line, after its many reports)."""
+    for line in reversed(buf.split(b"\n")):
+        if key.encode() not in line:
+            continue
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(msg, dict) and key in msg:
             return msg
     return None
 
@@ -138,13 +145,17 @@ def collect(children: dict[str, tuple[int, int]], deadline: float,
 def _read_until(children: dict[str, tuple[int, int]], deadline: float
                 ) -> tuple[dict[str, bytearray], dict[str, dict | None]]:
     """(what each child wrote, its answer: its last "ok" or "error" message, None for one
-    that did not close its pipe by the deadline); every pipe is closed after."""
+    that did not close its pipe by the deadline); every pipe is closed after. What a child
+    wrote is read even when the deadline has passed before this is called (a child started
+    early and asked late, collect.ibports): only a wait past the deadline is not made."""
     buffers = {key: bytearray() for key in children}
     open_fds = {fd: key for key, (_, fd) in children.items()}
     done: dict[str, dict | None] = {}
-    while open_fds and deadline > time.monotonic():
-        ready, _, _ = select.select(list(open_fds), [], [],
-                                    max(0.0, deadline - time.monotonic()))
+    while open_fds:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select(list(open_fds), [], [], max(0.0, left))
+        if not ready and left <= 0:
+            break
         for fd in ready:
             chunk = os.read(fd, 65536)
             key = open_fds[fd]

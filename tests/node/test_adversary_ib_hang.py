@@ -1,0 +1,202 @@
+"""An InfiniBand counter read that blocks in the kernel never blinds the node.
+
+A wedged mlx5 firmware command holds a sysfs counter read (each counter file is a MAD to the
+HCA's firmware) in the kernel, where the stage deadline cannot interrupt it. Before, the read
+was the run's own: the prolog hung there until its watchdog killed it, every family after it
+unjudged (a lost GPU took the job), and every later run hung the same way. Now the ports are
+read in an abandonable child (rsc_health.collect.ibports, like NVML and statvfs): the hang is
+said (`ib_hung`), recorded (collect.hangs: `ib`, since, sweeps, pid/start), the stuck child is
+not asked again while it waits, and after [infiniband] hang_sweeps sweeps in a row the node
+drains after its job (`ib_wedged`).
+
+Faked with a real FUSE mount over /sys/class/infiniband whose read of one counter file never
+answers (tests/fixtures/fault/hung_read_fuse.py): the reader is left in the kernel as a reader
+of a wedged HCA is."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rsc_health import engine
+from rsc_health.collect import hangs
+from rsc_health.config import state_dir
+from rsc_health.model import Level, Severity, Status
+from rsc_health.policy import decide
+from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
+from tests.node.conftest import FAULT, FIXTURES, Node, _fuse_available
+
+HUNG_FILE = "mlx5_3/ports/1/counters/symbol_error"
+REPO = Path(__file__).resolve().parents[2]
+DRAINS = (Severity.DRAIN_NOW, Severity.DRAIN_AFTER_JOB)
+
+
+@pytest.fixture
+def hung_ib(tmp_path):
+    """The healthy node with its /sys/class/infiniband served by FUSE, mlx5_3 port 1's
+    symbol_error read never answering."""
+    if not _fuse_available():
+        pytest.skip("FUSE (fusepy and /dev/fuse) is not available here")
+    root = copy_node(tmp_path / "node", FIXTURES / "healthy")
+    point = root / "sys/class/infiniband"
+    source = tmp_path / "ib-source"
+    shutil.move(str(point), str(source))
+    point.mkdir()
+    proc = subprocess.Popen([sys.executable, str(FAULT / "hung_read_fuse.py"), str(source),
+                             str(point), HUNG_FILE],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(100):
+        if any(f" {point} " in line for line in Path("/proc/mounts").read_text().splitlines()):
+            break
+        time.sleep(0.05)
+    else:
+        proc.kill()
+        pytest.skip(f"could not mount FUSE here: {proc.stderr.read().decode()[:200]}")
+    node = Node(root)
+    node.fuse = proc  # type: ignore[attr-defined]
+    try:
+        yield node
+    finally:
+        proc.kill()  # the kernel then fails the waiting read; then unmount
+        proc.wait(10)
+        subprocess.run(["fusermount", "-u", "-z", str(point)], capture_output=True)
+        _kill_left_children(root)
+
+
+def _kill_left_children(root: Path) -> None:
+    rec = hangs.load(root / NODE_STATE / engine.HANGS_FILE)["probes"].get(hangs.IB) or {}
+    if type(rec.get("pid")) is int:
+        try:
+            os.kill(rec["pid"], signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _lose_gpu(node: Node, index: int) -> None:
+    node.nvml(lambda d: d["devices"].__setitem__(
+        index, {"index": index, "error": "NVML_ERROR_GPU_IS_LOST"}))
+
+
+def _config(node: Node, **infiniband):
+    cfg = node.config
+    cfg.data["infiniband"].update(read_timeout_s=1.0, **infiniband)
+    return cfg
+
+
+def test_a_lost_gpu_drains_at_job_start_while_an_ib_counter_read_hangs(hung_ib):
+    """The prolog as slurmd runs it: a GPU is lost and an IB counter read blocks in the kernel.
+    Before: the prolog hung in the read until its watchdog ended it (exit 0: the job ran on
+    the lost GPU). Now the GPU is judged, the node drains, the hang is said, within budget."""
+    root = hung_ib.root
+    budget = 12
+    (root / "site.toml").write_text((root / "config.toml").read_text() + f"""
+[slurm]
+bin_dir = "/nonexistent-slurm"
+sweep_budget_s = {budget}
+prolog_budget_s = {budget}
+""")
+    _lose_gpu(hung_ib, 2)
+    env = dict(os.environ, RSC_HEALTH_ROOT=str(root), RSC_HEALTH_CONFIG=str(root / "site.toml"),
+               SLURMD_NODENAME="node01", PYTHONPATH=str(REPO), SLURM_JOB_ID="77")
+    started = time.monotonic()
+    prolog = subprocess.Popen([sys.executable, "-m", "rsc_health.nodepath", "prolog"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _, stderr = prolog.communicate(timeout=budget + 10)
+    except subprocess.TimeoutExpired:
+        # Stuck in the kernel past its own watchdog (SIGKILL does not end it): let the read
+        # fail by ending the "firmware", then say so.
+        hung_ib.fuse.kill()
+        _, stderr = prolog.communicate(timeout=30)
+        pytest.fail(f"the prolog was still in the IB read after {budget + 10}s: {stderr[-500:]}")
+    took = time.monotonic() - started
+    assert took < budget, (took, stderr)
+    assert prolog.returncode == 1, stderr  # slurmd drains the node and requeues the job
+    out = subprocess.CompletedProcess(prolog.args, prolog.returncode, "", stderr)
+    spool = root / NODE_STATE / "spool" / "pending.jsonl"
+    seen = {(r.get("check"), r.get("component"), r.get("code"))
+            for r in map(json.loads, spool.read_text().splitlines()) if r["kind"] == "check"}
+    assert ("gpu", "gpu2", "gpu_lost") in seen, out.stderr
+    assert ("checker", hangs.IB, "ib_hung") in seen, out.stderr
+
+
+def test_the_hang_is_said_recorded_and_the_rest_still_judged(hung_ib):
+    cfg = _config(hung_ib)
+    _lose_gpu(hung_ib, 5)
+    started = time.monotonic()
+    findings = engine.run(cfg, hung_ib.root, budget_s=10, sweep=True)
+    assert time.monotonic() - started < 5
+    assert ("gpu", "gpu5", "gpu_lost") in {(f.family, f.component, f.code) for f in findings}
+    assert decide(findings).level is Level.DRAIN_NOW
+    hung = [f for f in findings if f.code == "ib_hung"]
+    assert len(hung) == 1 and hung[0].severity is Severity.NONE
+    assert hung[0].data["probe"] == hangs.IB and hung[0].data["sweeps"] == 1
+    # The ports answered before the hang are judged; the one whose read hung and those after
+    # it are checker errors, never drains (the IB family drains nothing here).
+    ib = {f.component: f for f in findings if f.family == "infiniband"}
+    assert ib["mlx5_0/1"].status is Status.OK and ib["mlx5_2/1"].status is Status.OK
+    assert not [f for f in findings if f.family == "infiniband" and f.severity in DRAINS]
+    record = hangs.load(state_dir(cfg, hung_ib.root) / engine.HANGS_FILE)["probes"][hangs.IB]
+    assert record["sweeps"] == 1 and hangs.still_waiting(record)
+
+
+def test_the_stuck_child_is_not_asked_again_and_after_n_sweeps_the_node_drains(hung_ib):
+    cfg = _config(hung_ib, hang_sweeps=3)
+    sdir = state_dir(cfg, hung_ib.root)
+    first = engine.run(cfg, hung_ib.root, sweep=True)
+    assert "ib_wedged" not in {f.code for f in first}
+    stuck = hangs.load(sdir / engine.HANGS_FILE)["probes"][hangs.IB]
+    for n in (2, 3):
+        started = time.monotonic()
+        again = engine.run(cfg, hung_ib.root, sweep=True)
+        assert time.monotonic() - started < 1.0  # no wait: the stuck child is the answer
+        hung = next(f for f in again if f.code == "ib_hung")
+        assert "not asked again" in hung.reason and hung.data["sweeps"] == n
+        record = hangs.load(sdir / engine.HANGS_FILE)["probes"][hangs.IB]
+        assert record["pid"] == stuck["pid"]  # one child stuck, not one per run
+        # No port judged without its read: no "HCA missing" drain for a read that hung.
+        assert not [f for f in again if f.family == "infiniband" and f.severity in DRAINS
+                    and f.code != "ib_wedged"]
+    wedged = [f for f in again if f.code == "ib_wedged"]
+    assert len(wedged) == 1 and wedged[0].severity is Severity.DRAIN_AFTER_JOB
+    assert wedged[0].repair is True
+    assert decide(again).level is Level.DRAIN_AFTER_JOB
+
+
+def test_a_prolog_run_says_the_hang_but_does_not_count_a_sweep(hung_ib):
+    cfg = _config(hung_ib, hang_sweeps=1)
+    engine.run(cfg, hung_ib.root)  # not a sweep
+    findings = engine.run(cfg, hung_ib.root)
+    hung = next(f for f in findings if f.code == "ib_hung")
+    assert hung.data["sweeps"] == 0
+    assert "ib_wedged" not in {f.code for f in findings}
+
+
+def test_a_child_asked_after_its_deadline_passed_still_gives_what_it_answered():
+    """The ports' child is forked before NVML is asked and waited for after: when NVML took
+    longer than read_timeout_s, the deadline has passed by the time the child is asked. Before,
+    nothing it wrote was read then, and a child that had answered long before counted as hung
+    (ib_hung for a healthy HCA). Now what it wrote is read; only no wait is made."""
+    from rsc_health.collect import bounded
+
+    pid, fd = bounded.start(lambda: 42)
+    time.sleep(0.3)  # the child answered and exited meanwhile
+    assert bounded.collect({"x": (pid, fd)}, time.monotonic() - 1.0)["x"] == {"ok": 42}
+    pid, fd = bounded.start(lambda: time.sleep(30))
+    started = time.monotonic()
+    assert bounded.collect({"x": (pid, fd)}, started - 1.0)["x"] is None  # no wait for it
+    assert time.monotonic() - started < 0.5
+
+
+def test_the_hang_names_where_the_read_stopped(hung_ib):
+    findings = engine.run(_config(hung_ib), hung_ib.root, save_state=False)
+    hung = next(f for f in findings if f.code == "ib_hung")
+    assert "a read of mlx5_3/1 counters hung" in hung.reason, hung.reason
