@@ -63,6 +63,13 @@ READS = (*(f"{_PORTS}/{a}" for a in PORT_ATTRS),
          *(f"{_PORTS}/counters/{c}" for c in ERROR_COUNTERS))
 
 
+class IbPorts(list):
+    """The ports read (IbPort each), and the HCAs whose ports were not all listed (`unlisted`:
+    unreadable, or past ibports.MAX_PORTS): none of theirs is judged missing."""
+
+    unlisted: frozenset[str] = frozenset()
+
+
 @dataclass
 class IbPort:
     hca: str
@@ -92,7 +99,7 @@ def parse_rate(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def collect(root: Path, env=None) -> list[IbPort] | None:
+def collect(root: Path, env=None) -> IbPorts | None:
     """The ports through the run's one reader (rsc_health.collect.ibports): the telemetry
     family's reads of the same files are served from it. None when the ports were not listed
     (the read hung before, or is still stuck from an earlier run: ib_hung says so): a port
@@ -101,7 +108,8 @@ def collect(root: Path, env=None) -> list[IbPort] | None:
     if not read.listed:
         ibports.said(read, env, "infiniband")
         return None
-    ports: list[IbPort] = []
+    ports = IbPorts()
+    ports.unlisted = frozenset(read.unlisted)
     for hca, name, pdir in read.ports():
         port = IbPort(
             hca=hca,
@@ -148,9 +156,13 @@ def _vanished(state, found: list) -> list[Finding]:
     seen = state.counters.get(PORTS_SEEN, 0)
     if len(here) >= seen:
         return []
+    unlisted: frozenset[str] = getattr(found, "unlisted", frozenset())
     gone = sorted(k[3:-len("/present")] for k in state.baseline
                   if k.startswith("ib/") and k.endswith("/present")
-                  and k[3:-len("/present")] not in here)
+                  and k[3:-len("/present")] not in here
+                  and k[3:-len("/present")].split("/")[0] not in unlisted)
+    if unlisted and not gone:
+        return []  # fewer only by the HCAs the checker could not list: a checker error
     return [fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
                  f"{len(here)} of the {seen} InfiniBand ports seen earlier in this boot "
                  f"present (gone: {', '.join(gone)[:200] or 'unknown'})", repair=True,
@@ -215,7 +227,8 @@ def check(state, cfg: dict) -> list[Finding]:
     if wanted:
         ports = [p for p in ports if p.hca in wanted]
     out: list[Finding] = []
-    for hca in sorted(set(wanted) - {p.hca for p in found}):
+    unlisted: frozenset[str] = getattr(found, "unlisted", frozenset())  # said as an error
+    for hca in sorted(set(wanted) - {p.hca for p in found} - unlisted):
         out.append(
             fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing", f"{hca} HCA not present",
                  repair=True)
@@ -223,7 +236,7 @@ def check(state, cfg: dict) -> list[Finding]:
     for p in ports:
         out.extend(_port(p, state.deltas, rate, limits))
     count = int(icfg.get("count", 0))
-    if count and not wanted and len(ports) < count:
+    if count and not wanted and len(ports) < count and not unlisted:
         out.append(
             fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
                  f"{len(ports)} of {count} InfiniBand ports present", repair=True)

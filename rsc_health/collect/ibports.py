@@ -80,6 +80,10 @@ class IbReader:
         self._ports: list[tuple[str, str, Path]] | None = None  # None: never listed
         self._virtual: set[Path] = set()
         self._files: dict[Path, str | None] = {}
+        # HCAs whose ports were not all listed (their ports/ unreadable, or past MAX_PORTS):
+        # hca -> why. None of their ports may be judged missing.
+        self.unlisted: dict[str, str] = {}
+        self._said_unlisted = False
         self.hung = False  # the child did not finish (or one before it is still waiting)
         self.error: str | None = None  # the child failed (said once by `said`)
         self.skipped = 0  # 1 when the stage's deadline had passed before anything was read
@@ -144,6 +148,9 @@ class IbReader:
                                  for h, p, v in msg["ports"] if v is True}
                 dropped = msg.get("dropped")
                 self.dropped = dropped if type(dropped) is int else 0
+                unlisted = msg.get("unlisted")
+                self.unlisted = ({str(k): str(v) for k, v in unlisted.items()}
+                                 if isinstance(unlisted, dict) else {})
             elif self._ports is not None and type(msg.get("p")) is int \
                     and 0 <= msg["p"] < len(self._ports) and isinstance(msg.get("f"), dict):
                 pdir = self._ports[msg["p"]][2]
@@ -199,12 +206,15 @@ def _asker(root: Path, names: tuple[str, ...]):
     def ask(emit) -> None:
         ports: list[tuple[str, str, Path, bool]] = []
         dropped = 0
-        for hca, pdir in _each_port(root):
+        unlisted: dict[str, str] = {}
+        for hca, pdir in _each_port(root, unlisted):
             if len(ports) >= MAX_PORTS:
                 dropped += 1
+                unlisted.setdefault(hca.name, f"more than {MAX_PORTS} ports")
                 continue
             ports.append((hca.name, pdir.name, pdir, (hca / "device" / "physfn").exists()))
-        emit({"ports": [[h, p, v] for h, p, _, v in ports], "dropped": dropped})
+        emit({"ports": [[h, p, v] for h, p, _, v in ports], "dropped": dropped,
+              "unlisted": unlisted})
         # One report per port and directory (its attributes, then its counters): what came
         # before a read that hangs is kept, at a fraction of a report per file's cost.
         groups: dict[str, list[str]] = {}
@@ -218,15 +228,22 @@ def _asker(root: Path, names: tuple[str, ...]):
     return ask
 
 
-def _each_port(root: Path) -> Iterator[tuple[Path, Path]]:
+def _each_port(root: Path, unlisted: dict[str, str]) -> Iterator[tuple[Path, Path]]:
+    """Every (HCA directory, port directory). No class directory is no port; an HCA whose
+    ports/ is gone (ENOENT: removed while listed) has none; one whose ports/ cannot be listed
+    otherwise (not a directory, EIO, EACCES) goes into `unlisted` with why: the checker could
+    not look, which is no evidence that its ports are gone."""
     try:
         hcas = sorted((root / SOURCE).iterdir())
-    except OSError:
+    except FileNotFoundError:
         return
     for hca in hcas:
         try:
             port_dirs = sorted((hca / "ports").iterdir(), key=lambda p: p.name)
-        except OSError:
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            unlisted[hca.name] = exc.strerror or type(exc).__name__
             continue
         for pdir in port_dirs:
             yield hca, pdir
@@ -287,3 +304,8 @@ def said(read: IbReader, env, family: str) -> None:
         state.errors.append((family, SOURCE, f"more than {MAX_PORTS} ports: "
                                              f"{read.dropped} not read"))
         read.dropped = 0
+    cannot = {h: why for h, why in read.unlisted.items() if not why.startswith("more than")}
+    if cannot and not read._said_unlisted:
+        read._said_unlisted = True
+        state.errors.append((family, SOURCE, "ports not listed: " + ", ".join(
+            f"{h} ({why})" for h, why in sorted(cannot.items()))[:300]))

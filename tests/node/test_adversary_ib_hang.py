@@ -200,3 +200,40 @@ def test_the_hang_names_where_the_read_stopped(hung_ib):
     findings = engine.run(_config(hung_ib), hung_ib.root, save_state=False)
     hung = next(f for f in findings if f.code == "ib_hung")
     assert "a read of mlx5_3/1 counters hung" in hung.reason, hung.reason
+
+
+def _unlistable_ports(node: Node, hca: str) -> None:
+    """The HCA's ports/ directory cannot be listed (a regular file where sysfs has a
+    directory: ENOTDIR; an EIO or EACCES from a broken sysfs reads the same)."""
+    ports = node.root / "sys/class/infiniband" / hca / "ports"
+    shutil.rmtree(ports)
+    ports.write_text("")
+
+
+def test_an_hca_whose_ports_cannot_be_listed_is_a_checker_error_not_a_missing_hca(node):
+    """Before, an HCA whose ports/ could not be listed was skipped as if absent: with [infiniband]
+    hcas configured, `mlx5_5 HCA not present`, a drain now that needs a repair (never resumed
+    by itself), for what the checker could not read. Now it is a checker error; the other
+    HCAs are judged as before."""
+    _unlistable_ports(node, "mlx5_5")
+    findings, verdict = node.check(only={"infiniband"}, save_state=False)
+    assert not [f for f in findings if f.severity in DRAINS], [
+        (f.component, f.code) for f in findings if f.severity in DRAINS]
+    assert any(f.status is Status.ERROR and "mlx5_5" in f.reason for f in findings)
+    assert {f.component for f in findings if f.family == "infiniband"
+            and f.status is Status.OK} == {f"mlx5_{i}/1" for i in range(8) if i != 5}
+
+
+def test_an_unlistable_hca_is_not_a_port_gone_from_this_boot(node):
+    """Without hcas configured, the ports seen earlier in this boot stand in: a port whose HCA
+    could not be listed is not one gone (ib_missing), as one whose HCA vanished is."""
+    cfg = node.config
+    cfg.data["infiniband"]["hcas"] = []
+    engine.run(cfg, node.root)  # this boot has seen 8 ports
+    _unlistable_ports(node, "mlx5_5")
+    findings = engine.run(cfg, node.root, save_state=False, only={"infiniband"})
+    assert "ib_missing" not in {f.code for f in findings}
+    shutil.rmtree(node.root / "sys/class/infiniband/mlx5_6")  # this one is gone
+    findings = engine.run(cfg, node.root, save_state=False, only={"infiniband"})
+    missing = [f for f in findings if f.code == "ib_missing"]
+    assert len(missing) == 1 and missing[0].data["gone"] == ["mlx5_6/1"]

@@ -90,3 +90,23 @@ def test_a_tree_of_thousands_of_ports_is_not_walked_to_its_end(tmp_path):
     assert ibports.reader(tmp_path, env) is read  # the run's one reader
     ibports.said(read, env, "infiniband")
     assert any("30 not read" in e[2] for e in state.errors)
+
+
+def test_an_hca_past_the_port_cap_is_not_judged_missing(tmp_path):
+    """Before, a wanted HCA whose ports fell past MAX_PORTS (SR-IOV virtual functions sort
+    among the physical ones) was `HCA not present`: a drain for what the checker did not
+    read. Now it is not judged; the cap is said as a collector error."""
+    from rsc_health.checks import infiniband
+
+    for i in range(ibports.MAX_PORTS + 6):
+        port = tmp_path / f"sys/class/infiniband/mlx5_{i:04d}/ports/1"
+        port.mkdir(parents=True)
+        (port / "state").write_text("4: ACTIVE\n")
+        (port / "phys_state").write_text("5: LinkUp\n")
+    last = f"mlx5_{ibports.MAX_PORTS + 5:04d}"
+    state = NodeState()
+    env = CollectEnv({}, state=state)
+    state.extra["infiniband"] = infiniband.collect(tmp_path, env)
+    found = infiniband.check(state, {"infiniband": {"hcas": ["mlx5_0000", last]}})
+    assert "ib_missing" not in {f.code for f in found}
+    assert any("not read" in e[2] for e in state.errors)
