@@ -61,6 +61,12 @@ def port_files(globs: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def under_ports(rel: str) -> bool:
+    """Whether a path relative to the root is a file under a port (PORT_GLOB): the reader's."""
+    parts = rel.split("/")
+    return len(parts) > 6 and "/".join(parts[:3]) == SOURCE and parts[4] == "ports"
+
+
 class IbReader:
     """The run's reads of the InfiniBand ports: one child lists them and reads `names` under
     each (begin), the families take its answers (ports, text, virtual)."""

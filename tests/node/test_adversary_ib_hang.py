@@ -146,6 +146,9 @@ def test_the_hang_is_said_recorded_and_the_rest_still_judged(hung_ib):
     assert not [f for f in findings if f.family == "infiniband" and f.severity in DRAINS]
     record = hangs.load(state_dir(cfg, hung_ib.root) / engine.HANGS_FILE)["probes"][hangs.IB]
     assert record["sweeps"] == 1 and hangs.still_waiting(record)
+    # The telemetry family keeps its sample (the ports read before the hang among it).
+    sample = next(f for f in findings if f.family == "telemetry" and f.component == "node")
+    assert {p["port"] for p in sample.data["ports"]} >= {"mlx5_0/1", "mlx5_2/1"}
 
 
 def test_the_stuck_child_is_not_asked_again_and_after_n_sweeps_the_node_drains(hung_ib):
@@ -237,3 +240,39 @@ def test_an_unlistable_hca_is_not_a_port_gone_from_this_boot(node):
     findings = engine.run(cfg, node.root, save_state=False, only={"infiniband"})
     missing = [f for f in findings if f.code == "ib_missing"]
     assert len(missing) == 1 and missing[0].data["gone"] == ["mlx5_6/1"]
+
+
+def _snapshot_in_child(node: Node, timeout: float, cfg=None) -> dict | None:
+    """`healthctl snapshot`'s document, taken in a forked child so a snapshot stuck in the
+    kernel does not take the test with it (None: it did not finish within `timeout`)."""
+    from rsc_health.collect import bounded
+    from rsc_health.commands.node import take_snapshot
+
+    cfg = cfg or node.config
+    try:
+        return bounded.call(lambda: take_snapshot(cfg, node.root, "node01"), timeout)
+    except bounded.Abandoned:
+        return None
+
+
+def test_a_snapshot_of_a_node_whose_ib_read_hangs_finishes(hung_ib):
+    """`healthctl snapshot` is what an operator runs on a sick node. Before, it read every IB
+    counter in its own process: stuck in the kernel on the wedged one, for good (not even
+    ^C ends it). Now the ports come from the same abandonable child as the checks'."""
+    cfg = hung_ib.config
+    cfg.data["infiniband"]["read_timeout_s"] = 1.0
+    doc = _snapshot_in_child(hung_ib, 20, cfg)
+    assert doc is not None, "the snapshot was still reading the hung IB counter after 20 s"
+    files = doc["files"]
+    assert "sys/class/infiniband/mlx5_0/ports/1/counters/symbol_error" in files
+    assert HUNG_FILE not in {k.removeprefix("sys/class/infiniband/") for k in files}
+
+
+def test_a_fifo_where_a_snapshot_reads_a_file_does_not_block_it(node):
+    rate = node.root / "sys/class/infiniband/mlx5_1/ports/1/rate"
+    rate.unlink()
+    os.mkfifo(rate)
+    doc = _snapshot_in_child(node, 20)
+    assert doc is not None, "the snapshot blocked opening a FIFO"
+    assert "sys/class/infiniband/mlx5_1/ports/1/rate" not in doc["files"]
+    assert "sys/class/infiniband/mlx5_1/ports/1/state" in doc["files"]
