@@ -165,6 +165,22 @@ def _local_state(cfg: Config, root: Path) -> dict[str, str]:
     return out
 
 
+def _nvml_answers(backend, timeout: float) -> dict:
+    """NVML's answers for a snapshot: live NVML from an abandonable child, as the checks ask
+    it (a wedged driver held the snapshot in the kernel for good); what it answered before a
+    hang is kept, the GPUs it never reached marked unanswered, a hang before the device count
+    is NVML's own timeout (a replay says it could not ask, never a drain)."""
+    from rsc_health.collect import bounded
+    from rsc_health.collect import gpu as gpu_mod
+
+    if not isinstance(backend, gpu_mod.NvmlBackend):
+        return backend.read()
+    try:
+        return bounded.call(backend.read, timeout, streaming=True)
+    except bounded.Abandoned as exc:
+        return gpu_mod.with_unanswered(exc.partial) or dict(gpu_mod.UNANSWERED)
+
+
 def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
     """Exactly what the families of checks.REGISTRY declare they read (files, NVML's answers,
     what their `capture` adds), with the node's local state, as one JSON document."""
@@ -221,7 +237,8 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         if fam.capture is not None:
             doc.update(fam.capture(cfg, root))
     if any(fam.nvml for fam in REGISTRY):
-        doc["nvml"] = gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME).read()
+        doc["nvml"] = _nvml_answers(gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME),
+                                    float(cfg.get("gpu.nvml_timeout_s", 10.0)))
     return {
         "schema": SNAPSHOT_SCHEMA,
         "node": node or os.uname().nodename,

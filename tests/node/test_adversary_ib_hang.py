@@ -276,3 +276,30 @@ def test_a_fifo_where_a_snapshot_reads_a_file_does_not_block_it(node):
     assert doc is not None, "the snapshot blocked opening a FIFO"
     assert "sys/class/infiniband/mlx5_1/ports/1/rate" not in doc["files"]
     assert "sys/class/infiniband/mlx5_1/ports/1/state" in doc["files"]
+
+
+def test_a_snapshot_of_a_node_whose_nvml_never_answers_finishes(node, monkeypatch):
+    """Before, the snapshot asked live NVML in its own process: a wedged driver held it in the
+    kernel for good. Now from an abandonable child at [gpu] nvml_timeout_s, as the checks do;
+    what it answered before the hang is carried (a GPU lost before it still replays lost)."""
+    import pynvml
+
+    from tests.node.test_nvml_backend import FakeNvml
+
+    FakeNvml(lost=1).install(monkeypatch)
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetCount", lambda: 4)
+    real = pynvml.nvmlDeviceGetHandleByIndex
+
+    def wedged(i):
+        if i == 3:
+            time.sleep(3600)  # in the NVML child, abandoned at its deadline
+        return real(i)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetHandleByIndex", wedged)
+    cfg = node.config
+    cfg.data["gpu"].update(backend="nvml", nvml_timeout_s=1.0)
+    doc = _snapshot_in_child(node, 20, cfg)
+    assert doc is not None, "the snapshot was still waiting on NVML after 20 s"
+    devices = doc["nvml"]["devices"]
+    assert len(devices) == 4 and devices[1]["uuid"] == {"error": "NVML_ERROR_GPU_IS_LOST"}
+    assert devices[3].get("error") == "NVML_ERROR_TIMEOUT"
