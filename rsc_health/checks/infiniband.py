@@ -65,9 +65,11 @@ READS = (*(f"{_PORTS}/{a}" for a in PORT_ATTRS),
 
 class IbPorts(list):
     """The ports read (IbPort each), and the HCAs whose ports were not all listed (`unlisted`:
-    unreadable, or past ibports.MAX_PORTS): none of theirs is judged missing."""
+    unreadable, or past ibports.MAX_PORTS): none of theirs is judged missing. `sweeps_missed`:
+    the sweeps the ports' read hung before this run, which their counters' rise spans too."""
 
     unlisted: frozenset[str] = frozenset()
+    sweeps_missed: int = 0
 
 
 @dataclass
@@ -110,6 +112,7 @@ def collect(root: Path, env=None) -> IbPorts | None:
         return None
     ports = IbPorts()
     ports.unlisted = frozenset(read.unlisted)
+    ports.sweeps_missed = ibports.sweeps_missed(env)
     for hca, name, pdir in read.ports():
         port = IbPort(
             hca=hca,
@@ -233,8 +236,9 @@ def check(state, cfg: dict) -> list[Finding]:
             fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing", f"{hca} HCA not present",
                  repair=True)
         )
+    span = 1 + getattr(found, "sweeps_missed", 0)
     for p in ports:
-        out.extend(_port(p, state.deltas, rate, limits))
+        out.extend(_port(p, state.deltas, rate, limits, span))
     count = int(icfg.get("count", 0))
     if count and not wanted and len(ports) < count and not unlisted:
         out.append(
@@ -246,9 +250,10 @@ def check(state, cfg: dict) -> list[Finding]:
     return wedged + out
 
 
-def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:
+def _port(p, deltas: dict, rate: float, limits: dict, span: int = 1) -> list[Finding]:
     """One port: its link state and rate, counters it could not read, error counters rising
-    past their limits; ok when none of that."""
+    past their limits (per sweep, times the `span` of sweeps the rise covers: after a hang of
+    the ports' read, the sweeps it hung and this one); ok when none of that."""
     comp = p.name
     if p.state not in PORT_STATES or p.phys_state not in PHYS_STATES:
         # An empty, missing or garbled sysfs file says nothing about the link.
@@ -270,9 +275,11 @@ def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:
     for counter, code in RISING_CODES.items():
         d = deltas.get(f"ib/{comp}/{counter}", 0)
         limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
-        if d > limit:  # what it counted before it stopped still counts
+        if d > limit * span:  # what it counted before it stopped still counts
+            since = ("since last sweep" if span == 1 else
+                     f"over the last {span} sweeps (the ports' read hung)")
             out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
-                            f"{comp} {counter} +{d} since last sweep (limit {limit})",
+                            f"{comp} {counter} +{d} {since} (limit {limit} a sweep)",
                             repair=True, counter=counter, delta=d))
         elif saturated(counter, p.counters.get(counter)):
             stuck.append(f"{counter}={p.counters[counter]}")

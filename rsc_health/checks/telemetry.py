@@ -90,7 +90,8 @@ def collect(root: Path, env=None) -> dict:
                       "rate_gbps": parse_rate(read.text(pdir / "rate")),
                       "link_layer": read.text(pdir / "link_layer"), "counters": counts})
     ibports.said(read, env, FAMILY)
-    return {"time_ms": _clock_ms(root, env), "ports": ports}
+    return {"time_ms": _clock_ms(root, env), "ports": ports,
+            **({"after_hang": True} if ibports.after_hang(env) else {})}
 
 
 def _clock_ms(root: Path, env) -> int:
@@ -351,7 +352,10 @@ def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
             metrics[metric.value] = worst
     read = state.extra.get(FAMILY) or {"ports": []}
     expected = float(cfg["infiniband"]["rate_gbps"])
-    ports = [_port_figures(port, state.deltas, expected, interval) for port in read["ports"]
+    # After a hang of the ports' read their counters rose over more than this interval: no
+    # rate this run (the next one's is the real one).
+    ib_interval = None if read.get("after_hang") else interval
+    ports = [_port_figures(port, state.deltas, expected, ib_interval) for port in read["ports"]
              if (port.get("link_layer") or "InfiniBand") == "InfiniBand"]
     for key, metric, highest in (("port_xmit_wait_rate", Metric.IB_XMIT_WAIT_RATE, True),
                                  ("link_ratio", Metric.IB_LINK_RATIO, False),

@@ -61,6 +61,20 @@ def port_files(globs: Iterable[str]) -> tuple[str, ...]:
     return tuple(out)
 
 
+def sweeps_missed(env) -> int:
+    """Sweeps in a row the ports' read hung before this run (its record in hangs_before; 0:
+    none on record): the counters read now rose over that many sweeps more than one."""
+    record = (getattr(env, "hangs_before", None) or {}).get(hangs.IB)
+    return record["sweeps"] if isinstance(record, dict) and type(record.get("sweeps")) is int \
+        and record["sweeps"] > 0 else 0
+
+
+def after_hang(env) -> bool:
+    """Whether a hang of the ports' read is on record from before this run: the counters'
+    last read may be from before it, so a rise now is not one interval's."""
+    return hangs.IB in (getattr(env, "hangs_before", None) or {})
+
+
 def under_ports(rel: str) -> bool:
     """Whether a path relative to the root is a file under a port (PORT_GLOB): the reader's."""
     parts = rel.split("/")

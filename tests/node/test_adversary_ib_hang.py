@@ -303,3 +303,53 @@ def test_a_snapshot_of_a_node_whose_nvml_never_answers_finishes(node, monkeypatc
     devices = doc["nvml"]["devices"]
     assert len(devices) == 4 and devices[1]["uuid"] == {"error": "NVML_ERROR_GPU_IS_LOST"}
     assert devices[3].get("error") == "NVML_ERROR_TIMEOUT"
+
+
+def _after_a_hang_of(node: Node, cfg, sweeps: int) -> None:
+    """The node's state as a run finds it once the IB read answers again: a hang on record for
+    `sweeps` sweeps in a row, its child gone (the firmware command finally failed)."""
+    sdir = state_dir(cfg, node.root)
+    boot = (node.root / "proc/sys/kernel/random/boot_id").read_text().strip()
+    hangs.save(sdir / engine.HANGS_FILE, {hangs.IB: {
+        "since": "2026-11-27T01:00:00+00:00", "sweeps": sweeps, "pid": 2**22 + 7,
+        "start": 1}}, boot)
+
+
+def test_errors_counted_over_a_hang_are_judged_against_the_sweeps_it_spanned(node):
+    """No port was read for the 5 sweeps the IB read hung: the counters' rise since their last
+    read is 6 sweeps' worth. Before, it was judged against one sweep's limit: symbol errors at
+    7 a sweep (limit 10) drained the node after its job, for repair, as a bad cable. Now the
+    limit spans the sweeps the hang covered; a burst past that still drains."""
+    cfg = node.config
+    engine.run(cfg, node.root, sweep=True)  # the baselines
+    _after_a_hang_of(node, cfg, sweeps=5)
+    counter = node.root / "sys/class/infiniband/mlx5_2/ports/1/counters/symbol_error"
+    counter.write_text(f"{int(counter.read_text()) + 42}\n")
+    findings = engine.run(cfg, node.root, sweep=True, save_state=False)
+    assert "ib_symbol_errors" not in {f.code for f in findings}
+    counter.write_text(f"{int(counter.read_text()) + 30}\n")  # 72 in 6 sweeps: past 60
+    findings = engine.run(cfg, node.root, sweep=True, save_state=False)
+    drained = [f for f in findings if f.code == "ib_symbol_errors"]
+    assert len(drained) == 1 and "6 sweeps" in drained[0].reason, drained
+
+
+def test_no_ib_rate_is_taken_over_a_hang(node):
+    """The telemetry rates divide a counter's rise by the interval since the last run; the IB
+    counters were not read during the hang, so their rise spans it all. Before, the first
+    sample after a 5-sweep hang showed six times the port's real rate (a false fail-slow
+    signal); now no IB rate is taken on that run, and the next run's is the real one."""
+    import json
+
+    cfg = node.config
+    engine.run(cfg, node.root, sweep=True)
+    saved = node.root / "var/lib/rsc_health/counters.json"
+    doc = json.loads(saved.read_text())
+    doc["counters"]["tm/time_ms"] -= 300_000
+    saved.write_text(json.dumps(doc))
+    _after_a_hang_of(node, cfg, sweeps=5)
+    wait = node.root / "sys/class/infiniband/mlx5_1/ports/1/counters/port_xmit_wait"
+    wait.write_text(f"{int(wait.read_text()) + 6_000_000}\n")
+    findings = engine.run(cfg, node.root, sweep=True, save_state=False)
+    sample = next(f for f in findings if f.family == "telemetry" and f.component == "node")
+    assert "ib_xmit_wait_rate" not in sample.data["metrics"]
+    assert all("port_xmit_wait_rate" not in p for p in sample.data["ports"])
