@@ -122,6 +122,9 @@ class IbReader:
             return
         self._begun = True
         state = self.state
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self.skipped = 1  # not asked: a hang on record stays as it was
+            return
         if state is not None:
             state.probes_asked.append(hangs.IB)
         waiting = self.hangs_before.get(hangs.IB) or {}
@@ -131,9 +134,6 @@ class IbReader:
                 state.hung_probes[hangs.IB] = (
                     f"InfiniBand: the port read abandoned before (pid {waiting['pid']}) is "
                     "still waiting in the kernel; not asked again")
-            return
-        if self.deadline is not None and time.monotonic() > self.deadline:
-            self.skipped = 1
             return
         from rsc_health.collect import bounded
 

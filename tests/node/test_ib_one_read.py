@@ -110,3 +110,23 @@ def test_an_hca_past_the_port_cap_is_not_judged_missing(tmp_path):
     found = infiniband.check(state, {"infiniband": {"hcas": ["mlx5_0000", last]}})
     assert "ib_missing" not in {f.code for f in found}
     assert any("not read" in e[2] for e in state.errors)
+
+
+def test_a_read_never_made_keeps_the_hang_on_record(node):
+    """Past the stage's deadline the ports are not read: the run did not ask the ib probe, so a
+    hang on record (and its count of sweeps) stays as it was, not cleared as if it answered."""
+    from datetime import datetime
+
+    from rsc_health.checks import infiniband
+    from rsc_health.collect import hangs
+
+    state = NodeState()
+    record = {"since": "2026-11-27T01:00:00+00:00", "sweeps": 2}
+    env = CollectEnv(node.config, deadline=time.monotonic() - 1.0, state=state,
+                     hangs_before={hangs.IB: record})
+    assert infiniband.collect(node.root, env) is None
+    assert hangs.IB not in state.probes_asked
+    kept = hangs.update({"boot_id": None, "probes": {hangs.IB: record}}, "b",
+                        set(state.probes_asked), {}, datetime.now(),
+                        sweep=True)
+    assert kept[hangs.IB]["sweeps"] == 2
