@@ -97,7 +97,8 @@ def test_a_lost_gpu_drains_at_job_start_while_an_ib_counter_read_hangs(hung_ib):
     the lost GPU). Now the GPU is judged, the node drains, the hang is said, within budget."""
     root = hung_ib.root
     budget = 12
-    (root / "site.toml").write_text((root / "config.toml").read_text() + f"""
+    (root / "site.toml").write_text((root / "config.toml").read_text().replace(
+        "[infiniband]\n", "[infiniband]\nread_timeout_s = 1.0\n") + f"""
 [slurm]
 bin_dir = "/nonexistent-slurm"
 sweep_budget_s = {budget}
