@@ -192,8 +192,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
     # HCA firmware holds in the kernel would hold the snapshot there for good. What it did
     # not answer (read_timeout_s) is not carried.
     ib = ibports.IbReader(root, None, ibports.port_files(g for f in REGISTRY for g in f.reads),
-                          float(cfg.get("infiniband.read_timeout_s",
-                                        ibports.DEFAULT_TIMEOUT_S)))
+                          float(cfg.get("infiniband.read_timeout_s")))
     files: dict[str, str] = {}
     links: dict[str, str] = {}
     real_root = root.resolve()
@@ -238,7 +237,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
             doc.update(fam.capture(cfg, root))
     if any(fam.nvml for fam in REGISTRY):
         doc["nvml"] = _nvml_answers(gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME),
-                                    float(cfg.get("gpu.nvml_timeout_s", 10.0)))
+                                    float(cfg.get("gpu.nvml_timeout_s")))
     return {
         "schema": SNAPSHOT_SCHEMA,
         "node": node or os.uname().nodename,
