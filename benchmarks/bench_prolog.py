@@ -1,8 +1,9 @@
 """Prolog time on the healthy fixture node as a compute node runs it: a clean node install, a
 fresh interpreter per job start, against the bare interpreter and the floor of any Python check
 that reads a TOML config and writes JSON, all in the same run; and the worst case: a mount
-whose statfs blocks (a real FUSE mount), an NVML that never answers and a FIFO kernel-log
-source, all at once, against the prolog's budget.
+whose statfs blocks (a real FUSE mount), an InfiniBand counter whose read blocks (a FUSE mount
+over /sys/class/infiniband), an NVML that never answers and a FIFO kernel-log source, all at
+once, against the prolog's budget.
 
     python3 benchmarks/bench_prolog.py [--runs 20] [--venv DIR] [--pyz] [--instructions]
                                        [--live-nvml]
@@ -299,7 +300,8 @@ def main() -> None:
                               f"{ratio:.2f}\tx")
     if worst is not None:
         took, budget = worst
-        print(f"worst case     : {took:.1f} s with a hung FUSE mount, a wedged NVML and a FIFO "
+        print(f"worst case     : {took:.1f} s with a hung FUSE mount, a hung IB counter, a wedged "
+              f"NVML and a FIFO "
               f"source (budget {budget:g} s: {took / budget:.0%} of it)")
         print(f"BENCH\tprolog\tworst case wall\t{took:.2f}\ts")
         print(f"BENCH\tprolog\tworst case / budget\t{took / budget:.2f}\tx")
@@ -375,13 +377,21 @@ def worst_case(python: Path) -> tuple[float, float] | None:
             'nvml_timeout_s = 2.0\n')
             + '\n[xid]\nsources = ["/dev/kmsg", "/var/log/kern.fifo"]\n[slurm]\n'
             f'bin_dir = "/nonexistent"\nprolog_budget_s = {budget}\n')
-        # The test environment's python runs the FUSE server (fusepy is a test dependency).
+        ib = root / "sys/class/infiniband"
+        shutil.move(str(ib), str(Path(tmp) / "ib"))
+        ib.mkdir()
+        # The test environment's python runs the FUSE servers (fusepy is a test dependency).
         fuse = subprocess.Popen([sys.executable, str(fault / "hung_fuse.py"),
                                  str(root / "checkpoint")], stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
+        fuse_ib = subprocess.Popen([sys.executable, str(fault / "hung_read_fuse.py"),
+                                    str(Path(tmp) / "ib"), str(ib),
+                                    "mlx5_3/ports/1/counters/symbol_error"],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
             for _ in range(100):
-                if f" {root / 'checkpoint'} " in Path("/proc/mounts").read_text():
+                mounted = Path("/proc/mounts").read_text()
+                if f" {root / 'checkpoint'} " in mounted and f" {ib} " in mounted:
                     break
                 time.sleep(0.05)
             else:
@@ -398,10 +408,10 @@ def worst_case(python: Path) -> tuple[float, float] | None:
                            cwd=tmp, capture_output=True, timeout=120)
             return time.perf_counter() - t0, budget
         finally:
-            fuse.kill()
-            fuse.wait(10)
-            subprocess.run(["fusermount", "-u", "-z", str(root / "checkpoint")],
-                           capture_output=True)
+            for server, point in ((fuse, root / "checkpoint"), (fuse_ib, ib)):
+                server.kill()
+                server.wait(10)
+                subprocess.run(["fusermount", "-u", "-z", str(point)], capture_output=True)
 
 
 if __name__ == "__main__":

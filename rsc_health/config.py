@@ -152,9 +152,10 @@ def _deep_merge(base: dict, top: dict) -> dict:
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _read_toml(path: Path, *, packaged: bool = False) -> dict:
+def _read_toml(path: Path, *, packaged: bool = False, raw: list | None = None) -> dict:
     """Read a TOML file that is a regular file: a FIFO or a device where the config should be
-    would block the prolog at open or read, so it is refused without waiting (O_NONBLOCK)."""
+    would block the prolog at open or read, so it is refused without waiting (O_NONBLOCK).
+    `raw`, when given, receives the bytes parsed (the compiled config keeps them)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
         with os.fdopen(fd, "rb") as fh:
@@ -165,6 +166,8 @@ def _read_toml(path: Path, *, packaged: bool = False) -> dict:
             raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
+    if raw is not None:
+        raw.append(data)
     return (packaged and packaged_toml(data)) or _parse_toml(data, path)
 
 
@@ -189,13 +192,16 @@ def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]
     return DEFAULT_CONFIG_PATH, False
 
 
-def load_config(explicit: str | os.PathLike | None = None) -> Config:
+def load_config(explicit: str | os.PathLike | None = None, *, raw: list | None = None
+                ) -> Config:
+    """The packaged defaults merged with the site file, validated. `raw`, when given, receives
+    the site file's bytes as parsed (none when there is no site file)."""
     data = _read_defaults()
     path, named = resolve_path(explicit)
     site: dict = {}
     if str(path) != os.devnull:
         if path.exists() or named:
-            site = _read_toml(path)
+            site = _read_toml(path, raw=raw)
     from rsc_health.config_schema import validate_overrides, validate_site
 
     overrides = {k: site.pop(k) for k in OVERRIDE_TABLES if k in site}
@@ -334,8 +340,22 @@ def _now_text() -> str:
 # the TOML is parsed and validated as always, and the result written anew. Only a site whose
 # state_dir is the packaged default's keeps one (the file must be found before the config is
 # read). A config with a date or time value is not kept (marshal has no datetime).
+#
+# A stat key cannot see an edit made within the filesystem's timestamp granularity of the load
+# that wrote it: content A parsed, then rewritten in place to B of the same size in the same
+# tick (the same second on a 1-second filesystem), and size, mtime and ctime all still match A.
+# git's "racily clean" rule: a key whose file was changed no earlier than RACY_NS before the
+# moment the load began (taken before its first stat) is racy. Such a compiled config keeps
+# the very bytes it parsed and is served only while the file still holds them (one small read,
+# no parse); code that changed that recently is not compiled at all. Any later change is
+# stamped at or after that moment less one tick, so a key RACY_NS older than it is safe.
 COMPILED_FILE = "compiled_config.marshal"
-COMPILED_FORMAT = 1
+COMPILED_FORMAT = 2
+# 2 s: the coarsest timestamps a config's filesystem has (FAT's 2 s; ext3, 128-byte-inode ext4
+# and NFS servers on them: 1 s; local ext4/xfs/btrfs: one kernel tick, 1-10 ms), with a second
+# of clock skew between an NFS server and this node to spare. A racy key costs one read of
+# the site file, so the bound can be generous.
+RACY_NS = 2_000_000_000
 
 
 def _stat_key(path: str | os.PathLike) -> tuple | None:
@@ -376,7 +396,7 @@ def compiled_path(root: Path) -> Path:
     return root / configured.relative_to(configured.anchor) / COMPILED_FILE
 
 
-def _read_compiled(file: Path, key: tuple) -> Config | None:
+def _read_compiled(file: Path, key: tuple, site: Path) -> Config | None:
     from rsc_health.durable import open_regular, unsafe_directory
 
     try:
@@ -393,21 +413,41 @@ def _read_compiled(file: Path, key: tuple) -> Config | None:
         kept = marshal.loads(blob)
     except (OSError, EOFError, ValueError, TypeError):
         return None
-    if not (isinstance(kept, tuple) and len(kept) == 4 and kept[0] == key):
+    if not (isinstance(kept, tuple) and len(kept) == 6 and kept[0] == key):
         return None
-    _, data, path, overrides = kept
+    _, data, path, overrides, written, parsed = kept
     if not (isinstance(data, dict) and isinstance(overrides, dict)
-            and (path is None or isinstance(path, str))):
+            and (path is None or isinstance(path, str)) and type(written) is int
+            and (parsed is None or isinstance(parsed, bytes))):
         return None
+    if any(_racy(part, written) for part in key[0][2]):
+        return None
+    if _racy(key[3], written) and (parsed is None or _site_bytes(site) != parsed):
+        return None  # racily clean: the bytes decide, not the stat
     return Config(data, Path(path) if path is not None else None, overrides)
 
 
-def _write_compiled(file: Path, key: tuple, cfg: Config) -> None:
+def _site_bytes(path: Path) -> bytes | None:
+    """The site file's bytes now, read as _read_toml reads them (a regular file, bounded, never
+    a wait); None if unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            return fh.read(MAX_CONFIG_BYTES + 1)
+    except OSError:
+        return None
+
+
+def _write_compiled(file: Path, key: tuple, cfg: Config, began: int,
+                    parsed: bytes | None) -> None:
+    """Keep cfg under `key`, with when its load began and, for a racy key, the bytes parsed."""
     from rsc_health.durable import write_atomic
 
     try:
         blob = marshal.dumps((key, cfg.data, None if cfg.path is None else str(cfg.path),
-                              cfg.overrides))
+                              cfg.overrides, began, parsed))
     except ValueError:  # a date or time value: parsed each time
         return
     if len(blob) <= MAX_CONFIG_BYTES:
@@ -416,20 +456,33 @@ def _write_compiled(file: Path, key: tuple, cfg: Config) -> None:
 
 def load_config_compiled(root: Path, explicit: str | os.PathLike | None = None) -> Config:
     """load_config(explicit) for a job start: from the compiled config when its key still
-    holds, else loaded as always and kept for the next run (a write that fails is only a miss
-    next time). Raises ConfigError as load_config does."""
+    holds (and, for a racy key, the file still holds the bytes it was compiled from), else
+    loaded as always and kept for the next run (a write that fails is only a miss next time).
+    Raises ConfigError as load_config does."""
+    import time
+
+    began = time.time_ns()  # before the first stat: see RACY_NS
     path, named = resolve_path(explicit)
     key = _compiled_key(path, named)
     if key is None:
         return load_config(explicit)
     file = compiled_path(root)
-    cfg = _read_compiled(file, key)
+    cfg = _read_compiled(file, key, path)
     if cfg is not None:
         return cfg
-    cfg = load_config(explicit)
-    if state_dir(cfg, root) == file.parent and _compiled_key(path, named) == key:
+    raw: list[bytes] = []
+    cfg = load_config(explicit, raw=raw)
+    if state_dir(cfg, root) == file.parent and _compiled_key(path, named) == key \
+            and not any(_racy(part, began) for part in key[0][2]):
         try:
-            _write_compiled(file, key, cfg)
+            _write_compiled(file, key, cfg, began,
+                            raw[0] if raw and _racy(key[3], began) else None)
         except OSError:
             pass
     return cfg
+
+
+def _racy(stat_key: tuple | None, when_ns: int) -> bool:
+    """Whether a file with this stat key was changed (mtime or ctime) no earlier than RACY_NS
+    before `when_ns`: an edit within its timestamp granularity could leave the key unchanged."""
+    return stat_key is not None and max(stat_key[3], stat_key[4]) >= when_ns - RACY_NS

@@ -93,6 +93,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "mounts.probe_timeout_s": (0, 600),
     "gpu.nvml_timeout_s": (0, 600),
     "gpu.nvml_hang_sweeps": (0, 10_000),
+    "infiniband.read_timeout_s": (0, 600),
+    "infiniband.hang_sweeps": (0, 10_000),
     "site.timeout_s": (0, 600),
     "site.max_output_bytes": (1024, 16 * 1024 * 1024),
     "site.max_lines": (1, 10_000),

@@ -126,15 +126,17 @@ def _run(
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
                                {name: state.probe_pids.get(name) for name in state.hung_probes},
                                utcnow(), sweep=sweep, after_health=state.hung_after_health)
-    if hangs.NVML in state.hung_probes:
-        # Said on every run it hangs, with since when; after [gpu] nvml_hang_sweeps sweeps
-        # in a row the gpu check makes it the node's fault (nvml_wedged).
-        hang = state.hangs[hangs.NVML]
+    for probe, code in ((hangs.NVML, "nvml_hung"), (hangs.IB, "ib_hung")):
+        if probe not in state.hung_probes:
+            continue
+        # Said on every run it hangs, with since when; after [gpu] nvml_hang_sweeps
+        # ([infiniband] hang_sweeps) sweeps in a row the gpu (infiniband) check makes it the
+        # node's fault (nvml_wedged, ib_wedged).
+        hang = state.hangs[probe]
         findings.append(Finding(
-            "checker", hangs.NVML, Status.ERROR, Severity.NONE,
-            f"{state.hung_probes[hangs.NVML]}; not answering since {hang['since']} "
-            f"({hang['sweeps']} sweep(s) in a row)", "nvml_hung", data={"probe": hangs.NVML,
-                                                                        **hang}))
+            "checker", probe, Status.ERROR, Severity.NONE,
+            f"{state.hung_probes[probe]}; not answering since {hang['since']} "
+            f"({hang['sweeps']} sweep(s) in a row)", code, data={"probe": probe, **hang}))
 
     data = dict(cfg.data)
     for family, problem in _load_catalogs(cfg, families, data):

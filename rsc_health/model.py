@@ -138,10 +138,11 @@ DRAIN_KINDS = frozenset({ActionKind.DRAIN_NOW, ActionKind.DRAIN_AFTER_JOB, Actio
                          ActionKind.MANUAL_DRAIN, ActionKind.QUALIFY_DRAIN})
 
 
-# Finding codes of a probe that did not answer (a mount's statvfs, NVML; collect.hangs): their
-# data name the probe and since when it hangs. The heartbeat and the textfile carry them, and
-# `healthctl status` names the nodes whose intervals of them are open.
-HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged"})
+# Finding codes of a probe that did not answer (a mount's statvfs, NVML, the InfiniBand ports'
+# sysfs read; collect.hangs): their data name the probe and since when it hangs. The heartbeat
+# and the textfile carry them, and `healthctl status` names the nodes whose intervals of them
+# are open.
+HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged", "ib_hung", "ib_wedged"})
 
 
 # Every reason string rsc-health gives Slurm starts with this; only such drains are ever

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
-from rsc_health.collect import ibports
+from rsc_health.collect import hangs, ibports
 from rsc_health.collect.sysfs import parse_count
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
@@ -63,6 +63,15 @@ READS = (*(f"{_PORTS}/{a}" for a in PORT_ATTRS),
          *(f"{_PORTS}/counters/{c}" for c in ERROR_COUNTERS))
 
 
+class IbPorts(list):
+    """The ports read (IbPort each), and the HCAs whose ports were not all listed (`unlisted`:
+    unreadable, or past ibports.MAX_PORTS): none of theirs is judged missing. `sweeps_missed`:
+    the sweeps the ports' read hung before this run, which their counters' rise spans too."""
+
+    unlisted: frozenset[str] = frozenset()
+    sweeps_missed: int = 0
+
+
 @dataclass
 class IbPort:
     hca: str
@@ -92,11 +101,18 @@ def parse_rate(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def collect(root: Path, env=None) -> list[IbPort]:
+def collect(root: Path, env=None) -> IbPorts | None:
     """The ports through the run's one reader (rsc_health.collect.ibports): the telemetry
-    family's reads of the same files are served from it."""
-    read = ibports.reader(root, env)
-    ports: list[IbPort] = []
+    family's reads of the same files are served from it. None when the ports were not listed
+    (the read hung before, or is still stuck from an earlier run: ib_hung says so): a port
+    never listed is not judged missing."""
+    read = ibports.reader(root, env, ibports.port_files(READS))
+    if not read.listed:
+        ibports.said(read, env, "infiniband")
+        return None
+    ports = IbPorts()
+    ports.unlisted = frozenset(read.unlisted)
+    ports.sweeps_missed = ibports.sweeps_missed(env)
     for hca, name, pdir in read.ports():
         port = IbPort(
             hca=hca,
@@ -105,7 +121,7 @@ def collect(root: Path, env=None) -> list[IbPort]:
             phys_state=_word(read.text(pdir / "phys_state")),
             rate_gbps=parse_rate(read.text(pdir / "rate")),
             link_layer=read.text(pdir / "link_layer"),
-            virtual=(pdir.parent.parent / "device" / "physfn").exists(),
+            virtual=read.virtual(pdir),
         )
         for counter in ERROR_COUNTERS:
             text = read.text(pdir / "counters" / counter)
@@ -143,9 +159,13 @@ def _vanished(state, found: list) -> list[Finding]:
     seen = state.counters.get(PORTS_SEEN, 0)
     if len(here) >= seen:
         return []
+    unlisted: frozenset[str] = getattr(found, "unlisted", frozenset())
     gone = sorted(k[3:-len("/present")] for k in state.baseline
                   if k.startswith("ib/") and k.endswith("/present")
-                  and k[3:-len("/present")] not in here)
+                  and k[3:-len("/present")] not in here
+                  and k[3:-len("/present")].split("/")[0] not in unlisted)
+    if unlisted and not gone:
+        return []  # fewer only by the HCAs the checker could not list: a checker error
     return [fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
                  f"{len(here)} of the {seen} InfiniBand ports seen earlier in this boot "
                  f"present (gone: {', '.join(gone)[:200] or 'unknown'})", repair=True,
@@ -180,11 +200,29 @@ DEFAULT_LIMITS = {
 }
 
 
+def _wedged(state, icfg: dict) -> list[Finding]:
+    """The ports' sysfs read hung on this run and on [infiniband] hang_sweeps sweeps in a row:
+    the HCA's driver is wedged (a firmware command that never completes), and multi-node jobs
+    fail on it. The node's fault, not a checker error for ever: drain after the job (a
+    repair), as checks.gpu does for NVML."""
+    # getattr: a state built by hand (a test, a replay tool) need not carry the hang fields.
+    hung_now = hangs.IB in getattr(state, "hung_probes", {})
+    hang = getattr(state, "hangs", {}).get(hangs.IB) if hung_now else None
+    limit = int(icfg.get("hang_sweeps", 3))
+    if hang is None or limit <= 0 or hang["sweeps"] < limit:
+        return []
+    return [fail("infiniband", hangs.IB, Severity.DRAIN_AFTER_JOB, "ib_wedged",
+                 f"the InfiniBand ports' read has not answered for {hang['sweeps']} sweeps in "
+                 "a row, a wedged HCA driver: reset the HCA", repair=True, probe=hangs.IB,
+                 **hang)]
+
+
 def check(state, cfg: dict) -> list[Finding]:
     icfg = cfg.get("infiniband", {})
     found = state.extra.get("infiniband")
+    wedged = _wedged(state, icfg)
     if found is None:
-        return []
+        return wedged
     wanted = list(icfg.get("hcas", []))
     rate = float(icfg.get("rate_gbps", 0))
     limits = icfg.get("errors_per_sweep", {})
@@ -192,27 +230,30 @@ def check(state, cfg: dict) -> list[Finding]:
     if wanted:
         ports = [p for p in ports if p.hca in wanted]
     out: list[Finding] = []
-    for hca in sorted(set(wanted) - {p.hca for p in found}):
+    unlisted: frozenset[str] = getattr(found, "unlisted", frozenset())  # said as an error
+    for hca in sorted(set(wanted) - {p.hca for p in found} - unlisted):
         out.append(
             fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing", f"{hca} HCA not present",
                  repair=True)
         )
+    span = 1 + getattr(found, "sweeps_missed", 0)
     for p in ports:
-        out.extend(_port(p, state.deltas, rate, limits))
+        out.extend(_port(p, state.deltas, rate, limits, span))
     count = int(icfg.get("count", 0))
-    if count and not wanted and len(ports) < count:
+    if count and not wanted and len(ports) < count and not unlisted:
         out.append(
             fail("infiniband", "hcas", Severity.DRAIN_NOW, "ib_missing",
                  f"{len(ports)} of {count} InfiniBand ports present", repair=True)
         )
     elif not wanted:
         out.extend(_vanished(state, found))
-    return out
+    return wedged + out
 
 
-def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:
+def _port(p, deltas: dict, rate: float, limits: dict, span: int = 1) -> list[Finding]:
     """One port: its link state and rate, counters it could not read, error counters rising
-    past their limits; ok when none of that."""
+    past their limits (per sweep, times the `span` of sweeps the rise covers: after a hang of
+    the ports' read, the sweeps it hung and this one); ok when none of that."""
     comp = p.name
     if p.state not in PORT_STATES or p.phys_state not in PHYS_STATES:
         # An empty, missing or garbled sysfs file says nothing about the link.
@@ -234,9 +275,11 @@ def _port(p, deltas: dict, rate: float, limits: dict) -> list[Finding]:
     for counter, code in RISING_CODES.items():
         d = deltas.get(f"ib/{comp}/{counter}", 0)
         limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
-        if d > limit:  # what it counted before it stopped still counts
+        if d > limit * span:  # what it counted before it stopped still counts
+            since = ("since last sweep" if span == 1 else
+                     f"over the last {span} sweeps (the ports' read hung)")
             out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
-                            f"{comp} {counter} +{d} since last sweep (limit {limit})",
+                            f"{comp} {counter} +{d} {since} (limit {limit} a sweep)",
                             repair=True, counter=counter, delta=d))
         elif saturated(counter, p.counters.get(counter)):
             stuck.append(f"{counter}={p.counters[counter]}")

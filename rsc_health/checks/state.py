@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rsc_health.checks import REGISTRY, CollectEnv
-from rsc_health.collect import counters, kmsg
+from rsc_health.collect import counters, ibports, kmsg
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect.node import read_nvml
 from rsc_health.config import Config
@@ -62,15 +62,20 @@ def collect_all(
     hangs_before = hangs_before or {}
     families = [f for f in REGISTRY if not only or f.name in only]
     state = NodeState(boot_id=kmsg.boot_id(root))
+    env = CollectEnv(cfg, deadline, state, cursors or {}, hangs_before, probe_timeout_s)
+    # The InfiniBand ports' child first: it reads them while NVML answers (collect.ibports).
+    ib_files = ibports.port_files(g for f in families if f.collect is not None for g in f.reads)
+    if ib_files:
+        ibports.start(root, env, ib_files)
     if any(f.nvml for f in families):
         read_nvml(cfg, root, state, hangs_before,
                   telemetry=any(f.name == "telemetry" for f in families))
     cursors = cursors or {}
-    env = CollectEnv(cfg, deadline, state, cursors, hangs_before, probe_timeout_s)
     for fam in (f for f in families if f.collect is not None):
         data = env.guard(fam.name, fam.name, lambda fam=fam: fam.collect(root, env))
         if data is not None:
             state.extra[fam.name] = data
+    env.guard("infiniband", ibports.SOURCE, lambda: ibports.finish(env))
     _read_counters(state, families, previous_counters or {})
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
     new_cursors = {}

@@ -74,10 +74,11 @@ def _prefix(gpu_index: int) -> str:
 def collect(root: Path, env=None) -> dict:
     """The HCA ports' counters and rate, and when they (and NVML, read just before) were read.
     Through the run's one reader of the ports (rsc_health.collect.ibports): the error counters,
-    rate and link layer the infiniband family read this run are its answers, not read again."""
+    rate and link layer the infiniband family read this run are its answers, not read again.
+    Ports not listed (their read hung: ib_hung) are none: the GPUs' sample still stands."""
     from rsc_health.checks.infiniband import parse_rate
 
-    read = ibports.reader(root, env)
+    read = ibports.reader(root, env, ibports.port_files(READS))
     ports = []
     for hca, name, pdir in read.ports():
         counts = {}
@@ -89,7 +90,8 @@ def collect(root: Path, env=None) -> dict:
                       "rate_gbps": parse_rate(read.text(pdir / "rate")),
                       "link_layer": read.text(pdir / "link_layer"), "counters": counts})
     ibports.said(read, env, FAMILY)
-    return {"time_ms": _clock_ms(root, env), "ports": ports}
+    return {"time_ms": _clock_ms(root, env), "ports": ports,
+            **({"after_hang": True} if ibports.after_hang(env) else {})}
 
 
 def _clock_ms(root: Path, env) -> int:
@@ -350,7 +352,10 @@ def sample(state, cfg: dict) -> tuple[dict, float | None, dict, list[dict]]:
             metrics[metric.value] = worst
     read = state.extra.get(FAMILY) or {"ports": []}
     expected = float(cfg["infiniband"]["rate_gbps"])
-    ports = [_port_figures(port, state.deltas, expected, interval) for port in read["ports"]
+    # After a hang of the ports' read their counters rose over more than this interval: no
+    # rate this run (the next one's is the real one).
+    ib_interval = None if read.get("after_hang") else interval
+    ports = [_port_figures(port, state.deltas, expected, ib_interval) for port in read["ports"]
              if (port.get("link_layer") or "InfiniBand") == "InfiniBand"]
     for key, metric, highest in (("port_xmit_wait_rate", Metric.IB_XMIT_WAIT_RATE, True),
                                  ("link_ratio", Metric.IB_LINK_RATIO, False),

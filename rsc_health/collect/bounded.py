@@ -122,6 +122,8 @@ def _last_message(buf: bytes, key: str) -> Any:
     line, and its reports before it (the NVML child's: every GPU's answers so far, after each
     GPU) are not decoded again on every job start."""
     for line in reversed(buf.split(b"\n")):
+        if key.encode() not in line:
+            continue
         try:
             msg = json.loads(line)
         except ValueError:
@@ -156,13 +158,17 @@ def collect(children: dict[str, tuple[int, int]], deadline: float,
 def _read_until(children: dict[str, tuple[int, int]], deadline: float
                 ) -> tuple[dict[str, bytearray], dict[str, dict | None]]:
     """(what each child wrote, its answer: its last "ok" or "error" message, None for one
-    that did not close its pipe by the deadline); every pipe is closed after."""
+    that did not close its pipe by the deadline); every pipe is closed after. What a child
+    wrote is read even when the deadline has passed before this is called (a child started
+    early and asked late, collect.ibports): only a wait past the deadline is not made."""
     buffers = {key: bytearray() for key in children}
     open_fds = {fd: key for key, (_, fd) in children.items()}
     done: dict[str, dict | None] = {}
-    while open_fds and deadline > time.monotonic():
-        ready, _, _ = select.select(list(open_fds), [], [],
-                                    max(0.0, deadline - time.monotonic()))
+    while open_fds:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select(list(open_fds), [], [], max(0.0, left))
+        if not ready and left <= 0:
+            break
         for fd in ready:
             chunk = os.read(fd, 65536)
             key = open_fds[fd]

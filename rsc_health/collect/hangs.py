@@ -1,9 +1,9 @@
-"""Probes that keep hanging: which one (statvfs of a mount, NVML), since when, for how many
-sweeps in a row.
+"""Probes that keep hanging: which one (statvfs of a mount, NVML, the InfiniBand ports' sysfs
+read), since when, for how many sweeps in a row.
 
-One run says its own hang (`mount_hung`, `nvml_hung`). What one run cannot say is that the
-probe has hung on every run for an hour: a wedged driver answers no NVML call until the GPU is
-reset, and a checker error for ever lets jobs start on it. The node state keeps, per probe
+One run says its own hang (`mount_hung`, `nvml_hung`, `ib_hung`). What one run cannot say is
+that the probe has hung on every run for an hour: a wedged driver answers no NVML call until the
+GPU is reset, and a checker error for ever lets jobs start on it. The node state keeps, per probe
 still hanging, when it first hung and how many sweeps in a row found it hung:
 {"boot_id": ..., "probes": {"nvml": {"since": ISO time, "sweeps": 3, "pid": 4242, "start":
 123456}}}. A probe that answers is dropped; a new boot starts afresh (a reboot is the cure).
@@ -27,6 +27,7 @@ from rsc_health.durable import load_state_json
 
 NVML = "nvml"
 STATVFS = "statvfs"
+IB = "ib"  # the InfiniBand ports' sysfs read (collect.ibports)
 
 
 def statvfs(path: str) -> str:

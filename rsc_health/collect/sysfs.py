@@ -15,7 +15,7 @@ ATTR_BYTES = 1 << 16
 FILE_BYTES = 16 << 20
 
 
-def read_bounded(path: Path, limit: int = FILE_BYTES) -> bytes:
+def read_bounded(path: Path | str, limit: int = FILE_BYTES) -> bytes:
     """A regular file's bytes, at most `limit`. Anything else where a file should be raises
     OSError at once: a FIFO would block read() for ever, a device such as /dev/zero never
     ends (the node path ate memory until MemoryError), and a directory has no bytes."""
@@ -34,7 +34,7 @@ def read_bounded(path: Path, limit: int = FILE_BYTES) -> bytes:
         os.close(fd)
 
 
-def read_text(path: Path) -> str | None:
+def read_text(path: Path | str) -> str | None:
     try:
         return read_bounded(path, ATTR_BYTES).decode("utf-8", "replace").strip()
     except OSError:

@@ -134,6 +134,10 @@ SHARED_READS = ("proc/sys/kernel/random/boot_id",)
 
 
 def _read(path: Path) -> str | None:
+    """A file's text as the checks read it: a regular file, at most FILE_BYTES (a FIFO where
+    a file was would block the snapshot for ever, a device never ends), or /dev/kmsg."""
+    from rsc_health.collect.sysfs import read_bounded
+
     try:
         st = path.stat()
         if stat.S_ISCHR(st.st_mode):
@@ -141,7 +145,7 @@ def _read(path: Path) -> str | None:
 
             # The whole ring buffer, up to MAX_READ bytes of records: a snapshot has no cursor.
             return _read_kmsg_device(path, -1).text + "\n"
-        return path.read_bytes().decode("utf-8", "replace")
+        return read_bounded(path).decode("utf-8", "replace")
     except OSError:
         return None
 
@@ -161,12 +165,34 @@ def _local_state(cfg: Config, root: Path) -> dict[str, str]:
     return out
 
 
+def _nvml_answers(backend, timeout: float) -> dict:
+    """NVML's answers for a snapshot: live NVML from an abandonable child, as the checks ask
+    it (a wedged driver held the snapshot in the kernel for good); what it answered before a
+    hang is kept, the GPUs it never reached marked unanswered, a hang before the device count
+    is NVML's own timeout (a replay says it could not ask, never a drain)."""
+    from rsc_health.collect import bounded
+    from rsc_health.collect import gpu as gpu_mod
+
+    if not isinstance(backend, gpu_mod.NvmlBackend):
+        return backend.read()
+    try:
+        return bounded.call(backend.read, timeout, streaming=True)
+    except bounded.Abandoned as exc:
+        return gpu_mod.with_unanswered(exc.partial) or dict(gpu_mod.UNANSWERED)
+
+
 def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
     """Exactly what the families of checks.REGISTRY declare they read (files, NVML's answers,
     what their `capture` adds), with the node's local state, as one JSON document."""
     from rsc_health.checks import BY_NAME, REGISTRY
+    from rsc_health.collect import ibports
     from rsc_health.collect.node import gpu_backend
 
+    # The InfiniBand ports through the checks' own abandonable child: a counter read a wedged
+    # HCA firmware holds in the kernel would hold the snapshot there for good. What it did
+    # not answer (read_timeout_s) is not carried.
+    ib = ibports.IbReader(root, None, ibports.port_files(g for f in REGISTRY for g in f.reads),
+                          float(cfg.get("infiniband.read_timeout_s")))
     files: dict[str, str] = {}
     links: dict[str, str] = {}
     real_root = root.resolve()
@@ -190,7 +216,9 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
                     return
                 links.setdefault(where, target)
         real = inside((root / rel).resolve())
-        text = _read(root / rel) if real is not None else None
+        if real is None:
+            return
+        text = ib.text(root / rel) if ibports.under_ports(rel) else _read(root / rel)
         if text is not None:
             files[real] = text
 
@@ -208,7 +236,8 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
         if fam.capture is not None:
             doc.update(fam.capture(cfg, root))
     if any(fam.nvml for fam in REGISTRY):
-        doc["nvml"] = gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME).read()
+        doc["nvml"] = _nvml_answers(gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME),
+                                    float(cfg.get("gpu.nvml_timeout_s")))
     return {
         "schema": SNAPSHOT_SCHEMA,
         "node": node or os.uname().nodename,

@@ -113,14 +113,16 @@ def test_a_planted_symlink_is_not_followed_and_is_replaced(node, tmp_path, monke
     _load(node)
     kept = compiled_path(node)
     elsewhere = tmp_path / "elsewhere"
-    elsewhere.write_bytes(kept.read_bytes())  # a valid blob, but not at a name root wrote
+    blob = kept.read_bytes()
+    elsewhere.write_bytes(blob)  # a valid blob, but not at a name root wrote
     kept.unlink()
     kept.symlink_to(elsewhere)
     parsed = _no_parse(monkeypatch)
     _load(node)
     assert parsed == [_site(node)]
     assert not kept.is_symlink() and kept.is_file()  # written anew, not through the link
-    assert elsewhere.read_bytes() == kept.read_bytes()  # the target itself left untouched
+    assert elsewhere.read_bytes() == blob  # the target itself left untouched
+    assert _but_when(kept.read_bytes()) == _but_when(blob)
 
 
 def test_a_fifo_there_does_not_block(node):
@@ -177,7 +179,13 @@ def test_a_damaged_file_is_parsed_again_and_rewritten(node, monkeypatch, damage)
     parsed = _no_parse(monkeypatch)
     _same(_load(node), good)
     assert parsed == [_site(node)]
-    assert kept.read_bytes() == blob  # rewritten whole
+    # Rewritten whole (all but when its load began).
+    assert _but_when(kept.read_bytes()) == _but_when(blob)
+
+
+def _but_when(blob: bytes) -> tuple:
+    kept = marshal.loads(blob)
+    return kept[:4] + kept[5:]
 
 
 def test_a_broken_config_is_never_served_from_the_compiled_one(node):
@@ -239,3 +247,78 @@ def test_concurrent_job_starts_each_get_the_config_and_leave_one_whole_file(node
     kept = compiled_path(node)
     assert marshal.loads(kept.read_bytes())[1] == results[0].data
     assert [p.name for p in kept.parent.iterdir() if p.name.startswith(".")] == []  # no litter
+
+
+def _coarse_timestamps(monkeypatch) -> None:
+    """The site file's times as a filesystem with 1-second timestamps stamps them (ext3,
+    128-byte-inode ext4, an NFS server on one): whole seconds."""
+    real = config._stat_key
+
+    def coarse(path):
+        key = real(path)
+        if key is None:
+            return None
+        return (*key[:3], key[3] // 10**9 * 10**9, key[4] // 10**9 * 10**9, *key[5:])
+
+    monkeypatch.setattr(config, "_stat_key", coarse)
+
+
+def test_a_same_size_edit_within_one_timestamp_tick_is_seen(node, monkeypatch):
+    """git's racily clean case: the prolog compiles the config, and within the same second the
+    site file is rewritten in place with the same size (count = 8 -> 7). Size, mtime and ctime
+    all still match the key. Before: the stale config (8 GPUs) was served from the compiled
+    copy until some later edit; now a key changed within RACY_NS of its load is trusted only
+    while the file holds the very bytes that were parsed."""
+    _coarse_timestamps(monkeypatch)
+    site = _site(node)
+    text = site.read_text()
+    for _ in range(3):
+        time.sleep(1.02 - time.time() % 1)  # the start of a second: load and edit fit in it
+        site.write_text(text)
+        assert _load(node).get("gpu.count") == 8
+        before = config._stat_key(site)
+        site.write_text(text.replace("count = 8", "count = 7"))
+        if config._stat_key(site) == before:
+            break
+        site.write_text(text)  # the second turned between: try again
+    else:
+        pytest.skip("could not edit within one second here")
+    parsed = _no_parse(monkeypatch)
+    assert _load(node).get("gpu.count") == 7
+    assert parsed == [site]
+
+
+def test_a_racy_key_keeps_the_bytes_and_an_old_one_none(node, monkeypatch):
+    """A load that began within RACY_NS of the site file's change keeps the parsed bytes and
+    is served after comparing them (no parse); once the file is older than that, a new
+    compiled copy keeps none and is served on its key alone."""
+    site = _site(node)
+    _load(node)
+    kept = marshal.loads(compiled_path(node).read_bytes())
+    assert kept[5] == site.read_bytes()  # racy: the file was just copied
+    parsed = _no_parse(monkeypatch)
+    _same(_load(node), load_config(site))
+    assert parsed == [site]  # the load_config above, not _load
+
+    real = time.time_ns
+    monkeypatch.setattr(time, "time_ns", lambda: real() + config.RACY_NS + 10**9)
+    compiled_path(node).unlink()
+    _load(node)
+    assert marshal.loads(compiled_path(node).read_bytes())[5] is None
+    parsed.clear()
+    assert _load(node).get("gpu.count") == 8 and parsed == []
+
+
+def test_code_changed_within_the_bound_is_not_compiled(node, monkeypatch):
+    """The code that validates the config (an upgrade rewriting config.py in place) changed
+    within RACY_NS of the load: nothing is compiled, the next load parses again."""
+    real = config._code_key
+    now = time.time_ns()  # the code's change time, the same for every stat of it
+
+    def fresh_code():
+        fmt, version, parts = real()
+        return fmt, version, tuple((*p[:3], now, now, *p[5:]) if p else p for p in parts)
+
+    monkeypatch.setattr(config, "_code_key", fresh_code)
+    _load(node)
+    assert not compiled_path(node).exists()

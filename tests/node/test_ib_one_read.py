@@ -14,22 +14,33 @@ from rsc_health.collect import ibports, sysfs
 from rsc_health.model import Metric, Status
 
 
-def _counting(monkeypatch) -> Counter:
-    seen: Counter = Counter()
+def _counting(monkeypatch, tmp_path) -> Counter:
+    """Every IB file read, counted: the reads happen in the reader's child, so each is logged
+    to a file (appends from the child land there) and counted when asked."""
+    log = tmp_path / "ib-reads.log"
     real = sysfs.read_text
 
     def read_text(path):
         if "infiniband" in str(path):
-            seen[str(path)] += 1
+            with open(log, "a") as fh:
+                fh.write(f"{path}\n")
         return real(path)
 
     monkeypatch.setattr(ibports, "read_text", read_text)
-    return seen
+
+    class Seen(Counter):
+        def refresh(self) -> Seen:
+            self.clear()
+            self.update(log.read_text().splitlines() if log.exists() else [])
+            return self
+
+    return Seen()
 
 
-def test_a_sweep_reads_each_port_file_once_for_both_families(node, monkeypatch):
-    seen = _counting(monkeypatch)
+def test_a_sweep_reads_each_port_file_once_for_both_families(node, monkeypatch, tmp_path):
+    seen = _counting(monkeypatch, tmp_path)
     findings = engine.run(node.config, node.root, only={"infiniband", "telemetry"})
+    seen.refresh()
     assert seen and max(seen.values()) == 1, [p for p, n in seen.items() if n > 1]
     shared = [p for p in seen if p.endswith("/counters/symbol_error")]
     assert len(shared) == 8  # the healthy fixture's 8 HCA ports, read once each
@@ -56,15 +67,17 @@ def test_the_shared_read_gives_both_families_their_rates_on_the_next_sweep(node)
 
 
 def test_past_the_deadline_nothing_more_is_read_and_it_is_said(node):
+    """Nothing is read (no child forked) once the stage's deadline has passed; the ports not
+    listed are not judged (no "HCA missing" for a read never made), said once."""
     state = NodeState()
     env = CollectEnv(node.config, deadline=time.monotonic() - 1.0, state=state)
     from rsc_health.checks import infiniband, telemetry
-    ports = infiniband.collect(node.root, env)
+    assert infiniband.collect(node.root, env) is None
     read = telemetry.collect(node.root, env)
-    assert ports and all(p.state is None and not p.counters for p in ports)
-    assert all(not p["counters"] for p in read["ports"])
-    assert [e[2] for e in state.errors if e[1] == ibports.SOURCE][0].startswith(
-        "stage deadline passed")
+    assert read["ports"] == []
+    said = [e[2] for e in state.errors if e[1] == ibports.SOURCE]
+    assert len(said) == 1 and said[0].startswith("stage deadline passed")
+    assert not state.hung_probes
 
 
 def test_a_tree_of_thousands_of_ports_is_not_walked_to_its_end(tmp_path):
@@ -77,3 +90,43 @@ def test_a_tree_of_thousands_of_ports_is_not_walked_to_its_end(tmp_path):
     assert ibports.reader(tmp_path, env) is read  # the run's one reader
     ibports.said(read, env, "infiniband")
     assert any("30 not read" in e[2] for e in state.errors)
+
+
+def test_an_hca_past_the_port_cap_is_not_judged_missing(tmp_path):
+    """Before, a wanted HCA whose ports fell past MAX_PORTS (SR-IOV virtual functions sort
+    among the physical ones) was `HCA not present`: a drain for what the checker did not
+    read. Now it is not judged; the cap is said as a collector error."""
+    from rsc_health.checks import infiniband
+
+    for i in range(ibports.MAX_PORTS + 6):
+        port = tmp_path / f"sys/class/infiniband/mlx5_{i:04d}/ports/1"
+        port.mkdir(parents=True)
+        (port / "state").write_text("4: ACTIVE\n")
+        (port / "phys_state").write_text("5: LinkUp\n")
+    last = f"mlx5_{ibports.MAX_PORTS + 5:04d}"
+    state = NodeState()
+    env = CollectEnv({}, state=state)
+    state.extra["infiniband"] = infiniband.collect(tmp_path, env)
+    found = infiniband.check(state, {"infiniband": {"hcas": ["mlx5_0000", last]}})
+    assert "ib_missing" not in {f.code for f in found}
+    assert any("not read" in e[2] for e in state.errors)
+
+
+def test_a_read_never_made_keeps_the_hang_on_record(node):
+    """Past the stage's deadline the ports are not read: the run did not ask the ib probe, so a
+    hang on record (and its count of sweeps) stays as it was, not cleared as if it answered."""
+    from datetime import datetime
+
+    from rsc_health.checks import infiniband
+    from rsc_health.collect import hangs
+
+    state = NodeState()
+    record = {"since": "2026-11-27T01:00:00+00:00", "sweeps": 2}
+    env = CollectEnv(node.config, deadline=time.monotonic() - 1.0, state=state,
+                     hangs_before={hangs.IB: record})
+    assert infiniband.collect(node.root, env) is None
+    assert hangs.IB not in state.probes_asked
+    kept = hangs.update({"boot_id": None, "probes": {hangs.IB: record}}, "b",
+                        set(state.probes_asked), {}, datetime.now(),
+                        sweep=True)
+    assert kept[hangs.IB]["sweeps"] == 2
