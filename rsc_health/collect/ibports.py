@@ -185,6 +185,8 @@ class IbReader:
                     f"InfiniBand: no answer within {max(0.0, until - started):.1f}s; "
                     f"{self._stuck_at(last)}")
                 self.state.probe_pids[hangs.IB] = pid
+        elif bounded.DIED in done:  # crashed or killed (not a hang: nothing waits)
+            self.error = f"the IB reader exited without an answer ({done[bounded.DIED]})"[:200]
         elif "error" in done:
             self.error = str(done["error"])[:200]
 

@@ -130,3 +130,22 @@ def test_a_read_never_made_keeps_the_hang_on_record(node):
                         set(state.probes_asked), {}, datetime.now(),
                         sweep=True)
     assert kept[hangs.IB]["sweeps"] == 2
+
+
+def test_a_reader_child_that_is_killed_is_a_checker_error_not_a_hang(tmp_path, monkeypatch):
+    """The IB reader's child dies without an answer (the OOM killer, a crash). It was read as
+    a hang: recorded toward [infiniband] hang_sweeps, whose drain is for a wedged HCA. Now it is
+    the run's checker error; no hang is recorded, no port judged missing."""
+    import os
+    import signal
+
+    (tmp_path / "sys/class/infiniband/mlx5_0/ports/1/counters").mkdir(parents=True)
+    monkeypatch.setattr(ibports, "_asker",
+                        lambda root, names: lambda emit: os.kill(os.getpid(), signal.SIGKILL))
+    state = NodeState()
+    env = CollectEnv({}, state=state)
+    read = ibports.reader(tmp_path, env)
+    assert read.ports() == [] and not read.listed and not read.hung
+    ibports.said(read, env, "infiniband")
+    assert state.hung_probes == {}
+    assert any("exited without an answer (killed by signal 9)" in e[2] for e in state.errors)
