@@ -192,8 +192,10 @@ def _run_doc(run_rec, judged, specs, gate) -> dict:
 def _echo_run(run_rec, judged, gate) -> None:
     """`qualify run`: the node's own warnings (they do not block), a line per judged metric and
     per failed or inconclusive test (the node's checks among them), then the verdict."""
+    from rsc_health.qualify import gate as qgate
+
     for f in gate.warnings:
-        echo(f"{'warn':12s} {f.family}: {f.code or f.family} on {f.component}: {f.reason}")
+        echo(f"{'warn':12s} {qgate.TEST}: {qgate.one(f)}")
     for t, j, _u, _h in judged.judgements:
         idx = f"[{j.index}]" if j.index else ""
         echo(f"{j.status:12s} {t}: {j.metric}{idx} = {j.value:.6g}  {j.reason}")

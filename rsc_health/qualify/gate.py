@@ -51,9 +51,15 @@ def look(cfg, root: Path, node: str) -> list[Finding]:
                budget_s=budget(node_cfg, STAGES["sweep"]) * 0.5, save_state=False)
 
 
+def one(f: Finding) -> str:
+    """`xid79 on gpu3: ...`: the finding's code and component (once: not where the reason
+    already starts with it, as policy.format_reason)."""
+    where = "" if f.reason.startswith(f.component) else f" on {f.component}"
+    return f"{f.code or f.family}{where}: {f.reason}"
+
+
 def _named(findings: list[Finding]) -> str:
-    text = "; ".join(f"{f.code or f.family} on {f.component}: {f.reason}"
-                     for f in findings[:SHOWN])
+    text = "; ".join(one(f) for f in findings[:SHOWN])
     return text + (f" (+{len(findings) - SHOWN} more)" if len(findings) > SHOWN else "")
 
 

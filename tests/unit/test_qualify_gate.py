@@ -113,7 +113,8 @@ def test_an_xid79_in_the_kernel_log_fails_qualification_and_moves_no_cursor(tmp_
     res = _qualify(node, cfg, db, root, "--no-record")  # --no-record still judges
     doc = json.loads(res.output)
     assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-600:]
-    assert "xid79 on gpu3" in doc["reason"] and not ran.exists()
+    assert doc["reason"] == "node_checks: xid79: gpu3 XID 79 GPU has fallen off the bus"
+    assert not ran.exists()
     assert _runs(db, "gpu101") == []
     # Read-only: the XID stays new for the sweep, which consumes and acts on it.
     assert not (root / NODE_STATE).exists()
