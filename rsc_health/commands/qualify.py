@@ -7,7 +7,9 @@
     healthctl qualify cleanup              # what a flow cut short left: drained, reservation gone
 
 `run` exits 0 on a pass, 3 on a fail (drain), 4 when the run proved nothing (inconclusive:
-a tool missing, a timeout, too few peers and no baseline): never 0 without a judged pass.
+a tool missing, a timeout, too few peers and no baseline): never 0 without a judged pass. It
+runs the node's own checks first (qualify/gate.py): what the node path would drain fails the
+run before any test, a checker error makes it inconclusive.
 """
 
 from __future__ import annotations
@@ -64,7 +66,8 @@ def qualify() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
-    """Run a tier's tests on this node, judge each metric against its peers, record it."""
+    """Check this node (as `healthctl check`; a drain-level finding fails it before any
+    test), run a tier's tests, judge each metric against its peers, record it."""
     from rsc_health.qualify import gate as qgate
     from rsc_health.qualify import runner, store
     from rsc_health.qualify.baseline import Baseline
