@@ -108,8 +108,13 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     budget_s = float(cfg.get("qualify.tier_budget_s"))
     deadline = time.monotonic() + budget_s if budget_s else None
     outcomes = [gate.outcome] if gate.outcome is not None else []
+    after = None
     if not gate.blocks:
         outcomes += runner.run_tier(cfg, tier, budget_s=budget_s, peer=peer)
+        # Again once the tests ran: what the stress raised (an XID 48 mid-burn) fails it too.
+        after = qgate.judge(qgate.look(cfg, ctx.obj.root, node), qgate.AFTER)
+        if after.blocks or (after.outcome is not None and gate.outcome is None):
+            outcomes.append(after.outcome)
     conn = engine.connect() if engine is not None else None
     try:
         def peers_of(metric):
@@ -137,9 +142,9 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
         with hdb.writer(engine).begin() as wconn:
             store.record(wconn, run_rec, judged.judgements)
     if as_json:
-        click.echo(json.dumps(_run_doc(run_rec, judged, specs, gate), indent=1, default=str))
+        click.echo(json.dumps(_run_doc(run_rec, judged, specs, gate, after), indent=1, default=str))
     else:
-        _echo_run(run_rec, judged, gate)
+        _echo_run(run_rec, judged, gate, after)
     ctx.exit(EXIT[judged.verdict])
 
 
@@ -175,9 +180,10 @@ def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadli
     return retried
 
 
-def _run_doc(run_rec, judged, specs, gate) -> dict:
+def _run_doc(run_rec, judged, specs, gate, after) -> dict:
     """`qualify run --json`: the run, the node's own checks that were not ok (drains, checker
-    errors, warnings), its judged metrics and its tests' outcomes."""
+    errors, warnings) before and after the tests, its judged metrics and its tests'
+    outcomes."""
     return {
         "run_id": run_rec.run_id, "node": run_rec.node, "tier": run_rec.tier,
         "verdict": judged.verdict, "reason": judged.reason, "gpu_model": run_rec.gpu_model,
@@ -189,16 +195,22 @@ def _run_doc(run_rec, judged, specs, gate) -> dict:
         "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive)
                      for o in judged.outcomes],
         "node_checks": [f.to_dict() for f in gate.findings if f.status is not Status.OK],
+        "node_checks_after": [f.to_dict() for f in (after.findings if after else ())
+                              if f.status is not Status.OK],
     }
 
 
-def _echo_run(run_rec, judged, gate) -> None:
+def _echo_run(run_rec, judged, gate, after) -> None:
     """`qualify run`: the node's own warnings (they do not block), a line per judged metric and
     per failed or inconclusive test (the node's checks among them), then the verdict."""
     from rsc_health.qualify import gate as qgate
 
+    said = {qgate.one(f) for f in gate.warnings}
     for f in gate.warnings:
         echo(f"{'warn':12s} {qgate.TEST}: {qgate.one(f)}")
+    for f in after.warnings if after else ():
+        if qgate.one(f) not in said:  # the first look's are still there: read-only
+            echo(f"{'warn':12s} {qgate.AFTER}: {qgate.one(f)}")
     for t, j, _u, _h in judged.judgements:
         idx = f"[{j.index}]" if j.index else ""
         echo(f"{j.status:12s} {t}: {j.metric}{idx} = {j.value:.6g}  {j.reason}")

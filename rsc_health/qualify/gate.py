@@ -6,7 +6,9 @@ families in [qualify] gate_families through the one engine entry point (`engine.
 read-only: the XID cursor and counter baselines stay the prolog/epilog/sweep's), as the node
 resolves its config, within the sweep's budget. A finding at a drain level fails the run before
 any test; a checker error (the checks could not look) makes it inconclusive unless a test
-fails it; warnings are shown and never block.
+fails it; warnings are shown and never block. Once the tests ran, the checks look again: a
+fault the stress itself raised (an XID 48 under gpu_burn whose figures still pass) is the
+node's too, as the epilog would find it.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from rsc_health.model import Finding, Level, Status
 from rsc_health.qualify.outcome import Outcome
 
 TEST = "node_checks"  # the gate's name among the run's outcomes (and the flow's drain code)
+AFTER = "node_checks_after"  # the second look, once the tests ran
 ALL = "*"  # [qualify] gate_families: every family, as the sweep runs them
 SHOWN = 5  # causes named in the reason; the rest counted
 
@@ -63,16 +66,16 @@ def _named(findings: list[Finding]) -> str:
     return text + (f" (+{len(findings) - SHOWN} more)" if len(findings) > SHOWN else "")
 
 
-def judge(findings: list[Finding]) -> Gate:
-    """Pure: what the findings mean for a qualification run."""
+def judge(findings: list[Finding], test: str = TEST) -> Gate:
+    """Pure: what the findings mean for a qualification run (`test`: the outcome's name)."""
     drains = [f for f in findings if f.level in (Level.DRAIN_NOW, Level.DRAIN_AFTER_JOB)]
     errors = [f for f in findings if f.status is Status.ERROR]
     warnings = [f for f in findings if f.level is Level.WARN]
     drains.sort(key=lambda f: f.level, reverse=True)  # drain now first
     if drains:
-        return Gate(findings, Outcome(TEST, failed=_named(drains)),
+        return Gate(findings, Outcome(test, failed=_named(drains)),
                     warnings)
     if errors:
-        return Gate(findings, Outcome(TEST, inconclusive="the node's checks could not look: "
+        return Gate(findings, Outcome(test, inconclusive="the node's checks could not look: "
                                                          f"{_named(errors)}"), warnings)
     return Gate(findings, None, warnings)

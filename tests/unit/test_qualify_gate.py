@@ -178,3 +178,23 @@ def test_gate_families_choose_which_checks_gate_and_cannot_be_emptied(tmp_path):
             "[qualify]\n", f"[qualify]\ngate_families = {bad}\n", 1), "broken")
         res = _qualify(Node(tmp_path, "gpu108"), broken, db, root)
         assert res.exit_code == 1 and said in res.output, res.output[-400:]
+
+
+def test_an_xid_the_stress_itself_raises_fails_the_run_though_every_figure_passes(tmp_path):
+    """The checks look again after the tests: a GPU that logs an XID 48 (DBE) under gpu_burn
+    while gpu_burn still prints healthy figures is a node the epilog would drain, never a pass."""
+    cfg, db = _setup(tmp_path)
+    root = _root(tmp_path, "dbe")
+    node = Node(tmp_path, "gpu109")
+    xid48 = (f"3,1500,36600000000,-;NVRM: Xid (PCI:{GPU3_PCI}): 48, pid=2814, name=gpu_burn, "
+             "An uncorrectable double bit error (DBE) has been detected on GPU in the "
+             "framebuffer at partition 6, subpartition 0.")
+    (node.bin / "gpu_burn").write_text(
+        f'#!/bin/sh\necho "{xid48}" >> "{root}/dev/kmsg"\ncat "{node.bin}/gpu_burn.out"\n')
+    res = _qualify(node, cfg, db, root)
+    doc = json.loads(res.output)
+    assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-600:]
+    assert {r["status"] for r in doc["results"]} == {"pass"}  # every figure was fine
+    assert doc["reason"].startswith("node_checks_after: xid48: gpu3 XID 48")
+    assert doc["node_checks"] == [] and [f["code"] for f in doc["node_checks_after"]] == ["xid48"]
+    assert [v for v, _ in _runs(db, "gpu109")] == ["fail"]
