@@ -50,7 +50,7 @@ def look(cfg, root: Path, node: str) -> list[Finding]:
 
     # The sweep's view: this node's overrides, no partition's (a job's partition may relax).
     node_cfg, _ = resolve_node_config(cfg, node=node)
-    return run(node_cfg, root, only=families(cfg),
+    return run(node_cfg, root, only=families(node_cfg),
                budget_s=budget(node_cfg, STAGES["sweep"]) * 0.5, save_state=False)
 
 
