@@ -113,7 +113,7 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
         outcomes += runner.run_tier(cfg, tier, budget_s=budget_s, peer=peer)
         # Again once the tests ran: what the stress raised (an XID 48 mid-burn) fails it too.
         after = qgate.judge(qgate.look(cfg, ctx.obj.root, node), qgate.AFTER)
-        if after.blocks or (after.outcome is not None and gate.outcome is None):
+        if after.outcome is not None and (after.blocks or gate.outcome is None):
             outcomes.append(after.outcome)
     conn = engine.connect() if engine is not None else None
     try:
