@@ -139,8 +139,12 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "suspects.qualify_tier": ("lite", "full", "deep"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
-# that family from every prolog or epilog.
-FAMILY_LISTS = ("slurm.prolog_families", "slurm.epilog_families")
+# that family from every prolog or epilog (or from qualification's gate).
+FAMILY_LISTS = ("slurm.prolog_families", "slurm.epilog_families", "qualify.gate_families")
+# Family lists where "*" means every family (as the sweep runs them) and that may not be empty:
+# qualification's gate on the node's own checks cannot be switched off (rsc_health/qualify/gate.py).
+ALL_FAMILIES = "*"
+NONEMPTY_FAMILY_LISTS = ("qualify.gate_families",)
 
 
 def family_names() -> tuple[str, ...]:
@@ -234,6 +238,8 @@ def _check_str(spec: Spec, value: Any, dotted: str) -> str | None:
     choices = CHOICES.get(dotted)
     if choices and value not in choices:
         return f"expected one of {', '.join(choices)}, got {value!r}"
+    if (dotted.removesuffix("[]") in NONEMPTY_FAMILY_LISTS and value == ALL_FAMILIES):
+        return None
     if dotted.removesuffix("[]") in FAMILY_LISTS and value not in family_names():
         return f"unknown check family {value!r}{_suggest(value, family_names())}"
     return None
@@ -242,6 +248,8 @@ def _check_str(spec: Spec, value: Any, dotted: str) -> str | None:
 def _check_list(spec: Spec, value: Any, dotted: str) -> str | None:
     if not isinstance(value, list):
         return f"expected a list, got {_show(value)}"
+    if not value and dotted in NONEMPTY_FAMILY_LISTS:
+        return f'must name at least one check family ("{ALL_FAMILIES}": all of them)'
     for i, item in enumerate(value):
         problem = check_value(spec.item or Spec("any"), item, dotted + "[]")
         if problem:

@@ -7,7 +7,9 @@
     healthctl qualify cleanup              # what a flow cut short left: drained, reservation gone
 
 `run` exits 0 on a pass, 3 on a fail (drain), 4 when the run proved nothing (inconclusive:
-a tool missing, a timeout, too few peers and no baseline): never 0 without a judged pass.
+a tool missing, a timeout, too few peers and no baseline): never 0 without a judged pass. It
+runs the node's own checks first (qualify/gate.py): what the node path would drain fails the
+run before any test, a checker error makes it inconclusive.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 import click
 
 from rsc_health.commands import historian_engine as _engine
+from rsc_health.model import Status
 from rsc_health.terminal import echo
 
 EXIT = {"pass": 0, "fail": 3, "inconclusive": 4}
@@ -63,7 +66,9 @@ def qualify() -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
-    """Run a tier's tests on this node, judge each metric against its peers, record it."""
+    """Check this node (as `healthctl check`; a drain-level finding fails it before any
+    test), run a tier's tests, judge each metric against its peers, record it."""
+    from rsc_health.qualify import gate as qgate
     from rsc_health.qualify import runner, store
     from rsc_health.qualify.baseline import Baseline
     from rsc_health.qualify.judge import Rules
@@ -88,8 +93,12 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     engine = _engine(ctx) if ctx.obj.historian_configured else None
     started = datetime.now(UTC).replace(tzinfo=None)
     since = store.since(started, cfg)
+    # Then the node's own checks (qualify/gate.py): what the node path would drain never
+    # passes, whatever the tier measures; a drain-level finding fails before any test runs.
+    gate = qgate.judge(qgate.look(cfg, ctx.obj.root, node))
     good: list[str] = []
-    if peer is None and engine is not None and any(runner.is_pairwise(s) for s in specs):
+    if peer is None and engine is not None and not gate.blocks \
+            and any(runner.is_pairwise(s) for s in specs):
         from rsc_health.qualify import pairwise
 
         with engine.connect() as pconn:
@@ -98,7 +107,14 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
         peer = good[0] if good else None
     budget_s = float(cfg.get("qualify.tier_budget_s"))
     deadline = time.monotonic() + budget_s if budget_s else None
-    outcomes = runner.run_tier(cfg, tier, budget_s=budget_s, peer=peer)
+    outcomes = [gate.outcome] if gate.outcome is not None else []
+    after = None
+    if not gate.blocks:
+        outcomes += runner.run_tier(cfg, tier, budget_s=budget_s, peer=peer)
+        # Again once the tests ran: what the stress raised (an XID 48 mid-burn) fails it too.
+        after = qgate.judge(qgate.look(cfg, ctx.obj.root, node), qgate.AFTER)
+        if after.outcome is not None and (after.blocks or gate.outcome is None):
+            outcomes.append(after.outcome)
     conn = engine.connect() if engine is not None else None
     try:
         def peers_of(metric):
@@ -126,9 +142,9 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
         with hdb.writer(engine).begin() as wconn:
             store.record(wconn, run_rec, judged.judgements)
     if as_json:
-        click.echo(json.dumps(_run_doc(run_rec, judged, specs), indent=1))
+        click.echo(json.dumps(_run_doc(run_rec, judged, specs, gate, after), indent=1, default=str))
     else:
-        _echo_run(run_rec, judged)
+        _echo_run(run_rec, judged, gate, after)
     ctx.exit(EXIT[judged.verdict])
 
 
@@ -164,8 +180,10 @@ def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadli
     return retried
 
 
-def _run_doc(run_rec, judged, specs) -> dict:
-    """`qualify run --json`: the run, its judged metrics and its tests' outcomes."""
+def _run_doc(run_rec, judged, specs, gate, after) -> dict:
+    """`qualify run --json`: the run, the node's own checks that were not ok (drains, checker
+    errors, warnings) before and after the tests, its judged metrics and its tests'
+    outcomes."""
     return {
         "run_id": run_rec.run_id, "node": run_rec.node, "tier": run_rec.tier,
         "verdict": judged.verdict, "reason": judged.reason, "gpu_model": run_rec.gpu_model,
@@ -176,12 +194,23 @@ def _run_doc(run_rec, judged, specs) -> dict:
                          reason=j.reason) for t, j, u, _h in judged.judgements],
         "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive)
                      for o in judged.outcomes],
+        "node_checks": [f.to_dict() for f in gate.findings if f.status is not Status.OK],
+        "node_checks_after": [f.to_dict() for f in (after.findings if after else ())
+                              if f.status is not Status.OK],
     }
 
 
-def _echo_run(run_rec, judged) -> None:
-    """`qualify run`: a line per judged metric and per failed or inconclusive test, then the
-    verdict."""
+def _echo_run(run_rec, judged, gate, after) -> None:
+    """`qualify run`: the node's own warnings (they do not block), a line per judged metric and
+    per failed or inconclusive test (the node's checks among them), then the verdict."""
+    from rsc_health.qualify import gate as qgate
+
+    said = {qgate.one(f) for f in gate.warnings}
+    for f in gate.warnings:
+        echo(f"{'warn':12s} {qgate.TEST}: {qgate.one(f)}")
+    for f in after.warnings if after else ():
+        if qgate.one(f) not in said:  # the first look's are still there: read-only
+            echo(f"{'warn':12s} {qgate.AFTER}: {qgate.one(f)}")
     for t, j, _u, _h in judged.judgements:
         idx = f"[{j.index}]" if j.index else ""
         echo(f"{j.status:12s} {t}: {j.metric}{idx} = {j.value:.6g}  {j.reason}")

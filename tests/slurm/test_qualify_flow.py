@@ -19,6 +19,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from rsc_health.sim import qualify_tools as standin
+from tests.fixtures.nodes.node_copy import copy_node
 
 pytestmark = pytest.mark.slurm
 
@@ -172,6 +173,38 @@ def test_a_slow_node_fails_and_is_drained_with_a_ticket_before_the_reservation_g
     node = c.node("node03")
     assert "DRAIN" in node["State"] and node["Reason"].startswith("rsc_health:qualify:nccl")
     assert _reservations(c) == []
+    assert sql("SELECT source FROM tickets WHERE node = 'node03'") == [("qualify",)]
+
+
+def test_a_node_its_own_checks_would_drain_fails_before_any_test_and_stays_drained(qual):
+    """The gate (rsc_health/qualify/gate.py): the node's kernel log holds an XID 79 the sweep
+    has not consumed; every stand-in tool would pass, but the job's `qualify run` fails on the
+    node's own checks before any test runs, and the flow drains it with a ticket."""
+    c, hc, sql, tmp = qual
+    root = copy_node(tmp / "node-root")
+    with (root / "dev" / "kmsg").open("a") as fh:
+        fh.write("3,1400,36500000000,-;NVRM: Xid (PCI:0000:5d:00): 79, pid=2814, "
+                 "name=python3, GPU has fallen off the bus.\n")
+    cfg = tmp / "config.toml"
+    node_cmd = [sys.executable, "-m", "rsc_health.cli", "--config", str(cfg)]
+    # The job reads that node (its NVML answers are the healthy fixture's: the same peers).
+    cfg.write_text(cfg.read_text().replace(
+        f"node_command = {json.dumps(node_cmd)}",
+        f"node_command = {json.dumps([*node_cmd, '--root', str(root)])}").replace(
+        f'replay_file = "{HEALTHY_NVML}"', 'replay_file = "rsc_health/nvml.json"'))
+    burn = _bin(tmp, "marked")
+    (burn / "gpu_burn").write_text(f'#!/bin/sh\ntouch "{burn}/ran"\ncat "{burn}/gpu_burn.out"\n')
+    _ours(c, "node03")
+    out = hc("qualify", "start", "node03", path_bin=burn)
+    assert out.returncode == 1 and "node03: fail" in out.stdout, out.stdout + out.stderr
+    node = c.node("node03")
+    assert "DRAIN" in node["State"], node
+    assert node["Reason"].startswith(
+        "rsc_health:qualify:node_checks:node_checks: xid79: gpu3 XID 79")
+    assert "fallen off the bus" in node["Reason"]
+    assert _reservations(c) == [] and not (burn / "ran").exists()
+    [(verdict, reason)] = sql("SELECT verdict, reason FROM qualify_runs WHERE node = 'node03'")
+    assert verdict == "fail" and reason.startswith("node_checks: xid79")
     assert sql("SELECT source FROM tickets WHERE node = 'node03'") == [("qualify",)]
 
 

@@ -1,0 +1,200 @@
+"""`healthctl qualify run` is gated on the node's own checks (rsc_health/qualify/gate.py): a node
+the node path would drain (7 of 8 GPUs, an XID 79 in the kernel log) never passes, whatever the
+tier measures; a checker error is inconclusive; warnings are shown and do not block; a healthy
+node passes with the same figures. Real fixture node roots (tests/fixtures/nodes/healthy,
+copied and broken), the stand-in tools of test_qualify_run."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from click.testing import CliRunner
+from sqlalchemy import create_engine, text
+
+from rsc_health.cli import cli
+from tests.fixtures.nodes.node_copy import HEALTHY, NODE_STATE, copy_node
+from tests.unit.test_qualify_run import CONFIG, Node
+
+GPU3_PCI = "0000:5d:00"  # gpu3 in the healthy fixture
+# A tier of gpu_burn alone: it measures the GPUs it finds, and 7 of 8 look fine.
+BURN_ONLY = CONFIG.replace('full = ["dcgm", "nccl", "burn"]', 'full = ["burn"]', 1)
+XID79 = f"3,1400,36500000000,-;NVRM: Xid (PCI:{GPU3_PCI}): 79, pid=2814, name=python3, " \
+        "GPU has fallen off the bus.\n"
+XID13 = f"3,1401,36500000001,-;NVRM: Xid (PCI:{GPU3_PCI}): 13, pid='<unknown>', " \
+        "name=<unknown>, Graphics SM Warp Exception on (GPC 0, TPC 1, SM 0): Out Of Range Address\n"
+
+
+def _config(tmp: Path, tier_text: str = BURN_ONLY, name: str = "config") -> Path:
+    """The fixture node's expected hardware (its config.toml) plus the qualification tier."""
+    cfg = tmp / f"{name}.toml"
+    cfg.write_text((HEALTHY / "config.toml").read_text() + tier_text)
+    return cfg
+
+
+def _root(tmp: Path, name: str) -> Path:
+    return copy_node(tmp / f"root-{name}")
+
+
+def _nvml(root: Path, edit) -> None:
+    p = root / "rsc_health" / "nvml.json"
+    doc = json.loads(p.read_text())
+    edit(doc)
+    p.write_text(json.dumps(doc))
+
+
+def _qualify(node: Node, cfg: Path, db: str, root: Path, *extra: str):
+    old = dict(os.environ)
+    os.environ.update({"PATH": f"{node.bin}:/usr/bin:/bin", "RSC_HEALTH_DB": db})
+    try:
+        return CliRunner().invoke(cli, ["--config", str(cfg), "--root", str(root), "qualify",
+                                        "run", "--node", node.name, "--gpu-model",
+                                        "NVIDIA H100 80GB HBM3", "--driver", "570.124.06",
+                                        "--json", *extra])
+    finally:
+        os.environ.clear()
+        os.environ.update(old)
+
+
+def _marked(node: Node, tool: str = "gpu_burn") -> Path:
+    """The stand-in tool leaves a mark when it runs."""
+    marker = node.bin / f"{tool}.ran"
+    script = node.bin / tool
+    script.write_text(f'#!/bin/sh\ntouch "{marker}"\ncat "{node.bin}/{tool}.out"\n')
+    return marker
+
+
+def _setup(tmp: Path):
+    """A historian and five healthy peers that passed (or bootstrapped) the tier."""
+    cfg = _config(tmp)
+    db = f"sqlite:///{tmp / 'h.db'}"
+    assert CliRunner().invoke(cli, ["--db", db, "db", "upgrade"]).exit_code == 0
+    healthy = _root(tmp, "healthy")
+    peers = [_qualify(Node(tmp, f"gpu{i:03d}"), cfg, db, healthy) for i in range(5)]
+    assert [r.exit_code for r in peers] == [4, 4, 4, 4, 0], [r.output[-300:] for r in peers]
+    return cfg, db
+
+
+def _runs(db: str, node: str) -> list[tuple[str, str]]:
+    engine = create_engine(db)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(
+                "SELECT verdict, reason FROM qualify_runs WHERE node = :n"), {"n": node})]
+    finally:
+        engine.dispose()
+
+
+def test_a_node_showing_7_of_8_gpus_fails_a_gpu_burn_only_tier_before_any_test_runs(tmp_path):
+    cfg, db = _setup(tmp_path)
+    root = _root(tmp_path, "seven")
+    _nvml(root, lambda d: (d["devices"].pop(), d.update(device_count=7)))
+    node = Node(tmp_path, "gpu100", gflops=(16950.0,) * 7)  # gpu_burn finds seven, all fast
+    ran = _marked(node)
+    res = _qualify(node, cfg, db, root)
+    doc = json.loads(res.output)
+    assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-600:]
+    assert doc["reason"].startswith("node_checks: gpu_missing on gpus: 7 of 8 GPUs visible")
+    assert not ran.exists() and doc["results"] == []
+    assert [(f["code"], f["severity"]) for f in doc["node_checks"]] == [
+        ("gpu_missing", "drain_now")]
+    [(verdict, reason)] = _runs(db, "gpu100")  # recorded like any fail: the flow drains on it
+    assert verdict == "fail" and "gpu_missing" in reason
+
+
+def test_an_xid79_in_the_kernel_log_fails_qualification_and_moves_no_cursor(tmp_path):
+    cfg, db = _setup(tmp_path)
+    root = _root(tmp_path, "xid79")
+    with (root / "dev" / "kmsg").open("a") as fh:
+        fh.write(XID79)
+    node = Node(tmp_path, "gpu101")
+    ran = _marked(node)
+    res = _qualify(node, cfg, db, root, "--no-record")  # --no-record still judges
+    doc = json.loads(res.output)
+    assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-600:]
+    assert doc["reason"] == "node_checks: xid79: gpu3 XID 79 GPU has fallen off the bus"
+    assert not ran.exists()
+    assert _runs(db, "gpu101") == []
+    # Read-only: the XID stays new for the sweep, which consumes and acts on it.
+    assert not (root / NODE_STATE).exists()
+    again = _qualify(node, cfg, db, root)
+    assert again.exit_code == 3 and [v for v, _ in _runs(db, "gpu101")] == ["fail"]
+
+
+def test_a_checker_error_is_inconclusive_never_a_pass(tmp_path):
+    cfg, db = _setup(tmp_path)
+    root = _root(tmp_path, "nvml-timeout")
+    _nvml(root, lambda d: d["devices"][2]["remapped_rows"].update(
+        pending={"error": "NVML_ERROR_TIMEOUT"}))
+    node = Node(tmp_path, "gpu102")
+    ran = _marked(node)
+    res = _qualify(node, cfg, db, root)
+    doc = json.loads(res.output)
+    assert res.exit_code == 4 and doc["verdict"] == "inconclusive", res.output[-600:]
+    assert doc["reason"].startswith("node_checks: the node's checks could not look")
+    # The tests still ran (a fault they find would fail it), every metric passed: not a pass.
+    assert ran.exists() and {r["status"] for r in doc["results"]} == {"pass"}
+    assert [v for v, _ in _runs(db, "gpu102")] == ["inconclusive"]
+
+
+def test_a_healthy_node_passes_with_the_same_figures_and_a_warning_does_not_block(tmp_path):
+    cfg, db = _setup(tmp_path)
+    node = Node(tmp_path, "gpu103")
+    res = _qualify(node, cfg, db, _root(tmp_path, "ok"))
+    doc = json.loads(res.output)
+    assert res.exit_code == 0 and doc["verdict"] == "pass", res.output[-600:]
+    assert doc["node_checks"] == [] and [o["test"] for o in doc["outcomes"]] == ["burn"]
+    burn = sorted((r["index"], r["value"], r["status"]) for r in doc["results"])
+    assert burn == [(str(i), 16950.0, "pass") for i in range(8)]
+
+    warned = _root(tmp_path, "xid13")
+    with (warned / "dev" / "kmsg").open("a") as fh:
+        fh.write(XID13)
+    res = _qualify(Node(tmp_path, "gpu104"), cfg, db, warned)
+    doc = json.loads(res.output)
+    assert res.exit_code == 0 and doc["verdict"] == "pass", res.output[-600:]
+    assert [(f["code"], f["status"]) for f in doc["node_checks"]] == [("xid13", "warn")]
+    assert sorted((r["index"], r["value"]) for r in doc["results"]) == \
+        [(i, v) for i, v, _ in burn]
+    text_out = _qualify(Node(tmp_path, "gpu105"), cfg, db, warned, "--no-record")
+    assert text_out.exit_code == 0
+
+
+def test_gate_families_choose_which_checks_gate_and_cannot_be_emptied(tmp_path):
+    _cfg, db = _setup(tmp_path)
+    only_xid = _config(tmp_path, BURN_ONLY.replace(
+        "[qualify]\n", '[qualify]\ngate_families = ["xid"]\n', 1), "only_xid")
+    root = _root(tmp_path, "seven")
+    _nvml(root, lambda d: (d["devices"].pop(), d.update(device_count=7)))
+    res = _qualify(Node(tmp_path, "gpu106", gflops=(16950.0,) * 7), only_xid, db, root)
+    assert res.exit_code == 0, res.output[-600:]  # the gpu family does not gate here
+    with (root / "dev" / "kmsg").open("a") as fh:
+        fh.write(XID79)
+    res = _qualify(Node(tmp_path, "gpu107", gflops=(16950.0,) * 7), only_xid, db, root)
+    assert res.exit_code == 3 and "xid79" in json.loads(res.output)["reason"]
+    for bad, said in (("[]", "at least one check family"), ('["gpu", "xdi"]', "xdi")):
+        broken = _config(tmp_path, BURN_ONLY.replace(
+            "[qualify]\n", f"[qualify]\ngate_families = {bad}\n", 1), "broken")
+        res = _qualify(Node(tmp_path, "gpu108"), broken, db, root)
+        assert res.exit_code == 1 and said in res.output, res.output[-400:]
+
+
+def test_an_xid_the_stress_itself_raises_fails_the_run_though_every_figure_passes(tmp_path):
+    """The checks look again after the tests: a GPU that logs an XID 48 (DBE) under gpu_burn
+    while gpu_burn still prints healthy figures is a node the epilog would drain, never a pass."""
+    cfg, db = _setup(tmp_path)
+    root = _root(tmp_path, "dbe")
+    node = Node(tmp_path, "gpu109")
+    xid48 = (f"3,1500,36600000000,-;NVRM: Xid (PCI:{GPU3_PCI}): 48, pid=2814, name=gpu_burn, "
+             "An uncorrectable double bit error (DBE) has been detected on GPU in the "
+             "framebuffer at partition 6, subpartition 0.")
+    (node.bin / "gpu_burn").write_text(
+        f'#!/bin/sh\necho "{xid48}" >> "{root}/dev/kmsg"\ncat "{node.bin}/gpu_burn.out"\n')
+    res = _qualify(node, cfg, db, root)
+    doc = json.loads(res.output)
+    assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-600:]
+    assert {r["status"] for r in doc["results"]} == {"pass"}  # every figure was fine
+    assert doc["reason"].startswith("node_checks_after: xid48: gpu3 XID 48")
+    assert doc["node_checks"] == [] and [f["code"] for f in doc["node_checks_after"]] == ["xid48"]
+    assert [v for v, _ in _runs(db, "gpu109")] == ["fail"]
