@@ -106,3 +106,25 @@ def test_a_symlink_at_the_sqlite_lock_path_is_refused_not_followed(tmp_path):
         assert not target.exists()
     finally:
         engine.dispose()
+
+
+@pytest.mark.postgres
+def test_a_lock_whose_connection_is_cut_mid_run_lets_go_and_the_run_ends_cleanly(pg_url):
+    """PostgreSQL restarting (or the lock's backend killed) mid-run: the run's own work is not
+    failed by the lock's lost connection at its end, and the lock is free for the next run."""
+    from sqlalchemy import text
+
+    one, two, admin = db.engine_for(pg_url), db.engine_for(pg_url), db.engine_for(pg_url)
+    try:
+        with db.run_alone(one, db.ALONE_LEMONS_APPLY, db.LEMONS_APPLY):
+            with admin.connect() as conn:
+                cut = conn.execute(text(
+                    "SELECT pg_terminate_backend(pid) FROM pg_locks "
+                    "WHERE locktype = 'advisory' AND classid = :space"),
+                    {"space": db.ALONE_LEMONS_APPLY}).scalars().all()
+            assert cut == [True]
+        with db.run_alone(two, db.ALONE_LEMONS_APPLY, db.LEMONS_APPLY):
+            pass
+    finally:
+        for e in (one, two, admin):
+            e.dispose()
