@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from contextlib import nullcontext
 from datetime import UTC, datetime
 
 import click
@@ -43,6 +44,12 @@ def lemons(
     cluster: str | None,
 ) -> None:
     """Lemon-node candidates with their evidence; a dry run unless --apply."""
+    from rsc_health.historian.db import (
+        ALONE_LEMONS_APPLY,
+        LEMONS_APPLY,
+        HistorianError,
+        run_alone,
+    )
     from rsc_health.historian.lemons.apply import PartitionGuard, apply_verdicts
     from rsc_health.historian.lemons.features import OutageRules, lemon_features
     from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, lemon_verdicts
@@ -79,11 +86,18 @@ def lemons(
         actions = []
         slurm = _slurm(ctx)
         try:
-            guard = getattr(ctx.obj, "lemon_guard", None) or PartitionGuard.from_slurm(
-                slurm, ctx.obj.config, now
-            )
-            actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=do_apply,
-                                     shadow=shadow)
+            # Two --apply runs at once (the timer's and an operator's, other windows) would each
+            # read the fleet before the other drained and each use the guard's whole budget:
+            # one at a time, the second refused, and the guard reads Slurm under the lock.
+            with (run_alone(engine, ALONE_LEMONS_APPLY, LEMONS_APPLY) if do_apply
+                  else nullcontext()):
+                guard = getattr(ctx.obj, "lemon_guard", None) or PartitionGuard.from_slurm(
+                    slurm, ctx.obj.config, now
+                )
+                actions = apply_verdicts(engine, verdicts, slurm, guard, now=now,
+                                         apply=do_apply, shadow=shadow)
+        except HistorianError as exc:
+            raise click.ClickException(str(exc)) from exc
         except SlurmError as exc:
             if do_apply:
                 raise click.ClickException(f"cannot drain: {exc}") from exc

@@ -10,10 +10,16 @@ as it begins, so two writers serialize there and the second reads what the first
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import logging
+import os
 import re
 import signal
+import stat
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -46,6 +52,10 @@ class HistorianFrozen(HistorianUnavailable):
 
 class SchemaTooNew(HistorianError):
     pass
+
+
+class RunInProgress(HistorianError):
+    """Another process holds the historian's lock for this kind of run (`run_alone`)."""
 
 
 class SchemaTooOld(HistorianError):
@@ -82,6 +92,8 @@ def writer(bind: _Bind) -> _Bind:
 TURNS_CHECK_INTERVALS = 1920164712
 TURNS_LEMON_RECORDS = 1920166765
 TURNS_SUSPECTS = 1920169331  # "rsus": a node's suspect episodes (historian/suspects.py)
+ALONE_LEMONS_APPLY = 1920166753  # "rsla": one `healthctl lemons --apply` at a time (run_alone)
+LEMONS_APPLY = "lemons-apply"
 _TAKE_TURNS = text(
     "SELECT count(pg_advisory_xact_lock(CAST(:space AS integer), k)) FROM "
     "(SELECT DISTINCT hashtext(n) AS k FROM unnest(CAST(:keys AS text[])) AS n ORDER BY k) "
@@ -97,6 +109,56 @@ def take_turns(conn: Connection, space: int, keys: list[str]) -> None:
     none: its writers begin with BEGIN IMMEDIATE (`writer`)."""
     if conn.dialect.name == "postgresql" and keys:
         conn.execute(_TAKE_TURNS, {"space": space, "keys": keys})
+
+
+@contextmanager
+def run_alone(engine: Engine, space: int, name: str) -> Iterator[None]:
+    """Hold the historian's lock for one kind of run (`space`, e.g. ALONE_LEMONS_APPLY) for the
+    with-block, or raise RunInProgress at once when another process holds it: never waits.
+    PostgreSQL: a transaction-level advisory lock on a connection of its own, its transaction
+    open (and writing nothing) until the block ends; PgBouncer's transaction pooling keeps it,
+    and a lost connection or a killed run lets it go. SQLite: flock on `<database>-<name>.lock`
+    beside the file (never the database file itself: closing a descriptor of it would drop
+    SQLite's own locks), let go as the process ends however it ends. An in-memory database is
+    one process's: nothing to hold."""
+    busy = RunInProgress(f"another {name} run holds this historian's lock; nothing done: "
+                         "run again when it has finished")
+    if engine.dialect.name == "postgresql":
+        with engine.connect() as conn:
+            trans = conn.begin()
+            try:
+                if not conn.execute(text("SELECT pg_try_advisory_xact_lock("
+                                         "CAST(:space AS integer), 0)"), {"space": space}).scalar():
+                    raise busy
+                yield
+            finally:
+                try:
+                    trans.rollback()  # wrote nothing; lets the lock go
+                except (OperationalError, SAInterfaceError):
+                    pass  # the connection is gone, and the lock with it
+        return
+    database = engine.url.database
+    if not database or database == ":memory:" or database.startswith("file:"):
+        yield
+        return
+    lock = f"{database}-{name}.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     0o600)
+    except OSError as exc:
+        raise HistorianError(f"cannot take the lock {lock}: {exc.strerror}") from exc
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise HistorianError(f"cannot take the lock {lock}: not a regular file")
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as exc:
+            if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise busy from None
+            raise HistorianError(f"cannot take the lock {lock}: {exc.strerror}") from exc
+        yield
+    finally:
+        os.close(fd)
 
 
 def _sqlite_begin(conn: Connection) -> None:

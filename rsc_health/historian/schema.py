@@ -37,8 +37,9 @@ from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names
 # and GPU firmware and when they last changed (0013); 14: the telemetry metrics
 # nvlink_data_rate, remapped_rows, remap_low_banks and ib_error_rate (0014); 15:
 # node_inventory.gpu_model, the GPU model of a node (0015); 16: the telemetry rollups'
-# `sweeps`, a row's sample count kept once (0016).
-SCHEMA_VERSION = 16
+# `sweeps`, a row's sample count kept once (0016); 17: job_exclusions keyed by the job instance
+# (job_id, node, time): a reused job id is a new job (0017).
+SCHEMA_VERSION = 17
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -250,12 +251,15 @@ tickets = Table(
 )
 
 # Nodes a job excluded (the prolog records ExcNodeList): lemon feature excl_jobid_count.
+# Keyed by the job instance: `time` is when its prolog recorded them (the job's start), so a
+# job whose id Slurm reused is a new job (migration 0017), and a record delivered twice, the
+# same time, lands once.
 job_exclusions = Table(
     "job_exclusions",
     metadata,
     Column("job_id", String(32), primary_key=True),
     Column("node", String(128), primary_key=True),
-    Column("time", DateTime, nullable=False),
+    Column("time", DateTime, primary_key=True),
     Index("ix_job_exclusions_node_time", "node", "time"),
 )
 

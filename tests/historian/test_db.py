@@ -119,9 +119,9 @@ def test_initial_migration_file_for_postgresql_is_still_the_ddl_of_schema_py():
     guarded by test_migration_0002's check that the migrations build what schema.py creates.
     Changed since: jobs and node_events (version 4: cluster), check_results, node_actions and
     attributions (version 5: intervals, whole record ids), job_nodes (version 6: its node
-    compared as bytes)."""
+    compared as bytes), job_exclusions (version 17: keyed by the job instance)."""
     changed = {"jobs", "node_events", "check_results", "node_actions", "attributions",
-               "job_nodes", "ix_job_nodes_node"}
+               "job_nodes", "ix_job_nodes_node", "job_exclusions"}
     initial = _statements((db.MIGRATIONS_DIR / "0001_initial.postgresql.sql").read_text())
     current = _statements(render_ddl("postgresql"))
     kept = {name: stmt for name, stmt in initial.items() if name not in changed}

@@ -228,7 +228,7 @@ def test_checks_exclusions_and_reservations_count_repeats_and_garbage_by_cause(h
                               "a name the historian cannot keep (too long, or a NUL byte)": 1}
     ex = exclusions.ingest_lines(historian, [
         '{"job_id": "1", "node": "n1", "time": "2024-03-01T10:00:00"}',
-        '{"job_id": "1", "node": "n1", "time": "2024-03-01T10:05:00"}',
+        '{"job_id": "1", "node": "n1", "time": "2024-03-01T10:00:00"}',
         '{"job_id": "2", "node": "n1", "time": "then"}'])
     assert _accounted(ex) and ex.merged == {exclusions.MERGED_SAME_KEY: 1}
     assert ex.dropped == {"unparsable time": 1}

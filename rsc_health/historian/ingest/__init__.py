@@ -330,15 +330,18 @@ def upsert_sql(
     likewise, for NULL: an event's end, once known, is not unknown again when an export made
     before it closed is read later. `settled`: a column whose value makes a stored row final
     (a job's end): a row without it (read from an export made while the job ran) changes
-    nothing of a row with it."""
+    nothing of a row with it. `conflict` empty (DO NOTHING only): any key the row repeats,
+    with no target named, so PostgreSQL asks no SELECT on the key's columns (a role that may
+    only insert, the nodes')."""
     quote = conn.dialect.identifier_preparer.quote
     name = quote(table)
-    sql = (
-        f"INSERT INTO {name} ({', '.join(quote(c) for c in columns)}) {source} "
-        f"ON CONFLICT ({', '.join(quote(c) for c in conflict)}) "
-    )
+    target = f"({', '.join(quote(c) for c in conflict)}) " if conflict else ""
+    sql = (f"INSERT INTO {name} ({', '.join(quote(c) for c in columns)}) {source} "
+           f"ON CONFLICT {target}")
     if not update and not fill and not once:
         return sql + "DO NOTHING"
+    if not conflict:
+        raise ValueError("an upsert that updates needs its conflict target")
     distinct = "IS DISTINCT FROM" if conn.dialect.name == "postgresql" else "IS NOT"
     new = {c: f"excluded.{quote(c)}" for c in update}
     new.update({c: f"COALESCE(excluded.{quote(c)}, {name}.{quote(c)})" for c in once})

@@ -4,12 +4,12 @@ A claimed batch file is streamed in chunks of `CHUNK_LINES` lines (memory stays 
 whatever the spool's size); each chunk is written in one transaction with a statement
 timeout, and the file is removed only after its last chunk committed. Every write is keyed:
 check records fold into intervals (rsc_health.historian.intervals: a run the table has already
-seen changes nothing), actions by their record id, exclusions by (job, node), heartbeats by
-(node, source, time) (rsc_health.historian.freshness), telemetry samples by (time, node).
-So a batch delivered twice, or cut short by a kill or a lost database and delivered again,
-lands each record once. Lines that are
-not valid records go to `quarantine/` next to the spool with their line number and the
-reason, never retried.
+seen changes nothing), actions by their record id, exclusions by (job, node, time: the job
+start's, so a job id Slurm reused is a new job), heartbeats by (node, source, time)
+(rsc_health.historian.freshness), telemetry samples by (time, node). So a batch delivered
+twice, or cut short by a kill or a lost database and delivered again, lands each record once.
+Lines that are not valid records go to `quarantine/` next to the spool with their line
+number and the reason, never retried.
 
 Each record's time is judged against the historian's clock, which is the database server's
 (a node flushes its own spool, so this process's clock is the node's, the one in doubt): a
@@ -379,8 +379,10 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
     report.opened += folded.opened
     report.extended += folded.extended
     report.closed += folded.closed
+    # keyed by (job_id, node, time), named by no conflict target: the nodes' role may
+    # insert them but not read their time (deploy/postgresql/grants.sql)
     bulk_write(conn, schema.job_exclusions, ("job_id", "node", "time"), rows.exclusions,
-               conflict=("job_id", "node"))
+               conflict=())
     bulk_write(conn, schema.node_actions, ("id", "time", "node", "action", "reason", "job_id"),
                rows.actions, conflict=("id",))
     record_runs(conn, rows.heartbeats, rows.clocks)

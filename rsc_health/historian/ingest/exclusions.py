@@ -25,11 +25,14 @@ from rsc_health.historian.ingest import (
 from rsc_health.spool import without_lone_surrogates
 
 COLUMNS = ("job_id", "node", "time")
-MERGED_SAME_KEY = "same job and node in one load: the first kept"
+# The key is the whole row, the job instance's (job_id, node, time): Slurm reuses job ids, so
+# the same id and node at another time is another job's exclusion (schema.job_exclusions).
+# The insert names no conflict target: the nodes' role inserts them and may read no `time`.
+MERGED_SAME_KEY = "same job, node and time in one load: the first kept"
 
 
 def _write(conn, rows: list[tuple]) -> int:
-    return bulk_write(conn, schema.job_exclusions, COLUMNS, rows, conflict=("job_id", "node"))
+    return bulk_write(conn, schema.job_exclusions, COLUMNS, rows, conflict=())
 
 
 def _row(obj: object) -> tuple:
@@ -55,7 +58,7 @@ def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
     """The JSON Lines from an open text stream (`--file -`: stdin)."""
     report = IngestReport("exclusions")
     batch: list[tuple] = []
-    seen: set[tuple[str, str]] = set()
+    seen: set[tuple] = set()
     with writer(engine).begin() as conn:
         for lineno, line in enumerate(lines, 1):
             if not line.strip():
@@ -69,10 +72,10 @@ def ingest_lines(engine: Engine, lines: Iterable[str]) -> IngestReport:
             except (ValueError, RecursionError) as exc:  # [[[[... too deep; 5,000 digits
                 report.add_bad(lineno, f"not JSON: {str(exc)[:200]}", NOT_JSON)
                 continue
-            if row[:2] in seen:
+            if row in seen:
                 report.merge(MERGED_SAME_KEY)
                 continue
-            seen.add(row[:2])
+            seen.add(row)
             batch.append(row)
             if len(batch) >= BATCH_ROWS:
                 report.written += _write(conn, batch)

@@ -7,7 +7,8 @@ window (below).
 
 Definitions (everything restricted to the window):
 
-  excl_jobid_count      distinct job_exclusions.job_id that excluded the node (`time` in window)
+  excl_jobid_count      job instances that excluded the node (job_exclusions rows, `time` in
+                        window: one per job start, so a job id Slurm reused counts again)
   xid_cnt               XID episodes: distinct XID events (time, component, code) among
                         check_results rows with check='xid' and status warn/fail, chained
                         into one episode while each is at most `episode_gap_h` after the
@@ -222,7 +223,9 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float,
     s: dict[str, pd.Series] = {}
     s["excl_jobid_count"] = _series(
         engine,
-        select(job_exclusions.c.node, func.count(distinct(job_exclusions.c.job_id)))
+        # A row per job instance and node (the key is (job_id, node, time)): a job whose id
+        # Slurm reused is another job, not merged into the first by a distinct job_id.
+        select(job_exclusions.c.node, func.count())
         .where(span.of(job_exclusions.c.node, job_exclusions.c.time))
         .group_by(job_exclusions.c.node),
         "excl_jobid_count",
