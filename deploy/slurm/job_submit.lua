@@ -92,6 +92,14 @@ function rsc_require_trusted(job_desc, job_rec)
 	end
 	if features == nil or features == "" then
 		job_desc.features = RSC_TRUSTED
+	elseif string.find(features, "*", 1, true) then
+		-- Node counts (`a*4`, `[a*3&b*1]`): Slurm 22.05 refuses them inside parentheses
+		-- ("Invalid feature specification": the job could not be submitted at all), and
+		-- `a*4&rsc_trusted` unwrapped does not keep the job off a suspect. The job is let
+		-- through as its user wrote it, without the tier's protection, and said in the log.
+		slurm.log_info("rsc_health: job of up to %d nodes has node counts in its constraint "
+			.. "(%s): rsc_trusted not required, suspects not avoided", nodes, features)
+		return
 	elseif not requires(features, RSC_TRUSTED) then
 		job_desc.features = "(" .. features .. ")&" .. RSC_TRUSTED
 	else

@@ -262,8 +262,9 @@ def test_a_bracketed_constraint_the_lua_wraps_is_accepted_and_runs_on_trusted_no
     features), alone or already AND-ed with rsc_trusted, is wrapped again by the lua: real
     Slurm 22.05 accepts what it writes (sbatch would fail with `Invalid feature
     specification`), and the big job runs on four trusted nodes, never on the suspect that is
-    site_x too (rsc_trusted taken off, as `suspects apply` does). Not covered: node counts
-    (`site_x*4`), which Slurm 22.05 refuses inside the lua's parentheses (see README)."""
+    site_x too (rsc_trusted taken off, as `suspects apply` does). Node counts (`site_x*4`),
+    which Slurm 22.05 refuses inside the lua's parentheses, are let through as written (the
+    next test)."""
     from rsc_health.hostlist import expand
 
     c = lua_cluster
@@ -287,3 +288,24 @@ def test_a_bracketed_constraint_the_lua_wraps_is_accepted_and_runs_on_trusted_no
             c.run(["scontrol", "update", f"NodeName={n}", "AvailableFeatures=rsc_trusted",
                    "ActiveFeatures=rsc_trusted"])
 
+
+
+def test_a_big_job_with_node_counts_in_its_constraint_is_let_through_as_written(lua_cluster):
+    """`--constraint=site_x*4` on a 4-node job: the lua wrapped it as `(site_x*4)&rsc_trusted`,
+    which Slurm 22.05 refuses ("Invalid feature specification"): the user's job could not be
+    submitted at all. Now it is accepted with the user's constraint as written (no tier
+    protection for it: said in slurmctld's log) and runs."""
+    c = lua_cluster
+    try:
+        for n in c.node_names:
+            c.run(["scontrol", "update", f"NodeName={n}", "AvailableFeatures=rsc_trusted,site_x",
+                   "ActiveFeatures=rsc_trusted,site_x"])
+        job = c.sbatch("-N", "4", "--constraint=site_x*4", "--wrap", "sleep 300")
+        assert c.job(job).get("Features") == "site_x*4"
+        c.wait_for(lambda: c.job_state(job) == "RUNNING", 30, "the job running")
+    finally:
+        c.run(["scancel", *([job] if "job" in locals() else [])], check=False)
+        c.wait_for(lambda: not c.run(["squeue", "-h"]).stdout.strip(), 60, "queue empty")
+        for n in c.node_names:
+            c.run(["scontrol", "update", f"NodeName={n}", "AvailableFeatures=rsc_trusted",
+                   "ActiveFeatures=rsc_trusted"])
