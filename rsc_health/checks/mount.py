@@ -84,6 +84,8 @@ def collect(root: Path, env) -> MountState | None:
                 found.table = again
     state.probes_asked.append(hangs.STATVFS)
     for path, result in found.probes.items():
+        if result.checker_fault:  # the checker's error (engine), never mount_error's drain
+            state.errors.append(("mount", hangs.statvfs(path), str(result.error)))
         if result.hung:
             state.hung_probes[hangs.statvfs(path)] = (
                 f"statvfs {path}: no answer within {result.seconds:.1f}s")
@@ -131,7 +133,7 @@ def check(state, cfg: dict) -> list[Finding]:
                      f"{path} ({m.fstype}) did not answer statvfs in {probe.seconds:.1f}s",
                      repair=False, probe=name, **getattr(state, "hangs", {}).get(name, {}))
             )
-        elif probe is not None and not probe.ok:
+        elif probe is not None and not probe.ok and not probe.checker_fault:
             out.append(
                 fail("mount", path, Severity.DRAIN_NOW, "mount_error",
                      f"{path} ({m.fstype}) statvfs failed: {probe.error}", repair=False)
@@ -141,6 +143,6 @@ def check(state, cfg: dict) -> list[Finding]:
                 fail("mount", path, Severity.DRAIN_NOW, "mount_ro",
                      f"{path} ({m.fstype}) is read-only", repair=False)
             )
-        else:
+        elif probe is None or not probe.checker_fault:  # else: a checker error, not ok
             out.append(ok("mount", path, f"{path} {m.fstype} ok"))
     return out

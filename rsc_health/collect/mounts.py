@@ -101,6 +101,9 @@ class ProbeResult:
     seconds: float
     error: str | None = None
     pid: int | None = None  # the child abandoned when hung (collect.hangs)
+    # The child closed its pipe without asking it (killed, crashed, or its asker raised):
+    # nothing waits in the kernel, so not a hang: the checker's error (`error` says how).
+    checker_fault: bool = False
 
 
 def probe(root: Path, paths: list[str], timeout_s: float,
@@ -122,14 +125,23 @@ def probe(root: Path, paths: list[str], timeout_s: float,
     children = {str(i): bounded.start(_asker([target(p) for p in group]), streaming=True)
                 for i, group in enumerate(groups)}
     reports: dict[str, list] = {}
-    bounded.collect(children, start + timeout_s, reports=reports)
+    answers = bounded.collect(children, start + timeout_s, reports=reports)
     took = time.monotonic() - start
     results: dict[str, ProbeResult] = {}
     for i, group in enumerate(groups):
         said = {r.get("i"): r for r in reports.get(str(i), []) if isinstance(r, dict)}
         for n, path in enumerate(group):
             answer = said.get(n)
-            if answer is None:
+            ended = answers.get(str(i))
+            if answer is None and ended is not None:
+                # Its child is gone without this answer: a crash, not a hang (bounded.Died).
+                how = (f"exited without an answer ({ended[bounded.DIED]})"
+                       if bounded.DIED in ended else
+                       f"failed: {str(ended.get('error'))[:200]}" if "error" in ended else
+                       "answered without it")
+                results[path] = ProbeResult(path, False, False, took,
+                                            f"the statvfs child {how}", checker_fault=True)
+            elif answer is None:
                 results[path] = ProbeResult(path, False, True, took, pid=children[str(i)][0])
             elif answer.get("error"):
                 results[path] = ProbeResult(path, False, False, answer["seconds"],
@@ -181,5 +193,6 @@ def replayed_probes(path: Path, paths: list[str]) -> dict[str, ProbeResult]:
         rec = doc.get(p)
         if isinstance(rec, dict):
             out[p] = ProbeResult(p, bool(rec.get("ok")), bool(rec.get("hung")),
-                                 float(rec.get("seconds") or 0.0), rec.get("error"))
+                                 float(rec.get("seconds") or 0.0), rec.get("error"),
+                                 checker_fault=rec.get("checker_fault") is True)
     return out

@@ -447,3 +447,25 @@ def test_an_automount_that_fails_still_drains(node, monkeypatch):
     found, verdict = only_bad(node)
     assert [(f.component, f.code) for f in found] == [("/home", "mount_missing")]
     assert "autofs" in found[0].reason and verdict.level is Level.DRAIN_NOW
+
+
+def test_a_statvfs_child_that_dies_is_a_checker_error_not_a_hung_mount(node, monkeypatch):
+    """The statvfs child is killed (the OOM killer, a crash in a FUSE library) before it
+    answers. It was read as every mount hung: mount_hung, a drain-now, and a hang recorded
+    toward the next run. Nothing waits in the kernel: it is the checker's error, no drain."""
+    import os
+    import signal
+
+    from rsc_health.engine import run
+    from rsc_health.policy import decide
+
+    def statvfs(path):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(mounts, "statvfs", statvfs)
+    findings = run(node.config, node.root)
+    found = bad(findings)
+    assert found and all(f.family == "checker" and f.status is Status.ERROR for f in found)
+    assert not any(f.code == "mount_hung" for f in findings)
+    assert any("killed by signal 9" in f.reason for f in found)
+    assert decide(findings).level is Level.CHECKER_ERROR
