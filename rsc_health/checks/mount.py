@@ -49,28 +49,55 @@ def _sharing_a_child(paths: list[str], records: dict) -> set[str]:
     return {p for p in paths if sum(1 for q in paths if child[q] == child[p]) > 1}
 
 
-def collect(root: Path, env) -> MountState | None:
-    cfg, state = env.cfg, env.state
+SHARED_KEY = "mount_probe"
+
+
+def start(root: Path, env) -> None:
+    """Read the table and fork the statvfs children now (collect_all: before NVML or the
+    InfiniBand ports are waited for, so a hung mount's wait overlaps theirs); `collect`
+    takes their answers. Nothing is started for a replayed probe record."""
+    if str(env.cfg.get("mounts.probe_replay_file", "") or ""):
+        return
+    env.shared[SHARED_KEY] = _begin(root, env)
+
+
+def _begin(root: Path, env) -> tuple | None:
+    """(table, expected mounts present, those whose child from before still waits, the
+    children asking the others) or None when the table could not be read."""
     table = env.guard("mount", "/proc/mounts", lambda: mounts.collect(root))
     if table is None:
         return None
-    found = MountState(table)
+    to_probe = mounts_to_probe(env.cfg, table)
+    before = {p: env.hangs_before.get(hangs.statvfs(p)) for p in to_probe}
+    waiting = [p for p in to_probe if hangs.still_waiting(before[p])]
+    # One child asks every mount; one left stuck on two mounts cannot say which of them
+    # answered since: those are asked again, each in a child of its own.
+    alone = _sharing_a_child(waiting, before)
+    waiting = [p for p in waiting if p not in alone]
+    asked = [p for p in to_probe if p not in waiting]
+    probing = env.guard("mount", "statvfs", lambda: mounts.begin(root, asked, alone))
+    return table, to_probe, waiting, probing
+
+
+def collect(root: Path, env) -> MountState | None:
+    cfg, state = env.cfg, env.state
     timeout = env.probe_timeout_s or float(cfg.get("mounts.probe_timeout_s", 2.0))
-    to_probe = mounts_to_probe(cfg, table)
     replay = str(cfg.get("mounts.probe_replay_file", "") or "")
     if replay:  # a snapshot's recorded outcomes, not this machine's statvfs
+        table = env.guard("mount", "/proc/mounts", lambda: mounts.collect(root))
+        if table is None:
+            return None
+        found = MountState(table)
         found.probes = env.guard("mount", replay, lambda: mounts.replayed_probes(
-            root / replay.lstrip("/"), to_probe)) or {}
+            root / replay.lstrip("/"), mounts_to_probe(cfg, table))) or {}
     else:
-        before = {p: env.hangs_before.get(hangs.statvfs(p)) for p in to_probe}
-        waiting = [p for p in to_probe if hangs.still_waiting(before[p])]
-        # One child asks every mount; one left stuck on two mounts cannot say which of them
-        # answered since: those are asked again, each in a child of its own.
-        alone = _sharing_a_child(waiting, before)
-        waiting = [p for p in waiting if p not in alone]
-        asked = [p for p in to_probe if p not in waiting]
-        found.probes = env.guard("mount", "statvfs",
-                                 lambda: mounts.probe(root, asked, timeout, alone)) or {}
+        begun = env.shared.pop(SHARED_KEY) if SHARED_KEY in env.shared else _begin(root, env)
+        if begun is None:
+            return None
+        table, to_probe, waiting, probing = begun
+        found = MountState(table)
+        found.probes = (env.guard("mount", "statvfs", lambda: mounts.finish(probing, timeout))
+                        if probing is not None else None) or {}
         now = utcnow()
         for path in waiting:  # its statvfs from an earlier run has still not returned
             found.probes[path] = mounts.ProbeResult(

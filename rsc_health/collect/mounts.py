@@ -113,9 +113,27 @@ def probe(root: Path, paths: list[str], timeout_s: float,
     mount holds its own thread, not the others' answers): one fork per run, not one per mount.
     A path in `alone` gets a child of its own (checks.mount: a path whose earlier hang shared
     its child with another's, so that each stuck child names one mount again)."""
+    return finish(begin(root, paths, alone), timeout_s)
+
+
+class Probing:
+    """The children `begin` forked, asking statvfs while the run does something else."""
+
+    def __init__(self, started: float, paths: list[str], groups: list[list[str]],
+                 children: dict) -> None:
+        self.started = started
+        self.paths = paths
+        self.groups = groups
+        self.children = children
+
+
+def begin(root: Path, paths: list[str],
+          alone: frozenset[str] | set[str] = frozenset()) -> Probing:
+    """Fork the statvfs children now (probe's first half): collect_all starts them before it
+    waits on NVML or the InfiniBand ports, so a hung mount's wait overlaps theirs."""
     from rsc_health.collect import bounded
 
-    start = time.monotonic()
+    started = time.monotonic()
 
     def target(path: str) -> str:
         return str(root / path.lstrip("/")) if path != "/" else str(root)
@@ -124,9 +142,18 @@ def probe(root: Path, paths: list[str], timeout_s: float,
     groups = ([together] if together else []) + [[p] for p in paths if p in alone]
     children = {str(i): bounded.start(_asker([target(p) for p in group]), streaming=True)
                 for i, group in enumerate(groups)}
+    return Probing(started, list(paths), groups, children)
+
+
+def finish(probing: Probing, timeout_s: float) -> dict[str, ProbeResult]:
+    """The answers of `begin`'s children, waited for until timeout_s after they started (what
+    they answered by the time this is asked, when that has passed already)."""
+    from rsc_health.collect import bounded
+
+    groups, children = probing.groups, probing.children
     reports: dict[str, list] = {}
-    answers = bounded.collect(children, start + timeout_s, reports=reports)
-    took = time.monotonic() - start
+    answers = bounded.collect(children, probing.started + timeout_s, reports=reports)
+    took = time.monotonic() - probing.started
     results: dict[str, ProbeResult] = {}
     for i, group in enumerate(groups):
         said = {r.get("i"): r for r in reports.get(str(i), []) if isinstance(r, dict)}
@@ -148,7 +175,7 @@ def probe(root: Path, paths: list[str], timeout_s: float,
                                             str(answer["error"]))
             else:
                 results[path] = ProbeResult(path, True, False, answer["seconds"])
-    return {path: results[path] for path in paths}
+    return {path: results[path] for path in probing.paths}
 
 
 def _asker(targets: list[str]):

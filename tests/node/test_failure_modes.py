@@ -469,3 +469,36 @@ def test_a_statvfs_child_that_dies_is_a_checker_error_not_a_hung_mount(node, mon
     assert not any(f.code == "mount_hung" for f in findings)
     assert any("killed by signal 9" in f.reason for f in found)
     assert decide(findings).level is Level.CHECKER_ERROR
+
+
+def test_a_hung_mount_and_a_hung_ib_read_are_waited_for_together_not_one_after_the_other(
+        node, monkeypatch):
+    """The statvfs child started only after the IB wait: a node whose IB counter read and a
+    mount both hang paid [infiniband] read_timeout_s and then [mounts] probe_timeout_s (7.3 s
+    of the prolog's 12 s at the defaults). Every abandonable child starts before any wait."""
+    import threading
+    import time
+
+    from rsc_health.collect import ibports
+    from rsc_health.engine import run
+
+    release = threading.Event()
+    real = mounts.statvfs
+
+    def statvfs(path):
+        if path.endswith("/checkpoint"):
+            release.wait(30)
+        return real(path)
+
+    monkeypatch.setattr(mounts, "statvfs", statvfs)
+    monkeypatch.setattr(ibports, "_asker", lambda root, names: lambda emit: time.sleep(30))
+    cfg = node.config
+    cfg.data["mounts"]["probe_timeout_s"] = 1.5
+    cfg.data["infiniband"]["read_timeout_s"] = 1.5
+    t0 = time.monotonic()
+    findings = run(cfg, node.root)
+    took = time.monotonic() - t0
+    release.set()
+    codes = {f.code for f in findings}
+    assert {"mount_hung", "ib_hung"} <= codes
+    assert took < 2.6, f"{took:.1f}s: the waits did not overlap (3.0 s and more one after another)"
