@@ -82,10 +82,30 @@ def _keep_own_hangs(sdir: Path, own: dict, state) -> None:
         return
     if not probes and not (sdir / CHECK_HANGS_FILE).exists():
         return
+    if not _kept_by_root_alone(sdir):
+        return
     try:
         hangs.save(sdir / CHECK_HANGS_FILE, probes, state.boot_id)
     except OSError:
         pass
+
+
+def _kept_by_root_alone(sdir: Path) -> bool:
+    """Whether a read-only run may write into `sdir`: it exists (a check makes no directory),
+    no symlink leads to it, and neither it nor any directory above it can be changed by anyone
+    else (durable.unsafe_directory). `healthctl check --root DIR` may be pointed anywhere; it
+    was read-only, and must not become a way to have root write where a user points."""
+    import os
+
+    from rsc_health.durable import unsafe_directory
+
+    try:
+        where = Path(os.path.abspath(sdir))
+        if not where.is_dir() or os.path.realpath(where) != str(where):
+            return False
+        return not any(unsafe_directory(os.lstat(d)) for d in (where, *where.parents))
+    except OSError:
+        return False
 
 
 def run(

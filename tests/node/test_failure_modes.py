@@ -502,3 +502,40 @@ def test_a_hung_mount_and_a_hung_ib_read_are_waited_for_together_not_one_after_t
     codes = {f.code for f in findings}
     assert {"mount_hung", "ib_hung"} <= codes
     assert took < 2.6, f"{took:.1f}s: the waits did not overlap (3.0 s and more one after another)"
+
+
+def _check_on_a_hung_mount(node, monkeypatch):
+    import threading
+
+    from rsc_health.engine import run
+
+    release = threading.Event()
+    real = mounts.statvfs
+    monkeypatch.setattr(mounts, "statvfs",
+                        lambda p: release.wait(30) if p.endswith("/checkpoint") else real(p))
+    cfg = node.config
+    cfg.data["mounts"]["probe_timeout_s"] = 0.5
+    findings = run(cfg, node.root, only={"mount"}, save_state=False)
+    release.set()
+    assert "mount_hung" in {f.code for f in findings}
+
+
+def test_a_check_keeps_its_hang_record_only_where_no_symlink_leads(node, monkeypatch, tmp_path):
+    """`healthctl check --root DIR` keeps its own record of the children it abandoned; a state
+    directory reached through a symlink (planted in a tree someone else controls) gets none:
+    root never writes where the tree's owner points. The same tree without it keeps one."""
+    from rsc_health.config import state_dir
+    from rsc_health.engine import CHECK_HANGS_FILE
+
+    sdir = state_dir(node.config, node.root)
+    sdir.mkdir(parents=True, exist_ok=True)
+    _check_on_a_hung_mount(node, monkeypatch)
+    assert (sdir / CHECK_HANGS_FILE).exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for p in sdir.iterdir():
+        p.unlink()
+    sdir.rmdir()
+    sdir.symlink_to(elsewhere)
+    _check_on_a_hung_mount(node, monkeypatch)
+    assert not (elsewhere / CHECK_HANGS_FILE).exists()
