@@ -20,6 +20,10 @@ XID_CURSOR_FILE = "xid_cursor.json"
 SXID_CURSOR_FILE = "sxid_cursor.json"
 COUNTERS_FILE = "counters.json"
 HANGS_FILE = "probe_hangs.json"  # rsc_health.collect.hangs
+# The children a read-only run (`healthctl check`) abandoned: its own record, so that the
+# next check does not fork one more child to join them in the kernel. Never the sweep's
+# record (a check counts no sweep) and never judged from by the node path.
+CHECK_HANGS_FILE = "probe_hangs.check.json"
 # The node-local state the checks judge against (snapshots carry it for an exact replay);
 # every Family.cursor is among them (tests/unit/test_family_contract.py).
 STATE_FILES = (XID_CURSOR_FILE, SXID_CURSOR_FILE, COUNTERS_FILE, HANGS_FILE)
@@ -52,6 +56,58 @@ def _load_catalogs(cfg: Config, families: list[str], data: dict) -> list[tuple[s
     return bad
 
 
+def _hangs_before(shared: dict, own: dict | None, boot_id: str) -> dict[str, dict]:
+    """The probes on record as hanging: the node path's record, and for a read-only run also
+    its own (CHECK_HANGS_FILE) where that names a child still waiting and the node path's
+    does not (so neither run's stuck child is joined by another)."""
+    from rsc_health.collect import hangs
+
+    out = dict(hangs.current(shared, boot_id))
+    for name, rec in (hangs.current(own, boot_id) if own is not None else {}).items():
+        if hangs.still_waiting(rec) and not hangs.still_waiting(out.get(name)):
+            out[name] = rec
+    return out
+
+
+def _keep_own_hangs(sdir: Path, own: dict, state) -> None:
+    """A read-only run's record of the children it left waiting: written only when it
+    changes, and only where the state directory takes it (a check run by someone who cannot
+    write there keeps none; it never says more than the run's findings already do)."""
+    from rsc_health.collect import hangs
+
+    probes = hangs.update(own, state.boot_id, set(state.probes_asked),
+                          {name: state.probe_pids.get(name) for name in state.hung_probes},
+                          utcnow(), sweep=False, after_health=state.hung_after_health)
+    if probes == own["probes"] and own["boot_id"] in (None, state.boot_id):
+        return
+    if not probes and not (sdir / CHECK_HANGS_FILE).exists():
+        return
+    if not _kept_by_root_alone(sdir):
+        return
+    try:
+        hangs.save(sdir / CHECK_HANGS_FILE, probes, state.boot_id)
+    except OSError:
+        pass
+
+
+def _kept_by_root_alone(sdir: Path) -> bool:
+    """Whether a read-only run may write into `sdir`: it exists (a check makes no directory),
+    no symlink leads to it, and neither it nor any directory above it can be changed by anyone
+    else (durable.unsafe_directory). `healthctl check --root DIR` may be pointed anywhere; it
+    was read-only, and must not become a way to have root write where a user points."""
+    import os
+
+    from rsc_health.durable import unsafe_directory
+
+    try:
+        where = Path(os.path.abspath(sdir))
+        if not where.is_dir() or os.path.realpath(where) != str(where):
+            return False
+        return not any(unsafe_directory(os.lstat(d)) for d in (where, *where.parents))
+    except OSError:
+        return False
+
+
 def run(
     cfg: Config,
     root: Path,
@@ -64,11 +120,19 @@ def run(
     """All findings for the node under `root` (or only the families in `only`).
 
     save_state=False is read-only (`healthctl check`, snapshots): the XID cursor and the
-    counter baselines stay the sweep's, so what was new stays new for the next sweep.
+    counter baselines stay the sweep's, so what was new stays new for the next sweep. It keeps
+    only its own record of the probe children it abandoned (CHECK_HANGS_FILE): a check run
+    every minute on a node whose mount or driver hangs leaves one child stuck, not one each.
     sweep: a probe that hangs counts one more sweep in a row (collect.hangs)."""
+    if not save_state:
+        try:
+            return _run(cfg, Path(root), only=only, budget_s=budget_s, sweep=False,
+                        read_only=True)[0]
+        except Exception as exc:  # noqa: BLE001 - the contract: never raise
+            return [_checker("engine", "engine",
+                             f"checker failed: {type(exc).__name__}: {exc}")]
     findings, commit = run_deferred(cfg, root, only=only, budget_s=budget_s, sweep=sweep)
-    if save_state:
-        findings.extend(commit())
+    findings.extend(commit())
     return findings
 
 
@@ -87,7 +151,8 @@ def run_deferred(
 
 
 def _run(
-    cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, sweep: bool
+    cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, sweep: bool,
+    read_only: bool = False,
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
     from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
@@ -105,6 +170,7 @@ def _run(
     cursors = {f: kmsg.load_cursor(sdir / name) for f, name in cursor_files.items()}
     previous = counters.load(sdir / COUNTERS_FILE)
     previous_hangs = hangs.load(sdir / HANGS_FILE)
+    own_hangs = hangs.load(sdir / CHECK_HANGS_FILE) if read_only else None
     if "lost" in previous:
         # Said by the one run that rebuilds it: the commit below writes it whole again.
         findings.append(_checker("state", str(sdir / COUNTERS_FILE),
@@ -119,13 +185,15 @@ def _run(
     state, new_cursors = collect_all(
         cfg, root, only=set(families), cursors=cursors, previous_counters=previous,
         probe_timeout_s=timeout, deadline=deadline,
-        hangs_before=hangs.current(previous_hangs, kmsg.boot_id(root)),
+        hangs_before=_hangs_before(previous_hangs, own_hangs, kmsg.boot_id(root)),
     )
     for family, source, message in state.errors:
         findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
                                {name: state.probe_pids.get(name) for name in state.hung_probes},
                                utcnow(), sweep=sweep, after_health=state.hung_after_health)
+    if own_hangs is not None:
+        _keep_own_hangs(sdir, own_hangs, state)
     for probe, code in ((hangs.NVML, "nvml_hung"), (hangs.IB, "ib_hung")):
         if probe not in state.hung_probes:
             continue

@@ -49,28 +49,55 @@ def _sharing_a_child(paths: list[str], records: dict) -> set[str]:
     return {p for p in paths if sum(1 for q in paths if child[q] == child[p]) > 1}
 
 
-def collect(root: Path, env) -> MountState | None:
-    cfg, state = env.cfg, env.state
+SHARED_KEY = "mount_probe"
+
+
+def start(root: Path, env) -> None:
+    """Read the table and fork the statvfs children now (collect_all: before NVML or the
+    InfiniBand ports are waited for, so a hung mount's wait overlaps theirs); `collect`
+    takes their answers. Nothing is started for a replayed probe record."""
+    if str(env.cfg.get("mounts.probe_replay_file", "") or ""):
+        return
+    env.shared[SHARED_KEY] = _begin(root, env)
+
+
+def _begin(root: Path, env) -> tuple | None:
+    """(table, expected mounts present, those whose child from before still waits, the
+    children asking the others) or None when the table could not be read."""
     table = env.guard("mount", "/proc/mounts", lambda: mounts.collect(root))
     if table is None:
         return None
-    found = MountState(table)
+    to_probe = mounts_to_probe(env.cfg, table)
+    before = {p: env.hangs_before.get(hangs.statvfs(p)) for p in to_probe}
+    waiting = [p for p in to_probe if hangs.still_waiting(before[p])]
+    # One child asks every mount; one left stuck on two mounts cannot say which of them
+    # answered since: those are asked again, each in a child of its own.
+    alone = _sharing_a_child(waiting, before)
+    waiting = [p for p in waiting if p not in alone]
+    asked = [p for p in to_probe if p not in waiting]
+    probing = env.guard("mount", "statvfs", lambda: mounts.begin(root, asked, alone))
+    return table, to_probe, waiting, probing
+
+
+def collect(root: Path, env) -> MountState | None:
+    cfg, state = env.cfg, env.state
     timeout = env.probe_timeout_s or float(cfg.get("mounts.probe_timeout_s", 2.0))
-    to_probe = mounts_to_probe(cfg, table)
     replay = str(cfg.get("mounts.probe_replay_file", "") or "")
     if replay:  # a snapshot's recorded outcomes, not this machine's statvfs
+        table = env.guard("mount", "/proc/mounts", lambda: mounts.collect(root))
+        if table is None:
+            return None
+        found = MountState(table)
         found.probes = env.guard("mount", replay, lambda: mounts.replayed_probes(
-            root / replay.lstrip("/"), to_probe)) or {}
+            root / replay.lstrip("/"), mounts_to_probe(cfg, table))) or {}
     else:
-        before = {p: env.hangs_before.get(hangs.statvfs(p)) for p in to_probe}
-        waiting = [p for p in to_probe if hangs.still_waiting(before[p])]
-        # One child asks every mount; one left stuck on two mounts cannot say which of them
-        # answered since: those are asked again, each in a child of its own.
-        alone = _sharing_a_child(waiting, before)
-        waiting = [p for p in waiting if p not in alone]
-        asked = [p for p in to_probe if p not in waiting]
-        found.probes = env.guard("mount", "statvfs",
-                                 lambda: mounts.probe(root, asked, timeout, alone)) or {}
+        begun = env.shared.pop(SHARED_KEY) if SHARED_KEY in env.shared else _begin(root, env)
+        if begun is None:
+            return None
+        table, to_probe, waiting, probing = begun
+        found = MountState(table)
+        found.probes = (env.guard("mount", "statvfs", lambda: mounts.finish(probing, timeout))
+                        if probing is not None else None) or {}
         now = utcnow()
         for path in waiting:  # its statvfs from an earlier run has still not returned
             found.probes[path] = mounts.ProbeResult(
@@ -84,6 +111,8 @@ def collect(root: Path, env) -> MountState | None:
                 found.table = again
     state.probes_asked.append(hangs.STATVFS)
     for path, result in found.probes.items():
+        if result.checker_fault:  # the checker's error (engine), never mount_error's drain
+            state.errors.append(("mount", hangs.statvfs(path), str(result.error)))
         if result.hung:
             state.hung_probes[hangs.statvfs(path)] = (
                 f"statvfs {path}: no answer within {result.seconds:.1f}s")
@@ -131,7 +160,7 @@ def check(state, cfg: dict) -> list[Finding]:
                      f"{path} ({m.fstype}) did not answer statvfs in {probe.seconds:.1f}s",
                      repair=False, probe=name, **getattr(state, "hangs", {}).get(name, {}))
             )
-        elif probe is not None and not probe.ok:
+        elif probe is not None and not probe.ok and not probe.checker_fault:
             out.append(
                 fail("mount", path, Severity.DRAIN_NOW, "mount_error",
                      f"{path} ({m.fstype}) statvfs failed: {probe.error}", repair=False)
@@ -141,6 +170,6 @@ def check(state, cfg: dict) -> list[Finding]:
                 fail("mount", path, Severity.DRAIN_NOW, "mount_ro",
                      f"{path} ({m.fstype}) is read-only", repair=False)
             )
-        else:
+        elif probe is None or not probe.checker_fault:  # else: a checker error, not ok
             out.append(ok("mount", path, f"{path} {m.fstype} ok"))
     return out

@@ -67,6 +67,12 @@ def collect_all(
     ib_files = ibports.port_files(g for f in families if f.collect is not None for g in f.reads)
     if ib_files:
         ibports.start(root, env, ib_files)
+    # The statvfs children too: every abandonable child is started before any is waited for,
+    # so a hung mount, a hung IB read and a wedged NVML cost the longest wait, not their sum.
+    if any(f.name == "mount" for f in families):
+        from rsc_health.checks import mount
+
+        env.guard("mount", "statvfs", lambda: mount.start(root, env))
     if any(f.nvml for f in families):
         read_nvml(cfg, root, state, hangs_before,
                   telemetry=any(f.name == "telemetry" for f in families))

@@ -42,6 +42,11 @@ class Abandoned(Exception):
         self.pid = pid
 
 
+# How long past its deadline a child still writing is read, while each look finds more: one
+# that wrote more than its pipe holds before it was asked (collect.ibports, a node of many
+# ports, waited on after NVML) is blocked on that pipe, not hung.
+PIPE_GRACE_S = 0.25
+
 DIED = "died"  # an answer's key: the child closed its pipe without one (its exit status)
 
 
@@ -57,6 +62,7 @@ def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]
     gets an `emit(obj)` to report how far it got, one JSON line each, before its result
     (json.dumps never writes a raw newline, so every message is one line)."""
     r, w = os.pipe()
+    _widen(w)
     pid = os.fork()
     if pid == 0:  # the child: answer and leave without running the parent's exit handlers
         code = 0
@@ -88,6 +94,24 @@ def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]
             os._exit(code)
     os.close(w)
     return pid, r
+
+
+# Room asked for in each child's pipe (F_SETPIPE_SZ; Linux gives root up to
+# /proc/sys/fs/pipe-max-size, 1 MiB by default): a child forked early and asked late (the IB
+# ports' child, waited on after NVML) writes all it has without blocking on a pipe of 64 KiB.
+PIPE_BYTES = 1 << 20
+F_SETPIPE_SZ = 1031  # fcntl.F_SETPIPE_SZ, named there only from Python 3.10
+
+
+def _widen(fd: int) -> None:
+    """Ask for PIPE_BYTES of room in the pipe; a refusal (a user over its pipe quota, another
+    system) leaves it as it is: PIPE_GRACE_S still reads a child blocked on it."""
+    import fcntl
+
+    try:
+        fcntl.fcntl(fd, F_SETPIPE_SZ, PIPE_BYTES)
+    except OSError:
+        pass
 
 
 def _max_fd() -> int:
@@ -164,9 +188,18 @@ def _read_until(children: dict[str, tuple[int, int]], deadline: float
     buffers = {key: bytearray() for key in children}
     open_fds = {fd: key for key, (_, fd) in children.items()}
     done: dict[str, dict | None] = {}
+    flowing = False  # the last look read something
     while open_fds:
-        left = deadline - time.monotonic()
-        ready, _, _ = select.select(list(open_fds), [], [], max(0.0, left))
+        now = time.monotonic()
+        left = deadline - now
+        wait = max(0.0, left)
+        if left <= 0 and flowing and now < deadline + PIPE_GRACE_S:
+            # Past the deadline a child may be blocked only on its full pipe (more than the
+            # pipe holds written while the parent waited on another probe): reading let it
+            # go on, so its next lines are a moment away, not a hang.
+            wait = min(0.05, deadline + PIPE_GRACE_S - now)
+        ready, _, _ = select.select(list(open_fds), [], [], wait)
+        flowing = bool(ready)
         if not ready and left <= 0:
             break
         for fd in ready:

@@ -80,6 +80,8 @@ ABSENT = {NOT_SUPPORTED, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_FUNCTION_NOT
 # An error answer that is not an NVML return code at all (pynvml raised with a value that is
 # not an int, a replay file holding a number, null or an object where a name belongs).
 NOT_A_CODE = "NVML_ERROR_NOT_A_CODE"
+# The most GPUs a device count may say: past it the count is garbled (not asked GPU by GPU).
+MAX_DEVICES = 1024
 
 
 def code_name(value: Any) -> str:
@@ -203,6 +205,10 @@ class NvmlBackend:
                 return doc
             doc["device_count"] = count
             doc["devices"] = []
+            if not 0 <= count <= MAX_DEVICES:
+                # A garbled count (4,294,967,295): asking each index's handle until the
+                # deadline read as an NVML hang. parse_answers says the count is malformed.
+                return doc
             handles = []
             for i in range(count):
                 if progress is not None:
@@ -524,7 +530,7 @@ def with_unanswered(partial: Any) -> dict[str, Any] | None:
     if not isinstance(partial, dict) or not isinstance(partial.get("devices"), list):
         return None
     count = partial.get("device_count")
-    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 1024:
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_DEVICES:
         return None
     done = partial["devices"][:count]
     return {**partial, "devices": done + [{"index": i, **UNANSWERED}
@@ -599,7 +605,7 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
     if count_err:
         return GpuReport(count_err, None, [])
     count, devices = doc.get("device_count"), doc.get("devices")
-    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 1024:
+    if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_DEVICES:
         return GpuReport(None, None, [], malformed=f"device_count {str(count)[:40]!r}")
     if not isinstance(devices, list) or len(devices) != count:
         return GpuReport(None, None, [], malformed=f"{count} devices counted, "

@@ -101,6 +101,9 @@ class ProbeResult:
     seconds: float
     error: str | None = None
     pid: int | None = None  # the child abandoned when hung (collect.hangs)
+    # The child closed its pipe without asking it (killed, crashed, or its asker raised):
+    # nothing waits in the kernel, so not a hang: the checker's error (`error` says how).
+    checker_fault: bool = False
 
 
 def probe(root: Path, paths: list[str], timeout_s: float,
@@ -110,9 +113,27 @@ def probe(root: Path, paths: list[str], timeout_s: float,
     mount holds its own thread, not the others' answers): one fork per run, not one per mount.
     A path in `alone` gets a child of its own (checks.mount: a path whose earlier hang shared
     its child with another's, so that each stuck child names one mount again)."""
+    return finish(begin(root, paths, alone), timeout_s)
+
+
+class Probing:
+    """The children `begin` forked, asking statvfs while the run does something else."""
+
+    def __init__(self, started: float, paths: list[str], groups: list[list[str]],
+                 children: dict) -> None:
+        self.started = started
+        self.paths = paths
+        self.groups = groups
+        self.children = children
+
+
+def begin(root: Path, paths: list[str],
+          alone: frozenset[str] | set[str] = frozenset()) -> Probing:
+    """Fork the statvfs children now (probe's first half): collect_all starts them before it
+    waits on NVML or the InfiniBand ports, so a hung mount's wait overlaps theirs."""
     from rsc_health.collect import bounded
 
-    start = time.monotonic()
+    started = time.monotonic()
 
     def target(path: str) -> str:
         return str(root / path.lstrip("/")) if path != "/" else str(root)
@@ -121,22 +142,40 @@ def probe(root: Path, paths: list[str], timeout_s: float,
     groups = ([together] if together else []) + [[p] for p in paths if p in alone]
     children = {str(i): bounded.start(_asker([target(p) for p in group]), streaming=True)
                 for i, group in enumerate(groups)}
+    return Probing(started, list(paths), groups, children)
+
+
+def finish(probing: Probing, timeout_s: float) -> dict[str, ProbeResult]:
+    """The answers of `begin`'s children, waited for until timeout_s after they started (what
+    they answered by the time this is asked, when that has passed already)."""
+    from rsc_health.collect import bounded
+
+    groups, children = probing.groups, probing.children
     reports: dict[str, list] = {}
-    bounded.collect(children, start + timeout_s, reports=reports)
-    took = time.monotonic() - start
+    answers = bounded.collect(children, probing.started + timeout_s, reports=reports)
+    took = time.monotonic() - probing.started
     results: dict[str, ProbeResult] = {}
     for i, group in enumerate(groups):
         said = {r.get("i"): r for r in reports.get(str(i), []) if isinstance(r, dict)}
         for n, path in enumerate(group):
             answer = said.get(n)
-            if answer is None:
+            ended = answers.get(str(i))
+            if answer is None and ended is not None:
+                # Its child is gone without this answer: a crash, not a hang (bounded.Died).
+                how = (f"exited without an answer ({ended[bounded.DIED]})"
+                       if bounded.DIED in ended else
+                       f"failed: {str(ended.get('error'))[:200]}" if "error" in ended else
+                       "answered without it")
+                results[path] = ProbeResult(path, False, False, took,
+                                            f"the statvfs child {how}", checker_fault=True)
+            elif answer is None:
                 results[path] = ProbeResult(path, False, True, took, pid=children[str(i)][0])
             elif answer.get("error"):
                 results[path] = ProbeResult(path, False, False, answer["seconds"],
                                             str(answer["error"]))
             else:
                 results[path] = ProbeResult(path, True, False, answer["seconds"])
-    return {path: results[path] for path in paths}
+    return {path: results[path] for path in probing.paths}
 
 
 def _asker(targets: list[str]):
@@ -181,5 +220,6 @@ def replayed_probes(path: Path, paths: list[str]) -> dict[str, ProbeResult]:
         rec = doc.get(p)
         if isinstance(rec, dict):
             out[p] = ProbeResult(p, bool(rec.get("ok")), bool(rec.get("hung")),
-                                 float(rec.get("seconds") or 0.0), rec.get("error"))
+                                 float(rec.get("seconds") or 0.0), rec.get("error"),
+                                 checker_fault=rec.get("checker_fault") is True)
     return out

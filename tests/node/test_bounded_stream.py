@@ -65,3 +65,36 @@ def test_a_failing_streaming_probe_says_its_error(counting):
 
     with pytest.raises(RuntimeError, match="ValueError: bad answer"):
         bounded.call(probe, 10, streaming=True)
+
+
+def test_a_child_that_wrote_more_than_its_pipe_holds_before_it_was_asked_is_not_a_hang():
+    """The IB child is forked before NVML is waited for and asked after. One that had written
+    more than a pipe holds (64 KiB) by then sat blocked on the pipe: read after its deadline,
+    the first empty look ended the read, and a child that had answered everything was
+    abandoned as hung (toward ib_wedged's drain), every time."""
+    def fn(emit):
+        for i in range(3000):  # about 240 KB of reports, then the answer
+            emit({"p": i % 64, "f": {"counters/port_rcv_errors": "0\n" * 10}})
+        return "done"
+
+    abandoned = 0
+    for _ in range(5):
+        pid, fd = bounded.start(fn, streaming=True)
+        started = time.monotonic()
+        time.sleep(0.3)  # the parent waits on another probe meanwhile
+        got = bounded.collect({"x": (pid, fd)}, started + 0.1)["x"]
+        abandoned += got is None or got.get("ok") != "done"
+    assert abandoned == 0
+
+
+def test_a_child_still_writing_past_its_deadline_is_read_no_longer_than_the_grace():
+    """The grace is for a child blocked on its pipe, not one that writes for ever."""
+    def fn(emit):
+        while True:
+            emit({"x": "y" * 1000})
+
+    pid, fd = bounded.start(fn, streaming=True)
+    started = time.monotonic()
+    time.sleep(0.2)
+    assert bounded.collect({"x": (pid, fd)}, started + 0.1)["x"] is None
+    assert time.monotonic() - started < 0.2 + bounded.PIPE_GRACE_S + 0.3

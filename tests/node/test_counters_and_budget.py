@@ -40,13 +40,12 @@ def test_missing_hca_drains_now(node):
 
 def test_budget_bounds_a_hung_mount_and_overrun_is_reported(node, monkeypatch):
     release = threading.Event()
-    real_statvfs, real_probe = mounts.statvfs, mounts.probe
+    real_statvfs, real_finish = mounts.statvfs, mounts.finish
     timeouts = []
     monkeypatch.setattr(mounts, "statvfs",
                         lambda p: release.wait(30) if p.endswith("/home") else real_statvfs(p))
-    monkeypatch.setattr(mounts, "probe",
-                        lambda root, paths, t, *alone: timeouts.append(t)
-                        or real_probe(root, paths, t, *alone))
+    monkeypatch.setattr(mounts, "finish",
+                        lambda probing, t: timeouts.append(t) or real_finish(probing, t))
     findings = run(node.config, node.root, only={"mount"}, budget_s=3.0)
     release.set()
     assert timeouts == [1.5]  # half the budget, not the config's 2 s

@@ -447,3 +447,95 @@ def test_an_automount_that_fails_still_drains(node, monkeypatch):
     found, verdict = only_bad(node)
     assert [(f.component, f.code) for f in found] == [("/home", "mount_missing")]
     assert "autofs" in found[0].reason and verdict.level is Level.DRAIN_NOW
+
+
+def test_a_statvfs_child_that_dies_is_a_checker_error_not_a_hung_mount(node, monkeypatch):
+    """The statvfs child is killed (the OOM killer, a crash in a FUSE library) before it
+    answers. It was read as every mount hung: mount_hung, a drain-now, and a hang recorded
+    toward the next run. Nothing waits in the kernel: it is the checker's error, no drain."""
+    import os
+    import signal
+
+    from rsc_health.engine import run
+    from rsc_health.policy import decide
+
+    def statvfs(path):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    monkeypatch.setattr(mounts, "statvfs", statvfs)
+    findings = run(node.config, node.root)
+    found = bad(findings)
+    assert found and all(f.family == "checker" and f.status is Status.ERROR for f in found)
+    assert not any(f.code == "mount_hung" for f in findings)
+    assert any("killed by signal 9" in f.reason for f in found)
+    assert decide(findings).level is Level.CHECKER_ERROR
+
+
+def test_a_hung_mount_and_a_hung_ib_read_are_waited_for_together_not_one_after_the_other(
+        node, monkeypatch):
+    """The statvfs child started only after the IB wait: a node whose IB counter read and a
+    mount both hang paid [infiniband] read_timeout_s and then [mounts] probe_timeout_s (7.3 s
+    of the prolog's 12 s at the defaults). Every abandonable child starts before any wait."""
+    import threading
+    import time
+
+    from rsc_health.collect import ibports
+    from rsc_health.engine import run
+
+    release = threading.Event()
+    real = mounts.statvfs
+
+    def statvfs(path):
+        if path.endswith("/checkpoint"):
+            release.wait(30)
+        return real(path)
+
+    monkeypatch.setattr(mounts, "statvfs", statvfs)
+    monkeypatch.setattr(ibports, "_asker", lambda root, names: lambda emit: time.sleep(30))
+    cfg = node.config
+    cfg.data["mounts"]["probe_timeout_s"] = 1.5
+    cfg.data["infiniband"]["read_timeout_s"] = 1.5
+    t0 = time.monotonic()
+    findings = run(cfg, node.root)
+    took = time.monotonic() - t0
+    release.set()
+    codes = {f.code for f in findings}
+    assert {"mount_hung", "ib_hung"} <= codes
+    assert took < 2.6, f"{took:.1f}s: the waits did not overlap (3.0 s and more one after another)"
+
+
+def _check_on_a_hung_mount(node, monkeypatch):
+    import threading
+
+    from rsc_health.engine import run
+
+    release = threading.Event()
+    real = mounts.statvfs
+    monkeypatch.setattr(mounts, "statvfs",
+                        lambda p: release.wait(30) if p.endswith("/checkpoint") else real(p))
+    cfg = node.config
+    cfg.data["mounts"]["probe_timeout_s"] = 0.5
+    findings = run(cfg, node.root, only={"mount"}, save_state=False)
+    release.set()
+    assert "mount_hung" in {f.code for f in findings}
+
+
+def test_a_check_keeps_its_hang_record_only_where_no_symlink_leads(node, monkeypatch, tmp_path):
+    """`healthctl check --root DIR` keeps its own record of the children it abandoned; a state
+    directory reached through a symlink (planted in a tree someone else controls) gets none:
+    root never writes where the tree's owner points. The same tree without it keeps one."""
+    from rsc_health.config import state_dir
+    from rsc_health.engine import CHECK_HANGS_FILE
+
+    sdir = state_dir(node.config, node.root)
+    sdir.mkdir(parents=True, exist_ok=True)
+    _check_on_a_hung_mount(node, monkeypatch)
+    assert (sdir / CHECK_HANGS_FILE).exists()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for p in sdir.iterdir():
+        p.unlink()
+    sdir.rmdir()
+    sdir.symlink_to(elsewhere)
+    _check_on_a_hung_mount(node, monkeypatch)
+    assert not (elsewhere / CHECK_HANGS_FILE).exists()

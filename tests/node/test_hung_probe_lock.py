@@ -257,3 +257,29 @@ prolog_budget_s = {budget}
     assert prolog.returncode == 1, prolog.stderr
     checks = {r["code"] for r in _records(root) if r["kind"] == "check"}
     assert {"xid79", "mount_hung", "nvml_hung", "lock_held"} <= checks
+
+
+def test_healthctl_check_on_a_hung_mount_leaves_one_stuck_probe_not_one_per_check(hung_mount):
+    """`healthctl check` (operators, monitoring every minute) kept no hang record: each check
+    forked one more statvfs child that stayed stuck in the kernel with the mount. Now a check
+    keeps its own record (never the sweep's cursors, baselines or hang counts) and does not
+    ask again while its child waits; every check still says the mount hangs."""
+    root = hung_mount
+    (root / "site.toml").write_text((root / "config.toml").read_text().replace(
+        "probe_timeout_s = 2.0", "probe_timeout_s = 0.5")
+        + '\n[slurm]\nbin_dir = "/nonexistent-slurm"\n')
+    sdir = root / NODE_STATE
+    sdir.mkdir(parents=True, exist_ok=True)
+    before = {p.name: p.read_bytes() for p in sdir.iterdir() if p.is_file()}
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-m", "rsc_health.cli", "check", "--json",
+                              "--only", "mount"], env=_env(root), capture_output=True,
+                             text=True, timeout=60)
+        doc = json.loads(out.stdout)
+        codes = {f["code"] for f in doc["findings"]}
+        assert "mount_hung" in codes, out.stdout
+    assert len(_probes_left_behind(root)) == 1
+    # The sweep's own state is untouched: a check counts no sweep and moves no baseline.
+    assert {n: b for n, b in ((p.name, p.read_bytes()) for p in sdir.iterdir() if p.is_file())
+            if n in before} == before
+    assert not (sdir / "probe_hangs.json").exists()

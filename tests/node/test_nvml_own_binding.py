@@ -343,3 +343,24 @@ def test_an_nvml_library_that_crashes_its_child_is_a_checker_error_not_a_hang(
     assert got["hung"] == {}
     assert [e[:2] for e in got["errors"]] == [["gpu", "nvml"]]
     assert "NVML's child died" in got["errors"][0][2] and "signal 11" in got["errors"][0][2]
+
+
+@pytest.mark.parametrize("binding", ["own", "pynvml"])
+def test_a_garbled_device_count_is_a_checker_error_not_an_nvml_hang(stub_dir, tmp_path, binding):
+    """A driver that says 4,294,967,295 GPUs: the child asked for each one's handle until
+    nvml_timeout_s, the parent waited out the whole timeout at every job start, and the read
+    was recorded as NVML hung (toward nvml_hang_sweeps' drain) with a report of hundreds of
+    thousands of unanswered GPUs. The count is past what parse_answers accepts (1,024):
+    nothing is asked past it, the answers say the count, no hang is recorded."""
+    import time
+
+    t0 = time.monotonic()
+    got = _crash_read(stub_dir, tmp_path, binding, "as-is", stub="saycount=4294967295")
+    took = time.monotonic() - t0
+    assert got["hung"] == {}
+    assert got["answers"]["device_count"] == 4294967295
+    assert got["answers"]["devices"] == []
+    assert took < 4.0, took  # nvml_timeout_s is 5 s
+    from rsc_health.collect import gpu
+
+    assert gpu.parse_answers(got["answers"]).malformed == "device_count '4294967295'"
