@@ -26,11 +26,8 @@ def _wedged(state, gcfg: dict) -> list[Finding]:
     """NVML hung on this run and on [gpu] nvml_hang_sweeps sweeps in a row: the driver is
     wedged and answers nothing until the GPUs are reset. The node's fault, not a checker
     error for ever: drain after the job (a repair)."""
-    # getattr: a state built by hand (a test, a replay tool) need not carry the hang fields.
-    hung_now = hangs.NVML in getattr(state, "hung_probes", {})
-    hang = getattr(state, "hangs", {}).get(hangs.NVML) if hung_now else None
-    limit = int(gcfg.get("nvml_hang_sweeps", 3))
-    if hang is None or limit <= 0 or hang["sweeps"] < limit:
+    hang = hangs.wedged(state, hangs.NVML, int(gcfg.get("nvml_hang_sweeps", 3)))
+    if hang is None:
         return []
     return [fail("gpu", hangs.NVML, Severity.DRAIN_AFTER_JOB, "nvml_wedged",
                  f"NVML has not answered for {hang['sweeps']} sweeps in a row, a wedged "

@@ -205,11 +205,8 @@ def _wedged(state, icfg: dict) -> list[Finding]:
     the HCA's driver is wedged (a firmware command that never completes), and multi-node jobs
     fail on it. The node's fault, not a checker error for ever: drain after the job (a
     repair), as checks.gpu does for NVML."""
-    # getattr: a state built by hand (a test, a replay tool) need not carry the hang fields.
-    hung_now = hangs.IB in getattr(state, "hung_probes", {})
-    hang = getattr(state, "hangs", {}).get(hangs.IB) if hung_now else None
-    limit = int(icfg.get("hang_sweeps", 3))
-    if hang is None or limit <= 0 or hang["sweeps"] < limit:
+    hang = hangs.wedged(state, hangs.IB, int(icfg.get("hang_sweeps", 3)))
+    if hang is None:
         return []
     return [fail("infiniband", hangs.IB, Severity.DRAIN_AFTER_JOB, "ib_wedged",
                  f"the InfiniBand ports' read has not answered for {hang['sweeps']} sweeps in "

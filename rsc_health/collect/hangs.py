@@ -94,6 +94,19 @@ def still_waiting(record: dict | None) -> bool:
     return _start_time(record["pid"]) == record["start"]
 
 
+def wedged(state, probe: str, limit: int) -> dict | None:
+    """The probe's record when it hung on this run and on `limit` sweeps in a row (the
+    driver behind it is wedged: the node's fault, a drain for repair, not a checker error for
+    ever); None otherwise, and always with limit <= 0. getattr: a state built by hand (a test,
+    a replay tool) need not carry the hang fields."""
+    if probe not in getattr(state, "hung_probes", {}):
+        return None
+    hang = getattr(state, "hangs", {}).get(probe)
+    if hang is None or limit <= 0 or hang["sweeps"] < limit:
+        return None
+    return hang
+
+
 def waited_s(record: dict, now: datetime) -> float:
     """Seconds since the probe first hung."""
     try:
