@@ -72,21 +72,26 @@ def _fuse_available() -> bool:
     return os.path.exists("/dev/fuse") and shutil.which("fusermount") is not None
 
 
+def start_fuse(point: Path, script: Path, *args: str) -> subprocess.Popen:
+    """Start a FUSE stand-in (tests/.../fault/*.py) and wait until `point` is mounted; the
+    test is skipped when FUSE cannot mount here."""
+    proc = subprocess.Popen([sys.executable, str(script), *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(100):
+        if any(f" {point} " in line for line in Path("/proc/mounts").read_text().splitlines()):
+            return proc
+        time.sleep(0.05)
+    proc.kill()
+    pytest.skip(f"could not mount FUSE here: {proc.stderr.read().decode()[:200]}")
+
+
 @pytest.fixture
 def hung_mount(tmp_path):
     if not _fuse_available():
         pytest.skip("FUSE (fusepy and /dev/fuse) is not available here")
     root = copy_node(tmp_path / "node", FIXTURES / "healthy")
     point = root / "checkpoint"
-    proc = subprocess.Popen([sys.executable, str(FAULT / "hung_fuse.py"), str(point)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for _ in range(100):
-        if any(f" {point} " in line for line in Path("/proc/mounts").read_text().splitlines()):
-            break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.skip(f"could not mount FUSE here: {proc.stderr.read().decode()[:200]}")
+    proc = start_fuse(point, FAULT / "hung_fuse.py", str(point))
     yield root
     proc.kill()  # the kernel then fails every waiting statfs; then unmount
     proc.wait(10)

@@ -32,7 +32,7 @@ from rsc_health.config import state_dir
 from rsc_health.model import Level, Severity, Status
 from rsc_health.policy import decide
 from tests.fixtures.nodes.node_copy import NODE_STATE, copy_node
-from tests.node.conftest import FAULT, FIXTURES, Node, _fuse_available
+from tests.node.conftest import FAULT, FIXTURES, Node, _fuse_available, start_fuse
 
 HUNG_FILE = "mlx5_3/ports/1/counters/symbol_error"
 REPO = Path(__file__).resolve().parents[2]
@@ -50,16 +50,7 @@ def hung_ib(tmp_path):
     source = tmp_path / "ib-source"
     shutil.move(str(point), str(source))
     point.mkdir()
-    proc = subprocess.Popen([sys.executable, str(FAULT / "hung_read_fuse.py"), str(source),
-                             str(point), HUNG_FILE],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for _ in range(100):
-        if any(f" {point} " in line for line in Path("/proc/mounts").read_text().splitlines()):
-            break
-        time.sleep(0.05)
-    else:
-        proc.kill()
-        pytest.skip(f"could not mount FUSE here: {proc.stderr.read().decode()[:200]}")
+    proc = start_fuse(point, FAULT / "hung_read_fuse.py", str(source), str(point), HUNG_FILE)
     node = Node(root)
     node.fuse = proc  # type: ignore[attr-defined]
     try:
