@@ -124,27 +124,23 @@ def run(
     only its own record of the probe children it abandoned (CHECK_HANGS_FILE): a check run
     every minute on a node whose mount or driver hangs leaves one child stuck, not one each.
     sweep: a probe that hangs counts one more sweep in a row (collect.hangs)."""
-    if not save_state:
-        try:
-            return _run(cfg, Path(root), only=only, budget_s=budget_s, sweep=False,
-                        read_only=True)[0]
-        except Exception as exc:  # noqa: BLE001 - the contract: never raise
-            return [_checker("engine", "engine",
-                             f"checker failed: {type(exc).__name__}: {exc}")]
-    findings, commit = run_deferred(cfg, root, only=only, budget_s=budget_s, sweep=sweep)
-    findings.extend(commit())
+    findings, commit = run_deferred(cfg, root, only=only, budget_s=budget_s,
+                                    sweep=sweep and save_state, read_only=not save_state)
+    if save_state:
+        findings.extend(commit())
     return findings
 
 
 def run_deferred(
     cfg: Config, root: Path, *, only: set[str] | None = None, budget_s: float | None = None,
-    sweep: bool = False,
+    sweep: bool = False, read_only: bool = False,
 ):
     """(findings, commit): the node path calls commit() only once what the findings say is
     safely spooled, so an event is never consumed without being recorded. commit() returns
-    checker findings for state it could not save; it never raises."""
+    checker findings for state it could not save; it never raises. read_only: see run()."""
     try:
-        return _run(cfg, Path(root), only=only, budget_s=budget_s, sweep=sweep)
+        return _run(cfg, Path(root), only=only, budget_s=budget_s, sweep=sweep,
+                    read_only=read_only)
     except Exception as exc:  # noqa: BLE001 - the contract: never raise
         return ([_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")],
                 lambda: [])

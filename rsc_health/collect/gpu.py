@@ -146,9 +146,6 @@ def error_name(exc: BaseException) -> str:
     return code_name(getattr(exc, "value", None))
 
 
-BINDINGS = ("own", "pynvml")  # [gpu] nvml_binding
-
-
 class NvmlBackend:
     """Live NVML through pynvml (imported here, not at module import: CPU nodes lack it), or,
     binding="own", the health pass through rsc_health.collect.nvmlc (a ctypes binding of just
