@@ -156,8 +156,17 @@ def _read_toml(path: Path, *, packaged: bool = False, raw: list | None = None) -
     """Read a TOML file that is a regular file: a FIFO or a device where the config should be
     would block the prolog at open or read, so it is refused without waiting (O_NONBLOCK).
     `raw`, when given, receives the bytes parsed (the compiled config keeps them)."""
+    data = _read_bytes(path)
+    if raw is not None:
+        raw.append(data)
+    return (packaged and packaged_toml(data)) or _parse_toml(data, path)
+
+
+def _read_bytes(path: Path) -> bytes:
+    """A config file's bytes: a regular file (opened O_NONBLOCK: a FIFO never blocks), at most
+    MAX_CONFIG_BYTES; ConfigError otherwise."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 raise ConfigError(f"{path}: not a regular file")
@@ -166,9 +175,7 @@ def _read_toml(path: Path, *, packaged: bool = False, raw: list | None = None) -
             raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
-    if raw is not None:
-        raw.append(data)
-    return (packaged and packaged_toml(data)) or _parse_toml(data, path)
+    return data
 
 
 def _parse_toml(data: bytes, path: Path) -> dict:
@@ -428,15 +435,10 @@ def _read_compiled(file: Path, key: tuple, site: Path) -> Config | None:
 
 
 def _site_bytes(path: Path) -> bytes | None:
-    """The site file's bytes now, read as _read_toml reads them (a regular file, bounded, never
-    a wait); None if unreadable."""
+    """The site file's bytes now, read as _read_toml reads them; None if they cannot be."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            return fh.read(MAX_CONFIG_BYTES + 1)
-    except OSError:
+        return _read_bytes(path)
+    except ConfigError:
         return None
 
 
