@@ -148,6 +148,9 @@ def test_suspect_tier_survives_reconfigure_and_restart_on_real_slurm(lua_cluster
         c.wait_for(lambda: _trusted(c, SUSPECT), 30, "reconfigure gave the feature back")
         c.wait_for(lambda: not _trusted(c, SUSPECT), 60, "the trigger re-applied the tier")
         timings["trigger_reapplied_s"] = time.monotonic() - t2
+        # The pass sets the features, then the weight (two scontrol updates): the weight may
+        # land a moment after the feature is seen gone.
+        c.wait_for(lambda: c.node(SUSPECT)["Weight"] == "1000", 10, "the trigger's weight")
     finally:
         c.run(["strigger", "--clear", "--user=root"], check=False)
     assert c.node(SUSPECT)["Weight"] == "1000"
