@@ -156,26 +156,46 @@ def _read_toml(path: Path, *, packaged: bool = False, raw: list | None = None) -
     """Read a TOML file that is a regular file: a FIFO or a device where the config should be
     would block the prolog at open or read, so it is refused without waiting (O_NONBLOCK).
     `raw`, when given, receives the bytes parsed (the compiled config keeps them)."""
-    data = _read_bytes(path)
+    data = _read_bytes(path, trusted=not packaged)
     if raw is not None:
         raw.append(data)
     return (packaged and packaged_toml(data)) or _parse_toml(data, path)
 
 
-def _read_bytes(path: Path) -> bytes:
+# Why a site config must be one no one else could have written: it names the programs root
+# runs ([slurm] bin_dir, [site] nhc_path, [qualify] commands), where root writes (state_dir,
+# textfile_dir) and which checks run at all. As for site checks (durable.path_refusal).
+UNTRUSTED_CONFIG = ("refused: a config someone else can write would choose what root runs; "
+                    "chown root and chmod go-w it and the directories above it")
+
+
+def _read_bytes(path: Path, *, trusted: bool = False) -> bytes:
     """A config file's bytes: a regular file (opened O_NONBLOCK: a FIFO never blocks), at most
-    MAX_CONFIG_BYTES; ConfigError otherwise."""
+    MAX_CONFIG_BYTES; ConfigError otherwise. `trusted`: the file is the site config, which
+    must also be root's (or this user's), writable by no one else, on a path no one else can
+    swap (durable.owner_refusal, durable.path_refusal)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
                 raise ConfigError(f"{path}: not a regular file")
+            if trusted:
+                _trust(path, st)
             data = fh.read(MAX_CONFIG_BYTES + 1)
         if len(data) > MAX_CONFIG_BYTES:
             raise ConfigError(f"{path}: larger than {MAX_CONFIG_BYTES} bytes")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror}") from exc
     return data
+
+
+def _trust(path: Path, st: os.stat_result) -> None:
+    from rsc_health.durable import owner_refusal, path_refusal
+
+    why = owner_refusal(st, "") or path_refusal(path)
+    if why:
+        raise ConfigError(f"{path}: {why.removesuffix('; refused')}: {UNTRUSTED_CONFIG}")
 
 
 def _parse_toml(data: bytes, path: Path) -> dict:

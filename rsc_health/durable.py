@@ -95,6 +95,66 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
+# ---- paths root trusts -----------------------------------------------------------------
+# What root runs (site checks, NHC) or takes its orders from (the site config: it names the
+# commands root runs, where root writes, which checks run) must be something no one else
+# could have written or swapped: the file root's (or ours) and writable by no one else, and
+# every directory on the way to it likewise, or sticky.
+
+def owner_refusal(st: os.stat_result, what: str) -> str:
+    """Why a file or directory of this stat is not trusted, or "": what the node path's user
+    (root under slurmd) runs or reads its orders from must be its own (or root's) and
+    writable by no one else: a site check program, its directory, the site config."""
+    prefix = f"{what}: " if what else ""
+    if st.st_uid not in (0, os.geteuid()):
+        return f"{prefix}owned by uid {st.st_uid}, not root; refused"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"{prefix}writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); refused"
+    return ""
+
+
+def path_refusal(path: Path, what: str = "") -> str:
+    """Why someone else could swap what `path` names for their own, or "": every directory
+    holding a name on the way to it (each symlink's own directory, then its target's), up to
+    /, must be root's (or ours) and writable by no one else, or sticky (/tmp: no one else can
+    rename or remove root's entries in it)."""
+    prefix = f"{what}: " if what else ""
+    try:
+        holders = sorted(path_holders(str(path)))
+    except OSError as exc:
+        return f"{prefix}{exc.strerror or exc}"
+    for directory in holders:
+        try:
+            st = os.lstat(directory)
+        except OSError as exc:
+            return f"{prefix}{directory}: {exc.strerror or exc}"
+        if st.st_uid not in (0, os.geteuid()):
+            return f"{prefix}{directory} on its path is owned by uid {st.st_uid}; refused"
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+            return (f"{prefix}{directory} on its path is writable by group or others (mode "
+                    f"{stat.S_IMODE(st.st_mode):o}); refused")
+    return ""
+
+
+def path_holders(path: str, depth: int = 0) -> set[str]:
+    """The directories the kernel looks a name up in to reach `path`, symlinks followed (as
+    real paths): whoever can write one of them can change what `path` names."""
+    if depth > 40:
+        raise OSError(errno.ELOOP, "too many symlinks", path)
+    here, holders = "/", {"/"}
+    for name in Path(os.path.join(os.getcwd(), path)).parts[1:]:
+        if name == "..":
+            here = os.path.dirname(here)
+            continue
+        holders.add(here)
+        step = os.path.join(here, name)
+        if os.path.islink(step):
+            holders |= path_holders(os.path.join(here, os.readlink(step)), depth + 1)
+            step = os.path.realpath(step)
+        here = step
+    return holders
+
+
 def fsync_dir(path: Path) -> None:
     """Make the names in directory `path` (created, renamed, removed) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)

@@ -27,7 +27,6 @@ descriptor's name, not their path). `checks_dir` empty (the default) and no
 
 from __future__ import annotations
 
-import errno
 import os
 import stat
 import time
@@ -35,6 +34,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rsc_health.checks._finding import ok
+from rsc_health.durable import owner_refusal as _owner_refusal
+from rsc_health.durable import path_refusal as _path_refusal
 from rsc_health.model import Finding, Severity, Status
 
 if TYPE_CHECKING:
@@ -197,48 +198,6 @@ def _dir_refusal(directory: Path) -> str:
             or _path_refusal(directory, f"checks_dir {directory}"))
 
 
-def _path_refusal(path: Path, what: str = "") -> str:
-    """Why someone else could swap what `path` names for their own, or "": every directory
-    holding a name on the way to it (each symlink's own directory, then its target's), up to
-    /, must be root's (or ours) and writable by no one else, or sticky (/tmp: no one else can
-    rename or remove root's entries in it)."""
-    prefix = f"{what}: " if what else ""
-    try:
-        holders = sorted(_holders(str(path)))
-    except OSError as exc:
-        return f"{prefix}{exc.strerror or exc}"
-    for directory in holders:
-        try:
-            st = os.lstat(directory)
-        except OSError as exc:
-            return f"{prefix}{directory}: {exc.strerror or exc}"
-        if st.st_uid not in (0, os.geteuid()):
-            return f"{prefix}{directory} on its path is owned by uid {st.st_uid}; refused"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
-            return (f"{prefix}{directory} on its path is writable by group or others (mode "
-                    f"{stat.S_IMODE(st.st_mode):o}); refused")
-    return ""
-
-
-def _holders(path: str, depth: int = 0) -> set[str]:
-    """The directories the kernel looks a name up in to reach `path`, symlinks followed (as
-    real paths): whoever can write one of them can change what `path` names."""
-    if depth > 40:
-        raise OSError(errno.ELOOP, "too many symlinks", path)
-    here, holders = "/", {"/"}
-    for name in Path(os.path.join(os.getcwd(), path)).parts[1:]:
-        if name == "..":
-            here = os.path.dirname(here)
-            continue
-        holders.add(here)
-        step = os.path.join(here, name)
-        if os.path.islink(step):
-            holders |= _holders(os.path.join(here, os.readlink(step)), depth + 1)
-            step = os.path.realpath(step)
-        here = step
-    return holders
-
-
 def _refusal(path: Path) -> str:
     """Why `path` must not be run, or "". stat, never open: opening a FIFO would block."""
     try:
@@ -252,17 +211,6 @@ def _refusal(path: Path) -> str:
     if not os.access(path, os.X_OK):
         return "not executable (chmod +x it, or rename it with a leading dot to disable it)"
     return _owner_refusal(st, "") or _path_refusal(path)
-
-
-def _owner_refusal(st: os.stat_result, what: str) -> str:
-    """Site checks run as the node path's user (root under slurmd): a program or directory
-    someone else could have written would run their code as root."""
-    prefix = f"{what}: " if what else ""
-    if st.st_uid not in (0, os.geteuid()):
-        return f"{prefix}owned by uid {st.st_uid}, not root; refused"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"{prefix}writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); refused"
-    return ""
 
 
 def _kind(mode: int) -> str:
