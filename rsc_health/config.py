@@ -47,6 +47,9 @@ class Config:
     data: dict[str, Any]
     path: Path | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
+    # The site file's bytes when this load parsed them (None from the compiled config, for a
+    # node view, without a site file): what remember_good keeps as the last good config.
+    parsed: bytes | None = None
 
     def section(self, name: str) -> dict[str, Any]:
         value = self.data.get(name, {})
@@ -223,14 +226,22 @@ def load_config(explicit: str | os.PathLike | None = None, *, raw: list | None =
                 ) -> Config:
     """The packaged defaults merged with the site file, validated. `raw`, when given, receives
     the site file's bytes as parsed (none when there is no site file)."""
-    data = _read_defaults()
     path, named = resolve_path(explicit)
+    got: list[bytes] = [] if raw is None else raw
     site: dict = {}
     if str(path) != os.devnull:
         if path.exists() or named:
-            site = _read_toml(path, raw=raw)
+            site = _read_toml(path, raw=got)
+    cfg = _from_site(site, path, named)
+    cfg.parsed = got[-1] if got else None
+    return cfg
+
+
+def _from_site(site: dict, path: Path, named: bool = True) -> Config:
+    """The packaged defaults merged with a site document read from `path`, validated."""
     from rsc_health.config_schema import validate_overrides, validate_site
 
+    data = _read_defaults()
     overrides = {k: site.pop(k) for k in OVERRIDE_TABLES if k in site}
     for kind, table in overrides.items():
         if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
@@ -314,19 +325,59 @@ LAST_GOOD_FILE = "last_good_config.json"
 REMEMBERED = ("node.textfile_dir", "historian.url")
 
 
-def remember_good(cfg: Config, sdir: Path) -> None:
-    """Keep REMEMBERED of a config that loaded, when it differs from what is kept. Raises
-    OSError."""
+def remember_good(cfg: Config, sdir: Path, parsed: bytes | None = None) -> None:
+    """Keep REMEMBERED of a config that loaded, and `parsed`, the site file's bytes when this
+    run parsed them (its whole text: what a broken push is judged with, last_good_config),
+    when they differ from what is kept. Raises OSError."""
     import json
 
     from rsc_health.durable import load_state_json, write_atomic
 
     keep = {key: cfg.get(key) for key in REMEMBERED}
     kept = load_state_json(sdir / LAST_GOOD_FILE)
-    if kept.get("settings") == keep and kept.get("source") == str(cfg.path):
+    text = kept.get("toml") if isinstance(kept.get("toml"), str) else None
+    if parsed is not None:
+        try:
+            text = parsed.decode("utf-8")
+        except UnicodeDecodeError:  # a site file that parsed is UTF-8; be sure
+            text = None
+    if kept.get("settings") == keep and kept.get("source") == str(cfg.path) \
+            and kept.get("toml") == text:
         return
-    write_atomic(sdir / LAST_GOOD_FILE, json.dumps(
-        {"settings": keep, "source": str(cfg.path), "time": _now_text()}), mode=0o600)
+    doc = {"settings": keep, "source": str(cfg.path), "time": _now_text()}
+    if text is not None:
+        doc["toml"] = text
+    write_atomic(sdir / LAST_GOOD_FILE, json.dumps(doc), mode=0o600)
+
+
+def last_good_config(root: Path) -> tuple[Config, str] | None:
+    """(the whole last config that loaded on this node, in words which and when) to judge with
+    while the site's is broken or refused; None when none is kept, when what is kept is not
+    root's own (the file and the state dir: a planted copy would choose what root runs), or
+    when it no longer validates (a release that changed the schema)."""
+    import json
+
+    from rsc_health.durable import open_regular, owner_refusal, path_refusal
+
+    defaults = load_config(os.devnull)
+    file = state_dir(defaults, root) / LAST_GOOD_FILE
+    try:
+        fd = open_regular(file)
+        with os.fdopen(fd, "rb") as fh:
+            if owner_refusal(os.fstat(fd), "") or path_refusal(file):
+                return None
+            kept = json.loads(fh.read(4 * MAX_CONFIG_BYTES))
+    except (OSError, ValueError):
+        return None
+    text = kept.get("toml") if isinstance(kept, dict) else None
+    if not isinstance(text, str):
+        return None
+    source = str(kept.get("source"))[:512]
+    try:
+        cfg = _from_site(_parse_toml(text.encode("utf-8"), Path(source)), Path(source))
+    except (ConfigError, UnicodeEncodeError):
+        return None
+    return cfg, f"the last good config ({source}, kept {str(kept.get('time'))[:32]})"
 
 
 def fallback_config(root: Path) -> tuple[Config, str]:

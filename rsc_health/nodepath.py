@@ -54,6 +54,7 @@ if __name__ == "__main__":
 from rsc_health import spool
 from rsc_health.config import (
     ConfigError,
+    last_good_config,
     load_config_compiled,
     node_root,
     resolve_node_config,
@@ -120,7 +121,15 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     try:
         base = load_config_compiled(root)
     except ConfigError as exc:
-        return broken_config(run, root, exc)
+        # A broken or refused push must not blind the node: judge with the whole last config
+        # that loaded here, and say the new one is broken (config_error) in the same run.
+        kept = last_good_config(root)
+        if kept is None:
+            return broken_config(run, root, exc)
+        base, which = kept
+        run.config_error = f"bad config: {exc}; judged with {which}"[:500]
+        log(f"{stage.name}: {run.config_error}")
+    run.parsed = base.parsed
     sinks.set_syslog(bool(base.get("node.syslog")))
     cfg, node = resolve_node_config(base, partition=os.environ.get("SLURM_JOB_PARTITION"))
     run.cfg, run.node = cfg, node
@@ -164,6 +173,9 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     if lock_held:
         findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,
                                 f"{lock_held}: judged without it, read-only", "lock_held"))
+    if run.config_error:
+        findings.append(Finding("checker", "config", Status.ERROR, Severity.NONE,
+                                run.config_error, "config_error"))
     run.step = "verdict"
     pending = load_pending(ctx.sdir)
     fresh = decide(findings)
@@ -211,7 +223,8 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                    time.monotonic() - ctx.started, pending=still_pending,
                    spool_bytes=spool_bytes, families=set(families) if families else None)
-    remember_config(cfg, ctx.sdir)
+    if not run.config_error:
+        remember_config(cfg, ctx.sdir, run.parsed)
     return code
 
 

@@ -98,6 +98,9 @@ class Progress:
     verdict: Verdict | None = None
     spooled: bool = False
     acted: bool = False
+    # The site config is broken and this run judges with the last good one: why, in words.
+    config_error: str = ""
+    parsed: bytes | None = None  # the site file's bytes, when this run parsed them
 
     @property
     def unacted_drain(self) -> bool:

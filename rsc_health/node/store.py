@@ -214,11 +214,11 @@ def has_drain_state(sdir: Path) -> bool:
         return True  # cannot tell: ask Slurm, as before
 
 
-def remember_config(cfg: Config, sdir: Path) -> None:
-    """What a broken config push falls back on (config.fallback_config)."""
+def remember_config(cfg: Config, sdir: Path, parsed: bytes | None = None) -> None:
+    """What a broken config push falls back on (config.last_good_config, fallback_config)."""
     from rsc_health.config import remember_good
 
     try:
-        remember_good(cfg, sdir)
+        remember_good(cfg, sdir, parsed)
     except OSError as exc:
         log(f"cannot remember the config's textfile dir and historian ({exc})")
