@@ -6,12 +6,14 @@ Two forms, told apart line by line (JSON Lines; a `.json` file may hold one repo
 - the drop file: one object per rank per step (or per window of steps):
   {"job_id": "4242", "rank": 17, "node": "gpu042", "stage": "3", "step": 1200,
    "seconds": 0.512, "time": "2026-11-26T10:05:00Z"}    (stage optional)
-- NVIDIA Resiliency Extension's straggler report (nvidia_resiliency_ext.straggler.Report,
-  src/nvidia_resiliency_ext/straggler/reporting.py): its fields as
-  `json.dumps(dataclasses.asdict(report))` writes them (rank keys become strings), plus the
-  job_id, step and time the report was made. Each relative performance score (0..1: the
-  fastest rank's median time / this rank's) becomes a relative time 1/score, unit "rel",
-  stage "section:NAME" per section and "gpu" for the GPU score; individual scores (a rank
+- NVIDIA Resiliency Extension's straggler report (nvidia_resiliency_ext.attribution.straggler
+  .Report from NVRx 0.4, src/nvidia_resiliency_ext/attribution/straggler/reporting.py): its
+  relative scores and rank_to_node (rank keys as strings), plus the job_id, step and time the
+  report was made; rsc_health/nvrx_lines.py writes one such line per node (a real report's
+  local summaries are keyed by an Enum, so `json.dumps(dataclasses.asdict(report))` fails, and
+  one line of every rank outgrows a line here at ~500 ranks). Each relative performance score
+  (0..1: the fastest rank's median time / this rank's) becomes a relative time 1/score, unit
+  "rel", stage "section:NAME" per section and "gpu" for the GPU score; individual scores (a rank
   against its own past) are not peer comparisons and are not kept.
 
 The files come from jobs, so from users: every value is checked (finite, positive, bounded),
