@@ -49,6 +49,28 @@ def step_frame(trace: str, slot_s: int, start: datetime = datetime(2025, 1, 1)):
     return steps, members
 
 
+def nvrx_reports(trace: str, section: str = "fwd_bwd"):
+    """(step, report) per traced step: the report NVRx's ReportGenerator would make of it
+    (nvidia_resiliency_ext/attribution/straggler/reporting.py, _compute_sections_perf_scores:
+    a section's relative score is the fastest rank's median time over this rank's), with the
+    step's compute time as the one timed section and each worker a node of one rank. No GPU
+    (kernel) score: the traces hold no kernel times. A mapping of Report's fields, as
+    `dataclasses.asdict` gives them."""
+    rows = pd.read_csv(FIXTURE / f"{trace}.csv")
+    node = trace + "-dp" + rows["dp_rank"].astype(str) + "-pp" + rows["stage"].astype(str)
+    rows = rows.assign(node=node)
+    for step, at in rows.groupby("step", sort=True):
+        fastest = float(at["compute_s"].min())
+        scores = {int(r): fastest / float(t) for r, t in zip(at["rank"], at["compute_s"],
+                                                               strict=True)}
+        yield int(step), {
+            "gpu_relative_perf_scores": {}, "section_relative_perf_scores": {section: scores},
+            "gpu_individual_perf_scores": {}, "section_individual_perf_scores": {},
+            "rank_to_node": dict(zip(at["rank"].astype(int), at["node"], strict=True)),
+            "local_section_summaries": {}, "local_kernel_summaries": {},
+            "generate_report_elapsed_time": 0.0, "gather_on_rank0": True, "rank": 0}
+
+
 def main(src: str) -> int:
     FIXTURE.mkdir(parents=True, exist_ok=True)
     for trace in TRACES:
