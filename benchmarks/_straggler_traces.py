@@ -13,7 +13,7 @@ and op times inside a step.
 from __future__ import annotations
 
 import sys
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pandas as pd
@@ -69,6 +69,28 @@ def nvrx_reports(trace: str, section: str = "fwd_bwd"):
             "rank_to_node": dict(zip(at["rank"].astype(int), at["node"], strict=True)),
             "local_section_summaries": {}, "local_kernel_summaries": {},
             "generate_report_elapsed_time": 0.0, "gather_on_rank0": True, "rank": 0}
+
+
+def nvrx_frame(trace: str, slot_s: int, start: datetime = datetime(2025, 1, 1)):
+    """(steps, membership) as the historian would hold the trace's NVRx reports: each traced
+    step's report (nvrx_reports) written by rsc_health/nvrx_lines.py and read back by
+    `healthctl ingest steps`' parser (relative times 1/score, stage section:NAME), a slot per
+    traced step. No pipeline stage: NVRx names none."""
+    from rsc_health.historian.ingest.steps import parse_line
+    from rsc_health.nvrx_lines import report_lines
+
+    rows = []
+    received = datetime.now(UTC).replace(tzinfo=None)
+    for k, (step, report) in enumerate(nvrx_reports(trace)):
+        when = start + timedelta(seconds=slot_s * k + slot_s // 2)
+        for line in report_lines(report, step=step, job_id=trace, when=when):
+            rows += parse_line(line, received)
+    steps = pd.DataFrame(rows, columns=["job_id", "rank", "stage", "step", "node", "time",
+                                        "seconds", "unit"])
+    steps = steps.assign(time=pd.to_datetime(steps["time"]))
+    members = steps[["job_id", "node"]].drop_duplicates().assign(
+        start=start, end=start + timedelta(seconds=slot_s * (steps["step"].nunique() + 1)))
+    return steps.drop(columns="unit"), members
 
 
 def main(src: str) -> int:

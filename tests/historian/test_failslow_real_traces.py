@@ -39,6 +39,18 @@ def test_workload_imbalance_makes_no_suspect(trace, stage_known):
     assert detect_frame(None, members, steps, RULES) == []
 
 
+def test_the_long_last_stage_trace_with_its_stages_known_is_not_judged_at_all():
+    """ST runs dp 2 x pp 4: two workers a stage, under min_nodes, so with the stages known no
+    group is judged and "no suspect" says nothing; ST is a test of the detector only without
+    its stages (every worker one group), as NVRx's scores and a drop file without stages are."""
+    from rsc_health.historian.failslow.core import judged
+
+    steps, members = step_frame("ST", RULES.slot_s)
+    assert members.groupby("stage")["node"].nunique().max() < RULES.min_nodes
+    assert judged(None, members, steps, RULES).empty
+    assert len(judged(None, members.drop(columns="stage"), steps.assign(stage=""), RULES)) == 256
+
+
 @pytest.mark.parametrize("trace, truth", [("AR", {"AR-dp0-pp0"}), ("SE", set()), ("ST", set())])
 def test_the_traces_as_nvrx_reports_through_the_writer_ingest_and_detect(
         trace, truth, historian, tmp_path):
