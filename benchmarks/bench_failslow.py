@@ -31,7 +31,7 @@ from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow  # noqa: E
 sys.path.insert(0, str(HERE))
 from _pai_minibatch import JOBS as PAI_JOBS  # noqa: E402
 from _pai_minibatch import step_frame as pai_frame  # noqa: E402
-from _straggler_traces import TRACES, step_frame  # noqa: E402
+from _straggler_traces import TRACES, nvrx_frame, step_frame  # noqa: E402
 
 # The telemetry metric that sees each injected kind first (its false positives are reported
 # beside the kind's recall).
@@ -216,11 +216,14 @@ def scale(rules: Rules, nodes: int) -> None:
 def real_traces(rules: Rules) -> None:
     """ByteDance's real per-rank traces (tests/fixtures/failslow/bytedance-straggler): AR's
     one slowed worker should be the only suspect, SE (sequence lengths) and ST (a long last
-    stage) should have none, with and without the pipeline stage known."""
+    stage) should have none, with and without the pipeline stage known, and as NVRx's relative
+    scores (written by rsc_health/nvrx_lines.py, read by the ingest's parser)."""
     for trace, what in TRACES.items():
         steps, members = step_frame(trace, rules.slot_s)
+        nvrx_steps, nvrx_members = nvrx_frame(trace, rules.slot_s)
         for label, m, s in (("stage known", members, steps),
-                            ("no stage", members.drop(columns="stage"), steps.assign(stage=""))):
+                            ("no stage", members.drop(columns="stage"), steps.assign(stage="")),
+                            ("as NVRx scores", nvrx_members, nvrx_steps)):
             obs = judged(None, m, s, rules)
             runs = find_runs(obs, rules)
             flagged = sorted(set(runs["node"]))

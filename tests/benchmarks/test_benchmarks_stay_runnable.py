@@ -57,6 +57,10 @@ def test_bench_failslow_scores_a_small_simulated_fleet_and_the_real_traces():
         assert 0 <= bench[f"{name}_f1"][0] <= 1 and bench[f"{name}_f1"][1] == "ratio"
     assert bench["real_AR_stage_known_suspects"] == (1.0, "nodes")
     assert bench["real_SE_stage_known_suspects"] == (0.0, "nodes")
+    # the study's truth as NVRx would score it: AR's one slowed worker, none in SE or ST
+    assert bench["real_AR_as_NVRx_scores_suspects"] == (1.0, "nodes")
+    assert bench["real_SE_as_NVRx_scores_suspects"] == (0.0, "nodes")
+    assert bench["real_ST_as_NVRx_scores_suspects"] == (0.0, "nodes")
 
 
 def test_bench_exporter_telemetry_keeps_the_aggregate_series_flat_as_the_fleet_grows():

@@ -3,11 +3,13 @@ as untrusted input, and `failslow.detect` judging them from the historian (docs/
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import io
 import json
 import os
 import threading
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -63,6 +65,105 @@ def test_an_nvrx_report_becomes_relative_times_per_section_and_gpu(historian):
     assert sorted(round(r[5], 3) for r in slow) == [round(1 / 0.64, 3), round(1 / 0.61, 3)]
 
 
+class _Statistic(enum.Enum):
+    """NVRx's own (nvidia_resiliency_ext/attribution/straggler/statistics.py, commit d8686d9):
+    a plain Enum, the keys of a Report's local summaries."""
+
+    MIN = enum.auto()
+    MAX = enum.auto()
+    MED = enum.auto()
+    AVG = enum.auto()
+    STD = enum.auto()
+    NUM = enum.auto()
+
+
+@dataclasses.dataclass(frozen=True)
+class _Report:
+    """NVRx's Report (reporting.py, commit d8686d9): its fields, in its order."""
+
+    gpu_relative_perf_scores: dict
+    section_relative_perf_scores: dict
+    gpu_individual_perf_scores: dict
+    section_individual_perf_scores: dict
+    rank_to_node: dict
+    local_section_summaries: dict
+    local_kernel_summaries: dict
+    generate_report_elapsed_time: float
+    gather_on_rank0: bool
+    rank: int | None
+
+
+def _nvrx_report(nodes: int, per_node: int, slow_rank: int) -> _Report:
+    """Rank 0's report of a 'gather_on_rank0' job as ReportGenerator.generate_report builds
+    it: int rank keys, a section per name, NaN where a rank has no result, rank 0's own
+    summaries keyed by Statistic."""
+    ranks = range(nodes * per_node)
+    gpu = {r: (0.58 if r == slow_rank else 0.96 + (r % 5) / 100) for r in ranks}
+    sections = {"fwd_bwd": {r: (0.61 if r == slow_rank else 0.95 + (r % 4) / 100)
+                            for r in ranks},
+                "optimizer": {r: (float("nan") if r == 3 else 0.97) for r in ranks}}
+    summary = {_Statistic.MIN: 0.1, _Statistic.MAX: 0.2, _Statistic.MED: 0.15,
+               _Statistic.AVG: 0.15, _Statistic.STD: 0.01, _Statistic.NUM: 40}
+    return _Report(gpu, sections, {r: 0.99 for r in ranks},
+                   {s: {r: 0.99 for r in ranks} for s in sections},
+                   {r: f"gpu{r // per_node:04d}" for r in ranks},
+                   {"fwd_bwd": summary, "optimizer": summary},
+                   {"sm90_xmma_gemm_kernel": summary}, 0.04, True, 0)
+
+
+def test_a_report_as_nvrx_builds_it_reaches_the_historian_through_the_job_side_writer(
+        tmp_path, historian):
+    """A real report cannot be written as docs/failslow.md said (json.dumps of asdict: its local
+    summaries are keyed by an Enum), and one line of all 1,024 ranks outgrows the line the
+    historian reads. rsc_health.nvrx_lines writes one line per node that the reader keeps."""
+    report = _nvrx_report(nodes=128, per_node=8, slow_rank=613)
+    with pytest.raises(TypeError, match="keys must be"):
+        json.dumps(dataclasses.asdict(report))
+    whole = json.dumps({k: v for k, v in dataclasses.asdict(report).items()
+                        if not k.startswith("local_")})
+    assert len(whole) > LIMITS.max_line_bytes  # one line per report: refused as too long
+
+    from rsc_health.nvrx_lines import report_lines
+
+    lines = report_lines(report, step=4200, job_id="8800",
+                         when=datetime(2026, 1, 5, 10, 0, tzinfo=UTC))
+    assert len(lines) == 128 and max(map(len, lines)) < 2000
+    path = tmp_path / "8800.jsonl"
+    path.write_text("".join(line + "\n" for line in lines))
+    loaded = steps.ingest_path(historian, path, LIMITS)
+    assert (loaded.read, loaded.bad) == (128, [])
+    rows = _rows(historian)
+    # per node and stage, its slowest rank: 128 nodes x (gpu, fwd_bwd, optimizer)
+    assert len(rows) == 128 * 3 and {r[2] for r in rows} == {
+        "gpu", "section:fwd_bwd", "section:optimizer"}
+    slow = {(r[2], r[1], round(r[5], 4)) for r in rows if r[4] == "gpu0076"}
+    assert slow == {("gpu", 613, round(1 / 0.58, 4)), ("section:fwd_bwd", 613, round(1 / 0.61, 4)),
+                    ("section:optimizer", 608, round(1 / 0.97, 4))}
+    # rank 3's NaN optimizer score is no row: gpu0000's optimizer row is another rank's
+    assert [r[1] for r in rows if r[4] == "gpu0000" and r[2] == "section:optimizer"] == [0]
+
+
+def test_the_job_side_writer_leaves_out_what_the_reader_would_refuse():
+    """Ranks whose node NVRx never learned ('<unk>'), NaN or infinite scores, and a job with
+    no id are not written: a refused line would cost the node's other ranks."""
+    from rsc_health.nvrx_lines import report_lines
+
+    report = {"rank_to_node": {0: "n1", 1: "<unk>", 2: "n2", 3: "n2"},
+              "gpu_relative_perf_scores": {0: 0.9, 1: 0.8, 2: float("nan"), 3: float("inf")},
+              "section_relative_perf_scores": {"s": {0: 1.0, 1: 0.5, 2: True, 3: 0.7}}}
+    lines = [json.loads(line) for line in report_lines(report, 1, job_id="5",
+                                                       when=datetime(2026, 1, 1))]
+    assert [(x["rank_to_node"], x["gpu_relative_perf_scores"], x["section_relative_perf_scores"])
+            for x in lines] == [({"0": "n1"}, {"0": 0.9}, {"s": {"0": 1.0}}),
+                                ({"2": "n2", "3": "n2"}, {}, {"s": {"3": 0.7}})]
+    assert lines[0]["time"] == "2026-01-01T00:00:00.000000Z"
+    env = {k: v for k, v in os.environ.items() if k != "SLURM_JOB_ID"}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(os, "environ", env)
+        with pytest.raises(ValueError, match="SLURM_JOB_ID"):
+            report_lines(report, 1)
+
+
 HOSTILE = [
     ({"job_id": "1", "rank": 0, "node": "n1", "step": 1, "seconds": -0.5,
       "time": "2026-01-01T00:00:00Z"}, "seconds"),
@@ -94,6 +195,29 @@ HOSTILE = [
       "gpu_relative_perf_scores": {"0": 0.5}}, "no node"),
     ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n"},
       "section_relative_perf_scores": ["x"]}, "not an object"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
+      "gpu_relative_perf_scores": {"0": -0.5}}, "not in (0,"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
+      "section_relative_perf_scores": {"s": {"0": 0}}}, "not in (0,"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
+      "gpu_relative_perf_scores": {"0": float("inf")}}, "not in (0,"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
+      "gpu_relative_perf_scores": {"0": "0.5"}}, "not a number"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
+      "gpu_relative_perf_scores": {"0": True}}, "not a number"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"x": "n1"},
+      "gpu_relative_perf_scores": {"x": 0.5}}, "rank 'x' is not an integer"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z",
+      "rank_to_node": {"0": {"name": "n1"}}, "gpu_relative_perf_scores": {"0": 0.5}},
+     "node is not a string"),
+    ({"job_id": "1", "rank": 0, "node": ["n1", "n2"], "step": 1, "seconds": 1,
+      "time": "2026-01-01T00:00:00Z"}, "node is not a string"),
+    ({"job_id": {"id": 1}, "rank": 0, "node": "n1", "step": 1, "seconds": 1,
+      "time": "2026-01-01T00:00:00Z"}, "job_id is not a string"),
+    ({"job_id": "1", "rank": 0, "node": "n1", "stage": 1.5, "step": 1, "seconds": 1,
+      "time": "2026-01-01T00:00:00Z"}, "stage is not a string"),
+    ({"job_id": "1", "step": 1, "time": "2026-01-01T00:00:00Z", "rank_to_node": {"0": "n1"},
+      "section_relative_perf_scores": {"s" * 80: {"0": 0.5}}}, "stage"),
     ([1, 2, 3], "not a JSON object"),
 ]
 

@@ -93,6 +93,21 @@ def test_no_node_side_module_evaluates_a_type_union_at_run_time():
     assert not {k: v for k, v in found.items() if v}
 
 
+def test_the_job_side_nvrx_writer_holds_to_python_3_9_outside_the_node_side():
+    """rsc_health/nvrx_lines.py runs in training jobs (their own Python, 3.9 or newer), not on
+    the node path: checked like the node side, and not shipped in the node zipapp."""
+    module = REPO / "rsc_health" / "nvrx_lines.py"
+    assert module not in node_side()
+    proc = vermin([module])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert runtime_unions(module.read_text()) == []
+    imported = {a.name.split(".")[0] for n in ast.walk(ast.parse(module.read_text()))
+                if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module.split(".")[0] for n in ast.walk(ast.parse(module.read_text()))
+                 if isinstance(n, ast.ImportFrom) and n.module}
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
 PLANTED = {
     "match": "def f(x):\n    match x:\n        case 1:\n            return 1\n",
     "zip_strict": "def f(a, b):\n    return list(zip(a, b, strict=True))\n",

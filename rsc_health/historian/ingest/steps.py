@@ -6,12 +6,14 @@ Two forms, told apart line by line (JSON Lines; a `.json` file may hold one repo
 - the drop file: one object per rank per step (or per window of steps):
   {"job_id": "4242", "rank": 17, "node": "gpu042", "stage": "3", "step": 1200,
    "seconds": 0.512, "time": "2026-11-26T10:05:00Z"}    (stage optional)
-- NVIDIA Resiliency Extension's straggler report (nvidia_resiliency_ext.straggler.Report,
-  src/nvidia_resiliency_ext/straggler/reporting.py): its fields as
-  `json.dumps(dataclasses.asdict(report))` writes them (rank keys become strings), plus the
-  job_id, step and time the report was made. Each relative performance score (0..1: the
-  fastest rank's median time / this rank's) becomes a relative time 1/score, unit "rel",
-  stage "section:NAME" per section and "gpu" for the GPU score; individual scores (a rank
+- NVIDIA Resiliency Extension's straggler report (nvidia_resiliency_ext.attribution.straggler
+  .Report from NVRx 0.4, src/nvidia_resiliency_ext/attribution/straggler/reporting.py): its
+  relative scores and rank_to_node (rank keys as strings), plus the job_id, step and time the
+  report was made; rsc_health/nvrx_lines.py writes one such line per node (a real report's
+  local summaries are keyed by an Enum, so `json.dumps(dataclasses.asdict(report))` fails, and
+  one line of every rank outgrows a line here at ~500 ranks). Each relative performance score
+  (0..1: the fastest rank's median time / this rank's) becomes a relative time 1/score, unit
+  "rel", stage "section:NAME" per section and "gpu" for the GPU score; individual scores (a rank
   against its own past) are not peer comparisons and are not kept.
 
 The files come from jobs, so from users: every value is checked (finite, positive, bounded),
@@ -115,6 +117,14 @@ def _positive(value: object, name: str) -> float:
     return number
 
 
+def _name(value: object, name: str, limit: int) -> str:
+    """A job id, node or stage: JSON text or an integer (a job id written as a number), never an
+    object, list, float or boolean, whose Python spelling would be kept as a name."""
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise RowError(f"{name} is not a string")
+    return key_text(value, name, limit)
+
+
 def _time(value: object, received: datetime) -> str:
     """A step's time, believable as the historian's clock judges a node's (freshness: from
     CLOCK_FLOOR to a few minutes ahead): a row stamped in 9999 would sit outside every
@@ -136,12 +146,12 @@ def drop_row(obj: dict, received: datetime) -> tuple:
     if missing:
         raise RowError(f"missing {', '.join(missing)}")
     stage = obj.get("stage")
-    stage = "" if stage is None else str(stage)
+    stage = "" if stage is None else _name(stage, "stage", 64)
     if stage.startswith("section:") or stage == "gpu":
         raise RowError(f"stage {stage[:32]!r} is reserved for NVRx reports")
-    return (key_text(obj["job_id"], "job_id", 32), _int(obj["rank"], "rank", MAX_RANK),
-            key_text(stage, "stage", 64), _int(obj["step"], "step", MAX_STEP),
-            key_text(obj["node"], "node", 128), _time(obj["time"], received),
+    return (_name(obj["job_id"], "job_id", 32), _int(obj["rank"], "rank", MAX_RANK),
+            stage, _int(obj["step"], "step", MAX_STEP),
+            _name(obj["node"], "node", 128), _time(obj["time"], received),
             _positive(obj["seconds"], "seconds"), "s")
 
 
@@ -150,7 +160,7 @@ def nvrx_rows(obj: dict, received: datetime) -> list[tuple]:
     missing = [k for k in ("job_id", "step", "time", "rank_to_node") if obj.get(k) in (None, "")]
     if missing:
         raise RowError(f"NVRx report: missing {', '.join(missing)}")
-    job = key_text(obj["job_id"], "job_id", 32)
+    job = _name(obj["job_id"], "job_id", 32)
     step = _int(obj["step"], "step", MAX_STEP)
     when = _time(obj["time"], received)
     nodes = obj["rank_to_node"]
@@ -176,7 +186,7 @@ def nvrx_rows(obj: dict, received: datetime) -> list[tuple]:
             node = nodes.get(str(r), nodes.get(r))
             if node in (None, "", "<unk>"):
                 raise RowError(f"NVRx report: rank {r} has no node in rank_to_node")
-            rows.append((job, r, stage, step, key_text(node, "node", 128), when,
+            rows.append((job, r, stage, step, _name(node, "node", 128), when,
                          1.0 / value, "rel"))
     return rows
 
