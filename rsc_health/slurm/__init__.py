@@ -12,6 +12,7 @@ from rsc_health.slurm.api import (
     JobInfo,
     NodeInfo,
     RequeueRefused,
+    ShadowMode,
     SlurmAPI,
     SlurmCommandError,
     SlurmError,
@@ -29,6 +30,7 @@ __all__ = [
     "SlurmCommandError",
     "SlurmError",
     "SlurmUnavailable",
+    "ShadowMode",
     "from_config",
 ]
 
@@ -36,10 +38,13 @@ __all__ = [
 def from_config(cfg, *, timeout_s: float | None = None) -> CliSlurm:
     """The Slurm backend the config asks for ([slurm] call_timeout_s, bin_dir): the one door
     to Slurm for the node path, the operator's commands and, through `.accounting()`, the
-    historian's sacct and sacctmgr."""
+    historian's sacct and sacctmgr. In shadow mode ([actions] enabled = false) it only reads:
+    any change (scontrol update/create/delete/requeue/reboot, sbatch, scancel) raises
+    ShadowMode before a command runs, whichever caller asks."""
     return CliSlurm(
         timeout_s=float(
             timeout_s if timeout_s is not None else cfg.get("slurm.call_timeout_s")
         ),
         bin_dir=cfg.get("slurm.bin_dir") or None,
+        read_only=not cfg.get("actions.enabled"),
     )

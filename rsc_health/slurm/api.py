@@ -34,6 +34,11 @@ def _one_line(stderr: str) -> str:
     return (fatal or lines or [""])[-1][:500]
 
 
+class ShadowMode(SlurmCommandError):
+    """A change asked of Slurm while [actions] enabled = false: refused at the door, never run.
+    Every caller says "would ..." itself in shadow mode; this is for one that forgot."""
+
+
 class RequeueRefused(SlurmCommandError):
     """The job cannot be requeued (submitted with --no-requeue, or JobRequeue=0)."""
 

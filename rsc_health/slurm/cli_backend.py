@@ -20,6 +20,7 @@ from rsc_health.slurm.api import (
     JobInfo,
     NodeInfo,
     RequeueRefused,
+    ShadowMode,
     SlurmCommandError,
     SlurmUnavailable,
 )
@@ -158,6 +159,20 @@ def node_records(out: str) -> list[str]:
     return [r for r in records if r.startswith("NodeName=")]
 
 
+def _reads(argv: list[str]) -> bool:
+    """Whether a command only reads Slurm: squeue, sinfo, sacct, `scontrol [-o] show|ping`,
+    `sacctmgr [-flags] show|list`. Anything else may change something."""
+    head, rest = argv[0], [a for a in argv[1:] if not a.startswith("-")]
+    verb = rest[0] if rest else ""
+    if head in ("squeue", "sinfo", "sacct"):
+        return True
+    if head == "scontrol":
+        return verb in ("show", "ping")
+    if head == "sacctmgr":
+        return verb in ("show", "list")
+    return False
+
+
 class CliSlurm:
     def __init__(
         self,
@@ -165,8 +180,11 @@ class CliSlurm:
         timeout_s: float = 10.0,
         bin_dir: str | None = None,
         deadline: float | None = None,
+        read_only: bool = False,
     ):
         self.timeout_s = timeout_s
+        # Shadow mode: only READS run (from_config); anything else raises ShadowMode.
+        self.read_only = read_only
         self.bin_dir = Path(bin_dir) if bin_dir else None
         # time.monotonic() after which no call may start (the sweep's budget), or None.
         self.deadline = deadline
@@ -181,6 +199,9 @@ class CliSlurm:
 
     # ---- plumbing --------------------------------------------------------------------------
     def _run(self, argv: list[str], timeout_s: float | None = None) -> str:
+        if self.read_only and not _reads(argv):
+            raise ShadowMode(argv, 1, "shadow mode ([actions] enabled = false): rsc-health "
+                                      "changes nothing in Slurm; not run")
         if self.bin_dir is not None:
             argv = [str(self.bin_dir / argv[0]), *argv[1:]]
         timeout = timeout_s if timeout_s is not None else self.timeout_s
