@@ -248,10 +248,10 @@ def apply(engine, slurm, cfg, now: datetime, *,
             errors.append(f"{ch.node}: not tried, Slurm unavailable ({away})")
             continue
         try:
-            if ch.features is not None:
-                slurm.set_features(ch.node, list(ch.features))
-            if ch.weight is not None:
-                slurm.set_weight(ch.node, ch.weight)
+            if ch.features is not None or ch.weight is not None:
+                # One update: slurmctld never schedules (nor a failed call leaves) a node
+                # with the feature changed and not the weight, or the reverse.
+                slurm.update_node(ch.node, features=ch.features, weight=ch.weight)
         except SlurmError as exc:
             if isinstance(exc, SlurmUnavailable):
                 away = exc
