@@ -381,10 +381,16 @@ class CliSlurm:
         self._run(["scancel", job_id])
 
 
+# Slurm's largest node weight. scontrol 22.05 takes a larger one as an error of its own: it
+# prints "Weight value (...) is greater than 4294967280", exits 0 and sends the rest of the
+# update without it (measured: tests/slurm/test_suspect_tier.py).
+MAX_WEIGHT = 0xFFFFFFF0
+
+
 def node_update_argv(node: str, features, weight: int | None) -> list[str]:
     """`scontrol update` of a node's features and/or weight, or SlurmCommandError before any
     call: one node, each feature one word (one reading "a State=IDLE" would make the node
-    ambiguous), a weight that is an unsigned 32-bit integer."""
+    ambiguous), a weight Slurm takes whole."""
     _one_node("update", node)
     argv = ["scontrol", "update", f"NodeName={node}"]
     if features is not None:
@@ -395,7 +401,7 @@ def node_update_argv(node: str, features, weight: int | None) -> list[str]:
         argv += [f"AvailableFeatures={joined}", f"ActiveFeatures={joined}"]
     if weight is not None:
         if (not isinstance(weight, int) or isinstance(weight, bool)
-                or not 0 <= weight < 2**32):
+                or not 0 <= weight <= MAX_WEIGHT):
             raise SlurmCommandError(argv[:3], 2, f"Invalid weight {weight!r}")
         argv.append(f"Weight={weight}")
     if len(argv) == 3:

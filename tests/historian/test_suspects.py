@@ -196,6 +196,17 @@ def test_a_tier_change_is_one_scontrol_update_of_features_and_weight(tmp_path):
     engine.dispose()
 
 
+def test_a_suspect_weight_slurm_would_drop_is_refused_when_the_config_loads(tmp_path):
+    """scontrol drops a weight past 4294967280 with exit 0 and sends the features alone: a
+    config asking for one is refused where it is read, not half-applied at every pass."""
+    from rsc_health.config import ConfigError
+
+    assert cfg(tmp_path, "[suspects]\nsuspect_weight = 4294967280\n").get(
+        "suspects.suspect_weight") == 4294967280
+    with pytest.raises(ConfigError, match="suspect_weight"):
+        cfg(tmp_path, "[suspects]\nsuspect_weight = 4294967281\n")
+
+
 def _whole(slurm):
     """Every node as slurm.conf has it or as the tier makes it, never half of each."""
     half = {name: (n.features, n.weight) for name, n in slurm.info.items()

@@ -217,6 +217,35 @@ def test_features_and_weight_land_together_under_a_reader_polling_slurm(lua_clus
     assert sum(seen.values()) >= 20, seen  # the reader did read, all along
 
 
+def test_a_weight_past_slurms_largest_is_refused_whole_not_half_sent(lua_cluster, monkeypatch):
+    """scontrol 22.05 takes `Weight=4294967281` as an error of its own, exits 0 and sends the
+    rest of the update: the features change, the weight does not. CliSlurm refuses such a
+    weight before running scontrol, so the update is never sent in half."""
+    from rsc_health.slurm.api import SlurmCommandError
+    from rsc_health.slurm.cli_backend import MAX_WEIGHT, CliSlurm
+
+    c, node = lua_cluster, "node06"
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    try:
+        said = c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=site_q",
+                      "ActiveFeatures=site_q", f"Weight={MAX_WEIGHT + 1}"])
+        assert "greater than" in said.stderr  # exit 0 all the same (check=True above)
+        assert (c.node(node)["AvailableFeatures"], c.node(node)["Weight"]) == ("site_q", "1")
+        c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=rsc_trusted",
+               "ActiveFeatures=rsc_trusted"])
+        real = CliSlurm(timeout_s=20)
+        with pytest.raises(SlurmCommandError, match="Invalid weight"):
+            real.update_node(node, features=["site_q"], weight=MAX_WEIGHT + 1)
+        assert (c.node(node)["AvailableFeatures"], c.node(node)["Weight"]) == ("rsc_trusted",
+                                                                               "1")
+        real.update_node(node, features=["site_q"], weight=MAX_WEIGHT)
+        assert (c.node(node)["AvailableFeatures"], c.node(node)["Weight"]) == (
+            "site_q", str(MAX_WEIGHT))
+    finally:
+        c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=rsc_trusted",
+               "ActiveFeatures=rsc_trusted", "Weight=1"])
+
+
 def _python() -> str:
     import sys
 

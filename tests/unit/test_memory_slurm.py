@@ -133,6 +133,7 @@ def test_reservations_features_and_weights():
     (["h200", "a State=IDLE"], 50),  # a feature that would forge a field
     (["h200", "a,b"], 50),
     (["h200"], -1),
+    (["h200"], 4294967281),  # past Slurm's largest: scontrol drops it and exits 0
     (["h200"], True),
     (None, None),  # nothing to update
 ])
@@ -147,6 +148,12 @@ def test_a_node_update_refused_in_part_is_refused_whole(features, weight):
     assert s.calls == []
     with pytest.raises(SlurmCommandError):
         CliSlurm(bin_dir="/nonexistent").update_node("n01", features=features, weight=weight)
+
+
+def test_the_largest_weight_slurm_takes_is_accepted():
+    s = slurm()
+    s.update_node("n01", features=["h100"], weight=4294967280)
+    assert s.info["n01"].weight == 4294967280
 
 
 def test_a_stopped_slurmctld_answers_nothing_until_it_is_back():
