@@ -256,6 +256,30 @@ def test_slurmctld_gone_mid_pass_leaves_no_node_half_changed(tmp_path):
     engine.dispose()
 
 
+def test_an_update_that_landed_but_timed_out_still_gives_the_nodes_own_weight_back(tmp_path):
+    """scontrol timed out after slurmctld took the update: the node is a suspect in Slurm,
+    but the pass heard an error and kept nothing. The next pass found weight 1000 already and
+    saved 1 as the weight to give back: a person's clear put the node at weight 1, not its
+    own 10 (Slurm then filled it before every other node). The weight to give back is kept
+    before the update is sent."""
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(), cfg(tmp_path)
+    slurm.stop_after("update_node", answered=False)
+    res = run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    assert res.errors and "did not answer" in res.errors[0], res.errors
+    assert (slurm.info["node07"].features, slurm.info["node07"].weight) == (("h100",), 1000)
+    slurm.start()
+    run_pass(engine, slurm, config, T0 + timedelta(minutes=1))
+    [ep] = hs.active(engine)
+    assert (ep.tier, ep.slurm_weight) == ("applied", 10)
+    result = CliRunner().invoke(suspects_cmd, ["clear", "node07", "--reason", "checked"],
+                                obj=_obj(engine, slurm, tmp_path))
+    assert result.exit_code == 0, result.output
+    assert (slurm.info["node07"].features, slurm.info["node07"].weight) == (
+        ("h100", TRUSTED), 10)
+    engine.dispose()
+
+
 def test_what_slurm_lost_at_a_reconfigure_is_re_applied_and_said(tmp_path):
     engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
     slurm, config = fleet(), cfg(tmp_path)
