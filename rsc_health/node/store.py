@@ -171,8 +171,10 @@ def read_pending(sdir: Path) -> PendingVerdict | None:
                               _aware_time(data.get("time")))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        raise CorruptPending(str(exc)) from exc
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        # RecursionError: JSON nested deeper than the decoder goes: it stopped every run at
+        # its verdict step, for good (a checker fault each time, nothing ever drained).
+        raise CorruptPending(str(exc)[:200]) from exc
 
 
 def clear_pending(sdir: Path) -> None:

@@ -297,7 +297,7 @@ def test_a_pending_verdict_a_worse_fresh_one_supersedes_is_not_named(tmp_path):
     assert "mass-drain guard" in doc["reason"]
 
 
-@pytest.mark.parametrize("kind", ["garbled", "fifo", "dev_zero", "not_a_drain"])
+@pytest.mark.parametrize("kind", ["garbled", "nested", "fifo", "dev_zero", "not_a_drain"])
 def test_a_pending_file_the_node_path_would_discard_does_not_block_and_is_left_alone(
         tmp_path, kind):
     """What load_pending discards (garbled JSON, a FIFO, a symlink to /dev/zero) or what never
@@ -309,6 +309,8 @@ def test_a_pending_file_the_node_path_would_discard_does_not_block_and_is_left_a
     path.parent.mkdir(parents=True, exist_ok=True)
     if kind == "garbled":
         path.write_text('{"level": 3, "causes": [{"family": 7')
+    elif kind == "nested":  # deeper than the JSON decoder goes
+        path.write_text("[" * 200_000)
     elif kind == "fifo":
         os.mkfifo(path)
     elif kind == "dev_zero":
