@@ -125,7 +125,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "failslow.steps_max_lines_per_pass": (1, 10_000_000_000),
     "suspects.max_share": (0, 1),
     "suspects.big_job_nodes": (2, 1_000_000),
-    "suspects.suspect_weight": (2, 2**32 - 2),
+    # Slurm's largest node weight (rsc_health.slurm.cli_backend.MAX_WEIGHT): scontrol drops a
+    # larger one, exit 0, and sends the rest of the update.
+    "suspects.suspect_weight": (2, 0xFFFFFFF0),
 }
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),

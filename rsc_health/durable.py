@@ -46,7 +46,8 @@ def load_state_json(path: Path) -> dict:
         why = "a dangling symlink"
     except OSError as exc:
         why = exc.strerror or str(exc)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
+        # RecursionError: JSON nested deeper than the decoder goes ("[[[[..."), garbled.
         why = "empty" if _size(path) == 0 else f"not JSON: {str(exc)[:60]}"
     else:
         if isinstance(data, dict):

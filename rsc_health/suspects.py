@@ -247,11 +247,15 @@ def apply(engine, slurm, cfg, now: datetime, *,
             # One timeout for the pass, not one per node: the next pass tries again.
             errors.append(f"{ch.node}: not tried, Slurm unavailable ({away})")
             continue
+        if ch.episode_id is not None and ch.slurm_weight is not None and ch.weight is not None:
+            # Before the update: one that lands with its answer lost leaves the node at the
+            # suspect weight, where the next pass can no longer read the node's own.
+            hs.keep_weight(engine, ch.episode_id, ch.slurm_weight)
         try:
-            if ch.features is not None:
-                slurm.set_features(ch.node, list(ch.features))
-            if ch.weight is not None:
-                slurm.set_weight(ch.node, ch.weight)
+            if ch.features is not None or ch.weight is not None:
+                # One update: slurmctld never schedules (nor a failed call leaves) a node
+                # with the feature changed and not the weight, or the reverse.
+                slurm.update_node(ch.node, features=ch.features, weight=ch.weight)
         except SlurmError as exc:
             if isinstance(exc, SlurmUnavailable):
                 away = exc

@@ -200,6 +200,14 @@ def clear(engine, node: str, now: datetime, *, who: str, why: str) -> Episode | 
     return _episode(row)
 
 
+def keep_weight(engine, episode_id: int, slurm_weight: int) -> None:
+    """The node's own weight, kept before the tier's update is sent: an update slurmctld took
+    whose answer was lost (a timeout) must still give the node its weight back."""
+    with writer(engine).begin() as conn:
+        conn.execute(update(suspects).where(suspects.c.id == episode_id)
+                     .values(slurm_weight=slurm_weight))
+
+
 def set_tier(engine, episode_id: int, tier: str, slurm_weight: int | None = None) -> None:
     values: dict = {"tier": tier}
     if slurm_weight is not None:

@@ -107,6 +107,12 @@ class PendingVerdict:
     why: str  # slurm_unavailable | guard | foreign_drain | fault
     holds: int = 0  # how many runs in a row the mass-drain guard has held it back
     retry_after: datetime | None = None  # aware; no Slurm call for it before then
+    time: datetime | None = None  # aware; when it was (last) kept
+
+
+class CorruptPending(ValueError):
+    """pending_verdict.json cannot be trusted (not a regular file, too big, not the JSON
+    save_pending writes): load_pending discards it."""
 
 
 def save_pending(sdir: Path, verdict: Verdict, *, why: str, holds: int = 0,
@@ -136,6 +142,19 @@ def _aware_time(value) -> datetime | None:
 
 
 def load_pending(sdir: Path) -> PendingVerdict | None:
+    """The pending verdict, or None; a corrupt file is discarded (removed: the next run
+    decides afresh) and said."""
+    try:
+        return read_pending(sdir)
+    except CorruptPending as exc:
+        log(f"corrupt {PENDING_VERDICT_FILE} discarded: {exc}")
+        clear_pending(sdir)
+        return None
+
+
+def read_pending(sdir: Path) -> PendingVerdict | None:
+    """The pending verdict, or None when there is none, read only (qualification's gate reads
+    it so); CorruptPending for a file load_pending would discard."""
     try:
         data = json.loads(read_bounded(sdir / PENDING_VERDICT_FILE))
         causes = tuple(Finding.from_dict(c) for c in data["causes"])
@@ -148,13 +167,14 @@ def load_pending(sdir: Path) -> PendingVerdict | None:
         holds = holds if isinstance(holds, int) and not isinstance(holds, bool) else 0
         level = Level.from_exit_code(data["level"])  # stored as its exit code, as ever
         return PendingVerdict(Verdict(level, "", causes), str(data.get("why", "")),
-                              max(0, min(holds, 64)), _aware_time(data.get("retry_after")))
+                              max(0, min(holds, 64)), _aware_time(data.get("retry_after")),
+                              _aware_time(data.get("time")))
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        log(f"corrupt {PENDING_VERDICT_FILE} discarded: {exc}")
-        clear_pending(sdir)
-        return None
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
+        # RecursionError: JSON nested deeper than the decoder goes: it stopped every run at
+        # its verdict step, for good (a checker fault each time, nothing ever drained).
+        raise CorruptPending(str(exc)[:200]) from exc
 
 
 def clear_pending(sdir: Path) -> None:

@@ -9,6 +9,14 @@ any test; a checker error (the checks could not look) makes it inconclusive unle
 fails it; warnings are shown and never block. Once the tests ran, the checks look again: a
 fault the stress itself raised (an XID 48 under gpu_burn whose figures still pass) is the
 node's too, as the epilog would find it.
+
+Each look also reads the drain verdict the node path kept and could not carry out
+(pending_verdict.json: slurmctld away, the mass-drain guard, someone else's drain): its events
+are consumed (an XID 79's kmsg line is behind the cursor), so the fresh look cannot see them,
+yet the node path drains on it at its next run. It is a finding at its own drain level
+(`pending_drain`), by the node path's own rule: its causes join every fresh verdict and the
+worst level wins (policy.decide), so only a worse fresh verdict supersedes it. Read only:
+the file is the node path's to carry out or discard.
 """
 
 from __future__ import annotations
@@ -44,14 +52,51 @@ def families(cfg) -> set[str] | None:
 
 def look(cfg, root: Path, node: str) -> list[Finding]:
     """The node's findings, read-only, from the engine `healthctl check` and the sweep use."""
-    from rsc_health.config import resolve_node_config
+    from rsc_health.config import resolve_node_config, state_dir
     from rsc_health.engine import run
     from rsc_health.node.stage import STAGES, budget
 
     # The sweep's view: this node's overrides, no partition's (a job's partition may relax).
     node_cfg, _ = resolve_node_config(cfg, node=node)
-    return run(node_cfg, root, only=families(node_cfg),
-               budget_s=budget(node_cfg, STAGES["sweep"]) * 0.5, save_state=False)
+    fresh = run(node_cfg, root, only=families(node_cfg),
+                budget_s=budget(node_cfg, STAGES["sweep"]) * 0.5, save_state=False)
+    return fresh + pending(state_dir(node_cfg, root), fresh)
+
+
+# Why the node path kept a verdict (store.PendingVerdict.why), as the reason says it.
+_KEPT_BECAUSE = {"slurm_unavailable": "Slurm unavailable", "fault": "a checker fault"}
+
+
+def pending(sdir: Path, fresh: list[Finding]) -> list[Finding]:
+    """The node path's pending drain verdict as a finding at its level, unless the fresh
+    findings supersede it as the node path's own verdict would (nodepath._judge decides on
+    the fresh findings and the pending causes together, the worst level winning, and forgets
+    the file once that verdict is carried out). A file load_pending would discard (garbled, a
+    FIFO, /dev/zero) is a warning, and so is left: the gate never clears nor rewrites it."""
+    from rsc_health.node.store import HELD_BY, PENDING_VERDICT_FILE, CorruptPending, read_pending
+    from rsc_health.policy import decide
+
+    try:
+        kept = read_pending(sdir)
+    except CorruptPending as exc:
+        return [Finding("pending", PENDING_VERDICT_FILE, Status.WARN, Level.WARN,
+                        f"{PENDING_VERDICT_FILE} unreadable ({str(exc)[:120]}): the node "
+                        "path discards it at its next run", "pending_unreadable")]
+    if kept is None or not kept.verdict.drains:
+        return []
+    causes = list(kept.verdict.causes)
+    merged = decide(fresh + causes)
+    if not any(c is k for c in merged.causes for k in causes):
+        return []  # a worse fresh verdict: the node path drains on that one instead
+    verdict = decide(causes)
+    when = f"{kept.time:%Y-%m-%dT%H:%M:%SZ}" if kept.time else "at an unknown time"
+    why = HELD_BY.get(kept.why) or _KEPT_BECAUSE.get(kept.why) or kept.why or "?"
+    return [Finding("pending", PENDING_VERDICT_FILE, Status.FAIL, verdict.level,
+                    f"drain verdict kept since {when} ({why}), not carried out yet: "
+                    f"{verdict.reason}", "pending_drain",
+                    repair=any(c.repair for c in causes),
+                    data={"why": kept.why, "time": kept.time.isoformat() if kept.time else None,
+                          "codes": sorted({c.code or c.family for c in causes})})]
 
 
 def one(f: Finding) -> str:

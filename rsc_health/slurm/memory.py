@@ -31,7 +31,7 @@ from rsc_health.slurm.api import (
     SlurmCommandError,
     SlurmUnavailable,
 )
-from rsc_health.slurm.cli_backend import _JOB_ID, _one_feature, _one_node, _one_word
+from rsc_health.slurm.cli_backend import _JOB_ID, _one_node, _one_word, node_update_argv
 
 # What a node's first state word may be; the rest are flags ("DRAIN", "REBOOT_REQUESTED"...).
 BASE_STATES = ("IDLE", "MIXED", "ALLOCATED", "COMPLETING", "DOWN", "FUTURE", "UNKNOWN")
@@ -194,7 +194,9 @@ class MemorySlurm:
         self._gate("node")
         _one_node("show", name)
         self.reads += 1
-        return self._node(name, "show").info()
+        info = self._node(name, "show").info()
+        self._done("node")
+        return info
 
     def nodes(self, names: list[str] | None = None) -> list[NodeInfo]:
         self._gate("nodes")
@@ -202,7 +204,9 @@ class MemorySlurm:
         if names:
             for name in names:
                 self._node(name, "show")
-        return [n.info() for n in self._nodes.values() if not names or n.name in names]
+        listed = [n.info() for n in self._nodes.values() if not names or n.name in names]
+        self._done("nodes")
+        return listed
 
     def drain(self, node: str, reason: str) -> None:
         self._gate("drain")
@@ -266,27 +270,20 @@ class MemorySlurm:
         """There is no slurmdbd in memory: the historian's loaders hear it is away."""
         raise SlurmUnavailable("no slurmdbd behind an in-memory Slurm: accounting is away")
 
-    def set_features(self, node: str, features: Iterable[str]) -> None:
-        self._gate("set_features")
-        _one_node("update", node)
+    def update_node(self, node: str, *, features: Iterable[str] | None = None,
+                    weight: int | None = None) -> None:
+        """Features and weight as one update: refused whole (CliSlurm's own checks) or
+        applied whole."""
+        self._gate("update_node")
+        feats = None if features is None else tuple(features)
+        node_update_argv(node, feats, weight)
         n = self._node(node, "update")
-        feats = tuple(features)
-        for f in feats:
-            _one_feature(f)
-        self.calls.append(("set_features", node, feats))
-        n.features = feats
-        self._done("set_features")
-
-    def set_weight(self, node: str, weight: int) -> None:
-        self._gate("set_weight")
-        _one_node("update", node)
-        n = self._node(node, "update")
-        if not isinstance(weight, int) or isinstance(weight, bool) or not 0 <= weight < 2**32:
-            raise SlurmCommandError(["scontrol", "update", f"NodeName={node}"], 1,
-                                    f"Invalid weight {weight!r}")
-        self.calls.append(("set_weight", node, weight))
-        n.weight = weight
-        self._done("set_weight")
+        self.calls.append(("update_node", node, feats, weight))
+        if feats is not None:
+            n.features = feats
+        if weight is not None:
+            n.weight = weight
+        self._done("update_node")
 
     def create_reservation(self, name: str, node: str, users: str = "root") -> None:
         self._gate("create_reservation")

@@ -36,5 +36,5 @@ def test_what_would_break_the_feature_list_is_still_refused(hostile):
     slurm = MemorySlurm()
     slurm.add_node("node01", features=("h100",), weight=10)
     with pytest.raises(SlurmCommandError):
-        slurm.set_features("node01", ["h100", hostile])
-    assert slurm.info["node01"].features == ("h100",)
+        slurm.update_node("node01", features=["h100", hostile], weight=1000)
+    assert (slurm.info["node01"].features, slurm.info["node01"].weight) == (("h100",), 10)

@@ -168,6 +168,118 @@ def test_a_suspect_loses_the_trusted_feature_and_gains_weight_short_of_a_drain(t
     engine.dispose()
 
 
+def _written(slurm, node):
+    """What was asked of Slurm for `node` (MemorySlurm.calls holds the writes only)."""
+    return [c for c in slurm.calls if c[1:2] == (node,)]
+
+
+def test_a_tier_change_is_one_scontrol_update_of_features_and_weight(tmp_path):
+    """Features, then weight, were two `scontrol update` calls: between them slurmctld
+    scheduled with a node that had lost rsc_trusted at its old weight (a CI run read it).
+    Each change of the tier is one update now, the suspect's, the re-applied and the
+    given-back alike."""
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    assert _written(slurm, "node07") == [("update_node", "node07", ("h100",), 1000)]
+    slurm.add_node("node07", features=("h100", TRUSTED), weight=10)  # scontrol reconfigure
+    run_pass(engine, slurm, config, T0 + timedelta(minutes=1))
+    assert _written(slurm, "node07")[1:] == [("update_node", "node07", ("h100",), 1000)]
+    # Only the weight lost (a site set it by hand): only the weight is sent.
+    slurm.add_node("node07", features=("h100",), weight=10)
+    run_pass(engine, slurm, config, T0 + timedelta(minutes=2))
+    assert _written(slurm, "node07")[2:] == [("update_node", "node07", None, 1000)]
+    result = CliRunner().invoke(suspects_cmd, ["clear", "node07", "--reason", "checked"],
+                                obj=_obj(engine, slurm, tmp_path))
+    assert result.exit_code == 0, result.output
+    assert _written(slurm, "node07")[3:] == [("update_node", "node07", ("h100", TRUSTED), 10)]
+    engine.dispose()
+
+
+def test_a_suspect_weight_slurm_would_drop_is_refused_when_the_config_loads(tmp_path):
+    """scontrol drops a weight past 4294967280 with exit 0 and sends the features alone: a
+    config asking for one is refused where it is read, not half-applied at every pass."""
+    from rsc_health.config import ConfigError
+
+    assert cfg(tmp_path, "[suspects]\nsuspect_weight = 4294967280\n").get(
+        "suspects.suspect_weight") == 4294967280
+    with pytest.raises(ConfigError, match="suspect_weight"):
+        cfg(tmp_path, "[suspects]\nsuspect_weight = 4294967281\n")
+
+
+def _whole(slurm):
+    """Every node as slurm.conf has it or as the tier makes it, never half of each."""
+    half = {name: (n.features, n.weight) for name, n in slurm.info.items()
+            if (TRUSTED in n.features, n.weight) not in ((True, 10), (False, 1000))}
+    assert not half, f"half-changed: {half}"
+
+
+def test_slurmctld_gone_mid_pass_leaves_no_node_half_changed(tmp_path):
+    """slurmctld stops answering right after the pass's first write lands: that node has its
+    whole change, the others none (before, the first node kept its feature off at its old
+    weight until the next pass). Gone before any write: nothing changes, the episodes stay
+    unapplied, and the next pass applies each whole."""
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(), cfg(tmp_path, "[suspects]\nmax_share = 0.5\n")
+
+    class GoneAfterOneWrite:
+        def __getattr__(self, name):
+            attr = getattr(slurm, name)
+            if name in ("node", "nodes") or not callable(attr):
+                return attr
+
+            def write(*a, **kw):
+                try:
+                    return attr(*a, **kw)
+                finally:
+                    slurm.stop()
+            return write
+
+    evidence = [ev(f"node{i:02d}", T0, dev=float(i)) for i in (3, 5, 7)]
+    res = manager_pass(engine, GoneAfterOneWrite(), config, T0,
+                       detect=lambda e, n, c: evidence)
+    _whole(slurm)
+    assert [c.node for c in res.changes] == ["node07"] and len(res.errors) == 2, res.errors
+    assert slurm.info["node07"].weight == 1000
+    slurm.start()
+    slurm.after("nodes", slurm.stop)  # listed, then gone before the first write
+    res = run_pass(engine, slurm, config, T0 + timedelta(minutes=1))
+    _whole(slurm)
+    assert res.changes == [] and len(res.errors) == 2, res.errors
+    assert "contact slurm controller" in res.errors[0] and "not tried" in res.errors[1]
+    assert sorted(e.tier for e in hs.active(engine)) == ["", "", "applied"]
+    slurm.start()
+    res = run_pass(engine, slurm, config, T0 + timedelta(minutes=2))
+    _whole(slurm)
+    assert sorted(c.node for c in res.changes) == ["node03", "node05"] and not res.errors
+    assert all(slurm.info[f"node{i:02d}"].weight == 1000 for i in (3, 5, 7))
+    engine.dispose()
+
+
+def test_an_update_that_landed_but_timed_out_still_gives_the_nodes_own_weight_back(tmp_path):
+    """scontrol timed out after slurmctld took the update: the node is a suspect in Slurm,
+    but the pass heard an error and kept nothing. The next pass found weight 1000 already and
+    saved 1 as the weight to give back: a person's clear put the node at weight 1, not its
+    own 10 (Slurm then filled it before every other node). The weight to give back is kept
+    before the update is sent."""
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(), cfg(tmp_path)
+    slurm.stop_after("update_node", answered=False)
+    res = run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    assert res.errors and "did not answer" in res.errors[0], res.errors
+    assert (slurm.info["node07"].features, slurm.info["node07"].weight) == (("h100",), 1000)
+    slurm.start()
+    run_pass(engine, slurm, config, T0 + timedelta(minutes=1))
+    [ep] = hs.active(engine)
+    assert (ep.tier, ep.slurm_weight) == ("applied", 10)
+    result = CliRunner().invoke(suspects_cmd, ["clear", "node07", "--reason", "checked"],
+                                obj=_obj(engine, slurm, tmp_path))
+    assert result.exit_code == 0, result.output
+    assert (slurm.info["node07"].features, slurm.info["node07"].weight) == (
+        ("h100", TRUSTED), 10)
+    engine.dispose()
+
+
 def test_what_slurm_lost_at_a_reconfigure_is_re_applied_and_said(tmp_path):
     engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
     slurm, config = fleet(), cfg(tmp_path)
@@ -188,7 +300,7 @@ def test_shadow_mode_records_would_suspect_once_and_changes_nothing(tmp_path):
     slurm, config = fleet(), cfg(tmp_path, "[actions]\nenabled = false\n")
     for k in range(3):
         run_pass(engine, slurm, config, T0 + k * timedelta(minutes=1), [ev("node07", T0)])
-    assert [c for c in slurm.calls if c[0] in ("set_features", "set_weight")] == []
+    assert [c for c in slurm.calls if c[0] == "update_node"] == []
     assert [a[1] for a in actions(engine)] == ["would_suspect"]
     assert hs.active(engine)[0].tier == "shadow"
     engine.dispose()
@@ -206,7 +318,7 @@ def test_shadow_mode_writes_nothing_even_where_the_guard_would_give_a_node_back(
     calls = len(slurm.calls)
     shadow = cfg(tmp_path, "[suspects]\nmax_share = 0.01\n[actions]\nenabled = false\n")
     run_pass(engine, slurm, shadow, T0 + timedelta(minutes=1))
-    assert [c for c in slurm.calls[calls:] if c[0] in ("set_features", "set_weight")] == []
+    assert [c for c in slurm.calls[calls:] if c[0] == "update_node"] == []
     assert slurm.info["node04"].weight == 1000  # left as it was: shadow mode touches nothing
     engine.dispose()
 
@@ -447,7 +559,7 @@ def test_two_tier_passes_at_once_record_one_re_application(historian, tmp_path):
 def test_a_controller_that_stops_answering_mid_pass_costs_one_timeout_not_one_per_node(
         tmp_path):
     """A reconfigure gives every suspect its feature back; slurmctld then freezes. Each of
-    the pass's changes waited its own [slurm] call_timeout_s (10 s each, two calls a node:
+    the pass's changes waited its own [slurm] call_timeout_s (10 s each, one call a node:
     800 suspects of a 16,000-node fleet, hours). After the first "unavailable" the pass
     tries no other node; the next pass re-applies them."""
     from rsc_health.slurm.api import SlurmUnavailable
@@ -466,7 +578,7 @@ def test_a_controller_that_stops_answering_mid_pass_costs_one_timeout_not_one_pe
         def __getattr__(self, name):
             return getattr(slurm, name)
 
-        def set_features(self, node, features):
+        def update_node(self, node, *, features=None, weight=None):
             tried.append(node)
             raise SlurmUnavailable("scontrol did not answer within 10s")
 

@@ -42,9 +42,11 @@ def _break(path: Path, how: str) -> None:
         os.mkfifo(path)
     elif how == "dev_zero":
         path.symlink_to("/dev/zero")
+    elif how == "nested":  # garbled into JSON deeper than the decoder's recursion limit
+        path.write_text("[" * 200_000)
 
 
-BROKEN = ("empty", "truncated", "directory", "fifo", "dev_zero")
+BROKEN = ("empty", "truncated", "directory", "fifo", "dev_zero", "nested")
 
 
 def _cursor_errors(findings) -> list:

@@ -80,11 +80,11 @@ def story(slurm, run_job, settle) -> list:
     say(_outcome(lambda: slurm.delete_reservation("twin_res")))
     say("twin_res" in slurm.reservations())
 
-    say(_outcome(lambda: slurm.set_features("node03", ["h200", "ib"])))
-    say(_outcome(lambda: slurm.set_weight("node03", 50)))
+    say(_outcome(lambda: slurm.update_node("node03", features=["h200", "ib"], weight=50)))
     say(_node(slurm, "node03"))
-    say(_outcome(lambda: slurm.set_features("node03", [])))
-    say(_outcome(lambda: slurm.set_weight("node03", 1)))
+    say(_outcome(lambda: slurm.update_node("node03", features=[])))
+    say(_node(slurm, "node03"))
+    say(_outcome(lambda: slurm.update_node("node03", weight=1)))
     say(_node(slurm, "node03"))
     return seen
 

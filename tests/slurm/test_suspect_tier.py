@@ -23,7 +23,7 @@ from rsc_health.historian import db
 from rsc_health.historian import suspects as hs
 from rsc_health.historian.failslow.evidence import TELEMETRY, SuspectEvidence
 
-from .cluster import REPO, SlurmCluster, slurm_available
+from .cluster import REPO, SlurmCluster, parse_kv_line, slurm_available
 
 pytestmark = pytest.mark.slurm
 LUA = REPO / "deploy" / "slurm" / "job_submit.lua"
@@ -148,12 +148,11 @@ def test_suspect_tier_survives_reconfigure_and_restart_on_real_slurm(lua_cluster
         c.wait_for(lambda: _trusted(c, SUSPECT), 30, "reconfigure gave the feature back")
         c.wait_for(lambda: not _trusted(c, SUSPECT), 60, "the trigger re-applied the tier")
         timings["trigger_reapplied_s"] = time.monotonic() - t2
-        # The pass sets the features, then the weight (two scontrol updates): the weight may
-        # land a moment after the feature is seen gone.
-        c.wait_for(lambda: c.node(SUSPECT)["Weight"] == "1000", 10, "the trigger's weight")
+        # One scontrol update: the weight landed with the feature (it was a second update
+        # a moment later, and a CI run read it in between).
+        assert c.node(SUSPECT)["Weight"] == "1000"
     finally:
         c.run(["strigger", "--clear", "--user=root"], check=False)
-    assert c.node(SUSPECT)["Weight"] == "1000"
 
     # A person clears it: trusted again, at slurm.conf's weight.
     out = _healthctl(c, tmp_path, "suspects", "clear", SUSPECT, "--reason", "fan replaced")
@@ -165,6 +164,86 @@ def test_suspect_tier_survives_reconfigure_and_restart_on_real_slurm(lua_cluster
     finally:
         engine.dispose()
     print("suspect tier timings:", {k: round(v, 2) for k, v in timings.items()})
+
+
+def test_features_and_weight_land_together_under_a_reader_polling_slurm(lua_cluster, tmp_path,
+                                                                         monkeypatch):
+    """While the tier applies, loses at `scontrol reconfigure`, re-applies and gives back, a
+    reader polling `scontrol show node` never sees the suspect without rsc_trusted at
+    slurm.conf's weight, nor with it at the suspect weight: one update_node message, which
+    slurmctld applies under its node write lock. Measured on this 22.05 while writing it: 30
+    rounds of features-then-weight as two updates showed a reader all four combinations; as
+    one update, only the two whole ones."""
+    import threading
+
+    import rsc_health.suspects as tier
+
+    c = lua_cluster
+    now = datetime.now(UTC).replace(tzinfo=None)
+    monkeypatch.setattr(tier, "detector", lambda: (lambda engine, at, cfg: _evidence(now)))
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    seen: dict[tuple[bool, str], int] = {}
+    done = threading.Event()
+
+    def poll():
+        while not done.is_set():
+            # One read: features and weight of the same moment. A read refused while
+            # slurmctld reconfigures ("Unexpected missing socket error") is no reading.
+            out = c.run(["scontrol", "-o", "show", "node", SUSPECT], check=False)
+            if out.returncode != 0:
+                continue
+            held = parse_kv_line(out.stdout.strip())
+            key = ("rsc_trusted" in held.get("AvailableFeatures", "").split(","),
+                   held.get("Weight", ""))
+            seen[key] = seen.get(key, 0) + 1
+
+    reader = threading.Thread(target=poll)
+    reader.start()
+    try:
+        for _ in range(4):
+            out = _healthctl(c, tmp_path, "suspects", "apply", "--json")
+            assert out.exit_code == 0, out.output
+            assert not _trusted(c, SUSPECT) and c.node(SUSPECT)["Weight"] == "1000"
+            c.run(["scontrol", "reconfigure"])
+            c.wait_for(lambda: _trusted(c, SUSPECT), 30, "reconfigure gave the feature back")
+        out = _healthctl(c, tmp_path, "suspects", "apply", "--json")
+        assert out.exit_code == 0 and '"why": "re-applied' in out.output, out.output
+        out = _healthctl(c, tmp_path, "suspects", "clear", SUSPECT, "--reason", "test over")
+        assert out.exit_code == 0, out.output
+    finally:
+        done.set()
+        reader.join()
+    assert set(seen) == {(True, "1"), (False, "1000")}, seen
+    assert sum(seen.values()) >= 20, seen  # the reader did read, all along
+
+
+def test_a_weight_past_slurms_largest_is_refused_whole_not_half_sent(lua_cluster, monkeypatch):
+    """scontrol 22.05 takes `Weight=4294967281` as an error of its own, exits 0 and sends the
+    rest of the update: the features change, the weight does not. CliSlurm refuses such a
+    weight before running scontrol, so the update is never sent in half."""
+    from rsc_health.slurm.api import SlurmCommandError
+    from rsc_health.slurm.cli_backend import MAX_WEIGHT, CliSlurm
+
+    c, node = lua_cluster, "node06"
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    try:
+        said = c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=site_q",
+                      "ActiveFeatures=site_q", f"Weight={MAX_WEIGHT + 1}"])
+        assert "greater than" in said.stderr  # exit 0 all the same (check=True above)
+        assert (c.node(node)["AvailableFeatures"], c.node(node)["Weight"]) == ("site_q", "1")
+        c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=rsc_trusted",
+               "ActiveFeatures=rsc_trusted"])
+        real = CliSlurm(timeout_s=20)
+        with pytest.raises(SlurmCommandError, match="Invalid weight"):
+            real.update_node(node, features=["site_q"], weight=MAX_WEIGHT + 1)
+        assert (c.node(node)["AvailableFeatures"], c.node(node)["Weight"]) == ("rsc_trusted",
+                                                                               "1")
+        real.update_node(node, features=["site_q"], weight=MAX_WEIGHT)
+        assert (c.node(node)["AvailableFeatures"], c.node(node)["Weight"]) == (
+            "site_q", str(MAX_WEIGHT))
+    finally:
+        c.run(["scontrol", "update", f"NodeName={node}", "AvailableFeatures=rsc_trusted",
+               "ActiveFeatures=rsc_trusted", "Weight=1"])
 
 
 def _python() -> str:

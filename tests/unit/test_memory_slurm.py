@@ -121,13 +121,39 @@ def test_reservations_features_and_weights():
     s.delete_reservation("rsc_health_qualify_n01")
     s.delete_reservation("rsc_health_qualify_n01")  # gone already: as CliSlurm, no error
     assert s.reservations() == {}
-    s.set_features("n01", ["h200", "ib"])
-    s.set_weight("n01", 50)
+    s.update_node("n01", features=["h200", "ib"], weight=50)
     assert (s.node("n01").features, s.node("n01").weight) == (("h200", "ib"), 50)
+    s.update_node("n01", weight=7)  # either alone: the other left as it is
+    s.update_node("n01", features=[])
+    assert (s.node("n01").features, s.node("n01").weight) == ((), 7)
+    assert s.calls[-2:] == [("update_node", "n01", None, 7), ("update_node", "n01", (), None)]
+
+
+@pytest.mark.parametrize("features,weight", [
+    (["h200", "a State=IDLE"], 50),  # a feature that would forge a field
+    (["h200", "a,b"], 50),
+    (["h200"], -1),
+    (["h200"], 4294967281),  # past Slurm's largest: scontrol drops it and exits 0
+    (["h200"], True),
+    (None, None),  # nothing to update
+])
+def test_a_node_update_refused_in_part_is_refused_whole(features, weight):
+    """Features and weight are one update: one refused part changes neither, for
+    MemorySlurm and CliSlurm alike (CliSlurm refuses before running scontrol)."""
+    s = slurm()
+    s.add_node("n01", features=("h100",), weight=10)
     with pytest.raises(SlurmCommandError):
-        s.set_features("n01", ["a State=IDLE"])
+        s.update_node("n01", features=features, weight=weight)
+    assert (s.info["n01"].features, s.info["n01"].weight) == (("h100",), 10)
+    assert s.calls == []
     with pytest.raises(SlurmCommandError):
-        s.set_weight("n01", -1)
+        CliSlurm(bin_dir="/nonexistent").update_node("n01", features=features, weight=weight)
+
+
+def test_the_largest_weight_slurm_takes_is_accepted():
+    s = slurm()
+    s.update_node("n01", features=["h100"], weight=4294967280)
+    assert s.info["n01"].weight == 4294967280
 
 
 def test_a_stopped_slurmctld_answers_nothing_until_it_is_back():

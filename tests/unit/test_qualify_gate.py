@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+from datetime import datetime
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 from sqlalchemy import create_engine, text
 
@@ -198,3 +200,145 @@ def test_an_xid_the_stress_itself_raises_fails_the_run_though_every_figure_passe
     assert doc["reason"].startswith("node_checks_after: xid48: gpu3 XID 48")
     assert doc["node_checks"] == [] and [f["code"] for f in doc["node_checks_after"]] == ["xid48"]
     assert [v for v, _ in _runs(db, "gpu109")] == ["fail"]
+
+
+# ---- the node path's pending drain verdict ----------------------------------------------------
+
+def _prolog_with_slurm_away(root: Path, cfg: Path, node: str, monkeypatch) -> int:
+    """The real prolog on `root`, slurmctld stopped: it sees the XID, consumes it (cursor
+    advanced, the event spooled), cannot drain and keeps the verdict in pending_verdict.json."""
+    from rsc_health import nodepath
+    from rsc_health.slurm.memory import MemorySlurm
+
+    slurm = MemorySlurm([node])
+    slurm.stop()
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(root))
+    monkeypatch.setenv("RSC_HEALTH_CONFIG", str(cfg))
+    monkeypatch.setenv("SLURMD_NODENAME", node)
+    monkeypatch.setenv("SLURM_JOB_ID", "4242")
+    for name in ("SLURM_JOBID", "SLURM_JOB_PARTITION", "SLURM_JOB_NODELIST"):
+        monkeypatch.delenv(name, raising=False)
+    try:
+        return nodepath.run_stage("prolog", slurm_factory=lambda c, deadline: slurm)
+    finally:
+        for name in ("RSC_HEALTH_ROOT", "RSC_HEALTH_CONFIG", "SLURMD_NODENAME", "SLURM_JOB_ID"):
+            monkeypatch.delenv(name)
+
+
+def _pending_file(root: Path) -> Path:
+    from rsc_health.node.store import PENDING_VERDICT_FILE
+
+    return root / NODE_STATE / PENDING_VERDICT_FILE
+
+
+def test_a_drain_verdict_the_prolog_could_not_carry_out_fails_qualification_before_any_test(
+        tmp_path, monkeypatch):
+    """An XID 79 seen by the prolog while slurmctld was away: the prolog kept the drain
+    verdict pending and its cursor moved past the XID's kmsg line. The gate's fresh look sees
+    nothing, and the node was qualified back to service. The pending verdict is a drain-level
+    finding now, named with when it was recorded; the gate leaves the file as it found it."""
+    cfg, db = _setup(tmp_path)
+    root = _root(tmp_path, "pending")
+    with (root / "dev" / "kmsg").open("a") as fh:
+        fh.write(XID79)
+    assert _prolog_with_slurm_away(root, cfg, "gpu110", monkeypatch) == 1
+    pending = _pending_file(root)
+    kept = pending.read_bytes()
+    recorded = datetime.fromisoformat(json.loads(kept)["time"])
+    node = Node(tmp_path, "gpu110")
+    ran = _marked(node)
+    res = _qualify(node, cfg, db, root)
+    doc = json.loads(res.output)
+    assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-600:]
+    assert doc["reason"] == (
+        "node_checks: pending_drain on pending_verdict.json: drain verdict kept since "
+        f"{recorded:%Y-%m-%dT%H:%M:%SZ} (Slurm unavailable), not carried out yet: "
+        "rsc_health:now:xid79:gpu3 XID 79 GPU has fallen off the bus"), doc["reason"]
+    assert not ran.exists() and doc["results"] == []
+    # The fresh look saw no XID (the prolog consumed it): the pending verdict alone failed it.
+    assert [(f["code"], f["severity"]) for f in doc["node_checks"]] == [
+        ("pending_drain", "drain_now")]
+    assert pending.read_bytes() == kept  # read-only: still there for the next sweep
+    [(verdict, reason)] = _runs(db, "gpu110")
+    assert verdict == "fail" and "xid79" in reason
+
+
+def test_a_pending_verdict_a_worse_fresh_one_supersedes_is_not_named(tmp_path):
+    """The node path merges the pending causes into each run's verdict, the worst level
+    winning (policy.decide), and forgets the file once that verdict is carried out: a fresh
+    drain-now supersedes a pending drain-after-job. The gate follows the same rule: the
+    fresh finding is named, not the pending one. Not superseded (same level, or worse than the
+    fresh look), the pending verdict is named."""
+    from rsc_health.model import Finding, Level, Status, Verdict
+    from rsc_health.node.store import save_pending
+
+    cfg, db = _setup(tmp_path)
+    remap = Finding("remap", "gpu2", Status.FAIL, Level.DRAIN_AFTER_JOB,
+                    "gpu2 row remapping pending", "remap_pending")
+    root = _root(tmp_path, "seven-and-pending")
+    _nvml(root, lambda d: (d["devices"].pop(), d.update(device_count=7)))
+    save_pending(root / NODE_STATE, Verdict(Level.DRAIN_AFTER_JOB, "", (remap,)),
+                 why="guard", holds=2)
+    res = _qualify(Node(tmp_path, "gpu111", gflops=(16950.0,) * 7), cfg, db, root)
+    doc = json.loads(res.output)
+    assert res.exit_code == 3, res.output[-600:]
+    assert [f["code"] for f in doc["node_checks"]] == ["gpu_missing"]
+
+    healthy = _root(tmp_path, "pending-only")
+    save_pending(healthy / NODE_STATE, Verdict(Level.DRAIN_AFTER_JOB, "", (remap,)),
+                 why="guard", holds=2)
+    res = _qualify(Node(tmp_path, "gpu112"), cfg, db, healthy)
+    doc = json.loads(res.output)
+    assert res.exit_code == 3, res.output[-600:]
+    assert [(f["code"], f["severity"]) for f in doc["node_checks"]] == [
+        ("pending_drain", "drain_after_job")]
+    assert "(mass-drain guard), not carried out yet: " \
+        "rsc_health:job:remap_pending:gpu2 row remapping pending" in doc["reason"]
+    assert "mass-drain guard" in doc["reason"]
+
+
+@pytest.mark.parametrize("kind", ["garbled", "nested", "fifo", "dev_zero", "not_a_drain"])
+def test_a_pending_file_the_node_path_would_discard_does_not_block_and_is_left_alone(
+        tmp_path, kind):
+    """What load_pending discards (garbled JSON, a FIFO, a symlink to /dev/zero) or what never
+    drains (a level below drain) blocks nothing, as in the node path; the gate reads it
+    without hanging and neither removes nor rewrites it (the node path's own next run does)."""
+    cfg, db = _setup(tmp_path)
+    root = _root(tmp_path, kind)
+    path = _pending_file(root)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if kind == "garbled":
+        path.write_text('{"level": 3, "causes": [{"family": 7')
+    elif kind == "nested":  # deeper than the JSON decoder goes
+        path.write_text("[" * 200_000)
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "dev_zero":
+        path.symlink_to("/dev/zero")
+    else:
+        path.write_text(json.dumps({"level": 1, "why": "fault", "time": "2026-11-27T10:00:00+00:00",
+                                    "causes": []}))
+    res = _qualify(Node(tmp_path, "gpu113"), cfg, db, root)
+    doc = json.loads(res.output)
+    assert res.exit_code == 0 and doc["verdict"] == "pass", res.output[-600:]
+    codes = [(f["code"], f["status"]) for f in doc["node_checks"]]
+    assert codes == ([] if kind == "not_a_drain" else [("pending_unreadable", "warn")]), codes
+    assert path.is_symlink() if kind == "dev_zero" else path.exists()
+
+
+def test_a_symlinked_pending_file_is_followed_as_the_node_path_follows_it(tmp_path):
+    """load_pending reads through a symlink at pending_verdict.json (the state dir is
+    root's, 0755): so does the gate, and the verdict it holds blocks."""
+    from rsc_health.model import Finding, Level, Status, Verdict
+    from rsc_health.node.store import PENDING_VERDICT_FILE, save_pending
+
+    cfg, db = _setup(tmp_path)
+    root = _root(tmp_path, "linked")
+    elsewhere = tmp_path / "kept"
+    elsewhere.mkdir()
+    dbe = Finding("ecc", "gpu5", Status.FAIL, Level.DRAIN_NOW, "gpu5 DBE", "ecc_dbe")
+    save_pending(elsewhere, Verdict(Level.DRAIN_NOW, "", (dbe,)), why="foreign_drain")
+    _pending_file(root).parent.mkdir(parents=True, exist_ok=True)
+    _pending_file(root).symlink_to(elsewhere / PENDING_VERDICT_FILE)
+    res = _qualify(Node(tmp_path, "gpu114"), cfg, db, root)
+    assert res.exit_code == 3 and "ecc_dbe" in json.loads(res.output)["reason"], res.output
