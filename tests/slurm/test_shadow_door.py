@@ -15,8 +15,7 @@ from rsc_health.slurm.cli_backend import _reads
 CHANGES = {
     "drain": lambda s: s.drain("node01", "rsc_health:now:xid79:gpu3"),
     "resume": lambda s: s.resume("node01"),
-    "set_features": lambda s: s.set_features("node01", ["rsc_trusted"]),
-    "set_weight": lambda s: s.set_weight("node01", 1000),
+    "update_node": lambda s: s.update_node("node01", features=["rsc_trusted"], weight=1000),
     "requeue": lambda s: s.requeue("42"),
     "create_reservation": lambda s: s.create_reservation("rsc_qualify_node01", "node01"),
     "cancel": lambda s: s.cancel("42"),
