@@ -159,6 +159,9 @@ def node_records(out: str) -> list[str]:
     return [r for r in records if r.startswith("NodeName=")]
 
 
+_SAID_ERROR = re.compile(r"^(?:\S+: )?(?:error|fatal)\b|\binvalid\b", re.IGNORECASE | re.MULTILINE)
+
+
 def _reads(argv: list[str]) -> bool:
     """Whether a command only reads Slurm: squeue, sinfo, sacct, `scontrol [-o] show|ping`,
     `sacctmgr [-flags] show|list`. Anything else may change something."""
@@ -199,7 +202,8 @@ class CliSlurm:
 
     # ---- plumbing --------------------------------------------------------------------------
     def _run(self, argv: list[str], timeout_s: float | None = None) -> str:
-        if self.read_only and not _reads(argv):
+        changes, said = not _reads(argv), argv[0]
+        if self.read_only and changes:
             raise ShadowMode(argv, 1, "shadow mode ([actions] enabled = false): rsc-health "
                                       "changes nothing in Slurm; not run")
         if self.bin_dir is not None:
@@ -220,6 +224,11 @@ class CliSlurm:
             if _UNAVAILABLE.search(proc.stderr):
                 raise SlurmUnavailable(proc.stderr.strip().splitlines()[-1])
             raise SlurmCommandError(argv, proc.returncode, proc.stderr)
+        if changes and said == "scontrol" and _SAID_ERROR.search(proc.stderr):
+            # scontrol update can refuse a field, say so on stderr and still exit 0 (22.05: a
+            # Weight past its largest is dropped while the features sent with it land): a
+            # change Slurm only partly took is not a change made.
+            raise SlurmCommandError(argv, 1, proc.stderr)
         return proc.stdout
 
     # ---- nodes -----------------------------------------------------------------------------

@@ -162,3 +162,24 @@ def test_node_answers_for_the_node_asked_never_the_first_line_printed(tmp_path):
     gone = fake_bin(tmp_path, "scontrol", f"echo '{idle.replace('node01', 'node02')}'\n")
     with pytest.raises(SlurmCommandError, match="no such node"):
         gone.node("node01")
+
+
+def test_an_update_slurm_only_partly_took_is_an_error_though_scontrol_exits_0(tmp_path):
+    """scontrol 22.05, asked for features and a weight past its largest, applies the features,
+    drops the weight, prints its error and exits 0: not a change made."""
+    slurm = fake_bin(tmp_path, "scontrol", "echo 'scontrol: error: Weight value (4294967294) "
+                     "is greater than 4294967280' >&2; exit 0\n")
+    with pytest.raises(SlurmCommandError, match="greater than 4294967280"):
+        slurm.update_node("node01", features=["rsc_trusted"], weight=5)
+
+
+@pytest.mark.parametrize("stderr", ["", "scontrol: warning: something to know"])
+def test_an_update_that_exits_0_without_an_error_is_done(tmp_path, stderr):
+    slurm = fake_bin(tmp_path, "scontrol", f"echo '{stderr}' >&2; exit 0\n")
+    slurm.drain("node01", "rsc_health:now:xid79:gpu3")  # no exception
+
+
+def test_a_read_that_says_error_on_stderr_and_exits_0_still_answers(tmp_path):
+    slurm = fake_bin(tmp_path, "scontrol", "echo 'scontrol: error: a passing complaint' >&2; "
+                     "exit 0\n")
+    assert slurm.nodes() == []
