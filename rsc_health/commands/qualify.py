@@ -127,8 +127,18 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
         judged = judge_run(outcomes, peers_of=peers_of, baseline=baseline,
                            rules=Rules.from_config(cfg))
         if len(good) > 1:
-            judged = _confirm_pairwise_fail(judged, specs, good[1], peer, deadline, peers_of,
-                                            baseline, Rules.from_config(cfg))
+            confirmed = _confirm_pairwise_fail(judged, specs, good[1], peer, deadline,
+                                               peers_of, baseline, Rules.from_config(cfg))
+            if confirmed is not judged:
+                # The re-run stressed the node again: look again after it, as after the tier.
+                again = qgate.judge(qgate.look(cfg, ctx.obj.root, node), qgate.AFTER)
+                if again.blocks and again.outcome is not None:
+                    after = again
+                    kept = [o for o in confirmed.outcomes if o.test != qgate.AFTER]
+                    confirmed = judge_run([*kept, again.outcome],
+                                          peers_of=peers_of, baseline=baseline,
+                                          rules=Rules.from_config(cfg))
+            judged = confirmed
     finally:
         if conn is not None:
             conn.close()

@@ -232,3 +232,41 @@ def test_a_pairwise_fail_against_one_peer_is_run_again_against_a_second_before_i
     res = named.run(pair_cfg, db, "--tier", "lite", "--peer", "gpu004")
     assert res.exit_code == 3
     assert len((named.bin / "ib_write_bw.args").read_text().split("\n")) == 2  # one run
+
+
+def test_a_fault_the_pairwise_rerun_raises_is_looked_for_after_it(tmp_path):
+    """The second peer's run stresses the node again: an XID 48 it raises (logged while the
+    pairwise figures look fine) fails the run. Before, the checks' second look came before
+    that re-run, and the node passed on the second peer's figures."""
+    from tests.fixtures.nodes.node_copy import HEALTHY, copy_node
+    from tests.unit.test_qualify_gate import GPU3_PCI, _qualify
+
+    cfg, db = _setup(tmp_path)
+    pair_cfg = tmp_path / "pair.toml"
+    pair_cfg.write_text(CONFIG.replace("full = ", "lite = [\"pair\"]\nfull = ", 1) + PAIR)
+    assert [r.exit_code for r in _fleet(tmp_path, cfg, db, n=6)] == [4, 4, 4, 4, 0, 0]
+    seeded = [_pair_node(tmp_path, f"gpu2{i:02d}").run(pair_cfg, db, "--tier", "lite")
+              for i in range(6)]
+    assert [r.exit_code for r in seeded] == [4, 4, 4, 4, 0, 0], seeded[-1].output[-400:]
+
+    root = copy_node(tmp_path / "root")
+    node_cfg = tmp_path / "node.toml"  # the fixture's hardware: its own checks pass before
+    node_cfg.write_text((HEALTHY / "config.toml").read_text()
+                        + CONFIG.replace("full = ", "lite = [\"pair\"]\nfull = ", 1) + PAIR)
+    node = _pair_node(tmp_path, "gpu310", slow_with="first")
+    xid48 = (f"3,1500,36600000000,-;NVRM: Xid (PCI:{GPU3_PCI}): 48, pid=2814, "
+             "name=ib_write_bw, An uncorrectable double bit error (DBE) has been detected on GPU "
+             "in the framebuffer at partition 6, subpartition 0.")
+    client = node.bin / "ib_write_bw"
+    first = node.bin / "first"
+    client.write_text(
+        f'#!/bin/sh\necho "$@" >> "{node.bin}/ib_write_bw.args"\n'
+        f'if [ -e "{first}" ]; then echo "{xid48}" >> "{root}/dev/kmsg"; f=fast; '
+        f'else touch "{first}"; f=slow; fi\ncat "{node.bin}/$f.out"\n')
+
+    res = _qualify(node, node_cfg, db, root, "--tier", "lite")
+    doc = json.loads(res.output)
+    assert len((node.bin / "ib_write_bw.args").read_text().split("\n")) == 3  # two peers
+    assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-800:]
+    assert "xid48" in doc["reason"]
+    assert [f["code"] for f in doc["node_checks_after"]] == ["xid48"]
