@@ -352,3 +352,81 @@ def test_a_check_line_with_integer_ids_and_code_lands_with_their_text(historian)
     assert report.bad == [] and report.written == 1
     assert _stored(historian, schema.check_results, "id", "job_id", "code") == {
         ("12345", "7", "79")}
+
+
+def _spool_line(tmp_path, rec: dict) -> None:
+    with (tmp_path / spool.PENDING).open("a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+
+
+def _delivered_names(engine) -> dict[str, set]:
+    """Every node name and job id the historian holds after a delivery."""
+    return {
+        "nodes": {n for t in (schema.check_results, schema.job_exclusions, schema.node_actions,
+                              schema.node_runs, schema.telemetry_samples)
+                  for (n,) in _stored(engine, t, "node")},
+        "jobs": {j for t in (schema.check_results, schema.job_exclusions, schema.node_actions)
+                 for (j,) in _stored(engine, t, "job_id")},
+    }
+
+
+def _spool_case(kind: str, t: datetime, **over) -> dict:
+    fields = {"check": {"check": "gpu", "component": "gpu0", "status": "fail",
+                        "severity": "drain_now", "code": "x", "reason": "r", "source": "sweep",
+                        "job_id": "5"},
+              "job_start": {"job_id": "5", "excluded": ["gpu9"]},
+              "action": {"action": "drain_now", "reason": "r", "job_id": "5"},
+              "heartbeat": {"source": "sweep", "level": "ok", "version": "1.0"},
+              "telemetry": {"source": "sweep", "metrics": {"gpu_temp_c": {"value": 60.0}}},
+              }[kind]
+    return spool.record(kind, "n1", t, **fields) | over
+
+
+SPOOL_NOT_NAMES = [
+    *[pytest.param("heartbeat", {"node": p.values[0]}, p.values[1], id=p.id)
+      for p in NOT_NODE_NAMES],
+    *[pytest.param("job_start", {"excluded": ["gpu8", p.values[0]]}, p.values[1],
+                   id=f"excluded-{p.id}") for p in NOT_NODE_NAMES],
+    pytest.param("job_start", {"excluded": ["gpu8", None]}, "null", id="excluded-null"),
+    pytest.param("job_start", {"excluded": ["gpu8", ""]}, "empty", id="excluded-empty"),
+    *[pytest.param(kind, {"job_id": p.values[0]}, p.values[1], id=f"{kind}-{p.id}")
+      for kind in ("check", "job_start", "action") for p in NOT_JOB_IDS],
+    pytest.param("check", {"job_id": "9" * 40}, "longer than 32", id="check-job-id-40-chars"),
+    pytest.param("check", {"check": ["gpu"]}, "a JSON list", id="check-family-list"),
+    pytest.param("check", {"component": {"gpu": 0}}, "a JSON object", id="check-component"),
+    pytest.param("check", {"code": [79]}, "a JSON list", id="check-code-list"),
+    pytest.param("check", {"source": ["sweep"]}, "a JSON list", id="check-source-list"),
+    pytest.param("action", {"action": ["drain_now"]}, "a JSON list", id="action-list"),
+    pytest.param("heartbeat", {"source": {"s": 1}}, "a JSON object", id="heartbeat-source"),
+    pytest.param("action", {"id": ["x"]}, "a JSON list", id="action-id-list"),
+    pytest.param("telemetry", {"metrics": {"gpu_temp_c": {"value": 60.0, "component": ["gpu0"]}}},
+                 "a JSON list", id="telemetry-component-list"),
+]
+
+
+@pytest.mark.parametrize(("kind", "over", "why"), SPOOL_NOT_NAMES)
+def test_a_spool_record_whose_name_is_not_a_name_is_quarantined(
+        historian, tmp_path, kind, over, why):
+    t = _recent()
+    spool.append(tmp_path, _good(t))
+    _spool_line(tmp_path, _spool_case(kind, t, **over))
+    spool.append(tmp_path, _good(t))
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 1, report.quarantined
+    (_, bad), = report.quarantined
+    assert bad.line == 2 and why in bad.message and bad.message.isprintable()
+    assert not list(tmp_path.glob("batch-*"))  # done: the node's next flush goes on
+    (quarantined,) = (tmp_path / "quarantine").iterdir()
+    assert json.loads(quarantined.read_text())["line"] == 2
+    assert _delivered_names(historian) == {"nodes": {"good"}, "jobs": {None}}
+
+
+def test_spool_records_with_integer_job_ids_and_wide_names_land(historian, tmp_path):
+    """The escaped surrogate pairs of a wide character are one character, never mended."""
+    t = _recent()
+    spool.append(tmp_path, [_spool_case("job_start", t, job_id=7, excluded=[WIDE * 128]),
+                            _spool_case("check", t, job_id=8, node="n" + WIDE)])
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 0, report.quarantined
+    assert _stored(historian, schema.job_exclusions, "job_id", "node") == {("7", WIDE * 128)}
+    assert _stored(historian, schema.check_results, "job_id", "node") == {("8", "n" + WIDE)}
