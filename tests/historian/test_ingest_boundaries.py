@@ -430,3 +430,28 @@ def test_spool_records_with_integer_job_ids_and_wide_names_land(historian, tmp_p
     assert report.quarantined_count == 0, report.quarantined
     assert _stored(historian, schema.job_exclusions, "job_id", "node") == {("7", WIDE * 128)}
     assert _stored(historian, schema.check_results, "job_id", "node") == {("8", "n" + WIDE)}
+
+
+def test_a_heartbeat_with_an_infinite_error_count_is_quarantined_not_a_stuck_flush(
+        historian, tmp_path):
+    """int(inf) raised OverflowError, which no handler caught: every later flush of the node
+    failed on the same batch for ever."""
+    t = _recent()
+    spool.append(tmp_path, _good(t))
+    _spool_line(tmp_path, _spool_case("heartbeat", t, checker_errors=float("inf")))
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 1 and "not numbers" in report.quarantined[0][1].message
+    assert not list(tmp_path.glob("batch-*"))
+    assert _count(historian, schema.check_results, node="good") == 1
+
+
+def test_a_heartbeat_gpu_index_of_unicode_digits_is_left_out_not_a_stuck_flush(
+        historian, tmp_path):
+    """"²".isdigit() is true and int("²") a ValueError, which no handler caught."""
+    t = _recent()
+    _spool_line(tmp_path, _spool_case("heartbeat", t, gpus={
+        "\u00b2": "00000000:1A:00.0", "\u0661": "00000000:1B:00.0", "1": "00000000:1C:00.0"}))
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 0 and report.delivered == {"heartbeat": 1}
+    assert _stored(historian, schema.gpu_names, "node", "idx", "bus_id") == {
+        ("n1", 1, "0000:1c:00.0")}

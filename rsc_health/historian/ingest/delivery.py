@@ -207,7 +207,7 @@ def _heartbeat_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
         errors = int(rec.get("checker_errors") or 0)
         duration = rec.get("duration_s")
         duration = None if duration is None else float(duration)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(Infinity)
         raise RowError("heartbeat checker_errors/duration_s are not numbers") from exc
     rows.heartbeats.append(Heartbeat(
         node=node, time=when, source=(_text(rec, "source") or "sweep")[:16],
@@ -264,7 +264,8 @@ def _gpu_names(rows: _Rows, node: str, when: datetime, gpus) -> None:
         return
     for index, bus in list(gpus.items())[:64]:
         canon = bus_id(bus)
-        if canon is None or not str(index).isdigit() or int(index) > 9999:
+        # isdigit() alone takes "²", which int() refuses (ValueError: a stuck flush)
+        if canon is None or not (index.isascii() and index.isdigit()) or int(index) > 9999:
             continue
         key = (node, int(index))
         if key not in rows.gpu_names or rows.gpu_names[key][1] <= when:
