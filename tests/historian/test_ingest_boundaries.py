@@ -19,7 +19,7 @@ from sqlalchemy import func, select
 from rsc_health import spool
 from rsc_health.cli import cli
 from rsc_health.historian import schema
-from rsc_health.historian.ingest import checks, events, exclusions, tickets
+from rsc_health.historian.ingest import NOT_A_NAME, checks, events, exclusions, tickets
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.model import Finding, Severity, Status
 
@@ -153,11 +153,13 @@ def _excl(job_id, node) -> str:
     (_excl("9" * 40, "gpu003"), "longer than"),
     (_excl("7", "gpu\x00003"), "NUL"),
     ("[1, 2]", "not a JSON object"),
+    (_excl("7", None), "missing node"),
     ("[" * 100_000, "not JSON"),
     (json.dumps({"job_id": "7", "node": "gpu003", "time": "0001-01-01T00:00:00+01:00"}),
      "ISO 8601"),
     ('{"job_id": ' + "7" * 5000 + "}", "not JSON"),
-], ids=["node-200-chars", "job-id-40-chars", "nul-in-node", "array", "nested-100k-deep",
+], ids=["node-200-chars", "job-id-40-chars", "nul-in-node", "array", "null-node",
+        "nested-100k-deep",
         "time-before-year-1-in-utc", "integer-of-5000-digits"])
 def test_one_bad_exclusion_line_costs_only_itself(historian, tmp_path, line, why):
     path = tmp_path / "exclusions.jsonl"
@@ -238,3 +240,218 @@ def test_empty_and_header_only_files_are_one_line_never_a_traceback(
         isinstance(result.exception, SystemExit), result.output
     lines = result.output.strip().splitlines()
     assert lines and all(len(line) < 300 for line in lines), result.output
+
+
+# -- values that are not names ----------------------------------------------------------------
+# A JSON object, list, boolean or number with a fraction where a name was expected was stored
+# under its Python spelling (str(["n1", "n2"]) -> "['n1', 'n2']") as a node name or job id; a
+# name with a control character (a newline, a terminal escape), a space, or bytes that were not
+# UTF-8 (an escaped lone surrogate, U+FFFD) was stored as though a node had that name. Each
+# now costs its own line (reported with its number, quarantined in a spool), never a name.
+
+NOT_NODE_NAMES = [
+    pytest.param(["gpu001", "gpu002"], "a JSON list", id="node-list"),
+    pytest.param({"name": "gpu001"}, "a JSON object", id="node-object"),
+    pytest.param(True, "a boolean", id="node-bool"),
+    pytest.param(1.5, "a number", id="node-float"),
+    pytest.param(42, "a number", id="node-integer"),  # a node name is text
+    pytest.param("gpu\n001", "control", id="node-newline"),
+    pytest.param("gpu\x1b[31m001", "control", id="node-terminal-escape"),
+    pytest.param("gpu\u2028001", "control", id="node-line-separator"),
+    pytest.param("gpu\u202e100", "control", id="node-bidi-override"),
+    pytest.param("gpu 001", "space", id="node-space"),
+    pytest.param("gpu\udce9", "not UTF-8", id="node-lone-surrogate"),
+    pytest.param("gpu\ufffd", "not UTF-8", id="node-replacement-character"),
+]
+NOT_JOB_IDS = [
+    pytest.param(["7", "8"], "a JSON list", id="job-list"),
+    pytest.param({"id": 7}, "a JSON object", id="job-object"),
+    pytest.param(False, "a boolean", id="job-bool"),
+    pytest.param(7.5, "a number", id="job-float"),
+    pytest.param("7\r\n8", "control", id="job-crlf"),
+    pytest.param("7 8", "space", id="job-space"),
+    pytest.param("7\udce9", "not UTF-8", id="job-lone-surrogate"),
+]
+WIDE = "\U0001F600"  # json.dumps writes it as a surrogate pair: 12 characters, 4 UTF-8 bytes
+
+
+def _stored(engine, table, *cols) -> set[tuple]:
+    with engine.connect() as conn:
+        return set(conn.execute(select(*(table.c[c] for c in cols))).all())
+
+
+def _field_cases(field, cases):
+    return [pytest.param(field, *p.values, id=p.id) for p in cases]
+
+
+@pytest.mark.parametrize(("field", "value", "why"),
+                         _field_cases("node", NOT_NODE_NAMES) + _field_cases("job_id", NOT_JOB_IDS))
+def test_an_exclusion_whose_name_is_not_a_name_costs_only_its_line(
+        historian, tmp_path, field, value, why):
+    bad = {"job_id": "7", "node": "gpu003", "time": "2024-03-01T08:00:00", field: value}
+    path = tmp_path / "exclusions.jsonl"
+    path.write_text("\n".join([_excl("1", "gpu001"), json.dumps(bad), _excl("2", "gpu002")])
+                    + "\n")
+    report = exclusions.ingest_file(historian, path)
+    assert [b.line for b in report.bad] == [2], report.bad
+    assert why in report.bad[0].message and report.dropped == {NOT_A_NAME: 1}
+    assert report.bad[0].message.isprintable()  # the hostile value is not echoed raw
+    assert _stored(historian, schema.job_exclusions, "job_id", "node") == {
+        ("1", "gpu001"), ("2", "gpu002")}
+
+
+def test_an_exclusion_node_name_with_latin1_bytes_costs_only_its_line(historian, tmp_path):
+    """A file written in Latin-1: the byte reads as U+FFFD, which is not the node's name."""
+    path = tmp_path / "exclusions.jsonl"
+    path.write_bytes(b'{"job_id": "1", "node": "gpu001", "time": "2024-03-01T08:00:00"}\n'
+                     b'{"job_id": "7", "node": "gpu\xe9", "time": "2024-03-01T08:00:00"}\n')
+    report = exclusions.ingest_file(historian, path)
+    assert [b.line for b in report.bad] == [2] and "not UTF-8" in report.bad[0].message
+    assert _stored(historian, schema.job_exclusions, "node") == {("gpu001",)}
+
+
+def test_integer_job_ids_and_names_of_128_wide_characters_land(historian):
+    """A job id may be a JSON integer (its decimal text is kept); the length limit counts the
+    decoded characters, not the escaped JSON, UTF-16 units or UTF-8 bytes: 128 characters
+    outside the BMP land whole on both databases, 129 are refused, never cut."""
+    lines = [json.dumps({"job_id": 7, "node": WIDE * 128, "time": "2024-03-01T08:00:00"}),
+             json.dumps({"job_id": 8, "node": WIDE * 129, "time": "2024-03-01T08:00:00"})]
+    assert "\\ud83d\\ude00" in lines[0]
+    report = exclusions.ingest_lines(historian, lines)
+    assert [b.line for b in report.bad] == [2] and "longer than 128" in report.bad[0].message
+    assert _stored(historian, schema.job_exclusions, "job_id", "node") == {("7", WIDE * 128)}
+
+
+@pytest.mark.parametrize(("over", "why"), [
+    *[pytest.param({"node": p.values[0]}, p.values[1], id=p.id) for p in NOT_NODE_NAMES],
+    *[pytest.param({"job_id": p.values[0]}, p.values[1], id=p.id) for p in NOT_JOB_IDS],
+    pytest.param({"check": ["gpu"]}, "a JSON list", id="check-list"),
+    pytest.param({"check": True}, "a boolean", id="check-bool"),
+    pytest.param({"component": {"gpu": 0}}, "a JSON object", id="component-object"),
+    pytest.param({"code": [79]}, "a JSON list", id="code-list"),
+    pytest.param({"id": ["x1"]}, "a JSON list", id="id-list"),
+    pytest.param({"id": 1.5}, "a number", id="id-float"),
+    pytest.param({"source": ["sweep"]}, "a JSON list", id="source-list"),
+])
+def test_a_check_line_whose_name_is_not_a_name_costs_only_itself(historian, tmp_path, over, why):
+    path = tmp_path / "checks.jsonl"
+    path.write_text("\n".join([_check(node="gpu001"), _check(**over), _check(node="gpu002")])
+                    + "\n")
+    report = checks.ingest_file(historian, path)
+    assert [b.line for b in report.bad] == [2], report.bad
+    assert why in report.bad[0].message and report.bad[0].message.isprintable()
+    assert report.dropped == {NOT_A_NAME: 1}
+    c = schema.check_results
+    assert _stored(historian, c, "node", "job_id", "check", "component", "code", "source") == {
+        ("gpu001", None, "gpu", "*", "", "import"), ("gpu002", None, "gpu", "*", "", "import")}
+
+
+def test_a_check_line_with_integer_ids_and_code_lands_with_their_text(historian):
+    """A foreign tool's numbers (a job id, an XID code, a record id) are kept as their text."""
+    report = checks.ingest_lines(historian, [_check(job_id=7, code=79, id=12345)])
+    assert report.bad == [] and report.written == 1
+    assert _stored(historian, schema.check_results, "id", "job_id", "code") == {
+        ("12345", "7", "79")}
+
+
+def _spool_line(tmp_path, rec: dict) -> None:
+    with (tmp_path / spool.PENDING).open("a") as fh:
+        fh.write(json.dumps(rec) + "\n")
+
+
+def _delivered_names(engine) -> dict[str, set]:
+    """Every node name and job id the historian holds after a delivery."""
+    return {
+        "nodes": {n for t in (schema.check_results, schema.job_exclusions, schema.node_actions,
+                              schema.node_runs, schema.telemetry_samples)
+                  for (n,) in _stored(engine, t, "node")},
+        "jobs": {j for t in (schema.check_results, schema.job_exclusions, schema.node_actions)
+                 for (j,) in _stored(engine, t, "job_id")},
+    }
+
+
+def _spool_case(kind: str, t: datetime, **over) -> dict:
+    fields = {"check": {"check": "gpu", "component": "gpu0", "status": "fail",
+                        "severity": "drain_now", "code": "x", "reason": "r", "source": "sweep",
+                        "job_id": "5"},
+              "job_start": {"job_id": "5", "excluded": ["gpu9"]},
+              "action": {"action": "drain_now", "reason": "r", "job_id": "5"},
+              "heartbeat": {"source": "sweep", "level": "ok", "version": "1.0"},
+              "telemetry": {"source": "sweep", "metrics": {"gpu_temp_c": {"value": 60.0}}},
+              }[kind]
+    return spool.record(kind, "n1", t, **fields) | over
+
+
+SPOOL_NOT_NAMES = [
+    *[pytest.param("heartbeat", {"node": p.values[0]}, p.values[1], id=p.id)
+      for p in NOT_NODE_NAMES],
+    *[pytest.param("job_start", {"excluded": ["gpu8", p.values[0]]}, p.values[1],
+                   id=f"excluded-{p.id}") for p in NOT_NODE_NAMES],
+    pytest.param("job_start", {"excluded": ["gpu8", None]}, "null", id="excluded-null"),
+    pytest.param("job_start", {"excluded": ["gpu8", ""]}, "empty", id="excluded-empty"),
+    *[pytest.param(kind, {"job_id": p.values[0]}, p.values[1], id=f"{kind}-{p.id}")
+      for kind in ("check", "job_start", "action") for p in NOT_JOB_IDS],
+    pytest.param("check", {"job_id": "9" * 40}, "longer than 32", id="check-job-id-40-chars"),
+    pytest.param("check", {"check": ["gpu"]}, "a JSON list", id="check-family-list"),
+    pytest.param("check", {"component": {"gpu": 0}}, "a JSON object", id="check-component"),
+    pytest.param("check", {"code": [79]}, "a JSON list", id="check-code-list"),
+    pytest.param("check", {"source": ["sweep"]}, "a JSON list", id="check-source-list"),
+    pytest.param("action", {"action": ["drain_now"]}, "a JSON list", id="action-list"),
+    pytest.param("heartbeat", {"source": {"s": 1}}, "a JSON object", id="heartbeat-source"),
+    pytest.param("action", {"id": ["x"]}, "a JSON list", id="action-id-list"),
+    pytest.param("telemetry", {"metrics": {"gpu_temp_c": {"value": 60.0, "component": ["gpu0"]}}},
+                 "a JSON list", id="telemetry-component-list"),
+]
+
+
+@pytest.mark.parametrize(("kind", "over", "why"), SPOOL_NOT_NAMES)
+def test_a_spool_record_whose_name_is_not_a_name_is_quarantined(
+        historian, tmp_path, kind, over, why):
+    t = _recent()
+    spool.append(tmp_path, _good(t))
+    _spool_line(tmp_path, _spool_case(kind, t, **over))
+    spool.append(tmp_path, _good(t))
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 1, report.quarantined
+    (_, bad), = report.quarantined
+    assert bad.line == 2 and why in bad.message and bad.message.isprintable()
+    assert not list(tmp_path.glob("batch-*"))  # done: the node's next flush goes on
+    (quarantined,) = (tmp_path / "quarantine").iterdir()
+    assert json.loads(quarantined.read_text())["line"] == 2
+    assert _delivered_names(historian) == {"nodes": {"good"}, "jobs": {None}}
+
+
+def test_spool_records_with_integer_job_ids_and_wide_names_land(historian, tmp_path):
+    """The escaped surrogate pairs of a wide character are one character, never mended."""
+    t = _recent()
+    spool.append(tmp_path, [_spool_case("job_start", t, job_id=7, excluded=[WIDE * 128]),
+                            _spool_case("check", t, job_id=8, node="n" + WIDE)])
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 0, report.quarantined
+    assert _stored(historian, schema.job_exclusions, "job_id", "node") == {("7", WIDE * 128)}
+    assert _stored(historian, schema.check_results, "job_id", "node") == {("8", "n" + WIDE)}
+
+
+def test_a_heartbeat_with_an_infinite_error_count_is_quarantined_not_a_stuck_flush(
+        historian, tmp_path):
+    """int(inf) raised OverflowError, which no handler caught: every later flush of the node
+    failed on the same batch for ever."""
+    t = _recent()
+    spool.append(tmp_path, _good(t))
+    _spool_line(tmp_path, _spool_case("heartbeat", t, checker_errors=float("inf")))
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 1 and "not numbers" in report.quarantined[0][1].message
+    assert not list(tmp_path.glob("batch-*"))
+    assert _count(historian, schema.check_results, node="good") == 1
+
+
+def test_a_heartbeat_gpu_index_of_unicode_digits_is_left_out_not_a_stuck_flush(
+        historian, tmp_path):
+    """"²".isdigit() is true and int("²") a ValueError, which no handler caught."""
+    t = _recent()
+    _spool_line(tmp_path, _spool_case("heartbeat", t, gpus={
+        "\u00b2": "00000000:1A:00.0", "\u0661": "00000000:1B:00.0", "1": "00000000:1C:00.0"}))
+    report = deliver(historian, tmp_path)
+    assert report.quarantined_count == 0 and report.delivered == {"heartbeat": 1}
+    assert _stored(historian, schema.gpu_names, "node", "idx", "bus_id") == {
+        ("n1", 1, "0000:1c:00.0")}

@@ -10,6 +10,7 @@ natural unique key and the writes are `INSERT ... ON CONFLICT` (the same syntax 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
@@ -34,6 +35,8 @@ MALFORMED_CSV = "not a CSV row (the csv module refused it)"
 NOT_JSON = "not a JSON object"
 FIELD_COUNT = "wrong number of fields"
 BAD_NAME = "a name the historian cannot keep (too long, or a NUL byte)"
+NOT_A_NAME = ("not a name (a JSON object, list, boolean or number; a control character, a "
+              "space or bytes that were not UTF-8 in a node name or job id)")
 # Rows kept, with a word (IngestReport.noted).
 UNKNOWN_NODE = "written for a node the inventory does not list (unknown node)"
 REASON_JOINED = ("already in the historian from an earlier load with another reason: "
@@ -51,17 +54,78 @@ class RowError(ValueError):
         self.cause = cause or UNPARSABLE
 
 
-def key_text(value: object, name: str, limit: int) -> str:
+def key_text(value: object, name: str, limit: int, *, integer: bool = True,
+             exact: bool = False) -> str:
     """An identifier (a node name, a job id, a check family) as the historian keeps it, or
     RowError. Never cut (two long names sharing a prefix are two nodes) and never with a NUL
     (a name is not free text to mend). Checked here on both databases alike: PostgreSQL would
-    refuse the whole transaction for the one row, SQLite would keep it."""
-    text = str(value)
+    refuse the whole transaction for the one row, SQLite would keep it.
+
+    Only JSON text is a name, and a JSON integer where `integer` (a job id, an XID code: its
+    decimal text); an object, a list, a boolean, a number with a fraction or null is refused,
+    never kept under its Python spelling (str(["n1", "n2"]) is no node). `exact` (node names,
+    job ids): the name must be the one its source wrote, so an empty one, one with a control
+    or invisible character (a newline, a terminal escape, a bidi override), a space, or bytes
+    that were not UTF-8 (a lone surrogate, or U+FFFD standing for them) is refused rather than
+    mended into another name. The length is counted in the decoded text's characters, as
+    PostgreSQL counts them."""
+    if isinstance(value, str):
+        text = value
+    elif integer and isinstance(value, int) and not isinstance(value, bool):
+        if value.bit_length() > 4 * limit:  # more digits than the limit: no str() of it
+            raise RowError(f"{name} is longer than {limit} characters", BAD_NAME)
+        text = str(value)
+    else:
+        raise RowError(f"{name} is {_json_kind(value)}, not "
+                       f"{'text or an integer' if integer else 'text'}", NOT_A_NAME)
     if "\x00" in text:
         raise RowError(f"{name} holds a NUL byte", BAD_NAME)
     if len(text) > limit:
         raise RowError(f"{name} is longer than {limit} characters", BAD_NAME)
+    if not text.isascii() and _SURROGATE.search(text):  # isascii: the common case, quick
+        if exact:
+            raise RowError(f"{name} holds bytes that were not UTF-8", NOT_A_NAME)
+        text = _SURROGATE.sub("\ufffd", text)  # as spool.without_lone_surrogates does
+    if exact and not (text and text.isprintable() and " " not in text and "\ufffd" not in text):
+        raise RowError(f"{name} {_not_exact(text)}", NOT_A_NAME)
     return text
+
+
+def node_name(value: object, name: str = "node") -> str:
+    """A node name (schema: 128 characters): text, exactly as the node is called (key_text)."""
+    return key_text(value, name, 128, integer=False, exact=True)
+
+
+def job_id_text(value: object) -> str:
+    """A Slurm job id (schema: 32 characters): text or a JSON integer, exact (key_text)."""
+    return key_text(value, "job_id", 32, exact=True)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _json_kind(value: object) -> str:
+    if isinstance(value, dict):
+        return "a JSON object"
+    if isinstance(value, list):
+        return "a JSON list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    return "null" if value is None else f"a {type(value).__name__}"
+
+
+def _not_exact(text: str) -> str:
+    """What makes `text` no exact name (key_text), said without echoing it."""
+    if not text:
+        return "is empty"
+    if "\ufffd" in text:
+        return "holds bytes that were not UTF-8 (U+FFFD)"
+    bad = next(c for c in text if c == " " or not c.isprintable())
+    if bad == " ":
+        return "holds a space"
+    return f"holds a control or invisible character (U+{ord(bad):04X})"
 
 
 def free_text(value: object, report: IngestReport | None = None) -> str:

@@ -31,7 +31,9 @@ from rsc_health.historian.ingest import (
     bulk_write,
     db_time,
     free_text,
+    job_id_text,
     key_text,
+    node_name,
     parse_time,
 )
 from rsc_health.model import FINDING_SEVERITIES, Severity, Status
@@ -79,6 +81,12 @@ def _text(obj: dict, key: str, default: str = "") -> str:
     return default if value is None else str(value)
 
 
+def _name(obj: dict, key: str, default: str = "") -> str:
+    """A short label cut to its column (`source`): text, or a JSON integer's decimal text."""
+    value = obj.get(key)
+    return default if value is None else key_text(value, key, 1 << 20)
+
+
 def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = None) -> tuple:
     """A JSON object -> a check_results row in COLUMNS order; RowError says what is wrong.
     NULs in the detail are replaced (counted in `report`)."""
@@ -96,10 +104,10 @@ def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = N
     except ValueError as exc:
         raise RowError(f"time {obj['time']!r} is not ISO 8601", UNPARSABLE_TIME) from exc
     job_id = obj.get("job_id")
-    record_id = str(obj.get("id") or stable_id(obj))
-    if len(record_id) > schema.RECORD_ID_LEN:
-        # Never cut: two long ids sharing a prefix are two records (cutting collapsed them).
-        raise RowError(f"id longer than {schema.RECORD_ID_LEN} characters")
+    given_id = obj.get("id")
+    # Never cut: two long ids sharing a prefix are two records (cutting collapsed them).
+    record_id = (stable_id(obj) if given_id in (None, "")
+                 else key_text(given_id, "id", schema.RECORD_ID_LEN))
     last_seen = time
     if obj.get("last_seen"):
         try:
@@ -109,17 +117,18 @@ def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = N
                            UNPARSABLE_TIME) from exc
         if last_seen < time:
             raise RowError("last_seen is before time")
+    component = obj.get("component")
     return (
-        key_text(record_id, "id", schema.RECORD_ID_LEN),
+        record_id,
         db_time(time),
-        key_text(obj["node"], "node", 128),
-        free_text(_text(obj, "source", source)[:16]),
-        None if job_id in (None, "") else key_text(job_id, "job_id", 32),
-        key_text(obj["check"], "check", 32),
-        key_text(_text(obj, "component", "*") or "*", "component", 64),
+        node_name(obj["node"]),
+        free_text(_name(obj, "source", source)[:16]),
+        None if job_id in (None, "") else job_id_text(job_id),
+        key_text(obj["check"], "check", 32, integer=False),
+        "*" if component in (None, "") else key_text(component, "component", 64),
         status,
         severity,
-        key_text(_text(obj, "code"), "code", 32),
+        key_text(_name(obj, "code"), "code", 32),
         free_text(_text(obj, "detail") or _text(obj, "reason"), report),
         db_time(last_seen),
         False,

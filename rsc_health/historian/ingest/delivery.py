@@ -61,8 +61,10 @@ from rsc_health.historian.ingest import (
     RowError,
     bulk_write,
     db_time,
+    job_id_text,
     key_text,
     limit_statements,
+    node_name,
     parse_time,
 )
 from rsc_health.historian.intervals import CheckRecord, fold
@@ -75,6 +77,8 @@ CHUNK_LINES = 5_000
 # Longest one statement of a flush may run: a frozen database ends the flush (the spool
 # keeps the rest) instead of holding a node's timer for minutes.
 FLUSH_STATEMENT_TIMEOUT_S = 60
+# _text's length bound: none (a label is cut to its column, a reason kept whole, as before).
+_UNBOUNDED = 1 << 62
 KINDS = tuple(dict.fromkeys((*spool.KINDS, "heartbeat")))
 
 
@@ -129,15 +133,15 @@ class _Rows:
 
 
 def _text(rec: dict, key: str, default: str = "") -> str:
+    """A field the node wrote as text (a label cut to its column, a reason): a JSON integer
+    reads as its decimal text; an object, a list, a boolean or a fraction refuses the record
+    (it was not written by the node path), never stored under its Python spelling."""
     value = rec.get(key)
-    return default if value is None else str(value)
+    return default if value is None else key_text(value, key, _UNBOUNDED)
 
 
 def _record_id(rec: dict) -> str:
-    rid = str(rec["id"])
-    if len(rid) > schema.RECORD_ID_LEN:
-        raise RowError(f"id longer than {schema.RECORD_ID_LEN} characters")
-    return rid
+    return key_text(rec["id"], "id", schema.RECORD_ID_LEN)
 
 
 def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
@@ -152,7 +156,7 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime) -> None:
         when = parse_time(str(rec["time"]))
     except ValueError as exc:
         raise RowError(f"time {rec['time']!r} is not ISO 8601") from exc
-    node = key_text(rec["node"], "node", 128)
+    node = node_name(rec["node"])
     if not believable(when, received):
         _skewed(rows, rec, node, when, received)
     if kind == "heartbeat":
@@ -172,8 +176,8 @@ def _check_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
     rows.checks.append(CheckRecord(
         id=_record_id(rec), time=when, node=node,
         source=_text(rec, "source", "sweep")[:16] or "sweep",
-        job_id=None if job_id in (None, "") else str(job_id)[:32],
-        check=str(rec["check"])[:32], component=(_text(rec, "component") or "*")[:64],
+        job_id=None if job_id in (None, "") else job_id_text(job_id),
+        check=_text(rec, "check")[:32], component=(_text(rec, "component") or "*")[:64],
         status=status,
         severity=(_text(rec, "severity") or Severity.NONE.severity_word).lower()[:16],
         code=_text(rec, "code")[:32], reason=_text(rec, "reason") or _text(rec, "detail"),
@@ -182,10 +186,10 @@ def _check_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
 
 def _job_start_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
     excluded = rec.get("excluded") or []
-    if not isinstance(excluded, list) or not rec.get("job_id"):
+    if not isinstance(excluded, list) or rec.get("job_id") in (None, ""):
         raise RowError("job_start needs job_id and a list `excluded`")
-    job_id = key_text(rec["job_id"], "job_id", 32)
-    names = [key_text(n, "excluded node", 128) for n in excluded]
+    job_id = job_id_text(rec["job_id"])
+    names = [node_name(n, "excluded node") for n in excluded]
     rows.exclusions.extend((job_id, n, db_time(when)) for n in names)
 
 
@@ -193,9 +197,9 @@ def _action_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
     if not rec.get("action"):
         raise RowError("action record lacks `action`")
     job_id = rec.get("job_id")
-    rows.actions.append((_record_id(rec), db_time(when), node, str(rec["action"])[:24],
+    rows.actions.append((_record_id(rec), db_time(when), node, _text(rec, "action")[:24],
                          _text(rec, "reason"),
-                         None if job_id in (None, "") else key_text(job_id, "job_id", 32)))
+                         None if job_id in (None, "") else job_id_text(job_id)))
 
 
 def _heartbeat_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
@@ -203,7 +207,7 @@ def _heartbeat_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
         errors = int(rec.get("checker_errors") or 0)
         duration = rec.get("duration_s")
         duration = None if duration is None else float(duration)
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:  # OverflowError: int(Infinity)
         raise RowError("heartbeat checker_errors/duration_s are not numbers") from exc
     rows.heartbeats.append(Heartbeat(
         node=node, time=when, source=(_text(rec, "source") or "sweep")[:16],
@@ -245,8 +249,7 @@ def _sample(rec: dict, node: str, when: datetime) -> tuple:
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or abs(value) > 1e30:
             raise RowError(f"telemetry {name}: value {str(value)[:40]!r} is not a number")
-        comp = sample.get("component")
-        got[name] = (float(value), "" if comp is None else str(comp)[:32])
+        got[name] = (float(value), _text(sample, "component")[:32])
     row: list = [db_time(when), node]
     for m in Metric:
         value, comp = got.get(m.value, (None, None))
@@ -261,7 +264,8 @@ def _gpu_names(rows: _Rows, node: str, when: datetime, gpus) -> None:
         return
     for index, bus in list(gpus.items())[:64]:
         canon = bus_id(bus)
-        if canon is None or not str(index).isdigit() or int(index) > 9999:
+        # isdigit() alone takes "²", which int() refuses (ValueError: a stuck flush)
+        if canon is None or not (index.isascii() and index.isdigit()) or int(index) > 9999:
             continue
         key = (node, int(index))
         if key not in rows.gpu_names or rows.gpu_names[key][1] <= when:

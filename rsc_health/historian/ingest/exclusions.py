@@ -19,7 +19,8 @@ from rsc_health.historian.ingest import (
     RowError,
     bulk_write,
     db_time,
-    key_text,
+    job_id_text,
+    node_name,
     parse_time,
 )
 from rsc_health.spool import without_lone_surrogates
@@ -46,7 +47,7 @@ def _row(obj: object) -> tuple:
     except ValueError as exc:
         raise RowError(f"time {str(obj['time'])[:64]!r} is not ISO 8601",
                        UNPARSABLE_TIME) from exc
-    return (key_text(obj["job_id"], "job_id", 32), key_text(obj["node"], "node", 128), time)
+    return (job_id_text(obj["job_id"]), node_name(obj["node"]), time)
 
 
 def ingest_file(engine: Engine, path: Path | str) -> IngestReport:
