@@ -21,10 +21,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
@@ -377,6 +378,17 @@ def current_version(engine: Engine) -> int | None:
                 raise
             return None
         return int(version or 0)
+
+
+def historian_now(conn: Connection) -> datetime:
+    """The historian's clock (naive UTC): the database server's on PostgreSQL; on SQLite the
+    database is this host's file and its clock this host's. What a node stamps for the
+    management side to compare with its own times (a qualification run) is stamped by it: the
+    node's own clock is the one in doubt (a dead RTC battery, a bad NTP server)."""
+    if conn.dialect.name == "postgresql":
+        return conn.execute(select(func.now())).scalar_one().astimezone(UTC).replace(
+            tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def refuse_other_versions(version: int, url: str) -> None:
