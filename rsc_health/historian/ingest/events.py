@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -164,7 +165,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
             try:
                 start = _time(fields[index["start"]], tz)
                 end_text = fields[index["end"]]
-                end = period_end(start, _time(end_text, tz), lambda t=end_text: _time(t, tz, 1))
+                end = period_end(start, _time(end_text, tz), partial(_time, end_text, tz, 1))
             except RowError as exc:
                 report.add_bad(lineno, str(exc), exc.cause)
                 continue
