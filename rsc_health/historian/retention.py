@@ -132,32 +132,12 @@ def _plan(now: datetime, r: Retention) -> list[_Step]:
 
 def prune_moment(engine: Engine, now: datetime) -> tuple[datetime, str]:
     """The moment `healthctl db prune` cuts from (naive UTC), and why it is not `now` ("" when
-    it is). The cut deletes what is `retention_days` older than it, so a clock years ahead (a
+    it is): the cut deletes what is `retention_days` older than it, so a clock years ahead (a
     bad NTP answer, an RTC reset to a far date) deleted the whole history, which no node can
-    send again. The clock is believed up to the database server's clock (PostgreSQL: another
-    host's, as delivery judges the nodes' stamps) and up to PRUNE_CLOCK_LEAD past the newest
-    row the historian holds (a live fleet's is minutes old; an idle historian's prune just
-    keeps its rows longer until data flows again)."""
-    from rsc_health.historian.db import historian_now
+    send again. freshness.believed_now, PRUNE_CLOCK_LEAD past the newest row."""
+    from rsc_health.historian.freshness import believed_now
 
-    c, j, runs, st = (schema.check_results, schema.jobs, schema.node_runs,
-                      schema.step_times)
-    with engine.connect() as conn:
-        server = historian_now(conn)
-        newest = [conn.execute(select(func.max(col))).scalar()
-                  for col in (c.c.time, c.c.last_seen, j.c.end, runs.c.last_seen, st.c.time)]
-    moment, why = now, ""
-    if engine.dialect.name == "postgresql" and server + timedelta(minutes=5) < moment:
-        moment, why = server, f"the database server's clock says {server:%Y-%m-%d %H:%M}"
-    known = [t for t in newest if t is not None]
-    if known and max(known) + PRUNE_CLOCK_LEAD < moment:
-        moment = max(known) + PRUNE_CLOCK_LEAD
-        why = (f"the newest row the historian holds is from {max(known):%Y-%m-%d %H:%M}" +
-               (f" and {why}" if why else ""))
-    if why:
-        why = (f"this host's clock says {now:%Y-%m-%d %H:%M} but {why}: pruned as of "
-               f"{moment:%Y-%m-%d %H:%M} (a clock jump must not delete the fleet's history)")
-    return moment, why
+    return believed_now(engine, now, PRUNE_CLOCK_LEAD)
 
 
 def prune(engine: Engine, now: datetime, retention: Retention, *, dry_run: bool = False
