@@ -21,7 +21,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
@@ -30,6 +30,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
+from rsc_health.compat import UTC
 from rsc_health.historian import schema
 
 MIGRATIONS_DIR = Path(__file__).with_name("sql")
