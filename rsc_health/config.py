@@ -367,7 +367,7 @@ def last_good_config(root: Path) -> tuple[Config, str] | None:
             if owner_refusal(os.fstat(fd), "") or path_refusal(file):
                 return None
             kept = json.loads(fh.read(4 * MAX_CONFIG_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     text = kept.get("toml") if isinstance(kept, dict) else None
     if not isinstance(text, str):
@@ -375,7 +375,7 @@ def last_good_config(root: Path) -> tuple[Config, str] | None:
     source = str(kept.get("source"))[:512]
     try:
         cfg = _from_site(_parse_toml(text.encode("utf-8"), Path(source)), Path(source))
-    except (ConfigError, UnicodeEncodeError):
+    except (ConfigError, UnicodeEncodeError, RecursionError):
         return None
     return cfg, f"the last good config ({source}, kept {str(kept.get('time'))[:32]})"
 
