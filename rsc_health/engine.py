@@ -100,6 +100,26 @@ def _records(sdir: Path, root: Path, boot_id: str, *, read_only: bool, find_chil
     return kept, own, _hangs_before(shared, own_hangs, boot_id), shared, own_hangs
 
 
+class Looking:
+    """The probes' hang records for a read-only look outside the engine (`healthctl
+    snapshot`): read as a check reads them (`before`: a probe whose abandoned child still
+    waits is not asked again), and the children the look abandons (`state`'s probes_asked,
+    hung_probes, probe_pids, filled by the probes) kept in the check's record (`keep`)."""
+
+    def __init__(self, cfg: Config, root: Path) -> None:
+        from rsc_health.checks.state import NodeState
+        from rsc_health.collect import kmsg
+
+        self.state = NodeState(boot_id=kmsg.boot_id(root))
+        _, self.own, self.before, _, self.own_hangs = _records(
+            state_dir(cfg, root), Path(root), self.state.boot_id, read_only=True,
+            find_children=False)
+
+    def keep(self) -> None:
+        if self.own is not None and self.own_hangs is not None:
+            _keep_own_hangs(self.own, self.own_hangs, self.state)
+
+
 def run(
     cfg: Config,
     root: Path,

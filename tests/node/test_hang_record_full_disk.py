@@ -32,7 +32,7 @@ from rsc_health.node.sinks import TEXTFILE
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
 from .conftest import FAULT, _fuse_available, start_fuse
-from .test_hung_probe_lock import HOLDER, _probes_left_behind, _stage
+from .test_hung_probe_lock import HOLDER, _env, _probes_left_behind, _stage
 
 RUNTIME = Path("run") / "rsc-health"
 PROBE = "statvfs /checkpoint"
@@ -341,3 +341,59 @@ def test_a_runtime_dir_that_is_a_symlink_is_neither_written_through_nor_believed
 def test_a_healthy_run_makes_no_runtime_dir(node):
     node.check(only={"mount", "gpu", "infiniband"})
     assert not (node.root / "run").exists()
+
+
+def test_snapshots_of_a_node_whose_mount_hangs_leave_one_stuck_child(hung_mount):
+    """`healthctl snapshot` forked a statvfs child on every call and kept no record: run by
+    hand through a storage outage it left one more stuck child each time. It keeps the
+    check's record now (both are read-only looks an operator takes; one record keeps one
+    child between them), and a check after it does not ask again either."""
+    root = hung_mount
+    _site(root)
+    sdir = root / NODE_STATE
+    sdir.mkdir(parents=True)
+    for _ in range(3):
+        out = subprocess.run([sys.executable, "-m", "rsc_health.cli", "snapshot", "--out", "-"],
+                             env=_env(root), capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        doc = json.loads(out.stdout)
+        assert doc["mount_probes"]["/checkpoint"]["hung"] is True
+        assert doc["mount_probes"]["/home"]["ok"] is True
+    assert len(_probes_left_behind(root)) == 1
+    out = subprocess.run([sys.executable, "-m", "rsc_health.cli", "check", "--json", "--only",
+                          "mount"], env=_env(root), capture_output=True, text=True, timeout=60)
+    assert "mount_hung" in {f["code"] for f in json.loads(out.stdout)["findings"]}
+    assert len(_probes_left_behind(root)) == 1
+    assert not (sdir / engine.HANGS_FILE).exists()  # the sweep's record is not the snapshot's
+
+
+def test_a_snapshot_does_not_ask_nvml_while_a_child_left_before_still_waits(node, monkeypatch):
+    """The check's record names an NVML child still waiting in the driver (here: this live
+    process, pid and start time): the snapshot asks NVML no more (it forks no NVML child) and
+    carries NVML's own timeout, as a check would judge it."""
+    from rsc_health.collect import gpu
+    from rsc_health.collect import node as node_mod
+    from rsc_health.commands.node import take_snapshot
+    from rsc_health.config import state_dir
+
+    forked: list[str | None] = []
+    real_start = bounded.start
+
+    def start(fn, **kw):
+        forked.append(kw.get("mark"))
+        return real_start(fn, **kw)
+
+    monkeypatch.setattr(bounded, "start", start)
+    monkeypatch.setattr(node_mod, "gpu_backend",
+                        lambda cfg, root, telemetry=False: gpu.NvmlBackend())
+    cfg = node.config
+    sdir = state_dir(cfg, node.root)
+    sdir.mkdir(parents=True)
+    boot = (node.root / "proc/sys/kernel/random/boot_id").read_text().strip()
+    me = {"since": "2026-01-01T00:00:00+00:00", "sweeps": 0, "pid": os.getpid(),
+          "start": hangs._start_time(os.getpid())}
+    hangs.save(sdir / engine.CHECK_HANGS_FILE, {hangs.NVML: me}, boot)
+    doc = take_snapshot(cfg, node.root, "node01")
+    assert doc["nvml"] == gpu.UNANSWERED
+    assert hangs.marker(hangs.NVML, node.root) not in forked
+    assert forked  # the other probes (mounts, IB ports) were asked
