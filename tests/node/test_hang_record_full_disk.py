@@ -397,3 +397,33 @@ def test_a_snapshot_does_not_ask_nvml_while_a_child_left_before_still_waits(node
     assert doc["nvml"] == gpu.UNANSWERED
     assert hangs.marker(hangs.NVML, node.root) not in forked
     assert forked  # the other probes (mounts, IB ports) were asked
+
+
+@pytest.mark.parametrize("how", ["garbled", "huge", "fifo", "directory", "others_may_write"])
+def test_a_runtime_copy_that_cannot_be_believed_is_lost_and_written_again(tmp_path, how):
+    """Whatever stands at the runtime copy's name, the run neither blocks on it (a FIFO) nor
+    believes it: the record is lost (the run looks in /proc), and the next save replaces it."""
+    sdir, rdir = tmp_path / "state", tmp_path / "run"
+    rdir.mkdir()
+    path = rdir / engine.HANGS_FILE
+    good = {"boot_id": "boot", "seq": 7, "probes": {hangs.NVML: {
+        "since": "2026-01-01T00:00:00+00:00", "sweeps": 1}}}
+    if how == "garbled":
+        path.write_bytes(b'{"boot_id": "boot", "probes": {\xff')
+    elif how == "huge":
+        path.write_text(json.dumps({**good, "pad": "x" * hangs.RECORD_BYTES}))
+    elif how == "fifo":
+        os.mkfifo(path)
+    elif how == "directory":
+        path.mkdir()
+    else:
+        path.write_text(json.dumps(good))
+        path.chmod(0o666)
+    started = time.monotonic()
+    kept = hangs.Kept(engine.HANGS_FILE, sdir, rdir, "boot")
+    assert time.monotonic() - started < 1
+    assert kept.lost and kept.record["probes"] == {}
+    record = {hangs.IB: {"since": "2026-01-01T00:00:00+00:00", "sweeps": 2}}
+    assert kept.save(record, "boot") is None
+    again = hangs.Kept(engine.HANGS_FILE, sdir, rdir, "boot")
+    assert not again.lost and again.record["probes"] == record
