@@ -210,6 +210,8 @@ def _parse_toml(data: bytes, path: Path) -> dict:
         raise ConfigError(f"{path}: not UTF-8: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError:  # tomllib recurses: `a = [[[[...` 500 deep, inline tables 330
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deep") from None
 
 
 def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]:

@@ -97,7 +97,7 @@ def test_an_xid_catalog_override_nested_too_deep_costs_only_the_xid_family(node,
     findings = run(cfg, node.root)
 
     errors = [f for f in findings if f.status is Status.ERROR]
-    assert [(f.family, f.component) for f in errors] == [("xid", "xid catalog")]
+    assert [(f.family, f.component) for f in errors] == [("checker", "xid catalog")]
     assert "nested too deep" in errors[0].reason
     assert {"gpu", "ecc", "mount", "infiniband"} <= {f.family for f in findings}
 
