@@ -149,6 +149,18 @@ def test_a_probe_child_that_prints_a_line_nested_too_deep_costs_only_its_own_ans
     assert bounded.DIED in done["deep"]
 
 
+def test_a_hung_nvml_childs_last_report_nested_too_deep_is_no_partial_answer():
+    """The last report of an NVML child abandoned at its deadline is unpacked in the hang's
+    own handler; a RecursionError there lost the hang itself (no nvml_hung, never counted
+    toward nvml_wedged) for a `gpu: RecursionError` checker error. Now it is a report that
+    does not decode: the hang is recorded as one before the device count."""
+    from rsc_health.collect import gpu
+
+    good = gpu.unpack_report({"device_count": 1, gpu.PACKED: ['{"index": 0}']})
+    assert good == {"device_count": 1, "devices": [{"index": 0}]}
+    assert gpu.unpack_report({"device_count": 1, gpu.PACKED: ["[" * DEEP]}) is None
+
+
 @pytest.mark.parametrize("text", ["[" * DEEP, '{"schema": "rsc_health.snapshot/1", "files": {',
                                   '{"schema": "something else"}'],
                          ids=["nested-too-deep", "cut-short", "not-a-snapshot"])
