@@ -491,7 +491,8 @@ def _read_compiled(file: Path, key: tuple, site: Path) -> Config | None:
         if len(blob) > MAX_CONFIG_BYTES:
             return None
         kept = marshal.loads(blob)
-    except (OSError, EOFError, ValueError, TypeError):
+    except (OSError, EOFError, ValueError, TypeError, MemoryError):
+        # MemoryError: marshal trusts a list's count (5 garbled bytes ask for 16 GiB).
         return None
     if not (isinstance(kept, tuple) and len(kept) == 6 and kept[0] == key):
         return None
