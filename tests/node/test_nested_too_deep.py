@@ -129,6 +129,29 @@ esac
     assert next(f for f in findings if f.family == "dcgm").severity is Severity.DRAIN_AFTER_JOB
 
 
+@pytest.mark.parametrize(("section", "key"), [
+    ("gpu", "replay_file"), ("mounts", "probe_replay_file"), ("site", "replay_file"),
+    ("telemetry", "clock_replay_file"), ("dcgm", "replay_file"), ("fabric", "replay_file"),
+    ("leftover", "replay_file")])
+def test_a_replay_file_nested_too_deep_is_its_familys_checker_error(node, section, key):
+    """Already so before: each family's collector runs under a guard that catches Exception
+    (RecursionError is a RuntimeError), so this pins that the guard stays that wide."""
+    from rsc_health.engine import run
+
+    node.write("deep.json", "[" * DEEP)
+    cfg = node.config
+    cfg.data.setdefault(section, {}).update({key: "/deep.json"})
+    if section == "gpu":
+        cfg.data["gpu"]["backend"] = "replay"
+
+    findings = run(cfg, node.root, save_state=False)
+
+    errors = [f for f in findings if f.status is Status.ERROR]
+    assert len(errors) == 1 and "RecursionError" in errors[0].reason, errors
+    assert errors[0].family == "checker" and errors[0].component != "engine"
+    assert len({f.family for f in findings}) > 5  # the other families were judged
+
+
 def _deep_line_then_die():
     """A child whose library wrote a deeply nested line into its answer pipe (the only
     descriptor above stderr a probe child keeps), then died without answering."""
