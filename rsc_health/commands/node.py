@@ -153,13 +153,14 @@ def _read(path: Path) -> str | None:
 def _local_state(cfg: Config, root: Path) -> dict[str, str]:
     """The node's local state the checks judge against (XID cursor, counter baselines), so a
     replay judges "new since the last sweep" exactly as the node did. Read, never written."""
+    from rsc_health.collect.sysfs import read_bounded
     from rsc_health.config import state_dir
     from rsc_health.engine import STATE_FILES
 
     out = {}
     for name in STATE_FILES:
-        try:
-            out[name] = (state_dir(cfg, root) / name).read_text()
+        try:  # bounded: a FIFO at the name held the snapshot for ever, /dev/zero never ends
+            out[name] = read_bounded(state_dir(cfg, root) / name).decode("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
     return out
