@@ -210,6 +210,8 @@ def _parse_toml(data: bytes, path: Path) -> dict:
         raise ConfigError(f"{path}: not UTF-8: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError:  # tomllib recurses: `a = [[[[...` 500 deep, inline tables 330
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deep") from None
 
 
 def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]:
@@ -489,7 +491,8 @@ def _read_compiled(file: Path, key: tuple, site: Path) -> Config | None:
         if len(blob) > MAX_CONFIG_BYTES:
             return None
         kept = marshal.loads(blob)
-    except (OSError, EOFError, ValueError, TypeError):
+    except (OSError, EOFError, ValueError, TypeError, MemoryError):
+        # MemoryError: marshal trusts a list's count (5 garbled bytes ask for 16 GiB).
         return None
     if not (isinstance(kept, tuple) and len(kept) == 6 and kept[0] == key):
         return None

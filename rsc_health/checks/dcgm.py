@@ -95,7 +95,7 @@ def _json(run: dict, what: str) -> tuple[dict | None, Finding | None]:
     text = str(run.get("stdout") or "")
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: `[[[[...` nested too deep
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or str(
             run.get("stderr") or "").strip()
         shown = "".join(c for c in first if c.isprintable())[:160] or "no output"

@@ -148,7 +148,7 @@ def _messages(buf: bytes) -> list[dict]:
     for line in buf.split(b"\n"):
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: `[[[[...` nested too deep
             continue
         if isinstance(msg, dict):
             out.append(msg)
@@ -165,7 +165,7 @@ def _last_message(buf: bytes, key: str) -> Any:
             continue
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(msg, dict) and key in msg:
             return msg

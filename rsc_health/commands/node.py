@@ -153,13 +153,14 @@ def _read(path: Path) -> str | None:
 def _local_state(cfg: Config, root: Path) -> dict[str, str]:
     """The node's local state the checks judge against (XID cursor, counter baselines), so a
     replay judges "new since the last sweep" exactly as the node did. Read, never written."""
+    from rsc_health.collect.sysfs import read_bounded
     from rsc_health.config import state_dir
     from rsc_health.engine import STATE_FILES
 
     out = {}
     for name in STATE_FILES:
-        try:
-            out[name] = (state_dir(cfg, root) / name).read_text()
+        try:  # bounded: a FIFO at the name held the snapshot for ever, /dev/zero never ends
+            out[name] = read_bounded(state_dir(cfg, root) / name).decode("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
     return out
@@ -262,10 +263,16 @@ def _take_snapshot(cfg: Config, root: Path, node: str, looking) -> dict:
 
 def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
     """Rebuild a snapshot as a root directory; the config is the snapshot's own unless
-    --config was given."""
-    doc = json.loads(path.read_text())
-    if doc.get("schema") != SNAPSHOT_SCHEMA:
-        raise click.ClickException(f"{path}: not a {SNAPSHOT_SCHEMA} file")
+    --config was given. ConfigError (`check`: a checker error, exit 4) when the file is not
+    a snapshot it can read or its config does not validate."""
+    from rsc_health.config import ConfigError
+
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise ConfigError(f"{path}: not a {SNAPSHOT_SCHEMA} file: {str(exc)[:120]}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SNAPSHOT_SCHEMA:
+        raise ConfigError(f"{path}: not a {SNAPSHOT_SCHEMA} file")
     root = into / "root"
     _write_tree(doc, root)
     data = dict(doc.get("config") or {})

@@ -21,7 +21,10 @@ class Baseline:
 
     @classmethod
     def load(cls, path: Path) -> Baseline:
-        doc = json.loads(path.read_text())
+        try:
+            doc = json.loads(path.read_text())
+        except RecursionError:  # what the caller says of any file that is not JSON
+            raise ValueError(f"{path}: not JSON: nested too deep") from None
         if not isinstance(doc, dict):
             raise ValueError(f"{path}: a baseline is a JSON object of metric: value")
         values = {}

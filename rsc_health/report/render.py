@@ -180,9 +180,10 @@ def load_previous(path: Path) -> dict[str, Any] | None:
     """The previous report.json, or None when absent or unreadable (a first run, or a bad file
     that must not stop tonight's report)."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep
         return None
+    return doc if isinstance(doc, dict) else None
 
 
 def agree_with_days_listed(changes: LemonChanges, lemons: list[dict[str, Any]]) -> LemonChanges:
