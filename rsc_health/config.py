@@ -210,6 +210,8 @@ def _parse_toml(data: bytes, path: Path) -> dict:
         raise ConfigError(f"{path}: not UTF-8: {exc}") from exc
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from exc
+    except RecursionError:  # tomllib recurses: `a = [[[[...` 500 deep, inline tables 330
+        raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deep") from None
 
 
 def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]:
@@ -367,7 +369,7 @@ def last_good_config(root: Path) -> tuple[Config, str] | None:
             if owner_refusal(os.fstat(fd), "") or path_refusal(file):
                 return None
             kept = json.loads(fh.read(4 * MAX_CONFIG_BYTES))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return None
     text = kept.get("toml") if isinstance(kept, dict) else None
     if not isinstance(text, str):
@@ -375,7 +377,7 @@ def last_good_config(root: Path) -> tuple[Config, str] | None:
     source = str(kept.get("source"))[:512]
     try:
         cfg = _from_site(_parse_toml(text.encode("utf-8"), Path(source)), Path(source))
-    except (ConfigError, UnicodeEncodeError):
+    except (ConfigError, UnicodeEncodeError, RecursionError):
         return None
     return cfg, f"the last good config ({source}, kept {str(kept.get('time'))[:32]})"
 
@@ -489,7 +491,8 @@ def _read_compiled(file: Path, key: tuple, site: Path) -> Config | None:
         if len(blob) > MAX_CONFIG_BYTES:
             return None
         kept = marshal.loads(blob)
-    except (OSError, EOFError, ValueError, TypeError):
+    except (OSError, EOFError, ValueError, TypeError, MemoryError):
+        # MemoryError: marshal trusts a list's count (5 garbled bytes ask for 16 GiB).
         return None
     if not (isinstance(kept, tuple) and len(kept) == 6 and kept[0] == key):
         return None

@@ -185,6 +185,20 @@ def unsafe_directory(st: os.stat_result) -> str:
     return ""
 
 
+def kept_by_root_alone(directory: Path) -> bool:
+    """Whether `directory` is one root may write into though it did not make it: it exists, no
+    symlink leads to it, and neither it nor any directory above it can be changed by anyone
+    else (unsafe_directory). `healthctl check --root DIR` may be pointed anywhere, and a
+    record read from a directory someone else controls could say anything."""
+    try:
+        where = Path(os.path.abspath(directory))
+        if not where.is_dir() or os.path.realpath(where) != str(where):
+            return False
+        return not any(unsafe_directory(os.lstat(d)) for d in (where, *where.parents))
+    except OSError:
+        return False
+
+
 def _judge(st: os.stat_result, directory: Path) -> None:
     why = unsafe_directory(st)
     if why:

@@ -69,43 +69,55 @@ def _hangs_before(shared: dict, own: dict | None, boot_id: str) -> dict[str, dic
     return out
 
 
-def _keep_own_hangs(sdir: Path, own: dict, state) -> None:
-    """A read-only run's record of the children it left waiting: written only when it
-    changes, and only where the state directory takes it (a check run by someone who cannot
-    write there keeps none; it never says more than the run's findings already do)."""
+def _keep_own_hangs(own, own_hangs: dict, state) -> None:
+    """A read-only run's record of the children it left waiting (`own`, a hangs.Kept that
+    writes only where a directory root's alone already stands: a check run by someone who
+    cannot write there keeps none, and finds the children in /proc instead). It never says
+    more than the run's findings already do."""
     from rsc_health.collect import hangs
 
-    probes = hangs.update(own, state.boot_id, set(state.probes_asked),
+    probes = hangs.update(own_hangs, state.boot_id, set(state.probes_asked),
                           {name: state.probe_pids.get(name) for name in state.hung_probes},
                           utcnow(), sweep=False, after_health=state.hung_after_health)
-    if probes == own["probes"] and own["boot_id"] in (None, state.boot_id):
-        return
-    if not probes and not (sdir / CHECK_HANGS_FILE).exists():
-        return
-    if not _kept_by_root_alone(sdir):
-        return
-    try:
-        hangs.save(sdir / CHECK_HANGS_FILE, probes, state.boot_id)
-    except OSError:
-        pass
+    own.save(probes, state.boot_id)
 
 
-def _kept_by_root_alone(sdir: Path) -> bool:
-    """Whether a read-only run may write into `sdir`: it exists (a check makes no directory),
-    no symlink leads to it, and neither it nor any directory above it can be changed by anyone
-    else (durable.unsafe_directory). `healthctl check --root DIR` may be pointed anywhere; it
-    was read-only, and must not become a way to have root write where a user points."""
-    import os
+def _records(sdir: Path, root: Path, boot_id: str, *, read_only: bool, find_children: bool):
+    """(the node path's record, the read-only runs' own or None, the probes on record as
+    hanging before this run, the read-only run's own record as it stands). A record that may
+    miss a child (a copy lost, a read-only run that cannot keep its own, find_children: the
+    run cannot save one) has the children runs abandoned found in /proc (hangs.find_waiting)."""
+    from rsc_health.collect import hangs
 
-    from rsc_health.durable import unsafe_directory
+    rdir = hangs.runtime_dir(root)
+    kept = hangs.Kept(HANGS_FILE, sdir, rdir, boot_id)
+    own = hangs.Kept(CHECK_HANGS_FILE, sdir, rdir, boot_id, make=False) if read_only else None
+    blind = find_children or kept.lost or (own is not None and (own.lost or not own.keepable()))
+    found = hangs.find_waiting(root) if blind else {}
+    now = utcnow()
+    shared = hangs.with_found(kept.record, found, boot_id, now)
+    own_hangs = hangs.with_found(own.record, found, boot_id, now) if own is not None else None
+    return kept, own, _hangs_before(shared, own_hangs, boot_id), shared, own_hangs
 
-    try:
-        where = Path(os.path.abspath(sdir))
-        if not where.is_dir() or os.path.realpath(where) != str(where):
-            return False
-        return not any(unsafe_directory(os.lstat(d)) for d in (where, *where.parents))
-    except OSError:
-        return False
+
+class Looking:
+    """The probes' hang records for a read-only look outside the engine (`healthctl
+    snapshot`): read as a check reads them (`before`: a probe whose abandoned child still
+    waits is not asked again), and the children the look abandons (`state`'s probes_asked,
+    hung_probes, probe_pids, filled by the probes) kept in the check's record (`keep`)."""
+
+    def __init__(self, cfg: Config, root: Path) -> None:
+        from rsc_health.checks.state import NodeState
+        from rsc_health.collect import kmsg
+
+        self.state = NodeState(boot_id=kmsg.boot_id(root))
+        _, self.own, self.before, _, self.own_hangs = _records(
+            state_dir(cfg, root), Path(root), self.state.boot_id, read_only=True,
+            find_children=False)
+
+    def keep(self) -> None:
+        if self.own is not None and self.own_hangs is not None:
+            _keep_own_hangs(self.own, self.own_hangs, self.state)
 
 
 def run(
@@ -133,22 +145,26 @@ def run(
 
 def run_deferred(
     cfg: Config, root: Path, *, only: set[str] | None = None, budget_s: float | None = None,
-    sweep: bool = False, read_only: bool = False,
+    sweep: bool = False, read_only: bool = False, find_children: bool = False,
 ):
-    """(findings, commit): the node path calls commit() only once what the findings say is
-    safely spooled, so an event is never consumed without being recorded. commit() returns
-    checker findings for state it could not save; it never raises. read_only: see run()."""
+    """(findings, commit): the node path calls commit() once what the findings say is safely
+    spooled, so an event is never consumed without being recorded, and commit(events=False)
+    when it could not spool them: only the record of the probe children abandoned is saved
+    (it consumes nothing, and without it the next run forks one more child to join them).
+    commit() returns checker findings for state it could not save; it never raises.
+    read_only: see run(). find_children: the run cannot save a record (the state dir refuses
+    writes, the node lock is held): the children runs abandoned are found in /proc."""
     try:
         return _run(cfg, Path(root), only=only, budget_s=budget_s, sweep=sweep,
-                    read_only=read_only)
+                    read_only=read_only, find_children=find_children)
     except Exception as exc:  # noqa: BLE001 - the contract: never raise
         return ([_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")],
-                lambda: [])
+                lambda events=True: [])
 
 
 def _run(
     cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, sweep: bool,
-    read_only: bool = False,
+    read_only: bool = False, find_children: bool = False,
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
     from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
@@ -165,8 +181,9 @@ def _run(
     cursor_files: dict[str, str] = {f: c for f in families if (c := BY_NAME[f].cursor)}
     cursors = {f: kmsg.load_cursor(sdir / name) for f, name in cursor_files.items()}
     previous = counters.load(sdir / COUNTERS_FILE)
-    previous_hangs = hangs.load(sdir / HANGS_FILE)
-    own_hangs = hangs.load(sdir / CHECK_HANGS_FILE) if read_only else None
+    boot_id = kmsg.boot_id(root)
+    kept, own, hangs_before, previous_hangs, own_hangs = _records(
+        sdir, root, boot_id, read_only=read_only, find_children=find_children)
     if "lost" in previous:
         # Said by the one run that rebuilds it: the commit below writes it whole again.
         findings.append(_checker("state", str(sdir / COUNTERS_FILE),
@@ -181,15 +198,15 @@ def _run(
     state, new_cursors = collect_all(
         cfg, root, only=set(families), cursors=cursors, previous_counters=previous,
         probe_timeout_s=timeout, deadline=deadline,
-        hangs_before=_hangs_before(previous_hangs, own_hangs, kmsg.boot_id(root)),
+        hangs_before=hangs_before,
     )
     for family, source, message in state.errors:
         findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
                                {name: state.probe_pids.get(name) for name in state.hung_probes},
                                utcnow(), sweep=sweep, after_health=state.hung_after_health)
-    if own_hangs is not None:
-        _keep_own_hangs(sdir, own_hangs, state)
+    if own is not None and own_hangs is not None:
+        _keep_own_hangs(own, own_hangs, state)
     for probe, code in ((hangs.NVML, "nvml_hung"), (hangs.IB, "ib_hung")):
         if probe not in state.hung_probes:
             continue
@@ -213,11 +230,15 @@ def _run(
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
             findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
 
-    def commit() -> list[Finding]:
+    def commit(events: bool = True) -> list[Finding]:
         # Each state file is written only when it changes: what is on disk already says the
         # same thing, made durable by the run that wrote it. A healthy run on a quiet node
         # (no new kernel log record, no counter moved, no probe hung) writes none of them and
         # pays no fsync for them (bench_prolog.py).
+        unsaved = kept.save(state.hangs, state.boot_id)
+        out = [_checker("state", str(sdir / HANGS_FILE), unsaved)] if unsaved else []
+        if not events:
+            return out
         renamed = False
         try:
             for family, cursor in new_cursors.items():
@@ -229,19 +250,15 @@ def _run(
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
             merged.update(state.counters)
-            if (state.hangs != previous_hangs["probes"]
-                    or previous_hangs["boot_id"] not in (None, state.boot_id)):
-                hangs.save(sdir / HANGS_FILE, state.hangs, state.boot_id, sync_dir=False)
-                renamed = True
             if previous != {"boot_id": state.boot_id, "counters": merged}:
                 counters.save(sdir / COUNTERS_FILE, merged, state.boot_id, sync_dir=False)
                 renamed = True
             if renamed:
                 fsync_dir(sdir)
         except OSError as exc:
-            return [_checker("state", str(sdir),
-                             f"cannot save state: {exc.strerror or exc}")]
-        return []
+            return out + [_checker("state", str(sdir),
+                                   f"cannot save state: {exc.strerror or exc}")]
+        return out
 
     elapsed = time.monotonic() - started
     if budget_s is not None and elapsed > budget_s:

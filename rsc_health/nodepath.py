@@ -141,8 +141,8 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     run.step = "lock"
     try:
         timeout = min(float(cfg.get("slurm.lock_timeout_s")), seconds / 3)
-        with node_lock(sdir, timeout):
-            return _judge(ctx, run)
+        with node_lock(sdir, timeout) as writable:
+            return _judge(ctx, run, state_writable=writable)
     except LockTimeout as exc:
         # Whatever holds it (a run stuck in the kernel, a probe of an older release), the node
         # is still judged: read-only, so the events stay for the lock's holder to consume.
@@ -150,11 +150,14 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
         return _judge(ctx, run, lock_held=str(exc))
 
 
-def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
+def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
+           state_writable: bool = True) -> int:
     """Look, spool, remember, act. Under the node lock, or (lock_held: why it could not be
     taken) without it: then read-only, as `healthctl check` is: the XID cursor and counter
     baselines are not moved and no clean sweep counts towards a resume, but the kernel log, the
-    probes and the pending verdict are judged and acted on (an XID 79 still fails the job)."""
+    probes and the pending verdict are judged and acted on (an XID 79 still fails the job).
+    A run that can keep no record of the probe children it abandons (the lock held, the state
+    dir refusing writes) finds the ones abandoned before it in /proc (collect.hangs)."""
     from rsc_health import engine
 
     stage, cfg = ctx.stage, ctx.cfg
@@ -169,6 +172,7 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     findings, commit = engine.run_deferred(
         cfg, ctx.root, only=set(families) if families else None,
         budget_s=max(1.0, remaining * 0.5), sweep=stage.name == "sweep",
+        find_children=bool(lock_held) or not state_writable,
     )
     if lock_held:
         findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,
@@ -192,19 +196,20 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
                              time.monotonic() - ctx.started))
     records, spool_bytes = _within_spool_cap(ctx, records)
     run.spooled = write_spool(ctx.sdir, records)
-    if run.spooled and not lock_held:
+    if not lock_held:
         # Only now is it safe to consume the events: they are on disk. When the spool is not
-        # writable the next run reads them again, under the same record ids.
+        # writable the next run reads them again, under the same record ids; the record of the
+        # probe children left behind is saved all the same (it consumes no event).
         run.step = "state"
-        unsaved = commit()
+        unsaved = commit(events=run.spooled)
         for f in unsaved:
             log(f"{stage.name}: {f.reason}")
-        if unsaved:
+        if unsaved and run.spooled:
             # The next run will see these events again (same record ids, so the historian
             # keeps one copy); the operator must see that the state dir refuses writes.
             write_spool(ctx.sdir, spool.check_records(unsaved, node=ctx.node, source=stage.name,
                                                       time=now, job_id=ctx.job_id))
-            findings = findings + unsaved
+        findings = findings + unsaved
     run.step = "act"
     if pending and guard_backs_off(cfg, stage, pending, fresh, now):
         # The mass-drain guard (something is wrong fleet-wide) or someone else's drain held

@@ -304,11 +304,11 @@ def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
                 continue
             try:
                 obj = json.loads(line)
+                if "\\ud" in line or "\\uD" in line:
+                    obj = without_lone_surrogates(obj)  # two frames a level: deeper than json
             except (ValueError, RecursionError):  # [[[[... nested; ValueError: 5,000 digits
                 yield lineno, None, line
                 continue
-            if "\\ud" in line or "\\uD" in line:
-                obj = without_lone_surrogates(obj)
             yield lineno, obj if isinstance(obj, dict) else None, line
 
 

@@ -96,6 +96,8 @@ def _read(path: Path) -> dict:
         return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise CatalogError(f"{path}: {exc}") from exc
+    except RecursionError:  # tomllib recurses: `a = [[[[...` 500 deep, inline tables 330
+        raise CatalogError(f"{path}: arrays or tables nested too deep") from None
 
 
 def _validate(data: dict, path: Path) -> None:

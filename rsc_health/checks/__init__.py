@@ -13,8 +13,9 @@ everything the family needs and brings:
   (`check --only NAME`, `prolog_families = [NAME]`) or not;
 - `reads`: the files under the node's root it reads (globs), and `reads_config`: config keys
   whose values name more of them; a snapshot carries exactly these (symlinks as links), so
-  its replay judges what the live node judged; `capture(cfg, root)`: anything else a
-  snapshot must carry for it (the mount probes' outcomes).
+  its replay judges what the live node judged; `capture(cfg, root, env)`: anything else a
+  snapshot must carry for it (the mount probes' outcomes), given the snapshot's CollectEnv
+  (its NVML answers, the probes on record as hanging, where the hangs it meets are noted).
 
 A family's functions and file lists are its module's own (`check`, `collect`, `counters`,
 `capture`, `READS`, `READS_CONFIG`), named in its `Family` line and imported on first use
@@ -49,7 +50,7 @@ class Family:
     reads_config: tuple[str, ...] = ()  # config keys naming more files it reads
     collect: Callable[[Any, CollectEnv], Any] | None = None
     counters: Callable[[Any], dict[str, int]] | None = None
-    capture: Callable[[Any, Any], dict] | None = None  # snapshot extras: cfg, root -> doc
+    capture: Callable[..., dict] | None = None  # snapshot extras: cfg, root, env -> doc
     types: dict[str, Any] = field(default_factory=dict)  # key -> config_schema.Spec
     # Its kernel-log cursor's file under the state dir (engine.STATE_FILES lists it): its
     # collect returns a kmsg.XidRead whose cursor is saved once its findings are spooled.

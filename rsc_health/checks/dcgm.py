@@ -38,7 +38,7 @@ def collect(root: Path, env) -> dict:
     return doc if doc is not None else record(root, env.cfg, env.deadline)
 
 
-def capture(cfg, root: Path) -> dict:
+def capture(cfg, root: Path, env) -> dict:
     return {"dcgm_record": record(root, cfg, None)}
 
 
@@ -95,7 +95,7 @@ def _json(run: dict, what: str) -> tuple[dict | None, Finding | None]:
     text = str(run.get("stdout") or "")
     try:
         doc = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: `[[[[...` nested too deep
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or str(
             run.get("stderr") or "").strip()
         shown = "".join(c for c in first if c.isprintable())[:160] or "no output"

@@ -62,7 +62,7 @@ def collect(root: Path, env) -> dict:
     return doc if doc is not None else record(root, env.cfg, env.deadline)
 
 
-def capture(cfg, root: Path) -> dict:
+def capture(cfg, root: Path, env) -> dict:
     return {"fabric_record": record(root, cfg, None)}
 
 

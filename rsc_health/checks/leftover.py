@@ -75,19 +75,11 @@ def collect(root: Path, env) -> dict | None:
     return record(root, env.cfg, _nvml_pids(answers))
 
 
-def capture(cfg, root: Path) -> dict:
-    """A snapshot carries who each process NVML names is, as read now (live NVML from an
-    abandonable child, as the node path asks it: a wedged driver must not hang a snapshot)."""
-    from rsc_health.collect import bounded
-    from rsc_health.collect.gpu import NvmlBackend
-    from rsc_health.collect.node import gpu_backend
-
-    try:
-        backend = gpu_backend(cfg, root)
-        answers = (bounded.call(backend.read, float(cfg.get("gpu.nvml_timeout_s")))
-                   if isinstance(backend, NvmlBackend) else backend.read())
-    except Exception:  # noqa: BLE001 - the snapshot's own NVML read says what is wrong
-        answers = None
+def capture(cfg, root: Path, env) -> dict:
+    """A snapshot carries who each process NVML names is, as read now: NVML's answers are the
+    snapshot's own (env.state.nvml_answers: asked once, from an abandonable child, and not
+    again while a child abandoned before still waits in the driver: commands.node)."""
+    answers = env.state.nvml_answers if env.state is not None else None
     return {"leftover_record": record(root, cfg, _nvml_pids(answers))}
 
 

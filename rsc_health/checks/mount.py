@@ -120,13 +120,14 @@ def collect(root: Path, env) -> MountState | None:
     return found
 
 
-def capture(cfg, root: Path) -> dict:
+def capture(cfg, root: Path, env) -> dict:
     """What a snapshot carries beyond the files: each expected mount point (a directory in
-    the replay root) and the statvfs probe's outcome for each one present."""
-    timeout = float(cfg.get("mounts.probe_timeout_s", 2.0))
-    probes = mounts.probe(root, mounts_to_probe(cfg, mounts.collect(root)), timeout)
+    the replay root) and the statvfs probe's outcome for each one present, probed as a run
+    probes them (`collect`): a mount whose child abandoned before still waits is not asked
+    again (it is hung), and the children this one abandons are named in env.state."""
+    found = collect(root, env)
     return {"mountpoints": [m.get("path") for m in cfg.get("mounts.expected", [])],
-            "mount_probes": {p: asdict(r) for p, r in probes.items()}}
+            "mount_probes": {p: asdict(r) for p, r in (found.probes if found else {}).items()}}
 
 
 def check(state, cfg: dict) -> list[Finding]:

@@ -90,7 +90,7 @@ def collect(root: Path, env: CollectEnv | None = None) -> dict:
             os.close(fd)
 
 
-def capture(cfg, root: Path) -> dict:
+def capture(cfg, root: Path, env) -> dict:
     """What a snapshot carries for the family: the programs' outcomes, run once now (their
     output decoded as in collect), so a replay judges what they printed without running
     anything on the machine replaying it."""

@@ -106,7 +106,7 @@ def _clock_ms(root: Path, env) -> int:
     return int(time.time() * 1000)
 
 
-def capture(cfg, root: Path) -> dict:
+def capture(cfg, root: Path, env) -> dict:
     """What a snapshot carries beyond the files: when it read the node (the rates' clock)."""
     return {"telemetry_clock": {"time_ms": _clock_ms(root, None)}}
 

@@ -57,10 +57,23 @@ class Died(Abandoned):
     fault)."""
 
 
-def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]:
+def hold_mark(name: str) -> int | None:
+    """A memfd named `name` (collect.hangs.marker: the probe and the node's root), held while
+    the probe is asked: a later run with no record of the children abandoned before it that it
+    can trust finds them by it (collect.hangs.find_waiting). None where no memfd is to be had
+    (the probe is asked all the same). One syscall, in the child."""
+    try:
+        return os.memfd_create(name, os.MFD_CLOEXEC)
+    except (AttributeError, OSError, ValueError):  # no memfd here, a name too long
+        return None
+
+
+def start(fn: Callable[..., Any], *, streaming: bool = False,
+          mark: str | None = None) -> tuple[int, int]:
     """Fork a child that runs fn() and writes its JSON result; (pid, read fd). streaming: fn
     gets an `emit(obj)` to report how far it got, one JSON line each, before its result
-    (json.dumps never writes a raw newline, so every message is one line)."""
+    (json.dumps never writes a raw newline, so every message is one line). mark: the child
+    holds hold_mark(mark) for as long as it lives."""
     r, w = os.pipe()
     _widen(w)
     pid = os.fork()
@@ -77,6 +90,8 @@ def start(fn: Callable[..., Any], *, streaming: bool = False) -> tuple[int, int]
             # pipes) before anything that can block: see the module's docstring.
             os.closerange(3, w)
             os.closerange(w + 1, _max_fd())
+            if mark is not None:
+                hold_mark(mark)
 
             def emit(obj: Any) -> None:
                 _write_all(w, json.dumps({"partial": obj}, default=str).encode() + b"\n")
@@ -133,7 +148,7 @@ def _messages(buf: bytes) -> list[dict]:
     for line in buf.split(b"\n"):
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):  # RecursionError: `[[[[...` nested too deep
             continue
         if isinstance(msg, dict):
             out.append(msg)
@@ -150,7 +165,7 @@ def _last_message(buf: bytes, key: str) -> Any:
             continue
         try:
             msg = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
         if isinstance(msg, dict) and key in msg:
             return msg
@@ -253,11 +268,13 @@ def _let_go(pid: int, *, kill: bool) -> None:
         pass
 
 
-def call(fn: Callable[..., Any], timeout_s: float, *, streaming: bool = False) -> Any:
+def call(fn: Callable[..., Any], timeout_s: float, *, streaming: bool = False,
+         mark: str | None = None) -> Any:
     """fn()'s result from a child, or Abandoned after timeout_s; the child's exception comes
     back as OSError (with its errno) or RuntimeError. streaming: fn(emit) may report how far
-    it got, and Abandoned carries the last report (what was answered before a hang)."""
-    pid, fd = start(fn, streaming=streaming)
+    it got, and Abandoned carries the last report (what was answered before a hang). mark:
+    see start."""
+    pid, fd = start(fn, streaming=streaming, mark=mark)
     partial: dict[str, Any] = {}
     answer = collect({"x": (pid, fd)}, time.monotonic() + timeout_s, partial)["x"]
     if answer is None:

@@ -509,7 +509,7 @@ def unpack_report(report: Any) -> Any:
         return report
     try:
         devices = [json.loads(text) for text in report[PACKED]]
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deep
         return None
     doc = {k: v for k, v in report.items() if k != PACKED}
     doc["devices"] = devices

@@ -14,11 +14,25 @@ returns the moment the mount or the driver does), and asking again would only le
 process stuck behind it: one per run, hundreds in a day-long storage outage, each holding the
 memory of the run it was forked from.
 
+That bound must hold whatever the state dir's disk does. The record is kept twice (`Kept`):
+in the state dir and in a runtime dir on tmpfs (RUNTIME_DIR under the node's root, /run: no
+disk behind it), each copy numbered (`seq`), and the newer one read. It is saved whether or
+not the run's findings could be spooled (it consumes no event). A copy that cannot be read
+(garbled, or where someone else could have put it), a save that no copy took (an empty copy
+is then left where one can be: a full disk still takes a file of no bytes), a state dir that
+refuses writes or a node lock held by another run: then the run does not trust the record
+and finds the children abandoned before it in /proc (`find_waiting`), by the marker each
+child holds while it asks (collect.bounded.hold_mark). A healthy run reads two names that are
+not there and scans nothing.
+
 Standard library only: the prolog uses this on every job start.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import stat
 from datetime import datetime
 from pathlib import Path
 
@@ -28,6 +42,15 @@ from rsc_health.durable import load_state_json
 NVML = "nvml"
 STATVFS = "statvfs"
 IB = "ib"  # the InfiniBand ports' sysfs read (collect.ibports)
+
+
+# The runtime copy's directory under the node's root: /run is a tmpfs, whatever the state
+# dir's disk does (full, read-only), and a reboot, which ends every hang, empties it.
+RUNTIME_DIR = "run/rsc-health"
+
+
+def runtime_dir(root: Path) -> Path:
+    return Path(root) / RUNTIME_DIR
 
 
 def statvfs(path: str) -> str:
@@ -40,9 +63,14 @@ def kind(probe: str) -> str:
 
 
 def load(path: Path) -> dict:
-    """{"boot_id", "probes"}; anything malformed or unreadable is no hang on record (the count
-    starts again: a wedged driver is then found N sweeps later, never wrongly)."""
-    data = load_state_json(path)
+    """{"boot_id", "probes", "seq", "lost"}; anything malformed or unreadable is no hang on
+    record (the count starts again: a wedged driver is then found N sweeps later, never
+    wrongly) and lost (the run looks for the children in /proc: `Kept`). seq: -1 when there
+    is none, 0 for a record written before copies were numbered."""
+    return _parsed(load_state_json(path))
+
+
+def _parsed(data: dict) -> dict:
     probes = data.get("probes") if isinstance(data.get("probes"), dict) else {}
     clean = {
         str(name): {k: v for k, v in p.items() if k in ("since", "sweeps", "pid", "start")
@@ -53,7 +81,236 @@ def load(path: Path) -> dict:
         and type(p.get("sweeps")) is int and p["sweeps"] >= 0
     }
     boot = data.get("boot_id")
-    return {"boot_id": boot if isinstance(boot, str) else None, "probes": clean}
+    seq = data.get("seq")
+    return {"boot_id": boot if isinstance(boot, str) else None, "probes": clean,
+            "seq": seq if type(seq) is int else 0 if data else -1, "lost": "lost" in data}
+
+
+# What a runtime copy may weigh: a record names a handful of probes.
+RECORD_BYTES = 1 << 16
+
+
+def _load_runtime(path: Path) -> dict:
+    """The runtime copy as load() gives it. Believed only as a regular file of root's (or this
+    process's user's) that no one else may write, in a directory root's alone
+    (durable.kept_by_root_alone): a record planted there could name any long-lived process
+    and blind the probe for as long as it lives. Lost otherwise. A healthy node has none:
+    one failed open."""
+    from rsc_health.durable import kept_by_root_alone
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return _parsed({})
+    except OSError as exc:
+        return _parsed({"lost": exc.strerror or str(exc)})
+    try:
+        st = os.fstat(fd)
+        if (not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid())
+                or st.st_mode & 0o022 or st.st_size > RECORD_BYTES):
+            return _parsed({"lost": "not a file of root's alone"})
+        data = os.read(fd, RECORD_BYTES + 1)
+    except OSError as exc:
+        return _parsed({"lost": exc.strerror or str(exc)})
+    finally:
+        os.close(fd)
+    if not kept_by_root_alone(path.parent):
+        return _parsed({"lost": f"{path.parent} is not root's alone"})
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        return _parsed({"lost": "not JSON"})
+    return _parsed(doc if isinstance(doc, dict) else {"lost": "not a JSON object"})
+
+
+class Kept:
+    """One record of the children runs abandoned (the node path's HANGS_FILE, or the read-only
+    runs' CHECK_HANGS_FILE), kept in the state dir and in the runtime dir: the newer copy (this
+    boot's, the higher seq) is the record. `lost`: a copy could not be believed, so the record
+    may miss a child: the run looks in /proc (find_waiting).
+
+    make: the runtime dir may be made (the node path); a read-only run writes a copy only
+    where a directory root's alone already stands (durable.kept_by_root_alone)."""
+
+    def __init__(self, name: str, sdir: Path, rdir: Path, boot_id: str, *,
+                 make: bool = True) -> None:
+        self.paths = (Path(sdir) / name, Path(rdir) / name)
+        self.make = make
+        self.copies = [load(self.paths[0]), _load_runtime(self.paths[1])]
+        self.lost = any(c["lost"] for c in self.copies)
+        usable = [c for c in self.copies if not c["lost"]] or [_parsed({})]
+        self.record = max(usable, key=lambda c: (c["boot_id"] == boot_id, c["seq"]))
+
+    def keepable(self) -> bool:
+        """Whether a save could land anywhere: a directory root's alone that this process may
+        write (a read-only run by a user, or pointed at a tree someone else owns, has none)."""
+        from rsc_health.durable import kept_by_root_alone
+
+        return any(kept_by_root_alone(p.parent) and os.access(p.parent, os.W_OK)
+                   for p in self.paths)
+
+    def save(self, probes: dict[str, dict], boot_id: str) -> str | None:
+        """Write each copy that does not say this already (none on a healthy run: nothing
+        hanging, none on record). None when the record is kept; else what went wrong (the
+        state dir's copy not written), for a checker finding. A save no copy took leaves each
+        copy it can empty (lost: the next run looks in /proc)."""
+        stale = [i for i, c in enumerate(self.copies) if not _says(c, probes, boot_id)]
+        if not stale:
+            return None
+        doc = {"boot_id": boot_id, "probes": probes,
+               "seq": max(c["seq"] for c in self.copies) + 1}
+        failed: dict[int, OSError] = {}
+        for i in stale:
+            try:
+                self._write(i, json.dumps(doc, sort_keys=True))
+                self.copies[i] = {**doc, "lost": False}
+            except OSError as exc:
+                failed[i] = exc
+        if not failed:
+            return None
+        held = [i for i, c in enumerate(self.copies) if _says(c, probes, boot_id)]
+        if not held:
+            for i in failed:
+                try:
+                    self._write(i, "")
+                    self.copies[i] = _parsed({"lost": "empty"})
+                except OSError:
+                    pass
+        if 0 not in failed:
+            return None
+        why = "; ".join(f"{self.paths[i].parent}: {failed[i].strerror or failed[i]}"
+                        for i in sorted(failed))
+        where = (f"kept in {self.paths[held[0]].parent}" if held else
+                 "kept nowhere: the next run looks for its children in /proc")
+        return f"cannot save {self.paths[0].name} ({why}); {where}"
+
+    def _write(self, i: int, text: str) -> None:
+        from rsc_health import durable
+
+        path = self.paths[i]
+        if i == 1 and self.make and not path.parent.is_dir():
+            # Made only below a directory root's alone: never through a symlink.
+            above = next(d for d in path.parent.parents if d.is_dir())
+            if not durable.kept_by_root_alone(above):
+                raise durable.UnsafeDirectory(f"{above} is not root's alone: refused")
+            durable.make_dirs(path.parent)
+        if (i == 1 or not self.make) and not durable.kept_by_root_alone(path.parent):
+            raise durable.UnsafeDirectory(f"{path.parent} is not root's alone: refused")
+        durable.write_atomic(path, text)
+
+
+def _says(copy: dict, probes: dict[str, dict], boot_id: str) -> bool:
+    """Whether a copy already holds this record (none at all says nothing hangs)."""
+    return (not copy["lost"] and copy["probes"] == probes
+            and copy["boot_id"] in (None, boot_id))
+
+
+def with_found(record: dict, found: dict[str, dict], boot_id: str, now: datetime) -> dict:
+    """The record with the abandoned children find_waiting found: a probe whose child on record
+    is not one still waiting (or that has none on record) is named by the one found, so it is
+    not asked again (since when and how many sweeps stay the record's where it has them)."""
+    if not found:
+        return record
+    probes = dict(current(record, boot_id))
+    for name, child in found.items():
+        rec = probes.get(name)
+        if still_waiting(rec):
+            continue
+        was = rec or {"since": now.isoformat(), "sweeps": 0}
+        probes[name] = {**{k: v for k, v in was.items()
+                           if k not in ("pid", "start", "after_health")}, **child}
+    return {**record, "boot_id": boot_id, "probes": probes}
+
+
+def marker(probe: str, root: Path) -> str:
+    """The name of the memfd a probe's child holds while it asks (bounded.hold_mark)."""
+    return f"rsc-health probe under {root}: {probe}"
+
+
+_SIGKILL = 1 << 8  # bit 9 - 1 of a /proc status signal mask
+
+
+def find_waiting(root: Path) -> dict[str, dict]:
+    """{probe: {"pid", "start"}}: the children runs under `root` abandoned that are still in
+    the kernel, found in /proc. For a run without a record it can trust (Kept.lost, a state
+    dir that refuses writes, the node lock held): a read of /proc/PID/stat per process.
+
+    A process counts when it is alive (in the kernel, D or R, or a zombie main thread whose
+    prober thread is: `_start_time`), SIGKILL is pending on it (the run that abandoned it
+    killed it: a child a run is still waiting on is in flight, not abandoned, and counting it
+    would say a hang that is not there), it holds the probe's marker (a memfd named
+    marker(probe, root): the mount prober's threads each hold their mount's until it answers)
+    and every uid of it is root's (or this process's): anyone can name a memfd so and get a
+    process of theirs stuck on a FUSE mount of their own, and blind the probe with it. Of
+    several, the oldest."""
+    prefix = "/memfd:" + marker("", root)
+    me, euid = os.getpid(), os.geteuid()
+    found: dict[str, dict] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        if not name.isdigit() or int(name) == me:
+            continue
+        pid = int(name)
+        try:
+            state, start = _stat(Path(f"/proc/{pid}/stat"))
+            if state not in ("D", "R", "Z"):
+                continue
+            status = _status(pid)
+        except (OSError, ValueError, IndexError):
+            continue
+        if not _root_and_killed(status, euid):
+            continue
+        for probe in _marks(pid, prefix):
+            if probe not in found or start < found[probe]["start"]:
+                found[probe] = {"pid": pid, "start": start}
+    return {p: c for p, c in found.items() if _start_time(c["pid"]) == c["start"]}
+
+
+def _status(pid: int) -> dict[str, str]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        fields[key] = value.strip()
+    return fields
+
+
+def _root_and_killed(status: dict[str, str], euid: int) -> bool:
+    try:
+        uids = [int(u) for u in status["Uid"].split()]
+        pending = int(status.get("ShdPnd", "0"), 16) | int(status.get("SigPnd", "0"), 16)
+    except (KeyError, ValueError):
+        return False
+    return bool(uids) and all(u in (0, euid) for u in uids) and bool(pending & _SIGKILL)
+
+
+def _marks(pid: int, prefix: str) -> list[str]:
+    """The probes whose marker process `pid` holds (its descriptors, read through a thread
+    still alive: a zombie main thread has none)."""
+    out: list[str] = []
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return out
+    for tid in tasks:
+        fds = f"/proc/{pid}/task/{tid}/fd"
+        try:
+            names = os.listdir(fds)
+        except OSError:
+            continue
+        if not names:
+            continue
+        for fd in names:
+            try:
+                link = os.readlink(f"{fds}/{fd}")
+            except OSError:
+                continue
+            if link.startswith(prefix):
+                out.append(link[len(prefix):].removesuffix(" (deleted)"))
+        return out
+    return out
 
 
 def current(previous: dict, boot_id: str) -> dict[str, dict]:

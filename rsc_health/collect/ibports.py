@@ -137,7 +137,8 @@ class IbReader:
             return
         from rsc_health.collect import bounded
 
-        pid, fd = bounded.start(_asker(self.root, self.names), streaming=True)
+        pid, fd = bounded.start(_asker(self.root, self.names), streaming=True,
+                                mark=hangs.marker(hangs.IB, self.root))
         self._child = (pid, fd, time.monotonic())
 
     def _gather(self) -> None:

@@ -131,7 +131,7 @@ def begin(root: Path, paths: list[str],
           alone: frozenset[str] | set[str] = frozenset()) -> Probing:
     """Fork the statvfs children now (probe's first half): collect_all starts them before it
     waits on NVML or the InfiniBand ports, so a hung mount's wait overlaps theirs."""
-    from rsc_health.collect import bounded
+    from rsc_health.collect import bounded, hangs
 
     started = time.monotonic()
 
@@ -140,7 +140,9 @@ def begin(root: Path, paths: list[str],
 
     together = [p for p in paths if p not in alone]
     groups = ([together] if together else []) + [[p] for p in paths if p in alone]
-    children = {str(i): bounded.start(_asker([target(p) for p in group]), streaming=True)
+    children = {str(i): bounded.start(_asker([target(p) for p in group],
+                                             [hangs.marker(hangs.statvfs(p), root)
+                                              for p in group]), streaming=True)
                 for i, group in enumerate(groups)}
     return Probing(started, list(paths), groups, children)
 
@@ -178,22 +180,29 @@ def finish(probing: Probing, timeout_s: float) -> dict[str, ProbeResult]:
     return {path: results[path] for path in probing.paths}
 
 
-def _asker(targets: list[str]):
+def _asker(targets: list[str], marks: list[str] | None = None):
     """What the child runs: statvfs each target (the module's `statvfs`: tests replace it), in
-    a thread each when there are several, reporting {"i", "seconds", "error"} per answer."""
+    a thread each when there are several, reporting {"i", "seconds", "error"} per answer.
+    marks: each target's marker, held until it answered (collect.hangs.find_waiting: a child
+    stuck on one mount holds that mount's alone)."""
 
     def ask(emit) -> None:
         import threading
 
+        from rsc_health.collect.bounded import hold_mark
+
         started = time.monotonic()
 
         def one(i: int) -> None:
+            held = hold_mark(marks[i]) if marks else None
             try:
                 statvfs(targets[i])
                 error = None
             except Exception as exc:  # noqa: BLE001 - reported to the parent as data
                 error = getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}"
             emit({"i": i, "seconds": time.monotonic() - started, "error": error})
+            if held is not None:
+                os.close(held)
 
         if len(targets) == 1:
             one(0)

@@ -42,6 +42,7 @@ def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
     backend = gpu_backend(cfg, root, telemetry)
     if isinstance(backend, gpu_mod.NvmlBackend):
         timeout = float(cfg.get("gpu.nvml_timeout_s", 10.0))
+        mark = hangs.marker(hangs.NVML, root)
         state.probes_asked.append(hangs.NVML)
         waiting = hangs_before.get(hangs.NVML) or {}
         if hangs.still_waiting(waiting) and waiting.get("after_health") is True:
@@ -52,7 +53,7 @@ def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
             # asked while the old one waits). Should this one hang too, it is the record and
             # nothing is asked again: at most two children stuck.
             answers = guard(lambda: _nvml_answers(
-                gpu_backend(cfg, root, telemetry=False), timeout, state))
+                gpu_backend(cfg, root, telemetry=False), timeout, state, mark))
             if hangs.NVML not in state.hung_probes:
                 state.hung_after_health.add(hangs.NVML)
                 state.hung_probes[hangs.NVML] = (
@@ -64,7 +65,7 @@ def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
                 f"in the driver; not asked again")
             answers = None
         else:
-            answers = guard(lambda: _nvml_answers(backend, timeout, state))
+            answers = guard(lambda: _nvml_answers(backend, timeout, state, mark))
     else:
         answers = guard(backend.read)
     if answers is not None:
@@ -72,7 +73,7 @@ def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
         state.gpu = guard(lambda: gpu_mod.parse_answers(answers))
 
 
-def _nvml_answers(backend, timeout: float, state) -> dict | None:
+def _nvml_answers(backend, timeout: float, state, mark: str | None = None) -> dict | None:
     """NVML's answers from an abandonable child; None when it hung before the device count.
     When it hangs mid-read (one GPU's call blocks in a wedged driver), what it answered
     before is kept and judged (a GPU lost before the hang still drains), the hang itself is
@@ -84,7 +85,7 @@ def _nvml_answers(backend, timeout: float, state) -> dict | None:
 
     started = time.monotonic()
     try:
-        return bounded.call(backend.read_streamed, timeout, streaming=True)
+        return bounded.call(backend.read_streamed, timeout, streaming=True, mark=mark)
     except bounded.Died as exc:
         # A crash, not a hang: nothing waits in the kernel, so no hang is recorded (hangs
         # count toward a drain; a checker that crashes must not drain the node). The own
@@ -96,7 +97,7 @@ def _nvml_answers(backend, timeout: float, state) -> dict | None:
                 f'through pynvml (set [gpu] nvml_binding = "pynvml" and report this)')))
             fallback = gpu_mod.NvmlBackend(max_links=backend.max_links, binding="pynvml")
             left = max(0.5, timeout - (time.monotonic() - started))
-            return _nvml_answers(fallback, left, state)
+            return _nvml_answers(fallback, left, state, mark)
         state.errors.append(("gpu", "nvml", f"NVML's child died: {exc}"))
         return gpu_mod.with_unanswered(gpu_mod.unpack_report(exc.partial))
     except bounded.Abandoned as exc:

@@ -153,46 +153,60 @@ def _read(path: Path) -> str | None:
 def _local_state(cfg: Config, root: Path) -> dict[str, str]:
     """The node's local state the checks judge against (XID cursor, counter baselines), so a
     replay judges "new since the last sweep" exactly as the node did. Read, never written."""
+    from rsc_health.collect.sysfs import read_bounded
     from rsc_health.config import state_dir
     from rsc_health.engine import STATE_FILES
 
     out = {}
     for name in STATE_FILES:
-        try:
-            out[name] = (state_dir(cfg, root) / name).read_text()
+        try:  # bounded: a FIFO at the name held the snapshot for ever, /dev/zero never ends
+            out[name] = read_bounded(state_dir(cfg, root) / name).decode("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
     return out
 
 
-def _nvml_answers(backend, timeout: float) -> dict:
-    """NVML's answers for a snapshot: live NVML from an abandonable child, as the checks ask
-    it (a wedged driver held the snapshot in the kernel for good); what it answered before a
-    hang is kept, the GPUs it never reached marked unanswered, a hang before the device count
-    is NVML's own timeout (a replay says it could not ask, never a drain)."""
-    from rsc_health.collect import bounded
-    from rsc_health.collect import gpu as gpu_mod
-
-    if not isinstance(backend, gpu_mod.NvmlBackend):
-        return backend.read()
-    try:
-        return bounded.call(backend.read, timeout, streaming=True)
-    except bounded.Abandoned as exc:
-        return gpu_mod.with_unanswered(exc.partial) or dict(gpu_mod.UNANSWERED)
-
-
 def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
     """Exactly what the families of checks.REGISTRY declare they read (files, NVML's answers,
-    what their `capture` adds), with the node's local state, as one JSON document."""
-    from rsc_health.checks import BY_NAME, REGISTRY
-    from rsc_health.collect import ibports
-    from rsc_health.collect.node import gpu_backend
+    what their `capture` adds), with the node's local state, as one JSON document.
 
+    Every probe that can hang (a mount's statvfs, NVML, the IB ports' read) is asked as a check
+    asks it (engine.Looking): from an abandonable child, not again while a child abandoned
+    before (by a run, a check or a snapshot) still waits in the kernel (the probe is hung:
+    the replay says so), and the children this snapshot abandons are kept in the check's
+    record. Before, each snapshot forked its children afresh and kept no record: taken by hand
+    through a storage outage, each left one more process stuck behind the hung mount."""
+    from rsc_health.engine import Looking
+
+    looking = Looking(cfg, root)
+    try:
+        return _take_snapshot(cfg, root, node, looking)
+    finally:
+        looking.keep()
+
+
+def _take_snapshot(cfg: Config, root: Path, node: str, looking) -> dict:
+    from rsc_health.checks import BY_NAME, REGISTRY, CollectEnv
+    from rsc_health.collect import gpu as gpu_mod
+    from rsc_health.collect import ibports
+    from rsc_health.collect.node import read_nvml
+
+    env = CollectEnv(cfg, state=looking.state, hangs_before=looking.before)
     # The InfiniBand ports through the checks' own abandonable child: a counter read a wedged
     # HCA firmware holds in the kernel would hold the snapshot there for good. What it did
     # not answer (read_timeout_s) is not carried.
     ib = ibports.IbReader(root, None, ibports.port_files(g for f in REGISTRY for g in f.reads),
-                          float(cfg.get("infiniband.read_timeout_s")))
+                          float(cfg.get("infiniband.read_timeout_s")), state=looking.state,
+                          hangs_before=looking.before)
+    doc: dict = {}
+    if any(fam.nvml for fam in REGISTRY):
+        # NVML's answers first (the leftover capture names who its processes are): what it
+        # answered before a hang is kept, the GPUs it never reached marked unanswered, a hang
+        # before the device count (or a child still waiting) is NVML's own timeout (a replay
+        # says it could not ask, never a drain).
+        read_nvml(cfg, root, looking.state, looking.before,
+                  telemetry="telemetry" in BY_NAME)
+        doc["nvml"] = looking.state.nvml_answers or dict(gpu_mod.UNANSWERED)
     files: dict[str, str] = {}
     links: dict[str, str] = {}
     real_root = root.resolve()
@@ -224,7 +238,6 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
 
     for rel in SHARED_READS:
         grab(rel)
-    doc: dict = {}
     for fam in REGISTRY:
         for pattern in fam.reads:
             for path in sorted(root.glob(pattern)):
@@ -234,10 +247,7 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
             for source in [value] if isinstance(value, str) else value:
                 grab(str(source).lstrip("/"))
         if fam.capture is not None:
-            doc.update(fam.capture(cfg, root))
-    if any(fam.nvml for fam in REGISTRY):
-        doc["nvml"] = _nvml_answers(gpu_backend(cfg, root, telemetry="telemetry" in BY_NAME),
-                                    float(cfg.get("gpu.nvml_timeout_s")))
+            doc.update(fam.capture(cfg, root, env))
     return {
         "schema": SNAPSHOT_SCHEMA,
         "node": node or os.uname().nodename,
@@ -253,10 +263,16 @@ def take_snapshot(cfg: Config, root: Path, node: str = "") -> dict:
 
 def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
     """Rebuild a snapshot as a root directory; the config is the snapshot's own unless
-    --config was given."""
-    doc = json.loads(path.read_text())
-    if doc.get("schema") != SNAPSHOT_SCHEMA:
-        raise click.ClickException(f"{path}: not a {SNAPSHOT_SCHEMA} file")
+    --config was given. ConfigError (`check`: a checker error, exit 4) when the file is not
+    a snapshot it can read or its config does not validate."""
+    from rsc_health.config import ConfigError
+
+    try:
+        doc = json.loads(path.read_text())
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
+        raise ConfigError(f"{path}: not a {SNAPSHOT_SCHEMA} file: {str(exc)[:120]}") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SNAPSHOT_SCHEMA:
+        raise ConfigError(f"{path}: not a {SNAPSHOT_SCHEMA} file")
     root = into / "root"
     _write_tree(doc, root)
     data = dict(doc.get("config") or {})

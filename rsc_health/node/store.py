@@ -49,16 +49,20 @@ def node_lock(sdir: Path, timeout_s: float):
     A state dir that refuses writes (its filesystem remounted read-only after disk errors)
     must not blind the node path: flock needs no write access, so the lock file, or the
     directory itself when the file was never made, is opened read-only. That run can neither
-    spool nor advance its cursor (it says so), but it still looks and acts."""
+    spool nor advance its cursor (it says so), but it still looks and acts. Yields whether the
+    state dir takes writes (False: the run finds the probe children abandoned before it in
+    /proc, as it can keep no record of them: collect.hangs)."""
     own_state_dir(sdir)
     # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
     # programs a run executes (site checks, Slurm commands), and a probe forked without exec
     # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
     # O_NOFOLLOW: a symlink planted at its name is not followed (nor created through).
+    writable = True
     try:
         fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
                      0o644)
     except OSError as exc:
+        writable = False
         if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
             raise
         try:
@@ -77,7 +81,7 @@ def node_lock(sdir: Path, timeout_s: float):
                 if time.monotonic() >= deadline:
                     raise LockTimeout(f"{sdir / LOCK_FILE} held for {timeout_s:g}s") from None
                 time.sleep(0.05)
-        yield
+        yield writable
     finally:
         os.close(fd)
 

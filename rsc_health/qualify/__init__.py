@@ -44,6 +44,6 @@ def parse(test: str, text: str, tool: str | None = None) -> Outcome:
     plugin = PLUGINS[test]
     try:
         return plugin.parse(text, tool)
-    except (ValueError, KeyError, IndexError, TypeError) as exc:
+    except (ValueError, KeyError, IndexError, TypeError, RecursionError) as exc:
         return Outcome(test, inconclusive=f"unreadable {test} output ({type(exc).__name__}: "
                        f"{str(exc)[:80]})")

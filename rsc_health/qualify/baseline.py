@@ -44,7 +44,10 @@ class Baseline:
             data = fh.read(MAX_BYTES + 1)
         if len(data) > MAX_BYTES:
             raise ValueError(f"{path}: larger than {MAX_BYTES} bytes")
-        doc = json.loads(data)
+        try:
+            doc = json.loads(data)
+        except RecursionError:  # what the caller says of any file that is not JSON
+            raise ValueError(f"{path}: not JSON: nested too deep") from None
         if not isinstance(doc, dict):
             raise ValueError(f"{path}: a baseline is a JSON object of metric: value")
         values = {}

@@ -10,6 +10,7 @@ check's text (or a 200-character name) failed every later flush of its node for 
 from __future__ import annotations
 
 import json
+import sys
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -111,6 +112,32 @@ def test_a_spool_line_json_cannot_read_is_quarantined(historian, tmp_path, line)
     report = deliver(historian, tmp_path)
     assert report.quarantined_count == 1 and not list(tmp_path.glob("batch-*"))
     assert _count(historian, schema.check_results, node="good") == 1
+
+
+@pytest.mark.parametrize(("leaf", "why"), [('"\\ud800"', "not a JSON object"),
+                                           ('"\\u0000"', "nested too deep")],
+                         ids=["lone-surrogate", "nul"])
+def test_a_spool_record_nested_deeper_than_its_mending_walks_is_quarantined(
+        historian, tmp_path, leaf, why):
+    """Valid JSON 600 levels deep decodes (the decoder stops near 1,000), but mending a lone
+    surrogate or a NUL in it walks the record in Python, two frames a level: RecursionError,
+    which nothing caught. The flush failed, the batch stayed claimed, and every later flush of
+    that node failed on the same line."""
+    depth = sys.getrecursionlimit() * 6 // 10
+    t = _recent()
+    spool.append(tmp_path, _good(t))
+    deep = dict(_good(t)[0], id="deep", node="deep")
+    line = json.dumps(deep)[:-1] + ', "data": ' + "[" * depth + leaf + "]" * depth + "}"
+    assert json.loads(line)["node"] == "deep"  # valid JSON, not the decoder's own limit
+    with (tmp_path / spool.PENDING).open("a") as fh:
+        fh.write(line + "\n")
+
+    report = deliver(historian, tmp_path)
+
+    assert report.quarantined_count == 1 and not list(tmp_path.glob("batch-*"))
+    assert why in report.quarantined[0][1].message
+    assert _count(historian, schema.check_results, node="good") == 1
+    assert _count(historian, schema.check_results, node="deep") == 0
 
 
 # -- imports ----------------------------------------------------------------------------------

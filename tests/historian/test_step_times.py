@@ -225,14 +225,18 @@ HOSTILE = [
 def test_hostile_lines_are_reported_by_number_and_the_good_ones_kept(tmp_path, historian):
     good = {"job_id": "1", "rank": 3, "node": "n1", "step": 7, "seconds": 0.25,
             "time": "2026-01-01T00:00:00+02:00"}
-    lines = [json.dumps(obj) for obj, _ in HOSTILE] + ["{not json", "[" * 100_000,
-                                                       json.dumps(good)]
+    # Nested too deep for the decoder and under the 64 KiB line limit (100,000 was refused
+    # for its length, before any JSON was read).
+    deep = "[" * 60_000
+    assert len(deep) < LIMITS.max_line_bytes
+    lines = [json.dumps(obj) for obj, _ in HOSTILE] + ["{not json", deep, json.dumps(good)]
     path = tmp_path / "s.jsonl"
     path.write_text("\n".join(lines) + "\n")
     report = steps.ingest_path(historian, path, LIMITS)
     assert report.written == 1 and len(report.bad) == len(HOSTILE) + 2
     for bad, (_, why) in zip(report.bad, HOSTILE, strict=False):
         assert why in bad.message, (bad, why)
+    assert "not JSON: maximum recursion depth" in report.bad[-1].message
     with historian.connect() as conn:
         row = conn.execute(select(schema.step_times)).one()
     assert row.time == datetime(2025, 12, 31, 22, 0, 0)  # offset read, stored as UTC

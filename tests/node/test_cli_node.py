@@ -123,3 +123,31 @@ def test_a_snapshot_carries_no_database_password(node, tmp_path):
     assert "hunter2" not in snap.read_text()
     assert json.loads(snap.read_text())["config"]["historian"]["url"] == "postgresql://rsc:***@db/rsc"
     assert CliRunner().invoke(cli, ["check", "--from", str(snap)]).exit_code == 0
+
+
+def test_a_fifo_at_a_state_files_name_never_holds_the_snapshot(node, tmp_path):
+    """The snapshot carries the node's state files (XID cursor, counter baselines); they were
+    read with read_text: a FIFO at one's name held `healthctl snapshot` for ever (and a
+    symlink to /dev/zero would have read until memory ran out). Now read_bounded, as every
+    other file the snapshot carries: that file is left out, the rest is written."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.fixtures.nodes.node_copy import NODE_STATE
+
+    assert invoke(node, "check").exit_code == 0
+    state = node.root / NODE_STATE
+    state.mkdir(parents=True, exist_ok=True)
+    (state / "counters.json").write_text('{"boot_id": "b", "counters": {}}')
+    os.mkfifo(state / "xid_cursor.json")
+    snap = tmp_path / "snap.json"
+
+    done = subprocess.run(
+        [sys.executable, "-m", "rsc_health.cli", "--root", str(node.root), "--config",
+         str(node.root / "config.toml"), "snapshot", "--out", str(snap)],
+        capture_output=True, text=True, timeout=60)
+
+    assert done.returncode == 0, done.stderr
+    state_files = json.loads(snap.read_text())["state"]
+    assert "xid_cursor.json" not in state_files and "counters.json" in state_files

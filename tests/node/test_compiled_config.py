@@ -9,6 +9,8 @@ from __future__ import annotations
 import marshal
 import os
 import stat
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -181,6 +183,33 @@ def test_a_damaged_file_is_parsed_again_and_rewritten(node, monkeypatch, damage)
     assert parsed == [_site(node)]
     # Rewritten whole (all but when its load began).
     assert _but_when(kept.read_bytes()) == _but_when(blob)
+
+
+GARBLED_COUNT = """
+import marshal, resource, struct, sys
+from pathlib import Path
+from rsc_health.config import compiled_path, load_config_compiled
+node = Path(sys.argv[1])
+kept = compiled_path(node)
+blob = kept.read_bytes()
+assert blob[0] & 0x7F == ord(")") and blob[1] == 6  # the kept 6-tuple, and its items:
+kept.write_bytes(b"[" + struct.pack("<i", 2**31 - 1) + blob[2:])  # as a list of 2**31
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))  # a node that overcommits no memory
+print(load_config_compiled(node, node / "config.toml").get("gpu.count"))
+print(len(marshal.loads(kept.read_bytes())))
+"""
+
+
+def test_a_compiled_file_whose_count_is_garbled_is_a_miss_not_a_checker_fault(node):
+    """marshal trusts a list's count: 5 bytes claiming 2**31 items ask for 16 GiB before the
+    first item is read. Where the node cannot have it (vm.overcommit_memory=2, a memory
+    limit) that is MemoryError, which escaped the read: every job start was a checker fault
+    and, never a miss, the file was never rewritten. Now a miss, rewritten whole."""
+    _load(node)
+    done = subprocess.run([sys.executable, "-c", GARBLED_COUNT, str(node)], capture_output=True,
+                          text=True, timeout=60, cwd=Path(rsc_health.__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["8", "6"]
 
 
 def _but_when(blob: bytes) -> tuple:

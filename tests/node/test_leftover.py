@@ -204,20 +204,33 @@ def test_this_machines_real_proc_reads_as_a_process_with_its_command_and_user(mo
     assert rec["job_id"] is None
 
 
-def test_a_snapshot_is_not_hung_by_a_wedged_nvml(node, monkeypatch):
-    """capture() asks live NVML from an abandonable child, as the node path does."""
-    from rsc_health.checks import leftover
-    from rsc_health.collect import gpu
+def test_a_snapshot_asks_a_wedged_nvml_once_and_is_not_hung_by_it(node, monkeypatch):
+    """The snapshot asks live NVML from an abandonable child, as the node path does, and the
+    leftover capture names the processes of those answers. Before, the capture asked NVML
+    from a child of its own: two children per snapshot stuck in a wedged driver."""
+    from rsc_health.collect import bounded, gpu, hangs
     from rsc_health.collect import node as node_mod
+    from rsc_health.commands.node import take_snapshot
 
     def wedged(self, progress=None):
         time.sleep(60)
 
+    forked: list[str | None] = []
+    real_start = bounded.start
+
+    def start(fn, **kw):
+        forked.append(kw.get("mark"))
+        return real_start(fn, **kw)
+
+    monkeypatch.setattr(bounded, "start", start)
     monkeypatch.setattr(gpu.NvmlBackend, "read", wedged)
-    monkeypatch.setattr(node_mod, "gpu_backend", lambda cfg, root: gpu.NvmlBackend())
+    monkeypatch.setattr(node_mod, "gpu_backend",
+                        lambda cfg, root, telemetry=False: gpu.NvmlBackend())
     cfg = node.config
     cfg.data["gpu"]["nvml_timeout_s"] = 0.5
     started = time.monotonic()
-    rec = leftover.capture(cfg, node.root)["leftover_record"]
+    doc = take_snapshot(cfg, node.root, "node01")
     assert time.monotonic() - started < 5
-    assert rec["pids"] == {}
+    assert doc["nvml"] == gpu.UNANSWERED
+    assert doc["leftover_record"]["pids"] == {}
+    assert forked.count(hangs.marker(hangs.NVML, node.root)) == 1

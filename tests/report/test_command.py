@@ -47,6 +47,25 @@ def test_report_command_writes_the_page_and_prints_the_summary(engine, tmp_path)
     assert 'src="data:image/png;base64,' in (out / "report.html").read_text()
 
 
+@pytest.mark.parametrize("text", ["[" * 50_000, "[1, 2]"], ids=["nested-too-deep", "array"])
+def test_a_previous_report_json_that_is_no_report_is_no_previous_report(
+        engine, tmp_path, text):  # noqa: F811
+    """Last night's report.json is read for "new since"; a bad one must not stop tonight's
+    report, and one nested too deep (RecursionError, not ValueError) or holding an array
+    (AttributeError: 'list' object has no attribute 'get') did."""
+    out = tmp_path / "report"
+    out.mkdir()
+    (out / "report.json").write_text(text)
+
+    result = _invoke(str(engine.url), _config(tmp_path), "--out", str(out),
+                     "--as-of", "2024-06-30")
+
+    assert result.exit_code == 0, result.output
+    assert "gpu001" in result.stdout
+    assert [r["node"] for r in json.loads((out / "report.json").read_text())["lemons"]] == [
+        "gpu001"]
+
+
 def test_report_command_refuses_a_directory_anyone_may_write_before_gathering(
         engine, tmp_path, monkeypatch):  # noqa: F811
     """report.html and the rest go through durable.write_atomic; a directory others may write

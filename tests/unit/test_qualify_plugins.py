@@ -67,6 +67,17 @@ def test_perftest_bandwidth_lines_up_with_the_superbench_fleet_baseline():
     assert 23 < base.get(renamed) < 24.5
 
 
+@pytest.mark.parametrize("text", ["[" * 50_000, '{"a": 1', "[1, 2]"],
+                         ids=["nested-too-deep", "cut-short", "not-an-object"])
+def test_a_baseline_that_cannot_be_read_is_the_valueerror_qualify_names(tmp_path, text):
+    """`healthctl qualify` turns a ValueError into one line naming [qualify] baseline; one
+    nested too deep raised RecursionError past it (healthctl: error: RecursionError)."""
+    path = tmp_path / "baseline.json"
+    path.write_text(text)
+    with pytest.raises(ValueError):
+        Baseline.load(path)
+
+
 def test_nvbandwidth_keeps_each_gpu_column_and_latency_is_lower_is_better():
     out = parse("nvbandwidth", (TOOLS / "nvbandwidth_results.log").read_text())
     h2d = {m.index: m.value for m in out.metrics
@@ -101,7 +112,7 @@ def test_dcgm_diag_fail_fails_and_an_allocation_error_is_never_a_pass():
 
 @pytest.mark.parametrize("test", sorted(PLUGINS))
 @pytest.mark.parametrize("text", [
-    "", "\x00\xff" * 100, "garbage\n" * 1000, "9" * 100_000,
+    "", "\x00\xff" * 100, "garbage\n" * 1000, "9" * 100_000, "[" * 50_000,
     "       8    2   float   sum   -1   5.0   nan   -1.0   0   5.0   1.0   inf   0\n",
     "100.0%  proc'd: 1 (-5 Gflop/s)   errors: 0   temps: 1 C\n\tGPU 0: OK\n",
     '{"DCGM Diagnostic": {"test_categories": "x"}}', "[]", "null",

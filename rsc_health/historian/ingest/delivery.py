@@ -324,6 +324,8 @@ def _parse(lines: list[Line], received: datetime) -> _Rows:
             _parse_record(rows, rec, received)
         except RowError as exc:
             rows.bad.append((BadRow(lineno, str(exc)), raw[:4096]))
+        except RecursionError:  # valid JSON, but deeper than _nul_free's walk goes
+            rows.bad.append((BadRow(lineno, "a JSON object nested too deep"), raw[:4096]))
     return rows
 
 
