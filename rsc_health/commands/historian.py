@@ -88,17 +88,20 @@ def upgrade(ctx: click.Context) -> None:
 def db_prune(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
     """Delete what is past its [historian] retention (closed check intervals, actions,
     exclusions; rollups and jobs only when their retention is set)."""
-    from rsc_health.historian.retention import Retention, prune
-    from rsc_health.model import utcnow
+    from rsc_health import model
+    from rsc_health.historian.retention import Retention, prune, prune_moment
 
     retention = Retention.from_config(ctx.obj.config)
-    now = utcnow().replace(tzinfo=None)
     with _historian(ctx) as engine:
+        now, note = prune_moment(engine, model.utcnow().replace(tzinfo=None))
         counts = prune(engine, now, retention, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps({"dry_run": dry_run, "retention_days": retention.days,
-                               "rows": counts}, indent=2))
+                               "as_of": now.isoformat(), "note": note, "rows": counts},
+                              indent=2))
         return
+    if note:
+        click.echo(f"note: {note}", err=True)
     verb = "would delete" if dry_run else "deleted"
     parts = ", ".join(f"{n} {t}" for t, n in counts.items()) or "nothing (retention off)"
     click.echo(f"prune ({retention.days} days): {verb} {parts}")

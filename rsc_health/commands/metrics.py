@@ -74,12 +74,16 @@ def _table(title: str, df, columns: list[tuple[str, str, str]]) -> None:
     """columns: (dataframe column, header, format spec)."""
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(title=title)
     for _, header, _spec in columns:
         table.add_column(header, justify="left" if _spec == "s" else "right")
     for row in df.to_dict("records"):
-        table.add_row(*(_fmt(row[c], spec if spec != "s" else "") for c, _, spec in columns))
+        # Text, never a str: rich reads "[...]" in a str cell as markup, and a job named
+        # "[/x]" raised MarkupError ("[link=...]" made a hyperlink).
+        table.add_row(*(Text(_fmt(row[c], spec if spec != "s" else ""))
+                        for c, _, spec in columns))
     Console().print(table)
 
 
@@ -653,4 +657,4 @@ def gpus(ctx, until, as_json):
         return
     click.echo(f"{len(df)} GPUs failed in more than one node")
     for row in df.itertuples():
-        click.echo(f"  {row.serial}: {row.failures} failures in {', '.join(row.nodes)}")
+        echo(f"  {row.serial}: {row.failures} failures in {', '.join(row.nodes)}")

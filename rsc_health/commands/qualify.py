@@ -18,7 +18,7 @@ import json
 import os
 import time
 import uuid
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
 
@@ -91,7 +91,17 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
         raise click.ClickException(f"[qualify] baseline {base_path}: {exc}") from exc
     # The historian first: a node that cannot reach it learns so before minutes of tests.
     engine = _engine(ctx) if ctx.obj.historian_configured else None
-    started = datetime.now(UTC).replace(tzinfo=None)
+    # Stamped by the historian's clock, carried on by this process's monotonic one: the
+    # management side compares a run's times with its own (the flow's submission, a drain, a
+    # suspect episode), and this node's wall clock may be years off.
+    t0 = time.monotonic()
+    if engine is not None:
+        from rsc_health.historian.db import historian_now
+
+        with engine.connect() as clock_conn:
+            started = historian_now(clock_conn)
+    else:
+        started = datetime.now(UTC).replace(tzinfo=None)
     since = store.since(started, cfg)
     # Then the node's own checks (qualify/gate.py): what the node path would drain never
     # passes, whatever the tier measures; a drain-level finding fails before any test runs.
@@ -142,7 +152,7 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     finally:
         if conn is not None:
             conn.close()
-    ended = datetime.now(UTC).replace(tzinfo=None)
+    ended = started + timedelta(seconds=time.monotonic() - t0)
     run_rec = store.Run(uuid.uuid4().hex, node, tier, started, ended, judged.verdict,
                         judged.reason[:4000], gpu_model, driver,
                         os.environ.get("SLURM_JOB_ID"))

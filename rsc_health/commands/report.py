@@ -55,7 +55,8 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
 
         # Last night's report.json (the one in --out unless --previous names another): the
         # pull list's days listed carry on from it instead of re-judging a week of lemons.
-        options = replace(options, previous=load_previous(previous or out_dir / "report.json"))
+        options = replace(options, previous=load_previous(previous, follow=True) if previous
+                          else load_previous(out_dir / "report.json"))
         show = not quiet and sys.stderr.isatty()
         from rsc_health.commands.progress import steps
         from rsc_health.durable import ready_dir

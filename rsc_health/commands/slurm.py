@@ -390,11 +390,16 @@ def _age(seconds: float | None) -> str:
 _CLOCK_WRONG = "node clock wrong (its records are quarantined in its spool)"
 
 
+HISTORIAN_ERROR = "rsc_health.historian_error"
+
+
 def _from_historian(ctx: click.Context, what: str, read) -> list | None:
     """`read(engine)` against the historian for `status` (its imports inside it: a node-only
     install may lack the historian's libraries); None when no historian is configured or it
-    cannot be read (said on stderr: Slurm's half of status still stands)."""
-    if not ctx.obj.historian_configured:
+    cannot be read (said on stderr: Slurm's half of status still stands). The first failure
+    is kept in ctx.meta[HISTORIAN_ERROR] (status cannot vouch for what it could not read, and
+    exits 1) and the reads after it are not tried (one timeout, not one per read)."""
+    if not ctx.obj.historian_configured or ctx.meta.get(HISTORIAN_ERROR):
         return None
     try:
         from rsc_health.historian.db import connect
@@ -406,6 +411,7 @@ def _from_historian(ctx: click.Context, what: str, read) -> list | None:
             engine.dispose()
     except Exception as exc:  # noqa: BLE001 - Slurm's half of status still stands
         click.echo(f"warning: cannot read {what} from the historian: {exc}", err=True)
+        ctx.meta[HISTORIAN_ERROR] = f"{what}: {exc}"
         return None
 
 
@@ -530,6 +536,10 @@ def _echo_suspects(data: dict) -> None:
 
 
 def _echo_not_checking(data: dict) -> None:
+    if data["historian_error"]:
+        echo(f"historian unreachable: nodes not checking, held verdicts and hung probes "
+             f"unknown ({data['historian_error']})")
+        return
     if data["not_checking"] is None:
         echo("node freshness: no historian configured (heartbeats not checked)")
         return
@@ -573,9 +583,13 @@ def status(ctx: click.Context, as_json: bool) -> None:
     data["held"] = _held(ctx, now)
     # Informational: a suspect is kept from big jobs, not a problem status exits 1 for.
     data["suspects"] = _suspects(ctx)
+    # Configured and not read: what status vouches for (no node stopped checking, no verdict
+    # held, no probe hanging) is unknown, and an exit 0 would say all is well.
+    data["historian_error"] = ctx.meta.get(HISTORIAN_ERROR)
     tripped = [g for g in data["guard"] if g["tripped"]]
     problems = (bool(tripped) or bool(data["not_checking"]) or bool(data["probes_hung"])
-                or bool(data["held"]) or bool(data["refused"]))
+                or bool(data["held"]) or bool(data["refused"])
+                or bool(data["historian_error"]))
     if as_json:
         click.echo(json.dumps(data, indent=2))
         if problems:

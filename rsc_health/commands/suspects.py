@@ -18,6 +18,9 @@ from rsc_health.commands import historian_engine as _engine
 from rsc_health.commands import slurm_handle as _slurm
 from rsc_health.terminal import echo
 
+# How far past the newest row the historian holds the manager pass believes its clock.
+SUSPECTS_CLOCK_LEAD = timedelta(hours=1)
+
 
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
@@ -107,12 +110,19 @@ def apply_cmd(ctx, as_json) -> None:
     """The manager pass: new fail-slow evidence, qualification results and expiry into the
     historian, then Slurm in line with it (a change Slurm lost at a reconfigure or restart
     is re-applied). Exit 1 when a Slurm call failed."""
+    from rsc_health.historian.freshness import believed_now
     from rsc_health.suspects import manager_pass
 
     engine = _engine(ctx)
     try:
-        res = manager_pass(engine, _slurm(ctx), ctx.obj.config, _now(),
+        # Expiry is elapsed time: a clock jumped ahead must not end every episode at once.
+        now, note = believed_now(engine, _now(), SUSPECTS_CLOCK_LEAD)
+        if note and not as_json:
+            echo(f"note: {note}")
+        res = manager_pass(engine, _slurm(ctx), ctx.obj.config, now,
                            log=(lambda m: None) if as_json else echo)
+        if note:
+            res.notes.append(note)
     finally:
         engine.dispose()
     if as_json:

@@ -31,7 +31,7 @@ from sqlalchemy.sql import ColumnElement
 
 from rsc_health.config import packaged_default
 from rsc_health.historian import schema
-from rsc_health.historian.db import refresh_statistics, writer
+from rsc_health.historian.db import TURNS_ATTRIBUTE, refresh_statistics, take_turns, writer
 from rsc_health.model import FINDING_SEVERITIES, REASON_PREFIX, ActionKind, Severity, Status
 from rsc_health.policy import MODE_FOR_LEVEL
 
@@ -198,6 +198,11 @@ def attribute(
 
     cols = [A.c.job_pk, A.c.node, A.c.cause, A.c.code, A.c.evidence, A.c.kind]
     with writer(engine).begin() as conn:
+        # Two runs at once (the timer's and an operator's) take turns: under READ COMMITTED
+        # the second's DELETE, waiting on the first, would not see the rows the first
+        # inserted, and every attribution would stand twice. Its statements after the lock
+        # see what the first committed.
+        take_turns(conn, TURNS_ATTRIBUTE, ["attribute"])
         conn.execute(delete(A).where(A.c.job_pk.in_(targets)))
         for query in (by_check, by_event, unattributed):
             conn.execute(A.insert().from_select(cols, query))

@@ -21,14 +21,16 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event, inspect, select, text
+from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
+from rsc_health.compat import UTC
 from rsc_health.historian import schema
 
 MIGRATIONS_DIR = Path(__file__).with_name("sql")
@@ -92,6 +94,7 @@ def writer(bind: _Bind) -> _Bind:
 TURNS_CHECK_INTERVALS = 1920164712
 TURNS_LEMON_RECORDS = 1920166765
 TURNS_SUSPECTS = 1920169331  # "rsus": a node's suspect episodes (historian/suspects.py)
+TURNS_ATTRIBUTE = 1920164212  # "rsat": attribution runs (historian/attribute.py), one key
 ALONE_LEMONS_APPLY = 1920166753  # "rsla": one `healthctl lemons --apply` at a time (run_alone)
 LEMONS_APPLY = "lemons-apply"
 _TAKE_TURNS = text(
@@ -377,6 +380,17 @@ def current_version(engine: Engine) -> int | None:
                 raise
             return None
         return int(version or 0)
+
+
+def historian_now(conn: Connection) -> datetime:
+    """The historian's clock (naive UTC): the database server's on PostgreSQL; on SQLite the
+    database is this host's file and its clock this host's. What a node stamps for the
+    management side to compare with its own times (a qualification run) is stamped by it: the
+    node's own clock is the one in doubt (a dead RTC battery, a bad NTP server)."""
+    if conn.dialect.name == "postgresql":
+        return conn.execute(select(func.now())).scalar_one().astimezone(UTC).replace(
+            tzinfo=None)
+    return datetime.now(UTC).replace(tzinfo=None)
 
 
 def refuse_other_versions(version: int, url: str) -> None:

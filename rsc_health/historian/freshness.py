@@ -73,6 +73,37 @@ class NodeFreshness:
                 or self.checker_errors > 0)
 
 
+def believed_now(engine, now: datetime, lead: timedelta) -> tuple[datetime, str]:
+    """The moment a management command that acts on elapsed time (a prune's cut, a suspect
+    episode's expiry) may take as now (naive UTC), and why it is not `now` ("" when it is).
+    This host's clock is believed up to the database server's (PostgreSQL: another host's, as
+    delivery judges the nodes' stamps) and up to `lead` past the newest row the historian
+    holds (a live fleet's heartbeat is minutes old): a clock jumped years ahead must not
+    delete the fleet's history or end every suspect episode at once. An idle historian's
+    commands just wait for data before time moves on for them."""
+    from rsc_health.historian.db import historian_now
+
+    c, j, st = schema.check_results, schema.jobs, schema.step_times
+    with engine.connect() as conn:
+        server = historian_now(conn)
+        # Indexed columns, and node_runs (a row per node and source, moved by every
+        # heartbeat): the suspects pass asks this every minute.
+        newest = [conn.execute(select(func.max(col))).scalar()
+                  for col in (c.c.time, j.c.end, R.c.last_seen, st.c.time)]
+    moment, why = now, ""
+    if engine.dialect.name == "postgresql" and server + timedelta(minutes=5) < moment:
+        moment, why = server, f"the database server's clock says {server:%Y-%m-%d %H:%M}"
+    known = [t for t in newest if t is not None]
+    if known and max(known) + lead < moment:
+        moment = max(known) + lead
+        why = (f"the newest row the historian holds is from {max(known):%Y-%m-%d %H:%M}"
+               + (f" and {why}" if why else ""))
+    if why:
+        why = (f"this host's clock says {now:%Y-%m-%d %H:%M} but {why}: acting as of "
+               f"{moment:%Y-%m-%d %H:%M} (a clock jump must not act on time that did not pass)")
+    return moment, why
+
+
 def believable(time: datetime, received: datetime) -> bool:
     """A node-path stamp (naive UTC) the historian can fold, as of its own clock `received`."""
     return CLOCK_FLOOR <= time <= received + timedelta(seconds=CLOCK_AHEAD_S)

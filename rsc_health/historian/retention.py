@@ -33,6 +33,8 @@ from rsc_health.historian.db import HistorianError, HistorianFrozen, writer
 # Rows of one day of the time column per transaction (a day of a 16,000-node fleet's check
 # intervals is well under a second to delete).
 WINDOW = timedelta(days=1)
+# How far past the newest row the historian holds `healthctl db prune` believes the clock.
+PRUNE_CLOCK_LEAD = timedelta(days=7)
 
 
 class PruneStopped(HistorianError):
@@ -126,6 +128,16 @@ def _plan(now: datetime, r: Retention) -> list[_Step]:
         out += [_Step("jobs", j, j.c.end < cut, j.c.end, cut),
                 _Step("node_events", e, e.c.end < cut)]
     return out
+
+
+def prune_moment(engine: Engine, now: datetime) -> tuple[datetime, str]:
+    """The moment `healthctl db prune` cuts from (naive UTC), and why it is not `now` ("" when
+    it is): the cut deletes what is `retention_days` older than it, so a clock years ahead (a
+    bad NTP answer, an RTC reset to a far date) deleted the whole history, which no node can
+    send again. freshness.believed_now, PRUNE_CLOCK_LEAD past the newest row."""
+    from rsc_health.historian.freshness import believed_now
+
+    return believed_now(engine, now, PRUNE_CLOCK_LEAD)
 
 
 def prune(engine: Engine, now: datetime, retention: Retention, *, dry_run: bool = False

@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
+import stat
 from pathlib import Path
 
 from rsc_health.qualify.outcome import Metric
+
+MAX_BYTES = 16 << 20
 
 
 class Baseline:
@@ -21,8 +25,27 @@ class Baseline:
 
     @classmethod
     def load(cls, path: Path) -> Baseline:
+        """The baseline at `path`, or OSError / ValueError saying why not. It judges a young
+        fleet's nodes, so like the site config that names it it must be root's (or this
+        user's), writable by no one else, on a path no one else can swap (durable's rules),
+        and a regular file of at most MAX_BYTES (a FIFO would hang the run)."""
+        from rsc_health.durable import owner_refusal, path_refusal
+
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as fh:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{path}: not a regular file")
+            why = owner_refusal(st, "") or path_refusal(path)
+            if why:
+                raise ValueError(f"{path}: {why} (numbers someone else could write would "
+                                 "pass slow nodes: chown root and chmod go-w it and the "
+                                 "directories above it)")
+            data = fh.read(MAX_BYTES + 1)
+        if len(data) > MAX_BYTES:
+            raise ValueError(f"{path}: larger than {MAX_BYTES} bytes")
         try:
-            doc = json.loads(path.read_text())
+            doc = json.loads(data)
         except RecursionError:  # what the caller says of any file that is not JSON
             raise ValueError(f"{path}: not JSON: nested too deep") from None
         if not isinstance(doc, dict):

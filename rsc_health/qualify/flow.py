@@ -4,7 +4,9 @@ proved against its peers before it takes ordinary jobs again.
     1. refuse a person's drain, a DOWN node, a reboot or power change Slurm holds, and a node
        that failed in production three times since its last pass (repair, not qualification:
        Aegis's three strikes) -- nothing in Slurm is touched for those;
-    2. a root-only maintenance reservation of the node (rsc_health_qualify_<node>), so no
+    2. a maintenance reservation of the node (rsc_health_qualify_<node>) for the flow's
+       own user (root, or the timer's rsc-health: Slurm refuses a job into a reservation
+       not naming its user, an Administrator's too), so no
        ordinary job can start there; only then is the node resumed (into it);
     3. the qualification job: sbatch --reservation, -w node, --exclusive, running
        `healthctl qualify run --tier T` on the node, which judges and stores the result;

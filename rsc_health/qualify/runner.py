@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from rsc_health.qualify import PLUGINS, parse
 from rsc_health.qualify.outcome import Outcome
@@ -53,6 +54,26 @@ def tier_tests(cfg, tier: str) -> list[TestSpec]:
     return specs
 
 
+def tool_refusal(tool: str) -> str:
+    """Why the tool `tool` names (on PATH, or a path) must not decide a qualification, or "":
+    its output is what passes a node back into service, so, like dcgmi and the site checks, it
+    must be root's (or this user's), writable by no one else, on a path no one else can swap
+    (durable.owner_refusal, durable.path_refusal)."""
+    import os
+
+    from rsc_health.durable import owner_refusal, path_refusal
+
+    found = shutil.which(tool)
+    if found is None:
+        return f"tool not found: {tool!r}"
+    try:
+        st = os.stat(found)
+    except OSError as exc:
+        return f"tool {found}: {exc.strerror}"
+    why = owner_refusal(st, found) or path_refusal(Path(found), found)
+    return f"tool {why} (someone else could make it print a pass)" if why else ""
+
+
 def is_pairwise(spec: TestSpec) -> bool:
     """A test of this node against a known-good peer (pairwise.py)."""
     return bool(spec.server_command) or any("{peer}" in c for c in spec.command)
@@ -63,6 +84,9 @@ def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None 
 
     if not spec.command or shutil.which(spec.command[0]) is None:
         return Outcome(spec.name, inconclusive=f"tool not found: {spec.command[:1]}")
+    untrusted = tool_refusal(spec.command[0])
+    if untrusted:
+        return Outcome(spec.name, inconclusive=untrusted)
     timeout = spec.timeout_s
     if deadline is not None:
         timeout = min(timeout, deadline - time.monotonic())

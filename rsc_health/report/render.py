@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -176,14 +178,38 @@ def section_rows(frame: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def load_previous(path: Path) -> dict[str, Any] | None:
+# Last night's report.json read back at most this large (a 16,000-node fleet's is a few MB).
+PREVIOUS_MAX_BYTES = 64 << 20
+
+
+def load_previous(path: Path, *, follow: bool = False) -> dict[str, Any] | None:
     """The previous report.json, or None when absent or unreadable (a first run, or a bad file
-    that must not stop tonight's report)."""
+    that must not stop tonight's report). The report directory may be a group's: only a
+    regular file is read (a FIFO would hang the night's report, /dev/zero fill its memory),
+    at most PREVIOUS_MAX_BYTES, never through a symlink unless `follow` (an operator's own
+    --previous), and only a JSON object whose `lemons` is a list of objects counts (any other
+    shape is a first night, not a TypeError at the end of the gathering)."""
+    from rsc_health.durable import open_regular
+
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, ValueError, RecursionError):  # RecursionError: nested too deep
+        fd = open_regular(path) if not follow else os.open(
+            path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                return None
+            raw = f.read(PREVIOUS_MAX_BYTES + 1)
+        if len(raw) > PREVIOUS_MAX_BYTES:
+            return None
+        doc = json.loads(raw)
+    except (OSError, ValueError, RecursionError):
         return None
-    return doc if isinstance(doc, dict) else None
+    if not isinstance(doc, dict):
+        return None
+    lemons = doc.get("lemons")
+    if lemons is not None and not (isinstance(lemons, list)
+                                   and all(isinstance(r, dict) for r in lemons)):
+        return None
+    return doc
 
 
 def agree_with_days_listed(changes: LemonChanges, lemons: list[dict[str, Any]]) -> LemonChanges:
@@ -452,7 +478,8 @@ def write_report(
     out = Path(out)
     make_dirs(out)
     json_path = out / REPORT_JSON
-    prior = load_previous(previous if previous is not None else json_path)
+    prior = (load_previous(previous, follow=True) if previous is not None
+             else load_previous(json_path))
 
     lemons = lemon_rows(data)
     changes = agree_with_days_listed(diff_lemons([r["node"] for r in lemons], prior), lemons)

@@ -364,12 +364,19 @@ class CliSlurm:
         )
 
     # ---- reservations and jobs of our own (qualification) -------------------------------------
-    def create_reservation(self, name: str, node: str, users: str = "root") -> None:
-        """A maintenance reservation of one node for `users` only, from now, without end: no
+    def create_reservation(self, name: str, node: str, users: str | None = None) -> None:
+        """A maintenance reservation of one node for `users` only (default: the user this
+        process runs as, whose jobs are the only ones to go in: Slurm refuses a job into a
+        reservation not naming its user, an Administrator's too), from now, without end: no
         ordinary job can start there while it stands (IGNORE_JOBS: a job still running on a
         draining node does not stop it being made)."""
+        if users is None:
+            import pwd
+
+            users = pwd.getpwuid(os.geteuid()).pw_name
         _one_node("reserve", node)
         _one_word("reservation", name)
+        _one_word("user", users)
         self._run(["scontrol", "create", "reservation", f"ReservationName={name}",
                    f"Nodes={node}", "StartTime=now", "Duration=infinite", f"Users={users}",
                    "Flags=MAINT,IGNORE_JOBS"])

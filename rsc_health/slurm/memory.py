@@ -105,6 +105,7 @@ class MemorySlurm:
         self._nodes: dict[str, _Node] = {}
         self._jobs: dict[str, _Job] = {}
         self._reservations: dict[str, tuple[str, datetime | None]] = {}
+        self._reservation_users: dict[str, set[str]] = {}
         self._next_job = 1000
         self._up = True
         self._stop_after: tuple[str, bool] | None = None
@@ -285,7 +286,9 @@ class MemorySlurm:
             n.weight = weight
         self._done("update_node")
 
-    def create_reservation(self, name: str, node: str, users: str = "root") -> None:
+    def create_reservation(self, name: str, node: str, users: str | None = None) -> None:
+        """As CliSlurm's: for `users` (default: the caller, `user`)."""
+        users = users or self.user
         self._gate("create_reservation")
         _one_node("reserve", node)
         _one_word("reservation", name)
@@ -298,6 +301,7 @@ class MemorySlurm:
                                              "Invalid node name specified")
         self.calls.append(("create_reservation", name, node, users))
         self._reservations[name] = (node, self.now())
+        self._reservation_users[name] = set(users.split(","))
         self._done("create_reservation")
 
     def delete_reservation(self, name: str) -> None:
@@ -320,6 +324,12 @@ class MemorySlurm:
         if "reservation" in opts and opts["reservation"] not in self._reservations:
             raise SlurmCommandError(["sbatch"], 1, "sbatch: error: Batch job submission "
                                                    "failed: Requested reservation is invalid")
+        if "reservation" in opts and self.user not in self._reservation_users.get(
+                opts["reservation"], ()):
+            # Slurm 22.05, whatever the caller's AdminLevel (tests/slurm/test_operator_rights).
+            raise SlurmCommandError(["sbatch"], 1, "sbatch: error: Batch job submission "
+                                                   "failed: Access denied to requested "
+                                                   "reservation")
         job_id = self._new_job_id()
         self._jobs[job_id] = _Job(job_id, "PENDING", user=self.user,
                                   partition=opts.get("partition", self.partition),

@@ -86,3 +86,33 @@ def test_operator_reserves_but_only_administrator_drains_and_resumes(cluster):
     resumed = _as_user(c, ["scontrol", "update", "nodename=node01", "state=resume"])
     assert resumed.returncode == 0, resumed.stderr
     c.wait_for(lambda: "DRAIN" not in c.node_state("node01"), 20, "node01 resumed")
+
+
+def test_a_reservation_admits_only_the_jobs_of_the_users_it_names_whatever_their_level(
+        cluster):
+    """Slurm 22.05: an Administrator's batch job into a reservation for root alone is refused
+    ("Access denied to requested reservation"); into one naming the Administrator, it runs.
+    So the qualification flow run by the rsc-health timer must name rsc-health in its
+    reservation (MemorySlurm models this refusal: tests/unit/test_qualify_as_the_timers_user.py)."""
+    c = cluster
+    if c.run(["sacctmgr", "-i", "add", "user", USER, "account=root", "adminlevel=admin"],
+             check=False).returncode != 0:
+        c.run(["sacctmgr", "-i", "modify", "user", USER, "set", "adminlevel=admin"])
+    for users in ("root", USER):
+        name = f"rsc_q_{users}"
+        reserve = ["scontrol", "create", "reservation", f"reservationname={name}",
+                   "starttime=now", "duration=infinite", "nodes=node02", f"users={users}",
+                   "flags=maint,ignore_jobs"]
+        c.wait_for(lambda reserve=reserve: _as_user(c, reserve).returncode == 0, 20,
+                   f"the administrator's reservation for {users}")
+        job = _as_user(c, ["sbatch", "--parsable", f"--reservation={name}", "-w", "node02",
+                           "--exclusive", "--output=/dev/null", "--wrap", "true"])
+        if users == "root":
+            assert job.returncode != 0
+            assert "Access denied to requested reservation" in job.stderr
+        else:
+            assert job.returncode == 0, job.stderr
+            job_id = job.stdout.strip()
+            c.wait_for(lambda job_id=job_id: c.job_state(job_id) == "COMPLETED", 30,
+                       "the job in the reservation naming its user")
+        assert _as_user(c, ["scontrol", "delete", f"reservationname={name}"]).returncode == 0

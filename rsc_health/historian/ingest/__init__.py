@@ -11,7 +11,7 @@ natural unique key and the writes are `INSERT ... ON CONFLICT` (the same syntax 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
@@ -38,6 +38,7 @@ BAD_NAME = "a name the historian cannot keep (too long, or a NUL byte)"
 NOT_A_NAME = ("not a name (a JSON object, list, boolean or number; a control character, a "
               "space or bytes that were not UTF-8 in a node name or job id)")
 # Rows kept, with a word (IngestReport.noted).
+END_BEFORE_START = "ends before it starts"
 UNKNOWN_NODE = "written for a node the inventory does not list (unknown node)"
 REASON_JOINED = ("already in the historian from an earlier load with another reason: "
                  "both reasons kept")
@@ -286,21 +287,36 @@ def db_time(value: datetime | None) -> str | None:
     return value.isoformat(sep=" ", timespec="microseconds")
 
 
-def parse_time(text: str, tz: tzinfo | None = None) -> datetime:
+def parse_time(text: str, tz: tzinfo | None = None, *, fold: int = 0) -> datetime:
     """ISO 8601 (with or without offset, `Z` allowed) -> naive UTC. A time without an offset is
     a wall-clock time of `tz` (an import's --tz) when given, else UTC already; one with an
-    offset says its own zone."""
+    offset says its own zone. `fold` 1: a wall time a DST change repeats is its second."""
     from rsc_health.compat import UTC
 
     value = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     if value.tzinfo is None and tz is not None:
-        value = value.replace(tzinfo=tz)
+        value = value.replace(tzinfo=tz, fold=fold)
     if value.tzinfo is not None:
         try:
             value = value.astimezone(UTC).replace(tzinfo=None)
         except OverflowError as exc:  # year 1 at +01:00 is year 0 in UTC: every caller's error
             raise ValueError(f"{text.strip()[:64]!r} is out of range in UTC") from exc
     return value
+
+
+def period_end(start: datetime | None, end: datetime | None,
+               again: Callable[[], datetime | None]) -> datetime | None:
+    """The end of a period read from wall-clock times (naive UTC, as `start`), or RowError
+    (END_BEFORE_START) for one that ends before it starts. `again` reads the end's text as
+    the second of a wall time a DST change repeats (fold 1): a period from the first 01:50 to
+    the second 01:10 of a fall-back night is 20 minutes, not -40."""
+    if start is None or end is None or end >= start:
+        return end
+    later = again()
+    if later is not None and later >= start:
+        return later
+    raise RowError(f"ends ({end:%Y-%m-%d %H:%M:%S} UTC) before it starts "
+                   f"({start:%Y-%m-%d %H:%M:%S} UTC)", END_BEFORE_START)
 
 
 def join_reasons(stored: str, new: str) -> str:

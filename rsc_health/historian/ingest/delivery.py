@@ -98,6 +98,9 @@ class DeliveryReport:
     closed: int = 0
     # Records whose time the historian's clock cannot believe (quarantined, counted there too).
     skewed: int = 0
+    # Quarantined lines whose copy could not be written (a full or read-only disk), and why.
+    quarantine_lost: int = 0
+    quarantine_error: str = ""
 
     def summary(self) -> str:
         kinds = ", ".join(f"{k} {n}" for k, n in sorted(self.delivered.items())) or "nothing"
@@ -110,6 +113,9 @@ class DeliveryReport:
         if self.skewed:
             text += (f" ({self.skewed} stamped by a wrong node clock: ahead of the historian's "
                      "clock or before " f"{CLOCK_FLOOR:%Y})")
+        if self.quarantine_lost:
+            text += (f"; {self.quarantine_lost} quarantined line(s) could not be kept in "
+                     f"{QUARANTINE}/ ({self.quarantine_error})")
         return text
 
 
@@ -463,7 +469,14 @@ def deliver(
                 ) from exc
             report.skewed += rows.skewed
             if rows.bad:
-                _quarantine(spool_dir, batch, rows.bad)
+                try:
+                    _quarantine(spool_dir, batch, rows.bad)
+                except OSError as exc:
+                    # A full or read-only disk: the copy of lines that are no record is lost,
+                    # never the node's records after them (an XID 79 in the next chunk would
+                    # wait, flush after flush, for as long as the disk stayed full).
+                    report.quarantine_lost += len(rows.bad)
+                    report.quarantine_error = exc.strerror or str(exc)
                 report.quarantined_count += len(rows.bad)
                 # Keep a sample for the summary, not every bad line of a garbage file.
                 room = max(0, 100 - len(report.quarantined))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -33,6 +34,7 @@ from rsc_health.historian.ingest import (
     NO_TIME,
     UNPARSABLE_TIME,
     IngestReport,
+    RowError,
     bulk_write,
     database_failed,
     db_time,
@@ -40,6 +42,7 @@ from rsc_health.historian.ingest import (
     keep_stored_reasons,
     limit_statements,
     note_unknown_nodes,
+    period_end,
     pipe_rows,
 )
 from rsc_health.slurm.accounting import Accounting
@@ -75,13 +78,13 @@ MERGED_SAME_KEY = "same node, start and state in one load: one period, reasons j
 CLUSTER_EVENT = "a cluster-wide event (no NodeName), not a node's"
 
 
-def _time(text: str, tz: ZoneInfo | None = None) -> datetime | None:
+def _time(text: str, tz: ZoneInfo | None = None, fold: int = 0) -> datetime | None:
     text = text.strip()
     if text in NULL_TIMES:
         return None
     value = datetime.strptime(text, "%Y-%m-%dT%H:%M:%S")
     if tz is not None:
-        value = value.replace(tzinfo=tz).astimezone(UTC).replace(tzinfo=None)
+        value = value.replace(tzinfo=tz, fold=fold).astimezone(UTC).replace(tzinfo=None)
     return value
 
 
@@ -161,7 +164,11 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
                 continue
             try:
                 start = _time(fields[index["start"]], tz)
-                end = _time(fields[index["end"]], tz)
+                end_text = fields[index["end"]]
+                end = period_end(start, _time(end_text, tz), partial(_time, end_text, tz, 1))
+            except RowError as exc:
+                report.add_bad(lineno, str(exc), exc.cause)
+                continue
             except ValueError as exc:
                 report.add_bad(lineno, str(exc), UNPARSABLE_TIME)
                 continue

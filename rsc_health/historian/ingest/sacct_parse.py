@@ -97,6 +97,9 @@ MAX_HOST_NAME = 128
 # Wrong-width rows kept for putting back together; past this many bytes of them, the rest are
 # reported without being kept (a file that is all garbage must not fill memory).
 MAX_DROPPED_BYTES = 64 << 20
+# A job instance that ran longer than this is a wrong clock's (Slurm's largest time limits
+# are days or weeks; a year is none).
+MAX_RUNTIME_DAYS = 366
 _SACCT_TIME = "%Y-%m-%dT%H:%M:%S"
 _TIME_SHAPE = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d$"
 _DELIMITERS = ("\x1f", "|")
@@ -544,6 +547,19 @@ def _validate(
                        f"{name} is not a time: {_short(raw[name][i].as_py())}"))
         if name == "Submit":
             checks.append((is_null, lambda i: "no Submit time"))
+    # Times slurmctld stamped while its clock was wrong: an End before its Start (the clock
+    # stepped back while the job ran), a run longer than MAX_RUNTIME_DAYS (a Start from a
+    # clock reset to a far past, an End from the clock put right). Either would be node-days
+    # no job ran: one 32-node job from a clock reset to 2000 took r_f to 0.01.
+    both = times["Start"][0] & times["End"][0]
+    secs = {name: pc.fill_null(pc.cast(parsed[name], pa.int64()), 0).to_numpy(
+        zero_copy_only=False) for name in ("Start", "End")}
+    ran = np.where(both, secs["End"] - secs["Start"], 0)
+    checks.append((ran < 0, lambda i: f"End is before Start by {-int(ran[i])} s: slurmctld's "
+                                      "clock stepped back while the job ran"))
+    checks.append((ran > MAX_RUNTIME_DAYS * 86400, lambda i: f"ran {int(ran[i]) // 86400} "
+                   f"days (more than {MAX_RUNTIME_DAYS}): a Start or End from a clock that was "
+                   "reset"))
     nnodes = _per_distinct(raw["NNodes"], _count, pa.int64())
     checks.append((_np(pc.is_null(nnodes)), lambda i:
                    f"NNodes is not a number of nodes (0 to {MAX_HOSTS}): "

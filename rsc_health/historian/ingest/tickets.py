@@ -27,6 +27,7 @@ from rsc_health.historian.ingest import (
     key_text,
     note_unknown_nodes,
     parse_time,
+    period_end,
 )
 
 T = schema.tickets
@@ -159,7 +160,8 @@ def _row(record: dict, report: IngestReport, tz: tzinfo | None = None) -> tuple:
         raise RowError("no opened time", NO_TIME)
     opened = parse_time(opened_text, tz)
     closed_text = (record.get("closed") or "").strip()
-    closed = parse_time(closed_text, tz) if closed_text else None
+    closed = period_end(opened, parse_time(closed_text, tz) if closed_text else None,
+                        lambda: parse_time(closed_text, tz, fold=1))
     reason = free_text((record.get("reason") or "").strip(), report)
     return (node, db_time(opened), db_time(closed), reason, "csv")
 
