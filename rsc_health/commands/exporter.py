@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from rsc_health.commands import FiniteFloat
+
 
 @click.group()
 def metrics() -> None:
@@ -17,8 +19,9 @@ def metrics() -> None:
 @click.option("--out", "out", type=click.Path(dir_okay=False),
               help="Write here (atomically; e.g. node_exporter's textfile directory/"
                    "rsc_health_fleet.prom); default stdout.")
-@click.option("--window-days", default=30.0, show_default=True, help="Window of r_f and MTTF.")
-@click.option("--statement-timeout", "timeout_s", type=click.FloatRange(min=1), default=120.0,
+@click.option("--window-days", default=30.0, show_default=True,
+              type=FiniteFloat(min=0, min_open=True), help="Window of r_f and MTTF.")
+@click.option("--statement-timeout", "timeout_s", type=FiniteFloat(min=1), default=120.0,
               show_default=True,
               help="Seconds any one query may take (at most [historian] statement_timeout_s): "
                    "a held or frozen historian ends the export with rsc_health_historian_up 0 "

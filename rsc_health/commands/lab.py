@@ -19,20 +19,21 @@ from pathlib import Path
 
 import click
 
+from rsc_health.commands import FiniteFloat
 from rsc_health.commands.lemons import parse_window
 
 
 @click.command()
 @click.option("--nodes", type=click.IntRange(min=1), help="Nodes in the fleet ([sim] nodes).")
-@click.option("--days", type=click.FloatRange(min=0, min_open=True),
+@click.option("--days", type=FiniteFloat(min=0, min_open=True),
               help="Days of history ([sim] days).")
 @click.option("--seed", type=int, help="Random seed ([sim] seed).")
 @click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path),
               help="Directory for sacct.txt, events.txt, checks.jsonl, exclusions.jsonl, "
                    "tickets.csv and truth.json.")
-@click.option("--lemon-share", type=click.FloatRange(0, 1),
+@click.option("--lemon-share", type=FiniteFloat(0, 1),
               help="Share of lemon nodes ([sim] lemon_share).")
-@click.option("--rf", type=click.FloatRange(min=0),
+@click.option("--rf", type=FiniteFloat(min=0),
               help="Node failures per 1000 node-days ([sim] rf_per_1000_node_days).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.option("--progress/--no-progress", default=None,
@@ -80,7 +81,8 @@ def sim(obj, nodes, days, seed, out_dir, lemon_share, rf, as_json, progress):
               type=click.Path(file_okay=False, path_type=Path),
               help="Directory for the simulated fleet, the SQLite historian and the report.")
 @click.option("--nodes", type=int, default=None, help="Fleet size (default: [sim] nodes, 256).")
-@click.option("--days", type=float, default=None, help="Days simulated (default: [sim] days, 90).")
+@click.option("--days", type=FiniteFloat(min=0, min_open=True), default=None,
+              help="Days simulated (default: [sim] days, 90).")
 @click.option("--seed", type=int, default=None, help="Simulator seed (default: [sim] seed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_context
@@ -131,13 +133,13 @@ def _seeds(text: str) -> list[int]:
     help="Seeds the accuracy is reported on (never tuned on).",
 )
 @click.option("--nodes", default=256, show_default=True, type=int)
-@click.option("--days", default=90.0, show_default=True, type=float)
+@click.option("--days", default=90.0, show_default=True, type=FiniteFloat())
 @click.option("--window", default="28d", show_default=True, metavar="SPAN")
 @click.option(
     "--target-precision",
     default=0.95,
     show_default=True,
-    type=float,
+    type=FiniteFloat(),
     help="Tuning precision floor; above the 0.9 goal so held-out precision keeps a margin.",
 )
 @click.option("--top", default=20, show_default=True, type=int, help="Grid rows printed.")

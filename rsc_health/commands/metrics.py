@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
+from rsc_health.commands import FiniteFloat
 from rsc_health.commands import historian_engine as _engine
 from rsc_health.terminal import echo, shown
 
@@ -240,7 +241,8 @@ def rolling(ctx, since, until, days, every, as_json):
 @click.command()
 @window_options
 @click.option(
-    "--rf", type=float, help="r_f per 1000 node-days for the projection (default: measured)."
+    "--rf", type=FiniteFloat(min=0),
+    help="r_f per 1000 node-days for the projection (default: measured)."
 )
 @click.option(
     "--project",
@@ -412,19 +414,19 @@ def _ettr_projection(ctx, base, nodes: int, what_ifs: list, runtime_days: float,
 @click.option("--nodes", type=int, help="Model a hypothetical run of N nodes instead.")
 @click.option(
     "--runtime-days",
-    type=float,
+    type=FiniteFloat(min=0, min_open=True),
     default=30.0,
     show_default=True,
     help="Productive runtime R of the hypothetical run.",
 )
 @click.option(
     "--queue-hours",
-    type=float,
+    type=FiniteFloat(min=0),
     default=0.0,
     show_default=True,
     help="Queue time q per (re)submission of the hypothetical run.",
 )
-@click.option("--rf", type=float, help="r_f per 1000 node-days (default: measured).")
+@click.option("--rf", type=FiniteFloat(min=0), help="r_f per 1000 node-days (default: measured).")
 @json_option
 @click.pass_context
 def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf, as_json):

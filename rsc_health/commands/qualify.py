@@ -24,6 +24,7 @@ from pathlib import Path
 
 import click
 
+from rsc_health.commands import FiniteFloat
 from rsc_health.commands import historian_engine as _engine
 from rsc_health.model import Status
 from rsc_health.terminal import echo
@@ -314,7 +315,7 @@ def _flow(cfg, slurm, history, tier: str, timeout_s: float | None = None):
 @click.argument("nodes")
 @click.option("--tier", type=click.Choice(["lite", "full", "deep"]), default="full",
               show_default=True)
-@click.option("--timeout", "timeout_s", type=float, default=None,
+@click.option("--timeout", "timeout_s", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Seconds to wait for each node's result ([qualify] flow_timeout_s).")
 @click.option("--parallel", type=click.IntRange(min=1), default=None,
               help="Flows at once, each on its own node ([qualify] parallel).")
@@ -431,7 +432,7 @@ def auto(ctx, as_json, dry_run) -> None:
 
 @qualify.command("cleanup")
 @click.option("--json", "as_json", is_flag=True)
-@click.option("--older-than", "older_than_s", type=float, default=None,
+@click.option("--older-than", "older_than_s", type=FiniteFloat(min=0), default=None,
               help="Only reservations older than this many seconds (default: [qualify] "
                    "flow_timeout_s plus 5 minutes: a younger one may be a flow still running).")
 @click.pass_context
