@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import configparser
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -35,7 +36,12 @@ def _exec_lines(unit: Path) -> list[list[str]]:
         if key.startswith("Exec"):
             words = shlex.split(value)
             if Path(words[0]).name == "sh" and words[1:2] == ["-c"]:
-                out += [shlex.split(part) for part in words[2].split("&&")]
+                script = words[2]
+                loop = re.search(r"for \w+ in ([\w ]+); do (\S+) (\w+) \"\$\w+\"", script)
+                if loop:  # for what in a b; do HEALTHCTL ingest "$what" ...: each step
+                    out += [[loop[2], loop[3], step] for step in loop[1].split()]
+                else:
+                    out += [shlex.split(part) for part in script.split("&&")]
             else:
                 out.append(words)
     return out
@@ -121,3 +127,22 @@ def test_a_destination_others_may_write_is_refused(tmp_path):
     out = _install("node", "--dest", str(dest), "--healthctl", str(fake))
     assert out.returncode == 1 and "cannot write" in out.stderr, out.stderr
     assert not any(dest.iterdir())
+
+
+def test_the_hourly_ingest_runs_every_step_when_one_fails_and_says_it_failed(tmp_path):
+    """sacct failing (slurmdbd away) must not stop node events, reservations and telemetry;
+    before, the unit chained them with && and an hour of events was skipped with it."""
+    unit = (REPO / "deploy/manager/rsc-health-ingest.service").read_text()
+    line = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
+    words = shlex.split(line.partition("=")[2])
+    assert Path(words[0]).name == "sh" and words[1] == "-c"
+    ran = tmp_path / "ran"
+    fake = tmp_path / "healthctl"
+    fake.write_text(f'#!/bin/sh\necho "$2" >> {ran}\n[ "$2" != sacct ]\n')
+    fake.chmod(0o755)
+    script = words[2].replace("/usr/local/bin/healthctl", str(fake))
+    done = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=60)
+    assert ran.read_text().split() == ["sacct", "events", "reservations", "telemetry"]
+    assert done.returncode == 1  # the unit shows the failure
+    fake.write_text(f'#!/bin/sh\necho "$2" >> {ran}\n')
+    assert subprocess.run(["/bin/sh", "-c", script], timeout=60).returncode == 0
