@@ -218,7 +218,7 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
                 f"{pending.holds} time(s); next try after {pending.retry_after:%H:%M:%S}Z")
     else:
         code, still_pending = _act(ctx, verdict, pending, now=now, locked=not lock_held)
-    run.acted = True
+    run.exit_code, run.acted = code, True
     run.step = "textfile"
     write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                    time.monotonic() - ctx.started, pending=still_pending,
