@@ -15,10 +15,9 @@ import sys
 import pytest
 
 from rsc_health import nodepath
-
-from .test_nodepath_faults import XID79, _records, node_env  # noqa: F401 - the fixture
 from tests.fixtures.nodes.node_copy import NODE_STATE
 
+from .test_nodepath_faults import XID79, _records, node_env  # noqa: F401 - the fixture
 from .test_state_dir_read_only import slurm_away
 from .test_wrappers import PROLOG, env  # noqa: F401 - the fixture
 
