@@ -443,5 +443,12 @@ def snapshot(obj, out: str) -> None:
     if out == "-":
         click.echo(text)
     else:
-        Path(out).write_text(text + "\n")
+        from rsc_health.durable import write_atomic
+
+        # As root writes every file: never through a symlink or FIFO planted at the name (a
+        # person's --out is often in /tmp), and two snapshots to one name never interleave.
+        try:
+            write_atomic(Path(out), text + "\n", mode=0o600)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out}: {exc}") from None
         click.echo(f"snapshot of {len(doc['files'])} files written to {out}", err=True)
