@@ -141,8 +141,8 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     run.step = "lock"
     try:
         timeout = min(float(cfg.get("slurm.lock_timeout_s")), seconds / 3)
-        with node_lock(sdir, timeout):
-            return _judge(ctx, run)
+        with node_lock(sdir, timeout) as lock_note:
+            return _judge(ctx, run, lock_note=lock_note)
     except LockTimeout as exc:
         # Whatever holds it (a run stuck in the kernel, a probe of an older release), the node
         # is still judged: read-only, so the events stay for the lock's holder to consume.
@@ -150,7 +150,8 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
         return _judge(ctx, run, lock_held=str(exc))
 
 
-def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
+def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
+           lock_note: str | None = None) -> int:
     """Look, spool, remember, act. Under the node lock, or (lock_held: why it could not be
     taken) without it: then read-only, as `healthctl check` is: the XID cursor and counter
     baselines are not moved and no clean sweep counts towards a resume, but the kernel log, the
@@ -173,6 +174,9 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None) -> int:
     if lock_held:
         findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,
                                 f"{lock_held}: judged without it, read-only", "lock_held"))
+    if lock_note:
+        findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE, lock_note,
+                                "lock_file"))
     if run.config_error:
         findings.append(Finding("checker", "config", Status.ERROR, Severity.NONE,
                                 run.config_error, "config_error"))
