@@ -56,6 +56,22 @@ def _load_catalogs(cfg: Config, families: list[str], data: dict) -> list[tuple[s
     return bad
 
 
+def _unjudged(fam, state, new_cursors: dict) -> None:
+    """A family whose check failed judged nothing of what it read: its cursor stays where it
+    was and its counters keep their baselines, so the next run judges those events and that
+    rise (a cursor saved anyway consumed the XID 79 the failed check never saw)."""
+    new_cursors.pop(fam.name, None)
+    if fam.counters is None:
+        return
+    try:
+        keys = list(fam.counters(state))
+    except Exception:  # noqa: BLE001 - then none of its baselines can be told apart
+        return
+    for key in keys:
+        if key in state.baseline:
+            state.counters[key] = state.baseline[key]
+
+
 def _hangs_before(shared: dict, own: dict | None, boot_id: str) -> dict[str, dict]:
     """The probes on record as hanging: the node path's record, and for a read-only run also
     its own (CHECK_HANGS_FILE) where that names a child still waiting and the node path's
@@ -229,6 +245,7 @@ def _run(
             findings.extend(CHECKS[family](state, data))
         except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
             findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
+            _unjudged(BY_NAME[family], state, new_cursors)
 
     def commit(events: bool = True) -> list[Finding]:
         # Each state file is written only when it changes: what is on disk already says the

@@ -141,8 +141,8 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     run.step = "lock"
     try:
         timeout = min(float(cfg.get("slurm.lock_timeout_s")), seconds / 3)
-        with node_lock(sdir, timeout) as writable:
-            return _judge(ctx, run, state_writable=writable)
+        with node_lock(sdir, timeout) as (writable, lock_note):
+            return _judge(ctx, run, state_writable=writable, lock_note=lock_note)
     except LockTimeout as exc:
         # Whatever holds it (a run stuck in the kernel, a probe of an older release), the node
         # is still judged: read-only, so the events stay for the lock's holder to consume.
@@ -151,7 +151,7 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
 
 
 def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
-           state_writable: bool = True) -> int:
+           state_writable: bool = True, lock_note: str | None = None) -> int:
     """Look, spool, remember, act. Under the node lock, or (lock_held: why it could not be
     taken) without it: then read-only, as `healthctl check` is: the XID cursor and counter
     baselines are not moved and no clean sweep counts towards a resume, but the kernel log, the
@@ -177,6 +177,9 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
     if lock_held:
         findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,
                                 f"{lock_held}: judged without it, read-only", "lock_held"))
+    if lock_note:
+        findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE, lock_note,
+                                "lock_file"))
     if run.config_error:
         findings.append(Finding("checker", "config", Status.ERROR, Severity.NONE,
                                 run.config_error, "config_error"))
@@ -223,7 +226,7 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
                 f"{pending.holds} time(s); next try after {pending.retry_after:%H:%M:%S}Z")
     else:
         code, still_pending = _act(ctx, verdict, pending, now=now, locked=not lock_held)
-    run.acted = True
+    run.exit_code, run.acted = code, True
     run.step = "textfile"
     write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                    time.monotonic() - ctx.started, pending=still_pending,

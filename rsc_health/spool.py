@@ -89,7 +89,10 @@ def check_records(
         if key:
             import hashlib  # only for event records: most runs have none
 
-            rec["id"] = hashlib.sha256(f"{node}|{key}".encode()).hexdigest()[:32]
+            # surrogateescape: a node name that was not UTF-8 (os.environ's lone surrogates)
+            # must not fail the run at its spool step.
+            rec["id"] = hashlib.sha256(f"{node}|{key}".encode("utf-8", "surrogateescape")
+                                       ).hexdigest()[:32]
         out.append(rec)
     for family in sorted({f.family for f in findings} - bad_families):
         out.append(

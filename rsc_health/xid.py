@@ -76,6 +76,23 @@ class Catalog:
         )
 
 
+def _trusted(path: Path) -> None:
+    """A site catalog decides what drains, as the site config does, and is held to its rule:
+    root's (or ours), writable by no one else, and so is every directory on its path (or
+    sticky). CatalogError otherwise: another user could set XID 79 to "ignore"."""
+    import os
+
+    from rsc_health.durable import owner_refusal, path_refusal
+
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        raise CatalogError(f"{path}: {exc.strerror or exc}") from exc
+    why = owner_refusal(st, str(path)) or path_refusal(path, str(path))
+    if why:
+        raise CatalogError(why)
+
+
 def _read(path: Path) -> dict:
     from rsc_health.collect.sysfs import read_bounded  # refuses a FIFO or endless file
 
@@ -118,6 +135,7 @@ def load_catalog(override: str | Path | None = None, path: Path = CATALOG_PATH,
                  label: str = "XID") -> Catalog:
     data = _read(path)
     if override:
+        _trusted(Path(override))
         site = _read(Path(override))
         _validate(site, Path(override))
         for table in ("defaults", *PER_LINE):

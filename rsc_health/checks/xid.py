@@ -38,7 +38,7 @@ def gpu_by_pci(state) -> dict[str, str]:
     out = {}
     if state.gpu:
         for g in state.gpu.gpus:
-            if g.pci_bus_id:
+            if isinstance(g.pci_bus_id, str) and g.pci_bus_id:  # a garbled answer: no name
                 out[_pci_key(g.pci_bus_id)] = f"gpu{g.index}"
     return out
 

@@ -9,6 +9,7 @@ prolog from exiting until the mount answers; an abandoned child does not
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import time
@@ -83,9 +84,15 @@ def collect(root: Path) -> list[Mount]:
     last: OSError | None = None
     for rel, parse in (("proc/mounts", parse_mounts), ("proc/self/mountinfo", parse_mountinfo)):
         try:
-            return parse(read_bounded(root / rel).decode("utf-8", "replace"))
+            table = parse(read_bounded(root / rel).decode("utf-8", "replace"))
         except OSError as exc:
             last = exc
+            continue
+        if any(m.path == "/" for m in table):
+            return table
+        # Every live mount table has "/": one without it (empty, garbled) was not read right,
+        # and must not say that every expected mount is missing.
+        last = OSError(errno.ENODATA, "no / in it: not a mount table", str(root / rel))
     raise last or OSError("no mount table")
 
 

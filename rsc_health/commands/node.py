@@ -94,11 +94,11 @@ def check(obj, only: str | None, as_json: bool, snapshot: str | None, verbose: b
         with tempfile.TemporaryDirectory(prefix="rsc_health-replay-") as tmp:
             try:
                 cfg, root = restore_snapshot(Path(snapshot), Path(tmp), obj)
+                node = str(load_snapshot(Path(snapshot)).get("node", ""))[:256]
             except ConfigError as exc:
                 click.echo(f"checker error: {exc}", err=True)
                 sys.exit(Level.CHECKER_ERROR.exit_code)
             findings = run(cfg, root, only=families, save_state=False)
-            node = json.loads(Path(snapshot).read_text()).get("node", "")
             shown_root = f"snapshot:{snapshot}"
     else:
         # The same node name and overrides as the sweep and the prolog.
@@ -261,95 +261,182 @@ def _take_snapshot(cfg: Config, root: Path, node: str, looking) -> dict:
     }
 
 
-def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
-    """Rebuild a snapshot as a root directory; the config is the snapshot's own unless
-    --config was given. ConfigError (`check`: a checker error, exit 4) when the file is not
-    a snapshot it can read or its config does not validate."""
+def load_snapshot(path: Path) -> dict:
+    """The snapshot document; ConfigError (a checker error naming the file) for anything that
+    is not one: not JSON, not UTF-8, not an object, another schema."""
     from rsc_health.config import ConfigError
 
     try:
-        doc = json.loads(path.read_text())
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep
-        raise ConfigError(f"{path}: not a {SNAPSHOT_SCHEMA} file: {str(exc)[:120]}") from None
+        doc = json.loads(path.read_bytes())
+    except (OSError, ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ConfigError(f"{path}: not a {SNAPSHOT_SCHEMA} file ({str(exc)[:120]})") from None
     if not isinstance(doc, dict) or doc.get("schema") != SNAPSHOT_SCHEMA:
         raise ConfigError(f"{path}: not a {SNAPSHOT_SCHEMA} file")
+    return doc
+
+
+def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
+    """Rebuild a snapshot as a root directory; the config is the snapshot's own unless
+    --config was given.
+
+    The snapshot is someone else's file (a bug report) and the replay is often run as root:
+    nothing it names is written outside the replay root. Its paths lose their ".." parts, a
+    link is made only when it and its target stay inside, every file is written only where
+    its directory really is inside (links followed), and the config's state dir is taken
+    inside the root whatever it says. ConfigError (`check`: a checker error, exit 4) for a
+    document that is not a snapshot it can read, or a config that does not validate."""
+    from rsc_health.config import ConfigError, state_dir, validated
+
+    doc = load_snapshot(path)
     root = into / "root"
-    _write_tree(doc, root)
-    data = dict(doc.get("config") or {})
-    gpu = dict(data.get("gpu") or {})
-    gpu.update(backend="replay", replay_file="rsc_health/nvml.json")
-    data["gpu"] = gpu
-    nvml = root / "rsc_health/nvml.json"
-    nvml.parent.mkdir(parents=True, exist_ok=True)
-    nvml.write_text(json.dumps(doc.get("nvml") or {}))
-    # Older snapshots have no probe record: their mounts are then probed under the replay root.
-    probes = doc.get("mount_probes")
-    if isinstance(probes, dict):
-        (root / PROBES_FILE).write_text(json.dumps(probes))
-    from rsc_health.config import state_dir, validated
+    root.mkdir(parents=True, exist_ok=True)
+    tree = _Tree(root)
+    try:
+        tree.restore(doc)
+        data = doc.get("config") if doc.get("config") is not None else {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: its config is not a table")
+        data = dict(data)
+        gpu = dict(data.get("gpu") or {})
+        gpu.update(backend="replay", replay_file="rsc_health/nvml.json")
+        data["gpu"] = gpu
+        tree.write("rsc_health/nvml.json", json.dumps(doc.get("nvml") or {}))
+        # Older snapshots have no probe record: their mounts are then probed under the root.
+        probes = doc.get("mount_probes")
+        if isinstance(probes, dict):
+            tree.write(PROBES_FILE, json.dumps(probes))
+        node = data.get("node")
+        if isinstance(node, dict) and isinstance(node.get("state_dir"), str):
+            data["node"] = {**node, "state_dir": "/" + _safe(node["state_dir"])}
+        cfg = validated(data, path)
+        if obj is not None and obj.config_path and obj.config_path != os.devnull:
+            cfg = obj.config
+            cfg.data.setdefault("gpu", {}).update(backend="replay")
+        if isinstance(probes, dict):
+            cfg.data.setdefault("mounts", {})["probe_replay_file"] = PROBES_FILE
+        # Site checks are programs: replaying would run this machine's, not look at the
+        # snapshot's; what the node's printed is judged instead (older snapshots have no
+        # record: none run).
+        cfg.data.setdefault("site", {}).update(checks_dir="", nhc_conf="")
+        if isinstance(doc.get("site_checks"), dict):
+            tree.write(SITE_FILE, json.dumps(doc["site_checks"]))
+            cfg.data["site"]["replay_file"] = SITE_FILE
+        # Families that record what they read of the live machine (Family.replays) judge the
+        # snapshot's record; an older snapshot without one gives them an empty record: nothing
+        # of the machine replaying it is read or run.
+        from rsc_health.checks import REGISTRY
 
-    cfg = validated(data, path)
-    if obj is not None and obj.config_path and obj.config_path != os.devnull:
-        cfg = obj.config
-        cfg.data.setdefault("gpu", {}).update(backend="replay")
-    if isinstance(probes, dict):
-        cfg.data.setdefault("mounts", {})["probe_replay_file"] = PROBES_FILE
-    # Site checks are programs: replaying would run this machine's, not look at the snapshot's;
-    # what the node's printed is judged instead (older snapshots have no record: none run).
-    cfg.data.setdefault("site", {}).update(checks_dir="", nhc_conf="")
-    if isinstance(doc.get("site_checks"), dict):
-        (root / SITE_FILE).write_text(json.dumps(doc["site_checks"]))
-        cfg.data["site"]["replay_file"] = SITE_FILE
-    # Families that record what they read of the live machine (Family.replays) judge the
-    # snapshot's record; an older snapshot without one gives them an empty record: nothing of
-    # the machine replaying it is read or run.
-    from rsc_health.checks import REGISTRY
-
-    for fam in REGISTRY:
-        if fam.replays:
-            rec = doc.get(f"{fam.name}_record")
-            rel = f"rsc_health/{fam.name}_record.json"
-            (root / rel).parent.mkdir(parents=True, exist_ok=True)
-            (root / rel).write_text(json.dumps(rec if isinstance(rec, dict) else {}))
-            cfg.data.setdefault(fam.config, {})["replay_file"] = rel
-    # When the node read its counters: rates replay over the interval the node saw, not over
-    # the time since (older snapshots have none: their rates are the replay's).
-    clock = doc.get("telemetry_clock")
-    if isinstance(clock, dict):
-        (root / CLOCK_FILE).write_text(json.dumps(clock))
-        cfg.data.setdefault("telemetry", {})["clock_replay_file"] = CLOCK_FILE
-    state = doc.get("state")
-    if isinstance(state, dict):
-        _write_state(state, state_dir(cfg, root))
+        for fam in REGISTRY:
+            if fam.replays:
+                rec = doc.get(f"{fam.name}_record")
+                rel = f"rsc_health/{fam.name}_record.json"
+                tree.write(rel, json.dumps(rec if isinstance(rec, dict) else {}))
+                cfg.data.setdefault(fam.config, {})["replay_file"] = rel
+        # When the node read its counters: rates replay over the interval the node saw, not
+        # over the time since (older snapshots have none: their rates are the replay's).
+        clock = doc.get("telemetry_clock")
+        if isinstance(clock, dict):
+            tree.write(CLOCK_FILE, json.dumps(clock))
+            cfg.data.setdefault("telemetry", {})["clock_replay_file"] = CLOCK_FILE
+        sdir = state_dir(cfg, root)
+        if not tree.inside(sdir):  # --config's own state dir, through the snapshot's links
+            raise ConfigError(f"{path}: the state dir {sdir} is not inside the replay")
+        state = doc.get("state")
+        if isinstance(state, dict):
+            _write_state(state, sdir, tree)
+    except (TypeError, AttributeError) as exc:
+        raise ConfigError(f"{path}: not a {SNAPSHOT_SCHEMA} file ({str(exc)[:120]})") from None
     return cfg, root
 
 
-def _write_tree(doc: dict, root: Path) -> None:
-    """The snapshot's files, symlinks and mount points under root (names kept inside it)."""
-    for rel, text in doc.get("files", {}).items():
-        dest = root / _safe(rel)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        dest.write_text(text)
-    for rel, target in doc.get("links", {}).items():
-        dest = root / _safe(rel)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        (root / _safe(target)).mkdir(parents=True, exist_ok=True)
-        os.symlink(os.path.relpath(root / _safe(target), dest.parent), dest)
-    for mp in doc.get("mountpoints", []):
-        (root / _safe(mp)).mkdir(parents=True, exist_ok=True)
+class _Tree:
+    """Writes under a replay root that never land outside it, whatever links it holds."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.real = root.resolve()
+
+    def inside(self, path: Path) -> bool:
+        """`path` (links followed, as far as it exists) is the root or below it."""
+        try:
+            path.resolve().relative_to(self.real)
+        except (ValueError, OSError, RuntimeError):  # RuntimeError: a symlink loop (3.9)
+            return False
+        return True
+
+    def directory(self, rel: str) -> Path | None:
+        """root/rel made as a directory, or None where it would be outside."""
+        path = self.root / _safe(rel)
+        if not self.inside(path):
+            return None
+        path.mkdir(parents=True, exist_ok=True)
+        return path if self.inside(path) else None
+
+    def write(self, rel: str, text: str) -> None:
+        dest = self.root / _safe(rel)
+        parent = self.directory(str(dest.parent.relative_to(self.root)))
+        if parent is None or not isinstance(text, str):
+            return
+        _write_new(parent / dest.name, text)
+
+    def link(self, rel: str, target: str) -> None:
+        dest = self.root / _safe(rel)
+        parent = self.directory(str(dest.parent.relative_to(self.root)))
+        goal = self.directory(target)
+        if parent is None or goal is None or dest.name in ("", ".", "..") or \
+                os.path.lexists(dest):
+            return
+        os.symlink(os.path.relpath(goal.resolve(), parent.resolve()), dest)
+        if not self.inside(dest):
+            dest.unlink()
+
+    def restore(self, doc: dict) -> None:
+        """The snapshot's files, symlinks and mount points under root (names kept inside)."""
+        for rel, text in _items(doc.get("files")):
+            if isinstance(text, str):
+                self.write(rel, text)
+        for rel, target in _items(doc.get("links")):
+            if isinstance(target, str):
+                self.link(rel, target)
+        mountpoints = doc.get("mountpoints") or []
+        if not isinstance(mountpoints, list):
+            raise TypeError("mountpoints is not a list")
+        for mp in mountpoints:
+            if isinstance(mp, str):
+                self.directory(mp)
 
 
-def _write_state(state: dict, sdir: Path) -> None:
+def _items(value) -> list[tuple[str, object]]:
+    if value is None:
+        return []
+    if not isinstance(value, dict):
+        raise TypeError(f"{type(value).__name__} where a table of paths belongs")
+    return [(k, v) for k, v in value.items() if isinstance(k, str)]
+
+
+def _write_new(path: Path, text: str) -> None:
+    """A file of the replay: never through a link or a FIFO standing at its name."""
+    from rsc_health.durable import _clear_name
+
+    _clear_name(path)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                 0o644)
+    with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
+        fh.write(text)
+
+
+def _write_state(state: dict, sdir: Path, tree: _Tree) -> None:
     """The node state files the snapshot carries (plain names only) into the state dir."""
-    sdir.mkdir(parents=True, exist_ok=True)
+    rel = str(sdir.relative_to(tree.root))
     for name, text in state.items():
-        if isinstance(text, str) and name == Path(name).name and not name.startswith("."):
-            (sdir / name).write_text(text)
+        if isinstance(name, str) and isinstance(text, str) and name == Path(name).name \
+                and not name.startswith("."):
+            tree.write(f"{rel}/{name}", text)
 
 
 def _safe(rel: str) -> str:
     """Snapshot paths are relative and never climb out of the replay root."""
-    parts = [p for p in Path(rel.lstrip("/")).parts if p not in ("..", ".")]
+    parts = [p for p in Path(str(rel).lstrip("/")).parts if p not in ("..", ".")]
     return "/".join(parts) or "."
 
 
@@ -367,5 +454,12 @@ def snapshot(obj, out: str) -> None:
     if out == "-":
         click.echo(text)
     else:
-        Path(out).write_text(text + "\n")
+        from rsc_health.durable import write_atomic
+
+        # As root writes every file: never through a symlink or FIFO planted at the name (a
+        # person's --out is often in /tmp), and two snapshots to one name never interleave.
+        try:
+            write_atomic(Path(out), text + "\n", mode=0o600)
+        except OSError as exc:
+            raise click.ClickException(f"cannot write {out}: {exc}") from None
         click.echo(f"snapshot of {len(doc['files'])} files written to {out}", err=True)

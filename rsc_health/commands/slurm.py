@@ -555,10 +555,10 @@ def _echo_not_checking(data: dict) -> None:
 def _echo_hung(data: dict) -> None:
     if not data["probes_hung"]:  # none, or None: no historian (said by _echo_not_checking)
         return
-    click.echo(f"probes hanging: {len(data['probes_hung'])}")
+    echo(f"probes hanging: {len(data['probes_hung'])}")
     for h in data["probes_hung"]:
-        click.echo(f"  {h['node']:<16} {h['probe']} since {h['since']} "
-                   f"({', '.join(h['codes'])}; last seen {h['last_seen']})")
+        echo(f"  {h['node']:<16} {h['probe']} since {h['since']} "
+             f"({', '.join(h['codes'])}; last seen {h['last_seen']})")
 
 
 @click.command()

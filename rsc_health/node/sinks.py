@@ -38,8 +38,10 @@ def set_syslog(on: bool) -> None:
 
 
 def log(msg: str) -> None:
-    """stderr (the sweep's log) and syslog/journald: slurmd discards a prolog's stderr."""
-    print(f"rsc_health: {msg}", file=sys.stderr, flush=True)
+    """stderr (the sweep's log) and syslog/journald: slurmd discards a prolog's stderr.
+    Never raises: a stream whose reader is gone (journald restarted under a timer, a closed
+    pipe: EPIPE) or closed must not turn a log line into a checker fault that drops a verdict."""
+    _say(sys.stderr, f"rsc_health: {msg}")
     if _syslog_on:
         try:
             import syslog
@@ -48,6 +50,15 @@ def log(msg: str) -> None:
             syslog.syslog(syslog.LOG_WARNING, msg[:2000])
         except Exception:  # noqa: BLE001 - logging must never break the node path
             pass
+
+
+def _say(stream, line: str) -> None:
+    if stream is None:  # started with the descriptor closed: print(file=None) is stdout's
+        return
+    try:
+        print(line, file=stream, flush=True)
+    except (OSError, ValueError):  # EPIPE, EIO, a closed stream: syslog still hears it
+        pass
 
 
 # ---- the spool ------------------------------------------------------------------------------
@@ -209,7 +220,7 @@ def sweep_line(stage: Stage, node: str, level: Level, reason: str, actions: list
     if stage.name != "sweep":
         return
     summary = ", ".join(f"{a.action}{' ' + a.job_id if a.job_id else ''}" for a in actions)
-    print(f"rsc_health sweep {node}: {level.name} {reason} {summary}".rstrip())
+    _say(sys.stdout, f"rsc_health sweep {node}: {level.name} {reason} {summary}".rstrip())
 
 
 # ---- the Prometheus textfile ----------------------------------------------------------------

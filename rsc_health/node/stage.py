@@ -98,6 +98,9 @@ class Progress:
     verdict: Verdict | None = None
     spooled: bool = False
     acted: bool = False
+    # The exit code acting on the verdict chose (set with acted): what the run leaves with,
+    # whatever strikes after it (the textfile on a hung mount, a fault remembering the config).
+    exit_code: int | None = None
     # The site config is broken and this run judges with the last good one: why, in words.
     config_error: str = ""
     parsed: bytes | None = None  # the site file's bytes, when this run parsed them
@@ -109,7 +112,10 @@ class Progress:
                     and self.cfg is not None and self.cfg.get("actions.enabled"))
 
     def safe_exit(self) -> int:
-        """0 (let the job run, leave the node alone) unless this is a prolog with an unacted
-        drain verdict: then the drain code, so slurmd drains the node and requeues the job,
-        which is what the verdict asked for."""
+        """The code acting on the verdict chose, once it has; before that 0 (let the job run,
+        leave the node alone) unless this is a prolog with an unacted drain verdict: then the
+        drain code, so slurmd drains the node and requeues the job, which is what the verdict
+        asked for."""
+        if self.acted and self.exit_code is not None:
+            return self.exit_code
         return drain_exit() if self.unacted_drain and self.stage.name == "prolog" else 0

@@ -44,33 +44,20 @@ class LockTimeout(Exception):
 
 @contextmanager
 def node_lock(sdir: Path, timeout_s: float):
-    """flock on <state_dir>/node.lock; polls so the wait is bounded by our budget.
+    """flock on <state_dir>/node.lock; polls so the wait is bounded by our budget. Yields
+    None, or what is wrong with the lock file, in words (the run says it as a checker error).
 
     A state dir that refuses writes (its filesystem remounted read-only after disk errors)
     must not blind the node path: flock needs no write access, so the lock file, or the
     directory itself when the file was never made, is opened read-only. That run can neither
-    spool nor advance its cursor (it says so), but it still looks and acts. Yields whether the
-    state dir takes writes (False: the run finds the probe children abandoned before it in
-    /proc, as it can keep no record of them: collect.hangs)."""
+    spool nor advance its cursor (it says so), but it still looks and acts. Nor must anything
+    that is not a file at the lock's name (a directory, a symlink, a socket): every run finds
+    the same thing there and locks the state dir itself instead. Yields (whether the state dir
+    takes writes, what is wrong with the lock file or None). A state dir that does not (False):
+    the run finds the probe children abandoned before it in /proc, as it can keep no record
+    of them (collect.hangs)."""
     own_state_dir(sdir)
-    # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
-    # programs a run executes (site checks, Slurm commands), and a probe forked without exec
-    # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
-    # O_NOFOLLOW: a symlink planted at its name is not followed (nor created through).
-    writable = True
-    try:
-        fd = os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
-                     0o644)
-    except OSError as exc:
-        writable = False
-        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
-            raise
-        try:
-            fd = os.open(sdir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        log(f"state dir {sdir} refuses writes ({exc.strerror}): checking and acting, but "
-            f"nothing can be spooled or remembered until it is writable")
+    fd, note, writable = _open_lock(sdir)
     try:
         deadline = time.monotonic() + timeout_s
         while True:
@@ -81,9 +68,42 @@ def node_lock(sdir: Path, timeout_s: float):
                 if time.monotonic() >= deadline:
                     raise LockTimeout(f"{sdir / LOCK_FILE} held for {timeout_s:g}s") from None
                 time.sleep(0.05)
-        yield writable
+        yield writable, note
     finally:
         os.close(fd)
+
+
+# open(2) of something that is not a file at the lock's name: a symlink (O_NOFOLLOW), a
+# directory, a socket.
+_NOT_A_FILE = (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EOPNOTSUPP)
+
+
+def _open_lock(sdir: Path) -> tuple[int, str | None, bool]:
+    """(descriptor to flock, what is wrong with the lock file or None, whether the state dir
+    takes writes)."""
+    # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
+    # programs a run executes (site checks, Slurm commands), and a probe forked without exec
+    # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
+    # O_NOFOLLOW: a symlink planted at its name is not followed (nor created through).
+    try:
+        return os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+                       0o644), None, True
+    except OSError as exc:
+        if exc.errno in _NOT_A_FILE:
+            note = (f"{sdir / LOCK_FILE} is not a file ({exc.strerror}): the state dir is "
+                    "locked instead until it is removed")
+            log(note)
+            return os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), note, True
+        if exc.errno not in (errno.EROFS, errno.EACCES, errno.EPERM):
+            raise
+        why = exc.strerror
+    try:
+        fd = os.open(sdir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # never made (or not a file): the directory itself
+        fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    log(f"state dir {sdir} refuses writes ({why}): checking and acting, but nothing can be "
+        f"spooled or remembered until it is writable")
+    return fd, None, False
 
 
 def own_state_dir(sdir: Path) -> None:

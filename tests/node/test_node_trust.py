@@ -130,6 +130,18 @@ def test_an_unreadable_mount_table_is_a_checker_error(node):
     assert not [f for f in findings if f.family == "mount"]
 
 
+@pytest.mark.parametrize("text", ["", "garbage\n\x00\x00\n", "proc /proc proc rw 0 0\n"],
+                         ids=["empty", "garbled", "no_root"])
+def test_a_mount_table_without_a_root_mount_is_a_checker_error_not_every_mount_missing(
+        node, text):
+    """Every live mount table has "/": an empty or garbled one (mountinfo too) was read as
+    "nothing mounted" and drained a healthy node now for every expected mount."""
+    node.write("proc/mounts", text)
+    findings, verdict = node.check(only={"mount"})
+    assert verdict.level is Level.CHECKER_ERROR
+    assert not [f for f in findings if f.code == "mount_missing"]
+
+
 def test_the_lifetime_ecc_count_is_not_news_after_a_reboot(node):
     node.check()
     node.nvml(lambda doc: doc["devices"][2]["ecc"]["aggregate"].update(uncorrected=2))

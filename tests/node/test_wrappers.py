@@ -103,3 +103,26 @@ def test_the_script_entry_and_python_m_give_the_same_exit(env, tmp_path):
     usage = subprocess.run([python, "-c", JOB_START_CODE, "nonsense"], env=env, cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)
     assert usage.returncode == 2 and "usage:" in usage.stderr
+
+
+@pytest.mark.parametrize("script", [PROLOG, EPILOG, REPO / "checks" / "rsc-health-sweep"],
+                         ids=["prolog", "epilog", "sweep"])
+@pytest.mark.parametrize("planted", ["json.py", "rsc_health/__init__.py"])
+def test_a_module_planted_in_the_working_directory_is_never_imported(script, planted, env,
+                                                                     tmp_path):
+    """`python -c` puts the working directory first on sys.path, ahead of the standard
+    library and rsc_health. slurmd runs its prologs in its own working directory, /var/tmp
+    when its log and spool directories are not writable (slurmd's _set_work_dir), and an
+    operator may start a script from /tmp: any user could plant json.py (or an rsc_health
+    package) there and have root run it."""
+    cwd = tmp_path / "vartmp"
+    cwd.mkdir()
+    cwd.chmod(0o1777)  # /var/tmp, /tmp: anyone may add a name
+    marker = tmp_path / "ran-as-root"
+    module = cwd / planted
+    module.parent.mkdir(exist_ok=True)
+    module.write_text(f"open({str(marker)!r}, 'w').write('owned')\n")
+    out = subprocess.run([str(script)], env=env, cwd=cwd, capture_output=True, text=True,
+                         timeout=120)
+    assert not marker.exists()
+    assert out.returncode == 0, out.stderr
