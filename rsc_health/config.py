@@ -176,7 +176,7 @@ def _read_bytes(path: Path, *, trusted: bool = False) -> bytes:
     """A config file's bytes: a regular file (opened O_NONBLOCK: a FIFO never blocks), at most
     MAX_CONFIG_BYTES; ConfigError otherwise. `trusted`: the file is the site config, which
     must also be root's (or this user's), writable by no one else, on a path no one else can
-    swap (durable.owner_refusal, durable.path_refusal)."""
+    swap (durable.trust_refusal)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
@@ -194,9 +194,9 @@ def _read_bytes(path: Path, *, trusted: bool = False) -> bytes:
 
 
 def _trust(path: Path, st: os.stat_result) -> None:
-    from rsc_health.durable import owner_refusal, path_refusal
+    from rsc_health.durable import trust_refusal
 
-    why = owner_refusal(st, "") or path_refusal(path)
+    why = trust_refusal(st, path)
     if why:
         raise ConfigError(f"{path}: {why.removesuffix('; refused')}: {UNTRUSTED_CONFIG}")
 
@@ -359,14 +359,14 @@ def last_good_config(root: Path) -> tuple[Config, str] | None:
     when it no longer validates (a release that changed the schema)."""
     import json
 
-    from rsc_health.durable import open_regular, owner_refusal, path_refusal
+    from rsc_health.durable import open_regular, trust_refusal
 
     defaults = load_config(os.devnull)
     file = state_dir(defaults, root) / LAST_GOOD_FILE
     try:
         fd = open_regular(file)
         with os.fdopen(fd, "rb") as fh:
-            if owner_refusal(os.fstat(fd), "") or path_refusal(file):
+            if trust_refusal(os.fstat(fd), file):
                 return None
             kept = json.loads(fh.read(4 * MAX_CONFIG_BYTES))
     except (OSError, ValueError, RecursionError):

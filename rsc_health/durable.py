@@ -114,6 +114,14 @@ def owner_refusal(st: os.stat_result, what: str) -> str:
     return ""
 
 
+def trust_refusal(st: os.stat_result, path: Path, what: str = "") -> str:
+    """Why root must not run or take orders from the file `path` (`st`: its stat, taken from
+    the descriptor that will be read where there is one), or "": owner_refusal, then
+    path_refusal. The one rule for the site config, a catalog override, a qualification tool
+    or baseline, a site check program."""
+    return owner_refusal(st, what) or path_refusal(path, what)
+
+
 def path_refusal(path: Path, what: str = "") -> str:
     """Why someone else could swap what `path` names for their own, or "": every directory
     holding a name on the way to it (each symlink's own directory, then its target's), up to

@@ -82,13 +82,13 @@ def _trusted(path: Path) -> None:
     sticky). CatalogError otherwise: another user could set XID 79 to "ignore"."""
     import os
 
-    from rsc_health.durable import owner_refusal, path_refusal
+    from rsc_health.durable import trust_refusal
 
     try:
         st = os.stat(path)
     except OSError as exc:
         raise CatalogError(f"{path}: {exc.strerror or exc}") from exc
-    why = owner_refusal(st, str(path)) or path_refusal(path, str(path))
+    why = trust_refusal(st, path, str(path))
     if why:
         raise CatalogError(why)
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 from rsc_health.checks._finding import ok
 from rsc_health.durable import owner_refusal as _owner_refusal
 from rsc_health.durable import path_refusal as _path_refusal
+from rsc_health.durable import trust_refusal
 from rsc_health.model import Finding, Severity, Status
 
 if TYPE_CHECKING:
@@ -210,7 +211,7 @@ def _refusal(path: Path) -> str:
         return f"not a regular file ({_kind(st.st_mode)}); only executables are run"
     if not os.access(path, os.X_OK):
         return "not executable (chmod +x it, or rename it with a leading dot to disable it)"
-    return _owner_refusal(st, "") or _path_refusal(path)
+    return trust_refusal(st, path)
 
 
 def _kind(mode: int) -> str:

@@ -29,14 +29,14 @@ class Baseline:
         fleet's nodes, so like the site config that names it it must be root's (or this
         user's), writable by no one else, on a path no one else can swap (durable's rules),
         and a regular file of at most MAX_BYTES (a FIFO would hang the run)."""
-        from rsc_health.durable import owner_refusal, path_refusal
+        from rsc_health.durable import trust_refusal
 
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as fh:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise ValueError(f"{path}: not a regular file")
-            why = owner_refusal(st, "") or path_refusal(path)
+            why = trust_refusal(st, path)
             if why:
                 raise ValueError(f"{path}: {why} (numbers someone else could write would "
                                  "pass slow nodes: chown root and chmod go-w it and the "

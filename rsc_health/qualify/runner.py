@@ -58,10 +58,10 @@ def tool_refusal(tool: str) -> str:
     """Why the tool `tool` names (on PATH, or a path) must not decide a qualification, or "":
     its output is what passes a node back into service, so, like dcgmi and the site checks, it
     must be root's (or this user's), writable by no one else, on a path no one else can swap
-    (durable.owner_refusal, durable.path_refusal)."""
+    (durable.trust_refusal)."""
     import os
 
-    from rsc_health.durable import owner_refusal, path_refusal
+    from rsc_health.durable import trust_refusal
 
     found = shutil.which(tool)
     if found is None:
@@ -70,7 +70,7 @@ def tool_refusal(tool: str) -> str:
         st = os.stat(found)
     except OSError as exc:
         return f"tool {found}: {exc.strerror}"
-    why = owner_refusal(st, found) or path_refusal(Path(found), found)
+    why = trust_refusal(st, Path(found), found)
     return f"tool {why} (someone else could make it print a pass)" if why else ""
 
 
