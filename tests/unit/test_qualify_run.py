@@ -198,20 +198,26 @@ def _pair_node(tmp_path, name: str, *, slow_with: str = "") -> Node:
     return node
 
 
+def _pair_fleet(tmp_path) -> tuple[str, Path]:
+    """(historian, the pairwise tier's config) with six nodes that passed the full tier and six
+    that measured the pairwise metric (the first four of each unjudged, bootstrapping)."""
+    cfg, db = _setup(tmp_path)
+    pair_cfg = tmp_path / "pair.toml"
+    pair_cfg.write_text(CONFIG.replace("full = ", "lite = [\"pair\"]\nfull = ", 1) + PAIR)
+    assert [r.exit_code for r in _fleet(tmp_path, cfg, db, n=6)] == [4, 4, 4, 4, 0, 0]
+    seeded = [_pair_node(tmp_path, f"gpu2{i:02d}").run(pair_cfg, db, "--tier", "lite")
+              for i in range(6)]
+    assert [r.exit_code for r in seeded] == [4, 4, 4, 4, 0, 0], seeded[-1].output[-400:]
+    return db, pair_cfg
+
+
 def test_a_pairwise_fail_against_one_peer_is_run_again_against_a_second_before_it_stands(
         tmp_path):
     """The chosen known-good peer may have degraded since its own pass: a node slow against it
     alone is run again against the next known-good peer. Slow against the first only: the run
     passes on the second's result and says the first was set aside. Slow against both: it
     fails, naming both. A peer an operator named (--peer) is not second-guessed."""
-    cfg, db = _setup(tmp_path)
-    pair_cfg = tmp_path / "pair.toml"
-    pair_cfg.write_text(CONFIG.replace("full = ", "lite = [\"pair\"]\nfull = ", 1) + PAIR)
-    assert [r.exit_code for r in _fleet(tmp_path, cfg, db, n=6)] == [4, 4, 4, 4, 0, 0]
-    # Peers for the pairwise metric itself (the first four measured, unjudged; then judged).
-    seeded = [_pair_node(tmp_path, f"gpu2{i:02d}").run(pair_cfg, db, "--tier", "lite")
-              for i in range(6)]
-    assert [r.exit_code for r in seeded] == [4, 4, 4, 4, 0, 0], seeded[-1].output[-400:]
+    db, pair_cfg = _pair_fleet(tmp_path)
 
     once = _pair_node(tmp_path, "gpu300", slow_with="first")
     res = once.run(pair_cfg, db, "--tier", "lite")
@@ -241,13 +247,7 @@ def test_a_fault_the_pairwise_rerun_raises_is_looked_for_after_it(tmp_path):
     from tests.fixtures.nodes.node_copy import HEALTHY, copy_node
     from tests.unit.test_qualify_gate import GPU3_PCI, _qualify
 
-    cfg, db = _setup(tmp_path)
-    pair_cfg = tmp_path / "pair.toml"
-    pair_cfg.write_text(CONFIG.replace("full = ", "lite = [\"pair\"]\nfull = ", 1) + PAIR)
-    assert [r.exit_code for r in _fleet(tmp_path, cfg, db, n=6)] == [4, 4, 4, 4, 0, 0]
-    seeded = [_pair_node(tmp_path, f"gpu2{i:02d}").run(pair_cfg, db, "--tier", "lite")
-              for i in range(6)]
-    assert [r.exit_code for r in seeded] == [4, 4, 4, 4, 0, 0], seeded[-1].output[-400:]
+    db, pair_cfg = _pair_fleet(tmp_path)
 
     root = copy_node(tmp_path / "root")
     node_cfg = tmp_path / "node.toml"  # the fixture's hardware: its own checks pass before
