@@ -105,7 +105,9 @@ class SlurmCluster:
         self.start_slurmctld(clean=True)
         for node in self.node_names:
             self.start_slurmd(node)
-        self.wait_for(self._all_nodes_idle, 60, "all nodes IDLE")
+        # slurmd registration under a loaded CI (four xdist workers starting clusters at once)
+        # took past 60 s once (test_real_accounting's set-up); the wait ends as soon as they are.
+        self.wait_for(self._all_nodes_idle, 180, "all nodes IDLE")
 
     def stop(self) -> None:
         for name in list(self.procs)[::-1]:
