@@ -109,6 +109,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "qualify.baseline_margin": (0, 1),
     "qualify.parallel": (1, 1024),
     "leftover.min_memory_mib": (0, 16 * 2**20),
+    "leftover.own_job_grace_s": (0, 86_400),
     "fabric.timeout_s": (0, 600),
     "dcgm.timeout_s": (0, 3600),
     "dcgm.diag_level": (0, 4),

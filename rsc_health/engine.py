@@ -144,6 +144,7 @@ def run(
     budget_s: float | None = None,
     save_state: bool = True,
     sweep: bool = False,
+    stage: str | None = None,
 ) -> list[Finding]:
     """All findings for the node under `root` (or only the families in `only`).
 
@@ -153,7 +154,8 @@ def run(
     every minute on a node whose mount or driver hangs leaves one child stuck, not one each.
     sweep: a probe that hangs counts one more sweep in a row (collect.hangs)."""
     findings, commit = run_deferred(cfg, root, only=only, budget_s=budget_s,
-                                    sweep=sweep and save_state, read_only=not save_state)
+                                    sweep=sweep and save_state, read_only=not save_state,
+                                    stage=stage)
     if save_state:
         findings.extend(commit())
     return findings
@@ -162,6 +164,7 @@ def run(
 def run_deferred(
     cfg: Config, root: Path, *, only: set[str] | None = None, budget_s: float | None = None,
     sweep: bool = False, read_only: bool = False, find_children: bool = False,
+    stage: str | None = None,
 ):
     """(findings, commit): the node path calls commit() once what the findings say is safely
     spooled, so an event is never consumed without being recorded, and commit(events=False)
@@ -169,10 +172,11 @@ def run_deferred(
     (it consumes nothing, and without it the next run forks one more child to join them).
     commit() returns checker findings for state it could not save; it never raises.
     read_only: see run(). find_children: the run cannot save a record (the state dir refuses
-    writes, the node lock is held): the children runs abandoned are found in /proc."""
+    writes, the node lock is held): the children runs abandoned are found in /proc.
+    stage: the node path's stage, given to the collectors (CollectEnv.stage)."""
     try:
         return _run(cfg, Path(root), only=only, budget_s=budget_s, sweep=sweep,
-                    read_only=read_only, find_children=find_children)
+                    read_only=read_only, find_children=find_children, stage=stage)
     except Exception as exc:  # noqa: BLE001 - the contract: never raise
         return ([_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")],
                 lambda events=True: [])
@@ -180,7 +184,7 @@ def run_deferred(
 
 def _run(
     cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, sweep: bool,
-    read_only: bool = False, find_children: bool = False,
+    read_only: bool = False, find_children: bool = False, stage: str | None = None,
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
     from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
@@ -214,7 +218,7 @@ def _run(
     state, new_cursors = collect_all(
         cfg, root, only=set(families), cursors=cursors, previous_counters=previous,
         probe_timeout_s=timeout, deadline=deadline,
-        hangs_before=hangs_before,
+        hangs_before=hangs_before, stage=stage,
     )
     for family, source, message in state.errors:
         findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))

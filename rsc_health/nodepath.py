@@ -172,7 +172,7 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
     findings, commit = engine.run_deferred(
         cfg, ctx.root, only=set(families) if families else None,
         budget_s=max(1.0, remaining * 0.5), sweep=stage.name == "sweep",
-        find_children=bool(lock_held) or not state_writable,
+        find_children=bool(lock_held) or not state_writable, stage=stage.name,
     )
     if lock_held:
         findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,

@@ -29,6 +29,8 @@ class CollectEnv:
     # What several families read from one source, read once a run and shared (the InfiniBand
     # ports: rsc_health.collect.ibports).
     shared: dict = field(default_factory=dict)
+    # The node path's stage ("prolog", "epilog", "sweep"), None for `healthctl check`.
+    stage: str | None = None
 
     def guard(self, family: str, source: str, fn: Callable[[], Any]) -> Any:
         """fn(), or None with a checker finding naming `source` when it raises."""

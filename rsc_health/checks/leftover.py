@@ -9,7 +9,9 @@ Whose a process is, read without any Slurm RPC (the prolog makes none when healt
   (v1 `/slurm/uid_U/job_N/step_S/...`, v2 `/system.slice/slurmstepd.scope/job_N/...`);
 - whether job N still runs here: slurmstepd listens on `<SlurmdSpoolDir>/<node>_<job>.<step>`
   (src/slurmd/common/stepd_api.c) while the step runs; no socket of job N = job N is over;
-- the prolog's own job ($SLURM_JOB_ID) is never a leftover.
+- the prolog's own job ($SLURM_JOB_ID) is not a leftover, unless the process is older than
+  the prolog could make it (`[leftover] own_job_grace_s`, from /proc/PID/stat): a survivor of
+  the job's earlier run here, requeued under the same id onto this node again.
 A process in the cgroup of a job that is over is a leftover. One in no job cgroup (a user's
 ssh session, a daemon, or any job's process under proctrack/linuxproc where tasks have no job
 cgroup) is a leftover only when no other job runs here (the exclusive node at job start);
@@ -72,7 +74,7 @@ def collect(root: Path, env) -> dict | None:
     if doc is not None:  # a snapshot's record: nothing of this machine is read
         return doc
     answers = env.state.nvml_answers if env.state is not None else None
-    return record(root, env.cfg, _nvml_pids(answers))
+    return record(root, env.cfg, _nvml_pids(answers), env.stage)
 
 
 def capture(cfg, root: Path, env) -> dict:
@@ -83,9 +85,11 @@ def capture(cfg, root: Path, env) -> dict:
     return {"leftover_record": record(root, cfg, _nvml_pids(answers))}
 
 
-def record(root: Path, cfg, pids: set[int]) -> dict:
-    """Who each pid is and which jobs run here, as plain JSON (what `check` judges)."""
-    out: dict = {"job_id": _own_job(), "pids": {}, "jobs": [], "spool_error": None}
+def record(root: Path, cfg, pids: set[int], stage: str | None = None) -> dict:
+    """Who each pid is and which jobs run here, as plain JSON (what `check` judges); the
+    stage the node path runs (a prolog judges its own job's processes by their age)."""
+    out: dict = {"job_id": _own_job(), "stage": stage, "pids": {}, "jobs": [],
+                 "spool_error": None}
     if not pids:
         return out  # the healthy case reads nothing at all
     spool = root / str(cfg.get("leftover.slurmd_spool_dir")).lstrip("/")
@@ -102,8 +106,9 @@ def record(root: Path, cfg, pids: set[int]) -> dict:
     except OSError as exc:
         out["spool_error"] = f"{spool}: {exc.strerror or exc}"
     users = _passwd(root)
+    uptime = _uptime(root)
     for pid in sorted(pids)[:1024]:
-        out["pids"][str(pid)] = _process(root, pid, users)
+        out["pids"][str(pid)] = _process(root, pid, users, uptime)
     return out
 
 
@@ -112,7 +117,34 @@ def _own_job() -> str | None:
     return job if job and job.isdigit() and len(job) <= 12 else None
 
 
-def _process(root: Path, pid: int, users: dict[int, str]) -> dict:
+def _uptime(root: Path) -> float | None:
+    """Seconds since boot (/proc/uptime's first field), None when it cannot be read."""
+    try:
+        first = read_bounded(root / "proc/uptime", 256).split()[0]
+        value = float(first)
+    except (OSError, IndexError, ValueError):
+        return None
+    return value if 0 <= value < 1e10 else None
+
+
+def _age_s(stat: str, uptime: float | None) -> float | None:
+    """A process's age in seconds from /proc/PID/stat's starttime (field 22, clock ticks
+    since boot; the fields after the last ')' since comm may hold spaces and parentheses),
+    None when either cannot be read or the answer is not one a clock could give."""
+    if uptime is None:
+        return None
+    try:
+        ticks = int(stat[stat.rindex(")") + 1:].split()[19])
+        hz = os.sysconf("SC_CLK_TCK")
+    except (ValueError, IndexError, OSError):
+        return None
+    if ticks < 0 or hz <= 0:
+        return None
+    age = uptime - ticks / hz
+    return round(age, 1) if age >= 0 else None
+
+
+def _process(root: Path, pid: int, users: dict[int, str], uptime: float | None = None) -> dict:
     proc = root / "proc" / str(pid)
     try:
         cgroup = read_bounded(proc / "cgroup", READ_LIMIT).decode("utf-8", "replace")
@@ -133,6 +165,11 @@ def _process(root: Path, pid: int, users: dict[int, str]) -> dict:
         info["user"] = users.get(uid, f"uid {uid}")
     except (OSError, ValueError, IndexError):
         info["user"] = "?"
+    try:
+        stat = read_bounded(proc / "stat", READ_LIMIT).decode("utf-8", "replace")
+        info["age_s"] = _age_s(stat, uptime)
+    except OSError:
+        info["age_s"] = None
     return info
 
 
@@ -147,6 +184,19 @@ def _passwd(root: Path) -> dict[int, str]:
         if len(parts) >= 3 and parts[2].isdigit():
             users.setdefault(int(parts[2]), parts[0][:32])
     return users
+
+
+def _earlier_run(info: dict, here: dict) -> bool:
+    """A process in the prolog's own job's cgroup that is older than the prolog can be: a
+    survivor of that job's earlier run here (its slurmstepd killed, e.g. by the OOM killer, so
+    nothing killed its tasks; Slurm requeued the job and gave it this node again). Slurm runs
+    the prolog before any task of the job on this node, so nothing of this run is older than
+    the prolog, give or take `[leftover] own_job_grace_s` for prolog scripts run beside this
+    one. Only a prolog judges it: in the epilog the job's own processes are its last run's,
+    still exiting. An age that cannot be read is no evidence."""
+    age = info.get("age_s")
+    return (here["stage"] == "prolog" and isinstance(age, (int, float))
+            and not isinstance(age, bool) and age > here["grace"])
 
 
 def _ignored(info: dict, ignore: set) -> bool:
@@ -177,7 +227,8 @@ def check(state, cfg: dict) -> list[Finding]:
                                  f"jobs ({str(spool_error)[:160]}): no process in a job cgroup "
                                  "is called a leftover"))
     here = {"pids": pids, "own": own, "running": running, "spool_error": spool_error,
-            "ignore": ignore, "floor": floor, "action": action}
+            "ignore": ignore, "floor": floor, "action": action, "stage": rec.get("stage"),
+            "grace": float(conf["own_job_grace_s"])}
     for g in state.gpu.gpus:
         procs = g.answers.get("processes") if isinstance(g.answers, dict) else None
         if procs is None or err(procs) or not isinstance(procs, list):
@@ -212,7 +263,8 @@ def _judge(g, p, here: dict) -> Finding | None:
                     "/proc does not show (exited, or another PID namespace)", **data)
     job = None if info.get("job") is None else str(info.get("job"))
     own, running = here["own"], here["running"]
-    if (job is not None and job == own) or _ignored(info, here["ignore"]):
+    earlier_run = job is not None and job == own and _earlier_run(info, here)
+    if (job is not None and job == own and not earlier_run) or _ignored(info, here["ignore"]):
         return None
     if job is not None and (job in running or here["spool_error"]):
         return None  # a job still running here
@@ -220,7 +272,9 @@ def _judge(g, p, here: dict) -> Finding | None:
         return warn(FAMILY, comp, "gpu_process_unattributed", f"{what}: in no job's cgroup "
                     f"while job(s) {', '.join(sorted(running)[:3])} run here: cannot tell "
                     "whose", **data)
-    why = (f"left by job {job}, which no longer runs here" if job is not None
+    why = (f"left by an earlier run of job {job} (requeued), {info.get('age_s')} s old at "
+           "this prolog" if earlier_run
+           else f"left by job {job}, which no longer runs here" if job is not None
            else "in no job's cgroup")
     severity = here["action"]
     if severity is Severity.DRAIN_NOW and own is None and running:

@@ -53,16 +53,18 @@ def collect_all(
     probe_timeout_s: float | None = None,
     deadline: float | None = None,
     hangs_before: dict[str, dict] | None = None,
+    stage: str | None = None,
 ) -> tuple[NodeState, dict]:
     """The node's state and the new kernel-log cursors of the families that ran and keep one
     (family -> cursor; saved by the caller once judged). `deadline`
     (time.monotonic()) bounds the families that run programs (site). `hangs_before`: the
     probes on record as hanging (collect.hangs); one whose abandoned child is still in the
-    kernel is not asked again, it is still hung."""
+    kernel is not asked again, it is still hung. `stage`: the node path's (CollectEnv.stage)."""
     hangs_before = hangs_before or {}
     families = [f for f in REGISTRY if not only or f.name in only]
     state = NodeState(boot_id=kmsg.boot_id(root))
-    env = CollectEnv(cfg, deadline, state, cursors or {}, hangs_before, probe_timeout_s)
+    env = CollectEnv(cfg, deadline, state, cursors or {}, hangs_before, probe_timeout_s,
+                     stage=stage)
     # The InfiniBand ports' child first: it reads them while NVML answers (collect.ibports).
     ib_files = ibports.port_files(g for f in families if f.collect is not None for g in f.reads)
     if ib_files:

@@ -11,6 +11,9 @@ import time
 import pytest
 
 from rsc_health.model import Level, Severity, Status
+from tests.node.conftest import Node
+
+from .test_nodepath_faults import node_env  # noqa: F401 - the fixture
 
 V2 = "0::/system.slice/slurmstepd.scope/job_{job}/step_0/user/task_0\n"
 # cgroup v1 as task/cgroup writes it (several hierarchies, one line each).
@@ -234,3 +237,77 @@ def test_a_snapshot_asks_a_wedged_nvml_once_and_is_not_hung_by_it(node, monkeypa
     assert doc["nvml"] == gpu.UNANSWERED
     assert doc["leftover_record"]["pids"] == {}
     assert forked.count(hangs.marker(hangs.NVML, node.root)) == 1
+
+
+def _aged(node, pid: int, age_s: float, uptime_s: float = 100_000.0) -> None:
+    """/proc/uptime and /proc/PID/stat as the kernel writes them: pid `age_s` seconds old (a
+    comm with a space and a parenthesis, as a process may name itself)."""
+    hz = os.sysconf("SC_CLK_TCK")
+    start = int((uptime_s - age_s) * hz)
+    node.write("proc/uptime", f"{uptime_s:.2f} 1234567.89\n")
+    fields = ["S", "1", str(pid), str(pid), "0", "-1", "4194560", "0", "0", "0", "0", "10",
+              "5", "0", "0", "20", "0", "4", "0", str(start), "123456789", "1000"]
+    node.write(f"proc/{pid}/stat", f"{pid} (pt main) x) " + " ".join(fields) + "\n")
+
+
+def test_a_requeued_jobs_survivor_from_its_earlier_run_fails_its_prolog(node):
+    """The job's earlier run here lost its slurmstepd (OOM-killed): nothing killed its tasks,
+    Slurm requeued the job under the same id and gave it this node again. Its old process in
+    job_4242's cgroup still holds the GPU; the prolog used to pass it as its own job's."""
+    _gpu_process(node, pid=10, cgroup=V2.format(job=4242))
+    _aged(node, 10, age_s=3600)
+    _steps(node)
+    findings, verdict = node.check(only={"leftover"}, stage="prolog")
+    (f,) = [f for f in findings if f.status is not Status.OK]
+    assert verdict.level is Level.DRAIN_NOW
+    assert (f.code, f.data["job"], f.data["pid"]) == ("gpu_process_leftover", "4242", 10)
+    assert "earlier run of job 4242 (requeued), 3600.0 s old" in f.reason
+
+
+@pytest.mark.parametrize("stage, age_s, uptime", [
+    ("epilog", 3600, True),   # the job's own processes, still exiting after its end
+    (None, 3600, True),       # healthctl check: no stage, no prolog
+    ("prolog", 30, True),     # younger than the grace: a prolog script run beside ours
+    ("prolog", 3600, False),  # no /proc/uptime: the age is no evidence
+])
+def test_the_own_jobs_process_is_not_a_leftover_outside_a_prolog_or_when_young(
+        node, stage, age_s, uptime):
+    _gpu_process(node, pid=10, cgroup=V2.format(job=4242))
+    _aged(node, 10, age_s=age_s)
+    if not uptime:
+        node.path("proc/uptime").unlink()
+    _steps(node)
+    findings, verdict = node.check(only={"leftover"}, stage=stage)
+    assert [f for f in findings if f.status is not Status.OK] == []
+    assert verdict.level is Level.OK
+
+
+@pytest.mark.parametrize("stat", ["", "garbage", "10 (x) S 1 2", "10 (x) " + "-5 " * 30,
+                                  "10 (x) " + "9" * 400 + " " * 30])
+def test_a_garbled_stat_or_uptime_never_drains_the_own_job(node, stat):
+    _gpu_process(node, pid=10, cgroup=V2.format(job=4242))
+    node.write("proc/uptime", "not a number\n" if stat == "garbage" else "100.0 5.0\n")
+    node.write("proc/10/stat", stat)
+    _steps(node)
+    findings, verdict = node.check(only={"leftover"}, stage="prolog")
+    assert verdict.level is Level.OK, [f.reason for f in findings]
+
+
+def test_the_node_paths_prolog_drains_on_a_requeued_jobs_survivor(node_env):  # noqa: F811
+    """Through the prolog as slurmd runs it: the stage reaches the family."""
+    from rsc_health import nodepath
+    from tests.fixtures.nodes.node_copy import NODE_STATE
+
+    from .test_state_dir_read_only import node01_slurm
+
+    node = Node(node_env)
+    _gpu_process(node, pid=10, cgroup=V2.format(job=4242))
+    _aged(node, 10, age_s=7200)
+    _steps(node)
+    slurm = node01_slurm()
+    assert nodepath.run_stage("prolog", slurm_factory=lambda c, d: slurm) == 1
+    spooled = (node_env / NODE_STATE / "spool" / "pending.jsonl").read_text()
+    assert "earlier run of job 4242" in spooled
+    # the epilog of that run says nothing of it: the job's own processes end after it
+    slurm = node01_slurm()
+    assert nodepath.run_stage("epilog", slurm_factory=lambda c, d: slurm) == 0
