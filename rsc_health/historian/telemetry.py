@@ -35,7 +35,7 @@ from datetime import UTC, date, datetime, timedelta
 from sqlalchemy import Engine, and_, delete, exists, func, select
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import writer
+from rsc_health.historian.db import TURNS_TELEMETRY_ROLLUP, take_turns, writer
 from rsc_health.model import LOWER_IS_WORSE, ROLLED_UP, Metric
 
 COLUMNS = ["node", "time", "metric", "value", "component"]
@@ -275,6 +275,7 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
         where = and_(s.c.time >= start, s.c.time <= end,
                      s.c.node.in_(select(jn.c.node).where(jn.c.job_pk == pk)))
         with writer(engine).begin() as conn:
+            _take_turns(conn)
             n = _replace_rollup(conn, schema.telemetry_job_rollups, "job_pk", pk, where, cfg)
         report.jobs += 1 if n else 0
         report.job_rows += n
@@ -288,11 +289,22 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
             (j.c.end.is_(None)) | (j.c.end >= s.c.time))
         where = and_(s.c.time >= lo, s.c.time < hi, ~in_job)
         with writer(engine).begin() as conn:
+            _take_turns(conn)
             n = _replace_rollup(conn, schema.telemetry_day_rollups, "day", day, where, cfg)
             _save_cursor(conn, day + timedelta(days=1))
         report.days += 1
         report.day_rows += n
     return report
+
+
+def _take_turns(conn) -> None:
+    """Two rollups at once (two ingest timers overlapping, one run by hand) take turns, one
+    transaction at a time: under READ COMMITTED on PostgreSQL both deleted the job's (or
+    day's, or the cursor's) rows before either inserted, and the second's insert failed on
+    the key the first had just written (a duplicate-key error, the run lost). Waiting here,
+    before the read, the second reads and replaces what the first committed. SQLite's
+    writers take turns already (BEGIN IMMEDIATE)."""
+    take_turns(conn, TURNS_TELEMETRY_ROLLUP, [CURSOR])
 
 
 def _replace_rollup(conn, table, key: str, value, where, cfg) -> int:

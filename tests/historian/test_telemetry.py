@@ -377,3 +377,49 @@ def test_a_metric_sampled_in_fewer_sweeps_keeps_its_own_count(historian):
     assert got.loc[("d1", "gpu_temp_c"), "n"] == 24
     assert got.loc[("d1", "nvlink_data_rate"), "n"] == 6
     assert ("d2", "nvlink_data_rate") not in got.index
+
+
+@pytest.mark.postgres
+def test_two_rollups_at_once_take_turns_instead_of_one_failing_on_the_key(pg_url, monkeypatch):
+    """Two `healthctl ingest telemetry` runs at once (two ingest timers overlapping, one run by
+    hand): the second starts while the first is between its delete and its insert of a job's
+    rollup. Both deleted nothing and inserted the same (job, node) keys: the second failed on
+    a duplicate key and its run was lost. Now they take turns, and the rows are the job's."""
+    import threading
+
+    from rsc_health.historian import telemetry
+
+    engine = db.connect(pg_url)
+    _insert_samples(engine, _sweeps("e1", "gpu_temp_c", DAY + timedelta(hours=2), 2, 70.0)
+                    + _sweeps("e2", "gpu_temp_c", DAY + timedelta(hours=2), 2, 72.0))
+    _job(engine, 11, ["e1", "e2"], DAY + timedelta(hours=2), DAY + timedelta(hours=4))
+    now = DAY + timedelta(days=1, hours=2)
+    errors: list[Exception] = []
+
+    def second_run() -> None:  # a process of its own: an engine of its own
+        other_engine = db.connect(pg_url)
+        try:
+            rollup(other_engine, now, CFG)
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            errors.append(exc)
+        finally:
+            other_engine.dispose()
+
+    real, other = telemetry._insert, threading.Thread(target=second_run)
+
+    def insert_after_the_other_began(conn, table, rows):
+        if not other.is_alive() and other.ident is None:
+            other.start()
+            other.join(1.5)  # it commits meanwhile (before) or waits its turn (now)
+        real(conn, table, rows)
+
+    monkeypatch.setattr(telemetry, "_insert", insert_after_the_other_began)
+    try:
+        rollup(engine, now, CFG)
+    finally:
+        other.join(30)
+    assert errors == []
+    jobs = load_rollups(engine, "job", DAY, DAY + timedelta(days=1)).set_index("node")
+    assert sorted(jobs.index) == ["e1", "e2"] and list(jobs["n"]) == [24, 24]
+    assert (jobs.loc["e2"]["min"], jobs.loc["e2"].job_pk) == (72.0, 11)
+    engine.dispose()
