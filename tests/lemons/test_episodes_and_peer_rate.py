@@ -124,6 +124,27 @@ def test_application_class_xids_are_never_the_nodes(fleet_any):
     assert verdicts == []
 
 
+def test_an_xid_the_catalog_does_not_list_counts_as_the_nodes_and_is_named(fleet_any):
+    """An XID no catalog lists (a newer driver's: the node path warns on it, [defaults]
+    unknown) is the node's unless a catalog marks it `application = true`: a flood of it in
+    one evening is one episode and makes no lemon; on five separate days it makes one, as any
+    hardware XID does, and the verdict names the code, so an operator who knows it is the
+    program's sees what to mark."""
+    from rsc_health.xid import load_catalog
+
+    assert load_catalog().data["codes"].get("999") is None  # not listed, not application
+    engine = fleet_any.engine
+    evening = AS_OF - 3 * DAY + 18 * HOUR
+    _xids(engine, [("n1", evening + timedelta(minutes=i), "xid999", "gpu0")
+                   for i in range(300)])
+    _xids(engine, [("n2", AS_OF - k * 4 * DAY, "xid999", "gpu6") for k in range(1, 6)])
+    f, verdicts = _lemons(engine)
+    assert f.loc["n1", ["xid_cnt", "left_out"]].tolist() == [1, 0]
+    assert f.loc["n2", "xid_cnt"] == 5 and f.loc["n2", "xid_codes"] == ["xid999"]
+    assert [v.node for v in verdicts] == ["n2"]
+    assert "xid_cnt" in verdicts[0].summary()
+
+
 def test_events_alone_make_a_lemon_against_the_fleets_own_rate(fleet_any):
     """A node DOWN on five separate days of four weeks, in a fleet of 200 where 20 DOWNs in a
     quarter is the norm: the paper's rules needed three signals and events feed two."""
