@@ -9,6 +9,7 @@ check's text (or a 200-character name) failed every later flush of its node for 
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,7 @@ from sqlalchemy import func, select
 from rsc_health import spool
 from rsc_health.cli import cli
 from rsc_health.historian import schema
-from rsc_health.historian.ingest import NOT_A_NAME, checks, events, exclusions, tickets
+from rsc_health.historian.ingest import NOT_A_NAME, checks, events, exclusions, inventory, tickets
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.model import Finding, Severity, Status
 
@@ -482,3 +483,35 @@ def test_a_heartbeat_gpu_index_of_unicode_digits_is_left_out_not_a_stuck_flush(
     assert report.quarantined_count == 0 and report.delivered == {"heartbeat": 1}
     assert _stored(historian, schema.gpu_names, "node", "idx", "bus_id") == {
         ("n1", 1, "0000:1c:00.0")}
+
+
+# The text imports (sacctmgr events, the ticket system's CSV, the node inventory CSV) kept
+# such a name as a node of its own: "gpu\x1b[31m001" or "gpu\ufffd" (a Latin-1 export) was a
+# node no job ran on, with the outage, ticket or service period the real node lacked, in the
+# lemon features and the fleet's exposure. A name there is held to the spool's rule too.
+TEXT_NOT_NODE_NAMES = [p for p in NOT_NODE_NAMES if isinstance(p.values[0], str)
+                       and p.values[0] != "gpu\n001"]  # a newline ends the line of text
+
+
+@pytest.mark.parametrize(("value", "why"), [p.values for p in TEXT_NOT_NODE_NAMES],
+                         ids=[p.id for p in TEXT_NOT_NODE_NAMES])
+def test_an_event_ticket_or_inventory_node_that_is_not_a_name_costs_only_its_line(
+        historian, value, why):
+    ev = events.ingest_text(historian, "NodeName|TimeStart|TimeEnd|State|Reason\n"
+                            "gpu001|2024-03-01T08:00:00|Unknown|DOWN|Not responding\n"
+                            f"{value}|2024-03-01T08:00:00|Unknown|DOWN|Not responding\n")
+    tk = tickets.import_lines(historian, io.StringIO(
+        "node,opened,closed,reason\ngpu001,2024-03-01T08:00:00,,bad\n"
+        f"{value},2024-03-01T08:00:00,,bad\n"), name="tickets.csv")
+    inv = inventory.import_lines(historian, io.StringIO(
+        "node,cluster,partition,from,to\ngpu001,c,p,2024-03-01T00:00:00,\n"
+        f"{value},c,p,2024-03-01T00:00:00,\n"))
+    for report in (ev, tk, inv):
+        assert [b.line for b in report.bad] == [3], (report.source, report.bad)
+        assert why in report.bad[0].message and report.bad[0].message.isprintable()
+        assert report.dropped == {NOT_A_NAME: 1} and report.written == 1
+    assert _stored(historian, schema.node_events, "node") == {("gpu001",)}
+    assert _stored(historian, schema.tickets, "node") == {("gpu001",)}
+    assert _stored(historian, schema.node_inventory, "node") == {("gpu001",)}
+    with pytest.raises(tickets.TicketError, match=why):
+        tickets.open_ticket(historian, value, "by hand")

@@ -41,6 +41,7 @@ from rsc_health.historian.ingest import (
     free_text,
     keep_stored_reasons,
     limit_statements,
+    node_name,
     note_unknown_nodes,
     period_end,
     pipe_rows,
@@ -161,6 +162,11 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
             if any("\x00" in f for i, f in enumerate(fields) if i != index.get("reason")):
                 report.add_bad(lineno, "a NUL byte outside the Reason",  # a name is not text
                                BAD_NAME)
+                continue
+            try:  # the node's name as Slurm spells it, never one mended from another
+                node = node_name(node)
+            except RowError as exc:
+                report.add_bad(lineno, str(exc), exc.cause)
                 continue
             try:
                 start = _time(fields[index["start"]], tz)

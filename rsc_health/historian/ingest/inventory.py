@@ -28,6 +28,7 @@ from rsc_health.historian.ingest import (
     bulk_write,
     db_time,
     key_text,
+    node_name,
     parse_time,
 )
 
@@ -118,7 +119,7 @@ def _row(record: dict, tz: tzinfo | None = None) -> tuple:
     if end is not None and end < start:
         raise RowError(f"to ({to_text}) is before from", TO_BEFORE_FROM)
     return (
-        key_text(node, "node", 128),
+        node_name(node),
         key_text((record.get("cluster") or "").strip(), "cluster", 64),
         key_text((record.get("partition") or "").strip(), "partition", 64),
         db_time(start), db_time(end), "csv",

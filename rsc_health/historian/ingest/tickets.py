@@ -24,7 +24,7 @@ from rsc_health.historian.ingest import (
     db_time,
     free_text,
     keep_stored_reasons,
-    key_text,
+    node_name,
     note_unknown_nodes,
     parse_time,
     period_end,
@@ -57,7 +57,7 @@ def open_ticket(
     engine: Engine, node: str, reason: str, *, when: datetime | None = None, source="manual"
 ) -> int:
     try:
-        node, reason = key_text(node, "node", 128), free_text(reason)
+        node, reason = node_name(node), free_text(reason)
     except RowError as exc:
         raise TicketError(str(exc)) from exc
     with writer(engine).begin() as conn:
@@ -98,7 +98,8 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
                  tz: tzinfo | None = None) -> IngestReport:
     """The CSV from an open text stream (`--file -`: stdin, opened with newline=""); `name`
     for messages. A row the historian cannot keep (a field past the csv module's limit, a
-    node name too long or with a NUL) is reported with its line; the others land. `tz`: the
+    node that is not a name: too long, a NUL, a control character, a space, bytes that were
+    not UTF-8; ingest.node_name) is reported with its line; the others land. `tz`: the
     zone times without an offset are wall-clock times of (None: UTC), said in the report."""
     report = IngestReport("tickets", times=str(tz) if tz else "UTC")
     rows: dict[tuple, tuple] = {}
@@ -154,7 +155,7 @@ def _row(record: dict, report: IngestReport, tz: tzinfo | None = None) -> tuple:
     node = (record.get("node") or "").strip()
     if not node:
         raise RowError("no node", NO_NODE)
-    node = key_text(node, "node", 128)
+    node = node_name(node)
     opened_text = (record.get("opened") or "").strip()
     if not opened_text:
         raise RowError("no opened time", NO_TIME)
