@@ -423,3 +423,39 @@ def test_two_rollups_at_once_take_turns_instead_of_one_failing_on_the_key(pg_url
     assert sorted(jobs.index) == ["e1", "e2"] and list(jobs["n"]) == [24, 24]
     assert (jobs.loc["e2"]["min"], jobs.loc["e2"].job_pk) == (72.0, 11)
     engine.dispose()
+
+
+def test_samples_a_node_delivers_late_still_land_in_their_day_and_job_rollups(historian):
+    """A node cut off from the historian for a few hours (its flush failing, its network
+    down) delivers its spool once back: its samples of a day and a job already rolled up
+    (SETTLE after they ended) were in no rollup, for good once retention pruned them. A
+    second pass, LATE after the first, rolls each day and job up again with them."""
+    from rsc_health.historian.telemetry import LATE, SETTLE
+
+    _job(historian, 21, ["f1", "f2"], DAY + timedelta(hours=20), DAY + timedelta(hours=22))
+    on_time = (_sweeps("f1", "gpu_temp_c", DAY, 20, 40.0)  # f1's day before the job
+               + _sweeps("f1", "gpu_temp_c", DAY + timedelta(hours=20), 2, 80.0)
+               + _sweeps("f2", "gpu_temp_c", DAY + timedelta(hours=20), 2, 81.0))
+    late = (_sweeps("f3", "gpu_temp_c", DAY + timedelta(hours=18), 6, 50.0)  # f3: cut off
+            + _sweeps("f2", "gpu_temp_c", DAY + timedelta(hours=22, minutes=5), 1, 99.0)
+            + _sweeps("f2", "gpu_temp_c", DAY + timedelta(hours=21, minutes=2), 0.5, 90.0))
+    _insert_samples(historian, on_time)
+    first = DAY + timedelta(days=1) + SETTLE + timedelta(minutes=5)
+    report = rollup(historian, first, CFG)
+    assert (report.jobs, report.days, report.late_jobs, report.late_days) == (1, 1, 0, 0)
+    _insert_samples(historian, late)  # f3 and f2 flush hours after the first pass
+    assert rollup(historian, first + timedelta(hours=3), CFG).late_days == 0  # not yet due
+    report = rollup(historian, first + LATE + timedelta(hours=1), CFG)
+    assert (report.late_jobs, report.late_days) == (1, 1)
+    assert "came late" in report.summary()
+    days = load_rollups(historian, "day", DAY.date(), DAY.date() + timedelta(days=1))
+    days = days.set_index("node")
+    assert sorted(days.index) == ["f1", "f2", "f3"]
+    assert (days.loc["f3"].n, days.loc["f3"]["max"]) == (72, 50.0)
+    assert (days.loc["f2"].n, days.loc["f2"]["max"]) == (12, 99.0)  # after the job, late
+    jobs = load_rollups(historian, "job", DAY, DAY + timedelta(days=1)).set_index("node")
+    assert (jobs.loc["f2"].n, jobs.loc["f2"]["max"]) == (24 + 6, 90.0)
+    assert (jobs.loc["f1"].n, jobs.loc["f1"]["max"]) == (24, 80.0)
+    # Done once: a later run rolls neither up a third time.
+    again = rollup(historian, first + LATE + timedelta(hours=2), CFG)
+    assert (again.jobs, again.days, again.late_jobs, again.late_days) == (0, 0, 0, 0)
