@@ -165,9 +165,11 @@ def _load(ctx: click.Context, path: str, as_json: bool, from_lines: Callable,
 
 def _stdin_text(newline: str | None = None) -> io.TextIOWrapper:
     """Standard input as text for `--file -`: UTF-8, bytes that are not replaced (a reason or
-    a node name is a person's text)."""
-    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace",
-                            newline=newline)
+    a node name is a person's text); a CSV's (newline "") leading byte-order mark dropped."""
+    from rsc_health.historian.ingest import CSV_ENCODING
+
+    return io.TextIOWrapper(sys.stdin.buffer, errors="replace", newline=newline,
+                            encoding=CSV_ENCODING if newline == "" else "utf-8")
 
 
 def _file_or_none(_ctx, _param, value):

@@ -515,3 +515,24 @@ def test_an_event_ticket_or_inventory_node_that_is_not_a_name_costs_only_its_lin
     assert _stored(historian, schema.node_inventory, "node") == {("gpu001",)}
     with pytest.raises(tickets.TicketError, match=why):
         tickets.open_ticket(historian, value, "by hand")
+
+
+def test_a_csv_with_a_byte_order_mark_lands_as_without_one(historian, tmp_path):
+    """Excel's "CSV UTF-8" export begins with a byte-order mark: the header's first name read
+    "\ufeffnode", and the tickets, inventory and GPU imports refused the whole file ("CSV
+    lacks column(s) node") for a column that was there."""
+    bom = b"\xef\xbb\xbf"
+    files = {
+        "tickets.csv": b"node,opened,closed,reason\r\ngpu001,2024-03-01T08:00:00,,HBM\r\n",
+        "inventory.csv": b"node,cluster,partition,from,to\r\ngpu001,c,p,2024-03-01T00:00:00,\r\n",
+        "gpus.csv": b"serial,node,slot,from,to\r\nS1,gpu001,0,2024-03-01T00:00:00,\r\n",
+    }
+    for name, body in files.items():
+        (tmp_path / name).write_bytes(bom + body)
+    reports = [tickets.import_csv(historian, tmp_path / "tickets.csv"),
+               inventory.import_csv(historian, tmp_path / "inventory.csv"),
+               inventory.import_gpus_csv(historian, tmp_path / "gpus.csv")]
+    assert [(r.written, r.bad) for r in reports] == [(1, [])] * 3
+    assert _stored(historian, schema.tickets, "node", "reason") == {("gpu001", "HBM")}
+    assert _stored(historian, schema.node_inventory, "node") == {("gpu001",)}
+    assert _stored(historian, schema.gpu_inventory, "serial", "node") == {("S1", "gpu001")}

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, or_, select
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
+    CSV_ENCODING,
     MALFORMED_CSV,
     NO_NODE,
     NO_TIME,
@@ -44,7 +45,7 @@ class InventoryError(ValueError):
 
 
 def import_csv(engine: Engine, path: Path | str, *, tz: tzinfo | None = None) -> IngestReport:
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+    with open(path, newline="", encoding=CSV_ENCODING, errors="replace") as fh:
         return import_lines(engine, fh, name=str(path), tz=tz)
 
 
@@ -166,7 +167,7 @@ GPU = schema.gpu_inventory
 
 def import_gpus_csv(engine: Engine, path: Path | str, *,
                     tz: tzinfo | None = None) -> IngestReport:
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+    with open(path, newline="", encoding=CSV_ENCODING, errors="replace") as fh:
         return import_gpu_lines(engine, fh, name=str(path), tz=tz)
 
 

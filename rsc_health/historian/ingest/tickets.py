@@ -14,6 +14,7 @@ from sqlalchemy import Engine, insert, select, update
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
+    CSV_ENCODING,
     MALFORMED_CSV,
     NO_NODE,
     NO_TIME,
@@ -90,7 +91,7 @@ def list_tickets(engine: Engine, *, open_only: bool = False, node: str | None = 
 
 def import_csv(engine: Engine, path: Path | str, *, tz: tzinfo | None = None) -> IngestReport:
     """Rows keyed by (node, opened): importing again only fills in `closed` and the reason."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+    with open(path, newline="", encoding=CSV_ENCODING, errors="replace") as fh:
         return import_lines(engine, fh, name=str(path), tz=tz)
 
 
