@@ -21,7 +21,15 @@ from sqlalchemy import func, select
 from rsc_health import spool
 from rsc_health.cli import cli
 from rsc_health.historian import schema
-from rsc_health.historian.ingest import NOT_A_NAME, checks, events, exclusions, inventory, tickets
+from rsc_health.historian.ingest import (
+    MALFORMED_CSV,
+    NOT_A_NAME,
+    checks,
+    events,
+    exclusions,
+    inventory,
+    tickets,
+)
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.model import Finding, Severity, Status
 
@@ -536,3 +544,19 @@ def test_a_csv_with_a_byte_order_mark_lands_as_without_one(historian, tmp_path):
     assert _stored(historian, schema.tickets, "node", "reason") == {("gpu001", "HBM")}
     assert _stored(historian, schema.node_inventory, "node") == {("gpu001",)}
     assert _stored(historian, schema.gpu_inventory, "serial", "node") == {("S1", "gpu001")}
+
+
+def test_a_ticket_reason_whose_quote_never_closes_is_reported_not_a_silent_end(historian):
+    """A quoted reason may span lines, so a quote the export never closed took every line
+    after it into that one reason: read 2, written 2, and the tickets of the lines after it
+    were gone without a word. Now the row is reported, with the line its quote opened on."""
+    text = ("node,opened,closed,reason\n"
+            "gpu001,2024-03-01T08:00:00,,\"HBM\nreplaced\"\n"
+            "gpu002,2024-03-02T08:00:00,,\"fan broke, loud\n"
+            "gpu003,2024-03-03T08:00:00,,psu\n"
+            "gpu004,2024-03-04T08:00:00,,nvlink\n")
+    report = tickets.import_lines(historian, io.StringIO(text, newline=""))
+    assert _stored(historian, schema.tickets, "node", "reason") == {("gpu001", "HBM\nreplaced")}
+    assert [b.line for b in report.bad] == [4] and report.dropped == {MALFORMED_CSV: 1}
+    assert "line 4" in report.bad[0].message and "never closed" in report.bad[0].message
+    assert "lines 4-6" in report.bad[0].message

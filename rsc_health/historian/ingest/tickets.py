@@ -105,7 +105,10 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
     report = IngestReport("tickets", times=str(tz) if tz else "UTC")
     rows: dict[tuple, tuple] = {}
     lines = _Counted(fh)
-    reader = csv.DictReader(lines)
+    # strict: a quote never closed is an error at the end of the file, not a reason that
+    # silently took in every line after it (a quoted reason may span lines); a stray quote
+    # inside a field is the row's error, not text run together
+    reader = csv.DictReader(lines, strict=True)
     try:
         fields = reader.fieldnames
     except csv.Error as exc:
@@ -114,13 +117,18 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
     if missing:
         raise TicketError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
     while True:
+        first = lines.count + 1  # the line the next row begins on
         try:
             record = next(reader)
         except StopIteration:
             break
         except csv.Error as exc:  # the reader goes on at the next line
             report.read += 1
-            report.add_bad(lines.count, str(exc), MALFORMED_CSV)
+            if str(exc) == "unexpected end of data" and lines.count > first:
+                report.add_bad(first, f"a quote opened on line {first} is never closed: "
+                               f"lines {first}-{lines.count} not read", MALFORMED_CSV)
+            else:
+                report.add_bad(lines.count, str(exc), MALFORMED_CSV)
             continue
         report.read += 1
         try:
