@@ -13,7 +13,7 @@ them, to keep after the samples are gone:
   no rollup yet (a job sacct brought in late is still rolled up, while its samples last);
 - per node-day outside such jobs (`telemetry_day_rollups`): for each whole day (UTC) the
   samples no multi-node job of that node covered, once the day is `SETTLE` old (nodes flush
-  their spools every 30 minutes). A job still running at the time counts as covering.
+  their spools every 30 minutes), and never a day after the newest sample's. A job still running at the time counts as covering.
 
 Each job and day is rolled up once more `LATE` (a day) after the first time: a node cut off
 from the historian for hours delivers its spool once back, and its samples of a job or day
@@ -283,23 +283,32 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
     with engine.connect() as conn:
         # A job that ended before the first sample kept has none: it is not asked about on
         # every run (the jobs from before telemetry was deployed, or already pruned).
-        first = conn.execute(select(func.min(s.c.time))).scalar()
-        if first is None:
-            jobs = []
-        else:
-            first = first if isinstance(first, datetime) else datetime.fromisoformat(str(first))
-            jobs = _jobs_to_roll(conn, now - SETTLE, max(oldest, first))
+        first, newest = (_as_datetime(t) for t in conn.execute(
+            select(func.min(s.c.time), func.max(s.c.time))).one())
+        jobs = [] if first is None else _jobs_to_roll(conn, now - SETTLE, max(oldest, first))
+    if newest is None:
+        return report
     for pk, start, end in jobs:
         n, _grew = _roll_job(engine, pk, start, end, cfg)
         report.jobs += 1 if n else 0
         report.job_rows += n
-    days = _days_due(engine, now)
+    days = _days_due(engine, now, newest)
     for day in days:
         n, _grew = _roll_day(engine, day, cfg, first_pass=True)
         report.days += 1
         report.day_rows += n
-    _late_pass(engine, now, oldest, cfg, report, {pk for pk, _, _ in jobs}, set(days))
+    # Nor the second pass past the newest sample: a clock run ahead would move its cursors
+    # past the jobs and days to come.
+    _late_pass(engine, min(now, newest + SETTLE + LATE), oldest, cfg, report,
+               {pk for pk, _, _ in jobs}, set(days))
     return report
+
+
+def _as_datetime(value) -> datetime | None:
+    """A time column's value (SQLite's text, in an aggregate) as a datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
 
 
 def _roll_job(engine: Engine, pk: int, start: datetime, end: datetime, cfg) -> tuple[int, bool]:
@@ -389,8 +398,12 @@ def _replace_rollup(conn, table, key: str, value, where, cfg) -> tuple[int, bool
     return len(rows), sum(row["sweeps"] for row in rows) > int(before or 0)
 
 
-def _days_due(engine: Engine, now: datetime) -> list[date]:
-    """Whole days from the cursor (or the oldest sample) whose end is SETTLE behind now."""
+def _days_due(engine: Engine, now: datetime, newest: datetime) -> list[date]:
+    """Whole days from the cursor (or the oldest sample) whose end is SETTLE behind now, up to
+    the day of the newest sample: a day no sample has reached is not over for the rollup. A
+    clock run ahead (a bad NTP answer, an RTC reset) rolled up a year of days that had not
+    happened, empty, and moved the cursor past them: once it was right again no day was
+    rolled up until the real date caught up, and retention took the samples meanwhile."""
     c, s = schema.ingest_cursors, schema.telemetry_samples
     with engine.connect() as conn:
         saved = conn.execute(select(c.c.value).where(c.c.name == CURSOR)).scalar()
@@ -402,7 +415,8 @@ def _days_due(engine: Engine, now: datetime) -> list[date]:
                 return []
             first = (oldest if isinstance(oldest, datetime)
                      else datetime.fromisoformat(str(oldest))).date()
-    last = (now - SETTLE).date() - timedelta(days=1)  # the last day whose end has settled
+    # the last day whose end has settled
+    last = min((now - SETTLE).date() - timedelta(days=1), newest.date())
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 

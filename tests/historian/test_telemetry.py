@@ -434,6 +434,7 @@ def test_samples_a_node_delivers_late_still_land_in_their_day_and_job_rollups(hi
 
     _job(historian, 21, ["f1", "f2"], DAY + timedelta(hours=20), DAY + timedelta(hours=22))
     on_time = (_sweeps("f1", "gpu_temp_c", DAY, 20, 40.0)  # f1's day before the job
+               + _sweeps("h1", "gpu_temp_c", DAY + timedelta(days=1), 30, 30.0)  # the fleet
                + _sweeps("f1", "gpu_temp_c", DAY + timedelta(hours=20), 2, 80.0)
                + _sweeps("f2", "gpu_temp_c", DAY + timedelta(hours=20), 2, 81.0))
     late = (_sweeps("f3", "gpu_temp_c", DAY + timedelta(hours=18), 6, 50.0)  # f3: cut off
@@ -450,7 +451,7 @@ def test_samples_a_node_delivers_late_still_land_in_their_day_and_job_rollups(hi
     assert "came late" in report.summary()
     days = load_rollups(historian, "day", DAY.date(), DAY.date() + timedelta(days=1))
     days = days.set_index("node")
-    assert sorted(days.index) == ["f1", "f2", "f3"]
+    assert sorted(days.index) == ["f1", "f2", "f3"]  # h1 sampled from the day after
     assert (days.loc["f3"].n, days.loc["f3"]["max"]) == (72, 50.0)
     assert (days.loc["f2"].n, days.loc["f2"]["max"]) == (12, 99.0)  # after the job, late
     jobs = load_rollups(historian, "job", DAY, DAY + timedelta(days=1)).set_index("node")
@@ -459,3 +460,22 @@ def test_samples_a_node_delivers_late_still_land_in_their_day_and_job_rollups(hi
     # Done once: a later run rolls neither up a third time.
     again = rollup(historian, first + LATE + timedelta(hours=2), CFG)
     assert (again.jobs, again.days, again.late_jobs, again.late_days) == (0, 0, 0, 0)
+
+
+def test_a_clock_jumped_ahead_does_not_move_the_day_cursor_past_days_to_come(historian):
+    """The historian host's clock a year ahead for one run (a bad NTP answer, an RTC reset)
+    rolled up a year of days that had not happened, empty, and moved the day cursor past
+    them: once the clock was right again no day was rolled up for a year, and the samples
+    went with retention. No day after the newest sample's is rolled up now (nor passed by
+    the second pass's cursors)."""
+    _insert_samples(historian, _sweeps("g1", "gpu_temp_c", DAY, 24, 60.0))
+    assert rollup(historian, DAY + timedelta(days=400), CFG).days == 1  # DAY only
+    _insert_samples(historian, _sweeps("g1", "gpu_temp_c", DAY + timedelta(days=1), 48, 61.0))
+    assert rollup(historian, DAY + timedelta(days=2, hours=2), CFG).days == 1
+    days = load_rollups(historian, "day", DAY.date(), DAY.date() + timedelta(days=2))
+    assert sorted(zip(days["day"], days["min"], strict=True)) == [(DAY.date(), 60.0),
+                                                     (DAY.date() + timedelta(days=1), 61.0)]
+    # the second pass's cursors did not jump either: samples of the day after, delivered
+    # late, still land in it
+    _insert_samples(historian, _sweeps("g2", "gpu_temp_c", DAY + timedelta(days=1), 2, 70.0))
+    assert rollup(historian, DAY + timedelta(days=3, hours=2), CFG).late_days == 1
