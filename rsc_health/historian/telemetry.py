@@ -13,7 +13,8 @@ them, to keep after the samples are gone:
   no rollup yet (a job sacct brought in late is still rolled up, while its samples last);
 - per node-day outside such jobs (`telemetry_day_rollups`): for each whole day (UTC) the
   samples no multi-node job of that node covered, once the day is `SETTLE` old (nodes flush
-  their spools every 30 minutes), and never a day after the newest sample's. A job still running at the time counts as covering.
+  their spools every 30 minutes), and never a day after the newest sample's. A job still
+  running at the time counts as covering.
 
 Each job and day is rolled up once more `LATE` (a day) after the first time: a node cut off
 from the historian for hours delivers its spool once back, and its samples of a job or day
