@@ -518,3 +518,25 @@ def test_preemption_counts_only_within_the_window_of_the_requeue_start(engine):
 
     assert preempted(300) == 1  # job 8 only
     assert preempted(900) == 2  # job 11 joins
+
+
+def test_a_job_id_of_another_cluster_is_no_requeue_in_goodput(engine):
+    """Two clusters in one historian both count job ids up from their own start: cluster
+    beta's job 200, which began after alpha's job 200 failed, was taken for its requeue, and
+    the beta job it displaced by chance on one of its own nodes was charged to alpha's
+    failure. A requeue is the same job id on the same cluster."""
+    start = T0 + 5 * H
+    rows = [(20, "200", "COMPLETED", 8, start, start + H, "q00"),
+            (21, "2100", "PREEMPTED", 4, start - 3 * H, start, "q00")]
+    with engine.begin() as conn:
+        conn.execute(insert(jobs), [dict(
+            id=pk, job_id=jid, job_id_display=jid, name="j", user="u", partition="p",
+            state=state, exit_code="0:0", submit=T0, eligible=T0, start=s, end=e, nnodes=1,
+            gpus=gpus, nodelist=node, instance_key=f"{jid}:{pk}", cluster="beta")
+            for pk, jid, state, gpus, s, e, node in rows])
+        conn.execute(insert(job_nodes), [dict(job_pk=20, node="q00"),
+                                         dict(job_pk=21, node="q00")])
+    df = goodput_lost(engine)
+    preempted = df[df["kind"] == "preemption"]
+    assert preempted["jobs"].sum() == 1  # job 8 only, as before beta's jobs came
+    assert preempted["gpu_hours_lost"].sum() == pytest.approx(0.5 * 4)
