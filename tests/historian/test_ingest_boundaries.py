@@ -560,3 +560,21 @@ def test_a_ticket_reason_whose_quote_never_closes_is_reported_not_a_silent_end(h
     assert [b.line for b in report.bad] == [4] and report.dropped == {MALFORMED_CSV: 1}
     assert "line 4" in report.bad[0].message and "never closed" in report.bad[0].message
     assert "lines 4-6" in report.bad[0].message
+
+
+def test_an_event_reason_holding_a_newline_is_one_event(historian):
+    """A person's drain reason may hold a newline (`scontrol update ... reason="$(...)"`), and
+    `sacctmgr -P` prints it as it is: two physical lines, each with the wrong number of
+    fields, both reported and the outage lost. The lines are joined back as sacct's are."""
+    text = ("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
+            "c|gpu001|2024-03-01T08:00:00|2024-03-01T09:00:00|DRAIN|PSU swap\n"
+            "see ticket 42|root(0)\n"
+            "c|gpu002|2024-03-01T08:00:00|Unknown|DOWN|three\nlines\nhere|slurm(64030)\n"
+            "c|gpu003|2024-03-01T08:00:00|Unknown|DOWN|Not responding|slurm(64030)\n"
+            "c|gpu004|2024-03-01T08:00:00|Unknown|DOWN|cut short\n")  # never completed
+    report = events.ingest_text(historian, text)
+    assert _stored(historian, schema.node_events, "node", "reason") == {
+        ("gpu001", "PSU swap\nsee ticket 42"), ("gpu002", "three\nlines\nhere"),
+        ("gpu003", "Not responding")}
+    assert [b.line for b in report.bad] == [8] and report.written == 3
+    assert report.read == 4  # events, not physical lines: read = written + dropped
