@@ -165,9 +165,11 @@ def _load(ctx: click.Context, path: str, as_json: bool, from_lines: Callable,
 
 def _stdin_text(newline: str | None = None) -> io.TextIOWrapper:
     """Standard input as text for `--file -`: UTF-8, bytes that are not replaced (a reason or
-    a node name is a person's text)."""
-    return io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace",
-                            newline=newline)
+    a node name is a person's text); a CSV's (newline "") leading byte-order mark dropped."""
+    from rsc_health.historian.ingest import CSV_ENCODING
+
+    return io.TextIOWrapper(sys.stdin.buffer, errors="replace", newline=newline,
+                            encoding=CSV_ENCODING if newline == "" else "utf-8")
 
 
 def _file_or_none(_ctx, _param, value):
@@ -225,7 +227,8 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
 @ingest.command("events")
 @click.option("--file", "path", callback=_file_or_none, help="`sacctmgr -P show event` output.")
 @click.option("--since", help="Start= for sacctmgr (default [historian] first_start).")
-@click.option("--tz", help="The IANA zone the times are wall-clock times of (default: UTC).")
+@click.option("--tz", help="With --file: the IANA zone its times are wall-clock times of "
+              "(default: UTC; the sacctmgr run without --file prints UTC).")
 @json_option
 @click.pass_context
 def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: str | None,
@@ -234,6 +237,11 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: s
     from rsc_health.historian.ingest import events
     from rsc_health.historian.retention import Retention
 
+    if tz and path is None:
+        # accounting.py runs sacctmgr with TZ=UTC: its times are UTC already, and reading
+        # them as another zone's would store every outage hours off (a second copy of each)
+        raise click.UsageError("--tz is for a --file made elsewhere: the sacctmgr this runs "
+                               "prints UTC (TZ=UTC)")
     cfg = ctx.obj.config
     cluster = str(cfg.get("historian.cluster"))
     with _historian(ctx, events.EventsError) as engine:

@@ -13,7 +13,13 @@ them, to keep after the samples are gone:
   no rollup yet (a job sacct brought in late is still rolled up, while its samples last);
 - per node-day outside such jobs (`telemetry_day_rollups`): for each whole day (UTC) the
   samples no multi-node job of that node covered, once the day is `SETTLE` old (nodes flush
-  their spools every 30 minutes). A job still running at the time counts as covering.
+  their spools every 30 minutes), and never a day after the newest sample's. A job still
+  running at the time counts as covering.
+
+Each job and day is rolled up once more `LATE` (a day) after the first time: a node cut off
+from the historian for hours delivers its spool once back, and its samples of a job or day
+already rolled up land in them then (`late_jobs`, `late_days` count those that grew). A job
+or day that retention has begun to prune is left as the first pass made it.
 
 Each rollup row is one node's, with per metric: n, mean, min, max, `past` (samples beyond
 the metric's warn threshold, [telemetry] warn_above / warn_below: the fraction is past / n;
@@ -35,12 +41,18 @@ from datetime import UTC, date, datetime, timedelta
 from sqlalchemy import Engine, and_, delete, exists, func, select
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import writer
+from rsc_health.historian.db import TURNS_TELEMETRY_ROLLUP, take_turns, writer
 from rsc_health.model import LOWER_IS_WORSE, ROLLED_UP, Metric
 
 COLUMNS = ["node", "time", "metric", "value", "component"]
 CURSOR = "telemetry_rollup_day"  # ingest_cursors: the first day not rolled up yet
 SETTLE = timedelta(hours=1)  # a day is rolled up once every node has flushed it
+# ... and again LATE after that, with the samples of a node that flushed late (cut off for
+# hours); the ingest_cursors of that second pass: the first job end, and the first day, not
+# rolled up again yet.
+LATE = timedelta(days=1)
+LATE_JOBS = "telemetry_rollup_late_jobs"
+LATE_DAYS = "telemetry_rollup_late_days"
 NODES_PER_QUERY = 500  # node names per IN (...) list
 _METRICS = frozenset(m.value for m in ROLLED_UP)  # the metrics the rollups hold
 
@@ -87,10 +99,17 @@ class RollupReport:
     job_rows: int = 0
     days: int = 0
     day_rows: int = 0
+    # Rolled up again LATE after the first time, holding samples that came after it.
+    late_jobs: int = 0
+    late_days: int = 0
 
     def summary(self) -> str:
-        return (f"telemetry rollups: {self.jobs} job(s) -> {self.job_rows} row(s), "
+        text = (f"telemetry rollups: {self.jobs} job(s) -> {self.job_rows} row(s), "
                 f"{self.days} day(s) -> {self.day_rows} row(s)")
+        if self.late_jobs or self.late_days:
+            text += (f"; {self.late_jobs} job(s) and {self.late_days} day(s) rolled up again "
+                     "with samples that came late")
+        return text
 
 
 def warn_limit(cfg, metric: Metric) -> float | None:
@@ -259,55 +278,133 @@ def rollup(engine: Engine, now: datetime, cfg) -> RollupReport:
     """Roll up what is due (see the module's docstring); idempotent."""
     now = _naive(now)
     report = RollupReport()
-    s, jn = schema.telemetry_samples, schema.job_nodes
+    s = schema.telemetry_samples
     retention = int(cfg.get("historian.telemetry_retention_days"))
     oldest = now - timedelta(days=retention) if retention > 0 else datetime(1970, 1, 1)
     with engine.connect() as conn:
         # A job that ended before the first sample kept has none: it is not asked about on
         # every run (the jobs from before telemetry was deployed, or already pruned).
-        first = conn.execute(select(func.min(s.c.time))).scalar()
-        if first is None:
-            jobs = []
-        else:
-            first = first if isinstance(first, datetime) else datetime.fromisoformat(str(first))
-            jobs = _jobs_to_roll(conn, now - SETTLE, max(oldest, first))
+        first, newest = (_as_datetime(t) for t in conn.execute(
+            select(func.min(s.c.time), func.max(s.c.time))).one())
+        jobs = [] if first is None else _jobs_to_roll(conn, now - SETTLE, max(oldest, first))
+    if newest is None:
+        return report
     for pk, start, end in jobs:
-        where = and_(s.c.time >= start, s.c.time <= end,
-                     s.c.node.in_(select(jn.c.node).where(jn.c.job_pk == pk)))
-        with writer(engine).begin() as conn:
-            n = _replace_rollup(conn, schema.telemetry_job_rollups, "job_pk", pk, where, cfg)
+        n, _grew = _roll_job(engine, pk, start, end, cfg)
         report.jobs += 1 if n else 0
         report.job_rows += n
-    for day in _days_due(engine, now):
-        lo = datetime(day.year, day.month, day.day)
-        hi = lo + timedelta(days=1)
-        j = schema.jobs
-        in_job = exists().where(
-            jn.c.node == s.c.node, jn.c.job_pk == j.c.id, j.c.nnodes >= 2,
-            j.c.start.is_not(None), j.c.start <= s.c.time,
-            (j.c.end.is_(None)) | (j.c.end >= s.c.time))
-        where = and_(s.c.time >= lo, s.c.time < hi, ~in_job)
-        with writer(engine).begin() as conn:
-            n = _replace_rollup(conn, schema.telemetry_day_rollups, "day", day, where, cfg)
-            _save_cursor(conn, day + timedelta(days=1))
+    days = _days_due(engine, now, newest)
+    for day in days:
+        n, _grew = _roll_day(engine, day, cfg, first_pass=True)
         report.days += 1
         report.day_rows += n
+    # Nor the second pass past the newest sample: a clock run ahead would move its cursors
+    # past the jobs and days to come.
+    _late_pass(engine, min(now, newest + SETTLE + LATE), oldest, cfg, report,
+               {pk for pk, _, _ in jobs}, set(days))
     return report
 
 
-def _replace_rollup(conn, table, key: str, value, where, cfg) -> int:
+def _as_datetime(value) -> datetime | None:
+    """A time column's value (SQLite's text, in an aggregate) as a datetime."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value))
+
+
+def _roll_job(engine: Engine, pk: int, start: datetime, end: datetime, cfg) -> tuple[int, bool]:
+    s, jn = schema.telemetry_samples, schema.job_nodes
+    where = and_(s.c.time >= start, s.c.time <= end,
+                 s.c.node.in_(select(jn.c.node).where(jn.c.job_pk == pk)))
+    with writer(engine).begin() as conn:
+        _take_turns(conn)
+        return _replace_rollup(conn, schema.telemetry_job_rollups, "job_pk", pk, where, cfg)
+
+
+def _roll_day(engine: Engine, day: date, cfg, *, first_pass: bool) -> tuple[int, bool]:
+    s, jn, j = schema.telemetry_samples, schema.job_nodes, schema.jobs
+    lo = datetime(day.year, day.month, day.day)
+    hi = lo + timedelta(days=1)
+    in_job = exists().where(
+        jn.c.node == s.c.node, jn.c.job_pk == j.c.id, j.c.nnodes >= 2,
+        j.c.start.is_not(None), j.c.start <= s.c.time,
+        (j.c.end.is_(None)) | (j.c.end >= s.c.time))
+    where = and_(s.c.time >= lo, s.c.time < hi, ~in_job)
+    with writer(engine).begin() as conn:
+        _take_turns(conn)
+        result = _replace_rollup(conn, schema.telemetry_day_rollups, "day", day, where, cfg)
+        if first_pass:
+            _save_cursor(conn, day + timedelta(days=1))
+    return result
+
+
+def _late_pass(engine: Engine, now: datetime, oldest: datetime, cfg, report: RollupReport,
+               rolled_jobs: set[int], rolled_days: set[date]) -> None:
+    """Roll each job and day up a second time, LATE after the first: the samples a node
+    delivered late (cut off from the historian for hours, then flushing its spool) land in
+    them. Only a job or day whose samples retention still keeps whole (re-rolling one half
+    pruned would lose what the first pass saw); counted in the report when it grew."""
+    due = now - SETTLE - LATE
+    c, j = schema.ingest_cursors, schema.jobs
+    with engine.connect() as conn:
+        saved = dict(conn.execute(select(c.c.name, c.c.value).where(
+            c.c.name.in_((CURSOR, LATE_JOBS, LATE_DAYS)))).all())
+        # None yet (a new historian, or one from before this pass): nothing behind `due`
+        # is rolled up again, only what ends from now on.
+        jobs_from = datetime.fromisoformat(saved[LATE_JOBS]) if LATE_JOBS in saved else due
+        jobs = [] if jobs_from >= due else [
+            (int(pk), start, end) for pk, start, end in conn.execute(
+                select(j.c.id, j.c.start, j.c.end).where(
+                    j.c.nnodes >= 2, j.c.start.is_not(None), j.c.end >= jobs_from,
+                    j.c.end < due, j.c.start >= oldest).order_by(j.c.end, j.c.id))]
+    for pk, start, end in jobs:
+        if pk not in rolled_jobs and _roll_job(engine, pk, start, end, cfg)[1]:
+            report.late_jobs += 1
+    days_from = date.fromisoformat(saved[LATE_DAYS]) if LATE_DAYS in saved else due.date()
+    # Days the first pass has rolled up (before its cursor) whose end is LATE behind it.
+    first_cursor = date.fromisoformat(saved[CURSOR]) if CURSOR in saved else days_from
+    days_to = min(due.date(), first_cursor)
+    for i in range((days_to - days_from).days):
+        day = days_from + timedelta(days=i)
+        if day not in rolled_days and datetime(day.year, day.month, day.day) >= oldest \
+                and _roll_day(engine, day, cfg, first_pass=False)[1]:
+            report.late_days += 1
+    with writer(engine).begin() as conn:
+        _take_turns(conn)
+        _save(conn, LATE_JOBS, max(jobs_from, due).isoformat(sep=" "))
+        _save(conn, LATE_DAYS, max(days_from, days_to).isoformat())
+
+
+def _take_turns(conn) -> None:
+    """Two rollups at once (two ingest timers overlapping, one run by hand) take turns, one
+    transaction at a time: under READ COMMITTED on PostgreSQL both deleted the job's (or
+    day's, or the cursor's) rows before either inserted, and the second's insert failed on
+    the key the first had just written (a duplicate-key error, the run lost). Waiting here,
+    before the read, the second reads and replaces what the first committed. SQLite's
+    writers take turns already (BEGIN IMMEDIATE)."""
+    take_turns(conn, TURNS_TELEMETRY_ROLLUP, [CURSOR])
+
+
+def _replace_rollup(conn, table, key: str, value, where, cfg) -> tuple[int, bool]:
     """One job's or one day's rollup rows made anew from the samples `where` selects (a
-    rerun replaces, never doubles them); how many rows it wrote."""
+    rerun replaces, never doubles them): how many rows it wrote, and whether they hold more
+    samples than the rows they replaced (samples that came after those were made)."""
     agg = _aggregate(conn, where, cfg)
+    before = conn.execute(select(func.coalesce(func.sum(table.c.sweeps), 0))
+                          .where(table.c[key] == value)).scalar()
     conn.execute(delete(table).where(table.c[key] == value))
     rows = _wide(agg, {key: value})
     if rows:
         _insert(conn, table, rows)
-    return len(rows)
+    return len(rows), sum(row["sweeps"] for row in rows) > int(before or 0)
 
 
-def _days_due(engine: Engine, now: datetime) -> list[date]:
-    """Whole days from the cursor (or the oldest sample) whose end is SETTLE behind now."""
+def _days_due(engine: Engine, now: datetime, newest: datetime) -> list[date]:
+    """Whole days from the cursor (or the oldest sample) whose end is SETTLE behind now, up to
+    the day of the newest sample: a day no sample has reached is not over for the rollup. A
+    clock run ahead (a bad NTP answer, an RTC reset) rolled up a year of days that had not
+    happened, empty, and moved the cursor past them: once it was right again no day was
+    rolled up until the real date caught up, and retention took the samples meanwhile."""
     c, s = schema.ingest_cursors, schema.telemetry_samples
     with engine.connect() as conn:
         saved = conn.execute(select(c.c.value).where(c.c.name == CURSOR)).scalar()
@@ -319,7 +416,8 @@ def _days_due(engine: Engine, now: datetime) -> list[date]:
                 return []
             first = (oldest if isinstance(oldest, datetime)
                      else datetime.fromisoformat(str(oldest))).date()
-    last = (now - SETTLE).date() - timedelta(days=1)  # the last day whose end has settled
+    # the last day whose end has settled
+    last = min((now - SETTLE).date() - timedelta(days=1), newest.date())
     return [first + timedelta(days=i) for i in range((last - first).days + 1)]
 
 
@@ -330,6 +428,10 @@ def _insert(conn, table, rows: list[dict]) -> None:
 
 
 def _save_cursor(conn, day: date) -> None:
+    _save(conn, CURSOR, day.isoformat())
+
+
+def _save(conn, name: str, value: str) -> None:
     c = schema.ingest_cursors
-    conn.execute(delete(c).where(c.c.name == CURSOR))
-    conn.execute(c.insert().values(name=CURSOR, value=day.isoformat()))
+    conn.execute(delete(c).where(c.c.name == name))
+    conn.execute(c.insert().values(name=name, value=value))

@@ -50,3 +50,22 @@ def test_ingest_runs_slurm_s_accounting_from_bin_dir(stand_in, what, program):
     assert called and all(line.startswith(f"{program} ") for line in called), called
     assert "2026-11-01T00:00:00" in called[0]
     assert result.exit_code == 0, result.output
+
+
+def test_ingest_events_refuses_tz_for_the_sacctmgr_it_runs_itself(stand_in, tmp_path):
+    """sacctmgr is run with TZ=UTC, so its times are UTC already; `--tz Europe/Berlin` without
+    --file read them again as Berlin's wall clock and stored every outage an hour early (two
+    in summer): a second copy of each event the hourly run had stored (out_count doubled), and
+    outages an hour away from the jobs they ended. --tz is for a file made elsewhere."""
+    base, calls = stand_in
+    prog = tmp_path / "slurm-bin" / "sacctmgr"
+    prog.write_text(f'#!/bin/sh\necho "sacctmgr $*" >> {calls}\n'
+                    "echo 'Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User'\n"
+                    "echo 'c|gpu001|2026-01-10T08:00:00|2026-01-10T09:00:00|DOWN|Not "
+                    "responding|slurm'\n")
+    result = CliRunner().invoke(cli, [*base, "ingest", "events", "--tz", "Europe/Berlin"])
+    assert result.exit_code == 2 and "--tz" in result.output and "--file" in result.output
+    assert not calls.exists()  # sacctmgr never asked, nothing stored
+    result = CliRunner().invoke(cli, [*base, "ingest", "events", "--json"])
+    assert result.exit_code == 0, result.output
+    assert '"written": 1' in result.output and '"times": "UTC"' in result.output

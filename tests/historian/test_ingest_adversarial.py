@@ -188,6 +188,30 @@ def test_sacct_json_lands_with_the_same_columns(historian):
     assert jobs["13"].end is None
 
 
+def test_sacct_json_of_23_02_and_later_keeps_the_signal_that_ended_a_job(historian):
+    """23.02 and later (data_parser v0.0.39 on, 24.05 alike) write a job's signal as
+    {"id": {"set": true, "number": 9}, "name": "KILL"}, where 22.05 wrote "signal_id": only
+    the older key was read, so a `--file` import of a newer release's JSON stored 0:0 for
+    a job a SIGSEGV or SIGKILL ended, and triage could not tell a crash from a node."""
+    def newer(job_id: int, signal: int | None) -> dict:
+        return _json_job(job_id, f"killed by {signal}", state={"current": ["FAILED"]},
+                         exit_code={"status": ["SIGNALED"] if signal else ["FAILED"],
+                                    "return_code": {"set": True, "infinite": False,
+                                                    "number": 0 if signal else 2},
+                                    "signal": {"id": {"set": bool(signal), "infinite": False,
+                                                      "number": signal or 0},
+                                               "name": "SEGV" if signal == 11 else ""}})
+    older = _json_job(44, "22.05", exit_code={"status": "SIGNALED", "return_code": 0,
+                                              "signal": {"signal_id": 9, "name": "KILL"}})
+    doc = {"meta": {}, "errors": [], "jobs": [newer(41, 11), newer(42, 9), newer(43, None),
+                                              older]}
+    report = sacct.ingest_text(historian, json.dumps(doc).encode())
+    assert report.bad == [] and report.written == 4
+    with historian.connect() as conn:
+        codes = dict(conn.execute(select(schema.jobs.c.job_id, schema.jobs.c.exit_code)).all())
+    assert codes == {"41": "0:11", "42": "0:9", "43": "2:0", "44": "0:9"}
+
+
 def test_three_loads_into_one_sqlite_file_at_once_all_land(tmp_path):
     """Three `ingest sacct` processes on one SQLite file: each waits for the write lock (busy
     timeout) instead of failing with "database is locked". (Separate processes, as the CLI

@@ -9,6 +9,7 @@ check's text (or a 200-character name) failed every later flush of its node for 
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from datetime import UTC, datetime, timedelta
@@ -20,7 +21,15 @@ from sqlalchemy import func, select
 from rsc_health import spool
 from rsc_health.cli import cli
 from rsc_health.historian import schema
-from rsc_health.historian.ingest import NOT_A_NAME, checks, events, exclusions, tickets
+from rsc_health.historian.ingest import (
+    MALFORMED_CSV,
+    NOT_A_NAME,
+    checks,
+    events,
+    exclusions,
+    inventory,
+    tickets,
+)
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.model import Finding, Severity, Status
 
@@ -482,3 +491,90 @@ def test_a_heartbeat_gpu_index_of_unicode_digits_is_left_out_not_a_stuck_flush(
     assert report.quarantined_count == 0 and report.delivered == {"heartbeat": 1}
     assert _stored(historian, schema.gpu_names, "node", "idx", "bus_id") == {
         ("n1", 1, "0000:1c:00.0")}
+
+
+# The text imports (sacctmgr events, the ticket system's CSV, the node inventory CSV) kept
+# such a name as a node of its own: "gpu\x1b[31m001" or "gpu\ufffd" (a Latin-1 export) was a
+# node no job ran on, with the outage, ticket or service period the real node lacked, in the
+# lemon features and the fleet's exposure. A name there is held to the spool's rule too.
+TEXT_NOT_NODE_NAMES = [p for p in NOT_NODE_NAMES if isinstance(p.values[0], str)
+                       and p.values[0] != "gpu\n001"]  # a newline ends the line of text
+
+
+@pytest.mark.parametrize(("value", "why"), [p.values for p in TEXT_NOT_NODE_NAMES],
+                         ids=[p.id for p in TEXT_NOT_NODE_NAMES])
+def test_an_event_ticket_or_inventory_node_that_is_not_a_name_costs_only_its_line(
+        historian, value, why):
+    ev = events.ingest_text(historian, "NodeName|TimeStart|TimeEnd|State|Reason\n"
+                            "gpu001|2024-03-01T08:00:00|Unknown|DOWN|Not responding\n"
+                            f"{value}|2024-03-01T08:00:00|Unknown|DOWN|Not responding\n")
+    tk = tickets.import_lines(historian, io.StringIO(
+        "node,opened,closed,reason\ngpu001,2024-03-01T08:00:00,,bad\n"
+        f"{value},2024-03-01T08:00:00,,bad\n"), name="tickets.csv")
+    inv = inventory.import_lines(historian, io.StringIO(
+        "node,cluster,partition,from,to\ngpu001,c,p,2024-03-01T00:00:00,\n"
+        f"{value},c,p,2024-03-01T00:00:00,\n"))
+    for report in (ev, tk, inv):
+        assert [b.line for b in report.bad] == [3], (report.source, report.bad)
+        assert why in report.bad[0].message and report.bad[0].message.isprintable()
+        assert report.dropped == {NOT_A_NAME: 1} and report.written == 1
+    assert _stored(historian, schema.node_events, "node") == {("gpu001",)}
+    assert _stored(historian, schema.tickets, "node") == {("gpu001",)}
+    assert _stored(historian, schema.node_inventory, "node") == {("gpu001",)}
+    with pytest.raises(tickets.TicketError, match=why):
+        tickets.open_ticket(historian, value, "by hand")
+
+
+def test_a_csv_with_a_byte_order_mark_lands_as_without_one(historian, tmp_path):
+    """Excel's "CSV UTF-8" export begins with a byte-order mark: the header's first name read
+    "\ufeffnode", and the tickets, inventory and GPU imports refused the whole file ("CSV
+    lacks column(s) node") for a column that was there."""
+    bom = b"\xef\xbb\xbf"
+    files = {
+        "tickets.csv": b"node,opened,closed,reason\r\ngpu001,2024-03-01T08:00:00,,HBM\r\n",
+        "inventory.csv": b"node,cluster,partition,from,to\r\ngpu001,c,p,2024-03-01T00:00:00,\r\n",
+        "gpus.csv": b"serial,node,slot,from,to\r\nS1,gpu001,0,2024-03-01T00:00:00,\r\n",
+    }
+    for name, body in files.items():
+        (tmp_path / name).write_bytes(bom + body)
+    reports = [tickets.import_csv(historian, tmp_path / "tickets.csv"),
+               inventory.import_csv(historian, tmp_path / "inventory.csv"),
+               inventory.import_gpus_csv(historian, tmp_path / "gpus.csv")]
+    assert [(r.written, r.bad) for r in reports] == [(1, [])] * 3
+    assert _stored(historian, schema.tickets, "node", "reason") == {("gpu001", "HBM")}
+    assert _stored(historian, schema.node_inventory, "node") == {("gpu001",)}
+    assert _stored(historian, schema.gpu_inventory, "serial", "node") == {("S1", "gpu001")}
+
+
+def test_a_ticket_reason_whose_quote_never_closes_is_reported_not_a_silent_end(historian):
+    """A quoted reason may span lines, so a quote the export never closed took every line
+    after it into that one reason: read 2, written 2, and the tickets of the lines after it
+    were gone without a word. Now the row is reported, with the line its quote opened on."""
+    text = ("node,opened,closed,reason\n"
+            "gpu001,2024-03-01T08:00:00,,\"HBM\nreplaced\"\n"
+            "gpu002,2024-03-02T08:00:00,,\"fan broke, loud\n"
+            "gpu003,2024-03-03T08:00:00,,psu\n"
+            "gpu004,2024-03-04T08:00:00,,nvlink\n")
+    report = tickets.import_lines(historian, io.StringIO(text, newline=""))
+    assert _stored(historian, schema.tickets, "node", "reason") == {("gpu001", "HBM\nreplaced")}
+    assert [b.line for b in report.bad] == [4] and report.dropped == {MALFORMED_CSV: 1}
+    assert "line 4" in report.bad[0].message and "never closed" in report.bad[0].message
+    assert "lines 4-6" in report.bad[0].message
+
+
+def test_an_event_reason_holding_a_newline_is_one_event(historian):
+    """A person's drain reason may hold a newline (`scontrol update ... reason="$(...)"`), and
+    `sacctmgr -P` prints it as it is: two physical lines, each with the wrong number of
+    fields, both reported and the outage lost. The lines are joined back as sacct's are."""
+    text = ("Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
+            "c|gpu001|2024-03-01T08:00:00|2024-03-01T09:00:00|DRAIN|PSU swap\n"
+            "see ticket 42|root(0)\n"
+            "c|gpu002|2024-03-01T08:00:00|Unknown|DOWN|three\nlines\nhere|slurm(64030)\n"
+            "c|gpu003|2024-03-01T08:00:00|Unknown|DOWN|Not responding|slurm(64030)\n"
+            "c|gpu004|2024-03-01T08:00:00|Unknown|DOWN|cut short\n")  # never completed
+    report = events.ingest_text(historian, text)
+    assert _stored(historian, schema.node_events, "node", "reason") == {
+        ("gpu001", "PSU swap\nsee ticket 42"), ("gpu002", "three\nlines\nhere"),
+        ("gpu003", "Not responding")}
+    assert [b.line for b in report.bad] == [8] and report.written == 3
+    assert report.read == 4  # events, not physical lines: read = written + dropped

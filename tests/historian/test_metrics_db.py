@@ -518,3 +518,48 @@ def test_preemption_counts_only_within_the_window_of_the_requeue_start(engine):
 
     assert preempted(300) == 1  # job 8 only
     assert preempted(900) == 2  # job 11 joins
+
+
+def test_a_job_id_of_another_cluster_is_no_requeue_in_goodput(engine):
+    """Two clusters in one historian both count job ids up from their own start: cluster
+    beta's job 200, which began after alpha's job 200 failed, was taken for its requeue, and
+    the beta job it displaced by chance on one of its own nodes was charged to alpha's
+    failure. A requeue is the same job id on the same cluster."""
+    start = T0 + 5 * H
+    rows = [(20, "200", "COMPLETED", 8, start, start + H, "q00"),
+            (21, "2100", "PREEMPTED", 4, start - 3 * H, start, "q00")]
+    with engine.begin() as conn:
+        conn.execute(insert(jobs), [dict(
+            id=pk, job_id=jid, job_id_display=jid, name="j", user="u", partition="p",
+            state=state, exit_code="0:0", submit=T0, eligible=T0, start=s, end=e, nnodes=1,
+            gpus=gpus, nodelist=node, instance_key=f"{jid}:{pk}", cluster="beta")
+            for pk, jid, state, gpus, s, e, node in rows])
+        conn.execute(insert(job_nodes), [dict(job_pk=20, node="q00"),
+                                         dict(job_pk=21, node="q00")])
+    df = goodput_lost(engine)
+    preempted = df[df["kind"] == "preemption"]
+    assert preempted["jobs"].sum() == 1  # job 8 only, as before beta's jobs came
+    assert preempted["gpu_hours_lost"].sum() == pytest.approx(0.5 * 4)
+
+
+@pytest.mark.parametrize("link_by", ["job_id", "name_user", "tag"])
+def test_a_job_id_of_another_cluster_is_not_folded_into_one_run(engine, link_by):
+    """Alpha's job 7000 and beta's job 7000 (two clusters in one historian, each counting job
+    ids from its own start) ran 30 hours each, four days apart, under one name and user: they
+    were folded into one Job ID's requeue chain, a 60-hour run from alpha's start to beta's
+    end (its ETTR the idle days between). Each cluster's job is its own submission now."""
+    from rsc_health.historian.metrics.runs import RunOptions, job_runs
+
+    rows = [(30, "alpha", T0 + 100 * H), (31, "beta", T0 + 230 * H)]
+    with engine.begin() as conn:
+        conn.execute(insert(jobs), [dict(
+            id=pk, job_id="7000", job_id_display="7000", name="sweep run=x7", user="carol",
+            partition="p", state="COMPLETED", exit_code="0:0", submit=s, eligible=s, start=s,
+            end=s + 30 * H, nnodes=2, gpus=16, nodelist="", instance_key=f"7000:{pk}",
+            cluster=cluster) for pk, cluster, s in rows])
+    opts = RunOptions(link_by=link_by, min_run_hours=40)
+    runs = job_runs(engine, r_f=6.5e-3, opts=opts)
+    assert not (runs["name"] == "sweep run=x7").any(), runs[["name", "runtime_hours"]]
+    assert len(job_runs(engine, r_f=6.5e-3, opts=RunOptions(link_by=link_by,
+                                                             min_run_hours=25))
+               .query("name == 'sweep run=x7'")) == 2

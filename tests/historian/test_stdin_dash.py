@@ -35,6 +35,10 @@ def _piped(url: str, text: bytes, *args: str) -> subprocess.CompletedProcess:
     (("ingest", "exclusions"), EXCLUSIONS.encode(), schema.job_exclusions, 3),
     # Bytes that are not UTF-8 are replaced, as the other stdin ingests do.
     (("ticket", "import"), TICKETS.encode("latin-1"), schema.tickets, 2),
+    # Excel's "CSV UTF-8": a byte-order mark and CRLF (the header's first name was
+    # "\ufeffnode": "CSV lacks column(s) node", every export refused)
+    (("ticket", "import"), b"\xef\xbb\xbf" + TICKETS.replace("\n", "\r\n").encode(),
+     schema.tickets, 2),
 ])
 def test_file_dash_reads_a_pipe(tmp_path, command, text, table, rows):
     url = f"sqlite:///{tmp_path / 'h.db'}"

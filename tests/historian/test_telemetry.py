@@ -377,3 +377,105 @@ def test_a_metric_sampled_in_fewer_sweeps_keeps_its_own_count(historian):
     assert got.loc[("d1", "gpu_temp_c"), "n"] == 24
     assert got.loc[("d1", "nvlink_data_rate"), "n"] == 6
     assert ("d2", "nvlink_data_rate") not in got.index
+
+
+@pytest.mark.postgres
+def test_two_rollups_at_once_take_turns_instead_of_one_failing_on_the_key(pg_url, monkeypatch):
+    """Two `healthctl ingest telemetry` runs at once (two ingest timers overlapping, one run by
+    hand): the second starts while the first is between its delete and its insert of a job's
+    rollup. Both deleted nothing and inserted the same (job, node) keys: the second failed on
+    a duplicate key and its run was lost. Now they take turns, and the rows are the job's."""
+    import threading
+
+    from rsc_health.historian import telemetry
+
+    engine = db.connect(pg_url)
+    _insert_samples(engine, _sweeps("e1", "gpu_temp_c", DAY + timedelta(hours=2), 2, 70.0)
+                    + _sweeps("e2", "gpu_temp_c", DAY + timedelta(hours=2), 2, 72.0))
+    _job(engine, 11, ["e1", "e2"], DAY + timedelta(hours=2), DAY + timedelta(hours=4))
+    now = DAY + timedelta(days=1, hours=2)
+    errors: list[Exception] = []
+
+    def second_run() -> None:  # a process of its own: an engine of its own
+        other_engine = db.connect(pg_url)
+        try:
+            rollup(other_engine, now, CFG)
+        except Exception as exc:  # noqa: BLE001 - the assertion below names it
+            errors.append(exc)
+        finally:
+            other_engine.dispose()
+
+    real, other = telemetry._insert, threading.Thread(target=second_run)
+
+    def insert_after_the_other_began(conn, table, rows):
+        if not other.is_alive() and other.ident is None:
+            other.start()
+            other.join(1.5)  # it commits meanwhile (before) or waits its turn (now)
+        real(conn, table, rows)
+
+    monkeypatch.setattr(telemetry, "_insert", insert_after_the_other_began)
+    try:
+        rollup(engine, now, CFG)
+    finally:
+        other.join(30)
+    assert errors == []
+    jobs = load_rollups(engine, "job", DAY, DAY + timedelta(days=1)).set_index("node")
+    assert sorted(jobs.index) == ["e1", "e2"] and list(jobs["n"]) == [24, 24]
+    assert (jobs.loc["e2"]["min"], jobs.loc["e2"].job_pk) == (72.0, 11)
+    engine.dispose()
+
+
+def test_samples_a_node_delivers_late_still_land_in_their_day_and_job_rollups(historian):
+    """A node cut off from the historian for a few hours (its flush failing, its network
+    down) delivers its spool once back: its samples of a day and a job already rolled up
+    (SETTLE after they ended) were in no rollup, for good once retention pruned them. A
+    second pass, LATE after the first, rolls each day and job up again with them."""
+    from rsc_health.historian.telemetry import LATE, SETTLE
+
+    _job(historian, 21, ["f1", "f2"], DAY + timedelta(hours=20), DAY + timedelta(hours=22))
+    on_time = (_sweeps("f1", "gpu_temp_c", DAY, 20, 40.0)  # f1's day before the job
+               + _sweeps("h1", "gpu_temp_c", DAY + timedelta(days=1), 30, 30.0)  # the fleet
+               + _sweeps("f1", "gpu_temp_c", DAY + timedelta(hours=20), 2, 80.0)
+               + _sweeps("f2", "gpu_temp_c", DAY + timedelta(hours=20), 2, 81.0))
+    late = (_sweeps("f3", "gpu_temp_c", DAY + timedelta(hours=18), 6, 50.0)  # f3: cut off
+            + _sweeps("f2", "gpu_temp_c", DAY + timedelta(hours=22, minutes=5), 1, 99.0)
+            + _sweeps("f2", "gpu_temp_c", DAY + timedelta(hours=21, minutes=2), 0.5, 90.0))
+    _insert_samples(historian, on_time)
+    first = DAY + timedelta(days=1) + SETTLE + timedelta(minutes=5)
+    report = rollup(historian, first, CFG)
+    assert (report.jobs, report.days, report.late_jobs, report.late_days) == (1, 1, 0, 0)
+    _insert_samples(historian, late)  # f3 and f2 flush hours after the first pass
+    assert rollup(historian, first + timedelta(hours=3), CFG).late_days == 0  # not yet due
+    report = rollup(historian, first + LATE + timedelta(hours=1), CFG)
+    assert (report.late_jobs, report.late_days) == (1, 1)
+    assert "came late" in report.summary()
+    days = load_rollups(historian, "day", DAY.date(), DAY.date() + timedelta(days=1))
+    days = days.set_index("node")
+    assert sorted(days.index) == ["f1", "f2", "f3"]  # h1 sampled from the day after
+    assert (days.loc["f3"].n, days.loc["f3"]["max"]) == (72, 50.0)
+    assert (days.loc["f2"].n, days.loc["f2"]["max"]) == (12, 99.0)  # after the job, late
+    jobs = load_rollups(historian, "job", DAY, DAY + timedelta(days=1)).set_index("node")
+    assert (jobs.loc["f2"].n, jobs.loc["f2"]["max"]) == (24 + 6, 90.0)
+    assert (jobs.loc["f1"].n, jobs.loc["f1"]["max"]) == (24, 80.0)
+    # Done once: a later run rolls neither up a third time.
+    again = rollup(historian, first + LATE + timedelta(hours=2), CFG)
+    assert (again.jobs, again.days, again.late_jobs, again.late_days) == (0, 0, 0, 0)
+
+
+def test_a_clock_jumped_ahead_does_not_move_the_day_cursor_past_days_to_come(historian):
+    """The historian host's clock a year ahead for one run (a bad NTP answer, an RTC reset)
+    rolled up a year of days that had not happened, empty, and moved the day cursor past
+    them: once the clock was right again no day was rolled up for a year, and the samples
+    went with retention. No day after the newest sample's is rolled up now (nor passed by
+    the second pass's cursors)."""
+    _insert_samples(historian, _sweeps("g1", "gpu_temp_c", DAY, 24, 60.0))
+    assert rollup(historian, DAY + timedelta(days=400), CFG).days == 1  # DAY only
+    _insert_samples(historian, _sweeps("g1", "gpu_temp_c", DAY + timedelta(days=1), 48, 61.0))
+    assert rollup(historian, DAY + timedelta(days=2, hours=2), CFG).days == 1
+    days = load_rollups(historian, "day", DAY.date(), DAY.date() + timedelta(days=2))
+    assert sorted(zip(days["day"], days["min"], strict=True)) == [(DAY.date(), 60.0),
+                                                     (DAY.date() + timedelta(days=1), 61.0)]
+    # the second pass's cursors did not jump either: samples of the day after, delivered
+    # late, still land in it
+    _insert_samples(historian, _sweeps("g2", "gpu_temp_c", DAY + timedelta(days=1), 2, 70.0))
+    assert rollup(historian, DAY + timedelta(days=3, hours=2), CFG).late_days == 1

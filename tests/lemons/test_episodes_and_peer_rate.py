@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from lemon_fleet import AS_OF
+from sqlalchemy import select
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import checks, events, inventory, tickets
@@ -122,6 +123,46 @@ def test_application_class_xids_are_never_the_nodes(fleet_any):
     assert f.loc["n1", "left_out"] == 9
     assert f.attrs["left_out"]["application_xids"] == 9
     assert verdicts == []
+
+
+def test_another_tools_xid_codes_are_read_as_xids_and_application_ones_left_out(fleet_any):
+    """`ingest checks --file other-tool.jsonl`: another tool writes an XID's code as the
+    number (13, "31") or "XID43", where rsc-health writes "xid13". Such codes matched no
+    application-class code, so an XID 13 storm of a user's program made lemons; and "79" and
+    "xid79" were two codes. Now an XID row's code is stored as rsc-health writes it."""
+    engine = fleet_any.engine
+    codes = [13, "31", "XID43", " xid45", 13, 31]
+    _xids(engine, [("n1", AS_OF - k * 2 * DAY, code, "gpu2") for k, code in enumerate(codes, 1)])
+    _xids(engine, [("n2", AS_OF - k * 4 * DAY, code, "gpu1")
+                   for k, code in enumerate([79, "79", "Xid79", "xid79", 79], 1)])
+    with engine.connect() as conn:
+        stored = set(conn.execute(select(schema.check_results.c.code)).scalars())
+    assert stored == {"xid13", "xid31", "xid43", "xid45", "xid79"}
+    f, verdicts = _lemons(engine)
+    assert f.loc["n1", ["xid_cnt", "left_out"]].tolist() == [0, 6]
+    assert f.loc["n2", "xid_cnt"] == 5 and f.loc["n2", "xid_codes"] == ["xid79"]
+    assert [v.node for v in verdicts] == ["n2"]
+
+
+def test_an_xid_the_catalog_does_not_list_counts_as_the_nodes_and_is_named(fleet_any):
+    """An XID no catalog lists (a newer driver's: the node path warns on it, [defaults]
+    unknown) is the node's unless a catalog marks it `application = true`: a flood of it in
+    one evening is one episode and makes no lemon; on five separate days it makes one, as any
+    hardware XID does, and the verdict names the code, so an operator who knows it is the
+    program's sees what to mark."""
+    from rsc_health.xid import load_catalog
+
+    assert load_catalog().data["codes"].get("999") is None  # not listed, not application
+    engine = fleet_any.engine
+    evening = AS_OF - 3 * DAY + 18 * HOUR
+    _xids(engine, [("n1", evening + timedelta(minutes=i), "xid999", "gpu0")
+                   for i in range(300)])
+    _xids(engine, [("n2", AS_OF - k * 4 * DAY, "xid999", "gpu6") for k in range(1, 6)])
+    f, verdicts = _lemons(engine)
+    assert f.loc["n1", ["xid_cnt", "left_out"]].tolist() == [1, 0]
+    assert f.loc["n2", "xid_cnt"] == 5 and f.loc["n2", "xid_codes"] == ["xid999"]
+    assert [v.node for v in verdicts] == ["n2"]
+    assert "xid_cnt" in verdicts[0].summary()
 
 
 def test_events_alone_make_a_lemon_against_the_fleets_own_rate(fleet_any):

@@ -18,6 +18,9 @@ from datetime import datetime, tzinfo
 from sqlalchemy import Connection, Engine, Table
 
 BATCH_ROWS = 10_000
+# The CSV imports' (tickets, inventory, GPUs) encoding: UTF-8, a leading byte-order mark
+# dropped (Excel's "CSV UTF-8" writes one, and the header's first name read "\ufeffnode").
+CSV_ENCODING = "utf-8-sig"
 
 
 # How SQLAlchemy's SQLite DateTime stores a value; PostgreSQL parses the same text, so the

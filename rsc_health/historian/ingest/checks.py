@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -87,6 +88,18 @@ def _name(obj: dict, key: str, default: str = "") -> str:
     return default if value is None else key_text(value, key, 1 << 20)
 
 
+# An XID's code as another tool may write it: 79, "79", "XID79", "Xid 79".
+_XID_CODE = re.compile(r"(?:xid)?\s*0*(\d{1,9})", re.IGNORECASE)
+
+
+def _xid_code(code: str) -> str:
+    """An XID row's code as rsc-health writes it ("xid79"): the lemon features leave out the
+    application-class codes and group the rest by that spelling, so another tool's 13 or
+    "XID13" counted a user's program against the node, and "79" and "xid79" were two codes."""
+    found = _XID_CODE.fullmatch(code.strip())
+    return f"xid{int(found.group(1))}" if found else code
+
+
 def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = None) -> tuple:
     """A JSON object -> a check_results row in COLUMNS order; RowError says what is wrong.
     NULs in the detail are replaced (counted in `report`)."""
@@ -118,17 +131,19 @@ def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = N
         if last_seen < time:
             raise RowError("last_seen is before time")
     component = obj.get("component")
+    check = key_text(obj["check"], "check", 32, integer=False)
+    code = key_text(_name(obj, "code"), "code", 32)
     return (
         record_id,
         db_time(time),
         node_name(obj["node"]),
         free_text(_name(obj, "source", source)[:16]),
         None if job_id in (None, "") else job_id_text(job_id),
-        key_text(obj["check"], "check", 32, integer=False),
+        check,
         "*" if component in (None, "") else key_text(component, "component", 64),
         status,
         severity,
-        key_text(_name(obj, "code"), "code", 32),
+        _xid_code(code) if check == "xid" else code,
         free_text(_text(obj, "detail") or _text(obj, "reason"), report),
         db_time(last_seen),
         False,

@@ -16,7 +16,7 @@ without it the times are taken as UTC and the report says so.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from functools import partial
 from pathlib import Path
@@ -41,6 +41,7 @@ from rsc_health.historian.ingest import (
     free_text,
     keep_stored_reasons,
     limit_statements,
+    node_name,
     note_unknown_nodes,
     period_end,
     pipe_rows,
@@ -134,9 +135,12 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
     index = _header_index(header_line.rstrip("\n").split("|"))
     width = len(header_line.rstrip("\n").split("|"))
     batch: dict[tuple, tuple] = {}
+    rows = pipe_rows(it, report)
+    if "reason" in index:
+        rows = _rejoined(rows, width, report)
     with writer(engine).begin() as conn:
         limit_statements(conn)
-        for lineno, fields in pipe_rows(it, report):
+        for lineno, fields in rows:
             if len(fields) > width and "reason" in index:
                 # Reason is a person's free text, the only column that can hold a `|`.
                 at, surplus = index["reason"], len(fields) - width
@@ -161,6 +165,11 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
             if any("\x00" in f for i, f in enumerate(fields) if i != index.get("reason")):
                 report.add_bad(lineno, "a NUL byte outside the Reason",  # a name is not text
                                BAD_NAME)
+                continue
+            try:  # the node's name as Slurm spells it, never one mended from another
+                node = node_name(node)
+            except RowError as exc:
+                report.add_bad(lineno, str(exc), exc.cause)
                 continue
             try:
                 start = _time(fields[index["start"]], tz)
@@ -189,6 +198,34 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
                 batch = {}
         report.written += _write(conn, list(batch.values()), report)
     return report
+
+
+def _rejoined(rows: Iterator[tuple[int, list[str]]], width: int, report: IngestReport
+              ) -> Iterator[tuple[int, list[str]]]:
+    """The rows with an event whose Reason holds a newline joined back: `sacctmgr -P` prints
+    it as it is, so the event comes as a line short of fields and the rest of its Reason
+    and columns on the next line(s). Joined while the fields stay within `width` (counted as
+    one row read); a short line the next one does not complete is handed on as it is (and
+    reported for its field count)."""
+    pending: tuple[int, list[str]] | None = None
+    for lineno, fields in rows:
+        if pending is not None:
+            start, head = pending
+            joined = [*head[:-1], f"{head[-1]}\n{fields[0]}", *fields[1:]]
+            if len(joined) <= width:
+                report.read -= 1  # one event's line, not a row of its own
+                pending = None if len(joined) == width else (start, joined)
+                if pending is None:
+                    yield start, joined
+                continue
+            yield pending
+            pending = None
+        if len(fields) < width:
+            pending = (lineno, fields)
+            continue
+        yield lineno, fields
+    if pending is not None:
+        yield pending
 
 
 def _merge(first: tuple, later: tuple) -> tuple:

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, or_, select
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
+    CSV_ENCODING,
     MALFORMED_CSV,
     NO_NODE,
     NO_TIME,
@@ -28,6 +29,7 @@ from rsc_health.historian.ingest import (
     bulk_write,
     db_time,
     key_text,
+    node_name,
     parse_time,
 )
 
@@ -43,7 +45,7 @@ class InventoryError(ValueError):
 
 
 def import_csv(engine: Engine, path: Path | str, *, tz: tzinfo | None = None) -> IngestReport:
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+    with open(path, newline="", encoding=CSV_ENCODING, errors="replace") as fh:
         return import_lines(engine, fh, name=str(path), tz=tz)
 
 
@@ -118,7 +120,7 @@ def _row(record: dict, tz: tzinfo | None = None) -> tuple:
     if end is not None and end < start:
         raise RowError(f"to ({to_text}) is before from", TO_BEFORE_FROM)
     return (
-        key_text(node, "node", 128),
+        node_name(node),
         key_text((record.get("cluster") or "").strip(), "cluster", 64),
         key_text((record.get("partition") or "").strip(), "partition", 64),
         db_time(start), db_time(end), "csv",
@@ -165,7 +167,7 @@ GPU = schema.gpu_inventory
 
 def import_gpus_csv(engine: Engine, path: Path | str, *,
                     tz: tzinfo | None = None) -> IngestReport:
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+    with open(path, newline="", encoding=CSV_ENCODING, errors="replace") as fh:
         return import_gpu_lines(engine, fh, name=str(path), tz=tz)
 
 

@@ -483,10 +483,14 @@ def _number(value):
 
 
 def _exit_code(code) -> str:
+    """--json's exit code as sacct's "code:signal". The signal is {"signal_id": 9} in 22.05,
+    {"id": {"set": true, "number": 9}} from 23.02 on."""
     if not isinstance(code, dict):
         return str(code or "")
     signal = code.get("signal") or {}
-    sig = _number(signal.get("signal_id") if isinstance(signal, dict) else signal) or 0
+    if isinstance(signal, dict):
+        signal = signal.get("signal_id", signal.get("id"))
+    sig = _number(signal) or 0
     return f"{_number(code.get('return_code')) or 0}:{sig}"
 
 

@@ -14,6 +14,7 @@ from sqlalchemy import Engine, insert, select, update
 from rsc_health.historian import schema
 from rsc_health.historian.db import writer
 from rsc_health.historian.ingest import (
+    CSV_ENCODING,
     MALFORMED_CSV,
     NO_NODE,
     NO_TIME,
@@ -24,7 +25,7 @@ from rsc_health.historian.ingest import (
     db_time,
     free_text,
     keep_stored_reasons,
-    key_text,
+    node_name,
     note_unknown_nodes,
     parse_time,
     period_end,
@@ -57,7 +58,7 @@ def open_ticket(
     engine: Engine, node: str, reason: str, *, when: datetime | None = None, source="manual"
 ) -> int:
     try:
-        node, reason = key_text(node, "node", 128), free_text(reason)
+        node, reason = node_name(node), free_text(reason)
     except RowError as exc:
         raise TicketError(str(exc)) from exc
     with writer(engine).begin() as conn:
@@ -90,7 +91,7 @@ def list_tickets(engine: Engine, *, open_only: bool = False, node: str | None = 
 
 def import_csv(engine: Engine, path: Path | str, *, tz: tzinfo | None = None) -> IngestReport:
     """Rows keyed by (node, opened): importing again only fills in `closed` and the reason."""
-    with open(path, newline="", encoding="utf-8", errors="replace") as fh:
+    with open(path, newline="", encoding=CSV_ENCODING, errors="replace") as fh:
         return import_lines(engine, fh, name=str(path), tz=tz)
 
 
@@ -98,12 +99,16 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
                  tz: tzinfo | None = None) -> IngestReport:
     """The CSV from an open text stream (`--file -`: stdin, opened with newline=""); `name`
     for messages. A row the historian cannot keep (a field past the csv module's limit, a
-    node name too long or with a NUL) is reported with its line; the others land. `tz`: the
+    node that is not a name: too long, a NUL, a control character, a space, bytes that were
+    not UTF-8; ingest.node_name) is reported with its line; the others land. `tz`: the
     zone times without an offset are wall-clock times of (None: UTC), said in the report."""
     report = IngestReport("tickets", times=str(tz) if tz else "UTC")
     rows: dict[tuple, tuple] = {}
     lines = _Counted(fh)
-    reader = csv.DictReader(lines)
+    # strict: a quote never closed is an error at the end of the file, not a reason that
+    # silently took in every line after it (a quoted reason may span lines); a stray quote
+    # inside a field is the row's error, not text run together
+    reader = csv.DictReader(lines, strict=True)
     try:
         fields = reader.fieldnames
     except csv.Error as exc:
@@ -112,13 +117,18 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
     if missing:
         raise TicketError(f"{name}: CSV lacks column(s) {', '.join(sorted(missing))}")
     while True:
+        first = lines.count + 1  # the line the next row begins on
         try:
             record = next(reader)
         except StopIteration:
             break
         except csv.Error as exc:  # the reader goes on at the next line
             report.read += 1
-            report.add_bad(lines.count, str(exc), MALFORMED_CSV)
+            if str(exc) == "unexpected end of data" and lines.count > first:
+                report.add_bad(first, f"a quote opened on line {first} is never closed: "
+                               f"lines {first}-{lines.count} not read", MALFORMED_CSV)
+            else:
+                report.add_bad(lines.count, str(exc), MALFORMED_CSV)
             continue
         report.read += 1
         try:
@@ -154,7 +164,7 @@ def _row(record: dict, report: IngestReport, tz: tzinfo | None = None) -> tuple:
     node = (record.get("node") or "").strip()
     if not node:
         raise RowError("no node", NO_NODE)
-    node = key_text(node, "node", 128)
+    node = node_name(node)
     opened_text = (record.get("opened") or "").strip()
     if not opened_text:
         raise RowError("no opened time", NO_TIME)

@@ -14,7 +14,10 @@ Definitions (everything restricted to the window):
                         into one episode while each is at most `episode_gap_h` after the
                         one before (106 retries of one bad GPU in an evening are one). XIDs
                         the catalog marks `application = true` (13, 31, 43, 45, 68: the
-                        program's error) are never the node's and count nowhere
+                        program's error) are never the node's and count nowhere. An
+                        XID no catalog lists (a newer driver's) is the node's: a storm of
+                        it is one episode, repeats on separate days count as any XID's, and
+                        xid_codes names it for the operator to judge
   xid_codes             the distinct XID codes of those events, sorted (kept alongside xid_cnt)
   tickets               repair tickets (any source) `opened` in window
   out_count             out-of-service periods (node_events, any state/source) that `start`

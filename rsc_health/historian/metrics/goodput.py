@@ -32,16 +32,18 @@ LOST_WORK_CAP_S = 1800.0
 def _requeue_preemptions(engine: Engine, window: Window, preempt_window_s: float) -> pd.DataFrame:
     """PREEMPTED instances displaced by the requeue of an infra-failed job instance."""
     failed = (
-        select(jobs.c.id, jobs.c.job_id, jobs.c.end)
+        select(jobs.c.id, jobs.c.job_id, jobs.c.cluster, jobs.c.end)
         .where(infra_failure(), *window.clauses())
         .cte("failed")
     )
     nxt = jobs.alias("nxt")
-    # The requeue: a later instance of the same Job ID that started at or after the failure.
+    # The requeue: a later instance of the same Job ID that started at or after the failure,
+    # on the same cluster (another cluster in the historian counts its own job ids).
     requeue = (
         select(nxt.c.id.label("rq_pk"), nxt.c.start.label("rq_start"))
         .select_from(
-            failed.join(nxt, and_(nxt.c.job_id == failed.c.job_id, nxt.c.id != failed.c.id))
+            failed.join(nxt, and_(nxt.c.job_id == failed.c.job_id,
+                                  nxt.c.cluster == failed.c.cluster, nxt.c.id != failed.c.id))
         )
         .where(nxt.c.start.is_not(None), nxt.c.start >= failed.c.end)
         .distinct()

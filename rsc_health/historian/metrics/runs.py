@@ -58,7 +58,8 @@ class RunOptions:
 
 
 def _submissions(window: Window, min_gpus: int):
-    """One row per Job ID: its requeue chain folded up (first eligible, last end, ...)."""
+    """One row per Job ID (of a cluster): its requeue chain folded up (first eligible, last
+    end, ...)."""
     elig = func.coalesce(jobs.c.eligible, jobs.c.submit)
     return (
         select(
@@ -75,7 +76,8 @@ def _submissions(window: Window, min_gpus: int):
             func.max(jobs.c.gpus).label("gpus"),
         )
         .where(jobs.c.start.is_not(None), jobs.c.gpus >= min_gpus, *window.clauses())
-        .group_by(jobs.c.job_id)
+        # a Job ID is one cluster's: another cluster in the historian counts its own from 1
+        .group_by(jobs.c.cluster, jobs.c.job_id)
     )
 
 
@@ -214,6 +216,8 @@ def _instances_sqlite(conn, window: Window, opts: RunOptions):
         runtime_s(),
         jobs.c.nnodes,
         jobs.c.gpus,
+        literal(1),
+        jobs.c.cluster,  # _fold: a Job ID is one cluster's
     ).where(jobs.c.start.is_not(None), jobs.c.gpus >= opts.min_gpus, *window.clauses())
     return _stream(conn, stmt), True
 
@@ -253,14 +257,17 @@ _ROW = np.dtype([
     ("job_id", object), ("name", object), ("user", object), ("first", object),
     ("last", object), ("first_start", object), ("interruptions", np.int32),
     ("runtime_s", np.float64), ("nodes", np.int32), ("gpus", np.int32), ("instances", np.int32),
+    ("cluster", object),
 ])
 
 
 def _columns(chunks, names: _Codes, users: _Codes) -> dict[str, np.ndarray]:
-    """Row chunks -> column arrays: job IDs, name/user codes, times as int64 us, counts.
-    Each chunk becomes one structured array in C (no per-value Python work), then columns."""
+    """Row chunks -> column arrays: job IDs, name/user codes, times as int64 us, counts, and
+    (SQLite's instances) cluster codes. Each chunk becomes one structured array in C (no
+    per-value Python work), then columns."""
     keys = _ROW.names
     parts: dict[str, list[np.ndarray]] = {k: [] for k in keys}
+    clusters = _Codes()
     for rows in chunks:
         width = len(rows[0])
         dtype = _ROW if width == len(keys) else np.dtype(_ROW.descr[:width])
@@ -272,17 +279,21 @@ def _columns(chunks, names: _Codes, users: _Codes) -> dict[str, np.ndarray]:
         parts["first"].append(_us(arr["first"]))
         parts["last"].append(_us(arr["last"]))
         parts["first_start"].append(_us(arr["first_start"]))
-        for k in keys[6:]:
+        for k in keys[6:-1]:
             parts[k].append(
                 np.ascontiguousarray(arr[k]) if k in arr.dtype.names
                 else np.ones(len(arr), np.int32)
             )
+        if "cluster" in (arr.dtype.names or ()):
+            parts["cluster"].append(clusters.encode(arr["cluster"]).astype(np.int32))
         del arr
     if any(p.dtype == object for p in parts["job_id"]):  # one odd Job ID: all as strings
         parts["job_id"] = [p.astype(str).astype(object) for p in parts["job_id"]]
     out = {}
     for k in keys:  # one column at a time, so the chunks and the whole never coexist
         chunks_k = parts.pop(k)
+        if k == "cluster" and not chunks_k:
+            continue  # submissions folded by the server, per cluster already
         out[k] = np.concatenate(chunks_k) if chunks_k else np.zeros(0, np.int64)
         del chunks_k
     return out
@@ -291,8 +302,12 @@ def _columns(chunks, names: _Codes, users: _Codes) -> dict[str, np.ndarray]:
 def _fold(c: dict[str, np.ndarray], name_rank: np.ndarray, user_rank: np.ndarray) -> dict:
     """Job instances -> one row per Job ID, as _submissions folds them: min name and user (in
     binary string order), min first, max last, summed counts and runtime, max size. The few
-    requeued Job IDs are folded into their first instance's row; their other rows are dropped."""
+    requeued Job IDs are folded into their first instance's row; their other rows are dropped.
+    A Job ID is one cluster's (`cluster`): another cluster's same number is another job."""
     codes, uniques = pd.factorize(c["job_id"])
+    cluster = c.pop("cluster", None)
+    if cluster is not None and len(cluster) and cluster.min() != cluster.max():
+        codes, uniques = pd.factorize(cluster.astype(np.int64) * len(uniques) + codes)
     if len(uniques) == len(codes):  # no requeues: every instance is its own submission
         return c
     idx = np.flatnonzero(np.bincount(codes)[codes] > 1)
