@@ -21,7 +21,8 @@ READS_CONFIG = ("xid.sources",)
 def collect(root: Path, env) -> kmsg.XidRead | None:
     read = env.guard(FAMILY, "kernel log", lambda: kmsg.read_new_events(
         root, list(env.cfg.get("xid.sources")), env.cursors.get(FAMILY) or {},
-        file_backlog=bool(env.cfg.get("xid.file_backlog")), parse=kmsg.parse_sxid_line))
+        file_backlog=bool(env.cfg.get("xid.file_backlog")), parse=kmsg.parse_sxid_line,
+        writers=kmsg.log_writers(env.cfg.get("xid.log_writers"))))
     if read is not None:
         # The shared reader names its cursor after XIDs; this one is the SXid cursor.
         env.state.errors.extend((FAMILY, "kernel log", e.replace("XID cursor", "SXid cursor"))

@@ -19,7 +19,8 @@ def collect(root: Path, env) -> kmsg.XidRead | None:
     complaints (a FIFO source, lost records, a backlog) are checker findings."""
     read = env.guard("xid", "kernel log", lambda: kmsg.read_new_events(
         root, list(env.cfg.get("xid.sources", ["/dev/kmsg"])), env.cursors.get("xid") or {},
-        file_backlog=bool(env.cfg.get("xid.file_backlog", True))))
+        file_backlog=bool(env.cfg.get("xid.file_backlog", True)),
+        writers=kmsg.log_writers(env.cfg.get("xid.log_writers"))))
     if read is not None:
         env.state.errors.extend(("xid", "kernel log", e) for e in read.errors)
     return read

@@ -339,9 +339,49 @@ def _valid_seq(value) -> int | None:
     return value
 
 
+def log_writers(names) -> tuple[frozenset[int], frozenset[int]]:
+    """The uids and gids `[xid] log_writers` names (each name as a user and as a group; names
+    this node does not know are none)."""
+    import grp
+    import pwd
+
+    uids, gids = set(), set()
+    for name in names if isinstance(names, (list, tuple)) else ():
+        try:
+            uids.add(pwd.getpwnam(str(name)).pw_uid)
+        except (KeyError, ValueError):
+            pass
+        try:
+            gids.add(grp.getgrnam(str(name)).gr_gid)
+        except (KeyError, ValueError):
+            pass
+    return frozenset(uids), frozenset(gids)
+
+
+def source_refusal(st: os.stat_result, path: Path, source: str,
+                   writers: tuple[frozenset[int], frozenset[int]]) -> str:
+    """Why a kernel log source is not evidence, or "": a file (a kern.log, a saved ring
+    buffer) must be one only root or the logging daemon ([xid] log_writers) could write, and
+    so must every directory on its path (durable.trust_refusal): anyone else could forge the
+    kernel's own XID 79 line in it and drain the node. A character device is the kernel's
+    (no one else can make one); only its name must be one no one else could swap."""
+    from rsc_health.durable import path_refusal, trust_refusal
+
+    uids, gids = writers
+    if stat.S_ISCHR(st.st_mode):
+        why = path_refusal(path, source, uids=uids, gids=gids)
+    else:
+        why = trust_refusal(st, path, source, uids=uids, gids=gids)
+    if not why:
+        return ""
+    return (f"{why}: not read (only a file no one but root or [xid] log_writers can write "
+            "is evidence of an XID); its lines wait, unconsumed, until it is fixed")
+
+
 def read_new_events(
     root: Path, sources: list[str], cursor: dict, *, file_backlog: bool = True,
-    parse: Callable = parse_line,
+    parse: Callable = parse_line, writers: tuple[frozenset[int], frozenset[int]] = (
+        frozenset(), frozenset()),
 ) -> XidRead:
     """Events not seen before, and the cursor to save once they have been judged.
 
@@ -361,7 +401,9 @@ def read_new_events(
     a file is read from its end (it holds earlier boots).
 
     `parse` picks the events (parse_line: GPU XIDs; parse_sxid_line: NVSwitch SXids); each
-    kind has its own cursor, so a stage that judges one never consumes the other's lines."""
+    kind has its own cursor, so a stage that judges one never consumes the other's lines.
+    A source someone other than root or `writers` (log_writers()) could write is refused
+    (source_refusal), said, and its cursor entry kept."""
     boot = boot_id(root)
     new_cursor: dict = {"boot_id": boot, "kmsg_seq": -1, "files": {}}
     same_boot = bool(boot) and cursor.get("boot_id") == boot
@@ -399,6 +441,13 @@ def read_new_events(
         kind = st.st_mode
         if not (stat.S_ISCHR(kind) or stat.S_ISREG(kind)):
             errors.append(f"{source}: not a regular file or /dev/kmsg; not read")
+            continue
+        refused = source_refusal(st, path, source, writers)
+        if refused:
+            errors.append(refused)
+            kept = _file_entry(files, source)
+            if kept:  # where it was: what it logs meanwhile is read once it is trusted
+                new_cursor["files"][source] = kept
             continue
         try:
             if stat.S_ISCHR(kind) or source == "/dev/kmsg":
