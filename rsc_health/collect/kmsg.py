@@ -482,7 +482,8 @@ def read_new_events(
             else:
                 got = _read_log_file(path, source, _file_entry(files, source),
                                      backlog=file_backlog, parse=parse,
-                                     lost=isinstance(lost, str), written=written)
+                                     lost=isinstance(lost, str), written=written,
+                                 writers=writers)
                 events.extend(got.events)
                 errors.extend(got.errors)
                 new_cursor["files"][source] = got.entry
@@ -539,7 +540,8 @@ class _FileRead:
 
 
 def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
-                   written: float | None, parse: Callable | None = None) -> _FileRead:
+                   written: float | None, parse: Callable | None = None,
+                   writers: tuple[frozenset[int], frozenset[int]] | None = None) -> _FileRead:
     """New events of one kernel log file, from its cursor entry `prev` (None: first sight).
 
     At most MAX_READ bytes a run. A backlog longer than that is said (the bytes left) and read
@@ -551,7 +553,7 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
     try:
         st = os.fstat(fd)
         head = _fingerprint(fd)
-        offset, skip, wrong = _file_start(st, head, prev, backlog)
+        offset, skip, wrong, rotated = _file_start(st, head, prev, backlog)
         if lost or wrong:
             if wrong:
                 errors.append(f"{source}: XID cursor {wrong}; discarded: judging its lines "
@@ -562,6 +564,15 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
     finally:
         os.close(fd)
     entry = {"inode": st.st_ino, "offset": offset, "head": head}
+    before = (_rotated(path, source, prev, parse, writers) if rotated and not lost
+              else _FileRead([], [], {}))
+    errors.extend(before.errors)
+    got = _read_window(window, st, head, offset, skip, source, parse, errors, entry)
+    return _FileRead(before.events + got.events, got.errors, got.entry)
+
+
+def _read_window(window: bytes, st, head: str, offset: int, skip: bool, source: str,
+                 parse: Callable | None, errors: list[str], entry: dict) -> _FileRead:
     pos, data = offset, window
     if skip:
         nl = data.find(b"\n")
@@ -574,7 +585,7 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
     if end == 0 and not skip and len(window) == MAX_READ:
         ev = _parse_quietly(data[:MAX_LINE].decode("utf-8", "replace"), source, parse)
         if ev is not None:
-            events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
+            events.append(_keyed(ev, _file_key(st.st_ino, head, pos)))
         errors.append(f"{source}: a line longer than {MAX_READ >> 20} MiB at byte {pos}: "
                       f"judged by its first {MAX_LINE} bytes, the rest skipped")
         entry.update(offset=offset + len(window), skip=True)
@@ -582,7 +593,7 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
     for raw in data[:end].split(b"\n")[:-1]:
         ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
         if ev is not None:
-            events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
+            events.append(_keyed(ev, _file_key(st.st_ino, head, pos)))
         pos += len(raw) + 1
     entry["offset"] = pos
     left = st.st_size - pos
@@ -609,31 +620,134 @@ def _file_entry(files, source: str):
     return files[source] if isinstance(files[source], dict) else False
 
 
-def _file_start(st, head: str, prev, backlog: bool) -> tuple[int, bool, str | None]:
+def _file_start(st, head: str, prev, backlog: bool) -> tuple[int, bool, str | None, bool]:
     """(offset to read from, whether it is inside an over-long line, what is wrong with the
-    cursor entry or None). A rotated file (another inode; or shorter than the offset, or a
-    different head, as copytruncate leaves it) is a new log: read from its start. An offset
-    past the end of the same file (same inode, same head) is no rotation: the cursor is
+    cursor entry or None, whether the file is a rotated one's successor). A rotated file
+    (another inode; or shorter than the offset, or a different head, as copytruncate leaves
+    it) is a new log: read from its start, once its predecessor's tail is read (_rotated). An
+    offset past the end of the same file (same inode, same head) is no rotation: the cursor is
     wrong, and so is one that is not a byte offset."""
     if prev is None:
         # First sight of this file: what it already holds is history unless backlog says not.
-        return (0 if backlog else st.st_size), False, None
+        return (0 if backlog else st.st_size), False, None, False
     if not isinstance(prev, dict):
-        return 0, False, "entry is not one this code wrote"
+        return 0, False, "entry is not one this code wrote", False
     offset = prev.get("offset", 0)
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        return 0, False, f"offset {str(offset)[:40]!r} is not a byte offset"
+        return 0, False, f"offset {str(offset)[:40]!r} is not a byte offset", False
     if prev.get("inode") != st.st_ino:
-        return 0, False, None
+        return 0, False, None, True
     same_head = prev.get("head") == head
     if st.st_size < offset:
         if same_head and len(head) == 2 * HEAD_BYTES:
             return 0, False, (f"offset {offset} is past the end ({st.st_size} bytes) of the "
-                              "same file")
-        return 0, False, None
-    if prev.get("head") not in (None, head) and offset >= HEAD_BYTES:
-        return 0, False, None
-    return offset, prev.get("skip") is True, None
+                              "same file"), False
+        return 0, False, None, True
+    old_head = prev.get("head")
+    # A file that only grew starts with the head it had (all of it, when it was shorter than
+    # HEAD_BYTES); one that does not was rotated, whatever its offset.
+    if isinstance(old_head, str) and not head.startswith(old_head):
+        return 0, False, None, True
+    return offset, prev.get("skip") is True, None, False
+
+
+# Compressed or otherwise not a plain log: never a rotated predecessor read here.
+_PACKED = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".z", ".zip")
+# At most this many names in a log's directory are looked at for its rotated predecessor.
+MAX_SIBLINGS = 4096
+
+
+def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writers
+             ) -> _FileRead:
+    """The lines the rotated predecessor of `path` took after the cursor `prev` last read it
+    and before the rotation: logrotate renamed it (kern.log.1, kern.log-20261127: the cursor's
+    inode) or copied it before truncating (copytruncate: another inode, the cursor's head).
+    Read from the cursor's offset, whole lines, at most MAX_READ. None found (compressed at
+    rotation, or removed): said, as an XID among those lines went unseen."""
+    inode, offset, head = prev.get("inode"), prev.get("offset", 0), prev.get("head")
+    if not isinstance(head, str):
+        head = ""
+    candidates = []
+    try:
+        with os.scandir(path.parent) as it:
+            for n, entry in enumerate(it):
+                name = entry.name
+                if n >= MAX_SIBLINGS:
+                    break
+                if (len(name) <= len(path.name) or not name.startswith(path.name)
+                        or name[len(path.name)] not in ".-_"
+                        or name.lower().endswith(_PACKED)):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_size >= offset:
+                    candidates.append((st.st_ino != inode, -st.st_mtime, Path(entry.path)))
+    except OSError:
+        pass
+    refused = ""
+    for _, _, rotated in sorted(candidates)[:8]:  # the old inode first, then newest copies
+        try:
+            fd = os.open(rotated, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            got_head = _fingerprint(fd)
+            if not (head and got_head.startswith(head)):
+                continue  # not the file the cursor read
+            refused = source_refusal(st, rotated, str(rotated),
+                                     writers or (frozenset(), frozenset()))
+            if refused:
+                break
+            data = os.pread(fd, MAX_READ, offset)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        return _predecessor_events(data, rotated, st, got_head, offset, prev, source, parse)
+    if refused:
+        return _FileRead([], [f"{source} was rotated; its predecessor {refused}"], {})
+    return _FileRead([], [f"{source} was rotated and its previous file (the XID cursor's) "
+                          "is not there to read (compressed or removed at rotation?): an XID "
+                          "it logged after the last run went unseen (logrotate's "
+                          "delaycompress keeps it readable)"], {})
+
+
+def _predecessor_events(data: bytes, rotated: Path, st, head: str, offset: int, prev: dict,
+                        source: str, parse: Callable | None) -> _FileRead:
+    pos = offset
+    if prev.get("skip") is True:  # the cursor stood inside an over-long line
+        nl = data.find(b"\n")
+        if nl < 0:
+            return _FileRead([], [], {})
+        pos, data = offset + nl + 1, data[nl + 1:]
+    events: list = []
+    end = data.rfind(b"\n") + 1  # whole lines: a cut one may hold half an XID number
+    for raw in data[:end].split(b"\n")[:-1]:
+        ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
+        if ev is not None:
+            events.append(_keyed(ev, _file_key(st.st_ino, head, pos)))
+        pos += len(raw) + 1
+    errors = []
+    if pos < st.st_size and len(data) + (pos - offset) >= MAX_READ:
+        errors.append(f"{source}: its rotated predecessor {rotated.name} holds {st.st_size - pos} "
+                      f"more bytes after the {MAX_READ >> 20} MiB read: not judged")
+    return _FileRead(events, errors, {})
+
+
+def _file_key(inode: int, head: str, pos: int) -> str:
+    """Where a line sits in a kernel log file: its inode, its generation (the file's first line,
+    or first HEAD_BYTES: copytruncate keeps the inode and starts every generation at offset 0)
+    and its offset. The same line read again (a cursor that could not be saved) gets the same
+    key; a line of another generation at the same offset does not."""
+    import hashlib
+
+    raw = bytes.fromhex(head) if isinstance(head, str) else b""
+    nl = raw.find(b"\n")
+    first = raw[: nl + 1] if nl >= 0 else raw
+    return f"{inode}:{hashlib.sha256(first).hexdigest()[:12]}:{pos}"
 
 
 def _offset_since(fd: int, size: int, written: float | None, source: str,

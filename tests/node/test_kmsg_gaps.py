@@ -235,12 +235,16 @@ def test_a_wrong_or_unreadable_file_cursor_judges_what_was_logged_since_its_last
 
 
 def test_a_truncated_log_is_still_read_from_its_start(node):
-    """copytruncate: the file was cut to nothing and written again, shorter than the old
-    offset. Its head changed, so it is a new log, read whole (not a wrong cursor)."""
+    """copytruncate: the file was copied (kern.log.1), cut to nothing and written again,
+    shorter than the old offset. Its head changed, so it is a new log, read whole (not a wrong
+    cursor)."""
+    import shutil
+
     now = time.time()
     log = _kern_log(node.root, "".join(_syslog(now - 600, OLD_GPU, xid=13) for _ in range(20)))
     cfg = _file_source(node)
     engine.run(cfg, node.root)
+    shutil.copyfile(log, log.with_name("kern.log.1"))
     log.write_text(_syslog(now - 3600, NEW_GPU))  # logged before the cursor's last write
     findings = engine.run(cfg, node.root)
     assert _xid_gpus(findings) == [NEW_GPU] and _errors(findings) == []
