@@ -233,11 +233,24 @@ def parse_text(text: str, source: str = "", parse: Callable = parse_line) -> lis
 
 
 def boot_id(root: Path) -> str:
+    """This boot's id; where /proc/sys/kernel/random/boot_id cannot be read (a container's
+    /proc, a snapshot), "btime:N" from /proc/stat (when this boot began, in seconds: the same
+    for the whole boot unless the clock is stepped, and then a new "boot" costs one read of
+    the ring buffer again); "" when neither can be read."""
     try:
         return read_bounded(root / "proc/sys/kernel/random/boot_id", 4096).decode(
             "ascii", "replace").strip()
     except OSError:
+        pass
+    try:
+        text = read_bounded(root / "proc/stat", 1 << 20).decode("ascii", "replace")
+    except OSError:
         return ""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "btime" and value.strip().isdigit():
+            return f"btime:{int(value)}"
+    return ""
 
 
 def _open_device(path: Path) -> int:
@@ -475,6 +488,14 @@ def read_new_events(
                                       f"{last}) were overwritten before they were read; an XID "
                                       "among them went unseen (raise log_buf_len, or read "
                                       "kern.log instead)")
+                again = _valid_seq(cursor.get("kmsg_seq"))
+                if not boot and not rebuild and again is not None and again >= 0:
+                    seen = sum(1 for s in (_seq_of(ln) for ln in ring.text.splitlines())
+                               if s is not None and s <= again)
+                    if seen:
+                        errors.append(f"{source}: this boot cannot be told (no /proc/sys/kernel"
+                                      "/random/boot_id, no btime in /proc/stat): "
+                                      f"{seen} record(s) a run read before are judged again")
                 for e in parse_text(ring.text, source, parse):
                     if e.seq is not None:
                         events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))

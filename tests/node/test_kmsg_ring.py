@@ -1,0 +1,55 @@
+"""The /dev/kmsg cursor is the boot id and the kernel's sequence number: a record is new when
+its seq is past the cursor's and the boot is the cursor's. Where the boot id cannot be read
+(/proc/sys/kernel/random/boot_id missing from a container's /proc, a --root snapshot), no boot
+was ever "the cursor's": every run judged the whole ring buffer again, so an XID 79 drained
+the node on every sweep after its repair until the next reboot, silently, and its record id
+("":kmsg:seq) repeated in every boot. The boot is now told by /proc/stat's btime when the id
+cannot be read, and said when neither can."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rsc_health.collect import kmsg
+
+XID79 = "3,700,5000000,-;NVRM: Xid (PCI:0000:3b:00): 79, pid=1, name=x, GPU has fallen off the bus."
+
+
+def _ring(root: Path, *records: str) -> None:
+    dev = root / "dev/kmsg"
+    dev.parent.mkdir(parents=True, exist_ok=True)
+    dev.write_text("".join(r + "\n" for r in records))
+
+
+def _proc_stat(root: Path, btime: int) -> None:
+    # /proc/stat as the kernel prints it (fs/proc/stat.c), shortened to one CPU
+    p = root / "proc/stat"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text("cpu  10132153 290696 3084719 46828483 16683 0 25195 0 0 0\n"
+                 "cpu0 1393280 32966 572056 13343292 6130 0 17875 0 0 0\n"
+                 "intr 199292604 38 0 0 0 0 0 0 0 1 0 0 0\n"
+                 "ctxt 1990473\n"
+                 f"btime {btime}\n"
+                 "processes 2915\nprocs_running 1\nprocs_blocked 0\n"
+                 "softirq 44347437 0 15406133 2 1092614 0 0 5266 13547906 0 14295516\n")
+
+
+def test_without_a_boot_id_an_xid_is_judged_once_per_boot_not_every_run(tmp_path):
+    _proc_stat(tmp_path, 1764230400)
+    _ring(tmp_path, "6,699,4000000,-;eth0: link up", XID79)
+    first = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {})
+    assert [e.xid for e in first.events] == [79]
+    again = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], first.cursor)
+    assert again.events == [] and again.errors == []
+    _proc_stat(tmp_path, 1764316800)  # rebooted: the ring numbers from 0 again
+    _ring(tmp_path, XID79.replace("3,700,", "3,12,"))
+    rebooted = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], again.cursor)
+    assert [e.seq for e in rebooted.events] == [12]
+    assert rebooted.events[0].key != first.events[0].key.replace(":700", ":12")
+
+
+def test_a_boot_that_cannot_be_told_at_all_is_said(tmp_path):
+    _ring(tmp_path, XID79)
+    got = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {"boot_id": "", "kmsg_seq": 700})
+    assert [e.xid for e in got.events] == [79]  # judged again rather than never
+    assert any("boot" in e for e in got.errors)
