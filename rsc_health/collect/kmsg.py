@@ -450,7 +450,13 @@ def read_new_events(
         try:
             st = path.stat()
         except OSError:
-            continue  # an absent source is normal (no kern.log on journald-only nodes)
+            # An absent source is normal (no kern.log on journald-only nodes). One that was
+            # there keeps its entry: logrotate without `create` leaves no kern.log until the
+            # next message, and the file then made is the old one's successor (_rotated).
+            kept = _file_entry(files, source)
+            if kept:
+                new_cursor["files"][source] = kept
+            continue
         kind = st.st_mode
         if not (stat.S_ISCHR(kind) or stat.S_ISREG(kind)):
             errors.append(f"{source}: not a regular file or /dev/kmsg; not read")

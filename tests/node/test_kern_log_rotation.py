@@ -123,3 +123,21 @@ def test_a_short_log_that_only_grew_is_read_on_from_its_offset(tmp_path):
         fh.write(_line(79, 5))
     got = _read(tmp_path, first.cursor)
     assert [e.xid for e in got.events] == [79] and got.errors == []
+
+
+def test_a_log_absent_for_a_run_after_its_rotation_keeps_its_cursor(tmp_path):
+    """logrotate without `create`: kern.log is renamed and rsyslog makes a new one only at its
+    next message. The run in between found no kern.log and dropped its cursor entry, so the
+    new file was a first sight: the old file's tail was never read, and with file_backlog =
+    false the new file's own first lines (an XID 48) were skipped as history too."""
+    log = _log(tmp_path)
+    log.write_text(_line(13, 1))
+    first = kmsg.read_new_events(tmp_path, [KERN_LOG], {}, file_backlog=False)
+    with log.open("a") as fh:
+        fh.write(_line(79, 2))
+    os.rename(log, log.with_name("kern.log.1"))
+    between = kmsg.read_new_events(tmp_path, [KERN_LOG], first.cursor, file_backlog=False)
+    assert between.events == [] and between.errors == []
+    log.write_text(_line(48, 3))
+    got = kmsg.read_new_events(tmp_path, [KERN_LOG], between.cursor, file_backlog=False)
+    assert sorted(e.xid for e in got.events) == [48, 79], got.errors
