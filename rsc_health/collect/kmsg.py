@@ -280,16 +280,23 @@ def _read_kmsg_device(path: Path, after_seq: int, since_usec: float | None = Non
     new_bytes = total = 0
     newest = -1
     fd = _open_device(path)
+    overrun = 0
     try:
         while new_bytes < MAX_READ and total < MAX_RING:
             try:
                 chunk = os.read(fd, 8192)
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # overwritten while we read: the gap is seen
-                    continue  # below, in the sequence numbers
+                    overrun += 1  # below, in the sequence numbers
+                    if overrun < MAX_OVERRUNS:
+                        continue
+                    raise OSError(errno.EPIPE, f"overwritten before each of {overrun} reads in "
+                                  "a row (a kernel logging faster than it is read); read "
+                                  "again next run") from None
                 if exc.errno == errno.EAGAIN:
                     break
                 raise
+            overrun = 0
             if not chunk:
                 break
             total += len(chunk)
@@ -306,6 +313,10 @@ def _read_kmsg_device(path: Path, after_seq: int, since_usec: float | None = Non
     finally:
         os.close(fd)
     return _RingRead("\n".join(records), newest, False)
+
+
+# EPIPEs in a row, with no record read between, before a read of /dev/kmsg gives up.
+MAX_OVERRUNS = 1000
 
 
 def _missed_records(after_seq: int, seqs: list[int]) -> tuple[int, int, int]:

@@ -53,3 +53,33 @@ def test_a_boot_that_cannot_be_told_at_all_is_said(tmp_path):
     got = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {"boot_id": "", "kmsg_seq": 700})
     assert [e.xid for e in got.events] == [79]  # judged again rather than never
     assert any("boot" in e for e in got.errors)
+
+
+def test_a_ring_buffer_overwritten_on_every_read_does_not_spin_for_ever(tmp_path, monkeypatch):
+    """/dev/kmsg answers EPIPE when the record the reader stood on was overwritten, and moves
+    it to the oldest one left. The reader retried without bound: a kernel overwriting faster
+    than each read (a printk storm on a small log_buf_len) spun the prolog at full CPU until
+    Slurm killed it. Now a run of EPIPEs with no record between ends the read, said."""
+    import errno
+    import os
+    import threading
+
+    class _Storm:
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def read(self, fd, n):
+            raise OSError(errno.EPIPE, "Broken pipe")
+
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/kmsg").symlink_to("/dev/null")
+    monkeypatch.setattr(kmsg, "_open_device", lambda path: os.open("/dev/null", os.O_RDONLY))
+    monkeypatch.setattr(kmsg, "os", _Storm())
+    result: list = []
+    reader = threading.Thread(
+        target=lambda: result.append(kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {})),
+        daemon=True)
+    reader.start()
+    reader.join(timeout=10)
+    assert result, "the read of a ring buffer overwritten on every read did not end"
+    assert any("overwritten" in e for e in result[0].errors)
