@@ -527,6 +527,10 @@ def read_new_events(
                 new_cursor["files"][source] = got.entry
         except OSError as exc:
             errors.append(f"{source}: {exc.strerror or exc}")
+            kept = _file_entry(files, source)
+            if kept and source not in new_cursor["files"]:
+                # Nothing of it was judged: its next read goes on from where this one began.
+                new_cursor["files"][source] = kept
     return XidRead(events, errors, new_cursor)
 
 

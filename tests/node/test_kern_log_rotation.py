@@ -141,3 +141,29 @@ def test_a_log_absent_for_a_run_after_its_rotation_keeps_its_cursor(tmp_path):
     log.write_text(_line(48, 3))
     got = kmsg.read_new_events(tmp_path, [KERN_LOG], between.cursor, file_backlog=False)
     assert sorted(e.xid for e in got.events) == [48, 79], got.errors
+
+
+def test_a_kern_log_that_fails_to_read_once_keeps_its_cursor(tmp_path, monkeypatch):
+    """A read of kern.log that fails (EIO from a failing disk, or ENOENT: renamed between the
+    run's stat and its open) dropped the file's cursor entry; the next run took the file as
+    a first sight and judged all of it again (with file_backlog, the default): the XID 79 of
+    a node repaired since drained it again."""
+    import errno
+
+    log = _log(tmp_path)
+    log.write_text(_line(79, 1))
+    first = _read(tmp_path, {})
+    assert [e.xid for e in first.events] == [79]
+    real = kmsg._read_log_file
+
+    def eio(*args, **kw):
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(kmsg, "_read_log_file", eio)
+    failed = _read(tmp_path, first.cursor)
+    assert failed.events == [] and len(failed.errors) == 1
+    monkeypatch.setattr(kmsg, "_read_log_file", real)
+    with log.open("a") as fh:
+        fh.write(_line(48, 2))
+    got = _read(tmp_path, failed.cursor)
+    assert [e.xid for e in got.events] == [48]
