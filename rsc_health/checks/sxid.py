@@ -59,9 +59,9 @@ def check(state, cfg: dict) -> list[Finding]:
         data = {"sxid": code, "pci": ev.pci, "message": ev.message[:200],
                 "line_severity": line_sev, "source": ev.source, "count": len(evs),
                 "detail_lines": details.get((switch, code), 0)}
-        keys = sorted(e.key for e in evs if e.key)
-        if keys:
-            data["event_key"] = "|".join(keys)[:2048]
+        key = kmsg.event_key(e.key for e in evs)
+        if key:
+            data["event_key"] = key
         fcode = f"sxid{code}"
         if rule.severity >= Severity.DRAIN_AFTER_JOB:
             out.append(fail(FAMILY, comp, rule.severity, fcode, text, repair=rule.repair, **data))

@@ -73,11 +73,11 @@ def check(state, cfg: dict) -> list[Finding]:
             data["recovery_action"] = recovery
         if ev.mig:
             data["mig"] = ev.mig
-        keys = sorted(e.key for e in events if e.key)
-        if keys:
+        key = kmsg.event_key(e.key for e in events)
+        if key:
             # The same events read again (a cursor the node could not save) give the same
             # spool record id, so the historian stores them once.
-            data["event_key"] = "|".join(keys)[:2048]
+            data["event_key"] = key
         code = f"xid{xid}"
         if rule.severity >= Severity.DRAIN_AFTER_JOB:
             out.append(fail("xid", comp, rule.severity, code, text, repair=rule.repair, **data))

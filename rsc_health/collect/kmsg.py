@@ -867,6 +867,24 @@ def _seq_usec(line: str) -> tuple[int, int] | None:
     return (seq, int(m.group("usec"))) if seq <= MAX_SEQ else None
 
 
+# A finding's event_key is at most this long (it is stored with the finding).
+MAX_EVENT_KEY = 2048
+
+
+def event_key(keys) -> str:
+    """One finding's events' keys as its event_key (its spool record's id is a hash of it):
+    joined in order, and past MAX_EVENT_KEY cut with a hash of the whole after it, so two
+    groups that differ only past the cut (a storm read again with more events) are two
+    records, not one the historian keeps and one it drops as the same."""
+    joined = "|".join(sorted(k for k in keys if k))
+    if len(joined) <= MAX_EVENT_KEY:
+        return joined
+    import hashlib
+
+    digest = hashlib.sha256(joined.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return joined[: MAX_EVENT_KEY - 48] + f"|n={len(joined)}|sha256={digest}"
+
+
 def _keyed(ev: XidEvent, key: str) -> XidEvent:
     from rsc_health.record import replace
 

@@ -83,3 +83,24 @@ def test_a_ring_buffer_overwritten_on_every_read_does_not_spin_for_ever(tmp_path
     reader.join(timeout=10)
     assert result, "the read of a ring buffer overwritten on every read did not end"
     assert any("overwritten" in e for e in result[0].errors)
+
+
+def test_a_storm_read_again_with_more_events_gets_another_record_id(node):
+    """A finding groups a GPU's events of one XID (a storm of XID 13 lines is one WARN with a
+    count); its record id is a hash of the events' keys, which were joined and cut at 2048
+    characters. The same storm read again with more events after it (a run that could not
+    save its cursor) shared those first characters: the historian stored the first count and
+    dropped the larger one as the same record."""
+    from rsc_health.engine import run
+
+    records = [f"3,{seq},{seq * 1000},-;NVRM: Xid (PCI:0000:18:00): 13, pid=7, name=a.out, "
+               "Graphics SM Warp Exception on (GPC 1, TPC 0, SM 1): Out Of Range Address"
+               for seq in range(1000, 1300)]
+    node.write("dev/kmsg", "".join(r + "\n" for r in records))
+    first = [f for f in run(node.config, node.root, only={"xid"}, save_state=False)
+             if f.code == "xid13"]
+    node.append("dev/kmsg", "".join(r.replace("3,1", "3,2", 1) + "\n" for r in records[:50]))
+    again = [f for f in run(node.config, node.root, only={"xid"}, save_state=False)
+             if f.code == "xid13"]
+    assert (first[0].data["count"], again[0].data["count"]) == (300, 350)
+    assert first[0].data["event_key"] != again[0].data["event_key"]
