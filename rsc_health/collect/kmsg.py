@@ -662,6 +662,13 @@ def _file_entry(files, source: str):
     return files[source] if isinstance(files[source], dict) else False
 
 
+def _is_head(value) -> bool:
+    """Whether a cursor's "head" is one _fingerprint wrote: up to HEAD_BYTES bytes, in hex."""
+    if not isinstance(value, str) or len(value) > 2 * HEAD_BYTES or len(value) % 2:
+        return False
+    return all(c in "0123456789abcdef" for c in value)
+
+
 def _file_start(st, head: str, prev, backlog: bool) -> tuple[int, bool, str | None, bool]:
     """(offset to read from, whether it is inside an over-long line, what is wrong with the
     cursor entry or None, whether the file is a rotated one's successor). A rotated file
@@ -677,15 +684,17 @@ def _file_start(st, head: str, prev, backlog: bool) -> tuple[int, bool, str | No
     offset = prev.get("offset", 0)
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
         return 0, False, f"offset {str(offset)[:40]!r} is not a byte offset", False
+    old_head = prev.get("head")
+    if old_head is not None and not _is_head(old_head):
+        return 0, False, f"head {str(old_head)[:40]!r} is not one this code wrote", False
     if prev.get("inode") != st.st_ino:
         return 0, False, None, True
-    same_head = prev.get("head") == head
+    same_head = old_head == head
     if st.st_size < offset:
         if same_head and len(head) == 2 * HEAD_BYTES:
             return 0, False, (f"offset {offset} is past the end ({st.st_size} bytes) of the "
                               "same file"), False
         return 0, False, None, True
-    old_head = prev.get("head")
     # A file that only grew starts with the head it had (all of it, when it was shorter than
     # HEAD_BYTES); one that does not was rotated, whatever its offset.
     if isinstance(old_head, str) and not head.startswith(old_head):
