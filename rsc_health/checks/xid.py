@@ -53,6 +53,12 @@ def check(state, cfg: dict) -> list[Finding]:
     read = state.extra.get("xid")
     events = read.events if read is not None else []
     located = [(by_pci.get(_pci_key(ev.pci), ev.pci), ev) for ev in events]
+    # The driver's "GPU has fallen off the bus." line stands for an XID 79 only where it
+    # printed none: with both, one event.
+    xid79 = {comp for comp, ev in located
+             if ev.xid == kmsg.GPU_LOST_XID and ev.message != kmsg.GPU_LOST_MESSAGE}
+    located = [(comp, ev) for comp, ev in located
+               if ev.message != kmsg.GPU_LOST_MESSAGE or comp not in xid79]
     for comp, ev in _latest_recovery_only(located):
         groups.setdefault((comp, ev.xid, ev.severity, ev.recovery), []).append(ev)
     out: list[Finding] = []

@@ -8,6 +8,7 @@ Line shapes the NVIDIA driver prints (after the source's own prefix):
     NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 ...)
     NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 ...)
     NVRM: Xid (PCI:0000:97:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU ...)
+    NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.    (no Xid: read as an XID 79 of its own)
 Source prefixes:
     /dev/kmsg   "6,1234,5678901,-;NVRM: Xid ..."     (prio,seq,usec,flags;message)
     dmesg       "[12345.678901] NVRM: Xid ..."
@@ -138,13 +139,31 @@ def strip_prefix(line: str) -> tuple[str, int | None]:
     return line, None
 
 
+# The driver's own line for a GPU it declares lost (osHandleGpuLost: NV_DEV_PRINTF, "NVRM: GPU
+# %04x:%02x:%02x.%x: "), printed whether or not it also logs Xid 79 (a SEC_FAULT lockdown, Xid
+# 110, loses the GPU without one): read as an XID 79 of its own.
+_GPU_LOST = lazyre.compile(
+    r"NVRM: GPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\.[0-7]: "
+    r"GPU has fallen off the bus\.?\s*$"
+)
+GPU_LOST_XID = 79
+GPU_LOST_MESSAGE = "GPU has fallen off the bus (the driver's own line; no Xid line needed)"
+
+
 def parse_line(line: str, source: str = "") -> XidEvent | None:
-    """One XidEvent, or None when the line is not a well-formed XID line."""
+    """One XidEvent, or None when the line is not a well-formed XID line (or the driver's own
+    line for a GPU it declares lost: an XID 79 with GPU_LOST_MESSAGE)."""
     msg, seq = strip_prefix(line[:MAX_LINE].rstrip("\r\n"))
     if seq is not None and seq > MAX_SEQ:
         seq = None
     m = _XID.search(msg)
-    if not m or not _KERNEL_LEAD.match(msg[: m.start()]):
+    if not m:
+        lost = _GPU_LOST.search(msg)
+        if lost and _KERNEL_LEAD.match(msg[: lost.start()]):
+            return XidEvent(GPU_LOST_XID, lost.group("pci").lower(), GPU_LOST_MESSAGE, seq=seq,
+                            source=source)
+        return None
+    if not _KERNEL_LEAD.match(msg[: m.start()]):
         return None
     xid = int(m.group("xid"))
     rest = m.group("rest")
