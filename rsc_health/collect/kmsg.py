@@ -60,8 +60,9 @@ _ISO_SYSLOG = lazyre.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(
 # `--time-format=iso`), or a syslog header "<time> <host> kernel:" (any timestamp precision,
 # the kernel's own `[12.3]` after it). Anything else is another program's text quoting an XID
 # (`logger`, sshd's "Invalid user <name>", an audit record's file name): not an event, or any
-# user could drain the node by logging one line. (`logger -t kernel` still forges the tag in a
-# file every facility writes to: /dev/kmsg, or a file of the kern facility only, is the source.)
+# user could drain the node by logging one line. (A datagram "<3>kernel: NVRM: Xid ..." sent to
+# /dev/log still forges the tag, even in a kern.* file: rsyslog takes the facility the sender
+# names. /dev/kmsg, or a file written from rsyslog's kernel input alone, is the source.)
 _TS = r"(?:" + _DAY_TIME + r"(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
 _KERNEL_LEAD = lazyre.compile(
     rf"^(?:{_TS}\s*|(?:{_TS}\s+)?\S+\s+kernel:\s*(?:\[[^\]]{{1,64}}\]\s*)?)?$"
