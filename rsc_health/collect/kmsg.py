@@ -475,6 +475,7 @@ def read_new_events(
         since_usec = _usec_since_boot(root, written)
     new_cursor["kmsg_seq"] = last_seq
     events: list = []
+    logged: dict = {}  # file events' keys -> when their lines were logged
     files = cursor.get("files", {})
     for source in sources:
         path = root / source.lstrip("/")
@@ -544,6 +545,7 @@ def read_new_events(
                                  writers=writers)
                 events.extend(got.events)
                 errors.extend(got.errors)
+                logged.update(got.logged or {})
                 new_cursor["files"][source] = got.entry
         except OSError as exc:
             errors.append(f"{source}: {exc.strerror or exc}")
@@ -551,7 +553,76 @@ def read_new_events(
             if kept and source not in new_cursor["files"]:
                 # Nothing of it was judged: its next read goes on from where this one began.
                 new_cursor["files"][source] = kept
+    if logged:
+        forged = _not_the_kernels(root, [e for e in events if logged.get(e.key) is not None],
+                                  logged, parse)
+        for ev in forged:
+            errors.append(f"{ev.source}: an XID line ({_ident(ev)[1]} on {ev.pci}) logged at "
+                          + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(logged[ev.key]))
+                          + " that the kernel's ring buffer, which holds that time, never "
+                          "logged: not the kernel's (another program wrote it to the syslog "
+                          "socket?); not judged")
+        gone = {ev.key for ev in forged}
+        events = [e for e in events if e.key not in gone]
     return XidRead(events, errors, new_cursor)
+
+
+# Seconds between a kernel log file's header time and the ring buffer's oldest record before
+# the ring is taken to hold that time (rsyslog's delay), and the share of the uptime added to
+# them: a record's time is the kernel's local clock, which is not NTP's and drifts from the
+# wall clock (`dmesg -T`'s known error: tens of ppm, minutes over months of uptime).
+CORROBORATE_SLACK_S = 120.0
+CORROBORATE_DRIFT = 5e-4
+
+
+def _ident(ev) -> tuple:
+    code = getattr(ev, "xid", None)
+    if code is None:
+        code = getattr(ev, "sxid", None)
+    return type(ev).__name__, code, str(ev.pci).lower().split(".")[0]
+
+
+def _not_the_kernels(root: Path, events: list, logged: dict, parse: Callable) -> list:
+    """The file events the ring buffer shows the kernel never logged: each line's header time
+    (`logged`) lies in the span the ring buffer holds (its oldest record well before it, by
+    CORROBORATE_SLACK_S and CORROBORATE_DRIFT of the uptime; the buffer read whole), and no
+    record in it is the same event (the same XID or SXid on the same device). Any user can put
+    a line into a kern.* file that reads as the kernel's own (rsyslog takes the facility a
+    /dev/log datagram names); no one but the kernel writes the ring buffer. Where the ring
+    cannot say (no /dev/kmsg to read, no /proc/uptime, a line older than the buffer: an
+    earlier boot, an overrun), nothing is refused."""
+    if not events:
+        return []
+    path = root / "dev/kmsg"
+    try:
+        st = path.stat()
+        if not (stat.S_ISCHR(st.st_mode) or (stat.S_ISREG(st.st_mode)
+                                             and st.st_size <= MAX_READ)):
+            return []
+        uptime = float(read_bounded(root / "proc/uptime", 4096).split()[0])
+        ring = _read_ring(path, -1, None)
+    except (OSError, ValueError, IndexError):
+        return []
+    if ring.cut:
+        return []
+    booted = time.time() - uptime
+    slack = CORROBORATE_SLACK_S + CORROBORATE_DRIFT * max(uptime, 0.0)
+    oldest = None
+    seen = set()  # what the ring holds: (kind, code, device)
+    for line in ring.text.splitlines():
+        record = _seq_usec(line)
+        if record is None:
+            continue
+        when = booted + record[1] / 1e6
+        oldest = when if oldest is None else min(oldest, when)
+        ev = _parse_quietly(line, "", parse)
+        if ev is not None:
+            seen.add(_ident(ev))
+    if oldest is None:
+        return []
+    # Before the ring's oldest record (with slack): an earlier boot, an overrun: it cannot say.
+    return [ev for ev in events
+            if logged[ev.key] - slack >= oldest and _ident(ev) not in seen]
 
 
 def _number(value) -> float | None:
@@ -599,6 +670,7 @@ class _FileRead:
     events: list
     errors: list[str]
     entry: dict  # the file's cursor: inode, offset, head (+ skip inside an over-long line)
+    logged: dict | None = None  # event key -> when its line was logged (its syslog header)
 
 
 def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
@@ -630,7 +702,8 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
               else _FileRead([], [], {}))
     errors.extend(before.errors)
     got = _read_window(window, st, head, offset, skip, source, parse, errors, entry)
-    return _FileRead(before.events + got.events, got.errors, got.entry)
+    return _FileRead(before.events + got.events, got.errors, got.entry,
+                     {**(before.logged or {}), **(got.logged or {})})
 
 
 def _read_window(window: bytes, st, head: str, offset: int, skip: bool, source: str,
@@ -652,17 +725,21 @@ def _read_window(window: bytes, st, head: str, offset: int, skip: bool, source: 
                       f"judged by its first {MAX_LINE} bytes, the rest skipped")
         entry.update(offset=offset + len(window), skip=True)
         return _FileRead(events, errors, entry)
+    logged: dict = {}
+    now = time.time()
     for raw in data[:end].split(b"\n")[:-1]:
         ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
         if ev is not None:
-            events.append(_keyed(ev, _file_key(st.st_ino, head, pos)))
+            ev = _keyed(ev, _file_key(st.st_ino, head, pos))
+            events.append(ev)
+            logged[ev.key] = logged_at(raw[:64].decode("ascii", "replace"), now)
         pos += len(raw) + 1
     entry["offset"] = pos
     left = st.st_size - pos
     if len(window) == MAX_READ and left > 0:
         errors.append(f"{source}: {left} bytes not read yet (a run reads {MAX_READ >> 20} MiB); "
                       "read next run: an XID among them is judged then")
-    return _FileRead(events, errors, entry)
+    return _FileRead(events, errors, entry, logged)
 
 
 def _parse_quietly(line: str, source: str, parse: Callable | None = None):
@@ -796,16 +873,20 @@ def _predecessor_events(data: bytes, rotated: Path, st, head: str, offset: int, 
         pos, data = offset + nl + 1, data[nl + 1:]
     events: list = []
     end = data.rfind(b"\n") + 1  # whole lines: a cut one may hold half an XID number
+    logged: dict = {}
+    now = time.time()
     for raw in data[:end].split(b"\n")[:-1]:
         ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
         if ev is not None:
-            events.append(_keyed(ev, _file_key(st.st_ino, head, pos)))
+            ev = _keyed(ev, _file_key(st.st_ino, head, pos))
+            events.append(ev)
+            logged[ev.key] = logged_at(raw[:64].decode("ascii", "replace"), now)
         pos += len(raw) + 1
     errors = []
     if pos < st.st_size and len(data) + (pos - offset) >= MAX_READ:
         errors.append(f"{source}: its rotated predecessor {rotated.name} holds {st.st_size - pos} "
                       f"more bytes after the {MAX_READ >> 20} MiB read: not judged")
-    return _FileRead(events, errors, {})
+    return _FileRead(events, errors, {}, logged)
 
 
 def _file_key(inode: int, head: str, pos: int) -> str:
