@@ -102,27 +102,34 @@ def _kind(mode: int) -> str:
 # could have written or swapped: the file root's (or ours) and writable by no one else, and
 # every directory on the way to it likewise, or sticky.
 
-def owner_refusal(st: os.stat_result, what: str) -> str:
+def owner_refusal(st: os.stat_result, what: str, *, uids: frozenset[int] = frozenset(),
+                  gids: frozenset[int] = frozenset()) -> str:
     """Why a file or directory of this stat is not trusted, or "": what the node path's user
     (root under slurmd) runs or reads its orders from must be its own (or root's) and
-    writable by no one else: a site check program, its directory, the site config."""
+    writable by no one else: a site check program, its directory, the site config. `uids` /
+    `gids`: the users and groups also trusted to write it (a logging daemon's, for the kernel
+    log files a check takes as evidence)."""
     prefix = f"{what}: " if what else ""
-    if st.st_uid not in (0, os.geteuid()):
+    if st.st_uid not in (0, os.geteuid()) and st.st_uid not in uids:
         return f"{prefix}owned by uid {st.st_uid}, not root; refused"
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+    if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid not in gids):
         return f"{prefix}writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); refused"
     return ""
 
 
-def trust_refusal(st: os.stat_result, path: Path, what: str = "") -> str:
+def trust_refusal(st: os.stat_result, path: Path, what: str = "", *,
+                  uids: frozenset[int] = frozenset(), gids: frozenset[int] = frozenset()) -> str:
     """Why root must not run or take orders from the file `path` (`st`: its stat, taken from
     the descriptor that will be read where there is one), or "": owner_refusal, then
     path_refusal. The one rule for the site config, a catalog override, a qualification tool
-    or baseline, a site check program."""
-    return owner_refusal(st, what) or path_refusal(path, what)
+    or baseline, a site check program; with `uids` / `gids` (owner_refusal), the evidence a
+    check takes (a kernel log file, a saved DCGM verdict)."""
+    return (owner_refusal(st, what, uids=uids, gids=gids)
+            or path_refusal(path, what, uids=uids, gids=gids))
 
 
-def path_refusal(path: Path, what: str = "") -> str:
+def path_refusal(path: Path, what: str = "", *, uids: frozenset[int] = frozenset(),
+                 gids: frozenset[int] = frozenset()) -> str:
     """Why someone else could swap what `path` names for their own, or "": every directory
     holding a name on the way to it (each symlink's own directory, then its target's), up to
     /, must be root's (or ours) and writable by no one else, or sticky (/tmp: no one else can
@@ -137,9 +144,10 @@ def path_refusal(path: Path, what: str = "") -> str:
             st = os.lstat(directory)
         except OSError as exc:
             return f"{prefix}{directory}: {exc.strerror or exc}"
-        if st.st_uid not in (0, os.geteuid()):
+        if st.st_uid not in (0, os.geteuid()) and st.st_uid not in uids:
             return f"{prefix}{directory} on its path is owned by uid {st.st_uid}; refused"
-        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+        writers = stat.S_IWOTH | (0 if st.st_gid in gids else stat.S_IWGRP)
+        if st.st_mode & writers and not st.st_mode & stat.S_ISVTX:
             return (f"{prefix}{directory} on its path is writable by group or others (mode "
                     f"{stat.S_IMODE(st.st_mode):o}); refused")
     return ""

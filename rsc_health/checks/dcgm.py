@@ -43,9 +43,20 @@ def capture(cfg, root: Path, env) -> dict:
 
 
 def _saved(root: Path, rel: str) -> dict:
-    """A saved output, as a run record would hold it."""
+    """A saved output, as a run record would hold it. It stands for dcgmi's own answer and is
+    held to dcgmi's rule (durable.trust_refusal): a file another user could write (or a
+    directory on its path) is refused, or a forged "Healthy" would keep a failing node in
+    service and a forged "Failure" drain a good one."""
+    import os
+
+    from rsc_health.durable import trust_refusal
+
+    path = root / rel.lstrip("/")
     try:
-        text = read_bounded(root / rel.lstrip("/"), MAX_OUTPUT).decode("utf-8", "replace")
+        why = trust_refusal(os.stat(path), path, rel)
+        if why:
+            return {"argv": [rel], "refused": why}
+        text = read_bounded(path, MAX_OUTPUT).decode("utf-8", "replace")
     except OSError as exc:
         return {"argv": [rel], "refused": f"{rel}: {exc.strerror or exc}"}
     return {"argv": [rel], "returncode": 0, "stdout": text}

@@ -21,7 +21,8 @@ READS_CONFIG = ("xid.sources",)
 def collect(root: Path, env) -> kmsg.XidRead | None:
     read = env.guard(FAMILY, "kernel log", lambda: kmsg.read_new_events(
         root, list(env.cfg.get("xid.sources")), env.cursors.get(FAMILY) or {},
-        file_backlog=bool(env.cfg.get("xid.file_backlog")), parse=kmsg.parse_sxid_line))
+        file_backlog=bool(env.cfg.get("xid.file_backlog")), parse=kmsg.parse_sxid_line,
+        writers=kmsg.log_writers(env.cfg.get("xid.log_writers"))))
     if read is not None:
         # The shared reader names its cursor after XIDs; this one is the SXid cursor.
         env.state.errors.extend((FAMILY, "kernel log", e.replace("XID cursor", "SXid cursor"))
@@ -58,9 +59,9 @@ def check(state, cfg: dict) -> list[Finding]:
         data = {"sxid": code, "pci": ev.pci, "message": ev.message[:200],
                 "line_severity": line_sev, "source": ev.source, "count": len(evs),
                 "detail_lines": details.get((switch, code), 0)}
-        keys = sorted(e.key for e in evs if e.key)
-        if keys:
-            data["event_key"] = "|".join(keys)[:2048]
+        key = kmsg.event_key(e.key for e in evs)
+        if key:
+            data["event_key"] = key
         fcode = f"sxid{code}"
         if rule.severity >= Severity.DRAIN_AFTER_JOB:
             out.append(fail(FAMILY, comp, rule.severity, fcode, text, repair=rule.repair, **data))

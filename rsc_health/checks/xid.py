@@ -19,7 +19,8 @@ def collect(root: Path, env) -> kmsg.XidRead | None:
     complaints (a FIFO source, lost records, a backlog) are checker findings."""
     read = env.guard("xid", "kernel log", lambda: kmsg.read_new_events(
         root, list(env.cfg.get("xid.sources", ["/dev/kmsg"])), env.cursors.get("xid") or {},
-        file_backlog=bool(env.cfg.get("xid.file_backlog", True))))
+        file_backlog=bool(env.cfg.get("xid.file_backlog", True)),
+        writers=kmsg.log_writers(env.cfg.get("xid.log_writers"))))
     if read is not None:
         env.state.errors.extend(("xid", "kernel log", e) for e in read.errors)
     return read
@@ -52,6 +53,12 @@ def check(state, cfg: dict) -> list[Finding]:
     read = state.extra.get("xid")
     events = read.events if read is not None else []
     located = [(by_pci.get(_pci_key(ev.pci), ev.pci), ev) for ev in events]
+    # The driver's "GPU has fallen off the bus." line stands for an XID 79 only where it
+    # printed none: with both, one event.
+    xid79 = {comp for comp, ev in located
+             if ev.xid == kmsg.GPU_LOST_XID and ev.message != kmsg.GPU_LOST_MESSAGE}
+    located = [(comp, ev) for comp, ev in located
+               if ev.message != kmsg.GPU_LOST_MESSAGE or comp not in xid79]
     for comp, ev in _latest_recovery_only(located):
         groups.setdefault((comp, ev.xid, ev.severity, ev.recovery), []).append(ev)
     out: list[Finding] = []
@@ -72,11 +79,11 @@ def check(state, cfg: dict) -> list[Finding]:
             data["recovery_action"] = recovery
         if ev.mig:
             data["mig"] = ev.mig
-        keys = sorted(e.key for e in events if e.key)
-        if keys:
+        key = kmsg.event_key(e.key for e in events)
+        if key:
             # The same events read again (a cursor the node could not save) give the same
             # spool record id, so the historian stores them once.
-            data["event_key"] = "|".join(keys)[:2048]
+            data["event_key"] = key
         code = f"xid{xid}"
         if rule.severity >= Severity.DRAIN_AFTER_JOB:
             out.append(fail("xid", comp, rule.severity, code, text, repair=rule.repair, **data))

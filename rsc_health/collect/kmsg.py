@@ -8,6 +8,7 @@ Line shapes the NVIDIA driver prints (after the source's own prefix):
     NVRM: Xid (PCI:0018:01:00): 145, RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 ...)
     NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 ...)
     NVRM: Xid (PCI:0000:97:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU ...)
+    NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.    (no Xid: read as an XID 79 of its own)
 Source prefixes:
     /dev/kmsg   "6,1234,5678901,-;NVRM: Xid ..."     (prio,seq,usec,flags;message)
     dmesg       "[12345.678901] NVRM: Xid ..."
@@ -59,8 +60,9 @@ _ISO_SYSLOG = lazyre.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(
 # `--time-format=iso`), or a syslog header "<time> <host> kernel:" (any timestamp precision,
 # the kernel's own `[12.3]` after it). Anything else is another program's text quoting an XID
 # (`logger`, sshd's "Invalid user <name>", an audit record's file name): not an event, or any
-# user could drain the node by logging one line. (`logger -t kernel` still forges the tag in a
-# file every facility writes to: /dev/kmsg, or a file of the kern facility only, is the source.)
+# user could drain the node by logging one line. (A datagram "<3>kernel: NVRM: Xid ..." sent to
+# /dev/log still forges the tag, even in a kern.* file: rsyslog takes the facility the sender
+# names. /dev/kmsg, or a file written from rsyslog's kernel input alone, is the source.)
 _TS = r"(?:" + _DAY_TIME + r"(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
 _KERNEL_LEAD = lazyre.compile(
     rf"^(?:{_TS}\s*|(?:{_TS}\s+)?\S+\s+kernel:\s*(?:\[[^\]]{{1,64}}\]\s*)?)?$"
@@ -138,13 +140,31 @@ def strip_prefix(line: str) -> tuple[str, int | None]:
     return line, None
 
 
+# The driver's own line for a GPU it declares lost (osHandleGpuLost: NV_DEV_PRINTF, "NVRM: GPU
+# %04x:%02x:%02x.%x: "), printed whether or not it also logs Xid 79 (a SEC_FAULT lockdown, Xid
+# 110, loses the GPU without one): read as an XID 79 of its own.
+_GPU_LOST = lazyre.compile(
+    r"NVRM: GPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\.[0-7]: "
+    r"GPU has fallen off the bus\.?\s*$"
+)
+GPU_LOST_XID = 79
+GPU_LOST_MESSAGE = "GPU has fallen off the bus (the driver's own line; no Xid line needed)"
+
+
 def parse_line(line: str, source: str = "") -> XidEvent | None:
-    """One XidEvent, or None when the line is not a well-formed XID line."""
+    """One XidEvent, or None when the line is not a well-formed XID line (or the driver's own
+    line for a GPU it declares lost: an XID 79 with GPU_LOST_MESSAGE)."""
     msg, seq = strip_prefix(line[:MAX_LINE].rstrip("\r\n"))
     if seq is not None and seq > MAX_SEQ:
         seq = None
     m = _XID.search(msg)
-    if not m or not _KERNEL_LEAD.match(msg[: m.start()]):
+    if not m:
+        lost = _GPU_LOST.search(msg)
+        if lost and _KERNEL_LEAD.match(msg[: lost.start()]):
+            return XidEvent(GPU_LOST_XID, lost.group("pci").lower(), GPU_LOST_MESSAGE, seq=seq,
+                            source=source)
+        return None
+    if not _KERNEL_LEAD.match(msg[: m.start()]):
         return None
     xid = int(m.group("xid"))
     rest = m.group("rest")
@@ -233,11 +253,24 @@ def parse_text(text: str, source: str = "", parse: Callable = parse_line) -> lis
 
 
 def boot_id(root: Path) -> str:
+    """This boot's id; where /proc/sys/kernel/random/boot_id cannot be read (a container's
+    /proc, a snapshot), "btime:N" from /proc/stat (when this boot began, in seconds: the same
+    for the whole boot unless the clock is stepped, and then a new "boot" costs one read of
+    the ring buffer again); "" when neither can be read."""
     try:
         return read_bounded(root / "proc/sys/kernel/random/boot_id", 4096).decode(
             "ascii", "replace").strip()
     except OSError:
+        pass
+    try:
+        text = read_bounded(root / "proc/stat", 1 << 20).decode("ascii", "replace")
+    except OSError:
         return ""
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name == "btime" and value.strip().isdigit():
+            return f"btime:{int(value)}"
+    return ""
 
 
 def _open_device(path: Path) -> int:
@@ -267,16 +300,23 @@ def _read_kmsg_device(path: Path, after_seq: int, since_usec: float | None = Non
     new_bytes = total = 0
     newest = -1
     fd = _open_device(path)
+    overrun = 0
     try:
         while new_bytes < MAX_READ and total < MAX_RING:
             try:
                 chunk = os.read(fd, 8192)
             except OSError as exc:
                 if exc.errno == errno.EPIPE:  # overwritten while we read: the gap is seen
-                    continue  # below, in the sequence numbers
+                    overrun += 1  # below, in the sequence numbers
+                    if overrun < MAX_OVERRUNS:
+                        continue
+                    raise OSError(errno.EPIPE, f"overwritten before each of {overrun} reads in "
+                                  "a row (a kernel logging faster than it is read); read "
+                                  "again next run") from None
                 if exc.errno == errno.EAGAIN:
                     break
                 raise
+            overrun = 0
             if not chunk:
                 break
             total += len(chunk)
@@ -293,6 +333,10 @@ def _read_kmsg_device(path: Path, after_seq: int, since_usec: float | None = Non
     finally:
         os.close(fd)
     return _RingRead("\n".join(records), newest, False)
+
+
+# EPIPEs in a row, with no record read between, before a read of /dev/kmsg gives up.
+MAX_OVERRUNS = 1000
 
 
 def _missed_records(after_seq: int, seqs: list[int]) -> tuple[int, int, int]:
@@ -339,9 +383,49 @@ def _valid_seq(value) -> int | None:
     return value
 
 
+def log_writers(names) -> tuple[frozenset[int], frozenset[int]]:
+    """The uids and gids `[xid] log_writers` names (each name as a user and as a group; names
+    this node does not know are none)."""
+    import grp
+    import pwd
+
+    uids, gids = set(), set()
+    for name in names if isinstance(names, (list, tuple)) else ():
+        try:
+            uids.add(pwd.getpwnam(str(name)).pw_uid)
+        except (KeyError, ValueError):
+            pass
+        try:
+            gids.add(grp.getgrnam(str(name)).gr_gid)
+        except (KeyError, ValueError):
+            pass
+    return frozenset(uids), frozenset(gids)
+
+
+def source_refusal(st: os.stat_result, path: Path, source: str,
+                   writers: tuple[frozenset[int], frozenset[int]]) -> str:
+    """Why a kernel log source is not evidence, or "": a file (a kern.log, a saved ring
+    buffer) must be one only root or the logging daemon ([xid] log_writers) could write, and
+    so must every directory on its path (durable.trust_refusal): anyone else could forge the
+    kernel's own XID 79 line in it and drain the node. A character device is the kernel's
+    (no one else can make one); only its name must be one no one else could swap."""
+    from rsc_health.durable import path_refusal, trust_refusal
+
+    uids, gids = writers
+    if stat.S_ISCHR(st.st_mode):
+        why = path_refusal(path, source, uids=uids, gids=gids)
+    else:
+        why = trust_refusal(st, path, source, uids=uids, gids=gids)
+    if not why:
+        return ""
+    return (f"{why}: not read (only a file no one but root or [xid] log_writers can write "
+            "is evidence of an XID); its lines wait, unconsumed, until it is fixed")
+
+
 def read_new_events(
     root: Path, sources: list[str], cursor: dict, *, file_backlog: bool = True,
-    parse: Callable = parse_line,
+    parse: Callable = parse_line, writers: tuple[frozenset[int], frozenset[int]] = (
+        frozenset(), frozenset()),
 ) -> XidRead:
     """Events not seen before, and the cursor to save once they have been judged.
 
@@ -361,7 +445,9 @@ def read_new_events(
     a file is read from its end (it holds earlier boots).
 
     `parse` picks the events (parse_line: GPU XIDs; parse_sxid_line: NVSwitch SXids); each
-    kind has its own cursor, so a stage that judges one never consumes the other's lines."""
+    kind has its own cursor, so a stage that judges one never consumes the other's lines.
+    A source someone other than root or `writers` (log_writers()) could write is refused
+    (source_refusal), said, and its cursor entry kept."""
     boot = boot_id(root)
     new_cursor: dict = {"boot_id": boot, "kmsg_seq": -1, "files": {}}
     same_boot = bool(boot) and cursor.get("boot_id") == boot
@@ -389,16 +475,30 @@ def read_new_events(
         since_usec = _usec_since_boot(root, written)
     new_cursor["kmsg_seq"] = last_seq
     events: list = []
+    logged: dict = {}  # file events' keys -> when their lines were logged
     files = cursor.get("files", {})
     for source in sources:
         path = root / source.lstrip("/")
         try:
             st = path.stat()
         except OSError:
-            continue  # an absent source is normal (no kern.log on journald-only nodes)
+            # An absent source is normal (no kern.log on journald-only nodes). One that was
+            # there keeps its entry: logrotate without `create` leaves no kern.log until the
+            # next message, and the file then made is the old one's successor (_rotated).
+            kept = _file_entry(files, source)
+            if kept:
+                new_cursor["files"][source] = kept
+            continue
         kind = st.st_mode
         if not (stat.S_ISCHR(kind) or stat.S_ISREG(kind)):
             errors.append(f"{source}: not a regular file or /dev/kmsg; not read")
+            continue
+        refused = source_refusal(st, path, source, writers)
+        if refused:
+            errors.append(refused)
+            kept = _file_entry(files, source)
+            if kept:  # where it was: what it logs meanwhile is read once it is trusted
+                new_cursor["files"][source] = kept
             continue
         try:
             if stat.S_ISCHR(kind) or source == "/dev/kmsg":
@@ -426,6 +526,14 @@ def read_new_events(
                                       f"{last}) were overwritten before they were read; an XID "
                                       "among them went unseen (raise log_buf_len, or read "
                                       "kern.log instead)")
+                again = _valid_seq(cursor.get("kmsg_seq"))
+                if not boot and not rebuild and again is not None and again >= 0:
+                    seen = sum(1 for s in (_seq_of(ln) for ln in ring.text.splitlines())
+                               if s is not None and s <= again)
+                    if seen:
+                        errors.append(f"{source}: this boot cannot be told (no /proc/sys/kernel"
+                                      "/random/boot_id, no btime in /proc/stat): "
+                                      f"{seen} record(s) a run read before are judged again")
                 for e in parse_text(ring.text, source, parse):
                     if e.seq is not None:
                         events.append(_keyed(e, f"{boot}:kmsg:{e.seq}"))
@@ -433,13 +541,88 @@ def read_new_events(
             else:
                 got = _read_log_file(path, source, _file_entry(files, source),
                                      backlog=file_backlog, parse=parse,
-                                     lost=isinstance(lost, str), written=written)
+                                     lost=isinstance(lost, str), written=written,
+                                 writers=writers)
                 events.extend(got.events)
                 errors.extend(got.errors)
+                logged.update(got.logged or {})
                 new_cursor["files"][source] = got.entry
         except OSError as exc:
             errors.append(f"{source}: {exc.strerror or exc}")
+            kept = _file_entry(files, source)
+            if kept and source not in new_cursor["files"]:
+                # Nothing of it was judged: its next read goes on from where this one began.
+                new_cursor["files"][source] = kept
+    if logged:
+        forged = _not_the_kernels(root, [e for e in events if logged.get(e.key) is not None],
+                                  logged, parse)
+        for ev in forged:
+            errors.append(f"{ev.source}: an XID line ({_ident(ev)[1]} on {ev.pci}) logged at "
+                          + time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(logged[ev.key]))
+                          + " that the kernel's ring buffer, which holds that time, never "
+                          "logged: not the kernel's (another program wrote it to the syslog "
+                          "socket?); not judged")
+        gone = {ev.key for ev in forged}
+        events = [e for e in events if e.key not in gone]
     return XidRead(events, errors, new_cursor)
+
+
+# Seconds between a kernel log file's header time and the ring buffer's oldest record before
+# the ring is taken to hold that time (rsyslog's delay), and the share of the uptime added to
+# them: a record's time is the kernel's local clock, which is not NTP's and drifts from the
+# wall clock (`dmesg -T`'s known error: tens of ppm, minutes over months of uptime).
+CORROBORATE_SLACK_S = 120.0
+CORROBORATE_DRIFT = 5e-4
+
+
+def _ident(ev) -> tuple:
+    code = getattr(ev, "xid", None)
+    if code is None:
+        code = getattr(ev, "sxid", None)
+    return type(ev).__name__, code, str(ev.pci).lower().split(".")[0]
+
+
+def _not_the_kernels(root: Path, events: list, logged: dict, parse: Callable) -> list:
+    """The file events the ring buffer shows the kernel never logged: each line's header time
+    (`logged`) lies in the span the ring buffer holds (its oldest record well before it, by
+    CORROBORATE_SLACK_S and CORROBORATE_DRIFT of the uptime; the buffer read whole), and no
+    record in it is the same event (the same XID or SXid on the same device). Any user can put
+    a line into a kern.* file that reads as the kernel's own (rsyslog takes the facility a
+    /dev/log datagram names); no one but the kernel writes the ring buffer. Where the ring
+    cannot say (no /dev/kmsg to read, no /proc/uptime, a line older than the buffer: an
+    earlier boot, an overrun), nothing is refused."""
+    if not events:
+        return []
+    path = root / "dev/kmsg"
+    try:
+        st = path.stat()
+        if not (stat.S_ISCHR(st.st_mode) or (stat.S_ISREG(st.st_mode)
+                                             and st.st_size <= MAX_READ)):
+            return []
+        uptime = float(read_bounded(root / "proc/uptime", 4096).split()[0])
+        ring = _read_ring(path, -1, None)
+    except (OSError, ValueError, IndexError):
+        return []
+    if ring.cut:
+        return []
+    booted = time.time() - uptime
+    slack = CORROBORATE_SLACK_S + CORROBORATE_DRIFT * max(uptime, 0.0)
+    oldest = None
+    seen = set()  # what the ring holds: (kind, code, device)
+    for line in ring.text.splitlines():
+        record = _seq_usec(line)
+        if record is None:
+            continue
+        when = booted + record[1] / 1e6
+        oldest = when if oldest is None else min(oldest, when)
+        ev = _parse_quietly(line, "", parse)
+        if ev is not None:
+            seen.add(_ident(ev))
+    if oldest is None:
+        return []
+    # Before the ring's oldest record (with slack): an earlier boot, an overrun: it cannot say.
+    return [ev for ev in events
+            if logged[ev.key] - slack >= oldest and _ident(ev) not in seen]
 
 
 def _number(value) -> float | None:
@@ -487,10 +670,12 @@ class _FileRead:
     events: list
     errors: list[str]
     entry: dict  # the file's cursor: inode, offset, head (+ skip inside an over-long line)
+    logged: dict | None = None  # event key -> when its line was logged (its syslog header)
 
 
 def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
-                   written: float | None, parse: Callable | None = None) -> _FileRead:
+                   written: float | None, parse: Callable | None = None,
+                   writers: tuple[frozenset[int], frozenset[int]] | None = None) -> _FileRead:
     """New events of one kernel log file, from its cursor entry `prev` (None: first sight).
 
     At most MAX_READ bytes a run. A backlog longer than that is said (the bytes left) and read
@@ -502,7 +687,7 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
     try:
         st = os.fstat(fd)
         head = _fingerprint(fd)
-        offset, skip, wrong = _file_start(st, head, prev, backlog)
+        offset, skip, wrong, rotated = _file_start(st, head, prev, backlog)
         if lost or wrong:
             if wrong:
                 errors.append(f"{source}: XID cursor {wrong}; discarded: judging its lines "
@@ -513,6 +698,16 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
     finally:
         os.close(fd)
     entry = {"inode": st.st_ino, "offset": offset, "head": head}
+    before = (_rotated(path, source, prev, parse, writers) if rotated and not lost
+              else _FileRead([], [], {}))
+    errors.extend(before.errors)
+    got = _read_window(window, st, head, offset, skip, source, parse, errors, entry)
+    return _FileRead(before.events + got.events, got.errors, got.entry,
+                     {**(before.logged or {}), **(got.logged or {})})
+
+
+def _read_window(window: bytes, st, head: str, offset: int, skip: bool, source: str,
+                 parse: Callable | None, errors: list[str], entry: dict) -> _FileRead:
     pos, data = offset, window
     if skip:
         nl = data.find(b"\n")
@@ -525,22 +720,26 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
     if end == 0 and not skip and len(window) == MAX_READ:
         ev = _parse_quietly(data[:MAX_LINE].decode("utf-8", "replace"), source, parse)
         if ev is not None:
-            events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
+            events.append(_keyed(ev, _file_key(st.st_ino, head, pos)))
         errors.append(f"{source}: a line longer than {MAX_READ >> 20} MiB at byte {pos}: "
                       f"judged by its first {MAX_LINE} bytes, the rest skipped")
         entry.update(offset=offset + len(window), skip=True)
         return _FileRead(events, errors, entry)
+    logged: dict = {}
+    now = time.time()
     for raw in data[:end].split(b"\n")[:-1]:
         ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
         if ev is not None:
-            events.append(_keyed(ev, f"{st.st_ino}:{pos}"))
+            ev = _keyed(ev, _file_key(st.st_ino, head, pos))
+            events.append(ev)
+            logged[ev.key] = logged_at(raw[:64].decode("ascii", "replace"), now)
         pos += len(raw) + 1
     entry["offset"] = pos
     left = st.st_size - pos
     if len(window) == MAX_READ and left > 0:
         errors.append(f"{source}: {left} bytes not read yet (a run reads {MAX_READ >> 20} MiB); "
                       "read next run: an XID among them is judged then")
-    return _FileRead(events, errors, entry)
+    return _FileRead(events, errors, entry, logged)
 
 
 def _parse_quietly(line: str, source: str, parse: Callable | None = None):
@@ -560,31 +759,147 @@ def _file_entry(files, source: str):
     return files[source] if isinstance(files[source], dict) else False
 
 
-def _file_start(st, head: str, prev, backlog: bool) -> tuple[int, bool, str | None]:
+def _is_head(value) -> bool:
+    """Whether a cursor's "head" is one _fingerprint wrote: up to HEAD_BYTES bytes, in hex."""
+    if not isinstance(value, str) or len(value) > 2 * HEAD_BYTES or len(value) % 2:
+        return False
+    return all(c in "0123456789abcdef" for c in value)
+
+
+def _file_start(st, head: str, prev, backlog: bool) -> tuple[int, bool, str | None, bool]:
     """(offset to read from, whether it is inside an over-long line, what is wrong with the
-    cursor entry or None). A rotated file (another inode; or shorter than the offset, or a
-    different head, as copytruncate leaves it) is a new log: read from its start. An offset
-    past the end of the same file (same inode, same head) is no rotation: the cursor is
+    cursor entry or None, whether the file is a rotated one's successor). A rotated file
+    (another inode; or shorter than the offset, or a different head, as copytruncate leaves
+    it) is a new log: read from its start, once its predecessor's tail is read (_rotated). An
+    offset past the end of the same file (same inode, same head) is no rotation: the cursor is
     wrong, and so is one that is not a byte offset."""
     if prev is None:
         # First sight of this file: what it already holds is history unless backlog says not.
-        return (0 if backlog else st.st_size), False, None
+        return (0 if backlog else st.st_size), False, None, False
     if not isinstance(prev, dict):
-        return 0, False, "entry is not one this code wrote"
+        return 0, False, "entry is not one this code wrote", False
     offset = prev.get("offset", 0)
     if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        return 0, False, f"offset {str(offset)[:40]!r} is not a byte offset"
+        return 0, False, f"offset {str(offset)[:40]!r} is not a byte offset", False
+    old_head = prev.get("head")
+    if old_head is not None and not _is_head(old_head):
+        return 0, False, f"head {str(old_head)[:40]!r} is not one this code wrote", False
     if prev.get("inode") != st.st_ino:
-        return 0, False, None
-    same_head = prev.get("head") == head
+        return 0, False, None, True
+    same_head = old_head == head
     if st.st_size < offset:
         if same_head and len(head) == 2 * HEAD_BYTES:
             return 0, False, (f"offset {offset} is past the end ({st.st_size} bytes) of the "
-                              "same file")
-        return 0, False, None
-    if prev.get("head") not in (None, head) and offset >= HEAD_BYTES:
-        return 0, False, None
-    return offset, prev.get("skip") is True, None
+                              "same file"), False
+        return 0, False, None, True
+    # A file that only grew starts with the head it had (all of it, when it was shorter than
+    # HEAD_BYTES); one that does not was rotated, whatever its offset.
+    if isinstance(old_head, str) and not head.startswith(old_head):
+        return 0, False, None, True
+    return offset, prev.get("skip") is True, None, False
+
+
+# Compressed or otherwise not a plain log: never a rotated predecessor read here.
+_PACKED = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".z", ".zip")
+# At most this many names in a log's directory are looked at for its rotated predecessor.
+MAX_SIBLINGS = 4096
+
+
+def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writers
+             ) -> _FileRead:
+    """The lines the rotated predecessor of `path` took after the cursor `prev` last read it
+    and before the rotation: logrotate renamed it (kern.log.1, kern.log-20261127: the cursor's
+    inode) or copied it before truncating (copytruncate: another inode, the cursor's head).
+    Read from the cursor's offset, whole lines, at most MAX_READ. None found (compressed at
+    rotation, or removed): said, as an XID among those lines went unseen."""
+    inode, offset, head = prev.get("inode"), prev.get("offset", 0), prev.get("head")
+    if not isinstance(head, str):
+        head = ""
+    candidates = []
+    try:
+        with os.scandir(path.parent) as it:
+            for n, entry in enumerate(it):
+                name = entry.name
+                if n >= MAX_SIBLINGS:
+                    break
+                if (len(name) <= len(path.name) or not name.startswith(path.name)
+                        or name[len(path.name)] not in ".-_"
+                        or name.lower().endswith(_PACKED)):
+                    continue
+                try:
+                    st = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                if stat.S_ISREG(st.st_mode) and st.st_size >= offset:
+                    candidates.append((st.st_ino != inode, -st.st_mtime, Path(entry.path)))
+    except OSError:
+        pass
+    refused = ""
+    for _, _, rotated in sorted(candidates)[:8]:  # the old inode first, then newest copies
+        try:
+            fd = os.open(rotated, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            got_head = _fingerprint(fd)
+            if not (head and got_head.startswith(head)):
+                continue  # not the file the cursor read
+            refused = source_refusal(st, rotated, str(rotated),
+                                     writers or (frozenset(), frozenset()))
+            if refused:
+                break
+            data = os.pread(fd, MAX_READ, offset)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        return _predecessor_events(data, rotated, st, got_head, offset, prev, source, parse)
+    if refused:
+        return _FileRead([], [f"{source} was rotated; its predecessor {refused}"], {})
+    return _FileRead([], [f"{source} was rotated and its previous file (the XID cursor's) "
+                          "is not there to read (compressed or removed at rotation?): an XID "
+                          "it logged after the last run went unseen (logrotate's "
+                          "delaycompress keeps it readable)"], {})
+
+
+def _predecessor_events(data: bytes, rotated: Path, st, head: str, offset: int, prev: dict,
+                        source: str, parse: Callable | None) -> _FileRead:
+    pos = offset
+    if prev.get("skip") is True:  # the cursor stood inside an over-long line
+        nl = data.find(b"\n")
+        if nl < 0:
+            return _FileRead([], [], {})
+        pos, data = offset + nl + 1, data[nl + 1:]
+    events: list = []
+    end = data.rfind(b"\n") + 1  # whole lines: a cut one may hold half an XID number
+    logged: dict = {}
+    now = time.time()
+    for raw in data[:end].split(b"\n")[:-1]:
+        ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
+        if ev is not None:
+            ev = _keyed(ev, _file_key(st.st_ino, head, pos))
+            events.append(ev)
+            logged[ev.key] = logged_at(raw[:64].decode("ascii", "replace"), now)
+        pos += len(raw) + 1
+    errors = []
+    if pos < st.st_size and len(data) + (pos - offset) >= MAX_READ:
+        errors.append(f"{source}: its rotated predecessor {rotated.name} holds {st.st_size - pos} "
+                      f"more bytes after the {MAX_READ >> 20} MiB read: not judged")
+    return _FileRead(events, errors, {}, logged)
+
+
+def _file_key(inode: int, head: str, pos: int) -> str:
+    """Where a line sits in a kernel log file: its inode, its generation (the file's first line,
+    or first HEAD_BYTES: copytruncate keeps the inode and starts every generation at offset 0)
+    and its offset. The same line read again (a cursor that could not be saved) gets the same
+    key; a line of another generation at the same offset does not."""
+    import hashlib
+
+    raw = bytes.fromhex(head) if isinstance(head, str) else b""
+    nl = raw.find(b"\n")
+    first = raw[: nl + 1] if nl >= 0 else raw
+    return f"{inode}:{hashlib.sha256(first).hexdigest()[:12]}:{pos}"
 
 
 def _offset_since(fd: int, size: int, written: float | None, source: str,
@@ -660,6 +975,24 @@ def _seq_usec(line: str) -> tuple[int, int] | None:
         return None
     seq = int(m.group("seq"))
     return (seq, int(m.group("usec"))) if seq <= MAX_SEQ else None
+
+
+# A finding's event_key is at most this long (it is stored with the finding).
+MAX_EVENT_KEY = 2048
+
+
+def event_key(keys) -> str:
+    """One finding's events' keys as its event_key (its spool record's id is a hash of it):
+    joined in order, and past MAX_EVENT_KEY cut with a hash of the whole after it, so two
+    groups that differ only past the cut (a storm read again with more events) are two
+    records, not one the historian keeps and one it drops as the same."""
+    joined = "|".join(sorted(k for k in keys if k))
+    if len(joined) <= MAX_EVENT_KEY:
+        return joined
+    import hashlib
+
+    digest = hashlib.sha256(joined.encode("utf-8", "surrogateescape")).hexdigest()[:32]
+    return joined[: MAX_EVENT_KEY - 48] + f"|n={len(joined)}|sha256={digest}"
 
 
 def _keyed(ev: XidEvent, key: str) -> XidEvent:

@@ -197,7 +197,7 @@ def test_a_cursor_past_the_live_ring_buffer_is_rebuilt_from_its_last_write(tmp_p
 
 
 @pytest.mark.parametrize("how", ["past_end", "garbage_offset", "entry_null", "files_not_object",
-                                 "unreadable"])
+                                 "unreadable", "garbage_head"])
 def test_a_wrong_or_unreadable_file_cursor_judges_what_was_logged_since_its_last_write(
         node, how):
     """A kern.log holding an XID of two days ago (judged then) and one of a minute ago. On
@@ -213,6 +213,8 @@ def test_a_wrong_or_unreadable_file_cursor_judges_what_was_logged_since_its_last
         st = log.stat()
         head = log.read_bytes()[: kmsg.HEAD_BYTES].hex()
         offset = st.st_size + 10_000 if how == "past_end" else "12x"
+        if how == "garbage_head":  # the right inode and offset, a head this code never wrote
+            offset, head = st.st_size, "not a hex head"
         doc = json.loads(cursor.read_text())
         doc["files"] = {KERN_LOG: {"inode": st.st_ino, "offset": offset, "head": head}}
         if how == "entry_null":
@@ -235,12 +237,16 @@ def test_a_wrong_or_unreadable_file_cursor_judges_what_was_logged_since_its_last
 
 
 def test_a_truncated_log_is_still_read_from_its_start(node):
-    """copytruncate: the file was cut to nothing and written again, shorter than the old
-    offset. Its head changed, so it is a new log, read whole (not a wrong cursor)."""
+    """copytruncate: the file was copied (kern.log.1), cut to nothing and written again,
+    shorter than the old offset. Its head changed, so it is a new log, read whole (not a wrong
+    cursor)."""
+    import shutil
+
     now = time.time()
     log = _kern_log(node.root, "".join(_syslog(now - 600, OLD_GPU, xid=13) for _ in range(20)))
     cfg = _file_source(node)
     engine.run(cfg, node.root)
+    shutil.copyfile(log, log.with_name("kern.log.1"))
     log.write_text(_syslog(now - 3600, NEW_GPU))  # logged before the cursor's last write
     findings = engine.run(cfg, node.root)
     assert _xid_gpus(findings) == [NEW_GPU] and _errors(findings) == []
