@@ -40,6 +40,9 @@ _REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-
 # The job states that hold an allocation on the node: a drain-now requeues each. STOPPED is a
 # job its user stopped (`scancel -s STOP`): it keeps the node's GPUs, and runs on when sent CONT.
 ON_NODE_STATES = "RUNNING,CONFIGURING,COMPLETING,SUSPENDED,STOPPED"
+# A job's states once it has ended (squeue -o %T), the ones `requeue Incomplete` leaves alone.
+_FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                       "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"})
 # What `scontrol requeue` says of a het job's component other than its leader.
 _NOT_HET_LEADER = re.compile(r"not heterogeneous job leader", re.IGNORECASE)
 # What `scontrol delete` says of a reservation that is not there (already deleted).
@@ -292,11 +295,16 @@ class CliSlurm:
 
     # ---- jobs ------------------------------------------------------------------------------
     def requeue(self, job_id: str) -> None:
-        """Requeue the job; a heterogeneous job's component (squeue lists each on its own node
-        under its own id) through its leader: Slurm requeues a het job whole, from the leader
-        only ("Job not heterogeneous job leader")."""
+        """Requeue the job if it has not finished; a heterogeneous job's component (squeue
+        lists each on its own node under its own id) through its leader: Slurm requeues a het
+        job whole, from the leader only ("Job not heterogeneous job leader").
+
+        `Incomplete`: Slurm requeues a finished job too (COMPLETED, CANCELLED, FAILED: it runs
+        again), and a job may end between squeue's listing and this call; with it, slurmctld
+        itself requeues only a job still CONFIGURING, RUNNING, STOPPED or SUSPENDED, and
+        leaves any other alone, exit 0 (a pending one too)."""
         try:
-            self._run(["scontrol", "requeue", job_id])
+            self._run(["scontrol", "requeue", "Incomplete", job_id])
         except SlurmCommandError as exc:
             leader = self._het_leader(job_id) if _NOT_HET_LEADER.search(exc.stderr) else None
             if leader is not None:
@@ -306,6 +314,22 @@ class CliSlurm:
             if not _REQUEUE_REFUSED.search(exc.stderr):
                 raise
             raise RequeueRefused(exc.argv, exc.returncode, exc.stderr) from None
+        self._requeued_or_gone(job_id)
+
+    def _requeued_or_gone(self, job_id: str) -> None:
+        """`scontrol requeue Incomplete` exits 0 whether it requeued the job or left a finished
+        one alone: squeue's state of it says which (JobGone for one that had ended)."""
+        argv = ["scontrol", "requeue", job_id]
+        try:
+            out = self._run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+        except SlurmCommandError as exc:
+            if _JOB_GONE.search(exc.stderr):  # purged already
+                raise JobGone(argv, exc.returncode, exc.stderr) from None
+            raise
+        states = set(out.split())
+        if states and states <= _FINISHED:
+            raise JobGone(argv, 0, f"job {job_id} had ended ({','.join(sorted(states))}) "
+                                   "before the requeue: left so")
 
     def _het_leader(self, job_id: str) -> str | None:
         """The leader's id of the het job `job_id` is a component of (squeue's HetJobID: a

@@ -244,7 +244,7 @@ class MemorySlurm:
         if job is None:
             raise JobGone(argv, 1, f"Invalid job id specified for job {job_id}")
         if job.state == "PENDING":
-            raise JobGone(argv, 1, f"Job is pending execution for job {job_id}")
+            return  # `scontrol requeue Incomplete` leaves it so, and exits 0
         if not job.requeue:
             raise RequeueRefused(argv, 1, "Requested operation is presently disabled "
                                           f"for job {job_id}")

@@ -214,3 +214,50 @@ def test_a_dead_gpu_drains_while_another_nodes_features_read_like_a_state(slurm_
     finally:
         c.run(["scontrol", "update", "NodeName=node03", "AvailableFeatures=",
                "ActiveFeatures="], check=False)
+
+
+def _xid79_actor(c, node, tmp_path, slurm=None):
+    """The Actor a sweep on `node` builds, on the real cluster (no settle wait)."""
+    from rsc_health.actions import Actor
+    from rsc_health.config import load_config
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    actor = Actor(slurm or CliSlurm(timeout_s=20), load_config(os.devnull), node, tmp_path,
+                  log=lambda m: None)
+    actor.sleep = lambda s: None
+    return actor
+
+
+def _xid79_verdict():
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+
+    return decide([Finding("gpu", "gpu3", Status.FAIL, Severity.DRAIN_NOW,
+                           "fell off the bus", "xid79", True)])
+
+
+def test_a_job_that_ended_after_the_listing_is_never_requeued_to_run_again(
+        slurm_cluster, tmp_path, monkeypatch):
+    """Slurm requeues a finished job too: one its user cancelled (or that completed) between
+    squeue's listing and `scontrol requeue` went back to the queue and ran again. Now the
+    requeue asks for jobs not yet finished only (`scontrol requeue Incomplete`)."""
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    c = slurm_cluster
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    job = c.sbatch("-w", "node03", "--requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, job)
+
+    class TheUserCancelsMeanwhile(CliSlurm):
+        def jobs_on_node(self, node):
+            listed = super().jobs_on_node(node)
+            c.run(["scancel", job])
+            c.wait_for(lambda: c.job_state(job) == "CANCELLED"
+                       and "COMPLETING" not in c.node_state("node03"), 30, "job cancelled")
+            return listed
+
+    actor = _xid79_actor(c, "node03", tmp_path, TheUserCancelsMeanwhile(timeout_s=20))
+    assert [a.action for a in actor.apply(_xid79_verdict())] == ["drain_now"]
+    assert "DRAIN" in c.node_state("node03")
+    record = c.job(job)
+    assert (record["JobState"], record["Restarts"]) == ("CANCELLED", "0"), record

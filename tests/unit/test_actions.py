@@ -220,13 +220,13 @@ def test_a_refused_requeue_is_reported_once_while_the_node_stays_drained(cfg, tm
 
 def test_jobs_already_leaving_the_node_are_not_requeued_and_do_not_stop_the_sweep(cfg, tmp_path):
     # What the sweep after a requeue sees on a real cluster: the requeued job COMPLETING on the
-    # drained node, or PENDING by the time scontrol requeue reaches it.
+    # drained node, or ended (and purged) by the time scontrol requeue reaches it.
     slurm = memory_slurm()
     slurm.start_job("n01", "5", state="COMPLETING")
-    slurm.start_job("n01", "went_pending")
+    slurm.start_job("n01", "ended")
     slurm.start_job("n01", "7")
-    # Requeued by someone else right after squeue listed it.
-    slurm.after("jobs_on_node", lambda: slurm.requeue("went_pending"))
+    # Ended right after squeue listed it.
+    slurm.after("jobs_on_node", lambda: slurm.end_job("ended"))
     verdict = decide([finding("xid79", repair=True, family="xid")])
     actions = actor(slurm, cfg, tmp_path).apply(verdict)
     assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", "7")]
