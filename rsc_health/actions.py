@@ -354,7 +354,7 @@ class Actor:
                                  "job was submitted --no-requeue")
             else:
                 try:
-                    self.slurm.requeue(job.job_id)
+                    self.slurm.requeue(job.target)
                     out.append(Action(ActionKind.REQUEUE, self.node, reason, job.job_id))
                     continue
                 except JobGone:

@@ -343,18 +343,22 @@ class CliSlurm:
     def jobs_on_node(self, node: str) -> list[JobInfo]:
         """The jobs on `node`. Only fields no user can fill are asked for (never the job name,
         comment or work dir): a name holding a newline and a forged `id|RUNNING|node|...` row
-        cannot add a job to this list, so it cannot get another user's job requeued."""
+        cannot add a job to this list, so it cannot get another user's job requeued. An array
+        task also gets its <array>_<task> name (JobInfo.array_task), which a requeue names."""
         out = self._run(
             ["squeue", "-h", "-w", node, "-t", ON_NODE_STATES,
-             "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:"]
+             "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:|,ArrayJobID:|,"
+                   "ArrayTaskID:"]
         )
         jobs = []
         for line in out.splitlines():
             parts = [p.strip() for p in line.split("|")]
-            if len(parts) < 6 or not _JOB_ID.match(parts[0]):
+            if len(parts) < 8 or not _JOB_ID.match(parts[0]):
                 continue
-            jid, state, nodes, requeue, user, partition = parts[:6]
-            jobs.append(JobInfo(jid, state, nodes, requeue == "1", (), user, partition))
+            jid, state, nodes, requeue, user, partition, array_job, task = parts[:8]
+            array_task = f"{array_job}_{task}" if array_job.isdigit() and task.isdigit() else ""
+            jobs.append(JobInfo(jid, state, nodes, requeue == "1", (), user, partition,
+                                array_task=array_task))
         return jobs
 
     def job(self, job_id: str) -> JobInfo | None:

@@ -236,6 +236,34 @@ def _xid79_verdict():
                            "fell off the bus", "xid79", True)])
 
 
+def test_an_array_task_on_an_xid79_node_is_requeued_alone_never_its_whole_array(
+        slurm_cluster, tmp_path, monkeypatch):
+    """squeue's JobID is an array task's own job id, and an array's last task holds the
+    array's own id: `scontrol requeue` of that id requeues every task of the array. A dead
+    GPU under that one task sent the whole array back to the queue, the tasks on healthy
+    nodes too. Now the task is named as Slurm names it (<array>_<task>) and goes alone."""
+    c = slurm_cluster
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    array = c.sbatch("-a", "1-2", "--exclusive", "--requeue", "--wrap", "sleep 300")
+
+    def tasks():  # {task: (its own job id, state, node)}
+        out = c.run(["squeue", "-h", "-j", array, "-o", "%K|%A|%T|%N"]).stdout
+        return {t: (jid, state, node) for t, jid, state, node in
+                (line.split("|") for line in out.splitlines() if line)}
+
+    c.wait_for(lambda: {s for _, s, _ in tasks().values()} == {"RUNNING"} and len(tasks()) == 2,
+               60, "both tasks RUNNING")
+    [(last, (_, _, bad))] = [(t, v) for t, v in tasks().items() if v[0] == array]
+    [(other, (other_id, _, healthy))] = [(t, v) for t, v in tasks().items() if t != last]
+    assert bad != healthy
+    actions = _xid79_actor(c, bad, tmp_path).apply(_xid79_verdict())
+    assert [a.action for a in actions] == ["drain_now", "requeue"], actions
+    assert actions[1].job_id == array  # reported under the id its job_start carries
+    c.wait_for(lambda: tasks()[last][1] in ("PENDING", "COMPLETING"), 30, "task requeued")
+    assert tasks()[other][1:] == ("RUNNING", healthy)
+    assert c.job(other_id)["Restarts"] == "0"
+
+
 def test_a_job_that_ended_after_the_listing_is_never_requeued_to_run_again(
         slurm_cluster, tmp_path, monkeypatch):
     """Slurm requeues a finished job too: one its user cancelled (or that completed) between
