@@ -59,6 +59,9 @@ class DrainState:
     # Jobs already reported as refusing requeue under this drain: a sweep every five minutes
     # on a drained node would otherwise report (and spool) the same refusal again each time.
     refused_jobs: list[str] = field(default_factory=list)
+    # False while the mass-drain guard's look after this drain is owed (Slurm did not answer
+    # it): the next run with a drain verdict looks, and steps back if past the limit.
+    settled: bool = True
 
 
 @dataclass
@@ -227,10 +230,23 @@ class Actor:
             actions.append(drained)
         elif node_path_drain and not self._state_path.exists():
             # Our drain, and no record of it: a drain call that timed out and that slurmctld
-            # applied later. Recorded once, as Slurm holds it.
+            # applied later, never looked at by the guard. Looked at now; then recorded once,
+            # as Slurm holds it.
+            over = self._over_the_limit()
+            if over is not None:
+                return [over]
             actions.extend(self._adopt(verdict, info))
         else:
-            # Already drained by us: keep it so, and restart the clean-sweep count.
+            # Already drained by us: keep it so, and restart the clean-sweep count; first the
+            # guard's look after it, if Slurm did not answer that one.
+            state = self.load_state()
+            if state is not None and not state.settled:
+                over = self._over_the_limit()
+                if over is not None:
+                    self._clear_state()
+                    return [over]
+                state.settled = True
+                self._write_state(state)
             self._note_verdict(verdict)
         if now_mode and requeue:
             self._requeue_jobs(verdict.reason, skip, actions)
@@ -247,11 +263,11 @@ class Actor:
                 self.sleep(self.settle_s)
                 over = self._over_the_limit()
         except SlurmError:
-            # The drain landed and Slurm stopped answering before the second look: what is
-            # true goes on record (our drain, resumable as any other), and the caller still
-            # hears Slurm is away, so the verdict stays pending and the requeue follows on
-            # the next run.
-            self._save_state(verdict)
+            # The drain landed and Slurm stopped answering before the guard's look: what is
+            # true goes on record (our drain, resumable as any other, its look still owed),
+            # and the caller still hears Slurm is away, so the verdict stays pending: the next
+            # run looks (and steps back if past the limit), then requeues.
+            self._save_state(verdict, settled=False)
             self._spool([drained])
             raise
         return over
@@ -427,6 +443,7 @@ class Actor:
             isinstance(state.codes, list) and isinstance(state.refused_jobs, list)) else (None,)
         if (not all(isinstance(t, str) for t in texts)
                 or not isinstance(state.auto_resumable, bool)
+                or not isinstance(state.settled, bool)
                 or isinstance(state.clean_sweeps, bool) or not isinstance(state.clean_sweeps, int)):
             self._discard_state("not a record this code wrote")
             return None
@@ -450,7 +467,8 @@ class Actor:
             return False
         return True
 
-    def _save_state(self, verdict: Verdict, reason: str | None = None) -> bool:
+    def _save_state(self, verdict: Verdict, reason: str | None = None, *,
+                    settled: bool = True) -> bool:
         """Record the drain Slurm holds for `verdict` (`reason`: the reason Slurm shows, when
         it is not this verdict's own: then the record is not auto-resumable, it is left to a
         person). False when the record could not be written."""
@@ -462,6 +480,7 @@ class Actor:
             auto_resumable=same and verdict.auto_resumable and not (self.never_resume
                                                                     & set(codes)),
             time=self.now().isoformat(),
+            settled=settled,
         ))
 
     def _note_verdict(self, verdict: Verdict, before: DrainState | None = None) -> None:

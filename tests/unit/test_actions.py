@@ -537,3 +537,53 @@ def test_a_drain_record_written_with_the_clipped_trailing_space_still_resumes(cf
     for _ in range(3):
         done = a.apply(decide([]), clean_sweep=True)
     assert [x.action for x in done] == ["resume"]
+
+
+def _racer_drains_after_my_first_look(slurm, racer="n02"):
+    """Between this node's first look (the listing) and its drain, `racer` drains, a second
+    earlier: ranked ahead of this node."""
+    from datetime import timedelta
+
+    slurm.after("nodes", lambda: slurm.set_state(
+        racer, "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 x", user="root",
+        when=NOW - timedelta(seconds=1)))
+
+
+def test_a_drain_whose_guard_look_slurm_did_not_answer_steps_back_on_the_next_run(cfg,
+                                                                                  tmp_path):
+    """The guard's look after a drain is what holds it at its limit when nodes drain at
+    once; slurmctld slow under exactly that (a fabric event) did not answer it, and the drain
+    stayed for good: the next run found its own drain on record and kept it, one past the
+    limit (10 nodes, limit 1, two drained). Now a drain whose look went unanswered is looked
+    at on the next run, and one ranked past the limit steps back then."""
+    from rsc_health.slurm.api import SlurmError
+
+    slurm = memory_slurm()
+    _racer_drains_after_my_first_look(slurm)
+    slurm.stop_after("drain")  # the drain lands, then slurmctld stops answering
+    a = actor(slurm, cfg, tmp_path)
+    verdict = decide([finding("xid79")])
+    with pytest.raises(SlurmError):
+        a.apply(verdict)
+    slurm.start()
+    assert [x.action for x in a.apply(verdict)] == ["guard_tripped"]
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+    assert slurm.info["n02"].drain_set
+
+
+def test_our_drain_that_landed_late_past_the_guards_limit_steps_back_when_found(cfg,
+                                                                               tmp_path):
+    """A drain whose scontrol timed out and that slurmctld applied later never had the guard's
+    look after it; the run that found it adopted it, past the limit. Now it is looked at then."""
+    from rsc_health.slurm.api import SlurmError
+
+    slurm = memory_slurm()
+    _racer_drains_after_my_first_look(slurm)
+    slurm.stop_after("drain", answered=False)  # it lands; its answer does not
+    a = actor(slurm, cfg, tmp_path)
+    verdict = decide([finding("xid79")])
+    with pytest.raises(SlurmError):
+        a.apply(verdict)
+    slurm.start()
+    assert [x.action for x in a.apply(verdict)] == ["guard_tripped"]
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
