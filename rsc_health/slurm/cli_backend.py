@@ -165,6 +165,13 @@ def node_records(out: str) -> list[str]:
 _SAID_ERROR = re.compile(r"^(?:\S+: )?(?:error|fatal)\b|\binvalid\b", re.IGNORECASE | re.MULTILINE)
 
 
+def _error_lines(stderr: str) -> set[str]:
+    """The lines of `stderr` that say error (or fatal, or invalid), without the command's
+    name before them ("scontrol: ", "squeue: ")."""
+    return {re.sub(r"^\S+: ", "", ln.strip(), count=1) for ln in stderr.splitlines()
+            if _SAID_ERROR.search(ln)}
+
+
 def _reads(argv: list[str]) -> bool:
     """Whether a command only reads Slurm: squeue, sinfo, sacct, `scontrol [-o] show|ping`,
     `sacctmgr [-flags] show|list`. Anything else may change something."""
@@ -196,6 +203,9 @@ class CliSlurm:
         self.deadline = deadline
         # The nodes the last listing refused as ambiguous (AmbiguousNode): left out of it.
         self.refused_nodes: list[str] = []
+        # Error lines a read printed with exit 0: what every command says (slurm.conf's own
+        # complaints), never a change's refusal.
+        self._config_noise: set[str] = set()
 
     def accounting(self, timeout_s: float):
         """The historian's runner (sacct, sacctmgr) from the same Slurm: the same bin_dir."""
@@ -227,10 +237,15 @@ class CliSlurm:
             if _UNAVAILABLE.search(proc.stderr):
                 raise SlurmUnavailable(proc.stderr.strip().splitlines()[-1])
             raise SlurmCommandError(argv, proc.returncode, proc.stderr)
-        if changes and said == "scontrol" and _SAID_ERROR.search(proc.stderr):
+        errors = _error_lines(proc.stderr)
+        if not changes:
+            self._config_noise |= errors
+        elif said == "scontrol" and errors - self._config_noise:
             # scontrol update can refuse a field, say so on stderr and still exit 0 (22.05: a
             # Weight past its largest is dropped while the features sent with it land): a
-            # change Slurm only partly took is not a change made.
+            # change Slurm only partly took is not a change made. Not so an error line a read
+            # printed too: every client reading a slurm.conf whose node line has CPUs that
+            # match no Sockets*Cores*Threads says "error: ... Resetting CPUs." and exits 0.
             raise SlurmCommandError(argv, 1, proc.stderr)
         return proc.stdout
 

@@ -289,3 +289,31 @@ def test_a_job_that_ended_after_the_listing_is_never_requeued_to_run_again(
     assert "DRAIN" in c.node_state("node03")
     record = c.job(job)
     assert (record["JobState"], record["Restarts"]) == ("CANCELLED", "0"), record
+
+
+def test_a_slurm_conf_that_makes_every_command_say_error_still_drains_and_requeues(
+        slurm_cluster, tmp_path, monkeypatch):
+    """A node line whose CPUs match no Sockets*Cores*Threads (common, and harmless: Slurm
+    resets it) makes every client print "error: NodeNames=... Resetting CPUs." and exit 0,
+    reads and changes alike. A change that said "error" on exit 0 counted as refused: the
+    drain that had landed raised (the verdict kept pending, the job left running on the dead
+    GPU until the next run) and the requeue that was done was reported as refused. An error
+    line a read printed too is the config's, not the change's."""
+    import subprocess
+
+    c = slurm_cluster
+    conf = tmp_path / "slurm.conf"  # the clients' copy: slurmctld keeps its own
+    conf.write_text("".join(
+        line.replace("CPUs=2 ", "CPUs=3 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 ")
+        if line.startswith("NodeName=node06 ") else line
+        for line in c.conf.read_text().splitlines(keepends=True)))
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    read = subprocess.run(["scontrol", "show", "node", "node01"], capture_output=True,
+                          text=True, check=True)
+    assert "error: NodeNames=node06 CPUs=3 match no Sockets" in read.stderr, read.stderr
+    job = c.sbatch("-w", "node02", "--requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, job)
+    actions = _xid79_actor(c, "node02", tmp_path / "state").apply(_xid79_verdict())
+    assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", job)]
+    assert "DRAIN" in c.node_state("node02")
+    c.wait_for(lambda: c.job_state(job) in ("PENDING", "COMPLETING"), 30, "job requeued")
