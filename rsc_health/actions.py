@@ -329,7 +329,7 @@ class Actor:
             names = [n.name for n in racing]
             rank = len(fixed) + names.index(self.node) if self.node in names else -1
             if rank >= limit:
-                self.slurm.resume(self.node)
+                self.slurm.undrain(self.node)
                 msg = (f"mass-drain guard: {len(recent)}/{len(members)} nodes of partition "
                        f"{part} drained at once (limit {limit}); undid the drain of "
                        f"{self.node}, kept pending")
@@ -413,7 +413,8 @@ class Actor:
         if state.clean_sweeps < self.resume_after:
             self._write_state(state)
             return []
-        self.slurm.resume(self.node)
+        # Our drain alone: a DOWN someone set since the read above stays (RESUME lifts both).
+        self.slurm.undrain(self.node)
         self._clear_state()
         return [Action(ActionKind.RESUME, self.node, info.reason,
                        detail=f"{state.clean_sweeps} clean sweeps")]

@@ -301,6 +301,13 @@ class CliSlurm:
         _one_node("update", node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
+    def undrain(self, node: str) -> None:
+        """Lift the node's drain and nothing else: a DOWN (a person's, or Slurm's own) set
+        since the caller read the node stays, with its reason (RESUME would lift it too).
+        Exit 0 on a node not drained (22.05)."""
+        _one_node("update", node)
+        self._run(["scontrol", "update", f"NodeName={node}", "State=UNDRAIN"])
+
     def update_node(self, node: str, *, features=None, weight: int | None = None) -> None:
         """The node's features (available and active alike; read back in NodeInfo.features)
         and its weight, in one `scontrol update`: slurmctld applies one update_node message

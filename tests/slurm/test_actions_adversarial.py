@@ -317,3 +317,40 @@ def test_a_slurm_conf_that_makes_every_command_say_error_still_drains_and_requeu
     assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", job)]
     assert "DRAIN" in c.node_state("node02")
     c.wait_for(lambda: c.job_state(job) in ("PENDING", "COMPLETING"), 30, "job requeued")
+
+
+def test_a_persons_down_set_between_our_read_and_our_resume_is_kept(slurm_cluster, tmp_path,
+                                                                     monkeypatch):
+    """Our transient drain, clean sweeps counted: the resume follows a read of the node. A
+    person who set it DOWN ("bob: PSU smoking", slurmd already stopped) in between had it put
+    back in service: RESUME lifts a DOWN too. Our resume now lifts our drain alone (UNDRAIN):
+    their DOWN and reason stay. (slurmd is stopped so that ReturnToService=2 cannot end the
+    DOWN at its next ping: that would be Slurm's doing, not ours.)"""
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    c = slurm_cluster
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+
+    class APersonDownsItMeanwhile(CliSlurm):
+        def _run(self, argv, timeout_s=None):
+            if argv[:2] == ["scontrol", "update"] and argv[-1] in ("State=RESUME",
+                                                                   "State=UNDRAIN"):
+                c.run(["scontrol", "update", "NodeName=node05", "State=DOWN",
+                       "Reason=bob: PSU smoking"])
+            return super()._run(argv, timeout_s)
+
+    actor = _xid79_actor(c, "node05", tmp_path, APersonDownsItMeanwhile(timeout_s=20))
+    lost = Finding("mount", "/lustre", Status.FAIL, Severity.DRAIN_AFTER_JOB, "not mounted",
+                   "mount_missing", False)
+    assert [a.action for a in actor.apply(decide([lost]))] == ["drain_after_job"]
+    for _ in range(2):  # [actions] resume_after_clean_sweeps: 3
+        assert actor.apply(decide([]), clean_sweep=True) == []
+    slurmd = c.procs.pop("slurmd-node05")  # reset() starts it again
+    slurmd.terminate()
+    slurmd.wait(15)
+    done = actor.apply(decide([]), clean_sweep=True)
+    assert [a.action for a in done] == ["resume"]
+    node = c.node("node05")
+    assert "DOWN" in node["State"] and node["Reason"].startswith("bob: PSU smoking"), node
