@@ -129,9 +129,9 @@ def _left_alone(info: NodeInfo) -> LemonAction | None:
     """The skip for a node a lemon drain must not touch (rules 1 and 2), or None."""
     if info.reason and not is_ours(info.reason):
         return LemonAction(info.name, "skip", f"human reason kept: {info.reason}")
-    if is_ours(info.reason) and (info.drain_set or info.down):
-        mode = parse_reason(info.reason)["mode"]
-        return LemonAction(info.name, "skip", f"already drained by rsc_health ({mode})")
+    ours = parse_reason(info.reason)
+    if ours is not None and (info.drain_set or info.down):
+        return LemonAction(info.name, "skip", f"already drained by rsc_health ({ours['mode']})")
     return None
 
 
@@ -202,8 +202,7 @@ def apply_verdicts(
         standing = _left_alone(info)
         if standing is None:
             wanted.append((v, lemon_reason(v)))
-        elif (apply and is_ours(info.reason)
-              and parse_reason(info.reason)["mode"] == LEMON_MODE
+        elif (apply and (parse_reason(info.reason) or {}).get("mode") == LEMON_MODE
               and _record(engine, v, info.reason, now)):
             # A run cut short after the drain (a frozen slurmctld, a drain RPC that timed
             # out but landed): the ticket and the action record are completed now.
