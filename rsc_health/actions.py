@@ -232,7 +232,7 @@ class Actor:
             # Our drain, and no record of it: a drain call that timed out and that slurmctld
             # applied later, never looked at by the guard. Looked at now; then recorded once,
             # as Slurm holds it.
-            over = self._over_the_limit()
+            over = self._over_the_limit(listing)
             if over is not None:
                 return [over]
             actions.extend(self._adopt(verdict, info))
@@ -302,13 +302,14 @@ class Actor:
                 return Action(ActionKind.GUARD_TRIPPED, self.node, msg)
         return None
 
-    def _over_the_limit(self) -> Action | None:
+    def _over_the_limit(self, listing: list[NodeInfo] | None = None) -> Action | None:
         """After our drain: did sweeps running at the same instant drain more of a partition
         than the guard allows? Every node ranks the recent drains the same way (a lemon's or a
         qualification's first, then reason time, then name); a node ranked past the limit
         undoes its own drain (still ours) and keeps its verdict pending. So the guard holds at
-        its limit under simultaneous sweeps, counting what its first look counts."""
-        nodes = self.slurm.nodes()
+        its limit under simultaneous sweeps, counting what its first look counts. `listing`:
+        the node table this run already read after the drain landed, if any."""
+        nodes = listing if listing is not None else self.slurm.nodes()
         mine = next((n for n in nodes if n.name == self.node), None)
         if mine is None or not (mine.drain_set and is_ours(mine.reason)):
             return None

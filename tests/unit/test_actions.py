@@ -585,5 +585,7 @@ def test_our_drain_that_landed_late_past_the_guards_limit_steps_back_when_found(
     with pytest.raises(SlurmError):
         a.apply(verdict)
     slurm.start()
+    reads = slurm.reads
     assert [x.action for x in a.apply(verdict)] == ["guard_tripped"]
+    assert slurm.reads == reads + 1  # the one node table read serves the look too
     assert not slurm.info["n01"].drain_set and a.load_state() is None
