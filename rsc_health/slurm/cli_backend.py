@@ -340,10 +340,13 @@ class CliSlurm:
 
     def _requeued_or_gone(self, job_id: str) -> None:
         """`scontrol requeue Incomplete` exits 0 whether it requeued the job or left a finished
-        one alone: squeue's state of it says which (JobGone for one that had ended)."""
+        one alone: squeue's state of it says which (JobGone for one that had ended). When
+        squeue cannot say (slurmctld gone since), what slurmctld answered stands: requeued."""
         argv = ["scontrol", "requeue", job_id]
         try:
             out = self._run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+        except SlurmUnavailable:
+            return
         except SlurmCommandError as exc:
             if _JOB_GONE.search(exc.stderr):  # purged already
                 raise JobGone(argv, exc.returncode, exc.stderr) from None
