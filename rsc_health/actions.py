@@ -59,6 +59,9 @@ class DrainState:
     # Jobs already reported as refusing requeue under this drain: a sweep every five minutes
     # on a drained node would otherwise report (and spool) the same refusal again each time.
     refused_jobs: list[str] = field(default_factory=list)
+    # False while the mass-drain guard's look after this drain is owed (Slurm did not answer
+    # it): the next run with a drain verdict looks, and steps back if past the limit.
+    settled: bool = True
 
 
 @dataclass
@@ -227,10 +230,23 @@ class Actor:
             actions.append(drained)
         elif node_path_drain and not self._state_path.exists():
             # Our drain, and no record of it: a drain call that timed out and that slurmctld
-            # applied later. Recorded once, as Slurm holds it.
+            # applied later, never looked at by the guard. Looked at now; then recorded once,
+            # as Slurm holds it.
+            over = self._over_the_limit(listing)
+            if over is not None:
+                return [over]
             actions.extend(self._adopt(verdict, info))
         else:
-            # Already drained by us: keep it so, and restart the clean-sweep count.
+            # Already drained by us: keep it so, and restart the clean-sweep count; first the
+            # guard's look after it, if Slurm did not answer that one.
+            state = self.load_state()
+            if state is not None and not state.settled:
+                over = self._over_the_limit()
+                if over is not None:
+                    self._clear_state()
+                    return [over]
+                state.settled = True
+                self._write_state(state)
             self._note_verdict(verdict)
         if now_mode and requeue:
             self._requeue_jobs(verdict.reason, skip, actions)
@@ -247,11 +263,11 @@ class Actor:
                 self.sleep(self.settle_s)
                 over = self._over_the_limit()
         except SlurmError:
-            # The drain landed and Slurm stopped answering before the second look: what is
-            # true goes on record (our drain, resumable as any other), and the caller still
-            # hears Slurm is away, so the verdict stays pending and the requeue follows on
-            # the next run.
-            self._save_state(verdict)
+            # The drain landed and Slurm stopped answering before the guard's look: what is
+            # true goes on record (our drain, resumable as any other, its look still owed),
+            # and the caller still hears Slurm is away, so the verdict stays pending: the next
+            # run looks (and steps back if past the limit), then requeues.
+            self._save_state(verdict, settled=False)
             self._spool([drained])
             raise
         return over
@@ -286,13 +302,14 @@ class Actor:
                 return Action(ActionKind.GUARD_TRIPPED, self.node, msg)
         return None
 
-    def _over_the_limit(self) -> Action | None:
+    def _over_the_limit(self, listing: list[NodeInfo] | None = None) -> Action | None:
         """After our drain: did sweeps running at the same instant drain more of a partition
         than the guard allows? Every node ranks the recent drains the same way (a lemon's or a
         qualification's first, then reason time, then name); a node ranked past the limit
         undoes its own drain (still ours) and keeps its verdict pending. So the guard holds at
-        its limit under simultaneous sweeps, counting what its first look counts."""
-        nodes = self.slurm.nodes()
+        its limit under simultaneous sweeps, counting what its first look counts. `listing`:
+        the node table this run already read after the drain landed, if any."""
+        nodes = listing if listing is not None else self.slurm.nodes()
         mine = next((n for n in nodes if n.name == self.node), None)
         if mine is None or not (mine.drain_set and is_ours(mine.reason)):
             return None
@@ -313,7 +330,7 @@ class Actor:
             names = [n.name for n in racing]
             rank = len(fixed) + names.index(self.node) if self.node in names else -1
             if rank >= limit:
-                self.slurm.resume(self.node)
+                self.slurm.undrain(self.node)
                 msg = (f"mass-drain guard: {len(recent)}/{len(members)} nodes of partition "
                        f"{part} drained at once (limit {limit}); undid the drain of "
                        f"{self.node}, kept pending")
@@ -354,7 +371,7 @@ class Actor:
                                  "job was submitted --no-requeue")
             else:
                 try:
-                    self.slurm.requeue(job.job_id)
+                    self.slurm.requeue(job.target)
                     out.append(Action(ActionKind.REQUEUE, self.node, reason, job.job_id))
                     continue
                 except JobGone:
@@ -397,7 +414,8 @@ class Actor:
         if state.clean_sweeps < self.resume_after:
             self._write_state(state)
             return []
-        self.slurm.resume(self.node)
+        # Our drain alone: a DOWN someone set since the read above stays (RESUME lifts both).
+        self.slurm.undrain(self.node)
         self._clear_state()
         return [Action(ActionKind.RESUME, self.node, info.reason,
                        detail=f"{state.clean_sweeps} clean sweeps")]
@@ -427,6 +445,7 @@ class Actor:
             isinstance(state.codes, list) and isinstance(state.refused_jobs, list)) else (None,)
         if (not all(isinstance(t, str) for t in texts)
                 or not isinstance(state.auto_resumable, bool)
+                or not isinstance(state.settled, bool)
                 or isinstance(state.clean_sweeps, bool) or not isinstance(state.clean_sweeps, int)):
             self._discard_state("not a record this code wrote")
             return None
@@ -450,7 +469,8 @@ class Actor:
             return False
         return True
 
-    def _save_state(self, verdict: Verdict, reason: str | None = None) -> bool:
+    def _save_state(self, verdict: Verdict, reason: str | None = None, *,
+                    settled: bool = True) -> bool:
         """Record the drain Slurm holds for `verdict` (`reason`: the reason Slurm shows, when
         it is not this verdict's own: then the record is not auto-resumable, it is left to a
         person). False when the record could not be written."""
@@ -462,6 +482,7 @@ class Actor:
             auto_resumable=same and verdict.auto_resumable and not (self.never_resume
                                                                     & set(codes)),
             time=self.now().isoformat(),
+            settled=settled,
         ))
 
     def _note_verdict(self, verdict: Verdict, before: DrainState | None = None) -> None:

@@ -231,7 +231,7 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
             if now_:
                 for job in slurm.jobs_on_node(node):
                     try:
-                        slurm.requeue(job.job_id)
+                        slurm.requeue(job.target)
                         res["requeued"].append(job.job_id)
                     except SlurmUnavailable:
                         raise

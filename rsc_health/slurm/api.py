@@ -103,6 +103,15 @@ class JobInfo:
     user: str = ""
     partition: str = ""
     extra: dict = field(default_factory=dict)
+    # An array task's "<array job id>_<task id>", squeue's own name for it; "" for any other
+    # job. The array's last task has the array's own id as its job id, and `scontrol requeue`
+    # of that id requeues every task of the array, on every node.
+    array_task: str = ""
+
+    @property
+    def target(self) -> str:
+        """The id a change meant for this job alone (a requeue) names."""
+        return self.array_task or self.job_id
 
 
 class SlurmAPI(Protocol):
@@ -113,6 +122,8 @@ class SlurmAPI(Protocol):
     def drain(self, node: str, reason: str) -> None: ...
 
     def resume(self, node: str) -> None: ...
+
+    def undrain(self, node: str) -> None: ...
 
     def requeue(self, job_id: str) -> None: ...
 

@@ -40,6 +40,9 @@ _REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-
 # The job states that hold an allocation on the node: a drain-now requeues each. STOPPED is a
 # job its user stopped (`scancel -s STOP`): it keeps the node's GPUs, and runs on when sent CONT.
 ON_NODE_STATES = "RUNNING,CONFIGURING,COMPLETING,SUSPENDED,STOPPED"
+# A job's states once it has ended (squeue -o %T), the ones `requeue Incomplete` leaves alone.
+_FINISHED = frozenset({"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
+                       "BOOT_FAIL", "DEADLINE", "OUT_OF_MEMORY", "REVOKED"})
 # What `scontrol requeue` says of a het job's component other than its leader.
 _NOT_HET_LEADER = re.compile(r"not heterogeneous job leader", re.IGNORECASE)
 # What `scontrol delete` says of a reservation that is not there (already deleted).
@@ -162,6 +165,13 @@ def node_records(out: str) -> list[str]:
 _SAID_ERROR = re.compile(r"^(?:\S+: )?(?:error|fatal)\b|\binvalid\b", re.IGNORECASE | re.MULTILINE)
 
 
+def _error_lines(stderr: str) -> set[str]:
+    """The lines of `stderr` that say error (or fatal, or invalid), without the command's
+    name before them ("scontrol: ", "squeue: ")."""
+    return {re.sub(r"^\S+: ", "", ln.strip(), count=1) for ln in stderr.splitlines()
+            if _SAID_ERROR.search(ln)}
+
+
 def _reads(argv: list[str]) -> bool:
     """Whether a command only reads Slurm: squeue, sinfo, sacct, `scontrol [-o] show|ping`,
     `sacctmgr [-flags] show|list`. Anything else may change something."""
@@ -193,6 +203,9 @@ class CliSlurm:
         self.deadline = deadline
         # The nodes the last listing refused as ambiguous (AmbiguousNode): left out of it.
         self.refused_nodes: list[str] = []
+        # Error lines a read printed with exit 0: what every command says (slurm.conf's own
+        # complaints), never a change's refusal.
+        self._config_noise: set[str] = set()
 
     def accounting(self, timeout_s: float):
         """The historian's runner (sacct, sacctmgr) from the same Slurm: the same bin_dir."""
@@ -224,10 +237,15 @@ class CliSlurm:
             if _UNAVAILABLE.search(proc.stderr):
                 raise SlurmUnavailable(proc.stderr.strip().splitlines()[-1])
             raise SlurmCommandError(argv, proc.returncode, proc.stderr)
-        if changes and said == "scontrol" and _SAID_ERROR.search(proc.stderr):
+        errors = _error_lines(proc.stderr)
+        if not changes:
+            self._config_noise |= errors
+        elif said == "scontrol" and errors - self._config_noise:
             # scontrol update can refuse a field, say so on stderr and still exit 0 (22.05: a
             # Weight past its largest is dropped while the features sent with it land): a
-            # change Slurm only partly took is not a change made.
+            # change Slurm only partly took is not a change made. Not so an error line a read
+            # printed too: every client reading a slurm.conf whose node line has CPUs that
+            # match no Sockets*Cores*Threads says "error: ... Resetting CPUs." and exits 0.
             raise SlurmCommandError(argv, 1, proc.stderr)
         return proc.stdout
 
@@ -283,6 +301,13 @@ class CliSlurm:
         _one_node("update", node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
+    def undrain(self, node: str) -> None:
+        """Lift the node's drain and nothing else: a DOWN (a person's, or Slurm's own) set
+        since the caller read the node stays, with its reason (RESUME would lift it too).
+        Exit 0 on a node not drained (22.05)."""
+        _one_node("update", node)
+        self._run(["scontrol", "update", f"NodeName={node}", "State=UNDRAIN"])
+
     def update_node(self, node: str, *, features=None, weight: int | None = None) -> None:
         """The node's features (available and active alike; read back in NodeInfo.features)
         and its weight, in one `scontrol update`: slurmctld applies one update_node message
@@ -292,11 +317,16 @@ class CliSlurm:
 
     # ---- jobs ------------------------------------------------------------------------------
     def requeue(self, job_id: str) -> None:
-        """Requeue the job; a heterogeneous job's component (squeue lists each on its own node
-        under its own id) through its leader: Slurm requeues a het job whole, from the leader
-        only ("Job not heterogeneous job leader")."""
+        """Requeue the job if it has not finished; a heterogeneous job's component (squeue
+        lists each on its own node under its own id) through its leader: Slurm requeues a het
+        job whole, from the leader only ("Job not heterogeneous job leader").
+
+        `Incomplete`: Slurm requeues a finished job too (COMPLETED, CANCELLED, FAILED: it runs
+        again), and a job may end between squeue's listing and this call; with it, slurmctld
+        itself requeues only a job still CONFIGURING, RUNNING, STOPPED or SUSPENDED, and
+        leaves any other alone, exit 0 (a pending one too)."""
         try:
-            self._run(["scontrol", "requeue", job_id])
+            self._run(["scontrol", "requeue", "Incomplete", job_id])
         except SlurmCommandError as exc:
             leader = self._het_leader(job_id) if _NOT_HET_LEADER.search(exc.stderr) else None
             if leader is not None:
@@ -306,6 +336,25 @@ class CliSlurm:
             if not _REQUEUE_REFUSED.search(exc.stderr):
                 raise
             raise RequeueRefused(exc.argv, exc.returncode, exc.stderr) from None
+        self._requeued_or_gone(job_id)
+
+    def _requeued_or_gone(self, job_id: str) -> None:
+        """`scontrol requeue Incomplete` exits 0 whether it requeued the job or left a finished
+        one alone: squeue's state of it says which (JobGone for one that had ended). When
+        squeue cannot say (slurmctld gone since), what slurmctld answered stands: requeued."""
+        argv = ["scontrol", "requeue", job_id]
+        try:
+            out = self._run(["squeue", "-h", "-t", "all", "-j", job_id, "-o", "%T"])
+        except SlurmUnavailable:
+            return
+        except SlurmCommandError as exc:
+            if _JOB_GONE.search(exc.stderr):  # purged already
+                raise JobGone(argv, exc.returncode, exc.stderr) from None
+            raise
+        states = set(out.split())
+        if states and states <= _FINISHED:
+            raise JobGone(argv, 0, f"job {job_id} had ended ({','.join(sorted(states))}) "
+                                   "before the requeue: left so")
 
     def _het_leader(self, job_id: str) -> str | None:
         """The leader's id of the het job `job_id` is a component of (squeue's HetJobID: a
@@ -319,18 +368,22 @@ class CliSlurm:
     def jobs_on_node(self, node: str) -> list[JobInfo]:
         """The jobs on `node`. Only fields no user can fill are asked for (never the job name,
         comment or work dir): a name holding a newline and a forged `id|RUNNING|node|...` row
-        cannot add a job to this list, so it cannot get another user's job requeued."""
+        cannot add a job to this list, so it cannot get another user's job requeued. An array
+        task also gets its <array>_<task> name (JobInfo.array_task), which a requeue names."""
         out = self._run(
             ["squeue", "-h", "-w", node, "-t", ON_NODE_STATES,
-             "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:"]
+             "-O", "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:|,ArrayJobID:|,"
+                   "ArrayTaskID:"]
         )
         jobs = []
         for line in out.splitlines():
             parts = [p.strip() for p in line.split("|")]
-            if len(parts) < 6 or not _JOB_ID.match(parts[0]):
+            if len(parts) < 8 or not _JOB_ID.match(parts[0]):
                 continue
-            jid, state, nodes, requeue, user, partition = parts[:6]
-            jobs.append(JobInfo(jid, state, nodes, requeue == "1", (), user, partition))
+            jid, state, nodes, requeue, user, partition, array_job, task = parts[:8]
+            array_task = f"{array_job}_{task}" if array_job.isdigit() and task.isdigit() else ""
+            jobs.append(JobInfo(jid, state, nodes, requeue == "1", (), user, partition,
+                                array_task=array_task))
         return jobs
 
     def job(self, job_id: str) -> JobInfo | None:

@@ -236,6 +236,19 @@ class MemorySlurm:
         n.reason, n.reason_user, n.reason_time = "", "", None
         self._done("resume")
 
+    def undrain(self, node: str) -> None:
+        """As `scontrol update State=UNDRAIN`: the DRAIN flag goes; a DOWN stays, with its
+        reason; a node not drained is left so, without an error."""
+        self._gate("undrain")
+        _one_node("update", node)
+        n = self._node(node, "update")
+        self.calls.append(("undrain", node))
+        if "DRAIN" in n.flags:
+            n.set(drop=["DRAIN"])
+            if n.base.rstrip("*~#!%$@^-") != "DOWN":
+                n.reason, n.reason_user, n.reason_time = "", "", None
+        self._done("undrain")
+
     def requeue(self, job_id: str) -> None:
         self._gate("requeue")
         argv = ["scontrol", "requeue", job_id]
@@ -244,7 +257,7 @@ class MemorySlurm:
         if job is None:
             raise JobGone(argv, 1, f"Invalid job id specified for job {job_id}")
         if job.state == "PENDING":
-            raise JobGone(argv, 1, f"Job is pending execution for job {job_id}")
+            return  # `scontrol requeue Incomplete` leaves it so, and exits 0
         if not job.requeue:
             raise RequeueRefused(argv, 1, "Requested operation is presently disabled "
                                           f"for job {job_id}")

@@ -149,7 +149,7 @@ def test_a_name_naming_many_nodes_is_skipped_without_asking_slurm(engine):
     assert [(a.node, a.action) for a in actions] == [
         ("n[0-9]", "skip"), ("n1,n2", "skip"), ("n3", "drain")]
     assert all("not one Slurm node name" in a.why for a in actions[:2])
-    assert slurm.reads == 1  # n3 only: the others never even looked up
+    assert slurm.reads == 2  # n3 only (and again before its drain): the others never looked up
     assert [n for n, _ in drained(slurm)] == ["n3"]
     with engine.connect() as conn:
         assert conn.execute(select(tickets.c.node)).scalars().all() == ["n3"]
@@ -183,3 +183,22 @@ def test_a_candidate_slurm_no_longer_knows_is_skipped_and_the_others_still_drain
     assert by_node["gone42"].action == "skip" and "not found" in by_node["gone42"].why
     assert by_node["n1"].action == "drain"
     assert [n for n, _ in drained(slurm)] == ["n1"]
+
+
+def test_a_person_who_drains_a_candidate_while_the_run_reads_the_others_keeps_their_reason(
+        engine):
+    """The run reads every candidate (on 22.05 each read costs slurmctld the whole node table),
+    and only then drains: a person's drain of the first candidate in that time ("reseating GPU
+    3") was overwritten by the lemon reason, which only `healthctl resume` lifts. Each node is
+    read again just before its drain, and a drain that is not ours is left alone."""
+    slurm = fleet_slurm()
+    slurm.after("node", lambda: slurm.set_state("n1", "IDLE+DRAIN", "bob: reseating GPU 3",
+                                                user="bob"))
+    actions = apply_verdicts(engine, [_verdict("n1"), _verdict("n2")], slurm, CountGuard(10),
+                             now=AS_OF, apply=True)
+    by_node = {a.node: a for a in actions}
+    assert by_node["n1"].action == "skip" and "bob: reseating GPU 3" in by_node["n1"].why
+    assert slurm.info["n1"].reason == "bob: reseating GPU 3"
+    assert [n for n, _ in drained(slurm)] == ["n2"]
+    with engine.connect() as conn:
+        assert [t.node for t in conn.execute(select(tickets)).all()] == ["n2"]

@@ -214,3 +214,143 @@ def test_a_dead_gpu_drains_while_another_nodes_features_read_like_a_state(slurm_
     finally:
         c.run(["scontrol", "update", "NodeName=node03", "AvailableFeatures=",
                "ActiveFeatures="], check=False)
+
+
+def _xid79_actor(c, node, tmp_path, slurm=None):
+    """The Actor a sweep on `node` builds, on the real cluster (no settle wait)."""
+    from rsc_health.actions import Actor
+    from rsc_health.config import load_config
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    actor = Actor(slurm or CliSlurm(timeout_s=20), load_config(os.devnull), node, tmp_path,
+                  log=lambda m: None)
+    actor.sleep = lambda s: None
+    return actor
+
+
+def _xid79_verdict():
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+
+    return decide([Finding("gpu", "gpu3", Status.FAIL, Severity.DRAIN_NOW,
+                           "fell off the bus", "xid79", True)])
+
+
+def test_an_array_task_on_an_xid79_node_is_requeued_alone_never_its_whole_array(
+        slurm_cluster, tmp_path, monkeypatch):
+    """squeue's JobID is an array task's own job id, and an array's last task holds the
+    array's own id: `scontrol requeue` of that id requeues every task of the array. A dead
+    GPU under that one task sent the whole array back to the queue, the tasks on healthy
+    nodes too. Now the task is named as Slurm names it (<array>_<task>) and goes alone."""
+    c = slurm_cluster
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    array = c.sbatch("-a", "1-2", "--exclusive", "--requeue", "--wrap", "sleep 300")
+
+    def tasks():  # {task: (its own job id, state, node)}
+        out = c.run(["squeue", "-h", "-j", array, "-o", "%K|%A|%T|%N"]).stdout
+        return {t: (jid, state, node) for t, jid, state, node in
+                (line.split("|") for line in out.splitlines() if line)}
+
+    c.wait_for(lambda: {s for _, s, _ in tasks().values()} == {"RUNNING"} and len(tasks()) == 2,
+               60, "both tasks RUNNING")
+    [(last, (_, _, bad))] = [(t, v) for t, v in tasks().items() if v[0] == array]
+    [(other, (other_id, _, healthy))] = [(t, v) for t, v in tasks().items() if t != last]
+    assert bad != healthy
+    actions = _xid79_actor(c, bad, tmp_path).apply(_xid79_verdict())
+    assert [a.action for a in actions] == ["drain_now", "requeue"], actions
+    assert actions[1].job_id == array  # reported under the id its job_start carries
+    c.wait_for(lambda: tasks()[last][1] in ("PENDING", "COMPLETING"), 30, "task requeued")
+    assert tasks()[other][1:] == ("RUNNING", healthy)
+    assert c.job(other_id)["Restarts"] == "0"
+
+
+def test_a_job_that_ended_after_the_listing_is_never_requeued_to_run_again(
+        slurm_cluster, tmp_path, monkeypatch):
+    """Slurm requeues a finished job too: one its user cancelled (or that completed) between
+    squeue's listing and `scontrol requeue` went back to the queue and ran again. Now the
+    requeue asks for jobs not yet finished only (`scontrol requeue Incomplete`)."""
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    c = slurm_cluster
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+    job = c.sbatch("-w", "node03", "--requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, job)
+
+    class TheUserCancelsMeanwhile(CliSlurm):
+        def jobs_on_node(self, node):
+            listed = super().jobs_on_node(node)
+            c.run(["scancel", job])
+            c.wait_for(lambda: c.job_state(job) == "CANCELLED"
+                       and "COMPLETING" not in c.node_state("node03"), 30, "job cancelled")
+            return listed
+
+    actor = _xid79_actor(c, "node03", tmp_path, TheUserCancelsMeanwhile(timeout_s=20))
+    assert [a.action for a in actor.apply(_xid79_verdict())] == ["drain_now"]
+    assert "DRAIN" in c.node_state("node03")
+    record = c.job(job)
+    assert (record["JobState"], record["Restarts"]) == ("CANCELLED", "0"), record
+
+
+def test_a_slurm_conf_that_makes_every_command_say_error_still_drains_and_requeues(
+        slurm_cluster, tmp_path, monkeypatch):
+    """A node line whose CPUs match no Sockets*Cores*Threads (common, and harmless: Slurm
+    resets it) makes every client print "error: NodeNames=... Resetting CPUs." and exit 0,
+    reads and changes alike. A change that said "error" on exit 0 counted as refused: the
+    drain that had landed raised (the verdict kept pending, the job left running on the dead
+    GPU until the next run) and the requeue that was done was reported as refused. An error
+    line a read printed too is the config's, not the change's."""
+    import subprocess
+
+    c = slurm_cluster
+    conf = tmp_path / "slurm.conf"  # the clients' copy: slurmctld keeps its own
+    conf.write_text("".join(
+        line.replace("CPUs=2 ", "CPUs=3 Sockets=1 CoresPerSocket=2 ThreadsPerCore=1 ")
+        if line.startswith("NodeName=node06 ") else line
+        for line in c.conf.read_text().splitlines(keepends=True)))
+    monkeypatch.setenv("SLURM_CONF", str(conf))
+    read = subprocess.run(["scontrol", "show", "node", "node01"], capture_output=True,
+                          text=True, check=True)
+    assert "error: NodeNames=node06 CPUs=3 match no Sockets" in read.stderr, read.stderr
+    job = c.sbatch("-w", "node02", "--requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, job)
+    actions = _xid79_actor(c, "node02", tmp_path / "state").apply(_xid79_verdict())
+    assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", job)]
+    assert "DRAIN" in c.node_state("node02")
+    c.wait_for(lambda: c.job_state(job) in ("PENDING", "COMPLETING"), 30, "job requeued")
+
+
+def test_a_persons_down_set_between_our_read_and_our_resume_is_kept(slurm_cluster, tmp_path,
+                                                                     monkeypatch):
+    """Our transient drain, clean sweeps counted: the resume follows a read of the node. A
+    person who set it DOWN ("bob: PSU smoking", slurmd already stopped) in between had it put
+    back in service: RESUME lifts a DOWN too. Our resume now lifts our drain alone (UNDRAIN):
+    their DOWN and reason stay. (slurmd is stopped so that ReturnToService=2 cannot end the
+    DOWN at its next ping: that would be Slurm's doing, not ours.)"""
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    c = slurm_cluster
+    monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+
+    class APersonDownsItMeanwhile(CliSlurm):
+        def _run(self, argv, timeout_s=None):
+            if argv[:2] == ["scontrol", "update"] and argv[-1] in ("State=RESUME",
+                                                                   "State=UNDRAIN"):
+                c.run(["scontrol", "update", "NodeName=node05", "State=DOWN",
+                       "Reason=bob: PSU smoking"])
+            return super()._run(argv, timeout_s)
+
+    actor = _xid79_actor(c, "node05", tmp_path, APersonDownsItMeanwhile(timeout_s=20))
+    lost = Finding("mount", "/lustre", Status.FAIL, Severity.DRAIN_AFTER_JOB, "not mounted",
+                   "mount_missing", False)
+    assert [a.action for a in actor.apply(decide([lost]))] == ["drain_after_job"]
+    for _ in range(2):  # [actions] resume_after_clean_sweeps: 3
+        assert actor.apply(decide([]), clean_sweep=True) == []
+    slurmd = c.procs.pop("slurmd-node05")  # reset() starts it again
+    slurmd.terminate()
+    slurmd.wait(15)
+    done = actor.apply(decide([]), clean_sweep=True)
+    assert [a.action for a in done] == ["resume"]
+    node = c.node("node05")
+    assert "DOWN" in node["State"] and node["Reason"].startswith("bob: PSU smoking"), node

@@ -183,3 +183,22 @@ def test_a_read_that_says_error_on_stderr_and_exits_0_still_answers(tmp_path):
     slurm = fake_bin(tmp_path, "scontrol", "echo 'scontrol: error: a passing complaint' >&2; "
                      "exit 0\n")
     assert slurm.nodes() == []
+
+
+def test_a_requeue_slurm_took_is_done_though_squeue_cannot_say_so_after(tmp_path):
+    """`scontrol requeue Incomplete` answered 0; the squeue that tells a requeued job from one
+    left alone (ended) found slurmctld gone. The requeue raised SlurmUnavailable: the drain-now
+    kept its verdict pending and its requeue went unreported. What slurmctld answered stands."""
+    fake_bin(tmp_path, "squeue", "echo 'squeue: error: Unable to contact slurm controller "
+                                 "(connect failure)' >&2; exit 1\n")
+    slurm = fake_bin(tmp_path, "scontrol", "exit 0\n")
+    slurm.requeue("42")  # no exception
+
+
+def test_a_requeue_of_a_job_that_had_ended_is_job_gone(tmp_path):
+    from rsc_health.slurm import JobGone
+
+    fake_bin(tmp_path, "squeue", "echo CANCELLED\n")
+    slurm = fake_bin(tmp_path, "scontrol", "exit 0\n")
+    with pytest.raises(JobGone, match="had ended"):
+        slurm.requeue("42")

@@ -15,6 +15,7 @@ from rsc_health.slurm.cli_backend import _reads
 CHANGES = {
     "drain": lambda s: s.drain("node01", "rsc_health:now:xid79:gpu3"),
     "resume": lambda s: s.resume("node01"),
+    "undrain": lambda s: s.undrain("node01"),
     "update_node": lambda s: s.update_node("node01", features=["rsc_trusted"], weight=1000),
     "requeue": lambda s: s.requeue("42"),
     "create_reservation": lambda s: s.create_reservation("rsc_qualify_node01", "node01"),

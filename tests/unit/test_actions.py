@@ -220,13 +220,13 @@ def test_a_refused_requeue_is_reported_once_while_the_node_stays_drained(cfg, tm
 
 def test_jobs_already_leaving_the_node_are_not_requeued_and_do_not_stop_the_sweep(cfg, tmp_path):
     # What the sweep after a requeue sees on a real cluster: the requeued job COMPLETING on the
-    # drained node, or PENDING by the time scontrol requeue reaches it.
+    # drained node, or ended (and purged) by the time scontrol requeue reaches it.
     slurm = memory_slurm()
     slurm.start_job("n01", "5", state="COMPLETING")
-    slurm.start_job("n01", "went_pending")
+    slurm.start_job("n01", "ended")
     slurm.start_job("n01", "7")
-    # Requeued by someone else right after squeue listed it.
-    slurm.after("jobs_on_node", lambda: slurm.requeue("went_pending"))
+    # Ended right after squeue listed it.
+    slurm.after("jobs_on_node", lambda: slurm.end_job("ended"))
     verdict = decide([finding("xid79", repair=True, family="xid")])
     actions = actor(slurm, cfg, tmp_path).apply(verdict)
     assert [(a.action, a.job_id) for a in actions] == [("drain_now", None), ("requeue", "7")]
@@ -467,7 +467,7 @@ def test_a_pending_reboot_or_slurms_own_down_is_never_resumed_over(cfg, tmp_path
     slurm.set_state("n01", state)  # Slurm keeps our reason, user and time
     for _ in range(5):
         assert a.apply(decide([]), clean_sweep=True) == []
-    assert not any(c[0] == "resume" for c in slurm.calls)
+    assert not any(c[0] in ("resume", "undrain") for c in slurm.calls)
     assert a.load_state() is not None and a.load_state().clean_sweeps == 0
 
     slurm.set_state("n01", ours.state)  # the reboot done, back and still drained by us
@@ -495,7 +495,7 @@ def test_a_repair_fault_found_under_our_transient_drain_is_never_auto_resumed(cf
     assert a.apply(decide([finding("xid79", repair=True, family="xid")])) == []
     for _ in range(5):
         assert a.apply(decide([]), clean_sweep=True) == []
-    assert slurm.info["n01"].drain_set and ("resume", "n01") not in slurm.calls
+    assert slurm.info["n01"].drain_set and ("undrain", "n01") not in slurm.calls
     state = a.load_state()
     assert not state.auto_resumable and state.codes == ["mount_missing", "xid79"]
 
@@ -537,3 +537,55 @@ def test_a_drain_record_written_with_the_clipped_trailing_space_still_resumes(cf
     for _ in range(3):
         done = a.apply(decide([]), clean_sweep=True)
     assert [x.action for x in done] == ["resume"]
+
+
+def _racer_drains_after_my_first_look(slurm, racer="n02"):
+    """Between this node's first look (the listing) and its drain, `racer` drains, a second
+    earlier: ranked ahead of this node."""
+    from datetime import timedelta
+
+    slurm.after("nodes", lambda: slurm.set_state(
+        racer, "IDLE+DRAIN", "rsc_health:now:xid79:gpu0 x", user="root",
+        when=NOW - timedelta(seconds=1)))
+
+
+def test_a_drain_whose_guard_look_slurm_did_not_answer_steps_back_on_the_next_run(cfg,
+                                                                                  tmp_path):
+    """The guard's look after a drain is what holds it at its limit when nodes drain at
+    once; slurmctld slow under exactly that (a fabric event) did not answer it, and the drain
+    stayed for good: the next run found its own drain on record and kept it, one past the
+    limit (10 nodes, limit 1, two drained). Now a drain whose look went unanswered is looked
+    at on the next run, and one ranked past the limit steps back then."""
+    from rsc_health.slurm.api import SlurmError
+
+    slurm = memory_slurm()
+    _racer_drains_after_my_first_look(slurm)
+    slurm.stop_after("drain")  # the drain lands, then slurmctld stops answering
+    a = actor(slurm, cfg, tmp_path)
+    verdict = decide([finding("xid79")])
+    with pytest.raises(SlurmError):
+        a.apply(verdict)
+    slurm.start()
+    assert [x.action for x in a.apply(verdict)] == ["guard_tripped"]
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+    assert slurm.info["n02"].drain_set
+
+
+def test_our_drain_that_landed_late_past_the_guards_limit_steps_back_when_found(cfg,
+                                                                               tmp_path):
+    """A drain whose scontrol timed out and that slurmctld applied later never had the guard's
+    look after it; the run that found it adopted it, past the limit. Now it is looked at then."""
+    from rsc_health.slurm.api import SlurmError
+
+    slurm = memory_slurm()
+    _racer_drains_after_my_first_look(slurm)
+    slurm.stop_after("drain", answered=False)  # it lands; its answer does not
+    a = actor(slurm, cfg, tmp_path)
+    verdict = decide([finding("xid79")])
+    with pytest.raises(SlurmError):
+        a.apply(verdict)
+    slurm.start()
+    reads = slurm.reads
+    assert [x.action for x in a.apply(verdict)] == ["guard_tripped"]
+    assert slurm.reads == reads + 1  # the one node table read serves the look too
+    assert not slurm.info["n01"].drain_set and a.load_state() is None

@@ -125,6 +125,16 @@ class LemonAction:
         return asdict(self)
 
 
+def _left_alone(info: NodeInfo) -> LemonAction | None:
+    """The skip for a node a lemon drain must not touch (rules 1 and 2), or None."""
+    if info.reason and not is_ours(info.reason):
+        return LemonAction(info.name, "skip", f"human reason kept: {info.reason}")
+    ours = parse_reason(info.reason)
+    if ours is not None and (info.drain_set or info.down):
+        return LemonAction(info.name, "skip", f"already drained by rsc_health ({ours['mode']})")
+    return None
+
+
 def lemon_reason(verdict: LemonVerdict) -> str:
     """`rsc_health:lemon:node_fails:node_fails 4 (min 3), +2 more signals`, policy grammar."""
     top = verdict.top_feature
@@ -189,20 +199,18 @@ def apply_verdicts(
             # window), or its record is ambiguous: this candidate's, not the run's.
             actions.append(LemonAction(v.node, "skip", f"Slurm: {exc}"[:300]))
             continue
-        if info.reason and not is_ours(info.reason):
-            actions.append(LemonAction(v.node, "skip", f"human reason kept: {info.reason}"))
-        elif is_ours(info.reason) and (info.drain_set or info.down):
-            mode = parse_reason(info.reason)["mode"]
-            if mode == LEMON_MODE and apply and _record(engine, v, info.reason, now):
-                # A run cut short after the drain (a frozen slurmctld, a drain RPC that timed
-                # out but landed): the ticket and the action record are completed now.
-                actions.append(LemonAction(v.node, "repaired",
-                                           "lemon drain found without its ticket or record; "
-                                           "completed", info.reason))
-                continue
-            actions.append(LemonAction(v.node, "skip", f"already drained by rsc_health ({mode})"))
-        else:
+        standing = _left_alone(info)
+        if standing is None:
             wanted.append((v, lemon_reason(v)))
+        elif (apply and (parse_reason(info.reason) or {}).get("mode") == LEMON_MODE
+              and _record(engine, v, info.reason, now)):
+            # A run cut short after the drain (a frozen slurmctld, a drain RPC that timed
+            # out but landed): the ticket and the action record are completed now.
+            actions.append(LemonAction(v.node, "repaired",
+                                       "lemon drain found without its ticket or record; "
+                                       "completed", info.reason))
+        else:
+            actions.append(standing)
     allowed, message = guard.allow([v.node for v, _ in wanted])
     allowed_set = set(allowed)
     for v, reason in wanted:
@@ -211,6 +219,15 @@ def apply_verdicts(
             continue
         if not apply:
             actions.append(LemonAction(v.node, "would_drain", v.summary(), reason))
+            continue
+        # Read again: the others' reads took time (on 22.05 each costs slurmctld the whole
+        # node table), and a person's drain (or Slurm's, or NHC's) set meanwhile is theirs.
+        try:
+            standing = _left_alone(slurm.node(v.node))
+        except SlurmCommandError as exc:
+            standing = LemonAction(v.node, "skip", f"Slurm: {exc}"[:300])
+        if standing is not None:
+            actions.append(standing)
             continue
         slurm.drain(v.node, reason)  # a timeout here leaves the records to the next run
         _record(engine, v, reason, now)
