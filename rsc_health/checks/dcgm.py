@@ -103,11 +103,12 @@ def record(root: Path, cfg, deadline: float | None) -> dict:
     return doc
 
 
-def host_refusal(root: Path, host: str) -> str:
+def host_refusal(root: Path, host: str, *, absent_ok: bool = False) -> str:
     """Why dcgmi must not ask `host` ([dcgm] host), or "": an address dcgmi would take for
     something else; a unix socket that is not root's (or ours), or on a path someone else could
     change (durable.path_refusal); a loopback TCP port with no listener (nv-hostengine down:
-    anyone may take the port next) or one listener that is not root's (or ours)."""
+    anyone may take the port next; `absent_ok`: let dcgmi find nothing there itself) or one
+    listener that is not root's (or ours)."""
     if not host or host.startswith("-") or not host.isprintable() or " " in host:
         return f"[dcgm] host {host[:80]!r} is not an address"
     if host.startswith("unix://"):
@@ -118,7 +119,7 @@ def host_refusal(root: Path, host: str) -> str:
     families = _loopback_families(name)
     if not families:
         return ""  # another machine's nv-hostengine: trusted as the operator set it
-    return _listener_refusal(root, host, port, families)
+    return _listener_refusal(root, host, port, families, absent_ok)
 
 
 def _socket_refusal(root: Path, sock: str) -> str:
@@ -199,7 +200,8 @@ def _listeners(text: str, port: int) -> list[int]:
     return uids
 
 
-def _listener_refusal(root: Path, host: str, port: int, families: tuple[str, ...]) -> str:
+def _listener_refusal(root: Path, host: str, port: int, families: tuple[str, ...],
+                      absent_ok: bool) -> str:
     uids: list[int] = []
     for table in families:
         try:
@@ -209,7 +211,7 @@ def _listener_refusal(root: Path, host: str, port: int, families: tuple[str, ...
         except OSError as exc:
             return f"nv-hostengine at {host}: /proc/net/{table}: {exc.strerror or exc}"
         uids += _listeners(text.decode("ascii", "replace"), port)
-    if not uids:
+    if not uids and not absent_ok:
         return (f"nothing listens on {host} (nv-hostengine not running): any user could "
                 "answer there; not asked")
     others = sorted({u for u in uids if u not in (0, os.geteuid())})
