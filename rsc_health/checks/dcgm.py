@@ -14,11 +14,21 @@ judge saved outputs instead of running dcgmi (an output taken elsewhere, e.g.
 `dcgmi diag -r 3 -j > diag.json` during a maintenance window, then
 `healthctl check --only dcgm` with the file named). The programs' JSON is JSON-parsed here
 only at judging time, bounded in size; the record is plain text a snapshot carries.
+
+dcgmi asks nv-hostengine, at `[dcgm] host` (`--host`): a TCP port or, `unix://PATH`, the socket
+of an nv-hostengine started with `-d PATH`. Whoever answers there gives the verdict, and with
+nv-hostengine down any local user may listen on its port and answer "Healthy". So dcgmi is
+asked only where root answers (host_refusal): a loopback port whose every listener is root's
+(/proc/net/tcp, tcp6), a socket root owns on a path only root can change; a remote address is
+taken as the operator set it.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import stat
+import struct
 from pathlib import Path
 
 from rsc_health.checks import _program
@@ -31,6 +41,9 @@ FAMILY = "dcgm"
 MAX_OUTPUT = 4 * 2**20  # a diag of 8 GPUs and switches prints tens of kB
 HEALTHY, WARNING, FAILURE = "Healthy", "Warning", "Failure"
 OVERALL = "Overall Health"
+HOSTENGINE_PORT = 5555  # nv-hostengine's default (-p), dcgmi's when --host names none
+LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback")
+TCP_TABLE_BYTES = 16 * 2**20  # /proc/net/tcp: ~150 bytes a socket, listeners first
 
 
 def collect(root: Path, env) -> dict:
@@ -72,15 +85,140 @@ def record(root: Path, cfg, deadline: float | None) -> dict:
     if not cfg.get("dcgm.enabled") or health_file or diag_file:
         return doc
     dcgmi, timeout = str(cfg.get("dcgm.dcgmi")), float(cfg.get("dcgm.timeout_s"))
+    host = str(cfg.get("dcgm.host"))
+    asks = []
     if cfg.get("dcgm.health"):
-        doc["health"] = _program.run(root, dcgmi, ["health", "-g", str(cfg.get("dcgm.group")),
-                                                   "-c", "-j"],
-                                     timeout_s=timeout, deadline=deadline, max_bytes=MAX_OUTPUT)
+        asks.append(("health", ["health", "-g", str(cfg.get("dcgm.group")), "-c", "-j"]))
     diag_level = int(cfg.get("dcgm.diag_level"))
     if diag_level > 0:
-        doc["diag"] = _program.run(root, dcgmi, ["diag", "-r", str(diag_level), "-j"],
-                                   timeout_s=timeout, deadline=deadline, max_bytes=MAX_OUTPUT)
+        asks.append(("diag", ["diag", "-r", str(diag_level), "-j"]))
+    why = host_refusal(root, host) if asks else ""
+    for key, args in asks:
+        args = [*args, "--host", host]
+        if why:  # checked once, before either: whoever answers there is not nv-hostengine
+            doc[key] = {"argv": [dcgmi, *args], "refused": why}
+        else:
+            doc[key] = _program.run(root, dcgmi, args, timeout_s=timeout, deadline=deadline,
+                                    max_bytes=MAX_OUTPUT)
     return doc
+
+
+def host_refusal(root: Path, host: str, *, absent_ok: bool = False) -> str:
+    """Why dcgmi must not ask `host` ([dcgm] host), or "": an address dcgmi would take for
+    something else; a unix socket that is not root's (or ours), or on a path someone else could
+    change (durable.path_refusal); a loopback TCP port with no listener (nv-hostengine down:
+    anyone may take the port next; `absent_ok`: let dcgmi find nothing there itself) or one
+    listener that is not root's (or ours)."""
+    if not host or host.startswith("-") or not host.isprintable() or " " in host:
+        return f"[dcgm] host {host[:80]!r} is not an address"
+    if host.startswith("unix://"):
+        return _socket_refusal(root, host[len("unix://"):])
+    name, port = _split_host(host)
+    if port is None:
+        return f"[dcgm] host {host[:80]!r}: the port is not a number"
+    families = _loopback_families(name)
+    if not families:
+        return ""  # another machine's nv-hostengine: trusted as the operator set it
+    return _listener_refusal(root, host, port, families, absent_ok)
+
+
+def _socket_refusal(root: Path, sock: str) -> str:
+    from rsc_health.durable import path_refusal
+
+    what = f"nv-hostengine socket unix://{sock}"
+    if not sock.startswith("/"):
+        return f"{what}: not an absolute path"
+    path = root / sock.lstrip("/")
+    try:
+        st = os.lstat(path)
+    except OSError as exc:
+        return f"{what}: {exc.strerror or exc} (nv-hostengine -d not running)"
+    if not stat.S_ISSOCK(st.st_mode):
+        return f"{what}: not a socket"
+    if st.st_uid not in (0, os.geteuid()):
+        # Only root's nv-hostengine may answer; anyone may connect to it (its mode).
+        return f"{what}: owned by uid {st.st_uid}, not root; refused"
+    return path_refusal(path, what)
+
+
+def _split_host(host: str) -> tuple[str, int | None]:
+    """("127.0.0.1", 5555) from "127.0.0.1" or "127.0.0.1:5555"; "[::1]:5555" and "::1" too."""
+    if host.startswith("["):
+        name, _, rest = host[1:].partition("]")
+        port = rest[1:] if rest.startswith(":") else ("" if not rest else "x")
+    elif host.count(":") == 1:
+        name, _, port = host.partition(":")
+    else:
+        name, port = host, ""
+    if not port:
+        return name, HOSTENGINE_PORT
+    return name, int(port) if port.isdigit() and 0 < int(port) < 65536 else None
+
+
+def _loopback_families(name: str) -> tuple[str, ...]:
+    """The /proc/net tables (tcp, tcp6) a loopback `name` may be reached through; () for an
+    address of another machine."""
+    import ipaddress
+
+    if name.lower() in LOOPBACK_NAMES:
+        return ("tcp", "tcp6")
+    try:
+        addr = ipaddress.ip_address(name)
+    except ValueError:
+        return ()
+    if addr.is_loopback or addr.is_unspecified:
+        return ("tcp", "tcp6")  # a dual-stack listener on :: answers 127.0.0.1 too
+    return ()
+
+
+def _listeners(text: str, port: int) -> list[int]:
+    """The uids of the LISTEN sockets on `port` bound to a loopback or wildcard address, from
+    /proc/net/tcp or tcp6 ("0100007F:15B3 00000000:0000 0A ... uid ...": addresses as the
+    kernel's host-order words, port in hex)."""
+    import ipaddress
+
+    uids = []
+    for line in text.splitlines()[1:]:
+        fields = line.split()
+        if len(fields) < 8 or fields[3] != "0A":
+            continue
+        addr_hex, _, port_hex = fields[1].partition(":")
+        try:
+            if int(port_hex, 16) != port or len(addr_hex) not in (8, 32):
+                continue
+            raw = b"".join(struct.pack("=I", int(addr_hex[i:i + 8], 16))
+                           for i in range(0, len(addr_hex), 8))
+            addr = ipaddress.ip_address(raw)
+            uid = int(fields[7])
+        except ValueError:
+            continue
+        mapped = getattr(addr, "ipv4_mapped", None)
+        if mapped is not None:
+            addr = mapped
+        if addr.is_loopback or addr.is_unspecified:
+            uids.append(uid)
+    return uids
+
+
+def _listener_refusal(root: Path, host: str, port: int, families: tuple[str, ...],
+                      absent_ok: bool) -> str:
+    uids: list[int] = []
+    for table in families:
+        try:
+            text = read_bounded(root / "proc" / "net" / table, TCP_TABLE_BYTES)
+        except FileNotFoundError:
+            continue  # no IPv6 on this kernel
+        except OSError as exc:
+            return f"nv-hostengine at {host}: /proc/net/{table}: {exc.strerror or exc}"
+        uids += _listeners(text.decode("ascii", "replace"), port)
+    if not uids and not absent_ok:
+        return (f"nothing listens on {host} (nv-hostengine not running): any user could "
+                "answer there; not asked")
+    others = sorted({u for u in uids if u not in (0, os.geteuid())})
+    if others:
+        return (f"{host} is answered by uid {others[0]}, not root: not nv-hostengine's "
+                "verdict; refused")
+    return ""
 
 
 def check(state, cfg: dict) -> list[Finding]:

@@ -74,17 +74,37 @@ def tool_refusal(tool: str) -> str:
     return f"tool {why} (someone else could make it print a pass)" if why else ""
 
 
+def hostengine_refusal(command: tuple[str, ...] | list[str], root: Path = Path("/")) -> str:
+    """Why a dcgm_diag test's dcgmi must not be asked, or "": its verdict is nv-hostengine's,
+    at the command's `--host` (dcgmi's default: localhost, port 5555), and with nv-hostengine
+    down any user could listen there and answer Pass (checks.dcgm.host_refusal; nothing
+    listening is left to dcgmi, which then finds no host engine: inconclusive)."""
+    from rsc_health.checks.dcgm import host_refusal
+
+    host = "localhost"
+    for i, arg in enumerate(command):
+        if arg == "--host" and i + 1 < len(command):
+            host = command[i + 1]
+        elif arg.startswith("--host="):
+            host = arg[len("--host="):]
+    why = host_refusal(root, host, absent_ok=True)
+    return f"dcgmi not run: {why}" if why else ""
+
+
 def is_pairwise(spec: TestSpec) -> bool:
     """A test of this node against a known-good peer (pairwise.py)."""
     return bool(spec.server_command) or any("{peer}" in c for c in spec.command)
 
 
-def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None = None) -> Outcome:
+def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None = None,
+             root: Path = Path("/")) -> Outcome:
+    """`root`: where /proc is read (tests)."""
     from rsc_health.collect import procs
 
     if not spec.command or shutil.which(spec.command[0]) is None:
         return Outcome(spec.name, inconclusive=f"tool not found: {spec.command[:1]}")
-    untrusted = tool_refusal(spec.command[0])
+    untrusted = tool_refusal(spec.command[0]) or (
+        hostengine_refusal(spec.command, root) if spec.plugin == "dcgm_diag" else "")
     if untrusted:
         return Outcome(spec.name, inconclusive=untrusted)
     timeout = spec.timeout_s

@@ -143,3 +143,87 @@ def test_a_flood_of_output_is_cut_and_not_judged(node):
     _dcgmi(node, "head -c 9000000 /dev/zero")
     bad, verdict = _judge(node, enabled=True)
     assert [f.code for f in bad] == ["dcgm_unreadable"] and verdict.level is Level.CHECKER_ERROR
+
+
+# /proc/net/tcp as the kernel prints it: a LISTEN socket (st 0A) on 127.0.0.1:5555 (0100007F:15B3).
+def _tcp_listener(local: str, uid: int) -> str:
+    return (f"   0: {local} 00000000:0000 0A 00000000:00000000 00:00000000 00000000 {uid:5d}"
+            "        0 91234 1 0000000004a0664b 100 0 0 10 0\n")
+
+
+def _proc_net_tcp(node, *rows: str, table: str = "tcp") -> None:
+    head = node.path(f"proc/net/{table}").read_text().splitlines(keepends=True)[0]
+    node.write(f"proc/net/{table}", head + "".join(rows))
+
+
+def _socket(node, where: str, owner: int, dir_mode: int) -> None:
+    """A unix socket inode as nv-hostengine -d leaves it (mknod: the test root's path is
+    longer than a socket address may be)."""
+    import os
+    import stat
+
+    path = node.path(where)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.chmod(dir_mode)
+    os.mknod(path, stat.S_IFSOCK | 0o777)
+    os.chown(path, owner, owner)
+
+
+def _recording_dcgmi(node) -> Path:
+    marker = node.path("dcgmi-ran")
+    node.write("h.json", dcgm_health())
+    node.write("d.json", dcgm_diag({"Memory": ["Pass"]}))
+    _dcgmi(node, f"""echo "$@" >> '{marker}'
+case "$1" in health) cat '{node.path("h.json")}' ;; diag) cat '{node.path("d.json")}' ;; esac""")
+    return marker
+
+
+def test_dcgmi_is_pointed_at_the_configured_host_engine(node):
+    marker = _recording_dcgmi(node)
+    bad, verdict = _judge(node, enabled=True, diag_level=1)
+    assert bad == [] and verdict.level is Level.OK
+    assert marker.read_text().splitlines() == [
+        "health -g 0 -c -j --host 127.0.0.1:5555", "diag -r 1 -j --host 127.0.0.1:5555"]
+    # nv-hostengine -d on a socket root owns in a root-only directory.
+    _socket(node, "run/nvidia-dcgm/nv-hostengine.sock", 0, 0o755)
+    marker.unlink()
+    bad, verdict = _judge(node, enabled=True, host="unix:///run/nvidia-dcgm/nv-hostengine.sock")
+    assert bad == [] and verdict.level is Level.OK
+    assert marker.read_text() == "health -g 0 -c -j --host unix:///run/nvidia-dcgm/nv-hostengine.sock\n"
+
+
+@pytest.mark.parametrize(("rows", "table", "said"), [
+    # nv-hostengine down, a user's listener on its port answers "Healthy".
+    ([_tcp_listener("0100007F:15B3", 1000)], "tcp", "uid 1000, not root"),
+    # ...or on 0.0.0.0:5555, or on [::1]:5555 beside root's 127.0.0.1 (localhost may be ::1).
+    ([_tcp_listener("00000000:15B3", 1000)], "tcp", "uid 1000, not root"),
+    ([_tcp_listener("00000000000000000000000001000000:15B3", 1000)], "tcp6", "uid 1000"),
+    # nothing listens: the next user to bind the port would answer.
+    ([], "tcp", "nothing listens on 127.0.0.1:5555"),
+])
+def test_dcgmi_never_asks_a_host_engine_port_a_user_could_answer(node, rows, table, said):
+    marker = _recording_dcgmi(node)
+    if table == "tcp":
+        _proc_net_tcp(node, *rows)
+    else:
+        _proc_net_tcp(node, *rows, table="tcp6")
+    bad, verdict = _judge(node, enabled=True, diag_level=1)
+    assert not marker.exists()  # dcgmi never asked whoever listens there
+    assert [(f.family, f.code) for f in bad] == [("checker", "dcgm_unreadable")] * 2
+    assert said in bad[0].reason and verdict.level is Level.CHECKER_ERROR
+
+
+def test_a_host_engine_socket_someone_else_could_own_or_swap_is_refused(node):
+    marker = _recording_dcgmi(node)
+    for where, owner, mode in (("tmp/nv-hostengine", 1000, 0o1777),   # a user's, in /tmp
+                               ("srv/dcgm/he.sock", 0, 0o777)):      # root's, swappable
+        _socket(node, where, owner, mode)
+        bad, verdict = _judge(node, enabled=True, host=f"unix:///{where}")
+        assert not marker.exists(), where
+        assert [f.code for f in bad] == ["dcgm_unreadable"], where
+        assert verdict.level is Level.CHECKER_ERROR
+    assert "uid 1000" in _judge(node, enabled=True, host="unix:///tmp/nv-hostengine")[0][0].reason
+    bad, _ = _judge(node, enabled=True, host="unix:///run/none.sock")
+    assert "not running" in bad[0].reason and not marker.exists()
+    bad, _ = _judge(node, enabled=True, host="--help")
+    assert "not an address" in bad[0].reason and not marker.exists()
