@@ -409,6 +409,18 @@ def ticket_close(ctx: click.Context, ticket_id: int) -> None:
     click.echo(f"ticket {closed.id} for {closed.node} closed")
 
 
+@ticket.command("reopen")
+@click.argument("ticket_id", type=int)
+@click.pass_context
+def ticket_reopen(ctx: click.Context, ticket_id: int) -> None:
+    """Open closed ticket TICKET_ID again (an import never reopens one)."""
+    from rsc_health.historian.ingest import tickets
+
+    with _historian(ctx, tickets.TicketError) as engine:
+        row = tickets.reopen_ticket(engine, ticket_id)
+    click.echo(f"ticket {row.id} for {row.node} reopened")
+
+
 @ticket.command("list")
 @click.option("--open", "open_only", is_flag=True, help="Only tickets still open.")
 @click.option("--node", help="Only this node.")
@@ -443,7 +455,8 @@ def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: 
 
 
 _file_source(ticket, "import", "CSV export ('-').",
-             "Import tickets from CSV with columns node,opened,closed,reason.",
+             "Import tickets from CSV with columns node,opened,closed,reason (an empty "
+             "closed never reopens a ticket closed since: 'ticket reopen ID' does).",
              "tickets", "import_lines", "import_csv", "TicketError", csv=True, tz=True)
 
 

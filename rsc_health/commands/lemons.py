@@ -62,6 +62,15 @@ def lemons(
     window_days = parse_window(window) if window else float(section["window_days"])
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     as_of = as_of or now
+    outages = OutageRules.of_site(ctx.obj.config)
+    if outages.xid_catalog_problem and do_apply:
+        # The site marked XIDs as its users' own so that their storms drain nothing: judged
+        # by the packaged catalog instead, --apply would drain nodes for them. The dry run
+        # lists the candidates with the warning; --apply waits for the file.
+        raise click.ClickException(
+            f"{outages.xid_catalog_problem}. Nothing drained: put the site's catalog on this "
+            "host (root's, writable by no one else), or set [xid] catalog_override = \"\" in "
+            "this host's config to judge by the packaged catalog")
     engine = _engine(ctx)
     try:
         features = lemon_features(
@@ -70,7 +79,7 @@ def lemons(
             window_days,
             early_fail_minutes=float(section["early_fail_minutes"]),
             history_days=float(section["history_days"]),
-            outages=OutageRules.from_config(section),
+            outages=outages,
             cluster=cluster,
         )
         rules = LemonRules.from_config(section)
@@ -112,6 +121,7 @@ def lemons(
             "nodes": len(features),
             "applied": do_apply and not shadow,
             "shadow": shadow,
+            "warnings": [outages.xid_catalog_problem] if outages.xid_catalog_problem else [],
             "verdicts": [
                 {**v.to_dict(), "action": by_node[v.node].to_dict() if v.node in by_node else None}
                 for v in verdicts
@@ -126,6 +136,8 @@ def lemons(
            "no ticket opened, would-have drains recorded)" if shadow else "")
         + ("" if do_apply else " (dry run)")
     )
+    if outages.xid_catalog_problem:
+        click.echo(f"  WARNING: {outages.xid_catalog_problem}")
     if slurm is None:
         click.echo("  (Slurm not consulted: node states and human drains unknown)")
     for v in verdicts:

@@ -552,11 +552,10 @@ def reliability(ctx, since, until, period, cluster, as_json):
     MTBF, repair time (p50/p90/mean), reason mix. From node events and XIDs alone, beside the
     job-based r_f and MTTF; node-days come from `healthctl ingest inventory`."""
     from rsc_health.historian.lemons.features import OutageRules
-    from rsc_health.historian.lemons.verdicts import DEFAULTS
     from rsc_health.historian.metrics.reliability import reliability as compute
     from rsc_health.historian.outages import describe_removed
 
-    rules = OutageRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
+    rules = OutageRules.of_site(ctx.obj.config)
     lo = since or datetime(1970, 1, 1)
     hi = until or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     engine = _engine(ctx)
@@ -610,7 +609,7 @@ def triage(ctx, since, until, node, label, as_json):
     engine = _engine(ctx)
     try:
         df = compute(engine, lo, hi, window=Window.from_config(ctx.obj.config),
-                     rules=OutageRules.from_config(section), node=node)
+                     rules=OutageRules.of_site(ctx.obj.config), node=node)
     finally:
         engine.dispose()
     counts = summary(df)
@@ -640,10 +639,9 @@ def gpus(ctx, until, as_json):
     moved with the GPU, and the nodes it left are not blamed for it in the lemon verdicts."""
     from rsc_health.historian.gpus import attribute, gpu_intervals, repeat_gpus
     from rsc_health.historian.lemons.features import OutageRules
-    from rsc_health.historian.lemons.verdicts import DEFAULTS
     from rsc_health.historian.metrics.reliability import failures
 
-    rules = OutageRules.from_config({**DEFAULTS, **ctx.obj.config.section("lemon")})
+    rules = OutageRules.of_site(ctx.obj.config)
     hi = until or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     engine = _engine(ctx)
     try:

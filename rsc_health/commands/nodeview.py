@@ -149,7 +149,7 @@ def _triage(engine, cfg, node: str, now: datetime) -> dict:
     section = {**DEFAULTS, **cfg.section("lemon")}
     lo = now - timedelta(days=float(section["window_days"]))
     df = triage(engine, lo, now, window=Window.from_config(cfg),
-                rules=OutageRules.from_config(section), node=node)
+                rules=OutageRules.of_site(cfg), node=node)
     jobs = [{"job_id": r.job_id, "end": r.end, "state": r.state, "label": r.label,
              "blamed": node in r.nodes, "evidence": list(r.evidence)}
             for r in df.iloc[::-1].head(20).itertuples()]
@@ -164,7 +164,7 @@ def _lemon(engine, cfg, node: str, now: datetime) -> dict:
     features = lemon_features(engine, now, float(section["window_days"]),
                               early_fail_minutes=float(section["early_fail_minutes"]),
                               history_days=float(section["history_days"]),
-                              outages=OutageRules.from_config(section),
+                              outages=OutageRules.of_site(cfg),
                               host_jobs=False)  # the rules' features; _triage shows the jobs
     rules = LemonRules.from_config(section)
     if node not in features.index:

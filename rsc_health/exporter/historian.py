@@ -222,7 +222,7 @@ def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
     features = lemon_features(engine, now, window,
                               early_fail_minutes=float(section["early_fail_minutes"]),
                               history_days=float(section["history_days"]),
-                              outages=OutageRules.from_config(section),
+                              outages=OutageRules.of_site(cfg),
                               host_jobs=False)  # verdicts only; _reliability triages once
     verdicts = lemon_verdicts(engine, features, now, LemonRules.from_config(section),
                               window_days=window, with_evidence=False,
@@ -245,7 +245,7 @@ def _reliability(engine: Engine, cfg, now: datetime, window_days: float,
     from rsc_health.historian.triage import summary, triage
 
     section = {**DEFAULTS, **cfg.section("lemon")}
-    rules = OutageRules.from_config(section)
+    rules = OutageRules.of_site(cfg)
     frame = reliability(engine, now - timedelta(days=window_days), now, period=WHOLE,
                         rules=rules)
     span = f"in the last {window_days:g} days"

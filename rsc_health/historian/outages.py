@@ -5,9 +5,10 @@ GPU attribution alike, so it sits below all three (tests/unit/test_import_graph.
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -17,6 +18,8 @@ import pandas as pd
 
 from rsc_health.config import packaged_default
 from rsc_health.model import REASON_PREFIX
+
+log = logging.getLogger(__name__)
 
 FLEET_FLOOR = 5.0
 # Nodes are drained for a maintenance reservation up to this long before it starts.
@@ -30,12 +33,30 @@ OUTAGE_DEFAULTS: dict[str, Any] = {
 }
 
 
-def application_xid_codes() -> tuple[str, ...]:
-    """check_results codes ("xid13") of the XIDs the packaged catalog marks as the
-    application's own errors."""
+def application_xid_codes(catalog_override: str | None = None) -> tuple[str, ...]:
+    """check_results codes ("xid13") of the XIDs the catalog marks as the application's own
+    errors: the packaged catalog, with the site's `[xid] catalog_override` over it where given
+    (the merge the node judges by, xid.load_catalog, held to the same trust rule). Raises
+    xid.CatalogError when the override cannot be used."""
     from rsc_health.xid import load_catalog
 
-    return tuple(f"xid{c}" for c in sorted(load_catalog().application_codes()))
+    return tuple(f"xid{c}" for c in
+                 sorted(load_catalog(catalog_override or None).application_codes()))
+
+
+def _site_application_xids(catalog_override: str | None) -> tuple[tuple[str, ...], str]:
+    """(application XID codes, problem): the site catalog's, or where its override cannot be
+    used on this host (missing, unreadable, not root's, invalid) the packaged catalog's and
+    why, for every command to say (OutageRules.xid_catalog_problem)."""
+    from rsc_health.xid import CatalogError
+
+    try:
+        return application_xid_codes(catalog_override), ""
+    except CatalogError as exc:
+        return application_xid_codes(), (
+            f"[xid] catalog_override {catalog_override} not used: {exc}; the XIDs the site "
+            "marks as the application's own are counted against the nodes (only the packaged "
+            "catalog's application XIDs are left out)")
 
 
 @dataclass(frozen=True)
@@ -55,13 +76,23 @@ class OutageRules:
     rate_min_episodes: int = OUTAGE_DEFAULTS["rate_min_episodes"]
     incident_alpha: float = OUTAGE_DEFAULTS["incident_alpha"]
     ticket_lag_h: float = OUTAGE_DEFAULTS["ticket_lag_h"]
+    # The check_results codes of the XIDs that are the application's own, never the node's:
+    # the packaged catalog's, with the site's [xid] catalog_override over it (from_config).
+    application_xids: tuple[str, ...] = field(default_factory=application_xid_codes)
+    # Why the site's override was not used (it is not on this host, or not trusted): the
+    # packaged catalog's application XIDs are then; every command says so, and `healthctl
+    # lemons --apply` drains nothing on them.
+    xid_catalog_problem: str = ""
 
     @property
     def gap(self) -> pd.Timedelta:
         return pd.Timedelta(hours=self.episode_gap_h)
 
     @classmethod
-    def from_config(cls, section: Mapping[str, Any] | None = None) -> OutageRules:
+    def from_config(cls, section: Mapping[str, Any] | None = None, *,
+                    xid_catalog_override: str | None = None) -> OutageRules:
+        """The [lemon] keys over the packaged ones, and the application XIDs of the catalog
+        with `xid_catalog_override` ([xid] catalog_override) over it."""
         merged = {**OUTAGE_DEFAULTS, **(section or {})}
         for pattern in merged["maintenance_reason_patterns"]:
             try:
@@ -81,7 +112,19 @@ class OutageRules:
             int(merged["rate_min_episodes"]),
             float(merged["incident_alpha"]),
             float(merged["ticket_lag_h"]),
+            *_site_application_xids(xid_catalog_override),
         )
+
+    @classmethod
+    def of_site(cls, cfg) -> OutageRules:
+        """The rules of a site's config (config.Config): its [lemon] keys, and its [xid]
+        catalog_override's application XIDs. An override this host cannot use is warned of
+        on stderr and kept in xid_catalog_problem."""
+        rules = cls.from_config(cfg.section("lemon"),
+                                xid_catalog_override=cfg.get("xid.catalog_override"))
+        if rules.xid_catalog_problem:
+            log.warning("%s", rules.xid_catalog_problem)
+        return rules
 
     def fleet_threshold(self, fleet_size: int) -> float:
         """Nodes out together that make an event fleet-wide (inf: off)."""

@@ -19,7 +19,8 @@ them, to keep after the samples are gone:
 Each job and day is rolled up once more `LATE` (a day) after the first time: a node cut off
 from the historian for hours delivers its spool once back, and its samples of a job or day
 already rolled up land in them then (`late_jobs`, `late_days` count those that grew). A job
-or day that retention has begun to prune is left as the first pass made it.
+or day whose samples are no more than its rows hold (a count: almost always) is left as it is,
+and so is one that retention has begun to prune.
 
 Each rollup row is one node's, with per metric: n, mean, min, max, `past` (samples beyond
 the metric's warn threshold, [telemetry] warn_above / warn_below: the fraction is past / n;
@@ -312,13 +313,15 @@ def _as_datetime(value) -> datetime | None:
     return datetime.fromisoformat(str(value))
 
 
-def _roll_job(engine: Engine, pk: int, start: datetime, end: datetime, cfg) -> tuple[int, bool]:
+def _roll_job(engine: Engine, pk: int, start: datetime, end: datetime, cfg, *,
+              first_pass: bool = True) -> tuple[int, bool]:
     s, jn = schema.telemetry_samples, schema.job_nodes
     where = and_(s.c.time >= start, s.c.time <= end,
                  s.c.node.in_(select(jn.c.node).where(jn.c.job_pk == pk)))
     with writer(engine).begin() as conn:
         _take_turns(conn)
-        return _replace_rollup(conn, schema.telemetry_job_rollups, "job_pk", pk, where, cfg)
+        return _replace_rollup(conn, schema.telemetry_job_rollups, "job_pk", pk, where, cfg,
+                               only_if_more=not first_pass)
 
 
 def _roll_day(engine: Engine, day: date, cfg, *, first_pass: bool) -> tuple[int, bool]:
@@ -332,7 +335,8 @@ def _roll_day(engine: Engine, day: date, cfg, *, first_pass: bool) -> tuple[int,
     where = and_(s.c.time >= lo, s.c.time < hi, ~in_job)
     with writer(engine).begin() as conn:
         _take_turns(conn)
-        result = _replace_rollup(conn, schema.telemetry_day_rollups, "day", day, where, cfg)
+        result = _replace_rollup(conn, schema.telemetry_day_rollups, "day", day, where, cfg,
+                                 only_if_more=not first_pass)
         if first_pass:
             _save_cursor(conn, day + timedelta(days=1))
     return result
@@ -358,7 +362,8 @@ def _late_pass(engine: Engine, now: datetime, oldest: datetime, cfg, report: Rol
                     j.c.nnodes >= 2, j.c.start.is_not(None), j.c.end >= jobs_from,
                     j.c.end < due, j.c.start >= oldest).order_by(j.c.end, j.c.id))]
     for pk, start, end in jobs:
-        if pk not in rolled_jobs and _roll_job(engine, pk, start, end, cfg)[1]:
+        if pk not in rolled_jobs and _roll_job(engine, pk, start, end, cfg,
+                                               first_pass=False)[1]:
             report.late_jobs += 1
     days_from = date.fromisoformat(saved[LATE_DAYS]) if LATE_DAYS in saved else due.date()
     # Days the first pass has rolled up (before its cursor) whose end is LATE behind it.
@@ -385,13 +390,25 @@ def _take_turns(conn) -> None:
     take_turns(conn, TURNS_TELEMETRY_ROLLUP, [CURSOR])
 
 
-def _replace_rollup(conn, table, key: str, value, where, cfg) -> tuple[int, bool]:
+def _replace_rollup(conn, table, key: str, value, where, cfg, *,
+                    only_if_more: bool = False) -> tuple[int, bool]:
     """One job's or one day's rollup rows made anew from the samples `where` selects (a
     rerun replaces, never doubles them): how many rows it wrote, and whether they hold more
-    samples than the rows they replaced (samples that came after those were made)."""
-    agg = _aggregate(conn, where, cfg)
+    samples than the rows they replaced (samples that came after those were made).
+    `only_if_more` (the second pass): only when the samples are more than the rows hold (a
+    count first: almost always nothing came late, and reading every sample again and
+    rewriting every row, a dead row version each on PostgreSQL, doubled the rollup's cost)."""
     before = conn.execute(select(func.coalesce(func.sum(table.c.sweeps), 0))
                           .where(table.c[key] == value)).scalar()
+    if only_if_more:
+        # A row's sweeps count the node's samples (those with a metric the rollups hold): no
+        # more samples than that, none came late. A sample with none of them counts here
+        # only, and costs its job or day a needless (harmless) second rollup.
+        have = conn.execute(select(func.count()).select_from(schema.telemetry_samples)
+                            .where(where)).scalar()
+        if int(have or 0) <= int(before or 0):
+            return 0, False
+    agg = _aggregate(conn, where, cfg)
     conn.execute(delete(table).where(table.c[key] == value))
     rows = _wide(agg, {key: value})
     if rows:

@@ -34,7 +34,7 @@ from sqlalchemy import Engine, or_, select
 
 from rsc_health.historian import schema
 from rsc_health.historian.attribute import ACTING_KINDS, Window, failing_check
-from rsc_health.historian.outages import OutageRules, application_xid_codes, planned_pattern
+from rsc_health.historian.outages import OutageRules, planned_pattern
 from rsc_health.model import REASON_PREFIX
 
 HOST, USER, UNKNOWN = "host", "user", "unknown"
@@ -77,7 +77,7 @@ def triage(engine: Engine, lo: datetime, hi: datetime, *, window: Window | None 
         nodes = sorted(set().union(*(f["node"] for f in found)))
         pairs = _job_nodes(conn, jobs_q.with_only_columns(J.c.id, J.c.end), nodes)
     checks, acts, downs = (_in_window(f, pairs, before, after) for f in found)
-    book = _Evidence()
+    book = _Evidence(rules.application_xids)
     book.read(checks, acts, downs, lambda reason: planned_pattern(reason, rules) is not None)
     labelled = [book.label(pk, state, exit_code) for pk, state, exit_code
                 in zip(jobs["job_pk"], jobs["state"], jobs["exit_code"], strict=True)]
@@ -109,7 +109,8 @@ class _Evidence:
     """What was found against each failed job (by its key): the host's side, the user's, and
     the nodes the host evidence blames."""
 
-    def __init__(self) -> None:
+    def __init__(self, application_xids: tuple[str, ...]) -> None:
+        self.application_xids = frozenset(application_xids)
         self.host: dict[int, list[str]] = {}
         self.user: dict[int, list[str]] = {}
         self.blamed: dict[int, set[str]] = {}
@@ -119,7 +120,7 @@ class _Evidence:
         self.blamed.setdefault(pk, set()).add(node)
 
     def read(self, checks, acts, downs, maintenance) -> None:
-        app_codes = set(application_xid_codes())
+        app_codes = self.application_xids
         for pk, n, check, code in checks:
             if check == "xid" and code in app_codes:
                 self.user.setdefault(pk, []).append(

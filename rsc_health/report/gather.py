@@ -59,6 +59,8 @@ class GatherOptions:
     listed_days_max: int = packaged_default("report.listed_days_max")
     previous: Mapping[str, Any] | None = None  # last night's report.json: days listed carry on
     fleet_rows: int = packaged_default("report.fleet_rows")  # open findings, events per node
+    # [xid] catalog_override: the site's application XIDs, left out as `healthctl lemons` does
+    xid_catalog_override: str = packaged_default("xid.catalog_override")
 
     @classmethod
     def from_config(
@@ -68,6 +70,7 @@ class GatherOptions:
         ettr: Mapping[str, Any] | None = None,
         metrics: Mapping[str, Any] | None = None,
         historian: Mapping[str, Any] | None = None,
+        xid: Mapping[str, Any] | None = None,
     ) -> GatherOptions:
         report = with_defaults("report", report)
         metrics = with_defaults("metrics", metrics)
@@ -86,6 +89,7 @@ class GatherOptions:
             xid_top=int(report["xid_top"]),
             listed_days_max=int(report["listed_days_max"]),
             fleet_rows=int(report["fleet_rows"]),
+            xid_catalog_override=str(with_defaults("xid", xid)["catalog_override"]),
         )
 
 
@@ -95,6 +99,15 @@ def _lemon_settings(section: Mapping[str, Any] | None) -> dict[str, Any]:
     from rsc_health.historian.lemons.verdicts import DEFAULTS
 
     return {**DEFAULTS, **(section or {})}
+
+
+def _outage_rules(opts: GatherOptions):
+    """OutageRules as `healthctl lemons` builds them: the [lemon] keys and the site's XID
+    catalog (xid_catalog_problem says why it was not used)."""
+    from rsc_health.historian.outages import OutageRules
+
+    return OutageRules.from_config(_lemon_settings(opts.lemon),
+                                   xid_catalog_override=opts.xid_catalog_override)
 
 
 def _sections(names: Any) -> frozenset[str]:
@@ -266,9 +279,8 @@ def reliability_section(engine: Engine, as_of: datetime, opts: GatherOptions) ->
     """Event-based reliability per month and group over the metrics window; attrs keep what
     the maintenance and fleet-event filters left out."""
     from rsc_health.historian.metrics.reliability import reliability
-    from rsc_health.historian.outages import OutageRules
 
-    rules = OutageRules.from_config(_lemon_settings(opts.lemon))
+    rules = _outage_rules(opts)
     frame = reliability(engine, as_of - timedelta(days=opts.metrics_days), as_of,
                         period="month", rules=rules)
     if frame.empty:
@@ -282,11 +294,10 @@ TRIAGE_NODES = 10  # nodes named per label
 
 def triage_section(engine: Engine, as_of: datetime, opts: GatherOptions) -> pd.DataFrame:
     """Failed jobs of the lemon window per triage label, with the nodes the host ones blame."""
-    from rsc_health.historian.outages import OutageRules
     from rsc_health.historian.triage import LABELS, host_failed_jobs, triage
 
     jobs = triage(engine, as_of - timedelta(days=opts.window_days), as_of,
-                  rules=OutageRules.from_config(_lemon_settings(opts.lemon)))
+                  rules=_outage_rules(opts))
     if jobs.empty:
         raise SectionEmpty(f"no failed job ended in the last {opts.window_days:g} days")
     blamed = host_failed_jobs(jobs).sort_values(ascending=False, kind="stable")
@@ -461,9 +472,14 @@ def gather(
     young_fleet(engine, as_of, opts, step, data)
 
     lemon_cfg = _lemon_settings(opts.lemon)
+    outages = _outage_rules(opts)
+    if outages.xid_catalog_problem:
+        # every section that leaves application XIDs out judged by the packaged catalog
+        log.warning("%s", outages.xid_catalog_problem)
+        data.notes["xid_catalog"] = outages.xid_catalog_problem
 
     def features(when: datetime = as_of):
-        from rsc_health.historian.lemons.features import OutageRules, lemon_features
+        from rsc_health.historian.lemons.features import lemon_features
 
         # host_failed_jobs (triage) only for tonight's features, from the triage section
         # when it was gathered: no rule reads it, and the days-listed walk back asks for a
@@ -473,7 +489,7 @@ def gather(
             engine, when, opts.window_days,
             early_fail_minutes=float(lemon_cfg["early_fail_minutes"]),
             history_days=float(lemon_cfg["history_days"]),
-            outages=OutageRules.from_config(lemon_cfg),
+            outages=outages,
             host_jobs=(host if host is not None else True) if when == as_of else False)
 
     def verdicts_of(feats: pd.DataFrame, when: datetime, with_evidence: bool = True):

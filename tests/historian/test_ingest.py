@@ -233,6 +233,43 @@ def test_tickets_open_close_list_and_csv_import(historian):
     ]
 
 
+def test_an_export_read_again_never_reopens_a_ticket_closed_since(historian, historian_url,
+                                                                  tmp_path):
+    """Last night's export listed gpu005's ticket open (closed empty); the operator closed it
+    this morning when the node came back; the timer read the same export again (or one made
+    before the close): the empty `closed` overwrote the close and the ticket was open again,
+    the node's repair counted open in the lemon history. An import keeps a close now, says
+    so, and a later `closed` still replaces it; `healthctl ticket reopen` reopens."""
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    def run(*args):
+        result = CliRunner().invoke(cli, ["--db", historian_url, *args])
+        assert result.exit_code == 0, result.output
+        return result.output
+
+    tickets.import_csv(historian, FIXTURES / "tickets.csv")
+    (gpu005,) = tickets.list_tickets(historian, open_only=True)
+    tickets.close_ticket(historian, gpu005.id, when=datetime(2024, 3, 3, 9))
+    out = run("ticket", "import", "--file", str(FIXTURES / "tickets.csv"))
+    assert tickets.list_tickets(historian, open_only=True) == []
+    assert "closed since, kept closed" in out
+    assert tickets.list_tickets(historian, node="gpu005")[0].closed == datetime(2024, 3, 3, 9)
+    # the ticket system's later export closes it at its own time: that one stands
+    later = tmp_path / "later.csv"
+    later.write_text("node,opened,closed,reason\n"
+                     "gpu005,2024-03-01T12:00:00,2024-03-03T10:30:00,node unresponsive\n")
+    tickets.import_csv(historian, later)
+    assert tickets.list_tickets(historian, node="gpu005")[0].closed == datetime(2024, 3, 3,
+                                                                                10, 30)
+    # reopening is said in so many words, and an import leaves it open
+    assert f"ticket {gpu005.id} for gpu005 reopened" in run("ticket", "reopen",
+                                                            str(gpu005.id))
+    tickets.import_csv(historian, FIXTURES / "tickets.csv")
+    assert [t.node for t in tickets.list_tickets(historian, open_only=True)] == ["gpu005"]
+
+
 def test_exclusions_jsonl(historian, tmp_path):
     path = tmp_path / "exclusions.jsonl"
     path.write_text(

@@ -318,10 +318,13 @@ def test_a_users_step_file_counts_only_for_that_users_own_jobs(tmp_path, histori
         pytest.skip("needs root to give the files other owners")
     user = pwd.getpwnam("nobody")
     with historian.begin() as conn:
-        for job_id, owner in (("501", "nobody"), ("502", "alice")):
-            conn.execute(insert(schema.jobs).values(
+        for job_id, owner, nodes in (("501", "nobody", ["own-job-node", "nameless"]),
+                                     ("502", "alice", ["victim", "roots-word"])):
+            pk = conn.execute(insert(schema.jobs).values(
                 job_id=job_id, job_id_display=job_id, user=owner, state="RUNNING",
-                submit=datetime(2026, 1, 1), instance_key=f"{job_id}:x:", nnodes=4))
+                submit=datetime(2026, 1, 1), instance_key=f"{job_id}:x:", nnodes=4)
+                .returning(schema.jobs.c.id)).scalar_one()
+            conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n} for n in nodes])
     line = {"rank": 0, "step": 1, "seconds": 1, "time": "2026-01-01T00:00:00Z"}
 
     def drop(name, uid, job_id, node):
@@ -542,3 +545,73 @@ def test_prune_forgets_step_times_after_their_retention(historian):
         left = sorted(conn.execute(select(schema.step_times.c.step)).scalars())
     assert left == list(range(0, 7))
     assert "step_times" not in prune(historian, now, Retention(days=400, steps_days=0))
+
+
+SACCT_HEADER = ("JobIDRaw|JobID|JobName|User|Partition|State|ExitCode|Submit|Eligible|Start|"
+                "End|NNodes|NodeList|AllocTRES")
+
+
+def _running(engine, cluster: str, job_id: str, nodes: str, user: str = "carol",
+             start: str = "09:55:00") -> None:
+    """A job sacct lists as running, as `healthctl ingest sacct` loads it for `cluster`."""
+    from rsc_health.historian.ingest import sacct
+
+    line = (f"{job_id}|{job_id}|train|{user}|gpu|RUNNING|0:0|2026-11-26T09:50:00|"
+            f"2026-11-26T09:50:00|2026-11-26T{start}|Unknown|4|{nodes}|"
+            "billing=32,cpu=384,gres/gpu=32,mem=4000G,node=4")
+    report = sacct.ingest_text(engine, f"{SACCT_HEADER}\n{line}\n", cluster=cluster)
+    assert report.bad == [] and report.written == 1, report
+
+
+def _drop_lines(job_id: str, seconds: dict[str, float]) -> str:
+    """Two ranks a node, four five-minute windows of steps, each node at its own pace."""
+    lines = []
+    for w in range(4):
+        for rank, (node, s) in enumerate((n, s) for n, s in seconds.items() for _ in range(2)):
+            lines.append(json.dumps({
+                "job_id": job_id, "rank": rank, "node": node, "stage": "",
+                "step": 100 * (w + 1), "seconds": s + 0.002 * (rank % 2),
+                "time": f"2026-11-26T10:{5 * w:02d}:30Z"}))
+    return "\n".join(lines) + "\n"
+
+
+def test_a_job_id_of_another_cluster_is_another_job_to_the_detector(historian):
+    """Two clusters in one historian both count job ids from their own start: alpha's job
+    7000 (its node a3 40% slow) and beta's job 7000 (other GPUs, another workload, twice the
+    step time) ran at once. Their nodes were judged as one job's peers: a3, below the pooled
+    median, was no suspect. A job is (cluster, job id) to the detector now; evidence names
+    a job id two clusters share as ID@CLUSTER."""
+    _running(historian, "alpha", "7000", "a[1-4]")
+    _running(historian, "beta", "7000", "b[1-4]", start="09:57:12")
+    alpha = {"a1": 0.5, "a2": 0.5, "a3": 0.7, "a4": 0.5}
+    beta = {f"b{i}": 1.0 for i in range(1, 5)}
+    text = _drop_lines("7000", alpha) + _drop_lines("7000", beta)
+    report = steps.ingest_stream(historian, io.BytesIO(text.encode()), LIMITS)
+    assert report.written == 64 and report.bad == []
+    found = detect(historian, datetime(2026, 11, 26, 10, 20), load_config(None))
+    assert [(e.node, e.source, e.job_ids) for e in found] == [("a3", "steps", ("7000@alpha",))]
+    assert found[0].value / found[0].peer_median == pytest.approx(1.4, rel=0.02)
+
+
+def test_a_users_job_on_one_cluster_lends_no_right_to_the_same_id_on_another(tmp_path,
+                                                                            historian):
+    """The owner check asked whose job 502 was by the id alone: nobody's job 502 on cluster
+    beta let nobody's file write step times for alice's job 502 on alpha, slow ones for
+    alpha's nodes (suspects made of another user's job). A row's job is the one with its id
+    that ran on its node now."""
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to give the file another owner")
+    user = pwd.getpwnam("nobody")
+    _running(historian, "alpha", "502", "a[1-4]", user="alice")
+    _running(historian, "beta", "502", "b[1-4]", user="nobody", start="09:57:12")
+    forged = _drop_lines("502", {"a1": 0.5, "a2": 0.5, "a3": 3.0, "a4": 0.5})
+    own = _drop_lines("502", {"b1": 0.5, "b2": 0.5, "b3": 0.5, "b4": 0.5})
+    path = tmp_path / "nobody.jsonl"
+    path.write_text(forged + own)
+    os.chown(path, user.pw_uid, 0)
+    report = steps.ingest_path(historian, path, LIMITS)
+    assert {r[4] for r in _rows(historian)} == {"b1", "b2", "b3", "b4"}
+    assert report.dropped == {steps.ANOTHER_USERS_JOB: 32} and report.written == 32
+    assert detect(historian, datetime(2026, 11, 26, 10, 20), load_config(None)) == []

@@ -7,6 +7,11 @@ by the pure core.
                 GPU model from its newest qualification run (qualify_runs) and its pipeline
                 stage from the job's own step times when it wrote them
     steps       step_times in the window
+
+A job is (cluster, job id): two clusters in one historian count job ids each from its own
+start, so a job id both clusters' jobs hold in the window is told apart as ID@CLUSTER (a step
+row, which names no cluster, takes that of the job its node ran) before the core pools a job's
+nodes as peers.
 """
 
 from __future__ import annotations
@@ -39,10 +44,10 @@ def _samples(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
 
 
 def membership(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
-    """Multi-node job instances that ran in [since, until]: job_id, node, start, end,
+    """Multi-node job instances that ran in [since, until]: job_id, node, start, end, cluster,
     gpu_model (the node's newest qualification run's, '' when never qualified)."""
     j, jn, q = schema.jobs, schema.job_nodes, schema.qualify_runs
-    stmt = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end)
+    stmt = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end, j.c.cluster)
             .select_from(j.join(jn, jn.c.job_pk == j.c.id))
             .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
                    or_(j.c.end.is_(None), j.c.end >= since)))
@@ -51,7 +56,8 @@ def membership(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame
     models = (select(q.c.node, q.c.gpu_model)
               .join(newest, and_(newest.c.node == q.c.node, newest.c.ended == q.c.ended)))
     with engine.connect() as conn:
-        members = pd.DataFrame(conn.execute(stmt).all(), columns=list(MEMBER_COLUMNS))
+        members = pd.DataFrame(conn.execute(stmt).all(),
+                               columns=[*MEMBER_COLUMNS, "cluster"])
         gpus = pd.DataFrame(conn.execute(models).all(), columns=["node", "gpu_model"])
     gpus = gpus.drop_duplicates("node")
     members = members.merge(gpus, on="node", how="left")
@@ -65,6 +71,33 @@ def steps(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
             .where(st.c.time >= since, st.c.time <= until))
     with engine.connect() as conn:
         return pd.DataFrame(conn.execute(stmt).all(), columns=list(STEP_COLUMNS))
+
+
+def one_cluster_per_job(members: pd.DataFrame,
+                        step_rows: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Members and step rows with each job id that two clusters' jobs share in the window
+    written ID@CLUSTER: one job to the core, its own nodes its peers. A step row takes the
+    cluster of the job with its id that ran on its node (the file names none)."""
+    if members.empty or "cluster" not in members:
+        return members, step_rows
+    cluster = members["cluster"].fillna("").astype(str)
+    members = members.assign(job_id=members["job_id"].astype(str), cluster=cluster)
+    per_id = members.groupby("job_id")["cluster"].nunique()
+    shared = set(per_id[per_id > 1].index)
+    if not shared:
+        return members.drop(columns="cluster"), step_rows
+    mine = members["job_id"].isin(shared)
+    tag = members.loc[mine, ["job_id", "node", "cluster"]].drop_duplicates(["job_id", "node"])
+    members = members.assign(job_id=members["job_id"].where(
+        ~mine, members["job_id"] + "@" + members["cluster"])).drop(columns="cluster")
+    if step_rows.empty:
+        return members, step_rows
+    rows = step_rows.assign(job_id=step_rows["job_id"].astype(str),
+                            node=step_rows["node"].astype(str))
+    rows = rows.merge(tag, on=["job_id", "node"], how="left")
+    rows["job_id"] = rows["job_id"].where(rows["cluster"].isna(),
+                                          rows["job_id"] + "@" + rows["cluster"].fillna(""))
+    return members, rows.drop(columns="cluster")[list(step_rows.columns)]
 
 
 def with_stages(members: pd.DataFrame, step_rows: pd.DataFrame) -> pd.DataFrame:
@@ -88,7 +121,8 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
     since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
     try:
         step_rows = steps(engine, since, now)
-        members = with_stages(membership(engine, since, now), step_rows)
+        members, step_rows = one_cluster_per_job(membership(engine, since, now), step_rows)
+        members = with_stages(members, step_rows)
         samples = _samples(engine, since, now)
     except (OperationalError, InterfaceError, ProgrammingError) as exc:
         orig = getattr(exc, "orig", None) or exc

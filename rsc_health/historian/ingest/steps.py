@@ -262,10 +262,15 @@ WRITABLE_BY_OTHERS = "file others may write"
 
 
 class _OwnerFilter:
-    """Keeps the rows of `owner`'s own jobs (sacct's User), for one file: the users of each
-    job id are asked once a load."""
+    """Keeps the rows of `owner`'s own jobs (sacct's User), for one file: a row's job is the
+    job with its id that ran on its node (job_nodes), the one the detector judges it in. By
+    the id alone, a user whose job 502 ran on one cluster of the historian could write step
+    times for another user's job 502 on another cluster (or an older job 502 of theirs, for
+    a later one's): the nodes of someone else's job made suspects. The users of each (job id,
+    node) are asked once a load; a job id with no job on the row's node yet (sacct brings
+    running jobs an ingest later) waits for a later pass, as an unknown one does."""
 
-    def __init__(self, conn, owner: str | None, users: dict[str, set[str]],
+    def __init__(self, conn, owner: str | None, users: dict[tuple[str, str], set[str]],
                  refused: str = OWNER_UNKNOWN):
         self.conn, self.owner, self.users, self.refused = conn, owner, users, refused
 
@@ -273,18 +278,20 @@ class _OwnerFilter:
         if self.owner is None:
             report.skip(self.refused, len(rows))
             return []
-        ask = sorted({r[0] for r in rows} - self.users.keys())
+        j, jn = schema.jobs, schema.job_nodes
+        asked = {k[0] for k in self.users}
+        ask = sorted({r[0] for r in rows} - asked)
         for start in range(0, len(ask), 500):
             part = ask[start:start + 500]
             for k in part:
-                self.users[k] = set()
-            q = select(schema.jobs.c.job_id, schema.jobs.c.user).where(
-                schema.jobs.c.job_id.in_(part))
-            for job_id, user in self.conn.execute(q):
-                self.users[job_id].add(user)
+                self.users[(k, "")] = set()  # asked: its (job, node) pairs follow
+            q = (select(j.c.job_id, jn.c.node, j.c.user)
+                 .select_from(j.join(jn, jn.c.job_pk == j.c.id)).where(j.c.job_id.in_(part)))
+            for job_id, node, user in self.conn.execute(q):
+                self.users.setdefault((job_id, node), set()).add(user)
         kept = []
         for row in rows:
-            users = self.users[row[0]]
+            users = self.users.get((row[0], row[4]))
             if not users:
                 report.skip(JOB_NOT_KNOWN_YET)
             elif self.owner not in users:
@@ -384,7 +391,7 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
     report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
     files = step_files(Path(path), limits, report)
     trusted = {0, os.geteuid()}
-    users: dict[str, set[str]] = {}
+    users: dict[tuple[str, str], set[str]] = {}
     budget = _Budget(limits.max_lines_per_pass)
     unread = 0
     with writer(engine).begin() as conn:

@@ -1,5 +1,10 @@
 """Repair tickets: opened and closed by hand (`healthctl ticket`) or imported from a CSV export
-of the site's ticket system (columns node,opened,closed,reason; closed may be empty)."""
+of the site's ticket system (columns node,opened,closed,reason; closed may be empty).
+
+An import never reopens a ticket: an empty `closed` is what the export knew when it was made,
+and a ticket closed since (by hand, or by a later export) stays closed when an older export is
+read again (counted in the report's `noted`). A later `closed` does replace the stored one.
+Reopening is said in so many words: `healthctl ticket reopen ID` (reopen_ticket)."""
 
 from __future__ import annotations
 
@@ -34,6 +39,7 @@ from rsc_health.historian.ingest import (
 T = schema.tickets
 TICKET_COLUMNS = ("node", "opened", "closed", "reason", "source")
 MERGED_SAME_KEY = "same node and opened in one load: one ticket, reasons joined"
+KEPT_CLOSED = "closed since, kept closed: an empty closed never reopens (ticket reopen does)"
 
 
 class TicketError(ValueError):
@@ -79,6 +85,19 @@ def close_ticket(engine: Engine, ticket_id: int, *, when: datetime | None = None
         return Ticket(**conn.execute(select(T).where(T.c.id == ticket_id)).one()._mapping)
 
 
+def reopen_ticket(engine: Engine, ticket_id: int) -> Ticket:
+    """Open again a ticket closed by mistake (or reopened in the site's ticket system, whose
+    export cannot say so: an empty `closed` there never reopens one here)."""
+    with writer(engine).begin() as conn:
+        row = conn.execute(select(T).where(T.c.id == ticket_id)).first()
+        if row is None:
+            raise TicketError(f"no ticket {ticket_id}")
+        if row.closed is None:
+            raise TicketError(f"ticket {ticket_id} is open")
+        conn.execute(update(T).where(T.c.id == ticket_id).values(closed=None))
+        return Ticket(**conn.execute(select(T).where(T.c.id == ticket_id)).one()._mapping)
+
+
 def list_tickets(engine: Engine, *, open_only: bool = False, node: str | None = None):
     query = select(T).order_by(T.c.opened, T.c.id)
     if open_only:
@@ -90,7 +109,8 @@ def list_tickets(engine: Engine, *, open_only: bool = False, node: str | None = 
 
 
 def import_csv(engine: Engine, path: Path | str, *, tz: tzinfo | None = None) -> IngestReport:
-    """Rows keyed by (node, opened): importing again only fills in `closed` and the reason."""
+    """Rows keyed by (node, opened): importing again only fills in `closed` (never clears it)
+    and the reason."""
     with open(path, newline="", encoding=CSV_ENCODING, errors="replace") as fh:
         return import_lines(engine, fh, name=str(path), tz=tz)
 
@@ -149,15 +169,33 @@ def import_lines(engine: Engine, fh: Iterable[str], *, name: str = "-",
         note_unknown_nodes(conn, [r[0] for r in kept], report)
         # a ticket an earlier load stored with another reason keeps both (report.noted)
         kept = keep_stored_reasons(conn, T, TICKET_COLUMNS, ("node", "opened"), kept, report)
+        _count_kept_closed(conn, kept, report)
         report.written = bulk_write(
             conn,
             T,
             TICKET_COLUMNS,
             kept,
             conflict=("node", "opened"),
-            update=("closed", "reason"),
+            update=("reason",),
+            once=("closed",),  # an empty closed keeps the stored one: no reopening
         )
     return report
+
+
+def _count_kept_closed(conn, rows: list[tuple], report: IngestReport) -> None:
+    """Rows with an empty `closed` whose ticket is stored closed: said in report.noted."""
+    open_rows = {(r[0], r[1]) for r in rows if r[2] is None}
+    if not open_rows:
+        return
+    nodes = sorted({n for n, _ in open_rows})
+    closed = 0
+    for i in range(0, len(nodes), 500):
+        for node, opened in conn.execute(select(T.c.node, T.c.opened).where(
+                T.c.node.in_(nodes[i:i + 500]), T.c.closed.is_not(None))):
+            closed += (node, db_time(opened) if isinstance(opened, datetime)
+                       else opened) in open_rows
+    if closed:
+        report.noted[KEPT_CLOSED] = report.noted.get(KEPT_CLOSED, 0) + closed
 
 
 def _row(record: dict, report: IngestReport, tz: tzinfo | None = None) -> tuple:

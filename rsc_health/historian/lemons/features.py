@@ -122,7 +122,6 @@ from rsc_health.historian.outages import (  # noqa: F401 - long read from here t
     MAINT_LEAD,
     OUTAGE_DEFAULTS,
     OutageRules,
-    application_xid_codes,
     classify_outages,
     removed_by_cause,
 )
@@ -217,8 +216,9 @@ class _Span:
 
 
 def _window_features(engine: Engine, span: _Span, early_fail_minutes: float,
-                     gap: pd.Timedelta):
-    """The window features as one Series each (node -> value), and the XID-event rows."""
+                     gap: pd.Timedelta, application_xids: tuple[str, ...]):
+    """The window features as one Series each (node -> value), and the XID-event rows (not
+    the `application_xids`: OutageRules.application_xids)."""
     dialect = engine.dialect.name
     j, jn, a = jobs, job_nodes, attributions
     attributed = and_(a.c.job_pk == j.c.id, a.c.kind.in_(ATTRIBUTED_KINDS))
@@ -243,7 +243,7 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float,
         .where(
             check_results.c.check == "xid",
             check_results.c.status.in_((Status.WARN, Status.FAIL)),
-            check_results.c.code.not_in(application_xid_codes()),
+            check_results.c.code.not_in(application_xids),
             span.of(check_results.c.node, check_results.c.time),
         )
         .distinct()
@@ -362,7 +362,7 @@ def lemon_features(
     r_lo, _ = window_bounds(as_of, outages.rate_window_days)
     repaired = lemon_repairs(engine, hi)
     s, xid_rows = _window_features(engine, _Span(lo, hi), early_fail_minutes,
-                                     outages.gap)
+                                     outages.gap, outages.application_xids)
     xid_codes = _xid_codes(engine, xid_rows)
     # A node back from a lemon repair inside the window is judged on what happened since: the
     # failures that sent it to repair must not send it straight back. One more pass, over
@@ -370,7 +370,8 @@ def lemon_features(
     restart = {node: when for node, when in repaired.items() if when > lo}
     if restart:
         again, again_xid = _window_features(engine, _Span(lo, hi, restart),
-                                             early_fail_minutes, outages.gap)
+                                             early_fail_minutes, outages.gap,
+                                             outages.application_xids)
         for name, series in s.items():
             s[name] = pd.concat([series.drop(list(restart), errors="ignore"), again[name]])
         xid_codes = pd.concat([xid_codes.drop(list(restart), errors="ignore"),
@@ -470,15 +471,15 @@ def lemon_features(
     return frame
 
 
-def _own_fault_times(engine: Engine, lo: datetime, hi: datetime) -> tuple[pd.DataFrame, pd.Series]:
+def _own_fault_times(engine: Engine, lo: datetime, hi: datetime,
+                     app: tuple[str, ...]) -> tuple[pd.DataFrame, pd.Series]:
     """(node, time) of the node's own faults in [lo, hi) the database holds apart from outages:
-    XID events (not application class) and failed checks of the other families; and per node
-    its application-class XIDs. Repair tickets are not faults: a ticket is the repair of an
-    outage already counted, opened hours or days after it (a site that imports its outage
-    records as tickets too would count every one twice)."""
+    XID events (not application class, `app`: OutageRules.application_xids) and failed checks
+    of the other families; and per node its application-class XIDs. Repair tickets are not
+    faults: a ticket is the repair of an outage already counted, opened hours or days after it
+    (a site that imports its outage records as tickets too would count every one twice)."""
     cr = check_results
     in_window = and_(cr.c.time >= lo, cr.c.time < hi)
-    app = application_xid_codes()
     faults = union(
         select(cr.c.node, cr.c.time).where(
             in_window, cr.c.check == "xid", cr.c.status.in_((Status.WARN, Status.FAIL)),
@@ -543,7 +544,7 @@ def _fleet_rate(engine: Engine, events: pd.DataFrame, lo: datetime, hi: datetime
     """The fleet-rate rule's series (episodes, rate_expected, rate_q, rate_surprise,
     left_out) over the nodes with an episode or an event left out, every node's peer group,
     and what the rule left out of the counts (episodes.py)."""
-    faults, app_xids = _own_fault_times(engine, lo, hi)
+    faults, app_xids = _own_fault_times(engine, lo, hi, rules.application_xids)
     window = events[(events["start"] >= lo) & (events["start"] < hi)]
     own = window[window["kind"] == "node"]
     not_own = window[window["kind"] != "node"]

@@ -35,7 +35,6 @@ from rsc_health.historian.ingest.inventory import exposure
 from rsc_health.historian.lemons.episodes import episode_starts
 from rsc_health.historian.outages import (
     OutageRules,
-    application_xid_codes,
     classify_outages,
     removed_by_cause,
 )
@@ -66,14 +65,14 @@ def failures(engine: Engine, lo: datetime, hi: datetime,
             select(cr.c.node, cr.c.time, cr.c.code).distinct()
             .where(cr.c.time >= lo, cr.c.time < hi, cr.c.check == "xid",
                    cr.c.status.in_((Status.WARN, Status.FAIL)),
-                   cr.c.code.not_in(application_xid_codes()))).all(),
+                   cr.c.code.not_in(rules.application_xids))).all(),
             columns=["node", "time", "reason"])
         app_xids = conn.execute(
             select(func.count()).select_from(
                 select(cr.c.node, cr.c.time, cr.c.code).distinct()
                 .where(cr.c.time >= lo, cr.c.time < hi, cr.c.check == "xid",
                        cr.c.status.in_((Status.WARN, Status.FAIL)),
-                       cr.c.code.in_(application_xid_codes())).subquery())).scalar_one()
+                       cr.c.code.in_(rules.application_xids)).subquery())).scalar_one()
     left_out: dict[str, dict[str, int]] = {"maintenance": {}, "fleet": {}}
     if not ev.empty:
         ev["kind"] = classify_outages(ev, rules, ev["node"].nunique())
