@@ -28,11 +28,12 @@ from rsc_health.historian.metrics.reliability import failures
 from rsc_health.historian.triage import HOST, USER, triage
 
 DAY = timedelta(days=1)
-# XID 69 (graphics engine class error) is the node's in the packaged catalog; this site's
-# users raise it from their own kernels. Its XID 13 entry replaces the packaged one whole (no
-# `application`): the site wants 13 held against the node, as the node path then does.
-SITE = ('[codes.69]\naction = "warn"\napplication = true\n'
-        'name = "Graphics engine class error (our users\' own kernels)"\n'
+# XID 32 (invalid or corrupted push buffer stream) is the node's in the packaged catalog;
+# this site's users raise it from their own kernels. Its XID 13 entry replaces the packaged
+# one whole (no `application`): the site wants 13 held against the node, as the node path
+# then does.
+SITE = ('[codes.32]\naction = "warn"\napplication = true\n'
+        'name = "Push buffer stream corrupted (our users\' own kernels)"\n'
         '[codes.13]\naction = "drain_after_job"\nname = "Graphics engine exception"\n')
 
 
@@ -60,11 +61,11 @@ def _xids(engine, rows):
 
 
 def _storms(fleet):
-    """n1: a user's XID 69 on six days; n2: XID 79 on five; n3: XID 13 on five."""
-    _xids(fleet.engine, [("n1", AS_OF - k * 2 * DAY, "xid69", "gpu2") for k in range(1, 7)])
+    """n1: a user's XID 32 on six days; n2: XID 79 on five; n3: XID 13 on five."""
+    _xids(fleet.engine, [("n1", AS_OF - k * 2 * DAY, "xid32", "gpu2") for k in range(1, 7)])
     _xids(fleet.engine, [("n2", AS_OF - k * 4 * DAY, "xid79", "gpu1") for k in range(1, 6)])
     _xids(fleet.engine, [("n3", AS_OF - k * 3 * DAY, "xid13", "gpu4") for k in range(1, 6)])
-    # a job of n1's failing a minute after its last XID 69
+    # a job of n1's failing a minute after its last XID 32
     fleet.job(["n1"], state="FAILED", end=AS_OF - 2 * DAY + timedelta(minutes=1))
 
 
@@ -74,7 +75,7 @@ def test_an_xid_the_sites_catalog_marks_application_is_never_the_nodes(fleet_any
     cfg = load_config(_config_file(tmp_path, _site_catalog(tmp_path)))
     rules = OutageRules.of_site(cfg)
     assert rules.xid_catalog_problem == ""
-    assert "xid69" in rules.application_xids and "xid13" not in rules.application_xids
+    assert "xid32" in rules.application_xids and "xid13" not in rules.application_xids
     f = lemon_features(engine, AS_OF, outages=rules)
     assert f.loc["n1", ["xid_cnt", "episodes", "left_out"]].tolist() == [0, 0, 6]
     assert f.loc["n3", "xid_cnt"] == 5
@@ -135,7 +136,7 @@ def test_a_site_catalog_others_may_write_is_not_used_by_the_historian_either(tmp
     site.chmod(0o666)
     rules = OutageRules.of_site(load_config(_config_file(tmp_path, site)))
     assert "refused" in rules.xid_catalog_problem
-    assert "xid69" not in rules.application_xids and "xid13" in rules.application_xids
+    assert "xid32" not in rules.application_xids and "xid13" in rules.application_xids
 
 
 def test_the_report_leaves_the_sites_application_xids_out_as_lemons_does(fleet_any, tmp_path):
