@@ -55,6 +55,29 @@ def test_gpu_burn_reads_each_gpus_throughput_and_faulty_gpus_fail():
         "GPU 2 computed wrong results"
 
 
+def _died(text: str, gpu: int) -> str:
+    """gpu-burn's output once GPU `gpu`'s burn process died at 100%: its count printed as -1
+    with the Gflop/s of its last report kept, `(DIED!)` by its errors (gpu_burn-drv.cpp:
+    `processed = -1` on a short read, `note += " (DIED!)"`), and still `GPU N: OK` at the end."""
+    def one(m: re.Match) -> str:
+        done = m.group(2).split(" - ")
+        done[gpu] = re.sub(r"^\d+", "-1", done[gpu])
+        errors = m.group(3).split(" - ")
+        errors[gpu] = "0  (DIED!)"
+        return f"{m.group(1)}proc'd: {' - '.join(done)}   errors: {' - '.join(errors)}   temps:"
+    return re.sub(r"(100\.0%  )proc'd: (.*?)   errors: (.*?)   temps:", one, text)
+
+
+def test_a_gpu_whose_burn_process_died_is_inconclusive_though_gpu_burn_calls_it_ok():
+    """gpu-burn keeps a dead GPU's last Gflop/s and ends with `GPU 3: OK`: its figures were
+    judged as a full burn's and the node passed with a GPU that stopped computing."""
+    text = _died((TOOLS / "gpu_burn.log").read_text(), 3)
+    assert "GPU 3: OK" in text and "-1 (16926 Gflop/s)" in text and "(DIED!)" in text
+    out = parse("gpu_burn", text)
+    assert out.metrics == [] and out.failed is None
+    assert out.inconclusive.startswith("GPU 3: its burn process died")
+
+
 def test_perftest_bandwidth_lines_up_with_the_superbench_fleet_baseline():
     out = parse("perftest", (TOOLS / "ib_loopback_8M_size.log").read_text())
     [metric] = out.metrics
