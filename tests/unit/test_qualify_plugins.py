@@ -41,6 +41,55 @@ def test_nccl_wrong_results_are_the_hardwares_fault():
     assert out.failed and "12 wrong" in out.failed
 
 
+def _checked_before_2_13(text: str, deltas: dict[int, float], oob: str = "0 OK") -> str:
+    """The real pre-2.13 run (SuperBench's copy: an `error` column, validation off) as the
+    same nccl-tests prints it with validation on: the column is the largest difference from
+    the expected result, `%5.0le` (cbe7f65 .. 51af557^ src/common.cu), non-zero for a healthy
+    float sum, judged by the tool against its tolerance into `Out of bounds values`."""
+    out = []
+    for line in text.replace("validation: 0", "validation: 1").splitlines():
+        tokens = line.split()
+        if tokens and tokens[0].isdigit() and "N/A" in tokens:
+            d = f"{deltas.get(int(tokens[0]), 0.0):5.0e}"
+            line = line.replace("   N/A", f" {d}")
+        out.append(line.replace("Out of bounds values : 0 OK", f"Out of bounds values : {oob}"))
+    return "\n".join(out) + "\n"
+
+
+def test_nccl_tests_before_2_13_print_differences_not_counts_and_a_healthy_run_passes():
+    """Before 2.13 the check column is `error`, the largest difference (0e+00, 2e-07): every
+    such value was read as wrong results, and a healthy node failed at every qualification.
+    The tool's own verdict is its `Out of bounds values` line."""
+    real = (TOOLS / "nccl_allreduce.log").read_text()
+    healthy = _checked_before_2_13(real, {8589934592: 2.4e-07, 4294967296: 1.2e-07})
+    assert " 2e-07" in healthy and " 0e+00" in healthy and "N/A" not in healthy
+    out = parse("nccl_tests", healthy, "all_reduce_perf")
+    assert out.failed is None and out.inconclusive is None
+    assert [(m.name, m.value) for m in out.metrics] == [
+        ("nccl-bw/allreduce_8589934592_busbw", 235.26)]
+    bad = parse("nccl_tests", _checked_before_2_13(real, {8589934592: 3e-01}, "4 FAILED"))
+    assert bad.failed == "out of bounds values: 4 FAILED"
+    cut = healthy[:healthy.index("# Out of bounds")]  # the verdict never came
+    assert parse("nccl_tests", cut).inconclusive and not parse("nccl_tests", cut).metrics
+
+
+@pytest.mark.parametrize("per_iter,timestamps", [(True, False), (False, True), (True, True)],
+                         ids=["-I1", "-S1", "-I1-S1"])
+def test_nccl_tests_2_19_per_iteration_and_timestamp_columns_are_read_by_the_header(
+        per_iter, timestamps):
+    """nccl-tests 2.19's -I 1 adds i_min, i_max, i_p99 and i_cv% to each half of a row, -S 1 a
+    date and time at its end: the eight last columns are no longer time, algbw, busbw and
+    #wrong, and a healthy run failed (an i_cv% or a clock time read as wrong results)."""
+    text = standin.nccl(231.0, per_iter=per_iter, timestamps=timestamps)
+    out = parse("nccl_tests", text)
+    assert out.failed is None and out.inconclusive is None
+    assert [(m.name, m.value) for m in out.metrics] == [
+        ("nccl-bw/allreduce_8589934592_busbw", 231.0)]
+    wrong = parse("nccl_tests", standin.nccl(231.0, wrong=5, per_iter=per_iter,
+                                              timestamps=timestamps))
+    assert wrong.failed == "8589934592 B: 5 wrong results"
+
+
 def test_gpu_burn_reads_each_gpus_throughput_and_faulty_gpus_fail():
     real = parse("gpu_burn", (TOOLS / "gpu_burn.log").read_text())
     assert [m.index for m in real.metrics] == [str(i) for i in range(8)]
