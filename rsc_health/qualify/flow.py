@@ -42,9 +42,10 @@ RETRY_CODES = ("inconclusive", "interrupted", "guard_held")
 # (Aegis's three strikes). Its drain carries this code and a ticket; the ticket's closing is
 # what makes it a candidate again (auto_candidates), its strikes counted from then on.
 STRIKES_CODE = "three_strikes"
-# A qualification run's times are the node's clock, its submission the management host's: a
-# result counts as the job's from this long before the submission on (a node further off is
-# flagged by the freshness check's clock skew).
+# A qualification run's times are the historian's clock (qualify run stamps them with it), and
+# so is the job's submission (history.now()): a result counts as the job's from this long before
+# the submission on (the run's start, carried by the node's monotonic clock, and the database
+# server's own steps).
 RESULT_CLOCK_SLACK = timedelta(minutes=10)
 
 
@@ -153,7 +154,7 @@ class Flow:
                 self.slurm.resume(node)
                 done.append("resumed into the reservation")
             self.history.action(node, ActionKind.QUALIFY_START, f"{self.tier} tier in {res}")
-            submitted = datetime.now(UTC)
+            submitted = self.history.now()  # the clock the job's run is stamped by
             job_id = self.slurm.submit(
                 [f"--reservation={res}", f"--nodelist={node}", "--nodes=1", "--exclusive",
                  f"--job-name=rsc_health_qualify_{self.tier}", f"--time={_minutes(self.timeout_s)}",
@@ -506,6 +507,15 @@ class HistorianSide:
         (0: every drain since the last pass)."""
         self.engine = engine
         self.strikes_window_days = strikes_window_days
+
+    def now(self) -> datetime:
+        """The historian's clock, aware UTC: what a qualification run's times are stamped by
+        (PostgreSQL's now(); on SQLite this host's), so a job's result is looked for from its
+        submission by the same clock, whatever this host's own says."""
+        from rsc_health.historian.db import historian_now
+
+        with self.engine.connect() as conn:
+            return historian_now(conn).replace(tzinfo=UTC)
 
     def result(self, node: str, job_id: str, *,
                since: datetime | None = None) -> tuple[str, str] | None:

@@ -168,6 +168,9 @@ class History:
     def strikes(self, node):
         return self._strikes.get(node, 0)
 
+    def now(self):  # the historian's clock
+        return datetime.now(UTC)
+
     def result(self, node, job_id, since=None):
         return self._result
 
@@ -392,3 +395,36 @@ def test_a_pass_stored_under_the_same_job_id_long_ago_does_not_release_the_node(
     info = slurm.node("gpu042")
     assert "DRAIN" in info.state and parse_reason(info.reason)["mode"] == "qualify"
     assert not slurm.reservations()
+
+
+def test_a_management_clock_ahead_of_the_historians_still_finds_the_jobs_result(
+        db, monkeypatch):
+    """`qualify run` stamps its run by the historian's clock (PostgreSQL's now()), and the
+    flow looked for it from its submission by this host's clock: a management host 20 minutes
+    fast never found the pass its job stored, and every qualification ended inconclusive and
+    drained the node again. The submission is stamped by the historian's clock too."""
+    _, engine = db
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE+DRAIN", XID79)
+    next_id = str(slurm._next_job + 1)
+
+    def store():  # the job's `qualify run`, stamped by the historian (here: the true time)
+        ended = naive(datetime.now(UTC))
+        with engine.begin() as conn:
+            conn.execute(insert(qualify_runs).values(
+                run_id=uuid.uuid4().hex, node="gpu042", tier="full",
+                started=ended - timedelta(minutes=9), ended=ended, verdict=PASS, reason="",
+                gpu_model="NVIDIA H100 80GB HBM3", driver="550.54.15", job_id=next_id))
+
+    class Fast(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(minutes=20)
+
+    monkeypatch.setattr("rsc_health.qualify.flow.datetime", Fast)
+    slurm.after("submit", store)
+    r = Flow(slurm, HistorianSide(engine), command=["healthctl"], tier="full", timeout_s=0.5,
+             poll_s=0.01).run("gpu042")
+    assert r.job_id == next_id
+    assert r.result == PASS, r
+    assert not slurm.node("gpu042").drain_set and not slurm.reservations()
