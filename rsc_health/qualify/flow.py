@@ -302,7 +302,13 @@ def _in_use(exc: SlurmError) -> bool:
 def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
     """Reservations a flow left behind: drain their node (inconclusive: never back without a
     pass) and remove them. One younger than `older_than_s` may be a flow still running (a
-    person's `qualify start`): left alone."""
+    person's `qualify start`): left alone. Slurm refusing one reservation (a job still pends
+    in it: "in use"; its node gone from slurm.conf) is said as refused, its node drained where
+    Slurm let it be, and the others are cleaned all the same (this runs before every `qualify
+    auto`: one stuck reservation must not stop the fleet's qualification); only a controller
+    that does not answer stops the pass."""
+    from rsc_health.slurm.api import SlurmCommandError
+
     out = []
     now = datetime.now(UTC)
     for name, (nodes, started) in slurm.reservations().items():
@@ -314,19 +320,28 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
         if nodes and nodes != node:
             out.append(FlowResult(node, "refused", f"{name} holds {nodes!r}, not {node}"))
             continue
-        reason = qualify_reason("interrupted", "qualification cut short; qualify again")
-        theirs = _kept_drain(slurm.node(node))
-        if theirs:
-            slurm.delete_reservation(name)
-            out.append(FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
-                                  actions=("reservation deleted",)))
-            continue
-        slurm.drain(node, reason)
-        history.action(node, ActionKind.QUALIFY_DRAIN, reason)
-        slurm.delete_reservation(name)
-        out.append(FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
-                              actions=("drained", "reservation deleted")))
+        done: list[str] = []
+        try:
+            out.append(_clean_one(slurm, history, name, node, done))
+        except SlurmCommandError as exc:
+            out.append(FlowResult(node, "refused", f"{name} left: Slurm refused: "
+                                  f"{str(exc)[-200:]}", actions=tuple(done)))
     return out
+
+
+def _clean_one(slurm, history, name: str, node: str, done: list[str]) -> FlowResult:
+    reason = qualify_reason("interrupted", "qualification cut short; qualify again")
+    theirs = _kept_drain(slurm.node(node))
+    if theirs:
+        slurm.delete_reservation(name)
+        return FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
+                          actions=("reservation deleted",))
+    slurm.drain(node, reason)
+    history.action(node, ActionKind.QUALIFY_DRAIN, reason)
+    done.append("drained")
+    slurm.delete_reservation(name)
+    return FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
+                      actions=("drained", "reservation deleted"))
 
 
 def _persons_drain(info) -> str | None:
