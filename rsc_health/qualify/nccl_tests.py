@@ -28,6 +28,14 @@ TOOL = "all_reduce_perf"
 _BENCH = re.compile(r"Collective test (?:starting|concluded):\s*(\w+)")
 _OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w+)")
 _RANK = re.compile(r"^#\s+Rank\s+\d+", re.M)
+# What a launcher puts before each line a rank prints: `mpirun --tag-output`
+# ("[1,0]<stdout>:"), MPICH's -prepend-rank ("[0] "), `srun --label` ("0: ").
+_TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\] |\s*\d+: )", re.M)
+
+
+def untagged(text: str) -> str:
+    """The output as the tool printed it, without a launcher's per-line tag."""
+    return _TAG.sub("", text)
 
 
 class _Columns(NamedTuple):
@@ -76,6 +84,7 @@ def _wrong(cell: str) -> bool:
 
 def parse(text: str, tool: str | None = None) -> Outcome:
     """`tool`: the program that printed `text` (older nccl-tests never name their test)."""
+    text = untagged(text)
     rows = []
     columns = _LAST_EIGHT
     deltas = False  # a pre-2.13 `error` column was read: the summary line is the verdict
