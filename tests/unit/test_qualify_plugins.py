@@ -206,3 +206,36 @@ def test_every_plugin_names_its_tool_and_parses_a_stand_in():
         out = parse(name, made[name])
         assert out.metrics and not out.failed and not out.inconclusive, name
         json.dumps([m.__dict__ for m in out.metrics])
+
+
+def test_nvbandwidth_data_that_came_back_wrong_fails_the_node(tmp_path):
+    """nvbandwidth checks every copy against the pattern written (memcpy.cpp memcmpPattern);
+    a mismatch is `ASSERT(h_errorFlag == 0)`: the message on stderr, exit 1. The exit code
+    made it inconclusive, so a node whose copies corrupt data was retried for ever, never
+    failed nor sent to repair. Another ASSERT or a CUDA error stays inconclusive."""
+    import sys
+
+    from rsc_health.qualify.runner import TestSpec, run_test
+
+    real = (TOOLS / "nvbandwidth_results.log").read_text()
+    head = real[:real.index("Running device_to_host_memcpy_ce.")] + \
+        "Running device_to_host_memcpy_ce.\n"
+
+    def tool(name, err):
+        (tmp_path / f"{name}.out").write_text(head)
+        script = tmp_path / name
+        script.write_text(f"#!{sys.executable}\nimport sys\n"
+                          f"sys.stdout.write(open({str(tmp_path / (name + '.out'))!r}).read())\n"
+                          f"sys.stdout.flush()\nsys.stderr.write({err!r})\nsys.exit(1)\n")
+        script.chmod(0o755)
+        return TestSpec(name, "nvbandwidth", (str(script),), 30.0)
+
+    corrupt = run_test(tool("nvb_corrupt", "ASSERT in expression h_errorFlag == 0 in void "
+                            "memcmpPatternHelper(CUstream, CUdeviceptr, unsigned long long, "
+                            "unsigned int, CompareKernelFunc, std::shared_ptr<NodeHelper>)() : "
+                            "/src/nvbandwidth/memcpy.cpp:165\n"))
+    assert corrupt.failed and "did not match" in corrupt.failed and not corrupt.metrics
+    cuda = run_test(tool("nvb_cuda", "[CUDA_ERROR_OUT_OF_MEMORY] out of memory in expression "
+                         "cuMemAlloc(&d_pattern, sizeof(char) * _2MiB) in void "
+                         "memcmpPatternHelper(...)() : /src/nvbandwidth/memcpy.cpp:149\n"))
+    assert cuda.failed is None and cuda.inconclusive.startswith("exit 1")
