@@ -403,7 +403,6 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
     """Open suspect episodes to qualify (issue 24's suspect trigger), at most `limit`: the
     node idle (no job to wait for), neither drained, DOWN nor held for a reboot, in no
     qualification reservation, and not qualified inconclusively within the back-off."""
-    from datetime import timedelta
 
     info = {n.name: n for n in nodes}
     out: list[tuple[str, str]] = []
@@ -413,11 +412,8 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
         n = info.get(ep.node)
         if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
             continue
-        streak, last = history.inconclusive_streak(ep.node)
-        if streak and last is not None and last > ep.since:
-            wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
-            if now - last < timedelta(minutes=wait):
-                continue
+        if _backing_off(history, ep.node, ep.since, now, retry_min, retry_max_min):
+            continue
         out.append((ep.node, f"suspect since {ep.since:%Y-%m-%d %H:%M}: {ep.metric}"))
     return out
 
@@ -430,7 +426,6 @@ def driver_candidates(nodes, changed, history, now: datetime, *, retry_min: floa
     node is taken undrained and only when idle (no job to wait for), never drained, DOWN, held
     for a reboot or in a reservation, and not again within the back-off of an inconclusive run
     after the change."""
-    from datetime import timedelta
 
     info = {n.name: n for n in nodes}
     out: list[tuple[str, str]] = []
@@ -442,14 +437,24 @@ def driver_candidates(nodes, changed, history, now: datetime, *, retry_min: floa
             continue
         if history.passed_since(node, since):
             continue
-        streak, last = history.inconclusive_streak(node)
-        if streak and last is not None and last > since:
-            wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
-            if now - last < timedelta(minutes=wait):
-                continue
+        if _backing_off(history, node, since, now, retry_min, retry_max_min):
+            continue
         out.append((node, f"driver/firmware changed {since:%Y-%m-%d %H:%M}: "
                           f"{previous[:120]} -> {current[:120]}"))
     return out
+
+
+def _backing_off(history, node: str, since: datetime, now: datetime, retry_min: float,
+                 retry_max_min: float) -> bool:
+    """Whether an undrained node (a suspect, a driver change) waits: a run since `since` left
+    it due (it proved nothing, or failed with its drain held back by the guard: both leave the
+    node in service as it came), so it waits retry_min doubling per inconclusive run in a row
+    (at most retry_max_min) from that run's end, not the next `qualify auto`."""
+    streak, last = history.inconclusive_streak(node)
+    if last is None or last <= since:
+        return False
+    wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
+    return now - last < timedelta(minutes=wait)
 
 
 def strike_candidates(nodes, history, *, strikes: int, limit: int) -> list[tuple[str, int]]:
