@@ -329,7 +329,7 @@ def start(ctx, nodes, tier, timeout_s, parallel, as_json) -> None:
 
     cfg = ctx.obj.config
     try:
-        names = expand(nodes)
+        names = list(dict.fromkeys(expand(nodes)))  # a node named twice is qualified once
     except HostlistError as exc:
         raise click.ClickException(f"NODES: {exc}") from exc
     slurm, history = _flow_parts(ctx)

@@ -10,6 +10,7 @@ real SQLite historian:
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -428,3 +429,39 @@ def test_a_management_clock_ahead_of_the_historians_still_finds_the_jobs_result(
     assert r.job_id == next_id
     assert r.result == PASS, r
     assert not slurm.node("gpu042").drain_set and not slurm.reservations()
+
+
+def test_qualify_start_naming_a_node_twice_runs_one_flow_for_it(db, tmp_path):
+    """`qualify start gpu[041-042],gpu042`: hostlists keep repeats, so two flows ran on gpu042
+    side by side. The second found the node already resumed by the first (refused: the
+    command exits 1 though every node passed) or, a moment earlier, had its reservation
+    refused as a duplicate (the command died with a traceback once the first had finished)."""
+    from rsc_health.cli import AppContext
+    from rsc_health.commands.qualify import qualify
+
+    url, engine = db
+    slurm = MemorySlurm()
+    for name in ("gpu041", "gpu042"):
+        slurm.add_node(name, "IDLE+DRAIN", XID79)
+
+    def passes():  # each qualification job stores its pass as `qualify run` does
+        job_id = [c[1] for c in slurm.calls if c[0] == "submit"][-1]
+        node = next(o.split("=", 1)[1] for o in slurm._jobs[job_id].options
+                    if o.startswith("--nodelist="))
+        ended = naive(datetime.now(UTC))
+        with engine.begin() as conn:
+            conn.execute(insert(qualify_runs).values(
+                run_id=uuid.uuid4().hex, node=node, tier="full", started=ended, ended=ended,
+                verdict=PASS, reason="", gpu_model="H100", driver="550", job_id=job_id))
+
+    config = tmp_path / "c.toml"
+    config.write_text("[qualify]\nparallel = 3\n")
+    obj = AppContext(config_path=str(config), db_url=url)
+    obj.slurm = slurm
+    for _ in range(3):
+        slurm.after("submit", passes)
+    out = CliRunner().invoke(qualify, ["start", "gpu[041-042],gpu042", "--json"], obj=obj)
+    assert out.exception is None or isinstance(out.exception, SystemExit), out.exception
+    results = json.loads(out.output)
+    assert [(r["node"], r["result"]) for r in results] == [("gpu041", PASS), ("gpu042", PASS)]
+    assert len([c for c in slurm.calls if c[0] == "submit"]) == 2
