@@ -432,10 +432,10 @@ def test_a_management_clock_ahead_of_the_historians_still_finds_the_jobs_result(
 
 
 def test_qualify_start_naming_a_node_twice_runs_one_flow_for_it(db, tmp_path):
-    """`qualify start gpu[041-042],gpu042`: hostlists keep repeats, so two flows ran on gpu042
-    side by side. The second found the node already resumed by the first (refused: the
-    command exits 1 though every node passed) or, a moment earlier, had its reservation
-    refused as a duplicate (the command died with a traceback once the first had finished)."""
+    """`qualify start gpu[041-042],gpu042`: hostlists keep repeats, so gpu042 got two flows.
+    One after another (here), the second found it resumed by the first: refused, and the
+    command exited 1 though every node passed; side by side, the second's reservation could be
+    refused as a duplicate and the command die with a traceback once the first had finished."""
     from rsc_health.cli import AppContext
     from rsc_health.commands.qualify import qualify
 
@@ -444,23 +444,30 @@ def test_qualify_start_naming_a_node_twice_runs_one_flow_for_it(db, tmp_path):
     for name in ("gpu041", "gpu042"):
         slurm.add_node(name, "IDLE+DRAIN", XID79)
 
+    stored: set[str] = set()
+
     def passes():  # each qualification job stores its pass as `qualify run` does
-        job_id = [c[1] for c in slurm.calls if c[0] == "submit"][-1]
-        node = next(o.split("=", 1)[1] for o in slurm._jobs[job_id].options
-                    if o.startswith("--nodelist="))
-        ended = naive(datetime.now(UTC))
-        with engine.begin() as conn:
-            conn.execute(insert(qualify_runs).values(
-                run_id=uuid.uuid4().hex, node=node, tier="full", started=ended, ended=ended,
-                verdict=PASS, reason="", gpu_model="H100", driver="550", job_id=job_id))
+        for job_id in [c[1] for c in slurm.calls if c[0] == "submit"]:
+            if job_id in stored:
+                continue
+            stored.add(job_id)
+            node = next(o.split("=", 1)[1] for o in slurm._jobs[job_id].options
+                        if o.startswith("--nodelist="))
+            ended = naive(datetime.now(UTC))
+            with engine.begin() as conn:
+                conn.execute(insert(qualify_runs).values(
+                    run_id=uuid.uuid4().hex, node=node, tier="full", started=ended,
+                    ended=ended, verdict=PASS, reason="", gpu_model="H100", driver="550",
+                    job_id=job_id))
+        slurm.after("submit", passes)  # the next submission's too
 
     config = tmp_path / "c.toml"
-    config.write_text("[qualify]\nparallel = 3\n")
+    config.write_text("[qualify]\nparallel = 1\n")
     obj = AppContext(config_path=str(config), db_url=url)
     obj.slurm = slurm
-    for _ in range(3):
-        slurm.after("submit", passes)
-    out = CliRunner().invoke(qualify, ["start", "gpu[041-042],gpu042", "--json"], obj=obj)
+    slurm.after("submit", passes)
+    out = CliRunner().invoke(qualify, ["start", "gpu[041-042],gpu042", "--json",
+                                       "--timeout", "20"], obj=obj)
     assert out.exception is None or isinstance(out.exception, SystemExit), out.exception
     results = json.loads(out.output)
     assert [(r["node"], r["result"]) for r in results] == [("gpu041", PASS), ("gpu042", PASS)]
