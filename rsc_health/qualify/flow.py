@@ -331,14 +331,21 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
 
 def _clean_one(slurm, history, name: str, node: str, done: list[str]) -> FlowResult:
     reason = qualify_reason("interrupted", "qualification cut short; qualify again")
-    theirs = _kept_drain(slurm.node(node))
+    info = slurm.node(node)
+    theirs = _kept_drain(info)
     if theirs:
         slurm.delete_reservation(name)
         return FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
                           actions=("reservation deleted",))
-    slurm.drain(node, reason)
-    history.action(node, ActionKind.QUALIFY_DRAIN, reason)
-    done.append("drained")
+    parsed = _parsed(info.reason) if info.drain_set else None
+    if parsed is not None and parsed["mode"] == QUALIFY_MODE and parsed["code"] == "interrupted":
+        # Drained by an earlier cleanup whose delete Slurm refused: once is enough (a drain
+        # again would renew its reason time, and the mass-drain guard would count it as new).
+        done.append("drained already")
+    else:
+        slurm.drain(node, reason)
+        history.action(node, ActionKind.QUALIFY_DRAIN, reason)
+        done.append("drained")
     slurm.delete_reservation(name)
     return FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
                       actions=("drained", "reservation deleted"))

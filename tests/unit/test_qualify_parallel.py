@@ -313,3 +313,22 @@ def test_cleanup_of_a_reservation_slurm_will_not_delete_still_cleans_the_others(
     assert slurm.node("gpu002").drain_set and slurm.node("gpu001").drain_set
     assert results["gpu002"].result == "inconclusive"
     assert results["gpu001"].result == "refused" and "in use" in results["gpu001"].detail
+
+
+def test_a_reservation_slurm_keeps_refusing_is_not_drained_again_at_every_cleanup():
+    """cleanup runs before every `qualify auto` (every 10 minutes): a node whose reservation
+    Slurm keeps refusing to delete was drained again each time, a QUALIFY_DRAIN row each time
+    and its reason time renewed, so the mass-drain guard counted it as a fresh rsc-health drain
+    of its partition for as long as the reservation stayed. Drained once, said each time."""
+    from rsc_health.qualify.flow import cleanup, reservation_name
+
+    stuck = reservation_name("gpu001")
+    slurm = BusyReservation({stuck})
+    slurm.add_node("gpu001", "IDLE")
+    slurm.create_reservation(stuck, "gpu001")
+    hist = History(slurm, {})
+    for _ in range(3):
+        [r] = cleanup(slurm, hist)
+        assert r.result == "refused" and "in use" in r.detail
+    assert len([c for c in slurm.calls if c[0] == "drain"]) == 1
+    assert len(hist.actions) == 1
