@@ -175,22 +175,37 @@ def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadli
     second known-good peer: a peer degraded since its own pass (not yet caught) would
     otherwise fail, and drain, a sound node. Only when the second peer's run fails too does the
     fail stand; when it does not, its judgement is the run's, and the reason says the first
-    peer's result was set aside. A peer named with --peer is the operator's choice: no retry."""
+    peer's result was set aside. Likewise a run that proved nothing only because a pairwise
+    test did (the peer never answered: gone down, or drained by hand, since its pass; every
+    node picks the same newest peer, so the whole fleet would prove nothing while it is away):
+    the second peer's judgement is the run's. A peer named with --peer is the operator's
+    choice: no retry."""
     from rsc_health.qualify import runner
-    from rsc_health.qualify.judge import FAIL
+    from rsc_health.qualify.judge import FAIL, INCONCLUSIVE
     from rsc_health.qualify.verdict import judge_run
 
-    if judged.verdict != FAIL:
-        return judged
     pair = {s.name for s in specs if runner.is_pairwise(s)}
-    failing = {o.test for o in judged.outcomes if o.failed}
-    failing |= {test for test, j, _u, _h in judged.judgements if j.status == FAIL}
-    if not failing or not failing <= pair:
+    if judged.verdict == FAIL:
+        again_tests = {o.test for o in judged.outcomes if o.failed}
+        again_tests |= {test for test, j, _u, _h in judged.judgements if j.status == FAIL}
+    elif judged.verdict == INCONCLUSIVE:
+        # Outcomes that proved nothing, and no metric left unjudged (a second peer would not
+        # give that one peers).
+        again_tests = {o.test for o in judged.outcomes if o.inconclusive}
+        if any(j.status == INCONCLUSIVE for _t, j, _u, _h in judged.judgements):
+            return judged
+    else:
+        return judged
+    if not again_tests or not again_tests <= pair:
         return judged
     again = {s.name: runner.run_test(s, deadline=deadline, peer=second)
-             for s in specs if s.name in failing}
+             for s in specs if s.name in again_tests}
     retried = judge_run([again.get(o.test, o) for o in judged.outcomes], peers_of=peers_of,
                         baseline=baseline, rules=rules)
+    if judged.verdict == INCONCLUSIVE:
+        note = f"pairwise against {first} proved nothing ({judged.reason}); against {second}"
+        retried.reason = (f"{note}: {retried.reason}" if retried.reason else note)[:4000]
+        return retried
     if retried.verdict == FAIL:
         retried.reason = (f"failed against two known-good peers ({first}, {second}): "
                           f"{retried.reason}")[:4000]
@@ -329,7 +344,7 @@ def start(ctx, nodes, tier, timeout_s, parallel, as_json) -> None:
 
     cfg = ctx.obj.config
     try:
-        names = expand(nodes)
+        names = list(dict.fromkeys(expand(nodes)))  # a node named twice is qualified once
     except HostlistError as exc:
         raise click.ClickException(f"NODES: {exc}") from exc
     slurm, history = _flow_parts(ctx)

@@ -5,7 +5,10 @@ rsc_health.historian.failslow), renewed by more, ended
 
     cleared    by a qualification pass after it opened, or by a person (`healthctl suspects
                clear NODE --reason`), who is named in changed_by with the reason;
-    confirmed  by a qualification fail after it opened (the flow drained the node, ticketed);
+    confirmed  by a qualification fail after it opened that drained the node (the flow's
+               drain of a failed test, ticketed): a fail whose drain the mass-drain guard held
+               back left the node in service, so its episode stays open (still kept off big
+               jobs, qualified again), as does a fail no flow drained (a person's own run);
     expired    when no evidence renewed it for [suspects] expire_after_h.
 
 Evidence counts only when it is newer than the node's last ended episode: a person's clear (or
@@ -23,7 +26,7 @@ from sqlalchemy import func, insert, select, update
 
 from rsc_health.historian.db import TURNS_SUSPECTS, take_turns, writer
 from rsc_health.historian.failslow.evidence import STEPS, SuspectEvidence
-from rsc_health.historian.schema import qualify_runs, suspects
+from rsc_health.historian.schema import node_actions, qualify_runs, suspects
 from rsc_health.model import SuspectState
 
 MAX_JOB_IDS = 32  # job ids kept per episode (the newest evidence's first)
@@ -166,8 +169,9 @@ def expire(engine, now: datetime) -> list[str]:
 
 def settle(engine, now: datetime) -> list[tuple[str, SuspectState, str]]:
     """Episodes a qualification run decided, after the episode opened: a pass clears, a fail
-    confirms (the flow drained the node and opened a ticket); an inconclusive run decides
-    nothing. [(node, new state, why)]."""
+    confirms once the flow drained the node for it (its QUALIFY_DRAIN with a failed test's
+    code since the episode opened); an inconclusive run decides nothing, nor does a fail
+    left undrained. [(node, new state, why)]."""
     from rsc_health.qualify.judge import FAIL, PASS
 
     out = []
@@ -180,13 +184,32 @@ def settle(engine, now: datetime) -> list[tuple[str, SuspectState, str]]:
                                       qualify_runs.c.ended > ep.changed,
                                       qualify_runs.c.verdict.in_([PASS, FAIL]))
                                .order_by(qualify_runs.c.ended.desc())).first()
-            if run is None:
+            if run is None or (run.verdict == FAIL and not _fail_drained(conn, ep)):
                 continue
             state = SuspectState.CLEARED if run.verdict == PASS else SuspectState.CONFIRMED
             why = f"qualification {run.verdict} ({run.tier}, run {run.run_id[:12]})"
             _end(conn, ep.id, state, now, "qualify", why)
             out.append((ep.node, state, why))
     return out
+
+
+def _fail_drained(conn, ep: Episode) -> bool:
+    """Whether a qualification flow drained the node for a failed test since the episode
+    opened (not for a run that proved nothing, a fail the guard held, or a repair's three
+    strikes: those drains carry a retry or repair code)."""
+    from rsc_health.model import ActionKind
+    from rsc_health.policy import QUALIFY_MODE, parse_reason
+    from rsc_health.qualify.flow import RETRY_CODES, STRIKES_CODE
+
+    reasons = conn.execute(select(node_actions.c.reason).where(
+        node_actions.c.node == ep.node, node_actions.c.action == ActionKind.QUALIFY_DRAIN.value,
+        node_actions.c.time > ep.changed)).scalars()
+    for reason in reasons:
+        parsed = parse_reason(reason)
+        if parsed is not None and parsed["mode"] == QUALIFY_MODE \
+                and parsed["code"] not in (*RETRY_CODES, STRIKES_CODE):
+            return True
+    return False
 
 
 def clear(engine, node: str, now: datetime, *, who: str, why: str) -> Episode | None:

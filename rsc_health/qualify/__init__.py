@@ -3,7 +3,8 @@
 A plug-in is one module in this package that names its tool and parses the tool's real output
 into `Metric`s (per node, per GPU, per HCA) or says why the run proves nothing (`Outcome`
 inconclusive: tool missing, output cut short, a setup the metric cannot be judged under) or
-that the tool itself saw a fault (`Outcome.failed`: wrong results, a faulty GPU). Metrics are
+that the tool itself saw a fault (`Outcome.failed`: wrong results, a faulty GPU); a tool that
+says a fault only on stderr as it exits non-zero has an optional `fault(stderr)` too. Metrics are
 named as SuperBench names them (`nccl-bw/allreduce_8589934592_busbw`,
 `ib-loopback/ib_write_8388608_ib0_bw`, `gemm-flops/fp64_tc_flops`), so an imported SuperBench
 fleet baseline (baseline.py) lines up with our own results by name. Judging is peer-relative

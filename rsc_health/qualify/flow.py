@@ -42,9 +42,10 @@ RETRY_CODES = ("inconclusive", "interrupted", "guard_held")
 # (Aegis's three strikes). Its drain carries this code and a ticket; the ticket's closing is
 # what makes it a candidate again (auto_candidates), its strikes counted from then on.
 STRIKES_CODE = "three_strikes"
-# A qualification run's times are the node's clock, its submission the management host's: a
-# result counts as the job's from this long before the submission on (a node further off is
-# flagged by the freshness check's clock skew).
+# A qualification run's times are the historian's clock (qualify run stamps them with it), and
+# so is the job's submission (history.now()): a result counts as the job's from this long before
+# the submission on (the run's start, carried by the node's monotonic clock, and the database
+# server's own steps).
 RESULT_CLOCK_SLACK = timedelta(minutes=10)
 
 
@@ -153,7 +154,7 @@ class Flow:
                 self.slurm.resume(node)
                 done.append("resumed into the reservation")
             self.history.action(node, ActionKind.QUALIFY_START, f"{self.tier} tier in {res}")
-            submitted = datetime.now(UTC)
+            submitted = self.history.now()  # the clock the job's run is stamped by
             job_id = self.slurm.submit(
                 [f"--reservation={res}", f"--nodelist={node}", "--nodes=1", "--exclusive",
                  f"--job-name=rsc_health_qualify_{self.tier}", f"--time={_minutes(self.timeout_s)}",
@@ -301,7 +302,13 @@ def _in_use(exc: SlurmError) -> bool:
 def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
     """Reservations a flow left behind: drain their node (inconclusive: never back without a
     pass) and remove them. One younger than `older_than_s` may be a flow still running (a
-    person's `qualify start`): left alone."""
+    person's `qualify start`): left alone. Slurm refusing one reservation (a job still pends
+    in it: "in use"; its node gone from slurm.conf) is said as refused, its node drained where
+    Slurm let it be, and the others are cleaned all the same (this runs before every `qualify
+    auto`: one stuck reservation must not stop the fleet's qualification); only a controller
+    that does not answer stops the pass."""
+    from rsc_health.slurm.api import SlurmCommandError
+
     out = []
     now = datetime.now(UTC)
     for name, (nodes, started) in slurm.reservations().items():
@@ -313,19 +320,35 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
         if nodes and nodes != node:
             out.append(FlowResult(node, "refused", f"{name} holds {nodes!r}, not {node}"))
             continue
-        reason = qualify_reason("interrupted", "qualification cut short; qualify again")
-        theirs = _kept_drain(slurm.node(node))
-        if theirs:
-            slurm.delete_reservation(name)
-            out.append(FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
-                                  actions=("reservation deleted",)))
-            continue
+        done: list[str] = []
+        try:
+            out.append(_clean_one(slurm, history, name, node, done))
+        except SlurmCommandError as exc:
+            out.append(FlowResult(node, "refused", f"{name} left: Slurm refused: "
+                                  f"{str(exc)[-200:]}", actions=tuple(done)))
+    return out
+
+
+def _clean_one(slurm, history, name: str, node: str, done: list[str]) -> FlowResult:
+    reason = qualify_reason("interrupted", "qualification cut short; qualify again")
+    info = slurm.node(node)
+    theirs = _kept_drain(info)
+    if theirs:
+        slurm.delete_reservation(name)
+        return FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
+                          actions=("reservation deleted",))
+    parsed = _parsed(info.reason) if info.drain_set else None
+    if parsed is not None and parsed["mode"] == QUALIFY_MODE and parsed["code"] == "interrupted":
+        # Drained by an earlier cleanup whose delete Slurm refused: once is enough (a drain
+        # again would renew its reason time, and the mass-drain guard would count it as new).
+        done.append("drained already")
+    else:
         slurm.drain(node, reason)
         history.action(node, ActionKind.QUALIFY_DRAIN, reason)
-        slurm.delete_reservation(name)
-        out.append(FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
-                              actions=("drained", "reservation deleted")))
-    return out
+        done.append("drained")
+    slurm.delete_reservation(name)
+    return FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
+                      actions=("drained", "reservation deleted"))
 
 
 def _persons_drain(info) -> str | None:
@@ -387,7 +410,6 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
     """Open suspect episodes to qualify (issue 24's suspect trigger), at most `limit`: the
     node idle (no job to wait for), neither drained, DOWN nor held for a reboot, in no
     qualification reservation, and not qualified inconclusively within the back-off."""
-    from datetime import timedelta
 
     info = {n.name: n for n in nodes}
     out: list[tuple[str, str]] = []
@@ -397,11 +419,8 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
         n = info.get(ep.node)
         if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
             continue
-        streak, last = history.inconclusive_streak(ep.node)
-        if streak and last is not None and last > ep.since:
-            wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
-            if now - last < timedelta(minutes=wait):
-                continue
+        if _backing_off(history, ep.node, ep.since, now, retry_min, retry_max_min):
+            continue
         out.append((ep.node, f"suspect since {ep.since:%Y-%m-%d %H:%M}: {ep.metric}"))
     return out
 
@@ -414,7 +433,6 @@ def driver_candidates(nodes, changed, history, now: datetime, *, retry_min: floa
     node is taken undrained and only when idle (no job to wait for), never drained, DOWN, held
     for a reboot or in a reservation, and not again within the back-off of an inconclusive run
     after the change."""
-    from datetime import timedelta
 
     info = {n.name: n for n in nodes}
     out: list[tuple[str, str]] = []
@@ -426,14 +444,24 @@ def driver_candidates(nodes, changed, history, now: datetime, *, retry_min: floa
             continue
         if history.passed_since(node, since):
             continue
-        streak, last = history.inconclusive_streak(node)
-        if streak and last is not None and last > since:
-            wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
-            if now - last < timedelta(minutes=wait):
-                continue
+        if _backing_off(history, node, since, now, retry_min, retry_max_min):
+            continue
         out.append((node, f"driver/firmware changed {since:%Y-%m-%d %H:%M}: "
                           f"{previous[:120]} -> {current[:120]}"))
     return out
+
+
+def _backing_off(history, node: str, since: datetime, now: datetime, retry_min: float,
+                 retry_max_min: float) -> bool:
+    """Whether an undrained node (a suspect, a driver change) waits: a run since `since` left
+    it due (it proved nothing, or failed with its drain held back by the guard: both leave the
+    node in service as it came), so it waits retry_min doubling per inconclusive run in a row
+    (at most retry_max_min) from that run's end, not the next `qualify auto`."""
+    streak, last = history.inconclusive_streak(node)
+    if last is None or last <= since:
+        return False
+    wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
+    return now - last < timedelta(minutes=wait)
 
 
 def strike_candidates(nodes, history, *, strikes: int, limit: int) -> list[tuple[str, int]]:
@@ -506,6 +534,15 @@ class HistorianSide:
         (0: every drain since the last pass)."""
         self.engine = engine
         self.strikes_window_days = strikes_window_days
+
+    def now(self) -> datetime:
+        """The historian's clock, aware UTC: what a qualification run's times are stamped by
+        (PostgreSQL's now(); on SQLite this host's), so a job's result is looked for from its
+        submission by the same clock, whatever this host's own says."""
+        from rsc_health.historian.db import historian_now
+
+        with self.engine.connect() as conn:
+            return historian_now(conn).replace(tzinfo=UTC)
 
     def result(self, node: str, job_id: str, *,
                since: datetime | None = None) -> tuple[str, str] | None:

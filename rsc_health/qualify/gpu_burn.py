@@ -2,6 +2,11 @@
 `GPU N: FAULTY` means a GPU computed wrong results (the hardware's fault). Its last progress line
 gives each GPU's Gflop/s (`proc'd: N (G Gflop/s) - ...`), the throughput judged against peers.
 
+A GPU whose burn process died (its init or a CUDA call failed: gpu-burn prints its count as -1
+and `(DIED!)` by its errors) keeps the Gflop/s of its last report, and gpu-burn still calls it
+`OK` at the end (only wrong results make it FAULTY; gpu_burn-drv.cpp): it was not stressed for
+the rest of the run, so its figures prove nothing (inconclusive, never a pass).
+
 Real output: ../shared/data/qualify/tool-outputs/gpu_burn.log (8x A100, doubles + tensor cores)
 and tests/fixtures/real/h200-vm-2026-11-26/gpu_burn-h200-20s.log (one H200, doubles).
 """
@@ -16,7 +21,7 @@ NAME = "gpu_burn"
 TOOL = "gpu_burn"
 
 _PROGRESS = re.compile(r"(\d+(?:\.\d+)?)%\s+proc'd:\s*(.*?)\s+errors:\s*(.*?)\s+temps:")
-_GFLOPS = re.compile(r"\d+\s*\((\-?[\d.]+)\s*Gflop/s\)")
+_GFLOPS = re.compile(r"(-?\d+)\s*\((\-?[\d.]+)\s*Gflop/s\)")
 _VERDICT = re.compile(r"^\s*GPU\s+(\d+):\s*(OK|FAULTY)\b", re.M)
 
 
@@ -38,10 +43,15 @@ def parse(text: str, tool: str | None = None) -> Outcome:
         last = m
     if last is None:
         return Outcome(NAME, inconclusive="no progress line with throughput")
-    flops = [number(v) for v in _GFLOPS.findall(last.group(2))]
+    done = _GFLOPS.findall(last.group(2))
     errors = [int(e) for e in re.findall(r"\d+", last.group(3))]
     if any(errors):
         return Outcome(NAME, failed=f"errors per GPU {errors}")
+    died = [str(i) for i, (calcs, _g) in enumerate(done) if int(calcs) < 0]
+    if died or "DIED" in last.group(3):
+        return Outcome(NAME, inconclusive=f"GPU {', '.join(died) or '?'}: its burn process died "
+                       "(DIED!): not stressed to the end, its figures are from before")
+    flops = [number(g) for _calcs, g in done]
     if len(flops) != len(verdicts) or not all(flops):
         return Outcome(NAME, inconclusive=f"{len(verdicts)} GPUs tested, throughput for "
                        f"{sum(1 for f in flops if f)}")

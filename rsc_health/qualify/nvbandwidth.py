@@ -3,6 +3,11 @@ Each testcase prints a matrix (rows and columns are devices) and a `SUM <testcas
 a testcase it cannot run on this topology prints `Waived:` instead (never a failure).
 Metrics: one per testcase and per GPU (the column), so one slow GPU stands out from its peers.
 
+Every copy is checked against the pattern written (memcpy.cpp memcmpPattern, unless run with
+--skipVerification): a mismatch is `ASSERT(h_errorFlag == 0)`, its message on stderr and exit 1.
+That is the hardware's fault (data copied wrong), read by fault() from stderr; any other
+ASSERT or CUDA error proves nothing.
+
 Real output: ../shared/data/qualify/tool-outputs/nvbandwidth_results.log (nvbandwidth v0.6, GH200).
 """
 
@@ -16,6 +21,14 @@ NAME = "nvbandwidth"
 TOOL = "nvbandwidth"
 
 _RUNNING = re.compile(r"^Running (\w+)\.\s*$")
+_MISMATCH = re.compile(r"ASSERT in expression h_errorFlag == 0\b")
+
+
+def fault(stderr: str) -> str | None:
+    """The copy verification's failure, when nvbandwidth stopped at one."""
+    if _MISMATCH.search(stderr):
+        return "copy verification: data copied did not match the pattern written"
+    return None
 
 
 def parse(text: str, tool: str | None = None) -> Outcome:

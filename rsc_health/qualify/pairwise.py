@@ -27,6 +27,7 @@ from sqlalchemy import and_, func, select
 from rsc_health.model import LEGACY_LEMON_DRAIN, ActionKind, SuspectState
 from rsc_health.qualify import parse
 from rsc_health.qualify.judge import PASS
+from rsc_health.qualify.nccl_tests import untagged
 from rsc_health.qualify.outcome import Outcome
 
 PEER = "{peer}"
@@ -195,7 +196,7 @@ def _launched(name: str, plugin: str, c, argv: list[str], peer: str,
         return why
     if c.truncated:  # the last rows (largest size, its #wrong) and the summary went with it
         return Outcome(name, inconclusive=_CUT.format(who="launcher"))
-    hosts = {h.split(".")[0].lower() for h in _RANK_HOST.findall(text)}
+    hosts = {h.split(".")[0].lower() for h in _RANK_HOST.findall(untagged(text))}
     me, them = here.split(".")[0].lower(), peer.split(".")[0].lower()
     if them not in hosts or me not in hosts or me == them:
         on = ", ".join(sorted(hosts))[:80] or "no host"

@@ -132,7 +132,14 @@ def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None 
     if out.failed:
         return out  # the tool found a fault: that stands whatever its exit status
     if done.returncode != 0:
-        err = done.stderr.decode("utf-8", "replace").strip().splitlines()
+        stderr = done.stderr.decode("utf-8", "replace")
+        # A tool that stops at a fault it found and says so only on stderr (nvbandwidth's
+        # failed copy verification): the plug-in's optional fault(stderr) names it.
+        fault = getattr(PLUGINS[spec.plugin], "fault", None)
+        found = fault(stderr) if fault is not None else None
+        if found:
+            return Outcome(spec.name, failed=found)
+        err = stderr.strip().splitlines()
         return Outcome(spec.name, inconclusive=f"exit {done.returncode}"
                        + (f": {err[-1][:120]}" if err else ""))
     return out

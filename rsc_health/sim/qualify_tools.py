@@ -16,20 +16,29 @@ from collections.abc import Sequence
 
 
 def nccl(busbw: float, *, ranks: int = 8, op: str = "all_reduce_perf", wrong: int = 0,
-         max_bytes: int = 8589934592, hosts: Sequence[str] = ("node01",)) -> str:
+         max_bytes: int = 8589934592, hosts: Sequence[str] = ("node01",),
+         per_iter: bool = False, timestamps: bool = False) -> str:
     """nccl-tests 2.19 layout (root column, #wrong), sizes 8 B .. max_bytes by 2x; bus bandwidth
     ramps to `busbw` at the largest size as the real curve does. The ranks are spread over
-    `hosts` in blocks, as mpirun places them."""
+    `hosts` in blocks, as mpirun places them. `per_iter` (-I 1): each half also prints i_min,
+    i_max, i_p99 and i_cv%; `timestamps` (-S 1): each row ends with the time it was printed
+    (util.cu's writeResultHeader, writePerIterReport, writeTimestamp)."""
     lines = ["# nccl-tests version 2.19.6 nccl-headers=22809 nccl-library=22809",
              f"# Collective test starting: {op}",
              f"# nThread 1 nGpus {ranks} minBytes 8 maxBytes {max_bytes} step: 2(factor) "
-             "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0", "#",
-             "# Using devices"]
+             "warmup iters: 5 iters: 20 agg iters: 1 validation: 1 graph: 0 unalign: 0", "#"]
+    if per_iter:
+        lines.append("# Per-Iteration Report: CUDA event timing; i_* uses max over process rows")
+    lines.append("# Using devices")
     lines += [f"#  Rank {r:2d} Group  0 Pid   1000 on {hosts[r * len(hosts) // ranks]:>10s} device "
               f"{r % max(1, ranks // len(hosts)):2d} [0000:{r:02x}:00] NVIDIA H100 80GB HBM3"
               for r in range(ranks)]
-    lines += ["#", "#       size         count      type   redop    root     time   algbw   busbw "
-              " #wrong     time   algbw   busbw  #wrong"]
+    half = ["time", "algbw", "busbw", "#wrong"] + (["i_min", "i_max", "i_p99", "i_cv%"]
+                                                   if per_iter else [])
+    widths = [7, 6, 6, 6] + ([7, 7, 7, 7] if per_iter else [])
+    head = f"# {'size':>10s}  {'count':>12s}  {'type':>8s}  {'redop':>6s}  {'root':>6s}"
+    head += "".join(f"  {n:>{w}s}" for n, w in zip(half + half, widths + widths, strict=True))
+    lines += ["#", head + (f" {'timestamp':>19s}" if timestamps else "")]
     factor = 2 * (ranks - 1) / ranks if ranks > 1 else 0.0
     size = 8
     while size <= max_bytes:
@@ -37,10 +46,13 @@ def nccl(busbw: float, *, ranks: int = 8, op: str = "all_reduce_perf", wrong: in
         bus = busbw * min(1.0, share ** 0.08) if ranks > 1 else 0.0
         alg = bus / factor if factor else size / 5e-6 / 1e9
         t = size / (alg * 1e3) if alg else 5.0
-        bad = str(wrong) if size == max_bytes else "0"
-        lines.append(f"{size:>12d}  {size // 4:>12d}     float     sum      -1  {t:>7.2f}  "
-                     f"{alg:>6.2f}  {bus:>6.2f}  {bad:>6}  {t:>7.2f}  {alg:>6.2f}  {bus:>6.2f}  "
-                     f"{bad:>6}")
+        bad = wrong if size == max_bytes else 0
+        row = f"{size:>12d}  {size // 4:>12d}  {'float':>8s}  {'sum':>6s}  {-1:>6d}"
+        for _ in range(2):
+            row += f"  {t:>7.2f}  {alg:>6.2f}  {bus:>6.2f}  {bad:>6g}"
+            if per_iter:
+                row += f"  {t * 0.97:>7.2f}  {t * 1.2:>7.2f}  {t * 1.1:>7.2f}  {1.8:>7.2f}"
+        lines.append(row + (f"{'2026-11-26 13:24:51':>21s}" if timestamps else ""))
         size *= 2
     lines += [f"# Out of bounds values : {wrong} {'OK' if not wrong else 'FAILED'}",
               f"# Avg bus bandwidth    : {busbw / 3:.4f}", "#",

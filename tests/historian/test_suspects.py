@@ -121,6 +121,10 @@ def test_qualification_pass_clears_fail_confirms_inconclusive_decides_nothing(hi
         conn.execute(insert(qualify_runs).values(
             run_id="old", node="node03", tier="full", started=T0 - DAY, ended=T0 - DAY,
             verdict="pass", reason="", gpu_model="H100", driver="550"))
+        # The flow drained node02 for its failed test (what makes the fail confirm it).
+        conn.execute(insert(node_actions).values(
+            id="drain02", time=T0 + 2 * H, node="node02", action=ActionKind.QUALIFY_DRAIN.value,
+            reason="rsc_health:qualify:gpu_burn:gpu_burn: gpu-burn/fp64_tc_flops:3 -9.1%"))
     settled = {n: s for n, s, _ in hs.settle(historian, T0 + 3 * H)}
     assert settled == {"node01": SuspectState.CLEARED, "node02": SuspectState.CONFIRMED}
     assert [e.node for e in hs.active(historian)] == ["node03"]
@@ -587,4 +591,60 @@ def test_a_controller_that_stops_answering_mid_pass_costs_one_timeout_not_one_pe
     assert len(errors) == 3 and "not tried" in errors[-1], errors
     changes, errors = apply(engine, slurm, config, T0 + timedelta(minutes=2))
     assert sorted(c.node for c in changes) == ["node03", "node05", "node07"] and not errors
+    engine.dispose()
+
+
+def _qualify_suspect(engine, slurm, node, verdict, guard):
+    """`qualify auto`'s flow for an idle suspect (undrained, in its reservation); the node's
+    job stores `verdict` as `qualify run` does, under the job's id."""
+    import uuid
+    from datetime import UTC
+
+    from rsc_health.qualify.flow import Flow, HistorianSide
+
+    job_id = str(slurm._next_job + 1)  # the id the flow's sbatch gets
+
+    def store():
+        now = datetime.now(UTC).replace(tzinfo=None)
+        with engine.begin() as conn:
+            conn.execute(insert(qualify_runs).values(
+                run_id=uuid.uuid4().hex, node=node, tier="deep", started=now - timedelta(
+                    minutes=9), ended=now, verdict=verdict, reason="gpu_burn: gpu-burn/"
+                "fp64_tc_flops:3 -9.1% vs peers median", gpu_model="H100", driver="550",
+                job_id=job_id))
+
+    slurm.after("submit", store)
+    return Flow(slurm, HistorianSide(engine), command=["healthctl"], tier="deep", timeout_s=5,
+                poll_s=0.01, guard=guard).run(node, suspect=True)
+
+
+def test_a_suspects_failed_qualification_the_guard_held_back_does_not_give_trust_back(
+        tmp_path):
+    """The mass-drain guard held the fail's drain back, so the flow left the suspect in
+    service as it came (undrained, still kept off big jobs): the stored fail still confirmed
+    the episode and ended it, and the tier gave the node its trusted feature and weight back,
+    into big jobs, failed and undrained, with nothing left to qualify it again. Only a fail
+    that drained the node confirms; a fail the flow drained still does."""
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(), cfg(tmp_path)
+    from datetime import UTC
+
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0) - H
+    run_pass(engine, slurm, config, now, [ev("node07", now), ev("node08", now)])
+    assert TRUSTED not in slurm.info["node07"].features
+
+    held = _qualify_suspect(engine, slurm, "node07", "fail",
+                            guard=lambda node: "mass-drain guard: 2/20 nodes of partition "
+                            "batch drained by rsc-health within the window")
+    assert held.result == "inconclusive" and "held by the mass-drain guard" in held.detail
+    assert not slurm.info["node07"].drain_set  # left in service as it came
+    drained = _qualify_suspect(engine, slurm, "node08", "fail", guard=lambda node: None)
+    assert drained.result == "fail" and slurm.info["node08"].drain_set
+
+    settled = {n: s for n, s, _ in run_pass(engine, slurm, config,
+                                            now + 2 * H).settled}
+    assert settled == {"node08": SuspectState.CONFIRMED}
+    assert [e.node for e in hs.active(engine)] == ["node07"]
+    n = slurm.info["node07"]
+    assert TRUSTED not in n.features and n.weight == 1000  # still kept off big jobs
     engine.dispose()

@@ -8,6 +8,8 @@ the user the flow's Slurm calls run as (root when a person runs it as root)."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
 
 from rsc_health.qualify.flow import Flow
@@ -24,6 +26,9 @@ class History:
 
     def strikes(self, node):
         return 0
+
+    def now(self):  # the historian's clock
+        return datetime.now(UTC)
 
     def result(self, node, job_id, since=None):
         return PASS, ""

@@ -150,3 +150,27 @@ def test_qualify_auto_takes_a_node_whose_driver_changed_undrained_and_releases_i
     assert not [c for c in slurm.calls if c[0] in ("resume", "drain")]  # taken as it was
     again = CliRunner().invoke(qualify, ["auto", "--dry-run"], obj=obj(on))
     assert "no node is due" in again.output, again.output
+
+
+def test_a_fail_the_guard_held_back_backs_off_like_an_inconclusive_run():
+    """The mass-drain guard held a fail's drain back: the node stays in service as it came,
+    its stored verdict a fail (no inconclusive streak), its suspect episode open and its
+    driver change unproved. It was due again at the very next `qualify auto` (every 10
+    minutes), reserved and burned again while the guard stays tripped; now it waits
+    retry_min after that run, as after an inconclusive one."""
+    from types import SimpleNamespace
+
+    from rsc_health.qualify.flow import suspect_candidates
+
+    nodes = [NodeInfo("a", "IDLE"), NodeInfo("b", "IDLE")]
+    held = History(streaks={"a": (0, NOW - timedelta(minutes=10)),   # its held fail: wait
+                            "b": (0, NOW - timedelta(minutes=31))})  # past retry_min: due
+    changed = {"a": (CHANGED, OLD, NEW), "b": (CHANGED, OLD, NEW)}
+    assert [n for n, _ in due(nodes, changed, held)] == ["b"]
+    episodes = [SimpleNamespace(node=n, since=CHANGED, metric="step_seconds") for n in "ab"]
+    got = suspect_candidates(nodes, episodes, held, NOW, retry_min=30, retry_max_min=720,
+                             limit=10)
+    assert [n for n, _ in got] == ["b"]
+    # A run from before the trigger says nothing of it: due at once.
+    before = History(streaks={"a": (0, CHANGED - timedelta(minutes=5))})
+    assert [n for n, _ in due(nodes[:1], changed, before)] == ["a"]

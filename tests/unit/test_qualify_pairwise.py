@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from rsc_health.qualify import pairwise
+from rsc_health.qualify import pairwise, parse
 from rsc_health.qualify.judge import Rules
 from rsc_health.qualify.verdict import judge_run
 from rsc_health.sim import qualify_tools as standin
@@ -165,3 +165,20 @@ def test_a_client_output_cut_at_its_byte_limit_is_inconclusive(tmp_path):
     out = pair(from_file(tmp_path / "c.log", flooded), printer(here))
     assert "could not start" not in (out.inconclusive or "")
     assert out.inconclusive and out.failed is None and not out.metrics
+
+
+@pytest.mark.parametrize("tag", ["[1,0]<stdout>:", "0: "], ids=["mpirun-tag-output", "srun-label"])
+def test_nccl_output_a_launcher_tagged_line_by_line_is_read(tag):
+    """`mpirun --tag-output` ([jobid,rank]<stdout>:) and `srun --label` (rank: ) put a prefix
+    before every line rank 0 prints: no row, header or rank line was found, and every
+    pairwise run proved nothing, the node drained again at each retry however healthy."""
+    text = standin.nccl(46.0, ranks=16, hosts=("gpu-009", "gpu-017"))
+    tagged = "".join(tag + line for line in text.splitlines(keepends=True))
+    out = pairwise.run_pair("nccl_pair", "nccl_tests", printer(tagged), [], "gpu-017",
+                            timeout_s=10.0, here="gpu-009")
+    assert out.inconclusive is None, out.inconclusive
+    assert [(m.name, m.value) for m in out.metrics] == [
+        ("nccl-pair/allreduce_8589934592_busbw", 46.0)]
+    wrong = standin.nccl(46.0, ranks=16, hosts=("gpu-009", "gpu-017"), wrong=3)
+    bad = "".join(tag + line for line in wrong.splitlines(keepends=True))
+    assert "3 wrong" in parse("nccl_tests", bad).failed

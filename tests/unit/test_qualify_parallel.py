@@ -54,6 +54,9 @@ class History:
     def strikes(self, node):
         return 0
 
+    def now(self):  # the historian's clock
+        return datetime.now(UTC)
+
     def result(self, node, job_id, since=None):
         if self.at is not None:  # every verdict lands at the same instant
             if time.monotonic() < self.at:
@@ -269,3 +272,63 @@ def test_two_flows_of_one_node_at_once_one_runs_the_other_touches_nothing():
     assert [c[0] for c in slurm.calls if c[0] in ("resume", "submit", "drain")] == [
         "resume", "submit", "drain"]
     assert slurm.node("gpu001").reason.startswith("rsc_health:qualify:")
+
+
+class BusyReservation(MemorySlurm):
+    """slurmctld refuses to delete a reservation a job still pends or runs in (reservation.c
+    _is_resv_used: ESLURM_RESERVATION_BUSY, "Requested reservation is in use")."""
+
+    def __init__(self, busy):
+        super().__init__()
+        self.busy = busy
+
+    def delete_reservation(self, name):
+        from rsc_health.slurm.api import SlurmCommandError
+
+        if name in self.busy:
+            raise SlurmCommandError(["scontrol", "delete", f"ReservationName={name}"], 1,
+                                    "Error deleting the reservation: Requested reservation "
+                                    "is in use")
+        return super().delete_reservation(name)
+
+
+def test_cleanup_of_a_reservation_slurm_will_not_delete_still_cleans_the_others():
+    """A flow killed with its job pending in the reservation of a node that then went DOWN:
+    slurmctld will not delete a reservation a job pends in. cleanup raised at the first such
+    reservation, so every reservation after it stayed (their nodes undrained in them), and
+    `qualify cleanup` is the timer's ExecStartPre: it failing stopped every `qualify auto`
+    run of the fleet. Now that node is drained, its reservation kept and said, the others
+    cleaned, and the command ends normally."""
+    from rsc_health.qualify.flow import cleanup, reservation_name
+
+    stuck, left = reservation_name("gpu001"), reservation_name("gpu002")
+    slurm = BusyReservation({stuck})
+    slurm.add_node("gpu001", "DOWN", "Not responding")
+    slurm.add_node("gpu002", "IDLE")  # resumed into its reservation by the killed flow
+    slurm.create_reservation(stuck, "gpu001")
+    slurm.create_reservation(left, "gpu002")
+    hist = History(slurm, {})
+    results = {r.node: r for r in cleanup(slurm, hist)}
+    assert set(slurm.reservations()) == {stuck}
+    assert slurm.node("gpu002").drain_set and slurm.node("gpu001").drain_set
+    assert results["gpu002"].result == "inconclusive"
+    assert results["gpu001"].result == "refused" and "in use" in results["gpu001"].detail
+
+
+def test_a_reservation_slurm_keeps_refusing_is_not_drained_again_at_every_cleanup():
+    """cleanup runs before every `qualify auto` (every 10 minutes): a node whose reservation
+    Slurm keeps refusing to delete was drained again each time, a QUALIFY_DRAIN row each time
+    and its reason time renewed, so the mass-drain guard counted it as a fresh rsc-health drain
+    of its partition for as long as the reservation stayed. Drained once, said each time."""
+    from rsc_health.qualify.flow import cleanup, reservation_name
+
+    stuck = reservation_name("gpu001")
+    slurm = BusyReservation({stuck})
+    slurm.add_node("gpu001", "IDLE")
+    slurm.create_reservation(stuck, "gpu001")
+    hist = History(slurm, {})
+    for _ in range(3):
+        [r] = cleanup(slurm, hist)
+        assert r.result == "refused" and "in use" in r.detail
+    assert len([c for c in slurm.calls if c[0] == "drain"]) == 1
+    assert len(hist.actions) == 1

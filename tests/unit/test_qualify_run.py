@@ -211,13 +211,31 @@ def _pair_fleet(tmp_path) -> tuple[str, Path]:
     return db, pair_cfg
 
 
-def test_a_pairwise_fail_against_one_peer_is_run_again_against_a_second_before_it_stands(
+def test_a_pairwise_fail_or_no_answer_against_one_peer_is_run_again_against_a_second(
         tmp_path):
     """The chosen known-good peer may have degraded since its own pass: a node slow against it
     alone is run again against the next known-good peer. Slow against the first only: the run
     passes on the second's result and says the first was set aside. Slow against both: it
-    fails, naming both. A peer an operator named (--peer) is not second-guessed."""
+    fails, naming both. A peer an operator named (--peer) is not second-guessed.
+    Every node's pairwise test goes to the same peer (the newest pass): one gone down or
+    drained by hand since (no node_actions row says so) answered no run, and every
+    qualification of the fleet proved nothing for as long as it stayed away. A pairwise test
+    that proved nothing against the first peer is run again against the second too."""
     db, pair_cfg = _pair_fleet(tmp_path)
+
+    away = _pair_node(tmp_path, "gpu320")
+    marker = away.bin / "first"
+    (away.bin / "ib_write_bw").write_text(
+        f'#!/bin/sh\necho "$@" >> "{away.bin}/ib_write_bw.args"\n'
+        f'if [ -e "{marker}" ]; then cat "{away.bin}/fast.out"; exit 0; fi\n'
+        f'touch "{marker}"\necho " Couldn\'t connect to $4:18515" >&2\nexit 1\n')
+    res = away.run(pair_cfg, db, "--tier", "lite")
+    doc = json.loads(res.output)
+    peers = [line.split()[-1] for line in
+             (away.bin / "ib_write_bw.args").read_text().split("\n") if line]
+    assert len(peers) == 2 and peers[0] != peers[1]
+    assert res.exit_code == 0 and doc["verdict"] == "pass", res.output[-600:]
+    assert f"against {peers[0]} proved nothing" in doc["reason"]
 
     once = _pair_node(tmp_path, "gpu300", slow_with="first")
     res = once.run(pair_cfg, db, "--tier", "lite")

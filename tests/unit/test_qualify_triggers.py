@@ -10,6 +10,7 @@ real SQLite historian:
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -167,6 +168,9 @@ class History:
 
     def strikes(self, node):
         return self._strikes.get(node, 0)
+
+    def now(self):  # the historian's clock
+        return datetime.now(UTC)
 
     def result(self, node, job_id, since=None):
         return self._result
@@ -392,3 +396,79 @@ def test_a_pass_stored_under_the_same_job_id_long_ago_does_not_release_the_node(
     info = slurm.node("gpu042")
     assert "DRAIN" in info.state and parse_reason(info.reason)["mode"] == "qualify"
     assert not slurm.reservations()
+
+
+def test_a_management_clock_ahead_of_the_historians_still_finds_the_jobs_result(
+        db, monkeypatch):
+    """`qualify run` stamps its run by the historian's clock (PostgreSQL's now()), and the
+    flow looked for it from its submission by this host's clock: a management host 20 minutes
+    fast never found the pass its job stored, and every qualification ended inconclusive and
+    drained the node again. The submission is stamped by the historian's clock too."""
+    _, engine = db
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE+DRAIN", XID79)
+    next_id = str(slurm._next_job + 1)
+
+    def store():  # the job's `qualify run`, stamped by the historian (here: the true time)
+        ended = naive(datetime.now(UTC))
+        with engine.begin() as conn:
+            conn.execute(insert(qualify_runs).values(
+                run_id=uuid.uuid4().hex, node="gpu042", tier="full",
+                started=ended - timedelta(minutes=9), ended=ended, verdict=PASS, reason="",
+                gpu_model="NVIDIA H100 80GB HBM3", driver="550.54.15", job_id=next_id))
+
+    class Fast(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime.now(tz) + timedelta(minutes=20)
+
+    monkeypatch.setattr("rsc_health.qualify.flow.datetime", Fast)
+    slurm.after("submit", store)
+    r = Flow(slurm, HistorianSide(engine), command=["healthctl"], tier="full", timeout_s=0.5,
+             poll_s=0.01).run("gpu042")
+    assert r.job_id == next_id
+    assert r.result == PASS, r
+    assert not slurm.node("gpu042").drain_set and not slurm.reservations()
+
+
+def test_qualify_start_naming_a_node_twice_runs_one_flow_for_it(db, tmp_path):
+    """`qualify start gpu[041-042],gpu042`: hostlists keep repeats, so gpu042 got two flows.
+    One after another (here), the second found it resumed by the first: refused, and the
+    command exited 1 though every node passed; side by side, the second's reservation could be
+    refused as a duplicate and the command die with a traceback once the first had finished."""
+    from rsc_health.cli import AppContext
+    from rsc_health.commands.qualify import qualify
+
+    url, engine = db
+    slurm = MemorySlurm()
+    for name in ("gpu041", "gpu042"):
+        slurm.add_node(name, "IDLE+DRAIN", XID79)
+
+    stored: set[str] = set()
+
+    def passes():  # each qualification job stores its pass as `qualify run` does
+        for job_id in [c[1] for c in slurm.calls if c[0] == "submit"]:
+            if job_id in stored:
+                continue
+            stored.add(job_id)
+            node = next(o.split("=", 1)[1] for o in slurm._jobs[job_id].options
+                        if o.startswith("--nodelist="))
+            ended = naive(datetime.now(UTC))
+            with engine.begin() as conn:
+                conn.execute(insert(qualify_runs).values(
+                    run_id=uuid.uuid4().hex, node=node, tier="full", started=ended,
+                    ended=ended, verdict=PASS, reason="", gpu_model="H100", driver="550",
+                    job_id=job_id))
+        slurm.after("submit", passes)  # the next submission's too
+
+    config = tmp_path / "c.toml"
+    config.write_text("[qualify]\nparallel = 1\n")
+    obj = AppContext(config_path=str(config), db_url=url)
+    obj.slurm = slurm
+    slurm.after("submit", passes)
+    out = CliRunner().invoke(qualify, ["start", "gpu[041-042],gpu042", "--json",
+                                       "--timeout", "20"], obj=obj)
+    assert out.exception is None or isinstance(out.exception, SystemExit), out.exception
+    results = json.loads(out.output)
+    assert [(r["node"], r["result"]) for r in results] == [("gpu041", PASS), ("gpu042", PASS)]
+    assert len([c for c in slurm.calls if c[0] == "submit"]) == 2
