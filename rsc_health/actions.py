@@ -10,7 +10,8 @@ Rules (issue 3):
   drained for is kept in node-local state, because the reason string alone is clipped.
 - Mass-drain guard: once rsc-health drained `guard_max_share` of a partition within the window,
   refuse further drains. Read from Slurm (our prefix + reason time), so every node sees the same.
-  Only automatic drains count: an operator's `healthctl drain` (manual) does not.
+  Only automatic drains count: an operator's `healthctl drain` (manual) does not, nor a
+  qualification's re-drain of a node already out of service (policy.QUALIFY_REDRAIN_CODES).
 
 Every action is appended to the node's spool. Standard library only (the prolog imports this).
 """
@@ -29,7 +30,14 @@ from rsc_health import spool
 from rsc_health.config import Config
 from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
-from rsc_health.policy import MANUAL_MODE, MODE_FOR_LEVEL, is_ours, parse_reason
+from rsc_health.policy import (
+    MANUAL_MODE,
+    MODE_FOR_LEVEL,
+    QUALIFY_MODE,
+    QUALIFY_REDRAIN_CODES,
+    is_ours,
+    parse_reason,
+)
 from rsc_health.record import asdict, dataclass, field
 from rsc_health.slurm.api import JobGone, NodeInfo, SlurmAPI, SlurmCommandError, SlurmError
 
@@ -105,9 +113,13 @@ def guard_states(
 def automatic(reason: str | None) -> bool:
     """A drain rsc-health made by itself (node path or lemons), the kind the mass-drain guard
     counts. An operator's `healthctl drain` carries our prefix too, but is a person's decision:
-    a DIMM reseat must not use up the budget that holds back a broken node's automatic drain."""
+    a DIMM reseat must not use up the budget that holds back a broken node's automatic drain.
+    Nor does a qualification's drain of a node that was out of service already
+    (policy.QUALIFY_REDRAIN_CODES): its fresh reason time takes nothing out of service."""
     parsed = parse_reason(reason)
-    return parsed is not None and parsed["mode"] != MANUAL_MODE
+    if parsed is None or parsed["mode"] == MANUAL_MODE:
+        return False
+    return not (parsed["mode"] == QUALIFY_MODE and parsed["code"] in QUALIFY_REDRAIN_CODES)
 
 
 class Actor:

@@ -29,6 +29,13 @@ MANUAL_MODE = "manual"
 # (rsc_health/qualify/flow.py): only a person lifts either.
 LEMON_MODE = "lemon"
 QUALIFY_MODE = "qualify"
+# Qualification drains of a node that was out of service already (rsc_health/qualify/flow.py):
+# a run that proved nothing (inconclusive; a fail the mass-drain guard held; a flow cut short,
+# drained by `qualify cleanup`) and a three-strikes repair drain. Slurm stamps them with a
+# fresh reason time, but they take no node out of service: the mass-drain guard does not count
+# them (a fabric event with qualification running must not fill the budget a fresh node with
+# a dead GPU needs). A qualification fail still counts.
+QUALIFY_REDRAIN_CODES = ("inconclusive", "interrupted", "guard_held", "three_strikes")
 
 _REASON_RE = lazyre.compile(
     rf"^{re.escape(REASON_PREFIX)}(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")

@@ -589,3 +589,33 @@ def test_our_drain_that_landed_late_past_the_guards_limit_steps_back_when_found(
     assert [x.action for x in a.apply(verdict)] == ["guard_tripped"]
     assert slurm.reads == reads + 1  # the one node table read serves the look too
     assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_qualification_redrains_of_nodes_already_out_do_not_use_up_the_guards_budget(
+        cfg, tmp_path):
+    """A qualification that proved nothing (inconclusive, a fail the guard held, a flow cut
+    short) or a three-strikes repair drains again a node that was out of service already: the
+    re-drain stamps a fresh reason time in Slurm, but takes nothing out of service. In a fabric
+    event with qualification running, those must not fill the budget that lets a fresh node
+    with a dead GPU drain. A qualification fail still counts (its guard's purpose)."""
+    slurm = memory_slurm(20)  # 10% of 20: two automatic drains per window
+    for node, code in (("n10", "inconclusive"), ("n11", "guard_held"),
+                       ("n12", "interrupted"), ("n13", "three_strikes")):
+        slurm.drain(node, f"rsc_health:qualify:{code}:qualification proved nothing")
+    verdict = decide([finding("xid79", repair=True)])
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n01").apply(verdict)][0] == (
+        "drain_now")
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n02").apply(verdict)][0] == (
+        "drain_now")
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n03").apply(verdict)] == [
+        "guard_tripped"]
+    assert not slurm.info["n03"].drain_set
+
+
+def test_a_qualification_fail_still_counts_against_the_guards_budget(cfg, tmp_path):
+    slurm = memory_slurm(20)
+    slurm.drain("n10", "rsc_health:qualify:gpu_burn:gflops 9% under the peers")
+    slurm.drain("n11", "rsc_health:lemon:node_fails:node_fails 4 (min 3)")
+    verdict = decide([finding("xid79", repair=True)])
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n01").apply(verdict)] == [
+        "guard_tripped"]

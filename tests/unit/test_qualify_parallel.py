@@ -269,3 +269,29 @@ def test_two_flows_of_one_node_at_once_one_runs_the_other_touches_nothing():
     assert [c[0] for c in slurm.calls if c[0] in ("resume", "submit", "drain")] == [
         "resume", "submit", "drain"]
     assert slurm.node("gpu001").reason.startswith("rsc_health:qualify:")
+
+
+def test_qualification_redrains_in_the_window_leave_room_for_a_fail():
+    """20 nodes, limit 2: two drained nodes qualified a minute ago proved nothing and were
+    drained again (inconclusive, guard_held). They were out of service already: a real fail
+    next still drains for repair, not held."""
+    slurm = LockedSlurm()
+    recent = datetime.now(UTC) - timedelta(minutes=1)
+    slurm.add_node("n00", "IDLE+DRAIN", "rsc_health:qualify:inconclusive:no result", when=recent)
+    slurm.add_node("n01", "IDLE+DRAIN", "rsc_health:qualify:guard_held:held", when=recent)
+    slurm.add_node("n02", "IDLE+DRAIN", XID79, when=datetime.now(UTC) - timedelta(days=2))
+    for i in range(3, 20):
+        slurm.add_node(f"n{i:02d}", "IDLE")
+    hist = History(slurm, {"n02": FAIL}, after=0.0)
+    guard = mass_drain_guard(slurm, Cfg({"actions.guard_max_share": 0.10,
+                                         "actions.guard_window_min": 15}))
+    r = flow(slurm, hist, guard=guard).run("n02")
+    assert r.result == FAIL, r
+    assert parse_reason(slurm.node("n02").reason)["code"] == "gpu_burn"
+
+
+def test_every_code_the_flow_redrains_an_out_of_service_node_with_is_one_the_guard_skips():
+    from rsc_health.policy import QUALIFY_REDRAIN_CODES
+    from rsc_health.qualify.flow import RETRY_CODES, STRIKES_CODE
+
+    assert set(QUALIFY_REDRAIN_CODES) == {*RETRY_CODES, STRIKES_CODE}
