@@ -2,7 +2,8 @@
 
 Rules (issue 3):
 - DRAIN_NOW: drain with our reason, then requeue every job on the node so it restarts
-  elsewhere with the same Job ID; a job that refuses requeue is reported (`requeue_refused`).
+  elsewhere with the same Job ID; a job that refuses requeue is reported (`requeue_refused`),
+  once per job (also under a lemon's or a person's drain, retried after each back-off).
 - DRAIN_AFTER_JOB: drain; the running job finishes and the node then leaves service.
 - A node whose reason is not ours (a person's, or Slurm's own) is never touched; a drain verdict
   meeting it is reported held (`held_under_drain`) and the caller keeps it pending.
@@ -42,6 +43,11 @@ from rsc_health.record import asdict, dataclass, field
 from rsc_health.slurm.api import JobGone, NodeInfo, SlurmAPI, SlurmCommandError, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
+# Jobs said to refuse requeue while no drain of ours is on record (a verdict held under a
+# lemon's or a person's `healthctl drain` still requeues, on every back-off retry): said once
+# per job, the newest REFUSALS_KEPT kept.
+REFUSALS_FILE = "requeue_refused.json"
+REFUSALS_KEPT = 256
 
 
 @dataclass
@@ -357,7 +363,10 @@ class Actor:
         spools what was done (the drain above all, and the requeues before) before it is
         raised: the caller spools nothing then."""
         state = self.load_state()
-        reported = set(state.refused_jobs) if state else set()
+        # Said under no drain of ours (a lemon's, a person's `healthctl drain`), then under
+        # one: the same job is not said again.
+        held = self._held_refusals()
+        reported = set(state.refused_jobs if state else ()) | set(held)
         start = len(done)
         try:
             self._requeue_listed(reason, skip, reported, done)
@@ -368,8 +377,10 @@ class Actor:
             newly = [a.job_id for a in done[start:]
                      if a.action == ActionKind.REQUEUE_REFUSED and a.job_id]
             if state is not None and newly:
-                state.refused_jobs = sorted(reported | set(newly))
+                state.refused_jobs = sorted(set(state.refused_jobs) | set(newly))
                 self._write_state(state)
+            elif newly:
+                self._write_held_refusals(held + [j for j in newly if j not in held])
 
     def _requeue_listed(self, reason: str, skip: set[str], reported: set[str],
                         out: list[Action]) -> None:
@@ -462,6 +473,22 @@ class Actor:
             self._discard_state("not a record this code wrote")
             return None
         return state
+
+    def _held_refusals(self) -> list[str]:
+        """Jobs said to refuse requeue with no drain record of ours (REFUSALS_FILE), oldest
+        first; [] when none or not a list of job ids (then said again: the safe side)."""
+        jobs = load_state_json(self.state_dir / REFUSALS_FILE).get("jobs")
+        if isinstance(jobs, list) and all(isinstance(j, str) for j in jobs):
+            return jobs[-REFUSALS_KEPT:]
+        return []
+
+    def _write_held_refusals(self, jobs: list[str]) -> None:
+        try:
+            write_atomic(self.state_dir / REFUSALS_FILE,
+                         json.dumps({"jobs": jobs[-REFUSALS_KEPT:]}))
+        except OSError as exc:
+            self.log(f"cannot record the requeue refusals in {self.state_dir} "
+                     f"({exc.strerror or exc}); they may be said again")
 
     def _discard_state(self, why: str) -> None:
         self.log(f"unreadable drain record {self._state_path} ({why[:80]}) discarded; "

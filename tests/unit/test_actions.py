@@ -619,3 +619,26 @@ def test_a_qualification_fail_still_counts_against_the_guards_budget(cfg, tmp_pa
     verdict = decide([finding("xid79", repair=True)])
     assert [x.action for x in actor(slurm, cfg, tmp_path, "n01").apply(verdict)] == [
         "guard_tripped"]
+
+
+@pytest.mark.parametrize("drain", ["rsc_health:lemon:node_fails:node_fails 4 (min 3)",
+                                   "rsc_health:manual:manual:DIMM reseat by bob"])
+def test_a_refused_requeue_under_a_persons_or_lemon_drain_is_said_once_per_job(
+        cfg, tmp_path, drain):
+    """Under a lemon or `healthctl drain` there is no drain record of ours: the held verdict
+    is retried after each back-off (about hourly), and each retry requeued the job again. A
+    job that refuses is said once, not on every retry; a new one is still said."""
+    slurm = Refusing([f"n{i:02d}" for i in range(10)], now=lambda: NOW)
+    slurm.drain("n01", drain)
+    slurm.start_job("n01", "8", requeue=False)
+    slurm.start_job("n01", "refuses")
+    verdict = decide([finding("xid79", repair=True, family="xid")])
+    for _ in range(4):
+        done = actor(slurm, cfg, tmp_path).apply(verdict)
+        assert done[0].action == "held_under_drain"
+    assert slurm.calls.count(("requeue", "refuses")) == 4  # still tried each time
+    slurm.start_job("n01", "9", requeue=False)
+    actor(slurm, cfg, tmp_path).apply(verdict)
+    assert [r["job_id"] for r in spooled(tmp_path) if r["action"] == "requeue_refused"] == [
+        "8", "refuses", "9"]
+    assert slurm.info["n01"].reason == drain
