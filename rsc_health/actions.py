@@ -116,6 +116,35 @@ def guard_states(
     return out
 
 
+def shadow_guard_held(
+    attempts: list[tuple[datetime, str, bool]], partitions: dict[str, list[str]], *,
+    max_share: float, window: timedelta,
+) -> set[int]:
+    """The mass-drain guard's arithmetic over drains that were not made (shadow mode's
+    would_drain, which never asks Slurm, so no node sees another's): which of `attempts`
+    ((time, node, done): done = a drain that did happen, which counts and is never held) the
+    live guard would have held, by index. Oldest first (then node name), per partition of
+    `partitions` (node -> its partitions; a node in none is not guarded, as live): held once
+    one of its partitions has guard_limit drains within `window`."""
+    totals: dict[str, int] = {}
+    for parts in partitions.values():
+        for p in parts:
+            totals[p] = totals.get(p, 0) + 1
+    granted: dict[str, list[datetime]] = {p: [] for p in totals}
+    held: set[int] = set()
+    for i in sorted(range(len(attempts)), key=lambda i: attempts[i][:2]):
+        when, node, done = attempts[i]
+        parts = partitions.get(node, [])
+        if not done and any(
+                sum(1 for t in granted[p] if when - t <= window)
+                >= guard_limit(totals[p], max_share) for p in parts):
+            held.add(i)
+            continue
+        for p in parts:
+            granted[p].append(when)
+    return held
+
+
 def automatic(reason: str | None) -> bool:
     """A drain rsc-health made by itself (node path or lemons), the kind the mass-drain guard
     counts. An operator's `healthctl drain` carries our prefix too, but is a person's decision:
