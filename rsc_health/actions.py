@@ -125,21 +125,27 @@ def shadow_guard_held(
     ((time, node, done): done = a drain that did happen, which counts and is never held) the
     live guard would have held, by index. Oldest first (then node name), per partition of
     `partitions` (node -> its partitions; a node in none is not guarded, as live): held once
-    one of its partitions has guard_limit drains within `window`."""
+    one of its partitions has guard_limit drains within `window`. A node counts once: its
+    later attempts (another reason, a new interval) find it drained already, as live they
+    would (never held, not counted again); a held one's later attempt is its retry."""
     totals: dict[str, int] = {}
     for parts in partitions.values():
         for p in parts:
             totals[p] = totals.get(p, 0) + 1
     granted: dict[str, list[datetime]] = {p: [] for p in totals}
     held: set[int] = set()
+    drained: set[str] = set()
     for i in sorted(range(len(attempts)), key=lambda i: attempts[i][:2]):
         when, node, done = attempts[i]
+        if node in drained:
+            continue
         parts = partitions.get(node, [])
         if not done and any(
                 sum(1 for t in granted[p] if when - t <= window)
                 >= guard_limit(totals[p], max_share) for p in parts):
             held.add(i)
             continue
+        drained.add(node)
         for p in parts:
             granted[p].append(when)
     return held

@@ -642,3 +642,21 @@ def test_a_refused_requeue_under_a_persons_or_lemon_drain_is_said_once_per_job(
     assert [r["job_id"] for r in spooled(tmp_path) if r["action"] == "requeue_refused"] == [
         "8", "refuses", "9"]
     assert slurm.info["n01"].reason == drain
+
+
+def test_the_shadow_guard_counts_a_node_once_though_its_would_drain_reason_changes():
+    """A shadow-drained node whose would_drain reason changes (a second fault) starts a new
+    interval in the report; live, it is drained already: no second drain counted, never held."""
+    from rsc_health.actions import shadow_guard_held
+
+    parts = {f"n{i:02d}": ["gpu"] for i in range(20)}  # limit 2
+    t = NOW
+    attempts = [(t, "n00", False), (t + timedelta(seconds=1), "n01", False),
+                (t + timedelta(minutes=5), "n00", False),  # n00 again, another reason
+                (t + timedelta(minutes=6), "n02", False)]
+    assert shadow_guard_held(attempts, parts, max_share=0.10,
+                             window=timedelta(minutes=15)) == {3}
+    # Past the window the held node goes through on a later sweep, as its live retry would.
+    later = [*attempts, (t + timedelta(minutes=20), "n02", False)]
+    assert shadow_guard_held(later, parts, max_share=0.10,
+                             window=timedelta(minutes=15)) == {3}
