@@ -240,9 +240,15 @@ def test_shadow_would_drains_in_a_fabric_event_are_capped_as_the_live_guard_woul
     operator saw 12 of 20 nodes drained where the live product (10% per 15 min) drains 2 and
     holds 10. The report applies the guard's arithmetic to the would-drains."""
     engine = connect(f"sqlite:///{tmp_path / 'historian.db'}")
+    try:
+        check_shadow_capped(engine, tmp_path, inventory)
+    finally:
+        engine.dispose()
+
+
+def check_shadow_capped(engine, tmp_path, inventory: bool) -> None:
     _fabric_event_in_shadow_mode(engine, inventory)
     data = gather(engine, AS_OF, GatherOptions(guard_max_share=0.10, guard_window_min=15))
-    engine.dispose()
     counts = data.actions["action"].value_counts().to_dict()
     assert counts == {"would_drain": 2, "would_be_held": 10}, counts
     assert list(data.actions[data.actions["action"] == "would_drain"]["node"]) == ["n00", "n01"]
