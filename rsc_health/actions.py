@@ -38,6 +38,7 @@ from rsc_health.policy import (
     QUALIFY_REDRAIN_CODES,
     is_ours,
     parse_reason,
+    qualify_out_since,
 )
 from rsc_health.record import asdict, dataclass, field
 from rsc_health.slurm.api import JobGone, NodeInfo, SlurmAPI, SlurmCommandError, SlurmError
@@ -95,11 +96,23 @@ def guard_limit(total: int, max_share: float) -> int:
     return max(1, math.floor(total * max_share + 1e-9))
 
 
+def drain_time(node: NodeInfo, *, own_time: bool = False) -> datetime | None:
+    """When the drain `node` shows took it out of service, as the guard counts it: the reason
+    time Slurm stamped, or, for a qualification fail of a node that came to it drained, when
+    it left service (policy.qualify_out_since; never later than the reason time). `own_time`:
+    the fail's own time (the qualification guard's count: a broken tool failing many)."""
+    since = None if own_time else qualify_out_since(node.reason)
+    if since is None or node.reason_time is None:
+        return node.reason_time
+    return min(since, node.reason_time)
+
+
 def guard_states(
     nodes: list[NodeInfo], partitions: list[str], *, max_share: float, window: timedelta,
-    now: datetime, exclude: str | None = None,
+    now: datetime, exclude: str | None = None, fails_at_their_time: bool = False,
 ) -> list[GuardState]:
-    """For each partition: nodes we drained within the window, read from Slurm's own state."""
+    """For each partition: nodes we drained within the window, read from Slurm's own state.
+    `fails_at_their_time`: qualification fails count from their own drain (drain_time)."""
     out = []
     for part in partitions:
         members = [n for n in nodes if part in n.partitions]
@@ -109,8 +122,7 @@ def guard_states(
             if n.name != exclude
             and n.drain_set
             and automatic(n.reason)
-            and n.reason_time is not None
-            and now - n.reason_time <= window
+            and _within(drain_time(n, own_time=fails_at_their_time), now, window)
         ]
         out.append(GuardState(part, len(members), recent, guard_limit(len(members), max_share)))
     return out
@@ -149,6 +161,10 @@ def shadow_guard_held(
         for p in parts:
             granted[p].append(when)
     return held
+
+
+def _within(when: datetime | None, now: datetime, window: timedelta) -> bool:
+    return when is not None and now - when <= window
 
 
 def automatic(reason: str | None) -> bool:
@@ -374,7 +390,7 @@ class Actor:
             # or a qualification's never steps back, so it holds its place ahead of the
             # node-path drains, which are ranked after it (reason time, then name).
             recent = [n for n in members if n.drain_set and automatic(n.reason)
-                      and n.reason_time is not None and now - n.reason_time <= self.window]
+                      and _within(drain_time(n), now, self.window)]
             fixed = [n for n in recent
                      if (parse_reason(n.reason) or {}).get("mode") not in stepping]
             racing = sorted((n for n in recent if n not in fixed),
