@@ -2,7 +2,8 @@
 
 Rules (issue 3):
 - DRAIN_NOW: drain with our reason, then requeue every job on the node so it restarts
-  elsewhere with the same Job ID; a job that refuses requeue is reported (`requeue_refused`).
+  elsewhere with the same Job ID; a job that refuses requeue is reported (`requeue_refused`),
+  once per job (also under a lemon's or a person's drain, retried after each back-off).
 - DRAIN_AFTER_JOB: drain; the running job finishes and the node then leaves service.
 - A node whose reason is not ours (a person's, or Slurm's own) is never touched; a drain verdict
   meeting it is reported held (`held_under_drain`) and the caller keeps it pending.
@@ -10,7 +11,8 @@ Rules (issue 3):
   drained for is kept in node-local state, because the reason string alone is clipped.
 - Mass-drain guard: once rsc-health drained `guard_max_share` of a partition within the window,
   refuse further drains. Read from Slurm (our prefix + reason time), so every node sees the same.
-  Only automatic drains count: an operator's `healthctl drain` (manual) does not.
+  Only automatic drains count: an operator's `healthctl drain` (manual) does not, nor a
+  qualification's re-drain of a node already out of service (policy.QUALIFY_REDRAIN_CODES).
 
 Every action is appended to the node's spool. Standard library only (the prolog imports this).
 """
@@ -29,11 +31,24 @@ from rsc_health import spool
 from rsc_health.config import Config
 from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
-from rsc_health.policy import MANUAL_MODE, MODE_FOR_LEVEL, is_ours, parse_reason
+from rsc_health.policy import (
+    MANUAL_MODE,
+    MODE_FOR_LEVEL,
+    QUALIFY_MODE,
+    QUALIFY_REDRAIN_CODES,
+    is_ours,
+    parse_reason,
+    qualify_out_since,
+)
 from rsc_health.record import asdict, dataclass, field
 from rsc_health.slurm.api import JobGone, NodeInfo, SlurmAPI, SlurmCommandError, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
+# Jobs said to refuse requeue while no drain of ours is on record (a verdict held under a
+# lemon's or a person's `healthctl drain` still requeues, on every back-off retry): said once
+# per job, the newest REFUSALS_KEPT kept.
+REFUSALS_FILE = "requeue_refused.json"
+REFUSALS_KEPT = 256
 
 
 @dataclass
@@ -81,11 +96,23 @@ def guard_limit(total: int, max_share: float) -> int:
     return max(1, math.floor(total * max_share + 1e-9))
 
 
+def drain_time(node: NodeInfo, *, own_time: bool = False) -> datetime | None:
+    """When the drain `node` shows took it out of service, as the guard counts it: the reason
+    time Slurm stamped, or, for a qualification fail of a node that came to it drained, when
+    it left service (policy.qualify_out_since; never later than the reason time). `own_time`:
+    the fail's own time (the qualification guard's count: a broken tool failing many)."""
+    since = None if own_time else qualify_out_since(node.reason)
+    if since is None or node.reason_time is None:
+        return node.reason_time
+    return min(since, node.reason_time)
+
+
 def guard_states(
     nodes: list[NodeInfo], partitions: list[str], *, max_share: float, window: timedelta,
-    now: datetime, exclude: str | None = None,
+    now: datetime, exclude: str | None = None, fails_at_their_time: bool = False,
 ) -> list[GuardState]:
-    """For each partition: nodes we drained within the window, read from Slurm's own state."""
+    """For each partition: nodes we drained within the window, read from Slurm's own state.
+    `fails_at_their_time`: qualification fails count from their own drain (drain_time)."""
     out = []
     for part in partitions:
         members = [n for n in nodes if part in n.partitions]
@@ -95,19 +122,61 @@ def guard_states(
             if n.name != exclude
             and n.drain_set
             and automatic(n.reason)
-            and n.reason_time is not None
-            and now - n.reason_time <= window
+            and _within(drain_time(n, own_time=fails_at_their_time), now, window)
         ]
         out.append(GuardState(part, len(members), recent, guard_limit(len(members), max_share)))
     return out
 
 
+def shadow_guard_held(
+    attempts: list[tuple[datetime, str, bool]], partitions: dict[str, list[str]], *,
+    max_share: float, window: timedelta,
+) -> set[int]:
+    """The mass-drain guard's arithmetic over drains that were not made (shadow mode's
+    would_drain, which never asks Slurm, so no node sees another's): which of `attempts`
+    ((time, node, done): done = a drain that did happen, which counts and is never held) the
+    live guard would have held, by index. Oldest first (then node name), per partition of
+    `partitions` (node -> its partitions; a node in none is not guarded, as live): held once
+    one of its partitions has guard_limit drains within `window`. A node counts once: its
+    later attempts (another reason, a new interval) find it drained already, as live they
+    would (never held, not counted again); a held one's later attempt is its retry."""
+    totals: dict[str, int] = {}
+    for parts in partitions.values():
+        for p in parts:
+            totals[p] = totals.get(p, 0) + 1
+    granted: dict[str, list[datetime]] = {p: [] for p in totals}
+    held: set[int] = set()
+    drained: set[str] = set()
+    for i in sorted(range(len(attempts)), key=lambda i: attempts[i][:2]):
+        when, node, done = attempts[i]
+        if node in drained:
+            continue
+        parts = partitions.get(node, [])
+        if not done and any(
+                sum(1 for t in granted[p] if when - t <= window)
+                >= guard_limit(totals[p], max_share) for p in parts):
+            held.add(i)
+            continue
+        drained.add(node)
+        for p in parts:
+            granted[p].append(when)
+    return held
+
+
+def _within(when: datetime | None, now: datetime, window: timedelta) -> bool:
+    return when is not None and now - when <= window
+
+
 def automatic(reason: str | None) -> bool:
     """A drain rsc-health made by itself (node path or lemons), the kind the mass-drain guard
     counts. An operator's `healthctl drain` carries our prefix too, but is a person's decision:
-    a DIMM reseat must not use up the budget that holds back a broken node's automatic drain."""
+    a DIMM reseat must not use up the budget that holds back a broken node's automatic drain.
+    Nor does a qualification's drain of a node that was out of service already
+    (policy.QUALIFY_REDRAIN_CODES): its fresh reason time takes nothing out of service."""
     parsed = parse_reason(reason)
-    return parsed is not None and parsed["mode"] != MANUAL_MODE
+    if parsed is None or parsed["mode"] == MANUAL_MODE:
+        return False
+    return not (parsed["mode"] == QUALIFY_MODE and parsed["code"] in QUALIFY_REDRAIN_CODES)
 
 
 class Actor:
@@ -321,7 +390,7 @@ class Actor:
             # or a qualification's never steps back, so it holds its place ahead of the
             # node-path drains, which are ranked after it (reason time, then name).
             recent = [n for n in members if n.drain_set and automatic(n.reason)
-                      and n.reason_time is not None and now - n.reason_time <= self.window]
+                      and _within(drain_time(n), now, self.window)]
             fixed = [n for n in recent
                      if (parse_reason(n.reason) or {}).get("mode") not in stepping]
             racing = sorted((n for n in recent if n not in fixed),
@@ -345,7 +414,10 @@ class Actor:
         spools what was done (the drain above all, and the requeues before) before it is
         raised: the caller spools nothing then."""
         state = self.load_state()
-        reported = set(state.refused_jobs) if state else set()
+        # Said under no drain of ours (a lemon's, a person's `healthctl drain`), then under
+        # one: the same job is not said again.
+        held = self._held_refusals()
+        reported = set(state.refused_jobs if state else ()) | set(held)
         start = len(done)
         try:
             self._requeue_listed(reason, skip, reported, done)
@@ -356,8 +428,10 @@ class Actor:
             newly = [a.job_id for a in done[start:]
                      if a.action == ActionKind.REQUEUE_REFUSED and a.job_id]
             if state is not None and newly:
-                state.refused_jobs = sorted(reported | set(newly))
+                state.refused_jobs = sorted(set(state.refused_jobs) | set(newly))
                 self._write_state(state)
+            elif newly:
+                self._write_held_refusals(held + [j for j in newly if j not in held])
 
     def _requeue_listed(self, reason: str, skip: set[str], reported: set[str],
                         out: list[Action]) -> None:
@@ -450,6 +524,22 @@ class Actor:
             self._discard_state("not a record this code wrote")
             return None
         return state
+
+    def _held_refusals(self) -> list[str]:
+        """Jobs said to refuse requeue with no drain record of ours (REFUSALS_FILE), oldest
+        first; [] when none or not a list of job ids (then said again: the safe side)."""
+        jobs = load_state_json(self.state_dir / REFUSALS_FILE).get("jobs")
+        if isinstance(jobs, list) and all(isinstance(j, str) for j in jobs):
+            return jobs[-REFUSALS_KEPT:]
+        return []
+
+    def _write_held_refusals(self, jobs: list[str]) -> None:
+        try:
+            write_atomic(self.state_dir / REFUSALS_FILE,
+                         json.dumps({"jobs": jobs[-REFUSALS_KEPT:]}))
+        except OSError as exc:
+            self.log(f"cannot record the requeue refusals in {self.state_dir} "
+                     f"({exc.strerror or exc}); they may be said again")
 
     def _discard_state(self, why: str) -> None:
         self.log(f"unreadable drain record {self._state_path} ({why[:80]}) discarded; "

@@ -337,11 +337,24 @@ def validate_site(site: dict, defaults: dict, path: Path) -> None:
         validate_section(section, table, defaults, path, "")
 
 
+# Sections a [partitions.NAME] table may not override (validate_overrides).
+NODE_WIDE_SECTIONS = ("actions",)
+
+
 def validate_overrides(overrides: dict, defaults: dict, path: Path) -> None:
     for kind, tables in overrides.items():
         for name, table in tables.items():
             label = f'[{kind}."{name}"] ' if kind == "nodes" else f"[{kind}.{name}] "
             for section, body in table.items():
+                if kind == "partitions" and section in NODE_WIDE_SECTIONS:
+                    # Applied only where a job's partition is known (prolog, epilog), never in
+                    # a sweep, and a node may be in several: `enabled = false` here let a
+                    # partition's jobs start on a fault the same node's sweep then drained.
+                    raise ConfigError(
+                        f"{path}: {label}[{section}]: what rsc-health does to a node in Slurm "
+                        "is the node's, not a job's partition's (the sweep knows no partition; "
+                        f'a node may be in several): set it in [nodes."GLOB".{section}] for '
+                        "the partition's nodes")
                 validate_section(section, body, defaults, path, label)
 
 

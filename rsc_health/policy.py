@@ -14,6 +14,7 @@ verdict) or "manual" (healthctl drain). Slurm stores reasons verbatim, so we kee
 
 from __future__ import annotations
 
+import datetime
 import re
 
 from rsc_health import lazyre
@@ -29,6 +30,18 @@ MANUAL_MODE = "manual"
 # (rsc_health/qualify/flow.py): only a person lifts either.
 LEMON_MODE = "lemon"
 QUALIFY_MODE = "qualify"
+# Qualification drains of a node that was out of service already (rsc_health/qualify/flow.py):
+# a run that proved nothing (inconclusive; a fail the mass-drain guard held; a flow cut short,
+# drained by `qualify cleanup`) and a three-strikes repair drain. Slurm stamps them with a
+# fresh reason time, but they take no node out of service: the mass-drain guard does not count
+# them (a fabric event with qualification running must not fill the budget a fresh node with
+# a dead GPU needs). A qualification fail still counts.
+QUALIFY_REDRAIN_CODES = ("inconclusive", "interrupted", "guard_held", "three_strikes")
+# A qualification fail of a node that came to it drained starts its text with when the node
+# left service ("out since 2026-11-27T10:02:03Z ..."): the node path's and the lemons' guard
+# count the drain from then, not from the fresh reason time Slurm stamps (qualify_out_since).
+OUT_SINCE_PREFIX = "out since "
+_OUT_SINCE_RE = lazyre.compile(r"^out since (\d{4}-\d\d-\d\dT\d\d:\d\d)Z ")
 
 _REASON_RE = lazyre.compile(
     rf"^{re.escape(REASON_PREFIX)}(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")
@@ -85,3 +98,19 @@ def parse_reason(reason: str | None) -> dict | None:
 
 def is_ours(reason: str | None) -> bool:
     return parse_reason(reason) is not None
+
+
+def qualify_out_since(reason: str | None) -> datetime.datetime | None:
+    """When a node a qualification fail re-drained had left service (aware UTC), or None:
+    not a qualification drain, or one of a node that was in service (a suspect)."""
+    parsed = parse_reason(reason)
+    if parsed is None or parsed["mode"] != QUALIFY_MODE:
+        return None
+    m = _OUT_SINCE_RE.match(parsed["text"] + " ")
+    if not m:
+        return None
+    try:
+        return datetime.datetime.strptime(m[1], "%Y-%m-%dT%H:%M").replace(
+            tzinfo=datetime.timezone.utc)
+    except ValueError:
+        return None

@@ -46,7 +46,8 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
         try:
             options = GatherOptions.from_config(
                 section, cfg.section("lemon"), cfg.section("ettr"), cfg.section("metrics"),
-                cfg.section("historian"), cfg.section("xid"))
+                cfg.section("historian"), cfg.section("xid"),
+                cfg.section("actions"))
         except ValueError as exc:
             raise click.ClickException(str(exc)) from exc
         from dataclasses import replace

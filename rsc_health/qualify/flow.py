@@ -62,11 +62,28 @@ def reservation_name(node: str) -> str:
     return RESERVATION_PREFIX + node
 
 
-def qualify_reason(code: str, text: str) -> str:
-    from rsc_health.policy import MAX_REASON_LEN, sanitize
+def qualify_reason(code: str, text: str, out_since: datetime | None = None) -> str:
+    """`out_since`: when the node, drained before the flow, left service (a fail's re-drain
+    says so first in its text, policy.OUT_SINCE_PREFIX: the guard counts it from then)."""
+    from rsc_health.policy import MAX_REASON_LEN, OUT_SINCE_PREFIX, sanitize
 
+    if out_since is not None:
+        text = f"{OUT_SINCE_PREFIX}{out_since.astimezone(UTC):%Y-%m-%dT%H:%M}Z {text}"
     reason = f"{REASON_PREFIX}{QUALIFY_MODE}:{sanitize(code).replace(':', '_')}:{sanitize(text)}"
     return reason[:MAX_REASON_LEN].rstrip()
+
+
+def out_of_service_since(info) -> datetime | None:
+    """When a node that comes to qualification drained left service: its drain's reason time,
+    or the time an earlier fail's re-drain already carried (policy.qualify_out_since)."""
+    from rsc_health.policy import qualify_out_since
+
+    if not info.drain_set:
+        return None
+    since = qualify_out_since(info.reason)
+    if since is None or info.reason_time is None:
+        return info.reason_time if since is None else since
+    return min(since, info.reason_time)
 
 
 def refusal(info, strikes: int, suspect: bool = False, limit: int = STRIKES) -> str | None:
@@ -120,7 +137,8 @@ class Flow:
             return FlowResult(node, "refused", f"shadow mode: would send to repair ({why})")
         parsed = _parsed(info.reason)
         if parsed is None or parsed["code"] != STRIKES_CODE:
-            reason = qualify_reason(STRIKES_CODE, f"{strikes} failures after a pass: repair")
+            reason = qualify_reason(STRIKES_CODE, f"{strikes} failures after a pass: repair",
+                                    out_of_service_since(info))
             self.slurm.drain(node, reason)
             self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
         self.history.repair_ticket(node, why)
@@ -149,6 +167,7 @@ class Flow:
         job_id = None
         verdict, detail = INCONCLUSIVE, "the flow stopped before a result"
         undrained = suspect and not info.drain_set
+        since = None if undrained else out_of_service_since(info)
         try:
             if not undrained:
                 self.slurm.resume(node)
@@ -166,7 +185,7 @@ class Flow:
             detail = f"Slurm: {str(exc)[:200]}"
         finally:
             more, verdict, detail = self._finish(node, res, verdict, detail, job_id,
-                                                 keep=undrained)
+                                                 keep=undrained, out_since=since)
             done += more
         return FlowResult(node, verdict, detail, job_id, tuple(done))
 
@@ -223,13 +242,15 @@ class Flow:
             time.sleep(min(self.poll_s, 1.0))
 
     def _finish(self, node: str, res: str, verdict: str, detail: str,
-                job_id: str | None, keep: bool = False) -> tuple[list[str], str, str]:
+                job_id: str | None, keep: bool = False,
+                out_since: datetime | None = None) -> tuple[list[str], str, str]:
         """Drain before the reservation goes, unless a pass is stored: the node is never out
         of the reservation and undrained without one. `keep`: an undrained suspect whose run
         proved nothing goes back as it came (still a suspect, kept from big jobs). Returns
         what was done and the verdict as it stands (a fail the guard held is inconclusive)."""
         with self._drain_lock:
-            done, verdict, detail = self._judge_and_drain(node, verdict, detail, keep)
+            done, verdict, detail = self._judge_and_drain(node, verdict, detail, keep,
+                                                          out_since)
         self._delete_when_free(res, job_id)
         done.append("reservation deleted")
         if verdict == PASS:
@@ -237,8 +258,8 @@ class Flow:
                                 f"{self.tier} pass, job {job_id}")
         return done, verdict, detail
 
-    def _judge_and_drain(self, node: str, verdict: str, detail: str,
-                         keep: bool) -> tuple[list[str], str, str]:
+    def _judge_and_drain(self, node: str, verdict: str, detail: str, keep: bool,
+                         out_since: datetime | None = None) -> tuple[list[str], str, str]:
         done: list[str] = []
         held = self.guard(node) if verdict == FAIL and self.guard is not None else None
         if held:
@@ -252,7 +273,9 @@ class Flow:
         elif verdict != PASS:
             code = ("guard_held" if held else "inconclusive") if verdict == INCONCLUSIVE \
                 else _first_test(detail)
-            reason = qualify_reason(code, detail)
+            # A node that came drained is taken out of service by none of these: the drain
+            # says since when it is out, and the node path's guard counts a fail from then.
+            reason = qualify_reason(code, detail, out_since)
             theirs = _kept_drain(self.slurm.node(node))
             if theirs:  # drained by a person mid-flow: out of service already, and theirs
                 done.append(f"not drained: {theirs}")
@@ -330,8 +353,9 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
 
 
 def _clean_one(slurm, history, name: str, node: str, done: list[str]) -> FlowResult:
-    reason = qualify_reason("interrupted", "qualification cut short; qualify again")
     info = slurm.node(node)
+    reason = qualify_reason("interrupted", "qualification cut short; qualify again",
+                            out_of_service_since(info))
     theirs = _kept_drain(info)
     if theirs:
         slurm.delete_reservation(name)
@@ -501,7 +525,8 @@ def mass_drain_guard(slurm, cfg, now: datetime | None = None) -> Callable[[str],
         states = guard_states(fleet, sorted(me.partitions),
                               max_share=float(cfg.get("actions.guard_max_share")),
                               window=timedelta(minutes=float(cfg.get("actions.guard_window_min"))),
-                              now=now or datetime.now(UTC), exclude=node)
+                              now=now or datetime.now(UTC), exclude=node,
+                              fails_at_their_time=True)
         full = [g for g in states if g.tripped]
         if not full:
             return None

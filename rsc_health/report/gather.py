@@ -61,6 +61,10 @@ class GatherOptions:
     fleet_rows: int = packaged_default("report.fleet_rows")  # open findings, events per node
     # [xid] catalog_override: the site's application XIDs, left out as `healthctl lemons` does
     xid_catalog_override: str = packaged_default("xid.catalog_override")
+    # [actions] guard_max_share and guard_window_min: shadow mode's would-drains are shown
+    # with what the live mass-drain guard would have held
+    guard_max_share: float = packaged_default("actions.guard_max_share")
+    guard_window_min: float = packaged_default("actions.guard_window_min")
 
     @classmethod
     def from_config(
@@ -71,9 +75,11 @@ class GatherOptions:
         metrics: Mapping[str, Any] | None = None,
         historian: Mapping[str, Any] | None = None,
         xid: Mapping[str, Any] | None = None,
+        actions: Mapping[str, Any] | None = None,
     ) -> GatherOptions:
         report = with_defaults("report", report)
         metrics = with_defaults("metrics", metrics)
+        actions = with_defaults("actions", actions)
         return cls(
             window_days=float(with_defaults("lemon", lemon)["window_days"]),
             metrics_days=float(report["metrics_days"]),
@@ -90,6 +96,8 @@ class GatherOptions:
             listed_days_max=int(report["listed_days_max"]),
             fleet_rows=int(report["fleet_rows"]),
             xid_catalog_override=str(with_defaults("xid", xid)["catalog_override"]),
+            guard_max_share=float(actions["guard_max_share"]),
+            guard_window_min=float(actions["guard_window_min"]),
         )
 
 
@@ -324,18 +332,91 @@ def recent_actions(engine: Engine, as_of: datetime, hours: float) -> pd.DataFram
 
 
 def guard_state(actions: pd.DataFrame, hours: float) -> dict[str, Any]:
-    """What the mass-drain guard did in the period, read from the actions it recorded."""
+    """What the mass-drain guard did in the period, read from the actions it recorded; with
+    shadow mode's would-drains (folded, after shadow_guard), what it would have held too."""
     held = actions[actions["action"].isin(GUARD_ACTIONS)] if not actions.empty else actions
     drains = int(actions["action"].isin(DRAIN_ACTIONS).sum()) if not actions.empty else 0
+    shadow = _shadow_line(actions)
     if held.empty:
         return {"state": "not triggered",
-                "detail": f"{drains} drain(s) went through in the last {hours:g} h",
-                "held": 0}
+                "detail": f"{drains} drain(s) went through in the last {hours:g} h" + shadow,
+                "held": 0, **_shadow_counts(actions)}
     nodes = sorted(set(held["node"]))
     return {"state": "triggered",
             "detail": f"held {len(nodes)} node(s): {', '.join(nodes[:10])}"
-                      + (" ..." if len(nodes) > 10 else ""),
-            "held": len(nodes)}
+                      + (" ..." if len(nodes) > 10 else "") + shadow,
+            "held": len(nodes), **_shadow_counts(actions)}
+
+
+# A would_drain (shadow mode) the live mass-drain guard would have held: the report's word.
+WOULD_BE_HELD = "would_be_held"
+
+
+def _shadow_counts(actions: pd.DataFrame) -> dict[str, int]:
+    if actions.empty or not actions["action"].isin((ActionKind.WOULD_DRAIN.value,
+                                                    WOULD_BE_HELD)).any():
+        return {}
+    return {"shadow_would_drain": int((actions["action"] == ActionKind.WOULD_DRAIN).sum()),
+            "shadow_held": int((actions["action"] == WOULD_BE_HELD).sum())}
+
+
+def _shadow_line(actions: pd.DataFrame) -> str:
+    got = _shadow_counts(actions)
+    if not got:
+        return ""
+    return (f"; shadow mode: {got['shadow_would_drain'] + got['shadow_held']} would-drain(s), "
+            f"of which the live guard would have held {got['shadow_held']} at first")
+
+
+def fleet_partitions(engine: Engine, as_of: datetime) -> dict[str, list[str]]:
+    """Each node's partitions as of `as_of`, from the node inventory; without one, every node
+    whose checks ran (node_runs) in one partition, "*" (the nodes seen stand in for the fleet,
+    as exposure does)."""
+    from rsc_health.historian.schema import node_inventory as inv
+    from rsc_health.historian.schema import node_runs
+
+    out: dict[str, list[str]] = {}
+    with engine.connect() as conn:
+        rows = conn.execute(select(inv.c.node, inv.c.partition).where(
+            inv.c.start <= as_of, (inv.c.end.is_(None)) | (inv.c.end > as_of))).all()
+        for node, part in rows:
+            parts = out.setdefault(node, [])
+            if part not in parts:
+                parts.append(part)
+        if not out:
+            for node in conn.execute(select(node_runs.c.node).distinct()).scalars():
+                out[node] = ["*"]
+    return out
+
+
+def shadow_guard(engine: Engine, folded: pd.DataFrame, as_of: datetime,
+                 opts: GatherOptions) -> pd.DataFrame:
+    """Shadow mode records would_drain on every node and never asks Slurm, so the guard was
+    never applied: a fabric event reads as a fleet-wide drain the live product caps. The
+    guard's arithmetic (rsc_health.actions.shadow_guard_held) over each would_drain
+    interval's first sweep, the drains done beside it counted: an interval the live guard
+    would have held is relabelled WOULD_BE_HELD (live, it is retried after a back-off and may
+    drain once the window has room: "held at first")."""
+    if folded.empty or not (folded["action"] == ActionKind.WOULD_DRAIN).any():
+        return folded
+    from rsc_health.actions import shadow_guard_held
+
+    partitions = fleet_partitions(engine, as_of)
+    if all(parts == ["*"] for parts in partitions.values()):
+        for node in folded["node"]:  # no inventory: every node seen is of the fleet
+            partitions.setdefault(str(node), ["*"])
+    done = {ActionKind.DRAIN_NOW.value, ActionKind.DRAIN_AFTER_JOB.value,
+            ActionKind.LEMON_DRAIN.value}
+    rows = [i for i, a in enumerate(folded["action"])
+            if a == ActionKind.WOULD_DRAIN or a in done]
+    attempts = [(pd.Timestamp(folded["time"].iloc[i]).to_pydatetime(),
+                 str(folded["node"].iloc[i]), folded["action"].iloc[i] in done) for i in rows]
+    held = shadow_guard_held(attempts, partitions, max_share=opts.guard_max_share,
+                             window=timedelta(minutes=opts.guard_window_min))
+    out = folded.copy()
+    for k in held:
+        out.iloc[rows[k], out.columns.get_loc("action")] = WOULD_BE_HELD
+    return out
 
 
 # --- the gathering itself ---------------------------------------------------------------------
@@ -534,8 +615,12 @@ def gather(
     got = step("actions", "recent actions",
                lambda: recent_actions(engine, as_of, opts.actions_hours))
     if got is not None:
-        data.guard = guard_state(got, opts.actions_hours)
-        data.actions = fold_repeats(got)  # every sweep's "would drain": one interval
+        # Every sweep's "would drain": one interval; the live guard's arithmetic applied.
+        folded = fold_repeats(got)
+        shown = step("actions", "the guard over shadow mode's would-drains",
+                     lambda: shadow_guard(engine, folded, as_of, opts))
+        data.actions = folded if shown is None else shown
+        data.guard = guard_state(got if shown is None else shown, opts.actions_hours)
     return data
 
 

@@ -157,7 +157,8 @@ def run_demo(
 
         options = GatherOptions.from_config(
             cfg.section("report"), cfg.section("lemon"), cfg.section("ettr"),
-            cfg.section("metrics"), cfg.section("historian"), cfg.section("xid"))
+            cfg.section("metrics"), cfg.section("historian"), cfg.section("xid"),
+            cfg.section("actions"))
         report_dir = out_dir / "report"
         data = timed("report_data", "gathering metrics and lemon verdicts",
                      lambda: gather(engine, as_of, options, progress=say))

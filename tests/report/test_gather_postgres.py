@@ -10,7 +10,7 @@ from sqlalchemy import create_engine, text
 
 from rsc_health.historian.db import connect
 
-from .test_gather import check_gathered, populate
+from .test_gather import check_gathered, check_shadow_capped, populate
 
 PG_URL = os.environ.get("RSC_HEALTH_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres")
 
@@ -37,3 +37,7 @@ def pg_engine():
 def test_gather_on_postgresql_matches_sqlite(pg_engine, tmp_path):
     populate(pg_engine)
     check_gathered(pg_engine, tmp_path)
+
+
+def test_shadow_would_drains_are_capped_on_postgresql(pg_engine, tmp_path):
+    check_shadow_capped(pg_engine, tmp_path, inventory=True)

@@ -83,14 +83,19 @@ def test_the_report_folds_agrees_with_itself_shows_a_young_fleet_and_links_nodes
     doc = json.loads((out / "report.json").read_text())
     html = (out / "report.html").read_text()
 
-    # 1. Folded: one row per node for its 13 would_drain records.
-    shadow = {a["node"]: a for a in doc["actions"] if a["action"] == "would_drain"}
+    # 1. Folded: one row per node for its 13 would_drain records. The four XID 79s of one
+    # sweep in a fleet of this size are past the live guard's limit: the report shows the
+    # first as would_drain and the rest as what the live guard would have held.
+    kinds = ("would_drain", "would_be_held")
+    shadow = {a["node"]: a for a in doc["actions"] if a["action"] in kinds}
     assert sorted(shadow) == [*SHADOW, "gpu035"]  # one row each
     assert [shadow[n]["count"] for n in sorted(shadow)] == [13, 13, 13, 13, 8]
+    assert [shadow[n]["action"] for n in sorted(shadow)] == [
+        "would_drain", "would_be_held", "would_be_held", "would_be_held", "would_drain"]
     assert all(a["last_seen"] > a["time"] for a in shadow.values())
-    assert "5 would_drain (60 records)" in summary
+    assert "3 would_be_held (39 records), 2 would_drain (21 records)" in summary
     section = re.search(r'<section id="actions">(.*?)</section>', html, re.S).group(1)
-    assert section.count("would_drain</td>") == 5
+    assert section.count("would_drain</td>") + section.count("would_be_held</td>") == 5
 
     # 2. Never "new" and "listed 7+ d" at once: no previous report, listed for a week.
     lemon = {r["node"]: r for r in doc["lemons"]}["gpu020"]

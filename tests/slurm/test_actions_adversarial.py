@@ -354,3 +354,20 @@ def test_a_persons_down_set_between_our_read_and_our_resume_is_kept(slurm_cluste
     assert [a.action for a in done] == ["resume"]
     node = c.node("node05")
     assert "DOWN" in node["State"] and node["Reason"].startswith("bob: PSU smoking"), node
+
+
+def test_qualification_redrains_stamped_by_slurm_leave_the_guard_room_for_a_dead_gpu(
+        slurm_cluster):
+    """Two nodes qualification re-drained a moment ago (inconclusive, a fail the guard held),
+    as the flow drains them: slurmctld stamps a fresh reason time on each. guard_max_share
+    0.34 of 6 nodes is 2: before, those two filled it and node03's fallen GPU was held."""
+    c = slurm_cluster
+    for node, code in (("node01", "inconclusive"), ("node02", "guard_held")):
+        c.run(["scontrol", "update", f"NodeName={node}", "State=DRAIN",
+               f"Reason=rsc_health:qualify:{code}:job 7 ended (FAILED) with no stored result"])
+    inject_xid79(c, "node03")
+    out = c.sweep("node03")
+    assert out.returncode == 0, out.stderr
+    assert c.node("node03")["Reason"].startswith("rsc_health:now:xid79"), c.node("node03")
+    assert "guard_tripped" not in [r["action"] for r in c.spool("node03")
+                                   if r["kind"] == "action"]

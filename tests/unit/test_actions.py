@@ -589,3 +589,74 @@ def test_our_drain_that_landed_late_past_the_guards_limit_steps_back_when_found(
     assert [x.action for x in a.apply(verdict)] == ["guard_tripped"]
     assert slurm.reads == reads + 1  # the one node table read serves the look too
     assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_qualification_redrains_of_nodes_already_out_do_not_use_up_the_guards_budget(
+        cfg, tmp_path):
+    """A qualification that proved nothing (inconclusive, a fail the guard held, a flow cut
+    short) or a three-strikes repair drains again a node that was out of service already: the
+    re-drain stamps a fresh reason time in Slurm, but takes nothing out of service. In a fabric
+    event with qualification running, those must not fill the budget that lets a fresh node
+    with a dead GPU drain. A qualification fail still counts (its guard's purpose)."""
+    slurm = memory_slurm(20)  # 10% of 20: two automatic drains per window
+    for node, code in (("n10", "inconclusive"), ("n11", "guard_held"),
+                       ("n12", "interrupted"), ("n13", "three_strikes")):
+        slurm.drain(node, f"rsc_health:qualify:{code}:qualification proved nothing")
+    verdict = decide([finding("xid79", repair=True)])
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n01").apply(verdict)][0] == (
+        "drain_now")
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n02").apply(verdict)][0] == (
+        "drain_now")
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n03").apply(verdict)] == [
+        "guard_tripped"]
+    assert not slurm.info["n03"].drain_set
+
+
+def test_a_qualification_fail_still_counts_against_the_guards_budget(cfg, tmp_path):
+    slurm = memory_slurm(20)
+    slurm.drain("n10", "rsc_health:qualify:gpu_burn:gflops 9% under the peers")
+    slurm.drain("n11", "rsc_health:lemon:node_fails:node_fails 4 (min 3)")
+    verdict = decide([finding("xid79", repair=True)])
+    assert [x.action for x in actor(slurm, cfg, tmp_path, "n01").apply(verdict)] == [
+        "guard_tripped"]
+
+
+@pytest.mark.parametrize("drain", ["rsc_health:lemon:node_fails:node_fails 4 (min 3)",
+                                   "rsc_health:manual:manual:DIMM reseat by bob"])
+def test_a_refused_requeue_under_a_persons_or_lemon_drain_is_said_once_per_job(
+        cfg, tmp_path, drain):
+    """Under a lemon or `healthctl drain` there is no drain record of ours: the held verdict
+    is retried after each back-off (about hourly), and each retry requeued the job again. A
+    job that refuses is said once, not on every retry; a new one is still said."""
+    slurm = Refusing([f"n{i:02d}" for i in range(10)], now=lambda: NOW)
+    slurm.drain("n01", drain)
+    slurm.start_job("n01", "8", requeue=False)
+    slurm.start_job("n01", "refuses")
+    verdict = decide([finding("xid79", repair=True, family="xid")])
+    for _ in range(4):
+        done = actor(slurm, cfg, tmp_path).apply(verdict)
+        assert done[0].action == "held_under_drain"
+    assert slurm.calls.count(("requeue", "refuses")) == 4  # still tried each time
+    slurm.start_job("n01", "9", requeue=False)
+    actor(slurm, cfg, tmp_path).apply(verdict)
+    assert [r["job_id"] for r in spooled(tmp_path) if r["action"] == "requeue_refused"] == [
+        "8", "refuses", "9"]
+    assert slurm.info["n01"].reason == drain
+
+
+def test_the_shadow_guard_counts_a_node_once_though_its_would_drain_reason_changes():
+    """A shadow-drained node whose would_drain reason changes (a second fault) starts a new
+    interval in the report; live, it is drained already: no second drain counted, never held."""
+    from rsc_health.actions import shadow_guard_held
+
+    parts = {f"n{i:02d}": ["gpu"] for i in range(20)}  # limit 2
+    t = NOW
+    attempts = [(t, "n00", False), (t + timedelta(seconds=1), "n01", False),
+                (t + timedelta(minutes=5), "n00", False),  # n00 again, another reason
+                (t + timedelta(minutes=6), "n02", False)]
+    assert shadow_guard_held(attempts, parts, max_share=0.10,
+                             window=timedelta(minutes=15)) == {3}
+    # Past the window the held node goes through on a later sweep, as its live retry would.
+    later = [*attempts, (t + timedelta(minutes=20), "n02", False)]
+    assert shadow_guard_held(later, parts, max_share=0.10,
+                             window=timedelta(minutes=15)) == {3}

@@ -53,3 +53,23 @@ def test_one_node_name_and_overrides_for_every_entry_point(tmp_path, monkeypatch
     monkeypatch.delenv("SLURMD_NODENAME")
     node_cfg, name = resolve_node_config(cfg, node="cpu1", partition="big")
     assert node_cfg.get("gpu.count") == 2
+
+
+@pytest.mark.parametrize("key", ["enabled = false", "guard_max_share = 0.5",
+                                 "resume_after_clean_sweeps = 1"])
+def test_actions_per_partition_are_refused_for_the_nodes_own(tmp_path, key):
+    """[partitions.NAME] applies where a job's partition is known (prolog, epilog), never in a
+    sweep, and a node may be in several partitions: `[partitions.dev.actions] enabled = false`
+    made dev jobs start on a faulty node (the prolog in shadow mode) while the sweep on the same
+    node drained it. What rsc-health does to a node in Slurm is the node's: refused per
+    partition, with [nodes."GLOB"] named instead (it applies to every entry point)."""
+    site = tmp_path / "site.toml"
+    site.write_text(f"[partitions.dev.actions]\n{key}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(site)
+    assert "[partitions.dev] [actions]" in str(err.value)
+    assert "[nodes.\"GLOB\".actions]" in str(err.value)
+    site.write_text(f'[nodes."dev*".actions]\n{key}\n')
+    cfg, _ = resolve_node_config(load_config(site), "dev01", "gpu")
+    assert cfg.get("actions." + key.split(" = ")[0]) != load_config("/dev/null").get(
+        "actions." + key.split(" = ")[0])

@@ -332,3 +332,90 @@ def test_a_reservation_slurm_keeps_refusing_is_not_drained_again_at_every_cleanu
         assert r.result == "refused" and "in use" in r.detail
     assert len([c for c in slurm.calls if c[0] == "drain"]) == 1
     assert len(hist.actions) == 1
+
+
+def test_qualification_redrains_in_the_window_leave_room_for_a_fail():
+    """20 nodes, limit 2: two drained nodes qualified a minute ago proved nothing and were
+    drained again (inconclusive, guard_held). They were out of service already: a real fail
+    next still drains for repair, not held."""
+    slurm = LockedSlurm()
+    recent = datetime.now(UTC) - timedelta(minutes=1)
+    slurm.add_node("n00", "IDLE+DRAIN", "rsc_health:qualify:inconclusive:no result", when=recent)
+    slurm.add_node("n01", "IDLE+DRAIN", "rsc_health:qualify:guard_held:held", when=recent)
+    slurm.add_node("n02", "IDLE+DRAIN", XID79, when=datetime.now(UTC) - timedelta(days=2))
+    for i in range(3, 20):
+        slurm.add_node(f"n{i:02d}", "IDLE")
+    hist = History(slurm, {"n02": FAIL}, after=0.0)
+    guard = mass_drain_guard(slurm, Cfg({"actions.guard_max_share": 0.10,
+                                         "actions.guard_window_min": 15}))
+    r = flow(slurm, hist, guard=guard).run("n02")
+    assert r.result == FAIL, r
+    assert parse_reason(slurm.node("n02").reason)["code"] == "gpu_burn"
+
+
+def test_every_code_the_flow_redrains_an_out_of_service_node_with_is_one_the_guard_skips():
+    from rsc_health.policy import QUALIFY_REDRAIN_CODES
+    from rsc_health.qualify.flow import RETRY_CODES, STRIKES_CODE
+
+    assert set(QUALIFY_REDRAIN_CODES) == {*RETRY_CODES, STRIKES_CODE}
+
+
+def test_qualification_fails_of_drained_nodes_leave_room_for_a_fresh_dead_gpu(tmp_path):
+    """A fabric event fails the IB tests of every drained node under qualification: each fail
+    drains a node that was out of service for days, and Slurm stamps the drain afresh. The
+    qualification guard still counts them (a broken tool must not send a fleet to repair),
+    but the node path's does not: a fresh node's fallen GPU drains."""
+    from rsc_health.actions import Actor
+    from rsc_health.config import load_config
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+
+    slurm = LockedSlurm()
+    old = datetime.now(UTC) - timedelta(days=2)
+    for i in range(20):
+        if i < 3:
+            slurm.add_node(f"n{i:02d}", "IDLE+DRAIN", XID79, when=old)
+        else:
+            slurm.add_node(f"n{i:02d}", "IDLE")
+    hist = History(slurm, dict.fromkeys(["n00", "n01", "n02"], FAIL), after=0.0)
+    guard = mass_drain_guard(slurm, Cfg({"actions.guard_max_share": 0.10,
+                                         "actions.guard_window_min": 15}))
+    f = flow(slurm, hist, guard=guard)
+    results = [f.run(n).result for n in ("n00", "n01", "n02")]
+    assert results == [FAIL, FAIL, "inconclusive"]  # the qualification guard: 2 of 20
+    assert parse_reason(slurm.node("n00").reason)["text"].startswith(
+        f"out since {old:%Y-%m-%dT%H:%M}Z ")
+    cfg = load_config("/dev/null")
+    verdict = decide([Finding("gpu", "gpu3", Status.FAIL, Severity.DRAIN_NOW,
+                              "fell off the bus", "xid79", True)])
+    actor = Actor(slurm, cfg, "n05", tmp_path, log=lambda m: None)
+    actor.sleep = lambda s: None
+    assert [a.action for a in actor.apply(verdict)] == ["drain_now"]
+
+
+def test_a_suspects_qualification_fail_takes_it_out_of_service_and_counts():
+    """A suspect qualified undrained was in service: its fail is a new drain, no 'out since'."""
+    slurm = LockedSlurm()
+    for i in range(20):
+        slurm.add_node(f"n{i:02d}", "IDLE")
+    hist = History(slurm, {"n00": FAIL}, after=0.0)
+    assert flow(slurm, hist).run("n00", suspect=True).result == FAIL
+    assert not parse_reason(slurm.node("n00").reason)["text"].startswith("out since")
+
+
+def test_out_of_service_since_carries_through_redrains_and_never_moves_later():
+    """A node re-drained inconclusive keeps the time it first left service, so its later fail
+    is counted from then; an 'out since' later than Slurm's reason time is not believed."""
+    from rsc_health.qualify.flow import out_of_service_since, qualify_reason
+
+    slurm = LockedSlurm()
+    first = datetime(2026, 11, 20, 8, 0, 0, tzinfo=UTC)  # to the minute, as the text says
+    slurm.add_node("a", "IDLE+DRAIN", qualify_reason("inconclusive", "no result", first),
+                   when=datetime.now(UTC))
+    assert out_of_service_since(slurm.node("a")) == first
+    future = datetime.now(UTC) + timedelta(days=3)
+    slurm.add_node("b", "IDLE+DRAIN", qualify_reason("gpu_burn", "9% under", future),
+                   when=first)
+    assert out_of_service_since(slurm.node("b")) == first
+    slurm.add_node("c", "IDLE")
+    assert out_of_service_since(slurm.node("c")) is None
