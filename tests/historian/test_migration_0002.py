@@ -75,24 +75,28 @@ def _rows(engine, columns_of=None) -> dict[str, list]:
         }
 
 
-def _metrics(engine) -> str:
-    """The metrics as JSON text, so that NaN compares equal to NaN."""
-    return json.dumps(
-        {
-            "failure_rate": rates.failure_rate(engine, large_job_gpus=0).to_dict(),
-            "outcomes": rates.outcomes(engine).to_dict("records"),
-            "causes": rates.causes(engine).to_dict("records"),
-            "goodput": goodput.goodput_lost(engine).to_dict("records"),
-        },
-        default=str,
-        sort_keys=True,
-    )
+def _metrics(engine, *, goodput_too: bool = True) -> str:
+    """The metrics as JSON text, so that NaN compares equal to NaN. Goodput reads
+    jobs.cluster (migration 0004: a requeue is the same job id on the same cluster), which a
+    version-1 database lacks: it is compared with today's ingest of the same rows instead."""
+    out = {
+        "failure_rate": rates.failure_rate(engine, large_job_gpus=0).to_dict(),
+        "outcomes": rates.outcomes(engine).to_dict("records"),
+        "causes": rates.causes(engine).to_dict("records"),
+    }
+    if goodput_too:
+        out["goodput"] = goodput.goodput_lost(engine).to_dict("records")
+    return json.dumps(out, default=str, sort_keys=True)
 
 
 def test_upgrade_from_version_1_keeps_every_row_and_the_metrics(historian_url, tmp_path):
     engine = _version_1(historian_url, tmp_path)
     _fill(engine, tmp_path)
-    rows, metrics = _rows(engine), _metrics(engine)
+    rows, metrics = _rows(engine), _metrics(engine, goodput_too=False)
+    today = db.connect(f"sqlite:///{tmp_path / 'scratch.db'}")  # the same rows, today's schema
+    lost = json.loads(_metrics(today))["goodput"]
+    today.dispose()
+    assert lost  # the fixtures do lose goodput: the comparison below is not of two empties
     assert rows["job_nodes"] and rows["attributions"]
     v1 = db.engine_for(f"sqlite:///{tmp_path / 'v1-columns.db'}")
     assert db.migrate(v1, 0, _only_v1(tmp_path)) == [1]
@@ -103,7 +107,8 @@ def test_upgrade_from_version_1_keeps_every_row_and_the_metrics(historian_url, t
     try:
         assert db.current_version(upgraded) == schema.SCHEMA_VERSION
         assert _rows(upgraded, v1) == rows
-        assert _metrics(upgraded) == metrics
+        assert _metrics(upgraded, goodput_too=False) == metrics
+        assert json.loads(_metrics(upgraded))["goodput"] == lost
         if upgraded.dialect.name == "sqlite":
             with upgraded.connect() as conn:
                 ddl = conn.execute(

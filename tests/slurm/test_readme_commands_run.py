@@ -95,6 +95,10 @@ def site(tmp_path_factory):
         f"node{i:02d},,gpu,2026-01-01 00:00:00,\n" for i in range(1, 7)))
     (tmp / "gpus.csv").write_text("serial,node,slot,from,to\n"
                                   "1654024031139,node01,0,2026-01-01 00:00:00,\n")
+    # A ticket system's export (README: ticket import): one closed, one still open.
+    (tmp / "export.csv").write_text("node,opened,closed,reason\n"
+                                    "node03,2026-11-01 08:00:00,2026-11-03 17:00:00,PSU\n"
+                                    "node04,2026-11-18 09:30:00,,GPU3 RMA\n")
     # Step times a job left (README: ingest steps): the drop-file fixture.
     (tmp / "steps").mkdir()
     (tmp / "steps" / "job-7002.jsonl").write_bytes(
@@ -128,6 +132,7 @@ def localise(line: str, site: dict, ticket: str | None) -> list[str]:
         ("other-tool.jsonl", f"{tmp}/other-tool.jsonl"),
         ("--file fleet.csv", f"--file {tmp}/fleet.csv"),
         ("--file gpus.csv", f"--file {tmp}/gpus.csv"),
+        ("--file export.csv", f"--file {tmp}/export.csv"),
         ("/shared/steps/", f"{tmp}/steps/"),
         ("--root DIR", f"--root {root}"),
         ("--workdir DIR", f"--workdir {tmp}/tune"),
