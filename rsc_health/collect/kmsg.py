@@ -307,6 +307,14 @@ def boot_id(root: Path) -> str:
     return ""
 
 
+# /dev/kmsg's device number (major 1, "mem"; minor 11): fixed by the kernel (devices.txt).
+KMSG_DEVICE = (1, 11)
+
+
+def _is_kmsg_device(st: os.stat_result) -> bool:
+    return (os.major(st.st_rdev), os.minor(st.st_rdev)) == KMSG_DEVICE
+
+
 def _open_device(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
 
@@ -529,6 +537,15 @@ def read_new_events(
         if not (stat.S_ISCHR(kind) or stat.S_ISREG(kind)):
             errors.append(f"{source}: not a regular file or /dev/kmsg; not read")
             continue
+        if stat.S_ISCHR(kind) and not _is_kmsg_device(st):
+            # /dev/null bound over a container's /dev/kmsg, a link to /dev/console (kind's
+            # node image): read as a ring buffer, it was an empty one, healthy for ever.
+            errors.append(f"{source}: character device {os.major(st.st_rdev)}:"
+                          f"{os.minor(st.st_rdev)}, not the kernel's log (/dev/kmsg is "
+                          f"{KMSG_DEVICE[0]}:{KMSG_DEVICE[1]}): not read; no XID can be seen "
+                          "from it (give the checker the host's /dev/kmsg, or a kernel log "
+                          "file)")
+            continue
         refused = source_refusal(st, path, source, writers)
         if refused:
             errors.append(refused)
@@ -638,8 +655,8 @@ def _not_the_kernels(root: Path, events: list, logged: dict, parse: Callable) ->
     path = root / "dev/kmsg"
     try:
         st = path.stat()
-        if not (stat.S_ISCHR(st.st_mode) or (stat.S_ISREG(st.st_mode)
-                                             and st.st_size <= MAX_READ)):
+        if not ((stat.S_ISCHR(st.st_mode) and _is_kmsg_device(st))
+                or (stat.S_ISREG(st.st_mode) and st.st_size <= MAX_READ)):
             return []
         uptime = float(read_bounded(root / "proc/uptime", 4096).split()[0])
         ring = _read_ring(path, -1, None)
