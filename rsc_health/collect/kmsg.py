@@ -756,16 +756,74 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
                               + ("logged since the cursor's last write" if written is not None
                                  else "from its end (the cursor's last write cannot be told)"))
             offset, skip = _offset_since(fd, st.st_size, written, source, errors), False
-        window = os.pread(fd, MAX_READ, offset)
+        elif rotated:
+            # Rewritten whole rather than rotated (`dmesg > file` once the ring has wrapped):
+            # what it holds up to the last bytes the cursor read was read.
+            resumed = _resync(fd, st.st_size, prev)
+            if resumed is not None:
+                offset, skip, rotated = resumed, False, False
+        pre = min(offset, TAIL_BYTES)
+        window = os.pread(fd, MAX_READ + pre, offset - pre)
     finally:
         os.close(fd)
+    read_before, window = window[:pre], window[pre:]
     entry = {"inode": st.st_ino, "offset": offset, "head": head}
     before = (_rotated(path, source, prev, parse, writers) if rotated and not lost
               else _FileRead([], [], {}))
     errors.extend(before.errors)
     got = _read_window(window, st, head, offset, skip, source, parse, errors, entry)
+    tail = _tail(read_before + window[: got.entry["offset"] - offset])
+    if tail:
+        got.entry["tail"] = tail
     return _FileRead(before.events + got.events, got.errors, got.entry,
                      {**(before.logged or {}), **(got.logged or {})})
+
+
+# Bytes of a file kept in its cursor entry ("tail", in hex): the whole lines before the offset,
+# up to this many. A file rewritten whole (a `dmesg > file` dump after the ring buffer wraps)
+# that holds them goes on after them: what comes before was read (or overwritten unread).
+TAIL_BYTES = 256
+# A tail shorter than this ("\n", a blank line) could be found anywhere: never looked for.
+MIN_TAIL = 24
+
+
+def _tail(consumed: bytes) -> str:
+    """The cursor's "tail": the last whole lines of `consumed` (the bytes up to the offset),
+    at most TAIL_BYTES; "" when they are not worth looking for."""
+    tail = consumed[-TAIL_BYTES:]
+    if len(consumed) > TAIL_BYTES:
+        nl = tail.find(b"\n")
+        if 0 <= nl < len(tail) - 1:
+            tail = tail[nl + 1:]
+    return tail.hex() if len(tail.strip()) >= MIN_TAIL else ""
+
+
+def _resync(fd: int, size: int, prev) -> int | None:
+    """Where a file that is no longer the one its cursor read (another head, shorter, another
+    inode) goes on: after the first place its last MAX_READ bytes hold, from a line's start,
+    the cursor's tail (the lines it last read), or the longest run of its last lines still
+    there (a ring buffer that wrapped past the first of them); None when they hold not even
+    its last line (rotated: a new log, read from its start)."""
+    tail = prev.get("tail") if isinstance(prev, dict) else None
+    if (not isinstance(tail, str) or len(tail) > 2 * TAIL_BYTES or len(tail) % 2
+            or not all(c in "0123456789abcdef" for c in tail)):
+        return None
+    want = bytes.fromhex(tail)
+    if not want.endswith(b"\n"):
+        return None
+    start = max(0, size - MAX_READ)
+    data = os.pread(fd, MAX_READ, start)
+    while len(want.strip()) >= MIN_TAIL:
+        if start == 0 and data.startswith(want):
+            return len(want)
+        at = data.find(b"\n" + want)
+        if at >= 0:
+            return start + at + 1 + len(want)
+        nl = want.find(b"\n")
+        if nl < 0 or nl == len(want) - 1:
+            break
+        want = want[nl + 1:]
+    return None
 
 
 def _read_window(window: bytes, st, head: str, offset: int, skip: bool, source: str,
