@@ -768,8 +768,8 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
         os.close(fd)
     read_before, window = window[:pre], window[pre:]
     entry = {"inode": st.st_ino, "offset": offset, "head": head}
-    before = (_rotated(path, source, prev, parse, writers) if rotated and not lost
-              else _FileRead([], [], {}))
+    before = (_rotated(path, source, prev, parse, writers, st.st_ino, written)
+              if rotated and not lost else _FileRead([], [], {}))
     errors.extend(before.errors)
     got = _read_window(window, st, head, offset, skip, source, parse, errors, entry)
     tail = _tail(read_before + window[: got.entry["offset"] - offset])
@@ -996,17 +996,26 @@ _PACKED = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".z", ".zip")
 MAX_SIBLINGS = 4096
 
 
-def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writers
-             ) -> _FileRead:
+# A rotated generation's name after the log's own: kern.log.1, kern.log-20261127,
+# kern.log.2026-11-27 (digits and separators; not kern.log.bak, an operator's copy).
+_GENERATION = lazyre.compile(r"^[._-][0-9][0-9._-]*$")
+# At most this many generations rotated away between two runs (besides the cursor's) are read.
+MAX_GENERATIONS = 4
+
+
+def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writers,
+             current: int = -1, written: float | None = None) -> _FileRead:
     """The lines the rotated predecessor of `path` took after the cursor `prev` last read it
     and before the rotation: logrotate renamed it (kern.log.1, kern.log-20261127: the cursor's
     inode) or copied it before truncating (copytruncate: another inode, the cursor's head).
     Read from the cursor's offset, whole lines, at most MAX_READ. None found (compressed at
-    rotation, or removed): said, as an XID among those lines went unseen."""
+    rotation, or removed): said, as an XID among those lines went unseen. Then every
+    generation rotated away since (_between: a log rotated twice between two runs), whole.
+    `current`: the inode `path` now names; `written`: when the cursor was last saved."""
     inode, offset, head = prev.get("inode"), prev.get("offset", 0), prev.get("head")
     if not isinstance(head, str):
         head = ""
-    candidates = []
+    siblings = []
     try:
         with os.scandir(path.parent) as it:
             for n, entry in enumerate(it):
@@ -1021,12 +1030,15 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if stat.S_ISREG(st.st_mode) and st.st_size >= offset:
-                    candidates.append((st.st_ino != inode, -st.st_mtime, Path(entry.path)))
+                if stat.S_ISREG(st.st_mode):
+                    siblings.append((st, Path(entry.path)))
     except OSError:
         pass
+    candidates = sorted((st.st_ino != inode, -st.st_mtime, p) for st, p in siblings
+                        if st.st_size >= offset)
     refused = ""
-    for _, _, rotated in sorted(candidates)[:8]:  # the old inode first, then newest copies
+    found: tuple[_FileRead, os.stat_result] | None = None
+    for _, _, rotated in candidates[:8]:  # the old inode first, then newest copies
         try:
             fd = os.open(rotated, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -1045,13 +1057,86 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
             continue
         finally:
             os.close(fd)
-        return _predecessor_events(data, rotated, st, got_head, offset, prev, source, parse)
-    if refused:
-        return _FileRead([], [f"{source} was rotated; its predecessor {refused}"], {})
-    return _FileRead([], [f"{source} was rotated and its previous file (the XID cursor's) "
-                          "is not there to read (compressed or removed at rotation?): an XID "
-                          "it logged after the last run went unseen (logrotate's "
-                          "delaycompress keeps it readable)"], {})
+        found = (_predecessor_events(data, rotated, st, got_head, offset, prev, source, parse),
+                 st)
+        break
+    if found is not None:
+        first = found[0]
+    elif refused:
+        first = _FileRead([], [f"{source} was rotated; its predecessor {refused}"], {})
+    else:
+        others = sorted(p.name for st, p in siblings
+                        if _GENERATION.match(p.name[len(path.name):]))
+        unread = (f"; {', '.join(others[:3])} may hold a generation rotated away since as well "
+                  "(a second rotation?): not read, the cursor's last save cannot be told"
+                  if others and written is None else "")
+        first = _FileRead([], [f"{source} was rotated and its previous file (the XID cursor's) "
+                               "is not there to read (compressed or removed at rotation?): an "
+                               "XID it logged after the last run went unseen (logrotate's "
+                               "delaycompress keeps it readable)" + unread], {})
+    between = _between(path, source, siblings, head, (inode, current),
+                       found[1] if found is not None else None, written, parse, writers)
+    return _FileRead(first.events + between.events, first.errors + between.errors, {},
+                     {**(first.logged or {}), **(between.logged or {})})
+
+
+def _between(path: Path, source: str, siblings: list, head: str, skip: tuple,
+             before: os.stat_result | None, written: float | None, parse: Callable | None,
+             writers) -> _FileRead:
+    """Generations of `path` written whole since the cursor's (`before`, its rotated file)
+    was rotated away, oldest first: a log rotated twice between two runs. Each was begun after
+    the last run (a generation's lines follow the one before it's: it was written to no earlier
+    than `before` was, nor than the cursor's last save, `written`), so it is read from its
+    start, at most MAX_READ, MAX_GENERATIONS of them. `skip`: the cursor's and today's inodes."""
+    anchor = before.st_mtime if before is not None else written
+    if anchor is None:
+        return _FileRead([], [], {})
+    gens = sorted((st.st_mtime, str(p)) for st, p in siblings
+                  if st.st_ino not in skip and (before is None or st.st_ino != before.st_ino)
+                  and _GENERATION.match(p.name[len(path.name):])
+                  and st.st_mtime >= anchor and (written is None or st.st_mtime >= written))
+    events: list = []
+    errors: list[str] = []
+    logged: dict = {}
+    heads = set()
+    for n, (_, name) in enumerate(gens):
+        if n >= MAX_GENERATIONS:
+            errors.append(f"{source}: {len(gens) - n} more generation(s) of it rotated away "
+                          f"since the last run not read (at most {MAX_GENERATIONS} are): an XID "
+                          "in them went unseen")
+            break
+        gen = Path(name)
+        try:
+            fd = os.open(gen, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            got_head = _fingerprint(fd)
+            if (head and got_head.startswith(head)) or got_head in heads:
+                continue  # another copy of the cursor's generation, or of one read here
+            heads.add(got_head)
+            refused = source_refusal(st, gen, str(gen), writers or (frozenset(), frozenset()))
+            if refused:
+                errors.append(f"{source} was rotated more than once since the last run; a "
+                              f"generation between {refused}")
+                continue
+            data = os.pread(fd, MAX_READ, 0)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n") + 1
+        scan = _scan(data[:end], 0, st, got_head, source, parse)
+        events.extend(scan.events)
+        logged.update(scan.logged)
+        errors.extend(_shape_errors(f"{source} (its rotated generation {gen.name})", scan,
+                                    parse))
+        if len(data) >= MAX_READ and st.st_size > end:
+            errors.append(f"{source}: its rotated generation {gen.name} holds "
+                          f"{st.st_size - end} more bytes after the {MAX_READ >> 20} MiB read: "
+                          "not judged")
+    return _FileRead(events, errors, {}, logged)
 
 
 def _predecessor_events(data: bytes, rotated: Path, st, head: str, offset: int, prev: dict,
