@@ -162,3 +162,18 @@ def test_a_ring_buffer_stand_in_with_no_kmsg_record_is_said(tmp_path):
     got = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {})
     assert got.events == []
     assert len(got.errors) == 1 and "/dev/kmsg" in got.errors[0]
+
+
+def test_a_kern_log_in_an_unknown_format_is_a_checker_error_not_an_all_clear(node):
+    """What the family says: before, one OK row "no new XID events" and nothing else."""
+    from rsc_health.engine import run
+    from rsc_health.model import Status
+
+    log = node.path("var/log/kernel-only.log")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text(f"gpu042|kern|warning|{XID79}\n")
+    cfg = node.config
+    cfg.data["xid"]["sources"] = ["/var/log/kernel-only.log"]
+    findings = run(cfg, node.root, only={"xid"})
+    errors = [f for f in findings if f.status is Status.ERROR]
+    assert len(errors) == 1 and "format" in errors[0].reason, findings
