@@ -163,3 +163,25 @@ def test_two_rotations_with_the_cursors_generation_compressed_read_the_one_betwe
     assert [e.xid for e in got.events] == [48, 94], got.errors
     assert len(got.errors) == 1 and "rotated" in got.errors[0]
 
+
+
+def test_a_generation_between_compressed_already_is_said(tmp_path):
+    """Three rotations between two runs with delaycompress: the cursor's generation is
+    kern.log.3.gz, the one after it kern.log.2.gz (unreadable here), kern.log.1 is read. The
+    compressed one between was lost in silence."""
+    log = tmp_path / KERN_LOG.lstrip("/")
+    log.parent.mkdir(parents=True)
+    log.write_text(_line(13, 1))
+    first = kmsg.read_new_events(tmp_path, [KERN_LOG], {})
+    t = time.time()
+    cursor = {**first.cursor, "mtime": t}
+    log.unlink()
+    for name, age in (("kern.log.3.gz", 5), ("kern.log.2.gz", 15)):
+        log.with_name(name).write_bytes(b"\x1f\x8b")
+        _aged(log.with_name(name), t + age)
+    log.with_name("kern.log.1").write_text(_line(48, 3))
+    _aged(log.with_name("kern.log.1"), t + 25)
+    log.write_text(_line(94, 4))
+    got = kmsg.read_new_events(tmp_path, [KERN_LOG], cursor)
+    assert [e.xid for e in got.events] == [48, 94], got.errors
+    assert len(got.errors) == 2 and "compressed already" in got.errors[1], got.errors
