@@ -13,6 +13,13 @@ Source prefixes:
     /dev/kmsg   "6,1234,5678901,-;NVRM: Xid ..."     (prio,seq,usec,flags;message)
     dmesg       "[12345.678901] NVRM: Xid ..."
     syslog      "Nov 21 03:14:15 host kernel: [12345.678901] NVRM: Xid ..." (timestamp optional)
+                "2026-11-21T03:14:15.123456+00:00 host kernel: ..."  (RFC 3339; short-iso)
+                "<4>1 2026-11-21T03:14:15.123456+00:00 host kernel - - -  ..."  (RFC 5424)
+    journalctl  "Fri 2026-11-21 03:14:15 UTC host kernel: ..." (-o short-full),
+                "1795749255.123456 host kernel: ..." (-o short-unix), and the syslog shapes
+    dmesg -x/-r "kern  :warn  : [12345.678901] ..."  "<4>[12345.678901] ..."
+A file source's new lines none of which is in one of these formats, or a line naming an XID in
+none, is said (a checker error), never judged healthy in silence.
 
 A cursor under the state dir (boot id + kmsg sequence number; file inode + offset) makes each
 event count once across sweeps and reboots. Malformed input is skipped, never raised on.
@@ -27,7 +34,7 @@ import re
 import stat
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 
 from rsc_health import lazyre
@@ -55,6 +62,22 @@ _KTIME = r"(?:\[\s*\d+\.\d+\]\s?)?"  # the kernel timestamp journald/rsyslog may
 _DAY_TIME = r"\w{3} {1,2}\d{1,2} \d\d:\d\d:\d\d"
 _SYSLOG = lazyre.compile(r"^" + _DAY_TIME + r" \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
 _ISO_SYSLOG = lazyre.compile(r"^\d{4}-\d\d-\d\dT\S+ \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
+# `journalctl -o short-full`: weekday, date, time, zone ("Fri 2026-11-27 03:14:15 UTC").
+_FULL_TIME = r"[A-Z][a-z]{2} \d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})? [A-Za-z0-9+:_/-]{1,40}"
+_JOURNAL_FULL = lazyre.compile(r"^" + _FULL_TIME + r" \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
+# `journalctl -o short-unix`: seconds since the epoch ("1795749255.123456").
+_UNIX_TIME = r"\d{1,12}\.\d{1,9}"
+_JOURNAL_UNIX = lazyre.compile(r"^" + _UNIX_TIME + r" \S+ kernel: " + _KTIME + r"(?P<msg>.*)$")
+# RFC 5424 (rsyslog's RSYSLOG_SyslogProtocol23Format): "<PRI>1 TIME HOST APP PROCID MSGID SD
+# MSG". The kernel's own line has facility kern (PRI 0-7: `logger -t kernel` sends user, 13),
+# app "kernel" and no structured data; rsyslog keeps the message's leading space.
+_RFC5424 = lazyre.compile(r"^<[0-7]>1 \S+ \S+ kernel \S+ \S+ -(?: {1,2}|$)\ufeff?" + _KTIME
+                          + r"(?P<msg>.*)$")
+# dmesg's own prefixes before its timestamp: `-x` ("kern  :warn  : ", util-linux's "%-6s:%-6s: ")
+# and `-r` ("<4>"). The kernel's records have facility kern; a record another program wrote
+# to /dev/kmsg (root only) has its own ("user  :", "<12>") and is not the kernel's.
+_DMESG_TAG = lazyre.compile(
+    r"^(?:kern *:(?:emerg|alert|crit|err|warn|notice|info|debug) *: |<[0-7]>(?=\[))")
 # What may stand before "NVRM: Xid" in a line the kernel wrote: nothing (a /dev/kmsg record,
 # `journalctl -k -o cat`), a timestamp (dmesg's `[12.3]`, `dmesg -T`'s `[Mon Apr  6 ...]`,
 # `--time-format=iso`), or a syslog header "<time> <host> kernel:" (any timestamp precision,
@@ -133,7 +156,12 @@ def strip_prefix(line: str) -> tuple[str, int | None]:
     m = _KMSG.match(line)
     if m:
         return m.group("msg"), int(m.group("seq"))
-    for rx in (_SYSLOG, _ISO_SYSLOG, _DMESG):
+    tag = _DMESG_TAG.match(line)
+    if tag:
+        line = line[tag.end():]
+        m = _DMESG.match(line)
+        return (m.group("msg") if m else line), None
+    for rx in (_SYSLOG, _ISO_SYSLOG, _DMESG, _JOURNAL_FULL, _JOURNAL_UNIX, _RFC5424):
         m = rx.match(line)
         if m:
             return m.group("msg"), None
@@ -154,7 +182,10 @@ GPU_LOST_MESSAGE = "GPU has fallen off the bus (the driver's own line; no Xid li
 def parse_line(line: str, source: str = "") -> XidEvent | None:
     """One XidEvent, or None when the line is not a well-formed XID line (or the driver's own
     line for a GPU it declares lost: an XID 79 with GPU_LOST_MESSAGE)."""
-    msg, seq = strip_prefix(line[:MAX_LINE].rstrip("\r\n"))
+    line = line[:MAX_LINE]
+    if "NVRM: " not in line:  # neither an Xid line nor the driver's own: most lines, at once
+        return None
+    msg, seq = strip_prefix(line.rstrip("\r\n"))
     if seq is not None and seq > MAX_SEQ:
         seq = None
     m = _XID.search(msg)
@@ -223,7 +254,10 @@ class SxidEvent:
 
 def parse_sxid_line(line: str, source: str = "") -> SxidEvent | None:
     """One SxidEvent, or None when the line is not a well-formed NVSwitch SXid line."""
-    msg, seq = strip_prefix(line[:MAX_LINE].rstrip("\r\n"))
+    line = line[:MAX_LINE]
+    if "SXid (" not in line:
+        return None
+    msg, seq = strip_prefix(line.rstrip("\r\n"))
     if seq is not None and seq > MAX_SEQ:
         seq = None
     m = _SXID.search(msg)
@@ -273,6 +307,14 @@ def boot_id(root: Path) -> str:
     return ""
 
 
+# /dev/kmsg's device number (major 1, "mem"; minor 11): fixed by the kernel (devices.txt).
+KMSG_DEVICE = (1, 11)
+
+
+def _is_kmsg_device(st: os.stat_result) -> bool:
+    return (os.major(st.st_rdev), os.minor(st.st_rdev)) == KMSG_DEVICE
+
+
 def _open_device(path: Path) -> int:
     return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
 
@@ -282,6 +324,8 @@ class _RingRead:
     text: str  # the first line of each record newer than the cursor, oldest first
     newest: int  # the newest sequence number read, old records included (-1: none)
     cut: bool  # stopped at a bound before the buffer ran dry
+    foreign: int = 0  # a regular file standing in: its lines that are no kmsg record
+    first_foreign: str = ""
 
 
 def _read_kmsg_device(path: Path, after_seq: int, since_usec: float | None = None
@@ -493,6 +537,15 @@ def read_new_events(
         if not (stat.S_ISCHR(kind) or stat.S_ISREG(kind)):
             errors.append(f"{source}: not a regular file or /dev/kmsg; not read")
             continue
+        if stat.S_ISCHR(kind) and not _is_kmsg_device(st):
+            # /dev/null bound over a container's /dev/kmsg, a link to /dev/console (kind's
+            # node image): read as a ring buffer, it was an empty one, healthy for ever.
+            errors.append(f"{source}: character device {os.major(st.st_rdev)}:"
+                          f"{os.minor(st.st_rdev)}, not the kernel's log (/dev/kmsg is "
+                          f"{KMSG_DEVICE[0]}:{KMSG_DEVICE[1]}): not read; no XID can be seen "
+                          "from it (give the checker the host's /dev/kmsg, or a kernel log "
+                          "file)")
+            continue
         refused = source_refusal(st, path, source, writers)
         if refused:
             errors.append(refused)
@@ -510,6 +563,12 @@ def read_new_events(
                     rebuild, last_seq = True, -1
                     since_usec = _usec_since_boot(root, written)
                     ring = _read_ring(path, last_seq, since_usec)
+                if ring.newest < 0 and ring.foreign:
+                    errors.append(f"{source}: a regular file standing in for the ring buffer "
+                                  f"holds no /dev/kmsg record (\"prio,seq,usec,flags;\"), "
+                                  f"only {ring.foreign} other line(s) (the first: "
+                                  f"{ring.first_foreign!r}): none is read; a saved dmesg or "
+                                  "syslog belongs in a file source of its own")
                 if ring.cut:
                     errors.append(f"{source}: stopped after {MAX_READ >> 20} MiB of new "
                                   "records (a kernel logging faster than they are read?); "
@@ -596,8 +655,8 @@ def _not_the_kernels(root: Path, events: list, logged: dict, parse: Callable) ->
     path = root / "dev/kmsg"
     try:
         st = path.stat()
-        if not (stat.S_ISCHR(st.st_mode) or (stat.S_ISREG(st.st_mode)
-                                             and st.st_size <= MAX_READ)):
+        if not ((stat.S_ISCHR(st.st_mode) and _is_kmsg_device(st))
+                or (stat.S_ISREG(st.st_mode) and st.st_size <= MAX_READ)):
             return []
         uptime = float(read_bounded(root / "proc/uptime", 4096).split()[0])
         ring = _read_ring(path, -1, None)
@@ -649,16 +708,19 @@ def _read_ring(path: Path, after_seq: int, since_usec: float | None) -> _RingRea
     if stat.S_ISCHR(path.stat().st_mode):
         return _read_kmsg_device(path, after_seq, since_usec)
     text = _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace")
-    kept, newest = [], -1
+    kept, newest, foreign, first = [], -1, 0, ""
     for line in text.splitlines():
         record = _seq_usec(line)
         if record is None:
+            if line.strip() and not line.startswith(" "):  # " KEY=value": a record's own
+                foreign += 1
+                first = first or line[:120]
             continue
         seq, usec = record
         newest = max(newest, seq)
         if _newer(seq, usec, after_seq, since_usec):
             kept.append(line)
-    return _RingRead("\n".join(kept), newest, False)
+    return _RingRead("\n".join(kept), newest, False, foreign, first)
 
 
 def _newer(seq: int, usec: int, after_seq: int, since_usec: float | None) -> bool:
@@ -694,16 +756,74 @@ def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
                               + ("logged since the cursor's last write" if written is not None
                                  else "from its end (the cursor's last write cannot be told)"))
             offset, skip = _offset_since(fd, st.st_size, written, source, errors), False
-        window = os.pread(fd, MAX_READ, offset)
+        elif rotated:
+            # Rewritten whole rather than rotated (`dmesg > file` once the ring has wrapped):
+            # what it holds up to the last bytes the cursor read was read.
+            resumed = _resync(fd, st.st_size, prev)
+            if resumed is not None:
+                offset, skip, rotated = resumed, False, False
+        pre = min(offset, TAIL_BYTES)
+        window = os.pread(fd, MAX_READ + pre, offset - pre)
     finally:
         os.close(fd)
+    read_before, window = window[:pre], window[pre:]
     entry = {"inode": st.st_ino, "offset": offset, "head": head}
-    before = (_rotated(path, source, prev, parse, writers) if rotated and not lost
-              else _FileRead([], [], {}))
+    before = (_rotated(path, source, prev, parse, writers, st.st_ino, written)
+              if rotated and not lost else _FileRead([], [], {}))
     errors.extend(before.errors)
     got = _read_window(window, st, head, offset, skip, source, parse, errors, entry)
+    tail = _tail(read_before + window[: got.entry["offset"] - offset])
+    if tail:
+        got.entry["tail"] = tail
     return _FileRead(before.events + got.events, got.errors, got.entry,
                      {**(before.logged or {}), **(got.logged or {})})
+
+
+# Bytes of a file kept in its cursor entry ("tail", in hex): the whole lines before the offset,
+# up to this many. A file rewritten whole (a `dmesg > file` dump after the ring buffer wraps)
+# that holds them goes on after them: what comes before was read (or overwritten unread).
+TAIL_BYTES = 256
+# A tail shorter than this ("\n", a blank line) could be found anywhere: never looked for.
+MIN_TAIL = 24
+
+
+def _tail(consumed: bytes) -> str:
+    """The cursor's "tail": the last whole lines of `consumed` (the bytes up to the offset),
+    at most TAIL_BYTES; "" when they are not worth looking for."""
+    tail = consumed[-TAIL_BYTES:]
+    if len(consumed) > TAIL_BYTES:
+        nl = tail.find(b"\n")
+        if 0 <= nl < len(tail) - 1:
+            tail = tail[nl + 1:]
+    return tail.hex() if len(tail.strip()) >= MIN_TAIL else ""
+
+
+def _resync(fd: int, size: int, prev) -> int | None:
+    """Where a file that is no longer the one its cursor read (another head, shorter, another
+    inode) goes on: after the first place its last MAX_READ bytes hold, from a line's start,
+    the cursor's tail (the lines it last read), or the longest run of its last lines still
+    there (a ring buffer that wrapped past the first of them); None when they hold not even
+    its last line (rotated: a new log, read from its start)."""
+    tail = prev.get("tail") if isinstance(prev, dict) else None
+    if (not isinstance(tail, str) or len(tail) > 2 * TAIL_BYTES or len(tail) % 2
+            or not all(c in "0123456789abcdef" for c in tail)):
+        return None
+    want = bytes.fromhex(tail)
+    if not want.endswith(b"\n"):
+        return None
+    start = max(0, size - MAX_READ)
+    data = os.pread(fd, MAX_READ, start)
+    while len(want.strip()) >= MIN_TAIL:
+        if start == 0 and data.startswith(want):
+            return len(want)
+        at = data.find(b"\n" + want)
+        if at >= 0:
+            return start + at + 1 + len(want)
+        nl = want.find(b"\n")
+        if nl < 0 or nl == len(want) - 1:
+            break
+        want = want[nl + 1:]
+    return None
 
 
 def _read_window(window: bytes, st, head: str, offset: int, skip: bool, source: str,
@@ -725,21 +845,92 @@ def _read_window(window: bytes, st, head: str, offset: int, skip: bool, source: 
                       f"judged by its first {MAX_LINE} bytes, the rest skipped")
         entry.update(offset=offset + len(window), skip=True)
         return _FileRead(events, errors, entry)
-    logged: dict = {}
-    now = time.time()
-    for raw in data[:end].split(b"\n")[:-1]:
-        ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
-        if ev is not None:
-            ev = _keyed(ev, _file_key(st.st_ino, head, pos))
-            events.append(ev)
-            logged[ev.key] = logged_at(raw[:64].decode("ascii", "replace"), now)
-        pos += len(raw) + 1
+    scan = _scan(data[:end], pos, st, head, source, parse)
+    events, logged, pos = scan.events, scan.logged, scan.pos
+    errors.extend(_shape_errors(source, scan, parse))
     entry["offset"] = pos
     left = st.st_size - pos
     if len(window) == MAX_READ and left > 0:
         errors.append(f"{source}: {left} bytes not read yet (a run reads {MAX_READ >> 20} MiB); "
                       "read next run: an XID among them is judged then")
     return _FileRead(events, errors, entry, logged)
+
+
+# The head of a line in each kernel log format this reader knows, whoever wrote the line
+# (the kernel-lead rule, not this, tells the kernel's own XID line from another program's):
+# /dev/kmsg's record; dmesg -x's "kern  :warn  : " and -r's "<4>["; RFC 5424's "<PRI>1 TIME
+# HOST APP PROCID MSGID"; a bracketed time (dmesg, -T, journalctl -o short-monotonic); RFC
+# 3339 (rsyslog, short-iso, dmesg --time-format=iso); the traditional "Nov 27 03:14:15 host"
+# (short, short-precise); short-full's "Fri 2026-11-27 03:14:15 UTC host"; short-unix.
+_KNOWN_HEAD = lazyre.compile(
+    r"^(?:\d+,\d+,\d+,[^;]*;|[a-z0-9]{2,8} *:[a-z]{3,6} *: |<\d{1,3}>\[|<\d{1,3}>1 \S+ \S+ \S+ "
+    r"\S+ \S+ |\[[^\]]{1,64}\]|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\S* \S|" + _DAY_TIME
+    + r"(?:\.\d+)? \S+ \S|" + _FULL_TIME + r" \S+ \S|\d{9,12}\.\d{6} \S+ \S)")
+# Text that names an event of each kind: such a line in no format this reader knows is said.
+_XID_MARKS = ("NVRM: Xid", "GPU has fallen off the bus")
+_SXID_MARKS = ("SXid (",)
+# How a file source may be written for its lines to be read, in words.
+_FORMATS = ("a file source must give each line a header this reader knows: syslog "
+            "(traditional, RFC 3339, RFC 5424), journalctl -o short, short-iso[-precise], "
+            "short-full, short-unix, short-precise or short-monotonic, dmesg (plain, -T, -x, "
+            "-r, --time-format=iso); or read /dev/kmsg")
+
+
+@dataclass
+class _Scan:
+    events: list
+    logged: dict  # event key -> when its line was logged (its header)
+    pos: int  # the offset after the last line read
+    lines: int = 0  # lines that are not blank
+    known: int = 0  # of them, lines in a format this reader knows (or events)
+    first: str = ""  # the first line in no format it knows
+    strange: int = 0  # lines naming an event in no format it knows
+    strange_first: str = ""
+
+
+def _scan(data: bytes, pos: int, st, head: str, source: str, parse: Callable | None) -> _Scan:
+    """The events in `data` (whole lines of a kernel log file, from byte `pos`), keyed where
+    they sit, and what the lines' format says: whether any is in one this reader knows, and
+    the lines naming an event that are in none (never read as events: said)."""
+    scan = _Scan([], {}, pos)
+    now = time.time()
+    marks = _SXID_MARKS if parse is parse_sxid_line else _XID_MARKS
+    for raw in data.split(b"\n")[:-1]:
+        line = raw.decode("utf-8", "replace")
+        ev = _parse_quietly(line, source, parse)
+        if ev is not None:
+            ev = _keyed(ev, _file_key(st.st_ino, head, scan.pos))
+            scan.events.append(ev)
+            scan.logged[ev.key] = logged_at(line[:64], now)
+            scan.lines += 1
+            scan.known += 1
+        elif line.strip():
+            scan.lines += 1
+            marked = marks[0] in line or (len(marks) > 1 and marks[1] in line)
+            if scan.known == 0 or marked:  # else nothing more to learn from its format
+                if _KNOWN_HEAD.match(line):
+                    scan.known += 1
+                else:
+                    scan.first = scan.first or line[:120]
+                    if marked:
+                        scan.strange += 1
+                        scan.strange_first = scan.strange_first or line[:200]
+        scan.pos += len(raw) + 1
+    return scan
+
+
+def _shape_errors(source: str, scan: _Scan, parse: Callable | None) -> list[str]:
+    """What the format of the lines read says: a line naming an event in no format this reader
+    knows (not read: an event lost), or no line at all in one (every XID there is lost)."""
+    what = "an SXid" if parse is parse_sxid_line else "an XID"
+    if scan.strange:
+        return [f"{source}: {scan.strange} line(s) naming {what} in no kernel log format this "
+                f"reader knows, not judged (the first: {scan.strange_first!r}); " + _FORMATS]
+    if scan.lines and not scan.known:
+        return [f"{source}: none of its {scan.lines} new line(s) is in a kernel log format "
+                f"this reader knows (the first: {scan.first!r}): {what} among them would go "
+                "unseen; " + _FORMATS]
+    return []
 
 
 def _parse_quietly(line: str, source: str, parse: Callable | None = None):
@@ -805,17 +996,27 @@ _PACKED = (".gz", ".xz", ".bz2", ".zst", ".lz4", ".z", ".zip")
 MAX_SIBLINGS = 4096
 
 
-def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writers
-             ) -> _FileRead:
+# A rotated generation's name after the log's own: kern.log.1, kern.log-20261127,
+# kern.log.2026-11-27 (digits and separators; not kern.log.bak, an operator's copy).
+_GENERATION = lazyre.compile(r"^[._-][0-9][0-9._-]*$")
+# At most this many generations rotated away between two runs (besides the cursor's) are read.
+MAX_GENERATIONS = 4
+
+
+def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writers,
+             current: int = -1, written: float | None = None) -> _FileRead:
     """The lines the rotated predecessor of `path` took after the cursor `prev` last read it
     and before the rotation: logrotate renamed it (kern.log.1, kern.log-20261127: the cursor's
     inode) or copied it before truncating (copytruncate: another inode, the cursor's head).
     Read from the cursor's offset, whole lines, at most MAX_READ. None found (compressed at
-    rotation, or removed): said, as an XID among those lines went unseen."""
+    rotation, or removed): said, as an XID among those lines went unseen. Then every
+    generation rotated away since (_between: a log rotated twice between two runs), whole.
+    `current`: the inode `path` now names; `written`: when the cursor was last saved."""
     inode, offset, head = prev.get("inode"), prev.get("offset", 0), prev.get("head")
     if not isinstance(head, str):
         head = ""
-    candidates = []
+    siblings = []
+    packed = []  # compressed generations: never read, but one rotated away since is said
     try:
         with os.scandir(path.parent) as it:
             for n, entry in enumerate(it):
@@ -823,19 +1024,25 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
                 if n >= MAX_SIBLINGS:
                     break
                 if (len(name) <= len(path.name) or not name.startswith(path.name)
-                        or name[len(path.name)] not in ".-_"
-                        or name.lower().endswith(_PACKED)):
+                        or name[len(path.name)] not in ".-_"):
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
                 except OSError:
                     continue
-                if stat.S_ISREG(st.st_mode) and st.st_size >= offset:
-                    candidates.append((st.st_ino != inode, -st.st_mtime, Path(entry.path)))
+                if not stat.S_ISREG(st.st_mode):
+                    continue
+                if name.lower().endswith(_PACKED):
+                    packed.append((st, Path(entry.path)))
+                else:
+                    siblings.append((st, Path(entry.path)))
     except OSError:
         pass
+    candidates = sorted((st.st_ino != inode, -st.st_mtime, p) for st, p in siblings
+                        if st.st_size >= offset)
     refused = ""
-    for _, _, rotated in sorted(candidates)[:8]:  # the old inode first, then newest copies
+    found: tuple[_FileRead, os.stat_result] | None = None
+    for _, _, rotated in candidates[:8]:  # the old inode first, then newest copies
         try:
             fd = os.open(rotated, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -854,13 +1061,109 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
             continue
         finally:
             os.close(fd)
-        return _predecessor_events(data, rotated, st, got_head, offset, prev, source, parse)
-    if refused:
-        return _FileRead([], [f"{source} was rotated; its predecessor {refused}"], {})
-    return _FileRead([], [f"{source} was rotated and its previous file (the XID cursor's) "
-                          "is not there to read (compressed or removed at rotation?): an XID "
-                          "it logged after the last run went unseen (logrotate's "
-                          "delaycompress keeps it readable)"], {})
+        found = (_predecessor_events(data, rotated, st, got_head, offset, prev, source, parse),
+                 st)
+        break
+    if found is not None:
+        first = found[0]
+    elif refused:
+        first = _FileRead([], [f"{source} was rotated; its predecessor {refused}"], {})
+    else:
+        others = sorted(p.name for st, p in siblings
+                        if _GENERATION.match(p.name[len(path.name):]))
+        unread = (f"; {', '.join(others[:3])} may hold a generation rotated away since as well "
+                  "(a second rotation?): not read, the cursor's last save cannot be told"
+                  if others and written is None else "")
+        first = _FileRead([], [f"{source} was rotated and its previous file (the XID cursor's) "
+                               "is not there to read (compressed or removed at rotation?): an "
+                               "XID it logged after the last run went unseen (logrotate's "
+                               "delaycompress keeps it readable)" + unread], {})
+    before = found[1] if found is not None else None
+    between = _between(path, source, siblings, head, (inode, current), before, written, parse,
+                       writers)
+    return _FileRead(first.events + between.events,
+                     first.errors + between.errors
+                     + _packed_between(path, source, packed, before, written), {},
+                     {**(first.logged or {}), **(between.logged or {})})
+
+
+def _packed_between(path: Path, source: str, packed: list, before: os.stat_result | None,
+                    written: float | None) -> list[str]:
+    """Generations rotated away since the last run and compressed already (logrotate's
+    delaycompress, three rotations between two runs: kern.log.2.gz): they cannot be read here,
+    and an XID in them went unseen: said. When the cursor's own generation was not found, one
+    of them may be it (said on its own already)."""
+    anchor = before.st_mtime if before is not None else written
+    if anchor is None:
+        return []
+    names = sorted(p.name for st, p in packed
+                   if _GENERATION.match(p.name[len(path.name):].rsplit(".", 1)[0])
+                   and st.st_mtime >= anchor and (written is None or st.st_mtime >= written))
+    unseen = len(names) - (0 if before is not None else 1)
+    if unseen <= 0:
+        return []
+    return [f"{source}: rotated more than once since the last run, and {unseen} generation(s) "
+            f"of it between are compressed already ({', '.join(names[:4])}): not read, an XID "
+            "in them went unseen (run the checker more often than the log rotates)"]
+
+
+def _between(path: Path, source: str, siblings: list, head: str, skip: tuple,
+             before: os.stat_result | None, written: float | None, parse: Callable | None,
+             writers) -> _FileRead:
+    """Generations of `path` written whole since the cursor's (`before`, its rotated file)
+    was rotated away, oldest first: a log rotated twice between two runs. Each was begun after
+    the last run (a generation's lines follow the one before it's: it was written to no earlier
+    than `before` was, nor than the cursor's last save, `written`), so it is read from its
+    start, at most MAX_READ, MAX_GENERATIONS of them. `skip`: the cursor's and today's inodes."""
+    anchor = before.st_mtime if before is not None else written
+    if anchor is None:
+        return _FileRead([], [], {})
+    gens = sorted((st.st_mtime, str(p)) for st, p in siblings
+                  if st.st_ino not in skip and (before is None or st.st_ino != before.st_ino)
+                  and _GENERATION.match(p.name[len(path.name):])
+                  and st.st_mtime >= anchor and (written is None or st.st_mtime >= written))
+    events: list = []
+    errors: list[str] = []
+    logged: dict = {}
+    heads = set()
+    for n, (_, name) in enumerate(gens):
+        if n >= MAX_GENERATIONS:
+            errors.append(f"{source}: {len(gens) - n} more generation(s) of it rotated away "
+                          f"since the last run not read (at most {MAX_GENERATIONS} are): an XID "
+                          "in them went unseen")
+            break
+        gen = Path(name)
+        try:
+            fd = os.open(gen, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            st = os.fstat(fd)
+            got_head = _fingerprint(fd)
+            if (head and got_head.startswith(head)) or got_head in heads:
+                continue  # another copy of the cursor's generation, or of one read here
+            heads.add(got_head)
+            refused = source_refusal(st, gen, str(gen), writers or (frozenset(), frozenset()))
+            if refused:
+                errors.append(f"{source} was rotated more than once since the last run; a "
+                              f"generation between {refused}")
+                continue
+            data = os.pread(fd, MAX_READ, 0)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n") + 1
+        scan = _scan(data[:end], 0, st, got_head, source, parse)
+        events.extend(scan.events)
+        logged.update(scan.logged)
+        errors.extend(_shape_errors(f"{source} (its rotated generation {gen.name})", scan,
+                                    parse))
+        if len(data) >= MAX_READ and st.st_size > end:
+            errors.append(f"{source}: its rotated generation {gen.name} holds "
+                          f"{st.st_size - end} more bytes after the {MAX_READ >> 20} MiB read: "
+                          "not judged")
+    return _FileRead(events, errors, {}, logged)
 
 
 def _predecessor_events(data: bytes, rotated: Path, st, head: str, offset: int, prev: dict,
@@ -871,18 +1174,10 @@ def _predecessor_events(data: bytes, rotated: Path, st, head: str, offset: int, 
         if nl < 0:
             return _FileRead([], [], {})
         pos, data = offset + nl + 1, data[nl + 1:]
-    events: list = []
     end = data.rfind(b"\n") + 1  # whole lines: a cut one may hold half an XID number
-    logged: dict = {}
-    now = time.time()
-    for raw in data[:end].split(b"\n")[:-1]:
-        ev = _parse_quietly(raw.decode("utf-8", "replace"), source, parse)
-        if ev is not None:
-            ev = _keyed(ev, _file_key(st.st_ino, head, pos))
-            events.append(ev)
-            logged[ev.key] = logged_at(raw[:64].decode("ascii", "replace"), now)
-        pos += len(raw) + 1
-    errors = []
+    scan = _scan(data[:end], pos, st, head, source, parse)
+    events, logged, pos = scan.events, scan.logged, scan.pos
+    errors = _shape_errors(f"{source} (its rotated predecessor {rotated.name})", scan, parse)
     if pos < st.st_size and len(data) + (pos - offset) >= MAX_READ:
         errors.append(f"{source}: its rotated predecessor {rotated.name} holds {st.st_size - pos} "
                       f"more bytes after the {MAX_READ >> 20} MiB read: not judged")
@@ -935,18 +1230,60 @@ def _offset_since(fd: int, size: int, written: float | None, source: str,
 _MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
 _WALL_SYSLOG = lazyre.compile(r"^(?P<mon>[A-Z][a-z]{2}) {1,2}(?P<day>\d{1,2}) "
                           r"(?P<h>\d\d):(?P<m>\d\d):(?P<s>\d\d)\b")
-_WALL_ISO = lazyre.compile(r"^\d{4}-\d\d-\d\dT[\d:.]+(?:Z|[+-]\d\d:?\d\d)?(?=\s)")
+# RFC 3339 (rsyslog's file formats, `journalctl -o short-iso[-precise]`: "+0000" before
+# systemd 250), after RFC 5424's "<PRI>1 "; `journalctl -o short-full`'s "Fri 2026-11-27
+# 03:14:15 UTC"; `-o short-unix`'s seconds since the epoch.
+_WALL_ISO = lazyre.compile(
+    r"^(?:<\d{1,3}>1 )?(?P<d>\d{4}-\d\d-\d\d)T(?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,9}))?"
+    r"(?P<z>Z|[+-]\d\d(?::?\d\d)?)?(?=\s)")
+_WALL_FULL = lazyre.compile(
+    r"^[A-Z][a-z]{2} (?P<d>\d{4}-\d\d-\d\d) (?P<t>\d\d:\d\d:\d\d)(?:\.(?P<f>\d{1,9}))? "
+    r"(?P<z>[A-Za-z0-9+:_/-]{1,40})(?=\s)")
+_WALL_UNIX = lazyre.compile(r"^(?P<s>\d{9,12}\.\d{1,9})(?= \S+ )")
+
+
+def _zone_offset(zone: str | None) -> float | None:
+    """A header's zone as seconds east of UTC; None for the node's local time; NaN for a zone
+    that cannot be told (an abbreviation not the node's: its time is not guessed)."""
+    if not zone or zone in time.tzname:
+        return None
+    if zone in ("Z", "UTC", "GMT", "UT"):
+        return 0.0
+    if zone[0] in "+-" and zone[1:].replace(":", "").isdigit():
+        digits = zone[1:].replace(":", "")
+        if len(digits) in (2, 4):
+            off = int(digits[:2]) * 3600 + int(digits[2:] or 0) * 60
+            return float(off if zone[0] == "+" else -off)
+    return float("nan")
+
+
+def _wall(m) -> float | None:
+    """The Unix time of a header's date (d), time (t), fraction (f) and zone (z)."""
+    off = _zone_offset(m.group("z"))
+    if off is not None and off != off:  # NaN: a zone this node cannot read
+        return None
+    try:
+        y, mo, d = (int(x) for x in m.group("d").split("-"))
+        h, mi, sec = (int(x) for x in m.group("t").split(":"))
+        frac = float("0." + m.group("f")) if m.group("f") else 0.0
+        if off is None:
+            return datetime(y, mo, d, h, mi, sec).timestamp() + frac
+        return (datetime(y, mo, d, h, mi, sec, tzinfo=timezone.utc).timestamp() - off + frac)
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def logged_at(line: str, now: float) -> float | None:
-    """When a kernel log file's line was logged (Unix time), from its syslog header: RFC 3339,
-    or the traditional local time with no year (the latest such time not past tomorrow)."""
-    m = _WALL_ISO.match(line)
+    """When a kernel log file's line was logged (Unix time), from its header: RFC 3339 (also
+    in RFC 5424), `journalctl -o short-full` or `-o short-unix`, or the traditional local
+    time with no year (the latest such time not past tomorrow)."""
+    for rx in (_WALL_ISO, _WALL_FULL):
+        m = rx.match(line)
+        if m:
+            return _wall(m)
+    m = _WALL_UNIX.match(line)
     if m:
-        try:
-            return datetime.fromisoformat(m.group(0)).timestamp()
-        except (ValueError, OverflowError):
-            return None
+        return float(m.group("s"))
     m = _WALL_SYSLOG.match(line)
     if not m or m.group("mon") not in _MONTHS:
         return None

@@ -169,6 +169,7 @@ def test_a_cursor_past_the_live_ring_buffer_is_rebuilt_from_its_last_write(tmp_p
     (tmp_path / "proc/uptime").write_text("7200.00 1.00\n")
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev/kmsg").symlink_to("/dev/null")  # a character device, as the source must be
+    monkeypatch.setattr(kmsg, "KMSG_DEVICE", (1, 3))  # /dev/null's number stands in for 1:11
     hour_ago, minute_ago = int(3600 * 1e6), int(7140 * 1e6)
     records = [f"6,{seq},{hour_ago},-;usb 1-1: new high-speed USB device number 3"
                for seq in range(300)]

@@ -185,7 +185,7 @@ def test_a_user_logging_an_xid_line_to_syslog_does_not_drain_the_node(node):
     assert decide(run(cfg, node.root, only={"xid"})).level is Level.DRAIN_NOW
 
 
-def test_a_ring_buffer_that_never_runs_dry_is_read_to_a_bound(tmp_path: Path):
+def test_a_ring_buffer_that_never_runs_dry_is_read_to_a_bound(tmp_path: Path, monkeypatch):
     """/dev/kmsg hands one record per read() and EAGAIN once drained; a kernel that logs
     faster than the checker reads (a message storm) never lets it drain. A character device
     that never ends (/dev/zero standing in for it) was read until memory ran out; the read now
@@ -194,6 +194,7 @@ def test_a_ring_buffer_that_never_runs_dry_is_read_to_a_bound(tmp_path: Path):
 
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev/kmsg").symlink_to("/dev/zero")
+    monkeypatch.setattr(kmsg, "KMSG_DEVICE", (1, 5))  # /dev/zero's number stands in for 1:11
     result: list = []
     reader = threading.Thread(
         target=lambda: result.append(kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {})),
@@ -228,6 +229,7 @@ def test_a_new_xid_behind_more_judged_records_than_the_read_bound_is_seen(
     boot = _boot(tmp_path)
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev/kmsg").symlink_to("/dev/null")  # a character device, as the source must be
+    monkeypatch.setattr(kmsg, "KMSG_DEVICE", (1, 3))  # /dev/null's number stands in for 1:11
     monkeypatch.setattr(kmsg, "MAX_READ", 4096)
     reader, writer = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     monkeypatch.setattr(kmsg, "_open_device", lambda path: os.dup(reader.fileno()))

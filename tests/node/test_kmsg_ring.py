@@ -73,6 +73,7 @@ def test_a_ring_buffer_overwritten_on_every_read_does_not_spin_for_ever(tmp_path
 
     (tmp_path / "dev").mkdir()
     (tmp_path / "dev/kmsg").symlink_to("/dev/null")
+    monkeypatch.setattr(kmsg, "KMSG_DEVICE", (1, 3))  # /dev/null's number stands in for 1:11
     monkeypatch.setattr(kmsg, "_open_device", lambda path: os.open("/dev/null", os.O_RDONLY))
     monkeypatch.setattr(kmsg, "os", _Storm())
     result: list = []
@@ -104,3 +105,16 @@ def test_a_storm_read_again_with_more_events_gets_another_record_id(node):
              if f.code == "xid13"]
     assert (first[0].data["count"], again[0].data["count"]) == (300, 350)
     assert first[0].data["event_key"] != again[0].data["event_key"]
+
+
+def test_a_dev_kmsg_that_is_another_character_device_is_said(tmp_path):
+    """/dev/kmsg was read as the ring buffer whatever character device it was: a container's
+    /dev/kmsg bind-mounted from /dev/null, or linked to /dev/console (kind's node image does),
+    read as an empty ring, and the xid family said "no new XID events" for ever."""
+    import os
+
+    (tmp_path / "dev").mkdir()
+    os.symlink("/dev/null", tmp_path / "dev/kmsg")  # a container's stand-in
+    got = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {})
+    assert got.events == []
+    assert len(got.errors) == 1 and "1:3" in got.errors[0] and "1:11" in got.errors[0]
