@@ -273,12 +273,12 @@ class Actor:
             self._requeue_jobs(verdict.reason, skip, actions)
         return actions
 
-    def _watch_reboot(self, info: NodeInfo) -> None:
+    def _watch_reboot(self, info: NodeInfo, state: DrainState | None = None) -> None:
         """With our drain in place (`info`: the node as read before or after it landed): note
         in our record whether a reboot with nextstate=RESUME stands over it, when the drain is
         one never auto-resumed. A reboot done or cancelled with the drain still there ends
         the note."""
-        state = self.load_state()
+        state = state or self.load_state()
         if state is None:
             return
         lifting = (info.in_hand.startswith("REBOOT") and info.next_state in _LIFTING
@@ -460,11 +460,12 @@ class Actor:
         if not is_ours(info.reason) or state is None or not _shows(state.reason, info.reason):
             # Not our drain, or our record is not about this drain (compared without the
             # trailing space a record written before format_reason stripped it may hold, and
-            # with Slurm's " : reboot issued" after it). Someone else's drain put on the node
-            # after a reboot lifted ours: theirs now, and so is lifting it.
-            if state is not None and state.reboot_resumes:
-                state.reboot_resumes = False
-                self._write_state(state)
+            # with Slurm's " : reboot issued" after it). A person's drain over ours is theirs
+            # to lift. Not so the reason of a reboot with nextstate=RESUME asked over our
+            # drain (`scontrol reboot ... reason=X` replaces ours while the drain stands):
+            # the node is never repaired by it, and Slurm lifts the drain when it is back.
+            if state is not None:
+                self._watch_reboot(info, state)
             return []
         self._watch_reboot(info)
         if not self._resumable(state):

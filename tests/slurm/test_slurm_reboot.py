@@ -90,3 +90,28 @@ def test_our_transient_drain_survives_a_persons_plain_reboot_and_is_resumed_afte
         assert c.sweep("node03").returncode == 0
     assert not _node(c, "node03").drain_set
     assert _actions(c, "node03") == ["drain_now", "resume"]
+
+
+def test_a_persons_reboot_with_a_reason_over_our_idle_xid79_drain_does_not_resume_it(
+        slurm_cluster):
+    """Our XID 79 drain on an idle node; a person then asks `scontrol reboot ASAP
+    nextstate=RESUME reason="bios update"`: Slurm puts their reason in place of ours, issues
+    the reboot at once and lifts the drain when the node is back. The sweep slurmd runs as it
+    starts (before it registers) still sees the reboot in hand; the clean sweep after used
+    to forget the XID 79. Now it drains the node again with our reason."""
+    c = slurm_cluster
+    inject_xid79(c, "node02")
+    assert c.sweep("node02").returncode == 0
+    ours = _node(c, "node02").reason
+    assert ours.startswith("rsc_health:now:xid79:")
+    try:
+        c.run(["scontrol", "reboot", "ASAP", "nextstate=RESUME", "reason=bios update",
+               "node02"])
+        _reboot_when_issued(c, "node02")
+        assert not _node(c, "node02").drain_set
+        assert c.sweep("node02").returncode == 0
+        info = _node(c, "node02")
+        assert info.drain_set and info.reason == ours, info
+        assert _actions(c, "node02") == ["drain_now", "drain_now"]
+    finally:
+        c.run(["scontrol", "cancel_reboot", "node02"], check=False)

@@ -667,3 +667,32 @@ def test_a_transient_drain_slurm_suffixed_after_a_plain_reboot_is_still_resumed(
     kinds = [[x.action for x in a.apply(decide([]), clean_sweep=True)] for _ in range(3)]
     assert kinds == [[], [], ["resume"]]
     assert not slurm.info["n01"].drain_set
+
+
+def test_a_repair_drain_whose_reason_a_persons_reboot_replaced_is_drained_again(cfg, tmp_path):
+    """`scontrol reboot nextstate=RESUME reason="bios update"` over our XID 79 drain: Slurm
+    (22.05) puts the person's reason in place of ours while the drain stands, then lifts the
+    drain when the node is back. Our record was forgotten as "resumed by someone else"."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("xid79", repair=True, family="xid")]))
+    ours = slurm.info["n01"].reason
+    slurm.set_state("n01", "DOWN+DRAIN+REBOOT_ISSUED", "bios update : reboot issued",
+                    user="bob", next_state="RESUME")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
+
+def test_a_persons_own_drain_over_our_repair_drain_stays_theirs_to_lift(cfg, tmp_path):
+    """A person's drain (no reboot) over our XID 79 drain, later lifted by them: theirs, as
+    ever; the node is not drained again."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("xid79", repair=True, family="xid")]))
+    slurm.set_state("n01", "IDLE+DRAIN", "bob: GPU swapped, burn-in", user="bob")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
