@@ -182,6 +182,12 @@ class Actor:
             # record is in it. One read, not two: on Slurm 22.05 `scontrol show node ONE`
             # costs slurmctld the whole table too (benchmarks/bench_guard_load.py), and in a
             # fleet-wide outage every node comes here.
+            # A person's drain landing between this read and our `scontrol update` is
+            # overwritten by ours: scontrol has no compare-and-set. A re-read of this one node
+            # just before the drain would not narrow that: on the 22.05 test cluster 0.5 ms
+            # pass from this read's end to the drain's start (a scontrol call: 13-40 ms), the
+            # window a re-read would leave too, for one more table read
+            # (benchmarks/bench_drain_read_gap.py).
             listing = self.slurm.nodes()
             mine = next((n for n in listing if n.name == self.node), None)
             info = mine if mine is not None else self.slurm.node(self.node)
