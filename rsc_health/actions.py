@@ -199,7 +199,7 @@ class Actor:
         elif clean_sweep and verdict.level in (Level.OK, Level.WARN):
             actions = self._clean(info)
         else:
-            actions = []
+            actions = self._lifted_by_reboot(info, requeue=requeue)
         self._spool(actions)
         return actions
 
@@ -300,7 +300,16 @@ class Actor:
     def _resumable(self, state: DrainState) -> bool:
         return state.auto_resumable and not self.never_resume & set(state.codes)
 
-    def _drain_again(self, state: DrainState, info: NodeInfo) -> list[Action]:
+    def _lifted_by_reboot(self, info: NodeInfo, *, requeue: bool) -> list[Action]:
+        """A run that does not count towards a resume (a job start): our drain drained
+        again if a reboot with nextstate=RESUME lifted it; nothing else."""
+        state = self.load_state()
+        if state is None or not state.reboot_resumes or info.drain_set or info.down:
+            return []
+        return self._drain_again(state, info, requeue=requeue)
+
+    def _drain_again(self, state: DrainState, info: NodeInfo, *,
+                     requeue: bool = True) -> list[Action]:
         """Our drain, never auto-resumed, lifted by Slurm when a reboot someone asked for
         with nextstate=RESUME completed: set again, with our reason, and jobs that started
         since requeued for a drain-now. Not the guard's to weigh: it let this drain through
@@ -315,7 +324,7 @@ class Actor:
                f"Slurm at the end of a reboot asked with NextState=RESUME; drained again")
         self.log(f"{self.node}: {msg}")
         actions = [Action(kind, self.node, state.reason, detail=msg)]
-        if mode == "now":
+        if mode == "now" and requeue:
             self._requeue_jobs(state.reason, set(), actions)
         return actions
 

@@ -115,3 +115,30 @@ def test_a_persons_reboot_with_a_reason_over_our_idle_xid79_drain_does_not_resum
         assert _actions(c, "node02") == ["drain_now", "drain_now"]
     finally:
         c.run(["scontrol", "cancel_reboot", "node02"], check=False)
+
+
+def test_a_job_start_after_a_reboot_lifted_our_xid79_drain_is_refused_and_the_node_drained(
+        slurm_cluster):
+    """Between the reboot that lifted our XID 79 drain (nextstate=RESUME) and the next sweep
+    (five minutes on a site), the node is IDLE: a job started there and ran on the fault.
+    Now its prolog sees our record's note, drains the node again and fails the start, so
+    Slurm starts the job elsewhere."""
+    c = slurm_cluster
+    inject_xid79(c, "node05")
+    assert c.sweep("node05").returncode == 0
+    ours = _node(c, "node05").reason
+    try:
+        c.run(["scontrol", "reboot", "nextstate=RESUME", "node05"])
+        _reboot_when_issued(c, "node05")
+        assert not _node(c, "node05").drain_set
+        # The scheduler takes the first idle node it may: node05.
+        job = c.sbatch("-N", "1", "-x", "node0[1-4]", "--requeue", "--wrap", "sleep 300")
+        c.wait_for(lambda: c.job(job).get("NodeList") == "node06"
+                   and c.job_state(job) == "RUNNING", 90, "the job running on node06")
+        assert int(c.job(job)["Restarts"]) >= 1
+        assert [r["job_id"] for r in c.spool("node05") if r["kind"] == "job_start"] == [job]
+        info = _node(c, "node05")
+        assert info.drain_set and info.reason == ours, info
+        assert _actions(c, "node05") == ["drain_now", "drain_now"]
+    finally:
+        c.run(["scontrol", "cancel_reboot", "node05"], check=False)
