@@ -696,3 +696,11 @@ def test_a_persons_own_drain_over_our_repair_drain_stays_theirs_to_lift(cfg, tmp
     slurm.resume("n01")
     assert a.apply(decide([]), clean_sweep=True) == []
     assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_the_job_start_reads_the_drain_record_the_actor_writes():
+    """node/store.reboot_lift_owed names the record without importing the Slurm side."""
+    from rsc_health.actions import DRAIN_STATE_FILE
+    from rsc_health.node.store import DRAIN_RECORD
+
+    assert DRAIN_RECORD == DRAIN_STATE_FILE
