@@ -77,6 +77,24 @@ class DrainState:
     # False while the mass-drain guard's look after this drain is owed (Slurm did not answer
     # it): the next run with a drain verdict looks, and steps back if past the limit.
     settled: bool = True
+    # A reboot someone asked Slurm for with nextstate=RESUME stands over this drain, one that
+    # is never auto-resumed: Slurm lifts the drain when the node registers again (22.05: IDLE,
+    # no reason). The clean sweep that then finds the node undrained drains it again.
+    reboot_resumes: bool = False
+
+
+# What Slurm 22.05 adds to the node's reason when it issues a reboot (and leaves there after):
+# "<our reason> : reboot issued".
+_REBOOT_SUFFIX = " : reboot"
+# A pending reboot's next state that lifts a drain when the node comes back.
+_LIFTING = frozenset({"RESUME", "UNDRAIN"})
+
+
+def _shows(record: str, reason: str) -> bool:
+    """Whether the node's `reason` is our record's, as Slurm keeps it (stripped, and with its
+    own " : reboot issued" after it once a reboot was issued over our drain)."""
+    rec, shown = record.strip(), reason.strip()
+    return shown == rec or (shown.startswith(rec + _REBOOT_SUFFIX) and is_ours(shown))
 
 
 @dataclass
@@ -233,6 +251,12 @@ class Actor:
             # record is in it. One read, not two: on Slurm 22.05 `scontrol show node ONE`
             # costs slurmctld the whole table too (benchmarks/bench_guard_load.py), and in a
             # fleet-wide outage every node comes here.
+            # A person's drain landing between this read and our `scontrol update` is
+            # overwritten by ours: scontrol has no compare-and-set. A re-read of this one node
+            # just before the drain would not narrow that: on the 22.05 test cluster 0.5 ms
+            # pass from this read's end to the drain's start (a scontrol call: 13-40 ms), the
+            # window a re-read would leave too, for one more table read
+            # (benchmarks/bench_drain_read_gap.py).
             listing = self.slurm.nodes()
             mine = next((n for n in listing if n.name == self.node), None)
             info = mine if mine is not None else self.slurm.node(self.node)
@@ -244,7 +268,7 @@ class Actor:
         elif clean_sweep and verdict.level in (Level.OK, Level.WARN):
             actions = self._clean(info)
         else:
-            actions = []
+            actions = self._lifted_by_reboot(info, requeue=requeue)
         self._spool(actions)
         return actions
 
@@ -291,7 +315,9 @@ class Actor:
             over = self._settled_over_the_limit(verdict, drained) if ours is None else None
             if over is not None:
                 return [over]
-            before = self.load_state() if escalate else None
+            before = self.load_state() if escalate or ours is None else None
+            if before is not None and not escalate and not before.reboot_resumes:
+                before = None  # a stale record of a drain lifted by a person: not carried
             self._save_state(verdict)
             if before is not None:
                 # Escalated from our after-job drain: what that one was for still stands.
@@ -317,8 +343,58 @@ class Actor:
                 state.settled = True
                 self._write_state(state)
             self._note_verdict(verdict)
+        self._watch_reboot(info)
         if now_mode and requeue:
             self._requeue_jobs(verdict.reason, skip, actions)
+        return actions
+
+    def _watch_reboot(self, info: NodeInfo, state: DrainState | None = None) -> None:
+        """With our drain in place (`info`: the node as read before or after it landed): note
+        in our record whether a reboot with nextstate=RESUME stands over it, when the drain is
+        one never auto-resumed. A reboot done or cancelled with the drain still there ends
+        the note."""
+        state = state or self.load_state()
+        if state is None:
+            return
+        lifting = (info.in_hand.startswith("REBOOT") and info.next_state in _LIFTING
+                   and not self._resumable(state))
+        if lifting != state.reboot_resumes:
+            state.reboot_resumes = lifting
+            self._write_state(state)
+            if lifting:
+                self.log(f"{self.node}: a reboot with NextState={info.next_state} stands over "
+                         f"our drain ({state.reason}); when Slurm lifts it, rsc_health drains "
+                         "the node again")
+
+    def _resumable(self, state: DrainState) -> bool:
+        return state.auto_resumable and not self.never_resume & set(state.codes)
+
+    def _lifted_by_reboot(self, info: NodeInfo, *, requeue: bool) -> list[Action]:
+        """A run that does not count towards a resume (a job start): our drain drained
+        again if a reboot with nextstate=RESUME lifted it; nothing else."""
+        state = self.load_state()
+        if state is None or not state.reboot_resumes or info.drain_set or info.down:
+            return []
+        return self._drain_again(state, info, requeue=requeue)
+
+    def _drain_again(self, state: DrainState, info: NodeInfo, *,
+                     requeue: bool = True) -> list[Action]:
+        """Our drain, never auto-resumed, lifted by Slurm when a reboot someone asked for
+        with nextstate=RESUME completed: set again, with our reason, and jobs that started
+        since requeued for a drain-now. Not the guard's to weigh: it let this drain through
+        once, and this restores it."""
+        self.slurm.drain(self.node, state.reason)
+        state.reboot_resumes, state.clean_sweeps = False, 0
+        state.time = self.now().isoformat()
+        self._write_state(state)
+        mode = (parse_reason(state.reason) or {}).get("mode")
+        kind = ActionKind.DRAIN_NOW if mode == "now" else ActionKind.DRAIN_AFTER_JOB
+        msg = (f"our drain ({', '.join(state.codes)}: never auto-resumed) was lifted by "
+               f"Slurm at the end of a reboot asked with NextState=RESUME; drained again")
+        self.log(f"{self.node}: {msg}")
+        actions = [Action(kind, self.node, state.reason, detail=msg)]
+        if mode == "now" and requeue:
+            self._requeue_jobs(state.reason, set(), actions)
         return actions
 
     def _settled_over_the_limit(self, verdict: Verdict, drained: Action) -> Action | None:
@@ -463,15 +539,25 @@ class Actor:
     def _clean(self, info: NodeInfo) -> list[Action]:
         state = self.load_state()
         if not info.drain_set:
+            if state is not None and state.reboot_resumes:
+                # Lifted by Slurm as the reboot ended: set again. A DOWN node (the reboot
+                # timed out) runs nothing: that waits until Slurm brings it back.
+                return [] if info.down else self._drain_again(state, info)
             if state is not None:
                 self._clear_state()  # resumed by someone else; nothing left to track
             return []
-        if not is_ours(info.reason) or state is None or (
-                state.reason.strip() != info.reason.strip()):
+        if not is_ours(info.reason) or state is None or not _shows(state.reason, info.reason):
             # Not our drain, or our record is not about this drain (compared without the
-            # trailing space a record written before format_reason stripped it may hold).
+            # trailing space a record written before format_reason stripped it may hold, and
+            # with Slurm's " : reboot issued" after it). A person's drain over ours is theirs
+            # to lift. Not so the reason of a reboot with nextstate=RESUME asked over our
+            # drain (`scontrol reboot ... reason=X` replaces ours while the drain stands):
+            # the node is never repaired by it, and Slurm lifts the drain when it is back.
+            if state is not None:
+                self._watch_reboot(info, state)
             return []
-        if not state.auto_resumable or self.never_resume & set(state.codes):
+        self._watch_reboot(info)
+        if not self._resumable(state):
             return []
         if info.in_hand or info.down:
             # A reboot or power change someone asked Slurm for (`scontrol reboot ASAP` keeps

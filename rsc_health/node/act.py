@@ -16,6 +16,7 @@ from rsc_health.node.store import (
     clear_pending,
     guard_retry_after,
     has_drain_state,
+    reboot_lift_owed,
     save_pending,
 )
 
@@ -47,7 +48,8 @@ def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: 
         return _held_back(ctx, verdict, pending, held, now)
     clear_pending(ctx.sdir)
     sweep_line(stage, ctx.node, verdict.level, verdict.reason, actions)
-    if stage.name == "prolog" and verdict.drains and cfg.get("actions.enabled"):
+    restored = any(a.action == ActionKind.DRAIN_NOW for a in actions)
+    if stage.name == "prolog" and (verdict.drains or restored) and cfg.get("actions.enabled"):
         log(f"prolog: {verdict.reason}")
         return drain_exit(), False
     return 0, False
@@ -68,6 +70,8 @@ def _settled_without_slurm(ctx: Context, verdict: Verdict, had_pending: bool,
     if verdict.drains:
         return None
     if not (stage.counts_as_clean and locked and verdict.level in (Level.OK, Level.WARN)):
+        if stage.name == "prolog" and not had_pending and reboot_lift_owed(ctx.sdir):
+            return None  # did the reboot lift our drain? The job must not start if so.
         return 0, had_pending
     if not has_drain_state(ctx.sdir):
         # A clean sweep only talks to Slurm to count towards resuming a node we drained:

@@ -248,6 +248,21 @@ def guard_retry_after(cfg: Config, holds: int, now: datetime,
 
 
 # ---- other memories -------------------------------------------------------------------------
+# actions.DRAIN_STATE_FILE (tests/unit/test_actions.py holds them equal).
+DRAIN_RECORD = "slurm_drain.json"
+
+
+def reboot_lift_owed(sdir: Path) -> bool:
+    """Our drain record notes a reboot asked with nextstate=RESUME over a drain of ours that
+    is never auto-resumed (actions.DrainState.reboot_resumes): a job start asks Slurm whether
+    the reboot lifted it, so the job does not run on the fault until the next sweep."""
+    from rsc_health.durable import load_state_json
+
+    # Not imported from rsc_health.actions: that loads the Slurm side (~20 ms), and a healthy
+    # job start loads none of it.
+    return load_state_json(sdir / DRAIN_RECORD).get("reboot_resumes") is True
+
+
 def has_drain_state(sdir: Path) -> bool:
     """A drain of ours is on record (the Actor's drain state file)."""
     from rsc_health.actions import DRAIN_STATE_FILE

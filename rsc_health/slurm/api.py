@@ -59,6 +59,9 @@ class NodeInfo:
     partitions: tuple[str, ...] = ()
     features: tuple[str, ...] = ()  # AvailableFeatures
     weight: int = 1  # the scheduler fills lower weights first
+    # The state Slurm gives the node when a reboot someone asked for completes (`scontrol
+    # reboot nextstate=RESUME`: "RESUME", which lifts any drain, ours too); "" when none.
+    next_state: str = ""
 
     @property
     def flags(self) -> set[str]:

@@ -114,6 +114,7 @@ def parse_node_line(line: str) -> NodeInfo:
         partitions=_listed(kv.get("Partitions", "")),
         features=_listed(kv.get("AvailableFeatures", "")),
         weight=int(weight) if weight.isdigit() else 1,
+        next_state=kv.get("NextState", ""),
     )
 
 

@@ -64,6 +64,7 @@ class _Node:
     features: tuple[str, ...] = ()
     weight: int = 1
     jobs: list[str] = field(default_factory=list)
+    next_state: str = ""
 
     @property
     def base(self) -> str:
@@ -82,7 +83,7 @@ class _Node:
 
     def info(self) -> NodeInfo:
         return NodeInfo(self.name, self.state, self.reason, self.reason_user, self.reason_time,
-                        self.partitions, self.features, self.weight)
+                        self.partitions, self.features, self.weight, self.next_state)
 
 
 class MemorySlurm:
@@ -130,13 +131,16 @@ class MemorySlurm:
         return self._nodes[name].info()
 
     def set_state(self, name: str, state: str, reason: str | None = None, *, user: str = "",
-                  when: datetime | None = None) -> NodeInfo:
-        """Slurm (or a person) changed the node: its state, and its reason when given."""
+                  when: datetime | None = None, next_state: str = "") -> NodeInfo:
+        """Slurm (or a person) changed the node: its state, and its reason when given;
+        `next_state`: the state a pending reboot ends in (`scontrol reboot nextstate=RESUME`)."""
         node = self._node(name, "update")
-        return self.add_node(
+        self.add_node(
             name, state, node.reason if reason is None else reason,
             user=user or node.reason_user, when=when or node.reason_time,
             partitions=node.partitions, features=node.features, weight=node.weight)
+        self._nodes[name].next_state = next_state
+        return self._nodes[name].info()
 
     def start_job(self, node: str, job_id: str | None = None, *, user: str = "alice",
                   requeue: bool = True, partition: str | None = None,

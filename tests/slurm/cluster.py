@@ -279,6 +279,17 @@ StorageLoc={self.db_name}
         (self.base / "spool" / node).mkdir(parents=True, exist_ok=True)
         self._spawn(f"slurmd-{node}", [_bin("slurmd"), "-D", "-N", node])
 
+    def reboot_slurmd(self, node: str) -> None:
+        """A reboot Slurm issued (RebootProgram is /bin/true), as slurmctld sees it done:
+        slurmd stops and registers again with a boot time after the request. Its uptime is
+        read in a time namespace whose boot clock starts now (unshare --boottime)."""
+        self._stop_proc(f"slurmd-{node}")
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        (self.base / "spool" / node).mkdir(parents=True, exist_ok=True)
+        self._spawn(f"slurmd-{node}", [
+            "unshare", "--time", f"--boottime={-int(uptime)}", "--kill-child=SIGTERM",
+            _bin("slurmd"), "-D", "-N", node])
+
     @staticmethod
     def _port_open(port: int) -> bool:
         with socket.socket() as s:

@@ -660,3 +660,118 @@ def test_the_shadow_guard_counts_a_node_once_though_its_would_drain_reason_chang
     later = [*attempts, (t + timedelta(minutes=20), "n02", False)]
     assert shadow_guard_held(later, parts, max_share=0.10,
                              window=timedelta(minutes=15)) == {3}
+
+
+# Measured on Slurm 22.05.8 (tests/slurm/test_slurm_reboot.py): a person's `scontrol reboot
+# nextstate=RESUME` (ASAP or not, with a reason of theirs or none) over our drain keeps our
+# reason, "<ours> : reboot issued" while the node reboots, and when the node registers again
+# Slurm makes it IDLE with no reason at all: our drain is gone.
+@pytest.mark.parametrize("when", ["before_our_drain", "after_our_drain"])
+def test_a_repair_drain_lifted_by_a_reboot_with_nextstate_resume_is_drained_again(
+        cfg, tmp_path, when):
+    """An XID 79 drain (repair: never auto-resumed) under a reboot a person asked Slurm for
+    with nextstate=RESUME, asked before our drain landed or after it. The node came back IDLE
+    and the clean sweep after it took the drain for someone's resume and forgot the XID 79:
+    the dead GPU was back in service. Now the sweep drains it again with our reason, once;
+    it is never auto-resumed, and a person's resume after that is theirs."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    slurm.start_job("n01", "7", requeue=False)
+    if when == "before_our_drain":
+        slurm.set_state("n01", "MIXED+REBOOT_REQUESTED", "reboot requested", user="bob",
+                        next_state="RESUME")
+    a.apply(decide([finding("xid79", repair=True, family="xid")]))
+    ours = slurm.info["n01"].reason
+    assert ours.startswith("rsc_health:now:xid79:")
+    if when == "after_our_drain":
+        slurm.set_state("n01", "MIXED+DRAIN+REBOOT_REQUESTED", next_state="RESUME")
+        assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.end_job("7")
+    slurm.set_state("n01", "DOWN+DRAIN+REBOOT_ISSUED", ours + " : reboot issued",
+                    next_state="RESUME")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")  # registered again: Slurm lifted the drain
+
+    again = a.apply(decide([]), clean_sweep=True)
+    assert [x.action for x in again] == ["drain_now"]
+    assert "NextState=RESUME" in again[0].detail
+    info = slurm.info["n01"]
+    assert info.drain_set and info.reason == ours
+    for _ in range(3):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
+    assert [r["action"] for r in spooled(tmp_path)][-1] == "drain_now"
+
+    slurm.resume("n01")  # a person's resume after the repair: theirs, not undone
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_repair_drain_lifted_by_a_reboot_keeps_its_codes_when_the_next_run_drains(
+        cfg, tmp_path):
+    """The same lift, and the next run finds a transient fault (a lost mount) rather than a
+    clean node: its fresh drain used to write a record of the mount alone, auto-resumable,
+    and the XID 79 was resumed with it two clean sweeps later."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE+REBOOT_REQUESTED", "reboot requested", next_state="RESUME")
+    a.apply(decide([finding("xid79", repair=True, family="xid")]))
+    slurm.set_state("n01", "IDLE", "")
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    assert slurm.info["n01"].reason.startswith("rsc_health:now:mount_missing:")
+    state = a.load_state()
+    assert state is not None and "xid79" in state.codes and not state.auto_resumable
+    for _ in range(4):
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
+
+
+def test_a_transient_drain_slurm_suffixed_after_a_plain_reboot_is_still_resumed(cfg, tmp_path):
+    """A person's plain `scontrol reboot` over our lost-mount drain: Slurm keeps the drain
+    and leaves "<ours> : reboot issued" as its reason after the reboot (22.05). The record no
+    longer matched the reason word for word, so the node stayed drained for good."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    ours = slurm.info["n01"].reason
+    slurm.set_state("n01", "IDLE+DRAIN", ours + " : reboot issued")
+    kinds = [[x.action for x in a.apply(decide([]), clean_sweep=True)] for _ in range(3)]
+    assert kinds == [[], [], ["resume"]]
+    assert not slurm.info["n01"].drain_set
+
+
+def test_a_repair_drain_whose_reason_a_persons_reboot_replaced_is_drained_again(cfg, tmp_path):
+    """`scontrol reboot nextstate=RESUME reason="bios update"` over our XID 79 drain: Slurm
+    (22.05) puts the person's reason in place of ours while the drain stands, then lifts the
+    drain when the node is back. Our record was forgotten as "resumed by someone else"."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("xid79", repair=True, family="xid")]))
+    ours = slurm.info["n01"].reason
+    slurm.set_state("n01", "DOWN+DRAIN+REBOOT_ISSUED", "bios update : reboot issued",
+                    user="bob", next_state="RESUME")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
+
+def test_a_persons_own_drain_over_our_repair_drain_stays_theirs_to_lift(cfg, tmp_path):
+    """A person's drain (no reboot) over our XID 79 drain, later lifted by them: theirs, as
+    ever; the node is not drained again."""
+    slurm = memory_slurm()
+    a = actor(slurm, cfg, tmp_path)
+    a.apply(decide([finding("xid79", repair=True, family="xid")]))
+    slurm.set_state("n01", "IDLE+DRAIN", "bob: GPU swapped, burn-in", user="bob")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_the_job_start_reads_the_drain_record_the_actor_writes():
+    """node/store.reboot_lift_owed names the record without importing the Slurm side."""
+    from rsc_health.actions import DRAIN_STATE_FILE
+    from rsc_health.node.store import DRAIN_RECORD
+
+    assert DRAIN_RECORD == DRAIN_STATE_FILE

@@ -1,0 +1,144 @@
+"""A person's `scontrol reboot` colliding with our drain, on the real Slurm (22.05): the node is
+rebooted for real as slurmctld sees it (SlurmCluster.reboot_slurmd), so what Slurm does with our
+drain and reason when the node comes back is measured, not assumed."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from rsc_health.slurm.api import NodeInfo
+from rsc_health.slurm.cli_backend import parse_node_line
+
+from .test_cluster_scenarios import inject_xid79, remove_mount, wait_running_past_prolog
+
+pytestmark = pytest.mark.slurm
+
+
+def _node(c, name: str) -> NodeInfo:
+    return parse_node_line(c.run(["scontrol", "-o", "show", "node", name]).stdout.strip())
+
+
+def _reboot_when_issued(c, name: str) -> None:
+    """Wait for Slurm to issue the reboot it was asked for, then reboot the node."""
+    c.wait_for(lambda: _node(c, name).in_hand == "REBOOT_ISSUED", 30, f"{name} reboot issued")
+    # slurmd registers an uptime up to ~2 s past its start (whole seconds): a boot time
+    # before the request would keep Slurm waiting for the boot until ResumeTimeout.
+    time.sleep(3)
+    c.reboot_slurmd(name)
+    c.wait_for(lambda: not (_node(c, name).in_hand or _node(c, name).down), 60,
+               f"{name} back from its reboot")
+
+
+def _actions(c, name: str) -> list[str]:
+    return [r["action"] for r in c.spool(name) if r["kind"] == "action"]
+
+
+def test_our_xid79_drain_under_a_persons_reboot_nextstate_resume_is_drained_again(
+        slurm_cluster):
+    """A person asks `scontrol reboot nextstate=RESUME` of a busy node (it reboots when its
+    job ends); then the node's GPU falls off the bus and our sweep drains it (XID 79: a
+    repair, never auto-resumed). Slurm keeps our reason ("... : reboot issued") and, when the
+    node registers again, makes it IDLE with no reason: our drain gone, and the next clean
+    sweep took that for a person's resume and forgot the XID 79. Now it drains it again."""
+    c = slurm_cluster
+    job = c.sbatch("-w", "node04", "--no-requeue", "--wrap", "sleep 300")
+    wait_running_past_prolog(c, job)
+    try:
+        c.run(["scontrol", "reboot", "nextstate=RESUME", "node04"])
+        inject_xid79(c, "node04")
+        assert c.sweep("node04").returncode == 0
+        ours = _node(c, "node04").reason
+        assert ours.startswith("rsc_health:now:xid79:")
+        c.run(["scancel", job])
+        _reboot_when_issued(c, "node04")
+        info = _node(c, "node04")
+        assert not info.drain_set and not info.reason, info  # what Slurm 22.05 does
+
+        out = c.sweep("node04")
+        assert out.returncode == 0, out.stderr
+        info = _node(c, "node04")
+        assert info.drain_set and info.reason == ours, info
+        assert _actions(c, "node04") == ["drain_now", "requeue_refused", "drain_now"]
+        for _ in range(3):  # never auto-resumed
+            assert c.sweep("node04").returncode == 0
+        assert _node(c, "node04").drain_set
+    finally:
+        c.run(["scontrol", "cancel_reboot", "node04"], check=False)
+        c.run(["scancel", job], check=False)
+
+
+def test_our_transient_drain_survives_a_persons_plain_reboot_and_is_resumed_after(
+        slurm_cluster):
+    """A person's plain `scontrol reboot` (no nextstate) over our lost-mount drain: Slurm
+    keeps the drain and leaves "<ours> : reboot issued" as the reason after the reboot. The
+    mount is back: the clean sweeps never resumed it (the reason no longer matched our
+    record word for word); now they do, after their count."""
+    c = slurm_cluster
+    original = remove_mount(c, "node03")
+    assert c.sweep("node03").returncode == 0
+    ours = _node(c, "node03").reason
+    assert ours.startswith("rsc_health:now:mount_missing:")
+    c.run(["scontrol", "reboot", "node03"])
+    _reboot_when_issued(c, "node03")
+    info = _node(c, "node03")
+    assert info.drain_set and info.reason == ours + " : reboot issued", info
+
+    (c.root("node03") / "proc/mounts").write_text(original)
+    for _ in range(2):  # the site config resumes after 2 clean sweeps
+        assert c.sweep("node03").returncode == 0
+    assert not _node(c, "node03").drain_set
+    assert _actions(c, "node03") == ["drain_now", "resume"]
+
+
+def test_a_persons_reboot_with_a_reason_over_our_idle_xid79_drain_does_not_resume_it(
+        slurm_cluster):
+    """Our XID 79 drain on an idle node; a person then asks `scontrol reboot ASAP
+    nextstate=RESUME reason="bios update"`: Slurm puts their reason in place of ours, issues
+    the reboot at once and lifts the drain when the node is back. The sweep slurmd runs as it
+    starts (before it registers) still sees the reboot in hand; the clean sweep after used
+    to forget the XID 79. Now it drains the node again with our reason."""
+    c = slurm_cluster
+    inject_xid79(c, "node02")
+    assert c.sweep("node02").returncode == 0
+    ours = _node(c, "node02").reason
+    assert ours.startswith("rsc_health:now:xid79:")
+    try:
+        c.run(["scontrol", "reboot", "ASAP", "nextstate=RESUME", "reason=bios update",
+               "node02"])
+        _reboot_when_issued(c, "node02")
+        assert not _node(c, "node02").drain_set
+        assert c.sweep("node02").returncode == 0
+        info = _node(c, "node02")
+        assert info.drain_set and info.reason == ours, info
+        assert _actions(c, "node02") == ["drain_now", "drain_now"]
+    finally:
+        c.run(["scontrol", "cancel_reboot", "node02"], check=False)
+
+
+def test_a_job_start_after_a_reboot_lifted_our_xid79_drain_is_refused_and_the_node_drained(
+        slurm_cluster):
+    """Between the reboot that lifted our XID 79 drain (nextstate=RESUME) and the next sweep
+    (five minutes on a site), the node is IDLE: a job started there and ran on the fault.
+    Now its prolog sees our record's note, drains the node again and fails the start, so
+    Slurm starts the job elsewhere."""
+    c = slurm_cluster
+    inject_xid79(c, "node05")
+    assert c.sweep("node05").returncode == 0
+    ours = _node(c, "node05").reason
+    try:
+        c.run(["scontrol", "reboot", "nextstate=RESUME", "node05"])
+        _reboot_when_issued(c, "node05")
+        assert not _node(c, "node05").drain_set
+        # The scheduler takes the first idle node it may: node05.
+        job = c.sbatch("-N", "1", "-x", "node0[1-4]", "--requeue", "--wrap", "sleep 300")
+        c.wait_for(lambda: c.job(job).get("NodeList") == "node06"
+                   and c.job_state(job) == "RUNNING", 90, "the job running on node06")
+        assert int(c.job(job)["Restarts"]) >= 1
+        assert [r["job_id"] for r in c.spool("node05") if r["kind"] == "job_start"] == [job]
+        info = _node(c, "node05")
+        assert info.drain_set and info.reason == ours, info
+        assert _actions(c, "node05") == ["drain_now", "drain_now"]
+    finally:
+        c.run(["scontrol", "cancel_reboot", "node05"], check=False)
