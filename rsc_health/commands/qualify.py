@@ -21,6 +21,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -135,11 +136,21 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
                                gpu_model=gpu_model, driver=driver, exclude_node=node,
                                since=since)
 
-        judged = judge_run(outcomes, peers_of=peers_of, baseline=baseline,
-                           rules=Rules.from_config(cfg))
+        rules = Rules.from_config(cfg)
+
+        def expected_of(test):
+            if conn is None:
+                return set()
+            return store.expected(conn, test=test, gpu_model=gpu_model, driver=driver,
+                                  exclude_node=node, since=since, min_peers=rules.min_peers)
+
+        # What the node owes beside its metrics' worth: [gpu] count GPUs in each tool's own
+        # list, and every metric its peers measure in the same test (verdict.missing).
+        owed: dict[str, Any] = dict(gpus=int(cfg.get("gpu.count")), expected_of=expected_of)
+        judged = judge_run(outcomes, peers_of=peers_of, baseline=baseline, rules=rules, **owed)
         if len(good) > 1:
             confirmed = _confirm_pairwise_fail(judged, specs, good[1], peer, deadline,
-                                               peers_of, baseline, Rules.from_config(cfg))
+                                               peers_of, baseline, rules, owed)
             if confirmed is not judged:
                 # The re-run stressed the node again: look again after it, as after the tier.
                 again = qgate.judge(qgate.look(cfg, ctx.obj.root, node), qgate.AFTER)
@@ -148,7 +159,7 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
                     kept = [o for o in confirmed.outcomes if o.test != qgate.AFTER]
                     confirmed = judge_run([*kept, again.outcome],
                                           peers_of=peers_of, baseline=baseline,
-                                          rules=Rules.from_config(cfg))
+                                          rules=rules, **owed)
             judged = confirmed
     finally:
         if conn is not None:
@@ -170,7 +181,7 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
 
 
 def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadline,
-                           peers_of, baseline, rules):
+                           peers_of, baseline, rules, owed):
     """A run failed only by pairwise tests against the chosen peer is run again against a
     second known-good peer: a peer degraded since its own pass (not yet caught) would
     otherwise fail, and drain, a sound node. Only when the second peer's run fails too does the
@@ -201,7 +212,7 @@ def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadli
     again = {s.name: runner.run_test(s, deadline=deadline, peer=second)
              for s in specs if s.name in again_tests}
     retried = judge_run([again.get(o.test, o) for o in judged.outcomes], peers_of=peers_of,
-                        baseline=baseline, rules=rules)
+                        baseline=baseline, rules=rules, **owed)
     if judged.verdict == INCONCLUSIVE:
         note = f"pairwise against {first} proved nothing ({judged.reason}); against {second}"
         retried.reason = (f"{note}: {retried.reason}" if retried.reason else note)[:4000]

@@ -27,6 +27,10 @@ class Outcome:
     metrics: list[Metric] = field(default_factory=list)
     failed: str | None = None          # the tool said the hardware is wrong
     inconclusive: str | None = None    # the run proves nothing either way
+    # How many GPUs the tool itself says it ran on (gpu-burn's GPU list, nccl-tests' ranks on
+    # a host, nvbandwidth's CUDA devices); None: the tool does not say. Fewer than [gpu]
+    # count is less evidence than a whole node's (verdict.judge_run): never a pass.
+    devices: int | None = None
 
     def __post_init__(self) -> None:
         if self.failed is None and self.inconclusive is None and not self.metrics:

@@ -46,6 +46,36 @@ def peers(conn, *, metric: str, idx: str, gpu_model: str, driver: str, exclude_n
             .scalars()]
 
 
+def expected(conn, *, test: str, gpu_model: str, driver: str, exclude_node: str,
+             since: datetime, min_peers: int) -> set[tuple[str, str]]:
+    """The (metric, index) pairs a node of this group owes in `test`: those in the newest run
+    of the test (any verdict: a value's presence, not its worth) of at least min_peers other
+    nodes, and of more than half of the nodes that ran it (a few odd nodes of the group, e.g.
+    fewer HCAs, never set what the rest owe). A node lacking one proved less than its peers
+    (verdict.missing): never a pass."""
+    r, q = schema.qualify_runs, schema.qualify_results
+    newest = (
+        select(r.c.node, r.c.run_id,
+               func.row_number().over(partition_by=r.c.node,
+                                      order_by=r.c.ended.desc()).label("n"))
+        .where(and_(r.c.gpu_model == gpu_model, r.c.driver == driver,
+                    r.c.node != exclude_node, r.c.ended >= since,
+                    r.c.run_id.in_(select(q.c.run_id).where(q.c.test == test))))
+        .subquery()
+    )
+    rows = conn.execute(
+        select(newest.c.node, q.c.metric, q.c.idx)
+        .select_from(q.join(newest, q.c.run_id == newest.c.run_id))
+        .where(and_(newest.c.n == 1, q.c.test == test))
+    ).all()
+    nodes = {node for node, _m, _i in rows}
+    holders: dict[tuple[str, str], set[str]] = {}
+    for node, metric, idx in rows:
+        holders.setdefault((metric, idx or ""), set()).add(node)
+    return {key for key, by in holders.items()
+            if len(by) >= max(min_peers, 1) and 2 * len(by) > len(nodes)}
+
+
 def _usable(q):
     """A value a peer may be judged by: one that passed, or one measured before the group had
     enough peers to judge it (UNJUDGED). A fleet's first nodes of a new GPU model or driver

@@ -288,3 +288,18 @@ def test_a_fault_the_pairwise_rerun_raises_is_looked_for_after_it(tmp_path):
     assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-800:]
     assert "xid48" in doc["reason"]
     assert [f["code"] for f in doc["node_checks_after"]] == ["xid48"]
+
+
+def test_a_node_whose_gpu_burn_ran_on_7_of_8_gpus_is_never_a_pass(tmp_path):
+    """A GPU NVML lists but CUDA cannot use: gpu-burn lists and tests the 7 it has (`Tested 7
+    GPUs`), each as fast as its peers'. Every peer measured GPU 7 in this test: the node owes
+    it, and lacking it is inconclusive (exit 4), never a pass (it passed before: exit 0)."""
+    cfg, db = _setup(tmp_path)
+    _fleet(tmp_path, cfg, db, n=6)
+    res = Node(tmp_path, "gpu300", gflops=(16950.0,) * 7).run(cfg, db)
+    doc = json.loads(res.output)
+    assert res.exit_code == 4 and doc["verdict"] == "inconclusive", res.output[-400:]
+    assert "burn: no result for gpu-burn/fp64_tc_flops:7" in doc["reason"]
+    # Its 7 GPUs' figures were still judged and stored; a whole node passes.
+    assert sum(r["metric"].startswith("gpu-burn/") for r in doc["results"]) == 7
+    assert Node(tmp_path, "gpu301").run(cfg, db).exit_code == 0
