@@ -146,7 +146,8 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
 
         # What the node owes beside its metrics' worth: [gpu] count GPUs in each tool's own
         # list, and every metric its peers measure in the same test (verdict.missing).
-        owed: dict[str, Any] = dict(gpus=int(cfg.get("gpu.count")), expected_of=expected_of)
+        owed: dict[str, Any] = dict(gpus=int(cfg.get("gpu.count")), expected_of=expected_of,
+                                    warn_passes=cfg.get("qualify.dcgm_warn") == "pass")
         judged = judge_run(outcomes, peers_of=peers_of, baseline=baseline, rules=rules, **owed)
         if len(good) > 1:
             confirmed = _confirm_pairwise_fail(judged, specs, good[1], peer, deadline,
@@ -239,8 +240,8 @@ def _run_doc(run_rec, judged, specs, gate, after) -> dict:
                          status=j.status, basis=j.basis, median=j.median,
                          threshold=j.threshold, percentile=j.percentile, peers=j.peers,
                          reason=j.reason) for t, j, u, _h in judged.judgements],
-        "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive)
-                     for o in judged.outcomes],
+        "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive,
+                          warned=o.warned) for o in judged.outcomes],
         "node_checks": [f.to_dict() for f in gate.findings if f.status is not Status.OK],
         "node_checks_after": [f.to_dict() for f in (after.findings if after else ())
                               if f.status is not Status.OK],
@@ -265,6 +266,8 @@ def _echo_run(run_rec, judged, gate, after) -> None:
         if o.failed or o.inconclusive:
             echo(f"{'fail' if o.failed else 'inconclusive':12s} {o.test}: "
                  f"{o.failed or o.inconclusive}")
+        elif o.warned:
+            echo(f"{'warn':12s} {o.test}: {o.warned}")
     echo(f"qualify {run_rec.tier} on {run_rec.node}: {judged.verdict.upper()}"
          + (f" ({judged.reason[:300]})" if judged.reason else ""))
 

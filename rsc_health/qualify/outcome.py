@@ -31,6 +31,10 @@ class Outcome:
     # a host, nvbandwidth's CUDA devices); None: the tool does not say. Fewer than [gpu]
     # count is less evidence than a whole node's (verdict.judge_run): never a pass.
     devices: int | None = None
+    # The tool passed it but warned (DCGM diag's Warn: e.g. a PCIe replay rate past DCGM's
+    # limit, clocks held back for heat or power): what it said. [qualify] dcgm_warn decides
+    # whether a run may pass with one; either way the run's reason and report carry it.
+    warned: str | None = None
 
     def __post_init__(self) -> None:
         if self.failed is None and self.inconclusive is None and not self.metrics:

@@ -7,7 +7,10 @@ A node is judged by the evidence it owes, not by what it happened to print: a te
 ran on fewer GPUs than [gpu] count (a GPU NVML lists but CUDA cannot use), whose per-GPU
 metrics cover fewer, or that lacks a metric its peers measure in the same test (nvbandwidth's
 waived device-to-device testcases when P2P is lost, a GPU or HCA missing from the list) proved
-less than its peers did: inconclusive, never a pass. A fault found stands either way."""
+less than its peers did: inconclusive, never a pass. A fault found stands either way.
+
+A tool that passed with a warning (DCGM Warn, Outcome.warned) makes the run inconclusive, or
+with `warn_passes` ([qualify] dcgm_warn = "pass") lets it pass with the warning in its reason."""
 
 from __future__ import annotations
 
@@ -51,12 +54,15 @@ def missing(out: Outcome, *, gpus: int = 0,
 
 def judge_run(outcomes: list[Outcome], *, peers_of: Callable[[Metric], list[float]],
               baseline: Baseline | None, rules: Rules, gpus: int = 0,
-              expected_of: Callable[[str], set[tuple[str, str]]] | None = None) -> Judged:
+              expected_of: Callable[[str], set[tuple[str, str]]] | None = None,
+              warn_passes: bool = False) -> Judged:
     """`gpus`: [gpu] count (0: not said); `expected_of(test)`: the (metric, index) pairs the
-    node's peers measure in that test (store.expected)."""
+    node's peers measure in that test (store.expected); `warn_passes`: a tool's warning
+    (Outcome.warned) is noted, not inconclusive."""
     judged = Judged(PASS, "", outcomes=outcomes)
     failed: list[str] = []
     unsure: list[str] = []
+    noted: list[str] = []
     for out in outcomes:
         if out.failed:
             failed.append(f"{out.test}: {out.failed}")
@@ -68,6 +74,8 @@ def judge_run(outcomes: list[Outcome], *, peers_of: Callable[[Metric], list[floa
                         expected=expected_of(out.test) if expected_of else None)
         if short:
             unsure.append(f"{out.test}: {short}")
+        if out.warned:
+            (noted if warn_passes else unsure).append(f"{out.test}: {out.warned}")
         for metric in out.metrics:
             j = judge(metric, peers_of(metric),
                       baseline=baseline.get(metric) if baseline else None, rules=rules)
@@ -83,4 +91,7 @@ def judge_run(outcomes: list[Outcome], *, peers_of: Callable[[Metric], list[floa
         judged.verdict, judged.reason = INCONCLUSIVE, "; ".join(unsure)
     elif not outcomes:
         judged.verdict, judged.reason = INCONCLUSIVE, "the tier has no tests"
+    if noted:
+        said = "passed with warnings: " + "; ".join(noted)
+        judged.reason = f"{judged.reason}; {said}" if judged.reason else said
     return judged

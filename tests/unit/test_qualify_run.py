@@ -303,3 +303,27 @@ def test_a_node_whose_gpu_burn_ran_on_7_of_8_gpus_is_never_a_pass(tmp_path):
     # Its 7 GPUs' figures were still judged and stored; a whole node passes.
     assert sum(r["metric"].startswith("gpu-burn/") for r in doc["results"]) == 7
     assert Node(tmp_path, "gpu301").run(cfg, db).exit_code == 0
+
+
+def test_a_dcgm_warn_is_never_a_silent_pass(tmp_path):
+    """DCGM diag's Warn (here DCGM's own PCIe replay-rate message, DCGM_FR_PCI_REPLAY_RATE_MSG)
+    counted as a pass, said nowhere. Now the run is inconclusive and says it; a site that sets
+    [qualify] dcgm_warn = "pass" gets a pass with the warning in its reason."""
+    cfg, db = _setup(tmp_path)
+    _fleet(tmp_path, cfg, db, n=6)
+    replay = "Detected more than 8 PCIe replays per minute for GPU 7 : 31"
+    dcgm = standin.dcgm_diag({"Memory": ["Pass"] * 8, "PCIe": ["Pass"] * 7 + ["Warn"]},
+                             warnings={"PCIe": replay})
+    res = Node(tmp_path, "gpu400", dcgm=dcgm).run(cfg, db)
+    doc = json.loads(res.output)
+    assert res.exit_code == 4 and doc["verdict"] == "inconclusive", res.output[-400:]
+    assert f"dcgm: DCGM Warn on 1 result(s): PCIe GPU7: {replay}" in doc["reason"]
+    assert [o["warned"] for o in doc["outcomes"] if o["test"] == "dcgm"][0].endswith(replay)
+    lenient = tmp_path / "lenient.toml"
+    lenient.write_text(CONFIG.replace("min_peers = 4", 'min_peers = 4\ndcgm_warn = "pass"'))
+    res = Node(tmp_path, "gpu401", dcgm=dcgm).run(lenient, db)
+    doc = json.loads(res.output)
+    assert res.exit_code == 0 and doc["reason"].startswith("passed with warnings: dcgm: DCGM")
+    show = CliRunner().invoke(cli, ["--db", db, "--config", str(lenient), "qualify", "show",
+                                    "gpu401"])
+    assert replay in show.output, show.output[-600:]
