@@ -129,12 +129,12 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
             outcomes.append(after.outcome)
     conn = engine.connect() if engine is not None else None
     try:
-        def peers_of(metric):
+        def peers_of(metric, test):
             if conn is None:
                 return []
             return store.peers(conn, metric=metric.name, idx=metric.index,
                                gpu_model=gpu_model, driver=driver, exclude_node=node,
-                               since=since)
+                               since=since, test=test)
 
         rules = Rules.from_config(cfg)
 

@@ -1,7 +1,7 @@
 """Qualification runs and results in the historian, and the peers a new result is judged by:
-the latest usable value (_usable) of the same metric and slot from each other node with the same GPU
-model and driver, within [qualify] peer_days (one value per node: a node qualified ten times
-counts once)."""
+the latest usable value (_usable) of the same metric, slot and test from each other node with
+the same GPU model and driver, within [qualify] peer_days (one value per node: a node
+qualified ten times counts once)."""
 
 from __future__ import annotations
 
@@ -30,14 +30,18 @@ class Run:
 
 
 def peers(conn, *, metric: str, idx: str, gpu_model: str, driver: str, exclude_node: str,
-          since: datetime) -> list[float]:
+          since: datetime, test: str | None = None) -> list[float]:
+    """`test`: only values measured by that test ([qualify.tests.NAME]): one metric name from
+    two tests is two measurements (dcgm-diag/passed_results of `dcgmi diag -r 1` and `-r 3`,
+    gpu-burn's Gflop/s over 60 s and over 600 s), and a node is judged against its own."""
     r, q = schema.qualify_runs, schema.qualify_results
+    same_test = [q.c.test == test] if test is not None else []
     newest = (
         select(r.c.node, q.c.value,
                func.row_number().over(partition_by=r.c.node,
                                       order_by=r.c.ended.desc()).label("n"))
         .select_from(q.join(r, q.c.run_id == r.c.run_id))
-        .where(and_(q.c.metric == metric, q.c.idx == idx, _usable(q),
+        .where(and_(q.c.metric == metric, q.c.idx == idx, _usable(q), *same_test,
                     r.c.gpu_model == gpu_model, r.c.driver == driver,
                     r.c.node != exclude_node, r.c.ended >= since, q.c.value.is_not(None)))
         .subquery()

@@ -52,11 +52,12 @@ def missing(out: Outcome, *, gpus: int = 0,
     return None
 
 
-def judge_run(outcomes: list[Outcome], *, peers_of: Callable[[Metric], list[float]],
+def judge_run(outcomes: list[Outcome], *, peers_of: Callable[[Metric, str], list[float]],
               baseline: Baseline | None, rules: Rules, gpus: int = 0,
               expected_of: Callable[[str], set[tuple[str, str]]] | None = None,
               warn_passes: bool = False) -> Judged:
-    """`gpus`: [gpu] count (0: not said); `expected_of(test)`: the (metric, index) pairs the
+    """`peers_of(metric, test)`: the peers' values of that metric measured by that test;
+    `gpus`: [gpu] count (0: not said); `expected_of(test)`: the (metric, index) pairs the
     node's peers measure in that test (store.expected); `warn_passes`: a tool's warning
     (Outcome.warned) is noted, not inconclusive."""
     judged = Judged(PASS, "", outcomes=outcomes)
@@ -77,7 +78,7 @@ def judge_run(outcomes: list[Outcome], *, peers_of: Callable[[Metric], list[floa
         if out.warned:
             (noted if warn_passes else unsure).append(f"{out.test}: {out.warned}")
         for metric in out.metrics:
-            j = judge(metric, peers_of(metric),
+            j = judge(metric, peers_of(metric, out.test),
                       baseline=baseline.get(metric) if baseline else None, rules=rules)
             judged.judgements.append((out.test, j, metric.unit, metric.higher_is_better))
             where = f"{out.test}: {metric.key} {j.reason}"

@@ -29,7 +29,7 @@ def _nvb_lost_p2p() -> str:
 def _judge(outcome, *, gpus=0, expected=None, baseline=None):
     outcome.test = "nvb"
     peers = [100.0] * 8 if baseline is None else []
-    return judge_run([outcome], peers_of=lambda m: [m.value] * len(peers),
+    return judge_run([outcome], peers_of=lambda m, _t: [m.value] * len(peers),
                      baseline=baseline, rules=Rules(), gpus=gpus,
                      expected_of=(lambda test: expected) if expected is not None else None)
 

@@ -327,3 +327,24 @@ def test_a_dcgm_warn_is_never_a_silent_pass(tmp_path):
     show = CliRunner().invoke(cli, ["--db", db, "--config", str(lenient), "qualify", "show",
                                     "gpu401"])
     assert replay in show.output, show.output[-600:]
+
+
+def test_a_metric_is_judged_against_the_same_tests_peers_only(tmp_path):
+    """dcgm-diag/passed_results from `dcgmi diag -r 1` (lite) and `-r 2` (full) share a name:
+    a healthy node's lite run (8 results) was judged against the full runs' 16 and failed
+    (-50%, exit 3: drained), and a mix of both set a median that passed a full run missing a
+    quarter of its results. Peers are now the same test's: the first lite runs have none
+    (inconclusive), then they judge each other."""
+    cfg, db = _setup(tmp_path)
+    _fleet(tmp_path, cfg, db, n=6)
+    lite = tmp_path / "lite.toml"
+    lite.write_text(CONFIG.replace("[qualify.tests.dcgm]", 'lite = ["dcgm_r1"]\n'
+                                   '[qualify.tests.dcgm_r1]\nplugin = "dcgm_diag"\n'
+                                   'command = ["dcgmi", "diag", "-r", "1", "-j"]\n'
+                                   "timeout_s = 10\n[qualify.tests.dcgm]"))
+    quick = standin.dcgm_diag({"Deployment": ["Pass"] * 8})
+    codes = [Node(tmp_path, f"gpu6{i:02d}", dcgm=quick).run(lite, db, "--tier", "lite")
+             for i in range(5)]
+    assert [r.exit_code for r in codes] == [4, 4, 4, 4, 0], [r.output[-300:] for r in codes]
+    last = json.loads(codes[-1].output)["results"][0]
+    assert (last["basis"], last["peers"], last["median"]) == ("peers", 4, 8.0)
