@@ -111,6 +111,8 @@ def parse(text: str, tool: str | None = None) -> Outcome:
     if not ran:
         return Outcome(NAME, inconclusive="every test skipped or none listed")
     # DCGM judges its own tests; what we keep is that they ran and passed, as a count.
-    metrics.append(Metric("dcgm-diag/passed_results", float(ran), "results"))
+    # A count: fewer than the same test's peers is a GPU or test DCGM skipped here and ran
+    # there (inconclusive), never a margin that lets 39 of 40 pass and fails 15 of 16.
+    metrics.append(Metric("dcgm-diag/passed_results", float(ran), "results", exact=True))
     return Outcome(NAME, metrics=metrics, warned=(f"DCGM Warn on {len(warned)} result(s): "
                                                   + "; ".join(warned[:3]) if warned else None))

@@ -13,6 +13,9 @@ class Metric:
     scope: str = "node"        # node | gpu | hca
     index: str = ""            # GPU index or HCA name for per-device scopes
     higher_is_better: bool = True
+    # A count of what the tool measured (nvbandwidth's matrix cells), not a speed: fewer than
+    # its peers' median is less evidence (inconclusive), never judged within a margin.
+    exact: bool = False
 
     @property
     def key(self) -> str:

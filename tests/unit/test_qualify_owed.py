@@ -37,7 +37,7 @@ def _judge(outcome, *, gpus=0, expected=None, baseline=None):
 def test_a_testcase_nvbandwidth_waived_that_its_peers_measured_is_never_a_pass():
     full, lost = parse("nvbandwidth", REAL_NVB), parse("nvbandwidth", _nvb_lost_p2p())
     owed = {(m.name, m.index) for m in full.metrics}
-    assert not lost.inconclusive and len(lost.metrics) == len(full.metrics) - 1
+    assert not lost.inconclusive and len(lost.metrics) == len(full.metrics) - 2
     assert _judge(full, expected=owed).verdict == "pass"
     judged = _judge(lost, expected=owed)
     assert judged.verdict == "inconclusive"
@@ -66,3 +66,33 @@ def test_nccl_tests_counts_the_ranks_each_host_gave_it():
     two = standin.nccl(231.0, ranks=15, hosts=("node01", "node02"))
     assert parse("nccl_tests", two).devices == 7
     assert _judge(parse("nccl_tests", two), gpus=8).verdict == "inconclusive"
+
+
+def test_a_pair_nvbandwidth_could_not_measure_is_never_hidden_by_its_columns_slowest_path():
+    """A GPU pair whose P2P is lost prints N/A in its cell (inline_common.h) while the testcase
+    still runs: each column's metric is its slowest measured path, so the lost cell vanished.
+    The cells measured are a count the node owes as its peers measured them."""
+    text = REAL_NVB.replace(" 1    323.36    299.33    312.11", " 1    323.36       N/A    312.11")
+    full, lost = parse("nvbandwidth", REAL_NVB), parse("nvbandwidth", text)
+    assert {m.key for m in full.metrics} == {m.key for m in lost.metrics}
+    owed = {(m.name, m.index) for m in full.metrics}
+    peers = {m.key: [m.value] * 8 for m in full.metrics}
+    judged = judge_run([lost], peers_of=lambda m, _t: peers[m.key], baseline=None,
+                       rules=Rules(), expected_of=lambda _t: owed)
+    assert judged.verdict == "inconclusive", judged.reason
+    assert "nvbandwidth/host_to_device_memcpy_ce_cells measured 5 cells where its peers " \
+        "measured 6" in judged.reason
+    assert judge_run([full], peers_of=lambda m, _t: peers[m.key], baseline=None,
+                     rules=Rules(), expected_of=lambda _t: owed).verdict == "pass"
+
+
+def test_dcgm_results_fewer_than_the_same_tests_peers_are_never_a_pass():
+    """39 of 40 DCGM results (one GPU's test skipped) passed within the 2.5% margin; 15 of 16
+    failed (a drain for a skip). A count is owed exactly: inconclusive either way."""
+    for n in (5, 2):
+        peers = [float(n * 8)] * 8
+        skipped = parse("dcgm_diag", standin.dcgm_diag(
+            {f"T{k}": ["Pass"] * 8 for k in range(n - 1)} | {"Last": ["Pass"] * 7 + ["Skip"]}))
+        judged = judge_run([skipped], peers_of=lambda _m, _t, p=peers: p, baseline=None,
+                           rules=Rules())
+        assert judged.verdict == "inconclusive", (n, judged.reason)
