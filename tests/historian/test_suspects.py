@@ -678,3 +678,19 @@ def test_suspects_the_guard_held_are_never_sent_to_qualification(tmp_path):
     run_pass(engine, slurm, config, T0 + H)
     assert due() == ["node03", "node04"]
     engine.dispose()
+
+
+def test_step_files_never_push_telemetry_suspects_out_of_the_guards_share(tmp_path):
+    """A job's step times are its own word, and so is the deviation the detector draws from
+    them: step files claiming a node 99 robust z-scores slow took the guard's share ([suspects]
+    max_share: 2 of 40) from a node the node's own telemetry showed slow, which the guard then
+    held (left trusted, and never qualified). Telemetry evidence now goes first; step-file
+    suspects share what is left."""
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(40), cfg(tmp_path, "[suspects]\nmax_share = 0.05\n")
+    evidence = [ev(f"node{i:02d}", T0, dev=99.0, source=STEPS, metric="step_time")
+                for i in range(1, 4)] + [ev("node10", T0, dev=5.0)]
+    run_pass(engine, slurm, config, T0, evidence)
+    lost = sorted(n for n, i in slurm.info.items() if TRUSTED not in i.features)
+    assert "node10" in lost and len(lost) == 2, lost
+    engine.dispose()
