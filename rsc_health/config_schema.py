@@ -140,6 +140,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "fabric.nvswitch": ("auto", "yes", "no"),
     "failslow.metrics.*.direction": ("low", "high"),
     "suspects.qualify_tier": ("lite", "full", "deep"),
+    "qualify.dcgm_warn": ("inconclusive", "pass"),
 }
 # Lists whose items name check families (checks.REGISTRY): a misspelt one would silently drop
 # that family from every prolog or epilog (or from qualification's gate).

@@ -20,7 +20,8 @@ What is never done: a drain (qualification decides: `healthctl qualify auto` sen
 to the [suspects] qualify_tier, whose pass clears and whose fail drains); a change in shadow mode
 ([actions] enabled = false: `would_suspect` is recorded); a change to a node a person or Slurm
 drained or marked DOWN (their state wins: `suspect_held`); more suspects at once than the guard
-allows ([suspects] max_share of each partition, at least one, strongest evidence first).
+allows ([suspects] max_share of each partition, at least one, strongest evidence first, a
+node's own telemetry before a job's step files).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from rsc_health.actions import guard_limit
+from rsc_health.historian.failslow.evidence import STEPS
 from rsc_health.model import ActionKind
 from rsc_health.policy import is_ours
 from rsc_health.slurm.api import NodeInfo, SlurmError, SlurmUnavailable
@@ -82,9 +84,12 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
     used: dict[str, int] = {}
     out: list[Change] = []
     suspect_nodes = set()
-    # What the tier holds already keeps its place (as the drain guard, first come); then the
+    # The node's own telemetry before a job's step files (untrusted: their deviation is what
+    # the job wrote, and must not take the share from evidence it cannot write); within each,
+    # what the tier holds already keeps its place (as the drain guard, first come); then the
     # strongest evidence.
-    for ep in sorted(episodes, key=lambda e: (e.tier != APPLIED, -(e.deviation or 0.0), e.node)):
+    for ep in sorted(episodes, key=lambda e: (e.source == STEPS, e.tier != APPLIED,
+                                              -(e.deviation or 0.0), e.node)):
         suspect_nodes.add(ep.node)
         n = info.get(ep.node)
         if n is None:

@@ -21,6 +21,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -128,18 +129,29 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
             outcomes.append(after.outcome)
     conn = engine.connect() if engine is not None else None
     try:
-        def peers_of(metric):
+        def peers_of(metric, test):
             if conn is None:
                 return []
             return store.peers(conn, metric=metric.name, idx=metric.index,
                                gpu_model=gpu_model, driver=driver, exclude_node=node,
-                               since=since)
+                               since=since, test=test)
 
-        judged = judge_run(outcomes, peers_of=peers_of, baseline=baseline,
-                           rules=Rules.from_config(cfg))
+        rules = Rules.from_config(cfg)
+
+        def expected_of(test):
+            if conn is None:
+                return set()
+            return store.expected(conn, test=test, gpu_model=gpu_model, driver=driver,
+                                  exclude_node=node, since=since, min_peers=rules.min_peers)
+
+        # What the node owes beside its metrics' worth: [gpu] count GPUs in each tool's own
+        # list, and every metric its peers measure in the same test (verdict.missing).
+        owed: dict[str, Any] = dict(gpus=int(cfg.get("gpu.count")), expected_of=expected_of,
+                                    warn_passes=cfg.get("qualify.dcgm_warn") == "pass")
+        judged = judge_run(outcomes, peers_of=peers_of, baseline=baseline, rules=rules, **owed)
         if len(good) > 1:
             confirmed = _confirm_pairwise_fail(judged, specs, good[1], peer, deadline,
-                                               peers_of, baseline, Rules.from_config(cfg))
+                                               peers_of, baseline, rules, owed)
             if confirmed is not judged:
                 # The re-run stressed the node again: look again after it, as after the tier.
                 again = qgate.judge(qgate.look(cfg, ctx.obj.root, node), qgate.AFTER)
@@ -148,7 +160,7 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
                     kept = [o for o in confirmed.outcomes if o.test != qgate.AFTER]
                     confirmed = judge_run([*kept, again.outcome],
                                           peers_of=peers_of, baseline=baseline,
-                                          rules=Rules.from_config(cfg))
+                                          rules=rules, **owed)
             judged = confirmed
     finally:
         if conn is not None:
@@ -170,7 +182,7 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
 
 
 def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadline,
-                           peers_of, baseline, rules):
+                           peers_of, baseline, rules, owed):
     """A run failed only by pairwise tests against the chosen peer is run again against a
     second known-good peer: a peer degraded since its own pass (not yet caught) would
     otherwise fail, and drain, a sound node. Only when the second peer's run fails too does the
@@ -201,7 +213,7 @@ def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadli
     again = {s.name: runner.run_test(s, deadline=deadline, peer=second)
              for s in specs if s.name in again_tests}
     retried = judge_run([again.get(o.test, o) for o in judged.outcomes], peers_of=peers_of,
-                        baseline=baseline, rules=rules)
+                        baseline=baseline, rules=rules, **owed)
     if judged.verdict == INCONCLUSIVE:
         note = f"pairwise against {first} proved nothing ({judged.reason}); against {second}"
         retried.reason = (f"{note}: {retried.reason}" if retried.reason else note)[:4000]
@@ -228,8 +240,8 @@ def _run_doc(run_rec, judged, specs, gate, after) -> dict:
                          status=j.status, basis=j.basis, median=j.median,
                          threshold=j.threshold, percentile=j.percentile, peers=j.peers,
                          reason=j.reason) for t, j, u, _h in judged.judgements],
-        "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive)
-                     for o in judged.outcomes],
+        "outcomes": [dict(test=o.test, failed=o.failed, inconclusive=o.inconclusive,
+                          warned=o.warned) for o in judged.outcomes],
         "node_checks": [f.to_dict() for f in gate.findings if f.status is not Status.OK],
         "node_checks_after": [f.to_dict() for f in (after.findings if after else ())
                               if f.status is not Status.OK],
@@ -254,6 +266,8 @@ def _echo_run(run_rec, judged, gate, after) -> None:
         if o.failed or o.inconclusive:
             echo(f"{'fail' if o.failed else 'inconclusive':12s} {o.test}: "
                  f"{o.failed or o.inconclusive}")
+        elif o.warned:
+            echo(f"{'warn':12s} {o.test}: {o.warned}")
     echo(f"qualify {run_rec.tier} on {run_rec.node}: {judged.verdict.upper()}"
          + (f" ({judged.reason[:300]})" if judged.reason else ""))
 

@@ -4,6 +4,14 @@ per-entity results with `status` Pass | Fail | Warn | Skip and warnings. A `Fail
 hardware's; a run-time error, a test every GPU skipped, or a warning that says the test could
 not do its work (allocation failed, GPU busy with another process) is inconclusive, never a
 pass (DCGM itself has reported Pass after an allocation error).
+
+A `Warn` is a test that ran and did not fail, on which DCGM saw a condition past its own
+limits that is not (yet) a fault: a PCIe replay rate (DCGM_FR_PCI_REPLAY_RATE, which its health
+watches also rate a warning), clocks held back for heat or power, single-bit ECC errors past a
+count. In a sweep it warns (checks/dcgm); in a qualification, the proof a node gets before it
+takes jobs again, it is said in the outcome (`warned`) and [qualify] dcgm_warn decides: by
+default the run is inconclusive (retried, never a pass) -- those conditions are the fail-slow
+signs a drained node should not carry back into service.
 """
 
 from __future__ import annotations
@@ -84,6 +92,7 @@ def parse(text: str, tool: str | None = None) -> Outcome:
         return Outcome(NAME, inconclusive=f"runtime error: {str(diag['runtime_error'])[:120]}")
     ran = 0
     metrics: list[Metric] = []
+    warned: list[str] = []
     for r in results(doc):
         if r.status == DCGM_FAIL:
             untested = r.untested()
@@ -96,8 +105,14 @@ def parse(text: str, tool: str | None = None) -> Outcome:
             if untested:
                 return Outcome(NAME, inconclusive=f"{r.test} {r.entity}: {untested[:160]}")
             ran += 1
+            if r.status == DCGM_WARN:
+                why = r.warnings[0][:160] if r.warnings else "no reason given"
+                warned.append(f"{r.test} {r.entity}: {why}")
     if not ran:
         return Outcome(NAME, inconclusive="every test skipped or none listed")
     # DCGM judges its own tests; what we keep is that they ran and passed, as a count.
-    metrics.append(Metric("dcgm-diag/passed_results", float(ran), "results"))
-    return Outcome(NAME, metrics=metrics)
+    # A count: fewer than the same test's peers is a GPU or test DCGM skipped here and ran
+    # there (inconclusive), never a margin that lets 39 of 40 pass and fails 15 of 16.
+    metrics.append(Metric("dcgm-diag/passed_results", float(ran), "results", exact=True))
+    return Outcome(NAME, metrics=metrics, warned=(f"DCGM Warn on {len(warned)} result(s): "
+                                                  + "; ".join(warned[:3]) if warned else None))

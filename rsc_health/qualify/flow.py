@@ -433,13 +433,21 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
                        retry_max_min: float, limit: int) -> list[tuple[str, str]]:
     """Open suspect episodes to qualify (issue 24's suspect trigger), at most `limit`: the
     node idle (no job to wait for), neither drained, DOWN nor held for a reboot, in no
-    qualification reservation, and not qualified inconclusively within the back-off."""
+    qualification reservation, and not qualified inconclusively within the back-off.
+
+    Never an episode the tier's guard held ([suspects] max_share of a partition): evidence may
+    be a job's own step files (untrusted: enough for a suspect, never a drain), and what it
+    costs in idle nodes taken into reservations stays within the guard's bound. A held episode
+    waits its turn: the tier applies the next in line when one ends, and then it is due."""
+    from rsc_health.suspects import HELD
 
     info = {n.name: n for n in nodes}
     out: list[tuple[str, str]] = []
     for ep in episodes:
         if len(out) >= limit:
             break
+        if ep.tier == HELD:
+            continue
         n = info.get(ep.node)
         if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
             continue

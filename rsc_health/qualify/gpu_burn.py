@@ -56,5 +56,7 @@ def parse(text: str, tool: str | None = None) -> Outcome:
         return Outcome(NAME, inconclusive=f"{len(verdicts)} GPUs tested, throughput for "
                        f"{sum(1 for f in flops if f)}")
     name = f"gpu-burn/{_precision(text)}_flops"
+    # Its own list (`Tested N GPUs:`, a verdict each) is the GPUs CUDA gave it: a GPU NVML
+    # lists but CUDA cannot use is missing from it, and from the metrics.
     return Outcome(NAME, metrics=[Metric(name, f, "GFLOP/s", "gpu", str(i))
-                                  for i, f in enumerate(flops)])
+                                  for i, f in enumerate(flops)], devices=len(verdicts))

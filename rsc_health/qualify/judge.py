@@ -74,6 +74,8 @@ def tolerance(rel_spread: float, k: float, min_margin: float, max_margin: float)
 def judge(metric: Metric, peers: Sequence[float], *, baseline: float | None = None,
           rules: Rules = Rules()) -> Judgement:
     peers = [p for p in peers if p == p and p >= 0]  # a NaN or negative peer is no evidence
+    if metric.exact:
+        return _judge_count(metric, peers, baseline, rules)
     sign = 1.0 if metric.higher_is_better else -1.0
     if len(peers) >= rules.min_peers:
         med = statistics.median(peers)
@@ -94,3 +96,24 @@ def judge(metric: Metric, peers: Sequence[float], *, baseline: float | None = No
     where = f"{off:+.1f}% vs {basis} median {med:.4g} {metric.unit} (line {threshold:.4g})"
     return Judgement(metric.name, metric.index, metric.value, FAIL if failed else PASS,
                      where, basis, med, threshold, percentile, len(peers))
+
+
+def _judge_count(metric: Metric, peers: list[float], baseline: float | None,
+                 rules: Rules) -> Judgement:
+    """A count of what was measured (Metric.exact): fewer than the peers' median (or the
+    baseline) is less evidence than theirs, inconclusive; as many or more passes."""
+    if len(peers) >= rules.min_peers:
+        med, basis = statistics.median(peers), PEERS
+    elif baseline is not None and baseline > 0:
+        med, basis = baseline, BASELINE
+    else:
+        return Judgement(metric.name, metric.index, metric.value, INCONCLUSIVE,
+                         f"{len(peers)} peer results (need {rules.min_peers}) and no baseline",
+                         UNJUDGED, peers=len(peers))
+    if metric.value < med:
+        return Judgement(metric.name, metric.index, metric.value, INCONCLUSIVE,
+                         f"measured {metric.value:g} {metric.unit} where its {basis} measured "
+                         f"{med:g}", basis, med, med, peers=len(peers))
+    return Judgement(metric.name, metric.index, metric.value, PASS,
+                     f"{metric.value:g} {metric.unit}, as its {basis} ({med:g})", basis, med,
+                     med, peers=len(peers))

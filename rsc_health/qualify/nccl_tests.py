@@ -28,6 +28,11 @@ TOOL = "all_reduce_perf"
 _BENCH = re.compile(r"Collective test (?:starting|concluded):\s*(\w+)")
 _OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w+)")
 _RANK = re.compile(r"^#\s+Rank\s+\d+", re.M)
+# `#  Rank  0 Group  0 Pid  916 on  vm device  0 [0000:00:06] NVIDIA H200` (2.19) or
+# `#   Rank  0 Pid 112424 on localhost device  0 [0x00] A100-SXM4-40GB` (older).
+# Ranks, not device numbers, are counted: a rank given one GPU by CUDA_VISIBLE_DEVICES (srun
+# --gpus-per-task=1) says `device 0` on every rank.
+_RANK_HOST = re.compile(r"^#\s+Rank\s+(\d+)\b.*?\bon\s+(\S+)\s+device\s+\d+", re.M)
 # What a launcher puts before each line a rank prints: `mpirun --tag-output`
 # ("[1,0]<stdout>:"), MPICH's -prepend-rank ("[0] "), `srun --label` ("0: ").
 _TAG = re.compile(r"^(?:\[\d+,\d+\]<std(?:out|err)>:|\[\d+\] |\s*\d+: )", re.M)
@@ -119,4 +124,11 @@ def parse(text: str, tool: str | None = None) -> Outcome:
     program = bench.group(1) if bench else (tool or TOOL).rsplit("/", 1)[-1]
     op = program.removesuffix("_perf").replace("_", "")
     size, busbw = max(rows)
-    return Outcome(NAME, metrics=[Metric(f"nccl-bw/{op}_{size}_busbw", busbw, "GB/s")])
+    # The GPUs it ran on (a rank each), per host: the fewest any host gave it (a pairwise
+    # run's peer has its own). A GPU CUDA cannot use on this node is no rank of it.
+    per_host: dict[str, set[str]] = {}
+    for rank, host in _RANK_HOST.findall(text):
+        per_host.setdefault(host, set()).add(rank)
+    devices = min(len(d) for d in per_host.values()) if per_host else None
+    return Outcome(NAME, metrics=[Metric(f"nccl-bw/{op}_{size}_busbw", busbw, "GB/s")],
+                   devices=devices)

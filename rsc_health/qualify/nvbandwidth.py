@@ -1,6 +1,10 @@
 """nvbandwidth: copy-engine and SM bandwidth between host and each GPU, and between GPUs.
 Each testcase prints a matrix (rows and columns are devices) and a `SUM <testcase> <GB/s>` line;
-a testcase it cannot run on this topology prints `Waived:` instead (never a failure).
+a testcase it cannot run on this topology prints `Waived: ` instead, without its name (never a
+failure; nvbandwidth.cpp runTestcase, output.cpp addTestcase), and one that errors `Error: msg`.
+Either leaves that testcase's metrics out: a node whose P2P is lost waives every
+device-to-device testcase its peers measure, and is judged by the metrics it lacks
+(verdict.judge_run's expected set), never by what it happened to print.
 Metrics: one per testcase and per GPU (the column), so one slow GPU stands out from its peers.
 
 Every copy is checked against the pattern written (memcpy.cpp memcmpPattern, unless run with
@@ -21,6 +25,7 @@ NAME = "nvbandwidth"
 TOOL = "nvbandwidth"
 
 _RUNNING = re.compile(r"^Running (\w+)\.\s*$")
+_DEVICE = re.compile(r"^Device (\d+): ", re.M)
 _MISMATCH = re.compile(r"ASSERT in expression h_errorFlag == 0\b")
 
 
@@ -53,12 +58,18 @@ def parse(text: str, tool: str | None = None) -> Outcome:
         columns = lines[i].split()
         i += 1
         per_column: dict[str, list[float]] = {c: [] for c in columns}
+        measured = 0
         while i < len(lines) and lines[i].strip():
             cells = lines[i].split()[1:]
             for col, cell in zip(columns, cells, strict=False):
                 if cell != "N/A":
                     per_column[col].append(number(cell))
+                    measured += 1
             i += 1
+        # The cells measured: a pair whose P2P is lost prints N/A (inline_common.h), and the
+        # column's slowest path hides it; peers that measured the pair say it is owed.
+        metrics.append(Metric(f"nvbandwidth/{case}_cells", float(measured), "cells",
+                              exact=True))
         for col, values in per_column.items():
             if values:
                 lower = unit == "ns"  # a latency: the worst is the highest
@@ -66,4 +77,6 @@ def parse(text: str, tool: str | None = None) -> Outcome:
                                       min(values), unit, "gpu", col, higher_is_better=not lower))
     if not metrics:
         return Outcome(NAME, inconclusive="no testcase ran (all waived?)")
-    return Outcome(NAME, metrics=metrics)
+    # `Device N: <name> (<PCI>)`, one per GPU CUDA enumerates (output.cpp printGPUs).
+    devices = {d for d in _DEVICE.findall(text)}
+    return Outcome(NAME, metrics=metrics, devices=len(devices) if devices else None)

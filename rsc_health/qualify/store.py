@@ -1,7 +1,7 @@
 """Qualification runs and results in the historian, and the peers a new result is judged by:
-the latest usable value (_usable) of the same metric and slot from each other node with the same GPU
-model and driver, within [qualify] peer_days (one value per node: a node qualified ten times
-counts once)."""
+the latest usable value (_usable) of the same metric, slot and test from each other node with
+the same GPU model and driver, within [qualify] peer_days (one value per node: a node
+qualified ten times counts once)."""
 
 from __future__ import annotations
 
@@ -30,20 +30,54 @@ class Run:
 
 
 def peers(conn, *, metric: str, idx: str, gpu_model: str, driver: str, exclude_node: str,
-          since: datetime) -> list[float]:
+          since: datetime, test: str | None = None) -> list[float]:
+    """`test`: only values measured by that test ([qualify.tests.NAME]): one metric name from
+    two tests is two measurements (dcgm-diag/passed_results of `dcgmi diag -r 1` and `-r 3`,
+    gpu-burn's Gflop/s over 60 s and over 600 s), and a node is judged against its own."""
     r, q = schema.qualify_runs, schema.qualify_results
+    same_test = [q.c.test == test] if test is not None else []
     newest = (
         select(r.c.node, q.c.value,
                func.row_number().over(partition_by=r.c.node,
                                       order_by=r.c.ended.desc()).label("n"))
         .select_from(q.join(r, q.c.run_id == r.c.run_id))
-        .where(and_(q.c.metric == metric, q.c.idx == idx, _usable(q),
+        .where(and_(q.c.metric == metric, q.c.idx == idx, _usable(q), *same_test,
                     r.c.gpu_model == gpu_model, r.c.driver == driver,
                     r.c.node != exclude_node, r.c.ended >= since, q.c.value.is_not(None)))
         .subquery()
     )
     return [float(v) for v in conn.execute(select(newest.c.value).where(newest.c.n == 1))
             .scalars()]
+
+
+def expected(conn, *, test: str, gpu_model: str, driver: str, exclude_node: str,
+             since: datetime, min_peers: int) -> set[tuple[str, str]]:
+    """The (metric, index) pairs a node of this group owes in `test`: those in the newest run
+    of the test (any verdict: a value's presence, not its worth) of at least min_peers other
+    nodes, and of more than half of the nodes that ran it (a few odd nodes of the group, e.g.
+    fewer HCAs, never set what the rest owe). A node lacking one proved less than its peers
+    (verdict.missing): never a pass."""
+    r, q = schema.qualify_runs, schema.qualify_results
+    newest = (
+        select(r.c.node, r.c.run_id,
+               func.row_number().over(partition_by=r.c.node,
+                                      order_by=r.c.ended.desc()).label("n"))
+        .where(and_(r.c.gpu_model == gpu_model, r.c.driver == driver,
+                    r.c.node != exclude_node, r.c.ended >= since,
+                    r.c.run_id.in_(select(q.c.run_id).where(q.c.test == test))))
+        .subquery()
+    )
+    rows = conn.execute(
+        select(newest.c.node, q.c.metric, q.c.idx)
+        .select_from(q.join(newest, q.c.run_id == newest.c.run_id))
+        .where(and_(newest.c.n == 1, q.c.test == test))
+    ).all()
+    nodes = {node for node, _m, _i in rows}
+    holders: dict[tuple[str, str], set[str]] = {}
+    for node, metric, idx in rows:
+        holders.setdefault((metric, idx or ""), set()).add(node)
+    return {key for key, by in holders.items()
+            if len(by) >= max(min_peers, 1) and 2 * len(by) > len(nodes)}
 
 
 def _usable(q):

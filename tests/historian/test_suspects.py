@@ -648,3 +648,49 @@ def test_a_suspects_failed_qualification_the_guard_held_back_does_not_give_trust
     n = slurm.info["node07"]
     assert TRUSTED not in n.features and n.weight == 1000  # still kept off big jobs
     engine.dispose()
+
+
+def test_suspects_the_guard_held_are_never_sent_to_qualification(tmp_path):
+    """Step files are a job's own word (untrusted: enough for a suspect, never a drain). A
+    user's jobs writing slow steps on five idle nodes of a 40-node partition: the guard applies
+    two ([suspects] max_share 5%) and holds three, yet every open episode was a qualification
+    candidate, so the files took up to [qualify] auto_max_nodes idle nodes into reservations
+    each `qualify auto`, past the guard's bound. Held episodes now wait for the guard: only
+    what the tier applied (or shadow mode would have) is qualified; when one clears, the next
+    in line is applied and becomes due."""
+    from rsc_health.qualify.flow import HistorianSide, suspect_candidates
+
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(40), cfg(tmp_path, "[suspects]\nmax_share = 0.05\n")
+    evidence = [ev(f"node{i:02d}", T0, dev=float(i), source=STEPS, metric="step_time")
+                for i in range(1, 6)]
+    run_pass(engine, slurm, config, T0, evidence)
+    nodes = slurm.nodes()
+    assert {n.name for n in nodes if n.flags == {"IDLE"}} >= {f"node{i:02d}" for i in range(1, 6)}
+
+    def due():
+        return sorted(n for n, _why in suspect_candidates(
+            slurm.nodes(), hs.active(engine), HistorianSide(engine), T0 + H, retry_min=30,
+            retry_max_min=720, limit=4))
+
+    assert due() == ["node04", "node05"]
+    hs.clear(engine, "node05", T0 + H, who="carol", why="qualified")
+    run_pass(engine, slurm, config, T0 + H)
+    assert due() == ["node03", "node04"]
+    engine.dispose()
+
+
+def test_step_files_never_push_telemetry_suspects_out_of_the_guards_share(tmp_path):
+    """A job's step times are its own word, and so is the deviation the detector draws from
+    them: step files claiming a node 99 robust z-scores slow took the guard's share ([suspects]
+    max_share: 2 of 40) from a node the node's own telemetry showed slow, which the guard then
+    held (left trusted, and never qualified). Telemetry evidence now goes first; step-file
+    suspects share what is left."""
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    slurm, config = fleet(40), cfg(tmp_path, "[suspects]\nmax_share = 0.05\n")
+    evidence = [ev(f"node{i:02d}", T0, dev=99.0, source=STEPS, metric="step_time")
+                for i in range(1, 4)] + [ev("node10", T0, dev=5.0)]
+    run_pass(engine, slurm, config, T0, evidence)
+    lost = sorted(n for n, i in slurm.info.items() if TRUSTED not in i.features)
+    assert "node10" in lost and len(lost) == 2, lost
+    engine.dispose()

@@ -36,9 +36,9 @@ def test_a_healthy_pair_yields_the_clients_bandwidth_judged_against_peers():
     (m,) = out.metrics
     assert m.name == "ib-pair/ib_write_8388608_mlx5_0_bw" and m.value == pytest.approx(23.9)
     peers = [23.8, 24.0, 23.9, 24.1, 23.7, 23.95, 24.05, 23.85]
-    ok = judge_run([out], peers_of=lambda _m: peers, baseline=None, rules=Rules())
+    ok = judge_run([out], peers_of=lambda _m, _t: peers, baseline=None, rules=Rules())
     slow = pair(printer(standin.perftest(21.5)), printer(standin.perftest(21.5)))
-    bad = judge_run([slow], peers_of=lambda _m: peers, baseline=None, rules=Rules())
+    bad = judge_run([slow], peers_of=lambda _m, _t: peers, baseline=None, rules=Rules())
     assert (ok.verdict, bad.verdict) == ("pass", "fail")
 
 

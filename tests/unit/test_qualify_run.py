@@ -288,3 +288,63 @@ def test_a_fault_the_pairwise_rerun_raises_is_looked_for_after_it(tmp_path):
     assert res.exit_code == 3 and doc["verdict"] == "fail", res.output[-800:]
     assert "xid48" in doc["reason"]
     assert [f["code"] for f in doc["node_checks_after"]] == ["xid48"]
+
+
+def test_a_node_whose_gpu_burn_ran_on_7_of_8_gpus_is_never_a_pass(tmp_path):
+    """A GPU NVML lists but CUDA cannot use: gpu-burn lists and tests the 7 it has (`Tested 7
+    GPUs`), each as fast as its peers'. Every peer measured GPU 7 in this test: the node owes
+    it, and lacking it is inconclusive (exit 4), never a pass (it passed before: exit 0)."""
+    cfg, db = _setup(tmp_path)
+    _fleet(tmp_path, cfg, db, n=6)
+    res = Node(tmp_path, "gpu300", gflops=(16950.0,) * 7).run(cfg, db)
+    doc = json.loads(res.output)
+    assert res.exit_code == 4 and doc["verdict"] == "inconclusive", res.output[-400:]
+    assert "burn: no result for gpu-burn/fp64_tc_flops:7" in doc["reason"]
+    # Its 7 GPUs' figures were still judged and stored; a whole node passes.
+    assert sum(r["metric"].startswith("gpu-burn/") for r in doc["results"]) == 7
+    assert Node(tmp_path, "gpu301").run(cfg, db).exit_code == 0
+
+
+def test_a_dcgm_warn_is_never_a_silent_pass(tmp_path):
+    """DCGM diag's Warn (here DCGM's own PCIe replay-rate message, DCGM_FR_PCI_REPLAY_RATE_MSG)
+    counted as a pass, said nowhere. Now the run is inconclusive and says it; a site that sets
+    [qualify] dcgm_warn = "pass" gets a pass with the warning in its reason."""
+    cfg, db = _setup(tmp_path)
+    _fleet(tmp_path, cfg, db, n=6)
+    replay = "Detected more than 8 PCIe replays per minute for GPU 7 : 31"
+    dcgm = standin.dcgm_diag({"Memory": ["Pass"] * 8, "PCIe": ["Pass"] * 7 + ["Warn"]},
+                             warnings={"PCIe": replay})
+    res = Node(tmp_path, "gpu400", dcgm=dcgm).run(cfg, db)
+    doc = json.loads(res.output)
+    assert res.exit_code == 4 and doc["verdict"] == "inconclusive", res.output[-400:]
+    assert f"dcgm: DCGM Warn on 1 result(s): PCIe GPU7: {replay}" in doc["reason"]
+    assert [o["warned"] for o in doc["outcomes"] if o["test"] == "dcgm"][0].endswith(replay)
+    lenient = tmp_path / "lenient.toml"
+    lenient.write_text(CONFIG.replace("min_peers = 4", 'min_peers = 4\ndcgm_warn = "pass"'))
+    res = Node(tmp_path, "gpu401", dcgm=dcgm).run(lenient, db)
+    doc = json.loads(res.output)
+    assert res.exit_code == 0 and doc["reason"].startswith("passed with warnings: dcgm: DCGM")
+    show = CliRunner().invoke(cli, ["--db", db, "--config", str(lenient), "qualify", "show",
+                                    "gpu401"])
+    assert replay in show.output, show.output[-600:]
+
+
+def test_a_metric_is_judged_against_the_same_tests_peers_only(tmp_path):
+    """dcgm-diag/passed_results from `dcgmi diag -r 1` (lite) and `-r 2` (full) share a name:
+    a healthy node's lite run (8 results) was judged against the full runs' 16 and failed
+    (-50%, exit 3: drained), and a mix of both set a median that passed a full run missing a
+    quarter of its results. Peers are now the same test's: the first lite runs have none
+    (inconclusive), then they judge each other."""
+    cfg, db = _setup(tmp_path)
+    _fleet(tmp_path, cfg, db, n=6)
+    lite = tmp_path / "lite.toml"
+    lite.write_text(CONFIG.replace("[qualify.tests.dcgm]", 'lite = ["dcgm_r1"]\n'
+                                   '[qualify.tests.dcgm_r1]\nplugin = "dcgm_diag"\n'
+                                   'command = ["dcgmi", "diag", "-r", "1", "-j"]\n'
+                                   "timeout_s = 10\n[qualify.tests.dcgm]"))
+    quick = standin.dcgm_diag({"Deployment": ["Pass"] * 8})
+    codes = [Node(tmp_path, f"gpu6{i:02d}", dcgm=quick).run(lite, db, "--tier", "lite")
+             for i in range(5)]
+    assert [r.exit_code for r in codes] == [4, 4, 4, 4, 0], [r.output[-300:] for r in codes]
+    last = json.loads(codes[-1].output)["results"][0]
+    assert (last["basis"], last["peers"], last["median"]) == ("peers", 4, 8.0)
