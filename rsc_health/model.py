@@ -127,6 +127,11 @@ class SuspectState(StrEnum):
     EXPIRED = "expired"  # no evidence for [suspects] expire_after_h
 
 
+# What the historian's `suspects.tier` says the suspect tier (rsc_health/suspects.py) did with
+# an episode: here, so that qualification can read it without importing the tier.
+TIER_APPLIED, TIER_SHADOW, TIER_HELD, TIER_PERSON = "applied", "shadow", "held", "person"
+
+
 # The node_actions word lemon drains were recorded with before ActionKind existed: historians
 # keep such rows, and a node resumed after one is back from a lemon repair all the same.
 LEGACY_LEMON_DRAIN = "drain"

@@ -33,12 +33,12 @@ from datetime import datetime, timedelta
 
 from rsc_health.actions import guard_limit
 from rsc_health.historian.failslow.evidence import STEPS
-from rsc_health.model import ActionKind
+from rsc_health.model import TIER_APPLIED, TIER_HELD, TIER_PERSON, TIER_SHADOW, ActionKind
 from rsc_health.policy import is_ours
 from rsc_health.slurm.api import NodeInfo, SlurmError, SlurmUnavailable
 
 # What the historian's `suspects.tier` says the tier did with an episode.
-APPLIED, SHADOW, HELD, PERSON = "applied", "shadow", "held", "person"
+APPLIED, SHADOW, HELD, PERSON = TIER_APPLIED, TIER_SHADOW, TIER_HELD, TIER_PERSON
 
 
 @dataclass(frozen=True)

@@ -439,14 +439,14 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
     be a job's own step files (untrusted: enough for a suspect, never a drain), and what it
     costs in idle nodes taken into reservations stays within the guard's bound. A held episode
     waits its turn: the tier applies the next in line when one ends, and then it is due."""
-    from rsc_health.suspects import HELD
+    from rsc_health.model import TIER_HELD
 
     info = {n.name: n for n in nodes}
     out: list[tuple[str, str]] = []
     for ep in episodes:
         if len(out) >= limit:
             break
-        if ep.tier == HELD:
+        if ep.tier == TIER_HELD:
             continue
         n = info.get(ep.node)
         if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
