@@ -137,7 +137,7 @@ def size_bytes(spool_dir: str | os.PathLike) -> int:
     """What the spool holds on disk: pending.jsonl and batches not yet delivered."""
     total = 0
     try:
-        with os.scandir(spool_dir) as entries:
+        with os.scandir(os.fspath(spool_dir)) as entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     total += entry.stat(follow_symlinks=False).st_size
