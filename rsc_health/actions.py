@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -203,7 +204,7 @@ class Actor:
         slurm: SlurmAPI,
         cfg: Config,
         node: str,
-        state_dir: Path,
+        state_dir: str | os.PathLike,
         *,
         now: Callable[[], datetime] = utcnow,
         log: Callable[[str], None] | None = None,
@@ -703,7 +704,8 @@ class Actor:
             self.log(f"cannot spool actions: {exc}")
 
 
-def spool_action(state_dir: Path, action: Action, now: datetime | None = None) -> None:
+def spool_action(state_dir: str | os.PathLike, action: Action,
+                 now: datetime | None = None) -> None:
     """Append one action done outside an Actor (healthctl drain/resume) to the spool."""
     spool.append(Path(state_dir) / "spool", [spool.record(
         "action", action.node, now or utcnow(), action=action.action, reason=action.reason,

@@ -9,12 +9,13 @@ is never consumed without being judged.
 
 from __future__ import annotations
 
+import os
 import time
-from pathlib import Path
 
 from rsc_health.config import Config, state_dir
 from rsc_health.durable import fsync_dir
 from rsc_health.model import Finding, Severity, Status, utcnow
+from rsc_health.node import path_in as _in
 
 XID_CURSOR_FILE = "xid_cursor.json"
 SXID_CURSOR_FILE = "sxid_cursor.json"
@@ -98,7 +99,8 @@ def _keep_own_hangs(own, own_hangs: dict, state) -> None:
     own.save(probes, state.boot_id)
 
 
-def _records(sdir: Path, root: Path, boot_id: str, *, read_only: bool, find_children: bool):
+def _records(sdir: str | os.PathLike, root: str | os.PathLike, boot_id: str, *,
+             read_only: bool, find_children: bool):
     """(the node path's record, the read-only runs' own or None, the probes on record as
     hanging before this run, the read-only run's own record as it stands). A record that may
     miss a child (a copy lost, a read-only run that cannot keep its own, find_children: the
@@ -122,13 +124,13 @@ class Looking:
     waits is not asked again), and the children the look abandons (`state`'s probes_asked,
     hung_probes, probe_pids, filled by the probes) kept in the check's record (`keep`)."""
 
-    def __init__(self, cfg: Config, root: Path) -> None:
+    def __init__(self, cfg: Config, root: str | os.PathLike) -> None:
         from rsc_health.checks.state import NodeState
         from rsc_health.collect import kmsg
 
         self.state = NodeState(boot_id=kmsg.boot_id(root))
         _, self.own, self.before, _, self.own_hangs = _records(
-            state_dir(cfg, root), Path(root), self.state.boot_id, read_only=True,
+            state_dir(cfg, root), root, self.state.boot_id, read_only=True,
             find_children=False)
 
     def keep(self) -> None:
@@ -138,7 +140,7 @@ class Looking:
 
 def run(
     cfg: Config,
-    root: Path,
+    root: str | os.PathLike,
     *,
     only: set[str] | None = None,
     budget_s: float | None = None,
@@ -162,7 +164,8 @@ def run(
 
 
 def run_deferred(
-    cfg: Config, root: Path, *, only: set[str] | None = None, budget_s: float | None = None,
+    cfg: Config, root: str | os.PathLike, *, only: set[str] | None = None,
+    budget_s: float | None = None,
     sweep: bool = False, read_only: bool = False, find_children: bool = False,
     stage: str | None = None,
 ):
@@ -175,7 +178,7 @@ def run_deferred(
     writes, the node lock is held): the children runs abandoned are found in /proc.
     stage: the node path's stage, given to the collectors (CollectEnv.stage)."""
     try:
-        return _run(cfg, Path(root), only=only, budget_s=budget_s, sweep=sweep,
+        return _run(cfg, root, only=only, budget_s=budget_s, sweep=sweep,
                     read_only=read_only, find_children=find_children, stage=stage)
     except Exception as exc:  # noqa: BLE001 - the contract: never raise
         return ([_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")],
@@ -183,7 +186,8 @@ def run_deferred(
 
 
 def _run(
-    cfg: Config, root: Path, *, only: set[str] | None, budget_s: float | None, sweep: bool,
+    cfg: Config, root: str | os.PathLike, *, only: set[str] | None, budget_s: float | None,
+    sweep: bool,
     read_only: bool = False, find_children: bool = False, stage: str | None = None,
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
@@ -199,14 +203,14 @@ def _run(
 
     sdir = state_dir(cfg, root)
     cursor_files: dict[str, str] = {f: c for f in families if (c := BY_NAME[f].cursor)}
-    cursors = {f: kmsg.load_cursor(sdir / name) for f, name in cursor_files.items()}
-    previous = counters.load(sdir / COUNTERS_FILE)
+    cursors = {f: kmsg.load_cursor(_in(sdir, name)) for f, name in cursor_files.items()}
+    previous = counters.load(_in(sdir, COUNTERS_FILE))
     boot_id = kmsg.boot_id(root)
     kept, own, hangs_before, previous_hangs, own_hangs = _records(
         sdir, root, boot_id, read_only=read_only, find_children=find_children)
     if "lost" in previous:
         # Said by the one run that rebuilds it: the commit below writes it whole again.
-        findings.append(_checker("state", str(sdir / COUNTERS_FILE),
+        findings.append(_checker("state", os.fspath(_in(sdir, COUNTERS_FILE)),
                                  f"{COUNTERS_FILE} unreadable ({previous['lost'][:80]}); "
                                  "rebuilt: no counter deltas this run"))
     timeout = float(cfg.get("mounts.probe_timeout_s"))
@@ -257,7 +261,7 @@ def _run(
         # (no new kernel log record, no counter moved, no probe hung) writes none of them and
         # pays no fsync for them (bench_prolog.py).
         unsaved = kept.save(state.hangs, state.boot_id)
-        out = [_checker("state", str(sdir / HANGS_FILE), unsaved)] if unsaved else []
+        out = [_checker("state", os.fspath(_in(sdir, HANGS_FILE)), unsaved)] if unsaved else []
         if not events:
             return out
         renamed = False
@@ -265,19 +269,19 @@ def _run(
             for family, cursor in new_cursors.items():
                 if cursor != _as_saved(cursors[family]):
                     # One directory fsync below covers every name renamed into it.
-                    kmsg.save_json(sdir / cursor_files[family], cursor, sync_dir=False)
+                    kmsg.save_json(_in(sdir, cursor_files[family]), cursor, sync_dir=False)
                     renamed = True
             # Merge: a partial run (--only) must not drop the other families' baselines.
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
             merged.update(state.counters)
             if previous != {"boot_id": state.boot_id, "counters": merged}:
-                counters.save(sdir / COUNTERS_FILE, merged, state.boot_id, sync_dir=False)
+                counters.save(_in(sdir, COUNTERS_FILE), merged, state.boot_id, sync_dir=False)
                 renamed = True
             if renamed:
                 fsync_dir(sdir)
         except OSError as exc:
-            return out + [_checker("state", str(sdir),
+            return out + [_checker("state", os.fspath(sdir),
                                    f"cannot save state: {exc.strerror or exc}")]
         return out
 

@@ -32,18 +32,18 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
-import re
 import stat
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from datetime import datetime
-from pathlib import Path
 
+from rsc_health import lazyre
+from rsc_health.compat import datetime, json_dumps, json_loads
 from rsc_health.durable import fsync_dir, make_dirs, open_regular
 from rsc_health.model import Finding, Severity, Status, new_record_id
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Iterator
 
 PENDING = "pending.jsonl"
 # The spool's directory: records name jobs and their users, so not for everyone to read.
@@ -133,11 +133,11 @@ def telemetry_sample(findings: Iterable[Finding]) -> dict | None:
     return None
 
 
-def size_bytes(spool_dir: Path) -> int:
+def size_bytes(spool_dir: str | os.PathLike) -> int:
     """What the spool holds on disk: pending.jsonl and batches not yet delivered."""
     total = 0
     try:
-        with os.scandir(spool_dir) as entries:
+        with os.scandir(os.fspath(spool_dir)) as entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
                     total += entry.stat(follow_symlinks=False).st_size
@@ -155,7 +155,7 @@ def carries_news(rec: dict) -> bool:
     return not (kind == "check" and rec.get("status") == Status.OK)
 
 
-def append(spool_dir: Path, records: list[dict]) -> None:
+def append(spool_dir: str | os.PathLike, records: list[dict]) -> None:
     """Append records durably and all-or-nothing. Raises OSError if the disk refuses (full,
     read-only); then the file is cut back to where it was, so a later run never finds half a
     record, and the caller knows nothing was spooled (callers log and carry on).
@@ -169,12 +169,13 @@ def append(spool_dir: Path, records: list[dict]) -> None:
     appended after it (tests/node/test_spool_torn.py)."""
     if not records:
         return
-    if not spool_dir.is_dir():
+    spool_dir = os.fspath(spool_dir)
+    if not os.path.isdir(spool_dir):
         make_dirs(spool_dir, SPOOL_DIR_MODE)
-        fsync_dir(spool_dir.parent)
-    data = "".join(json.dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
+        fsync_dir(_parent(spool_dir))
+    data = "".join(json_dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
     payload = data.encode("utf-8", "surrogateescape")
-    fd = _open_locked_pending(spool_dir / PENDING)
+    fd = _open_locked_pending(os.path.join(spool_dir, PENDING))
     try:
         size = os.fstat(fd).st_size
         # An empty file is most likely one this open created (the first append since a
@@ -202,7 +203,7 @@ def append(spool_dir: Path, records: list[dict]) -> None:
         os.close(fd)
 
 
-def _open_locked_pending(path: Path) -> int:
+def _open_locked_pending(path: str) -> int:
     """pending.jsonl opened for appending and flock'd, and still the file of that name once
     the lock is held. Between our open and our lock a flush may have claimed the file (renamed
     it to a batch), read it and deleted it: records appended to that inode would be lost, so
@@ -225,23 +226,23 @@ def _open_locked_pending(path: Path) -> int:
     raise OSError(errno.EAGAIN, f"{path} was claimed away 100 times in a row")
 
 
-def _regular(path: Path) -> bool:
+def _regular(path: str) -> bool:
     """A regular file stands at `path` (not a symlink to one); anything else is set aside for a
     person to look at, so it neither blocks nor misleads a flush again."""
     try:
-        st = path.lstat()
+        st = os.lstat(path)
     except FileNotFoundError:
         return False
     if stat.S_ISREG(st.st_mode):
         return True
     try:
-        path.rename(path.with_name(f"{path.name}.not-a-file-{time.time_ns()}"))
+        os.rename(path, f"{path}.not-a-file-{time.time_ns()}")  # path: a name in the spool dir
     except FileNotFoundError:
         pass
     return False
 
 
-def claim(spool_dir: Path) -> list[Path]:
+def claim(spool_dir: str | os.PathLike) -> list[str]:
     """Move pending records aside for delivery; returns every batch awaiting delivery.
 
     The rename is atomic and the flock waits for any writer mid-append, so no line is torn or
@@ -249,17 +250,18 @@ def claim(spool_dir: Path) -> list[Path]:
     A symlink, FIFO or anything else that is not a file, at pending.jsonl or named like a
     batch, is set aside (never read: it would block, or deliver what it points at).
     """
-    pending = spool_dir / PENDING
+    spool_dir = os.fspath(spool_dir)
+    pending = os.path.join(spool_dir, PENDING)
     if _regular(pending):
         stamp = datetime.now().strftime('%Y%m%dT%H%M%S%f')
-        batch = spool_dir / f"batch-{stamp}.jsonl"
+        batch = os.path.join(spool_dir, f"batch-{stamp}.jsonl")
         # The name is the wall clock's: a clock stepped back onto (or frozen at) the instant
         # of a batch still waiting for delivery would rename over it and lose it. Callers hold
         # flush_lock, so no other claim picks the same free name meanwhile.
         n = 0
-        while batch.exists():
+        while os.path.exists(batch):
             n += 1
-            batch = spool_dir / f"batch-{stamp}~{n}.jsonl"  # "~" sorts after ".jsonl"
+            batch = os.path.join(spool_dir, f"batch-{stamp}~{n}.jsonl")  # "~" sorts after "."
         fd = open_regular(pending)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -269,9 +271,19 @@ def claim(spool_dir: Path) -> list[Path]:
             fsync_dir(spool_dir)
         finally:
             os.close(fd)
-    if not spool_dir.exists():
+    return [path for path in _batches(spool_dir) if _regular(path)]
+
+
+def _batches(spool_dir: str) -> list[str]:
+    """The paths of the names in `spool_dir` that match batch-*.jsonl, sorted (as sorted
+    Path.glob gave them); none when it is not a directory one can list."""
+    try:
+        with os.scandir(spool_dir) as entries:
+            names = [entry.name for entry in entries]
+    except (FileNotFoundError, NotADirectoryError, PermissionError):
         return []
-    return sorted(p for p in spool_dir.glob("batch-*.jsonl") if _regular(p))
+    return [os.path.join(spool_dir, name) for name in sorted(names)
+            if len(name) >= 12 and name.startswith("batch-") and name.endswith(".jsonl")]
 
 
 FLUSH_LOCK = ".flush.lock"
@@ -281,23 +293,37 @@ class SpoolBusy(RuntimeError):
     """Another flush is delivering this spool now."""
 
 
-@contextmanager
-def flush_lock(spool_dir: Path) -> Iterator[None]:
+class flush_lock:  # noqa: N801 - used as the function it was: `with flush_lock(dir):`
     """One flush of a spool at a time. Two at once claim the same batch files and each reads
     the historian before the other writes, so each counts the batch's failures: the second
-    raises SpoolBusy instead (the first delivers everything that was claimable)."""
-    fd = open_regular(spool_dir / FLUSH_LOCK, os.O_RDWR | os.O_CREAT, 0o640)
-    try:
+    raises SpoolBusy instead (the first delivers everything that was claimable). Taken on
+    entering the `with` (a class, not contextlib's decorator: the prolog imports this
+    module)."""
+
+    def __init__(self, spool_dir: str | os.PathLike) -> None:
+        self._spool_dir = os.fspath(spool_dir)
+        self._fd: int | None = None
+
+    def __enter__(self) -> None:
+        fd = open_regular(os.path.join(self._spool_dir, FLUSH_LOCK), os.O_RDWR | os.O_CREAT,
+                          0o640)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise SpoolBusy(f"another spool flush of {spool_dir} is running") from None
-        yield
-    finally:
-        os.close(fd)
+            os.close(fd)
+            raise SpoolBusy(f"another spool flush of {self._spool_dir} is running") from None
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+
+    def __exit__(self, *exc_info: object) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
-def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
+def read_batch(path: str | os.PathLike) -> Iterator[tuple[int, dict | None, str]]:
     """(line number, record or None when the line is not valid JSON, raw line). Only a regular
     file is read (open_regular): OSError for a symlink or FIFO put there since the claim."""
     with open(open_regular(path), encoding="utf-8", errors="replace") as fh:
@@ -306,7 +332,7 @@ def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
             if not line:
                 continue
             try:
-                obj = json.loads(line)
+                obj = json_loads(line)
                 if "\\ud" in line or "\\uD" in line:
                     obj = without_lone_surrogates(obj)  # two frames a level: deeper than json
             except (ValueError, RecursionError):  # [[[[... nested; ValueError: 5,000 digits
@@ -315,12 +341,15 @@ def read_batch(path: Path) -> Iterator[tuple[int, dict | None, str]]:
             yield lineno, obj if isinstance(obj, dict) else None, line
 
 
+_LONE_SURROGATE = lazyre.compile("[\ud800-\udfff]")  # compiled by the first flush that needs it
+
+
 def without_lone_surrogates(value):
     """A path or log text that was not UTF-8 on the node reaches the spool as escaped lone
     surrogates (\\udce9): no database driver can encode them, and one such record would stop
     every later flush of the node. They become U+FFFD, as undecodable bytes do elsewhere."""
     if isinstance(value, str):
-        return re.sub("[\ud800-\udfff]", "\ufffd", value)  # re caches the pattern
+        return _LONE_SURROGATE.sub("\ufffd", value)
     if isinstance(value, dict):
         return {without_lone_surrogates(k): without_lone_surrogates(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -328,6 +357,17 @@ def without_lone_surrogates(value):
     return value
 
 
-def done(path: Path) -> None:
+def done(path: str | os.PathLike) -> None:
     """A batch was delivered (or quarantined): remove it."""
-    path.unlink(missing_ok=True)
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+
+
+def _parent(path: str) -> str:
+    """The directory holding `path` as Path(path).parent names it: empty and "." parts do not
+    count ("a/b/" -> "a", "a//b" -> "a", "b" -> ".", "/" -> "/")."""
+    root = "/" if path.startswith("/") else ""
+    parts = [part for part in path.split("/") if part and part != "."]
+    return root + "/".join(parts[:-1]) if len(parts) > 1 else root or "."

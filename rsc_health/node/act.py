@@ -4,7 +4,6 @@ nothing of the Slurm side until a verdict asks for it: a healthy prolog makes no
 from __future__ import annotations
 
 import os
-from datetime import datetime
 
 from rsc_health import spool
 from rsc_health.model import HELD_KINDS, ActionKind, Level, Verdict
@@ -19,6 +18,10 @@ from rsc_health.node.store import (
     reboot_lift_owed,
     save_pending,
 )
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from datetime import datetime
 
 
 def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: datetime,

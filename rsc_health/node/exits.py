@@ -9,7 +9,6 @@ import _thread
 import os
 import sys
 import time
-from pathlib import Path
 
 from rsc_health.model import Finding, Severity, Status
 from rsc_health.node import sinks
@@ -36,7 +35,7 @@ def checker_fault(run: Progress, exc: BaseException) -> int:
 
     frames = traceback.extract_tb(exc.__traceback__)
     ours = [f for f in frames if "rsc_health" in f.filename] or frames
-    where = f" at {Path(ours[-1].filename).name}:{ours[-1].lineno}" if ours else ""
+    where = f" at {_basename(ours[-1].filename)}:{ours[-1].lineno}" if ours else ""
     code = run.safe_exit()
     detail = f"{type(exc).__name__}: {exc}"[:300]
     keep_unacted_verdict(run)
@@ -47,7 +46,12 @@ def checker_fault(run: Progress, exc: BaseException) -> int:
     return code
 
 
-def broken_config(run: Progress, root: Path, exc: ConfigError) -> int:
+def _basename(filename: str) -> str:
+    """Path(filename).name: the last part, trailing slashes aside."""
+    return os.path.basename(filename.rstrip("/"))
+
+
+def broken_config(run: Progress, root: str | os.PathLike, exc: ConfigError) -> int:
     """The checker cannot look: say so loudly (stderr, syslog, spool, textfile), let the job
     run, unless a drain verdict from before is pending (see the module's exit codes). The
     packaged defaults still say where the spool and that verdict are; the textfile goes where

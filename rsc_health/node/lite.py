@@ -8,8 +8,6 @@ config lookup more than before, and spawns nothing."""
 
 from __future__ import annotations
 
-import copy
-
 from rsc_health.config import Config
 
 
@@ -52,6 +50,8 @@ def prolog_lite(cfg: Config, families, env):
     run_r = lite_diag_level(cfg) if least > 0 and job_nodes(env) >= least else 0
     if run_r <= 0:
         return families, cfg
+    import copy  # only for a big job's lite tier: copy brings weakref, types and copyreg
+
     data = copy.deepcopy(cfg.data)
     dcgm = data.setdefault("dcgm", {})
     dcgm.update(enabled=True, diag_level=max(run_r, int(cfg.get("dcgm.diag_level"))))

@@ -12,10 +12,9 @@ from __future__ import annotations
 import os
 import sys
 import time
-from datetime import datetime
-from pathlib import Path
 
 from rsc_health import spool
+from rsc_health.compat import datetime
 from rsc_health.durable import open_regular, write_atomic
 from rsc_health.model import HUNG_CODES, Finding, Level, Status, utcnow
 from rsc_health.node.stage import STAGES
@@ -62,9 +61,9 @@ def _say(stream, line: str) -> None:
 
 
 # ---- the spool ------------------------------------------------------------------------------
-def write_spool(sdir: Path, records: list[dict]) -> bool:
+def write_spool(sdir: str | os.PathLike, records: list[dict]) -> bool:
     try:
-        spool.append(sdir / "spool", records)
+        spool.append(os.path.join(sdir, "spool"), records)
         return True
     except OSError as exc:
         log(f"cannot write the spool ({exc}); node state kept, so the next run reads the same "
@@ -72,7 +71,7 @@ def write_spool(sdir: Path, records: list[dict]) -> bool:
         return False
 
 
-def within_spool_cap(cfg: Config, sdir: Path, source: str,
+def within_spool_cap(cfg: Config, sdir: str | os.PathLike, source: str,
                      records: list[dict]) -> tuple[list[dict], int]:
     """(records to spool, bytes the spool holds). Past [node] spool_max_mb (the historian has
     not taken the spool for a long time) only the records that carry news are kept: a fault is
@@ -83,7 +82,7 @@ def within_spool_cap(cfg: Config, sdir: Path, source: str,
         from rsc_health.config import packaged_default
 
         cap = float(packaged_default("node.spool_max_mb")) * 1024 * 1024
-    held = spool.size_bytes(sdir / "spool")
+    held = spool.size_bytes(os.path.join(sdir, "spool"))
     if held < cap:
         return records, held
     kept = [r for r in records if spool.carries_news(r)]
@@ -182,7 +181,7 @@ def spool_fault(run: Progress, finding: Finding) -> str | None:
         records.append(heartbeat(run.stage, run.node, now, Level.CHECKER_ERROR, [finding],
                                  time.monotonic() - run.started))
     try:
-        spool.append(run.sdir / "spool", records)
+        spool.append(os.path.join(run.sdir, "spool"), records)
     except OSError as err:
         return str(err)
     run.spooled = True
@@ -190,7 +189,8 @@ def spool_fault(run: Progress, finding: Finding) -> str | None:
 
 
 def say_fault(run: Progress, finding: Finding, cfg: Config | None = None,
-              root: Path | None = None, pending: bool | None = None) -> str | None:
+              root: str | os.PathLike | None = None, pending: bool | None = None
+              ) -> str | None:
     """A run ended early (a checker fault, a broken config, the watchdog) says so where a
     working run would: the spool (a checker record and heartbeat) and the textfile, else the
     textfile goes on showing the last good run's verdict. `cfg` is the config whose textfile
@@ -203,7 +203,8 @@ def say_fault(run: Progress, finding: Finding, cfg: Config | None = None,
             from rsc_health.config import node_root
 
             root = node_root()
-        spool_bytes = spool.size_bytes(run.sdir / "spool") if run.sdir is not None else None
+        spool_bytes = (spool.size_bytes(os.path.join(run.sdir, "spool"))
+                       if run.sdir is not None else None)
         try:
             write_textfile(cfg, root, run.node, run.stage, Level.CHECKER_ERROR, [finding],
                            time.monotonic() - run.started,
@@ -242,7 +243,7 @@ HELP = {
 }
 
 
-def write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Level,
+def write_textfile(cfg: Config, root: str | os.PathLike, node: str, stage: Stage, level: Level,
                    findings: list[Finding], duration_s: float, *, pending: bool,
                    spool_bytes: int | None = None, families: set[str] | None = None) -> None:
     """node_exporter textfile collector: the latest run per entry point, written atomically
@@ -256,7 +257,7 @@ def write_textfile(cfg: Config, root: Path, node: str, stage: Stage, level: Leve
     directory = str(cfg.get("node.textfile_dir") or "")
     if not directory:
         return
-    path = root / directory.lstrip("/") / TEXTFILE
+    path = os.path.join(root, directory.lstrip("/"), TEXTFILE)
     try:
         from rsc_health.checks import FAMILIES
 
@@ -315,7 +316,7 @@ def exposition(samples: dict[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _read_samples(path: Path) -> dict[str, str]:
+def _read_samples(path: str) -> dict[str, str]:
     """The previous textfile's samples, if it is a file of ours (a symlink planted at its name
     is not followed, a FIFO not waited on, a file someone else made not believed)."""
     try:

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
-from pathlib import Path
 
 from rsc_health.record import dataclass
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from rsc_health.config import Config
     from rsc_health.model import Verdict
     from rsc_health.slurm.api import SlurmAPI
@@ -39,9 +39,9 @@ STAGES = {
 class Context:
     stage: Stage
     cfg: Config
-    root: Path
+    root: str | os.PathLike
     node: str
-    sdir: Path
+    sdir: str | os.PathLike
     started: float
     deadline: float
     job_id: str | None
@@ -94,7 +94,7 @@ class Progress:
     step: str = "start"
     cfg: Config | None = None
     node: str | None = None
-    sdir: Path | None = None
+    sdir: str | os.PathLike | None = None
     verdict: Verdict | None = None
     spooled: bool = False
     acted: bool = False

@@ -10,24 +10,24 @@ from __future__ import annotations
 
 import errno
 import fcntl
-import json
 import os
 import stat
 import time
-from collections.abc import Callable
-from contextlib import contextmanager
-from datetime import datetime, timedelta
-from pathlib import Path
 
 from rsc_health import spool
 from rsc_health.collect.sysfs import read_bounded
+from rsc_health.compat import datetime, json_dumps, json_loads, timedelta
 from rsc_health.durable import remove, write_atomic
 from rsc_health.model import Finding, Level, Verdict, utcnow
+from rsc_health.node import path_in
 from rsc_health.node.sinks import log
 from rsc_health.record import dataclass
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from collections.abc import Callable
+    from typing import Any
+
     from rsc_health.config import Config
     from rsc_health.node.stage import Stage
 
@@ -42,8 +42,7 @@ class LockTimeout(Exception):
     pass
 
 
-@contextmanager
-def node_lock(sdir: Path, timeout_s: float):
+class node_lock:  # noqa: N801 - used as the function it was: `with node_lock(sdir, t):`
     """flock on <state_dir>/node.lock; polls so the wait is bounded by our budget. Yields
     None, or what is wrong with the lock file, in words (the run says it as a checker error).
 
@@ -55,22 +54,39 @@ def node_lock(sdir: Path, timeout_s: float):
     the same thing there and locks the state dir itself instead. Yields (whether the state dir
     takes writes, what is wrong with the lock file or None). A state dir that does not (False):
     the run finds the probe children abandoned before it in /proc, as it can keep no record
-    of them (collect.hangs)."""
-    own_state_dir(sdir)
-    fd, note, writable = _open_lock(sdir)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise LockTimeout(f"{sdir / LOCK_FILE} held for {timeout_s:g}s") from None
-                time.sleep(0.05)
-        yield writable, note
-    finally:
-        os.close(fd)
+    of them (collect.hangs). Taken on entering the `with`, released on leaving it (a class,
+    not contextlib's decorator: every job start takes it)."""
+
+    def __init__(self, sdir: str | os.PathLike, timeout_s: float) -> None:
+        self._sdir = sdir
+        self._timeout_s = timeout_s
+        self._fd: int | None = None
+
+    def __enter__(self) -> tuple[bool, str | None]:
+        sdir, timeout_s = self._sdir, self._timeout_s
+        own_state_dir(sdir)
+        fd, note, writable = _open_lock(sdir)
+        try:
+            deadline = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise LockTimeout(f"{os.path.join(sdir, LOCK_FILE)} held for "
+                                          f"{timeout_s:g}s") from None
+                    time.sleep(0.05)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd = fd
+        return writable, note
+
+    def __exit__(self, *exc_info: object) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
 
 
 # open(2) of something that is not a file at the lock's name: a symlink (O_NOFOLLOW), a
@@ -78,19 +94,20 @@ def node_lock(sdir: Path, timeout_s: float):
 _NOT_A_FILE = (errno.ELOOP, errno.EISDIR, errno.ENXIO, errno.EOPNOTSUPP)
 
 
-def _open_lock(sdir: Path) -> tuple[int, str | None, bool]:
+def _open_lock(sdir: str | os.PathLike) -> tuple[int, str | None, bool]:
     """(descriptor to flock, what is wrong with the lock file or None, whether the state dir
     takes writes)."""
     # Held by this process alone: O_CLOEXEC (Python's default, said here) keeps it from the
     # programs a run executes (site checks, Slurm commands), and a probe forked without exec
     # closes it first thing (collect.bounded): a child stuck in the kernel must not hold it.
     # O_NOFOLLOW: a symlink planted at its name is not followed (nor created through).
+    lock_file = os.path.join(sdir, LOCK_FILE)
     try:
-        return os.open(sdir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
+        return os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW,
                        0o644), None, True
     except OSError as exc:
         if exc.errno in _NOT_A_FILE:
-            note = (f"{sdir / LOCK_FILE} is not a file ({exc.strerror}): the state dir is "
+            note = (f"{lock_file} is not a file ({exc.strerror}): the state dir is "
                     "locked instead until it is removed")
             log(note)
             return os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC), note, True
@@ -98,7 +115,7 @@ def _open_lock(sdir: Path) -> tuple[int, str | None, bool]:
             raise
         why = exc.strerror
     try:
-        fd = os.open(sdir / LOCK_FILE, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fd = os.open(lock_file, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError:  # never made (or not a file): the directory itself
         fd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     log(f"state dir {sdir} refuses writes ({why}): checking and acting, but nothing can be "
@@ -106,16 +123,17 @@ def _open_lock(sdir: Path) -> tuple[int, str | None, bool]:
     return fd, None, False
 
 
-def own_state_dir(sdir: Path) -> None:
+def own_state_dir(sdir: str | os.PathLike) -> None:
     """The state dir, made 0755 whatever the umask. One that others may write (made 0777 by an
     older version under umask 000) is ours to mend: anyone could plant a pending verdict,
     a drain record or a symlink in it, and write_atomic refuses it (durable.DIRECTORY_RULE)."""
     from rsc_health.durable import make_dirs, unsafe_directory
 
     make_dirs(sdir, STATE_DIR_MODE)
-    for directory, mode in ((sdir, STATE_DIR_MODE), (sdir / "spool", spool.SPOOL_DIR_MODE)):
+    for directory, mode in ((os.fspath(sdir), STATE_DIR_MODE),
+                            (os.path.join(sdir, "spool"), spool.SPOOL_DIR_MODE)):
         try:
-            st = directory.lstat()
+            st = os.lstat(directory)
             if stat.S_ISDIR(st.st_mode) and st.st_uid == os.geteuid() and unsafe_directory(st):
                 os.chmod(directory, mode)
                 log(f"{directory} was writable by group or others (mode "
@@ -139,7 +157,7 @@ class CorruptPending(ValueError):
     save_pending writes): load_pending discards it."""
 
 
-def save_pending(sdir: Path, verdict: Verdict, *, why: str, holds: int = 0,
+def save_pending(sdir: str | os.PathLike, verdict: Verdict, *, why: str, holds: int = 0,
                  retry_after: datetime | None = None, now: datetime | None = None) -> None:
     data = {"level": verdict.level.exit_code, "why": why,
             "causes": [c.to_dict() for c in verdict.causes],
@@ -149,7 +167,7 @@ def save_pending(sdir: Path, verdict: Verdict, *, why: str, holds: int = 0,
     try:
         # Its bytes and its name fsync'd: a power cut must not take the one memory of a drain
         # verdict whose XID left with the old boot's ring buffer.
-        write_atomic(sdir / PENDING_VERDICT_FILE, json.dumps(data))
+        write_atomic(os.path.join(sdir, PENDING_VERDICT_FILE), json_dumps(data))
     except OSError as exc:
         log(f"cannot save the pending verdict ({exc}); the next run decides afresh")
 
@@ -165,7 +183,7 @@ def _aware_time(value) -> datetime | None:
     return t if t.tzinfo is not None else None
 
 
-def load_pending(sdir: Path) -> PendingVerdict | None:
+def load_pending(sdir: str | os.PathLike) -> PendingVerdict | None:
     """The pending verdict, or None; a corrupt file is discarded (removed: the next run
     decides afresh) and said."""
     try:
@@ -176,11 +194,11 @@ def load_pending(sdir: Path) -> PendingVerdict | None:
         return None
 
 
-def read_pending(sdir: Path) -> PendingVerdict | None:
+def read_pending(sdir: str | os.PathLike) -> PendingVerdict | None:
     """The pending verdict, or None when there is none, read only (qualification's gate reads
     it so); CorruptPending for a file load_pending would discard."""
     try:
-        data = json.loads(read_bounded(sdir / PENDING_VERDICT_FILE))
+        data: Any = json_loads(read_bounded(os.path.join(sdir, PENDING_VERDICT_FILE)))
         causes = tuple(Finding.from_dict(c) for c in data["causes"])
         for c in causes:
             # JSON of the wrong types (a number or null where text belongs) would fail the
@@ -201,9 +219,10 @@ def read_pending(sdir: Path) -> PendingVerdict | None:
         raise CorruptPending(str(exc)[:200]) from exc
 
 
-def clear_pending(sdir: Path) -> None:
+def clear_pending(sdir: str | os.PathLike) -> None:
     try:
-        remove(sdir / PENDING_VERDICT_FILE)  # for good: not drained again after a power cut
+        # For good: not drained again after a power cut.
+        remove(os.path.join(sdir, PENDING_VERDICT_FILE))
     except OSError:
         pass
 
@@ -252,7 +271,7 @@ def guard_retry_after(cfg: Config, holds: int, now: datetime,
 DRAIN_RECORD = "slurm_drain.json"
 
 
-def reboot_lift_owed(sdir: Path) -> bool:
+def reboot_lift_owed(sdir: str | os.PathLike) -> bool:
     """Our drain record notes a reboot asked with nextstate=RESUME over a drain of ours that
     is never auto-resumed (actions.DrainState.reboot_resumes): a job start asks Slurm whether
     the reboot lifted it, so the job does not run on the fault until the next sweep."""
@@ -260,20 +279,26 @@ def reboot_lift_owed(sdir: Path) -> bool:
 
     # Not imported from rsc_health.actions: that loads the Slurm side (~20 ms), and a healthy
     # job start loads none of it.
-    return load_state_json(sdir / DRAIN_RECORD).get("reboot_resumes") is True
+    return load_state_json(path_in(sdir, DRAIN_RECORD)).get("reboot_resumes") is True
 
 
-def has_drain_state(sdir: Path) -> bool:
-    """A drain of ours is on record (the Actor's drain state file)."""
-    from rsc_health.actions import DRAIN_STATE_FILE
-
+def has_drain_state(sdir: str | os.PathLike) -> bool:
+    """A drain of ours is on record (the Actor's drain state file). Its name from here, not
+    from rsc_health.actions: every clean sweep asks, and that module loads the Slurm side."""
     try:
-        return (sdir / DRAIN_STATE_FILE).exists()
-    except OSError:
-        return True  # cannot tell: ask Slurm, as before
+        os.stat(os.path.join(sdir, DRAIN_RECORD))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as exc:
+        # As Path.exists: a dangling or looping symlink is no record; anything else (EACCES,
+        # EIO) cannot tell: ask Slurm, as before.
+        return exc.errno not in (errno.ELOOP, errno.EBADF)
+    except ValueError:  # a NUL in the name (Path.exists said False)
+        return False
+    return True
 
 
-def remember_config(cfg: Config, sdir: Path, parsed: bytes | None = None) -> None:
+def remember_config(cfg: Config, sdir: str | os.PathLike, parsed: bytes | None = None) -> None:
     """What a broken config push falls back on (config.last_good_config, fallback_config)."""
     from rsc_health.config import remember_good
 

@@ -446,7 +446,7 @@ def deliver(
     report = DeliveryReport()
     timed = flush_engine(engine)
     clock = _Clock()
-    for batch in spool.claim(spool_dir):
+    for batch in map(Path, spool.claim(spool_dir)):  # the spool names them as str
         for lines in _chunks(batch, chunk_lines):
             try:
                 with timed.begin() as conn:
