@@ -11,16 +11,36 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from .test_wrappers import EPILOG, PROLOG, REPO, env  # noqa: F401 - the fixture
+from tests.fixtures.nodes.node_copy import copy_node
+
+from .test_wrappers import EPILOG, PROLOG, REPO
 
 SWEEP = REPO / "checks" / "rsc-health-sweep"
 NOBODY = 65534  # an unprivileged user
 SCRIPTS = [PROLOG, EPILOG, SWEEP]
 IDS = ["prolog", "epilog", "sweep"]
+
+
+@pytest.fixture
+def env(tmp_path):
+    """A healthy node as tests/node/test_wrappers.py runs the scripts on it."""
+    root = copy_node(tmp_path / "node")
+    defaults = tmp_path / "defaults"
+    defaults.write_text("")
+    empty_bin = tmp_path / "bin"  # no scontrol
+    empty_bin.mkdir()
+    return {
+        "PATH": f"{empty_bin}:/usr/bin:/bin", "HOME": str(tmp_path),
+        "PYTHONPATH": str(REPO), "RSC_HEALTH_DEFAULTS": str(defaults),
+        "RSC_HEALTH_ROOT": str(root), "RSC_HEALTH_CONFIG": str(root / "config.toml"),
+        "SLURMD_NODENAME": "node01", "SLURM_JOB_ID": "77",
+        "RSC_HEALTH_PYTHON": os.environ.get("RSC_HEALTH_TEST_PYTHON", sys.executable),
+    }
 
 
 def _python_that_marks(path: Path, marker: Path, real: str) -> Path:
@@ -82,10 +102,10 @@ PLANTS = ["python owned by a user", "python writable by its group",
           "zipapp under a world-writable directory"]
 
 
-def _run(script: Path, env: dict, settings: dict[str, str], defaults: Path) -> \
+def _run(script: Path, base: dict, settings: dict[str, str], defaults: Path) -> \
         subprocess.CompletedProcess:
     lines = [f"{k}={v}" for k, v in settings.items() if k != "PATH_FIRST"]
-    env = dict(env)
+    env = dict(base)
     if "PATH_FIRST" in settings:
         env["PATH"] = f"{settings['PATH_FIRST']}:{env['PATH']}"
         env.pop("RSC_HEALTH_PYTHON")
@@ -95,8 +115,8 @@ def _run(script: Path, env: dict, settings: dict[str, str], defaults: Path) -> \
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=IDS)
 @pytest.mark.parametrize("how", PLANTS)
-def test_an_interpreter_or_zipapp_a_user_can_change_is_never_run_as_root(script, how, env,
-                                                                       tmp_path):
+def test_an_interpreter_or_zipapp_a_user_can_change_is_never_run_as_root(
+        script, how, env, tmp_path):
     marker = tmp_path / "ran-as-root"
     settings = _plant(how, tmp_path / "plant", marker, env["RSC_HEALTH_PYTHON"])
     out = _run(script, env, settings, Path(env["RSC_HEALTH_DEFAULTS"]))
@@ -107,7 +127,8 @@ def test_an_interpreter_or_zipapp_a_user_can_change_is_never_run_as_root(script,
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=IDS)
-def test_a_site_defaults_file_a_user_can_write_is_never_sourced_by_root(script, env, tmp_path):
+def test_a_site_defaults_file_a_user_can_write_is_never_sourced_by_root(
+        script, env, tmp_path):
     marker = tmp_path / "ran-as-root"
     defaults = Path(env["RSC_HEALTH_DEFAULTS"])
     defaults.write_text(f"touch '{marker}'\n")
@@ -119,7 +140,8 @@ def test_a_site_defaults_file_a_user_can_write_is_never_sourced_by_root(script, 
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=IDS)
-def test_roots_own_python_through_roots_own_symlinks_still_runs(script, env, tmp_path):
+def test_roots_own_python_through_roots_own_symlinks_still_runs(
+        script, env, tmp_path):
     """A venv's bin/python3 is a symlink to the system's: root's all the way, so it runs."""
     marker = tmp_path / "ran"
     mine = _dir(tmp_path / "venv" / "bin")
