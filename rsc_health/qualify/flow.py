@@ -159,14 +159,17 @@ class Flow:
         said = f"{runs} inconclusive runs in a row, each: {why}"
         if not self.enabled:
             return FlowResult(node, "refused", f"shadow mode: would open a repair ticket ({said})")
-        self.history.repair_ticket(node, f"qualification proves nothing: {said}")
-        done = ["ticket"]
+        done = []
         if not _kept_drain(info):
+            # Slurm first: a controller gone here leaves no ticket, so the next `qualify auto`
+            # does both (a ticket first would stop it before the reason ever said so).
             reason = qualify_reason("inconclusive", f"repair ticket open after {said}",
                                     out_of_service_since(info))
             self.slurm.drain(node, reason)
             self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
             done.append("drain reason says so")
+        self.history.repair_ticket(node, f"qualification proves nothing: {said}")
+        done.append("ticket")
         return FlowResult(node, "refused", f"repair, not another run: {said}",
                           actions=tuple(done))
 

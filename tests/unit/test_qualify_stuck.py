@@ -123,3 +123,27 @@ def test_an_in_service_node_or_a_persons_drain_is_never_ticketed_or_drained_for_
     assert slurm.node("ours_off").reason == STUCK
     assert not [c for c in slurm.calls if c[0] == "drain"]
     assert not any(open_tickets(engine, n) for n in ("suspect", "person", "ours_off"))
+
+
+def test_a_controller_gone_as_the_ticket_is_due_leaves_it_for_the_next_auto_run(db, tmp_path):
+    """slurmctld vanishing at the reason's update: the ticket is not opened either, so the
+    next `qualify auto` does both; opened first, the reason would never have said so."""
+    from rsc_health.slurm.api import SlurmUnavailable
+
+    url, engine = db
+    runs(engine, "gpu042", *[NO_GPU_BURN] * 4)
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE+DRAIN", STUCK)
+    real_drain = slurm.drain
+
+    def gone(node, reason):
+        raise SlurmUnavailable("Unable to contact slurm controller")
+
+    slurm.drain = gone
+    out = auto(url, slurm, tmp_path)
+    assert out.exit_code != 0 and not open_tickets(engine, "gpu042")
+    slurm.drain = real_drain
+    out = auto(url, slurm, tmp_path)
+    assert out.exit_code == 0, out.output
+    assert len(open_tickets(engine, "gpu042")) == 1
+    assert "repair ticket open" in slurm.node("gpu042").reason
