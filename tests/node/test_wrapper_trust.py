@@ -127,6 +127,32 @@ def test_an_interpreter_or_zipapp_a_user_can_change_is_never_run_as_root(
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=IDS)
+@pytest.mark.parametrize("tool", ["stat", "readlink", "logger"])
+def test_the_rules_own_tools_are_never_taken_from_a_users_directory_on_path(script, tool, env,
+                                                                            tmp_path):
+    """The check runs stat and readlink (and says a refusal through logger) on every job
+    start: from the system's own directories, never the first `stat` on a PATH a site set
+    with a directory anyone may write (the Python found there is refused by the rule, the
+    rule's own tools must not be found there either)."""
+    marker = tmp_path / "ran-as-root"
+    ww = _dir(tmp_path / "world-writable", 0, 0o777)
+    planted = ww / tool
+    planted.write_text(f"#!/bin/sh\ntouch '{marker}'\nexit 1\n")
+    planted.chmod(0o755)
+    venv = _dir(tmp_path / "venv" / "bin")  # a symlink on the way: readlink is asked
+    (venv / "python3").symlink_to(env["RSC_HEALTH_PYTHON"])
+    lines = [f"RSC_HEALTH_PYTHON={venv / 'python3'}"]
+    if tool == "logger":  # said only for a refusal: make one
+        lines = [f"RSC_HEALTH_PYTHON={ww / 'python3'}"]
+        _python_that_marks(ww / "python3", tmp_path / "python-ran", env["RSC_HEALTH_PYTHON"])
+    Path(env["RSC_HEALTH_DEFAULTS"]).write_text("\n".join(lines) + "\n")
+    env = dict(env, PATH=f"{ww}:{env['PATH']}")
+    out = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert not marker.exists(), out.stderr
+    assert not (tmp_path / "python-ran").exists()
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=IDS)
 def test_a_site_defaults_file_a_user_can_write_is_never_sourced_by_root(
         script, env, tmp_path):
     marker = tmp_path / "ran-as-root"
