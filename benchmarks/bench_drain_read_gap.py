@@ -8,6 +8,12 @@ scontrol has no compare-and-set. This starts a real slurmctld with 6 slurmd (tes
 cluster.py), runs Actor.apply for an XID 79 verdict `--tries` times, and prints the time from
 the read's end to the drain's start, and what one scontrol read costs (the price of a re-read
 of the node just before the drain, which would leave a window of the same size).
+
+The other way round: a clean sweep reads the node (our transient drain) and then runs
+`scontrol update State=UNDRAIN`; a person's drain landing in between is lifted by ours, its
+reason gone (22.05 clears the reason on UNDRAIN, and a drain over a drain replaces it: a read
+after either write cannot see theirs, so nothing can be undone). Also timed: the read's end to
+the undrain's start of the resuming sweep.
 """
 
 from __future__ import annotations
@@ -52,8 +58,11 @@ def main() -> None:
         sys.exit("slurmctld is not installed")
     verdict = decide([Finding("xid", "gpu3", Status.FAIL, Severity.DRAIN_NOW,
                               "fell off the bus", "xid79", True)])
+    transient = decide([Finding("mounts", "/data", Status.FAIL, Severity.DRAIN_NOW,
+                                "not mounted", "mount_missing", False)])
+    ok = decide([])
     cfg = load_config("/dev/null")
-    gaps, reads, one = [], [], []
+    gaps, reads, one, resumes = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp, SlurmCluster(Path(tmp), nodes=6,
                                                             accounting=False) as c:
         os.environ["SLURM_CONF"] = str(c.conf)
@@ -71,6 +80,17 @@ def main() -> None:
             slurm.node("node01")
             one.append(time.monotonic() - t0)
             c.run(["scontrol", "update", "NodeName=node01", "State=RESUME"])
+            with tempfile.TemporaryDirectory() as sdir:
+                actor = Actor(Timed(), cfg, "node01", Path(sdir), log=lambda m: None)
+                actor.sleep = lambda s: None
+                actor.apply(transient, requeue=False)
+                for _ in range(actor.resume_after):
+                    actor.slurm = Timed()
+                    actor.apply(ok, clean_sweep=True)
+                log = actor.slurm.log
+            read = [e for e in log if e[0][1:3] == ["-o", "show"]][-1]
+            undrain = next(e for e in log if e[0][1] == "update" and "State=UNDRAIN" in e[0])
+            resumes.append(undrain[1] - read[2])
 
     def ms(xs):
         return f"median {statistics.median(xs) * 1000:.1f} ms, max {max(xs) * 1000:.1f} ms"
@@ -78,6 +98,7 @@ def main() -> None:
     print(f"table read (6 nodes): {ms(reads)}")
     print(f"one-node read:        {ms(one)}")
     print(f"read end -> drain:    {ms(gaps)}")
+    print(f"read end -> undrain:  {ms(resumes)}")
 
 
 if __name__ == "__main__":

@@ -385,7 +385,9 @@ def _due(cfg, nodes, history, now, limit: int) -> tuple[list, set[str], set[str]
 
     backoff = {"retry_min": float(cfg.get("qualify.retry_min")),
                "retry_max_min": float(cfg.get("qualify.retry_max_min"))}
-    due = auto_candidates(nodes, history, now, limit=limit, **backoff)
+    due = auto_candidates(nodes, history, now, limit=limit,
+                          stuck_after=int(cfg.get("qualify.inconclusive_ticket_after")),
+                          **backoff)
     suspect_due = suspect_candidates(nodes, hs.active(history.engine), history, now,
                                      limit=max(0, limit - len(due)), **backoff)
     due = due + suspect_due
@@ -412,8 +414,10 @@ def auto(ctx, as_json, dry_run) -> None:
     ([suspects] qualify_tier; a pass clears it, a fail drains it), or, with [qualify]
     on_driver_change, an idle node whose driver or GPU firmware changed since its last pass
     (full tier, undrained). First, a node drained [qualify] strikes times in production since
-    its last pass goes to repair instead."""
-    from rsc_health.qualify.flow import run_batches, strike_candidates
+    its last pass goes to repair instead, and a drained node whose last [qualify]
+    inconclusive_ticket_after runs proved nothing for the same reason gets a repair ticket
+    instead of another run."""
+    from rsc_health.qualify.flow import run_batches, strike_candidates, stuck_candidates
 
     cfg = ctx.obj.config
     slurm, history = _flow_parts(ctx)
@@ -429,6 +433,13 @@ def auto(ctx, as_json, dry_run) -> None:
                    for node, n in struck]
         if struck:
             nodes = slurm.nodes()
+    stuck = stuck_candidates(nodes, history,
+                             after=int(cfg.get("qualify.inconclusive_ticket_after")))
+    stuck_results = []
+    if not dry_run:
+        info = {n.name: n for n in nodes}
+        stuck_results = [_flow(cfg, slurm, history, "full").stuck(node, info[node], k, why)
+                         for node, k, why in stuck]
     due, suspect_nodes, driver_nodes = _due(cfg, nodes, history, now, limit)
     results: list = []
     if not dry_run:
@@ -447,12 +458,18 @@ def auto(ctx, as_json, dry_run) -> None:
         click.echo(json.dumps({"due": [{"node": n, "why": w} for n, w in due],
                                "results": [r.__dict__ for r in results],
                                "repair": [{"node": n, "strikes": k} for n, k in struck],
-                               "repair_results": [r.__dict__ for r in repairs]}, indent=1,
-                              default=list))
+                               "repair_results": [r.__dict__ for r in repairs],
+                               "stuck": [{"node": n, "runs": k, "reason": w}
+                                         for n, k, w in stuck],
+                               "stuck_results": [r.__dict__ for r in stuck_results]},
+                              indent=1, default=list))
         return
     for (node, k), r in zip(struck, repairs or [None] * len(struck), strict=True):
         echo(f"{node}: {k} production failures since its last pass -> "
              + (f"repair ({r.detail[:200]})" if r else "repair (dry run)"))
+    for (node, k, why), r in zip(stuck, stuck_results or [None] * len(stuck), strict=True):
+        echo(f"{node}: {k} inconclusive runs in a row ({why[:200]}) -> "
+             + (f"{r.detail[:200]} [{', '.join(r.actions)}]" if r else "repair ticket (dry run)"))
     if not due:
         echo("no node is due for qualification")
     for (node, why), r in zip(due, results or [None] * len(due), strict=True):

@@ -38,6 +38,11 @@ RESERVATION_PREFIX = "rsc_health_qualify_"
 STRIKES = 3  # [qualify] strikes: the default of Flow's `strikes` when no config is at hand
 # Proved nothing (or a fail the mass-drain guard held back): qualify again after a back-off.
 RETRY_CODES = ("inconclusive", "interrupted", "guard_held")
+# A drained node whose runs proved nothing this many times in a row, each for the same reason
+# (a tool missing there, a GPU the tool cannot use): broken in a way no run will prove, so a
+# repair ticket, not another retry ([qualify] inconclusive_ticket_after; this when no config
+# is at hand). Flow.stuck.
+INCONCLUSIVE_TICKET_AFTER = 4
 # A node that passed and then failed in production `strikes` times: repair, not qualification
 # (Aegis's three strikes). Its drain carries this code and a ticket; the ticket's closing is
 # what makes it a candidate again (auto_candidates), its strikes counted from then on.
@@ -143,6 +148,30 @@ class Flow:
             self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
         self.history.repair_ticket(node, why)
         return FlowResult(node, "refused", why, actions=("drained for repair", "ticket"))
+
+    def stuck(self, node: str, info, runs: int, why: str) -> FlowResult:
+        """A drained node in the retry loop whose last `runs` runs all proved nothing for the
+        same reason `why` (stuck_candidates): open a repair ticket and say so in its drain
+        reason (still an inconclusive re-drain: out of service already, so neither capacity
+        nor the mass-drain guard's budget is touched); auto_candidates retries it no more
+        until a ticket of it closes. Never a fail and never a drain of a node in service: a
+        tool or config broken fleet-wide must not take the fleet out."""
+        said = f"{runs} inconclusive runs in a row, each: {why}"
+        if not self.enabled:
+            return FlowResult(node, "refused", f"shadow mode: would open a repair ticket ({said})")
+        done = []
+        if not _kept_drain(info):
+            # Slurm first: a controller gone here leaves no ticket, so the next `qualify auto`
+            # does both (a ticket first would stop it before the reason ever said so).
+            reason = qualify_reason("inconclusive", f"repair ticket open after {said}",
+                                    out_of_service_since(info))
+            self.slurm.drain(node, reason)
+            self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
+            done.append("drain reason says so")
+        self.history.repair_ticket(node, f"qualification proves nothing: {said}")
+        done.append("ticket")
+        return FlowResult(node, "refused", f"repair, not another run: {said}",
+                          actions=tuple(done))
 
     def run(self, node: str, *, suspect: bool = False) -> FlowResult:
         """`suspect`: the node is qualified as it is, undrained (an open suspect episode, or
@@ -397,12 +426,15 @@ def _kept_drain(info) -> str | None:
 
 
 def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_max_min: float,
-                    limit: int) -> list[tuple[str, str]]:
+                    limit: int, stuck_after: int = 0) -> list[tuple[str, str]]:
     """Nodes to qualify without a person asking, with why, at most `limit`:
     - drained by rsc-health (any mode but a person's `healthctl drain`) and a repair ticket of
       the node closed after the drain: repaired, so prove it;
     - drained by qualification because it proved nothing: again once a back-off has passed
-      (retry_min doubling per inconclusive run in a row, at most retry_max_min).
+      (retry_min doubling per inconclusive run in a row, at most retry_max_min), or at once
+      when a repair ticket of it closed after its last run; with `stuck_after`, not one whose
+      last `stuck_after` runs proved nothing for the same reason (stuck_candidates: a ticket,
+      and no more runs until a ticket of it closes).
     A person's drain, DOWN, and a reboot Slurm holds are never candidates."""
     from datetime import timedelta
 
@@ -419,6 +451,13 @@ def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_ma
             if info.reason_time else None
         if parsed["mode"] == QUALIFY_MODE and parsed["code"] in RETRY_CODES:
             streak, last = history.inconclusive_streak(info.name)
+            if stuck_after > 0 and history.inconclusive_reason_streak(info.name)[0] \
+                    >= stuck_after:
+                continue  # a repair's, not another run's (Flow.stuck)
+            closed = history.ticket_closed_after(info.name, last) if last is not None else None
+            if closed is not None:
+                out.append((info.name, f"repair ticket closed {closed:%Y-%m-%d %H:%M}"))
+                continue
             wait = min(retry_min * 2 ** max(0, streak - 1), retry_max_min)
             if last is None or now - last >= timedelta(minutes=wait):
                 out.append((info.name, f"retry after {streak} inconclusive run(s)"))
@@ -426,6 +465,26 @@ def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_ma
         closed = history.ticket_closed_after(info.name, drained_at)
         if closed is not None:
             out.append((info.name, f"repair ticket closed {closed:%Y-%m-%d %H:%M}"))
+    return out
+
+
+def stuck_candidates(nodes, history, *, after: int) -> list[tuple[str, int, str]]:
+    """Drained nodes in qualification's retry loop (our qualify drain of a retry code) whose
+    last `after` or more runs, since a ticket of the node last closed, all proved nothing for
+    the same reason, with no ticket of the node open: (node, runs, reason) for Flow.stuck.
+    0: never. Runs the flow never got a result from (a job killed, a controller gone) are not
+    stored and count for nothing: only what the node itself kept proving nothing about."""
+    if after <= 0:
+        return []
+    out: list[tuple[str, int, str]] = []
+    for info in nodes:
+        parsed = _parsed(info.reason) if info.drain_set else None
+        if parsed is None or info.down or info.in_hand or parsed["mode"] != QUALIFY_MODE \
+                or parsed["code"] not in RETRY_CODES:
+            continue
+        runs, reason, ticket_open = history.inconclusive_reason_streak(info.name)
+        if runs >= after and not ticket_open:
+            out.append((info.name, runs, reason))
     return out
 
 
@@ -648,6 +707,31 @@ class HistorianSide:
                 break
             streak += 1
         return streak, rows[0].ended if rows else None
+
+    def inconclusive_reason_streak(self, node: str) -> tuple[int, str, bool]:
+        """Inconclusive runs in a row, newest first, that give the newest one's reason,
+        counted since a ticket of the node last closed (a repair starts the count again);
+        that reason; and whether a ticket of the node is open."""
+        from sqlalchemy import func, select
+
+        from rsc_health.historian.schema import qualify_runs as r
+        from rsc_health.historian.schema import tickets as t
+
+        with self.engine.connect() as conn:
+            closed = conn.execute(select(func.max(t.c.closed)).where(t.c.node == node)).scalar()
+            ticket_open = conn.execute(select(t.c.id).where(
+                t.c.node == node, t.c.closed.is_(None)).limit(1)).first() is not None
+            q = select(r.c.verdict, r.c.reason).where(r.c.node == node)
+            if closed is not None:
+                q = q.where(r.c.ended > closed)
+            rows = conn.execute(q.order_by(r.c.ended.desc()).limit(64)).all()
+        runs, first = 0, None
+        for verdict, reason in rows:
+            if verdict != INCONCLUSIVE or (first is not None and reason != first):
+                break
+            first = reason
+            runs += 1
+        return runs, first or "", ticket_open
 
     def passed_since(self, node: str, since: datetime | None) -> bool:
         """A stored qualification pass of the node that ended after `since` (naive UTC, or

@@ -418,3 +418,40 @@ def test_qualify_start_takes_three_nodes_side_by_side_and_releases_each_on_its_o
     ends = sql("SELECT min(ended) FROM qualify_runs WHERE node IN "
                "('node02', 'node03', 'node04')")
     assert len(starts) == 3 and str(starts[-1][0]) < str(ends[0][0])
+
+
+def test_a_node_qualification_keeps_proving_nothing_about_gets_a_ticket_not_endless_retries(
+        qual):
+    """A node whose qualification proves nothing for the same reason run after run (a tool
+    that is missing there, a GPU the tool cannot use) is broken in a way no run will prove:
+    after [qualify] inconclusive_ticket_after runs in a row (4, the default) `qualify auto`
+    opens a repair ticket, says so in the node's drain reason and stops retrying it; the
+    ticket's closing makes it due at once (the back-off is the broken node's, not the
+    repaired one's). Before, it was retried with back-off forever and no ticket."""
+    c, hc, sql, tmp = qual
+    _ours(c, "node04")
+    broken = _bin(tmp, "nogpuburn", missing=("gpu_burn",))
+    for _ in range(4):
+        out = hc("qualify", "start", "node04", path_bin=broken)
+        assert "node04: inconclusive" in out.stdout, out.stdout + out.stderr
+    assert sql("SELECT count(*) FROM tickets WHERE node = 'node04'") == [(0,)]
+    for _ in range(2):  # the second auto opens no second ticket
+        out = hc("qualify", "auto", "--json", path_bin=broken)
+        doc = json.loads(out.stdout)
+        assert doc["due"] == [], out.stdout + out.stderr
+    [(ticket, source, why)] = sql("SELECT id, source, reason FROM tickets WHERE node = 'node04'")
+    assert source == "qualify" and "4 inconclusive runs in a row" in why, why
+    assert "burn: tool not found" in why
+    node = c.node("node04")
+    assert "DRAIN" in node["State"] and node["Reason"].startswith(
+        "rsc_health:qualify:inconclusive:"), node
+    assert "ticket" in node["Reason"], node["Reason"]
+    assert _reservations(c) == []
+
+    time.sleep(1.1)  # Slurm and the historian stamp to the second
+    assert hc("ticket", "close", str(ticket)).returncode == 0
+    out = hc("qualify", "auto", "--json")  # repaired: gpu_burn is there now
+    doc = json.loads(out.stdout)
+    assert [d["node"] for d in doc["due"]] == ["node04"], out.stdout + out.stderr
+    assert doc["results"][0]["result"] == "pass"
+    assert "DRAIN" not in c.node_state("node04") and _reservations(c) == []
