@@ -77,6 +77,24 @@ def test_a_whole_node_throttled_whose_worst_gpu_changes_is_still_a_suspect():
     assert [(e.node, e.metric) for e in found] == [("gpu003", "throttle_hw_frac")]
 
 
+def test_clock_dips_on_three_gpus_in_three_sweeps_are_chance_not_a_suspect():
+    # The lab's healthy clock (fresh seed 3002, job 5033): each GPU dips 5-15% in 2% of sweeps
+    # at random; one node dipped three sweeps in a row, each time on another GPU (gpu3, gpu7,
+    # gpu4), every dip twice past the ~2.5% line. A GPU held low stays the node's slowest (the
+    # node reports its first GPU among equals), so chance on three GPUs is not one GPU's fault.
+    clock = 0.988 * _noise(4, (8, 12), 0.005)
+    dips = {5: ("gpu3", 0.877), 6: ("gpu7", 0.857), 7: ("gpu4", 0.88)}
+    samples = _samples("sm_clock_ratio",
+                       lambda i, s: dips[s][1] if i == 2 and s in dips else float(clock[i, s]),
+                       lambda i, s: dips[s][0] if i == 2 and s in dips else f"gpu{(i + s) % 8}")
+    assert detect_frame(samples, _job(NODES), None, CFG) == []
+    # the same three dips on one GPU are that GPU held low: a suspect at the third sweep
+    held = samples.assign(component=np.where(samples["node"] == "gpu003", "gpu3",
+                                             samples["component"]))
+    found = detect_frame(held, _job(NODES), None, CFG)
+    assert [(e.node, e.metric) for e in found] == [("gpu003", "sm_clock_ratio")]
+
+
 def test_a_slowest_rank_that_rotates_is_the_workload_not_a_slow_node():
     # one node's slowest rank ~4.5% past its peers' (past its 2.5% line, short of twice it),
     # a new rank each sweep: uneven sequence lengths by data shard, not a GPU
