@@ -38,6 +38,12 @@ STRONG = 2.0
 # A node's start in a job: the first this many judged slots (the less off of them: an onset in
 # the second slot still leaves a level start).
 STEADY_SLOTS = 2
+# Metrics whose run short of STRONG needs a word from another metric on the same component
+# before persist_sweeps suffice, else one sweep more: a GPU held in HW or thermal slowdown runs
+# its clock low (sm_clock_ratio, the same GPU at least half a line under its peers in one of
+# the run's slots); two chance slowdown jitters on one of a node's 8 GPUs in a row leave the
+# clock with its peers'.
+CORROBORATED_BY = {"throttle_hw_frac": "sm_clock_ratio"}
 _NO_GROUP = ""
 
 
@@ -390,7 +396,11 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     need = o["metric"].map({m: r.persist or rules.persist_sweeps
                             for m, r in rules.metrics.items()}).fillna(rules.persist_sweeps)
     o = o.assign(pos=o["outlier"].astype(int).groupby(o["run"]).cumsum())
-    hit = o[o["outlier"] & (o["pos"] == need)]
+    # a run that needs corroboration and has none yet waits one sweep more
+    vouched = (_corroborated(obs, o, rules) & o["outlier"].to_numpy()).astype(int)
+    vouched = pd.Series(vouched, index=o.index).groupby(o["run"]).cumsum() > 0
+    waits = o["metric"].isin([m for m in CORROBORATED_BY if m in rules.metrics]) & ~vouched
+    hit = o[o["outlier"] & (o["pos"] >= need + waits.astype(int))].drop_duplicates("run")
     confirmed = hit.set_index("run")["time"].rename("confirmed")
     o = o[o["outlier"] & o["run"].isin(confirmed.index)]
     o = o[~o["run"].isin(_role_runs(obs, o, key))]
@@ -405,6 +415,31 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
                                  deviation=("deviation", "median"), slots=("slot", "size"))
             .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
     return runs.reset_index(drop=True)[cols]
+
+
+def _corroborated(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarray:
+    """Rows of a CORROBORATED_BY metric whose slot vouches for a fault on its component: at
+    least STRONG lines past, or the other metric's sample of the same node and slot names the
+    same component at least half a line on its bad side (deviation >= k / 2)."""
+    out = np.zeros(len(o), dtype=bool)
+    for metric, other in CORROBORATED_BY.items():
+        mine = (o["metric"] == metric).to_numpy()
+        if not mine.any() or metric not in rules.metrics:
+            continue
+        dev = o["deviation"].to_numpy(dtype=float)
+        out |= mine & (dev >= STRONG * rules.k)
+        if other not in rules.metrics:
+            continue
+        word = obs.loc[obs["metric"] == other, ["job_id", "node", "slot", "component",
+                                                 "deviation"]]
+        word = word[word["deviation"] >= rules.k / 2].drop_duplicates(
+            ["job_id", "node", "slot", "component"])
+        if word.empty:
+            continue
+        rows = o.loc[mine, ["job_id", "node", "slot", "component"]].reset_index()
+        agree = rows.merge(word, on=["job_id", "node", "slot", "component"], how="inner")
+        out[o.index.get_indexer(agree["index"].unique())] = True
+    return out
 
 
 def _count_fell(o: pd.DataFrame, at: np.ndarray, have: np.ndarray, rules: Rules) -> np.ndarray:
