@@ -224,16 +224,17 @@ def test_a_dip_on_another_node_within_a_sweep_of_an_onset_is_still_the_same_move
 
 
 def test_a_node_still_displaced_in_the_outliers_slot_moves_with_it_from_a_sweep_away():
-    # node 0 is a stage that moves a quarter less over NVLink all along (inside the 30% line);
-    # its deeper dip in slot 5 (to 0.6) was sampled more than a sweep before node 3's two dips
-    # (slots 6 and 7), but node 0 is still displaced in slot 6 by more than half that dip: a
+    # node 0 moves a quarter less over NVLink from slot 5 on (inside the 30% line; level with
+    # its peers before: a node lighter all along is judged at its own level, LEVELLED), after
+    # a deeper dip in slot 5 (to 0.6) sampled more than a sweep before node 3's two dips
+    # (slots 6 and 7); node 0 is still displaced in slot 6 by more than half that dip: a
     # state on at node 3's moment, as a leaf switch's congestion is, so slot 6 is the job's and
     # node 3's two dips are no run. With "past its own line" as the test of a state still on
     # (the first cut of the timing rule), node 0 did not count and node 3 was a suspect
     f = _nvlink_onset(dipper=0)
     slot = (f["time"] - T0).dt.total_seconds().floordiv(300).astype(int)
     n0, n3 = f["node"] == "n0", f["node"] == "n3"
-    f.loc[n0, "value"] = 80e9 * np.where(slot[n0] == 5, 0.6, 0.75)
+    f.loc[n0, "value"] = 80e9 * np.where(slot[n0] == 5, 0.6, np.where(slot[n0] < 5, 1.0, 0.75))
     f.loc[n3 & (slot >= 8), "value"] = 80e9
     f.loc[n3 & (slot >= 8), "component"] = "gpu5"
     assert find_runs(judged(f, _nvlink_job(), None, RULES), RULES).empty

@@ -44,6 +44,16 @@ STEADY_SLOTS = 2
 # the run's slots); two chance slowdown jitters on one of a node's 8 GPUs in a row leave the
 # clock with its peers'.
 CORROBORATED_BY = {"throttle_hw_frac": "sm_clock_ratio"}
+# Metrics whose level a node's role sets, judged against the node's own level in the job: a
+# pipeline's last stage moves less over NVLink, and when no step file names the stage its
+# nodes widen the job's spread until the line sits at its cap and a GPU at half its bytes
+# crosses it only now and then. A node's level is its share of its peers' median over its
+# first LEVEL_SLOTS judged slots (the median of them: one checkpoint among them does not
+# move it), and only the lighter side of 1 (a node busier than its peers is judged as one at
+# the median). A node at its level from its first slots (no onset, e.g. links down before the
+# job) is still judged against its peers when STRONG lines past them.
+LEVELLED = frozenset({"nvlink_data_rate"})
+LEVEL_SLOTS = 3
 _NO_GROUP = ""
 
 
@@ -584,7 +594,45 @@ def judged(samples: pd.DataFrame, membership: pd.DataFrame, steps: pd.DataFrame 
     obs = pd.concat([telemetry_observations(samples, membership, rules),
                      step_observations(steps, membership, rules)], ignore_index=True)
     obs = obs.astype({"slot": "int64", "value": "float64"})
-    return judge_slots(obs, rules)
+    return _levelled(obs, judge_slots(obs, rules), rules)
+
+
+def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules) -> pd.DataFrame:
+    """The LEVELLED metrics' rows judged again with each node's value over its own level in
+    the job (its role), the line and median given back in the node's units; a row STRONG
+    lines past its peers as it is keeps that judgement."""
+    names = [m for m in LEVELLED if m in rules.metrics]
+    lev = raw["metric"].isin(names).to_numpy()
+    if not lev.any():
+        return raw
+    key = ["job_id", "node", "group", "metric"]
+    r = raw[lev]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = r["value"] / r["median"].where(r["median"] > 0)
+    first = (r.assign(share=share).sort_values("slot").groupby(key, sort=False)
+             .head(LEVEL_SLOTS).groupby(key, sort=False)["share"].median())
+    sign = pd.Series({m: rules.metrics[m].sign for m in names})
+    lighter = sign.reindex(first.index.get_level_values("metric")).to_numpy()
+    # only the lighter side of 1: LOW metrics min(share, 1), HIGH ones max(share, 1)
+    level = pd.Series(np.where(lighter < 0, np.minimum(first, 1.0), np.maximum(first, 1.0)),
+                      index=first.index, name="level")
+    level = level[np.isfinite(level.to_numpy()) & (level.to_numpy() > 0)]
+    o = obs[obs["metric"].isin(names)].join(level, on=key, how="inner")
+    if o.empty:
+        return raw
+    adj = judge_slots(o.assign(value=o["value"] / o["level"]).drop(columns="level"), rules)
+    adj = adj.join(level, on=key).set_index(key + ["slot"])
+    was = r.set_index(key + ["slot"])
+    adj = adj[adj.index.isin(was.index)]
+    alone = r[~was.index.isin(adj.index)]  # no level (a peers' median of 0): as they were
+    was = was.loc[adj.index]
+    out = adj.assign(value=was["value"], median=was["median"], line=adj["line"] * adj["level"])
+    out = out.drop(columns="level")
+    keep = (was["outlier"] & (was["deviation"] >= STRONG * rules.k) & ~adj["outlier"])
+    out.loc[keep.to_numpy()] = was.loc[keep.to_numpy(), out.columns].to_numpy()
+    out = out.reset_index()[raw.columns].astype(raw.dtypes.to_dict())
+    parts = [f for f in (raw[~lev], alone) if len(f)]
+    return pd.concat([*parts, out], ignore_index=True) if parts else out
 
 
 def detect_frame(samples: pd.DataFrame, membership: pd.DataFrame,
