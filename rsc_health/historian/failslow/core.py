@@ -389,6 +389,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     same = (o[key] == o[key].shift()).all(axis=1)
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
     comp = o["component"].fillna("").astype(str)
+    o = _onset_on_an_event(obs, o, adjacent.to_numpy(), comp.to_numpy(), rules)
     strong = o["deviation"].to_numpy(dtype=float) >= STRONG * rules.k
     strong &= ~_per_metric(o["metric"], rules, lambda r: r.same_component, False, bool)
     # the component and strength of the last outlying slot before each row (in its key)
@@ -425,6 +426,64 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
                                  deviation=("deviation", "median"), slots=("slot", "size"))
             .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
     return runs.reset_index(drop=True)[cols]
+
+
+def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
+                       comp: np.ndarray, rules: Rules) -> pd.DataFrame:
+    """The first slot of a node's run counts as outlying though the job moved with it (job-
+    wide) when the job's move was over by the next slot and the node's was not: in that next
+    slot the node is an outlier at a like value (within its line) on the same component, and
+    every other node that moved at least half as far in the first slot or the one before is
+    back to under half that move (no sample: not known to be back). The onset fell on a
+    one-sweep event (a checkpoint idling links, one sweep of a phase) and the node stayed
+    where it went. A leaf
+    switch's congestion or a phase keeps its nodes displaced (not counted, as before), and a
+    job-wide slot between two outlying ones is still a blip (counting it would confirm the run
+    at a slot whose judgement needs the next). Telemetry only, and not `counts` metrics (a
+    fabric event's late samplers count errors alone at its level the slot after); step times
+    share one clock and their job-wide slots are the workload's phases."""
+    jw = o["job_wide"].to_numpy()
+    if not jw.any():
+        return o
+    counted = _per_metric(o["metric"], rules, lambda r: r.counts, False, bool)
+    value = o["value"].to_numpy(dtype=float)
+    outlier = o["outlier"].to_numpy()
+
+    def after(a: np.ndarray, fill: object) -> np.ndarray:  # each row's next row's value
+        return np.append(a[1:], np.asarray([fill], dtype=a.dtype))
+
+    nxt = np.append(adjacent[1:], False)  # the next row is this key's next slot
+    first = ~(adjacent & np.append(False, outlier[:-1]))  # no outlying slot right before
+    with np.errstate(invalid="ignore"):
+        like = np.abs(value - after(value, np.nan)) <= after(o["line"].to_numpy(dtype=float),
+                                                             np.nan)
+    cand = (jw & first & ~counted & (o["source"] == TELEMETRY).to_numpy() & nxt
+            & after(outlier, False) & (after(comp, "") == comp) & like)
+    if not cand.any():
+        return o
+    # the job's move in the slot and the next: each node off the job's median (every group)
+    key = ["job_id", "metric", "slot"]
+    jm = obs[obs["job_id"].isin(o.loc[cand, "job_id"]) & obs["metric"].isin(o.loc[cand, "metric"])]
+    sign = _per_metric(jm["metric"], rules, lambda r: r.sign)
+    bad = jm[key + ["node"]].assign(
+        bad=sign * (jm["value"] - jm.groupby(key, sort=False)["value"].transform("median"))
+        .to_numpy(dtype=float))
+    mine = o.loc[cand, key + ["node"]].assign(row=np.flatnonzero(cand))
+    mine = mine.merge(bad, on=key + ["node"], how="left")
+    # those that moved in the slot, or in the slot before (what made it the job's may have
+    # been sampled there: a shift caught at another phase)
+    around = pd.concat([bad, bad.assign(slot=bad["slot"] + 1)], ignore_index=True)
+    movers = mine.merge(around, on=key, suffixes=("", "_other"))
+    movers = movers[(movers["node_other"] != movers["node"])
+                    & (movers["bad_other"] >= movers["bad"] / 2)]
+    later = bad.assign(slot=bad["slot"] - 1).rename(columns={"node": "node_other",
+                                                             "bad": "bad_next"})
+    movers = movers.merge(later, on=key + ["node_other"], how="left")
+    still = ~(movers["bad_next"] < movers["bad_other"] / 2)  # NaN (no sample): still on
+    held = set(movers.loc[still.to_numpy(), "row"])
+    promote = np.zeros(len(o), dtype=bool)
+    promote[[r for r in np.flatnonzero(cand) if r not in held]] = True
+    return o.assign(outlier=outlier | promote, job_wide=jw & ~promote)
 
 
 def _corroborated(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarray:
