@@ -197,3 +197,57 @@ def test_a_failing_port_that_halves_once_after_a_burst_is_found_one_sweep_later(
     times = samples[(samples["node"] == "gpu004")].sort_values("time")["time"]
     assert list(runs["node"]) == ["gpu004"]
     assert runs["confirmed"].iloc[0] == times.iloc[8]
+
+
+NODES16 = [f"gpu{i:03d}" for i in range(1, 17)]
+
+
+def _pipeline_nvlink(degraded: dict[int, tuple[int, float]], seed: int = 11,
+                     sweeps: int = 16) -> pd.DataFrame:
+    """16 nodes of a 4-stage pipeline the job does not name (no step file): the last stage
+    (nodes 12-15) moves 0.75 of the others' NVLink bytes (a role); each node a few percent off
+    the job's level, 5% noise a sample (the lab's healthy spread). degraded: {node: (from
+    sweep, share of its own bytes)}."""
+    rng = np.random.default_rng(seed)
+    offset = np.exp(rng.normal(0, 0.03, (16, 1)))
+    table = 40 * GB * offset * np.exp(rng.normal(0, 0.05, (16, sweeps)))
+    table[12:] *= 0.75
+    rows = []
+    for i, node in enumerate(NODES16):
+        phase = int(rng.integers(5, 290))
+        for s in range(sweeps):
+            v = float(table[i, s])
+            comp = f"gpu{(i + s) % 8}"
+            if i in degraded and s >= degraded[i][0]:
+                v *= degraded[i][1]
+                comp = "gpu2"
+            rows.append({"node": node, "time": T0 + timedelta(seconds=60 + 300 * s + phase),
+                         "metric": "nvlink_data_rate", "value": v, "component": comp})
+    return pd.DataFrame(rows)
+
+
+def test_a_gpu_at_half_its_bytes_beside_a_lighter_last_stage_is_found_in_two_sweeps():
+    """Lab seed 3003, job 5108: a lighter last stage the telemetry cannot name widens the
+    job's spread, the line sits at its 50% cap, and a GPU dropping to 0.55 of its own bytes
+    crossed it only now and then (found 27 minutes late). Each node is judged against its own
+    level in the job (its first slots' share of the peers' median, the lighter role only):
+    the stage is level with the rest, and the drop is 45% of the node's own bytes."""
+    samples = _pipeline_nvlink({2: (6, 0.55)})
+    job = _job(NODES16)
+    rules = Rules.from_config(CFG)
+    runs = find_runs(judged(samples, job, None, rules), rules)
+    assert list(runs["node"]) == ["gpu003"] and list(runs["metric"]) == ["nvlink_data_rate"]
+    times = samples[samples["node"] == "gpu003"].sort_values("time")["time"].reset_index(
+        drop=True)
+    assert runs["since"].iloc[0] == times[6] and runs["confirmed"].iloc[0] == times[7]
+    # the lighter stage alone is a role: no suspect
+    assert detect_frame(_pipeline_nvlink({}), job, None, CFG) == []
+
+
+def test_a_gpu_whose_nvlink_was_down_before_its_job_began_is_still_a_suspect():
+    """A node's own level is its first slots': one at a fifth of its peers' bytes from the
+    start is at its level, and is still judged against its peers (four lines past: the
+    bar for a node with no onset)."""
+    samples = _pipeline_nvlink({5: (0, 0.2)})
+    found = detect_frame(samples, _job(NODES16), None, CFG)
+    assert [(e.node, e.metric) for e in found] == [("gpu006", "nvlink_data_rate")]

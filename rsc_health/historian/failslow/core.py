@@ -38,6 +38,22 @@ STRONG = 2.0
 # A node's start in a job: the first this many judged slots (the less off of them: an onset in
 # the second slot still leaves a level start).
 STEADY_SLOTS = 2
+# Metrics whose run short of STRONG needs a word from another metric on the same component
+# before persist_sweeps suffice, else one sweep more: a GPU held in HW or thermal slowdown runs
+# its clock low (sm_clock_ratio, the same GPU at least half a line under its peers in one of
+# the run's slots); two chance slowdown jitters on one of a node's 8 GPUs in a row leave the
+# clock with its peers'.
+CORROBORATED_BY = {"throttle_hw_frac": "sm_clock_ratio"}
+# Metrics whose level a node's role sets, judged against the node's own level in the job: a
+# pipeline's last stage moves less over NVLink, and when no step file names the stage its
+# nodes widen the job's spread until the line sits at its cap and a GPU at half its bytes
+# crosses it only now and then. A node's level is its share of its peers' median over its
+# first LEVEL_SLOTS judged slots (the median of them: one checkpoint among them does not
+# move it), and only the lighter side of 1 (a node busier than its peers is judged as one at
+# the median). A node at its level from its first slots (no onset, e.g. links down before the
+# job) is still judged against its peers when STRONG lines past them.
+LEVELLED = frozenset({"nvlink_data_rate"})
+LEVEL_SLOTS = 3
 _NO_GROUP = ""
 
 
@@ -373,6 +389,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     same = (o[key] == o[key].shift()).all(axis=1)
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
     comp = o["component"].fillna("").astype(str)
+    o = _onset_on_an_event(obs, o, adjacent.to_numpy(), comp.to_numpy(), rules)
     strong = o["deviation"].to_numpy(dtype=float) >= STRONG * rules.k
     strong &= ~_per_metric(o["metric"], rules, lambda r: r.same_component, False, bool)
     # the component and strength of the last outlying slot before each row (in its key)
@@ -390,7 +407,11 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     need = o["metric"].map({m: r.persist or rules.persist_sweeps
                             for m, r in rules.metrics.items()}).fillna(rules.persist_sweeps)
     o = o.assign(pos=o["outlier"].astype(int).groupby(o["run"]).cumsum())
-    hit = o[o["outlier"] & (o["pos"] == need)]
+    # a run that needs corroboration and has none yet waits one sweep more
+    vouched = (_corroborated(obs, o, rules) & o["outlier"].to_numpy()).astype(int)
+    vouched = pd.Series(vouched, index=o.index).groupby(o["run"]).cumsum() > 0
+    waits = o["metric"].isin([m for m in CORROBORATED_BY if m in rules.metrics]) & ~vouched
+    hit = o[o["outlier"] & (o["pos"] >= need + waits.astype(int))].drop_duplicates("run")
     confirmed = hit.set_index("run")["time"].rename("confirmed")
     o = o[o["outlier"] & o["run"].isin(confirmed.index)]
     o = o[~o["run"].isin(_role_runs(obs, o, key))]
@@ -405,6 +426,89 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
                                  deviation=("deviation", "median"), slots=("slot", "size"))
             .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
     return runs.reset_index(drop=True)[cols]
+
+
+def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
+                       comp: np.ndarray, rules: Rules) -> pd.DataFrame:
+    """The first slot of a node's run counts as outlying though the job moved with it (job-
+    wide) when the job's move was over by the next slot and the node's was not: in that next
+    slot the node is an outlier at a like value (within its line) on the same component, and
+    every other node that moved at least half as far in the first slot or the one before is
+    back to under half that move (no sample: not known to be back). The onset fell on a
+    one-sweep event (a checkpoint idling links, one sweep of a phase) and the node stayed
+    where it went. A leaf
+    switch's congestion or a phase keeps its nodes displaced (not counted, as before), and a
+    job-wide slot between two outlying ones is still a blip (counting it would confirm the run
+    at a slot whose judgement needs the next). Telemetry only, and not `counts` metrics (a
+    fabric event's late samplers count errors alone at its level the slot after); step times
+    share one clock and their job-wide slots are the workload's phases."""
+    jw = o["job_wide"].to_numpy()
+    if not jw.any():
+        return o
+    counted = _per_metric(o["metric"], rules, lambda r: r.counts, False, bool)
+    value = o["value"].to_numpy(dtype=float)
+    outlier = o["outlier"].to_numpy()
+
+    def after(a: np.ndarray, fill: object) -> np.ndarray:  # each row's next row's value
+        return np.append(a[1:], np.asarray([fill], dtype=a.dtype))
+
+    nxt = np.append(adjacent[1:], False)  # the next row is this key's next slot
+    first = ~(adjacent & np.append(False, outlier[:-1]))  # no outlying slot right before
+    with np.errstate(invalid="ignore"):
+        like = np.abs(value - after(value, np.nan)) <= after(o["line"].to_numpy(dtype=float),
+                                                             np.nan)
+    cand = (jw & first & ~counted & (o["source"] == TELEMETRY).to_numpy() & nxt
+            & after(outlier, False) & (after(comp, "") == comp) & like)
+    if not cand.any():
+        return o
+    # the job's move in the slot and the next: each node off the job's median (every group)
+    key = ["job_id", "metric", "slot"]
+    jm = obs[obs["job_id"].isin(o.loc[cand, "job_id"]) & obs["metric"].isin(o.loc[cand, "metric"])]
+    sign = _per_metric(jm["metric"], rules, lambda r: r.sign)
+    bad = jm[key + ["node"]].assign(
+        bad=sign * (jm["value"] - jm.groupby(key, sort=False)["value"].transform("median"))
+        .to_numpy(dtype=float))
+    mine = o.loc[cand, key + ["node"]].assign(row=np.flatnonzero(cand))
+    mine = mine.merge(bad, on=key + ["node"], how="left")
+    # those that moved in the slot, or in the slot before (what made it the job's may have
+    # been sampled there: a shift caught at another phase)
+    around = pd.concat([bad, bad.assign(slot=bad["slot"] + 1)], ignore_index=True)
+    movers = mine.merge(around, on=key, suffixes=("", "_other"))
+    movers = movers[(movers["node_other"] != movers["node"])
+                    & (movers["bad_other"] >= movers["bad"] / 2)]
+    later = bad.assign(slot=bad["slot"] - 1).rename(columns={"node": "node_other",
+                                                             "bad": "bad_next"})
+    movers = movers.merge(later, on=key + ["node_other"], how="left")
+    still = ~(movers["bad_next"] < movers["bad_other"] / 2)  # NaN (no sample): still on
+    held = set(movers.loc[still.to_numpy(), "row"])
+    promote = np.zeros(len(o), dtype=bool)
+    promote[[r for r in np.flatnonzero(cand) if r not in held]] = True
+    return o.assign(outlier=outlier | promote, job_wide=jw & ~promote)
+
+
+def _corroborated(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarray:
+    """Rows of a CORROBORATED_BY metric whose slot vouches for a fault on its component: at
+    least STRONG lines past, or the other metric's sample of the same node and slot names the
+    same component at least half a line on its bad side (deviation >= k / 2)."""
+    out = np.zeros(len(o), dtype=bool)
+    for metric, other in CORROBORATED_BY.items():
+        mine = (o["metric"] == metric).to_numpy()
+        if not mine.any() or metric not in rules.metrics:
+            continue
+        dev = o["deviation"].to_numpy(dtype=float)
+        out |= mine & (dev >= STRONG * rules.k)
+        if other not in rules.metrics:
+            continue
+        word = obs.loc[obs["metric"] == other, ["job_id", "node", "slot", "component",
+                                                 "deviation"]]
+        word = word[word["deviation"] >= rules.k / 2].drop_duplicates(
+            ["job_id", "node", "slot", "component"])
+        if word.empty:
+            continue
+        rows = o.loc[mine, ["job_id", "node", "slot", "component"]].reset_index()
+        agree = rows.merge(word, on=["job_id", "node", "slot", "component"], how="inner")
+        out[o.index.get_indexer(agree["index"].unique())] = True
+    return out
 
 
 def _count_fell(o: pd.DataFrame, at: np.ndarray, have: np.ndarray, rules: Rules) -> np.ndarray:
@@ -549,7 +653,45 @@ def judged(samples: pd.DataFrame, membership: pd.DataFrame, steps: pd.DataFrame 
     obs = pd.concat([telemetry_observations(samples, membership, rules),
                      step_observations(steps, membership, rules)], ignore_index=True)
     obs = obs.astype({"slot": "int64", "value": "float64"})
-    return judge_slots(obs, rules)
+    return _levelled(obs, judge_slots(obs, rules), rules)
+
+
+def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules) -> pd.DataFrame:
+    """The LEVELLED metrics' rows judged again with each node's value over its own level in
+    the job (its role), the line and median given back in the node's units; a row STRONG
+    lines past its peers as it is keeps that judgement."""
+    names = [m for m in LEVELLED if m in rules.metrics]
+    lev = raw["metric"].isin(names).to_numpy()
+    if not lev.any():
+        return raw
+    key = ["job_id", "node", "group", "metric"]
+    r = raw[lev]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        share = r["value"] / r["median"].where(r["median"] > 0)
+    first = (r.assign(share=share).sort_values("slot").groupby(key, sort=False)
+             .head(LEVEL_SLOTS).groupby(key, sort=False)["share"].median())
+    sign = pd.Series({m: rules.metrics[m].sign for m in names})
+    lighter = sign.reindex(first.index.get_level_values("metric")).to_numpy()
+    # only the lighter side of 1: LOW metrics min(share, 1), HIGH ones max(share, 1)
+    level = pd.Series(np.where(lighter < 0, np.minimum(first, 1.0), np.maximum(first, 1.0)),
+                      index=first.index, name="level")
+    level = level[np.isfinite(level.to_numpy()) & (level.to_numpy() > 0)]
+    o = obs[obs["metric"].isin(names)].join(level, on=key, how="inner")
+    if o.empty:
+        return raw
+    adj = judge_slots(o.assign(value=o["value"] / o["level"]).drop(columns="level"), rules)
+    adj = adj.join(level, on=key).set_index(key + ["slot"])
+    was = r.set_index(key + ["slot"])
+    adj = adj[adj.index.isin(was.index)]
+    alone = r[~was.index.isin(adj.index)]  # no level (a peers' median of 0): as they were
+    was = was.loc[adj.index]
+    out = adj.assign(value=was["value"], median=was["median"], line=adj["line"] * adj["level"])
+    out = out.drop(columns="level")
+    keep = (was["outlier"] & (was["deviation"] >= STRONG * rules.k) & ~adj["outlier"])
+    out.loc[keep.to_numpy()] = was.loc[keep.to_numpy(), out.columns].to_numpy()
+    out = out.reset_index()[raw.columns].astype(raw.dtypes.to_dict())
+    parts = [f for f in (raw[~lev], alone) if len(f)]
+    return pd.concat([*parts, out], ignore_index=True) if parts else out
 
 
 def detect_frame(samples: pd.DataFrame, membership: pd.DataFrame,
