@@ -82,6 +82,39 @@ def test_qualification_verdicts_are_exported_per_node_and_per_day(historian, tmp
 
 
 
+def test_a_site_catalog_the_historian_cannot_use_is_a_metric_not_a_warning_every_export(
+        historian, tmp_path):
+    """[xid] catalog_override names a file that is not on the historian host (or not
+    root's): the export judges by the packaged catalog. Before, every export (every 5
+    minutes, rsc-health-export.timer) wrote the same long warning to the journal twice and
+    nothing in the metrics said it; now the export says it once per run as
+    rsc_health_xid_catalog_override_unusable 1 (the RscHealthXidCatalogUnusable alert), and
+    not on stderr; 0 when the override is usable or none is set."""
+    missing = tmp_path / "policy" / "xid_site.toml"
+    config = tmp_path / "config.toml"
+    config.write_text(f'[xid]\ncatalog_override = "{missing}"\n')
+    out = tmp_path / "fleet.prom"
+
+    def run(config_path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rsc_health.cli", "--config",
+                               str(config_path), "--db", historian, "metrics", "export",
+                               "--out", str(out)],
+                              env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
+                              text=True, timeout=120)
+
+    for _ in range(2):
+        proc = run(config)
+        assert proc.returncode == 0, proc.stderr
+        assert "not used" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines() == [f"wrote {out}"], proc.stderr
+        got = samples(out.read_text())
+        assert [s.value for s in got["rsc_health_xid_catalog_override_unusable"]] == [1]
+    assert run(os.devnull).returncode == 0
+    assert [s.value for s in samples(out.read_text())[
+        "rsc_health_xid_catalog_override_unusable"]] == [0]
+
+
+
 
 @pytest.mark.skipif(not shutil.which("prometheus-node-exporter"),
                     reason="prometheus-node-exporter (Debian) not installed")
