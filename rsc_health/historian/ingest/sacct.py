@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import io
 import sqlite3
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
@@ -41,7 +42,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Engine, inspect, select
+from sqlalchemy import Engine, func, inspect, select
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateIndex
 
@@ -94,30 +95,36 @@ def sacct_argv(start: str, end: str) -> list[str]:
 
 
 def run_sacct(
-    start: str, end: str, acct: Accounting, *, form: str = "auto"
+    start: str, end: str, acct: Accounting, *, form: str = "auto", jobs: Sequence[str] = ()
 ) -> tuple[bytes, dict[str, str] | None]:
     """sacct's output for [start, end], times in UTC, and the exit codes that go with it.
 
     --json where the release has it (`form` "auto" or "json"): no user text can shift a field.
     22.05's JSON loses a job's exit code, so a second run reads JobIDRaw, Submit, Start and
     ExitCode (no free text in them) and its codes win. --parsable2 with the unit separator
-    ("parsable", or "auto" on a release whose sacct refuses --json). SacctError when sacct is
-    missing, silent or refuses."""
+    ("parsable", or "auto" on a release whose sacct refuses --json). Only the job ids `jobs`
+    (sacct -j) when given. SacctError when sacct is missing, silent or refuses."""
     if form not in SACCT_FORMS:
         raise SacctError(f"[historian] sacct_format must be one of {', '.join(SACCT_FORMS)}, "
                          f"not {form!r}")
     try:
         if form in ("auto", "json"):
             try:
-                data = acct.sacct_json(start, end)
+                data = acct.sacct_json(start, end, *_jobs(jobs))
             except SlurmCommandError as exc:
                 if form == "json" or "json" not in exc.stderr.lower():
                     raise
             else:
-                return data, exit_codes(acct.sacct_exit_codes(start, end))
-        return acct.sacct_parsable(start, end, (*FIELDS, *OPTIONAL_FIELDS)), None
+                return data, exit_codes(acct.sacct_exit_codes(start, end, *_jobs(jobs)))
+        return acct.sacct_parsable(start, end, (*FIELDS, *OPTIONAL_FIELDS), *_jobs(jobs)), None
     except SlurmError as exc:
         raise SacctError(str(exc)) from exc
+
+
+def _jobs(jobs: Sequence[str]) -> tuple:
+    """The `jobs` argument for an Accounting run: none at all for a window (an Accounting
+    of before, or a test's, need not take it)."""
+    return (list(jobs),) if jobs else ()
 
 
 def ingest_text(
@@ -129,6 +136,7 @@ def ingest_text(
     exit_codes: dict[str, str] | None = None,
     cluster: str = "",
     default_cluster: str = "",
+    seen: set[str] | None = None,
 ) -> IngestReport:
     """Load sacct output, --json or --parsable2 (a path, an open file, the text or its bytes).
 
@@ -138,10 +146,11 @@ def ingest_text(
     On PostgreSQL every statement has `statement_timeout_s`.
 
     Each job's cluster is `cluster` when given ([historian] cluster), else the input's Cluster
-    field, else `default_cluster` (slurm.conf's ClusterName for a run of sacct), else ''."""
+    field, else `default_cluster` (slurm.conf's ClusterName for a run of sacct), else ''.
+    `seen`, when given, gets the JobIDRaw of every instance read."""
     try:
         return _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
-                       (cluster, default_cluster))
+                       (cluster, default_cluster), seen)
     except DBAPIError as exc:
         raise SacctError(_database_failed(engine, exc)) from exc
     except Exception as exc:
@@ -155,7 +164,7 @@ def _database_failed(engine: Engine, exc: Exception) -> str:
 
 
 def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
-            clusters: tuple[str, str]) -> IngestReport:
+            clusters: tuple[str, str], seen: set[str] | None = None) -> IngestReport:
     report = IngestReport("sacct")
     hosts_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
     # Parsing (and for PostgreSQL, encoding for COPY) runs a block ahead of the writes, on
@@ -165,6 +174,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
                exit_codes=exit_codes, text_times=engine.dialect.name != "postgresql"),
         report,
         *clusters,
+        seen,
     )
     if engine.dialect.name == "postgresql":
         stream = sacct_pg.prepared(stream)
@@ -194,7 +204,8 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
     return report
 
 
-def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: str = ""):
+def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: str = "",
+              seen: set[str] | None = None):
     """The parsed blocks, with what each could not take added to `report` as it goes and
     the rows each hands on counted as written; each job's cluster named (see ingest_text)."""
     problems: BlockProblems
@@ -216,6 +227,8 @@ def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: 
         report.skip(JOB_STEP, problems.steps)
         report.written += block.jobs.num_rows
         keys.append(_hashed_keys(block.jobs.column("instance_key")))
+        if seen is not None:
+            seen.update(pc.unique(block.jobs.column("job_id")).to_pylist())
         newest = _newest_time(block)
         if newest is not None and (report.newest is None or newest > report.newest):
             report.newest = newest
@@ -534,8 +547,10 @@ def ingest_incremental(
     start = since or get_cursor(engine) or default_start
     now = _utcnow().replace(tzinfo=None, microsecond=0)
     data, codes = run_sacct(start, now.strftime(_SACCT_TIME), acct, form=form)
+    seen: set[str] = set()
+    default_cluster = cluster_name()
     report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
-                         cluster=cluster, default_cluster=cluster_name())
+                         cluster=cluster, default_cluster=default_cluster, seen=seen)
     cursor = next_start(start, now, report.newest, overlap_s)
     try:
         with writer(engine).begin() as conn:
@@ -544,4 +559,59 @@ def ingest_incremental(
         raise SacctError(
             f"jobs loaded, but the cursor was not saved: {database_failed('sacct', exc)}"
         ) from exc
+    _reread_open(engine, start, now, seen, report, acct=acct, form=form,
+                 gpus_per_node=gpus_per_node, cluster=cluster or default_cluster)
     return report
+
+
+# At most this many job ids per `sacct -j` (its command line), and per run.
+REREAD_IDS = 500
+REREAD_MAX = 5000
+REREAD = "open in the historian, not in the window: re-read by job id (a runaway job fixed)"
+NOT_IN_SLURMDBD = "open in the historian, not in slurmdbd at all: left open"
+
+
+def _reread_open(engine: Engine, start: str, now: datetime, seen: set[str],
+                 report: IngestReport, *, acct: Accounting, form: str, gpus_per_node: int,
+                 cluster: str) -> None:
+    """Re-read by id the jobs the historian holds open (no end) from before the window that
+    the window did not return, and load them as any sacct output.
+
+    A window returns every job that was in any state during it, so a job still running is
+    in it. One it left out ended before the window as far as slurmdbd knows: most often a
+    runaway job an operator fixed (`sacctmgr show runawayjobs`: its end set to its start,
+    days back), which no later window would ever return. Only this cluster's rows (or
+    those that name none); the oldest first, at most REREAD_MAX per run."""
+    try:
+        begun = parse_time(start)
+    except ValueError:  # a --since that is not a time: no window start to compare with
+        return
+    J = schema.jobs
+    query = (select(J.c.job_id, func.min(J.c.submit))
+             .where(J.c.end.is_(None), J.c.start.is_not(None), J.c.start < begun)
+             .group_by(J.c.job_id).order_by(func.min(J.c.submit), J.c.job_id))
+    if cluster:
+        query = query.where(J.c.cluster.in_((cluster, "")))
+    with engine.connect() as conn:
+        open_ids = [(str(j), submit) for j, submit in conn.execute(query)
+                    if str(j) not in seen and str(j).isdigit()][:REREAD_MAX]
+    for at in range(0, len(open_ids), REREAD_IDS):
+        chunk = open_ids[at:at + REREAD_IDS]
+        ids = [j for j, _ in chunk]
+        first = min(_as_time(submit) for _, submit in chunk)
+        data, codes = run_sacct(first.strftime(_SACCT_TIME), now.strftime(_SACCT_TIME), acct,
+                                form=form, jobs=ids)
+        found: set[str] = set()
+        again = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
+                            cluster=cluster, seen=found)
+        report.read += again.read
+        report.written += again.written
+        report.note(REREAD, again.written)
+        for cause, n in again.dropped.items():
+            report.skip(cause, n)
+        report.note(NOT_IN_SLURMDBD, len(set(ids) - found))
+
+
+def _as_time(value) -> datetime:
+    """A time column's value (SQLite hands back text in an aggregate) as a datetime."""
+    return value if isinstance(value, datetime) else parse_time(str(value))
