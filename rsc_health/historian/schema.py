@@ -38,8 +38,9 @@ from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names
 # nvlink_data_rate, remapped_rows, remap_low_banks and ib_error_rate (0014); 15:
 # node_inventory.gpu_model, the GPU model of a node (0015); 16: the telemetry rollups'
 # `sweeps`, a row's sample count kept once (0016); 17: job_exclusions keyed by the job instance
-# (job_id, node, time): a reused job id is a new job (0017).
-SCHEMA_VERSION = 17
+# (job_id, node, time): a reused job id is a new job (0017); 18: jobs.instance_key wide enough
+# to name its cluster, for two clusters' jobs with one JobIDRaw:Submit:Start (0018).
+SCHEMA_VERSION = 18
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -152,7 +153,11 @@ jobs = Table(
     Column("nodelist", Text, nullable=False, default=""),
     # "<JobIDRaw>:<Submit>:<Start or ''>" -- NULLs never collide in a UNIQUE constraint, so the
     # instance key is spelled out; re-ingesting the same sacct row updates, never duplicates.
-    Column("instance_key", key_text(96), nullable=False, unique=True),
+    # "...@<cluster>" for a job whose plain key another cluster's job holds (version 18,
+    # ingest.sacct.own_keys): up to 137 characters. PostgreSQL's VARCHAR(160) since; SQLite
+    # keeps the VARCHAR(96) it was made with (it holds text to no declared length).
+    Column("instance_key", String(96).with_variant(String(160, collation="C"), "postgresql"),
+           nullable=False, unique=True),
     # Which Slurm cluster ran it (version 4): sacct's Cluster, or [historian] cluster; '' for
     # rows from before, until a re-read names it.
     Column("cluster", String(64), nullable=False, default="", server_default=""),

@@ -299,15 +299,49 @@ def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
     restore = _defer_pg_constraints(conn, bool(deferred))
     if conn.dialect.name == "postgresql":
         sacct_pg.load(conn, parsed, lambda source: _upsert_sql(conn, source),
-                      first_load=bool(deferred))
+                      first_load=bool(deferred), own_keys=own_keys)
     else:
         for block in parsed:
+            # A first backfill's table held no key (and is left unasked, for speed): the
+            # block's own rows only.
+            block.jobs = own_keys(conn, block.jobs, look_up=not deferred)
             columns = [block.jobs.column(c).to_pylist() for c in JOB_COLUMNS]
             _write_jobs(conn, columns, block.hosts_json())
     for index in deferred:
         index.create(conn)
     for statement in restore:
         conn.exec_driver_sql(statement)
+
+
+def own_keys(conn, jobs: pa.Table, *, look_up: bool = True) -> pa.Table:
+    """`jobs` with the instance key of each job whose JobIDRaw:Submit:Start another
+    cluster's job holds made <key>@<cluster>: two clusters number their jobs apart, and two
+    set up together can give the same id to jobs submitted and started in the same seconds.
+    Without it the second updated the first's row (or was lost in it, its end being final).
+    The holder is the stored row (`look_up`: one indexed look-up per key, BATCH_ROWS keys a
+    statement), else the block's first row with the key. A job that names no cluster, or a
+    stored row that names none (read before the cluster was known: the upsert names it
+    now), keeps the plain key; so a re-read of either cluster's job finds its own row."""
+    clusters = jobs.column("cluster")
+    if not pc.any(pc.not_equal(clusters, "")).as_py():
+        return jobs
+    keys = jobs.column("instance_key").to_pylist()
+    clusters = clusters.to_pylist()
+    held: dict[str, str] = {}
+    if look_up:
+        asked = sorted({k for k, c in zip(keys, clusters, strict=True) if c})
+        J = schema.jobs
+        for at in range(0, len(asked), BATCH_ROWS):
+            held.update(conn.execute(select(J.c.instance_key, J.c.cluster).where(
+                J.c.instance_key.in_(asked[at:at + BATCH_ROWS]), J.c.cluster != "")).all())
+    owned = []
+    for k, c in zip(keys, clusters, strict=True):
+        holder = held.setdefault(k, c) if c else c
+        owned.append(f"{k}@{c}" if holder != c else k)
+    if owned == keys:
+        return jobs
+    at = jobs.schema.get_field_index("instance_key")
+    return jobs.set_column(at, "instance_key", pa.array(owned, jobs.schema.field(at).type))
 
 
 def _bulk_load(cursor, engine: Engine, parsed) -> None:
@@ -322,6 +356,7 @@ def _bulk_load(cursor, engine: Engine, parsed) -> None:
     for block in parsed:
         if not block.jobs.num_rows:
             continue
+        block.jobs = own_keys(None, block.jobs, look_up=False)  # the table held nothing
         max_before = _max_id(cursor)
         cursor.executemany(upsert, block.jobs.select(list(JOB_COLUMNS)))
         if _max_id(cursor) == max_before + block.jobs.num_rows:
