@@ -80,8 +80,12 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
         drains = conn.execute(select(func.count()).where(
             a.c.action.in_(sorted(DRAIN_KINDS)),
             a.c.time >= now - timedelta(hours=24))).scalar()
-        last_job = conn.execute(select(func.max(j.c.end))).scalar()
-        last_run = conn.execute(select(func.max(schema.node_runs.c.last_seen))).scalar()
+        # The newest up to now: one End or run stamped ahead by a wrong clock (slurmctld's,
+        # a node's) would otherwise make the feed look fresh (age 0) for as long as it stays.
+        last_job = conn.execute(select(func.max(j.c.end)).where(j.c.end <= now)).scalar()
+        r = schema.node_runs
+        last_run = conn.execute(select(func.max(r.c.last_seen))
+                                .where(r.c.last_seen <= now)).scalar()
     findings = Gauge("rsc_health_open_findings", "Open non-ok check states by severity",
                      ["severity"], registry=reg)
     for sev, n in open_bad:

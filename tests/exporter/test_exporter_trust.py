@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
 
 from rsc_health.historian import db, schema
+from rsc_health.historian.ingest import sacct
+from tests.historian.test_ingest_adversarial import _parsable, _row
 from tests.ports import free_port as _free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -214,3 +216,30 @@ def test_a_full_disk_keeps_the_last_file_whole_and_leaves_no_temporary(historian
     assert "cannot write" in proc.stderr
     assert out.read_text() == "# the last good export\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.prom", "historian.db"]
+
+
+def test_a_job_or_run_stamped_in_the_future_does_not_make_stale_data_look_fresh(historian,
+                                                                                tmp_path):
+    """slurmctld with a clock years ahead stamped one job's End 2099 (sacct takes it: it ran
+    an hour), and a node whose clock runs a day fast delivered a run. rsc_health_data_age_
+    seconds was the age of the newest End and node run, clamped at 0: 0 for ever, so a
+    dashboard showed the sacct and spool feeds fresh while the ingest had stopped days ago.
+    Now only times up to the export's own now count (as the report's stale-inputs line
+    does): the real newest job ended two days ago, and the real newest run is too."""
+    eng = create_engine(historian)
+    now = datetime.utcnow()
+    sacct.ingest_text(eng, _parsable([
+        _row("1", Start=f"{now - timedelta(days=2, hours=1):%Y-%m-%dT%H:%M:%S}",
+             End=f"{now - timedelta(days=2):%Y-%m-%dT%H:%M:%S}"),
+        _row("2", Submit="2099-01-01T00:00:00", Eligible="2099-01-01T00:00:00",
+             Start="2099-01-01T00:00:05", End="2099-01-01T01:00:05")]))
+    with eng.begin() as conn:
+        conn.execute(schema.node_runs.insert().values(
+            node="fast-clock", source="sweep", last_seen=now + timedelta(days=1), level="ok"))
+    eng.dispose()
+    out = tmp_path / "fleet.prom"
+    assert export(historian, out).returncode == 0
+    age = {s.labels["source"]: s.value for s in samples(out.read_text())[
+        "rsc_health_data_age_seconds"]}
+    assert 2 * 86400 - 600 < age["sacct"] < 2 * 86400 + 600, age
+    assert 2 * 86400 - 600 < age["spool"] < 2 * 86400 + 600, age
