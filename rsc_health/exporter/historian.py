@@ -73,7 +73,8 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
     c, a, j = schema.check_results, schema.node_actions, schema.jobs
     with engine.connect() as conn:
         open_bad = conn.execute(
-            select(c.c.severity, func.count()).where(c.c.is_open.is_(True), c.c.status != Status.OK)
+            select(c.c.severity, func.count())
+            .where(schema.open_interval(), c.c.status != Status.OK)
             .group_by(c.c.severity)).all()
         trips = conn.execute(select(func.count()).where(
             a.c.action == ActionKind.GUARD_TRIPPED, a.c.time >= now - timedelta(hours=24))).scalar()

@@ -23,8 +23,10 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    literal_column,
     text,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names the columns
 
@@ -92,6 +94,16 @@ check_results = Table(
     Index("ix_check_results_open", "node", "check", sqlite_where=text("is_open"),
           postgresql_where=text("is_open")),
 )
+
+
+def open_interval() -> ColumnElement[Any]:
+    """"The interval is open", as the partial index ix_check_results_open is made on: the bare
+    column. PostgreSQL's planner cannot prove that `is_open IS true` (`.is_(True)`) implies
+    `is_open`, nor SQLite that `is_open IS 1` or `is_open = 1` (what SQLAlchemy writes for
+    the bare Boolean there) does: with them the index was never used. For statements on
+    check_results under its own name (not an alias). Untyped, so that no dialect compares
+    it with true or 1."""
+    return literal_column("check_results.is_open")
 
 # The latest run of each node path entry point on each node (the spool's heartbeat records,
 # version 5): what `healthctl status`, `healthctl node` and the report read to name nodes that
