@@ -46,7 +46,7 @@ def test_upgrade_from_17_takes_a_long_clusters_job_beside_a_stored_one(dialect, 
                 end=datetime(2024, 3, 1, 9, 0, 5), nnodes=2, gpus=16, nodelist="gpu[001-002]",
                 instance_key="4711:2024-03-01T08:00:00:2024-03-01T08:00:05", cluster="alpha"))
         applied = db.migrate(old, 17)
-        assert applied == [18] and db.current_version(old) == schema.SCHEMA_VERSION
+        assert applied[0] == 18 and applied[-1] == db.current_version(old) == schema.SCHEMA_VERSION
         if dialect == "postgresql":
             assert _key_type(old).startswith("VARCHAR(160)")
         sacct.ingest_text(old, rows, cluster=CLUSTER)
