@@ -40,6 +40,8 @@ if "--json" in args:
 start = datetime.strptime(args[args.index("-S") + 1], fmt)
 end = datetime.strptime(args[args.index("-E") + 1], fmt)
 ids = set(args[args.index("-j") + 1].split(",")) if "-j" in args else None
+if ids is not None and os.environ.get("FAKE_REFUSE_J"):
+    sys.exit("sacct: error: this slurmdbd refuses -j")
 fields = next(a for a in args if a.startswith("--format=")).split("=", 1)[1].split(",")
 with open(os.environ["FAKE_SLURMDBD"]) as fh:
     world = json.load(fh)
@@ -118,3 +120,38 @@ def test_a_runaway_job_slurm_fixed_is_closed_not_left_running_for_ever(historian
     assert sorted(members["node"]) == ["gpu003", "gpu004"], members
     # And the next run has nothing left to re-read.
     assert len(run_at(R0 + timedelta(hours=3))) == 1
+
+
+def test_a_re_read_by_id_that_fails_keeps_the_window_and_says_so(historian, tmp_path,
+                                                                 monkeypatch):
+    """sacct -j refused (an old slurmdbd, a timeout): the window's jobs and the cursor are
+    kept, the run ends normally (the timer's next run tries again), and the report says
+    which re-read failed and how many jobs stay open."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "sacct"
+    fake.write_text(FAKE_SACCT.replace("PYTHON", sys.executable, 1))
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    world_file = tmp_path / "slurmdbd.json"
+    monkeypatch.setenv("FAKE_SLURMDBD", str(world_file))
+    monkeypatch.setenv("FAKE_REFUSE_J", "1")
+    runaway = _job("300", "gpu[001-002]", R0 - timedelta(days=3))
+    recent = _job("299", "gpu[005-006]", R0 - timedelta(hours=2), R0 - timedelta(minutes=30))
+    world_file.write_text(json.dumps({"jobs": [runaway, recent]}))
+    monkeypatch.setattr(sacct, "_utcnow", lambda: R0)
+    sacct.ingest_incremental(historian, since=f"{R0 - timedelta(days=4):{_FMT}}",
+                             form="parsable", acct=Accounting(timeout_s=600))
+    runaway["end"] = runaway["start"]
+    later = _job("301", "gpu[003-004]", R0 + timedelta(hours=1), R0 + timedelta(hours=2))
+    world_file.write_text(json.dumps({"jobs": [runaway, recent, later]}))
+    monkeypatch.setattr(sacct, "_utcnow", lambda: R0 + timedelta(hours=3))
+    report = sacct.ingest_incremental(historian, form="parsable",
+                                      acct=Accounting(timeout_s=600))
+    J = schema.jobs
+    with historian.connect() as conn:
+        got = dict(conn.execute(select(J.c.job_id, J.c.state)).all())
+    assert got == {"299": "COMPLETED", "300": "RUNNING", "301": "COMPLETED"}
+    assert sacct.get_cursor(historian) > f"{R0:{_FMT}}"
+    (cause, n), = [(c, n) for c, n in report.noted.items() if "refuses -j" in c]
+    assert n == 1 and cause.startswith(sacct.REREAD_FAILED), report.noted
