@@ -138,7 +138,8 @@ def test_one_file_with_two_clusters_jobs_of_one_key_keeps_both(historian):
     lines = text.splitlines()
     text = "\n".join([lines[0], lines[1] + "|alpha", lines[2] + "|beta"]) + "\n"
     for _ in range(2):
-        sacct.ingest_text(historian, text)
+        report = sacct.ingest_text(historian, text)
+        assert report.written == 2 and report.merged == {}, report  # none merged
         assert _jobs_and_nodes(historian) == {
             "alpha": ("4711", "COMPLETED", ["a01", "a02"]),
             "beta": ("4711", "FAILED", ["b07", "b08"])}

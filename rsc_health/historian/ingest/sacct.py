@@ -226,7 +226,9 @@ def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: 
         report.skip(NOT_STARTED, problems.pending - problems.steps)
         report.skip(JOB_STEP, problems.steps)
         report.written += block.jobs.num_rows
-        keys.append(_hashed_keys(block.jobs.column("instance_key")))
+        # a job's cluster with its key: two clusters' jobs with one key are two (own_keys)
+        keys.append(_hashed_keys(pc.binary_join_element_wise(
+            block.jobs.column("instance_key"), block.jobs.column("cluster"), "@")))
         if seen is not None:
             seen.update(pc.unique(block.jobs.column("job_id")).to_pylist())
         newest = _newest_time(block)
