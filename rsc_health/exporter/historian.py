@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 from sqlalchemy import Engine, func, select
 
 from rsc_health.historian import schema
+from rsc_health.historian.outages import OutageRules
 from rsc_health.model import DRAIN_KINDS, ActionKind, Status
 
 
@@ -72,15 +73,20 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
     c, a, j = schema.check_results, schema.node_actions, schema.jobs
     with engine.connect() as conn:
         open_bad = conn.execute(
-            select(c.c.severity, func.count()).where(c.c.is_open.is_(True), c.c.status != Status.OK)
+            select(c.c.severity, func.count())
+            .where(schema.open_interval(), c.c.status != Status.OK)
             .group_by(c.c.severity)).all()
         trips = conn.execute(select(func.count()).where(
             a.c.action == ActionKind.GUARD_TRIPPED, a.c.time >= now - timedelta(hours=24))).scalar()
         drains = conn.execute(select(func.count()).where(
             a.c.action.in_(sorted(DRAIN_KINDS)),
             a.c.time >= now - timedelta(hours=24))).scalar()
-        last_job = conn.execute(select(func.max(j.c.end))).scalar()
-        last_run = conn.execute(select(func.max(schema.node_runs.c.last_seen))).scalar()
+        # The newest up to now: one End or run stamped ahead by a wrong clock (slurmctld's,
+        # a node's) would otherwise make the feed look fresh (age 0) for as long as it stays.
+        last_job = conn.execute(select(func.max(j.c.end)).where(j.c.end <= now)).scalar()
+        r = schema.node_runs
+        last_run = conn.execute(select(func.max(r.c.last_seen))
+                                .where(r.c.last_seen <= now)).scalar()
     findings = Gauge("rsc_health_open_findings", "Open non-ok check states by severity",
                      ["severity"], registry=reg)
     for sev, n in open_bad:
@@ -95,8 +101,18 @@ def build(engine: Engine, cfg, now: datetime, *, window_days: float = 30.0) -> C
     for source, newest in (("sacct", last_job), ("spool", last_run)):
         if newest is not None:
             age.labels(source).set(max(0.0, (now - newest).total_seconds()))
-    _lemons(engine, cfg, now, reg)
-    _reliability(engine, cfg, now, window_days, reg)
+    # The site's application XIDs, read once per export. An [xid] catalog_override this host
+    # cannot use is a metric (the RscHealthXidCatalogUnusable alert), not a warning in the
+    # journal every 5 minutes: `healthctl lemons` and the report still say it in words.
+    rules = OutageRules.from_config(cfg.section("lemon"),
+                                    xid_catalog_override=cfg.get("xid.catalog_override"))
+    Gauge("rsc_health_xid_catalog_override_unusable",
+          "1 when the site's [xid] catalog_override cannot be used on the historian host "
+          "(missing, unreadable, not root's, invalid): the XIDs it marks as the "
+          "application's own count against the nodes; `healthctl lemons` says why",
+          registry=reg).set(1 if rules.xid_catalog_problem else 0)
+    _lemons(engine, cfg, now, reg, rules)
+    _reliability(engine, cfg, now, window_days, reg, rules)
     _qualify(engine, now, reg)
     _suspects(engine, now, reg)
     _telemetry(engine, cfg, now, reg)
@@ -213,8 +229,9 @@ def _qualify(engine: Engine, now: datetime, reg: CollectorRegistry) -> None:
         last.labels(node).set(1 if verdict == PASS else 0)
 
 
-def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
-    from rsc_health.historian.lemons.features import OutageRules, lemon_features
+def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry,
+            rules: OutageRules) -> None:
+    from rsc_health.historian.lemons.features import lemon_features
     from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, lemon_verdicts
 
     section = {**DEFAULTS, **cfg.section("lemon")}
@@ -222,7 +239,7 @@ def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
     features = lemon_features(engine, now, window,
                               early_fail_minutes=float(section["early_fail_minutes"]),
                               history_days=float(section["history_days"]),
-                              outages=OutageRules.of_site(cfg),
+                              outages=rules,
                               host_jobs=False)  # verdicts only; _reliability triages once
     verdicts = lemon_verdicts(engine, features, now, LemonRules.from_config(section),
                               window_days=window, with_evidence=False,
@@ -236,16 +253,14 @@ def _lemons(engine: Engine, cfg, now: datetime, reg: CollectorRegistry) -> None:
 
 
 def _reliability(engine: Engine, cfg, now: datetime, window_days: float,
-                 reg: CollectorRegistry) -> None:
+                 reg: CollectorRegistry, rules: OutageRules) -> None:
     """Event-based reliability over the export window per peer group (the report's section),
     what its filters left out, and the failed jobs of the lemon window by triage label."""
-    from rsc_health.historian.lemons.features import OutageRules
     from rsc_health.historian.lemons.verdicts import DEFAULTS
     from rsc_health.historian.metrics.reliability import WHOLE, reliability
     from rsc_health.historian.triage import summary, triage
 
     section = {**DEFAULTS, **cfg.section("lemon")}
-    rules = OutageRules.of_site(cfg)
     frame = reliability(engine, now - timedelta(days=window_days), now, period=WHOLE,
                         rules=rules)
     span = f"in the last {window_days:g} days"

@@ -107,7 +107,7 @@ COLUMNS = ("id", "time", "node", "source", "job_id", "check", "component", "stat
 # building the statement cost more than running it.
 _OPEN_Q = select(C.c.id, C.c.node, C.c.check, C.c.component, C.c.status, C.c.severity,
                  C.c.code, C.c.last_seen, C.c.source).where(
-    C.c.is_open.is_(True), C.c.node.in_(bindparam("nodes", expanding=True)))
+    schema.open_interval(), C.c.node.in_(bindparam("nodes", expanding=True)))
 # One statement per run time, not one per interval: a node's flush extends its eight
 # all-clear families to the same latest sweep, and every statement costs the database host
 # (and a PgBouncer in front) more than the row it changes.
@@ -334,7 +334,7 @@ def _rollup_checks(conn: Connection, new_by_day: dict[tuple, list[int]]) -> None
 
 def open_failures(conn: Connection, node: str | None = None) -> list[dict]:
     """The current non-ok states (open intervals), most severe first."""
-    q = select(C).where(C.c.is_open.is_(True), C.c.status != Status.OK)
+    q = select(C).where(schema.open_interval(), C.c.status != Status.OK)
     if node is not None:
         q = q.where(C.c.node == node)
     rows = [dict(r._mapping) for r in conn.execute(q)]

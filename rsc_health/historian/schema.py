@@ -23,8 +23,10 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    literal_column,
     text,
 )
+from sqlalchemy.sql.elements import ColumnElement
 
 from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names the columns
 
@@ -38,8 +40,9 @@ from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names
 # nvlink_data_rate, remapped_rows, remap_low_banks and ib_error_rate (0014); 15:
 # node_inventory.gpu_model, the GPU model of a node (0015); 16: the telemetry rollups'
 # `sweeps`, a row's sample count kept once (0016); 17: job_exclusions keyed by the job instance
-# (job_id, node, time): a reused job id is a new job (0017).
-SCHEMA_VERSION = 17
+# (job_id, node, time): a reused job id is a new job (0017); 18: jobs.instance_key wide enough
+# to name its cluster, for two clusters' jobs with one JobIDRaw:Submit:Start (0018).
+SCHEMA_VERSION = 18
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -91,6 +94,16 @@ check_results = Table(
     Index("ix_check_results_open", "node", "check", sqlite_where=text("is_open"),
           postgresql_where=text("is_open")),
 )
+
+
+def open_interval() -> ColumnElement[Any]:
+    """"The interval is open", as the partial index ix_check_results_open is made on: the bare
+    column. PostgreSQL's planner cannot prove that `is_open IS true` (`.is_(True)`) implies
+    `is_open`, nor SQLite that `is_open IS 1` or `is_open = 1` (what SQLAlchemy writes for
+    the bare Boolean there) does: with them the index was never used. For statements on
+    check_results under its own name (not an alias). Untyped, so that no dialect compares
+    it with true or 1."""
+    return literal_column("check_results.is_open")
 
 # The latest run of each node path entry point on each node (the spool's heartbeat records,
 # version 5): what `healthctl status`, `healthctl node` and the report read to name nodes that
@@ -152,7 +165,11 @@ jobs = Table(
     Column("nodelist", Text, nullable=False, default=""),
     # "<JobIDRaw>:<Submit>:<Start or ''>" -- NULLs never collide in a UNIQUE constraint, so the
     # instance key is spelled out; re-ingesting the same sacct row updates, never duplicates.
-    Column("instance_key", key_text(96), nullable=False, unique=True),
+    # "...@<cluster>" for a job whose plain key another cluster's job holds (version 18,
+    # ingest.sacct.own_keys): up to 137 characters. PostgreSQL's VARCHAR(160) since; SQLite
+    # keeps the VARCHAR(96) it was made with (it holds text to no declared length).
+    Column("instance_key", String(96).with_variant(String(160, collation="C"), "postgresql"),
+           nullable=False, unique=True),
     # Which Slurm cluster ran it (version 4): sacct's Cluster, or [historian] cluster; '' for
     # rows from before, until a re-read names it.
     Column("cluster", String(64), nullable=False, default="", server_default=""),

@@ -54,7 +54,7 @@ def open_findings(engine: Engine, as_of: datetime, limit: int) -> pd.DataFrame:
     attrs total and nodes say how many there are in all."""
     c = schema.check_results
     rank = case({s.severity_word: int(s) for s in FINDING_SEVERITIES}, value=c.c.severity, else_=0)
-    where = (c.c.is_open.is_(True), c.c.status != Status.OK, c.c.time <= as_of)
+    where = (schema.open_interval(), c.c.status != Status.OK, c.c.time <= as_of)
     with engine.connect() as conn:
         if conn.execute(select(c.c.id).limit(1)).first() is None:
             raise SectionEmpty("no check results in the historian yet (the node spools "

@@ -6,6 +6,7 @@ pages (a Grafana node dashboard). One door: the page, summary.txt and `healthctl
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -15,8 +16,10 @@ STORY = "healthctl node {node}"
 
 
 def story(node: str) -> str:
-    """The command that tells one node's whole story."""
-    return STORY.format(node=node)
+    """The command that tells one node's whole story, to paste into a shell: the name quoted
+    for it (a node name is the historian's text, from every node's deliveries: `;`, `$(...)`
+    or a backquote in it must not run as the operator). A plain name stays as it is."""
+    return STORY.format(node=shlex.quote(str(node)))
 
 
 def _linkable(template: str) -> bool:

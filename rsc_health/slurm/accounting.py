@@ -13,6 +13,7 @@ slurmdbd/slurmctld (retry later); SlurmCommandError when Slurm answered and refu
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from rsc_health.slurm.api import SlurmCommandError, SlurmUnavailable
@@ -46,22 +47,25 @@ class Accounting:
         return proc.stdout
 
     # ---- jobs --------------------------------------------------------------------------------
-    def sacct_json(self, start: str, end: str) -> bytes:
+    def sacct_json(self, start: str, end: str, jobs: Sequence[str] = ()) -> bytes:
         """Every job instance (requeues apart: -D) in any state during [start, end], as
-        `sacct --json` (structured: no delimiter or newline in a name can shift a field)."""
-        return self.run(["sacct", "-a", "-D", "--json", "-S", start, "-E", end])
+        `sacct --json` (structured: no delimiter or newline in a name can shift a field);
+        only the job ids `jobs` (sacct -j) when given."""
+        return self.run(["sacct", "-a", "-D", "--json", "-S", start, "-E", end,
+                         *_only(jobs)])
 
-    def sacct_exit_codes(self, start: str, end: str) -> bytes:
+    def sacct_exit_codes(self, start: str, end: str, jobs: Sequence[str] = ()) -> bytes:
         """JobIDRaw, Submit, Start and ExitCode of every instance in the window: columns no
         user text can shift. 22.05's --json reports "exit 3" as return code 0; this restores
         it, keyed like the historian's instance key."""
         return self.run(sacct_parsable_argv(start, end, ("JobIDRaw", "Submit", "Start",
-                                                         "ExitCode")))
+                                                         "ExitCode"), jobs))
 
-    def sacct_parsable(self, start: str, end: str, fields: tuple[str, ...]) -> bytes:
+    def sacct_parsable(self, start: str, end: str, fields: tuple[str, ...],
+                       jobs: Sequence[str] = ()) -> bytes:
         """The same window as `--parsable2` with the unit separator, one line per job
         allocation (-X), for releases without --json."""
-        return self.run(sacct_parsable_argv(start, end, fields))
+        return self.run(sacct_parsable_argv(start, end, fields, jobs))
 
     # ---- nodes -------------------------------------------------------------------------------
     def node_events(self, start: str) -> bytes:
@@ -94,8 +98,17 @@ def cluster_name(slurm_conf: str | Path | None = None) -> str:
     return ""
 
 
-def sacct_parsable_argv(start: str, end: str, fields: tuple[str, ...]) -> list[str]:
+def sacct_parsable_argv(start: str, end: str, fields: tuple[str, ...],
+                        jobs: Sequence[str] = ()) -> list[str]:
     return [
         "sacct", "-a", "-X", "-D", "--parsable2", f"--delimiter={PARSABLE_DELIMITER}",
-        f"--format={','.join(fields)}", "-S", start, "-E", end,
+        f"--format={','.join(fields)}", "-S", start, "-E", end, *_only(jobs),
     ]
+
+
+def _only(jobs: Sequence[str]) -> list[str]:
+    """sacct's -j for these job ids (JobIDRaw: digits only, checked), none when empty."""
+    for job in jobs:
+        if not job.isdigit():
+            raise ValueError(f"not a raw job id: {job!r}")
+    return ["-j", ",".join(jobs)] if jobs else []

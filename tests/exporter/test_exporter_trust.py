@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from sqlalchemy import create_engine
 
 from rsc_health.historian import db, schema
+from rsc_health.historian.ingest import sacct
+from tests.historian.test_ingest_adversarial import _parsable, _row
 from tests.ports import free_port as _free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -79,6 +81,39 @@ def test_qualification_verdicts_are_exported_per_node_and_per_day(historian, tmp
         "pass": 1, "fail": 0, "inconclusive": 1}
     assert {s.labels["node"]: s.value for s in got["rsc_health_node_qualify_passed"]} == {
         HOSTILE[0]: 1, "gpu9": 0}
+
+
+
+def test_a_site_catalog_the_historian_cannot_use_is_a_metric_not_a_warning_every_export(
+        historian, tmp_path):
+    """[xid] catalog_override names a file that is not on the historian host (or not
+    root's): the export judges by the packaged catalog. Before, every export (every 5
+    minutes, rsc-health-export.timer) wrote the same long warning to the journal twice and
+    nothing in the metrics said it; now the export says it once per run as
+    rsc_health_xid_catalog_override_unusable 1 (the RscHealthXidCatalogUnusable alert), and
+    not on stderr; 0 when the override is usable or none is set."""
+    missing = tmp_path / "policy" / "xid_site.toml"
+    config = tmp_path / "config.toml"
+    config.write_text(f'[xid]\ncatalog_override = "{missing}"\n')
+    out = tmp_path / "fleet.prom"
+
+    def run(config_path) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "rsc_health.cli", "--config",
+                               str(config_path), "--db", historian, "metrics", "export",
+                               "--out", str(out)],
+                              env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True,
+                              text=True, timeout=120)
+
+    for _ in range(2):
+        proc = run(config)
+        assert proc.returncode == 0, proc.stderr
+        assert "not used" not in proc.stderr, proc.stderr
+        assert proc.stderr.strip().splitlines() == [f"wrote {out}"], proc.stderr
+        got = samples(out.read_text())
+        assert [s.value for s in got["rsc_health_xid_catalog_override_unusable"]] == [1]
+    assert run(os.devnull).returncode == 0
+    assert [s.value for s in samples(out.read_text())[
+        "rsc_health_xid_catalog_override_unusable"]] == [0]
 
 
 
@@ -181,3 +216,30 @@ def test_a_full_disk_keeps_the_last_file_whole_and_leaves_no_temporary(historian
     assert "cannot write" in proc.stderr
     assert out.read_text() == "# the last good export\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.prom", "historian.db"]
+
+
+def test_a_job_or_run_stamped_in_the_future_does_not_make_stale_data_look_fresh(historian,
+                                                                                tmp_path):
+    """slurmctld with a clock years ahead stamped one job's End 2099 (sacct takes it: it ran
+    an hour), and a node whose clock runs a day fast delivered a run. rsc_health_data_age_
+    seconds was the age of the newest End and node run, clamped at 0: 0 for ever, so a
+    dashboard showed the sacct and spool feeds fresh while the ingest had stopped days ago.
+    Now only times up to the export's own now count (as the report's stale-inputs line
+    does): the real newest job ended two days ago, and the real newest run is too."""
+    eng = create_engine(historian)
+    now = datetime.utcnow()
+    sacct.ingest_text(eng, _parsable([
+        _row("1", Start=f"{now - timedelta(days=2, hours=1):%Y-%m-%dT%H:%M:%S}",
+             End=f"{now - timedelta(days=2):%Y-%m-%dT%H:%M:%S}"),
+        _row("2", Submit="2099-01-01T00:00:00", Eligible="2099-01-01T00:00:00",
+             Start="2099-01-01T00:00:05", End="2099-01-01T01:00:05")]))
+    with eng.begin() as conn:
+        conn.execute(schema.node_runs.insert().values(
+            node="fast-clock", source="sweep", last_seen=now + timedelta(days=1), level="ok"))
+    eng.dispose()
+    out = tmp_path / "fleet.prom"
+    assert export(historian, out).returncode == 0
+    age = {s.labels["source"]: s.value for s in samples(out.read_text())[
+        "rsc_health_data_age_seconds"]}
+    assert 2 * 86400 - 600 < age["sacct"] < 2 * 86400 + 600, age
+    assert 2 * 86400 - 600 < age["spool"] < 2 * 86400 + 600, age

@@ -50,7 +50,7 @@ def test_promtool_accepts_the_shipped_config_and_rules():
     for args in (("check", "config", "prometheus.yml"), ("check", "rules", RULES.name)):
         out = _promtool(*args)
         assert out.returncode == 0, out.stdout + out.stderr
-    assert "12 rules found" in _promtool("check", "rules", RULES.name).stdout
+    assert "13 rules found" in _promtool("check", "rules", RULES.name).stdout
 
 
 @needs_promtool
@@ -139,6 +139,7 @@ EXPECTED = {
     "RscHealthNodeCheckerBroken": set(),
     "RscHealthGuardTripped": {""},  # fleet-wide: one series, no node
     "RscHealthQualifyFailing": set(),
+    "RscHealthXidCatalogUnusable": set(),
     "RscHealthLemonCandidate": set(),
 }
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 
 from rsc_health.historian import schema
 from rsc_health.historian.ingest import events, sacct
@@ -93,3 +93,53 @@ def test_healthctl_metrics_take_cluster(tmp_path):
                                            "--cluster", "alpha"]).output)
     assert sum(r["jobs"] for r in both) == 2, both
     assert sum(r["jobs"] for r in alpha) == 1, alpha
+
+
+def _jobs_and_nodes(engine) -> dict[str, tuple]:
+    J, JN = schema.jobs, schema.job_nodes
+    with engine.connect() as conn:
+        rows = conn.execute(select(J.c.cluster, J.c.job_id, J.c.state, JN.c.node)
+                            .join(JN, JN.c.job_pk == J.c.id)).all()
+    out: dict[str, tuple] = {}
+    for cluster, job_id, state, node in rows:
+        got = out.setdefault(cluster, (job_id, state, []))
+        got[2].append(node)
+    return {c: (j, s, sorted(n)) for c, (j, s, n) in out.items()}
+
+
+def test_two_clusters_jobs_with_the_same_id_submit_and_start_are_two_jobs(historian):
+    """One historian, two clusters' hourly ingests ([historian] cluster per cluster): alpha's
+    job 4711 and beta's job 4711 were submitted and started in the same seconds (two
+    clusters set up together count their job ids in step). The instance key was
+    JobIDRaw:Submit:Start alone, so beta's job updated alpha's row (or, its end being
+    final, vanished into it): one job, alpha's nodes, beta's failure lost. Now each is its
+    own job with its own nodes, read again any number of times, from either side; a re-read
+    that names no cluster still updates the job it read before, never adds one."""
+    alpha = _parsable([_row("4711", NodeList="a[01-02]")])
+    beta = _parsable([_row("4711", State="FAILED", ExitCode="1:0", NodeList="b[07-08]")])
+    for _ in range(2):
+        sacct.ingest_text(historian, alpha, cluster="alpha")
+        sacct.ingest_text(historian, beta, cluster="beta")
+    assert _jobs_and_nodes(historian) == {
+        "alpha": ("4711", "COMPLETED", ["a01", "a02"]),
+        "beta": ("4711", "FAILED", ["b07", "b08"])}
+    sacct.ingest_text(historian, alpha)  # no cluster named: alpha's row, no third job
+    assert len(_jobs_and_nodes(historian)) == 2
+    with historian.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(schema.jobs)).scalar() == 2
+
+
+def test_one_file_with_two_clusters_jobs_of_one_key_keeps_both(historian):
+    """The same collision inside one export (`sacct -M alpha,beta`, its Cluster field naming
+    each), into an empty historian and again into the filled one: two jobs each time."""
+    rows = [_row("4711", NodeList="a[01-02]"),
+            _row("4711", State="FAILED", ExitCode="1:0", NodeList="b[07-08]")]
+    text = _parsable(rows).replace("AllocTRES\n", "AllocTRES|Cluster\n")
+    lines = text.splitlines()
+    text = "\n".join([lines[0], lines[1] + "|alpha", lines[2] + "|beta"]) + "\n"
+    for _ in range(2):
+        report = sacct.ingest_text(historian, text)
+        assert report.written == 2 and report.merged == {}, report  # none merged
+        assert _jobs_and_nodes(historian) == {
+            "alpha": ("4711", "COMPLETED", ["a01", "a02"]),
+            "beta": ("4711", "FAILED", ["b07", "b08"])}

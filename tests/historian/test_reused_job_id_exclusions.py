@@ -95,7 +95,7 @@ def test_upgrade_from_16_keeps_every_exclusion_and_keys_them_by_instance(version
                               "VALUES (:j, :n, :t)"), {"j": job, "n": node, "t": when})
     assert _keys(engine) == ["job_id", "node"]
     applied = db.migrate(engine, 16)
-    assert applied == [17] == [schema.SCHEMA_VERSION]
+    assert applied[0] == 17 and applied[-1] == schema.SCHEMA_VERSION
     assert _keys(engine) == ["job_id", "node", "time"]
     assert [(j, n, t.isoformat(" ")) for j, n, t in _rows(engine)] == [
         ("7", "n1", "2024-03-01 10:00:00"), ("7", "n2", "2024-03-01 10:00:00"),

@@ -148,3 +148,25 @@ def test_the_report_leaves_the_sites_application_xids_out_as_lemons_does(fleet_a
                                      xid=cfg.section("xid"))
     frame = reliability_section(fleet_any.engine, AS_OF, opts)
     assert frame.attrs["left_out"]["application_xids"] == 6
+
+
+def test_a_lemons_evidence_lists_only_the_xids_held_against_it(fleet_any, tmp_path):
+    """An operator reads a candidate's evidence before agreeing to its repair: its XID events
+    are those xid_cnt counted. A user's XID 13 storm (the packaged catalog's application
+    class) and the site's application XID 32 were listed beside the node's own XID 79, as if
+    they were the node's; they are left out now, as the features leave them out."""
+    engine = fleet_any.engine
+    _xids(engine, [("n2", AS_OF - k * 4 * DAY, "xid79", "gpu1") for k in range(1, 6)])
+    _xids(engine, [("n2", AS_OF - k * DAY - timedelta(hours=3), "xid13", "gpu5")
+                   for k in range(1, 9)])
+    _xids(engine, [("n2", AS_OF - k * DAY - timedelta(hours=5), "xid32", "gpu6")
+                   for k in range(1, 4)])
+    cfg = load_config(_config_file(tmp_path, _site_catalog(tmp_path, SITE.split("[codes.13]")[0])))
+    rules = OutageRules.of_site(cfg)
+    assert {"xid13", "xid32"} <= set(rules.application_xids), rules
+    f = lemon_features(engine, AS_OF, outages=rules)
+    assert f.loc["n2", "xid_cnt"] == 5
+    (verdict,) = lemon_verdicts(engine, f, AS_OF, LemonRules.from_config(cfg.section("lemon")))
+    listed = verdict.evidence["xid_events"]
+    assert sorted({e["code"] for e in listed}) == ["xid79"], listed
+    assert len(listed) == 5

@@ -53,3 +53,25 @@ def test_links_escape_hostile_node_names_and_refuse_scripts():
                                                 "node_url": "", "dashboard_url": ""}
     assert Links.from_config({"node_url": "/grafana/d/n?node={node}"}).node("a b") == \
         "/grafana/d/n?node=a%20b"
+
+
+def test_a_story_pasted_into_a_shell_runs_nothing_a_node_name_holds(tmp_path):
+    """The report shows each node's story, `healthctl node NODE`, for an operator to copy
+    into a shell on the management host. Node names reach the historian from every node's
+    deliveries and `ingest checks` files, which refuse spaces and control characters but
+    take `;`, `$(...)` and backquotes: a node's root could plant a check record for a node
+    named `gpu1;touch${IFS}FILE` and the pasted story ran the command as the operator.
+    Now the name is quoted for the shell: the story runs `healthctl node` with the name as
+    one argument and nothing else."""
+    import subprocess
+
+    planted = tmp_path / "pwned"
+    for name in (f"gpu1;touch${{IFS}}{planted}", f"gpu2$(touch${{IFS}}{planted})",
+                 f"gpu3`touch${{IFS}}{planted}`", "gpu4'&&touch'", "gpu-ok_5.a"):
+        story = Links.from_config({}).of(name)["story"]
+        # `healthctl` here prints its arguments, one a line, as the real one would take them
+        done = subprocess.run(["sh", "-c", 'healthctl() { printf "%s\\n" "$@"; }\n' + story],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=10)
+        assert done.stdout.splitlines() == ["node", name], (story, done)
+        assert not planted.exists(), story
+    assert Links.from_config({}).of("gpu-ok_5.a")["story"] == "healthctl node gpu-ok_5.a"

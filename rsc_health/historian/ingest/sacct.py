@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import io
 import sqlite3
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from itertools import islice
 from pathlib import Path
@@ -41,7 +42,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.compute as pc
-from sqlalchemy import Engine, inspect, select
+from sqlalchemy import Engine, func, inspect, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.schema import CreateIndex
 
@@ -94,30 +95,36 @@ def sacct_argv(start: str, end: str) -> list[str]:
 
 
 def run_sacct(
-    start: str, end: str, acct: Accounting, *, form: str = "auto"
+    start: str, end: str, acct: Accounting, *, form: str = "auto", jobs: Sequence[str] = ()
 ) -> tuple[bytes, dict[str, str] | None]:
     """sacct's output for [start, end], times in UTC, and the exit codes that go with it.
 
     --json where the release has it (`form` "auto" or "json"): no user text can shift a field.
     22.05's JSON loses a job's exit code, so a second run reads JobIDRaw, Submit, Start and
     ExitCode (no free text in them) and its codes win. --parsable2 with the unit separator
-    ("parsable", or "auto" on a release whose sacct refuses --json). SacctError when sacct is
-    missing, silent or refuses."""
+    ("parsable", or "auto" on a release whose sacct refuses --json). Only the job ids `jobs`
+    (sacct -j) when given. SacctError when sacct is missing, silent or refuses."""
     if form not in SACCT_FORMS:
         raise SacctError(f"[historian] sacct_format must be one of {', '.join(SACCT_FORMS)}, "
                          f"not {form!r}")
     try:
         if form in ("auto", "json"):
             try:
-                data = acct.sacct_json(start, end)
+                data = acct.sacct_json(start, end, *_jobs(jobs))
             except SlurmCommandError as exc:
                 if form == "json" or "json" not in exc.stderr.lower():
                     raise
             else:
-                return data, exit_codes(acct.sacct_exit_codes(start, end))
-        return acct.sacct_parsable(start, end, (*FIELDS, *OPTIONAL_FIELDS)), None
+                return data, exit_codes(acct.sacct_exit_codes(start, end, *_jobs(jobs)))
+        return acct.sacct_parsable(start, end, (*FIELDS, *OPTIONAL_FIELDS), *_jobs(jobs)), None
     except SlurmError as exc:
         raise SacctError(str(exc)) from exc
+
+
+def _jobs(jobs: Sequence[str]) -> tuple:
+    """The `jobs` argument for an Accounting run: none at all for a window (an Accounting
+    of before, or a test's, need not take it)."""
+    return (list(jobs),) if jobs else ()
 
 
 def ingest_text(
@@ -129,6 +136,7 @@ def ingest_text(
     exit_codes: dict[str, str] | None = None,
     cluster: str = "",
     default_cluster: str = "",
+    seen: set[str] | None = None,
 ) -> IngestReport:
     """Load sacct output, --json or --parsable2 (a path, an open file, the text or its bytes).
 
@@ -138,10 +146,11 @@ def ingest_text(
     On PostgreSQL every statement has `statement_timeout_s`.
 
     Each job's cluster is `cluster` when given ([historian] cluster), else the input's Cluster
-    field, else `default_cluster` (slurm.conf's ClusterName for a run of sacct), else ''."""
+    field, else `default_cluster` (slurm.conf's ClusterName for a run of sacct), else ''.
+    `seen`, when given, gets the JobIDRaw of every instance read."""
     try:
         return _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
-                       (cluster, default_cluster))
+                       (cluster, default_cluster), seen)
     except DBAPIError as exc:
         raise SacctError(_database_failed(engine, exc)) from exc
     except Exception as exc:
@@ -155,7 +164,7 @@ def _database_failed(engine: Engine, exc: Exception) -> str:
 
 
 def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
-            clusters: tuple[str, str]) -> IngestReport:
+            clusters: tuple[str, str], seen: set[str] | None = None) -> IngestReport:
     report = IngestReport("sacct")
     hosts_cache: dict[str, str | None] = {}  # NodeList -> JSON array of its hosts
     # Parsing (and for PostgreSQL, encoding for COPY) runs a block ahead of the writes, on
@@ -165,6 +174,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
                exit_codes=exit_codes, text_times=engine.dialect.name != "postgresql"),
         report,
         *clusters,
+        seen,
     )
     if engine.dialect.name == "postgresql":
         stream = sacct_pg.prepared(stream)
@@ -194,7 +204,8 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
     return report
 
 
-def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: str = ""):
+def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: str = "",
+              seen: set[str] | None = None):
     """The parsed blocks, with what each could not take added to `report` as it goes and
     the rows each hands on counted as written; each job's cluster named (see ingest_text)."""
     problems: BlockProblems
@@ -215,7 +226,11 @@ def _reported(parsed, report: IngestReport, cluster: str = "", default_cluster: 
         report.skip(NOT_STARTED, problems.pending - problems.steps)
         report.skip(JOB_STEP, problems.steps)
         report.written += block.jobs.num_rows
-        keys.append(_hashed_keys(block.jobs.column("instance_key")))
+        # a job's cluster with its key: two clusters' jobs with one key are two (own_keys)
+        keys.append(_hashed_keys(pc.binary_join_element_wise(
+            block.jobs.column("instance_key"), block.jobs.column("cluster"), "@")))
+        if seen is not None:
+            seen.update(pc.unique(block.jobs.column("job_id")).to_pylist())
         newest = _newest_time(block)
         if newest is not None and (report.newest is None or newest > report.newest):
             report.newest = newest
@@ -286,15 +301,61 @@ def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
     restore = _defer_pg_constraints(conn, bool(deferred))
     if conn.dialect.name == "postgresql":
         sacct_pg.load(conn, parsed, lambda source: _upsert_sql(conn, source),
-                      first_load=bool(deferred))
+                      first_load=bool(deferred), own_keys=own_keys)
     else:
         for block in parsed:
+            # A first backfill's table held no key (and is left unasked, for speed): the
+            # block's own rows only.
+            block.jobs = own_keys(conn, block.jobs, look_up=not deferred)
             columns = [block.jobs.column(c).to_pylist() for c in JOB_COLUMNS]
             _write_jobs(conn, columns, block.hosts_json())
     for index in deferred:
         index.create(conn)
     for statement in restore:
         conn.exec_driver_sql(statement)
+
+
+_PG_KEYS = 2000
+
+
+def own_keys(conn, jobs: pa.Table, *, look_up: bool = True) -> pa.Table:
+    """`jobs` with the instance key of each job whose JobIDRaw:Submit:Start another
+    cluster's job holds made <key>@<cluster>: two clusters number their jobs apart, and two
+    set up together can give the same id to jobs submitted and started in the same seconds.
+    Without it the second updated the first's row (or was lost in it, its end being final).
+    The holder is the stored row (`look_up`: one indexed look-up per key, BATCH_ROWS keys a
+    statement), else the block's first row with the key. A job that names no cluster, or a
+    stored row that names none (read before the cluster was known: the upsert names it
+    now), keeps the plain key; so a re-read of either cluster's job finds its own row."""
+    clusters = jobs.column("cluster")
+    if not pc.any(pc.not_equal(clusters, "")).as_py():
+        return jobs
+    keys = jobs.column("instance_key").to_pylist()
+    clusters = clusters.to_pylist()
+    held: dict[str, str] = {}
+    if look_up:
+        asked = sorted({k for k, c in zip(keys, clusters, strict=True) if c})
+        J = schema.jobs
+        if conn.dialect.name == "postgresql":
+            # One array parameter: PostgreSQL plans IN with thousands of parameters slowly
+            # (measured, 20,000 keys of 2M jobs: 480 ms as IN, 100 ms as ANY in 2,000s;
+            # larger arrays it answers with a sequential scan).
+            lookup = text("SELECT instance_key, cluster FROM jobs "
+                          "WHERE instance_key = ANY(:keys) AND cluster <> ''")
+            for at in range(0, len(asked), _PG_KEYS):
+                held.update(conn.execute(lookup, {"keys": asked[at:at + _PG_KEYS]}).all())
+        else:
+            for at in range(0, len(asked), BATCH_ROWS):
+                held.update(conn.execute(select(J.c.instance_key, J.c.cluster).where(
+                    J.c.instance_key.in_(asked[at:at + BATCH_ROWS]), J.c.cluster != "")).all())
+    owned = []
+    for k, c in zip(keys, clusters, strict=True):
+        holder = held.setdefault(k, c) if c else c
+        owned.append(f"{k}@{c}" if holder != c else k)
+    if owned == keys:
+        return jobs
+    at = jobs.schema.get_field_index("instance_key")
+    return jobs.set_column(at, "instance_key", pa.array(owned, jobs.schema.field(at).type))
 
 
 def _bulk_load(cursor, engine: Engine, parsed) -> None:
@@ -309,6 +370,7 @@ def _bulk_load(cursor, engine: Engine, parsed) -> None:
     for block in parsed:
         if not block.jobs.num_rows:
             continue
+        block.jobs = own_keys(None, block.jobs, look_up=False)  # the table held nothing
         max_before = _max_id(cursor)
         cursor.executemany(upsert, block.jobs.select(list(JOB_COLUMNS)))
         if _max_id(cursor) == max_before + block.jobs.num_rows:
@@ -534,8 +596,10 @@ def ingest_incremental(
     start = since or get_cursor(engine) or default_start
     now = _utcnow().replace(tzinfo=None, microsecond=0)
     data, codes = run_sacct(start, now.strftime(_SACCT_TIME), acct, form=form)
+    seen: set[str] = set()
+    default_cluster = cluster_name()
     report = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
-                         cluster=cluster, default_cluster=cluster_name())
+                         cluster=cluster, default_cluster=default_cluster, seen=seen)
     cursor = next_start(start, now, report.newest, overlap_s)
     try:
         with writer(engine).begin() as conn:
@@ -544,4 +608,65 @@ def ingest_incremental(
         raise SacctError(
             f"jobs loaded, but the cursor was not saved: {database_failed('sacct', exc)}"
         ) from exc
+    _reread_open(engine, start, now, seen, report, acct=acct, form=form,
+                 gpus_per_node=gpus_per_node, cluster=cluster or default_cluster)
     return report
+
+
+# At most this many job ids per `sacct -j` (its command line), and per run.
+REREAD_IDS = 500
+REREAD_MAX = 5000
+REREAD = "open in the historian, not in the window: re-read by job id (a runaway job fixed)"
+NOT_IN_SLURMDBD = "open in the historian, not in slurmdbd at all: left open"
+REREAD_FAILED = "open in the historian, re-read by job id failed (next run again)"
+
+
+def _reread_open(engine: Engine, start: str, now: datetime, seen: set[str],
+                 report: IngestReport, *, acct: Accounting, form: str, gpus_per_node: int,
+                 cluster: str) -> None:
+    """Re-read by id the jobs the historian holds open (no end) from before the window that
+    the window did not return, and load them as any sacct output.
+
+    A window returns every job that was in any state during it, so a job still running is
+    in it. One it left out ended before the window as far as slurmdbd knows: most often a
+    runaway job an operator fixed (`sacctmgr show runawayjobs`: its end set to its start,
+    days back), which no later window would ever return. Only this cluster's rows (or
+    those that name none); the oldest first, at most REREAD_MAX per run."""
+    try:
+        begun = parse_time(start)
+    except ValueError:  # a --since that is not a time: no window start to compare with
+        return
+    J = schema.jobs
+    query = (select(J.c.job_id, func.min(J.c.submit))
+             .where(J.c.end.is_(None), J.c.start.is_not(None), J.c.start < begun)
+             .group_by(J.c.job_id).order_by(func.min(J.c.submit), J.c.job_id))
+    if cluster:
+        query = query.where(J.c.cluster.in_((cluster, "")))
+    with engine.connect() as conn:
+        open_ids = [(str(j), submit) for j, submit in conn.execute(query)
+                    if str(j) not in seen and str(j).isdigit()][:REREAD_MAX]
+    for at in range(0, len(open_ids), REREAD_IDS):
+        chunk = open_ids[at:at + REREAD_IDS]
+        ids = [j for j, _ in chunk]
+        first = min(_as_time(submit) for _, submit in chunk)
+        found: set[str] = set()
+        try:
+            data, codes = run_sacct(first.strftime(_SACCT_TIME), now.strftime(_SACCT_TIME),
+                                    acct, form=form, jobs=ids)
+            again = ingest_text(engine, data, gpus_per_node=gpus_per_node, exit_codes=codes,
+                                cluster=cluster, seen=found)
+        except SacctError as exc:
+            # The window landed, its cursor too: the next run asks again. Said, not raised.
+            report.note(f"{REREAD_FAILED}: {str(exc).splitlines()[0][:200]}", len(ids))
+            continue
+        report.read += again.read
+        report.written += again.written
+        report.note(REREAD, again.written)
+        for cause, n in again.dropped.items():
+            report.skip(cause, n)
+        report.note(NOT_IN_SLURMDBD, len(set(ids) - found))
+
+
+def _as_time(value) -> datetime:
+    """A time column's value (SQLite hands back text in an aggregate) as a datetime."""
+    return value if isinstance(value, datetime) else parse_time(str(value))

@@ -135,7 +135,8 @@ def lock(conn: Connection) -> None:
 
 
 def load(conn: Connection, parsed: Iterable[Prepared], upsert_sql: Callable[[str], str],
-         *, first_load: bool = False) -> None:
+         *, first_load: bool = False,
+         own_keys: Callable[[Connection, pa.Table], pa.Table] | None = None) -> None:
     """Write every prepared block, in the caller's transaction (which has called `lock`).
     `upsert_sql(source)` is the jobs upsert with `source` (a SELECT of JOB_COLUMNS) as rows.
 
@@ -144,7 +145,11 @@ def load(conn: Connection, parsed: Iterable[Prepared], upsert_sql: Callable[[str
     appended (about 40% of the COPY's time goes to those two indexes otherwise) and added
     back, one sorted build each, before the first upsert or at the end, in this
     transaction. Only blocks known `fresh` are appended meanwhile, so nothing can repeat a
-    key, and the build checks that anyway. The rows go in frozen (`_freeze`)."""
+    key, and the build checks that anyway. The rows go in frozen (`_freeze`).
+
+    `own_keys(conn, jobs)` (sacct.own_keys), on a table that was not empty: the block's
+    jobs with a key another cluster's job holds made their own; such a block is encoded
+    again."""
     # A bulk load's statements are simple and few: compiling them (JIT) costs more than it
     # saves. The upsert's sort of a staged block fits in memory instead of spilling, and so
     # do the sorts of a first backfill's index builds.
@@ -155,15 +160,31 @@ def load(conn: Connection, parsed: Iterable[Prepared], upsert_sql: Callable[[str
     appending = sequence is not None
     restore = _drop_jobs_keys(conn) if first_load and appending else []
     frozen = bool(restore) and _freeze(conn)
+    def own(item: Prepared) -> None:
+        if own_keys is not None:
+            jobs = own_keys(conn, item.block.jobs)
+            if jobs is not item.block.jobs:
+                item.block.jobs = jobs
+                item.jobs = pg_copy.encoded(_typed(item.block))
+
     for item in parsed:
         if not item.block.jobs.num_rows:
             continue
-        if appending and item.fresh and _append(conn, item, sequence, frozen=frozen):
-            continue
+        # A fresh block of a first backfill repeats no key of the load (KeysSeen), so no
+        # other cluster's; any other block is checked against the keys stored (indexed).
+        asked = False
+        if appending and item.fresh:
+            if not first_load:
+                own(item)
+                asked = True
+            if _append(conn, item, sequence, frozen=frozen):
+                continue
         appending = frozen = False
         for statement in restore:
             conn.exec_driver_sql(statement)
         restore = []
+        if not asked:
+            own(item)
         _upsert(conn, item, upsert_sql)
     for statement in restore:
         conn.exec_driver_sql(statement)

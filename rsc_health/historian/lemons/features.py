@@ -468,6 +468,9 @@ def lemon_features(
         frame = frame[frame.index.isin(members)]
     frame = frame.sort_index()
     frame.attrs["left_out"] = left_out
+    # The XIDs that were not counted, so that the evidence an operator reads leaves them out
+    # too (verdicts.evidence).
+    frame.attrs["application_xids"] = tuple(outages.application_xids)
     return frame
 
 

@@ -23,6 +23,7 @@ from rsc_health.config import packaged_default
 from rsc_health.historian.lemons.features import (
     ATTRIBUTED_KINDS,
     FAILED_STATES,
+    OutageRules,
     lemon_repairs,
     window_bounds,
 )
@@ -309,7 +310,8 @@ def lemon_verdicts(
         )
         if with_evidence:
             v.evidence = evidence(
-                engine, node, as_of, window_days, limit=max_evidence, history_days=history_days
+                engine, node, as_of, window_days, limit=max_evidence, history_days=history_days,
+                application_xids=features.attrs.get("application_xids"),
             )
         verdicts.append(v)
     verdicts.sort(
@@ -347,13 +349,17 @@ def evidence(
     *,
     limit: int = 20,
     history_days: float = 90,
+    application_xids: tuple[str, ...] | None = None,
 ) -> dict[str, list[dict]]:
     """The rows behind a node's features: failed jobs, XID events, outages, tickets, exclusions.
 
     Each list is newest first and at most `limit` long; these are what an operator reads before
     agreeing that the node goes to repair. Outages and tickets reach back over the history
-    window, as the *_history features do.
+    window, as the *_history features do. XID events are those xid_cnt counts: never one of
+    the `application_xids` (the application's own errors; the packaged catalog's when None).
     """
+    if application_xids is None:
+        application_xids = OutageRules().application_xids
     lo, hi = window_bounds(as_of, window_days)
     h_lo, _ = window_bounds(as_of, max(history_days, window_days))
     j, jn, a = jobs, job_nodes, attributions
@@ -386,6 +392,7 @@ def evidence(
             check_results.c.node == node,
             check_results.c.check == "xid",
             check_results.c.status.in_((Status.WARN, Status.FAIL)),
+            check_results.c.code.not_in(application_xids),
             check_results.c.time >= lo,
             check_results.c.time < hi,
         )

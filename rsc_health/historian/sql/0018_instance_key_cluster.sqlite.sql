@@ -1,0 +1,3 @@
+-- Version 18 widens jobs.instance_key on PostgreSQL only (a key may name its cluster,
+-- <JobIDRaw>:<Submit>:<Start>@<cluster>): SQLite does not hold text to a declared length,
+-- so nothing changes here but the version.
