@@ -18,17 +18,13 @@ Only the standard library is imported: the prolog loads the config on every job 
 
 from __future__ import annotations
 
-import datetime
-import fnmatch
-import functools
 import marshal
 import os
-import re
 import stat
 from pathlib import Path
 
 from rsc_health import lazyre
-from rsc_health.compat import packaged_bytes, packaged_toml
+from rsc_health.compat import date, packaged_bytes, packaged_toml, time
 from rsc_health.config_schema import ConfigError
 from rsc_health.record import dataclass, field
 
@@ -77,7 +73,7 @@ class Config:
         if partition and partition in self.overrides.get("partitions", {}):
             layers.append(self.overrides["partitions"][partition])
         for pattern, table in self.overrides.get("nodes", {}).items():
-            if fnmatch.fnmatchcase(node, pattern):
+            if glob_match(node, pattern):
                 layers.append(table)
         for layer in layers:
             _deep_merge(merged, layer)
@@ -93,9 +89,100 @@ def _lookup(data: dict, dotted: str) -> Any:
     return node
 
 
-@functools.cache
+_PACKAGED: list[dict] = []  # the parsed defaults, once (functools.cache without functools)
+
+
 def _packaged() -> dict:
-    return _read_defaults()
+    if not _PACKAGED:
+        _PACKAGED.append(_read_defaults())
+    return _PACKAGED[0]
+
+
+def glob_match(name: str, pattern: str) -> bool:
+    """fnmatch.fnmatchcase(name, pattern), without fnmatch and the `re` it compiles patterns
+    with (25 M instructions of a 38 M bare start, and [nodes."GLOB"] is matched on every job
+    start): `*` any run of characters, `?` any one, `[a-c9]` / `[!a-c9]` one in (not in) the
+    set, anything else itself. A set of other characters (`]`, `-` or `\\` of its own, `^`,
+    a range backwards, no closing `]`) is fnmatch's to read, and it reads it: its rules for
+    those are fnmatch.translate's. tests/unit/test_config_glob.py holds it to fnmatchcase."""
+    if not ("*" in pattern or "?" in pattern or "[" in pattern):
+        return name == pattern
+    tokens = _GLOBS.get(pattern)
+    if tokens is None:
+        tokens = _GLOBS[pattern] = _glob_tokens(pattern) if len(_GLOBS) < 1024 else False
+    if tokens is False:  # a set fnmatch reads by its own rules, or too many patterns to keep
+        import fnmatch
+
+        return fnmatch.fnmatchcase(name, pattern)
+    # Two pointers: on a mismatch, the last `*` seen takes one character more.
+    t = n = 0
+    star_t, star_n = -1, 0
+    end = len(tokens)
+    while n < len(name):
+        token = tokens[t] if t < end else None
+        if token is _STAR:
+            star_t, star_n = t, n
+            t += 1
+        elif token is not None and (token is _ANY or token == name[n] or (
+                type(token) is tuple and _in_set(token, name[n]))):
+            t += 1
+            n += 1
+        elif star_t >= 0:
+            star_n += 1
+            t, n = star_t + 1, star_n
+        else:
+            return False
+    while t < end and tokens[t] is _STAR:
+        t += 1
+    return t == end
+
+
+_STAR = object()
+_ANY = object()
+_GLOBS: dict[str, Any] = {}
+# What a set may hold for glob_match to read it itself: characters no set rule of fnmatch's
+# (negation, ranges, escapes, the closing bracket, set operations) gives a meaning.
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@+,=/ #%")
+
+
+def _in_set(token: tuple, char: str) -> bool:
+    negated, chars, ranges = token
+    return (char in chars or any(low <= char <= high for low, high in ranges)) != negated
+
+
+def _glob_tokens(pattern: str) -> Any:
+    """`pattern` as _STAR, _ANY, characters and sets (negated, characters, (low, high)
+    ranges); False when a set is not one of plain characters and ascending ranges."""
+    tokens: list = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            if not tokens or tokens[-1] is not _STAR:
+                tokens.append(_STAR)
+        elif c == "?":
+            tokens.append(_ANY)
+        elif c != "[":
+            tokens.append(c)
+        else:
+            negated = i < n and pattern[i] == "!"
+            i += negated
+            chars, ranges = "", []
+            while i < n and pattern[i] in _PLAIN:
+                if i + 2 < n and pattern[i + 1] == "-" and pattern[i + 2] in _PLAIN:
+                    if pattern[i] > pattern[i + 2]:
+                        return False
+                    ranges.append((pattern[i], pattern[i + 2]))
+                    i += 3
+                else:
+                    chars += pattern[i]
+                    i += 1
+            if i >= n or pattern[i] != "]" or not (chars or ranges):
+                return False
+            i += 1
+            tokens.append((negated, chars, tuple(ranges)))
+    return tokens
 
 
 def _read_defaults() -> dict:
@@ -125,7 +212,7 @@ def with_defaults(section: str, table: Any = None) -> dict[str, Any]:
 
 
 # TOML's leaves: immutable, so a copy of a config tree shares them.
-_LEAVES = (str, int, float, bool, type(None), datetime.date, datetime.time)
+_LEAVES = (str, int, float, bool, type(None), date, time)
 
 
 def _copied(value: Any) -> Any:
@@ -296,9 +383,9 @@ def state_dir(cfg: Config, root: Path) -> Path:
 
 # Keys whose value is a secret whatever it looks like, and secrets inside any string value: a
 # URL's password (postgresql://user:PASSWORD@host) and libpq's `password=...`.
-_SECRET_KEY = lazyre.compile(r"passw|secret|token|credential|api_?key", re.IGNORECASE)
+_SECRET_KEY = lazyre.compile(r"passw|secret|token|credential|api_?key", lazyre.IGNORECASE)
 _URL_PASSWORD = lazyre.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*(?=@)")
-_KV_PASSWORD = lazyre.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+_KV_PASSWORD = lazyre.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", lazyre.IGNORECASE)
 MASK = "***"
 
 
