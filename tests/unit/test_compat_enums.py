@@ -42,12 +42,12 @@ def test_the_vocabularies_iterate_look_up_and_print_as_enum_does(ours):
     assert {k: v.name for k, v in ours.__members__.items()} == \
         {k: v.name for k, v in theirs.__members__.items()}
     assert repr(ours) == repr(theirs)
-    for mine, std in zip(ours, theirs):
+    for mine, std in zip(ours, theirs, strict=True):
         assert type(mine) is ours and isinstance(mine, type(std.value))
         assert repr(mine) == repr(std)
         assert str(mine) == str(std) and f"{mine}" == f"{std}"
         assert f"{mine:>20}|{mine!s}|{mine!r}" == f"{std:>20}|{std!s}|{std!r}"
-        assert "%s %r" % (mine, mine) == "%s %r" % (std, std)
+        assert "%s %r" % (mine, mine) == "%s %r" % (std, std)  # noqa: UP031 - %-format too
         assert hash(mine) == hash(std) == hash(std.value) and mine == std.value
         assert ours(std.value) is mine and ours[std.name] is mine and ours(mine) is mine
         assert getattr(ours, std.name) is mine
