@@ -247,6 +247,27 @@ def __getattr__(name: str):
     return tomllib
 
 
+def path_parts(path: str | os.PathLike[str]) -> tuple[str, list[str]]:
+    """(root, names) of `path` as pathlib.PurePosixPath reads it: "/" (or POSIX's "//") or "",
+    then the names without empty or "." ones ("..", which may cross a symlink, is kept). The
+    node path's paths are str (os.path): pathlib is 43 M instructions of a 38 M bare start."""
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"expected str or os.PathLike[str], not {type(text).__name__}")
+    root = "//" if text[:2] == "//" and text[2:3] != "/" else "/" if text[:1] == "/" else ""
+    return root, [part for part in text.split("/") if part and part != "."]
+
+
+def join_parts(root: str, parts: list[str]) -> str:
+    """The path of path_parts' (root, names): str(PurePosixPath(...)), "." for nothing."""
+    return root + "/".join(parts) or "."
+
+
+def pure_path(path: str | os.PathLike[str]) -> str:
+    """str(pathlib.Path(path)) without pathlib: no doubled or trailing slash, no "." part."""
+    return join_parts(*path_parts(path))
+
+
 def packaged_bytes(path: os.PathLike | str) -> bytes | None:
     """The bytes of one of this package's own data files (default_config.toml, the XID
     catalog) when the package runs from a zip archive (the node zipapp, scripts/build-node);
@@ -274,4 +295,5 @@ def zip_archive() -> str | None:
 
 
 __all__ = ["UTC", "IntEnum", "StrEnum", "date", "datetime", "json_dumps", "json_loads", "time",
-           "timedelta", "timezone", "packaged_bytes", "packaged_toml", "zip_archive"]  # and tomllib
+           "timedelta", "timezone", "join_parts", "packaged_bytes", "packaged_toml", "path_parts",
+           "pure_path", "zip_archive"]  # and tomllib

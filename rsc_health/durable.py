@@ -27,29 +27,11 @@ import stat
 import time
 
 from rsc_health.collect.sysfs import read_bounded
-from rsc_health.compat import json_loads
+from rsc_health.compat import join_parts, json_loads, path_parts, pure_path
 
 # Paths are str (os.path, no pathlib: issue 25's job-start diet); every function takes a str
-# or an os.PathLike and reads it as pathlib.Path would (_norm): one name, one meaning.
-
-
-def _split(path: str | os.PathLike[str]) -> tuple[str, list[str]]:
-    """(root, parts) of `path` as PurePosixPath reads it: "/" (or POSIX's "//"), then the
-    names, without empty or "." ones ("..", which may cross a symlink, is kept)."""
-    text = os.fspath(path)
-    if not isinstance(text, str):
-        raise TypeError(f"expected str or os.PathLike[str], not {type(text).__name__}")
-    root = "//" if text[:2] == "//" and text[2:3] != "/" else "/" if text[:1] == "/" else ""
-    return root, [part for part in text.split("/") if part and part != "."]
-
-
-def _join(root: str, parts: list[str]) -> str:
-    return root + "/".join(parts) or "."
-
-
-def _norm(path: str | os.PathLike[str]) -> str:
-    """str(pathlib.Path(path)): no doubled or trailing slash, no "." part."""
-    return _join(*_split(path))
+# or an os.PathLike and reads it as pathlib.Path would (compat.pure_path): one name, one meaning.
+_split, _join, _norm = path_parts, join_parts, pure_path
 
 
 def _parent(path: str) -> str:
