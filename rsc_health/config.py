@@ -107,10 +107,13 @@ def glob_match(name: str, pattern: str) -> bool:
     those are fnmatch.translate's. tests/unit/test_config_glob.py holds it to fnmatchcase."""
     if not ("*" in pattern or "?" in pattern or "[" in pattern):
         return name == pattern
-    tokens = _GLOBS.get(pattern)
-    if tokens is None:
-        tokens = _GLOBS[pattern] = _glob_tokens(pattern) if len(_GLOBS) < 1024 else False
-    if tokens is False:  # a set fnmatch reads by its own rules, or too many patterns to keep
+    if pattern in _GLOBS:
+        tokens = _GLOBS[pattern]
+    else:
+        tokens = _glob_tokens(pattern)
+        if len(_GLOBS) < 1024:  # a site has a few globs; a caller with endless ones, no memory
+            _GLOBS[pattern] = tokens
+    if tokens is None:  # a set fnmatch reads by its own rules
         import fnmatch
 
         return fnmatch.fnmatchcase(name, pattern)
@@ -139,7 +142,7 @@ def glob_match(name: str, pattern: str) -> bool:
 
 _STAR = object()
 _ANY = object()
-_GLOBS: dict[str, Any] = {}
+_GLOBS: dict[str, list | None] = {}
 # What a set may hold for glob_match to read it itself: characters no set rule of fnmatch's
 # (negation, ranges, escapes, the closing bracket, set operations) gives a meaning.
 _PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@+,=/ #%")
@@ -150,9 +153,9 @@ def _in_set(token: tuple, char: str) -> bool:
     return (char in chars or any(low <= char <= high for low, high in ranges)) != negated
 
 
-def _glob_tokens(pattern: str) -> Any:
+def _glob_tokens(pattern: str) -> list | None:
     """`pattern` as _STAR, _ANY, characters and sets (negated, characters, (low, high)
-    ranges); False when a set is not one of plain characters and ascending ranges."""
+    ranges); None when a set is not one of plain characters and ascending ranges."""
     tokens: list = []
     i, n = 0, len(pattern)
     while i < n:
@@ -172,14 +175,14 @@ def _glob_tokens(pattern: str) -> Any:
             while i < n and pattern[i] in _PLAIN:
                 if i + 2 < n and pattern[i + 1] == "-" and pattern[i + 2] in _PLAIN:
                     if pattern[i] > pattern[i + 2]:
-                        return False
+                        return None
                     ranges.append((pattern[i], pattern[i + 2]))
                     i += 3
                 else:
                     chars += pattern[i]
                     i += 1
             if i >= n or pattern[i] != "]" or not (chars or ranges):
-                return False
+                return None
             i += 1
             tokens.append((negated, chars, tuple(ranges)))
     return tokens
