@@ -49,10 +49,18 @@ def test_a_node_override_by_glob_applies_to_the_nodes_it_matches(tmp_path):
     site.write_text('[nodes."gpu0[0-1]?"]\ngpu = { count = 4 }\n'
                     '[nodes."dgx-*"]\ngpu = { count = 2 }\n')
     site.chmod(0o644)
+    cfg = config.load_config(site)
+    assert cfg.for_node("gpu017").get("gpu.count") == 4
+    assert cfg.for_node("dgx-h100-1").get("gpu.count") == 2
+    assert cfg.for_node("gpu027").get("gpu.count") == cfg.get("gpu.count")
+
+
+def test_matching_node_globs_imports_neither_fnmatch_nor_re():
     code = ("import sys; from rsc_health import config\n"
-            f"cfg = config.load_config({str(site)!r})\n"
-            "print(cfg.for_node('gpu017').get('gpu.count'), cfg.for_node('dgx-1').get('gpu.count'),"
-            " cfg.for_node('gpu027').get('gpu.count') == cfg.get('gpu.count'))")
+            "cfg = config.load_config(config.os.devnull)\n"
+            "cfg.overrides = {'nodes': {'gpu0[0-1]?': {'gpu': {'count': 4}}, 'dgx-*': {}}}\n"
+            "print(cfg.for_node('gpu017').get('gpu.count'), cfg.for_node('dgx-1').get('gpu.count')"
+            " == cfg.get('gpu.count'), sorted({'fnmatch', 're'} & set(sys.modules)))")
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(Path(config.__file__).parents[1])})
-    assert out.stdout.split() == ["4", "2", "True"], out.stderr
+    assert out.stdout.split() == ["4", "True", "[]"], out.stderr
