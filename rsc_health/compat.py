@@ -69,6 +69,14 @@ def json_loads(text: str | bytes) -> object:
         value, end = _scan(text, start)
     except StopIteration:
         end = -1
+    except RecursionError:  # nested deeper than the decoder goes: json.loads raises it too
+        raise
+    except Exception:  # noqa: BLE001 - json.loads below says what is wrong, in its own words
+        # A document broken inside a string, array or object: the scanner raises
+        # json.decoder.JSONDecodeError, which it takes from sys.modules without importing it
+        # (3.10, 3.11): with json not imported yet that is a SystemError ("returned NULL
+        # without setting an exception"), not a ValueError any caller catches.
+        end = -1
     finally:
         _DecodeContext.memo.clear()
     if end < 0 or text[end:].strip(_WHITESPACE):
