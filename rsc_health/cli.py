@@ -90,7 +90,7 @@ class AppContext:
 
     @property
     def root(self) -> Path:
-        return node_root(self.root_arg)
+        return Path(node_root(self.root_arg))  # config's paths are str (issue 25)
 
     @property
     def historian_configured(self) -> bool:

@@ -6,7 +6,6 @@ tests/static/test_node_python.py holds them to Python 3.9 with vermin.
 
 from __future__ import annotations
 
-import enum
 import os
 import sys
 import zipimport
@@ -15,9 +14,9 @@ import zipimport
 # (`datetime.datetime is _datetime.datetime`), without executing datetime.py's pure-Python
 # definitions first (6.5 M instructions of a 38 M bare start, benchmarks/bench_prolog.py).
 try:
-    from _datetime import date, datetime, timedelta, timezone
+    from _datetime import date, datetime, time, timedelta, timezone  # time: datetime.time
 except ImportError:  # pragma: no cover - an interpreter without the accelerator
-    from datetime import date, datetime, timedelta, timezone
+    from datetime import date, datetime, time, timedelta, timezone
 
 UTC = timezone.utc  # datetime.UTC is 3.11+
 
@@ -64,11 +63,19 @@ def json_loads(text: str | bytes) -> object:
         import json
         return json.loads(text)
     if _scan is None:
-        _scan = _json.make_scanner(_DecodeContext())
+        _scan = _json.make_scanner(_DecodeContext())  # type: ignore[arg-type]  # its fields
     start = len(text) - len(text.lstrip(_WHITESPACE))
     try:
         value, end = _scan(text, start)
     except StopIteration:
+        end = -1
+    except RecursionError:  # nested deeper than the decoder goes: json.loads raises it too
+        raise
+    except Exception:  # noqa: BLE001 - json.loads below says what is wrong, in its own words
+        # A document broken inside a string, array or object: the scanner raises
+        # json.decoder.JSONDecodeError, which it takes from sys.modules without importing it
+        # (3.10, 3.11): with json not imported yet that is a SystemError ("returned NULL
+        # without setting an exception"), not a ValueError any caller catches.
         end = -1
     finally:
         _DecodeContext.memo.clear()
@@ -96,19 +103,142 @@ def json_dumps(value: object, *, default=None, sort_keys: bool = False,
                                 None, key, item, sort_keys, False, True)
     return "".join(encode(value, 0))
 
-if sys.version_info >= (3, 11):
-    from enum import StrEnum  # novermin
-else:  # pragma: no cover - exercised on a 3.9/3.10 interpreter (tests/static)
 
-    class StrEnum(str, enum.Enum):
-        """enum.StrEnum as 3.11 has it: str() and format() give the value."""
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:  # a type checker sees the standard library's enums
+    from enum import IntEnum, StrEnum  # novermin
+else:
+    _MAPPINGPROXY = type(type.__dict__)
+
+    class _EnumType(type):
+        """enum.EnumType for the node path's vocabularies (rsc_health.model), without `enum`
+        (17 M instructions of a 38 M bare start: it brings types, functools, operator,
+        collections, keyword and reprlib; benchmarks/bench_prolog.py). A class body's plain
+        values become its members, instances of the class and of its data type (str or int),
+        made once; a value met again is an alias of the first member with it. What the
+        product uses of enum behaves as 3.11's StrEnum and IntEnum do (tests/unit/
+        test_compat_enums.py holds the two side by side): lookup by value (`Cls(v)`) and by
+        name (`Cls["N"]`), iteration in definition order without aliases, len, __members__,
+        .name/.value, str/format/repr, pickling and copying as the same member. Not here:
+        auto(), _missing_, Flag, the functional API, members named with a leading `_`."""
+
+        def __new__(mcls, name, bases, namespace, **kwargs):
+            for base in bases:
+                if getattr(base, "_member_names_", None):
+                    raise TypeError(f"{name}: cannot extend {base!r}")
+            members = [(key, value) for key, value in namespace.items()
+                       if not (key[:1] == "_" or hasattr(value, "__get__")
+                               or hasattr(value, "__set__") or hasattr(value, "__delete__"))]
+            body = {key: value for key, value in namespace.items()
+                    if key not in dict(members)}
+            cls = super().__new__(mcls, name, bases, body, **kwargs)
+            data_type = next((b for b in cls.__mro__ if b in (str, int)), None)
+            by_name: dict = {}
+            by_value: dict = {}
+            names: list = []
+            for key, value in members:
+                if data_type is None:
+                    raise TypeError(f"{name}: members need a str or int data type")
+                member = by_value.get(value)
+                if member is None:  # a new value: a new member (an alias otherwise)
+                    if type(value) is not data_type:
+                        raise TypeError(f"{name}.{key}: {value!r} is not a {data_type.__name__}")
+                    member = data_type.__new__(cls, value)
+                    member.__dict__.update(_value_=value, _name_=key, __objclass__=cls)
+                    by_value[value] = member
+                    names.append(key)
+                by_name[key] = member
+            type.__setattr__(cls, "_member_map_", by_name)
+            type.__setattr__(cls, "_value2member_map_", by_value)
+            type.__setattr__(cls, "_member_names_", names)
+            for key, member in by_name.items():
+                type.__setattr__(cls, key, member)
+            return cls
+
+        def __call__(cls, value):
+            try:
+                return cls._value2member_map_[value]
+            except (KeyError, TypeError):
+                raise ValueError(f"{value!r} is not a valid {cls.__qualname__}") from None
+
+        def __getitem__(cls, name):
+            return cls._member_map_[name]
+
+        def __iter__(cls):
+            return (cls._member_map_[name] for name in cls._member_names_)
+
+        def __reversed__(cls):
+            return (cls._member_map_[name] for name in reversed(cls._member_names_))
+
+        def __len__(cls):
+            return len(cls._member_names_)
+
+        def __contains__(cls, value):
+            """A member, or (as 3.12 has it) the value of one."""
+            if isinstance(value, cls):
+                return True
+            try:
+                return value in cls._value2member_map_
+            except TypeError:
+                return False
+
+        def __bool__(cls):
+            return True
+
+        @property
+        def __members__(cls):
+            return _MAPPINGPROXY(cls._member_map_)
+
+        def __repr__(cls):
+            return f"<enum {cls.__name__!r}>"
+
+        def __setattr__(cls, name, value):
+            if name in cls.__dict__.get("_member_map_", ()):
+                raise AttributeError(f"cannot reassign member {name!r}")
+            super().__setattr__(name, value)
+
+        def __delattr__(cls, name):
+            if name in cls.__dict__.get("_member_map_", ()):
+                raise AttributeError(f"{cls.__name__!r} cannot delete member {name!r}.")
+            super().__delattr__(name)
+
+    class _Member:
+        """What enum.Enum gives its members, for StrEnum and IntEnum below (before their data
+        type: its __repr__ and __reduce_ex__ are not what enum has)."""
+
+        __slots__ = ()
+
+        @property
+        def name(self):
+            return self._name_
+
+        @property
+        def value(self):
+            return self._value_
+
+        def __repr__(self):
+            return f"<{type(self).__name__}.{self._name_}: {self._value_!r}>"
+
+        def __reduce_ex__(self, protocol):
+            return type(self), (self._value_,)
+
+        def __copy__(self):
+            return self
+
+        def __deepcopy__(self, memo):
+            return self
+
+    class StrEnum(_Member, str, metaclass=_EnumType):
+        """enum.StrEnum as 3.11 has it: members are strs, str() and format() give the value."""
 
         __str__ = str.__str__
         __format__ = str.__format__
 
-        @staticmethod
-        def _generate_next_value_(name, start, count, last_values):
-            return name.lower()
+    class IntEnum(_Member, int, metaclass=_EnumType):
+        """enum.IntEnum as 3.11 has it: members are ints, str() and format() give the number."""
+
+        __str__ = int.__repr__
+        __format__ = int.__format__
 
 
 def __getattr__(name: str):
@@ -123,6 +253,27 @@ def __getattr__(name: str):
         import tomli as tomllib
     globals()["tomllib"] = tomllib
     return tomllib
+
+
+def path_parts(path: str | os.PathLike[str]) -> tuple[str, list[str]]:
+    """(root, names) of `path` as pathlib.PurePosixPath reads it: "/" (or POSIX's "//") or "",
+    then the names without empty or "." ones ("..", which may cross a symlink, is kept). The
+    node path's paths are str (os.path): pathlib is 43 M instructions of a 38 M bare start."""
+    text = os.fspath(path)
+    if not isinstance(text, str):
+        raise TypeError(f"expected str or os.PathLike[str], not {type(text).__name__}")
+    root = "//" if text[:2] == "//" and text[2:3] != "/" else "/" if text[:1] == "/" else ""
+    return root, [part for part in text.split("/") if part and part != "."]
+
+
+def join_parts(root: str, parts: list[str]) -> str:
+    """The path of path_parts' (root, names): str(PurePosixPath(...)), "." for nothing."""
+    return root + "/".join(parts) or "."
+
+
+def pure_path(path: str | os.PathLike[str]) -> str:
+    """str(pathlib.Path(path)) without pathlib: no doubled or trailing slash, no "." part."""
+    return join_parts(*path_parts(path))
 
 
 def packaged_bytes(path: os.PathLike | str) -> bytes | None:
@@ -151,5 +302,6 @@ def zip_archive() -> str | None:
     return loader.archive if isinstance(loader, zipimport.zipimporter) else None
 
 
-__all__ = ["UTC", "StrEnum", "date", "datetime", "json_dumps", "json_loads", "timedelta",
-           "timezone", "packaged_bytes", "packaged_toml", "zip_archive"]  # and tomllib
+__all__ = ["UTC", "IntEnum", "StrEnum", "date", "datetime", "json_dumps", "json_loads", "time",
+           "timedelta", "timezone", "join_parts", "packaged_bytes", "packaged_toml", "path_parts",
+           "pure_path", "zip_archive"]  # and tomllib

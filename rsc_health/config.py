@@ -18,17 +18,23 @@ Only the standard library is imported: the prolog loads the config on every job 
 
 from __future__ import annotations
 
-import datetime
-import fnmatch
-import functools
+import errno
 import marshal
 import os
-import re
 import stat
-from pathlib import Path
 
 from rsc_health import lazyre
-from rsc_health.compat import packaged_bytes, packaged_toml
+from rsc_health.compat import (
+    date,
+    join_parts,
+    json_dumps,
+    json_loads,
+    packaged_bytes,
+    packaged_toml,
+    path_parts,
+    pure_path,
+    time,
+)
 from rsc_health.config_schema import ConfigError
 from rsc_health.record import dataclass, field
 
@@ -36,8 +42,10 @@ TYPE_CHECKING = False  # typing's, without importing typing: every job start loa
 if TYPE_CHECKING:
     from typing import Any
 
-DEFAULT_CONFIG_PATH = Path("/etc/rsc_health/config.toml")
-PACKAGED_DEFAULTS = Path(__file__).with_name("default_config.toml")
+# Paths are str (os.path, no pathlib on a job start: issue 25); the functions take a str or an
+# os.PathLike and give a str, in pathlib's normal form (compat.pure_path).
+DEFAULT_CONFIG_PATH = "/etc/rsc_health/config.toml"
+PACKAGED_DEFAULTS = os.path.join(os.path.dirname(__file__), "default_config.toml")
 OVERRIDE_TABLES = ("nodes", "partitions")
 _UNSET: Any = object()
 
@@ -45,7 +53,7 @@ _UNSET: Any = object()
 @dataclass
 class Config:
     data: dict[str, Any]
-    path: Path | None = None
+    path: str | None = None
     overrides: dict[str, Any] = field(default_factory=dict)
     # The site file's bytes when this load parsed them (None from the compiled config, for a
     # node view, without a site file): what remember_good keeps as the last good config.
@@ -77,7 +85,7 @@ class Config:
         if partition and partition in self.overrides.get("partitions", {}):
             layers.append(self.overrides["partitions"][partition])
         for pattern, table in self.overrides.get("nodes", {}).items():
-            if fnmatch.fnmatchcase(node, pattern):
+            if glob_match(node, pattern):
                 layers.append(table)
         for layer in layers:
             _deep_merge(merged, layer)
@@ -93,9 +101,103 @@ def _lookup(data: dict, dotted: str) -> Any:
     return node
 
 
-@functools.cache
+_PACKAGED: list[dict] = []  # the parsed defaults, once (functools.cache without functools)
+
+
 def _packaged() -> dict:
-    return _read_defaults()
+    if not _PACKAGED:
+        _PACKAGED.append(_read_defaults())
+    return _PACKAGED[0]
+
+
+def glob_match(name: str, pattern: str) -> bool:
+    """fnmatch.fnmatchcase(name, pattern), without fnmatch and the `re` it compiles patterns
+    with (25 M instructions of a 38 M bare start, and [nodes."GLOB"] is matched on every job
+    start): `*` any run of characters, `?` any one, `[a-c9]` / `[!a-c9]` one in (not in) the
+    set, anything else itself. A set of other characters (`]`, `-` or `\\` of its own, `^`,
+    a range backwards, no closing `]`) is fnmatch's to read, and it reads it: its rules for
+    those are fnmatch.translate's. tests/unit/test_config_glob.py holds it to fnmatchcase."""
+    if not ("*" in pattern or "?" in pattern or "[" in pattern):
+        return name == pattern
+    if pattern in _GLOBS:
+        tokens = _GLOBS[pattern]
+    else:
+        tokens = _glob_tokens(pattern)
+        if len(_GLOBS) < 1024:  # a site has a few globs; a caller with endless ones, no memory
+            _GLOBS[pattern] = tokens
+    if tokens is None:  # a set fnmatch reads by its own rules
+        import fnmatch
+
+        return fnmatch.fnmatchcase(name, pattern)
+    # Two pointers: on a mismatch, the last `*` seen takes one character more.
+    t = n = 0
+    star_t, star_n = -1, 0
+    end = len(tokens)
+    while n < len(name):
+        token = tokens[t] if t < end else None
+        if token is _STAR:
+            star_t, star_n = t, n
+            t += 1
+        elif token is not None and (token is _ANY or token == name[n] or (
+                type(token) is tuple and _in_set(token, name[n]))):
+            t += 1
+            n += 1
+        elif star_t >= 0:
+            star_n += 1
+            t, n = star_t + 1, star_n
+        else:
+            return False
+    while t < end and tokens[t] is _STAR:
+        t += 1
+    return t == end
+
+
+_STAR = object()
+_ANY = object()
+_GLOBS: dict[str, list | None] = {}
+# What a set may hold for glob_match to read it itself: characters no set rule of fnmatch's
+# (negation, ranges, escapes, the closing bracket, set operations) gives a meaning.
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:@+,=/ #%")
+
+
+def _in_set(token: tuple, char: str) -> bool:
+    negated, chars, ranges = token
+    return (char in chars or any(low <= char <= high for low, high in ranges)) != negated
+
+
+def _glob_tokens(pattern: str) -> list | None:
+    """`pattern` as _STAR, _ANY, characters and sets (negated, characters, (low, high)
+    ranges); None when a set is not one of plain characters and ascending ranges."""
+    tokens: list = []
+    i, n = 0, len(pattern)
+    while i < n:
+        c = pattern[i]
+        i += 1
+        if c == "*":
+            if not tokens or tokens[-1] is not _STAR:
+                tokens.append(_STAR)
+        elif c == "?":
+            tokens.append(_ANY)
+        elif c != "[":
+            tokens.append(c)
+        else:
+            negated = i < n and pattern[i] == "!"
+            i += negated
+            chars, ranges = "", []
+            while i < n and pattern[i] in _PLAIN:
+                if i + 2 < n and pattern[i + 1] == "-" and pattern[i + 2] in _PLAIN:
+                    if pattern[i] > pattern[i + 2]:
+                        return None
+                    ranges.append((pattern[i], pattern[i + 2]))
+                    i += 3
+                else:
+                    chars += pattern[i]
+                    i += 1
+            if i >= n or pattern[i] != "]" or not (chars or ranges):
+                return None
+            i += 1
+            tokens.append((negated, chars, tuple(ranges)))
+    return tokens
 
 
 def _read_defaults() -> dict:
@@ -112,7 +214,7 @@ def packaged_default(dotted: str) -> Any:
     documented."""
     value = _lookup(_packaged(), dotted)
     if value is _UNSET:
-        raise KeyError(f"{dotted}: not in {PACKAGED_DEFAULTS.name}")
+        raise KeyError(f"{dotted}: not in {os.path.basename(PACKAGED_DEFAULTS)}")
     return _copied(value)
 
 
@@ -125,7 +227,7 @@ def with_defaults(section: str, table: Any = None) -> dict[str, Any]:
 
 
 # TOML's leaves: immutable, so a copy of a config tree shares them.
-_LEAVES = (str, int, float, bool, type(None), datetime.date, datetime.time)
+_LEAVES = (str, int, float, bool, type(None), date, time)
 
 
 def _copied(value: Any) -> Any:
@@ -155,7 +257,7 @@ def _deep_merge(base: dict, top: dict) -> dict:
 MAX_CONFIG_BYTES = 1 << 20
 
 
-def _read_toml(path: Path, *, packaged: bool = False, raw: list | None = None) -> dict:
+def _read_toml(path: str | os.PathLike, *, packaged: bool = False, raw: list | None = None) -> dict:
     """Read a TOML file that is a regular file: a FIFO or a device where the config should be
     would block the prolog at open or read, so it is refused without waiting (O_NONBLOCK).
     `raw`, when given, receives the bytes parsed (the compiled config keeps them)."""
@@ -172,7 +274,7 @@ UNTRUSTED_CONFIG = ("refused: a config someone else can write would choose what 
                     "chown root and chmod go-w it and the directories above it")
 
 
-def _read_bytes(path: Path, *, trusted: bool = False) -> bytes:
+def _read_bytes(path: str | os.PathLike, *, trusted: bool = False) -> bytes:
     """A config file's bytes: a regular file (opened O_NONBLOCK: a FIFO never blocks), at most
     MAX_CONFIG_BYTES; ConfigError otherwise. `trusted`: the file is the site config, which
     must also be root's (or this user's), writable by no one else, on a path no one else can
@@ -193,7 +295,7 @@ def _read_bytes(path: Path, *, trusted: bool = False) -> bytes:
     return data
 
 
-def _trust(path: Path, st: os.stat_result) -> None:
+def _trust(path: str | os.PathLike, st: os.stat_result) -> None:
     from rsc_health.durable import trust_refusal
 
     why = trust_refusal(st, path)
@@ -201,7 +303,7 @@ def _trust(path: Path, st: os.stat_result) -> None:
         raise ConfigError(f"{path}: {why.removesuffix('; refused')}: {UNTRUSTED_CONFIG}")
 
 
-def _parse_toml(data: bytes, path: Path) -> dict:
+def _parse_toml(data: bytes, path: str | os.PathLike) -> dict:
     from rsc_health.compat import tomllib  # not on a job start that finds its compiled config
 
     try:
@@ -214,14 +316,36 @@ def _parse_toml(data: bytes, path: Path) -> dict:
         raise ConfigError(f"{path}: not valid TOML: arrays or tables nested too deep") from None
 
 
-def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[Path, bool]:
+def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[str, bool]:
     """The config file to read and whether it was named explicitly."""
     if explicit:
-        return Path(explicit), True
+        return pure_path(explicit), True
     env = os.environ.get("RSC_HEALTH_CONFIG")
     if env:
-        return Path(env), True
+        return pure_path(env), True
     return DEFAULT_CONFIG_PATH, False
+
+
+def _exists(path: str) -> bool:
+    """pathlib's Path.exists (3.9 to 3.11): a missing name, a file where a directory is on
+    the way, a symlink loop are "no"; any other error (EACCES) is raised, not "no"."""
+    try:
+        os.stat(path)
+    except OSError as exc:
+        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
+            raise
+        return False
+    except ValueError:
+        return False
+    return True
+
+
+def _under(directory: str | os.PathLike, *names: str) -> str:
+    """str(Path(directory).joinpath(*names)) for relative names."""
+    root, parts = path_parts(directory)
+    for name in names:
+        parts += path_parts(name)[1]
+    return join_parts(root, parts)
 
 
 def load_config(explicit: str | os.PathLike | None = None, *, raw: list | None = None
@@ -232,14 +356,14 @@ def load_config(explicit: str | os.PathLike | None = None, *, raw: list | None =
     got: list[bytes] = [] if raw is None else raw
     site: dict = {}
     if str(path) != os.devnull:
-        if path.exists() or named:
+        if _exists(path) or named:
             site = _read_toml(path, raw=got)
     cfg = _from_site(site, path, named)
     cfg.parsed = got[-1] if got else None
     return cfg
 
 
-def _from_site(site: dict, path: Path, named: bool = True) -> Config:
+def _from_site(site: dict, path: str, named: bool = True) -> Config:
     """The packaged defaults merged with a site document read from `path`, validated."""
     from rsc_health.config_schema import validate_overrides, validate_site
 
@@ -259,8 +383,8 @@ def validated(data: dict, source: str | os.PathLike) -> Config:
     from rsc_health.config_schema import validate_site
 
     defaults = _read_defaults()
-    validate_site(data, defaults, Path(source))
-    return Config(_deep_merge(defaults, data), Path(source))
+    validate_site(data, defaults, pure_path(source))
+    return Config(_deep_merge(defaults, data), pure_path(source))
 
 
 def node_name(cfg: Config) -> str:
@@ -283,22 +407,21 @@ def resolve_node_config(
     return cfg.for_node(name, partition or None), name
 
 
-def node_root(explicit: str | os.PathLike | None = None) -> Path:
+def node_root(explicit: str | os.PathLike | None = None) -> str:
     """The directory every collector reads under (`--root` > $RSC_HEALTH_ROOT > /)."""
-    return Path(explicit or os.environ.get("RSC_HEALTH_ROOT") or "/")
+    return pure_path(explicit or os.environ.get("RSC_HEALTH_ROOT") or "/")
 
 
-def state_dir(cfg: Config, root: Path) -> Path:
+def state_dir(cfg: Config, root: str | os.PathLike) -> str:
     """Local state (cursors, counters, spool) lives under the root, so two roots never share it."""
-    configured = Path(cfg.get("node.state_dir"))
-    return root / configured.relative_to(configured.anchor)
+    return _under(root, *path_parts(cfg.get("node.state_dir"))[1])
 
 
 # Keys whose value is a secret whatever it looks like, and secrets inside any string value: a
 # URL's password (postgresql://user:PASSWORD@host) and libpq's `password=...`.
-_SECRET_KEY = lazyre.compile(r"passw|secret|token|credential|api_?key", re.IGNORECASE)
+_SECRET_KEY = lazyre.compile(r"passw|secret|token|credential|api_?key", lazyre.IGNORECASE)
 _URL_PASSWORD = lazyre.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)[^/\s]*(?=@)")
-_KV_PASSWORD = lazyre.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", re.IGNORECASE)
+_KV_PASSWORD = lazyre.compile(r"(?P<head>\bpassword\s*=\s*)('[^']*'|\S+)", lazyre.IGNORECASE)
 MASK = "***"
 
 
@@ -327,16 +450,14 @@ LAST_GOOD_FILE = "last_good_config.json"
 REMEMBERED = ("node.textfile_dir", "historian.url")
 
 
-def remember_good(cfg: Config, sdir: Path, parsed: bytes | None = None) -> None:
+def remember_good(cfg: Config, sdir: str | os.PathLike, parsed: bytes | None = None) -> None:
     """Keep REMEMBERED of a config that loaded, and `parsed`, the site file's bytes when this
     run parsed them (its whole text: what a broken push is judged with, last_good_config),
     when they differ from what is kept. Raises OSError."""
-    import json
-
     from rsc_health.durable import load_state_json, write_atomic
 
     keep = {key: cfg.get(key) for key in REMEMBERED}
-    kept = load_state_json(sdir / LAST_GOOD_FILE)
+    kept = load_state_json(_under(sdir, LAST_GOOD_FILE))
     text = kept.get("toml") if isinstance(kept.get("toml"), str) else None
     if parsed is not None:
         try:
@@ -349,26 +470,24 @@ def remember_good(cfg: Config, sdir: Path, parsed: bytes | None = None) -> None:
     doc = {"settings": keep, "source": str(cfg.path), "time": _now_text()}
     if text is not None:
         doc["toml"] = text
-    write_atomic(sdir / LAST_GOOD_FILE, json.dumps(doc), mode=0o600)
+    write_atomic(_under(sdir, LAST_GOOD_FILE), json_dumps(doc), mode=0o600)
 
 
-def last_good_config(root: Path) -> tuple[Config, str] | None:
+def last_good_config(root: str | os.PathLike) -> tuple[Config, str] | None:
     """(the whole last config that loaded on this node, in words which and when) to judge with
     while the site's is broken or refused; None when none is kept, when what is kept is not
     root's own (the file and the state dir: a planted copy would choose what root runs), or
     when it no longer validates (a release that changed the schema)."""
-    import json
-
     from rsc_health.durable import open_regular, trust_refusal
 
     defaults = load_config(os.devnull)
-    file = state_dir(defaults, root) / LAST_GOOD_FILE
+    file = _under(state_dir(defaults, root), LAST_GOOD_FILE)
     try:
         fd = open_regular(file)
         with os.fdopen(fd, "rb") as fh:
             if trust_refusal(os.fstat(fd), file):
                 return None
-            kept = json.loads(fh.read(4 * MAX_CONFIG_BYTES))
+            kept: Any = json_loads(fh.read(4 * MAX_CONFIG_BYTES))
     except (OSError, ValueError, RecursionError):
         return None
     text = kept.get("toml") if isinstance(kept, dict) else None
@@ -376,19 +495,20 @@ def last_good_config(root: Path) -> tuple[Config, str] | None:
         return None
     source = str(kept.get("source"))[:512]
     try:
-        cfg = _from_site(_parse_toml(text.encode("utf-8"), Path(source)), Path(source))
+        cfg = _from_site(_parse_toml(text.encode("utf-8"), pure_path(source)),
+                         pure_path(source))
     except (ConfigError, UnicodeEncodeError, RecursionError):
         return None
     return cfg, f"the last good config ({source}, kept {str(kept.get('time'))[:32]})"
 
 
-def fallback_config(root: Path) -> tuple[Config, str]:
+def fallback_config(root: str | os.PathLike) -> tuple[Config, str]:
     """(the config to go on with when the site's is broken, which one it is, in words): the
     packaged defaults with the last good config's REMEMBERED settings, or the defaults alone."""
     from rsc_health.durable import load_state_json
 
     defaults = load_config(os.devnull)
-    kept = load_state_json(state_dir(defaults, root) / LAST_GOOD_FILE)
+    kept = load_state_json(_under(state_dir(defaults, root), LAST_GOOD_FILE))
     settings = kept.get("settings")
     if not isinstance(settings, dict):
         return defaults, "the packaged defaults"
@@ -460,7 +580,7 @@ def _code_key() -> tuple:
     return (COMPILED_FORMAT, __version__, tuple(_stat_key(p) for p in parts))
 
 
-def _compiled_key(path: Path, named: bool) -> tuple | None:
+def _compiled_key(path: str, named: bool) -> tuple | None:
     """The key of a load of `path`; None when it is no file to keep a compiled copy of (a
     FIFO, a device, a directory: load_config says what is wrong with it)."""
     site = _stat_key(path)
@@ -471,16 +591,15 @@ def _compiled_key(path: Path, named: bool) -> tuple | None:
     return (_code_key(), str(path), named, site)
 
 
-def compiled_path(root: Path) -> Path:
-    configured = Path(packaged_default("node.state_dir"))
-    return root / configured.relative_to(configured.anchor) / COMPILED_FILE
+def compiled_path(root: str | os.PathLike) -> str:
+    return _under(root, *path_parts(packaged_default("node.state_dir"))[1], COMPILED_FILE)
 
 
-def _read_compiled(file: Path, key: tuple, site: Path) -> Config | None:
+def _read_compiled(file: str, key: tuple, site: str) -> Config | None:
     from rsc_health.durable import open_regular, unsafe_directory
 
     try:
-        if unsafe_directory(os.stat(file.parent)):
+        if unsafe_directory(os.stat(os.path.dirname(file))):
             return None
         fd = open_regular(file)
         with os.fdopen(fd, "rb") as fh:
@@ -505,10 +624,10 @@ def _read_compiled(file: Path, key: tuple, site: Path) -> Config | None:
         return None
     if _racy(key[3], written) and (parsed is None or _site_bytes(site) != parsed):
         return None  # racily clean: the bytes decide, not the stat
-    return Config(data, Path(path) if path is not None else None, overrides)
+    return Config(data, path, overrides)
 
 
-def _site_bytes(path: Path) -> bytes | None:
+def _site_bytes(path: str) -> bytes | None:
     """The site file's bytes now, read as _read_toml reads them; None if they cannot be."""
     try:
         return _read_bytes(path)
@@ -516,7 +635,7 @@ def _site_bytes(path: Path) -> bytes | None:
         return None
 
 
-def _write_compiled(file: Path, key: tuple, cfg: Config, began: int,
+def _write_compiled(file: str, key: tuple, cfg: Config, began: int,
                     parsed: bytes | None) -> None:
     """Keep cfg under `key`, with when its load began and, for a racy key, the bytes parsed."""
     from rsc_health.durable import write_atomic
@@ -530,7 +649,8 @@ def _write_compiled(file: Path, key: tuple, cfg: Config, began: int,
         write_atomic(file, blob, mode=0o600)
 
 
-def load_config_compiled(root: Path, explicit: str | os.PathLike | None = None) -> Config:
+def load_config_compiled(root: str | os.PathLike,
+                         explicit: str | os.PathLike | None = None) -> Config:
     """load_config(explicit) for a job start: from the compiled config when its key still
     holds (and, for a racy key, the file still holds the bytes it was compiled from), else
     loaded as always and kept for the next run (a write that fails is only a miss next time).
@@ -548,7 +668,7 @@ def load_config_compiled(root: Path, explicit: str | os.PathLike | None = None) 
         return cfg
     raw: list[bytes] = []
     cfg = load_config(explicit, raw=raw)
-    if state_dir(cfg, root) == file.parent and _compiled_key(path, named) == key \
+    if state_dir(cfg, root) == os.path.dirname(file) and _compiled_key(path, named) == key \
             and not any(_racy(part, began) for part in key[0][2]):
         try:
             _write_compiled(file, key, cfg, began,

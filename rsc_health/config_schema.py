@@ -13,7 +13,7 @@ Standard library only: the prolog validates its config on every job start.
 from __future__ import annotations
 
 import math
-from pathlib import Path
+import os
 
 from rsc_health.model import FINDING_SEVERITIES, LOWER_IS_WORSE, Level, Metric
 from rsc_health.record import dataclass, field
@@ -315,7 +315,8 @@ def _check_range(value: float, dotted: str) -> str | None:
     return None
 
 
-def validate_section(section: str, table: Any, defaults: dict, path: Path, where: str) -> None:
+def validate_section(section: str, table: Any, defaults: dict, path: str | os.PathLike,
+                     where: str) -> None:
     if section not in defaults or not isinstance(defaults[section], dict):
         raise ConfigError(f"{path}: {where}unknown section [{section}]")
     if not isinstance(table, dict):
@@ -333,7 +334,7 @@ def validate_section(section: str, table: Any, defaults: dict, path: Path, where
         raise ConfigError(f"{path}: {where}[node] state_dir: must be an absolute path")
 
 
-def validate_site(site: dict, defaults: dict, path: Path) -> None:
+def validate_site(site: dict, defaults: dict, path: str | os.PathLike) -> None:
     for section, table in site.items():
         validate_section(section, table, defaults, path, "")
 
@@ -342,7 +343,7 @@ def validate_site(site: dict, defaults: dict, path: Path) -> None:
 NODE_WIDE_SECTIONS = ("actions",)
 
 
-def validate_overrides(overrides: dict, defaults: dict, path: Path) -> None:
+def validate_overrides(overrides: dict, defaults: dict, path: str | os.PathLike) -> None:
     for kind, tables in overrides.items():
         for name, table in tables.items():
             label = f'[{kind}."{name}"] ' if kind == "nodes" else f"[{kind}.{name}] "

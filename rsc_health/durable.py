@@ -22,26 +22,68 @@ Standard library only: the prolog imports this.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import stat
 import time
-from pathlib import Path
 
 from rsc_health.collect.sysfs import read_bounded
+from rsc_health.compat import join_parts, json_loads, path_parts, pure_path
+
+# Paths are str (os.path, no pathlib: issue 25's job-start diet); every function takes a str
+# or an os.PathLike and reads it as pathlib.Path would (compat.pure_path): one name, one meaning.
+_split, _join, _norm = path_parts, join_parts, pure_path
+
+
+def _parent(path: str) -> str:
+    """str(Path(path).parent) of a _norm'd path ("." for a bare name, "/" for "/")."""
+    root, parts = _split(path)
+    return _join(root, parts[:-1])
+
+
+def _name(path: str) -> str:
+    """Path(path).name of a _norm'd path."""
+    parts = _split(path)[1]
+    return parts[-1] if parts else ""
+
+
+# pathlib's is_dir/is_symlink (3.9 to 3.11): these errors mean "no", any other is raised.
+_NOT_THERE = {errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP}
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.stat(path).st_mode)
+    except OSError as exc:
+        if exc.errno not in _NOT_THERE:
+            raise
+        return False
+    except ValueError:
+        return False
+
+
+def _is_symlink(path: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except OSError as exc:
+        if exc.errno not in _NOT_THERE:
+            raise
+        return False
+    except ValueError:
+        return False
 
 # A filesystem that cannot fsync a directory says so with one of these; the rename is done,
 # and there is nothing more a writer can do for it.
 _NO_DIR_SYNC = {errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.ENOSYS, errno.EROFS}
 
 
-def load_state_json(path: Path) -> dict:
+def load_state_json(path: str | os.PathLike[str]) -> dict:
     """A node state file's JSON object; {} when there is none; {"lost": why, "lost_mtime":
     its mtime} when something is there that is not one (never blocks: read_bounded)."""
+    path = _norm(path)
     try:
-        data = json.loads(read_bounded(path))
+        data = json_loads(read_bounded(path))
     except FileNotFoundError:
-        if not path.is_symlink():
+        if not _is_symlink(path):
             return {}
         why = "a dangling symlink"
     except OSError as exc:
@@ -54,22 +96,24 @@ def load_state_json(path: Path) -> dict:
             return data
         why = "not a JSON object"
     try:
-        mtime: float | None = path.lstat().st_mtime
+        mtime: float | None = os.lstat(path).st_mtime
     except OSError:
         mtime = None
     return {"lost": why, "lost_mtime": mtime}
 
 
-def _size(path: Path) -> int | None:
+def _size(path: str) -> int | None:
     try:
-        return path.stat().st_size
+        return os.stat(path).st_size
     except OSError:
         return None
 
 
-def open_regular(path: Path, flags: int = os.O_RDONLY, mode: int = 0o600) -> int:
+def open_regular(path: str | os.PathLike[str], flags: int = os.O_RDONLY,
+                 mode: int = 0o600) -> int:
     """A descriptor on the regular file at `path`, never following a symlink there nor blocking
     on a FIFO (O_NOFOLLOW|O_NONBLOCK, then fstat): OSError for anything else, naming it."""
+    path = _norm(path)
     try:
         fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, mode)
     except OSError as exc:
@@ -117,7 +161,7 @@ def owner_refusal(st: os.stat_result, what: str, *, uids: frozenset[int] = froze
     return ""
 
 
-def trust_refusal(st: os.stat_result, path: Path, what: str = "", *,
+def trust_refusal(st: os.stat_result, path: str | os.PathLike[str], what: str = "", *,
                   uids: frozenset[int] = frozenset(), gids: frozenset[int] = frozenset()) -> str:
     """Why root must not run or take orders from the file `path` (`st`: its stat, taken from
     the descriptor that will be read where there is one), or "": owner_refusal, then
@@ -128,15 +172,15 @@ def trust_refusal(st: os.stat_result, path: Path, what: str = "", *,
             or path_refusal(path, what, uids=uids, gids=gids))
 
 
-def path_refusal(path: Path, what: str = "", *, uids: frozenset[int] = frozenset(),
-                 gids: frozenset[int] = frozenset()) -> str:
+def path_refusal(path: str | os.PathLike[str], what: str = "", *,
+                 uids: frozenset[int] = frozenset(), gids: frozenset[int] = frozenset()) -> str:
     """Why someone else could swap what `path` names for their own, or "": every directory
     holding a name on the way to it (each symlink's own directory, then its target's), up to
     /, must be root's (or ours) and writable by no one else, or sticky (/tmp: no one else can
     rename or remove root's entries in it)."""
     prefix = f"{what}: " if what else ""
     try:
-        holders = sorted(path_holders(str(path)))
+        holders = sorted(path_holders(_norm(path)))
     except OSError as exc:
         return f"{prefix}{exc.strerror or exc}"
     for directory in holders:
@@ -159,7 +203,7 @@ def path_holders(path: str, depth: int = 0) -> set[str]:
     if depth > 40:
         raise OSError(errno.ELOOP, "too many symlinks", path)
     here, holders = "/", {"/"}
-    for name in Path(os.path.join(os.getcwd(), path)).parts[1:]:
+    for name in _split(os.path.join(os.getcwd(), path))[1]:
         if name == "..":
             here = os.path.dirname(here)
             continue
@@ -172,9 +216,9 @@ def path_holders(path: str, depth: int = 0) -> set[str]:
     return holders
 
 
-def fsync_dir(path: Path) -> None:
+def fsync_dir(path: str | os.PathLike[str]) -> None:
     """Make the names in directory `path` (created, renamed, removed) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    fd = os.open(_norm(path), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         _fsync_dir_fd(fd)
     finally:
@@ -201,51 +245,54 @@ def unsafe_directory(st: os.stat_result) -> str:
     return ""
 
 
-def kept_by_root_alone(directory: Path) -> bool:
+def kept_by_root_alone(directory: str | os.PathLike[str]) -> bool:
     """Whether `directory` is one root may write into though it did not make it: it exists, no
     symlink leads to it, and neither it nor any directory above it can be changed by anyone
     else (unsafe_directory). `healthctl check --root DIR` may be pointed anywhere, and a
     record read from a directory someone else controls could say anything."""
     try:
-        where = Path(os.path.abspath(directory))
-        if not where.is_dir() or os.path.realpath(where) != str(where):
+        where = _norm(os.path.abspath(directory))
+        if not _is_dir(where) or os.path.realpath(where) != where:
             return False
-        return not any(unsafe_directory(os.lstat(d)) for d in (where, *where.parents))
+        root, parts = _split(where)
+        return not any(unsafe_directory(os.lstat(_join(root, parts[:n])))
+                       for n in range(len(parts), -1, -1))
     except OSError:
         return False
 
 
-def _judge(st: os.stat_result, directory: Path) -> None:
+def _judge(st: os.stat_result, directory: str) -> None:
     why = unsafe_directory(st)
     if why:
         raise UnsafeDirectory(f"{directory} is {why}: refused ({DIRECTORY_RULE})")
 
 
-def ready_dir(path: Path) -> None:
+def ready_dir(path: str | os.PathLike[str]) -> None:
     """`path` made if missing (make_dirs) and judged by DIRECTORY_RULE now, before work that
     would be lost at the first write (UnsafeDirectory)."""
+    path = _norm(path)
     make_dirs(path)
     _judge(os.stat(path), path)
 
 
-def make_dirs(path: Path, mode: int = 0o755) -> None:
+def make_dirs(path: str | os.PathLike[str], mode: int = 0o755) -> None:
     """`path` made with exactly `mode` and its missing parents 0755, whatever the umask (under
     umask 000 mkdir's own mode would give 0777). Existing directories are left as they are."""
-    path = Path(path)
-    if path.is_dir():
+    root, parts = _split(path)
+    if _is_dir(_join(root, parts)):
         return
     missing = []
-    while not path.is_dir():
-        missing.append(path)
-        if path.parent == path:
+    for n in range(len(parts), -1, -1):  # the path, its parent, ... up to / (or .)
+        directory = _join(root, parts[:n])
+        if _is_dir(directory):
             break
-        path = path.parent
+        missing.append(directory)
     for directory in reversed(missing):
         want = mode if directory is missing[0] else 0o755
         try:
             os.mkdir(directory, want)
         except FileExistsError:
-            if directory.is_dir():
+            if _is_dir(directory):
                 continue
             raise
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
@@ -255,7 +302,7 @@ def make_dirs(path: Path, mode: int = 0o755) -> None:
             os.close(fd)
 
 
-def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644,
+def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o644,
                  sync_dir: bool = True) -> None:
     """Replace `path` with `data`, the product's one way to write a file as root: after a
     crash or a power cut it holds the old bytes or the new ones, never a mix, never nothing.
@@ -266,13 +313,14 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644,
     relative to the directory opened once and judged by DIRECTORY_RULE (UnsafeDirectory when
     it breaks it); a missing directory is made 0755. sync_dir=False leaves the directory's
     fsync to the caller (several files of one directory, one fsync). Raises OSError."""
-    path = Path(path)
+    path = _norm(path)
+    parent, name = _parent(path), _name(path)
     payload = data.encode() if isinstance(data, str) else data
-    make_dirs(path.parent)
-    dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    make_dirs(parent)
+    dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
-        _judge(os.fstat(dfd), path.parent)
-        fd, tmp = _create_unique(dfd, path.name, mode)
+        _judge(os.fstat(dfd), parent)
+        fd, tmp = _create_unique(dfd, name, mode)
         try:
             try:
                 view = memoryview(payload)
@@ -282,10 +330,10 @@ def write_atomic(path: Path, data: bytes | str, *, mode: int = 0o644,
             finally:
                 os.close(fd)
             try:
-                os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
             except IsADirectoryError:
                 _set_aside(path, dfd)
-                os.replace(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd)
+                os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
             try:
                 os.unlink(tmp, dir_fd=dfd)  # a full disk keeps the old file, and no litter
@@ -325,38 +373,40 @@ def _fsync_dir_fd(dfd: int) -> None:
             raise
 
 
-def remove(path: Path) -> bool:
+def remove(path: str | os.PathLike[str]) -> bool:
     """Remove a state file for good (a power cut must not bring it back). True when it was
     there; a directory at its name is set aside."""
-    path = Path(path)
+    path = _norm(path)
     if not _clear_name(path):
         return False
-    fsync_dir(path.parent)
+    fsync_dir(_parent(path))
     return True
 
 
-def _clear_name(path: Path) -> bool:
+def _clear_name(path: str | os.PathLike[str]) -> bool:
     """Nothing at `path` any more: a file, FIFO or symlink is unlinked, a directory set aside.
     False when nothing was there."""
+    path = _norm(path)
     try:
-        path.unlink()
+        os.unlink(path)
     except FileNotFoundError:
         return False
     except IsADirectoryError:
         _set_aside(path)
     except PermissionError:
         # unlink(2) of a directory answers EISDIR on Linux, EPERM on others.
-        if not path.is_dir() or path.is_symlink():
+        if not _is_dir(path) or _is_symlink(path):
             raise
         _set_aside(path)
     return True
 
 
-def _set_aside(path: Path, dir_fd: int | None = None) -> None:
-    """A directory where a state file belongs: renamed out of the way, kept for a person to
-    look at, so the state can be written again."""
-    aside = f"{path.name}.not-a-file-{time.time_ns()}"
+def _set_aside(path: str, dir_fd: int | None = None) -> None:
+    """A directory where a state file belongs (`path`, _norm'd): renamed out of the way, kept
+    for a person to look at, so the state can be written again."""
+    name = _name(path)
+    aside = f"{name}.not-a-file-{time.time_ns()}"
     if dir_fd is None:
-        os.rename(path, path.with_name(aside))
+        os.rename(path, os.path.join(_parent(path), aside))
     else:
-        os.rename(path.name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        os.rename(name, aside, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

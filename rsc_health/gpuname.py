@@ -10,13 +10,16 @@ names it through `GpuNames.name`. Standard library only: the node path imports i
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from rsc_health import lazyre
+
+TYPE_CHECKING = False  # typing's, without importing typing (nor collections.abc, nor re)
+if TYPE_CHECKING:
+    from collections.abc import Mapping
 
 # NVML "00000000:1A:00.0", the driver's "0000:1a:00" (XID lines), "PCI:0000:1a:00", "1a:00.0"
-_BUS = re.compile(r"^(?:pci:)?(?:(?P<dom>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):"
+_BUS = lazyre.compile(r"^(?:pci:)?(?:(?P<dom>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):"
                   r"(?P<dev>[0-9a-f]{1,2})(?:\.(?P<fn>[0-7]))?$")
-_INDEX = re.compile(r"^gpu(?P<index>\d{1,4})(?: \((?P<bus>[^)]*)\))?$")
+_INDEX = lazyre.compile(r"^gpu(?P<index>\d{1,4})(?: \((?P<bus>[^)]*)\))?$")
 
 
 def bus_id(text: object) -> str | None:

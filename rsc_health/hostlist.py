@@ -5,18 +5,19 @@ Pure standard library so the node path, the historian and the simulator share on
 
 from __future__ import annotations
 
-import re
 from itertools import groupby
 
-_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
-_BRACKET = re.compile(r"\[([^\[\]]*)\]")
+from rsc_health import lazyre
+
+_RANGE = lazyre.compile(r"^(\d+)(?:-(\d+))?$")
+_BRACKET = lazyre.compile(r"\[([^\[\]]*)\]")
 # No job runs on more hosts than this (the largest Slurm clusters have tens of thousands of
 # nodes): a hostlist naming more is a typo (`node[0-99999999]` for `node[0-99]`), refused
 # before anything is expanded, by the operator's commands and the sacct ingest alike.
 MAX_HOSTS = 100_000
 # One node as Slurm names it (a hostname): no comma, bracket, space, `=` or leading `-`, any of
 # which would make scontrol read the name as many nodes, another field or an option.
-_ONE_NODE = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
+_ONE_NODE = lazyre.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 
 
 class HostlistError(ValueError):
@@ -110,7 +111,7 @@ def _short(expr: str) -> str:
     return repr(expr if len(expr) <= 80 else expr[:77] + "...")
 
 
-_TAIL_NUM = re.compile(r"^(.*?)(\d+)$")
+_TAIL_NUM = lazyre.compile(r"^(.*?)(\d+)$")
 
 
 def compress(hosts: list[str]) -> str:

@@ -4,19 +4,36 @@ The node path's modules hold their patterns at module level, and compiling them 
 every prolog about as much as the rest of those modules' import: most are for inputs a healthy
 job start never sees (syslog files, XID details, drain reasons). `lazyre.compile(...)` is used
 exactly as `re.compile(...)` is; the pattern is compiled by the first call of any of its
-methods (then it is an `re.Pattern` in all but type).
+methods (then it is an `re.Pattern` in all but type). Not even `re` is imported before that:
+`import re` (with enum, functools and collections) is 25 M instructions of a 38 M bare start
+(benchmarks/bench_prolog.py). So a module that holds lazy patterns takes re's flags and
+`escape` from here, not from re.
 """
 
 from __future__ import annotations
 
-import re
-
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    import re
     from typing import Any, cast
 else:
     def cast(_type, value):
         return value
+
+# re's flags (the values re.RegexFlag has had since Python 3.6), for lazyre.compile(p, flags)
+ASCII = A = 256
+IGNORECASE = I = 2  # noqa: E741 - re's own name
+MULTILINE = M = 8
+DOTALL = S = 16
+VERBOSE = X = 64
+
+# What re.escape escapes (Python 3.7 and later): its own table.
+_SPECIAL = {i: "\\" + chr(i) for i in b"()[]{}?*+-|^$\\.&~# \t\n\r\v\f"}
+
+
+def escape(text: str) -> str:
+    """re.escape(text) for a str, without importing re."""
+    return text.translate(_SPECIAL)
 
 
 class _Lazy:
@@ -29,6 +46,8 @@ class _Lazy:
     def __getattr__(self, name: str) -> Any:
         compiled = self._compiled
         if compiled is None:
+            import re  # the first use of any lazy pattern
+
             compiled = self._compiled = re.compile(*self._args)
         return getattr(compiled, name)
 

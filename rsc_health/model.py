@@ -1,16 +1,15 @@
 """The data that flows between layers: findings, verdicts and the records the node path spools.
 
-Everything here is plain dataclasses and enums with no imports beyond the standard library,
-because the prolog imports this module on every job start.
+Everything here is plain records (rsc_health.record) and enums (rsc_health.compat's, which a type
+checker sees as enum's) with no imports beyond the standard library, because the prolog
+imports this module on every job start.
 """
 
 from __future__ import annotations
 
-import enum
 import os
-from datetime import datetime
 
-from rsc_health.compat import UTC, StrEnum
+from rsc_health.compat import UTC, IntEnum, StrEnum, datetime
 from rsc_health.record import asdict, dataclass, field
 
 
@@ -24,7 +23,7 @@ class Status(StrEnum):
     ERROR = "error"
 
 
-class Level(enum.IntEnum):
+class Level(IntEnum):
     """The one severity scale, in one total order of rank (the worst wins): what a finding
     asks of Slurm, and the node's verdict. "Could not look" (CHECKER_ERROR, also named
     UNKNOWN) ranks above a warning and below any drain: a checker that could not look is

@@ -14,10 +14,8 @@ verdict) or "manual" (healthctl drain). Slurm stores reasons verbatim, so we kee
 
 from __future__ import annotations
 
-import datetime
-import re
-
 from rsc_health import lazyre
+from rsc_health.compat import UTC, datetime
 from rsc_health.model import REASON_PREFIX, Finding, Level, Verdict
 
 MAX_REASON_LEN = 120
@@ -44,7 +42,7 @@ OUT_SINCE_PREFIX = "out since "
 _OUT_SINCE_RE = lazyre.compile(r"^out since (\d{4}-\d\d-\d\dT\d\d:\d\d)Z ")
 
 _REASON_RE = lazyre.compile(
-    rf"^{re.escape(REASON_PREFIX)}(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")
+    rf"^{lazyre.escape(REASON_PREFIX)}(?P<mode>[a-z]+):(?P<code>[^:]*):(?P<text>.*)$")
 _UNSAFE = lazyre.compile(r"[^\w .,/=+%()\-:#@]")
 
 
@@ -100,7 +98,7 @@ def is_ours(reason: str | None) -> bool:
     return parse_reason(reason) is not None
 
 
-def qualify_out_since(reason: str | None) -> datetime.datetime | None:
+def qualify_out_since(reason: str | None) -> datetime | None:
     """When a node a qualification fail re-drained had left service (aware UTC), or None:
     not a qualification drain, or one of a node that was in service (a suspect)."""
     parsed = parse_reason(reason)
@@ -110,7 +108,6 @@ def qualify_out_since(reason: str | None) -> datetime.datetime | None:
     if not m:
         return None
     try:
-        return datetime.datetime.strptime(m[1], "%Y-%m-%dT%H:%M").replace(
-            tzinfo=datetime.timezone.utc)
+        return datetime.strptime(m[1], "%Y-%m-%dT%H:%M").replace(tzinfo=UTC)
     except ValueError:
         return None

@@ -186,9 +186,21 @@ else:
             return type(value)(_asdict(v) for v in value)
         if isinstance(value, dict):
             return type(value)((_asdict(k), _asdict(v)) for k, v in value.items())
+        # What copy.deepcopy does, without importing copy (with weakref and types) for the
+        # leaves every finding has: its atomic types are themselves, and a leaf with its own
+        # __deepcopy__ (model's enum members: themselves) is asked with a fresh memo.
+        if type(value) in _ATOMIC:
+            return value
+        if not isinstance(value, type):
+            own = getattr(value, "__deepcopy__", None)
+            if own is not None:
+                return own({})
         import copy
 
         return copy.deepcopy(value)
+
+    _ATOMIC = frozenset({type(None), int, float, bool, complex, bytes, str, range,
+                         type(Ellipsis), type(NotImplemented)})
 
     def replace(obj, **changes):
         fields = getattr(type(obj), _FIELDS, None)

@@ -3,14 +3,14 @@ The NVSwitch SXid catalog (`sxid_catalog.toml`) has the same shape and is read t
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from rsc_health.compat import packaged_bytes, packaged_toml
 from rsc_health.model import Severity
 from rsc_health.record import dataclass
 
-CATALOG_PATH = Path(__file__).with_name("xid_catalog.toml")
-SXID_CATALOG_PATH = Path(__file__).with_name("sxid_catalog.toml")
+CATALOG_PATH = os.path.join(os.path.dirname(__file__), "xid_catalog.toml")
+SXID_CATALOG_PATH = os.path.join(os.path.dirname(__file__), "sxid_catalog.toml")
 ACTIONS = {
     "drain_now": Severity.DRAIN_NOW,
     "drain_after_job": Severity.DRAIN_AFTER_JOB,
@@ -76,12 +76,10 @@ class Catalog:
         )
 
 
-def _trusted(path: Path) -> None:
+def _trusted(path: str) -> None:
     """A site catalog decides what drains, as the site config does, and is held to its rule:
     root's (or ours), writable by no one else, and so is every directory on its path (or
     sticky). CatalogError otherwise: another user could set XID 79 to "ignore"."""
-    import os
-
     from rsc_health.durable import trust_refusal
 
     try:
@@ -93,7 +91,7 @@ def _trusted(path: Path) -> None:
         raise CatalogError(why)
 
 
-def _read(path: Path) -> dict:
+def _read(path: str) -> dict:
     from rsc_health.collect.sysfs import read_bounded  # refuses a FIFO or endless file
 
     packaged = path in (CATALOG_PATH, SXID_CATALOG_PATH)
@@ -117,7 +115,7 @@ def _read(path: Path) -> dict:
         raise CatalogError(f"{path}: arrays or tables nested too deep") from None
 
 
-def _validate(data: dict, path: Path) -> None:
+def _validate(data: dict, path: str) -> None:
     unknown = data.get("defaults", {}).get("unknown", "warn")
     if unknown not in (*ACTIONS, *PER_LINE):
         raise CatalogError(f"{path}: [defaults] unknown: unknown action {unknown!r}")
@@ -131,13 +129,15 @@ def _validate(data: dict, path: Path) -> None:
             raise CatalogError(f"{path}: [codes.{code}] unknown action {entry.get('action')!r}")
 
 
-def load_catalog(override: str | Path | None = None, path: Path = CATALOG_PATH,
-                 label: str = "XID") -> Catalog:
+def load_catalog(override: str | os.PathLike | None = None,
+                 path: str | os.PathLike = CATALOG_PATH, label: str = "XID") -> Catalog:
+    path = os.fspath(path)
     data = _read(path)
     if override:
-        _trusted(Path(override))
-        site = _read(Path(override))
-        _validate(site, Path(override))
+        site_path = os.fspath(override)
+        _trusted(site_path)
+        site = _read(site_path)
+        _validate(site, site_path)
         for table in ("defaults", *PER_LINE):
             data.setdefault(table, {}).update(site.get(table, {}))
         data.setdefault("codes", {}).update(site.get("codes", {}))
@@ -145,5 +145,5 @@ def load_catalog(override: str | Path | None = None, path: Path = CATALOG_PATH,
     return Catalog(data, label)
 
 
-def load_sxid_catalog(override: str | Path | None = None) -> Catalog:
+def load_sxid_catalog(override: str | os.PathLike | None = None) -> Catalog:
     return load_catalog(override, SXID_CATALOG_PATH, "SXid")

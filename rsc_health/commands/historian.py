@@ -482,7 +482,7 @@ def spool_flush(ctx: click.Context, directory: str | None) -> None:
     from rsc_health.historian.ingest import delivery
 
     cfg = _flush_config(ctx)
-    spool_dir = Path(directory) if directory else state_dir(cfg, ctx.obj.root) / "spool"
+    spool_dir = Path(directory) if directory else Path(state_dir(cfg, ctx.obj.root)) / "spool"
     if not spool_dir.is_dir():
         raise click.ClickException(f"no spool directory {spool_dir}")
     try:

@@ -160,7 +160,7 @@ def _local_state(cfg: Config, root: Path) -> dict[str, str]:
     out = {}
     for name in STATE_FILES:
         try:  # bounded: a FIFO at the name held the snapshot for ever, /dev/zero never ends
-            out[name] = read_bounded(state_dir(cfg, root) / name).decode("utf-8")
+            out[name] = read_bounded(Path(state_dir(cfg, root)) / name).decode("utf-8")
         except (OSError, UnicodeDecodeError):
             continue
     return out
@@ -338,7 +338,7 @@ def restore_snapshot(path: Path, into: Path, obj=None) -> tuple[Config, Path]:
         if isinstance(clock, dict):
             tree.write(CLOCK_FILE, json.dumps(clock))
             cfg.data.setdefault("telemetry", {})["clock_replay_file"] = CLOCK_FILE
-        sdir = state_dir(cfg, root)
+        sdir = Path(state_dir(cfg, root))
         if not tree.inside(sdir):  # --config's own state dir, through the snapshot's links
             raise ConfigError(f"{path}: the state dir {sdir} is not inside the replay")
         state = doc.get("state")

@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import click
 
@@ -87,7 +88,7 @@ def _record(ctx: click.Context, action: str, node: str, reason: str) -> str:
             click.echo(f"warning: could not record in the historian ({exc}); spooling",
                        err=True)
     try:
-        spool_action(state_dir(ctx.obj.config, ctx.obj.root), Action(action, node, reason))
+        spool_action(Path(state_dir(ctx.obj.config, ctx.obj.root)), Action(action, node, reason))
         return "spool"
     except OSError as exc:
         click.echo(f"warning: could not spool the action: {exc}", err=True)

@@ -60,7 +60,7 @@ def look(cfg, root: Path, node: str) -> list[Finding]:
     node_cfg, _ = resolve_node_config(cfg, node=node)
     fresh = run(node_cfg, root, only=families(node_cfg),
                 budget_s=budget(node_cfg, STAGES["sweep"]) * 0.5, save_state=False)
-    return fresh + pending(state_dir(node_cfg, root), fresh)
+    return fresh + pending(Path(state_dir(node_cfg, root)), fresh)
 
 
 # Why the node path kept a verdict (store.PendingVerdict.why), as the reason says it.

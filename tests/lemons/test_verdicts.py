@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import tomllib
 from datetime import timedelta
+from pathlib import Path
 
 import pandas as pd
 from lemon_fleet import AS_OF
@@ -22,10 +23,10 @@ DAY = timedelta(days=1)
 
 
 def test_every_lemon_default_is_documented_in_the_packaged_config():
-    with PACKAGED_DEFAULTS.open("rb") as fh:
+    with open(PACKAGED_DEFAULTS, "rb") as fh:
         section = tomllib.load(fh)["lemon"]
     assert section == DEFAULTS
-    text = PACKAGED_DEFAULTS.read_text()
+    text = Path(PACKAGED_DEFAULTS).read_text()
     block = text[text.index("[lemon]") : text.index("[report]")]
     for key in section:
         # the line before each key is its comment

@@ -136,7 +136,7 @@ def test_the_hang_is_said_recorded_and_the_rest_still_judged(hung_ib):
     ib = {f.component: f for f in findings if f.family == "infiniband"}
     assert ib["mlx5_0/1"].status is Status.OK and ib["mlx5_2/1"].status is Status.OK
     assert not [f for f in findings if f.family == "infiniband" and f.severity in DRAINS]
-    record = hangs.load(state_dir(cfg, hung_ib.root) / engine.HANGS_FILE)["probes"][hangs.IB]
+    record = hangs.load(Path(state_dir(cfg, hung_ib.root)) / engine.HANGS_FILE)["probes"][hangs.IB]
     assert record["sweeps"] == 1 and hangs.still_waiting(record)
     # The telemetry family keeps its sample (the ports read before the hang among it).
     sample = next(f for f in findings if f.family == "telemetry" and f.component == "node")
@@ -145,7 +145,7 @@ def test_the_hang_is_said_recorded_and_the_rest_still_judged(hung_ib):
 
 def test_the_stuck_child_is_not_asked_again_and_after_n_sweeps_the_node_drains(hung_ib):
     cfg = _config(hung_ib, hang_sweeps=3)
-    sdir = state_dir(cfg, hung_ib.root)
+    sdir = Path(state_dir(cfg, hung_ib.root))
     first = engine.run(cfg, hung_ib.root, sweep=True)
     assert "ib_wedged" not in {f.code for f in first}
     stuck = hangs.load(sdir / engine.HANGS_FILE)["probes"][hangs.IB]
@@ -300,7 +300,7 @@ def test_a_snapshot_of_a_node_whose_nvml_never_answers_finishes(node, monkeypatc
 def _after_a_hang_of(node: Node, cfg, sweeps: int) -> None:
     """The node's state as a run finds it once the IB read answers again: a hang on record for
     `sweeps` sweeps in a row, its child gone (the firmware command finally failed)."""
-    sdir = state_dir(cfg, node.root)
+    sdir = Path(state_dir(cfg, node.root))
     boot = (node.root / "proc/sys/kernel/random/boot_id").read_text().strip()
     hangs.save(sdir / engine.HANGS_FILE, {hangs.IB: {
         "since": "2026-11-27T01:00:00+00:00", "sweeps": sweeps, "pid": 2**22 + 7,

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pynvml
 
@@ -137,7 +138,7 @@ def test_a_gpu_lost_while_a_telemetry_child_is_still_stuck_drains_at_the_next_jo
     node = Node(hung_mount)
     cfg = node.config
     cfg.data["gpu"].update(backend="nvml", nvml_binding="pynvml", count=4, nvml_timeout_s=1.0)
-    sdir = state_dir(cfg, node.root)
+    sdir = Path(state_dir(cfg, node.root))
     try:
         first = engine.run(cfg, node.root, only={"gpu", "telemetry"}, sweep=True)
         assert decide(first).level is not Level.DRAIN_NOW
@@ -176,7 +177,7 @@ def test_a_child_stuck_in_the_health_calls_is_not_asked_again(monkeypatch, hung_
     node = Node(hung_mount)
     cfg = node.config
     cfg.data["gpu"].update(backend="nvml", nvml_binding="pynvml", count=4, nvml_timeout_s=1.0)
-    sdir = state_dir(cfg, node.root)
+    sdir = Path(state_dir(cfg, node.root))
     try:
         engine.run(cfg, node.root, only={"gpu"}, sweep=True)
         stuck = hangs.load(sdir / engine.HANGS_FILE)["probes"][hangs.NVML]

@@ -54,7 +54,7 @@ def _same(a: config.Config, b: config.Config) -> None:
 
 def test_the_second_load_is_the_compiled_config_and_equals_a_parse(node, monkeypatch):
     first = _load(node)
-    kept = compiled_path(node)
+    kept = Path(compiled_path(node))
     assert stat.S_IMODE(kept.stat().st_mode) == 0o600  # the historian URL may hold a password
     parsed = _no_parse(monkeypatch)
     second = _load(node)
@@ -113,7 +113,7 @@ def test_another_version_of_the_package_parses_again(node, monkeypatch):
 
 def test_a_planted_symlink_is_not_followed_and_is_replaced(node, tmp_path, monkeypatch):
     _load(node)
-    kept = compiled_path(node)
+    kept = Path(compiled_path(node))
     elsewhere = tmp_path / "elsewhere"
     blob = kept.read_bytes()
     elsewhere.write_bytes(blob)  # a valid blob, but not at a name root wrote
@@ -128,7 +128,7 @@ def test_a_planted_symlink_is_not_followed_and_is_replaced(node, tmp_path, monke
 
 
 def test_a_fifo_there_does_not_block(node):
-    kept = compiled_path(node)
+    kept = Path(compiled_path(node))
     kept.parent.mkdir(parents=True, exist_ok=True)
     os.mkfifo(kept)
     done: list[config.Config] = []
@@ -141,7 +141,7 @@ def test_a_fifo_there_does_not_block(node):
 @pytest.mark.parametrize("mode", [0o620, 0o602, 0o666])
 def test_a_file_others_may_write_is_refused(node, monkeypatch, mode):
     _load(node)
-    os.chmod(compiled_path(node), mode)
+    os.chmod(Path(compiled_path(node)), mode)
     parsed = _no_parse(monkeypatch)
     _load(node)
     assert parsed == [_site(node)]
@@ -149,7 +149,7 @@ def test_a_file_others_may_write_is_refused(node, monkeypatch, mode):
 
 def test_a_file_owned_by_someone_else_is_refused(node, monkeypatch):
     _load(node)
-    kept = compiled_path(node)
+    kept = Path(compiled_path(node))
     if os.geteuid() == 0:
         os.chown(kept, 4242, 4242)
     else:  # the file is ours: pretend we are another user
@@ -162,7 +162,7 @@ def test_a_file_owned_by_someone_else_is_refused(node, monkeypatch):
 
 def test_a_directory_others_may_write_is_not_trusted(node, monkeypatch):
     _load(node)
-    os.chmod(compiled_path(node).parent, 0o777)
+    os.chmod(Path(compiled_path(node)).parent, 0o777)
     parsed = _no_parse(monkeypatch)
     assert _load(node).get("gpu.count") == 8
     assert parsed == [_site(node)]
@@ -171,7 +171,7 @@ def test_a_directory_others_may_write_is_not_trusted(node, monkeypatch):
 @pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "wrong_shape", "huge"])
 def test_a_damaged_file_is_parsed_again_and_rewritten(node, monkeypatch, damage):
     good = _load(node)
-    kept = compiled_path(node)
+    kept = Path(compiled_path(node))
     blob = kept.read_bytes()
     key = marshal.loads(blob)[0]
     bad = {"truncated": blob[: len(blob) // 2], "garbage": b"\xff\x00not marshal" * 50,
@@ -190,7 +190,7 @@ import marshal, resource, struct, sys
 from pathlib import Path
 from rsc_health.config import compiled_path, load_config_compiled
 node = Path(sys.argv[1])
-kept = compiled_path(node)
+kept = Path(compiled_path(node))
 blob = kept.read_bytes()
 assert blob[0] & 0x7F == ord(")") and blob[1] == 6  # the kept 6-tuple, and its items:
 kept.write_bytes(b"[" + struct.pack("<i", 2**31 - 1) + blob[2:])  # as a list of 2**31
@@ -239,7 +239,7 @@ def test_a_site_with_its_own_state_dir_keeps_none(node, tmp_path):
         fh.write('\n[node]\nstate_dir = "/srv/health"\n')
     cfg = _load(node)
     assert cfg.get("node.state_dir") == "/srv/health"
-    assert not compiled_path(node).exists()
+    assert not Path(compiled_path(node)).exists()
     assert _load(node).get("node.state_dir") == "/srv/health"
 
 
@@ -252,7 +252,7 @@ def test_a_date_value_is_parsed_each_time(node, monkeypatch):
         fh.write("\n[site]\nsince = 2026-11-26\n")
     first = _load(node)
     assert str(first.get("site.since")) == "2026-11-26"
-    assert not compiled_path(node).exists()
+    assert not Path(compiled_path(node)).exists()
 
 
 def test_concurrent_job_starts_each_get_the_config_and_leave_one_whole_file(node):
@@ -273,7 +273,7 @@ def test_concurrent_job_starts_each_get_the_config_and_leave_one_whole_file(node
     assert not errors and len(results) == 8
     for cfg in results:
         _same(cfg, results[0])
-    kept = compiled_path(node)
+    kept = Path(compiled_path(node))
     assert marshal.loads(kept.read_bytes())[1] == results[0].data
     assert [p.name for p in kept.parent.iterdir() if p.name.startswith(".")] == []  # no litter
 
@@ -323,7 +323,7 @@ def test_a_racy_key_keeps_the_bytes_and_an_old_one_none(node, monkeypatch):
     compiled copy keeps none and is served on its key alone."""
     site = _site(node)
     _load(node)
-    kept = marshal.loads(compiled_path(node).read_bytes())
+    kept = marshal.loads(Path(compiled_path(node)).read_bytes())
     assert kept[5] == site.read_bytes()  # racy: the file was just copied
     parsed = _no_parse(monkeypatch)
     _same(_load(node), load_config(site))
@@ -331,9 +331,9 @@ def test_a_racy_key_keeps_the_bytes_and_an_old_one_none(node, monkeypatch):
 
     real = time.time_ns
     monkeypatch.setattr(time, "time_ns", lambda: real() + config.RACY_NS + 10**9)
-    compiled_path(node).unlink()
+    Path(compiled_path(node)).unlink()
     _load(node)
-    assert marshal.loads(compiled_path(node).read_bytes())[5] is None
+    assert marshal.loads(Path(compiled_path(node)).read_bytes())[5] is None
     parsed.clear()
     assert _load(node).get("gpu.count") == 8 and parsed == []
 
@@ -350,4 +350,4 @@ def test_code_changed_within_the_bound_is_not_compiled(node, monkeypatch):
 
     monkeypatch.setattr(config, "_code_key", fresh_code)
     _load(node)
-    assert not compiled_path(node).exists()
+    assert not Path(compiled_path(node)).exists()

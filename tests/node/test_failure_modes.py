@@ -3,6 +3,8 @@ the node's verdict."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from rsc_health.collect import mounts
@@ -527,7 +529,7 @@ def test_a_check_keeps_its_hang_record_only_where_no_symlink_leads(node, monkeyp
     from rsc_health.config import state_dir
     from rsc_health.engine import CHECK_HANGS_FILE
 
-    sdir = state_dir(node.config, node.root)
+    sdir = Path(state_dir(node.config, node.root))
     sdir.mkdir(parents=True, exist_ok=True)
     _check_on_a_hung_mount(node, monkeypatch)
     assert (sdir / CHECK_HANGS_FILE).exists()

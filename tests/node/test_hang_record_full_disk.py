@@ -387,7 +387,7 @@ def test_a_snapshot_does_not_ask_nvml_while_a_child_left_before_still_waits(node
     monkeypatch.setattr(node_mod, "gpu_backend",
                         lambda cfg, root, telemetry=False: gpu.NvmlBackend())
     cfg = node.config
-    sdir = state_dir(cfg, node.root)
+    sdir = Path(state_dir(cfg, node.root))
     sdir.mkdir(parents=True)
     boot = (node.root / "proc/sys/kernel/random/boot_id").read_text().strip()
     me = {"since": "2026-01-01T00:00:00+00:00", "sweeps": 0, "pid": os.getpid(),

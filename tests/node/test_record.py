@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import subprocess
+import sys
 from typing import Any, ClassVar
 
 import pytest
@@ -199,3 +201,14 @@ def test_every_lazy_pattern_of_the_node_side_compiles():
                 assert value.search("") is not None or True, f"{name}.{attr}"
                 found += 1
     assert found >= 15
+
+
+def test_a_findings_dict_is_made_without_importing_copy():
+    code = ("import sys; from rsc_health.model import Finding, Level, Status\n"
+            "f = Finding('xid', 'gpu3', Status.FAIL, Level.DRAIN_NOW, 'Xid 79', 'xid79', True,"
+            " {'xid': 79, 'pid': None, 'ratio': 0.5, 'raw': b'x', 'lines': ['a', ('b', 2)],"
+            " 'level': Level.WARN})\n"
+            "d = f.to_dict(); print(d['data']['level'] is Level.WARN, 'copy' in sys.modules)")
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(REPO)})
+    assert out.stdout.split() == ["True", "False"], out.stderr

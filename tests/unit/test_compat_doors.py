@@ -73,3 +73,34 @@ def test_the_doors_import_neither_json_nor_datetime_nor_re():
                          text=True, env={"PYTHONPATH": str(__import__("pathlib").Path(
                              compat.__file__).parents[1])}).stdout
     assert out.strip() == "[]"
+
+
+def test_a_state_file_cut_short_is_refused_as_json_refuses_it_in_a_fresh_interpreter():
+    """A power cut leaves '{"boot_id": "0b2c' in a state file. The C scanner says what is wrong
+    with it through json.decoder.JSONDecodeError, which it looks up in sys.modules without
+    importing it (3.10, 3.11): on a job start that has not imported json, it raised
+    SystemError ('returned NULL without setting an exception'), which no caller catches: the
+    sweep ended in a checker fault instead of reading the file as lost."""
+    bad = ['{"boot_id": "0b2c', "[1, 2", '{"a" 1}', '{"a": "\\x"}', '["\x01"]', '{"a": 1,}',
+           '{"a": [1, 2}', "[" * 5000 + "]" * 4999]
+    def said(loads, text):
+        try:
+            return repr(loads(text))
+        except BaseException as exc:  # noqa: BLE001 - what each raises is what is compared
+            return f"{type(exc).__name__}: {str(exc)[:80]}"
+
+    code = ("import sys\n"
+            "from rsc_health import compat  # no json imported: a job start's interpreter\n"
+            "def said(loads, text):\n"
+            "    try:\n"
+            "        return repr(loads(text))\n"
+            "    except BaseException as exc:\n"
+            "        return f'{type(exc).__name__}: {str(exc)[:80]}'\n"
+            f"for text in {bad!r}:\n"
+            "    print(said(compat.json_loads, text))\n"
+            "print('json' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-S", "-c", code], check=True, capture_output=True,
+                         text=True, env={"PYTHONPATH": str(__import__("pathlib").Path(
+                             compat.__file__).parents[1])}).stdout.splitlines()
+    assert out[:-1] == [said(json.loads, text) for text in bad]
+    assert sum(line.startswith("JSONDecodeError: ") for line in out) == len(bad) - 1, out

@@ -43,4 +43,4 @@ def test_node_glob_overrides_partition_overrides_site(tmp_path):
 
 def test_state_dir_lives_under_root(tmp_path):
     cfg = load_config("/dev/null")
-    assert state_dir(cfg, tmp_path) == tmp_path / "var/lib/rsc_health"
+    assert state_dir(cfg, tmp_path) == str(tmp_path / "var/lib/rsc_health")

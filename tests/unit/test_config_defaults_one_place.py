@@ -36,7 +36,7 @@ def _documented() -> set[str]:
             if isinstance(value, dict):
                 walk(value, dotted + ".")
 
-    walk(tomllib.loads(PACKAGED_DEFAULTS.read_text()), "")
+    walk(tomllib.loads(Path(PACKAGED_DEFAULTS).read_text()), "")
     return keys
 
 

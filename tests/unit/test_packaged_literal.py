@@ -22,7 +22,8 @@ def test_the_generated_literals_are_current():
 
 
 def test_each_literal_is_what_tomllib_makes_of_its_file_and_fresh_each_time():
-    for path in (config.PACKAGED_DEFAULTS, xid.CATALOG_PATH, xid.SXID_CATALOG_PATH):
+    for name in (config.PACKAGED_DEFAULTS, xid.CATALOG_PATH, xid.SXID_CATALOG_PATH):
+        path = Path(name)  # the product's paths are str (issue 25: no pathlib on the node)
         data = path.read_bytes()
         tree = compat.packaged_toml(data)
         assert tree == tomllib.loads(data.decode("utf-8")), path.name
@@ -32,7 +33,7 @@ def test_each_literal_is_what_tomllib_makes_of_its_file_and_fresh_each_time():
 
 def test_bytes_that_differ_by_one_character_are_parsed_not_taken_from_the_literal(
         tmp_path, monkeypatch):
-    data = config.PACKAGED_DEFAULTS.read_bytes()
+    data = Path(config.PACKAGED_DEFAULTS).read_bytes()
     assert compat.packaged_toml(data + b"\n") is None
     edited = tmp_path / "default_config.toml"
     edited.write_bytes(data.replace(b"spool_max_mb = 64", b"spool_max_mb = 65", 1))

@@ -1,0 +1,58 @@
+"""The node path's paths are str (issue 25: no pathlib on a job start): compat.pure_path and
+path_parts read a path as pathlib does, and config's paths are the ones pathlib gave."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+from pathlib import Path, PurePosixPath
+
+import pytest
+
+from rsc_health import compat, config
+
+
+def test_a_path_is_read_as_pathlib_reads_it():
+    rng = random.Random(25)
+    pieces = ["/", "//", "///", "a", ".", "..", "b/", "./", "c d", "é", "x.toml"]
+    samples = ["", "/", "//", "///", ".", "..", "/etc/rsc_health/config.toml", "a//b/",
+               "//net/share", "/var/lib/../lib/./rsc_health/"]
+    samples += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
+                for _ in range(20000)]
+    for text in samples:
+        want = PurePosixPath(text)
+        assert compat.pure_path(text) == str(want), text
+        assert compat.pure_path(want) == str(want), text
+        root, parts = compat.path_parts(text)
+        assert root == want.root and parts == list(want.parts[1 if want.root else 0:]), text
+        assert compat.join_parts(root, parts[:-1]) == str(want.parent), text
+
+
+def test_a_path_must_be_text():
+    with pytest.raises(TypeError):
+        compat.pure_path(b"/etc")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("root", ["/", "/tmp/x", "/tmp//x/", "rel/./y", "rel", "", "//host/n"])
+def test_the_state_dir_and_compiled_config_are_where_pathlib_put_them(root, monkeypatch):
+    cfg = config.load_config(config.os.devnull)
+    base = Path(root or "/")
+    configured = Path(cfg.get("node.state_dir"))
+    assert config.state_dir(cfg, base) == str(base / configured.relative_to(configured.anchor))
+    assert config.state_dir(cfg, str(base)) == config.state_dir(cfg, base)
+    assert config.compiled_path(base) == str(base / configured.relative_to(configured.anchor)
+                                              / config.COMPILED_FILE)
+    monkeypatch.setenv("RSC_HEALTH_ROOT", root)
+    assert config.node_root() == str(base) and isinstance(config.node_root(), str)
+    assert config.node_root(base) == str(base)
+
+
+def test_config_imports_no_pathlib():
+    code = ("import sys; from rsc_health import config; "
+            "c = config.load_config(config.os.devnull); config.state_dir(c, config.node_root());"
+            "print(sorted(m for m in ('pathlib', 'fnmatch', 're', 'enum', 'functools', "
+            "'datetime', 'json') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(Path(config.__file__).parents[1])})
+    assert out.stdout.strip() == "[]", out.stderr
