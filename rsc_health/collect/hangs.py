@@ -34,6 +34,7 @@ import os
 import stat
 
 from rsc_health.collect.kmsg import save_json
+from rsc_health.collect.sysfs import pure
 from rsc_health.compat import datetime, json_dumps, json_loads
 from rsc_health.durable import load_state_json
 
@@ -52,7 +53,7 @@ RUNTIME_DIR = "run/rsc-health"
 
 
 def runtime_dir(root: StrPath) -> str:
-    return os.path.join(os.fspath(root), RUNTIME_DIR)
+    return pure(os.path.join(root, RUNTIME_DIR))  # str(Path(root) / RUNTIME_DIR)
 
 
 def statvfs(path: str) -> str:
@@ -137,7 +138,7 @@ class Kept:
 
     def __init__(self, name: str, sdir: StrPath, rdir: StrPath, boot_id: str,
                  *, make: bool = True) -> None:
-        self.paths = (os.path.join(os.fspath(sdir), name), os.path.join(os.fspath(rdir), name))
+        self.paths = (pure(os.path.join(sdir, name)), pure(os.path.join(rdir, name)))
         self.make = make
         self.copies = [load(self.paths[0]), _load_runtime(self.paths[1])]
         self.lost = any(c["lost"] for c in self.copies)

@@ -13,7 +13,7 @@ import errno
 import os
 import time
 
-from rsc_health.collect.sysfs import read_bounded
+from rsc_health.collect.sysfs import pure, read_bounded
 from rsc_health.compat import json_loads
 from rsc_health.record import dataclass
 
@@ -96,7 +96,8 @@ def collect(root: StrPath) -> list[Mount]:
             return table
         # Every live mount table has "/": one without it (empty, garbled) was not read right,
         # and must not say that every expected mount is missing.
-        last = OSError(errno.ENODATA, "no / in it: not a mount table", os.path.join(root, rel))
+        last = OSError(errno.ENODATA, "no / in it: not a mount table",
+                       pure(os.path.join(root, rel)))
     raise last or OSError("no mount table")
 
 
@@ -148,7 +149,8 @@ def begin(root: StrPath, paths: list[str],
     root = os.fspath(root)
 
     def target(path: str) -> str:
-        return os.path.join(root, path.lstrip("/")) if path != "/" else root
+        # str(Path(root) / path): the name statvfs is asked, as before
+        return pure(os.path.join(root, path.lstrip("/")) if path != "/" else root)
 
     together = [p for p in paths if p not in alone]
     groups = ([together] if together else []) + [[p] for p in paths if p in alone]
