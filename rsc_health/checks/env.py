@@ -47,13 +47,13 @@ def replayed(root, cfg, section: str, what: str) -> dict | None:
     family with `replays=True`), or None when the key is empty and the live node is read. A
     record that is not a JSON object raises, naming `what` it should have been: the family's
     collect turns that into a checker finding."""
-    from rsc_health.collect.sysfs import read_bounded
+    from rsc_health.collect.sysfs import pure, read_bounded
     from rsc_health.compat import json_loads
 
     replay = str(cfg.get(f"{section}.replay_file") or "")
     if not replay:
         return None
-    doc = json_loads(read_bounded(os.path.join(root, replay.lstrip("/"))))
+    doc = json_loads(read_bounded(pure(os.path.join(root, replay.lstrip("/")))))
     if not isinstance(doc, dict):
         raise ValueError(f"{replay}: not a record of {what}")
     return doc

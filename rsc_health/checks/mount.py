@@ -15,6 +15,7 @@ import os
 
 from rsc_health.checks._finding import fail, ok
 from rsc_health.collect import hangs, mounts
+from rsc_health.collect.sysfs import pure
 from rsc_health.model import Finding, Severity, utcnow
 from rsc_health.record import asdict, dataclass, field
 
@@ -93,7 +94,7 @@ def collect(root: StrPath, env) -> MountState | None:
             return None
         found = MountState(table)
         found.probes = env.guard("mount", replay, lambda: mounts.replayed_probes(
-            os.path.join(root, replay.lstrip("/")), mounts_to_probe(cfg, table))) or {}
+            pure(os.path.join(root, replay.lstrip("/"))), mounts_to_probe(cfg, table))) or {}
     else:
         begun = env.shared.pop(SHARED_KEY) if SHARED_KEY in env.shared else _begin(root, env)
         if begun is None:

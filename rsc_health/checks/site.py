@@ -78,7 +78,7 @@ def collect(root: StrPath, env: CollectEnv | None = None) -> dict:
         from rsc_health.collect.sysfs import read_bounded
         from rsc_health.compat import json_loads
 
-        doc = json_loads(read_bounded(os.path.join(root, replay.lstrip("/"))))
+        doc = json_loads(read_bounded(_under(os.fspath(root), replay)))
         if not isinstance(doc, dict) or not isinstance(doc.get("checks"), dict):
             raise ValueError(f"{replay}: not a record of site checks")
         return doc

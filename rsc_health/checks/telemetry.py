@@ -44,7 +44,7 @@ from rsc_health.checks.infiniband import ERROR_COUNTERS, saturated
 from rsc_health.collect import ibports
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import TELEMETRY_KEY, val
-from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded
+from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, pure, read_bounded
 from rsc_health.compat import json_loads
 from rsc_health.model import Finding, Metric
 
@@ -102,7 +102,7 @@ def _clock_ms(root: StrPath, env) -> int:
     """Now, in ms; a snapshot's replay (`check --from`) reads when the node looked."""
     replay = str(env.cfg.get("telemetry.clock_replay_file")) if env is not None else ""
     if replay:
-        doc = json_loads(read_bounded(os.path.join(root, replay.lstrip("/")), ATTR_BYTES))
+        doc = json_loads(read_bounded(pure(os.path.join(root, replay.lstrip("/"))), ATTR_BYTES))
         value = doc.get("time_ms") if isinstance(doc, dict) else None
         if not isinstance(value, int) or not plausible(value):
             raise ValueError(f"{replay}: no time_ms")

@@ -7,6 +7,7 @@ import os
 
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect import hangs
+from rsc_health.collect.sysfs import pure
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:  # annotations only: config reads the family registry, which reads this
@@ -19,8 +20,9 @@ def gpu_backend(cfg: Config, root: StrPath, telemetry: bool = False):
     """`auto`: replay when reading a test/snapshot root that carries captured answers.
     telemetry: ask live NVML for the telemetry fields too (only when that family runs)."""
     gcfg = cfg.section("gpu")
-    root = os.fspath(root)
-    replay = os.path.join(root, str(gcfg.get("replay_file", "rsc_health/nvml.json")).lstrip("/"))
+    root = pure(root)  # str(Path(root)): "/." and "//" are the live node as before
+    rel = str(gcfg.get("replay_file", "rsc_health/nvml.json")).lstrip("/")
+    replay = pure(os.path.join(root, rel))  # str(Path(root) / rel): named in its errors
     backend = gcfg.get("backend", "auto")
     if backend == "replay" or (backend == "auto" and root != "/" and os.path.exists(replay)):
         return gpu_mod.ReplayBackend(replay)
