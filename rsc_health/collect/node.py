@@ -20,7 +20,7 @@ def gpu_backend(cfg: Config, root: StrPath, telemetry: bool = False):
     """`auto`: replay when reading a test/snapshot root that carries captured answers.
     telemetry: ask live NVML for the telemetry fields too (only when that family runs)."""
     gcfg = cfg.section("gpu")
-    root = pure(root)  # str(Path(root)): "/." and "//" are the live node as before
+    root = pure(root)  # str(Path(root)): "/." is the live node "/", as before
     rel = str(gcfg.get("replay_file", "rsc_health/nvml.json")).lstrip("/")
     replay = pure(os.path.join(root, rel))  # str(Path(root) / rel): named in its errors
     backend = gcfg.get("backend", "auto")
