@@ -208,7 +208,8 @@ def _parents(path: str) -> list[str]:
     """pathlib's PurePath(path).parents as str: each directory above `path`, nearest first,
     ending at "/" (or "." for a relative path)."""
     out: list[str] = []
-    top = "/" if path.startswith("/") else "."
+    top = ("//" if path[:2] == "//" and path[2:3] != "/" else  # POSIX keeps a leading //
+           "/" if path.startswith("/") else ".")
     path = path.rstrip("/") or top
     while True:
         up = os.path.dirname(path).rstrip("/") or top

@@ -89,3 +89,20 @@ def test_the_statvfs_child_waits_for_every_mount_it_asks_without_threading():
     out = subprocess.run([sys.executable, "-c", ASKER], env=env, capture_output=True,
                          text=True, timeout=60, check=True).stdout.splitlines()
     assert out == ["[(0, None), (1, None), (2, 'No such file or directory')]", "False"]
+
+
+def test_a_path_named_or_keyed_off_pathlib_is_the_text_pathlib_made_of_it():
+    """sysfs.pure stands in for str(Path(...)) wherever a path is a key (the IB reader's
+    answers) or is named (refusals, replay errors, statvfs's target): the same text for
+    roots and config values written any way an operator writes them. hangs._parents stands
+    in for Path.parents (the runtime dir is made only below a directory root's alone)."""
+    from pathlib import PurePosixPath
+
+    from rsc_health.collect.hangs import _parents
+    from rsc_health.collect.sysfs import pure
+
+    for text in ("", ".", "./", "/", "//", "///", "//a/b", "///a", "a//b/", "./a/./b/..",
+                 "/x/../y/.", "/.", "/run/rsc-health", "rel//z/", "/a b/\u00e9/\n"):
+        assert pure(text) == str(PurePosixPath(text)), text
+        assert pure(PurePosixPath(text)) == str(PurePosixPath(text)), text
+        assert _parents(pure(text)) == [str(p) for p in PurePosixPath(text).parents], text
