@@ -29,14 +29,14 @@ which never imports this package.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from importlib import import_module
+import sys
 
 from rsc_health.checks.env import CollectEnv
 from rsc_health.record import dataclass, field
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator
     from typing import Any
 
 
@@ -74,7 +74,11 @@ class _Attr:
 
     def resolve(self) -> Any:
         if self._value is None:
-            self._value = getattr(import_module(f"{__name__}.{self.module}"), self.attr)
+            # importlib.import_module without importlib (every job start): the family's module
+            # is a plain submodule of this package.
+            name = f"{__name__}.{self.module}"
+            __import__(name)
+            self._value = getattr(sys.modules[name], self.attr)
         return self._value
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -7,20 +7,26 @@ with its group at its deadline."""
 
 from __future__ import annotations
 
+import os
 import time
-from pathlib import Path
+
+from rsc_health.collect.sysfs import pure
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 # Bytes of stderr kept in a record.
 STDERR_KEEP = 512
 
 
-def run(root: Path, program: str, args: list[str], *, timeout_s: float,
+def run(root: StrPath, program: str, args: list[str], *, timeout_s: float,
         deadline: float | None, max_bytes: int) -> dict:
     """{"argv", "returncode", "stdout", "stderr", "timed_out", "truncated", "refused",
     "start_error", "elapsed_s"}; never raises for the program's behaviour."""
     from rsc_health.checks.site import _refusal
 
-    path = root / program.lstrip("/")
+    path = pure(os.path.join(root, program.lstrip("/")))  # str(Path(root) / program)
     rec: dict = {"argv": [program, *args], "returncode": None, "stdout": "", "stderr": "",
                  "timed_out": False, "truncated": False, "refused": "", "start_error": "",
                  "elapsed_s": 0.0}

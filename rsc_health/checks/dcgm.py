@@ -25,17 +25,19 @@ taken as the operator set it.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-import struct
-from pathlib import Path
 
 from rsc_health.checks import _program
 from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.checks.env import replayed
-from rsc_health.collect.sysfs import read_bounded
+from rsc_health.collect.sysfs import pure, read_bounded
+from rsc_health.compat import json_loads
 from rsc_health.model import Finding, Severity
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 FAMILY = "dcgm"
 MAX_OUTPUT = 4 * 2**20  # a diag of 8 GPUs and switches prints tens of kB
@@ -46,25 +48,23 @@ LOOPBACK_NAMES = ("localhost", "localhost.localdomain", "ip6-localhost", "ip6-lo
 TCP_TABLE_BYTES = 16 * 2**20  # /proc/net/tcp: ~150 bytes a socket, listeners first
 
 
-def collect(root: Path, env) -> dict:
+def collect(root: StrPath, env) -> dict:
     doc = replayed(root, env.cfg, "dcgm", "dcgmi")
     return doc if doc is not None else record(root, env.cfg, env.deadline)
 
 
-def capture(cfg, root: Path, env) -> dict:
+def capture(cfg, root: StrPath, env) -> dict:
     return {"dcgm_record": record(root, cfg, None)}
 
 
-def _saved(root: Path, rel: str) -> dict:
+def _saved(root: StrPath, rel: str) -> dict:
     """A saved output, as a run record would hold it. It stands for dcgmi's own answer and is
     held to dcgmi's rule (durable.trust_refusal): a file another user could write (or a
     directory on its path) is refused, or a forged "Healthy" would keep a failing node in
     service and a forged "Failure" drain a good one."""
-    import os
-
     from rsc_health.durable import trust_refusal
 
-    path = root / rel.lstrip("/")
+    path = pure(os.path.join(root, rel.lstrip("/")))
     try:
         why = trust_refusal(os.stat(path), path, rel)
         if why:
@@ -75,7 +75,7 @@ def _saved(root: Path, rel: str) -> dict:
     return {"argv": [rel], "returncode": 0, "stdout": text}
 
 
-def record(root: Path, cfg, deadline: float | None) -> dict:
+def record(root: StrPath, cfg, deadline: float | None) -> dict:
     doc: dict = {}
     health_file, diag_file = str(cfg.get("dcgm.health_file")), str(cfg.get("dcgm.diag_file"))
     if health_file:
@@ -103,7 +103,7 @@ def record(root: Path, cfg, deadline: float | None) -> dict:
     return doc
 
 
-def host_refusal(root: Path, host: str, *, absent_ok: bool = False) -> str:
+def host_refusal(root: StrPath, host: str, *, absent_ok: bool = False) -> str:
     """Why dcgmi must not ask `host` ([dcgm] host), or "": an address dcgmi would take for
     something else; a unix socket that is not root's (or ours), or on a path someone else could
     change (durable.path_refusal); a loopback TCP port with no listener (nv-hostengine down:
@@ -122,13 +122,13 @@ def host_refusal(root: Path, host: str, *, absent_ok: bool = False) -> str:
     return _listener_refusal(root, host, port, families, absent_ok)
 
 
-def _socket_refusal(root: Path, sock: str) -> str:
+def _socket_refusal(root: StrPath, sock: str) -> str:
     from rsc_health.durable import path_refusal
 
     what = f"nv-hostengine socket unix://{sock}"
     if not sock.startswith("/"):
         return f"{what}: not an absolute path"
-    path = root / sock.lstrip("/")
+    path = pure(os.path.join(root, sock.lstrip("/")))
     try:
         st = os.lstat(path)
     except OSError as exc:
@@ -176,6 +176,7 @@ def _listeners(text: str, port: int) -> list[int]:
     /proc/net/tcp or tcp6 ("0100007F:15B3 00000000:0000 0A ... uid ...": addresses as the
     kernel's host-order words, port in hex)."""
     import ipaddress
+    import struct
 
     uids = []
     for line in text.splitlines()[1:]:
@@ -200,12 +201,12 @@ def _listeners(text: str, port: int) -> list[int]:
     return uids
 
 
-def _listener_refusal(root: Path, host: str, port: int, families: tuple[str, ...],
+def _listener_refusal(root: StrPath, host: str, port: int, families: tuple[str, ...],
                       absent_ok: bool) -> str:
     uids: list[int] = []
     for table in families:
         try:
-            text = read_bounded(root / "proc" / "net" / table, TCP_TABLE_BYTES)
+            text = read_bounded(os.path.join(root, "proc", "net", table), TCP_TABLE_BYTES)
         except FileNotFoundError:
             continue  # no IPv6 on this kernel
         except OSError as exc:
@@ -243,7 +244,7 @@ def _json(run: dict, what: str) -> tuple[dict | None, Finding | None]:
         return None, checker_error(FAMILY, "dcgmi", why)
     text = str(run.get("stdout") or "")
     try:
-        doc = json.loads(text)
+        doc = json_loads(text)
     except (ValueError, RecursionError):  # RecursionError: `[[[[...` nested too deep
         first = next((ln.strip() for ln in text.splitlines() if ln.strip()), "") or str(
             run.get("stderr") or "").strip()

@@ -4,12 +4,13 @@ file can name it without importing the registry that imports the family
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import os
 
 from rsc_health.record import dataclass, field
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -46,14 +47,13 @@ def replayed(root, cfg, section: str, what: str) -> dict | None:
     family with `replays=True`), or None when the key is empty and the live node is read. A
     record that is not a JSON object raises, naming `what` it should have been: the family's
     collect turns that into a checker finding."""
-    import json
-
-    from rsc_health.collect.sysfs import read_bounded
+    from rsc_health.collect.sysfs import pure, read_bounded
+    from rsc_health.compat import json_loads
 
     replay = str(cfg.get(f"{section}.replay_file") or "")
     if not replay:
         return None
-    doc = json.loads(read_bounded(root / replay.lstrip("/")))
+    doc = json_loads(read_bounded(pure(os.path.join(root, replay.lstrip("/")))))
     if not isinstance(doc, dict):
         raise ValueError(f"{replay}: not a record of {what}")
     return doc

@@ -19,7 +19,7 @@ Nothing here is a repair: a restarted FM and a retrained fabric are seen by the 
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from rsc_health.checks import _program
 from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus, warn
@@ -27,6 +27,10 @@ from rsc_health.checks.env import replayed
 from rsc_health.collect.gpu import FABRIC_STATES, NVML_ERROR_NAMES, err
 from rsc_health.collect.sysfs import read_text
 from rsc_health.model import Finding, Severity
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 FAMILY = "fabric"
 READS = ("sys/bus/pci/devices/*/class", "sys/bus/pci/devices/*/vendor")
@@ -42,31 +46,33 @@ HEALTH_BITS = (
 )
 
 
-def nvswitches(root: Path) -> list[str]:
+def nvswitches(root: StrPath) -> list[str]:
     """The NVSwitches' PCI addresses, from sysfs."""
     found = []
-    base = root / "sys/bus/pci/devices"
+    base = os.path.join(root, "sys/bus/pci/devices")
     try:
-        devices = sorted(base.iterdir())[:4096]
+        devices = sorted(os.listdir(base))[:4096]
     except OSError:
         return []
-    for dev in devices:
-        cls, vendor = read_text(dev / "class"), read_text(dev / "vendor")
+    for name in devices:
+        dev = os.path.join(base, name)
+        cls = read_text(os.path.join(dev, "class"))
+        vendor = read_text(os.path.join(dev, "vendor"))
         if vendor == NVIDIA and cls is not None and cls.startswith(NVSWITCH_CLASS):
-            found.append(dev.name)
+            found.append(name)
     return found
 
 
-def collect(root: Path, env) -> dict:
+def collect(root: StrPath, env) -> dict:
     doc = replayed(root, env.cfg, "fabric", "the fabric")
     return doc if doc is not None else record(root, env.cfg, env.deadline)
 
 
-def capture(cfg, root: Path, env) -> dict:
+def capture(cfg, root: StrPath, env) -> dict:
     return {"fabric_record": record(root, cfg, None)}
 
 
-def record(root: Path, cfg, deadline: float | None) -> dict:
+def record(root: StrPath, cfg, deadline: float | None) -> dict:
     mode = str(cfg.get("fabric.nvswitch"))
     switches = nvswitches(root) if mode == "auto" else []
     doc: dict = {"mode": mode, "nvswitches": switches, "manager": None}

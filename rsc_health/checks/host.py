@@ -15,31 +15,35 @@ directory) is not a finding: many nodes report memory errors only through MCE.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from rsc_health.checks._finding import checker_error, fail, ok
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.sysfs import parse_count, read_text
 from rsc_health.model import Finding, Severity
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
+
 EDAC = "sys/devices/system/edac/mc"
 READS = (f"{EDAC}/mc*/ue_count", f"{EDAC}/mc*/ce_count")
 
 
-def collect(root: Path, env=None) -> dict[str, dict[str, int | None]]:
+def collect(root: StrPath, env=None) -> dict[str, dict[str, int | None]]:
     """{"mc0": {"ue": 0, "ce": 12}, ...}; a count that cannot be read is None."""
-    base = root / EDAC
-    if not base.is_dir():
+    base = os.path.join(root, EDAC)
+    if not os.path.isdir(base):
         return {}
     out = {}
-    for mc in sorted(base.iterdir()):
-        if not mc.name.startswith("mc") or not mc.name[2:].isdigit():
+    for mc in sorted(os.listdir(base)):
+        if not mc.startswith("mc") or not mc[2:].isdigit():
             continue
-        out[mc.name] = {kind: _count(mc / f"{kind}_count") for kind in ("ue", "ce")}
+        out[mc] = {kind: _count(os.path.join(base, mc, f"{kind}_count")) for kind in ("ue", "ce")}
     return out
 
 
-def _count(path: Path) -> int | None:
+def _count(path: str) -> int | None:
     value = parse_count(read_text(path))
     return value if plausible(value) else None
 

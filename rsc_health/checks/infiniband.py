@@ -13,14 +13,16 @@ drivers/infiniband/core/sysfs.c, as rdma-core's ibstat reads them): `state` = `4
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.collect import hangs, ibports
 from rsc_health.collect.sysfs import parse_count
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 _RATE = lazyre.compile(r"^\s*(\d+(?:\.\d+)?)\s*Gb/sec")
 ERROR_COUNTERS = (
@@ -101,7 +103,7 @@ def parse_rate(text: str | None) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def collect(root: Path, env=None) -> IbPorts | None:
+def collect(root: StrPath, env=None) -> IbPorts | None:
     """The ports through the run's one reader (rsc_health.collect.ibports): the telemetry
     family's reads of the same files are served from it. None when the ports were not listed
     (the read hung before, or is still stuck from an earlier run: ib_hung says so): a port
@@ -117,14 +119,14 @@ def collect(root: Path, env=None) -> IbPorts | None:
         port = IbPort(
             hca=hca,
             port=name,
-            state=_word(read.text(pdir / "state")),
-            phys_state=_word(read.text(pdir / "phys_state")),
-            rate_gbps=parse_rate(read.text(pdir / "rate")),
-            link_layer=read.text(pdir / "link_layer"),
+            state=_word(read.text(f"{pdir}/state")),
+            phys_state=_word(read.text(f"{pdir}/phys_state")),
+            rate_gbps=parse_rate(read.text(f"{pdir}/rate")),
+            link_layer=read.text(f"{pdir}/link_layer"),
             virtual=read.virtual(pdir),
         )
         for counter in ERROR_COUNTERS:
-            text = read.text(pdir / "counters" / counter)
+            text = read.text(f"{pdir}/counters/{counter}")
             value = parse_count(text)
             if value is not None:
                 port.counters[counter] = value

@@ -30,14 +30,17 @@ server). `check --from` judges the record a snapshot carries.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
 from rsc_health.checks.env import replayed
 from rsc_health.collect.gpu import err
-from rsc_health.collect.sysfs import read_bounded
+from rsc_health.collect.sysfs import pure, read_bounded
 from rsc_health.model import Finding, Severity
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 FAMILY = "leftover"
 _JOB = lazyre.compile(r"/job_(\d{1,12})(?:/|$)")
@@ -69,7 +72,7 @@ def _nvml_pids(answers) -> set[int]:
     return pids
 
 
-def collect(root: Path, env) -> dict | None:
+def collect(root: StrPath, env) -> dict | None:
     doc = replayed(root, env.cfg, "leftover", "GPU processes")
     if doc is not None:  # a snapshot's record: nothing of this machine is read
         return doc
@@ -77,7 +80,7 @@ def collect(root: Path, env) -> dict | None:
     return record(root, env.cfg, _nvml_pids(answers), env.stage)
 
 
-def capture(cfg, root: Path, env) -> dict:
+def capture(cfg, root: StrPath, env) -> dict:
     """A snapshot carries who each process NVML names is, as read now: NVML's answers are the
     snapshot's own (env.state.nvml_answers: asked once, from an abandonable child, and not
     again while a child abandoned before still waits in the driver: commands.node)."""
@@ -85,14 +88,14 @@ def capture(cfg, root: Path, env) -> dict:
     return {"leftover_record": record(root, cfg, _nvml_pids(answers))}
 
 
-def record(root: Path, cfg, pids: set[int], stage: str | None = None) -> dict:
+def record(root: StrPath, cfg, pids: set[int], stage: str | None = None) -> dict:
     """Who each pid is and which jobs run here, as plain JSON (what `check` judges); the
     stage the node path runs (a prolog judges its own job's processes by their age)."""
     out: dict = {"job_id": _own_job(), "stage": stage, "pids": {}, "jobs": [],
                  "spool_error": None}
     if not pids:
         return out  # the healthy case reads nothing at all
-    spool = root / str(cfg.get("leftover.slurmd_spool_dir")).lstrip("/")
+    spool = pure(os.path.join(root, str(cfg.get("leftover.slurmd_spool_dir")).lstrip("/")))
     try:
         jobs = set()
         with os.scandir(spool) as entries:
@@ -117,10 +120,10 @@ def _own_job() -> str | None:
     return job if job and job.isdigit() and len(job) <= 12 else None
 
 
-def _uptime(root: Path) -> float | None:
+def _uptime(root: StrPath) -> float | None:
     """Seconds since boot (/proc/uptime's first field), None when it cannot be read."""
     try:
-        first = read_bounded(root / "proc/uptime", 256).split()[0]
+        first = read_bounded(os.path.join(root, "proc/uptime"), 256).split()[0]
         value = float(first)
     except (OSError, IndexError, ValueError):
         return None
@@ -144,21 +147,21 @@ def _age_s(stat: str, uptime: float | None) -> float | None:
     return round(age, 1) if age >= 0 else None
 
 
-def _process(root: Path, pid: int, users: dict[int, str], uptime: float | None = None) -> dict:
-    proc = root / "proc" / str(pid)
+def _process(root: StrPath, pid: int, users: dict[int, str], uptime: float | None = None) -> dict:
+    proc = os.path.join(root, "proc", str(pid))
     try:
-        cgroup = read_bounded(proc / "cgroup", READ_LIMIT).decode("utf-8", "replace")
+        cgroup = read_bounded(os.path.join(proc, "cgroup"), READ_LIMIT).decode("utf-8", "replace")
     except OSError:
         return {"seen": False}
     jobs = {m.group(1) for line in cgroup.splitlines() for m in [_JOB.search(line)] if m}
     info: dict = {"seen": True, "job": min(jobs, key=int) if jobs else None}
     try:
-        comm = read_bounded(proc / "comm", 256).decode("utf-8", "replace").strip()
+        comm = read_bounded(os.path.join(proc, "comm"), 256).decode("utf-8", "replace").strip()
         info["command"] = "".join(c if c.isprintable() else "?" for c in comm)[:64]
     except OSError:
         info["command"] = "?"
     try:
-        status = read_bounded(proc / "status", READ_LIMIT).decode("utf-8", "replace")
+        status = read_bounded(os.path.join(proc, "status"), READ_LIMIT).decode("utf-8", "replace")
         uid_line = next((ln for ln in status.splitlines() if ln.startswith("Uid:")), "")
         uid = int(uid_line.split()[1])
         info["uid"] = uid
@@ -166,17 +169,17 @@ def _process(root: Path, pid: int, users: dict[int, str], uptime: float | None =
     except (OSError, ValueError, IndexError):
         info["user"] = "?"
     try:
-        stat = read_bounded(proc / "stat", READ_LIMIT).decode("utf-8", "replace")
+        stat = read_bounded(os.path.join(proc, "stat"), READ_LIMIT).decode("utf-8", "replace")
         info["age_s"] = _age_s(stat, uptime)
     except OSError:
         info["age_s"] = None
     return info
 
 
-def _passwd(root: Path) -> dict[int, str]:
+def _passwd(root: StrPath) -> dict[int, str]:
     users: dict[int, str] = {}
     try:
-        text = read_bounded(root / "etc/passwd", 4 * 2**20).decode("utf-8", "replace")
+        text = read_bounded(os.path.join(root, "etc/passwd"), 4 * 2**20).decode("utf-8", "replace")
     except OSError:
         return users
     for line in text.splitlines():

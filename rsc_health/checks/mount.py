@@ -11,12 +11,17 @@ replays as hung) and its policy.
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from rsc_health.checks._finding import fail, ok
 from rsc_health.collect import hangs, mounts
+from rsc_health.collect.sysfs import pure
 from rsc_health.model import Finding, Severity, utcnow
 from rsc_health.record import asdict, dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 READS = ("proc/mounts", "proc/self/mountinfo")
 
@@ -52,7 +57,7 @@ def _sharing_a_child(paths: list[str], records: dict) -> set[str]:
 SHARED_KEY = "mount_probe"
 
 
-def start(root: Path, env) -> None:
+def start(root: StrPath, env) -> None:
     """Read the table and fork the statvfs children now (collect_all: before NVML or the
     InfiniBand ports are waited for, so a hung mount's wait overlaps theirs); `collect`
     takes their answers. Nothing is started for a replayed probe record."""
@@ -61,7 +66,7 @@ def start(root: Path, env) -> None:
     env.shared[SHARED_KEY] = _begin(root, env)
 
 
-def _begin(root: Path, env) -> tuple | None:
+def _begin(root: StrPath, env) -> tuple | None:
     """(table, expected mounts present, those whose child from before still waits, the
     children asking the others) or None when the table could not be read."""
     table = env.guard("mount", "/proc/mounts", lambda: mounts.collect(root))
@@ -79,7 +84,7 @@ def _begin(root: Path, env) -> tuple | None:
     return table, to_probe, waiting, probing
 
 
-def collect(root: Path, env) -> MountState | None:
+def collect(root: StrPath, env) -> MountState | None:
     cfg, state = env.cfg, env.state
     timeout = env.probe_timeout_s or float(cfg.get("mounts.probe_timeout_s", 2.0))
     replay = str(cfg.get("mounts.probe_replay_file", "") or "")
@@ -89,7 +94,7 @@ def collect(root: Path, env) -> MountState | None:
             return None
         found = MountState(table)
         found.probes = env.guard("mount", replay, lambda: mounts.replayed_probes(
-            root / replay.lstrip("/"), mounts_to_probe(cfg, table))) or {}
+            pure(os.path.join(root, replay.lstrip("/"))), mounts_to_probe(cfg, table))) or {}
     else:
         begun = env.shared.pop(SHARED_KEY) if SHARED_KEY in env.shared else _begin(root, env)
         if begun is None:
@@ -120,7 +125,7 @@ def collect(root: Path, env) -> MountState | None:
     return found
 
 
-def capture(cfg, root: Path, env) -> dict:
+def capture(cfg, root: StrPath, env) -> dict:
     """What a snapshot carries beyond the files: each expected mount point (a directory in
     the replay root) and the statvfs probe's outcome for each one present, probed as a run
     probes them (`collect`): a mount whose child abandoned before still waits is not asked

@@ -21,7 +21,8 @@ Documentation/ABI/testing/sysfs-bus-pci and drivers/pci/pci-sysfs.c): `class` = 
 
 from __future__ import annotations
 
-from pathlib import Path
+import errno
+import os
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
@@ -30,6 +31,10 @@ from rsc_health.collect.gpu import val
 from rsc_health.collect.sysfs import parse_count, parse_counters, read_text
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 GPU_CLASSES = ("0x030200", "0x030000")  # 3D controller, VGA controller
 NIC_CLASSES = ("0x020700", "0x020000")  # InfiniBand, Ethernet
@@ -79,11 +84,11 @@ def parse_width(text: str | None) -> int | None:
     return width if width in LINK_WIDTHS else None
 
 
-def read_device(path: Path, bdf: str, kind: str) -> PcieDevice:
-    dev = PcieDevice(bdf=bdf, kind=kind, pci_class=read_text(path / "class"))
+def read_device(path: StrPath, bdf: str, kind: str) -> PcieDevice:
+    dev = PcieDevice(bdf=bdf, kind=kind, pci_class=read_text(os.path.join(path, "class")))
 
     def attr(name: str, parse, unknown: tuple[str, ...] = ()):
-        text = read_text(path / name)
+        text = read_text(os.path.join(path, name))
         value = parse(text)
         if value is None and text is not None and text not in unknown:
             dev.unreadable[name] = text[:40]
@@ -94,41 +99,54 @@ def read_device(path: Path, bdf: str, kind: str) -> PcieDevice:
     dev.width = attr("current_link_width", parse_width)
     dev.max_width = attr("max_link_width", parse_width)
     for fname, total in AER_TOTALS.items():
-        counters = parse_counters(read_text(path / fname))
+        counters = parse_counters(read_text(os.path.join(path, fname)))
         if total in counters:
             dev.aer[fname.removeprefix("aer_dev_")] = counters[total]
     return dev
 
 
-def collect(root: Path, env=None) -> list[PcieDevice]:
-    base = root / "sys/bus/pci/devices"
+def collect(root: StrPath, env=None) -> list[PcieDevice]:
+    base = os.path.join(root, "sys/bus/pci/devices")
     try:
-        entries = sorted(base.iterdir())
+        names = sorted(os.listdir(base))
     except OSError:
         return []
     devices: dict[str, PcieDevice] = {}
-    for entry in entries:
-        pci_class = (read_text(entry / "class") or "").lower()
+    for name in names:
+        entry = os.path.join(base, name)
+        pci_class = (read_text(os.path.join(entry, "class")) or "").lower()
         kind = "gpu" if pci_class in GPU_CLASSES else "nic" if pci_class in NIC_CLASSES else ""
         if not kind:
             continue
-        devices[entry.name] = read_device(entry, entry.name, kind)
+        devices[name] = read_device(entry, name, kind)
         try:
-            resolved = entry.resolve()
+            resolved = _resolve(entry)
         except OSError:
             continue
         # Ancestors on the resolved path that look like PCI addresses are the bridges above.
-        for part in resolved.parent.parts:
-            if not _BDF.match(part):
+        for part in os.path.dirname(resolved).split("/"):
+            if not part or not _BDF.match(part):
                 continue
             bridge = devices.get(part)
             if bridge is None:
-                bridge_path = base / part
+                bridge_path = os.path.join(base, part)
                 bridge = read_device(bridge_path, part, "bridge")
                 devices[part] = bridge
             if bridge.kind == "bridge":
-                bridge.parent_of.append(entry.name)
+                bridge.parent_of.append(name)
     return list(devices.values())
+
+
+def _resolve(path: str) -> str:
+    """pathlib's Path.resolve() (3.10+): the real path, and a symlink loop on the way is a
+    RuntimeError (the family's collector error), not a path."""
+    real = os.path.realpath(path)
+    try:
+        os.stat(real)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise RuntimeError(f"Symlink loop from {exc.filename!r}") from None
+    return real
 
 
 def counters(state) -> dict[str, int]:

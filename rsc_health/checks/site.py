@@ -30,21 +30,23 @@ from __future__ import annotations
 import os
 import stat
 import time
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from rsc_health.checks._finding import ok
+from rsc_health.collect.sysfs import pure
 from rsc_health.durable import owner_refusal as _owner_refusal
 from rsc_health.durable import path_refusal as _path_refusal
 from rsc_health.durable import trust_refusal
 from rsc_health.model import Finding, Severity, Status
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
+
     from rsc_health.checks.env import CollectEnv
 
 FAMILY = "site"
 NHC = "[nhc]"  # the built-in NHC adapter's name among the checks (no file can be called that)
-NHC_ADAPTER = Path(__file__).parents[1] / "site" / "nhc_adapter.py"
+NHC_ADAPTER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "site", "nhc_adapter.py")
 # A line longer than this is cut (the reason loses its tail); 1 kB is far beyond a reason.
 LINE_MAX = 1024
 REASON_MAX = 300
@@ -66,18 +68,17 @@ def enabled(cfg) -> bool:
 
 
 # ---- collect: run the programs ------------------------------------------------------------------
-def collect(root: Path, env: CollectEnv | None = None) -> dict:
+def collect(root: StrPath, env: CollectEnv | None = None) -> dict:
     """{"limit_s": float, "checks": {name: record}}; a record holds what the program printed
     (decoded with surrogateescape, so bytes survive to the parser) and how it ended."""
     if env is None:
         return {"limit_s": 0.0, "checks": {}}
     replay = str(env.cfg.get("site.replay_file", "") or "")
     if replay:  # a snapshot's record of what the programs printed: nothing is run here
-        import json
-
         from rsc_health.collect.sysfs import read_bounded
+        from rsc_health.compat import json_loads
 
-        doc = json.loads(read_bounded(root / replay.lstrip("/")))
+        doc = json_loads(read_bounded(_under(os.fspath(root), replay)))
         if not isinstance(doc, dict) or not isinstance(doc.get("checks"), dict):
             raise ValueError(f"{replay}: not a record of site checks")
         return doc
@@ -91,7 +92,7 @@ def collect(root: Path, env: CollectEnv | None = None) -> dict:
             os.close(fd)
 
 
-def capture(cfg, root: Path, env) -> dict:
+def capture(cfg, root: StrPath, env) -> dict:
     """What a snapshot carries for the family: the programs' outcomes, run once now (their
     output decoded as in collect), so a replay judges what they printed without running
     anything on the machine replaying it."""
@@ -100,15 +101,16 @@ def capture(cfg, root: Path, env) -> dict:
     return {"site_checks": collect(root, CollectEnv(cfg))}
 
 
-def _collect(root: Path, env: CollectEnv, fds: dict[str, int]) -> dict:
+def _collect(root: StrPath, env: CollectEnv, fds: dict[str, int]) -> dict:
     cfg = env.cfg
+    root = os.fspath(root)
     records: dict[str, dict] = {}
     commands: dict[str, list[str]] = {}
     directory = str(cfg.get("site.checks_dir", "") or "")
     if directory:
-        _from_directory(root / directory.lstrip("/"), records, commands, fds)
+        _from_directory(_under(root, directory), records, commands, fds)
     if cfg.get("site.nhc_conf", ""):
-        nhc = root / str(cfg.get("site.nhc_path", "/usr/sbin/nhc")).lstrip("/")
+        nhc = _under(root, str(cfg.get("site.nhc_path", "/usr/sbin/nhc")))
         why = _refusal(nhc)
         if why:
             records[NHC] = {"refused": f"{nhc}: {why}"}
@@ -118,10 +120,10 @@ def _collect(root: Path, env: CollectEnv, fds: dict[str, int]) -> dict:
             from rsc_health.compat import zip_archive
 
             archive = zip_archive()  # the node zipapp runs its own copy of the adapter
-            adapter = [archive, "nhc-adapter"] if archive else [str(NHC_ADAPTER)]
+            adapter = [archive, "nhc-adapter"] if archive else [NHC_ADAPTER]
             commands[NHC] = [
-                sys.executable, *adapter, "--nhc", str(nhc),
-                "--conf", str(root / str(cfg.get("site.nhc_conf")).lstrip("/")),
+                sys.executable, *adapter, "--nhc", nhc,
+                "--conf", _under(root, str(cfg.get("site.nhc_conf"))),
                 "--severity", str(cfg.get("site.nhc_severity", "drain_after_job")),
             ]
     limit = float(cfg.get("site.timeout_s", 10.0))
@@ -134,9 +136,9 @@ def _collect(root: Path, env: CollectEnv, fds: dict[str, int]) -> dict:
     if commands:
         from rsc_health.collect import procs  # only now: the family is on and has work
 
-        child_env = dict(os.environ, RSC_HEALTH_ROOT=str(root),
+        child_env = dict(os.environ, RSC_HEALTH_ROOT=pure(root),
                          RSC_HEALTH_SITE_TIMEOUT_S=f"{limit:.1f}",
-                         RSC_HEALTH_CHECKS_DIR=str(root / directory.lstrip("/")))
+                         RSC_HEALTH_CHECKS_DIR=_under(root, directory))
         outcomes = procs.run_all(
             commands, timeout_s={name: limit for name in commands},
             max_bytes=int(cfg.get("site.max_output_bytes", 65536)), env=child_env, cwd=root,
@@ -152,7 +154,12 @@ def _collect(root: Path, env: CollectEnv, fds: dict[str, int]) -> dict:
     return {"limit_s": round(limit, 3), "checks": dict(sorted(records.items()))}
 
 
-def _from_directory(directory: Path, records: dict, commands: dict, fds: dict) -> None:
+def _under(root: str, rel: str) -> str:
+    """str(Path(root) / rel.lstrip("/")): a configured path under the node's root."""
+    return pure(os.path.join(root, rel.lstrip("/")))
+
+
+def _from_directory(directory: str, records: dict, commands: dict, fds: dict) -> None:
     why = _dir_refusal(directory)
     if why:
         records[str(directory)] = {"refused": why}
@@ -160,8 +167,8 @@ def _from_directory(directory: Path, records: dict, commands: dict, fds: dict) -
     for entry in sorted(os.scandir(directory), key=lambda e: e.name):
         if entry.name.startswith("."):  # editors' swap files; a leading dot disables a check
             continue
-        path = Path(entry.path)
-        if path.is_dir():  # room for a helper library next to the checks; never run
+        path = pure(entry.path)
+        if os.path.isdir(path):  # room for a helper library next to the checks; never run
             continue
         opened = _refusal(path) or _open_program(path)
         if isinstance(opened, str):
@@ -171,7 +178,7 @@ def _from_directory(directory: Path, records: dict, commands: dict, fds: dict) -
             commands[entry.name] = [f"/proc/self/fd/{opened}"]
 
 
-def _open_program(path: Path) -> int | str:
+def _open_program(path: str) -> int | str:
     """A descriptor of the program `path` names now, or why not. Opened without following a
     symlink and judged again on the descriptor: what runs is what was judged."""
     try:
@@ -188,9 +195,9 @@ def _open_program(path: Path) -> int | str:
     return fd
 
 
-def _dir_refusal(directory: Path) -> str:
+def _dir_refusal(directory: str) -> str:
     try:
-        st = directory.stat()
+        st = os.stat(directory)
     except OSError as exc:
         return f"checks_dir {directory}: {exc.strerror or exc}"
     if not stat.S_ISDIR(st.st_mode):
@@ -199,12 +206,12 @@ def _dir_refusal(directory: Path) -> str:
             or _path_refusal(directory, f"checks_dir {directory}"))
 
 
-def _refusal(path: Path) -> str:
+def _refusal(path: StrPath) -> str:
     """Why `path` must not be run, or "". stat, never open: opening a FIFO would block."""
     try:
-        st = path.stat()  # follows a symlink to what would actually run
+        st = os.stat(path)  # follows a symlink to what would actually run
     except FileNotFoundError:
-        return "broken symlink" if path.is_symlink() else "missing"
+        return "broken symlink" if os.path.islink(path) else "missing"
     except OSError as exc:
         return f"cannot stat: {exc.strerror or exc}"
     if not stat.S_ISREG(st.st_mode):

@@ -4,14 +4,16 @@ collector, then each family's counters."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rsc_health.checks import REGISTRY, CollectEnv
 from rsc_health.collect import counters, ibports, kmsg
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect.node import read_nvml
 from rsc_health.config import Config
 from rsc_health.record import asdict, dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 
 @dataclass
@@ -45,7 +47,7 @@ class NodeState:
 
 def collect_all(
     cfg: Config,
-    root: Path,
+    root: StrPath,
     *,
     only: set[str] | None = None,
     cursors: dict[str, dict] | None = None,

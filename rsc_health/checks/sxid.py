@@ -8,17 +8,19 @@ On a machine without NVSwitches there are no such lines: one all-clear finding."
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rsc_health.checks._finding import fail, ok, warn
 from rsc_health.collect import kmsg
 from rsc_health.model import Finding, Severity, Status
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 FAMILY = "sxid"
 READS_CONFIG = ("xid.sources",)
 
 
-def collect(root: Path, env) -> kmsg.XidRead | None:
+def collect(root: StrPath, env) -> kmsg.XidRead | None:
     read = env.guard(FAMILY, "kernel log", lambda: kmsg.read_new_events(
         root, list(env.cfg.get("xid.sources")), env.cursors.get(FAMILY) or {},
         file_backlog=bool(env.cfg.get("xid.file_backlog")), parse=kmsg.parse_sxid_line,

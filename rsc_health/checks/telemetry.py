@@ -36,17 +36,21 @@ NOT_SUPPORTED or NO_PERMISSION for are absent from the sample, not checker error
 
 from __future__ import annotations
 
-import json
+import os
 import time
-from pathlib import Path
 
 from rsc_health.checks._finding import ok, readable_gpus, warn
 from rsc_health.checks.infiniband import ERROR_COUNTERS, saturated
 from rsc_health.collect import ibports
 from rsc_health.collect.counters import plausible
 from rsc_health.collect.gpu import TELEMETRY_KEY, val
-from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, read_bounded
+from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, pure, read_bounded
+from rsc_health.compat import json_loads
 from rsc_health.model import Finding, Metric
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 FAMILY = "telemetry"
 # The infiniband family's error counters but transmit discards (congestion, which
@@ -71,7 +75,7 @@ def _prefix(gpu_index: int) -> str:
     return f"tm/gpu{gpu_index}/"
 
 
-def collect(root: Path, env=None) -> dict:
+def collect(root: StrPath, env=None) -> dict:
     """The HCA ports' counters and rate, and when they (and NVML, read just before) were read.
     Through the run's one reader of the ports (rsc_health.collect.ibports): the error counters,
     rate and link layer the infiniband family read this run are its answers, not read again.
@@ -83,22 +87,22 @@ def collect(root: Path, env=None) -> dict:
     for hca, name, pdir in read.ports():
         counts = {}
         for c in IB_COUNTERS:
-            value = parse_count(read.text(pdir / "counters" / c))
+            value = parse_count(read.text(f"{pdir}/counters/{c}"))
             if value is not None:
                 counts[c] = value
         ports.append({"name": f"{hca}/{name}", "hca": hca,
-                      "rate_gbps": parse_rate(read.text(pdir / "rate")),
-                      "link_layer": read.text(pdir / "link_layer"), "counters": counts})
+                      "rate_gbps": parse_rate(read.text(f"{pdir}/rate")),
+                      "link_layer": read.text(f"{pdir}/link_layer"), "counters": counts})
     ibports.said(read, env, FAMILY)
     return {"time_ms": _clock_ms(root, env), "ports": ports,
             **({"after_hang": True} if ibports.after_hang(env) else {})}
 
 
-def _clock_ms(root: Path, env) -> int:
+def _clock_ms(root: StrPath, env) -> int:
     """Now, in ms; a snapshot's replay (`check --from`) reads when the node looked."""
     replay = str(env.cfg.get("telemetry.clock_replay_file")) if env is not None else ""
     if replay:
-        doc = json.loads(read_bounded(root / replay.lstrip("/"), ATTR_BYTES))
+        doc = json_loads(read_bounded(pure(os.path.join(root, replay.lstrip("/"))), ATTR_BYTES))
         value = doc.get("time_ms") if isinstance(doc, dict) else None
         if not isinstance(value, int) or not plausible(value):
             raise ValueError(f"{replay}: no time_ms")
@@ -106,7 +110,7 @@ def _clock_ms(root: Path, env) -> int:
     return int(time.time() * 1000)
 
 
-def capture(cfg, root: Path, env) -> dict:
+def capture(cfg, root: StrPath, env) -> dict:
     """What a snapshot carries beyond the files: when it read the node (the rates' clock)."""
     return {"telemetry_clock": {"time_ms": _clock_ms(root, None)}}
 

@@ -5,16 +5,18 @@ event's PCI address to its gpuN."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rsc_health.checks._finding import fail, ok, warn
 from rsc_health.collect import kmsg
 from rsc_health.model import Finding, Severity, Status
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
+
 READS_CONFIG = ("xid.sources",)
 
 
-def collect(root: Path, env) -> kmsg.XidRead | None:
+def collect(root: StrPath, env) -> kmsg.XidRead | None:
     """The events since the cursor and the cursor to save once they are judged; the reader's
     complaints (a FIFO source, lost records, a backlog) are checker findings."""
     read = env.guard("xid", "kernel log", lambda: kmsg.read_new_events(

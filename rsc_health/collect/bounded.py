@@ -19,14 +19,15 @@ Standard library only: the prolog uses this on every job start.
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import time
-from collections.abc import Callable
+
+from rsc_health.compat import json_dumps, json_loads
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
 
 
@@ -94,7 +95,7 @@ def start(fn: Callable[..., Any], *, streaming: bool = False,
                 hold_mark(mark)
 
             def emit(obj: Any) -> None:
-                _write_all(w, json.dumps({"partial": obj}, default=str).encode() + b"\n")
+                _write_all(w, json_dumps({"partial": obj}, default=str).encode() + b"\n")
 
             try:
                 payload = {"ok": fn(emit) if streaming else fn()}
@@ -102,7 +103,7 @@ def start(fn: Callable[..., Any], *, streaming: bool = False,
                 payload = {"error": f"{type(exc).__name__}: {exc}",
                            "errno": getattr(exc, "errno", None),
                            "strerror": getattr(exc, "strerror", None)}
-            _write_all(w, json.dumps(payload, default=str).encode())
+            _write_all(w, json_dumps(payload, default=str).encode())
         except BaseException:  # noqa: BLE001
             code = 1
         finally:
@@ -146,8 +147,10 @@ def _messages(buf: bytes) -> list[dict]:
     """Every whole line of a child's output that is a JSON object, in order."""
     out = []
     for line in buf.split(b"\n"):
+        if not line.strip():
+            continue  # not JSON (json's decoder would import json just to say so)
         try:
-            msg = json.loads(line)
+            msg = json_loads(line)
         except (ValueError, RecursionError):  # RecursionError: `[[[[...` nested too deep
             continue
         if isinstance(msg, dict):
@@ -164,7 +167,7 @@ def _last_message(buf: bytes, key: str) -> Any:
         if key.encode() not in line:
             continue
         try:
-            msg = json.loads(line)
+            msg = json_loads(line)
         except (ValueError, RecursionError):
             continue
         if isinstance(msg, dict) and key in msg:

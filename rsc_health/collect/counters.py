@@ -8,10 +8,12 @@ is not drained for errors it collected before rsc-health first looked.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from rsc_health.collect.kmsg import save_json
 from rsc_health.durable import load_state_json
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 # Lifetime counters (NVML's aggregate ECC counts live in the InfoROM and survive reboots):
 # after a reboot their value is history, not news; only their growth within a boot counts.
@@ -27,7 +29,7 @@ def plausible(value) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < MAX_COUNT
 
 
-def load(path: Path) -> dict:
+def load(path: StrPath) -> dict:
     """The saved baselines; anything malformed (not JSON, wrong types, negative values) is
     dropped, so a corrupt file costs one sweep without deltas, never every later sweep. A
     file that is there and cannot be read at all is {"lost": why} (no baselines either)."""
@@ -59,5 +61,6 @@ def deltas(previous: dict, counters: dict[str, int], boot_id: str) -> dict[str, 
     return out
 
 
-def save(path: Path, counters: dict[str, int], boot_id: str, *, sync_dir: bool = True) -> None:
+def save(path: StrPath, counters: dict[str, int], boot_id: str, *,
+         sync_dir: bool = True) -> None:
     save_json(path, {"boot_id": boot_id, "counters": counters}, sync_dir=sync_dir)

@@ -8,15 +8,15 @@ library, a lost GPU or an unsupported field is data that the checks judge, never
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from pathlib import Path
-
+from rsc_health.compat import json_dumps, json_loads
 from rsc_health.record import dataclass, field
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from typing import Any
+
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 # What an NVML error answer says about the node. Only UNUSABLE ever drains: the GPU or the
 # driver really cannot run a job. CHECKER means the checker could not ask or asked wrongly (its
@@ -461,14 +461,14 @@ def _fabric_doc(info, *, health: bool) -> dict[str, Any]:
 class ReplayBackend:
     """Captured NVML answers from a JSON file (tests, `healthctl check --from`, bug reports)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: StrPath):
         self.path = path
 
     def read(self) -> dict[str, Any]:
         """The captured answers; an unreadable or garbled file raises (a checker finding)."""
         from rsc_health.collect.sysfs import read_bounded
 
-        doc = json.loads(read_bounded(self.path))
+        doc = json_loads(read_bounded(self.path))
         if not isinstance(doc, dict):
             raise ValueError(f"{self.path}: not a JSON object of NVML answers")
         return doc
@@ -493,9 +493,9 @@ class _Packer:
             self.emit(doc)
             return
         if any(TELEMETRY_KEY in d for d in devices if isinstance(d, dict)):
-            encoded = [json.dumps(d, default=str) for d in devices]
+            encoded = [json_dumps(d, default=str) for d in devices]
         else:
-            self.encoded.extend(json.dumps(d, default=str) for d in devices[len(self.encoded):])
+            self.encoded.extend(json_dumps(d, default=str) for d in devices[len(self.encoded):])
             encoded = self.encoded
         report = {k: v for k, v in doc.items() if k != "devices"}
         report[PACKED] = encoded
@@ -508,12 +508,19 @@ def unpack_report(report: Any) -> Any:
     if not isinstance(report, dict) or PACKED not in report:
         return report
     try:
-        devices = [json.loads(text) for text in report[PACKED]]
+        devices = [_device(text) for text in report[PACKED]]
     except (TypeError, ValueError, RecursionError):  # RecursionError: nested too deep
         return None
     doc = {k: v for k, v in report.items() if k != PACKED}
     doc["devices"] = devices
     return doc
+
+
+def _device(text: Any) -> Any:
+    """One packed device's answers; TypeError for what is not a JSON text (as json.loads)."""
+    if not isinstance(text, (str, bytes, bytearray)):
+        raise TypeError(f"not a JSON text: {type(text).__name__}")
+    return json_loads(bytes(text) if isinstance(text, bytearray) else text)
 
 
 # What a GPU that NVML never answered for (the read was abandoned at its deadline) shows: the

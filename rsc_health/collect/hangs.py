@@ -30,14 +30,17 @@ Standard library only: the prolog uses this on every job start.
 
 from __future__ import annotations
 
-import json
 import os
 import stat
-from datetime import datetime
-from pathlib import Path
 
 from rsc_health.collect.kmsg import save_json
+from rsc_health.collect.sysfs import pure
+from rsc_health.compat import datetime, json_dumps, json_loads
 from rsc_health.durable import load_state_json
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 NVML = "nvml"
 STATVFS = "statvfs"
@@ -49,8 +52,8 @@ IB = "ib"  # the InfiniBand ports' sysfs read (collect.ibports)
 RUNTIME_DIR = "run/rsc-health"
 
 
-def runtime_dir(root: Path) -> Path:
-    return Path(root) / RUNTIME_DIR
+def runtime_dir(root: StrPath) -> str:
+    return pure(os.path.join(root, RUNTIME_DIR))  # str(Path(root) / RUNTIME_DIR)
 
 
 def statvfs(path: str) -> str:
@@ -62,7 +65,7 @@ def kind(probe: str) -> str:
     return probe.split(" ", 1)[0]
 
 
-def load(path: Path) -> dict:
+def load(path: StrPath) -> dict:
     """{"boot_id", "probes", "seq", "lost"}; anything malformed or unreadable is no hang on
     record (the count starts again: a wedged driver is then found N sweeps later, never
     wrongly) and lost (the run looks for the children in /proc: `Kept`). seq: -1 when there
@@ -90,7 +93,7 @@ def _parsed(data: dict) -> dict:
 RECORD_BYTES = 1 << 16
 
 
-def _load_runtime(path: Path) -> dict:
+def _load_runtime(path: str) -> dict:
     """The runtime copy as load() gives it. Believed only as a regular file of root's (or this
     process's user's) that no one else may write, in a directory root's alone
     (durable.kept_by_root_alone): a record planted there could name any long-lived process
@@ -114,10 +117,11 @@ def _load_runtime(path: Path) -> dict:
         return _parsed({"lost": exc.strerror or str(exc)})
     finally:
         os.close(fd)
-    if not kept_by_root_alone(path.parent):
-        return _parsed({"lost": f"{path.parent} is not root's alone"})
+    parent = os.path.dirname(path)
+    if not kept_by_root_alone(parent):
+        return _parsed({"lost": f"{parent} is not root's alone"})
     try:
-        doc = json.loads(data)
+        doc = json_loads(data)
     except ValueError:
         return _parsed({"lost": "not JSON"})
     return _parsed(doc if isinstance(doc, dict) else {"lost": "not a JSON object"})
@@ -132,9 +136,9 @@ class Kept:
     make: the runtime dir may be made (the node path); a read-only run writes a copy only
     where a directory root's alone already stands (durable.kept_by_root_alone)."""
 
-    def __init__(self, name: str, sdir: Path, rdir: Path, boot_id: str, *,
-                 make: bool = True) -> None:
-        self.paths = (Path(sdir) / name, Path(rdir) / name)
+    def __init__(self, name: str, sdir: StrPath, rdir: StrPath, boot_id: str,
+                 *, make: bool = True) -> None:
+        self.paths = (pure(os.path.join(sdir, name)), pure(os.path.join(rdir, name)))
         self.make = make
         self.copies = [load(self.paths[0]), _load_runtime(self.paths[1])]
         self.lost = any(c["lost"] for c in self.copies)
@@ -146,8 +150,8 @@ class Kept:
         write (a read-only run by a user, or pointed at a tree someone else owns, has none)."""
         from rsc_health.durable import kept_by_root_alone
 
-        return any(kept_by_root_alone(p.parent) and os.access(p.parent, os.W_OK)
-                   for p in self.paths)
+        dirs = [os.path.dirname(p) for p in self.paths]
+        return any(kept_by_root_alone(d) and os.access(d, os.W_OK) for d in dirs)
 
     def save(self, probes: dict[str, dict], boot_id: str) -> str | None:
         """Write each copy that does not say this already (none on a healthy run: nothing
@@ -162,7 +166,7 @@ class Kept:
         failed: dict[int, OSError] = {}
         for i in stale:
             try:
-                self._write(i, json.dumps(doc, sort_keys=True))
+                self._write(i, json_dumps(doc, sort_keys=True))
                 self.copies[i] = {**doc, "lost": False}
             except OSError as exc:
                 failed[i] = exc
@@ -178,25 +182,41 @@ class Kept:
                     pass
         if 0 not in failed:
             return None
-        why = "; ".join(f"{self.paths[i].parent}: {failed[i].strerror or failed[i]}"
+        why = "; ".join(f"{os.path.dirname(self.paths[i])}: {failed[i].strerror or failed[i]}"
                         for i in sorted(failed))
-        where = (f"kept in {self.paths[held[0]].parent}" if held else
+        where = (f"kept in {os.path.dirname(self.paths[held[0]])}" if held else
                  "kept nowhere: the next run looks for its children in /proc")
-        return f"cannot save {self.paths[0].name} ({why}); {where}"
+        return f"cannot save {os.path.basename(self.paths[0])} ({why}); {where}"
 
     def _write(self, i: int, text: str) -> None:
         from rsc_health import durable
 
         path = self.paths[i]
-        if i == 1 and self.make and not path.parent.is_dir():
+        parent = os.path.dirname(path)
+        if i == 1 and self.make and not os.path.isdir(parent):
             # Made only below a directory root's alone: never through a symlink.
-            above = next(d for d in path.parent.parents if d.is_dir())
+            above = next(d for d in _parents(parent) if os.path.isdir(d))
             if not durable.kept_by_root_alone(above):
                 raise durable.UnsafeDirectory(f"{above} is not root's alone: refused")
-            durable.make_dirs(path.parent)
-        if (i == 1 or not self.make) and not durable.kept_by_root_alone(path.parent):
-            raise durable.UnsafeDirectory(f"{path.parent} is not root's alone: refused")
+            durable.make_dirs(parent)
+        if (i == 1 or not self.make) and not durable.kept_by_root_alone(parent):
+            raise durable.UnsafeDirectory(f"{parent} is not root's alone: refused")
         durable.write_atomic(path, text)
+
+
+def _parents(path: str) -> list[str]:
+    """pathlib's PurePath(path).parents as str: each directory above `path`, nearest first,
+    ending at "/" (or "." for a relative path)."""
+    out: list[str] = []
+    top = ("//" if path[:2] == "//" and path[2:3] != "/" else  # POSIX keeps a leading //
+           "/" if path.startswith("/") else ".")
+    path = path.rstrip("/") or top
+    while True:
+        up = os.path.dirname(path).rstrip("/") or top
+        if up == path or path == ".":
+            return out
+        out.append(up)
+        path = up
 
 
 def _says(copy: dict, probes: dict[str, dict], boot_id: str) -> bool:
@@ -222,7 +242,7 @@ def with_found(record: dict, found: dict[str, dict], boot_id: str, now: datetime
     return {**record, "boot_id": boot_id, "probes": probes}
 
 
-def marker(probe: str, root: Path) -> str:
+def marker(probe: str, root: StrPath) -> str:
     """The name of the memfd a probe's child holds while it asks (bounded.hold_mark)."""
     return f"rsc-health probe under {root}: {probe}"
 
@@ -230,7 +250,7 @@ def marker(probe: str, root: Path) -> str:
 _SIGKILL = 1 << 8  # bit 9 - 1 of a /proc status signal mask
 
 
-def find_waiting(root: Path) -> dict[str, dict]:
+def find_waiting(root: StrPath) -> dict[str, dict]:
     """{probe: {"pid", "start"}}: the children runs under `root` abandoned that are still in
     the kernel, found in /proc. For a run without a record it can trust (Kept.lost, a state
     dir that refuses writes, the node lock held): a read of /proc/PID/stat per process.
@@ -255,7 +275,7 @@ def find_waiting(root: Path) -> dict[str, dict]:
             continue
         pid = int(name)
         try:
-            state, start = _stat(Path(f"/proc/{pid}/stat"))
+            state, start = _stat(f"/proc/{pid}/stat")
             if state not in ("D", "R", "Z"):
                 continue
             status = _status(pid)
@@ -271,7 +291,9 @@ def find_waiting(root: Path) -> dict[str, dict]:
 
 def _status(pid: int) -> dict[str, str]:
     fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    with open(f"/proc/{pid}/status", encoding="utf-8") as file:
+        text = file.read()
+    for line in text.splitlines():
         key, _, value = line.partition(":")
         fields[key] = value.strip()
     return fields
@@ -380,10 +402,10 @@ def _start_time(pid: int) -> int | None:
     once killed its main thread is a zombie while the thread stuck in statvfs is still in the
     kernel (state D): the process is still waiting on that mount."""
     try:
-        state, start = _stat(Path(f"/proc/{pid}/stat"))
+        state, start = _stat(f"/proc/{pid}/stat")
         if state in _GONE:
-            tasks = Path(f"/proc/{pid}/task")
-            if not any(_stat(t / "stat")[0] not in _GONE for t in tasks.iterdir()):
+            tasks = f"/proc/{pid}/task"
+            if not any(_stat(f"{tasks}/{t}/stat")[0] not in _GONE for t in os.listdir(tasks)):
                 return None
         return start
     except (OSError, ValueError, IndexError):
@@ -393,12 +415,13 @@ def _start_time(pid: int) -> int | None:
 _GONE = ("Z", "X", "x")
 
 
-def _stat(path: Path) -> tuple[str, int]:
+def _stat(path: str) -> tuple[str, int]:
     """(state, start time) from a /proc stat file."""
-    stat = path.read_text()
+    with open(path, encoding="utf-8") as file:
+        stat = file.read()
     fields = stat[stat.rindex(")") + 2:].split()
     return fields[0], int(fields[19])
 
 
-def save(path: Path, probes: dict[str, dict], boot_id: str, *, sync_dir: bool = True) -> None:
+def save(path: StrPath, probes: dict[str, dict], boot_id: str, *, sync_dir: bool = True) -> None:
     save_json(path, {"boot_id": boot_id, "probes": probes}, sync_dir=sync_dir)

@@ -31,15 +31,17 @@ Standard library only, Python 3.9: the prolog reads it on every job start.
 
 from __future__ import annotations
 
+import os
 import time
-from pathlib import Path
 
 from rsc_health.collect import hangs
-from rsc_health.collect.sysfs import read_text
+from rsc_health.collect.sysfs import pure, read_text
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator
+
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 MAX_PORTS = 64
 SHARED_KEY = "ib_ports"
@@ -85,10 +87,10 @@ class IbReader:
     """The run's reads of the InfiniBand ports: one child lists them and reads `names` under
     each (begin), the families take its answers (ports, text, virtual)."""
 
-    def __init__(self, root: Path, deadline: float | None = None, names: Iterable[str] = (),
+    def __init__(self, root: StrPath, deadline: float | None = None, names: Iterable[str] = (),
                  timeout_s: float = DEFAULT_TIMEOUT_S, state=None,
                  hangs_before: dict | None = None) -> None:
-        self.root = Path(root)
+        self.root = pure(root)
         self.deadline = deadline
         self.names = tuple(dict.fromkeys(names))
         self.timeout_s = timeout_s
@@ -97,9 +99,9 @@ class IbReader:
         self._child: tuple[int, int, float] | None = None
         self._begun = False
         self._gathered = False
-        self._ports: list[tuple[str, str, Path]] | None = None  # None: never listed
-        self._virtual: set[Path] = set()
-        self._files: dict[Path, str | None] = {}
+        self._ports: list[tuple[str, str, str]] | None = None  # None: never listed
+        self._virtual: set[str] = set()
+        self._files: dict[str, str | None] = {}  # by sysfs.pure path
         # HCAs whose ports were not all listed (their ports/ unreadable, or past MAX_PORTS):
         # hca -> why. None of their ports may be judged missing.
         self.unlisted: dict[str, str] = {}
@@ -163,9 +165,9 @@ class IbReader:
             if not isinstance(msg, dict):
                 continue
             if self._ports is None and isinstance(msg.get("ports"), list):
-                self._ports = [(str(h), str(p), self.root / SOURCE / str(h) / "ports" / str(p))
+                self._ports = [(str(h), str(p), self._port_dir(h, p))
                                for h, p, _ in msg["ports"]][:MAX_PORTS]
-                self._virtual = {self.root / SOURCE / str(h) / "ports" / str(p)
+                self._virtual = {self._port_dir(h, p)
                                  for h, p, v in msg["ports"] if v is True}
                 dropped = msg.get("dropped")
                 self.dropped = dropped if type(dropped) is int else 0
@@ -177,7 +179,8 @@ class IbReader:
                 pdir = self._ports[msg["p"]][2]
                 for name, text in msg["f"].items():
                     if name in self.names:
-                        self._files[pdir / name] = text if isinstance(text, str) else None
+                        self._files[pure(os.path.join(pdir, name))] = (
+                            text if isinstance(text, str) else None)
                         last = (msg["p"], name)
         if done is None:
             self.hung = True
@@ -190,6 +193,9 @@ class IbReader:
             self.error = f"the IB reader exited without an answer ({done[bounded.DIED]})"[:200]
         elif "error" in done:
             self.error = str(done["error"])[:200]
+
+    def _port_dir(self, hca: object, port: object) -> str:
+        return pure(os.path.join(self.root, SOURCE, str(hca), "ports", str(port)))
 
     def _stuck_at(self, last: tuple[int, str] | None) -> str:
         """Which read did not return: the one after the last answered."""
@@ -204,38 +210,40 @@ class IbReader:
         return (f"a read of {self._ports[i][0]}/{self._ports[i][1]} {where} hung "
                 f"({at} of {len(order)} port files answered)")
 
-    def ports(self) -> list[tuple[str, str, Path]]:
+    def ports(self) -> list[tuple[str, str, str]]:
         """(HCA name, port name, port directory) of every port, in name order; an HCA whose
         ports cannot be listed is skipped, no class directory is no port; [] when they were
         not listed (`listed` says which)."""
         self._gather()
         return list(self._ports or [])
 
-    def virtual(self, pdir: Path) -> bool:
+    def virtual(self, pdir: StrPath) -> bool:
         """Whether the port is an SR-IOV virtual function's (its device has a physfn)."""
         self._gather()
-        return pdir in self._virtual
+        return pure(pdir) in self._virtual
 
-    def text(self, path: Path) -> str | None:
+    def text(self, path: StrPath) -> str | None:
         """The file's stripped text, or None (unreadable, not a regular file, not answered)."""
         self._gather()
-        return self._files.get(path)
+        return self._files.get(pure(path))
 
 
-def _asker(root: Path, names: tuple[str, ...]):
+def _asker(root: str, names: tuple[str, ...]):
     """What the child runs: list the ports, then read `names` under each, one report per
     answer (what was answered before a read that hangs comes back)."""
 
     def ask(emit) -> None:
-        ports: list[tuple[str, str, Path, bool]] = []
+        ports: list[tuple[str, str, str, bool]] = []
         dropped = 0
         unlisted: dict[str, str] = {}
-        for hca, pdir in _each_port(root, unlisted):
+        for hca, port in _each_port(root, unlisted):
             if len(ports) >= MAX_PORTS:
                 dropped += 1
-                unlisted.setdefault(hca.name, f"more than {MAX_PORTS} ports")
+                unlisted.setdefault(hca, f"more than {MAX_PORTS} ports")
                 continue
-            ports.append((hca.name, pdir.name, pdir, (hca / "device" / "physfn").exists()))
+            hdir = os.path.join(root, SOURCE, hca)
+            ports.append((hca, port, os.path.join(hdir, "ports", port),
+                          os.path.exists(os.path.join(hdir, "device", "physfn"))))
         emit({"ports": [[h, p, v] for h, p, _, v in ports], "dropped": dropped,
               "unlisted": unlisted})
         # One report per port and directory (its attributes, then its counters): what came
@@ -244,32 +252,33 @@ def _asker(root: Path, names: tuple[str, ...]):
         for name in names:
             groups.setdefault(name.rpartition("/")[0], []).append(name)
         for i, (_, _, pdir, _) in enumerate(ports):
-            base = str(pdir)
+            base = pdir
             for group in groups.values():
                 emit({"p": i, "f": {n: read_text(f"{base}/{n}") for n in group}})
 
     return ask
 
 
-def _each_port(root: Path, unlisted: dict[str, str]) -> Iterator[tuple[Path, Path]]:
-    """Every (HCA directory, port directory). No class directory is no port; an HCA whose
+def _each_port(root: str, unlisted: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """Every (HCA name, port name) in name order. No class directory is no port; an HCA whose
     ports/ is gone (ENOENT: removed while listed) has none; one whose ports/ cannot be listed
     otherwise (not a directory, EIO, EACCES) goes into `unlisted` with why: the checker could
     not look, which is no evidence that its ports are gone."""
+    top = os.path.join(root, SOURCE)
     try:
-        hcas = sorted((root / SOURCE).iterdir())
+        hcas = sorted(os.listdir(top))
     except FileNotFoundError:
         return
     for hca in hcas:
         try:
-            port_dirs = sorted((hca / "ports").iterdir(), key=lambda p: p.name)
+            ports = sorted(os.listdir(os.path.join(top, hca, "ports")))
         except FileNotFoundError:
             continue
         except OSError as exc:
-            unlisted[hca.name] = exc.strerror or type(exc).__name__
+            unlisted[hca] = exc.strerror or type(exc).__name__
             continue
-        for pdir in port_dirs:
-            yield hca, pdir
+        for port in ports:
+            yield hca, port
 
 
 def _timeout(env) -> float:
@@ -281,7 +290,7 @@ def _timeout(env) -> float:
         return DEFAULT_TIMEOUT_S
 
 
-def start(root: Path, env, names: Iterable[str]) -> IbReader:
+def start(root: StrPath, env, names: Iterable[str]) -> IbReader:
     """The run's one reader, its child forked now (collect_all: before NVML is asked, so the
     ports are read while NVML answers): `names`, every file under a port the running
     families read."""
@@ -291,13 +300,13 @@ def start(root: Path, env, names: Iterable[str]) -> IbReader:
     return found
 
 
-def reader(root: Path, env=None, names: Iterable[str] = ()) -> IbReader:
+def reader(root: StrPath, env=None, names: Iterable[str] = ()) -> IbReader:
     """The run's one reader (kept in env.shared), or one that reads `names` (the asking
     family's) when the run started none."""
     if env is None or getattr(env, "shared", None) is None:
         return IbReader(root, getattr(env, "deadline", None), names, _timeout(env))
     found = env.shared.get(SHARED_KEY)
-    if found is None or found.root != Path(root):
+    if found is None or found.root != pure(root):
         found = env.shared[SHARED_KEY] = IbReader(
             root, env.deadline, names, _timeout(env), env.state, env.hangs_before)
     return found

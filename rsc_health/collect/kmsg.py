@@ -28,18 +28,20 @@ event count once across sweeps and reboots. Malformed input is skipped, never ra
 from __future__ import annotations
 
 import errno
-import json
 import os
-import re
 import stat
 import time
-from collections.abc import Callable
-from datetime import datetime, timezone
-from pathlib import Path
 
 from rsc_health import lazyre
-from rsc_health.collect.sysfs import read_bounded
+from rsc_health.collect.sysfs import pure, read_bounded
+from rsc_health.compat import UTC, datetime, json_dumps
 from rsc_health.record import asdict, dataclass
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 # MIG instances print their GPU instance (and compute instance) after the address:
 #   NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, ...   NVRM: Xid (PCI:0000:01:00 GPU-I:05 GPU-CI:01): 94
@@ -232,7 +234,7 @@ _SXID = lazyre.compile(
     r"nvidia-nvswitch(?P<switch>\d{1,4}): SXid \((?:PCI:)?(?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:"
     r"[0-9A-Fa-f]{2}(?:\.[0-7])?)\): (?P<sxid>\d{1,5}),(?P<rest>.*)$"
 )
-_SXID_SEVERITY = lazyre.compile(r"^\s*(?P<sev>Fatal|Non-fatal|Nonfatal)\b", re.IGNORECASE)
+_SXID_SEVERITY = lazyre.compile(r"(?i)^\s*(?P<sev>Fatal|Non-fatal|Nonfatal)\b")  # IGNORECASE
 _SXID_DETAIL = lazyre.compile(r"^\s*(?:Severity \d+\b|Data \{)")
 
 
@@ -286,18 +288,18 @@ def parse_text(text: str, source: str = "", parse: Callable = parse_line) -> lis
     return events
 
 
-def boot_id(root: Path) -> str:
+def boot_id(root: StrPath) -> str:
     """This boot's id; where /proc/sys/kernel/random/boot_id cannot be read (a container's
     /proc, a snapshot), "btime:N" from /proc/stat (when this boot began, in seconds: the same
     for the whole boot unless the clock is stepped, and then a new "boot" costs one read of
     the ring buffer again); "" when neither can be read."""
     try:
-        return read_bounded(root / "proc/sys/kernel/random/boot_id", 4096).decode(
+        return read_bounded(os.path.join(root, "proc/sys/kernel/random/boot_id"), 4096).decode(
             "ascii", "replace").strip()
     except OSError:
         pass
     try:
-        text = read_bounded(root / "proc/stat", 1 << 20).decode("ascii", "replace")
+        text = read_bounded(os.path.join(root, "proc/stat"), 1 << 20).decode("ascii", "replace")
     except OSError:
         return ""
     for line in text.splitlines():
@@ -315,7 +317,7 @@ def _is_kmsg_device(st: os.stat_result) -> bool:
     return (os.major(st.st_rdev), os.minor(st.st_rdev)) == KMSG_DEVICE
 
 
-def _open_device(path: Path) -> int:
+def _open_device(path: StrPath) -> int:
     return os.open(path, os.O_RDONLY | os.O_NONBLOCK)
 
 
@@ -328,7 +330,7 @@ class _RingRead:
     first_foreign: str = ""
 
 
-def _read_kmsg_device(path: Path, after_seq: int, since_usec: float | None = None
+def _read_kmsg_device(path: StrPath, after_seq: int, since_usec: float | None = None
                       ) -> _RingRead:
     """Drain the live ring buffer without blocking (each read() returns one record).
 
@@ -446,7 +448,7 @@ def log_writers(names) -> tuple[frozenset[int], frozenset[int]]:
     return frozenset(uids), frozenset(gids)
 
 
-def source_refusal(st: os.stat_result, path: Path, source: str,
+def source_refusal(st: os.stat_result, path: StrPath, source: str,
                    writers: tuple[frozenset[int], frozenset[int]]) -> str:
     """Why a kernel log source is not evidence, or "": a file (a kern.log, a saved ring
     buffer) must be one only root or the logging daemon ([xid] log_writers) could write, and
@@ -467,7 +469,7 @@ def source_refusal(st: os.stat_result, path: Path, source: str,
 
 
 def read_new_events(
-    root: Path, sources: list[str], cursor: dict, *, file_backlog: bool = True,
+    root: StrPath, sources: list[str], cursor: dict, *, file_backlog: bool = True,
     parse: Callable = parse_line, writers: tuple[frozenset[int], frozenset[int]] = (
         frozenset(), frozenset()),
 ) -> XidRead:
@@ -522,9 +524,9 @@ def read_new_events(
     logged: dict = {}  # file events' keys -> when their lines were logged
     files = cursor.get("files", {})
     for source in sources:
-        path = root / source.lstrip("/")
+        path = pure(os.path.join(root, source.lstrip("/")))  # as str(Path(root) / source)
         try:
-            st = path.stat()
+            st = os.stat(path)
         except OSError:
             # An absent source is normal (no kern.log on journald-only nodes). One that was
             # there keeps its entry: logrotate without `create` leaves no kern.log until the
@@ -641,7 +643,7 @@ def _ident(ev) -> tuple:
     return type(ev).__name__, code, str(ev.pci).lower().split(".")[0]
 
 
-def _not_the_kernels(root: Path, events: list, logged: dict, parse: Callable) -> list:
+def _not_the_kernels(root: StrPath, events: list, logged: dict, parse: Callable) -> list:
     """The file events the ring buffer shows the kernel never logged: each line's header time
     (`logged`) lies in the span the ring buffer holds (its oldest record well before it, by
     CORROBORATE_SLACK_S and CORROBORATE_DRIFT of the uptime; the buffer read whole), and no
@@ -652,13 +654,13 @@ def _not_the_kernels(root: Path, events: list, logged: dict, parse: Callable) ->
     earlier boot, an overrun), nothing is refused."""
     if not events:
         return []
-    path = root / "dev/kmsg"
+    path = pure(os.path.join(root, "dev/kmsg"))
     try:
-        st = path.stat()
+        st = os.stat(path)
         if not ((stat.S_ISCHR(st.st_mode) and _is_kmsg_device(st))
                 or (stat.S_ISREG(st.st_mode) and st.st_size <= MAX_READ)):
             return []
-        uptime = float(read_bounded(root / "proc/uptime", 4096).split()[0])
+        uptime = float(read_bounded(os.path.join(root, "proc/uptime"), 4096).split()[0])
         ring = _read_ring(path, -1, None)
     except (OSError, ValueError, IndexError):
         return []
@@ -688,7 +690,7 @@ def _number(value) -> float | None:
     return None if isinstance(value, bool) or not isinstance(value, (int, float)) else value
 
 
-def _rebuilt(root: Path, written: float | None, *, files: bool = False) -> str:
+def _rebuilt(root: StrPath, written: float | None, *, files: bool = False) -> str:
     """How a cursor that cannot be trusted is rebuilt, in words."""
     when = ("since its last write ("
             + time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(written)) + ")"
@@ -702,10 +704,10 @@ def _rebuilt(root: Path, written: float | None, *, files: bool = False) -> str:
                                             is not None else "from their end"))
 
 
-def _read_ring(path: Path, after_seq: int, since_usec: float | None) -> _RingRead:
+def _read_ring(path: str, after_seq: int, since_usec: float | None) -> _RingRead:
     """The ring buffer's records newer than `after_seq` (and, with `since_usec`, logged since
     then): the live device, or a regular file standing in for it (a snapshot, a test)."""
-    if stat.S_ISCHR(path.stat().st_mode):
+    if stat.S_ISCHR(os.stat(path).st_mode):
         return _read_kmsg_device(path, after_seq, since_usec)
     text = _read_file(path, 0, MAX_READ)[0].decode("utf-8", "replace")
     kept, newest, foreign, first = [], -1, 0, ""
@@ -735,7 +737,7 @@ class _FileRead:
     logged: dict | None = None  # event key -> when its line was logged (its syslog header)
 
 
-def _read_log_file(path: Path, source: str, prev, *, backlog: bool, lost: bool,
+def _read_log_file(path: str, source: str, prev, *, backlog: bool, lost: bool,
                    written: float | None, parse: Callable | None = None,
                    writers: tuple[frozenset[int], frozenset[int]] | None = None) -> _FileRead:
     """New events of one kernel log file, from its cursor entry `prev` (None: first sight).
@@ -1003,7 +1005,7 @@ _GENERATION = lazyre.compile(r"^[._-][0-9][0-9._-]*$")
 MAX_GENERATIONS = 4
 
 
-def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writers,
+def _rotated(path: str, source: str, prev: dict, parse: Callable | None, writers,
              current: int = -1, written: float | None = None) -> _FileRead:
     """The lines the rotated predecessor of `path` took after the cursor `prev` last read it
     and before the rotation: logrotate renamed it (kern.log.1, kern.log-20261127: the cursor's
@@ -1017,14 +1019,15 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
         head = ""
     siblings = []
     packed = []  # compressed generations: never read, but one rotated away since is said
+    base = os.path.basename(path)
     try:
-        with os.scandir(path.parent) as it:
+        with os.scandir(os.path.dirname(path) or ".") as it:
             for n, entry in enumerate(it):
                 name = entry.name
                 if n >= MAX_SIBLINGS:
                     break
-                if (len(name) <= len(path.name) or not name.startswith(path.name)
-                        or name[len(path.name)] not in ".-_"):
+                if (len(name) <= len(base) or not name.startswith(base)
+                        or name[len(base)] not in ".-_"):
                     continue
                 try:
                     st = entry.stat(follow_symlinks=False)
@@ -1033,9 +1036,9 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
                 if not stat.S_ISREG(st.st_mode):
                     continue
                 if name.lower().endswith(_PACKED):
-                    packed.append((st, Path(entry.path)))
+                    packed.append((st, pure(entry.path)))
                 else:
-                    siblings.append((st, Path(entry.path)))
+                    siblings.append((st, pure(entry.path)))
     except OSError:
         pass
     candidates = sorted((st.st_ino != inode, -st.st_mtime, p) for st, p in siblings
@@ -1052,7 +1055,7 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
             got_head = _fingerprint(fd)
             if not (head and got_head.startswith(head)):
                 continue  # not the file the cursor read
-            refused = source_refusal(st, rotated, str(rotated),
+            refused = source_refusal(st, rotated, rotated,
                                      writers or (frozenset(), frozenset()))
             if refused:
                 break
@@ -1069,8 +1072,8 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
     elif refused:
         first = _FileRead([], [f"{source} was rotated; its predecessor {refused}"], {})
     else:
-        others = sorted(p.name for st, p in siblings
-                        if _GENERATION.match(p.name[len(path.name):]))
+        others = sorted(os.path.basename(p) for st, p in siblings
+                        if _GENERATION.match(os.path.basename(p)[len(base):]))
         unread = (f"; {', '.join(others[:3])} may hold a generation rotated away since as well "
                   "(a second rotation?): not read, the cursor's last save cannot be told"
                   if others and written is None else "")
@@ -1087,7 +1090,7 @@ def _rotated(path: Path, source: str, prev: dict, parse: Callable | None, writer
                      {**(first.logged or {}), **(between.logged or {})})
 
 
-def _packed_between(path: Path, source: str, packed: list, before: os.stat_result | None,
+def _packed_between(path: str, source: str, packed: list, before: os.stat_result | None,
                     written: float | None) -> list[str]:
     """Generations rotated away since the last run and compressed already (logrotate's
     delaycompress, three rotations between two runs: kern.log.2.gz): they cannot be read here,
@@ -1096,8 +1099,9 @@ def _packed_between(path: Path, source: str, packed: list, before: os.stat_resul
     anchor = before.st_mtime if before is not None else written
     if anchor is None:
         return []
-    names = sorted(p.name for st, p in packed
-                   if _GENERATION.match(p.name[len(path.name):].rsplit(".", 1)[0])
+    base = os.path.basename(path)
+    names = sorted(os.path.basename(p) for st, p in packed
+                   if _GENERATION.match(os.path.basename(p)[len(base):].rsplit(".", 1)[0])
                    and st.st_mtime >= anchor and (written is None or st.st_mtime >= written))
     unseen = len(names) - (0 if before is not None else 1)
     if unseen <= 0:
@@ -1107,7 +1111,7 @@ def _packed_between(path: Path, source: str, packed: list, before: os.stat_resul
             "in them went unseen (run the checker more often than the log rotates)"]
 
 
-def _between(path: Path, source: str, siblings: list, head: str, skip: tuple,
+def _between(path: str, source: str, siblings: list, head: str, skip: tuple,
              before: os.stat_result | None, written: float | None, parse: Callable | None,
              writers) -> _FileRead:
     """Generations of `path` written whole since the cursor's (`before`, its rotated file)
@@ -1118,9 +1122,10 @@ def _between(path: Path, source: str, siblings: list, head: str, skip: tuple,
     anchor = before.st_mtime if before is not None else written
     if anchor is None:
         return _FileRead([], [], {})
-    gens = sorted((st.st_mtime, str(p)) for st, p in siblings
+    base = os.path.basename(path)
+    gens = sorted((st.st_mtime, p) for st, p in siblings
                   if st.st_ino not in skip and (before is None or st.st_ino != before.st_ino)
-                  and _GENERATION.match(p.name[len(path.name):])
+                  and _GENERATION.match(os.path.basename(p)[len(base):])
                   and st.st_mtime >= anchor and (written is None or st.st_mtime >= written))
     events: list = []
     errors: list[str] = []
@@ -1132,7 +1137,7 @@ def _between(path: Path, source: str, siblings: list, head: str, skip: tuple,
                           f"since the last run not read (at most {MAX_GENERATIONS} are): an XID "
                           "in them went unseen")
             break
-        gen = Path(name)
+        gen = name
         try:
             fd = os.open(gen, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -1143,7 +1148,7 @@ def _between(path: Path, source: str, siblings: list, head: str, skip: tuple,
             if (head and got_head.startswith(head)) or got_head in heads:
                 continue  # another copy of the cursor's generation, or of one read here
             heads.add(got_head)
-            refused = source_refusal(st, gen, str(gen), writers or (frozenset(), frozenset()))
+            refused = source_refusal(st, gen, gen, writers or (frozenset(), frozenset()))
             if refused:
                 errors.append(f"{source} was rotated more than once since the last run; a "
                               f"generation between {refused}")
@@ -1157,16 +1162,16 @@ def _between(path: Path, source: str, siblings: list, head: str, skip: tuple,
         scan = _scan(data[:end], 0, st, got_head, source, parse)
         events.extend(scan.events)
         logged.update(scan.logged)
-        errors.extend(_shape_errors(f"{source} (its rotated generation {gen.name})", scan,
-                                    parse))
+        errors.extend(_shape_errors(
+            f"{source} (its rotated generation {os.path.basename(gen)})", scan, parse))
         if len(data) >= MAX_READ and st.st_size > end:
-            errors.append(f"{source}: its rotated generation {gen.name} holds "
+            errors.append(f"{source}: its rotated generation {os.path.basename(gen)} holds "
                           f"{st.st_size - end} more bytes after the {MAX_READ >> 20} MiB read: "
                           "not judged")
     return _FileRead(events, errors, {}, logged)
 
 
-def _predecessor_events(data: bytes, rotated: Path, st, head: str, offset: int, prev: dict,
+def _predecessor_events(data: bytes, rotated: str, st, head: str, offset: int, prev: dict,
                         source: str, parse: Callable | None) -> _FileRead:
     pos = offset
     if prev.get("skip") is True:  # the cursor stood inside an over-long line
@@ -1177,9 +1182,10 @@ def _predecessor_events(data: bytes, rotated: Path, st, head: str, offset: int, 
     end = data.rfind(b"\n") + 1  # whole lines: a cut one may hold half an XID number
     scan = _scan(data[:end], pos, st, head, source, parse)
     events, logged, pos = scan.events, scan.logged, scan.pos
-    errors = _shape_errors(f"{source} (its rotated predecessor {rotated.name})", scan, parse)
+    name = os.path.basename(rotated)
+    errors = _shape_errors(f"{source} (its rotated predecessor {name})", scan, parse)
     if pos < st.st_size and len(data) + (pos - offset) >= MAX_READ:
-        errors.append(f"{source}: its rotated predecessor {rotated.name} holds {st.st_size - pos} "
+        errors.append(f"{source}: its rotated predecessor {name} holds {st.st_size - pos} "
                       f"more bytes after the {MAX_READ >> 20} MiB read: not judged")
     return _FileRead(events, errors, {}, logged)
 
@@ -1268,7 +1274,7 @@ def _wall(m) -> float | None:
         frac = float("0." + m.group("f")) if m.group("f") else 0.0
         if off is None:
             return datetime(y, mo, d, h, mi, sec).timestamp() + frac
-        return (datetime(y, mo, d, h, mi, sec, tzinfo=timezone.utc).timestamp() - off + frac)
+        return (datetime(y, mo, d, h, mi, sec, tzinfo=UTC).timestamp() - off + frac)
     except (ValueError, OverflowError, OSError):
         return None
 
@@ -1338,7 +1344,7 @@ def _keyed(ev: XidEvent, key: str) -> XidEvent:
     return replace(ev, key=key)
 
 
-def _read_file(path: Path, offset: int, limit: int) -> tuple[bytes, str]:
+def _read_file(path: StrPath, offset: int, limit: int) -> tuple[bytes, str]:
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     try:
         return os.pread(fd, limit, offset), _fingerprint(fd)
@@ -1346,7 +1352,7 @@ def _read_file(path: Path, offset: int, limit: int) -> tuple[bytes, str]:
         os.close(fd)
 
 
-def load_cursor(path: Path) -> dict:
+def load_cursor(path: StrPath) -> dict:
     """The saved cursor; {} when there is none (the first run). One that is there but cannot
     be read (empty after a power cut, cut short, a directory, a FIFO, a device) is not "none":
     {"lost": why, "lost_mtime": when it was last written}, for read_new_events to judge. A
@@ -1356,7 +1362,7 @@ def load_cursor(path: Path) -> dict:
     cursor = load_state_json(path)
     if cursor and not isinstance(cursor.get("lost"), str):
         try:
-            cursor["mtime"] = path.stat().st_mtime
+            cursor["mtime"] = os.stat(path).st_mtime
         except OSError:
             pass
     return cursor
@@ -1367,22 +1373,22 @@ def load_cursor(path: Path) -> dict:
 LOST_SLACK_S = 60.0
 
 
-def _usec_since_boot(root: Path, mtime) -> float | None:
+def _usec_since_boot(root: StrPath, mtime) -> float | None:
     """A wall-clock time (a state file's mtime) as a kmsg timestamp (microseconds since this
     boot began), less LOST_SLACK_S; None when it cannot be told (no /proc/uptime)."""
     if not isinstance(mtime, (int, float)) or isinstance(mtime, bool):
         return None
     try:
-        uptime = float(read_bounded(root / "proc/uptime", 4096).split()[0])
+        uptime = float(read_bounded(os.path.join(root, "proc/uptime"), 4096).split()[0])
     except (OSError, ValueError, IndexError):
         return None
     booted = time.time() - uptime
     return (mtime - booted - LOST_SLACK_S) * 1e6
 
 
-def save_json(path: Path, data: dict, *, sync_dir: bool = True) -> None:
+def save_json(path: StrPath, data: dict, *, sync_dir: bool = True) -> None:
     """Write atomically and durably: neither a killed checker nor a power cut leaves a half
     or empty state file (an empty cursor would have a kernel log read again from its start)."""
     from rsc_health.durable import write_atomic
 
-    write_atomic(path, json.dumps(data, sort_keys=True), sync_dir=sync_dir)
+    write_atomic(path, json_dumps(data, sort_keys=True), sync_dir=sync_dir)

@@ -10,13 +10,16 @@ prolog from exiting until the mount answers; an abandoned child does not
 from __future__ import annotations
 
 import errno
-import json
 import os
 import time
-from pathlib import Path
 
-from rsc_health.collect.sysfs import read_bounded
+from rsc_health.collect.sysfs import pure, read_bounded
+from rsc_health.compat import json_loads
 from rsc_health.record import dataclass
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 
 @dataclass
@@ -76,15 +79,16 @@ def parse_mountinfo(text: str) -> list[Mount]:
     return mounts
 
 
-def collect(root: Path) -> list[Mount]:
+def collect(root: StrPath) -> list[Mount]:
     """/proc/mounts, or /proc/self/mountinfo where only that exists (some containers).
 
     Raises OSError when neither can be read: an unreadable mount table is the checker's
     problem (a checker finding), never "every expected mount is missing"."""
+    root = os.fspath(root)
     last: OSError | None = None
     for rel, parse in (("proc/mounts", parse_mounts), ("proc/self/mountinfo", parse_mountinfo)):
         try:
-            table = parse(read_bounded(root / rel).decode("utf-8", "replace"))
+            table = parse(read_bounded(os.path.join(root, rel)).decode("utf-8", "replace"))
         except OSError as exc:
             last = exc
             continue
@@ -92,7 +96,8 @@ def collect(root: Path) -> list[Mount]:
             return table
         # Every live mount table has "/": one without it (empty, garbled) was not read right,
         # and must not say that every expected mount is missing.
-        last = OSError(errno.ENODATA, "no / in it: not a mount table", str(root / rel))
+        last = OSError(errno.ENODATA, "no / in it: not a mount table",
+                       pure(os.path.join(root, rel)))
     raise last or OSError("no mount table")
 
 
@@ -113,7 +118,7 @@ class ProbeResult:
     checker_fault: bool = False
 
 
-def probe(root: Path, paths: list[str], timeout_s: float,
+def probe(root: StrPath, paths: list[str], timeout_s: float,
           alone: frozenset[str] | set[str] = frozenset()) -> dict[str, ProbeResult]:
     """statvfs every path in parallel; whatever has not answered by the deadline is hung (and
     the child asking it abandoned). One forked child asks them all, a thread per path (a hung
@@ -134,16 +139,18 @@ class Probing:
         self.children = children
 
 
-def begin(root: Path, paths: list[str],
+def begin(root: StrPath, paths: list[str],
           alone: frozenset[str] | set[str] = frozenset()) -> Probing:
     """Fork the statvfs children now (probe's first half): collect_all starts them before it
     waits on NVML or the InfiniBand ports, so a hung mount's wait overlaps theirs."""
     from rsc_health.collect import bounded, hangs
 
     started = time.monotonic()
+    root = os.fspath(root)
 
     def target(path: str) -> str:
-        return str(root / path.lstrip("/")) if path != "/" else str(root)
+        # str(Path(root) / path): the name statvfs is asked, as before
+        return pure(os.path.join(root, path.lstrip("/")) if path != "/" else root)
 
     together = [p for p in paths if p not in alone]
     groups = ([together] if together else []) + [[p] for p in paths if p in alone]
@@ -194,13 +201,20 @@ def _asker(targets: list[str], marks: list[str] | None = None):
     stuck on one mount holds that mount's alone)."""
 
     def ask(emit) -> None:
-        import threading
+        import _thread  # threading's own threads, without threading.py (every job start)
 
         from rsc_health.collect.bounded import hold_mark
 
         started = time.monotonic()
 
-        def one(i: int) -> None:
+        def one(i: int, done=None) -> None:
+            try:
+                ask_one(i)
+            finally:
+                if done is not None:
+                    done.release()
+
+        def ask_one(i: int) -> None:
             held = hold_mark(marks[i]) if marks else None
             try:
                 statvfs(targets[i])
@@ -214,21 +228,25 @@ def _asker(targets: list[str], marks: list[str] | None = None):
         if len(targets) == 1:
             one(0)
             return
-        threads = [threading.Thread(target=one, args=(i,), daemon=True)
-                   for i in range(len(targets))]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
+        # A thread each, joined as threading.Thread.join() would: by a lock it holds until
+        # it returns (daemonic: nothing waits on one at exit; the child leaves by os._exit).
+        dones = []
+        for i in range(len(targets)):
+            done = _thread.allocate_lock()
+            done.acquire()
+            _thread.start_new_thread(one, (i, done))
+            dones.append(done)
+        for done in dones:
+            done.acquire()
 
     return ask
 
 
-def replayed_probes(path: Path, paths: list[str]) -> dict[str, ProbeResult]:
+def replayed_probes(path: StrPath, paths: list[str]) -> dict[str, ProbeResult]:
     """Recorded outcomes ({path: ProbeResult fields}) for `paths`; unrecorded ones are left out.
 
     Raises OSError or ValueError when the file cannot be read or is not such a mapping."""
-    doc = json.loads(read_bounded(path))
+    doc = json_loads(read_bounded(path))
     if not isinstance(doc, dict):
         raise ValueError(f"{path}: not a JSON object of probe results")
     out = {}

@@ -3,29 +3,34 @@ abandonable child. (Each family collects the rest itself: rsc_health.checks.)"""
 
 from __future__ import annotations
 
-from pathlib import Path
+import os
 
 from rsc_health.collect import gpu as gpu_mod
 from rsc_health.collect import hangs
+from rsc_health.collect.sysfs import pure
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:  # annotations only: config reads the family registry, which reads this
+    from _typeshed import StrPath  # str | os.PathLike[str]
+
     from rsc_health.config import Config
 
 
-def gpu_backend(cfg: Config, root: Path, telemetry: bool = False):
+def gpu_backend(cfg: Config, root: StrPath, telemetry: bool = False):
     """`auto`: replay when reading a test/snapshot root that carries captured answers.
     telemetry: ask live NVML for the telemetry fields too (only when that family runs)."""
     gcfg = cfg.section("gpu")
-    replay = root / str(gcfg.get("replay_file", "rsc_health/nvml.json")).lstrip("/")
+    root = pure(root)  # str(Path(root)): "/." is the live node "/", as before
+    rel = str(gcfg.get("replay_file", "rsc_health/nvml.json")).lstrip("/")
+    replay = pure(os.path.join(root, rel))  # str(Path(root) / rel): named in its errors
     backend = gcfg.get("backend", "auto")
-    if backend == "replay" or (backend == "auto" and str(root) != "/" and replay.exists()):
+    if backend == "replay" or (backend == "auto" and root != "/" and os.path.exists(replay)):
         return gpu_mod.ReplayBackend(replay)
     return gpu_mod.NvmlBackend(max_links=int(gcfg.get("max_nvlinks", 18)), telemetry=telemetry,
                                binding=str(gcfg.get("nvml_binding", "own")))
 
 
-def read_nvml(cfg: Config, root: Path, state, hangs_before: dict[str, dict],
+def read_nvml(cfg: Config, root: StrPath, state, hangs_before: dict[str, dict],
               telemetry: bool = False) -> None:
     """NVML's answers into state.nvml_answers and state.gpu. Live NVML is asked from an
     abandonable child (a wedged driver blocks its calls in the kernel); a probe abandoned

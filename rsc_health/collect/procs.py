@@ -24,9 +24,12 @@ import select
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 from rsc_health.record import dataclass, field
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 # After the program exits, how long its pipes may stay open (held by a child it left behind).
 EXIT_GRACE_S = 0.2
@@ -90,7 +93,7 @@ def run_all(
     timeout_s: dict[str, float],
     max_bytes: int,
     env: dict[str, str] | None = None,
-    cwd: str | Path | None = None,
+    cwd: StrPath | None = None,
     exit_grace_s: float | None = EXIT_GRACE_S,
     stderr_keep: int = STDERR_KEEP,
     pass_fds: dict[str, int] | None = None,

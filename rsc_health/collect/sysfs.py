@@ -5,9 +5,12 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from pathlib import Path
 
 from rsc_health import lazyre
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from _typeshed import StrPath  # str | os.PathLike[str]
 
 _INT = lazyre.compile(r"^\s*(-?\d+)")
 # A sysfs attribute is at most a page; procfs tables and state files are larger but bounded.
@@ -15,7 +18,17 @@ ATTR_BYTES = 1 << 16
 FILE_BYTES = 16 << 20
 
 
-def read_bounded(path: Path | str, limit: int = FILE_BYTES) -> bytes:
+def pure(path: StrPath) -> str:
+    """`str(pathlib.PurePosixPath(path))` without pathlib: repeated and trailing slashes and
+    "." parts dropped, ".." kept (a name is what it names, never resolved), "" is ".". Where a
+    path is a key (a file read once and looked up by the path a family builds), both sides go
+    through this, as a Path's equality did."""
+    text = os.fspath(path)
+    lead = "//" if text[:2] == "//" and text[2:3] != "/" else "/" if text[:1] == "/" else ""
+    return lead + "/".join(p for p in text.split("/") if p and p != ".") or "."
+
+
+def read_bounded(path: StrPath, limit: int = FILE_BYTES) -> bytes:
     """A regular file's bytes, at most `limit`. Anything else where a file should be raises
     OSError at once: a FIFO would block read() for ever, a device such as /dev/zero never
     ends (the node path ate memory until MemoryError), and a directory has no bytes."""
@@ -34,7 +47,7 @@ def read_bounded(path: Path | str, limit: int = FILE_BYTES) -> bytes:
         os.close(fd)
 
 
-def read_text(path: Path | str) -> str | None:
+def read_text(path: StrPath) -> str | None:
     try:
         return read_bounded(path, ATTR_BYTES).decode("utf-8", "replace").strip()
     except OSError:

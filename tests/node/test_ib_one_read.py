@@ -149,3 +149,27 @@ def test_a_reader_child_that_is_killed_is_a_checker_error_not_a_hang(tmp_path, m
     ibports.said(read, env, "infiniband")
     assert state.hung_probes == {}
     assert any("exited without an answer (killed by signal 9)" in e[2] for e in state.errors)
+
+
+def test_a_port_file_asked_for_by_path_or_by_str_gets_the_one_answer(node):
+    """The families ask for port files by str (their port dirs), a snapshot by pathlib.Path
+    (commands.node: `ib.text(root / rel)`), an operator may give --root with a trailing or
+    doubled slash: each finds the answer the reader's child read, as Path equality did."""
+    from pathlib import Path
+
+    node.write("sys/class/infiniband/mlx5_2/ports/1/counters/symbol_error", "40\n")
+    root = str(node.root)
+    read = ibports.reader(root + "//", CollectEnv(node.config, state=NodeState()),
+                          ibports.port_files(["sys/class/infiniband/*/ports/*/counters/"
+                                              "symbol_error"]))
+    pdir = next(p for h, n, p in read.ports() if (h, n) == ("mlx5_2", "1"))
+    assert pdir == f"{root}/sys/class/infiniband/mlx5_2/ports/1"
+    rel = "sys/class/infiniband/mlx5_2/ports/1/counters/symbol_error"
+    assert read.text(f"{pdir}/counters/symbol_error") == "40"
+    assert read.text(Path(root) / rel) == "40"
+    assert read.text(f"{root}//sys/class/infiniband/mlx5_2/ports/1/./counters/symbol_error") \
+        == "40"
+    assert read.text(f"{root}/{rel}.other") is None
+    assert ibports.reader(Path(root), read_env := CollectEnv(node.config)) is not read
+    read_env.shared[ibports.SHARED_KEY] = read
+    assert ibports.reader(Path(root), read_env) is read  # the run's one reader, by either

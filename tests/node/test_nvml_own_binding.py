@@ -219,6 +219,7 @@ def test_the_nvml_child_encodes_each_gpus_health_answers_once():
     doc: dict = {"driver_version": "535.129.03", "device_count": 8, "devices": []}
     encodes = []
     real_dumps = json.dumps
+    saved_dumps = gpu_mod.json_dumps
 
     def counting(obj, *args, **kwargs):
         if isinstance(obj, dict) and "index" in obj:  # one GPU's answers
@@ -226,11 +227,11 @@ def test_the_nvml_child_encodes_each_gpus_health_answers_once():
         return real_dumps(obj, *args, **kwargs)
 
     for device in _fixture_devices():
-        gpu_mod.json.dumps = counting
+        gpu_mod.json_dumps = counting
         try:
             packer(doc)
         finally:
-            gpu_mod.json.dumps = real_dumps
+            gpu_mod.json_dumps = saved_dumps
         assert gpu_mod.unpack_report(json.loads(sent[-1])) == json.loads(json.dumps(doc))
         doc["devices"].append(device)
     assert encodes == list(range(7))  # each GPU once (the 8th is in the answer only)
