@@ -65,6 +65,14 @@ NOT_ON_A_HEALTHY_PROLOG = {
     "tomllib",  # after the first job start: config.load_config_compiled says why
     "typing",  # annotations only: `TYPE_CHECKING = False` in the node path's modules
     "threading",  # the watchdog is a bare _thread: rsc_health.node.exits.Watchdog says why
+    # Issue 25's diet: the standard library's heavy modules, each a share of a bare start
+    # (benchmarks/bench_prolog.py: pathlib +43 M instructions with what it pulls in, json +31 M,
+    # re +25 M, enum +17 M, contextlib +13.5 M, collections +7 M, datetime +6.5 M against a
+    # bare 38 M). The node path reads JSON and times through compat's doors to the same C code
+    # (_json, _datetime), paths as str with os.path, patterns only on rare paths (lazyre).
+    "pathlib", "json", "re", "enum", "datetime", "contextlib", "collections", "functools",
+    "fnmatch", "urllib", "ipaddress", "ntpath", "warnings", "importlib", "operator", "keyword",
+    "reprlib", "copy", "copyreg", "weakref", "types", "string", "struct",
 }
 
 
@@ -97,14 +105,18 @@ def test_a_healthy_prolog_loads_only_the_standard_library_and_its_own_modules(tm
     env.update(PYTHONPATH=str(REPO), RSC_HEALTH_ROOT=str(root), SLURMD_NODENAME="node01",
                RSC_HEALTH_CONFIG=str(root / "config.toml"), SLURM_JOB_ID="77",
                SLURM_JOB_NODELIST="node[01-02]")
-    # What this interpreter loads before any code of ours (site hooks, .pth files) is not the
-    # prolog's: only what the prolog adds to a bare start is judged.
-    bare = _imported(["-c", "pass"], env, tmp_path)
+    # What this interpreter loads before any code of ours is not the prolog's: only what the
+    # prolog adds to a bare start is judged. Without site (-S): this checkout's venv loads
+    # pathlib, re and enum for its editable install's finder before any code runs, which would
+    # hide the node path's own imports of them (a node install has no such hook; a healthy
+    # prolog needs nothing from site-packages, asserted below).
+    bare = _imported(["-S", "-c", "pass"], env, tmp_path)
+    assert not {"pathlib", "re", "enum", "json"} & bare, sorted(bare)
     from rsc_health.node.start import JOB_START_CODE  # what prolog/rsc-health-prolog runs
 
-    first = _imported(["-c", JOB_START_CODE, "prolog"], env, tmp_path) - bare
+    first = _imported(["-S", "-c", JOB_START_CODE, "prolog"], env, tmp_path) - bare
     assert "tomllib" in first  # the first job start parses the TOML and compiles it
-    loaded = _imported(["-c", JOB_START_CODE, "prolog"], env, tmp_path) - bare
+    loaded = _imported(["-S", "-c", JOB_START_CODE, "prolog"], env, tmp_path) - bare
 
     spool = root / "var/lib/rsc_health/spool"
     beats = [json.loads(line) for f in sorted(spool.glob("*.jsonl"))
