@@ -7,6 +7,7 @@ import os
 import stat
 
 from rsc_health import lazyre
+from rsc_health.compat import pure_path
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
@@ -19,13 +20,12 @@ FILE_BYTES = 16 << 20
 
 
 def pure(path: StrPath) -> str:
-    """`str(pathlib.PurePosixPath(path))` without pathlib: repeated and trailing slashes and
-    "." parts dropped, ".." kept (a name is what it names, never resolved), "" is ".". Where a
-    path is a key (a file read once and looked up by the path a family builds), both sides go
-    through this, as a Path's equality did."""
-    text = os.fspath(path)
-    lead = "//" if text[:2] == "//" and text[2:3] != "/" else "/" if text[:1] == "/" else ""
-    return lead + "/".join(p for p in text.split("/") if p and p != ".") or "."
+    """`str(pathlib.PurePosixPath(path))` without pathlib (compat.pure_path, the node path's
+    one reading of a path): repeated and trailing slashes and "." parts dropped, ".." kept (a
+    name is what it names, never resolved), "" is ".". Where a path is a key (a file read once
+    and looked up by the path a family builds), both sides go through this, as a Path's
+    equality did."""
+    return pure_path(path)
 
 
 def read_bounded(path: StrPath, limit: int = FILE_BYTES) -> bytes:
