@@ -6,6 +6,7 @@ tests/static/test_node_python.py holds them to Python 3.9 with vermin.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import zipimport
@@ -276,6 +277,24 @@ def pure_path(path: str | os.PathLike[str]) -> str:
     return join_parts(*path_parts(path))
 
 
+# pathlib's exists/is_dir/is_symlink (3.9 to 3.11): these errors mean "no", any other is raised.
+_NOT_THERE = frozenset({errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP})
+
+
+def path_mode(path: str | os.PathLike[str], *, follow: bool = True) -> int | None:
+    """The st_mode of `path` (os.stat; os.lstat with follow=False) as pathlib's exists,
+    is_dir and is_symlink read it: None for a missing name, a file where a directory is on
+    the way, a symlink loop or a NUL in the name; any other error (EACCES, EIO) is raised."""
+    try:
+        return (os.stat if follow else os.lstat)(path).st_mode
+    except OSError as exc:
+        if exc.errno not in _NOT_THERE:
+            raise
+        return None
+    except ValueError:
+        return None
+
+
 def packaged_bytes(path: os.PathLike | str) -> bytes | None:
     """The bytes of one of this package's own data files (default_config.toml, the XID
     catalog) when the package runs from a zip archive (the node zipapp, scripts/build-node);
@@ -303,5 +322,5 @@ def zip_archive() -> str | None:
 
 
 __all__ = ["UTC", "IntEnum", "StrEnum", "date", "datetime", "json_dumps", "json_loads", "time",
-           "timedelta", "timezone", "join_parts", "packaged_bytes", "packaged_toml", "path_parts",
-           "pure_path", "zip_archive"]  # and tomllib
+           "timedelta", "timezone", "join_parts", "packaged_bytes", "packaged_toml", "path_mode",
+           "path_parts", "pure_path", "zip_archive"]  # and tomllib

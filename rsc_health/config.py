@@ -18,7 +18,6 @@ Only the standard library is imported: the prolog loads the config on every job 
 
 from __future__ import annotations
 
-import errno
 import marshal
 import os
 import stat
@@ -31,6 +30,7 @@ from rsc_health.compat import (
     json_loads,
     packaged_bytes,
     packaged_toml,
+    path_mode,
     path_parts,
     pure_path,
     time,
@@ -327,17 +327,9 @@ def resolve_path(explicit: str | os.PathLike | None = None) -> tuple[str, bool]:
 
 
 def _exists(path: str) -> bool:
-    """pathlib's Path.exists (3.9 to 3.11): a missing name, a file where a directory is on
+    """pathlib's Path.exists (compat.path_mode): a missing name, a file where a directory is on
     the way, a symlink loop are "no"; any other error (EACCES) is raised, not "no"."""
-    try:
-        os.stat(path)
-    except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP):
-            raise
-        return False
-    except ValueError:
-        return False
-    return True
+    return path_mode(path) is not None
 
 
 def _under(directory: str | os.PathLike, *names: str) -> str:

@@ -27,7 +27,7 @@ import stat
 import time
 
 from rsc_health.collect.sysfs import read_bounded
-from rsc_health.compat import join_parts, json_loads, path_parts, pure_path
+from rsc_health.compat import join_parts, json_loads, path_mode, path_parts, pure_path
 
 # Paths are str (os.path, no pathlib: issue 25's job-start diet); every function takes a str
 # or an os.PathLike and reads it as pathlib.Path would (compat.pure_path): one name, one meaning.
@@ -46,30 +46,17 @@ def _name(path: str) -> str:
     return parts[-1] if parts else ""
 
 
-# pathlib's is_dir/is_symlink (3.9 to 3.11): these errors mean "no", any other is raised.
-_NOT_THERE = {errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP}
-
-
 def _is_dir(path: str) -> bool:
-    try:
-        return stat.S_ISDIR(os.stat(path).st_mode)
-    except OSError as exc:
-        if exc.errno not in _NOT_THERE:
-            raise
-        return False
-    except ValueError:
-        return False
+    """pathlib's Path.is_dir (compat.path_mode says which errors are "no")."""
+    mode = path_mode(path)
+    return mode is not None and stat.S_ISDIR(mode)
 
 
 def _is_symlink(path: str) -> bool:
-    try:
-        return stat.S_ISLNK(os.lstat(path).st_mode)
-    except OSError as exc:
-        if exc.errno not in _NOT_THERE:
-            raise
-        return False
-    except ValueError:
-        return False
+    """pathlib's Path.is_symlink."""
+    mode = path_mode(path, follow=False)
+    return mode is not None and stat.S_ISLNK(mode)
+
 
 # A filesystem that cannot fsync a directory says so with one of these; the rename is done,
 # and there is nothing more a writer can do for it.

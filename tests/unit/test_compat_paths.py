@@ -56,3 +56,27 @@ def test_config_imports_no_pathlib():
     out = subprocess.run([sys.executable, "-S", "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(Path(config.__file__).parents[1])})
     assert out.stdout.strip() == "[]", out.stderr
+
+
+def test_path_mode_answers_as_pathlibs_exists_is_dir_and_is_symlink(tmp_path):
+    """One reading of pathlib's stat errors for durable and config: a dangling or looping
+    symlink, a file where a directory is on the way and a NUL are "no", as pathlib says."""
+    import os
+    import pathlib
+    import stat as st
+
+    from rsc_health.compat import path_mode
+
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir").mkdir()
+    os.symlink(tmp_path / "nowhere", tmp_path / "dangling")
+    os.symlink(tmp_path / "loop", tmp_path / "loop")
+    os.symlink(tmp_path / "dir", tmp_path / "todir")
+    names = ["file", "dir", "dangling", "loop", "todir", "missing", "file/under", "nul\x00"]
+    for name in names:
+        path = str(tmp_path / name) if "\x00" not in name else str(tmp_path) + "/" + name
+        p = pathlib.Path(path)
+        mode, lmode = path_mode(path), path_mode(path, follow=False)
+        assert (mode is not None) == p.exists(), name
+        assert (mode is not None and st.S_ISDIR(mode)) == p.is_dir(), name
+        assert (lmode is not None and st.S_ISLNK(lmode)) == p.is_symlink(), name
