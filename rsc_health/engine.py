@@ -15,7 +15,6 @@ import time
 from rsc_health.config import Config, state_dir
 from rsc_health.durable import fsync_dir
 from rsc_health.model import Finding, Severity, Status, utcnow
-from rsc_health.node import path_in as _in
 
 XID_CURSOR_FILE = "xid_cursor.json"
 SXID_CURSOR_FILE = "sxid_cursor.json"
@@ -203,14 +202,14 @@ def _run(
 
     sdir = state_dir(cfg, root)
     cursor_files: dict[str, str] = {f: c for f in families if (c := BY_NAME[f].cursor)}
-    cursors = {f: kmsg.load_cursor(_in(sdir, name)) for f, name in cursor_files.items()}
-    previous = counters.load(_in(sdir, COUNTERS_FILE))
+    cursors = {f: kmsg.load_cursor(os.path.join(sdir, name)) for f, name in cursor_files.items()}
+    previous = counters.load(os.path.join(sdir, COUNTERS_FILE))
     boot_id = kmsg.boot_id(root)
     kept, own, hangs_before, previous_hangs, own_hangs = _records(
         sdir, root, boot_id, read_only=read_only, find_children=find_children)
     if "lost" in previous:
         # Said by the one run that rebuilds it: the commit below writes it whole again.
-        findings.append(_checker("state", os.fspath(_in(sdir, COUNTERS_FILE)),
+        findings.append(_checker("state", os.path.join(sdir, COUNTERS_FILE),
                                  f"{COUNTERS_FILE} unreadable ({previous['lost'][:80]}); "
                                  "rebuilt: no counter deltas this run"))
     timeout = float(cfg.get("mounts.probe_timeout_s"))
@@ -261,7 +260,7 @@ def _run(
         # (no new kernel log record, no counter moved, no probe hung) writes none of them and
         # pays no fsync for them (bench_prolog.py).
         unsaved = kept.save(state.hangs, state.boot_id)
-        out = [_checker("state", os.fspath(_in(sdir, HANGS_FILE)), unsaved)] if unsaved else []
+        out = [_checker("state", os.path.join(sdir, HANGS_FILE), unsaved)] if unsaved else []
         if not events:
             return out
         renamed = False
@@ -269,14 +268,15 @@ def _run(
             for family, cursor in new_cursors.items():
                 if cursor != _as_saved(cursors[family]):
                     # One directory fsync below covers every name renamed into it.
-                    kmsg.save_json(_in(sdir, cursor_files[family]), cursor, sync_dir=False)
+                    kmsg.save_json(os.path.join(sdir, cursor_files[family]), cursor, sync_dir=False)
                     renamed = True
             # Merge: a partial run (--only) must not drop the other families' baselines.
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
             merged.update(state.counters)
             if previous != {"boot_id": state.boot_id, "counters": merged}:
-                counters.save(_in(sdir, COUNTERS_FILE), merged, state.boot_id, sync_dir=False)
+                counters.save(os.path.join(sdir, COUNTERS_FILE), merged, state.boot_id,
+                              sync_dir=False)
                 renamed = True
             if renamed:
                 fsync_dir(sdir)

@@ -9,7 +9,6 @@
 Standard library only, Python 3.9 syntax: every job start imports these.
 """
 
-import os
 
 # The garbage collector's first threshold in a job start's interpreter (node.start.job_start,
 # `python -m rsc_health.nodepath`, the node zipapp): CPython's 700 made its imports alone pass the
@@ -17,13 +16,3 @@ import os
 # bounds what cyclic garbage a run can hold.
 JOB_START_GC_THRESHOLD = 20000
 
-
-def path_in(directory, name: str):
-    """`name` in `directory`, for a function of another module that reads what it is given as
-    a Path: a str (os.path.join) for a str directory, a Path for a Path one (what config's
-    state_dir and node_root gave, while the collectors and durable.load_state_json called
-    Path methods on what they were handed). The node path imports no pathlib; once every
-    module it hands paths to takes str (issue 25's diet), this is os.path.join."""
-    if isinstance(directory, str):
-        return os.path.join(directory, name)
-    return directory / name

@@ -19,7 +19,6 @@ from rsc_health.collect.sysfs import read_bounded
 from rsc_health.compat import datetime, json_dumps, json_loads, timedelta
 from rsc_health.durable import remove, write_atomic
 from rsc_health.model import Finding, Level, Verdict, utcnow
-from rsc_health.node import path_in
 from rsc_health.node.sinks import log
 from rsc_health.record import dataclass
 
@@ -279,7 +278,7 @@ def reboot_lift_owed(sdir: str | os.PathLike) -> bool:
 
     # Not imported from rsc_health.actions: that loads the Slurm side (~20 ms), and a healthy
     # job start loads none of it.
-    return load_state_json(path_in(sdir, DRAIN_RECORD)).get("reboot_resumes") is True
+    return load_state_json(os.path.join(sdir, DRAIN_RECORD)).get("reboot_resumes") is True
 
 
 def has_drain_state(sdir: str | os.PathLike) -> bool:
