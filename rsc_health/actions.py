@@ -82,6 +82,14 @@ class DrainState:
     # is never auto-resumed: Slurm lifts the drain when the node registers again (22.05: IDLE,
     # no reason). The clean sweep that then finds the node undrained drains it again.
     reboot_resumes: bool = False
+    # Slurm's BootTime of the node (ISO, UTC) when a run last saw this drain, one never
+    # auto-resumed, in place, and when the first run on that boot saw it (the node's clock,
+    # ISO); "" when none did or a person's drain took it over. A drain gone with the node
+    # booted after that sighting was lifted by the reboot (`scontrol reboot nextstate=RESUME`
+    # with no run there to see it pending), or by a person before any run saw the node back:
+    # drained again.
+    boot: str = ""
+    boot_seen: str = ""
 
 
 # What Slurm 22.05 adds to the node's reason when it issues a reboot (and leaves there after):
@@ -89,6 +97,15 @@ class DrainState:
 _REBOOT_SUFFIX = " : reboot"
 # A pending reboot's next state that lifts a drain when the node comes back.
 _LIFTING = frozenset({"RESUME", "UNDRAIN"})
+# slurmd registers its uptime in whole seconds, so the BootTime Slurm shows moves by a second
+# or two when slurmd registers again without a reboot (a slurmd or slurmctld restart). A boot
+# later than a run that saw our drain in place by more than this is a reboot after it (slurmd
+# starts many seconds after the kernel, so no run sees a drain within this of a boot).
+_BOOT_SLACK = timedelta(seconds=2)
+
+
+def _boot_text(info: NodeInfo) -> str:
+    return info.boot_time.isoformat() if info.boot_time is not None else ""
 
 
 def _shows(record: str, reason: str) -> bool:
@@ -349,7 +366,8 @@ class Actor:
             self._requeue_jobs(verdict.reason, skip, actions)
         return actions
 
-    def _watch_reboot(self, info: NodeInfo, state: DrainState | None = None) -> None:
+    def _watch_reboot(self, info: NodeInfo, state: DrainState | None = None, *,
+                      ours: bool = True) -> None:
         """With our drain in place (`info`: the node as read before or after it landed): note
         in our record whether a reboot with nextstate=RESUME stands over it, when the drain is
         one never auto-resumed. A reboot done or cancelled with the drain still there ends
@@ -359,8 +377,12 @@ class Actor:
             return
         lifting = (info.in_hand.startswith("REBOOT") and info.next_state in _LIFTING
                    and not self._resumable(state))
-        if lifting != state.reboot_resumes:
-            state.reboot_resumes = lifting
+        # Noted while our drain is what the node shows; a person's drain over it (`ours`
+        # False) makes the node theirs: a reboot under it and their resume are theirs too.
+        boot = _boot_text(info) if ours and not self._resumable(state) else ""
+        if (lifting, boot) != (state.reboot_resumes, state.boot):
+            state.reboot_resumes, state.boot = lifting, boot
+            state.boot_seen = self.now().isoformat() if boot else ""
             self._write_state(state)
             if lifting:
                 self.log(f"{self.node}: a reboot with NextState={info.next_state} stands over "
@@ -374,9 +396,26 @@ class Actor:
         """A run that does not count towards a resume (a job start): our drain drained
         again if a reboot with nextstate=RESUME lifted it; nothing else."""
         state = self.load_state()
-        if state is None or not state.reboot_resumes or info.drain_set or info.down:
+        if state is None or info.drain_set or info.down or not self._reboot_lifted(state, info):
             return []
         return self._drain_again(state, info, requeue=requeue)
+
+    def _reboot_lifted(self, state: DrainState, info: NodeInfo) -> bool:
+        """Our never-resumed drain, gone from `info`, was lifted by a reboot: one a run saw
+        pending with nextstate=RESUME, or one no run saw (the node booted after the last run
+        that saw our drain in place: on a site whose sweep runs from the timer alone, the node
+        is back within one period). Slurm keeps a drain across a reboot unless it was asked to
+        lift it; a person who resumes the node within minutes of a reboot, before any run
+        saw it, is drained again, and their next resume stands."""
+        if state.reboot_resumes:
+            return True
+        if not state.boot or info.boot_time is None or self._resumable(state):
+            return False
+        try:
+            seen = datetime.fromisoformat(state.boot_seen)
+        except ValueError:
+            return False
+        return seen.tzinfo is not None and info.boot_time > seen + _BOOT_SLACK
 
     def _drain_again(self, state: DrainState, info: NodeInfo, *,
                      requeue: bool = True) -> list[Action]:
@@ -384,14 +423,22 @@ class Actor:
         with nextstate=RESUME completed: set again, with our reason, and jobs that started
         since requeued for a drain-now. Not the guard's to weigh: it let this drain through
         once, and this restores it."""
+        seen = state.reboot_resumes
         self.slurm.drain(self.node, state.reason)
         state.reboot_resumes, state.clean_sweeps = False, 0
-        state.time = self.now().isoformat()
+        state.boot = _boot_text(info)
+        state.time = state.boot_seen = self.now().isoformat()
         self._write_state(state)
         mode = (parse_reason(state.reason) or {}).get("mode")
         kind = ActionKind.DRAIN_NOW if mode == "now" else ActionKind.DRAIN_AFTER_JOB
-        msg = (f"our drain ({', '.join(state.codes)}: never auto-resumed) was lifted by "
-               f"Slurm at the end of a reboot asked with NextState=RESUME; drained again")
+        if seen:
+            msg = (f"our drain ({', '.join(state.codes)}: never auto-resumed) was lifted by "
+                   f"Slurm at the end of a reboot asked with NextState=RESUME; drained again")
+        else:
+            msg = (f"our drain ({', '.join(state.codes)}: never auto-resumed) was gone after "
+                   f"the node rebooted (a reboot asked with NextState=RESUME, or a resume "
+                   f"before any run saw the node back); drained again: a person's resume "
+                   f"from here on stands")
         self.log(f"{self.node}: {msg}")
         actions = [Action(kind, self.node, state.reason, detail=msg)]
         if mode == "now" and requeue:
@@ -540,7 +587,7 @@ class Actor:
     def _clean(self, info: NodeInfo) -> list[Action]:
         state = self.load_state()
         if not info.drain_set:
-            if state is not None and state.reboot_resumes:
+            if state is not None and self._reboot_lifted(state, info):
                 # Lifted by Slurm as the reboot ended: set again. A DOWN node (the reboot
                 # timed out) runs nothing: that waits until Slurm brings it back.
                 return [] if info.down else self._drain_again(state, info)
@@ -555,7 +602,7 @@ class Actor:
             # drain (`scontrol reboot ... reason=X` replaces ours while the drain stands):
             # the node is never repaired by it, and Slurm lifts the drain when it is back.
             if state is not None:
-                self._watch_reboot(info, state)
+                self._watch_reboot(info, state, ours=False)
             return []
         self._watch_reboot(info)
         if not self._resumable(state):
@@ -607,6 +654,8 @@ class Actor:
         if (not all(isinstance(t, str) for t in texts)
                 or not isinstance(state.auto_resumable, bool)
                 or not isinstance(state.settled, bool)
+                or not isinstance(state.reboot_resumes, bool) or not isinstance(state.boot, str)
+                or not isinstance(state.boot_seen, str)
                 or isinstance(state.clean_sweeps, bool) or not isinstance(state.clean_sweeps, int)):
             self._discard_state("not a record this code wrote")
             return None

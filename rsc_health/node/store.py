@@ -272,13 +272,17 @@ DRAIN_RECORD = "slurm_drain.json"
 
 def reboot_lift_owed(sdir: str | os.PathLike) -> bool:
     """Our drain record notes a reboot asked with nextstate=RESUME over a drain of ours that
-    is never auto-resumed (actions.DrainState.reboot_resumes): a job start asks Slurm whether
-    the reboot lifted it, so the job does not run on the fault until the next sweep."""
+    is never auto-resumed (actions.DrainState.reboot_resumes), or the boot a run last saw
+    such a drain in place on (DrainState.boot): a job start asks Slurm whether a reboot lifted
+    it, so the job does not run on the fault until the next sweep. A job starting here at all
+    means the drain is gone: one Slurm read, on a node we drained for a repair."""
     from rsc_health.durable import load_state_json
 
     # Not imported from rsc_health.actions: that loads the Slurm side (~20 ms), and a healthy
     # job start loads none of it.
-    return load_state_json(os.path.join(sdir, DRAIN_RECORD)).get("reboot_resumes") is True
+    record = load_state_json(os.path.join(sdir, DRAIN_RECORD))
+    boot = record.get("boot")
+    return record.get("reboot_resumes") is True or (isinstance(boot, str) and boot != "")
 
 
 def has_drain_state(sdir: str | os.PathLike) -> bool:

@@ -62,6 +62,10 @@ class NodeInfo:
     # The state Slurm gives the node when a reboot someone asked for completes (`scontrol
     # reboot nextstate=RESUME`: "RESUME", which lifts any drain, ours too); "" when none.
     next_state: str = ""
+    # When the node last booted, as slurmd registered it (BootTime; aware, UTC; None when
+    # Slurm printed none). It moves by a second or two when slurmd registers again without a
+    # reboot (it sends its uptime in whole seconds).
+    boot_time: datetime | None = None
 
     @property
     def flags(self) -> set[str]:

@@ -115,6 +115,7 @@ def parse_node_line(line: str) -> NodeInfo:
         features=_listed(kv.get("AvailableFeatures", "")),
         weight=int(weight) if weight.isdigit() else 1,
         next_state=kv.get("NextState", ""),
+        boot_time=slurm_time(kv.get("BootTime")),
     )
 
 

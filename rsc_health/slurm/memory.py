@@ -65,6 +65,7 @@ class _Node:
     weight: int = 1
     jobs: list[str] = field(default_factory=list)
     next_state: str = ""
+    boot_time: datetime | None = None
 
     @property
     def base(self) -> str:
@@ -83,7 +84,8 @@ class _Node:
 
     def info(self) -> NodeInfo:
         return NodeInfo(self.name, self.state, self.reason, self.reason_user, self.reason_time,
-                        self.partitions, self.features, self.weight, self.next_state)
+                        self.partitions, self.features, self.weight, self.next_state,
+                        self.boot_time)
 
 
 class MemorySlurm:
@@ -128,6 +130,13 @@ class MemorySlurm:
             (when or self.now()) if reason else None,
             partitions if partitions is not None else (self.partition,),
             features, weight, old.jobs if old else [])
+        self._nodes[name].boot_time = old.boot_time if old else None
+        return self._nodes[name].info()
+
+    def boot(self, name: str, when: datetime | None = None) -> NodeInfo:
+        """slurmd registered the node with this boot time (now when not given): a reboot, or
+        the node's first registration."""
+        self._nodes[self._node(name, "boot").name].boot_time = when or self.now()
         return self._nodes[name].info()
 
     def set_state(self, name: str, state: str, reason: str | None = None, *, user: str = "",

@@ -34,6 +34,9 @@ def test_drained_node_line_gives_reason_user_time_and_partitions(monkeypatch):
     assert info.reason_user == "root"
     assert info.reason_time == datetime(2026, 11, 22, 1, 22, 26, tzinfo=UTC)
     assert info.partitions == ("gpu",)
+    assert info.boot_time == datetime(2026, 11, 22, 1, 9, 11, tzinfo=UTC)
+    assert parse_node_line(DRAINED.replace("BootTime=2026-11-22T01:09:11",
+                                           "BootTime=None")).boot_time is None
     monkeypatch.undo()
     time.tzset()
 

@@ -144,17 +144,13 @@ def test_a_job_start_after_a_reboot_lifted_our_xid79_drain_is_refused_and_the_no
         c.run(["scontrol", "cancel_reboot", "node05"], check=False)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "open: needs rsc_health/actions.py (not this helper's to edit). A clean sweep that finds "
-    "our never-resumed drain gone takes it for a person's resume; it could tell a reboot "
-    "lifted it by the node's boot (e.g. /proc/sys/kernel/random/boot_id noted in DrainState "
-    "whenever a run sees the drain in place) and drain again"))
 def test_a_reboot_no_sweep_saw_pending_still_leaves_our_xid79_drain_in_place(slurm_cluster):
     """A site that runs the sweep from the systemd timer, not HealthCheckProgram: slurmd
     runs no sweep as it starts. Our XID 79 drain on an idle node; a person asks `scontrol
     reboot nextstate=RESUME`, Slurm issues it at once, the node is back within one timer
-    period: no run ever saw the reboot pending (item 4 of the Slurm attack notes), and the
-    next sweep forgets the XID 79 as if a person had resumed the node."""
+    period: no run ever saw the reboot pending (item 4 of the Slurm attack notes). The next
+    sweep forgot the XID 79 as if a person had resumed the node; now Slurm's BootTime, later
+    than the one the drain was last seen in place on, has it drained again."""
     c = slurm_cluster
     inject_xid79(c, "node03")
     assert c.sweep("node03").returncode == 0

@@ -775,3 +775,151 @@ def test_the_job_start_reads_the_drain_record_the_actor_writes():
     from rsc_health.node.store import DRAIN_RECORD
 
     assert DRAIN_RECORD == DRAIN_STATE_FILE
+
+
+# The same lift with no run there to see the reboot pending (the sweep runs from the timer
+# alone, and the node is back within one period): told by Slurm's BootTime, which moves when
+# slurmd registers after a reboot (tests/slurm/test_slurm_reboot.py on Slurm 22.05.8).
+BOOT = NOW - timedelta(days=3)
+
+
+class Clock:
+    def __init__(self):
+        self.t = NOW
+
+    def __call__(self):
+        return self.t
+
+
+def _xid79_drained_and_seen(slurm, cfg, tmp_path):
+    """Our XID 79 drain on a node booted three days ago, seen in place by a sweep at NOW."""
+    clock = Clock()
+    a = Actor(slurm, cfg, "n01", tmp_path / "n01", now=clock, log=lambda m: None)
+    a.sleep = lambda seconds: None
+    slurm.boot("n01", BOOT)
+    a.apply(decide([finding("xid79", repair=True, family="xid")]))
+    ours = slurm.info["n01"].reason
+    assert ours.startswith("rsc_health:now:xid79:")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    clock.t = NOW + timedelta(minutes=5)
+    return a, ours, clock
+
+
+def _rebooted(slurm, clock, minutes=10):
+    """The node rebooted and slurmd registered (Slurm's BootTime moves); a run at +2 min."""
+    slurm.boot("n01", NOW + timedelta(minutes=minutes))
+    clock.t = NOW + timedelta(minutes=minutes + 2)
+
+
+def test_a_repair_drain_gone_across_a_reboot_no_run_saw_is_drained_again(cfg, tmp_path):
+    """`scontrol reboot nextstate=RESUME` over our XID 79 drain, issued and done between two
+    timer sweeps: Slurm lifted the drain and the sweep took that for a person's resume. The
+    node booted after a run saw our drain in place: drained again, once; a person's resume
+    after that (same boot) stands."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+
+    again = a.apply(decide([]), clean_sweep=True)
+    assert [x.action for x in again] == ["drain_now"]
+    assert "rebooted" in again[0].detail
+    assert slurm.info["n01"].drain_set and slurm.info["n01"].reason == ours
+    for _ in range(3):  # still never auto-resumed
+        clock.t += timedelta(minutes=5)
+        assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_job_start_after_an_unseen_reboot_lift_is_refused_and_the_node_drained(
+        cfg, tmp_path):
+    """The job start comes before the next sweep: it asks Slurm (the record notes a boot),
+    drains again and fails the start; with the boot unchanged it drains nothing."""
+    from rsc_health.node.store import reboot_lift_owed
+
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    assert reboot_lift_owed(tmp_path / "n01")
+    slurm.set_state("n01", "IDLE", "")
+    assert a.apply(decide([])) == []  # a person's resume, no reboot: not ours to undo
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([]))] == ["drain_now"]
+    assert slurm.info["n01"].drain_set
+
+
+@pytest.mark.parametrize("seconds", [1, 2, 600])
+def test_a_persons_resume_is_not_undone_by_slurmd_registering_again(cfg, tmp_path, seconds):
+    """slurmd sends its uptime in whole seconds: a slurmd or slurmctld restart moves BootTime
+    by a second or two with no reboot (600: a clock stepped since). A person's resume then is
+    still theirs."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.resume("n01")
+    slurm.boot("n01", BOOT + timedelta(seconds=seconds))
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_repair_drain_kept_across_a_reboot_then_resumed_by_a_person_stays_resumed(
+        cfg, tmp_path):
+    """The repair flow: the node reboots with our drain kept, a sweep sees it back and still
+    drained, then a person resumes it: theirs (the boot noted is the new one)."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    _rebooted(slurm, clock)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
+    clock.t += timedelta(minutes=1)
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_reboot_under_a_persons_own_drain_over_ours_leaves_their_resume_standing(
+        cfg, tmp_path):
+    """A person drains over our XID 79 drain with a reason of theirs, reboots, swaps the GPU
+    and resumes: the node is theirs since their drain; nothing drains it again."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE+DRAIN", "bob: GPU swap", user="bob")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    _rebooted(slurm, clock)
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_transient_drain_lifted_by_a_reboot_is_not_drained_again(cfg, tmp_path):
+    """A lost-mount drain (auto-resumed after clean sweeps) lifted by a reboot: a reboot is
+    a fair repair for it; only never-resumed drains note the boot."""
+    slurm = memory_slurm()
+    clock = Clock()
+    a = Actor(slurm, cfg, "n01", tmp_path / "n01", now=clock, log=lambda m: None)
+    slurm.boot("n01", BOOT)
+    a.apply(decide([finding("mount_missing", family="mount")]))
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+@pytest.mark.parametrize("field,value", [("boot_seen", "yesterday"),
+                                         ("boot_seen", "2026-11-22T12:00:00"),
+                                         ("boot_seen", 17), ("boot", 17)])
+def test_a_garbled_boot_in_the_drain_record_never_drains_on_its_own(cfg, tmp_path, field,
+                                                                     value):
+    """A sighting that is not an aware ISO time (hand-edited, or an old writer's): no lift is
+    read from it; a wrong type is not a record this code wrote (said once, removed)."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    path = tmp_path / "n01" / "slurm_drain.json"
+    record = json.loads(path.read_text())
+    record[field] = value
+    path.write_text(json.dumps(record))
+    slurm.resume("n01")
+    _rebooted(slurm, clock)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set
