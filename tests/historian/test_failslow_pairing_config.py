@@ -95,3 +95,51 @@ def test_a_corroborator_that_is_no_judged_metric_is_a_config_error(tmp_path):
                           '[failslow.metrics.throttle_hw_frac]\ndirection = "high"\n'
                           'corroborated_by = ["my_rate"]\n')
     assert Rules.from_config(cfg).metrics["my_rate"].corroborated_by == ("step_seconds",)
+
+
+def _steps(slow_node: int | None, from_sweep: int, factor: float) -> pd.DataFrame:
+    """8 ranks a node, two windows a sweep, 2% noise; `slow_node`'s rank 5 `factor` slower from
+    `from_sweep` on (a step file's lines: the job's clock)."""
+    noise = np.exp(np.random.default_rng(3).normal(0, 0.02, (len(NODES), 8, 24)))
+    rows = []
+    for i, node in enumerate(NODES):
+        for r in range(8):
+            for w in range(24):
+                slow = factor if i == slow_node and r == 5 and w // 2 >= from_sweep else 1.0
+                rows.append({"job_id": "31", "rank": i * 8 + r, "node": node, "stage": "",
+                             "step": w, "seconds": 0.5 * noise[i, r, w] * slow,
+                             "time": T0 + timedelta(seconds=150 * w + 149)})
+    return pd.DataFrame(rows)
+
+
+def test_an_error_run_a_site_asks_to_show_a_slowdown_waits_a_sweep_without_one(tmp_path):
+    """`corroborated_by` on ib_error_rate (a site's choice; not the default): a port counting
+    errors two sweeps running is confirmed at its second sweep when its node's step times are
+    slow in one of them (any rank: the step metric's component is a rank, not a port), else at
+    its third. Its count, many lines past peers that count none, does not vouch for itself."""
+    site = _site(tmp_path, '[failslow.metrics.ib_error_rate]\ndirection = "high"\n'
+                           'corroborated_by = ["ib_xmit_wait_rate", "step_seconds"]\n')
+    rules = Rules.from_config(site)
+
+    def port(errors_from: int):
+        return _samples("ib_error_rate",
+                        lambda i, s: 0.1 if i == 2 and s >= errors_from else 0.0,
+                        lambda i, s: "mlx5_3:1" if i == 2 else "mlx5_0:1")
+
+    def confirmed(samples, steps, cfg):
+        from rsc_health.historian.failslow.core import find_runs, judged
+        runs = find_runs(judged(samples, _job(), steps, cfg), cfg)
+        runs = runs[runs["metric"] == "ib_error_rate"]
+        times = samples[samples["node"] == "gpu003"].sort_values("time")["time"].tolist()
+        return [times.index(t) for t in runs["confirmed"]]
+
+    keeps_pace = _steps(None, 0, 1.0)
+    slowed = _steps(2, 6, 1.25)
+    assert confirmed(port(6), keeps_pace, Rules.from_config(DEFAULTS)) == [7]
+    assert confirmed(port(6), keeps_pace, rules) == [8]
+    assert confirmed(port(6), slowed, rules) == [7]
+    # two sweeps and no more, nothing slow: no suspect for the site, one by default
+    burst = _samples("ib_error_rate", lambda i, s: 0.1 if i == 2 and s in (6, 7) else 0.0,
+                     lambda i, s: "mlx5_3:1" if i == 2 else "mlx5_0:1")
+    assert detect_frame(burst, _job(), keeps_pace, site) == []
+    assert [e.node for e in detect_frame(burst, _job(), keeps_pace, DEFAULTS)] == ["gpu003"]
