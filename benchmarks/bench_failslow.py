@@ -9,6 +9,7 @@ after its onset is a true positive, its delay confirmed - onset; any other flagg
 is a false positive (a faulty node flagged only before its onset counts as both FP and FN).
 
     python3 benchmarks/bench_failslow.py [--jobs 120] [--seeds 0-4] [--held-out 101-110]
+                                         [--config SITE.toml]   # a site file on the defaults
 """
 
 from __future__ import annotations
@@ -160,8 +161,11 @@ def main() -> int:
     ap.add_argument("--list", action="store_true",
                     help="print each false-positive run and each detection past 10 minutes")
     ap.add_argument("--no-traces", action="store_true", help="skip the real traces and scale")
+    ap.add_argument("--config", default=None,
+                    help="a site config file (e.g. a [failslow.metrics.*] table to measure); "
+                         "load_config's own when absent")
     args = ap.parse_args()
-    rules = Rules.from_config(load_config(None))
+    rules = Rules.from_config(load_config(args.config))
     for name, seeds in (("tuning", _seeds(args.seeds)), ("held_out", _seeds(args.held_out))):
         t = run(seeds, args.jobs, rules, args.list)
         print(f"{name}: seeds {seeds[0]}-{seeds[-1]}, {len(seeds) * args.jobs} jobs, "

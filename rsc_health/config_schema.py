@@ -63,12 +63,13 @@ EXPLICIT: dict[str, Spec] = {
         "plugin": STR, "command": Spec("list", STR), "timeout_s": Spec("number"),
         "server_command": Spec("list", STR), "server_wait_s": Spec("number")},
         required=("plugin", "command"))),
-    # A site may judge a metric of its own: any name, each with the three fields.
+    # A site may judge a metric of its own: any name, each with these fields.
     "failslow.metrics": Spec("map", Spec("table", fields={
         "direction": STR, "min_delta": Spec("float"), "min_margin": Spec("float"),
         "max_margin": Spec("float"),
         "persist_sweeps": Spec("int"), "same_component": Spec("bool"),
-        "counts": Spec("bool")},
+        "counts": Spec("bool"), "corroborated_by": Spec("list", STR),
+        "levelled": Spec("bool")},
         required=("direction",))),
 }
 # Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.
@@ -332,6 +333,20 @@ def validate_section(section: str, table: Any, defaults: dict, path: str | os.Pa
             raise ConfigError(f"{path}: {where}[{section}] {key}: {problem}")
     if section == "node" and "state_dir" in table and not str(table["state_dir"]).startswith("/"):
         raise ConfigError(f"{path}: {where}[node] state_dir: must be an absolute path")
+    if section == "failslow" and isinstance(table.get("metrics"), dict):
+        _check_corroborators(table["metrics"], known.get("metrics") or {}, path, where)
+
+
+def _check_corroborators(site: dict, defaults: dict, path: str | os.PathLike,
+                         where: str) -> None:
+    """Each `corroborated_by` names a judged metric (a table of the defaults' or the site's):
+    a misspelt one would never vouch, and the run would wait a sweep more, silently."""
+    judged = set(defaults) | set(site)
+    for name, body in site.items():
+        for other in (body.get("corroborated_by") or []) if isinstance(body, dict) else []:
+            if other not in judged:
+                raise ConfigError(f"{path}: {where}[failslow.metrics.{name}] corroborated_by: "
+                                  f"{other!r} is not a judged metric{_suggest(other, judged)}")
 
 
 def validate_site(site: dict, defaults: dict, path: str | os.PathLike) -> None:

@@ -38,21 +38,14 @@ STRONG = 2.0
 # A node's start in a job: the first this many judged slots (the less off of them: an onset in
 # the second slot still leaves a level start).
 STEADY_SLOTS = 2
-# Metrics whose run short of STRONG needs a word from another metric on the same component
-# before persist_sweeps suffice, else one sweep more: a GPU held in HW or thermal slowdown runs
-# its clock low (sm_clock_ratio, the same GPU at least half a line under its peers in one of
-# the run's slots); two chance slowdown jitters on one of a node's 8 GPUs in a row leave the
-# clock with its peers'.
-CORROBORATED_BY = {"throttle_hw_frac": "sm_clock_ratio"}
-# Metrics whose level a node's role sets, judged against the node's own level in the job: a
-# pipeline's last stage moves less over NVLink, and when no step file names the stage its
-# nodes widen the job's spread until the line sits at its cap and a GPU at half its bytes
-# crosses it only now and then. A node's level is its share of its peers' median over its
-# first LEVEL_SLOTS judged slots (the median of them: one checkpoint among them does not
-# move it), and only the lighter side of 1 (a node busier than its peers is judged as one at
-# the median). A node at its level from its first slots (no onset, e.g. links down before the
-# job) is still judged against its peers when STRONG lines past them.
-LEVELLED = frozenset({"nvlink_data_rate"})
+# Metrics whose run short of STRONG needs a word from another metric before persist_sweeps
+# suffice, else one sweep more, and metrics judged against each node's own level in the job:
+# the [failslow.metrics.NAME] keys `corroborated_by` and `levelled` (MetricRule; their
+# defaults and reasons in default_config.toml). A node's level is its share of its peers'
+# median over its first LEVEL_SLOTS judged slots (the median of them: one checkpoint among
+# them does not move it), and only the lighter side of 1 (a node busier than its peers is
+# judged as one at the median). A node at its level from its first slots (no onset, e.g. links
+# down before the job) is still judged against its peers when STRONG lines past them.
 LEVEL_SLOTS = 3
 _NO_GROUP = ""
 
@@ -72,6 +65,13 @@ class MetricRule:
     # (3 Poisson sigmas). A port going bad does not back off by half the next sweep; two
     # healthy bursts of independent size on one port often do.
     counts: bool = False
+    # Metrics whose sample vouches for a run of this one short of STRONG (docs/failslow.md):
+    # the same node and slot, the same component (the step-time metric, whose component is a
+    # rank: the same node), at least half a line on its bad side. Without one in the run's
+    # slots the run waits one sweep more. Empty: persist_sweeps suffice.
+    corroborated_by: tuple[str, ...] = ()
+    # Judged over each node's own level in the job (its role), not its peers' raw median.
+    levelled: bool = False
 
     @property
     def sign(self) -> float:
@@ -104,7 +104,10 @@ class Rules:
                                             int(table.get("persist_sweeps") or 0),
                                             float(table.get("min_margin") or 0.0),
                                             bool(table.get("same_component") or False),
-                                            bool(table.get("counts") or False))
+                                            bool(table.get("counts") or False),
+                                            tuple(str(m) for m in
+                                                  table.get("corroborated_by") or ()),
+                                            bool(table.get("levelled") or False))
         return cls(
             k=float(cfg.get("failslow.k")),
             min_margin=float(cfg.get("failslow.min_margin")),
@@ -410,7 +413,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     # a run that needs corroboration and has none yet waits one sweep more
     vouched = (_corroborated(obs, o, rules) & o["outlier"].to_numpy()).astype(int)
     vouched = pd.Series(vouched, index=o.index).groupby(o["run"]).cumsum() > 0
-    waits = o["metric"].isin([m for m in CORROBORATED_BY if m in rules.metrics]) & ~vouched
+    waits = o["metric"].isin([m for m, r in rules.metrics.items() if r.corroborated_by]) & ~vouched
     hit = o[o["outlier"] & (o["pos"] >= need + waits.astype(int))].drop_duplicates("run")
     confirmed = hit.set_index("run")["time"].rename("confirmed")
     o = o[o["outlier"] & o["run"].isin(confirmed.index)]
@@ -487,27 +490,29 @@ def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
 
 
 def _corroborated(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarray:
-    """Rows of a CORROBORATED_BY metric whose slot vouches for a fault on its component: at
-    least STRONG lines past, or the other metric's sample of the same node and slot names the
-    same component at least half a line on its bad side (deviation >= k / 2)."""
+    """Rows of a metric with `corroborated_by` whose slot vouches for a fault on its component:
+    at least STRONG lines past (not for a `same_component` metric, whose count over peers that
+    count none is many lines past at its first error), or one of the other metrics' samples of
+    the same node and slot names the same component (any, for the step-time metric: its
+    component is a rank) at least half a line on its bad side (deviation >= k / 2)."""
     out = np.zeros(len(o), dtype=bool)
-    for metric, other in CORROBORATED_BY.items():
+    for metric, rule in rules.metrics.items():
         mine = (o["metric"] == metric).to_numpy()
-        if not mine.any() or metric not in rules.metrics:
+        if not rule.corroborated_by or not mine.any():
             continue
-        dev = o["deviation"].to_numpy(dtype=float)
-        out |= mine & (dev >= STRONG * rules.k)
-        if other not in rules.metrics:
-            continue
-        word = obs.loc[obs["metric"] == other, ["job_id", "node", "slot", "component",
-                                                 "deviation"]]
-        word = word[word["deviation"] >= rules.k / 2].drop_duplicates(
-            ["job_id", "node", "slot", "component"])
-        if word.empty:
-            continue
-        rows = o.loc[mine, ["job_id", "node", "slot", "component"]].reset_index()
-        agree = rows.merge(word, on=["job_id", "node", "slot", "component"], how="inner")
-        out[o.index.get_indexer(agree["index"].unique())] = True
+        if not rule.same_component:
+            out |= mine & (o["deviation"].to_numpy(dtype=float) >= STRONG * rules.k)
+        for other in rule.corroborated_by:
+            if other not in rules.metrics:
+                continue
+            on = ["job_id", "node", "slot"] + ([] if other == rules.steps_metric
+                                               else ["component"])
+            word = obs.loc[(obs["metric"] == other) & (obs["deviation"] >= rules.k / 2), on]
+            if word.empty:
+                continue
+            rows = o.loc[mine, on].reset_index()
+            agree = rows.merge(word.drop_duplicates(on), on=on, how="inner")
+            out[o.index.get_indexer(agree["index"].unique())] = True
     return out
 
 
@@ -657,10 +662,10 @@ def judged(samples: pd.DataFrame, membership: pd.DataFrame, steps: pd.DataFrame 
 
 
 def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules) -> pd.DataFrame:
-    """The LEVELLED metrics' rows judged again with each node's value over its own level in
+    """The `levelled` metrics' rows judged again with each node's value over its own level in
     the job (its role), the line and median given back in the node's units; a row STRONG
     lines past its peers as it is keeps that judgement."""
-    names = [m for m in LEVELLED if m in rules.metrics]
+    names = [m for m, r in rules.metrics.items() if r.levelled]
     lev = raw["metric"].isin(names).to_numpy()
     if not lev.any():
         return raw
