@@ -18,9 +18,10 @@ only at judging time, bounded in size; the record is plain text a snapshot carri
 dcgmi asks nv-hostengine, at `[dcgm] host` (`--host`): a TCP port or, `unix://PATH`, the socket
 of an nv-hostengine started with `-d PATH`. Whoever answers there gives the verdict, and with
 nv-hostengine down any local user may listen on its port and answer "Healthy". So dcgmi is
-asked only where root answers (host_refusal): a loopback port whose every listener is root's
-(/proc/net/tcp, tcp6), a socket root owns on a path only root can change; a remote address is
-taken as the operator set it.
+asked only where root answers (host_refusal): a port of this node (the host as the C library
+resolves it, as dcgmi does: "localhost", "127.1", "0", its own name or interface address) whose
+every listener that answers there is root's (/proc/net/tcp, tcp6), a socket root owns on a path
+only root can change; another machine's address is taken as the operator set it.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def record(root: StrPath, cfg, deadline: float | None) -> dict:
 def host_refusal(root: StrPath, host: str, *, absent_ok: bool = False) -> str:
     """Why dcgmi must not ask `host` ([dcgm] host), or "": an address dcgmi would take for
     something else; a unix socket that is not root's (or ours), or on a path someone else could
-    change (durable.path_refusal); a loopback TCP port with no listener (nv-hostengine down:
+    change (durable.path_refusal); a name that does not resolve; a TCP port of this node (any
+address `host` resolves to that is loopback, the wildcard or an interface's) with no listener (nv-hostengine down:
     anyone may take the port next; `absent_ok`: let dcgmi find nothing there itself) or one
     listener that is not root's (or ours)."""
     if not host or host.startswith("-") or not host.isprintable() or " " in host:
@@ -116,10 +118,12 @@ def host_refusal(root: StrPath, host: str, *, absent_ok: bool = False) -> str:
     name, port = _split_host(host)
     if port is None:
         return f"[dcgm] host {host[:80]!r}: the port is not a number"
-    families = _loopback_families(name)
-    if not families:
+    local = _local_addresses(name)
+    if isinstance(local, str):
+        return f"[dcgm] host {host[:80]!r}: {local}"
+    if not local:
         return ""  # another machine's nv-hostengine: trusted as the operator set it
-    return _listener_refusal(root, host, port, families, absent_ok)
+    return _listener_refusal(root, host, port, local, absent_ok)
 
 
 def _socket_refusal(root: StrPath, sock: str) -> str:
@@ -155,29 +159,60 @@ def _split_host(host: str) -> tuple[str, int | None]:
     return name, int(port) if port.isdigit() and 0 < int(port) < 65536 else None
 
 
-def _loopback_families(name: str) -> tuple[str, ...]:
-    """The /proc/net tables (tcp, tcp6) a loopback `name` may be reached through; () for an
-    address of another machine."""
-    import ipaddress
+def _is_local(addr) -> bool:
+    """An address that reaches this node: loopback, the wildcard (connect() to 0.0.0.0 or ::
+    is a connection to this node), or one of its interfaces' (it can be bound)."""
+    import socket
 
-    if name.lower() in LOOPBACK_NAMES:
-        return ("tcp", "tcp6")
-    try:
-        addr = ipaddress.ip_address(name)
-    except ValueError:
-        return ()
     if addr.is_loopback or addr.is_unspecified:
-        return ("tcp", "tcp6")  # a dual-stack listener on :: answers 127.0.0.1 too
-    return ()
+        return True
+    family = socket.AF_INET if addr.version == 4 else socket.AF_INET6
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(addr), 0))  # EADDRNOTAVAIL: no interface of this node has it
+    except OSError:
+        return False
+    return True
 
 
-def _listeners(text: str, port: int) -> list[int]:
-    """The uids of the LISTEN sockets on `port` bound to a loopback or wildcard address, from
-    /proc/net/tcp or tcp6 ("0100007F:15B3 00000000:0000 0A ... uid ...": addresses as the
-    kernel's host-order words, port in hex)."""
+def _local_addresses(name: str):
+    """The addresses of this node that dcgmi may reach at `name`, as the C library resolves it
+    (dcgmi's own reading: "127.1", "0", "2130706433", "::ffff:127.0.0.1", this node's own
+    name or address are all this node); () for another machine only; a str saying why when
+    `name` does not resolve (dcgmi could not reach it either)."""
+    import ipaddress
+    import socket
+
+    if name.rstrip(".").lower() in LOOPBACK_NAMES:  # "localhost." is localhost too
+        name = "localhost"
+        found = {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
+    else:
+        found = set()
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        if found:
+            infos = []
+        else:
+            return f"does not resolve ({exc}); not asked"
+    for info in infos:
+        try:
+            addr = ipaddress.ip_address(str(info[4][0]).partition("%")[0])
+        except ValueError:
+            continue
+        found.add(getattr(addr, "ipv4_mapped", None) or addr)
+    return frozenset(a for a in found if _is_local(a))
+
+
+def _listeners(text: str, port: int, targets: frozenset) -> list[int]:
+    """The uids of the LISTEN sockets on `port` that answer a connection to one of `targets`
+    (this node's addresses): bound to it, to the wildcard, or (for a loopback target) to a
+    loopback address, from /proc/net/tcp or tcp6 ("0100007F:15B3 00000000:0000 0A ... uid ...":
+    addresses as the kernel's host-order words, port in hex)."""
     import ipaddress
     import struct
 
+    loopback = any(t.is_loopback or t.is_unspecified for t in targets)
     uids = []
     for line in text.splitlines()[1:]:
         fields = line.split()
@@ -196,22 +231,22 @@ def _listeners(text: str, port: int) -> list[int]:
         mapped = getattr(addr, "ipv4_mapped", None)
         if mapped is not None:
             addr = mapped
-        if addr.is_loopback or addr.is_unspecified:
+        if addr.is_unspecified or addr in targets or (loopback and addr.is_loopback):
             uids.append(uid)
     return uids
 
 
-def _listener_refusal(root: StrPath, host: str, port: int, families: tuple[str, ...],
+def _listener_refusal(root: StrPath, host: str, port: int, targets: frozenset,
                       absent_ok: bool) -> str:
     uids: list[int] = []
-    for table in families:
+    for table in ("tcp", "tcp6"):  # a dual-stack listener on :: answers 127.0.0.1 too
         try:
             text = read_bounded(os.path.join(root, "proc", "net", table), TCP_TABLE_BYTES)
         except FileNotFoundError:
             continue  # no IPv6 on this kernel
         except OSError as exc:
             return f"nv-hostengine at {host}: /proc/net/{table}: {exc.strerror or exc}"
-        uids += _listeners(text.decode("ascii", "replace"), port)
+        uids += _listeners(text.decode("ascii", "replace"), port, targets)
     if not uids and not absent_ok:
         return (f"nothing listens on {host} (nv-hostengine not running): any user could "
                 "answer there; not asked")
