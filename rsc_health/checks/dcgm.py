@@ -108,9 +108,9 @@ def host_refusal(root: StrPath, host: str, *, absent_ok: bool = False) -> str:
     """Why dcgmi must not ask `host` ([dcgm] host), or "": an address dcgmi would take for
     something else; a unix socket that is not root's (or ours), or on a path someone else could
     change (durable.path_refusal); a name that does not resolve; a TCP port of this node (any
-address `host` resolves to that is loopback, the wildcard or an interface's) with no listener (nv-hostengine down:
-    anyone may take the port next; `absent_ok`: let dcgmi find nothing there itself) or one
-    listener that is not root's (or ours)."""
+    address `host` resolves to that is loopback, the wildcard or an interface's) with no
+    listener (nv-hostengine down: anyone may take the port next; `absent_ok`: let dcgmi find
+    nothing there itself) or one listener that is not root's (or ours)."""
     if not host or host.startswith("-") or not host.isprintable() or " " in host:
         return f"[dcgm] host {host[:80]!r} is not an address"
     if host.startswith("unix://"):
