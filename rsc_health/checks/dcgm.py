@@ -219,17 +219,13 @@ def _local_addresses(name: str):
     import socket
 
     if name.rstrip(".").lower() in LOOPBACK_NAMES:  # "localhost." is localhost too
-        name = "localhost"
-        found = {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
-    else:
-        found = set()
+        # Not looked up: no DNS query for it (a resolver that is down would stall the run).
+        return frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
+    found = set()
     try:
         infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
     except (OSError, UnicodeError) as exc:
-        if found:
-            infos = []
-        else:
-            return f"does not resolve ({exc}); not asked"
+        return f"does not resolve ({exc}); not asked"
     for info in infos:
         try:
             addr = ipaddress.ip_address(str(info[4][0]).partition("%")[0])
