@@ -184,7 +184,13 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
         findings.append(Finding("checker", "config", Status.ERROR, Severity.NONE,
                                 run.config_error, "config_error"))
     run.step = "verdict"
-    pending = load_pending(ctx.sdir)
+    lost: list[str] = []
+    pending = load_pending(ctx.sdir, lost)
+    if lost:  # a drain verdict was held, and what it was for cannot be read: not "ok"
+        findings.append(Finding(
+            "checker", os.path.join(ctx.sdir, PENDING_VERDICT_FILE), Status.ERROR, Severity.NONE,
+            f"{PENDING_VERDICT_FILE} unreadable ({lost[0][:80]}); discarded: the drain verdict "
+            "it held is lost unless this run finds its fault again", "state_error"))
     fresh = decide(findings)
     verdict = decide(findings + list(pending.verdict.causes)) if pending else fresh
     run.verdict = verdict

@@ -67,3 +67,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         group = xdist_group(item)
         if group is not None and item.get_closest_marker("xdist_group") is None:
             item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.fixture(scope="session")
+def hostengine_standin():
+    """A listener of this test process's own (root's where the suite runs as root) on
+    127.0.0.1:5555, nv-hostengine's port, for the tests whose stand-in dcgmi answers a dcgm_diag
+    qualification test: dcgmi is asked only where root (or the asking user) listens there
+    (checks.dcgm.host_door). SO_REUSEPORT: the workers of one run (one user) each hold one. A
+    port someone else holds is left as it is (a real nv-hostengine serves; a user's is refused,
+    as it must be)."""
+    import socket
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", 5555))
+        sock.listen(1)
+    except OSError:
+        sock.close()
+        sock = None
+    yield
+    if sock is not None:
+        sock.close()

@@ -58,6 +58,8 @@ def trouble(rec: dict, what: str) -> str | None:
         return f"{what}: no record of it"
     if rec.get("refused"):
         return f"{what} not run: {str(rec['refused'])[:200]}"
+    if rec.get("untrusted"):  # it ran, and who answered it cannot be told (checks.dcgm)
+        return f"{what}'s answer not believed: {str(rec['untrusted'])[:200]}"
     if rec.get("start_error"):
         return f"{what} could not start: {str(rec['start_error'])[:200]}"
     if rec.get("timed_out"):

@@ -18,9 +18,10 @@ only at judging time, bounded in size; the record is plain text a snapshot carri
 dcgmi asks nv-hostengine, at `[dcgm] host` (`--host`): a TCP port or, `unix://PATH`, the socket
 of an nv-hostengine started with `-d PATH`. Whoever answers there gives the verdict, and with
 nv-hostengine down any local user may listen on its port and answer "Healthy". So dcgmi is
-asked only where root answers (host_refusal): a loopback port whose every listener is root's
-(/proc/net/tcp, tcp6), a socket root owns on a path only root can change; a remote address is
-taken as the operator set it.
+asked only where root answers (host_refusal): a port of this node (the host as the C library
+resolves it, as dcgmi does: "localhost", "127.1", "0", its own name or interface address) whose
+every listener that answers there is root's (/proc/net/tcp, tcp6), a socket root owns on a path
+only root can change; another machine's address is taken as the operator set it.
 """
 
 from __future__ import annotations
@@ -92,34 +93,72 @@ def record(root: StrPath, cfg, deadline: float | None) -> dict:
     diag_level = int(cfg.get("dcgm.diag_level"))
     if diag_level > 0:
         asks.append(("diag", ["diag", "-r", str(diag_level), "-j"]))
-    why = host_refusal(root, host) if asks else ""
+    why, witness = host_door(root, host) if asks else ("", None)
     for key, args in asks:
         args = [*args, "--host", host]
         if why:  # checked once, before either: whoever answers there is not nv-hostengine
             doc[key] = {"argv": [dcgmi, *args], "refused": why}
-        else:
-            doc[key] = _program.run(root, dcgmi, args, timeout_s=timeout, deadline=deadline,
-                                    max_bytes=MAX_OUTPUT)
+            continue
+        doc[key] = _program.run(root, dcgmi, args, timeout_s=timeout, deadline=deadline,
+                                max_bytes=MAX_OUTPUT)
+        moved = host_moved(root, host, witness)
+        if moved:
+            doc[key]["untrusted"] = moved
     return doc
 
 
-def host_refusal(root: StrPath, host: str, *, absent_ok: bool = False) -> str:
+def host_refusal(root: StrPath, host: str) -> str:
     """Why dcgmi must not ask `host` ([dcgm] host), or "": an address dcgmi would take for
     something else; a unix socket that is not root's (or ours), or on a path someone else could
-    change (durable.path_refusal); a loopback TCP port with no listener (nv-hostengine down:
-    anyone may take the port next; `absent_ok`: let dcgmi find nothing there itself) or one
-    listener that is not root's (or ours)."""
+    change (durable.path_refusal); a name that does not resolve; a TCP port of this node (any
+    address `host` resolves to that is loopback, the wildcard or an interface's) with no
+    listener (nv-hostengine down: anyone may take the port while dcgmi starts) or one listener
+    that is not root's (or ours). host_door also says who listens, for host_moved."""
+    return host_door(root, host)[0]
+
+
+def host_door(root: StrPath, host: str) -> tuple[str, frozenset | None]:
+    """(host_refusal's why, the listeners that answer at `host`: {(uid, socket inode)} from
+    /proc/net/tcp and tcp6, None where there are none to watch: a unix socket (a path only
+    root can change), another machine)."""
     if not host or host.startswith("-") or not host.isprintable() or " " in host:
-        return f"[dcgm] host {host[:80]!r} is not an address"
+        return f"[dcgm] host {host[:80]!r} is not an address", None
     if host.startswith("unix://"):
-        return _socket_refusal(root, host[len("unix://"):])
+        return _socket_refusal(root, host[len("unix://"):]), None
     name, port = _split_host(host)
     if port is None:
-        return f"[dcgm] host {host[:80]!r}: the port is not a number"
-    families = _loopback_families(name)
-    if not families:
-        return ""  # another machine's nv-hostengine: trusted as the operator set it
-    return _listener_refusal(root, host, port, families, absent_ok)
+        return f"[dcgm] host {host[:80]!r}: the port is not a number", None
+    local = _local_addresses(name)
+    if isinstance(local, str):
+        return f"[dcgm] host {host[:80]!r}: {local}", None
+    if not local:
+        return "", None  # another machine's nv-hostengine: trusted as the operator set it
+    found = _answering(root, host, port, local)
+    if isinstance(found, str):
+        return found, None
+    return _listener_refusal(host, found), found
+
+
+def host_moved(root: StrPath, host: str, before: frozenset | None) -> str:
+    """Why dcgmi's answer is not nv-hostengine's for certain although root alone listened at
+    `host` when host_door looked (`before`), or "": the listeners there are not the same
+    sockets now. A socket that is gone and back (nv-hostengine restarted), a new one, or none
+    left: the port was free, or another's, while dcgmi ran, and whoever bound it first may have
+    answered. While one root socket holds the port, no other user can bind it (the kernel
+    refuses a second listener on a port and SO_REUSEPORT across users)."""
+    if not before:
+        return ""
+    name, port = _split_host(host)
+    local = _local_addresses(name)
+    after = (_answering(root, host, port, local) if port is not None and local
+             and not isinstance(local, str) else "")
+    if after == before:
+        return ""
+    now = (after if isinstance(after, str) else
+           ", ".join(f"uid {u} socket {i}" for u, i in sorted(after)) or "nothing")
+    return (f"the listener at {host} changed while dcgmi ran (before: "
+            + ", ".join(f"uid {u} socket {i}" for u, i in sorted(before))
+            + f"; after: {now[:120]}): who answered is not known")
 
 
 def _socket_refusal(root: StrPath, sock: str) -> str:
@@ -155,33 +194,61 @@ def _split_host(host: str) -> tuple[str, int | None]:
     return name, int(port) if port.isdigit() and 0 < int(port) < 65536 else None
 
 
-def _loopback_families(name: str) -> tuple[str, ...]:
-    """The /proc/net tables (tcp, tcp6) a loopback `name` may be reached through; () for an
-    address of another machine."""
-    import ipaddress
+def _is_local(addr) -> bool:
+    """An address that reaches this node: loopback, the wildcard (connect() to 0.0.0.0 or ::
+    is a connection to this node), or one of its interfaces' (it can be bound)."""
+    import socket
 
-    if name.lower() in LOOPBACK_NAMES:
-        return ("tcp", "tcp6")
-    try:
-        addr = ipaddress.ip_address(name)
-    except ValueError:
-        return ()
     if addr.is_loopback or addr.is_unspecified:
-        return ("tcp", "tcp6")  # a dual-stack listener on :: answers 127.0.0.1 too
-    return ()
+        return True
+    family = socket.AF_INET if addr.version == 4 else socket.AF_INET6
+    try:
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.bind((str(addr), 0))  # EADDRNOTAVAIL: no interface of this node has it
+    except OSError:
+        return False
+    return True
 
 
-def _listeners(text: str, port: int) -> list[int]:
-    """The uids of the LISTEN sockets on `port` bound to a loopback or wildcard address, from
-    /proc/net/tcp or tcp6 ("0100007F:15B3 00000000:0000 0A ... uid ...": addresses as the
-    kernel's host-order words, port in hex)."""
+def _local_addresses(name: str):
+    """The addresses of this node that dcgmi may reach at `name`, as the C library resolves it
+    (dcgmi's own reading: "127.1", "0", "2130706433", "::ffff:127.0.0.1", this node's own
+    name or address are all this node); () for another machine only; a str saying why when
+    `name` does not resolve (dcgmi could not reach it either)."""
+    import ipaddress
+    import socket
+
+    if name.rstrip(".").lower() in LOOPBACK_NAMES:  # "localhost." is localhost too
+        # Not looked up: no DNS query for it (a resolver that is down would stall the run).
+        return frozenset({ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")})
+    found = set()
+    try:
+        infos = socket.getaddrinfo(name, None, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        return f"does not resolve ({exc}); not asked"
+    for info in infos:
+        try:
+            addr = ipaddress.ip_address(str(info[4][0]).partition("%")[0])
+        except ValueError:
+            continue
+        found.add(getattr(addr, "ipv4_mapped", None) or addr)
+    return frozenset(a for a in found if _is_local(a))
+
+
+def _listeners(text: str, port: int, targets: frozenset) -> list[tuple[int, int]]:
+    """The (uid, socket inode) of the LISTEN sockets on `port` that answer a connection to one
+    of `targets` (this node's addresses): bound to it, to the wildcard, or (for a loopback
+    target) to a loopback address, from /proc/net/tcp or tcp6 ("0100007F:15B3 00000000:0000
+    0A ... uid ... inode": addresses as the kernel's host-order words, port in hex; uid and
+    inode the 8th and 10th fields)."""
     import ipaddress
     import struct
 
+    loopback = any(t.is_loopback or t.is_unspecified for t in targets)
     uids = []
     for line in text.splitlines()[1:]:
         fields = line.split()
-        if len(fields) < 8 or fields[3] != "0A":
+        if len(fields) < 10 or fields[3] != "0A":
             continue
         addr_hex, _, port_hex = fields[1].partition(":")
         try:
@@ -190,32 +257,38 @@ def _listeners(text: str, port: int) -> list[int]:
             raw = b"".join(struct.pack("=I", int(addr_hex[i:i + 8], 16))
                            for i in range(0, len(addr_hex), 8))
             addr = ipaddress.ip_address(raw)
-            uid = int(fields[7])
+            uid, inode = int(fields[7]), int(fields[9])
         except ValueError:
             continue
         mapped = getattr(addr, "ipv4_mapped", None)
         if mapped is not None:
             addr = mapped
-        if addr.is_loopback or addr.is_unspecified:
-            uids.append(uid)
+        if addr.is_unspecified or addr in targets or (loopback and addr.is_loopback):
+            uids.append((uid, inode))
     return uids
 
 
-def _listener_refusal(root: StrPath, host: str, port: int, families: tuple[str, ...],
-                      absent_ok: bool) -> str:
-    uids: list[int] = []
-    for table in families:
+def _answering(root: StrPath, host: str, port: int, targets: frozenset
+               ) -> frozenset | str:
+    """{(uid, socket inode)} of the listeners that answer at `targets`:`port`, or why the
+    tables cannot be read."""
+    found: set = set()
+    for table in ("tcp", "tcp6"):  # a dual-stack listener on :: answers 127.0.0.1 too
         try:
             text = read_bounded(os.path.join(root, "proc", "net", table), TCP_TABLE_BYTES)
         except FileNotFoundError:
             continue  # no IPv6 on this kernel
         except OSError as exc:
             return f"nv-hostengine at {host}: /proc/net/{table}: {exc.strerror or exc}"
-        uids += _listeners(text.decode("ascii", "replace"), port)
-    if not uids and not absent_ok:
+        found.update(_listeners(text.decode("ascii", "replace"), port, targets))
+    return frozenset(found)
+
+
+def _listener_refusal(host: str, found: frozenset) -> str:
+    if not found:
         return (f"nothing listens on {host} (nv-hostengine not running): any user could "
                 "answer there; not asked")
-    others = sorted({u for u in uids if u not in (0, os.geteuid())})
+    others = sorted({u for u, _ in found if u not in (0, os.geteuid())})
     if others:
         return (f"{host} is answered by uid {others[0]}, not root: not nv-hostengine's "
                 "verdict; refused")

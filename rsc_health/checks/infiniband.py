@@ -281,6 +281,11 @@ def _port(p, deltas: dict, rate: float, limits: dict, span: int = 1) -> list[Fin
         out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, "ib_rate",
                         f"{comp} at {p.rate_gbps:g} Gb/s, expected {rate:g}", repair=True,
                         rate_gbps=p.rate_gbps))
+    elif rate and p.rate_gbps is None:
+        # Missing, empty, not "N Gb/sec", or EINVAL (rate_show cannot tell the width): the
+        # speed was not looked at, which is not "at the expected speed".
+        out.append(checker_error("infiniband", comp, f"infiniband: cannot read {comp} rate "
+                                 f"(expected {rate:g} Gb/s)"))
     if p.unreadable:
         out.append(checker_error("infiniband", comp, f"infiniband: {comp} counters hold no "
                                  f"count: {', '.join(p.unreadable)}"))

@@ -122,7 +122,7 @@ def _load_runtime(path: str) -> dict:
         return _parsed({"lost": f"{parent} is not root's alone"})
     try:
         doc = json_loads(data)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: "[[[[..." nested past the decoder
         return _parsed({"lost": "not JSON"})
     return _parsed(doc if isinstance(doc, dict) else {"lost": "not a JSON object"})
 

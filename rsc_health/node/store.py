@@ -182,14 +182,19 @@ def _aware_time(value) -> datetime | None:
     return t if t.tzinfo is not None else None
 
 
-def load_pending(sdir: str | os.PathLike) -> PendingVerdict | None:
+def load_pending(sdir: str | os.PathLike, lost: list[str] | None = None
+                 ) -> PendingVerdict | None:
     """The pending verdict, or None; a corrupt file is discarded (removed: the next run
-    decides afresh) and said."""
+    decides afresh) and said, on stderr and, with `lost`, appended there for the run to say
+    as a checker error: the file is there only while a drain verdict is held, so what it held
+    (an XID whose line was consumed) may be gone with it."""
     try:
         return read_pending(sdir)
     except CorruptPending as exc:
         log(f"corrupt {PENDING_VERDICT_FILE} discarded: {exc}")
         clear_pending(sdir)
+        if lost is not None:
+            lost.append(str(exc))
         return None
 
 

@@ -74,21 +74,33 @@ def tool_refusal(tool: str) -> str:
     return f"tool {why} (someone else could make it print a pass)" if why else ""
 
 
-def hostengine_refusal(command: tuple[str, ...] | list[str], root: Path = Path("/")) -> str:
-    """Why a dcgm_diag test's dcgmi must not be asked, or "": its verdict is nv-hostengine's,
-    at the command's `--host` (dcgmi's default: localhost, port 5555), and with nv-hostengine
-    down any user could listen there and answer Pass (checks.dcgm.host_refusal; nothing
-    listening is left to dcgmi, which then finds no host engine: inconclusive)."""
-    from rsc_health.checks.dcgm import host_refusal
-
+def _dcgmi_host(command: tuple[str, ...] | list[str]) -> str:
     host = "localhost"
     for i, arg in enumerate(command):
         if arg == "--host" and i + 1 < len(command):
             host = command[i + 1]
         elif arg.startswith("--host="):
             host = arg[len("--host="):]
-    why = host_refusal(root, host, absent_ok=True)
-    return f"dcgmi not run: {why}" if why else ""
+    return host
+
+
+def hostengine_door(command: tuple[str, ...] | list[str], root: Path = Path("/")
+                    ) -> tuple[str, object]:
+    """checks.dcgm.host_door for the command's --host (dcgmi's default: localhost, port
+    5555): (why dcgmi must not be asked, who listens there). Its verdict is nv-hostengine's, and
+    where root is not the listener there any user could answer Pass: with nv-hostengine down,
+    by binding the free port while dcgmi starts."""
+    from rsc_health.checks.dcgm import host_door
+
+    return host_door(root, _dcgmi_host(command))
+
+
+def hostengine_moved(command: tuple[str, ...] | list[str], before, root: Path = Path("/")
+                     ) -> str:
+    """checks.dcgm.host_moved for the command's --host, after dcgmi ran."""
+    from rsc_health.checks.dcgm import host_moved
+
+    return host_moved(root, _dcgmi_host(command), before)
 
 
 def is_pairwise(spec: TestSpec) -> bool:
@@ -103,8 +115,11 @@ def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None 
 
     if not spec.command or shutil.which(spec.command[0]) is None:
         return Outcome(spec.name, inconclusive=f"tool not found: {spec.command[:1]}")
-    untrusted = tool_refusal(spec.command[0]) or (
-        hostengine_refusal(spec.command, root) if spec.plugin == "dcgm_diag" else "")
+    witness = None
+    untrusted = tool_refusal(spec.command[0])
+    if not untrusted and spec.plugin == "dcgm_diag":
+        why, witness = hostengine_door(spec.command, root)
+        untrusted = f"dcgmi not run: {why}" if why else ""
     if untrusted:
         return Outcome(spec.name, inconclusive=untrusted)
     timeout = spec.timeout_s
@@ -120,6 +135,9 @@ def run_test(spec: TestSpec, *, deadline: float | None = None, peer: str | None 
                                  server_wait_s=spec.server_wait_s)
     done = procs.run_all({spec.name: list(spec.command)}, timeout_s={spec.name: timeout},
                          max_bytes=MAX_OUTPUT)[spec.name]
+    moved = hostengine_moved(spec.command, witness, root) if witness else ""
+    if moved:  # a pass or a fail from whoever held the port meanwhile: neither stands
+        return Outcome(spec.name, inconclusive=f"dcgmi's answer not believed: {moved}")
     if done.start_error:
         return Outcome(spec.name, inconclusive=f"could not start: {done.start_error[:120]}")
     if done.timed_out:

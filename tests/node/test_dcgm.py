@@ -227,3 +227,35 @@ def test_a_host_engine_socket_someone_else_could_own_or_swap_is_refused(node):
     assert "not running" in bad[0].reason and not marker.exists()
     bad, _ = _judge(node, enabled=True, host="--help")
     assert "not an address" in bad[0].reason and not marker.exists()
+
+
+@pytest.mark.parametrize("after", [
+    # nv-hostengine restarted while dcgmi ran (its socket is a new one): between the two, the
+    # port was free, and whoever bound it first answered dcgmi.
+    _tcp_listener("0100007F:15B3", 0).replace(" 91234 ", " 91299 "),
+    # a user's listener took the port while dcgmi ran (and still holds it).
+    _tcp_listener("0100007F:15B3", 1000),
+    # nothing listens any more: it left, perhaps after answering.
+    "",
+])
+def test_a_host_engine_listener_that_changed_while_dcgmi_ran_is_not_believed(node, after):
+    marker = _recording_dcgmi(node)
+    _proc_net_tcp(node, _tcp_listener("0100007F:15B3", 0))  # root's nv-hostengine, inode 91234
+    head = node.path("proc/net/tcp").read_text().splitlines(keepends=True)[0]
+    node.write("tcp.after", head + after)
+    node.write("h.json", dcgm_health())
+    _dcgmi(node, f"""echo "$@" >> '{marker}'
+cp '{node.path("tcp.after")}' '{node.path("proc/net/tcp")}'
+cat '{node.path("h.json")}'""")
+    bad, verdict = _judge(node, enabled=True)
+    assert marker.exists()  # asked: root answered when it was asked...
+    assert [(f.family, f.code) for f in bad] == [("checker", "dcgm_unreadable")]
+    assert "while dcgmi ran" in bad[0].reason  # ...but who answered it is not known
+    assert verdict.level is Level.CHECKER_ERROR
+
+
+def test_a_host_engine_listener_that_stayed_put_is_believed(node):
+    marker = _recording_dcgmi(node)
+    _proc_net_tcp(node, _tcp_listener("0100007F:15B3", 0))
+    bad, verdict = _judge(node, enabled=True, diag_level=1)
+    assert bad == [] and verdict.level is Level.OK and len(marker.read_text().splitlines()) == 2

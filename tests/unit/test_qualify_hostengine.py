@@ -70,3 +70,29 @@ def test_a_diag_over_a_users_unix_socket_is_inconclusive(tmp_path):
                     (str(dcgmi), "diag", "-r", "1", "-j", "--host", f"unix://{sock_dir}/he"), 10)
     out = runner.run_test(spec, root=Path("/"))
     assert out.inconclusive and "uid 1000" in out.inconclusive and not marker.exists()
+
+
+def test_a_diag_with_no_host_engine_listening_is_inconclusive_before_dcgmi_runs(tmp_path):
+    """Nothing on 127.0.0.1:5555 when the door looked: dcgmi takes tens of milliseconds to
+    start and connect, and a user watching /proc for it binds the free port in between and
+    answers Pass. Before, dcgmi was run (absent_ok) and whoever listened by then answered."""
+    dcgmi, marker = _dcgmi(tmp_path)
+    spec = runner.TestSpec("dcgm_r1", "dcgm_diag", (str(dcgmi), "diag", "-r", "1", "-j"), 10)
+    out = runner.run_test(spec, root=_proc(tmp_path))
+    assert out.inconclusive and "nothing listens" in out.inconclusive
+    assert out.failed is None and not marker.exists()
+
+
+@pytest.mark.parametrize("after", [_listener("0100007F:15B3", 0).replace(" 91234 ", " 91299 "),
+                                   _listener("0100007F:15B3", 1000), ""])
+def test_a_diag_whose_host_engine_listener_changed_while_it_ran_is_inconclusive(tmp_path, after):
+    dcgmi, marker = _dcgmi(tmp_path)
+    root = _proc(tmp_path, _listener("0100007F:15B3", 0))
+    (tmp_path / "tcp.after").write_text(HEAD + after)
+    body = dcgmi.read_text().replace(
+        "cat ", f"cp '{tmp_path / 'tcp.after'}' '{root / 'proc' / 'net' / 'tcp'}'\ncat ", 1)
+    dcgmi.write_text(body)
+    spec = runner.TestSpec("dcgm_r1", "dcgm_diag", (str(dcgmi), "diag", "-r", "1", "-j"), 10)
+    out = runner.run_test(spec, root=root)
+    assert marker.exists()
+    assert out.inconclusive and "while dcgmi ran" in out.inconclusive and out.failed is None

@@ -10,10 +10,14 @@ import os
 import stat
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from rsc_health.cli import cli
 from rsc_health.sim import qualify_tools as standin
+
+# The stand-in dcgmi's verdict is taken only where root (or we) listen on nv-hostengine's port.
+pytestmark = pytest.mark.usefixtures("hostengine_standin")
 
 CONFIG = """
 [qualify]
