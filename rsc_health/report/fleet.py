@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pandas as pd
-from sqlalchemy import DateTime, Engine, case, func, literal_column, select
+from sqlalchemy import ColumnElement, DateTime, Engine, case, func, literal_column, select
 
 from rsc_health.historian import schema
 from rsc_health.historian.gpu_names import named
@@ -54,7 +54,7 @@ def open_findings(engine: Engine, as_of: datetime, limit: int) -> pd.DataFrame:
     attrs total and nodes say how many there are in all."""
     c = schema.check_results
     rank = case({s.severity_word: int(s) for s in FINDING_SEVERITIES}, value=c.c.severity, else_=0)
-    begun = c.c.time
+    begun: ColumnElement[datetime] = c.c.time
     if engine.dialect.name == "sqlite":
         # Unary plus keeps SQLite off ix_check_results_time: its planner (no histograms)
         # took that index for `time <= as_of`, true of nearly every row, over the partial

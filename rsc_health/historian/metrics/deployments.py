@@ -12,7 +12,7 @@ that record only failures has no all-clear rows, and so no markers.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pandas as pd
 from sqlalchemy import Engine, func, select
@@ -39,19 +39,20 @@ def check_deployments(
                 and (window.until is None or first < window.until)]
     # Families come in the database's order of names (its collation), so a stable sort by
     # time is the ORDER BY time, check this was.
-    frame = pd.DataFrame(sorted(rows, key=lambda r: r[1]), columns=list(COLUMNS))
+    frame = pd.DataFrame(sorted(rows, key=lambda r: r[1] or datetime.min),
+                         columns=list(COLUMNS))
     frame["time"] = pd.to_datetime(frame["time"])
     return frame
 
 
-def _first_ok(conn) -> list[tuple[str, object]]:
+def _first_ok(conn) -> list[tuple[str, datetime | None]]:
     """Each check family and the time of its first all-clear row (None without one), two
     probes of ix_check_results_check_status_time (schema 19) a family: the next family name
     after the last, then its first `ok` row. A GROUP BY over the ok rows read every one of
     them: at a year of sweeps the table is millions of intervals, most of them all-clear
     (0.85 s a night on PostgreSQL at 16,000 nodes), for a dozen families."""
     t = check_results
-    out: list[tuple[str, object]] = []
+    out: list[tuple[str, datetime | None]] = []
     family = conn.execute(select(func.min(t.c.check))).scalar()
     while family is not None:
         first = conn.execute(
