@@ -500,16 +500,30 @@ def split_statements(sql: str) -> list[str]:
     return out
 
 
+# A migration file with this line runs statement by statement outside any transaction
+# (PostgreSQL's CREATE INDEX CONCURRENTLY cannot run in one), its version recorded after
+# them in a transaction of its own. Its statements must be safe to run again: a kill
+# between them, or before the version row, runs the whole file again next time.
+OUTSIDE_A_TRANSACTION = "-- rsc-health: outside a transaction"
+
+
 def migrate(engine: Engine, from_version: int, directory: Path = MIGRATIONS_DIR) -> list[int]:
-    """Apply every migration above `from_version`, each in its own transaction."""
+    """Apply every migration above `from_version`, each in its own transaction (or, marked
+    OUTSIDE_A_TRANSACTION, each statement on its own and then the version)."""
     applied = []
     for mig in migrations(engine.dialect.name, directory):
         if mig.version <= from_version:
             continue
+        sql = mig.path.read_text()
+        if any(line.strip() == OUTSIDE_A_TRANSACTION for line in sql.splitlines()):
+            with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+                for stmt in split_statements(sql):
+                    conn.exec_driver_sql(stmt)
+            sql = ""
         # One transaction with the version row (SQLite's DDL too, since it begins with our
         # BEGIN): a full disk or a kill midway leaves the previous version, whole.
         with writer(engine).begin() as conn:
-            for stmt in split_statements(mig.path.read_text()):
+            for stmt in split_statements(sql):
                 conn.exec_driver_sql(stmt)
             conn.execute(schema.schema_version.delete())
             conn.execute(schema.schema_version.insert().values(version=mig.version))

@@ -41,8 +41,10 @@ from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names
 # node_inventory.gpu_model, the GPU model of a node (0015); 16: the telemetry rollups'
 # `sweeps`, a row's sample count kept once (0016); 17: job_exclusions keyed by the job instance
 # (job_id, node, time): a reused job id is a new job (0017); 18: jobs.instance_key wide enough
-# to name its cluster, for two clusters' jobs with one JobIDRaw:Submit:Start (0018).
-SCHEMA_VERSION = 18
+# to name its cluster, for two clusters' jobs with one JobIDRaw:Submit:Start (0018); 19:
+# ix_check_results_check_status_time, each check family's first all-clear row by one index
+# probe (0019; PostgreSQL builds it CONCURRENTLY, writers go on).
+SCHEMA_VERSION = 19
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -91,6 +93,8 @@ check_results = Table(
     Column("is_open", Boolean, nullable=False, default=False),
     Index("ix_check_results_node_time", "node", "time"),
     Index("ix_check_results_time", "time"),
+    # Each family's first all-clear row, one probe (version 19: metrics.deployments).
+    Index("ix_check_results_check_status_time", "check", "status", "time"),
     Index("ix_check_results_open", "node", "check", sqlite_where=text("is_open"),
           postgresql_where=text("is_open")),
 )

@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import pandas as pd
-from sqlalchemy import Engine, case, func, select
+from sqlalchemy import ColumnElement, DateTime, Engine, case, func, literal_column, select
 
 from rsc_health.historian import schema
 from rsc_health.historian.gpu_names import named
@@ -54,7 +54,14 @@ def open_findings(engine: Engine, as_of: datetime, limit: int) -> pd.DataFrame:
     attrs total and nodes say how many there are in all."""
     c = schema.check_results
     rank = case({s.severity_word: int(s) for s in FINDING_SEVERITIES}, value=c.c.severity, else_=0)
-    where = (schema.open_interval(), c.c.status != Status.OK, c.c.time <= as_of)
+    begun: ColumnElement[datetime] = c.c.time
+    if engine.dialect.name == "sqlite":
+        # Unary plus keeps SQLite off ix_check_results_time: its planner (no histograms)
+        # took that index for `time <= as_of`, true of nearly every row, over the partial
+        # index of the open ones (a year of sweeps of 3,000 nodes, 1M intervals: 3.5 s vs
+        # 0.02 s). PostgreSQL takes the partial index as it is.
+        begun = literal_column(f"+{c.name}.{c.c.time.name}", DateTime)
+    where = (schema.open_interval(), c.c.status != Status.OK, begun <= as_of)
     with engine.connect() as conn:
         if conn.execute(select(c.c.id).limit(1)).first() is None:
             raise SectionEmpty("no check results in the historian yet (the node spools "

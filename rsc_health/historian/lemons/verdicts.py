@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 from scipy.stats import poisson
-from sqlalchemy import Engine, and_, or_, select
+from sqlalchemy import Engine, and_, func, or_, select
 
 from rsc_health.config import packaged_default
 from rsc_health.historian.lemons.features import (
@@ -292,6 +292,9 @@ def lemon_verdicts(
     hit = flagged(features, rules, repeat_flag)
     crossed = crossings_frame(features, rules)
     verdicts = []
+    candidates = [str(n) for n in features.index[hit]]
+    failed = (failed_jobs_evidence(engine, candidates, as_of, window_days, limit=max_evidence)
+              if with_evidence else {})
     for node in features.index[hit]:
         row = features.loc[node]
         cs = [
@@ -312,6 +315,7 @@ def lemon_verdicts(
             v.evidence = evidence(
                 engine, node, as_of, window_days, limit=max_evidence, history_days=history_days,
                 application_xids=features.attrs.get("application_xids"),
+                failed_jobs=failed.get(str(node), []),
             )
         verdicts.append(v)
     verdicts.sort(
@@ -350,8 +354,10 @@ def evidence(
     limit: int = 20,
     history_days: float = 90,
     application_xids: tuple[str, ...] | None = None,
+    failed_jobs: list[dict] | None = None,
 ) -> dict[str, list[dict]]:
     """The rows behind a node's features: failed jobs, XID events, outages, tickets, exclusions.
+    `failed_jobs`: that list already read (failed_jobs_evidence, for every candidate at once).
 
     Each list is newest first and at most `limit` long; these are what an operator reads before
     agreeing that the node goes to repair. Outages and tickets reach back over the history
@@ -362,26 +368,7 @@ def evidence(
         application_xids = OutageRules().application_xids
     lo, hi = window_bounds(as_of, window_days)
     h_lo, _ = window_bounds(as_of, max(history_days, window_days))
-    j, jn, a = jobs, job_nodes, attributions
     queries = {
-        "failed_jobs": select(
-            j.c.job_id, j.c.state, j.c.start, j.c.end, j.c.nnodes, a.c.cause, a.c.code
-        )
-        .select_from(
-            j.join(jn, jn.c.job_pk == j.c.id).outerjoin(
-                a, and_(a.c.job_pk == j.c.id, a.c.node == node)
-            )
-        )
-        .where(
-            jn.c.node == node,
-            j.c.end >= lo,
-            j.c.end < hi,
-            j.c.state.in_(FAILED_STATES),
-            # Only this node's failures, as features.py counts them: attributed to it, or a
-            # single-node job that Slurm ended NODE_FAIL.
-            or_(a.c.kind.in_(ATTRIBUTED_KINDS), and_(j.c.nnodes == 1, j.c.state == "NODE_FAIL")),
-        )
-        .order_by(j.c.end.desc()),
         "xid_events": select(
             check_results.c.time,
             check_results.c.component,
@@ -413,11 +400,58 @@ def evidence(
         )
         .order_by(job_exclusions.c.time.desc()),
     }
-    out: dict[str, list[dict]] = {}
+    if failed_jobs is None:
+        failed_jobs = failed_jobs_evidence(engine, [node], as_of, window_days,
+                                           limit=limit).get(node, [])
+    out: dict[str, list[dict]] = {"failed_jobs": failed_jobs}
     with engine.connect() as conn:
         for name, stmt in queries.items():
             rows = conn.execute(stmt.limit(limit)).mappings().all()
             out[name] = [{k: _jsonable(v) for k, v in r.items()} for r in rows]
+    return out
+
+
+def failed_jobs_evidence(engine: Engine, nodes: list[str], as_of: datetime,
+                         window_days: float = 28, *, limit: int = 20) -> dict[str, list[dict]]:
+    """Per node, its failed jobs of the window, newest first, at most `limit`: only its own
+    failures, as features.py counts them (attributed to it, or a single-node job Slurm ended
+    NODE_FAIL), a row per attributed cause. Every node in one query: one a node read the
+    window's jobs again each time (55 ms a node at 1M jobs on PostgreSQL: 2.5 s for 45
+    candidates). Rows of one end time come newest job first, then in attribution order."""
+    if not nodes:
+        return {}
+    lo, hi = window_bounds(as_of, window_days)
+    j, jn, a = jobs, job_nodes, attributions
+    rank = func.row_number().over(
+        partition_by=jn.c.node, order_by=(j.c.end.desc(), j.c.id.desc(), a.c.id))
+    ranked = (
+        select(jn.c.node, j.c.job_id, j.c.state, j.c.start, j.c.end, j.c.nnodes, a.c.cause,
+               a.c.code, rank.label("rank"))
+        .select_from(
+            j.join(jn, jn.c.job_pk == j.c.id).outerjoin(
+                a, and_(a.c.job_pk == j.c.id, a.c.node == jn.c.node)
+            )
+        )
+        .where(
+            jn.c.node.in_(nodes),
+            j.c.end >= lo,
+            j.c.end < hi,
+            j.c.state.in_(FAILED_STATES),
+            or_(a.c.kind.in_(ATTRIBUTED_KINDS), and_(j.c.nnodes == 1, j.c.state == "NODE_FAIL")),
+        )
+        .subquery()
+    )
+    columns = ("job_id", "state", "start", "end", "nnodes", "cause", "code")
+    out: dict[str, list[dict]] = {}
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(ranked.c.node, *(ranked.c[c] for c in columns))
+            .where(ranked.c.rank <= limit)
+            .order_by(ranked.c.node, ranked.c.rank)
+        ).all()
+    for node, *values in rows:
+        out.setdefault(node, []).append(
+            {k: _jsonable(v) for k, v in zip(columns, values, strict=True)})
     return out
 
 
