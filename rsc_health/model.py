@@ -181,9 +181,9 @@ class Metric(StrEnum):
     # max over GPUs of memory banks whose row-remap availability is low or none
     # (nvmlDeviceGetRowRemapperHistogram): the next uncorrectable error there may not remap
     REMAP_LOW_BANKS = "remap_low_banks"
-    # max over HCA ports of error counter increments per s (symbol, link downed, link error
-    # recovery, receive, remote physical, link integrity, buffer overrun; not xmit discards,
-    # which are congestion)
+    # max over HCA ports of the link's own physical error counters' increments per s (symbol,
+    # link downed, link error recovery, link integrity; not receive, remote physical or buffer
+    # overrun errors, which healthy ports count under load, nor xmit discards: congestion)
     IB_ERROR_RATE = "ib_error_rate"
 
 

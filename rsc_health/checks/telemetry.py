@@ -10,8 +10,8 @@ remapper's histogram of banks by spare rows left; with the PCIe link, replay cou
 temperature, remapped rows and NVLink error counters every GPU family reads.
 The HCAs give `port_xmit_wait` (ticks a port had data and could not send: congestion), the
 data counters (`port_xmit_data`, `port_rcv_data`: octets / 4) and the error counters the
-infiniband family judges (IB_ERRORS) under /sys/class/infiniband/<hca>/ports/<n>/counters/,
-and the port's `rate`.
+infiniband family judges but discards under /sys/class/infiniband/<hca>/ports/<n>/counters/,
+and the port's `rate`. ib_error_rate sums the link's own physical errors (IB_ERRORS) only.
 
 Cumulative counters are kept between runs as every family keeps its own (`counters`, saved
 in counters.json with the time of the read): a rate is the increase over the interval since
@@ -53,10 +53,21 @@ if TYPE_CHECKING:
     from _typeshed import StrPath  # str | os.PathLike[str]
 
 FAMILY = "telemetry"
-# The infiniband family's error counters but transmit discards (congestion, which
-# port_xmit_wait measures): their sum per second is ib_error_rate.
-IB_ERRORS = tuple(c for c in ERROR_COUNTERS if c != "port_xmit_discards")
-IB_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data", *IB_ERRORS)
+# The error counters that count this link's own physical errors (kernel
+# Documentation/ABI/stable/sysfs-class-infiniband; docs/failslow.md): minor errors on its
+# lanes (on HDR/NDR those left after FEC), link error recoveries, link downs, and bursts of
+# local physical errors past LocalPhyErrors. Their sum per second is ib_error_rate.
+IB_ERRORS = ("symbol_error", "link_error_recovery", "link_downed",
+             "local_link_integrity_errors")
+# The infiniband family's other error counters but transmit discards (congestion, which
+# port_xmit_wait measures): receive errors mix local physical errors with buffer overruns and
+# malformed packets, remote physical errors are packets a link elsewhere marked bad, and
+# overruns are load or configuration; healthy NDR ports count all three under load. Each
+# port's figures keep their rates; ib_error_rate does not sum them.
+IB_LOAD_ERRORS = tuple(c for c in ERROR_COUNTERS
+                       if c not in IB_ERRORS and c != "port_xmit_discards")
+IB_COUNTERS = ("port_xmit_wait", "port_xmit_data", "port_rcv_data", *IB_ERRORS,
+               *IB_LOAD_ERRORS)
 _PORTS = "sys/class/infiniband/*/ports/*"
 READS = (f"{_PORTS}/rate", f"{_PORTS}/link_layer",
          *(f"{_PORTS}/counters/{c}" for c in IB_COUNTERS))

@@ -202,7 +202,7 @@ _LABELS = {
     "nvlink_data_rate": "NVLink B/s (min busy GPU)",
     "remapped_rows": "rows remapped (max GPU)",
     "remap_low_banks": "banks low on remap (max GPU)",
-    "ib_error_rate": "IB errors / s (max port)",
+    "ib_error_rate": "IB link errors / s (max port)",
 }
 
 

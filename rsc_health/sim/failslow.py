@@ -31,8 +31,10 @@ NVLink throughput: a job's GPUs answer NOT_SUPPORTED for the throughput fields o
 jobs (`nvlink_unsupported_share`; the real H200 does): no nvlink_data_rate sample at all, never a
 zero. Its healthy spread: a job's traffic level, a per-node offset of a few percent, per-sample
 noise, checkpoints that idle part of each node's interval (by its phase), a pipeline's last stage
-moving less, job-wide phases. IB errors' healthy spread: most ports count none, a few count a
-trickle, one-sweep bursts on a random port, fabric events on every port of the job or a leaf's.
+moving less, job-wide phases. IB errors' healthy spread (ib_error_rate: the link's own physical
+errors): most ports count none, a few count a trickle, one-sweep bursts on a random port of at
+most what the infiniband family keeps in service (HEALTHY_BURST_MAX), fabric events on every
+port of the job or a leaf's (a switch flapping: its links recover or go down and retrain).
 The draws of both come from a generator of their own (seed, job), so the other metrics, the
 kinds' parameters and step times of a seed stay as they were.
 
@@ -46,6 +48,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+
+from rsc_health.checks.infiniband import DEFAULT_LIMITS
+from rsc_health.checks.telemetry import IB_ERRORS
+
+# The most physical errors (symbol, link recovery, link downed, link integrity: what
+# ib_error_rate sums) a port counts in one sweep and stays in service by the infiniband
+# family's own per-sweep limits (10 + 1 + 0 + 10 = 21); past any of them the family drains the
+# node after its job as a bad cable. A healthy port's one-sweep burst stays under it.
+HEALTHY_BURST_MAX = sum(DEFAULT_LIMITS[c] for c in IB_ERRORS)
 
 KINDS = ("hw_slowdown", "pcie_x8", "ib_congested", "thermal", "nvlink_degraded",
          "ib_port_errors")
@@ -300,9 +311,15 @@ def _links(plan: dict, faults: list[dict], shift: str, ckpt: np.ndarray, cfg: Fa
     counts[trickle] = rng.poisson(rng.uniform(0.2, 2.0, (int(trickle.sum()), 1)),
                                   (int(trickle.sum()), s))
     comp["ib_error_rate"][trickle] = ports[rng.integers(0, 8, int(trickle.sum()))][:, None]
-    # (the workload does not make a healthy cable count errors: the same rate in every job)
+    # (the workload does not make a healthy cable count errors: the same rate in every job).
+    # ib_error_rate counts the link's own physical errors only: the receive, remote physical
+    # and overrun errors healthy ports count under load (up to 100 a sweep each, which bursts
+    # of 5-100 stood for before 2026-11-27) are not in it, and a burst of physical errors on a
+    # port the infiniband family keeps in service is at most HEALTHY_BURST_MAX. Their rate is
+    # kept (no source gives one for a healthy link's physical one-offs: the harsh side).
     burst = rng.random(shape) < 0.01
-    counts = np.where(burst, np.maximum(counts, rng.integers(5, 100, shape)), counts)
+    counts = np.where(burst, np.maximum(counts, rng.integers(5, HEALTHY_BURST_MAX + 1, shape)),
+                      counts)
     comp["ib_error_rate"] = np.where(burst, ports[rng.integers(0, 8, shape)],
                                      comp["ib_error_rate"])
     if strong or rng.random() < 0.1:

@@ -96,7 +96,8 @@ def test_upgrade_from_13_on_postgresql_matches_a_new_database(pg_url, tmp_path):
 def test_the_new_metrics_land_roll_up_and_show_in_the_node_view(historian, tmp_path):
     """A day of a node's sweeps outside jobs with the four metrics: the samples keep all four,
     the day's rollup holds the two rates (the levels are not rolled up: model.LEVELS) and
-    counts the IB error sweeps past warn_above (1/s), and the node view reads them back."""
+    counts the IB error sweeps past warn_above (0.07/s: the link's own physical errors), and
+    the node view reads them back."""
     day = datetime(2026, 11, 20)
     records = []
     for i in range(288):
@@ -122,7 +123,7 @@ def test_the_new_metrics_land_roll_up_and_show_in_the_node_view(historian, tmp_p
     assert Metric.REMAP_LOW_BANKS.value not in got and Metric.REMAPPED_ROWS.value not in got
     ib = got[Metric.IB_ERROR_RATE.value]
     assert (ib["n"], ib["past"], ib["max"], ib["worst"], ib["limit"]) == (
-        288, 12, 4.0, "mlx5_6/1", 1.0)
+        288, 12, 4.0, "mlx5_6/1", 0.07)
     assert load_samples(historian, day, day + timedelta(days=1), nodes=["gpu007"]).query(
         "metric == 'remap_low_banks'")["value"].max() == 2.0
     unlined = got[Metric.NVLINK_DATA_RATE.value]  # no line: peers judge it, nothing counted

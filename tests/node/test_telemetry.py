@@ -323,7 +323,8 @@ def test_a_fifo_or_a_device_where_a_counter_was_is_skipped_never_waited_on(node)
     read = telemetry.collect(node.root)
     assert time.monotonic() - started < 2
     ports = {p["name"]: p for p in read["ports"]}
-    assert set(ports["mlx5_1/1"]["counters"]) == {"port_rcv_data", *telemetry.IB_ERRORS}
+    assert set(ports["mlx5_1/1"]["counters"]) == {"port_rcv_data", *telemetry.IB_ERRORS,
+                                                *telemetry.IB_LOAD_ERRORS}
     assert set(ports["mlx5_0/1"]["counters"]) == set(telemetry.IB_COUNTERS)
 
 
@@ -337,7 +338,8 @@ def test_a_hostile_hca_name_and_garbled_counters_do_not_reach_the_sample_as_numb
     ports = {p["name"]: p for p in read["ports"]}
     assert 'mlx"5\nx/1' in ports  # a name, never parsed as anything else
     assert ports["mlx5_2/1"]["counters"] == {"port_xmit_data": 0,
-                                             **{c: 0 for c in telemetry.IB_ERRORS}}
+                                             **{c: 0 for c in (*telemetry.IB_ERRORS,
+                                                                  *telemetry.IB_LOAD_ERRORS)}}
 
 
 def test_a_telemetry_call_that_hangs_is_bounded_like_every_nvml_read(monkeypatch, node):

@@ -236,8 +236,58 @@ def test_ib_error_counters_become_the_worst_ports_rate_through_the_engine(node):
     sample = _sample(findings)
     err = sample["metrics"][Metric.IB_ERROR_RATE]
     assert err["component"] == "mlx5_6/1"
-    assert err["value"] == pytest.approx(3.0, rel=0.01)
+    # the symbol errors only: receive errors are not this link's own physical errors
+    assert err["value"] == pytest.approx(2.0, rel=0.01)
     _no_warning_drains(findings)
+
+
+def _ib_interval(node) -> None:
+    """A first run that saved the ports' counters 300 s ago."""
+    engine.run(node.config, node.root, only={"telemetry"})
+    saved = node.root / "var/lib/rsc_health/counters.json"
+    state = json.loads(saved.read_text())
+    state["counters"]["tm/time_ms"] -= 300_000
+    saved.write_text(json.dumps(state))
+
+
+def test_ib_error_rate_is_the_links_own_physical_errors_not_receive_or_fabric_errors(node):
+    """Receive errors (local buffer overruns and malformed packets as well as bad CRCs), packets
+    a link elsewhere marked bad (remote physical) and overruns are what healthy NDR ports count
+    under load (the infiniband family tolerates 100 a sweep of each): a port counting them is
+    not the worst port. Symbol errors, link recoveries, link integrity errors and link downs
+    are this link's own; their sum per second is ib_error_rate. The port's figures keep every
+    counter's rate."""
+    _ib_interval(node)
+    busy = "sys/class/infiniband/mlx5_2/ports/1/counters/"
+    node.write(busy + "port_rcv_errors", "90\n")
+    node.write(busy + "port_rcv_remote_physical_errors", "60\n")
+    node.write(busy + "excessive_buffer_overrun_errors", "12\n")
+    cable = "sys/class/infiniband/mlx5_5/ports/1/counters/"
+    node.write(cable + "symbol_error", "8\n")
+    node.write(cable + "link_error_recovery", "1\n")
+    node.write(cable + "local_link_integrity_errors", "3\n")
+    findings = engine.run(node.config, node.root, only={"telemetry"}, save_state=False)
+    sample = _sample(findings)
+    err = sample["metrics"][Metric.IB_ERROR_RATE]
+    assert err["component"] == "mlx5_5/1"
+    assert err["value"] == pytest.approx(12 / 300, rel=0.01)
+    ports = {p["port"]: p for p in sample["ports"]}
+    assert ports["mlx5_2/1"]["error_rate"] == 0.0
+    assert ports["mlx5_2/1"]["port_rcv_errors_rate"] == pytest.approx(90 / 300, rel=0.01)
+    _no_warning_drains(findings)
+
+
+def test_a_4_bit_overrun_counter_stopped_at_15_no_longer_hides_a_ports_error_rate(node):
+    """excessive_buffer_overrun_errors is 4 bits wide and fills on healthy ports under load; it
+    is not summed into ib_error_rate, so the port's symbol errors still give a rate."""
+    port = "sys/class/infiniband/mlx5_3/ports/1/counters/"
+    node.write(port + "excessive_buffer_overrun_errors", "15\n")
+    _ib_interval(node)
+    node.write(port + "symbol_error", "9\n")
+    sample = _sample(engine.run(node.config, node.root, only={"telemetry"}, save_state=False))
+    ports = {p["port"]: p for p in sample["ports"]}
+    assert ports["mlx5_3/1"]["error_rate"] == pytest.approx(9 / 300, rel=0.01)
+    assert sample["metrics"][Metric.IB_ERROR_RATE]["component"] == "mlx5_3/1"
 
 
 def test_an_ib_error_counter_that_went_down_gives_no_negative_rate(node):
@@ -278,3 +328,16 @@ def test_a_saturated_ib_error_counter_gives_no_rate_not_zero(node):
     ports = {p["port"]: p for p in _sample(findings)["ports"]}
     assert "error_rate" not in ports["mlx5_0/1"]
     assert ports["mlx5_1/1"]["error_rate"] == 0.0  # an unsaturated port still says 0
+
+
+def test_the_ib_error_rate_warn_line_is_the_infiniband_tolerances_of_the_summed_counters():
+    """The rollups count ib_error_rate samples past [telemetry] warn_above.ib_error_rate: the
+    infiniband family's per-sweep tolerances of the counters the rate sums (symbol 10, link
+    recovery 1, link downed 0, link integrity 10: 21 in 300 s), not of the receive, remote
+    physical and overrun counters it no longer sums (100 each)."""
+    from rsc_health.checks.infiniband import DEFAULT_LIMITS
+    from rsc_health.config import load_config
+
+    line = load_config(None).get("telemetry.warn_above")["ib_error_rate"]
+    assert line == pytest.approx(sum(DEFAULT_LIMITS[c] for c in telemetry.IB_ERRORS) / 300,
+                                 abs=0.001)

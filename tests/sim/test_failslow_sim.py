@@ -46,3 +46,24 @@ def test_nvlink_throughput_not_supported_is_no_sample_never_a_zero():
     assert (nvl["value"] > 0).all() and nvl["value"].notna().all()
     with_nvl = fleet.membership[fleet.membership["node"].isin(set(nvl["node"]))]["job_id"]
     assert 0 < with_nvl.nunique() < fleet.jobs["job_id"].nunique()
+
+
+def test_a_healthy_ports_lone_error_burst_stays_within_what_the_infiniband_family_keeps():
+    """ib_error_rate is the link's own physical errors: a healthy port's one-sweep burst is at
+    most what the infiniband family keeps in service in a sweep (symbol 10 + link recovery 1 +
+    link integrity 10 = 21; past it the family drains the node as a bad cable). A count past
+    that on a healthy node is a fabric event's: in its sweep, another node of the job counts
+    errors on the same port."""
+    from rsc_health.sim.failslow import HEALTHY_BURST_MAX
+
+    assert HEALTHY_BURST_MAX == 21
+    fleet = simulate_failslow(FailSlowConfig(jobs=80, seed=8, fault_share=0.0))
+    s = fleet.samples[fleet.samples["metric"] == "ib_error_rate"].merge(
+        fleet.membership[["job_id", "node", "start"]], on="node")
+    s = s.assign(count=(s["value"] * 300).round(),
+                 sweep=((s["time"] - s["start"]).dt.total_seconds() - 60) // 300)
+    big = s[s["count"] > HEALTHY_BURST_MAX]
+    assert len(big) > 0  # fabric events do count past it
+    others = s[s["count"] > 0].groupby(["job_id", "sweep", "component"])["node"].nunique()
+    for row in big.itertuples():
+        assert others[(row.job_id, row.sweep, row.component)] >= 2, row
