@@ -22,7 +22,7 @@ import marshal
 import os
 import stat
 
-from rsc_health import lazyre
+from rsc_health import ConfigError, lazyre
 from rsc_health.compat import (
     date,
     join_parts,
@@ -35,7 +35,6 @@ from rsc_health.compat import (
     pure_path,
     time,
 )
-from rsc_health.config_schema import ConfigError
 from rsc_health.record import dataclass, field
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
