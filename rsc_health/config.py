@@ -199,18 +199,45 @@ def _glob_tokens(pattern: str) -> list | None:
     return tokens
 
 
-def _read_defaults() -> dict:
-    """The packaged default_config.toml, from the installed file or from the node zipapp;
-    parsed once at build time when it is the file scripts/gen-packaged saw."""
+def _defaults_bytes() -> bytes:
+    """The packaged default_config.toml's bytes, from the installed file or from the node
+    zipapp. Raises ConfigError (OSError from a zipapp that cannot be read)."""
     data = packaged_bytes(PACKAGED_DEFAULTS)
-    if data is None:
-        return _read_toml(PACKAGED_DEFAULTS, packaged=True)
+    return _read_bytes(PACKAGED_DEFAULTS) if data is None else data
+
+
+def _read_defaults() -> dict:
+    """The packaged default_config.toml, parsed once at build time when it is the file
+    scripts/gen-packaged saw."""
+    data = _defaults_bytes()
     return packaged_toml(data) or _parse_toml(data, PACKAGED_DEFAULTS)
+
+
+def _hot_default(dotted: str) -> Any:
+    """A default a job start reads before it has a config (the compiled config's place, the
+    watchdog's first budget), from rsc_health._packaged_keys.HOT: no tree of every default is
+    built for it (rsc_health._packaged: 131 KB of bytecode, about 3 M instructions of a 38 M
+    bare start). Only while default_config.toml holds the very bytes HOT was made from;
+    _UNSET for anything else (a key not in HOT, other bytes, a file that cannot be read): the
+    tree decides, and says what is wrong."""
+    from rsc_health._packaged_keys import HOT, SOURCES
+
+    if dotted not in HOT:
+        return _UNSET
+    try:
+        data = _defaults_bytes()
+    except (ConfigError, OSError):
+        return _UNSET
+    return HOT[dotted] if data == SOURCES["default_config.toml"] else _UNSET
 
 
 def packaged_default(dotted: str) -> Any:
     """A documented key's packaged default (default_config.toml); KeyError for one that is not
     documented."""
+    if not _PACKAGED:  # the tree, once built, is as cheap
+        value = _hot_default(dotted)
+        if value is not _UNSET:
+            return value  # an immutable leaf: no copy
     value = _lookup(_packaged(), dotted)
     if value is _UNSET:
         raise KeyError(f"{dotted}: not in {os.path.basename(PACKAGED_DEFAULTS)}")
@@ -567,7 +594,8 @@ def _code_key() -> tuple:
     archive = zip_archive()
     here = os.path.dirname(os.path.abspath(__file__))
     parts = [archive] if archive else [os.path.join(here, name) for name in (
-        "config.py", "config_schema.py", "default_config.toml", "_packaged.py", "model.py")]
+        "config.py", "config_schema.py", "default_config.toml", "_packaged.py", "_packaged_keys.py",
+        "model.py")]
     return (COMPILED_FORMAT, __version__, tuple(_stat_key(p) for p in parts))
 
 
