@@ -79,6 +79,7 @@ NOT_ON_A_HEALTHY_PROLOG = {
     "pathlib", "json", "re", "enum", "datetime", "contextlib", "collections", "functools",
     "fnmatch", "urllib", "ipaddress", "ntpath", "warnings", "importlib", "operator", "keyword",
     "reprlib", "copy", "copyreg", "weakref", "types", "string", "struct",
+    "grp", "pwd",  # [xid] log_writers, looked up only when a source asks (kmsg._NamedIds)
 }
 
 
