@@ -77,9 +77,14 @@ class Config:
         node = _lookup(_packaged(), dotted)
         return None if node is _UNSET else _copied(node)
 
-    def for_node(self, node: str, partition: str | None = None) -> Config:
-        """The config as seen by one node: partition overrides, then node-glob overrides."""
-        merged = _copied(self.data)
+    def for_node(self, node: str, partition: str | None = None, *,
+                 given_up: bool = False) -> Config:
+        """The config as seen by one node: partition overrides, then node-glob overrides. A
+        copy, unless the caller gives this config up (`given_up`: the node path's job start,
+        whose config was loaded for that run alone and is not used again): then the overrides
+        are merged into its own tables (copying the whole tree cost every job start 1.5 M
+        instructions, 4% of a bare start)."""
+        merged = self.data if given_up else _copied(self.data)
         layers = []
         if partition and partition in self.overrides.get("partitions", {}):
             layers.append(self.overrides["partitions"][partition])
@@ -416,13 +421,15 @@ def node_name(cfg: Config) -> str:
 
 
 def resolve_node_config(
-    cfg: Config, node: str | None = None, partition: str | None = None
+    cfg: Config, node: str | None = None, partition: str | None = None, *,
+    given_up: bool = False,
 ) -> tuple[Config, str]:
     """(the config as this node sees it, the node's name): one resolution for `healthctl check`,
     the prolog, the epilog and the sweep. [partitions.NAME] applies where the partition is
-    known (the prolog/epilog's $SLURM_JOB_PARTITION, `check --partition`)."""
+    known (the prolog/epilog's $SLURM_JOB_PARTITION, `check --partition`). `given_up`:
+    Config.for_node's (`cfg` is not used again: the view is made in it)."""
     name = node or node_name(cfg)
-    return cfg.for_node(name, partition or None), name
+    return cfg.for_node(name, partition or None, given_up=given_up), name
 
 
 def node_root(explicit: str | os.PathLike | None = None) -> str:

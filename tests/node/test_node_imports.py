@@ -46,9 +46,10 @@ NODE_PATH_MODULES = {
     "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
     "rsc_health.checks.env",
     "rsc_health.checks._program",
+    # Not host or telemetry: their counters are their own collect's (Family.counters_own).
     *(f"rsc_health.checks.{f}" for f in ("gpu", "xid", "ecc", "remap", "nvlink", "pcie",
-                                          "infiniband", "mount", "host", "site", "sxid",
-                                          "leftover", "fabric", "dcgm", "telemetry")),
+                                          "infiniband", "mount", "site", "sxid",
+                                          "leftover", "fabric", "dcgm")),
     "rsc_health.collect", "rsc_health.collect.node", "rsc_health.collect.sysfs",
     "rsc_health.collect.bounded", "rsc_health.collect.counters", "rsc_health.collect.kmsg",
     "rsc_health.collect.gpu", "rsc_health.collect.mounts", "rsc_health.collect.hangs",
