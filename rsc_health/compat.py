@@ -127,11 +127,14 @@ else:
             for base in bases:
                 if getattr(base, "_member_names_", None):
                     raise TypeError(f"{name}: cannot extend {base!r}")
+            # A str or int is never a descriptor: only other values are asked (each hasattr
+            # that fails formats an AttributeError, three a member, every job start).
             members = [(key, value) for key, value in namespace.items()
-                       if not (key[:1] == "_" or hasattr(value, "__get__")
-                               or hasattr(value, "__set__") or hasattr(value, "__delete__"))]
-            body = {key: value for key, value in namespace.items()
-                    if key not in dict(members)}
+                       if not (key[:1] == "_" or type(value) not in (str, int) and (
+                           hasattr(value, "__get__") or hasattr(value, "__set__")
+                           or hasattr(value, "__delete__")))]
+            named = {key for key, _ in members}
+            body = {key: value for key, value in namespace.items() if key not in named}
             cls = super().__new__(mcls, name, bases, body, **kwargs)
             data_type = next((b for b in cls.__mro__ if b in (str, int)), None)
             by_name: dict = {}
