@@ -276,8 +276,14 @@ def join_parts(root: str, parts: list[str]) -> str:
 
 
 def pure_path(path: str | os.PathLike[str]) -> str:
-    """str(pathlib.Path(path)) without pathlib: no doubled or trailing slash, no "." part."""
-    return join_parts(*path_parts(path))
+    """str(pathlib.Path(path)) without pathlib: no doubled or trailing slash, no "." part. A
+    str in that form already is itself (a "." part can only stand whole, first, inside or
+    last): most of the paths a job start reads, a few hundred of them."""
+    text = os.fspath(path)
+    if type(text) is str and text and "//" not in text and "/./" not in text \
+            and text[-1] != "/" and text[:2] != "./" and text[-2:] != "/.":
+        return text
+    return join_parts(*path_parts(text))
 
 
 # pathlib's exists/is_dir/is_symlink (3.9 to 3.11): these errors mean "no", any other is raised.
