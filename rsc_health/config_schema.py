@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import os
 
+from rsc_health import ConfigError
 from rsc_health.model import FINDING_SEVERITIES, LOWER_IS_WORSE, Level, Metric
 from rsc_health.record import dataclass, field
 
@@ -22,11 +23,6 @@ TYPE_CHECKING = False  # typing's, without importing typing: every job start loa
 if TYPE_CHECKING:
     from typing import Any
 
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message names the file and what is wrong.
-    Defined here, below rsc_health.config (which reads it from here), so the schema does not
-    import the module that imports it (tests/unit/test_import_graph.py)."""
 
 DURATION_SUFFIXES = ("_s", "_min", "_h", "_hours", "_days", "_minutes")
 IB_COUNTERS = (

@@ -29,6 +29,10 @@ import time
 from rsc_health.collect.sysfs import read_bounded
 from rsc_health.compat import join_parts, json_loads, path_mode, path_parts, pure_path
 
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from collections.abc import Container
+
 # Paths are str (os.path, no pathlib: issue 25's job-start diet); every function takes a str
 # or an os.PathLike and reads it as pathlib.Path would (compat.pure_path): one name, one meaning.
 _split, _join, _norm = path_parts, join_parts, pure_path
@@ -133,8 +137,8 @@ def _kind(mode: int) -> str:
 # could have written or swapped: the file root's (or ours) and writable by no one else, and
 # every directory on the way to it likewise, or sticky.
 
-def owner_refusal(st: os.stat_result, what: str, *, uids: frozenset[int] = frozenset(),
-                  gids: frozenset[int] = frozenset()) -> str:
+def owner_refusal(st: os.stat_result, what: str, *, uids: Container[int] = frozenset(),
+                  gids: Container[int] = frozenset()) -> str:
     """Why a file or directory of this stat is not trusted, or "": what the node path's user
     (root under slurmd) runs or reads its orders from must be its own (or root's) and
     writable by no one else: a site check program, its directory, the site config. `uids` /
@@ -149,7 +153,7 @@ def owner_refusal(st: os.stat_result, what: str, *, uids: frozenset[int] = froze
 
 
 def trust_refusal(st: os.stat_result, path: str | os.PathLike[str], what: str = "", *,
-                  uids: frozenset[int] = frozenset(), gids: frozenset[int] = frozenset()) -> str:
+                  uids: Container[int] = frozenset(), gids: Container[int] = frozenset()) -> str:
     """Why root must not run or take orders from the file `path` (`st`: its stat, taken from
     the descriptor that will be read where there is one), or "": owner_refusal, then
     path_refusal. The one rule for the site config, a catalog override, a qualification tool
@@ -160,7 +164,7 @@ def trust_refusal(st: os.stat_result, path: str | os.PathLike[str], what: str = 
 
 
 def path_refusal(path: str | os.PathLike[str], what: str = "", *,
-                 uids: frozenset[int] = frozenset(), gids: frozenset[int] = frozenset()) -> str:
+                 uids: Container[int] = frozenset(), gids: Container[int] = frozenset()) -> str:
     """Why someone else could swap what `path` names for their own, or "": every directory
     holding a name on the way to it (each symlink's own directory, then its target's), up to
     /, must be root's (or ours) and writable by no one else, or sticky (/tmp: no one else can
@@ -177,8 +181,10 @@ def path_refusal(path: str | os.PathLike[str], what: str = "", *,
             return f"{prefix}{directory}: {exc.strerror or exc}"
         if st.st_uid not in (0, os.geteuid()) and st.st_uid not in uids:
             return f"{prefix}{directory} on its path is owned by uid {st.st_uid}; refused"
-        writers = stat.S_IWOTH | (0 if st.st_gid in gids else stat.S_IWGRP)
-        if st.st_mode & writers and not st.st_mode & stat.S_ISVTX:
+        # gids is asked only of a group-writable directory (kmsg's are looked up when asked).
+        writable = st.st_mode & stat.S_IWOTH or (
+            st.st_mode & stat.S_IWGRP and st.st_gid not in gids)
+        if writable and not st.st_mode & stat.S_ISVTX:
             return (f"{prefix}{directory} on its path is writable by group or others (mode "
                     f"{stat.S_IMODE(st.st_mode):o}); refused")
     return ""

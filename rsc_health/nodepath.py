@@ -131,7 +131,10 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
         log(f"{stage.name}: {run.config_error}")
     run.parsed = base.parsed
     sinks.set_syslog(bool(base.get("node.syslog")))
-    cfg, node = resolve_node_config(base, partition=os.environ.get("SLURM_JOB_PARTITION"))
+    # base is loaded for this run alone and not used again: the node's view is made in it.
+    cfg, node = resolve_node_config(base, partition=os.environ.get("SLURM_JOB_PARTITION"),
+                                    given_up=True)
+    del base
     run.cfg, run.node = cfg, node
     sdir = run.sdir = state_dir(cfg, root)
     seconds = budget(cfg, stage)

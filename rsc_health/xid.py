@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import os
 
-from rsc_health.compat import packaged_bytes, packaged_toml
+from rsc_health.compat import packaged_bytes, packaged_name, packaged_toml
 from rsc_health.model import Severity
 from rsc_health.record import dataclass
+
+TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
+if TYPE_CHECKING:
+    from collections.abc import Callable
 
 CATALOG_PATH = os.path.join(os.path.dirname(__file__), "xid_catalog.toml")
 SXID_CATALOG_PATH = os.path.join(os.path.dirname(__file__), "sxid_catalog.toml")
@@ -34,10 +38,27 @@ class XidRule:
     name: str
 
 
-@dataclass
 class Catalog:
-    data: dict
-    label: str = "XID"  # "SXid" for the NVSwitch catalog
+    """The catalog's tree (`data`: the packaged one with the site override over it) and what
+    its codes are called in messages (`label`: "SXid" for the NVSwitch catalog). The packaged
+    catalog alone is built when first used (`build`): a healthy run judges no event and never
+    builds it, nor loads the trees' module (rsc_health._packaged, 131 KB of bytecode)."""
+
+    def __init__(self, data: dict | None, label: str = "XID",
+                 build: Callable[[], dict] | None = None) -> None:
+        self._data = data
+        self._build = build
+        self.label = label
+
+    @property
+    def data(self) -> dict:
+        if self._data is None and self._build is not None:
+            self._data = self._build()
+        return self._data if self._data is not None else {}
+
+    def __repr__(self) -> str:
+        built = "built" if self._data is not None else "not built yet"
+        return f"Catalog(label={self.label!r}, {built})"
 
     def rule(
         self, xid: int, line_severity: str | None = None, recovery: str | None = None
@@ -91,19 +112,30 @@ def _trusted(path: str) -> None:
         raise CatalogError(why)
 
 
-def _read(path: str) -> dict:
+_PACKAGED_PATHS = (CATALOG_PATH, SXID_CATALOG_PATH)
+
+
+def _bytes(path: str) -> bytes:
     from rsc_health.collect.sysfs import read_bounded  # refuses a FIFO or endless file
 
-    packaged = path in (CATALOG_PATH, SXID_CATALOG_PATH)
-    packed = packaged_bytes(path) if packaged else None  # from the node zipapp
+    packed = packaged_bytes(path) if path in _PACKAGED_PATHS else None  # from the node zipapp
     try:
-        data = read_bounded(path, 1 << 20) if packed is None else packed
-        if packaged:
-            tree = packaged_toml(data)  # parsed at build time (scripts/gen-packaged)
-            if tree is not None:
-                return tree
+        return read_bounded(path, 1 << 20) if packed is None else packed
+    except OSError as exc:
+        raise CatalogError(f"{path}: {exc}") from exc
+
+
+def _read(path: str, data: bytes | None = None) -> dict:
+    """The tree of the catalog at `path` (its bytes `data`, when read already)."""
+    if data is None:
+        data = _bytes(path)
+    if path in _PACKAGED_PATHS:
+        tree = packaged_toml(data)  # parsed at build time (scripts/gen-packaged)
+        if tree is not None:
+            return tree
+    try:
         text = data.decode("utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+    except UnicodeDecodeError as exc:
         raise CatalogError(f"{path}: {exc}") from exc
     from rsc_health.compat import tomllib  # a catalog that is not the packaged one
 
@@ -132,7 +164,13 @@ def _validate(data: dict, path: str) -> None:
 def load_catalog(override: str | os.PathLike | None = None,
                  path: str | os.PathLike = CATALOG_PATH, label: str = "XID") -> Catalog:
     path = os.fspath(path)
-    data = _read(path)
+    raw = _bytes(path)
+    if not override and path in _PACKAGED_PATHS and packaged_name(raw) is not None:
+        # The very bytes scripts/gen-packaged made its tree from (tomllib's tree of them, and
+        # one that validates: tests/unit/test_packaged_literal.py, test_xid_catalog.py): built,
+        # and validated again, only when an event is judged by it.
+        return Catalog(None, label, build=lambda: _validated(_read(path, raw), path))
+    data = _read(path, raw)
     if override:
         site_path = os.fspath(override)
         _trusted(site_path)
@@ -141,8 +179,12 @@ def load_catalog(override: str | os.PathLike | None = None,
         for table in ("defaults", *PER_LINE):
             data.setdefault(table, {}).update(site.get(table, {}))
         data.setdefault("codes", {}).update(site.get("codes", {}))
+    return Catalog(_validated(data, path), label)
+
+
+def _validated(data: dict, path: str) -> dict:
     _validate(data, path)
-    return Catalog(data, label)
+    return data
 
 
 def load_sxid_catalog(override: str | os.PathLike | None = None) -> Catalog:

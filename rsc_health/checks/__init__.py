@@ -59,6 +59,10 @@ class Family:
     # outcomes, processes) and `[<config>] replay_file` makes its collect judge that doc:
     # `check --from` replays it and runs nothing of the machine replaying it.
     replays: bool = False
+    # Its counters come from its own collect alone (state.extra[name]): a run that did not
+    # collect it has none of them, so one that does not run it never imports it for them
+    # (checks.state._read_counters: a prolog spared host and telemetry, 1.6 M instructions).
+    counters_own: bool = False
 
 
 class _Attr:
@@ -122,7 +126,7 @@ REGISTRY: tuple[Family, ...] = (
     _family("pcie", "pcie", ("reads", "collect", "counters"), nvml=True),
     _family("infiniband", "infiniband", ("reads", "collect", "counters")),
     _family("mount", "mounts", ("reads", "collect", "capture")),
-    _family("host", "host", ("reads", "collect", "counters")),
+    _family("host", "host", ("reads", "collect", "counters"), counters_own=True),
     # NVSwitch systems: the Fabric Manager service (a bounded systemctl) and NVML's fabric state.
     _family("fabric", "fabric", ("reads", "collect", "capture"), nvml=True, replays=True),
     # Processes NVML sees on the GPUs that belong to no running job (the prolog's check).
@@ -133,7 +137,8 @@ REGISTRY: tuple[Family, ...] = (
     _family("site", "site", ("collect", "capture")),
     # NVML's telemetry answers (asked only when it runs) and the HCAs' traffic counters:
     # one sample a run, warnings only.
-    _family("telemetry", "telemetry", ("reads", "collect", "counters", "capture"), nvml=True),
+    _family("telemetry", "telemetry", ("reads", "collect", "counters", "capture"), nvml=True,
+            counters_own=True),
 )
 FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}

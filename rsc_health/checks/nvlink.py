@@ -4,7 +4,7 @@ sweeps drain after the job."""
 from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus
-from rsc_health.collect.gpu import NVLINK_COUNTERS, flag, val
+from rsc_health.collect.gpu import NVLINK_COUNTERS, flag
 from rsc_health.model import Finding, Severity
 
 
@@ -14,7 +14,7 @@ def counters(state) -> dict[str, int]:
     for g in state.gpu.gpus if state.gpu else []:
         for link in g.answers.get("nvlink") or []:
             for c in NVLINK_COUNTERS:
-                v = val(link.get(c))
+                v = link.get(c)  # an error answer is a dict: no int, as val() would make it
                 if isinstance(v, int):
                     out[f"nvlink/gpu{g.index}/{link.get('link')}/{c}"] = v
     return out

@@ -102,8 +102,10 @@ def _read_counters(state: NodeState, families: list, before: dict) -> None:
     Only the families that ran move their baselines: a prolog that does not judge NVLink must
     not move its counters' baseline past errors the next sweep has to see. A counter with no
     baseline yet (a first run, a new boot) is kept whoever read it: from then on the family
-    that judges it sees its rise. A value that is not a counter is neither judged nor kept
-    (the last good baseline stays, so a real rise after a garbled read is still seen)."""
+    that judges it sees its rise (a family whose counters come from its own collect alone,
+    counters_own, has none when it did not run). A value that is not a counter is neither
+    judged nor kept (the last good baseline stays, so a real rise after a garbled read is
+    still seen)."""
     read = state.counters
     kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
         else {}
@@ -111,7 +113,7 @@ def _read_counters(state: NodeState, families: list, before: dict) -> None:
     # The families that ran first, then the others' counters that have no baseline yet.
     for ran, fam in sorted(((fam in families, fam) for fam in REGISTRY),
                            key=lambda pair: not pair[0]):
-        if fam.counters is not None:
+        if fam.counters is not None and (ran or not fam.counters_own):
             read.update({k: v for k, v in fam.counters(state).items() if ran or k not in kept})
     for key in [k for k, v in read.items() if not counters.plausible(v)]:
         state.errors.append(("counters", key, f"not a counter value: {str(read.pop(key))[:40]!r}"))

@@ -146,3 +146,23 @@ def test_a_saved_dcgm_verdict_others_could_write_is_refused(node):
     node.path("saved").chmod(0o777)
     findings = _dcgm(node, diag_file="/saved/health.json")
     assert any("refused" in e for e in _errors(findings))
+
+
+def test_the_log_writers_are_looked_up_only_when_a_source_asks_for_them(node, monkeypatch):
+    """A healthy node's kernel log (root's, on root's directories) never asks who the logging
+    daemon is: no pwd/grp lookup (NSS reading /etc/passwd and /etc/group) on a job start. A
+    group-writable /var/log does ask, and then gets the same answer as before."""
+    from rsc_health.collect import kmsg
+
+    asked: list[str] = []
+    real_user, real_group = pwd.getpwnam, grp.getgrnam
+    monkeypatch.setattr(pwd, "getpwnam", lambda n: asked.append(n) or real_user(n))
+    monkeypatch.setattr(grp, "getgrnam", lambda n: asked.append(n) or real_group(n))
+    uids, gids = kmsg.log_writers(["syslog", "adm"])
+    read = kmsg.read_new_events(node.root, ["/dev/kmsg"], {}, writers=(uids, gids))
+    assert read.errors == [] and asked == []
+    assert 0 not in uids or 0 in {p.pw_uid for p in pwd.getpwall() if p.pw_name in (
+        "syslog", "adm")}  # asked now: the same ids a lookup gives
+    assert asked == ["syslog", "adm"]
+    expect = {g.gr_gid for g in grp.getgrall() if g.gr_name in ("syslog", "adm")}
+    assert all(gid in gids for gid in expect) and (12345678 in gids) is False

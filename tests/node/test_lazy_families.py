@@ -22,8 +22,9 @@ REPO = Path(__file__).resolve().parents[2]
 FUNCTIONS = ("check", "collect", "counters", "capture")
 NAMES = ("reads", "reads_config")
 # A prolog reads every family's counters (a counter with no baseline yet is kept whoever
-# read it), so these modules load in every stage.
-COUNTING = {f.name for f in REGISTRY if f.counters is not None}
+# read it), so these modules load in every stage; but not those whose counters come from their
+# own collect alone (Family.counters_own: none when they did not run).
+COUNTING = {f.name for f in REGISTRY if f.counters is not None and not f.counters_own}
 # Standard-library modules a healthy prolog has no use for: copy (and weakref with it: config
 # trees are copied by config._copied), signal (only to kill an abandoned probe), subprocess
 # (a healthy prolog runs no program), dataclasses (rsc_health.record).

@@ -36,24 +36,31 @@ print("HEAVY:", ",".join(heavy))
 NODE_PATH_MODULES = {
     "rsc_health", "rsc_health.nodepath", "rsc_health.node", "rsc_health.node.stage",
     "rsc_health.node.store", "rsc_health.node.sinks", "rsc_health.node.exits",
-    "rsc_health.node.act", "rsc_health.node.start", "rsc_health.config", "rsc_health.config_schema",
+    "rsc_health.node.act", "rsc_health.node.start", "rsc_health.config",
     "rsc_health.compat",  # what 3.11 gives, on the 3.9 and 3.10 that nodes ship
     "rsc_health.record",  # dataclasses without importing them (inspect, ast, dis, tokenize)
     "rsc_health.lazyre",  # patterns compiled when first used
-    "rsc_health._packaged",  # the packaged TOML files, parsed at build time
+    "rsc_health._packaged_keys",  # the packaged files' bytes, and the defaults read before a config
     "rsc_health.model", "rsc_health.policy", "rsc_health.spool", "rsc_health.durable",
     "rsc_health.engine", "rsc_health.xid",
     "rsc_health.checks", "rsc_health.checks._finding", "rsc_health.checks.state",
     "rsc_health.checks.env",
     "rsc_health.checks._program",
+    # Not host or telemetry: their counters are their own collect's (Family.counters_own).
     *(f"rsc_health.checks.{f}" for f in ("gpu", "xid", "ecc", "remap", "nvlink", "pcie",
-                                          "infiniband", "mount", "host", "site", "sxid",
-                                          "leftover", "fabric", "dcgm", "telemetry")),
+                                          "infiniband", "mount", "site", "sxid",
+                                          "leftover", "fabric", "dcgm")),
     "rsc_health.collect", "rsc_health.collect.node", "rsc_health.collect.sysfs",
     "rsc_health.collect.bounded", "rsc_health.collect.counters", "rsc_health.collect.kmsg",
     "rsc_health.collect.gpu", "rsc_health.collect.mounts", "rsc_health.collect.hangs",
     "rsc_health.collect.ibports",  # the ports read once for infiniband and telemetry
 }
+# Not these, though a job start that parses its config loads them: a healthy prolog loads the
+# compiled config (config.load_config_compiled), which is validated and merged already, so
+# the schema (rsc_health.config_schema: ConfigError lives in the package for that reason) and
+# the packaged TOML literals (rsc_health._packaged, 131 KB of bytecode: the watchdog's first
+# budget and the compiled config's place come from rsc_health._packaged_keys) stay unloaded.
+assert not {"rsc_health.config_schema", "rsc_health._packaged"} & NODE_PATH_MODULES
 # Standard-library modules a healthy prolog has no use for: each is a cost on every job start
 # (or, for subprocess and socket, a sign that something talks to Slurm or runs a program).
 NOT_ON_A_HEALTHY_PROLOG = {
@@ -73,6 +80,7 @@ NOT_ON_A_HEALTHY_PROLOG = {
     "pathlib", "json", "re", "enum", "datetime", "contextlib", "collections", "functools",
     "fnmatch", "urllib", "ipaddress", "ntpath", "warnings", "importlib", "operator", "keyword",
     "reprlib", "copy", "copyreg", "weakref", "types", "string", "struct",
+    "grp", "pwd",  # [xid] log_writers, looked up only when a source asks (kmsg._NamedIds)
 }
 
 

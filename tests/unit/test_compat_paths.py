@@ -17,7 +17,9 @@ def test_a_path_is_read_as_pathlib_reads_it():
     rng = random.Random(25)
     pieces = ["/", "//", "///", "a", ".", "..", "b/", "./", "c d", "é", "x.toml"]
     samples = ["", "/", "//", "///", ".", "..", "/etc/rsc_health/config.toml", "a//b/",
-               "//net/share", "/var/lib/../lib/./rsc_health/"]
+               "//net/share", "/var/lib/../lib/./rsc_health/",
+               # pure_path's fast path: a str already in pathlib's form is itself
+               "a/.", "./a", "a/./b", "/.", "./", "a/", "/a/b", "a/b", "..", "../a", "a/..", "/.."]
     samples += ["".join(rng.choice(pieces) for _ in range(rng.randint(1, 8)))
                 for _ in range(20000)]
     for text in samples:

@@ -39,3 +39,23 @@ def test_leaves_are_kept_and_values_toml_cannot_hold_are_deep_copied():
     view["odd"]["pairs"][0].add(9)
     view["odd"]["pairs"][1].append(9)
     assert odd == {"pairs": ({1, 2}, [3])}
+
+
+def test_a_config_given_up_takes_the_node_view_in_its_own_tables_with_the_same_values(
+        tmp_path):
+    """The node path's job start gives its freshly loaded config up (for_node(given_up=True)):
+    no copy of the whole tree, the same view a copy gives, and the overrides stay the
+    config's own."""
+    site = tmp_path / "site.toml"
+    site.write_text('[slurm]\nprolog_families = ["gpu", "xid"]\n'
+                    '[nodes."gpu-a*".gpu]\ncount = 4\n'
+                    '[nodes."gpu-a*".slurm]\nprolog_families = ["gpu"]\n')
+    copied = load_config(site).for_node("gpu-a01", "p1")
+    cfg = load_config(site)
+    tables = cfg.data
+    view = cfg.for_node("gpu-a01", "p1", given_up=True)
+    assert view.data is tables and view.data == copied.data
+    assert view.get("gpu.count") == 4 and view.get("slurm.prolog_families") == ["gpu"]
+    view.data["slurm"]["prolog_families"].append("sxid")
+    assert cfg.overrides["nodes"]["gpu-a*"]["slurm"]["prolog_families"] == ["gpu"]
+    assert load_config(site).for_node("gpu-b01").get("gpu.count") == 0

@@ -308,3 +308,19 @@ def test_every_kernel_log_cursor_is_local_state_a_snapshot_carries():
     cursors = {f.cursor for f in REGISTRY if f.cursor}
     assert cursors and cursors <= set(STATE_FILES)
     assert len(cursors) == len([f for f in REGISTRY if f.cursor])  # one file per family
+
+
+@pytest.mark.parametrize("family", [f.name for f in REGISTRY if f.counters_own])
+def test_a_family_whose_counters_are_its_own_has_none_when_it_did_not_run(family, tmp_path):
+    """checks.state._read_counters skips a counters_own family that did not run (a prolog does
+    not import host or telemetry for them): every other family's state gives it none, while
+    its own collect gives it some on the healthy node."""
+    from rsc_health.checks import BY_NAME
+    from rsc_health.checks.state import collect_all
+
+    root = copy_node(tmp_path / "node")
+    cfg = load_config(root / "config.toml")
+    others, _ = collect_all(cfg, str(root), only=set(FAMILIES) - {family})
+    assert BY_NAME[family].counters(others) == {}
+    own, _ = collect_all(cfg, str(root), only={family})
+    assert BY_NAME[family].counters(own)

@@ -41,3 +41,42 @@ def test_bytes_that_differ_by_one_character_are_parsed_not_taken_from_the_litera
     site = tmp_path / "site.toml"
     site.write_text("")
     assert config.load_config(site).get("node.spool_max_mb") == 65
+
+
+def test_the_defaults_a_job_start_reads_before_its_config_are_the_trees_and_only_for_its_bytes(
+        tmp_path, monkeypatch):
+    from rsc_health._packaged_keys import HOT
+
+    tree = tomllib.loads(Path(config.PACKAGED_DEFAULTS).read_text())
+    for dotted, value in HOT.items():
+        section, key = dotted.split(".")
+        assert value == tree[section][key], dotted
+    monkeypatch.setattr(config, "_PACKAGED", [])  # no tree built yet: HOT answers
+    assert config.packaged_default("slurm.prolog_budget_s") == tree["slurm"]["prolog_budget_s"]
+    assert config._PACKAGED == []
+    edited = tmp_path / "default_config.toml"
+    edited.write_bytes(Path(config.PACKAGED_DEFAULTS).read_bytes().replace(
+        b"prolog_budget_s = 30", b"prolog_budget_s = 31", 1))
+    monkeypatch.setattr(config, "PACKAGED_DEFAULTS", str(edited))
+    assert config.packaged_default("slurm.prolog_budget_s") == 31  # other bytes: parsed
+    monkeypatch.setattr(config, "_PACKAGED", [])
+    monkeypatch.setattr(config, "PACKAGED_DEFAULTS", str(tmp_path / "missing.toml"))
+    try:
+        config.packaged_default("slurm.prolog_budget_s")
+    except config.ConfigError as exc:  # what an unreadable file always said
+        assert "missing.toml" in str(exc)
+    else:
+        raise AssertionError("an unreadable default_config.toml went unsaid")
+
+
+def test_the_packaged_catalogs_are_built_when_first_used_as_tomllib_reads_them():
+    for load, path in ((xid.load_catalog, xid.CATALOG_PATH),
+                       (xid.load_sxid_catalog, xid.SXID_CATALOG_PATH)):
+        catalog = load()
+        assert "not built yet" in repr(catalog)
+        expect = tomllib.loads(Path(path).read_text())
+        xid._validate(expect, path)  # the packaged catalog is one that validates
+        assert catalog.data == expect
+        assert "built" in repr(catalog) and "not built" not in repr(catalog)
+    rule = xid.load_catalog().rule(79)
+    assert (rule.severity, rule.repair) == (xid.Severity.DRAIN_NOW, True)
