@@ -1,0 +1,110 @@
+"""Qualification plug-ins against real outputs from other sites, versions and GPUs
+(tests/fixtures/qualify/captures, each file's source in SOURCE.txt): a Fail stays a Fail, a run
+that stopped or was cut short is inconclusive, never a pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rsc_health.qualify import parse
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "captures"
+
+
+def _read(name: str) -> str:
+    return (CAPTURES / name).read_text()
+
+
+def test_every_capture_is_named_with_its_source():
+    listed = (CAPTURES / "SOURCE.txt").read_text()
+    files = sorted(p.name for p in CAPTURES.iterdir() if p.name != "SOURCE.txt")
+    assert files and all(f"\n{name}\n" in listed for name in files)
+    assert listed.count("https://github.com/") >= len(files)
+
+
+def test_a_healthy_two_host_nccl_run_passes_with_its_largest_size_and_ranks_per_host():
+    out = parse("nccl_tests", _read("nccl_all_reduce_perf-16rank-2node-h100.log"))
+    assert out.failed is None and out.inconclusive is None
+    assert [(m.name, m.value) for m in out.metrics] == [
+        ("nccl-bw/allreduce_8589934592_busbw", 338.82)]
+    assert out.devices == 8  # 16 ranks, 8 on each host
+
+
+def test_an_nccl_run_whose_ranks_stopped_with_test_nccl_failure_is_inconclusive():
+    """nccl-tests#322: the rows up to 16 GiB, then `Test NCCL failure ... unhandled cuda
+    error` on every host: the largest row read (16 GiB, 367 GB/s) was taken as the result and
+    the run passed."""
+    text = _read("nccl_all_reduce_perf-17G-test-nccl-failure.log")
+    out = parse("nccl_tests", text)
+    assert out.metrics == [] and out.failed is None
+    assert out.inconclusive.startswith("the run stopped: Test NCCL failure common.cu:1204")
+
+
+def test_an_nccl_run_cut_before_its_summary_line_is_inconclusive():
+    """The same run with the failure lines gone (a log cut there, a rank killed): its last
+    row is not the run's last size, and no `Out of bounds values` line says it checked."""
+    text = _read("nccl_all_reduce_perf-17G-test-nccl-failure.log")
+    rows = text[:text.index("HCA-128:")]
+    out = parse("nccl_tests", rows)
+    assert out.metrics == [] and out.failed is None and "never reached" in out.inconclusive
+    whole = _read("nccl_all_reduce_perf-16rank-2node-h100.log")
+    cut = whole[:whole.index("# Out of bounds")]
+    assert parse("nccl_tests", cut).inconclusive and not parse("nccl_tests", cut).metrics
+
+
+def test_gpu_burn_faulty_gpus_with_warnings_fail():
+    out = parse("gpu_burn", _read("gpu_burn-16gpu-faulty.log"))
+    assert out.failed == ("GPU " + ", ".join(str(i) for i in range(16))
+                          + " computed wrong results")
+    assert out.metrics == []
+
+
+def test_gpu_burn_ok_with_no_progress_line_is_inconclusive():
+    out = parse("gpu_burn", _read("gpu_burn-a2000-no-progress-ok.log"))
+    assert "GPU 0: OK" in _read("gpu_burn-a2000-no-progress-ok.log")
+    assert out.metrics == [] and out.failed is None and out.inconclusive
+
+
+def test_gpu_burn_with_no_clients_alive_is_inconclusive():
+    out = parse("gpu_burn", _read("gpu_burn-k80-no-clients-alive.log"))
+    assert out.metrics == [] and out.failed is None and out.inconclusive
+
+
+def test_a_gpu_whose_burn_process_died_at_init_is_inconclusive_though_gpu_burn_says_faulty():
+    """gpu-burn#52: GPU 0's process died at init ("load module"); gpu-burn adds the error
+    count it never read from the dead pipe (1641686072, -1903218736 ...) and marks the GPU
+    FAULTY (gpu_burn-drv.cpp: `clientErrors.at(i) += errors` after a failed read, any count
+    sets clientFaulty). The issue's quote stops before the end; the end is what gpu-burn
+    prints for that run (GPU 0 FAULTY, the others OK), and the parser failed the node as if
+    GPU 0 had computed wrong results."""
+    text = _read("gpu_burn-k80-load-module-died.log")
+    assert parse("gpu_burn", text).inconclusive  # as quoted: no verdict
+    ended = text + ("\n100.0%  proc'd: -1 (0 Gflop/s) - 0 (0 Gflop/s) - 0 (0 Gflop/s) - 0 "
+                    "(0 Gflop/s)   errors: 797249520  (DIED!)- 0 - 0 - 0   temps: 33 C - 29 C "
+                    "- 37 C - 31 C \nKilling processes.. done\n\nTested 4 GPUs:\n"
+                    "\tGPU 0: FAULTY\n\tGPU 1: OK\n\tGPU 2: OK\n\tGPU 3: OK\n")
+    out = parse("gpu_burn", ended)
+    assert out.failed is None and out.metrics == []
+    assert out.inconclusive.startswith("GPU 0: its burn process died")
+    # A GPU that showed wrong results while alive still fails, died or not later.
+    warned = ended.replace("errors: 1641686072  (DIED!)", "errors: 12  (WARNING!)", 1)
+    assert parse("gpu_burn", warned).failed == "GPU 0 computed wrong results"
+
+
+def test_perftest_table_cut_mid_way_is_inconclusive_not_its_last_row():
+    """perftest#132's `-a --report_gbits` table, ending in the 16 B row: the 8 B row was
+    taken as the result (0.02 GB/s, `ib_write_8_..._bw`), a pass when nothing was judged."""
+    out = parse("perftest", _read("ib_write_bw-all-gbits-cut-mid-table.log"))
+    assert out.metrics == [] and out.failed is None
+    assert out.inconclusive.startswith("result table never closed")
+
+
+def test_perftest_completion_error_after_rows_is_inconclusive():
+    """perftest#173's completion error (`Failed status 4 ... syndrom 0x51`, `Failed to
+    complete run_iter_bw function successfully`) after the rows of a -a run: the rows before
+    it passed as the run's result."""
+    table = _read("ib_write_bw-all-gbits-cut-mid-table.log").splitlines(keepends=True)[:-1]
+    text = "".join(table) + _read("ib_write_bw-completion-error-a100-gdr.txt")
+    out = parse("perftest", text)
+    assert out.metrics == [] and out.failed is None
+    assert out.inconclusive == "the run stopped: Completion with error at client"
