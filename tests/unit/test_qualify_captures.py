@@ -108,3 +108,59 @@ def test_perftest_completion_error_after_rows_is_inconclusive():
     out = parse("perftest", text)
     assert out.metrics == [] and out.failed is None
     assert out.inconclusive == "the run stopped: Completion with error at client"
+
+
+GB10 = "dcgm_diag-r1-dcgm4.2.3-gb10-persistence-mode.json"
+
+
+def test_a_dcgm_fail_for_persistence_mode_off_is_a_node_setting_not_the_hardware():
+    """`dcgmi diag -r 1 -j` on a healthy GB10 (DCGM 4.2.3): `software` Fail, its one finding
+    error_id 29 (DCGM_FR_PERSISTENCE_MODE, `nvidia-smi -pm 1` fixes it). It was the
+    hardware's fault: a node sent to repair for a setting."""
+    out = parse("dcgm_diag", _read(GB10))
+    assert out.failed is None and out.metrics == []
+    assert out.inconclusive.startswith("software GPU0: a node setting, not the hardware: "
+                                       "Persistence Mode: Persistence mode for GPU 0 is disabled")
+
+
+def test_a_hardware_dcgm_fail_is_never_hidden_by_a_result_that_proved_nothing_before_it():
+    """The GB10 document with a second GPU's memory test failing on a double-bit error (a
+    result added here in DCGM 4's shape): the first result read, a setting or an allocation
+    error, made the whole run inconclusive and the DBE was never said."""
+    import json
+
+    doc = json.loads(_read(GB10))
+    tests = doc["DCGM Diagnostic"]["test_categories"][0]["tests"]
+    tests.append({"name": "memory", "results": [
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 1, "status": "Fail",
+         "warnings": [{"error_category": 1, "error_id": 4, "error_severity": 2,
+                       "warning": "Detected 1 volatile double-bit ECC error(s) in GPU 1."}]}],
+        "test_summary": {"status": "Fail"}})
+    out = parse("dcgm_diag", json.dumps(doc))
+    assert out.failed == "memory GPU1: Detected 1 volatile double-bit ECC error(s) in GPU 1."
+    first = tests[0]["results"][0]["warnings"][0]
+    first.update(error_id=1, warning="Unable to allocate 80 GB on GPU 0")
+    assert parse("dcgm_diag", json.dumps(doc)).failed.startswith("memory GPU1: Detected 1")
+    # An error_id that is not a setting's is the hardware's, whatever its words.
+    first.update(error_id=4, warning="Persistence mode for GPU 0 is disabled.")
+    assert parse("dcgm_diag", json.dumps(doc)).failed.startswith("software GPU0: ")
+
+
+def test_dcgm_3_gpu_id_results_name_their_gpu():
+    """NVIDIA/DCGM#139 (DCGM 3.x, `dcgmi diag -r 3 -j`): each result names its GPU as
+    "gpu_id" (not 2.x's "gpu_ids"); every test skipped. The quoted document's first category
+    is elided by its author (`{"..."}`), left out here."""
+    from rsc_health.qualify.dcgm_diag import results
+
+    doc = {"DCGM GPU Diagnostic": {"test_categories": [
+        {"category": "Integration", "tests": [
+            {"name": "PCIe", "results": [{"gpu_id": "0", "status": "Skip"}]}]},
+        {"category": "Hardware", "tests": [
+            {"name": "GPU Memory", "results": [{"gpu_id": "0", "status": "Skip"}]},
+            {"name": "Diagnostic", "results": [{"gpu_id": "0", "status": "Skip"}]},
+            {"name": "EUD Test", "results": [{"gpu_id": "0", "status": "Skip"}]}]}]}}
+    assert {r.entity for r in results(doc)} == {"GPU0"}
+    import json
+
+    out = parse("dcgm_diag", json.dumps(doc))
+    assert out.inconclusive == "every test skipped or none listed" and not out.failed
