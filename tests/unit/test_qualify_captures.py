@@ -164,3 +164,36 @@ def test_dcgm_3_gpu_id_results_name_their_gpu():
 
     out = parse("dcgm_diag", json.dumps(doc))
     assert out.inconclusive == "every test skipped or none listed" and not out.failed
+
+
+def test_nvbandwidth_pattern_mismatch_on_its_stdout_fails_the_node():
+    """NVIDIA/nvbandwidth#34 (v0.7, 8x A100): the verifying kernel prints `Invalid value when
+    checking the pattern` on stdout, and the ASSERT came with it (one stream, as srun or a
+    wrapper's 2>&1 gives). Read only from stderr, it was `no testcase ran`: a node whose
+    copies corrupt data retried for ever."""
+    text = _read("nvbandwidth-v0.7-a100-pattern-mismatch.log")
+    out = parse("nvbandwidth", text)
+    assert out.failed == "copy verification: data copied did not match the pattern written"
+    assert out.metrics == []
+    stdout_only = text[:text.index("ASSERT in")]  # the kernel's own words suffice
+    assert parse("nvbandwidth", stdout_only).failed == out.failed
+    from rsc_health.qualify.nvbandwidth import fault
+
+    assert fault(text[text.index("ASSERT in"):]) == out.failed  # stderr alone, as before
+
+
+def test_nvbandwidth_output_cut_inside_a_matrix_is_inconclusive():
+    """NVIDIA/nvbandwidth#15 (v0.2, 8x RTX 4090, a core dump): the output stops inside the
+    bidirectional matrix (`0  11.24  14.42  16.`): three cells of eight were kept as that
+    testcase's per-GPU metrics and the run passed."""
+    out = parse("nvbandwidth", _read("nvbandwidth-v0.2-rtx4090-cut.log"))
+    assert out.metrics == [] and out.failed is None
+    assert out.inconclusive == ("host_to_device_bidirectional_memcpy_ce: no SUM line after "
+                                "its matrix (cut short?)")
+
+
+def test_nvbandwidth_v0_2_waiving_its_only_testcase_is_inconclusive():
+    """NVIDIA/nvbandwidth#13 (v0.2, 2x RTX 2080 Ti): `Waiving <testcase>.` (v0.6 prints
+    `Waived:` without the name), nothing measured."""
+    out = parse("nvbandwidth", _read("nvbandwidth-v0.2-rtx2080ti-waived.log"))
+    assert out.metrics == [] and out.failed is None and out.inconclusive
