@@ -32,7 +32,7 @@ _OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w+)")
 # `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`, then
 # ` .. host pid N: Test failure common.cu:915`. The rows before it are not the run's result.
 _ABORT = re.compile(r"\bTest (?:NCCL |CUDA )?failure\b.*$", re.M)
-_RANK = re.compile(r"^#\s+Rank\s+\d+", re.M)
+_RANK_NUMBER = re.compile(r"^#\s+Rank\s+(\d+)", re.M)
 # `#  Rank  0 Group  0 Pid  916 on  vm device  0 [0000:00:06] NVIDIA H200` (2.19) or
 # `#   Rank  0 Pid 112424 on localhost device  0 [0x00] A100-SXM4-40GB` (older).
 # Ranks, not device numbers, are counted: a rank given one GPU by CUDA_VISIBLE_DEVICES (srun
@@ -131,8 +131,13 @@ def parse(text: str, tool: str | None = None) -> Outcome:
         # last row read (and their checks) are missing, the largest read is not the run's.
         return Outcome(NAME, inconclusive="no 'Out of bounds values' line: the run never "
                        "reached its summary (cut short?)")
-    if len(_RANK.findall(text)) == 1:
-        return Outcome(NAME, inconclusive="one rank: its bus bandwidth is 0 by definition")
+    ranks = _RANK_NUMBER.findall(text)
+    if len(set(ranks)) == 1:
+        # `Rank 0` on every host (NVIDIA/nccl-tests#107): nccl-tests built without MPI=1 and
+        # started by mpirun/srun, each process a one-rank run of its own.
+        return Outcome(NAME, inconclusive="one rank" + (
+            f" in each of {len(ranks)} separate runs (nccl-tests built without MPI?)"
+            if len(ranks) > 1 else "") + ": its bus bandwidth is 0 by definition")
     bench = _BENCH.search(text)
     program = bench.group(1) if bench else (tool or TOOL).rsplit("/", 1)[-1]
     op = program.removesuffix("_perf").replace("_", "")

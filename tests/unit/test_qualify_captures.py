@@ -197,3 +197,21 @@ def test_nvbandwidth_v0_2_waiving_its_only_testcase_is_inconclusive():
     `Waived:` without the name), nothing measured."""
     out = parse("nvbandwidth", _read("nvbandwidth-v0.2-rtx2080ti-waived.log"))
     assert out.metrics == [] and out.failed is None and out.inconclusive
+
+
+def test_nccl_runs_where_every_process_is_rank_0_are_one_rank_runs_not_a_zero_bandwidth():
+    """nccl-tests#107: nccl-tests built without MPI=1 and started by mpirun on two hosts: two
+    runs of one rank each, both `Rank 0`, printed into one output. Two rank lines were read as
+    two ranks, and a one-rank run's busbw (0 by definition) as the node's bandwidth. The
+    issue's quote ends before its rows; the rows here are the one-rank H200 capture's, printed
+    by each process as the two hosts' runs would be."""
+    head = _read("nccl_all_reduce_perf-two-rank0-no-mpi-head.log")
+    assert parse("nccl_tests", head).inconclusive and not parse("nccl_tests", head).metrics
+    one = (CAPTURES.parents[1] / "real" / "h200-vm-2026-11-26"
+           / "nccl_all_reduce_perf-1gpu.log").read_text()
+    lines = [line for line in head.splitlines() if "Rank  0" in line]
+    two = "".join(one.replace(one.splitlines()[5], rank) for rank in lines)
+    assert two.count("#   Rank  0 ") == 2
+    out = parse("nccl_tests", two)
+    assert out.metrics == [] and out.failed is None
+    assert out.inconclusive.startswith("one rank in each of 2 separate runs")
