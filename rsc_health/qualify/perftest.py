@@ -16,7 +16,11 @@ NAME = "perftest"
 TOOL = "ib_write_bw"
 
 _HEADER = re.compile(r"#bytes\s+#iterations\s+BW peak\[(\w+)/sec\]\s+BW average\[(\w+)/sec\]")
-_TEST = re.compile(r"RDMA_(Write|Read|Send) BW Test", re.I)
+# The title line names the test: `RDMA_Write BW Test`, `RDMA_Read BW Test`, `Send BW Test`
+# (ib_send_bw: no RDMA_, perftest#82), `RDMA_Write Post List BW Test` (-l, perftest#273),
+# `RDMA_Write Bidirectional BW Test` (-b: both directions at once, about twice the figure).
+_TEST = re.compile(r"^\s*(?:RDMA_)?(Write|Read|Send|Atomic)\b(.*?)\bBW Test\s*$", re.M | re.I)
+_TOOL = re.compile(r"ib_(write|read|send|atomic)_bw$")
 _DEVICE = re.compile(r"Device\s*:\s*(\S+)")
 # Per perftest's README: MB/sec is 10^6 bytes/s... perftest prints with its own MB = 2^20 unless
 # run with --report_gbits. SuperBench divides the column by 1000 to get GB/s; so do we, so an
@@ -56,7 +60,16 @@ def parse(text: str, tool: str | None = None) -> Outcome:
         return Outcome(NAME, inconclusive=f"result table never closed: cut short after "
                        f"{rows[-1][0]} B?")
     size, bw = max(rows)
-    op = (_TEST.search(text).group(1) if _TEST.search(text) else "Write").lower()
+    title = _TEST.search(text)
+    named = _TOOL.search((tool or "").rsplit("/", 1)[-1])
+    if title:
+        op = title.group(1).lower() + ("_bidir" if "bidirectional" in title.group(2).lower()
+                                        else "")
+    elif named:
+        op = named.group(1)
+    else:  # a metric named for the wrong test is judged against the wrong peers
+        return Outcome(NAME, inconclusive="no test title (RDMA_Write BW Test ...): which "
+                       "perftest test ran is not known")
     dev = _DEVICE.search(text)
     hca = dev.group(1) if dev else "ib0"
     return Outcome(NAME, metrics=[Metric(f"ib-loopback/ib_{op}_{size}_{hca}_bw",

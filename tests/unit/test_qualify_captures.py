@@ -215,3 +215,31 @@ def test_nccl_runs_where_every_process_is_rank_0_are_one_rank_runs_not_a_zero_ba
     out = parse("nccl_tests", two)
     assert out.metrics == [] and out.failed is None
     assert out.inconclusive.startswith("one rank in each of 2 separate runs")
+
+
+PERFTEST_RULE = "-" * 87 + "\n"
+
+
+def test_perftest_post_list_write_run_is_read_as_a_write():
+    out = parse("perftest", _read("ib_write_bw-post-list-gbits-roce.log"))
+    assert [(m.name, m.value, m.index) for m in out.metrics] == [
+        ("ib-loopback/ib_write_8_ib0_bw", 0.48 / 8, "ib0")]
+
+
+def test_ib_send_bw_is_named_a_send_not_a_write():
+    """perftest#82: ib_send_bw's title is `Send BW Test`, without the RDMA_ the parser looked
+    for: every send run was named `ib_write_...` and judged against write peers and the
+    write baseline. The quote ends before the table; the table here is perftest#273's."""
+    head = _read("ib_send_bw-head-roce-bond.log")
+    table = _read("ib_write_bw-post-list-gbits-roce.log").split(PERFTEST_RULE, 1)[1]
+    out = parse("perftest", head + table)
+    assert [m.name for m in out.metrics] == ["ib-loopback/ib_send_8_mlx5_bond_0_bw"]
+    # -b measures both directions at once (about twice one's figure): a name of its own.
+    bidir = head.replace("Send BW Test", "Send Bidirectional BW Test")
+    assert [m.name for m in parse("perftest", bidir + table).metrics] == [
+        "ib-loopback/ib_send_bidir_8_mlx5_bond_0_bw"]
+    # No title: the program run names the test, else it is not known (never a write).
+    assert parse("perftest", table, "/usr/bin/ib_read_bw").metrics[0].name.startswith(
+        "ib-loopback/ib_read_8_")
+    untitled = parse("perftest", table)
+    assert untitled.metrics == [] and "not known" in untitled.inconclusive
