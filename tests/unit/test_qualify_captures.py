@@ -243,3 +243,15 @@ def test_ib_send_bw_is_named_a_send_not_a_write():
         "ib-loopback/ib_read_8_")
     untitled = parse("perftest", table)
     assert untitled.metrics == [] and "not known" in untitled.inconclusive
+
+
+def test_gpu_burn_ok_with_every_gpu_at_zero_gflops_is_inconclusive():
+    """gpu-burn#123: CUDA_ERROR_UNKNOWN at init, 0 Gflop/s on all 8 V100s, `OK` on each: it
+    computed nothing, so nothing is proved. (The quote ends after four verdicts; with all
+    eight the zero throughput alone says so.)"""
+    text = _read("gpu_burn-v100x8-cuda-unknown-zero-flops.log")
+    assert parse("gpu_burn", text).inconclusive and not parse("gpu_burn", text).metrics
+    whole = text + "".join(f"        GPU {i}: OK\n" for i in range(4, 8))
+    out = parse("gpu_burn", whole)
+    assert out.metrics == [] and out.failed is None
+    assert out.inconclusive == "8 GPUs tested, throughput for 0"
