@@ -5,6 +5,12 @@ hardware's; a run-time error, a test every GPU skipped, or a warning that says t
 not do its work (allocation failed, GPU busy with another process) is inconclusive, never a
 pass (DCGM itself has reported Pass after an allocation error).
 
+A `Fail` whose every finding is a setting of the node, not a measurement of its parts, is
+inconclusive: DCGM 4's `software` test fails a healthy GPU whose persistence mode is off
+(DCGM_FR_PERSISTENCE_MODE, error_id 29: a real DCGM 4.2.3 run on a GB10), and a CUDA
+performance-limiting environment variable (DCGM_FR_BAD_CUDA_ENV, 28) fails it the same way; a
+qualification `failed` sends the node to repair, which neither needs.
+
 A `Warn` is a test that ran and did not fail, on which DCGM saw a condition past its own
 limits that is not (yet) a fault: a PCIe replay rate (DCGM_FR_PCI_REPLAY_RATE, which its health
 watches also rate a warning), clocks held back for heat or power, single-bit ECC errors past a
@@ -31,6 +37,12 @@ DCGM_FAIL, DCGM_WARN, DCGM_PASS = "fail", "warn", "pass"
 NOT_TESTED = ("allocat", "being used by another", "busy", "timeout", "timed out",
               "insufficient", "not enough", "unable to", "could not", "failed to initialize")
 
+# DCGM error_ids (dcgm_errors.h) that name a node setting, never a part: DCGM_FR_BAD_CUDA_ENV,
+# DCGM_FR_PERSISTENCE_MODE. DCGM 2.x prints no error_id: its message texts (dcgm_errors.h
+# DCGM_FR_*_MSG, lower-cased substrings) say the same.
+SETTING_IDS = {28: "DCGM_FR_BAD_CUDA_ENV", 29: "DCGM_FR_PERSISTENCE_MODE"}
+SETTING_TEXTS = ("persistence mode for gpu", "performance-limiting environment variable")
+
 
 @dataclass(frozen=True)
 class Result:
@@ -41,6 +53,7 @@ class Result:
     entity_id: str
     status: str  # lower case: pass | fail | warn | skip | ...
     warnings: tuple[str, ...]
+    error_ids: tuple[int | None, ...] = ()  # each warning's DCGM error_id (DCGM 3.x on)
 
     @property
     def entity(self) -> str:
@@ -49,6 +62,20 @@ class Result:
     def untested(self) -> str | None:
         """The warning that says the test could not do its work, if any."""
         return next((w for w in self.warnings if any(k in w.lower() for k in NOT_TESTED)), None)
+
+    def setting(self) -> str | None:
+        """The first warning, when every one names a node setting (persistence mode off, a
+        CUDA environment variable), not the hardware; None when any may be the part's."""
+        if not self.warnings:
+            return None
+        ids = self.error_ids + (None,) * (len(self.warnings) - len(self.error_ids))
+        for warning, error_id in zip(self.warnings, ids):
+            if error_id is not None:
+                if error_id not in SETTING_IDS:
+                    return None
+            elif not any(k in warning.lower() for k in SETTING_TEXTS):
+                return None
+        return self.warnings[0]
 
 
 def diagnostic(doc: dict) -> dict:
@@ -73,15 +100,21 @@ def results(doc: dict) -> list[Result]:
             for result in test["results"]:
                 if not isinstance(result, dict):
                     raise TypeError(f"{name}: a result that is not an object")
+                listed = result.get("warnings", []) or []
                 warnings = tuple(str(w.get("warning", "")) if isinstance(w, dict) else str(w)
-                                 for w in result.get("warnings", []) or [])
+                                 for w in listed)
+                error_ids = tuple(w.get("error_id") if isinstance(w, dict) and
+                                  type(w.get("error_id")) is int else None for w in listed)
                 if "entity_group" in result or "entity_id" in result:
                     group, ident = str(result["entity_group"]), str(result["entity_id"])
                 elif "gpu_ids" in result:  # DCGM 2.x: "gpu_ids" : "0" (or "0,1")
                     group, ident = "GPU", str(result["gpu_ids"])
+                elif "gpu_id" in result:  # DCGM 3.0-3.3 (NVIDIA/DCGM#139): "gpu_id" : "0"
+                    group, ident = "GPU", str(result["gpu_id"])
                 else:
                     group, ident = "", ""
-                out.append(Result(name, group, ident, str(result["status"]).lower(), warnings))
+                out.append(Result(name, group, ident, str(result["status"]).lower(), warnings,
+                                  error_ids))
     return out
 
 
@@ -93,21 +126,29 @@ def parse(text: str, tool: str | None = None) -> Outcome:
     ran = 0
     metrics: list[Metric] = []
     warned: list[str] = []
+    unproven: str | None = None  # the first result that tested nothing, or a setting
     for r in results(doc):
+        if r.status not in (DCGM_FAIL, DCGM_PASS, DCGM_WARN):
+            continue
+        untested = r.untested()
+        if untested:
+            unproven = unproven or f"{r.test} {r.entity}: {untested[:160]}"
+            continue
         if r.status == DCGM_FAIL:
-            untested = r.untested()
-            if untested:
-                return Outcome(NAME, inconclusive=f"{r.test} {r.entity}: {untested[:160]}")
+            setting = r.setting()
+            if setting:
+                unproven = unproven or (f"{r.test} {r.entity}: a node setting, not the "
+                                        f"hardware: {setting[:160]}")
+                continue
+            # The hardware's: a Fail on another result that tested nothing never hides it.
             why = r.warnings[0][:160] if r.warnings else "no reason given"
             return Outcome(NAME, failed=f"{r.test} {r.entity}: {why}")
-        if r.status in (DCGM_PASS, DCGM_WARN):
-            untested = r.untested()
-            if untested:
-                return Outcome(NAME, inconclusive=f"{r.test} {r.entity}: {untested[:160]}")
-            ran += 1
-            if r.status == DCGM_WARN:
-                why = r.warnings[0][:160] if r.warnings else "no reason given"
-                warned.append(f"{r.test} {r.entity}: {why}")
+        ran += 1
+        if r.status == DCGM_WARN:
+            why = r.warnings[0][:160] if r.warnings else "no reason given"
+            warned.append(f"{r.test} {r.entity}: {why}")
+    if unproven:
+        return Outcome(NAME, inconclusive=unproven)
     if not ran:
         return Outcome(NAME, inconclusive="every test skipped or none listed")
     # DCGM judges its own tests; what we keep is that they ran and passed, as a count.

@@ -5,7 +5,12 @@ gives each GPU's Gflop/s (`proc'd: N (G Gflop/s) - ...`), the throughput judged 
 A GPU whose burn process died (its init or a CUDA call failed: gpu-burn prints its count as -1
 and `(DIED!)` by its errors) keeps the Gflop/s of its last report, and gpu-burn still calls it
 `OK` at the end (only wrong results make it FAULTY; gpu_burn-drv.cpp): it was not stressed for
-the rest of the run, so its figures prove nothing (inconclusive, never a pass).
+the rest of the run, so its figures prove nothing (inconclusive, never a pass). Its error count
+is then an int gpu-burn never read (the second `read` of a closed pipe leaves `errors` as it
+was: 1641686072, -1903218736, ...), added up all the same and turned into `FAULTY` at the end:
+a GPU whose burn process died and never showed an error while alive (`(WARNING!)`) is
+inconclusive, not a GPU that computed wrong results (wilicc/gpu-burn#52: `Couldn't init a GPU
+test: Error in "load module"` on a K80).
 
 Real output: ../shared/data/qualify/tool-outputs/gpu_burn.log (8x A100, doubles + tensor cores)
 and tests/fixtures/real/h200-vm-2026-11-26/gpu_burn-h200-20s.log (one H200, doubles).
@@ -23,6 +28,14 @@ TOOL = "gpu_burn"
 _PROGRESS = re.compile(r"(\d+(?:\.\d+)?)%\s+proc'd:\s*(.*?)\s+errors:\s*(.*?)\s+temps:")
 _GFLOPS = re.compile(r"(-?\d+)\s*\((\-?[\d.]+)\s*Gflop/s\)")
 _VERDICT = re.compile(r"^\s*GPU\s+(\d+):\s*(OK|FAULTY)\b", re.M)
+# One GPU's entry in a progress line's errors: its count and gpu-burn's note.
+_ERRORS = re.compile(r"(-?\d+)\s*(\((?:DIED|WARNING)!\))?")
+
+
+def _errors(segment: str) -> list[tuple[int, str]]:
+    """Each GPU's (count, note) in a progress line's `errors:` segment (`0 - -524288000
+    (WARNING!)- 1641686072  (DIED!)`: a count may be negative, the separator is `- `)."""
+    return [(int(n), note) for n, note in _ERRORS.findall(segment)]
 
 
 def _precision(text: str) -> str:
@@ -33,18 +46,31 @@ def _precision(text: str) -> str:
 
 def parse(text: str, tool: str | None = None) -> Outcome:
     verdicts = _VERDICT.findall(text)
+    progress = list(_PROGRESS.finditer(text))
+    dead: set[int] = set()
+    warned: set[int] = set()
+    for m in progress:
+        for i, (_count, note) in enumerate(_errors(m.group(3))):
+            if note == "(DIED!)":
+                dead.add(i)
+            elif note == "(WARNING!)":
+                warned.add(i)
     faulty = [gpu for gpu, state in verdicts if state == "FAULTY"]
+    # FAULTY from errors a live process counted; a dead one's count was never read.
+    wrong = [gpu for gpu in faulty if int(gpu) in warned or int(gpu) not in dead]
+    if wrong:
+        return Outcome(NAME, failed=f"GPU {', '.join(wrong)} computed wrong results")
     if faulty:
-        return Outcome(NAME, failed=f"GPU {', '.join(faulty)} computed wrong results")
+        return Outcome(NAME, inconclusive=f"GPU {', '.join(faulty)}: its burn process died "
+                       "(DIED!) and gpu-burn calls the count it never read FAULTY")
     if not verdicts:
         return Outcome(NAME, inconclusive="no per-GPU verdict (run cut short or never started)")
-    last = None
-    for m in _PROGRESS.finditer(text):
-        last = m
-    if last is None:
+    if not progress:
         return Outcome(NAME, inconclusive="no progress line with throughput")
+    last = progress[-1]
     done = _GFLOPS.findall(last.group(2))
-    errors = [int(e) for e in re.findall(r"\d+", last.group(3))]
+    # A dead process's count is not a count (never read): it is judged as DIED below.
+    errors = [0 if note == "(DIED!)" else n for n, note in _errors(last.group(3))]
     if any(errors):
         return Outcome(NAME, failed=f"errors per GPU {errors}")
     died = [str(i) for i, (calcs, _g) in enumerate(done) if int(calcs) < 0]

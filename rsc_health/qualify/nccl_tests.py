@@ -12,7 +12,8 @@ counts the values past it in `Out of bounds values`, the verdict read here). Out
 header is read as the eight last columns (time, algbw, busbw, #wrong, out of place then in
 place), every version's layout without those options.
 Real output: ../shared/data/qualify/tool-outputs/nccl_*.log (8x A100) and
-tests/fixtures/real/h200-vm-2026-11-26/nccl_all_reduce_perf-1gpu.log (one H200, nccl-tests 2.19.6).
+tests/fixtures/real/h200-vm-2026-11-26/nccl_all_reduce_perf-1gpu.log (one H200, nccl-tests 2.19.6),
+tests/fixtures/qualify/captures/nccl_* (16 ranks on two H100 hosts; ranks stopped mid-run).
 """
 
 from __future__ import annotations
@@ -27,7 +28,11 @@ TOOL = "all_reduce_perf"
 
 _BENCH = re.compile(r"Collective test (?:starting|concluded):\s*(\w+)")
 _OOB = re.compile(r"Out of bounds values\s*:\s*(\d+)\s*(\w+)")
-_RANK = re.compile(r"^#\s+Rank\s+\d+", re.M)
+# What a rank prints as it gives up (common.cu's NCCLCHECK/CUDACHECK/TESTCHECK):
+# `host: Test NCCL failure common.cu:1204 'unhandled cuda error ...'`, then
+# ` .. host pid N: Test failure common.cu:915`. The rows before it are not the run's result.
+_ABORT = re.compile(r"\bTest (?:NCCL |CUDA )?failure\b.*$", re.M)
+_RANK_NUMBER = re.compile(r"^#\s+Rank\s+(\d+)", re.M)
 # `#  Rank  0 Group  0 Pid  916 on  vm device  0 [0000:00:06] NVIDIA H200` (2.19) or
 # `#   Rank  0 Pid 112424 on localhost device  0 [0x00] A100-SXM4-40GB` (older).
 # Ranks, not device numbers, are counted: a rank given one GPU by CUDA_VISIBLE_DEVICES (srun
@@ -113,13 +118,26 @@ def parse(text: str, tool: str | None = None) -> Outcome:
     oob = _OOB.search(text)
     if oob and (oob.group(2) != "OK" or oob.group(1) != "0"):
         return Outcome(NAME, failed=f"out of bounds values: {oob.group(1)} {oob.group(2)}")
+    abort = _ABORT.search(text)
+    if abort:
+        return Outcome(NAME, inconclusive=f"the run stopped: {abort.group(0).strip()[:120]}")
     if not rows:
         return Outcome(NAME, inconclusive="no result rows (setup failed before the first size?)")
     if deltas and not oob:
         return Outcome(NAME, inconclusive="no 'Out of bounds values' line: this nccl-tests "
                        "prints its check as a difference, and its verdict never came")
-    if len(_RANK.findall(text)) == 1:
-        return Outcome(NAME, inconclusive="one rank: its bus bandwidth is 0 by definition")
+    if not oob:
+        # Every nccl-tests prints it after its last size: without it the sizes after the
+        # last row read (and their checks) are missing, the largest read is not the run's.
+        return Outcome(NAME, inconclusive="no 'Out of bounds values' line: the run never "
+                       "reached its summary (cut short?)")
+    ranks = _RANK_NUMBER.findall(text)
+    if len(set(ranks)) == 1:
+        # `Rank 0` on every host (NVIDIA/nccl-tests#107): nccl-tests built without MPI=1 and
+        # started by mpirun/srun, each process a one-rank run of its own.
+        return Outcome(NAME, inconclusive="one rank" + (
+            f" in each of {len(ranks)} separate runs (nccl-tests built without MPI?)"
+            if len(ranks) > 1 else "") + ": its bus bandwidth is 0 by definition")
     bench = _BENCH.search(text)
     program = bench.group(1) if bench else (tool or TOOL).rsplit("/", 1)[-1]
     op = program.removesuffix("_perf").replace("_", "")

@@ -9,8 +9,10 @@ Metrics: one per testcase and per GPU (the column), so one slow GPU stands out f
 
 Every copy is checked against the pattern written (memcpy.cpp memcmpPattern, unless run with
 --skipVerification): a mismatch is `ASSERT(h_errorFlag == 0)`, its message on stderr and exit 1.
-That is the hardware's fault (data copied wrong), read by fault() from stderr; any other
-ASSERT or CUDA error proves nothing.
+That is the hardware's fault (data copied wrong), read by fault() from stderr, and from stdout
+where the verifying kernel prints `Invalid value when checking the pattern` first (and where a
+launcher that merges the streams puts the ASSERT); any other ASSERT or CUDA error proves
+nothing. A testcase's matrix not followed by its `SUM <testcase>` line was cut: inconclusive.
 
 Real output: ../shared/data/qualify/tool-outputs/nvbandwidth_results.log (nvbandwidth v0.6, GH200).
 """
@@ -27,6 +29,12 @@ TOOL = "nvbandwidth"
 _RUNNING = re.compile(r"^Running (\w+)\.\s*$")
 _DEVICE = re.compile(r"^Device (\d+): ", re.M)
 _MISMATCH = re.compile(r"ASSERT in expression h_errorFlag == 0\b")
+# The verifying kernel's own words for a byte that came back wrong, printed on stdout before
+# the ASSERT (NVIDIA/nvbandwidth#34, v0.7 on A100): `Invalid value when checking the pattern
+# at 0x...`, `Current offset : N`. A launcher that merges stderr into stdout (srun, a wrapper's
+# 2>&1) brings the ASSERT there too.
+_BAD_COPY = re.compile(r"Invalid value when checking the pattern\b|"
+                       r"ASSERT in expression h_errorFlag == 0\b")
 
 
 def fault(stderr: str) -> str | None:
@@ -37,6 +45,9 @@ def fault(stderr: str) -> str | None:
 
 
 def parse(text: str, tool: str | None = None) -> Outcome:
+    if _BAD_COPY.search(text):
+        return Outcome(NAME, failed="copy verification: data copied did not match the "
+                       "pattern written")
     metrics: list[Metric] = []
     lines = text.splitlines()
     i = 0
@@ -66,6 +77,15 @@ def parse(text: str, tool: str | None = None) -> Outcome:
                     per_column[col].append(number(cell))
                     measured += 1
             i += 1
+        # Every testcase ends with `SUM <testcase> <value>` (v0.2 on): a matrix without it
+        # was cut (a crash, a byte limit), its last row perhaps a part of a row.
+        j = i
+        while j < len(lines) and not _RUNNING.match(lines[j].strip()) \
+                and not lines[j].startswith(f"SUM {case} "):
+            j += 1
+        if j == len(lines) or not lines[j].startswith(f"SUM {case} "):
+            return Outcome(NAME, inconclusive=f"{case}: no SUM line after its matrix "
+                           "(cut short?)")
         # The cells measured: a pair whose P2P is lost prints N/A (inline_common.h), and the
         # column's slowest path hides it; peers that measured the pair say it is owed.
         metrics.append(Metric(f"nvbandwidth/{case}_cells", float(measured), "cells",
