@@ -434,7 +434,12 @@ def _diag(run: dict) -> list[Finding]:
             continue
         code = _code("diag", r.test)
         data = {"test": r.test[:64], "dcgm": r.status, "message": why}
-        if r.status == DCGM_FAIL:
+        if r.status == DCGM_FAIL and r.setting():
+            # Failed on a setting of the node alone (persistence mode off, a CUDA environment
+            # variable: qualify.dcgm_diag.SETTING_IDS), not on a part: said, never drained.
+            out.append(warn(FAMILY, comp, code, f"{text} (a node setting, not the hardware)",
+                            setting=True, **data))
+        elif r.status == DCGM_FAIL:
             out.append(fail(FAMILY, comp, Severity.DRAIN_AFTER_JOB, code, text, repair=False,
                             **data))
         else:

@@ -259,3 +259,25 @@ def test_a_host_engine_listener_that_stayed_put_is_believed(node):
     _proc_net_tcp(node, _tcp_listener("0100007F:15B3", 0))
     bad, verdict = _judge(node, enabled=True, diag_level=1)
     assert bad == [] and verdict.level is Level.OK and len(marker.read_text().splitlines()) == 2
+
+
+CAPTURES = Path(__file__).resolve().parents[1] / "fixtures" / "qualify" / "captures"
+
+
+def test_a_diag_failed_only_on_persistence_mode_warns_and_never_drains(node):
+    """A real DCGM 4.2.3 `dcgmi diag -r 1 -j` from a GB10 (tests/fixtures/qualify/captures):
+    `software` Fail with DCGM_FR_PERSISTENCE_MODE (error_id 29) alone, a setting of the node.
+    It drained the node after the job as if a part had failed; now it is a warning. The same
+    document with a hardware error id beside it still drains."""
+    real = (CAPTURES / "dcgm_diag-r1-dcgm4.2.3-gb10-persistence-mode.json").read_text()
+    node.write("saved/diag.json", real)
+    bad, verdict = _judge(node, diag_file="/saved/diag.json")
+    assert bad and all(f.severity is Severity.WARN for f in bad), bad
+    assert any("node setting" in f.reason for f in bad)
+    assert verdict.level is Level.WARN
+
+    hardware = real.replace("\"error_id\" : 29", "\"error_id\" : 95", 1)  # not a setting
+    assert hardware != real
+    node.write("saved/diag.json", hardware)
+    bad, verdict = _judge(node, diag_file="/saved/diag.json")
+    assert verdict.level is Level.DRAIN_AFTER_JOB
