@@ -405,7 +405,13 @@ def _health(run: dict) -> list[Finding]:
 
 
 def _diag(run: dict) -> list[Finding]:
-    from rsc_health.qualify.dcgm_diag import DCGM_FAIL, DCGM_WARN, diagnostic, results
+    from rsc_health.qualify.dcgm_diag import (
+        DCGM_FAIL,
+        DCGM_WARN,
+        diagnostic,
+        results,
+        unplaced_fails,
+    )
 
     doc, trouble = _json(run, "dcgmi diag")
     if doc is None:
@@ -413,13 +419,16 @@ def _diag(run: dict) -> list[Finding]:
     try:
         diag = diagnostic(doc)
         found = results(doc)
+        unplaced = unplaced_fails(doc)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         return [checker_error(FAMILY, "dcgmi", f"dcgmi diag: not DCGM's diagnostic JSON "
                               f"({type(exc).__name__}: {str(exc)[:80]})")]
     if diag.get("runtime_error"):
         return [checker_error(FAMILY, "dcgmi", "dcgmi diag runtime error: "
                               f"{str(diag['runtime_error'])[:160]}")]
-    out: list[Finding] = []
+    out: list[Finding] = [
+        checker_error(FAMILY, "dcgm", f"DCGM diag {name[:64]}: its summary says Fail and no "
+                      "result names the part") for name in unplaced[:16]]
     for r in found[:4096]:
         if r.status not in (DCGM_FAIL, DCGM_WARN):
             continue

@@ -118,6 +118,24 @@ def results(doc: dict) -> list[Result]:
     return out
 
 
+def unplaced_fails(doc: dict) -> list[str]:
+    """Tests whose own summary (DCGM 4's "test_summary") says Fail while none of their
+    per-entity results does: a failure no result places on a part. Nothing a verdict may pass
+    over; the caller reads them as inconclusive."""
+    out = []
+    for category in diagnostic(doc).get("test_categories", []):
+        for test in category["tests"]:
+            summary = test.get("test_summary")
+            if not (isinstance(summary, dict)
+                    and str(summary.get("status", "")).lower() == DCGM_FAIL):
+                continue
+            placed = any(isinstance(r, dict) and str(r.get("status", "")).lower() == DCGM_FAIL
+                         for r in test.get("results") or [])
+            if not placed:
+                out.append(str(test["name"]))
+    return out
+
+
 def parse(text: str, tool: str | None = None) -> Outcome:
     doc = json.loads(text)
     diag = diagnostic(doc)
@@ -149,6 +167,10 @@ def parse(text: str, tool: str | None = None) -> Outcome:
             warned.append(f"{r.test} {r.entity}: {why}")
     if unproven:
         return Outcome(NAME, inconclusive=unproven)
+    unplaced = unplaced_fails(doc)
+    if unplaced:
+        return Outcome(NAME, inconclusive=f"{unplaced[0]}: its summary says Fail and no "
+                                          "result names the part")
     if not ran:
         return Outcome(NAME, inconclusive="every test skipped or none listed")
     # DCGM judges its own tests; what we keep is that they ran and passed, as a count.

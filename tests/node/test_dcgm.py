@@ -281,3 +281,17 @@ def test_a_diag_failed_only_on_persistence_mode_warns_and_never_drains(node):
     node.write("saved/diag.json", hardware)
     bad, verdict = _judge(node, diag_file="/saved/diag.json")
     assert verdict.level is Level.DRAIN_AFTER_JOB
+
+
+def test_a_diag_summary_fail_no_result_places_is_the_checkers_not_ok(node):
+    """The sweep's reading of the same document: not a drain (no part named), never ok."""
+    import json as _json
+
+    doc = _json.loads((CAPTURES / "dcgm_diag-r1-dcgm4.2.3-gb10-persistence-mode.json")
+                      .read_text())
+    doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"][0].update(
+        status="Pass", warnings=[])
+    node.write("saved/diag.json", _json.dumps(doc))
+    bad, verdict = _judge(node, diag_file="/saved/diag.json")
+    assert [(f.family, f.code) for f in bad] == [("checker", "dcgm_unreadable")], bad
+    assert "summary says Fail" in bad[0].reason

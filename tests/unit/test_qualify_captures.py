@@ -255,3 +255,25 @@ def test_gpu_burn_ok_with_every_gpu_at_zero_gflops_is_inconclusive():
     out = parse("gpu_burn", whole)
     assert out.metrics == [] and out.failed is None
     assert out.inconclusive == "8 GPUs tested, throughput for 0"
+
+
+def _summary_fail_only() -> str:
+    """The GB10 document with its one result passing (no warning) while the test's own
+    summary still says Fail: a failure no result places on a part."""
+    import json
+
+    doc = json.loads(_read(GB10))
+    result = doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["results"][0]
+    result.update(status="Pass", warnings=[])
+    assert doc["DCGM Diagnostic"]["test_categories"][0]["tests"][0]["test_summary"][
+        "status"] == "Fail"
+    return json.dumps(doc)
+
+
+def test_a_dcgm_test_whose_summary_fails_with_no_failing_result_is_inconclusive():
+    """DCGM 4 writes a per-test summary beside the per-entity results. A summary Fail that
+    no result places was read past: the run passed on its passing results."""
+    out = parse("dcgm_diag", _summary_fail_only())
+    assert out.failed is None and out.metrics == []
+    assert out.inconclusive == ("software: its summary says Fail and no result names the "
+                                "part")
