@@ -108,6 +108,15 @@ def _boot_text(info: NodeInfo) -> str:
     return info.boot_time.isoformat() if info.boot_time is not None else ""
 
 
+def _aware(text: str) -> datetime | None:
+    """An aware ISO time from our record; None when it is not one (hand-edited, garbled)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def _shows(record: str, reason: str) -> bool:
     """Whether the node's `reason` is our record's, as Slurm keeps it (stripped, and with its
     own " : reboot issued" after it once a reboot was issued over our drain)."""
@@ -379,7 +388,15 @@ class Actor:
                    and not self._resumable(state))
         # Noted while our drain is what the node shows; a person's drain over it (`ours`
         # False) makes the node theirs: a reboot under it and their resume are theirs too.
-        boot = _boot_text(info) if ours and not self._resumable(state) else ""
+        # A BootTime within the slack of the one noted is the same boot (slurmd registered
+        # again: nothing to write), and none shown (BootTime=None) tells nothing: the note
+        # stays.
+        boot = ""
+        if ours and not self._resumable(state):
+            noted = _aware(state.boot)
+            boot = state.boot if info.boot_time is None or (
+                noted is not None and abs(info.boot_time - noted) <= _BOOT_SLACK) \
+                else _boot_text(info)
         if (lifting, boot) != (state.reboot_resumes, state.boot):
             state.reboot_resumes, state.boot = lifting, boot
             state.boot_seen = self.now().isoformat() if boot else ""
@@ -409,13 +426,16 @@ class Actor:
         saw it, is drained again, and their next resume stands."""
         if state.reboot_resumes:
             return True
-        if not state.boot or info.boot_time is None or self._resumable(state):
+        if info.boot_time is None or self._resumable(state):
             return False
-        try:
-            seen = datetime.fromisoformat(state.boot_seen)
-        except ValueError:
-            return False
-        return seen.tzinfo is not None and info.boot_time > seen + _BOOT_SLACK
+        # Both: a boot later than the one noted (slurmctld's clock on both sides) and later
+        # than the run that saw our drain on it (the node's clock, which may lag slurmctld's
+        # by minutes: munge allows 5; alone it would take a repair reboot a run saw for an
+        # unseen one). The second keeps a run that read the old BootTime after the reboot,
+        # before slurmd registered, from counting that reboot as one after it.
+        noted, seen = _aware(state.boot), _aware(state.boot_seen)
+        return (noted is not None and seen is not None
+                and info.boot_time > max(noted, seen) + _BOOT_SLACK)
 
     def _drain_again(self, state: DrainState, info: NodeInfo, *,
                      requeue: bool = True) -> list[Action]:

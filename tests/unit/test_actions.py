@@ -923,3 +923,63 @@ def test_a_garbled_boot_in_the_drain_record_never_drains_on_its_own(cfg, tmp_pat
     _rebooted(slurm, clock)
     assert a.apply(decide([]), clean_sweep=True) == []
     assert not slurm.info["n01"].drain_set
+
+
+# Attacks on the boot note (Slurm's BootTime is slurmctld's clock: now - the uptime slurmd
+# sends; a sighting's time is the node's own clock, which munge lets lag slurmctld's by up to
+# its 5-minute credential TTL).
+def test_a_persons_resume_after_a_repair_reboot_stands_with_the_node_clock_behind_slurms(
+        cfg, tmp_path):
+    """The repair flow (the reboot keeps our drain, a sweep sees the node back still drained,
+    a person resumes it) on a node whose clock lags slurmctld's by three minutes: the sweep
+    that saw it back is, by the node's clock, before the boot slurmctld stamped. The resume
+    is the person's; nothing drains the node again."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.boot("n01", NOW + timedelta(minutes=10))  # slurmctld's clock
+    clock.t = NOW + timedelta(minutes=11) - timedelta(minutes=3)  # the node's, 3 min behind
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
+    clock.t += timedelta(minutes=5)
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_drained_nodes_sweep_does_not_rewrite_its_record_for_boot_time_jitter(
+        cfg, tmp_path):
+    """slurmctld asks slurmd to register now and then; each registration stamps BootTime
+    again from a whole-second uptime (a second either way). That is no change: the sweep of
+    the drained node writes nothing. A reboot later is still told (test above)."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    path = tmp_path / "n01" / "slurm_drain.json"
+    before = path.read_bytes()
+    writes = []
+    write = a._write_state
+    a._write_state = lambda state: writes.append(state) or write(state)
+    for jitter in (1, -1, 2):
+        slurm.boot("n01", BOOT + timedelta(seconds=jitter))
+        clock.t += timedelta(minutes=5)
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert writes == [] and path.read_bytes() == before
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock, minutes=30)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
+
+def test_a_sighting_with_no_boot_time_keeps_the_boot_noted_before(cfg, tmp_path):
+    """Slurm prints BootTime=None for a node it has no registration of (slurmctld's state
+    lost, the node not yet back): a sweep that sees our drain then learns nothing about the
+    boot, and must not forget the one noted. The reboot that then lifts the drain unseen is
+    still told by the next sweep."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm._nodes["n01"].boot_time = None
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
