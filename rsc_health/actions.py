@@ -333,18 +333,24 @@ class Actor:
         escalate = ours is not None and ours["mode"] == "job" and now_mode
         node_path_drain = ours is not None
         if ours is None or escalate:
-            if ours is None:
+            # Our never-resumed drain lifted by a reboot, met by a new fault before the sweep
+            # that would set it again: restored here, past the guard (it let it through once),
+            # and what it was for carried into the new record.
+            prior = self.load_state() if ours is None else None
+            lifted = prior is not None and not info.drain_set and (
+                prior.reboot_resumes or self._reboot_lifted(prior, info))
+            if ours is None and not lifted:
                 tripped = self._guard_tripped(info, listing)
                 if tripped is not None:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
             drained = Action(kind, self.node, verdict.reason)
-            over = self._settled_over_the_limit(verdict, drained) if ours is None else None
+            over = (self._settled_over_the_limit(verdict, drained)
+                    if ours is None and not lifted else None)
             if over is not None:
                 return [over]
-            before = self.load_state() if escalate or ours is None else None
-            if before is not None and not escalate and not before.reboot_resumes:
-                before = None  # a stale record of a drain lifted by a person: not carried
+            # Not carried without a lift: a stale record of a drain lifted by a person.
+            before = self.load_state() if escalate else prior if lifted else None
             self._save_state(verdict)
             if before is not None:
                 # Escalated from our after-job drain: what that one was for still stands.

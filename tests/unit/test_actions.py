@@ -983,3 +983,38 @@ def test_a_sighting_with_no_boot_time_keeps_the_boot_noted_before(cfg, tmp_path)
     assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
     assert slurm.info["n01"].reason == ours
 
+
+def test_an_unseen_reboot_lift_met_by_a_transient_fault_keeps_the_repair_on_record(
+        cfg, tmp_path):
+    """The reboot lifted our XID 79 drain unseen, and the next sweep finds a mount missing
+    (a transient fault): drained for it, but the XID 79 is still owed a repair. When the
+    mount is back the clean sweeps never resume the node."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([finding("mount_missing", family="mount")]))] \
+        == ["drain_now"]
+    assert "xid79" in a.load_state().codes
+    for _ in range(5):
+        clock.t += timedelta(minutes=5)
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set and "xid79" in a.load_state().codes
+
+
+def test_an_unseen_reboot_lift_met_by_a_new_fault_is_drained_past_a_tripped_guard(
+        cfg, tmp_path):
+    """The guard let our XID 79 drain through once; the reboot lifted it unseen; another
+    node's drain now fills the partition's share. The sweep that finds a new fault on this
+    node restores the drain, as the clean sweep would have: not the guard's to hold."""
+    slurm = memory_slurm()  # 10 nodes: one drain per window
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    other = actor(slurm, cfg, tmp_path, "n02")
+    other.now = lambda: clock.t
+    assert [x.action for x in other.apply(decide([finding("mount_missing", family="mount")]))] \
+        == ["drain_now"]
+    got = a.apply(decide([finding("mount_missing", family="mount")]))
+    assert "guard_tripped" not in [x.action for x in got]
+    assert slurm.info["n01"].drain_set and "xid79" in a.load_state().codes
