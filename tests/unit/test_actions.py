@@ -1018,3 +1018,40 @@ def test_an_unseen_reboot_lift_met_by_a_new_fault_is_drained_past_a_tripped_guar
     got = a.apply(decide([finding("mount_missing", family="mount")]))
     assert "guard_tripped" not in [x.action for x in got]
     assert slurm.info["n01"].drain_set and "xid79" in a.load_state().codes
+
+
+def test_two_unseen_reboot_lifts_in_a_row_are_each_drained_again(cfg, tmp_path):
+    """Lifted unseen, drained again by the sweep; lifted unseen once more, the node first
+    seen DOWN (not responding after the boot: nothing done, the record kept), then a job
+    start on it: drained again, by the boot the second drain was noted on."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    slurm.set_state("n01", "DOWN", "Not responding")
+    _rebooted(slurm, clock, minutes=30)
+    assert a.apply(decide([]), clean_sweep=True) == [] and a.load_state() is not None
+    slurm.set_state("n01", "IDLE", "")
+    assert [x.action for x in a.apply(decide([]))] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
+
+def test_a_drain_record_from_before_the_boot_note_is_noted_by_the_next_sweep(cfg, tmp_path):
+    """A record written before the note existed (no reboot_resumes, boot, boot_seen): read
+    as it is; the next sweep that sees our drain in place notes the boot, and a reboot that
+    lifts the drain after that is told."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    path = tmp_path / "n01" / "slurm_drain.json"
+    record = json.loads(path.read_text())
+    for key in ("reboot_resumes", "boot", "boot_seen"):
+        del record[key]
+    path.write_text(json.dumps(record))
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert a.load_state().boot == BOOT.isoformat()
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
