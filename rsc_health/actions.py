@@ -627,7 +627,14 @@ class Actor:
             # to lift. Not so the reason of a reboot with nextstate=RESUME asked over our
             # drain (`scontrol reboot ... reason=X` replaces ours while the drain stands):
             # the node is never repaired by it, and Slurm lifts the drain when it is back.
-            if state is not None:
+            # A person's drain (theirs, NHC's, Slurm's, an operator's or a lemon's of ours)
+            # seen with no reboot in hand makes the node theirs: our record goes (their
+            # resume would end it), so a reboot they ask later with nextstate=RESUME is not
+            # taken for one over our drain.
+            theirs = (parse_reason(info.reason) or {}).get("mode") not in MODE_FOR_LEVEL.values()
+            if state is not None and theirs and not info.in_hand:
+                self._clear_state()
+            elif state is not None:
                 self._watch_reboot(info, state, ours=False)
             return []
         self._watch_reboot(info)

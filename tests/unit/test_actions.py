@@ -1055,3 +1055,23 @@ def test_a_drain_record_from_before_the_boot_note_is_noted_by_the_next_sweep(cfg
     assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
     assert slurm.info["n01"].reason == ours
 
+
+def test_a_persons_drain_seen_over_ours_then_their_reboot_nextstate_resume_stands(
+        cfg, tmp_path):
+    """A person drains over our XID 79 drain with a reason of theirs ("GPU swapped") and a
+    sweep sees it so, with no reboot in hand: the node is theirs. Later they bring it back
+    with `scontrol reboot nextstate=RESUME` (Slurm keeps their reason, "... : reboot issued",
+    until the node registers): their reboot and their resume, not one over our drain; the
+    node is not drained again."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE+DRAIN", "bob: GPU swapped", user="bob")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    clock.t += timedelta(minutes=5)
+    slurm.set_state("n01", "DOWN+DRAIN+REBOOT_ISSUED", "bob: GPU swapped : reboot issued",
+                    user="bob", next_state="RESUME")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock, minutes=15)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
