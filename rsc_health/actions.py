@@ -430,8 +430,12 @@ class Actor:
         is back within one period). Slurm keeps a drain across a reboot unless it was asked to
         lift it; a person who resumes the node within minutes of a reboot, before any run
         saw it, is drained again, and their next resume stands."""
+        noted = _aware(state.boot)
         if state.reboot_resumes:
-            return True
+            # Seen pending; unless Slurm still shows the boot noted with it: then no reboot
+            # came (cancelled), and the drain went by a person's resume.
+            return (noted is None or info.boot_time is None
+                    or info.boot_time > noted + _BOOT_SLACK)
         if info.boot_time is None or self._resumable(state):
             return False
         # Both: a boot later than the one noted (slurmctld's clock on both sides) and later
@@ -439,7 +443,7 @@ class Actor:
         # by minutes: munge allows 5; alone it would take a repair reboot a run saw for an
         # unseen one). The second keeps a run that read the old BootTime after the reboot,
         # before slurmd registered, from counting that reboot as one after it.
-        noted, seen = _aware(state.boot), _aware(state.boot_seen)
+        seen = _aware(state.boot_seen)
         return (noted is not None and seen is not None
                 and info.boot_time > max(noted, seen) + _BOOT_SLACK)
 

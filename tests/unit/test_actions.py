@@ -1075,3 +1075,19 @@ def test_a_persons_drain_seen_over_ours_then_their_reboot_nextstate_resume_stand
     _rebooted(slurm, clock, minutes=15)
     assert a.apply(decide([]), clean_sweep=True) == []
     assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_reboot_seen_pending_then_cancelled_and_a_persons_resume_stands(cfg, tmp_path):
+    """A person asks `scontrol reboot nextstate=RESUME` of our busy XID 79 node and a sweep
+    sees it pending; they change their mind (`scontrol cancel_reboot`) and resume the node
+    themselves before any run sees the cancel. No reboot happened (BootTime unchanged): the
+    resume is theirs, not a lift by the reboot."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "MIXED+DRAIN+REBOOT_REQUESTED", ours, next_state="RESUME")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert a.load_state().reboot_resumes
+    slurm.set_state("n01", "IDLE", "")  # cancel_reboot, then the person's resume
+    clock.t += timedelta(minutes=5)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
