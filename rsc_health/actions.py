@@ -108,6 +108,15 @@ def _boot_text(info: NodeInfo) -> str:
     return info.boot_time.isoformat() if info.boot_time is not None else ""
 
 
+def _aware(text: str) -> datetime | None:
+    """An aware ISO time from our record; None when it is not one (hand-edited, garbled)."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return when if when.tzinfo is not None else None
+
+
 def _shows(record: str, reason: str) -> bool:
     """Whether the node's `reason` is our record's, as Slurm keeps it (stripped, and with its
     own " : reboot issued" after it once a reboot was issued over our drain)."""
@@ -324,18 +333,24 @@ class Actor:
         escalate = ours is not None and ours["mode"] == "job" and now_mode
         node_path_drain = ours is not None
         if ours is None or escalate:
-            if ours is None:
+            # Our never-resumed drain lifted by a reboot, met by a new fault before the sweep
+            # that would set it again: restored here, past the guard (it let it through once),
+            # and what it was for carried into the new record.
+            prior = self.load_state() if ours is None else None
+            lifted = prior is not None and not info.drain_set and (
+                prior.reboot_resumes or self._reboot_lifted(prior, info))
+            if ours is None and not lifted:
                 tripped = self._guard_tripped(info, listing)
                 if tripped is not None:
                     return [tripped]
             self.slurm.drain(self.node, verdict.reason)
             drained = Action(kind, self.node, verdict.reason)
-            over = self._settled_over_the_limit(verdict, drained) if ours is None else None
+            over = (self._settled_over_the_limit(verdict, drained)
+                    if ours is None and not lifted else None)
             if over is not None:
                 return [over]
-            before = self.load_state() if escalate or ours is None else None
-            if before is not None and not escalate and not before.reboot_resumes:
-                before = None  # a stale record of a drain lifted by a person: not carried
+            # Not carried without a lift: a stale record of a drain lifted by a person.
+            before = self.load_state() if escalate else prior if lifted else None
             self._save_state(verdict)
             if before is not None:
                 # Escalated from our after-job drain: what that one was for still stands.
@@ -379,7 +394,15 @@ class Actor:
                    and not self._resumable(state))
         # Noted while our drain is what the node shows; a person's drain over it (`ours`
         # False) makes the node theirs: a reboot under it and their resume are theirs too.
-        boot = _boot_text(info) if ours and not self._resumable(state) else ""
+        # A BootTime within the slack of the one noted is the same boot (slurmd registered
+        # again: nothing to write), and none shown (BootTime=None) tells nothing: the note
+        # stays.
+        boot = ""
+        if ours and not self._resumable(state):
+            noted = _aware(state.boot)
+            boot = state.boot if info.boot_time is None or (
+                noted is not None and abs(info.boot_time - noted) <= _BOOT_SLACK) \
+                else _boot_text(info)
         if (lifting, boot) != (state.reboot_resumes, state.boot):
             state.reboot_resumes, state.boot = lifting, boot
             state.boot_seen = self.now().isoformat() if boot else ""
@@ -407,15 +430,22 @@ class Actor:
         is back within one period). Slurm keeps a drain across a reboot unless it was asked to
         lift it; a person who resumes the node within minutes of a reboot, before any run
         saw it, is drained again, and their next resume stands."""
+        noted = _aware(state.boot)
         if state.reboot_resumes:
-            return True
-        if not state.boot or info.boot_time is None or self._resumable(state):
+            # Seen pending; unless Slurm still shows the boot noted with it: then no reboot
+            # came (cancelled), and the drain went by a person's resume.
+            return (noted is None or info.boot_time is None
+                    or info.boot_time > noted + _BOOT_SLACK)
+        if info.boot_time is None or self._resumable(state):
             return False
-        try:
-            seen = datetime.fromisoformat(state.boot_seen)
-        except ValueError:
-            return False
-        return seen.tzinfo is not None and info.boot_time > seen + _BOOT_SLACK
+        # Both: a boot later than the one noted (slurmctld's clock on both sides) and later
+        # than the run that saw our drain on it (the node's clock, which may lag slurmctld's
+        # by minutes: munge allows 5; alone it would take a repair reboot a run saw for an
+        # unseen one). The second keeps a run that read the old BootTime after the reboot,
+        # before slurmd registered, from counting that reboot as one after it.
+        seen = _aware(state.boot_seen)
+        return (noted is not None and seen is not None
+                and info.boot_time > max(noted, seen) + _BOOT_SLACK)
 
     def _drain_again(self, state: DrainState, info: NodeInfo, *,
                      requeue: bool = True) -> list[Action]:
@@ -601,7 +631,14 @@ class Actor:
             # to lift. Not so the reason of a reboot with nextstate=RESUME asked over our
             # drain (`scontrol reboot ... reason=X` replaces ours while the drain stands):
             # the node is never repaired by it, and Slurm lifts the drain when it is back.
-            if state is not None:
+            # A person's drain (theirs, NHC's, Slurm's, an operator's or a lemon's of ours)
+            # seen with no reboot in hand makes the node theirs: our record goes (their
+            # resume would end it), so a reboot they ask later with nextstate=RESUME is not
+            # taken for one over our drain.
+            theirs = (parse_reason(info.reason) or {}).get("mode") not in MODE_FOR_LEVEL.values()
+            if state is not None and theirs and not info.in_hand:
+                self._clear_state()
+            elif state is not None:
                 self._watch_reboot(info, state, ours=False)
             return []
         self._watch_reboot(info)

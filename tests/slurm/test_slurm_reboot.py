@@ -169,3 +169,73 @@ def test_a_reboot_no_sweep_saw_pending_still_leaves_our_xid79_drain_in_place(slu
     finally:
         startup.write_text(kept)
         c.run(["scontrol", "cancel_reboot", "node03"], check=False)
+
+
+
+def test_restarts_and_a_not_responding_spell_are_no_reboot_and_a_reboot_after_them_is(
+        slurm_cluster):
+    """None of these is a reboot, though each has slurmd register again and Slurm stamp
+    BootTime anew from a whole-second uptime: slurmd restarted, `scontrol reconfigure`,
+    slurmd gone long enough for Slurm to set the node DOWN (not responding) and back
+    (ReturnToService=2), slurmctld restarted (it shows BootTime=None until slurmd registers:
+    here slurmd is stopped across it, so the sweep sees None). Our XID 79 drain stays through
+    all of them, BootTime within the 2 s slack. Then a reboot nextstate=RESUME no run saw
+    lifts it: drained again (a sighting with BootTime=None used to erase the boot noted, and
+    this lift was forgotten); a person's resume after that stands."""
+    c = slurm_cluster
+    node = "node01"
+    inject_xid79(c, node)
+    assert c.sweep(node).returncode == 0
+    ours = _node(c, node).reason
+    assert ours.startswith("rsc_health:now:xid79:")
+    boots = [_node(c, node).boot_time]
+
+    def seen_in_place() -> None:
+        assert c.sweep(node).returncode == 0
+        info = _node(c, node)
+        assert info.drain_set and info.reason == ours, info
+        boots.append(info.boot_time)
+
+    def back() -> None:
+        c.wait_for(lambda: not _node(c, node).down and _node(c, node).boot_time is not None,
+                   60, f"{node} registered")
+
+    c._stop_proc(f"slurmd-{node}")
+    c.start_slurmd(node)
+    back()
+    seen_in_place()
+    c.run(["scontrol", "reconfigure"])
+    back()
+    seen_in_place()
+    c._stop_proc(f"slurmd-{node}")
+    c.wait_for(lambda: _node(c, node).down, 60, f"{node} DOWN, not responding")
+    c.start_slurmd(node)
+    back()
+    seen_in_place()
+    c._stop_proc(f"slurmd-{node}")
+    c.stop_slurmctld()
+    c.start_slurmctld()
+    seen_in_place()
+    assert boots[-1] is None
+    c.start_slurmd(node)
+    back()
+    boots[-1] = _node(c, node).boot_time
+    assert all(abs((b - boots[0]).total_seconds()) <= 2 for b in boots), boots
+
+    startup = c.base / "hooks" / "sweep"
+    kept = startup.read_text()
+    try:
+        startup.write_text("#!/bin/sh\nexit 0\n")  # no HealthCheckProgram run at slurmd start
+        c.run(["scontrol", "reboot", "nextstate=RESUME", node])
+        _reboot_when_issued(c, node)
+        assert not _node(c, node).drain_set
+    finally:
+        startup.write_text(kept)
+        c.run(["scontrol", "cancel_reboot", node], check=False)
+    assert c.sweep(node).returncode == 0
+    info = _node(c, node)
+    assert info.drain_set and info.reason == ours, info
+    c.run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+    assert c.sweep(node).returncode == 0
+    assert not _node(c, node).drain_set
+    assert _actions(c, node) == ["drain_now", "drain_now"]

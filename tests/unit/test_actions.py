@@ -923,3 +923,171 @@ def test_a_garbled_boot_in_the_drain_record_never_drains_on_its_own(cfg, tmp_pat
     _rebooted(slurm, clock)
     assert a.apply(decide([]), clean_sweep=True) == []
     assert not slurm.info["n01"].drain_set
+
+
+# Attacks on the boot note (Slurm's BootTime is slurmctld's clock: now - the uptime slurmd
+# sends; a sighting's time is the node's own clock, which munge lets lag slurmctld's by up to
+# its 5-minute credential TTL).
+def test_a_persons_resume_after_a_repair_reboot_stands_with_the_node_clock_behind_slurms(
+        cfg, tmp_path):
+    """The repair flow (the reboot keeps our drain, a sweep sees the node back still drained,
+    a person resumes it) on a node whose clock lags slurmctld's by three minutes: the sweep
+    that saw it back is, by the node's clock, before the boot slurmctld stamped. The resume
+    is the person's; nothing drains the node again."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.boot("n01", NOW + timedelta(minutes=10))  # slurmctld's clock
+    clock.t = NOW + timedelta(minutes=11) - timedelta(minutes=3)  # the node's, 3 min behind
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set
+    clock.t += timedelta(minutes=5)
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_drained_nodes_sweep_does_not_rewrite_its_record_for_boot_time_jitter(
+        cfg, tmp_path):
+    """slurmctld asks slurmd to register now and then; each registration stamps BootTime
+    again from a whole-second uptime (a second either way). That is no change: the sweep of
+    the drained node writes nothing. A reboot later is still told (test above)."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    path = tmp_path / "n01" / "slurm_drain.json"
+    before = path.read_bytes()
+    writes = []
+    write = a._write_state
+    a._write_state = lambda state: writes.append(state) or write(state)
+    for jitter in (1, -1, 2):
+        slurm.boot("n01", BOOT + timedelta(seconds=jitter))
+        clock.t += timedelta(minutes=5)
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert writes == [] and path.read_bytes() == before
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock, minutes=30)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
+
+def test_a_sighting_with_no_boot_time_keeps_the_boot_noted_before(cfg, tmp_path):
+    """Slurm prints BootTime=None for a node it has no registration of (slurmctld's state
+    lost, the node not yet back): a sweep that sees our drain then learns nothing about the
+    boot, and must not forget the one noted. The reboot that then lifts the drain unseen is
+    still told by the next sweep."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm._nodes["n01"].boot_time = None
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
+
+def test_an_unseen_reboot_lift_met_by_a_transient_fault_keeps_the_repair_on_record(
+        cfg, tmp_path):
+    """The reboot lifted our XID 79 drain unseen, and the next sweep finds a mount missing
+    (a transient fault): drained for it, but the XID 79 is still owed a repair. When the
+    mount is back the clean sweeps never resume the node."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([finding("mount_missing", family="mount")]))] \
+        == ["drain_now"]
+    assert "xid79" in a.load_state().codes
+    for _ in range(5):
+        clock.t += timedelta(minutes=5)
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set and "xid79" in a.load_state().codes
+
+
+def test_an_unseen_reboot_lift_met_by_a_new_fault_is_drained_past_a_tripped_guard(
+        cfg, tmp_path):
+    """The guard let our XID 79 drain through once; the reboot lifted it unseen; another
+    node's drain now fills the partition's share. The sweep that finds a new fault on this
+    node restores the drain, as the clean sweep would have: not the guard's to hold."""
+    slurm = memory_slurm()  # 10 nodes: one drain per window
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    other = actor(slurm, cfg, tmp_path, "n02")
+    other.now = lambda: clock.t
+    assert [x.action for x in other.apply(decide([finding("mount_missing", family="mount")]))] \
+        == ["drain_now"]
+    got = a.apply(decide([finding("mount_missing", family="mount")]))
+    assert "guard_tripped" not in [x.action for x in got]
+    assert slurm.info["n01"].drain_set and "xid79" in a.load_state().codes
+
+
+def test_two_unseen_reboot_lifts_in_a_row_are_each_drained_again(cfg, tmp_path):
+    """Lifted unseen, drained again by the sweep; lifted unseen once more, the node first
+    seen DOWN (not responding after the boot: nothing done, the record kept), then a job
+    start on it: drained again, by the boot the second drain was noted on."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    slurm.set_state("n01", "DOWN", "Not responding")
+    _rebooted(slurm, clock, minutes=30)
+    assert a.apply(decide([]), clean_sweep=True) == [] and a.load_state() is not None
+    slurm.set_state("n01", "IDLE", "")
+    assert [x.action for x in a.apply(decide([]))] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
+
+def test_a_drain_record_from_before_the_boot_note_is_noted_by_the_next_sweep(cfg, tmp_path):
+    """A record written before the note existed (no reboot_resumes, boot, boot_seen): read
+    as it is; the next sweep that sees our drain in place notes the boot, and a reboot that
+    lifts the drain after that is told."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    path = tmp_path / "n01" / "slurm_drain.json"
+    record = json.loads(path.read_text())
+    for key in ("reboot_resumes", "boot", "boot_seen"):
+        del record[key]
+    path.write_text(json.dumps(record))
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert a.load_state().boot == BOOT.isoformat()
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+    assert slurm.info["n01"].reason == ours
+
+
+def test_a_persons_drain_seen_over_ours_then_their_reboot_nextstate_resume_stands(
+        cfg, tmp_path):
+    """A person drains over our XID 79 drain with a reason of theirs ("GPU swapped") and a
+    sweep sees it so, with no reboot in hand: the node is theirs. Later they bring it back
+    with `scontrol reboot nextstate=RESUME` (Slurm keeps their reason, "... : reboot issued",
+    until the node registers): their reboot and their resume, not one over our drain; the
+    node is not drained again."""
+    slurm = memory_slurm()
+    a, _, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "IDLE+DRAIN", "bob: GPU swapped", user="bob")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    clock.t += timedelta(minutes=5)
+    slurm.set_state("n01", "DOWN+DRAIN+REBOOT_ISSUED", "bob: GPU swapped : reboot issued",
+                    user="bob", next_state="RESUME")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")
+    _rebooted(slurm, clock, minutes=15)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+def test_a_reboot_seen_pending_then_cancelled_and_a_persons_resume_stands(cfg, tmp_path):
+    """A person asks `scontrol reboot nextstate=RESUME` of our busy XID 79 node and a sweep
+    sees it pending; they change their mind (`scontrol cancel_reboot`) and resume the node
+    themselves before any run sees the cancel. No reboot happened (BootTime unchanged): the
+    resume is theirs, not a lift by the reboot."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    slurm.set_state("n01", "MIXED+DRAIN+REBOOT_REQUESTED", ours, next_state="RESUME")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert a.load_state().reboot_resumes
+    slurm.set_state("n01", "IDLE", "")  # cancel_reboot, then the person's resume
+    clock.t += timedelta(minutes=5)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
