@@ -105,17 +105,41 @@ def timed_cpu(argv: list[str], env: dict[str, str], cwd: str | None = None
     """(wall, cpu) seconds of one run; cpu is the child's user + system time, including the
     children it waited for (the probes it forks) and, once this process is a subreaper
     (adopt_orphans), the ones it left to exit unreaped: they are reaped and counted here."""
+    wall, cpu, _ = timed_sched(argv, env, cwd)
+    return wall, cpu
+
+
+def timed_sched(argv: list[str], env: dict[str, str], cwd: str | None = None
+                ) -> tuple[float, float, tuple[float, float] | None]:
+    """timed_cpu's (wall, cpu), and where the started process's main thread spent the wall:
+    (seconds on a CPU, seconds runnable but waiting for one), from its /proc/PID/schedstat
+    read while it is a zombie (waitid WNOWAIT: exited, not yet reaped); the rest of the wall
+    is time it was blocked (a pipe, a lock, an fsync, a GIL handoff) or not yet exec'd. None
+    where there is no schedstat (no /proc, a kernel without schedstats)."""
     with tempfile.TemporaryFile() as err:  # a file, not a pipe: an abandoned child keeps it
         t0 = time.perf_counter()
         proc = subprocess.Popen(argv, env=env, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
         elapsed = time.perf_counter() - t0
+        sched = _schedstat(proc.pid)
+        _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             err.seek(0)
             raise SystemExit(f"{argv} failed ({proc.returncode}): "
                              f"{err.read().decode(errors='replace')}")
-    return elapsed, usage.ru_utime + usage.ru_stime + reap_orphans()
+    return elapsed, usage.ru_utime + usage.ru_stime + reap_orphans(), sched
+
+
+def _schedstat(pid: int) -> tuple[float, float] | None:
+    """(on-CPU seconds, run-queue seconds) of a process's main thread (/proc/PID/schedstat:
+    nanoseconds run, nanoseconds waited on a run queue, timeslices)."""
+    try:
+        with open(f"/proc/{pid}/schedstat") as f:
+            run, waited = f.read().split()[:2]
+        return int(run) / 1e9, int(waited) / 1e9
+    except (OSError, ValueError):
+        return None
 
 
 def adopt_orphans() -> bool:
@@ -248,11 +272,15 @@ def main() -> None:
             timed_cpu(argv, envs[name], tmp)
         wall: dict[str, list[float]] = {name: [] for name in cases}
         cpu: dict[str, list[float]] = {name: [] for name in cases}
+        # Per run: (on a CPU, runnable and waiting for one, blocked) of the main thread.
+        split: dict[str, list[tuple[float, float, float]]] = {name: [] for name in cases}
         for _ in range(args.runs):  # interleaved so load changes hit all three alike
             for name, argv in cases.items():
-                w, c = timed_cpu(argv, envs[name], tmp)
+                w, c, sched = timed_sched(argv, envs[name], tmp)
                 wall[name].append(w)
                 cpu[name].append(c)
+                if sched is not None:
+                    split[name].append((sched[0], sched[1], w - sched[0] - sched[1]))
         counted = instructions(cases, env_for, tmp) if args.instructions else None
         worst = worst_case(python)
     w = {name: median_ms(v) for name, v in wall.items()}
@@ -266,6 +294,10 @@ def main() -> None:
     for name in cases:
         print(f"{label[name]:32s}: wall median {w[name]:6.1f} ms (min "
               f"{min(wall[name]) * 1000:5.1f}), cpu median {c[name]:6.1f} ms")
+        if len(split[name]) == args.runs:  # where the main thread spent the wall
+            on, queued, blocked = (median_ms([r[i] for r in split[name]]) for i in range(3))
+            print(f"{'':32s}  main thread: on a CPU {on:5.1f} ms, runnable {queued:4.1f}, "
+                  f"blocked or starting {blocked:4.1f} (medians)")
     for name in ("pyz", "pyz_source"):
         if name in cases:
             print(f"{name} / installed prolog: {w[name] / w['prolog']:.2f}x wall, "
@@ -296,6 +328,11 @@ def main() -> None:
         if name in cases:
             print(f"BENCH\tprolog\t{name} / bare wall\t{w[name] / w['bare']:.2f}\tx")
             print(f"BENCH\tprolog\t{name} / bare cpu\t{c[name] / c['bare']:.2f}\tx")
+    for name in cases:
+        if len(split[name]) == args.runs:
+            for i, part in enumerate(("on cpu", "runnable", "blocked")):
+                print(f"BENCH\tprolog\t{name} main thread {part} median\t"
+                      f"{median_ms([r[i] for r in split[name]]):.1f}\tms")
     if counted:
         for name, (parent, whole) in counted.items():
             print(f"{label[name]:32s}: {parent / 1e6:7.1f} M instructions parent, "

@@ -98,7 +98,12 @@ class Watchdog:
     Its thread is a bare _thread waiting on a lock with a timeout (cancel releases the lock),
     not a threading.Timer: importing threading (and _weakrefset) cost every job start 4.1 M
     instructions, about 3% of a healthy prolog (benchmarks/bench_prolog_floor.py). Like a
-    daemon Timer, nothing waits for it at exit; the node path leaves by os._exit anyway."""
+    daemon Timer, nothing waits for it at exit; the node path leaves by os._exit anyway.
+
+    Re-armed to a deadline no earlier than the one waited for (the config's budget, once it
+    is read, against the packaged one armed before), the thread already waiting waits on to
+    it: one thread a run, not a second started and the first woken to end (a thread start
+    and GIL handoffs on every job start). An earlier deadline gets a thread of its own."""
 
     BACKSTOP_S = 1.0
 
@@ -106,23 +111,35 @@ class Watchdog:
         self.run = run
         # The lock the waiting thread times out on; released = cancelled.
         self._armed: _thread.LockType | None = None
+        self._until = 0.0  # time.monotonic() at which the waiting thread fires
         self.rearm(after_s)
 
     def rearm(self, after_s: float) -> None:
-        self.cancel()
+        until = time.monotonic() + after_s
         self.after_s = after_s
+        if self._armed is not None and until >= self._until:
+            self._until = until  # read by the waiting thread when its wait ends
+            return
+        self.cancel()
+        self._until = until
         armed = _thread.allocate_lock()
         armed.acquire()
         self._armed = armed
-        _thread.start_new_thread(self._wait, (armed, after_s))
+        _thread.start_new_thread(self._wait, (armed,))
 
     def cancel(self) -> None:
         armed, self._armed = self._armed, None
         if armed is not None:
             armed.release()
 
-    def _wait(self, armed: _thread.LockType, after_s: float) -> None:
-        if not armed.acquire(timeout=min(after_s, _thread.TIMEOUT_MAX)):
+    def _wait(self, armed: _thread.LockType) -> None:
+        while True:
+            left = self._until - time.monotonic()
+            if left <= 0:
+                break
+            if armed.acquire(timeout=min(left, _thread.TIMEOUT_MAX)):
+                return  # cancelled (or replaced by a thread for an earlier deadline)
+        if self._armed is armed:  # still this thread's arming: not cancelled meanwhile
             self._fire()
 
     def _fire(self) -> None:
