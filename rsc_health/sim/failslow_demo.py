@@ -215,14 +215,6 @@ def spool_records(fleet) -> list[dict]:
 
 def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = None,
                      progress=None) -> FailSlowAct:
-    from click.testing import CliRunner
-
-    from rsc_health.cli import AppContext, cli
-    from rsc_health.commands.qualify import qualify as qualify_cmd
-    from rsc_health.commands.suspects import suspects as suspects_cmd
-    from rsc_health.config import load_config
-    from rsc_health.historian import db as hdb
-    from rsc_health.historian import suspects as hs
     from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow, write_failslow
     from rsc_health.spool import append
 
@@ -254,8 +246,37 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
     spool_dir.mkdir(exist_ok=True)
     append(spool_dir, spool_records(fleet))
     config = out / "config.toml"
-    config.write_text(LAB_CONFIG)
+    # The lab plays nv-hostengine too: qualification asks dcgmi only where root or the asking
+    # user listens (checks.dcgm.host_door), so the act holds a listener of its own, on a port
+    # the kernel picks, and points the stand-in dcgmi there.
+    import socket
+
+    hostengine = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    hostengine.bind(("127.0.0.1", 0))
+    hostengine.listen(1)
+    host = f"127.0.0.1:{hostengine.getsockname()[1]}"
+    config.write_text(LAB_CONFIG + f"""
+[qualify.tests.dcgm_r3]
+plugin = "dcgm_diag"
+command = ["dcgmi", "diag", "-r", "3", "-j", "--host", "{host}"]
+timeout_s = 1800
+""")
     timings["lab"] = time.perf_counter() - t0
+    try:
+        return _act(out, fleet, config, seed, now, say, timings, t_all)
+    finally:
+        hostengine.close()
+
+
+def _act(out, fleet, config, seed, now, say, timings, t_all) -> FailSlowAct:
+    from click.testing import CliRunner
+
+    from rsc_health.cli import AppContext, cli
+    from rsc_health.commands.qualify import qualify as qualify_cmd
+    from rsc_health.commands.suspects import suspects as suspects_cmd
+    from rsc_health.config import load_config
+    from rsc_health.historian import db as hdb
+    from rsc_health.historian import suspects as hs
 
     url = f"sqlite:///{out / 'historian.db'}"
     runner = CliRunner()
@@ -269,6 +290,7 @@ def run_failslow_act(out_dir: Path, *, seed: int = 0, now: datetime | None = Non
     say("fail-slow: ingesting jobs, the nodes' telemetry spool and the jobs' step times")
     t0 = time.perf_counter()
     door("db", "upgrade")
+    spool_dir = out / "spool"
     ingested = {
         "sacct": door("ingest", "sacct", "--file", str(out / "sacct.txt")).splitlines()[0],
         "spool": door("spool", "flush", "--dir", str(spool_dir)).splitlines()[0],

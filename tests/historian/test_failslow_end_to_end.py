@@ -38,6 +38,9 @@ from rsc_health.sim.failslow_demo import (
 )
 from rsc_health.spool import append, record
 
+# The stand-in dcgmi is asked only where root or this user listens on nv-hostengine's port.
+pytestmark = pytest.mark.usefixtures("hostengine_standin")
+
 SWEEPS = 14
 CONFIG = """
 [suspects]
