@@ -25,8 +25,12 @@ from rsc_health.qualify.outcome import Metric, Outcome, number
 NAME = "gpu_burn"
 TOOL = "gpu_burn"
 
-_PROGRESS = re.compile(r"(\d+(?:\.\d+)?)%\s+proc'd:\s*(.*?)\s+errors:\s*(.*?)\s+temps:")
-_GFLOPS = re.compile(r"(-?\d+)\s*\((\-?[\d.]+)\s*Gflop/s\)")
+# Each number starts where no digit stands before it (the lookbehinds): without them a long
+# run of digits (a garbled or hostile output) is retried from every one of its positions, and
+# 100,000 of them took five minutes.
+_PROGRESS = re.compile(
+    r"(?<![\d.])(\d+(?:\.\d+)?)%\s+proc'd:\s*(.*?)\s+errors:\s*(.*?)\s+temps:")
+_GFLOPS = re.compile(r"(?<![\d-])(-?\d+)\s*\((\-?[\d.]+)\s*Gflop/s\)")
 _VERDICT = re.compile(r"^\s*GPU\s+(\d+):\s*(OK|FAULTY)\b", re.M)
 # One GPU's entry in a progress line's errors: its count and gpu-burn's note.
 _ERRORS = re.compile(r"(-?\d+)\s*(\((?:DIED|WARNING)!\))?")
