@@ -29,6 +29,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from rsc_health import spool
+from rsc_health.compat import aware_time
 from rsc_health.config import Config
 from rsc_health.durable import load_state_json, remove, write_atomic
 from rsc_health.model import ActionKind, Level, Verdict, utcnow
@@ -106,15 +107,6 @@ _BOOT_SLACK = timedelta(seconds=2)
 
 def _boot_text(info: NodeInfo) -> str:
     return info.boot_time.isoformat() if info.boot_time is not None else ""
-
-
-def _aware(text: str) -> datetime | None:
-    """An aware ISO time from our record; None when it is not one (hand-edited, garbled)."""
-    try:
-        when = datetime.fromisoformat(text)
-    except ValueError:
-        return None
-    return when if when.tzinfo is not None else None
 
 
 def _shows(record: str, reason: str) -> bool:
@@ -399,7 +391,7 @@ class Actor:
         # stays.
         boot = ""
         if ours and not self._resumable(state):
-            noted = _aware(state.boot)
+            noted = aware_time(state.boot)
             boot = state.boot if info.boot_time is None or (
                 noted is not None and abs(info.boot_time - noted) <= _BOOT_SLACK) \
                 else _boot_text(info)
@@ -430,7 +422,7 @@ class Actor:
         is back within one period). Slurm keeps a drain across a reboot unless it was asked to
         lift it; a person who resumes the node within minutes of a reboot, before any run
         saw it, is drained again, and their next resume stands."""
-        noted = _aware(state.boot)
+        noted = aware_time(state.boot)
         if state.reboot_resumes:
             # Seen pending; unless Slurm still shows the boot noted with it: then no reboot
             # came (cancelled), and the drain went by a person's resume.
@@ -443,7 +435,7 @@ class Actor:
         # by minutes: munge allows 5; alone it would take a repair reboot a run saw for an
         # unseen one). The second keeps a run that read the old BootTime after the reboot,
         # before slurmd registered, from counting that reboot as one after it.
-        seen = _aware(state.boot_seen)
+        seen = aware_time(state.boot_seen)
         return (noted is not None and seen is not None
                 and info.boot_time > max(noted, seen) + _BOOT_SLACK)
 

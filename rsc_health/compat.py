@@ -46,6 +46,18 @@ _scan = None
 _WHITESPACE = " \t\n\r"
 
 
+def aware_time(value: object) -> datetime | None:
+    """A stored ISO time, aware; None for anything else (not a str, an old file's naive time,
+    a hand edit): the one reading of the times our state files keep."""
+    if not isinstance(value, str):
+        return None
+    try:
+        t = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return t if t.tzinfo is not None else None
+
+
 def json_loads(text: str | bytes) -> object:
     """json.loads(text) with json's defaults, by the standard library's C scanner: the same
     values and the same rejections (ValueError: json.JSONDecodeError, which imports json, is

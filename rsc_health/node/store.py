@@ -16,7 +16,7 @@ import time
 
 from rsc_health import spool
 from rsc_health.collect.sysfs import read_bounded
-from rsc_health.compat import datetime, json_dumps, json_loads, timedelta
+from rsc_health.compat import aware_time, datetime, json_dumps, json_loads, timedelta
 from rsc_health.durable import remove, write_atomic
 from rsc_health.model import Finding, Level, Verdict, utcnow
 from rsc_health.node.sinks import log
@@ -219,17 +219,6 @@ def save_pending(sdir: str | os.PathLike, verdict: Verdict, *, why: str, holds: 
         log(f"cannot save the pending verdict ({exc}); the next run decides afresh")
 
 
-def _aware_time(value) -> datetime | None:
-    """A stored ISO time, aware; None for anything else (an old file, a hand edit)."""
-    if not isinstance(value, str):
-        return None
-    try:
-        t = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return t if t.tzinfo is not None else None
-
-
 def load_pending(sdir: str | os.PathLike, lost: list[str] | None = None
                  ) -> PendingVerdict | None:
     """The pending verdict, or None; a corrupt file is discarded (removed: the next run
@@ -261,8 +250,8 @@ def read_pending(sdir: str | os.PathLike) -> PendingVerdict | None:
         holds = holds if isinstance(holds, int) and not isinstance(holds, bool) else 0
         level = Level.from_exit_code(data["level"])  # stored as its exit code, as ever
         return PendingVerdict(Verdict(level, "", causes), str(data.get("why", "")),
-                              max(0, min(holds, 64)), _aware_time(data.get("retry_after")),
-                              _aware_time(data.get("time")))
+                              max(0, min(holds, 64)), aware_time(data.get("retry_after")),
+                              aware_time(data.get("time")))
     except FileNotFoundError:
         return None
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as exc:
