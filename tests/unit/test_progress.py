@@ -11,9 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from rsc_health.cli import cli
+from rsc_health.historian.db import connect
+from tests.report.test_gather import populate
 
 REPO = Path(__file__).resolve().parents[2]
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -21,11 +21,13 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 @pytest.fixture(scope="module")
 def demo_db(tmp_path_factory):
-    out = tmp_path_factory.mktemp("progress") / "demo"
-    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--nodes", "16", "--days",
-                                      "10", "--seed", "2", "--json"])
-    assert result.exit_code == 0, result.output
-    return f"sqlite:///{out / 'historian.db'}"
+    """A small populated historian (the report tests' own: jobs, failures, events): the
+    spinner draws from a command's start, so the data's size does not matter here."""
+    path = tmp_path_factory.mktemp("progress") / "historian.db"
+    engine = connect(f"sqlite:///{path}")
+    populate(engine)
+    engine.dispose()
+    return f"sqlite:///{path}"
 
 
 def _in_a_terminal(argv: list[str], env: dict) -> tuple[int, str]:
