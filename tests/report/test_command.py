@@ -47,6 +47,7 @@ def test_report_command_writes_the_page_and_prints_the_summary(engine, tmp_path)
     assert 'src="data:image/png;base64,' in (out / "report.html").read_text()
 
 
+@pytest.mark.usefixtures("figures_not_drawn")
 @pytest.mark.parametrize("text", ["[" * 50_000, "[1, 2]"], ids=["nested-too-deep", "array"])
 def test_a_previous_report_json_that_is_no_report_is_no_previous_report(
         engine, tmp_path, text):  # noqa: F811
@@ -98,6 +99,7 @@ def _shipped_args(text: str) -> list[str]:
     return words[next(i for i, w in enumerate(words) if w.endswith("healthctl")) + 1:]
 
 
+@pytest.mark.usefixtures("figures_not_drawn")
 def test_shipped_cron_and_systemd_examples_run_the_report(engine, tmp_path):  # noqa: F811
     timer = (CHECKS / "rsc-health-report.timer").read_text()
     assert re.search(r"^OnCalendar=", timer, re.M)

@@ -31,7 +31,9 @@ from rsc_health.report.render import write_report
 AS_OF = datetime(2024, 6, 30)
 LEMON_RULES = {"strong": ["node_fails"], "node_fails": 3, "single_node_node_fails": 2,
                "min_signals": 2}
-# Only the sections under test: the reliability figures are tested elsewhere and cost seconds.
+# The figures are drawn and checked in test_plots/test_render: here, a placeholder each.
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")
+# Only the sections under test.
 FIGURES = ["outcomes", "causes", "rolling", "deployments", "mttf", "goodput", "ettr"]
 
 

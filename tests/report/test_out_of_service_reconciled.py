@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 from datetime import datetime, timedelta
 
+import pytest
+
 from rsc_health.historian.db import connect
 from rsc_health.model import ActionKind
 from rsc_health.report import morning
@@ -22,6 +24,9 @@ from tests.historian.operator_history import (
     xid_findings,
     xid_line,
 )
+
+# Everything here but the figures: they are drawn and checked in test_plots/test_render.
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")
 
 AS_OF = datetime(2026, 11, 20, 12, 0, 0)
 GPUS = {"00000000:1A:00.0": 1, "00000000:5D:00.0": 3}

@@ -17,6 +17,9 @@ from rsc_health.cli import cli
 from .test_command import _config
 from .test_gather import engine  # noqa: F401 - the populated-historian fixture
 
+# Everything here but the figures: they are drawn and checked in test_plots/test_render.
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")
+
 
 def _report_within(db_url: str, config: Path, out: Path, seconds: float = 60.0):
     """healthctl report in a thread; a run still going after `seconds` is a hang (a FIFO at

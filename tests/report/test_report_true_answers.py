@@ -14,6 +14,8 @@ import json
 import re
 from datetime import datetime, timedelta
 
+import pytest
+
 from rsc_health.model import ActionKind, Finding, Severity, Status
 from tests.historian.conftest import historian_url, pg_url  # noqa: F401 - fixtures
 from tests.historian.operator_history import (
@@ -28,6 +30,9 @@ from tests.historian.operator_history import (
     xid_findings,
     xid_line,
 )
+
+# Everything here but the figures: they are drawn and checked in test_plots/test_render.
+pytestmark = pytest.mark.usefixtures("figures_not_drawn")
 
 AS_OF = datetime(2026, 11, 20, 12, 0, 0)
 GPUS = {"00000000:1A:00.0": 1, "00000000:5D:00.0": 3}
