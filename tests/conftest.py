@@ -91,3 +91,37 @@ def hostengine_standin():
     yield
     if sock is not None:
         sock.close()
+
+
+def _tiny_png() -> bytes:
+    """A valid 1x1 grey PNG."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (struct.pack(">I", len(data)) + kind + data
+                + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00\x80")) + chunk(b"IEND", b""))
+
+
+@pytest.fixture
+def figures_not_drawn(monkeypatch):
+    """The report's figures replaced by a 1x1 PNG, for tests of everything but the figures
+    (report.json, the summary, the page's text): matplotlib draws each figure in about 1.5 s,
+    which made a whole report 17 s here. The figures themselves are drawn and checked in
+    test_plots, test_render and test_browser. Each placeholder still goes through the same
+    write (durable.write_atomic) as a drawn one."""
+    from rsc_health.durable import write_atomic
+    from rsc_health.report import plots
+
+    png = _tiny_png()
+
+    def stub(frame, path, **context):
+        write_atomic(path, png, sync_dir=False)
+        empty = frame is None or len(frame) == 0
+        return plots.Plot(path, not empty, "no data" if empty else "")
+
+    monkeypatch.setattr(plots, "FIGURES", {section: (name, caption, stub) for
+                                           section, (name, caption, _) in plots.FIGURES.items()})

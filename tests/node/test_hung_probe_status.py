@@ -73,6 +73,7 @@ def _status(root: Path, tmp_path: Path, monkeypatch) -> tuple[int, dict, str]:
     return result.exit_code, json.loads(result.output), text
 
 
+@pytest.mark.usefixtures("figures_not_drawn")
 def test_status_names_a_node_whose_mount_keeps_hanging(hung_mount, tmp_path, monkeypatch):
     root = hung_mount
     (root / "site.toml").write_text((root / "config.toml").read_text()
