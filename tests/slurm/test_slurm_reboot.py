@@ -24,8 +24,11 @@ def _reboot_when_issued(c, name: str) -> None:
     """Wait for Slurm to issue the reboot it was asked for, then reboot the node."""
     c.wait_for(lambda: _node(c, name).in_hand == "REBOOT_ISSUED", 30, f"{name} reboot issued")
     # slurmd registers an uptime up to ~2 s past its start (whole seconds): a boot time
-    # before the request would keep Slurm waiting for the boot until ResumeTimeout.
-    time.sleep(3)
+    # before the request would keep Slurm waiting for the boot until ResumeTimeout. And a real
+    # node's reboot takes minutes (firmware, POST): this one's BootTime must also fall past the
+    # 2 s slack after the run that last saw our drain, that jitter included, or it reads as
+    # the same boot (under a loaded CI, 3 s was sometimes not enough: an unseen lift missed).
+    time.sleep(5)
     c.reboot_slurmd(name)
     c.wait_for(lambda: not (_node(c, name).in_hand or _node(c, name).down), 60,
                f"{name} back from its reboot")
