@@ -311,6 +311,27 @@ NOT_JOB_IDS = [
 WIDE = "\U0001F600"  # json.dumps writes it as a surrogate pair: 12 characters, 4 UTF-8 bytes
 
 
+# Every case of the three tests below runs on SQLite; on PostgreSQL, one of each class (a JSON
+# type, a control character, bytes that were not UTF-8, and the cases that are not about a
+# name): a name is judged in Python before any row is written, so the other 80-odd cases would
+# ask PostgreSQL the same question again (each in a database of its own: 2 s a case on a loaded
+# CI machine, a sixth of the suite's PostgreSQL time).
+PG_NAME_CASES = {"node-list", "node-terminal-escape", "node-lone-surrogate", "job-crlf",
+                 "job-lone-surrogate"}
+
+
+def _on_sqlite_and_some_on_pg(cases):
+    """(historian_url, *values) params: each case on SQLite; on PostgreSQL the class
+    representatives (PG_NAME_CASES) and every case that is not one of the names above."""
+    names = {p.id for p in NOT_NODE_NAMES + NOT_JOB_IDS}
+    out = [pytest.param("sqlite", *p.values, id=f"sqlite-{p.id}") for p in cases]
+    out += [pytest.param("postgresql", *p.values, id=f"postgresql-{p.id}",
+                         marks=pytest.mark.postgres)
+            for p in cases if p.id.endswith(tuple(PG_NAME_CASES))
+            or not p.id.endswith(tuple(names))]
+    return out
+
+
 def _stored(engine, table, *cols) -> set[tuple]:
     with engine.connect() as conn:
         return set(conn.execute(select(*(table.c[c] for c in cols))).all())
@@ -320,8 +341,9 @@ def _field_cases(field, cases):
     return [pytest.param(field, *p.values, id=p.id) for p in cases]
 
 
-@pytest.mark.parametrize(("field", "value", "why"),
-                         _field_cases("node", NOT_NODE_NAMES) + _field_cases("job_id", NOT_JOB_IDS))
+@pytest.mark.parametrize(("historian_url", "field", "value", "why"), _on_sqlite_and_some_on_pg(
+    _field_cases("node", NOT_NODE_NAMES) + _field_cases("job_id", NOT_JOB_IDS)),
+    indirect=["historian_url"])
 def test_an_exclusion_whose_name_is_not_a_name_costs_only_its_line(
         historian, tmp_path, field, value, why):
     bad = {"job_id": "7", "node": "gpu003", "time": "2024-03-01T08:00:00", field: value}
@@ -358,7 +380,7 @@ def test_integer_job_ids_and_names_of_128_wide_characters_land(historian):
     assert _stored(historian, schema.job_exclusions, "job_id", "node") == {("7", WIDE * 128)}
 
 
-@pytest.mark.parametrize(("over", "why"), [
+@pytest.mark.parametrize(("historian_url", "over", "why"), _on_sqlite_and_some_on_pg([
     *[pytest.param({"node": p.values[0]}, p.values[1], id=p.id) for p in NOT_NODE_NAMES],
     *[pytest.param({"job_id": p.values[0]}, p.values[1], id=p.id) for p in NOT_JOB_IDS],
     pytest.param({"check": ["gpu"]}, "a JSON list", id="check-list"),
@@ -368,7 +390,7 @@ def test_integer_job_ids_and_names_of_128_wide_characters_land(historian):
     pytest.param({"id": ["x1"]}, "a JSON list", id="id-list"),
     pytest.param({"id": 1.5}, "a number", id="id-float"),
     pytest.param({"source": ["sweep"]}, "a JSON list", id="source-list"),
-])
+]), indirect=["historian_url"])
 def test_a_check_line_whose_name_is_not_a_name_costs_only_itself(historian, tmp_path, over, why):
     path = tmp_path / "checks.jsonl"
     path.write_text("\n".join([_check(node="gpu001"), _check(**over), _check(node="gpu002")])
@@ -440,7 +462,8 @@ SPOOL_NOT_NAMES = [
 ]
 
 
-@pytest.mark.parametrize(("kind", "over", "why"), SPOOL_NOT_NAMES)
+@pytest.mark.parametrize(("historian_url", "kind", "over", "why"),
+                         _on_sqlite_and_some_on_pg(SPOOL_NOT_NAMES), indirect=["historian_url"])
 def test_a_spool_record_whose_name_is_not_a_name_is_quarantined(
         historian, tmp_path, kind, over, why):
     t = _recent()
