@@ -63,13 +63,17 @@ def parse_kv(line: str) -> dict[str, str]:
 
 
 def slurm_time(text: str | None) -> datetime | None:
-    """Slurm prints local time without a zone; return it aware, in UTC."""
+    """A time scontrol printed without a zone, aware. We run it with TZ=UTC (SlurmCli._run),
+    so it is UTC: read as local time, the hour a DST fall-back repeats is ambiguous (a
+    reboot at the second 01:30 would read as an hour before it, older than the boot we
+    noted, and its lift of our drain missed). A time that carries a zone keeps it."""
     if not text or text in ("Unknown", "None", "N/A", "(null)"):
         return None
     try:
-        return datetime.fromisoformat(text).astimezone(UTC)
+        when = datetime.fromisoformat(text)
     except ValueError:
         return None
+    return (when.replace(tzinfo=UTC) if when.tzinfo is None else when).astimezone(UTC)
 
 
 # What Slurm prints after a node's fixed fields, in this order (22.05 to 24.x): a person's or
@@ -228,7 +232,10 @@ class CliSlurm:
             timeout = min(timeout, self.deadline - time.monotonic())
             if timeout <= 0.05:
                 raise SlurmUnavailable(f"no time left in the budget for {argv[0]}")
-        raw = run_command(argv, timeout, dict(os.environ, SLURM_TIME_FORMAT="standard"))
+        # Times in UTC, one format (as the accounting's sacct): never a local hour that a DST
+        # change repeats or skips. A site's wrapper in [slurm] bin_dir must pass TZ on.
+        raw = run_command(argv, timeout, dict(os.environ, SLURM_TIME_FORMAT="standard",
+                                              TZ="UTC"))
         # Bytes, decoded here: a job name or reason in Latin-1 (any user can set one) must
         # not stop the sweep or the prolog with a UnicodeDecodeError.
         proc = subprocess.CompletedProcess(
@@ -453,7 +460,7 @@ class CliSlurm:
             kv = parse_kv(line)
             if "ReservationName" in kv:
                 found[kv["ReservationName"]] = (kv.get("Nodes", ""),
-                                                _local_time(kv.get("StartTime", "")))
+                                                _utc_time(kv.get("StartTime", "")))
         return found
 
     def submit(self, options: list[str], command: list[str]) -> str:
@@ -511,10 +518,10 @@ def _one_node(verb: str, name: str) -> None:
                                 "not one Slurm node name: refused")
 
 
-def _local_time(text: str) -> datetime | None:
-    """scontrol's local wall time (SLURM_TIME_FORMAT=standard), as aware UTC."""
+def _utc_time(text: str) -> datetime | None:
+    """scontrol's wall time (SLURM_TIME_FORMAT=standard, TZ=UTC), as aware UTC."""
     try:
-        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").astimezone(UTC)
+        return datetime.strptime(text, "%Y-%m-%dT%H:%M:%S").replace(tzinfo=UTC)
     except ValueError:
         return None
 

@@ -26,7 +26,8 @@ DRAINED = (
 
 
 def test_drained_node_line_gives_reason_user_time_and_partitions(monkeypatch):
-    monkeypatch.setenv("TZ", "UTC")  # Slurm prints local time
+    # scontrol runs with TZ=UTC: its times are UTC whatever this process's own zone is.
+    monkeypatch.setenv("TZ", "Asia/Kolkata")
     time.tzset()
     info = parse_node_line(DRAINED)
     assert info.name == "node02" and info.state == "IDLE+DRAIN" and info.drain_set
@@ -59,6 +60,25 @@ def fake_bin(tmp_path, name: str, body: str) -> CliSlurm:
     script.write_text("#!/bin/sh\n" + body)
     script.chmod(0o755)
     return CliSlurm(timeout_s=1, bin_dir=str(tmp_path))
+
+
+def test_a_reboot_in_the_hour_dst_repeats_reads_as_the_time_it_was(tmp_path, monkeypatch):
+    """scontrol prints wall time in its TZ. Read as local time, the second 01:30 of a DST
+    fall-back (06:30 UTC in New York, 2026-11-01) reads as the first (05:30 UTC): a reboot
+    then looks older than the boot noted under our drain, and its lift goes unseen. scontrol
+    runs with TZ=UTC, and its times are read as UTC, whatever this process's zone."""
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        # Like scontrol: the boot (epoch 1793514600, 06:30 UTC) in the caller's TZ.
+        line = DRAINED.replace("BootTime=2026-11-22T01:09:11",
+                               "BootTime=$(date -d @1793514600 +%Y-%m-%dT%H:%M:%S)")
+        slurm = fake_bin(tmp_path, "scontrol", f'echo "{line}"\n')
+        boot = slurm.node("node02").boot_time
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    assert boot == datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
 
 
 def test_a_hung_scontrol_is_slurm_unavailable(tmp_path):
