@@ -306,3 +306,20 @@ def test_alibaba_pai_s_stable_per_worker_differences_make_no_suspect():
 
     steps, members = step_frame("2", RULES.slot_s)
     assert detect_frame(None, members, steps, RULES) == []
+
+
+def test_a_switch_event_whose_nodes_count_unlike_levels_flags_none_of_them():
+    # A leaf's flap, two sweeps, on 12 of a 32-node job's ports of one rail: each counts its
+    # own level (0.09 to 0.35 errors/s), the worst more than twice the others' usual. More
+    # than max_outlier_share of the job past its line at once is the fabric's, whoever caught
+    # the most: half as far as the worst was too narrow a net for such a spread.
+    nodes = [f"gpu{i:03d}" for i in range(1, 33)]
+    levels = dict(zip(range(0, 24, 2), (0.13, 0.16, 0.19, 0.15, 0.12, 0.09, 0.17, 0.10,
+                                         0.12, 0.13, 0.14, 0.35), strict=True))
+    samples = _samples("ib_error_rate", lambda i, s: levels.get(i, 0.0) if s in (6, 7) else 0.0,
+                       lambda i, s: "mlx5_3:1", nodes=nodes)
+    assert detect_frame(samples, _job(nodes), None, CFG) == []
+    # The same worst port alone, two sweeps: a suspect.
+    alone = _samples("ib_error_rate", lambda i, s: 0.35 if i == 22 and s in (6, 7) else 0.0,
+                     lambda i, s: "mlx5_3:1", nodes=nodes)
+    assert [e.node for e in detect_frame(alone, _job(nodes), None, CFG)] == ["gpu023"]

@@ -332,8 +332,8 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
     # each node's moves in slots s-1, s, s+1, for every slot s
     spread = pd.concat([bad.assign(slot=bad["slot"] + d, d=d) for d in (-1, 0, 1)])
-    near = spread[["job_id", "metric", "slot", "node", "d", "bad", "time"]].rename(
-        columns={"bad": "near", "time": "near_time"})
+    near = spread[["job_id", "metric", "slot", "node", "d", "bad", "time", "outlier"]].rename(
+        columns={"bad": "near", "time": "near_time", "outlier": "near_outlier"})
     mine = bad.loc[bad["outlier"], key + ["bad", "line", "time"]].assign(row=lambda f: f.index)
     pairs = mine.merge(near, on=key, how="inner")
     # in its own slot, any node at least half as far; in a slot either side, only a like move
@@ -347,8 +347,13 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     # is the same state's: a leaf's congestion, a stage that moves less; "past its own line"
     # missed a stage inside its line). Another node's one-sweep dip a whole sweep before an
     # onset, back in line by the onset's slot, is another moment, not this node's move.
-    pairs = pairs[(pairs["near"] >= pairs["bad"] / 2)
-                  & ((pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"]))]
+    # In its own slot, also any node past its own line the same way, however much less far
+    # (the section's rule: more than max_outlier_share of a slot's nodes outlying is the job's
+    # or the fabric's): a switch's event gives its nodes levels that differ by a factor of two
+    # or more, and the one that caught the most is not alone.
+    own = (pairs["d"] == 0) & pairs["near_outlier"].astype(bool)
+    pairs = pairs[own | ((pairs["near"] >= pairs["bad"] / 2)
+                         & ((pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"])))]
     apart = (pairs["d"] != 0) & ((pairs["near_time"] - pairs["time"]).abs()
                                  > np.timedelta64(rules.slot_s, "s"))
     if apart.any():
