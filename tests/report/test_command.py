@@ -29,6 +29,7 @@ def _config(tmp_path: Path) -> Path:
     return path
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # drawn by the README test's `healthctl report`
 def test_report_command_writes_the_page_and_prints_the_summary(engine, tmp_path):  # noqa: F811
     out = tmp_path / "report"
     config = _config(tmp_path)

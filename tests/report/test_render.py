@@ -4,6 +4,7 @@ import json
 from datetime import timedelta
 
 import pandas as pd
+import pytest
 
 from rsc_health.report.data import ReportData
 from rsc_health.report.plots import FIGURES
@@ -27,6 +28,7 @@ def test_full_report_has_every_section_and_figure(report_data, tmp_path):
     assert "Mass-drain guard: <strong>armed</strong>" in html
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_summary_mentions_each_lemon_with_its_evidence(report_data, tmp_path):
     summary = write_report(report_data, tmp_path).summary.read_text()
     for row in report_data.lemons.to_dict("records"):
@@ -38,6 +40,7 @@ def test_summary_mentions_each_lemon_with_its_evidence(report_data, tmp_path):
     assert "Mass-drain guard: armed" in summary
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_report_json_is_machine_readable(report_data, tmp_path):
     document = json.loads(write_report(report_data, tmp_path).json.read_text())
     assert [r["node"] for r in document["lemons"]] == ["gpu007", "gpu013"]
@@ -47,6 +50,7 @@ def test_report_json_is_machine_readable(report_data, tmp_path):
     assert document["actions"][1]["job_id"] is None
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_second_report_lists_what_changed_since_the_first(tmp_path):
     first = build_report_data()
     write_report(first, tmp_path)
@@ -67,6 +71,7 @@ def test_second_report_lists_what_changed_since_the_first(tmp_path):
     assert document["changes"]["cleared"] == ["gpu007"]
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_previous_report_can_come_from_another_directory(report_data, tmp_path):
     yesterday = write_report(report_data, tmp_path / "yesterday")
     report_data.lemons = report_data.lemons.iloc[:1]
@@ -74,6 +79,7 @@ def test_previous_report_can_come_from_another_directory(report_data, tmp_path):
     assert written.changes.cleared == ["gpu013"]
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_unreadable_previous_report_is_treated_as_a_first_run(report_data, tmp_path):
     (tmp_path / "report.json").write_text("{not json")
     written = write_report(report_data, tmp_path)
@@ -99,6 +105,7 @@ def test_embedded_report_is_one_file(report_data, tmp_path):
     assert html.count('src="data:image/png;base64,') == len(FIGURES)
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_html_escapes_node_and_reason_text(report_data, tmp_path):
     report_data.actions.loc[0, "reason"] = "<script>alert(1)</script>"
     html = write_report(report_data, tmp_path).html.read_text()
@@ -106,6 +113,7 @@ def test_html_escapes_node_and_reason_text(report_data, tmp_path):
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_summary_uses_the_verdict_summary_and_caps_long_lists(report_data, tmp_path):
     nodes = [f"gpu{i:03d}" for i in range(45)]
     report_data.lemons = pd.DataFrame({
@@ -122,6 +130,7 @@ def test_summary_uses_the_verdict_summary_and_caps_long_lists(report_data, tmp_p
     assert all(f"<code>{n}</code>" in html for n in nodes)
 
 
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_summary_txt_escapes_terminal_sequences_in_the_historian_s_text(report_data, tmp_path):
     """summary.txt is read in a terminal and posted to chat: evidence carrying a job name or
     a reason must not bring its escape sequences along."""
