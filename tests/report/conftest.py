@@ -118,4 +118,3 @@ def build_report_data(as_of: datetime = AS_OF) -> ReportData:
 @pytest.fixture
 def report_data() -> ReportData:
     return build_report_data()
-

@@ -77,6 +77,7 @@ class SlurmCluster:
         self.node_conf = node_conf  # more words on every NodeName line (Features=...)
         self.cluster_name = "rsch" + secrets.token_hex(3)
         self.db_name = f"slurm_acct_{self.cluster_name}"
+        self._dropped = False  # the accounting database: stop() drops it once
         self.procs: dict[str, subprocess.Popen] = {}
         self.conf = self.base / "etc" / "slurm.conf"
         self.munge_socket = self.base / "munge" / "munge.socket"
@@ -125,7 +126,7 @@ class SlurmCluster:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(5)
-        if self.accounting and not getattr(self, "_dropped", False):
+        if self.accounting and not self._dropped:
             self._dropped = True
             subprocess.Popen(  # noqa: S603 - our own test database, reaped by init
                 ["mariadb", "-h", "127.0.0.1", "-u", "root", "-e",
