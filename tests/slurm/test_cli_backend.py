@@ -225,3 +225,13 @@ def test_a_requeue_of_a_job_that_had_ended_is_job_gone(tmp_path):
     slurm = fake_bin(tmp_path, "scontrol", "exit 0\n")
     with pytest.raises(JobGone, match="had ended"):
         slurm.requeue("42")
+
+
+def test_a_time_with_a_zone_keeps_it_and_garbage_is_no_time():
+    from rsc_health.slurm.cli_backend import slurm_time
+
+    assert slurm_time("2026-11-01T01:30:00-05:00") == datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+    assert slurm_time("2026-11-01T06:30:00") == datetime(2026, 11, 1, 6, 30, tzinfo=UTC)
+    for text in ("Unknown", "None", "(null)", "", None, "2026-13-01T00:00:00", "x" * 10_000,
+                 "2026-11-01T01:30:00\n|x"):
+        assert slurm_time(text) is None, text
