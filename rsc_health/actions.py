@@ -91,6 +91,11 @@ class DrainState:
     # drained again.
     boot: str = ""
     boot_seen: str = ""
+    # The kernel's id of the boot that sighting was on (/proc/sys/kernel/random/boot_id; ""
+    # when it could not be read). A run on another boot that finds the drain gone knows a
+    # reboot came after the sighting without comparing clocks: a node clock ahead of
+    # slurmctld's would put the sighting after a reboot that followed it within that skew.
+    boot_id: str = ""
 
 
 # What Slurm 22.05 adds to the node's reason when it issues a reboot (and leaves there after):
@@ -226,12 +231,16 @@ class Actor:
         *,
         now: Callable[[], datetime] = utcnow,
         log: Callable[[str], None] | None = None,
+        boot_id: Callable[[], str] = str,
     ):
         self.slurm = slurm
         self.cfg = cfg
         self.node = node
         self.state_dir = Path(state_dir)
         self.now = now
+        # This boot's kernel id (collect.kmsg.boot_id), read when a sighting is noted or
+        # judged; "" (the default) where it cannot be told.
+        self.boot_id = boot_id
         # Messages carry no prefix: the node path's log adds "rsc_health: " (and syslogs).
         self.log = log or (lambda msg: print(f"rsc_health: {msg}", file=sys.stderr))
         self.enabled = bool(cfg.get("actions.enabled"))
@@ -395,8 +404,14 @@ class Actor:
             boot = state.boot if info.boot_time is None or (
                 noted is not None and abs(info.boot_time - noted) <= _BOOT_SLACK) \
                 else _boot_text(info)
-        if (lifting, boot) != (state.reboot_resumes, state.boot):
-            state.reboot_resumes, state.boot = lifting, boot
+        # A sighting on another kernel boot than the one noted is a new sighting too (the
+        # node came back with our drain kept, before slurmd registered its new BootTime); an
+        # id that cannot be read tells nothing, as BootTime=None.
+        kernel = ""
+        if boot:
+            kernel = self._kernel_boot() or (state.boot_id if boot == state.boot else "")
+        if (lifting, boot, kernel) != (state.reboot_resumes, state.boot, state.boot_id):
+            state.reboot_resumes, state.boot, state.boot_id = lifting, boot, kernel
             state.boot_seen = self.now().isoformat() if boot else ""
             self._write_state(state)
             if lifting:
@@ -436,8 +451,20 @@ class Actor:
         # unseen one). The second keeps a run that read the old BootTime after the reboot,
         # before slurmd registered, from counting that reboot as one after it.
         seen = aware_time(state.boot_seen)
-        return (noted is not None and seen is not None
-                and info.boot_time > max(noted, seen) + _BOOT_SLACK)
+        if noted is None or seen is None:
+            return False
+        # The node's own word first: a sighting on another kernel boot than this one was
+        # before a reboot, whatever the two clocks say.
+        kernel = self._kernel_boot()
+        if state.boot_id and kernel and kernel != state.boot_id:
+            return True
+        return info.boot_time > max(noted, seen) + _BOOT_SLACK
+
+    def _kernel_boot(self) -> str:
+        try:
+            return str(self.boot_id() or "")
+        except Exception:  # noqa: BLE001 - an unreadable boot id tells nothing
+            return ""
 
     def _drain_again(self, state: DrainState, info: NodeInfo, *,
                      requeue: bool = True) -> list[Action]:
@@ -450,6 +477,7 @@ class Actor:
         state.reboot_resumes, state.clean_sweeps = False, 0
         state.boot = _boot_text(info)
         state.time = state.boot_seen = self.now().isoformat()
+        state.boot_id = self._kernel_boot()
         self._write_state(state)
         mode = (parse_reason(state.reason) or {}).get("mode")
         kind = ActionKind.DRAIN_NOW if mode == "now" else ActionKind.DRAIN_AFTER_JOB
@@ -684,7 +712,7 @@ class Actor:
                 or not isinstance(state.auto_resumable, bool)
                 or not isinstance(state.settled, bool)
                 or not isinstance(state.reboot_resumes, bool) or not isinstance(state.boot, str)
-                or not isinstance(state.boot_seen, str)
+                or not isinstance(state.boot_seen, str) or not isinstance(state.boot_id, str)
                 or isinstance(state.clean_sweeps, bool) or not isinstance(state.clean_sweeps, int)):
             self._discard_state("not a record this code wrote")
             return None

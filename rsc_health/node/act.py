@@ -35,12 +35,14 @@ def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: 
         return settled
     # Imported only past this point: a healthy prolog neither calls nor loads the Slurm side.
     from rsc_health.actions import Actor
+    from rsc_health.collect import kmsg
     from rsc_health.slurm.api import SlurmError
 
     skip = {ctx.job_id} if (ctx.job_id and stage.name == "epilog") else None
     slurm = ctx.slurm_factory(cfg, ctx.deadline)
     try:
-        actor = Actor(slurm, cfg, ctx.node, ctx.sdir, log=log)
+        actor = Actor(slurm, cfg, ctx.node, ctx.sdir, log=log,
+                      boot_id=lambda: kmsg.boot_id(ctx.root))
         actions = actor.apply(verdict, requeue=stage.requeue,
                               clean_sweep=stage.counts_as_clean and not had_pending,
                               skip_jobs=skip)

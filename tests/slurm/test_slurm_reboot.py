@@ -4,12 +4,16 @@ drain and reason when the node comes back is measured, not assumed."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import time
+import uuid
 
 import pytest
 
 from rsc_health.slurm.api import NodeInfo
 from rsc_health.slurm.cli_backend import parse_node_line
+from tests.slurm.cluster import HEALTHY
 
 from .test_cluster_scenarios import inject_xid79, remove_mount, wait_running_past_prolog
 
@@ -29,6 +33,11 @@ def _reboot_when_issued(c, name: str) -> None:
     # 2 s slack after the run that last saw our drain, that jitter included, or it reads as
     # the same boot (under a loaded CI, 3 s was sometimes not enough: an unseen lift missed).
     time.sleep(5)
+    # A reboot gives the kernel a new boot id (random(4)) and an empty ring buffer: the node's
+    # runs note the one, and the XID of the last boot is not read again.
+    root = c.root(name)
+    (root / "proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
+    shutil.copyfile(HEALTHY / "dev/kmsg", root / "dev/kmsg")
     c.reboot_slurmd(name)
     c.wait_for(lambda: not (_node(c, name).in_hand or _node(c, name).down), 60,
                f"{name} back from its reboot")
@@ -169,6 +178,10 @@ def test_a_reboot_no_sweep_saw_pending_still_leaves_our_xid79_drain_in_place(slu
         assert c.sweep("node03").returncode == 0
         info = _node(c, "node03")
         assert info.drain_set and info.reason == ours, info
+        # drained again on the new kernel boot: the record notes that boot's id
+        root = c.root("node03")
+        record = json.loads((root / "var/lib/rsc_health/slurm_drain.json").read_text())
+        assert record["boot_id"] == (root / "proc/sys/kernel/random/boot_id").read_text().strip()
     finally:
         startup.write_text(kept)
         c.run(["scontrol", "cancel_reboot", "node03"], check=False)

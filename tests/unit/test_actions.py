@@ -897,6 +897,7 @@ def test_a_transient_drain_lifted_by_a_reboot_is_not_drained_again(cfg, tmp_path
     slurm = memory_slurm()
     clock = Clock()
     a = Actor(slurm, cfg, "n01", tmp_path / "n01", now=clock, log=lambda m: None)
+    a.sleep = lambda seconds: None
     slurm.boot("n01", BOOT)
     a.apply(decide([finding("mount_missing", family="mount")]))
     assert a.apply(decide([]), clean_sweep=True) == []
@@ -944,6 +945,93 @@ def test_a_persons_resume_after_a_repair_reboot_stands_with_the_node_clock_behin
     slurm.resume("n01")
     assert a.apply(decide([]), clean_sweep=True) == []
     assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+class Kernel:
+    """The node's /proc/sys/kernel/random/boot_id: a new id on each reboot."""
+
+    def __init__(self):
+        self.id = "boot-a"
+
+    def __call__(self):
+        return self.id
+
+
+def _xid79_seen_with_kernel(slurm, cfg, tmp_path):
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    kernel = Kernel()
+    a.boot_id = kernel
+    assert a.apply(decide([]), clean_sweep=True) == []  # a sweep on boot-a sees our drain
+    assert a.load_state().boot_id == "boot-a"
+    return a, ours, clock, kernel
+
+
+def test_an_unseen_reboot_lift_is_told_with_the_node_clock_ahead_of_slurms(cfg, tmp_path):
+    """The node's clock runs five minutes ahead of slurmctld's (munge allows it). A sweep sees
+    our XID 79 drain at 12:05 by the node's clock (12:00 by slurmctld's); a reboot with
+    nextstate=RESUME two minutes later (BootTime 12:02, slurmctld's) lifts it unseen. By the
+    clocks the boot is before the sighting; the kernel's boot id says a reboot came after it:
+    drained again, and the job start that asks is refused."""
+    slurm = memory_slurm()
+    a, ours, clock, kernel = _xid79_seen_with_kernel(slurm, cfg, tmp_path)
+    a.apply(decide([]), clean_sweep=True)
+    skew = timedelta(minutes=5)
+    clock.t = NOW + skew  # the sighting, by the node's clock
+    assert a.apply(decide([]), clean_sweep=True) == []
+    slurm.set_state("n01", "IDLE", "")  # lifted when slurmd registered
+    slurm.boot("n01", NOW + timedelta(minutes=2))
+    kernel.id = "boot-b"
+    clock.t = NOW + timedelta(minutes=4) + skew
+    again = a.apply(decide([]))  # the job start
+    assert [x.action for x in again] == ["drain_now"]
+    assert slurm.info["n01"].drain_set and slurm.info["n01"].reason == ours
+    assert a.load_state().boot_id == "boot-b"
+    slurm.resume("n01")  # a person's resume on that boot stands
+    clock.t += timedelta(minutes=5)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set
+
+
+def test_a_repair_reboot_seen_on_the_new_kernel_before_slurmd_registered_keeps_the_resume(
+        cfg, tmp_path):
+    """The repair flow, a sweep on the new boot seeing our drain kept before slurmd has
+    registered (BootTime still the old one): that is a sighting on the new boot. The person's
+    resume afterwards stands; the boot id does not take it for a reboot's lift."""
+    slurm = memory_slurm()
+    a, _, clock, kernel = _xid79_seen_with_kernel(slurm, cfg, tmp_path)
+    kernel.id = "boot-b"
+    clock.t = NOW + timedelta(minutes=12)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert a.load_state().boot_id == "boot-b" and slurm.info["n01"].drain_set
+    slurm.boot("n01", NOW + timedelta(minutes=10))  # slurmd registers
+    clock.t += timedelta(minutes=5)
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
+@pytest.mark.parametrize("unreadable", ["", OSError("EIO")])
+def test_an_unreadable_boot_id_keeps_the_one_noted_and_tells_nothing(cfg, tmp_path,
+                                                                     unreadable):
+    """/proc unreadable for a run (a container's /proc, an error): the id noted stays, no
+    write for it, and a person's resume on the same boot stands."""
+    slurm = memory_slurm()
+    a, _, clock, kernel = _xid79_seen_with_kernel(slurm, cfg, tmp_path)
+    path = tmp_path / "n01" / "slurm_drain.json"
+    before = path.read_bytes()
+
+    def broken():
+        if isinstance(unreadable, Exception):
+            raise unreadable
+        return unreadable
+
+    a.boot_id = broken
+    clock.t += timedelta(minutes=5)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert path.read_bytes() == before
+    slurm.resume("n01")
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set
 
 
 def test_a_drained_nodes_sweep_does_not_rewrite_its_record_for_boot_time_jitter(
