@@ -323,3 +323,45 @@ def test_a_switch_event_whose_nodes_count_unlike_levels_flags_none_of_them():
     alone = _samples("ib_error_rate", lambda i, s: 0.35 if i == 22 and s in (6, 7) else 0.0,
                      lambda i, s: "mlx5_3:1", nodes=nodes)
     assert [e.node for e in detect_frame(alone, _job(nodes), None, CFG)] == ["gpu023"]
+
+
+def _phased(metric: str, value, phases: dict[int, int], sweeps: int = 12,
+            nodes=NODES) -> pd.DataFrame:
+    """One sample per node per sweep, node i at `phases[i]` seconds into each 5-minute slot
+    (others at 30 s): value(i, s), component gpu0."""
+    return pd.DataFrame([
+        {"node": node, "time": T0 + timedelta(seconds=300 * s + phases.get(i, 30)),
+         "metric": metric, "value": value(i, s), "component": "gpu0"}
+        for i, node in enumerate(nodes) for s in range(sweeps)])
+
+
+def test_a_dip_of_another_node_after_a_nodes_onset_does_not_make_its_state_the_jobs():
+    # A node's NVLink drops to a seventh from sweep 5 on (sampled 260 s into each slot). Another
+    # node, sampled 160 s in, is still in line at sweep 6, after the drop was first seen, and
+    # dips for one sweep at sweep 7, 200 s after the slow node's sweep-6 sample. That later
+    # dip is another event: the slow node is a suspect at its second sweep, not its fifth.
+    def rate(i, s):
+        if i == 0 and s >= 5:
+            return 6e9
+        if i == 3 and s == 7:
+            return 2.1e10
+        return 4e10 * (1 + 0.01 * ((i * 7 + s * 3) % 5 - 2))
+
+    obs = judged(_phased("nvlink_data_rate", rate, {0: 260, 3: 160}), _job(NODES), None, RULES)
+    runs = find_runs(obs, RULES)
+    assert list(runs["node"]) == ["gpu001"]
+    assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 6 + 260)
+
+
+def test_a_node_that_moved_with_its_job_first_is_not_a_suspect_as_the_rest_follow():
+    # A staggered job-wide event (checkpoint writes reaching nodes one after another): three
+    # nodes drop at sweep 5, three more at sweep 6, for those two sweeps. The first three
+    # moved with their job; the later movers do not make them outliers of their own.
+    def rate(i, s):
+        if (i < 3 and s in (5, 6)) or (3 <= i < 6 and s == 6):
+            return 1e10
+        return 4e10 * (1 + 0.01 * ((i * 7 + s * 3) % 5 - 2))
+
+    obs = judged(_phased("nvlink_data_rate", rate, {i: 40 * i + 20 for i in range(8)}),
+                 _job(NODES), None, RULES)
+    assert find_runs(obs, RULES).empty

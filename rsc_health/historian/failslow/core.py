@@ -263,11 +263,43 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     # switch's nodes span stages), so a shift one group sees as a single node is still seen.
     # A node moved with it when its own deviation is at least half the outlier's: a leaf
     # switch's congested nodes all move, and widen the spread so only some pass the line.
-    moved = _moved_with(obs, rules)
     n_job = obs.groupby(["job_id", "metric", "slot"], sort=False)["value"].transform("size")
     allowed = np.maximum(1, np.floor(rules.max_outlier_share * n_job))
-    job_wide = obs["outlier"] & ((moved > allowed) | _lagging(obs, tol, min_delta, sign))
+    lagging = _lagging(obs, tol, min_delta, sign)
+    moved = _moved_with(obs, rules)
+    job_wide = obs["outlier"] & ((moved > allowed) | lagging)
+    # A node that was an outlier on its own in the slot before is in a state of its own: a
+    # move of other nodes that began after that state was seen is another event, and does not
+    # make its next slot the job's (a second pass, with the first pass's own outliers).
+    # Telemetry only: a job's step times share one clock, and a phase of the workload that
+    # reaches its ranks one after another is the job's, whichever rank it reached first.
+    since = _alone_since(obs.assign(alone=obs["outlier"] & ~job_wide
+                                    & (obs["source"] == TELEMETRY)))
+    if since.notna().any():
+        pair = obs["job_id"].astype(str) + "\0" + obs["metric"].astype(str)
+        again = pair.isin(set(pair[since.notna()])).to_numpy()
+        moved = moved.copy()
+        moved[again] = _moved_with(obs[again], rules, since[again]).to_numpy()
+        job_wide = obs["outlier"] & ((moved > allowed) | lagging)
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
+
+
+def _alone_since(obs: pd.DataFrame) -> pd.Series:
+    """For each row whose node was an outlier on its own (`alone`) in the slot before, in its
+    job and metric: when that run of such slots began (its first sample's time); NaT for the
+    other rows."""
+    key = ["job_id", "metric", "node"]
+    b = obs[key + ["slot", "time", "alone"]].drop_duplicates(key + ["slot"]).sort_values(
+        key + ["slot"])
+    g = b.groupby(key, sort=False)
+    alone = b["alone"].astype(bool)
+    gap = (b["slot"] - g["slot"].shift()) != 1
+    starts = ~alone | ~g["alone"].shift(fill_value=False).astype(bool) | gap
+    # sorted by slot within a node: a run's first row holds its earliest sample
+    run_start = b["time"].where(starts).ffill().where(alone)
+    nxt = b[key + ["slot"]].assign(slot=b["slot"] + 1, since=run_start)
+    return obs[key + ["slot"]].merge(nxt, on=key + ["slot"], how="left")["since"].set_axis(
+        obs.index)
 
 
 def _lagging(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
@@ -310,7 +342,7 @@ def _lagging(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
     return out
 
 
-def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
+def _moved_with(obs: pd.DataFrame, rules: Rules, since: pd.Series | None = None) -> pd.Series:
     """For each outlier, how many of its job's nodes (itself included) are past the job's
     median in the same metric and direction by at least half as much as it is, in its slot, or
     in a slot either side by a like amount (at most its own move plus its line): nodes sample
@@ -334,7 +366,9 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
     spread = pd.concat([bad.assign(slot=bad["slot"] + d, d=d) for d in (-1, 0, 1)])
     near = spread[["job_id", "metric", "slot", "node", "d", "bad", "time", "outlier"]].rename(
         columns={"bad": "near", "time": "near_time", "outlier": "near_outlier"})
-    mine = bad.loc[bad["outlier"], key + ["bad", "line", "time"]].assign(row=lambda f: f.index)
+    mine = bad.loc[bad["outlier"], key + ["bad", "line", "time"]].assign(
+        row=lambda f: f.index, xnode=bad["node"],
+        xstart=since.reindex(bad.index) if since is not None else pd.NaT)
     pairs = mine.merge(near, on=key, how="inner")
     # in its own slot, any node at least half as far; in a slot either side, only a like move
     # (no more than a line past the outlier's): the same shift caught at another phase. A
@@ -363,9 +397,35 @@ def _moved_with(obs: pd.DataFrame, rules: Rules) -> pd.Series:
         still = (far["now"] >= far["near"] / 2).to_numpy()
         pairs = pairs[~apart.to_numpy() | np.isin(np.arange(len(pairs)),
                                                   np.flatnonzero(apart.to_numpy())[still])]
+    pairs = pairs[~_moved_later(pairs, bad)]
     counts = pairs.groupby("row")["node"].nunique()
     out.loc[counts.index] = counts.to_numpy()
     return out
+
+
+def _moved_later(pairs: pd.DataFrame, bad: pd.DataFrame) -> np.ndarray:
+    """Pairs whose outlier was on its own in the slot before (`xstart`: when that state was
+    first seen) and whose other node's move began after it: that node's sample in the slot
+    before its move was in line (under half its move) and taken no earlier than `xstart`.
+    Such a move is another event (a one-sweep dip, a fault of its own) that came later; the
+    outlier's state was not the job's shift, and it is not made one by it. A move whose slot
+    before has no sample, or began before the outlier's state was seen (a fabric event caught
+    by each node at its own phase), still counts; so does every move beside an outlier whose
+    slot before was the job's (a staggered event: checkpoint writes one node after another)."""
+    other = (pairs["node"] != pairs["xnode"]).to_numpy() & pairs["xstart"].notna().to_numpy()
+    if not other.any():
+        return np.zeros(len(pairs), dtype=bool)
+    before = (bad[["job_id", "metric", "node", "slot", "bad", "time"]]
+              .assign(slot=bad["slot"] + 1)
+              .rename(columns={"bad": "before", "time": "before_time"})
+              .drop_duplicates(["job_id", "metric", "node", "slot"]))
+    own = pairs[["job_id", "metric", "node"]].assign(
+        slot=(pairs["slot"] - pairs["d"]).to_numpy())
+    prior = own.merge(before, on=["job_id", "metric", "node", "slot"], how="left")
+    with np.errstate(invalid="ignore"):
+        fresh = (prior["before"].to_numpy(dtype=float) < pairs["near"].to_numpy(dtype=float) / 2)
+    after = (prior["before_time"] >= pairs["xstart"].to_numpy()).to_numpy(dtype=bool)
+    return other & fresh & after
 
 
 def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
