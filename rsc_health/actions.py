@@ -440,7 +440,9 @@ class Actor:
         noted = aware_time(state.boot)
         if state.reboot_resumes:
             # Seen pending; unless Slurm still shows the boot noted with it: then no reboot
-            # came (cancelled), and the drain went by a person's resume.
+            # came (cancelled), and the drain went by a person's resume. (Not the kernel's
+            # boot id: the sweep slurmd runs as it starts sees the reboot still pending on
+            # the new kernel, and the lift comes after it on the same one.)
             return (noted is None or info.boot_time is None
                     or info.boot_time > noted + _BOOT_SLACK)
         if info.boot_time is None or self._resumable(state):
@@ -453,11 +455,12 @@ class Actor:
         seen = aware_time(state.boot_seen)
         if noted is None or seen is None:
             return False
-        # The node's own word first: a sighting on another kernel boot than this one was
-        # before a reboot, whatever the two clocks say.
+        # The node's own word first: the kernel boot the drain was last seen on is another
+        # (a reboot since, whatever the clocks say) or this one (none since, whatever
+        # BootTime says: a clock stepped). Unknown where either id is "".
         kernel = self._kernel_boot()
-        if state.boot_id and kernel and kernel != state.boot_id:
-            return True
+        if state.boot_id and kernel:
+            return kernel != state.boot_id
         return info.boot_time > max(noted, seen) + _BOOT_SLACK
 
     def _kernel_boot(self) -> str:

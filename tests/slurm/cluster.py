@@ -23,6 +23,7 @@ import shutil
 import socket
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -296,8 +297,10 @@ StorageLoc={self.db_name}
     def reboot_slurmd(self, node: str) -> None:
         """A reboot Slurm issued (RebootProgram is /bin/true), as slurmctld sees it done:
         slurmd stops and registers again with a boot time after the request. Its uptime is
-        read in a time namespace whose boot clock starts now (unshare --boottime)."""
+        read in a time namespace whose boot clock starts now (unshare --boottime), and the
+        node's root gets a new kernel boot id (random(4)), as a rebooted kernel has."""
         self._stop_proc(f"slurmd-{node}")
+        (self.root(node) / "proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
         uptime = float(Path("/proc/uptime").read_text().split()[0])
         (self.base / "spool" / node).mkdir(parents=True, exist_ok=True)
         self._spawn(f"slurmd-{node}", [

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shutil
 import time
-import uuid
 
 import pytest
 
@@ -33,11 +32,9 @@ def _reboot_when_issued(c, name: str) -> None:
     # 2 s slack after the run that last saw our drain, that jitter included, or it reads as
     # the same boot (under a loaded CI, 3 s was sometimes not enough: an unseen lift missed).
     time.sleep(5)
-    # A reboot gives the kernel a new boot id (random(4)) and an empty ring buffer: the node's
-    # runs note the one, and the XID of the last boot is not read again.
-    root = c.root(name)
-    (root / "proc/sys/kernel/random/boot_id").write_text(f"{uuid.uuid4()}\n")
-    shutil.copyfile(HEALTHY / "dev/kmsg", root / "dev/kmsg")
+    # A reboot gives the kernel a new boot id (reboot_slurmd writes one) and an empty ring
+    # buffer: the XID of the last boot is not read again.
+    shutil.copyfile(HEALTHY / "dev/kmsg", c.root(name) / "dev/kmsg")
     c.reboot_slurmd(name)
     c.wait_for(lambda: not (_node(c, name).in_hand or _node(c, name).down), 60,
                f"{name} back from its reboot")

@@ -1010,6 +1010,20 @@ def test_a_repair_reboot_seen_on_the_new_kernel_before_slurmd_registered_keeps_t
     assert not slurm.info["n01"].drain_set and a.load_state() is None
 
 
+def test_a_persons_resume_stands_when_slurmctlds_clock_steps_and_the_kernel_is_the_same(
+        cfg, tmp_path):
+    """slurmctld's clock steps an hour ahead and slurmd registers again (no reboot): BootTime,
+    now minus the uptime, moves an hour past the sighting. The kernel's boot id is the one the
+    drain was last seen on: no reboot came, and a person's resume stands."""
+    slurm = memory_slurm()
+    a, _, clock, kernel = _xid79_seen_with_kernel(slurm, cfg, tmp_path)
+    slurm.resume("n01")
+    slurm.boot("n01", NOW + timedelta(hours=1))
+    clock.t += timedelta(minutes=5)
+    assert a.apply(decide([]), clean_sweep=True) == []
+    assert not slurm.info["n01"].drain_set and a.load_state() is None
+
+
 @pytest.mark.parametrize("unreadable", ["", OSError("EIO")])
 def test_an_unreadable_boot_id_keeps_the_one_noted_and_tells_nothing(cfg, tmp_path,
                                                                      unreadable):
