@@ -279,7 +279,9 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
         pair = obs["job_id"].astype(str) + "\0" + obs["metric"].astype(str)
         again = pair.isin(set(pair[since.notna()])).to_numpy()
         moved = moved.copy()
-        moved[again] = _moved_with(obs[again], rules, since[again]).to_numpy()
+        alone = again & since.notna().to_numpy()
+        moved[alone] = _moved_with(obs[again], rules, since[again])[since[again].notna()
+                                                                    ].to_numpy()
         job_wide = obs["outlier"] & ((moved > allowed) | lagging)
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
 
@@ -366,9 +368,12 @@ def _moved_with(obs: pd.DataFrame, rules: Rules, since: pd.Series | None = None)
     spread = pd.concat([bad.assign(slot=bad["slot"] + d, d=d) for d in (-1, 0, 1)])
     near = spread[["job_id", "metric", "slot", "node", "d", "bad", "time", "outlier"]].rename(
         columns={"bad": "near", "time": "near_time", "outlier": "near_outlier"})
-    mine = bad.loc[bad["outlier"], key + ["bad", "line", "time"]].assign(
-        row=lambda f: f.index, xnode=bad["node"],
-        xstart=since.reindex(bad.index) if since is not None else pd.NaT)
+    xstart = since.reindex(bad.index) if since is not None else pd.Series(pd.NaT, bad.index)
+    # with `since`, only the outliers it can change are counted (the others keep the count
+    # of the pass without it)
+    counted = bad["outlier"] & (xstart.notna() if since is not None else True)
+    mine = bad.loc[counted, key + ["bad", "line", "time"]].assign(
+        row=lambda f: f.index, xnode=bad["node"], xstart=xstart)
     pairs = mine.merge(near, on=key, how="inner")
     # in its own slot, any node at least half as far; in a slot either side, only a like move
     # (no more than a line past the outlier's): the same shift caught at another phase. A
