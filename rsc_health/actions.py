@@ -42,7 +42,7 @@ from rsc_health.policy import (
     parse_reason,
     qualify_out_since,
 )
-from rsc_health.record import asdict, dataclass, field
+from rsc_health.record import asdict, dataclass, field, record_fields
 from rsc_health.slurm.api import JobGone, NodeInfo, SlurmAPI, SlurmCommandError, SlurmError
 
 DRAIN_STATE_FILE = "slurm_drain.json"
@@ -698,12 +698,16 @@ class Actor:
         keys, wrong types would raise later, on every sweep, or resume on a truthy string):
         with no record the node is never auto-resumed, a person resumes it. A record that is
         there and unreadable (empty after a power cut, cut short, a directory, a FIFO) is
-        said once and removed, so a later drain or adoption can write a whole one."""
+        said once and removed, so a later drain or adoption can write a whole one. A key this
+        release does not know (a later release wrote the record, then was rolled back) is
+        left out, not the record: the drain and what it was for still stand."""
         data = load_state_json(self._state_path)
         try:
             if "lost" in data:
                 raise ValueError(data["lost"])
-            state = DrainState(**data) if data else None
+            known = set(record_fields(DrainState))
+            state = DrainState(**{k: v for k, v in data.items() if k in known}) \
+                if data else None
         except (ValueError, TypeError) as exc:
             self._discard_state(str(exc))
             return None

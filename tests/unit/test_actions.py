@@ -1024,6 +1024,27 @@ def test_a_persons_resume_stands_when_slurmctlds_clock_steps_and_the_kernel_is_t
     assert not slurm.info["n01"].drain_set and a.load_state() is None
 
 
+def test_a_drain_record_with_a_key_this_release_does_not_know_still_stands(cfg, tmp_path):
+    """A later release wrote the record (a key of its own), then the site rolled back: the
+    drain and what it was for still stand (never auto-resumed, the reboot note kept); the key
+    is left out, the record is not thrown away."""
+    slurm = memory_slurm()
+    a, ours, clock = _xid79_drained_and_seen(slurm, cfg, tmp_path)
+    path = tmp_path / "n01" / "slurm_drain.json"
+    record = json.loads(path.read_text())
+    record["a_later_releases_key"] = {"anything": [1, 2]}
+    path.write_text(json.dumps(record))
+    state = a.load_state()
+    assert state is not None and state.codes == ["xid79"] and state.boot
+    for _ in range(4):
+        clock.t += timedelta(minutes=5)
+        assert a.apply(decide([]), clean_sweep=True) == []
+    assert slurm.info["n01"].drain_set and slurm.info["n01"].reason == ours
+    slurm.set_state("n01", "IDLE", "")  # a reboot lifted it unseen: drained again
+    _rebooted(slurm, clock, minutes=40)
+    assert [x.action for x in a.apply(decide([]), clean_sweep=True)] == ["drain_now"]
+
+
 @pytest.mark.parametrize("unreadable", ["", OSError("EIO")])
 def test_an_unreadable_boot_id_keeps_the_one_noted_and_tells_nothing(cfg, tmp_path,
                                                                      unreadable):
