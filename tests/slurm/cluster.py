@@ -55,6 +55,21 @@ def parse_kv_line(line: str) -> dict[str, str]:
     return out
 
 
+def _stop_together(procs: list[subprocess.Popen], timeout: float) -> None:
+    """SIGTERM to each that still runs, then one shared deadline for all of them; whichever is
+    still there then is killed."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.terminate()
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
 class SlurmCluster:
     def __init__(
         self,
@@ -116,17 +131,7 @@ class SlurmCluster:
         15 s, the end of a loaded run took a minute here); the accounting database dropped
         without waiting for it (a new cluster makes a database of a new name). Twice is
         harmless: atexit calls it again."""
-        procs = [self.procs.pop(name) for name in list(self.procs)[::-1]]
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        deadline = time.monotonic() + timeout
-        for proc in procs:
-            try:
-                proc.wait(max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
+        _stop_together([self.procs.pop(name) for name in list(self.procs)[::-1]], timeout)
         if self.accounting and not self._dropped:
             self._dropped = True
             subprocess.Popen(  # noqa: S603 - our own test database, reaped by init
@@ -142,14 +147,8 @@ class SlurmCluster:
 
     def _stop_proc(self, name: str, sig_timeout: float = 15) -> None:
         proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        proc.terminate()
-        try:
-            proc.wait(sig_timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+        if proc is not None:
+            _stop_together([proc], sig_timeout)
 
     def _start_munge(self) -> None:
         key = self.base / "munge" / "munge.key"
