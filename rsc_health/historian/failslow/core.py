@@ -276,8 +276,8 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     since = _alone_since(obs.assign(alone=obs["outlier"] & ~job_wide
                                     & (obs["source"] == TELEMETRY)))
     if since.notna().any():
-        pair = obs["job_id"].astype(str) + "\0" + obs["metric"].astype(str)
-        again = pair.isin(set(pair[since.notna()])).to_numpy()
+        again = since.notna().groupby([obs["job_id"], obs["metric"]], sort=False).transform(
+            "any").to_numpy()
         moved = moved.copy()
         alone = again & since.notna().to_numpy()
         moved[alone] = _moved_with(obs[again], rules, since[again])[since[again].notna()
