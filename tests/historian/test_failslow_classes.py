@@ -365,3 +365,40 @@ def test_a_node_that_moved_with_its_job_first_is_not_a_suspect_as_the_rest_follo
     obs = judged(_phased("nvlink_data_rate", rate, {i: 40 * i + 20 for i in range(8)}),
                  _job(NODES), None, RULES)
     assert find_runs(obs, RULES).empty
+
+
+def _pcie(slow_from: int | None, idle: dict[int, set[int]]):
+    """pcie_link_ratio: node 0 trained down to x8 (0.5) from sweep `slow_from`; the nodes in
+    idle[s] idle their links to a quarter in sweep s (a checkpoint); the rest at 1.0."""
+    def value(i, s):
+        if slow_from is not None and i == 0 and s >= slow_from:
+            return 0.5
+        return 0.25 if i in idle.get(s, ()) else 1.0
+    return value
+
+
+def test_a_checkpoint_idling_most_links_past_a_slow_link_neither_counts_nor_breaks_its_run():
+    # x8 from sweep 4; in sweep 5 six of eight nodes idle to a quarter, so the job's median
+    # (0.25) is past the slow link: the slot says nothing of it. It was broken there, and the
+    # suspect came a sweep late (sweeps 6 and 7); now sweeps 4 and 6 make the run.
+    samples = _phased("pcie_link_ratio", _pcie(4, {5: set(range(2, 8))}), {})
+    runs = find_runs(judged(samples, _job(NODES), None, RULES), RULES)
+    assert list(runs["node"]) == ["gpu001"]
+    assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 6 + 30)
+
+
+def test_a_slow_link_first_seen_under_a_checkpoint_counts_from_that_sweep():
+    # The link falls to x8 as a checkpoint idles most links (sweep 4); the job is back at
+    # sweep 5 and the link is not: confirmed at sweep 5 (was sweep 6).
+    samples = _phased("pcie_link_ratio", _pcie(4, {4: set(range(2, 8))}), {})
+    runs = find_runs(judged(samples, _job(NODES), None, RULES), RULES)
+    assert list(runs["node"]) == ["gpu001"]
+    assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 5 + 30)
+
+
+def test_a_node_idle_through_a_checkpoint_that_the_rest_of_its_job_left_is_not_a_suspect():
+    # A node whose checkpoint straddles two sweeps idles in both; in the first, most of its
+    # job idled with it (it moved with the job, it was not passed by it), in the second it is
+    # alone. Two slots, one of them the job's: no suspect.
+    samples = _phased("pcie_link_ratio", _pcie(None, {6: set(range(1, 8)), 7: {1}}), {})
+    assert find_runs(judged(samples, _job(NODES), None, RULES), RULES).empty

@@ -283,7 +283,33 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
         moved[alone] = _moved_with(obs[again], rules, since[again])[since[again].notna()
                                                                     ].to_numpy()
         job_wide = obs["outlier"] & ((moved > allowed) | lagging)
+    job_wide = job_wide | _overtaken(obs, tol, min_delta, sign)
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
+
+
+def _overtaken(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
+               sign: np.ndarray) -> np.ndarray:
+    """Telemetry rows in line only because their job went past them: the group's median moved
+    the bad way since the slot before by more than that slot's line, the node's value is past
+    that line from the earlier median (against the level the job was at, it is an outlier),
+    and the median is now more than a line past the node (a node that moved with its job is
+    the job's move, not passed by it). A checkpoint idling most links to a quarter beside a
+    link at half: the slot says nothing of the node, as in a job-wide one. `find_runs` holds
+    such a slot beside an outlying one only (a blip inside a run, or an onset when the job is
+    back the next slot and the node is not), and it does not make the next job-wide slot a
+    second in a row. Causal: only the slot and the one before it are read."""
+    key = ["job_id", "group", "metric", "slot"]
+    med = obs.groupby(key, sort=False)["median"].first().rename("prev").reset_index()
+    prev = obs[key].merge(med.assign(slot=med["slot"] + 1), on=key, how="left")["prev"]
+    prev = prev.to_numpy(dtype=float)
+    value = obs["value"].to_numpy(dtype=float)
+    cur = obs["median"].to_numpy(dtype=float)
+    prev_line = np.maximum(tol * np.abs(prev), min_delta)
+    with np.errstate(invalid="ignore"):
+        out = (~obs["outlier"].to_numpy() & (obs["source"] == TELEMETRY).to_numpy()
+               & (sign * (cur - prev) > prev_line) & (sign * (value - prev) > prev_line)
+               & (sign * (cur - value) > obs["line"].to_numpy(dtype=float)))
+    return out
 
 
 def _alone_since(obs: pd.DataFrame) -> pd.Series:
@@ -456,8 +482,24 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     o = obs[held].sort_values(key + ["slot"]).reset_index(drop=True)
     same = (o[key] == o[key].shift()).all(axis=1)
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
-    # a job-wide slot right after another one: the run ends before it
-    o = o[~(o["job_wide"] & adjacent & o["job_wide"].shift(fill_value=False))]
+    # a slot its job went past it in (`_overtaken`) is held beside an outlying slot only: a
+    # blip inside a run, or a run's onset; beside another job-wide slot it says nothing
+    sign = _per_metric(o["metric"], rules, lambda r: r.sign)
+    over = (o["job_wide"].to_numpy() & (sign * (o["median"] - o["value"]).to_numpy(dtype=float)
+                                        > o["line"].to_numpy(dtype=float)))
+    if over.any():
+        out = o["outlier"].to_numpy()
+        beside = ((adjacent.to_numpy() & np.append(False, out[:-1]))
+                  | (np.append(adjacent.to_numpy()[1:], False) & np.append(out[1:], False)))
+        keep = ~over | beside
+        o, over = o[keep].reset_index(drop=True), over[keep]
+        same = (o[key] == o[key].shift()).all(axis=1)
+        adjacent = same & (o["slot"] - o["slot"].shift() == 1)
+    # a job-wide slot right after another one the node moved with its job in: the run ends
+    # before it (the job going past the node is not the node moving with it)
+    with_job = pd.Series(o["job_wide"].to_numpy() & ~over, index=o.index) if over.any() \
+        else o["job_wide"]
+    o = o[~(o["job_wide"] & adjacent & with_job.shift(fill_value=False))]
     o = o.reset_index(drop=True)
     same = (o[key] == o[key].shift()).all(axis=1)
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
@@ -526,7 +568,14 @@ def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
         return np.append(a[1:], np.asarray([fill], dtype=a.dtype))
 
     nxt = np.append(adjacent[1:], False)  # the next row is this key's next slot
-    first = ~(adjacent & np.append(False, outlier[:-1]))  # no outlying slot right before
+    sign_o = _per_metric(o["metric"], rules, lambda r: r.sign)
+    line = o["line"].to_numpy(dtype=float)
+    median = o["median"].to_numpy(dtype=float)
+    with np.errstate(invalid="ignore"):
+        overtaken = jw & (sign_o * (median - value) > line)  # `_overtaken`
+    # no outlying slot right before, nor a slot its job went past it in (held only beside an
+    # outlying one: a run is on)
+    first = ~(adjacent & np.append(False, (outlier | overtaken)[:-1]))
     with np.errstate(invalid="ignore"):
         like = np.abs(value - after(value, np.nan)) <= after(o["line"].to_numpy(dtype=float),
                                                              np.nan)
@@ -534,6 +583,16 @@ def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
             & after(outlier, False) & (after(comp, "") == comp) & like)
     if not cand.any():
         return o
+    # A slot its job overtook it in (`_overtaken`: in line only because the group's median
+    # moved past it) counts when the group's median is back by more than the slot's line in
+    # the next: the job's move was over and the node stayed where it went.
+    over = cand & overtaken
+    with np.errstate(invalid="ignore"):
+        back = sign_o * (median - after(median, np.nan)) > line
+    promote = over & back
+    cand &= ~over
+    if not cand.any():
+        return o.assign(outlier=outlier | promote, job_wide=jw & ~promote)
     # the job's move in the slot and the next: each node off the job's median (every group)
     key = ["job_id", "metric", "slot"]
     jm = obs[obs["job_id"].isin(o.loc[cand, "job_id"]) & obs["metric"].isin(o.loc[cand, "metric"])]
@@ -554,7 +613,6 @@ def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
     movers = movers.merge(later, on=key + ["node_other"], how="left")
     still = ~(movers["bad_next"] < movers["bad_other"] / 2)  # NaN (no sample): still on
     held = set(movers.loc[still.to_numpy(), "row"])
-    promote = np.zeros(len(o), dtype=bool)
     promote[[r for r in np.flatnonzero(cand) if r not in held]] = True
     return o.assign(outlier=outlier | promote, job_wide=jw & ~promote)
 
