@@ -402,3 +402,45 @@ def test_a_node_idle_through_a_checkpoint_that_the_rest_of_its_job_left_is_not_a
     # alone. Two slots, one of them the job's: no suspect.
     samples = _phased("pcie_link_ratio", _pcie(None, {6: set(range(1, 8)), 7: {1}}), {})
     assert find_runs(judged(samples, _job(NODES), None, RULES), RULES).empty
+
+
+def test_alibaba_pai_s_two_workers_that_jump_fourfold_in_a_half_slow_job_are_its_suspects():
+    # job 4 of the same release ("multiple stragglers"): five of ten workers run 1.5-2x the
+    # others' mini-batch time from the start (a role the job does not name), and about 26 hours
+    # in (slot 312) workers 5 and 6 jump together to 7-8x the median. The five steadily slow
+    # workers, past their line however much less far than the two, used to make every slot the
+    # job's, and the jump hid behind them. Two of ten moving together is the most
+    # max_outlier_share lets be the nodes' own.
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
+    from _pai_minibatch import step_frame
+
+    steps, members = step_frame("4", RULES.slot_s)
+    found = detect_frame(None, members, steps, RULES)
+    assert sorted(e.node for e in found) == ["pai-job4-w5", "pai-job4-w6"]
+    start = members["start"].iloc[0]
+    assert all(start + timedelta(hours=25) < e.since < start + timedelta(hours=27)
+               for e in found)
+
+
+def test_a_port_rising_alone_beside_ports_counting_less_since_before_is_a_suspect():
+    # Six of sixteen nodes' ports have counted a trickle past the line (0.03/s) since the job
+    # began, a rail the job shares; from sweep 6 one other port counts 0.4/s, thirteen times
+    # as much. The six are in a state of their own, older than its rise: they do not make its
+    # slots the job's.
+    nodes = [f"gpu{i:03d}" for i in range(1, 17)]
+
+    def rate(i, s):
+        if i == 12 and s >= 6:
+            return 0.4
+        return 0.03 if i < 6 else 0.0
+
+    samples = _samples("ib_error_rate", rate, lambda i, s: "mlx5_0:1", nodes=nodes)
+    assert [e.node for e in detect_frame(samples, _job(nodes), None, CFG)] == ["gpu013"]
+    # The same seven moving together at sweep 6 (the trickle starting with the rise) is the
+    # fabric's: no suspect.
+    together = _samples("ib_error_rate",
+                        lambda i, s: (0.4 if i == 12 else 0.03 if i < 6 else 0.0) if s >= 6
+                        else 0.0, lambda i, s: "mlx5_0:1", nodes=nodes)
+    assert detect_frame(together, _job(nodes), None, CFG) == []

@@ -47,6 +47,9 @@ STEADY_SLOTS = 2
 # judged as one at the median). A node at its level from its first slots (no onset, e.g. links
 # down before the job) is still judged against its peers when STRONG lines past them.
 LEVEL_SLOTS = 3
+# How far back `_moved_with` looks for when a node's displacement began (slots): one displaced
+# this long is in a state of its own, whatever began before the window.
+HELD_SLOTS = 12
 _NO_GROUP = ""
 
 
@@ -390,15 +393,17 @@ def _moved_with(obs: pd.DataFrame, rules: Rules, since: pd.Series | None = None)
     sign = _per_metric(jm["metric"], rules, lambda r: r.sign)
     job_med = jm.groupby(key, sort=False)["value"].transform("median")
     bad = jm.assign(bad=sign * (jm["value"] - job_med).to_numpy(dtype=float))
+    bad = bad.assign(held=_held_for(bad))
     # each node's moves in slots s-1, s, s+1, for every slot s
     spread = pd.concat([bad.assign(slot=bad["slot"] + d, d=d) for d in (-1, 0, 1)])
-    near = spread[["job_id", "metric", "slot", "node", "d", "bad", "time", "outlier"]].rename(
-        columns={"bad": "near", "time": "near_time", "outlier": "near_outlier"})
+    near = spread[["job_id", "metric", "slot", "node", "d", "bad", "time", "outlier",
+                   "held"]].rename(columns={"bad": "near", "time": "near_time",
+                                            "outlier": "near_outlier", "held": "near_held"})
     xstart = since.reindex(bad.index) if since is not None else pd.Series(pd.NaT, bad.index)
     # with `since`, only the outliers it can change are counted (the others keep the count
     # of the pass without it)
     counted = bad["outlier"] & (xstart.notna() if since is not None else True)
-    mine = bad.loc[counted, key + ["bad", "line", "time"]].assign(
+    mine = bad.loc[counted, key + ["bad", "line", "time", "held"]].assign(
         row=lambda f: f.index, xnode=bad["node"], xstart=xstart)
     pairs = mine.merge(near, on=key, how="inner")
     # in its own slot, any node at least half as far; in a slot either side, only a like move
@@ -416,7 +421,11 @@ def _moved_with(obs: pd.DataFrame, rules: Rules, since: pd.Series | None = None)
     # (the section's rule: more than max_outlier_share of a slot's nodes outlying is the job's
     # or the fabric's): a switch's event gives its nodes levels that differ by a factor of two
     # or more, and the one that caught the most is not alone.
-    own = (pairs["d"] == 0) & pairs["near_outlier"].astype(bool)
+    # ("however much less far" is of a node whose state began with the outlier's or after it:
+    # one displaced for longer, by less than half as much, is in a state of its own, a role
+    # the job did not name or an older shift, and not the move that made this node an outlier)
+    own = ((pairs["d"] == 0) & pairs["near_outlier"].astype(bool)
+           & (pairs["near_held"] <= pairs["held"] + 1))
     pairs = pairs[own | ((pairs["near"] >= pairs["bad"] / 2)
                          & ((pairs["d"] == 0) | (pairs["near"] <= pairs["bad"] + pairs["line"])))]
     apart = (pairs["d"] != 0) & ((pairs["near_time"] - pairs["time"]).abs()
@@ -431,6 +440,33 @@ def _moved_with(obs: pd.DataFrame, rules: Rules, since: pd.Series | None = None)
     pairs = pairs[~_moved_later(pairs, bad)]
     counts = pairs.groupby("row")["node"].nunique()
     out.loc[counts.index] = counts.to_numpy()
+    return out
+
+
+def _held_for(bad: pd.DataFrame) -> np.ndarray:
+    """For each row of `bad` (a node's displacement `bad` from its job's median, per job,
+    metric and slot): for how many slots right before it the node was displaced the same way
+    by at least half as much (up to HELD_SLOTS; 0 for a row not displaced, or whose slot
+    before is missing or in line)."""
+    b = bad[["job_id", "metric", "node", "slot", "bad"]].sort_values(
+        ["job_id", "metric", "node", "slot"])
+    value = b["bad"].to_numpy(dtype=float)
+    slot = b["slot"].to_numpy()
+    grp = b.groupby(["job_id", "metric", "node"], sort=False).ngroup().to_numpy()
+    held = np.zeros(len(b), dtype=np.int64)
+    on = value > 0
+    for k in range(1, HELD_SLOTS + 1):
+        if not on.any():
+            break
+        prev = np.full(len(b), np.nan)
+        prev[k:] = value[:-k]
+        ok = np.zeros(len(b), dtype=bool)
+        ok[k:] = (grp[k:] == grp[:-k]) & (slot[k:] - slot[:-k] == k)
+        with np.errstate(invalid="ignore"):
+            on = on & ok & (prev >= value / 2)
+        held[on] = k
+    out = np.empty(len(b), dtype=np.int64)
+    out[bad.index.get_indexer(b.index)] = held
     return out
 
 
