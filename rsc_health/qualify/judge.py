@@ -71,6 +71,15 @@ def tolerance(rel_spread: float, k: float, min_margin: float, max_margin: float)
     return min(max(k * rel_spread, min_margin), max_margin)
 
 
+def tolerances(rel_spread, k: float, min_margin, max_margin):
+    """tolerance() of each element of arrays (numpy): the fail-slow detector draws a line for
+    every node and slot at once."""
+    import numpy as np
+
+    return np.minimum(np.maximum(k * np.asarray(rel_spread, dtype=float), min_margin),
+                      max_margin)
+
+
 def judge(metric: Metric, peers: Sequence[float], *, baseline: float | None = None,
           rules: Rules = Rules()) -> Judgement:
     peers = [p for p in peers if p == p and p >= 0]  # a NaN or negative peer is no evidence

@@ -69,3 +69,19 @@ def test_real_spreads_meet_issue_24s_targets_where_one_run_can_show_a_5_percent_
         # and H2D are; one GEMM repetition (3.4% with the warm-up boost, ~1% after) is not.
         if robust_spread(deviations) < 0.005:
             assert recall >= 0.99, name
+
+
+def test_the_detectors_array_tolerances_are_the_judges_own_rule_element_by_element():
+    # rsc_health/historian/failslow draws every node's line at once with tolerances(); it must
+    # be tolerance() on each element, edges included (0, inf and NaN spreads, floor over cap)
+    import numpy as np
+
+    from rsc_health.qualify.judge import tolerance, tolerances
+
+    rel = np.array([0.0, 1e-9, 0.01, 0.02, 0.05, 0.3, 2.0, np.inf, np.nan])
+    lo = np.array([0.05, 0.05, 0.0, 0.3, 0.05, 0.05, 1.5, 0.05, 0.05])
+    hi = np.array([0.1, 0.1, 0.5, 0.5, 0.1, 0.1, 3.0, 0.5, 0.1])
+    got = tolerances(rel, 2.0, lo, hi)
+    want = [tolerance(r, 2.0, a, b) for r, a, b in zip(rel, lo, hi, strict=True)]
+    np.testing.assert_array_equal(got, np.array(want, dtype=float))
+    assert got[0] == 0.05 and got[7] == 0.5 and np.isnan(got[8])

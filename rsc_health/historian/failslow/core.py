@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from rsc_health.historian.failslow.evidence import STEPS, TELEMETRY, SuspectEvidence
-from rsc_health.qualify.judge import tolerance
+from rsc_health.qualify.judge import tolerances
 
 LOW, HIGH = "low", "high"
 DIRECTIONS = (LOW, HIGH)
@@ -253,9 +253,8 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     cap = _per_metric(obs["metric"], rules, lambda r: r.max_margin or rules.max_margin)
     floor = _per_metric(obs["metric"], rules, lambda r: r.min_margin or rules.min_margin)
     # The qualification judge's own rule, one door.
-    tol = np.fromiter((tolerance(r, rules.k, lo, hi) for r, lo, hi in zip(rel, floor, cap,
-                                                                          strict=True)),
-                      dtype=float, count=len(rel))
+    with np.errstate(over="ignore", invalid="ignore"):
+        tol = tolerances(rel, rules.k, floor, cap)
     line = np.maximum(tol * med_abs.to_numpy(dtype=float), min_delta)
     bad = sign * (obs["value"].to_numpy(dtype=float) - obs["median"].to_numpy(dtype=float))
     outlier = (bad > line) & (bad > 0)
@@ -276,11 +275,27 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     # make its next slot the job's (a second pass, with the first pass's own outliers).
     # Telemetry only: a job's step times share one clock, and a phase of the workload that
     # reaches its ranks one after another is the job's, whichever rank it reached first.
-    since = _alone_since(obs.assign(alone=obs["outlier"] & ~job_wide
-                                    & (obs["source"] == TELEMETRY)))
+    # Only a slot the first pass made the job's can change (the second counts fewer movers):
+    # the nodes' histories read are those of such slots' (job, metric, node).
+    may = (job_wide.to_numpy() & ~lagging & (obs["source"] == TELEMETRY).to_numpy())
+    since = pd.Series(np.nan, index=obs.index)
+    if may.any():
+        nkey = ["job_id", "metric", "node"]
+        mine = obs[nkey].merge(obs.loc[may, nkey].drop_duplicates().assign(_mine=True),
+                               on=nkey, how="left")["_mine"].notna().to_numpy()
+        part = obs[mine]
+        since = _alone_since(part.assign(
+            alone=part["outlier"] & ~job_wide[mine] & (part["source"] == TELEMETRY))
+        ).reindex(obs.index).where(may)
     if since.notna().any():
-        again = since.notna().groupby([obs["job_id"], obs["metric"]], sort=False).transform(
-            "any").to_numpy()
+        # the rows it reads: those slots of their job and metric, the slot either side and
+        # the one before that (`_moved_later` reads a mover's slot before its move)
+        key = ["job_id", "metric", "slot"]
+        at = obs.loc[since.notna().to_numpy(), key]
+        near = pd.concat([at.assign(slot=at["slot"] + d) for d in (-2, -1, 0, 1)]
+                         ).drop_duplicates()
+        again = obs[key].merge(near.assign(_near=True), on=key, how="left")[
+            "_near"].notna().to_numpy()
         moved = moved.copy()
         alone = again & since.notna().to_numpy()
         moved[alone] = _moved_with(obs[again], rules, since[again])[since[again].notna()
