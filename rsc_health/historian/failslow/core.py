@@ -267,7 +267,11 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     # switch's congested nodes all move, and widen the spread so only some pass the line.
     n_job = obs.groupby(["job_id", "metric", "slot"], sort=False)["value"].transform("size")
     allowed = np.maximum(1, np.floor(rules.max_outlier_share * n_job))
-    lagging = _lagging(obs, tol, min_delta, sign)
+    # each row's group median in the slot before, and the line there (`_lagging`,
+    # `_overtaken`: where the job was before this slot)
+    prev = _median_before(obs)
+    prev_line = np.maximum(tol * np.abs(prev), min_delta)
+    lagging = _lagging(obs, prev, prev_line, sign)
     moved = _moved_with(obs, rules)
     job_wide = obs["outlier"] & ((moved > allowed) | lagging)
     # A node that was an outlier on its own in the slot before is in a state of its own: a
@@ -301,11 +305,20 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
         moved[alone] = _moved_with(obs[again], rules, since[again])[since[again].notna()
                                                                     ].to_numpy()
         job_wide = obs["outlier"] & ((moved > allowed) | lagging)
-    job_wide = job_wide | _overtaken(obs, tol, min_delta, sign)
+    job_wide = job_wide | _overtaken(obs, prev, prev_line, sign)
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
 
 
-def _overtaken(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
+def _median_before(obs: pd.DataFrame) -> np.ndarray:
+    """Each row's group median (job, group, metric) in the slot before its own; NaN where
+    that slot has none."""
+    key = ["job_id", "group", "metric", "slot"]
+    med = obs.groupby(key, sort=False)["median"].first().rename("prev").reset_index()
+    med = med.assign(slot=med["slot"] + 1)
+    return obs[key].merge(med, on=key, how="left")["prev"].to_numpy(dtype=float)
+
+
+def _overtaken(obs: pd.DataFrame, prev: np.ndarray, prev_line: np.ndarray,
                sign: np.ndarray) -> np.ndarray:
     """Telemetry rows in line only because their job went past them: the group's median moved
     the bad way since the slot before by more than that slot's line, the node's value is past
@@ -316,13 +329,8 @@ def _overtaken(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
     such a slot beside an outlying one only (a blip inside a run, or an onset when the job is
     back the next slot and the node is not), and it does not make the next job-wide slot a
     second in a row. Causal: only the slot and the one before it are read."""
-    key = ["job_id", "group", "metric", "slot"]
-    med = obs.groupby(key, sort=False)["median"].first().rename("prev").reset_index()
-    prev = obs[key].merge(med.assign(slot=med["slot"] + 1), on=key, how="left")["prev"]
-    prev = prev.to_numpy(dtype=float)
     value = obs["value"].to_numpy(dtype=float)
     cur = obs["median"].to_numpy(dtype=float)
-    prev_line = np.maximum(tol * np.abs(prev), min_delta)
     with np.errstate(invalid="ignore"):
         out = (~obs["outlier"].to_numpy() & (obs["source"] == TELEMETRY).to_numpy()
                & (sign * (cur - prev) > prev_line) & (sign * (value - prev) > prev_line)
@@ -348,7 +356,7 @@ def _alone_since(obs: pd.DataFrame) -> pd.Series:
         obs.index)
 
 
-def _lagging(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
+def _lagging(obs: pd.DataFrame, prev: np.ndarray, prev_line: np.ndarray,
              sign: np.ndarray) -> np.ndarray:
     """Outliers that still show the job's previous level, not a new one of their own: the end
     of a job-wide shift (fabric congestion, a slow phase) falls inside a slot, and nodes sample
@@ -363,14 +371,9 @@ def _lagging(obs: pd.DataFrame, tol: np.ndarray, min_delta: np.ndarray,
     far worse than its peers ever were is not at the earlier level: both are judged as
     before. Causal: only the slot and the one before it are read."""
     out = np.zeros(len(obs), dtype=bool)
-    key = ["job_id", "group", "metric", "slot"]
-    med = obs.groupby(key, sort=False)["median"].first().rename("prev").reset_index()
-    med = med.assign(slot=med["slot"] + 1)
-    prev = obs[key].merge(med, on=key, how="left")["prev"].to_numpy(dtype=float)
     value = obs["value"].to_numpy(dtype=float)
     cur = obs["median"].to_numpy(dtype=float)
     line = obs["line"].to_numpy(dtype=float)
-    prev_line = np.maximum(tol * np.abs(prev), min_delta)
     with np.errstate(invalid="ignore"):
         cand = (obs["outlier"].to_numpy() & (sign * (prev - cur) > line)
                 & (np.abs(value - prev) <= prev_line))
