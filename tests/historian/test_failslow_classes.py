@@ -183,12 +183,13 @@ def test_two_nodes_with_links_downtrained_from_the_start_are_two_suspects_not_a_
 
 
 def _obs(rows) -> pd.DataFrame:
-    """Judged observations of one node and metric, slot by slot: (slot, outlier, job_wide)."""
+    """Judged observations of one node and metric, slot by slot: (slot, outlier, job_wide);
+    the node is past its peers' median, so no slot is one its job went past it in."""
     return pd.DataFrame([{
         "job_id": "9", "node": "a", "group": "|", "metric": "ib_xmit_wait_rate", "slot": s,
         "time": T0 + timedelta(minutes=5 * s), "value": 4e6, "component": "mlx5_0:1",
         "source": "telemetry", "median": 1e6, "line": 2.5e6, "deviation": 6.4,
-        "outlier": out, "job_wide": wide} for s, out, wide in rows])
+        "outlier": out, "job_wide": wide, "overtaken": False} for s, out, wide in rows])
 
 
 def test_a_node_moving_with_a_long_leaf_congestion_is_part_of_it():

@@ -228,13 +228,14 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     """Each observation against its (job, group, metric, slot) peers: median, line, outlier,
     deviation; groups under min_nodes nodes are dropped; job-wide slots flag no one."""
     if obs.empty:
-        return obs.assign(median=[], line=[], deviation=[], outlier=[], n=[], job_wide=[])
+        return obs.assign(median=[], line=[], deviation=[], outlier=[], n=[], job_wide=[],
+                          overtaken=[])
     key = ["job_id", "group", "metric", "slot"]
     g = obs.groupby(key, sort=False)["value"]
     obs = obs.assign(n=g.transform("size"), median=g.transform("median"))
     obs = obs[obs["n"] >= rules.min_nodes]
     if obs.empty:
-        return obs.assign(line=[], deviation=[], outlier=[], job_wide=[])
+        return obs.assign(line=[], deviation=[], outlier=[], job_wide=[], overtaken=[])
     absdev = (obs["value"] - obs["median"]).abs()
     mad = absdev.groupby([obs[c] for c in key], sort=False).transform("median")
     spread = MAD_SCALE * mad
@@ -305,8 +306,10 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
         moved[alone] = _moved_with(obs[again], rules, since[again])[since[again].notna()
                                                                     ].to_numpy()
         job_wide = obs["outlier"] & ((moved > allowed) | lagging)
-    job_wide = job_wide | _overtaken(obs, prev, prev_line, sign)
-    return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide)
+    overtaken = _overtaken(obs, prev, prev_line, sign)
+    job_wide = job_wide | overtaken
+    return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide,
+                      overtaken=overtaken)
 
 
 def _median_before(obs: pd.DataFrame) -> np.ndarray:
@@ -538,9 +541,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
     # a slot its job went past it in (`_overtaken`) is held beside an outlying slot only: a
     # blip inside a run, or a run's onset; beside another job-wide slot it says nothing
-    sign = _per_metric(o["metric"], rules, lambda r: r.sign)
-    over = (o["job_wide"].to_numpy() & (sign * (o["median"] - o["value"]).to_numpy(dtype=float)
-                                        > o["line"].to_numpy(dtype=float)))
+    over = o["overtaken"].to_numpy(dtype=bool)
     if over.any():
         out = o["outlier"].to_numpy()
         beside = ((adjacent.to_numpy() & np.append(False, out[:-1]))
@@ -625,8 +626,7 @@ def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
     sign_o = _per_metric(o["metric"], rules, lambda r: r.sign)
     line = o["line"].to_numpy(dtype=float)
     median = o["median"].to_numpy(dtype=float)
-    with np.errstate(invalid="ignore"):
-        overtaken = jw & (sign_o * (median - value) > line)  # `_overtaken`
+    overtaken = o["overtaken"].to_numpy(dtype=bool)
     # no outlying slot right before, nor a slot its job went past it in (held only beside an
     # outlying one: a run is on)
     first = ~(adjacent & np.append(False, (outlier | overtaken)[:-1]))
@@ -646,7 +646,8 @@ def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
     promote = over & back
     cand &= ~over
     if not cand.any():
-        return o.assign(outlier=outlier | promote, job_wide=jw & ~promote)
+        return o.assign(outlier=outlier | promote, job_wide=jw & ~promote,
+                        overtaken=overtaken & ~promote)
     # the job's move in the slot and the next: each node off the job's median (every group)
     key = ["job_id", "metric", "slot"]
     jm = obs[obs["job_id"].isin(o.loc[cand, "job_id"]) & obs["metric"].isin(o.loc[cand, "metric"])]
@@ -668,7 +669,8 @@ def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
     still = ~(movers["bad_next"] < movers["bad_other"] / 2)  # NaN (no sample): still on
     held = set(movers.loc[still.to_numpy(), "row"])
     promote[[r for r in np.flatnonzero(cand) if r not in held]] = True
-    return o.assign(outlier=outlier | promote, job_wide=jw & ~promote)
+    return o.assign(outlier=outlier | promote, job_wide=jw & ~promote,
+                    overtaken=overtaken & ~promote)
 
 
 def _corroborated(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarray:
