@@ -554,12 +554,24 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     # before it (the job going past the node is not the node moving with it)
     with_job = pd.Series(o["job_wide"].to_numpy() & ~over, index=o.index) if over.any() \
         else o["job_wide"]
-    o = o[~(o["job_wide"] & adjacent & with_job.shift(fill_value=False))]
-    o = o.reset_index(drop=True)
+    second = (o["job_wide"] & adjacent & with_job.shift(fill_value=False)).to_numpy()
+    # ... unless the node's own displacement began in the job-wide slot before (it was in
+    # line, or not half as far, in the slot before that): then the slot may still be an onset
+    # (`_onset_on_an_event`: the node stayed in the next slot, where every node that moved with
+    # it is back), and ends the run only if it is not. A node displaced with its job for longer
+    # (a leaf's congestion it shared) ends its run here, as ever.
+    fresh = np.zeros(len(o), dtype=bool)
+    if second.any():
+        fresh[np.flatnonzero(second)[_displaced_for(obs, o[second], rules) <= 1]] = True
+    o = o[~(second & ~fresh)].assign(_second=fresh[~(second & ~fresh)]).reset_index(drop=True)
+    same = (o[key] == o[key].shift()).all(axis=1)
+    adjacent = same & (o["slot"] - o["slot"].shift() == 1)
+    o = _onset_on_an_event(obs, o, adjacent.to_numpy(),
+                           o["component"].fillna("").astype(str).to_numpy(), rules)
+    o = o[~(o["_second"] & o["job_wide"])].drop(columns="_second").reset_index(drop=True)
     same = (o[key] == o[key].shift()).all(axis=1)
     adjacent = same & (o["slot"] - o["slot"].shift() == 1)
     comp = o["component"].fillna("").astype(str)
-    o = _onset_on_an_event(obs, o, adjacent.to_numpy(), comp.to_numpy(), rules)
     strong = o["deviation"].to_numpy(dtype=float) >= STRONG * rules.k
     strong &= ~_per_metric(o["metric"], rules, lambda r: r.same_component, False, bool)
     # the component and strength of the last outlying slot before each row (in its key)
@@ -596,6 +608,20 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
                                  deviation=("deviation", "median"), slots=("slot", "size"))
             .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
     return runs.reset_index(drop=True)[cols]
+
+
+def _displaced_for(obs: pd.DataFrame, rows: pd.DataFrame, rules: Rules) -> np.ndarray:
+    """For each of `rows` (judged rows of obs): for how many slots right before it its node
+    was displaced from its group's median the same way by at least half as much (`_held_for`,
+    up to HELD_SLOTS)."""
+    key = ["job_id", "metric", "node"]
+    part = obs.merge(rows[key].drop_duplicates(), on=key, how="inner")
+    sign = _per_metric(part["metric"], rules, lambda r: r.sign)
+    part = part.assign(bad=sign * (part["value"] - part["median"]).to_numpy(dtype=float))
+    part = part.drop_duplicates(key + ["slot"]).reset_index(drop=True)
+    part = part.assign(held=_held_for(part))
+    return rows[key + ["slot"]].merge(part[key + ["slot", "held"]], on=key + ["slot"],
+                                      how="left")["held"].fillna(0).to_numpy()
 
 
 def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
