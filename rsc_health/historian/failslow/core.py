@@ -164,9 +164,23 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
     if j.empty:
         return pd.DataFrame(columns=cols)
     j = j.assign(slot=_slot(j["time"], rules.slot_s), component=j["component"].fillna(""))
-    out = (j.groupby(["job_id", "node", "group", "metric", "slot"], sort=False)
-           .agg(time=("time", "max"), value=("value", "median"), component=("component", "first"))
+    key = ["job_id", "node", "group", "metric", "slot"]
+    out = (j.groupby(key, sort=False)
+           .agg(time=("time", "max"), value=("value", "median"), n=("value", "size"),
+                component=("component", "first"))
            .reset_index())
+    many = (out["n"] > 1).to_numpy()
+    if many.any():
+        # a slot with several samples (a resent spool, an operator's check beside the sweep):
+        # its latest sample names the component (ties: the greatest name), whatever order the
+        # rows came in
+        sub = j.merge(out.loc[many, key], on=key, how="inner").assign(
+            component=lambda f: f["component"].astype(str))
+        last = (sub.sort_values(["time", "component"], kind="stable")
+                .drop_duplicates(key, keep="last").set_index(key)["component"])
+        at = out.loc[many, key].set_index(key).index
+        out.loc[many, "component"] = last.reindex(at).to_numpy()
+    out = out.drop(columns="n")
     return out.assign(source=TELEMETRY)[cols]
 
 
@@ -198,7 +212,10 @@ def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | Non
     s = s.merge(m.astype({"job_id": str, "node": str}),
                 on=["job_id", "node"], how="inner")
     s = s[(s["time"] >= s["start"]) & (s["end"].isna() | (s["time"] <= s["end"]))]
-    s = s.drop_duplicates(["job_id", "node", "rank", "stage", "step"])  # a requeued job's rows
+    # a requeued job's rows, a line read twice: the slowest of a rank's step, and ties to
+    # the lowest rank, whatever order the rows came in
+    s = s.sort_values(["seconds", "rank"], ascending=[False, True], kind="stable")
+    s = s.drop_duplicates(["job_id", "node", "rank", "stage", "step"])
     if s.empty:
         return pd.DataFrame(columns=cols)
     s = s.assign(group=s["gpu_model"].fillna(_NO_GROUP).astype(str) + "|" + s["stage"])
@@ -210,7 +227,8 @@ def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | Non
            .agg(time=("time", "max"), value=("seconds", "median")).reset_index())
     # the rank that was slowest most often in the slot names the component
     counts = slowest.groupby(key + ["rank"], sort=False).size().rename("n").reset_index()
-    best = counts.sort_values("n", ascending=False, kind="stable").drop_duplicates(key)
+    best = counts.sort_values(["n", "rank"], ascending=[False, True],
+                              kind="stable").drop_duplicates(key)
     out = out.merge(best[key + ["rank"]], on=key, how="left")
     out = out.assign(metric=rules.steps_metric, source=STEPS,
                      component="rank " + out["rank"].astype(str))
@@ -733,12 +751,13 @@ def _count_fell(o: pd.DataFrame, at: np.ndarray, have: np.ndarray, rules: Rules)
     counted = _per_metric(o["metric"], rules, lambda r: r.counts, False, bool)
     if not counted.any():
         return np.zeros(len(o), dtype=bool)
-    excess = np.maximum(0.0, (o["value"].to_numpy(dtype=float)
-                              - o["median"].to_numpy(dtype=float)) * rules.slot_s)
-    before = np.where(have, excess[at], 0.0)
-    drop = before - excess
-    return (counted & have & o["outlier"].to_numpy() & (excess < before / 2)
-            & (drop > 3.0 * np.sqrt(before + excess)))
+    with np.errstate(over="ignore", invalid="ignore"):  # a count past 1e300: inf, no drop
+        excess = np.maximum(0.0, (o["value"].to_numpy(dtype=float)
+                                  - o["median"].to_numpy(dtype=float)) * rules.slot_s)
+        before = np.where(have, excess[at], 0.0)
+        drop = before - excess
+        return (counted & have & o["outlier"].to_numpy() & (excess < before / 2)
+                & (drop > 3.0 * np.sqrt(before + excess)))
 
 
 def _role_runs(obs: pd.DataFrame, o: pd.DataFrame, key: list[str]) -> set:
