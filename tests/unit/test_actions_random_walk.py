@@ -5,7 +5,10 @@ DOWN and back, and jobs come and go, against the in-memory Slurm. Whatever the o
 - a drain or DOWN a person or Slurm set is never overwritten, resumed or cleared by us;
 - a drain verdict leaves the node drained (by us, or still by the person), never in service;
 - a repair drain (never_resume_codes: XID 79) is never lifted by us, however many clean sweeps;
-- we resume only our own drain, and only after resume_after_clean_sweeps clean sweeps in a row.
+- we resume only our own drain, and only after resume_after_clean_sweeps clean sweeps in a row;
+- a repair drain that `scontrol reboot nextstate=RESUME` lifted between two runs is drained
+  again by the next run, a sweep or a job start's (once the node is back, if Slurm marked it
+  DOWN meanwhile; a person who drains it meanwhile owns it).
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from rsc_health.slurm.memory import MemorySlurm
 CFG = load_config("/dev/null")
 NODE = "n01"
 STEPS = ["xid79", "mount", "after_job", "clean", "clean", "clean", "warn", "person_drain",
-         "person_resume", "down", "up", "job_start", "job_end"]
+         "person_resume", "down", "up", "job_start", "job_end", "reboot_lift", "job_prolog"]
 
 
 def _verdict(step: str):
@@ -44,7 +47,7 @@ def _verdict(step: str):
     return decide([Finding("gpu", "gpu0", Status.OK, Severity.NONE, "fine")])
 
 
-@settings(max_examples=250, deadline=None)
+@settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from(STEPS), min_size=1, max_size=40))
 def test_random_histories_keep_the_action_layers_promises(steps):
     clock = [datetime(2026, 11, 22, 12, 0, tzinfo=UTC)]
@@ -57,10 +60,20 @@ def test_random_histories_keep_the_action_layers_promises(steps):
         need = int(CFG.get("actions.resume_after_clean_sweeps"))
         clean_run = 0
         jobs: list[str] = []
+        slurm.boot(NODE, clock[0] - timedelta(days=1))
+        owed = False  # a repair drain of ours lifted by a reboot, not drained again yet
         for step in steps:
             clock[0] += timedelta(minutes=5)
             before = slurm.info[NODE]
+            if step == "reboot_lift":  # rebooted with nextstate=RESUME: Slurm lifts the drain
+                code = before.reason.split(":")[2] if is_ours(before.reason) else ""
+                owed = owed or (before.drain_set and code in never and not before.down)
+                slurm.set_state(NODE, "IDLE", "")
+                slurm.boot(NODE, clock[0])
+                jobs.clear()
+                continue
             if step == "person_drain":
+                owed = False  # the node is the person's now: their resume is their decision
                 slurm.set_state(NODE, before.state.split("+")[0] + "+DRAIN",
                                 "ops: bad fan, ticket 42", user="ops", when=clock[0])
                 continue
@@ -88,8 +101,11 @@ def test_random_histories_keep_the_action_layers_promises(steps):
                 continue
             verdict = _verdict(step)
             clean = step in ("clean", "warn")
-            actor.apply(verdict, clean_sweep=clean)
+            actor.apply(verdict, clean_sweep=clean)  # job_prolog: an OK run at a job start
             after = slurm.info[NODE]
+            if owed and not before.down:  # DOWN: carried out once it is back
+                assert after.drain_set and is_ours(after.reason), (step, before, after)
+                owed = False
             theirs = (before.drain_set and not is_ours(before.reason)) or before.down
             if before.drain_set and not is_ours(before.reason):
                 assert after.drain_set and after.reason == before.reason, (step, before, after)
