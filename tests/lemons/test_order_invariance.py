@@ -59,7 +59,7 @@ def test_a_shuffled_import_gives_the_same_lemons(tmp_path, mode):
         bench.load(url, p, mode)
         got.append(_features(url))
     rules = LemonRules.from_config()
-    for a, b in zip(*got):
+    for a, b in zip(*got, strict=True):
         a, b = a.sort_index(), b.sort_index()
         assert set(a.index[flagged(a, rules)]) == set(b.index[flagged(b, rules)])
         pd.testing.assert_frame_equal(a, b[a.columns], check_like=True)
