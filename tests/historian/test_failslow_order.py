@@ -103,3 +103,29 @@ def test_the_drawn_frames_do_make_suspects():
     found = [detect_frame(*_frames(seed), CFG) for seed in range(40)]
     assert sum(bool(f) for f in found) >= 5
     assert any(e.source == "steps" for f in found for e in f)
+
+
+def test_ranks_as_often_slowest_are_named_by_the_slower_not_the_first_seen():
+    # a slowed GPU's rank (7) and a noisy one (2) each slowest in half the node's steps: the
+    # slot is named for rank 7, whose steps were slower, in any row order (naming the lowest
+    # rank broke the run's "same component" on lab seed 2011 job 5005: a sweep later)
+    from rsc_health.historian.failslow.core import Rules, step_observations
+
+    rules = Rules.from_config(CFG)
+    rows = []
+    for w in range(6):
+        for rank in range(8):
+            sec = 1.0
+            if rank == 7 and w % 2 == 0:
+                sec = 1.6
+            elif rank == 2 and w % 2 == 1:
+                sec = 1.3
+            rows.append({"job_id": "1", "rank": rank, "node": "g00", "stage": "", "step": w,
+                         "seconds": sec, "time": T0 + timedelta(seconds=40 * w + 10)})
+    steps = pd.DataFrame(rows)
+    members = pd.DataFrame([{"job_id": "1", "node": "g00", "start": T0,
+                             "end": T0 + timedelta(hours=1)}])
+    for order in range(3):
+        shuffled = steps.sample(frac=1, random_state=order) if order else steps
+        obs = step_observations(shuffled, members, rules)
+        assert obs["component"].tolist() == ["rank 7"], order

@@ -225,9 +225,11 @@ def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | Non
     key = ["job_id", "node", "group", "slot"]
     out = (slowest.groupby(key, sort=False)
            .agg(time=("time", "max"), value=("seconds", "median")).reset_index())
-    # the rank that was slowest most often in the slot names the component
-    counts = slowest.groupby(key + ["rank"], sort=False).size().rename("n").reset_index()
-    best = counts.sort_values(["n", "rank"], ascending=[False, True],
+    # the rank that was slowest most often in the slot names the component; among those as
+    # often, the one whose steps were slowest, then the lowest (whatever order rows came in)
+    counts = (slowest.groupby(key + ["rank"], sort=False)
+              .agg(n=("seconds", "size"), most=("seconds", "median")).reset_index())
+    best = counts.sort_values(["n", "most", "rank"], ascending=[False, False, True],
                               kind="stable").drop_duplicates(key)
     out = out.merge(best[key + ["rank"]], on=key, how="left")
     out = out.assign(metric=rules.steps_metric, source=STEPS,
@@ -631,15 +633,18 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
 def _displaced_for(obs: pd.DataFrame, rows: pd.DataFrame, rules: Rules) -> np.ndarray:
     """For each of `rows` (judged rows of obs): for how many slots right before it its node
     was displaced from its group's median the same way by at least half as much (`_held_for`,
-    up to HELD_SLOTS)."""
-    key = ["job_id", "metric", "node"]
+    up to HELD_SLOTS), in its own group."""
+    key = ["job_id", "group", "metric", "node"]
     part = obs.merge(rows[key].drop_duplicates(), on=key, how="inner")
     sign = _per_metric(part["metric"], rules, lambda r: r.sign)
-    part = part.assign(bad=sign * (part["value"] - part["median"]).to_numpy(dtype=float))
-    part = part.drop_duplicates(key + ["slot"]).reset_index(drop=True)
-    part = part.assign(held=_held_for(part))
-    return rows[key + ["slot"]].merge(part[key + ["slot", "held"]], on=key + ["slot"],
-                                      how="left")["held"].fillna(0).to_numpy()
+    # one history per (job, group, metric, node): a node whose ranks run two stages has two
+    part = part.assign(bad=sign * (part["value"] - part["median"]).to_numpy(dtype=float),
+                       node=part["node"].astype(str) + "\0" + part["group"].astype(str))
+    part = part.assign(held=_held_for(part.reset_index(drop=True)).astype(np.int64))
+    at = rows[key + ["slot"]].assign(
+        node=rows["node"].astype(str) + "\0" + rows["group"].astype(str))
+    return at.merge(part[key + ["slot", "held"]], on=key + ["slot"],
+                    how="left")["held"].fillna(0).to_numpy()
 
 
 def _onset_on_an_event(obs: pd.DataFrame, o: pd.DataFrame, adjacent: np.ndarray,
