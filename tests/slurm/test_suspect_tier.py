@@ -214,7 +214,9 @@ def test_features_and_weight_land_together_under_a_reader_polling_slurm(lua_clus
         done.set()
         reader.join()
     assert set(seen) == {(True, "1"), (False, "1000")}, seen
-    assert sum(seen.values()) >= 20, seen  # the reader did read, all along
+    # the reader did read, all along (both whole states, above); how often depends on the
+    # machine: 12 reads on a loaded CI run, about 30 on an idle one
+    assert sum(seen.values()) >= 8, seen
 
 
 def test_a_weight_past_slurms_largest_is_refused_whole_not_half_sent(lua_cluster, monkeypatch):
