@@ -47,15 +47,20 @@ def _verdict(step: str):
     return decide([Finding("gpu", "gpu0", Status.OK, Severity.NONE, "fine")])
 
 
+def _actor(slurm: MemorySlurm, state: Path, clock: list[datetime]) -> Actor:
+    """NODE's action layer on `slurm`, its state under `state`, its time clock[0]."""
+    actor = Actor(slurm, CFG, NODE, state / NODE, now=lambda: clock[0], log=lambda m: None)
+    actor.sleep = lambda s: None  # the guard's settle wait
+    return actor
+
+
 @settings(max_examples=500, deadline=None)
 @given(st.lists(st.sampled_from(STEPS), min_size=1, max_size=40))
 def test_random_histories_keep_the_action_layers_promises(steps):
     clock = [datetime(2026, 11, 22, 12, 0, tzinfo=UTC)]
     slurm = MemorySlurm([f"n{i:02d}" for i in range(10)], now=lambda: clock[0])
     with tempfile.TemporaryDirectory() as state:
-        actor = Actor(slurm, CFG, NODE, Path(state) / NODE, now=lambda: clock[0],
-                      log=lambda m: None)
-        actor.sleep = lambda s: None
+        actor = _actor(slurm, Path(state), clock)
         never = set(CFG.get("actions.never_resume_codes"))
         need = int(CFG.get("actions.resume_after_clean_sweeps"))
         clean_run = 0
@@ -126,9 +131,7 @@ def _walk(steps: list[str]) -> MemorySlurm:
     clock = [datetime(2026, 11, 22, 12, 0, tzinfo=UTC)]
     slurm = MemorySlurm([f"n{i:02d}" for i in range(10)], now=lambda: clock[0])
     with tempfile.TemporaryDirectory() as state:
-        actor = Actor(slurm, CFG, NODE, Path(state) / NODE, now=lambda: clock[0],
-                      log=lambda m: None)
-        actor.sleep = lambda s: None
+        actor = _actor(slurm, Path(state), clock)
         for step in steps:
             clock[0] += timedelta(minutes=5)
             if step == "person_drain":
