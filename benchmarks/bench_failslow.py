@@ -49,7 +49,26 @@ def _seeds(text: str) -> list[int]:
     return out
 
 
-def score(fleet, runs: pd.DataFrame) -> dict:
+def two_sweep_bound(fleet, obs: pd.DataFrame) -> int:
+    """Injected faults that any two-sweep detector on these lines could confirm within 10
+    minutes of onset: two samples in a row past the line (job-wide slots included: the bound
+    knows which node is faulty) on the kind's telemetry metric or the step times, the second
+    taken within 10 minutes of the onset."""
+    truth = fleet.truth.assign(onset=pd.to_datetime(fleet.truth["onset"]))
+    metric = truth["kind"].map(KIND_METRIC)
+    keys = pd.concat([truth.assign(metric=metric), truth.assign(metric="step_seconds")])
+    o = obs.loc[obs["outlier"] | obs["job_wide"], ["job_id", "node", "metric", "slot", "time"]]
+    o = o.merge(keys[["job_id", "node", "metric", "onset"]], on=["job_id", "node", "metric"])
+    o = o[pd.to_datetime(o["time"]) >= o["onset"]].sort_values(["job_id", "node", "metric",
+                                                                  "slot"])
+    same = (o[["job_id", "node", "metric"]] == o[["job_id", "node", "metric"]].shift()).all(axis=1)
+    second = o[same & (o["slot"] - o["slot"].shift() == 1)]
+    soon = second[(pd.to_datetime(second["time"]) - second["onset"])
+                  <= pd.Timedelta(minutes=10)]
+    return int(soon[["job_id", "node"]].drop_duplicates().shape[0])
+
+
+def score(fleet, runs: pd.DataFrame, obs: pd.DataFrame | None = None) -> dict:
     truth = fleet.truth
     flagged = (runs.groupby(["job_id", "node"])["confirmed"].min().rename("confirmed")
                if not runs.empty else pd.Series(dtype="datetime64[ns]", name="confirmed"))
@@ -75,7 +94,21 @@ def score(fleet, runs: pd.DataFrame) -> dict:
     if not runs.empty:
         fpr = runs[[k not in keys_tp for k in zip(runs["job_id"], runs["node"], strict=True)]]
         fp_metrics = fpr["metric"].value_counts().to_dict()
+    # false flags and the healthy node-sweeps judged, by job kind: the same rate on every kind
+    # says a flag is chance, not the kind's spread
+    kinds = fleet.jobs.set_index("job_id")["kind"]
+    fp_keys = flagged[[k not in keys_tp for k in zip(flagged["job_id"], flagged["node"],
+                                                     strict=True)]]
+    fp_kind = fp_keys["job_id"].map(kinds).value_counts().to_dict()
+    sweeps_kind: dict = {}
+    if obs is not None and len(obs):
+        ns = obs[["job_id", "node", "slot"]].drop_duplicates()
+        bad = set(zip(truth["job_id"], truth["node"], strict=True))
+        ns = ns[[k not in bad for k in zip(ns["job_id"], ns["node"], strict=True)]]
+        sweeps_kind = ns["job_id"].map(kinds).value_counts().to_dict()
     return {"tp": tp, "fp": fp, "fn": fn, "delays": delays.tolist(), "imb_flags": imb_flags,
+            "bound": two_sweep_bound(fleet, obs) if obs is not None else 0,
+            "fp_kind": fp_kind, "sweeps_kind": sweeps_kind,
             "imb_jobs": len(imb_jobs), "missed": missed, "fp_metrics": fp_metrics,
             "injected": truth["kind"].value_counts().to_dict(),
             "found": first["kind"].value_counts().to_dict(),
@@ -123,9 +156,9 @@ def explain(seed: int, fleet, obs: pd.DataFrame, runs: pd.DataFrame) -> None:
 
 
 def run(seeds: list[int], jobs: int, rules: Rules, listing: bool = False) -> dict:
-    tot = {"tp": 0, "fp": 0, "fn": 0, "delays": [], "imb_flags": 0, "imb_jobs": 0,
+    tot = {"tp": 0, "fp": 0, "fn": 0, "delays": [], "imb_flags": 0, "imb_jobs": 0, "bound": 0,
            "missed": {}, "fp_metrics": {}, "injected": {}, "found": {}, "late": {}, "nodes": 0,
-           "seconds": 0.0}
+           "fp_kind": {}, "sweeps_kind": {}, "seconds": 0.0}
     for seed in seeds:
         fleet = simulate_failslow(FailSlowConfig(jobs=jobs, seed=seed))
         t0 = time.perf_counter()
@@ -134,12 +167,12 @@ def run(seeds: list[int], jobs: int, rules: Rules, listing: bool = False) -> dic
         tot["seconds"] += time.perf_counter() - t0
         if listing:
             explain(seed, fleet, obs, runs)
-        s = score(fleet, runs)
-        for k in ("tp", "fp", "fn", "imb_flags", "imb_jobs"):
+        s = score(fleet, runs, obs)
+        for k in ("tp", "fp", "fn", "imb_flags", "imb_jobs", "bound"):
             tot[k] += s[k]
         tot["delays"] += s["delays"]
         tot["nodes"] += len(fleet.membership)
-        for k in ("missed", "fp_metrics", "injected", "found", "late"):
+        for k in ("missed", "fp_metrics", "injected", "found", "late", "fp_kind", "sweeps_kind"):
             for m, c in s[k].items():
                 tot[k][m] = tot[k].get(m, 0) + c
     p = tot["tp"] / (tot["tp"] + tot["fp"]) if tot["tp"] + tot["fp"] else 0.0
@@ -175,6 +208,24 @@ def main() -> int:
               f"in {t['imb_jobs']} jobs; delay median {t['delay_median']:.1f} min, max "
               f"{t['delay_max']:.1f}, over 10 min {t['delay_over_10']}; detector "
               f"{t['seconds']:.1f} s")
+        injected = t["tp"] + t["fn"]
+        soon = len(t["delays"]) - t["delay_over_10"]
+        print(f"  within 10 min of onset: {soon} of {injected} injected ({soon / injected:.3f}); "
+              f"the two-sweep bound on these lines (two samples in a row past the line, job-wide "
+              f"or not, the second within 10 min): {t['bound']} ({t['bound'] / injected:.3f})")
+        print(f"BENCH\tfailslow\t{name}_within_10min_of_bound\t"
+              f"{soon / max(1, t['bound']):.3f}\tratio")
+        rates = {k: 1e5 * t["fp_kind"].get(k, 0) / n for k, n in sorted(t["sweeps_kind"].items())
+                 if n}
+        print("  false flags per 100,000 healthy node-sweeps, by job kind: " + ", ".join(
+            f"{k} {r:.1f} ({t['fp_kind'].get(k, 0)} in {t['sweeps_kind'][k]})"
+            for k, r in rates.items()))
+        every = sum(t["sweeps_kind"].values())
+        if every:
+            per_day = 16000 * 288 * t["fp"] / every
+            print(f"  at that rate a 16,000-node fleet, every node in a judged job all day, "
+                  f"would see {per_day:.0f} false suspects a day")
+            print(f"BENCH\tfailslow\t{name}_false_suspects_per_day_16k\t{per_day:.0f}\tnodes")
         if t["missed"]:
             print(f"  missed by kind: {t['missed']}")
         if t["fp_metrics"]:
