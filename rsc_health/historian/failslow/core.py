@@ -9,14 +9,16 @@ nodes, sweep slot by sweep slot, persisting (docs/failslow.md).
     job-wide      more than max_outlier_share of a slot's nodes (and more than one) outlying is
                   the workload's or the fabric's shift: that slot flags no node
     persist       persist_sweeps outlying slots in a row (a missing slot breaks the run)
+    suspects      nodes already suspect (their onset was seen by an earlier window): judged
+                  against their peers, never against their own level or start in this window
 
-No I/O and no clock: `detect_frame(samples, membership, steps, cfg)`; `load.detect` reads
-the historian and calls it.
+No I/O and no clock: `detect_frame(samples, membership, steps, cfg, suspects)`; `load.detect`
+reads the historian and calls it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -536,7 +538,7 @@ def _moved_later(pairs: pd.DataFrame, bad: pd.DataFrame) -> np.ndarray:
     return other & fresh & after
 
 
-def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
+def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -> pd.DataFrame:
     """Runs of consecutive outlying slots per (job, node, group, metric) that reached the
     metric's persist_sweeps: since, last, confirmed (the slot that completed persistence), the
     node's and its peers' medians over the run, the median deviation.
@@ -549,7 +551,13 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     neither persists. A slot in which the node was past its line while the job moved with it
     (job_wide) neither counts nor breaks a run, once: a checkpoint or a fabric blip says
     nothing either way about the node; a second such slot in a row ends the run (a node that
-    moves with its job for longer is part of the job's shift, e.g. a leaf switch's)."""
+    moves with its job for longer is part of the job's shift, e.g. a leaf switch's).
+
+    `suspects`: nodes whose onset an earlier window saw (an open suspect episode). A window
+    reads lookback_min of history, so for a node slow since before it the window's first slots
+    are already slow: the role and steady-offset tests below, which excuse a node off its peers
+    from its start, would excuse a suspect whose onset merely fell out of the window, and its
+    evidence would stop renewing while it stays slow. Their runs are never excused so."""
     cols = ["job_id", "node", "group", "metric", "source", "since", "last", "confirmed",
             "value", "peer_median", "deviation", "slots", "component"]
     if obs.empty or not obs["outlier"].any():
@@ -616,8 +624,9 @@ def find_runs(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     hit = o[o["outlier"] & (o["pos"] >= need + waits.astype(int))].drop_duplicates("run")
     confirmed = hit.set_index("run")["time"].rename("confirmed")
     o = o[o["outlier"] & o["run"].isin(confirmed.index)]
-    o = o[~o["run"].isin(_role_runs(obs, o, key))]
-    o = o[~o["run"].isin(_steady_runs(obs, o, key, rules))]
+    known = set(suspects)
+    o = o[~o["run"].isin(_role_runs(obs, o[~o["node"].isin(known)], key))]
+    o = o[~o["run"].isin(_steady_runs(obs, o[~o["node"].isin(known)], key, rules))]
     if o.empty:
         return pd.DataFrame(columns=cols)
     runs = (o.groupby("run").agg(job_id=("job_id", "first"), node=("node", "first"),
@@ -887,18 +896,22 @@ def evidence_from_runs(runs: pd.DataFrame) -> list[SuspectEvidence]:
 
 
 def judged(samples: pd.DataFrame, membership: pd.DataFrame, steps: pd.DataFrame | None,
-           rules: Rules) -> pd.DataFrame:
-    """Every observation judged (the frame behind the runs: benchmarks and `--explain`)."""
+           rules: Rules, suspects: Collection[str] = ()) -> pd.DataFrame:
+    """Every observation judged (the frame behind the runs: benchmarks and `--explain`);
+    `suspects` as for find_runs (their levelled metrics judged as they are)."""
     obs = pd.concat([telemetry_observations(samples, membership, rules),
                      step_observations(steps, membership, rules)], ignore_index=True)
     obs = obs.astype({"slot": "int64", "value": "float64"})
-    return _levelled(obs, judge_slots(obs, rules), rules)
+    return _levelled(obs, judge_slots(obs, rules), rules, suspects)
 
 
-def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules) -> pd.DataFrame:
+def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules,
+              suspects: Collection[str] = ()) -> pd.DataFrame:
     """The `levelled` metrics' rows judged again with each node's value over its own level in
     the job (its role), the line and median given back in the node's units; a row STRONG
-    lines past its peers as it is keeps that judgement."""
+    lines past its peers as it is keeps that judgement. A suspect's level is 1 (judged against
+    its peers' levelled median as it is): its share in this window's first slots is the
+    fault's, and before the onset that made it a suspect it was level with its peers."""
     names = [m for m, r in rules.metrics.items() if r.levelled]
     lev = raw["metric"].isin(names).to_numpy()
     if not lev.any():
@@ -915,6 +928,8 @@ def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules) -> pd.DataFram
     level = pd.Series(np.where(lighter < 0, np.minimum(first, 1.0), np.maximum(first, 1.0)),
                       index=first.index, name="level")
     level = level[np.isfinite(level.to_numpy()) & (level.to_numpy() > 0)]
+    if len(suspects):  # a suspect's level is its peers' (1): its onset is behind it
+        level = level.where(~level.index.get_level_values("node").isin(set(suspects)), 1.0)
     o = obs[obs["metric"].isin(names)].join(level, on=key, how="inner")
     if o.empty:
         return raw
@@ -934,9 +949,12 @@ def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules) -> pd.DataFram
 
 
 def detect_frame(samples: pd.DataFrame, membership: pd.DataFrame,
-                 steps: pd.DataFrame | None, cfg: Any) -> list[SuspectEvidence]:
+                 steps: pd.DataFrame | None, cfg: Any,
+                 suspects: Collection[str] = ()) -> list[SuspectEvidence]:
     """Suspects from telemetry samples (node, time, metric, value, component), job membership
     (job_id, node, start, end[, gpu_model][, stage]) and per-rank step times (job_id, rank,
-    node, stage, step, seconds, time) or None. `cfg`: a Config, or Rules."""
+    node, stage, step, seconds, time) or None. `cfg`: a Config, or Rules. `suspects`: the nodes
+    already suspect (an open episode), whose onset an earlier window saw (find_runs)."""
     rules = cfg if isinstance(cfg, Rules) else Rules.from_config(cfg)
-    return evidence_from_runs(find_runs(judged(samples, membership, steps, rules), rules))
+    return evidence_from_runs(find_runs(judged(samples, membership, steps, rules, suspects),
+                                        rules, suspects))
