@@ -194,11 +194,16 @@ def main() -> int:
     ap.add_argument("--list", action="store_true",
                     help="print each false-positive run and each detection past 10 minutes")
     ap.add_argument("--no-traces", action="store_true", help="skip the real traces and scale")
+    ap.add_argument("--renewal", action="store_true",
+                    help="only the sliding-window renewal of evidence (minutes)")
     ap.add_argument("--config", default=None,
                     help="a site config file (e.g. a [failslow.metrics.*] table to measure); "
                          "load_config's own when absent")
     args = ap.parse_args()
     rules = Rules.from_config(load_config(args.config))
+    if args.renewal:
+        renewal(rules)
+        return 0
     for name, seeds in (("tuning", _seeds(args.seeds)), ("held_out", _seeds(args.held_out))):
         t = run(seeds, args.jobs, rules, args.list)
         print(f"{name}: seeds {seeds[0]}-{seeds[-1]}, {len(seeds) * args.jobs} jobs, "
@@ -253,6 +258,57 @@ def main() -> int:
     pai_traces(rules)
     scale(rules, 1600 if quick else 16000)
     return 0
+
+
+def renewal(rules: Rules, seed: int = 3, jobs: int = 60) -> None:
+    """--renewal: the detector as the suspects timer runs it, a 60-minute window every 5
+    minutes over 8-10-hour jobs, with and without the open episodes' nodes (each node found in
+    an earlier window): of the windows 15 minutes or more after a fault's onset while its job
+    runs, the share that still gives that node evidence, by time since onset and kind, and
+    the healthy (job, node)s ever flagged."""
+    cfg = FailSlowConfig(jobs=jobs, seed=seed, sweeps=(96, 120), fault_share=0.6,
+                         imbalance_share=0.2, start_within_s=3600)
+    fleet = simulate_failslow(cfg)
+    samples = fleet.samples.assign(time=pd.to_datetime(fleet.samples["time"]))
+    steps = fleet.steps.assign(time=pd.to_datetime(fleet.steps["time"]))
+    members = fleet.membership.assign(start=pd.to_datetime(fleet.membership["start"]),
+                                      end=pd.to_datetime(fleet.membership["end"]))
+    truth = fleet.truth.assign(onset=pd.to_datetime(fleet.truth["onset"]))
+    ends = members.groupby("job_id")["end"].max()
+    faulty = set(zip(truth["job_id"], truth["node"], strict=True))
+    window, step = pd.Timedelta(minutes=60), pd.Timedelta(minutes=5)
+    bands = ((60, "15-60 min"), (120, "1-2 h"), (240, "2-4 h"), (float("inf"), "4 h+"))
+    for memory in (False, True):
+        seen: dict = {}
+        known: set = set()
+        false: set = set()
+        t, last = samples["time"].min() + window, samples["time"].max() + step
+        while t <= last:
+            s = samples[(samples["time"] >= t - window) & (samples["time"] < t)]
+            st = steps[(steps["time"] >= t - window) & (steps["time"] <= t)]
+            m = members[(members["start"] <= t) & (members["end"] >= t - window)]
+            sus = known if memory else set()
+            runs = find_runs(judged(s, m, st if len(st) else None, rules, sus), rules, sus)
+            flagged = set(zip(runs["job_id"], runs["node"], strict=True))
+            false |= flagged - faulty
+            known |= {n for _, n in flagged}
+            for r in truth.itertuples():
+                if r.onset + pd.Timedelta(minutes=15) <= t <= ends[r.job_id]:
+                    age = (t - r.onset).total_seconds() / 60
+                    band = next(name for top, name in bands if age < top)
+                    hit, n = seen.get((r.kind, band), (0, 0))
+                    seen[(r.kind, band)] = (hit + ((r.job_id, r.node) in flagged), n + 1)
+            t += step
+        name = "with the open episodes" if memory else "without"
+        for kind in sorted({k for k, _ in seen}):
+            parts = [f"{band} {seen[(kind, band)][0]}/{seen[(kind, band)][1]}"
+                     for _, band in bands if (kind, band) in seen]
+            print(f"renewal {name}: {kind}: " + ", ".join(parts))
+        print(f"renewal {name}: healthy (job, node)s ever flagged: {len(false)}")
+        hit = sum(v[0] for (k, b), v in seen.items() if b != "15-60 min")
+        n = sum(v[1] for (k, b), v in seen.items() if b != "15-60 min")
+        slug = "memory" if memory else "no_memory"
+        print(f"BENCH\tfailslow\trenewal_past_60min_{slug}\t{hit / max(1, n):.3f}\tratio")
 
 
 def scale(rules: Rules, nodes: int) -> None:
