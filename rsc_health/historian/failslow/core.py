@@ -538,6 +538,13 @@ def _moved_later(pairs: pd.DataFrame, bad: pd.DataFrame) -> np.ndarray:
     return other & fresh & after
 
 
+def _adjacency(o: pd.DataFrame, key: list[str]) -> tuple[pd.Series, pd.Series]:
+    """For rows sorted by key and slot: whether each row has the row before's key (same), and
+    whether it is that key's next slot (adjacent)."""
+    same = (o[key] == o[key].shift()).all(axis=1)
+    return same, same & (o["slot"] - o["slot"].shift() == 1)
+
+
 def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -> pd.DataFrame:
     """Runs of consecutive outlying slots per (job, node, group, metric) that reached the
     metric's persist_sweeps: since, last, confirmed (the slot that completed persistence), the
@@ -565,8 +572,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
     key = ["job_id", "node", "group", "metric"]
     held = obs["outlier"] | obs["job_wide"]
     o = obs[held].sort_values(key + ["slot"]).reset_index(drop=True)
-    same = (o[key] == o[key].shift()).all(axis=1)
-    adjacent = same & (o["slot"] - o["slot"].shift() == 1)
+    same, adjacent = _adjacency(o, key)
     # a slot its job went past it in (`_overtaken`) is held beside an outlying slot only: a
     # blip inside a run, or a run's onset; beside another job-wide slot it says nothing
     over = o["overtaken"].to_numpy(dtype=bool)
@@ -576,8 +582,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
                   | (np.append(adjacent.to_numpy()[1:], False) & np.append(out[1:], False)))
         keep = ~over | beside
         o, over = o[keep].reset_index(drop=True), over[keep]
-        same = (o[key] == o[key].shift()).all(axis=1)
-        adjacent = same & (o["slot"] - o["slot"].shift() == 1)
+        same, adjacent = _adjacency(o, key)
     # a job-wide slot right after another one the node moved with its job in: the run ends
     # before it (the job going past the node is not the node moving with it)
     with_job = pd.Series(o["job_wide"].to_numpy() & ~over, index=o.index) if over.any() \
@@ -592,13 +597,11 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
     if second.any():
         fresh[np.flatnonzero(second)[_displaced_for(obs, o[second], rules) <= 1]] = True
     o = o[~(second & ~fresh)].assign(_second=fresh[~(second & ~fresh)]).reset_index(drop=True)
-    same = (o[key] == o[key].shift()).all(axis=1)
-    adjacent = same & (o["slot"] - o["slot"].shift() == 1)
+    same, adjacent = _adjacency(o, key)
     o = _onset_on_an_event(obs, o, adjacent.to_numpy(),
                            o["component"].fillna("").astype(str).to_numpy(), rules)
     o = o[~(o["_second"] & o["job_wide"])].drop(columns="_second").reset_index(drop=True)
-    same = (o[key] == o[key].shift()).all(axis=1)
-    adjacent = same & (o["slot"] - o["slot"].shift() == 1)
+    same, adjacent = _adjacency(o, key)
     comp = o["component"].fillna("").astype(str)
     strong = o["deviation"].to_numpy(dtype=float) >= STRONG * rules.k
     strong &= ~_per_metric(o["metric"], rules, lambda r: r.same_component, False, bool)
