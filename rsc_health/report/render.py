@@ -363,8 +363,13 @@ def suspects_lines(data: ReportData) -> list[str]:
     if frame.empty:
         return []
     open_ = frame[frame["state"] == SuspectState.SUSPECT.value]
+    # how they ended: confirmed (qualification failed: drained), cleared (a pass, or a
+    # person), expired (no evidence renewed them): the fleet's own word on the tier's precision
+    ended = frame.loc[frame["state"] != SuspectState.SUSPECT.value, "state"].value_counts()
+    how = ", ".join(f"{int(ended[s.value])} {s.value}" for s in SuspectState
+                    if s is not SuspectState.SUSPECT and s.value in ended.index)
     lines = [f"Suspect nodes (kept from big jobs): {len(open_)} open, "
-             f"{len(frame) - len(open_)} ended in the last day"]
+             f"{len(frame) - len(open_)} ended in the last day" + (f" ({how})" if how else "")]
     for row in open_.head(SUMMARY_MAX_LEMONS).itertuples():
         dev = "?" if row.deviation != row.deviation or row.deviation is None \
             else f"{row.deviation:.3g}"

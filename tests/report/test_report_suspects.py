@@ -40,7 +40,23 @@ def test_suspects_open_and_ended_with_their_evidence(engine, tmp_path):  # noqa:
     assert "ib_xmit_wait_rate (telemetry)" in section and "501, 502" in section
     assert "alice: job imbalance, not the node" in section
     summary = report.summary.read_text()
-    assert "Suspect nodes (kept from big jobs): 2 open, 1 ended in the last day" in summary
+    assert ("Suspect nodes (kept from big jobs): 2 open, 1 ended in the last day (1 cleared)"
+            in summary)
     assert "  gpu022: ib_xmit_wait_rate deviation 11 (telemetry) in jobs 503" in summary
     doc = json.loads(report.json.read_text())
     assert [r["node"] for r in doc["suspects"]] == ["gpu022", "gpu021", "gpu023"]
+
+
+def test_the_summary_says_how_the_days_episodes_ended(engine, tmp_path):  # noqa: F811
+    # one cleared by a person, one expired (no evidence for expire_after_h), one open
+    exp = timedelta(hours=24)
+    hs.record(engine, [_ev("gpu031", AS_OF - timedelta(hours=30), 5.0, ("601",))],
+              AS_OF - timedelta(hours=30), expire_after=exp)
+    assert hs.expire(engine, AS_OF - timedelta(hours=5)) == ["gpu031"]
+    hs.record(engine, [_ev("gpu032", AS_OF - timedelta(hours=3), 6.0, ("602",)),
+                       _ev("gpu033", AS_OF - timedelta(hours=2), 7.0, ("603",))],
+              AS_OF - timedelta(hours=2), expire_after=exp)
+    hs.clear(engine, "gpu032", AS_OF - timedelta(hours=1), who="bob", why="reseated")
+    report = write_report(gather(engine, AS_OF, _opts(skip=FIGURES)), tmp_path / "out")
+    assert ("Suspect nodes (kept from big jobs): 1 open, 2 ended in the last day "
+            "(1 cleared, 1 expired)") in report.summary.read_text()
