@@ -51,9 +51,10 @@ def _seeds(text: str) -> list[int]:
 
 def two_sweep_bound(fleet, obs: pd.DataFrame) -> int:
     """Injected faults that any two-sweep detector on these lines could confirm within 10
-    minutes of onset: two samples in a row past the line (job-wide slots included: the bound
-    knows which node is faulty) on the kind's telemetry metric or the step times, the second
-    taken within 10 minutes of the onset."""
+    minutes of onset: two samples in a row past the line (job-wide slots included, the bound
+    knows which node is faulty, and slots the job's median went past the node in, past the
+    line of the slot before: `overtaken`, held with `job_wide`) on the kind's telemetry metric
+    or the step times, the second taken within 10 minutes of the onset."""
     truth = fleet.truth.assign(onset=pd.to_datetime(fleet.truth["onset"]))
     metric = truth["kind"].map(KIND_METRIC)
     keys = pd.concat([truth.assign(metric=metric), truth.assign(metric="step_seconds")])
