@@ -9,6 +9,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from rsc_health.config import load_config
 from rsc_health.historian.failslow import detect_frame
@@ -378,12 +379,34 @@ def _pcie(slow_from: int | None, idle: dict[int, set[int]]):
     return value
 
 
-def test_a_checkpoint_idling_most_links_past_a_slow_link_neither_counts_nor_breaks_its_run():
+def test_a_checkpoint_idling_most_links_past_a_slow_link_that_stayed_is_its_second_sweep():
     # x8 from sweep 4; in sweep 5 six of eight nodes idle to a quarter, so the job's median
-    # (0.25) is past the slow link: the slot says nothing of it. It was broken there, and the
-    # suspect came a sweep late (sweeps 6 and 7); now sweeps 4 and 6 make the run.
+    # (0.25) is past the slow link, which stayed at 0.5 on the same GPU: judged against the
+    # level the job was at, that is its second slow sweep. Before session 23 the run broke
+    # there (confirmed at sweep 7); until session 25 the slot was a blip (sweep 6); now 5.
     samples = _phased("pcie_link_ratio", _pcie(4, {5: set(range(2, 8))}), {})
     runs = find_runs(judged(samples, _job(NODES), None, RULES), RULES)
+    assert list(runs["node"]) == ["gpu001"]
+    assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 5 + 30)
+
+
+@pytest.mark.parametrize("moved", ["value", "component"])
+def test_a_node_that_moved_while_its_job_went_past_it_is_a_blip_not_its_second_sweep(moved):
+    # The same checkpoint, but in sweep 5 the slow link reads 0.3 (more than a line from its
+    # 0.5), or names another GPU: the slot says nothing of the state seen in sweep 4 and is
+    # held as a blip, neither counting nor breaking the run (confirmed at sweep 6).
+    value = _pcie(4, {5: set(range(2, 8))})
+    samples = _phased("pcie_link_ratio", lambda i, s: 0.3 if (moved == "value" and i == 0
+                                                              and s == 5) else value(i, s), {})
+    if moved == "component":
+        samples.loc[(samples["node"] == "gpu001")
+                    & (samples["time"] >= T0 + timedelta(seconds=300 * 5)), "component"] = "gpu3"
+        samples.loc[(samples["node"] == "gpu001")
+                    & (samples["time"] >= T0 + timedelta(seconds=300 * 6)), "component"] = "gpu0"
+    obs = judged(samples, _job(NODES), None, RULES)
+    five = obs[(obs["node"] == "gpu001") & (obs["time"] == T0 + timedelta(seconds=300 * 5 + 30))]
+    assert bool(five["overtaken"].iloc[0])  # the job went past it there
+    runs = find_runs(obs, RULES)
     assert list(runs["node"]) == ["gpu001"]
     assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 6 + 30)
 

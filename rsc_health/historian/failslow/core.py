@@ -352,8 +352,10 @@ def _overtaken(obs: pd.DataFrame, prev: np.ndarray, prev_line: np.ndarray,
     the job's move, not passed by it). A checkpoint idling most links to a quarter beside a
     link at half: the slot says nothing of the node, as in a job-wide one. `find_runs` holds
     such a slot beside an outlying one only (a blip inside a run, or an onset when the job is
-    back the next slot and the node is not), and it does not make the next job-wide slot a
-    second in a row. Causal: only the slot and the one before it are read."""
+    back the next slot and the node is not), counts it right after an outlying slot of the same
+    component when the node stayed within that slot's line (`_stayed_while_overtaken`), and it
+    does not make the next job-wide slot a second in a row. Causal: only the slot and the one
+    before it are read."""
     value = obs["value"].to_numpy(dtype=float)
     cur = obs["median"].to_numpy(dtype=float)
     with np.errstate(invalid="ignore"):
@@ -583,6 +585,16 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
         keep = ~over | beside
         o, over = o[keep].reset_index(drop=True), over[keep]
         same, adjacent = _adjacency(o, key)
+        # ... and counts, as the node's own, when it comes right after an outlying slot of the
+        # same component and the node stayed there (within that slot's line): the job went
+        # past a node that did not move (a checkpoint idling the other links to a quarter the
+        # sweep after one went to x8), judged against the level the job was at. Causal: this
+        # slot and the one before.
+        stayed = _stayed_while_overtaken(o, over, adjacent.to_numpy())
+        if stayed.any():
+            o = o.assign(outlier=o["outlier"].to_numpy() | stayed,
+                         job_wide=o["job_wide"].to_numpy() & ~stayed, overtaken=over & ~stayed)
+            over = over & ~stayed
     # a job-wide slot right after another one the node moved with its job in: the run ends
     # before it (the job going past the node is not the node moving with it)
     with_job = pd.Series(o["job_wide"].to_numpy() & ~over, index=o.index) if over.any() \
@@ -640,6 +652,21 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
                                  deviation=("deviation", "median"), slots=("slot", "size"))
             .join(confirmed, how="inner").join(_mode(o["run"], o["component"])))
     return runs.reset_index(drop=True)[cols]
+
+
+def _stayed_while_overtaken(o: pd.DataFrame, over: np.ndarray,
+                            adjacent: np.ndarray) -> np.ndarray:
+    """Rows of `o` (sorted by key and slot) the job went past the node in (`over`) whose row
+    before is the same key's previous slot, outlying, on the same component, and within its
+    line of this row's value."""
+    out = o["outlier"].to_numpy()
+    comp = o["component"].fillna("").astype(str).to_numpy()
+    value = o["value"].to_numpy(dtype=float)
+    line = o["line"].to_numpy(dtype=float)
+    before = np.append(False, out[:-1]) & adjacent
+    with np.errstate(invalid="ignore"):
+        like = np.abs(value - np.append(np.nan, value[:-1])) <= np.append(np.nan, line[:-1])
+    return over & before & (comp == np.append("", comp[:-1])) & like
 
 
 def _displaced_for(obs: pd.DataFrame, rows: pd.DataFrame, rules: Rules) -> np.ndarray:
