@@ -388,6 +388,8 @@ def test_a_checkpoint_idling_most_links_past_a_slow_link_that_stayed_is_its_seco
     runs = find_runs(judged(samples, _job(NODES), None, RULES), RULES)
     assert list(runs["node"]) == ["gpu001"]
     assert pd.Timestamp(runs["confirmed"].min()) == T0 + timedelta(seconds=300 * 5 + 30)
+    # its evidence is against the level the job was at, not the checkpoint's quarter
+    assert float(runs["peer_median"].iloc[0]) == 1.0 and float(runs["value"].iloc[0]) == 0.5
 
 
 @pytest.mark.parametrize("moved", ["value", "component"])

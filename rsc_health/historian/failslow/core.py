@@ -590,10 +590,21 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
         # past a node that did not move (a checkpoint idling the other links to a quarter the
         # sweep after one went to x8), judged against the level the job was at. Causal: this
         # slot and the one before.
+        # Its median, line and deviation are the slot before's level (what the evidence says).
         stayed = _stayed_while_overtaken(o, over, adjacent.to_numpy())
         if stayed.any():
+            med = o["median"].to_numpy(dtype=float).copy()
+            line = o["line"].to_numpy(dtype=float).copy()
+            med[stayed], line[stayed] = med[np.flatnonzero(stayed) - 1], \
+                line[np.flatnonzero(stayed) - 1]
+            sign = _per_metric(o["metric"], rules, lambda r: r.sign)
+            dev = o["deviation"].to_numpy(dtype=float).copy()
+            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+                dev[stayed] = (sign * (o["value"].to_numpy(dtype=float) - med)
+                               * rules.k / line)[stayed]
             o = o.assign(outlier=o["outlier"].to_numpy() | stayed,
-                         job_wide=o["job_wide"].to_numpy() & ~stayed, overtaken=over & ~stayed)
+                         job_wide=o["job_wide"].to_numpy() & ~stayed, overtaken=over & ~stayed,
+                         median=med, line=line, deviation=dev)
             over = over & ~stayed
     # a job-wide slot right after another one the node moved with its job in: the run ends
     # before it (the job going past the node is not the node moving with it)
