@@ -5,7 +5,7 @@ slow in the window's first slots, where the levelled metrics take each node's le
 step-time tests look for its start: without the open episode's word, a node an earlier window
 found slow (its onset seen) would be excused as a role or a steady offset, its evidence would
 stop renewing while it stays slow, and its episode would expire a day later with the node as
-slow as ever (core.find_runs, core._levelled, load.open_suspects).
+slow as ever (core.find_runs, core._levelled, historian.suspects.active, read by load.detect).
 """
 
 from __future__ import annotations

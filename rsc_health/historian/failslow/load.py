@@ -7,9 +7,9 @@ by the pure core.
                 GPU model from its newest qualification run (qualify_runs) and its pipeline
                 stage from the job's own step times when it wrote them
     steps       step_times in the window
-    suspects    the nodes with an open suspect episode: their onset was seen by an earlier
-                window, and they are judged against their peers, not against their own start
-                in this one (core.find_runs)
+    suspects    the nodes with an open suspect episode (historian.suspects.active): their
+                onset was seen by an earlier window, and they are judged against their peers,
+                not against their own start in this one (core.find_runs)
 
 A job is (cluster, job id): two clusters in one historian count job ids each from its own
 start, so a job id both clusters' jobs hold in the window is told apart as ID@CLUSTER (a step
@@ -36,7 +36,7 @@ from rsc_health.historian.failslow.core import (
     detect_frame,
 )
 from rsc_health.historian.failslow.evidence import SuspectEvidence
-from rsc_health.model import SuspectState
+from rsc_health.historian.suspects import active
 
 
 def _samples(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
@@ -104,14 +104,6 @@ def one_cluster_per_job(members: pd.DataFrame,
     return members, rows.drop(columns="cluster")[list(step_rows.columns)]
 
 
-def open_suspects(engine: Engine) -> set[str]:
-    """The nodes with an open suspect episode."""
-    s = schema.suspects
-    with engine.connect() as conn:
-        return {str(n) for n in conn.execute(
-            select(s.c.node).where(s.c.state == SuspectState.SUSPECT.value)).scalars()}
-
-
 def with_stages(members: pd.DataFrame, step_rows: pd.DataFrame) -> pd.DataFrame:
     """Each (job, node)'s pipeline stage from the job's drop-file step times (the stage most
     of its rows name); NVRx sections and the GPU score are not stages."""
@@ -136,7 +128,7 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
         members, step_rows = one_cluster_per_job(membership(engine, since, now), step_rows)
         members = with_stages(members, step_rows)
         samples = _samples(engine, since, now)
-        known = open_suspects(engine)
+        known = {e.node for e in active(engine)}  # the suspects table's one door
     except (OperationalError, InterfaceError, ProgrammingError) as exc:
         orig = getattr(exc, "orig", None) or exc
         first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
