@@ -10,7 +10,7 @@ slow as ever (core.find_runs, core._levelled, historian.suspects.active, read by
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import numpy as np
 import pandas as pd
@@ -21,29 +21,24 @@ from rsc_health.historian import schema
 from rsc_health.historian import suspects as hs
 from rsc_health.historian.failslow import SuspectEvidence, detect, detect_frame
 
+from .test_failslow_detect import NODES, T0, _samples
+from .test_failslow_detect import _steps as _rank_steps
+
 CFG = load_config(None)
-T0 = datetime(2026, 11, 26, 10, 0, 0)
-NODES = [f"gpu{i:03d}" for i in range(1, 9)]
 
 
 def _job(nodes, start, end):
     return pd.DataFrame({"job_id": "9100", "node": nodes, "start": start, "end": end})
 
 
-def _nvlink(slow: str | None, share: float, sweeps: int = 12, start=T0) -> pd.DataFrame:
+def _nvlink(slow: str | None, share: float, sweeps: int = 12) -> pd.DataFrame:
     """A 12-sweep window of NVLink bytes per second, one node at `share` of its peers from the
     first sweep on (its onset was before the window)."""
     rng = np.random.default_rng(4)
-    level = 8e10 * np.exp(rng.normal(0, 0.03, len(NODES)))
-    rows = []
-    for i, node in enumerate(NODES):
-        phase = int(rng.integers(5, 290))
-        for s in range(sweeps):
-            v = level[i] * float(np.exp(rng.normal(0, 0.04)))
-            rows.append({"node": node, "time": start + timedelta(seconds=60 + 300 * s + phase),
-                         "metric": "nvlink_data_rate", "value": v * (share if node == slow else 1),
-                         "component": "gpu2" if node == slow else f"gpu{s % 8}"})
-    return pd.DataFrame(rows)
+    table = 8e10 * np.exp(rng.normal(0, 0.03, (len(NODES), 1))
+                          + rng.normal(0, 0.04, (len(NODES), sweeps)))
+    return _samples(NODES, "nvlink_data_rate",
+                    lambda i, s: float(table[i, s]) * (share if NODES[i] == slow else 1.0), sweeps)
 
 
 def test_nvlink_at_half_its_peers_since_before_the_window_renews_only_as_a_suspect():
@@ -65,18 +60,13 @@ def test_being_a_suspect_is_not_evidence_a_healthy_suspect_is_not_renewed():
                         suspects=set(NODES)) == []
 
 
-def _steps(slow: str | None, factor: float, windows: int = 24, start=T0) -> pd.DataFrame:
-    rng = np.random.default_rng(11)
-    noise = np.exp(rng.normal(0, 0.02, (len(NODES), 8, windows)))
-    rows = []
-    for i, node in enumerate(NODES):
-        for r in range(8):
-            for w in range(windows):
-                rows.append({"job_id": "9100", "rank": i * 8 + r, "node": node, "stage": "",
-                             "step": 1000 + w, "time": start + timedelta(seconds=150 * w + 149),
-                             "seconds": 0.5 * noise[i, r, w]
-                             * (factor if node == slow and r == 3 else 1.0)})
-    return pd.DataFrame(rows)
+def _steps(slow: str | None, factor: float, windows: int = 24) -> pd.DataFrame:
+    """Eight ranks a node, one step line each per 150 s; `slow`'s rank 3 `factor` slower from
+    the first step on."""
+    noise = np.exp(np.random.default_rng(11).normal(0, 0.02, (len(NODES), 8, windows)))
+    return _rank_steps(NODES, [""] * len(NODES),
+                       lambda i, r, w: 0.5 * noise[i, r, w]
+                       * (factor if NODES[i] == slow and r == 3 else 1.0), windows, job="9100")
 
 
 def test_a_rank_slow_since_before_the_window_is_a_steady_offset_unless_its_node_is_a_suspect():
@@ -87,7 +77,7 @@ def test_a_rank_slow_since_before_the_window_is_a_steady_offset_unless_its_node_
     assert [(e.node, e.source) for e in found] == [("gpu007", "steps")]
     # the same offset with its onset inside the window is found without the episode's word
     late = _steps("gpu007", 1.0).assign(seconds=lambda f: f["seconds"].where(
-        ~((f["node"] == "gpu007") & (f["rank"] == 6 * 8 + 3) & (f["step"] >= 1008)),
+        ~((f["node"] == "gpu007") & (f["rank"] == 6 * 8 + 3) & (f["step"] >= 8)),
         f["seconds"] * 1.1))
     assert [e.node for e in detect_frame(None, member, late, CFG)] == ["gpu007"]
 
