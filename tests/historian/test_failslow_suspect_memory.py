@@ -27,8 +27,9 @@ from .test_failslow_detect import _steps as _rank_steps
 CFG = load_config(None)
 
 
-def _job(nodes, start, end):
-    return pd.DataFrame({"job_id": "9100", "node": nodes, "start": start, "end": end})
+# job 9100 on the eight nodes, running since three hours before the window
+MEMBER = pd.DataFrame({"job_id": "9100", "node": NODES, "start": T0 - timedelta(hours=3),
+                       "end": T0 + timedelta(hours=3)})
 
 
 def _nvlink(slow: str | None, share: float, sweeps: int = 12) -> pd.DataFrame:
@@ -43,20 +44,18 @@ def _nvlink(slow: str | None, share: float, sweeps: int = 12) -> pd.DataFrame:
 
 def test_nvlink_at_half_its_peers_since_before_the_window_renews_only_as_a_suspect():
     samples = _nvlink("gpu005", 0.5)
-    member = _job(NODES, T0 - timedelta(hours=3), T0 + timedelta(hours=3))
     # judged against its own level in the window, the node is level with itself: excused
-    assert detect_frame(samples, member, None, CFG) == []
-    found = detect_frame(samples, member, None, CFG, suspects={"gpu005"})
+    assert detect_frame(samples, MEMBER, None, CFG) == []
+    found = detect_frame(samples, MEMBER, None, CFG, suspects={"gpu005"})
     assert [(e.node, e.metric) for e in found] == [("gpu005", "nvlink_data_rate")]
     assert 0.4 < found[0].value / found[0].peer_median < 0.6
 
 
 def test_being_a_suspect_is_not_evidence_a_healthy_suspect_is_not_renewed():
     samples = _nvlink("gpu005", 0.5)
-    member = _job(NODES, T0 - timedelta(hours=3), T0 + timedelta(hours=3))
-    found = detect_frame(samples, member, None, CFG, suspects={"gpu002", "gpu005", "nowhere"})
+    found = detect_frame(samples, MEMBER, None, CFG, suspects={"gpu002", "gpu005", "nowhere"})
     assert [e.node for e in found] == ["gpu005"]
-    assert detect_frame(_nvlink(None, 1.0), member, None, CFG,
+    assert detect_frame(_nvlink(None, 1.0), MEMBER, None, CFG,
                         suspects=set(NODES)) == []
 
 
@@ -71,15 +70,14 @@ def _steps(slow: str | None, factor: float, windows: int = 24) -> pd.DataFrame:
 
 def test_a_rank_slow_since_before_the_window_is_a_steady_offset_unless_its_node_is_a_suspect():
     steps = _steps("gpu007", 1.1)
-    member = _job(NODES, T0 - timedelta(hours=3), T0 + timedelta(hours=3))
-    assert detect_frame(None, member, steps, CFG) == []
-    found = detect_frame(None, member, steps, CFG, suspects={"gpu007"})
+    assert detect_frame(None, MEMBER, steps, CFG) == []
+    found = detect_frame(None, MEMBER, steps, CFG, suspects={"gpu007"})
     assert [(e.node, e.source) for e in found] == [("gpu007", "steps")]
     # the same offset with its onset inside the window is found without the episode's word
     late = _steps("gpu007", 1.0).assign(seconds=lambda f: f["seconds"].where(
         ~((f["node"] == "gpu007") & (f["rank"] == 6 * 8 + 3) & (f["step"] >= 8)),
         f["seconds"] * 1.1))
-    assert [e.node for e in detect_frame(None, member, late, CFG)] == ["gpu007"]
+    assert [e.node for e in detect_frame(None, MEMBER, late, CFG)] == ["gpu007"]
 
 
 def test_the_historians_open_episode_keeps_a_slow_nodes_evidence_renewing(historian):
