@@ -281,9 +281,7 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     line = np.maximum(tol * med_abs.to_numpy(dtype=float), min_delta)
     bad = sign * (obs["value"].to_numpy(dtype=float) - obs["median"].to_numpy(dtype=float))
     outlier = (bad > line) & (bad > 0)
-    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        deviation = np.where(line > 0, bad * rules.k / line, np.where(bad > 0, np.inf, 0.0))
-    obs = obs.assign(line=line, deviation=deviation, outlier=outlier)
+    obs = obs.assign(line=line, deviation=_deviation(bad, line, rules.k), outlier=outlier)
     # Job-wide: counted over the job's whole metric and slot, every group together (a leaf
     # switch's nodes span stages), so a shift one group sees as a single node is still seen.
     # A node moved with it when its own deviation is at least half the outlier's: a leaf
@@ -334,6 +332,13 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
                       overtaken=overtaken)
 
 
+def _deviation(bad: np.ndarray, line: np.ndarray, k: float) -> np.ndarray:
+    """How far past its line a value is, in units where the line is k (`bad`: its signed
+    distance from the median in the bad direction)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        return np.where(line > 0, bad * k / line, np.where(bad > 0, np.inf, 0.0))
+
+
 def _median_before(obs: pd.DataFrame) -> np.ndarray:
     """Each row's group median (job, group, metric) in the slot before its own; NaN where
     that slot has none."""
@@ -353,7 +358,7 @@ def _overtaken(obs: pd.DataFrame, prev: np.ndarray, prev_line: np.ndarray,
     link at half: the slot says nothing of the node, as in a job-wide one. `find_runs` holds
     such a slot beside an outlying one only (a blip inside a run, or an onset when the job is
     back the next slot and the node is not), counts it right after an outlying slot of the same
-    component when the node stayed within that slot's line (`_stayed_while_overtaken`), and it
+    component when the node stayed within that slot's line (`_count_stayed`), and it
     does not make the next job-wide slot a second in a row. Causal: only the slot and the one
     before it are read."""
     value = obs["value"].to_numpy(dtype=float)
@@ -590,22 +595,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
         # past a node that did not move (a checkpoint idling the other links to a quarter the
         # sweep after one went to x8), judged against the level the job was at. Causal: this
         # slot and the one before.
-        # Its median, line and deviation are the slot before's level (what the evidence says).
-        stayed = _stayed_while_overtaken(o, over, adjacent.to_numpy())
-        if stayed.any():
-            med = o["median"].to_numpy(dtype=float).copy()
-            line = o["line"].to_numpy(dtype=float).copy()
-            med[stayed], line[stayed] = med[np.flatnonzero(stayed) - 1], \
-                line[np.flatnonzero(stayed) - 1]
-            sign = _per_metric(o["metric"], rules, lambda r: r.sign)
-            dev = o["deviation"].to_numpy(dtype=float).copy()
-            with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                dev[stayed] = (sign * (o["value"].to_numpy(dtype=float) - med)
-                               * rules.k / line)[stayed]
-            o = o.assign(outlier=o["outlier"].to_numpy() | stayed,
-                         job_wide=o["job_wide"].to_numpy() & ~stayed, overtaken=over & ~stayed,
-                         median=med, line=line, deviation=dev)
-            over = over & ~stayed
+        o, over = _count_stayed(o, over, adjacent.to_numpy(), rules)
     # a job-wide slot right after another one the node moved with its job in: the run ends
     # before it (the job going past the node is not the node moving with it)
     with_job = pd.Series(o["job_wide"].to_numpy() & ~over, index=o.index) if over.any() \
@@ -665,11 +655,13 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
     return runs.reset_index(drop=True)[cols]
 
 
-def _stayed_while_overtaken(o: pd.DataFrame, over: np.ndarray,
-                            adjacent: np.ndarray) -> np.ndarray:
-    """Rows of `o` (sorted by key and slot) the job went past the node in (`over`) whose row
-    before is the same key's previous slot, outlying, on the same component, and within its
-    line of this row's value."""
+def _count_stayed(o: pd.DataFrame, over: np.ndarray, adjacent: np.ndarray,
+                  rules: Rules) -> tuple[pd.DataFrame, np.ndarray]:
+    """`o` (sorted by key and slot) with each row the job went past the node in (`over`) made
+    outlying where the row before is the same key's previous slot, outlying, on the same
+    component, and within its line of this row's value; such a row takes that row's median
+    and line, and its deviation from them (the level the job was at: what the evidence says).
+    The new `over`."""
     out = o["outlier"].to_numpy()
     comp = o["component"].fillna("").astype(str).to_numpy()
     value = o["value"].to_numpy(dtype=float)
@@ -677,7 +669,19 @@ def _stayed_while_overtaken(o: pd.DataFrame, over: np.ndarray,
     before = np.append(False, out[:-1]) & adjacent
     with np.errstate(invalid="ignore"):
         like = np.abs(value - np.append(np.nan, value[:-1])) <= np.append(np.nan, line[:-1])
-    return over & before & (comp == np.append("", comp[:-1])) & like
+    stayed = over & before & (comp == np.append("", comp[:-1])) & like
+    if not stayed.any():
+        return o, over
+    at = np.flatnonzero(stayed)
+    median = o["median"].to_numpy(dtype=float).copy()
+    median[at], line = median[at - 1], line.copy()
+    line[at] = line[at - 1]
+    sign = _per_metric(o["metric"], rules, lambda r: r.sign)
+    deviation = o["deviation"].to_numpy(dtype=float).copy()
+    deviation[at] = _deviation(sign[at] * (value[at] - median[at]), line[at], rules.k)
+    return o.assign(outlier=out | stayed, job_wide=o["job_wide"].to_numpy() & ~stayed,
+                    overtaken=over & ~stayed, median=median, line=line,
+                    deviation=deviation), over & ~stayed
 
 
 def _displaced_for(obs: pd.DataFrame, rows: pd.DataFrame, rules: Rules) -> np.ndarray:
