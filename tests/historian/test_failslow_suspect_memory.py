@@ -14,6 +14,7 @@ from datetime import timedelta
 
 import numpy as np
 import pandas as pd
+import pytest
 from sqlalchemy import insert
 
 from rsc_health.config import load_config
@@ -108,3 +109,20 @@ def test_the_historians_open_episode_keeps_a_slow_nodes_evidence_renewing(histor
     # once the episode is over (a person cleared it), the node is judged as any other again
     hs.clear(historian, "gpu007", now, who="alice", why="reseated the riser")
     assert detect(historian, now, CFG) == []
+
+
+def test_a_historian_lost_while_reading_the_open_episodes_is_an_error_never_no_suspects(
+        historian, monkeypatch):
+    # the window's reads succeed, then the database goes away as the open episodes are read:
+    # the detector says it could not see, as for any of its reads, and never "no suspects"
+    from sqlalchemy.exc import OperationalError
+
+    from rsc_health.historian.db import HistorianUnavailable
+    from rsc_health.historian.failslow import load
+
+    def gone(engine):
+        raise OperationalError("SELECT suspects", {}, Exception("server closed the connection"))
+
+    monkeypatch.setattr(load, "active", gone)
+    with pytest.raises(HistorianUnavailable, match="server closed the connection"):
+        detect(historian, T0 + timedelta(hours=1), CFG)
