@@ -248,6 +248,16 @@ def active(engine) -> list[Episode]:
                   key=lambda e: (-(e.deviation or 0.0), e.node))
 
 
+def ended_at(engine) -> dict[str, datetime]:
+    """{node: when its last ended episode ended} (cleared, confirmed or expired): evidence
+    from before it was already judged."""
+    with engine.connect() as conn:
+        rows = conn.execute(select(suspects.c.node, func.max(suspects.c.changed))
+                            .where(suspects.c.state != SuspectState.SUSPECT.value)
+                            .group_by(suspects.c.node)).all()
+    return {n: t for n, t in rows if t is not None}
+
+
 def recent(engine, since: datetime, node: str | None = None) -> list[Episode]:
     """Episodes open now or changed since `since` (newest first); one node's when named."""
     q = select(suspects).where((suspects.c.state == SuspectState.SUSPECT.value)

@@ -3,6 +3,8 @@
 
 evidence.py  SuspectEvidence, the record the suspect tier consumes
 core.py      the pure detector: detect_frame(samples, membership, steps, cfg)
+recurring.py across jobs: a node off its peers from the start of job after job (its jobs'
+             telemetry rollups), against the fleet's own rate of outlying nodes
 load.py      detect(engine, now, cfg): the historian's telemetry, jobs and step times
 steps.py     per-rank step times: the JSON-lines drop file and NVRx straggler reports
 """

@@ -10,6 +10,11 @@ by the pure core.
     suspects    the nodes with an open suspect episode (historian.suspects.active): their
                 onset was seen by an earlier window, and they are judged against their peers,
                 not against their own start in this one (core.find_runs)
+    rollups     finished multi-node jobs' telemetry rollups of the last [failslow]
+                recurring_days (telemetry_job_rollups): each node's mean over each job, and
+                each job's step times per node and stage averaged by the database; judged
+                across jobs (recurring.py), counted from each node's last ended episode
+                (historian.suspects.ended_at)
 
 A job is (cluster, job id): two clusters in one historian count job ids each from its own
 start, so a job id both clusters' jobs hold in the window is told apart as ID@CLUSTER (a step
@@ -36,7 +41,8 @@ from rsc_health.historian.failslow.core import (
     detect_frame,
 )
 from rsc_health.historian.failslow.evidence import SuspectEvidence
-from rsc_health.historian.suspects import active
+from rsc_health.historian.failslow.recurring import ROLLUP_COLUMNS, Across, recurring_frame
+from rsc_health.historian.suspects import active, ended_at
 
 
 def _samples(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
@@ -47,25 +53,91 @@ def _samples(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
     return load_samples(engine, since, until)
 
 
-def membership(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
-    """Multi-node job instances that ran in [since, until]: job_id, node, start, end, cluster,
-    gpu_model (the node's newest qualification run's, '' when never qualified)."""
-    j, jn, q = schema.jobs, schema.job_nodes, schema.qualify_runs
-    stmt = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end, j.c.cluster)
-            .select_from(j.join(jn, jn.c.job_pk == j.c.id))
-            .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
-                   or_(j.c.end.is_(None), j.c.end >= since)))
+def _gpu_models(conn) -> pd.DataFrame:
+    """node, gpu_model: each node's newest qualification run's model (none: not listed)."""
+    q = schema.qualify_runs
     newest = (select(q.c.node, func.max(q.c.ended).label("ended"))
               .where(q.c.gpu_model != "").group_by(q.c.node).subquery())
     models = (select(q.c.node, q.c.gpu_model)
               .join(newest, and_(newest.c.node == q.c.node, newest.c.ended == q.c.ended)))
+    return pd.DataFrame(conn.execute(models).all(),
+                        columns=["node", "gpu_model"]).drop_duplicates("node")
+
+
+def membership(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
+    """Multi-node job instances that ran in [since, until]: job_id, node, start, end, cluster,
+    gpu_model (the node's newest qualification run's, '' when never qualified)."""
+    j, jn = schema.jobs, schema.job_nodes
+    stmt = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end, j.c.cluster)
+            .select_from(j.join(jn, jn.c.job_pk == j.c.id))
+            .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
+                   or_(j.c.end.is_(None), j.c.end >= since)))
     with engine.connect() as conn:
         members = pd.DataFrame(conn.execute(stmt).all(),
                                columns=[*MEMBER_COLUMNS, "cluster"])
-        gpus = pd.DataFrame(conn.execute(models).all(), columns=["node", "gpu_model"])
-    gpus = gpus.drop_duplicates("node")
+        gpus = _gpu_models(conn)
     members = members.merge(gpus, on="node", how="left")
     return members.assign(gpu_model=members["gpu_model"].fillna(""))
+
+
+def job_rollups(engine: Engine, since: datetime, until: datetime,
+                metrics: list[str]) -> pd.DataFrame:
+    """Finished multi-node jobs' telemetry rollups, ended in [since, until], as
+    recurring.ROLLUP_COLUMNS: each node's mean of each of `metrics` the rollups hold (the
+    telemetry vocabulary's; others are not rolled up), group its GPU model, workload the
+    job's cluster, user and name. A job id two
+    clusters' jobs share is written ID@CLUSTER, as for the sweeps."""
+    r, j = schema.telemetry_job_rollups, schema.jobs
+    held = [m for m in metrics if f"{m}_mean" in r.c]
+    if not held:
+        return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
+    stmt = (select(j.c.id, j.c.job_id, j.c.cluster, j.c.start, j.c.end, j.c.user, j.c.name,
+                   r.c.node, *(r.c[f"{m}_mean"] for m in held))
+            .select_from(r.join(j, j.c.id == r.c.job_pk))
+            .where(j.c.end >= since, j.c.end <= until, j.c.start.is_not(None)))
+    with engine.connect() as conn:
+        wide = pd.DataFrame(conn.execute(stmt).all(),
+                            columns=["pk", "job_id", "cluster", "start", "end", "user", "name",
+                                     "node", *held])
+        gpus = _gpu_models(conn)
+    if wide.empty:
+        return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
+    wide = wide.assign(job_id=wide["job_id"].astype(str))
+    shared = wide.groupby("job_id")["pk"].transform("nunique") > 1
+    wide.loc[shared, "job_id"] = (wide.loc[shared, "job_id"] + "@"
+                                  + wide.loc[shared, "cluster"].fillna("").astype(str))
+    wide = wide.merge(gpus, on="node", how="left").assign(
+        workload=lambda f: f["cluster"].fillna("").astype(str) + "\n"
+        + f["user"].fillna("").astype(str) + "\n" + f["name"].fillna("").astype(str))
+    long = wide.melt(id_vars=["job_id", "node", "gpu_model", "start", "end", "workload"],
+                     value_vars=held,
+                     var_name="metric", value_name="value").dropna(subset=["value"])
+    long = long.assign(group=long["gpu_model"].fillna(""), value=long["value"].astype(float))
+    return long[list(ROLLUP_COLUMNS)].reset_index(drop=True)
+
+
+def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> pd.DataFrame:
+    """Per-rank step times of [since, until] as recurring.ROLLUP_COLUMNS: each (job, node,
+    stage)'s mean seconds a step (its slowest rank's, as the table keeps them; averaged by the
+    database, one row a job and node), `metric` the steps metric, group the stage (a stage's
+    nodes are each other's peers, as in the sweeps), start and end its first and last step,
+    workload the job id (a requeued job keeps it). Seconds only: NVRx's relative GPU scores
+    are not times."""
+    st = schema.step_times
+    stmt = (select(st.c.job_id, st.c.node, st.c.stage, func.avg(st.c.seconds),
+                   func.min(st.c.time), func.max(st.c.time))
+            .where(st.c.time >= since, st.c.time <= until, st.c.unit == "s")
+            .group_by(st.c.job_id, st.c.node, st.c.stage))
+    with engine.connect() as conn:
+        rows = pd.DataFrame(conn.execute(stmt).all(),
+                            columns=["job_id", "node", "stage", "value", "start", "end"])
+    if rows.empty:
+        return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
+    rows = rows.assign(job_id=rows["job_id"].astype(str), metric=metric,
+                       group="stage:" + rows["stage"].fillna("").astype(str),
+                       value=pd.to_numeric(rows["value"], errors="coerce"),
+                       start=pd.to_datetime(rows["start"]), end=pd.to_datetime(rows["end"]))
+    return rows.assign(workload="job " + rows["job_id"])[list(ROLLUP_COLUMNS)]
 
 
 def steps(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
@@ -122,6 +194,7 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
     """HistorianUnavailable (one line, no password) when the database cannot be read: a
     detector that cannot see must say so, never answer "no suspects"."""
     rules = Rules.from_config(cfg)
+    across = Across.from_config(cfg)
     since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
     try:
         step_rows = steps(engine, since, now)
@@ -129,11 +202,21 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
         members = with_stages(members, step_rows)
         samples = _samples(engine, since, now)
         known = {e.node for e in active(engine)}  # the suspects table's one door
+        rolled = pd.DataFrame(columns=list(ROLLUP_COLUMNS))
+        if across.days > 0:
+            back = now - timedelta(days=across.days)
+            parts = [f for f in (job_rollups(engine, back, now, list(rules.metrics)),
+                                 job_steps(engine, back, now, rules.steps_metric)) if len(f)]
+            rolled = pd.concat(parts, ignore_index=True) if parts else rolled
+        counted_from = ended_at(engine) if len(rolled) else {}
     except (OperationalError, InterfaceError, ProgrammingError) as exc:
         orig = getattr(exc, "orig", None) or exc
         first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
         raise HistorianUnavailable(
             f"historian database {safe_url(str(engine.url))} could not be read for fail-slow "
             f"detection: {first}") from exc
-    return detect_frame(samples, members, step_rows if not step_rows.empty else None, rules,
-                        known)
+    found = detect_frame(samples, members, step_rows if not step_rows.empty else None, rules,
+                         known)
+    return found + recurring_frame(rolled, rules, alpha=across.alpha,
+                                   min_jobs=across.min_jobs, counted_from=counted_from,
+                                   now=now)
