@@ -156,6 +156,27 @@ def explain(seed: int, fleet, obs: pd.DataFrame, runs: pd.DataFrame) -> None:
               f"{slots(r.job_id, r.node, KIND_METRIC.get(r.kind, r.metric))}")
 
 
+def from_start(rules: Rules, seeds: list[int], jobs: int) -> None:
+    """--from-start: the held-out fleets with every fault on from its job's first sweep (the
+    node was slow before the job: no onset inside it). What the sweeps alone find of that
+    class, by kind (across jobs: bench_failslow_recurring.py)."""
+    found: dict[str, list[int]] = {}
+    for seed in seeds:
+        fleet = simulate_failslow(FailSlowConfig(jobs=jobs, seed=seed, from_start=True))
+        runs = find_runs(judged(fleet.samples, fleet.membership, fleet.steps, rules), rules)
+        hit = set(zip(runs["job_id"], runs["node"], strict=True)) if len(runs) else set()
+        for t in fleet.truth.itertuples():
+            n = found.setdefault(str(t.kind), [0, 0])
+            n[0] += (t.job_id, t.node) in hit
+            n[1] += 1
+    total = [sum(v[0] for v in found.values()), sum(v[1] for v in found.values())]
+    print(f"from the start (seeds {seeds[0]}-{seeds[-1]}): the sweeps find {total[0]} of "
+          f"{total[1]} ({total[0] / max(1, total[1]):.3f})")
+    for kind, (hit_n, n) in sorted(found.items()):
+        print(f"  {kind}: {hit_n} of {n}")
+        print(f"BENCH\tfailslow\tfrom_start_recall_{kind}\t{hit_n / max(1, n):.3f}\tratio")
+
+
 def run(seeds: list[int], jobs: int, rules: Rules, listing: bool = False) -> dict:
     tot = {"tp": 0, "fp": 0, "fn": 0, "delays": [], "imb_flags": 0, "imb_jobs": 0, "bound": 0,
            "missed": {}, "fp_metrics": {}, "injected": {}, "found": {}, "late": {}, "nodes": 0,
@@ -197,6 +218,8 @@ def main() -> int:
     ap.add_argument("--no-traces", action="store_true", help="skip the real traces and scale")
     ap.add_argument("--renewal", action="store_true",
                     help="only the sliding-window renewal of evidence (minutes)")
+    ap.add_argument("--from-start", action="store_true",
+                    help="only: recall by kind with every fault on from its job's first sweep")
     ap.add_argument("--config", default=None,
                     help="a site config file (e.g. a [failslow.metrics.*] table to measure); "
                          "load_config's own when absent")
@@ -204,6 +227,9 @@ def main() -> int:
     rules = Rules.from_config(load_config(args.config))
     if args.renewal:
         renewal(rules)
+        return 0
+    if args.from_start:
+        from_start(rules, _seeds(args.held_out), args.jobs)
         return 0
     for name, seeds in (("tuning", _seeds(args.seeds)), ("held_out", _seeds(args.held_out))):
         t = run(seeds, args.jobs, rules, args.list)

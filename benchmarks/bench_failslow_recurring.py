@@ -162,6 +162,47 @@ def scale(rules: Rules, cfg) -> None:
     print(f"  scale: 16,000 nodes, 7 days, {fleet.rollups['job_id'].nunique()} jobs "
           f"({len(fleet.rollups)} rollup values): judged in {secs:.1f} s, {len(ev)} suspects")
     print(f"BENCH\tfailslow_recurring\tscale_16k_week_seconds\t{secs:.1f}\ts")
+    read = read_back(fleet.rollups)
+    print(f"  the same week read from a SQLite historian (load.job_rollups: jobs joined to "
+          f"telemetry_job_rollups, the judged metrics' means): {read:.1f} s")
+    print(f"BENCH\tfailslow_recurring\tscale_16k_week_read_sqlite_seconds\t{read:.1f}\ts")
+
+
+def read_back(rollups: pd.DataFrame) -> float:
+    """Write the rollups into a fresh SQLite historian (the product's schema) and time the
+    detector's read of them."""
+    import tempfile
+    from datetime import datetime
+
+    from sqlalchemy import insert
+
+    from rsc_health.historian import db, schema
+    from rsc_health.historian.failslow import load
+
+    wide = rollups.pivot_table(index=["job_id", "node", "start", "end"], columns="metric",
+                               values="value").reset_index()
+    with tempfile.TemporaryDirectory() as tmp:
+        engine = db.connect(f"sqlite:///{tmp}/h.db")
+        jobs = wide.drop_duplicates("job_id")
+        with engine.begin() as conn:
+            conn.execute(insert(schema.jobs), [
+                {"id": int(j), "job_id": str(j), "job_id_display": str(j), "state": "COMPLETED",
+                 "submit": s, "start": s, "end": e, "nnodes": 2,
+                 "instance_key": f"{j}:{s}:{s}"}
+                for j, s, e in zip(jobs["job_id"], jobs["start"], jobs["end"], strict=True)])
+            metrics = [c for c in wide.columns if c not in ("job_id", "node", "start", "end")]
+            rows = wide.to_dict("records")
+            conn.execute(insert(schema.telemetry_job_rollups), [
+                {"job_pk": int(r["job_id"]), "node": r["node"], "sweeps": 12,
+                 **{f"{m}_mean": r[m] if r[m] == r[m] else None for m in metrics},
+                 **{f"{m}_n": None for m in metrics}} for r in rows])
+        t0 = time.perf_counter()
+        got = load.job_rollups(engine, datetime(1970, 1, 1), datetime(2100, 1, 1),
+                               sorted(set(rollups["metric"])))
+        secs = time.perf_counter() - t0
+        engine.dispose()
+    assert len(got) == len(rollups), (len(got), len(rollups))
+    return secs
 
 
 if __name__ == "__main__":

@@ -86,6 +86,9 @@ class FailSlowConfig:
     start_within_s: int = 86400  # jobs start at random within this many seconds of `start`
     # jobs whose GPUs answer NOT_SUPPORTED for NVLink throughput (no nvlink_data_rate samples)
     nvlink_unsupported_share: float = 0.3
+    # every fault on from the job's first sweep (a node slow before the job began: no onset
+    # inside it; bench_failslow.py --from-start); the jobs stay as drawn
+    from_start: bool = False
     # telemetry metrics written (the contract's vocabulary)
     metrics: tuple[str, ...] = field(default=(
         "sm_clock_ratio", "throttle_hw_frac", "throttle_power_frac", "gpu_temp_c",
@@ -139,6 +142,7 @@ def _faults(plan: dict, cfg: FailSlowConfig, rng: np.random.Generator) -> list[d
     for node in nodes.tolist():
         sweeps = plan["sweeps"]
         onset = int(rng.integers(max(1, sweeps // 5), max(2, sweeps - 4)))
+        onset = 0 if cfg.from_start else onset
         kind = str(rng.choice(cfg.kinds))
         kind = plan.get("fault_kind") or kind
         f = {"node": node, "kind": kind, "onset_sweep": onset,

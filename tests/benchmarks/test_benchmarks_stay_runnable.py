@@ -76,3 +76,15 @@ def test_bench_fleet_qualify_calibrates_a_small_fleet_to_the_papers_before_point
     for name in ("lemon", "qualify"):
         assert 0 < bench[f"bad20_big_job_fail_{name}"][0] < none
     assert 90 < bench["bad20_schedulable_qualify"][0] <= 100
+
+
+def test_bench_failslow_recurring_scores_a_small_fleet_history_and_its_guards():
+    bench = _bench("bench_failslow_recurring.py")
+    for variant in ("rule", "every_job", "node_set", "no_place", "fixed_count"):
+        assert 0 <= bench[f"{variant}_recall"][0] <= 1
+        assert bench[f"{variant}_false_per_1000_node_days"][0] >= 0
+    # the rule flags a subset of what its count alone flags (the same placements, a chance
+    # test on top): never more slow nodes, never more healthy ones
+    assert bench["rule_recall"][0] <= bench["fixed_count_recall"][0]
+    assert (bench["rule_false_per_1000_node_days"][0]
+            <= bench["fixed_count_false_per_1000_node_days"][0])

@@ -67,3 +67,18 @@ def test_a_healthy_ports_lone_error_burst_stays_within_what_the_infiniband_famil
     others = s[s["count"] > 0].groupby(["job_id", "sweep", "component"])["node"].nunique()
     for row in big.itertuples():
         assert others[(row.job_id, row.sweep, row.component)] >= 2, row
+
+
+def test_from_start_puts_every_fault_at_its_jobs_first_sweep_in_the_same_jobs():
+    usual = simulate_failslow(FailSlowConfig(jobs=30, seed=4))
+    early = simulate_failslow(FailSlowConfig(jobs=30, seed=4, from_start=True))
+    starts = early.membership.groupby("job_id")["start"].min()
+    onsets = early.truth.set_index("job_id")["onset"]
+    assert len(onsets) and (pd.to_datetime(onsets)
+                            == pd.to_datetime(starts.reindex(onsets.index))
+                            + pd.Timedelta(seconds=60)).all()
+    # the same jobs (sizes, kinds, spans): the plans are drawn before the faults (the shifts
+    # are drawn after a job's faults, so they differ)
+    cols = ["job_id", "nodes", "start", "end", "kind"]
+    pd.testing.assert_frame_equal(usual.jobs[cols], early.jobs[cols])
+    assert len(usual.truth) == len(early.truth)
