@@ -39,16 +39,11 @@ from rsc_health.historian.failslow import recurring as rc  # noqa: E402
 from rsc_health.historian.failslow.core import Rules  # noqa: E402
 from rsc_health.sim.recurring import RecurringConfig, simulate_recurring  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_failslow import _seeds  # noqa: E402  (the seed lists' one reader)
+
 METRIC_OF = {"nvlink_low": "nvlink_data_rate", "clock_low": "sm_clock_ratio",
              "throttled": "throttle_hw_frac"}
-
-
-def _seeds(text: str) -> list[int]:
-    out: list[int] = []
-    for part in text.split(","):
-        lo, _, hi = part.partition("-")
-        out.extend(range(int(lo), int(hi or lo) + 1))
-    return out
 
 
 def evaluate(fleet, rules: Rules, cfg, every_h: float, variant: str = "rule") -> dict:
