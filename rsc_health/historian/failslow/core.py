@@ -273,14 +273,7 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
 
     sign = _per_metric(obs["metric"], rules, lambda r: r.sign)
     min_delta = _per_metric(obs["metric"], rules, lambda r: r.min_delta)
-    cap = _per_metric(obs["metric"], rules, lambda r: r.max_margin or rules.max_margin)
-    floor = _per_metric(obs["metric"], rules, lambda r: r.min_margin or rules.min_margin)
-    # The qualification judge's own rule, one door.
-    with np.errstate(over="ignore", invalid="ignore"):
-        tol = tolerances(rel, rules.k, floor, cap)
-    line = np.maximum(tol * med_abs.to_numpy(dtype=float), min_delta)
-    bad = sign * (obs["value"].to_numpy(dtype=float) - obs["median"].to_numpy(dtype=float))
-    outlier = (bad > line) & (bad > 0)
+    tol, line, bad, outlier = lines(obs, rel, rules)
     obs = obs.assign(line=line, deviation=_deviation(bad, line, rules.k), outlier=outlier)
     # Job-wide: counted over the job's whole metric and slot, every group together (a leaf
     # switch's nodes span stages), so a shift one group sees as a single node is still seen.
@@ -330,6 +323,26 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     job_wide = job_wide | overtaken
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide,
                       overtaken=overtaken)
+
+
+def lines(obs: pd.DataFrame, rel: np.ndarray, rules: Rules
+          ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Each row's line against its peers (obs: metric, value, median; rel: the peers'
+    relative robust spread): the tolerance (the qualification judge's own rule, one door,
+    within the metric's floor and cap), the line (that share of the median, or the metric's
+    min_delta when larger), how far past the median the value is in the metric's bad
+    direction, and whether past its line. The sweeps (judge_slots) and the jobs as wholes
+    (recurring.py) draw their lines here."""
+    sign = _per_metric(obs["metric"], rules, lambda r: r.sign)
+    min_delta = _per_metric(obs["metric"], rules, lambda r: r.min_delta)
+    cap = _per_metric(obs["metric"], rules, lambda r: r.max_margin or rules.max_margin)
+    floor = _per_metric(obs["metric"], rules, lambda r: r.min_margin or rules.min_margin)
+    with np.errstate(over="ignore", invalid="ignore"):
+        tol = tolerances(rel, rules.k, floor, cap)
+    median = obs["median"].to_numpy(dtype=float)
+    line = np.maximum(tol * np.abs(median), min_delta)
+    bad = sign * (obs["value"].to_numpy(dtype=float) - median)
+    return tol, line, bad, (bad > line) & (bad > 0)
 
 
 def _deviation(bad: np.ndarray, line: np.ndarray, k: float) -> np.ndarray:

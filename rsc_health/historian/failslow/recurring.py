@@ -45,9 +45,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rsc_health.historian.failslow.core import MAD_SCALE, Rules, _deviation
+from rsc_health.historian.failslow.core import MAD_SCALE, Rules, _deviation, lines
 from rsc_health.historian.failslow.evidence import STEPS, TELEMETRY, SuspectEvidence
-from rsc_health.qualify.judge import tolerances
 
 # One row per finished multi-node job and node and metric: the node's mean over the job;
 # `workload` names what ran (the user and the job name): a frame without it is judged as if
@@ -99,8 +98,7 @@ def _with_nodeset(rollups: pd.DataFrame) -> pd.DataFrame:
     key = (sums["a"].astype(str) + ":" + sums["b"].astype(str) + ":" + sums["c"].astype(str))
     r = r.join(key.rename("nodeset"), on=["job_id", "group"])
     r["nodeset"] = r["nodeset"] + "\n" + r["workload"]
-    return r.join(
-        _positions(one), on=["job_id", "node"])
+    return r.join(_positions(one), on=["job_id", "node"])
 
 
 def _natural(name: str) -> str:
@@ -150,16 +148,8 @@ def judge_placements(p: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     with np.errstate(divide="ignore", invalid="ignore"):
         rel = np.where(med_abs > 0, MAD_SCALE * mad.to_numpy(dtype=float) / med_abs, np.inf)
 
-    def per(field) -> np.ndarray:
-        return p["metric"].map({m: field(r) for m, r in rules.metrics.items()}).to_numpy(
-            dtype=float)
-
-    tol = tolerances(rel, rules.k, per(lambda r: r.min_margin or rules.min_margin),
-                     per(lambda r: r.max_margin or rules.max_margin))
-    line = np.maximum(tol * med_abs, per(lambda r: r.min_delta))
-    bad = per(lambda r: r.sign) * (p["value"].to_numpy(dtype=float) - p["median"].to_numpy())
-    p = p.assign(line=line, bad=bad, outlier=(bad > line) & (bad > 0),
-                 deviation=_deviation(bad, line, rules.k))
+    _tol, line, bad, outlier = lines(p, rel, rules)
+    p = p.assign(line=line, bad=bad, outlier=outlier, deviation=_deviation(bad, line, rules.k))
     out = p.groupby(key, sort=False)["outlier"].transform("sum")
     allowed = np.maximum(1, np.floor(rules.max_outlier_share * p["n"]))
     p = p[out <= allowed]
