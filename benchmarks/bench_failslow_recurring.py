@@ -109,12 +109,16 @@ def main() -> int:
     ap.add_argument("--scale", action="store_true")
     ap.add_argument("--config")
     args = ap.parse_args()
-    if os.environ.get("RSC_BENCH_QUICK") == "1":  # benchmarks/run --quick: a smoke check
-        args.seeds, args.days, args.scale = "0", 7, False
+    quick = os.environ.get("RSC_BENCH_QUICK") == "1"  # benchmarks/run --quick: a smoke check
+    if quick:
+        args.seeds, args.days, args.scale, args.every_h = "0", 7, False, 24.0
     cfg = load_config(args.config)
     rules = Rules.from_config(cfg)
     seeds = _seeds(args.seeds)
-    fleets = [simulate_recurring(RecurringConfig(seed=s, days=args.days)) for s in seeds]
+    fleets = [simulate_recurring(RecurringConfig(seed=s, days=args.days,
+                                                 **({"nodes": 128, "jobs_per_day": 60}
+                                                    if quick else {})))
+              for s in seeds]
     print(f"seeds {args.seeds}: {len(fleets[0].rollups['node'].unique())} nodes, "
           f"{args.days} days, judged every {args.every_h:g} h over the trailing "
           f"{cfg.get('failslow.recurring_days')} days (alpha "
