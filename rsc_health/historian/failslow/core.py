@@ -253,17 +253,9 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
         return obs.assign(median=[], line=[], deviation=[], outlier=[], n=[], job_wide=[],
                           overtaken=[])
     key = ["job_id", "group", "metric", "slot"]
-    g = obs.groupby(key, sort=False)["value"]
-    obs = obs.assign(n=g.transform("size"), median=g.transform("median"))
-    obs = obs[obs["n"] >= rules.min_nodes]
+    obs, rel = peers(obs, key, rules.min_nodes)
     if obs.empty:
         return obs.assign(line=[], deviation=[], outlier=[], job_wide=[], overtaken=[])
-    absdev = (obs["value"] - obs["median"]).abs()
-    mad = absdev.groupby([obs[c] for c in key], sort=False).transform("median")
-    spread = MAD_SCALE * mad
-    med_abs = obs["median"].abs()
-    rel = pd.Series(np.where(med_abs > 0, spread / med_abs.where(med_abs > 0, 1.0), np.inf),
-                    index=obs.index)
     # A handful of nodes give a spread that is often too small by luck: the group's typical
     # spread over its slots (the median of its per-slot spreads) is the least one slot gets.
     per_slot = rel.groupby([obs[c] for c in key], sort=False).first()
@@ -323,6 +315,24 @@ def judge_slots(obs: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     job_wide = job_wide | overtaken
     return obs.assign(outlier=obs["outlier"] & ~job_wide, job_wide=job_wide,
                       overtaken=overtaken)
+
+
+def peers(obs: pd.DataFrame, key: list[str], min_nodes: int) -> tuple[pd.DataFrame, pd.Series]:
+    """Each row with its peer group's (key) size n and median value, groups under min_nodes
+    dropped, and the group's relative robust spread (1.4826 MAD over the |median|; inf where
+    the median is 0). The sweeps (judge_slots) and the jobs as wholes (recurring.py) pool
+    their peers here."""
+    g = obs.groupby(key, sort=False)["value"]
+    obs = obs.assign(n=g.transform("size"), median=g.transform("median"))
+    obs = obs[obs["n"] >= min_nodes]
+    if obs.empty:
+        return obs, pd.Series(dtype=float)
+    absdev = (obs["value"] - obs["median"]).abs()
+    mad = absdev.groupby([obs[c] for c in key], sort=False).transform("median")
+    med_abs = obs["median"].abs()
+    with np.errstate(divide="ignore", invalid="ignore"):
+        rel = np.where(med_abs > 0, MAD_SCALE * mad / med_abs.where(med_abs > 0, 1.0), np.inf)
+    return obs, pd.Series(rel, index=obs.index)
 
 
 def lines(obs: pd.DataFrame, rel: np.ndarray, rules: Rules

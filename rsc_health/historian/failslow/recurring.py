@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rsc_health.historian.failslow.core import MAD_SCALE, Rules, _deviation, lines
+from rsc_health.historian.failslow.core import Rules, _deviation, lines, peers
 from rsc_health.historian.failslow.evidence import STEPS, TELEMETRY, SuspectEvidence
 
 # One row per finished multi-node job and node and metric: the node's mean over the job;
@@ -137,17 +137,9 @@ def judge_placements(p: pd.DataFrame, rules: Rules) -> pd.DataFrame:
     p = p[p["metric"].isin(list(rules.metrics))]
     p = p[np.isfinite(p["value"].to_numpy(dtype=float))]
     key = ["nodeset", "group", "metric"]
-    g = p.groupby(key, sort=False)["value"]
-    p = p.assign(n=g.transform("size"), median=g.transform("median"))
-    p = p[p["n"] >= rules.min_nodes]
+    p, rel = peers(p, key, rules.min_nodes)
     if p.empty:
         return p.assign(line=[], bad=[], outlier=[], deviation=[], q=[])
-    mad = (p["value"] - p["median"]).abs().groupby([p[c] for c in key], sort=False
-                                                   ).transform("median")
-    med_abs = p["median"].abs().to_numpy(dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        rel = np.where(med_abs > 0, MAD_SCALE * mad.to_numpy(dtype=float) / med_abs, np.inf)
-
     _tol, line, bad, outlier = lines(p, rel, rules)
     p = p.assign(line=line, bad=bad, outlier=outlier, deviation=_deviation(bad, line, rules.k))
     out = p.groupby(key, sort=False)["outlier"].transform("sum")
