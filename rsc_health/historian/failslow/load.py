@@ -64,9 +64,11 @@ def _gpu_models(conn) -> pd.DataFrame:
                         columns=["node", "gpu_model"]).drop_duplicates("node")
 
 
-def membership(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
+def membership(engine: Engine, since: datetime, until: datetime,
+               gpus: pd.DataFrame | None = None) -> pd.DataFrame:
     """Multi-node job instances that ran in [since, until]: job_id, node, start, end, cluster,
-    gpu_model (the node's newest qualification run's, '' when never qualified)."""
+    gpu_model (the node's newest qualification run's, '' when never qualified; `gpus`: those
+    models already read)."""
     j, jn = schema.jobs, schema.job_nodes
     stmt = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end, j.c.cluster)
             .select_from(j.join(jn, jn.c.job_pk == j.c.id))
@@ -75,18 +77,18 @@ def membership(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame
     with engine.connect() as conn:
         members = pd.DataFrame(conn.execute(stmt).all(),
                                columns=[*MEMBER_COLUMNS, "cluster"])
-        gpus = _gpu_models(conn)
+        gpus = _gpu_models(conn) if gpus is None else gpus
     members = members.merge(gpus, on="node", how="left")
     return members.assign(gpu_model=members["gpu_model"].fillna(""))
 
 
-def job_rollups(engine: Engine, since: datetime, until: datetime,
-                metrics: list[str]) -> pd.DataFrame:
+def job_rollups(engine: Engine, since: datetime, until: datetime, metrics: list[str],
+                gpus: pd.DataFrame | None = None) -> pd.DataFrame:
     """Finished multi-node jobs' telemetry rollups, ended in [since, until], as
     recurring.ROLLUP_COLUMNS: each node's mean of each of `metrics` the rollups hold (the
-    telemetry vocabulary's; others are not rolled up), group its GPU model, workload the
-    job's cluster, user and name. A job id two
-    clusters' jobs share is written ID@CLUSTER, as for the sweeps."""
+    telemetry vocabulary's; others are not rolled up), group its GPU model (`gpus`: the
+    models already read), workload the job's cluster, user and name. A job id two clusters'
+    jobs share is written ID@CLUSTER, as for the sweeps."""
     r, j = schema.telemetry_job_rollups, schema.jobs
     held = [m for m in metrics if f"{m}_mean" in r.c]
     if not held:
@@ -99,7 +101,7 @@ def job_rollups(engine: Engine, since: datetime, until: datetime,
         wide = pd.DataFrame(conn.execute(stmt).all(),
                             columns=["pk", "job_id", "cluster", "start", "end", "user", "name",
                                      "node", *held])
-        gpus = _gpu_models(conn)
+        gpus = _gpu_models(conn) if gpus is None else gpus
     if wide.empty:
         return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
     wide = wide.assign(job_id=wide["job_id"].astype(str))
@@ -198,14 +200,17 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
     since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
     try:
         step_rows = steps(engine, since, now)
-        members, step_rows = one_cluster_per_job(membership(engine, since, now), step_rows)
+        with engine.connect() as conn:
+            gpus = _gpu_models(conn)  # once a pass: the window's jobs and the rollups'
+        members, step_rows = one_cluster_per_job(membership(engine, since, now, gpus),
+                                                 step_rows)
         members = with_stages(members, step_rows)
         samples = _samples(engine, since, now)
         known = {e.node for e in active(engine)}  # the suspects table's one door
         rolled = pd.DataFrame(columns=list(ROLLUP_COLUMNS))
         if across.days > 0:
             back = now - timedelta(days=across.days)
-            parts = [f for f in (job_rollups(engine, back, now, list(rules.metrics)),
+            parts = [f for f in (job_rollups(engine, back, now, list(rules.metrics), gpus),
                                  job_steps(engine, back, now, rules.steps_metric)) if len(f)]
             rolled = pd.concat(parts, ignore_index=True) if parts else rolled
         counted_from = ended_at(engine) if len(rolled) else {}
