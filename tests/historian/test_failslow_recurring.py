@@ -294,3 +294,19 @@ def test_steps_a_steady_few_percent_behind_in_every_job_are_a_suspect_across_job
         conn.execute(schema.step_times.delete())
     _store_steps(historian, 6, 1.0)
     assert detect(historian, now, CFG) == []
+
+
+def test_hostile_job_names_are_only_part_of_a_key_never_a_suspect_of_their_own(historian):
+    # six jobs whose names carry a newline, '|', Latin-1 text and 4,000 characters, one
+    # name looking like another user's key: read, judged, and the node found as before
+    _store(historian, 6)
+    names = ["a\nb", "x|y|z", "caf\u00e9 \xff", "n" * 4000, "alice\ntrain", ""]
+    with historian.begin() as conn:
+        for j, name in enumerate(names):
+            conn.execute(schema.jobs.update().where(schema.jobs.c.job_id == str(9000 + j))
+                         .values(name=name, user="a\nb" if j == 0 else "bob"))
+    now = T0 + timedelta(hours=7 * 6)
+    telemetry.rollup(historian, now, CFG)
+    found = [e for e in detect(historian, now, CFG) if e.detail.startswith(ACROSS_JOBS)]
+    assert [(e.node, len(e.job_ids)) for e in found] == [(SLOW, 6)]
+    assert "\n" not in found[0].detail
