@@ -71,26 +71,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(scope="session")
 def hostengine_standin():
-    """A listener of this test process's own (root's where the suite runs as root) on
-    127.0.0.1:5555, nv-hostengine's port, for the tests whose stand-in dcgmi answers a dcgm_diag
-    qualification test: dcgmi is asked only where root (or the asking user) listens there
-    (checks.dcgm.host_door). SO_REUSEPORT: the workers of one run (one user) each hold one. A
-    port someone else holds is left as it is (a real nv-hostengine serves; a user's is refused,
-    as it must be)."""
+    """nv-hostengine's address for the tests whose stand-in dcgmi answers a dcgm_diag
+    qualification test ("127.0.0.1:PORT", for the command's `--host`): dcgmi is asked only
+    where root (or the asking user) listens there, and its answer taken only if the same
+    sockets still listen after (checks.dcgm.host_door, host_moved). A listener of this test
+    process's own, on a port the kernel picks: each xdist worker has its own. One shared
+    127.0.0.1:5555 (SO_REUSEPORT, a socket each worker) changed under a worker's dcgmi whenever
+    another worker started or finished, and that dcgmi's answer was rightly not taken (a
+    qualification inconclusive in CI at the run's end)."""
     import socket
 
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
-        sock.bind(("127.0.0.1", 5555))
-        sock.listen(1)
-    except OSError:
-        sock.close()
-        sock = None
-    yield
-    if sock is not None:
-        sock.close()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    yield f"127.0.0.1:{sock.getsockname()[1]}"
+    sock.close()
 
 
 def _tiny_png() -> bytes:

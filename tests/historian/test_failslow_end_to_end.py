@@ -38,9 +38,6 @@ from rsc_health.sim.failslow_demo import (
 )
 from rsc_health.spool import append, record
 
-# The stand-in dcgmi is asked only where root or this user listens on nv-hostengine's port.
-pytestmark = pytest.mark.usefixtures("hostengine_standin")
-
 SWEEPS = 14
 CONFIG = """
 [suspects]
@@ -52,6 +49,12 @@ deep = ["dcgm_r3", "nccl_all_reduce", "gpu_burn_long"]
 # the stand-in slurmd runs each job in this process (CliRunner swaps stdout and os.environ for
 # the whole process): one flow at a time
 parallel = 1
+[qualify.tests.dcgm_r3]
+plugin = "dcgm_diag"
+# The stand-in dcgmi is asked only where root or this user listens at --host: the suite's own
+# listener (conftest.hostengine_standin).
+command = ["dcgmi", "diag", "-r", "3", "-j", "--host", "@HOST@"]
+timeout_s = 1800
 """
 HOSTILE = 'fs"9\\x{y},z=1\u00e9'
 
@@ -62,7 +65,7 @@ def _ok(res):
 
 
 @pytest.fixture
-def lab(tmp_path):
+def lab(tmp_path, hostengine_standin):
     """Two 8-node jobs that ended a minute ago, telemetry only (no step files): one node
     with a GPU stuck in HW slowdown, one with a congested HCA port."""
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
@@ -72,7 +75,7 @@ def lab(tmp_path):
         size_weights=(1.0,), sweeps=(SWEEPS, SWEEPS), steps_share=0.0,
         start=f"{start:%Y-%m-%dT%H:%M:%S}", start_within_s=0))
     config = tmp_path / "config.toml"
-    config.write_text(CONFIG)
+    config.write_text(CONFIG.replace("@HOST@", hostengine_standin))
     url = f"sqlite:///{tmp_path / 'h.db'}"
     return fleet, config, url, now
 

@@ -22,9 +22,9 @@ from sqlalchemy import create_engine, text
 from rsc_health.sim import qualify_tools as standin
 from tests.fixtures.nodes.node_copy import copy_node
 
-# The stand-in dcgmi's verdict is taken only where root (or the asker) listens on
-# nv-hostengine's port (checks.dcgm.host_door): the suite's own listener stands in.
-pytestmark = [pytest.mark.slurm, pytest.mark.usefixtures("hostengine_standin")]
+# The stand-in dcgmi's verdict is taken only where root (or the asker) listens at its --host
+# (checks.dcgm.host_door): the suite's own listener stands in (conftest.hostengine_standin).
+pytestmark = pytest.mark.slurm
 
 HEALTHY_NVML = (Path(__file__).resolve().parents[1] / "fixtures" / "nodes" / "healthy"
                 / "rsc_health" / "nvml.json")
@@ -45,8 +45,9 @@ def _bin(tmp: Path, name: str, *, busbw=231.0, missing=(), hang=()) -> Path:
     return d
 
 
-def _config(tmp: Path) -> list[str]:
-    """Write tmp/config.toml; the healthctl command line that reads it."""
+def _config(tmp: Path, host: str) -> list[str]:
+    """Write tmp/config.toml, dcgmi asking nv-hostengine at `host`; the healthctl command line
+    that reads it."""
     cfg = tmp / "config.toml"
     node_cmd = [sys.executable, "-m", "rsc_health.cli", "--config", str(cfg)]
     cfg.write_text(f"""
@@ -63,7 +64,7 @@ node_command = {json.dumps(node_cmd)}
 flow_timeout_s = 90
 [qualify.tests.dcgm]
 plugin = "dcgm_diag"
-command = ["dcgmi", "diag", "-r", "2", "-j"]
+command = ["dcgmi", "diag", "-r", "2", "-j", "--host", "{host}"]
 timeout_s = 20
 [qualify.tests.nccl]
 plugin = "nccl_tests"
@@ -87,11 +88,13 @@ def _healthctl(env: dict, node_cmd: list[str], db: str):
 
 
 @pytest.fixture(scope="module")
-def peer_history(_slurm_cluster_session, tmp_path_factory) -> Path:  # its directory
+def peer_history(_slurm_cluster_session, tmp_path_factory, hostengine_standin
+                 ) -> Path:  # its directory
     """A historian holding the fleet's earlier passes (five peers, by `qualify run` on the
     stand-ins), made once for this module; every test starts from a copy of it."""
     tmp = tmp_path_factory.mktemp("qualify-peers")
-    hc = _healthctl(_slurm_cluster_session.env, _config(tmp), f"sqlite:///{tmp / 'history.db'}")
+    hc = _healthctl(_slurm_cluster_session.env, _config(tmp, hostengine_standin),
+                    f"sqlite:///{tmp / 'history.db'}")
     assert hc("db", "upgrade", path_bin=_bin(tmp, "healthy")).returncode == 0
     for i, bw in enumerate((231.0, 230.2, 231.6, 229.9, 230.8)):  # the fleet's earlier passes
         hc("qualify", "run", "--node", f"peer{i}", path_bin=_bin(tmp, f"b{i}", busbw=bw))
@@ -99,10 +102,10 @@ def peer_history(_slurm_cluster_session, tmp_path_factory) -> Path:  # its direc
 
 
 @pytest.fixture
-def qual(slurm_cluster, tmp_path, peer_history):
+def qual(slurm_cluster, tmp_path, peer_history, hostengine_standin):
     c = slurm_cluster
     db = f"sqlite:///{tmp_path / 'history.db'}"
-    node_cmd = _config(tmp_path)
+    node_cmd = _config(tmp_path, hostengine_standin)
     for name in ("history.db", "history.db-wal"):  # the writers have exited: no -shm needed
         if (peer_history / name).exists():
             shutil.copy(peer_history / name, tmp_path / name)

@@ -16,9 +16,6 @@ from click.testing import CliRunner
 from rsc_health.cli import cli
 from rsc_health.sim import qualify_tools as standin
 
-# The stand-in dcgmi's verdict is taken only where root (or we) listen on nv-hostengine's port.
-pytestmark = pytest.mark.usefixtures("hostengine_standin")
-
 CONFIG = """
 [qualify]
 full = ["dcgm", "nccl", "burn"]
@@ -26,7 +23,7 @@ min_peers = 4
 tier_budget_s = 60
 [qualify.tests.dcgm]
 plugin = "dcgm_diag"
-command = ["dcgmi", "diag", "-r", "2", "-j"]
+command = ["dcgmi", "diag", "-r", "2", "-j", "--host", "@HOST@"]
 timeout_s = 10
 [qualify.tests.nccl]
 plugin = "nccl_tests"
@@ -37,6 +34,13 @@ plugin = "gpu_burn"
 command = ["gpu_burn", "-tc", "60"]
 timeout_s = 10
 """
+
+
+@pytest.fixture(autouse=True)
+def _hostengine(hostengine_standin, monkeypatch):
+    """The stand-in dcgmi's verdict is taken only where root (or we) listen at its --host: the
+    suite's own listener (conftest.hostengine_standin), named in every CONFIG written here."""
+    monkeypatch.setitem(globals(), "CONFIG", CONFIG.replace("@HOST@", hostengine_standin))
 
 
 class Node:
@@ -333,7 +337,7 @@ def test_a_dcgm_warn_is_never_a_silent_pass(tmp_path):
     assert replay in show.output, show.output[-600:]
 
 
-def test_a_metric_is_judged_against_the_same_tests_peers_only(tmp_path):
+def test_a_metric_is_judged_against_the_same_tests_peers_only(tmp_path, hostengine_standin):
     """dcgm-diag/passed_results from `dcgmi diag -r 1` (lite) and `-r 2` (full) share a name:
     a healthy node's lite run (8 results) was judged against the full runs' 16 and failed
     (-50%, exit 3: drained), and a mix of both set a median that passed a full run missing a
@@ -344,7 +348,8 @@ def test_a_metric_is_judged_against_the_same_tests_peers_only(tmp_path):
     lite = tmp_path / "lite.toml"
     lite.write_text(CONFIG.replace("[qualify.tests.dcgm]", 'lite = ["dcgm_r1"]\n'
                                    '[qualify.tests.dcgm_r1]\nplugin = "dcgm_diag"\n'
-                                   'command = ["dcgmi", "diag", "-r", "1", "-j"]\n'
+                                   'command = ["dcgmi", "diag", "-r", "1", "-j", "--host", '
+                                   f'"{hostengine_standin}"]\n'
                                    "timeout_s = 10\n[qualify.tests.dcgm]"))
     quick = standin.dcgm_diag({"Deployment": ["Pass"] * 8})
     codes = [Node(tmp_path, f"gpu6{i:02d}", dcgm=quick).run(lite, db, "--tier", "lite")
