@@ -70,22 +70,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def hostengine_standin():
-    """nv-hostengine's address for the tests whose stand-in dcgmi answers a dcgm_diag
-    qualification test ("127.0.0.1:PORT", for the command's `--host`): dcgmi is asked only
-    where root (or the asking user) listens there, and its answer taken only if the same
-    sockets still listen after (checks.dcgm.host_door, host_moved). A listener of this test
-    process's own, on a port the kernel picks: each xdist worker has its own. One shared
-    127.0.0.1:5555 (SO_REUSEPORT, a socket each worker) changed under a worker's dcgmi whenever
-    another worker started or finished, and that dcgmi's answer was rightly not taken (a
-    qualification inconclusive in CI at the run's end)."""
-    import socket
+def hostengine_standin() -> str:
+    """nv-hostengine's address for the stand-in dcgmi's --host: this process's own listener
+    (tests/standin_hostengine.py)."""
+    from tests.standin_hostengine import HOST
 
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(1)
-    yield f"127.0.0.1:{sock.getsockname()[1]}"
-    sock.close()
+    return HOST
 
 
 def _tiny_png() -> bytes:

@@ -10,12 +10,13 @@ import os
 import stat
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from rsc_health.cli import cli
 from rsc_health.sim import qualify_tools as standin
+from tests.standin_hostengine import HOST
 
+# The stand-in dcgmi's verdict is taken only where root (or we) listen at its --host.
 CONFIG = """
 [qualify]
 full = ["dcgm", "nccl", "burn"]
@@ -33,14 +34,7 @@ timeout_s = 10
 plugin = "gpu_burn"
 command = ["gpu_burn", "-tc", "60"]
 timeout_s = 10
-"""
-
-
-@pytest.fixture(autouse=True)
-def _hostengine(hostengine_standin, monkeypatch):
-    """The stand-in dcgmi's verdict is taken only where root (or we) listen at its --host: the
-    suite's own listener (conftest.hostengine_standin), named in every CONFIG written here."""
-    monkeypatch.setitem(globals(), "CONFIG", CONFIG.replace("@HOST@", hostengine_standin))
+""".replace("@HOST@", HOST)
 
 
 class Node:
@@ -337,7 +331,7 @@ def test_a_dcgm_warn_is_never_a_silent_pass(tmp_path):
     assert replay in show.output, show.output[-600:]
 
 
-def test_a_metric_is_judged_against_the_same_tests_peers_only(tmp_path, hostengine_standin):
+def test_a_metric_is_judged_against_the_same_tests_peers_only(tmp_path):
     """dcgm-diag/passed_results from `dcgmi diag -r 1` (lite) and `-r 2` (full) share a name:
     a healthy node's lite run (8 results) was judged against the full runs' 16 and failed
     (-50%, exit 3: drained), and a mix of both set a median that passed a full run missing a
@@ -349,7 +343,7 @@ def test_a_metric_is_judged_against_the_same_tests_peers_only(tmp_path, hostengi
     lite.write_text(CONFIG.replace("[qualify.tests.dcgm]", 'lite = ["dcgm_r1"]\n'
                                    '[qualify.tests.dcgm_r1]\nplugin = "dcgm_diag"\n'
                                    'command = ["dcgmi", "diag", "-r", "1", "-j", "--host", '
-                                   f'"{hostengine_standin}"]\n'
+                                   f'"{HOST}"]\n'
                                    "timeout_s = 10\n[qualify.tests.dcgm]"))
     quick = standin.dcgm_diag({"Deployment": ["Pass"] * 8})
     codes = [Node(tmp_path, f"gpu6{i:02d}", dcgm=quick).run(lite, db, "--tier", "lite")
