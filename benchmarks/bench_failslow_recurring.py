@@ -161,15 +161,23 @@ def scale(rules: Rules, cfg) -> None:
     print(f"  scale: 16,000 nodes, 7 days, {fleet.rollups['job_id'].nunique()} jobs "
           f"({len(fleet.rollups)} rollup values): judged in {secs:.1f} s, {len(ev)} suspects")
     print(f"BENCH\tfailslow_recurring\tscale_16k_week_seconds\t{secs:.1f}\ts")
-    read = read_back(fleet.rollups)
+    read, due, between = read_back(fleet.rollups, cfg)
     print(f"  the same week read from a SQLite historian (load.job_rollups: jobs joined to "
           f"telemetry_job_rollups, the judged metrics' means): {read:.1f} s")
     print(f"BENCH\tfailslow_recurring\tscale_16k_week_read_sqlite_seconds\t{read:.1f}\ts")
+    every = float(cfg.get("failslow.recurring_every_min"))
+    print(f"  a whole detect pass on it (no samples in the window): {due:.1f} s when it judges "
+          f"across jobs, {between:.2f} s in the passes between ([failslow] recurring_every_min "
+          f"{every:g}); at one pass a minute, {(due + (every - 1) * between) / max(every, 1):.2f}"
+          f" s a pass on average, {due / max(between, 1e-9):.0f}x less between judgements")
+    print(f"BENCH\tfailslow_recurring\tscale_16k_detect_judging_seconds\t{due:.2f}\ts")
+    print(f"BENCH\tfailslow_recurring\tscale_16k_detect_between_seconds\t{between:.2f}\ts")
 
 
-def read_back(rollups: pd.DataFrame) -> float:
+def read_back(rollups: pd.DataFrame, cfg) -> tuple[float, float, float]:
     """Write the rollups into a fresh SQLite historian (the product's schema) and time the
-    detector's read of them."""
+    detector's read of them, then two whole `load.detect` passes a minute apart: (read, the
+    pass that judges across jobs, the next one, which does not)."""
     import tempfile
     from datetime import datetime
 
@@ -199,9 +207,16 @@ def read_back(rollups: pd.DataFrame) -> float:
         got = load.job_rollups(engine, datetime(1970, 1, 1), datetime(2100, 1, 1),
                                sorted(set(rollups["metric"])))
         secs = time.perf_counter() - t0
+        now = pd.Timestamp(rollups["end"].max()).to_pydatetime() + timedelta(minutes=5)
+        t0 = time.perf_counter()
+        load.detect(engine, now, cfg)
+        due = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        load.detect(engine, now + timedelta(minutes=1), cfg)
+        between = time.perf_counter() - t0
         engine.dispose()
     assert len(got) == len(rollups), (len(got), len(rollups))
-    return secs
+    return secs, due, between
 
 
 if __name__ == "__main__":

@@ -280,6 +280,7 @@ def _tree_0():
                   'recurring_days': 7,
                   'recurring_min_jobs': 3,
                   'recurring_alpha': 1e-05,
+                  'recurring_every_min': 60,
                   'steps_metric': 'step_seconds',
                   'steps_max_line_bytes': 65536,
                   'steps_max_lines': 5000000,

@@ -99,6 +99,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "failslow.recurring_alpha": (0, 1),
     "failslow.recurring_days": (0, 366),
     "failslow.recurring_min_jobs": (1, 10_000),
+    "failslow.recurring_every_min": (0, 10_080),
     "telemetry.busy_util_pct": (0, 100),
     "telemetry.hw_throttle_warn_frac": (0, 1),
     "telemetry.pcie_link_warn_ratio": (0, 1),

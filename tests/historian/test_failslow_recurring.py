@@ -250,7 +250,9 @@ def test_a_historian_lost_while_reading_the_rollups_is_an_error_never_no_suspect
 
 @pytest.mark.parametrize("key,value", [("recurring_alpha", 0), ("recurring_alpha", 1.5),
                                        ("recurring_alpha", -1e-5), ("recurring_days", -1),
-                                       ("recurring_days", "inf"), ("recurring_min_jobs", 0)])
+                                       ("recurring_days", "inf"), ("recurring_min_jobs", 0),
+                                       ("recurring_every_min", -1),
+                                       ("recurring_every_min", "nan")])
 def test_a_nonsense_setting_is_refused_in_one_line_naming_it(historian, tmp_path, key, value):
     # refused where the site file is read (the schema's ranges) or, for what a range cannot
     # say (a chance of exactly 0), where the detector reads it: never judged with it
@@ -259,6 +261,59 @@ def test_a_nonsense_setting_is_refused_in_one_line_naming_it(historian, tmp_path
     with pytest.raises((ConfigError, ValueError), match=rf"\[failslow\] {key}") as err:
         detect(historian, T0, load_config(site))
     assert "\n" not in str(err.value)
+
+
+def _across(engine, when, cfg=CFG) -> list[str]:
+    return [e.node for e in detect(engine, when, cfg) if e.detail.startswith(ACROSS_JOBS)]
+
+
+def test_across_jobs_is_judged_once_an_hour_and_its_episode_holds_between(historian, tmp_path):
+    """`suspects apply` runs every minute; reading and judging a 16,000-node week takes about
+    14 s. The passes between two judgements judge inside jobs only, and the episode the last
+    one opened stays open until the next renews it."""
+    _store(historian, 6)
+    now = T0 + timedelta(hours=7 * 6)
+    telemetry.rollup(historian, now, CFG)
+    assert _across(historian, now) == [SLOW]
+    hs.record(historian, [e for e in detect(historian, now + timedelta(hours=1), CFG)
+                          if e.detail.startswith(ACROSS_JOBS)], now + timedelta(hours=1),
+              expire_after=timedelta(hours=24))
+    t = now + timedelta(hours=1)
+    for minutes in (1, 30, 59):
+        assert _across(historian, t + timedelta(minutes=minutes)) == []
+    assert [e.node for e in hs.active(historian)] == [SLOW]
+    assert _across(historian, t + timedelta(minutes=60)) == [SLOW]
+    # 0: every pass
+    site = tmp_path / "every.toml"
+    site.write_text("[failslow]\nrecurring_every_min = 0\n")
+    every = load_config(site)
+    assert _across(historian, t + timedelta(minutes=61), every) == [SLOW]
+    assert _across(historian, t + timedelta(minutes=61), every) == [SLOW]
+    # never more than half of expire_after_h: an hour's episodes would expire between
+    short = tmp_path / "short.toml"
+    short.write_text("[suspects]\nexpire_after_h = 1\n")
+    assert _across(historian, t + timedelta(minutes=61 + 29), load_config(short)) == []
+    assert _across(historian, t + timedelta(minutes=61 + 30), load_config(short)) == [SLOW]
+
+
+@pytest.mark.parametrize("kept", ["2099-01-01T00:00:00", "not a time", "", "\x00" * 300])
+def test_a_last_judgement_in_the_future_or_garbled_is_no_reason_to_wait(historian, kept):
+    # the clock stepped back, or a row someone edited: judged now, and the time kept again
+    from sqlalchemy import text
+
+    from rsc_health.historian.failslow.load import ACROSS_CURSOR
+
+    _store(historian, 6)
+    now = T0 + timedelta(hours=7 * 6)
+    telemetry.rollup(historian, now, CFG)
+    with historian.begin() as conn:
+        conn.execute(insert(schema.ingest_cursors).values(name=ACROSS_CURSOR,
+                                                          value=kept.replace("\x00", "?")))
+    assert _across(historian, now) == [SLOW]
+    with historian.connect() as conn:
+        assert conn.execute(text("SELECT value FROM ingest_cursors WHERE name = :n"),
+                            {"n": ACROSS_CURSOR}).scalar() == now.isoformat()
+    assert _across(historian, now + timedelta(minutes=1)) == []
 
 
 def _store_steps(engine, jobs: int, factor: float) -> None:

@@ -14,7 +14,9 @@ by the pure core.
                 recurring_days (telemetry_job_rollups): each node's mean over each job, and
                 each job's step times per node and stage averaged by the database; judged
                 across jobs (recurring.py), counted from each node's last ended episode
-                (historian.suspects.ended_at)
+                (historian.suspects.ended_at); read and judged only once every [failslow]
+                recurring_every_min (the last judgement's time in ingest_cursors,
+                ACROSS_CURSOR): the passes between judge inside jobs only
 
 A job is (cluster, job id): two clusters in one historian count job ids each from its own
 start, so a job id both clusters' jobs hold in the window is told apart as ID@CLUSTER (a step
@@ -28,11 +30,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, and_, func, or_, select
+from sqlalchemy import Engine, and_, delete, func, insert, or_, select
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import HistorianUnavailable, safe_url
+from rsc_health.historian.db import HistorianUnavailable, safe_url, writer
 from rsc_health.historian.failslow.core import (
     MEMBER_COLUMNS,
     SAMPLE_COLUMNS,
@@ -208,20 +210,48 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
         samples = _samples(engine, since, now)
         known = {e.node for e in active(engine)}  # the suspects table's one door
         rolled = pd.DataFrame(columns=list(ROLLUP_COLUMNS))
-        if across.days > 0:
+        judge_across = across.due(_last_across(engine), now)
+        if judge_across:
             back = now - timedelta(days=across.days)
             parts = [f for f in (job_rollups(engine, back, now, list(rules.metrics), gpus),
                                  job_steps(engine, back, now, rules.steps_metric)) if len(f)]
             rolled = pd.concat(parts, ignore_index=True) if parts else rolled
         counted_from = ended_at(engine) if len(rolled) else {}
+        found = detect_frame(samples, members, step_rows if not step_rows.empty else None,
+                             rules, known)
+        if not judge_across:
+            return found
+        found += recurring_frame(rolled, rules, alpha=across.alpha, min_jobs=across.min_jobs,
+                                 counted_from=counted_from, now=now)
+        _judged_across(engine, now)
+        return found
     except (OperationalError, InterfaceError, ProgrammingError) as exc:
         orig = getattr(exc, "orig", None) or exc
         first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
         raise HistorianUnavailable(
             f"historian database {safe_url(str(engine.url))} could not be read for fail-slow "
             f"detection: {first}") from exc
-    found = detect_frame(samples, members, step_rows if not step_rows.empty else None, rules,
-                         known)
-    return found + recurring_frame(rolled, rules, alpha=across.alpha,
-                                   min_jobs=across.min_jobs, counted_from=counted_from,
-                                   now=now)
+
+
+# ingest_cursors: when the last pass judged across jobs ([failslow] recurring_every_min).
+ACROSS_CURSOR = "failslow_across_jobs"
+
+
+def _last_across(engine: Engine) -> datetime | None:
+    """The last across-jobs judgement's time, None when never made or not a time."""
+    c = schema.ingest_cursors
+    with engine.connect() as conn:
+        value = conn.execute(select(c.c.value).where(c.c.name == ACROSS_CURSOR)).scalar()
+    try:
+        return datetime.fromisoformat(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def _judged_across(engine: Engine, now: datetime) -> None:
+    """Keep `now` as the last across-jobs judgement's time (after it was made: a pass that
+    fails before it judges again next time)."""
+    c = schema.ingest_cursors
+    with writer(engine).begin() as conn:
+        conn.execute(delete(c).where(c.c.name == ACROSS_CURSOR))
+        conn.execute(insert(c).values(name=ACROSS_CURSOR, value=now.isoformat()))

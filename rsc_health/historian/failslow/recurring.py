@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -58,23 +58,39 @@ ACROSS_JOBS = "across jobs"
 
 @dataclass(frozen=True)
 class Across:
-    """[failslow] recurring_days, recurring_alpha, recurring_min_jobs (default_config.toml)."""
+    """[failslow] recurring_days, recurring_alpha, recurring_min_jobs, recurring_every_min
+    (default_config.toml). `every`: the time between two judgements, at most half of
+    [suspects] expire_after_h (an episode found across jobs is renewed before it expires)."""
 
     days: float
     alpha: float
     min_jobs: int
+    every: timedelta = timedelta(0)
 
     @classmethod
     def from_config(cls, cfg: Any) -> Across:
         days = float(cfg.get("failslow.recurring_days"))
         alpha = float(cfg.get("failslow.recurring_alpha"))
         min_jobs = int(cfg.get("failslow.recurring_min_jobs"))
+        every_min = float(cfg.get("failslow.recurring_every_min"))
+        expire_h = float(cfg.get("suspects.expire_after_h"))
         if not 0.0 < alpha < 1.0:
             raise ValueError(f"[failslow] recurring_alpha {alpha!r}: must be a chance between "
                              f"0 and 1 (1e-5: the default)")
         if not (days >= 0 and np.isfinite(days)):
             raise ValueError(f"[failslow] recurring_days {days!r}: must be 0 (off) or more")
-        return cls(days=days, alpha=alpha, min_jobs=max(1, min_jobs))
+        if not (every_min >= 0 and np.isfinite(every_min)):
+            raise ValueError(f"[failslow] recurring_every_min {every_min!r}: must be 0 (every "
+                             f"pass) or more")
+        cap = expire_h * 30.0 if expire_h > 0 and np.isfinite(expire_h) else every_min
+        return cls(days=days, alpha=alpha, min_jobs=max(1, min_jobs),
+                   every=timedelta(minutes=min(every_min, cap)))
+
+    def due(self, last: datetime | None, now: datetime) -> bool:
+        """Whether a pass at `now` judges across jobs, the last judgement made at `last` (None:
+        never, or not readable). A `last` after `now` (the clock stepped back, a garbled
+        record) is no reason to wait: judged now."""
+        return self.days > 0 and (last is None or last > now or now - last >= self.every)
 
 
 def _with_nodeset(rollups: pd.DataFrame) -> pd.DataFrame:
