@@ -316,6 +316,34 @@ def test_a_last_judgement_in_the_future_or_garbled_is_no_reason_to_wait(historia
     assert _across(historian, now + timedelta(minutes=1)) == []
 
 
+def test_passes_at_once_each_keep_the_judgements_time_none_fails(historian):
+    # the timer's pass and the strigger hook's at the same second, on PostgreSQL: both delete
+    # the kept time and insert theirs; without taking turns the second insert met the first's
+    # uncommitted row and failed (a unique violation, the pass a traceback)
+    import threading
+
+    from rsc_health.historian.failslow import load
+
+    errors: list[BaseException] = []
+    start = threading.Barrier(8)
+
+    def keep(k: int) -> None:
+        start.wait()
+        for i in range(25):
+            try:
+                load._judged_across(historian, T0 + timedelta(minutes=k * 100 + i))
+            except BaseException as exc:  # noqa: BLE001  (collected, asserted below)
+                errors.append(exc)
+
+    threads = [threading.Thread(target=keep, args=(k,)) for k in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert load._last_across(historian) is not None
+
+
 def _store_steps(engine, jobs: int, factor: float) -> None:
     """jobs jobs of 8 nodes writing step times (the historian keeps each node's slowest rank
     per step), SLOW's ranks `factor` slower from each job's first step: a steady offset."""

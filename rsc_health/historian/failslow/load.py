@@ -34,7 +34,13 @@ from sqlalchemy import Engine, and_, delete, func, insert, or_, select
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import HistorianUnavailable, safe_url, writer
+from rsc_health.historian.db import (
+    TURNS_FAILSLOW_ACROSS,
+    HistorianUnavailable,
+    safe_url,
+    take_turns,
+    writer,
+)
 from rsc_health.historian.failslow.core import (
     MEMBER_COLUMNS,
     SAMPLE_COLUMNS,
@@ -250,8 +256,10 @@ def _last_across(engine: Engine) -> datetime | None:
 
 def _judged_across(engine: Engine, now: datetime) -> None:
     """Keep `now` as the last across-jobs judgement's time (after it was made: a pass that
-    fails before it judges again next time)."""
+    fails before it judges again next time). Two passes at once (the timer and the strigger
+    hook) take turns: each deletes what the other wrote, never inserts beside it."""
     c = schema.ingest_cursors
     with writer(engine).begin() as conn:
+        take_turns(conn, TURNS_FAILSLOW_ACROSS, [ACROSS_CURSOR])
         conn.execute(delete(c).where(c.c.name == ACROSS_CURSOR))
         conn.execute(insert(c).values(name=ACROSS_CURSOR, value=now.isoformat()))
