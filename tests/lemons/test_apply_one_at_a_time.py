@@ -118,9 +118,12 @@ def test_a_lock_whose_connection_is_cut_mid_run_lets_go_and_the_run_ends_cleanly
     try:
         with db.run_alone(one, db.ALONE_LEMONS_APPLY, db.LEMONS_APPLY):
             with admin.connect() as conn:
+                # this test's database only: another test's lock, held at the same moment
+                # by another xdist worker in a database of its own, is not this one's to cut
                 cut = conn.execute(text(
                     "SELECT pg_terminate_backend(pid) FROM pg_locks "
-                    "WHERE locktype = 'advisory' AND classid = :space"),
+                    "WHERE locktype = 'advisory' AND classid = :space AND database = "
+                    "(SELECT oid FROM pg_database WHERE datname = current_database())"),
                     {"space": db.ALONE_LEMONS_APPLY}).scalars().all()
             assert cut == [True]
         with db.run_alone(two, db.ALONE_LEMONS_APPLY, db.LEMONS_APPLY):
