@@ -379,6 +379,38 @@ def test_steps_a_steady_few_percent_behind_in_every_job_are_a_suspect_across_job
     assert detect(historian, now, CFG) == []
 
 
+def test_a_trainings_stageless_last_stage_resubmitted_under_new_ids_is_one_placement(historian):
+    # a team's training resubmitted every 7 hours onto its 8 reserved nodes under a new job id
+    # each time, its step files naming no stage: its last stage's node (the last in hostlist
+    # order, the loss and the head) computes 20% longer in every run. One workload on one node
+    # set: one placement, a role, never a suspect. Counted once per job id (before), it was
+    # the only outlier of 8 in 8 placements, chance 6e-8: a suspect every 6 resubmissions.
+    nodes = POOL[:8]
+    rng = np.random.default_rng(21)
+    with historian.begin() as conn:
+        for j in range(8):
+            start = T0 + timedelta(hours=7 * j)
+            pk = conn.execute(insert(schema.jobs).values(
+                job_id=str(9300 + j), job_id_display=str(9300 + j), state="COMPLETED",
+                submit=start, start=start, end=start + timedelta(hours=1), nnodes=8,
+                user="alice", name="llama-pretrain", cluster="c1",
+                instance_key=f"{9300 + j}:{start}:{start}").returning(schema.jobs.c.id)
+            ).scalar_one()
+            conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n} for n in nodes])
+            sec = 0.5 * np.exp(rng.normal(0, 0.02, (8, 24)))
+            sec[-1] *= 1.2
+            conn.execute(insert(schema.step_times), [
+                {"job_id": str(9300 + j), "node": n, "stage": "", "step": w, "rank": i * 8,
+                 "time": start + timedelta(seconds=150 * w + 149), "seconds": float(sec[i, w])}
+                for i, n in enumerate(nodes) for w in range(24)])
+    now = T0 + timedelta(hours=7 * 8)
+    assert _across(historian, now) == []
+    # the same node 20% behind in jobs of eight workloads (another user's each time): found
+    with historian.begin() as conn:
+        conn.execute(schema.jobs.update().values(name=schema.jobs.c.job_id))
+    assert _across(historian, now + timedelta(hours=1)) == [nodes[-1]]
+
+
 def test_hostile_job_names_are_only_part_of_a_key_never_a_suspect_of_their_own(historian):
     # six jobs whose names carry a newline, '|', Latin-1 text and 4,000 characters, one
     # name looking like another user's key: read, judged, and the node found as before

@@ -131,23 +131,40 @@ def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> 
     stage)'s mean seconds a step (its slowest rank's, as the table keeps them; averaged by the
     database, one row a job and node), `metric` the steps metric, group the stage (a stage's
     nodes are each other's peers, as in the sweeps), start and end its first and last step,
-    workload the job id (a requeued job keeps it). Seconds only: NVRx's relative GPU scores
-    are not times."""
+    workload the job's cluster, user and name as job_rollups gives them (the jobs table, for
+    the job id that ran on the node), or the job id where the historian does not know the job
+    (a requeued job keeps its id). Seconds only: NVRx's relative GPU scores are not times."""
     st = schema.step_times
     stmt = (select(st.c.job_id, st.c.node, st.c.stage, func.avg(st.c.seconds),
                    func.min(st.c.time), func.max(st.c.time))
             .where(st.c.time >= since, st.c.time <= until, st.c.unit == "s")
             .group_by(st.c.job_id, st.c.node, st.c.stage))
+    j, jn = schema.jobs, schema.job_nodes
+    known = (select(j.c.job_id, jn.c.node, j.c.cluster, j.c.user, j.c.name)
+             .select_from(j.join(jn, jn.c.job_pk == j.c.id))
+             .where(j.c.start.is_not(None), j.c.start <= until,
+                    or_(j.c.end.is_(None), j.c.end >= since)))
     with engine.connect() as conn:
         rows = pd.DataFrame(conn.execute(stmt).all(),
                             columns=["job_id", "node", "stage", "value", "start", "end"])
-    if rows.empty:
-        return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
-    rows = rows.assign(job_id=rows["job_id"].astype(str), metric=metric,
-                       group="stage:" + rows["stage"].fillna("").astype(str),
+        if rows.empty:
+            return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
+        jobs = pd.DataFrame(conn.execute(known).all(),
+                            columns=["job_id", "node", "cluster", "user", "name"])
+    rows = rows.assign(job_id=rows["job_id"].astype(str), node=rows["node"].astype(str),
+                       metric=metric, group="stage:" + rows["stage"].fillna("").astype(str),
                        value=pd.to_numeric(rows["value"], errors="coerce"),
                        start=pd.to_datetime(rows["start"]), end=pd.to_datetime(rows["end"]))
-    return rows.assign(workload="job " + rows["job_id"])[list(ROLLUP_COLUMNS)]
+    # A team's training resubmitted onto the same nodes under a new id each time is one
+    # placement, as its telemetry is: its stage-less files' last stage is a role, not chance.
+    work = (jobs.assign(job_id=jobs["job_id"].astype(str), node=jobs["node"].astype(str),
+                        workload=jobs["cluster"].fillna("").astype(str) + "\n"
+                        + jobs["user"].fillna("").astype(str) + "\n"
+                        + jobs["name"].fillna("").astype(str))
+            .drop_duplicates(["job_id", "node"])[["job_id", "node", "workload"]])
+    rows = rows.merge(work, on=["job_id", "node"], how="left")
+    rows["workload"] = rows["workload"].fillna("job " + rows["job_id"])
+    return rows[list(ROLLUP_COLUMNS)]
 
 
 def steps(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
