@@ -142,7 +142,7 @@ def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> 
     j, jn = schema.jobs, schema.job_nodes
     known = (select(j.c.job_id, jn.c.node, j.c.cluster, j.c.user, j.c.name)
              .select_from(j.join(jn, jn.c.job_pk == j.c.id))
-             .where(j.c.start.is_not(None), j.c.start <= until,
+             .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
                     or_(j.c.end.is_(None), j.c.end >= since)))
     with engine.connect() as conn:
         rows = pd.DataFrame(conn.execute(stmt).all(),
