@@ -43,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_failslow import _seeds  # noqa: E402  (the seed lists' one reader)
 
 METRIC_OF = {"nvlink_low": "nvlink_data_rate", "clock_low": "sm_clock_ratio",
-             "throttled": "throttle_hw_frac"}
+             "throttled": "throttle_hw_frac", "steps_slow": "step_seconds"}
 
 
 def evaluate(fleet, rules: Rules, cfg, every_h: float, variant: str = "rule") -> dict:
@@ -83,6 +83,7 @@ def _evaluate(fleet, r, rules, every_h, days, alpha, min_jobs, variant) -> dict:
     slow = fleet.slow.set_index("node")
     found, delays, jobs_to = 0, [], []
     eligible = 0
+    kinds: dict[str, list[int]] = {}  # kind: [eligible, found]
     for node, s in slow.iterrows():
         mine = fleet.rollups[(fleet.rollups["node"] == node)
                              & (fleet.rollups["metric"] == METRIC_OF[s["kind"]])]
@@ -90,15 +91,17 @@ def _evaluate(fleet, r, rules, every_h, days, alpha, min_jobs, variant) -> dict:
         if after.empty:
             continue
         eligible += 1
+        kinds.setdefault(s["kind"], [0, 0])[0] += 1
         if node in first:
             found += 1
+            kinds[s["kind"]][1] += 1
             delays.append((first[node] - s["since"]).total_seconds() / 3600)
             jobs_to.append(int((pd.to_datetime(after["end"]) <= first[node]).sum()))
     healthy = set(r["node"]) - set(slow.index)
     false = sorted(n for n in first if n in healthy)
     node_days = len(set(r["node"])) * (ends.max() - ends.min()).total_seconds() / 86400
     return {"eligible": eligible, "found": found, "delays": delays, "jobs": jobs_to,
-            "false": len(false), "node_days": node_days}
+            "false": len(false), "node_days": node_days, "kinds": kinds}
 
 
 def main() -> int:
@@ -127,11 +130,16 @@ def main() -> int:
     for variant in ("rule", "every job", "node set", "no place", "fixed count"):
         tot = {"eligible": 0, "found": 0, "delays": [], "jobs": [], "false": 0,
                "node_days": 0.0}
+        kinds: dict[str, list[int]] = {}
         t0 = time.perf_counter()
         for fleet in fleets:
             s = evaluate(fleet, rules, cfg, args.every_h, variant)
             for k in tot:
                 tot[k] += s[k]
+            for kind, (e, f) in s["kinds"].items():
+                kinds.setdefault(kind, [0, 0])
+                kinds[kind][0] += e
+                kinds[kind][1] += f
         secs = time.perf_counter() - t0
         rate = 1000 * tot["false"] / tot["node_days"] if tot["node_days"] else float("nan")
         recall = tot["found"] / tot["eligible"] if tot["eligible"] else float("nan")
@@ -141,6 +149,9 @@ def main() -> int:
               f"({recall:.3f}); onset to flag median {med_h:.1f} h, {med_j:.0f} jobs; "
               f"healthy flagged {tot['false']} ({rate:.2f} per 1,000 node-days, "
               f"{rate * 16:.1f} a day at 16,000 nodes); {secs:.1f} s")
+        if variant == "rule":
+            print("               by kind: " + ", ".join(
+                f"{kind} {f} of {e}" for kind, (e, f) in sorted(kinds.items())))
         tag = variant.replace(" ", "_")
         print(f"BENCH\tfailslow_recurring\t{tag}_recall\t{recall:.3f}\tratio")
         print(f"BENCH\tfailslow_recurring\t{tag}_false_per_1000_node_days\t{rate:.2f}\tnodes")

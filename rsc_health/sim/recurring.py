@@ -17,11 +17,21 @@ the allocation's last nodes) moving 5-40% less over NVLink; a job that reports n
 (NOT_SUPPORTED); clocks a percent or two under the maximum; brief throttling; IB error bursts
 averaged over the job (a few bursts of at most the family's keep-in-service count).
 
+Step times (since session 27): half the jobs write step files (docs/failslow.md), each
+node's mean seconds a step (its slowest rank's) a per-job level, a node's own percent or so,
+and 1% per job. Roles: the training's stage-less files carry its last stage (the last node)
+10-30% longer; another job with a pipeline names its stages half the time (each stage its own
+peers), and otherwise its last stage's nodes take 5-40% longer. A slow node's steps are slower
+by what slows it: clocks held low by as much, HW slowdown by half its share, NVLink by 0-5%.
+
 Slow from the start (the class the detector's onset rules read as a role): from a day on, a
 node's every job sees it
 - nvlink_low: NVLink carrying 30-70% of its peers' bytes (links down before the job);
 - clock_low: SM clocks held 7-15% low (a power cap, a GPU that lost its boost);
-- throttled: in HW slowdown 30-70% of each interval.
+- throttled: in HW slowdown 30-70% of each interval;
+- steps_slow: its step times 5-15% longer and its telemetry level with its peers (a host
+  slow outside the GPUs: CPU frequency capped, a degraded memory channel, a slow local disk
+  feeding the data loader), seen only by jobs that write step files.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-KINDS = ("nvlink_low", "clock_low", "throttled")
+KINDS = ("nvlink_low", "clock_low", "throttled", "steps_slow")
 COLUMNS = ("job_id", "node", "group", "metric", "value", "start", "end", "workload")
 
 
@@ -49,6 +59,7 @@ class RecurringConfig:
     # stage (the loss and the head: the last rank's node) moving 35-50% less over NVLink
     training_share: float = 0.3
     slow_share: float = 0.02  # nodes slow from the start of every job, from a day on
+    steps_share: float = 0.5  # jobs that write step files
     start: str = "2024-03-01T00:00:00"
 
 
@@ -65,6 +76,7 @@ def simulate_recurring(cfg: RecurringConfig) -> RecurringFleet:
     t0 = np.datetime64(cfg.start)
     span_h = cfg.days * 24.0
     offset = rng.normal(0, 0.02, cfg.nodes)  # a node's own few percent, every job
+    step_offset = rng.normal(0, 0.01, cfg.nodes)  # a host's own percent or so a step
     k = max(1, int(round(cfg.slow_share * cfg.nodes)))
     bad = rng.choice(cfg.nodes, size=k, replace=False)
     slow = pd.DataFrame({
@@ -96,9 +108,44 @@ def simulate_recurring(cfg: RecurringConfig) -> RecurringFleet:
             job += 1
             rows += _job(rng, job, alloc, names, group, offset, kind_of, since_of,
                          t0, begin, hours, training, work)
+            if rng.random() < cfg.steps_share:
+                rows += _steps(rng, job, alloc, names, step_offset, kind_of, since_of,
+                               t0, begin, hours, training, work)
             begin += hours
         free_at[alloc] = begin
     return RecurringFleet(pd.DataFrame(rows, columns=list(COLUMNS)), slow)
+
+
+def _steps(rng, job: int, alloc: np.ndarray, names, step_offset, kind_of, since_of,
+           t0, begin: float, hours: float, training: bool, work: str) -> list[tuple]:
+    """One job's step_seconds rows as load.job_steps gives them: each node's mean over the
+    job, group "stage:" plus the stage its files name ("" for none)."""
+    n = len(alloc)
+    start = t0 + np.timedelta64(int(begin * 3600), "s")
+    end = start + np.timedelta64(int(hours * 3600), "s")
+    sec = np.exp(rng.uniform(np.log(0.2), np.log(2.0))) * np.exp(
+        step_offset[alloc] + rng.normal(0, 0.01, n))
+    stage = np.full(n, "", dtype=object)
+    if training:  # one stage a node, files naming none: the last node's stage is heavier
+        sec[-1] *= rng.uniform(1.1, 1.3)
+    elif n >= 8 and rng.random() < 0.5:
+        pp = int(rng.choice([2, 4, 8]))
+        which = np.arange(n) * pp // n
+        if rng.random() < 0.5:
+            stage = which.astype(str).astype(object)
+            sec *= rng.uniform(0.8, 1.25, pp)[which]  # each stage its own level
+        else:
+            sec[which == pp - 1] *= rng.uniform(1.05, 1.4)
+    for i, node in enumerate(alloc.tolist()):
+        if node in kind_of and since_of[node] <= start:
+            kind = kind_of[node]
+            sec[i] *= {"nvlink_low": rng.uniform(1.0, 1.05),
+                       "clock_low": 1 / rng.uniform(0.85, 0.93),
+                       "throttled": 1 + rng.uniform(0.3, 0.7) / 2,
+                       "steps_slow": rng.uniform(1.05, 1.15)}[kind]
+    return [(str(job), names[node], f"stage:{stage[i]}", "step_seconds", float(sec[i]),
+             pd.Timestamp(start).to_pydatetime(), pd.Timestamp(end).to_pydatetime(), work)
+            for i, node in enumerate(alloc.tolist())]
 
 
 def _job(rng, job: int, alloc: np.ndarray, names, group, offset, kind_of, since_of,
