@@ -248,6 +248,32 @@ def test_a_historian_lost_while_reading_the_rollups_is_an_error_never_no_suspect
         detect(historian, T0 + timedelta(hours=1), CFG)
 
 
+def test_a_historian_lost_while_keeping_the_judgements_time_is_an_error_and_judged_again(
+        historian, monkeypatch):
+    # the judgement was made, the write of its time failed: the pass says so in one line, and
+    # the next pass judges again rather than waiting an hour on a time never kept
+    from sqlalchemy.exc import OperationalError
+
+    from rsc_health.historian.db import HistorianUnavailable
+    from rsc_health.historian.failslow import load
+
+    _store(historian, 6)
+    now = T0 + timedelta(hours=7 * 6)
+    telemetry.rollup(historian, now, CFG)
+    keep = load._judged_across
+
+    def gone(*a, **k):
+        raise OperationalError("INSERT INTO ingest_cursors", {},
+                               Exception("could not write: No space left on device"))
+
+    monkeypatch.setattr(load, "_judged_across", gone)
+    with pytest.raises(HistorianUnavailable, match="No space left on device") as err:
+        detect(historian, now, CFG)
+    assert "\n" not in str(err.value)
+    monkeypatch.setattr(load, "_judged_across", keep)
+    assert _across(historian, now + timedelta(minutes=1)) == [SLOW]
+
+
 @pytest.mark.parametrize("key,value", [("recurring_alpha", 0), ("recurring_alpha", 1.5),
                                        ("recurring_alpha", -1e-5), ("recurring_days", -1),
                                        ("recurring_days", "inf"), ("recurring_min_jobs", 0),
