@@ -55,12 +55,23 @@ def suspects(ctx, show_all, as_json) -> None:
     try:
         eps = (hs.recent(engine, _now() - timedelta(days=7)) if show_all
                else hs.active(engine))
+        judged = _across_judged(engine)
     finally:
         engine.dispose()
     if as_json:
         click.echo(json.dumps({"schema": "rsc_health.suspects/1",
-                               "suspects": [e.as_dict() for e in eps]}, indent=1))
+                               "suspects": [e.as_dict() for e in eps],
+                               "across_jobs_judged": judged and judged.isoformat()},
+                              indent=1))
         return
+    cfg = ctx.obj.config
+    every = float(cfg.get("failslow.recurring_every_min"))
+    if float(cfg.get("failslow.recurring_days")) <= 0:
+        echo("across jobs: off ([failslow] recurring_days = 0)")
+    else:
+        when = (f"last judged {judged:%Y-%m-%d %H:%M} UTC" if judged else "not judged yet")
+        echo(f"across jobs: {when} (every {every:g} min by `suspects apply`; [failslow] "
+             f"recurring_every_min)")
     if not eps:
         echo("no suspect node" + (" in the last 7 days" if show_all else ""))
         return
@@ -71,6 +82,16 @@ def suspects(ctx, show_all, as_json) -> None:
         echo(f"{ep.node}: {ep.state.value}{tier}{end}: {describe(ep)}")
         if ep.detail:
             echo(f"    {ep.detail[:300]}")
+
+
+def _across_judged(engine) -> datetime | None:
+    """When the fail-slow detector last judged across jobs; None where it never did or this
+    install has no detector."""
+    try:
+        from rsc_health.historian.failslow import across_judged
+    except ImportError:
+        return None
+    return across_judged(engine)
 
 
 @suspects.command("clear")

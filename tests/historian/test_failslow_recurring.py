@@ -322,6 +322,34 @@ def test_across_jobs_is_judged_once_an_hour_and_its_episode_holds_between(histor
     assert _across(historian, t + timedelta(minutes=61 + 30), load_config(short)) == [SLOW]
 
 
+def test_the_suspects_list_says_when_the_judge_last_looked_across_jobs(historian, tmp_path):
+    # an operator asking why a node is not (yet) a suspect: when was it last judged, how often
+    import json
+
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    url = historian.url.render_as_string(hide_password=False)
+    listed = CliRunner().invoke(cli, ["--db", url, "suspects"])
+    assert listed.exit_code == 0, listed.output
+    assert listed.output.splitlines()[0] == (
+        "across jobs: not judged yet (every 60 min by `suspects apply`; [failslow] "
+        "recurring_every_min)")
+    _store(historian, 6)
+    now = T0 + timedelta(hours=7 * 6)
+    telemetry.rollup(historian, now, CFG)
+    detect(historian, now, CFG)
+    listed = CliRunner().invoke(cli, ["--db", url, "suspects"])
+    assert listed.output.startswith(f"across jobs: last judged {now:%Y-%m-%d %H:%M} UTC (")
+    js = json.loads(CliRunner().invoke(cli, ["--db", url, "suspects", "--json"]).output)
+    assert js["across_jobs_judged"] == now.isoformat()
+    off = tmp_path / "off.toml"
+    off.write_text("[failslow]\nrecurring_days = 0\n")
+    listed = CliRunner().invoke(cli, ["--config", str(off), "--db", url, "suspects"])
+    assert listed.output.startswith("across jobs: off ([failslow] recurring_days = 0)")
+
+
 @pytest.mark.parametrize("kept", ["2099-01-01T00:00:00", "not a time", "", "\x00" * 300])
 def test_a_last_judgement_in_the_future_or_garbled_is_no_reason_to_wait(historian, kept):
     # the clock stepped back, or a row someone edited: judged now, and the time kept again
