@@ -32,9 +32,9 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
 def across_judged(engine: Engine) -> datetime | None:
     """When `detect` last judged across jobs ([failslow] recurring_every_min), None: never, or
     a kept time that is not one."""
-    from rsc_health.historian.failslow.load import _last_across
+    from rsc_health.historian.failslow.load import last_across
 
-    return _last_across(engine)
+    return last_across(engine)
 
 
 __all__ = ["SuspectEvidence", "across_judged", "detect", "detect_frame"]

@@ -26,7 +26,7 @@ nodes as peers.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
@@ -233,7 +233,7 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
         samples = _samples(engine, since, now)
         known = {e.node for e in active(engine)}  # the suspects table's one door
         rolled = pd.DataFrame(columns=list(ROLLUP_COLUMNS))
-        judge_across = across.due(_last_across(engine), now)
+        judge_across = across.days > 0 and across.due(last_across(engine), now)
         if judge_across:
             back = now - timedelta(days=across.days)
             parts = [f for f in (job_rollups(engine, back, now, list(rules.metrics), gpus),
@@ -260,15 +260,19 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
 ACROSS_CURSOR = "failslow_across_jobs"
 
 
-def _last_across(engine: Engine) -> datetime | None:
-    """The last across-jobs judgement's time, None when never made or not a time."""
+def last_across(engine: Engine) -> datetime | None:
+    """The last across-jobs judgement's time (naive UTC, as the historian keeps times), None
+    when never made or not a time."""
     c = schema.ingest_cursors
     with engine.connect() as conn:
         value = conn.execute(select(c.c.value).where(c.c.name == ACROSS_CURSOR)).scalar()
     try:
-        return datetime.fromisoformat(str(value)) if value is not None else None
+        kept = datetime.fromisoformat(str(value)) if value is not None else None
     except ValueError:
         return None
+    if kept is not None and kept.tzinfo is not None:  # written by hand, with an offset
+        kept = kept.astimezone(UTC).replace(tzinfo=None)
+    return kept
 
 
 def _judged_across(engine: Engine, now: datetime) -> None:
