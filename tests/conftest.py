@@ -24,7 +24,11 @@ accounting database of its own), and what the sim and validation tests share is 
 run under a file lock (tests/shared_build.py), whichever workers ask. Keeping a group in one
 worker would also make the suite slower: the slurm tests alone are about 23 test-minutes.
 PgBouncer, Prometheus, the frozen PostgreSQL and Chromium each start their own daemon on a port
-of their own (tests/ports.free_port), so they may run beside anything.
+of their own (tests/ports.free_port), so they may run beside anything. So does the stand-in
+nv-hostengine (tests/standin_hostengine.py, a listener per process): one port shared by the
+workers changed under a dcgmi whenever another worker finished. What is server-wide in
+PostgreSQL (pg_locks, pg_stat_activity, roles) a test names by its own database or a fresh name:
+a backend killed by class alone was another worker's too.
 """
 
 from __future__ import annotations
