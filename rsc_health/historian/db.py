@@ -96,7 +96,6 @@ TURNS_LEMON_RECORDS = 1920166765
 TURNS_SUSPECTS = 1920169331  # "rsus": a node's suspect episodes (historian/suspects.py)
 TURNS_ATTRIBUTE = 1920164212  # "rsat": attribution runs (historian/attribute.py), one key
 TURNS_TELEMETRY_ROLLUP = 1920169074  # "rstr": telemetry rollups (historian/telemetry.py), one key
-TURNS_FAILSLOW_ACROSS = 1920165473  # "rsfa": the across-jobs judgement's time (failslow/load.py)
 ALONE_LEMONS_APPLY = 1920166753  # "rsla": one `healthctl lemons --apply` at a time (run_alone)
 LEMONS_APPLY = "lemons-apply"
 _TAKE_TURNS = text(

@@ -372,9 +372,9 @@ def test_a_last_judgement_in_the_future_or_garbled_is_no_reason_to_wait(historia
 
 
 def test_passes_at_once_each_keep_the_judgements_time_none_fails(historian):
-    # the timer's pass and the strigger hook's at the same second, on PostgreSQL: both delete
-    # the kept time and insert theirs; without taking turns the second insert met the first's
-    # uncommitted row and failed (a unique violation, the pass a traceback)
+    # the timer's pass and the strigger hook's at the same second, on PostgreSQL: a delete
+    # then an insert by each met the other's uncommitted row and failed (a unique violation,
+    # the pass a traceback); the time is kept by one upsert (ingest.bulk_write), as sacct's is
     import threading
 
     from rsc_health.historian.failslow import load

@@ -30,17 +30,11 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pandas as pd
-from sqlalchemy import Engine, and_, delete, func, insert, or_, select
+from sqlalchemy import Engine, and_, func, or_, select
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import (
-    TURNS_FAILSLOW_ACROSS,
-    HistorianUnavailable,
-    safe_url,
-    take_turns,
-    writer,
-)
+from rsc_health.historian.db import HistorianUnavailable, safe_url, writer
 from rsc_health.historian.failslow.core import (
     MEMBER_COLUMNS,
     SAMPLE_COLUMNS,
@@ -50,6 +44,7 @@ from rsc_health.historian.failslow.core import (
 )
 from rsc_health.historian.failslow.evidence import SuspectEvidence
 from rsc_health.historian.failslow.recurring import ROLLUP_COLUMNS, Across, recurring_frame
+from rsc_health.historian.ingest import bulk_write
 from rsc_health.historian.suspects import active, ended_at
 
 
@@ -90,6 +85,13 @@ def membership(engine: Engine, since: datetime, until: datetime,
     return members.assign(gpu_model=members["gpu_model"].fillna(""))
 
 
+def _workload(jobs: pd.DataFrame) -> pd.Series:
+    """What ran, a placement's half of its key (recurring.py): the job's cluster, user and
+    name, one per line."""
+    return (jobs["cluster"].fillna("").astype(str) + "\n" + jobs["user"].fillna("").astype(str)
+            + "\n" + jobs["name"].fillna("").astype(str))
+
+
 def job_rollups(engine: Engine, since: datetime, until: datetime, metrics: list[str],
                 gpus: pd.DataFrame | None = None) -> pd.DataFrame:
     """Finished multi-node jobs' telemetry rollups, ended in [since, until], as
@@ -116,9 +118,7 @@ def job_rollups(engine: Engine, since: datetime, until: datetime, metrics: list[
     shared = wide.groupby("job_id")["pk"].transform("nunique") > 1
     wide.loc[shared, "job_id"] = (wide.loc[shared, "job_id"] + "@"
                                   + wide.loc[shared, "cluster"].fillna("").astype(str))
-    wide = wide.merge(gpus, on="node", how="left").assign(
-        workload=lambda f: f["cluster"].fillna("").astype(str) + "\n"
-        + f["user"].fillna("").astype(str) + "\n" + f["name"].fillna("").astype(str))
+    wide = wide.merge(gpus, on="node", how="left").assign(workload=_workload)
     long = wide.melt(id_vars=["job_id", "node", "gpu_model", "start", "end", "workload"],
                      value_vars=held,
                      var_name="metric", value_name="value").dropna(subset=["value"])
@@ -158,9 +158,7 @@ def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> 
     # A team's training resubmitted onto the same nodes under a new id each time is one
     # placement, as its telemetry is: its stage-less files' last stage is a role, not chance.
     work = (jobs.assign(job_id=jobs["job_id"].astype(str), node=jobs["node"].astype(str),
-                        workload=jobs["cluster"].fillna("").astype(str) + "\n"
-                        + jobs["user"].fillna("").astype(str) + "\n"
-                        + jobs["name"].fillna("").astype(str))
+                        workload=_workload)
             .drop_duplicates(["job_id", "node"])[["job_id", "node", "workload"]])
     rows = rows.merge(work, on=["job_id", "node"], how="left")
     rows["workload"] = rows["workload"].fillna("job " + rows["job_id"])
@@ -277,10 +275,8 @@ def last_across(engine: Engine) -> datetime | None:
 
 def _judged_across(engine: Engine, now: datetime) -> None:
     """Keep `now` as the last across-jobs judgement's time (after it was made: a pass that
-    fails before it judges again next time). Two passes at once (the timer and the strigger
-    hook) take turns: each deletes what the other wrote, never inserts beside it."""
-    c = schema.ingest_cursors
+    fails before it judges again next time). One upsert, as the sacct cursor is kept: two
+    passes at once (the timer and the strigger hook) each leave their time, neither fails."""
     with writer(engine).begin() as conn:
-        take_turns(conn, TURNS_FAILSLOW_ACROSS, [ACROSS_CURSOR])
-        conn.execute(delete(c).where(c.c.name == ACROSS_CURSOR))
-        conn.execute(insert(c).values(name=ACROSS_CURSOR, value=now.isoformat()))
+        bulk_write(conn, schema.ingest_cursors, ("name", "value"),
+                   [(ACROSS_CURSOR, now.isoformat())], conflict=("name",), update=("value",))
