@@ -206,8 +206,8 @@ def test_a_node_its_own_checks_would_drain_fails_before_any_test_and_stays_drain
     node = c.node("node03")
     assert "DRAIN" in node["State"], node
     # Drained before the flow: the fail says since when it is out (the guard counts it so).
-    assert re.match(r"rsc_health:qualify:node_checks:out since \S+Z node_checks: xid79: gpu3 "
-                    "XID 79", node["Reason"]), node["Reason"]
+    assert re.match(r"rsc_health:qualify:node_checks:out since \S+Z xid79: gpu3 XID 79",
+                    node["Reason"]), node["Reason"]
     assert "fallen off the bus" in node["Reason"]
     assert _reservations(c) == [] and not (burn / "ran").exists()
     [(verdict, reason)] = sql("SELECT verdict, reason FROM qualify_runs WHERE node = 'node03'")
