@@ -58,6 +58,12 @@ from rsc_health.checks.telemetry import IB_ERRORS
 # node after its job as a bad cable. A healthy port's one-sweep burst stays under it.
 HEALTHY_BURST_MAX = sum(DEFAULT_LIMITS[c] for c in IB_ERRORS)
 
+# Of a job's nodes that sample during a checkpoint, the share whose GPU still reads busy
+# (its utilization sample holding the kernels it just finished) while its PCIe link has
+# already idled down to Gen1: the collector judges a busy GPU's link speed, an idle one's
+# width only.
+TRANSITION_SHARE = 0.05
+
 KINDS = ("hw_slowdown", "pcie_x8", "ib_congested", "thermal", "nvlink_degraded",
          "ib_port_errors")
 
@@ -189,10 +195,17 @@ def _telemetry(plan: dict, faults: list[dict], names: list[str], cfg: FailSlowCo
     hot_rack = rng.random(n) < 0.05  # a node in a warm spot of its rack: healthy, hotter
     temp[hot_rack] += rng.uniform(4, 8)
     power = np.clip(rng.uniform(0.6, 0.95) + rng.normal(0, 0.03, shape), 0, 1.1)
-    # A checkpoint idles every GPU of the job at once: the nodes that sample during it see
-    # their links idled down to Gen1 (a quarter of Gen4's rate).
+    # A checkpoint idles every GPU of the job at once, and an idle GPU's link drops to Gen1.
+    # The collector reads an idle GPU's link width only (checks/telemetry._pcie_link_ratio:
+    # its utilization sample under [telemetry] busy_util_pct), so of the nodes that sample
+    # during it only a few read Gen1 (a quarter of Gen4's rate): those whose utilization
+    # sample still holds the kernels the GPU just finished while its link has already
+    # dropped, TRANSITION_SHARE of them (no source gives the rate: the harsh side). The draw
+    # is a generator of its own (seed, job), so every other figure of a seed stays as it was.
     ckpt = rng.random(s) < 0.03
-    pcie = np.where(ckpt[None, :] & (rng.random(shape) < rng.uniform(0.3, 1.0)), 0.25, 1.0)
+    caught = ckpt[None, :] & (rng.random(shape) < rng.uniform(0.3, 1.0))
+    busy = np.random.default_rng([cfg.seed, int(plan["job_id"]), 26]).random(shape)
+    pcie = np.where(caught & (busy < TRANSITION_SHARE), 0.25, 1.0)
     replay = np.where(jitter(0.01), rng.uniform(0, 0.5, shape), 0.0)
     nvl = np.zeros(shape)
     wait = (np.exp(rng.uniform(np.log(2e5), np.log(2e6))) * np.exp(rng.normal(0, 0.1, (n, 1)))

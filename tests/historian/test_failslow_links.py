@@ -251,3 +251,19 @@ def test_a_gpu_whose_nvlink_was_down_before_its_job_began_is_still_a_suspect():
     samples = _pipeline_nvlink({5: (0, 0.2)})
     found = detect_frame(samples, _job(NODES16), None, CFG)
     assert [(e.node, e.metric) for e in found] == [("gpu006", "nvlink_data_rate")]
+
+
+def test_a_busy_gpu_read_at_gen1_on_two_gpus_in_two_sweeps_is_not_a_link_going_bad():
+    # A checkpoint's first second: a GPU whose utilization sample still holds its last kernels
+    # while its link has idled to Gen1 reads a quarter. Caught twice in a row, on gpu6 then
+    # gpu4 (seed 108 job 5042 of the lab once the lab read idle GPUs as the collector does).
+    blip = _samples("pcie_link_ratio", lambda i, s: 0.25 if (i, s) in ((3, 4), (3, 5)) else 1.0,
+                    lambda i, s: {(3, 4): "gpu6", (3, 5): "gpu4"}.get((i, s), "gpu0"))
+    assert detect_frame(blip, _job(), None, CFG) == []
+    # A link downtrained to x8 stays one GPU's: a suspect from its second sweep.
+    x8 = _samples("pcie_link_ratio", lambda i, s: 0.5 if i == 3 and s >= 4 else 1.0,
+                  lambda i, s: "gpu6" if i == 3 and s >= 4 else "gpu0")
+    found = detect_frame(x8, _job(), None, CFG)
+    assert [(e.node, e.metric) for e in found] == [("gpu004", "pcie_link_ratio")]
+    assert "gpu6" in found[0].detail
+    assert T0 + timedelta(minutes=21) <= found[0].since <= T0 + timedelta(minutes=26)

@@ -82,3 +82,21 @@ def test_from_start_puts_every_fault_at_its_jobs_first_sweep_in_the_same_jobs():
     cols = ["job_id", "nodes", "start", "end", "kind"]
     pd.testing.assert_frame_equal(usual.jobs[cols], early.jobs[cols])
     assert len(usual.truth) == len(early.truth)
+
+
+def test_a_healthy_link_reads_gen1_only_where_the_collector_would_call_its_gpu_busy():
+    # The collector reads an idle GPU's link width only (checks/telemetry._pcie_link_ratio),
+    # so a checkpoint idling a job's GPUs leaves a healthy link at 1.0 but for the few GPUs
+    # caught busy as their link idles down (TRANSITION_SHARE of the nodes it catches).
+    from rsc_health.checks.telemetry import _pcie_link_ratio
+    from rsc_health.sim.failslow import TRANSITION_SHARE
+
+    idle_gen1 = {"gen": 1, "max_gen": 4, "width": 16, "max_width": 16}
+    assert _pcie_link_ratio(idle_gen1, busy=False) == 1.0
+    assert _pcie_link_ratio(idle_gen1, busy=True) == 0.25
+    fleet = simulate_failslow(FailSlowConfig(jobs=60, seed=7, fault_share=0.0))
+    pcie = fleet.samples[fleet.samples["metric"] == "pcie_link_ratio"]["value"]
+    quarter = float((pcie == 0.25).mean())
+    # checkpoints in 3% of sweeps catch 30-100% of a job's nodes: ~2% of samples before
+    assert 0 < quarter < 0.03 * TRANSITION_SHARE * 2
+    assert set(pcie.unique()) <= {0.25, 1.0}
