@@ -104,7 +104,7 @@ class FailSlowAct:
             if node in s:
                 held = "DRAIN" in str(sl.get("state", ""))
                 out.append(f"    -> {s[node]['state']}: "
-                           + (f"drained ({sl.get('state')}, reason {sl['reason'][:60]!r})"
+                           + (f"drained ({sl.get('state')}, reason {sl['reason'][:120]!r})"
                               if held else f"not drained ({sl.get('state', '?')})")
                            + f"; features {','.join(sl.get('features', [])) or '-'}, "
                              f"weight {sl.get('weight', '?')}")
