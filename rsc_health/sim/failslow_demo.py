@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from rsc_health.policy import MAX_REASON_LEN
 from rsc_health.slurm.memory import MemorySlurm
 
 SCRIPT = ("hw_slowdown", "ib_congested", "imbalance")  # the three jobs, in order
@@ -103,8 +104,9 @@ class FailSlowAct:
             sl = self.slurm.get(node, {})
             if node in s:
                 held = "DRAIN" in str(sl.get("state", ""))
+                why = str(sl.get("reason") or "")[:MAX_REASON_LEN]
                 out.append(f"    -> {s[node]['state']}: "
-                           + (f"drained ({sl.get('state')}, reason {sl['reason'][:120]!r})"
+                           + (f"drained ({sl.get('state')}, reason {why!r})"
                               if held else f"not drained ({sl.get('state', '?')})")
                            + f"; features {','.join(sl.get('features', [])) or '-'}, "
                              f"weight {sl.get('weight', '?')}")
