@@ -11,6 +11,7 @@ import getpass
 import json
 import os
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import click
 
@@ -55,7 +56,7 @@ def suspects(ctx, show_all, as_json) -> None:
     try:
         eps = (hs.recent(engine, _now() - timedelta(days=7)) if show_all
                else hs.active(engine))
-        judged = _across_judged(engine)
+        judged, across = _across(engine, ctx.obj.config)
     finally:
         engine.dispose()
     if as_json:
@@ -64,12 +65,13 @@ def suspects(ctx, show_all, as_json) -> None:
                                "across_jobs_judged": judged and judged.isoformat()},
                               indent=1))
         return
-    cfg = ctx.obj.config
-    every = float(cfg.get("failslow.recurring_every_min"))
-    if float(cfg.get("failslow.recurring_days")) <= 0:
+    if isinstance(across, str):
+        echo(f"across jobs: {across}")
+    elif across is not None and across.days <= 0:
         echo("across jobs: off ([failslow] recurring_days = 0)")
-    else:
+    elif across is not None:
         when = (f"last judged {judged:%Y-%m-%d %H:%M} UTC" if judged else "not judged yet")
+        every = across.every.total_seconds() / 60
         echo(f"across jobs: {when} (every {every:g} min by `suspects apply`; [failslow] "
              f"recurring_every_min)")
     if not eps:
@@ -84,14 +86,21 @@ def suspects(ctx, show_all, as_json) -> None:
             echo(f"    {ep.detail[:300]}")
 
 
-def _across_judged(engine) -> datetime | None:
-    """When the fail-slow detector last judged across jobs; None where it never did or this
-    install has no detector."""
+def _across(engine, cfg) -> tuple[datetime | None, Any]:
+    """When the fail-slow detector last judged across jobs (None: never), and its cadence as
+    the detector itself reads it (recurring.Across: the interval capped by the expiry); the
+    config's complaint instead where it refuses the settings, (None, None) where this install
+    has no detector."""
     try:
         from rsc_health.historian.failslow import across_judged
+        from rsc_health.historian.failslow.recurring import Across
     except ImportError:
-        return None
-    return across_judged(engine)
+        return None, None
+    try:
+        across: Any = Across.from_config(cfg)
+    except ValueError as exc:
+        across = str(exc)
+    return across_judged(engine), across
 
 
 @suspects.command("clear")

@@ -348,6 +348,11 @@ def test_the_suspects_list_says_when_the_judge_last_looked_across_jobs(historian
     off.write_text("[failslow]\nrecurring_days = 0\n")
     listed = CliRunner().invoke(cli, ["--config", str(off), "--db", url, "suspects"])
     assert listed.output.startswith("across jobs: off ([failslow] recurring_days = 0)")
+    # the cadence the detector keeps, not the key's: capped at half of expire_after_h
+    short = tmp_path / "short.toml"
+    short.write_text("[suspects]\nexpire_after_h = 1\n")
+    listed = CliRunner().invoke(cli, ["--config", str(short), "--db", url, "suspects"])
+    assert "(every 30 min by `suspects apply`" in listed.output.splitlines()[0], listed.output
 
 
 @pytest.mark.parametrize("kept", ["2099-01-01T00:00:00", "not a time", "", "\x00" * 300,
