@@ -64,6 +64,11 @@ HEALTHY_BURST_MAX = sum(DEFAULT_LIMITS[c] for c in IB_ERRORS)
 # width only.
 TRANSITION_SHARE = 0.05
 
+# The tags of the draws that have a generator of their own per (seed, job) (`_own_rng`), so a
+# draw added to one leaves every other figure of a seed as it was; one tag each, never reused.
+LINKS_STREAM = 25  # healthy NVLink throughput and IB errors (`_links`)
+TRANSITION_STREAM = 26  # which caught GPUs read busy as their link idles down (TRANSITION_SHARE)
+
 KINDS = ("hw_slowdown", "pcie_x8", "ib_congested", "thermal", "nvlink_degraded",
          "ib_port_errors")
 
@@ -204,7 +209,7 @@ def _telemetry(plan: dict, faults: list[dict], names: list[str], cfg: FailSlowCo
     # is a generator of its own (seed, job), so every other figure of a seed stays as it was.
     ckpt = rng.random(s) < 0.03
     caught = ckpt[None, :] & (rng.random(shape) < rng.uniform(0.3, 1.0))
-    busy = np.random.default_rng([cfg.seed, int(plan["job_id"]), 26]).random(shape)
+    busy = _own_rng(cfg, plan, TRANSITION_STREAM).random(shape)
     pcie = np.where(caught & (busy < TRANSITION_SHARE), 0.25, 1.0)
     replay = np.where(jitter(0.01), rng.uniform(0, 0.5, shape), 0.0)
     nvl = np.zeros(shape)
@@ -286,12 +291,17 @@ def _telemetry(plan: dict, faults: list[dict], names: list[str], cfg: FailSlowCo
     return pd.concat(frames, ignore_index=True), slow, shift
 
 
+def _own_rng(cfg: FailSlowConfig, plan: dict, stream: int) -> np.random.Generator:
+    """The generator of one of a job's own draws (`stream`: a *_STREAM tag above)."""
+    return np.random.default_rng([cfg.seed, int(plan["job_id"]), stream])
+
+
 def _links(plan: dict, faults: list[dict], shift: str, ckpt: np.ndarray, cfg: FailSlowConfig,
            comp: dict) -> tuple[np.ndarray, np.ndarray]:
     """Healthy nvlink_data_rate (bytes/s, the node's least busy GPU; NaN where not answered)
     and ib_error_rate (errors/s, the node's worst port), from a generator of their own (the
     seed's other draws stay as they were); their components into `comp`."""
-    rng = np.random.default_rng([cfg.seed, int(plan["job_id"]), 25])
+    rng = _own_rng(cfg, plan, LINKS_STREAM)
     n, s = plan["n"], plan["sweeps"]
     shape = (n, s)
     strong = plan["kind"] == "imbalance"
