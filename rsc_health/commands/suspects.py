@@ -11,13 +11,16 @@ import getpass
 import json
 import os
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING
 
 import click
 
 from rsc_health.commands import historian_engine as _engine
 from rsc_health.commands import slurm_handle as _slurm
 from rsc_health.terminal import echo
+
+if TYPE_CHECKING:
+    from rsc_health.historian.failslow.recurring import Across
 
 # How far past the newest row the historian holds the manager pass believes its clock.
 SUSPECTS_CLOCK_LEAD = timedelta(hours=1)
@@ -86,7 +89,7 @@ def suspects(ctx, show_all, as_json) -> None:
             echo(f"    {ep.detail[:300]}")
 
 
-def _across(engine, cfg) -> tuple[datetime | None, Any]:
+def _across(engine, cfg) -> tuple[datetime | None, Across | str | None]:
     """When the fail-slow detector last judged across jobs (None: never), and its cadence as
     the detector itself reads it (recurring.Across: the interval capped by the expiry); the
     config's complaint instead where it refuses the settings, (None, None) where this install
@@ -97,7 +100,7 @@ def _across(engine, cfg) -> tuple[datetime | None, Any]:
     except ImportError:
         return None, None
     try:
-        across: Any = Across.from_config(cfg)
+        across: Across | str = Across.from_config(cfg)
     except ValueError as exc:
         across = str(exc)
     return across_judged(engine), across
