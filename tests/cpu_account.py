@@ -20,7 +20,9 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TextIO
 
 import pytest
 
@@ -30,6 +32,22 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="write each test's own and waited-children CPU seconds to DIR/*.tsv")
 
 
+ACCOUNT = pytest.StashKey[TextIO]()  # this process's DIR/<worker>.tsv, open for appending
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    out = config.getoption("--cpu-account")
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        config.stash[ACCOUNT] = open(Path(out) / f"{worker}.tsv", "a", encoding="utf-8")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if ACCOUNT in config.stash:
+        config.stash[ACCOUNT].close()
+
+
 def _cpu(who: int) -> float:
     r = resource.getrusage(who)
     return r.ru_utime + r.ru_stime
@@ -37,44 +55,48 @@ def _cpu(who: int) -> float:
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None):
-    out = item.config.getoption("--cpu-account")
-    if not out:
+    fh = item.config.stash.get(ACCOUNT, None)
+    if fh is None:
         yield
         return
     own, kids, t0 = _cpu(resource.RUSAGE_SELF), _cpu(resource.RUSAGE_CHILDREN), time.monotonic()
     yield
-    row = (item.nodeid, _cpu(resource.RUSAGE_SELF) - own, _cpu(resource.RUSAGE_CHILDREN) - kids,
-           time.monotonic() - t0)
-    Path(out).mkdir(parents=True, exist_ok=True)
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
-    with open(Path(out) / f"{worker}.tsv", "a", encoding="utf-8") as fh:
-        fh.write("{}\t{:.3f}\t{:.3f}\t{:.3f}\n".format(*row))
+    own = _cpu(resource.RUSAGE_SELF) - own
+    kids = _cpu(resource.RUSAGE_CHILDREN) - kids
+    fh.write(f"{item.nodeid}\t{own:.3f}\t{kids:.3f}\t{time.monotonic() - t0:.3f}\n")
+    fh.flush()
+
+
+def rows(directory: Path) -> Iterator[tuple[str, float, float, float]]:
+    """(test id, own CPU s, children CPU s, wall s) for every test the workers wrote."""
+    for tsv in sorted(directory.glob("*.tsv")):
+        for line in tsv.read_text(encoding="utf-8").splitlines():
+            nodeid, own, kids, wall = line.rsplit("\t", 3)
+            yield nodeid, float(own), float(kids), float(wall)
 
 
 def summarize(directory: Path) -> list[tuple[str, float, float, float, int]]:
     """(file, own CPU s, children CPU s, wall s, tests) per test file, costliest first."""
     per: dict[str, list[float]] = collections.defaultdict(lambda: [0.0, 0.0, 0.0, 0])
-    for tsv in sorted(directory.glob("*.tsv")):
-        for line in tsv.read_text(encoding="utf-8").splitlines():
-            nodeid, own, kids, wall = line.rsplit("\t", 3)
-            acc = per[nodeid.split("::", 1)[0]]
-            acc[0] += float(own)
-            acc[1] += float(kids)
-            acc[2] += float(wall)
-            acc[3] += 1
-    rows = [(f, a[0], a[1], a[2], int(a[3])) for f, a in per.items()]
-    return sorted(rows, key=lambda r: -(r[1] + r[2]))
+    for nodeid, own, kids, wall in rows(directory):
+        acc = per[nodeid.split("::", 1)[0]]
+        acc[0] += own
+        acc[1] += kids
+        acc[2] += wall
+        acc[3] += 1
+    found = [(f, a[0], a[1], a[2], int(a[3])) for f, a in per.items()]
+    return sorted(found, key=lambda r: -(r[1] + r[2]))
 
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m tests.cpu_account DIR", file=sys.stderr)
         return 2
-    rows = summarize(Path(argv[0]))
-    total = [sum(r[i] for r in rows) for i in (1, 2, 3)]
+    found = summarize(Path(argv[0]))
+    total = [sum(r[i] for r in found) for i in (1, 2, 3)]
     print(f"{'own s':>8} {'children s':>10} {'wall s':>8} {'tests':>6}  file")
-    print(f"{total[0]:8.1f} {total[1]:10.1f} {total[2]:8.1f} {sum(r[4] for r in rows):6d}  (all)")
-    for f, own, kids, wall, n in rows:
+    print(f"{total[0]:8.1f} {total[1]:10.1f} {total[2]:8.1f} {sum(r[4] for r in found):6d}  (all)")
+    for f, own, kids, wall, n in found:
         print(f"{own:8.1f} {kids:10.1f} {wall:8.1f} {n:6d}  {f}")
     return 0
 

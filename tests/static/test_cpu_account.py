@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.cpu_account import main, summarize
+from tests.cpu_account import main, rows, summarize
 
 REPO = Path(__file__).resolve().parents[2]
 PROBE = '''
@@ -44,10 +44,10 @@ def test_own_and_children_cpu_are_told_apart_and_summed_by_file(tmp_path, capsys
     out = tmp_path / "cpu"
     proc = _pytest(tmp_path, f"--cpu-account={out}")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    rows = {line.split("\t")[0]: [float(v) for v in line.split("\t")[1:]]
-            for line in (out / "main.tsv").read_text().splitlines()}
-    own = rows["test_probe.py::test_burns_in_its_own_process"]
-    child = rows["test_probe.py::test_burns_in_a_child"]
+    assert [p.name for p in out.iterdir()] == ["main.tsv"]
+    by_test = {nodeid: figures for nodeid, *figures in rows(out)}
+    own = by_test["test_probe.py::test_burns_in_its_own_process"]
+    child = by_test["test_probe.py::test_burns_in_a_child"]
     assert own[0] >= 0.35 and own[1] < 0.1, own
     assert child[1] >= 0.35 and child[0] < 0.35, child
     [(name, own_s, kids_s, wall_s, tests)] = summarize(out)
