@@ -65,7 +65,7 @@ EXPLICIT: dict[str, Spec] = {
         "max_margin": Spec("float"),
         "persist_sweeps": Spec("int"), "same_component": Spec("bool"),
         "counts": Spec("bool"), "corroborated_by": Spec("list", STR),
-        "levelled": Spec("bool")},
+        "levelled": Spec("bool"), "fleet_chance": Spec("bool")},
         required=("direction",))),
 }
 # Inclusive upper limits (and lower ones above 0) on keys where a typo would be absurd.
@@ -119,6 +119,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "failslow.min_margin": (0, 1),
     "failslow.max_margin": (0, 1),
     "failslow.persist_sweeps": (1, 100),
+    "failslow.fleet_chance_per_node_day": (0, 1),
     "failslow.min_nodes": (2, 100_000),
     "failslow.max_outlier_share": (0, 1),
     "failslow.steps_max_line_bytes": (256, 16 * 1024 * 1024),

@@ -53,6 +53,9 @@ LEVEL_SLOTS = 3
 # this long is in a state of its own, whatever began before the window.
 HELD_SLOTS = 12
 _NO_GROUP = ""
+# The log-chance of an excursion larger than any the fleet showed (exp() of it, and of any sum
+# of such, is 0).
+NO_CHANCE = -1e4
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,11 @@ class MetricRule:
     corroborated_by: tuple[str, ...] = ()
     # Judged over each node's own level in the job (its role), not its peers' raw median.
     levelled: bool = False
+    # A run short of persist_sweeps + 1 slots is confirmed only when it is rare by the fleet's
+    # own rate (`_chance`): healthy nodes' one-sweep excursions of this metric in the window,
+    # as large and (same_component) on the same component, would make one like it less often
+    # than [failslow] fleet_chance_per_node_day. Otherwise it waits one sweep more.
+    fleet_chance: bool = False
 
     @property
     def sign(self) -> float:
@@ -94,6 +102,7 @@ class Rules:
     max_outlier_share: float
     steps_metric: str
     metrics: Mapping[str, MetricRule]
+    fleet_chance_per_node_day: float = 0.0
 
     @classmethod
     def from_config(cls, cfg: Any) -> Rules:
@@ -112,7 +121,8 @@ class Rules:
                                             bool(table.get("counts") or False),
                                             tuple(str(m) for m in
                                                   table.get("corroborated_by") or ()),
-                                            bool(table.get("levelled") or False))
+                                            bool(table.get("levelled") or False),
+                                            bool(table.get("fleet_chance") or False))
         return cls(
             k=float(cfg.get("failslow.k")),
             min_margin=float(cfg.get("failslow.min_margin")),
@@ -123,6 +133,8 @@ class Rules:
             max_outlier_share=float(cfg.get("failslow.max_outlier_share")),
             steps_metric=str(cfg.get("failslow.steps_metric")),
             metrics=metrics,
+            fleet_chance_per_node_day=float(cfg.get("failslow.fleet_chance_per_node_day")
+                                            or 0.0),
         )
 
 
@@ -656,10 +668,21 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
     need = o["metric"].map({m: r.persist or rules.persist_sweeps
                             for m, r in rules.metrics.items()}).fillna(rules.persist_sweeps)
     o = o.assign(pos=o["outlier"].astype(int).groupby(o["run"]).cumsum())
-    # a run that needs corroboration and has none yet waits one sweep more
-    vouched = (_corroborated(obs, o, rules) & o["outlier"].to_numpy()).astype(int)
-    vouched = pd.Series(vouched, index=o.index).groupby(o["run"]).cumsum() > 0
-    waits = o["metric"].isin([m for m, r in rules.metrics.items() if r.corroborated_by]) & ~vouched
+    # a run that needs corroboration and has none yet waits one sweep more, and so does one
+    # not yet rare by the fleet's own rate of one-sweep excursions (a budget of 0: no such
+    # rule); a metric under both waits until both hold, and never more than one sweep
+    budget = rules.fleet_chance_per_node_day * rules.slot_s / 86400.0
+    outlying = o["outlier"].to_numpy()
+
+    def until(holds: np.ndarray, metrics: list[str]) -> pd.Series:  # not yet, in its run
+        so_far = pd.Series((holds & outlying).astype(int), index=o.index)
+        return o["metric"].isin(metrics) & ~(so_far.groupby(o["run"]).cumsum() > 0)
+
+    waits = until(_corroborated(obs, o, rules),
+                  [m for m, r in rules.metrics.items() if r.corroborated_by])
+    if budget > 0:
+        rare = np.nan_to_num(_chance(obs, o, rules), nan=np.inf) <= budget
+        waits |= until(rare, [m for m, r in rules.metrics.items() if r.fleet_chance])
     hit = o[o["outlier"] & (o["pos"] >= need + waits.astype(int))].drop_duplicates("run")
     confirmed = hit.set_index("run")["time"].rename("confirmed")
     o = o[o["outlier"] & o["run"].isin(confirmed.index)]
@@ -823,6 +846,60 @@ def _corroborated(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarra
             rows = o.loc[mine, on].reset_index()
             agree = rows.merge(word.drop_duplicates(on), on=on, how="inner")
             out[o.index.get_indexer(agree["index"].unique())] = True
+    return out
+
+
+def _excursions(obs: pd.DataFrame, metric: str) -> tuple[int, pd.DataFrame]:
+    """The fleet's own one-sweep excursions of a metric in the judged window: the number of
+    node-slots judged with a judged slot of the same node right before and after (each one a
+    chance for such an excursion), and, of those, the ones outlying alone (neither neighbour
+    outlying nor moving with its job): their component and deviation. A node going bad stays
+    out (its slots are outlying in a row); so do the job's shifts (job-wide slots)."""
+    key = ["job_id", "node", "group"]
+    f = obs.loc[obs["metric"] == metric, key + ["slot", "outlier", "job_wide", "deviation",
+                                              "component"]].sort_values(key + ["slot"])
+    same, adjacent = _adjacency(f, key)
+    before = adjacent.to_numpy()
+    after = np.append(before[1:], False)
+    off = (f["outlier"] | f["job_wide"]).to_numpy(dtype=bool)
+    alone = (f["outlier"].to_numpy(dtype=bool) & ~np.append(False, off[:-1])
+             & ~np.append(off[1:], False))
+    judged = before & after
+    out = f.loc[judged & alone, ["component", "deviation"]]
+    return int(judged.sum()), out.assign(component=out["component"].fillna("").astype(str))
+
+
+def _chance(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarray:
+    """Each outlying row of a `fleet_chance` metric in `o` (sorted, with its `run`): the chance,
+    per node-slot, that a healthy node shows the run's outlying slots so far by the fleet's own
+    rate: S(d), the share of the window's judged node-slots that were a one-sweep excursion at
+    least d lines past (`_excursions`), multiplied over the run's slots; for a `same_component`
+    metric counted per component c (S_c: the excursions on c) and summed over the components,
+    the chance of such a run on any one of them. No excursion as large in the window: 0. Other
+    rows: NaN."""
+    out = np.full(len(o), np.nan)
+    outlying = o["outlier"].to_numpy(dtype=bool)
+    for metric, rule in rules.metrics.items():
+        mine = outlying & (o["metric"] == metric).to_numpy()
+        if not rule.fleet_chance or not mine.any():
+            continue
+        judged, exc = _excursions(obs, metric)
+        if not judged or exc.empty:
+            out[mine] = 0.0
+            continue
+        d = o.loc[mine, "deviation"].to_numpy(dtype=float)
+        parts = (exc.groupby("component", sort=False)["deviation"] if rule.same_component
+                 else [("", exc["deviation"])])
+        logs = []
+        for _, devs in parts:
+            s = np.sort(devs.to_numpy(dtype=float))
+            with np.errstate(divide="ignore"):  # none as large: log 0, kept finite (pandas'
+                # cumsum makes -inf + -inf NaN); exp of it is 0 all the same
+                logs.append(np.maximum(np.log((len(s) - np.searchsorted(s, d, side="left"))
+                                              / judged), NO_CHANCE))
+        runs = o.loc[mine, "run"].to_numpy()
+        total = pd.DataFrame(np.column_stack(logs)).groupby(runs, sort=False).cumsum()
+        out[mine] = np.exp(total.to_numpy()).sum(axis=1)
     return out
 
 
