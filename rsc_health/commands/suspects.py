@@ -3,6 +3,7 @@
     healthctl suspects [--all] [--json]            # open episodes and their evidence
     healthctl suspects clear NODE --reason TEXT    # a person clears one (trusted again at once)
     healthctl suspects apply [--json]              # the manager pass (rsc-health-suspects.timer)
+    healthctl suspects rates [--json]              # the fleet's own rate the detector judges by
 """
 
 from __future__ import annotations
@@ -172,3 +173,50 @@ def apply_cmd(ctx, as_json) -> None:
     for err in res.errors:
         echo(f"Slurm: {err}", err=True)
     ctx.exit(1 if res.errors else 0)
+
+
+@suspects.command("rates")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def rates_cmd(ctx, as_json) -> None:
+    """The fleet's own rate, per judged metric, in the window the detector reads now: its
+    one-sweep excursions (a node past its line alone, neither sweep beside it) among the
+    judged node-sweeps, their size, and whether two of the median size in a row on one
+    component would wait a sweep more (`fleet_chance`, [failslow] fleet_chance_per_node_day;
+    docs/failslow.md). Exit 1 when the historian cannot be read."""
+    from rsc_health.historian.db import HistorianError
+    from rsc_health.historian.failslow import fleet_rates
+
+    cfg, now = ctx.obj.config, _now()
+    engine = _engine(ctx)
+    try:
+        found = fleet_rates(engine, now, cfg)
+    except HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.dispose()
+    lookback = float(cfg.get("failslow.lookback_min"))
+    if as_json:
+        click.echo(json.dumps({"schema": "rsc_health.fleet_rates/1", "now": now.isoformat(),
+                               "lookback_min": lookback,
+                               "metrics": [r.as_dict() for r in found]}, indent=1))
+        return
+    echo(f"the last {lookback:g} min to {now:%Y-%m-%d %H:%M} UTC ([failslow] lookback_min): "
+         "one-sweep excursions of the judged node-sweeps")
+    if not any(r.judged for r in found):
+        echo("no judged node-sweeps (no multi-node job with telemetry in the window)")
+        return
+    for r in found:
+        rule = "on" if r.fleet_chance else "off"
+        line = (f"{r.metric} (fleet_chance {rule}): {r.excursions} in {r.judged} "
+                f"({100 * r.rate:.2f}%)")
+        if r.excursions:
+            verdict = ("waits a sweep more" if r.pair_waits else
+                       "would wait a sweep more with the rule on" if (
+                           not r.fleet_chance and r.pair_per_node_day > r.budget_per_node_day
+                           > 0) else "is confirmed at persist_sweeps")
+            line += (f"; median {r.median_lines:.1f} lines past, 90% under "
+                     f"{r.p90_lines:.1f}; two of the median size in a row: "
+                     f"{r.pair_per_node_day:.1e} a node-day against "
+                     f"{r.budget_per_node_day:.1e}: such a pair {verdict}")
+        echo(line)

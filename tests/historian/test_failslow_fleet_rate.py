@@ -9,7 +9,7 @@ going bad, or a job's fabric event, is not chance."""
 from __future__ import annotations
 
 import warnings
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import numpy as np
 import pandas as pd
@@ -17,7 +17,7 @@ import pytest
 
 from rsc_health.config import ConfigError, load_config
 from rsc_health.historian.failslow import detect_frame
-from rsc_health.historian.failslow.core import Rules, find_runs, judged
+from rsc_health.historian.failslow.core import Rules, find_runs, fleet_rates, judged
 
 T0 = datetime(2026, 11, 26, 10, 0, 0)
 SWEEPS = 12
@@ -149,3 +149,82 @@ def test_a_site_that_also_asks_for_a_slowdown_waits_until_both_hold(tmp_path):
     assert _confirmed_at(*_fleet({6: 0.2, 7: 0.2}), site) == []
     assert _confirmed_at(*_fleet({6: 0.2, 7: 0.2, 8: 0.2}), site) == [8]
     assert _confirmed_at(*_fleet({6: 0.05, 7: 0.05, 8: 0.05}, background="quiet"), site) == [8]
+
+
+def test_the_fleets_rate_is_shown_as_the_rule_reads_it():
+    """`fleet_rates`, the operator's view (healthctl suspects rates): the bursty fleet's 18
+    one-sweep bursts among its judged node-sweeps, 2.5 lines past (0.05/s over a 0.02/s line),
+    and a pair of them waiting; the target's own run (three sweeps) is not an excursion. A quiet
+    fleet: none, nothing waits. Every judged metric is shown, the rule on or off."""
+    rules = Rules.from_config(DEFAULTS)
+    samples, members = _fleet({6: 0.05, 7: 0.05, 8: 0.05})
+    (rate,) = fleet_rates(judged(samples, members, None, rules), rules)
+    assert (rate.metric, rate.fleet_chance, rate.excursions) == ("ib_error_rate", True, 18)
+    # each node's first and last judged sweeps have no sweep beside them on one side
+    assert 7 * 8 * (SWEEPS - 4) <= rate.judged <= 7 * 8 * (SWEEPS - 2)
+    assert rate.median_lines == pytest.approx(2.5) and rate.p90_lines == pytest.approx(2.5)
+    assert rate.pair_per_node_day > rate.budget_per_node_day and rate.pair_waits
+    assert rate.as_dict()["rate"] == pytest.approx(18 / rate.judged)
+    quiet = fleet_rates(judged(*_fleet({}, background="quiet"), None, rules), rules)
+    assert [(r.excursions, r.pair_per_node_day, r.pair_waits) for r in quiet] == [(0, 0.0, False)]
+    off = Rules.from_config(DEFAULTS)
+    off = type(off)(**{**off.__dict__, "fleet_chance_per_node_day": 0.0})
+    assert not fleet_rates(judged(samples, members, None, off), off)[0].pair_waits
+
+
+def _historian_with_a_bursty_fleet(url: str, now: datetime) -> None:
+    """The bursty fleet's last hour, as the historian keeps it: jobs, job_nodes and one
+    telemetry_samples row per (time, node)."""
+    from rsc_health.historian import db, schema
+
+    samples, members = _fleet({6: 0.05, 7: 0.05})
+    shift = now - timedelta(minutes=61) - T0
+    engine = db.connect(url, upgrade=True)
+    try:
+        with engine.begin() as conn:
+            for pk, (job, nodes) in enumerate(members.groupby("job_id")["node"], start=1):
+                start = T0 + shift
+                conn.execute(schema.jobs.insert().values(
+                    id=pk, job_id=job, job_id_display=job, state="RUNNING", submit=start,
+                    start=start, end=None, nnodes=len(nodes), gpus=8 * len(nodes),
+                    nodelist=",".join(nodes), instance_key=f"{job}:{start}:{start}"))
+                conn.execute(schema.job_nodes.insert(), [{"job_pk": pk, "node": n}
+                                                         for n in nodes])
+            conn.execute(schema.telemetry_samples.insert(), [
+                {"time": (r.time + shift).to_pydatetime(), "node": r.node,
+                 "ib_error_rate": r.value, "ib_error_rate_c": r.component}
+                for r in samples.itertuples()])
+    finally:
+        engine.dispose()
+
+
+def test_healthctl_suspects_rates_reads_the_detectors_window(tmp_path):
+    import json
+
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    _historian_with_a_bursty_fleet(url, datetime.now(UTC).replace(tzinfo=None))
+    res = CliRunner().invoke(cli, ["--db", url, "suspects", "rates", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    (rate,) = out["metrics"]
+    assert out["lookback_min"] == 60 and rate["metric"] == "ib_error_rate"
+    # the window is the last hour: its first sweep or so is out of it, bursts kept
+    assert rate["excursions"] >= 12 and rate["pair_waits"] is True
+    text = CliRunner().invoke(cli, ["--db", url, "suspects", "rates"])
+    assert text.exit_code == 0, text.output
+    assert "ib_error_rate (fleet_chance on)" in text.output and "waits a sweep more" in text.output
+    empty = f"sqlite:///{tmp_path / 'empty.db'}"
+    from rsc_health.historian import db
+    db.connect(empty, upgrade=True).dispose()
+    res = CliRunner().invoke(cli, ["--db", empty, "suspects", "rates"])
+    assert res.exit_code == 0 and "no judged node-sweeps" in res.output
+    # a historian that cannot be read: one line, exit 1, never "no excursions"
+    (tmp_path / "dir.db").mkdir()
+    res = CliRunner().invoke(cli, ["--db", f"sqlite:///{tmp_path / 'dir.db'}", "suspects",
+                                   "rates"])
+    assert res.exit_code == 1 and "historian database" in res.output, res.output
+    assert len(res.output.strip().splitlines()) == 1

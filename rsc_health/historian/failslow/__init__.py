@@ -5,7 +5,8 @@ evidence.py  SuspectEvidence, the record the suspect tier consumes
 core.py      the pure detector: detect_frame(samples, membership, steps, cfg)
 recurring.py across jobs: a node off its peers from the start of job after job (its jobs'
              telemetry rollups), against the fleet's own rate of outlying nodes
-load.py      detect(engine, now, cfg): the historian's telemetry, jobs and step times
+load.py      detect(engine, now, cfg): the historian's telemetry, jobs and step times;
+             rates(engine, now, cfg): the fleet's one-sweep excursions in that window
 steps.py     per-rank step times: the JSON-lines drop file and NVRx straggler reports
 """
 
@@ -20,6 +21,8 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from sqlalchemy import Engine
+
+    from rsc_health.historian.failslow.core import FleetRate
 
 
 def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
@@ -37,4 +40,12 @@ def across_judged(engine: Engine) -> datetime | None:
     return last_across(engine)
 
 
-__all__ = ["SuspectEvidence", "across_judged", "detect", "detect_frame"]
+def fleet_rates(engine: Engine, now: datetime, cfg: Any) -> list[FleetRate]:
+    """Each judged metric's one-sweep excursions in the window `detect` reads at `now` (what
+    `fleet_chance` judges a run against)."""
+    from rsc_health.historian.failslow.load import rates
+
+    return rates(engine, now, cfg)
+
+
+__all__ = ["SuspectEvidence", "across_judged", "detect", "detect_frame", "fleet_rates"]

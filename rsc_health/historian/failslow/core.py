@@ -869,6 +869,23 @@ def _excursions(obs: pd.DataFrame, metric: str) -> tuple[int, pd.DataFrame]:
     return int(judged.sum()), out.assign(component=out["component"].fillna("").astype(str))
 
 
+def _survival_logs(exc: pd.DataFrame, judged: int, d: np.ndarray,
+                   same_component: bool) -> np.ndarray:
+    """log S_c(d) for each deviation in `d` (rows) and each component c of the excursions
+    (columns; one column, all of them, unless `same_component`): the share of the `judged`
+    node-slots that were an excursion on c at least d lines past. None as large: NO_CHANCE
+    (a log 0 kept finite: pandas' grouped cumsum makes -inf + -inf NaN; exp() of it is 0)."""
+    parts = (exc.groupby("component", sort=False)["deviation"] if same_component
+             else [("", exc["deviation"])])
+    logs = []
+    for _, devs in parts:
+        s = np.sort(devs.to_numpy(dtype=float))
+        with np.errstate(divide="ignore"):
+            logs.append(np.maximum(np.log((len(s) - np.searchsorted(s, d, side="left"))
+                                          / judged), NO_CHANCE))
+    return np.column_stack(logs)
+
+
 def _chance(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarray:
     """Each outlying row of a `fleet_chance` metric in `o` (sorted, with its `run`): the chance,
     per node-slot, that a healthy node shows the run's outlying slots so far by the fleet's own
@@ -887,19 +904,62 @@ def _chance(obs: pd.DataFrame, o: pd.DataFrame, rules: Rules) -> np.ndarray:
         if not judged or exc.empty:
             out[mine] = 0.0
             continue
-        d = o.loc[mine, "deviation"].to_numpy(dtype=float)
-        parts = (exc.groupby("component", sort=False)["deviation"] if rule.same_component
-                 else [("", exc["deviation"])])
-        logs = []
-        for _, devs in parts:
-            s = np.sort(devs.to_numpy(dtype=float))
-            with np.errstate(divide="ignore"):  # none as large: log 0, kept finite (pandas'
-                # cumsum makes -inf + -inf NaN); exp of it is 0 all the same
-                logs.append(np.maximum(np.log((len(s) - np.searchsorted(s, d, side="left"))
-                                              / judged), NO_CHANCE))
-        runs = o.loc[mine, "run"].to_numpy()
-        total = pd.DataFrame(np.column_stack(logs)).groupby(runs, sort=False).cumsum()
+        logs = _survival_logs(exc, judged, o.loc[mine, "deviation"].to_numpy(dtype=float),
+                              rule.same_component)
+        total = pd.DataFrame(logs).groupby(o.loc[mine, "run"].to_numpy(), sort=False).cumsum()
         out[mine] = np.exp(total.to_numpy()).sum(axis=1)
+    return out
+
+
+@dataclass(frozen=True)
+class FleetRate:
+    """One judged metric's one-sweep excursions in a window (`fleet_rates`), what the
+    `fleet_chance` rule reads: judged node-slots, excursions among them, their size in lines
+    past (median, 90th percentile), and the chance a node-day of two of the median size in a
+    row (on one component, for a same_component metric) against the budget."""
+    metric: str
+    fleet_chance: bool
+    judged: int
+    excursions: int
+    median_lines: float
+    p90_lines: float
+    pair_per_node_day: float
+    budget_per_node_day: float
+
+    @property
+    def rate(self) -> float:
+        return self.excursions / self.judged if self.judged else 0.0
+
+    @property
+    def pair_waits(self) -> bool:
+        """Whether two excursions of the median size in a row wait a sweep more (under the
+        rule: only where the metric has it on and the budget is not 0)."""
+        return (self.fleet_chance and self.budget_per_node_day > 0
+                and self.pair_per_node_day > self.budget_per_node_day)
+
+    def as_dict(self) -> dict:
+        return {**{f: getattr(self, f) for f in self.__dataclass_fields__},
+                "rate": self.rate, "pair_waits": self.pair_waits}
+
+
+def fleet_rates(obs: pd.DataFrame, rules: Rules) -> list[FleetRate]:
+    """Every judged metric's fleet rate in the judged frame `obs` (`judged`), its own or not:
+    an operator's view of what `fleet_chance` reads, and of what it would read where it is
+    off."""
+    out = []
+    per_day = 86400.0 / rules.slot_s
+    for metric in sorted(set(obs["metric"]) & set(rules.metrics)):
+        rule = rules.metrics[metric]
+        judged, exc = _excursions(obs, metric)
+        lines = exc["deviation"].to_numpy(dtype=float) / rules.k
+        median = float(np.median(lines)) if len(lines) else 0.0
+        pair = 0.0
+        if judged and len(lines):
+            logs = _survival_logs(exc, judged, np.array([median * rules.k]), rule.same_component)
+            pair = float(np.exp(2 * logs).sum() * per_day)
+        out.append(FleetRate(metric, rule.fleet_chance, judged, len(lines), median,
+                             float(np.quantile(lines, 0.9)) if len(lines) else 0.0, pair,
+                             rules.fleet_chance_per_node_day))
     return out
 
 

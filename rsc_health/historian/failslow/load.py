@@ -39,8 +39,11 @@ from rsc_health.historian.failslow.core import (
     MEMBER_COLUMNS,
     SAMPLE_COLUMNS,
     STEP_COLUMNS,
+    FleetRate,
     Rules,
     detect_frame,
+    fleet_rates,
+    judged,
 )
 from rsc_health.historian.failslow.evidence import SuspectEvidence
 from rsc_health.historian.failslow.recurring import ROLLUP_COLUMNS, Across, recurring_frame
@@ -222,13 +225,7 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
     across = Across.from_config(cfg)
     since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
     try:
-        step_rows = steps(engine, since, now)
-        with engine.connect() as conn:
-            gpus = _gpu_models(conn)  # once a pass: the window's jobs and the rollups'
-        members, step_rows = one_cluster_per_job(membership(engine, since, now, gpus),
-                                                 step_rows)
-        members = with_stages(members, step_rows)
-        samples = _samples(engine, since, now)
+        samples, members, step_rows, gpus = _window(engine, since, now)
         known = {e.node for e in active(engine)}  # the suspects table's one door
         rolled = pd.DataFrame(columns=list(ROLLUP_COLUMNS))
         judge_across = across.days > 0 and across.due(last_across(engine), now)
@@ -247,11 +244,39 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
         _judged_across(engine, now)
         return found
     except (OperationalError, InterfaceError, ProgrammingError) as exc:
-        orig = getattr(exc, "orig", None) or exc
-        first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
-        raise HistorianUnavailable(
-            f"historian database {safe_url(str(engine.url))} could not be read for fail-slow "
-            f"detection: {first}") from exc
+        raise _unavailable(engine, exc, "fail-slow detection") from exc
+
+
+def _window(engine: Engine, since: datetime, now: datetime
+            ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """What one detector pass reads for [since, now]: telemetry samples, the multi-node jobs'
+    membership (one cluster per job id, each node's stage from its step files), the step
+    rows, and the nodes' GPU models (read once: the rollups want them too)."""
+    step_rows = steps(engine, since, now)
+    with engine.connect() as conn:
+        gpus = _gpu_models(conn)  # once a pass: the window's jobs and the rollups'
+    members, step_rows = one_cluster_per_job(membership(engine, since, now, gpus), step_rows)
+    return _samples(engine, since, now), with_stages(members, step_rows), step_rows, gpus
+
+
+def _unavailable(engine: Engine, exc: Exception, what: str) -> HistorianUnavailable:
+    orig = getattr(exc, "orig", None) or exc
+    first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    return HistorianUnavailable(f"historian database {safe_url(str(engine.url))} could not be "
+                                f"read for {what}: {first}")
+
+
+def rates(engine: Engine, now: datetime, cfg: Any) -> list[FleetRate]:
+    """The fleet's one-sweep excursions per judged metric in the window a detector pass at
+    `now` reads (core.fleet_rates: what `fleet_chance` judges against), for an operator."""
+    rules = Rules.from_config(cfg)
+    since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
+    try:
+        samples, members, step_rows, _ = _window(engine, since, now)
+    except (OperationalError, InterfaceError, ProgrammingError) as exc:
+        raise _unavailable(engine, exc, "the fleet's rates") from exc
+    return fleet_rates(judged(samples, members, step_rows if not step_rows.empty else None,
+                              rules), rules)
 
 
 # ingest_cursors: when the last pass judged across jobs ([failslow] recurring_every_min).
