@@ -170,6 +170,14 @@ def test_the_fleets_rate_is_shown_as_the_rule_reads_it():
     off = Rules.from_config(DEFAULTS)
     off = type(off)(**{**off.__dict__, "fleet_chance_per_node_day": 0.0})
     assert not fleet_rates(judged(samples, members, None, off), off)[0].pair_waits
+    # bursts of a counter that jumped to the float's edge: sizes past any float, and still
+    # JSON (no Infinity, which strict JSON readers refuse)
+    import json
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (edge,) = fleet_rates(judged(*_fleet({}, burst=1.7e308), None, rules), rules)
+    assert edge.excursions == 18 and edge.median_lines == float("inf")
+    assert json.loads(json.dumps(edge.as_dict(), allow_nan=False))["median_lines"] is None
 
 
 def _historian_with_a_bursty_fleet(url: str, now: datetime) -> None:

@@ -858,8 +858,7 @@ def _excursions(obs: pd.DataFrame, metric: str) -> tuple[int, pd.DataFrame]:
     key = ["job_id", "node", "group"]
     f = obs.loc[obs["metric"] == metric, key + ["slot", "outlier", "job_wide", "deviation",
                                               "component"]].sort_values(key + ["slot"])
-    same, adjacent = _adjacency(f, key)
-    before = adjacent.to_numpy()
+    before = _adjacency(f, key)[1].to_numpy()
     after = np.append(before[1:], False)
     off = (f["outlier"] | f["job_wide"]).to_numpy(dtype=bool)
     alone = (f["outlier"].to_numpy(dtype=bool) & ~np.append(False, off[:-1])
@@ -938,8 +937,11 @@ class FleetRate:
                 and self.pair_per_node_day > self.budget_per_node_day)
 
     def as_dict(self) -> dict:
-        return {**{f: getattr(self, f) for f in self.__dataclass_fields__},
-                "rate": self.rate, "pair_waits": self.pair_waits}
+        """JSON's own values: a size past any float (a counter that jumped) is None."""
+        out = {**{f: getattr(self, f) for f in self.__dataclass_fields__},
+               "rate": self.rate, "pair_waits": self.pair_waits}
+        return {k: None if isinstance(v, float) and not np.isfinite(v) else v
+                for k, v in out.items()}
 
 
 def fleet_rates(obs: pd.DataFrame, rules: Rules) -> list[FleetRate]:
@@ -952,13 +954,13 @@ def fleet_rates(obs: pd.DataFrame, rules: Rules) -> list[FleetRate]:
         rule = rules.metrics[metric]
         judged, exc = _excursions(obs, metric)
         lines = exc["deviation"].to_numpy(dtype=float) / rules.k
-        median = float(np.median(lines)) if len(lines) else 0.0
-        pair = 0.0
+        median = p90 = pair = 0.0
         if judged and len(lines):
+            # sizes that are there (no interpolation: two past any float give inf, not NaN)
+            median, p90 = (float(q) for q in np.quantile(lines, [0.5, 0.9], method="lower"))
             logs = _survival_logs(exc, judged, np.array([median * rules.k]), rule.same_component)
             pair = float(np.exp(2 * logs).sum() * per_day)
-        out.append(FleetRate(metric, rule.fleet_chance, judged, len(lines), median,
-                             float(np.quantile(lines, 0.9)) if len(lines) else 0.0, pair,
+        out.append(FleetRate(metric, rule.fleet_chance, judged, len(lines), median, p90, pair,
                              rules.fleet_chance_per_node_day))
     return out
 
