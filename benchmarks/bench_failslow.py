@@ -26,7 +26,12 @@ sys.path.insert(0, str(HERE.parent))
 import pandas as pd  # noqa: E402
 
 from rsc_health.config import load_config  # noqa: E402
-from rsc_health.historian.failslow.core import Rules, find_runs, judged  # noqa: E402
+from rsc_health.historian.failslow.core import (  # noqa: E402
+    Rules,
+    find_runs,
+    fleet_rates,
+    judged,
+)
 from rsc_health.sim.failslow import FailSlowConfig, simulate_failslow  # noqa: E402
 
 sys.path.insert(0, str(HERE))
@@ -180,7 +185,7 @@ def from_start(rules: Rules, seeds: list[int], jobs: int) -> None:
 def run(seeds: list[int], jobs: int, rules: Rules, listing: bool = False) -> dict:
     tot = {"tp": 0, "fp": 0, "fn": 0, "delays": [], "imb_flags": 0, "imb_jobs": 0, "bound": 0,
            "missed": {}, "fp_metrics": {}, "injected": {}, "found": {}, "late": {}, "nodes": 0,
-           "fp_kind": {}, "sweeps_kind": {}, "seconds": 0.0}
+           "fp_kind": {}, "sweeps_kind": {}, "seconds": 0.0, "rates": {}}
     for seed in seeds:
         fleet = simulate_failslow(FailSlowConfig(jobs=jobs, seed=seed))
         t0 = time.perf_counter()
@@ -189,6 +194,10 @@ def run(seeds: list[int], jobs: int, rules: Rules, listing: bool = False) -> dic
         tot["seconds"] += time.perf_counter() - t0
         if listing:
             explain(seed, fleet, obs, runs)
+        for r in fleet_rates(obs, rules):  # what `fleet_chance` read: excursions, judged
+            seen = tot["rates"].setdefault(r.metric, [0, 0, r.fleet_chance])
+            seen[0] += r.excursions
+            seen[1] += r.judged
         s = score(fleet, runs, obs)
         for k in ("tp", "fp", "fn", "imb_flags", "imb_jobs", "bound"):
             tot[k] += s[k]
@@ -245,6 +254,9 @@ def main() -> int:
         print(f"  within 10 min of onset: {soon} of {injected} injected ({soon / injected:.3f}); "
               f"the two-sweep bound on these lines (two samples in a row past the line, job-wide "
               f"or not, the second within 10 min): {t['bound']} ({t['bound'] / injected:.3f})")
+        print("  the fleet's own one-sweep excursions (healthy and not) per judged node-sweep: "
+              + ", ".join(f"{m}{' (fleet_chance)' if on else ''} {100 * e / max(1, n):.2f}%"
+                          for m, (e, n, on) in sorted(t["rates"].items())))
         print(f"BENCH\tfailslow\t{name}_within_10min_of_bound\t"
               f"{soon / max(1, t['bound']):.3f}\tratio")
         rates = {k: 1e5 * t["fp_kind"].get(k, 0) / n for k, n in sorted(t["sweeps_kind"].items())
