@@ -206,14 +206,15 @@ def _historian_with_a_bursty_fleet(url: str, now: datetime) -> None:
         engine.dispose()
 
 
-def test_healthctl_suspects_rates_reads_the_detectors_window(tmp_path):
+def test_healthctl_suspects_rates_reads_the_detectors_window(tmp_path, historian_url):
+    """On SQLite and PostgreSQL: the command reads the window `detect` reads."""
     import json
 
     from click.testing import CliRunner
 
     from rsc_health.cli import cli
 
-    url = f"sqlite:///{tmp_path / 'h.db'}"
+    url = historian_url
     _historian_with_a_bursty_fleet(url, datetime.now(UTC).replace(tzinfo=None))
     res = CliRunner().invoke(cli, ["--db", url, "suspects", "rates", "--json"])
     assert res.exit_code == 0, res.output
