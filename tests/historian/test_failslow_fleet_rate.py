@@ -81,8 +81,13 @@ def test_two_bursts_in_a_row_of_the_size_healthy_ports_burst_to_wait_a_third_swe
     pair = _fleet({6: 0.05, 7: 0.05})
     assert _confirmed_at(*pair, DEFAULTS) == []
     assert detect_frame(*pair, None, DEFAULTS) == []
-    # the same port counting on: a suspect at its third sweep
-    assert _confirmed_at(*_fleet({6: 0.05, 7: 0.05, 8: 0.05}), DEFAULTS) == [8]
+    # the same port counting on: a suspect at its third sweep, and its evidence says why
+    on = _fleet({6: 0.05, 7: 0.05, 8: 0.05})
+    assert _confirmed_at(*on, DEFAULTS) == [8]
+    (ev,) = detect_frame(*on, None, DEFAULTS)
+    assert "confirmed a sweep later: the fleet's healthy ones" in ev.detail
+    (past,) = detect_frame(*_fleet({6: 0.2, 7: 0.2}), None, DEFAULTS)
+    assert "a sweep later" not in past.detail
 
 
 def test_a_port_counting_past_every_burst_the_fleet_shows_is_a_suspect_at_two_sweeps():

@@ -608,7 +608,7 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
     from its start, would excuse a suspect whose onset merely fell out of the window, and its
     evidence would stop renewing while it stays slow. Their runs are never excused so."""
     cols = ["job_id", "node", "group", "metric", "source", "since", "last", "confirmed",
-            "value", "peer_median", "deviation", "slots", "component"]
+            "value", "peer_median", "deviation", "slots", "component", "fleet_waited"]
     if obs.empty or not obs["outlier"].any():
         return pd.DataFrame(columns=cols)
     key = ["job_id", "node", "group", "metric"]
@@ -680,11 +680,15 @@ def find_runs(obs: pd.DataFrame, rules: Rules, suspects: Collection[str] = ()) -
 
     waits = until(_corroborated(obs, o, rules),
                   [m for m, r in rules.metrics.items() if r.corroborated_by])
+    chance_waits = pd.Series(False, index=o.index)
     if budget > 0:
         rare = np.nan_to_num(_chance(obs, o, rules), nan=np.inf) <= budget
-        waits |= until(rare, [m for m, r in rules.metrics.items() if r.fleet_chance])
+        chance_waits = until(rare, [m for m, r in rules.metrics.items() if r.fleet_chance])
+    waits |= chance_waits
     hit = o[o["outlier"] & (o["pos"] >= need + waits.astype(int))].drop_duplicates("run")
-    confirmed = hit.set_index("run")["time"].rename("confirmed")
+    # fleet_waited: the run was confirmed a sweep past persist_sweeps for the fleet's rate
+    confirmed = hit.set_index("run")["time"].rename("confirmed").to_frame().assign(
+        fleet_waited=chance_waits[hit.index].to_numpy(dtype=bool))
     o = o[o["outlier"] & o["run"].isin(confirmed.index)]
     known = set(suspects)
     o = o[~o["run"].isin(_role_runs(obs, o[~o["node"].isin(known)], key))]
@@ -1074,6 +1078,9 @@ def _detail(rows: pd.DataFrame, latest: pd.Series) -> str:
     where = f" on {latest['component']}" if latest["component"] else ""
     parts = [f"{latest['metric']} {float(latest['value']):.4g} vs peers' median {med:.4g} "
              f"({off:+.1f}%){where}, {int(rows['slots'].sum())} outlying sweeps"]
+    if bool(latest.get("fleet_waited", False)):
+        parts.append("confirmed a sweep later: the fleet's healthy ones went as far that often "
+                     "(healthctl suspects rates)")
     if stage:
         parts.append(f"stage {stage}")
     if model:
