@@ -34,7 +34,7 @@ def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: f
         from sqlalchemy.exc import SQLAlchemyError
 
         from rsc_health.exporter.historian import build, exposition, unreachable
-        from rsc_health.historian.db import HistorianError, connect
+        from rsc_health.historian.db import HistorianError, connect, first_line
     except ImportError as exc:
         raise click.ClickException(
             f"the historian extra is not installed here ({exc.name}): "
@@ -53,8 +53,7 @@ def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: f
         # Gone, locked past the busy timeout, frozen past the statement timeout, or not a
         # historian: the file says so (rsc_health_historian_up 0) instead of keeping the last
         # good numbers on display, and the command ends with one line.
-        orig = getattr(exc, "orig", None) or exc
-        failed = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+        failed = first_line(exc)
         text = exposition(unreachable())
     if not out:
         click.echo(text.decode(), nl=False)

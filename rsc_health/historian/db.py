@@ -434,7 +434,7 @@ def connect(url: str, *, upgrade: bool = False,
     except (OperationalError, SAInterfaceError) as exc:
         engine.dispose()
         raise HistorianUnavailable(
-            f"historian database {safe_url(url)} is unavailable: {_first_line(exc)}"
+            f"historian database {safe_url(url)} is unavailable: {first_line(exc)}"
         ) from exc
     except HistorianError:
         engine.dispose()
@@ -442,9 +442,11 @@ def connect(url: str, *, upgrade: bool = False,
     return engine
 
 
-def _first_line(exc: Exception) -> str:
+def first_line(exc: Exception) -> str:
+    """A database error's first line (the driver's own, under SQLAlchemy's wrapper), or its
+    type's name when it says nothing: one line, never a traceback or a multi-line dump."""
     orig = getattr(exc, "orig", None) or exc
-    return str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
 
 
 def create(engine: Engine) -> None:
@@ -548,7 +550,7 @@ def upgrade(url: str) -> tuple[int | None, int, list[int]]:
         return before, current_version(engine) or 0, applied
     except (OperationalError, SAInterfaceError) as exc:
         raise HistorianUnavailable(
-            f"historian database {safe_url(url)} is unavailable: {_first_line(exc)}"
+            f"historian database {safe_url(url)} is unavailable: {first_line(exc)}"
         ) from exc
     finally:
         engine.dispose()

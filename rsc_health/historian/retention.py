@@ -28,7 +28,7 @@ from sqlalchemy.exc import DBAPIError
 
 from rsc_health.config import packaged_default
 from rsc_health.historian import schema
-from rsc_health.historian.db import HistorianError, HistorianFrozen, writer
+from rsc_health.historian.db import HistorianError, HistorianFrozen, first_line, writer
 
 # Rows of one day of the time column per transaction (a day of a 16,000-node fleet's check
 # intervals is well under a second to delete).
@@ -160,7 +160,7 @@ def prune(engine: Engine, now: datetime, retention: Retention, *, dry_run: bool 
             done = ", ".join(f"{n} {t}" for t, n in counts.items() if n) or "nothing"
             raise PruneStopped(
                 f"prune stopped in {step.name} (deleted so far, and kept: {done}; the next "
-                f"run goes on from there): {_first_line(exc)}") from exc
+                f"run goes on from there): {first_line(exc)}") from exc
     return counts
 
 
@@ -183,6 +183,3 @@ def _delete(engine: Engine, step: _Step, counts: dict[str, int]) -> None:
             lo = conn.execute(select(func.min(col)).where(col >= hi)).scalar()
 
 
-def _first_line(exc: Exception) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]

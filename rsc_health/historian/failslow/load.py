@@ -34,7 +34,7 @@ from sqlalchemy import Engine, and_, func, or_, select
 from sqlalchemy.exc import InterfaceError, OperationalError, ProgrammingError
 
 from rsc_health.historian import schema
-from rsc_health.historian.db import HistorianUnavailable, safe_url, writer
+from rsc_health.historian.db import HistorianUnavailable, first_line, safe_url, writer
 from rsc_health.historian.failslow.core import (
     MEMBER_COLUMNS,
     SAMPLE_COLUMNS,
@@ -260,10 +260,8 @@ def _window(engine: Engine, since: datetime, now: datetime
 
 
 def _unavailable(engine: Engine, exc: Exception, what: str) -> HistorianUnavailable:
-    orig = getattr(exc, "orig", None) or exc
-    first = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
     return HistorianUnavailable(f"historian database {safe_url(str(engine.url))} could not be "
-                                f"read for {what}: {first}")
+                                f"read for {what}: {first_line(exc)}")
 
 
 def rates(engine: Engine, now: datetime, cfg: Any) -> list[FleetRate]:

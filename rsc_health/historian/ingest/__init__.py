@@ -17,6 +17,8 @@ from datetime import datetime, tzinfo
 
 from sqlalchemy import Connection, Engine, Table
 
+from rsc_health.historian.db import first_line
+
 BATCH_ROWS = 10_000
 # The CSV imports' (tickets, inventory, GPUs) encoding: UTF-8, a leading byte-order mark
 # dropped (Excel's "CSV UTF-8" writes one, and the header's first name read "\ufeffnode").
@@ -270,8 +272,7 @@ def pipe_rows(lines: Iterator[str], report: IngestReport) -> Iterator[tuple[int,
 def database_failed(what: str, exc: Exception) -> str:
     """One line for a database that failed or went away during a load (the load's
     transaction rolls back, so nothing of it is kept)."""
-    orig = getattr(exc, "orig", None) or exc
-    text = (str(orig).strip().splitlines() or [type(orig).__name__])[0]
+    text = first_line(exc)
     if "locked" in text or "busy" in text:
         text += " (another load holds the historian; try again when it has finished)"
     return f"historian database failed during the {what} load, nothing of it was kept: {text}"

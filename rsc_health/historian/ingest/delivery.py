@@ -45,6 +45,7 @@ from rsc_health.historian.db import (
     HistorianUnavailable,
     connect,
     engine_for,
+    first_line,
     no_such_table,
     refuse_other_versions,
     safe_url,
@@ -465,7 +466,7 @@ def deliver(
                 raise HistorianUnavailable(
                     f"historian database {safe_url(str(engine.url))} failed during the spool "
                     f"flush; {batch.name} and later batches stay in {spool_dir} and are "
-                    f"delivered again next time: {_first_line(exc)}{_grant_hint(exc)}"
+                    f"delivered again next time: {first_line(exc)}{_grant_hint(exc)}"
                 ) from exc
             report.skewed += rows.skewed
             if rows.bad:
@@ -501,9 +502,6 @@ def _grant_hint(exc: Exception) -> str:
             "docs/deployment.md)")
 
 
-def _first_line(exc: Exception) -> str:
-    orig = getattr(exc, "orig", None) or exc
-    return (str(orig).strip().splitlines() or [type(orig).__name__])[0]
 
 
 def pending_lines(spool_dir: Path) -> int:
