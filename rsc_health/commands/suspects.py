@@ -211,10 +211,9 @@ def rates_cmd(ctx, as_json) -> None:
         line = (f"{r.metric} (fleet_chance {rule}): {r.excursions} in {r.judged} "
                 f"({100 * r.rate:.2f}%)")
         if r.excursions:
-            verdict = ("waits a sweep more" if r.pair_waits else
-                       "would wait a sweep more with the rule on" if (
-                           not r.fleet_chance and r.pair_per_node_day > r.budget_per_node_day
-                           > 0) else "is confirmed at persist_sweeps")
+            verdict = ("is confirmed at persist_sweeps" if not r.pair_over_budget else
+                       "waits a sweep more" if r.fleet_chance else
+                       "would wait a sweep more with the rule on")
             line += (f"; median {r.median_lines:.1f} lines past, 90% under "
                      f"{r.p90_lines:.1f}; two of the median size in a row: "
                      f"{r.pair_per_node_day:.1e} a node-day against "

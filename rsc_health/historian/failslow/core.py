@@ -934,11 +934,15 @@ class FleetRate:
         return self.excursions / self.judged if self.judged else 0.0
 
     @property
+    def pair_over_budget(self) -> bool:
+        """Whether two excursions of the median size in a row are more common than the budget
+        allows (a budget of 0: no budget), the rule on for the metric or not."""
+        return 0 < self.budget_per_node_day < self.pair_per_node_day
+
+    @property
     def pair_waits(self) -> bool:
-        """Whether two excursions of the median size in a row wait a sweep more (under the
-        rule: only where the metric has it on and the budget is not 0)."""
-        return (self.fleet_chance and self.budget_per_node_day > 0
-                and self.pair_per_node_day > self.budget_per_node_day)
+        """Whether such a pair waits a sweep more: over the budget, the rule on."""
+        return self.fleet_chance and self.pair_over_budget
 
     def as_dict(self) -> dict:
         """JSON's own values: a size past any float (a counter that jumped) is None."""

@@ -223,9 +223,8 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
     detector that cannot see must say so, never answer "no suspects"."""
     rules = Rules.from_config(cfg)
     across = Across.from_config(cfg)
-    since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
     try:
-        samples, members, step_rows, gpus = _window(engine, since, now)
+        samples, members, step_rows, gpus = _window(engine, now, cfg)
         known = {e.node for e in active(engine)}  # the suspects table's one door
         rolled = pd.DataFrame(columns=list(ROLLUP_COLUMNS))
         judge_across = across.days > 0 and across.due(last_across(engine), now)
@@ -235,8 +234,7 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
                                  job_steps(engine, back, now, rules.steps_metric)) if len(f)]
             rolled = pd.concat(parts, ignore_index=True) if parts else rolled
         counted_from = ended_at(engine) if len(rolled) else {}
-        found = detect_frame(samples, members, step_rows if not step_rows.empty else None,
-                             rules, known)
+        found = detect_frame(samples, members, step_rows, rules, known)
         if not judge_across:
             return found
         found += recurring_frame(rolled, rules, alpha=across.alpha, min_jobs=across.min_jobs,
@@ -247,16 +245,19 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
         raise _unavailable(engine, exc, "fail-slow detection") from exc
 
 
-def _window(engine: Engine, since: datetime, now: datetime
-            ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    """What one detector pass reads for [since, now]: telemetry samples, the multi-node jobs'
-    membership (one cluster per job id, each node's stage from its step files), the step
-    rows, and the nodes' GPU models (read once: the rollups want them too)."""
+def _window(engine: Engine, now: datetime, cfg: Any
+            ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame | None, pd.DataFrame]:
+    """What one detector pass at `now` reads, the last [failslow] lookback_min minutes:
+    telemetry samples, the multi-node jobs' membership (one cluster per job id, each node's
+    stage from its step files), the step rows (None: none), and the nodes' GPU models (read
+    once: the rollups want them too)."""
+    since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
     step_rows = steps(engine, since, now)
     with engine.connect() as conn:
         gpus = _gpu_models(conn)  # once a pass: the window's jobs and the rollups'
     members, step_rows = one_cluster_per_job(membership(engine, since, now, gpus), step_rows)
-    return _samples(engine, since, now), with_stages(members, step_rows), step_rows, gpus
+    return (_samples(engine, since, now), with_stages(members, step_rows),
+            step_rows if not step_rows.empty else None, gpus)
 
 
 def _unavailable(engine: Engine, exc: Exception, what: str) -> HistorianUnavailable:
@@ -268,13 +269,11 @@ def rates(engine: Engine, now: datetime, cfg: Any) -> list[FleetRate]:
     """The fleet's one-sweep excursions per judged metric in the window a detector pass at
     `now` reads (core.fleet_rates: what `fleet_chance` judges against), for an operator."""
     rules = Rules.from_config(cfg)
-    since = now - timedelta(minutes=float(cfg.get("failslow.lookback_min")))
     try:
-        samples, members, step_rows, _ = _window(engine, since, now)
+        samples, members, step_rows, _ = _window(engine, now, cfg)
     except (OperationalError, InterfaceError, ProgrammingError) as exc:
         raise _unavailable(engine, exc, "the fleet's rates") from exc
-    return fleet_rates(judged(samples, members, step_rows if not step_rows.empty else None,
-                              rules), rules)
+    return fleet_rates(judged(samples, members, step_rows, rules), rules)
 
 
 # ingest_cursors: when the last pass judged across jobs ([failslow] recurring_every_min).
