@@ -96,6 +96,9 @@ RANGES: dict[str, tuple[float, float]] = {
     "site.max_output_bytes": (1024, 16 * 1024 * 1024),
     "site.max_lines": (1, 10_000),
     "qualify.k": (0.5, 20),
+    # At least three sweeps (a run must persist to be confirmed), at most a week (a window
+    # past the dates a database can hold failed every pass).
+    "failslow.lookback_min": (15, 10_080),
     "failslow.recurring_alpha": (0, 1),
     "failslow.recurring_days": (0, 366),
     "failslow.recurring_min_jobs": (1, 10_000),
@@ -104,6 +107,8 @@ RANGES: dict[str, tuple[float, float]] = {
     "telemetry.hw_throttle_warn_frac": (0, 1),
     "telemetry.pcie_link_warn_ratio": (0, 1),
     "telemetry.max_interval_s": (1, 86_400 * 7),
+    # A rate over no time: at least a second between two runs' reads.
+    "telemetry.min_interval_s": (1, 86_400),
     "qualify.min_margin": (0, 1),
     "qualify.max_margin": (0, 1),
     "qualify.min_peers": (1, 100_000),

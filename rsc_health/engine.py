@@ -72,6 +72,19 @@ def _unjudged(fam, state, new_cursors: dict) -> None:
             state.counters[key] = state.baseline[key]
 
 
+def _forget_unread_rates(baselines: dict, read: dict, families: list[str]) -> None:
+    """A rate family that ran and read any of its counters keeps only those: a baseline it
+    did not read this run is older than its clock's, and the next run would divide two
+    intervals' rise by one (Family.rates_prefix)."""
+    from rsc_health.checks import BY_NAME
+
+    for family in families:
+        prefix = BY_NAME[family].rates_prefix
+        if prefix and any(k.startswith(prefix) for k in read):
+            for key in [k for k in baselines if k.startswith(prefix) and k not in read]:
+                del baselines[key]
+
+
 def _hangs_before(shared: dict, own: dict | None, boot_id: str) -> dict[str, dict]:
     """The probes on record as hanging: the node path's record, and for a read-only run also
     its own (CHECK_HANGS_FILE) where that names a child still waiting and the node path's
@@ -273,6 +286,7 @@ def _run(
             # Merge: a partial run (--only) must not drop the other families' baselines.
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
+            _forget_unread_rates(merged, state.counters, families)
             merged.update(state.counters)
             if previous != {"boot_id": state.boot_id, "counters": merged}:
                 counters.save(os.path.join(sdir, COUNTERS_FILE), merged, state.boot_id,

@@ -63,6 +63,11 @@ class Family:
     # collect it has none of them, so one that does not run it never imports it for them
     # (checks.state._read_counters: a prolog spared host and telemetry, 1.6 M instructions).
     counters_own: bool = False
+    # Its counters become rates over the run's interval, under keys that start with this: a
+    # run of it that read any of them forgets the baselines it did not read (engine.commit),
+    # so a counter that did not answer one run gives the next no rate rather than its rise
+    # over two intervals divided by one.
+    rates_prefix: str | None = None
 
 
 class _Attr:
@@ -138,7 +143,7 @@ REGISTRY: tuple[Family, ...] = (
     # NVML's telemetry answers (asked only when it runs) and the HCAs' traffic counters:
     # one sample a run, warnings only.
     _family("telemetry", "telemetry", ("reads", "collect", "counters", "capture"), nvml=True,
-            counters_own=True),
+            counters_own=True, rates_prefix="tm/"),
 )
 FAMILIES: tuple[str, ...] = tuple(f.name for f in REGISTRY)
 CHECKS: dict[str, Callable] = {f.name: f.check for f in REGISTRY}

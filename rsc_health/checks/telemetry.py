@@ -80,10 +80,28 @@ NS = 1e9
 # both ways together), with room: a rate past it is a counter that jumped (a garbled read, a
 # reset the driver did not show as one), not traffic, and is absent, never recorded.
 NVLINK_MAX_BYTES_S = 4e12
+# Past these a reading is not one: clocks in MHz (today's GPUs run under 4 GHz), the PCIe
+# generation and lanes (x32 is the widest link the specification defines), and the power
+# drawn against the enforced limit (a GPU can briefly overshoot it, never tenfold).
+MAX_CLOCK_MHZ = 20_000
+MAX_PCIE_GEN = 16
+MAX_PCIE_WIDTH = 32
+MAX_POWER_RATIO = 10.0
+# The NVLink error counters summed per link (nvmlNvLinkErrorCounter_t), and the most links a
+# GPU has (NVLink 5: 18).
+NVLINK_ERRORS = ("replay", "recovery", "crc_flit", "crc_data")
+NVLINK_MAX_LINKS = 64
 
 
-def _prefix(gpu_index: int) -> str:
-    return f"tm/gpu{gpu_index}/"
+def _prefix(g) -> str:
+    """A GPU's counters' keys: by its UUID, which stays with the board when the GPUs are
+    numbered again (one fell off the bus and the driver was reloaded, without a reboot);
+    by its index only when NVML gave no UUID fit for a key."""
+    uuid = g.uuid
+    if isinstance(uuid, str) and 0 < len(uuid) <= 80 and all(
+            c.isascii() and (c.isalnum() or c == "-") for c in uuid):
+        return f"tm/{uuid}/"
+    return f"tm/gpu{g.index}/"
 
 
 def collect(root: StrPath, env=None) -> dict:
@@ -148,8 +166,9 @@ def counters(state) -> dict[str, int]:
 
 def _gpu_counters(g) -> dict[str, int]:
     """One GPU's cumulative counters: throttle (violation and event) times, PCIe replays and
-    the sum of its NVLinks' error counters."""
-    p = _prefix(g.index)
+    each NVLink's error counters summed (per link: a link that does not answer one run must
+    not make the GPU's sum fall, a fall that counts as a reset and its whole history as new)."""
+    p = _prefix(g)
     out: dict[str, int] = {}
     tele = g.answers.get(TELEMETRY_KEY)
     tele = tele if isinstance(tele, dict) else {}
@@ -162,16 +181,25 @@ def _gpu_counters(g) -> dict[str, int]:
     if replay is not None:
         out[f"{p}pcie_replay"] = replay
     links = [lk for lk in g.answers.get("nvlink") or [] if isinstance(lk, dict)]
-    errs = [e for e in (_int(lk.get(c)) for lk in links
-                        for c in ("replay", "recovery", "crc_flit", "crc_data")) if e is not None]
-    if errs:
-        out[f"{p}nvlink_errors"] = sum(errs)
+    for i, lk in enumerate(links[:NVLINK_MAX_LINKS]):
+        link = lk.get("link")
+        link = link if type(link) is int and 0 <= link < NVLINK_MAX_LINKS else i
+        errs = [_int(lk.get(c)) for c in NVLINK_ERRORS]
+        if all(e is not None for e in errs):  # a link read whole, or not at all
+            out[f"{p}nvlink{link}/errors"] = sum(e for e in errs if e is not None)
     kib = tele.get("nvlink_kib")
     for way in ("tx", "rx"):
         v = _int(kib.get(way)) if isinstance(kib, dict) else None
         if v is not None:
             out[f"{p}nvlink_{way}_kib"] = v
     return out
+
+
+def _upto(value, most: int) -> int | None:
+    """A reading NVML really answered and no GPU exceeds (0xFFFFFFFF, NVML's "not available"
+    in some structs, as a maximum would make every ratio nothing)."""
+    v = _int(value)
+    return v if v is not None and v <= most else None
 
 
 def _ratio(num, den) -> float | None:
@@ -189,7 +217,7 @@ def interval_s(state, tcfg: dict) -> float | None:
         # No baseline, or counters.deltas saw a reset: a new boot or the clock stepped back.
         return None
     secs = ms / 1000.0
-    if not float(tcfg["min_interval_s"]) <= secs <= float(tcfg["max_interval_s"]):
+    if secs <= 0 or not float(tcfg["min_interval_s"]) <= secs <= float(tcfg["max_interval_s"]):
         return None
     return secs
 
@@ -199,17 +227,17 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     tele = g.answers.get(TELEMETRY_KEY)
     tele = tele if isinstance(tele, dict) else {}
     util = tele.get("utilization")
-    busy_pct = _int(util.get("gpu")) if isinstance(util, dict) else None
+    busy_pct = _upto(util.get("gpu"), 100) if isinstance(util, dict) else None
     busy = busy_pct is not None and busy_pct >= float(tcfg["busy_util_pct"])
     out: dict = {"busy": busy}
     clocks, maxima = tele.get("clocks") or {}, tele.get("max_clocks") or {}
     if isinstance(clocks, dict) and isinstance(maxima, dict):
         for name in ("sm", "mem"):
-            r = _ratio(clocks.get(name), maxima.get(name))
+            r = _ratio(clocks.get(name), _upto(maxima.get(name), MAX_CLOCK_MHZ))
             if r is not None:
                 out[f"{name}_clock_ratio"] = min(r, 1.0)
     power = _ratio(tele.get("power_mw"), tele.get("enforced_power_limit_mw"))
-    if power is not None:
+    if power is not None and power <= MAX_POWER_RATIO:
         out["power_ratio"] = power
     temp = val(g.answers.get("temperature"))
     if isinstance(temp, (int, float)) and not isinstance(temp, bool) and -50 < temp < 200:
@@ -219,7 +247,7 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
         out["pcie_link_ratio"] = link
     out.update(_remap_figures(g.answers, tele))
     if interval is not None:
-        out.update(_rates(_prefix(g.index), state.deltas, interval))
+        out.update(_rates(_prefix(g), state.counters, state.deltas, interval))
     return out
 
 
@@ -256,8 +284,9 @@ def _pcie_link_ratio(pcie, busy: bool) -> float | None:
     """The PCIe link's width (and, busy, its speed) against its maximum."""
     if not isinstance(pcie, dict):
         return None
-    gen, mgen = _int(pcie.get("gen")), _int(pcie.get("max_gen"))
-    width, mwidth = _int(pcie.get("width")), _int(pcie.get("max_width"))
+    gen, mgen = _upto(pcie.get("gen"), MAX_PCIE_GEN), _upto(pcie.get("max_gen"), MAX_PCIE_GEN)
+    width = _upto(pcie.get("width"), MAX_PCIE_WIDTH)
+    mwidth = _upto(pcie.get("max_width"), MAX_PCIE_WIDTH)
     if width is None or not mwidth:
         return None
     # An idle GPU drops its link to Gen1 to save power: only a busy one's speed counts.
@@ -266,19 +295,20 @@ def _pcie_link_ratio(pcie, busy: bool) -> float | None:
     return min(1.0, width / mwidth)
 
 
-def _rates(p: str, deltas: dict, interval: float) -> dict:
+def _rates(p: str, read: dict, deltas: dict, interval: float) -> dict:
     """The GPU's figures over the interval: throttled fractions (the worst hardware reason,
-    the power cap) and error rates."""
+    the power cap) and error rates. `read`: this run's counters; one read without a rise on
+    record (it did not answer the run before) leaves the worst hardware reason unknown."""
     out: dict = {}
 
     def frac(key: str) -> float | None:
         d = deltas.get(p + key)
         return None if d is None else min(1.0, d / (interval * NS))
 
-    hw = {name: frac(f"event/{name}") for name in HW_EVENTS}
-    hw["thermal"] = frac("viol/thermal")
+    hw_keys = [f"event/{name}" for name in HW_EVENTS] + ["viol/thermal"]
+    hw = {key.rpartition("/")[2]: frac(key) for key in hw_keys}
     seen = {k: v for k, v in hw.items() if v is not None}
-    if seen:
+    if seen and all(p + key not in read or p + key in deltas for key in hw_keys):
         worst = max(seen, key=lambda k: seen[k])
         out["hw_frac"], out["hw_reason"] = seen[worst], worst
     power_frac = frac("event/sw_power_cap")
@@ -286,10 +316,15 @@ def _rates(p: str, deltas: dict, interval: float) -> dict:
         power_frac = frac("viol/power")
     if power_frac is not None:
         out["power_frac"] = power_frac
-    for key, name in (("pcie_replay", "pcie_replay_rate"), ("nvlink_errors", "nvlink_error_rate")):
-        d = deltas.get(p + key)
-        if d is not None:
-            out[name] = d / interval
+    d = deltas.get(p + "pcie_replay")
+    if d is not None:
+        out["pcie_replay_rate"] = d / interval
+    # The links with a rise on record (read this run and the last): one not read is left out
+    # of this run's sum, and its baseline with it (engine: a rate family's unread counters).
+    links = [d for d in (deltas.get(f"{p}nvlink{i}/errors") for i in range(NVLINK_MAX_LINKS))
+             if d is not None]
+    if links:
+        out["nvlink_error_rate"] = sum(links) / interval
     tx, rx = deltas.get(p + "nvlink_tx_kib"), deltas.get(p + "nvlink_rx_kib")
     if tx is not None and rx is not None:
         rate = (tx + rx) * 1024 / interval  # bytes per second
@@ -344,10 +379,11 @@ def _port_figures(port: dict, deltas: dict, expected: float, interval: float | N
         if d is not None:
             # port_*_data count octets / 4 (IB spec PortCounters): bytes per second.
             fig[c + "_rate"] = d * (4 if c.endswith("_data") else 1) / interval
-    seen = [d for d in (delta(c) for c in IB_ERRORS) if d is not None]
-    stopped = any(saturated(c, counts.get(c)) for c in IB_ERRORS)
-    if seen and not stopped:  # one stopped counter would understate the sum
-        fig["error_rate"] = sum(seen) / interval
+    # Every error counter read has a rise on record, or no sum: one stopped at its maximum,
+    # or read again after a run it did not answer, would understate it.
+    errors = [delta(c) for c in IB_ERRORS if c in counts]
+    if errors and all(d is not None for d in errors):
+        fig["error_rate"] = sum(d for d in errors if d is not None) / interval
     return fig
 
 
@@ -390,8 +426,9 @@ def check(state, cfg: dict) -> list[Finding]:
     for comp, fig in gpus.items():
         if fig.get("hw_frac", 0.0) > hw_limit:
             out.append(warn(FAMILY, comp, "gpu_hw_throttle",
-                            f"{comp} in {fig['hw_reason']} slowdown {fig['hw_frac']:.0%} of the "
-                            f"last {interval:.0f}s (warn above {hw_limit:.0%})",
+                            f"{comp} clocks held down ({fig['hw_reason']}) "
+                            f"{fig['hw_frac']:.0%} of the last {interval:.0f}s "
+                            f"(warn above {hw_limit:.0%})",
                             fraction=round(fig["hw_frac"], 4), reason_kind=fig["hw_reason"],
                             interval_s=interval))
         if fig.get("busy") and fig.get("pcie_link_ratio", 1.0) < pcie_limit:

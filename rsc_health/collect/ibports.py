@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from _typeshed import StrPath  # str | os.PathLike[str]
 
 MAX_PORTS = 64
+# HCA names looked at (one stat each): a broken or hostile class directory of thousands.
+MAX_HCAS = 1024
 SHARED_KEY = "ib_ports"
 SOURCE = "sys/class/infiniband"
 # A family's reads (checks.Family.reads) under each port: `<PORT_GLOB><file>`.
@@ -236,14 +238,12 @@ def _asker(root: str, names: tuple[str, ...]):
         ports: list[tuple[str, str, str, bool]] = []
         dropped = 0
         unlisted: dict[str, str] = {}
-        for hca, port in _each_port(root, unlisted):
+        for hca, port, virtual in _each_port(root, unlisted):
             if len(ports) >= MAX_PORTS:
                 dropped += 1
                 unlisted.setdefault(hca, f"more than {MAX_PORTS} ports")
                 continue
-            hdir = os.path.join(root, SOURCE, hca)
-            ports.append((hca, port, os.path.join(hdir, "ports", port),
-                          os.path.exists(os.path.join(hdir, "device", "physfn"))))
+            ports.append((hca, port, os.path.join(root, SOURCE, hca, "ports", port), virtual))
         emit({"ports": [[h, p, v] for h, p, _, v in ports], "dropped": dropped,
               "unlisted": unlisted})
         # One report per port and directory (its attributes, then its counters): what came
@@ -259,26 +259,58 @@ def _asker(root: str, names: tuple[str, ...]):
     return ask
 
 
-def _each_port(root: str, unlisted: dict[str, str]) -> Iterator[tuple[str, str]]:
-    """Every (HCA name, port name) in name order. No class directory is no port; an HCA whose
-    ports/ is gone (ENOENT: removed while listed) has none; one whose ports/ cannot be listed
-    otherwise (not a directory, EIO, EACCES) goes into `unlisted` with why: the checker could
-    not look, which is no evidence that its ports are gone."""
+def natural(name: str) -> tuple:
+    """A sort key that puts mlx5_9 before mlx5_10: runs of digits compare as numbers."""
+    parts: list = []
+    digits = ""
+    text = ""
+    for ch in name:
+        if ch.isdigit() and ch.isascii():
+            if text:
+                parts.append((0, text))
+                text = ""
+            digits += ch
+        else:
+            if digits:
+                parts.append((1, int(digits)))
+                digits = ""
+            text += ch
+    if digits:
+        parts.append((1, int(digits)))
+    if text:
+        parts.append((0, text))
+    return tuple(parts)
+
+
+def _each_port(root: str, unlisted: dict[str, str]) -> Iterator[tuple[str, str, bool]]:
+    """Every (HCA name, port name, whether the HCA is an SR-IOV virtual function): physical
+    HCAs first, each group in natural name order (mlx5_9 before mlx5_10), so that past
+    MAX_PORTS it is virtual functions' ports that are left, not the fabric's (40 HCAs of
+    which 32 are VFs listed mlx5_10..mlx5_39 ahead of mlx5_4 in plain order). No class
+    directory is no port; an HCA whose ports/ is gone (ENOENT: removed while listed) has
+    none; one whose ports/ cannot be listed otherwise (not a directory, EIO, EACCES) goes
+    into `unlisted` with why: the checker could not look, which is no evidence that its
+    ports are gone."""
     top = os.path.join(root, SOURCE)
     try:
-        hcas = sorted(os.listdir(top))
+        names = os.listdir(top)
     except FileNotFoundError:
         return
-    for hca in hcas:
+    # One stat per HCA (a tree of thousands is cut at MAX_PORTS ports below, each listed)
+    hcas = sorted((os.path.exists(os.path.join(top, h, "device", "physfn")), natural(h), h)
+                   for h in names[:MAX_HCAS])
+    for h in names[MAX_HCAS:]:
+        unlisted.setdefault(h, f"more than {MAX_HCAS} HCAs")
+    for virtual, _, hca in hcas:
         try:
-            ports = sorted(os.listdir(os.path.join(top, hca, "ports")))
+            ports = sorted(os.listdir(os.path.join(top, hca, "ports")), key=natural)
         except FileNotFoundError:
             continue
         except OSError as exc:
             unlisted[hca] = exc.strerror or type(exc).__name__
             continue
         for port in ports:
-            yield hca, port
+            yield hca, port, virtual
 
 
 def _timeout(env) -> float:

@@ -67,6 +67,23 @@ def test_a_garbled_sample_is_quarantined_with_its_record(historian, tmp_path, ba
     assert [r[0] for r in _samples(historian)] == ["gpu002"]
 
 
+@pytest.mark.parametrize("tiny", [1e-50, -1e-45, 5e-324])
+def test_a_value_too_small_for_a_4_byte_float_lands_as_zero_beside_the_rest(historian, tmp_path,
+                                                                          tiny):
+    """PostgreSQL's REAL refuses a non-zero value under about 1.2e-38 ("underflow"): one such
+    sample failed the whole flush, every node's record behind it, and every retry. It is 0."""
+    t = datetime.now().replace(microsecond=0) - timedelta(minutes=5)
+    recs = [_record(f"gpu{i:03d}", t, {"gpu_temp_c": {"value": 50, "component": "gpu0"}})
+            for i in range(4)]
+    recs.insert(2, _record("odd001", t, {"pcie_replay_rate": {"value": tiny,
+                                                              "component": "gpu1"}}))
+    report = deliver(historian, _spool(tmp_path, recs))
+    assert report.delivered.get("telemetry") == 5 and report.quarantined_count == 0
+    rows = _samples(historian)
+    assert len(rows) == 5
+    assert ("odd001", t, "pcie_replay_rate", 0.0, "gpu1") in rows
+
+
 def _insert_samples(engine, rows):
     """(node, time, metric, value, component) rows, stored as the delivery stores them: one
     row per (time, node)."""

@@ -174,8 +174,9 @@ def test_a_refused_telemetry_field_is_absent_not_a_checker_error(monkeypatch, co
     metrics = _sample(telemetry.check(state, CFG))["metrics"]
     assert Metric.POWER_RATIO not in metrics
     assert metrics[Metric.SM_CLOCK_RATIO]["value"] == pytest.approx(1395 / 1980, abs=1e-4)
-    assert "tm/gpu0/event/hw_thermal" not in state.counters
-    assert "tm/gpu0/event/sw_power_cap" in state.counters
+    prefix = f"tm/{state.gpu.gpus[0].uuid}/event/"
+    assert prefix + "hw_thermal" not in state.counters
+    assert prefix + "sw_power_cap" in state.counters
 
 
 # -- rates over the interval -----------------------------------------------------------

@@ -151,7 +151,8 @@ def test_garbled_throughput_histogram_and_rows_are_absent_never_a_crash(garbage)
     dev["remapped_rows"] = {"correctable": garbage, "uncorrectable": 0}
     first = _state(doc, 1_000_000)
     second = _state(doc, 1_300_000, _saved(first))
-    assert "tm/gpu2/nvlink_tx_kib" not in second.counters
+    assert telemetry._prefix(second.gpu.gpus[2]) + "nvlink_tx_kib" not in second.counters
+    assert telemetry._prefix(second.gpu.gpus[2]) + "nvlink_rx_kib" in second.counters
     findings = telemetry.check(second, CFG)
     gpus = _sample(findings)["gpus"]
     assert "nvlink_data_rate" not in gpus["gpu2"]

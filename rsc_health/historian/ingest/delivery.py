@@ -244,7 +244,8 @@ SAMPLE_COLUMNS = ("time", "node", *(c for m in Metric for c in (m.value, f"{m.va
 def _sample(rec: dict, node: str, when: datetime) -> tuple:
     """A telemetry record's row of telemetry_samples (SAMPLE_COLUMNS). A metric this
     historian does not know (a newer node) is left out; a value that is not a finite number
-    refuses the whole record (it was not written by the node path)."""
+    of at most 1e30 refuses the whole record (it was not written by the node path); one under
+    1e-30 is 0."""
     metrics = rec.get("metrics")
     if not isinstance(metrics, dict):
         raise RowError("telemetry record needs an object `metrics`")
@@ -256,7 +257,11 @@ def _sample(rec: dict, node: str, when: datetime) -> tuple:
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or abs(value) > 1e30:
             raise RowError(f"telemetry {name}: value {str(value)[:40]!r} is not a number")
-        got[name] = (float(value), _text(sample, "component")[:32])
+        # PostgreSQL's 4-byte column refuses a value under its smallest (about 1.2e-38:
+        # "underflow", and the whole flush with it); none of the vocabulary's is that small
+        # but zero.
+        got[name] = (float(value) if abs(value) >= 1e-30 else 0.0,
+                     _text(sample, "component")[:32])
     row: list = [db_time(when), node]
     for m in Metric:
         value, comp = got.get(m.value, (None, None))
