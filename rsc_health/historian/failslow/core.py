@@ -151,11 +151,33 @@ def _slot(times: pd.Series, slot_s: int) -> pd.Series:
     return utc(times).astype("int64") // (slot_s * 10**9)
 
 
-def _group_key(frame: pd.DataFrame) -> pd.Series:
-    model = frame["gpu_model"] if "gpu_model" in frame else _NO_GROUP
-    stage = frame["stage"] if "stage" in frame else _NO_GROUP
-    return (pd.Series(model, index=frame.index).fillna(_NO_GROUP).astype(str) + "|"
-            + pd.Series(stage, index=frame.index).fillna(_NO_GROUP).astype(str))
+def _group_key(frame: pd.DataFrame, min_nodes: int = 1) -> pd.Series:
+    """Each (job, node)'s telemetry peer group: its GPU model and pipeline stage.
+
+    A node whose model is not known (never qualified) takes its job's most common known
+    model: the likeliest, and a node left in a group of its own is never judged. The stage
+    comes from the job's own step files, untrusted: a job any of whose stages has fewer than
+    `min_nodes` nodes of a model is judged whole, stages pooled (8 stages of 2 nodes each
+    would leave every node unjudged, and a file naming one node a stage of its own would
+    hide it from its peers)."""
+    idx = frame.index
+    model = pd.Series(frame["gpu_model"] if "gpu_model" in frame else _NO_GROUP,
+                      index=idx).fillna(_NO_GROUP).astype(str)
+    stage = pd.Series(frame["stage"] if "stage" in frame else _NO_GROUP,
+                      index=idx).fillna(_NO_GROUP).astype(str)
+    if "job_id" not in frame or frame.empty:
+        return model + "|" + stage
+    job = frame["job_id"]
+    if (model == _NO_GROUP).any() and (model != _NO_GROUP).any():
+        known = pd.DataFrame({"job_id": job, "model": model})[model != _NO_GROUP]
+        likeliest = known.groupby("job_id")["model"].agg(lambda m: m.value_counts().index[0])
+        model = model.where(model != _NO_GROUP, job.map(likeliest).fillna(_NO_GROUP))
+    if (stage != _NO_GROUP).any():
+        size = pd.DataFrame({"job_id": job, "model": model, "stage": stage}).groupby(
+            ["job_id", "model", "stage"])["stage"].transform("size")
+        small = pd.Series(size.to_numpy() < min_nodes, index=idx).groupby(job).transform("any")
+        stage = stage.where(~small, _NO_GROUP)
+    return model + "|" + stage
 
 
 def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
@@ -169,7 +191,7 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
     s = s.assign(value=pd.to_numeric(s["value"], errors="coerce"),
                  time=utc(s["time"]))
     s = s[np.isfinite(s["value"].to_numpy(dtype=float))]
-    m = membership.assign(group=_group_key(membership))[
+    m = membership.assign(group=_group_key(membership, rules.min_nodes))[
         ["job_id", "node", "start", "end", "group"]]
     m = m.assign(start=utc(m["start"]), end=utc(m["end"]))
     j = s.merge(m, on="node", how="inner")
