@@ -136,7 +136,14 @@ RANGES: dict[str, tuple[float, float]] = {
     # Slurm's largest node weight (rsc_health.slurm.cli_backend.MAX_WEIGHT): scontrol drops a
     # larger one, exit 0, and sends the rest of the update.
     "suspects.suspect_weight": (2, 0xFFFFFFF0),
+    # An hour to a year: 1e12 hours overflowed every pass's date arithmetic, the tier stopped.
+    "suspects.expire_after_h": (1, 8784),
 }
+# Strings Slurm must take as one word: the trusted feature goes into AvailableFeatures= and a
+# job's --constraint (a comma or space in it would be two features, "" none: a suspect kept
+# only its weight and no restore ever matched).
+SLURM_WORDS = ("suspects.trusted_feature",)
+_WORD_CHARS = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.:+-")
 CHOICES: dict[str, tuple[str, ...]] = {
     "gpu.backend": ("auto", "nvml", "replay"),
     "gpu.nvml_binding": ("own", "pynvml"),
@@ -249,6 +256,9 @@ def _check_str(spec: Spec, value: Any, dotted: str) -> str | None:
     choices = CHOICES.get(dotted)
     if choices and value not in choices:
         return f"expected one of {', '.join(choices)}, got {value!r}"
+    if dotted in SLURM_WORDS and not (0 < len(value) <= 64 and set(value) <= _WORD_CHARS):
+        return f"expected one Slurm feature name (1-64 of A-Z a-z 0-9 _ . : + -), got " \
+               f"{value[:80]!r}"
     if (dotted.removesuffix("[]") in NONEMPTY_FAMILY_LISTS and value == ALL_FAMILIES):
         return None
     if dotted.removesuffix("[]") in FAMILY_LISTS and value not in family_names():

@@ -68,6 +68,9 @@ class Change:
     features: tuple[str, ...] | None = None  # set these (None: leave them)
     weight: int | None = None  # set this (None: leave it)
     slurm_weight: int | None = None  # the weight to give back when the episode ends
+    # slurm_weight is the weight Slurm showed for the node (not one saved before): it may
+    # replace a saved one; a saved one is never replaced by a guess (two passes at once)
+    own_weight: bool = True
     record: bool = True  # a node_actions row (False: nothing new to say)
 
 
@@ -99,7 +102,7 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
         if change is None:
             for p in parts:
                 used[p] = used.get(p, 0) + 1
-            change = _suspect(n, ep, rules) if rules.enabled else Change(
+            change = _suspect(n, ep, rules, restore_weights or {}) if rules.enabled else Change(
                 n.name, ActionKind.WOULD_SUSPECT, f"shadow mode: would take {rules.trusted} "
                 f"off and set weight {rules.suspect_weight}", ep.id, SHADOW,
                 record=ep.tier != SHADOW)
@@ -128,17 +131,20 @@ def _held_by_guard(n: NodeInfo, ep, parts, used: dict[str, int], members: dict[s
     if not full:
         return None
     # Shadow mode gives nothing back either: a write to Slurm is a write ([actions] enabled).
-    ours = (rules.enabled and ep.tier == APPLIED and rules.trusted not in n.features
-            and n.weight == rules.suspect_weight)
+    # The tier's own marks: an episode it applied, also one a person's drain or a DOWN held
+    # since (its tier then reads `person`, the marks are still on the node).
+    ours = (rules.enabled and (ep.tier == APPLIED or ep.slurm_weight is not None)
+            and rules.trusted not in n.features and n.weight == rules.suspect_weight)
     return Change(n.name, ActionKind.SUSPECT_HELD,
                   f"guard: partition {full[0]} already has {used.get(full[0], 0)} suspect(s) "
                   f"([suspects] max_share {rules.max_share:g})" + ("; given back" if ours else ""),
                   ep.id, HELD, record=ep.tier != HELD,
                   features=(*n.features, rules.trusted) if ours else None,
-                  weight=(ep.slurm_weight or 1) if ours else None)
+                  weight=(ep.slurm_weight if ep.slurm_weight is not None else 1)
+                  if ours else None)
 
 
-def _suspect(n: NodeInfo, ep, rules: TierRules) -> Change | None:
+def _suspect(n: NodeInfo, ep, rules: TierRules, saved: dict[str, int]) -> Change | None:
     """Take the trusted feature off and set the suspect weight (again, if Slurm lost it);
     None when Slurm already shows the tier applied."""
     feats = tuple(f for f in n.features if f != rules.trusted)
@@ -146,9 +152,13 @@ def _suspect(n: NodeInfo, ep, rules: TierRules) -> Change | None:
     if not lost and ep.tier == APPLIED:
         return None
     # The weight to give back: the node's own while Slurm shows it (slurm.conf's, read
-    # again at a reconfigure that may have changed it), else the one saved.
-    original = n.weight if n.weight != rules.suspect_weight else (
-        ep.slurm_weight if ep.slurm_weight is not None else 1)
+    # again at a reconfigure that may have changed it; with the feature on, the weight is
+    # the node's whatever it is, the suspect weight included), else the one this episode
+    # saved, else the one an earlier episode saved (the tier's marks left on the node by an
+    # episode that ended while Slurm was away, or in shadow mode).
+    own = rules.trusted in n.features or n.weight != rules.suspect_weight
+    original = n.weight if own else (ep.slurm_weight if ep.slurm_weight is not None
+                                     else saved.get(n.name, 1))
     why = (f"re-applied: Slurm had {','.join(n.features) or 'no features'} and weight "
            f"{n.weight} again (a reconfigure or restart)" if ep.tier == APPLIED else
            f"{ep.metric} {_num(ep.value)} against peers {_num(ep.peer_median)} "
@@ -157,7 +167,7 @@ def _suspect(n: NodeInfo, ep, rules: TierRules) -> Change | None:
     return Change(n.name, ActionKind.SUSPECT, why, ep.id, APPLIED,
                   features=feats if rules.trusted in n.features else None,
                   weight=rules.suspect_weight if n.weight != rules.suspect_weight else None,
-                  slurm_weight=original)
+                  slurm_weight=original, own_weight=own)
 
 
 def _restores(nodes: list[NodeInfo], suspect_nodes: set[str], rules: TierRules,
@@ -222,13 +232,25 @@ def manager_pass(engine, slurm, cfg, now: datetime, *, detect: Callable | None =
                          "detect): no new evidence this pass")
         log(res.notes[-1])
     else:
-        evidence = list(detect(engine, now, cfg))
-        res.evidence = len(evidence)
-        res.recorded = hs.record(engine, evidence, now, expire_after=timedelta(
-            hours=float(cfg.get("suspects.expire_after_h"))))
+        try:
+            evidence = list(detect(engine, now, cfg))
+        except Exception as exc:  # noqa: BLE001 - the tier is still brought in line below
+            # The detector failed (a statement timeout on a week's read, a bug): no new
+            # evidence this pass, but the episodes on record still expire and Slurm is still
+            # brought in line with them (a reconfigure's lost changes re-applied).
+            from rsc_health.historian.db import first_line
+
+            evidence = None
+            res.errors.append(f"fail-slow detector: {type(exc).__name__}: {first_line(exc)}"
+                              [:300] + " (no new evidence this pass)")
+        if evidence is not None:
+            res.evidence = len(evidence)
+            res.recorded = hs.record(engine, evidence, now, expire_after=timedelta(
+                hours=float(cfg.get("suspects.expire_after_h"))))
     res.settled = hs.settle(engine, now)
     res.expired = hs.expire(engine, now)
-    res.changes, res.errors = apply(engine, slurm, cfg, now, log=log)
+    res.changes, errors = apply(engine, slurm, cfg, now, log=log)
+    res.errors += errors
     return res
 
 
@@ -247,7 +269,16 @@ def apply(engine, slurm, cfg, now: datetime, *,
                                         and n.weight == rules.suspect_weight})
     done, errors = [], []
     away: SlurmUnavailable | None = None
-    for ch in plan(nodes, episodes, rules, restore):
+    changes = plan(nodes, episodes, rules, restore)
+    for ch in changes:
+        if ch.kind is ActionKind.SUSPECT and ch.own_weight and ch.weight is not None \
+                and ch.slurm_weight is not None and ch.slurm_weight >= rules.suspect_weight:
+            # Slurm fills the lowest weights first: a suspect lowered from its own weight is
+            # filled first by small jobs, not last. Kept off big jobs all the same (the feature).
+            errors.append(f"{ch.node}: its own weight {ch.slurm_weight} is not below [suspects] "
+                          f"suspect_weight {rules.suspect_weight}: as a suspect small jobs would "
+                          "reach it first, not last; set suspect_weight above every node's")
+    for ch in changes:
         if away is not None and (ch.features is not None or ch.weight is not None):
             # One timeout for the pass, not one per node: the next pass tries again.
             errors.append(f"{ch.node}: not tried, Slurm unavailable ({away})")
@@ -255,7 +286,7 @@ def apply(engine, slurm, cfg, now: datetime, *,
         if ch.episode_id is not None and ch.slurm_weight is not None and ch.weight is not None:
             # Before the update: one that lands with its answer lost leaves the node at the
             # suspect weight, where the next pass can no longer read the node's own.
-            hs.keep_weight(engine, ch.episode_id, ch.slurm_weight)
+            hs.keep_weight(engine, ch.episode_id, ch.slurm_weight, replace=ch.own_weight)
         try:
             if ch.features is not None or ch.weight is not None:
                 # One update: slurmctld never schedules (nor a failed call leaves) a node
@@ -268,7 +299,8 @@ def apply(engine, slurm, cfg, now: datetime, *,
             log(f"suspect tier: {ch.node}: {exc}")
             continue
         if ch.episode_id is not None:
-            hs.set_tier(engine, ch.episode_id, ch.tier, ch.slurm_weight)
+            hs.set_tier(engine, ch.episode_id, ch.tier,
+                        ch.slurm_weight if ch.own_weight else None)
         if ch.record:
             action(engine, ch.node, ch.kind, ch.why, now)
             log(f"suspect tier: {ch.node}: {ch.kind.value}: {ch.why}")

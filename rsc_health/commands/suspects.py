@@ -121,20 +121,34 @@ def clear(ctx, node, reason) -> None:
         raise click.ClickException(f"{node!r}: one node name, please")
     if not reason.strip():
         raise click.ClickException("--reason must say why")
+    from rsc_health.historian.freshness import believed_now
+
     who = os.environ.get("SUDO_USER") or getpass.getuser()
     engine = _engine(ctx)
     try:
-        ep = hs.clear(engine, node, _now(), who=who, why=reason.strip())
+        # The pass's clock, not the host's raw one: a clear stamped a year ahead made every
+        # later evidence "not newer than its cleared episode" for that year.
+        now, note = believed_now(engine, _now(), SUSPECTS_CLOCK_LEAD)
+        if note:
+            echo(f"note: {note}")
+        ep = hs.clear(engine, node, now, who=who, why=reason.strip())
         if ep is None:
             raise click.ClickException(f"{node} has no open suspect episode")
         echo(f"{node}: cleared by {who} ({reason.strip()})")
-        changes, errors = apply(engine, _slurm(ctx), ctx.obj.config, _now(), log=echo)
+        changes, errors = apply(engine, _slurm(ctx), ctx.obj.config, now, log=echo)
+        if not ctx.obj.config.get("actions.enabled"):
+            echo(f"note: shadow mode ([actions] enabled = false): nothing is written to Slurm; "
+                 f"{node} keeps the features and weight Slurm has for it now")
     finally:
         engine.dispose()
     for err in errors:
         echo(f"Slurm: {err} (the next `healthctl suspects apply` tries again)", err=True)
     if errors:
         ctx.exit(1)
+
+
+# How manager_pass's error for a failed detector begins (the others are Slurm's).
+DETECTOR_FAILED = "fail-slow detector:"
 
 
 @suspects.command("apply")
@@ -171,7 +185,7 @@ def apply_cmd(ctx, as_json) -> None:
         if not (res.recorded or res.settled or res.expired or res.changes):
             echo("suspect tier: nothing to change")
     for err in res.errors:
-        echo(f"Slurm: {err}", err=True)
+        echo(err if err.startswith(DETECTOR_FAILED) else f"Slurm: {err}", err=True)
     ctx.exit(1 if res.errors else 0)
 
 

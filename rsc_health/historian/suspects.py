@@ -84,9 +84,12 @@ def _finite(x) -> float | None:
 
 
 def _strongest(evs: list[SuspectEvidence]) -> SuspectEvidence:
-    """The evidence an operator reads first: steps before telemetry (the job's own clock),
-    then the largest deviation."""
-    return max(evs, key=lambda e: (e.source == STEPS, _finite(e.deviation) or 0.0))
+    """The evidence an episode is filed under: the node's own telemetry before a job's step
+    files (untrusted: the guard ranks an episode by its source, and a job writing slow steps
+    for a node the telemetry already showed slow must not turn its episode into a step-file
+    one, last in the guard's line and given back to big jobs), then the largest deviation.
+    The others are named in the detail."""
+    return max(evs, key=lambda e: (e.source != STEPS, _finite(e.deviation) or 0.0))
 
 
 def _fields(evs: list[SuspectEvidence], prior_jobs: Iterable[str] = ()) -> dict:
@@ -127,19 +130,29 @@ def record(engine, evidence: Iterable[SuspectEvidence], now: datetime, *,
             current = _episode(rows) if rows is not None else None
             if current is not None and current.state is SuspectState.SUSPECT:
                 f = _fields(evs, current.job_ids)
+                if current.source != STEPS and all(e.source == STEPS for e in evs):
+                    # Step files alone renew a telemetry episode, never refile it under them
+                    # (more evidence never lowers a node's place in the guard's line).
+                    f = {"job_ids": f["job_ids"]}
                 newest = max(last, current.last_evidence)
                 conn.execute(update(suspects).where(suspects.c.id == current.id).values(
                     last_evidence=newest, expires=newest + expire_after, **f))
                 out[node] = "renewed"
                 continue
-            if current is not None and last <= current.changed:
+            # When the last episode ended. One stamped after now, by a clock that was ahead (a
+            # year), must not shut out every evidence until that clock's time: it is taken to
+            # have ended with the last evidence it knew.
+            ended = None if current is None else (
+                current.changed if current.changed <= now
+                else min(current.last_evidence, now))
+            if current is not None and ended is not None and last <= ended:
                 out[node] = (f"ignored (evidence up to {last:%Y-%m-%d %H:%M} is not newer "
                              f"than its {current.state.value} episode, "
-                             f"{current.changed:%Y-%m-%d %H:%M})")
+                             f"{ended:%Y-%m-%d %H:%M})")
                 continue
-            if current is not None:
+            if ended is not None:
                 # Only the evidence seen after the last episode ended opens the new one.
-                since = max(since, current.changed)
+                since = max(since, ended)
             conn.execute(insert(suspects).values(
                 node=node, state=SuspectState.SUSPECT.value, since=since, last_evidence=last,
                 expires=last + expire_after,
@@ -223,12 +236,16 @@ def clear(engine, node: str, now: datetime, *, who: str, why: str) -> Episode | 
     return _episode(row)
 
 
-def keep_weight(engine, episode_id: int, slurm_weight: int) -> None:
+def keep_weight(engine, episode_id: int, slurm_weight: int, *, replace: bool = True) -> None:
     """The node's own weight, kept before the tier's update is sent: an update slurmctld took
-    whose answer was lost (a timeout) must still give the node its weight back."""
+    whose answer was lost (a timeout) must still give the node its weight back. `replace`
+    False (a weight not read off the node): only where none is kept yet, so a pass beside one
+    that read the node's own does not overwrite it with a guess."""
+    where = [suspects.c.id == episode_id]
+    if not replace:
+        where.append(suspects.c.slurm_weight.is_(None))
     with writer(engine).begin() as conn:
-        conn.execute(update(suspects).where(suspects.c.id == episode_id)
-                     .values(slurm_weight=slurm_weight))
+        conn.execute(update(suspects).where(*where).values(slurm_weight=slurm_weight))
 
 
 def set_tier(engine, episode_id: int, tier: str, slurm_weight: int | None = None) -> None:

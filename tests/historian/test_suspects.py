@@ -137,11 +137,13 @@ def test_garbled_evidence_is_kept_bounded_and_never_breaks_the_pass(historian):
         ev("node05", T0, value=float("nan"), dev=float("inf"), peer=-1e308,
            jobs=tuple(str(1000 + i) for i in range(500)) + ("9,9",)),
         ev("x" * 300, T0),  # not a node name Slurm could have
-        ev("node05", T0 + H, metric="m" * 500, dev=3.0, source=STEPS),
+        ev("node05", T0 + H, metric="m" * 500, dev=3.0),
+        ev("node05", T0 + H, metric="s" * 500, dev=50.0, source=STEPS),
     ]
     assert hs.record(historian, junk, T0 + H, expire_after=exp) == {"node05": "new"}
     [ep] = hs.active(historian)
-    assert ep.source == STEPS and len(ep.metric) == 64  # steps evidence leads
+    # the node's own telemetry leads (steps are the job's word), the finite deviation first
+    assert ep.source != STEPS and ep.metric == "m" * 64
     assert len(ep.job_ids) == hs.MAX_JOB_IDS and "9,9" not in ep.job_ids
     assert len(ep.detail) <= hs.MAX_DETAIL
 

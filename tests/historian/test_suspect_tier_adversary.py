@@ -1,0 +1,191 @@
+"""The suspect tier under what a fleet does to it between passes: a person's drain or a DOWN
+while the guard's share moves on, a job's step files piling onto a telemetry suspect, Slurm
+away when an episode ends, shadow mode switched on and off, two passes at once, a node whose
+own weight is the suspect weight or above it, a detector that fails, a person's clear stamped
+by a clock a year ahead. Each of these left a node untrusted past the guard's cap, trusted
+when it should not be, at weight 1 for good, or out of reach of new evidence."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from click.testing import CliRunner
+
+from rsc_health.cli import AppContext
+from rsc_health.commands.suspects import suspects as suspects_cmd
+from rsc_health.historian import db
+from rsc_health.historian import suspects as hs
+from rsc_health.historian.failslow.evidence import STEPS
+from rsc_health.slurm.memory import MemorySlurm
+from rsc_health.suspects import manager_pass
+from tests.historian.test_suspects import T0, TRUSTED, H, cfg, ev, fleet, run_pass
+
+MIN = timedelta(minutes=1)
+
+
+@pytest.fixture
+def engine(tmp_path):
+    e = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    yield e
+    e.dispose()
+
+
+def _untrusted(slurm) -> list[str]:
+    return sorted(n for n, i in slurm.info.items() if TRUSTED not in i.features)
+
+
+@pytest.mark.parametrize("state", [("IDLE+DRAIN", "checking fans -- alice"),
+                                   ("DOWN", "Not responding")])
+def test_a_suspect_held_by_a_person_or_a_down_comes_back_trusted_when_the_guard_is_full(
+        engine, tmp_path, state):
+    """Cap one (20 nodes at 5%). node07 was applied, then drained by a person (or DOWN);
+    node08 took the place. When node07 returned, the guard held it but left the tier's marks
+    on it: two nodes untrusted under a cap of one, and node07 never qualified."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    assert _untrusted(slurm) == ["node07"]
+    slurm.set_state("node07", *state)
+    run_pass(engine, slurm, config, T0 + 5 * MIN, [ev("node08", T0 + 5 * MIN, dev=5.0)])
+    slurm.set_state("node07", "IDLE", "")
+    t = T0 + 10 * MIN
+    run_pass(engine, slurm, config, t, [ev("node07", t), ev("node08", t, dev=5.0)])
+    assert _untrusted(slurm) == ["node08"]
+    assert slurm.info["node07"].weight == 10
+    assert {e.node: e.tier for e in hs.active(engine)} == {"node07": "held", "node08": "applied"}
+
+
+def test_step_files_piled_onto_a_telemetry_suspect_never_give_its_place_away(engine, tmp_path):
+    """A user's job writing slow steps for node07, already a telemetry suspect holding the
+    guard's one place, refiled its episode under the step files (weaker, last in the
+    guard's line): node07 went back to big jobs and node08 took its place."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0), ev("node08", T0, dev=5.0)])
+    assert _untrusted(slurm) == ["node07"]
+    for k in (1, 2):  # with its telemetry, then the step files alone
+        t = T0 + 5 * k * MIN
+        evidence = [ev("node07", t, dev=3.0, source=STEPS, jobs=("555",)),
+                    ev("node08", t, dev=5.0)] + ([ev("node07", t)] if k == 1 else [])
+        run_pass(engine, slurm, config, t, evidence)
+        assert _untrusted(slurm) == ["node07"]
+        [ep] = [e for e in hs.active(engine) if e.node == "node07"]
+        assert ep.source != STEPS and ep.deviation == 9.5 and "555" in ep.job_ids
+
+
+def test_an_episode_that_ended_while_slurm_was_away_gives_the_node_its_own_weight(engine,
+                                                                                 tmp_path):
+    """node07 expired while slurmctld was unreachable (its restore failed); new evidence opened
+    a new episode on a node still marked, which saved weight 1, and at its end node07 went
+    from weight 10 to 1, the first node Slurm fills."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    slurm.stop()
+    assert run_pass(engine, slurm, config, T0 + 25 * H).expired == ["node07"]
+    slurm.start()
+    t = T0 + 25 * H + 2 * MIN
+    run_pass(engine, slurm, config, t, [ev("node07", t - MIN)])
+    assert slurm.info["node07"].weight == 1000
+    assert run_pass(engine, slurm, config, t + 25 * H).expired == ["node07"]
+    assert slurm.info["node07"].weight == 10 and TRUSTED in slurm.info["node07"].features
+
+
+def test_shadow_mode_in_between_keeps_the_weight_to_give_back(engine, tmp_path):
+    slurm, on = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, on, T0, [ev("node07", T0)])
+    (tmp_path / "shadow").mkdir()
+    shadow = cfg(tmp_path / "shadow", "[actions]\nenabled = false\n")
+    run_pass(engine, slurm, shadow, T0 + 25 * H)  # expires; nothing written
+    t = T0 + 26 * H
+    run_pass(engine, slurm, shadow, t, [ev("node07", t)])  # a new episode, in shadow
+    run_pass(engine, slurm, on, t + MIN, [ev("node07", t + MIN)])
+    assert run_pass(engine, slurm, on, t + 26 * H).expired == ["node07"]
+    assert slurm.info["node07"].weight == 10 and TRUSTED in slurm.info["node07"].features
+
+
+def test_two_passes_at_once_never_replace_the_saved_weight_with_a_guess(engine, tmp_path):
+    """Pass A read the node (weight 10) and saved it; pass B had read the episodes and the
+    node after A's update (weight 1000, no saved weight yet) and saved 1 over A's 10."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    hs.record(engine, [ev("node07", T0)], T0, expire_after=timedelta(hours=24))
+    [ep] = hs.active(engine)
+    hs.keep_weight(engine, ep.id, 10)  # pass A
+    hs.keep_weight(engine, ep.id, 1, replace=False)  # pass B's guess
+    assert hs.active(engine)[0].slurm_weight == 10
+    hs.keep_weight(engine, ep.id, 12)  # a weight read off the node (a reconfigure changed it)
+    assert hs.active(engine)[0].slurm_weight == 12
+    slurm.update_node("node07", features=("h100",), weight=1000)  # A's update, landed
+    run_pass(engine, slurm, config, T0 + MIN, [ev("node07", T0 + MIN)])
+    assert hs.active(engine)[0].slurm_weight == 12
+
+
+def test_a_node_whose_own_weight_is_the_suspect_weight_gets_it_back(engine, tmp_path):
+    slurm = MemorySlurm()
+    for i in range(1, 21):
+        slurm.add_node(f"node{i:02d}", features=("h100", TRUSTED), weight=1000 if i == 7 else 10)
+    config = cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    assert hs.active(engine)[0].slurm_weight == 1000
+    run_pass(engine, slurm, config, T0 + 25 * H)
+    assert slurm.info["node07"].weight == 1000 and TRUSTED in slurm.info["node07"].features
+
+
+def test_a_suspect_weight_not_above_the_nodes_own_is_said(engine, tmp_path):
+    """Nodes at Weight=5000: a suspect lowered to 1000 is the first node small jobs get."""
+    slurm = MemorySlurm()
+    for i in range(1, 21):
+        slurm.add_node(f"node{i:02d}", features=("h100", TRUSTED), weight=5000)
+    res = run_pass(engine, slurm, cfg(tmp_path), T0, [ev("node07", T0)])
+    assert _untrusted(slurm) == ["node07"]  # kept off big jobs all the same
+    assert any("own weight 5000 is not below [suspects] suspect_weight 1000" in e
+               for e in res.errors)
+
+
+def test_a_failing_detector_still_brings_slurm_in_line_and_expires(engine, tmp_path):
+    """A reconfigure gave node07 its feature back while the detector failed every pass (a
+    statement timeout): the pass stopped before the tier, so node07 stayed trusted."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    slurm.update_node("node07", features=("h100", TRUSTED), weight=10)  # a reconfigure
+
+    def broken(engine, now, cfg):
+        raise TimeoutError("canceling statement due to statement timeout")
+
+    res = manager_pass(engine, slurm, config, T0 + MIN, detect=broken)
+    assert _untrusted(slurm) == ["node07"]
+    assert res.errors and res.errors[0].startswith("fail-slow detector: TimeoutError")
+    res = manager_pass(engine, slurm, config, T0 + 25 * H, detect=broken)
+    assert res.expired == ["node07"] and _untrusted(slurm) == []
+
+
+def test_a_clear_stamped_by_a_clock_a_year_ahead_does_not_shut_out_new_evidence(engine,
+                                                                                tmp_path):
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    hs.clear(engine, "node07", T0 + 365 * 24 * H, who="alice", why="fans")
+    t = T0 + 2 * H
+    assert run_pass(engine, slurm, config, t, [ev("node07", t)]).recorded == {"node07": "new"}
+    assert _untrusted(slurm) == ["node07"]
+
+
+def test_clear_in_shadow_mode_says_slurm_was_left_as_it_is(engine, tmp_path):
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    shadow = tmp_path / "shadow.toml"
+    shadow.write_text("[actions]\nenabled = false\n")
+    obj = AppContext(config_path=str(shadow), db_url=str(engine.url))
+    obj.slurm = slurm
+    out = CliRunner().invoke(suspects_cmd, ["clear", "node07", "--reason", "fans"], obj=obj)
+    assert out.exit_code == 0, out.output
+    assert "shadow mode" in out.output and "nothing is written to Slurm" in out.output
+    assert _untrusted(slurm) == ["node07"]
+
+
+@pytest.mark.parametrize("line", ['trusted_feature = ""', 'trusted_feature = "a,b"',
+                                  'trusted_feature = "has space"', "expire_after_h = 1e12",
+                                  "expire_after_h = 0"])
+def test_a_trusted_feature_slurm_cannot_take_or_an_absurd_expiry_is_a_config_error(tmp_path,
+                                                                                     line):
+    from rsc_health import ConfigError
+
+    with pytest.raises(ConfigError, match="trusted_feature|expire_after_h"):
+        cfg(tmp_path, f"[suspects]\n{line}\n")
