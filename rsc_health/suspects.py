@@ -66,6 +66,7 @@ class Change:
     episode_id: int | None = None
     tier: str = ""  # the episode's tier after this change
     features: tuple[str, ...] | None = None  # set these (None: leave them)
+    active: tuple[str, ...] | None = None  # the active ones with them (None: the same)
     weight: int | None = None  # set this (None: leave it)
     slurm_weight: int | None = None  # the weight to give back when the episode ends
     # slurm_weight is the weight Slurm showed for the node (not one saved before): it may
@@ -140,6 +141,7 @@ def _held_by_guard(n: NodeInfo, ep, parts, used: dict[str, int], members: dict[s
                   f"([suspects] max_share {rules.max_share:g})" + ("; given back" if ours else ""),
                   ep.id, HELD, record=ep.tier != HELD,
                   features=(*n.features, rules.trusted) if ours else None,
+                  active=_active(n, rules, add=True) if ours else None,
                   weight=(ep.slurm_weight if ep.slurm_weight is not None else 1)
                   if ours else None)
 
@@ -166,6 +168,7 @@ def _suspect(n: NodeInfo, ep, rules: TierRules, saved: dict[str, int]) -> Change
            f"{rules.suspect_weight}")
     return Change(n.name, ActionKind.SUSPECT, why, ep.id, APPLIED,
                   features=feats if rules.trusted in n.features else None,
+                  active=_active(n, rules, add=False) if rules.trusted in n.features else None,
                   weight=rules.suspect_weight if n.weight != rules.suspect_weight else None,
                   slurm_weight=original, own_weight=own)
 
@@ -178,10 +181,22 @@ def _restores(nodes: list[NodeInfo], suspect_nodes: set[str], rules: TierRules,
     return [Change(other.name, ActionKind.SUSPECT_RESTORE,
                    f"no open suspect episode: {rules.trusted} back, weight "
                    f"{restore_weights[other.name]}",
-                   features=(*other.features, rules.trusted), weight=restore_weights[other.name])
+                   features=(*other.features, rules.trusted),
+                   active=_active(other, rules, add=True), weight=restore_weights[other.name])
             for other in nodes
             if other.name not in suspect_nodes and rules.trusted not in other.features
             and other.weight == rules.suspect_weight and other.name in restore_weights]
+
+
+def _active(n: NodeInfo, rules: TierRules, *, add: bool) -> tuple[str, ...] | None:
+    """The node's active features with the trusted one added or taken off; None where they
+    are its available ones (no node_features plugin): the update sends those. A plugin's
+    node lists modes it could boot into beside those it runs: sending every available one
+    as active would mark exclusive modes all on."""
+    if n.active_features is None:
+        return None
+    kept = tuple(f for f in n.active_features if f != rules.trusted)
+    return (*kept, rules.trusted) if add else kept
 
 
 def _num(x) -> str:
@@ -291,7 +306,8 @@ def apply(engine, slurm, cfg, now: datetime, *,
             if ch.features is not None or ch.weight is not None:
                 # One update: slurmctld never schedules (nor a failed call leaves) a node
                 # with the feature changed and not the weight, or the reverse.
-                slurm.update_node(ch.node, features=ch.features, weight=ch.weight)
+                slurm.update_node(ch.node, features=ch.features, weight=ch.weight,
+                                  **({"active": ch.active} if ch.active is not None else {}))
         except SlurmError as exc:
             if isinstance(exc, SlurmUnavailable):
                 away = exc

@@ -66,6 +66,13 @@ class NodeInfo:
     # Slurm printed none). It moves by a second or two when slurmd registers again without a
     # reboot (it sends its uptime in whole seconds).
     boot_time: datetime | None = None
+    # ActiveFeatures, where a node_features plugin (knl_generic, helpers) makes them differ
+    # from the available ones (modes that need a reboot); None: the same as `features`.
+    active_features: tuple[str, ...] | None = None
+
+    @property
+    def active(self) -> tuple[str, ...]:
+        return self.features if self.active_features is None else self.active_features
 
     @property
     def flags(self) -> set[str]:

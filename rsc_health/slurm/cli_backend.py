@@ -120,6 +120,8 @@ def parse_node_line(line: str) -> NodeInfo:
         weight=int(weight) if weight.isdigit() else 1,
         next_state=kv.get("NextState", ""),
         boot_time=slurm_time(kv.get("BootTime")),
+        active_features=(_listed(kv["ActiveFeatures"]) if "ActiveFeatures" in kv
+                         and kv["ActiveFeatures"] != kv.get("AvailableFeatures") else None),
     )
 
 
@@ -317,12 +319,14 @@ class CliSlurm:
         _one_node("update", node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=UNDRAIN"])
 
-    def update_node(self, node: str, *, features=None, weight: int | None = None) -> None:
-        """The node's features (available and active alike; read back in NodeInfo.features)
-        and its weight, in one `scontrol update`: slurmctld applies one update_node message
-        under its node write lock, so no scheduling pass (nor reader) sees one without the
-        other, and a refused or lost call leaves neither. None: left as it is."""
-        self._run(node_update_argv(node, features, weight))
+    def update_node(self, node: str, *, features=None, weight: int | None = None,
+                    active=None) -> None:
+        """The node's features (available; `active` the active ones, the same when None: a
+        node_features plugin's node has modes available that are not active) and its weight,
+        in one `scontrol update`: slurmctld applies one update_node message under its node
+        write lock, so no scheduling pass (nor reader) sees one without the other, and a
+        refused or lost call leaves neither. None: left as it is."""
+        self._run(node_update_argv(node, features, weight, active))
 
     # ---- jobs ------------------------------------------------------------------------------
     def requeue(self, job_id: str) -> None:
@@ -486,7 +490,7 @@ class CliSlurm:
 MAX_WEIGHT = 0xFFFFFFF0
 
 
-def node_update_argv(node: str, features, weight: int | None) -> list[str]:
+def node_update_argv(node: str, features, weight: int | None, active=None) -> list[str]:
     """`scontrol update` of a node's features and/or weight, or SlurmCommandError before any
     call: one node, each feature one word (one reading "a State=IDLE" would make the node
     ambiguous), a weight Slurm takes whole."""
@@ -497,7 +501,10 @@ def node_update_argv(node: str, features, weight: int | None) -> list[str]:
         for f in feats:
             _one_feature(f)
         joined = ",".join(feats)
-        argv += [f"AvailableFeatures={joined}", f"ActiveFeatures={joined}"]
+        acts = feats if active is None else list(active)
+        for f in acts:
+            _one_feature(f)
+        argv += [f"AvailableFeatures={joined}", f"ActiveFeatures={','.join(acts)}"]
     if weight is not None:
         if (not isinstance(weight, int) or isinstance(weight, bool)
                 or not 0 <= weight <= MAX_WEIGHT):

@@ -66,6 +66,7 @@ class _Node:
     jobs: list[str] = field(default_factory=list)
     next_state: str = ""
     boot_time: datetime | None = None
+    active_features: tuple[str, ...] | None = None
 
     @property
     def base(self) -> str:
@@ -85,7 +86,7 @@ class _Node:
     def info(self) -> NodeInfo:
         return NodeInfo(self.name, self.state, self.reason, self.reason_user, self.reason_time,
                         self.partitions, self.features, self.weight, self.next_state,
-                        self.boot_time)
+                        self.boot_time, self.active_features)
 
 
 class MemorySlurm:
@@ -298,16 +299,18 @@ class MemorySlurm:
         raise SlurmUnavailable("no slurmdbd behind an in-memory Slurm: accounting is away")
 
     def update_node(self, node: str, *, features: Iterable[str] | None = None,
-                    weight: int | None = None) -> None:
+                    weight: int | None = None, active: Iterable[str] | None = None) -> None:
         """Features and weight as one update: refused whole (CliSlurm's own checks) or
         applied whole."""
         self._gate("update_node")
         feats = None if features is None else tuple(features)
-        node_update_argv(node, feats, weight)
+        acts = None if active is None else tuple(active)
+        node_update_argv(node, feats, weight, acts)
         n = self._node(node, "update")
         self.calls.append(("update_node", node, feats, weight))
         if feats is not None:
             n.features = feats
+            n.active_features = acts if acts != feats else None
         if weight is not None:
             n.weight = weight
         self._done("update_node")

@@ -189,3 +189,35 @@ def test_a_trusted_feature_slurm_cannot_take_or_an_absurd_expiry_is_a_config_err
 
     with pytest.raises(ConfigError, match="trusted_feature|expire_after_h"):
         cfg(tmp_path, f"[suspects]\n{line}\n")
+
+
+def test_a_node_features_plugins_active_modes_are_kept_not_set_to_every_available_one(engine,
+                                                                                      tmp_path):
+    """With a node_features plugin (knl_generic, helpers) a node lists modes it could boot
+    into (AvailableFeatures) beside those it runs (ActiveFeatures). The tier sent the
+    available list as active too: mutually exclusive modes all marked on."""
+    from rsc_health.slurm.cli_backend import node_update_argv, parse_node_line
+    from tests.slurm.test_cli_backend import DRAINED  # scontrol -o show node, Slurm 22.05
+
+    line = DRAINED.replace("AvailableFeatures=(null) ActiveFeatures=(null)",
+                           "AvailableFeatures=quad,snc2,cache,flat,rsc_trusted "
+                           "ActiveFeatures=quad,cache,rsc_trusted")
+    info = parse_node_line(line)
+    assert info.features == ("quad", "snc2", "cache", "flat", TRUSTED)
+    assert info.active == ("quad", "cache", TRUSTED)
+    slurm = fleet(20)
+    slurm._nodes["node07"].features = info.features
+    slurm._nodes["node07"].active_features = info.active
+    config = cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    n = slurm.info["node07"]
+    assert n.features == ("quad", "snc2", "cache", "flat") and n.active == ("quad", "cache")
+    assert "ActiveFeatures=quad,cache" in node_update_argv(
+        "node07", n.features, 1000, n.active)
+    run_pass(engine, slurm, config, T0 + 25 * H)  # expired: both lists get it back
+    n = slurm.info["node07"]
+    assert TRUSTED in n.features and n.active == ("quad", "cache", TRUSTED) and n.weight == 10
+    # without a plugin the two lists are one (scontrol prints them alike)
+    plain = parse_node_line(line.replace("ActiveFeatures=quad,cache,rsc_trusted",
+                                         "ActiveFeatures=quad,snc2,cache,flat,rsc_trusted"))
+    assert plain.active_features is None and plain.active == plain.features
