@@ -361,6 +361,41 @@ def scale(rules: Rules, nodes: int) -> None:
     print(f"scale: {nodes} nodes, {len(fleet.samples)} samples (an hour): detector {took:.1f} s, "
           f"{runs['node'].nunique()} suspects")
     print(f"BENCH\tfailslow\tdetect_{nodes}_nodes_hour\t{took:.1f}\ts")
+    big_job_shift(rules, 400 if os.environ.get("RSC_BENCH_QUICK") == "1" else 4000)
+
+
+def big_job_shift(rules: Rules, nodes: int) -> None:
+    """One job of `nodes` nodes, 30% of them congested together for six sweeps (a leaf
+    switch's event), an hour: every mover was paired with every node (2,000 nodes took 57 s
+    and 3.3 GB before `_past_allowed_alone`). Time and peak memory the detector allocates."""
+    import tracemalloc
+
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    names = [f"n{i:05d}" for i in range(nodes)]
+    wait = 1e6 * np.exp(rng.normal(0, 0.25, (nodes, 12)))
+    wait[: int(0.3 * nodes), 4:10] *= 8
+    t0 = pd.Timestamp("2026-11-26 10:00")
+    phase = rng.integers(5, 290, nodes)
+    samples = pd.DataFrame({
+        "node": np.repeat(names, 12),
+        "time": [t0 + pd.Timedelta(seconds=60 + 300 * s + int(phase[i]))
+                 for i in range(nodes) for s in range(12)],
+        "metric": "ib_xmit_wait_rate", "value": wait.ravel(), "component": "mlx5_0/1"})
+    members = pd.DataFrame({"job_id": "big", "node": names, "start": t0,
+                            "end": t0 + pd.Timedelta(hours=2)})
+    began = time.perf_counter()
+    runs = find_runs(judged(samples, members, None, rules), rules)
+    took = time.perf_counter() - began
+    tracemalloc.start()  # a second call, traced (tracing slows it several times)
+    find_runs(judged(samples, members, None, rules), rules)
+    peak = tracemalloc.get_traced_memory()[1] / 2**20
+    tracemalloc.stop()
+    print(f"big job: {nodes} nodes, 30% moving together for 6 sweeps: detector {took:.1f} s, "
+          f"peak {peak:.0f} MiB allocated, {runs['node'].nunique() if len(runs) else 0} suspects")
+    print(f"BENCH\tfailslow\tbig_job_{nodes}_shift\t{took:.1f}\ts")
+    print(f"BENCH\tfailslow\tbig_job_{nodes}_shift_peak\t{peak:.0f}\tMiB")
 
 
 def real_traces(rules: Rules) -> None:
