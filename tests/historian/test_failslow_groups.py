@@ -70,3 +70,28 @@ def test_a_lookback_that_cannot_confirm_or_overflows_is_a_config_error(tmp_path,
     site.write_text(f"[failslow]\nlookback_min = {minutes}\n")
     with pytest.raises(ConfigError, match="lookback_min"):
         load_config(site)
+
+
+def test_a_node_two_jobs_share_at_once_is_judged_in_neither_while_shared():
+    """Node S in job A and job B at once (OverSubscribe, GPUs split between the jobs): its
+    telemetry is one node-level figure, its worst GPU's, whichever job's that GPU is. Job B's
+    light workload on S's least busy GPU made S an NVLink suspect in job A, and S's job-A GPU
+    in HW slowdown was blamed on job B too. Samples from while it is shared are judged in
+    neither job; before job B came, S is judged in A as ever."""
+    from datetime import timedelta
+
+    from tests.historian.test_failslow_detect import T0, _noisy
+
+    a = [f"a{i}" for i in range(1, 8)] + ["S"]
+    b = [f"b{i}" for i in range(1, 8)] + ["S"]
+    nodes = sorted(set(a + b))
+    base = _noisy(5, 0.0, 0.01)
+    slow = _samples(nodes, "throttle_hw_frac",
+                    lambda i, s: max(0.0, base(i % 8, s)) + (0.8 if nodes[i] == "S" and s >= 6
+                                                             else 0.0), 12)
+    both = pd.concat([_job("A", a), _job("B", b)], ignore_index=True)
+    assert detect_frame(slow, both, None, CFG) == []
+    later = pd.concat([_job("A", a), _job("B", b, start=T0 + timedelta(hours=2))],
+                      ignore_index=True)  # B on S only after the window: S is A's alone
+    assert [(e.node, e.job_ids) for e in detect_frame(slow, later, None, CFG)] == [
+        ("S", ("A",))]

@@ -197,6 +197,11 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
     j = s.merge(m, on="node", how="inner")
     inside = (j["time"] >= j["start"]) & (j["end"].isna() | (j["time"] < j["end"]))
     j = j[inside]
+    # A node two judged jobs shared at the sample's time (OverSubscribe, GPUs split between
+    # jobs) says one node-level figure, its worst GPU's, whoever's GPU that is: judged in
+    # either job it blamed the other job's GPU. Such samples are judged in neither.
+    shared = j.groupby(["node", "time", "metric"], sort=False)["job_id"].transform("nunique")
+    j = j[shared.to_numpy() == 1]
     if j.empty:
         return pd.DataFrame(columns=cols)
     j = j.assign(slot=_slot(j["time"], rules.slot_s), component=j["component"].fillna(""))
@@ -1198,7 +1203,7 @@ def evidence_from_runs(runs: pd.DataFrame) -> list[SuspectEvidence]:
 
 def judged(samples: pd.DataFrame, membership: pd.DataFrame, steps: pd.DataFrame | None,
            rules: Rules, suspects: Collection[str] = ()) -> pd.DataFrame:
-    """Every observation judged (the frame behind the runs: benchmarks and `--explain`);
+    """Every observation judged (the frame behind the runs: the benchmarks read it);
     `suspects` as for find_runs (their levelled metrics judged as they are)."""
     obs = pd.concat([telemetry_observations(samples, membership, rules),
                      step_observations(steps, membership, rules)], ignore_index=True)
