@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from rsc_health.actions import guard_limit
 from rsc_health.historian.failslow.evidence import STEPS
 from rsc_health.model import TIER_APPLIED, TIER_HELD, TIER_PERSON, TIER_SHADOW, ActionKind
-from rsc_health.policy import is_ours
+from rsc_health.policy import MANUAL_MODE, parse_reason
 from rsc_health.slurm.api import NodeInfo, SlurmError, SlurmUnavailable
 
 # What the historian's `suspects.tier` says the tier did with an episode.
@@ -115,8 +115,11 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
 
 
 def _held_by_state(n: NodeInfo, ep) -> Change | None:
-    """A person's or Slurm's drain or down state wins over the tier."""
-    if not ((n.drain_set and not is_ours(n.reason)) or n.down):
+    """A person's or Slurm's drain or down state wins over the tier; an operator's own
+    `healthctl drain` (our prefix, mode manual) is a person's decision, as for the guard."""
+    parsed = parse_reason(n.reason) if n.drain_set else None
+    persons = n.drain_set and (parsed is None or parsed["mode"] == MANUAL_MODE)
+    if not (persons or n.down):
         return None
     return Change(n.name, ActionKind.SUSPECT_HELD,
                   f"{n.state} ({n.reason[:60]!r}): a person's or Slurm's state wins; left alone",

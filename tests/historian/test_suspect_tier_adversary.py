@@ -221,3 +221,20 @@ def test_a_node_features_plugins_active_modes_are_kept_not_set_to_every_availabl
     plain = parse_node_line(line.replace("ActiveFeatures=quad,cache,rsc_trusted",
                                          "ActiveFeatures=quad,snc2,cache,flat,rsc_trusted"))
     assert plain.active_features is None and plain.active == plain.features
+
+
+def test_an_operators_own_healthctl_drain_is_a_persons_state_the_tier_leaves_alone(engine,
+                                                                                   tmp_path):
+    """`healthctl drain` writes our prefix with mode manual: the guard and qualification
+    treat it as a person's decision; the tier took it for its own and changed the node."""
+    from rsc_health.policy import MANUAL_MODE
+
+    slurm, config = fleet(20), cfg(tmp_path)
+    slurm.set_state("node07", "IDLE+DRAIN", f"rsc_health:{MANUAL_MODE}:operator:bob DIMM "
+                    "reseat pending", user="bob")
+    res = run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    assert [(c.node, c.kind.value) for c in res.changes] == [("node07", "suspect_held")]
+    assert TRUSTED in slurm.info["node07"].features and slurm.info["node07"].weight == 10
+    slurm.set_state("node07", "IDLE+DRAIN", "rsc_health:now:xid79:gpu3 fell off the bus")
+    run_pass(engine, slurm, config, T0 + MIN, [ev("node07", T0 + MIN)])
+    assert _untrusted(slurm) == ["node07"]  # our own automatic drain: the tier applies
