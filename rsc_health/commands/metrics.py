@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import click
@@ -327,10 +328,9 @@ def goodput(ctx, since, until, as_json):
     )
     if not df.empty:
         pre = df.loc[df["kind"] == "preemption", "gpu_hours_lost"].sum()
-        click.echo(
-            f"total {df['gpu_hours_lost'].sum():,.1f} GPU-hours; "
-            f"{pre / df['gpu_hours_lost'].sum():.1%} from second-order preemptions"
-        )
+        total = df["gpu_hours_lost"].sum()
+        share = f"{pre / total:.1%}" if total > 0 else "none"  # jobs that never started
+        click.echo(f"total {total:,.1f} GPU-hours; {share} from second-order preemptions")
 
 
 # -- ettr -------------------------------------------------------------------------------------
@@ -356,6 +356,8 @@ def parse_what_if(text: str) -> tuple[str, float, bool]:
 def _apply_what_if(model, spec):
     what, value, relative = spec
     if what == "rf":
+        if not relative and model.r_f <= 0:  # a rate from none: set it, nothing to scale
+            return replace(model, r_f=value)
         return model.what_if(rf_scale=value if relative else value / model.r_f)
     return model.what_if(w_cp=value)
 
@@ -379,10 +381,16 @@ def _ettr_projection(ctx, base, nodes: int, what_ifs: list, runtime_days: float,
                 "eq1_expected": model.expected(),
                 "eq2_long_run": model.expected_long_run(),
                 "monte_carlo": mc.mean,
+                "monte_carlo_unfinished": mc.unfinished,
             }
         )
     if as_json:
         return _emit_json(rows)
+    for row in rows:
+        if row["monte_carlo_unfinished"]:
+            echo(f"note: {row['scenario']}: {row['monte_carlo_unfinished']} of the Monte Carlo "
+                 "runs were still requeueing after their bound of requeues (failures come "
+                 "faster than checkpoints): scored by the progress they made")
     import pandas as pd
 
     _table(

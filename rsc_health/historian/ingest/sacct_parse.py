@@ -89,6 +89,10 @@ NO_NODES = ("", "None assigned", "(null)", "None")  # what hostlist.expand reads
 MAX_HOSTS = hostlist.MAX_HOSTS
 # The jobs table's integer columns are 32-bit on both databases.
 MAX_COUNT = 2**31 - 1
+# GPUs a job can hold: more than any cluster has (16.7 M). A count near 2**31 fit the column
+# but not the metrics' arithmetic on it (the size bucket, ((gpus + 7) // 8) * 8, overflowed
+# PostgreSQL's integer: `healthctl mttf` and the whole Prometheus export failed on one row).
+MAX_GPUS = 2**24
 # Longest value each text column holds (schema.jobs); a longer one makes its row bad rather
 # than failing the whole load on PostgreSQL.
 MAX_WIDTH = {"JobIDRaw": 32, "JobID": 64, "User": 64, "Partition": 64, "ExitCode": 16}
@@ -723,7 +727,7 @@ _GPU_TYPED = re.compile(r"(?:^|,)gres/gpu:[^=,]+=(\d+)")
 
 def gpus_in_tres(tres: str) -> int | None:
     """GPUs in an AllocTRES string: `gres/gpu=N`, else the sum of `gres/gpu:<type>=N`.
-    ValueError for a count no job can have (more than a 32-bit column holds)."""
+    ValueError for a count no job can have (MAX_GPUS)."""
     m = _GPU_UNTYPED.search(tres)
     if m:
         count = int(m.group(1))
@@ -732,7 +736,7 @@ def gpus_in_tres(tres: str) -> int | None:
         if not typed:
             return None
         count = sum(int(n) for n in typed)
-    if count > MAX_COUNT:
+    if count > MAX_GPUS:
         raise ValueError(f"{count} GPUs")
     return count
 

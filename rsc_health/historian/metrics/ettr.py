@@ -118,12 +118,17 @@ def eq11_daly_young(n_nodes: float, r_f: float, u0: float, w_cp: float) -> float
     return (1.0 - lam * (u0 + math.sqrt(w_cp / (2.0 * lam)))) / (1.0 + math.sqrt(lam * w_cp / 2.0))
 
 
+# Requeues one Monte Carlo run may take before it is scored as it stands.
+MAX_ROUNDS = 2_000
+
+
 @dataclass(frozen=True)
 class MonteCarloResult:
     mean: float
     std: float
     runs: int
     mean_failures: float
+    unfinished: int = 0  # runs still requeueing after MAX_ROUNDS (scored by progress so far)
 
     @property
     def stderr(self) -> float:
@@ -147,7 +152,12 @@ def monte_carlo(model: EttrModel, runs: int = 20_000, seed: int = 0) -> MonteCar
     wall = np.zeros(runs)
     failures = np.zeros(runs, dtype=np.int64)
     active = np.ones(runs, dtype=bool)
-    while active.any():
+    rounds = 0
+    # Failures faster than a checkpoint cycle: a run makes (almost) no progress and never ends
+    # (100,000 nodes at the paper's r_f ran past 100 s). Bounded: a run still going after
+    # MAX_ROUNDS requeues is scored by the progress it made in the time it spent.
+    while active.any() and rounds < MAX_ROUNDS:
+        rounds += 1
         idx = np.flatnonzero(active)
         n = idx.size
         wait = rng.exponential(q, n) if q > 0 else np.zeros(n)
@@ -163,10 +173,13 @@ def monte_carlo(model: EttrModel, runs: int = 20_000, seed: int = 0) -> MonteCar
         done[idx] = np.where(ok, r, done[idx] + np.minimum(got, remaining))
         failures[idx[~ok]] += 1
         active[idx[ok]] = False
-    ettr = r / wall
+    with np.errstate(invalid="ignore", divide="ignore"):
+        ettr = np.where(active, np.divide(done, wall, out=np.zeros(runs), where=wall > 0),
+                        r / wall)
     return MonteCarloResult(
         mean=float(ettr.mean()),
         std=float(ettr.std(ddof=1)) if runs > 1 else 0.0,
         runs=runs,
+        unfinished=int(active.sum()),
         mean_failures=float(failures.mean()),
     )
