@@ -26,7 +26,7 @@ import os
 import stat
 import time
 
-from rsc_health.collect.sysfs import read_bounded
+from rsc_health.collect.sysfs import read_state
 from rsc_health.compat import join_parts, json_loads, path_mode, path_parts, pure_path
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
@@ -72,7 +72,7 @@ def load_state_json(path: str | os.PathLike[str]) -> dict:
     its mtime} when something is there that is not one (never blocks: read_bounded)."""
     path = _norm(path)
     try:
-        data = json_loads(read_bounded(path))
+        data = json_loads(read_state(path))
     except FileNotFoundError:
         if not _is_symlink(path):
             return {}
@@ -260,6 +260,29 @@ def _judge(st: os.stat_result, directory: str) -> None:
         raise UnsafeDirectory(f"{directory} is {why}: refused ({DIRECTORY_RULE})")
 
 
+def _judge_link(directory: str, opened: os.stat_result) -> None:
+    """The directory as named, beside the one opened: a symlink there is only as good as the
+    directory it stands in (its owner could have planted it: the owner of Debian's
+    /var/lib/prometheus swapped node-exporter/ for a link to a root-only directory, and
+    root wrote rsc_health.prom there), and a name that no longer leads to what was opened
+    was swapped meanwhile."""
+    st = os.lstat(directory)
+    if stat.S_ISLNK(st.st_mode):
+        if st.st_uid not in (0, os.geteuid()):  # planted in a sticky directory (/tmp)
+            raise UnsafeDirectory(f"{directory} is a symlink owned by uid {st.st_uid}: "
+                                  f"refused ({DIRECTORY_RULE})")
+        above = _parent(directory)
+        _judge(os.stat(above), above)
+    elif (st.st_dev, st.st_ino) != (opened.st_dev, opened.st_ino):
+        raise UnsafeDirectory(f"{directory} changed while it was opened: refused")
+
+
+def judge_directory(path: str | os.PathLike[str]) -> None:
+    """UnsafeDirectory unless the directory at `path` (followed) meets DIRECTORY_RULE."""
+    path = _norm(path)
+    _judge(os.stat(path), path)
+
+
 def ready_dir(path: str | os.PathLike[str]) -> None:
     """`path` made if missing (make_dirs) and judged by DIRECTORY_RULE now, before work that
     would be lost at the first write (UnsafeDirectory)."""
@@ -313,6 +336,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int =
     dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
         _judge(os.fstat(dfd), parent)
+        _judge_link(parent, os.fstat(dfd))
         fd, tmp = _create_unique(dfd, name, mode)
         try:
             try:

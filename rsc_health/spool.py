@@ -38,7 +38,7 @@ import time
 
 from rsc_health import lazyre
 from rsc_health.compat import datetime, json_dumps, json_loads
-from rsc_health.durable import fsync_dir, make_dirs, open_regular
+from rsc_health.durable import fsync_dir, judge_directory, make_dirs, open_regular
 from rsc_health.model import Finding, Severity, Status, new_record_id
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
@@ -173,6 +173,12 @@ def append(spool_dir: str | os.PathLike, records: list[dict]) -> None:
     if not os.path.isdir(spool_dir):
         make_dirs(spool_dir, SPOOL_DIR_MODE)
         fsync_dir(_parent(spool_dir))
+    # The spool and the directory it is named in, by DIRECTORY_RULE (as write_atomic judges
+    # every other file root writes): in a state dir another user owns, they could swap
+    # spool/ for a link to a directory of theirs, and root appended its records to a file
+    # they had seeded with a forged `resume` line, for the flush to deliver.
+    for directory in (_parent(spool_dir), spool_dir):
+        judge_directory(directory)
     data = "".join(json_dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
     payload = data.encode("utf-8", "surrogateescape")
     fd = _open_locked_pending(os.path.join(spool_dir, PENDING))

@@ -30,6 +30,7 @@ server). `check --from` judges the record a snapshot carries.
 from __future__ import annotations
 
 import os
+import time
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, gpu_name, ok, warn
@@ -77,7 +78,39 @@ def collect(root: StrPath, env) -> dict | None:
     if doc is not None:  # a snapshot's record: nothing of this machine is read
         return doc
     answers = env.state.nvml_answers if env.state is not None else None
-    return record(root, env.cfg, _nvml_pids(answers), env.stage)
+    pids = _nvml_pids(answers)
+    if not pids:
+        return record(root, env.cfg, pids, env.stage)  # the healthy case reads nothing at all
+    return _bounded_record(root, env, pids)
+
+
+# Longest wait for the /proc reads of the processes NVML names, without a stage budget or a
+# probe timeout (`healthctl check`).
+PROC_TIMEOUT_S = 5.0
+
+
+def _bounded_record(root: StrPath, env, pids: set[int]) -> dict:
+    """record() read in an abandonable child: the processes NVML names on a GPU are the ones
+    likeliest stuck in the driver, and reading such a process's /proc files can block in the
+    kernel (its memory map's lock held by the stuck fault) where no timeout reaches. A
+    thread blocked there keeps the prolog from exiting at all (D state), and the dead GPU's
+    evidence NVML already gave was never judged. Not answered in time: each pid is a process
+    on a GPU whose owner could not be read (no job), and the checker says why."""
+    from rsc_health.collect import bounded
+
+    timeout = env.probe_timeout_s if env.probe_timeout_s is not None else PROC_TIMEOUT_S
+    if env.deadline is not None:
+        timeout = max(0.05, min(timeout, env.deadline - time.monotonic()))
+    try:
+        return bounded.call(lambda: record(root, env.cfg, pids, env.stage), timeout)
+    except bounded.Abandoned as exc:
+        if env.state is not None:
+            env.state.errors.append(("leftover", "/proc", f"the GPU processes' /proc files did "
+                                                          f"not answer ({exc}): owners unread"))
+        return {"job_id": _own_job(), "stage": env.stage, "jobs": [], "spool_error": None,
+                "pids": {str(pid): {"seen": True, "job": None, "command": "?", "user": "?",
+                                    "age_s": None, "unreadable": True}
+                         for pid in sorted(pids)[:1024]}}
 
 
 def capture(cfg, root: StrPath, env) -> dict:
@@ -278,7 +311,8 @@ def _judge(g, p, here: dict) -> Finding | None:
     why = (f"left by an earlier run of job {job} (requeued), {info.get('age_s')} s old at "
            "this prolog" if earlier_run
            else f"left by job {job}, which no longer runs here" if job is not None
-           else "in no job's cgroup")
+           else "whose /proc files did not answer (stuck in the kernel): owner unread"
+           if info.get("unreadable") else "in no job's cgroup")
     severity = here["action"]
     if severity is Severity.DRAIN_NOW and own is None and running:
         # A sweep (no job of its own) while jobs run here: "now" would requeue them for a

@@ -34,15 +34,36 @@ def read_bounded(path: StrPath, limit: int = FILE_BYTES) -> bytes:
     ends (the node path ate memory until MemoryError), and a directory has no bytes."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, "not a regular file", str(path))
-        chunks, size = [], 0
-        while chunk := os.read(fd, min(1 << 16, limit + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limit:
-                raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
-        return b"".join(chunks)
+        return _read_fd(fd, path, limit)
+    finally:
+        os.close(fd)
+
+
+def _read_fd(fd: int, path: StrPath, limit: int) -> bytes:
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file", str(path))
+    chunks, size = [], 0
+    while chunk := os.read(fd, min(1 << 16, limit + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            raise OSError(errno.EFBIG, f"larger than {limit} bytes", str(path))
+    return b"".join(chunks)
+
+
+def read_state(path: StrPath, limit: int = FILE_BYTES) -> bytes:
+    """read_bounded for a file the node path wrote itself (a pending verdict, a cursor, the
+    counters): one owned by another user is refused (OSError EPERM), whatever the directory
+    let them do. In a state dir someone else owns, or one others could write, a planted
+    pending verdict failed every job and drained a healthy node. Root's and this process's
+    own files are read (an operator's read-only `healthctl check` reads root's)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        owner = os.fstat(fd).st_uid
+        if owner not in (0, os.geteuid()):
+            raise OSError(errno.EPERM, f"owned by uid {owner}, not root's nor this process's",
+                          str(path))
+        return _read_fd(fd, path, limit)
     finally:
         os.close(fd)
 

@@ -71,7 +71,12 @@ def _settled_without_slurm(ctx: Context, verdict: Verdict, had_pending: bool,
 
         Actor(None, ctx.cfg, ctx.node, ctx.sdir, log=log).apply(verdict)
         log(f"{stage.name}: shadow mode, would drain: {verdict.reason}")
-        return 0, False
+        if had_pending:
+            # Kept, and said: a verdict held from before shadow mode acts once [actions]
+            # enabled is true again (the gauge said nothing was pending, for weeks).
+            log(f"{stage.name}: a drain verdict held from before shadow mode stays pending; "
+                "it acts when [actions] enabled is true again")
+        return 0, had_pending
     if verdict.drains:
         return None
     if not (stage.counts_as_clean and locked and verdict.level in (Level.OK, Level.WARN)):
@@ -92,12 +97,13 @@ def _slurm_away(ctx: Context, verdict: Verdict, had_pending: bool, exc: Exceptio
     if not verdict.drains:
         log(f"{stage.name}: Slurm unavailable ({exc})")
         return 0, had_pending
-    save_pending(ctx.sdir, verdict, why="slurm_unavailable", now=now)
-    log(f"{stage.name}: Slurm unavailable ({exc}); verdict {verdict.level.name} kept "
-        f"for the next run")
+    kept = save_pending(ctx.sdir, verdict, why="slurm_unavailable", now=now)
+    log(f"{stage.name}: Slurm unavailable ({exc}); verdict {verdict.level.name} "
+        + ("kept for the next run" if kept else "not kept (see above): the next run "
+           "decides afresh"))
     # The prolog still fails the job start: slurmd then drains the node itself.
     enabled = bool(ctx.cfg.get("actions.enabled"))
-    return (drain_exit() if stage.name == "prolog" and enabled else 0), True
+    return (drain_exit() if stage.name == "prolog" and enabled else 0), kept
 
 
 def _held_back(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, held,

@@ -15,7 +15,7 @@ import stat
 import time
 
 from rsc_health import spool
-from rsc_health.collect.sysfs import read_bounded
+from rsc_health.collect.sysfs import read_state
 from rsc_health.compat import aware_time, datetime, json_dumps, json_loads, timedelta
 from rsc_health.durable import remove, write_atomic
 from rsc_health.model import Finding, Level, Verdict, utcnow
@@ -205,7 +205,8 @@ class CorruptPending(ValueError):
 
 
 def save_pending(sdir: str | os.PathLike, verdict: Verdict, *, why: str, holds: int = 0,
-                 retry_after: datetime | None = None, now: datetime | None = None) -> None:
+                 retry_after: datetime | None = None, now: datetime | None = None) -> bool:
+    """Keep the verdict for the next run; whether it was kept (said on stderr when not)."""
     data = {"level": verdict.level.exit_code, "why": why,
             "causes": [c.to_dict() for c in verdict.causes],
             "time": (now or utcnow()).isoformat()}
@@ -217,6 +218,8 @@ def save_pending(sdir: str | os.PathLike, verdict: Verdict, *, why: str, holds: 
         write_atomic(os.path.join(sdir, PENDING_VERDICT_FILE), json_dumps(data))
     except OSError as exc:
         log(f"cannot save the pending verdict ({exc}); the next run decides afresh")
+        return False
+    return True
 
 
 def load_pending(sdir: str | os.PathLike, lost: list[str] | None = None
@@ -239,7 +242,7 @@ def read_pending(sdir: str | os.PathLike) -> PendingVerdict | None:
     """The pending verdict, or None when there is none, read only (qualification's gate reads
     it so); CorruptPending for a file load_pending would discard."""
     try:
-        data: Any = json_loads(read_bounded(os.path.join(sdir, PENDING_VERDICT_FILE)))
+        data: Any = json_loads(read_state(os.path.join(sdir, PENDING_VERDICT_FILE)))
         causes = tuple(Finding.from_dict(c) for c in data["causes"])
         for c in causes:
             # JSON of the wrong types (a number or null where text belongs) would fail the
