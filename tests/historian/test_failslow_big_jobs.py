@@ -64,3 +64,31 @@ def test_the_port_congested_before_the_shift_is_still_found_in_a_big_job():
     runs = find_runs(judged(samples, _job("big", nodes, start=T0), None, rules), rules)
     assert nodes[n - 1] in set(runs["node"])
     assert not set(runs["node"]) & set(nodes[: int(0.3 * n)])  # the leaf's nodes: no one
+
+
+def test_step_times_with_a_node_in_two_sections_are_counted_by_node_as_the_pairs_count(
+        monkeypatch):
+    """NVRx reports put each node in a slot once per section: counting rows, not nodes, made
+    a lone slow node's own two rows two movers (its slot the job's, the straggler missed)."""
+    rules = Rules.from_config(CFG)
+    rng = np.random.default_rng(7)
+    nodes = [f"n{i:03d}" for i in range(60)]
+    rows = []
+    for s in range(12):
+        t = T0 + pd.Timedelta(minutes=5 * s + 1)
+        for i, node in enumerate(nodes):
+            for section in ("section:fwd_bwd", "gpu"):
+                slow = (1.4 if i == 7 and s >= 3 else 1.0) * (2.0 if i < 20 and 5 <= s < 8
+                                                              else 1.0)
+                rows.append({"job_id": "s", "rank": i, "node": node, "stage": section,
+                             "step": s, "seconds": float(slow * rng.normal(1.0, 0.01)),
+                             "time": t})
+    steps = pd.DataFrame(rows)
+    members = _job("s", nodes)
+    fast = judged(None, members, steps, rules)
+    monkeypatch.setattr(core, "_past_allowed_alone", lambda *a: pd.Series(dtype="int64"))
+    slow = judged(None, members, steps, rules)
+    cols = ["node", "group", "slot", "outlier", "job_wide"]
+    pd.testing.assert_frame_equal(fast[cols].reset_index(drop=True),
+                                  slow[cols].reset_index(drop=True))
+    assert "n007" in set(find_runs(fast, rules)["node"])

@@ -544,8 +544,9 @@ def _moved_with(obs: pd.DataFrame, rules: Rules, since: pd.Series | None = None)
 
 def _past_allowed_alone(bad: pd.DataFrame, key: list[str], rules: Rules) -> pd.Series:
     """Outliers (row -> count) with more nodes of their job, metric and slot at least half as
-    far past the job's median as they are (themselves included) than the slot allows: only
-    in slots with more outliers than that (a shift), each counted by a sorted search."""
+    far past the job's median as they are (themselves included) than the slot allows (its
+    rows, as judge_slots counts them): only in slots with more outliers than that (a shift),
+    each counted by a sorted search over the nodes' furthest moves."""
     n = bad.groupby(key, sort=False)["bad"].transform("size").to_numpy()
     allowed = np.maximum(1, np.floor(rules.max_outlier_share * n))
     many = bad["outlier"].groupby([bad[c] for c in key], sort=False).transform("sum").to_numpy()
@@ -554,12 +555,14 @@ def _past_allowed_alone(bad: pd.DataFrame, key: list[str], rules: Rules) -> pd.S
         return pd.Series(dtype="int64")
     found: dict = {}
     for _, g in busy.groupby(key, sort=False):
-        vals = np.sort(g["bad"].to_numpy(dtype=float))
+        # nodes, not rows: a job's step times put a node in a slot once per stage or section
+        # (each node's furthest move is the one that counts)
+        vals = np.sort(g.groupby("node", sort=False)["bad"].max().to_numpy(dtype=float))
         outl = g[g["outlier"].to_numpy(dtype=bool)]
         b = outl["bad"].to_numpy(dtype=float)
         with np.errstate(invalid="ignore"):
             c = len(vals) - np.searchsorted(vals, b / 2, side="left")
-        lim = np.maximum(1, np.floor(rules.max_outlier_share * len(vals)))
+        lim = np.maximum(1, np.floor(rules.max_outlier_share * len(g)))  # as judge_slots
         for row, count in zip(outl.index[c > lim], c[c > lim], strict=True):
             found[row] = int(count)
     return pd.Series(found, dtype="int64")
