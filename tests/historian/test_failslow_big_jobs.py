@@ -24,7 +24,7 @@ def _shifted_job(n: int, seed: int) -> pd.DataFrame:
     return wait
 
 
-@pytest.mark.parametrize("n,seed", [(40, 1), (120, 2), (300, 3)])
+@pytest.mark.parametrize("n,seed", [(130, 1), (200, 2), (300, 3)])
 def test_a_shift_judged_by_the_count_alone_is_judged_as_the_pairs_judge_it(monkeypatch, n,
                                                                            seed):
     rules = Rules.from_config(CFG)
@@ -72,7 +72,7 @@ def test_step_times_with_a_node_in_two_sections_are_counted_by_node_as_the_pairs
     a lone slow node's own two rows two movers (its slot the job's, the straggler missed)."""
     rules = Rules.from_config(CFG)
     rng = np.random.default_rng(7)
-    nodes = [f"n{i:03d}" for i in range(60)]
+    nodes = [f"n{i:03d}" for i in range(70)]  # 140 rows a slot: counted alone
     rows = []
     for s in range(12):
         t = T0 + pd.Timedelta(minutes=5 * s + 1)
