@@ -175,11 +175,50 @@ def run(
     return findings
 
 
+class InFlight:
+    """A run's collection as far as it got, for the watchdog that ends a run stuck in it (a
+    read in the kernel no deadline reaches): `judged()` judges the families whose every input
+    came in before the hang (NodeState.ready), so a GPU NVML already called lost still fails
+    the job start. Nothing is consumed: no cursor or baseline is saved, the next run judges
+    it all again. `findings`: the whole run's, once the checks are done."""
+
+    def __init__(self, cfg: Config, only: set[str] | None = None) -> None:
+        self.cfg = cfg
+        self.only = only
+        self.state = None  # checks.state.NodeState, set by collect_all
+        self.findings: list[Finding] | None = None
+
+    def judged(self) -> tuple[list[Finding], list[str]]:
+        """(findings, the families not judged): the whole run's once done, else the ready
+        families' own (their checks are pure: no I/O but the XID catalog's override)."""
+        if self.findings is not None:
+            return list(self.findings), []
+        from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
+
+        families = [f for f in FAMILIES if not self.only or f in self.only]
+        state = self.state
+        if state is None:
+            return [], families
+        ready = [f for f in families if state.ready(BY_NAME[f])]
+        data = dict(self.cfg.data)
+        findings = [_checker(family, source, f"{family}: cannot read {source}: {message}")
+                    for family, source, message in list(state.errors)]
+        for family, problem in _load_catalogs(self.cfg, ready, data):
+            findings.append(problem)
+            ready.remove(family)
+        for family in ready:
+            try:
+                findings.extend(CHECKS[family](state, data))
+            except Exception as exc:  # noqa: BLE001 - as in a whole run
+                findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
+        return findings, [f for f in families if f not in ready]
+
+
 def run_deferred(
     cfg: Config, root: str | os.PathLike, *, only: set[str] | None = None,
     budget_s: float | None = None,
     sweep: bool = False, read_only: bool = False, find_children: bool = False,
-    stage: str | None = None,
+    stage: str | None = None, inflight: InFlight | None = None,
 ):
     """(findings, commit): the node path calls commit() once what the findings say is safely
     spooled, so an event is never consumed without being recorded, and commit(events=False)
@@ -188,10 +227,12 @@ def run_deferred(
     commit() returns checker findings for state it could not save; it never raises.
     read_only: see run(). find_children: the run cannot save a record (the state dir refuses
     writes, the node lock is held): the children runs abandoned are found in /proc.
-    stage: the node path's stage, given to the collectors (CollectEnv.stage)."""
+    stage: the node path's stage, given to the collectors (CollectEnv.stage). inflight: see
+    InFlight (the node path's watchdog)."""
     try:
         return _run(cfg, root, only=only, budget_s=budget_s, sweep=sweep,
-                    read_only=read_only, find_children=find_children, stage=stage)
+                    read_only=read_only, find_children=find_children, stage=stage,
+                    inflight=inflight)
     except Exception as exc:  # noqa: BLE001 - the contract: never raise
         return ([_checker("engine", "engine", f"checker failed: {type(exc).__name__}: {exc}")],
                 lambda events=True: [])
@@ -201,6 +242,7 @@ def _run(
     cfg: Config, root: str | os.PathLike, *, only: set[str] | None, budget_s: float | None,
     sweep: bool,
     read_only: bool = False, find_children: bool = False, stage: str | None = None,
+    inflight: InFlight | None = None,
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
     from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
@@ -234,7 +276,7 @@ def _run(
     state, new_cursors = collect_all(
         cfg, root, only=set(families), cursors=cursors, previous_counters=previous,
         probe_timeout_s=timeout, deadline=deadline,
-        hangs_before=hangs_before, stage=stage,
+        hangs_before=hangs_before, stage=stage, inflight=inflight,
     )
     for family, source, message in state.errors:
         findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))

@@ -171,12 +171,16 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
         families, cfg = prolog_lite(cfg, families, os.environ)
     remaining = ctx.deadline - time.monotonic()
     run.step = "checks"
+    only = set(families) if families else None
+    run.inflight = engine.InFlight(cfg, only)
     # Checks get at most half of what is left; Slurm calls get the rest.
     findings, commit = engine.run_deferred(
-        cfg, ctx.root, only=set(families) if families else None,
+        cfg, ctx.root, only=only,
         budget_s=max(1.0, remaining * 0.5), sweep=stage.name == "sweep",
         find_children=bool(lock_held) or not state_writable, stage=stage.name,
+        inflight=run.inflight,
     )
+    run.inflight.findings = findings
     if lock_held:
         findings.append(Finding("checker", LOCK_FILE, Status.ERROR, Severity.NONE,
                                 f"{lock_held}: judged without it, read-only", "lock_held"))

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from _typeshed import StrPath  # str | os.PathLike[str]
 
 
+NVML, IBPORTS = "nvml", "ibports"  # NodeState.collected's names of the shared inputs
+
+
 @dataclass
 class NodeState:
     boot_id: str = ""
@@ -40,6 +43,17 @@ class NodeState:
     # the next run asks health again from a new child instead of going blind.
     hung_after_health: set[str] = field(default_factory=set)
     hangs: dict[str, dict] = field(default_factory=dict)
+    # The inputs read in full so far, in collect_all's order: NVML ("nvml"), each family's
+    # own collector (its name) and the ports' child ("ibports"). A run the watchdog ends
+    # judges the families whose every input is in (ready), and no other.
+    collected: set[str] = field(default_factory=set)
+
+    def ready(self, fam) -> bool:
+        """Whether every input family `fam` judges is in (collected): its check sees what a
+        whole run's would, but no counter deltas (taken once all are read)."""
+        return ((not fam.nvml or NVML in self.collected)
+                and (fam.collect is None or fam.name in self.collected)
+                and (not ibports.port_files(fam.reads or ()) or IBPORTS in self.collected))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -56,15 +70,20 @@ def collect_all(
     deadline: float | None = None,
     hangs_before: dict[str, dict] | None = None,
     stage: str | None = None,
+    inflight=None,
 ) -> tuple[NodeState, dict]:
     """The node's state and the new kernel-log cursors of the families that ran and keep one
     (family -> cursor; saved by the caller once judged). `deadline`
     (time.monotonic()) bounds the families that run programs (site). `hangs_before`: the
     probes on record as hanging (collect.hangs); one whose abandoned child is still in the
-    kernel is not asked again, it is still hung. `stage`: the node path's (CollectEnv.stage)."""
+    kernel is not asked again, it is still hung. `stage`: the node path's (CollectEnv.stage).
+    `inflight` (engine.InFlight): given the state as soon as there is one, so a run the
+    watchdog ends judges what was read before the hang (NodeState.collected)."""
     hangs_before = hangs_before or {}
     families = [f for f in REGISTRY if not only or f.name in only]
     state = NodeState(boot_id=kmsg.boot_id(root))
+    if inflight is not None:
+        inflight.state = state
     env = CollectEnv(cfg, deadline, state, cursors or {}, hangs_before, probe_timeout_s,
                      stage=stage)
     # The InfiniBand ports' child first: it reads them while NVML answers (collect.ibports).
@@ -80,12 +99,15 @@ def collect_all(
     if any(f.nvml for f in families):
         read_nvml(cfg, root, state, hangs_before,
                   telemetry=any(f.name == "telemetry" for f in families))
+        state.collected.add(NVML)
     cursors = cursors or {}
     for fam in (f for f in families if f.collect is not None):
         data = env.guard(fam.name, fam.name, lambda fam=fam: fam.collect(root, env))
         if data is not None:
             state.extra[fam.name] = data
+        state.collected.add(fam.name)
     env.guard("infiniband", ibports.SOURCE, lambda: ibports.finish(env))
+    state.collected.add(IBPORTS)
     _read_counters(state, families, previous_counters or {})
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
     new_cursors = {}

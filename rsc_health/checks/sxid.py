@@ -9,7 +9,7 @@ On a machine without NVSwitches there are no such lines: one all-clear finding."
 from __future__ import annotations
 
 from rsc_health.checks._finding import fail, ok, warn
-from rsc_health.collect import kmsg
+from rsc_health.collect import klog, kmsg
 from rsc_health.model import Finding, Severity, Status
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
@@ -21,10 +21,8 @@ READS_CONFIG = ("xid.sources",)
 
 
 def collect(root: StrPath, env) -> kmsg.XidRead | None:
-    read = env.guard(FAMILY, "kernel log", lambda: kmsg.read_new_events(
-        root, list(env.cfg.get("xid.sources")), env.cursors.get(FAMILY) or {},
-        file_backlog=bool(env.cfg.get("xid.file_backlog")), parse=kmsg.parse_sxid_line,
-        writers=kmsg.log_writers(env.cfg.get("xid.log_writers"))))
+    read = env.guard(FAMILY, "kernel log", lambda: klog.read(
+        root, env, FAMILY, parse=kmsg.parse_sxid_line, event=kmsg.SxidEvent))
     if read is not None:
         # The shared reader names its cursor after XIDs; this one is the SXid cursor.
         env.state.errors.extend((FAMILY, "kernel log", e.replace("XID cursor", "SXid cursor"))

@@ -6,7 +6,7 @@ event's PCI address to its gpuN."""
 from __future__ import annotations
 
 from rsc_health.checks._finding import fail, ok, warn
-from rsc_health.collect import kmsg
+from rsc_health.collect import klog, kmsg
 from rsc_health.model import Finding, Severity, Status
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
@@ -19,10 +19,7 @@ READS_CONFIG = ("xid.sources",)
 def collect(root: StrPath, env) -> kmsg.XidRead | None:
     """The events since the cursor and the cursor to save once they are judged; the reader's
     complaints (a FIFO source, lost records, a backlog) are checker findings."""
-    read = env.guard("xid", "kernel log", lambda: kmsg.read_new_events(
-        root, list(env.cfg.get("xid.sources", ["/dev/kmsg"])), env.cursors.get("xid") or {},
-        file_backlog=bool(env.cfg.get("xid.file_backlog", True)),
-        writers=kmsg.log_writers(env.cfg.get("xid.log_writers"))))
+    read = env.guard("xid", "kernel log", lambda: klog.read(root, env, "xid"))
     if read is not None:
         env.state.errors.extend(("xid", "kernel log", e) for e in read.errors)
     return read

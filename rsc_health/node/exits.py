@@ -26,8 +26,30 @@ def fault(run: Progress, code: str, reason: str) -> Finding:
 
 
 def keep_unacted_verdict(run: Progress) -> None:
-    if run.unacted_drain and run.sdir is not None and run.verdict is not None:
+    if run.unacted_drain and not run.kept and run.sdir is not None and run.verdict is not None:
         save_pending(run.sdir, run.verdict, why="fault")
+
+
+def judge_what_is_in(run: Progress) -> tuple[list[Finding], list[str]]:
+    """A run ended before its verdict step (the watchdog) takes the verdict of what it had:
+    the families whose inputs all came in before the hang (engine.InFlight), and a drain
+    verdict pending from before (unless the mass-drain guard holds it: then jobs run, as the
+    guard wants). Before, such a prolog exited 0 on a GPU NVML had already called lost, or
+    under a pending drain verdict, and the node took the job. (findings, families not
+    judged); sets run.verdict when it drains."""
+    if run.verdict is not None or run.inflight is None or run.cfg is None:
+        return [], []
+    from rsc_health.policy import decide
+
+    found, unjudged = run.inflight.judged()
+    fresh = decide(found)
+    if fresh.drains:
+        run.verdict = fresh  # before the pending file is read: that read may hang too
+    pending = load_pending(run.sdir) if run.sdir is not None else None
+    if pending is not None and pending.verdict.drains and pending.why != "guard":
+        run.verdict = decide(found + list(pending.verdict.causes))
+        run.kept = not fresh.drains  # nothing new to keep: the file already says it
+    return found, unjudged
 
 
 def checker_fault(run: Progress, exc: BaseException) -> int:
@@ -83,8 +105,12 @@ def broken_config(run: Progress, root: str | os.PathLike, exc: ConfigError) -> i
     return 0
 
 
-def _exit_after(seconds: float, code: int) -> None:
+def _exit_after(seconds: float, run: Progress) -> None:
     time.sleep(seconds)
+    try:
+        code = run.safe_exit()  # the verdict the watchdog judged in the meantime, if any
+    except Exception:  # noqa: BLE001 - leaving is all that is left
+        code = 0
     os._exit(code)
 
 
@@ -144,21 +170,35 @@ class Watchdog:
 
     def _fire(self) -> None:
         run = self.run
-        code = run.safe_exit()
-        _thread.start_new_thread(_exit_after, (self.BACKSTOP_S, code))
+        _thread.start_new_thread(_exit_after, (self.BACKSTOP_S, run))
         try:
+            found: list[Finding] = []
+            unjudged: list[str] = []
+            try:
+                found, unjudged = judge_what_is_in(run)
+            except Exception as exc:  # noqa: BLE001 - the exit must not wait on a judging bug
+                log(f"{run.stage.name}: could not judge what was read before the hang: "
+                    f"{type(exc).__name__}: {exc}"[:300])
+            code = run.safe_exit()
             # A Slurm command or site check still running is killed with its process group
             # (imported only if something started one): os._exit leaves them running.
             procs = sys.modules.get("rsc_health.collect.procs")
             if procs is not None:
                 procs.kill_live_groups()
+            judged = (f"; judged what was read before it, not {', '.join(unjudged)}"
+                      if unjudged and run.inflight is not None and run.inflight.state is not None
+                      else "")
+            verdict = (f" ({run.verdict.reason})" if run.verdict is not None
+                       and run.verdict.drains else "")
             log(f"{run.stage.name}: still running after {self.after_s:.0f}s during {run.step} "
-                f"(budget exceeded; a source or a Slurm call hung); exiting {code}")
+                f"(budget exceeded; a source or a Slurm call hung){judged}; exiting {code}"
+                f"{verdict}")
             keep_unacted_verdict(run)
             unspooled = sinks.say_fault(run, fault(
                 run, "checker_timeout",
-                f"{run.stage.name} hung during {run.step} past {self.after_s:.0f}s"))
+                f"{run.stage.name} hung during {run.step} past {self.after_s:.0f}s"
+                + (f"; not judged: {', '.join(unjudged)}" if unjudged else "")), found=found)
             if unspooled:
                 log(f"{run.stage.name}: not spooled: {unspooled}")
         finally:
-            os._exit(code)
+            os._exit(run.safe_exit())

@@ -21,6 +21,8 @@ from rsc_health.node.stage import STAGES
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from rsc_health.config import Config
     from rsc_health.node.stage import Progress, Stage
 
@@ -168,17 +170,20 @@ def _gpu_bus_ids(findings: list[Finding]) -> dict[str, str]:
 
 
 # ---- a run ended early ----------------------------------------------------------------------
-def spool_fault(run: Progress, finding: Finding) -> str | None:
+def spool_fault(run: Progress, finding: Finding, found: Sequence[Finding] = ()) -> str | None:
     """A checker record, and a checker_error heartbeat unless this run already spooled one, so
-    the historian sees a node that could not look rather than a silent one. Returns why it
-    could not be spooled, or None."""
+    the historian sees a node that could not look rather than a silent one. `found`: what the
+    run judged before it ended (the watchdog's), spooled with it when nothing was yet, the
+    heartbeat at their verdict when it drains. Returns why it could not be spooled, or None."""
     if run.sdir is None or run.node is None:
         return "no state dir yet"
     now = utcnow()
-    records = spool.check_records([finding], node=run.node, source=run.stage.name, time=now,
+    judged = [*found, finding] if not run.spooled else [finding]
+    records = spool.check_records(judged, node=run.node, source=run.stage.name, time=now,
                                   job_id=run.job_id)
     if not run.spooled:
-        records.append(heartbeat(run.stage, run.node, now, Level.CHECKER_ERROR, [finding],
+        level = max(Level.CHECKER_ERROR, *(f.level for f in judged))
+        records.append(heartbeat(run.stage, run.node, now, level, judged,
                                  time.monotonic() - run.started))
     try:
         spool.append(os.path.join(run.sdir, "spool"), records)
@@ -189,14 +194,14 @@ def spool_fault(run: Progress, finding: Finding) -> str | None:
 
 
 def say_fault(run: Progress, finding: Finding, cfg: Config | None = None,
-              root: str | os.PathLike | None = None, pending: bool | None = None
-              ) -> str | None:
+              root: str | os.PathLike | None = None, pending: bool | None = None,
+              found: Sequence[Finding] = ()) -> str | None:
     """A run ended early (a checker fault, a broken config, the watchdog) says so where a
     working run would: the spool (a checker record and heartbeat) and the textfile, else the
     textfile goes on showing the last good run's verdict. `cfg` is the config whose textfile
     dir to use (the run's, else the fallback a broken config gets). Returns why it could not
     be spooled, or None."""
-    unspooled = spool_fault(run, finding)
+    unspooled = spool_fault(run, finding, found)
     cfg = cfg if cfg is not None else run.cfg
     if cfg is not None and run.node is not None and run.step != "textfile":
         if root is None:
@@ -206,7 +211,9 @@ def say_fault(run: Progress, finding: Finding, cfg: Config | None = None,
         spool_bytes = (spool.size_bytes(os.path.join(run.sdir, "spool"))
                        if run.sdir is not None else None)
         try:
-            write_textfile(cfg, root, run.node, run.stage, Level.CHECKER_ERROR, [finding],
+            judged = [*found, finding]
+            write_textfile(cfg, root, run.node, run.stage,
+                           max(Level.CHECKER_ERROR, *(f.level for f in judged)), judged,
                            time.monotonic() - run.started,
                            pending=run.unacted_drain if pending is None else pending,
                            spool_bytes=spool_bytes, families=set())

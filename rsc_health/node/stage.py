@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from rsc_health.config import Config
+    from rsc_health.engine import InFlight
     from rsc_health.model import Verdict
     from rsc_health.slurm.api import SlurmAPI
 
@@ -104,6 +105,12 @@ class Progress:
     # The site config is broken and this run judges with the last good one: why, in words.
     config_error: str = ""
     parsed: bytes | None = None  # the site file's bytes, when this run parsed them
+    # The checks' collection as far as it got (engine.InFlight): what the watchdog judges
+    # when it ends a run before the verdict step.
+    inflight: InFlight | None = None
+    # The verdict in hand is the pending one already on disk (the watchdog's, from a pending
+    # verdict alone): kept as it is, not saved again as a fault's.
+    kept: bool = False
 
     @property
     def unacted_drain(self) -> bool:

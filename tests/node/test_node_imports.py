@@ -52,6 +52,7 @@ NODE_PATH_MODULES = {
                                           "leftover", "fabric", "dcgm")),
     "rsc_health.collect", "rsc_health.collect.node", "rsc_health.collect.sysfs",
     "rsc_health.collect.bounded", "rsc_health.collect.counters", "rsc_health.collect.kmsg",
+    "rsc_health.collect.klog",
     "rsc_health.collect.gpu", "rsc_health.collect.mounts", "rsc_health.collect.hangs",
     "rsc_health.collect.ibports",  # the ports read once for infiniband and telemetry
 }

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parents[2] / "rsc_health"
 EXEMPT = frozenset({
     "checks/ecc.py", "checks/gpu.py", "checks/host.py", "checks/infiniband.py",
     "checks/mount.py", "checks/nvlink.py", "checks/pcie.py", "checks/remap.py",
-    "checks/site.py", "checks/xid.py", "collect/node.py",
+    "checks/site.py", "collect/node.py",
 })
 # The lab (issue 22 item 4): the simulator's [sim] is read through SimConfig.from_mapping.
 LAB = ("sim/",)
