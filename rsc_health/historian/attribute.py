@@ -11,9 +11,10 @@ Rules, in order, all pushed down to the database as INSERT ... SELECT:
    code wins; otherwise the most severe, then the earliest (then its record id, so a rerun
    picks the same one). Never the alphabetically smallest code: an earlier XID 48 on another
    GPU is not the XID 79 that drained the node (issue 26).
-2. event:  a NODE_FAIL with no such check -> the job's node(s) whose own out-of-service event
-   was open at the job's end (cause `node_down`; of several, the one that began last).
-3. unattributed: a NODE_FAIL with neither -> one row, cause `unattributed`, no node.
+2. event:  a NODE_FAIL or BOOT_FAIL (HOST_FAIL_STATES) with no such check -> the job's
+   node(s) whose own out-of-service event was open at the job's end (cause `node_down`; of
+   several, the one that began last).
+3. unattributed: one of them with neither -> one row, cause `unattributed`, no node.
 A FAILED job without a failing check gets no row: nothing says the hardware failed (the
 paper's r_f counts only *attributed* FAILED jobs).
 
@@ -38,7 +39,13 @@ from rsc_health.policy import MODE_FOR_LEVEL
 # REQUEUED instances are included because rsc-health itself requeues the jobs of a node it
 # drains: the killed instance then ends REQUEUED, not FAILED, and is still an infra failure
 # when a check fired on its nodes. Without a check it stays unattributed (a user's requeue).
-FAILED_STATES = ("FAILED", "NODE_FAIL", "REQUEUED")
+# Slurm's own word that a job's host failed (sacct State): NODE_FAIL, and BOOT_FAIL ("launch
+# failure, typically due to a hardware failure": the node did not boot or came up unusable, and
+# the job could not be requeued). One list for attribution, the metrics, lemons and triage:
+# BOOT_FAIL was a host failure in triage only, so a node whose jobs died in its reboots was
+# neither attributed, counted in r_f and MTTF, nor a lemon.
+HOST_FAIL_STATES = ("NODE_FAIL", "BOOT_FAIL")
+FAILED_STATES = ("FAILED", *HOST_FAIL_STATES, "REQUEUED")
 DRAIN_SEVERITIES = (Severity.DRAIN_AFTER_JOB.severity_word, Severity.DRAIN_NOW.severity_word)
 # rsc-health's own actions that take a node's jobs down: the drain (now or after the job) and
 # the requeue of its jobs. Their reason is `rsc_health:<mode>:<code>:...` (policy.format_reason).
@@ -180,7 +187,7 @@ def attribute(
                 or_(E.c.end.is_(None), E.c.end >= J.c.end),
             ),
         )
-        .where(J.c.id.in_(targets), J.c.state == "NODE_FAIL", ~has_row)
+        .where(J.c.id.in_(targets), J.c.state.in_(HOST_FAIL_STATES), ~has_row)
         .subquery()
     )
     by_event = select(
@@ -194,7 +201,7 @@ def attribute(
         literal(""),
         literal(""),
         literal("unattributed"),
-    ).where(J.c.id.in_(targets), J.c.state == "NODE_FAIL", ~has_row)
+    ).where(J.c.id.in_(targets), J.c.state.in_(HOST_FAIL_STATES), ~has_row)
 
     cols = [A.c.job_pk, A.c.node, A.c.cause, A.c.code, A.c.evidence, A.c.kind]
     with writer(engine).begin() as conn:

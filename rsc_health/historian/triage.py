@@ -33,7 +33,12 @@ import pandas as pd
 from sqlalchemy import Engine, or_, select
 
 from rsc_health.historian import schema
-from rsc_health.historian.attribute import ACTING_KINDS, Window, failing_check
+from rsc_health.historian.attribute import (
+    ACTING_KINDS,
+    HOST_FAIL_STATES,
+    Window,
+    failing_check,
+)
 from rsc_health.historian.outages import OutageRules, planned_pattern
 from rsc_health.model import REASON_PREFIX
 
@@ -42,7 +47,7 @@ LABELS = (HOST, USER, UNKNOWN)
 # The end states of a job that did not succeed (sacct's first word of State).
 FAILED_JOB_STATES = ("FAILED", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "DEADLINE",
                      "CANCELLED", "REQUEUED")
-SLURM_HOST_STATES = ("NODE_FAIL", "BOOT_FAIL")
+SLURM_HOST_STATES = HOST_FAIL_STATES
 USER_STATES = {"OUT_OF_MEMORY": "OUT_OF_MEMORY: the job ran out of the memory it asked for",
                "TIMEOUT": "TIMEOUT: the job ran past its time limit",
                "DEADLINE": "DEADLINE: the job ran past its deadline"}

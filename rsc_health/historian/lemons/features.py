@@ -111,6 +111,7 @@ import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, and_, case, distinct, func, or_, select, union
 
+from rsc_health.historian.attribute import HOST_FAIL_STATES
 from rsc_health.historian.lemons.episodes import (
     count_episodes,
     fault_episodes,
@@ -172,7 +173,7 @@ EXTRA_FEATURES = (
     "host_failed_jobs",
 )
 FEATURE_COLUMNS = PAPER_FEATURES + EXTRA_FEATURES
-FAILED_STATES = ("FAILED", "NODE_FAIL")
+FAILED_STATES = ("FAILED", *HOST_FAIL_STATES)
 # Most -log10(q) reported: a q that underflows to 0 is still a number.
 MAX_SURPRISE = 300.0
 
@@ -314,7 +315,7 @@ def _job_node_counts(engine: Engine, span: _Span,
     counts = {
         "jobs": func.count(),
         "single_node_jobs": rows(single),
-        "single_node_node_fails": rows(single, or_(by_node, j.c.state == "NODE_FAIL")),
+        "single_node_node_fails": rows(single, or_(by_node, j.c.state.in_(HOST_FAIL_STATES))),
         "single_node_failed_jobs": rows(single, failed),
         "early_fails": rows(j.c.start.is_not(None), failed, quick, or_(single, by_node)),
     }

@@ -20,6 +20,7 @@ from scipy.stats import poisson
 from sqlalchemy import Engine, and_, func, or_, select
 
 from rsc_health.config import packaged_default
+from rsc_health.historian.attribute import HOST_FAIL_STATES
 from rsc_health.historian.lemons.features import (
     ATTRIBUTED_KINDS,
     FAILED_STATES,
@@ -261,7 +262,7 @@ def repeat_offenders(
                 j.c.end >= lo,
                 j.c.end < hi,
                 j.c.nnodes == 1,
-                j.c.state == "NODE_FAIL",
+                j.c.state.in_(HOST_FAIL_STATES),
                 jn.c.node.in_(list(resumed)),
             )
         ).all()
@@ -437,7 +438,8 @@ def failed_jobs_evidence(engine: Engine, nodes: list[str], as_of: datetime,
             j.c.end >= lo,
             j.c.end < hi,
             j.c.state.in_(FAILED_STATES),
-            or_(a.c.kind.in_(ATTRIBUTED_KINDS), and_(j.c.nnodes == 1, j.c.state == "NODE_FAIL")),
+            or_(a.c.kind.in_(ATTRIBUTED_KINDS), and_(j.c.nnodes == 1,
+                                                            j.c.state.in_(HOST_FAIL_STATES))),
         )
         .subquery()
     )

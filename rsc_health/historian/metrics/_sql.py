@@ -13,6 +13,7 @@ from sqlalchemy import Float, and_, case, exists, literal, or_, select
 from sqlalchemy.ext.compiler import compiles
 from sqlalchemy.sql.expression import ColumnElement, FunctionElement
 
+from rsc_health.historian.attribute import HOST_FAIL_STATES
 from rsc_health.historian.schema import attributions, jobs
 
 SECONDS_PER_DAY = 86400.0
@@ -85,7 +86,7 @@ def infra_failure() -> ColumnElement:
     A REQUEUED instance with an attributed check counts too: that is what a job killed by a
     drain-now looks like in `sacct -D` once rsc-health has requeued it."""
     return or_(
-        jobs.c.state == "NODE_FAIL",
+        jobs.c.state.in_(HOST_FAIL_STATES),
         and_(jobs.c.state.in_(("FAILED", "REQUEUED")), infra_attributed()),
     )
 

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 from sqlalchemy import Engine, and_, case, func, literal, or_, select
 
+from rsc_health.historian.attribute import FAILED_STATES, HOST_FAIL_STATES
 from rsc_health.historian.metrics._sql import (
     ALL_TIME,
     SECONDS_PER_DAY,
@@ -99,14 +100,14 @@ def infra_failure_causes(engine: Engine, window: Window = ALL_TIME, min_gpus: in
     a = attributions
     cause = func.coalesce(a.c.cause, literal("unattributed"))
     counted = or_(
-        jobs.c.state == "NODE_FAIL",
+        jobs.c.state.in_(HOST_FAIL_STATES),
         and_(jobs.c.state.in_(("FAILED", "REQUEUED")), a.c.kind != "unattributed"),
     )
     q = (
         select(jobs.c.id.label("job_pk"), jobs.c.end, jobs.c.gpus, cause.label("cause"))
         .select_from(jobs.outerjoin(a, a.c.job_pk == jobs.c.id))
         .where(
-            jobs.c.state.in_(["NODE_FAIL", "FAILED", "REQUEUED"]),
+            jobs.c.state.in_(FAILED_STATES),
             counted,
             jobs.c.gpus > min_gpus,
             *window.clauses(),
