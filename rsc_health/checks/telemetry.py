@@ -240,7 +240,9 @@ def gpu_sample(g, state, tcfg: dict, interval: float | None) -> dict:
     if power is not None and power <= MAX_POWER_RATIO:
         out["power_ratio"] = power
     temp = val(g.answers.get("temperature"))
-    if isinstance(temp, (int, float)) and not isinstance(temp, bool) and -50 < temp < 200:
+    # NVML's temperature is an unsigned int: a negative one is a garbled answer, not a cold GPU
+    # (its coolant is at room temperature or above), and would be the fleet's coldest sample.
+    if isinstance(temp, (int, float)) and not isinstance(temp, bool) and 0 <= temp < 200:
         out["temp_c"] = float(temp)
     link = _pcie_link_ratio(g.answers.get("pcie"), busy)
     if link is not None:

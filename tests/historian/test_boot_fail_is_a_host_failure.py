@@ -6,7 +6,7 @@ failed reboots was never attributed, counted or judged. Each now reads the one l
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 from sqlalchemy import insert, select

@@ -284,3 +284,14 @@ def test_a_minimum_interval_of_zero_is_refused_and_a_zero_interval_gives_no_rate
     findings = telemetry.check(second, cfg)
     assert _sample(findings)["interval_s"] is None
 
+
+
+def test_a_negative_temperature_is_a_garbled_answer_not_the_coldest_gpu():
+    """NVML's temperature is unsigned: -40 is no GPU's (its coolant is at room temperature or
+    above). It was taken, and the node reported the fleet's coldest sample."""
+    doc = _doc(busy=False)
+    doc["devices"][0]["temperature"] = -40
+    doc["devices"][1]["temperature"] = 0
+    gpus = _sample(telemetry.check(_state(doc, 1_000_000), CFG))["gpus"]
+    assert "temp_c" not in gpus["gpu0"]
+    assert gpus["gpu1"]["temp_c"] == 0.0 and gpus["gpu2"]["temp_c"] > 0
