@@ -622,7 +622,7 @@ def compiled_path(root: str | os.PathLike) -> str:
 
 
 def _read_compiled(file: str, key: tuple, site: str) -> Config | None:
-    from rsc_health.durable import open_regular, unsafe_directory
+    from rsc_health.durable import open_regular, ours, unsafe_directory
 
     try:
         if unsafe_directory(os.stat(os.path.dirname(file))):
@@ -630,7 +630,7 @@ def _read_compiled(file: str, key: tuple, site: str) -> Config | None:
         fd = open_regular(file)
         with os.fdopen(fd, "rb") as fh:
             st = os.fstat(fd)
-            if st.st_uid not in (0, os.geteuid()) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            if not ours(st.st_uid) or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
                 return None
             blob = fh.read(MAX_CONFIG_BYTES + 1)
         if len(blob) > MAX_CONFIG_BYTES:

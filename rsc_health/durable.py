@@ -26,7 +26,7 @@ import os
 import stat
 import time
 
-from rsc_health.collect.sysfs import read_state
+from rsc_health.collect.sysfs import ours, read_state
 from rsc_health.compat import join_parts, json_loads, path_mode, path_parts, pure_path
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
@@ -145,7 +145,7 @@ def owner_refusal(st: os.stat_result, what: str, *, uids: Container[int] = froze
     `gids`: the users and groups also trusted to write it (a logging daemon's, for the kernel
     log files a check takes as evidence)."""
     prefix = f"{what}: " if what else ""
-    if st.st_uid not in (0, os.geteuid()) and st.st_uid not in uids:
+    if not ours(st.st_uid) and st.st_uid not in uids:
         return f"{prefix}owned by uid {st.st_uid}, not root; refused"
     if st.st_mode & stat.S_IWOTH or (st.st_mode & stat.S_IWGRP and st.st_gid not in gids):
         return f"{prefix}writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); refused"
@@ -179,7 +179,7 @@ def path_refusal(path: str | os.PathLike[str], what: str = "", *,
             st = os.lstat(directory)
         except OSError as exc:
             return f"{prefix}{directory}: {exc.strerror or exc}"
-        if st.st_uid not in (0, os.geteuid()) and st.st_uid not in uids:
+        if not ours(st.st_uid) and st.st_uid not in uids:
             return f"{prefix}{directory} on its path is owned by uid {st.st_uid}; refused"
         # gids is asked only of a group-writable directory (kmsg's are looked up when asked).
         writable = st.st_mode & stat.S_IWOTH or (
@@ -231,7 +231,7 @@ DIRECTORY_RULE = ("root writes only into a directory that is its own and that no
 def unsafe_directory(st: os.stat_result) -> str:
     """Why a directory of this stat breaks DIRECTORY_RULE, or ""."""
     mode = stat.S_IMODE(st.st_mode)
-    if st.st_uid not in (0, os.geteuid()):
+    if not ours(st.st_uid):
         return f"owned by uid {st.st_uid}"
     if mode & (stat.S_IWGRP | stat.S_IWOTH) and not mode & stat.S_ISVTX:
         return f"writable by {'others' if mode & stat.S_IWOTH else 'its group'} (mode {mode:o})"
@@ -268,7 +268,7 @@ def _judge_link(directory: str, opened: os.stat_result) -> None:
     was swapped meanwhile."""
     st = os.lstat(directory)
     if stat.S_ISLNK(st.st_mode):
-        if st.st_uid not in (0, os.geteuid()):  # planted in a sticky directory (/tmp)
+        if not ours(st.st_uid):  # planted in a sticky directory (/tmp)
             raise UnsafeDirectory(f"{directory} is a symlink owned by uid {st.st_uid}: "
                                   f"refused ({DIRECTORY_RULE})")
         above = _parent(directory)

@@ -32,7 +32,7 @@ import stat
 from rsc_health.checks import _program
 from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.checks.env import replayed
-from rsc_health.collect.sysfs import pure, read_bounded
+from rsc_health.collect.sysfs import ours, pure, read_bounded
 from rsc_health.compat import json_loads
 from rsc_health.model import Finding, Severity
 
@@ -174,7 +174,7 @@ def _socket_refusal(root: StrPath, sock: str) -> str:
         return f"{what}: {exc.strerror or exc} (nv-hostengine -d not running)"
     if not stat.S_ISSOCK(st.st_mode):
         return f"{what}: not a socket"
-    if st.st_uid not in (0, os.geteuid()):
+    if not ours(st.st_uid):
         # Only root's nv-hostengine may answer; anyone may connect to it (its mode).
         return f"{what}: owned by uid {st.st_uid}, not root; refused"
     return path_refusal(path, what)
@@ -288,7 +288,7 @@ def _listener_refusal(host: str, found: frozenset) -> str:
     if not found:
         return (f"nothing listens on {host} (nv-hostengine not running): any user could "
                 "answer there; not asked")
-    others = sorted({u for u, _ in found if u not in (0, os.geteuid())})
+    others = sorted({u for u, _ in found if not ours(u)})
     if others:
         return (f"{host} is answered by uid {others[0]}, not root: not nv-hostengine's "
                 "verdict; refused")

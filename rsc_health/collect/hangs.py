@@ -34,7 +34,7 @@ import os
 import stat
 
 from rsc_health.collect.kmsg import save_json
-from rsc_health.collect.sysfs import pure
+from rsc_health.collect.sysfs import ours, pure
 from rsc_health.compat import datetime, json_dumps, json_loads
 from rsc_health.durable import load_state_json
 
@@ -109,7 +109,7 @@ def _load_runtime(path: str) -> dict:
         return _parsed({"lost": exc.strerror or str(exc)})
     try:
         st = os.fstat(fd)
-        if (not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid())
+        if (not stat.S_ISREG(st.st_mode) or not ours(st.st_uid)
                 or st.st_mode & 0o022 or st.st_size > RECORD_BYTES):
             return _parsed({"lost": "not a file of root's alone"})
         data = os.read(fd, RECORD_BYTES + 1)

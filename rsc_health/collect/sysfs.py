@@ -28,6 +28,13 @@ def pure(path: StrPath) -> str:
     return pure_path(path)
 
 
+def ours(uid: int) -> bool:
+    """Whether a file or directory of this owner is the node path's own: root's, or the
+    running user's (an operator's read-only `healthctl check`, a test). The one reading of
+    "owned by us" for what the node path reads its orders and state from."""
+    return uid == 0 or uid == os.geteuid()
+
+
 def read_bounded(path: StrPath, limit: int = FILE_BYTES) -> bytes:
     """A regular file's bytes, at most `limit`. Anything else where a file should be raises
     OSError at once: a FIFO would block read() for ever, a device such as /dev/zero never
@@ -39,8 +46,8 @@ def read_bounded(path: StrPath, limit: int = FILE_BYTES) -> bytes:
         os.close(fd)
 
 
-def _read_fd(fd: int, path: StrPath, limit: int) -> bytes:
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
+def _read_fd(fd: int, path: StrPath, limit: int, st: os.stat_result | None = None) -> bytes:
+    if not stat.S_ISREG((st or os.fstat(fd)).st_mode):
         raise OSError(errno.EINVAL, "not a regular file", str(path))
     chunks, size = [], 0
     while chunk := os.read(fd, min(1 << 16, limit + 1 - size)):
@@ -59,11 +66,11 @@ def read_state(path: StrPath, limit: int = FILE_BYTES) -> bytes:
     own files are read (an operator's read-only `healthctl check` reads root's)."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
-        owner = os.fstat(fd).st_uid
-        if owner not in (0, os.geteuid()):
-            raise OSError(errno.EPERM, f"owned by uid {owner}, not root's nor this process's",
-                          str(path))
-        return _read_fd(fd, path, limit)
+        st = os.fstat(fd)
+        if not ours(st.st_uid):
+            raise OSError(errno.EPERM, f"owned by uid {st.st_uid}, not root's nor this "
+                          "process's", str(path))
+        return _read_fd(fd, path, limit, st)
     finally:
         os.close(fd)
 
