@@ -213,8 +213,15 @@ class PassResult:
     settled: list = field(default_factory=list)
     expired: list[str] = field(default_factory=list)
     changes: list[Change] = field(default_factory=list)
-    errors: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)  # Slurm calls that failed
+    # The detector's failure (a statement timeout, a bug): no new evidence this pass; the
+    # tier was still brought in line. "" when it ran.
+    detector_error: str = ""
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.errors or self.detector_error)
 
     def as_dict(self) -> dict:
         return {
@@ -223,7 +230,8 @@ class PassResult:
             "expired": self.expired,
             "changes": [{"node": c.node, "action": c.kind.value, "why": c.why}
                         for c in self.changes],
-            "errors": self.errors, "notes": self.notes,
+            "errors": self.errors, "detector_error": self.detector_error,
+            "notes": self.notes,
         }
 
 
@@ -259,8 +267,8 @@ def manager_pass(engine, slurm, cfg, now: datetime, *, detect: Callable | None =
             from rsc_health.historian.db import first_line
 
             evidence = None
-            res.errors.append(f"fail-slow detector: {type(exc).__name__}: {first_line(exc)}"
-                              [:300] + " (no new evidence this pass)")
+            res.detector_error = (f"fail-slow detector: {type(exc).__name__}: "
+                                  f"{first_line(exc)}"[:300] + " (no new evidence this pass)")
         if evidence is not None:
             res.evidence = len(evidence)
             res.recorded = hs.record(engine, evidence, now, expire_after=timedelta(

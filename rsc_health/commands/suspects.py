@@ -147,17 +147,13 @@ def clear(ctx, node, reason) -> None:
         ctx.exit(1)
 
 
-# How manager_pass's error for a failed detector begins (the others are Slurm's).
-DETECTOR_FAILED = "fail-slow detector:"
-
-
 @suspects.command("apply")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_context
 def apply_cmd(ctx, as_json) -> None:
     """The manager pass: new fail-slow evidence, qualification results and expiry into the
     historian, then Slurm in line with it (a change Slurm lost at a reconfigure or restart
-    is re-applied). Exit 1 when a Slurm call failed."""
+    is re-applied). Exit 1 when a Slurm call or the detector failed."""
     from rsc_health.historian.freshness import believed_now
     from rsc_health.suspects import manager_pass
 
@@ -184,9 +180,11 @@ def apply_cmd(ctx, as_json) -> None:
             echo(f"{node}: expired")
         if not (res.recorded or res.settled or res.expired or res.changes):
             echo("suspect tier: nothing to change")
+    if res.detector_error:
+        echo(res.detector_error, err=True)
     for err in res.errors:
-        echo(err if err.startswith(DETECTOR_FAILED) else f"Slurm: {err}", err=True)
-    ctx.exit(1 if res.errors else 0)
+        echo(f"Slurm: {err}", err=True)
+    ctx.exit(1 if res.failed else 0)
 
 
 @suspects.command("rates")

@@ -152,7 +152,8 @@ def test_a_failing_detector_still_brings_slurm_in_line_and_expires(engine, tmp_p
 
     res = manager_pass(engine, slurm, config, T0 + MIN, detect=broken)
     assert _untrusted(slurm) == ["node07"]
-    assert res.errors and res.errors[0].startswith("fail-slow detector: TimeoutError")
+    assert res.detector_error.startswith("fail-slow detector: TimeoutError")
+    assert res.errors == [] and res.failed and res.as_dict()["detector_error"]
     res = manager_pass(engine, slurm, config, T0 + 25 * H, detect=broken)
     assert res.expired == ["node07"] and _untrusted(slurm) == []
 
