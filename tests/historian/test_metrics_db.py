@@ -542,6 +542,28 @@ def test_a_job_id_of_another_cluster_is_no_requeue_in_goodput(engine):
     assert preempted["gpu_hours_lost"].sum() == pytest.approx(0.5 * 4)
 
 
+def test_only_the_next_instance_of_a_failed_job_is_its_requeue_in_goodput(engine):
+    """Job 200 failed, was requeued (pk 7, COMPLETED at 6 h), and ran again at 8 h (a user
+    resubmitting under the same id, or its own preemption's requeue). That third instance
+    took node w00 from job 2300: charged to the failure at 2 h as if it were the requeue.
+    Only the next instance after the failure is."""
+    start = T0 + 8 * H
+    rows = [(22, "200", "COMPLETED", 8, start, start + H, "w00"),
+            (23, "2300", "PREEMPTED", 4, start - 3 * H, start, "w00")]
+    with engine.begin() as conn:
+        conn.execute(insert(jobs), [dict(
+            id=pk, job_id=jid, job_id_display=jid, name="j", user="u", partition="p",
+            state=state, exit_code="0:0", submit=T0, eligible=T0, start=s, end=e, nnodes=1,
+            gpus=gpus, nodelist=node, instance_key=f"{jid}:{pk}")
+            for pk, jid, state, gpus, s, e, node in rows])
+        conn.execute(insert(job_nodes), [dict(job_pk=22, node="w00"),
+                                         dict(job_pk=23, node="w00")])
+    df = goodput_lost(engine)
+    preempted = df[df["kind"] == "preemption"]
+    assert preempted["jobs"].sum() == 1  # job 8, displaced by the requeue at 2 h 1 min
+    assert preempted["gpu_hours_lost"].sum() == pytest.approx(0.5 * 4)
+
+
 @pytest.mark.parametrize("link_by", ["job_id", "name_user", "tag"])
 def test_a_job_id_of_another_cluster_is_not_folded_into_one_run(engine, link_by):
     """Alpha's job 7000 and beta's job 7000 (two clusters in one historian, each counting job

@@ -2,8 +2,9 @@
 
 Each lost job costs min(runtime, 30 min) x GPUs: the paper assumes hourly checkpoints, so half
 an hour of work on average. A PREEMPTED job is charged to a failure when it ended within
-`preempt_window_s` of the start of the next instance of an infra-failed Job ID (its requeue)
-and shared a node with that instance -- the requeue took its nodes.
+`preempt_window_s` of the start of the next instance of an infra-failed Job ID (its requeue;
+the next only, not every later one) and shared a node with that instance -- the requeue took
+its nodes.
 """
 
 from __future__ import annotations
@@ -37,15 +38,27 @@ def _requeue_preemptions(engine: Engine, window: Window, preempt_window_s: float
         .cte("failed")
     )
     nxt = jobs.alias("nxt")
-    # The requeue: a later instance of the same Job ID that started at or after the failure,
-    # on the same cluster (another cluster in the historian counts its own job ids).
-    requeue = (
-        select(nxt.c.id.label("rq_pk"), nxt.c.start.label("rq_start"))
+    # The requeue: the next instance of the same Job ID, the first to start at or after the
+    # failure, on the same cluster (another cluster in the historian counts its own job ids).
+    # Only the next: a job requeued again later (preempted itself, a user's requeue) started
+    # those instances for causes of their own, and the preemptions around them were charged
+    # to this failure too.
+    later = (
+        select(
+            nxt.c.id.label("rq_pk"), nxt.c.start.label("rq_start"),
+            func.row_number().over(partition_by=failed.c.id,
+                                   order_by=(nxt.c.start, nxt.c.id)).label("nth"),
+        )
         .select_from(
             failed.join(nxt, and_(nxt.c.job_id == failed.c.job_id,
                                   nxt.c.cluster == failed.c.cluster, nxt.c.id != failed.c.id))
         )
         .where(nxt.c.start.is_not(None), nxt.c.start >= failed.c.end)
+        .subquery("later")
+    )
+    requeue = (
+        select(later.c.rq_pk, later.c.rq_start)
+        .where(later.c.nth == 1)
         .distinct()
         .cte("requeue")
     )
