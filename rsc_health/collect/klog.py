@@ -103,4 +103,9 @@ def _ring_alone(root: StrPath, sources: list[str], files: list[str], cursor: dic
     kept: dict = files_before if isinstance(files_before, dict) else {}
     entries = dict(got.cursor.get("files") or {})
     entries.update({s: e for s, e in kept.items() if s in files})
-    return kmsg.XidRead(got.events, [*got.errors, said], {**got.cursor, "files": entries})
+    # A cursor that could not be trusted ("lost": unreadable, cut by a power loss) stays so
+    # for the files not read: their next read judges only what was logged since it was last
+    # written, not a whole kern.log of old XIDs (file_backlog).
+    lost = {k: cursor[k] for k in ("lost", "lost_mtime") if k in cursor}
+    return kmsg.XidRead(got.events, [*got.errors, said],
+                        {**got.cursor, "files": entries, **lost})

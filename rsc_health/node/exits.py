@@ -33,10 +33,15 @@ def keep_unacted_verdict(run: Progress) -> None:
 def judge_what_is_in(run: Progress) -> tuple[list[Finding], list[str]]:
     """A run ended before its verdict step (the watchdog) takes the verdict of what it had:
     the families whose inputs all came in before the hang (engine.InFlight), and a drain
-    verdict pending from before (unless the mass-drain guard holds it: then jobs run, as the
-    guard wants). Before, such a prolog exited 0 on a GPU NVML had already called lost, or
-    under a pending drain verdict, and the node took the job. (findings, families not
-    judged); sets run.verdict when it drains."""
+    verdict pending from before. Before, such a prolog exited 0 on a GPU NVML had already
+    called lost, or under a pending drain verdict, and the node took the job. (findings,
+    families not judged); sets run.verdict when it drains.
+
+    A pending verdict keeps what it was held for (the mass-drain guard, someone else's drain,
+    Slurm away) and its backoff, with the fresh causes added (none is lost: its kernel-log
+    line may be consumed). One the guard holds lets the job run, as the guard wants: a whole
+    run would ask the guard again, this one cannot. The pending file is not read when its
+    own read is what hung (the verdict step)."""
     if run.verdict is not None or run.inflight is None or run.cfg is None:
         return [], []
     from rsc_health.policy import decide
@@ -45,10 +50,17 @@ def judge_what_is_in(run: Progress) -> tuple[list[Finding], list[str]]:
     fresh = decide(found)
     if fresh.drains:
         run.verdict = fresh  # before the pending file is read: that read may hang too
-    pending = load_pending(run.sdir) if run.sdir is not None else None
-    if pending is not None and pending.verdict.drains and pending.why != "guard":
-        run.verdict = decide(found + list(pending.verdict.causes))
-        run.kept = not fresh.drains  # nothing new to keep: the file already says it
+    if run.sdir is None or run.step == "verdict":
+        return found, unjudged
+    pending = load_pending(run.sdir)
+    if pending is None or not pending.verdict.drains:
+        return found, unjudged
+    merged = decide(found + list(pending.verdict.causes))
+    if fresh.drains:
+        save_pending(run.sdir, merged, why=pending.why, holds=pending.holds,
+                     retry_after=pending.retry_after)
+    run.kept = True  # the file says it all now: not saved again as a fault's
+    run.verdict = None if pending.why == "guard" else merged
     return found, unjudged
 
 
@@ -172,6 +184,10 @@ class Watchdog:
         run = self.run
         _thread.start_new_thread(_exit_after, (self.BACKSTOP_S, run))
         try:
+            # Said first: judging reads the state dir, which may be what hangs (then the
+            # backstop ends the run, and this line is all an operator gets).
+            log(f"{run.stage.name}: still running after {self.after_s:.0f}s during {run.step} "
+                "(budget exceeded; a source or a Slurm call hung)")
             found: list[Finding] = []
             unjudged: list[str] = []
             try:
@@ -185,14 +201,12 @@ class Watchdog:
             procs = sys.modules.get("rsc_health.collect.procs")
             if procs is not None:
                 procs.kill_live_groups()
-            judged = (f"; judged what was read before it, not {', '.join(unjudged)}"
+            judged = (f"judged what was read before it, not {', '.join(unjudged)}; "
                       if unjudged and run.inflight is not None and run.inflight.state is not None
                       else "")
             verdict = (f" ({run.verdict.reason})" if run.verdict is not None
                        and run.verdict.drains else "")
-            log(f"{run.stage.name}: still running after {self.after_s:.0f}s during {run.step} "
-                f"(budget exceeded; a source or a Slurm call hung){judged}; exiting {code}"
-                f"{verdict}")
+            log(f"{run.stage.name}: {judged}exiting {code}{verdict}")
             keep_unacted_verdict(run)
             unspooled = sinks.say_fault(run, fault(
                 run, "checker_timeout",

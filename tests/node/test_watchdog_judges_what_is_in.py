@@ -125,21 +125,51 @@ def test_a_pending_drain_verdict_fails_a_prolog_the_watchdog_ends(root):
     assert path.read_text() == kept
 
 
-def test_a_guard_held_verdict_still_lets_the_job_run_when_the_watchdog_ends_the_prolog(root):
+def _guard_held(root: Path, causes: list | None = None) -> tuple[Path, dict]:
+    """node01 with a lost GPU whose drain verdict the mass-drain guard holds (3 holds, a
+    backoff far ahead), as a sweep under a fleet-wide outage leaves it."""
     _lose_gpu(root)
-    env = _env(root, budget=8)
     subprocess.run([sys.executable, "-m", "rsc_health.nodepath", "sweep"], capture_output=True,
-                   timeout=60, cwd=REPO, env=env)
+                   timeout=60, cwd=REPO, env=_env(root, budget=8))
     path = root / NODE_STATE / nodepath.PENDING_VERDICT_FILE
     doc = json.loads(path.read_text())
-    doc["why"] = "guard"
+    doc.update(why="guard", holds=3, retry_after="2099-01-01T00:00:00+00:00")
+    if causes is not None:
+        doc["causes"] = causes
     path.write_text(json.dumps(doc))
-    Node(root).write("rsc_health/nvml.json",
-                     (FIXTURES / "healthy" / "rsc_health" / "nvml.json").read_text())
+    return path, doc
+
+
+def test_a_guard_held_verdict_lets_the_job_run_as_a_whole_prolog_would(root):
+    """The guard holds node01's verdict and the GPU is still lost: a whole prolog lets the
+    job run (the guard's word); one the watchdog ended failed the job start (slurmd drained
+    the node the guard held back) and rewrote the verdict as a fault's, its holds gone."""
+    path, _ = _guard_held(root)
+    whole = subprocess.run([sys.executable, "-m", "rsc_health.nodepath", "prolog"],
+                           capture_output=True, text=True, timeout=60, cwd=REPO,
+                           env=_env(root, budget=8))
+    assert whole.returncode == 0, whole.stderr
 
     proc = _run(_hang_collector("xid"), _env(root))
 
     assert proc.returncode == 0, proc.stderr
+    after = json.loads(path.read_text())
+    assert after["why"] == "guard" and after["holds"] == 3
+
+
+def test_the_causes_a_guard_holds_are_kept_beside_what_the_watchdog_found(root):
+    """The guard holds an XID 79 (its kernel-log line consumed long ago); a prolog stuck
+    after NVML called another GPU lost replaced the pending file with the fresh verdict
+    alone: the XID 79 was lost for good."""
+    cause = {"family": "xid", "component": "gpu1", "status": "fail", "severity": "drain_now",
+             "reason": "gpu1 XID 79 GPU has fallen off the bus", "code": "xid79"}
+    path, _ = _guard_held(root, causes=[cause])
+
+    _run(_hang_collector("xid"), _env(root))
+
+    after = json.loads(path.read_text())
+    assert {"xid79", "gpu_lost"} <= {c.get("code") for c in after["causes"]}
+    assert after["why"] == "guard" and after["holds"] == 3
 
 
 @pytest.mark.parametrize("stage", ["sweep", "epilog"])
@@ -239,3 +269,93 @@ def test_a_kernel_log_file_that_never_answers_is_abandoned_and_the_ring_still_re
     assert any("still waiting in the kernel; not read again" in r["reason"] for r in later)
     hung_after = json.loads((root / NODE_STATE / "probe_hangs.json").read_text())["probes"]
     assert hung_after["kernel_log xid"]["pid"] == hung["kernel_log xid"]["pid"]
+
+
+def test_a_lost_cursor_stays_lost_for_the_files_a_hung_read_left(tmp_path, monkeypatch):
+    """An XID cursor cut by a power loss, then a kernel-log file whose read hung: the cursor
+    saved had neither the file's entry nor the loss, so the next read took the file from its
+    start and judged an XID 79 logged 30 days before (a repaired node drained again)."""
+    from rsc_health.checks.env import CollectEnv
+    from rsc_health.checks.state import NodeState
+    from rsc_health.collect import klog, kmsg
+    from rsc_health.config import load_config
+
+    root = copy_node(tmp_path / "node", FIXTURES / "healthy")
+    log = "var/log/kern.log"
+    site = root / "site.toml"
+    site.write_text((root / "config.toml").read_text()
+                    + f'\n[xid]\nsources = ["/dev/kmsg", "/{log}"]\n')
+    (root / "var/log").mkdir(parents=True)
+    old = time.time() - 30 * 86400
+
+    def iso(t):
+        return time.strftime("%Y-%m-%dT%H:%M:%S.000000+00:00", time.gmtime(t))
+
+    (root / log).write_text(
+        f"{iso(old)} node01 kernel: [ 10.0] NVRM: Xid (PCI:0000:1b:00): 79, pid=77, "
+        "name=python3, GPU has fallen off the bus.\n"
+        + "".join(f"{iso(old + i)} node01 kernel: [ 11.0] line {i}\n" for i in range(5)))
+    cfg = load_config(site)
+    saved = tmp_path / "xid_cursor.json"
+    saved.write_text("")  # cut short
+    os.utime(saved, (time.time() - 3600, time.time() - 3600))
+
+    def read(cursor, deadline=None):
+        state = NodeState(boot_id=kmsg.boot_id(root))
+        return klog.read(root, CollectEnv(cfg, deadline, state, {"xid": cursor}, {}, 2.0),
+                         "xid"), state
+
+    real = kmsg._read_log_file
+    monkeypatch.setattr(kmsg, "_read_log_file", lambda *a, **k: time.sleep(30))
+    hung, state = read(kmsg.load_cursor(saved), deadline=time.monotonic() + 1.0)
+    assert "kernel_log xid" in state.hung_probes
+    monkeypatch.setattr(kmsg, "_read_log_file", real)
+    kmsg.save_json(saved, hung.cursor)
+    again, _ = read(kmsg.load_cursor(saved))
+    assert not [e for e in again.events if e.xid == 79]
+
+
+@pytest.fixture
+def hung_state_dir(tmp_path):
+    """node01 whose state dir is a FUSE mount where reading pending_verdict.json never
+    answers (a state dir on NFS or a failing disk)."""
+    if not _fuse_available():
+        pytest.skip("FUSE (fusepy and /dev/fuse) is not available here")
+    root = copy_node(tmp_path / "node", FIXTURES / "healthy")
+    source = tmp_path / "state-source"
+    source.mkdir()
+    os.chmod(source, 0o755)
+    (source / nodepath.PENDING_VERDICT_FILE).write_text(json.dumps({
+        "level": 3, "why": "slurm_unavailable", "time": "2026-11-29T00:00:00+00:00",
+        "causes": [{"family": "gpu", "component": "gpu3", "status": "fail",
+                    "severity": "drain_now", "reason": "gpu3 lost", "code": "gpu_lost"}]}))
+    point = root / NODE_STATE
+    point.mkdir(parents=True)
+    proc = start_fuse(point, FAULT / "hung_read_fuse.py", str(source), str(point),
+                      nodepath.PENDING_VERDICT_FILE)
+    try:
+        yield root
+    finally:
+        proc.kill()
+        proc.wait(10)
+        subprocess.run(["fusermount", "-u", "-z", str(point)], capture_output=True)
+
+
+def test_the_watchdog_says_it_fired_before_it_reads_the_state_dir(hung_state_dir, tmp_path):
+    """The run hangs reading the pending verdict; the watchdog's own judging read it again,
+    hung there too, and the backstop left without a word: the line naming the hang came
+    after. It comes first now, and the verdict step's read is not repeated."""
+    env = _env(hung_state_dir)
+    err = tmp_path / "stderr"
+    with err.open("w") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "rsc_health.nodepath", "prolog"],
+                                stdout=subprocess.DEVNULL, stderr=fh, cwd=REPO, env=env)
+    try:
+        deadline = time.monotonic() + 15
+        while "exiting" not in err.read_text() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        said = err.read_text()
+    finally:
+        proc.kill()  # stuck in the FUSE read: it dies once the fixture kills the daemon
+    assert "still running after 3s during verdict" in said, said
+    assert "exiting" in said, said
