@@ -39,6 +39,13 @@ CLOCK_AHEAD_S = 300.0
 # No node-path record is older than rsc-health: an earlier stamp is a reset clock (1970 after a
 # dead RTC battery, 2000, or a BIOS's build date).
 CLOCK_FLOOR = datetime(2020, 1, 1)
+# Nor is one this much older than the fleet's newest heartbeat: the spool holds about two months
+# at its default cap ([node] spool_max_mb), and a node that is off sends nothing. An older
+# stamp is a clock reset to a date after CLOCK_FLOOR (an RTC battery's BIOS date): believed,
+# the node's XID of today was attributed to whatever job it ran that day years ago. Against
+# the fleet's newest heartbeat, not the historian's clock: a replay of a past fleet (the
+# simulator's, a capture) is as old as its own records.
+CLOCK_BEHIND_S = 120 * 86400.0
 # node_runs' row for a node whose latest delivered heartbeat had an unbelievable time: its
 # last_seen is when the historian received it, its level CLOCK_SKEW.
 CLOCK_SOURCE = "clock"
@@ -104,9 +111,21 @@ def believed_now(engine, now: datetime, lead: timedelta) -> tuple[datetime, str]
     return moment, why
 
 
-def believable(time: datetime, received: datetime) -> bool:
-    """A node-path stamp (naive UTC) the historian can fold, as of its own clock `received`."""
-    return CLOCK_FLOOR <= time <= received + timedelta(seconds=CLOCK_AHEAD_S)
+def believable(time: datetime, received: datetime, *,
+               fleet_newest: datetime | None = None) -> bool:
+    """A node-path stamp (naive UTC) the historian can fold, as of its own clock `received`;
+    `fleet_newest`: the newest heartbeat the historian holds (fleet_newest()),
+    CLOCK_BEHIND_S before which no stamp is believed."""
+    oldest = CLOCK_FLOOR if fleet_newest is None else max(
+        CLOCK_FLOOR, fleet_newest - timedelta(seconds=CLOCK_BEHIND_S))
+    return oldest <= time <= received + timedelta(seconds=CLOCK_AHEAD_S)
+
+
+def fleet_newest(conn: Connection) -> datetime | None:
+    """The newest heartbeat any node delivered with a believed stamp (node_runs, the wrong
+    clocks' rows aside: theirs is the historian's receive time)."""
+    return conn.execute(select(func.max(R.c.last_seen))
+                        .where(R.c.source != CLOCK_SOURCE)).scalar()
 
 
 def record_runs(conn: Connection, beats: Iterable[Heartbeat],

@@ -126,3 +126,72 @@ def test_status_names_a_node_whose_clock_is_wrong(historian_url, historian, tmp_
     result = CliRunner().invoke(cli, ["--db", historian_url, "node", "gpu-ahead"])
     assert "Traceback" not in result.output, result.output
     assert "clock" in result.output, result.output
+
+
+XID79 = Finding("xid", "gpu3", Status.FAIL, Severity.DRAIN_NOW, "XID 79 fell off the bus",
+                code="xid79")
+
+
+def _check_nodes(engine) -> list[tuple[str, str]]:
+    c = schema.check_results
+    with engine.connect() as conn:
+        return sorted(conn.execute(select(c.c.node, c.c.code)).all())
+
+
+def test_a_clock_reset_to_a_bios_date_after_2020_is_not_believed(historian, tmp_path):
+    """An RTC battery dies and the node boots at its BIOS's date, 2022-06-01: after the floor,
+    so its XID 79 was stored in 2022 and attributed to the job the node ran that day. Older
+    than any spool keeps (against the fleet's newest heartbeat), it is quarantined as a wrong
+    clock, and the node flagged."""
+    now = _now()
+    _deliver(historian, tmp_path / "other", _run("gpu-ok", now - timedelta(minutes=2), [OK_IB]))
+    report = _deliver(historian, tmp_path,
+                      _run("gpu-rtc", datetime(2022, 6, 1, 0, 5, tzinfo=UTC), [XID79]))
+    assert report.skewed == 2 and report.quarantined_count == 2
+    lines = [json.loads(x) for x in next((tmp_path / "quarantine").glob("*"))
+             .read_text().splitlines()]
+    assert all("older than any spool keeps" in q["error"] for q in lines)
+    assert [n for n, _ in _check_nodes(historian)] == ["gpu-ok"]
+    fresh = {f.node: f for f in node_freshness(historian, _naive(now), stale_after_s=2700)}
+    assert fresh["gpu-rtc"].last_level == "clock_skew" and fresh["gpu-rtc"].broken
+    assert not fresh["gpu-ok"].broken
+
+
+def test_a_replay_of_a_past_fleet_is_as_old_as_its_own_records(historian, tmp_path):
+    """The simulator's fleet (2024) or a capture, replayed into an empty historian: its
+    records are judged against its own newest, not refused for their age."""
+    t = datetime(2024, 3, 1, 9, 55, tzinfo=UTC)
+    report = _deliver(historian, tmp_path, _run("sim-1", t, [OK_IB]) + _run(
+        "sim-1", t + timedelta(days=30), [XID79]))
+    assert report.skewed == 0
+    later = _deliver(historian, tmp_path, _run("sim-2", t + timedelta(days=31), [OK_IB]))
+    assert later.skewed == 0
+
+
+def test_a_backlog_weeks_old_and_an_ntp_step_back_land_whole(historian, tmp_path):
+    """What a wrong clock is not: a spool kept while the historian was away for seven weeks,
+    delivered in order, and an NTP step of 20 minutes back at boot."""
+    now = _now()
+    records = []
+    for day in range(49, 0, -7):
+        records += _run("gpu-late", now - timedelta(days=day), [OK_IB])
+    records += _run("gpu-late", now - timedelta(minutes=30), [OK_IB])
+    records += _run("gpu-late", now - timedelta(minutes=50), [XID79])  # NTP stepped back
+    report = _deliver(historian, tmp_path, records)
+    assert report.skewed == 0 and report.quarantined_count == 0
+    assert ("gpu-late", "xid79") in _check_nodes(historian)
+
+
+def test_a_batch_delivered_again_is_not_taken_for_a_clock_going_back(historian, tmp_path):
+    """A delivery cut after its first chunks is delivered again from the batch's start: its
+    stamps go back to the batch's first, which is no wrong clock (each delivery judges the
+    node's stamps in its own order)."""
+    now = _now()
+    records = []
+    for day in range(30, 0, -3):
+        records += _run("gpu-again", now - timedelta(days=day), [OK_IB])
+    spool.append(tmp_path, records)
+    first = deliver(historian, tmp_path, chunk_lines=4)
+    spool.append(tmp_path, records)  # the same records once more, as a redelivery reads them
+    again = deliver(historian, tmp_path, chunk_lines=4)
+    assert first.skewed == again.skewed == 0
