@@ -39,12 +39,12 @@ CLOCK_AHEAD_S = 300.0
 # No node-path record is older than rsc-health: an earlier stamp is a reset clock (1970 after a
 # dead RTC battery, 2000, or a BIOS's build date).
 CLOCK_FLOOR = datetime(2020, 1, 1)
-# Nor is one this much older than the fleet's newest heartbeat: the spool holds about two months
-# at its default cap ([node] spool_max_mb), and a node that is off sends nothing. An older
-# stamp is a clock reset to a date after CLOCK_FLOOR (an RTC battery's BIOS date): believed,
-# the node's XID of today was attributed to whatever job it ran that day years ago. Against
-# the fleet's newest heartbeat, not the historian's clock: a replay of a past fleet (the
-# simulator's, a capture) is as old as its own records.
+# Nor is one this much older than the same node's newest heartbeat on record: a node's spool is
+# delivered in the order it was written, so a backlog of any age arrives newer than what came
+# before it; a stamp this far behind the node's own is its clock reset to a date after
+# CLOCK_FLOOR (an RTC battery's BIOS date): believed, the node's XID of today was attributed
+# to whatever job it ran that day years ago. The node's own, not the fleet's newest or the
+# historian's clock: a replay of a past fleet, a node back from months away, are their own.
 CLOCK_BEHIND_S = 120 * 86400.0
 # node_runs' row for a node whose latest delivered heartbeat had an unbelievable time: its
 # last_seen is when the historian received it, its level CLOCK_SKEW.
@@ -111,21 +111,33 @@ def believed_now(engine, now: datetime, lead: timedelta) -> tuple[datetime, str]
     return moment, why
 
 
-def believable(time: datetime, received: datetime, *,
-               fleet_newest: datetime | None = None) -> bool:
+def believable(time: datetime, received: datetime, *, seen: datetime | None = None) -> bool:
     """A node-path stamp (naive UTC) the historian can fold, as of its own clock `received`;
-    `fleet_newest`: the newest heartbeat the historian holds (fleet_newest()),
-    CLOCK_BEHIND_S before which no stamp is believed."""
-    oldest = CLOCK_FLOOR if fleet_newest is None else max(
-        CLOCK_FLOOR, fleet_newest - timedelta(seconds=CLOCK_BEHIND_S))
+    `seen`: the node's newest heartbeat on record (last_seen()), CLOCK_BEHIND_S before which
+    no stamp of it is believed."""
+    oldest = CLOCK_FLOOR if seen is None else max(
+        CLOCK_FLOOR, seen - timedelta(seconds=CLOCK_BEHIND_S))
     return oldest <= time <= received + timedelta(seconds=CLOCK_AHEAD_S)
 
 
-def fleet_newest(conn: Connection) -> datetime | None:
-    """The newest heartbeat any node delivered with a believed stamp (node_runs, the wrong
-    clocks' rows aside: theirs is the historian's receive time)."""
-    return conn.execute(select(func.max(R.c.last_seen))
-                        .where(R.c.source != CLOCK_SOURCE)).scalar()
+def last_seen(conn: Connection, nodes: Iterable[str], received: datetime
+              ) -> dict[str, datetime]:
+    """Each node's newest heartbeat delivered with a believed stamp (node_runs by its key, the
+    wrong clocks' rows aside: theirs is the historian's receive time), no later than
+    `received` + CLOCK_AHEAD_S: a row an earlier release believed from a year ahead, or one a
+    SQLite historian's host wrote while its own clock was ahead, must not refuse the node's
+    right stamps for a year."""
+    out: dict[str, datetime] = {}
+    names = sorted(set(nodes))
+    cap = received + timedelta(seconds=CLOCK_AHEAD_S)
+    q = (select(R.c.node, func.max(R.c.last_seen))
+         .where(R.c.node.in_(bindparam("nodes", expanding=True)), R.c.source != CLOCK_SOURCE)
+         .group_by(R.c.node))
+    for i in range(0, len(names), 500):
+        for node, seen in conn.execute(q, {"nodes": names[i : i + 500]}):
+            if seen is not None:
+                out[node] = min(seen, cap)
+    return out
 
 
 def record_runs(conn: Connection, beats: Iterable[Heartbeat],

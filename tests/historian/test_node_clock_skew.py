@@ -13,7 +13,7 @@ import json
 from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
-from sqlalchemy import func, select
+from sqlalchemy import func, insert, select
 
 from rsc_health import spool
 from rsc_health.cli import cli
@@ -140,32 +140,62 @@ def _check_nodes(engine) -> list[tuple[str, str]]:
 
 def test_a_clock_reset_to_a_bios_date_after_2020_is_not_believed(historian, tmp_path):
     """An RTC battery dies and the node boots at its BIOS's date, 2022-06-01: after the floor,
-    so its XID 79 was stored in 2022 and attributed to the job the node ran that day. Older
-    than any spool keeps (against the fleet's newest heartbeat), it is quarantined as a wrong
-    clock, and the node flagged."""
+    so its XID 79 was stored in 2022 and attributed to the job the node ran that day. Years
+    behind the node's own heartbeat of minutes before, it is quarantined as a wrong clock, and
+    the node flagged."""
     now = _now()
-    _deliver(historian, tmp_path / "other", _run("gpu-ok", now - timedelta(minutes=2), [OK_IB]))
+    _deliver(historian, tmp_path, _run("gpu-rtc", now - timedelta(minutes=10), [OK_IB]))
     report = _deliver(historian, tmp_path,
                       _run("gpu-rtc", datetime(2022, 6, 1, 0, 5, tzinfo=UTC), [XID79]))
     assert report.skewed == 2 and report.quarantined_count == 2
     lines = [json.loads(x) for x in next((tmp_path / "quarantine").glob("*"))
              .read_text().splitlines()]
-    assert all("older than any spool keeps" in q["error"] for q in lines)
-    assert [n for n, _ in _check_nodes(historian)] == ["gpu-ok"]
-    fresh = {f.node: f for f in node_freshness(historian, _naive(now), stale_after_s=2700)}
-    assert fresh["gpu-rtc"].last_level == "clock_skew" and fresh["gpu-rtc"].broken
-    assert not fresh["gpu-ok"].broken
+    assert all("before the node's own newest heartbeat on record" in q["error"]
+               for q in lines)
+    assert "xid79" not in [code for _, code in _check_nodes(historian)]
+    (fresh,) = node_freshness(historian, _naive(now), stale_after_s=2700)
+    assert fresh.last_level == "clock_skew" and fresh.broken
 
 
-def test_a_replay_of_a_past_fleet_is_as_old_as_its_own_records(historian, tmp_path):
-    """The simulator's fleet (2024) or a capture, replayed into an empty historian: its
-    records are judged against its own newest, not refused for their age."""
+def test_a_replay_of_a_past_fleet_lands_beside_a_live_one(historian, tmp_path):
+    """The simulator's fleet (2024) or a capture, replayed into a historian that holds today's
+    fleet: its nodes have no history of their own there, so nothing is a clock gone back."""
+    now = _now()
+    _deliver(historian, tmp_path / "live", _run("gpu-live", now - timedelta(minutes=2),
+                                                 [OK_IB]))
     t = datetime(2024, 3, 1, 9, 55, tzinfo=UTC)
     report = _deliver(historian, tmp_path, _run("sim-1", t, [OK_IB]) + _run(
         "sim-1", t + timedelta(days=30), [XID79]))
     assert report.skewed == 0
-    later = _deliver(historian, tmp_path, _run("sim-2", t + timedelta(days=31), [OK_IB]))
-    assert later.skewed == 0
+    assert ("sim-1", "xid79") in _check_nodes(historian)
+
+
+def test_a_node_back_after_five_months_delivers_the_xid_that_took_it_down(historian,
+                                                                         tmp_path):
+    """Its spool kept the XID (a full spool drops all-clear rows, never news) and it comes
+    back months later: in order, each record newer than the node's last delivered one."""
+    now = _now()
+    _deliver(historian, tmp_path, _run("gpu-rma", now - timedelta(days=151), [OK_IB]))
+    report = _deliver(historian, tmp_path, _run("gpu-rma", now - timedelta(days=150), [XID79])
+                      + _run("gpu-rma", now - timedelta(minutes=1), [OK_IB]))
+    assert report.skewed == 0
+    assert ("gpu-rma", "xid79") in _check_nodes(historian)
+
+
+def test_a_heartbeat_on_record_from_the_future_does_not_refuse_the_nodes_right_stamps(
+        historian, tmp_path):
+    """A row a year ahead (an earlier release believed such a node; a SQLite historian's host
+    whose own clock was ahead for one flush): the node's reference is capped at the
+    historian's clock, so its right stamps of today are not taken for a clock gone back."""
+    now = _now()
+    with historian.begin() as conn:
+        conn.execute(insert(schema.node_runs).values(
+            node="gpu-was-ahead", source="sweep", last_seen=_naive(now + timedelta(days=365)),
+            level="ok", checker_errors=0, version="0.9"))
+    report = _deliver(historian, tmp_path, _run("gpu-was-ahead", now - timedelta(minutes=1),
+                                                [XID79]))
+    assert report.skewed == 0
+    assert ("gpu-was-ahead", "xid79") in _check_nodes(historian)
 
 
 def test_a_backlog_weeks_old_and_an_ntp_step_back_land_whole(historian, tmp_path):

@@ -14,8 +14,8 @@ number and the reason, never retried.
 Each record's time is judged against the historian's clock, which is the database server's
 (a node flushes its own spool, so this process's clock is the node's, the one in doubt): a
 record stamped from the future, before CLOCK_FLOOR, older than any spool keeps
-(CLOCK_BEHIND_S before the fleet's newest heartbeat: a clock reset to a BIOS date after
-CLOCK_FLOOR) goes to quarantine, counted in `skewed`
+(CLOCK_BEHIND_S before the same node's newest heartbeat on record: a clock reset to a BIOS
+date after CLOCK_FLOOR) goes to quarantine, counted in `skewed`
 (rsc_health.historian.freshness says why, and how the node is flagged).
 """
 
@@ -58,7 +58,7 @@ from rsc_health.historian.freshness import (
     CLOCK_FLOOR,
     Heartbeat,
     believable,
-    fleet_newest,
+    last_seen,
     record_runs,
 )
 from rsc_health.historian.ingest import (
@@ -117,7 +117,7 @@ class DeliveryReport:
             text += f", {self.quarantined_count} line(s) quarantined"
         if self.skewed:
             text += (f" ({self.skewed} stamped by a wrong node clock: ahead of the historian's "
-                     f"clock, before {CLOCK_FLOOR:%Y}, or older than any spool keeps)")
+                     f"clock, before {CLOCK_FLOOR:%Y}, or far behind the node's own)")
         if self.quarantine_lost:
             text += (f"; {self.quarantine_lost} quarantined line(s) could not be kept in "
                      f"{QUARANTINE}/ ({self.quarantine_error})")
@@ -156,7 +156,7 @@ def _record_id(rec: dict) -> str:
 
 
 def _parse_record(rows: _Rows, rec: dict | None, received: datetime,
-                  fleet: datetime | None = None) -> None:
+                  seen: dict[str, datetime] | None = None) -> None:
     if rec is None:
         raise RowError("not a JSON object")
     kind = rec.get("kind")
@@ -169,8 +169,9 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime,
     except ValueError as exc:
         raise RowError(f"time {rec['time']!r} is not ISO 8601") from exc
     node = node_name(rec["node"])
-    if not believable(when, received, fleet_newest=fleet):
-        _skewed(rows, rec, node, when, received, fleet)
+    mine = (seen or {}).get(node)
+    if not believable(when, received, seen=mine):
+        _skewed(rows, rec, node, when, received, mine)
     if kind == "heartbeat":
         rows.clocks[node] = None
     # job_end carries nothing the tables keep beyond the epilog's own check records.
@@ -290,7 +291,7 @@ def _gpu_names(rows: _Rows, node: str, when: datetime, gpus) -> None:
 
 
 def _skewed(rows: _Rows, rec: dict, node: str, when: datetime, received: datetime,
-            fleet: datetime | None = None) -> None:
+            seen: datetime | None = None) -> None:
     """Refuse a record the node's clock stamped wrongly; a heartbeat still says it is alive."""
     rows.skewed += 1
     if rec.get("kind") == "heartbeat":
@@ -300,11 +301,11 @@ def _skewed(rows: _Rows, rec: dict, node: str, when: datetime, received: datetim
     if when < CLOCK_FLOOR:
         raise RowError(f"time {rec['time']} is before {CLOCK_FLOOR:%Y}: the node's clock is "
                        "wrong (reset?)")
-    behind = (fleet - when).total_seconds() if fleet is not None else 0.0
+    behind = (seen - when).total_seconds() if seen is not None else 0.0
     if behind > CLOCK_BEHIND_S:
-        raise RowError(f"time {rec['time']} is {_span(behind)} before the fleet's newest "
-                       f"heartbeat ({fleet:%Y-%m-%dT%H:%M:%S}Z), older than any spool keeps: "
-                       "the node's clock is wrong (reset?)")
+        raise RowError(f"time {rec['time']} is {_span(behind)} before the node's own newest "
+                       f"heartbeat on record ({seen:%Y-%m-%dT%H:%M:%S}Z): the node's clock "
+                       "went back (reset?)")
     ahead = (when - received).total_seconds()
     raise RowError(f"time {rec['time']} is {_span(ahead)} ahead of the historian's clock "
                    f"({received:%Y-%m-%dT%H:%M:%S}Z): the node's clock is wrong")
@@ -332,19 +333,27 @@ def _chunks(path: Path, size: int) -> Iterator[list[Line]]:
         yield lines
 
 
-def _parse(lines: list[Line], received: datetime, fleet: datetime | None = None) -> _Rows:
-    """`fleet`: freshness.fleet_newest at the delivery's start."""
+def _parse(lines: list[Line], received: datetime,
+           seen: dict[str, datetime] | None = None) -> _Rows:
+    """`seen`: freshness.last_seen of the chunk's nodes."""
     rows = _Rows(lines=len(lines))
     for lineno, rec, raw in lines:
         try:
             if rec is not None and "\\u0000" in raw:
                 rec = _without_nul(rec)
-            _parse_record(rows, rec, received, fleet)
+            _parse_record(rows, rec, received, seen)
         except RowError as exc:
             rows.bad.append((BadRow(lineno, str(exc)), raw[:4096]))
         except RecursionError:  # valid JSON, but deeper than _nul_free's walk goes
             rows.bad.append((BadRow(lineno, "a JSON object nested too deep"), raw[:4096]))
     return rows
+
+
+def _nodes(lines: list[Line]) -> set[str]:
+    """The node names the chunk's records give (as written: a name _parse_record refuses
+    matches no row)."""
+    return {rec["node"] for _, rec, _ in lines
+            if isinstance(rec, dict) and isinstance(rec.get("node"), str)}
 
 
 def _without_nul(rec: dict) -> dict:
@@ -464,7 +473,6 @@ def deliver(
     report = DeliveryReport()
     timed = flush_engine(engine)
     clock = _Clock()
-    fleet: list[datetime | None] = []  # fleet_newest, read in the first transaction
     for batch in map(Path, spool.claim(spool_dir)):  # the spool names them as str
         for lines in _chunks(batch, chunk_lines):
             try:
@@ -475,9 +483,8 @@ def deliver(
                         check_version_of = None
                     elif clock.base is None:
                         clock.read(conn, version=False)
-                    if not fleet:
-                        fleet.append(fleet_newest(conn))
-                    rows = _parse(lines, clock.now(), fleet[0])
+                    received = clock.now()
+                    rows = _parse(lines, received, last_seen(conn, _nodes(lines), received))
                     _write(conn, rows, report)
             except (OperationalError, SAInterfaceError, DBAPIError, HistorianFrozen) as exc:
                 if check_version_of is not None and no_such_table(exc):
