@@ -193,25 +193,47 @@ class InFlight:
         families' own (their checks are pure: no I/O but the XID catalog's override)."""
         if self.findings is not None:
             return list(self.findings), []
-        from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
+        from rsc_health.checks import BY_NAME, FAMILIES
 
         families = [f for f in FAMILIES if not self.only or f in self.only]
         state = self.state
         if state is None:
             return [], families
         ready = [f for f in families if state.ready(BY_NAME[f])]
-        data = dict(self.cfg.data)
-        findings = [_checker(family, source, f"{family}: cannot read {source}: {message}")
-                    for family, source, message in list(state.errors)]
-        for family, problem in _load_catalogs(self.cfg, ready, data):
-            findings.append(problem)
-            ready.remove(family)
-        for family in ready:
-            try:
-                findings.extend(CHECKS[family](state, data))
-            except Exception as exc:  # noqa: BLE001 - as in a whole run
-                findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
-        return findings, [f for f in families if f not in ready]
+        found, no_catalog, _ = _judge(self.cfg, state, ready)
+        return (_collector_errors(state) + found,
+                [f for f in families if f not in ready or f in no_catalog])
+
+
+def _collector_errors(state) -> list[Finding]:
+    """The collectors' problems (NodeState.errors) as checker findings."""
+    return [_checker(family, source, f"{family}: cannot read {source}: {message}")
+            for family, source, message in list(state.errors)]
+
+
+def _judge(cfg: Config, state, families: list[str]
+           ) -> tuple[list[Finding], list[str], list[str]]:
+    """Each family's check on the state: (findings, the families not judged because their
+    catalog did not load, the families whose check raised). A whole run and the watchdog's
+    judgement of what came in (InFlight) judge alike."""
+    from rsc_health.checks import CHECKS
+
+    data = dict(cfg.data)
+    findings: list[Finding] = []
+    judged = list(families)
+    no_catalog = []
+    for family, problem in _load_catalogs(cfg, judged, data):
+        findings.append(problem)
+        judged.remove(family)
+        no_catalog.append(family)
+    failed = []
+    for family in judged:
+        try:
+            findings.extend(CHECKS[family](state, data))
+        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
+            findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
+            failed.append(family)
+    return findings, no_catalog, failed
 
 
 def run_deferred(
@@ -245,7 +267,7 @@ def _run(
     inflight: InFlight | None = None,
 ):
     # Imported here so a broken collector module is a finding, not an ImportError in the prolog.
-    from rsc_health.checks import BY_NAME, CHECKS, FAMILIES
+    from rsc_health.checks import BY_NAME, FAMILIES
     from rsc_health.checks.state import collect_all
     from rsc_health.collect import counters, hangs, kmsg
     started = time.monotonic()
@@ -278,8 +300,7 @@ def _run(
         probe_timeout_s=timeout, deadline=deadline,
         hangs_before=hangs_before, stage=stage, inflight=inflight,
     )
-    for family, source, message in state.errors:
-        findings.append(_checker(family, source, f"{family}: cannot read {source}: {message}"))
+    findings.extend(_collector_errors(state))
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
                                {name: state.probe_pids.get(name) for name in state.hung_probes},
                                utcnow(), sweep=sweep, after_health=state.hung_after_health)
@@ -297,17 +318,13 @@ def _run(
             f"{state.hung_probes[probe]}; not answering since {hang['since']} "
             f"({hang['sweeps']} sweep(s) in a row)", code, data={"probe": probe, **hang}))
 
-    data = dict(cfg.data)
-    for family, problem in _load_catalogs(cfg, families, data):
-        findings.append(problem)
+    judged, no_catalog, failed = _judge(cfg, state, families)
+    findings.extend(judged)
+    for family in no_catalog:
         families.remove(family)
         new_cursors.pop(family, None)  # nothing judged: nothing consumed
-    for family in families:
-        try:
-            findings.extend(CHECKS[family](state, data))
-        except Exception as exc:  # noqa: BLE001 - one broken check must not hide the others
-            findings.append(_checker(family, family, f"{family} check failed: {exc!r}"))
-            _unjudged(BY_NAME[family], state, new_cursors)
+    for family in failed:
+        _unjudged(BY_NAME[family], state, new_cursors)
 
     def commit(events: bool = True) -> list[Finding]:
         # Each state file is written only when it changes: what is on disk already says the
