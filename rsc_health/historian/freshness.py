@@ -128,15 +128,20 @@ def last_seen(conn: Connection, nodes: Iterable[str], received: datetime
     SQLite historian's host wrote while its own clock was ahead, must not refuse the node's
     right stamps for a year."""
     out: dict[str, datetime] = {}
-    names = sorted(set(nodes))
     cap = received + timedelta(seconds=CLOCK_AHEAD_S)
-    q = (select(R.c.node, func.max(R.c.last_seen))
-         .where(R.c.node.in_(bindparam("nodes", expanding=True)), R.c.source != CLOCK_SOURCE)
-         .group_by(R.c.node))
+    for (node, source), seen in _runs(conn, nodes).items():
+        if source != CLOCK_SOURCE and seen is not None:
+            out[node] = min(max(seen, out.get(node, seen)), cap)
+    return out
+
+
+def _runs(conn: Connection, nodes: Iterable[str]) -> dict[tuple[str, str], datetime]:
+    """node_runs' last_seen of these nodes, by (node, source): its key, 500 nodes a query."""
+    names = sorted(set(nodes))
+    out: dict[tuple[str, str], datetime] = {}
     for i in range(0, len(names), 500):
-        for node, seen in conn.execute(q, {"nodes": names[i : i + 500]}):
-            if seen is not None:
-                out[node] = min(seen, cap)
+        out.update({(n, s): t for n, s, t in conn.execute(_RUNS_Q,
+                                                          {"nodes": names[i : i + 500]})})
     return out
 
 
@@ -155,11 +160,7 @@ def record_runs(conn: Connection, beats: Iterable[Heartbeat],
     clocks = clocks or {}
     if not beats and not clocks:
         return 0
-    nodes = sorted({b.node for b in beats} | set(clocks))
-    latest: dict[tuple[str, str], datetime] = {}
-    for i in range(0, len(nodes), 500):
-        rows = conn.execute(_RUNS_Q, {"nodes": nodes[i : i + 500]})
-        latest.update({(n, s): t for n, s, t in rows})
+    latest = _runs(conn, {b.node for b in beats} | set(clocks))
     _record_clocks(conn, clocks, latest)
     newest: dict[tuple[str, str], Heartbeat] = {}
     days: dict[tuple, list[int]] = defaultdict(lambda: [0, 0, 0])

@@ -18,6 +18,7 @@ from rsc_health.compat import datetime
 from rsc_health.durable import open_regular, write_atomic
 from rsc_health.model import HUNG_CODES, Finding, Level, Status, utcnow
 from rsc_health.node.stage import STAGES
+from rsc_health.policy import decide
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
@@ -182,8 +183,7 @@ def spool_fault(run: Progress, finding: Finding, found: Sequence[Finding] = ()) 
     records = spool.check_records(judged, node=run.node, source=run.stage.name, time=now,
                                   job_id=run.job_id)
     if not run.spooled:
-        level = max(Level.CHECKER_ERROR, *(f.level for f in judged))
-        records.append(heartbeat(run.stage, run.node, now, level, judged,
+        records.append(heartbeat(run.stage, run.node, now, decide(judged).level, judged,
                                  time.monotonic() - run.started))
     try:
         spool.append(os.path.join(run.sdir, "spool"), records)
@@ -212,8 +212,7 @@ def say_fault(run: Progress, finding: Finding, cfg: Config | None = None,
                        if run.sdir is not None else None)
         try:
             judged = [*found, finding]
-            write_textfile(cfg, root, run.node, run.stage,
-                           max(Level.CHECKER_ERROR, *(f.level for f in judged)), judged,
+            write_textfile(cfg, root, run.node, run.stage, decide(judged).level, judged,
                            time.monotonic() - run.started,
                            pending=run.unacted_drain if pending is None else pending,
                            spool_bytes=spool_bytes, families=set())

@@ -520,22 +520,26 @@ def test_preemption_counts_only_within_the_window_of_the_requeue_start(engine):
     assert preempted(900) == 2  # job 11 joins
 
 
+def _one_node_jobs(engine, rows: list[tuple], **extra) -> None:
+    """One-node job instances (pk, job id, state, GPUs, start, end, node) and their node."""
+    with engine.begin() as conn:
+        conn.execute(insert(jobs), [dict(
+            id=pk, job_id=jid, job_id_display=jid, name="j", user="u", partition="p",
+            state=state, exit_code="0:0", submit=T0, eligible=T0, start=s, end=e, nnodes=1,
+            gpus=gpus, nodelist=node, instance_key=f"{jid}:{pk}", **extra)
+            for pk, jid, state, gpus, s, e, node in rows])
+        conn.execute(insert(job_nodes), [dict(job_pk=row[0], node=row[-1]) for row in rows])
+
+
 def test_a_job_id_of_another_cluster_is_no_requeue_in_goodput(engine):
     """Two clusters in one historian both count job ids up from their own start: cluster
     beta's job 200, which began after alpha's job 200 failed, was taken for its requeue, and
     the beta job it displaced by chance on one of its own nodes was charged to alpha's
     failure. A requeue is the same job id on the same cluster."""
     start = T0 + 5 * H
-    rows = [(20, "200", "COMPLETED", 8, start, start + H, "q00"),
-            (21, "2100", "PREEMPTED", 4, start - 3 * H, start, "q00")]
-    with engine.begin() as conn:
-        conn.execute(insert(jobs), [dict(
-            id=pk, job_id=jid, job_id_display=jid, name="j", user="u", partition="p",
-            state=state, exit_code="0:0", submit=T0, eligible=T0, start=s, end=e, nnodes=1,
-            gpus=gpus, nodelist=node, instance_key=f"{jid}:{pk}", cluster="beta")
-            for pk, jid, state, gpus, s, e, node in rows])
-        conn.execute(insert(job_nodes), [dict(job_pk=20, node="q00"),
-                                         dict(job_pk=21, node="q00")])
+    _one_node_jobs(engine, [(20, "200", "COMPLETED", 8, start, start + H, "q00"),
+                            (21, "2100", "PREEMPTED", 4, start - 3 * H, start, "q00")],
+                   cluster="beta")
     df = goodput_lost(engine)
     preempted = df[df["kind"] == "preemption"]
     assert preempted["jobs"].sum() == 1  # job 8 only, as before beta's jobs came
@@ -548,16 +552,8 @@ def test_only_the_next_instance_of_a_failed_job_is_its_requeue_in_goodput(engine
     took node w00 from job 2300: charged to the failure at 2 h as if it were the requeue.
     Only the next instance after the failure is."""
     start = T0 + 8 * H
-    rows = [(22, "200", "COMPLETED", 8, start, start + H, "w00"),
-            (23, "2300", "PREEMPTED", 4, start - 3 * H, start, "w00")]
-    with engine.begin() as conn:
-        conn.execute(insert(jobs), [dict(
-            id=pk, job_id=jid, job_id_display=jid, name="j", user="u", partition="p",
-            state=state, exit_code="0:0", submit=T0, eligible=T0, start=s, end=e, nnodes=1,
-            gpus=gpus, nodelist=node, instance_key=f"{jid}:{pk}")
-            for pk, jid, state, gpus, s, e, node in rows])
-        conn.execute(insert(job_nodes), [dict(job_pk=22, node="w00"),
-                                         dict(job_pk=23, node="w00")])
+    _one_node_jobs(engine, [(22, "200", "COMPLETED", 8, start, start + H, "w00"),
+                            (23, "2300", "PREEMPTED", 4, start - 3 * H, start, "w00")])
     df = goodput_lost(engine)
     preempted = df[df["kind"] == "preemption"]
     assert preempted["jobs"].sum() == 1  # job 8, displaced by the requeue at 2 h 1 min

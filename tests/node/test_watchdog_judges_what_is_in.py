@@ -18,6 +18,8 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -197,30 +199,38 @@ def test_the_textfile_shows_the_drain_the_watchdog_judged(root):
     assert 'rsc_health_family_status{family="gpu"} 2' in text
 
 
-@pytest.fixture
-def hung_kernel_log(tmp_path):
-    """The healthy node with a plain-file kernel-log source on a FUSE mount whose read never
-    answers (a local disk or NFS /var/log that stopped): the read blocks in the kernel,
-    where no deadline reaches the run that made it."""
+@contextmanager
+def _hung_read(tmp_path: Path, under: str, name: str, text: str) -> Iterator[Path]:
+    """The healthy node with ROOT/under served by FUSE (tests/fixtures/fault/hung_read_fuse.py)
+    from a directory holding `name` (its text), whose read never answers: the reader blocks
+    in the kernel, where no deadline reaches the run that made it."""
     if not _fuse_available():
         pytest.skip("FUSE (fusepy and /dev/fuse) is not available here")
     root = copy_node(tmp_path / "node", FIXTURES / "healthy")
-    source = tmp_path / "log-source"
+    source = tmp_path / f"{Path(under).name}-source"
     source.mkdir()
-    (source / "kernel-only.log").write_text(
-        "2026-11-29T01:00:00.000000+00:00 node01 kernel: [ 10.0] NVRM: loading\n")
     os.chmod(source, 0o755)
-    point = root / "var/log"
+    (source / name).write_text(text)
+    point = root / under
     point.mkdir(parents=True, exist_ok=True)
-    proc = start_fuse(point, FAULT / "hung_read_fuse.py", str(source), str(point),
-                      "kernel-only.log")
+    proc = start_fuse(point, FAULT / "hung_read_fuse.py", str(source), str(point), name)
     try:
         yield root
     finally:
-        proc.kill()
+        proc.kill()  # the kernel then fails the waiting read; then unmount
         proc.wait(10)
         subprocess.run(["fusermount", "-u", "-z", str(point)], capture_output=True)
         shutil.rmtree(source, ignore_errors=True)
+
+
+@pytest.fixture
+def hung_kernel_log(tmp_path):
+    """A plain-file kernel-log source on a /var/log that stopped answering (a local disk or
+    NFS)."""
+    with _hung_read(tmp_path, "var/log", "kernel-only.log",
+                    "2026-11-29T01:00:00.000000+00:00 node01 kernel: [ 10.0] NVRM: "
+                    "loading\n") as root:
+        yield root
 
 
 def _with_file_source(env: dict) -> None:
@@ -319,26 +329,12 @@ def test_a_lost_cursor_stays_lost_for_the_files_a_hung_read_left(tmp_path, monke
 def hung_state_dir(tmp_path):
     """node01 whose state dir is a FUSE mount where reading pending_verdict.json never
     answers (a state dir on NFS or a failing disk)."""
-    if not _fuse_available():
-        pytest.skip("FUSE (fusepy and /dev/fuse) is not available here")
-    root = copy_node(tmp_path / "node", FIXTURES / "healthy")
-    source = tmp_path / "state-source"
-    source.mkdir()
-    os.chmod(source, 0o755)
-    (source / nodepath.PENDING_VERDICT_FILE).write_text(json.dumps({
-        "level": 3, "why": "slurm_unavailable", "time": "2026-11-29T00:00:00+00:00",
-        "causes": [{"family": "gpu", "component": "gpu3", "status": "fail",
-                    "severity": "drain_now", "reason": "gpu3 lost", "code": "gpu_lost"}]}))
-    point = root / NODE_STATE
-    point.mkdir(parents=True)
-    proc = start_fuse(point, FAULT / "hung_read_fuse.py", str(source), str(point),
-                      nodepath.PENDING_VERDICT_FILE)
-    try:
+    with _hung_read(tmp_path, str(NODE_STATE), nodepath.PENDING_VERDICT_FILE, json.dumps({
+            "level": 3, "why": "slurm_unavailable", "time": "2026-11-29T00:00:00+00:00",
+            "causes": [{"family": "gpu", "component": "gpu3", "status": "fail",
+                        "severity": "drain_now", "reason": "gpu3 lost",
+                        "code": "gpu_lost"}]})) as root:
         yield root
-    finally:
-        proc.kill()
-        proc.wait(10)
-        subprocess.run(["fusermount", "-u", "-z", str(point)], capture_output=True)
 
 
 def test_the_watchdog_says_it_fired_before_it_reads_the_state_dir(hung_state_dir, tmp_path):

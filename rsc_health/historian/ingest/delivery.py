@@ -13,9 +13,9 @@ number and the reason, never retried.
 
 Each record's time is judged against the historian's clock, which is the database server's
 (a node flushes its own spool, so this process's clock is the node's, the one in doubt): a
-record stamped from the future, before CLOCK_FLOOR, older than any spool keeps
-(CLOCK_BEHIND_S before the same node's newest heartbeat on record: a clock reset to a BIOS
-date after CLOCK_FLOOR) goes to quarantine, counted in `skewed`
+record stamped from the future, before CLOCK_FLOOR, or more than CLOCK_BEHIND_S before the
+same node's newest heartbeat on record (a clock reset to a BIOS date after CLOCK_FLOOR) goes
+to quarantine, counted in `skewed`
 (rsc_health.historian.freshness says why, and how the node is flagged).
 """
 
