@@ -4,6 +4,7 @@
     healthctl suspects clear NODE --reason TEXT    # a person clears one (trusted again at once)
     healthctl suspects apply [--json]              # the manager pass (rsc-health-suspects.timer)
     healthctl suspects rates [--json]              # the fleet's own rate the detector judges by
+    healthctl suspects job JOB [--hours H] [--json]  # why a job's nodes were, or were not, flagged
 """
 
 from __future__ import annotations
@@ -231,3 +232,57 @@ def rates_cmd(ctx, as_json) -> None:
                      f"{r.pair_per_node_day:.1e} a node-day against "
                      f"{r.budget_per_node_day:.1e}: such a pair {verdict}")
         echo(line)
+
+
+@suspects.command("job")
+@click.argument("job_id")
+@click.option("--hours", type=click.FloatRange(0.25, 24 * 7), default=24.0, show_default=True,
+              help="Judge at most the job's last this many hours (to its end, or now).")
+@click.option("--all", "show_all", is_flag=True,
+              help="Every node and metric, not only those off their peers or not judged.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_context
+def job_cmd(ctx, job_id, hours, show_all, as_json) -> None:
+    """Why JOB's nodes were, or were not, flagged: each node and metric judged over the job's
+    run as a pass judges its window (its peer group and size, the sweeps it was off its peers,
+    those the job moved with it, its longest run against persist_sweeps), and the suspect
+    episodes recorded with the job. Exit 1 when the historian cannot be read."""
+    from rsc_health.historian import suspects as hs
+    from rsc_health.historian.db import HistorianError
+    from rsc_health.historian.failslow.explain import explain_job
+    from rsc_health.historian.freshness import believed_now
+
+    if not job_id.strip() or len(job_id) > 64:
+        raise click.ClickException(f"{job_id[:64]!r}: not a job id")
+    engine = _engine(ctx)
+    try:
+        now, _ = believed_now(engine, _now(), SUSPECTS_CLOCK_LEAD)
+        got = explain_job(engine, job_id, now, ctx.obj.config, hours=hours)
+        since = (got.since or now) - timedelta(days=7)
+        recorded = [e for e in hs.recent(engine, since) if got.job_id in e.job_ids]
+    except HistorianError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.dispose()
+    if as_json:
+        click.echo(json.dumps({"schema": "rsc_health.suspects_job/1", **got.as_dict(),
+                               "recorded": [e.as_dict() for e in recorded]}, indent=1))
+        return
+    span = (f" {got.since:%Y-%m-%d %H:%M} to {got.until:%Y-%m-%d %H:%M} UTC"
+            if got.since and got.until else "")
+    echo(f"job {got.job_id}: {len(got.nodes)} node(s){span}")
+    for note in got.notes:
+        echo(f"  {note}")
+    shown = [r for r in got.rows if show_all or r.suspect or r.outlying or r.job_wide
+             or not r.judged]
+    quiet = len(got.rows) - len(shown)
+    for r in shown:
+        echo(f"  {r.node} {r.metric}: {r.why} [judged {r.judged}/{r.sampled} sweeps, "
+             f"{r.peers} peers]")
+    if quiet:
+        echo(f"  {quiet} more node-metric(s) in line with their peers in every judged sweep"
+             " (--all lists them)")
+    if got.rows and not any(r.suspect for r in got.rows):
+        echo("  no node of the job was off its peers long enough to be a suspect")
+    for e in recorded:
+        echo(f"  recorded: {e.node} {e.state.value}: {describe(e)}")

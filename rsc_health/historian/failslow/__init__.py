@@ -7,6 +7,7 @@ recurring.py across jobs: a node off its peers from the start of job after job (
              telemetry rollups), against the fleet's own rate of outlying nodes
 load.py      detect(engine, now, cfg): the historian's telemetry, jobs and step times;
              rates(engine, now, cfg): the fleet's one-sweep excursions in that window
+explain.py   one job's judgement node by node, for an operator (healthctl suspects job)
 steps.py     per-rank step times: the JSON-lines drop file and NVRx straggler reports
 """
 
