@@ -134,8 +134,10 @@ def explain_frame(job_id: str, samples: pd.DataFrame, members: pd.DataFrame,
             f"{g or '?|'} {n} nodes" for g, n in sizes.items()))
     per_slot = obs.groupby(["group", "metric", "slot"])["node"].transform("nunique")
     obs = obs.assign(peers=per_slot)
+    by = dict(iter(frame.groupby(["node", "metric"], sort=False)))  # one pass, not per row
+    empty = frame.iloc[:0]
     for (node, metric), o in obs.groupby(["node", "metric"], sort=True):
-        j = frame[(frame["node"] == node) & (frame["metric"] == metric)]
+        j = by.get((node, metric), empty)
         bad = j[j["outlier"].astype(bool)]
         needed = _needed(rules, str(metric))
         worst = bad.loc[bad["deviation"].idxmax()] if len(bad) else None
