@@ -296,6 +296,7 @@ def apply(engine, slurm, cfg, now: datetime, *,
     done, errors = [], []
     away: SlurmUnavailable | None = None
     changes = plan(nodes, episodes, rules, restore)
+    info = {n.name: n for n in nodes}
     for ch in changes:
         if ch.kind is ActionKind.SUSPECT and ch.own_weight and ch.weight is not None \
                 and ch.slurm_weight is not None and ch.slurm_weight >= rules.suspect_weight:
@@ -332,7 +333,40 @@ def apply(engine, slurm, cfg, now: datetime, *,
             action(engine, ch.node, ch.kind, ch.why, now)
             log(f"suspect tier: {ch.node}: {ch.kind.value}: {ch.why}")
         done.append(ch)
+        back = _ended_meanwhile(engine, ch, info.get(ch.node), rules)
+        if back is not None:
+            # A person's clear (or a qualification) ended the episode after this pass read
+            # it; its own pass read Slurm before this update landed and found nothing to give
+            # back. Checked after the update: a clear committed before its pass read Slurm, so
+            # either that pass saw this update or this check sees the clear.
+            try:
+                slurm.update_node(back.node, features=back.features, weight=back.weight,
+                                  **({"active": back.active} if back.active is not None
+                                     else {}))
+            except SlurmError as exc:
+                errors.append(f"{back.node}: {exc} (the next pass gives it back)")
+                continue
+            action(engine, back.node, back.kind, back.why, now)
+            log(f"suspect tier: {back.node}: {back.kind.value}: {back.why}")
+            done.append(back)
     return done, errors
+
+
+def _ended_meanwhile(engine, ch: Change, n: NodeInfo | None, rules: TierRules
+                     ) -> Change | None:
+    """The restore of a node this pass just made suspect whose episode ended since the pass
+    read it; None when it is still open (or the change was not a suspect's)."""
+    from rsc_health.historian import suspects as hs
+
+    if ch.kind is not ActionKind.SUSPECT or ch.episode_id is None or n is None \
+            or hs.is_open(engine, ch.episode_id):
+        return None
+    weight = ch.slurm_weight if ch.slurm_weight is not None else n.weight
+    return Change(n.name, ActionKind.SUSPECT_RESTORE,
+                  f"its episode ended while this pass applied it (a person's clear or a "
+                  f"qualification): {rules.trusted} back, weight {weight}",
+                  features=(*(f for f in n.features if f != rules.trusted), rules.trusted),
+                  active=_active(n, rules, add=True), weight=weight)
 
 
 def _restore_weights(engine, nodes: set[str]) -> dict[str, int]:

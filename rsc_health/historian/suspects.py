@@ -236,6 +236,14 @@ def clear(engine, node: str, now: datetime, *, who: str, why: str) -> Episode | 
     return _episode(row)
 
 
+def is_open(engine, episode_id: int) -> bool:
+    """Whether the episode is still a suspect's (not cleared, confirmed or expired)."""
+    with engine.connect() as conn:
+        state = conn.execute(select(suspects.c.state).where(
+            suspects.c.id == episode_id)).scalar()
+    return state == SuspectState.SUSPECT.value
+
+
 def keep_weight(engine, episode_id: int, slurm_weight: int, *, replace: bool = True) -> None:
     """The node's own weight, kept before the tier's update is sent: an update slurmctld took
     whose answer was lost (a timeout) must still give the node its weight back. `replace`

@@ -239,3 +239,33 @@ def test_an_operators_own_healthctl_drain_is_a_persons_state_the_tier_leaves_alo
     slurm.set_state("node07", "IDLE+DRAIN", "rsc_health:now:xid79:gpu3 fell off the bus")
     run_pass(engine, slurm, config, T0 + MIN, [ev("node07", T0 + MIN)])
     assert _untrusted(slurm) == ["node07"]  # our own automatic drain: the tier applies
+
+
+def test_a_persons_clear_while_a_pass_applies_the_episode_leaves_the_node_trusted(engine,
+                                                                                 tmp_path):
+    """The timer's pass read node07's new episode, then a person cleared it and their clear's
+    own pass found Slurm still trusting node07 (nothing to give back); the timer's update landed
+    after: node07 was kept off big jobs with no episode until the next pass. Its pass now
+    checks the episode after its update and gives the node back at once."""
+    from rsc_health.suspects import apply
+
+    slurm, config = fleet(20), cfg(tmp_path)
+    hs.record(engine, [ev("node07", T0)], T0, expire_after=timedelta(hours=24))
+    real = slurm.update_node
+    raced = []
+
+    def update_node(node, **kw):
+        if not raced:  # the person's clear and its own pass, between our read and our write
+            raced.append(node)
+            assert hs.clear(engine, "node07", T0 + MIN, who="alice", why="mis-sharded job")
+            assert apply(engine, slurm, config, T0 + MIN) == ([], [])
+        real(node, **kw)
+
+    slurm.update_node = update_node
+    done, errors = apply(engine, slurm, config, T0 + MIN)
+    assert raced == ["node07"] and errors == []
+    assert _untrusted(slurm) == [] and slurm.info["node07"].weight == 10
+    assert [c.kind.value for c in done] == ["suspect", "suspect_restore"]
+    assert "ended while this pass applied it" in done[-1].why
+    # and the next pass has nothing to change
+    assert apply(engine, slurm, config, T0 + 2 * MIN) == ([], [])
