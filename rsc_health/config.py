@@ -77,6 +77,21 @@ class Config:
         node = _lookup(_packaged(), dotted)
         return None if node is _UNSET else _copied(node)
 
+    def actions_enabled(self, node: str | None = None) -> bool:
+        """[actions] enabled as `node` sees it (its `[nodes."GLOB".actions]` tables, the last
+        match winning, as for_node merges them), without copying the config per node: every
+        writer to Slurm, on a node or on the management host, asks this for the node it would
+        change, so a pilot's shadow nodes stay untouched by lemons, the suspect tier,
+        qualification and a person's `healthctl drain` alike. None: the config's own."""
+        enabled = bool(self.get("actions.enabled"))
+        if node is None:
+            return enabled
+        for pattern, table in self.overrides.get("nodes", {}).items():
+            acts = table.get("actions") if isinstance(table, dict) else None
+            if isinstance(acts, dict) and "enabled" in acts and glob_match(node, pattern):
+                enabled = bool(acts["enabled"])
+        return enabled
+
     def for_node(self, node: str, partition: str | None = None, *,
                  given_up: bool = False) -> Config:
         """The config as seen by one node: partition overrides, then node-glob overrides. A

@@ -47,13 +47,22 @@ class TierRules:
     suspect_weight: int
     max_share: float
     enabled: bool
+    # [actions] enabled per node (Config.actions_enabled: a pilot's `[nodes."GLOB".actions]`);
+    # None: `enabled` for every node
+    enabled_for: Callable[[str], bool] | None = None
 
     @classmethod
     def from_config(cls, cfg) -> TierRules:
+        per_node = getattr(cfg, "actions_enabled", None)
         return cls(trusted=str(cfg.get("suspects.trusted_feature")),
                    suspect_weight=int(cfg.get("suspects.suspect_weight")),
                    max_share=float(cfg.get("suspects.max_share")),
-                   enabled=bool(cfg.get("actions.enabled")))
+                   enabled=bool(cfg.get("actions.enabled")), enabled_for=per_node)
+
+    def writes(self, node: str) -> bool:
+        """Whether the tier may change this node in Slurm (not in shadow mode, site-wide or
+        by the node's own `[nodes."GLOB".actions]`)."""
+        return self.enabled_for(node) if self.enabled_for is not None else self.enabled
 
 
 @dataclass(frozen=True)
@@ -103,14 +112,15 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
         if change is None:
             for p in parts:
                 used[p] = used.get(p, 0) + 1
-            change = _suspect(n, ep, rules, restore_weights or {}) if rules.enabled else Change(
+            change = _suspect(n, ep, rules, restore_weights or {}) if rules.writes(n.name) \
+                else Change(
                 n.name, ActionKind.WOULD_SUSPECT, f"shadow mode: would take {rules.trusted} "
                 f"off and set weight {rules.suspect_weight}", ep.id, SHADOW,
                 record=ep.tier != SHADOW)
         if change is not None:
             out.append(change)
-    if rules.enabled:
-        out.extend(_restores(nodes, suspect_nodes, rules, restore_weights or {}))
+    out.extend(r for r in _restores(nodes, suspect_nodes, rules, restore_weights or {})
+               if rules.writes(r.node))
     return out
 
 
@@ -137,7 +147,7 @@ def _held_by_guard(n: NodeInfo, ep, parts, used: dict[str, int], members: dict[s
     # Shadow mode gives nothing back either: a write to Slurm is a write ([actions] enabled).
     # The tier's own marks: an episode it applied, also one a person's drain or a DOWN held
     # since (its tier then reads `person`, the marks are still on the node).
-    ours = (rules.enabled and (ep.tier == APPLIED or ep.slurm_weight is not None)
+    ours = (rules.writes(n.name) and (ep.tier == APPLIED or ep.slurm_weight is not None)
             and rules.trusted not in n.features and n.weight == rules.suspect_weight)
     return Change(n.name, ActionKind.SUSPECT_HELD,
                   f"guard: partition {full[0]} already has {used.get(full[0], 0)} suspect(s) "

@@ -103,8 +103,10 @@ def lemons(
                 guard = getattr(ctx.obj, "lemon_guard", None) or PartitionGuard.from_slurm(
                     slurm, ctx.obj.config, now
                 )
+                cfg = ctx.obj.config
                 actions = apply_verdicts(engine, verdicts, slurm, guard, now=now,
-                                         apply=do_apply, shadow=shadow)
+                                         apply=do_apply, shadow=shadow,
+                                         shadow_node=lambda n: not cfg.actions_enabled(n))
         except HistorianError as exc:
             raise click.ClickException(str(exc)) from exc
         except SlurmError as exc:

@@ -336,7 +336,7 @@ def _flow(cfg, slurm, history, tier: str, timeout_s: float | None = None):
 
     return Flow(slurm, history, command=list(cfg.get("qualify.node_command")), tier=tier,
                 timeout_s=timeout_s or float(cfg.get("qualify.flow_timeout_s")),
-                enabled=bool(cfg.get("actions.enabled")), strikes=int(cfg.get("qualify.strikes")),
+                enabled=cfg.actions_enabled, strikes=int(cfg.get("qualify.strikes")),
                 guard=mass_drain_guard(slurm, cfg))
 
 

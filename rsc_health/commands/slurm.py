@@ -39,10 +39,15 @@ def _slurm(ctx: click.Context):
 SHADOW_WORDS = "shadow mode ([actions] enabled = false): Slurm not asked, nothing changed"
 
 
-def _shadow(ctx: click.Context) -> bool:
+def _shadow(ctx: click.Context, nodes: list[str] | None = None) -> bool:
     """[actions] enabled = false: no command changes Slurm, a person's included (as `lemons
-    --apply`, `qualify start` and `qualify cleanup`)."""
-    return not ctx.obj.config.get("actions.enabled")
+    --apply`, `qualify start` and `qualify cleanup`); with `nodes`, true when any of them is
+    in shadow mode by its own `[nodes."GLOB".actions]` (a pilot's nodes): the whole command
+    then changes nothing, as for the whole site."""
+    cfg = ctx.obj.config
+    if not nodes:
+        return not cfg.actions_enabled()
+    return any(not cfg.actions_enabled(n) for n in nodes)
 
 
 def _who() -> str:
@@ -196,7 +201,7 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
                     f"{sanitize(code).replace(':', '_') or MANUAL_MODE}:"
                     f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
     hosts = _hosts(nodes)
-    if _shadow(ctx):
+    if _shadow(ctx, hosts):
         # Shadow mode: Slurm is asked nothing; what would have been drained is recorded.
         for node in hosts:
             _record(ctx, ActionKind.WOULD_DRAIN, node, f"{slurm_reason} ({who})")
@@ -211,6 +216,17 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
         if (info.drain_set or info.down) and not is_ours(info.reason) and not force:
             res.update(result="refused",
                        detail=f"{info.state} by someone else: {info.reason!r}; --force")
+            return None
+        if info.drain_set and not force and repair_drain(
+                info.reason, ctx.obj.config.get("actions.never_resume_codes")):
+            # Our repair verdict (a never-resume XID, a lemon, a failed qualification): the
+            # node is out of service already; replaced by a person's reason, the verdict
+            # would be lost and the maintenance's `healthctl resume` would put the node
+            # back without the qualification pass a repair needs.
+            res.update(ok=True, result="kept",
+                       detail=f"drained by rsc-health for repair ({info.reason[:80]!r}); "
+                              "that reason stays until a qualification pass (--force "
+                              "replaces it)")
             return None
         try:
             slurm.drain(node, slurm_reason)
@@ -272,7 +288,7 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
 
     who = _who()
     hosts = _hosts(nodes)
-    if _shadow(ctx):
+    if _shadow(ctx, hosts):
         _report([{"node": node, "ok": True, "result": "not resumed", "detail": SHADOW_WORDS}
                  for node in hosts], as_json)
         return

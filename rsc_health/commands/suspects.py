@@ -137,7 +137,7 @@ def clear(ctx, node, reason) -> None:
             raise click.ClickException(f"{node} has no open suspect episode")
         echo(f"{node}: cleared by {who} ({reason.strip()})")
         changes, errors = apply(engine, _slurm(ctx), ctx.obj.config, now, log=echo)
-        if not ctx.obj.config.get("actions.enabled"):
+        if not ctx.obj.config.actions_enabled(node):
             echo(f"note: shadow mode ([actions] enabled = false): nothing is written to Slurm; "
                  f"{node} keeps the features and weight Slurm has for it now")
     finally:

@@ -126,7 +126,7 @@ class Flow:
     _drain_lock = threading.Lock()
 
     def __init__(self, slurm, history, *, command: list[str], tier: str, timeout_s: float,
-                 enabled: bool = True, poll_s: float = 2.0,
+                 enabled: bool | Callable[[str], bool] = True, poll_s: float = 2.0,
                  clock: Callable[[], float] = time.monotonic,
                  strikes: int = STRIKES, guard: Callable[[str], str | None] | None = None):
         """`strikes`: production drains since the last pass (within the historian's window)
@@ -138,12 +138,17 @@ class Flow:
         self.enabled, self.poll_s, self.clock = enabled, poll_s, clock
         self.strikes, self.guard = strikes, guard
 
+    def writes(self, node: str) -> bool:
+        """Whether the flow may change this node in Slurm: `enabled`, a bool for the site or
+        (Config.actions_enabled) a node's own `[nodes."GLOB".actions] enabled`."""
+        return bool(self.enabled(node) if callable(self.enabled) else self.enabled)
+
     def repair(self, node: str, info, strikes: int) -> FlowResult:
         """Three strikes: drain with a repair reason (ours already, so no capacity is lost
         and no guard applies) and open a ticket; never qualification."""
         why = (f"{strikes} production failures since its last qualification pass: repair, "
                "not qualification")
-        if not self.enabled:
+        if not self.writes(node):
             return FlowResult(node, "refused", f"shadow mode: would send to repair ({why})")
         parsed = _parsed(info.reason)
         if parsed is None or parsed["code"] != STRIKES_CODE:
@@ -162,7 +167,7 @@ class Flow:
         until a ticket of it closes. Never a fail and never a drain of a node in service: a
         tool or config broken fleet-wide must not take the fleet out."""
         said = f"{runs} inconclusive runs in a row, each: {why}"
-        if not self.enabled:
+        if not self.writes(node):
             return FlowResult(node, "refused", f"shadow mode: would open a repair ticket ({said})")
         done = []
         if not _kept_drain(info):
@@ -191,7 +196,7 @@ class Flow:
                     and not info.in_hand:
                 return self.repair(node, info, strikes)
             return FlowResult(node, "refused", why)
-        if not self.enabled:
+        if not self.writes(node):
             return FlowResult(node, "would_qualify",
                               f"shadow mode: would reserve, resume and run the {self.tier} tier")
         res = reservation_name(node)

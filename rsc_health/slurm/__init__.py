@@ -47,4 +47,6 @@ def from_config(cfg, *, timeout_s: float | None = None) -> CliSlurm:
         ),
         bin_dir=cfg.get("slurm.bin_dir") or None,
         read_only=not cfg.get("actions.enabled"),
+        shadow_node=((lambda node: not cfg.actions_enabled(node))
+                     if hasattr(cfg, "actions_enabled") else None),
     )

@@ -202,10 +202,14 @@ class CliSlurm:
         bin_dir: str | None = None,
         deadline: float | None = None,
         read_only: bool = False,
+        shadow_node=None,
     ):
         self.timeout_s = timeout_s
         # Shadow mode: only READS run (from_config); anything else raises ShadowMode.
         self.read_only = read_only
+        # Per node (a pilot's `[nodes."GLOB".actions] enabled = false`; from_config): a change
+        # naming a node this is true of raises ShadowMode before any command runs.
+        self.shadow_node = shadow_node
         self.bin_dir = Path(bin_dir) if bin_dir else None
         # time.monotonic() after which no call may start (the sweep's budget), or None.
         self.deadline = deadline
@@ -222,6 +226,13 @@ class CliSlurm:
         return Accounting(timeout_s=timeout_s, bin_dir=str(self.bin_dir or "") or None)
 
     # ---- plumbing --------------------------------------------------------------------------
+    def _node_writes(self, node: str) -> None:
+        """ShadowMode when `node` is in shadow mode by its own config (shadow_node)."""
+        if self.shadow_node is not None and self.shadow_node(node):
+            raise ShadowMode(["scontrol", "update", f"NodeName={node}"], 1,
+                             f"shadow mode for {node} ([nodes.\"GLOB\".actions] enabled = "
+                             "false): rsc-health changes nothing of it in Slurm; not run")
+
     def _run(self, argv: list[str], timeout_s: float | None = None) -> str:
         changes, said = not _reads(argv), argv[0]
         if self.read_only and changes:
@@ -306,10 +317,12 @@ class CliSlurm:
 
     def drain(self, node: str, reason: str) -> None:
         _one_node("update", node)
+        self._node_writes(node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
 
     def resume(self, node: str) -> None:
         _one_node("update", node)
+        self._node_writes(node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
 
     def undrain(self, node: str) -> None:
@@ -317,6 +330,7 @@ class CliSlurm:
         since the caller read the node stays, with its reason (RESUME would lift it too).
         Exit 0 on a node not drained (22.05)."""
         _one_node("update", node)
+        self._node_writes(node)
         self._run(["scontrol", "update", f"NodeName={node}", "State=UNDRAIN"])
 
     def update_node(self, node: str, *, features=None, weight: int | None = None,
@@ -326,6 +340,7 @@ class CliSlurm:
         in one `scontrol update`: slurmctld applies one update_node message under its node
         write lock, so no scheduling pass (nor reader) sees one without the other, and a
         refused or lost call leaves neither. None: left as it is."""
+        self._node_writes(node)
         self._run(node_update_argv(node, features, weight, active))
 
     # ---- jobs ------------------------------------------------------------------------------
@@ -441,6 +456,7 @@ class CliSlurm:
 
             users = pwd.getpwuid(os.geteuid()).pw_name
         _one_node("reserve", node)
+        self._node_writes(node)
         _one_word("reservation", name)
         _one_word("user", users)
         self._run(["scontrol", "create", "reservation", f"ReservationName={name}",

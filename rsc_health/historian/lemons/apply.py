@@ -25,7 +25,7 @@ most [lemon] max_drains_per_run lemon drains per run.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
@@ -171,11 +171,14 @@ def apply_verdicts(
     now: datetime,
     apply: bool = False,
     shadow: bool = False,
+    shadow_node: Callable[[str], bool] | None = None,
 ) -> list[LemonAction]:
     """Decide (and with apply=True, perform) one action per verdict, in verdict order.
 
     shadow=True ([actions] enabled = false): apply changes nothing in Slurm and opens no
-    ticket; each drain it would have made is recorded as a `would_drain` node action."""
+    ticket; each drain it would have made is recorded as a `would_drain` node action.
+    `shadow_node(node)`: the same for the nodes it is true of (a pilot's
+    `[nodes."GLOB".actions] enabled = false`), the others drained."""
     if shadow and apply:
         would = apply_verdicts(engine, verdicts, slurm, guard, now=now)
         for a in would:
@@ -228,6 +231,11 @@ def apply_verdicts(
             standing = LemonAction(v.node, "skip", f"Slurm: {exc}"[:300])
         if standing is not None:
             actions.append(standing)
+            continue
+        if shadow_node is not None and shadow_node(v.node):
+            _record_would_drain(engine, v.node, reason, now)
+            actions.append(LemonAction(v.node, "would_drain", v.summary() + " (shadow mode "
+                                       "for this node: not drained, no ticket opened)", reason))
             continue
         slurm.drain(v.node, reason)  # a timeout here leaves the records to the next run
         _record(engine, v, reason, now)
