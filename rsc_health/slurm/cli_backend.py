@@ -36,7 +36,11 @@ _REQUEUE_REFUSED = re.compile(r"presently disabled|not requeue|Requeue.*disabled
 # What `scontrol requeue` says of a job that left the node after squeue listed it.
 _JOB_GONE = re.compile(r"invalid job id|already completing|pending execution", re.IGNORECASE)
 # `Reason=text with spaces [user@2026-11-22T01:22:26]`; the text may contain anything but "[".
-_REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@(?P<time>[0-9T:-]+)\]")
+# Slurm's own stamp after the reason's first line: [user@YYYY-MM-DDTHH:MM:SS] (SLURM_TIME_FORMAT
+# standard, no zone). A person's text holding a bracket of another shape (a zone, a date past
+# the calendar) is the reason's text, not its stamp.
+_REASON = re.compile(r"\bReason=(?P<text>.*?)\s*\[(?P<user>[^@\]]*)@"
+                     r"(?P<time>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)\]")
 # The job states that hold an allocation on the node: a drain-now requeues each. STOPPED is a
 # job its user stopped (`scancel -s STOP`): it keeps the node's GPUs, and runs on when sent CONT.
 ON_NODE_STATES = "RUNNING,CONFIGURING,COMPLETING,SUSPENDED,STOPPED"
@@ -62,6 +66,9 @@ def parse_kv(line: str) -> dict[str, str]:
     return out
 
 
+_NODE_NAME = re.compile(r"NodeName=(\S+)")
+
+
 def slurm_time(text: str | None) -> datetime | None:
     """A time scontrol printed without a zone, aware. We run it with TZ=UTC (SlurmCli._run),
     so it is UTC: read as local time, the hour a DST fall-back repeats is ambiguous (a
@@ -71,9 +78,11 @@ def slurm_time(text: str | None) -> datetime | None:
         return None
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
+        return (when.replace(tzinfo=UTC) if when.tzinfo is None else when).astimezone(UTC)
+    except (ValueError, OverflowError):
+        # not a time, or one past the calendar's edge once in UTC (9999-12-31T23:59:59-01:00
+        # in a person's reason text): unknown, never the whole listing's failure
         return None
-    return (when.replace(tzinfo=UTC) if when.tzinfo is None else when).astimezone(UTC)
 
 
 # What Slurm prints after a node's fixed fields, in this order (22.05 to 24.x): a person's or
@@ -279,7 +288,14 @@ class CliSlurm:
         infos, self.refused_nodes = [], []
         for rec in node_records(self._run(argv)):
             try:
-                infos.append(parse_node_line(rec))
+                try:
+                    infos.append(parse_node_line(rec))
+                except (ValueError, OverflowError, IndexError) as exc:
+                    # a record no rule above foresaw (a person's text in a shape we misread):
+                    # that node refused, as an ambiguous one, never the whole listing
+                    name = _NODE_NAME.match(rec)
+                    raise AmbiguousNode(name[1] if name else rec[:64],
+                                        f"record not read: {type(exc).__name__}: {exc}") from exc
             except AmbiguousNode as exc:
                 # One node's Features/Comment text that reads like a field we decide on is
                 # that node refused, not the listing: every other node's first drain, the

@@ -235,3 +235,37 @@ def test_a_time_with_a_zone_keeps_it_and_garbage_is_no_time():
     for text in ("Unknown", "None", "(null)", "", None, "2026-13-01T00:00:00", "x" * 10_000,
                  "2026-11-01T01:30:00\n|x"):
         assert slurm_time(text) is None, text
+
+
+def test_a_persons_reason_with_a_bracketed_time_past_the_calendar_breaks_no_listing(tmp_path):
+    """A person's reason holding "[ops@9999-12-31T23:59:59-01:00]" (Slurm 22.05.8 stores and
+    prints it as written, before its own stamp): it was read as the reason's stamp, its UTC
+    overflowed, and every listing failed with OverflowError: no node of the fleet drained
+    while it stood, `healthctl status` died. Slurm's own stamp is the one read; a record that
+    still cannot be read is that node refused, the others listed."""
+    person = "RMA [ops@9999-12-31T23:59:59-01:00] pending"
+    line = DRAINED.replace("rsc_health:now:xid79:gpu3 fell off the bus", person)
+    info = parse_node_line(line)
+    assert info.drain_set and info.reason == person and info.reason_user == "root"
+    assert info.reason_time == datetime(2026, 11, 22, 1, 22, 26, tzinfo=UTC)
+    from rsc_health.slurm.cli_backend import slurm_time
+    assert slurm_time("9999-12-31T23:59:59-01:00") is None
+    assert slurm_time("0001-01-01T00:00:00+01:00") is None
+    idle = "NodeName=node01 State=IDLE Partitions=gpu CfgTRES=cpu=2"
+    slurm = fake_bin(tmp_path, "scontrol", f"echo '{line}'\necho '{idle}'\n")
+    assert [(n.name, n.reason) for n in slurm.nodes()] == [("node02", person), ("node01", "")]
+    # a record past what the parser foresees is its node refused, not the listing
+    import rsc_health.slurm.cli_backend as cb
+    real = cb.parse_node_line
+
+    def fussy(rec):
+        if rec.startswith("NodeName=node02 "):
+            raise OverflowError("date value out of range")
+        return real(rec)
+
+    cb.parse_node_line = fussy
+    try:
+        assert [n.name for n in slurm.nodes()] == ["node01"]
+        assert slurm.refused_nodes == ["node02"]
+    finally:
+        cb.parse_node_line = real
