@@ -312,8 +312,21 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
             res.update(result="refused", detail=unproved)
             return None
         note = f"by {who}" + (f": {reason}" if reason else "")
+        # Read again: the historian's checks took time, and a person's drain or DOWN set
+        # meanwhile is theirs (RESUME would lift it with its reason).
+        fresh = slurm.node(node)
+        if (fresh.reason, fresh.down, fresh.drain_set) != (info.reason, info.down,
+                                                          info.drain_set):
+            res.update(result="refused", detail=f"changed while checking: now {fresh.state} "
+                       f"{fresh.reason!r}; run it again")
+            return None
         try:
-            slurm.resume(node)
+            if info.down:
+                slurm.resume(node)
+            else:
+                # UNDRAIN lifts the drain and nothing else: a DOWN set since this read (a
+                # person's, or Slurm's own) stays, with its reason
+                slurm.undrain(node)
         except SlurmUnavailable as exc:
             # As for drain: slurmctld may still apply it once it answers again.
             _unconfirmed(ctx, ActionKind.RESUME, node, info.reason, note, "resume", exc, res)

@@ -150,6 +150,12 @@ class Flow:
                "not qualification")
         if not self.writes(node):
             return FlowResult(node, "refused", f"shadow mode: would send to repair ({why})")
+        # Read again: the caller's listing is older than the strikes it counted since, and a
+        # person's drain set meanwhile (or a `healthctl drain` the caller read) is theirs.
+        info = self.slurm.node(node)
+        theirs = _kept_drain(info) or ("DOWN: Slurm's or a person's" if info.down else None)
+        if theirs:
+            return FlowResult(node, "refused", f"{theirs}; not sent to repair ({why})")
         parsed = _parsed(info.reason)
         if parsed is None or parsed["code"] != STRIKES_CODE:
             reason = qualify_reason(STRIKES_CODE, f"{strikes} failures after a pass: repair",
@@ -169,6 +175,10 @@ class Flow:
         said = f"{runs} inconclusive runs in a row, each: {why}"
         if not self.writes(node):
             return FlowResult(node, "refused", f"shadow mode: would open a repair ticket ({said})")
+        info = self.slurm.node(node)  # read again, as repair() does
+        theirs = _kept_drain(info) or ("DOWN: Slurm's or a person's" if info.down else None)
+        if theirs:
+            return FlowResult(node, "refused", f"{theirs}; no ticket opened ({said})")
         done = []
         if not _kept_drain(info):
             # Slurm first: a controller gone here leaves no ticket, so the next `qualify auto`
@@ -203,6 +213,19 @@ class Flow:
         done: list[str] = []
         self.slurm.create_reservation(res, node)
         done.append("reserved")
+        # Read again now that no ordinary job can start there: a person's drain or a DOWN set
+        # since the first read (the strikes query, the reservation took time) is theirs, and
+        # the resume below would lift it.
+        fresh = self.slurm.node(node)
+        if (fresh.reason, fresh.drain_set, fresh.down) != (info.reason, info.drain_set,
+                                                          info.down):
+            try:
+                self.slurm.delete_reservation(res)
+                done.append("reservation removed")
+            except SlurmError:
+                pass  # `qualify cleanup` removes it (and keeps a person's drain)
+            return FlowResult(node, "refused", f"changed since it was read: now {fresh.state} "
+                              f"{fresh.reason[:60]!r}; not qualified", actions=tuple(done))
         job_id = None
         verdict, detail = INCONCLUSIVE, "the flow stopped before a result"
         undrained = suspect and not info.drain_set
@@ -384,14 +407,15 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
             continue
         done: list[str] = []
         try:
-            out.append(_clean_one(slurm, history, name, node, done))
+            out.append(_clean_one(slurm, history, name, node, done, started))
         except SlurmCommandError as exc:
             out.append(FlowResult(node, "refused", f"{name} left: Slurm refused: "
                                   f"{str(exc)[-200:]}", actions=tuple(done)))
     return out
 
 
-def _clean_one(slurm, history, name: str, node: str, done: list[str]) -> FlowResult:
+def _clean_one(slurm, history, name: str, node: str, done: list[str],
+               started: datetime | None = None) -> FlowResult:
     info = slurm.node(node)
     reason = qualify_reason("interrupted", "qualification cut short; qualify again",
                             out_of_service_since(info))
@@ -401,6 +425,20 @@ def _clean_one(slurm, history, name: str, node: str, done: list[str]) -> FlowRes
         return FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
                           actions=("reservation deleted",))
     parsed = _parsed(info.reason) if info.drain_set else None
+    if parsed is not None and parsed["mode"] == QUALIFY_MODE \
+            and parsed["code"] not in (*RETRY_CODES, STRIKES_CODE):
+        # A failed test's drain (the flow's verdict whose answer Slurm lost, or one from
+        # before): a repair, never written over with a retry code that `qualify auto` would
+        # run again until a flaky pass put the node back. This flow's own (stamped since the
+        # reservation began) gets the repair ticket the flow did not live to open.
+        ours = started is not None and info.reason_time is not None \
+            and info.reason_time >= started
+        if ours:
+            history.repair_ticket(node, f"qualification failed: {info.reason[:200]}")
+        slurm.delete_reservation(name)
+        return FlowResult(node, FAIL, f"left by an interrupted flow: its fail drain kept "
+                          f"({info.reason[:60]!r})",
+                          actions=(("ticket",) if ours else ()) + ("reservation deleted",))
     if parsed is not None and parsed["mode"] == QUALIFY_MODE and parsed["code"] == "interrupted":
         # Drained by an earlier cleanup whose delete Slurm refused: once is enough (a drain
         # again would renew its reason time, and the mass-drain guard would count it as new).
