@@ -62,6 +62,11 @@ def decide(findings: list[Finding]) -> Verdict:
     return Verdict(level=worst, reason="", causes=causes if worst is not Level.OK else ())
 
 
+# A code's longest in a reason: the clip to MAX_REASON_LEN must fall in the text, never before
+# the colon that ends the code (a reason cut there is not read back as ours).
+MAX_CODE_LEN = 48
+
+
 def format_reason(mode: str, causes: tuple[Finding, ...] | list[Finding]) -> str:
     """`rsc_health:now:xid79:gpu3 fell off the bus (+2 more)`, clipped to MAX_REASON_LEN."""
     first = causes[0]
@@ -73,7 +78,7 @@ def format_reason(mode: str, causes: tuple[Finding, ...] | list[Finding]) -> str
     )
     if len(causes) > 1:
         text = f"{text} (+{len(causes) - 1} more)"
-    reason = f"{REASON_PREFIX}{mode}:{code.replace(':', '_')}:{sanitize(text)}"
+    reason = f"{REASON_PREFIX}{mode}:{code.replace(':', '_')[:MAX_CODE_LEN]}:{sanitize(text)}"
     # No trailing space where the clip fell after one: Slurm's reason is read back without it
     # (scontrol prints "REASON [user@time]"), and the node's drain record must equal it.
     return reason[:MAX_REASON_LEN].rstrip()

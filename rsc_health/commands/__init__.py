@@ -25,6 +25,24 @@ class FiniteFloat(click.FloatRange):
         return rv
 
 
+class NameFilter(click.ParamType):
+    """A node or cluster name an option filters by: text the database can hold. An argument's
+    bytes that were not UTF-8 (a Latin-1 terminal) reach Python as lone surrogates, which no
+    database driver encodes: refused in words, not a UnicodeEncodeError from the query."""
+
+    name = "name"
+
+    def convert(self, value, param, ctx):
+        text = str(value)
+        if "\x00" in text or any("\ud800" <= c <= "\udfff" for c in text):
+            self.fail(f"{text.encode('utf-8', 'replace').decode()!r} holds bytes that were "
+                      "not UTF-8 (or a NUL): not a name", param, ctx)
+        return text
+
+
+NAME_FILTER = NameFilter()
+
+
 def historian_engine(ctx: click.Context, *, upgrade: bool = False):
     """The configured historian (--db, $RSC_HEALTH_DB or [historian] url) with the configured
     statement timeout; a database that cannot be opened is a one-line click error."""

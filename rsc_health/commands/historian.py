@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from rsc_health.commands import NAME_FILTER
 from rsc_health.commands import historian_engine as _engine
 from rsc_health.compat import UTC
 from rsc_health.config import state_dir
@@ -423,7 +424,7 @@ def ticket_reopen(ctx: click.Context, ticket_id: int) -> None:
 
 @ticket.command("list")
 @click.option("--open", "open_only", is_flag=True, help="Only tickets still open.")
-@click.option("--node", help="Only this node.")
+@click.option("--node", type=NAME_FILTER, help="Only this node.")
 @json_option
 @click.pass_context
 def ticket_list(ctx: click.Context, open_only: bool, node: str | None, as_json: bool) -> None:

@@ -11,6 +11,7 @@ from datetime import UTC, datetime
 
 import click
 
+from rsc_health.commands import NAME_FILTER
 from rsc_health.commands import historian_engine as _engine
 from rsc_health.commands import slurm_handle as _slurm
 from rsc_health.terminal import echo
@@ -37,7 +38,7 @@ def parse_window(text: str) -> float:
 )
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @click.option("--apply", "do_apply", is_flag=True, help="Drain the candidates and open tickets.")
-@click.option("--cluster", default=None, help="Only this Slurm cluster's nodes.")
+@click.option("--cluster", default=None, type=NAME_FILTER, help="Only this Slurm cluster's nodes.")
 @click.pass_context
 def lemons(
     ctx: click.Context, window: str | None, as_of: datetime | None, as_json: bool, do_apply: bool,

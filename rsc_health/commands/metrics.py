@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import click
 
-from rsc_health.commands import FiniteFloat
+from rsc_health.commands import NAME_FILTER, FiniteFloat
 from rsc_health.commands import historian_engine as _engine
 from rsc_health.terminal import echo, shown
 
@@ -26,7 +26,8 @@ def _remember_cluster(ctx: click.Context, _param, value):
 
 
 def window_options(f):
-    f = click.option("--cluster", default=None, expose_value=False, callback=_remember_cluster,
+    f = click.option("--cluster", default=None, type=NAME_FILTER, expose_value=False,
+                     callback=_remember_cluster,
                      help="Only this Slurm cluster's jobs (several in one historian).")(f)
     f = click.option("--until", type=click.DateTime(), help="Jobs that ended before (UTC).")(f)
     f = click.option("--since", type=click.DateTime(), help="Jobs that ended at/after (UTC).")(f)
@@ -552,7 +553,7 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
 @click.option("--until", type=click.DateTime(), help="Failures before (UTC; default: now).")
 @click.option("--period", type=click.Choice(["month", "quarter", "year"]), default="quarter",
               show_default=True)
-@click.option("--cluster", default=None, help="Only this cluster's nodes.")
+@click.option("--cluster", default=None, type=NAME_FILTER, help="Only this cluster's nodes.")
 @json_option
 @click.pass_context
 def reliability(ctx, since, until, period, cluster, as_json):
@@ -595,7 +596,7 @@ def reliability(ctx, since, until, period, cluster, as_json):
 @click.option("--since", type=click.DateTime(), help="Jobs that ended at/after (UTC; default: "
               "[lemon] window_days before --until).")
 @click.option("--until", type=click.DateTime(), help="Jobs that ended before (UTC; default: now).")
-@click.option("--node", default=None, help="Only the jobs that ran on this node.")
+@click.option("--node", default=None, type=NAME_FILTER, help="Only the jobs that ran on this node.")
 @click.option("--label", type=click.Choice(["host", "user", "unknown"]), default=None,
               help="Only jobs with this label.")
 @json_option

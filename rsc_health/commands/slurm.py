@@ -190,15 +190,17 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
     Goes on past a node it cannot change and prints one line per node; exits 1 if any failed.
     A node a person drained or set DOWN keeps its reason unless --force."""
     from rsc_health.model import REASON_PREFIX, ActionKind
-    from rsc_health.policy import MANUAL_MODE, MAX_REASON_LEN, is_ours, sanitize
+    from rsc_health.policy import MANUAL_MODE, MAX_CODE_LEN, MAX_REASON_LEN, is_ours, sanitize
     from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
     text = sanitize(reason).strip()
     if not text:
         raise click.ClickException("--reason must say why (it is what the next person reads)")
+    # The code clipped first (MAX_CODE_LEN): a long one cut at MAX_REASON_LEN lost the colon
+    # after it, and the drain was no longer read back as ours (resume refused it)
     slurm_reason = (f"{REASON_PREFIX}{MANUAL_MODE}:"
-                    f"{sanitize(code).replace(':', '_') or MANUAL_MODE}:"
+                    f"{sanitize(code).replace(':', '_')[:MAX_CODE_LEN] or MANUAL_MODE}:"
                     f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
     hosts = _hosts(nodes)
     if _shadow(ctx, hosts):

@@ -72,14 +72,15 @@ def qualify_reason(code: str, text: str, out_since: datetime | None = None) -> s
     says so first in its text, policy.OUT_SINCE_PREFIX: the guard counts it from then). A
     text that starts with its code (a fail's detail: `gpu_burn: gpu-burn/...`) does not say
     it twice: Slurm's reason is 120 characters an operator reads in `sinfo -R`."""
-    from rsc_health.policy import MAX_REASON_LEN, OUT_SINCE_PREFIX, sanitize
+    from rsc_health.policy import MAX_CODE_LEN, MAX_REASON_LEN, OUT_SINCE_PREFIX, sanitize
 
     text = text.strip()
     if code and text.startswith(f"{code}:"):
         text = text[len(code) + 1:].strip() or text
     if out_since is not None:
         text = f"{OUT_SINCE_PREFIX}{out_since.astimezone(UTC):%Y-%m-%dT%H:%M}Z {text}"
-    reason = f"{REASON_PREFIX}{QUALIFY_MODE}:{sanitize(code).replace(':', '_')}:{sanitize(text)}"
+    reason = (f"{REASON_PREFIX}{QUALIFY_MODE}:{sanitize(code).replace(':', '_')[:MAX_CODE_LEN]}:"
+              f"{sanitize(text)}")
     return reason[:MAX_REASON_LEN].rstrip()
 
 

@@ -142,6 +142,12 @@ def free_text(value: object, report: IngestReport | None = None) -> str:
         if report is not None:
             report.replaced += text.count("\x00")
         text = text.replace("\x00", "\ufffd")
+    if not text.isascii() and _SURROGATE.search(text):
+        # bytes that were not UTF-8 (a Latin-1 terminal's argv, a file's text): no database
+        # driver encodes a lone surrogate
+        if report is not None:
+            report.replaced += len(_SURROGATE.findall(text))
+        text = _SURROGATE.sub("\ufffd", text)
     return text
 
 
