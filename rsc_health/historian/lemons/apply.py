@@ -113,6 +113,16 @@ class PartitionGuard:
         allowed, count_msg = CountGuard(self.per_run).allow(allowed)
         return allowed, "; ".join(sorted(held) + ([count_msg] if count_msg else []))
 
+    def still_allows(self, slurm: SlurmNodes, node: str) -> str | None:
+        """Right before a granted drain: why the guard holds it now, counted on Slurm's view
+        read again (None: it may go). The grants were counted on the listing read at the
+        start; node-path drains landing since (a fabric event) and this run's own drains are
+        in Slurm's view now, and together they must stay within the limit."""
+        again = PartitionGuard(fleet=slurm.nodes(), max_share=self.max_share,
+                               window=self.window, now=self.now, per_run=1)
+        allowed, message = again.allow([node])
+        return None if allowed else (message or "mass-drain guard")
+
 
 @dataclass
 class LemonAction:
@@ -231,6 +241,11 @@ def apply_verdicts(
             standing = LemonAction(v.node, "skip", f"Slurm: {exc}"[:300])
         if standing is not None:
             actions.append(standing)
+            continue
+        recheck = getattr(guard, "still_allows", None)
+        held_now = recheck(slurm, v.node) if recheck is not None else None
+        if held_now:
+            actions.append(LemonAction(v.node, "held", held_now, reason))
             continue
         if shadow_node is not None and shadow_node(v.node):
             _record_would_drain(engine, v.node, reason, now)
