@@ -92,6 +92,15 @@ class Config:
                 enabled = bool(acts["enabled"])
         return enabled
 
+    def actions_enabled_anywhere(self) -> bool:
+        """Whether any node may be changed in Slurm: the site's [actions] enabled, or a
+        `[nodes."GLOB".actions] enabled = true` (a pilot inside a site in shadow mode)."""
+        if self.get("actions.enabled"):
+            return True
+        return any(isinstance(t, dict) and isinstance(t.get("actions"), dict)
+                   and bool(t["actions"].get("enabled"))
+                   for t in self.overrides.get("nodes", {}).values())
+
     def for_node(self, node: str, partition: str | None = None, *,
                  given_up: bool = False) -> Config:
         """The config as seen by one node: partition overrides, then node-glob overrides. A

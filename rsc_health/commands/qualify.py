@@ -76,10 +76,18 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     from rsc_health.qualify.judge import Rules
     from rsc_health.qualify.verdict import judge_run
 
-    cfg = ctx.obj.config
     node = node or os.uname().nodename.split(".")[0]
+    # the config as this node sees it: its [nodes."GLOB"] tables (a GPU count, a baseline of
+    # its model, its tiers), as the node's own checks and the gate read it
+    cfg = ctx.obj.config.for_node(node)
+    unknown = []
     if gpu_model is None or driver is None:
         found_model, found_driver = _identity(cfg, ctx.obj.root)
+        if gpu_model is None and not found_model:
+            unknown.append("GPU model (NVML could not say, or its GPUs name different "
+                           "models: a part of another SKU)")
+        if driver is None and not found_driver:
+            unknown.append("driver version")
         gpu_model = found_model if gpu_model is None else gpu_model
         driver = found_driver if driver is None else driver
     try:
@@ -120,6 +128,13 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     budget_s = float(cfg.get("qualify.tier_budget_s"))
     deadline = time.monotonic() + budget_s if budget_s else None
     outcomes = [gate.outcome] if gate.outcome is not None else []
+    if unknown:
+        # no peer group to judge in: the baseline alone (one fleet file, a wider margin,
+        # not per model) would decide, and a node 7% under its peers passed
+        from rsc_health.qualify.outcome import Outcome
+
+        outcomes.append(Outcome("identity", inconclusive=" and ".join(unknown)
+                                + " unknown: its peers cannot be chosen"))
     after = None
     if not gate.blocks:
         outcomes += runner.run_tier(cfg, tier, budget_s=budget_s, peer=peer)

@@ -129,9 +129,16 @@ def repair_drain(reason: str | None, never_resume) -> bool:
     from rsc_health.policy import LEMON_MODE, MANUAL_MODE, QUALIFY_MODE, parse_reason
 
     parsed = parse_reason(reason)
-    if parsed is None or parsed["mode"] == MANUAL_MODE:
+    if parsed is None:
         return False
+    if parsed["mode"] == MANUAL_MODE:
+        # a person's drain over one of ours (`healthctl drain` writes over_<its code>)
+        return parsed["code"].startswith(OVER_REPAIR)
     return parsed["mode"] in (LEMON_MODE, QUALIFY_MODE) or parsed["code"] in set(never_resume)
+
+
+# The code of a person's `healthctl drain` over a repair drain of ours: over_<that code>.
+OVER_REPAIR = "over_"
 
 
 def _needs_qualification(ctx: click.Context, info) -> str | None:
@@ -190,7 +197,14 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
     Goes on past a node it cannot change and prints one line per node; exits 1 if any failed.
     A node a person drained or set DOWN keeps its reason unless --force."""
     from rsc_health.model import REASON_PREFIX, ActionKind
-    from rsc_health.policy import MANUAL_MODE, MAX_CODE_LEN, MAX_REASON_LEN, is_ours, sanitize
+    from rsc_health.policy import (
+        MANUAL_MODE,
+        MAX_CODE_LEN,
+        MAX_REASON_LEN,
+        is_ours,
+        parse_reason,
+        sanitize,
+    )
     from rsc_health.slurm import SlurmError, SlurmUnavailable
 
     who = _who()
@@ -219,27 +233,29 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
             res.update(result="refused",
                        detail=f"{info.state} by someone else: {info.reason!r}; --force")
             return None
-        if info.drain_set and not force and repair_drain(
-                info.reason, ctx.obj.config.get("actions.never_resume_codes")):
-            # Our repair verdict (a never-resume XID, a lemon, a failed qualification): the
-            # node is out of service already; replaced by a person's reason, the verdict
-            # would be lost and the maintenance's `healthctl resume` would put the node
-            # back without the qualification pass a repair needs.
-            res.update(ok=True, result="kept",
-                       detail=f"drained by rsc-health for repair ({info.reason[:80]!r}); "
-                              "that reason stays until a qualification pass (--force "
-                              "replaces it)")
-            return None
+        reason = slurm_reason
+        if info.drain_set and repair_drain(info.reason,
+                                           ctx.obj.config.get("actions.never_resume_codes")):
+            # Over our repair verdict (a never-resume XID, a lemon, a failed or unproven
+            # qualification): the person's reason replaces it, and its code says what it
+            # went over (`over_xid48`), so the maintenance's `healthctl resume` still asks
+            # for the qualification pass the repair needs, and `qualify auto` leaves the node
+            # to the person meanwhile (a manual drain).
+            over = f"{OVER_REPAIR}{(parse_reason(info.reason) or {}).get('code', 'repair')}"
+            reason = (f"{REASON_PREFIX}{MANUAL_MODE}:{sanitize(over)[:MAX_CODE_LEN]}:"
+                      f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
+            res["detail"] = (f"over rsc-health's repair drain {info.reason[:60]!r}: resume "
+                             "asks for a qualification pass; ")
         try:
-            slurm.drain(node, slurm_reason)
+            slurm.drain(node, reason)
         except SlurmUnavailable as exc:
             # slurmctld may hold the request and apply it once it answers again (a
             # SIGSTOP, an overload): recorded as asked, and said to be unconfirmed.
-            _unconfirmed(ctx, ActionKind.MANUAL_DRAIN, node, slurm_reason, who, "drain",
+            _unconfirmed(ctx, ActionKind.MANUAL_DRAIN, node, reason, who, "drain",
                          exc, res)
             return exc
         # Recorded before anything else can fail: the drain is done.
-        where = _record(ctx, ActionKind.MANUAL_DRAIN, node, f"{slurm_reason} ({who})")
+        where = _record(ctx, ActionKind.MANUAL_DRAIN, node, f"{reason} ({who})")
         res.update(ok=True, result="drained")
         away = None
         try:

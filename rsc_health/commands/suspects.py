@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import click
 
+from rsc_health.commands import NAME_FILTER, FiniteFloat
 from rsc_health.commands import historian_engine as _engine
 from rsc_health.commands import slurm_handle as _slurm
 from rsc_health.terminal import echo
@@ -235,8 +236,8 @@ def rates_cmd(ctx, as_json) -> None:
 
 
 @suspects.command("job")
-@click.argument("job_id")
-@click.option("--hours", type=click.FloatRange(0.25, 24 * 7), default=24.0, show_default=True,
+@click.argument("job_id", type=NAME_FILTER)
+@click.option("--hours", type=FiniteFloat(min=0.25, max=24 * 7), default=24.0, show_default=True,
               help="Judge at most the job's last this many hours (to its end, or now).")
 @click.option("--all", "show_all", is_flag=True,
               help="Every node and metric, not only those off their peers or not judged.")
@@ -259,7 +260,10 @@ def job_cmd(ctx, job_id, hours, show_all, as_json) -> None:
         now, _ = believed_now(engine, _now(), SUSPECTS_CLOCK_LEAD)
         got = explain_job(engine, job_id, now, ctx.obj.config, hours=hours)
         since = (got.since or now) - timedelta(days=7)
-        recorded = [e for e in hs.recent(engine, since) if got.job_id in e.job_ids]
+        plain = got.job_id.partition("@")[0]
+        recorded = [e for e in hs.recent(engine, since)
+                    if got.job_id in e.job_ids or (got.job_id == plain and any(
+                        j.startswith(f"{plain}@") for j in e.job_ids))]
     except HistorianError as exc:
         raise click.ClickException(str(exc)) from exc
     finally:

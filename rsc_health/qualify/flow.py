@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from rsc_health.model import REASON_PREFIX, ActionKind
-from rsc_health.policy import QUALIFY_MODE
+from rsc_health.policy import QUALIFY_MODE, is_ours
 from rsc_health.qualify.judge import FAIL, INCONCLUSIVE, PASS
 from rsc_health.slurm.api import SlurmError
 
@@ -233,7 +233,9 @@ class Flow:
         since = None if undrained else out_of_service_since(info)
         try:
             if not undrained:
-                self.slurm.resume(node)
+                # UNDRAIN, not RESUME: a DOWN a person (or slurmctld) set since the read just
+                # above stays, with its reason (refusal() and that read saw none)
+                self.slurm.undrain(node)
                 done.append("resumed into the reservation")
             self.history.action(node, ActionKind.QUALIFY_START, f"{self.tier} tier in {res}")
             submitted = self.history.now()  # the clock the job's run is stamped by
@@ -339,7 +341,14 @@ class Flow:
             # A node that came drained is taken out of service by none of these: the drain
             # says since when it is out, and the node path's guard counts a fail from then.
             reason = qualify_reason(code, detail, out_since)
-            theirs = _kept_drain(self.slurm.node(node))
+            fresh = self.slurm.node(node)
+            theirs = _kept_drain(fresh)
+            if fresh.down and not theirs and fresh.reason and not is_ours(fresh.reason):
+                # DOWN mid-flow (a person's, or Slurm's "Not responding" under the stress):
+                # drained all the same, or Slurm's ReturnToService would bring a node that
+                # proved nothing back; their words go first in ours
+                reason = qualify_reason(code, f"DOWN by {fresh.reason_user or 'Slurm'}: "
+                                        f"{fresh.reason[:48]}; {detail}", out_since)
             if theirs:  # drained by a person mid-flow: out of service already, and theirs
                 done.append(f"not drained: {theirs}")
             else:

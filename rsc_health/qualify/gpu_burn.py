@@ -29,7 +29,8 @@ TOOL = "gpu_burn"
 # run of digits (a garbled or hostile output) is retried from every one of its positions, and
 # 100,000 of them took five minutes.
 _PROGRESS = re.compile(
-    r"(?<![\d.])(\d+(?:\.\d+)?)%\s+proc'd:\s*(.*?)\s+errors:\s*(.*?)\s+temps:")
+    r"(?<![\d.])(\d+(?:\.\d+)?)%\s+proc'd:\s*([^%\r\n]{0,4096}?)\s+errors:"
+    r"\s*([^%\r\n]{0,4096}?)\s+temps:")
 _GFLOPS = re.compile(r"(?<![\d-])(-?\d+)\s*\((\-?[\d.]+)\s*Gflop/s\)")
 _VERDICT = re.compile(r"^\s*GPU\s+(\d+):\s*(OK|FAULTY)\b", re.M)
 # One GPU's entry in a progress line's errors: its count and gpu-burn's note.

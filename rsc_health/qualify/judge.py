@@ -88,7 +88,13 @@ def judge(metric: Metric, peers: Sequence[float], *, baseline: float | None = No
     sign = 1.0 if metric.higher_is_better else -1.0
     if len(peers) >= rules.min_peers:
         med = statistics.median(peers)
-        rel = robust_spread(peers) / med if med > 0 else float("inf")
+        if med <= 0:
+            # peers that measured nothing (a tool printing 0.00 fleet-wide) give no line: a
+            # 0 would pass against them, and be stored as the next node's passing peer
+            return Judgement(metric.name, metric.index, metric.value, INCONCLUSIVE,
+                             f"its {len(peers)} peers' median is {med:g} {metric.unit}: "
+                             "nothing to judge against", UNJUDGED, peers=len(peers))
+        rel = robust_spread(peers) / med
         margin = tolerance(rel, rules.k, rules.min_margin, rules.max_margin)
         basis = PEERS
     elif baseline is not None and baseline > 0:
@@ -111,7 +117,7 @@ def _judge_count(metric: Metric, peers: list[float], baseline: float | None,
                  rules: Rules) -> Judgement:
     """A count of what was measured (Metric.exact): fewer than the peers' median (or the
     baseline) is less evidence than theirs, inconclusive; as many or more passes."""
-    if len(peers) >= rules.min_peers:
+    if len(peers) >= rules.min_peers and statistics.median(peers) > 0:
         med, basis = statistics.median(peers), PEERS
     elif baseline is not None and baseline > 0:
         med, basis = baseline, BASELINE

@@ -46,7 +46,10 @@ def from_config(cfg, *, timeout_s: float | None = None) -> CliSlurm:
             timeout_s if timeout_s is not None else cfg.get("slurm.call_timeout_s")
         ),
         bin_dir=cfg.get("slurm.bin_dir") or None,
-        read_only=not cfg.get("actions.enabled"),
+        # Read-only unless some node may be changed (the site, or a pilot's nodes inside a
+        # site in shadow mode); the rest refused per node (shadow_node)
+        read_only=not (cfg.actions_enabled_anywhere() if hasattr(cfg, "actions_enabled_anywhere")
+                       else cfg.get("actions.enabled")),
         shadow_node=((lambda node: not cfg.actions_enabled(node))
                      if hasattr(cfg, "actions_enabled") else None),
     )

@@ -26,7 +26,7 @@ def test_a_healthy_two_host_nccl_run_passes_with_its_largest_size_and_ranks_per_
     out = parse("nccl_tests", _read("nccl_all_reduce_perf-16rank-2node-h100.log"))
     assert out.failed is None and out.inconclusive is None
     assert [(m.name, m.value) for m in out.metrics] == [
-        ("nccl-bw/allreduce_8589934592_busbw", 338.82)]
+        ("nccl-bw/allreduce_8589934592_busbw", 337.35)]
     assert out.devices == 8  # 16 ranks, 8 on each host
 
 

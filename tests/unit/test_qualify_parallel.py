@@ -269,8 +269,8 @@ def test_two_flows_of_one_node_at_once_one_runs_the_other_touches_nothing():
     [ran] = [r for r in out.values() if not isinstance(r, SlurmError)]
     assert len(errors) == 1 and "Duplicate reservation" in str(errors[0])
     assert ran.result == FAIL and not slurm.reservations()
-    assert [c[0] for c in slurm.calls if c[0] in ("resume", "submit", "drain")] == [
-        "resume", "submit", "drain"]
+    assert [c[0] for c in slurm.calls if c[0] in ("undrain", "submit", "drain")] == [
+        "undrain", "submit", "drain"]
     assert slurm.node("gpu001").reason.startswith("rsc_health:qualify:")
 
 

@@ -115,25 +115,70 @@ def test_the_suspect_tier_leaves_a_shadow_node_trusted(tmp_path):
                                                           "live03": "suspect"}
 
 
-def test_a_persons_drain_over_a_repair_drain_keeps_the_repair_reason(tmp_path, monkeypatch):
+def test_a_persons_drain_over_a_repair_drain_still_owes_a_qualification_pass(tmp_path,
+                                                                            monkeypatch):
+    """A rack's `healthctl drain` over a node rsc-health drained for an XID 48 (never resumed
+    by itself) replaced our reason; the node's next clean sweep forgot its drain record (the
+    drain was a person's now) and the rack's `resume` put it back with no qualification pass.
+    The person's reason still replaces ours (their work, their words; `qualify auto` leaves a
+    manual drain alone), and its code says what it went over, which `resume` reads."""
     monkeypatch.setenv("RSC_HEALTH_ROOT", str(tmp_path / "root"))
     slurm = MemorySlurm([f"n{i:02d}" for i in range(20)])
     actor = Actor(slurm, load_config("/dev/null"), "n01", tmp_path / "n01", log=lambda m: None)
     actor.sleep = lambda s: None
     actor.apply(decide([Finding("xid", "gpu2", Status.FAIL, Severity.DRAIN_NOW,
                                 "double bit ECC error", "xid48", True)]))
-    ours = slurm.info["n01"].reason
-    assert ours.startswith("rsc_health:now:xid48:")
+    assert slurm.info["n01"].reason.startswith("rsc_health:now:xid48:")
     monkeypatch.setattr(cs, "_slurm", lambda ctx: slurm)
     obj = AppContext(config_path=str(_site(tmp_path, "")))
     out = CliRunner().invoke(cs.drain, ["n[00-03]", "--reason", "rack 12 PSU swap"], obj=obj)
     assert out.exit_code == 0, out.output
-    assert "n01: kept" in out.output and slurm.info["n01"].reason == ours
-    assert slurm.info["n02"].reason.startswith("rsc_health:manual:")
+    assert slurm.info["n01"].reason.startswith("rsc_health:manual:over_xid48:rack 12 PSU swap")
+    assert "resume asks for a qualification pass" in out.output
+    assert slurm.info["n02"].reason.startswith("rsc_health:manual:manual:")
     actor.apply(decide([]), clean_sweep=True)  # the node's sweep during the maintenance
-    CliRunner().invoke(cs.resume, ["n[00-03]"], obj=obj)
-    assert slurm.info["n01"].drain_set and slurm.info["n01"].reason == ours
+    out = CliRunner().invoke(cs.resume, ["n[00-03]"], obj=obj)
+    assert slurm.info["n01"].drain_set and "qualify it" in out.output
     assert not slurm.info["n02"].drain_set
     # --force is a person's word over the repair
-    out = CliRunner().invoke(cs.drain, ["n01", "--reason", "swap", "--force"], obj=obj)
-    assert slurm.info["n01"].reason.startswith("rsc_health:manual:")
+    assert CliRunner().invoke(cs.resume, ["n01", "--force"], obj=obj).exit_code == 0
+    assert not slurm.info["n01"].drain_set
+
+
+def test_drain_now_over_a_repair_drain_still_requeues_the_jobs(tmp_path, monkeypatch):
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(tmp_path / "root"))
+    slurm = MemorySlurm()
+    slurm.add_node("n01", "ALLOCATED+DRAIN", "rsc_health:lemon:xid_cnt:xid_cnt 6 (min 3)")
+    job = slurm.start_job("n01")
+    monkeypatch.setattr(cs, "_slurm", lambda ctx: slurm)
+    obj = AppContext(config_path=str(_site(tmp_path, "")))
+    out = CliRunner().invoke(cs.drain, ["n01", "--reason", "swap", "--now", "--json"], obj=obj)
+    assert out.exit_code == 0, out.output
+    assert ("requeue", job) in slurm.calls
+    assert slurm.info["n01"].reason.startswith("rsc_health:manual:over_xid_cnt:")
+
+
+PILOT = '[actions]\nenabled = false\n[nodes."pilot*".actions]\nenabled = true\n'
+
+
+def test_a_pilot_inside_a_site_in_shadow_mode_is_live_and_only_it(tmp_path, monkeypatch):
+    """The other way round: the site in shadow, `[nodes."pilot*".actions] enabled = true`. The
+    writers asked per node went ahead for the pilot while the door, read-only by the site's
+    value, refused every write: an error each pass. The door is read-only only when no node
+    may be changed; the others are refused per node."""
+    cfg = load_config(_site(tmp_path, PILOT))
+    assert cfg.actions_enabled("pilot01") and not cfg.actions_enabled("other01")
+    assert cfg.actions_enabled_anywhere() and not load_config(
+        _site(tmp_path, "[actions]\nenabled = false\n")).actions_enabled_anywhere()
+    door = from_config(cfg)
+    assert not door.read_only and not door.shadow_node("pilot01")
+    with pytest.raises(ShadowMode, match="shadow mode for other01"):
+        door.drain("other01", "rsc_health:now:xid79:gpu3")
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(tmp_path / "root"))
+    slurm = MemorySlurm(["pilot01", "other01"])
+    monkeypatch.setattr(cs, "_slurm", lambda ctx: slurm)
+    obj = AppContext(config_path=str(_site(tmp_path, PILOT)))
+    assert CliRunner().invoke(cs.drain, ["pilot01", "--reason", "PSU"], obj=obj).exit_code == 0
+    out = CliRunner().invoke(cs.drain, ["other01", "--reason", "PSU"], obj=obj)
+    assert out.exit_code == 0 and "shadow mode" in out.output
+    assert slurm.info["pilot01"].drain_set and not slurm.info["other01"].drain_set

@@ -197,40 +197,56 @@ def _explain_job(engine, job_id: str, now: datetime, cfg: Any, hours: float
     from sqlalchemy import select
 
     from rsc_health.historian import schema
-    from rsc_health.historian.failslow.load import _gpu_models, membership, with_stages
+    from rsc_health.historian.failslow.load import (
+        _gpu_models,
+        membership,
+        one_cluster_per_job,
+        with_stages,
+    )
     from rsc_health.historian.telemetry import load_samples
 
     rules = Rules.from_config(cfg)
     job_id = str(job_id).strip()
+    # ID@CLUSTER: a job id two clusters' jobs share, as the detector names each of them
+    plain, _, cluster = job_id.partition("@")
     j = schema.jobs
     with engine.connect() as conn:
-        spans = conn.execute(select(j.c.start, j.c.end).where(
-            j.c.job_id == job_id, j.c.start.is_not(None))).all()
+        q = select(j.c.start, j.c.end, j.c.cluster).where(j.c.job_id == plain,
+                                                          j.c.start.is_not(None))
+        if cluster:
+            q = q.where(j.c.cluster == cluster)
+        spans = conn.execute(q).all()
         gpus = _gpu_models(conn)
     if not spans:
         return JobExplanation(job_id, None, None,
                               notes=[f"job {job_id}: not in the historian with a start time"])
-    until = max((e if e is not None else now) for _, e in spans)
-    until = min(until, now)
-    since = max(min(s for s, _ in spans), until - timedelta(hours=max(0.25, float(hours))))
-    members = membership(engine, since, until, gpus)
-    members = members.assign(job_id=members["job_id"].astype(str))
-    if "cluster" in members:
-        members = members.drop(columns="cluster")
-    nodes = sorted(set(members.loc[members["job_id"] == job_id, "node"].astype(str)))
+    clusters = sorted({str(c or "") for _, _, c in spans})
+    if not cluster and len(clusters) > 1:
+        return JobExplanation(job_id, None, None, notes=[
+            f"job {job_id} is held by the jobs of {len(clusters)} clusters ("
+            + ", ".join(c or "''" for c in clusters) + f"): ask for one, {job_id}@CLUSTER"])
+    until = min(max((e if e is not None else now) for _, e, _ in spans), now)
+    since = max(min(s for s, _, _ in spans), until - timedelta(hours=max(0.25, float(hours))))
     st = schema.step_times
     with engine.connect() as conn:
         step_rows = pd.DataFrame(conn.execute(
             select(st.c.job_id, st.c.rank, st.c.node, st.c.stage, st.c.step, st.c.seconds,
-                   st.c.time).where(st.c.job_id == job_id, st.c.time >= since,
+                   st.c.time).where(st.c.job_id == plain, st.c.time >= since,
                                     st.c.time <= until)).all(), columns=list(STEP_COLUMNS))
+    # as a pass reads them: a job id two clusters hold in the span is ID@CLUSTER each
+    members, step_rows = one_cluster_per_job(membership(engine, since, until, gpus), step_rows)
+    members = members.assign(job_id=members["job_id"].astype(str))
+    if "cluster" in members:
+        members = members.drop(columns="cluster")
+    ids = set(members["job_id"])
+    target = next((t for t in (job_id, f"{plain}@{clusters[0]}", plain) if t in ids), job_id)
+    nodes = sorted(set(members.loc[members["job_id"] == target, "node"].astype(str)))
     members = with_stages(members, step_rows)
     samples = load_samples(engine, since, until, nodes) if nodes else None
-    out = explain_frame(job_id, samples if samples is not None else pd.DataFrame(
+    out = explain_frame(target, samples if samples is not None else pd.DataFrame(
         columns=["node", "time", "metric", "value", "component"]), members,
         step_rows if len(step_rows) else None, rules)
     out.since, out.until = since, until
     if len(spans) > 1:
-        out.notes.insert(0, f"{len(spans)} runs of job {job_id} (a requeue, or two clusters' "
-                         "jobs with one id) judged together")
+        out.notes.insert(0, f"{len(spans)} runs of job {job_id} (a requeue) judged together")
     return out
