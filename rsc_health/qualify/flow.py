@@ -556,11 +556,15 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
     be a job's own step files (untrusted: enough for a suspect, never a drain), and what it
     costs in idle nodes taken into reservations stays within the guard's bound. A held episode
     waits its turn: the tier applies the next in line when one ends, and then it is due."""
+    from rsc_health.historian.failslow.evidence import STEPS
     from rsc_health.model import TIER_HELD
 
     info = {n.name: n for n in nodes}
     out: list[tuple[str, str]] = []
-    for ep in episodes:
+    # The node's own telemetry before a job's step files (whose deviation is what the job
+    # wrote), as the tier's guard orders them; then the strongest evidence.
+    for ep in sorted(episodes, key=lambda e: (e.source == STEPS, -(e.deviation or 0.0),
+                                              e.node)):
         if len(out) >= limit:
             break
         if ep.tier == TIER_HELD:

@@ -404,14 +404,25 @@ def test_passes_at_once_each_keep_the_judgements_time_none_fails(historian):
     assert load.last_across(historian) is not None
 
 
-def _store_steps(engine, jobs: int, factor: float) -> None:
+def _store_steps(engine, jobs: int, factor: float, *, with_jobs: bool = True) -> None:
     """jobs jobs of 8 nodes writing step times (the historian keeps each node's slowest rank
-    per step), SLOW's ranks `factor` slower from each job's first step: a steady offset."""
+    per step), SLOW's ranks `factor` slower from each job's first step: a steady offset.
+    `with_jobs`: the jobs themselves too, as sacct delivers them (a step file is the job's
+    word: only rows of a job Slurm ran, on its nodes, in its run, are judged)."""
     rng = np.random.default_rng(12)
     with engine.begin() as conn:
         for j in range(jobs):
             nodes = _alloc(j)
             start = T0 + timedelta(hours=7 * j)
+            if with_jobs:
+                jid = str(9100 + j)
+                pk = conn.execute(insert(schema.jobs).values(
+                    job_id=jid, job_id_display=jid, state="COMPLETED", submit=start,
+                    start=start, end=start + timedelta(hours=1), nnodes=8, user=f"u{j}",
+                    name=f"w{j}", cluster="c1", instance_key=f"{jid}:{start}:{start}")
+                    .returning(schema.jobs.c.id)).scalar_one()
+                conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n}
+                                                        for n in nodes])
             # eight ranks a node, 2% noise a step, rank 3 of SLOW `factor` slower
             sec = 0.5 * np.exp(rng.normal(0, 0.02, (8, 8, 24)))
             sec[nodes.index(SLOW), 3] *= factor
@@ -435,7 +446,14 @@ def test_steps_a_steady_few_percent_behind_in_every_job_are_a_suspect_across_job
     # a node level with its peers in every job: nothing
     with historian.begin() as conn:
         conn.execute(schema.step_times.delete())
-    _store_steps(historian, 6, 1.0)
+    _store_steps(historian, 6, 1.0, with_jobs=False)
+    assert detect(historian, now, CFG) == []
+    # the same files of job ids Slurm never ran (no jobs rows): nothing either, slow or not
+    with historian.begin() as conn:
+        conn.execute(schema.step_times.delete())
+        conn.execute(schema.job_nodes.delete())
+        conn.execute(schema.jobs.delete())
+    _store_steps(historian, 6, 1.1, with_jobs=False)
     assert detect(historian, now, CFG) == []
 
 

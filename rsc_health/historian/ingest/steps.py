@@ -85,12 +85,28 @@ class Limits:
                    int(cfg.get("failslow.steps_max_lines_per_pass")))
 
 
-class _Budget:
-    """The lines a pass may still read (Limits.max_lines_per_pass), shared by its files."""
+# How far past an over-long line's cut is read for its end: further, the file is refused from
+# there (a sparse file of zeros terabytes long was read to its end, hours a pass).
+MAX_SKIP_BYTES = 16 << 20
 
-    def __init__(self, lines: int):
-        self.left = lines
+
+class _Budget:
+    """The lines a pass may still read (Limits.max_lines_per_pass), shared by its files; with
+    `parent`, one owner's share of it (both spent by each line, the smaller one binding)."""
+
+    def __init__(self, lines: int, parent: _Budget | None = None):
+        self._left = lines
+        self.parent = parent
         self.spent_in: str | None = None  # where it ran out
+
+    @property
+    def left(self) -> int:
+        return self._left if self.parent is None else min(self._left, self.parent.left)
+
+    def spend(self) -> None:
+        self._left -= 1
+        if self.parent is not None:
+            self.parent.spend()
 
 
 def _int(value: object, name: str, limit: int) -> int:
@@ -182,6 +198,11 @@ def nvrx_rows(obj: dict, received: datetime) -> list[tuple]:
             value = _positive(score, f"score of rank {str(rank)[:16]}")
             if value > 1.0 + 1e-9:
                 raise RowError(f"score {value:g} of rank {str(rank)[:16]} is above 1")
+            if value < 1.0 / MAX_SECONDS:
+                # its relative time 1/score would be past any step's (5e-324: infinite), and
+                # would win every later upsert of its key
+                raise RowError(f"score {value:g} of rank {str(rank)[:16]} is under "
+                               f"{1.0 / MAX_SECONDS:g}")
             r = _int(rank, "rank", MAX_RANK)
             node = nodes.get(str(r), nodes.get(r))
             if node in (None, "", "<unk>"):
@@ -233,21 +254,34 @@ def _bounded_lines(fh: IO[bytes], limits: Limits, report: IngestReport,
     while True:
         if budget is not None and budget.left <= 0:
             if fh.readline(1):  # more was there: the pass's budget, not the file, ended it
-                budget.spent_in = where.rstrip(": ") or "the input"
+                spent = budget if budget.parent is None or budget.parent.left > 0 \
+                    else budget.parent
+                spent.spent_in = where.rstrip(": ") or "the input"
+                if spent is budget and budget.parent is not None:
+                    report.add_bad(0, f"{where}its owner's share of the pass's lines spent: "
+                                      "the rest was not read (the next pass reads it again)")
             return
         raw = fh.readline(limits.max_line_bytes + 1)
         if not raw:
             return
         if budget is not None:
-            budget.left -= 1
+            budget.spend()
         lineno += 1
         if lineno > limits.max_lines:
             report.add_bad(lineno, f"{where}more than {limits.max_lines} lines: the rest "
                                    "was not read")
             return
         if len(raw) > limits.max_line_bytes and not raw.endswith(b"\n"):
-            while raw and not raw.endswith(b"\n"):
+            skipped = len(raw)
+            while raw and not raw.endswith(b"\n") and skipped <= MAX_SKIP_BYTES:
                 raw = fh.readline(1 << 16)
+                skipped += len(raw)
+            if raw and not raw.endswith(b"\n"):
+                # no line end in sight (a sparse file of zeros, terabytes long): the file, not
+                # the line, is refused; read past, it took every pass hours
+                report.add_bad(lineno, f"{where}no line end within {skipped} bytes: the rest "
+                                       "of the file was not read")
+                return
             report.add_bad(lineno, f"{where}longer than {limits.max_line_bytes} bytes")
             continue
         text = raw.decode("utf-8", errors="replace")
@@ -270,11 +304,11 @@ class _OwnerFilter:
     node) are asked once a load; a job id with no job on the row's node yet (sacct brings
     running jobs an ingest later) waits for a later pass, as an unknown one does."""
 
-    def __init__(self, conn, owner: str | None, users: dict[tuple[str, str], set[str]],
+    def __init__(self, owner: str | None, users: dict[tuple[str, str], set[str]],
                  refused: str = OWNER_UNKNOWN):
-        self.conn, self.owner, self.users, self.refused = conn, owner, users, refused
+        self.owner, self.users, self.refused = owner, users, refused
 
-    def __call__(self, rows: list[tuple], report: IngestReport) -> list[tuple]:
+    def __call__(self, conn, rows: list[tuple], report: IngestReport) -> list[tuple]:
         if self.owner is None:
             report.skip(self.refused, len(rows))
             return []
@@ -287,7 +321,7 @@ class _OwnerFilter:
                 self.users[(k, "")] = set()  # asked: its (job, node) pairs follow
             q = (select(j.c.job_id, jn.c.node, j.c.user)
                  .select_from(j.join(jn, jn.c.job_pk == j.c.id)).where(j.c.job_id.in_(part)))
-            for job_id, node, user in self.conn.execute(q):
+            for job_id, node, user in conn.execute(q):
                 self.users.setdefault((job_id, node), set()).add(user)
         kept = []
         for row in rows:
@@ -321,15 +355,22 @@ def _owner_name(uid: int) -> str | None:
         return None
 
 
-def _load(conn, lines: Iterable[tuple[int, str]], report: IngestReport, where: str,
+def _load(engine: Engine, lines: Iterable[tuple[int, str]], report: IngestReport, where: str,
           keep: _OwnerFilter | None = None) -> None:
+    """Parse outside any transaction; write each batch in its own (the upsert keeps the
+    slowest rank, so a pass cut short is finished by the next): one pass over millions of
+    lines held SQLite's write lock for its whole read, and the suspects pass's writes failed
+    with "database is locked"."""
     batch: list[tuple] = []
     received = datetime.now(UTC).replace(tzinfo=None)
 
     def flush() -> None:
         nonlocal batch
-        rows = keep(batch, report) if keep is not None and batch else batch
-        report.written += _write(conn, rows)
+        if not batch:
+            return
+        with writer(engine).begin() as conn:
+            rows = keep(conn, batch, report) if keep is not None else batch
+            report.written += _write(conn, rows)
         batch = []
 
     for lineno, line in lines:
@@ -393,28 +434,51 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
     trusted = {0, os.geteuid()}
     users: dict[tuple[str, str], set[str]] = {}
     budget = _Budget(limits.max_lines_per_pass)
+    # Each owner a fair share of the pass (max-min): the owners with the least to read first,
+    # each taking at most what is left over the owners still to come. Spent first-come in the
+    # same order every pass, one user's files of garbage kept another's later files unread
+    # for good; what a small owner leaves goes to the others.
+    by_owner: dict[int, list[Path]] = {}
+    size: dict[int, int] = {}
+    for file in files:
+        try:
+            st0 = os.lstat(file)
+        except OSError:
+            continue
+        by_owner.setdefault(st0.st_uid, []).append(file)
+        size[st0.st_uid] = size.get(st0.st_uid, 0) + st0.st_size
+    order = sorted(by_owner, key=lambda u: (size[u], u))
+    files = [f for u in order for f in by_owner[u]]
+    shares: dict[int, _Budget] = {}
     unread = 0
-    with writer(engine).begin() as conn:
-        for file in files:
-            if budget.left <= 0:
-                unread += 1
-                continue
-            where = f"{file.name}: " if len(files) > 1 or file != Path(path) else ""
-            try:
-                fd = open_regular(file)
-            except OSError as exc:
-                report.add_bad(0, f"{file.name}: {exc.strerror or exc}")
-                continue
-            st = os.fstat(fd)
-            uid = st.st_uid
-            keep = (_OwnerFilter(conn, _owner_name(uid), users)
-                    if limits.owner_must_match and uid not in trusted else None)
-            if limits.owner_must_match and _others_may_write(st, trusted):
-                # Its owner's word no more: anyone (or a group of users) may have written it.
-                keep = _OwnerFilter(conn, None, users, WRITABLE_BY_OTHERS)
-            with open(fd, "rb") as fh:
-                _load(conn, _bounded_lines(fh, limits, report, where, budget), report, where,
-                      keep)
+    for file in files:
+        if budget.left <= 0:
+            unread += 1
+            continue
+        where = f"{file.name}: " if len(files) > 1 or file != Path(path) else ""
+        try:
+            fd = open_regular(file)
+        except OSError as exc:
+            report.add_bad(0, f"{file.name}: {exc.strerror or exc}")
+            continue
+        st = os.fstat(fd)
+        uid = st.st_uid
+        if uid not in shares:
+            later = len(by_owner) - len(shares)  # this owner and those still to come
+            shares[uid] = _Budget(max(1, budget.left // max(1, later)), budget)
+        mine = shares[uid] if len(by_owner) > 1 else budget
+        if mine.left <= 0:
+            os.close(fd)
+            unread += 1
+            continue
+        keep = (_OwnerFilter(_owner_name(uid), users)
+                if limits.owner_must_match and uid not in trusted else None)
+        if limits.owner_must_match and _others_may_write(st, trusted):
+            # Its owner's word no more: anyone (or a group of users) may have written it.
+            keep = _OwnerFilter(None, users, WRITABLE_BY_OTHERS)
+        with open(fd, "rb") as fh:
+            _load(engine, _bounded_lines(fh, limits, report, where, mine), report, where,
+                  keep)
     _said_budget(report, limits, budget, unread)
     return report
 
@@ -432,7 +496,6 @@ def ingest_stream(engine: Engine, fh: IO[bytes], limits: Limits) -> IngestReport
     """JSON Lines from an open binary stream (`PATH` '-': stdin), bounded as a file is."""
     report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
     budget = _Budget(limits.max_lines_per_pass)
-    with writer(engine).begin() as conn:
-        _load(conn, _bounded_lines(fh, limits, report, "", budget), report, "")
+    _load(engine, _bounded_lines(fh, limits, report, "", budget), report, "")
     _said_budget(report, limits, budget, 0)
     return report
