@@ -44,8 +44,10 @@ def _identity(cfg, root: Path) -> tuple[str, str]:
         return "", ""
     if not isinstance(doc, dict):
         return "", ""
-    names = {d.get("name") for d in doc.get("devices") or [] if isinstance(d, dict)}
-    model = next(iter(names)) if len(names) == 1 and isinstance(next(iter(names)), str) else ""
+    # A GPU whose name NVML could not read answers {"error": ...}: no model, never a crash
+    names = [d.get("name") for d in doc.get("devices") or [] if isinstance(d, dict)]
+    model = names[0] if names and all(isinstance(n, str) for n in names) \
+        and len(set(names)) == 1 else ""
     driver = doc.get("driver_version")
     return model[:64], driver[:32] if isinstance(driver, str) else ""
 

@@ -167,7 +167,8 @@ def test_a_fail_the_guard_held_back_backs_off_like_an_inconclusive_run():
                             "b": (0, NOW - timedelta(minutes=31))})  # past retry_min: due
     changed = {"a": (CHANGED, OLD, NEW), "b": (CHANGED, OLD, NEW)}
     assert [n for n, _ in due(nodes, changed, held)] == ["b"]
-    episodes = [SimpleNamespace(node=n, since=CHANGED, metric="step_seconds",
+    episodes = [SimpleNamespace(node=n, since=CHANGED, metric="step_seconds", source="steps",
+                                deviation=3.0,
                                 tier="applied") for n in "ab"]
     got = suspect_candidates(nodes, episodes, held, NOW, retry_min=30, retry_max_min=720,
                              limit=10)

@@ -138,13 +138,24 @@ def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> 
     the job id that ran on the node), or the job id where the historian does not know the job
     (a requeued job keeps its id). Seconds only: NVRx's relative GPU scores are not times."""
     st = schema.step_times
-    stmt = (select(st.c.job_id, st.c.node, st.c.stage, func.avg(st.c.seconds),
-                   func.min(st.c.time), func.max(st.c.time))
-            .where(st.c.time >= since, st.c.time <= until, st.c.unit == "s")
-            .group_by(st.c.job_id, st.c.node, st.c.stage))
     j, jn = schema.jobs, schema.job_nodes
-    known = (select(j.c.job_id, jn.c.node, j.c.cluster, j.c.user, j.c.name,
-                    j.c.start.label("ran_from"), j.c.end.label("ran_to"))
+    # A job's file is the job's word, not Slurm's (as in the sweeps, step_observations): only
+    # lines of a job the historian holds, of a node it ran on, each inside a run of it there
+    # (a requeued job's runs each), before they are averaged. Lines naming other nodes, or
+    # job ids Slurm never ran, made a node no job held a suspect across "its" placements.
+    ran = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end)
+           .select_from(j.join(jn, jn.c.job_pk == j.c.id))
+           .where(j.c.start.is_not(None), j.c.start <= until,
+                  or_(j.c.end.is_(None), j.c.end >= since))).subquery()
+    inside = and_(ran.c.job_id == st.c.job_id, ran.c.node == st.c.node,
+                  st.c.time >= ran.c.start, or_(ran.c.end.is_(None), st.c.time <= ran.c.end))
+    lines = (select(st.c.job_id, st.c.node, st.c.stage, st.c.step, st.c.seconds, st.c.time)
+             .where(st.c.time >= since, st.c.time <= until, st.c.unit == "s",
+                    select(ran.c.job_id).where(inside).exists())).subquery()
+    stmt = (select(lines.c.job_id, lines.c.node, lines.c.stage, func.avg(lines.c.seconds),
+                   func.min(lines.c.time), func.max(lines.c.time))
+            .group_by(lines.c.job_id, lines.c.node, lines.c.stage))
+    known = (select(j.c.job_id, jn.c.node, j.c.cluster, j.c.user, j.c.name)
              .select_from(j.join(jn, jn.c.job_pk == j.c.id))
              .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
                     or_(j.c.end.is_(None), j.c.end >= since)))
@@ -154,26 +165,17 @@ def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> 
         if rows.empty:
             return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
         jobs = pd.DataFrame(conn.execute(known).all(),
-                            columns=["job_id", "node", "cluster", "user", "name", "ran_from",
-                                     "ran_to"])
+                            columns=["job_id", "node", "cluster", "user", "name"])
     rows = rows.assign(job_id=rows["job_id"].astype(str), node=rows["node"].astype(str),
                        metric=metric, group="stage:" + rows["stage"].fillna("").astype(str),
                        value=pd.to_numeric(rows["value"], errors="coerce"),
                        start=pd.to_datetime(rows["start"]), end=pd.to_datetime(rows["end"]))
     # A team's training resubmitted onto the same nodes under a new id each time is one
     # placement, as its telemetry is: its stage-less files' last stage is a role, not chance.
-    # A job's file is the job's word, not Slurm's (as in the sweeps, step_observations): only
-    # rows of a job the historian holds, of a node it ran on, inside a run of it there. Lines
-    # naming other nodes, or job ids Slurm never ran, made a node no job held a suspect
-    # across "its" placements.
-    work = jobs.assign(job_id=jobs["job_id"].astype(str), node=jobs["node"].astype(str),
-                       workload=_workload(jobs), ran_from=pd.to_datetime(jobs["ran_from"]),
-                       ran_to=pd.to_datetime(jobs["ran_to"]))
-    rows = rows.merge(work[["job_id", "node", "workload", "ran_from", "ran_to"]],
-                      on=["job_id", "node"], how="inner")
-    inside = (rows["start"] >= rows["ran_from"]) & (rows["ran_to"].isna()
-                                                     | (rows["end"] <= rows["ran_to"]))
-    rows = rows[inside].drop_duplicates(["job_id", "node", "stage"])
+    work = (jobs.assign(job_id=jobs["job_id"].astype(str), node=jobs["node"].astype(str),
+                        workload=_workload)
+            .drop_duplicates(["job_id", "node"])[["job_id", "node", "workload"]])
+    rows = rows.merge(work, on=["job_id", "node"], how="inner")  # multi-node jobs only
     if rows.empty:
         return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
     return rows[list(ROLLUP_COLUMNS)]

@@ -37,10 +37,11 @@ from pathlib import Path
 from typing import IO, Any
 
 from sqlalchemy import Engine, select
+from sqlalchemy.exc import SQLAlchemyError
 
 from rsc_health.durable import open_regular
 from rsc_health.historian import schema
-from rsc_health.historian.db import writer
+from rsc_health.historian.db import first_line, writer
 from rsc_health.historian.freshness import CLOCK_FLOOR, believable
 from rsc_health.historian.ingest import (
     BATCH_ROWS,
@@ -368,9 +369,15 @@ def _load(engine: Engine, lines: Iterable[tuple[int, str]], report: IngestReport
         nonlocal batch
         if not batch:
             return
-        with writer(engine).begin() as conn:
-            rows = keep(conn, batch, report) if keep is not None else batch
-            report.written += _write(conn, rows)
+        try:
+            with writer(engine).begin() as conn:
+                rows = keep(conn, batch, report) if keep is not None else batch
+                report.written += _write(conn, rows)
+        except SQLAlchemyError as exc:
+            # the batches before are kept (each its own transaction): said, never silent
+            raise StepsError(f"{where}the historian failed after {report.written} rows of "
+                             f"this pass were written (kept; the next pass reads the rest "
+                             f"again): {first_line(exc)}") from exc
         batch = []
 
     for lineno, line in lines:
