@@ -450,7 +450,8 @@ def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestRepor
     for file in files:
         try:
             st0 = os.lstat(file)
-        except OSError:
+        except OSError as exc:
+            report.add_bad(0, f"{file.name}: {exc.strerror or exc} (gone since the listing?)")
             continue
         by_owner.setdefault(st0.st_uid, []).append(file)
         size[st0.st_uid] = size.get(st0.st_uid, 0) + st0.st_size
@@ -495,8 +496,9 @@ def _said_budget(report: IngestReport, limits: Limits, budget: _Budget, unread: 
         return
     what = (f"the rest of {budget.spent_in}" if budget.spent_in else "") + (
         f"{' and ' if budget.spent_in else ''}{unread} more files" if unread else "")
-    report.add_bad(0, f"budget of {limits.max_lines_per_pass} lines per pass spent: {what} "
-                      "were not read (the next pass reads them again)")
+    report.add_bad(0, f"budget of {limits.max_lines_per_pass} lines per pass (each owner a "
+                      f"fair share) spent: {what} were not read (the next pass reads them "
+                      "again)")
 
 
 def ingest_stream(engine: Engine, fh: IO[bytes], limits: Limits) -> IngestReport:
