@@ -25,7 +25,10 @@ CHECKPOINT = 6  # every node of job A congested in this sweep
 def _historian(url: str, now: datetime) -> datetime:
     """Job A (8 nodes, running; hostile name), job B (3 nodes: under min_nodes, b01 at x8
     throughout), job S (one node), job E (4 nodes, no telemetry)."""
-    t0 = (now - timedelta(seconds=300 * SWEEPS + 120)).replace(microsecond=0)
+    # on the detector's slot grid (300 s): each sweep's samples (7 s apart) in one slot,
+    # whatever the clock's phase when the test runs
+    back = (now - timedelta(seconds=300 * SWEEPS + 300)).replace(tzinfo=UTC)
+    t0 = datetime.fromtimestamp(int(back.timestamp()) // 300 * 300, UTC).replace(tzinfo=None)
     jobs = {"1001": [f"a{i:02d}" for i in range(8)], "1002": ["b00", "b01", "b02"],
             "1003": ["s00"], "1004": [f"e{i:02d}" for i in range(4)]}
     engine = db.connect(url, upgrade=True)
