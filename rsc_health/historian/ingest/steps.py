@@ -435,7 +435,8 @@ def step_files(path: Path, limits: Limits, report: IngestReport) -> list[Path]:
 
 
 def ingest_path(engine: Engine, path: Path | str, limits: Limits) -> IngestReport:
-    """Every step file at `path` (a file or a directory of them), in one transaction."""
+    """Every step file at `path` (a file or a directory of them); each batch of lines is
+    written in its own transaction (_load), the pass's lines shared fairly among the owners."""
     report = IngestReport("steps", max_bad=MAX_BAD_LISTED)
     files = step_files(Path(path), limits, report)
     trusted = {0, os.geteuid()}
