@@ -41,13 +41,18 @@ SHADOW_WORDS = "shadow mode ([actions] enabled = false): Slurm not asked, nothin
 
 def _shadow(ctx: click.Context, nodes: list[str] | None = None) -> bool:
     """[actions] enabled = false: no command changes Slurm, a person's included (as `lemons
-    --apply`, `qualify start` and `qualify cleanup`); with `nodes`, true when any of them is
-    in shadow mode by its own `[nodes."GLOB".actions]` (a pilot's nodes): the whole command
-    then changes nothing, as for the whole site."""
+    --apply`, `qualify start` and `qualify cleanup`); with `nodes`, true when every one of
+    them is in shadow mode (by the site or its own `[nodes."GLOB".actions]`): Slurm is not
+    even asked. A list mixing shadow and live nodes changes the live ones only (each node's
+    own, `_shadow_node`), as `lemons --apply` does."""
     cfg = ctx.obj.config
     if not nodes:
         return not cfg.actions_enabled()
-    return any(not cfg.actions_enabled(n) for n in nodes)
+    return all(not cfg.actions_enabled(n) for n in nodes)
+
+
+def _shadow_node(ctx: click.Context, node: str) -> bool:
+    return not ctx.obj.config.actions_enabled(node)
 
 
 def _who() -> str:
@@ -228,6 +233,12 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
     slurm = _slurm(ctx)
 
     def drain_one(node: str, res: dict) -> SlurmUnavailable | None:
+        if _shadow_node(ctx, node):  # a shadow node in a list of live ones
+            _record(ctx, ActionKind.WOULD_DRAIN, node, f"{slurm_reason} ({who})")
+            res.update(ok=True, result="not drained",
+                       detail=f"shadow mode for {node}: Slurm not asked; recorded as "
+                              "would_drain")
+            return None
         info = slurm.node(node)
         if (info.drain_set or info.down) and not is_ours(info.reason) and not force:
             res.update(result="refused",
@@ -313,6 +324,10 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
     slurm = _slurm(ctx)
 
     def resume_one(node: str, res: dict) -> SlurmUnavailable | None:
+        if _shadow_node(ctx, node):  # a shadow node in a list of live ones
+            res.update(ok=True, result="not resumed",
+                       detail=f"shadow mode for {node}: Slurm not asked")
+            return None
         info = slurm.node(node)
         if not (info.drain_set or info.down):
             res.update(ok=True, result="not drained", detail=info.state)

@@ -182,3 +182,23 @@ def test_a_pilot_inside_a_site_in_shadow_mode_is_live_and_only_it(tmp_path, monk
     out = CliRunner().invoke(cs.drain, ["other01", "--reason", "PSU"], obj=obj)
     assert out.exit_code == 0 and "shadow mode" in out.output
     assert slurm.info["pilot01"].drain_set and not slurm.info["other01"].drain_set
+
+
+def test_a_persons_drain_of_a_rack_with_one_shadow_node_drains_the_live_ones(tmp_path,
+                                                                            monkeypatch):
+    """`healthctl drain 'n[01-03]'` where only shadow02 is a pilot's shadow node: the whole
+    list was left alone (the command read as shadow); now the live nodes are drained and the
+    shadow one recorded as a would-drain, as `lemons --apply` does."""
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(tmp_path / "root"))
+    slurm = MemorySlurm(["live01", "shadow02", "live03"])
+    monkeypatch.setattr(cs, "_slurm", lambda ctx: slurm)
+    obj = AppContext(config_path=str(_site(tmp_path)))
+    out = CliRunner().invoke(cs.drain, ["live01,shadow02,live03", "--reason", "rack 12"],
+                             obj=obj)
+    assert out.exit_code == 0, out.output
+    assert [n for n, i in slurm.info.items() if i.drain_set] == ["live01", "live03"]
+    assert "shadow02: not drained (shadow mode for shadow02" in out.output
+    out = CliRunner().invoke(cs.resume, ["live01,shadow02,live03"], obj=obj)
+    assert out.exit_code == 0, out.output
+    assert not any(i.drain_set for i in slurm.info.values())
+    assert not [c for c in slurm.calls if c[1:2] == ("shadow02",)]
