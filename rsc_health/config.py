@@ -86,20 +86,23 @@ class Config:
         enabled = bool(self.get("actions.enabled"))
         if node is None:
             return enabled
-        for pattern, table in self.overrides.get("nodes", {}).items():
-            acts = table.get("actions") if isinstance(table, dict) else None
-            if isinstance(acts, dict) and "enabled" in acts and glob_match(node, pattern):
-                enabled = bool(acts["enabled"])
+        for pattern, on in self._node_actions():
+            if glob_match(node, pattern):
+                enabled = on
         return enabled
 
     def actions_enabled_anywhere(self) -> bool:
         """Whether any node may be changed in Slurm: the site's [actions] enabled, or a
         `[nodes."GLOB".actions] enabled = true` (a pilot inside a site in shadow mode)."""
-        if self.get("actions.enabled"):
-            return True
-        return any(isinstance(t, dict) and isinstance(t.get("actions"), dict)
-                   and bool(t["actions"].get("enabled"))
-                   for t in self.overrides.get("nodes", {}).values())
+        return bool(self.get("actions.enabled")) or any(on for _, on in self._node_actions())
+
+    def _node_actions(self):
+        """(glob, enabled) of each `[nodes."GLOB".actions]` table that sets enabled, in the
+        order for_node merges them."""
+        for pattern, table in self.overrides.get("nodes", {}).items():
+            acts = table.get("actions") if isinstance(table, dict) else None
+            if isinstance(acts, dict) and "enabled" in acts:
+                yield pattern, bool(acts["enabled"])
 
     def for_node(self, node: str, partition: str | None = None, *,
                  given_up: bool = False) -> Config:

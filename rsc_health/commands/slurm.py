@@ -216,11 +216,14 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
     text = sanitize(reason).strip()
     if not text:
         raise click.ClickException("--reason must say why (it is what the next person reads)")
-    # The code clipped first (MAX_CODE_LEN): a long one cut at MAX_REASON_LEN lost the colon
-    # after it, and the drain was no longer read back as ours (resume refused it)
-    slurm_reason = (f"{REASON_PREFIX}{MANUAL_MODE}:"
-                    f"{sanitize(code).replace(':', '_')[:MAX_CODE_LEN] or MANUAL_MODE}:"
-                    f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
+    def manual_reason(code: str) -> str:
+        # The code clipped first (MAX_CODE_LEN): a long one cut at MAX_REASON_LEN lost the
+        # colon after it, and the drain was no longer read back as ours (resume refused it)
+        return (f"{REASON_PREFIX}{MANUAL_MODE}:"
+                f"{sanitize(code).replace(':', '_')[:MAX_CODE_LEN] or MANUAL_MODE}:"
+                f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
+
+    slurm_reason = manual_reason(code)
     hosts = _hosts(nodes)
     if _shadow(ctx, hosts):
         # Shadow mode: Slurm is asked nothing; what would have been drained is recorded.
@@ -252,9 +255,8 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
             # went over (`over_xid48`), so the maintenance's `healthctl resume` still asks
             # for the qualification pass the repair needs, and `qualify auto` leaves the node
             # to the person meanwhile (a manual drain).
-            over = f"{OVER_REPAIR}{(parse_reason(info.reason) or {}).get('code', 'repair')}"
-            reason = (f"{REASON_PREFIX}{MANUAL_MODE}:{sanitize(over)[:MAX_CODE_LEN]}:"
-                      f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
+            reason = manual_reason(
+                f"{OVER_REPAIR}{(parse_reason(info.reason) or {}).get('code', 'repair')}")
             res["detail"] = (f"over rsc-health's repair drain {info.reason[:60]!r}: resume "
                              "asks for a qualification pass; ")
         try:

@@ -154,7 +154,7 @@ class Flow:
         # Read again: the caller's listing is older than the strikes it counted since, and a
         # person's drain set meanwhile (or a `healthctl drain` the caller read) is theirs.
         info = self.slurm.node(node)
-        theirs = _kept_drain(info) or ("DOWN: Slurm's or a person's" if info.down else None)
+        theirs = _kept_or_down(info)
         if theirs:
             return FlowResult(node, "refused", f"{theirs}; not sent to repair ({why})")
         parsed = _parsed(info.reason)
@@ -177,18 +177,16 @@ class Flow:
         if not self.writes(node):
             return FlowResult(node, "refused", f"shadow mode: would open a repair ticket ({said})")
         info = self.slurm.node(node)  # read again, as repair() does
-        theirs = _kept_drain(info) or ("DOWN: Slurm's or a person's" if info.down else None)
+        theirs = _kept_or_down(info)
         if theirs:
             return FlowResult(node, "refused", f"{theirs}; no ticket opened ({said})")
-        done = []
-        if not _kept_drain(info):
-            # Slurm first: a controller gone here leaves no ticket, so the next `qualify auto`
-            # does both (a ticket first would stop it before the reason ever said so).
-            reason = qualify_reason("inconclusive", f"repair ticket open after {said}",
-                                    out_of_service_since(info))
-            self.slurm.drain(node, reason)
-            self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
-            done.append("drain reason says so")
+        # Slurm first: a controller gone here leaves no ticket, so the next `qualify auto`
+        # does both (a ticket first would stop it before the reason ever said so).
+        reason = qualify_reason("inconclusive", f"repair ticket open after {said}",
+                                out_of_service_since(info))
+        self.slurm.drain(node, reason)
+        self.history.action(node, ActionKind.QUALIFY_DRAIN, reason)
+        done = ["drain reason says so"]
         self.history.repair_ticket(node, f"qualification proves nothing: {said}")
         done.append("ticket")
         return FlowResult(node, "refused", f"repair, not another run: {said}",
@@ -468,6 +466,12 @@ def _persons_drain(info) -> str | None:
     if info.drain_set and not info.reason.startswith(REASON_PREFIX):
         return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
     return None
+
+
+def _kept_or_down(info) -> str | None:
+    """_kept_drain, or a DOWN (Slurm's or a person's): a node read again before a repair
+    drain or ticket that is not ours to write over."""
+    return _kept_drain(info) or ("DOWN: Slurm's or a person's" if info.down else None)
 
 
 def _kept_drain(info) -> str | None:

@@ -117,8 +117,9 @@ def _judge_count(metric: Metric, peers: list[float], baseline: float | None,
                  rules: Rules) -> Judgement:
     """A count of what was measured (Metric.exact): fewer than the peers' median (or the
     baseline) is less evidence than theirs, inconclusive; as many or more passes."""
-    if len(peers) >= rules.min_peers and statistics.median(peers) > 0:
-        med, basis = statistics.median(peers), PEERS
+    peer_med = statistics.median(peers) if len(peers) >= rules.min_peers else 0.0
+    if peer_med > 0:
+        med, basis = peer_med, PEERS
     elif baseline is not None and baseline > 0:
         med, basis = baseline, BASELINE
     else:

@@ -19,30 +19,13 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import insert
 
-from rsc_health.cli import AppContext, cli
+from rsc_health.cli import cli
 from rsc_health.commands.suspects import suspects as suspects_cmd
 from rsc_health.historian import db, schema
 from rsc_health.historian import suspects as hs
 from rsc_health.historian.failslow.evidence import TELEMETRY, SuspectEvidence
 from rsc_health.model import SuspectState
-from rsc_health.slurm.memory import MemorySlurm
-
-TRUSTED = "rsc_trusted"
-
-
-def _fleet(n=20):
-    slurm = MemorySlurm()
-    for i in range(1, n + 1):
-        slurm.add_node(f"node{i:02d}", features=("h100", TRUSTED), weight=10)
-    return slurm
-
-
-def _obj(engine, slurm, tmp_path):
-    config = tmp_path / "cli.toml"
-    config.write_text("")
-    obj = AppContext(config_path=str(config), db_url=str(engine.url))
-    obj.slurm = slurm
-    return obj
+from tests.historian.test_suspects import TRUSTED, _obj, fleet
 
 
 @pytest.mark.parametrize("with_drop", [False, True], ids=["control-no-drop", "drop"])
@@ -65,7 +48,7 @@ def test_a_users_step_line_at_the_jumped_time_lets_the_jump_expire_every_suspect
             instance_key="555:x").returning(schema.jobs.c.id)).scalar_one()
         conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n}
                                                 for n in ("node01", "node02")])
-    slurm = _fleet()
+    slurm = fleet()
     applied = CliRunner().invoke(suspects_cmd, ["apply"], obj=_obj(engine, slurm, tmp_path))
     assert applied.exit_code == 0, applied.output
     assert TRUSTED not in slurm.info["node07"].features

@@ -4,8 +4,6 @@ rsc_health:qualify:interrupted over the fail drain. The fail (a repair) becomes 
 `qualify auto` re-runs the node and a flaky pass puts it back in service, with no ticket."""
 from __future__ import annotations
 
-from datetime import UTC, datetime
-
 import pytest
 
 from rsc_health.policy import parse_reason
@@ -13,35 +11,15 @@ from rsc_health.qualify.flow import RETRY_CODES, Flow, cleanup
 from rsc_health.qualify.judge import FAIL
 from rsc_health.slurm.api import SlurmError
 from rsc_health.slurm.memory import MemorySlurm
+from tests.unit.test_qualify_triggers import History
 
 XID79 = "rsc_health:now:xid79:gpu3 fell off the bus"
-
-
-class History:
-    def __init__(self, result):
-        self._result = result
-        self.actions, self.tickets = [], []
-
-    def strikes(self, node):
-        return 0
-
-    def now(self):
-        return datetime.now(UTC)
-
-    def result(self, node, job_id, since=None):
-        return self._result
-
-    def action(self, node, kind, reason):
-        self.actions.append((node, kind, reason))
-
-    def repair_ticket(self, node, reason):
-        self.tickets.append((node, reason))
 
 
 def test_a_fail_whose_drain_answer_was_lost_is_not_turned_into_a_retry(tmp_path):
     slurm = MemorySlurm()
     slurm.add_node("gpu042", "IDLE+DRAIN", XID79)
-    hist = History((FAIL, "gpu_burn: gflops[3] 40% under the peers' median"))
+    hist = History(result=(FAIL, "gpu_burn: gflops[3] 40% under the peers' median"))
 
     def job_runs():
         for jid, job in list(slurm._jobs.items()):

@@ -135,18 +135,19 @@ def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> 
     database, one row a job and node), `metric` the steps metric, group the stage (a stage's
     nodes are each other's peers, as in the sweeps), start and end its first and last step,
     workload the job's cluster, user and name as job_rollups gives them (the jobs table, for
-    the job id that ran on the node), or the job id where the historian does not know the job
-    (a requeued job keeps its id). Seconds only: NVRx's relative GPU scores are not times."""
+    the job id that ran on the node). Only multi-node jobs the historian holds, on their
+    nodes, inside their runs (a requeued job's each). Seconds only: NVRx's relative GPU
+    scores are not times."""
     st = schema.step_times
     j, jn = schema.jobs, schema.job_nodes
     # A job's file is the job's word, not Slurm's (as in the sweeps, step_observations): only
     # lines of a job the historian holds, of a node it ran on, each inside a run of it there
     # (a requeued job's runs each), before they are averaged. Lines naming other nodes, or
     # job ids Slurm never ran, made a node no job held a suspect across "its" placements.
-    ran = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end)
-           .select_from(j.join(jn, jn.c.job_pk == j.c.id))
-           .where(j.c.start.is_not(None), j.c.start <= until,
-                  or_(j.c.end.is_(None), j.c.end >= since))).subquery()
+    placed = (select(j.c.job_id, jn.c.node).select_from(j.join(jn, jn.c.job_pk == j.c.id))
+              .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
+                     or_(j.c.end.is_(None), j.c.end >= since)))
+    ran = placed.add_columns(j.c.start, j.c.end).subquery()
     inside = and_(ran.c.job_id == st.c.job_id, ran.c.node == st.c.node,
                   st.c.time >= ran.c.start, or_(ran.c.end.is_(None), st.c.time <= ran.c.end))
     lines = (select(st.c.job_id, st.c.node, st.c.stage, st.c.step, st.c.seconds, st.c.time)
@@ -155,10 +156,7 @@ def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> 
     stmt = (select(lines.c.job_id, lines.c.node, lines.c.stage, func.avg(lines.c.seconds),
                    func.min(lines.c.time), func.max(lines.c.time))
             .group_by(lines.c.job_id, lines.c.node, lines.c.stage))
-    known = (select(j.c.job_id, jn.c.node, j.c.cluster, j.c.user, j.c.name)
-             .select_from(j.join(jn, jn.c.job_pk == j.c.id))
-             .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
-                    or_(j.c.end.is_(None), j.c.end >= since)))
+    known = placed.add_columns(j.c.cluster, j.c.user, j.c.name)
     with engine.connect() as conn:
         rows = pd.DataFrame(conn.execute(stmt).all(),
                             columns=["job_id", "node", "stage", "value", "start", "end"])
@@ -175,9 +173,7 @@ def job_steps(engine: Engine, since: datetime, until: datetime, metric: str) -> 
     work = (jobs.assign(job_id=jobs["job_id"].astype(str), node=jobs["node"].astype(str),
                         workload=_workload)
             .drop_duplicates(["job_id", "node"])[["job_id", "node", "workload"]])
-    rows = rows.merge(work, on=["job_id", "node"], how="inner")  # multi-node jobs only
-    if rows.empty:
-        return pd.DataFrame(columns=list(ROLLUP_COLUMNS))
+    rows = rows.merge(work, on=["job_id", "node"], how="inner")
     return rows[list(ROLLUP_COLUMNS)]
 
 

@@ -13,6 +13,20 @@ from rsc_health.cli import cli
 
 MODEL, DRIVER = "NVIDIA H100 80GB HBM3", "570.124.06"
 
+# (test name, plug-in, argv) of the one-test tiers these files run
+NCCL = ("nccl", "nccl_tests", ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"])
+BURN = ("burn", "gpu_burn", ["gpu_burn", "-tc", "60"])
+IB = ("ib", "perftest", ["ib_write_bw", "-d", "mlx5_0", "-s", "8388608", "-n", "20000"])
+
+
+def tier(test: tuple[str, str, list[str]], baseline: str | None = None) -> str:
+    """The [qualify] tables of a `full` tier of one test, 4 peers, the baseline when given."""
+    name, plugin, command = test
+    return (f'\n[qualify]\nfull = ["{name}"]\nmin_peers = 4\ntier_budget_s = 60\n'
+            + (f'baseline = "{baseline}"\n' if baseline else "")
+            + f'[qualify.tests.{name}]\nplugin = "{plugin}"\ncommand = {json.dumps(command)}\n'
+            + "timeout_s = 10\n")
+
 
 def tools(tmp: Path, name: str, outputs: dict[str, str]) -> Path:
     b = tmp / f"bin-{name}"

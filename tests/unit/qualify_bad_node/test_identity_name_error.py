@@ -7,18 +7,9 @@ import json
 
 from rsc_health.sim import qualify_tools as standin
 from tests.fixtures.nodes.node_copy import HEALTHY, copy_node
-from tests.unit.qualify_bad_node.qhelp import db, qrun, tools
+from tests.unit.qualify_bad_node.qhelp import NCCL, db, qrun, tier, tools
 
-TIER = """
-[qualify]
-full = ["nccl"]
-min_peers = 4
-tier_budget_s = 60
-[qualify.tests.nccl]
-plugin = "nccl_tests"
-command = ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
-timeout_s = 10
-"""
+TIER = tier(NCCL)
 
 
 def test_a_gpu_name_nvml_could_not_read_is_inconclusive_not_a_crash(tmp_path):

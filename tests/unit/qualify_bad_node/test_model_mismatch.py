@@ -10,19 +10,9 @@ import json
 
 from rsc_health.sim import qualify_tools as standin  # noqa: E402
 from tests.fixtures.nodes.node_copy import HEALTHY, copy_node  # noqa: E402
-from tests.unit.qualify_bad_node.qhelp import db, qrun, tools  # noqa: E402
+from tests.unit.qualify_bad_node.qhelp import NCCL, db, qrun, tier, tools  # noqa: E402
 
-TIER = """
-[qualify]
-full = ["nccl"]
-min_peers = 4
-tier_budget_s = 60
-baseline = "@BASE@"
-[qualify.tests.nccl]
-plugin = "nccl_tests"
-command = ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
-timeout_s = 10
-"""
+TIER = tier(NCCL, "@BASE@")
 
 
 def test_a_gpu_of_another_name_moves_the_node_from_its_peers_to_the_baseline(tmp_path):

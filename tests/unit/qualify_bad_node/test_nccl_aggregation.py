@@ -8,18 +8,9 @@ from pathlib import Path
 
 from rsc_health.qualify import parse  # noqa: E402
 from rsc_health.sim import qualify_tools as standin  # noqa: E402
-from tests.unit.qualify_bad_node.qhelp import db, qrun, tools  # noqa: E402
+from tests.unit.qualify_bad_node.qhelp import NCCL, db, qrun, tier, tools  # noqa: E402
 
-CONFIG = """
-[qualify]
-full = ["nccl"]
-min_peers = 4
-tier_budget_s = 60
-[qualify.tests.nccl]
-plugin = "nccl_tests"
-command = ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
-timeout_s = 10
-"""
+CONFIG = tier(NCCL)
 BIG = "8589934592"
 
 

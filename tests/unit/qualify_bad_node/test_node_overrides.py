@@ -11,19 +11,9 @@ from pathlib import Path
 
 from rsc_health.sim import qualify_tools as standin  # noqa: E402
 from tests.fixtures.nodes.node_copy import HEALTHY, copy_node  # noqa: E402
-from tests.unit.qualify_bad_node.qhelp import db, qrun, tools  # noqa: E402
+from tests.unit.qualify_bad_node.qhelp import BURN, NCCL, db, qrun, tier, tools  # noqa: E402
 
-TIER = """
-[qualify]
-full = ["burn"]
-min_peers = 4
-tier_budget_s = 60
-baseline = "@BASE@"
-[qualify.tests.burn]
-plugin = "gpu_burn"
-command = ["gpu_burn", "-tc", "60"]
-timeout_s = 10
-"""
+TIER = tier(BURN, "@BASE@")
 
 
 def _configs(tmp: Path) -> tuple[Path, Path]:
@@ -56,20 +46,7 @@ def test_gpu_count_set_per_node_is_ignored_by_the_judge(tmp_path):
     assert code == 4, (code, doc.get("verdict"), doc.get("reason"))
 
 
-NCCL_TIER = """
-[qualify]
-full = ["nccl"]
-min_peers = 4
-tier_budget_s = 60
-baseline = "@A100@"
-[qualify.tests.nccl]
-plugin = "nccl_tests"
-command = ["all_reduce_perf", "-b", "8", "-e", "8G", "-f", "2", "-g", "8"]
-timeout_s = 10
-
-[nodes."gpu*".qualify]
-baseline = "@H100@"
-"""
+NCCL_TIER = tier(NCCL, "@A100@") + '\n[nodes."gpu*".qualify]\nbaseline = "@H100@"\n'
 
 
 def test_a_baseline_set_per_node_is_ignored(tmp_path):

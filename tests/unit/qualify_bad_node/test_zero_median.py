@@ -8,18 +8,9 @@ from __future__ import annotations
 from rsc_health.qualify.judge import Rules, judge  # noqa: E402
 from rsc_health.qualify.outcome import Metric  # noqa: E402
 from rsc_health.sim import qualify_tools as standin  # noqa: E402
-from tests.unit.qualify_bad_node.qhelp import db, qrun, tools  # noqa: E402
+from tests.unit.qualify_bad_node.qhelp import IB, db, qrun, tier, tools  # noqa: E402
 
-CONFIG = """
-[qualify]
-full = ["ib"]
-min_peers = 4
-tier_budget_s = 60
-[qualify.tests.ib]
-plugin = "perftest"
-command = ["ib_write_bw", "-d", "mlx5_0", "-s", "8388608", "-n", "20000"]
-timeout_s = 10
-"""
+CONFIG = tier(IB)
 
 
 def test_judge_passes_zero_against_a_zero_median():
