@@ -212,20 +212,6 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
                              time.monotonic() - ctx.started))
     records, spool_bytes = _within_spool_cap(ctx, records)
     run.spooled = write_spool(ctx.sdir, records)
-    if not lock_held:
-        # Only now is it safe to consume the events: they are on disk. When the spool is not
-        # writable the next run reads them again, under the same record ids; the record of the
-        # probe children left behind is saved all the same (it consumes no event).
-        run.step = "state"
-        unsaved = commit(events=run.spooled)
-        for f in unsaved:
-            log(f"{stage.name}: {f.reason}")
-        if unsaved and run.spooled:
-            # The next run will see these events again (same record ids, so the historian
-            # keeps one copy); the operator must see that the state dir refuses writes.
-            write_spool(ctx.sdir, spool.check_records(unsaved, node=ctx.node, source=stage.name,
-                                                      time=now, job_id=ctx.job_id))
-        findings = findings + unsaved
     run.step = "act"
     if pending and guard_backs_off(cfg, stage, pending, fresh, now):
         # The mass-drain guard (something is wrong fleet-wide) or someone else's drain held
@@ -240,9 +226,27 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
     else:
         code, still_pending = _act(ctx, verdict, pending, now=now, locked=not lock_held)
     run.exit_code, run.acted = code, True
+    if not lock_held:
+        # Only now is it safe to consume the events: they are on disk, and a drain verdict
+        # they gave was carried out or kept pending (still_pending None: neither, the disk
+        # refused pending_verdict.json with slurmctld away, so the next run must read them
+        # again to find it). When the spool is not writable the next run reads them again,
+        # under the same record ids; the record of the probe children left behind is saved
+        # all the same (it consumes no event). A run killed before here (slurmd's timeout in
+        # a Slurm call) consumed nothing either.
+        run.step = "state"
+        unsaved = commit(events=run.spooled and still_pending is not None)
+        for f in unsaved:
+            log(f"{stage.name}: {f.reason}")
+        if unsaved and run.spooled:
+            # The next run will see these events again (same record ids, so the historian
+            # keeps one copy); the operator must see that the state dir refuses writes.
+            write_spool(ctx.sdir, spool.check_records(unsaved, node=ctx.node, source=stage.name,
+                                                      time=now, job_id=ctx.job_id))
+        findings = findings + unsaved
     run.step = "textfile"
     write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
-                   time.monotonic() - ctx.started, pending=still_pending,
+                   time.monotonic() - ctx.started, pending=still_pending is not False,
                    spool_bytes=spool_bytes, families=set(families) if families else None)
     if not run.config_error:
         remember_config(cfg, ctx.sdir, run.parsed)

@@ -25,9 +25,11 @@ if TYPE_CHECKING:
 
 
 def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: datetime,
-        locked: bool = True) -> tuple[int, bool]:
-    """Carry out the verdict in Slurm; (exit code, verdict still pending). A run without the
-    node lock carries out a drain, but its clean verdict does not count towards a resume."""
+        locked: bool = True) -> tuple[int, bool | None]:
+    """Carry out the verdict in Slurm; (exit code, verdict still pending): None when a drain
+    verdict was neither carried out nor kept (the disk refused pending_verdict.json), so the
+    events that gave it must not be consumed. A run without the node lock carries out a
+    drain, but its clean verdict does not count towards a resume."""
     stage, cfg = ctx.stage, ctx.cfg
     had_pending = pending is not None
     settled = _settled_without_slurm(ctx, verdict, had_pending, locked)
@@ -92,35 +94,39 @@ def _settled_without_slurm(ctx: Context, verdict: Verdict, had_pending: bool,
 
 
 def _slurm_away(ctx: Context, verdict: Verdict, had_pending: bool, exc: Exception,
-                now: datetime) -> tuple[int, bool]:
+                now: datetime) -> tuple[int, bool | None]:
     stage = ctx.stage
     if not verdict.drains:
         log(f"{stage.name}: Slurm unavailable ({exc})")
         return 0, had_pending
     kept = save_pending(ctx.sdir, verdict, why="slurm_unavailable", now=now)
     log(f"{stage.name}: Slurm unavailable ({exc}); verdict {verdict.level.name} "
-        + ("kept for the next run" if kept else "not kept (see above): the next run "
-           "decides afresh"))
+        + ("kept for the next run" if kept else "not kept (see above): the next run reads "
+           "its events again"))
     # The prolog still fails the job start: slurmd then drains the node itself.
     enabled = bool(ctx.cfg.get("actions.enabled"))
-    return (drain_exit() if stage.name == "prolog" and enabled else 0), kept
+    return (drain_exit() if stage.name == "prolog" and enabled else 0), (True if kept else None)
 
 
 def _held_back(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, held,
-               now: datetime) -> tuple[int, bool]:
+               now: datetime) -> tuple[int, bool | None]:
     """The mass-drain guard or someone else's drain held the verdict: kept pending, retried
     after a backoff."""
     stage = ctx.stage
     why = "guard" if held == ActionKind.GUARD_TRIPPED else "foreign_drain"
     holds = (pending.holds if pending is not None and pending.why == why else 0) + 1
     retry = guard_retry_after(ctx.cfg, holds, now)
-    save_pending(ctx.sdir, verdict, why=why, holds=holds, retry_after=retry, now=now)
-    log(f"{stage.name}: {HELD_BY[why]} holds; verdict {verdict.reason} kept and retried "
-        f"after {retry:%H:%M:%S}Z (held {holds} time(s))")
+    kept = save_pending(ctx.sdir, verdict, why=why, holds=holds, retry_after=retry, now=now)
+    if kept:
+        log(f"{stage.name}: {HELD_BY[why]} holds; verdict {verdict.reason} kept and retried "
+            f"after {retry:%H:%M:%S}Z (held {holds} time(s))")
+    else:
+        log(f"{stage.name}: {HELD_BY[why]} holds; verdict {verdict.reason} not kept (see "
+            "above): the next run reads its events again")
     # A job start under someone else's drain (its allocation came before that drain):
     # the job must not run on the fault. Under the guard, jobs run, as the guard wants.
     foreign = why == "foreign_drain" and stage.name == "prolog"
-    return (drain_exit() if foreign else 0), True
+    return (drain_exit() if foreign else 0), (True if kept else None)
 
 
 def job_records(ctx: Context, now) -> list[dict]:

@@ -217,7 +217,7 @@ def save_pending(sdir: str | os.PathLike, verdict: Verdict, *, why: str, holds: 
         # verdict whose XID left with the old boot's ring buffer.
         write_atomic(os.path.join(sdir, PENDING_VERDICT_FILE), json_dumps(data))
     except OSError as exc:
-        log(f"cannot save the pending verdict ({exc}); the next run decides afresh")
+        log(f"cannot save the pending verdict ({exc})")
         return False
     return True
 
