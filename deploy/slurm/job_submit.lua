@@ -17,11 +17,21 @@ local RSC_BIG_JOB_NODES = 4
 local NO_VAL = slurm.NO_VAL or 4294967294
 local NO_VAL16 = slurm.NO_VAL16 or 65534
 
+local SPREAD_JOB = slurm.SPREAD_JOB or 256
+
 local function given(v)
 	if v == nil or v == NO_VAL or v == NO_VAL16 or v == 0 then
 		return nil
 	end
 	return v
+end
+
+-- `--spread-job`: Slurm spreads the job's tasks over as many nodes as it can (one task each
+-- at worst), whatever --ntasks-per-node says (a maximum when -n is given: man sbatch).
+-- Lua 5.1 has no bitwise operators: the flag's bit read by arithmetic.
+local function spread(job_desc)
+	local flags = given(job_desc.bitflags)
+	return flags ~= nil and math.floor(flags / SPREAD_JOB) % 2 == 1
 end
 
 -- The most nodes the job may get. Not min_nodes alone: `-N 2-64` may get 64, and a job that
@@ -40,10 +50,13 @@ local function rsc_nodes(job_desc)
 	if most ~= nil then
 		return math.max(n, most)
 	end
+	local tasks = given(job_desc.num_tasks)
+	if tasks ~= nil and spread(job_desc) then
+		return math.max(n, tasks)
+	end
 	if given(job_desc.min_nodes) ~= nil then
 		return n
 	end
-	local tasks = given(job_desc.num_tasks)
 	local per_node = given(job_desc.ntasks_per_node)
 	if tasks ~= nil and per_node ~= nil then
 		n = math.max(n, math.ceil(tasks / per_node))

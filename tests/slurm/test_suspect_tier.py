@@ -393,3 +393,35 @@ def test_a_big_job_with_node_counts_in_its_constraint_is_let_through_as_written(
         for n in c.node_names:
             c.run(["scontrol", "update", f"NodeName={n}", "AvailableFeatures=rsc_trusted",
                    "ActiveFeatures=rsc_trusted"])
+
+
+def test_a_spread_job_sized_by_tasks_per_node_never_starts_on_the_suspect(lua_cluster):
+    """`-n 6 --ntasks-per-node=2 --spread-job` (found by helper-97): --ntasks-per-node is a
+    maximum when -n is given, and --spread-job spreads the tasks over as many nodes as it can:
+    six here, a big job, which the lua counted as ceil(6 / 2) = 3 nodes and let start on the
+    suspect."""
+    from rsc_health.hostlist import expand
+
+    c = lua_cluster
+    c.run(["scontrol", "update", f"NodeName={SUSPECT}", "AvailableFeatures=",
+           "ActiveFeatures=", "Weight=1000"])
+    job = None
+    try:
+        job = c.sbatch("-n", "6", "--ntasks-per-node", "2", "--spread-job", "--wrap",
+                       "sleep 60")
+        assert c.job(job).get("Features") == "rsc_trusted", c.job(job)
+        deadline = time.monotonic() + 6  # three scheduler passes
+        while time.monotonic() < deadline:
+            placed = c.job(job).get("NodeList", "")
+            assert SUSPECT not in (expand(placed) if placed not in ("", "(null)") else []), (
+                c.job(job))
+            time.sleep(1)
+        small = c.sbatch("-n", "2", "--ntasks-per-node", "2", "--hold", "--wrap", "sleep 1")
+        assert c.job(small).get("Features") in (None, "(null)"), c.job(small)  # still small
+        c.run(["scancel", small])
+    finally:
+        if job:
+            c.run(["scancel", job], check=False)
+        c.run(["scontrol", "update", f"NodeName={SUSPECT}", "AvailableFeatures=rsc_trusted",
+               "ActiveFeatures=rsc_trusted", "Weight=1"])
+        c.wait_for(lambda: not c.run(["squeue", "-h"]).stdout.strip(), 60, "queue empty")
