@@ -260,20 +260,34 @@ def _judge(st: os.stat_result, directory: str) -> None:
         raise UnsafeDirectory(f"{directory} is {why}: refused ({DIRECTORY_RULE})")
 
 
+def _judge_links(directory: str) -> None:
+    """Every symlink on the way to `directory` (it and each directory above it that exists),
+    as named: a symlink is only as good as the directory it stands in (its owner could have
+    planted it: the owner of Debian's /var/lib/prometheus swapped node-exporter/ for a link to
+    a root-only directory, and root wrote rsc_health.prom there; one level higher, root made
+    textfile/ wherever the link led and wrote there, found by helper-96)."""
+    root, parts = _split(directory)
+    for n in range(1, len(parts) + 1):
+        here = _join(root, parts[:n])
+        try:
+            st = os.lstat(here)
+        except FileNotFoundError:
+            return  # the rest is made by make_dirs, inside what was judged
+        if stat.S_ISLNK(st.st_mode):
+            if not ours(st.st_uid):  # planted in a sticky directory (/tmp)
+                raise UnsafeDirectory(f"{here} is a symlink owned by uid {st.st_uid}: "
+                                      f"refused ({DIRECTORY_RULE})")
+            above = _parent(here)
+            _judge(os.stat(above), above)
+
+
 def _judge_link(directory: str, opened: os.stat_result) -> None:
-    """The directory as named, beside the one opened: a symlink there is only as good as the
-    directory it stands in (its owner could have planted it: the owner of Debian's
-    /var/lib/prometheus swapped node-exporter/ for a link to a root-only directory, and
-    root wrote rsc_health.prom there), and a name that no longer leads to what was opened
-    was swapped meanwhile."""
-    st = os.lstat(directory)
-    if stat.S_ISLNK(st.st_mode):
-        if not ours(st.st_uid):  # planted in a sticky directory (/tmp)
-            raise UnsafeDirectory(f"{directory} is a symlink owned by uid {st.st_uid}: "
-                                  f"refused ({DIRECTORY_RULE})")
-        above = _parent(directory)
-        _judge(os.stat(above), above)
-    elif (st.st_dev, st.st_ino) != (opened.st_dev, opened.st_ino):
+    """The directory as named, beside the one opened: the symlinks on its way judged again
+    (_judge_links), and a name that no longer leads to what was opened was swapped
+    meanwhile."""
+    _judge_links(directory)
+    st = os.stat(directory)
+    if (st.st_dev, st.st_ino) != (opened.st_dev, opened.st_ino):
         raise UnsafeDirectory(f"{directory} changed while it was opened: refused")
 
 
@@ -287,6 +301,7 @@ def ready_dir(path: str | os.PathLike[str]) -> None:
     """`path` made if missing (make_dirs) and judged by DIRECTORY_RULE now, before work that
     would be lost at the first write (UnsafeDirectory)."""
     path = _norm(path)
+    _judge_links(path)
     make_dirs(path)
     _judge(os.stat(path), path)
 
@@ -332,6 +347,7 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int =
     path = _norm(path)
     parent, name = _parent(path), _name(path)
     payload = data.encode() if isinstance(data, str) else data
+    _judge_links(parent)  # before make_dirs: no directory made where a planted link leads
     make_dirs(parent)
     dfd = os.open(parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     try:
