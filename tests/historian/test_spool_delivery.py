@@ -83,6 +83,30 @@ def test_bad_lines_are_quarantined_with_line_numbers(historian, tmp_path):
     assert list(tmp_path.glob("batch-*")) == []
 
 
+def test_quarantine_stops_growing_at_its_bound_and_says_what_it_did_not_keep(
+        historian, tmp_path, monkeypatch):
+    """quarantine/ sits outside the spool's cap: a node whose bad lines never stop (a clock
+    that stays wrong quarantines every record, every flush) must not fill /var with them
+    (found by helper-96). Past QUARANTINE_MAX_BYTES the lines are counted, not kept, and the
+    node's good records still land."""
+    from rsc_health.historian.ingest import delivery
+
+    monkeypatch.setattr(delivery, "QUARANTINE_MAX_BYTES", 4096)
+    kept_sizes = []
+    for flush_no in range(6):
+        spool.append(tmp_path, _records()[:1])
+        with (tmp_path / spool.PENDING).open("a") as fh:
+            for k in range(4):
+                fh.write(f'{{"kind": "teleport", "id": "q{flush_no}-{k}", "pad": "{"x" * 200}"}}\n')
+        report = deliver(historian, tmp_path)
+        assert report.quarantined_count == 4
+        kept_sizes.append(sum(f.stat().st_size for f in (tmp_path / "quarantine").iterdir()))
+    assert kept_sizes[-1] <= 4096 and kept_sizes[-1] == kept_sizes[-2]  # bounded, not growing
+    assert report.quarantine_lost == 4 and "not kept" in report.quarantine_error
+    assert "could not be kept" in report.summary()
+    assert _count(historian, schema.check_results) == 6  # every flush's good record landed
+
+
 def test_database_down_keeps_the_spool_for_the_next_flush(tmp_path, historian_url, historian):
     spool.append(tmp_path, _records())
     down = "postgresql+psycopg://rsc:pw@127.0.0.1:1/history"

@@ -77,6 +77,11 @@ from rsc_health.model import Metric, Severity, Status
 
 QUARANTINE = "quarantine"
 QUARANTINE_MODE = 0o700
+# What quarantine/ may hold, all batches together. It sits beside the spool, outside its cap
+# ([node] spool_max_mb): a node whose clock stays wrong has every record quarantined on every
+# flush (about 1 MB a day), and /var must never fill for it. Past this, the lines are counted
+# and said (quarantine_lost), not kept; the first ones, which show the fault, stay.
+QUARANTINE_MAX_BYTES = 16 << 20
 # Lines per transaction: about 2 MB of JSON, a few MB of Python objects at most.
 CHUNK_LINES = 5_000
 # Longest one statement of a flush may run: a frozen database ends the flush (the spool
@@ -439,8 +444,15 @@ def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> 
     lines are whatever the batch held); nothing planted there (a symlink, a FIFO) is followed."""
     qdir = spool_dir / QUARANTINE
     make_dirs(qdir, QUARANTINE_MODE)
+    lines = [json.dumps({"line": row.line, "error": row.message, "raw": raw}) + "\n"
+             for row, raw in bad]
     dfd = os.open(qdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        held = sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(dfd)
+                   if e.is_file(follow_symlinks=False))
+        if held + sum(len(x.encode()) for x in lines) > QUARANTINE_MAX_BYTES:
+            raise OSError(errno.EDQUOT, f"{QUARANTINE}/ holds {held} bytes, its most is "
+                                        f"{QUARANTINE_MAX_BYTES}: the lines are not kept")
         fd = os.open(batch.name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
                      | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dfd)
     finally:
@@ -449,8 +461,7 @@ def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> 
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             raise OSError(errno.EINVAL, "not a regular file: refused", str(qdir / batch.name))
         os.fchmod(fd, 0o600)
-        for row, raw in bad:
-            fh.write(json.dumps({"line": row.line, "error": row.message, "raw": raw}) + "\n")
+        fh.writelines(lines)
 
 
 class _NoSchema(Exception):
