@@ -5,6 +5,11 @@ Width: a link that trained to fewer lanes than it supports stays that way until 
 job). GPUs drop their link to Gen1 when idle to save power (ASPM/dynamic link speed), and the
 bridges above them follow, so on those current < max speed is normal and says nothing; a
 ConnectX HCA keeps its link at full speed, so a slower NIC link is a bad riser or slot.
+What a link supports is the lesser of its two ends': the kernel's max_link_* is one device's
+own Link Capabilities, and a Gen5 x16 card under a Gen4 port (or in a slot wired x8) trains at
+the best the port allows, for ever, which is no fault. So an endpoint is judged against the
+lesser of its own and the port's directly above it, and that port against the lesser of its
+own and the endpoint's below it (`_link_partners`).
 AER: any fatal error since boot drains now; non-fatal errors rising between sweeps drain
 after the job; correctable ones only warn. A width or speed the kernel never prints is a
 checker error (the collector keeps it in `unreadable`), never a drain.
@@ -68,6 +73,7 @@ class PcieDevice:
     max_width: int | None = None
     aer: dict[str, int] = field(default_factory=dict)  # correctable/nonfatal/fatal totals
     parent_of: list[str] = field(default_factory=list)  # for bridges: the endpoints below
+    upstream: str | None = None  # for endpoints: the port directly above, its link's other end
     unreadable: dict[str, str] = field(default_factory=dict)  # attribute -> what it said
 
 
@@ -123,10 +129,12 @@ def collect(root: StrPath, env=None) -> list[PcieDevice]:
             resolved = _resolve(entry)
         except OSError:
             continue
-        # Ancestors on the resolved path that look like PCI addresses are the bridges above.
+        # Ancestors on the resolved path that look like PCI addresses are the bridges above;
+        # the last of them is the port at the other end of the device's link.
         for part in os.path.dirname(resolved).split("/"):
             if not part or not _BDF.match(part):
                 continue
+            devices[name].upstream = part
             bridge = devices.get(part)
             if bridge is None:
                 bridge_path = os.path.join(base, part)
@@ -169,25 +177,29 @@ def check(state, cfg: dict) -> list[Finding]:
     nonfatal_limit = int(pcfg.get("aer_nonfatal_per_sweep", 0))
     cor_limit = int(pcfg.get("aer_correctable_per_sweep", 100))
     out: list[Finding] = []
+    partner = _link_partners(devices)
     for dev in devices:
         comp = dev.bdf
         before = len(out)
         for name, text in dev.unreadable.items():
             out.append(checker_error("pcie", comp, f"pcie: cannot read {comp} {name}: {text!r} "
                                                    f"is not a value the kernel prints"))
-        if dev.width and dev.max_width and dev.width < dev.max_width:
+        other = partner.get(comp)
+        max_width = _lesser(dev.max_width, other.max_width if other else None)
+        max_speed = _lesser(dev.max_speed_gts, other.max_speed_gts if other else None)
+        if dev.width and max_width and dev.width < max_width:
             out.append(
                 fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "pcie_downtrained",
-                     f"{comp} ({dev.kind}) link x{dev.width}, capable of x{dev.max_width}",
-                     repair=True, width=dev.width, max_width=dev.max_width, kind=dev.kind)
+                     f"{comp} ({dev.kind}) link x{dev.width}, capable of x{max_width}",
+                     repair=True, width=dev.width, max_width=max_width, kind=dev.kind)
             )
         if (dev.kind == "nic" and pcfg.get("judge_nic_speed", True) and dev.speed_gts
-                and dev.max_speed_gts and dev.speed_gts < dev.max_speed_gts):
+                and max_speed and dev.speed_gts < max_speed):
             out.append(
                 fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "pcie_speed",
                      f"{comp} (nic) link at {dev.speed_gts:g} GT/s, capable of "
-                     f"{dev.max_speed_gts:g}", repair=True, speed_gts=dev.speed_gts,
-                     max_speed_gts=dev.max_speed_gts, kind=dev.kind)
+                     f"{max_speed:g}", repair=True, speed_gts=dev.speed_gts,
+                     max_speed_gts=max_speed, kind=dev.kind)
             )
         fatal = dev.aer.get("fatal", 0)
         if plausible(fatal) and fatal > 0:  # an implausible one is a checker error (collect)
@@ -215,6 +227,28 @@ def check(state, cfg: dict) -> list[Finding]:
             out.append(ok("pcie", comp, f"{comp} ({dev.kind}) {link} ok"))
     out.extend(_gpu_replays(state, int(pcfg.get("replays_per_sweep", 100))))
     return out
+
+
+def _link_partners(devices: list[PcieDevice]) -> dict[str, PcieDevice]:
+    """{bdf: the device at the other end of its link}: an endpoint's is the port directly
+    above it, and that port's is the endpoint (the functions of one card below a port share
+    its link). Bridges above a switch's ports have none here: their link's other end is not
+    told apart from a switch's internal bus without the PCIe capability's port type."""
+    by_bdf = {d.bdf: d for d in devices}
+    out: dict[str, PcieDevice] = {}
+    for dev in devices:
+        port = by_bdf.get(dev.upstream) if dev.upstream else None
+        if port is None:
+            continue
+        out[dev.bdf] = port
+        out.setdefault(port.bdf, dev)
+    return out
+
+
+def _lesser(own: float | None, other: float | None):
+    """A link's capability: the lesser of its two ends', or its own where the other end's is
+    unknown (unread, "Unknown", garbled); None where its own is (nothing to judge against)."""
+    return own if own is None or other is None else min(own, other)
 
 
 def _gpu_replays(state, limit: int) -> list[Finding]:
