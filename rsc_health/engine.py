@@ -107,7 +107,8 @@ def _keep_own_hangs(own, own_hangs: dict, state) -> None:
 
     probes = hangs.update(own_hangs, state.boot_id, set(state.probes_asked),
                           {name: state.probe_pids.get(name) for name in state.hung_probes},
-                          utcnow(), sweep=False, after_health=state.hung_after_health)
+                          utcnow(), sweep=False, after_health=state.hung_after_health,
+                          mounts=state.probe_mounts)
     own.save(probes, state.boot_id)
 
 
@@ -303,7 +304,8 @@ def _run(
     findings.extend(_collector_errors(state))
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
                                {name: state.probe_pids.get(name) for name in state.hung_probes},
-                               utcnow(), sweep=sweep, after_health=state.hung_after_health)
+                               utcnow(), sweep=sweep, after_health=state.hung_after_health,
+                               mounts=state.probe_mounts)
     if own is not None and own_hangs is not None:
         _keep_own_hangs(own, own_hangs, state)
     for probe, code in ((hangs.NVML, "nvml_hung"), (hangs.IB, "ib_hung")):

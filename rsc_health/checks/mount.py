@@ -1,7 +1,9 @@
 """Expected mounts: present, of the expected type, writable when they should be, and alive.
 
 All are drain-now (jobs would fail or hang on them) and transient (repair=False): a remount
-fixes them, and a clean sweep resumes the node.
+fixes them, and a clean sweep resumes the node. A hung mount's statvfs child is not asked
+again while it waits (collect.hangs), unless another mount stands at the path since (`umount
+-l` and mount again): the child stuck on the detached one may never return.
 
 The whole family lives here: what it reads (`collect`: the mount table through the shared
 reader collect.mounts, and a statvfs probe of each expected mount in an abandonable child),
@@ -54,6 +56,17 @@ def _sharing_a_child(paths: list[str], records: dict) -> set[str]:
     return {p for p in paths if sum(1 for q in paths if child[q] == child[p]) > 1}
 
 
+def _remounted(root: StrPath, paths: list[str], records: dict) -> set[str]:
+    """The paths where another mount stands now than the one their child was abandoned on
+    (the operator's remount: `umount -l` and mount again): that child may never return (a
+    hard NFS mount whose server is gone, a FUSE daemon holding the request), and says nothing
+    of the new mount, which is asked afresh. A record that names no mount (written before
+    they did, or a child found in /proc) keeps its child as the answer."""
+    named = [p for p in paths if records[p].get("mount")]
+    now = mounts.standing(root, named) if named else {}
+    return {p for p in named if p in now and now[p] != records[p]["mount"]}
+
+
 SHARED_KEY = "mount_probe"
 
 
@@ -76,9 +89,11 @@ def _begin(root: StrPath, env) -> tuple | None:
     before = {p: env.hangs_before.get(hangs.statvfs(p)) for p in to_probe}
     waiting = [p for p in to_probe if hangs.still_waiting(before[p])]
     # One child asks every mount; one left stuck on two mounts cannot say which of them
-    # answered since: those are asked again, each in a child of its own.
+    # answered since: those are asked again, each in a child of its own. A path remounted
+    # since its child was left is asked again too (the child may be stuck for good).
     alone = _sharing_a_child(waiting, before)
-    waiting = [p for p in waiting if p not in alone]
+    again = alone | _remounted(root, waiting, before)
+    waiting = [p for p in waiting if p not in again]
     asked = [p for p in to_probe if p not in waiting]
     probing = env.guard("mount", "statvfs", lambda: mounts.begin(root, asked, alone))
     return table, to_probe, waiting, probing
@@ -115,6 +130,9 @@ def collect(root: StrPath, env) -> MountState | None:
             if again is not None:
                 found.table = again
     state.probes_asked.append(hangs.STATVFS)
+    left = [p for p, r in found.probes.items() if r.hung and r.pid is not None]
+    for path, mount in (mounts.standing(root, left) if left else {}).items():
+        state.probe_mounts[hangs.statvfs(path)] = mount  # a remount is then told apart
     for path, result in found.probes.items():
         if result.checker_fault:  # the checker's error (engine), never mount_error's drain
             state.errors.append(("mount", hangs.statvfs(path), str(result.error)))

@@ -39,6 +39,7 @@ class NodeState:
     probes_asked: list[str] = field(default_factory=list)
     hung_probes: dict[str, str] = field(default_factory=dict)
     probe_pids: dict[str, int | None] = field(default_factory=dict)
+    probe_mounts: dict[str, str] = field(default_factory=dict)  # the mount a child hung on
     # Probes whose abandoned child hung only past the health answers (NVML's telemetry pass):
     # the next run asks health again from a new child instead of going blind.
     hung_after_health: set[str] = field(default_factory=set)

@@ -12,7 +12,10 @@ pid and start (its start time, /proc/PID/stat) name the child the run abandoned.
 child is still in the kernel the probe is not asked again: the child itself is the answer (it
 returns the moment the mount or the driver does), and asking again would only leave one more
 process stuck behind it: one per run, hundreds in a day-long storage outage, each holding the
-memory of the run it was forked from.
+memory of the run it was forked from. A statvfs child's record also names the mount it was
+abandoned on ("mount": its ID and device, collect.mounts.standing): once another mount stands
+at the path (the operator's remount; the old one detached, its child stuck on it for good) the
+path is asked afresh, one new child at most, and the old child is forgotten.
 
 That bound must hold whatever the state dir's disk does. The record is kept twice (`Kept`):
 in the state dir and in a runtime dir on tmpfs (RUNTIME_DIR under the node's root, /run: no
@@ -78,7 +81,8 @@ def _parsed(data: dict) -> dict:
     clean = {
         str(name): {k: v for k, v in p.items() if k in ("since", "sweeps", "pid", "start")
                     and (k == "since" or type(v) is int)
-                    or k == "after_health" and v is True}
+                    or k == "after_health" and v is True
+                    or k == "mount" and isinstance(v, str)}
         for name, p in probes.items()
         if isinstance(p, dict) and isinstance(p.get("since"), str)
         and type(p.get("sweeps")) is int and p["sweeps"] >= 0
@@ -238,7 +242,7 @@ def with_found(record: dict, found: dict[str, dict], boot_id: str, now: datetime
             continue
         was = rec or {"since": now.isoformat(), "sweeps": 0}
         probes[name] = {**{k: v for k, v in was.items()
-                           if k not in ("pid", "start", "after_health")}, **child}
+                           if k not in ("pid", "start", "after_health", "mount")}, **child}
     return {**record, "boot_id": boot_id, "probes": probes}
 
 
@@ -342,25 +346,33 @@ def current(previous: dict, boot_id: str) -> dict[str, dict]:
 
 def update(previous: dict, boot_id: str, asked: set[str], hung: dict[str, int | None],
            now: datetime, *, sweep: bool, after_health: frozenset[str] | set[str] = frozenset(),
-           ) -> dict[str, dict]:
+           mounts: dict[str, str] | None = None) -> dict[str, dict]:
     """The probes hanging after this run. `asked`: the probe kinds this run ran (a kind it did
     not run keeps its record); `hung`: the probes that did not answer, each with the pid of the
     child this run abandoned (None: none, the one on record is still waiting). A sweep that
     found a probe hung counts one more sweep. `after_health`: the hung probes whose child
     waits only past the health answers (after_health: true on the record, kept while that
-    child is the one on record)."""
+    child is the one on record). `mounts`: the mount a statvfs child was abandoned on
+    (collect.mounts.standing), kept with it; one other than the record's is a new hang."""
     before = current(previous, boot_id)
     out = {name: p for name, p in before.items() if kind(name) not in asked}
+    mounts = mounts or {}
     for name in sorted(hung):
-        was = before.get(name) or {"since": now.isoformat(), "sweeps": 0}
+        was = before.get(name)
+        mount = mounts.get(name) if hung[name] is not None else None
+        if was is None or mount and was.get("mount", mount) != mount:
+            was = {"since": now.isoformat(), "sweeps": 0}
         rec = {**was, "sweeps": was["sweeps"] + (1 if sweep else 0)}
         if hung[name] is not None:
-            rec.pop("pid", None), rec.pop("start", None), rec.pop("after_health", None)
+            for key in ("pid", "start", "after_health", "mount"):
+                rec.pop(key, None)
             start = _start_time(hung[name])
             if start is not None:
                 rec.update(pid=hung[name], start=start)
                 if name in after_health:
                     rec["after_health"] = True
+                if mount:
+                    rec["mount"] = mount
         out[name] = rec
     return out
 

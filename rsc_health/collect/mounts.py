@@ -147,18 +147,40 @@ def begin(root: StrPath, paths: list[str],
 
     started = time.monotonic()
     root = os.fspath(root)
-
-    def target(path: str) -> str:
-        # str(Path(root) / path): the name statvfs is asked, as before
-        return pure(os.path.join(root, path.lstrip("/")) if path != "/" else root)
-
     together = [p for p in paths if p not in alone]
     groups = ([together] if together else []) + [[p] for p in paths if p in alone]
-    children = {str(i): bounded.start(_asker([target(p) for p in group],
+    children = {str(i): bounded.start(_asker([_target(root, p) for p in group],
                                              [hangs.marker(hangs.statvfs(p), root)
                                               for p in group]), streaming=True)
                 for i, group in enumerate(groups)}
     return Probing(started, list(paths), groups, children)
+
+
+def _target(root: str, path: str) -> str:
+    """str(Path(root) / path): the name statvfs is asked."""
+    return pure(os.path.join(root, path.lstrip("/")) if path != "/" else root)
+
+
+def standing(root: StrPath, paths: list[str]) -> dict[str, str]:
+    """{path: the mount standing at it now}, as its mount ID and device ("812 0:61"): a
+    remount has another, even while the old mount lives on detached (`umount -l`; a statvfs
+    child stuck on it holds it), so a child abandoned on the old one says nothing of the new
+    (checks.mount). Read from this process's /proc/self/mountinfo, not the one under `root`:
+    the children ask the paths under `root` on this machine (a live node's root is /), as
+    collect.hangs reads their /proc. A path without a mount of its own, or a table that cannot
+    be read, is left out: nothing tells its mounts apart. Read only where a hang is on record
+    or just found, never on a healthy run."""
+    try:
+        text = read_bounded("/proc/self/mountinfo").decode("utf-8", "replace")
+    except OSError:
+        return {}
+    ids: dict[str, str] = {}
+    for line in text.splitlines():
+        head = line.partition(" - ")[0].split()
+        if len(head) >= 5:  # `id parent maj:min root mountpoint ...` (proc(5))
+            ids[_unescape(head[4])] = f"{head[0]} {head[2]}"  # the last on a path is visible
+    base = os.path.realpath(root)  # mountinfo names real paths
+    return {p: ids[t] for p in paths if (t := _target(base, p)) in ids}
 
 
 def finish(probing: Probing, timeout_s: float) -> dict[str, ProbeResult]:
