@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -210,6 +211,42 @@ def test_sacct_json_of_23_02_and_later_keeps_the_signal_that_ended_a_job(histori
     with historian.connect() as conn:
         codes = dict(conn.execute(select(schema.jobs.c.job_id, schema.jobs.c.exit_code)).all())
     assert codes == {"41": "0:11", "42": "0:9", "43": "2:0", "44": "0:9"}
+
+
+def test_a_requeued_instance_in_sacct_json_of_23_02_and_later_lands_requeued(historian):
+    """slurmdbd stores a requeued instance's state as JOB_REQUEUE, a flag over the base state
+    PENDING; 23.02 and later write it ["PENDING", "REQUEUED"] (base first, then flags), where
+    --parsable2 and 22.05's JSON print REQUEUED. Read by its first word, the instance was
+    skipped as not yet started (its failure in no attribution, r_f or goodput) and the
+    RUNNING row read before stayed open."""
+    def instance(state: list[str], start: int, end: int, nodes: str) -> dict:
+        return _json_job(7, "pretrain", state={"current": state, "reason": "None"}, nodes=nodes,
+                         time={"submission": 1709280000, "eligible": 1709280000,
+                               "start": start, "end": end})
+    running = {"jobs": [instance(["RUNNING"], 1709280005, 0, "gpu[001-002]")]}
+    sacct.ingest_text(historian, json.dumps(running).encode())
+    requeued = {"jobs": [instance(["PENDING", "REQUEUED"], 1709280005, 1709283605, "gpu[001-002]"),
+                         instance(["RUNNING"], 1709283700, 0, "gpu[003-004]")]}
+    report = sacct.ingest_text(historian, json.dumps(requeued).encode())
+    assert report.written == 2, report.summary()
+    J = schema.jobs
+    with historian.connect() as conn:
+        rows = conn.execute(select(J.c.state, J.c.start, J.c.end).order_by(J.c.start)).all()
+    assert [tuple(r) for r in rows] == [
+        ("REQUEUED", datetime(2024, 3, 1, 8, 0, 5), datetime(2024, 3, 1, 9, 0, 5)),
+        ("RUNNING", datetime(2024, 3, 1, 9, 1, 40), None),
+    ]
+
+
+@pytest.mark.parametrize("flags, shown", [
+    (["PENDING", "REQUEUED"], "REQUEUED"),
+    (["FAILED", "REQUEUED"], "REQUEUED"),  # the flag wins over any base state
+    (["RUNNING", "COMPLETING", "REQUEUED"], "COMPLETING"),  # job_state_string's order
+    (["CANCELLED", "LAUNCH_FAILED"], "CANCELLED"),  # a flag sacct's text never names
+    (["TIMEOUT"], "TIMEOUT"),
+])
+def test_a_json_state_with_flags_reads_as_sacct_text_prints_it(flags, shown):
+    assert sacct_parse._json_row(_json_job(8, "x", state={"current": flags}))["State"] == shown
 
 
 def test_three_loads_into_one_sqlite_file_at_once_all_land(tmp_path):

@@ -430,6 +430,15 @@ def _json_blocks(data: bytes, validate: Callable[..., Block], codes: dict[str, s
     yield validate(batch, np.array(lines, dtype=np.int64), problems), problems
 
 
+# The one word sacct's text prints for a state with flags, as Slurm's job_state_string()
+# (src/common/slurm_protocol_defs.c) picks it: the first of these flags set, in this order,
+# else the base state. A requeued instance is stored as JOB_REQUEUE over base state PENDING:
+# 23.02's JSON says ["PENDING", "REQUEUED"] where --parsable2 (and 22.05's JSON) say REQUEUED.
+_SHOWN_FLAGS = ("COMPLETING", "STAGE_OUT", "CONFIGURING", "RESIZING", "REQUEUED",
+                "REQUEUE_FED", "REQUEUE_HOLD", "SPECIAL_EXIT", "STOPPED", "REVOKED",
+                "RESV_DEL_HOLD", "SIGNALING")
+
+
 def _json_row(job: dict) -> dict[str, str]:
     """One job of `sacct --json` as the text sacct --parsable2 would print for it."""
     array = job.get("array") or {}
@@ -445,8 +454,8 @@ def _json_row(job: dict) -> dict[str, str]:
         display = job_id
     state = job.get("state") or {}
     current = state.get("current") if isinstance(state, dict) else state
-    if isinstance(current, list):  # later releases: a list of flags, the base state first
-        current = current[0] if current else ""
+    if isinstance(current, list):  # 23.02 on: the base state, then any flags set
+        current = next((f for f in _SHOWN_FLAGS if f in current), current[0] if current else "")
     exit_code = job.get("exit_code") or {}
     times = job.get("time") or {}
     tres = (job.get("tres") or {}).get("allocated") or []
