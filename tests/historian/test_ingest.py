@@ -124,6 +124,61 @@ def test_an_instance_twice_in_one_file_lands_once_with_its_last_state(historian)
     assert _nodes(historian, second.id) == ["gpu008", "gpu009", "gpu010", "gpu011"]
 
 
+def _booted(state: str, start: str, end: str, submit: str = "2024-03-01T08:00:00",
+            nodes: str = "gpu[001-002]") -> str:
+    """A row of job 501, whose nodes booted for it (power saving, --reboot)."""
+    return (f"501|501|train|alice|gpu|{state}|0:0|{submit}|{submit}|{start}|{end}|2|{nodes}|"
+            "cpu=8,gres/gpu=16,node=2")
+
+
+def _sacct_text(*rows: str) -> str:
+    return "\n".join([SACCT.read_text().splitlines()[0], *rows]) + "\n"
+
+
+def test_an_instance_whose_start_slurm_reset_after_its_nodes_booted_is_not_left_running(
+        historian):
+    """A job whose nodes boot for it runs with Start at its allocation; once they are up
+    slurmctld resets Start and slurmdbd rewrites the same record. The instance key
+    (JobIDRaw:Submit:Start) changed with it, so the row read while the nodes booted stayed
+    RUNNING for ever: its nodes "in a job" for the telemetry rollups and the fail-slow
+    placements, and the re-read of open jobs never asked for it (its job id was in the
+    window). The later row is the same instance: the open one it supersedes is dropped."""
+    sacct.ingest_text(historian, _sacct_text(_booted("RUNNING", "2024-03-01T08:00:05", "Unknown")))
+    report = sacct.ingest_text(historian, _sacct_text(
+        _booted("COMPLETED", "2024-03-01T08:07:40", "2024-03-01T10:00:00")))
+    (row,) = _jobs(historian)["501"]
+    assert (row.state, row.start, row.end) == ("COMPLETED", datetime(2024, 3, 1, 8, 7, 40),
+                                               datetime(2024, 3, 1, 10))
+    assert report.noted == {sacct.SUPERSEDED: 1}
+    with historian.connect() as conn:
+        assert conn.execute(select(func.count()).select_from(schema.job_nodes)).scalar() == 2
+    # an export from while the nodes booted, read after, brings nothing back
+    sacct.ingest_text(historian, _sacct_text(_booted("RUNNING", "2024-03-01T08:00:05", "Unknown")))
+    assert [r.start for r in _jobs(historian)["501"]] == [datetime(2024, 3, 1, 8, 7, 40)]
+
+
+def test_both_reads_of_a_reset_start_in_one_first_load_land_as_one_instance(historian):
+    """Two exports concatenated into a first backfill (SQLite's bulk path, PostgreSQL's COPY):
+    the row from while the nodes booted is not left open beside the instance's own."""
+    report = sacct.ingest_text(historian, _sacct_text(
+        _booted("RUNNING", "2024-03-01T08:00:05", "Unknown"),
+        _booted("RUNNING", "2024-03-01T08:07:40", "Unknown")))
+    assert report.noted == {sacct.SUPERSEDED: 1}
+    assert [(r.state, r.start) for r in _jobs(historian)["501"]] == [
+        ("RUNNING", datetime(2024, 3, 1, 8, 7, 40))]
+
+
+def test_a_requeued_instance_still_open_is_not_taken_for_a_reset_start(historian):
+    """A requeued job's next instance has a Submit of its own (slurmctld stamps a new one):
+    the earlier instance, open until a read gives it its end, is another instance, kept."""
+    sacct.ingest_text(historian, _sacct_text(_booted("RUNNING", "2024-03-01T08:00:05", "Unknown")))
+    sacct.ingest_text(historian, _sacct_text(
+        _booted("RUNNING", "2024-03-01T09:10:00", "Unknown", submit="2024-03-01T09:05:00",
+                nodes="gpu[003-004]")))
+    assert [(r.start, r.end) for r in _jobs(historian)["501"]] == [
+        (datetime(2024, 3, 1, 8, 0, 5), None), (datetime(2024, 3, 1, 9, 10), None)]
+
+
 def test_sacct_columns_in_any_order(historian):
     lines = SACCT.read_text().splitlines()
     header = lines[0].split("|")

@@ -8,7 +8,9 @@ exports: a name with `|`, a newline or bytes that are not UTF-8 never costs a jo
 
 `-X` gives one line per job allocation (no steps) and `-D` one line per instance of a requeued
 job, so a job that was requeued twice is three rows with the same JobIDRaw; they are told
-apart by `instance_key` = JobIDRaw:Submit:Start. Columns are matched by header name, in any
+apart by `instance_key` = JobIDRaw:Submit:Start (each requeue stamps a new Submit). A Start
+slurmctld resets once nodes booted for the job changes the key of the same instance: the open
+row read before is dropped (`_OPEN_SUPERSEDED`). Columns are matched by header name, in any
 order. Times are taken as UTC: we run sacct with TZ=UTC, and a file should be made the same
 way (`TZ=UTC sacct ...`).
 
@@ -74,6 +76,8 @@ from rsc_health.slurm.accounting import Accounting, cluster_name, sacct_parsable
 from rsc_health.slurm.api import SlurmCommandError, SlurmError
 
 NOT_STARTED = "PENDING: not an instance until it starts (read again then)"
+SUPERSEDED = ("open, its Start reset later by slurmctld (nodes booted for it): the earlier row "
+              "dropped")
 JOB_STEP = "a job step (sacct without -X): part of its job's instance"
 MERGED_SAME_INSTANCE = "same job instance twice in one load: the later row kept"
 
@@ -184,13 +188,14 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
     try:
         bulk_file = sqlite_bulk.usable_file(engine) if rollback_journal else None
         if bulk_file is not None:
-            sqlite_bulk.run(engine, bulk_file, lambda cursor: _bulk_load(cursor, engine, parsed))
+            superseded = sqlite_bulk.run(engine, bulk_file,
+                                         lambda cursor: _bulk_load(cursor, engine, parsed))
         else:
             with engine.connect() as conn:
                 foreign_keys = _sqlite_foreign_keys(conn, False)
                 try:
                     with writer(conn).begin():
-                        _load(conn, parsed, statement_timeout_s)
+                        superseded = _load(conn, parsed, statement_timeout_s)
                 finally:
                     if foreign_keys:
                         _sqlite_foreign_keys(conn, True)
@@ -199,6 +204,7 @@ def _ingest(engine, source, gpus_per_node, statement_timeout_s, exit_codes,
         if rollback_journal:
             with engine.connect() as conn:
                 sqlite_outside_transaction(conn, "PRAGMA journal_mode=WAL")
+    report.note(SUPERSEDED, superseded)
     if report.written >= ANALYZE_AFTER_ROWS:
         refresh_statistics(engine, ("jobs", "job_nodes"))
     return report
@@ -275,8 +281,9 @@ def _newest_time(block) -> datetime | None:
 def _sqlite_foreign_keys(conn, on: bool) -> bool:
     """Switch SQLite's foreign-key enforcement (only possible outside a transaction); True
     when it was on. The load writes job_nodes only from `jobs.id` read in the same statement
-    and deletes nothing, so checking every job_nodes row against jobs (about a quarter of
-    the job_nodes insert) proves nothing; the caller turns it back on after the load."""
+    and deletes a job's rows only with what hangs off it (`_drop_jobs_sql`), so checking every
+    job_nodes row against jobs (about a quarter of the job_nodes insert) proves nothing; the
+    caller turns it back on after the load."""
     if conn.dialect.name != "sqlite":
         return False
     was = bool(sqlite_outside_transaction(conn, "PRAGMA foreign_keys"))
@@ -284,7 +291,9 @@ def _sqlite_foreign_keys(conn, on: bool) -> bool:
     return was
 
 
-def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
+def _load(conn, parsed, statement_timeout_s: float = 0) -> int:
+    """Write the parsed blocks in the caller's transaction; the superseded rows dropped
+    (`_OPEN_SUPERSEDED`), their number returned."""
     limit_statements(conn, statement_timeout_s)
     if conn.dialect.name == "sqlite":
         # A big file inserts into indexes far larger than SQLite's 2 MiB default page
@@ -313,6 +322,10 @@ def _load(conn, parsed, statement_timeout_s: float = 0) -> None:
         index.create(conn)
     for statement in restore:
         conn.exec_driver_sql(statement)
+    ids = [int(pk) for pk in conn.exec_driver_sql(_OPEN_SUPERSEDED).scalars()]
+    for statement in _drop_jobs_sql(ids):
+        conn.exec_driver_sql(statement)
+    return len(ids)
 
 
 _PG_KEYS = 2000
@@ -358,7 +371,7 @@ def own_keys(conn, jobs: pa.Table, *, look_up: bool = True) -> pa.Table:
     return jobs.set_column(at, "instance_key", pa.array(owned, jobs.schema.field(at).type))
 
 
-def _bulk_load(cursor, engine: Engine, parsed) -> None:
+def _bulk_load(cursor, engine: Engine, parsed) -> int:
     """A first backfill on an ADBC cursor (sqlite_bulk): the same statements as `_load`'s
     SQLite path, with each block's Arrow columns bound in C."""
     indexes = _deferrable_indexes()
@@ -394,6 +407,11 @@ def _bulk_load(cursor, engine: Engine, parsed) -> None:
     for index in indexes:
         cursor.execute(str(CreateIndex(index).compile(dialect=engine.dialect)))
     cursor.execute("DROP TABLE temp.ingest_hosts")
+    cursor.execute(_OPEN_SUPERSEDED)
+    ids = [int(pk) for pk, in cursor.fetchall()]
+    for statement in _drop_jobs_sql(ids):
+        cursor.execute(statement)
+    return len(ids)
 
 
 def _max_id(cursor) -> int:
@@ -413,6 +431,37 @@ _JOB_NODES_SQL = (
     "SELECT j.id, e.value FROM jobs AS j JOIN ingest_hosts AS h ON h.nodelist = j.nodelist, "
     "json_each(h.hosts) AS e WHERE j.id > ? ORDER BY j.id ON CONFLICT DO NOTHING"
 )
+
+
+# An instance's rows still open (no end) that a row of the same job, submission and cluster
+# with a later Start supersedes: slurmctld sets a job's Start when it allocates nodes, and sets
+# it again once nodes that boot for it (power saving, --reboot, a feature change) are up
+# (job_config_fini), rewriting the same slurmdbd record. The instance key (JobIDRaw:Submit:
+# Start) changes with it, so the row read while they booted would never get its end: its nodes
+# in a job for ever (telemetry rollups, fail-slow placements), and the re-read of open jobs
+# never asks (the job id was in the window). Only one instance of a job runs at a time, and a
+# requeued one gets a new Submit (slurmctld stamps it once the requeued run's epilog is done),
+# so the later Start is the same run, not another instance. Every open row is looked at (as
+# many as jobs run: ix_jobs_end), so one a load from before this left is dropped too.
+_OPEN_SUPERSEDED = (
+    'SELECT old.id FROM jobs AS old WHERE old."end" IS NULL AND old.start IS NOT NULL '
+    "AND EXISTS (SELECT 1 FROM jobs AS new WHERE new.job_id = old.job_id "
+    "AND new.submit = old.submit AND new.start > old.start "
+    "AND (new.cluster = old.cluster OR new.cluster = '' OR old.cluster = '')) ORDER BY old.id"
+)
+
+
+def _drop_jobs_sql(ids: list[int]) -> list[str]:
+    """The statements that delete job rows `ids` (integers the database handed out, so
+    written into the text: the same statements serve every driver) and the rows that hang
+    off them, those first: SQLite loads with its foreign keys off, so nothing cascades."""
+    statements = []
+    for at in range(0, len(ids), BATCH_ROWS):
+        listed = ", ".join(str(pk) for pk in ids[at:at + BATCH_ROWS])
+        statements += [f"DELETE FROM {table} WHERE job_pk IN ({listed})"
+                       for table in ("job_nodes", "attributions", "telemetry_job_rollups")]
+        statements.append(f"DELETE FROM jobs WHERE id IN ({listed})")
+    return statements
 
 
 # Secondary indexes a first bulk load builds at the end, sorted, instead of row by row.

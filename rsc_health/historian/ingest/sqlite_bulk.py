@@ -44,9 +44,9 @@ def usable_file(engine: Engine) -> Path | None:
     return Path(database)
 
 
-def run(engine: Engine, path: Path, work: Callable) -> None:
+def run(engine: Engine, path: Path, work: Callable):
     """Call work(cursor) in one IMMEDIATE transaction on an ADBC connection to `path`:
-    committed when it returns, rolled back when it raises."""
+    committed when it returns (what it returned is returned), rolled back when it raises."""
     import adbc_driver_sqlite.dbapi as adbc
 
     engine.dispose()  # no other SQLite library's handle on the file while ADBC holds locks
@@ -56,14 +56,15 @@ def run(engine: Engine, path: Path, work: Callable) -> None:
             f"cache_size=-{CACHE_KIB}",
             "threads=2",  # CREATE INDEX sorts on a second core
             # The load writes job_nodes only from jobs.id read in the same statement and
-            # deletes nothing: a per-row check against jobs would prove nothing.
+            # deletes a job only with the rows hanging off it: a per-row check proves nothing.
             "foreign_keys=OFF",
         ):
             cur.execute(f"PRAGMA {pragma}")
         cur.execute("BEGIN IMMEDIATE")
         try:
-            work(cur)
+            result = work(cur)
         except BaseException:
             cur.execute("ROLLBACK")
             raise
         cur.execute("COMMIT")
+    return result
