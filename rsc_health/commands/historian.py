@@ -533,7 +533,11 @@ def attribute(ctx: click.Context, since: datetime | None) -> None:
     """Attribute FAILED / NODE_FAIL jobs to the health checks that fired around their end."""
     from rsc_health.historian.attribute import Window
     from rsc_health.historian.attribute import attribute as run
+    from rsc_health.historian.outages import OutageRules
 
+    # The site catalog's application XIDs, as lemons, triage and reliability read them.
+    application_xids = OutageRules.of_site(ctx.obj.config).application_xids
     with _historian(ctx) as engine:
-        report = run(engine, window=Window.from_config(ctx.obj.config), since=since)
+        report = run(engine, window=Window.from_config(ctx.obj.config), since=since,
+                     application_xids=application_xids)
     click.echo(report.summary())

@@ -3,7 +3,9 @@ on their nodes around their end (paper III: "detected within the last 10 minutes
 after a failing job's lifetime").
 
 Rules, in order, all pushed down to the database as INSERT ... SELECT:
-1. check:  every failing check result (status fail with a drain severity, or any non-ok XID)
+1. check:  every failing check result (status fail with a drain severity, or any non-ok XID
+   but those the XID catalog marks `application = true`: 13, 31, 43... are the program's own
+   error, never the node's, as triage and the lemon features read them too)
    on one of the job's nodes whose interval overlaps [end - before_s, end + after_s] -> one row per
    (job, node, check family); several causes and culprit nodes are normal. The row names the
    finding that caused the action: when rsc-health itself drained or requeued the node in the
@@ -23,6 +25,7 @@ Re-running replaces the rows of every job it considers, so it is idempotent.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,6 +36,7 @@ from sqlalchemy.sql import ColumnElement
 from rsc_health.config import packaged_default
 from rsc_health.historian import schema
 from rsc_health.historian.db import TURNS_ATTRIBUTE, refresh_statistics, take_turns, writer
+from rsc_health.historian.outages import application_xid_codes
 from rsc_health.model import FINDING_SEVERITIES, REASON_PREFIX, ActionKind, Severity, Status
 from rsc_health.policy import MODE_FOR_LEVEL
 
@@ -84,11 +88,18 @@ def _shift(engine: Engine, column: ColumnElement, seconds: int) -> ColumnElement
     return column + func.make_interval(0, 0, 0, 0, 0, 0, seconds)
 
 
-def failing_check() -> ColumnElement:
-    return or_(
+def failing_check(application_xids: Collection[str] = ()) -> ColumnElement:
+    """A check row that says a node failed: a fail with a drain severity, or any non-ok XID;
+    not an XID whose code is among `application_xids` (OutageRules.application_xids: the
+    program's own error, which blames no node). Triage asks with none: it reads those as the
+    user's side."""
+    failing = or_(
         and_(C.c.status == Status.FAIL, C.c.severity.in_(DRAIN_SEVERITIES)),
         and_(C.c.check == "xid", C.c.status.in_((Status.WARN, Status.FAIL))),
     )
+    if not application_xids:
+        return failing
+    return and_(failing, or_(C.c.check != "xid", C.c.code.not_in(sorted(application_xids))))
 
 
 def severity_rank() -> ColumnElement:
@@ -127,9 +138,14 @@ class AttributionReport:
 
 
 def attribute(
-    engine: Engine, *, window: Window = Window(), since: datetime | None = None
+    engine: Engine, *, window: Window = Window(), since: datetime | None = None,
+    application_xids: Collection[str] | None = None,
 ) -> AttributionReport:
-    """(Re)attribute every FAILED/NODE_FAIL instance that ended at or after `since`."""
+    """(Re)attribute every FAILED/NODE_FAIL instance that ended at or after `since`.
+    `application_xids`: the check codes ("xid13") never blamed on a node (OutageRules'
+    application_xids, the site's catalog; the packaged catalog's when None)."""
+    if application_xids is None:
+        application_xids = application_xid_codes()
     # The join below reads jobs, job_nodes, check_results and node_events, usually loaded just
     # before: without their statistics PostgreSQL plans it for empty tables (183 s instead of
     # seconds at the paper's scale). About a second, whatever the size.
@@ -158,7 +174,7 @@ def attribute(
         # Intervals (version 5): a failing state that began before the window and was still
         # seen inside it counts, as the per-sweep rows it replaces did.
         .join(C, and_(C.c.node == JN.c.node, C.c.time <= hi, C.c.last_seen >= lo))
-        .where(J.c.id.in_(targets), failing_check())
+        .where(J.c.id.in_(targets), failing_check(application_xids))
         .subquery()
     )
     by_check = select(

@@ -3,6 +3,7 @@ NODE_FAIL through the node's own down event, and the unattributed rest."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta
 
 from click.testing import CliRunner
@@ -11,9 +12,14 @@ from sqlalchemy import insert, select
 from rsc_health.cli import cli
 from rsc_health.historian import schema
 from rsc_health.historian.attribute import Window, attribute, cooccurrence
-from rsc_health.historian.ingest import db_time
+from rsc_health.historian.ingest import checks, db_time, sacct
+from rsc_health.historian.lemons.features import lemon_features
+from rsc_health.historian.metrics.rates import failure_rate
+from rsc_health.historian.triage import triage
 
 END = datetime(2024, 3, 1, 12, 0, 0)
+SACCT_HEADER = ("JobIDRaw|JobID|JobName|User|Partition|State|ExitCode|Submit|Eligible|Start|"
+                "End|NNodes|NodeList|AllocTRES")
 S = timedelta(seconds=1)
 
 
@@ -96,8 +102,10 @@ def test_several_causes_and_culprit_nodes_and_their_cooccurrence(historian):
         # not failing: ok, a warning of a non-xid family, a fail that asks for no drain
         _check(conn, "ok3", "n3", END, check="gpu", status="ok", severity="none")
         _check(conn, "w3", "n3", END, check="ecc", status="warn", severity="warn")
-        # an XID warning does count (the paper attributes to XIDs as they are logged)
-        _check(conn, "xw3", "n3", END, check="xid", status="warn", severity="warn", code="xid13")
+        # an XID warning does count (the paper attributes to XIDs as they are logged), but not
+        # an application-class one (13: the program's own error, never the node's)
+        _check(conn, "xa3", "n3", END, check="xid", status="warn", severity="warn", code="xid13")
+        _check(conn, "xw3", "n3", END, check="xid", status="warn", severity="warn", code="xid70")
         # another job with xid and pcie together, and one with xid alone
         _job(conn, 2, "FAILED", ["n4"], end=END + timedelta(days=1))
         _check(conn, "x4", "n4", END + timedelta(days=1), code="xid79")
@@ -109,7 +117,7 @@ def test_several_causes_and_culprit_nodes_and_their_cooccurrence(historian):
         ("n2", "infiniband", "ib_down", "i2", "check"),
         ("n1", "pcie", "aer_fatal", "p1", "check"),
         ("n1", "xid", "xid79", "x1", "check"),
-        ("n3", "xid", "xid13", "xw3", "check"),
+        ("n3", "xid", "xid70", "xw3", "check"),
     ]
     co = cooccurrence(historian)
     pairs = {(r.cause_a, r.cause_b): r.jobs for r in co.itertuples()}
@@ -197,3 +205,34 @@ def test_a_requeued_instance_killed_by_a_failing_check_is_an_infra_failure(histo
     fr = failure_rate(historian)  # both jobs have 17 nodes = 136 GPUs > 128
     assert (fr.jobs, fr.failures) == (2, 1)
     assert fr.node_days == 2 * 17 * 4 / 24
+
+
+def test_a_users_application_xid_is_no_node_failure_in_r_f_or_the_lemon_features(historian):
+    """A user's own program error (an application-class XID: 13, 31, 43...) is never the node's:
+    triage calls such a failed job the user's and the XID catalog says the historian never
+    counts it against the node. Attribution blamed the node for it all the same, so r_f
+    counted the user's bug as a hardware failure and the node's lemon failure features
+    climbed. Triage still names the XID, as the job's own error."""
+    lines, records = [SACCT_HEADER], []
+    for i, day in enumerate((1, 2, 3)):
+        # one user's buggy program, run three days on one node: FAILED, exit 1, XID 13 each
+        lines.append(f"{100 + i}|{100 + i}|buggy|mallory|gpu|FAILED|1:0|2024-03-0{day}T08:00:00|"
+                     f"2024-03-0{day}T08:00:00|2024-03-0{day}T08:00:05|2024-03-0{day}T10:00:00|"
+                     "1|gpu007|cpu=96,gres/gpu=8,node=1")
+        # as the node path records an application XID (catalog action warn)
+        records.append(json.dumps({"time": f"2024-03-0{day}T09:59:30Z", "node": "gpu007",
+                                   "check": "xid", "status": "warn", "severity": "warn",
+                                   "code": "xid13", "component": "gpu0"}))
+    assert sacct.ingest_text(historian, "\n".join(lines) + "\n").bad == []
+    assert checks.ingest_lines(historian, records).bad == []
+    attribute(historian)
+
+    with historian.connect() as conn:
+        assert conn.execute(select(schema.attributions)).all() == []
+    assert failure_rate(historian, large_job_gpus=0).failures == 0
+    row = lemon_features(historian, datetime(2024, 3, 5)).loc["gpu007"]
+    assert row["host_failed_jobs"] == 0  # triage: the user's
+    assert (row["single_node_node_fails"], row["node_fails"]) == (0, 0)
+    labels = triage(historian, datetime(2024, 3, 1), datetime(2024, 3, 5))
+    assert set(labels["label"]) == {"user"}
+    assert all("application-class XID" in " ".join(e) for e in labels["evidence"])

@@ -17,14 +17,18 @@ from datetime import timedelta
 
 from click.testing import CliRunner
 from lemon_fleet import AS_OF, drained, fleet_slurm
+from sqlalchemy import select
 
 from rsc_health.cli import AppContext
+from rsc_health.commands.historian import attribute as attribute_command
 from rsc_health.commands.lemons import lemons
 from rsc_health.config import load_config
+from rsc_health.historian.attribute import attribute
 from rsc_health.historian.ingest import checks
 from rsc_health.historian.lemons.features import OutageRules, lemon_features
 from rsc_health.historian.lemons.verdicts import LemonRules, lemon_verdicts
 from rsc_health.historian.metrics.reliability import failures
+from rsc_health.historian.schema import attributions
 from rsc_health.historian.triage import HOST, USER, triage
 
 DAY = timedelta(days=1)
@@ -170,3 +174,21 @@ def test_a_lemons_evidence_lists_only_the_xids_held_against_it(fleet_any, tmp_pa
     listed = verdict.evidence["xid_events"]
     assert sorted({e["code"] for e in listed}) == ["xid79"], listed
     assert len(listed) == 5
+
+
+def test_healthctl_attribute_blames_no_node_for_an_xid_the_sites_catalog_marks_application(
+        fleet_any, tmp_path):
+    """n1's failed job ended a minute after the user's XID 32: by the site's catalog the
+    program's own error, which `healthctl attribute` holds against no node (r_f, the lemon
+    failure features); by the packaged catalog alone, the node's."""
+    _storms(fleet_any)
+    config = _config_file(tmp_path, _site_catalog(tmp_path))
+    obj = AppContext(config_path=config, db_url=str(fleet_any.engine.url))
+    result = CliRunner().invoke(attribute_command, [], obj=obj)
+    assert result.exit_code == 0, result.output
+    with fleet_any.engine.connect() as conn:
+        assert conn.execute(select(attributions)).all() == []
+    attribute(fleet_any.engine)  # the packaged catalog's application XIDs only
+    with fleet_any.engine.connect() as conn:
+        assert conn.execute(select(attributions.c.node, attributions.c.code)).all() == [
+            ("n1", "xid32")]
