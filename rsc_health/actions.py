@@ -232,8 +232,13 @@ class Actor:
         now: Callable[[], datetime] = utcnow,
         log: Callable[[str], None] | None = None,
         boot_id: Callable[[], str] = str,
+        deadline: float | None = None,
     ):
         self.slurm = slurm
+        # time.monotonic() by which the run must be done (the node path's budget): the
+        # guard's second look waits no more than a quarter of what is left, so the requeue
+        # and the records after it still fit.
+        self.deadline = deadline
         self.cfg = cfg
         self.node = node
         self.state_dir = Path(state_dir)
@@ -505,8 +510,11 @@ class Actor:
         same final set the same way, so exactly those past the limit step back."""
         try:
             over = self._over_the_limit()
-            if over is None and self.settle_s > 0:
-                self.sleep(self.settle_s)
+            wait = self.settle_s
+            if self.deadline is not None:
+                wait = min(wait, max(0.0, (self.deadline - time.monotonic()) / 4))
+            if over is None and wait > 0:
+                self.sleep(wait)
                 over = self._over_the_limit()
         except SlurmError:
             # The drain landed and Slurm stopped answering before the guard's look: what is

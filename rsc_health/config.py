@@ -641,7 +641,26 @@ def _compiled_key(path: str, named: bool) -> tuple | None:
         return None
     if site is not None and str(path) != os.devnull and not stat.S_ISREG(site[5]):
         return None
-    return (_code_key(), str(path), named, site)
+    return (_code_key(), str(path), named, site, _dirs_key(path))
+
+
+def _dirs_key(path: str) -> tuple:
+    """Who owns each directory above `path`, and its mode: what load_config's trust check
+    reads there. A directory made writable by others after the compile changes the key, and
+    the load that follows refuses the file loudly (helper-105: the compiled copy kept serving
+    it, and no config_error was said)."""
+    parts = []
+    here = os.path.dirname(os.path.abspath(path))
+    while True:
+        try:
+            st = os.stat(here)
+            parts.append((st.st_dev, st.st_ino, st.st_mode, st.st_uid))
+        except OSError:
+            parts.append(None)
+        above = os.path.dirname(here)
+        if above == here:
+            return tuple(parts)
+        here = above
 
 
 def compiled_path(root: str | os.PathLike) -> str:

@@ -79,6 +79,17 @@ RANGES: dict[str, tuple[float, float]] = {
     "actions.guard_max_share": (0, 1),
     "actions.guard_retry_min": (0, 1440),
     "actions.guard_retry_max_min": (0, 10_080),
+    # 0 counted only drains of the same second (the guard never tripped: sweeps are jittered);
+    # 1e13 overflowed every act step's date arithmetic (helper-105). A minute to a week.
+    "actions.guard_window_min": (1, 10_080),
+    # A drain's second look waits this long inside the run's budget: 600 kept every drain
+    # past its watchdog, its requeue and record lost (helper-105). Racing drains land in
+    # Slurm within a second or two.
+    "actions.guard_settle_s": (0, 30),
+    "historian.sacct_overlap_s": (0, 30 * 86_400),
+    "lemon.fleet_event_window_s": (0, 7 * 86_400),
+    "lemon.episode_gap_h": (0, 24 * 366),
+    "lemon.rate_window_days": (1, 3660),
     "metrics.confidence": (0, 1),
     "report.listed_days_max": (1, 60),
     "report.xid_top": (1, 1000),
@@ -271,6 +282,11 @@ def _check_list(spec: Spec, value: Any, dotted: str) -> str | None:
         return f"expected a list, got {_show(value)}"
     if not value and dotted in NONEMPTY_FAMILY_LISTS:
         return f'must name at least one check family ("{ALL_FAMILIES}": all of them)'
+    if not value and dotted in FAMILY_LISTS:
+        # Read as "no list given" by the engine, [] ran every family at job start, the
+        # sweep's too (helper-105): refused, not guessed.
+        return ("must name at least one check family (to run none at job start, leave the "
+                "stage's line out of slurm.conf)")
     for i, item in enumerate(value):
         problem = check_value(spec.item or Spec("any"), item, dotted + "[]")
         if problem:

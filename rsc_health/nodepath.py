@@ -135,6 +135,9 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     cfg, node = resolve_node_config(base, partition=os.environ.get("SLURM_JOB_PARTITION"),
                                     given_up=True)
     del base
+    # The node's own [node] syslog ([nodes."GLOB".node]) from here on (helper-105: it was
+    # shown by `config show --node` and not honoured).
+    sinks.set_syslog(bool(cfg.get("node.syslog")))
     run.cfg, run.node = cfg, node
     sdir = run.sdir = state_dir(cfg, root)
     seconds = budget(cfg, stage)

@@ -546,6 +546,7 @@ def read_new_events(
     events: list = []
     logged: dict = {}  # file events' keys -> when their lines were logged
     files = cursor.get("files", {})
+    absent = []
     for source in sources:
         path = pure(os.path.join(root, source.lstrip("/")))  # as str(Path(root) / source)
         try:
@@ -554,6 +555,7 @@ def read_new_events(
             # An absent source is normal (no kern.log on journald-only nodes). One that was
             # there keeps its entry: logrotate without `create` leaves no kern.log until the
             # next message, and the file then made is the old one's successor (_rotated).
+            absent.append(source)
             kept = _file_entry(files, source)
             if kept:
                 new_cursor["files"][source] = kept
@@ -637,6 +639,12 @@ def read_new_events(
             if kept and source not in new_cursor["files"]:
                 # Nothing of it was judged: its next read goes on from where this one began.
                 new_cursor["files"][source] = kept
+    if len(absent) == len(sources):
+        # Not one source to read ([xid] sources empty, or every name a typo): no XID can be
+        # seen, and a node blind to an XID 79 must not read as healthy (helper-105).
+        errors.append("no kernel log to read: " + (
+            f"none of [xid] sources exists ({', '.join(absent)[:200]})" if absent
+            else "[xid] sources is empty") + "; no XID can be seen")
     if logged:
         forged = _not_the_kernels(root, [e for e in events if logged.get(e.key) is not None],
                                   logged, parse)

@@ -44,7 +44,7 @@ def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: 
     slurm = ctx.slurm_factory(cfg, ctx.deadline)
     try:
         actor = Actor(slurm, cfg, ctx.node, ctx.sdir, log=log,
-                      boot_id=lambda: kmsg.boot_id(ctx.root))
+                      boot_id=lambda: kmsg.boot_id(ctx.root), deadline=ctx.deadline)
         actions = actor.apply(verdict, requeue=stage.requeue,
                               clean_sweep=stage.counts_as_clean and not had_pending,
                               skip_jobs=skip)

@@ -77,9 +77,21 @@ def test_file_source_cursor_reads_each_line_once_and_restarts_on_rotation(tmp_pa
     assert [e.xid for e in rotated.events] == [63]
 
 
-def test_absent_sources_are_not_errors(tmp_path):
-    read = kmsg.read_new_events(tmp_path, ["/dev/kmsg", "/var/log/syslog"], {})
+def test_absent_sources_are_not_errors_while_one_is_read(tmp_path):
+    (tmp_path / "var/log").mkdir(parents=True)
+    (tmp_path / "var/log/kern.log").write_text("")
+    read = kmsg.read_new_events(tmp_path, ["/dev/kmsg", "/var/log/syslog", "/var/log/kern.log"],
+                                {})
     assert read.events == [] and read.errors == []
+
+
+@pytest.mark.parametrize("sources", [[], ["/dev/kmsg", "/var/log/kernel-only.log"]])
+def test_no_source_to_read_is_said_not_read_as_a_quiet_kernel(tmp_path, sources):
+    """[xid] sources empty, or every name in it absent (a typo pushed to the fleet): no XID
+    can be seen, and a node blind to an XID 79 read as healthy (helper-105)."""
+    read = kmsg.read_new_events(tmp_path, sources, {})
+    assert read.events == [] and len(read.errors) == 1
+    assert "no kernel log to read" in read.errors[0] and "no XID can be seen" in read.errors[0]
 
 
 def test_file_backlog_off_starts_at_the_end_on_first_sight(tmp_path: Path):
