@@ -70,6 +70,14 @@ def _unjudged(fam, state, new_cursors: dict) -> None:
     for key in keys:
         if key in state.baseline:
             state.counters[key] = state.baseline[key]
+    from rsc_health.checks.state import time_key
+
+    # Nor their time: a time moved without them would make the next rise's window too short.
+    key = time_key(fam.name)
+    if key in state.baseline:
+        state.counters[key] = state.baseline[key]
+    else:
+        state.counters.pop(key, None)
 
 
 def _forget_unread_rates(baselines: dict, read: dict, families: list[str]) -> None:
@@ -299,7 +307,7 @@ def _run(
     state, new_cursors = collect_all(
         cfg, root, only=set(families), cursors=cursors, previous_counters=previous,
         probe_timeout_s=timeout, deadline=deadline,
-        hangs_before=hangs_before, stage=stage, inflight=inflight,
+        hangs_before=hangs_before, stage=stage, sweep=sweep, inflight=inflight,
     )
     findings.extend(_collector_errors(state))
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
@@ -348,7 +356,7 @@ def _run(
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
             _forget_unread_rates(merged, state.counters, families)
-            merged.update(state.counters)
+            merged.update((k, v) for k, v in state.counters.items() if k not in state.held)
             if previous != {"boot_id": state.boot_id, "counters": merged}:
                 counters.save(os.path.join(sdir, COUNTERS_FILE), merged, state.boot_id,
                               sync_dir=False)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from rsc_health.checks._finding import fail, ok, readable_gpus, warn
-from rsc_health.collect.counters import plausible
+from rsc_health.collect.counters import per_sweep, plausible
 from rsc_health.collect.gpu import val
 from rsc_health.model import Finding, Severity
 
@@ -42,11 +42,11 @@ def check(state, cfg: dict) -> list[Finding]:
                      volatile_uncorrected=dbe, aggregate_delta=agg_dbe_delta)
             )
         sbe_delta = state.deltas.get(f"ecc/{comp}/volatile_corrected", 0)
-        limit = int(gcfg.get("ecc_corrected_per_sweep", 1000))
+        limit, since = per_sweep(int(gcfg.get("ecc_corrected_per_sweep", 1000)), state, "ecc")
         if sbe_delta > limit:
             out.append(
                 fail("ecc", comp, Severity.DRAIN_AFTER_JOB, "ecc_sbe_rising",
-                     f"{comp} {sbe_delta} corrected ECC errors since last sweep (> {limit})",
+                     f"{comp} {sbe_delta} corrected ECC errors {since} (> {limit:g})",
                      repair=True, delta=sbe_delta)
             )
         if len(out) == before:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 
 from rsc_health.checks._finding import checker_error, fail, ok
-from rsc_health.collect.counters import plausible
+from rsc_health.collect.counters import per_sweep, plausible
 from rsc_health.collect.sysfs import parse_count, read_text
 from rsc_health.model import Finding, Severity
 
@@ -57,7 +57,7 @@ def check(state, cfg: dict) -> list[Finding]:
     data = state.extra.get("host")
     if not data:
         return []
-    limit = int(cfg.get("host", {}).get("ce_per_sweep", 100))
+    limit, since = per_sweep(int(cfg.get("host", {}).get("ce_per_sweep", 100)), state, "host")
     out: list[Finding] = []
     for mc, counts in data.items():
         before = len(out)
@@ -72,8 +72,8 @@ def check(state, cfg: dict) -> list[Finding]:
                             delta=ue))
         if ce > limit:
             out.append(fail("host", mc, Severity.DRAIN_AFTER_JOB, "edac_ce_rising",
-                            f"{mc} +{ce} corrected host memory errors since last sweep "
-                            f"(> {limit})", repair=True, delta=ce))
+                            f"{mc} +{ce} corrected host memory errors {since} "
+                            f"(> {limit:g})", repair=True, delta=ce))
         if len(out) == before:
             out.append(ok("host", mc, f"{mc} memory ok"))
     return out

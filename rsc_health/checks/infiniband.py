@@ -16,6 +16,7 @@ from __future__ import annotations
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.collect import hangs, ibports
+from rsc_health.collect.counters import per_sweep
 from rsc_health.collect.sysfs import parse_count
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
@@ -249,9 +250,14 @@ def check(state, cfg: dict) -> list[Finding]:
             fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing", f"{hca} HCA not present",
                  repair=True)
         )
-    span = 1 + getattr(found, "sweeps_missed", 0)
+    # The sweeps the rise spans: those the ports' read hung and this one, or the time since
+    # the baselines were taken (sweeps missed), whichever is longer.
+    hung = 1 + getattr(found, "sweeps_missed", 0)
+    timed, since = per_sweep(1, state, "infiniband")
+    if hung > 1 and hung >= timed:
+        timed, since = hung, f"over the last {hung} sweeps (the ports' read hung)"
     for p in ports:
-        out.extend(_port(p, state.deltas, rate, limits, span))
+        out.extend(_port(p, state.deltas, rate, limits, timed, since))
     count = int(icfg.get("count", 0))
     if count and not wanted and len(ports) < count and not unlisted:
         out.append(
@@ -263,10 +269,12 @@ def check(state, cfg: dict) -> list[Finding]:
     return wedged + out
 
 
-def _port(p, deltas: dict, rate: float, limits: dict, span: int = 1) -> list[Finding]:
+def _port(p, deltas: dict, rate: float, limits: dict, span: float = 1,
+          since: str = "since last sweep") -> list[Finding]:
     """One port: its link state and rate, counters it could not read, error counters rising
-    past their limits (per sweep, times the `span` of sweeps the rise covers: after a hang of
-    the ports' read, the sweeps it hung and this one); ok when none of that."""
+    past their limits (per sweep, times the `span` of sweeps the rise covers, `since` in
+    words: after a hang of the ports' read, the sweeps it hung and this one); ok when none
+    of that."""
     comp = p.name
     if p.state not in PORT_STATES or p.phys_state not in PHYS_STATES:
         # An empty, missing or garbled sysfs file says nothing about the link.
@@ -294,8 +302,6 @@ def _port(p, deltas: dict, rate: float, limits: dict, span: int = 1) -> list[Fin
         d = deltas.get(f"ib/{comp}/{counter}", 0)
         limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
         if d > limit * span:  # what it counted before it stopped still counts
-            since = ("since last sweep" if span == 1 else
-                     f"over the last {span} sweeps (the ports' read hung)")
             out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
                             f"{comp} {counter} +{d} {since} (limit {limit} a sweep)",
                             repair=True, counter=counter, delta=d))

@@ -4,6 +4,7 @@ sweeps drain after the job."""
 from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus
+from rsc_health.collect.counters import per_sweep
 from rsc_health.collect.gpu import NVLINK_COUNTERS, flag
 from rsc_health.model import Finding, Severity
 
@@ -23,7 +24,7 @@ def counters(state) -> dict[str, int]:
 def check(state, cfg: dict) -> list[Finding]:
     gcfg = cfg.get("gpu", {})
     expected = int(gcfg.get("nvlinks_per_gpu", 0))
-    limit = int(gcfg.get("nvlink_errors_per_sweep", 0))
+    limit, _ = per_sweep(int(gcfg.get("nvlink_errors_per_sweep", 0)), state, "nvlink")
     out: list[Finding] = []
     for g, comp in readable_gpus(state):
         links = g.answers.get("nvlink") or []
@@ -58,8 +59,9 @@ def _link_states(comp: str, links: list, expected: int) -> tuple[list[Finding], 
     return [], active
 
 
-def _rising(comp: str, links: list, deltas: dict, limit: int) -> list[Finding]:
-    """Error counters that rose past the limit since the last sweep (drain after the job)."""
+def _rising(comp: str, links: list, deltas: dict, limit: float) -> list[Finding]:
+    """Error counters that rose past the limit (per sweep, over the sweeps the rise spans)
+    since the last sweep (drain after the job)."""
     rising = {f"{lk.get('link')}/{c}": d for lk in links for c in NVLINK_COUNTERS
               if (d := deltas.get(f"nvlink/{comp}/{lk.get('link')}/{c}", 0)) > limit}
     if not rising:

@@ -31,7 +31,7 @@ import os
 
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
-from rsc_health.collect.counters import plausible
+from rsc_health.collect.counters import per_sweep, plausible
 from rsc_health.collect.gpu import val
 from rsc_health.collect.sysfs import parse_count, parse_counters, read_text
 from rsc_health.model import Finding, Severity
@@ -174,8 +174,8 @@ def check(state, cfg: dict) -> list[Finding]:
     devices = state.extra.get("pcie")
     if devices is None:
         return []
-    nonfatal_limit = int(pcfg.get("aer_nonfatal_per_sweep", 0))
-    cor_limit = int(pcfg.get("aer_correctable_per_sweep", 100))
+    nonfatal_limit, since = per_sweep(int(pcfg.get("aer_nonfatal_per_sweep", 0)), state, "pcie")
+    cor_limit, _ = per_sweep(int(pcfg.get("aer_correctable_per_sweep", 100)), state, "pcie")
     out: list[Finding] = []
     partner = _link_partners(devices)
     for dev in devices:
@@ -212,20 +212,21 @@ def check(state, cfg: dict) -> list[Finding]:
         if nonfatal > nonfatal_limit:
             out.append(
                 fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "aer_nonfatal",
-                     f"{comp} ({dev.kind}) +{nonfatal} non-fatal AER errors since last sweep",
+                     f"{comp} ({dev.kind}) +{nonfatal} non-fatal AER errors {since}",
                      repair=True, delta=nonfatal)
             )
         cor = state.deltas.get(f"aer/{comp}/correctable", 0)
         if cor > cor_limit:
             out.append(
                 warn("pcie", comp, "aer_correctable",
-                     f"{comp} ({dev.kind}) +{cor} correctable AER errors since last sweep",
+                     f"{comp} ({dev.kind}) +{cor} correctable AER errors {since}",
                      delta=cor)
             )
         if len(out) == before and dev.kind != "bridge":
             link = f"x{dev.width}" if dev.width else "link width unknown,"
             out.append(ok("pcie", comp, f"{comp} ({dev.kind}) {link} ok"))
-    out.extend(_gpu_replays(state, int(pcfg.get("replays_per_sweep", 100))))
+    out.extend(_gpu_replays(state, *per_sweep(int(pcfg.get("replays_per_sweep", 100)), state,
+                                              "pcie")))
     return out
 
 
@@ -251,7 +252,7 @@ def _lesser(own: float | None, other: float | None):
     return own if own is None or other is None else min(own, other)
 
 
-def _gpu_replays(state, limit: int) -> list[Finding]:
+def _gpu_replays(state, limit: float, since: str) -> list[Finding]:
     """NVML's PCIe replay counter (link-level retries): a rising count is a marginal link."""
     out = []
     for g in state.gpu.gpus if state.gpu else []:
@@ -259,7 +260,7 @@ def _gpu_replays(state, limit: int) -> list[Finding]:
         if d > limit:
             out.append(
                 fail("pcie", f"gpu{g.index}", Severity.DRAIN_AFTER_JOB, "pcie_replay",
-                     f"gpu{g.index} +{d} PCIe replays since last sweep (limit {limit})",
+                     f"gpu{g.index} +{d} PCIe replays {since} (limit {limit:g})",
                      repair=True, delta=d, bus_id=g.pci_bus_id)
             )
     return out

@@ -4,6 +4,8 @@ collector, then each family's counters."""
 
 from __future__ import annotations
 
+import time
+
 from rsc_health.checks import REGISTRY, CollectEnv
 from rsc_health.collect import counters, ibports, kmsg
 from rsc_health.collect import gpu as gpu_mod
@@ -17,6 +19,19 @@ if TYPE_CHECKING:
 
 
 NVML, IBPORTS = "nvml", "ibports"  # NodeState.collected's names of the shared inputs
+# The stages that judge a counter's rise against the baseline the sweep keeps and move none:
+# a job start between two sweeps must not split a burst into steps under a per-sweep limit.
+JOB_STAGES = ("prolog", "epilog")
+
+
+def time_key(family: str) -> str:
+    """The counter key of when `family`'s baselines were taken (ms of CLOCK_MONOTONIC, which
+    runs from boot: baselines are of one boot, and a wall-clock step cannot touch it)."""
+    return f"time_ms/{family}"
+
+
+def _now_ms() -> int:
+    return int(time.monotonic() * 1000)
 
 
 @dataclass
@@ -33,6 +48,11 @@ class NodeState:
     deltas: dict[str, int] = field(default_factory=dict)
     # The baselines on record from earlier runs of this boot (what deltas are taken against).
     baseline: dict[str, int] = field(default_factory=dict)
+    # Counters read whose baselines this run leaves as they are (a prolog's, an epilog's).
+    held: set[str] = field(default_factory=set)
+    # Family -> the sweeps its counters' rise spans (counters.SWEEP_S each, never under 1):
+    # the time since its baselines were taken, where it is on record.
+    sweeps: dict[str, float] = field(default_factory=dict)
     # Probes that can hang (collect.hangs): the kinds this run ran, the ones that did not
     # answer (probe -> what happened), the children this run left behind on them, and every
     # probe hanging with since when and for how many sweeps (set by the engine).
@@ -71,13 +91,16 @@ def collect_all(
     deadline: float | None = None,
     hangs_before: dict[str, dict] | None = None,
     stage: str | None = None,
+    sweep: bool = False,
     inflight=None,
 ) -> tuple[NodeState, dict]:
     """The node's state and the new kernel-log cursors of the families that ran and keep one
     (family -> cursor; saved by the caller once judged). `deadline`
     (time.monotonic()) bounds the families that run programs (site). `hangs_before`: the
     probes on record as hanging (collect.hangs); one whose abandoned child is still in the
-    kernel is not asked again, it is still hung. `stage`: the node path's (CollectEnv.stage).
+    kernel is not asked again, it is still hung. `stage`: the node path's (CollectEnv.stage);
+    a prolog or epilog moves no counter baseline that is on record (JOB_STAGES). `sweep`:
+    the run is a sweep (engine.run's), which times the baselines it moves.
     `inflight` (engine.InFlight): given the state as soon as there is one, so a run the
     watchdog ends judges what was read before the hang (NodeState.collected)."""
     hangs_before = hangs_before or {}
@@ -109,7 +132,7 @@ def collect_all(
         state.collected.add(fam.name)
     env.guard("infiniband", ibports.SOURCE, lambda: ibports.finish(env))
     state.collected.add(IBPORTS)
-    _read_counters(state, families, previous_counters or {})
+    _read_counters(state, families, previous_counters or {}, stage=stage, sweep=sweep)
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
     new_cursors = {}
     for fam in (f for f in families if f.cursor is not None):
@@ -119,24 +142,48 @@ def collect_all(
     return state, new_cursors
 
 
-def _read_counters(state: NodeState, families: list, before: dict) -> None:
+def _read_counters(state: NodeState, families: list, before: dict, *,
+                   stage: str | None = None, sweep: bool = False) -> None:
     """Into state.counters: the counters this run read, to judge and to keep as baselines.
 
     Only the families that ran move their baselines: a prolog that does not judge NVLink must
-    not move its counters' baseline past errors the next sweep has to see. A counter with no
-    baseline yet (a first run, a new boot) is kept whoever read it: from then on the family
-    that judges it sees its rise (a family whose counters come from its own collect alone,
-    counters_own, has none when it did not run). A value that is not a counter is neither
-    judged nor kept (the last good baseline stays, so a real rise after a garbled read is
-    still seen)."""
+    not move its counters' baseline past errors the next sweep has to see. A prolog or epilog
+    moves none that is on record (state.held): the limits are per sweep, and the rise it
+    judges is the one since the sweep's baseline, which the next sweep judges whole. A counter
+    with no baseline yet (a first run, a new boot) is kept whoever read it: from then on the
+    family that judges it sees its rise (a family whose counters come from its own collect
+    alone, counters_own, has none when it did not run). A value that is not a counter is
+    neither judged nor kept (the last good baseline stays, so a real rise after a garbled read
+    is still seen). A family with a clock of its own (rates_prefix) keeps its own rules."""
     read = state.counters
     kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
         else {}
     state.baseline = dict(kept)
+    hold = stage in JOB_STAGES
+    now = _now_ms()
     # The families that ran first, then the others' counters that have no baseline yet.
     for ran, fam in sorted(((fam in families, fam) for fam in REGISTRY),
                            key=lambda pair: not pair[0]):
-        if fam.counters is not None and (ran or not fam.counters_own):
-            read.update({k: v for k, v in fam.counters(state).items() if ran or k not in kept})
+        if fam.counters is None or (fam.counters_own and not ran):
+            continue
+        got = fam.counters(state)
+        read.update({k: v for k, v in got.items() if ran or k not in kept})
+        if ran and got and fam.rates_prefix is None:
+            _timed(state, fam.name, kept, now, hold=hold, sweep=sweep)
+            if hold:
+                state.held.update(k for k in got if k in kept)
     for key in [k for k, v in read.items() if not counters.plausible(v)]:
         state.errors.append(("counters", key, f"not a counter value: {str(read.pop(key))[:40]!r}"))
+
+
+def _timed(state: NodeState, family: str, kept: dict, now: int, *, hold: bool,
+           sweep: bool) -> None:
+    """`family`'s sweeps (state.sweeps) from when its baselines were taken, and their new
+    time where this run moves them: a sweep's, or any run's once one is on record (a run
+    that moved them untimed would leave an older time, a window too long)."""
+    key = time_key(family)
+    then = kept.get(key)
+    if isinstance(then, int) and then <= now:
+        state.sweeps[family] = max(1.0, (now - then) / 1000 / counters.SWEEP_S)
+    if not hold and (sweep or then is not None):
+        state.counters[key] = now

@@ -1,9 +1,10 @@
 """Error counters compared with the previous sweep.
 
-The state file keeps the last sweep's counters and the boot id. A counter that went down, or a
-changed boot id, means the counter was reset (reboot, driver reload, link retrain): the errors
-since the reset are then the current value. With no previous sweep there is no delta: a node
-is not drained for errors it collected before rsc-health first looked.
+The state file keeps the last sweep's counters and the boot id (a prolog or epilog judges the
+rise since them and moves none that is there: checks.state._read_counters). A counter that
+went down, or a changed boot id, means the counter was reset (reboot, driver reload, link
+retrain): the errors since the reset are then the current value. With no previous sweep there
+is no delta: a node is not drained for errors it collected before rsc-health first looked.
 """
 
 from __future__ import annotations
@@ -18,6 +19,20 @@ if TYPE_CHECKING:
 # Lifetime counters (NVML's aggregate ECC counts live in the InfoROM and survive reboots):
 # after a reboot their value is history, not news; only their growth within a boot counts.
 LIFETIME_SUFFIXES = ("aggregate_corrected", "aggregate_uncorrected")
+
+# The sweep a limit "per sweep" is set for (the timer's five minutes, checks/rsc-health-sweep.
+# timer): a rise over a longer time since its baseline (sweeps missed) is judged against the
+# limit times the sweeps it spans (checks.state.NodeState.sweeps), never less than one's.
+SWEEP_S = 300
+
+
+def per_sweep(limit: float, state, family: str) -> tuple[float, str]:
+    """`limit`, set per sweep, over the time the rise of `family`'s counters spans, and that
+    time in words."""
+    sweeps = state.sweeps.get(family, 1.0)
+    if sweeps <= 1:
+        return limit, "since last sweep"
+    return limit * sweeps, f"over the last {sweeps * SWEEP_S / 60:.0f} min"
 
 
 # No hardware error counter holds more than 63 bits (what load() keeps): a larger value, a
