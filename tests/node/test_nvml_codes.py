@@ -113,6 +113,29 @@ def test_a_corrupt_inforom_answered_by_one_field_is_that_fields_checker_error(no
     assert [f.component for f in found] == ["gpu2"]
 
 
+# nvmlDeviceGetEccMode answering an error that is not "absent": a corrupt InfoROM (where the ECC
+# configuration lives), a one-off TIMEOUT. The counts NVML still gives are judged.
+MODE_ERRORS = ["NVML_ERROR_CORRUPTED_INFOROM", "NVML_ERROR_TIMEOUT", "NVML_ERROR_UNKNOWN"]
+
+
+@pytest.mark.parametrize("mode_error", MODE_ERRORS)
+def test_uncorrectable_ecc_drains_when_the_ecc_mode_cannot_be_read(node, mode_error):
+    node.nvml(lambda d: d["devices"][2].update(ecc_mode={"error": mode_error}))
+    node.nvml(lambda d: d["devices"][2]["ecc"]["volatile"].update(uncorrected=4))
+    found, verdict = node.check(only={"gpu", "ecc"})
+    assert ("gpu2", "ecc_dbe") in [(f.component, f.code) for f in bad(found)]
+    assert verdict.level is Level.DRAIN_NOW
+
+
+@pytest.mark.parametrize("mode_error", MODE_ERRORS)
+def test_an_unreadable_ecc_mode_with_clean_counts_is_a_checker_error_not_ecc_disabled(
+        node, mode_error):
+    node.nvml(lambda d: d["devices"][2].update(ecc_mode={"error": mode_error}))
+    found, verdict = node.check(only={"gpu", "ecc"})
+    _checker_only(bad(found), verdict, mode_error)
+    assert [f.component for f in bad(found)] == ["gpu2"]
+
+
 @pytest.mark.parametrize("name", CHECKER + UNKNOWN_NAMES)
 def test_a_checker_side_answer_at_init_never_drains(node, name):
     node.write("rsc_health/nvml.json", json.dumps({"error": name}))
