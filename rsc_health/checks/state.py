@@ -95,8 +95,8 @@ def collect_all(
     inflight=None,
 ) -> tuple[NodeState, dict]:
     """The node's state and the new kernel-log cursors of the families that ran and keep one
-    (family -> cursor; saved by the caller once judged). `deadline`
-    (time.monotonic()) bounds the families that run programs (site). `hangs_before`: the
+    (family -> cursor; saved by the caller once judged). `deadline` (time.monotonic())
+    bounds NVML's wait and the families that run programs (site). `hangs_before`: the
     probes on record as hanging (collect.hangs); one whose abandoned child is still in the
     kernel is not asked again, it is still hung. `stage`: the node path's (CollectEnv.stage);
     a prolog or epilog moves no counter baseline that is on record (JOB_STAGES). `sweep`:
@@ -122,7 +122,7 @@ def collect_all(
         env.guard("mount", "statvfs", lambda: mount.start(root, env))
     if any(f.nvml for f in families):
         read_nvml(cfg, root, state, hangs_before,
-                  telemetry=any(f.name == "telemetry" for f in families))
+                  telemetry=any(f.name == "telemetry" for f in families), deadline=deadline)
         state.collected.add(NVML)
     cursors = cursors or {}
     for fam in (f for f in families if f.collect is not None):

@@ -31,11 +31,18 @@ def gpu_backend(cfg: Config, root: StrPath, telemetry: bool = False):
 
 
 def read_nvml(cfg: Config, root: StrPath, state, hangs_before: dict[str, dict],
-              telemetry: bool = False) -> None:
+              telemetry: bool = False, deadline: float | None = None) -> None:
     """NVML's answers into state.nvml_answers and state.gpu. Live NVML is asked from an
     abandonable child (a wedged driver blocks its calls in the kernel); a probe abandoned
     before whose child is still waiting is not asked again. A failure is a checker error
-    (state.errors), a hang is said in state.hung_probes."""
+    (state.errors), a hang is said in state.hung_probes.
+
+    `deadline` (time.monotonic(), the stage's): the child is waited for until [gpu]
+    nvml_timeout_s, never past it, as the IB reader is. A job start whose budget is shorter
+    than nvml_timeout_s otherwise waited on past its own watchdog: the run ended with the child
+    neither killed nor recorded (one more stuck child every job start) and nothing read after
+    NVML (the kernel log's XIDs among it) judged. Past the deadline already, NVML is not asked
+    (a checker error; a hang on record stays as it was)."""
 
     def guard(fn):
         try:
@@ -47,6 +54,15 @@ def read_nvml(cfg: Config, root: StrPath, state, hangs_before: dict[str, dict],
     backend = gpu_backend(cfg, root, telemetry)
     if isinstance(backend, gpu_mod.NvmlBackend):
         timeout = float(cfg.get("gpu.nvml_timeout_s", 10.0))
+        if deadline is not None:
+            import time
+
+            left = deadline - time.monotonic()
+            if left <= 0:
+                state.errors.append(("gpu", "nvml", "stage deadline passed: NVML was not "
+                                     "asked"))
+                return
+            timeout = min(timeout, left)
         mark = hangs.marker(hangs.NVML, root)
         state.probes_asked.append(hangs.NVML)
         waiting = hangs_before.get(hangs.NVML) or {}

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -98,6 +100,60 @@ def test_an_nvml_that_answers_again_starts_the_count_afresh(gpu_node):
     _stage(root, "sweep")
     assert _hangs(root)["nvml"]["sweeps"] == 1
     assert "nvml_wedged" not in _codes(_runs(root)[-1])
+
+
+XID79 = ("4,9000,99000000,-;NVRM: Xid (PCI:0000:1b:00): 79, pid=77, name=python3, GPU has "
+         "fallen off the bus.\n")
+
+
+def _live_children(root: Path) -> list[int]:
+    """Live processes of node-path runs under `root` (the wedged stand-in's askers)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if f"RSC_HEALTH_ROOT={root}".encode() in environ and state != "Z":
+            out.append(int(entry.name))
+    return out
+
+
+@pytest.fixture
+def short_prolog(gpu_node):
+    """NVML's default timeout (10 s) and a site that keeps its job starts short (8 s budget:
+    the checks get about 4 s of it). The wedged stand-in's askers are killed after."""
+    site = (gpu_node / "site.toml").read_text()
+    (gpu_node / "site.toml").write_text(site.replace("nvml_timeout_s = 1.0\n", "")
+                                        .replace("prolog_budget_s = 10", "prolog_budget_s = 8"))
+    yield gpu_node
+    for pid in _live_children(gpu_node):
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_a_prolog_budget_shorter_than_nvml_timeout_abandons_and_records_the_nvml_child(
+        short_prolog):
+    # NVML's wait was not capped by the run's deadline: the watchdog ended each job start
+    # with the child still asking, neither killed nor recorded, one more per job start.
+    root = short_prolog
+    for _ in range(3):
+        out = _stage(root, "prolog")
+        assert "still running after" not in out.stderr  # not the watchdog: NVML's own wait
+    time.sleep(0.5)
+    assert len(_live_children(root)) <= 1
+    assert "nvml_hung" in _codes(_runs(root)[-1])
+    assert "nvml" in _hangs(root)
+
+
+def test_an_xid79_fails_the_job_start_while_nvml_hangs_past_a_short_prolog_budget(short_prolog):
+    root = short_prolog
+    with (root / "dev/kmsg").open("a") as fh:
+        fh.write(XID79)
+    out = _stage(root, "prolog")
+    assert out.returncode == 1, out.stderr  # the XID read after NVML is judged
 
 
 def test_the_hang_record_keeps_what_a_run_did_not_ask_and_forgets_a_reboot():
