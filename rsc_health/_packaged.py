@@ -23,6 +23,7 @@ def _tree_0():
              'nvml_binding': 'own',
              'nvml_timeout_s': 10.0,
              'nvml_hang_sweeps': 3,
+             'handle_error_sweeps': 3,
              'max_nvlinks': 18,
              'ecc_required': True,
              'ecc_corrected_per_sweep': 1000,

@@ -101,6 +101,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "mounts.probe_timeout_s": (0, 600),
     "gpu.nvml_timeout_s": (0, 600),
     "gpu.nvml_hang_sweeps": (0, 10_000),
+    "gpu.handle_error_sweeps": (0, 10_000),
     "infiniband.read_timeout_s": (0, 600),
     "infiniband.hang_sweeps": (0, 10_000),
     "site.timeout_s": (0, 600),

@@ -310,9 +310,12 @@ def _run(
         hangs_before=hangs_before, stage=stage, sweep=sweep, inflight=inflight,
     )
     findings.extend(_collector_errors(state))
+    # A refused GPU handle is kept as a hang is (since when, sweeps in a row), with no child.
+    unanswered = {**{name: None for name in state.refused_probes},
+                  **{name: state.probe_pids.get(name) for name in state.hung_probes}}
     state.hangs = hangs.update(previous_hangs, state.boot_id, set(state.probes_asked),
-                               {name: state.probe_pids.get(name) for name in state.hung_probes},
-                               utcnow(), sweep=sweep, after_health=state.hung_after_health,
+                               unanswered, utcnow(), sweep=sweep,
+                               after_health=state.hung_after_health,
                                mounts=state.probe_mounts)
     if own is not None and own_hangs is not None:
         _keep_own_hangs(own, own_hangs, state)

@@ -70,7 +70,7 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
         # So do the driver and firmware versions (qualification's driver/firmware trigger).
         bus.update(versions(report, g))
         if g.error and not unusable(g.error):
-            out.append(_could_not_ask(comp, comp, g.error))
+            out.append(_refused(state, g, gcfg) or _could_not_ask(comp, comp, g.error))
             continue
         if g.error:
             code = "gpu_lost" if g.error == "NVML_ERROR_GPU_IS_LOST" else "gpu_inaccessible"
@@ -99,6 +99,22 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
         if not found:
             out.append(ok("gpu", comp, f"{comp} {g.name or ''} ok".replace("  ", " "), **bus))
     return out
+
+
+def _refused(state, g, gcfg: dict) -> Finding | None:
+    """NVML refused this GPU's handle (HANDLE_REFUSED) on this run and on [gpu]
+    handle_error_sweeps sweeps in a row: no moment's contention but a GPU in a bad state (one
+    the driver failed to initialise answers so on every call), which no job can use. The node's
+    fault: drain after the job, a repair. None before then (a checker error, as one run's)."""
+    name = hangs.nvml_handle(g.index)
+    rec = hangs.wedged(state, name, int(gcfg.get("handle_error_sweeps", 3)))
+    if rec is None:
+        return None
+    comp = gpu_name(g.index)
+    return fail("gpu", comp, Severity.DRAIN_AFTER_JOB, "gpu_no_handle",
+                f"{comp}: NVML has refused its handle ({g.error}) for {rec['sweeps']} sweeps in "
+                f"a row, a GPU in a bad state (failed to initialise?): reset or repair",
+                repair=True, nvml=g.error, probe=name, **rec)
 
 
 def _could_not_ask(component: str, label: str, error: str) -> Finding:

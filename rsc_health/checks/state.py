@@ -63,6 +63,9 @@ class NodeState:
     # Probes whose abandoned child hung only past the health answers (NVML's telemetry pass):
     # the next run asks health again from a new child instead of going blind.
     hung_after_health: set[str] = field(default_factory=set)
+    # Probes that answered with a refusal that counts run after run (a GPU whose handle NVML
+    # refuses: hangs.nvml_handle), kept in the same record as hangs, with no child.
+    refused_probes: dict[str, str] = field(default_factory=dict)
     hangs: dict[str, dict] = field(default_factory=dict)
     # The inputs read in full so far, in collect_all's order: NVML ("nvml"), each family's
     # own collector (its name) and the ports' child ("ibports"). A run the watchdog ends

@@ -1,7 +1,8 @@
 """XID events: each new event in the kernel log is judged by the catalog (see
-rsc_health/xid_catalog.toml). The kernel log is read by the shared reader (collect.kmsg) from
-`[xid] sources`, past the cursor the engine keeps; NVML (the registry's nvml=True) maps each
-event's PCI address to its gpuN."""
+rsc_health/xid_catalog.toml); the driver's own line for a GPU it could not initialise (no Xid
+line comes with it) is judged here (gpu_init_failed). The kernel log is read by the shared
+reader (collect.kmsg) from `[xid] sources`, past the cursor the engine keeps; NVML (the
+registry's nvml=True) maps each event's PCI address to its gpuN."""
 
 from __future__ import annotations
 
@@ -63,6 +64,9 @@ def check(state, cfg: dict) -> list[Finding]:
     out: list[Finding] = []
     for (comp, xid, line_sev, recovery), events in groups.items():
         ev = events[0]
+        if xid == kmsg.INIT_FAILED_XID:
+            out.append(_init_failed(comp, events))
+            continue
         rule = catalog.rule(xid, line_sev, recovery)
         text = f"{comp} XID {xid} {rule.name}"
         if line_sev:
@@ -93,6 +97,24 @@ def check(state, cfg: dict) -> list[Finding]:
     if not out:
         out.append(ok("xid", "kernel log", "no new XID events"))
     return out
+
+
+def _init_failed(comp: str, events: list) -> Finding:
+    """The driver could not initialise this GPU (RmInitAdapter failed): NVML still counts it,
+    no Xid line is logged, and no job can use it until it is reset or repaired. A job running
+    on the node's other GPUs finishes. `comp` is the bus id as printed when NVML gave no handle
+    to name it by (the usual case: such a GPU answers its handle with NVML_ERROR_UNKNOWN)."""
+    ev = events[0]
+    text = f"{comp} failed to initialise (the driver's {ev.message})"
+    if len(events) > 1:
+        text += f" x{len(events)}"
+    data = {"pci": ev.pci, "message": ev.message[:200], "source": ev.source,
+            "count": len(events)}
+    key = kmsg.event_key(e.key for e in events)
+    if key:
+        data["event_key"] = key
+    return fail("xid", comp, Severity.DRAIN_AFTER_JOB, "gpu_init_failed", text, repair=True,
+                **data)
 
 
 def _latest_recovery_only(located: list[tuple[str, object]]) -> list[tuple[str, object]]:

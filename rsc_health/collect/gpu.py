@@ -75,6 +75,12 @@ LOST = "NVML_ERROR_GPU_IS_LOST"
 # that field's record is unreadable, so it stays that field's checker error.
 DEVICE_FAULTS = (LOST, "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_IRQ_ISSUE",
                  "NVML_ERROR_INSUFFICIENT_POWER")
+# A handle NVML refuses so for a GPU it counted is no evidence on one run (a moment of
+# contention), but NVML says the same of a GPU in a bad state: with nvmlInit_v2, such GPUs are
+# found in nvmlDeviceGetHandleBy* (one the driver failed to initialise, "RmInitAdapter failed!"
+# in the kernel log, answers it on every call). Kept run after run (collect.hangs, as
+# NVML_HANDLE), it drains once [gpu] handle_error_sweeps sweeps in a row found it (checks.gpu).
+HANDLE_REFUSED = frozenset({"NVML_ERROR_UNKNOWN"})
 # Asking for a link index the GPU does not have answers INVALID_ARGUMENT / NOT_SUPPORTED.
 ABSENT = {NOT_SUPPORTED, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_FUNCTION_NOT_FOUND"}
 # An error answer that is not an NVML return code at all (pynvml raised with a value that is

@@ -8,6 +8,10 @@ still hanging, when it first hung and how many sweeps in a row found it hung:
 {"boot_id": ..., "probes": {"nvml": {"since": ISO time, "sweeps": 3, "pid": 4242, "start":
 123456}}}. A probe that answers is dropped; a new boot starts afresh (a reboot is the cure).
 
+A GPU whose handle NVML refuses (collect.gpu.HANDLE_REFUSED) is kept the same way, under
+`nvml_handle gpuN`, with no child: it is not a hang, but NVML answers nothing for it either,
+and what one run cannot tell from a moment's contention, sweeps in a row can.
+
 pid and start (its start time, /proc/PID/stat) name the child the run abandoned. While that
 child is still in the kernel the probe is not asked again: the child itself is the answer (it
 returns the moment the mount or the driver does), and asking again would only leave one more
@@ -48,6 +52,12 @@ if TYPE_CHECKING:
 NVML = "nvml"
 STATVFS = "statvfs"
 IB = "ib"  # the InfiniBand ports' sysfs read (collect.ibports)
+NVML_HANDLE = "nvml_handle"  # a GPU's handle NVML refuses (nvml_handle(index)): no child
+
+
+def nvml_handle(index: int) -> str:
+    """The record's name of gpuN's refused handle: `nvml_handle gpu3`."""
+    return f"{NVML_HANDLE} gpu{index}"
 
 
 # The runtime copy's directory under the node's root: /run is a tmpfs, whatever the state
@@ -386,11 +396,12 @@ def still_waiting(record: dict | None) -> bool:
 
 
 def wedged(state, probe: str, limit: int) -> dict | None:
-    """The probe's record when it hung on this run and on `limit` sweeps in a row (the
-    driver behind it is wedged: the node's fault, a drain for repair, not a checker error for
-    ever); None otherwise, and always with limit <= 0. getattr: a state built by hand (a test,
-    a replay tool) need not carry the hang fields."""
-    if probe not in getattr(state, "hung_probes", {}):
+    """The probe's record when it hung (or was refused: NodeState.refused_probes) on this run
+    and on `limit` sweeps in a row (the driver behind it is wedged: the node's fault, a drain
+    for repair, not a checker error for ever); None otherwise, and always with limit <= 0.
+    getattr: a state built by hand (a test, a replay tool) need not carry the hang fields."""
+    if probe not in getattr(state, "hung_probes", {}) and \
+            probe not in getattr(state, "refused_probes", {}):
         return None
     hang = getattr(state, "hangs", {}).get(probe)
     if hang is None or limit <= 0 or hang["sweeps"] < limit:

@@ -9,6 +9,8 @@ Line shapes the NVIDIA driver prints (after the source's own prefix):
     NVRM: Xid (PCI:0000:00:00): 149, NETIR_LINK_EVT Fatal XC0 i0 Link 00 (0x025001c6 ...)
     NVRM: Xid (PCI:0000:97:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU ...)
     NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.    (no Xid: read as an XID 79 of its own)
+    NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x62:0x55:2385)     (no Xid: INIT_FAILED_XID)
+    NVRM: GPU 0000:3b:00.0: rm_init_adapter failed, device minor number 3         (likewise)
 Source prefixes:
     /dev/kmsg   "6,1234,5678901,-;NVRM: Xid ..."     (prio,seq,usec,flags;message)
     dmesg       "[12345.678901] NVRM: Xid ..."
@@ -179,11 +181,24 @@ _GPU_LOST = lazyre.compile(
 )
 GPU_LOST_XID = 79
 GPU_LOST_MESSAGE = "GPU has fallen off the bus (the driver's own line; no Xid line needed)"
+# The driver's own lines for a GPU it could not initialise: RmInitAdapter's failure banner
+# (NV_DEV_PRINTF, every way it fails ends there) and rm_init_adapter's after it, printed again
+# on each open of the device while it fails. No Xid line comes with them, and NVML still counts
+# the GPU (its handle answers NVML_ERROR_UNKNOWN): read as an event of their own, numbered
+# INIT_FAILED_XID (no XID's number: NVIDIA's start at 1), which the xid check judges itself
+# (gpu_init_failed), not by the catalog.
+_INIT_FAILED = lazyre.compile(
+    r"NVRM: GPU (?P<pci>[0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})\.[0-7]: "
+    r"(?P<what>RmInitAdapter failed! \(0x[0-9A-Fa-f]{1,8}:0x[0-9A-Fa-f]{1,8}:\d{1,6}\)"
+    r"|rm_init_adapter failed, device minor number \d{1,4})\s*$"
+)
+INIT_FAILED_XID = 0
 
 
 def parse_line(line: str, source: str = "") -> XidEvent | None:
     """One XidEvent, or None when the line is not a well-formed XID line (or the driver's own
-    line for a GPU it declares lost: an XID 79 with GPU_LOST_MESSAGE)."""
+    line for a GPU it declares lost: an XID 79 with GPU_LOST_MESSAGE; or one for a GPU it
+    could not initialise: INIT_FAILED_XID with the driver's text)."""
     line = line[:MAX_LINE]
     if "NVRM: " not in line:  # neither an Xid line nor the driver's own: most lines, at once
         return None
@@ -196,6 +211,10 @@ def parse_line(line: str, source: str = "") -> XidEvent | None:
         if lost and _KERNEL_LEAD.match(msg[: lost.start()]):
             return XidEvent(GPU_LOST_XID, lost.group("pci").lower(), GPU_LOST_MESSAGE, seq=seq,
                             source=source)
+        init = _INIT_FAILED.search(msg) if "dapter failed" in msg else None
+        if init and _KERNEL_LEAD.match(msg[: init.start()]):
+            return XidEvent(INIT_FAILED_XID, init.group("pci").lower(), init.group("what"),
+                            seq=seq, source=source)
         return None
     if not _KERNEL_LEAD.match(msg[: m.start()]):
         return None

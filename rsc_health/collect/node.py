@@ -92,6 +92,21 @@ def read_nvml(cfg: Config, root: StrPath, state, hangs_before: dict[str, dict],
     if answers is not None:
         state.nvml_answers = answers
         state.gpu = guard(lambda: gpu_mod.parse_answers(answers))
+        _refused_handles(state)
+
+
+def _refused_handles(state) -> None:
+    """Each GPU whose handle NVML refused (gpu.HANDLE_REFUSED) into state.refused_probes; every
+    GPU NVML was asked about counts as asked (hangs.update: one that answers again starts the
+    count afresh). Answers that never reached the GPUs (a hang before the count) ask nothing."""
+    report = state.gpu
+    if report is None or report.error or report.malformed:
+        return
+    state.probes_asked.append(hangs.NVML_HANDLE)
+    for g in report.gpus:
+        if g.error in gpu_mod.HANDLE_REFUSED and gpu_mod.err(g.answers) == g.error:
+            state.refused_probes[hangs.nvml_handle(g.index)] = (
+                f"NVML refused gpu{g.index}'s handle: {g.error}")
 
 
 def _nvml_answers(backend, timeout: float, state, mark: str | None = None) -> dict | None:

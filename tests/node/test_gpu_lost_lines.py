@@ -55,3 +55,43 @@ def test_a_lost_line_another_program_logged_is_not_an_event():
     ev = kmsg.parse_line("Nov 27 10:00:00 gpu042 kernel: [ 812.1] NVRM: GPU 0000:3b:00.0: "
                          "GPU has fallen off the bus.")
     assert ev is not None and (ev.xid, ev.pci) == (79, "0000:3b:00")
+
+
+# A GPU the driver could not initialise (NVIDIA open-gpu-kernel-modules: RmInitAdapter's failure
+# banner, NV_DEV_PRINTF, then rm_init_adapter's line; both again on each open while it fails).
+# NVML still counts it and answers its handle NVML_ERROR_UNKNOWN; no Xid line is printed.
+INIT_FAILED = ("3,9001,912345678,-;NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! "
+               "(0x62:0x55:2385)")
+INIT_MINOR = ("3,9002,912345690,-;NVRM: GPU 0000:3b:00.0: rm_init_adapter failed, device minor "
+              "number 3")
+
+
+def test_a_gpu_the_driver_failed_to_initialise_drains_the_node_for_repair(node):
+    # Only Xid lines and "fallen off the bus" were read: the node kept taking jobs.
+    bad, verdict = _xid(node, INIT_FAILED, INIT_MINOR)
+    assert [(f.code, f.component, f.data["count"]) for f in bad] == [
+        ("gpu_init_failed", "0000:3b:00", 2)]
+    assert verdict.level is Level.DRAIN_AFTER_JOB and bad[0].repair
+
+
+def test_an_init_failure_is_named_by_the_gpu_nvml_gives_that_bus_id(node):
+    # The kernel's "0000:3a:00.0" is NVML's "00000000:3A:00.0": gpu2.
+    bad, _ = _xid(node, INIT_FAILED.replace("3b:00", "3a:00"))
+    assert [(f.code, f.component) for f in bad] == [("gpu_init_failed", "gpu2")]
+
+
+def test_an_init_failure_is_judged_once_not_again_on_every_sweep(node):
+    node.write("dev/kmsg", INIT_FAILED + "\n")
+    first = run(node.config, node.root, only={"xid"}, sweep=True)
+    again = run(node.config, node.root, only={"xid"}, sweep=True)
+    assert "gpu_init_failed" in [f.code for f in first]
+    assert decide(again).level is Level.OK
+
+
+def test_init_failure_lines_another_program_logged_or_the_drivers_detail_are_not_events():
+    line = "NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! (0x26:0xffff:1227)"
+    assert kmsg.parse_line(f"Apr 17 10:23:33 gpu042 alice: {line}") is None
+    assert kmsg.parse_line("3,5,6,-;NVRM: RmInitAdapter: osInitNvMapping failed, bailing out "
+                           "of RmInitAdapter") is None
+    ev = kmsg.parse_line(f"Apr 17 10:23:33 gpu042 kernel: {line.replace('3b', '3B')}")
+    assert ev is not None and (ev.xid, ev.pci) == (kmsg.INIT_FAILED_XID, "0000:3b:00")

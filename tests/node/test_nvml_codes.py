@@ -153,6 +153,63 @@ def test_a_checker_side_answer_for_one_gpu_never_drains(node, name):
     assert [f.component for f in found] == ["gpu4"]
 
 
+def _refuse_handle(node, index: int) -> None:
+    node.nvml(lambda d: d["devices"].__setitem__(index, {"index": index,
+                                                         "error": "NVML_ERROR_UNKNOWN"}))
+
+
+def test_a_gpu_whose_handle_fails_run_after_run_with_rminitadapter_failed_drains(node):
+    # The kernel logs the failed init; NVML counts the GPU and refuses its handle (UNKNOWN,
+    # what NVML's docs say of a GPU in a bad state): found by tester h1 still CHECKER_ERROR
+    # after four sweeps, every prolog passing.
+    node.append("dev/kmsg",
+                "3,9001,912345678,-;NVRM: GPU 0000:3b:00.0: RmInitAdapter failed! "
+                "(0x62:0x55:2385)\n"
+                "3,9002,912345690,-;NVRM: GPU 0000:3b:00.0: rm_init_adapter failed, device "
+                "minor number 3\n")
+    _refuse_handle(node, 3)
+    for _ in range(4):  # four sweeps in a row: not a moment's contention
+        found, verdict = node.check(sweep=True)
+    assert verdict.level >= Level.DRAIN_AFTER_JOB, [(f.code, f.reason) for f in bad(found)]
+
+
+def test_a_handle_refused_sweep_after_sweep_drains_after_the_job_without_a_kernel_line(node):
+    # No kernel line to say why (another source, an overrun ring): the refusal alone, once it
+    # persists, is the node's fault. Job starts between the sweeps neither count nor reset it.
+    _refuse_handle(node, 3)
+    levels = []
+    for stage in ("sweep", "prolog", "sweep", "epilog", "sweep"):
+        found, verdict = node.check(only={"gpu"}, sweep=stage == "sweep", stage=stage)
+        levels.append(verdict.level)
+    assert levels[:4] == [Level.CHECKER_ERROR] * 4
+    drains = [f for f in bad(found) if f.severity >= Severity.DRAIN_AFTER_JOB]
+    assert [(f.code, f.component, f.repair, f.data["sweeps"]) for f in drains] == [
+        ("gpu_no_handle", "gpu3", True, 3)]
+    assert verdict.level is Level.DRAIN_AFTER_JOB
+
+
+def test_a_gpu_whose_handle_answers_again_starts_the_count_afresh(node):
+    healthy = _healthy_doc(node)
+    for _ in range(2):
+        _refuse_handle(node, 3)
+        node.check(only={"gpu"}, sweep=True)
+        node.write("rsc_health/nvml.json", healthy)
+        found, verdict = node.check(only={"gpu"}, sweep=True)  # gpu3 answers
+        assert verdict.level is Level.OK
+    _refuse_handle(node, 3)
+    found, verdict = node.check(only={"gpu"}, sweep=True)
+    assert verdict.level is Level.CHECKER_ERROR  # one sweep in a row, not three of four
+
+
+@pytest.mark.parametrize("name", ["NVML_ERROR_NO_PERMISSION", "NVML_ERROR_TIMEOUT",
+                                  "NVML_ERROR_SOMETHING_NEW"])
+def test_a_handle_refused_for_the_checkers_own_reasons_never_drains_however_long(node, name):
+    node.nvml(lambda d: d["devices"].__setitem__(3, {"index": 3, "error": name}))
+    for _ in range(4):
+        found, verdict = node.check(only={"gpu"}, sweep=True)
+    _checker_only(bad(found), verdict, name)
+
+
 @pytest.mark.parametrize("value", NOT_NAMES, ids=repr)
 def test_a_replayed_error_that_is_not_a_name_never_drains_nor_crashes(node, value):
     node.write("rsc_health/nvml.json", json.dumps({"error": value}))
