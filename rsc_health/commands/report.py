@@ -81,3 +81,9 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
     for section_name, note in sorted(data.notes.items()):
         if not quiet:
             click.echo(f"note: {section_name}: {note}", err=True)
+    if data.failed:
+        # Everything else was written; the exit status is what a timer shows of the night.
+        failed = ", ".join(dict.fromkeys(data.failed))
+        click.echo(f"report: written, but these section(s) failed: {failed} "
+                   "(their notes say why)", err=True)
+        ctx.exit(1)

@@ -115,6 +115,9 @@ class ReportData:
     guard: dict[str, Any] = field(default_factory=dict)
     # Why a section is empty when it is (e.g. "metrics module unavailable"): section -> text.
     notes: dict[str, str] = field(default_factory=dict)
+    # The sections whose gathering raised (their note says why), as against skipped or empty
+    # for a reason: `healthctl report` exits 1 after writing everything when any did.
+    failed: list[str] = field(default_factory=list)
     # Seconds each gathering step took (label -> s), reported in report.json.
     timings: dict[str, float] = field(default_factory=dict)
 

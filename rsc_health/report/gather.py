@@ -457,6 +457,7 @@ def gather(
         except Exception as exc:  # one broken section must not lose the whole report
             log.warning("report section %s failed: %s", section, exc, exc_info=True)
             data.notes[section] = f"{label} unavailable: {type(exc).__name__}: {exc}"
+            data.failed.append(section)
             return None
         finally:
             # Kept in report.json: the first place to look when the nightly run gets slow.

@@ -207,11 +207,13 @@ def streak_from_previous(
     """The nightly case, at no query cost: last night's report.json knows how long each of its
     candidates had been listed, so tonight's streak is that plus one (1 for a new candidate).
     None when there is no usable report from the day before (a first night, a gap, a report
-    run for another day, a file from before days were counted): then `days_listed` walks."""
+    run for another day, a file from before days were counted, candidates carried from an
+    earlier night because last night's verdicts failed): then `days_listed` walks."""
     if not previous:
         return None
-    try:
-        before = datetime.fromisoformat(str(previous["as_of"]))
+    try:  # lemons_as_of: the candidates a failed night carried are as old as their verdicts
+        before = datetime.fromisoformat(str(previous["lemons_as_of"] if "lemons_as_of" in
+                                            previous else previous["as_of"]))
     except (KeyError, ValueError):
         return None
     if before.tzinfo is not None:

@@ -27,7 +27,8 @@ REPORT_JSON = "report.json"
 REPORT_HTML = "report.html"
 SUMMARY_TXT = "summary.txt"
 SUMMARY_MAX_LEMONS = 30  # keep the chat message short; the page lists every candidate
-JSON_FORMAT = 2  # bump when report.json changes shape; older files are still diffed by node
+# Bump when report.json changes shape; older files are still diffed by node. 3: lemons_as_of.
+JSON_FORMAT = 3
 
 
 @dataclass
@@ -38,6 +39,11 @@ class LemonChanges:
     still: list[str] = field(default_factory=list)
     cleared: list[str] = field(default_factory=list)
     previous_as_of: str | None = None  # None: there was no previous report to compare with
+    # Tonight's verdicts could not be had (the section's note): nothing is compared, and the
+    # last known candidates (judged as of carried_as_of) are carried into report.json.
+    unavailable: str = ""
+    carried: list[str] = field(default_factory=list)
+    carried_as_of: str | None = None
 
 
 @dataclass
@@ -110,8 +116,8 @@ class Headline:
     long: dict[str, Any] | None
     change: morning.RateChange | None
     rates_note: str
-    lemons: int
-    new_lemons: int
+    lemons: int | None  # None: tonight's lemon verdicts are unknown
+    new_lemons: int | None
     out_of_service: int | None  # None: unknown (no source)
     stopped: int | None
     broken: int | None
@@ -139,8 +145,8 @@ def headline(data: ReportData, lemons: list[dict], changes: LemonChanges) -> Hea
         long=rates[2] if len(rates) > 2 else None,
         change=morning.rate_change(data.rates),
         rates_note=data.notes.get("rates", ""),
-        lemons=len(lemons),
-        new_lemons=len(changes.new),
+        lemons=None if changes.unavailable else len(lemons),
+        new_lemons=None if changes.unavailable else len(changes.new),
         out_of_service=len(data.out_of_service) if known else None,
         stopped=int(data.stale["stopped"].sum()) if "stale" not in data.notes else None,
         broken=int(data.stale["broken"].sum()) if "stale" not in data.notes else None,
@@ -237,6 +243,25 @@ def diff_lemons(current: list[str], previous: dict[str, Any] | None) -> LemonCha
         cleared=sorted(before - now),
         previous_as_of=previous.get("as_of"),
     )
+
+
+def carry_lemons(note: str, previous: dict[str, Any] | None
+                 ) -> tuple[LemonChanges, list[dict[str, Any]], str | None]:
+    """The night the lemon verdicts failed (or were skipped): no candidate is "cleared" and
+    none "new" (an empty list there is no verdict), and last night's candidates go on into
+    report.json as they were, with the day they were judged (`lemons_as_of`), so the next
+    night diffs against them and walks its days listed instead of restarting every streak.
+    Returns the changes, the rows to keep and the day they were judged."""
+    rows: list[dict[str, Any]] = list(previous.get("lemons") or []) if previous else []
+    judged = None
+    if previous is not None:
+        judged = previous.get("lemons_as_of") if "lemons_as_of" in previous \
+            else previous.get("as_of")
+    judged = judged if isinstance(judged, str) else None
+    changes = LemonChanges(previous_as_of=previous.get("as_of") if previous else None,
+                           unavailable=note, carried=sorted(str(r.get("node")) for r in rows),
+                           carried_as_of=judged)
+    return changes, rows, judged
 
 
 def _jsonable(value: Any) -> Any:
@@ -401,7 +426,15 @@ def _headline_lines(data: ReportData, head: Headline) -> list[str]:
 
 
 def _lemon_lines(lemons: list[dict], changes: LemonChanges, links: Links | None) -> list[str]:
-    """The lemon candidates, one short line each (and its link), and the ones cleared."""
+    """The lemon candidates, one short line each (and its link), and the ones cleared; when
+    tonight's verdicts are unknown, that and the last known candidates."""
+    if changes.unavailable:
+        lines = [f"Lemon candidates: unknown ({changes.unavailable})"]
+        if changes.carried:
+            lines.append(f"  last known (as of {changes.carried_as_of or '?'}): "
+                         + ", ".join(changes.carried[:SUMMARY_MAX_LEMONS])
+                         + (" ..." if len(changes.carried) > SUMMARY_MAX_LEMONS else ""))
+        return lines
     since = f" since {changes.previous_as_of}" if changes.previous_as_of else ""
     lines = [f"Lemon candidates: {len(lemons)} (new{since}: {len(changes.new)}, "
              f"cleared: {len(changes.cleared)})"]
@@ -487,7 +520,13 @@ def write_report(
              else load_previous(json_path))
 
     lemons = lemon_rows(data)
-    changes = agree_with_days_listed(diff_lemons([r["node"] for r in lemons], prior), lemons)
+    kept: list[dict[str, Any]] = lemons
+    judged: str | None = data.as_of.isoformat(sep=" ", timespec="seconds")
+    if "lemons" in data.notes:  # no verdict tonight: an empty list is not "all cleared"
+        changes, kept, judged = carry_lemons(data.notes["lemons"], prior)
+    else:
+        changes = agree_with_days_listed(diff_lemons([r["node"] for r in lemons], prior),
+                                         lemons)
     links = links or Links()
     actions = action_rows(data)
     figures = draw_figures(data, out, embed=embed, progress=progress)
@@ -539,7 +578,10 @@ def write_report(
         "as_of": data.as_of.isoformat(sep=" ", timespec="seconds"),
         "window_days": data.window_days,
         "headline": head.to_dict(),
-        "lemons": lemons,
+        # Tonight's candidates, or last known ones when the verdicts failed (notes.lemons
+        # says why); lemons_as_of: the day they were judged (None: never).
+        "lemons": kept,
+        "lemons_as_of": judged,
         **{name: _records(getattr(data, name))
            for name in ("rates", "out_of_service", "stale", "xids", "freshness",
                         "open_findings", "node_events", "suspects", "reliability", "triage")},
@@ -552,6 +594,7 @@ def write_report(
             "new": changes.new,
             "still": changes.still,
             "cleared": changes.cleared,
+            "unavailable": changes.unavailable,
         },
         "actions": actions,
         "guard": {k: _jsonable(v) for k, v in data.guard.items()},

@@ -48,6 +48,55 @@ def test_report_command_writes_the_page_and_prints_the_summary(engine, tmp_path)
     assert 'src="data:image/png;base64,' in (out / "report.html").read_text()
 
 
+def _locked(*args, **kwargs):
+    from sqlalchemy.exc import OperationalError
+
+    raise OperationalError("SELECT ...", {}, Exception("database is locked"))
+
+
+@pytest.mark.usefixtures("figures_not_drawn")
+def test_a_lemon_section_the_historian_failed_does_not_clear_yesterdays_candidates(
+        engine, tmp_path, monkeypatch):  # noqa: F811
+    """The lemon verdicts fail one night (the historian locked past its busy timeout, a
+    statement timeout): summary.txt said "Lemon candidates: 0 ... No longer candidates:
+    gpu001" and report.json kept no candidate, so the next night called gpu001 NEW, listed 1
+    day: the pull list's age (its order) was lost to one transient error. Now the night says
+    the verdicts are unknown, carries gpu001 on, and exits 1 for the timer to show."""
+    import rsc_health.historian.lemons.verdicts as verdicts
+
+    out, config = tmp_path / "report", _config(tmp_path)
+    first = _invoke(str(engine.url), config, "--out", str(out), "--as-of", "2024-06-30", "-q")
+    assert first.exit_code == 0, first.output
+    assert [r["node"] for r in json.loads((out / "report.json").read_text())["lemons"]] == [
+        "gpu001"]
+
+    real = verdicts.lemon_verdicts
+    monkeypatch.setattr(verdicts, "lemon_verdicts", _locked)
+    failed = _invoke(str(engine.url), config, "--out", str(out), "--as-of", "2024-07-01", "-q")
+    assert failed.exit_code == 1, failed.output
+    assert "failed: lemons" in failed.stderr
+    assert "No longer candidates: gpu001" not in failed.stdout, failed.stdout
+    assert "cleared: 1" not in failed.stdout, failed.stdout
+    assert "Lemon candidates: unknown (lemon verdicts unavailable: OperationalError" \
+        in failed.stdout
+    assert "last known (as of 2024-06-30 00:00:00): gpu001" in failed.stdout
+    html = (out / "report.html").read_text()
+    assert "Lemon candidates unknown tonight: lemon verdicts unavailable" in html
+    assert "No lemon candidates today" not in html
+    carried = json.loads((out / "report.json").read_text())
+    assert [r["node"] for r in carried["lemons"]] == ["gpu001"]
+    assert carried["lemons_as_of"] == "2024-06-30 00:00:00"
+
+    monkeypatch.setattr(verdicts, "lemon_verdicts", real)
+    after = _invoke(str(engine.url), config, "--out", str(out), "--as-of", "2024-07-02", "-q")
+    assert after.exit_code == 0, after.output
+    line = next(ln for ln in after.stdout.splitlines() if ln.strip().startswith("gpu001"))
+    assert "NEW" not in line, after.stdout
+    row = next(r for r in json.loads((out / "report.json").read_text())["lemons"]
+               if r["node"] == "gpu001")
+    assert row["days_listed"] >= 3, row
+
+
 @pytest.mark.usefixtures("figures_not_drawn")
 @pytest.mark.parametrize("text", ["[" * 50_000, "[1, 2]"], ids=["nested-too-deep", "array"])
 def test_a_previous_report_json_that_is_no_report_is_no_previous_report(

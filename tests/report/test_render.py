@@ -88,15 +88,16 @@ def test_unreadable_previous_report_is_treated_as_a_first_run(report_data, tmp_p
 
 
 def test_empty_data_renders_every_section_with_placeholders(tmp_path):
+    # A lemon section with a note had no verdict: "unknown", never "no candidates" (0).
     data = ReportData(as_of=AS_OF, notes={"lemons": "lemon module unavailable"})
     written = write_report(data, tmp_path)
     html = written.html.read_text()
-    assert "No lemon candidates today. lemon module unavailable" in html
+    assert "Lemon candidates unknown tonight: lemon module unavailable" in html
     assert "No drains or resumes by rsc-health in the last day." in html
     assert len(written.figures) == len(FIGURES)
     assert not any(f.has_data for f in written.figures)
     assert all((tmp_path / f.file).exists() for f in written.figures)
-    assert "Lemon candidates: 0" in written.summary.read_text()
+    assert "Lemon candidates: unknown (lemon module unavailable)" in written.summary.read_text()
 
 
 def test_embedded_report_is_one_file(report_data, tmp_path):
