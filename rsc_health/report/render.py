@@ -457,6 +457,14 @@ def _lemon_lines(lemons: list[dict], changes: LemonChanges, links: Links | None)
     return lines
 
 
+def failed_lines(data: ReportData) -> list[str]:
+    """Every other section that failed tonight, said: the summary leaves an empty section
+    out, and one left out for an error must not read as one with nothing to show."""
+    said = {"lemons", "features", "actions"}  # in the lemon and action lines
+    return [f"Unavailable tonight: {data.notes[s]}" for s in dict.fromkeys(data.failed)
+            if s not in said and s in data.notes]
+
+
 def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
                  actions: list[dict], head: Headline | None = None,
                  links: Links | None = None) -> str:
@@ -467,14 +475,17 @@ def summary_text(data: ReportData, lemons: list[dict], changes: LemonChanges,
     lines += _lemon_lines(lemons, changes, links)
     counts, records = action_counts(actions), action_records(actions)
     done = ", ".join(f"{n} {a}" + (f" ({records[a]} records)" if records[a] > n else "")
-                     for a, n in counts.items()) or "none"
-    lines.append(f"Actions in the last day: {done}")
+                     for a, n in counts.items())
+    if "actions" in data.notes:  # not read (or not all of it): never "none"
+        done = f"{done}; {data.notes['actions']}" if done else f"unknown ({data.notes['actions']})"
+    lines.append(f"Actions in the last day: {done or 'none'}")
     if data.guard:
         guard = str(data.guard.get("state", "unknown"))
         detail = data.guard.get("detail")
         lines.append(f"Mass-drain guard: {guard}" + (f" ({detail})" if detail else ""))
     lines += reliability_lines(data)
     lines += suspects_lines(data)
+    lines += failed_lines(data)
     # Read in a terminal or a chat: the historian's text (node names, evidence) escaped.
     return "\n".join(shown(line) for line in lines) + "\n"
 
@@ -563,6 +574,7 @@ def write_report(
                       "node_events": dict(data.node_events.attrs)},
         guard=data.guard,
         notes=data.notes,
+        failed=data.failed,
         summary=summary,
         reliability_meta=reliability_meta(data),
         num=_num,

@@ -98,6 +98,26 @@ def test_a_lemon_section_the_historian_failed_does_not_clear_yesterdays_candidat
 
 
 @pytest.mark.usefixtures("figures_not_drawn")
+def test_an_actions_section_the_historian_failed_is_not_reported_as_no_drains(
+        engine, tmp_path, monkeypatch):  # noqa: F811
+    """The last day's actions could not be read: summary.txt said "Actions in the last day:
+    none" and the page "No drains or resumes by rsc-health in the last day.", the all-clear
+    an operator reads after a fleet event, when the truth is unknown."""
+    import rsc_health.report.gather as gather
+
+    monkeypatch.setattr(gather, "recent_actions", _locked)
+    out, config = tmp_path / "report", _config(tmp_path)
+    result = _invoke(str(engine.url), config, "--out", str(out), "--as-of", "2024-06-30", "-q")
+    assert result.exit_code == 1, result.output
+    assert "Actions in the last day: none" not in result.stdout, result.stdout
+    assert "Actions in the last day: unknown (recent actions unavailable: OperationalError" \
+        in result.stdout
+    html = (out / "report.html").read_text()
+    assert "No drains or resumes by rsc-health in the last day." not in html
+    assert "recent actions unavailable: OperationalError" in html
+
+
+@pytest.mark.usefixtures("figures_not_drawn")
 @pytest.mark.parametrize("text", ["[" * 50_000, "[1, 2]"], ids=["nested-too-deep", "array"])
 def test_a_previous_report_json_that_is_no_report_is_no_previous_report(
         engine, tmp_path, text):  # noqa: F811

@@ -100,6 +100,24 @@ def test_empty_data_renders_every_section_with_placeholders(tmp_path):
     assert "Lemon candidates: unknown (lemon module unavailable)" in written.summary.read_text()
 
 
+def test_a_failed_section_is_said_in_the_summary_and_on_the_page_not_left_as_all_clear(
+        tmp_path):
+    """An empty section reads as nothing to show: one empty because its query failed says
+    so in summary.txt (which leaves empty sections out) and on the page."""
+    data = ReportData(as_of=AS_OF, failed=["suspects", "stale", "actions"], notes={
+        "suspects": "suspect nodes unavailable: OperationalError: database is locked",
+        "stale": "nodes whose checks stopped unavailable: OperationalError: locked",
+        "actions": "recent actions unavailable: OperationalError: locked"})
+    written = write_report(data, tmp_path)
+    summary = written.summary.read_text()
+    assert "Unavailable tonight: suspect nodes unavailable: OperationalError" in summary
+    assert "Unavailable tonight: nodes whose checks stopped unavailable" in summary
+    assert "Actions in the last day: unknown (recent actions unavailable" in summary
+    html = written.html.read_text()
+    assert "No drains or resumes" not in html and "no heartbeats yet" not in html
+    assert html.count("nodes whose checks stopped unavailable") >= 2  # the card, the section
+
+
 def test_embedded_report_is_one_file(report_data, tmp_path):
     written = write_report(report_data, tmp_path, embed=True)
     html = written.html.read_text()
