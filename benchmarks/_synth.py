@@ -204,7 +204,7 @@ def load_sqlite(path: str, data) -> str:
     from rsc_health.historian.db import connect
 
     url = f"sqlite:///{path}"
-    connect(url).dispose()
+    connect(url, create_missing=True).dispose()
     con = sqlite3.connect(path)
     con.execute("PRAGMA journal_mode=WAL")
     con.execute("PRAGMA synchronous=OFF")
@@ -237,7 +237,7 @@ def create_postgres(admin_url: str) -> tuple[str, str]:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     admin.dispose()
     url = admin_url.rsplit("/", 1)[0] + f"/{name}"
-    connect(url).dispose()
+    connect(url, create_missing=True).dispose()
     return url, name
 
 

@@ -81,7 +81,7 @@ def _measure(backend: str, url: str, sim_dir: Path, window, args) -> None:
     from rsc_health.historian.attribute import attribute
     from rsc_health.sim.historian import ingest_fleet
 
-    engine = hdb.connect(url)
+    engine = hdb.connect(url, create_missing=True)
     try:
         ingest_fleet(engine, sim_dir)
         times: dict[str, list[float]] = {"old": [], "new": []}

@@ -200,7 +200,7 @@ def read_back(rollups: pd.DataFrame, cfg) -> tuple[float, float, float]:
     wide = rollups.pivot_table(index=["job_id", "node", "start", "end"], columns="metric",
                                values="value").reset_index()
     with tempfile.TemporaryDirectory() as tmp:
-        engine = db.connect(f"sqlite:///{tmp}/h.db")
+        engine = db.connect(f"sqlite:///{tmp}/h.db", create_missing=True)
         jobs = wide.drop_duplicates("job_id")
         with engine.begin() as conn:
             conn.execute(insert(schema.jobs), [

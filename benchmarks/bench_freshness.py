@@ -70,7 +70,7 @@ def _timed(fn, repeat: int = 3) -> float:
 
 
 def bench(url: str, rows: int, nodes: int, label: str) -> list[tuple[str, float, str]]:
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     t = time.perf_counter()
     fill = _FILL_PG if engine.dialect.name == "postgresql" else _FILL_SQLITE
     with engine.begin() as conn:

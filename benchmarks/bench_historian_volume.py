@@ -307,7 +307,7 @@ def main() -> None:
             url = f"sqlite:///{tmp / 'history.db'}"
             name = "history.db"
         try:
-            engine = connect(url, upgrade=True)
+            engine = connect(url, upgrade=True, create_missing=True)
             fleet = Fleet(args.nodes, args.changes_per_node_day)
             # Warm-up hour: every node's all-clear intervals open (a day's first sweeps).
             deliver_window(engine, tmp, fleet, T0, 12, flush_every)

@@ -153,7 +153,7 @@ def phase_ingest(path: Path, url: str) -> dict:
     from rsc_health.historian.db import connect, table_counts
     from rsc_health.historian.ingest import sacct
 
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     pid = _pg_backend_pid(engine)  # the pool's one connection: the ingest's too
     server0 = _backend_cpu_s(pid)
     t, c = time.perf_counter(), _cpu_s()

@@ -44,7 +44,7 @@ from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, flagged  
 
 
 def _flags(url: str, as_of: datetime, outages: OutageRules, rules: LemonRules):
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     try:
         f = lemon_features(engine, as_of, DEFAULTS["window_days"],
                            history_days=DEFAULTS["history_days"], outages=outages,

@@ -40,7 +40,7 @@ DATES = "2015-10-01,2016-01-01,2016-04-01,2016-07-01,2016-10-01,2017-01-01,2017-
 
 def load(url: str, paths: dict[str, Path], mode: str, tz: str | None = None,
          with_tickets: bool = False) -> None:
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     # Every wall-clock file in the same zone, as an operator passes --tz to each import.
     zone = ZoneInfo(tz) if tz else None
     try:
@@ -59,7 +59,7 @@ def score(url: str, frame, dates: list[datetime], rules: dict[str, LemonRules],
           rate_window_days: float, reference=_titan.reference):
     outages = OutageRules.from_config({**DEFAULTS, "rate_window_days": rate_window_days})
     window = outages.rate_window_days
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     rows = []
     try:
         for as_of in dates:

@@ -85,7 +85,7 @@ def phase(name: str, sim_dir: Path, url: str | None, nodes: int, days: float, se
     else:
         from rsc_health.historian import db as hdb
 
-        engine = hdb.connect(url)
+        engine = hdb.connect(url, create_missing=True)
         try:
             out.update(_backend_phase(name, engine, cfg, sim_dir))
         finally:

@@ -177,7 +177,7 @@ def _bench(args: argparse.Namespace, work: Path, *, kept: bool) -> int:
             url = args.db
             as_of = args.as_of or datetime.now(UTC).replace(tzinfo=None, microsecond=0)
             result["source"] = "db"
-        engine = connect(url)
+        engine = connect(url, create_missing=True)
         result["dialect"] = engine.dialect.name
         if args.sweep_year:
             from _sweeps import fill_sweep_year, fleet_nodes
@@ -219,7 +219,7 @@ def _bench(args: argparse.Namespace, work: Path, *, kept: bool) -> int:
         result["gather_steps_s"] = {
             label: round(end - start, 2) for (label, start), end in zip(marks, ends, strict=True)
         }
-        with connect(url).connect() as conn:
+        with connect(url, create_missing=True).connect() as conn:
             from sqlalchemy import func, select
 
             from rsc_health.historian.schema import jobs

@@ -216,7 +216,7 @@ def timed_late_pass() -> list[float]:
 
 
 def run(backend: str, url: str, sim: Path, nodes: list[str], busy, schedule: str) -> None:
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     try:
         t = time.monotonic()
         sacct.ingest_text(engine, sim / "sacct.txt", gpus_per_node=8)

@@ -86,7 +86,8 @@ def build_fleet(seed: int, workdir: Path, *, nodes: int = 256, days: float = 90,
     """Simulate one fleet, ingest it into a fresh SQLite historian and attribute (as the demo)."""
     fleet = simulated_historian(SimConfig(nodes=nodes, days=days, seed=seed, **sim_overrides),
                                 Path(workdir) / f"seed{seed}-{nodes}x{days:g}")
-    return Fleet(seed, fleet.out, hdb.connect(fleet.url), fleet.truth, fleet.as_of)
+    return Fleet(seed, fleet.out, hdb.connect(fleet.url, create_missing=True), fleet.truth,
+                 fleet.as_of)
 
 
 def exposure(fleet: Fleet) -> pd.DataFrame:

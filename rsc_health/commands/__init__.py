@@ -43,13 +43,14 @@ class NameFilter(click.ParamType):
 NAME_FILTER = NameFilter()
 
 
-def historian_engine(ctx: click.Context, *, upgrade: bool = False):
+def historian_engine(ctx: click.Context, *, upgrade: bool = False, create_missing: bool = False):
     """The configured historian (--db, $RSC_HEALTH_DB or [historian] url) with the configured
-    statement timeout; a database that cannot be opened is a one-line click error."""
+    statement timeout; a database that cannot be opened (or is not there: only an ingest
+    creates one, `create_missing`) is a one-line click error."""
     from rsc_health.historian import db as hdb
 
     try:
-        return hdb.connect(ctx.obj.database_url, upgrade=upgrade,
+        return hdb.connect(ctx.obj.database_url, upgrade=upgrade, create_missing=create_missing,
                            statement_timeout_s=ctx.obj.statement_timeout_s)
     except hdb.HistorianError as exc:
         raise click.ClickException(str(exc)) from exc

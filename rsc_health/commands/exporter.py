@@ -43,8 +43,9 @@ def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: f
     failed: str | None = None
     try:
         configured = ctx.obj.statement_timeout_s  # 0: none set for the other commands
-        engine = connect(ctx.obj.database_url, statement_timeout_s=min(
-            timeout_s, configured) if configured > 0 else timeout_s)
+        engine = connect(ctx.obj.database_url, create_missing=False,  # a reader
+                         statement_timeout_s=min(timeout_s, configured)
+                         if configured > 0 else timeout_s)
         try:
             text = exposition(build(engine, ctx.obj.config, now, window_days=window_days))
         finally:

@@ -30,10 +30,12 @@ MAX_BAD_SHOWN = 20
 
 
 @contextmanager
-def _historian(ctx: click.Context, *errors: type[Exception]) -> Iterator[Engine]:
+def _historian(ctx: click.Context, *errors: type[Exception],
+               create_missing: bool = False) -> Iterator[Engine]:
     """The historian for one command: its own errors (`errors`) and the database's become a
-    one-line click error, and the engine is closed however the command ends."""
-    engine = _engine(ctx)
+    one-line click error, and the engine is closed however the command ends. Only an ingest
+    creates a historian that is not there yet (`create_missing`, db.connect)."""
+    engine = _engine(ctx, create_missing=create_missing)
     try:
         yield engine
     except (hdb.HistorianError, *errors) as exc:
@@ -114,18 +116,23 @@ def db_prune(ctx: click.Context, dry_run: bool, as_json: bool) -> None:
 def db_status(ctx: click.Context, as_json: bool) -> None:
     """Schema version and row counts."""
     url = ctx.obj.database_url
-    engine = hdb.engine_for(url)
-    try:
-        version = hdb.current_version(engine)
-        counts = hdb.table_counts(engine) if version is not None else {}
-    except Exception as exc:  # noqa: BLE001 -- any driver error means "cannot read it"
-        raise click.ClickException(f"{hdb.safe_url(url)}: {exc}") from exc
-    finally:
-        engine.dispose()
+    gone = hdb.missing_file(url)  # said, not created: opening it would make an empty one
+    version, counts = None, {}
+    if gone is None:
+        engine = hdb.engine_for(url)
+        try:
+            version = hdb.current_version(engine)
+            counts = hdb.table_counts(engine) if version is not None else {}
+        except Exception as exc:  # noqa: BLE001 -- any driver error means "cannot read it"
+            raise click.ClickException(f"{hdb.safe_url(url)}: {exc}") from exc
+        finally:
+            engine.dispose()
     from rsc_health.historian.schema import SCHEMA_VERSION
 
     state = (
-        "empty"
+        f"absent: no file {gone}"
+        if gone is not None
+        else "empty"
         if version is None
         else "current"
         if version == SCHEMA_VERSION
@@ -156,7 +163,7 @@ def _load(ctx: click.Context, path: str, as_json: bool, from_lines: Callable,
     """One source's `--file PATH` (or `-`: standard input) through its loader, and the load's
     report printed. `csv`: standard input's line endings untranslated, as the csv module
     wants (newline=""). `options` go to the loader (tz)."""
-    with _historian(ctx, *errors) as engine:
+    with _historian(ctx, *errors, create_missing=True) as engine:
         if path == "-":
             report = from_lines(engine, _stdin_text(newline="" if csv else None), **options)
         else:
@@ -205,7 +212,7 @@ def ingest_sacct(ctx: click.Context, path: str | None, since: str | None, as_jso
     from rsc_health.historian.ingest import sacct
 
     cfg = ctx.obj.config
-    with _historian(ctx, sacct.SacctError) as engine:
+    with _historian(ctx, sacct.SacctError, create_missing=True) as engine:
         gpn = int(cfg.get("historian.gpus_per_node"))
         if path is not None:
             source = sys.stdin if path == "-" else Path(path)
@@ -245,7 +252,7 @@ def ingest_events(ctx: click.Context, path: str | None, since: str | None, tz: s
                                "prints UTC (TZ=UTC)")
     cfg = ctx.obj.config
     cluster = str(cfg.get("historian.cluster"))
-    with _historian(ctx, events.EventsError) as engine:
+    with _historian(ctx, events.EventsError, create_missing=True) as engine:
         if path == "-":  # a reason is a person's text: bytes that are not UTF-8 are replaced
             stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
             report = events.ingest_lines(engine, stdin, cluster=cluster, tz=tz)
@@ -270,7 +277,7 @@ def ingest_telemetry(ctx: click.Context, as_json: bool) -> None:
 
     from rsc_health.historian import telemetry
 
-    with _historian(ctx) as engine:
+    with _historian(ctx, create_missing=True) as engine:
         report = telemetry.rollup(engine, datetime.now(UTC), ctx.obj.config)
     if as_json:
         click.echo(json.dumps(report.__dict__))
@@ -292,7 +299,7 @@ def ingest_reservations(
 
     cfg = ctx.obj.config
     cluster = str(cfg.get("historian.cluster"))
-    with _historian(ctx, reservations.ReservationsError) as engine:
+    with _historian(ctx, reservations.ReservationsError, create_missing=True) as engine:
         if path == "-":
             stdin = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")
             report = reservations.ingest_lines(engine, stdin, cluster=cluster)
@@ -370,7 +377,7 @@ def ingest_steps(ctx: click.Context, path: str, as_json: bool) -> None:
     from rsc_health.historian.ingest import steps
 
     limits = steps.Limits.from_config(ctx.obj.config)
-    with _historian(ctx, steps.StepsError) as engine:
+    with _historian(ctx, steps.StepsError, create_missing=True) as engine:
         if path == "-":
             report = steps.ingest_stream(engine, sys.stdin.buffer, limits)
         else:

@@ -58,7 +58,8 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
     from rsc_health.historian.intervals import open_failures
 
     cfg = ctx.obj.config
-    engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+    engine = connect(ctx.obj.database_url, create_missing=False,
+                     statement_timeout_s=ctx.obj.statement_timeout_s)
     try:
         fresh = node_freshness(engine, now, stale_after_s(cfg), nodes=[node])[0]
         with engine.connect() as conn:

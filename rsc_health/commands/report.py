@@ -39,7 +39,8 @@ def report(ctx: click.Context, out_dir: Path, as_of: datetime | None, previous: 
     if embed is None:
         embed = bool(cfg.get("report.embed"))
     try:
-        engine = hdb.connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        engine = hdb.connect(ctx.obj.database_url, create_missing=False,
+                             statement_timeout_s=ctx.obj.statement_timeout_s)
     except hdb.HistorianError as exc:
         raise click.ClickException(str(exc)) from exc
     try:

@@ -85,7 +85,8 @@ def _record(ctx: click.Context, action: str, node: str, reason: str) -> str:
             from rsc_health.historian.schema import node_actions
             from rsc_health.model import utcnow
 
-            engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+            engine = connect(ctx.obj.database_url, create_missing=False,
+                             statement_timeout_s=ctx.obj.statement_timeout_s)
             try:
                 with engine.begin() as conn:
                     conn.execute(node_actions.insert().values(
@@ -115,7 +116,8 @@ def _open_tickets(ctx: click.Context, node: str) -> list[str] | None:
         from rsc_health.historian.db import connect
         from rsc_health.historian.schema import tickets
 
-        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        engine = connect(ctx.obj.database_url, create_missing=False,
+                         statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
             with engine.connect() as conn:
                 rows = conn.execute(select(tickets.c.id, tickets.c.reason).where(
@@ -157,7 +159,8 @@ def _needs_qualification(ctx: click.Context, info) -> str | None:
         from rsc_health.historian.db import connect
         from rsc_health.qualify.flow import HistorianSide
 
-        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        engine = connect(ctx.obj.database_url, create_missing=False,
+                         statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
             # Slurm stamps a reason to the whole second: a pass that ended within the drain's
             # own second may be from before it (a node that failed again at once), so only a
@@ -469,7 +472,8 @@ def _from_historian(ctx: click.Context, what: str, read) -> list | None:
     try:
         from rsc_health.historian.db import connect
 
-        engine = connect(ctx.obj.database_url, statement_timeout_s=ctx.obj.statement_timeout_s)
+        engine = connect(ctx.obj.database_url, create_missing=False,
+                         statement_timeout_s=ctx.obj.statement_timeout_s)
         try:
             return read(engine)
         finally:

@@ -1,5 +1,6 @@
-"""Opening the historian database: create it when new, refuse one from a newer release, and
-migrate an older one with the versioned SQL files in `rsc_health/historian/sql/`.
+"""Opening the historian database: create it when new (an ingest only), refuse one from a
+newer release, and migrate an older one with the versioned SQL files in
+`rsc_health/historian/sql/`.
 
 SQLite gets WAL (readers never block the ingest), foreign keys (job_nodes and attributions
 cascade with their job) and a busy timeout (a second writer waits instead of failing). Every
@@ -414,17 +415,45 @@ def no_such_table(exc: Exception) -> bool:
             or "no such table" in str(orig))  # SQLite
 
 
-def connect(url: str, *, upgrade: bool = False,
-            statement_timeout_s: float | None = None) -> Engine:
-    """Open the historian database at `url`, creating the schema when it is empty.
+def missing_file(url: str) -> Path | None:
+    """The SQLite file `url` names when it does not exist (opening it would create it empty),
+    else None (it exists, it is in memory, or the historian is a server)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return None
+    name = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or name in ("", ":memory:") \
+            or name.startswith("file:"):
+        return None
+    return None if os.path.lexists(name) else Path(name)
 
-    Raises HistorianUnavailable when it cannot be reached, SchemaTooNew when a newer release
-    wrote it, and SchemaTooOld when it needs `healthctl db upgrade` (unless upgrade=True).
+
+def connect(url: str, *, create_missing: bool, upgrade: bool = False,
+            statement_timeout_s: float | None = None) -> Engine:
+    """Open the historian database at `url`. `create_missing` (every caller says which it
+    is): create the schema when it is empty (and the SQLite file when it is absent), for what
+    brings data in (an ingest, the spool's delivery, a simulation's own historian; `db
+    upgrade` creates by itself). A reader never creates: a historian that is not there is not
+    an empty fleet, and an empty file made in its place is all clear to every reader and then
+    filled by the next ingest.
+
+    Raises HistorianUnavailable when it cannot be reached or (without `create_missing`) is
+    absent or holds no schema, SchemaTooNew when a newer release wrote it, and SchemaTooOld
+    when it needs `healthctl db upgrade` (unless upgrade=True).
     """
+    if not create_missing and (gone := missing_file(url)) is not None:
+        raise HistorianUnavailable(
+            f"historian database {safe_url(url)} is unavailable: {gone} does not exist "
+            "(`healthctl db upgrade` or the first ingest creates it)")
     engine = engine_for(url, statement_timeout_s=statement_timeout_s)
     try:
         version = current_version(engine)
         if version is None:
+            if not create_missing:
+                raise HistorianUnavailable(
+                    f"historian database {safe_url(url)} is not initialised: it holds no "
+                    "rsc-health schema (`healthctl db upgrade` or the first ingest creates it)")
             create(engine)
             return engine
         if version < schema.SCHEMA_VERSION and upgrade:

@@ -142,7 +142,7 @@ def run_demo(
 
     if database_url is None:  # a fresh historian every run
         database_url = fresh_sqlite(out_dir / "historian.db")
-    engine = hdb.connect(database_url)
+    engine = hdb.connect(database_url, create_missing=True)
     try:
         gpus_per_node = int(cfg.get("historian.gpus_per_node"))
         timed("ingest", "ingesting sacct, node events, health checks, exclusions, tickets",

@@ -352,7 +352,7 @@ def _act(out, fleet, config, seed, now, say, timings, t_all) -> FailSlowAct:
     say("fail-slow: `healthctl suspects apply` (detect, then the suspect tier in Slurm)")
     t0 = time.perf_counter()
     healthctl(suspects_cmd, "apply")
-    engine = hdb.connect(url)
+    engine = hdb.connect(url, create_missing=True)
     try:
         found = [e.as_dict() for e in hs.active(engine)]
     finally:

@@ -93,7 +93,7 @@ def simulated_historian(sim_cfg: SimConfig, out: Path, *, url: str | None = None
     say(f"simulating {sim_cfg.nodes} nodes x {sim_cfg.days:g} days (seed {sim_cfg.seed})")
     sim = simulate(sim_cfg, out)
     url = url or fresh_sqlite(out / "historian.db")
-    engine = hdb.connect(url)
+    engine = hdb.connect(url, create_missing=True)
     try:
         say(f"seed {sim_cfg.seed}: ingesting and attributing")
         ingest_fleet(engine, out)

@@ -260,7 +260,7 @@ def labelled_from_historian(fleet, *, window_days: float = 28, history_days: flo
     from rsc_health.historian.lemons.features import lemon_features
     from rsc_health.hostlist import expand
 
-    engine = hdb.connect(fleet.url)
+    engine = hdb.connect(fleet.url, create_missing=True)
     try:
         features = lemon_features(engine, fleet.as_of, window_days, history_days=history_days,
                                   outages=outages)

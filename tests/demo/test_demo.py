@@ -51,7 +51,7 @@ def test_demo_historian_charges_goodput_to_the_preemptions_failure_requeues_caus
         SimConfig.from_config(load_config(None), nodes=128, days=30, seed=3), tmp_path / "sim")
     victims = {j for f in built.truth["failures"] for j in f["preempted_jobs"]}
     assert victims
-    engine = db.connect(built.url)
+    engine = db.connect(built.url, create_missing=True)
     try:
         lost = goodput_lost(engine)
     finally:

@@ -243,3 +243,32 @@ def test_a_job_or_run_stamped_in_the_future_does_not_make_stale_data_look_fresh(
         "rsc_health_data_age_seconds"]}
     assert 2 * 86400 - 600 < age["sacct"] < 2 * 86400 + 600, age
     assert 2 * 86400 - 600 < age["spool"] < 2 * 86400 + 600, age
+
+
+def test_an_export_whose_sqlite_historian_file_is_gone_says_up_0_and_creates_none(tmp_path):
+    """The historian's file vanished (deleted, restored elsewhere, its volume not mounted
+    over the directory): the export created a new, empty historian in its place and wrote
+    rsc_health_historian_up 1 with no lemon, no stale node and nothing reporting, so every
+    RscHealthLemonCandidate / NodeStale alert resolved at once and RscHealthHistorianDown
+    never fired; the next ingest then filled the stray empty file."""
+    gone = tmp_path / "historian.db"
+    out = tmp_path / "rsc_health_fleet.prom"
+    proc = export(f"sqlite:///{gone}", out, timeout=60)
+    assert proc.returncode == 1 and "does not exist" in proc.stderr, proc.stderr
+    assert samples(out.read_text())["rsc_health_historian_up"][0].value == 0
+    assert not gone.exists()
+
+
+def test_an_export_of_a_historian_with_no_schema_says_up_0_and_creates_none(tmp_path):
+    """An empty file (or an empty PostgreSQL database) is no historian yet: not initialised,
+    up 0, and no schema made in it by a reader."""
+    empty = tmp_path / "historian.db"
+    empty.touch()
+    out = tmp_path / "rsc_health_fleet.prom"
+    proc = export(f"sqlite:///{empty}", out, timeout=60)
+    assert proc.returncode == 1 and "not initialised" in proc.stderr, proc.stderr
+    assert samples(out.read_text())["rsc_health_historian_up"][0].value == 0
+    import sqlite3
+
+    with sqlite3.connect(empty) as conn:  # the reader's WAL pragma writes a header, no table
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)

@@ -23,7 +23,7 @@ def test_reliability_and_triage_are_exported(tmp_path):
     url = f"sqlite:///{tmp_path / 'historian.db'}"
     now = datetime.utcnow().replace(microsecond=0)
     d2, d5, d6 = (now - timedelta(days=k) for k in (2, 5, 6))
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     try:
         events.ingest_text(engine, "NodeName|TimeStart|TimeEnd|State|Reason|Cluster\n"
                            f"n1|{_t(d5)}|{_t(d5 + timedelta(hours=2))}|DOWN|GPU lost|c1\n"

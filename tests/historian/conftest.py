@@ -46,6 +46,6 @@ def historian_url(request, tmp_path):
 
 @pytest.fixture
 def historian(historian_url):
-    engine = connect(historian_url)
+    engine = connect(historian_url, create_missing=True)
     yield engine
     engine.dispose()

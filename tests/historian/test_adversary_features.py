@@ -17,7 +17,7 @@ from tests.historian.test_suspects import T0, TRUSTED, cfg, ev, run_pass
 
 @pytest.mark.parametrize("site", ["ib:hdr", "gpu+nvl", "rack/3", "h100_80gb", "knl.quad"])
 def test_a_suspect_with_a_site_feature_slurm_accepts_loses_only_the_trusted_one(tmp_path, site):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm = MemorySlurm()
     for i in range(1, 21):
         slurm.add_node(f"node{i:02d}", features=(site, TRUSTED), weight=10)

@@ -23,7 +23,7 @@ def test_attribution_runs_at_once_leave_each_attribution_once(historian_url, his
         for pk in range(1, 41):
             _job(conn, pk, "FAILED", [f"n{pk}"])
             _check(conn, f"c{pk}", f"n{pk}", END)
-    engines = [connect(historian_url) for _ in range(4)]
+    engines = [connect(historian_url, create_missing=True) for _ in range(4)]
     start = threading.Barrier(len(engines))
     errors: list[BaseException] = []
 

@@ -27,7 +27,7 @@ GPUS = {f"00000000:{b}:00.0": i for i, b in enumerate(("18", "1A", "3B", "5D"))}
 
 
 def _blamed(url: str, job: str) -> list[tuple[str, str, str]]:
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     try:
         a, j = schema.attributions, schema.jobs
         with engine.connect() as conn:

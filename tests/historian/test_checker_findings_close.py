@@ -40,7 +40,7 @@ def _flush(url: str, root) -> None:
 def _open_checker(url: str) -> list[tuple[str, str]]:
     from rsc_health.historian.db import connect
 
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     try:
         with engine.connect() as conn:
             return sorted((r["code"], r["source"]) for r in open_failures(conn)

@@ -26,7 +26,7 @@ def test_new_database_gets_the_schema_and_version(historian):
 
 
 def test_sqlite_runs_in_wal_with_foreign_keys(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     with engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
@@ -39,20 +39,20 @@ def test_a_newer_schema_is_refused(historian_url, historian):
         conn.execute(schema.schema_version.delete())
         conn.execute(insert(schema.schema_version).values(version=schema.SCHEMA_VERSION + 1))
     with pytest.raises(SchemaTooNew, match="newer than this release"):
-        connect(historian_url)
+        connect(historian_url, create_missing=True)
 
 
 def test_database_down_is_a_clear_error_without_the_password():
     url = "postgresql+psycopg://rsc:s3cret@127.0.0.1:1/history"
     with pytest.raises(HistorianUnavailable) as info:
-        connect(url)
+        connect(url, create_missing=True)
     assert "127.0.0.1:1/history" in str(info.value)
     assert "s3cret" not in str(info.value)
 
 
 def test_unwritable_sqlite_path_is_unavailable(tmp_path):
     with pytest.raises(HistorianUnavailable, match="no-such-dir"):
-        connect(f"sqlite:///{tmp_path / 'no-such-dir' / 'h.db'}")
+        connect(f"sqlite:///{tmp_path / 'no-such-dir' / 'h.db'}", create_missing=True)
 
 
 def test_upgrade_applies_a_v2_migration_file_and_keeps_rows(historian, tmp_path, monkeypatch):
@@ -168,7 +168,7 @@ def test_a_create_cut_short_by_a_full_disk_leaves_nothing_the_rerun_trips_on(tmp
             continue
         failed += 1
         assert cut.stderr.count("\n") == 1 and "Traceback" not in cut.stderr, cut.stderr
-        engine = db.connect(url, upgrade=True)  # the rerun, with room
+        engine = db.connect(url, upgrade=True, create_missing=True)  # the rerun, with room
         try:
             assert db.current_version(engine) == schema.SCHEMA_VERSION
         finally:

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.postgres
 
 
 def test_an_export_held_by_a_locked_table_ends_at_its_own_timeout(pg_url, tmp_path):
-    connect(pg_url).dispose()
+    connect(pg_url, create_missing=True).dispose()
     out = tmp_path / "fleet.prom"
     out.write_text("rsc_health_historian_up 1\n")  # the last good export
     libpq = pg_url.replace("postgresql+psycopg://", "postgresql://")

@@ -172,7 +172,7 @@ def test_a_slow_gpus_node_is_confirmed_and_a_congested_but_sound_node_released(l
     assert drained.reason.startswith(f"{REASON_PREFIX}{QUALIFY_MODE}:gpu_burn_long:")
     assert "DRAIN" not in released.state and not slurm.reservations()
     assert trusted in released.features and released.weight == 1
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     try:
         with engine.connect() as conn:
             tickets = conn.execute(select(schema.tickets.c.node)).scalars().all()

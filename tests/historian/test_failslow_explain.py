@@ -31,7 +31,7 @@ def _historian(url: str, now: datetime) -> datetime:
     t0 = datetime.fromtimestamp(int(back.timestamp()) // 300 * 300, UTC).replace(tzinfo=None)
     jobs = {"1001": [f"a{i:02d}" for i in range(8)], "1002": ["b00", "b01", "b02"],
             "1003": ["s00"], "1004": [f"e{i:02d}" for i in range(4)]}
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     try:
         with engine.begin() as conn:
             for pk, (job, nodes) in enumerate(jobs.items(), start=1):

@@ -192,7 +192,7 @@ def _historian_with_a_bursty_fleet(url: str, now: datetime) -> None:
 
     samples, members = _fleet({6: 0.05, 7: 0.05})
     shift = now - timedelta(minutes=61) - T0
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     try:
         with engine.begin() as conn:
             for pk, (job, nodes) in enumerate(members.groupby("job_id")["node"], start=1):
@@ -233,7 +233,7 @@ def test_healthctl_suspects_rates_reads_the_detectors_window(tmp_path, historian
     assert "ib_error_rate (fleet_chance on)" in text.output and "waits a sweep more" in text.output
     empty = f"sqlite:///{tmp_path / 'empty.db'}"
     from rsc_health.historian import db
-    db.connect(empty, upgrade=True).dispose()
+    db.connect(empty, upgrade=True, create_missing=True).dispose()
     res = CliRunner().invoke(cli, ["--db", empty, "suspects", "rates"])
     assert res.exit_code == 0 and "no judged node-sweeps" in res.output
     # a historian that cannot be read: one line, exit 1, never "no excursions"

@@ -101,7 +101,7 @@ def thawed(private_pg):
 
 
 def test_a_server_that_freezes_mid_statement_ends_it_at_the_client_bound(thawed):
-    engine = hdb.connect(thawed.url, statement_timeout_s=1)
+    engine = hdb.connect(thawed.url, statement_timeout_s=1, create_missing=True)
     try:
         with engine.connect() as conn:
             conn.execute(text("SELECT 1"))
@@ -117,7 +117,7 @@ def test_a_server_that_freezes_mid_statement_ends_it_at_the_client_bound(thawed)
 
 
 def test_a_statement_after_a_frozen_one_runs_on_a_fresh_connection(thawed):
-    engine = hdb.connect(thawed.url, statement_timeout_s=1)
+    engine = hdb.connect(thawed.url, statement_timeout_s=1, create_missing=True)
     with engine.connect() as conn:
         thawed.freeze()
         with pytest.raises(hdb.HistorianFrozen):
@@ -140,7 +140,7 @@ def _healthctl(url: str, tmp_path: Path, *args: str, timeout_s: float = 60):
 
 
 def test_a_lock_held_elsewhere_ends_a_command_at_the_statement_timeout(thawed, tmp_path):
-    engine = hdb.connect(thawed.url)  # creates the schema
+    engine = hdb.connect(thawed.url, create_missing=True)  # creates the schema
     with engine.connect() as holder:
         holder.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))
         proc, took = _healthctl(thawed.url, tmp_path, "lemons")
@@ -167,7 +167,7 @@ def _wait_for_a_lock_waiter(conn, within_s: float = 60) -> None:
 def test_a_server_frozen_while_a_command_waits_ends_it_with_one_line(thawed, tmp_path):
     """The command's statement waits on a lock; then the whole server freezes, so its own
     timeout cannot fire: the client's bound ends the command."""
-    engine = hdb.connect(thawed.url)
+    engine = hdb.connect(thawed.url, create_missing=True)
     with engine.connect() as holder:
         holder.execute(text("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE"))
         cfg = tmp_path / "site.toml"
@@ -250,7 +250,8 @@ def test_a_database_frozen_at_commit_ends_the_flush_in_bounded_time(private_pg, 
     with admin.connect() as conn:
         conn.execute(text("DROP DATABASE IF EXISTS ht_commit"))
         conn.execute(text("CREATE DATABASE ht_commit"))
-    hdb.connect(url).dispose()  # the schema, so the flush's first COMMIT is its chunk's
+    # the schema, so the flush's first COMMIT is its chunk's
+    hdb.connect(url, create_missing=True).dispose()
     spool_dir = tmp_path / "spool"
     written = _spooled_checks(spool_dir)
     pid_file = tmp_path / "backend.pid"
@@ -277,7 +278,7 @@ def test_a_database_frozen_at_commit_ends_the_flush_in_bounded_time(private_pg, 
          str(spool_dir)], capture_output=True, text=True, timeout=120, cwd=REPO,
         env={**os.environ, "PYTHONPATH": str(REPO)})
     assert flushed.returncode == 0, flushed.stderr
-    engine = hdb.connect(url)
+    engine = hdb.connect(url, create_missing=True)
     with engine.connect() as conn:
         rows = conn.execute(select(func.count()).select_from(schema.check_results)).scalar()
     engine.dispose()
@@ -288,7 +289,7 @@ def test_a_database_frozen_at_commit_ends_the_flush_in_bounded_time(private_pg, 
 
 
 def test_a_rollback_that_meets_a_frozen_backend_ends_at_the_client_bound(private_pg):
-    engine = hdb.connect(private_pg.url, statement_timeout_s=1)
+    engine = hdb.connect(private_pg.url, statement_timeout_s=1, create_missing=True)
     pid = None
     try:
         with engine.connect() as conn:

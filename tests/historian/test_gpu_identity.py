@@ -34,7 +34,7 @@ def test_a_gpu_that_failed_in_two_nodes_is_reported_and_the_node_it_left_is_not_
     """GPU S1 fails four times in n001, is moved to n002 and fails there twice. Without the
     serials n001 was a lemon for S1's failures; with them S1 is the repeat offender, n001 is
     not blamed, and n002 is (the fault is now there)."""
-    engine = db.connect(historian_url, upgrade=True)
+    engine = db.connect(historian_url, upgrade=True, create_missing=True)
     try:
         names = [f"n{i:03d}" for i in range(100)]
         inventory.import_lines(engine, io.StringIO("node,cluster,partition,from,to\n" + "".join(
@@ -86,7 +86,7 @@ def test_titan_gpus_that_failed_in_two_nodes_match_the_csv(tmp_path):
     GPU's span at the node covers the time."""
     frame = _titan.read()
     paths = _titan.write_imports(frame, tmp_path)
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True)
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True, create_missing=True)
     try:
         events.ingest_file(engine, paths["events"])
         inventory.import_gpus_csv(engine, paths["gpus"])

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.postgres
 @pytest.mark.parametrize("cut", [False, True], ids=["statement-timeout", "backend-killed"])
 def test_healthctl_reading_a_historian_held_by_a_migration_or_cut_off_says_one_line(
         pg_url, tmp_path, cut):
-    connect(pg_url).dispose()
+    connect(pg_url, create_missing=True).dispose()
     config = tmp_path / "config.toml"
     config.write_text("[historian]\nstatement_timeout_s = 3\n")
     holder, admin = engine_for(pg_url), create_engine(pg_url, isolation_level="AUTOCOMMIT")

@@ -42,6 +42,7 @@ def test_ingest_commands_report_counts_and_bad_lines(tmp_path):
 
 def test_ticket_commands(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
+    _run(url, "db", "upgrade")  # only db upgrade and the imports create a historian
     assert "ticket 1 opened for gpu007" in _run(url, "ticket", "open", "gpu007", "--reason", "x")
     listed = json.loads(_run(url, "ticket", "list", "--open", "--json"))
     assert [(t["id"], t["node"], t["closed"]) for t in listed] == [(1, "gpu007", None)]
@@ -51,6 +52,20 @@ def test_ticket_commands(tmp_path):
     assert json.loads(_run(url, "ticket", "list", "--open", "--json")) == []
     _run(url, "ticket", "import", "--file", str(FIXTURES / "tickets.csv"))
     assert len(json.loads(_run(url, "ticket", "list", "--json"))) == 3
+
+
+def test_an_operator_command_creates_no_historian_only_db_upgrade_and_the_imports_do(
+        tmp_path):
+    """A ticket opened (or `db status` asked) on a host whose historian file is gone made a
+    new, empty one in its place, which every reader then took for a quiet fleet."""
+    gone = tmp_path / "h.db"
+    url = f"sqlite:///{gone}"
+    opened = CliRunner().invoke(cli, ["--db", url, "ticket", "open", "gpu007", "--reason", "x"])
+    assert opened.exit_code == 1 and "does not exist" in opened.output, opened.output
+    assert "absent" in json.loads(_run(url, "db", "status", "--json"))["state"]
+    assert not gone.exists()
+    _run(url, "ticket", "import", "--file", str(FIXTURES / "tickets.csv"))
+    assert gone.exists()
 
 
 def test_database_down_is_one_clear_line(tmp_path):
@@ -75,6 +90,7 @@ def test_a_database_that_is_down_is_a_one_line_error_on_every_write_command(tmp_
 
 def test_closing_a_ticket_that_does_not_exist_says_so(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
+    _run(url, "db", "upgrade")
     result = CliRunner().invoke(cli, ["--db", url, "ticket", "close", "4711"])
     assert result.exit_code == 1
     assert "4711" in result.output and "Traceback" not in result.output

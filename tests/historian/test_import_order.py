@@ -60,7 +60,7 @@ def _text(x) -> str:
 
 def _figures(sim_dir: Path, url: str) -> dict:
     cfg = load_config(None)
-    engine = hdb.connect(url, upgrade=True)
+    engine = hdb.connect(url, upgrade=True, create_missing=True)
     try:
         ingest_fleet(engine, sim_dir, gpus_per_node=8)
         attribute(engine, window=AttributionWindow.from_config(cfg))

@@ -50,7 +50,7 @@ def _rows(engine):
 
 
 def test_two_failures_in_the_same_second_keep_both_reasons_and_are_counted(historian_url):
-    engine = db.connect(historian_url, upgrade=True)
+    engine = db.connect(historian_url, upgrade=True, create_missing=True)
     try:
         report = events.ingest_text(engine, HEADER
                                     + "n1|2016-04-05T10:00:00|Unknown|DOWN|GPU DBE\n"
@@ -75,7 +75,7 @@ def test_tz_reads_wall_clock_times_and_stores_utc(tmp_path):
                               "--tz", "America/New_York", "--json"])
     assert out.exit_code == 0, out.output
     assert json.loads(out.output)["times"] == "America/New_York"
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     try:
         with engine.connect() as conn:
             start, end = conn.execute(select(schema.node_events.c.start,
@@ -91,7 +91,7 @@ def test_tz_reads_wall_clock_times_and_stores_utc(tmp_path):
 
 def test_titan_events_account_for_every_row(tmp_path):
     paths = _titan.write_imports(_titan.read(), tmp_path)
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True)
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True, create_missing=True)
     try:
         report = events.ingest_file(engine, paths["events"])
     finally:
@@ -111,7 +111,7 @@ def test_lanl_imports_account_for_every_row_and_tickets_opened_together_keep_bot
         tmp_path):
     frame = _lanl.read()
     paths = _lanl.write_imports(frame, tmp_path)
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True)
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True, create_missing=True)
     try:
         ev = events.ingest_file(engine, paths["events"], tz=_lanl.TZ)
         tk = tickets.import_csv(engine, paths["tickets"], tz=zone(_lanl.TZ))
@@ -141,7 +141,7 @@ def test_lanl_imports_account_for_every_row_and_tickets_opened_together_keep_bot
 
 def test_titan_checks_and_inventories_account_for_every_row(tmp_path):
     paths = _titan.write_imports(_titan.read(), tmp_path)
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True)
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True, create_missing=True)
     try:
         reports = [checks.ingest_file(engine, paths["checks"]),
                    inventory.import_csv(engine, paths["inventory"]),
@@ -246,7 +246,7 @@ def test_the_maintenance_and_fleet_filters_say_what_they_removed(tmp_path):
     frame = _lanl.read()
     paths = _lanl.write_imports(frame, tmp_path)
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     try:
         events.ingest_file(engine, paths["events"], tz=_lanl.TZ)
         df = reliability(engine, datetime(1990, 1, 1), datetime(2010, 1, 1), period="year")
@@ -319,7 +319,7 @@ def sacct_ingest(engine_or_url, text: str, fresh: bool = False):
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
-        other = db.connect(f"sqlite:///{tmp}/fresh.db", upgrade=True)
+        other = db.connect(f"sqlite:///{tmp}/fresh.db", upgrade=True, create_missing=True)
         try:
             return sacct.ingest_text(other, text)
         finally:

@@ -255,7 +255,7 @@ def test_three_loads_into_one_sqlite_file_at_once_all_land(tmp_path):
     runs them: in one process the first-load ADBC path beside a sqlite3 load is the two-library
     hazard sqlite_bulk describes.)"""
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    connect(url).dispose()
+    connect(url, create_missing=True).dispose()
     bodies = [
         _parsable([_row(str(i), NodeList=f"gpu{i % 50:03d}", NNodes="1")
                    for i in range(1, 3001)]),
@@ -277,12 +277,12 @@ def test_three_loads_into_one_sqlite_file_at_once_all_land(tmp_path):
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
         assert "Traceback" not in err
-    assert table_counts(connect(url))["jobs"] == 3010
+    assert table_counts(connect(url, create_missing=True))["jobs"] == 3010
 
 
 @pytest.mark.postgres
 def test_a_statement_past_its_timeout_ends_the_load_in_one_line(pg_url):
-    engine = connect(pg_url)
+    engine = connect(pg_url, create_missing=True)
     with pytest.raises(sacct.SacctError) as caught:
         sacct.ingest_text(engine, _parsable([_row(str(i)) for i in range(1, 200)]),
                           statement_timeout_s=0.000001)
@@ -324,7 +324,7 @@ def test_postgresql_going_away_mid_load_is_one_line(pg_url, monkeypatch):
     from tests.historian.conftest import PG_ADMIN_URL
 
     monkeypatch.setattr(sacct_parse, "BLOCK_BYTES", 4096)
-    engine = connect(pg_url)
+    engine = connect(pg_url, create_missing=True)
     body = _parsable([_row(str(i)) for i in range(1, 400)]).encode()
     source = io.BufferedReader(
         _KillsTheServerMidway(body, PG_ADMIN_URL, engine.url.database)
@@ -334,7 +334,7 @@ def test_postgresql_going_away_mid_load_is_one_line(pg_url, monkeypatch):
     assert "\n" not in str(caught.value)
     assert "nothing of it was kept" in str(caught.value)
     engine.dispose()
-    assert table_counts(connect(pg_url))["jobs"] == 0
+    assert table_counts(connect(pg_url, create_missing=True))["jobs"] == 0
 
 
 def test_the_sacct_argv_of_the_parsable_form_cannot_be_shifted():
@@ -395,7 +395,7 @@ def test_events_into_a_database_that_went_away_is_one_line(pg_url):
     from rsc_health.historian.ingest import events
     from tests.historian.conftest import PG_ADMIN_URL
 
-    engine = connect(pg_url)
+    engine = connect(pg_url, create_missing=True)
     admin = create_engine(PG_ADMIN_URL, isolation_level="AUTOCOMMIT")
     with engine.connect():  # a pooled connection, then the server drops it
         pass

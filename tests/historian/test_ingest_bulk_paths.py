@@ -59,11 +59,11 @@ def _dump(engine) -> tuple[list, list]:
 
 
 def _load_both_ways(tmp_path, monkeypatch, text: str):
-    bulk = connect(f"sqlite:///{tmp_path / 'bulk.db'}")
+    bulk = connect(f"sqlite:///{tmp_path / 'bulk.db'}", create_missing=True)
     bulk_report = sacct.ingest_text(bulk, text)
     with monkeypatch.context() as m:
         m.setattr(sqlite_bulk, "usable_file", lambda engine: None)
-        driver = connect(f"sqlite:///{tmp_path / 'driver.db'}")
+        driver = connect(f"sqlite:///{tmp_path / 'driver.db'}", create_missing=True)
         driver_report = sacct.ingest_text(driver, text)
     return (bulk, bulk_report), (driver, driver_report)
 
@@ -117,7 +117,7 @@ def test_bad_rows_in_later_blocks_keep_their_line_numbers(tmp_path, small_blocks
     lines[30] = lines[30].replace("2024-03-01T", "2024-02-30T", 1)
     lines[63] = "|".join(["8", "8", "x", "u", "gpu", "FAILED"])
     lines[99] = lines[99].replace("2024-03-01T", " 2024-03-01T", 1)
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     report = sacct.ingest_text(engine, "\n".join(lines) + "\n")
     assert [b.line for b in report.bad] == bad_at
     assert [b.message.split(":")[0] for b in report.bad] == [
@@ -141,7 +141,7 @@ def test_a_time_that_is_not_sacct_s_is_reported(tmp_path, value):
     header, first, *_ = SACCT.read_text().splitlines()
     row = first.split("|")
     row[10] = value  # End
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     row[0] = "2001"
     report = sacct.ingest_text(engine, f"{header}\n{first}\n{'|'.join(row)}\n")
     assert [(b.line, b.message) for b in report.bad] == [(3, f"End is not a time: {value}")]
@@ -156,7 +156,7 @@ def test_bytes_that_are_not_utf8_are_replaced_counted_and_every_job_lands(
     late = next(i for i in range(80, len(lines)) if b"train_llm" in lines[i])
     lines[late] = lines[late].replace(b"train_llm", b"train_\xff\xfe")
     path.write_bytes(b"\n".join(lines) + b"\n")
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     report = sacct.ingest_text(engine, path)
     assert report.bad == [] and report.replaced == 2
     assert table_counts(engine)["jobs"] == len(lines) - 1 - report.skipped
@@ -166,8 +166,8 @@ def test_bytes_that_are_not_utf8_are_replaced_counted_and_every_job_lands(
 
 
 def test_the_adbc_path_is_only_for_a_file_nobody_else_holds(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     assert sqlite_bulk.usable_file(engine) == tmp_path / "h.db"
     with engine.connect():
         assert sqlite_bulk.usable_file(engine) is None  # a connection of ours is in use
-    assert sqlite_bulk.usable_file(connect("sqlite://")) is None  # in memory
+    assert sqlite_bulk.usable_file(connect("sqlite://", create_missing=True)) is None  # in memory

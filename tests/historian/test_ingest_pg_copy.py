@@ -134,10 +134,10 @@ def test_a_file_read_twice_is_copied_then_upserted_and_postgresql_matches_sqlite
         for ln in lines[1:]
     ]
     text = "\n".join([*lines, *again]) + "\n"
-    pg = connect(pg_url)
+    pg = connect(pg_url, create_missing=True)
     report = sacct.ingest_text(pg, text)
     monkeypatch.setattr(sqlite_bulk, "usable_file", lambda engine: None)
-    lite = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    lite = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     assert sacct.ingest_text(lite, text).summary() == report.summary()
     assert report.bad == []
     assert pg_paths.count("copy") >= 3 and _then_only_upserts(pg_paths)
@@ -162,10 +162,10 @@ def test_a_repeat_inside_one_block_of_a_first_load_lands_once(pg_url, tmp_path, 
     first = _row(job_id, State="RUNNING", End="Unknown")
     rows = [first, _row("7"), dict(first, State="FAILED", ExitCode="1:0")]
     text = _parsable(rows)
-    pg = connect(pg_url)
+    pg = connect(pg_url, create_missing=True)
     report = sacct.ingest_text(pg, text)
     monkeypatch.setattr(sqlite_bulk, "usable_file", lambda engine: None)
-    lite = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    lite = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     assert sacct.ingest_text(lite, text).summary() == report.summary()
     assert pg_paths == ["upsert"]
     assert _content(pg) == _content(lite)
@@ -194,7 +194,7 @@ def test_a_load_overlapping_the_last_adds_only_the_new_instances(historian, smal
 @pytest.mark.postgres
 def test_two_postgresql_loads_at_once_both_land_each_instance_once(pg_url):
     """The second load waits for the first's lock on jobs, then finds its keys stored."""
-    connect(pg_url).dispose()
+    connect(pg_url, create_missing=True).dispose()
     bodies = [
         _parsable([_row(str(i), NodeList=f"gpu{i % 50:03d}", NNodes="1")
                    for i in range(1, 3001)]),
@@ -204,7 +204,7 @@ def test_two_postgresql_loads_at_once_both_land_each_instance_once(pg_url):
     errors: list[BaseException] = []
 
     def load(body: str) -> None:
-        engine = connect(pg_url)
+        engine = connect(pg_url, create_missing=True)
         try:
             sacct.ingest_text(engine, body)
         except BaseException as exc:  # noqa: BLE001 -- handed to the test thread
@@ -218,7 +218,7 @@ def test_two_postgresql_loads_at_once_both_land_each_instance_once(pg_url):
     for t in threads:
         t.join(timeout=120)
     assert errors == []
-    engine = connect(pg_url)
+    engine = connect(pg_url, create_missing=True)
     counts = table_counts(engine)
     assert counts["jobs"] == 4000 and counts["job_nodes"] == 4000
     with engine.connect() as conn:
@@ -228,9 +228,9 @@ def test_two_postgresql_loads_at_once_both_land_each_instance_once(pg_url):
 
 @pytest.mark.postgres
 def test_a_load_waiting_past_its_timeout_for_another_load_says_so_in_one_line(pg_url):
-    engine = connect(pg_url)
+    engine = connect(pg_url, create_missing=True)
     body = _parsable([_row(str(i)) for i in range(1, 50)])
-    holder = connect(pg_url)
+    holder = connect(pg_url, create_missing=True)
     with holder.connect() as other:  # another load's transaction, still open
         other.exec_driver_sql("LOCK TABLE jobs IN SHARE ROW EXCLUSIVE MODE")
         with pytest.raises(sacct.SacctError) as caught:
@@ -251,7 +251,7 @@ def test_a_first_load_writes_its_rows_frozen_and_a_later_load_keeps_every_row(pg
     that allows FREEZE runs only on empty tables: a second load into them keeps every row."""
     first = [_row(str(i), NodeList=f"gpu{i % 40:03d}", NNodes="1") for i in range(1, 301)]
     second = [_row(str(i), NodeList=f"gpu{i % 40:03d}", NNodes="1") for i in range(301, 361)]
-    pg = connect(pg_url)
+    pg = connect(pg_url, create_missing=True)
     sacct.ingest_text(pg, _parsable(first))
     with pg.connect() as conn:
         conn.exec_driver_sql("ANALYZE jobs, job_nodes")  # brings relallvisible up to date
@@ -278,7 +278,7 @@ def _referencing_jobs() -> list[str]:
 def test_the_first_loads_foreign_keys_come_back_validated(pg_url, small_blocks):
     """The foreign keys dropped for a first load's COPY are added back checked (not NOT
     VALID), and still refuse a job_nodes row whose job is not stored."""
-    pg = connect(pg_url)
+    pg = connect(pg_url, create_missing=True)
     assert sacct.ingest_text(pg, "\n".join(_many_jobs(10)) + "\n").bad == []
     with pg.connect() as conn:
         fks = conn.exec_driver_sql(

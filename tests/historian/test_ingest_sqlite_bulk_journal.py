@@ -22,7 +22,7 @@ def _journal_mode(path: Path) -> str:
 
 def test_first_backfill_returns_the_database_to_wal_with_every_row(tmp_path):
     db = tmp_path / "h.db"
-    engine = connect(f"sqlite:///{db}")
+    engine = connect(f"sqlite:///{db}", create_missing=True)
     first = sacct.ingest_text(engine, SACCT)
     assert first.written > 0
     assert _journal_mode(db) == "wal"
@@ -34,7 +34,7 @@ def test_first_backfill_returns_the_database_to_wal_with_every_row(tmp_path):
 
 def test_first_backfill_while_another_connection_reads_stays_in_wal(tmp_path):
     db = tmp_path / "h.db"
-    engine = connect(f"sqlite:///{db}")
+    engine = connect(f"sqlite:///{db}", create_missing=True)
     reader = sqlite3.connect(db)
     reader.execute("BEGIN")
     reader.execute("SELECT count(*) FROM jobs").fetchone()  # holds a WAL read snapshot
@@ -50,7 +50,7 @@ def test_first_backfill_while_another_connection_reads_stays_in_wal(tmp_path):
 
 def test_a_failed_first_load_keeps_the_indexes(tmp_path):
     db = tmp_path / "h.db"
-    engine = connect(f"sqlite:///{db}")
+    engine = connect(f"sqlite:///{db}", create_missing=True)
     before = {i["name"] for t in ("jobs", "job_nodes") for i in inspect(engine).get_indexes(t)}
     assert set(sacct.DEFERRABLE_INDEXES) <= before
     with pytest.raises(sacct.SacctError):
@@ -61,7 +61,7 @@ def test_a_failed_first_load_keeps_the_indexes(tmp_path):
 
 
 def test_foreign_keys_are_enforced_again_after_a_load_and_after_a_failed_one(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     sacct.ingest_text(engine, SACCT)
     with pytest.raises(sacct.SacctError):
         sacct.ingest_text(engine, "JobIDRaw|JobID\n1|1\n")

@@ -317,7 +317,8 @@ def test_link_by_job_id_keeps_resubmissions_apart(engine):
 @pytest.fixture()
 def db_url(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = connect(url)  # the store's own versioned schema, as `healthctl` expects it
+    # the store's own versioned schema, as `healthctl` expects it
+    engine = connect(url, create_missing=True)
     _load(engine)
     _add_runs(engine)
     engine.dispose()

@@ -71,7 +71,7 @@ def test_goodput_when_every_lost_job_lost_no_gpu_hours(tmp_path):
     """A NODE_FAIL job that never started lost 0 GPU-hours: the share of preemptions divided
     by that 0 after the table was printed (ZeroDivisionError, exit 1)."""
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     sacct.ingest_text(engine, _parsable([_row("1", State="NODE_FAIL", Start="Unknown",
                                               NNodes="1", NodeList="gpu001",
                                               AllocTRES="gres/gpu=8")]))

@@ -40,7 +40,7 @@ def _version_1(url: str, tmp_path: Path):
 def _fill(engine, tmp_path: Path) -> None:
     """The fixtures' rows, as today's ingest writes them, copied into `engine`'s tables with
     the columns those tables have (a version-1 database lacks the later ones)."""
-    scratch = db.connect(f"sqlite:///{tmp_path / 'scratch.db'}")
+    scratch = db.connect(f"sqlite:///{tmp_path / 'scratch.db'}", create_missing=True)
     sacct.ingest_text(scratch, FIXTURES / "sacct_small.txt")
     events.ingest_file(scratch, FIXTURES / "sacctmgr_events.txt")
     checks.ingest_file(scratch, FIXTURES / "checks.jsonl")
@@ -93,7 +93,8 @@ def test_upgrade_from_version_1_keeps_every_row_and_the_metrics(historian_url, t
     engine = _version_1(historian_url, tmp_path)
     _fill(engine, tmp_path)
     rows, metrics = _rows(engine), _metrics(engine, goodput_too=False)
-    today = db.connect(f"sqlite:///{tmp_path / 'scratch.db'}")  # the same rows, today's schema
+    # the same rows, today's schema
+    today = db.connect(f"sqlite:///{tmp_path / 'scratch.db'}", create_missing=True)
     lost = json.loads(_metrics(today))["goodput"]
     today.dispose()
     assert lost  # the fixtures do lose goodput: the comparison below is not of two empties
@@ -102,8 +103,8 @@ def test_upgrade_from_version_1_keeps_every_row_and_the_metrics(historian_url, t
     assert db.migrate(v1, 0, _only_v1(tmp_path)) == [1]
 
     with pytest.raises(db.SchemaTooOld):
-        db.connect(historian_url)
-    upgraded = db.connect(historian_url, upgrade=True)
+        db.connect(historian_url, create_missing=True)
+    upgraded = db.connect(historian_url, upgrade=True, create_missing=True)
     try:
         assert db.current_version(upgraded) == schema.SCHEMA_VERSION
         assert _rows(upgraded, v1) == rows
@@ -140,7 +141,7 @@ def test_healthctl_db_upgrade_converts_a_version_1_file(tmp_path):
     engine.dispose()
     v1 = db.engine_for(f"sqlite:///{tmp_path / 'v1-columns.db'}")
     assert db.migrate(v1, 0, _only_v1(tmp_path)) == [1]
-    upgraded = db.connect(url)
+    upgraded = db.connect(url, create_missing=True)
     assert _rows(upgraded, v1) == rows
     upgraded.dispose()
     engine.dispose()

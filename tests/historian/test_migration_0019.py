@@ -22,7 +22,7 @@ T0 = datetime(2025, 1, 1)
 def _at_version_18(url: str):
     """A historian as version 18 left it: today's schema less the index, at version 18 (that
     the migrations build what schema.py creates is test_db's and test_migration_0002's)."""
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     with engine.begin() as conn:
         conn.exec_driver_sql(f"DROP INDEX {INDEX}")
         conn.execute(schema.schema_version.update().values(version=18))
@@ -101,7 +101,7 @@ def test_upgrade_from_18_indexes_the_stored_intervals_and_deployments_read_the_s
 
 
 def test_a_new_historian_has_the_index_too(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'new.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'new.db'}", create_missing=True)
     try:
         names = {ix["name"] for ix in inspect(engine).get_indexes("check_results")}
         assert INDEX in names

@@ -54,7 +54,7 @@ def fleet(tmp_path):
     outside jobs three days ago; and garbled but finite records (negative, huge) from g006
     and the hostile-named node."""
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0, second=0)
     start, end = now - timedelta(hours=3), now - timedelta(hours=2)
     _job(engine, 41, [*NODES, HOSTILE], start, end)

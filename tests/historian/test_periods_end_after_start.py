@@ -35,7 +35,7 @@ def test_an_event_ending_in_the_repeated_dst_hour_ends_after_it_starts(tmp_path,
     doc = json.loads(out.output)
     assert doc["written"] == 2
     assert doc["dropped"] == {"ends before it starts": 1}
-    engine = connect(historian_url)
+    engine = connect(historian_url, create_missing=True)
     with engine.connect() as conn:
         rows = {r.node: (r.start, r.end) for r in conn.execute(select(schema.node_events))}
     engine.dispose()

@@ -22,7 +22,7 @@ MODEL, DRIVER = "NVIDIA H100 80GB HBM3", "550.54.15"
 def engine(historian_url):
     url = historian_url
     assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    eng = connect(url)
+    eng = connect(url, create_missing=True)
     yield eng
     eng.dispose()
 

@@ -59,14 +59,14 @@ def test_a_qualification_run_is_stamped_by_the_historians_clock_not_the_nodes(
     cfg.write_text("[qualify]\nlite = [\"burn\"]\nmin_peers = 4\ntier_budget_s = 60\n"
                    "[qualify.tests.burn]\nplugin = \"gpu_burn\"\n"
                    "command = [\"gpu_burn\", \"-tc\", \"60\"]\ntimeout_s = 10\n")
-    connect(historian_url, upgrade=True).dispose()
+    connect(historian_url, upgrade=True, create_missing=True).dispose()
     before = datetime.now(UTC).replace(tzinfo=None)
     _Ahead.shift = shift
     with mock.patch("rsc_health.commands.qualify.datetime", _Ahead):
         result = _qualify_run(tmp_path, cfg, historian_url)
     after = datetime.now(UTC).replace(tzinfo=None)
     assert result.exit_code in (0, 4), result.output[-600:]
-    engine = connect(historian_url)
+    engine = connect(historian_url, create_missing=True)
     try:
         with engine.connect() as conn:
             started, ended = conn.execute(select(qualify_runs.c.started,

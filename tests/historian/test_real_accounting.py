@@ -66,7 +66,7 @@ def test_real_sacct_and_sacctmgr_output_lands(cluster, tmp_path, monkeypatch):
     # slurmdbd stores a job's end a moment after sacct -j shows it (the reason for the
     # cursor's overlap): wait until the window query sees both jobs
     cluster.wait_for(lambda: {ok, bad} <= _listed(cluster), 60, "slurmdbd to list the jobs")
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     report = sacct.ingest_incremental(engine, acct=ACCT, since="2020-01-01T00:00:00",
                                       gpus_per_node=8)
     assert report.bad == []
@@ -131,7 +131,7 @@ def test_every_adversarially_named_job_lands_in_an_incremental_ingest(
     for job_id in ids:
         cluster.wait_for(lambda j=job_id: _final(cluster, j, {"COMPLETED"}), 60, f"job {job_id}")
     cluster.wait_for(lambda: ids <= _listed(cluster), 60, "slurmdbd to list the jobs")
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     report = sacct.ingest_incremental(engine, acct=ACCT, since="2020-01-01T00:00:00", form=form)
     assert report.bad == [], report.bad
     with engine.connect() as conn:
@@ -166,7 +166,7 @@ def test_a_drain_inside_a_real_maint_reservation_is_not_the_nodes_outage(
         for node in (planned, unplanned):  # a reason that says nothing of maintenance
             cluster.run(["scontrol", "update", f"nodename={node}", "state=drain",
                          "reason=bob: cabling"])
-        engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+        engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
         since = "2020-01-01T00:00:00"
         cluster.wait_for(
             lambda: "rsc_maint" in reservations.run_sacctmgr(since, ACCT), 60,
@@ -197,7 +197,7 @@ def test_a_requeued_jobs_instances_all_land_through_sacct_json(cluster, tmp_path
     cluster.run(["scontrol", "release", job], check=False)
     cluster.wait_for(lambda: _final(cluster, job, {"COMPLETED"}), 120, "the requeued job")
     cluster.wait_for(lambda: job in _listed(cluster), 60, "slurmdbd to list the job")
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     report = sacct.ingest_incremental(engine, acct=ACCT, since="2020-01-01T00:00:00", form="json")
     assert report.bad == []
     with engine.connect() as conn:

@@ -27,7 +27,7 @@ H = timedelta(hours=1)
 
 
 def _load(url, rows, inv, xids=()):
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     lines = ["NodeName|TimeStart|TimeEnd|State|Reason"] + [
         f"{n}|{s:%Y-%m-%dT%H:%M:%S}|{e:%Y-%m-%dT%H:%M:%S}|DOWN|{r}" for n, s, e, r in rows]
     events.ingest_text(engine, "\n".join(lines) + "\n")
@@ -99,7 +99,7 @@ def test_titan_quarterly_system_mtbf_matches_an_independent_computation(tmp_path
     failures is not published with the data)."""
     frame = _titan.read()
     paths = _titan.write_imports(frame, tmp_path)
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True)
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True, create_missing=True)
     try:
         inventory.import_csv(engine, paths["inventory"])
         events.ingest_file(engine, paths["events"])

@@ -80,7 +80,7 @@ def _config(tmp_path: Path) -> Path:
 @pytest.mark.postgres
 def test_a_prune_behind_a_locked_row_ends_at_the_statement_timeout_and_keeps_its_progress(
         pg_url, tmp_path):
-    engine = connect(pg_url)
+    engine = connect(pg_url, create_missing=True)
     _load(engine)
     libpq = pg_url.replace("postgresql+psycopg://", "postgresql://")
     argv = [sys.executable, "-m", "rsc_health.cli", "--config", str(_config(tmp_path)),

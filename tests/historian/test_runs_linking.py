@@ -246,7 +246,7 @@ def test_no_run_of_the_demo_fleet_has_ettr_above_one(tmp_path):
     from rsc_health.sim import SimConfig, simulate
 
     simulate(SimConfig(nodes=256, days=90, seed=0), tmp_path / "sim")
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     sacct.ingest_text(engine, tmp_path / "sim" / "sacct.txt")
     for mode in MODES:
         runs = job_runs(engine, r_f=6.5e-3, opts=RunOptions(link_by=mode))

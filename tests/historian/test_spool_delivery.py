@@ -132,7 +132,7 @@ def test_database_down_keeps_the_spool_for_the_next_flush(tmp_path, historian_ur
 
 def test_a_failed_write_leaves_the_batch(tmp_path):
     """The database goes away between claim and write: the batch stays to be retried."""
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     spool.append(tmp_path / "spool", _records())
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE node_actions")
@@ -190,7 +190,7 @@ def test_two_flushes_of_one_spool_at_once_count_each_failure_once(tmp_path):
     spool_dir = tmp_path / "spool"
     spool.append(spool_dir, records)
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    connect(url).dispose()
+    connect(url, create_missing=True).dispose()
     holder = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -209,7 +209,7 @@ def test_two_flushes_of_one_spool_at_once_count_each_failure_once(tmp_path):
     outs = [p.communicate(timeout=120) for p in (first, second)]
     assert [p.returncode for p in (first, second)] == [0, 0], outs
     days = schema.check_days
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     with engine.connect() as conn:
         counts = dict(conn.execute(select(days.c.check, days.c.fail)).all())
     engine.dispose()
@@ -239,7 +239,7 @@ def test_a_flush_into_an_empty_database_creates_the_schema_and_delivers(historia
     spool.append(tmp_path, _records())
     report = flush(historian_url, tmp_path)
     assert report.delivered["check"] == 2 and report.batches == 1
-    engine = connect(historian_url)
+    engine = connect(historian_url, create_missing=True)
     try:
         assert _count(engine, schema.node_actions) == 1
     finally:

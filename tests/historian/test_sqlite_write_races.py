@@ -84,7 +84,7 @@ def _two_racing_spools(url: str, tmp_path: Path) -> tuple[Path, Path, list[Path]
 
 def _open_ecc(url: str) -> list[tuple]:
     """gpu003's open ecc intervals: (component, status)."""
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     C = schema.check_results
     with engine.connect() as conn:
         open_ = conn.execute(select(C.c.component, C.c.status).where(
@@ -114,7 +114,7 @@ def test_two_flushes_of_one_node_at_once_leave_one_open_interval(tmp_path):
     outs = [p.communicate(timeout=120) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
     assert _open_ecc(url) == [("gpu1", "fail")]
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     with engine.connect() as conn:
         days = conn.execute(select(schema.check_days.c.fail)).scalars().all()
     engine.dispose()
@@ -130,7 +130,7 @@ def test_two_flushes_of_one_node_at_once_on_postgresql_leave_one_open_interval(p
     taken before the read, now makes the second wait for the first."""
     import psycopg
 
-    connect(pg_url).dispose()
+    connect(pg_url, create_missing=True).dispose()
     older, newer, marks = _two_racing_spools(pg_url, tmp_path)
     libpq = pg_url.replace("postgresql+psycopg://", "postgresql://")
     with psycopg.connect(libpq) as holder:
@@ -151,7 +151,7 @@ def test_a_reader_is_not_held_by_a_writer_and_a_savepoint_nests(tmp_path):
     from rsc_health.historian.db import writer
 
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     holder = sqlite3.connect(tmp_path / "h.db", isolation_level=None)
     holder.execute("BEGIN IMMEDIATE")
     try:
@@ -190,7 +190,7 @@ def test_two_lemon_runs_recording_one_node_at_once_on_postgresql_open_one_ticket
     from rsc_health.historian.lemons.apply import _record
     from rsc_health.historian.lemons.verdicts import LemonVerdict
 
-    engine = connect(pg_url)
+    engine = connect(pg_url, create_missing=True)
     verdict = LemonVerdict("gpu007", crossings=[], repeat_offender=True)
     reason = "rsc_health:lemon:repeat_offender:repeat offender"
     now = T0.replace(tzinfo=None)

@@ -38,7 +38,18 @@ def test_status_with_a_healthy_historian_and_fleet_exits_0(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
     from rsc_health.historian.db import connect
 
-    connect(url, upgrade=True).dispose()
+    connect(url, upgrade=True, create_missing=True).dispose()
     out = _status(tmp_path, url, "--json")
     assert out.exit_code == 0, out.output
     assert json.loads(out.stdout)["historian_error"] is None
+
+
+def test_status_with_its_sqlite_historian_file_gone_does_not_vouch_for_the_fleet(tmp_path):
+    """`healthctl status` exits 1 and says "historian unreachable" when the historian's
+    directory is missing, but with the directory there and the file gone it created an empty
+    historian and exited 0: no node "not checking", no verdict held, all well."""
+    gone = tmp_path / "historian.db"
+    out = _status(tmp_path, f"sqlite:///{gone}")
+    assert out.exit_code == 1, out.output
+    assert "historian unreachable" in out.output and "does not exist" in out.output
+    assert not gone.exists()

@@ -46,7 +46,7 @@ def test_file_dash_reads_a_pipe(tmp_path, command, text, table, rows):
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     assert (report["read"], report["written"], report["bad"]) == (rows, rows, [])
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     with engine.connect() as conn:
         assert conn.execute(select(func.count()).select_from(table)).scalar() == rows
         if table is schema.tickets:

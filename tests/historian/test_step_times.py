@@ -511,7 +511,7 @@ def test_the_labs_drop_files_go_through_ingest_and_detect(tmp_path):
                                                                            "steps"), "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["written"] == len(fleet.steps)
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     try:
         for job, rows in fleet.membership.groupby("job_id"):
             _job(engine, job, list(rows["node"]), rows["start"].iloc[0].to_pydatetime(),

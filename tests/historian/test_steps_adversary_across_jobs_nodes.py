@@ -34,7 +34,7 @@ VICTIM = "gpu099"  # in no job, ever
 def test_a_file_naming_a_node_outside_every_job_makes_it_an_across_jobs_suspect(
         tmp_path, owner_check):
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     t0 = now - timedelta(days=3)
     rng = np.random.default_rng(3)

@@ -40,7 +40,7 @@ def test_a_file_without_a_line_end_is_refused_not_read_to_its_end(tmp_path):
 
 def test_another_writer_gets_in_between_a_passs_batches(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    db.connect(url).dispose()
+    db.connect(url, create_missing=True).dispose()
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     t = (now - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     f = tmp_path / "555.jsonl"
@@ -60,7 +60,7 @@ def test_another_writer_gets_in_between_a_passs_batches(tmp_path, monkeypatch):
         return parse(line, received)
 
     monkeypatch.setattr(steps, "parse_line", parse_and_let_another_write)
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     try:
         report = steps.ingest_path(engine, f, steps.Limits(
             max_line_bytes=65536, max_lines=1000, max_files=10, owner_must_match=False))

@@ -23,7 +23,7 @@ from rsc_health.historian import db, schema
 
 def test_a_flooders_files_starve_another_users_later_files_in_every_pass(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     with engine.begin() as conn:
         pk = conn.execute(insert(schema.jobs).values(

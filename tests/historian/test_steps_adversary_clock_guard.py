@@ -32,7 +32,7 @@ from tests.historian.test_suspects import TRUSTED, _obj, fleet
 def test_a_users_step_line_at_the_jumped_time_lets_the_jump_expire_every_suspect(tmp_path,
                                                                                  with_drop):
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     ev = SuspectEvidence(node="node07", metric="sm_clock_ratio", value=0.62, peer_median=0.98,
                          deviation=9.5, since=now - timedelta(minutes=10), last=now,

@@ -17,7 +17,7 @@ from rsc_health.historian.ingest import steps
 
 def test_a_pass_cut_by_the_database_says_what_it_wrote(tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    db.connect(url).dispose()
+    db.connect(url, create_missing=True).dispose()
     t = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     f = tmp_path / "555.jsonl"
     f.write_text("".join(json.dumps({"job_id": "555", "rank": i, "node": "n1", "step": i,
@@ -33,7 +33,7 @@ def test_a_pass_cut_by_the_database_says_what_it_wrote(tmp_path, monkeypatch):
 
     monkeypatch.setattr(steps, "_write", write)
     out = CliRunner().invoke(cli, ["--db", url, "ingest", "steps", str(f)])
-    e = db.connect(url)
+    e = db.connect(url, create_missing=True)
     with e.connect() as c:
         n = c.execute(select(func.count()).select_from(schema.step_times)).scalar()
     e.dispose()

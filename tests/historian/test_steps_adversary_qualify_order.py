@@ -32,7 +32,7 @@ def _ev(node, at, dev, source, metric):
 
 
 def test_step_file_suspects_go_to_qualification_before_a_telemetry_suspect(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm = MemorySlurm()
     for i in range(1, 41):
         slurm.add_node(f"node{i:02d}", features=("h100", TRUSTED), weight=10)

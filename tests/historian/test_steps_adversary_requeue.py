@@ -19,7 +19,7 @@ NODES = [f"gpu{i:03d}" for i in range(1, 9)]
 
 def test_requeued_job_keeps_its_step_rows(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     runs = [(now - timedelta(hours=10), now - timedelta(hours=9)),   # failed, requeued
             (now - timedelta(hours=8), now - timedelta(hours=7))]

@@ -26,7 +26,7 @@ MIN = timedelta(minutes=1)
 
 @pytest.fixture
 def engine(tmp_path):
-    e = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    e = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     yield e
     e.dispose()
 

@@ -151,7 +151,7 @@ def test_garbled_evidence_is_kept_bounded_and_never_breaks_the_pass(historian):
 # ---- the tier in Slurm ------------------------------------------------------------------------
 
 def test_a_suspect_loses_the_trusted_feature_and_gains_weight_short_of_a_drain(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path)
     res = run_pass(engine, slurm, config, T0, [ev("node07", T0)])
     n = slurm.info["node07"]
@@ -184,7 +184,7 @@ def test_a_tier_change_is_one_scontrol_update_of_features_and_weight(tmp_path):
     scheduled with a node that had lost rsc_trusted at its old weight (a CI run read it).
     Each change of the tier is one update now, the suspect's, the re-applied and the
     given-back alike."""
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path)
     run_pass(engine, slurm, config, T0, [ev("node07", T0)])
     assert _written(slurm, "node07") == [("update_node", "node07", ("h100",), 1000)]
@@ -225,7 +225,7 @@ def test_slurmctld_gone_mid_pass_leaves_no_node_half_changed(tmp_path):
     whole change, the others none (before, the first node kept its feature off at its old
     weight until the next pass). Gone before any write: nothing changes, the episodes stay
     unapplied, and the next pass applies each whole."""
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path, "[suspects]\nmax_share = 0.5\n")
 
     class GoneAfterOneWrite:
@@ -268,7 +268,7 @@ def test_an_update_that_landed_but_timed_out_still_gives_the_nodes_own_weight_ba
     saved 1 as the weight to give back: a person's clear put the node at weight 1, not its
     own 10 (Slurm then filled it before every other node). The weight to give back is kept
     before the update is sent."""
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path)
     slurm.stop_after("update_node", answered=False)
     res = run_pass(engine, slurm, config, T0, [ev("node07", T0)])
@@ -287,7 +287,7 @@ def test_an_update_that_landed_but_timed_out_still_gives_the_nodes_own_weight_ba
 
 
 def test_what_slurm_lost_at_a_reconfigure_is_re_applied_and_said(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path)
     run_pass(engine, slurm, config, T0, [ev("node07", T0)])
     # scontrol reconfigure: the node reads slurm.conf again (where its weight is now 20).
@@ -302,7 +302,7 @@ def test_what_slurm_lost_at_a_reconfigure_is_re_applied_and_said(tmp_path):
 
 
 def test_shadow_mode_records_would_suspect_once_and_changes_nothing(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path, "[actions]\nenabled = false\n")
     for k in range(3):
         run_pass(engine, slurm, config, T0 + k * timedelta(minutes=1), [ev("node07", T0)])
@@ -315,7 +315,7 @@ def test_shadow_mode_records_would_suspect_once_and_changes_nothing(tmp_path):
 def test_shadow_mode_writes_nothing_even_where_the_guard_would_give_a_node_back(tmp_path):
     """The tier applied two suspects; then the site turns actions off and lowers the cap. The
     guard's give-back is a write to Slurm like any other: in shadow mode it is only said."""
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm = fleet(40)
     run_pass(engine, slurm, cfg(tmp_path, "[suspects]\nmax_share = 0.05\n"), T0,
              [ev("node04", T0, dev=4.0), ev("node05", T0, dev=5.0)])
@@ -330,7 +330,7 @@ def test_shadow_mode_writes_nothing_even_where_the_guard_would_give_a_node_back(
 
 
 def test_the_guard_caps_suspects_per_partition_strongest_first(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(40), cfg(tmp_path, "[suspects]\nmax_share = 0.05\n")
     evidence = [ev(f"node{i:02d}", T0, dev=float(i)) for i in range(1, 6)]
     run_pass(engine, slurm, config, T0, evidence)
@@ -356,7 +356,7 @@ def test_the_guard_caps_suspects_per_partition_strongest_first(tmp_path):
 
 
 def test_a_persons_drain_or_down_is_left_alone(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path)
     # A node the site itself keeps without the feature, at the suspects' weight: not ours.
     slurm.add_node("node20", features=("a100",), weight=1000)
@@ -373,7 +373,7 @@ def test_a_persons_drain_or_down_is_left_alone(tmp_path):
 
 
 def test_a_controller_away_or_a_hostile_name_is_an_error_not_a_crash(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path)
     slurm.stop()
     res = run_pass(engine, slurm, config, T0, [ev("node07", T0)])
@@ -392,7 +392,7 @@ def test_a_controller_away_or_a_hostile_name_is_an_error_not_a_crash(tmp_path):
 def test_no_detector_installed_is_said_and_the_pass_still_runs(tmp_path, monkeypatch):
     import rsc_health.suspects as tier
 
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     monkeypatch.setattr(tier, "detector", lambda: None)
     res = manager_pass(engine, fleet(), cfg(tmp_path), T0)
     assert res.notes and "no fail-slow detector" in res.notes[0]
@@ -410,7 +410,7 @@ def _obj(engine, slurm, tmp_path):
 
 
 def test_healthctl_suspects_shows_the_evidence_and_json(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     hs.record(engine, [ev("node07", T0, jobs=("4242", "4243"))], T0,
               expire_after=timedelta(hours=24))
     out = CliRunner().invoke(suspects_cmd, [], obj=_obj(engine, fleet(), tmp_path))
@@ -473,7 +473,7 @@ def test_status_and_node_show_the_suspect_with_its_evidence(tmp_path, monkeypatc
     from rsc_health.commands.nodeview import node as node_cmd
     from rsc_health.commands.slurm import status as status_cmd
 
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path)
     monkeypatch.setattr(slurm_cmds, "_slurm", lambda ctx: slurm)
     run_pass(engine, slurm, config, T0, [ev("node07", T0, jobs=("4242",))])
@@ -571,7 +571,7 @@ def test_a_controller_that_stops_answering_mid_pass_costs_one_timeout_not_one_pe
     from rsc_health.slurm.api import SlurmUnavailable
     from rsc_health.suspects import apply
 
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path, "[suspects]\nmax_share = 0.5\n")
     evidence = [ev(f"node{i:02d}", T0) for i in (3, 5, 7)]
     run_pass(engine, slurm, config, T0, evidence)
@@ -627,7 +627,7 @@ def test_a_suspects_failed_qualification_the_guard_held_back_does_not_give_trust
     the episode and ended it, and the tier gave the node its trusted feature and weight back,
     into big jobs, failed and undrained, with nothing left to qualify it again. Only a fail
     that drained the node confirms; a fail the flow drained still does."""
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(), cfg(tmp_path)
     from datetime import UTC
 
@@ -662,7 +662,7 @@ def test_suspects_the_guard_held_are_never_sent_to_qualification(tmp_path):
     in line is applied and becomes due."""
     from rsc_health.qualify.flow import HistorianSide, suspect_candidates
 
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(40), cfg(tmp_path, "[suspects]\nmax_share = 0.05\n")
     evidence = [ev(f"node{i:02d}", T0, dev=float(i), source=STEPS, metric="step_time")
                 for i in range(1, 6)]
@@ -688,7 +688,7 @@ def test_step_files_never_push_telemetry_suspects_out_of_the_guards_share(tmp_pa
     max_share: 2 of 40) from a node the node's own telemetry showed slow, which the guard then
     held (left trusted, and never qualified). Telemetry evidence now goes first; step-file
     suspects share what is left."""
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm, config = fleet(40), cfg(tmp_path, "[suspects]\nmax_share = 0.05\n")
     evidence = [ev(f"node{i:02d}", T0, dev=99.0, source=STEPS, metric="step_time")
                 for i in range(1, 4)] + [ev("node10", T0, dev=5.0)]

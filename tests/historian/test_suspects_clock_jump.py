@@ -22,7 +22,7 @@ from .test_suspects import TRUSTED, _obj, ev, fleet
 
 
 def test_a_clock_a_year_ahead_expires_no_suspect_and_gives_nothing_back(tmp_path):
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
     hs.record(engine, [ev("node07", now)], now, expire_after=timedelta(hours=24))
     with engine.begin() as conn:  # the fleet is reporting: a heartbeat a minute ago

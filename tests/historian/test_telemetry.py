@@ -300,7 +300,7 @@ def test_healthctl_ingest_telemetry_rolls_up(tmp_path):
     from rsc_health.cli import cli
 
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     try:
         day = datetime.combine(date.today() - timedelta(days=2), datetime.min.time())
         _insert_samples(engine, _sweeps("f1", "gpu_temp_c", day, 24, 50.0))
@@ -406,7 +406,7 @@ def test_two_rollups_at_once_take_turns_instead_of_one_failing_on_the_key(pg_url
 
     from rsc_health.historian import telemetry
 
-    engine = db.connect(pg_url)
+    engine = db.connect(pg_url, create_missing=True)
     _insert_samples(engine, _sweeps("e1", "gpu_temp_c", DAY + timedelta(hours=2), 2, 70.0)
                     + _sweeps("e2", "gpu_temp_c", DAY + timedelta(hours=2), 2, 72.0))
     _job(engine, 11, ["e1", "e2"], DAY + timedelta(hours=2), DAY + timedelta(hours=4))
@@ -414,7 +414,7 @@ def test_two_rollups_at_once_take_turns_instead_of_one_failing_on_the_key(pg_url
     errors: list[Exception] = []
 
     def second_run() -> None:  # a process of its own: an engine of its own
-        other_engine = db.connect(pg_url)
+        other_engine = db.connect(pg_url, create_missing=True)
         try:
             rollup(other_engine, now, CFG)
         except Exception as exc:  # noqa: BLE001 - the assertion below names it

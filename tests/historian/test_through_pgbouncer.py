@@ -49,20 +49,21 @@ def _spool(root: Path, node: str, sweeps: int, failing_from: int | None = None) 
 
 
 def test_every_node_flushes_through_a_transaction_pool(pg_url, tmp_path):
-    connect(pg_url).dispose()  # the schema, created directly (a role the nodes do not have)
+    # the schema, created directly (a role the nodes do not have)
+    connect(pg_url, create_missing=True).dispose()
     with pgbouncer.pgbouncer(pg_url) as pooled:
         for i in range(4):  # one process per node in production: one engine each here
             report = flush(pooled, _spool(tmp_path, f"gpu{i:03d}", 12, failing_from=6))
             assert report.delivered == {"check": 36, "heartbeat": 12}
         # one client, many transactions (a big spool in chunks), alternating backends
-        engine = connect(pooled)
+        engine = connect(pooled, create_missing=True)
         try:
             report = deliver(engine, _spool(tmp_path, "gpu999", 40), chunk_lines=8)
             assert report.delivered == {"check": 120, "heartbeat": 40}
             assert report.batches == 1
         finally:
             engine.dispose()
-    direct = connect(pg_url)
+    direct = connect(pg_url, create_missing=True)
     try:
         with direct.connect() as conn:
             failing = {r["node"] for r in open_failures(conn)}
@@ -80,9 +81,9 @@ def test_accounting_loads_twice_through_a_transaction_pool_and_keeps_each_job_on
 
     from .conftest import FIXTURES
 
-    connect(pg_url).dispose()
+    connect(pg_url, create_missing=True).dispose()
     with pgbouncer.pgbouncer(pg_url) as pooled:
-        engine = connect(pooled)
+        engine = connect(pooled, create_missing=True)
         try:
             first = ingest_text(engine, FIXTURES / "sacct_small.txt")
             again = ingest_text(engine, FIXTURES / "sacct_small.txt")  # the upsert's path

@@ -97,7 +97,7 @@ def test_triage_command_says_the_labels_in_text_and_json(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
     from rsc_health.historian import db
 
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     try:
         _load(engine)
     finally:
@@ -137,7 +137,7 @@ def test_the_node_view_shows_its_failed_jobs_triaged(tmp_path):
     from rsc_health.historian import db
 
     url = f"sqlite:///{tmp_path / 'h.db'}"
-    engine = db.connect(url, upgrade=True)
+    engine = db.connect(url, upgrade=True, create_missing=True)
     try:
         _load(engine)
     finally:

@@ -32,7 +32,7 @@ def test_ticket_import_reads_local_times_in_tz_across_a_dst_change(tmp_path, his
     path.write_text(TICKETS)
     out = _run(historian_url, "ticket", "import", "--file", str(path), "--tz", "Europe/Berlin")
     assert "times read as Europe/Berlin" in out
-    engine = connect(historian_url)
+    engine = connect(historian_url, create_missing=True)
     with engine.connect() as conn:
         rows = {r.node: r for r in conn.execute(select(schema.tickets))}
     engine.dispose()
@@ -48,7 +48,7 @@ def test_inventory_and_gpu_imports_take_tz_and_say_utc_without_it(tmp_path, hist
     assert "times read as America/Denver" in _run(
         historian_url, "ingest", "inventory", "--file", str(inv), "--tz", "America/Denver")
     assert "times read as UTC" in _run(historian_url, "ingest", "gpus", "--file", str(gpus))
-    engine = connect(historian_url)
+    engine = connect(historian_url, create_missing=True)
     with engine.connect() as conn:
         node = conn.execute(select(schema.node_inventory)).one()
         gpu = conn.execute(select(schema.gpu_inventory)).one()
@@ -65,7 +65,7 @@ def test_a_zone_that_does_not_exist_is_a_usage_error_and_nothing_lands(tmp_path)
                                       "--tz", "Mars/Olympus"])
     assert result.exit_code == 2, result.output
     assert "not a time zone" in result.output
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     with engine.connect() as conn:
         assert conn.execute(select(schema.tickets)).all() == []
     engine.dispose()

@@ -30,6 +30,6 @@ def fleet_any(request, tmp_path):
         url = f"sqlite:///{tmp_path / 'historian.db'}"
     else:
         url = request.getfixturevalue("pg_url")
-    eng = db.connect(url)
+    eng = db.connect(url, create_missing=True)
     yield Fleet(eng)
     eng.dispose()

@@ -36,7 +36,7 @@ def _shuffled(path: Path, out: Path, seed: int, header: bool) -> Path:
 
 
 def _features(url: str) -> list[pd.DataFrame]:
-    engine = db.connect(url)
+    engine = db.connect(url, create_missing=True)
     outages = OutageRules.from_config({**bench.DEFAULTS, "rate_window_days": 365})
     try:
         return [lemon_features(engine, d, bench.DEFAULTS["window_days"],

@@ -49,7 +49,7 @@ def _report_section(url: str, out: Path) -> str:
     from rsc_health.report.render import write_report
 
     skip = frozenset({"outcomes", "causes", "rolling", "deployments", "mttf", "goodput", "ettr"})
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     try:
         data = gather(engine, utcnow().replace(tzinfo=None), GatherOptions(skip=skip))
     finally:
@@ -60,7 +60,7 @@ def _report_section(url: str, out: Path) -> str:
 
 def _status(root: Path, tmp_path: Path, monkeypatch) -> tuple[int, dict, str]:
     url = f"sqlite:///{tmp_path / 'history.db'}"
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     try:
         deliver(engine, root / NODE_STATE / "spool")
     finally:

@@ -353,9 +353,13 @@ def test_metrics_export_is_never_written_through_names_planted_for_the_next_pids
             os.symlink(secret, f".fleet.prom.{pid}", dir_fd=dfd)
 
     _as_nobody(out, plant)
+    from rsc_health.historian import db
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    db.connect(url, create_missing=True).dispose()  # an export creates no historian
     done = subprocess.run(
         [sys.executable, "-m", "rsc_health.cli", "--config", os.devnull,
-         "--db", f"sqlite:///{tmp_path / 'h.db'}", "metrics", "export",
+         "--db", url, "metrics", "export",
          "--out", str(out / "fleet.prom")],
         env=dict(os.environ, PYTHONPATH=str(REPO)), capture_output=True, text=True,
         timeout=300)

@@ -29,7 +29,7 @@ def test_a_hung_probe_named_with_terminal_escapes_is_shown_escaped(tmp_path, mon
                      version="0.1.0"),
     ])
     url = f"sqlite:///{tmp_path / 'history.db'}"
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     try:
         deliver(engine, spool_dir)
     finally:

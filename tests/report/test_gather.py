@@ -64,7 +64,7 @@ def populate(engine) -> None:
 
 @pytest.fixture
 def engine(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'historian.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'historian.db'}", create_missing=True)
     populate(engine)
     yield engine
     engine.dispose()
@@ -107,7 +107,7 @@ def check_gathered(engine, tmp_path) -> None:
 
 
 def test_gather_on_an_empty_historian_still_renders(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'empty.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'empty.db'}", create_missing=True)
     data = gather(engine, AS_OF)
     engine.dispose()
     assert data.lemons.empty and data.actions.empty
@@ -202,7 +202,7 @@ def test_a_young_cluster_report_says_why_ettr_is_empty_without_a_traceback(tmp_p
     logged a traceback; it now says why, and logs nothing as a failure."""
     import logging
 
-    engine = connect(f"sqlite:///{tmp_path / 'young.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'young.db'}", create_missing=True)
     with caplog.at_level(logging.WARNING):
         data = gather(engine, AS_OF)
     engine.dispose()
@@ -239,7 +239,7 @@ def test_shadow_would_drains_in_a_fabric_event_are_capped_as_the_live_guard_woul
     """Shadow mode records would_drain for every node, and the guard was never applied: an
     operator saw 12 of 20 nodes drained where the live product (10% per 15 min) drains 2 and
     holds 10. The report applies the guard's arithmetic to the would-drains."""
-    engine = connect(f"sqlite:///{tmp_path / 'historian.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'historian.db'}", create_missing=True)
     try:
         check_shadow_capped(engine, tmp_path, inventory)
     finally:

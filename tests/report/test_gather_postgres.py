@@ -24,7 +24,7 @@ def pg_engine():
     with admin.connect() as conn:
         conn.execute(text(f'CREATE DATABASE "{name}"'))
     base, _, _db = PG_URL.rpartition("/")
-    engine = connect(f"{base}/{name}")
+    engine = connect(f"{base}/{name}", create_missing=True)
     try:
         yield engine
     finally:

@@ -44,7 +44,7 @@ def _opts(**kw) -> GatherOptions:
 
 @pytest.fixture
 def engine(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'historian.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'historian.db'}", create_missing=True)
     yield engine
     engine.dispose()
 

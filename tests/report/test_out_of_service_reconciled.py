@@ -57,7 +57,7 @@ def _history(url: str, tmp_path) -> None:
 def test_a_resume_20_s_ago_is_not_out_and_our_drain_shows_before_its_event(
         historian_url, tmp_path):  # noqa: F811
     _history(historian_url, tmp_path)
-    engine = connect(historian_url)
+    engine = connect(historian_url, create_missing=True)
     try:
         out = morning.out_of_service(engine, AS_OF)
     finally:

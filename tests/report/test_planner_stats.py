@@ -16,7 +16,7 @@ def _stats(engine) -> dict[str, str]:
 
 
 def test_gather_leaves_sqlite_statistics_for_the_jobs_and_job_nodes_indexes(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     populate(engine)
     labels: list[str] = []
     data = gather(engine, AS_OF, GatherOptions(lemon=LEMON_RULES), progress=labels.append)
@@ -35,10 +35,10 @@ def test_gather_leaves_sqlite_statistics_for_the_jobs_and_job_nodes_indexes(tmp_
 
 def test_a_read_only_historian_still_gets_its_report(tmp_path):
     path = tmp_path / "h.db"
-    writer = connect(f"sqlite:///{path}")
+    writer = connect(f"sqlite:///{path}", create_missing=True)
     populate(writer)
     writer.dispose()
-    engine = connect(f"sqlite:///file:{path}?mode=ro&uri=true")
+    engine = connect(f"sqlite:///file:{path}?mode=ro&uri=true", create_missing=True)
     refresh_statistics(engine)  # logs and carries on: only speed is lost
     data = gather(engine, AS_OF, GatherOptions(lemon=LEMON_RULES))
     assert len(data.features) == 3 and "features" not in data.notes

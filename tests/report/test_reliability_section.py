@@ -40,7 +40,7 @@ def _load(engine):
 
 
 def test_the_report_shows_reliability_per_month_and_failed_jobs_by_label(tmp_path):
-    engine = connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     try:
         _load(engine)
         data = gather(engine, AS_OF, GatherOptions(metrics_days=90))

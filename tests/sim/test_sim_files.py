@@ -185,7 +185,7 @@ def test_the_simulator_writes_the_last_heartbeats_of_the_nodes_that_are_up(tmp_p
     assert lines and {r["kind"] for r in lines} == {"heartbeat"}
     assert len({r["node"] for r in lines}) <= 24
 
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     report = deliver(engine, sim.files["spool/pending.jsonl"].parent)
     assert report.delivered["heartbeat"] == len(lines)
     truth = json.loads(sim.files["truth.json"].read_text())

@@ -20,7 +20,7 @@ def _count(engine, table) -> int:
 def test_a_simulated_fleet_lands_whole_in_a_fresh_historian(tmp_path):
     fleet = simulated_historian(SimConfig(nodes=64, days=20, seed=5), tmp_path / "fleet")
     sim = fleet.sim
-    engine = hdb.connect(fleet.url)
+    engine = hdb.connect(fleet.url, create_missing=True)
     try:
         assert _count(engine, schema.jobs) == sim.instances  # one row per sacct row
         # the heartbeats were delivered as a node's flush delivers them: taken from the spool
@@ -38,7 +38,7 @@ def test_a_simulated_fleet_lands_whole_in_a_fresh_historian(tmp_path):
     assert fleet.as_of.isoformat().startswith("2024-01-21")  # start + 20 days (SimConfig)
 
     again = simulated_historian(SimConfig(nodes=64, days=20, seed=5), tmp_path / "fleet")
-    engine = hdb.connect(again.url)
+    engine = hdb.connect(again.url, create_missing=True)
     try:  # the earlier run's rows are gone, not doubled
         assert _count(engine, schema.jobs) == sim.instances
     finally:
@@ -49,7 +49,7 @@ def test_ingesting_a_fleet_twice_changes_nothing(tmp_path):
     """The loaders are idempotent, so the door is too: the same fleet ingested twice into one
     historian holds the same rows."""
     fleet = simulated_historian(SimConfig(nodes=8, days=4, seed=2), tmp_path / "fleet")
-    engine = hdb.connect(fleet.url)
+    engine = hdb.connect(fleet.url, create_missing=True)
     try:
         tables = (schema.jobs, schema.check_results, schema.node_events, schema.job_exclusions,
                   schema.tickets)

@@ -158,7 +158,7 @@ def test_suspect_tier_survives_reconfigure_and_restart_on_real_slurm(lua_cluster
     out = _healthctl(c, tmp_path, "suspects", "clear", SUSPECT, "--reason", "fan replaced")
     assert out.exit_code == 0, out.output
     assert _trusted(c, SUSPECT) and c.node(SUSPECT)["Weight"] == "1"
-    engine = db.connect(f"sqlite:///{tmp_path / 'history.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'history.db'}", create_missing=True)
     try:
         assert hs.active(engine) == []
     finally:

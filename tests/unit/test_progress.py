@@ -24,7 +24,7 @@ def demo_db(tmp_path_factory):
     """A small populated historian (the report tests' own: jobs, failures, events): the
     spinner draws from a command's start, so the data's size does not matter here."""
     path = tmp_path_factory.mktemp("progress") / "historian.db"
-    engine = connect(f"sqlite:///{path}")
+    engine = connect(f"sqlite:///{path}", create_missing=True)
     populate(engine)
     engine.dispose()
     return f"sqlite:///{path}"

@@ -83,7 +83,7 @@ def test_a_hostile_version_text_is_cut_in_the_reason():
 def db(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
     assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     yield url, engine
     engine.dispose()
 

@@ -28,7 +28,7 @@ PERSON = "bob: rack 12 PSU swap, keep out"
 def db(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
     assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     now = datetime.now(UTC).replace(tzinfo=None)
     with engine.begin() as conn:
         conn.execute(insert(qualify_runs).values(

@@ -47,7 +47,7 @@ def naive(t: datetime) -> datetime:
 def db(tmp_path):
     url = f"sqlite:///{tmp_path / 'h.db'}"
     assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    engine = connect(url)
+    engine = connect(url, create_missing=True)
     yield url, engine
     engine.dispose()
 

@@ -95,7 +95,7 @@ def test_a_persons_drain_and_resume_of_a_shadow_node_change_nothing(tmp_path, mo
 
 def test_the_suspect_tier_leaves_a_shadow_node_trusted(tmp_path):
     t0 = datetime(2026, 11, 20, 12, 0)
-    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}")
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", create_missing=True)
     slurm = MemorySlurm()
     for name in ("shadow07", *(f"live{i:02d}" for i in range(1, 20))):
         slurm.add_node(name, features=("h100", "rsc_trusted"), weight=10)

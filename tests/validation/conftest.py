@@ -20,8 +20,8 @@ def _opened(seed: int, directory) -> validate.Fleet:
     """The fleet validate.build_fleet made in `directory`, opened by this worker."""
     (out,) = [p for p in directory.iterdir() if p.is_dir()]
     truth, as_of = truth_of(out)
-    return validate.Fleet(seed, out, hdb.connect(f"sqlite:///{out / 'historian.db'}"), truth,
-                          as_of)
+    return validate.Fleet(seed, out, hdb.connect(f"sqlite:///{out / 'historian.db'}",
+                                                 create_missing=True), truth, as_of)
 
 
 def _build(seed: int, directory, **kw) -> None:

@@ -572,7 +572,8 @@ def flush(
                 return deliver(engine, spool_dir, progress=progress, check_version_of=url)
             except _NoSchema:
                 engine.dispose()
-                engine = connect(url)  # an empty historian: create the schema, as connect does
+                engine = connect(url, create_missing=True)  # an empty historian: an ingest
+                # creates its schema
                 return deliver(engine, spool_dir, progress=progress)
         finally:
             engine.dispose()
