@@ -158,11 +158,20 @@ def _triage(engine, cfg, node: str, now: datetime) -> dict:
 
 
 def _lemon(engine, cfg, node: str, now: datetime) -> dict:
+    """The node's verdict from lemon_verdicts, the one door `healthctl lemons`, the report
+    and the exporter go through (the threshold rules and the repeat-offender rule); for a
+    node it does not list, how near the rules came."""
     from rsc_health.historian.lemons.features import OutageRules, lemon_features
-    from rsc_health.historian.lemons.verdicts import DEFAULTS, LemonRules, crossings_frame
+    from rsc_health.historian.lemons.verdicts import (
+        DEFAULTS,
+        LemonRules,
+        crossings_frame,
+        lemon_verdicts,
+    )
 
     section = {**DEFAULTS, **cfg.section("lemon")}
-    features = lemon_features(engine, now, float(section["window_days"]),
+    window_days = float(section["window_days"])
+    features = lemon_features(engine, now, window_days,
                               early_fail_minutes=float(section["early_fail_minutes"]),
                               history_days=float(section["history_days"]),
                               outages=OutageRules.of_site(cfg),
@@ -170,21 +179,32 @@ def _lemon(engine, cfg, node: str, now: datetime) -> dict:
     rules = LemonRules.from_config(section)
     if node not in features.index:
         return {"candidate": False, "why": "no activity in the lemon window", "features": {}}
-    crossed = crossings_frame(features, rules)
-    fired = [f for f in crossed.columns if crossed.at[node, f]]
-    strong = [f for f in fired if f in rules.strong]
-    candidate = bool(strong) or len(fired) >= rules.min_signals
+    # The whole fleet's features: the peer-rate rules judge a node against its group.
+    verdict = next((v for v in lemon_verdicts(engine, features, now, rules,
+                                              window_days=window_days, with_evidence=False)
+                    if str(v.node) == node), None)
     row = {k: (float(v) if hasattr(v, "__float__") else v)
            for k, v in features.loc[node].items() if k in rules.thresholds}
-    if candidate:
-        why = f"rules fired: {', '.join(fired)}" + (f" (strong: {', '.join(strong)})"
-                                                     if strong else "")
-    elif fired:
+    if verdict is not None:
+        fired = [c.feature for c in verdict.crossings]
+        strong = [f for f in fired if f in rules.strong]
+        reasons = [f"rules fired: {', '.join(fired)}" + (
+            f" (strong: {', '.join(strong)})" if strong else "")] if fired else []
+        if verdict.repeat_offender:
+            fired = ["repeat_offender", *fired]
+            back = f" {verdict.resumed_at:%Y-%m-%d %H:%M}" if verdict.resumed_at else ""
+            reasons.insert(0, f"repeat_offender: failed a job again since its lemon repair "
+                              f"(back{back})")
+        return {"candidate": True, "why": "; ".join(reasons), "fired": fired,
+                "features": {k: v for k, v in row.items() if v}}
+    crossed = crossings_frame(features, rules)
+    fired = [f for f in crossed.columns if crossed.at[node, f]]
+    if fired:
         why = (f"{len(fired)} of {rules.min_signals} rules needed fired ({', '.join(fired)}); "
                "no strong rule")
     else:
         why = "no rule fired"
-    return {"candidate": candidate, "why": why, "fired": fired,
+    return {"candidate": False, "why": why, "fired": fired,
             "features": {k: v for k, v in row.items() if v}}
 
 

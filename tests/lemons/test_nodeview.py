@@ -118,3 +118,32 @@ def test_node_view_shows_the_drivers_and_firmware_the_heartbeats_said_and_the_la
     doc = json.loads(CliRunner().invoke(cli, ["--config", str(site), "--db", url, "node",
                                               "gpu080", "--json"]).output)
     assert doc["historian"]["versions"]["previous"].startswith("driver=570.133.20")
+
+
+def test_node_view_calls_a_repeat_offender_the_lemon_candidate_that_lemons_calls_it(fleet,
+                                                                                     tmp_path):
+    """A node back from a lemon repair that failed a job again is a candidate for `healthctl
+    lemons`, the report and the exporter (rsc_health_lemon_candidate{node} 1): the
+    repeat-offender rule. `healthctl node NODE`, the command the report links every node
+    to, judged only the threshold crossings and said "lemon no: no rule fired"."""
+    as_of, day = datetime(2024, 3, 31), timedelta(days=1)
+    fleet.ticket("n1", as_of - 10 * day, as_of - 5 * day, source="lemon")
+    fleet.failed(["n1"], None, end=as_of - 2 * day, state="NODE_FAIL")  # failed again
+    fleet.job(["n2"], end=as_of - day)
+    url = fleet.engine.url.render_as_string(hide_password=False)
+    site = tmp_path / "site.toml"
+    site.write_text('[slurm]\nbin_dir = "/nonexistent"\n')
+    run = CliRunner()
+    lemons = run.invoke(cli, ["--config", str(site), "--db", url, "lemons", "--as-of",
+                              "2024-03-31", "--json"])
+    assert lemons.exit_code == 0, lemons.output
+    assert [v["node"] for v in json.loads(lemons.output)["verdicts"]] == ["n1"]
+    node = run.invoke(cli, ["--config", str(site), "--db", url, "node", "n1", "--as-of",
+                            "2024-03-31", "--json"])
+    assert node.exit_code == 0, node.output
+    lemon = json.loads(node.output)["historian"]["lemon"]
+    assert lemon["candidate"] and lemon["fired"][0] == "repeat_offender", lemon
+    assert lemon["why"].startswith("repeat_offender: failed a job again since its lemon repair")
+    text = run.invoke(cli, ["--config", str(site), "--db", url, "node", "n2", "--as-of",
+                            "2024-03-31"]).output
+    assert "lemon     no: no rule fired" in text
