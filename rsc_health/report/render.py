@@ -500,6 +500,19 @@ def named_nodes(data: ReportData) -> list[str]:
     return sorted(nodes)
 
 
+def page_text(value: Any) -> Any:
+    """Every value the page prints, before HTML escaping: the historian's text (node names,
+    reasons, evidence) with what a browser would act on instead of show (a bidi override that
+    reverses a line, ESC and the other controls) written as its escape, as terminal.shown
+    does for healthctl; a newline is left (HTML shows it as a space, the summary's <pre> as
+    the line it is). The page's own markup (a macro's output) is not text."""
+    from markupsafe import Markup
+
+    if not isinstance(value, str) or isinstance(value, Markup) or value.isprintable():
+        return value
+    return "\n".join(shown(line) for line in value.split("\n"))
+
+
 def _environment():
     import jinja2
 
@@ -509,6 +522,7 @@ def _environment():
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=page_text,
     )
 
 

@@ -133,6 +133,20 @@ def test_html_escapes_node_and_reason_text(report_data, tmp_path):
 
 
 @pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
+def test_the_page_writes_bidi_overrides_and_controls_as_escapes_as_the_terminal_does(
+        report_data, tmp_path):
+    """A reason holding U+202E (right-to-left override) reversed the rest of its line on the
+    page, and ESC went into the HTML raw (and on into a mail client's text part): the page
+    shows them as their escapes, like terminal.shown in healthctl, and keeps its markup."""
+    report_data.actions.loc[0, "reason"] = "fan \u202eok\x1b[2J <b>"
+    report_data.actions.loc[0, "node"] = "gpu\u202e007"
+    html = write_report(report_data, tmp_path).html.read_text()
+    assert "\u202e" not in html and "\x1b" not in html
+    assert "fan \\u202eok\\x1b[2J &lt;b&gt;" in html and "gpu\\u202e007" in html
+    assert '<span class="node"' in html  # the macros' markup is the page's, not text
+
+
+@pytest.mark.usefixtures("figures_not_drawn")  # the figures: the tests above
 def test_summary_uses_the_verdict_summary_and_caps_long_lists(report_data, tmp_path):
     nodes = [f"gpu{i:03d}" for i in range(45)]
     report_data.lemons = pd.DataFrame({
