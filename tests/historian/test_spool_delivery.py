@@ -107,6 +107,23 @@ def test_quarantine_stops_growing_at_its_bound_and_says_what_it_did_not_keep(
     assert _count(historian, schema.check_results) == 6  # every flush's good record landed
 
 
+def test_a_spooled_severity_the_historian_does_not_know_is_quarantined_as_the_file_import_does(
+        historian, tmp_path):
+    """The file import refuses a severity outside none|warn|drain_after_job|drain_now; the
+    spool's delivery cut it to 16 characters and stored it, a finding the attribution and
+    the report then counted as nothing."""
+    records = _records()[:2]
+    records[0]["severity"] = "drain_now_please_at_once"
+    records[1]["severity"] = "Drain-After-Job"  # the file import's spelling rule: kept
+    spool.append(tmp_path, records)
+    report = deliver(historian, tmp_path)
+    assert [b.line for _, b in report.quarantined] == [1]
+    assert "is not one of" in report.quarantined[0][1].message
+    with historian.connect() as conn:
+        kept = conn.execute(select(schema.check_results.c.severity)).scalars().all()
+    assert kept == ["drain_after_job"]
+
+
 def test_database_down_keeps_the_spool_for_the_next_flush(tmp_path, historian_url, historian):
     spool.append(tmp_path, _records())
     down = "postgresql+psycopg://rsc:pw@127.0.0.1:1/history"

@@ -72,6 +72,7 @@ from rsc_health.historian.ingest import (
     node_name,
     parse_time,
 )
+from rsc_health.historian.ingest.checks import SEVERITIES
 from rsc_health.historian.intervals import CheckRecord, fold
 from rsc_health.model import Metric, Severity, Status
 
@@ -190,6 +191,11 @@ def _check_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
     status = _text(rec, "status").lower()
     if status not in set(Status) or not rec.get("check"):
         raise RowError("check record needs `check` and a status ok|warn|fail|error")
+    # The words the file import takes, and the attribution and the report read: any other
+    # (cut to 16, once) would be stored, and its finding then counted by none of them.
+    severity = (_text(rec, "severity") or Severity.NONE.severity_word).lower().replace("-", "_")
+    if severity not in SEVERITIES:
+        raise RowError(f"severity {severity[:32]!r} is not one of {'|'.join(SEVERITIES)}")
     job_id = rec.get("job_id")
     rows.checks.append(CheckRecord(
         id=_record_id(rec), time=when, node=node,
@@ -197,7 +203,7 @@ def _check_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
         job_id=None if job_id in (None, "") else job_id_text(job_id),
         check=_text(rec, "check")[:32], component=(_text(rec, "component") or "*")[:64],
         status=status,
-        severity=(_text(rec, "severity") or Severity.NONE.severity_word).lower()[:16],
+        severity=severity,
         code=_text(rec, "code")[:32], reason=_text(rec, "reason") or _text(rec, "detail"),
     ))
 
