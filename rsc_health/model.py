@@ -199,6 +199,33 @@ ROLLED_UP = tuple(m for m in Metric if m not in LEVELS)
 LOWER_IS_WORSE = frozenset({Metric.SM_CLOCK_RATIO, Metric.PCIE_LINK_RATIO, Metric.IB_LINK_RATIO,
                             Metric.NVLINK_DATA_RATE})
 
+# Each metric's physical range (lowest, highest; None: no bound): a value outside it is no
+# reading a node writes (the node path drops what no GPU gives and caps its fractions at 1),
+# so the historian refuses it with its record, and the fail-slow detector judges no such row
+# (samples stored before). A ratio or fraction of a maximum is [0, 1] with a little headroom;
+# power and the IB link's rate are ratios to a limit or a configured rate, not a maximum
+# (733 W of a 700 W limit is healthy; a port faster than [infiniband] rate_gbps is over 1);
+# rates, counts and levels are never negative. A negative link ratio counted as a node that
+# moved with its job, and hid another node's real x16 -> x8 downtrain.
+_FRACTION = (0.0, 1.05)
+RANGES: dict[str, tuple[float, float | None]] = {
+    Metric.SM_CLOCK_RATIO: _FRACTION,
+    Metric.THROTTLE_HW_FRAC: _FRACTION,
+    Metric.THROTTLE_POWER_FRAC: _FRACTION,
+    Metric.PCIE_LINK_RATIO: _FRACTION,
+    Metric.GPU_TEMP_C: (0.0, 200.0),
+    Metric.POWER_RATIO: (0.0, 10.0),  # the node drops a reading past ten times its limit
+    Metric.IB_LINK_RATIO: (0.0, None),
+}
+RANGES.update({m: (0.0, None) for m in Metric if m not in RANGES})  # rates, counts, levels
+
+
+def in_range(metric: str, value: float) -> bool:
+    """Whether `value` is a reading `metric` can have (RANGES; a name not in the vocabulary:
+    any)."""
+    lo, hi = RANGES.get(metric, (float("-inf"), None))
+    return lo <= value and (hi is None or value <= hi)
+
 
 @dataclass(frozen=True)
 class Finding:

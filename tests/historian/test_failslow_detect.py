@@ -256,3 +256,19 @@ def test_a_step_file_naming_nodes_its_job_never_ran_on_makes_no_suspect_of_them(
         "victim0"]
     assert detect_frame(None, pd.DataFrame(columns=["job_id", "node", "start", "end"]), steps,
                         CFG) == []
+
+
+def test_a_negative_link_ratio_from_a_garbled_node_does_not_hide_a_real_downtrain():
+    """A value no node writes (a link ratio of -5: the flush refuses it now, rows stored
+    before are still there) is not judged: counted, it was a node that moved with its job in
+    a job of 8, and gpu005's x16 -> x8 onset was the job's."""
+    def link(i, s):
+        if i == 4 and s >= 5:
+            return 0.5  # gpu005: x16 -> x8 mid-job
+        if i == 6:
+            return -5.0  # gpu007: a garbled (or hostile) record, every sweep
+        return 1.0
+
+    found = detect_frame(_samples(NODES, "pcie_link_ratio", link, 12), _job("1", NODES),
+                         None, CFG)
+    assert [(e.node, e.metric) for e in found] == [("gpu005", "pcie_link_ratio")]

@@ -67,6 +67,27 @@ def test_a_garbled_sample_is_quarantined_with_its_record(historian, tmp_path, ba
     assert [r[0] for r in _samples(historian)] == ["gpu002"]
 
 
+@pytest.mark.parametrize("metric, value", [("pcie_link_ratio", -5.0), ("sm_clock_ratio", 3.0),
+                                           ("throttle_hw_frac", -0.1), ("ib_xmit_wait_rate", -1.0),
+                                           ("power_ratio", 11.0), ("gpu_temp_c", -40.0)])
+def test_a_value_outside_its_metrics_range_is_quarantined_with_its_record(historian, tmp_path,
+                                                                         metric, value):
+    """A reading no node writes (model.RANGES: a ratio of a maximum in [0, 1] with a little
+    headroom, rates never negative) is refused as a NaN is: stored, a node reporting a link
+    ratio of -5 every sweep counted as one that moved with its job and hid another node's
+    real downtrain from the fail-slow detector."""
+    t = datetime.now().replace(microsecond=0) - timedelta(minutes=5)
+    good = _record("gpu002", t, {metric: {"value": 1.0, "component": "gpu0"},
+                                 "power_ratio": {"value": 1.047, "component": "gpu1"},
+                                 "ib_link_ratio": {"value": 2.0, "component": "mlx5_0/1"}})
+    garbled = _record("gpu001", t, {"gpu_temp_c": {"value": 60, "component": "gpu0"},
+                                    metric: {"value": value, "component": "gpu0"}})
+    report = deliver(historian, _spool(tmp_path, [garbled, good]))
+    assert report.quarantined_count == 1
+    assert "outside its range" in report.quarantined[0][1].message
+    assert {r[0] for r in _samples(historian)} == {"gpu002"}
+
+
 @pytest.mark.parametrize("tiny", [1e-50, -1e-45, 5e-324])
 def test_a_value_too_small_for_a_4_byte_float_lands_as_zero_beside_the_rest(historian, tmp_path,
                                                                           tiny):

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from rsc_health.historian.failslow.evidence import STEPS, TELEMETRY, SuspectEvidence
+from rsc_health.model import RANGES
 from rsc_health.qualify.judge import tolerances
 
 LOW, HIGH = "low", "high"
@@ -190,7 +191,7 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
     s = samples.loc[samples["metric"].isin(list(rules.metrics)), list(SAMPLE_COLUMNS)]
     s = s.assign(value=pd.to_numeric(s["value"], errors="coerce"),
                  time=utc(s["time"]))
-    s = s[np.isfinite(s["value"].to_numpy(dtype=float))]
+    s = s[np.isfinite(s["value"].to_numpy(dtype=float)) & _in_range(s)]
     m = membership.assign(group=_group_key(membership, rules.min_nodes))[
         ["job_id", "node", "start", "end", "group"]]
     m = m.assign(start=utc(m["start"]), end=utc(m["end"]))
@@ -223,6 +224,18 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
         out.loc[many, "component"] = last.reindex(at).to_numpy()
     out = out.drop(columns="n")
     return out.assign(source=TELEMETRY)[cols]
+
+
+def _in_range(s: pd.DataFrame) -> np.ndarray:
+    """Rows whose value is a reading their metric can have (model.RANGES): the flush refuses
+    the others, and rows stored before it did are not judged (a negative link ratio counted
+    as a node that moved with its job)."""
+    codes, names = pd.factorize(s["metric"])  # a dozen names: one lookup each, not a row's
+    bounds = [RANGES.get(str(n), (-np.inf, None)) for n in names]
+    lo = np.array([b[0] for b in bounds] or [0.0], dtype=float)[codes]
+    hi = np.array([np.inf if b[1] is None else b[1] for b in bounds] or [0.0], dtype=float)[codes]
+    value = s["value"].to_numpy(dtype=float)
+    return (value >= lo) & (value <= hi)
 
 
 def step_observations(steps: pd.DataFrame | None, membership: pd.DataFrame | None,

@@ -74,7 +74,7 @@ from rsc_health.historian.ingest import (
 )
 from rsc_health.historian.ingest.checks import SEVERITIES
 from rsc_health.historian.intervals import CheckRecord, fold
-from rsc_health.model import Metric, Severity, Status
+from rsc_health.model import Metric, Severity, Status, in_range
 
 QUARANTINE = "quarantine"
 QUARANTINE_MODE = 0o700
@@ -261,8 +261,8 @@ SAMPLE_COLUMNS = ("time", "node", *(c for m in Metric for c in (m.value, f"{m.va
 def _sample(rec: dict, node: str, when: datetime) -> tuple:
     """A telemetry record's row of telemetry_samples (SAMPLE_COLUMNS). A metric this
     historian does not know (a newer node) is left out; a value that is not a finite number
-    of at most 1e30 refuses the whole record (it was not written by the node path); one under
-    1e-30 is 0."""
+    of at most 1e30, or is outside its metric's range (model.RANGES: a negative link ratio),
+    refuses the whole record (it was not written by the node path); one under 1e-30 is 0."""
     metrics = rec.get("metrics")
     if not isinstance(metrics, dict):
         raise RowError("telemetry record needs an object `metrics`")
@@ -277,8 +277,10 @@ def _sample(rec: dict, node: str, when: datetime) -> tuple:
         # PostgreSQL's 4-byte column refuses a value under its smallest (about 1.2e-38:
         # "underflow", and the whole flush with it); none of the vocabulary's is that small
         # but zero.
-        got[name] = (float(value) if abs(value) >= 1e-30 else 0.0,
-                     _text(sample, "component")[:32])
+        value = float(value) if abs(value) >= 1e-30 else 0.0
+        if not in_range(name, value):  # a reading no node writes (model.RANGES)
+            raise RowError(f"telemetry {name}: value {value!r} is outside its range")
+        got[name] = (value, _text(sample, "component")[:32])
     row: list = [db_time(when), node]
     for m in Metric:
         value, comp = got.get(m.value, (None, None))
