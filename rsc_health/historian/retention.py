@@ -5,8 +5,9 @@ kept `[historian] retention_days` (400: a year plus the lemon history window) an
 deleted; the daily rollups (`heartbeat_days`, `check_days`,
 `telemetry_day_rollups`) keep their counts for
 `rollup_retention_days` (0 = forever), so a report over years does not need the rows.
-Telemetry samples (`telemetry_samples`) are kept `telemetry_retention_days` (3), their
-per-job rollups go with their job. Open intervals are never pruned: they are the node's
+Telemetry samples (`telemetry_samples`) are kept `telemetry_retention_days` (3), and so are
+the nodes' epilog times (`job_ends`) that say which job they belong to; their per-job rollups
+go with their job. Open intervals are never pruned: they are the node's
 current state, however old. Jobs and node events stay unless `jobs_retention_days` is set:
 the paper's metrics need a year. Jobs' step times (`step_times`, fail-slow evidence) go after
 `[failslow] steps_retention_days`.
@@ -121,6 +122,10 @@ def _plan(now: datetime, r: Retention) -> list[_Step]:
         cut = now - timedelta(days=r.telemetry_days)
         t = schema.telemetry_samples
         out.append(_Step(t.name, t, t.c.time < cut, t.c.time, cut, timedelta(hours=1)))
+        # Each node's epilog times (job_ends) bound which job the samples are judged in: kept
+        # as long as the samples.
+        e = schema.job_ends
+        out.append(_Step(e.name, e, e.c.time < cut, e.c.time, cut))
     if r.jobs_days > 0:
         cut = now - timedelta(days=r.jobs_days)
         j, e = schema.jobs, schema.node_events

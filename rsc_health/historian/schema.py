@@ -43,8 +43,9 @@ from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names
 # (job_id, node, time): a reused job id is a new job (0017); 18: jobs.instance_key wide enough
 # to name its cluster, for two clusters' jobs with one JobIDRaw:Submit:Start (0018); 19:
 # ix_check_results_check_status_time, each check family's first all-clear row by one index
-# probe (0019; PostgreSQL builds it CONCURRENTLY, writers go on).
-SCHEMA_VERSION = 19
+# probe (0019; PostgreSQL builds it CONCURRENTLY, writers go on); 20: job_ends, when each
+# node's epilog ran for a job (0020).
+SCHEMA_VERSION = 20
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -282,6 +283,21 @@ job_exclusions = Table(
     Column("node", String(128), primary_key=True),
     Column("time", DateTime, primary_key=True),
     Index("ix_job_exclusions_node_time", "node", "time"),
+)
+
+# When each node's epilog ran for a job (the spool's job_end records, version 20). The jobs
+# table learns a job's end at the next `ingest sacct` (hourly): until then a job it last read
+# running ends on each node here, and the fail-slow detector judges what the node did after
+# it (idle, another job) in no part of it. Keyed like job_exclusions: a record delivered twice
+# lands once, a reused job id's later epilog is a row of its own. Kept as long as the samples
+# it bounds ([historian] telemetry_retention_days).
+job_ends = Table(
+    "job_ends",
+    metadata,
+    Column("node", key_text(128), primary_key=True),
+    Column("job_id", key_text(32), primary_key=True),
+    Column("time", DateTime, primary_key=True),
+    Index("ix_job_ends_time", "time"),
 )
 
 # What rsc-health itself did in Slurm (drain, resume, requeue, guard), from the node spools.

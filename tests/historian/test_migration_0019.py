@@ -20,11 +20,13 @@ T0 = datetime(2025, 1, 1)
 
 
 def _at_version_18(url: str):
-    """A historian as version 18 left it: today's schema less the index, at version 18 (that
-    the migrations build what schema.py creates is test_db's and test_migration_0002's)."""
+    """A historian as version 18 left it: today's schema less the index and what later
+    versions add (job_ends, 0020), at version 18 (that the migrations build what schema.py
+    creates is test_db's and test_migration_0002's)."""
     engine = db.connect(url, create_missing=True)
     with engine.begin() as conn:
         conn.exec_driver_sql(f"DROP INDEX {INDEX}")
+        conn.exec_driver_sql("DROP TABLE job_ends")
         conn.execute(schema.schema_version.update().values(version=18))
     return engine
 
@@ -71,8 +73,8 @@ def test_upgrade_from_18_indexes_the_stored_intervals_and_deployments_read_the_s
         before = _group_by_first_ok(old)
         assert [c for c, _ in before] == ["nvlink", "ib_port", "ib_rate"]
 
-        assert db.migrate(old, 18) == [19]
-        assert db.current_version(old) == schema.SCHEMA_VERSION == 19
+        assert db.migrate(old, 18) == [19, 20]
+        assert db.current_version(old) == schema.SCHEMA_VERSION == 20
         indexes = {ix["name"]: ix["column_names"]
                    for ix in inspect(old).get_indexes("check_results")}
         assert indexes[INDEX] == ["check", "status", "time"]
@@ -91,7 +93,8 @@ def test_upgrade_from_18_indexes_the_stored_intervals_and_deployments_read_the_s
             # file again, over the index it finds, and ends at 19 with one valid index.
             with old.begin() as conn:
                 conn.execute(schema.schema_version.update().values(version=18))
-            assert db.migrate(old, 18) == [19]
+                conn.exec_driver_sql("DROP TABLE job_ends")
+            assert db.migrate(old, 18) == [19, 20]
             with old.connect() as conn:
                 assert conn.exec_driver_sql(
                     "SELECT count(*) FROM pg_index WHERE indisvalid AND indexrelid = "

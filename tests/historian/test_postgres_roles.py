@@ -110,6 +110,7 @@ def _real_spool(tmp_path: Path) -> Path:
     spool.append(spool_dir, [
         spool.record("job_start", "node01", t, job_id="78", excluded=["node07"]),
         spool.record("action", "node01", t, action="drain_now", reason="xid79", job_id="78"),
+        spool.record("job_end", "node01", t, job_id="78"),  # the epilog's (job_ends)
         # What a sweep adds (the prolog does not sample telemetry).
         spool.record("telemetry", "node01", t, source="sweep", job_id=None, interval_s=300.0,
                      metrics={"gpu_temp_c": {"value": 61.0, "component": "gpu2"}}),
@@ -149,7 +150,7 @@ def test_the_node_role_flushes_a_real_spool_and_again_without_duplicates(deploye
     assert not (spool_dir / "quarantine").exists()
     landed = {t.name: _count(owner_url, t) for t in (
         schema.check_results, schema.node_runs, schema.heartbeat_days, schema.node_actions,
-        schema.job_exclusions, schema.telemetry_samples)}
+        schema.job_exclusions, schema.telemetry_samples, schema.job_ends)}
     assert all(landed.values()), landed
     # The same lines again (a node that lost the acknowledgement): the keyed inserts hit
     # their conflicts, which INSERT alone must be allowed to ignore, and nothing doubles.

@@ -3,7 +3,8 @@ by the pure core.
 
     samples     rsc_health.historian.telemetry.load_samples (the telemetry helper's one door;
                 none until it is installed: the step times are judged alone)
-    membership  jobs of two or more nodes running in the window (jobs, job_nodes), each node's
+    membership  jobs of two or more nodes running in the window (jobs, job_nodes; a job sacct
+                last read running ends on each node at its epilog, job_ends), each node's
                 GPU model from its newest qualification run (qualify_runs) and its pipeline
                 stage from the job's own step times when it wrote them
     steps       step_times in the window
@@ -74,9 +75,20 @@ def membership(engine: Engine, since: datetime, until: datetime,
                gpus: pd.DataFrame | None = None) -> pd.DataFrame:
     """Multi-node job instances that ran in [since, until]: job_id, node, start, end, cluster,
     gpu_model (the node's newest qualification run's, '' when never qualified; `gpus`: those
-    models already read)."""
-    j, jn = schema.jobs, schema.job_nodes
-    stmt = (select(j.c.job_id, jn.c.node, j.c.start, j.c.end, j.c.cluster)
+    models already read).
+
+    A job sacct last read running has no end until the next `ingest sacct` (hourly): on each
+    node it ends when that node's epilog ran for it (job_ends, the first after its start),
+    else it is running there. Otherwise another job's telemetry on the node (a one-node job
+    at its power cap) was judged in it, against the job's other nodes."""
+    j, jn, je = schema.jobs, schema.job_nodes, schema.job_ends
+    # one index probe per (job, node) whose end sacct has not said (coalesce reads it only
+    # then): the running jobs' nodes, a fleet's worth at most
+    epilog = (select(func.min(je.c.time))
+              .where(je.c.node == jn.c.node, je.c.job_id == j.c.job_id, je.c.time >= j.c.start)
+              .scalar_subquery())
+    stmt = (select(j.c.job_id, jn.c.node, j.c.start, func.coalesce(j.c.end, epilog),
+                   j.c.cluster)
             .select_from(j.join(jn, jn.c.job_pk == j.c.id))
             .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
                    or_(j.c.end.is_(None), j.c.end >= since)))

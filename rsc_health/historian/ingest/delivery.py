@@ -5,7 +5,8 @@ whatever the spool's size); each chunk is written in one transaction with a stat
 timeout, and the file is removed only after its last chunk committed. Every write is keyed:
 check records fold into intervals (rsc_health.historian.intervals: a run the table has already
 seen changes nothing), actions by their record id, exclusions by (job, node, time: the job
-start's, so a job id Slurm reused is a new job), heartbeats by (node, source, time)
+start's, so a job id Slurm reused is a new job), job ends (each node's epilog) by (node,
+job, time), heartbeats by (node, source, time)
 (rsc_health.historian.freshness), telemetry samples by (time, node). So a batch delivered
 twice, or cut short by a kill or a lost database and delivered again, lands each record once.
 Lines that are not valid records go to `quarantine/` next to the spool with their line
@@ -134,6 +135,7 @@ class DeliveryReport:
 class _Rows:
     checks: list[CheckRecord] = field(default_factory=list)
     exclusions: list[tuple] = field(default_factory=list)
+    job_ends: list[tuple] = field(default_factory=list)  # (node, job_id, time)
     actions: list[tuple] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
     telemetry: list[tuple] = field(default_factory=list)  # rows in SAMPLE_COLUMNS order
@@ -180,7 +182,6 @@ def _parse_record(rows: _Rows, rec: dict | None, received: datetime,
         _skewed(rows, rec, node, when, received, mine)
     if kind == "heartbeat":
         rows.clocks[node] = None
-    # job_end carries nothing the tables keep beyond the epilog's own check records.
     reader = _READERS.get(kind)
     if reader is not None:
         reader(rows, rec, node, when)
@@ -217,6 +218,14 @@ def _job_start_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
     rows.exclusions.extend((job_id, n, db_time(when)) for n in names)
 
 
+def _job_end_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
+    """When the node's epilog ran for the job (job_ends): the job's end on this node until
+    sacct says it (the check records' fold keeps no job id on an all-clear run)."""
+    if rec.get("job_id") in (None, ""):
+        raise RowError("job_end needs job_id")
+    rows.job_ends.append((node, job_id_text(rec["job_id"]), db_time(when)))
+
+
 def _action_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
     if not rec.get("action"):
         raise RowError("action record lacks `action`")
@@ -249,7 +258,8 @@ def _telemetry_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
 
 
 # What each record kind adds to the rows.
-_READERS = {"check": _check_row, "job_start": _job_start_row, "action": _action_row,
+_READERS = {"check": _check_row, "job_start": _job_start_row, "job_end": _job_end_row,
+            "action": _action_row,
             "heartbeat": _heartbeat_row, "telemetry": _telemetry_row}
 
 
@@ -435,6 +445,7 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
     # insert them but not read their time (deploy/postgresql/grants.sql)
     bulk_write(conn, schema.job_exclusions, ("job_id", "node", "time"), rows.exclusions,
                conflict=())
+    bulk_write(conn, schema.job_ends, ("node", "job_id", "time"), rows.job_ends, conflict=())
     bulk_write(conn, schema.node_actions, ("id", "time", "node", "action", "reason", "job_id"),
                rows.actions, conflict=("id",))
     record_runs(conn, rows.heartbeats, rows.clocks)
