@@ -279,6 +279,7 @@ def _tree_0():
                   'min_nodes': 4,
                   'max_outlier_share': 0.2,
                   'lookback_min': 60,
+                  'complete_after_s': 2400,
                   'recurring_days': 7,
                   'recurring_min_jobs': 3,
                   'recurring_alpha': 1e-05,

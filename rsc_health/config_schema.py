@@ -111,6 +111,7 @@ RANGES: dict[str, tuple[float, float]] = {
     # At least three sweeps (a run must persist to be confirmed), at most a week (a window
     # past the dates a database can hold failed every pass).
     "failslow.lookback_min": (15, 10_080),
+    "failslow.complete_after_s": (0, 604_800),
     "failslow.recurring_alpha": (0, 1),
     "failslow.recurring_days": (0, 366),
     "failslow.recurring_min_jobs": (1, 10_000),

@@ -75,3 +75,12 @@ def test_a_node_whose_sweeps_stopped_is_stale_within_a_flush_interval_of_the_thr
     for offset in range(0, flush_s, 37):
         t = stopped + int(stale_after) + flush_s
         assert _newest_delivered_age(t, flush_s, offset, stopped) > stale_after
+
+
+def test_the_fail_slow_detector_waits_longer_than_a_flush_for_a_jobs_samples():
+    """[failslow] complete_after_s: a slot not every node of its job has delivered is judged
+    once it is that old. Under a flush period, a healthy node's samples of a slot (up to a
+    sweep late in it, delivered at its next flush) came after the slot was judged without
+    them: the early flushers judged alone again."""
+    complete = float(load_config("/dev/null").get("failslow.complete_after_s"))
+    assert complete >= _flush_period_s() + SWEEP_S

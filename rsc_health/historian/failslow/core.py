@@ -104,6 +104,9 @@ class Rules:
     steps_metric: str
     metrics: Mapping[str, MetricRule]
     fleet_chance_per_node_day: float = 0.0
+    # A telemetry slot is judged once every node of its job delivered a sample at or after it,
+    # or once it ended this many seconds ago (`delivered`); 0: as soon as it holds samples.
+    complete_s: int = 2400
 
     @classmethod
     def from_config(cls, cfg: Any) -> Rules:
@@ -136,6 +139,7 @@ class Rules:
             metrics=metrics,
             fleet_chance_per_node_day=float(cfg.get("failslow.fleet_chance_per_node_day")
                                             or 0.0),
+            complete_s=max(0, int(cfg.get("failslow.complete_after_s") or 0)),
         )
 
 
@@ -1224,13 +1228,59 @@ def evidence_from_runs(runs: pd.DataFrame) -> list[SuspectEvidence]:
 
 
 def judged(samples: pd.DataFrame, membership: pd.DataFrame, steps: pd.DataFrame | None,
-           rules: Rules, suspects: Collection[str] = ()) -> pd.DataFrame:
+           rules: Rules, suspects: Collection[str] = (), now: Any = None) -> pd.DataFrame:
     """Every observation judged (the frame behind the runs: the benchmarks read it);
-    `suspects` as for find_runs (their levelled metrics judged as they are)."""
+    `suspects` as for find_runs (their levelled metrics judged as they are); `now` the pass's
+    time (None: the newest sample's), for `delivered`."""
     obs = pd.concat([telemetry_observations(samples, membership, rules),
                      step_observations(steps, membership, rules)], ignore_index=True)
     obs = obs.astype({"slot": "int64", "value": "float64"})
+    obs = delivered(obs, samples, membership, rules, now)
     return _levelled(obs, judge_slots(obs, rules), rules, suspects)
+
+
+def delivered(obs: pd.DataFrame, samples: pd.DataFrame | None, membership: pd.DataFrame,
+              rules: Rules, now: Any = None) -> pd.DataFrame:
+    """`obs` less the telemetry (job, slot)s not yet whole: a slot is judged once every node
+    of its job there (its membership spans the slot) with a sample in `samples` has delivered
+    one at or after the slot's start (its newest, whatever job it belongs to: a spool is
+    delivered in order), or once the slot ended `rules.complete_s` before `now` (a node that
+    stopped reporting does not hold its job for ever).
+
+    Nodes flush their spools every 30 minutes, each at its own minute: the newest half hour
+    of a job holds the samples of whichever nodes flushed since, and a leaf switch's
+    congestion judged among them made the early flusher a suspect (one mover of the 8 present
+    is not job-wide). A slot held back is neither outlying nor in line: it is not in the
+    frame, and since every later slot of the job is held back too, it ends no run and joins
+    none; the next pass judges it whole."""
+    if rules.complete_s <= 0 or obs.empty or samples is None or samples.empty:
+        return obs
+    tel = (obs["source"] == TELEMETRY).to_numpy()
+    times = utc(samples["time"])
+    now_ns = (times.max() if now is None else utc(pd.Series([now])).iloc[0]).value
+    slot_ns = rules.slot_s * 10**9
+    start = obs["slot"].to_numpy(dtype="int64") * slot_ns
+    recent = tel & (start + slot_ns > now_ns - rules.complete_s * 10**9)
+    if not recent.any():
+        return obs
+    mark = times.groupby(samples["node"].astype(str).to_numpy()).max().astype("int64")
+    ask = obs.loc[recent, ["job_id", "slot"]].drop_duplicates()
+    m = membership[["job_id", "node"]].assign(start=utc(membership["start"]).astype("int64"),
+                                              end=utc(membership["end"]))
+    m = m.assign(end=m["end"].astype("int64").where(m["end"].notna(), np.iinfo("int64").max))
+    pairs = ask.merge(m, on="job_id", how="inner")
+    at = pairs["slot"].to_numpy(dtype="int64") * slot_ns
+    spans = (pairs["start"].to_numpy() < at + slot_ns) & (pairs["end"].to_numpy() > at)
+    pairs, at = pairs[spans], at[spans]
+    # a member with no sample in the frame at all is none of its slots' (a node with no
+    # telemetry, one down since before the window): it holds nothing back
+    seen = pairs["node"].astype(str).map(mark).fillna(np.iinfo("int64").max).to_numpy()
+    short = pairs.loc[seen < at, ["job_id", "slot"]].drop_duplicates()
+    if short.empty:
+        return obs
+    held = obs[["job_id", "slot"]].merge(short.assign(_held=True), on=["job_id", "slot"],
+                                         how="left")["_held"].notna().to_numpy()
+    return obs[~(held & tel)].reset_index(drop=True)
 
 
 def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules,
@@ -1278,11 +1328,12 @@ def _levelled(obs: pd.DataFrame, raw: pd.DataFrame, rules: Rules,
 
 def detect_frame(samples: pd.DataFrame, membership: pd.DataFrame,
                  steps: pd.DataFrame | None, cfg: Any,
-                 suspects: Collection[str] = ()) -> list[SuspectEvidence]:
+                 suspects: Collection[str] = (), now: Any = None) -> list[SuspectEvidence]:
     """Suspects from telemetry samples (node, time, metric, value, component), job membership
     (job_id, node, start, end[, gpu_model][, stage]) and per-rank step times (job_id, rank,
     node, stage, step, seconds, time) or None. `cfg`: a Config, or Rules. `suspects`: the nodes
-    already suspect (an open episode), whose onset an earlier window saw (find_runs)."""
+    already suspect (an open episode), whose onset an earlier window saw (find_runs). `now`:
+    the pass's time (None: the newest sample's), which telemetry slots are whole (`delivered`)."""
     rules = cfg if isinstance(cfg, Rules) else Rules.from_config(cfg)
-    return evidence_from_runs(find_runs(judged(samples, membership, steps, rules, suspects),
-                                        rules, suspects))
+    return evidence_from_runs(find_runs(judged(samples, membership, steps, rules, suspects,
+                                               now), rules, suspects))

@@ -101,10 +101,11 @@ def _finite(x: Any) -> float | None:
 
 
 def explain_frame(job_id: str, samples: pd.DataFrame, members: pd.DataFrame,
-                  steps: pd.DataFrame | None, rules: Rules) -> JobExplanation:
+                  steps: pd.DataFrame | None, rules: Rules, now: Any = None) -> JobExplanation:
     """The job's judgement from frames (no I/O): `members` every multi-node job of the span
     (a node another judged job shared is judged in neither), `samples` and `steps` at least
-    the job's nodes'."""
+    the job's nodes'; `now` the pass's time (core.delivered: slots not every node of the job
+    has delivered yet are not judged)."""
     job_id = str(job_id)
     out = JobExplanation(job_id, None, None)
     members = members.assign(job_id=members["job_id"].astype(str))
@@ -122,7 +123,7 @@ def explain_frame(job_id: str, samples: pd.DataFrame, members: pd.DataFrame,
                          "nothing to judge (are the nodes' spools delivered? "
                          "`healthctl freshness`)")
         return out
-    frame = judged(samples, members, steps, rules)
+    frame = judged(samples, members, steps, rules, now=now)
     frame = frame[frame["job_id"].astype(str) == job_id]
     runs = find_runs(frame, rules) if len(frame) else pd.DataFrame()
     found = set() if runs.empty else set(zip(runs["node"].astype(str),
@@ -245,7 +246,7 @@ def _explain_job(engine, job_id: str, now: datetime, cfg: Any, hours: float
     samples = load_samples(engine, since, until, nodes) if nodes else None
     out = explain_frame(target, samples if samples is not None else pd.DataFrame(
         columns=["node", "time", "metric", "value", "component"]), members,
-        step_rows if len(step_rows) else None, rules)
+        step_rows if len(step_rows) else None, rules, now)
     out.since, out.until = since, until
     if len(spans) > 1:
         out.notes.insert(0, f"{len(spans)} runs of job {job_id} (a requeue) judged together")

@@ -255,7 +255,7 @@ def detect(engine: Engine, now: datetime, cfg: Any) -> list[SuspectEvidence]:
                                  job_steps(engine, back, now, rules.steps_metric)) if len(f)]
             rolled = pd.concat(parts, ignore_index=True) if parts else rolled
         counted_from = ended_at(engine) if len(rolled) else {}
-        found = detect_frame(samples, members, step_rows, rules, known)
+        found = detect_frame(samples, members, step_rows, rules, known, now)
         if not judge_across:
             return found
         found += recurring_frame(rolled, rules, alpha=across.alpha, min_jobs=across.min_jobs,
@@ -294,7 +294,7 @@ def rates(engine: Engine, now: datetime, cfg: Any) -> list[FleetRate]:
         samples, members, step_rows, _ = _window(engine, now, cfg)
     except (OperationalError, InterfaceError, ProgrammingError) as exc:
         raise _unavailable(engine, exc, "the fleet's rates") from exc
-    return fleet_rates(judged(samples, members, step_rows, rules), rules)
+    return fleet_rates(judged(samples, members, step_rows, rules, now=now), rules)
 
 
 # ingest_cursors: when the last pass judged across jobs ([failslow] recurring_every_min).
