@@ -21,8 +21,9 @@ def _shape(engine):
 def test_upgrade_from_19_adds_job_ends_as_a_new_historian_has_it(dialect, tmp_path, request):
     url = (f"sqlite:///{tmp_path / 'old.db'}" if dialect == "sqlite"
            else request.getfixturevalue("pg_url"))
-    old = db.connect(url)
-    new = db.connect(f"sqlite:///{tmp_path / 'new.db'}") if dialect == "sqlite" else None
+    old = db.connect(url, create_missing=True)
+    new = (db.connect(f"sqlite:///{tmp_path / 'new.db'}", create_missing=True)
+           if dialect == "sqlite" else None)
     try:
         expected = _shape(new if new is not None else old)
         with old.begin() as conn:
