@@ -574,10 +574,11 @@ def read_new_events(
             # An absent source is normal (no kern.log on journald-only nodes). One that was
             # there keeps its entry: logrotate without `create` leaves no kern.log until the
             # next message, and the file then made is the old one's successor (_rotated).
-            absent.append(source)
             kept = _file_entry(files, source)
             if kept:
                 new_cursor["files"][source] = kept
+            else:  # never seen: a rotated file waiting for its successor is not absent
+                absent.append(source)
             continue
         kind = st.st_mode
         if not (stat.S_ISCHR(kind) or stat.S_ISREG(kind)):
