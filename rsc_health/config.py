@@ -645,22 +645,25 @@ def _compiled_key(path: str, named: bool) -> tuple | None:
 
 
 def _dirs_key(path: str) -> tuple:
-    """Who owns each directory above `path`, and its mode: what load_config's trust check
-    reads there. A directory made writable by others after the compile changes the key, and
-    the load that follows refuses the file loudly (helper-105: the compiled copy kept serving
-    it, and no config_error was said)."""
+    """Who owns each directory the kernel looks a name up in to reach `path` (symlinks
+    followed: durable.path_holders, what load_config's trust check judges), and its mode. A
+    directory made writable by others after the compile changes the key, and the load that
+    follows refuses the file loudly (helper-105: the compiled copy kept serving it, and no
+    config_error was said; helper-108: also behind a symlink)."""
+    from rsc_health.durable import path_holders
+
+    try:
+        holders = sorted(path_holders(os.path.abspath(path)))
+    except OSError:
+        return (None,)
     parts = []
-    here = os.path.dirname(os.path.abspath(path))
-    while True:
+    for here in holders:
         try:
-            st = os.stat(here)
-            parts.append((st.st_dev, st.st_ino, st.st_mode, st.st_uid))
+            st = os.lstat(here)
+            parts.append((here, st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid))
         except OSError:
-            parts.append(None)
-        above = os.path.dirname(here)
-        if above == here:
-            return tuple(parts)
-        here = above
+            parts.append((here, None))
+    return tuple(parts)
 
 
 def compiled_path(root: str | os.PathLike) -> str:

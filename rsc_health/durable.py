@@ -266,6 +266,14 @@ def _judge_links(directory: str) -> None:
     planted it: the owner of Debian's /var/lib/prometheus swapped node-exporter/ for a link to
     a root-only directory, and root wrote rsc_health.prom there; one level higher, root made
     textfile/ wherever the link led and wrote there, found by helper-96)."""
+    _judge_links_at(_norm(os.path.abspath(directory)), 0)
+
+
+def _judge_links_at(directory: str, depth: int) -> None:
+    """_judge_links, and the same of each link's target in turn (root's own link to a path
+    through another user's directory, where that user planted a link: found by helper-108)."""
+    if depth > 40:
+        raise UnsafeDirectory(f"{directory}: too many symlinks on the way: refused")
     root, parts = _split(directory)
     for n in range(1, len(parts) + 1):
         here = _join(root, parts[:n])
@@ -279,6 +287,8 @@ def _judge_links(directory: str) -> None:
                                       f"refused ({DIRECTORY_RULE})")
             above = _parent(here)
             _judge(os.stat(above), above)
+            target = os.path.normpath(os.path.join(above, os.readlink(here)))
+            _judge_links_at(target, depth + 1)
 
 
 def _judge_link(directory: str, opened: os.stat_result) -> None:

@@ -135,7 +135,8 @@ def collect_all(
         state.collected.add(fam.name)
     env.guard("infiniband", ibports.SOURCE, lambda: ibports.finish(env))
     state.collected.add(IBPORTS)
-    _read_counters(state, families, previous_counters or {}, stage=stage, sweep=sweep)
+    _read_counters(state, families, previous_counters or {}, stage=stage, sweep=sweep,
+                   now=_replay_ms(cfg, root))
     state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
     new_cursors = {}
     for fam in (f for f in families if f.cursor is not None):
@@ -145,8 +146,30 @@ def collect_all(
     return state, new_cursors
 
 
+def _replay_ms(cfg: Config, root: StrPath) -> int | None:
+    """A snapshot's replay (`check --from`): the node's CLOCK_MONOTONIC when it was read (the
+    baselines' times are of its clock, not the replaying host's: helper-108), or -1 when the
+    snapshot is older than that record (its spans cannot be told: each is one sweep). None
+    when this is a live run."""
+    replay = str(cfg.get("telemetry.clock_replay_file") or "")
+    if not replay:
+        return None
+    import os
+
+    from rsc_health.collect.sysfs import read_bounded
+    from rsc_health.compat import json_loads
+
+    try:
+        doc = json_loads(read_bounded(os.path.join(str(root), replay.lstrip("/")), 4096))
+    except (OSError, ValueError):
+        return -1
+    value = doc.get("monotonic_ms") if isinstance(doc, dict) else None
+    return value if type(value) is int and value >= 0 else -1
+
+
 def _read_counters(state: NodeState, families: list, before: dict, *,
-                   stage: str | None = None, sweep: bool = False) -> None:
+                   stage: str | None = None, sweep: bool = False,
+                   now: int | None = None) -> None:
     """Into state.counters: the counters this run read, to judge and to keep as baselines.
 
     Only the families that ran move their baselines: a prolog that does not judge NVLink must
@@ -163,7 +186,7 @@ def _read_counters(state: NodeState, families: list, before: dict, *,
         else {}
     state.baseline = dict(kept)
     hold = stage in JOB_STAGES
-    now = _now_ms()
+    now = _now_ms() if now is None else now
     # The families that ran first, then the others' counters that have no baseline yet.
     for ran, fam in sorted(((fam in families, fam) for fam in REGISTRY),
                            key=lambda pair: not pair[0]):
@@ -186,6 +209,8 @@ def _timed(state: NodeState, family: str, kept: dict, now: int, *, hold: bool,
     that moved them untimed would leave an older time, a window too long)."""
     key = time_key(family)
     then = kept.get(key)
+    if now < 0:
+        return  # a replay of a snapshot that kept no clock: each span is one sweep
     if isinstance(then, int) and then <= now:
         state.sweeps[family] = max(1.0, (now - then) / 1000 / counters.SWEEP_S)
     if not hold and (sweep or then is not None):

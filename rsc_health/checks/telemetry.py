@@ -141,7 +141,10 @@ def _clock_ms(root: StrPath, env) -> int:
 
 def capture(cfg, root: StrPath, env) -> dict:
     """What a snapshot carries beyond the files: when it read the node (the rates' clock)."""
-    return {"telemetry_clock": {"time_ms": _clock_ms(root, None)}}
+    # monotonic_ms: the clock of the counters' baselines (checks.state.time_key), which a
+    # replay must measure their spans against, not the replaying host's.
+    return {"telemetry_clock": {"time_ms": _clock_ms(root, None),
+                                "monotonic_ms": int(time.monotonic() * 1000)}}
 
 
 def _int(value) -> int | None:
