@@ -84,6 +84,8 @@ class Level(IntEnum):
 Severity = Level
 # The levels a finding may ask for (a checker error is said by its status, ERROR).
 FINDING_SEVERITIES = (Level.NONE, Level.WARN, Level.DRAIN_AFTER_JOB, Level.DRAIN_NOW)
+# Their words, as a record carries them (a spooled check record, an imported one).
+SEVERITY_WORDS = tuple(s.severity_word for s in FINDING_SEVERITIES)
 _EXIT_CODES = {Level.OK: 0, Level.WARN: 1, Level.DRAIN_AFTER_JOB: 2, Level.DRAIN_NOW: 3,
                Level.CHECKER_ERROR: 4}
 _STATUS = {Level.OK: Status.OK, Level.WARN: Status.WARN, Level.CHECKER_ERROR: Status.ERROR,

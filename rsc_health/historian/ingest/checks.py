@@ -37,11 +37,11 @@ from rsc_health.historian.ingest import (
     node_name,
     parse_time,
 )
-from rsc_health.model import FINDING_SEVERITIES, Severity, Status
+from rsc_health.model import SEVERITY_WORDS, Severity, Status
 from rsc_health.spool import without_lone_surrogates
 
 STATUSES = tuple(s.value for s in Status)
-SEVERITIES = tuple(s.severity_word for s in FINDING_SEVERITIES)
+SEVERITIES = SEVERITY_WORDS
 # A tool that does not grade its results: a failing check is taken to ask for a drain after
 # the job (the attribution counts it), a warning stays a warning.
 DEFAULT_SEVERITY = {Status.OK: Severity.NONE.severity_word,
