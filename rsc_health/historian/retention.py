@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
-from sqlalchemy import ColumnElement, Engine, Table, delete, func, select
+from sqlalchemy import ColumnElement, Engine, Table, and_, delete, func, select
 from sqlalchemy.exc import DBAPIError
 
 from rsc_health.config import packaged_default
@@ -123,9 +123,13 @@ def _plan(now: datetime, r: Retention) -> list[_Step]:
         t = schema.telemetry_samples
         out.append(_Step(t.name, t, t.c.time < cut, t.c.time, cut, timedelta(hours=1)))
         # Each node's epilog times (job_ends) bound which job the samples are judged in: kept
-        # as long as the samples.
-        e = schema.job_ends
-        out.append(_Step(e.name, e, e.c.time < cut, e.c.time, cut))
+        # as long as the samples, and while a run of their job is still open in the
+        # historian (a runaway job slurmdbd holds RUNNING: its epilogs end it on each node;
+        # pruned, it ran again there and hid every later job's slow node, helper-111).
+        e, j = schema.job_ends, schema.jobs
+        still_open = (select(j.c.id).where(j.c.job_id == e.c.job_id, j.c.end.is_(None),
+                                           j.c.start <= e.c.time).exists())
+        out.append(_Step(e.name, e, and_(e.c.time < cut, ~still_open), e.c.time, cut))
     if r.jobs_days > 0:
         cut = now - timedelta(days=r.jobs_days)
         j, e = schema.jobs, schema.node_events

@@ -48,6 +48,7 @@ from rsc_health.historian.failslow.core import (
 )
 from rsc_health.historian.failslow.evidence import SuspectEvidence
 from rsc_health.historian.failslow.recurring import ROLLUP_COLUMNS, Across, recurring_frame
+from rsc_health.historian.freshness import CLOCK_AHEAD_S
 from rsc_health.historian.ingest import bulk_write
 from rsc_health.historian.suspects import active, ended_at
 
@@ -58,6 +59,23 @@ def _samples(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
     except ImportError:
         return pd.DataFrame(columns=list(SAMPLE_COLUMNS))
     return load_samples(engine, since, until)
+
+
+def _ended_by_epilogs(rows: pd.DataFrame, epilogs: pd.DataFrame) -> pd.DataFrame:
+    """Each run with no end from sacct ended on a node at the first epilog that node ran for
+    it: one logged at least CLOCK_AHEAD_S after the run's start. A node's clock may run that
+    far ahead of slurmctld's (delivery believes it), and a requeued job's new run starts on
+    the same nodes minutes after its last run's epilogs: one stamped by a clock ahead fell
+    after the new start and ended the new run at once (helper-111)."""
+    if epilogs.empty or rows.empty:
+        return rows
+    epilogs = epilogs.merge(rows[["pk", "node", "start"]], on=["pk", "node"])
+    epilogs = epilogs[pd.to_datetime(epilogs["time"])
+                      >= pd.to_datetime(epilogs["start"]) + pd.Timedelta(seconds=CLOCK_AHEAD_S)]
+    first = epilogs.groupby(["pk", "node"], sort=False)["time"].min().rename("epilog")
+    out = rows.merge(first, left_on=["pk", "node"], right_index=True, how="left")
+    out["end"] = out["end"].where(out["end"].notna(), out["epilog"])
+    return out.drop(columns="epilog")
 
 
 def _gpu_models(conn) -> pd.DataFrame:
@@ -82,20 +100,26 @@ def membership(engine: Engine, since: datetime, until: datetime,
     else it is running there. Otherwise another job's telemetry on the node (a one-node job
     at its power cap) was judged in it, against the job's other nodes."""
     j, jn, je = schema.jobs, schema.job_nodes, schema.job_ends
-    # one index probe per (job, node) whose end sacct has not said (coalesce reads it only
-    # then): the running jobs' nodes, a fleet's worth at most
-    epilog = (select(func.min(je.c.time))
-              .where(je.c.node == jn.c.node, je.c.job_id == j.c.job_id, je.c.time >= j.c.start)
-              .scalar_subquery())
-    stmt = (select(j.c.job_id, jn.c.node, j.c.start, func.coalesce(j.c.end, epilog),
-                   j.c.cluster)
+    stmt = (select(j.c.id, j.c.job_id, jn.c.node, j.c.start, j.c.end, j.c.cluster)
             .select_from(j.join(jn, jn.c.job_pk == j.c.id))
             .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
                    or_(j.c.end.is_(None), j.c.end >= since)))
+    # The epilogs of the runs whose end sacct has not said: a fleet's running jobs at most,
+    # each probed by (node, job_id).
+    open_runs = (select(j.c.id.label("pk"), jn.c.node, j.c.job_id, j.c.start)
+                 .select_from(j.join(jn, jn.c.job_pk == j.c.id))
+                 .where(j.c.nnodes >= 2, j.c.end.is_(None), j.c.start.is_not(None),
+                        j.c.start <= until).subquery())
+    ends = (select(open_runs.c.pk, open_runs.c.node, je.c.time)
+            .select_from(open_runs.join(je, and_(je.c.node == open_runs.c.node,
+                                                 je.c.job_id == open_runs.c.job_id,
+                                                 je.c.time >= open_runs.c.start))))
     with engine.connect() as conn:
-        members = pd.DataFrame(conn.execute(stmt).all(),
-                               columns=[*MEMBER_COLUMNS, "cluster"])
+        rows = pd.DataFrame(conn.execute(stmt).all(),
+                            columns=["pk", *MEMBER_COLUMNS, "cluster"])
+        epilogs = pd.DataFrame(conn.execute(ends).all(), columns=["pk", "node", "time"])
         gpus = _gpu_models(conn) if gpus is None else gpus
+    members = _ended_by_epilogs(rows, epilogs).drop(columns="pk")
     members = members.merge(gpus, on="node", how="left")
     return members.assign(gpu_model=members["gpu_model"].fillna(""))
 
