@@ -107,6 +107,10 @@ class Rules:
     # A telemetry slot is judged once every node of its job delivered a sample at or after it,
     # or once it ended this many seconds ago (`delivered`); 0: as soon as it holds samples.
     complete_s: int = 2400
+    # A pass's window (lookback_min): a node's delivery mark is its newest sample within it,
+    # whatever window the caller read (`suspects job` reads the job's span: a member silent
+    # for hours had an old mark there and held back slots the pass judged, helper-111).
+    lookback_s: int = 3600
 
     @classmethod
     def from_config(cls, cfg: Any) -> Rules:
@@ -140,6 +144,7 @@ class Rules:
             fleet_chance_per_node_day=float(cfg.get("failslow.fleet_chance_per_node_day")
                                             or 0.0),
             complete_s=max(0, int(cfg.get("failslow.complete_after_s") or 0)),
+            lookback_s=int(float(cfg.get("failslow.lookback_min")) * 60),
         )
 
 
@@ -1263,7 +1268,9 @@ def delivered(obs: pd.DataFrame, samples: pd.DataFrame | None, membership: pd.Da
     recent = tel & (start + slot_ns > now_ns - rules.complete_s * 10**9)
     if not recent.any():
         return obs
-    mark = times.groupby(samples["node"].astype(str).to_numpy()).max().astype("int64")
+    inside = (times.to_numpy(dtype="int64") >= now_ns - rules.lookback_s * 10**9)
+    mark = (times[inside].groupby(samples["node"].astype(str).to_numpy()[inside]).max()
+            .astype("int64"))
     ask = obs.loc[recent, ["job_id", "slot"]].drop_duplicates()
     m = membership[["job_id", "node"]].assign(start=utc(membership["start"]).astype("int64"),
                                               end=utc(membership["end"]))

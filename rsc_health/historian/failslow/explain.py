@@ -26,6 +26,7 @@ from rsc_health.historian.failslow.core import (
     STEP_COLUMNS,
     Rules,
     _group_key,
+    delivered,
     find_runs,
     judged,
     step_observations,
@@ -57,6 +58,9 @@ class NodeMetric:
     worst_at: datetime | None
     suspect: bool  # the judgement found a run (re-judged here; see `recorded`)
     why: str  # one line: the verdict's reason
+    # slots with a value not judged yet: not every node of the job has delivered them
+    # (core.delivered, [failslow] complete_after_s)
+    waiting: int = 0
 
 
 @dataclass
@@ -135,6 +139,12 @@ def explain_frame(job_id: str, samples: pd.DataFrame, members: pd.DataFrame,
             f"{g or '?|'} {n} nodes" for g, n in sizes.items()))
     per_slot = obs.groupby(["group", "metric", "slot"])["node"].transform("nunique")
     obs = obs.assign(peers=per_slot)
+    # the slots a pass would hold back, waiting for the job's nodes to flush them
+    whole = delivered(obs.astype({"slot": "int64"}), samples, members, rules, now)
+    ready = set(zip(whole["node"].astype(str), whole["metric"].astype(str),
+                    whole["slot"].astype("int64"), strict=True))
+    obs = obs.assign(waiting=[(str(n), str(m), int(t)) not in ready for n, m, t in zip(
+        obs["node"], obs["metric"], obs["slot"], strict=True)])
     by = dict(iter(frame.groupby(["node", "metric"], sort=False)))  # one pass, not per row
     empty = frame.iloc[:0]
     for (node, metric), o in obs.groupby(["node", "metric"], sort=True):
@@ -152,7 +162,8 @@ def explain_frame(job_id: str, samples: pd.DataFrame, members: pd.DataFrame,
             worst_value=None if worst is None else _finite(worst["value"]),
             worst_median=None if worst is None else _finite(worst["median"]),
             worst_at=None if worst is None else pd.Timestamp(worst["time"]).to_pydatetime(),
-            suspect=(str(node), str(metric)) in found, why="")
+            suspect=(str(node), str(metric)) in found, why="",
+            waiting=int(o.loc[o["waiting"], "slot"].nunique()))
         row.why = _why(row, rules)
         out.rows.append(row)
     return out
@@ -163,6 +174,10 @@ def _why(r: NodeMetric, rules: Rules) -> str:
         return (f"suspect: {r.longest} outlying sweeps in a row (needs {r.needed}), "
                 f"worst {r.worst:.3g} lines past (the line is {rules.k:g})"
                 if r.worst is not None else "suspect")
+    if r.judged == 0 and r.waiting:
+        return (f"not judged yet: its {r.waiting} sweep(s) wait for every node of the job to "
+                f"deliver them (a node's flush; [failslow] complete_after_s "
+                f"{rules.complete_s} s at most)")
     if r.judged == 0:
         return (f"not judged: its peer group had {r.peers} node(s) with a value, under "
                 f"[failslow] min_nodes {rules.min_nodes}")
