@@ -93,6 +93,22 @@ def _forget_unread_rates(baselines: dict, read: dict, families: list[str]) -> No
                 del baselines[key]
 
 
+def _forget_unread_spans(baselines: dict, read: dict, families: list[str]) -> None:
+    """A family whose counters' time this run moved (checks.state.time_key: a sweep's) keeps
+    only the baselines it read (Family.counter_prefixes): one older than its time would be
+    judged next sweep as a rise over one sweep."""
+    from rsc_health.checks import BY_NAME
+    from rsc_health.checks.state import time_key
+
+    for family in families:
+        fam = BY_NAME[family]
+        if not fam.counter_prefixes or time_key(family) not in read:
+            continue
+        for key in [k for k in baselines if k.startswith(fam.counter_prefixes)
+                    and k not in read and not k.endswith(fam.counter_keeps or ("\0",))]:
+            del baselines[key]
+
+
 def _hangs_before(shared: dict, own: dict | None, boot_id: str) -> dict[str, dict]:
     """The probes on record as hanging: the node path's record, and for a read-only run also
     its own (CHECK_HANGS_FILE) where that names a child still waiting and the node path's
@@ -359,6 +375,7 @@ def _run(
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
             _forget_unread_rates(merged, state.counters, families)
+            _forget_unread_spans(merged, state.counters, families)
             merged.update((k, v) for k, v in state.counters.items() if k not in state.held)
             if previous != {"boot_id": state.boot_id, "counters": merged}:
                 counters.save(os.path.join(sdir, COUNTERS_FILE), merged, state.boot_id,

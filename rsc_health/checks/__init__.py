@@ -68,6 +68,13 @@ class Family:
     # so a counter that did not answer one run gives the next no rate rather than its rise
     # over two intervals divided by one.
     rates_prefix: str | None = None
+    # Its per-sweep counters' keys start with these (checks.state.time_key times them as one):
+    # when a sweep moves the family's time, a baseline it did not read is forgotten, as a rate
+    # family's is, so a counter that did not answer one sweep gives the next a first baseline,
+    # not a rise over two sweeps judged against one sweep's limit (helper-108). Keys ending in
+    # one of `counter_keeps` are memory, not counts (a port seen this boot), and stay.
+    counter_prefixes: tuple[str, ...] = ()
+    counter_keeps: tuple[str, ...] = ()
 
 
 class _Attr:
@@ -124,14 +131,17 @@ REGISTRY: tuple[Family, ...] = (
     _family("xid", "xid", ("reads_config", "collect"), nvml=True, cursor="xid_cursor.json"),
     # The same kernel-log sources as xid ([xid] sources), read past a cursor of its own.
     _family("sxid", "sxid", ("reads_config", "collect"), cursor="sxid_cursor.json"),
-    _family("ecc", "gpu", ("counters",), nvml=True),
+    _family("ecc", "gpu", ("counters",), nvml=True, counter_prefixes=("ecc/",)),
     _family("remap", "gpu", nvml=True),
-    _family("nvlink", "gpu", ("counters",), nvml=True),
+    _family("nvlink", "gpu", ("counters",), nvml=True, counter_prefixes=("nvlink/",)),
     # NVML's PCIe replay counter of each GPU.
-    _family("pcie", "pcie", ("reads", "collect", "counters"), nvml=True),
-    _family("infiniband", "infiniband", ("reads", "collect", "counters")),
+    _family("pcie", "pcie", ("reads", "collect", "counters"), nvml=True,
+            counter_prefixes=("aer/", "pcie_replay/")),
+    _family("infiniband", "infiniband", ("reads", "collect", "counters"),
+            counter_prefixes=("ib/",), counter_keeps=("/present", "/ports_seen")),
     _family("mount", "mounts", ("reads", "collect", "capture")),
-    _family("host", "host", ("reads", "collect", "counters"), counters_own=True),
+    _family("host", "host", ("reads", "collect", "counters"), counters_own=True,
+            counter_prefixes=("edac/",)),
     # NVSwitch systems: the Fabric Manager service (a bounded systemctl) and NVML's fabric state.
     _family("fabric", "fabric", ("reads", "collect", "capture"), nvml=True, replays=True),
     # Processes NVML sees on the GPUs that belong to no running job (the prolog's check).

@@ -324,3 +324,23 @@ def test_a_family_whose_counters_are_its_own_has_none_when_it_did_not_run(family
     assert BY_NAME[family].counters(others) == {}
     own, _ = collect_all(cfg, str(root), only={family})
     assert BY_NAME[family].counters(own)
+
+
+@pytest.mark.parametrize("family", [f.name for f in REGISTRY
+                                    if f.counters is not None and f.rates_prefix is None])
+def test_every_per_sweep_counter_key_is_under_its_familys_prefixes(family, tmp_path):
+    """A family whose counters are judged per sweep names their key prefixes
+    (Family.counter_prefixes): a sweep forgets the baselines of them it did not read
+    (engine._forget_unread_spans). A key outside them would keep an old baseline under the
+    family's new time, its rise over several sweeps judged against one sweep's limit."""
+    from rsc_health.checks import BY_NAME
+    from rsc_health.checks.state import collect_all
+
+    fam = BY_NAME[family]
+    root = copy_node(tmp_path / "node")
+    cfg = load_config(root / "config.toml")
+    state, _ = collect_all(cfg, str(root), only={family})
+    keys = fam.counters(state)
+    assert keys, f"{family}: no counter read on the healthy fixture node"
+    outside = [k for k in keys if not k.startswith(fam.counter_prefixes)]
+    assert fam.counter_prefixes and outside == [], (family, outside)
