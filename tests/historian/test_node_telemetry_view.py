@@ -51,8 +51,8 @@ def _healthy(i: int) -> dict:
 def fleet(tmp_path):
     """Eight nodes (and one with a hostile name) in a job that ended two hours ago, g005 with
     a GPU stuck in HW slowdown and a PCIe link at x8 for its last 40 minutes; a day of samples
-    outside jobs three days ago; and garbled but finite records (negative, huge) from g006
-    and the hostile-named node."""
+    outside jobs three days ago; and records at the edges of each metric's range from g006 and
+    the hostile-named node (impossible ones from g006, refused at delivery)."""
     url = f"sqlite:///{tmp_path / 'h.db'}"
     engine = db.connect(url, upgrade=True, create_missing=True)
     now = datetime.now(UTC).replace(tzinfo=None, microsecond=0, second=0)
@@ -61,7 +61,7 @@ def fleet(tmp_path):
     records = []
     for k in range(12):
         t = start + timedelta(minutes=2 + 5 * k)
-        for i, node in enumerate(NODES):
+        for i, node in enumerate([*NODES, HOSTILE]):  # every member reports (core.delivered)
             m = _healthy(i)
             if node == "g005" and k >= 4:
                 m.update(sm_clock_ratio=(0.52, "gpu6"), throttle_hw_frac=(0.8, "gpu6"),
@@ -70,16 +70,21 @@ def fleet(tmp_path):
     day = datetime.combine((now - timedelta(days=3)).date(), datetime.min.time())
     for k in range(6):
         records.append(_record("g005", day + timedelta(hours=4 * k), _healthy(5)))
-    # Finite but absurd: what a broken node path or a hostile writer could spool.
-    garbled = {"sm_clock_ratio": (-3.0, "gpu0"), "throttle_hw_frac": (-1e29, "gpu\n1"),
-               "gpu_temp_c": (9.9e29, "x" * 200), "power_ratio": (1e-300, ""),
+    # At the edges of what each metric can be, with hostile components: what a broken node
+    # path or a hostile writer could spool and the delivery still takes.
+    garbled = {"sm_clock_ratio": (0.0, "gpu0"), "throttle_hw_frac": (1.0, "gpu\n1"),
+               "gpu_temp_c": (199.0, "x" * 200), "power_ratio": (1e-300, ""),
                "ib_xmit_wait_rate": (9.9e29, 'p"ort')}
+    # Finite but impossible (a negative ratio, a temperature of 1e29): refused with their
+    # record at delivery (model.RANGES), as a NaN is.
+    impossible = {"sm_clock_ratio": (-3.0, "gpu0"), "gpu_temp_c": (9.9e29, "gpu1")}
     for k in range(3):
         t = start + timedelta(minutes=4 + 5 * k)  # between g006's own sweeps
         records.append(_record("g006", t, garbled))
         records.append(_record(HOSTILE, t, garbled))
+        records.append(_record("g006", t + timedelta(seconds=30), impossible))
     report = deliver(engine, _spool(tmp_path, records))
-    assert report.quarantined_count == 0
+    assert report.quarantined_count == 3
     rolled = rollup(engine, now, CFG)
     assert rolled.jobs == 1 and rolled.days >= 1
     yield engine, now
@@ -144,8 +149,8 @@ def test_garbled_negative_huge_values_and_a_hostile_name_break_neither_view_nor_
         doc = json.loads(CliRunner().invoke(node_cmd, [name, "--json"],
                                             obj=_obj(engine, tmp_path)).output)
         got = doc["historian"]["telemetry"]["job"]["metrics"]
-        assert got["gpu_temp_c"]["max"] == pytest.approx(9.9e29, rel=1e-6)
-        assert got["sm_clock_ratio"]["min"] == -3.0
+        assert got["gpu_temp_c"]["max"] == pytest.approx(199.0)
+        assert got["sm_clock_ratio"]["min"] == 0.0
         assert len(got["gpu_temp_c"]["worst"]) <= 16
     # The detector reads the same samples at the job's end: the slow node is found, the
     # garbled ones do not crash it (they may be outliers: their values are absurd).
