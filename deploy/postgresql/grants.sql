@@ -33,13 +33,16 @@ BEGIN;
 --   telemetry_samples each sweep's telemetry sample, a keyed insert as above on (time, node).
 --   job_ends          when the node's epilog ran for a job: an insert keyed on (node, job_id,
 --                     time) and named by no conflict target, so INSERT alone.
+--   job_starts        when the node's prolog ran for a job of two or more nodes, and which
+--                     nodes it named (count and digest): keyed and inserted as job_ends.
 -- Nothing else: no tickets, jobs, attributions, qualification results, no DELETE anywhere.
 REVOKE ALL ON ALL TABLES IN SCHEMA public FROM :"node";
 REVOKE ALL ON ALL SEQUENCES IN SCHEMA public FROM :"node";
 GRANT SELECT ON schema_version TO :"node";
 GRANT SELECT, INSERT, UPDATE ON check_results, check_days, node_runs, heartbeat_days, gpu_names,
   node_versions TO :"node";
-GRANT INSERT ON node_actions, job_exclusions, telemetry_samples, job_ends TO :"node";
+GRANT INSERT ON node_actions, job_exclusions, telemetry_samples, job_ends, job_starts
+  TO :"node";
 GRANT SELECT (time, node) ON telemetry_samples TO :"node";
 GRANT SELECT (id) ON node_actions TO :"node";
 GRANT SELECT (job_id, node) ON job_exclusions TO :"node";

@@ -6,9 +6,9 @@ deleted; the daily rollups (`heartbeat_days`, `check_days`,
 `telemetry_day_rollups`) keep their counts for
 `rollup_retention_days` (0 = forever), so a report over years does not need the rows.
 Telemetry samples (`telemetry_samples`) are kept `telemetry_retention_days` (3), and so are
-the nodes' epilog times (`job_ends`) that say which job they belong to; their per-job rollups
-go with their job. Open intervals are never pruned: they are the node's
-current state, however old. Jobs and node events stay unless `jobs_retention_days` is set:
+the nodes' prolog and epilog times (`job_starts`, `job_ends`) that say which job they belong
+to; their per-job rollups go with their job. Open intervals are never pruned: they are the
+node's current state, however old. Jobs and node events stay unless `jobs_retention_days` is set:
 the paper's metrics need a year. Jobs' step times (`step_times`, fail-slow evidence) go after
 `[failslow] steps_retention_days`.
 
@@ -130,6 +130,8 @@ def _plan(now: datetime, r: Retention) -> list[_Step]:
         still_open = (select(j.c.id).where(j.c.job_id == e.c.job_id, j.c.end.is_(None),
                                            j.c.start <= e.c.time).exists())
         out.append(_Step(e.name, e, and_(e.c.time < cut, ~still_open), e.c.time, cut))
+        b = schema.job_starts  # their prolog times: read only until sacct tells of the job
+        out.append(_Step(b.name, b, b.c.time < cut, b.c.time, cut))
     if r.jobs_days > 0:
         cut = now - timedelta(days=r.jobs_days)
         j, e = schema.jobs, schema.node_events

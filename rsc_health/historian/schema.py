@@ -44,8 +44,9 @@ from rsc_health.model import ROLLED_UP, Metric  # the telemetry vocabulary names
 # to name its cluster, for two clusters' jobs with one JobIDRaw:Submit:Start (0018); 19:
 # ix_check_results_check_status_time, each check family's first all-clear row by one index
 # probe (0019; PostgreSQL builds it CONCURRENTLY, writers go on); 20: job_ends, when each
-# node's epilog ran for a job (0020).
-SCHEMA_VERSION = 20
+# node's epilog ran for a job (0020); 21: job_starts, when each node's prolog ran for a job of
+# two or more nodes, and which nodes it named (0021).
+SCHEMA_VERSION = 21
 
 # Longest record id kept: spool ids are 32 hex characters, imported ids anything up to this.
 # Longer ids are refused as bad rows, never cut (cut ids collapse distinct records).
@@ -298,6 +299,24 @@ job_ends = Table(
     Column("job_id", key_text(32), primary_key=True),
     Column("time", DateTime, primary_key=True),
     Index("ix_job_ends_time", "time"),
+)
+
+# When each node's prolog ran for a job of two or more nodes (the spool's job_start records
+# that name the job's nodes, version 21): until `ingest sacct` tells of the job (hourly), the
+# fail-slow detector takes it as running on each node whose prolog told, from that time to its
+# epilog there (job_ends), once every node it names has told (failslow/load.py). `nnodes` and
+# `nodes_digest` are the nodelist's count and a digest of its sorted names, so the nodes of one
+# job are known to agree; the list itself is not kept. Keyed like job_ends; kept as long as
+# the samples ([historian] telemetry_retention_days).
+job_starts = Table(
+    "job_starts",
+    metadata,
+    Column("node", key_text(128), primary_key=True),
+    Column("job_id", key_text(32), primary_key=True),
+    Column("time", DateTime, primary_key=True),
+    Column("nnodes", Integer, nullable=False),
+    Column("nodes_digest", String(16), nullable=False),
+    Index("ix_job_starts_time", "time"),
 )
 
 # What rsc-health itself did in Slurm (drain, resume, requeue, guard), from the node spools.

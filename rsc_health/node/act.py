@@ -147,10 +147,13 @@ def job_records(ctx: Context, now) -> list[dict]:
             excluded = list(job.excluded) if job else []
         except SlurmError as exc:
             log(f"prolog: cannot read job {ctx.job_id}: {exc}")
+    # `nodes`: the job's nodelist as Slurm gave it, so the historian knows once every node of
+    # a job sacct has not told of yet has told (docs/failslow.md, "Time to flag")
     return [spool.record(
         "job_start", ctx.node, now, job_id=ctx.job_id, excluded=excluded,
         user=os.environ.get("SLURM_JOB_USER", ""),
         partition=os.environ.get("SLURM_JOB_PARTITION", ""),
+        nodes=os.environ.get("SLURM_JOB_NODELIST", ""),
     )]
 
 

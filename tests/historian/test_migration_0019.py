@@ -21,12 +21,13 @@ T0 = datetime(2025, 1, 1)
 
 def _at_version_18(url: str):
     """A historian as version 18 left it: today's schema less the index and what later
-    versions add (job_ends, 0020), at version 18 (that the migrations build what schema.py
-    creates is test_db's and test_migration_0002's)."""
+    versions add (job_ends, 0020; job_starts, 0021), at version 18 (that the migrations build
+    what schema.py creates is test_db's and test_migration_0002's)."""
     engine = db.connect(url, create_missing=True)
     with engine.begin() as conn:
         conn.exec_driver_sql(f"DROP INDEX {INDEX}")
         conn.exec_driver_sql("DROP TABLE job_ends")
+        conn.exec_driver_sql("DROP TABLE job_starts")
         conn.execute(schema.schema_version.update().values(version=18))
     return engine
 
@@ -73,8 +74,8 @@ def test_upgrade_from_18_indexes_the_stored_intervals_and_deployments_read_the_s
         before = _group_by_first_ok(old)
         assert [c for c, _ in before] == ["nvlink", "ib_port", "ib_rate"]
 
-        assert db.migrate(old, 18) == [19, 20]
-        assert db.current_version(old) == schema.SCHEMA_VERSION == 20
+        assert db.migrate(old, 18) == [19, 20, 21]
+        assert db.current_version(old) == schema.SCHEMA_VERSION == 21
         indexes = {ix["name"]: ix["column_names"]
                    for ix in inspect(old).get_indexes("check_results")}
         assert indexes[INDEX] == ["check", "status", "time"]
@@ -94,7 +95,8 @@ def test_upgrade_from_18_indexes_the_stored_intervals_and_deployments_read_the_s
             with old.begin() as conn:
                 conn.execute(schema.schema_version.update().values(version=18))
                 conn.exec_driver_sql("DROP TABLE job_ends")
-            assert db.migrate(old, 18) == [19, 20]
+                conn.exec_driver_sql("DROP TABLE job_starts")
+            assert db.migrate(old, 18) == [19, 20, 21]
             with old.connect() as conn:
                 assert conn.exec_driver_sql(
                     "SELECT count(*) FROM pg_index WHERE indisvalid AND indexrelid = "

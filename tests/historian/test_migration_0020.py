@@ -28,10 +28,11 @@ def test_upgrade_from_19_adds_job_ends_as_a_new_historian_has_it(dialect, tmp_pa
         expected = _shape(new if new is not None else old)
         with old.begin() as conn:
             conn.exec_driver_sql("DROP TABLE job_ends")
+            conn.exec_driver_sql("DROP TABLE job_starts")  # what 0021 adds
             conn.execute(schema.schema_version.update().values(version=19))
             conn.execute(text("INSERT INTO tickets (node, opened, reason, source) "
                               "VALUES ('gpu001', '2026-01-01 00:00:00', 'PSU', 'manual')"))
-        assert db.migrate(old, 19) == [20]
+        assert db.migrate(old, 19) == [20, 21]
         assert db.current_version(old) == schema.SCHEMA_VERSION
         assert _shape(old) == expected
         with old.connect() as conn:

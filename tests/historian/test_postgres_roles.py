@@ -101,6 +101,7 @@ def _real_spool(tmp_path: Path) -> Path:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PYTHONPATH": str(REPO),
            "RSC_HEALTH_DEFAULTS": str(defaults), "RSC_HEALTH_ROOT": str(root),
            "RSC_HEALTH_CONFIG": str(site), "SLURMD_NODENAME": "node01", "SLURM_JOB_ID": "77",
+           "SLURM_JOB_NODELIST": "node[01-02]",  # the prolog's job_start names it (job_starts)
            "RSC_HEALTH_PYTHON": sys.executable}
     ran = subprocess.run([str(PROLOG)], env=env, capture_output=True, text=True, timeout=120)
     assert ran.returncode == 0, ran.stderr
@@ -150,7 +151,7 @@ def test_the_node_role_flushes_a_real_spool_and_again_without_duplicates(deploye
     assert not (spool_dir / "quarantine").exists()
     landed = {t.name: _count(owner_url, t) for t in (
         schema.check_results, schema.node_runs, schema.heartbeat_days, schema.node_actions,
-        schema.job_exclusions, schema.telemetry_samples, schema.job_ends)}
+        schema.job_exclusions, schema.telemetry_samples, schema.job_ends, schema.job_starts)}
     assert all(landed.values()), landed
     # The same lines again (a node that lost the acknowledgement): the keyed inserts hit
     # their conflicts, which INSERT alone must be allowed to ignore, and nothing doubles.

@@ -210,7 +210,7 @@ def explain_job(engine, job_id: str, now: datetime, cfg: Any,
 
 def _explain_job(engine, job_id: str, now: datetime, cfg: Any, hours: float
                  ) -> JobExplanation:
-    from sqlalchemy import select
+    from sqlalchemy import func, select
 
     from rsc_health.historian import schema
     from rsc_health.historian.failslow.load import (
@@ -233,6 +233,11 @@ def _explain_job(engine, job_id: str, now: datetime, cfg: Any, hours: float
             q = q.where(j.c.cluster == cluster)
         spans = conn.execute(q).all()
         gpus = _gpu_models(conn)
+        untold = not spans and not cluster
+        if untold:  # sacct has not told of it (yet): its nodes' prologs may have
+            s = schema.job_starts
+            first = conn.execute(select(func.min(s.c.time)).where(s.c.job_id == plain)).scalar()
+            spans = [(first, None, "")] if first is not None else []
     if not spans:
         return JobExplanation(job_id, None, None,
                               notes=[f"job {job_id}: not in the historian with a start time"])
@@ -265,4 +270,7 @@ def _explain_job(engine, job_id: str, now: datetime, cfg: Any, hours: float
     out.since, out.until = since, until
     if len(spans) > 1:
         out.notes.insert(0, f"{len(spans)} runs of job {job_id} (a requeue) judged together")
+    if untold:
+        out.notes.insert(0, f"job {job_id}: not yet told by `ingest sacct`; its nodes are those "
+                            "whose prologs told, once all of its nodelist had (job_starts)")
     return out

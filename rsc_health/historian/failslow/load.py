@@ -4,9 +4,11 @@ by the pure core.
     samples     rsc_health.historian.telemetry.load_samples (the telemetry helper's one door;
                 none until it is installed: the step times are judged alone)
     membership  jobs of two or more nodes running in the window (jobs, job_nodes; a job sacct
-                last read running ends on each node at its epilog, job_ends), each node's
-                GPU model from its newest qualification run (qualify_runs) and its pipeline
-                stage from the job's own step times when it wrote them
+                last read running ends on each node at its epilog, job_ends; a job sacct has
+                not told of yet runs on the nodes whose prologs told, job_starts, once all
+                it names have), each node's GPU model from its newest qualification run
+                (qualify_runs) and its pipeline stage from the job's own step times when it
+                wrote them
     steps       step_times in the window
     suspects    the nodes with an open suspect episode (historian.suspects.active): their
                 onset was seen by an earlier window, and they are judged against their peers,
@@ -89,6 +91,12 @@ def _gpu_models(conn) -> pd.DataFrame:
                         columns=["node", "gpu_model"]).drop_duplicates("node")
 
 
+# How long a job sacct has not told of runs on a node whose epilog for it never came (the
+# node died, its spool was lost, or a job_start no sacct row will ever match): the hourly
+# `ingest sacct` tells of a job within the hour it started, so this is three ingests missed.
+UNTOLD_MAX = timedelta(hours=3)
+
+
 def membership(engine: Engine, since: datetime, until: datetime,
                gpus: pd.DataFrame | None = None) -> pd.DataFrame:
     """Multi-node job instances that ran in [since, until]: job_id, node, start, end, cluster,
@@ -98,7 +106,12 @@ def membership(engine: Engine, since: datetime, until: datetime,
     A job sacct last read running has no end until the next `ingest sacct` (hourly): on each
     node it ends when that node's epilog ran for it (job_ends, the first after its start),
     else it is running there. Otherwise another job's telemetry on the node (a one-node job
-    at its power cap) was judged in it, against the job's other nodes."""
+    at its power cap) was judged in it, against the job's other nodes.
+
+    A job sacct has not told of yet (no row of its id running at its prologs' time) is read
+    from its nodes' prologs (`untold`), so it is judged from the flush that delivers them, not
+    from the next hourly ingest; once sacct tells of it, its row is the job and they are not
+    read."""
     j, jn, je = schema.jobs, schema.job_nodes, schema.job_ends
     stmt = (select(j.c.id, j.c.job_id, jn.c.node, j.c.start, j.c.end, j.c.cluster)
             .select_from(j.join(jn, jn.c.job_pk == j.c.id))
@@ -118,10 +131,80 @@ def membership(engine: Engine, since: datetime, until: datetime,
         rows = pd.DataFrame(conn.execute(stmt).all(),
                             columns=["pk", *MEMBER_COLUMNS, "cluster"])
         epilogs = pd.DataFrame(conn.execute(ends).all(), columns=["pk", "node", "time"])
+        more = untold(conn, since, until)
         gpus = _gpu_models(conn) if gpus is None else gpus
-    members = _ended_by_epilogs(rows, epilogs).drop(columns="pk")
+    members = _with_untold(_ended_by_epilogs(rows, epilogs).drop(columns="pk"), more)
     members = members.merge(gpus, on="node", how="left")
     return members.assign(gpu_model=members["gpu_model"].fillna(""))
+
+
+def untold(conn, since: datetime, until: datetime) -> pd.DataFrame:
+    """Multi-node jobs `ingest sacct` has not told of, running in [since, until], from their
+    nodes' prologs (job_starts): job_id, node, start, end, nodes_digest.
+
+    On each node the job runs from its prolog's time to the first of: that node's epilog for
+    it (job_ends), its next prolog for the same job id (a requeue's new run), UNTOLD_MAX (all
+    stamped by the node's own clock, in the order the node ran them: unlike sacct's start, no
+    clock ahead moves an epilog past the prolog after it, _ended_by_epilogs). A job
+    is read once every node its nodelist names has told (a prolog of each, of the same list;
+    a requeue onto the same nodes: each node's k-th prolog of it is its k-th run): judged
+    among the nodes that flushed first, a leaf switch's congestion made one of them a suspect
+    (core.delivered, which holds a slot back only for the nodes membership names). It is not
+    read when a row of its job id, of any cluster, was running at any of its prologs' time
+    (sacct's row is the job) or when its nodes' prologs name no list (an older node's)."""
+    s, je, j = schema.job_starts, schema.job_ends, schema.jobs
+    later = s.alias("later")
+    # index probes per prolog row in the window (the primary keys, ix_jobs_job_id)
+    epilog = (select(func.min(je.c.time))
+              .where(je.c.node == s.c.node, je.c.job_id == s.c.job_id, je.c.time >= s.c.time)
+              .scalar_subquery())
+    again = (select(func.min(later.c.time))
+             .where(later.c.node == s.c.node, later.c.job_id == s.c.job_id,
+                    later.c.time > s.c.time)
+             .scalar_subquery())
+    told = (select(j.c.id)
+            .where(j.c.job_id == s.c.job_id, j.c.start.is_not(None), j.c.start <= until,
+                   or_(j.c.end.is_(None), j.c.end >= s.c.time))
+            .exists())
+    # a prolog sacct told of is left out: its job is read whole from sacct, and the rest of
+    # a run some of whose prologs it told of is never whole
+    stmt = (select(s.c.job_id, s.c.node, s.c.time, epilog, again, s.c.nnodes,
+                   s.c.nodes_digest)
+            .where(s.c.time >= since - UNTOLD_MAX, s.c.time <= until, ~told))
+    cols = ["job_id", "node", "start", "epilog", "again", "nnodes", "nodes_digest"]
+    rows = pd.DataFrame(conn.execute(stmt).all(), columns=cols)
+    out = [*MEMBER_COLUMNS, "nodes_digest"]
+    if rows.empty:
+        return pd.DataFrame(columns=out)
+    start = pd.to_datetime(rows["start"])
+    ends = pd.concat([pd.to_datetime(rows["epilog"]), pd.to_datetime(rows["again"]),
+                      start + UNTOLD_MAX], axis=1)
+    rows = rows.assign(job_id=rows["job_id"].astype(str), node=rows["node"].astype(str),
+                       start=start, end=ends.min(axis=1))
+    rows = rows.sort_values(["start", "node"], kind="stable")
+    rows = rows.assign(run=rows.groupby(["job_id", "nodes_digest", "node"]).cumcount())
+    run = rows.groupby(["job_id", "nodes_digest", "run"])
+    whole = run["node"].transform("nunique").to_numpy() == rows["nnodes"].to_numpy()
+    keep = whole & (rows["end"] >= since).to_numpy()
+    return rows.loc[keep, out].reset_index(drop=True)
+
+
+def _with_untold(members: pd.DataFrame, more: pd.DataFrame) -> pd.DataFrame:
+    """`members` (sacct's, with their cluster) and the jobs sacct has not told of. A prolog
+    names no cluster: the window's one cluster when its jobs name one, else ''. When they name
+    several, a job id whose prologs name two nodelists may be two clusters' jobs (each counts
+    its own ids): it is not read (a requeue onto other nodes waits for sacct there too)."""
+    if more.empty:
+        return members
+    clusters = set(members["cluster"].fillna("").astype(str)) - {""}
+    if len(clusters) > 1:
+        lists = more.groupby("job_id")["nodes_digest"].transform("nunique")
+        more = more[lists.to_numpy() == 1]
+    more = more.drop(columns="nodes_digest").assign(
+        cluster=next(iter(clusters)) if len(clusters) == 1 else "")
+    if members.empty:
+        return more.reset_index(drop=True)
+    return pd.concat([members, more], ignore_index=True)
 
 
 def _workload(jobs: pd.DataFrame) -> pd.Series:

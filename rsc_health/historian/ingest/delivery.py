@@ -5,8 +5,8 @@ whatever the spool's size); each chunk is written in one transaction with a stat
 timeout, and the file is removed only after its last chunk committed. Every write is keyed:
 check records fold into intervals (rsc_health.historian.intervals: a run the table has already
 seen changes nothing), actions by their record id, exclusions by (job, node, time: the job
-start's, so a job id Slurm reused is a new job), job ends (each node's epilog) by (node,
-job, time), heartbeats by (node, source, time)
+start's, so a job id Slurm reused is a new job), job starts and ends (each node's prolog and
+epilog) by (node, job, time), heartbeats by (node, source, time)
 (rsc_health.historian.freshness), telemetry samples by (time, node). So a batch delivered
 twice, or cut short by a kill or a lost database and delivered again, lands each record once.
 Lines that are not valid records go to `quarantine/` next to the spool with their line
@@ -23,6 +23,7 @@ to quarantine, counted in `skewed`
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import math
 import os
@@ -74,6 +75,7 @@ from rsc_health.historian.ingest import (
     parse_time,
 )
 from rsc_health.historian.intervals import CheckRecord, fold
+from rsc_health.hostlist import HostlistError, expand
 from rsc_health.model import SEVERITY_WORDS, Metric, Severity, Status, in_range
 
 QUARANTINE = "quarantine"
@@ -135,6 +137,8 @@ class _Rows:
     checks: list[CheckRecord] = field(default_factory=list)
     exclusions: list[tuple] = field(default_factory=list)
     job_ends: list[tuple] = field(default_factory=list)  # (node, job_id, time)
+    # (node, job_id, time, nnodes, nodes_digest): a job of 2+ nodes whose prolog named them
+    job_starts: list[tuple] = field(default_factory=list)
     actions: list[tuple] = field(default_factory=list)
     heartbeats: list[Heartbeat] = field(default_factory=list)
     telemetry: list[tuple] = field(default_factory=list)  # rows in SAMPLE_COLUMNS order
@@ -214,7 +218,31 @@ def _job_start_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
         raise RowError("job_start needs job_id and a list `excluded`")
     job_id = job_id_text(rec["job_id"])
     names = [node_name(n, "excluded node") for n in excluded]
+    started = _job_nodes(rec, node)
     rows.exclusions.extend((job_id, n, db_time(when)) for n in names)
+    if started is not None and started[0] >= 2:
+        rows.job_starts.append((node, job_id, db_time(when), *started))
+
+
+def _job_nodes(rec: dict, node: str) -> tuple[int, str] | None:
+    """A job_start's `nodes` (the prolog's SLURM_JOB_NODELIST) as (count, digest of the sorted
+    names): what job_starts keeps, so the fail-slow detector knows when every node of a job
+    sacct has not told of yet has told, and that they agree (failslow/load.py). None: an older
+    node's record, which names none. A list that is not a hostlist, or that does not name the
+    record's own node, refuses the record (it was not written by a prolog)."""
+    nodes = rec.get("nodes")
+    if nodes is None or nodes == "":
+        return None
+    if not isinstance(nodes, str):
+        raise RowError("job_start `nodes` is not a hostlist")
+    try:
+        hosts = sorted(set(expand(nodes)))
+    except (HostlistError, ValueError) as exc:
+        raise RowError(f"job_start `nodes` is not a hostlist: {exc}"[:200]) from exc
+    if node not in hosts:
+        raise RowError("job_start `nodes` does not name its own node")
+    digest = hashlib.sha256("\n".join(hosts).encode("utf-8", "surrogatepass")).hexdigest()
+    return len(hosts), digest[:16]
 
 
 def _job_end_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
@@ -445,6 +473,8 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
     bulk_write(conn, schema.job_exclusions, ("job_id", "node", "time"), rows.exclusions,
                conflict=())
     bulk_write(conn, schema.job_ends, ("node", "job_id", "time"), rows.job_ends, conflict=())
+    bulk_write(conn, schema.job_starts, ("node", "job_id", "time", "nnodes", "nodes_digest"),
+               rows.job_starts, conflict=())
     bulk_write(conn, schema.node_actions, ("id", "time", "node", "action", "reason", "job_id"),
                rows.actions, conflict=("id",))
     record_runs(conn, rows.heartbeats, rows.clocks)
