@@ -656,7 +656,7 @@ def _dirs_key(path: str) -> tuple:
         holders = sorted(path_holders(os.path.abspath(path)))
     except OSError:
         return (None,)
-    parts = []
+    parts: list[tuple] = []
     for here in holders:
         try:
             st = os.lstat(here)

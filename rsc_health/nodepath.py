@@ -222,7 +222,8 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
         # of its time at 16,000 nodes), and every held node would try on every sweep and job
         # start, for as long as the outage or the maintenance lasts. Nothing new since: no
         # Slurm call until the backoff (jittered, doubling) runs out.
-        code, still_pending = 0, True
+        code = 0
+        still_pending: bool | None = True
         if pending.retry_after is not None and stage.name != "prolog":
             log(f"{stage.name}: {HELD_BY[pending.why]} held {verdict.reason} "
                 f"{pending.holds} time(s); next try after {pending.retry_after:%H:%M:%S}Z")

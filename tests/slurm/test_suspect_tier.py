@@ -57,8 +57,11 @@ def _evidence(now):
 def _healthctl(c, base, *args):
     config = base / "config.toml"
     config.write_text("[slurm]\ncall_timeout_s = 20\n")
-    return CliRunner().invoke(cli, ["--config", str(config), "--db",
-                                    f"sqlite:///{base / 'history.db'}", *args],
+    url = f"sqlite:///{base / 'history.db'}"
+    # the historian exists before the tier's pass, as a deployment's first `db upgrade`
+    # or ingest makes it (a reader never creates one)
+    db.connect(url, create_missing=True).dispose()
+    return CliRunner().invoke(cli, ["--config", str(config), "--db", url, *args],
                               env={"SLURM_CONF": c.env["SLURM_CONF"]})
 
 
