@@ -80,32 +80,26 @@ def _unjudged(fam, state, new_cursors: dict) -> None:
         state.counters.pop(key, None)
 
 
-def _forget_unread_rates(baselines: dict, read: dict, families: list[str]) -> None:
-    """A rate family that ran and read any of its counters keeps only those: a baseline it
-    did not read this run is older than its clock's, and the next run would divide two
-    intervals' rise by one (Family.rates_prefix)."""
-    from rsc_health.checks import BY_NAME
-
-    for family in families:
-        prefix = BY_NAME[family].rates_prefix
-        if prefix and any(k.startswith(prefix) for k in read):
-            for key in [k for k in baselines if k.startswith(prefix) and k not in read]:
-                del baselines[key]
-
-
-def _forget_unread_spans(baselines: dict, read: dict, families: list[str]) -> None:
-    """A family whose counters' time this run moved (checks.state.time_key: a sweep's) keeps
-    only the baselines it read (Family.counter_prefixes): one older than its time would be
-    judged next sweep as a rise over one sweep."""
+def _forget_unread(baselines: dict, read: dict, families: list[str]) -> None:
+    """A family keeps only the baselines it read when its clock moved this run: a rate
+    family (Family.rates_prefix) that read any of its counters, whose next run would divide
+    two intervals' rise by one; a family of per-sweep counters (Family.counter_prefixes)
+    whose time a sweep moved (checks.state.time_key), whose next sweep would judge a rise
+    over two sweeps against one sweep's limit. Keys ending in Family.counter_keeps stay."""
     from rsc_health.checks import BY_NAME
     from rsc_health.checks.state import time_key
 
     for family in families:
         fam = BY_NAME[family]
-        if not fam.counter_prefixes or time_key(family) not in read:
+        if fam.rates_prefix:
+            prefixes: tuple[str, ...] = (fam.rates_prefix,)
+            moved = any(k.startswith(fam.rates_prefix) for k in read)
+        else:
+            prefixes, moved = fam.counter_prefixes, time_key(family) in read
+        if not (prefixes and moved):
             continue
-        for key in [k for k in baselines if k.startswith(fam.counter_prefixes)
-                    and k not in read and not k.endswith(fam.counter_keeps or ("\0",))]:
+        for key in [k for k in baselines if k.startswith(prefixes) and k not in read
+                    and not (fam.counter_keeps and k.endswith(fam.counter_keeps))]:
             del baselines[key]
 
 
@@ -374,8 +368,7 @@ def _run(
             # Merge: a partial run (--only) must not drop the other families' baselines.
             merged = dict((previous.get("counters") or {}) if previous.get("boot_id") in
                           (None, state.boot_id) else {})
-            _forget_unread_rates(merged, state.counters, families)
-            _forget_unread_spans(merged, state.counters, families)
+            _forget_unread(merged, state.counters, families)
             merged.update((k, v) for k, v in state.counters.items() if k not in state.held)
             if previous != {"boot_id": state.boot_id, "counters": merged}:
                 counters.save(os.path.join(sdir, COUNTERS_FILE), merged, state.boot_id,

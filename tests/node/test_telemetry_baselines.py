@@ -207,9 +207,9 @@ def test_a_run_that_read_no_telemetry_keeps_the_baselines_for_the_next(node):
     _sweep(node)
     saved = json.loads((node.root / "var/lib/rsc_health/counters.json").read_text())
     merged = dict(saved["counters"])
-    engine._forget_unread_rates(merged, {"xid/other": 1}, ["telemetry"])
+    engine._forget_unread(merged, {"xid/other": 1}, ["telemetry"])
     assert merged == saved["counters"]
-    engine._forget_unread_rates(merged, {"tm/time_ms": 1}, ["telemetry"])
+    engine._forget_unread(merged, {"tm/time_ms": 1}, ["telemetry"])
     assert [k for k in merged if k.startswith("tm/")] == ["tm/time_ms"]
 
 

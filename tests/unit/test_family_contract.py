@@ -331,7 +331,7 @@ def test_a_family_whose_counters_are_its_own_has_none_when_it_did_not_run(family
 def test_every_per_sweep_counter_key_is_under_its_familys_prefixes(family, tmp_path):
     """A family whose counters are judged per sweep names their key prefixes
     (Family.counter_prefixes): a sweep forgets the baselines of them it did not read
-    (engine._forget_unread_spans). A key outside them would keep an old baseline under the
+    (engine._forget_unread). A key outside them would keep an old baseline under the
     family's new time, its rise over several sweeps judged against one sweep's limit."""
     from rsc_health.checks import BY_NAME
     from rsc_health.checks.state import collect_all
