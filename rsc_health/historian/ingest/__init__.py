@@ -18,6 +18,7 @@ from datetime import datetime, tzinfo
 from sqlalchemy import Connection, Engine, Table
 
 from rsc_health.historian.db import first_line
+from rsc_health.model import SEVERITY_WORDS
 
 BATCH_ROWS = 10_000
 # The CSV imports' (tickets, inventory, GPUs) encoding: UTF-8, a leading byte-order mark
@@ -95,6 +96,16 @@ def key_text(value: object, name: str, limit: int, *, integer: bool = True,
     if exact and not (text and text.isprintable() and " " not in text and "\ufffd" not in text):
         raise RowError(f"{name} {_not_exact(text)}", NOT_A_NAME)
     return text
+
+
+def severity_word(value: object) -> str:
+    """A check record's severity as one of model.SEVERITY_WORDS (any case, "-" for "_"): the
+    words the attribution and the report count, for an imported record and a spooled one
+    alike; RowError for any other (stored, its finding would be counted by none of them)."""
+    word = str(value).lower().replace("-", "_")
+    if word not in SEVERITY_WORDS:
+        raise RowError(f"severity {str(value)[:32]!r} is not one of {'|'.join(SEVERITY_WORDS)}")
+    return word
 
 
 def node_name(value: object, name: str = "node") -> str:

@@ -36,12 +36,12 @@ from rsc_health.historian.ingest import (
     key_text,
     node_name,
     parse_time,
+    severity_word,
 )
-from rsc_health.model import SEVERITY_WORDS, Severity, Status
+from rsc_health.model import Severity, Status
 from rsc_health.spool import without_lone_surrogates
 
 STATUSES = tuple(s.value for s in Status)
-SEVERITIES = SEVERITY_WORDS
 # A tool that does not grade its results: a failing check is taken to ask for a drain after
 # the job (the attribution counts it), a warning stays a warning.
 DEFAULT_SEVERITY = {Status.OK: Severity.NONE.severity_word,
@@ -109,9 +109,7 @@ def to_row(obj: dict, *, source: str = "import", report: IngestReport | None = N
     status = str(obj["status"]).lower()
     if status not in STATUSES:
         raise RowError(f"status {obj['status']!r} is not one of {'|'.join(STATUSES)}")
-    severity = str(obj.get("severity") or DEFAULT_SEVERITY[status]).lower().replace("-", "_")
-    if severity not in SEVERITIES:
-        raise RowError(f"severity {obj['severity']!r} is not one of {'|'.join(SEVERITIES)}")
+    severity = severity_word(obj.get("severity") or DEFAULT_SEVERITY[status])
     try:
         time = parse_time(str(obj["time"]))
     except ValueError as exc:

@@ -73,10 +73,11 @@ from rsc_health.historian.ingest import (
     limit_statements,
     node_name,
     parse_time,
+    severity_word,
 )
 from rsc_health.historian.intervals import CheckRecord, fold
 from rsc_health.hostlist import HostlistError, expand
-from rsc_health.model import SEVERITY_WORDS, Metric, Severity, Status, in_range
+from rsc_health.model import Metric, Severity, Status, in_range
 
 QUARANTINE = "quarantine"
 QUARANTINE_MODE = 0o700
@@ -197,9 +198,7 @@ def _check_row(rows: _Rows, rec: dict, node: str, when: datetime) -> None:
         raise RowError("check record needs `check` and a status ok|warn|fail|error")
     # The words the file import takes, and the attribution and the report read: any other
     # (cut to 16, once) would be stored, and its finding then counted by none of them.
-    severity = (_text(rec, "severity") or Severity.NONE.severity_word).lower().replace("-", "_")
-    if severity not in SEVERITY_WORDS:
-        raise RowError(f"severity {severity[:32]!r} is not one of {'|'.join(SEVERITY_WORDS)}")
+    severity = severity_word(_text(rec, "severity") or Severity.NONE.severity_word)
     job_id = rec.get("job_id")
     rows.checks.append(CheckRecord(
         id=_record_id(rec), time=when, node=node,
