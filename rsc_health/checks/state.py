@@ -154,16 +154,10 @@ def _replay_ms(cfg: Config, root: StrPath) -> int | None:
     replay = str(cfg.get("telemetry.clock_replay_file") or "")
     if not replay:
         return None
-    import os
-
-    from rsc_health.collect.sysfs import read_bounded
-    from rsc_health.compat import json_loads
-
     try:
-        doc = json_loads(read_bounded(os.path.join(str(root), replay.lstrip("/")), 4096))
-    except (OSError, ValueError):
+        value = counters.replay_clock(root, replay).get("monotonic_ms")
+    except (OSError, ValueError, RecursionError):  # a garbled file: telemetry's to say
         return -1
-    value = doc.get("monotonic_ms") if isinstance(doc, dict) else None
     return value if type(value) is int and value >= 0 else -1
 
 

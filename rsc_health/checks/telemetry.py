@@ -36,16 +36,14 @@ NOT_SUPPORTED or NO_PERMISSION for are absent from the sample, not checker error
 
 from __future__ import annotations
 
-import os
 import time
 
 from rsc_health.checks._finding import ok, readable_gpus, warn
 from rsc_health.checks.infiniband import ERROR_COUNTERS, saturated
 from rsc_health.collect import ibports
-from rsc_health.collect.counters import plausible
+from rsc_health.collect.counters import plausible, replay_clock
 from rsc_health.collect.gpu import TELEMETRY_KEY, val
-from rsc_health.collect.sysfs import ATTR_BYTES, parse_count, pure, read_bounded
-from rsc_health.compat import json_loads
+from rsc_health.collect.sysfs import parse_count
 from rsc_health.model import Finding, Metric
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
@@ -131,8 +129,7 @@ def _clock_ms(root: StrPath, env) -> int:
     """Now, in ms; a snapshot's replay (`check --from`) reads when the node looked."""
     replay = str(env.cfg.get("telemetry.clock_replay_file")) if env is not None else ""
     if replay:
-        doc = json_loads(read_bounded(pure(os.path.join(root, replay.lstrip("/"))), ATTR_BYTES))
-        value = doc.get("time_ms") if isinstance(doc, dict) else None
+        value = replay_clock(root, replay).get("time_ms")
         if not isinstance(value, int) or not plausible(value):
             raise ValueError(f"{replay}: no time_ms")
         return value

@@ -26,6 +26,20 @@ LIFETIME_SUFFIXES = ("aggregate_corrected", "aggregate_uncorrected")
 SWEEP_S = 300
 
 
+def replay_clock(root, replay: str) -> dict:
+    """What a snapshot's replay (`check --from`) kept of the node's clocks when it read it
+    (`replay`, a file under `root`): its wall clock ("time_ms", the rates') and its
+    CLOCK_MONOTONIC ("monotonic_ms", the baselines' times); {} when it is not an object.
+    Raises OSError and ValueError as the read and the parse do."""
+    import os
+
+    from rsc_health.collect.sysfs import ATTR_BYTES, pure, read_bounded
+    from rsc_health.compat import json_loads
+
+    doc = json_loads(read_bounded(pure(os.path.join(root, replay.lstrip("/"))), ATTR_BYTES))
+    return doc if isinstance(doc, dict) else {}
+
+
 def per_sweep(limit: float, state, family: str) -> tuple[float, str]:
     """`limit`, set per sweep, over the time the rise of `family`'s counters spans, and that
     time in words."""
