@@ -9,15 +9,14 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import insert
 
 from rsc_health import spool
 from rsc_health.config import load_config
-from rsc_health.historian import schema
 from rsc_health.historian.failslow import detect
 from rsc_health.historian.failslow.core import Rules
 from rsc_health.historian.failslow.explain import explain_frame, explain_job
 from rsc_health.historian.ingest.delivery import deliver
+from tests.historian.job_rows import add_job
 
 CFG = load_config(None)
 NODES = [f"gpu{i:03d}" for i in range(1, 9)]
@@ -25,12 +24,7 @@ T0 = datetime(2026, 11, 20, 10, 0, 0)
 
 
 def _running(engine, job_id: str, start: datetime, nodes=NODES) -> None:
-    with engine.begin() as conn:
-        pk = conn.execute(insert(schema.jobs).values(
-            job_id=job_id, job_id_display=job_id, state="RUNNING", submit=start, start=start,
-            end=None, nnodes=len(nodes), instance_key=f"{job_id}:{start}:{start}")
-            .returning(schema.jobs.c.id)).scalar_one()
-        conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n} for n in nodes])
+    add_job(engine, job_id, start, nodes)
 
 
 def test_suspects_job_finds_the_slow_node_the_detector_flags_beside_a_silent_member(

@@ -16,6 +16,7 @@ from rsc_health.historian.failslow import detect
 from rsc_health.historian.failslow.load import membership
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.historian.retention import Retention, prune
+from tests.historian.job_rows import add_job
 
 CFG = load_config(None)
 NODES = [f"gpu{i:03d}" for i in range(1, 9)]
@@ -23,12 +24,7 @@ T0 = datetime(2026, 11, 20, 10, 0, 0)  # days before today: delivery believes th
 
 
 def _job(engine, job_id: str, start: datetime, end=None, nodes=NODES, state="RUNNING"):
-    with engine.begin() as conn:
-        pk = conn.execute(insert(schema.jobs).values(
-            job_id=job_id, job_id_display=job_id, state=state, submit=start, start=start,
-            end=end, nnodes=len(nodes), instance_key=f"{job_id}:{start}:{start}")
-            .returning(schema.jobs.c.id)).scalar_one()
-        conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n} for n in nodes])
+    add_job(engine, job_id, start, nodes, end=end, state=state)
 
 
 def _epilog(node: str, when: datetime, job_id: str) -> dict:

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import insert, select
+from sqlalchemy import select
 
 from rsc_health import spool
 from rsc_health.config import load_config
@@ -17,6 +17,7 @@ from rsc_health.historian import schema
 from rsc_health.historian.failslow import detect
 from rsc_health.historian.failslow.load import membership
 from rsc_health.historian.ingest.delivery import deliver
+from tests.historian.job_rows import add_job
 
 CFG = load_config(None)
 T0 = datetime(2026, 11, 26, 10, 0, 0)
@@ -26,12 +27,7 @@ ENDED = T0 + timedelta(minutes=24)  # job 7001 ended here; sacct last read it at
 
 def _running(engine, job_id: str = "7001", start: datetime = T0, nodes=NODES) -> None:
     """What an `ingest sacct` that read the job RUNNING leaves: no end."""
-    with engine.begin() as conn:
-        pk = conn.execute(insert(schema.jobs).values(
-            job_id=job_id, job_id_display=job_id, state="RUNNING", submit=start, start=start,
-            end=None, nnodes=len(nodes), instance_key=f"{job_id}:{start}:{start}")
-            .returning(schema.jobs.c.id)).scalar_one()
-        conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n} for n in nodes])
+    add_job(engine, job_id, start, nodes)
 
 
 def _epilog(node: str, when: datetime, job_id: str = "7001") -> list[dict]:

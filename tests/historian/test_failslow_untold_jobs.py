@@ -20,6 +20,7 @@ from rsc_health.historian.failslow import detect
 from rsc_health.historian.failslow.explain import explain_job
 from rsc_health.historian.failslow.load import UNTOLD_MAX, membership
 from rsc_health.historian.ingest.delivery import deliver
+from tests.historian.job_rows import add_job
 
 CFG = load_config(None)
 T0 = datetime(2026, 11, 26, 10, 10, 0)  # the job starts; the hourly ingest comes at 11:07
@@ -59,13 +60,7 @@ def _spools(tmp_path, until: datetime, start: datetime = T0, job_id: str = "7101
 
 def _told(engine, job_id: str = "7101", start: datetime = T0, nodes=NODES):
     """What the next `ingest sacct` leaves: the job's row (read running) and its nodes."""
-    with engine.begin() as conn:
-        pk = conn.execute(insert(schema.jobs).values(
-            job_id=job_id, job_id_display=job_id, state="RUNNING",
-            submit=start - timedelta(minutes=3), start=start, end=None, nnodes=len(nodes),
-            instance_key=f"{job_id}:{start}:{start}")
-            .returning(schema.jobs.c.id)).scalar_one()
-        conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n} for n in nodes])
+    add_job(engine, job_id, start, nodes, submit=start - timedelta(minutes=3))
 
 
 def _found(engine, now):

@@ -21,6 +21,7 @@ from rsc_health.config import load_config
 from rsc_health.historian import db, schema
 from rsc_health.historian.failslow import detect
 from rsc_health.historian.ingest import steps
+from tests.historian.job_rows import add_job
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "failslow"
 LIMITS = steps.Limits.from_config(load_config(None))
@@ -416,12 +417,7 @@ def test_healthctl_ingest_steps_reads_a_directory_and_says_what_it_refused(tmp_p
 
 
 def _job(engine, job_id: str, nodes: list[str], start: datetime, end: datetime | None):
-    with engine.begin() as conn:
-        pk = conn.execute(insert(schema.jobs).values(
-            job_id=job_id, job_id_display=job_id, state="RUNNING", submit=start, start=start,
-            end=end, nnodes=len(nodes), instance_key=f"{job_id}:{start}:{start}")
-            .returning(schema.jobs.c.id)).scalar_one()
-        conn.execute(insert(schema.job_nodes), [{"job_pk": pk, "node": n} for n in nodes])
+    add_job(engine, job_id, start, nodes, end=end)
 
 
 def test_detect_judges_the_historians_step_times_of_a_running_job(historian):

@@ -1,7 +1,9 @@
 """durable.write_atomic promises root never writes through a name someone else could have
 planted: a symlink another user owns is refused anywhere on the way to the file's directory,
 not only at the directory itself (helper-96: one level higher, root followed it, made the
-missing directory wherever it led and wrote there)."""
+missing directory wherever it led and wrote there), nor on the way to the target of root's
+own link (helper-108: an installer's /var/lib/prometheus/node-exporter -> /srv/metrics/textfile
+through a directory another user owns, where that user planted a link)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import os
 
 import pytest
 
-from rsc_health.durable import UnsafeDirectory, write_atomic
+from rsc_health.durable import UnsafeDirectory, ready_dir, write_atomic
 
 NOBODY = 65534
 
@@ -63,3 +65,30 @@ def test_roots_own_link_in_a_directory_only_root_writes_is_followed(tmp_path):
     (tmp_path / "run").symlink_to(real)
     write_atomic(tmp_path / "run" / "sub" / "state.json", "{}")
     assert (real / "sub" / "state.json").read_text() == "{}"
+
+
+@pytest.fixture
+def through_theirs(planted, tmp_path):
+    """Root's own link, in root's directory, whose target runs through theirs/ (and its
+    planted link)."""
+    theirs, target = planted
+    site = tmp_path / "site"  # root's, 0755
+    site.mkdir()
+    (site / "node-exporter").symlink_to(theirs / "node-exporter")
+    return site, target
+
+
+def test_a_planted_link_on_the_way_to_roots_own_links_target_is_refused(through_theirs):
+    site, target = through_theirs
+    with pytest.raises(UnsafeDirectory):
+        write_atomic(site / "node-exporter" / "rsc_health.prom", "x")
+    assert list(target.iterdir()) == []
+
+
+def test_a_relative_root_link_through_their_directory_is_refused(through_theirs):
+    site, target = through_theirs
+    rel = site / "relative"
+    rel.symlink_to(os.path.join("..", "theirs", "node-exporter"))
+    with pytest.raises(UnsafeDirectory):
+        ready_dir(rel / "spool")
+    assert list(target.iterdir()) == []
