@@ -390,6 +390,12 @@ def validate_site(site: dict, defaults: dict, path: str | os.PathLike) -> None:
 
 # Sections a [partitions.NAME] table may not override (validate_overrides).
 NODE_WIDE_SECTIONS = ("actions",)
+# Sections only the management host reads, once for the whole fleet (the historian's figures,
+# the lemon and fail-slow verdicts, the suspect tier, the report, the lab): no override table
+# applies to them, so one there would be shown by `config show --node` and never honoured
+# (helper-105). Refused in [nodes."GLOB"] and [partitions.NAME] alike.
+FLEET_SECTIONS = ("attribution", "metrics", "ettr", "lemon", "report", "failslow", "suspects",
+                  "sim")
 
 
 def validate_overrides(overrides: dict, defaults: dict, path: str | os.PathLike) -> None:
@@ -397,6 +403,11 @@ def validate_overrides(overrides: dict, defaults: dict, path: str | os.PathLike)
         for name, table in tables.items():
             label = f'[{kind}."{name}"] ' if kind == "nodes" else f"[{kind}.{name}] "
             for section, body in table.items():
+                if section in FLEET_SECTIONS:
+                    raise ConfigError(
+                        f"{path}: {label}[{section}]: read by the management host once for "
+                        "the whole fleet, never per node or partition: an override here would "
+                        f"not be applied; set it in [{section}]")
                 if kind == "partitions" and section in NODE_WIDE_SECTIONS:
                     # Applied only where a job's partition is known (prolog, epilog), never in
                     # a sweep, and a node may be in several: `enabled = false` here let a

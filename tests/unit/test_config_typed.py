@@ -73,3 +73,24 @@ def test_actions_per_partition_are_refused_for_the_nodes_own(tmp_path, key):
     cfg, _ = resolve_node_config(load_config(site), "dev01", "gpu")
     assert cfg.get("actions." + key.split(" = ")[0]) != load_config("/dev/null").get(
         "actions." + key.split(" = ")[0])
+
+
+@pytest.mark.parametrize("table", ['nodes."gpu0*"', "partitions.dev"])
+@pytest.mark.parametrize("section,key", [("lemon", "node_fails = 9"),
+                                         ("failslow", "k = 9.0"),
+                                         ("suspects", "max_share = 0.5"),
+                                         ("report", "rolling_days = 3")])
+def test_fleet_sections_in_an_override_table_are_refused(tmp_path, table, section, key):
+    """[lemon], [failslow], [suspects], [report]... are read by the management host once for the
+    whole fleet: no [nodes."GLOB"] or [partitions.NAME] table applies to them. Such a table was
+    validated, shown by `config show --node`, and ignored (helper-105): an operator who
+    loosened the lemon rule for one rack believed it loosened. Refused, with where to set it."""
+    site = tmp_path / "site.toml"
+    site.write_text(f"[{table}.{section}]\n{key}\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(site)
+    assert f"[{section}]: read by the management host" in str(err.value)
+    assert f"set it in [{section}]" in str(err.value)
+    # the same key at the top level is the site's
+    site.write_text(f"[{section}]\n{key}\n")
+    load_config(site)
