@@ -189,3 +189,41 @@ def test_the_three_scripts_hold_one_trust_rule():
         return text[start:end]
     assert rule(PROLOG) == rule(EPILOG) == rule(SWEEP)
 
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=IDS)
+@pytest.mark.parametrize("line", [
+    # valid for systemd's EnvironmentFile= (the flush unit reads the same file), not for sh
+    "RSC_HEALTH_DB=postgresql+psycopg://rsc_health_node:s3cr(t@db/rsc_health",
+    "RSC_HEALTH_CONFIG='/etc/rsc_health/config.toml",  # an unclosed quote
+])
+def test_a_defaults_file_sh_cannot_parse_is_said_and_drains_nothing(script, line, env, tmp_path):
+    """`. FILE` is a special builtin: dash ended the whole script with exit 2 at a syntax error
+    in it, and slurmd drained every node a job started or ended on ("Prolog error", a reason
+    rsc-health never lifts) after one push of the file (helper-113). Now the file is refused
+    as a file others could write is: said, the prolog and epilog exit 0, the sweep 1."""
+    marker = tmp_path / "python-ran"
+    real = env["RSC_HEALTH_PYTHON"]
+    python = _python_that_marks(_dir(tmp_path / "venv" / "bin") / "python3", marker, real)
+    defaults = Path(env["RSC_HEALTH_DEFAULTS"])
+    defaults.write_text(f"RSC_HEALTH_PYTHON={python}\n{line}\nexport RSC_HEALTH_PYTHON\n")
+    out = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == (1 if script == SWEEP else 0), out.stderr
+    assert f"{defaults}: not valid sh; refused" in out.stderr, out.stderr
+    assert "quote any value" in out.stderr and not marker.exists()
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=IDS)
+def test_a_defaults_file_whose_last_line_returns_non_zero_is_still_the_sites(
+        script, env, tmp_path):
+    """Only a file sh cannot parse is refused: a valid one whose last command returns 1 (a test
+    that did not hold) is sourced, and what it set is used."""
+    marker = tmp_path / "python-ran"
+    python = _python_that_marks(_dir(tmp_path / "venv" / "bin") / "python3", marker,
+                                env["RSC_HEALTH_PYTHON"])
+    defaults = Path(env["RSC_HEALTH_DEFAULTS"])
+    defaults.write_text(f"RSC_HEALTH_PYTHON={python}\nexport RSC_HEALTH_PYTHON\n"
+                        "[ -x /nonexistent/scontrol ] && PATH=/nonexistent:$PATH\n")
+    out = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert marker.exists() and "refused" not in out.stderr, out.stderr
+    assert out.returncode == 0, out.stderr

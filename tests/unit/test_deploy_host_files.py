@@ -64,6 +64,13 @@ def test_the_user_is_the_one_the_manager_units_run_as(root):
         assert parser["Service"]["User"] == "rsc-health", unit.name
         state = parser["Service"].get("StateDirectory")
         assert state in (None, "rsc_health"), unit.name
+        if parser["Service"].get("ProtectSystem") == "strict":
+            # Each opens the historian: a SQLite one (one host) writes its -wal and -shm
+            # beside the database even to read, so /var/lib/rsc_health must stay writable. The
+            # export had only the textfile directory, and said historian_up 0 every 5 minutes
+            # over a sound historian (helper-113).
+            writable = parser["Service"].get("ReadWritePaths", "").split()
+            assert state == "rsc_health" or "/var/lib/rsc_health" in writable, unit.name
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as the rsc-health user")
