@@ -139,18 +139,37 @@ class LazyGroup(click.Group):
         try:
             module = importlib.import_module(f"rsc_health.commands.{module_name}")
         except ImportError as exc:
-            if (exc.name or "rsc_health").split(".")[0] == "rsc_health":
-                raise
-            return _unavailable(cmd_name, exc.name or "?")
+            missing = exc.name or "rsc_health"
+            if missing.split(".")[0] != "rsc_health":
+                return _unavailable(cmd_name, missing)
+            if isinstance(exc, ModuleNotFoundError) and _in_zipapp():
+                # The node zipapp holds the node side only (scripts/build-node): `--help` listing
+                # every command, or `lemons` run on a node, ended in a traceback (helper-113).
+                return _unavailable(cmd_name, missing, in_zipapp=True)
+            raise
         return getattr(module, attr)
 
 
-def _unavailable(name: str, missing: str) -> click.Command:
+def _in_zipapp() -> bool:
+    """Whether this rsc_health is imported from a zip (the node zipapp): its directory is no
+    directory on disk."""
+    import rsc_health
+
+    return not os.path.isdir(os.path.dirname(rsc_health.__file__ or ""))
+
+
+def _unavailable(name: str, missing: str, in_zipapp: bool = False) -> click.Command:
     """A command whose library this Python lacks (the node zipapp, a node without the
-    [node-flush] extra): listed, and saying what to install when run, never a traceback."""
-    why = (f"needs the Python package {missing!r}, not installed for {sys.executable} "
-           "(on a node, `spool flush` needs rsc-health[node-flush]: SQLAlchemy and psycopg; "
-           "the management host's commands need rsc-health[historian])")
+    [node-flush] extra), or whose module the node zipapp does not hold: listed, and saying
+    what to install or where to run it when run, never a traceback."""
+    if in_zipapp:
+        why = ("is not in the node zipapp, which holds the node side only: run it where "
+               "rsc-health is installed (the management host's commands need "
+               "rsc-health[historian])")
+    else:
+        why = (f"needs the Python package {missing!r}, not installed for {sys.executable} "
+               "(on a node, `spool flush` needs rsc-health[node-flush]: SQLAlchemy and psycopg; "
+               "the management host's commands need rsc-health[historian])")
 
     @click.command(name, help=f"(not available here: {why})", add_help_option=False,
                    context_settings={"ignore_unknown_options": True, "allow_extra_args": True})

@@ -187,3 +187,19 @@ def test_the_nhc_adapter_runs_from_the_pyz(pyz, node):
     done = run(sys.executable, pyz, env, "check", "--only", "site")
     assert done.returncode == 2, done.stdout + done.stderr  # DRAIN_AFTER_JOB, as installed
     assert "check_fs_mount" in done.stdout and "check_hw_physmem" in done.stdout
+
+
+def test_help_lists_every_command_and_one_the_pyz_lacks_says_where_to_run_it(pyz, node):
+    """The pyz holds the node side only. `--help` (listing every command) and `lemons` ended in
+    `ModuleNotFoundError: No module named 'rsc_health.commands.metrics'`, so an operator on a
+    node could not even list the commands (helper-113). Now each listed command a node lacks
+    says so when run; the node's own still run."""
+    _, env = node
+    helped = run(sys.executable, pyz, env, "--help")
+    assert helped.returncode == 0, helped.stderr
+    assert "check" in helped.stdout and "lemons" in helped.stdout
+    lemons = run(sys.executable, pyz, env, "lemons")
+    assert lemons.returncode == 1 and "Traceback" not in lemons.stderr, lemons.stderr
+    assert "not in the node zipapp" in lemons.stderr, lemons.stderr
+    shown = run(sys.executable, pyz, env, "config", "show")
+    assert shown.returncode == 0, shown.stderr

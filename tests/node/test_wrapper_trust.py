@@ -21,6 +21,8 @@ from tests.fixtures.nodes.node_copy import copy_node
 from .test_wrappers import EPILOG, PROLOG, REPO
 
 SWEEP = REPO / "checks" / "rsc-health-sweep"
+# slurmctld's reconfigure hook, which sources the same defaults file (docs/suspects.md)
+TRIGGER = REPO / "deploy" / "slurm" / "rsc-health-suspects-trigger"
 NOBODY = 65534  # an unprivileged user
 SCRIPTS = [PROLOG, EPILOG, SWEEP]
 IDS = ["prolog", "epilog", "sweep"]
@@ -187,7 +189,7 @@ def test_the_three_scripts_hold_one_trust_rule():
         text = path.read_text()
         start, end = text.index("# >>> trust rule"), text.index("# <<< trust rule")
         return text[start:end]
-    assert rule(PROLOG) == rule(EPILOG) == rule(SWEEP)
+    assert rule(PROLOG) == rule(EPILOG) == rule(SWEEP) == rule(TRIGGER)
 
 
 
@@ -227,3 +229,34 @@ def test_a_defaults_file_whose_last_line_returns_non_zero_is_still_the_sites(
     out = subprocess.run([str(script)], env=env, capture_output=True, text=True, timeout=120)
     assert marker.exists() and "refused" not in out.stderr, out.stderr
     assert out.returncode == 0, out.stderr
+
+
+def test_the_suspects_trigger_sources_only_a_defaults_file_no_one_else_could_write(env,
+                                                                                  tmp_path):
+    """The reconfigure hook runs as SlurmUser or root on the slurmctld host and sourced
+    /etc/default/rsc-health whatever its owner. It now holds the wrappers' trust rule."""
+    marker = tmp_path / "ran-as-root"
+    defaults = Path(env["RSC_HEALTH_DEFAULTS"])
+    defaults.write_text(f"touch '{marker}'\n")
+    os.chown(defaults, NOBODY, 0)
+    out = subprocess.run([str(TRIGGER)], env=env, capture_output=True, text=True, timeout=60)
+    assert not marker.exists() and out.returncode == 1
+    assert "refused" in out.stderr and str(defaults) in out.stderr, out.stderr
+
+
+def test_the_suspects_trigger_finds_the_readmes_healthctl_without_path(env, tmp_path):
+    """slurmctld runs triggers with a bare PATH and the defaults example's PATH does not name
+    the venv: the hook exited 127 ("healthctl: not found") and the tier waited for the timer
+    (helper-113). Unset RSC_HEALTH_HEALTHCTL: `healthctl` on PATH, else the README's venv;
+    set, it is used as given."""
+    marker = tmp_path / "healthctl-ran"
+    fake = _dir(tmp_path / "bin2") / "healthctl"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" > '{marker}'\n")
+    fake.chmod(0o755)
+    Path(env["RSC_HEALTH_DEFAULTS"]).write_text(f"RSC_HEALTH_HEALTHCTL={fake}\n")
+    out = subprocess.run([str(TRIGGER)], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert marker.read_text().strip() == "suspects apply"
+    Path(env["RSC_HEALTH_DEFAULTS"]).write_text("")
+    out = subprocess.run([str(TRIGGER)], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 127 and "healthctl" in out.stderr  # nothing here to find
