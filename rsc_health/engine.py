@@ -266,8 +266,11 @@ def run_deferred(
     when it could not spool them: only the record of the probe children abandoned is saved
     (it consumes nothing, and without it the next run forks one more child to join them).
     commit() returns checker findings for state it could not save; it never raises.
-    read_only: see run(). find_children: the run cannot save a record (the state dir refuses
-    writes, the node lock is held): the children runs abandoned are found in /proc.
+    read_only: see run(). find_children: the record may miss a child abandoned before this
+    run (the state dir refuses writes; the node lock is held, and its holder's are not on it
+    yet): the children runs abandoned are found in /proc. The record is still saved by
+    commit() where it can be (a run without the lock counts its sweep of a probe that hangs,
+    as one with it does).
     stage: the node path's stage, given to the collectors (CollectEnv.stage). inflight: see
     InFlight (the node path's watchdog)."""
     try:

@@ -23,7 +23,9 @@ did not hold): it still exits 1, as the verdict asked, and keeps the verdict pen
 (why="fault"). The epilog and the sweep exit 0: Slurm needs only the actions they take. A
 healthy prolog, epilog or sweep makes no Slurm call. A node lock still held after [slurm]
 lock_timeout_s (by a run stuck in the kernel) is not a reason to look away: the run judges
-read-only without it (a checker error `lock_held`) and acts on what it sees.
+read-only without it (a checker error `lock_held`; no cursor or baseline moved) and acts on
+what it sees, and keeps the probes' hang record, so NVML unanswered [gpu] nvml_hang_sweeps
+sweeps in a row drains the node (nvml_wedged) with the lock held as without it.
 
 The parts live in rsc_health/node/: the stages and a run's progress (stage), the local store
 (store: lock, pending verdicts, guard backoff), the sinks every exit path writes (sinks: log,
@@ -161,9 +163,11 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
     """Look, spool, remember, act. Under the node lock, or (lock_held: why it could not be
     taken) without it: then read-only, as `healthctl check` is: the XID cursor and counter
     baselines are not moved and no clean sweep counts towards a resume, but the kernel log, the
-    probes and the pending verdict are judged and acted on (an XID 79 still fails the job).
-    A run that can keep no record of the probe children it abandons (the lock held, the state
-    dir refusing writes) finds the ones abandoned before it in /proc (collect.hangs)."""
+    probes and the pending verdict are judged and acted on (an XID 79 still fails the job),
+    and the probes' hang record is kept (it consumes no event: a probe unanswered sweep after
+    sweep still becomes the node's fault, nvml_wedged). A run that may lack a record of the
+    probe children abandoned before it (the lock held: its holder's are not on it yet; the
+    state dir refusing writes) finds them in /proc (collect.hangs)."""
     from rsc_health import engine
 
     stage, cfg = ctx.stage, ctx.cfg
@@ -230,24 +234,26 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
     else:
         code, still_pending = _act(ctx, verdict, pending, now=now, locked=not lock_held)
     run.exit_code, run.acted = code, True
-    if not lock_held:
-        # Only now is it safe to consume the events: they are on disk, and a drain verdict
-        # they gave was carried out or kept pending (still_pending None: neither, the disk
-        # refused pending_verdict.json with slurmctld away, so the next run must read them
-        # again to find it). When the spool is not writable the next run reads them again,
-        # under the same record ids; the record of the probe children left behind is saved
-        # all the same (it consumes no event). A run killed before here (slurmd's timeout in
-        # a Slurm call) consumed nothing either.
-        run.step = "state"
-        unsaved = commit(events=run.spooled and still_pending is not None)
-        for f in unsaved:
-            log(f"{stage.name}: {f.reason}")
-        if unsaved and run.spooled:
-            # The next run will see these events again (same record ids, so the historian
-            # keeps one copy); the operator must see that the state dir refuses writes.
-            write_spool(ctx.sdir, spool.check_records(unsaved, node=ctx.node, source=stage.name,
-                                                      time=now, job_id=ctx.job_id))
-        findings = findings + unsaved
+    # Only now is it safe to consume the events: they are on disk, and a drain verdict they
+    # gave was carried out or kept pending (still_pending None: neither, the disk refused
+    # pending_verdict.json with slurmctld away, so the next run must read them again to find
+    # it). When the spool is not writable the next run reads them again, under the same
+    # record ids. A run without the lock consumes none (the cursors and baselines are the
+    # holder's). The record of the probes that hang (which, since when, how many sweeps in
+    # a row, the children left behind) is saved all the same: it consumes no event, and
+    # without it a node whose lock a run stuck in the kernel holds for good never counted a
+    # second sweep of NVML unanswered, never drained as nvml_wedged, and kept taking jobs.
+    # A run killed before here (slurmd's timeout in a Slurm call) saved nothing either.
+    run.step = "state"
+    unsaved = commit(events=not lock_held and run.spooled and still_pending is not None)
+    for f in unsaved:
+        log(f"{stage.name}: {f.reason}")
+    if unsaved and run.spooled:
+        # The next run will see these events again (same record ids, so the historian keeps
+        # one copy); the operator must see that the state dir refuses writes.
+        write_spool(ctx.sdir, spool.check_records(unsaved, node=ctx.node, source=stage.name,
+                                                  time=now, job_id=ctx.job_id))
+    findings = findings + unsaved
     run.step = "textfile"
     write_textfile(cfg, ctx.root, ctx.node, stage, verdict.level, findings,
                    time.monotonic() - ctx.started, pending=still_pending is not False,

@@ -223,6 +223,9 @@ def test_a_healthy_node_with_its_lock_held_runs_the_job_and_says_so(locked_node)
     assert beat["level"] == "checker_error" and beat["checker_errors"] == 1
     (held,) = [r for r in records if r["kind"] == "check" and r["status"] == "error"]
     assert held["code"] == "lock_held" and "node.lock held for 1s" in held["reason"]
+    # Nothing hangs: the hang record a run without the lock keeps is not written either.
+    assert not (locked_node / NODE_STATE / "probe_hangs.json").exists()
+    assert not (locked_node / "run/rsc-health/probe_hangs.json").exists()
 
 
 def test_everything_hung_and_the_lock_held_the_prolog_still_refuses_the_job_in_budget(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -176,3 +177,51 @@ def test_the_hang_record_keeps_what_a_run_did_not_ask_and_forgets_a_reboot():
     # A new boot (the cure for a wedged driver) starts the count afresh.
     assert hangs.update(saved, "boot-b", {"nvml"}, {"nvml": None}, t1, sweep=True) == {
         "nvml": {"since": t1.isoformat(), "sweeps": 1}}
+
+
+@pytest.fixture
+def locked_gpu_node(gpu_node):
+    """The gpu node with its node.lock held by another process for the whole test (a run
+    stuck in the kernel, in D state, on the same wedged driver)."""
+    from .test_hung_probe_lock import HOLDER
+
+    site = gpu_node / "site.toml"
+    site.write_text(site.read_text() + "lock_timeout_s = 1\n")
+    sdir = gpu_node / NODE_STATE
+    sdir.mkdir(parents=True, exist_ok=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(sdir / "node.lock")],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    yield gpu_node
+    holder.kill()
+    holder.wait(10)
+
+
+def test_nvml_hung_for_three_sweeps_drains_the_node_though_its_lock_is_held_for_good(
+        locked_gpu_node):
+    """Runs that found the lock held judged read-only and kept no hang record: NVML
+    unanswered on every sweep stayed `nvml_hung` with "1 sweep(s) in a row" for ever, a
+    checker error, and the node kept taking jobs on GPUs that answer nothing. The record of
+    the probes consumes no event: it is kept without the lock, and the count runs on."""
+    root = locked_gpu_node
+    for _ in range(2):
+        assert "judging without it" in _stage(root, "sweep").stderr
+    _stage(root, "prolog")  # a job start neither counts a sweep nor resets the count
+    assert not (root / NODE_STATE / "pending_verdict.json").exists()  # not yet the node's
+    _stage(root, "sweep")
+
+    runs = _runs(root)
+    assert [("nvml_wedged" in _codes(r), "lock_held" in _codes(r)) for r in runs] == [
+        (False, True), (False, True), (False, True), (True, True)]
+    hung = [next(x["reason"] for x in r if x["kind"] == "check" and x["code"] == "nvml_hung")
+            for r in runs]
+    assert [re.search(r"\((\d+) sweep\(s\) in a row\)", h).group(1) for h in hung] == [
+        "1", "2", "2", "3"], hung
+    beats = [next(x for x in r if x["kind"] == "heartbeat") for r in runs]
+    assert len({b["hung"]["nvml"] for b in beats}) == 1  # since the first hang, on every run
+    pending = json.loads((root / NODE_STATE / "pending_verdict.json").read_text())  # Slurm away
+    assert [c["code"] for c in pending["causes"]] == ["nvml_wedged"]
+    assert pending["causes"][0]["repair"] is True
+    # Still read-only: no cursor or baseline was moved without the lock.
+    assert not (root / NODE_STATE / "xid_cursor.json").exists()
+    assert not (root / NODE_STATE / "counters.json").exists()
