@@ -107,7 +107,8 @@ def run_stage(name: str, *, slurm_factory=_default_slurm) -> int:
     stage = STAGES[name]
     run = Progress(stage, time.monotonic(), job_id())
     # Armed before the config is read: a config on a hung mount cannot hold the prolog either.
-    watchdog = Watchdog(run, budget(None, stage) + 2.0)
+    # Counted from the run's start, as every re-arming is (see _run).
+    watchdog = Watchdog(run, budget(None, stage) + 2.0, since=run.started)
     try:
         return _run(run, watchdog, slurm_factory)
     except Exception as exc:  # noqa: BLE001 - the contract: a checker fault is not a node fault
@@ -143,7 +144,10 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
     run.cfg, run.node = cfg, node
     sdir = run.sdir = state_dir(cfg, root)
     seconds = budget(cfg, stage)
-    watchdog.rearm(seconds + 2.0)
+    # From the run's start, as the deadline below: re-armed from now, a config that took long
+    # to load (its filesystem slow to answer) moved the watchdog as far past the deadline and
+    # slurmd's PrologEpilogTimeout. One whose load ate the budget ends the run at once.
+    watchdog.rearm(seconds + 2.0, since=run.started)
     ctx = Context(stage, cfg, root, node, sdir, run.started, run.started + seconds, run.job_id,
                   slurm_factory)
     run.step = "lock"

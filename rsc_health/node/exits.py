@@ -141,19 +141,25 @@ class Watchdog:
     Re-armed to a deadline no earlier than the one waited for (the config's budget, once it
     is read, against the packaged one armed before), the thread already waiting waits on to
     it: one thread a run, not a second started and the first woken to end (a thread start
-    and GIL handoffs on every job start). An earlier deadline gets a thread of its own."""
+    and GIL handoffs on every job start). An earlier deadline gets a thread of its own (one
+    already past fires at once).
+
+    `since`: the time.monotonic() the seconds count from (the node path gives the run's
+    start, as its deadline, run.started + budget, does; re-armed from the end of the config's
+    load, a load that took long let the run overrun its budget and slurmd's
+    PrologEpilogTimeout by as much); now when None."""
 
     BACKSTOP_S = 1.0
 
-    def __init__(self, run: Progress, after_s: float):
+    def __init__(self, run: Progress, after_s: float, since: float | None = None):
         self.run = run
         # The lock the waiting thread times out on; released = cancelled.
         self._armed: _thread.LockType | None = None
         self._until = 0.0  # time.monotonic() at which the waiting thread fires
-        self.rearm(after_s)
+        self.rearm(after_s, since)
 
-    def rearm(self, after_s: float) -> None:
-        until = time.monotonic() + after_s
+    def rearm(self, after_s: float, since: float | None = None) -> None:
+        until = (time.monotonic() if since is None else since) + after_s
         self.after_s = after_s
         if self._armed is not None and until >= self._until:
             self._until = until  # read by the waiting thread when its wait ends

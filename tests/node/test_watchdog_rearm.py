@@ -78,3 +78,21 @@ def test_cancel_after_a_later_rearm_never_fires():
     # Past both deadlines (0.15 s against 0.05): a watchdog still armed would have fired.
     assert not dog.wait_fired(0.15)
     assert dog.fired == []
+
+
+def test_rearm_counted_from_a_start_fires_at_that_start_plus_the_seconds_not_later():
+    """The node path re-arms from the run's start once the config is loaded: the time the load
+    took is part of the budget, not added to it."""
+    dog = Recorded(30.0)
+    started = time.monotonic() - 0.2  # the run began 0.2 s ago (its config's load)
+    dog.rearm(0.3, since=started)
+    assert dog.wait_fired(5.0), "re-armed to start + 0.3 s, the watchdog did not fire in 5 s"
+    assert started + 0.3 <= dog.fired[0] < started + 0.45, dog.fired[0] - started
+
+
+def test_rearm_to_a_deadline_already_past_fires_at_once():
+    dog = Recorded(30.0)
+    asked = time.monotonic()
+    dog.rearm(1.0, since=asked - 5.0)
+    assert dog.wait_fired(5.0)
+    assert dog.fired[0] - asked < 0.15
