@@ -152,7 +152,10 @@ def _run(run: Progress, watchdog: Watchdog, slurm_factory) -> int:
                   slurm_factory)
     run.step = "lock"
     try:
-        timeout = min(float(cfg.get("slurm.lock_timeout_s")), seconds / 3)
+        # A third of what is left of the budget, not of the whole: after a slow config load
+        # the wait plus the checks must still end before the watchdog (helper-117).
+        left = run.started + seconds - time.monotonic()
+        timeout = max(0.0, min(float(cfg.get("slurm.lock_timeout_s")), left / 3))
         with node_lock(sdir, timeout) as (writable, lock_note):
             return _judge(ctx, run, state_writable=writable, lock_note=lock_note)
     except LockTimeout as exc:

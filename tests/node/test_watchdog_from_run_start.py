@@ -82,3 +82,40 @@ def test_a_slow_config_load_does_not_push_the_watchdog_past_the_runs_budget(
     # interpreter's start), not that plus the config's load.
     assert took < BUDGET + 2.0 + Watchdog.BACKSTOP_S + 1.5, (took, out.stderr)
     assert out.returncode == 0, out.stderr  # a checker fault lets the job run
+
+
+def test_the_lock_wait_is_a_third_of_what_the_config_load_left(monkeypatch, tmp_path):
+    """The wait for the node lock was a third of the whole budget whatever the config's load had
+    already spent, so after a slow load the wait plus the checks ran into the watchdog instead
+    of ending inside the budget (helper-117). It is a third of what is left."""
+    from rsc_health import nodepath
+    from rsc_health.node.store import LockTimeout
+
+    from .test_nodepath_faults import node_env
+
+    root = node_env.__wrapped__(tmp_path, monkeypatch)
+    site = Path(os.environ["RSC_HEALTH_CONFIG"])
+    site.write_text(site.read_text() + "\n[slurm]\nprolog_budget_s = 3\nlock_timeout_s = 10\n"
+                    'bin_dir = "/nonexistent-slurm"\n')
+    real_load, waits = nodepath.load_config_compiled, []
+
+    def slow_load(where):
+        cfg = real_load(where)
+        time.sleep(1.5)  # half of the budget
+        return cfg
+
+    class HeldLock:  # another run holds it: record how long this one would wait
+        def __init__(self, sdir, timeout_s):
+            waits.append(timeout_s)
+
+        def __enter__(self):
+            raise LockTimeout("held")
+
+        def __exit__(self, *exc):
+            return False
+
+    monkeypatch.setattr(nodepath, "load_config_compiled", slow_load)
+    monkeypatch.setattr(nodepath, "node_lock", HeldLock)
+    assert nodepath.run_stage("prolog") == 0
+    assert root.exists() and len(waits) == 1
+    assert 0 <= waits[0] <= 0.5 + 0.05, waits  # (3 - 1.5) / 3, not 3 / 3
