@@ -433,7 +433,8 @@ def _diag(run: dict) -> list[Finding]:
         if r.status not in (DCGM_FAIL, DCGM_WARN):
             continue
         comp = _component(r.entity_group, r.entity_id) if r.entity_group else "dcgm"
-        why = "".join(c for c in (r.warnings[0] if r.warnings else "no reason given")
+        why = "".join(c for c in ((r.hardware() or r.warnings[0]) if r.warnings
+                                  else "no reason given")
                       if c.isprintable())[:200]
         text = f"{comp} DCGM diag {r.test}: {r.status}: {why}"
         untested = r.untested()

@@ -3,7 +3,9 @@
 per-entity results with `status` Pass | Fail | Warn | Skip and warnings. A `Fail` is the
 hardware's; a run-time error, a test every GPU skipped, or a warning that says the test could
 not do its work (allocation failed, GPU busy with another process) is inconclusive, never a
-pass (DCGM itself has reported Pass after an allocation error).
+pass (DCGM itself has reported Pass after an allocation error). A `Fail` is inconclusive that
+way only when every warning it carries says so and none names a hardware fault: a GPU with a
+double-bit ECC error fails its next allocation too, and DCGM lists both (error_id 4 beside 56).
 
 A `Fail` whose every finding is a setting of the node, not a measurement of its parts, is
 inconclusive: DCGM 4's `software` test fails a healthy GPU whose persistence mode is off
@@ -37,6 +39,24 @@ DCGM_FAIL, DCGM_WARN, DCGM_PASS = "fail", "warn", "pass"
 NOT_TESTED = ("allocat", "being used by another", "busy", "timeout", "timed out",
               "insufficient", "not enough", "unable to", "could not", "failed to initialize")
 
+# DCGM error_ids (dcgm_errors.h, DCGM_FR_*) that name a fault of the hardware: ECC/DBE/SBE, page
+# retirement and row remapping, memory mismatch and faulty memory, InfoROM, thermal and clock
+# violations, NVLink and NVSwitch, PCIe replays and link width/generation, XID/SXID, P2P writes.
+# A warning of one is a finding whatever else the result says: never read as "did not test".
+HARDWARE_IDS = frozenset({
+    3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 17, 40, 41, 42, 43, 45, 46, 52, 57, 58, 70,
+    71, 79, 80, 81, 83, 84, 85, 86, 87, 88, 98, 99, 100, 101, 102, 103, 104, 105, 106, 107,
+    109})
+# The same faults in DCGM 2.x, which prints no error_id: its message texts (dcgm_errors.h
+# DCGM_FR_*_MSG, and the field tags its DCGM_FR_FIELD_* messages name), lower-cased substrings.
+HARDWARE_TEXTS = ("double-bit", "double bit", "single-bit ecc", "ecc_dbe", "ecc_sbe", "dbe",
+                  "row remap", "row_remap", "retired page", "retired_page", "page retirement",
+                  "memory mismatch", "faulty memory", "miscompare", "uncorrectable",
+                  "uncontained", "corrupt inforom", "xid", "thermal violation",
+                  "allowed temperature", "nvlink error", "nvlink link", "nvlinks are up",
+                  "errors on nvswitch", "pcie replay", "pcie_replay", "pci link",
+                  "peer-to-peer test")
+
 # DCGM error_ids (dcgm_errors.h) that name a node setting, never a part: DCGM_FR_BAD_CUDA_ENV,
 # DCGM_FR_PERSISTENCE_MODE. DCGM 2.x prints no error_id: its message texts (dcgm_errors.h
 # DCGM_FR_*_MSG, lower-cased substrings) say the same.
@@ -59,23 +79,59 @@ class Result:
     def entity(self) -> str:
         return f"{self.entity_group}{self.entity_id}"
 
+    def _ids(self) -> tuple[int | None, ...]:
+        return self.error_ids + (None,) * (len(self.warnings) - len(self.error_ids))
+
+    def hardware(self) -> str | None:
+        """The first warning that names a fault of the hardware, if any: by its error_id
+        (HARDWARE_IDS), or where DCGM printed none by its text (HARDWARE_TEXTS), a text that
+        also says the test could not run ("Could not query field ecc_dbe_volatile_total")
+        being no finding."""
+        for warning, error_id in zip(self.warnings, self._ids()):
+            if error_id is not None:
+                if error_id in HARDWARE_IDS:
+                    return warning
+                continue
+            text = warning.lower()
+            if (any(k in text for k in HARDWARE_TEXTS)
+                    and not any(k in text for k in NOT_TESTED)):
+                return warning
+        return None
+
     def untested(self) -> str | None:
-        """The warning that says the test could not do its work, if any."""
-        return next((w for w in self.warnings if any(k in w.lower() for k in NOT_TESTED)), None)
+        """The warning that says the test could not do its work, when that is what the result
+        says: a Pass with one proved nothing; a Fail or Warn only when every warning reads so
+        and none names a hardware fault (an allocation that failed beside a double-bit ECC
+        error is the error's, and the Fail stands)."""
+        flagged = [w for w in self.warnings if any(k in w.lower() for k in NOT_TESTED)]
+        if not flagged:
+            return None
+        if self.status == DCGM_PASS:
+            return flagged[0]
+        if self.hardware() is not None:
+            return None
+        # Every other warning a setting of the node (persistence mode off beside a failed
+        # allocation): no part's finding either.
+        if any(not (any(k in w.lower() for k in NOT_TESTED) or _setting(w, i))
+               for w, i in zip(self.warnings, self._ids())):
+            return None
+        return flagged[0]
 
     def setting(self) -> str | None:
         """The first warning, when every one names a node setting (persistence mode off, a
         CUDA environment variable), not the hardware; None when any may be the part's."""
         if not self.warnings:
             return None
-        ids = self.error_ids + (None,) * (len(self.warnings) - len(self.error_ids))
-        for warning, error_id in zip(self.warnings, ids):
-            if error_id is not None:
-                if error_id not in SETTING_IDS:
-                    return None
-            elif not any(k in warning.lower() for k in SETTING_TEXTS):
-                return None
-        return self.warnings[0]
+        if all(_setting(w, i) for w, i in zip(self.warnings, self._ids())):
+            return self.warnings[0]
+        return None
+
+
+def _setting(warning: str, error_id: int | None) -> bool:
+    """Whether one warning names a node setting: by its error_id, or its text where none."""
+    if error_id is not None:
+        return error_id in SETTING_IDS
+    return any(k in warning.lower() for k in SETTING_TEXTS)
 
 
 def diagnostic(doc: dict) -> dict:
@@ -159,7 +215,7 @@ def parse(text: str, tool: str | None = None) -> Outcome:
                                         f"hardware: {setting[:160]}")
                 continue
             # The hardware's: a Fail on another result that tested nothing never hides it.
-            why = r.warnings[0][:160] if r.warnings else "no reason given"
+            why = (r.hardware() or r.warnings[0])[:160] if r.warnings else "no reason given"
             return Outcome(NAME, failed=f"{r.test} {r.entity}: {why}")
         ran += 1
         if r.status == DCGM_WARN:

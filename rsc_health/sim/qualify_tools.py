@@ -104,9 +104,12 @@ def bandwidth_test(kind: str, gbps: float, *, passed: bool = True) -> str:
     return "\n".join(lines) + "\n"
 
 
-def dcgm_diag(statuses: dict[str, Sequence[str]], *, warnings: dict[str, str] | None = None,
+def dcgm_diag(statuses: dict[str, Sequence[str]], *,
+              warnings: dict[str, str | Sequence[tuple[int, str]]] | None = None,
               runtime_error: str = "") -> str:
-    """`dcgmi diag -j` to DCGM's schema: {test name: per-GPU status}, warnings by test."""
+    """`dcgmi diag -j` to DCGM's schema: {test name: per-GPU status}, warnings by test: a
+    text (error_id 1, DCGM_FR_UNKNOWN: the stand-in names no DCGM error) or a list of
+    (dcgm_errors.h error_id, text)."""
     warnings = warnings or {}
     tests = []
     for name, per_gpu in statuses.items():
@@ -114,8 +117,11 @@ def dcgm_diag(statuses: dict[str, Sequence[str]], *, warnings: dict[str, str] | 
         for gpu, status in enumerate(per_gpu):
             r = {"entity_group": "GPU", "entity_group_id": 1, "entity_id": gpu, "status": status}
             if name in warnings:
-                r["warnings"] = [{"error_category": 1, "error_id": 99, "error_severity": 2,
-                                  "warning": warnings[name]}]
+                said = warnings[name]
+                listed = [(1, said)] if isinstance(said, str) else list(said)
+                r["warnings"] = [{"error_category": 0, "error_id": error_id,
+                                  "error_severity": 3, "warning": text}
+                                 for error_id, text in listed]
             results.append(r)
         summary = "Fail" if "Fail" in per_gpu else ("Skip" if set(per_gpu) == {"Skip"} else "Pass")
         tests.append({"name": name, "results": results, "test_summary": {"status": summary}})

@@ -295,3 +295,43 @@ def test_a_diag_summary_fail_no_result_places_is_the_checkers_not_ok(node):
     bad, verdict = _judge(node, diag_file="/saved/diag.json")
     assert [(f.family, f.code) for f in bad] == [("checker", "dcgm_unreadable")], bad
     assert "summary says Fail" in bad[0].reason
+
+
+def test_a_diag_double_bit_error_drains_though_an_allocation_failed_beside_it(node):
+    """helper-112: a Fail listing a double-bit ECC error and the allocation the broken GPU then
+    failed was read as "did not test" (a checker error, never a drain) because one warning
+    sounded like it: the node with the DBE stayed in service. The real GB10 capture (DCGM 4,
+    error_ids) and the real DCGM 2.x document (texts alone), each with such a memory result."""
+    doc = json.loads((CAPTURES / "dcgm_diag-r1-dcgm4.2.3-gb10-persistence-mode.json")
+                     .read_text())
+    tests = doc["DCGM Diagnostic"]["test_categories"][0]["tests"]
+    tests[0]["results"][0].update(status="Pass", warnings=[])
+    tests[0]["test_summary"]["status"] = "Pass"
+    dbe = "Detected 2 volatile double-bit ECC error(s) in GPU 1."
+    alloc = "Couldn't allocate at least 80.0% of GPU memory on GPU 1"
+    tests.append({"name": "memory", "test_summary": {"status": "Fail"}, "results": [
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 1, "status": "Fail",
+         "warnings": [{"error_category": 10, "error_id": 56, "error_severity": 4,
+                       "warning": alloc},
+                      {"error_category": 10, "error_id": 4, "error_severity": 6,
+                       "warning": dbe}]}]})
+    node.write("saved/diag.json", json.dumps(doc))
+    bad, verdict = _judge(node, diag_file="/saved/diag.json")
+    assert [(f.family, f.component, f.code) for f in bad] == [
+        ("dcgm", "gpu1", "dcgm_diag_memory")], bad
+    assert dbe in bad[0].reason and verdict.level is Level.DRAIN_AFTER_JOB
+
+    dcgm2 = json.loads((FIXTURES / "diag-r2-dcgm2.json").read_text())
+    memory = dcgm2["DCGM GPU Diagnostic"]["test_categories"][2]["tests"][0]["results"][0]
+    memory.update(status="Fail", warnings=[{"warning": alloc}, {"warning": dbe}])
+    node.write("saved/diag.json", json.dumps(dcgm2))
+    bad, verdict = _judge(node, diag_file="/saved/diag.json")
+    assert [(f.family, f.component) for f in bad] == [("dcgm", "gpu0")], bad
+    assert verdict.level is Level.DRAIN_AFTER_JOB
+
+    # The allocation alone: the diag did not test, the checker's, no drain.
+    memory.update(warnings=[{"warning": alloc}])
+    node.write("saved/diag.json", json.dumps(dcgm2))
+    bad, verdict = _judge(node, diag_file="/saved/diag.json")
+    assert [(f.family, f.code) for f in bad] == [("checker", "dcgm_unreadable")], bad
+    assert verdict.level is not Level.DRAIN_AFTER_JOB

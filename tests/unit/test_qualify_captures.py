@@ -146,6 +146,64 @@ def test_a_hardware_dcgm_fail_is_never_hidden_by_a_result_that_proved_nothing_be
     assert parse("dcgm_diag", json.dumps(doc)).failed.startswith("software GPU0: ")
 
 
+# DCGM_FR_VOLATILE_DBE_DETECTED (4) and the allocation the broken GPU then failed,
+# DCGM_FR_MEMORY_ALLOC (56): each error_id's message as dcgm_errors.h words it.
+DBE = (4, "Detected 2 volatile double-bit ECC error(s) in GPU 1.")
+ALLOC = (56, "Couldn't allocate at least 80.0% of GPU memory on GPU 1")
+
+
+def _gb10_with_memory_result(status: str, warnings) -> str:
+    """The GB10 capture (DCGM 4.2.3) with its persistence-mode warning taken away and a second
+    GPU's memory test added, in the document's own shape."""
+    import json
+
+    doc = json.loads(_read(GB10))
+    tests = doc["DCGM Diagnostic"]["test_categories"][0]["tests"]
+    tests[0]["results"][0].update(status="Pass", warnings=[])
+    tests[0]["test_summary"]["status"] = "Pass"
+    tests.append({"name": "memory", "results": [
+        {"entity_group": "GPU", "entity_group_id": 1, "entity_id": 1, "status": status,
+         "warnings": [{"error_category": 10, "error_id": i, "error_severity": 6,
+                       "warning": w} for i, w in warnings]}],
+        "test_summary": {"status": status}})
+    return json.dumps(doc)
+
+
+def _dcgm2_memory_failed_with(*warnings: str) -> str:
+    """The real DCGM 2.x `dcgmi diag -r 2 -j` (tests/fixtures/dcgm) with its GPU Memory result
+    failed on warnings as 2.x prints them: a text, no error_id."""
+    import json
+
+    doc = json.loads((CAPTURES.parents[1] / "dcgm" / "diag-r2-dcgm2.json").read_text())
+    memory = doc["DCGM GPU Diagnostic"]["test_categories"][2]["tests"][0]["results"][0]
+    memory.update(status="Fail", warnings=[{"warning": w} for w in warnings])
+    return json.dumps(doc)
+
+
+def test_a_dcgm_double_bit_error_fails_qualification_though_an_allocation_failed_beside_it():
+    """helper-112: one warning that read as "could not run" (the allocation the broken GPU
+    failed) made the whole result untested, so the run was inconclusive and the GPU with a
+    double-bit ECC error was retried, never sent to repair. The Fail stands, whichever warning
+    DCGM lists first, in DCGM 4's shape (error_ids) and 2.x's (texts alone)."""
+    for warnings in ([DBE, ALLOC], [ALLOC, DBE]):
+        out = parse("dcgm_diag", _gb10_with_memory_result("Fail", warnings))
+        assert out.failed == f"memory GPU1: {DBE[1]}", (warnings, out)
+    out = parse("dcgm_diag", _dcgm2_memory_failed_with(ALLOC[1], DBE[1]))
+    assert out.failed == f"GPU Memory GPU0: {DBE[1]}"
+    # An XID (DCGM_FR_XID_ERROR, 101) is the hardware's even when its words say "timed out".
+    xid = (101, "Detected XID 79 for GPU 1: the GPU fell off the bus and timed out")
+    assert parse("dcgm_diag", _gb10_with_memory_result("Fail", [xid])).failed
+    # Only what could not run, nothing else said: still inconclusive, never a pass or a fail.
+    timeout = (44, "There was an internal error during the test: 'timed out waiting'")
+    out = parse("dcgm_diag", _gb10_with_memory_result("Fail", [ALLOC, timeout]))
+    assert out.failed is None and out.inconclusive.startswith("memory GPU1: Couldn't allocate")
+    out = parse("dcgm_diag", _dcgm2_memory_failed_with(ALLOC[1]))
+    assert out.failed is None and "allocate" in out.inconclusive
+    # A Pass that says it could not allocate proved nothing, whatever else it says.
+    out = parse("dcgm_diag", _gb10_with_memory_result("Pass", [DBE, ALLOC]))
+    assert out.failed is None and out.inconclusive and out.metrics == []
+
+
 def test_dcgm_3_gpu_id_results_name_their_gpu():
     """NVIDIA/DCGM#139 (DCGM 3.x, `dcgmi diag -r 3 -j`): each result names its GPU as
     "gpu_id" (not 2.x's "gpu_ids"); every test skipped. The quoted document's first category
