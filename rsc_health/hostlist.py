@@ -5,7 +5,7 @@ Pure standard library so the node path, the historian and the simulator share on
 
 from __future__ import annotations
 
-from itertools import groupby
+from itertools import groupby, product
 
 from rsc_health import lazyre
 
@@ -75,17 +75,23 @@ def count(expr: str | None) -> int:
 
 
 def _expand_one(item: str) -> list[str]:
-    m = _BRACKET.search(item)
-    if not m:
+    """Every name of one comma-free item, the first bracket varying slowest: the product of
+    its brackets' numbers between its literal parts. No recursion: an item of thousands of
+    brackets (`n[1][1]...`, one host by count) is as many steps, never a RecursionError."""
+    parts: list[list[str]] = []
+    at = 0
+    for m in _BRACKET.finditer(item):
+        parts.append([item[at : m.start()]])
+        numbers: list[str] = []
+        for piece in m.group(1).split(","):
+            lo, hi, width = _range(piece, item)
+            numbers.extend(f"{n:0{width}d}" for n in range(lo, hi + 1))
+        parts.append(numbers)
+        at = m.end()
+    if not parts:
         return [item]
-    prefix, body, rest = item[: m.start()], m.group(1), item[m.end() :]
-    out: list[str] = []
-    for piece in body.split(","):
-        lo, hi, width = _range(piece, item)
-        for n in range(lo, hi + 1):
-            for tail in _expand_one(rest):
-                out.append(f"{prefix}{n:0{width}d}{tail}")
-    return out
+    parts.append([item[at:]])
+    return ["".join(name) for name in product(*parts)]
 
 
 def is_one_node(name: str) -> bool:

@@ -103,6 +103,8 @@ def test_latin1_bytes_become_replacement_characters_and_are_counted(historian, t
         ("NodeList", "r[1-10000]n[1-10000]", "more than"),
         ("NodeList", "n[1-2" + "]" * 3, "not a hostlist"),
         ("NodeList", "h" * 200, "longer than 128"),
+        # One host by count, 3,000 brackets deep: it took the whole load down (RecursionError).
+        ("NodeList", "n" + "[1]" * 3000, "longer than 128"),
         ("NNodes", "1e30", "NNodes"),
         ("NNodes", "-4", "NNodes"),
         ("JobIDRaw", "9" * 40, "JobIDRaw is longer than 32"),

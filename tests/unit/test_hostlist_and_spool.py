@@ -24,6 +24,41 @@ def test_bad_hostlist_is_a_clear_error():
         expand("node[1-3")
 
 
+def test_a_name_of_thousands_of_brackets_expands_without_recursion(monkeypatch):
+    """helper-112: one bracket was one level of recursion, so `n[1][1]...` (3,000 brackets, one
+    host by count, under MAX_HOSTS) raised RecursionError, which no caller catches: a sacct
+    load died whole, and the prolog's first-node test with it."""
+    from rsc_health import hostlist
+    from rsc_health.node import act
+
+    deep = "n" + "[1]" * 3000
+    assert hostlist.count(deep) == 1
+    assert expand(deep) == ["n" + "1" * 3000]
+    wide = "n" + "[0-1]" * 12  # 4,096 names, the first bracket varying slowest
+    names = expand(wide)
+    assert len(names) == len(set(names)) == hostlist.count(wide)
+    assert names[0] == "n" + "0" * 12 and names[1] == "n" + "0" * 11 + "1"
+    assert names[-1] == "n" + "1" * 12 and names == sorted(names)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", deep)
+    assert act._first_node("n1") is False
+
+
+def test_compress_then_expand_gives_back_the_hosts():
+    """Random host sets of Slurm-like names (seeded): expand(compress(hosts)) names each once."""
+    import random
+
+    from rsc_health.hostlist import is_one_node
+
+    rng = random.Random(112)
+    for _ in range(3000):
+        hosts = ["".join(rng.choice("ab1-_.0") for _ in range(rng.randint(1, 5)))
+                 for _ in range(rng.randint(1, 8))]
+        hosts = [h for h in dict.fromkeys(hosts) if is_one_node(h)]
+        if hosts:
+            again = expand(compress(hosts))
+            assert sorted(again) == sorted(hosts), (hosts, compress(hosts))
+
+
 def test_spool_append_claim_read(tmp_path):
     f_bad = Finding("xid", "gpu3", Status.FAIL, Severity.DRAIN_NOW, "fell off", code="xid79")
     f_ok = Finding("mount", "/home", Status.OK, Severity.NONE, "ok")
