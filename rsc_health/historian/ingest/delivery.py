@@ -1,14 +1,15 @@
 """Delivering a node's spool (rsc_health.spool) into the historian, exactly once.
 
-A claimed batch file is streamed in chunks of `CHUNK_LINES` lines (memory stays bounded
-whatever the spool's size); each chunk is written in one transaction with a statement
-timeout, and the file is removed only after its last chunk committed. Every write is keyed:
-check records fold into intervals (rsc_health.historian.intervals: a run the table has already
-seen changes nothing), actions by their record id, exclusions by (job, node, time: the job
-start's, so a job id Slurm reused is a new job), job starts and ends (each node's prolog and
-epilog) by (node, job, time), heartbeats by (node, source, time)
-(rsc_health.historian.freshness), telemetry samples by (time, node). So a batch delivered
-twice, or cut short by a kill or a lost database and delivered again, lands each record once.
+A claimed batch file is streamed in chunks of `CHUNK_LINES` lines, a little more where that
+would cut one run's records in two (memory stays bounded whatever the spool's size); each
+chunk is written in one transaction with a statement timeout, and the file is removed only
+after its last chunk committed. Every write is keyed: check records fold into intervals
+(rsc_health.historian.intervals: a run the table has already seen changes nothing), actions by
+their record id, exclusions by (job, node, time: the job start's, so a job id Slurm reused is
+a new job), job starts and ends (each node's prolog and epilog) by (node, job, time),
+heartbeats by (node, source, time) (rsc_health.historian.freshness), telemetry samples by
+(time, node). So a batch delivered twice, or cut short by a kill or a lost database and
+delivered again, lands each record once.
 Lines that are not valid records go to `quarantine/` next to the spool with their line
 number and the reason, never retried.
 
@@ -372,14 +373,33 @@ Line = tuple[int, Optional[dict], str]  # evaluated at run time: no X | None bef
 
 
 def _chunks(path: Path, size: int) -> Iterator[list[Line]]:
+    """The batch's lines, `size` at a time, never cutting a run: past `size` a chunk takes
+    the lines that follow while they are of the same run as its last (_run_of), since
+    intervals.fold takes the records of one (node, time) it is given as the whole run. A run
+    cut in two was folded as two runs at one time: the first half closed the intervals of the
+    components only the second half reported, and the second half, no newer than what the
+    first had extended, was dropped as stale (GPUs still failing read as recovered, after any
+    backlog longer than a chunk; found by helper-116). A chunk holds at most 2 x `size` lines
+    (no node writes a run that long: memory stays bounded whatever the batch holds)."""
     lines: list[Line] = []
     for line in spool.read_batch(path):
-        lines.append(line)
-        if len(lines) >= size:
+        if len(lines) >= size and (len(lines) >= 2 * size
+                                   or _run_of(line) != _run_of(lines[-1])):
             yield lines
             lines = []
+        lines.append(line)
     if lines:
         yield lines
+
+
+def _run_of(line: Line) -> tuple | None:
+    """The run a line's record belongs to: its (node, time) as written (the node path stamps
+    every record of a run alike, and appends them in one write); None for a line that is no
+    record."""
+    rec = line[1]
+    if rec is None:
+        return None
+    return (str(rec.get("node")), str(rec.get("time")))
 
 
 def _parse(lines: list[Line], received: datetime,
