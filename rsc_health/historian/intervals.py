@@ -22,7 +22,10 @@ thing. Here each run is folded into `check_results` intervals instead:
 A run is the records of one node with one time (the node path stamps every record of a run
 with the same time). A run no newer than what a family's open intervals already saw is a
 redelivery or a late arrival: it changes no state, so delivering a batch twice, or a batch
-cut short and delivered again, gives the same table.
+cut short and delivered again, gives the same table. A source-scoped family whose error a
+clean run closed has no open interval to say so: there a run no newer than the last sighting
+of its latest closed interval (of the run's entry point, or node-wide) is the stale one, and
+an interval's `last_seen` never moves back.
 
 Readers ask for "failing around time T" as overlap: `time <= T_hi AND last_seen >= T_lo`.
 Per-sweep numeric telemetry (clocks, power, link throughput) does not belong here: it would
@@ -111,7 +114,10 @@ _OPEN_Q = select(C.c.id, C.c.node, C.c.check, C.c.component, C.c.status, C.c.sev
 # One statement per run time, not one per interval: a node's flush extends its eight
 # all-clear families to the same latest sweep, and every statement costs the database host
 # (and a PgBouncer in front) more than the row it changes.
-_EXTEND = update(C).where(C.c.id.in_(bindparam("ids", expanding=True))).values(
+# Never back: an interval a redelivered run names (its first record's id) may have been seen
+# later than that run already.
+_EXTEND = update(C).where(C.c.id.in_(bindparam("ids", expanding=True)),
+                          C.c.last_seen < bindparam("seen")).values(
     last_seen=bindparam("seen"))
 _CLOSE = update(C).where(C.c.id.in_(bindparam("ids", expanding=True))).values(is_open=False)
 
@@ -142,7 +148,11 @@ def fold(conn: Connection, records: Iterable[CheckRecord]) -> FoldReport:
     last_event = _last_events(conn, sorted({
         (r.node, r.check) for recs in runs.values() for r in recs
         if r.check in EVENT_CHECKS and not state.get((r.node, r.check))}))
-    folding = _Folding(state, last_event)
+    last_closed = _last_closed(conn, sorted({
+        r.node for recs in runs.values() for r in recs
+        if r.check in SOURCE_SCOPED and not _scoped(state.get((r.node, r.check), []),
+                                                    r.check, {r.source})[0]}))
+    folding = _Folding(state, last_event, last_closed)
     for (node, when), recs in sorted(runs.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         folding.run(node, when, recs)
     return folding.write(conn)
@@ -153,8 +163,9 @@ class _Folding:
     to write (rows to insert, intervals to extend to a time, ids to close)."""
 
     def __init__(self, state: dict[tuple[str, str], list[_Open]],
-                 last_event: dict[tuple[str, str], datetime]):
-        self.state, self.last_event = state, last_event
+                 last_event: dict[tuple[str, str], datetime],
+                 last_closed: dict[tuple[str, str], list[tuple[str, str, datetime]]]):
+        self.state, self.last_event, self.last_closed = state, last_event, last_closed
         self.report = FoldReport()
         self.inserts: list[tuple] = []
         self.news: dict[str, CheckRecord] = {}  # failures and events this fold may count
@@ -175,8 +186,15 @@ class _Folding:
 
     def family(self, node: str, when: datetime, family: str, frecs: list[CheckRecord],
                sources: set[str]) -> None:
-        current, others = self._scoped(self.state[(node, family)], family, sources)
+        current, others = _scoped(self.state[(node, family)], family, sources)
         seen = max((o.last_seen for o in current), default=None)
+        if seen is None and family in SOURCE_SCOPED:
+            # A clean run closed this entry point's error: nothing open says how far it was
+            # seen, its closed interval does. Without this floor a flush cut between chunks
+            # and delivered again reopened the error from the batch's first run (moving the
+            # closed interval's last_seen back) and opened a second one (helper-116).
+            seen = max((last for source, code, last in self.last_closed.get((node, family), [])
+                        if source in sources or code in NODE_WIDE_CODES), default=None)
         # An event closes the family's intervals and opens none: then a run before the
         # latest event is the stale one (else an old run would reopen state). Its own run
         # is not: its events are keyed, and a same-time record new to the table lands.
@@ -188,17 +206,6 @@ class _Folding:
         keep = self._carry(current, wanted, when)
         keep.extend(self._open(wanted, others, when))
         self.state[(node, family)] = keep + others
-
-    @staticmethod
-    def _scoped(current: list[_Open], family: str,
-                sources: set[str]) -> tuple[list[_Open], list[_Open]]:
-        """(the intervals this run judges, the ones it leaves): another entry point's
-        intervals of a source-scoped family are left as they are, this run did not look where
-        they were seen."""
-        if family not in SOURCE_SCOPED:
-            return current, []
-        mine = [o for o in current if o.source in sources or o.state[2] in NODE_WIDE_CODES]
-        return mine, [o for o in current if o not in mine]
 
     def _wanted(self, family: str, frecs: list[CheckRecord]) -> dict[str, CheckRecord]:
         """The state each component should be in (its first record); events are inserted
@@ -273,6 +280,36 @@ class _Folding:
             conn.execute(_CLOSE, {"ids": closing[i : i + _NODES_PER_QUERY]})
         _rollup_checks(conn, report.new_by_day)
         return report
+
+
+def _scoped(current: list[_Open], family: str,
+            sources: set[str]) -> tuple[list[_Open], list[_Open]]:
+    """(the intervals a run of these entry points judges, the ones it leaves): another entry
+    point's intervals of a source-scoped family are left as they are, this run did not look
+    where they were seen."""
+    if family not in SOURCE_SCOPED:
+        return current, []
+    mine = [o for o in current if o.source in sources or o.state[2] in NODE_WIDE_CODES]
+    return mine, [o for o in current if o not in mine]
+
+
+_CLOSED_Q = select(C.c.node, C.c.check, C.c.source, C.c.code, func.max(C.c.last_seen)).where(
+    C.c.node.in_(bindparam("nodes", expanding=True)),
+    C.c.check.in_(sorted(SOURCE_SCOPED)), C.c.is_open.is_(False),
+).group_by(C.c.node, C.c.check, C.c.source, C.c.code)
+
+
+def _last_closed(conn: Connection,
+                 nodes: list[str]) -> dict[tuple[str, str], list[tuple[str, str, datetime]]]:
+    """Per (node, source-scoped family): (source, code, latest last_seen) of its closed
+    intervals; only asked for nodes with such a record and no open interval of its entry
+    point (an error after a clean run, or a redelivery), so a normal flush pays nothing."""
+    out: dict[tuple[str, str], list[tuple[str, str, datetime]]] = defaultdict(list)
+    for i in range(0, len(nodes), _NODES_PER_QUERY):
+        rows = conn.execute(_CLOSED_Q, {"nodes": nodes[i : i + _NODES_PER_QUERY]})
+        for node, check, source, code, last in rows:
+            out[(node, check)].append((source, code, last))
+    return out
 
 
 _EVENTS_Q = select(C.c.node, C.c.check, func.max(C.c.time)).where(

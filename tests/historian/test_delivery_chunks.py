@@ -1,14 +1,19 @@
 """A batch delivered in chunks gives the table one delivery would: a chunk boundary never cuts
-one run's records in two (intervals.fold takes a (node, time) as the whole run)."""
+one run's records in two (intervals.fold takes a (node, time) as the whole run), and a flush
+cut between chunks and delivered again changes nothing its first chunks wrote."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
+import pytest
 from sqlalchemy import select
+from sqlalchemy.exc import OperationalError
 
 from rsc_health import spool
 from rsc_health.historian import schema
+from rsc_health.historian.db import HistorianUnavailable
+from rsc_health.historian.ingest import delivery
 from rsc_health.historian.ingest.delivery import _chunks, deliver
 from rsc_health.historian.intervals import open_failures
 from rsc_health.model import Finding, Severity, Status
@@ -87,3 +92,68 @@ def test_chunks_stay_bounded_whatever_the_batch_holds(tmp_path):
     chunks = list(_chunks(batch, 4))
     assert [len(c) for c in chunks] == [8, 2]
     assert sum(chunks, []) == list(spool.read_batch(batch))
+
+
+def _checker_run(i: int, error: bool) -> list[dict]:
+    t = T0 + timedelta(minutes=5 * i)
+    findings = [Finding("ecc", "gpu0", Status.OK, Severity.NONE, "clean")]
+    if error:
+        findings.append(Finding("checker", "dcgm", Status.ERROR, Severity.WARN,
+                                "dcgm probe failed", code="dcgm_error"))
+    return spool.check_records(findings, node="gpu001", source="sweep", time=t, job_id=None)
+
+
+def _checker_table(engine) -> tuple[list[tuple], list[tuple]]:
+    with engine.connect() as conn:
+        rows = conn.execute(select(C.c.id, C.c.time, C.c.last_seen, C.c.is_open)
+                            .where(C.c.check == "checker").order_by(C.c.time)).all()
+        days = conn.execute(select(schema.check_days.c.day, schema.check_days.c.fail,
+                                   schema.check_days.c.warn)
+                            .where(schema.check_days.c.check == "checker")).all()
+    return [tuple(r) for r in rows], [tuple(d) for d in days]
+
+
+def test_a_flush_cut_between_chunks_and_delivered_again_leaves_a_closed_checker_error_as_it_was(
+        historian, tmp_path, monkeypatch):
+    # three sweeps that could not ask DCGM, then clean ones (which close the error by leaving
+    # it out): chunks [runs 0-1], [runs 2-4], [run 5], and the database lost on the third
+    records = [r for i in range(6) for r in _checker_run(i, error=i < 3)]
+    spool.append(tmp_path, records)
+    real, writes = delivery._write, []
+
+    def lost_on_the_third(conn, rows, report):
+        writes.append(len(rows.checks))
+        if len(writes) == 3:
+            raise OperationalError("COMMIT", {}, Exception("server closed the connection"))
+        return real(conn, rows, report)
+
+    monkeypatch.setattr(delivery, "_write", lost_on_the_third)
+    with pytest.raises(HistorianUnavailable):
+        deliver(historian, tmp_path, chunk_lines=4)
+    cut = _checker_table(historian)
+    monkeypatch.setattr(delivery, "_write", real)
+    deliver(historian, tmp_path, chunk_lines=4)  # the next flush: the whole batch again
+    # one error, seen 00:00..00:10 and closed, counted once
+    assert [row[1:] for row in cut[0]] == [(datetime(2024, 3, 1, 0, 0),
+                                            datetime(2024, 3, 1, 0, 10), False)]
+    assert sum(fail for _, fail, _ in cut[1]) == 1
+    assert _checker_table(historian) == cut
+    # and the one delivery of the same records into an empty table gives that table too
+    with historian.begin() as conn:
+        conn.execute(C.delete())
+        conn.execute(schema.check_days.delete())
+    spool.append(tmp_path, records)
+    deliver(historian, tmp_path)
+    assert _checker_table(historian) == cut
+
+
+def test_an_error_after_a_clean_run_still_opens_a_new_interval(historian, tmp_path):
+    records = [r for i, error in enumerate([True, False, True, True])
+               for r in _checker_run(i, error)]
+    spool.append(tmp_path, records)
+    deliver(historian, tmp_path, chunk_lines=2)
+    rows, days = _checker_table(historian)
+    assert [row[1:] for row in rows] == [
+        (datetime(2024, 3, 1, 0, 0), datetime(2024, 3, 1, 0, 0), False),
+        (datetime(2024, 3, 1, 0, 10), datetime(2024, 3, 1, 0, 15), True)]
+    assert sum(fail for _, fail, _ in days) == 2
