@@ -23,7 +23,11 @@ Record kinds (every record has "kind", "id", "time" (ISO 8601, UTC) and "node"):
 
 Nothing standing at a spool name is trusted: a symlink there is never followed (a secret it
 points at would be delivered or quarantined) and a FIFO never opened blocking (a flush would
-wait for ever); each is refused, and the flush sets it aside as NAME.not-a-file-NS.
+wait for ever); each is refused, and the flush sets it aside as NAME.not-a-file-NS. A file
+another user owns there (a spool directory others may write is allowed when it is sticky,
+which keeps them from replacing ours, not from adding theirs) is no record of this node's:
+append refuses a pending.jsonl it does not own, and the flush sets such a pending.jsonl,
+batch or lock file aside as NAME.not-ours-NS, never delivering, appending to or locking it.
 
 Standard library only: the prolog imports this.
 """
@@ -37,6 +41,7 @@ import stat
 import time
 
 from rsc_health import lazyre
+from rsc_health.collect.sysfs import ours
 from rsc_health.compat import datetime, json_dumps, json_loads
 from rsc_health.durable import fsync_dir, judge_directory, make_dirs, open_regular
 from rsc_health.model import Finding, Severity, Status, new_record_id
@@ -173,12 +178,7 @@ def append(spool_dir: str | os.PathLike, records: list[dict]) -> None:
     if not os.path.isdir(spool_dir):
         make_dirs(spool_dir, SPOOL_DIR_MODE)
         fsync_dir(_parent(spool_dir))
-    # The spool and the directory it is named in, by DIRECTORY_RULE (as write_atomic judges
-    # every other file root writes): in a state dir another user owns, they could swap
-    # spool/ for a link to a directory of theirs, and root appended its records to a file
-    # they had seeded with a forged `resume` line, for the flush to deliver.
-    for directory in (_parent(spool_dir), spool_dir):
-        judge_directory(directory)
+    judge(spool_dir)
     data = "".join(json_dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
     payload = data.encode("utf-8", "surrogateescape")
     fd = _open_locked_pending(os.path.join(spool_dir, PENDING))
@@ -209,6 +209,17 @@ def append(spool_dir: str | os.PathLike, records: list[dict]) -> None:
         os.close(fd)
 
 
+def judge(spool_dir: str | os.PathLike) -> None:
+    """UnsafeDirectory (a PermissionError) unless the spool and the directory it is named in
+    meet DIRECTORY_RULE (as write_atomic judges every other file root writes): in a state dir
+    another user owns, they could swap spool/ for a link to a directory of theirs, and root
+    appended its records to a file they had seeded with a forged `resume` line, for the flush
+    to deliver. Every append judges it, and every flush before it writes or reads there."""
+    spool_dir = os.fspath(spool_dir)
+    for directory in (_parent(spool_dir), spool_dir):
+        judge_directory(directory)
+
+
 def _open_locked_pending(path: str) -> int:
     """pending.jsonl opened for appending and flock'd, and still the file of that name once
     the lock is held. Between our open and our lock a flush may have claimed the file (renamed
@@ -219,6 +230,11 @@ def _open_locked_pending(path: str) -> int:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             held = os.fstat(fd)
+            if not ours(held.st_uid):
+                # Made first by another user (a sticky spool dir): its lines would be
+                # delivered as ours. The flush sets it aside (claim).
+                raise OSError(errno.EPERM, f"owned by uid {held.st_uid}, not ours: refused",
+                              path)
             try:
                 named = os.stat(path)
             except FileNotFoundError:
@@ -233,16 +249,18 @@ def _open_locked_pending(path: str) -> int:
 
 
 def _regular(path: str) -> bool:
-    """A regular file stands at `path` (not a symlink to one); anything else is set aside for a
-    person to look at, so it neither blocks nor misleads a flush again."""
+    """A regular file of ours stands at `path` (not a symlink to one); anything else (another
+    user's file too) is set aside for a person to look at, so it neither blocks nor misleads
+    a flush again."""
     try:
         st = os.lstat(path)
     except FileNotFoundError:
         return False
-    if stat.S_ISREG(st.st_mode):
+    if stat.S_ISREG(st.st_mode) and ours(st.st_uid):
         return True
+    why = "not-ours" if stat.S_ISREG(st.st_mode) else "not-a-file"
     try:
-        os.rename(path, f"{path}.not-a-file-{time.time_ns()}")  # path: a name in the spool dir
+        os.rename(path, f"{path}.{why}-{time.time_ns()}")  # path: a name in the spool dir
     except FileNotFoundError:
         pass
     return False
@@ -254,7 +272,8 @@ def claim(spool_dir: str | os.PathLike) -> list[str]:
     The rename is atomic and the flock waits for any writer mid-append, so no line is torn or
     lost; batches from an earlier failed delivery are returned again. Callers hold flush_lock.
     A symlink, FIFO or anything else that is not a file, at pending.jsonl or named like a
-    batch, is set aside (never read: it would block, or deliver what it points at).
+    batch, is set aside (never read: it would block, or deliver what it points at), and so is
+    a file there another user owns (its lines would be delivered as this node's).
     """
     spool_dir = os.fspath(spool_dir)
     pending = os.path.join(spool_dir, PENDING)
@@ -311,9 +330,13 @@ class flush_lock:  # noqa: N801 - used as the function it was: `with flush_lock(
         self._fd: int | None = None
 
     def __enter__(self) -> None:
-        fd = open_regular(os.path.join(self._spool_dir, FLUSH_LOCK), os.O_RDWR | os.O_CREAT,
-                          0o640)
+        path = os.path.join(self._spool_dir, FLUSH_LOCK)
+        _regular(path)  # another user's lock file (they could hold it for ever): set aside
+        fd = open_regular(path, os.O_RDWR | os.O_CREAT, 0o640)
         try:
+            owner = os.fstat(fd).st_uid
+            if not ours(owner):  # planted again since
+                raise OSError(errno.EPERM, f"owned by uid {owner}, not ours: refused", path)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
@@ -331,8 +354,18 @@ class flush_lock:  # noqa: N801 - used as the function it was: `with flush_lock(
 
 def read_batch(path: str | os.PathLike) -> Iterator[tuple[int, dict | None, str]]:
     """(line number, record or None when the line is not valid JSON, raw line). Only a regular
-    file is read (open_regular): OSError for a symlink or FIFO put there since the claim."""
-    with open(open_regular(path), encoding="utf-8", errors="replace") as fh:
+    file of ours is read (open_regular): OSError for a symlink or FIFO, or another user's file,
+    put there since the claim."""
+    fd = open_regular(path)
+    try:
+        owner = os.fstat(fd).st_uid
+        if not ours(owner):
+            raise OSError(errno.EPERM, f"owned by uid {owner}, not ours: refused",
+                          os.fspath(path))
+    except BaseException:
+        os.close(fd)
+        raise
+    with open(fd, encoding="utf-8", errors="replace") as fh:
         for lineno, line in enumerate(fh, 1):
             line = line.strip()
             if not line:

@@ -271,6 +271,131 @@ def test_a_symlinked_secret_is_never_delivered_nor_copied_into_quarantine(tmp_pa
     assert stat.S_IMODE(quarantined.stat().st_mode) == 0o600
 
 
+# ---- the spool: files and directories another user owns ---------------------------------
+def _forged(node: str) -> bytes:
+    """A record naming any node, as a user with a way into the spool would write it."""
+    rec = spool.record("check", node, datetime.now(UTC), source="sweep", job_id=None,
+                       check="xid", component="gpu0", status="fail", severity="drain_now",
+                       code="xid79", reason="Xid 79: GPU has fallen off the bus")
+    return (json.dumps(rec) + "\n").encode()
+
+
+def _plant_file(name: str, data: bytes):
+    def plant(dfd: int) -> None:  # pragma: no cover - the child
+        fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dfd)
+        os.write(fd, data)
+        os.close(fd)
+    return plant
+
+
+def _sticky_spool(tmp_path: Path) -> tuple[Path, Path]:
+    """A node whose spool anyone may write, sticky: DIRECTORY_RULE lets root write there."""
+    root, sdir = _node_with_spool(tmp_path)
+    sdir.chmod(0o1777)
+    return root, sdir
+
+
+def _delivered_nodes(db: Path) -> set[str]:
+    """The nodes the historian holds check records of (none: a flush that found nothing to
+    deliver made no schema, or no database)."""
+    import sqlite3
+
+    if not db.exists():
+        return set()
+    conn = sqlite3.connect(db)
+    try:
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'check_results'"
+                            ).fetchall():
+            return set()
+        return {node for (node,) in conn.execute("SELECT node FROM check_results")}
+    finally:
+        conn.close()
+
+
+def _own_record(sdir: Path, node: str = "node01") -> None:
+    spool.append(sdir, [spool.record("check", node, datetime.now(UTC), source="sweep",
+                                     job_id=None, check="ecc", component="*", status="ok",
+                                     severity="none", code="", reason="all clear")])
+
+
+def test_a_batch_or_lock_another_user_planted_in_a_sticky_spool_is_set_aside_not_delivered(
+        tmp_path):
+    """Found by helper-116: the flush (root) delivered every batch-*.jsonl in the spool,
+    whoever owned it: an XID 79 forged for any node."""
+    root, sdir = _sticky_spool(tmp_path)
+    _own_record(sdir)
+    _as_nobody(sdir, _plant_file("batch-20000101T000000000000.jsonl", _forged("gpu777")))
+    _as_nobody(sdir, _plant_file(spool.FLUSH_LOCK, b""))
+    done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
+    assert done.returncode == 0, done.stderr
+    assert _delivered_nodes(tmp_path / "h.db") == {"node01"}
+    aside = sorted(p.name.split(".not-ours-")[0] for p in sdir.iterdir()
+                   if ".not-ours-" in p.name)
+    assert aside == [spool.FLUSH_LOCK, "batch-20000101T000000000000.jsonl"]
+    assert (sdir / spool.FLUSH_LOCK).stat().st_uid == 0  # the flush's own lock, made anew
+
+
+def test_a_batch_given_to_another_user_since_the_claim_is_not_read(tmp_path):
+    sdir = tmp_path / "spool"
+    _own_record(sdir)
+    [batch] = spool.claim(sdir)
+    os.chown(batch, NOBODY, NOBODY)
+    with pytest.raises(OSError, match="owned by uid 65534"):
+        list(spool.read_batch(batch))
+
+
+def test_a_pending_jsonl_another_user_made_first_is_refused_then_set_aside(tmp_path):
+    """Found by helper-116: root appended the node's records to it, and the flush delivered
+    the forged line it began with."""
+    root, sdir = _sticky_spool(tmp_path)
+    _as_nobody(sdir, _plant_file(spool.PENDING, _forged("gpu778")))
+    with pytest.raises(OSError, match="uid 65534"):
+        _own_record(sdir)
+    assert (sdir / spool.PENDING).read_bytes().count(b"\n") == 1  # nothing appended
+    done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
+    assert done.returncode == 0, done.stderr
+    assert "gpu778" not in _delivered_nodes(tmp_path / "h.db")
+    assert [p.name.split(".not-ours-")[0] for p in sdir.iterdir()
+            if ".not-ours-" in p.name] == [spool.PENDING]
+    _own_record(sdir)  # the node's next append makes its own
+    done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
+    assert done.returncode == 0, done.stderr
+    assert _delivered_nodes(tmp_path / "h.db") == {"node01"}
+
+
+def test_the_flush_refuses_a_spool_directory_another_user_owns_as_append_does(tmp_path):
+    """Found by helper-116: append refused it; the flush read from it and wrote its lock,
+    batch renames and quarantine/ there."""
+    root, sdir = _node_with_spool(tmp_path)
+    (sdir / spool.PENDING).write_bytes(_forged("gpu779") + b"garbage\n")
+    os.chown(sdir, NOBODY, NOBODY)
+    with pytest.raises(durable.UnsafeDirectory):
+        _own_record(sdir)
+    before = sorted(p.name for p in sdir.iterdir())
+    done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
+    assert done.returncode != 0
+    assert "owned by uid 65534" in done.stderr and durable.DIRECTORY_RULE in done.stderr
+    assert sorted(p.name for p in sdir.iterdir()) == before == [spool.PENDING]
+    assert _delivered_nodes(tmp_path / "h.db") == set()
+
+
+def test_a_quarantine_directory_another_user_made_in_a_sticky_spool_gets_no_lines(tmp_path):
+    root, sdir = _sticky_spool(tmp_path)
+    _own_record(sdir)
+    with open(sdir / spool.PENDING, "ab") as fh:
+        fh.write(b"not a record\n")
+
+    def plant(dfd: int) -> None:  # pragma: no cover - the child
+        os.mkdir("quarantine", 0o777, dir_fd=dfd)
+        os.chmod("quarantine", 0o777, dir_fd=dfd)
+    _as_nobody(sdir, plant)
+    done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
+    assert done.returncode == 0, done.stderr
+    assert "could not be kept" in done.stdout and "owned by uid 65534" in done.stdout
+    assert list((sdir / "quarantine").iterdir()) == []
+    assert _delivered_nodes(tmp_path / "h.db") == {"node01"}
+
+
 # ---- directories made whatever the umask -----------------------------------------------------
 def test_state_and_spool_dirs_are_not_0777_under_umask_000(node_env):
     """On main, under umask 000 the state dir and the spool came out 0777 (anyone could plant

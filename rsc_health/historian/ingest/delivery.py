@@ -42,7 +42,13 @@ from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
 from rsc_health import spool
 from rsc_health.compat import UTC
-from rsc_health.durable import make_dirs, open_regular
+from rsc_health.durable import (
+    DIRECTORY_RULE,
+    UnsafeDirectory,
+    make_dirs,
+    open_regular,
+    unsafe_directory,
+)
 from rsc_health.gpuname import bus_id
 from rsc_health.historian import schema, versions
 from rsc_health.historian.db import (
@@ -508,13 +514,17 @@ def _write(conn, rows: _Rows, report: DeliveryReport) -> None:
 
 def _quarantine(spool_dir: Path, batch: Path, bad: list[tuple[BadRow, str]]) -> None:
     """Appended to quarantine/BATCH, a directory and files only root reads (0700, 0600: the
-    lines are whatever the batch held); nothing planted there (a symlink, a FIFO) is followed."""
+    lines are whatever the batch held); nothing planted there (a symlink, a FIFO) is followed,
+    and a quarantine/ another user made (in a sticky spool) is refused (DIRECTORY_RULE)."""
     qdir = spool_dir / QUARANTINE
     make_dirs(qdir, QUARANTINE_MODE)
     lines = [json.dumps({"line": row.line, "error": row.message, "raw": raw}) + "\n"
              for row, raw in bad]
     dfd = os.open(qdir, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
+        why = unsafe_directory(os.fstat(dfd))  # another user's quarantine/ (a sticky spool)
+        if why:
+            raise UnsafeDirectory(f"{qdir} is {why}: refused ({DIRECTORY_RULE})")
         held = sum(e.stat(follow_symlinks=False).st_size for e in os.scandir(dfd)
                    if e.is_file(follow_symlinks=False))
         if held + sum(len(x.encode()) for x in lines) > QUARANTINE_MAX_BYTES:
@@ -626,9 +636,14 @@ def flush(
     url: str, spool_dir: Path, *, progress: Callable[[int], None] | None = None
 ) -> DeliveryReport:
     """Connect and deliver. If the database is down the pending lines are still claimed into a
-    batch file (so the node's next append starts a fresh file) and wait there."""
+    batch file (so the node's next append starts a fresh file) and wait there. A spool
+    directory breaking DIRECTORY_RULE is refused (UnsafeDirectory) before anything is read
+    or written there; files in it another user owns are set aside (spool.claim)."""
     if not spool_dir.is_dir():
         raise SpoolMissing(f"no spool directory {spool_dir}")
+    # As every append judges it (UnsafeDirectory): root (the node's timer) must not deliver
+    # from, nor write its lock, batches and quarantine into, a spool another user controls.
+    spool.judge(spool_dir)
     with spool.flush_lock(spool_dir):  # SpoolBusy when another flush holds it
         spool.claim(spool_dir)
         # Not connect(): its version check would be a transaction of its own, on every node
