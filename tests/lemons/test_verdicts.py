@@ -160,6 +160,48 @@ def test_resume_action_after_lemon_drain_also_starts_the_repeat_clock(fleet, eng
     assert [v.node for v in lemon_verdicts(engine, f, AS_OF, _repeat_only())] == ["n1"]
 
 
+def test_a_check_drain_auto_resumed_after_a_lemon_repair_does_not_end_the_repair(fleet, engine):
+    """Only the resume that lifted the lemon drain (its reason carries the lemon mark) is the
+    node's return from repair. A later resume of a check drain (the node agent's, after clean
+    sweeps) moved the repair past the node's new failure: the repeat offender went unseen."""
+    from sqlalchemy import insert
+
+    from rsc_health.historian.lemons.features import lemon_repairs
+    from rsc_health.historian.schema import node_actions
+
+    lemon = "rsc_health:lemon:node_fails:node_fails 4 (min 3)"
+    back = AS_OF - 15 * DAY
+    rows = []
+    for node in ("n1", "n2"):
+        rows += [
+            dict(id=f"{node}d", time=AS_OF - 20 * DAY, node=node, action="lemon_drain",
+                 reason=lemon),
+            dict(id=f"{node}r", time=back, node=node, action="resume",
+                 reason=f"{lemon} (by ops)"),
+        ]
+        fleet.failed([node], node, end=AS_OF - 3 * DAY)  # failed again after the repair
+    rows += [  # n1's new failure: an XID drain, lifted by the node agent two days later
+        dict(id="c1", time=AS_OF - 3 * DAY, node="n1", action="drain_now",
+             reason="rsc_health:now:xid79:gpu3"),
+        dict(id="c2", time=AS_OF - 2 * DAY, node="n1", action="resume",
+             reason="rsc_health:now:xid79:gpu3"),
+    ]
+    # legacy rows (no reason recorded): the first resume after the lemon drain is the repair's
+    rows += [
+        dict(id="l1", time=AS_OF - 20 * DAY, node="n3", action="drain", reason=lemon),
+        dict(id="l2", time=back, node="n3", action="resume", reason=""),
+        dict(id="l3", time=AS_OF - 2 * DAY, node="n3", action="resume", reason=""),
+    ]
+    fleet.failed(["n3"], "n3", end=AS_OF - 3 * DAY)
+    with engine.begin() as conn:
+        conn.execute(insert(node_actions), rows)
+    assert lemon_repairs(engine, AS_OF) == {"n1": back, "n2": back, "n3": back}
+    f = lemon_features(engine, AS_OF)
+    verdicts = lemon_verdicts(engine, f, AS_OF, _repeat_only())
+    assert [v.node for v in verdicts] == ["n1", "n2", "n3"]
+    assert all(v.repeat_offender and v.resumed_at == back for v in verdicts)
+
+
 def test_a_node_that_keeps_dying_and_going_to_repair_is_a_lemon_with_its_history(fleet, engine):
     # Only one outage and one ticket in the 28-day window: the history features carry it.
     for days in (80, 50, 5):

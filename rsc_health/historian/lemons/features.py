@@ -701,8 +701,16 @@ def _repair_tickets(engine: Engine, lo: datetime, hi: datetime,
 
 def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
     """When each node last came back from a lemon repair (at or before `before`): the latest
-    `closed` of its lemon tickets, or a `resume` node action after a lemon drain. Inclusive: a
-    repair closed in the very second of a run (times are whole seconds) is already done."""
+    `closed` of its lemon tickets, or the `resume` node action that lifted a lemon drain.
+    Inclusive: a repair closed in the very second of a run (times are whole seconds) is
+    already done.
+
+    A resume records the reason it lifted (`healthctl resume`: "<reason> (by ...)"; the node
+    agent's auto-resume: the reason as it was), so the resume that lifted the lemon drain is
+    the one whose reason carries the lemon mark (LEMON_REASON_PREFIX). Any other resume (a
+    check drain of the node's, auto-resumed after clean sweeps) is not back from repair: it
+    would move the repair past the node's new failure and erase it. A resume recorded with no
+    reason (older rows) counts only as the first one after a lemon drain."""
     with engine.connect() as conn:
         closed = conn.execute(
             select(tickets.c.node, tickets.c.closed).where(
@@ -712,7 +720,8 @@ def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
             )
         ).all()
         acts = conn.execute(
-            select(node_actions.c.node, node_actions.c.time, node_actions.c.action)
+            select(node_actions.c.node, node_actions.c.time, node_actions.c.action,
+                   node_actions.c.reason)
             .where(
                 node_actions.c.time <= before,
                 or_(
@@ -728,12 +737,21 @@ def lemon_repairs(engine: Engine, before: datetime) -> dict[str, datetime]:
     repaired: dict[str, datetime] = {}
     for node, when in closed:
         repaired[node] = max(repaired.get(node, when), when)
-    lemon_drained: set[str] = set()
-    for node, when, action in acts:
+    lemon_drained: set[str] = set()  # ever drained as a lemon
+    unlifted: set[str] = set()  # ... and no resume since
+    for node, when, action, reason in acts:
         if action in LEMON_DRAIN_ACTIONS:
             lemon_drained.add(node)
-        elif node in lemon_drained:
+            unlifted.add(node)
+            continue
+        reason = (reason or "").strip()
+        if reason.startswith(LEMON_REASON_PREFIX):
+            lifted = node in lemon_drained
+        else:
+            lifted = not reason and node in unlifted
+        if lifted:
             repaired[node] = max(repaired.get(node, when), when)
+            unlifted.discard(node)
     return repaired
 
 
