@@ -244,6 +244,33 @@ def test_a_fleet_wide_incident_day_is_left_out_and_the_verdict_says_so(fleet_any
     assert lemon_verdicts(engine, f2, AS_OF, LemonRules.from_config()) == []
 
 
+def test_xid_episodes_of_a_fleet_wide_xid_incident_make_no_node_a_lemon(fleet_any):
+    """A bad driver roll-out: 40 of 200 nodes log XID 79 on the same five afternoons. The days
+    are incidents and the rate rule leaves them out, but xid_cnt counted the five episodes of
+    every struck node and the strong `xid_cnt >= 5` rule flagged the whole rack. A node whose
+    XIDs fall on other days still counts them (n005: five of its own besides the incident's)."""
+    engine = fleet_any.engine
+    names = [f"n{i:03d}" for i in range(200)]
+    rack = names[:40]
+    _inventory(engine, names)
+    _background(engine, names[40:], 15, np.random.default_rng(3))
+    rows = []
+    for day in (25, 20, 15, 10, 5):
+        start = AS_OF - day * DAY + 13 * HOUR
+        rows += [(n, start + timedelta(minutes=7 * i), "79", "gpu0") for i, n in enumerate(rack)]
+        rows.append(("n005", AS_OF - (day - 2) * DAY + 2 * HOUR, "48", "gpu1"))
+    _xids(engine, rows)
+    f, verdicts = _lemons(engine)
+    assert f.loc[rack, "incident_episodes"].min() == 5
+    assert f.loc["n005", "xid_cnt"] == 5 and f.loc["n005", "xid_codes"] == ["xid48", "xid79"]
+    assert (f.loc[[n for n in rack if n != "n005"], "xid_cnt"] == 0).all()
+    assert [v.node for v in verdicts] == ["n005"]
+    assert "xid_cnt=5>=5" in verdicts[0].summary()
+    # with incidents off (incident_alpha 0) the rack's XIDs count, as before
+    counted = lemon_features(engine, AS_OF, outages=OutageRules(incident_alpha=0.0))
+    assert (counted.loc[rack, "xid_cnt"] >= 5).all()
+
+
 def test_inventory_import_accounts_for_every_row(engine):
     text = ("node,cluster,partition,from,to\n"
             "a,c,p,2026-01-01T00:00:00,2026-01-11T00:00:00\n"

@@ -17,7 +17,10 @@ Definitions (everything restricted to the window):
                         program's error) are never the node's and count nowhere. An
                         XID no catalog lists (a newer driver's) is the node's: a storm of
                         it is one episode, repeats on separate days count as any XID's, and
-                        xid_codes names it for the operator to judge
+                        xid_codes names it for the operator to judge. An episode that began
+                        on one of the node's fleet-wide incident days (incident_episodes,
+                        below) is the incident's and not counted; xid_codes still names its
+                        codes
   xid_codes             the distinct XID codes of those events, sorted (kept alongside xid_cnt)
   tickets               repair tickets (any source) `opened` in window
   out_count             out-of-service periods (node_events, any state/source) that `start`
@@ -82,8 +85,9 @@ The fleet-rate rule (over `[as_of - rate_window_days, as_of)`, lemons/episodes.p
                         the fault moved with it); the verdict says so
   incident_episodes     of those, the node's episodes that began on a fleet-wide incident
                         day of its peer group (episodes.incident_days); that day's outages
-                        of the node, and its tickets opened that day or within ticket_lag_h
-                        after, count in none of out_count, repeat_outs, out_count_history,
+                        of the node, its XID episodes that began that day, and its tickets
+                        opened that day or within ticket_lag_h after, count in none of
+                        xid_cnt, out_count, repeat_outs, out_count_history,
                         down_outs_history and tickets_history either (incidents are found
                         over the rate window: one shorter than the history window leaves
                         the older ones in). The verdict names them
@@ -113,7 +117,7 @@ from sqlalchemy import Engine, and_, case, distinct, func, or_, select, union
 
 from rsc_health.historian.attribute import HOST_FAIL_STATES
 from rsc_health.historian.lemons.episodes import (
-    count_episodes,
+    episode_starts,
     fault_episodes,
     rate_test,
 )
@@ -217,9 +221,10 @@ class _Span:
 
 
 def _window_features(engine: Engine, span: _Span, early_fail_minutes: float,
-                     gap: pd.Timedelta, application_xids: tuple[str, ...]):
-    """The window features as one Series each (node -> value), and the XID-event rows (not
-    the `application_xids`: OutageRules.application_xids)."""
+                     application_xids: tuple[str, ...]):
+    """The window features as one Series each (node -> value), the XID-event rows (not the
+    `application_xids`: OutageRules.application_xids) as a query and as a frame (node, time):
+    xid_cnt is counted from the frame once the incident days are known (lemon_features)."""
     j, a = jobs, attributions
     attributed = and_(a.c.job_pk == j.c.id, a.c.kind.in_(ATTRIBUTED_KINDS))
 
@@ -252,7 +257,6 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float,
     with engine.connect() as conn:
         xids = pd.DataFrame(conn.execute(select(xid_rows.c.node, xid_rows.c.time)).all(),
                             columns=["node", "time"])
-    s["xid_cnt"] = count_episodes(xids, gap)
     s["tickets"] = _series(
         engine,
         select(tickets.c.node, func.count())
@@ -278,7 +282,7 @@ def _window_features(engine: Engine, span: _Span, early_fail_minutes: float,
         "fail_causes",
     )
 
-    return s, xid_rows
+    return s, xid_rows, xids
 
 
 def _job_node_counts(engine: Engine, span: _Span,
@@ -372,8 +376,8 @@ def lemon_features(
     h_lo, _ = window_bounds(as_of, max(history_days, window_days))
     r_lo, _ = window_bounds(as_of, outages.rate_window_days)
     repaired = lemon_repairs(engine, hi)
-    s, xid_rows = _window_features(engine, _Span(lo, hi), early_fail_minutes,
-                                     outages.gap, outages.application_xids)
+    s, xid_rows, xid_events = _window_features(engine, _Span(lo, hi), early_fail_minutes,
+                                                 outages.application_xids)
     # The nodes a job ended on in the window, before any node restarts from its repair.
     job_nodes_seen = set(s["jobs"].index)
     xid_codes = _xid_codes(engine, xid_rows)
@@ -382,11 +386,12 @@ def lemon_features(
     # those few nodes only, each from its own repair.
     restart = {node: when for node, when in repaired.items() if when > lo}
     if restart:
-        again, again_xid = _window_features(engine, _Span(lo, hi, restart),
-                                             early_fail_minutes, outages.gap,
-                                             outages.application_xids)
+        again, again_xid, again_events = _window_features(
+            engine, _Span(lo, hi, restart), early_fail_minutes, outages.application_xids)
         for name, series in s.items():
             s[name] = pd.concat([series.drop(list(restart), errors="ignore"), again[name]])
+        xid_events = pd.concat([xid_events[~xid_events["node"].isin(list(restart))],
+                                again_events], ignore_index=True)
         xid_codes = pd.concat([xid_codes.drop(list(restart), errors="ignore"),
                                _xid_codes(engine, again_xid)])
 
@@ -430,6 +435,9 @@ def lemon_features(
     history_tickets = _outside_incidents(history_tickets, "opened", struck,
                                          pd.Timedelta(days=1, hours=outages.ticket_lag_h))
     s["tickets_history"] = history_tickets.groupby("node").size().astype("float64")
+    # ... nor its XID episodes that began that day (a bad driver roll-out's XIDs on every node
+    # of a rack made each a lemon through xid_cnt alone).
+    s["xid_cnt"] = _xid_episodes(xid_events, outages.gap, struck)
     incident_outs = _on_incident(events, "start", struck, pd.Timedelta(days=1))
     events.loc[incident_outs & (events["kind"] == "node"), "kind"] = "incident"
     own = events[events["kind"] == "node"]
@@ -680,6 +688,14 @@ def _on_incident(rows: pd.DataFrame, column: str, struck: pd.DataFrame,
 def _outside_incidents(rows: pd.DataFrame, column: str, struck: pd.DataFrame,
                        reach: pd.Timedelta) -> pd.DataFrame:
     return rows[~_on_incident(rows, column, struck, reach)] if not rows.empty else rows
+
+
+def _xid_episodes(xids: pd.DataFrame, gap: pd.Timedelta, struck: pd.DataFrame) -> pd.Series:
+    """xid_cnt: per node, its XID episodes (`xids`: node, time) but those that began on one of
+    its incident days (`struck`, as _on_incident)."""
+    starts = episode_starts(xids, gap)
+    starts = starts[~_on_incident(starts, "time", struck, pd.Timedelta(days=1))]
+    return starts.groupby("node").size().astype("float64")
 
 
 def _repair_tickets(engine: Engine, lo: datetime, hi: datetime,
