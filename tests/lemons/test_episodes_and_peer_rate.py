@@ -288,6 +288,37 @@ def test_inventory_import_accounts_for_every_row(engine):
     assert "b" not in exp.index
 
 
+def test_a_nodes_overlapping_inventory_rows_count_its_days_once_and_keep_its_lemon(fleet_any):
+    """`ingest inventory` keys rows by (node, from) and closes none: a CMDB export that gives a
+    node a new `from` (a chassis swap, each repair of a lemon) adds an open row beside the old
+    one. exposure summed the rows: the lemon's 90 days read as 540, its expected episodes rose
+    sixfold and it was no longer unusual. Its days are the union of its rows."""
+    engine = fleet_any.engine
+    names = [f"n{i:03d}" for i in range(200)]
+    _inventory(engine, names)
+    _background(engine, names[40:], 15, np.random.default_rng(3))
+    _events(engine, [("n150", AS_OF - (5 + 6 * k) * DAY, "DOWN", "Not responding")
+                     for k in range(3)])
+    f, verdicts = _lemons(engine)
+    assert [v.node for v in verdicts] == ["n150"]
+    for days in (300, 250, 200, 150, 100):
+        inventory.import_lines(engine, io.StringIO(
+            f"node,cluster,partition,from,to\nn150,c,p,{AS_OF - days * DAY:%Y-%m-%dT%H:%M:%S},\n"))
+    exp = inventory.exposure(engine, AS_OF - 90 * DAY, AS_OF).set_index("node")
+    assert exp.loc["n150", "days"] == pytest.approx(90)
+    f2, verdicts2 = _lemons(engine)
+    assert [v.node for v in verdicts2] == ["n150"]
+    assert f2.loc["n150", "rate_expected"] == pytest.approx(f.loc["n150", "rate_expected"])
+    # n151 in two partitions at once for ten days of the window, then in q alone
+    inventory.import_lines(engine, io.StringIO(
+        "node,cluster,partition,from,to\n"
+        f"n151,c,q,{AS_OF - 30 * DAY:%Y-%m-%dT%H:%M:%S},\n"
+        f"n151,c,p,{FROM:%Y-%m-%dT%H:%M:%S},{AS_OF - 20 * DAY:%Y-%m-%dT%H:%M:%S}\n"))
+    exp = inventory.exposure(engine, AS_OF - 90 * DAY, AS_OF).set_index("node")
+    assert exp.loc["n151", ["partition", "days"]].tolist() == ["q", pytest.approx(90)]
+    assert exp["days"].sum() == pytest.approx(200 * 90)
+
+
 def test_a_node_repaired_far_more_often_than_its_fleet_is_a_lemon_by_default(fleet):
     """The simulator's lemons fail 3-4x as often as their fleet, not 50x: four DOWNs in a
     quarter where 256 nodes average 0.6 episodes (transient XIDs and drains besides) is no

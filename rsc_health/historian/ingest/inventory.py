@@ -4,7 +4,10 @@ empty: to empty is still in service, gpu_model empty is not known).
 
 It is the fleet the historian judges rates against: node-days per cluster and partition, the
 exposure of every node, failed or not (event history alone names only the nodes that failed).
-Rows are keyed by (node, from); importing again updates the rest."""
+Rows are keyed by (node, from); importing again updates the rest. An import never closes a
+row it does not list: a node's rows may overlap (a node in two partitions at once is common in
+Slurm; a CSV re-exported with a newer `from` for a node leaves its older open row as it was),
+and exposure() counts the time a node is in service once, the union of its rows."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime, tzinfo
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from sqlalchemy import Engine, or_, select
 
@@ -129,8 +133,8 @@ def _row(record: dict, tz: tzinfo | None = None) -> tuple:
 
 def exposure(engine: Engine, lo: datetime, hi: datetime) -> pd.DataFrame:
     """Per inventory node in service during [lo, hi): node, cluster, partition, gpu_model
-    ('' unknown), days (its in-service time inside the window, summed over its intervals).
-    Empty without inventory."""
+    ('' unknown), days (its in-service time inside the window: the union of its intervals,
+    however many of them overlap). Empty without inventory."""
     stmt = select(INV.c.node, INV.c.cluster, INV.c.partition, INV.c.start, INV.c.end,
                   INV.c.gpu_model).where(
         INV.c.start < hi, or_(INV.c.end.is_(None), INV.c.end > lo)
@@ -141,11 +145,19 @@ def exposure(engine: Engine, lo: datetime, hi: datetime) -> pd.DataFrame:
                                       "gpu_model"])
     if frame.empty:
         return pd.DataFrame(columns=["node", "cluster", "partition", "gpu_model", "days"])
-    start = pd.to_datetime(frame["start"]).clip(lower=pd.Timestamp(lo))
-    end = pd.to_datetime(frame["end"]).fillna(pd.Timestamp(hi)).clip(upper=pd.Timestamp(hi))
-    frame["days"] = (end - start).dt.total_seconds().clip(lower=0) / 86400.0
+    frame["start"] = pd.to_datetime(frame["start"]).clip(lower=pd.Timestamp(lo))
+    frame["end"] = pd.to_datetime(frame["end"]).fillna(pd.Timestamp(hi)).clip(
+        upper=pd.Timestamp(hi))
+    # A node's days are the union of its intervals: rows of one node may overlap (a node in
+    # two partitions at once; a row re-imported with a new `from`, the older one left open),
+    # and a node is in service once whatever rows say so. Each interval, in order of start,
+    # adds only what reaches beyond every earlier interval's end.
+    frame = frame.sort_values(["node", "start"], kind="stable")
+    secs = (frame["end"] - pd.Timestamp(lo)).dt.total_seconds()
+    reached = secs.groupby(frame["node"]).cummax().groupby(frame["node"]).shift()
+    begin = (frame["start"] - pd.Timestamp(lo)).dt.total_seconds()
+    frame["days"] = (secs - np.fmax(begin, reached)).clip(lower=0) / 86400.0
     # a node's cluster, partition and GPU model: those of its latest interval in the window
-    frame = frame.sort_values("start")
     return frame.groupby("node", as_index=False).agg(
         cluster=("cluster", "last"), partition=("partition", "last"),
         gpu_model=("gpu_model", "last"), days=("days", "sum")
