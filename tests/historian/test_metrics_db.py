@@ -521,6 +521,27 @@ def test_preemption_counts_only_within_the_window_of_the_requeue_start(engine):
     assert preempted(900) == 2  # job 11 joins
 
 
+def test_a_victim_ending_at_either_edge_of_the_preemption_window_counts_on_every_database(
+        engine):
+    """The window [requeue start - w, requeue start + w] is closed at both ends. On SQLite the
+    shifted edge was rendered "...SS.fff" and compared as text with the stored "...SS.ffffff",
+    so a victim that ended exactly at requeue start + w sorted after it and was left out: the
+    same accounting gave SQLite one preempted job fewer than PostgreSQL."""
+    requeue_start = T0 + (2 + 1 / 60) * H
+    w = timedelta(seconds=300)
+    _one_node_jobs(engine, [
+        (11, "1100", "PREEMPTED", 8, requeue_start - 3 * H, requeue_start - w, "x00"),
+        (12, "1200", "PREEMPTED", 8, requeue_start - 3 * H, requeue_start + w, "x00"),
+        (13, "1300", "PREEMPTED", 8, requeue_start - 3 * H,
+         requeue_start + w + timedelta(seconds=1), "x00"),
+        (14, "1400", "PREEMPTED", 8, requeue_start - 3 * H,
+         requeue_start - w - timedelta(seconds=1), "x00"),
+    ])
+    df = goodput_lost(engine, preempt_window_s=w.total_seconds())
+    # job 8 (ended at the requeue start), 11 and 12 (at the edges); not 13 or 14 (a second out)
+    assert df.loc[df["kind"] == "preemption", "jobs"].sum() == 3
+
+
 def _one_node_jobs(engine, rows: list[tuple], **extra) -> None:
     """One-node job instances (pk, job id, state, GPUs, start, end, node) and their node."""
     with engine.begin() as conn:

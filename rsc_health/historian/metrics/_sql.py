@@ -61,9 +61,12 @@ def _shifted_pg(element, compiler, **kw):
 
 @compiles(shifted, "sqlite")
 def _shifted_sqlite(element, compiler, **kw):
-    # Same text shape SQLAlchemy stores ("YYYY-MM-DD HH:MM:SS.fff..."), so comparisons hold.
+    # The text SQLAlchemy stores, "YYYY-MM-DD HH:MM:SS.ffffff" (six decimals, as
+    # attribute._shift makes it), so a text comparison holds at the edge: strftime's %f gives
+    # three ("SS.fff", all SQLite's date functions resolve), and "...00.000" sorted before the
+    # stored "...00.000000" of the same instant, so `<=` the shifted time left that instant out.
     ts, secs = (compiler.process(c, **kw) for c in element.clauses)
-    return f"strftime('%Y-%m-%d %H:%M:%f', {ts}, {secs} || ' seconds')"
+    return f"(strftime('%Y-%m-%d %H:%M:%f', {ts}, {secs} || ' seconds') || '000')"
 
 
 def runtime_s() -> ColumnElement:
