@@ -27,7 +27,8 @@ def test_every_lemon_default_is_documented_in_the_packaged_config():
         section = tomllib.load(fh)["lemon"]
     assert section == DEFAULTS
     text = Path(PACKAGED_DEFAULTS).read_text()
-    block = text[text.index("[lemon]") : text.index("[report]")]
+    # the section headers, not their names in the file's opening comment
+    block = text[text.index("\n[lemon]\n") : text.index("\n[report]\n")]
     for key in section:
         # the line before each key is its comment
         lines = block.splitlines()
