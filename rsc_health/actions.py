@@ -265,10 +265,11 @@ class Actor:
         clean_sweep: bool = False,
         skip_jobs: set[str] | None = None,
     ) -> list[Action]:
-        """Act on one verdict. requeue=False in the prolog (Slurm requeues the job itself when
-        the prolog fails); clean_sweep=True when this verdict came from a periodic sweep, the
-        only thing that counts towards auto-resume; skip_jobs are never requeued (the epilog's
-        own job, already ending). Raises SlurmError when Slurm is away."""
+        """Act on one verdict. requeue: a drain now requeues the node's jobs; clean_sweep=True
+        when this verdict came from a periodic sweep, the only thing that counts towards
+        auto-resume; skip_jobs are never requeued (the prolog's own job, which Slurm requeues
+        when the prolog fails, and the epilog's, already ending). Raises SlurmError when Slurm
+        is away."""
         if not self.enabled:
             # Shadow mode ([actions] enabled = false): Slurm is never asked or changed; what
             # would have been drained is recorded, so a pilot next to NHC can be judged.

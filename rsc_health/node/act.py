@@ -40,7 +40,7 @@ def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: 
     from rsc_health.collect import kmsg
     from rsc_health.slurm.api import SlurmError
 
-    skip = {ctx.job_id} if (ctx.job_id and stage.name == "epilog") else None
+    skip = {ctx.job_id} if (ctx.job_id and stage.name in ("prolog", "epilog")) else None
     slurm = ctx.slurm_factory(cfg, ctx.deadline)
     try:
         actor = Actor(slurm, cfg, ctx.node, ctx.sdir, log=log,

@@ -22,13 +22,18 @@ class Stage:
     name: str  # prolog | epilog | sweep
     families_key: str | None  # [slurm] key listing the families, None = all
     budget_key: str
-    requeue: bool  # DRAIN_NOW requeues the node's jobs (not in the prolog: Slurm does it)
+    # DRAIN_NOW requeues the node's jobs: every stage's, the prolog's and epilog's own job
+    # excepted (Slurm requeues the job whose prolog failed; the epilog's is ending). The prolog
+    # once requeued none, and a job already running on the node, or one whose prolog waited
+    # on the lock while this one drained, ran on for good on the GPU that fell off the bus:
+    # no later run finds the XID it consumed (helper-122, on the real Slurm).
+    requeue: bool
     counts_as_clean: bool  # a clean run counts towards auto-resume (only the sweep)
 
 
 STAGES = {
     "prolog": Stage("prolog", families_key="slurm.prolog_families",
-                    budget_key="slurm.prolog_budget_s", requeue=False, counts_as_clean=False),
+                    budget_key="slurm.prolog_budget_s", requeue=True, counts_as_clean=False),
     "epilog": Stage("epilog", families_key="slurm.epilog_families",
                     budget_key="slurm.epilog_budget_s", requeue=True, counts_as_clean=False),
     "sweep": Stage("sweep", families_key=None, budget_key="slurm.sweep_budget_s",

@@ -432,3 +432,21 @@ def test_a_garbled_guard_backoff_retries_rather_than_waits_for_ever(node_env, ju
     assert slurm.reads == 1  # tried now
     assert _drains(slurm) == []  # the guard held the drain
     assert _pending(node_env)["holds"] == (4 if junk["holds"] == 3 else 1)
+
+
+def test_a_prolog_that_drains_now_requeues_the_nodes_other_jobs_not_its_own(node_env):
+    """A prolog finding an XID 79 drained the node and requeued nothing: Slurm requeues the job
+    whose prolog failed, but a job already running on a shared node (or one whose prolog waited
+    on the lock while this one drained) ran on, on the GPU that fell off the bus, for good: the
+    prolog had consumed the XID and no later run found it (helper-122, on the real Slurm:
+    tests/slurm/test_cluster_scenarios.py). The prolog now requeues them, its own job aside."""
+    from rsc_health.slurm.memory import MemorySlurm
+
+    (node_env / "dev/kmsg").open("a").write(XID79)
+    slurm = MemorySlurm(["node01"], now=lambda: nodepath.utcnow())
+    slurm.start_job("node01", "777", whole_node=False)  # already running on the node
+    slurm.start_job("node01", "4242", whole_node=False)  # this prolog's own
+    assert nodepath.run_stage("prolog", slurm_factory=lambda cfg, d: slurm) == 1
+    assert [c[0] for c in slurm.calls if c[0] == "drain"] == ["drain"]
+    assert ("requeue", "777") in slurm.calls
+    assert ("requeue", "4242") not in slurm.calls  # Slurm requeues it: the prolog failed

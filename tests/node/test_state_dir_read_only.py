@@ -60,7 +60,8 @@ def read_only_state(node_env):  # noqa: F811 - pytest fixture by name
     subprocess.run(["umount", "-l", str(sdir)], capture_output=True)
 
 
-@pytest.mark.parametrize(("entry", "code", "requeued"), [("prolog", 1, False),
+# Job 777 is another job on the node (the run's own is 4242): the prolog requeues it too.
+@pytest.mark.parametrize(("entry", "code", "requeued"), [("prolog", 1, True),
                                                          ("sweep", 0, True)])
 def test_a_read_only_state_dir_still_drains_a_lost_gpu(read_only_state, capsys, entry, code,
                                                        requeued):

@@ -232,3 +232,29 @@ def test_slurmd_runs_the_sweep_as_its_health_check_program(slurm_cluster):
     for node in c.node_names:
         log = (c.base / "log" / f"sweep-{node}.log").read_text()
         assert f"rsc_health sweep {node}: OK" in log
+
+
+def test_a_prolog_that_drains_now_requeues_the_job_already_running_on_the_node(
+        slurm_cluster, tmp_path):
+    """Job A runs on node03 (one GPU of it); an XID 79 is logged; job B's prolog finds it and
+    drains node03 now. Slurm requeues B (its prolog failed); A ran on, on the GPU that fell off
+    the bus, for good: the prolog requeued no other job, and had consumed the XID, so no sweep
+    after it found one (helper-122). The prolog now requeues A; B runs elsewhere."""
+    c = slurm_cluster
+    a = c.sbatch("-N", "1", "-n", "1", "--gres=gpu:1", "-w", "node03", "--requeue",
+                 "--wrap", "sleep 90")
+    c.wait_for(lambda: c.job_state(a) == "RUNNING" and any(
+        r["kind"] == "job_start" and r["job_id"] == a for r in c.spool("node03")),
+        60, "A running")
+    inject_xid79(c, "node03")
+    ran = tmp_path / "ranB"
+    b = c.sbatch("-N", "1", "-n", "1", "--gres=gpu:1", "-w", "node03", "--requeue",
+                 "--wrap", f"touch {ran}; sleep 1")
+    c.wait_for(lambda: "DRAIN" in c.node_state("node03"), 60, "node03 drained by B's prolog")
+    assert c.node("node03")["Reason"].startswith("rsc_health:now:xid79")
+    c.wait_for(lambda: c.job(a).get("Restarts") == "1", 30, "A requeued")
+    requeued = [r.get("job_id") for r in c.spool("node03")
+                if r["kind"] == "action" and r["action"] == "requeue"]
+    assert requeued == [a]  # B is Slurm's to requeue: its prolog failed
+    assert not ran.exists()  # B never ran on node03
+    c.wait_for(lambda: c.job(b).get("Restarts") == "1", 30, "B requeued by Slurm")
