@@ -75,7 +75,7 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     from rsc_health.qualify import gate as qgate
     from rsc_health.qualify import runner, store
     from rsc_health.qualify.baseline import Baseline
-    from rsc_health.qualify.judge import Rules
+    from rsc_health.qualify.judge import INCONCLUSIVE, PASS, Rules
     from rsc_health.qualify.verdict import judge_run
 
     node = node or os.uname().nodename.split(".")[0]
@@ -182,6 +182,14 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     finally:
         if conn is not None:
             conn.close()
+    restarted = _restarted()
+    if restarted and judged.verdict == PASS:
+        # Slurm requeued the job (a node failure, a drain that requeued it) and this is a
+        # later attempt under the same job id: whatever ended the first, it was the node's,
+        # and the management side must not release it on this attempt's pass.
+        judged.verdict = INCONCLUSIVE
+        judged.reason = (f"{restarted}: a pass of a later attempt is not the job's"
+                         + (f"; {judged.reason}" if judged.reason else ""))[:4000]
     ended = started + timedelta(seconds=time.monotonic() - t0)
     run_rec = store.Run(uuid.uuid4().hex, node, tier, started, ended, judged.verdict,
                         judged.reason[:4000], gpu_model, driver,
@@ -196,6 +204,21 @@ def run(ctx, tier, node, gpu_model, driver, no_record, peer, as_json) -> None:
     else:
         _echo_run(run_rec, judged, gate, after)
     ctx.exit(EXIT[judged.verdict])
+
+
+def _restarted() -> str:
+    """Why this run is a restarted Slurm job's ("" when it is not): Slurm sets
+    SLURM_RESTART_COUNT in a batch job that it requeued and started again."""
+    count = os.environ.get("SLURM_RESTART_COUNT", "").strip()
+    try:
+        n = int(count)
+    except ValueError:
+        return ""
+    if n <= 0:
+        return ""
+    return (f"restarted: job {os.environ.get('SLURM_JOB_ID', '?')[:32]} was requeued and "
+            f"restarted {n} time(s) by Slurm (its node failed or was drained under an earlier "
+            "attempt)")
 
 
 def _confirm_pairwise_fail(judged, specs, second: str, first: str | None, deadline,

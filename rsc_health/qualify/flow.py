@@ -240,7 +240,10 @@ class Flow:
             job_id = self.slurm.submit(
                 [f"--reservation={res}", f"--nodelist={node}", "--nodes=1", "--exclusive",
                  f"--job-name=rsc_health_qualify_{self.tier}", f"--time={_minutes(self.timeout_s)}",
-                 "--output=/dev/null", "--error=/dev/null"],
+                 # Never a second attempt under the same job id (JobRequeue=1 requeues a job
+                 # whose node failed into the reservation that still stands): its pass would
+                 # be taken for the job's, and the node that died under the stress released.
+                 "--no-requeue", "--output=/dev/null", "--error=/dev/null"],
                 [*self.command, "qualify", "run", "--tier", self.tier, "--node", node])
             done.append(f"job {job_id}")
             verdict, detail = self._wait(node, job_id, submitted)
@@ -261,7 +264,7 @@ class Flow:
         while self.clock() < deadline:
             stored = self.history.result(node, job_id, since=since)
             if stored is not None:
-                return stored
+                return self._unless_node_failed(job_id, stored)
             try:
                 job = self.slurm.job(job_id)
             except SlurmError:
@@ -271,6 +274,8 @@ class Flow:
                                                 "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"):
                     # Ended: its result is stored before it ends, or never.
                     stored = self.history.result(node, job_id, since=since)
+                    if job is not None and job.state == "NODE_FAIL":
+                        return _node_fail(job_id, stored)
                     if stored is not None:
                         return stored
                     state = job.state if job else "gone"
@@ -281,6 +286,19 @@ class Flow:
         except SlurmError:
             pass
         return INCONCLUSIVE, f"no result within {self.timeout_s:.0f} s (job {job_id} cancelled)"
+
+    def _unless_node_failed(self, job_id: str, stored: tuple[str, str]) -> tuple[str, str]:
+        """A stored result, unless its job ended NODE_FAIL: the node stopped answering Slurm
+        while the job held it (a hang under the stress; the run's own process outlived
+        slurmd and stored what it had). A fail stands as it is."""
+        if stored[0] == FAIL:
+            return stored
+        try:
+            job = self.slurm.job(job_id)
+        except SlurmError:
+            return stored  # no answer: the stored result, as before
+        return _node_fail(job_id, stored) if job is not None and job.state == "NODE_FAIL" \
+            else stored
 
     def _delete_when_free(self, res: str, job_id: str | None) -> None:
         """Slurm refuses to delete a reservation a job is still in ("in use"): the job has
@@ -674,6 +692,20 @@ def _parsed(reason: str | None) -> dict | None:
     from rsc_health.policy import parse_reason
 
     return parse_reason(reason)
+
+
+# A qualification job that ended NODE_FAIL: the node stopped answering Slurm under the
+# qualification's stress. A finding (a fail: drained with this code, a repair ticket), never a
+# retry code: `qualify auto` takes the node back only once a ticket of it closes.
+NODE_FAIL_CODE = "node_fail"
+
+
+def _node_fail(job_id: str, stored: tuple[str, str] | None) -> tuple[str, str]:
+    if stored is not None and stored[0] == FAIL:
+        return stored
+    said = f"; its run had stored {stored[0]}" if stored is not None else ""
+    return FAIL, (f"{NODE_FAIL_CODE}: job {job_id} ended NODE_FAIL: the node stopped "
+                  f"answering Slurm during qualification{said}")
 
 
 def _first_test(detail: str) -> str:

@@ -437,9 +437,12 @@ class CliSlurm:
         if not _JOB_ID.match(job_id):
             raise SlurmCommandError(["squeue", "-j", job_id], 1, "not a job id")
         try:
-            out = self._run(["squeue", "-h", "-j", job_id, "-O",
+            # -t all: squeue -j lists an ended job (COMPLETED, NODE_FAIL...; kept MinJobAge)
+            # only when asked for every state (Slurm 22.05; measured by test_qualify_flow.py)
+            out = self._run(["squeue", "-h", "-t", "all", "-j", job_id, "-O",
                              "JobID:|,State:|,NodeList:|,Requeue:|,UserName:|,Partition:"])
-            exc_nodes = self._run(["squeue", "-h", "-j", job_id, "-o", "%x"]).strip()
+            exc_nodes = self._run(["squeue", "-h", "-t", "all", "-j", job_id, "-o",
+                                   "%x"]).strip()
         except SlurmCommandError as exc:
             if "Invalid job id" in exc.stderr:
                 return None

@@ -170,11 +170,15 @@ class MemorySlurm:
                   "MIXED" if n.base == "IDLE" else n.base)
         return job_id
 
-    def end_job(self, job_id: str, state: str = "COMPLETED") -> None:
-        """The job ends: it leaves the node and squeue (so job() answers None)."""
+    def end_job(self, job_id: str, state: str = "COMPLETED", *, listed: bool = False) -> None:
+        """The job ends: it leaves the node and squeue (so job() answers None); `listed`:
+        squeue still lists it in its end state (slurmctld keeps an ended job MinJobAge, 300 s
+        by default, and squeue -j shows it COMPLETED, NODE_FAIL...)."""
         job = self._jobs.pop(job_id)
         self._leave(job)
         job.state = state
+        if listed:
+            self._jobs[job_id] = job
 
     def update_job(self, job_id: str, *, requeue: bool) -> None:
         """`scontrol update JobId=... Requeue=0|1`, as its owner or an admin would."""
@@ -361,6 +365,7 @@ class MemorySlurm:
                                                    "reservation")
         job_id = self._new_job_id()
         self._jobs[job_id] = _Job(job_id, "PENDING", user=self.user,
+                                  requeue="--no-requeue" not in options,
                                   partition=opts.get("partition", self.partition),
                                   options=tuple(options), command=shlex.join(command))
         self.calls.append(("submit", job_id))

@@ -460,3 +460,46 @@ def test_a_node_qualification_keeps_proving_nothing_about_gets_a_ticket_not_endl
     assert [d["node"] for d in doc["due"]] == ["node04"], out.stdout + out.stderr
     assert doc["results"][0]["result"] == "pass"
     assert "DRAIN" not in c.node_state("node04") and _reservations(c) == []
+
+
+def test_a_node_that_dies_mid_qualification_fails_and_no_requeued_attempt_passes_it(qual):
+    """The node stops answering mid-run (slurmd gone: a hang under the stress; here the run's
+    own process frozen with it) and comes back: Slurm ends the qualification job NODE_FAIL.
+    Submitted without --no-requeue, JobRequeue=1 started it again in the reservation that
+    still stood, and the second attempt's pass under the same job id released the node. Now
+    there is no second attempt, and the NODE_FAIL is the node's finding: drained with
+    `node_fail` (not a code `qualify auto` retries) and a repair ticket."""
+    import signal
+
+    c, hc, sql, tmp = qual
+    _ours(c, "node05")
+    d = _bin(tmp, "dies")
+    first = d / "first_attempt"  # the first attempt's `qualify run`, frozen
+    (d / "all_reduce_perf").write_text(
+        f'#!/bin/sh\nif [ -e "{first}" ]; then exec cat "{d}/all_reduce_perf.out"; fi\n'
+        f'echo $PPID > "{first}.tmp" && mv "{first}.tmp" "{first}"\n'
+        'kill -STOP $PPID\nexec sleep 300\n')
+
+    def node_dies_and_comes_back():
+        c.wait_for(first.exists, 90, "the first attempt in its nccl test")
+        c._stop_proc("slurmd-node05")
+        c.wait_for(lambda: "DOWN" in c.node_state("node05"), 60, "node05 DOWN")
+        c.start_slurmd("node05")
+
+    t = threading.Thread(target=node_dies_and_comes_back)
+    t.start()
+    try:
+        out = hc("qualify", "start", "node05", "--timeout", "150", path_bin=d)
+    finally:
+        t.join()
+        try:
+            os.kill(int(first.read_text()), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass  # gone with its job, as slurmd's return kills it
+    assert "node05: pass" not in out.stdout, out.stdout + out.stderr
+    assert "node05: fail" in out.stdout and "NODE_FAIL" in out.stdout, out.stdout + out.stderr
+    node = c.node("node05")
+    assert "DRAIN" in node["State"], node
+    assert node["Reason"].startswith("rsc_health:qualify:node_fail:"), node["Reason"]
+    assert sql("SELECT source FROM tickets WHERE node = 'node05'") == [("qualify",)]
+    assert _reservations(c) == []
