@@ -229,11 +229,15 @@ class Flow:
         verdict, detail = INCONCLUSIVE, "the flow stopped before a result"
         undrained = suspect and not info.drain_set
         since = None if undrained else out_of_service_since(info)
+        # Whether the node is out of its drain in the reservation: from then on a drain of
+        # the node path's or a lemon's is a finding of this run (_found_drain).
+        lifted = undrained
         try:
             if not undrained:
                 # UNDRAIN, not RESUME: a DOWN a person (or slurmctld) set since the read just
                 # above stays, with its reason (refusal() and that read saw none)
                 self.slurm.undrain(node)
+                lifted = True
                 done.append("resumed into the reservation")
             self.history.action(node, ActionKind.QUALIFY_START, f"{self.tier} tier in {res}")
             submitted = self.history.now()  # the clock the job's run is stamped by
@@ -251,7 +255,8 @@ class Flow:
             detail = f"Slurm: {str(exc)[:200]}"
         finally:
             more, verdict, detail = self._finish(node, res, verdict, detail, job_id,
-                                                 keep=undrained, out_since=since)
+                                                 keep=undrained, out_since=since,
+                                                 lifted=lifted)
             done += more
         return FlowResult(node, verdict, detail, job_id, tuple(done))
 
@@ -324,14 +329,17 @@ class Flow:
 
     def _finish(self, node: str, res: str, verdict: str, detail: str,
                 job_id: str | None, keep: bool = False,
-                out_since: datetime | None = None) -> tuple[list[str], str, str]:
+                out_since: datetime | None = None,
+                lifted: bool = False) -> tuple[list[str], str, str]:
         """Drain before the reservation goes, unless a pass is stored: the node is never out
         of the reservation and undrained without one. `keep`: an undrained suspect whose run
         proved nothing goes back as it came (still a suspect, kept from big jobs). Returns
-        what was done and the verdict as it stands (a fail the guard held is inconclusive)."""
+        what was done and the verdict as it stands (a fail the guard held is inconclusive).
+        `lifted`: the node was out of any drain in the reservation (the flow undrained it, or
+        it came undrained), so a node-path or lemon drain on it now came during the run."""
         with self._drain_lock:
             done, verdict, detail = self._judge_and_drain(node, verdict, detail, keep,
-                                                          out_since)
+                                                          out_since, lifted)
         self._delete_when_free(res, job_id)
         done.append("reservation deleted")
         if verdict == PASS:
@@ -340,8 +348,21 @@ class Flow:
         return done, verdict, detail
 
     def _judge_and_drain(self, node: str, verdict: str, detail: str, keep: bool,
-                         out_since: datetime | None = None) -> tuple[list[str], str, str]:
+                         out_since: datetime | None = None,
+                         lifted: bool = False) -> tuple[list[str], str, str]:
         done: list[str] = []
+        found = _found_drain(self.slurm.node(node)) if lifted else None
+        if found:
+            # The node path (a fault the stress raised: an XID 79 drains now) or the lemon
+            # verdict drained the node while qualification held it: a finding about the node,
+            # whatever the run stored. Its drain stays as it is (a retry code over it would
+            # have `qualify auto` run the node again and a flaky pass release it), and a
+            # repair ticket; no guard: the drain is made, by its own rules.
+            ran = f"; the run: {verdict}" + (f" ({detail[:120]})" if detail else "")
+            verdict, detail = FAIL, f"drained during qualification: {found[:120]}{ran}"
+            done.append(f"its drain kept ({found[:60]})")
+            self.history.repair_ticket(node, detail)
+            return done, verdict, detail
         held = self.guard(node) if verdict == FAIL and self.guard is not None else None
         if held:
             # A fleet failing at once is the tool's or the baseline's fault more often than
@@ -450,6 +471,19 @@ def _clean_one(slurm, history, name: str, node: str, done: list[str],
         slurm.delete_reservation(name)
         return FlowResult(node, INCONCLUSIVE, f"left by an interrupted flow: {theirs}",
                           actions=("reservation deleted",))
+    found = _found_drain(info)
+    if found:
+        # The node path's or a lemon's drain: kept, never written over with `interrupted`
+        # (a retry code). Set since the reservation began, it is a finding of the flow that
+        # was cut short: the repair ticket the flow did not live to open.
+        new = started is not None and info.reason_time is not None \
+            and info.reason_time >= started
+        if new:
+            history.repair_ticket(node, f"drained during qualification: {found[:200]}")
+        slurm.delete_reservation(name)
+        return FlowResult(node, FAIL if new else INCONCLUSIVE,
+                          f"left by an interrupted flow: its drain kept ({found[:60]!r})",
+                          actions=(("ticket",) if new else ()) + ("reservation deleted",))
     parsed = _parsed(info.reason) if info.drain_set else None
     if parsed is not None and parsed["mode"] == QUALIFY_MODE \
             and parsed["code"] not in (*RETRY_CODES, STRIKES_CODE):
@@ -483,6 +517,17 @@ def _persons_drain(info) -> str | None:
     drained it, so it is out of service already and its reason is theirs."""
     if info.drain_set and not info.reason.startswith(REASON_PREFIX):
         return f"drained by someone else ({info.reason[:60]!r}): a person's drain stays theirs"
+    return None
+
+
+def _found_drain(info) -> str | None:
+    """The reason of a drain the node path (drain now, after the job) or the lemon verdict
+    set: a finding about the node, never to be replaced with a qualification retry code."""
+    from rsc_health.policy import LEMON_MODE, MODE_FOR_LEVEL
+
+    parsed = _parsed(info.reason) if info.drain_set else None
+    if parsed is not None and parsed["mode"] in (*MODE_FOR_LEVEL.values(), LEMON_MODE):
+        return info.reason
     return None
 
 
