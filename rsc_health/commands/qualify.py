@@ -416,20 +416,24 @@ def start(ctx, nodes, tier, timeout_s, parallel, as_json) -> None:
     ctx.exit(0 if all(r.result in ("pass", "would_qualify") for r in results) else 1)
 
 
-def _due(cfg, nodes, history, now, limit: int) -> tuple[list, set[str], set[str]]:
+def _due(cfg, nodes, history, now, limit: int,
+         reserved: dict[str, str] | None = None) -> tuple[list, set[str], set[str]]:
     """`qualify auto`'s nodes, in order, with why: repairs closed and retries first, then idle
     suspects, then (with [qualify] on_driver_change) nodes whose driver or firmware changed;
-    at most `limit`. Also which of them are suspects and which driver changes."""
+    at most `limit`; never a node in `reserved` (a reservation not ours). Also which of them
+    are suspects and which driver changes."""
     from rsc_health.historian import suspects as hs
     from rsc_health.qualify.flow import auto_candidates, suspect_candidates
 
     backoff = {"retry_min": float(cfg.get("qualify.retry_min")),
                "retry_max_min": float(cfg.get("qualify.retry_max_min"))}
+    reserved = reserved or {}
     due = auto_candidates(nodes, history, now, limit=limit,
                           stuck_after=int(cfg.get("qualify.inconclusive_ticket_after")),
-                          **backoff)
+                          reserved=reserved, **backoff)
     suspect_due = suspect_candidates(nodes, hs.active(history.engine), history, now,
-                                     limit=max(0, limit - len(due)), **backoff)
+                                     limit=max(0, limit - len(due)), reserved=reserved,
+                                     **backoff)
     due = due + suspect_due
     if not cfg.get("qualify.on_driver_change"):
         return due, {n for n, _ in suspect_due}, set()
@@ -440,7 +444,8 @@ def _due(cfg, nodes, history, now, limit: int) -> tuple[list, set[str], set[str]
         changed = versions.changes(conn)
     taken = {n for n, _ in due}
     driver_due = driver_candidates(nodes, {n: c for n, c in changed.items() if n not in taken},
-                                   history, now, limit=max(0, limit - len(due)), **backoff)
+                                   history, now, limit=max(0, limit - len(due)),
+                                   reserved=reserved, **backoff)
     return due + driver_due, {n for n, _ in suspect_due}, {n for n, _ in driver_due}
 
 
@@ -480,7 +485,12 @@ def auto(ctx, as_json, dry_run) -> None:
         info = {n.name: n for n in nodes}
         stuck_results = [_flow(cfg, slurm, history, "full").stuck(node, info[node], k, why)
                          for node, k, why in stuck]
-    due, suspect_nodes, driver_nodes = _due(cfg, nodes, history, now, limit)
+    from rsc_health.qualify.flow import FINISH_SLACK_S, reserved_by_others
+
+    reserved = reserved_by_others(
+        slurm.reservations(),
+        horizon_s=float(cfg.get("qualify.flow_timeout_s")) + FINISH_SLACK_S)
+    due, suspect_nodes, driver_nodes = _due(cfg, nodes, history, now, limit, reserved)
     results: list = []
     if not dry_run:
         def flow(tier):

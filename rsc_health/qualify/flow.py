@@ -54,6 +54,11 @@ STRIKES_CODE = "three_strikes"
 RESULT_CLOCK_SLACK = timedelta(minutes=10)
 
 
+# How long after its timeout a flow may still hold the node (the job's end, the drain, the
+# reservation's delete): a reservation not ours starting within the timeout and this is refused.
+FINISH_SLACK_S = 300.0
+
+
 @dataclass
 class FlowResult:
     node: str
@@ -205,6 +210,9 @@ class Flow:
                     and not info.in_hand:
                 return self.repair(node, info, strikes)
             return FlowResult(node, "refused", why)
+        held = self._held_by_others(node)
+        if held:
+            return FlowResult(node, "refused", held)
         if not self.writes(node):
             return FlowResult(node, "would_qualify",
                               f"shadow mode: would reserve, resume and run the {self.tier} tier")
@@ -212,6 +220,16 @@ class Flow:
         done: list[str] = []
         self.slurm.create_reservation(res, node)
         done.append("reserved")
+        # MAINT,IGNORE_JOBS lets ours overlap any reservation: one a person made between the
+        # look above and ours is seen only now.
+        held = self._held_by_others(node)
+        if held:
+            try:
+                self.slurm.delete_reservation(res)
+                done.append("reservation removed")
+            except SlurmError:
+                pass  # `qualify cleanup` removes it
+            return FlowResult(node, "refused", held, actions=tuple(done))
         # Read again now that no ordinary job can start there: a person's drain or a DOWN set
         # since the first read (the strikes query, the reservation took time) is theirs, and
         # the resume below would lift it.
@@ -259,6 +277,13 @@ class Flow:
                                                  lifted=lifted)
             done += more
         return FlowResult(node, verdict, detail, job_id, tuple(done))
+
+    def _held_by_others(self, node: str) -> str | None:
+        """Why a reservation not ours keeps qualification off the node, or None: one active,
+        or starting before this flow's job could end (its timeout, and the finish after)."""
+        held = reserved_by_others(self.slurm.reservations(),
+                                  horizon_s=self.timeout_s + FINISH_SLACK_S).get(node)
+        return f"{held}: a person's reservation, not qualification's to take" if held else None
 
     def _wait(self, node: str, job_id: str, submitted: datetime) -> tuple[str, str]:
         """The stored result of this job: one stored since its submission (Slurm reuses job
@@ -550,8 +575,37 @@ def _kept_drain(info) -> str | None:
     return theirs
 
 
+def reserved_by_others(reservations: dict, *, horizon_s: float,
+                       now: datetime | None = None) -> dict[str, str]:
+    """{node: what holds it} for every node in a reservation not a qualification flow's
+    (rsc_health_qualify_*) that is active or starts within `horizon_s`: a person's maintenance,
+    a customer's or a debug session's. Slurm 22.05 shows such a node IDLE, and our
+    MAINT,IGNORE_JOBS reservation would be accepted over it. `reservations`: the Slurm
+    backend's {name: (Nodes= hostlist, start, aware UTC or None)}."""
+    from rsc_health.hostlist import HostlistError, expand
+
+    now = now or datetime.now(UTC)
+    until = now + timedelta(seconds=horizon_s)
+    out: dict[str, str] = {}
+    for name, (nodelist, start) in sorted(reservations.items()):
+        if name.startswith(RESERVATION_PREFIX) or (start is not None and start > until):
+            continue
+        text = (nodelist or "").strip()
+        if text in ("", "(null)"):
+            continue
+        try:
+            names = expand(text)
+        except HostlistError:
+            names = [t for t in text.split(",") if t]
+        when = "active" if start is None or start <= now else f"starts {start:%Y-%m-%d %H:%M}Z"
+        for n in names:
+            out.setdefault(n, f"in reservation {name} ({when})")
+    return out
+
+
 def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_max_min: float,
-                    limit: int, stuck_after: int = 0) -> list[tuple[str, str]]:
+                    limit: int, stuck_after: int = 0,
+                    reserved: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """Nodes to qualify without a person asking, with why, at most `limit`:
     - drained by rsc-health (any mode but a person's `healthctl drain`) and a repair ticket of
       the node closed after the drain: repaired, so prove it;
@@ -560,7 +614,8 @@ def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_ma
       when a repair ticket of it closed after its last run; with `stuck_after`, not one whose
       last `stuck_after` runs proved nothing for the same reason (stuck_candidates: a ticket,
       and no more runs until a ticket of it closes).
-    A person's drain, DOWN, and a reboot Slurm holds are never candidates."""
+    A person's drain, DOWN, a reboot Slurm holds and a node in `reserved` (reserved_by_others:
+    a reservation not ours) are never candidates."""
     from datetime import timedelta
 
     from rsc_health.policy import MANUAL_MODE, parse_reason
@@ -570,7 +625,8 @@ def auto_candidates(nodes, history, now: datetime, *, retry_min: float, retry_ma
         if len(out) >= limit:
             break
         parsed = parse_reason(info.reason) if info.drain_set else None
-        if parsed is None or info.down or info.in_hand or parsed["mode"] == MANUAL_MODE:
+        if parsed is None or info.down or info.in_hand or parsed["mode"] == MANUAL_MODE \
+                or info.name in (reserved or {}):
             continue
         drained_at = info.reason_time.astimezone(UTC).replace(tzinfo=None) \
             if info.reason_time else None
@@ -614,10 +670,12 @@ def stuck_candidates(nodes, history, *, after: int) -> list[tuple[str, int, str]
 
 
 def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: float,
-                       retry_max_min: float, limit: int) -> list[tuple[str, str]]:
+                       retry_max_min: float, limit: int,
+                       reserved: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """Open suspect episodes to qualify (issue 24's suspect trigger), at most `limit`: the
     node idle (no job to wait for), neither drained, DOWN nor held for a reboot, in no
-    qualification reservation, and not qualified inconclusively within the back-off.
+    reservation not ours (`reserved`: reserved_by_others; Slurm shows such a node IDLE), and
+    not qualified inconclusively within the back-off.
 
     Never an episode the tier's guard held ([suspects] max_share of a partition): evidence may
     be a job's own step files (untrusted: enough for a suspect, never a drain), and what it
@@ -637,7 +695,8 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
         if ep.tier == TIER_HELD:
             continue
         n = info.get(ep.node)
-        if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
+        if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"} \
+                or ep.node in (reserved or {}):
             continue
         if _backing_off(history, ep.node, ep.since, now, retry_min, retry_max_min):
             continue
@@ -646,13 +705,14 @@ def suspect_candidates(nodes, episodes, history, now: datetime, *, retry_min: fl
 
 
 def driver_candidates(nodes, changed, history, now: datetime, *, retry_min: float,
-                      retry_max_min: float, limit: int) -> list[tuple[str, str]]:
+                      retry_max_min: float, limit: int,
+                      reserved: dict[str, str] | None = None) -> list[tuple[str, str]]:
     """Nodes whose driver or GPU firmware changed since their last qualification pass
     ([qualify] on_driver_change), at most `limit`, oldest change first. `changed`: {node:
     (since, previous, versions)} (rsc_health.historian.versions.changes). Like a suspect, the
     node is taken undrained and only when idle (no job to wait for), never drained, DOWN, held
-    for a reboot or in a reservation, and not again within the back-off of an inconclusive run
-    after the change."""
+    for a reboot or in a reservation (`reserved`: reserved_by_others), and not again within
+    the back-off of an inconclusive run after the change."""
 
     info = {n.name: n for n in nodes}
     out: list[tuple[str, str]] = []
@@ -660,7 +720,8 @@ def driver_candidates(nodes, changed, history, now: datetime, *, retry_min: floa
         if len(out) >= limit:
             break
         n = info.get(node)
-        if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"}:
+        if n is None or n.drain_set or n.down or n.in_hand or n.flags != {"IDLE"} \
+                or node in (reserved or {}):
             continue
         if history.passed_since(node, since):
             continue

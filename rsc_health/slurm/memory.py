@@ -184,6 +184,16 @@ class MemorySlurm:
         """`scontrol update JobId=... Requeue=0|1`, as its owner or an admin would."""
         self._jobs[job_id].requeue = requeue
 
+    def add_reservation(self, name: str, nodes: str, *, start: datetime | None = None,
+                        users: str = "alice") -> None:
+        """A reservation someone else made (`scontrol create reservation Nodes=... StartTime=...`,
+        a person's maintenance or a customer's): `nodes` as scontrol prints Nodes= (a hostlist,
+        "gpu[001-004]"), from `start` (now when not given). Slurm refuses none of ours over it:
+        ours are MAINT,IGNORE_JOBS, which overlap any reservation."""
+        _one_word("reservation", name)
+        self._reservations[name] = (nodes, start or self.now())
+        self._reservation_users[name] = set(users.split(","))
+
     def after(self, method: str, change: Callable[[], None]) -> None:
         """The world moves between two calls: `change` runs once, right after the next
         answer to `method` (a job requeued by someone else after squeue listed it)."""

@@ -503,3 +503,41 @@ def test_a_node_that_dies_mid_qualification_fails_and_no_requeued_attempt_passes
     assert node["Reason"].startswith("rsc_health:qualify:node_fail:"), node["Reason"]
     assert sql("SELECT source FROM tickets WHERE node = 'node05'") == [("qualify",)]
     assert _reservations(c) == []
+
+
+def test_a_node_in_a_persons_reservation_is_refused_and_left_out_of_qualify_auto(
+        qual, monkeypatch):
+    """A person's maintenance reservation (node[03-04], active) and a debug session booked to
+    start within the flow's timeout (node05): Slurm 22.05 shows the nodes IDLE (+DRAIN) and
+    accepts the flow's MAINT,IGNORE_JOBS reservation over either, so `qualify start` resumed
+    them and ran its job there, and `qualify auto`'s candidates took the idle one. Refused in
+    words now, nothing touched; Slurm's Nodes= hostlist is read node by node."""
+    from rsc_health.qualify.flow import FINISH_SLACK_S, reserved_by_others
+    from rsc_health.slurm.cli_backend import CliSlurm
+
+    c, hc, sql, _ = qual
+    _ours(c, "node03")
+    _ours(c, "node05")
+    made = ["alice_fw_flash", "bob_debug"]
+    c.run(["scontrol", "create", "reservation", "ReservationName=alice_fw_flash",
+           "Nodes=node[03-04]", "StartTime=now", "Duration=120", "Users=slurm", "Flags=MAINT"])
+    c.run(["scontrol", "create", "reservation", "ReservationName=bob_debug", "Nodes=node05",
+           "StartTime=now+60", "Duration=60", "Users=slurm", "Flags=IGNORE_JOBS"])
+    try:
+        monkeypatch.setenv("SLURM_CONF", c.env["SLURM_CONF"])
+        held = reserved_by_others(CliSlurm().reservations(), horizon_s=90 + FINISH_SLACK_S)
+        assert set(held) == {"node03", "node04", "node05"}, held
+        out = hc("qualify", "start", "node03,node05", "--json")
+        results = {r["node"]: r for r in json.loads(out.stdout)}
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert results["node03"]["result"] == "refused" \
+            and "alice_fw_flash" in results["node03"]["detail"], results
+        assert results["node05"]["result"] == "refused" \
+            and "bob_debug" in results["node05"]["detail"], results
+        assert sql("SELECT * FROM qualify_runs WHERE node IN ('node03', 'node05')") == []
+        for n in ("node03", "node05"):
+            assert c.node(n)["Reason"].startswith("rsc_health:now:xid79"), c.node(n)
+        assert sorted(_reservations(c)) == made
+    finally:
+        for name in made:
+            c.run(["scontrol", "delete", f"ReservationName={name}"], check=False)
