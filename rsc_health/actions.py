@@ -302,7 +302,7 @@ class Actor:
         elif clean_sweep and verdict.level in (Level.OK, Level.WARN):
             actions = self._clean(info)
         else:
-            actions = self._lifted_by_reboot(info, requeue=requeue)
+            actions = self._lifted_by_reboot(info, requeue=requeue, skip=skip_jobs or set())
         self._spool(actions)
         return actions
 
@@ -428,13 +428,14 @@ class Actor:
     def _resumable(self, state: DrainState) -> bool:
         return state.auto_resumable and not self.never_resume & set(state.codes)
 
-    def _lifted_by_reboot(self, info: NodeInfo, *, requeue: bool) -> list[Action]:
+    def _lifted_by_reboot(self, info: NodeInfo, *, requeue: bool,
+                          skip: set[str]) -> list[Action]:
         """A run that does not count towards a resume (a job start): our drain drained
         again if a reboot with nextstate=RESUME lifted it; nothing else."""
         state = self.load_state()
         if state is None or info.drain_set or info.down or not self._reboot_lifted(state, info):
             return []
-        return self._drain_again(state, info, requeue=requeue)
+        return self._drain_again(state, info, requeue=requeue, skip=skip)
 
     def _reboot_lifted(self, state: DrainState, info: NodeInfo) -> bool:
         """Our never-resumed drain, gone from `info`, was lifted by a reboot: one a run saw
@@ -476,11 +477,12 @@ class Actor:
             return ""
 
     def _drain_again(self, state: DrainState, info: NodeInfo, *,
-                     requeue: bool = True) -> list[Action]:
+                     requeue: bool = True, skip: set[str] | None = None) -> list[Action]:
         """Our drain, never auto-resumed, lifted by Slurm when a reboot someone asked for
         with nextstate=RESUME completed: set again, with our reason, and jobs that started
-        since requeued for a drain-now. Not the guard's to weigh: it let this drain through
-        once, and this restores it."""
+        since requeued for a drain-now (never one in `skip`: the prolog's own job, which
+        Slurm requeues when the prolog fails, helper-123). Not the guard's to weigh: it let
+        this drain through once, and this restores it."""
         seen = state.reboot_resumes
         self.slurm.drain(self.node, state.reason)
         state.reboot_resumes, state.clean_sweeps = False, 0
@@ -501,7 +503,7 @@ class Actor:
         self.log(f"{self.node}: {msg}")
         actions = [Action(kind, self.node, state.reason, detail=msg)]
         if mode == "now" and requeue:
-            self._requeue_jobs(state.reason, set(), actions)
+            self._requeue_jobs(state.reason, skip or set(), actions)
         return actions
 
     def _settled_over_the_limit(self, verdict: Verdict, drained: Action) -> Action | None:

@@ -52,6 +52,16 @@ STRIKES_CODE = "three_strikes"
 # the submission on (the run's start, carried by the node's monotonic clock, and the database
 # server's own steps).
 RESULT_CLOCK_SLACK = timedelta(minutes=10)
+# Slurm's job states that are not an end (slurm.h's job_states and the flags squeue prints as
+# a state): any other is one. The flow once listed the ends it knew, and a job that ended
+# BOOT_FAIL or DEADLINE, listed by `squeue -t all` for MinJobAge, kept it waiting its whole
+# timeout (helper-124).
+NOT_ENDED = frozenset({"PENDING", "RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING",
+                       "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD", "SPECIAL_EXIT",
+                       "SIGNALING", "STAGE_OUT", "STOPPED", "RESIZING", "POWER_UP_NODE",
+                       "UPDATE_DB"})
+# Ends where the node, not the job, failed: the node stopped answering, or never booted for it.
+NODE_ENDS = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 
 
 # How long after its timeout a flow may still hold the node (the job's end, the drain, the
@@ -300,12 +310,11 @@ class Flow:
             except SlurmError:
                 job = None  # a controller restarting: ask again
             else:
-                if job is None or job.state in ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT",
-                                                "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED"):
+                if job is None or job.state not in NOT_ENDED:
                     # Ended: its result is stored before it ends, or never.
                     stored = self.history.result(node, job_id, since=since)
-                    if job is not None and job.state == "NODE_FAIL":
-                        return _node_fail(job_id, stored)
+                    if job is not None and job.state in NODE_ENDS:
+                        return _node_fail(job_id, stored, job.state)
                     if stored is not None:
                         return stored
                     state = job.state if job else "gone"
@@ -327,8 +336,8 @@ class Flow:
             job = self.slurm.job(job_id)
         except SlurmError:
             return stored  # no answer: the stored result, as before
-        return _node_fail(job_id, stored) if job is not None and job.state == "NODE_FAIL" \
-            else stored
+        return _node_fail(job_id, stored, job.state) if job is not None \
+            and job.state in NODE_ENDS else stored
 
     def _delete_when_free(self, res: str, job_id: str | None) -> None:
         """Slurm refuses to delete a reservation a job is still in ("in use"): the job has
@@ -806,12 +815,15 @@ def _parsed(reason: str | None) -> dict | None:
 NODE_FAIL_CODE = "node_fail"
 
 
-def _node_fail(job_id: str, stored: tuple[str, str] | None) -> tuple[str, str]:
+def _node_fail(job_id: str, stored: tuple[str, str] | None,
+               state: str = "NODE_FAIL") -> tuple[str, str]:
     if stored is not None and stored[0] == FAIL:
         return stored
     said = f"; its run had stored {stored[0]}" if stored is not None else ""
-    return FAIL, (f"{NODE_FAIL_CODE}: job {job_id} ended NODE_FAIL: the node stopped "
-                  f"answering Slurm during qualification{said}")
+    what = ("the node failed to boot or launch it" if state == "BOOT_FAIL"
+            else "the node stopped answering Slurm")
+    return FAIL, (f"{NODE_FAIL_CODE}: job {job_id} ended {state}: {what} during "
+                  f"qualification{said}")
 
 
 def _first_test(detail: str) -> str:

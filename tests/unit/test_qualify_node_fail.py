@@ -87,3 +87,28 @@ def test_qualify_run_of_a_job_slurm_restarted_stores_no_pass(tmp_path, hostengin
             "SELECT verdict, reason, job_id FROM qualify_runs WHERE node = 'gpu042'")).all()
     assert verdict == INCONCLUSIVE and job == "4242", (verdict, reason)
     assert "restarted 1 time" in reason
+
+
+@pytest.mark.parametrize(("state", "result"), [("BOOT_FAIL", FAIL), ("DEADLINE", INCONCLUSIVE),
+                                               ("REVOKED", INCONCLUSIVE)])
+def test_a_job_in_any_other_end_state_ends_the_wait_at_once(state, result):
+    """`squeue -t all` lists an ended job in its end state for MinJobAge. The flow knew seven
+    ends: one that ended BOOT_FAIL or DEADLINE kept it polling for its whole timeout (70 min by
+    default), holding the node in its reservation, then cancelled a job long over (helper-124).
+    Any state that is not pending or running is an end; BOOT_FAIL (the node failed to boot or
+    launch the job) is the node's, as NODE_FAIL is."""
+    import time
+
+    slurm = MemorySlurm()
+    slurm.add_node("gpu001", "IDLE+DRAIN", XID79)
+
+    def ends():
+        jid = max(slurm._jobs)
+        slurm.start_job("gpu001", jid, user="root")
+        slurm.end_job(jid, state, listed=True)
+
+    slurm.after("submit", ends)
+    started = time.monotonic()
+    r = flow(slurm, History(slurm, {})).run("gpu001")  # its timeout: 20 s
+    assert time.monotonic() - started < 10, r
+    assert r.result == result and state in r.detail, r
