@@ -198,6 +198,8 @@ def test_the_three_scripts_hold_one_trust_rule():
     # valid for systemd's EnvironmentFile= (the flush unit reads the same file), not for sh
     "RSC_HEALTH_DB=postgresql+psycopg://rsc_health_node:s3cr(t@db/rsc_health",
     "RSC_HEALTH_CONFIG='/etc/rsc_health/config.toml",  # an unclosed quote
+    # valid syntax, but dash ends the sourced file there: the lines after it were dropped
+    "export RSC-HEALTH-DB=x",
 ])
 def test_a_defaults_file_sh_cannot_parse_is_said_and_drains_nothing(script, line, env, tmp_path):
     """`. FILE` is a special builtin: dash ended the whole script with exit 2 at a syntax error
