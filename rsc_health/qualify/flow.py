@@ -172,6 +172,11 @@ class Flow:
         theirs = _kept_or_down(info)
         if theirs:
             return FlowResult(node, "refused", f"{theirs}; not sent to repair ({why})")
+        lemon = _lemon_drain(info)
+        if lemon:
+            # A repair drain already, with the lemon verdict's own ticket: its reason is the
+            # finding an operator reads, and what `healthctl lemons` completes and keeps.
+            return FlowResult(node, "refused", f"{lemon}; not sent to repair again ({why})")
         parsed = _parsed(info.reason)
         if parsed is None or parsed["code"] != STRIKES_CODE:
             reason = qualify_reason(STRIKES_CODE, f"{strikes} failures after a pass: repair",
@@ -565,6 +570,17 @@ def _found_drain(info) -> str | None:
     return None
 
 
+def _lemon_drain(info) -> str | None:
+    """Why a drain is the lemon verdict's (`healthctl lemons --apply`: a repair drain with a
+    ticket of its own), never to be written over with three strikes: its reason is the
+    finding."""
+    from rsc_health.policy import LEMON_MODE
+
+    if info.drain_set and (_parsed(info.reason) or {}).get("mode") == LEMON_MODE:
+        return f"drained by the lemon verdict ({info.reason[:60]!r}): a repair drain already"
+    return None
+
+
 def _kept_or_down(info) -> str | None:
     """_kept_drain, or a DOWN (Slurm's or a person's): a node read again before a repair
     drain or ticket that is not ours to write over."""
@@ -756,17 +772,17 @@ def _backing_off(history, node: str, since: datetime, now: datetime, retry_min: 
 
 def strike_candidates(nodes, history, *, strikes: int, limit: int) -> list[tuple[str, int]]:
     """Nodes rsc-health drained (not a person's, not DOWN or held for a reboot, not already a
-    three-strikes repair drain) that failed in production `strikes` times since their last
-    pass: they go to repair (Flow.repair), at most `limit`."""
-    from rsc_health.policy import MANUAL_MODE
+    repair drain of three strikes or of the lemon verdict) that failed in production `strikes`
+    times since their last pass: they go to repair (Flow.repair), at most `limit`."""
+    from rsc_health.policy import LEMON_MODE, MANUAL_MODE
 
     out: list[tuple[str, int]] = []
     for info in nodes:
         if len(out) >= limit:
             break
         parsed = _parsed(info.reason) if info.drain_set else None
-        if parsed is None or info.down or info.in_hand or parsed["mode"] == MANUAL_MODE \
-                or parsed["code"] == STRIKES_CODE:
+        if parsed is None or info.down or info.in_hand \
+                or parsed["mode"] in (MANUAL_MODE, LEMON_MODE) or parsed["code"] == STRIKES_CODE:
             continue
         n = history.strikes(info.name)
         if n >= strikes:
