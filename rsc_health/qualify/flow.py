@@ -259,6 +259,7 @@ class Flow:
             return FlowResult(node, "refused", f"changed since it was read: now {fresh.state} "
                               f"{fresh.reason[:60]!r}; not qualified", actions=tuple(done))
         job_id = None
+        submitted: datetime | None = None
         verdict, detail = INCONCLUSIVE, "the flow stopped before a result"
         undrained = suspect and not info.drain_set
         since = None if undrained else out_of_service_since(info)
@@ -289,7 +290,7 @@ class Flow:
         finally:
             more, verdict, detail = self._finish(node, res, verdict, detail, job_id,
                                                  keep=undrained, out_since=since,
-                                                 lifted=lifted)
+                                                 lifted=lifted, submitted=submitted)
             done += more
         return FlowResult(node, verdict, detail, job_id, tuple(done))
 
@@ -369,16 +370,25 @@ class Flow:
     def _finish(self, node: str, res: str, verdict: str, detail: str,
                 job_id: str | None, keep: bool = False,
                 out_since: datetime | None = None,
-                lifted: bool = False) -> tuple[list[str], str, str]:
+                lifted: bool = False,
+                submitted: datetime | None = None) -> tuple[list[str], str, str]:
         """Drain before the reservation goes, unless a pass is stored: the node is never out
         of the reservation and undrained without one. `keep`: an undrained suspect whose run
         proved nothing goes back as it came (still a suspect, kept from big jobs). Returns
         what was done and the verdict as it stands (a fail the guard held is inconclusive).
         `lifted`: the node was out of any drain in the reservation (the flow undrained it, or
-        it came undrained), so a node-path or lemon drain on it now came during the run."""
+        it came undrained), so a node-path or lemon drain on it now came during the run.
+        A run judged a fail (a drain found, a NODE_FAIL; the guard may hold its drain back)
+        whose job stored a pass: that pass is overruled, never to count as one (`healthctl
+        resume` asks for a pass since the drain; strikes count from the last pass)."""
+        judged = verdict
         with self._drain_lock:
             done, verdict, detail = self._judge_and_drain(node, verdict, detail, keep,
                                                           out_since, lifted)
+            if FAIL in (judged, verdict) and job_id is not None and submitted is not None:
+                if self.history.overrule(node, f"the flow's verdict: fail: {detail}",
+                                         since=submitted - RESULT_CLOCK_SLACK, job_id=job_id):
+                    done.append("its stored pass overruled")
         self._delete_when_free(res, job_id)
         done.append("reservation deleted")
         if verdict == PASS:
@@ -519,6 +529,7 @@ def _clean_one(slurm, history, name: str, node: str, done: list[str],
             and info.reason_time >= started
         if new:
             history.repair_ticket(node, f"drained during qualification: {found[:200]}")
+            _overrule_since(history, node, started, f"drained during qualification: {found}")
         slurm.delete_reservation(name)
         return FlowResult(node, FAIL if new else INCONCLUSIVE,
                           f"left by an interrupted flow: its drain kept ({found[:60]!r})",
@@ -534,6 +545,7 @@ def _clean_one(slurm, history, name: str, node: str, done: list[str],
             and info.reason_time >= started
         if ours:
             history.repair_ticket(node, f"qualification failed: {info.reason[:200]}")
+            _overrule_since(history, node, started, f"qualification failed: {info.reason}")
         slurm.delete_reservation(name)
         return FlowResult(node, FAIL, f"left by an interrupted flow: its fail drain kept "
                           f"({info.reason[:60]!r})",
@@ -549,6 +561,13 @@ def _clean_one(slurm, history, name: str, node: str, done: list[str],
     slurm.delete_reservation(name)
     return FlowResult(node, INCONCLUSIVE, "left by an interrupted flow: drained",
                       actions=("drained", "reservation deleted"))
+
+
+def _overrule_since(history, node: str, started: datetime | None, why: str) -> None:
+    """A flow cut short whose run is a fail (a drain set since its reservation began): a pass
+    its job stored (after that drain, as like as not) is overruled, as the flow would have."""
+    if started is not None:
+        history.overrule(node, f"the run's verdict (qualify cleanup): fail: {why}", since=started)
 
 
 def _persons_drain(info) -> str | None:
@@ -881,6 +900,27 @@ class HistorianSide:
         with self.engine.connect() as conn:
             row = conn.execute(q.order_by(r.c.ended.desc())).first()
         return (row.verdict, row.reason) if row else None
+
+    def overrule(self, node: str, why: str, *, since: datetime,
+                 job_id: str | None = None) -> int:
+        """Mark the node's stored passes (of `job_id`, or any) that ended at `since` or later
+        a fail, `why` first in their reason: a run the flow judged a fail (the node path or
+        the lemon verdict drained the node under it, its job ended NODE_FAIL) never counts as
+        a pass (resume's pass since the drain, strikes since the last pass, a suspect
+        cleared). The per-test results stay as measured. How many were overruled."""
+        from sqlalchemy import literal, update
+
+        from rsc_health.historian.db import writer
+        from rsc_health.historian.schema import qualify_runs as r
+
+        said = f"overruled: {why}"[:900] + "; stored: "
+        q = update(r).where(r.c.node == node, r.c.verdict == PASS,
+                            r.c.ended >= since.astimezone(UTC).replace(tzinfo=None))
+        if job_id is not None:
+            q = q.where(r.c.job_id == job_id)
+        with writer(self.engine).begin() as conn:
+            return conn.execute(q.values(verdict=FAIL,
+                                         reason=literal(said) + r.c.reason)).rowcount or 0
 
     def strikes(self, node: str) -> int:
         """Drains of the node by rsc-health's own checks in production since its last pass,

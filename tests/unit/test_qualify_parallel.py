@@ -50,6 +50,7 @@ class History:
         self.slurm, self.verdicts, self.after, self.at = slurm, verdicts, after, at
         self.lock = threading.Lock()
         self.actions, self.tickets, self.first_asked = [], [], {}
+        self.overruled = []
 
     def strikes(self, node):
         return 0
@@ -76,6 +77,12 @@ class History:
     def repair_ticket(self, node, reason):
         with self.lock:
             self.tickets.append((node, reason))
+
+    def overrule(self, node, why, *, since, job_id=None):
+        """A stored pass the flow judged a fail (HistorianSide.overrule): recorded."""
+        with self.lock:
+            self.overruled.append((node, job_id, why))
+        return 1 if self.verdicts.get(node) == PASS else 0
 
 
 def flow(slurm, hist, **kw):
