@@ -530,7 +530,9 @@ def auto(ctx, as_json, dry_run) -> None:
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--older-than", "older_than_s", type=FiniteFloat(min=0), default=None,
               help="Only reservations older than this many seconds (default: [qualify] "
-                   "flow_timeout_s plus 5 minutes: a younger one may be a flow still running).")
+                   "flow_timeout_s plus 5 minutes, and past the end of the flow's own "
+                   "timeout, a longer `qualify start --timeout` included: a flow still within "
+                   "it is left alone).")
 @click.pass_context
 def cleanup_cmd(ctx, as_json, older_than_s) -> None:
     """Drain the node of every reservation a qualification flow left, and remove it."""
@@ -540,9 +542,10 @@ def cleanup_cmd(ctx, as_json, older_than_s) -> None:
         echo("shadow mode ([actions] enabled = false): nothing touched")
         return
     slurm, history = _flow_parts(ctx)
+    own = older_than_s is None  # a person's explicit cut-off is taken as given
     if older_than_s is None:
         older_than_s = float(ctx.obj.config.get("qualify.flow_timeout_s")) + 300
-    results = cleanup(slurm, history, older_than_s=older_than_s)
+    results = cleanup(slurm, history, older_than_s=older_than_s, own_deadlines=own)
     if as_json:
         click.echo(json.dumps([r.__dict__ for r in results], indent=1, default=list))
     if not as_json and not results:

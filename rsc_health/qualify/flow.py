@@ -67,6 +67,10 @@ NODE_ENDS = frozenset({"NODE_FAIL", "BOOT_FAIL"})
 # How long after its timeout a flow may still hold the node (the job's end, the drain, the
 # reservation's delete): a reservation not ours starting within the timeout and this is refused.
 FINISH_SLACK_S = 300.0
+# How a flow's start (its qualify_start action) says until when it holds the node: its
+# timeout and FINISH_SLACK_S from its start. `qualify cleanup` reads it (flow_deadline).
+UNTIL_WORDS = "; flow until "
+UNTIL_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @dataclass
@@ -273,7 +277,7 @@ class Flow:
                 self.slurm.undrain(node)
                 lifted = True
                 done.append("resumed into the reservation")
-            self.history.action(node, ActionKind.QUALIFY_START, f"{self.tier} tier in {res}")
+            self._started(node, res)
             submitted = self.history.now()  # the clock the job's run is stamped by
             job_id = self.slurm.submit(
                 [f"--reservation={res}", f"--nodelist={node}", "--nodes=1", "--exclusive",
@@ -293,6 +297,14 @@ class Flow:
                                                  lifted=lifted, submitted=submitted)
             done += more
         return FlowResult(node, verdict, detail, job_id, tuple(done))
+
+    def _started(self, node: str, res: str, now: datetime | None = None) -> None:
+        """The flow's start, and until when it may hold the node (its timeout from now, and
+        the finish after): `qualify cleanup` leaves its reservation alone until then, however
+        long a person's `qualify start --timeout` is (flow_deadline)."""
+        until = (now or datetime.now(UTC)) + timedelta(seconds=self.timeout_s + FINISH_SLACK_S)
+        self.history.action(node, ActionKind.QUALIFY_START,
+                            f"{self.tier} tier in {res}{UNTIL_WORDS}{until:{UNTIL_FORMAT}}")
 
     def _held_by_others(self, node: str) -> str | None:
         """Why a reservation not ours keeps qualification off the node, or None: one active,
@@ -480,10 +492,14 @@ def _in_use(exc: SlurmError) -> bool:
     return "in use" in str(getattr(exc, "stderr", "") or exc)
 
 
-def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
+def cleanup(slurm, history, *, older_than_s: float = 0.0,
+            own_deadlines: bool = False) -> list[FlowResult]:
     """Reservations a flow left behind: drain their node (inconclusive: never back without a
     pass) and remove them. One younger than `older_than_s` may be a flow still running (a
-    person's `qualify start`): left alone. Slurm refusing one reservation (a job still pends
+    person's `qualify start`): left alone. `own_deadlines`: so is one whose flow said at its
+    start that it holds the node until later than now (history.flow_deadline: its own
+    timeout, a person's `--timeout` longer than the cut-off included). Slurm refusing one
+    reservation (a job still pends
     in it: "in use"; its node gone from slurm.conf) is said as refused, its node drained where
     Slurm let it be, and the others are cleaned all the same (this runs before every `qualify
     auto`: one stuck reservation must not stop the fleet's qualification); only a controller
@@ -498,6 +514,10 @@ def cleanup(slurm, history, *, older_than_s: float = 0.0) -> list[FlowResult]:
         if started is not None and (now - started).total_seconds() < older_than_s:
             continue
         node = name[len(RESERVATION_PREFIX):]
+        if own_deadlines and started is not None:
+            until = history.flow_deadline(node, started)
+            if until is not None and until > now:
+                continue  # its flow is still within its own timeout
         if nodes and nodes != node:
             out.append(FlowResult(node, "refused", f"{name} holds {nodes!r}, not {node}"))
             continue
@@ -900,6 +920,28 @@ class HistorianSide:
         with self.engine.connect() as conn:
             row = conn.execute(q.order_by(r.c.ended.desc())).first()
         return (row.verdict, row.reason) if row else None
+
+    def flow_deadline(self, node: str, started: datetime) -> datetime | None:
+        """Until when the flow that made the node's reservation (begun at `started`, Slurm's
+        clock) said it holds the node: the newest qualify_start of the node since then
+        (RESULT_CLOCK_SLACK before: another host's clock), aware UTC; None when it said none
+        (killed before its job was sent, or a version that did not say)."""
+        from sqlalchemy import select
+
+        from rsc_health.historian.schema import node_actions as a
+
+        floor = (started - RESULT_CLOCK_SLACK).astimezone(UTC).replace(tzinfo=None)
+        with self.engine.connect() as conn:
+            reason = conn.execute(select(a.c.reason).where(
+                a.c.node == node, a.c.action == ActionKind.QUALIFY_START.value,
+                a.c.time >= floor).order_by(a.c.time.desc()).limit(1)).scalar()
+        if not reason or UNTIL_WORDS not in reason:
+            return None
+        try:
+            return datetime.strptime(reason.rsplit(UNTIL_WORDS, 1)[1].strip(),
+                                     UNTIL_FORMAT).replace(tzinfo=UTC)
+        except ValueError:
+            return None
 
     def overrule(self, node: str, why: str, *, since: datetime,
                  job_id: str | None = None) -> int:
