@@ -139,13 +139,18 @@ def telemetry_sample(findings: Iterable[Finding]) -> dict | None:
 
 
 def size_bytes(spool_dir: str | os.PathLike) -> int:
-    """What the spool holds on disk: pending.jsonl and batches not yet delivered."""
+    """What the spool holds on disk: pending.jsonl and batches not yet delivered. Only our own
+    files count: another user's in a sticky spool (a sparse file of any size costs them
+    nothing) would otherwise fill [node] spool_max_mb and make the node drop its own
+    all-clear rows and heartbeats."""
     total = 0
     try:
         with os.scandir(os.fspath(spool_dir)) as entries:
             for entry in entries:
                 if entry.is_file(follow_symlinks=False):
-                    total += entry.stat(follow_symlinks=False).st_size
+                    st = entry.stat(follow_symlinks=False)
+                    if ours(st.st_uid):
+                        total += st.st_size
     except OSError:
         return 0
     return total

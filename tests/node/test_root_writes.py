@@ -493,3 +493,26 @@ def test_metrics_export_is_never_written_through_names_planted_for_the_next_pids
     assert secret.read_bytes() == SECRET
     assert "rsc_health_historian_up" in (out / "fleet.prom").read_text()
     assert stat.S_IMODE((out / "fleet.prom").stat().st_mode) == 0o644
+
+
+def test_files_another_user_puts_in_a_sticky_spool_do_not_count_toward_the_spool_cap(tmp_path):
+    """Noticed in review of the sticky-spool fix: size_bytes counted every file in the spool,
+    so a user could put 64 MB there (a sparse file costs them nothing) and the node dropped
+    its all-clear rows and heartbeats as if its own flush had been failing for months."""
+    from rsc_health.config import Config
+    from rsc_health.node.sinks import within_spool_cap
+
+    _, sdir = _sticky_spool(tmp_path)
+    _own_record(sdir)
+    ours = (sdir / spool.PENDING).stat().st_size
+
+    def plant(dfd: int) -> None:  # pragma: no cover - the child
+        fd = os.open("filler", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dfd)
+        os.ftruncate(fd, 1 << 30)  # 1 GiB, sparse
+        os.close(fd)
+    _as_nobody(sdir, plant)
+    assert spool.size_bytes(sdir) == ours
+    beat = spool.record("heartbeat", "node01", datetime.now(UTC), source="sweep")
+    kept, held = within_spool_cap(Config({"node": {"spool_max_mb": 64}}), sdir.parent,
+                                  "sweep", [beat])
+    assert kept == [beat] and held == ours
