@@ -26,8 +26,11 @@ points at would be delivered or quarantined) and a FIFO never opened blocking (a
 wait for ever); each is refused, and the flush sets it aside as NAME.not-a-file-NS. A file
 another user owns there (a spool directory others may write is allowed when it is sticky,
 which keeps them from replacing ours, not from adding theirs) is no record of this node's:
-append refuses a pending.jsonl it does not own, and the flush sets such a pending.jsonl,
-batch or lock file aside as NAME.not-ours-NS, never delivering, appending to or locking it.
+append never writes to (nor waits on the lock of) a pending.jsonl, symlink or FIFO of theirs
+but puts its records in a batch file of its own (made whole under a fresh name, as
+write_atomic makes any file), so the node loses none to whoever keeps making one; the flush
+sets such a pending.jsonl, batch or lock file aside as NAME.not-ours-NS, never delivering,
+appending to or locking it. Nor do their files count toward the spool's size (size_bytes).
 
 Standard library only: the prolog imports this.
 """
@@ -43,7 +46,7 @@ import time
 from rsc_health import lazyre
 from rsc_health.collect.sysfs import ours
 from rsc_health.compat import datetime, json_dumps, json_loads
-from rsc_health.durable import fsync_dir, judge_directory, make_dirs, open_regular
+from rsc_health.durable import fsync_dir, judge_directory, make_dirs, open_regular, write_atomic
 from rsc_health.model import Finding, Severity, Status, new_record_id
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
@@ -187,6 +190,9 @@ def append(spool_dir: str | os.PathLike, records: list[dict]) -> None:
     data = "".join(json_dumps(r, separators=(",", ":"), sort_keys=True) + "\n" for r in records)
     payload = data.encode("utf-8", "surrogateescape")
     fd = _open_locked_pending(os.path.join(spool_dir, PENDING))
+    if fd is None:
+        _append_aside(spool_dir, payload)
+        return
     try:
         size = os.fstat(fd).st_size
         # An empty file is most likely one this open created (the first append since a
@@ -225,21 +231,32 @@ def judge(spool_dir: str | os.PathLike) -> None:
         judge_directory(directory)
 
 
-def _open_locked_pending(path: str) -> int:
+def _open_locked_pending(path: str) -> int | None:
     """pending.jsonl opened for appending and flock'd, and still the file of that name once
     the lock is held. Between our open and our lock a flush may have claimed the file (renamed
     it to a batch), read it and deleted it: records appended to that inode would be lost, so
-    the file is opened afresh (a claim only ever renames pending.jsonl away, so this ends)."""
+    the file is opened afresh (a claim only ever renames pending.jsonl away, so this ends).
+
+    None when another user's file, symlink or FIFO stands there (a sticky spool dir: made
+    first, or again after each flush): its lines would be delivered as ours, and refusing
+    would lose the node's records to whoever made it; the caller spools them aside
+    (_append_aside), and the flush sets theirs aside (claim). Its owner is looked at before
+    its lock is taken: they could hold that lock for ever."""
     for _ in range(100):
-        fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
+            fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
+        except OSError as exc:
+            # ELOOP: a symlink, EINVAL: a FIFO or the like; EACCES: a file of theirs, under
+            # fs.protected_regular (or a symlink, under protected_symlinks).
+            if exc.errno in (errno.EACCES, errno.ELOOP, errno.EINVAL) and _theirs(path):
+                return None
+            raise
+        try:
             held = os.fstat(fd)
             if not ours(held.st_uid):
-                # Made first by another user (a sticky spool dir): its lines would be
-                # delivered as ours. The flush sets it aside (claim).
-                raise OSError(errno.EPERM, f"owned by uid {held.st_uid}, not ours: refused",
-                              path)
+                os.close(fd)
+                return None
+            fcntl.flock(fd, fcntl.LOCK_EX)
             try:
                 named = os.stat(path)
             except FileNotFoundError:
@@ -251,6 +268,24 @@ def _open_locked_pending(path: str) -> int:
             raise
         os.close(fd)
     raise OSError(errno.EAGAIN, f"{path} was claimed away 100 times in a row")
+
+
+def _theirs(path: str) -> bool:
+    """Something another user owns stands at `path` (not followed)."""
+    try:
+        return not ours(os.lstat(path).st_uid)
+    except FileNotFoundError:
+        return False
+
+
+def _append_aside(spool_dir: str, payload: bytes) -> None:
+    """The records of an append that found another user's pending.jsonl: a batch file of
+    their own, whole or not at all (write_atomic: a fresh name renamed into place, never one
+    planted), that the next flush delivers as it does a claimed pending.jsonl. The random
+    part keeps it from any name a claim picks. Raises OSError."""
+    stamp = datetime.now().strftime('%Y%m%dT%H%M%S%f')
+    name = f"batch-{stamp}-{os.urandom(6).hex()}.jsonl"
+    write_atomic(os.path.join(spool_dir, name), payload, mode=0o640)
 
 
 def _regular(path: str) -> bool:

@@ -344,23 +344,23 @@ def test_a_batch_given_to_another_user_since_the_claim_is_not_read(tmp_path):
         list(spool.read_batch(batch))
 
 
-def test_a_pending_jsonl_another_user_made_first_is_refused_then_set_aside(tmp_path):
+def test_a_pending_jsonl_another_user_made_first_is_not_appended_to_then_set_aside(tmp_path):
     """Found by helper-116: root appended the node's records to it, and the flush delivered
     the forged line it began with."""
     root, sdir = _sticky_spool(tmp_path)
     _as_nobody(sdir, _plant_file(spool.PENDING, _forged("gpu778")))
-    with pytest.raises(OSError, match="uid 65534"):
-        _own_record(sdir)
+    _own_record(sdir)  # into a batch of its own
     assert (sdir / spool.PENDING).read_bytes().count(b"\n") == 1  # nothing appended
     done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
     assert done.returncode == 0, done.stderr
-    assert "gpu778" not in _delivered_nodes(tmp_path / "h.db")
+    assert _delivered_nodes(tmp_path / "h.db") == {"node01"}
     assert [p.name.split(".not-ours-")[0] for p in sdir.iterdir()
             if ".not-ours-" in p.name] == [spool.PENDING]
-    _own_record(sdir)  # the node's next append makes its own
+    _own_record(sdir, node="node02")  # the node's next append makes its own pending.jsonl
+    assert (sdir / spool.PENDING).stat().st_uid == 0
     done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
     assert done.returncode == 0, done.stderr
-    assert _delivered_nodes(tmp_path / "h.db") == {"node01"}
+    assert _delivered_nodes(tmp_path / "h.db") == {"node01", "node02"}
 
 
 def test_the_flush_refuses_a_spool_directory_another_user_owns_as_append_does(tmp_path):
@@ -516,3 +516,107 @@ def test_files_another_user_puts_in_a_sticky_spool_do_not_count_toward_the_spool
     kept, held = within_spool_cap(Config({"node": {"spool_max_mb": 64}}), sdir.parent,
                                   "sweep", [beat])
     assert kept == [beat] and held == ours
+
+
+def test_a_pending_jsonl_another_user_makes_after_every_flush_costs_the_node_no_record(
+        tmp_path):
+    """Noticed in review of the sticky-spool fix: append refused a pending.jsonl it had not
+    made, so a user who made one again after each flush had the node lose every record it
+    spooled (a drain verdict's check records, its heartbeats), though nothing forged got in.
+    The node's records now go to a batch file of its own, delivered by the next flush."""
+    root, sdir = _sticky_spool(tmp_path)
+    for round_ in range(2):
+        forged = _forged("gpu778")
+        _as_nobody(sdir, _plant_file(spool.PENDING, forged))
+        _own_record(sdir, node=f"node0{round_ + 1}")
+        _own_record(sdir, node=f"node0{round_ + 1}")
+        assert (sdir / spool.PENDING).read_bytes() == forged  # nothing appended to theirs
+        done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
+        assert done.returncode == 0, done.stderr
+        assert _delivered_nodes(tmp_path / "h.db") == {f"node0{n + 1}" for n in
+                                                       range(round_ + 1)}
+    assert not [p for p in sdir.iterdir() if p.name.startswith("batch-")]  # all delivered
+
+
+def test_a_planted_symlink_or_fifo_at_pending_jsonl_is_neither_followed_nor_a_lost_record(
+        tmp_path):
+    root, sdir = _sticky_spool(tmp_path)
+    secret = _secret(tmp_path / "secret")
+
+    def plant_link(dfd: int) -> None:  # pragma: no cover - the child
+        os.symlink(str(secret), spool.PENDING, dir_fd=dfd)
+    _as_nobody(sdir, plant_link)
+    _own_record(sdir)
+    assert secret.read_bytes() == SECRET
+    (sdir / spool.PENDING).unlink()
+
+    def plant_fifo(dfd: int) -> None:  # pragma: no cover - the child
+        os.mkfifo(spool.PENDING, 0o666, dir_fd=dfd)
+    _as_nobody(sdir, plant_fifo)
+    _own_record(sdir, node="node02")
+    done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
+    assert done.returncode == 0, done.stderr
+    assert _delivered_nodes(tmp_path / "h.db") == {"node01", "node02"}
+
+
+def test_a_pending_jsonl_the_kernel_will_not_let_root_open_costs_no_record(
+        tmp_path, monkeypatch):
+    """fs.protected_regular (1 under systemd's defaults) refuses root an O_CREAT open of
+    another user's file in a sticky directory others may write: EACCES, not our refusal."""
+    _, sdir = _sticky_spool(tmp_path)
+    _as_nobody(sdir, _plant_file(spool.PENDING, _forged("gpu778")))
+    opened = spool.open_regular
+
+    def protected_regular(path, flags=os.O_RDONLY, mode=0o600):
+        if flags & os.O_CREAT and os.lstat(path).st_uid != os.geteuid():
+            raise PermissionError(13, "Permission denied", str(path))
+        return opened(path, flags, mode)
+    monkeypatch.setattr(spool, "open_regular", protected_regular)
+    _own_record(sdir)
+    [batch] = [p for p in sdir.iterdir() if p.name.startswith("batch-")]
+    assert [r["node"] for _, r, _ in spool.read_batch(batch)] == ["node01"]
+
+
+def test_a_pending_jsonl_another_user_holds_locked_does_not_hang_the_append(tmp_path):
+    """The lock was taken before the owner was looked at: a user who made pending.jsonl and
+    held its flock kept every prolog waiting on it until Slurm's PrologTimeout."""
+    import threading
+
+    _, sdir = _sticky_spool(tmp_path)
+    ready_r, ready_w = os.pipe()
+    hold_r, hold_w = os.pipe()
+    dfd = os.open(sdir, os.O_RDONLY | os.O_DIRECTORY)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        try:
+            os.setgroups([])
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            fd = os.open(spool.PENDING, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644, dir_fd=dfd)
+            import fcntl
+
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(ready_w, b"x")
+            os.read(hold_r, 1)
+        finally:
+            os._exit(0)
+    os.close(dfd)
+    try:
+        assert os.read(ready_r, 1) == b"x"
+        errors: list[BaseException] = []
+
+        def append() -> None:
+            try:
+                _own_record(sdir)
+            except BaseException as exc:  # noqa: BLE001 - said by the assert below
+                errors.append(exc)
+        t = threading.Thread(target=append, daemon=True)
+        t.start()
+        t.join(10)
+        assert not t.is_alive(), "append waited on another user's lock"
+        assert errors == []
+    finally:
+        os.write(hold_w, b"x")
+        os.waitpid(pid, 0)
+    [batch] = [p for p in sdir.iterdir() if p.name.startswith("batch-")]
+    assert [r["node"] for _, r, _ in spool.read_batch(batch)] == ["node01"]
