@@ -15,6 +15,9 @@ _BRACKET = lazyre.compile(r"\[([^\[\]]*)\]")
 # nodes): a hostlist naming more is a typo (`node[0-99999999]` for `node[0-99]`), refused
 # before anything is expanded, by the operator's commands and the sacct ingest alike.
 MAX_HOSTS = 100_000
+# Nor does a real hostlist's expansion come near this many characters (MAX_HOSTS names of 256):
+# without it, 100 KB of text before `[1-100000]` (under MAX_HOSTS) built 10 GB of names.
+MAX_CHARS = MAX_HOSTS * 256
 # One node as Slurm names it (a hostname): no comma, bracket, space, `=` or leading `-`, any of
 # which would make scontrol read the name as many nodes, another field or an option.
 _ONE_NODE = lazyre.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
@@ -63,15 +66,35 @@ def _range(piece: str, item: str) -> tuple[int, int, int]:
 def count(expr: str | None) -> int:
     """How many names `expand(expr)` gives, without expanding anything: per comma-separated
     item, the product of its brackets' range sizes. HostlistError where expand raises one."""
+    return sum(size for size, _ in _sizes(expr))
+
+
+def longest(expr: str | None) -> int:
+    """The length of the longest name `expand(expr)` gives (0 for none), without expanding
+    anything. HostlistError where expand raises one."""
+    return measure(expr)[1]
+
+
+def measure(expr: str | None) -> tuple[int, int]:
+    """(count(expr), longest(expr)) in one reading of `expr`."""
+    sizes = _sizes(expr)
+    return sum(n for n, _ in sizes), max((length for _, length in sizes), default=0)
+
+
+def _sizes(expr: str | None) -> list[tuple[int, int]]:
+    """(names, longest name's length) of each comma-separated item: its literal text plus, per
+    bracket, its widest number (`{n:0{width}d}`: the range's width or the high end's digits)."""
     if not expr or expr.strip() in ("None assigned", "(null)", "None"):
-        return 0
-    total = 0
+        return []
+    out = []
     for item in _split_top(expr.strip()):
-        size = 1
+        size, length = 1, len(_BRACKET.sub("", item))
         for body in _BRACKET.findall(item):
-            size *= sum(hi - lo + 1 for lo, hi, _ in (_range(p, item) for p in body.split(",")))
-        total += size
-    return total
+            ranges = [_range(p, item) for p in body.split(",")]
+            size *= sum(hi - lo + 1 for lo, hi, _ in ranges)
+            length += max(max(width, len(str(hi))) for _, hi, width in ranges)
+        out.append((size, length))
+    return out
 
 
 def _expand_one(item: str) -> list[str]:
@@ -101,12 +124,18 @@ def is_one_node(name: str) -> bool:
 
 def expand(expr: str | None, limit: int = MAX_HOSTS) -> list[str]:
     """Expand a hostlist; "" / None / "None assigned" give []. One naming more than `limit`
-    hosts is a HostlistError, said before any name is made."""
+    hosts, or more than MAX_CHARS characters of names, is a HostlistError, said before any
+    name is made."""
     if not expr or expr.strip() in ("None assigned", "(null)", "None"):
         return []
-    size = count(expr)
+    sizes = _sizes(expr)
+    size = sum(n for n, _ in sizes)
     if size > limit:
         raise HostlistError(f"{_short(expr)} names {size:,} hosts, more than {limit:,}")
+    chars = sum(n * length for n, length in sizes)  # at most: a bound, never an undercount
+    if chars > MAX_CHARS:
+        raise HostlistError(f"{_short(expr)} names up to {chars:,} characters of host names, "
+                            f"more than {MAX_CHARS:,}")
     hosts: list[str] = []
     for item in _split_top(expr.strip()):
         hosts.extend(_expand_one(item))

@@ -77,3 +77,56 @@ def test_spool_append_claim_read(tmp_path):
     assert rows[2][0] == 3 and rows[2][1] is None
     with open(batches[0]) as fh:
         assert json.loads(fh.readline())["kind"] == "check"
+
+
+def _peak_bytes(fn, *args):
+    import tracemalloc
+
+    tracemalloc.start()
+    try:
+        try:
+            result = fn(*args)
+        except Exception as exc:  # noqa: BLE001 - returned for the caller to assert on
+            result = exc
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def test_a_huge_literal_times_many_hosts_is_refused_before_any_name_is_built():
+    """Noticed in review of the hostlist fix: MAX_HOSTS bounded the names, not their length,
+    so 100 KB of text before `[1-100000]` built 10 GB of names (a sacct row, a job's
+    NodeList). Here 10 KB x 10,000: 100 MB, refused having built none."""
+    from rsc_health import hostlist
+
+    huge = "y" * 10_000 + "[1-10000]"
+    assert hostlist.count(huge) == 10_000  # under MAX_HOSTS: the count alone lets it by
+    refused, peak = _peak_bytes(expand, huge)
+    assert isinstance(refused, HostlistError) and "characters" in str(refused)
+    assert peak < 5_000_000
+    assert hostlist.longest(huge) == 10_005 and hostlist.longest("n[1-3],gpu[08-100]") == 6
+    import random
+
+    rng = random.Random(127)  # longest and count as expand has it, without expanding
+    for _ in range(1000):
+        expr = ",".join(
+            "".join(rng.choice(["a", "b-", f"[{rng.randint(0, 9)}-{rng.randint(9, 12)}]",
+                                f"[{rng.randint(95, 99)}-10{rng.randint(0, 2)}]",
+                                f"[0{rng.randint(0, 9)},7]", "[1][2]"])
+                    for _ in range(rng.randint(1, 3)))
+            for _ in range(rng.randint(1, 3)))
+        names = expand(expr)
+        assert hostlist.measure(expr) == (len(names), max(map(len, names))), expr
+
+
+def test_a_sacct_nodelist_with_a_name_past_128_characters_builds_none_of_them():
+    """The ingest refused such a NodeList only after building every name (its fast path too):
+    a 100 KB prefix on `[1-100000]` was gigabytes before the 128-character check."""
+    from rsc_health.historian.ingest.sacct_parse import expand_nodelist
+
+    for nodelist in ("x" * 10_000 + "[1-10000]", "a[1-2]," + "x" * 10_000 + "[1-10000]"):
+        said, peak = _peak_bytes(expand_nodelist, nodelist)
+        assert said == "NodeList has a host name longer than 128 characters"
+        assert peak < 5_000_000
+    assert expand_nodelist("n" + "x" * 126 + "[1-2]") == ["n" + "x" * 126 + str(n)
+                                                         for n in (1, 2)]

@@ -766,11 +766,14 @@ def expand_nodelist(nodelist: str) -> list[str] | str:
     if not _is_range(nodelist):
         hosts = [nodelist]
     else:
-        bound = _host_count_bound(nodelist)
-        if bound is None:
+        measured = _measure(nodelist)
+        if measured is None:
             return f"NodeList is not a hostlist: {_short(nodelist)}"
+        bound, longest = measured
         if bound > MAX_HOSTS:
             return f"NodeList names {bound:,} hosts, more than {MAX_HOSTS:,}: {_short(nodelist)}"
+        if longest > MAX_HOST_NAME:  # said before any is built: 100 KB each, 100,000 of them
+            return f"NodeList has a host name longer than {MAX_HOST_NAME} characters"
         try:
             # One string per host name however many NodeLists name it: a year of a large
             # cluster has hundreds of thousands of NodeLists over a few thousand hosts.
@@ -782,11 +785,11 @@ def expand_nodelist(nodelist: str) -> list[str] | str:
     return hosts
 
 
-def _host_count_bound(nodelist: str) -> int | None:
-    """How many hosts a NodeList names (hostlist.count: nothing expanded); None when it is
-    not a hostlist."""
+def _measure(nodelist: str) -> tuple[int, int] | None:
+    """(how many hosts a NodeList names, its longest host name's length), nothing expanded
+    (hostlist.measure); None when it is not a hostlist."""
     try:
-        return hostlist.count(nodelist)
+        return hostlist.measure(nodelist)
     except hostlist.HostlistError:
         return None
 
