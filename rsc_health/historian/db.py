@@ -98,6 +98,7 @@ TURNS_SUSPECTS = 1920169331  # "rsus": a node's suspect episodes (historian/susp
 TURNS_ATTRIBUTE = 1920164212  # "rsat": attribution runs (historian/attribute.py), one key
 TURNS_TELEMETRY_ROLLUP = 1920169074  # "rstr": telemetry rollups (historian/telemetry.py), one key
 ALONE_LEMONS_APPLY = 1920166753  # "rsla": one `healthctl lemons --apply` at a time (run_alone)
+ALONE_DB_UPGRADE = 1920166773  # "rslu": one `healthctl db upgrade` at a time
 LEMONS_APPLY = "lemons-apply"
 _TAKE_TURNS = text(
     "SELECT count(pg_advisory_xact_lock(CAST(:space AS integer), k)) FROM "
@@ -563,20 +564,26 @@ def migrate(engine: Engine, from_version: int, directory: Path = MIGRATIONS_DIR)
 
 
 def upgrade(url: str) -> tuple[int | None, int, list[int]]:
-    """(version before, version after, migrations applied) for `healthctl db upgrade`."""
+    """(version before, version after, migrations applied) for `healthctl db upgrade`. One at a
+    time (run_alone): two started together both read the old version, and the second's first
+    migration failed on the tables the first had made, said as "is unavailable: table job_ends
+    already exists" (SQLite), a raw UniqueViolation or a deadlock (PostgreSQL) (helper-125).
+    The second now says another upgrade holds the lock; one started after reads the version
+    the first left."""
     engine = engine_for(url)
     try:
-        before = current_version(engine)
-        if before is None:
-            create(engine)
-            return None, schema.SCHEMA_VERSION, []
-        if before > schema.SCHEMA_VERSION:
-            raise SchemaTooNew(
-                f"{safe_url(url)} has schema version {before}, newer than this release "
-                f"understands ({schema.SCHEMA_VERSION})"
-            )
-        applied = migrate(engine, before)
-        return before, current_version(engine) or 0, applied
+        with run_alone(engine, ALONE_DB_UPGRADE, "upgrade"):
+            before = current_version(engine)
+            if before is None:
+                create(engine)
+                return None, schema.SCHEMA_VERSION, []
+            if before > schema.SCHEMA_VERSION:
+                raise SchemaTooNew(
+                    f"{safe_url(url)} has schema version {before}, newer than this release "
+                    f"understands ({schema.SCHEMA_VERSION})"
+                )
+            applied = migrate(engine, before)
+            return before, current_version(engine) or 0, applied
     except (OperationalError, SAInterfaceError) as exc:
         raise HistorianUnavailable(
             f"historian database {safe_url(url)} is unavailable: {first_line(exc)}"

@@ -174,3 +174,40 @@ def test_a_create_cut_short_by_a_full_disk_leaves_nothing_the_rerun_trips_on(tmp
         finally:
             engine.dispose()
     assert failed >= 2  # the limits did cut creates short (else this proved nothing)
+
+
+def test_two_upgrades_at_once_one_migrates_and_the_other_says_so(historian_url, monkeypatch):
+    """Two `db upgrade` at once (two operators, two config-management runs) both read the old
+    version; the second's first migration then failed on the first's tables, said as "is
+    unavailable: table job_ends already exists" on SQLite and a raw UniqueViolation or a
+    deadlock on PostgreSQL (helper-125). One at a time now: the second, while the first
+    migrates, says another upgrade holds the lock; one started after finds nothing to do."""
+    import threading
+
+    from rsc_health.historian import db, schema
+
+    engine = db.connect(historian_url, create_missing=True)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP TABLE job_starts")
+        conn.exec_driver_sql("DROP TABLE job_ends")
+        conn.execute(schema.schema_version.update().values(version=19))
+    engine.dispose()
+    real, migrating, done = db.migrate, threading.Event(), threading.Event()
+
+    def slow_migrate(eng, version):
+        migrating.set()
+        assert done.wait(30)
+        return real(eng, version)
+
+    monkeypatch.setattr(db, "migrate", slow_migrate)
+    out: dict = {}
+    first = threading.Thread(target=lambda: out.setdefault("first", db.upgrade(historian_url)))
+    first.start()
+    assert migrating.wait(30)
+    with pytest.raises(db.RunInProgress, match="another upgrade run holds"):
+        db.upgrade(historian_url)
+    done.set()
+    first.join(60)
+    assert out["first"] == (19, schema.SCHEMA_VERSION, [20, 21])
+    monkeypatch.setattr(db, "migrate", real)
+    assert db.upgrade(historian_url) == (schema.SCHEMA_VERSION, schema.SCHEMA_VERSION, [])
