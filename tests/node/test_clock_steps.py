@@ -43,7 +43,8 @@ def test_clock_steps_between_runs_neither_drain_nor_lose_nor_double_a_fault(
     _at(monkeypatch, T0 + timedelta(days=365))
     slurm = node01_slurm()
     assert nodepath.run_stage("prolog", slurm_factory=lambda c, d: slurm) == 1
-    assert [c[0] for c in slurm.calls] == ["drain"] and "xid79" in slurm.calls[0][2]
+    # job 777 is another job on the node: a prolog's drain now requeues it
+    assert [c[0] for c in slurm.calls] == ["drain", "requeue"] and "xid79" in slurm.calls[0][2]
     assert not (root / NODE_STATE / nodepath.PENDING_VERDICT_FILE).exists()
 
     # Back to T0 again: the XID is not news a second time.

@@ -103,7 +103,8 @@ def test_a_drain_verdict_carried_out_says_it(node_env):  # noqa: F811
     slurm = node01_slurm()
     (node_env / "dev/kmsg").open("a").write(XID79)
     assert nodepath.run_stage("prolog", slurm_factory=lambda c, d: slurm) == 1
-    assert [c[0] for c in slurm.calls] == ["drain"]
+    # job 777 is another job on the node: a prolog's drain now requeues it
+    assert [c[0] for c in slurm.calls] == ["drain", "requeue"]
     _says(node_env, "prolog", _drain_level(), "xid79")
     assert _gauge(node_env, "rsc_health_pending_drain") == "0"
 

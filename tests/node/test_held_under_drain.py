@@ -47,5 +47,6 @@ def test_a_verdict_held_under_a_persons_drain_for_half_a_day_costs_slurmctld_few
     slurm.calls.clear()
     monkeypatch.setenv("SLURM_JOB_ID", "4243")
     assert nodepath.run_stage("prolog", slurm_factory=lambda c, d: slurm) == 1
-    assert [c[0] for c in slurm.calls] == ["drain"] and "xid79" in slurm.calls[0][2]
+    # job 777 is another job on the node: a prolog's drain now requeues it
+    assert [c[0] for c in slurm.calls] == ["drain", "requeue"] and "xid79" in slurm.calls[0][2]
     assert not pending.exists()
