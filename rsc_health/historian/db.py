@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event, func, inspect, select, text
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, ProgrammingError
+from sqlalchemy.exc import ArgumentError, IntegrityError, OperationalError, ProgrammingError
 from sqlalchemy.exc import InterfaceError as SAInterfaceError
 
 from rsc_health.compat import UTC
@@ -564,32 +564,56 @@ def migrate(engine: Engine, from_version: int, directory: Path = MIGRATIONS_DIR)
 
 
 def upgrade(url: str) -> tuple[int | None, int, list[int]]:
-    """(version before, version after, migrations applied) for `healthctl db upgrade`. One at a
-    time (run_alone): two started together both read the old version, and the second's first
-    migration failed on the tables the first had made, said as "is unavailable: table job_ends
-    already exists" (SQLite), a raw UniqueViolation or a deadlock (PostgreSQL) (helper-125).
-    The second now says another upgrade holds the lock; one started after reads the version
-    the first left."""
+    """(version before, version after, migrations applied) for `healthctl db upgrade`. Two
+    started together both read the old version, and the second's first migration failed on
+    the tables the first had made, said as "is unavailable: table job_ends already exists"
+    (SQLite), a raw UniqueViolation or a deadlock (PostgreSQL) (helper-125).
+
+    SQLite: one at a time (run_alone's lock file); the second says another holds the lock, one
+    started after reads the version the first left. PostgreSQL: no lock held across the
+    migrations, since an advisory lock is held by an open transaction (a session lock would
+    outlive its server connection behind PgBouncer), whose snapshot 0019's CREATE INDEX
+    CONCURRENTLY waits for: the upgrade waited on itself for ever (helper-130). A migration
+    that fails there while another upgrade moved the version, or on a deadlock, says another
+    upgrade ran at the same time."""
     engine = engine_for(url)
     try:
+        if engine.dialect.name == "postgresql":
+            return _upgrade(engine, url)
         with run_alone(engine, ALONE_DB_UPGRADE, "upgrade"):
-            before = current_version(engine)
-            if before is None:
-                create(engine)
-                return None, schema.SCHEMA_VERSION, []
-            if before > schema.SCHEMA_VERSION:
-                raise SchemaTooNew(
-                    f"{safe_url(url)} has schema version {before}, newer than this release "
-                    f"understands ({schema.SCHEMA_VERSION})"
-                )
-            applied = migrate(engine, before)
-            return before, current_version(engine) or 0, applied
+            return _upgrade(engine, url)
     except (OperationalError, SAInterfaceError) as exc:
         raise HistorianUnavailable(
             f"historian database {safe_url(url)} is unavailable: {first_line(exc)}"
         ) from exc
     finally:
         engine.dispose()
+
+
+def _upgrade(engine: Engine, url: str) -> tuple[int | None, int, list[int]]:
+    before = current_version(engine)
+    if before is None:
+        create(engine)
+        return None, schema.SCHEMA_VERSION, []
+    if before > schema.SCHEMA_VERSION:
+        raise SchemaTooNew(
+            f"{safe_url(url)} has schema version {before}, newer than this release "
+            f"understands ({schema.SCHEMA_VERSION})"
+        )
+    try:
+        applied = migrate(engine, before)
+    except (OperationalError, ProgrammingError, IntegrityError) as exc:
+        try:
+            now = current_version(engine)
+        except (OperationalError, SAInterfaceError):
+            now = None
+        if (now is not None and now > before) or "deadlock detected" in str(exc):
+            raise RunInProgress(
+                f"another db upgrade ran on {safe_url(url)} at the same time (it is at schema "
+                f"version {now if now is not None else '?'}): run db upgrade again when it has "
+                "finished") from exc
+        raise
+    return before, current_version(engine) or 0, applied
 
 
 def table_counts(engine: Engine) -> dict[str, int]:

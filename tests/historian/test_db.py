@@ -176,22 +176,30 @@ def test_a_create_cut_short_by_a_full_disk_leaves_nothing_the_rerun_trips_on(tmp
     assert failed >= 2  # the limits did cut creates short (else this proved nothing)
 
 
-def test_two_upgrades_at_once_one_migrates_and_the_other_says_so(historian_url, monkeypatch):
-    """Two `db upgrade` at once (two operators, two config-management runs) both read the old
-    version; the second's first migration then failed on the first's tables, said as "is
-    unavailable: table job_ends already exists" on SQLite and a raw UniqueViolation or a
-    deadlock on PostgreSQL (helper-125). One at a time now: the second, while the first
-    migrates, says another upgrade holds the lock; one started after finds nothing to do."""
-    import threading
-
+def _at_19(url):
     from rsc_health.historian import db, schema
 
-    engine = db.connect(historian_url, create_missing=True)
+    engine = db.connect(url, create_missing=True)
     with engine.begin() as conn:
         conn.exec_driver_sql("DROP TABLE job_starts")
         conn.exec_driver_sql("DROP TABLE job_ends")
         conn.execute(schema.schema_version.update().values(version=19))
     engine.dispose()
+
+
+def test_two_upgrades_at_once_on_sqlite_one_migrates_and_the_other_says_so(tmp_path,
+                                                                           monkeypatch):
+    """Two `db upgrade` at once (two operators, two config-management runs) both read the old
+    version; the second's first migration then failed on the first's tables, said as "is
+    unavailable: table job_ends already exists" (helper-125). On SQLite one runs at a time:
+    the second, while the first migrates, says another upgrade holds the lock; one started
+    after finds nothing to do."""
+    import threading
+
+    from rsc_health.historian import db, schema
+
+    url = f"sqlite:///{tmp_path / 'history.db'}"
+    _at_19(url)
     real, migrating, done = db.migrate, threading.Event(), threading.Event()
 
     def slow_migrate(eng, version):
@@ -201,13 +209,98 @@ def test_two_upgrades_at_once_one_migrates_and_the_other_says_so(historian_url, 
 
     monkeypatch.setattr(db, "migrate", slow_migrate)
     out: dict = {}
-    first = threading.Thread(target=lambda: out.setdefault("first", db.upgrade(historian_url)))
+    first = threading.Thread(target=lambda: out.setdefault("first", db.upgrade(url)))
     first.start()
     assert migrating.wait(30)
     with pytest.raises(db.RunInProgress, match="another upgrade run holds"):
-        db.upgrade(historian_url)
+        db.upgrade(url)
     done.set()
     first.join(60)
     assert out["first"] == (19, schema.SCHEMA_VERSION, [20, 21])
     monkeypatch.setattr(db, "migrate", real)
-    assert db.upgrade(historian_url) == (schema.SCHEMA_VERSION, schema.SCHEMA_VERSION, [])
+    assert db.upgrade(url) == (schema.SCHEMA_VERSION, schema.SCHEMA_VERSION, [])
+
+
+@pytest.mark.postgres
+def test_two_upgrades_at_once_on_postgresql_the_loser_says_another_ran(pg_url, monkeypatch):
+    """Both read version 19 before either migrates (as two processes can): the loser's first
+    migration failed on the winner's table as a raw UniqueViolation (helper-125). It now says
+    another upgrade ran at the same time; the historian ends at the release's version."""
+    import threading
+
+    from rsc_health.historian import db, schema
+
+    _at_19(pg_url)
+    real, both_read, seen = db.current_version, threading.Barrier(2), threading.local()
+
+    def read_then_wait(engine):
+        version = real(engine)
+        if not getattr(seen, "once", False):
+            seen.once = True
+            both_read.wait(30)
+        return version
+
+    monkeypatch.setattr(db, "current_version", read_then_wait)
+    out: dict = {}
+
+    def run(name):
+        try:
+            out[name] = db.upgrade(pg_url)
+        except Exception as exc:  # noqa: BLE001 - what the loser says is the point
+            out[name] = exc
+
+    threads = [threading.Thread(target=run, args=(n,)) for n in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    monkeypatch.setattr(db, "current_version", real)
+    errors = [v for v in out.values() if isinstance(v, Exception)]
+    wins = [v for v in out.values() if not isinstance(v, Exception)]
+    assert len(errors) <= 1 and wins, out
+    for err in errors:
+        assert isinstance(err, db.RunInProgress), f"{type(err).__name__}: {err}"
+        assert "another db upgrade ran" in str(err)
+    engine = db.engine_for(pg_url)
+    assert db.current_version(engine) == schema.SCHEMA_VERSION
+    engine.dispose()
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("through", ["direct", "pgbouncer"])
+def test_db_upgrade_from_18_on_postgresql_finishes(pg_url, through):
+    """`db upgrade`, not `migrate`, from version 18: 0019's CREATE INDEX CONCURRENTLY waits for
+    every older snapshot, and a lock the upgrade held in an open transaction made it wait on
+    itself for ever, directly and through PgBouncer (helper-130, on the first fix for two
+    upgrades at once)."""
+    import threading
+
+    from rsc_health.historian import db, schema
+    from tests.historian import pgbouncer
+    from tests.historian.test_migration_0019 import _at_version_18
+
+    _at_version_18(pg_url).dispose()
+
+    def run(url):
+        out: dict = {}
+
+        def go():
+            try:
+                out["r"] = db.upgrade(url)
+            except Exception as exc:  # noqa: BLE001
+                out["e"] = exc
+
+        t = threading.Thread(target=go, daemon=True)
+        t.start()
+        t.join(45)
+        assert not t.is_alive(), "db upgrade from 18 still running after 45 s"
+        assert "e" not in out, repr(out.get("e"))
+        assert out["r"] == (18, schema.SCHEMA_VERSION, [19, 20, 21])
+
+    if through == "direct":
+        run(pg_url)
+    else:
+        if not pgbouncer.available():
+            pytest.skip("no pgbouncer")
+        with pgbouncer.pgbouncer(pg_url) as bounced:
+            run(bounced)
