@@ -202,3 +202,41 @@ def test_a_person_who_drains_a_candidate_while_the_run_reads_the_others_keeps_th
     assert [n for n, _ in drained(slurm)] == ["n2"]
     with engine.connect() as conn:
         assert [t.node for t in conn.execute(select(tickets)).all()] == ["n2"]
+
+
+def _record_resume(engine, node: str, reason: str, when) -> None:
+    """A resume as `healthctl resume --force` records it: the reason it lifted, and who."""
+    import uuid
+
+    with engine.begin() as conn:
+        conn.execute(node_actions.insert().values(
+            id=uuid.uuid4().hex, time=when, node=node, action="resume",
+            reason=f"{reason} (by alice)"))
+
+
+def test_a_lemon_drain_after_a_recorded_resume_is_recorded_again_with_the_same_reason(engine):
+    """`healthctl resume --force` with the lemon ticket still open, then new evidence whose
+    reason reads the same: the second drain reached Slurm but left no node_actions row (its id
+    was sha256 of the node and the reason, already taken by the first), so the historian showed
+    one drain and the resume as the node's last word while the node sat drained."""
+    slurm = fleet_slurm()
+    apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    slurm.resume("n1")
+    _record_resume(engine, "n1", lemon_reason(_verdict("n1")), AS_OF + timedelta(hours=1))
+    later = AS_OF + timedelta(days=2)
+    actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=later,
+                             apply=True)
+    assert [a.action for a in actions] == ["drain"]
+    assert len(drained(slurm)) == 2
+    with engine.connect() as conn:
+        rows = conn.execute(select(node_actions.c.action, node_actions.c.time)
+                            .order_by(node_actions.c.time)).all()
+        assert len(conn.execute(select(tickets)).all()) == 1  # the open one still holds it
+    assert rows == [("lemon_drain", AS_OF), ("resume", AS_OF + timedelta(hours=1)),
+                    ("lemon_drain", later)]
+    # the run after it: already drained, nothing more recorded
+    again = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10),
+                           now=later + timedelta(days=1), apply=True)
+    assert [a.action for a in again] == ["skip"]
+    with engine.connect() as conn:
+        assert len(conn.execute(select(node_actions)).all()) == 3

@@ -30,10 +30,11 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from sqlalchemy import Engine, insert, select
+from sqlalchemy import Engine, func, insert, or_, select
 
 from rsc_health.actions import guard_states
 from rsc_health.historian.db import TURNS_LEMON_RECORDS, take_turns, writer
+from rsc_health.historian.lemons.features import LEMON_DRAIN_ACTIONS, LEMON_REASON_PREFIX
 from rsc_health.historian.lemons.verdicts import LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
 from rsc_health.hostlist import is_one_node
@@ -260,25 +261,43 @@ def apply_verdicts(
 
 def _record(engine: Engine, verdict: LemonVerdict, reason: str, now: datetime) -> bool:
     """The open lemon ticket and the action record of a lemon drain, each written at most once
-    (the action's id is derived from the node and the reason), so a rerun completes a run that
-    was cut short and never doubles one. True when anything was written."""
-    action_id = hashlib.sha256(f"lemon|{verdict.node}|{reason}".encode()).hexdigest()[:32]
+    per drain, so a rerun completes a run that was cut short and never doubles one. A drain
+    is recorded when the node has no lemon_drain row with this reason since its lemon drain
+    was last lifted (a resume recorded with the lemon reason): a drain after such a resume
+    (`healthctl resume --force` with the ticket open, then new evidence with the same text) is
+    a drain of its own and gets a row of its own. True when anything was written."""
+    node = verdict.node
     wrote = False
     with writer(engine).begin() as conn:
         # Two runs at once (the timer's and an operator's) both read "no ticket" otherwise.
-        take_turns(conn, TURNS_LEMON_RECORDS, [verdict.node])
+        take_turns(conn, TURNS_LEMON_RECORDS, [node])
         has_ticket = conn.execute(
-            select(tickets.c.id).where(tickets.c.node == verdict.node,
+            select(tickets.c.id).where(tickets.c.node == node,
                                        tickets.c.source == "lemon", tickets.c.closed.is_(None))
         ).first()
         if has_ticket is None:
-            conn.execute(insert(tickets).values(node=verdict.node, opened=now, reason=reason,
+            conn.execute(insert(tickets).values(node=node, opened=now, reason=reason,
                                                 source="lemon"))
             wrote = True
-        if conn.execute(select(node_actions.c.id).where(node_actions.c.id == action_id)
-                        ).first() is None:
+        lifted = conn.execute(
+            select(func.max(node_actions.c.time)).where(
+                node_actions.c.node == node,
+                node_actions.c.action == ActionKind.RESUME.value,
+                or_(node_actions.c.reason == "",
+                    node_actions.c.reason.like(LEMON_REASON_PREFIX + "%")))
+        ).scalar()
+        since = [node_actions.c.time > lifted] if lifted is not None else []
+        recorded = conn.execute(
+            select(node_actions.c.id).where(
+                node_actions.c.node == node, node_actions.c.action.in_(LEMON_DRAIN_ACTIONS),
+                node_actions.c.reason == reason, *since).limit(1)
+        ).first()
+        action_id = hashlib.sha256(
+            f"lemon|{node}|{reason}|{now.isoformat()}".encode()).hexdigest()[:32]
+        if recorded is None and conn.execute(
+                select(node_actions.c.id).where(node_actions.c.id == action_id)).first() is None:
             conn.execute(insert(node_actions).values(
-                id=action_id, time=now, node=verdict.node, action=ActionKind.LEMON_DRAIN.value,
+                id=action_id, time=now, node=node, action=ActionKind.LEMON_DRAIN.value,
                 reason=reason))
             wrote = True
     return wrote
