@@ -240,3 +240,55 @@ def test_a_lemon_drain_after_a_recorded_resume_is_recorded_again_with_the_same_r
     assert [a.action for a in again] == ["skip"]
     with engine.connect() as conn:
         assert len(conn.execute(select(node_actions)).all()) == 3
+
+
+def test_a_lemon_drain_a_person_lifts_with_scontrol_stays_lifted_and_is_their_return(engine):
+    """A person's raw `scontrol update State=RESUME` of a lemon-drained node, the lemon ticket
+    still open: the next --apply saw an undrained node and drained it again on the same
+    evidence, and the re-drain left no record (same id), so the node flapped nightly while the
+    historian showed one drain. Now the lift is the person's decision: not drained again, and
+    recorded once as the resume it was (carrying the lifted lemon reason), so lemon_repairs
+    counts it as the node's return and its windows start over; the ticket is left open."""
+    from rsc_health.historian.lemons.features import lemon_repairs
+
+    slurm = fleet_slurm()
+    apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    slurm.resume("n1")  # the person, in the morning
+    night = AS_OF + timedelta(days=1)
+    dry = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=night)
+    assert [a.action for a in dry] == ["skip"] and "not recorded (dry run)" in dry[0].why
+    assert lemon_repairs(engine, night) == {}
+    actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=night,
+                             apply=True)
+    assert [a.action for a in actions] == ["skip"]
+    assert "lifted outside healthctl" in actions[0].why
+    assert len(drained(slurm)) == 1 and "DRAIN" not in slurm.node("n1").state
+    with engine.connect() as conn:
+        rows = conn.execute(select(node_actions.c.action, node_actions.c.time,
+                                   node_actions.c.reason).order_by(node_actions.c.time)).all()
+        open_tickets = conn.execute(select(tickets.c.node).where(tickets.c.closed.is_(None))
+                                    ).scalars().all()
+    reason = lemon_reason(_verdict("n1"))
+    assert [(a, t) for a, t, _ in rows] == [("lemon_drain", AS_OF), ("resume", night)]
+    assert rows[1].reason.startswith(reason + " (lifted outside healthctl")
+    assert lemon_repairs(engine, night) == {"n1": night}  # the windows start over here
+    assert open_tickets == ["n1"]
+
+
+def test_a_lifted_lemon_drain_is_drained_again_on_new_evidence_and_recorded(engine):
+    """After the recorded return, a verdict is on evidence since it (the windows start
+    there): that drain is made, and recorded as a drain of its own, even with the same text."""
+    slurm = fleet_slurm()
+    apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    slurm.resume("n1")
+    apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10),
+                   now=AS_OF + timedelta(days=1), apply=True)
+    later = AS_OF + timedelta(days=9)
+    actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=later,
+                             apply=True)
+    assert [a.action for a in actions] == ["drain"]
+    assert len(drained(slurm)) == 2
+    with engine.connect() as conn:
+        assert [r.action for r in conn.execute(
+            select(node_actions.c.action).order_by(node_actions.c.time))] == [
+            "lemon_drain", "resume", "lemon_drain"]

@@ -219,3 +219,76 @@ def test_shadow_mode_lemons_apply_changes_nothing_in_slurm(slurm_cluster, tmp_pa
     finally:
         engine.dispose()
         c.run(["scontrol", "update", "NodeName=node02", "State=RESUME"], check=False)
+
+
+def test_a_person_who_resumes_a_lemon_with_scontrol_keeps_it_in_service_until_new_evidence(
+        slurm_cluster, tmp_path):
+    """A lemon drained while a job runs; a person lifts the drain with a raw `scontrol update
+    State=RESUME`, the lemon ticket still open. The next nightly --apply drained it again on
+    the same evidence, every night, with no record of the re-drain. Now the lift is theirs:
+    recorded as the node's return from repair, so the nights after leave it in service, and
+    only a new failure since drains it again, recorded as a drain of its own."""
+    import time
+
+    from rsc_health.historian.schema import job_nodes, jobs
+
+    c = slurm_cluster
+    now = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
+    url = f"sqlite:///{tmp_path / 'historian.db'}"
+    engine = create_engine(url)
+    db.create(engine)
+    seed_fleet(engine, now)
+    seed_lemon_history(engine, "node02", now)
+
+    def apply() -> dict:
+        out = healthctl(c, url, tmp_path, "lemons", "--apply", "--json")
+        assert out.returncode == 0, out.stderr
+        return {v["node"]: v["action"] for v in json.loads(out.stdout)["verdicts"]}
+
+    def actions() -> list[tuple[str, str]]:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(
+                select(node_actions.c.action, node_actions.c.reason)
+                .where(node_actions.c.node == "node02").order_by(node_actions.c.time))]
+
+    try:
+        job = c.sbatch("-w", "node02", "--wrap", "sleep 120")
+        c.wait_for(lambda: c.job_state(job) == "RUNNING", 30)
+        assert apply()["node02"]["action"] == "drain"
+        assert c.job_state(job) == "RUNNING"  # drained after the job, not killed
+        c.run(["scontrol", "update", "NodeName=node02", "State=RESUME"])  # the person
+        assert "DRAIN" not in c.node_state("node02")
+
+        second = apply()["node02"]
+        assert second["action"] == "skip" and "lifted outside healthctl" in second["why"]
+        assert "DRAIN" not in c.node_state("node02")
+        recorded = actions()
+        assert [a for a, _ in recorded] == ["lemon_drain", "resume"]
+        assert recorded[1][1].startswith(recorded[0][1] + " (lifted outside healthctl")
+        with engine.connect() as conn:
+            assert conn.execute(select(tickets.c.closed).where(tickets.c.source == "lemon")
+                                ).scalars().all() == [None]  # the person's to close
+
+        assert "node02" not in apply()  # its windows start at the return: nothing new
+        assert "DRAIN" not in c.node_state("node02")
+        assert len(actions()) == 2
+
+        # New evidence: a single-node NODE_FAIL on it since the return (a repeat offender).
+        with engine.connect() as conn:
+            back = conn.execute(select(node_actions.c.time).where(
+                node_actions.c.action == "resume")).scalar_one()
+        with engine.begin() as conn:
+            conn.execute(insert(jobs).values(
+                id=900001, job_id="900001", job_id_display="900001", state="NODE_FAIL",
+                submit=back, start=back, end=back + timedelta(seconds=1), nnodes=1, gpus=8,
+                nodelist="node02", instance_key="900001:new"))
+            conn.execute(insert(job_nodes).values(job_pk=900001, node="node02"))
+        while datetime.now(UTC).replace(tzinfo=None) <= back + timedelta(seconds=2):
+            time.sleep(0.2)
+        assert apply()["node02"]["action"] == "drain"
+        assert "DRAIN" in c.node_state("node02")
+        assert [a for a, _ in actions()] == ["lemon_drain", "resume", "lemon_drain"]
+    finally:
+        engine.dispose()
+        c.run(["scancel", "-w", "node02"], check=False)
+        c.run(["scontrol", "update", "NodeName=node02", "State=RESUME"], check=False)

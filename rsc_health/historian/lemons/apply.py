@@ -9,12 +9,21 @@ A dry run unless `apply=True`. The rules, in order, for each candidate:
    sacred, and a reason set on an idle node is a person's note.
 2. A node already drained by rsc-health (any mode) is left alone: it is already out of service,
    and a lemon drain would only overwrite the more specific reason.
+2a. A node whose lemon drain of ours was lifted outside healthctl (Slurm shows it undrained while
+   the historian has no return from repair since that drain: no closed lemon ticket, no
+   resume recorded with the lemon reason) is left in service: a person's `scontrol update
+   State=RESUME` is their decision, and the verdict is still on the evidence of that drain.
+   With apply=True the lift is recorded once as a `resume` whose reason is the lifted one plus
+   "(lifted outside healthctl ...)", so lemon_repairs counts it as the node's return and its
+   windows start over: only new evidence drains it again. The open lemon ticket is left open,
+   as after `healthctl resume --force`; a person closes it.
 3. The mass-drain guard decides how many of the rest may go out now; the others are reported as
    held back, most damning first kept.
 4. Drain (Slurm DRAIN: running jobs finish, nothing is killed) with reason
    `rsc_health:lemon:<top feature>:<evidence text>`, then open a ticket (source 'lemon') and
-   record a node_actions row. The `lemon` mode is never auto-resumed: only `healthctl resume`
-   after repair brings the node back, and verdicts.repeat_offenders watches it afterwards.
+   record a node_actions row (one per drain: a drain after a recorded return gets its own).
+   The `lemon` mode is never auto-resumed: only `healthctl resume` after repair brings the
+   node back, and verdicts.repeat_offenders watches it afterwards.
 
 Slurm is reached through SlurmNodes, the slice of rsc_health.slurm.SlurmAPI used here (CliSlurm
 satisfies it; tests use an in-memory fake). The guard is the action layer's: per partition, at
@@ -34,7 +43,11 @@ from sqlalchemy import Engine, func, insert, or_, select
 
 from rsc_health.actions import guard_states
 from rsc_health.historian.db import TURNS_LEMON_RECORDS, take_turns, writer
-from rsc_health.historian.lemons.features import LEMON_DRAIN_ACTIONS, LEMON_REASON_PREFIX
+from rsc_health.historian.lemons.features import (
+    LEMON_DRAIN_ACTIONS,
+    LEMON_REASON_PREFIX,
+    lemon_repairs,
+)
 from rsc_health.historian.lemons.verdicts import LemonVerdict
 from rsc_health.historian.schema import node_actions, tickets
 from rsc_health.hostlist import is_one_node
@@ -199,6 +212,8 @@ def apply_verdicts(
         return would
     actions: list[LemonAction] = []
     wanted: list[tuple[LemonVerdict, str]] = []
+    unreturned = _unreturned_lemon_drains(
+        engine, [v.node for v in verdicts if is_one_node(v.node)], now)
     for v in verdicts:
         if not is_one_node(v.node):
             # An imported row's node may be anything; `gpu[01-64]` or `a,b` would reach Slurm
@@ -214,7 +229,22 @@ def apply_verdicts(
             actions.append(LemonAction(v.node, "skip", f"Slurm: {exc}"[:300]))
             continue
         standing = _left_alone(info)
-        if standing is None:
+        if standing is None and v.node in unreturned and not (info.drain_set or info.down):
+            # Our lemon drain, lifted outside healthctl (a person's `scontrol update
+            # State=RESUME`): their decision. This verdict is on the evidence that drain was
+            # for (the windows start over only at a return from repair), so draining again
+            # would undo it every night; the lift is recorded as that return instead.
+            drained_at, lifted = unreturned[v.node]
+            if apply:
+                _record_lifted(engine, v.node, drained_at, lifted, info.state, now)
+            actions.append(LemonAction(
+                v.node, "skip",
+                f"lemon drain of {drained_at:%Y-%m-%d %H:%M} lifted outside healthctl (Slurm "
+                f"shows {info.state}): a person's decision, kept; "
+                + ("recorded as its return from repair, so the node's windows start over and "
+                   "only new evidence drains it again" if apply else "not recorded (dry run)")
+                + "; its lemon ticket stays open until `healthctl ticket close`"))
+        elif standing is None:
             wanted.append((v, lemon_reason(v)))
         elif (apply and (parse_reason(info.reason) or {}).get("mode") == LEMON_MODE
               and _record(engine, v, info.reason, now)):
@@ -301,6 +331,47 @@ def _record(engine: Engine, verdict: LemonVerdict, reason: str, now: datetime) -
                 reason=reason))
             wrote = True
     return wrote
+
+
+def _unreturned_lemon_drains(engine: Engine, nodes: Sequence[str],
+                             now: datetime) -> dict[str, tuple[datetime, str]]:
+    """Per node of `nodes`: its latest lemon drain (time, reason) when the node has had no
+    return from repair since (lemon_repairs: a closed lemon ticket, or a resume recorded with
+    the lemon reason), that is, when its windows still hold the evidence of that drain."""
+    if not nodes:
+        return {}
+    with engine.connect() as conn:
+        rows = conn.execute(
+            select(node_actions.c.node, node_actions.c.time, node_actions.c.reason)
+            .where(node_actions.c.node.in_(sorted(set(nodes))),
+                   node_actions.c.action.in_(LEMON_DRAIN_ACTIONS),
+                   node_actions.c.reason.like(LEMON_REASON_PREFIX + "%"),
+                   node_actions.c.time <= now)
+            .order_by(node_actions.c.time)
+        ).all()
+    latest = {node: (when, reason) for node, when, reason in rows}
+    if not latest:
+        return {}
+    back = lemon_repairs(engine, now)
+    return {node: drain for node, drain in latest.items()
+            if node not in back or back[node] < drain[0]}
+
+
+def _record_lifted(engine: Engine, node: str, drained_at: datetime, reason: str, state: str,
+                   now: datetime) -> None:
+    """A lemon drain lifted outside healthctl, recorded as the resume it was: the reason it
+    lifted (so lemon_repairs counts it as the node's return from repair) and how it was
+    seen. Once per drain, however many runs see it."""
+    action_id = hashlib.sha256(
+        f"lemon-lifted|{node}|{reason}|{drained_at.isoformat()}".encode()).hexdigest()[:32]
+    with writer(engine).begin() as conn:
+        take_turns(conn, TURNS_LEMON_RECORDS, [node])
+        if conn.execute(select(node_actions.c.id).where(node_actions.c.id == action_id)
+                        ).first() is None:
+            conn.execute(insert(node_actions).values(
+                id=action_id, time=now, node=node, action=ActionKind.RESUME.value,
+                reason=f"{reason} (lifted outside healthctl: Slurm showed {state}, no drain; "
+                       "seen by lemons --apply)"))
 
 
 def _record_would_drain(engine: Engine, node: str, reason: str, now: datetime) -> None:
