@@ -292,3 +292,54 @@ def test_a_lifted_lemon_drain_is_drained_again_on_new_evidence_and_recorded(engi
         assert [r.action for r in conn.execute(
             select(node_actions.c.action).order_by(node_actions.c.time))] == [
             "lemon_drain", "resume", "lemon_drain"]
+
+
+def test_a_pilots_shadow_nodes_take_none_of_the_runs_lemon_drains(engine):
+    """`[nodes."GLOB".actions] enabled = false` nodes were granted by the guard before the
+    shadow check: with max_drains_per_run of them among the candidates (never repaired, so
+    candidates every night, and the most damning sort first) every live lemon was held back,
+    every night. They are recorded as would_drain outside the cap, and the live one drains."""
+    slurm = fleet_slurm()
+    verdicts = [_verdict("n1", 9), _verdict("n2", 8), _verdict("n5", 4)]
+    for night in (0, 1):
+        actions = apply_verdicts(engine, verdicts, slurm, CountGuard(2),
+                                 now=AS_OF + timedelta(days=night), apply=True,
+                                 shadow_node=lambda n: n in ("n1", "n2"))
+        by = {a.node: a for a in actions}
+        assert by["n1"].action == by["n2"].action == "would_drain"
+        assert "shadow mode for this node" in by["n1"].why
+    assert [n for n, _ in drained(slurm)] == ["n5"]  # night 0; night 1 finds it drained
+    with engine.connect() as conn:
+        rows = conn.execute(select(node_actions.c.node, node_actions.c.action)
+                            .order_by(node_actions.c.node)).all()
+    assert rows == [("n1", "would_drain"), ("n2", "would_drain"), ("n5", "lemon_drain")]
+
+
+def test_a_pilots_shadow_nodes_take_none_of_a_partitions_share(engine):
+    """The partition guard counted each granted shadow node as a drain of ours (recent_ours):
+    two shadow candidates filled a 20-node partition's 10% and held its live lemon."""
+    from datetime import UTC, datetime
+
+    from rsc_health.config import load_config
+    from rsc_health.historian.lemons.apply import PartitionGuard
+
+    now = datetime.now(UTC).replace(tzinfo=None)
+    slurm = fleet_slurm(size=20)  # guard_max_share 0.10 of 20 nodes: 2 drains per window
+    guard = PartitionGuard.from_slurm(slurm, load_config(os.devnull), now)
+    verdicts = [_verdict("n1", 9), _verdict("n2", 8), _verdict("n5", 4)]
+    actions = apply_verdicts(engine, verdicts, slurm, guard, now=now, apply=True,
+                             shadow_node=lambda n: n in ("n1", "n2"))
+    assert {a.node: a.action for a in actions} == {
+        "n1": "would_drain", "n2": "would_drain", "n5": "drain"}
+    assert [n for n, _ in drained(slurm)] == ["n5"]
+
+
+def test_a_dry_run_names_a_shadow_node_as_shadowed_without_recording(engine):
+    slurm = fleet_slurm()
+    actions = apply_verdicts(engine, [_verdict("n1"), _verdict("n5")], slurm, CountGuard(1),
+                             now=AS_OF, shadow_node=lambda n: n == "n1")
+    assert [(a.node, a.action) for a in actions] == [("n1", "would_drain"),
+                                                     ("n5", "would_drain")]
+    assert "shadow mode for this node" in actions[0].why
+    with engine.connect() as conn:
+        assert conn.execute(select(node_actions)).all() == []

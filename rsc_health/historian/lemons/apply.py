@@ -17,7 +17,10 @@ A dry run unless `apply=True`. The rules, in order, for each candidate:
    "(lifted outside healthctl ...)", so lemon_repairs counts it as the node's return and its
    windows start over: only new evidence drains it again. The open lemon ticket is left open,
    as after `healthctl resume --force`; a person closes it.
-3. The mass-drain guard decides how many of the rest may go out now; the others are reported as
+3. A node in shadow mode by its own config (`shadow_node`: a pilot's
+   `[nodes."GLOB".actions] enabled = false`) is recorded as a would_drain, outside the guard:
+   it takes none of the run's or a partition's drains.
+   The mass-drain guard decides how many of the rest may go out now; the others are reported as
    held back, most damning first kept.
 4. Drain (Slurm DRAIN: running jobs finish, nothing is killed) with reason
    `rsc_health:lemon:<top feature>:<evidence text>`, then open a ticket (source 'lemon') and
@@ -255,9 +258,19 @@ def apply_verdicts(
                                        "completed", info.reason))
         else:
             actions.append(standing)
-    allowed, message = guard.allow([v.node for v, _ in wanted])
+    # A pilot's shadow nodes are never drained, so they take no part of the guard (the run's
+    # max_drains_per_run, a partition's share): granted first (the most damning sort first,
+    # and never repaired they stay candidates), they held every live lemon back, every night.
+    shadowed = {v.node for v, _ in wanted if shadow_node is not None and shadow_node(v.node)}
+    allowed, message = guard.allow([v.node for v, _ in wanted if v.node not in shadowed])
     allowed_set = set(allowed)
     for v, reason in wanted:
+        if v.node in shadowed:
+            if apply:
+                _record_would_drain(engine, v.node, reason, now)
+            actions.append(LemonAction(v.node, "would_drain", v.summary() + " (shadow mode "
+                                       "for this node: not drained, no ticket opened)", reason))
+            continue
         if v.node not in allowed_set:
             actions.append(LemonAction(v.node, "held", message or "mass-drain guard", reason))
             continue
@@ -277,11 +290,6 @@ def apply_verdicts(
         held_now = recheck(slurm, v.node) if recheck is not None else None
         if held_now:
             actions.append(LemonAction(v.node, "held", held_now, reason))
-            continue
-        if shadow_node is not None and shadow_node(v.node):
-            _record_would_drain(engine, v.node, reason, now)
-            actions.append(LemonAction(v.node, "would_drain", v.summary() + " (shadow mode "
-                                       "for this node: not drained, no ticket opened)", reason))
             continue
         slurm.drain(v.node, reason)  # a timeout here leaves the records to the next run
         _record(engine, v, reason, now)
