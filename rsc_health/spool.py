@@ -26,10 +26,11 @@ points at would be delivered or quarantined) and a FIFO never opened blocking (a
 wait for ever); each is refused, and the flush sets it aside as NAME.not-a-file-NS. A file
 another user owns there (a spool directory others may write is allowed when it is sticky,
 which keeps them from replacing ours, not from adding theirs) is no record of this node's:
-append never writes to (nor waits on the lock of) a pending.jsonl, symlink or FIFO of theirs
-but puts its records in a batch file of its own (made whole under a fresh name, as
-write_atomic makes any file), so the node loses none to whoever keeps making one; the flush
-sets such a pending.jsonl, batch or lock file aside as NAME.not-ours-NS, never delivering,
+append never writes to (nor waits on the lock of) a pending.jsonl of theirs (a file,
+symlink, FIFO, directory, socket) but puts its records in a batch file of its own (made
+whole under a fresh name, as write_atomic makes any file), so the node loses none to
+whoever keeps making one; the flush sets such a pending.jsonl, batch or lock file aside as
+NAME.not-ours-NS (anything else not a file as NAME.not-a-file-NS), never delivering,
 appending to or locking it. Nor do their files count toward the spool's size (size_bytes).
 
 Standard library only: the prolog imports this.
@@ -237,7 +238,7 @@ def _open_locked_pending(path: str) -> int | None:
     it to a batch), read it and deleted it: records appended to that inode would be lost, so
     the file is opened afresh (a claim only ever renames pending.jsonl away, so this ends).
 
-    None when another user's file, symlink or FIFO stands there (a sticky spool dir: made
+    None when anything of another user's stands there (a sticky spool dir: made
     first, or again after each flush): its lines would be delivered as ours, and refusing
     would lose the node's records to whoever made it; the caller spools them aside
     (_append_aside), and the flush sets theirs aside (claim). Its owner is looked at before
@@ -245,10 +246,12 @@ def _open_locked_pending(path: str) -> int | None:
     for _ in range(100):
         try:
             fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
-        except OSError as exc:
-            # ELOOP: a symlink, EINVAL: a FIFO or the like; EACCES: a file of theirs, under
-            # fs.protected_regular (or a symlink, under protected_symlinks).
-            if exc.errno in (errno.EACCES, errno.ELOOP, errno.EINVAL) and _theirs(path):
+        except OSError:
+            # Whatever the open said (ELOOP: a symlink; EINVAL: a FIFO; ENXIO: a socket;
+            # EISDIR: a directory; EACCES: a file of theirs under fs.protected_regular, or
+            # a symlink under protected_symlinks), a thing of theirs at the name sends the
+            # records aside. Its owner is looked at only once the open failed.
+            if _theirs(path):
                 return None
             raise
         try:

@@ -559,6 +559,35 @@ def test_a_planted_symlink_or_fifo_at_pending_jsonl_is_neither_followed_nor_a_lo
     assert _delivered_nodes(tmp_path / "h.db") == {"node01", "node02"}
 
 
+def _plant_dir(dfd: int) -> None:  # pragma: no cover - the child
+    os.mkdir(spool.PENDING, 0o755, dir_fd=dfd)
+
+
+def _plant_socket(dfd: int) -> None:  # pragma: no cover - the child
+    import socket
+
+    os.fchdir(dfd)
+    socket.socket(socket.AF_UNIX, socket.SOCK_STREAM).bind(spool.PENDING)
+
+
+@pytest.mark.parametrize("plant", [_plant_dir, _plant_socket], ids=["directory", "socket"])
+def test_a_directory_or_socket_another_user_makes_at_pending_jsonl_costs_no_record(
+        tmp_path, plant):
+    """Found by helper-130: append sent only EACCES, ELOOP and EINVAL from its open to the
+    batch of its own; a directory of theirs at pending.jsonl said EISDIR (a socket ENXIO
+    where fs.protected_regular does not say EACCES first) and the append raised: a user who
+    made one again after each flush had the node lose every record."""
+    root, sdir = _sticky_spool(tmp_path)
+    for round_ in range(2):
+        _as_nobody(sdir, plant)
+        _own_record(sdir, node=f"node0{round_ + 1}")
+        done = _flush(root, tmp_path / "h.db", config=tmp_path / "cfg.toml")
+        assert done.returncode == 0, done.stderr
+        assert _delivered_nodes(tmp_path / "h.db") == {f"node0{n + 1}" for n in
+                                                       range(round_ + 1)}
+    assert not (sdir / spool.PENDING).exists()  # theirs set aside by each flush
+
+
 def test_a_pending_jsonl_the_kernel_will_not_let_root_open_costs_no_record(
         tmp_path, monkeypatch):
     """fs.protected_regular (1 under systemd's defaults) refuses root an O_CREAT open of
