@@ -236,24 +236,35 @@ def _open_locked_pending(path: str) -> int | None:
     """pending.jsonl opened for appending and flock'd, and still the file of that name once
     the lock is held. Between our open and our lock a flush may have claimed the file (renamed
     it to a batch), read it and deleted it: records appended to that inode would be lost, so
-    the file is opened afresh (a claim only ever renames pending.jsonl away, so this ends).
+    the file is opened afresh (a claim only ever renames pending.jsonl away, so this ends);
+    so is it when what refused the open is gone by the time its owner is looked at.
 
     None when anything of another user's stands there (a sticky spool dir: made
     first, or again after each flush): its lines would be delivered as ours, and refusing
     would lose the node's records to whoever made it; the caller spools them aside
     (_append_aside), and the flush sets theirs aside (claim). Its owner is looked at before
     its lock is taken: they could hold that lock for ever."""
+    refused: OSError | None = None
     for _ in range(100):
         try:
             fd = open_regular(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o640)
-        except OSError:
+        except OSError as exc:
             # Whatever the open said (ELOOP: a symlink; EINVAL: a FIFO; ENXIO: a socket;
             # EISDIR: a directory; EACCES: a file of theirs under fs.protected_regular, or
             # a symlink under protected_symlinks), a thing of theirs at the name sends the
             # records aside. Its owner is looked at only once the open failed.
-            if _theirs(path):
+            owner = _owner(path)
+            if owner is None and exc.errno in (errno.EACCES, errno.ELOOP, errno.EINVAL,
+                                               errno.EISDIR, errno.ENXIO, errno.ETXTBSY,
+                                               errno.EWOULDBLOCK):
+                # What refused the open is gone since (the flush set it aside, its owner
+                # removed it): the name is free, so open again.
+                refused = exc
+                continue
+            if owner is not None and not ours(owner):
                 return None
             raise
+        refused = None
         try:
             held = os.fstat(fd)
             if not ours(held.st_uid):
@@ -270,15 +281,17 @@ def _open_locked_pending(path: str) -> int | None:
             os.close(fd)
             raise
         os.close(fd)
+    if refused is not None:
+        raise refused
     raise OSError(errno.EAGAIN, f"{path} was claimed away 100 times in a row")
 
 
-def _theirs(path: str) -> bool:
-    """Something another user owns stands at `path` (not followed)."""
+def _owner(path: str) -> int | None:
+    """The uid owning what stands at `path` (not followed); None when nothing does."""
     try:
-        return not ours(os.lstat(path).st_uid)
+        return os.lstat(path).st_uid
     except FileNotFoundError:
-        return False
+        return None
 
 
 def _append_aside(spool_dir: str, payload: bytes) -> None:

@@ -606,6 +606,54 @@ def test_a_pending_jsonl_the_kernel_will_not_let_root_open_costs_no_record(
     assert [r["node"] for _, r, _ in spool.read_batch(batch)] == ["node01"]
 
 
+@pytest.mark.parametrize("gone", ["set aside by the flush", "removed by its owner"])
+def test_their_pending_jsonl_gone_between_the_refused_open_and_the_owner_look_costs_no_record(
+        tmp_path, monkeypatch, gone):
+    """Found by helper-130: after protected_regular's EACCES, append looked at the name's
+    owner; their file set aside by a flush (or removed by them) meanwhile, it found nothing
+    there, took the EACCES for its own and raised it: the append's records were lost. The
+    name is free then: the append opens it again."""
+    _, sdir = _sticky_spool(tmp_path)
+    forged = _forged("gpu778")
+    _as_nobody(sdir, _plant_file(spool.PENDING, forged))
+    opened = spool.open_regular
+    aside = sdir / f"{spool.PENDING}.not-ours-1"
+
+    def protected_regular(path, flags=os.O_RDONLY, mode=0o600):
+        if flags & os.O_CREAT and os.path.lexists(path) \
+                and os.lstat(path).st_uid != os.geteuid():
+            if gone == "removed by its owner":
+                os.unlink(path)
+            else:
+                os.rename(path, aside)
+            raise PermissionError(13, "Permission denied", str(path))
+        return opened(path, flags, mode)
+    monkeypatch.setattr(spool, "open_regular", protected_regular)
+    _own_record(sdir)
+    pending = sdir / spool.PENDING
+    assert pending.lstat().st_uid == os.geteuid()
+    assert [r["node"] for _, r, _ in spool.read_batch(pending)] == ["node01"]
+    assert not [p for p in sdir.iterdir() if p.name.startswith("batch-")]
+    if gone == "set aside by the flush":
+        assert aside.read_bytes() == forged  # theirs untouched
+
+
+def test_a_create_the_disk_refuses_is_said_at_once_not_opened_again(tmp_path, monkeypatch):
+    """The open again is for a name something stood at: ENOSPC with nothing there is the
+    append's error, said after one try."""
+    sdir = tmp_path / "spool"
+    sdir.mkdir()
+    calls = []
+
+    def full(path, flags=os.O_RDONLY, mode=0o600):
+        calls.append(path)
+        raise OSError(28, "No space left on device", str(path))
+    monkeypatch.setattr(spool, "open_regular", full)
+    with pytest.raises(OSError) as raised:
+        _own_record(sdir)
+    assert raised.value.errno == 28 and len(calls) == 1
+
+
 def test_a_pending_jsonl_another_user_holds_locked_does_not_hang_the_append(tmp_path):
     """The lock was taken before the owner was looked at: a user who made pending.jsonl and
     held its flock kept every prolog waiting on it until Slurm's PrologTimeout."""
