@@ -71,6 +71,14 @@ FINISH_SLACK_S = 300.0
 # timeout and FINISH_SLACK_S from its start. `qualify cleanup` reads it (flow_deadline).
 UNTIL_WORDS = "; flow until "
 UNTIL_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
+# And which reservation it made: the reservation's start as Slurm lists it, after the name
+# (`full tier in rsc_health_qualify_gpu1 from 2025-01-01T10:00:00Z; flow until ...`). Every
+# flow of a node makes a reservation of the same name: a start naming another's is not this
+# reservation's flow. One naming no start (an older version's; Slurm did not list it) counts
+# only when written at or after the reservation began, this much before allowed for the
+# flow host's clock against slurmctld's.
+RESERVED_WORDS = " from "
+START_CLOCK_SLACK = timedelta(minutes=1)
 
 
 @dataclass
@@ -240,8 +248,11 @@ class Flow:
         self.slurm.create_reservation(res, node)
         done.append("reserved")
         # MAINT,IGNORE_JOBS lets ours overlap any reservation: one a person made between the
-        # look above and ours is seen only now.
-        held = self._held_by_others(node)
+        # look above and ours is seen only now. The same read gives our reservation's start,
+        # which the flow's start names (flow_deadline).
+        current = self.slurm.reservations()
+        reserved = (current.get(res) or ("", None))[1]
+        held = self._held_by_others(node, current)
         if held:
             try:
                 self.slurm.delete_reservation(res)
@@ -277,7 +288,7 @@ class Flow:
                 self.slurm.undrain(node)
                 lifted = True
                 done.append("resumed into the reservation")
-            self._started(node, res)
+            self._started(node, res, reserved=reserved)
             submitted = self.history.now()  # the clock the job's run is stamped by
             job_id = self.slurm.submit(
                 [f"--reservation={res}", f"--nodelist={node}", "--nodes=1", "--exclusive",
@@ -298,18 +309,26 @@ class Flow:
             done += more
         return FlowResult(node, verdict, detail, job_id, tuple(done))
 
-    def _started(self, node: str, res: str, now: datetime | None = None) -> None:
+    def _started(self, node: str, res: str, now: datetime | None = None, *,
+                 reserved: datetime | None = None) -> None:
         """The flow's start, and until when it may hold the node (its timeout from now, and
         the finish after): `qualify cleanup` leaves its reservation alone until then, however
-        long a person's `qualify start --timeout` is (flow_deadline)."""
+        long a person's `qualify start --timeout` is (flow_deadline). `reserved`: the
+        reservation's start as Slurm lists it, said so that the flow of a later reservation
+        of the same name, which said none, is not taken for this one."""
         until = (now or datetime.now(UTC)) + timedelta(seconds=self.timeout_s + FINISH_SLACK_S)
+        began = "" if reserved is None else f"{RESERVED_WORDS}{_stamp(reserved)}"
         self.history.action(node, ActionKind.QUALIFY_START,
-                            f"{self.tier} tier in {res}{UNTIL_WORDS}{until:{UNTIL_FORMAT}}")
+                            f"{self.tier} tier in {res}{began}{UNTIL_WORDS}"
+                            f"{until:{UNTIL_FORMAT}}")
 
-    def _held_by_others(self, node: str) -> str | None:
+    def _held_by_others(self, node: str, reservations: dict | None = None) -> str | None:
         """Why a reservation not ours keeps qualification off the node, or None: one active,
-        or starting before this flow's job could end (its timeout, and the finish after)."""
-        held = reserved_by_others(self.slurm.reservations(),
+        or starting before this flow's job could end (its timeout, and the finish after).
+        `reservations`: Slurm's, when just read."""
+        if reservations is None:
+            reservations = self.slurm.reservations()
+        held = reserved_by_others(reservations,
                                   horizon_s=self.timeout_s + FINISH_SLACK_S).get(node)
         return f"{held}: a person's reservation, not qualification's to take" if held else None
 
@@ -885,6 +904,11 @@ def _first_test(detail: str) -> str:
     return (detail.split(":", 1)[0] or "failed")[:24]
 
 
+def _stamp(when: datetime) -> str:
+    """A time as a flow's start says it: UTC, to the second."""
+    return f"{when.astimezone(UTC):{UNTIL_FORMAT}}"
+
+
 def _minutes(seconds: float) -> int:
     return max(1, int(seconds // 60) + 1)
 
@@ -923,25 +947,40 @@ class HistorianSide:
 
     def flow_deadline(self, node: str, started: datetime) -> datetime | None:
         """Until when the flow that made the node's reservation (begun at `started`, Slurm's
-        clock) said it holds the node: the newest qualify_start of the node since then
-        (RESULT_CLOCK_SLACK before: another host's clock), aware UTC; None when it said none
-        (killed before its job was sent, or a version that did not say)."""
+        clock) said it holds the node, aware UTC: the newest qualify_start of the node that is
+        this reservation's: one naming its start, or one naming none written since it began
+        (START_CLOCK_SLACK before: the flow host's clock). None when that flow said none
+        (killed before its job was sent, refused after making the reservation, or a version
+        that did not say): an earlier flow's start, whose reservation of the same name was
+        deleted since, is never taken for it, however long that flow's `--timeout`."""
         from sqlalchemy import select
 
         from rsc_health.historian.schema import node_actions as a
 
+        began = _stamp(started)
         floor = (started - RESULT_CLOCK_SLACK).astimezone(UTC).replace(tzinfo=None)
+        since = (started - START_CLOCK_SLACK).astimezone(UTC).replace(tzinfo=None)
+        named = f" in {reservation_name(node)}"
         with self.engine.connect() as conn:
-            reason = conn.execute(select(a.c.reason).where(
+            rows = conn.execute(select(a.c.time, a.c.reason).where(
                 a.c.node == node, a.c.action == ActionKind.QUALIFY_START.value,
-                a.c.time >= floor).order_by(a.c.time.desc()).limit(1)).scalar()
-        if not reason or UNTIL_WORDS not in reason:
-            return None
-        try:
-            return datetime.strptime(reason.rsplit(UNTIL_WORDS, 1)[1].strip(),
-                                     UNTIL_FORMAT).replace(tzinfo=UTC)
-        except ValueError:
-            return None
+                a.c.time >= floor).order_by(a.c.time.desc()).limit(64)).all()
+        for written, reason in rows:
+            said, _, until = (reason or "").partition(UNTIL_WORDS)
+            if named not in said:
+                continue
+            if RESERVED_WORDS in said.split(named, 1)[1]:
+                if said.rsplit(RESERVED_WORDS, 1)[1].strip() != began:
+                    continue  # another reservation's flow
+            elif written < since:
+                continue  # before this reservation: an earlier flow's
+            if not until:
+                return None
+            try:
+                return datetime.strptime(until.strip(), UNTIL_FORMAT).replace(tzinfo=UTC)
+            except ValueError:
+                return None
+        return None
 
     def overrule(self, node: str, why: str, *, since: datetime,
                  job_id: str | None = None) -> int:

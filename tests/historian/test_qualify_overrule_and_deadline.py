@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import insert, select
+from sqlalchemy import delete, insert, select, update
 
 from rsc_health.historian.schema import node_actions, qualify_runs
 from rsc_health.model import ActionKind
@@ -56,3 +56,36 @@ def test_flow_deadline_is_the_newest_start_since_the_reservation(historian):
     assert until is not None and abs((until - began).total_seconds() - 7500) < 1
     # A reservation made a day later is not this flow's.
     assert side.flow_deadline("gpu042", began + timedelta(days=1)) is None
+
+
+def test_flow_deadline_is_only_this_reservations_flows(historian):
+    """helper-130: a start since 10 min before the reservation began was taken for its flow's,
+    though every flow of a node makes a reservation of the same name: a start naming another
+    reservation's start, or naming none and written before this one began, is not its."""
+    side = HistorianSide(historian)
+    began = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    earlier = began - timedelta(minutes=7)
+    flow = Flow(None, side, command=["healthctl"], tier="full", timeout_s=86400)
+    flow._started("gpu042", "rsc_health_qualify_gpu042", earlier, reserved=earlier)
+    assert side.flow_deadline("gpu042", began) is None  # an earlier reservation's flow
+
+    def written(at):
+        with historian.begin() as conn:
+            conn.execute(update(node_actions).where(
+                node_actions.c.node == "gpu042").values(time=at.replace(tzinfo=None)))
+    written(earlier)
+    assert side.flow_deadline("gpu042", earlier) is not None  # its own
+    with historian.begin() as conn:
+        conn.execute(delete(node_actions))
+    flow._started("gpu042", "rsc_health_qualify_gpu042", earlier)  # naming no start
+    written(earlier)
+    assert side.flow_deadline("gpu042", began) is None
+    # This reservation's own start names it: counted on a flow host's clock 5 min behind.
+    Flow(None, side, command=["healthctl"], tier="full", timeout_s=7200)._started(
+        "gpu042", "rsc_health_qualify_gpu042", began, reserved=began)
+    with historian.begin() as conn:
+        conn.execute(update(node_actions).where(node_actions.c.reason.contains(" from ")
+                                                ).values(time=(began - timedelta(minutes=5)
+                                                               ).replace(tzinfo=None)))
+    until = side.flow_deadline("gpu042", began)
+    assert until is not None and abs((until - began).total_seconds() - 7500) < 1

@@ -13,15 +13,17 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from click.testing import CliRunner
-from sqlalchemy import insert
+from sqlalchemy import insert, update
 
 from rsc_health.cli import AppContext, cli
 from rsc_health.commands.qualify import qualify
 from rsc_health.historian.db import connect
-from rsc_health.historian.schema import qualify_runs
+from rsc_health.historian.schema import node_actions, qualify_runs
+from rsc_health.model import ActionKind
 from rsc_health.policy import parse_reason
 from rsc_health.qualify.flow import Flow, HistorianSide, reservation_name
 from rsc_health.qualify.judge import PASS
+from rsc_health.slurm.api import SlurmCommandError
 from rsc_health.slurm.memory import MemorySlurm
 
 CAME_WITH = "rsc_health:qualify:inconclusive:dcgm_r1 tool not found"
@@ -98,3 +100,53 @@ def test_cleanup_takes_a_flow_past_its_own_deadline_or_one_that_recorded_none(db
     # A person's explicit cut-off is taken as given: the long flow's reservation too.
     timer_cleanup(url, slurm, tmp_path, "--older-than", "0")
     assert not slurm.reservations()
+
+
+def test_an_earlier_flows_long_deadline_does_not_hold_a_later_flows_left_reservation(
+        db, tmp_path):
+    """Found by helper-130: cleanup took the newest qualify_start of the node since 10 min
+    before the reservation began for the flow that made it. A flow refused after making its
+    reservation (a person's reservation seen only then), Slurm refusing the delete ("qualify
+    cleanup removes it"), writes none: the reservation was left alone until an EARLIER flow's
+    deadline, a person's `--timeout 86400` 7 minutes before, and the node sat in our MAINT
+    reservation for a day. A flow's start now names its reservation's start."""
+    url, engine = db
+    now = datetime.now(UTC)
+    clock = [now - timedelta(minutes=88)]
+    slurm = MemorySlurm(now=lambda: clock[0])
+    slurm.add_node("gpu1", "IDLE+DRAIN", CAME_WITH, when=now - timedelta(days=1))
+    hist = HistorianSide(engine)
+
+    # Flow A: `qualify start gpu1 --timeout 86400`, 88 min ago; its job ended at once with no
+    # result (inconclusive) and A deleted its reservation.
+    slurm.after("submit", lambda: slurm.end_job(max(slurm._jobs)))
+    a = Flow(slurm, hist, command=["healthctl"], tier="full", timeout_s=86400,
+             poll_s=0.01).run("gpu1")
+    assert a.result == "inconclusive" and not slurm.reservations(), a
+    with engine.begin() as conn:  # written when it ran, 88 min ago
+        conn.execute(update(node_actions).where(
+            node_actions.c.action == ActionKind.QUALIFY_START.value).values(
+            time=clock[0].replace(tzinfo=None)))
+
+    # Flow B, 7 min later: a person's reservation seen only once ours was made, and Slurm
+    # refused the delete: ours left for `qualify cleanup`, no qualify_start written.
+    clock[0] = now - timedelta(minutes=81)
+
+    def refused(name):
+        raise SlurmCommandError(["scontrol", "delete", "reservation"], 1, "in use")
+
+    def persons_reservation_meanwhile():
+        slurm.add_reservation("maint_bob", "gpu1")
+        slurm.delete_reservation = refused
+    slurm.after("create_reservation", persons_reservation_meanwhile)
+    b = Flow(slurm, hist, command=["healthctl"], tier="full", timeout_s=4200,
+             poll_s=0.01).run("gpu1")
+    assert b.result == "refused" and reservation_name("gpu1") in slurm.reservations(), b
+    del slurm.delete_reservation
+    slurm.delete_reservation("maint_bob")  # bob's maintenance done
+
+    # The timer's cleanup ([qualify] flow_timeout_s 4200 + 300 s = 75 min): B's is 81 min old.
+    out = timer_cleanup(url, slurm, tmp_path)
+    print(out.output)
+    assert not slurm.reservations(), "held until A's deadline, 22 h from now"
+    assert parse_reason(slurm.info["gpu1"].reason)["code"] == "interrupted"
