@@ -46,6 +46,8 @@ if TYPE_CHECKING:
 
 FAMILY = "site"
 NHC = "[nhc]"  # the built-in NHC adapter's name among the checks (no file can be called that)
+# Where NHC sources its check functions from (its INCDIR default, $CONFDIR/scripts), under root.
+NHC_INCDIR = "/etc/nhc/scripts"
 NHC_ADAPTER = os.path.join(os.path.dirname(os.path.dirname(__file__)), "site", "nhc_adapter.py")
 # A line longer than this is cut (the reason loses its tail); 1 kB is far beyond a reason.
 LINE_MAX = 1024
@@ -111,9 +113,14 @@ def _collect(root: StrPath, env: CollectEnv, fds: dict[str, int]) -> dict:
         _from_directory(_under(root, directory), records, commands, fds)
     if cfg.get("site.nhc_conf", ""):
         nhc = _under(root, str(cfg.get("site.nhc_path", "/usr/sbin/nhc")))
+        conf = _under(root, str(cfg.get("site.nhc_conf")))
+        sysconfig_dir = _nhc_sysconfig_dir(root)
+        incdir = _under(root, NHC_INCDIR)
         why = _refusal(nhc)
+        why = f"{nhc}: {why}" if why else _nhc_sources_refusal(
+            conf, os.path.join(sysconfig_dir, os.path.basename(nhc)), incdir)
         if why:
-            records[NHC] = {"refused": f"{nhc}: {why}"}
+            records[NHC] = {"refused": why}
         else:
             import sys
 
@@ -123,7 +130,7 @@ def _collect(root: StrPath, env: CollectEnv, fds: dict[str, int]) -> dict:
             adapter = [archive, "nhc-adapter"] if archive else [NHC_ADAPTER]
             commands[NHC] = [
                 sys.executable, *adapter, "--nhc", nhc,
-                "--conf", _under(root, str(cfg.get("site.nhc_conf"))),
+                "--conf", conf, "--sysconfig-dir", sysconfig_dir, "--incdir", incdir,
                 "--severity", str(cfg.get("site.nhc_severity", "drain_after_job")),
             ]
     limit = float(cfg.get("site.timeout_s", 10.0))
@@ -219,6 +226,63 @@ def _refusal(path: StrPath) -> str:
     if not os.access(path, os.X_OK):
         return "not executable (chmod +x it, or rename it with a leading dot to disable it)"
     return trust_refusal(st, path)
+
+
+def _nhc_sysconfig_dir(root: str) -> str:
+    """The directory NHC sources `$NAME` (its settings) from, chosen as NHC's init_env does."""
+    if os.path.exists(_under(root, "/etc/debian_version")):
+        return _under(root, "/etc/default")
+    for candidate in ("/etc/sysconfig", "/etc/default"):
+        if os.path.isdir(_under(root, candidate)):
+            return _under(root, candidate)
+    return _under(root, "/etc/nhc/sysconfig")
+
+
+def _nhc_sources_refusal(conf: str, sysconfig: str, incdir: str) -> str:
+    """Why NHC must not run as root with these files, or "": bash evaluates every line of
+    nhc.conf and sources its settings file and each INCDIR/*.nhc, so each (and every directory
+    on its way, where someone could swap it) must be root's and writable by no one else. A
+    missing conf is the adapter's to say; a missing settings file or INCDIR is NHC's normal."""
+    why = _sourced_refusal(conf, f"nhc_conf {conf}") or _sourced_refusal(
+        sysconfig, f"NHC settings {sysconfig}") or _sourced_refusal(incdir, f"NHC INCDIR {incdir}",
+                                                                   directory=True)
+    if why or not os.path.isdir(incdir):
+        return why
+    for entry in sorted(os.scandir(incdir), key=lambda e: e.name):
+        if not entry.name.startswith(".") and entry.name.endswith(".nhc"):  # bash's *.nhc
+            why = _sourced_refusal(pure(entry.path), f"NHC script {pure(entry.path)}")
+            if why:
+                return why
+    return ""
+
+
+def _sourced_refusal(path: str, what: str, *, directory: bool = False) -> str:
+    """Why root must not let bash read `path` (a file, or with `directory` a directory whose
+    entries it reads), or "". Nothing there: why someone else could put something there."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return _absent_refusal(path, what)
+    except OSError as exc:
+        return f"{what}: {exc.strerror or exc}; refused"
+    if not (stat.S_ISDIR if directory else stat.S_ISREG)(st.st_mode):
+        return f"{what}: not a {'directory' if directory else 'regular file'}; refused"
+    return trust_refusal(st, path, what)
+
+
+def _absent_refusal(path: str, what: str) -> str:
+    """Nothing at `path`: why someone else could make it (its nearest existing directory is
+    not root's, or is writable by others; sticky is no help here), or ""."""
+    here = path
+    while not os.path.lexists(here) and os.path.dirname(here) != here:
+        here = os.path.dirname(here)
+    if here == path:  # a symlink to nothing: whoever can write where it points
+        return _path_refusal(path, what)
+    try:
+        st = os.stat(here)
+    except OSError as exc:
+        return f"{what}: {here}: {exc.strerror or exc}; refused"
+    return _owner_refusal(st, f"{what}: {here}") or _path_refusal(here, what)
 
 
 def _kind(mode: int) -> str:

@@ -14,7 +14,8 @@ rsc-health would make of this node's NHC. What it relies on in NHC (the `nhc` dr
   In detached mode the parent prints `ERROR Health check failed:  <msg>` instead.
 - `-a` (NHC_CHECK_ALL=1) runs every check, reports each failure, and exits with their count.
 - `-t N` sets its watchdog; `VAR=value` arguments are evaluated before /etc/sysconfig/nhc and
-  nhc.conf, which may set them again (NHC's own precedence).
+  nhc.conf, which may set them again (NHC's own precedence). SYSCONFIGDIR=, INCDIR= say where
+  its settings file and its *.nhc check functions are: the ones the site family judged.
 - A missing config file means no checks and exit 0, so the adapter checks the file itself.
 
 NHC is told not to act: MARK_OFFLINE=0 OFFLINE_NODE=: ONLINE_NODE=: (as `nhc -e` does), so it
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shlex
 import sys
 from pathlib import Path
 
@@ -113,8 +115,11 @@ def conf_problems(conf: Path) -> tuple[list[str], bool]:
     return [], True
 
 
-def run(nhc: str, conf: Path, severity: str, timeout_s: float) -> list[str]:
-    """The finding lines for one NHC run."""
+def run(nhc: str, conf: Path, severity: str, timeout_s: float, *, sysconfig_dir: str = "",
+        incdir: str = "") -> list[str]:
+    """The finding lines for one NHC run. `sysconfig_dir`, `incdir`: where NHC is to read its
+    settings file and check functions from (the ones the site family judged); NHC's own
+    defaults when empty."""
     problems, runnable = conf_problems(conf)
     if not runnable:
         return problems
@@ -122,7 +127,9 @@ def run(nhc: str, conf: Path, severity: str, timeout_s: float) -> list[str]:
     # the site family's limit.
     hard = max(0.2, timeout_s - 0.3)
     watchdog = max(1, int(hard - 1.0))
-    argv = [nhc, "-a", "-c", str(conf), "-t", str(watchdog), *QUIET]
+    where = [f"{name}={shlex.quote(value)}" for name, value in (
+        ("SYSCONFIGDIR", sysconfig_dir), ("INCDIR", incdir)) if value]  # NHC evals VAR=value
+    argv = [nhc, "-a", "-c", str(conf), "-t", str(watchdog), *QUIET, *where]
     outcome = procs.run_all({"nhc": argv}, timeout_s={"nhc": hard}, max_bytes=MAX_BYTES)["nhc"]
     if outcome.start_error:
         return problems + [error("nhc_error", f"cannot start {nhc}: {outcome.start_error}")]
@@ -145,10 +152,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--conf", default="/etc/nhc/nhc.conf")
     ap.add_argument("--severity", default="drain_after_job",
                     choices=[s.severity_word for s in FINDING_SEVERITIES if s is not Severity.NONE])
+    ap.add_argument("--sysconfig-dir", default="",
+                    help="the directory NHC sources its settings ($NAME) from; NHC's choice if "
+                         "unset")
+    ap.add_argument("--incdir", default="",
+                    help="the directory of NHC's *.nhc check functions; NHC's default if unset")
     ap.add_argument("--timeout", type=float,
                     default=float(os.environ.get("RSC_HEALTH_SITE_TIMEOUT_S") or 30))
     args = ap.parse_args(argv)
-    for ln in run(args.nhc, Path(args.conf), args.severity, args.timeout):
+    for ln in run(args.nhc, Path(args.conf), args.severity, args.timeout,
+                  sysconfig_dir=args.sysconfig_dir, incdir=args.incdir):
         print(ln)
     return 0  # what NHC found is in the lines; a non-zero exit would only repeat it
 

@@ -81,6 +81,31 @@ def fake_nhc(root: Path, mode: str) -> tuple[Path, Path]:
     return nhc, conf
 
 
+REAL_NHC = Path(__file__).resolve().parents[1] / "fixtures" / "nhc"
+
+
+def real_nhc(root: Path, conf_text: str,
+             scripts: dict[str, str] | None = None) -> tuple[Path, Path]:
+    """(nhc under root, nhc.conf under root): LBNL NHC's own driver and check functions
+    (tests/fixtures/nhc, mej/nhc 9c4a38c), with `scripts` ({name: text}) added to its INCDIR
+    (/etc/nhc/scripts) and a settings file (/etc/sysconfig/nhc, real NHC syntax) that sends its
+    log under root."""
+    nhc = program(root / "usr/sbin", "nhc", (REAL_NHC / "nhc").read_text())
+    incdir = root / "etc/nhc/scripts"
+    incdir.mkdir(parents=True, exist_ok=True)
+    for name in ("common.nhc", "lbnl_fs.nhc"):
+        (incdir / name).write_text((REAL_NHC / "scripts" / name).read_text())
+    for name, text in (scripts or {}).items():
+        (incdir / name).write_text(text)
+    sysconfig = root / "etc/sysconfig"
+    sysconfig.mkdir(parents=True, exist_ok=True)
+    (sysconfig / "nhc").write_text(f'LOGFILE=">>{root}/nhc.log 2>&1"\n'
+                                   f'RESULTFILE="{root}/nhc.status"\n')
+    conf = root / "etc/nhc/nhc.conf"
+    conf.write_text(conf_text)
+    return nhc, conf
+
+
 def gone(pid: int) -> bool:
     """True once the process is dead (a zombie waiting for init to reap it counts as dead)."""
     try:
