@@ -9,10 +9,16 @@ rsc-health would make of this node's NHC. What it relies on in NHC (the `nhc` dr
 - `die()` reports a failure as `ERROR:  $NAME:  Health check failed:  $*` on the caller's stdout
   (via `oecho` when output goes to NHC's log file, `log` otherwise), and checks call
   `die 1 "$FUNCNAME:  <what>"`, e.g. `check_fs_mount:  /scratch not mounted` (scripts/lbnl_fs.nhc).
-  A check that fails without calling die becomes `Check <line> returned <N>`; the watchdog's
-  ALRM becomes `die 142 "Script timed out while executing "<line>"."`, signals exit 129/130/143.
+  Checks written as NHC's README shows (`die 1 "Stuff is not working"`) name no function: such a
+  failure is a finding of component `nhc`, code `nhc_check`. A check that fails without calling
+  die (a function returning 1, `* || /bin/false`, a function no script defines) becomes
+  `Check <line> returned <N>`; the watchdog's ALRM becomes
+  `die 142 "Script timed out while executing "<line>"."`, signals exit 129/130/143.
   In detached mode the parent prints `ERROR Health check failed:  <msg>` instead.
-- `-a` (NHC_CHECK_ALL=1) runs every check, reports each failure, and exits with their count.
+- The adapter does not pass `-a` (NHC_CHECK_ALL=1): in that mode NHC says nothing of a check
+  that fails without die and exits 0, so such a failure would pass. NHC stops at the first
+  failure, as it does as HealthCheckProgram; a conf or settings file that sets NHC_CHECK_ALL=1
+  is a checker error (NHC still runs).
 - `-t N` sets its watchdog; `VAR=value` arguments are evaluated before /etc/sysconfig/nhc and
   nhc.conf, which may set them again (NHC's own precedence). SYSCONFIGDIR=, INCDIR= say where
   its settings file and its *.nhc check functions are: the ones the site family judged.
@@ -44,8 +50,10 @@ from rsc_health.model import FINDING_SEVERITIES, Severity, Status  # noqa: E402
 FAILED = re.compile(r"^ERROR:?\s+(?:\S+:\s+)?Health check failed:\s+(?P<msg>.*)$")
 NON_FATAL = re.compile(r"^(?P<check>[A-Za-z_]\w*):\s+(?P<msg>.*)\s\(non-fatal\)$")
 CHECK_MSG = re.compile(r"^(?P<check>[A-Za-z_]\w*):\s+(?P<msg>.*)$")
-RETURNED = re.compile(r"^Check (?P<check>[A-Za-z_]\w*)\b.* returned (?P<rc>\d+)$")
-TIMED_OUT = re.compile(r"^Script timed out(?: while executing \"(?P<check>[A-Za-z_]\w*)[^\"]*\")?")
+RETURNED = re.compile(r"^Check (?P<check>\S+).* returned (?P<rc>\d+)$")
+CODE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # what a finding's code may be (checks.site)
+CHECK_ALL = re.compile(r"(?:^|[\s;|&])(?:export\s+)?NHC_CHECK_ALL\s*=\s*['\"]?1")
+TIMED_OUT = re.compile(r"^Script timed out(?: while executing \"(?P<check>[^\s\"]+)[^\"]*\")?")
 NHC_ITSELF = re.compile(r"^(Terminated by signal|Watchdog timer unable|Unable to overwrite)")
 SELF_ACTING = re.compile(
     r"\|\|\s*(?:export\s+)?(?:MARK_OFFLINE\s*=\s*['\"]?[1-9]|OFFLINE_NODE\s*=|ONLINE_NODE\s*=)")
@@ -86,33 +94,45 @@ def findings(stdout: str, stderr: str, severity: str) -> list[str]:
             errors.append(error("nhc_timeout", f"NHC watchdog: {msg}", t["check"] or "nhc"))
         elif NHC_ITSELF.match(msg):
             errors.append(error("nhc_error", f"NHC: {msg}"))
-        elif r := RETURNED.match(msg):
+        elif r := RETURNED.match(msg):  # `* || /bin/false`: the component is the command
             failed.setdefault(r["check"], []).append(msg)
         elif c := CHECK_MSG.match(msg):
             failed.setdefault(c["check"], []).append(f"{c['check']}: {c['msg']}")
-        else:
-            errors.append(error("nhc_error", f"NHC: {msg}"))
-    out = [line(status, severity, check, check, "; ".join(msgs))
+        else:  # a check's die without "$FUNCNAME:" (NHC's README example does that)
+            failed.setdefault("nhc", []).append(msg)
+    out = [line(status, severity, check, check if check != "nhc" and CODE.fullmatch(check)
+                else "nhc_check", "; ".join(msgs))
            for check, msgs in failed.items()]
     out += [line("warn", "warn", check, check, f"{'; '.join(msgs)} (non-fatal)")
             for check, msgs in warned.items() if check not in failed]
     return out + errors
 
 
-def conf_problems(conf: Path) -> tuple[list[str], bool]:
-    """(checker-error lines about the conf, whether NHC can run with it)."""
+def conf_problems(conf: Path, settings: Path | None = None) -> tuple[list[str], bool]:
+    """(checker-error lines about the conf and NHC's settings file, whether NHC can run)."""
     try:
         text = conf.read_text(errors="replace")
     except FileNotFoundError:
         return [error("nhc_conf", f"{conf}: missing (NHC would run no checks and pass)")], False
     except OSError as exc:
         return [error("nhc_conf", f"{conf}: {exc.strerror or exc}")], False
-    acting = [ln.strip() for ln in text.splitlines()
-              if not ln.lstrip().startswith("#") and SELF_ACTING.search(ln)]
+    lines = [ln.strip() for ln in text.splitlines() if not ln.lstrip().startswith("#")]
+    problems = []
+    acting = [ln for ln in lines if SELF_ACTING.search(ln)]
     if acting:
-        return [error("nhc_conf", f"{conf} sets {acting[0]!r}: NHC may drain or resume the node "
-                                  f"itself; remove it")], True
-    return [], True
+        problems.append(error("nhc_conf", f"{conf} sets {acting[0]!r}: NHC may drain or resume "
+                                          f"the node itself; remove it"))
+    try:
+        said = settings.read_text(errors="replace") if settings else ""
+    except OSError:  # none (NHC's usual) or unreadable: NHC reads nothing from it either
+        said = ""
+    for where, found in ((conf, lines), (settings, said.splitlines())):
+        every = [ln.strip() for ln in found
+                 if not ln.lstrip().startswith("#") and CHECK_ALL.search(ln)]
+        if every:
+            problems.append(error("nhc_conf", f"{where} sets {every[0]!r}: NHC then says nothing "
+                                              f"of a check that fails without die; remove it"))
+    return problems, True
 
 
 def run(nhc: str, conf: Path, severity: str, timeout_s: float, *, sysconfig_dir: str = "",
@@ -120,7 +140,8 @@ def run(nhc: str, conf: Path, severity: str, timeout_s: float, *, sysconfig_dir:
     """The finding lines for one NHC run. `sysconfig_dir`, `incdir`: where NHC is to read its
     settings file and check functions from (the ones the site family judged); NHC's own
     defaults when empty."""
-    problems, runnable = conf_problems(conf)
+    settings = Path(sysconfig_dir, os.path.basename(nhc)) if sysconfig_dir else None
+    problems, runnable = conf_problems(conf, settings)
     if not runnable:
         return problems
     # NHC's watchdog first (it names the check that hung), ours a little later, both inside
@@ -129,7 +150,7 @@ def run(nhc: str, conf: Path, severity: str, timeout_s: float, *, sysconfig_dir:
     watchdog = max(1, int(hard - 1.0))
     where = [f"{name}={shlex.quote(value)}" for name, value in (
         ("SYSCONFIGDIR", sysconfig_dir), ("INCDIR", incdir)) if value]  # NHC evals VAR=value
-    argv = [nhc, "-a", "-c", str(conf), "-t", str(watchdog), *QUIET, *where]
+    argv = [nhc, "-c", str(conf), "-t", str(watchdog), *QUIET, *where]
     outcome = procs.run_all({"nhc": argv}, timeout_s={"nhc": hard}, max_bytes=MAX_BYTES)["nhc"]
     if outcome.start_error:
         return problems + [error("nhc_error", f"cannot start {nhc}: {outcome.start_error}")]

@@ -7,13 +7,13 @@ from pathlib import Path
 
 # A stand-in for NHC's driver script, printing what the real one prints. Taken from mej/nhc at
 # 9c4a38c (github.com/mej/nhc, file `nhc`): die() logs `ERROR:  $NAME:  Health check failed:  $*`
-# (to the caller's stdout: `oecho` when LOGFILE is set, `log` otherwise); with -a
-# (NHC_CHECK_ALL=1) nhcmain_run_checks ends with `ERROR:  $NAME:  $FAIL_CNT health checks
-# failed.` and `exit $FAIL_CNT`; the ALRM trap is `die 142 "Script timed out${CHECK:+ while
-# executing \"$CHECK\"}."`; `VAR=value` arguments are eval'd; a missing config file is
-# `exit 0`. The messages are the checks' own: `MSG="$FUNCNAME:  $FS not mounted"`
-# (scripts/lbnl_fs.nhc, check_fs_mount) and `die 1 "$FUNCNAME:  Actual RAM size ($HW_RAM_TOTAL
-# kB) less than minimum allowed ($RAM_MIN kB)."` (scripts/lbnl_hw.nhc, check_hw_physmem).
+# (to the caller's stdout: `oecho` when LOGFILE is set, `log` otherwise) and, without -a, exits with
+# its status at the first failure; with -a (NHC_CHECK_ALL=1) nhcmain_run_checks ends with `ERROR:
+# $NAME:  $FAIL_CNT health checks failed.` and `exit $FAIL_CNT`; the ALRM trap is `die 142 "Script
+# timed out${CHECK:+ while executing \"$CHECK\"}."`; `VAR=value` arguments are eval'd; a missing
+# config file is `exit 0`. The messages are the checks' own: `MSG="$FUNCNAME:  $FS not mounted"`
+# (scripts/lbnl_fs.nhc, check_fs_mount) and `die 1 "$FUNCNAME:  Actual RAM size ($HW_RAM_TOTAL kB)
+# less than minimum allowed ($RAM_MIN kB)."` (scripts/lbnl_hw.nhc, check_hw_physmem).
 # The scenario is read from <conf>.mode; the arguments are written to <conf>.args.
 FAKE_NHC = r"""#!/bin/bash
 CONF=/etc/nhc/nhc.conf
@@ -35,6 +35,7 @@ case "$MODE" in
     pass) exit 0 ;;
     fail)
         echo "${FAILED}check_fs_mount:  /scratch not mounted"
+        [[ "$NHC_CHECK_ALL" == 1 ]] || exit 1  # without -a NHC stops at the first failure
         RAM="Actual RAM size (1000 kB) less than minimum allowed (2000 kB)."
         echo "${FAILED}check_hw_physmem:  $RAM"
         echo "${FAILED}check_fs_mount:  /home not mounted"
