@@ -145,11 +145,12 @@ def _collect(root: StrPath, env: CollectEnv, fds: dict[str, int]) -> dict:
 
         child_env = dict(os.environ, RSC_HEALTH_ROOT=pure(root),
                          RSC_HEALTH_SITE_TIMEOUT_S=f"{limit:.1f}",
+                         RSC_HEALTH_SITE_DEADLINE=f"{time.monotonic() + limit:.3f}",
                          RSC_HEALTH_CHECKS_DIR=_under(root, directory))
         outcomes = procs.run_all(
             commands, timeout_s={name: limit for name in commands},
             max_bytes=int(cfg.get("site.max_output_bytes", 65536)), env=child_env, cwd=root,
-            pass_fds=fds,
+            pass_fds=fds, group_ends_with={NHC},  # NHC runs in the adapter's group
         )
         for name, out in outcomes.items():
             records[name] = {

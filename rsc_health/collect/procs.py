@@ -29,6 +29,8 @@ from rsc_health.record import dataclass, field
 
 TYPE_CHECKING = False  # typing's, without importing typing: every job start loads this
 if TYPE_CHECKING:
+    from collections.abc import Collection
+
     from _typeshed import StrPath  # str | os.PathLike[str]
 
 # After the program exits, how long its pipes may stay open (held by a child it left behind).
@@ -66,6 +68,8 @@ class _Running:
     open_fds: dict[int, str] = field(default_factory=dict)  # fd -> "out" | "err"
     exited_at: float | None = None
     truncated: bool = False
+    own_group: bool = True  # started in a session of its own: its pid is its group's id
+    group_ends: bool = False  # its group is killed when it exits (run_all's group_ends_with)
 
 
 # Process groups run_all started and has not finished with, by leader pid: what the node
@@ -97,18 +101,25 @@ def run_all(
     exit_grace_s: float | None = EXIT_GRACE_S,
     stderr_keep: int = STDERR_KEEP,
     pass_fds: dict[str, int] | None = None,
+    group_ends_with: Collection[str] = (),
+    new_session: bool = True,
 ) -> dict[str, Outcome]:
     """Start every command now (argv lists, by name); return each one's Outcome no later than
     its timeout (plus the time to spawn and kill). Never raises for a program's behaviour.
-    `pass_fds`: a descriptor a command inherits (its program, run as /proc/self/fd/N)."""
+    `pass_fds`: a descriptor a command inherits (its program, run as /proc/self/fd/N).
+    `group_ends_with`: commands whose process group is SIGKILLed when they exit, whatever of
+    it is still running (the NHC adapter: NHC runs in its group). `new_session=False`: the
+    commands run in the caller's process group (so whoever kills the caller's group kills
+    them) and are killed alone, by pid, at their deadline."""
     running: list[_Running] = []
     results: dict[str, Outcome] = {}
     for name, argv in commands.items():
         started = _start(name, argv, timeout_s[name], stderr_keep, env=env, cwd=cwd,
-                         fd=(pass_fds or {}).get(name))
+                         fd=(pass_fds or {}).get(name), new_session=new_session)
         if isinstance(started, Outcome):
             results[name] = started
         else:
+            started.group_ends = name in group_ends_with
             running.append(started)
     while running:
         for r in list(running):
@@ -122,21 +133,23 @@ def run_all(
 
 
 def _start(name: str, argv: list[str], timeout_s: float, stderr_keep: int, *, env, cwd,
-           fd: int | None) -> _Running | Outcome:
-    """The command started in its own session, its pipes non-blocking; or the Outcome of one
-    that could not start."""
+           fd: int | None, new_session: bool = True) -> _Running | Outcome:
+    """The command started in its own session (or the caller's process group), its pipes
+    non-blocking; or the Outcome of one that could not start."""
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, close_fds=True, env=env, cwd=cwd,
+            start_new_session=new_session, close_fds=True, env=env, cwd=cwd,
             pass_fds=(fd,) if fd is not None else (),
         )
     except (OSError, ValueError, subprocess.SubprocessError) as exc:
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
         return Outcome(name, start_error=why)
-    _LIVE.add(proc.pid)
+    if new_session:
+        _LIVE.add(proc.pid)
     now = time.monotonic()
-    r = _Running(name, proc, now + max(0.0, timeout_s), now, err_keep=stderr_keep)
+    r = _Running(name, proc, now + max(0.0, timeout_s), now, err_keep=stderr_keep,
+                 own_group=new_session)
     for pipe_fd, kind in ((proc.stdout.fileno(), "out"), (proc.stderr.fileno(), "err")):
         os.set_blocking(pipe_fd, False)
         r.open_fds[pipe_fd] = kind
@@ -154,7 +167,7 @@ def _settled(r: _Running, now: float, max_bytes: int,
     if r.exited_at is not None and (not r.open_fds or grace_over):
         return _finish(r, max_bytes, timed_out=False)
     if now >= r.deadline and (r.exited_at is None or exit_grace_s is None):
-        _kill_group(r.proc)
+        _kill_group(r.proc, r.own_group)
         return _finish(r, max_bytes, timed_out=True)
     return None
 
@@ -221,6 +234,8 @@ def _finish(r: _Running, max_bytes: int, *, timed_out: bool) -> Outcome:
         if stream is not None and not stream.closed:
             stream.close()
     if r.exited_at is not None and not timed_out:
+        if r.group_ends:  # what it leaves running goes too; not reaped yet: the id is its own
+            _kill_group(r.proc, True)
         r.proc.wait()  # a zombie by now (_exited left it unreaped): this returns at once
     end = r.exited_at if r.exited_at is not None else time.monotonic()
     return Outcome(
@@ -240,11 +255,15 @@ def _exited(proc: subprocess.Popen) -> bool:
         return proc.poll() is not None
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    """SIGKILL the program's process group (its pid: start_new_session). The leader is not
-    reaped yet, so the group id cannot have been reused by anyone else."""
+def _kill_group(proc: subprocess.Popen, own_group: bool = True) -> None:
+    """SIGKILL the program's process group (its pid: start_new_session), or the program alone
+    when it runs in the caller's group. The leader is not reaped yet, so the group id cannot
+    have been reused by anyone else."""
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
+        if own_group:
+            os.killpg(proc.pid, signal.SIGKILL)
+        else:
+            os.kill(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
     try:

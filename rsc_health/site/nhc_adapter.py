@@ -26,9 +26,12 @@ rsc-health would make of this node's NHC. What it relies on in NHC (the `nhc` dr
 
 NHC is told not to act: MARK_OFFLINE=0 OFFLINE_NODE=: ONLINE_NODE=: (as `nhc -e` does), so it
 neither drains nor resumes the node; rsc-health's policy decides. A conf that sets them back is
-reported as a checker error (and still run). NHC runs in its own session (it then needs no
-setsid re-exec) and is killed with its process group at the adapter's deadline, a little before
-the site family's own. Standard library and rsc_health.collect.procs only.
+reported as a checker error (and still run). Started by the site family (which says its
+deadline in RSC_HEALTH_SITE_DEADLINE), NHC runs in the adapter's process group, which the family
+kills at that deadline and when the adapter exits, so a hung NHC never outlives the run; the
+adapter is NHC's watchdog and kills it a little before (_in_our_group). Run by hand, NHC has a
+session of its own, its own watchdog, and is killed with its group at --timeout. Standard
+library and rsc_health.collect.procs only.
 """
 
 from __future__ import annotations
@@ -37,7 +40,9 @@ import argparse
 import os
 import re
 import shlex
+import signal
 import sys
+import time
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a file: import the rsc_health this file belongs to
@@ -59,6 +64,10 @@ SELF_ACTING = re.compile(
     r"\|\|\s*(?:export\s+)?(?:MARK_OFFLINE\s*=\s*['\"]?[1-9]|OFFLINE_NODE\s*=|ONLINE_NODE\s*=)")
 QUIET = ("MARK_OFFLINE=0", "OFFLINE_NODE=:", "ONLINE_NODE=:", "DETACHED_MODE=0")
 MAX_BYTES = 256 * 1024
+# NHC is killed this long before the site family's deadline, so what it said is printed in time;
+# with less than MIN_RUN_S left before that, it is not started.
+MARGIN_S = 0.3
+MIN_RUN_S = 0.2
 REASON_MAX = 240
 
 
@@ -136,22 +145,31 @@ def conf_problems(conf: Path, settings: Path | None = None) -> tuple[list[str], 
 
 
 def run(nhc: str, conf: Path, severity: str, timeout_s: float, *, sysconfig_dir: str = "",
-        incdir: str = "") -> list[str]:
+        incdir: str = "", deadline: float | None = None) -> list[str]:
     """The finding lines for one NHC run. `sysconfig_dir`, `incdir`: where NHC is to read its
     settings file and check functions from (the ones the site family judged); NHC's own
-    defaults when empty."""
+    defaults when empty. `deadline`: the time.monotonic() (CLOCK_MONOTONIC, the same clock in
+    every process) at which the site family kills our process group; `timeout_s` otherwise."""
     settings = Path(sysconfig_dir, os.path.basename(nhc)) if sysconfig_dir else None
     problems, runnable = conf_problems(conf, settings)
     if not runnable:
         return problems
-    # NHC's watchdog first (it names the check that hung), ours a little later, both inside
-    # the site family's limit.
-    hard = max(0.2, timeout_s - 0.3)
-    watchdog = max(1, int(hard - 1.0))
     where = [f"{name}={shlex.quote(value)}" for name, value in (
         ("SYSCONFIGDIR", sysconfig_dir), ("INCDIR", incdir)) if value]  # NHC evals VAR=value
-    argv = [nhc, "-c", str(conf), "-t", str(watchdog), *QUIET, *where]
-    outcome = procs.run_all({"nhc": argv}, timeout_s={"nhc": hard}, max_bytes=MAX_BYTES)["nhc"]
+    # The watchdog first (NHC's ALRM trap names the check that hung), our kill a little later,
+    # both inside the site family's limit.
+    if deadline is not None and os.getpgrp() == os.getpid():
+        hard = deadline - time.monotonic() - MARGIN_S
+        if hard < MIN_RUN_S:
+            return problems + [error("nhc_timeout", f"{max(0.0, hard + MARGIN_S):.2f}s left "
+                                                    f"before the site family's deadline; nhc "
+                                                    f"not started")]
+        outcome = _in_our_group(nhc, conf, where, hard)
+    else:  # by hand: nothing kills our group, so NHC has a session of its own
+        hard = max(0.2, timeout_s - MARGIN_S)
+        argv = [nhc, "-c", str(conf), "-t", str(max(1, int(hard - 1.0))), *QUIET, *where]
+        outcome = procs.run_all({"nhc": argv}, timeout_s={"nhc": hard},
+                                max_bytes=MAX_BYTES)["nhc"]
     if outcome.start_error:
         return problems + [error("nhc_error", f"cannot start {nhc}: {outcome.start_error}")]
     stdout = outcome.stdout.decode("utf-8", "replace")
@@ -159,12 +177,48 @@ def run(nhc: str, conf: Path, severity: str, timeout_s: float, *, sysconfig_dir:
     seen = findings(stdout, stderr, severity)
     out = problems + seen
     if outcome.timed_out:
-        out.append(error("nhc_timeout", f"nhc still running after {hard:g}s; killed"))
+        out.append(error("nhc_timeout", f"nhc still running after {hard:.2f}s; killed"))
+    elif outcome.returncode == -signal.SIGALRM:  # the watchdog came before NHC's ALRM trap
+        out.append(error("nhc_timeout", "NHC watchdog: killed by SIGALRM before it could say "
+                                        "which check it was running"))
     elif outcome.returncode and not seen:
         tail = " ".join((stdout + " " + stderr).split())[-200:]
         out.append(error("nhc_error", f"nhc exited {outcome.returncode} without naming a "
                                       f"failed check{': ' + tail if tail else ''}"))
     return out
+
+
+def _in_our_group(nhc: str, conf: Path, where: list[str], hard: float) -> procs.Outcome:
+    """Run NHC in our process group, which the site family kills at its deadline (and as soon
+    as we exit), so nothing of NHC can outlive us: FORCE_SETSID=0 keeps NHC from re-executing
+    itself under setsid, and `-t 0` from starting its own watchdog, which it would put in a
+    process group of its own (`set -m`). We are its watchdog instead, as NHC's is when NHC
+    leads its group: SIGALRM to the group (the hung command dies, NHC's trap says which check
+    it was running), then at `hard` SIGKILL to NHC; the family kills the rest of the group."""
+    argv = [nhc, "-c", str(conf), "-t", "0", *QUIET, "FORCE_SETSID=0", *where]
+    fired: list[bool] = []
+
+    def watchdog(signum, frame) -> None:
+        if not fired:  # the group's ALRM comes back to us once: that one is not passed on
+            fired.append(True)
+            os.killpg(0, signal.SIGALRM)
+
+    previous = signal.signal(signal.SIGALRM, watchdog)  # NHC gets SIGALRM's default on exec
+    signal.setitimer(signal.ITIMER_REAL, hard - min(1.0, hard / 3))
+    try:
+        return procs.run_all({"nhc": argv}, timeout_s={"nhc": hard}, max_bytes=MAX_BYTES,
+                             new_session=False)["nhc"]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def deadline_from_env() -> float | None:
+    """The site family's kill time (RSC_HEALTH_SITE_DEADLINE, time.monotonic() seconds)."""
+    try:
+        return float(os.environ["RSC_HEALTH_SITE_DEADLINE"])
+    except (KeyError, ValueError):
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
                     default=float(os.environ.get("RSC_HEALTH_SITE_TIMEOUT_S") or 30))
     args = ap.parse_args(argv)
     for ln in run(args.nhc, Path(args.conf), args.severity, args.timeout,
-                  sysconfig_dir=args.sysconfig_dir, incdir=args.incdir):
+                  sysconfig_dir=args.sysconfig_dir, incdir=args.incdir,
+                  deadline=deadline_from_env()):
         print(ln)
     return 0  # what NHC found is in the lines; a non-zero exit would only repeat it
 
