@@ -343,3 +343,30 @@ def test_a_dry_run_names_a_shadow_node_as_shadowed_without_recording(engine):
     assert "shadow mode for this node" in actions[0].why
     with engine.connect() as conn:
         assert conn.execute(select(node_actions)).all() == []
+
+
+def test_failures_after_a_lift_outside_healthctl_count_as_new_evidence(engine):
+    """A person lifts a lemon drain with raw scontrol in the morning and the node fails four
+    jobs that day. The lift was recorded at the nightly run's own time, so the return the
+    windows restart from fell after those failures: they were erased and the lemon stayed in
+    service on a clean slate (helper-134). The lift is now dated by the first job that started
+    on the node after the drain; the day's failures are evidence since the return."""
+    from lemon_fleet import Fleet
+
+    from rsc_health.historian.lemons.features import lemon_repairs
+    from rsc_health.historian.lemons.verdicts import repeat_offenders
+
+    fleet = Fleet(engine)
+    slurm = fleet_slurm()
+    apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=AS_OF, apply=True)
+    slurm.resume("n1")  # the person, at AS_OF + ~1 h: nothing recorded
+    for hours in (3, 6, 9, 12):  # back in service, it fails four jobs of an hour each
+        fleet.failed(["n1"], "n1", end=AS_OF + timedelta(hours=hours))
+    night = AS_OF + timedelta(days=1)
+    actions = apply_verdicts(engine, [_verdict("n1")], slurm, CountGuard(10), now=night,
+                             apply=True)
+    assert [a.action for a in actions] == ["skip"]  # the lift stands
+    back = lemon_repairs(engine, night)["n1"]
+    assert AS_OF < back <= AS_OF + timedelta(hours=2), back  # the first job's start
+    offenders = repeat_offenders(engine, night + timedelta(hours=1), 28, 1)
+    assert int(offenders.at["n1", "fails_since"]) == 4

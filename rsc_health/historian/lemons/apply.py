@@ -52,7 +52,7 @@ from rsc_health.historian.lemons.features import (
     lemon_repairs,
 )
 from rsc_health.historian.lemons.verdicts import LemonVerdict
-from rsc_health.historian.schema import node_actions, tickets
+from rsc_health.historian.schema import job_nodes, jobs, node_actions, tickets
 from rsc_health.hostlist import is_one_node
 from rsc_health.model import ActionKind, Finding, Severity, Status
 from rsc_health.policy import LEMON_MODE, format_reason, is_ours, parse_reason
@@ -369,15 +369,25 @@ def _record_lifted(engine: Engine, node: str, drained_at: datetime, reason: str,
                    now: datetime) -> None:
     """A lemon drain lifted outside healthctl, recorded as the resume it was: the reason it
     lifted (so lemon_repairs counts it as the node's return from repair) and how it was
-    seen. Once per drain, however many runs see it."""
+    seen. Once per drain, however many runs see it. Its time is the earliest the lift is
+    known by: the first job to start on the node after the drain (none could start while
+    it stood), else this run. At this run's time, a lemon that failed jobs between the
+    person's resume and the run had those failures erased with the windows it restarted,
+    and stayed in service (helper-134)."""
     action_id = hashlib.sha256(
         f"lemon-lifted|{node}|{reason}|{drained_at.isoformat()}".encode()).hexdigest()[:32]
     with writer(engine).begin() as conn:
         take_turns(conn, TURNS_LEMON_RECORDS, [node])
         if conn.execute(select(node_actions.c.id).where(node_actions.c.id == action_id)
                         ).first() is None:
+            first_start = conn.execute(
+                select(func.min(jobs.c.start))
+                .select_from(jobs.join(job_nodes, job_nodes.c.job_pk == jobs.c.id))
+                .where(job_nodes.c.node == node, jobs.c.start > drained_at,
+                       jobs.c.start <= now)).scalar()
+            when = min(first_start, now) if first_start is not None else now
             conn.execute(insert(node_actions).values(
-                id=action_id, time=now, node=node, action=ActionKind.RESUME.value,
+                id=action_id, time=when, node=node, action=ActionKind.RESUME.value,
                 reason=f"{reason} (lifted outside healthctl: Slurm showed {state}, no drain; "
                        "seen by lemons --apply)"))
 
