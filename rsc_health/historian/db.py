@@ -543,24 +543,49 @@ def migrate(engine: Engine, from_version: int, directory: Path = MIGRATIONS_DIR)
     """Apply every migration above `from_version`, each in its own transaction (or, marked
     OUTSIDE_A_TRANSACTION, each statement on its own and then the version)."""
     applied = []
+    expected = from_version
     for mig in migrations(engine.dialect.name, directory):
         if mig.version <= from_version:
             continue
         sql = mig.path.read_text()
+        versioned = _still_at(engine, expected)
         if any(line.strip() == OUTSIDE_A_TRANSACTION for line in sql.splitlines()):
             with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
                 for stmt in split_statements(sql):
                     conn.exec_driver_sql(stmt)
             sql = ""
         # One transaction with the version row (SQLite's DDL too, since it begins with our
-        # BEGIN): a full disk or a kill midway leaves the previous version, whole.
+        # BEGIN): a full disk or a kill midway leaves the previous version, whole. The row is
+        # read first (locked on PostgreSQL): a version another upgrade moved since this one
+        # read it is never written back over (helper-134: two upgrades from 18, the second's
+        # re-runnable 0019 set a historian at 21 back to 19, which no upgrade could mend).
         with writer(engine).begin() as conn:
+            if versioned:
+                _still_at(engine, expected, conn)
             for stmt in split_statements(sql):
                 conn.exec_driver_sql(stmt)
             conn.execute(schema.schema_version.delete())
             conn.execute(schema.schema_version.insert().values(version=mig.version))
         applied.append(mig.version)
+        expected = mig.version
     return applied
+
+
+def _still_at(engine: Engine, version: int, conn: Connection | None = None) -> bool:
+    """Raise RunInProgress unless the historian's schema version is still `version`; False when
+    it keeps none yet (an old schema's first steps, which make the table)."""
+    if conn is None:
+        found = current_version(engine)
+        if found is None:
+            return False
+    else:
+        found = int(conn.execute(select(schema.schema_version.c.version).with_for_update()
+                                 ).scalar() or 0)
+    if found != version:
+        raise RunInProgress(
+            f"another db upgrade ran on this historian at the same time (it is at schema "
+            f"version {found}, not {version}): run db upgrade again when it has finished")
+    return True
 
 
 def upgrade(url: str) -> tuple[int | None, int, list[int]]:

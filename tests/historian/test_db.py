@@ -304,3 +304,61 @@ def test_db_upgrade_from_18_on_postgresql_finishes(pg_url, through):
             pytest.skip("no pgbouncer")
         with pgbouncer.pgbouncer(pg_url) as bounced:
             run(bounced)
+
+
+@pytest.mark.postgres
+def test_two_upgrades_from_18_on_postgresql_end_at_the_release_version(pg_url, monkeypatch):
+    """Both read 18; the second starts its migrations after the first has finished them. 0019
+    runs outside a transaction and may be run again, so the second did not fail there: it
+    rebuilt the first's index and wrote version 19 over its 21, and every later upgrade then
+    failed on "relation job_ends already exists" (helper-134). A migration now starts only
+    from the version it read; the second says another upgrade ran, and the historian stays
+    at the release's version, a later upgrade finding nothing to do."""
+    import threading
+
+    from rsc_health.historian import db, schema
+    from tests.historian.test_migration_0019 import _at_version_18
+
+    _at_version_18(pg_url).dispose()
+    real, real_migrate = db.current_version, db.migrate
+    both_read, seen, first_done = threading.Barrier(2), threading.local(), threading.Event()
+
+    def read_then_wait(engine):
+        version = real(engine)
+        if not getattr(seen, "once", False):
+            seen.once = True
+            both_read.wait(30)
+        return version
+
+    def migrate_in_turn(engine, version, *args, **kwargs):
+        if threading.current_thread().name == "B":
+            assert first_done.wait(60)
+        try:
+            return real_migrate(engine, version, *args, **kwargs)
+        finally:
+            if threading.current_thread().name == "A":
+                first_done.set()
+
+    monkeypatch.setattr(db, "current_version", read_then_wait)
+    monkeypatch.setattr(db, "migrate", migrate_in_turn)
+    out: dict = {}
+
+    def run(name):
+        try:
+            out[name] = db.upgrade(pg_url)
+        except Exception as exc:  # noqa: BLE001 - what the loser says is the point
+            out[name] = exc
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    monkeypatch.setattr(db, "current_version", real)
+    monkeypatch.setattr(db, "migrate", real_migrate)
+    assert out["A"] == (18, schema.SCHEMA_VERSION, [19, 20, 21]), out
+    assert isinstance(out["B"], db.RunInProgress), out
+    engine = db.engine_for(pg_url)
+    assert db.current_version(engine) == schema.SCHEMA_VERSION
+    engine.dispose()
+    assert db.upgrade(pg_url) == (schema.SCHEMA_VERSION, schema.SCHEMA_VERSION, [])
