@@ -31,6 +31,7 @@ import os
 import stat
 import time
 
+from rsc_health import lazyre
 from rsc_health.checks._finding import ok
 from rsc_health.collect.sysfs import pure
 from rsc_health.durable import owner_refusal as _owner_refusal
@@ -247,6 +248,8 @@ def _nhc_sources_refusal(conf: str, sysconfig: str, incdir: str) -> str:
     why = _sourced_refusal(conf, f"nhc_conf {conf}") or _sourced_refusal(
         sysconfig, f"NHC settings {sysconfig}") or _sourced_refusal(incdir, f"NHC INCDIR {incdir}",
                                                                    directory=True)
+    if not why:
+        why = _settings_elsewhere(sysconfig)
     if why or not os.path.isdir(incdir):
         return why
     for entry in sorted(os.scandir(incdir), key=lambda e: e.name):
@@ -255,6 +258,30 @@ def _nhc_sources_refusal(conf: str, sysconfig: str, incdir: str) -> str:
             if why:
                 return why
     return ""
+
+
+# An assignment in NHC's settings file to where it reads its checks from: NHC sources the file
+# after the VAR=value arguments the adapter gives it, so these win over the ones judged here.
+_NHC_ELSEWHERE = lazyre.compile(
+    r"^\s*(?:export\s+|declare\s+-x\s+)?(?P<var>INCDIR|CONFDIR|CONFFILE|SYSCONFIGDIR)\s*=",
+    lazyre.MULTILINE)
+
+
+def _settings_elsewhere(sysconfig: str) -> str:
+    """Why NHC must not run: its settings file names another conf or checks directory than the
+    ones judged here (an INCDIR of shared scripts on NFS, often not root's), which NHC would
+    source as root unjudged (helper-135); or "". A file not there sets nothing."""
+    try:
+        with open(sysconfig, "rb") as fh:
+            text = fh.read(1 << 20).decode("utf-8", "replace")
+    except OSError:
+        return ""
+    found = _NHC_ELSEWHERE.search(text)
+    if not found:
+        return ""
+    return (f"NHC settings {sysconfig} sets {found.group('var')}: NHC would read files from "
+            "there that rsc-health did not judge; refused (keep NHC's checks in /etc/nhc/scripts "
+            "and its conf at [site] nhc_conf)")
 
 
 def _sourced_refusal(path: str, what: str, *, directory: bool = False) -> str:

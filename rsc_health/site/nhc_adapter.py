@@ -58,6 +58,10 @@ CHECK_MSG = re.compile(r"^(?P<check>[A-Za-z_]\w*):\s+(?P<msg>.*)$")
 RETURNED = re.compile(r"^Check (?P<check>\S+).* returned (?P<rc>\d+)$")
 CODE = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # what a finding's code may be (checks.site)
 CHECK_ALL = re.compile(r"(?:^|[\s;|&])(?:export\s+)?NHC_CHECK_ALL\s*=\s*['\"]?1")
+# A watchdog of NHC's own (TIMEOUT= in its settings file wins over the adapter's -t 0): NHC puts
+# it in a process group of its own, so it outlives a hung NHC the family killed by up to that
+# many seconds, then signals NHC's old pid (helper-135).
+OWN_WATCHDOG = re.compile(r"^\s*(?:export\s+)?TIMEOUT\s*=\s*(?P<value>[^#\s]*)")
 TIMED_OUT = re.compile(r"^Script timed out(?: while executing \"(?P<check>[^\s\"]+)[^\"]*\")?")
 NHC_ITSELF = re.compile(r"^(Terminated by signal|Watchdog timer unable|Unable to overwrite)")
 SELF_ACTING = re.compile(
@@ -141,6 +145,12 @@ def conf_problems(conf: Path, settings: Path | None = None) -> tuple[list[str], 
         if every:
             problems.append(error("nhc_conf", f"{where} sets {every[0]!r}: NHC then says nothing "
                                               f"of a check that fails without die; remove it"))
+    own = [ln.strip() for ln in said.splitlines() if (m := OWN_WATCHDOG.search(ln))
+           and m.group("value").strip("'\"").lstrip("0") != ""]
+    if own:
+        problems.append(error("nhc_conf", f"{settings} sets {own[0]!r}: NHC's own watchdog then "
+                                          "outlives a hung NHC rsc-health killed, and signals "
+                                          "its old pid; remove it (rsc-health bounds NHC)"))
     return problems, True
 
 

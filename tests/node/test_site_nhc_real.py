@@ -85,3 +85,24 @@ def test_a_settings_file_asking_for_every_check_is_a_checker_error_and_still_run
         ("error", "nhc_conf"), ("fail", "nhc_check")]
     error = next(f for f in findings if f.status is Status.ERROR)
     assert f"{settings} sets 'NHC_CHECK_ALL=1'" in error.reason
+
+
+def test_a_settings_file_with_a_watchdog_of_its_own_is_a_checker_error_and_still_runs(node):
+    """TIMEOUT= in NHC's settings file wins over the adapter's -t 0: NHC then starts a watchdog
+    in a process group of its own, which outlived a hung NHC the site family killed by that
+    many seconds and then signalled NHC's old pid (helper-135). Said; NHC still runs. A
+    TIMEOUT of 0 (no watchdog of NHC's) is not."""
+    real_nhc(node.root, "* || check_stuff_works\n", {"site.nhc": SITE_NHC})
+    settings = node.path("etc/sysconfig/nhc")
+    kept = settings.read_text()
+    cfg = node.config
+    cfg.data["site"].update({"nhc_conf": "/etc/nhc/nhc.conf", "nhc_path": "/usr/sbin/nhc"})
+    settings.write_text(kept + 'TIMEOUT="0"\n')
+    findings = engine.run(cfg, node.root, only={"site"}, save_state=False)
+    assert [(f.status.value, f.code) for f in findings] == [("fail", "nhc_check")]
+    settings.write_text(kept + "export TIMEOUT=30\n")
+    findings = engine.run(cfg, node.root, only={"site"}, save_state=False)
+    assert sorted((f.status.value, f.code) for f in findings) == [
+        ("error", "nhc_conf"), ("fail", "nhc_check")]
+    error = next(f for f in findings if f.status is Status.ERROR)
+    assert f"{settings} sets 'export TIMEOUT=30'" in error.reason

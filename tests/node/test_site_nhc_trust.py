@@ -112,3 +112,27 @@ def test_a_settings_file_others_can_write_is_refused(node, tmp_path):
     findings, _ = findings_of(node, cfg)
     assert not marker.exists()
     assert refused(findings, f"NHC settings {settings}: writable by group or others")
+
+
+@pytest.mark.parametrize("var", ["INCDIR", "CONFFILE", "export CONFDIR", "SYSCONFIGDIR"])
+def test_a_settings_file_that_sends_nhc_elsewhere_is_refused_and_not_run(node, tmp_path, var):
+    """NHC sources its settings file after the VAR=value arguments the adapter gives it, so an
+    INCDIR= or CONFFILE= there (shared scripts on NFS, often an admin account's) won over the
+    judged ones, and root sourced or ran files no one judged (helper-135: a *.nhc and a conf
+    uid 1000 owns, both run, the node said ok). Refused: NHC is not run."""
+    marker = tmp_path / "ran-as-root"
+    theirs = tmp_path / "shared"
+    theirs.mkdir()
+    (theirs / "evil.nhc").write_text(f"touch {marker}\n")
+    (theirs / "their.conf").write_text(f"* || touch {marker}\n")
+    for path in (theirs, theirs / "evil.nhc", theirs / "their.conf"):
+        os.chown(path, USER, USER)
+    tmp_path.chmod(0o755)
+    _, _, cfg = run(node, tmp_path / "conf-ran", "* || check_fs_mount_rw -f /\n")
+    target = theirs / "their.conf" if var == "CONFFILE" else theirs
+    with open(node.path("etc/sysconfig/nhc"), "a") as fh:
+        fh.write(f"{var}={target}\n")
+    findings, verdict = findings_of(node, cfg)
+    assert not marker.exists(), [(f.status, f.reason) for f in findings]
+    assert refused(findings, f"sets {var.split()[-1]}"), [f.reason for f in findings]
+    assert verdict.level is Level.CHECKER_ERROR
