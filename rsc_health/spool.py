@@ -8,7 +8,8 @@ is delivered twice lands once.
 Record kinds (every record has "kind", "id", "time" (ISO 8601, UTC) and "node"):
 
   check      source, job_id, check, component, status, severity, code, reason
-  job_start  job_id, excluded (list of node names the job excluded), user, partition
+  job_start  job_id, excluded (list of node names the job excluded), user, partition, nodes
+             (the job's SLURM_JOB_NODELIST, a hostlist: its members before sacct tells them)
   job_end    job_id
   action     action (an ActionKind: drain_now, drain_after_job, resume, requeue,
              requeue_refused, guard_tripped, held_under_drain, would_drain), reason, job_id

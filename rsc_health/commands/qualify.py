@@ -491,6 +491,11 @@ def auto(ctx, as_json, dry_run) -> None:
         slurm.reservations(),
         horizon_s=float(cfg.get("qualify.flow_timeout_s")) + FINISH_SLACK_S)
     due, suspect_nodes, driver_nodes = _due(cfg, nodes, history, now, limit, reserved)
+    # Due but for a reservation not ours: named, so a repaired node a technician's forgotten
+    # reservation keeps drained is not a silent "no node is due" (helper-124).
+    held = [(n, why, reserved[n]) for n, why in _due(
+        cfg, [i for i in nodes if i.name in reserved], history, now, limit, {})[0]] \
+        if reserved else []
     results: list = []
     if not dry_run:
         def flow(tier):
@@ -511,7 +516,9 @@ def auto(ctx, as_json, dry_run) -> None:
                                "repair_results": [r.__dict__ for r in repairs],
                                "stuck": [{"node": n, "runs": k, "reason": w}
                                          for n, k, w in stuck],
-                               "stuck_results": [r.__dict__ for r in stuck_results]},
+                               "stuck_results": [r.__dict__ for r in stuck_results],
+                               "held": [{"node": n, "why": w, "held_by": by}
+                                        for n, w, by in held]},
                               indent=1, default=list))
         return
     for (node, k), r in zip(struck, repairs or [None] * len(struck), strict=True):
@@ -520,6 +527,8 @@ def auto(ctx, as_json, dry_run) -> None:
     for (node, k, why), r in zip(stuck, stuck_results or [None] * len(stuck), strict=True):
         echo(f"{node}: {k} inconclusive runs in a row ({why[:200]}) -> "
              + (f"{r.detail[:200]} [{', '.join(r.actions)}]" if r else "repair ticket (dry run)"))
+    for node, why, by in held:
+        echo(f"{node}: {why} -> left alone: {by}, a reservation not qualification's")
     if not due:
         echo("no node is due for qualification")
     for (node, why), r in zip(due, results or [None] * len(due), strict=True):

@@ -6,6 +6,7 @@ shipped MemorySlurm and a real SQLite historian fed through delivery."""
 
 from __future__ import annotations
 
+import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
@@ -176,3 +177,28 @@ def test_a_fail_the_guard_held_back_backs_off_like_an_inconclusive_run():
     # A run from before the trigger says nothing of it: due at once.
     before = History(streaks={"a": (0, CHANGED - timedelta(minutes=5))})
     assert [n for n, _ in due(nodes[:1], changed, before)] == ["a"]
+
+
+def test_qualify_auto_names_a_due_node_a_persons_reservation_keeps(db, tmp_path):
+    """A node due for qualification but in a reservation not qualification's is left alone;
+    `qualify auto` said only "no node is due", so a repaired node a technician's forgotten
+    reservation kept out of service gave an operator no clue (helper-124). It is named, with
+    the reservation, in the text and in --json."""
+    url, engine = db
+    _heartbeats(engine, tmp_path, {"gpu050": ["570.133.20", "580.95.05"]})
+    slurm = MemorySlurm()
+    slurm.add_node("gpu050", "IDLE")
+    slurm.add_reservation("bob_fw_flash", "gpu050")
+    on = tmp_path / "on.toml"
+    on.write_text("[qualify]\non_driver_change = true\nflow_timeout_s = 30\n")
+    obj = AppContext(config_path=str(on), db_url=url)
+    obj.slurm = slurm
+    out = CliRunner().invoke(qualify, ["auto", "--dry-run"], obj=obj)
+    assert out.exit_code == 0, out.output
+    assert "gpu050: driver/firmware changed" in out.output
+    assert "left alone: in reservation bob_fw_flash (active)" in out.output
+    assert "no node is due" in out.output
+    shown = CliRunner().invoke(qualify, ["auto", "--dry-run", "--json"], obj=obj)
+    held = json.loads(shown.output)["held"]
+    assert [(h["node"], h["held_by"]) for h in held] == [
+        ("gpu050", "in reservation bob_fw_flash (active)")]
