@@ -253,8 +253,12 @@ def test_a_prolog_that_drains_now_requeues_the_job_already_running_on_the_node(
     c.wait_for(lambda: "DRAIN" in c.node_state("node03"), 60, "node03 drained by B's prolog")
     assert c.node("node03")["Reason"].startswith("rsc_health:now:xid79")
     c.wait_for(lambda: c.job(a).get("Restarts") == "1", 30, "A requeued")
-    requeued = [r.get("job_id") for r in c.spool("node03")
+
+    def requeued() -> list[str]:  # spooled as the prolog ends, a moment after the requeue
+        return [r.get("job_id") for r in c.spool("node03")
                 if r["kind"] == "action" and r["action"] == "requeue"]
-    assert requeued == [a]  # B is Slurm's to requeue: its prolog failed
+
+    c.wait_for(lambda: requeued(), 30, "the prolog's requeue spooled")
+    assert requeued() == [a]  # B is Slurm's to requeue: its prolog failed
     assert not ran.exists()  # B never ran on node03
     c.wait_for(lambda: c.job(b).get("Restarts") == "1", 30, "B requeued by Slurm")
