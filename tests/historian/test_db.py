@@ -187,6 +187,45 @@ def _at_19(url):
     engine.dispose()
 
 
+def _upgrades_after_both_read(url, monkeypatch, migrate=None) -> dict:
+    """Two `db upgrade` in threads A and B that have both read the schema version before
+    either migrates (as two processes can); `migrate`, when given, stands in for db.migrate.
+    {thread name: what its upgrade returned or raised}."""
+    import threading
+
+    from rsc_health.historian import db
+
+    real, real_migrate = db.current_version, db.migrate
+    both_read, seen = threading.Barrier(2), threading.local()
+
+    def read_then_wait(engine):
+        version = real(engine)
+        if not getattr(seen, "once", False):
+            seen.once = True
+            both_read.wait(30)
+        return version
+
+    monkeypatch.setattr(db, "current_version", read_then_wait)
+    if migrate is not None:
+        monkeypatch.setattr(db, "migrate", migrate)
+    out: dict = {}
+
+    def run(name):
+        try:
+            out[name] = db.upgrade(url)
+        except Exception as exc:  # noqa: BLE001 - what the loser says is the point
+            out[name] = exc
+
+    threads = [threading.Thread(target=run, args=(n,), name=n) for n in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(90)
+    monkeypatch.setattr(db, "current_version", real)
+    monkeypatch.setattr(db, "migrate", real_migrate)
+    return out
+
+
 def test_two_upgrades_at_once_on_sqlite_one_migrates_and_the_other_says_so(tmp_path,
                                                                            monkeypatch):
     """Two `db upgrade` at once (two operators, two config-management runs) both read the old
@@ -226,35 +265,10 @@ def test_two_upgrades_at_once_on_postgresql_the_loser_says_another_ran(pg_url, m
     """Both read version 19 before either migrates (as two processes can): the loser's first
     migration failed on the winner's table as a raw UniqueViolation (helper-125). It now says
     another upgrade ran at the same time; the historian ends at the release's version."""
-    import threading
-
     from rsc_health.historian import db, schema
 
     _at_19(pg_url)
-    real, both_read, seen = db.current_version, threading.Barrier(2), threading.local()
-
-    def read_then_wait(engine):
-        version = real(engine)
-        if not getattr(seen, "once", False):
-            seen.once = True
-            both_read.wait(30)
-        return version
-
-    monkeypatch.setattr(db, "current_version", read_then_wait)
-    out: dict = {}
-
-    def run(name):
-        try:
-            out[name] = db.upgrade(pg_url)
-        except Exception as exc:  # noqa: BLE001 - what the loser says is the point
-            out[name] = exc
-
-    threads = [threading.Thread(target=run, args=(n,)) for n in "AB"]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    monkeypatch.setattr(db, "current_version", real)
+    out = _upgrades_after_both_read(pg_url, monkeypatch)
     errors = [v for v in out.values() if isinstance(v, Exception)]
     wins = [v for v in out.values() if not isinstance(v, Exception)]
     assert len(errors) <= 1 and wins, out
@@ -320,15 +334,7 @@ def test_two_upgrades_from_18_on_postgresql_end_at_the_release_version(pg_url, m
     from tests.historian.test_migration_0019 import _at_version_18
 
     _at_version_18(pg_url).dispose()
-    real, real_migrate = db.current_version, db.migrate
-    both_read, seen, first_done = threading.Barrier(2), threading.local(), threading.Event()
-
-    def read_then_wait(engine):
-        version = real(engine)
-        if not getattr(seen, "once", False):
-            seen.once = True
-            both_read.wait(30)
-        return version
+    real_migrate, first_done = db.migrate, threading.Event()
 
     def migrate_in_turn(engine, version, *args, **kwargs):
         if threading.current_thread().name == "B":
@@ -339,23 +345,7 @@ def test_two_upgrades_from_18_on_postgresql_end_at_the_release_version(pg_url, m
             if threading.current_thread().name == "A":
                 first_done.set()
 
-    monkeypatch.setattr(db, "current_version", read_then_wait)
-    monkeypatch.setattr(db, "migrate", migrate_in_turn)
-    out: dict = {}
-
-    def run(name):
-        try:
-            out[name] = db.upgrade(pg_url)
-        except Exception as exc:  # noqa: BLE001 - what the loser says is the point
-            out[name] = exc
-
-    threads = [threading.Thread(target=run, args=(n,), name=n) for n in "AB"]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(90)
-    monkeypatch.setattr(db, "current_version", real)
-    monkeypatch.setattr(db, "migrate", real_migrate)
+    out = _upgrades_after_both_read(pg_url, monkeypatch, migrate_in_turn)
     assert out["A"] == (18, schema.SCHEMA_VERSION, [19, 20, 21]), out
     assert isinstance(out["B"], db.RunInProgress), out
     engine = db.engine_for(pg_url)
