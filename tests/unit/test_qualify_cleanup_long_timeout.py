@@ -11,13 +11,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import insert, update
 
-from rsc_health.cli import AppContext, cli
+from rsc_health.cli import AppContext
 from rsc_health.commands.qualify import qualify
-from rsc_health.historian.db import connect
 from rsc_health.historian.schema import node_actions, qualify_runs
 from rsc_health.model import ActionKind
 from rsc_health.policy import parse_reason
@@ -29,13 +27,6 @@ from rsc_health.slurm.memory import MemorySlurm
 CAME_WITH = "rsc_health:qualify:inconclusive:dcgm_r1 tool not found"
 
 
-@pytest.fixture
-def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    engine = connect(url, create_missing=True)
-    yield url, engine
-    engine.dispose()
 
 
 def timer_cleanup(url, slurm, tmp_path, *args):

@@ -10,14 +10,12 @@ import json
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import insert
 
 from rsc_health import spool
-from rsc_health.cli import AppContext, cli
+from rsc_health.cli import AppContext
 from rsc_health.commands.qualify import qualify
-from rsc_health.historian.db import connect
 from rsc_health.historian.ingest.delivery import deliver
 from rsc_health.historian.schema import qualify_runs
 from rsc_health.qualify.flow import driver_candidates
@@ -80,13 +78,6 @@ def test_a_hostile_version_text_is_cut_in_the_reason():
 
 
 # ---- the command, end to end ------------------------------------------------------------------
-@pytest.fixture
-def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    engine = connect(url, create_missing=True)
-    yield url, engine
-    engine.dispose()
 
 
 def _heartbeats(engine, tmp_path, node_versions):

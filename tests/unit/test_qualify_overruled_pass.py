@@ -10,12 +10,10 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import insert, select, update
 
 from rsc_health.cli import cli
-from rsc_health.historian.db import connect
 from rsc_health.historian.schema import qualify_runs, tickets
 from rsc_health.qualify.flow import Flow, HistorianSide, cleanup, reservation_name
 from rsc_health.qualify.judge import FAIL, PASS
@@ -25,13 +23,6 @@ CAME_WITH = "rsc_health:qualify:inconclusive:dcgm_r1 tool not found"
 MID = "rsc_health:now:xid79:gpu5 fell off the bus"
 
 
-@pytest.fixture
-def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    engine = connect(url, create_missing=True)
-    yield url, engine
-    engine.dispose()
 
 
 def store(engine, node, job_id, verdict=PASS, ended=None):

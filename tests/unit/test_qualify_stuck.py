@@ -8,13 +8,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime, timedelta
 
-import pytest
 from click.testing import CliRunner
 from sqlalchemy import insert, update
 
-from rsc_health.cli import AppContext, cli
+from rsc_health.cli import AppContext
 from rsc_health.commands.qualify import qualify
-from rsc_health.historian.db import connect
 from rsc_health.historian.schema import qualify_runs, tickets
 from rsc_health.policy import parse_reason
 from rsc_health.qualify.flow import HistorianSide, stuck_candidates
@@ -26,13 +24,6 @@ NO_GPU_BURN = "burn: tool not found: ['gpu_burn']"
 NOW = datetime.now(UTC).replace(tzinfo=None)
 
 
-@pytest.fixture
-def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    engine = connect(url, create_missing=True)
-    yield url, engine
-    engine.dispose()
 
 
 def runs(engine, node, *reasons, verdict=INCONCLUSIVE, last=NOW - timedelta(hours=13)):

@@ -19,7 +19,6 @@ from click.testing import CliRunner
 from sqlalchemy import insert
 
 from rsc_health.cli import cli
-from rsc_health.historian.db import connect
 from rsc_health.historian.schema import node_actions, qualify_runs, tickets
 from rsc_health.model import ActionKind
 from rsc_health.policy import parse_reason
@@ -43,13 +42,6 @@ def naive(t: datetime) -> datetime:
     return t.astimezone(UTC).replace(tzinfo=None)
 
 
-@pytest.fixture
-def db(tmp_path):
-    url = f"sqlite:///{tmp_path / 'h.db'}"
-    assert CliRunner().invoke(cli, ["--db", url, "db", "upgrade"]).exit_code == 0
-    engine = connect(url, create_missing=True)
-    yield url, engine
-    engine.dispose()
 
 
 def add_run(engine, node, verdict, ended):
