@@ -564,11 +564,8 @@ def _clean_one(slurm, history, name: str, node: str, done: list[str],
         # The node path's or a lemon's drain: kept, never written over with `interrupted`
         # (a retry code). Set since the reservation began, it is a finding of the flow that
         # was cut short: the repair ticket the flow did not live to open.
-        new = started is not None and info.reason_time is not None \
-            and info.reason_time >= started
-        if new:
-            history.repair_ticket(node, f"drained during qualification: {found[:200]}")
-            _overrule_since(history, node, started, f"drained during qualification: {found}")
+        new = _cut_flows_finding(history, node, info, started, "drained during qualification",
+                                 found)
         slurm.delete_reservation(name)
         return FlowResult(node, FAIL if new else INCONCLUSIVE,
                           f"left by an interrupted flow: its drain kept ({found[:60]!r})",
@@ -580,11 +577,8 @@ def _clean_one(slurm, history, name: str, node: str, done: list[str],
         # before): a repair, never written over with a retry code that `qualify auto` would
         # run again until a flaky pass put the node back. This flow's own (stamped since the
         # reservation began) gets the repair ticket the flow did not live to open.
-        ours = started is not None and info.reason_time is not None \
-            and info.reason_time >= started
-        if ours:
-            history.repair_ticket(node, f"qualification failed: {info.reason[:200]}")
-            _overrule_since(history, node, started, f"qualification failed: {info.reason}")
+        ours = _cut_flows_finding(history, node, info, started, "qualification failed",
+                                  info.reason)
         slurm.delete_reservation(name)
         return FlowResult(node, FAIL, f"left by an interrupted flow: its fail drain kept "
                           f"({info.reason[:60]!r})",
@@ -602,11 +596,18 @@ def _clean_one(slurm, history, name: str, node: str, done: list[str],
                       actions=("drained", "reservation deleted"))
 
 
-def _overrule_since(history, node: str, started: datetime | None, why: str) -> None:
-    """A flow cut short whose run is a fail (a drain set since its reservation began): a pass
-    its job stored (after that drain, as like as not) is overruled, as the flow would have."""
-    if started is not None:
-        history.overrule(node, f"the run's verdict (qualify cleanup): fail: {why}", since=started)
+def _cut_flows_finding(history, node: str, info, started: datetime | None, what: str,
+                       reason: str) -> bool:
+    """Whether the node's drain was set since the reservation began (`started`): then it is a
+    finding of the flow that was cut short, which gets the repair ticket that flow did not
+    live to open, and a pass its job stored (after that drain, as like as not) is overruled,
+    as the flow would have."""
+    if started is None or info.reason_time is None or info.reason_time < started:
+        return False
+    history.repair_ticket(node, f"{what}: {reason[:200]}")
+    history.overrule(node, f"the run's verdict (qualify cleanup): fail: {what}: {reason}",
+                     since=started)
+    return True
 
 
 def _persons_drain(info) -> str | None:
