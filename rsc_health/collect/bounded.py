@@ -104,6 +104,9 @@ def start(fn: Callable[..., Any], *, streaming: bool = False,
                            "errno": getattr(exc, "errno", None),
                            "strerror": getattr(exc, "strerror", None)}
             _write_all(w, json_dumps(payload, default=str).encode())
+            # The parent's end of file now, not when the kernel has torn this process down
+            # (an NVML child's exit closes the driver's handles: milliseconds on a real GPU).
+            os.close(w)
         except BaseException:  # noqa: BLE001
             code = 1
         finally:

@@ -95,3 +95,24 @@ def test_a_child_still_writing_past_its_deadline_is_read_no_longer_than_the_grac
     time.sleep(0.2)
     assert bounded.collect({"x": (pid, fd)}, started + 0.1)["x"] is None
     assert time.monotonic() - started < 0.2 + bounded.PIPE_GRACE_S + 0.3
+
+
+def test_the_answer_is_had_when_written_not_when_the_child_has_exited(monkeypatch):
+    """A child's exit can take a while after its answer (an NVML child's exit closes the
+    driver's handles): the parent's wait ends at the answer. A child whose exit takes 2 s
+    here is answered within a fraction of it."""
+    import os
+
+    real_exit = os._exit
+
+    def slow_exit(code):
+        time.sleep(2.0)
+        real_exit(code)
+
+    monkeypatch.setattr(os, "_exit", slow_exit)  # the forked child inherits the patch
+    start = time.monotonic()
+    try:
+        assert bounded.call(lambda: {"answer": 42}, 5.0) == {"answer": 42}
+    finally:
+        monkeypatch.setattr(os, "_exit", real_exit)
+    assert time.monotonic() - start < 1.5
