@@ -163,12 +163,9 @@ class NvmlBackend:
         self.telemetry = telemetry
         self.binding = binding
 
-    def read(self, progress: Callable[[dict], None] | None = None, *,
-             shutdown: bool = True) -> dict[str, Any]:
+    def read(self, progress: Callable[[dict], None] | None = None) -> dict[str, Any]:
         """Every answer. `progress(doc)`, when given, gets the answers so far after the count
-        and after each GPU: a read abandoned when NVML hangs on one GPU keeps the others'.
-        shutdown=False: nvmlShutdown is not called (a child that exits once it has answered:
-        see read_streamed)."""
+        and after each GPU: a read abandoned when NVML hangs on one GPU keeps the others'."""
         # pynvml missing from the checker's own Python is an install problem (ImportError: a
         # checker finding), not the node's: the NVIDIA library itself missing is
         # NVML_ERROR_LIBRARY_NOT_FOUND from nvmlInit below.
@@ -226,23 +223,20 @@ class NvmlBackend:
                 _telemetry_pass(nv, call, doc, handles, progress)
             return doc
         finally:
-            if shutdown:
-                try:
-                    nv.nvmlShutdown()
-                except nv.NVMLError:
-                    pass
+            # Before the answer, in the child, even though its exit would let go of the driver
+            # too (9-10 ms on a real H200): a release that wedges in the driver is then a hang
+            # the parent abandons and records (nvml_hung, then nvml_wedged), not a child stuck
+            # after answering that nobody kills or counts, one more each run (helper-136).
+            try:
+                nv.nvmlShutdown()
+            except nv.NVMLError:
+                pass
 
     def read_streamed(self, emit: Callable[[Any], None]) -> dict[str, Any]:
         """read(), its progress sent through `emit` as packed reports (unpack_report): each
         GPU's health answers are encoded once, not again in every later report (an 8-GPU
-        health pass: 8 GPUs encoded, not 36).
-
-        Asked only in collect.bounded's child, which exits as soon as its answer is written:
-        nvmlShutdown is not called. The driver lets go of the child's handles as the child
-        exits (its /dev/nvidia* descriptors close), after the parent has its answer; on a real
-        H200 nvmlShutdown took 10 ms of the prolog's wait for NVML
-        (tests/fixtures/real/h200-fc-2026-11-29)."""
-        return self.read(_Packer(emit), shutdown=False)
+        health pass: 8 GPUs encoded, not 36)."""
+        return self.read(_Packer(emit))
 
     def _device(self, nv, call, index: int) -> tuple[dict[str, Any], Any]:
         """(one GPU's health answers, its handle; None when NVML gave none)."""

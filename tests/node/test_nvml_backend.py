@@ -275,17 +275,3 @@ def test_a_gpu_lost_before_nvml_hangs_on_another_still_drains_within_the_budget(
 
     assert decide(findings).level is Level.DRAIN_NOW
 
-
-def test_the_childs_streamed_read_leaves_nvml_to_its_exit_and_a_plain_read_shuts_it_down(
-        monkeypatch):
-    """The job start's NVML child answers and exits: nvmlShutdown (10 ms of the prolog's wait
-    on a real H200) is not called there, the process exit lets go of the driver; a read in a
-    process that lives on (snapshot, the telemetry exporter) still shuts NVML down."""
-    FakeNvml().install(monkeypatch)
-    calls = []
-    monkeypatch.setattr(pynvml, "nvmlShutdown", lambda: calls.append("shutdown"))
-    reports = []
-    streamed = NvmlBackend().read_streamed(reports.append)
-    assert calls == [] and reports and streamed["device_count"] == 2
-    assert NvmlBackend().read()["device_count"] == 2
-    assert calls == ["shutdown"]
