@@ -103,6 +103,21 @@ def _forget_unread(baselines: dict, read: dict, families: list[str]) -> None:
             del baselines[key]
 
 
+def _forget_unjudged(baselines: dict, unjudged: list[str]) -> None:
+    """No baseline of a family no run of this boot has judged: what it read is a value since
+    boot that the first run judging it must see whole, not a baseline that hides it (the
+    counters of a check that failed on its first run after a reboot)."""
+    from rsc_health.checks import BY_NAME
+    from rsc_health.checks.state import time_key
+
+    for family in unjudged:
+        fam = BY_NAME.get(family)
+        prefixes = fam.counter_prefixes if fam is not None else ()
+        for key in [k for k in baselines
+                    if k == time_key(family) or (prefixes and k.startswith(prefixes))]:
+            del baselines[key]
+
+
 def _hangs_before(shared: dict, own: dict | None, boot_id: str) -> dict[str, dict]:
     """The probes on record as hanging: the node path's record, and for a read-only run also
     its own (CHECK_HANGS_FILE) where that names a child still waiting and the node path's
@@ -351,6 +366,9 @@ def _run(
         new_cursors.pop(family, None)  # nothing judged: nothing consumed
     for family in failed:
         _unjudged(BY_NAME[family], state, new_cursors)
+    # The families whose counters no run of this boot has judged yet, this one included: one
+    # that did not run, read none of them or failed stays so (checks.state._read_counters).
+    unjudged = sorted(state.unjudged - (state.counted - set(failed) - set(no_catalog)))
 
     def commit(events: bool = True) -> list[Finding]:
         # Each state file is written only when it changes: what is on disk already says the
@@ -373,9 +391,10 @@ def _run(
                           (None, state.boot_id) else {})
             _forget_unread(merged, state.counters, families)
             merged.update((k, v) for k, v in state.counters.items() if k not in state.held)
-            if previous != {"boot_id": state.boot_id, "counters": merged}:
+            _forget_unjudged(merged, unjudged)
+            if previous != counters.record(state.boot_id, merged, unjudged):
                 counters.save(os.path.join(sdir, COUNTERS_FILE), merged, state.boot_id,
-                              sync_dir=False)
+                              sync_dir=False, unjudged=unjudged)
                 renamed = True
             if renamed:
                 fsync_dir(sdir)

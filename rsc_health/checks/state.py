@@ -50,6 +50,11 @@ class NodeState:
     baseline: dict[str, int] = field(default_factory=dict)
     # Counters read whose baselines this run leaves as they are (a prolog's, an epilog's).
     held: set[str] = field(default_factory=set)
+    # The families whose counters no earlier run of this boot judged (unjudged_families): a
+    # rise of theirs is their whole value since boot. And the families of per-sweep counters
+    # that ran and read some (judged, unless their check fails: engine.commit).
+    unjudged: set[str] = field(default_factory=set)
+    counted: set[str] = field(default_factory=set)
     # Family -> the sweeps its counters' rise spans (counters.SWEEP_S each, never under 1):
     # the time since its baselines were taken, where it is on record.
     sweeps: dict[str, float] = field(default_factory=dict)
@@ -137,7 +142,10 @@ def collect_all(
     state.collected.add(IBPORTS)
     _read_counters(state, families, previous_counters or {}, stage=stage, sweep=sweep,
                    now=_replay_ms(cfg, root))
-    state.deltas = counters.deltas(previous_counters or {}, state.counters, state.boot_id)
+    state.deltas = counters.deltas(
+        previous_counters or {}, state.counters, state.boot_id,
+        since_boot=tuple(p for f in families if f.name in state.unjudged
+                         for p in f.counter_prefixes))
     new_cursors = {}
     for fam in (f for f in families if f.cursor is not None):
         read = state.extra.get(fam.name)
@@ -161,6 +169,23 @@ def _replay_ms(cfg: Config, root: StrPath) -> int | None:
     return value if type(value) is int and value >= 0 else -1
 
 
+def per_sweep_families() -> list:
+    """The families whose counters are judged per sweep against a baseline (not rates)."""
+    return [f for f in REGISTRY if f.counters is not None and f.rates_prefix is None]
+
+
+def unjudged_families(before: dict, boot_id: str) -> set[str]:
+    """The families of per-sweep counters no run of `boot_id` has judged yet, by the record of
+    the previous run (counters.load()'s): every one when that was of another boot (a reboot),
+    the ones it names when it was of this boot, none when there is no boot on record (a first
+    run takes its baselines silently: nothing is judged that was there before rsc-health)."""
+    if counters.rebooted(before, boot_id):
+        return {f.name for f in per_sweep_families()}
+    if before.get("boot_id") == boot_id:
+        return set(before.get("unjudged") or ()) & {f.name for f in per_sweep_families()}
+    return set()
+
+
 def _read_counters(state: NodeState, families: list, before: dict, *,
                    stage: str | None = None, sweep: bool = False,
                    now: int | None = None) -> None:
@@ -170,25 +195,32 @@ def _read_counters(state: NodeState, families: list, before: dict, *,
     not move its counters' baseline past errors the next sweep has to see. A prolog or epilog
     moves none that is on record (state.held): the limits are per sweep, and the rise it
     judges is the one since the sweep's baseline, which the next sweep judges whole. A counter
-    with no baseline yet (a first run, a new boot) is kept whoever read it: from then on the
+    with no baseline yet (a first run, a new counter) is kept whoever read it: from then on the
     family that judges it sees its rise (a family whose counters come from its own collect
-    alone, counters_own, has none when it did not run). A value that is not a counter is
+    alone, counters_own, has none when it did not run). Not so after a reboot: a family no run
+    of the new boot has judged yet (state.unjudged) has its counters read only by a run of it,
+    which judges their whole value since boot, whichever stage runs first after the reboot (a
+    prolog that kept NVLink's 5000 errors since boot as baselines hid them from every sweep;
+    one that wrote the new boot's file without EDAC's made a sweep take a UE as its baseline).
+    A value that is not a counter is
     neither judged nor kept (the last good baseline stays, so a real rise after a garbled read
     is still seen). A family with a clock of its own (rates_prefix) keeps its own rules."""
     read = state.counters
     kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
         else {}
     state.baseline = dict(kept)
+    state.unjudged = unjudged_families(before, state.boot_id)
     hold = stage in JOB_STAGES
     now = _now_ms() if now is None else now
     # The families that ran first, then the others' counters that have no baseline yet.
     for ran, fam in sorted(((fam in families, fam) for fam in REGISTRY),
                            key=lambda pair: not pair[0]):
-        if fam.counters is None or (fam.counters_own and not ran):
+        if fam.counters is None or (not ran and (fam.counters_own or fam.name in state.unjudged)):
             continue
         got = fam.counters(state)
         read.update({k: v for k, v in got.items() if ran or k not in kept})
         if ran and got and fam.rates_prefix is None:
+            state.counted.add(fam.name)
             _timed(state, fam.name, kept, now, hold=hold, sweep=sweep)
             if hold:
                 state.held.update(k for k in got if k in kept)

@@ -5,6 +5,11 @@ rise since them and moves none that is there: checks.state._read_counters). A co
 went down, or a changed boot id, means the counter was reset (reboot, driver reload, link
 retrain): the errors since the reset are then the current value. With no previous sweep there
 is no delta: a node is not drained for errors it collected before rsc-health first looked.
+
+That rule holds whichever stage runs first after a reboot: the file also names the families
+whose counters no run of this boot has judged yet ("unjudged", checks.state.unjudged_families).
+A run that does not judge one keeps none of its baselines for the new boot, and the first
+run that does judges its whole value since boot, as if it had seen the boot id change.
 """
 
 from __future__ import annotations
@@ -73,18 +78,41 @@ def load(path: StrPath) -> dict:
         if plausible(v)
     }
     boot = data.get("boot_id")
-    return {"boot_id": boot if isinstance(boot, str) else None, "counters": clean}
+    unjudged = data.get("unjudged")
+    return record(boot if isinstance(boot, str) else None, clean,
+                  [f for f in unjudged if isinstance(f, str)]
+                  if isinstance(unjudged, list) else ())
 
 
-def deltas(previous: dict, counters: dict[str, int], boot_id: str) -> dict[str, int]:
-    """counter key -> increase since the previous sweep (only keys with a baseline)."""
+def record(boot_id: str | None, counters: dict[str, int], unjudged=()) -> dict:
+    """The file's content as load() returns it: "unjudged" (the families whose counters this
+    boot's runs have not judged yet) only where there is one, so a file written before it
+    existed and one with none read alike."""
+    out: dict = {"boot_id": boot_id, "counters": counters}
+    if unjudged:
+        out["unjudged"] = sorted(set(unjudged))
+    return out
+
+
+def rebooted(previous: dict, boot_id: str) -> bool:
+    """Whether `previous` (load()'s) is of another boot than `boot_id`: every counter was reset
+    since it was written."""
+    return (bool(boot_id) and "lost" not in previous
+            and previous.get("boot_id") not in (None, boot_id))
+
+
+def deltas(previous: dict, counters: dict[str, int], boot_id: str,
+           since_boot: tuple[str, ...] = ()) -> dict[str, int]:
+    """counter key -> increase since the previous sweep (only keys with a baseline).
+    `since_boot`: key prefixes of counters no run of this boot has judged yet, whose rise is
+    then their whole value since boot, as after a changed boot id."""
     if not previous or "lost" in previous:
         return {}
     before = previous.get("counters") or {}
-    rebooted = bool(boot_id) and previous.get("boot_id") not in (None, boot_id)
+    reset = rebooted(previous, boot_id)
     out = {}
     for key, now in counters.items():
-        if rebooted:
+        if reset or (since_boot and key.startswith(since_boot)):
             out[key] = 0 if key.endswith(LIFETIME_SUFFIXES) else now
         elif key in before:
             then = before[key]
@@ -93,5 +121,5 @@ def deltas(previous: dict, counters: dict[str, int], boot_id: str) -> dict[str, 
 
 
 def save(path: StrPath, counters: dict[str, int], boot_id: str, *,
-         sync_dir: bool = True) -> None:
-    save_json(path, {"boot_id": boot_id, "counters": counters}, sync_dir=sync_dir)
+         sync_dir: bool = True, unjudged=()) -> None:
+    save_json(path, record(boot_id, counters, unjudged), sync_dir=sync_dir)
