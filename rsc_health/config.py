@@ -3,9 +3,10 @@ overrides.
 
 Precedence (lowest first): rsc_health/default_config.toml < the site file
 (`--config PATH` > `$RSC_HEALTH_CONFIG` > /etc/rsc_health/config.toml) < [partitions.NAME] <
-[nodes."GLOB"] (in file order) < command-line options. A missing default-location file counts as
-empty; a file that was named explicitly and is missing, or any file that does not parse, is a
-ConfigError with the path and the parser's own message.
+[nodes."GLOB"] (value by value in the order the file sets them: Config.node_layers) <
+command-line options. A missing default-location file counts as empty; a file that was
+named explicitly and is missing, or any file that does not parse, is a ConfigError with the
+path and the parser's own message.
 
 Every value is typed: the type of each key is the type of its default in default_config.toml
 (`rsc_health/config_schema.py` infers it, plus a few range limits), so a key someone adds
@@ -46,6 +47,9 @@ if TYPE_CHECKING:
 DEFAULT_CONFIG_PATH = "/etc/rsc_health/config.toml"
 PACKAGED_DEFAULTS = os.path.join(os.path.dirname(__file__), "default_config.toml")
 OVERRIDE_TABLES = ("nodes", "partitions")
+# Config.overrides' key for the [nodes."GLOB"] values in the order the site file sets them
+# (Config.node_layers); not a TOML table, so no site file can write it.
+NODE_LAYERS = " node layers in file order"
 _UNSET: Any = object()
 
 
@@ -97,12 +101,25 @@ class Config:
         return bool(self.get("actions.enabled")) or any(on for _, on in self._node_actions())
 
     def _node_actions(self):
-        """(glob, enabled) of each `[nodes."GLOB".actions]` table that sets enabled, in the
+        """(glob, enabled) of each `[nodes."GLOB"]` layer that sets actions.enabled, in the
         order for_node merges them."""
-        for pattern, table in self.overrides.get("nodes", {}).items():
+        for pattern, table in self.node_layers():
             acts = table.get("actions") if isinstance(table, dict) else None
             if isinstance(acts, dict) and "enabled" in acts:
                 yield pattern, bool(acts["enabled"])
+
+    def node_layers(self) -> list:
+        """[glob, table] pairs in the order for_node applies them: the site file's values under
+        [nodes."GLOB"] in the order the file sets them (load_config's NODE_LAYERS). TOML
+        merges every table of one glob into one key, placed where the glob first appears, so
+        the parsed dict's order is not the file's: `[nodes."gpu*".actions] enabled = false`
+        appended to stop a pilot lost to the pilot's earlier table whenever an earlier
+        `[nodes."gpu*".gpu]` came first. A Config made without the file (a test's, a
+        snapshot's) has one layer per glob, in its dict order."""
+        layers = self.overrides.get(NODE_LAYERS)
+        if layers is None:
+            return [[k, v] for k, v in self.overrides.get("nodes", {}).items()]
+        return layers
 
     def for_node(self, node: str, partition: str | None = None, *,
                  given_up: bool = False) -> Config:
@@ -115,7 +132,7 @@ class Config:
         layers = []
         if partition and partition in self.overrides.get("partitions", {}):
             layers.append(self.overrides["partitions"][partition])
-        for pattern, table in self.overrides.get("nodes", {}).items():
+        for pattern, table in self.node_layers():
             if glob_match(node, pattern):
                 layers.append(table)
         for layer in layers:
@@ -410,6 +427,9 @@ def load_config(explicit: str | os.PathLike | None = None, *, raw: list | None =
             site = _read_toml(path, raw=got)
     cfg = _from_site(site, path, named)
     cfg.parsed = got[-1] if got else None
+    nodes = cfg.overrides.get("nodes")
+    if got and nodes and len(nodes) > 1:  # one glob: its dict order is the file's
+        cfg.overrides[NODE_LAYERS] = _node_layers(got[-1].decode("utf-8"), nodes, path)
     return cfg
 
 
@@ -426,6 +446,149 @@ def _from_site(site: dict, path: str, named: bool = True) -> Config:
     validate_overrides(overrides, data, path)
     _deep_merge(data, site)
     return Config(data, path if site or named else None, overrides)
+
+
+# ---- [nodes."GLOB"] precedence: the file's order, value by value ----------------------------
+# The rule (default_config.toml, README): for a node, every value set under a matching
+# [nodes."GLOB"] applies in the order the file sets it, so of two matching globs that set the
+# same key, the one written later in the file wins, whichever glob appeared first. tomllib
+# gives no positions, so _statement_paths reads the file once more for where each key is set
+# (table headers and `key = value` lines; every value skipped, strings and comments included):
+# only when the file has two or more globs, and not on a job start that finds its compiled
+# config (the layers are compiled with it).
+
+
+def _node_layers(text: str, nodes: dict, path: str) -> list:
+    """[glob, table] of each run of values the file sets under one glob, in file order."""
+    try:
+        paths = _statement_paths(text)
+    except (ValueError, IndexError) as exc:
+        # tomllib parsed this file: a file this reader cannot follow is its own failure,
+        # said loudly rather than guessing the precedence.
+        raise ConfigError(f"{path}: cannot tell the order of the [nodes.\"GLOB\"] tables "
+                          f"({exc}); write each as a [nodes.\"GLOB\".SECTION] table") from None
+    layers: list = []
+    for keys in paths:
+        if keys[0] != "nodes":
+            continue
+        if len(keys) == 1:  # nodes = {...}: one inline table, its globs in its own order
+            found = [[glob, table] for glob, table in nodes.items()]
+        else:
+            value = _walk(nodes, keys[1:])
+            if value is _UNSET:  # under an array of tables: no glob takes one
+                raise ConfigError(f"{path}: cannot tell the order of the [nodes.\"GLOB\"] "
+                                  f"tables (nodes.{'.'.join(keys[1:])} is not a table's key); "
+                                  "write each as a [nodes.\"GLOB\".SECTION] table")
+            for key in reversed(keys[2:]):
+                value = {key: value}
+            found = [[keys[1], value]]
+        for glob, table in found:
+            if layers and layers[-1][0] == glob:
+                _deep_merge(layers[-1][1], table)
+            else:
+                layers.append([glob, _copied(table)])
+    return layers
+
+
+def _walk(data: Any, keys) -> Any:
+    for key in keys:
+        if not isinstance(data, dict) or key not in data:
+            return _UNSET
+        data = data[key]
+    return data
+
+
+def _statement_paths(text: str) -> list[tuple]:
+    """The full key path of each `key = value` in a TOML document that parses, in file order
+    (the enclosing table header's keys, then the line's own)."""
+    paths: list[tuple] = []
+    table: tuple = ()
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c in " \t\r\n":
+            i += 1
+        elif c == "#":
+            i = _line_end(text, i)
+        elif c == "[":
+            double = text.startswith("[[", i)
+            start = i + (2 if double else 1)
+            end = _key_end(text, start, "]")
+            table = _key_path(text[start:end])
+            i = end + (2 if double else 1)
+        else:
+            end = _key_end(text, i, "=")
+            paths.append(table + _key_path(text[i:end]))
+            i = _value_end(text, end + 1)
+    return paths
+
+
+def _line_end(text: str, i: int) -> int:
+    end = text.find("\n", i)
+    return len(text) if end < 0 else end
+
+
+def _key_end(text: str, i: int, stop: str) -> int:
+    """Where `stop` ends a (dotted, maybe quoted) key that starts at i."""
+    while text[i] != stop:
+        i = _string_end(text, i) if text[i] in "\"'" else i + 1
+    return i
+
+
+def _key_path(key: str) -> tuple:
+    """A dotted key's parts, decoded as TOML decodes them (quotes, escapes)."""
+    from rsc_health.compat import tomllib
+
+    parsed = tomllib.loads(key + " = 0")
+    parts = []
+    while isinstance(parsed, dict):
+        (name, parsed), = parsed.items()
+        parts.append(name)
+    return tuple(parts)
+
+
+def _string_end(text: str, i: int) -> int:
+    """Just past the string that starts at i (basic, literal, multi-line of either)."""
+    quote = text[i]
+    if text.startswith(quote * 3, i):
+        j = i + 3
+        while True:
+            if quote == '"' and text[j] == "\\":
+                j += 2
+            elif text.startswith(quote * 3, j):
+                j += 3
+                while j < len(text) and text[j] == quote:
+                    j += 1  # up to two quotes of the content before the closing three
+                return j
+            else:
+                j += 1
+    j = i + 1
+    while text[j] != quote:
+        j += 2 if quote == '"' and text[j] == "\\" else 1
+    return j + 1
+
+
+def _value_end(text: str, i: int) -> int:
+    """Just past the value that starts after `=` at i: the end of its line, arrays and strings
+    (which may span lines) and inline tables skipped whole."""
+    depth = 0
+    n = len(text)
+    while i < n:
+        c = text[i]
+        if c in "\"'":
+            i = _string_end(text, i)
+            continue
+        if c == "#":
+            i = _line_end(text, i)
+            continue
+        if c in "[{":
+            depth += 1
+        elif c in "]}":
+            depth -= 1
+        elif c == "\n" and depth == 0:
+            return i
+        i += 1
+    return i
 
 
 def validated(data: dict, source: str | os.PathLike) -> Config:
@@ -602,7 +765,7 @@ def _now_text() -> str:
 # no parse); code that changed that recently is not compiled at all. Any later change is
 # stamped at or after that moment less one tick, so a key RACY_NS older than it is safe.
 COMPILED_FILE = "compiled_config.marshal"
-COMPILED_FORMAT = 2
+COMPILED_FORMAT = 3  # 3: overrides keep NODE_LAYERS
 # 2 s: the coarsest timestamps a config's filesystem has (FAT's 2 s; ext3, 128-byte-inode ext4
 # and NFS servers on them: 1 s; local ext4/xfs/btrfs: one kernel tick, 1-10 ms), with a second
 # of clock skew between an NFS server and this node to spare. A racy key costs one read of

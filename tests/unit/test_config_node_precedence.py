@@ -1,0 +1,101 @@
+"""[nodes."GLOB"] precedence is the file's order, value by value: of two matching globs that
+set the same key, the one the file sets later wins, wherever each glob first appears. TOML
+merges all tables of one glob into one key placed where it first appears, so the parsed
+dict's order is not the file's (helper-208)."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from rsc_health.cli import AppContext
+from rsc_health.commands.config import config
+from rsc_health.config import load_config, load_config_compiled
+
+STOP_ALL = '''[actions]
+enabled = false
+[nodes."gpu*".gpu]
+count = 8
+[nodes."gpu00[1-8]".actions]
+enabled = true
+# 03:00, the pilot is draining healthy nodes: every gpu node back to shadow, appended last
+[nodes."gpu*".actions]
+enabled = false
+'''
+
+
+def _load(tmp_path, text):
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    return p, load_config(p)
+
+
+def test_a_later_table_wins_as_documented(tmp_path):
+    """An operator stopping a misbehaving pilot appends `[nodes."gpu*".actions] enabled =
+    false` at the end. An earlier `[nodes."gpu*".gpu]` table put "gpu*" first in the parsed
+    dict, and precedence was by that order: the pilot's table still won for gpu001..008."""
+    _, cfg = _load(tmp_path, STOP_ALL)
+    live = [n for n in ("gpu001", "gpu005", "gpu008") if cfg.actions_enabled(n)]
+    assert live == [], f"still live under the later `enabled = false` table: {live}"
+    assert cfg.for_node("gpu001").get("actions.enabled") is False
+    assert cfg.for_node("gpu001").get("gpu.count") == 8
+
+
+def test_config_show_node_says_what_actions_enabled_does(tmp_path):
+    p, cfg = _load(tmp_path, STOP_ALL)
+    res = CliRunner().invoke(config, ["show", "--node", "gpu003", "--section", "actions"],
+                             obj=AppContext(config_path=str(p)))
+    assert res.exit_code == 0, res.output
+    shown = json.loads(res.output)["config"]["actions"]["enabled"]
+    assert shown is False is cfg.actions_enabled("gpu003")
+
+
+def test_precedence_is_per_value_not_per_glob(tmp_path):
+    """A glob's later table of another section does not lift its earlier values over a
+    later glob's: the pilot written after `gpu*`'s actions table stays live even when
+    `gpu*` gets one more table at the very end."""
+    _, cfg = _load(tmp_path, '''[nodes."gpu*".actions]
+enabled = false
+[nodes."gpu00[1-8]".actions]
+enabled = true
+[nodes."gpu*".gpu]
+count = 4
+''')
+    assert cfg.actions_enabled("gpu002") and not cfg.actions_enabled("gpu020")
+    view = cfg.for_node("gpu002")
+    assert view.get("actions.enabled") is True and view.get("gpu.count") == 4
+
+
+def test_dotted_and_inline_forms_rank_where_they_are_written(tmp_path):
+    _, cfg = _load(tmp_path, '''[nodes]
+"gpu*".gpu.count = 8
+"gpu00[1-8]" = { actions = { enabled = true } }
+'gpu*'.actions.enabled = false
+''')
+    assert not cfg.actions_enabled("gpu001")
+    assert cfg.for_node("gpu001").get("actions.enabled") is False
+
+
+def test_strings_that_look_like_tables_do_not_move_a_glob(tmp_path):
+    _, cfg = _load(tmp_path, '''[nodes."gpu*".actions]
+enabled = false
+[nodes."gpu00[1-8]".actions]
+enabled = true
+[nodes."gpu*".gpu]
+# [nodes."gpu*".actions]
+count = 8
+''')
+    assert cfg.actions_enabled("gpu001")
+
+
+def test_the_compiled_config_keeps_the_file_order(tmp_path):
+    """A job start reads the compiled config, not the TOML: it must rank values alike."""
+    p = tmp_path / "config.toml"
+    p.write_text(STOP_ALL)
+    root = tmp_path / "root"
+    first = load_config_compiled(root, p)
+    assert (root / "var/lib/rsc_health/compiled_config.marshal").is_file()
+    again = load_config_compiled(root, p)
+    for cfg in (first, again):
+        assert not cfg.actions_enabled("gpu001")
+        assert cfg.for_node("gpu001").get("actions.enabled") is False
