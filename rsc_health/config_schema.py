@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 import os
 
-from rsc_health import ConfigError
+from rsc_health import ConfigError, lazyre
 from rsc_health.model import FINDING_SEVERITIES, LOWER_IS_WORSE, Level, Metric
 from rsc_health.record import dataclass, field
 
@@ -402,6 +402,8 @@ def validate_overrides(overrides: dict, defaults: dict, path: str | os.PathLike)
     for kind, tables in overrides.items():
         for name, table in tables.items():
             label = f'[{kind}."{name}"] ' if kind == "nodes" else f"[{kind}.{name}] "
+            if kind == "nodes":
+                _refuse_hostlist_glob(name, path, label)
             for section, body in table.items():
                 if section in FLEET_SECTIONS:
                     raise ConfigError(
@@ -418,6 +420,29 @@ def validate_overrides(overrides: dict, defaults: dict, path: str | os.PathLike)
                         f'a node may be in several): set it in [nodes."GLOB".{section}] for '
                         "the partition's nodes")
                 validate_section(section, body, defaults, path, label)
+
+
+def _refuse_hostlist_glob(glob: str, path: str | os.PathLike, label: str) -> None:
+    """A node glob is fnmatch's: `[...]` is ONE character of a set. A Slurm hostlist range
+    written there (`gpu[01-16]`, `gpu[1-4,8]`) is a set of single characters to fnmatch
+    ({0, 1, 6}; {1, 2, 3, 4, ",", 8}): the table matched none of the nodes meant (a pilot's
+    'shadow' nodes stayed live) and `config check` said ok. Refused, not read as Slurm reads
+    it: a bracket of digits means one thing to fnmatch and another to Slurm (`[13]`), and a
+    site's existing fnmatch sets keep their meaning. A set with a comma, or a range with a
+    bound of two or more digits, is a Slurm range; `[0-9]`, `[1-8]`, `[01]` are fnmatch's."""
+    for found in _SLURM_SET.finditer(glob):
+        body = found.group(1)
+        if "," in body or any(len(bound) > 1 for part in body.split(",") if "-" in part
+                              for bound in part.split("-")):
+            raise ConfigError(
+                f"{path}: {label}{found.group(0)} reads as a Slurm hostlist range, but a node "
+                f"glob is fnmatch's, where {found.group(0)} is ONE character out of a set (it "
+                "matches none of the names the range means); write fnmatch globs, a table "
+                "each: `gpu[01-16]` is `gpu0[1-9]` and `gpu1[0-6]`")
+
+
+# A bracket of digits, commas and dashes: what a Slurm hostlist range is written with.
+_SLURM_SET = lazyre.compile(r"\[([0-9][0-9,-]*)\]")
 
 
 def _suggest(key: str, known) -> str:

@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
+from rsc_health import ConfigError
 from rsc_health.cli import AppContext
 from rsc_health.commands.config import config
 from rsc_health.config import load_config, load_config_compiled
@@ -88,14 +90,57 @@ count = 8
     assert cfg.actions_enabled("gpu001")
 
 
-def test_the_compiled_config_keeps_the_file_order(tmp_path):
+def test_the_compiled_config_keeps_the_file_order(tmp_path, monkeypatch):
     """A job start reads the compiled config, not the TOML: it must rank values alike."""
+    import time
+
+    from rsc_health import config as config_module
+
     p = tmp_path / "config.toml"
     p.write_text(STOP_ALL)
     root = tmp_path / "root"
+    real = time.time_ns  # nothing racy: the first load compiles, the second reads it
+    monkeypatch.setattr(time, "time_ns", lambda: real() + config_module.RACY_NS + 10**9)
     first = load_config_compiled(root, p)
-    assert (root / "var/lib/rsc_health/compiled_config.marshal").is_file()
+
+    def no_parse(data, path):
+        raise AssertionError("parsed again: the compiled config was not read")
+
+    monkeypatch.setattr(config_module, "_parse_toml", no_parse)
     again = load_config_compiled(root, p)
     for cfg in (first, again):
         assert not cfg.actions_enabled("gpu001")
         assert cfg.for_node("gpu001").get("actions.enabled") is False
+
+
+PILOT = ('[actions]\nenabled = true\n'
+         '[nodes."gpu[01-16]".actions]\nenabled = false\n')
+
+
+def test_a_slurm_hostlist_as_node_glob_is_not_silently_a_one_character_set(tmp_path):
+    """`[nodes."gpu[01-16]".actions] enabled = false`, a pilot's shadow nodes written as
+    Slurm names node ranges: fnmatch reads `[01-16]` as ONE character out of {0, 1, 6}, so
+    the table matched gpu0, gpu1 and gpu6 and none of gpu01..gpu16, and `config check` said
+    ok. Now the config is refused, naming the table."""
+    p = tmp_path / "config.toml"
+    p.write_text(PILOT)
+    res = CliRunner().invoke(config, ["check"], obj=AppContext(config_path=str(p)))
+    assert res.exit_code == 4, res.output
+    assert 'nodes."gpu[01-16]"' in res.output and "Slurm hostlist range" in res.output
+
+
+@pytest.mark.parametrize("glob", ["gpu[01-16]", "gpu[1-4,8]", "gpu[1,3]", "dgx-[0001-0128]*",
+                                  "gpu0[1-9]x[10-12]"])
+def test_slurm_ranges_are_refused_in_any_node_glob(tmp_path, glob):
+    p = tmp_path / "config.toml"
+    p.write_text(f'[nodes."{glob}".gpu]\ncount = 4\n')
+    with pytest.raises(ConfigError, match="Slurm hostlist range"):
+        load_config(p)
+
+
+@pytest.mark.parametrize("glob", ["gpu[0-9]", "gpu00[1-8]", "gpu[01][0-9]", "gpu[13]",
+                                  "gpu[!0-3]*", "node[a-c]?"])
+def test_fnmatch_sets_stay_accepted(tmp_path, glob):
+    p = tmp_path / "config.toml"
+    p.write_text(f'[nodes."{glob}".gpu]\ncount = 4\n')
+    assert load_config(p).overrides["nodes"][glob] == {"gpu": {"count": 4}}
