@@ -148,9 +148,16 @@ def repair_drain(reason: str | None, never_resume) -> bool:
 OVER_REPAIR = "over_"
 
 
+def _never_resume(ctx: click.Context, node: str) -> list:
+    """[actions] never_resume_codes as `node` sees it: its [nodes."GLOB".actions] tables are
+    what the node path kept its drain as a repair by (a site's ib_down on its H100 nodes), so
+    judging the drain with the site-wide list put a repair back with no qualification pass."""
+    return ctx.obj.config.for_node(node).get("actions.never_resume_codes")
+
+
 def _needs_qualification(ctx: click.Context, info) -> str | None:
     """Why this node must be qualified rather than resumed, or None."""
-    if not repair_drain(info.reason, ctx.obj.config.get("actions.never_resume_codes")):
+    if not repair_drain(info.reason, _never_resume(ctx, info.name)):
         return None
     ask = f"qualify it: `healthctl qualify start {info.name}` (or --force)"
     if not ctx.obj.historian_configured:
@@ -251,15 +258,15 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
                        detail=f"{info.state} by someone else: {info.reason!r}; --force")
             return None
         reason = slurm_reason
-        if info.drain_set and repair_drain(info.reason,
-                                           ctx.obj.config.get("actions.never_resume_codes")):
+        if info.drain_set and repair_drain(info.reason, _never_resume(ctx, node)):
             # Over our repair verdict (a never-resume XID, a lemon, a failed or unproven
             # qualification): the person's reason replaces it, and its code says what it
             # went over (`over_xid48`), so the maintenance's `healthctl resume` still asks
             # for the qualification pass the repair needs, and `qualify auto` leaves the node
             # to the person meanwhile (a manual drain).
-            reason = manual_reason(
-                f"{OVER_REPAIR}{(parse_reason(info.reason) or {}).get('code', 'repair')}")
+            over = (parse_reason(info.reason) or {}).get("code", "repair")
+            # A person's drain over a person's over_ drain keeps its one over_ (not over_over_)
+            reason = manual_reason(over if over.startswith(OVER_REPAIR) else OVER_REPAIR + over)
             res["detail"] = (f"over rsc-health's repair drain {info.reason[:60]!r}: resume "
                              "asks for a qualification pass; ")
         try:
