@@ -155,6 +155,24 @@ def _never_resume(ctx: click.Context, node: str) -> list:
     return ctx.obj.config.for_node(node).get("actions.never_resume_codes")
 
 
+def _drained_by_another(reason: str | None, who: str) -> str | None:
+    """Who drained the node with `healthctl drain`, when that is not `who` (the person now
+    asking): a person's drain carries our prefix and is read back as ours, so another
+    person's `drain` replaced it and a bulk `resume` lifted it without --force (an RMA note,
+    a GPU awaiting a swap back in service). The name is the reason's trailing `by NAME`
+    (manual_reason keeps it whole); one the reason does not end with (a drain written
+    before it was kept, cut short) counts as another person's: --force says it is meant."""
+    from rsc_health.policy import MANUAL_MODE, parse_reason, sanitize
+
+    parsed = parse_reason(reason)
+    if parsed is None or parsed["mode"] != MANUAL_MODE:
+        return None
+    _, by, name = parsed["text"].rpartition(" by ")
+    if by and name.strip() == sanitize(who).strip():
+        return None
+    return name.strip() if by and name.strip() else "someone"
+
+
 def _needs_qualification(ctx: click.Context, info) -> str | None:
     """Why this node must be qualified rather than resumed, or None."""
     if not repair_drain(info.reason, _never_resume(ctx, info.name)):
@@ -210,7 +228,8 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
     """Drain NODES (a hostlist) with an rsc_health:manual reason; never auto-resumed.
 
     Goes on past a node it cannot change and prints one line per node; exits 1 if any failed.
-    A node a person drained or set DOWN keeps its reason unless --force."""
+    A node a person drained or set DOWN keeps its reason unless --force, a `healthctl drain` of
+    another person's included (the reason's `by NAME`); one's own may be drained again."""
     from rsc_health.model import REASON_PREFIX, ActionKind
     from rsc_health.policy import (
         MANUAL_MODE,
@@ -229,9 +248,13 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
     def manual_reason(code: str) -> str:
         # The code clipped first (MAX_CODE_LEN): a long one cut at MAX_REASON_LEN lost the
         # colon after it, and the drain was no longer read back as ours (resume refused it)
-        return (f"{REASON_PREFIX}{MANUAL_MODE}:"
-                f"{sanitize(code).replace(':', '_')[:MAX_CODE_LEN] or MANUAL_MODE}:"
-                f"{text} by {sanitize(who)}")[:MAX_REASON_LEN].rstrip()
+        # The text is clipped, not the `by NAME` after it: whose drain it is decides who
+        # may replace or lift it without --force (_drained_by_another).
+        head = (f"{REASON_PREFIX}{MANUAL_MODE}:"
+                f"{sanitize(code).replace(':', '_')[:MAX_CODE_LEN] or MANUAL_MODE}:")
+        tail = f" by {sanitize(who)}"
+        room = max(MAX_REASON_LEN - len(head) - len(tail), 1)
+        return (head + text[:room].rstrip() + tail)[:MAX_REASON_LEN].rstrip()
 
     slurm_reason = manual_reason(code)
     hosts = _hosts(nodes)
@@ -253,9 +276,12 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
                               "would_drain")
             return None
         info = slurm.node(node)
-        if (info.drain_set or info.down) and not is_ours(info.reason) and not force:
+        other = (info.drain_set or info.down) and _drained_by_another(info.reason, who)
+        if (info.drain_set or info.down) and (not is_ours(info.reason) or other) \
+                and not force:
             res.update(result="refused",
-                       detail=f"{info.state} by someone else: {info.reason!r}; --force")
+                       detail=f"{info.state} by {other or 'someone else'}: {info.reason!r}; "
+                              "--force")
             return None
         reason = slurm_reason
         if info.drain_set and repair_drain(info.reason, _never_resume(ctx, node)):
@@ -318,7 +344,8 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
 def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bool) -> None:
     """Resume NODES after repair; one line per node, going on past a node it cannot change.
 
-    A person's or Slurm's drain needs --force; so does a node with an open repair ticket in
+    A person's or Slurm's drain needs --force (a `healthctl drain` only when another person's:
+    the reason's `by NAME` is not the one resuming); so does a node with an open repair ticket in
     the historian (close the ticket: `healthctl ticket close ID`), and a node rsc-health
     drained for a repair (a never-resume code, a lemon, a failed qualification) with no
     stored qualification pass since the drain: `healthctl qualify start NODE` proves it and
@@ -346,6 +373,11 @@ def resume(ctx: click.Context, nodes: str, force: bool, reason: str, as_json: bo
             return None
         if not is_ours(info.reason) and not force:
             res.update(result="refused", detail=f"not ours ({info.reason!r}); --force")
+            return None
+        other = _drained_by_another(info.reason, who)
+        if other and not force:
+            res.update(result="refused",
+                       detail=f"drained by {other} ({info.reason!r}); theirs to lift, or --force")
             return None
         open_tickets = _open_tickets(ctx, node)
         if open_tickets and not force:

@@ -117,6 +117,7 @@ def test_resume_of_a_transient_or_a_persons_healthctl_drain_needs_no_qualificati
     slurm = MemorySlurm()
     slurm.add_node("leftover", "IDLE+DRAIN", "rsc_health:now:leftover_process:gpu0 pid 4242")
     slurm.add_node("manual", "IDLE+DRAIN", "rsc_health:manual:manual:DIMM reseat by bob")
+    monkeypatch.setenv("SUDO_USER", "bob")  # bob's own drain: another's needs --force
     out = resume(url, slurm, monkeypatch, "leftover,manual")
     assert out.exit_code == 0, out.output
 
