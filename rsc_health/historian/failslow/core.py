@@ -32,6 +32,8 @@ from rsc_health.qualify.judge import tolerances
 LOW, HIGH = "low", "high"
 DIRECTIONS = (LOW, HIGH)
 SAMPLE_COLUMNS = ("node", "time", "metric", "value", "component")
+# A sample column (shared_samples): its node ran a job membership does not hold as well.
+SHARED = "shared"
 MEMBER_COLUMNS = ("job_id", "node", "start", "end")
 STEP_COLUMNS = ("job_id", "rank", "node", "stage", "step", "seconds", "time")
 MAD_SCALE = 1.4826
@@ -197,7 +199,11 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
     cols = ["job_id", "node", "group", "metric", "slot", "time", "value", "component", "source"]
     if samples is None or samples.empty or membership is None or membership.empty:
         return pd.DataFrame(columns=cols)
-    s = samples.loc[samples["metric"].isin(list(rules.metrics)), list(SAMPLE_COLUMNS)]
+    judged_metric = samples["metric"].isin(list(rules.metrics))
+    if SHARED in samples:
+        # the node ran a job membership does not hold as well (shared_samples)
+        judged_metric &= ~samples[SHARED].fillna(False).astype(bool)
+    s = samples.loc[judged_metric, list(SAMPLE_COLUMNS)]
     s = s.assign(value=pd.to_numeric(s["value"], errors="coerce"),
                  time=utc(s["time"]))
     s = s[np.isfinite(s["value"].to_numpy(dtype=float)) & _in_range(s)]
@@ -209,7 +215,8 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
     j = j[inside]
     # A node two judged jobs shared at the sample's time (OverSubscribe, GPUs split between
     # jobs) says one node-level figure, its worst GPU's, whoever's GPU that is: judged in
-    # either job it blamed the other job's GPU. Such samples are judged in neither.
+    # either job it blamed the other job's GPU. Such samples are judged in neither (and, by
+    # shared_samples, those of a node a one-node job shared, which membership does not hold).
     shared = j.groupby(["node", "time", "metric"], sort=False)["job_id"].transform("nunique")
     j = j[shared.to_numpy() == 1]
     if j.empty:
@@ -233,6 +240,29 @@ def telemetry_observations(samples: pd.DataFrame, membership: pd.DataFrame,
         out.loc[many, "component"] = last.reindex(at).to_numpy()
     out = out.drop(columns="n")
     return out.assign(source=TELEMETRY)[cols]
+
+
+def shared_samples(samples: pd.DataFrame | None, others: pd.DataFrame | None
+                   ) -> pd.DataFrame | None:
+    """`samples` with column SHARED: True where, at the sample's time, its node ran one of
+    `others` (job_id, node, start, end: jobs membership does not hold, the one-node ones
+    beside a multi-node job). The node-level figure is its worst GPU's, whoever's GPU that
+    is, so such a sample is judged in no job (telemetry_observations), as one two judged jobs
+    shared. The samples stay in the frame: a node's newest one still says how far its spool
+    was delivered (`delivered`)."""
+    if samples is None or samples.empty or others is None or others.empty:
+        return samples
+    o = others[["node", "start", "end"]].assign(node=others["node"].astype(str),
+                                                start=utc(others["start"]),
+                                                end=utc(others["end"]))
+    s = pd.DataFrame({"row": np.arange(len(samples)),
+                      "node": samples["node"].astype(str).to_numpy(),
+                      "time": utc(samples["time"]).to_numpy()})
+    j = s[s["node"].isin(set(o["node"]))].merge(o, on="node", how="inner")
+    inside = (j["time"] >= j["start"]) & (j["end"].isna() | (j["time"] < j["end"]))
+    shared = np.zeros(len(samples), dtype=bool)
+    shared[j.loc[inside, "row"].to_numpy(dtype="int64")] = True
+    return samples.assign(**{SHARED: shared})
 
 
 def _in_range(s: pd.DataFrame) -> np.ndarray:

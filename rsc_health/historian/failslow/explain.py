@@ -29,6 +29,7 @@ from rsc_health.historian.failslow.core import (
     delivered,
     find_runs,
     judged,
+    shared_samples,
     step_observations,
     telemetry_observations,
 )
@@ -215,6 +216,7 @@ def _explain_job(engine, job_id: str, now: datetime, cfg: Any, hours: float
     from rsc_health.historian import schema
     from rsc_health.historian.failslow.load import (
         _gpu_models,
+        co_tenants,
         membership,
         one_cluster_per_job,
         with_stages,
@@ -264,6 +266,8 @@ def _explain_job(engine, job_id: str, now: datetime, cfg: Any, hours: float
     nodes = sorted(set(members.loc[members["job_id"] == target, "node"].astype(str)))
     members = with_stages(members, step_rows)
     samples = load_samples(engine, since, until, nodes) if nodes else None
+    # as a pass reads them: a one-node job beside the job on a node shares its samples
+    samples = shared_samples(samples, co_tenants(engine, since, until))
     out = explain_frame(target, samples if samples is not None else pd.DataFrame(
         columns=["node", "time", "metric", "value", "component"]), members,
         step_rows if len(step_rows) else None, rules, now)

@@ -47,6 +47,7 @@ from rsc_health.historian.failslow.core import (
     detect_frame,
     fleet_rates,
     judged,
+    shared_samples,
 )
 from rsc_health.historian.failslow.evidence import SuspectEvidence
 from rsc_health.historian.failslow.recurring import ROLLUP_COLUMNS, Across, recurring_frame
@@ -112,30 +113,56 @@ def membership(engine: Engine, since: datetime, until: datetime,
     from its nodes' prologs (`untold`), so it is judged from the flush that delivers them, not
     from the next hourly ingest; once sacct tells of it, its row is the job and they are not
     read."""
+    with engine.connect() as conn:
+        rows = _runs(conn, since, until, many=True)
+        more = untold(conn, since, until)
+        gpus = _gpu_models(conn) if gpus is None else gpus
+    members = _with_untold(rows, more)
+    members = members.merge(gpus, on="node", how="left")
+    return members.assign(gpu_model=members["gpu_model"].fillna(""))
+
+
+def co_tenants(engine: Engine, since: datetime, until: datetime) -> pd.DataFrame:
+    """One-node jobs that ran in [since, until] on a node a multi-node job ran on in it:
+    job_id, node, start, end (an end sacct has not said yet: the node's epilog's, as for
+    `membership`). Never judged (no peers), but a node one of them shared with a multi-node
+    job (OverSubscribe, GPUs split) says one node-level figure, its worst GPU's, whoever's GPU
+    that is: core.shared_samples marks its samples judged in no job, as for two multi-node
+    jobs (core.telemetry_observations)."""
+    with engine.connect() as conn:
+        rows = _runs(conn, since, until, many=False)
+    return rows.drop(columns="cluster")[list(MEMBER_COLUMNS)].reset_index(drop=True)
+
+
+def _runs(conn, since: datetime, until: datetime, *, many: bool) -> pd.DataFrame:
+    """The runs in [since, until] of the jobs of two or more nodes (`many`), or of the
+    one-node jobs on a node one of those ran on: job_id, node, start, end, cluster, each
+    open run ended at its node's epilog (_ended_by_epilogs)."""
     j, jn, je = schema.jobs, schema.job_nodes, schema.job_ends
+    in_window = (j.c.start.is_not(None), j.c.start <= until,
+                 or_(j.c.end.is_(None), j.c.end >= since))
+    size = j.c.nnodes >= 2
+    if not many:
+        # only where a judged job ran: a fleet's one-node jobs elsewhere change nothing
+        judged_nodes = (select(jn.c.node).select_from(j.join(jn, jn.c.job_pk == j.c.id))
+                        .where(size, *in_window))
+        size = and_(j.c.nnodes < 2, jn.c.node.in_(judged_nodes))
     stmt = (select(j.c.id, j.c.job_id, jn.c.node, j.c.start, j.c.end, j.c.cluster)
             .select_from(j.join(jn, jn.c.job_pk == j.c.id))
-            .where(j.c.nnodes >= 2, j.c.start.is_not(None), j.c.start <= until,
-                   or_(j.c.end.is_(None), j.c.end >= since)))
+            .where(size, *in_window))
     # The epilogs of the runs whose end sacct has not said: a fleet's running jobs at most,
     # each probed by (node, job_id).
     open_runs = (select(j.c.id.label("pk"), jn.c.node, j.c.job_id, j.c.start)
                  .select_from(j.join(jn, jn.c.job_pk == j.c.id))
-                 .where(j.c.nnodes >= 2, j.c.end.is_(None), j.c.start.is_not(None),
+                 .where(size, j.c.end.is_(None), j.c.start.is_not(None),
                         j.c.start <= until).subquery())
     ends = (select(open_runs.c.pk, open_runs.c.node, je.c.time)
             .select_from(open_runs.join(je, and_(je.c.node == open_runs.c.node,
                                                  je.c.job_id == open_runs.c.job_id,
                                                  je.c.time >= open_runs.c.start))))
-    with engine.connect() as conn:
-        rows = pd.DataFrame(conn.execute(stmt).all(),
-                            columns=["pk", *MEMBER_COLUMNS, "cluster"])
-        epilogs = pd.DataFrame(conn.execute(ends).all(), columns=["pk", "node", "time"])
-        more = untold(conn, since, until)
-        gpus = _gpu_models(conn) if gpus is None else gpus
-    members = _with_untold(_ended_by_epilogs(rows, epilogs).drop(columns="pk"), more)
-    members = members.merge(gpus, on="node", how="left")
-    return members.assign(gpu_model=members["gpu_model"].fillna(""))
+    rows = pd.DataFrame(conn.execute(stmt).all(), columns=["pk", *MEMBER_COLUMNS, "cluster"])
+    epilogs = pd.DataFrame(conn.execute(ends).all(), columns=["pk", "node", "time"])
+    return _ended_by_epilogs(rows, epilogs).drop(columns="pk")
 
 
 def untold(conn, since: datetime, until: datetime) -> pd.DataFrame:
@@ -384,7 +411,8 @@ def _window(engine: Engine, now: datetime, cfg: Any
     with engine.connect() as conn:
         gpus = _gpu_models(conn)  # once a pass: the window's jobs and the rollups'
     members, step_rows = one_cluster_per_job(membership(engine, since, now, gpus), step_rows)
-    return (_samples(engine, since, now), with_stages(members, step_rows),
+    samples = shared_samples(_samples(engine, since, now), co_tenants(engine, since, now))
+    return (samples, with_stages(members, step_rows),
             step_rows if not step_rows.empty else None, gpus)
 
 
