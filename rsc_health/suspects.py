@@ -17,11 +17,11 @@ holds with the historian's open episodes and applies the difference, so a lost c
 within one pass and is recorded as re-applied (tests/slurm/test_suspect_tier.py measures it).
 
 What is never done: a drain (qualification decides: `healthctl qualify auto` sends idle suspects
-to the [suspects] qualify_tier, whose pass clears and whose fail drains); a change in shadow mode
-([actions] enabled = false: `would_suspect` is recorded); a change to a node a person or Slurm
-drained or marked DOWN (their state wins: `suspect_held`); more suspects at once than the guard
-allows ([suspects] max_share of each partition, at least one, strongest evidence first, a
-node's own telemetry before a job's step files).
+to the [suspects] qualify_tier, whose pass, or a deeper tier's, clears and whose fail drains);
+a change in shadow mode ([actions] enabled = false: `would_suspect` is recorded); a change to a
+node a person or Slurm drained or marked DOWN (their state wins: `suspect_held`); more suspects
+at once than the guard allows ([suspects] max_share of each partition, at least one, strongest
+evidence first, a node's own telemetry before a job's step files).
 """
 
 from __future__ import annotations
@@ -283,7 +283,7 @@ def manager_pass(engine, slurm, cfg, now: datetime, *, detect: Callable | None =
             res.evidence = len(evidence)
             res.recorded = hs.record(engine, evidence, now, expire_after=timedelta(
                 hours=float(cfg.get("suspects.expire_after_h"))))
-    res.settled = hs.settle(engine, now)
+    res.settled = hs.settle(engine, now, tier=str(cfg.get("suspects.qualify_tier")))
     res.expired = hs.expire(engine, now)
     res.changes, errors = apply(engine, slurm, cfg, now, log=log)
     res.errors += errors

@@ -3,7 +3,8 @@
 One row per episode of a node: opened by fail-slow evidence (`SuspectEvidence`, from
 rsc_health.historian.failslow), renewed by more, ended
 
-    cleared    by a qualification pass after it opened, or by a person (`healthctl suspects
+    cleared    by a qualification pass after it opened, of [suspects] qualify_tier or a deeper
+               one (lite < full < deep), or by a person (`healthctl suspects
                clear NODE --reason`), who is named in changed_by with the reason;
     confirmed  by a qualification fail after it opened that drained the node (the flow's
                drain of a failed test, ticketed): a fail whose drain the mass-drain guard held
@@ -22,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import and_, func, insert, or_, select, update
 
 from rsc_health.historian.db import TURNS_SUSPECTS, take_turns, writer
 from rsc_health.historian.failslow.evidence import STEPS, SuspectEvidence
@@ -180,13 +181,20 @@ def expire(engine, now: datetime) -> list[str]:
     return [r.node for r in rows]
 
 
-def settle(engine, now: datetime) -> list[tuple[str, SuspectState, str]]:
-    """Episodes a qualification run decided, after the episode opened: a pass clears, a fail
-    confirms once the flow drained the node for it (its QUALIFY_DRAIN with a failed test's
-    code since the episode opened); an inconclusive run decides nothing, nor does a fail
-    left undrained. [(node, new state, why)]."""
+def settle(engine, now: datetime, *, tier: str) -> list[tuple[str, SuspectState, str]]:
+    """Episodes a qualification run decided, after the episode opened: a pass of `tier`
+    ([suspects] qualify_tier) or a deeper one clears, a fail of any tier confirms once the
+    flow drained the node for it (its QUALIFY_DRAIN with a failed test's code since the
+    episode opened); an inconclusive run decides nothing, nor does a fail left undrained, nor
+    a pass of a shallower tier (the lite tier's seconds of DCGM level 1 cannot see a GPU in HW
+    slowdown or a link at x8: what made the node a suspect). [(node, new state, why)]."""
     from rsc_health.qualify.judge import FAIL, PASS
+    from rsc_health.qualify.runner import TIERS
 
+    # The tiers are ordered lite < full < deep; a tier this build does not know clears none.
+    deep_enough = list(TIERS[TIERS.index(tier):]) if tier in TIERS else []
+    decides = or_(qualify_runs.c.verdict == FAIL,
+                  and_(qualify_runs.c.verdict == PASS, qualify_runs.c.tier.in_(deep_enough)))
     out = []
     with writer(engine).begin() as conn:
         for ep in [_episode(r) for r in conn.execute(select(suspects).where(
@@ -194,8 +202,7 @@ def settle(engine, now: datetime) -> list[tuple[str, SuspectState, str]]:
             run = conn.execute(select(qualify_runs.c.verdict, qualify_runs.c.run_id,
                                       qualify_runs.c.tier, qualify_runs.c.ended)
                                .where(qualify_runs.c.node == ep.node,
-                                      qualify_runs.c.ended > ep.changed,
-                                      qualify_runs.c.verdict.in_([PASS, FAIL]))
+                                      qualify_runs.c.ended > ep.changed, decides)
                                .order_by(qualify_runs.c.ended.desc())).first()
             if run is None or (run.verdict == FAIL and not _fail_drained(conn, ep)):
                 continue

@@ -269,3 +269,54 @@ def test_a_persons_clear_while_a_pass_applies_the_episode_leaves_the_node_truste
     assert "ended while this pass applied it" in done[-1].why
     # and the next pass has nothing to change
     assert apply(engine, slurm, config, T0 + 2 * MIN) == ([], [])
+
+
+def _qualified(engine, node: str, tier: str, verdict: str, when) -> None:
+    from sqlalchemy import insert
+
+    from rsc_health.historian.schema import qualify_runs
+
+    with engine.begin() as conn:
+        conn.execute(insert(qualify_runs).values(
+            run_id=f"{tier}-{verdict}-{when:%H%M}", node=node, tier=tier, started=when - MIN,
+            ended=when, verdict=verdict, reason="", gpu_model="H100", driver="550"))
+
+
+@pytest.mark.parametrize("qualify_tier,passed,clears", [
+    ("deep", "lite", False), ("deep", "full", False), ("deep", "deep", True),
+    ("full", "lite", False), ("full", "full", True), ("full", "deep", True)])
+def test_only_a_pass_of_the_qualify_tier_or_a_deeper_one_clears_a_suspect(
+        engine, tmp_path, qualify_tier, passed, clears):
+    """node07 is a fail-slow suspect, waiting for [suspects] qualify_tier. A pass of a
+    shallower tier (`qualify run --tier lite`: DCGM level 1, seconds; it cannot see a GPU in HW
+    slowdown or an x8 link) clears nothing: node07 stays off big jobs. Tiers are ordered lite <
+    full < deep. Any tier's pass cleared it."""
+    slurm = fleet(20)
+    config = cfg(tmp_path, f'[suspects]\nqualify_tier = "{qualify_tier}"\n')
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    _qualified(engine, "node07", passed, "pass", T0 + 2 * MIN)
+    res = run_pass(engine, slurm, config, T0 + 3 * MIN)
+    assert [n for n, _, _ in res.settled] == (["node07"] if clears else [])
+    assert [e.node for e in hs.active(engine)] == ([] if clears else ["node07"])
+    assert (TRUSTED in slurm.info["node07"].features) is clears
+
+
+def test_a_shallow_pass_after_the_qualify_tiers_fail_does_not_hide_the_fail(engine, tmp_path):
+    """The deep tier failed and the flow drained node07 for it; a lite pass after it is not
+    the newest run that decides: the episode is confirmed."""
+    from sqlalchemy import insert
+
+    from rsc_health.historian.schema import node_actions
+    from rsc_health.model import ActionKind
+
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    _qualified(engine, "node07", "deep", "fail", T0 + 2 * MIN)
+    with engine.begin() as conn:
+        conn.execute(insert(node_actions).values(
+            id="drain07", time=T0 + 2 * MIN, node="node07",
+            action=ActionKind.QUALIFY_DRAIN.value,
+            reason="rsc_health:qualify:gpu_burn:gpu_burn: gpu-burn/fp64_tc_flops:3 -9.1%"))
+    _qualified(engine, "node07", "lite", "pass", T0 + 4 * MIN)
+    res = run_pass(engine, slurm, config, T0 + 5 * MIN)
+    assert [(n, s.value) for n, s, _ in res.settled] == [("node07", "confirmed")]

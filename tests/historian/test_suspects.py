@@ -125,7 +125,7 @@ def test_qualification_pass_clears_fail_confirms_inconclusive_decides_nothing(hi
         conn.execute(insert(node_actions).values(
             id="drain02", time=T0 + 2 * H, node="node02", action=ActionKind.QUALIFY_DRAIN.value,
             reason="rsc_health:qualify:gpu_burn:gpu_burn: gpu-burn/fp64_tc_flops:3 -9.1%"))
-    settled = {n: s for n, s, _ in hs.settle(historian, T0 + 3 * H)}
+    settled = {n: s for n, s, _ in hs.settle(historian, T0 + 3 * H, tier="deep")}
     assert settled == {"node01": SuspectState.CLEARED, "node02": SuspectState.CONFIRMED}
     assert [e.node for e in hs.active(historian)] == ["node03"]
     assert hs.counts(historian) == {"cleared": 1, "confirmed": 1, "suspect": 1}
