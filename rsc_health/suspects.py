@@ -90,6 +90,7 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
     Episode), strongest first; `restore_weights`: {node: weight before the tier raised it}
     for nodes an episode of which the tier applied: only those are given the feature back."""
     info = {n.name: n for n in nodes}
+    saved = restore_weights or {}
     members: dict[str, int] = {}
     for node in nodes:
         for p in node.partitions:
@@ -112,16 +113,26 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
         if change is None:
             for p in parts:
                 used[p] = used.get(p, 0) + 1
-            change = _suspect(n, ep, rules, restore_weights or {}) if rules.writes(n.name) \
-                else Change(
+            change = _suspect(n, ep, rules, saved) if rules.writes(n.name) else Change(
                 n.name, ActionKind.WOULD_SUSPECT, f"shadow mode: would take {rules.trusted} "
                 f"off and set weight {rules.suspect_weight}", ep.id, SHADOW,
                 record=ep.tier != SHADOW)
         if change is not None:
             out.append(change)
-    out.extend(r for r in _restores(nodes, suspect_nodes, rules, restore_weights or {})
+    out.extend(r for r in _restores(nodes, suspect_nodes, rules, saved)
                if rules.writes(r.node))
     return out
+
+
+def _marked(n: NodeInfo, own: int | None, rules: TierRules) -> bool:
+    """Whether the node carries the tier's marks: no trusted feature, at the suspect weight or
+    (its own weight saved, `own`) at another than its own. Not the current suspect weight
+    alone: one the operator changed since (raised above a site's weights, as the pass's error
+    tells them to) left the nodes the tier marked at the old one, and those are the tier's to
+    give back and to move, their saved weight kept. A node at its own weight without the
+    feature is the site's (slurm.conf declares it so)."""
+    return rules.trusted not in n.features and (
+        n.weight == rules.suspect_weight or (own is not None and n.weight != own))
 
 
 def _held_by_state(n: NodeInfo, ep) -> Change | None:
@@ -148,7 +159,7 @@ def _held_by_guard(n: NodeInfo, ep, parts, used: dict[str, int], members: dict[s
     # The tier's own marks: an episode it applied, also one a person's drain or a DOWN held
     # since (its tier then reads `person`, the marks are still on the node).
     ours = (rules.writes(n.name) and (ep.tier == APPLIED or ep.slurm_weight is not None)
-            and rules.trusted not in n.features and n.weight == rules.suspect_weight)
+            and _marked(n, ep.slurm_weight, rules))
     return Change(n.name, ActionKind.SUSPECT_HELD,
                   f"guard: partition {full[0]} already has {used.get(full[0], 0)} suspect(s) "
                   f"([suspects] max_share {rules.max_share:g})" + ("; given back" if ours else ""),
@@ -170,11 +181,16 @@ def _suspect(n: NodeInfo, ep, rules: TierRules, saved: dict[str, int]) -> Change
     # again at a reconfigure that may have changed it; with the feature on, the weight is
     # the node's whatever it is, the suspect weight included), else the one this episode
     # saved, else the one an earlier episode saved (the tier's marks left on the node by an
-    # episode that ended while Slurm was away, or in shadow mode).
-    own = rules.trusted in n.features or n.weight != rules.suspect_weight
-    original = n.weight if own else (ep.slurm_weight if ep.slurm_weight is not None
-                                     else saved.get(n.name, 1))
-    why = (f"re-applied: Slurm had {','.join(n.features) or 'no features'} and weight "
+    # episode that ended while Slurm was away, or in shadow mode). A node with the tier's
+    # marks is at a weight the tier set, the current suspect weight or one since changed:
+    # never the node's own.
+    kept = ep.slurm_weight if ep.slurm_weight is not None else saved.get(n.name)
+    own = not _marked(n, kept, rules)
+    original = n.weight if own else (kept if kept is not None else 1)
+    moved = ep.tier == APPLIED and rules.trusted not in n.features and not own
+    why = (f"re-applied: weight {n.weight} to [suspects] suspect_weight "
+           f"{rules.suspect_weight} (changed since the tier set it)" if moved else
+           f"re-applied: Slurm had {','.join(n.features) or 'no features'} and weight "
            f"{n.weight} again (a reconfigure or restart)" if ep.tier == APPLIED else
            f"{ep.metric} {_num(ep.value)} against peers {_num(ep.peer_median)} "
            f"(deviation {_num(ep.deviation)}): {rules.trusted} off, weight "
@@ -189,16 +205,17 @@ def _suspect(n: NodeInfo, ep, rules: TierRules, saved: dict[str, int]) -> Change
 def _restores(nodes: list[NodeInfo], suspect_nodes: set[str], rules: TierRules,
               restore_weights: dict[str, int]) -> list[Change]:
     """The feature and weight given back to nodes the tier changed that have no open episode.
-    Only a node the tier changed (an episode of it saved its weight): a node a site left
-    without the feature at that weight itself is not ours to touch."""
+    Only a node the tier changed (an episode of it saved its weight) and whose marks it still
+    carries (_marked: also at a suspect weight changed since): a node a site left without the
+    feature at a weight of its own is not ours to touch."""
     return [Change(other.name, ActionKind.SUSPECT_RESTORE,
                    f"no open suspect episode: {rules.trusted} back, weight "
                    f"{restore_weights[other.name]}",
                    features=(*other.features, rules.trusted),
                    active=_active(other, rules, add=True), weight=restore_weights[other.name])
             for other in nodes
-            if other.name not in suspect_nodes and rules.trusted not in other.features
-            and other.weight == rules.suspect_weight and other.name in restore_weights]
+            if other.name not in suspect_nodes and other.name in restore_weights
+            and _marked(other, restore_weights[other.name], rules)]
 
 
 def _active(n: NodeInfo, rules: TierRules, *, add: bool) -> tuple[str, ...] | None:
@@ -301,8 +318,10 @@ def apply(engine, slurm, cfg, now: datetime, *,
         nodes = slurm.nodes()
     except SlurmError as exc:
         return [], [f"Slurm: {exc}"]
-    restore = _restore_weights(engine, {n.name for n in nodes if rules.trusted not in n.features
-                                        and n.weight == rules.suspect_weight})
+    # every node without the feature: one the tier marked may be at a suspect weight the
+    # operator changed since (_marked reads the weight each saved)
+    restore = _restore_weights(engine, {n.name for n in nodes
+                                        if rules.trusted not in n.features})
     done, errors = [], []
     away: SlurmUnavailable | None = None
     changes = plan(nodes, episodes, rules, restore)

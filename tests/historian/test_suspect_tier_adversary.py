@@ -271,6 +271,65 @@ def test_a_persons_clear_while_a_pass_applies_the_episode_leaves_the_node_truste
     assert apply(engine, slurm, config, T0 + 2 * MIN) == ([], [])
 
 
+def test_a_suspect_drained_by_a_person_comes_back_trusted_after_suspect_weight_was_raised(
+        engine, tmp_path):
+    """node07 is a suspect (rsc_trusted off, weight 1000, its own 10 saved). A person drains it
+    for repair; meanwhile the operator raises [suspects] suspect_weight to 2000 (as the pass's
+    own error tells a site whose weights are high to do). The person clears the episode: the
+    feature and its own weight come back. The tier knew its marks only at the current suspect
+    weight, and left node07 off big jobs at 1000 for good."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    assert TRUSTED not in slurm.info["node07"].features
+    assert slurm.info["node07"].weight == 1000
+    slurm.set_state("node07", "IDLE+DRAIN", "replacing GPU3 -- alice", user="alice")
+    (tmp_path / "new").mkdir()
+    raised = cfg(tmp_path / "new", "[suspects]\nsuspect_weight = 2000\n")
+    run_pass(engine, slurm, raised, T0 + MIN)
+    assert slurm.info["node07"].weight == 1000  # the person's drain wins: left as it is
+    hs.clear(engine, "node07", T0 + 2 * MIN, who="alice", why="GPU replaced")
+    for k in range(3, 6):
+        run_pass(engine, slurm, raised, T0 + k * MIN)
+    slurm.set_state("node07", "IDLE", "")
+    run_pass(engine, slurm, raised, T0 + 10 * MIN)
+    run_pass(engine, slurm, raised, T0 + 30 * H)
+    info = slurm.info["node07"]
+    assert TRUSTED in info.features, f"node07 never trusted again: {info.features}"
+    assert info.weight == 10
+
+
+def test_raising_suspect_weight_moves_a_suspect_and_keeps_its_own_weight(engine, tmp_path):
+    """node07 suspect at weight 1000 (own 10 saved). suspect_weight raised to 2000: the next
+    pass moves it to 2000 and keeps 10 as its own (it took the old suspect weight for the
+    node's own and saved 1000), so when the episode ends node07 comes back at 10."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    (tmp_path / "new").mkdir()
+    raised = cfg(tmp_path / "new", "[suspects]\nsuspect_weight = 2000\n")
+    res = run_pass(engine, slurm, raised, T0 + MIN)
+    assert slurm.info["node07"].weight == 2000
+    assert hs.active(engine)[0].slurm_weight == 10
+    assert not res.errors  # its own 10 is below 2000: nothing to say
+    assert "changed since the tier set it" in " ".join(c.why for c in res.changes)
+    hs.clear(engine, "node07", T0 + 2 * MIN, who="alice", why="checked")
+    run_pass(engine, slurm, raised, T0 + 3 * MIN)
+    info = slurm.info["node07"]
+    assert TRUSTED in info.features
+    assert info.weight == 10, f"node07 given back weight {info.weight}, not its own 10"
+
+
+def test_lowering_suspect_weight_still_gives_a_suspect_back_its_own_weight(engine, tmp_path):
+    """The same the other way: suspect_weight lowered to 500 (still above every node's own)."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    (tmp_path / "new").mkdir()
+    lowered = cfg(tmp_path / "new", "[suspects]\nsuspect_weight = 500\n")
+    hs.clear(engine, "node07", T0 + MIN, who="alice", why="checked")
+    run_pass(engine, slurm, lowered, T0 + 2 * MIN)
+    info = slurm.info["node07"]
+    assert TRUSTED in info.features and info.weight == 10
+
+
 def _qualified(engine, node: str, tier: str, verdict: str, when) -> None:
     from sqlalchemy import insert
 
