@@ -20,8 +20,9 @@ What is never done: a drain (qualification decides: `healthctl qualify auto` sen
 to the [suspects] qualify_tier, whose pass, or a deeper tier's, clears and whose fail drains);
 a change in shadow mode ([actions] enabled = false: `would_suspect` is recorded); a change to a
 node a person or Slurm drained or marked DOWN (their state wins: `suspect_held`); more suspects
-at once than the guard allows ([suspects] max_share of each partition, at least one, strongest
-evidence first, a node's own telemetry before a job's step files).
+in Slurm at once than the guard allows ([suspects] max_share of each partition, at least one,
+strongest evidence first, a node's own telemetry before a job's step files; a pilot's shadow
+nodes take none of its places).
 """
 
 from __future__ import annotations
@@ -95,7 +96,12 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
     for node in nodes:
         for p in node.partitions:
             members[p] = members.get(p, 0) + 1
+    # The guard bounds suspects in Slurm: only nodes the tier writes take its places. A
+    # shadow node ([nodes."GLOB".actions] off in a pilot) is judged as if the whole fleet were
+    # live (`would`: every episode let through), so its would_suspect says what going live
+    # would do, and never holds a live node back.
     used: dict[str, int] = {}
+    would: dict[str, int] = {}
     out: list[Change] = []
     suspect_nodes = set()
     # The node's own telemetry before a job's step files (untrusted: their deviation is what
@@ -109,11 +115,15 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
         if n is None:
             continue
         parts = n.partitions or ("",)
-        change = _held_by_state(n, ep) or _held_by_guard(n, ep, parts, used, members, rules)
+        live = rules.writes(n.name)
+        change = _held_by_state(n, ep) or _held_by_guard(n, ep, parts, used if live else would,
+                                                         members, rules)
         if change is None:
             for p in parts:
-                used[p] = used.get(p, 0) + 1
-            change = _suspect(n, ep, rules, saved) if rules.writes(n.name) else Change(
+                would[p] = would.get(p, 0) + 1
+                if live:
+                    used[p] = used.get(p, 0) + 1
+            change = _suspect(n, ep, rules, saved) if live else Change(
                 n.name, ActionKind.WOULD_SUSPECT, f"shadow mode: would take {rules.trusted} "
                 f"off and set weight {rules.suspect_weight}", ep.id, SHADOW,
                 record=ep.tier != SHADOW)

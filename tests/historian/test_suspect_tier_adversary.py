@@ -330,6 +330,35 @@ def test_lowering_suspect_weight_still_gives_a_suspect_back_its_own_weight(engin
     assert TRUSTED in info.features and info.weight == 10
 
 
+def test_a_shadow_nodes_would_suspect_never_takes_the_guards_place_from_a_live_one(engine,
+                                                                                  tmp_path):
+    """A pilot: the site in shadow mode, node0[1-9] live ([nodes."node0*".actions] enabled).
+    20 nodes, max_share 5%: one suspect in Slurm at once. node15 (shadow: nothing is written
+    for it) has the stronger evidence; node03 (live) is slow too. The guard bounds suspects in
+    Slurm: node03 is applied, and node15's would_suspect is still recorded (it counted as the
+    partition's one suspect and held node03: no node was kept from big jobs at all)."""
+    slurm = fleet(20)
+    config = cfg(tmp_path, '[actions]\nenabled = false\n\n[nodes."node0*".actions]\n'
+                           'enabled = true\n')
+    run_pass(engine, slurm, config, T0, [ev("node15", T0, dev=20.0), ev("node03", T0)])
+    tiers = {e.node: e.tier for e in hs.active(engine)}
+    assert _untrusted(slurm) == ["node03"], f"untrusted in Slurm: {_untrusted(slurm)}; {tiers}"
+    assert tiers == {"node03": "applied", "node15": "shadow"}
+
+
+def test_shadow_nodes_are_judged_by_the_guard_as_if_the_fleet_were_live(engine, tmp_path):
+    """Two shadow nodes in a partition whose share is one: one would be a suspect, the other
+    would be held, as going live would do. Neither holds a live node back."""
+    slurm = fleet(20)
+    config = cfg(tmp_path, '[actions]\nenabled = false\n\n[nodes."node0*".actions]\n'
+                           'enabled = true\n')
+    run_pass(engine, slurm, config, T0, [ev("node15", T0, dev=20.0), ev("node16", T0),
+                                         ev("node03", T0)])
+    tiers = {e.node: e.tier for e in hs.active(engine)}
+    assert tiers == {"node03": "applied", "node15": "shadow", "node16": "held"}
+    assert _untrusted(slurm) == ["node03"]
+
+
 def _qualified(engine, node: str, tier: str, verdict: str, when) -> None:
     from sqlalchemy import insert
 

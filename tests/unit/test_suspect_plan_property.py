@@ -3,7 +3,8 @@ the nodes, their states, partitions, features and weights, and the open episodes
 order Slurm and the historian list them, the plan is the same; no partition gets more
 suspects than the guard allows; a node a person or Slurm drained or downed is never made a
 suspect in Slurm (only given back what the tier took);
-shadow mode writes nothing; only the trusted feature is ever taken or given; a node is given
+shadow mode writes nothing (a pilot's shadow nodes neither, and take no live node's place
+in the guard); only the trusted feature is ever taken or given; a node is given
 back only what the tier took. Hypothesis draws the fleets."""
 
 from __future__ import annotations
@@ -57,7 +58,12 @@ def _fleet(seed: int):
             expires=T, metric="m", value=None, peer_median=None, deviation=None, job_ids=(),
             source="telemetry", detail="", changed=T, changed_by="t", change_reason="",
             tier="", slurm_weight=None))
-    rules = TierRules(TRUSTED, WEIGHT, rng.choice([0.05, 0.2, 0.5, 1.0]), rng.random() < 0.8)
+    enabled = rng.random() < 0.8
+    live = None
+    if rng.random() < 0.3:  # a pilot: [nodes."GLOB".actions] enabled on some nodes only
+        chosen = {n.name for n in nodes if rng.random() < 0.5}
+        live = chosen.__contains__
+    rules = TierRules(TRUSTED, WEIGHT, rng.choice([0.05, 0.2, 0.5, 1.0]), enabled, live)
     return nodes, episodes, rules, restore
 
 
@@ -75,9 +81,8 @@ def test_the_plan_keeps_its_promises_on_any_fleet(seed, order):
 
     info = {n.name: n for n in nodes}
     writes = [c for c in changes if c.features is not None or c.weight is not None]
-    if not rules.enabled:
-        assert writes == []  # shadow mode: a write to Slurm is a write
     for c in writes:
+        assert rules.writes(c.node), c  # shadow mode: a write to Slurm is a write
         n = info[c.node]
         person = (n.drain_set and not is_ours(n.reason)) or n.down
         # never taken off one a person or Slurm holds (giving back what the tier took is not
@@ -87,17 +92,26 @@ def test_the_plan_keeps_its_promises_on_any_fleet(seed, order):
             assert set(c.features) ^ set(n.features) <= {TRUSTED}, c
         if c.kind is ActionKind.SUSPECT_RESTORE:
             assert c.node in restore and c.weight == restore[c.node]
-    # the guard: per partition, suspects the tier holds in Slurm after the plan
+    # the guard: per partition, suspects the tier holds in Slurm after the plan (a shadow
+    # node's would_suspect is none: it never takes a live node's place)
     members: dict[str, int] = {}
     for n in nodes:
         for p in n.partitions:
             members[p] = members.get(p, 0) + 1
-    if rules.enabled:
-        held = {c.node for c in changes if c.kind is ActionKind.SUSPECT_HELD}
-        suspects = [info[e.node] for e in episodes if e.node in info and e.node not in held]
-        for p, total in members.items():
-            assert sum(p in n.partitions for n in suspects) <= guard_limit(
-                total, rules.max_share), p
+    held = {c.node for c in changes if c.kind is ActionKind.SUSPECT_HELD}
+    suspects = [info[e.node] for e in episodes
+                if e.node in info and e.node not in held and rules.writes(e.node)]
+    for p, total in members.items():
+        assert sum(p in n.partitions for n in suspects) <= guard_limit(
+            total, rules.max_share), p
+    # and a live node the guard held found one of its partitions full of live suspects
+    for c in changes:
+        if c.kind is ActionKind.SUSPECT_HELD and c.why.startswith("guard:") \
+                and rules.writes(c.node):
+            # a node in no partition is in the plan's partition "" (counted as one node)
+            assert any(sum(p in (n.partitions or ("",)) for n in suspects)
+                       >= guard_limit(members.get(p, 1), rules.max_share)
+                       for p in info[c.node].partitions or ("",)), c
 
 
 def test_the_drawn_fleets_exercise_each_branch():
