@@ -542,9 +542,10 @@ def attribute(ctx: click.Context, since: datetime | None) -> None:
     from rsc_health.historian.attribute import attribute as run
     from rsc_health.historian.outages import OutageRules
 
-    # The site catalog's application XIDs, as lemons, triage and reliability read them.
-    application_xids = OutageRules.of_site(ctx.obj.config).application_xids
+    # The site catalog's application XIDs and the site's maintenance reasons, as lemons,
+    # triage and reliability read them.
+    outages = OutageRules.of_site(ctx.obj.config)
     with _historian(ctx) as engine:
         report = run(engine, window=Window.from_config(ctx.obj.config), since=since,
-                     application_xids=application_xids)
+                     outages=outages)
     click.echo(report.summary())

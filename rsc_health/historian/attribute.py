@@ -2,7 +2,8 @@
 on their nodes around their end (paper III: "detected within the last 10 minutes or 5 minutes
 after a failing job's lifetime").
 
-Rules, in order, all pushed down to the database as INSERT ... SELECT:
+Rules, in order, pushed down to the database as INSERT ... SELECT (rule 2's maintenance
+reasons, Python regular expressions, are judged in pandas on its few candidate rows):
 1. check:  every failing check result (status fail with a drain severity, or any non-ok XID
    but those the XID catalog marks `application = true`: 13, 31, 43... are the program's own
    error, never the node's, as triage and the lemon features read them too)
@@ -15,7 +16,10 @@ Rules, in order, all pushed down to the database as INSERT ... SELECT:
    GPU is not the XID 79 that drained the node (issue 26).
 2. event:  a NODE_FAIL or BOOT_FAIL (HOST_FAIL_STATES) with no such check -> the job's
    node(s) whose own out-of-service event was open at the job's end (cause `node_down`; of
-   several, the one that began last).
+   several, the one that began last). Planned maintenance (a maintenance reason or a MAINT
+   reservation: outages.planned_maintenance, as the lemon features and the reliability
+   figures read it) is not the node's own: a node drained for maintenance while the job ran
+   on is not blamed for another node's NODE_FAIL.
 3. unattributed: one of them with neither -> one row, cause `unattributed`, no node.
 A FAILED job without a failing check gets no row: nothing says the hardware failed (the
 paper's r_f counts only *attributed* FAILED jobs).
@@ -25,18 +29,35 @@ Re-running replaces the rows of every job it considers, so it is idempotent.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 import pandas as pd
-from sqlalchemy import Engine, and_, case, delete, exists, func, literal, or_, select
+from sqlalchemy import (
+    Connection,
+    Engine,
+    Select,
+    and_,
+    case,
+    delete,
+    exists,
+    func,
+    literal,
+    or_,
+    select,
+)
 from sqlalchemy.sql import ColumnElement
 
 from rsc_health.config import packaged_default
 from rsc_health.historian import schema
 from rsc_health.historian.db import TURNS_ATTRIBUTE, refresh_statistics, take_turns, writer
-from rsc_health.historian.outages import application_xid_codes
+from rsc_health.historian.outages import (
+    OutageRules,
+    application_xid_codes,
+    maintenance_reservations,
+    planned_maintenance,
+)
 from rsc_health.model import FINDING_SEVERITIES, REASON_PREFIX, ActionKind, Severity, Status
 from rsc_health.policy import MODE_FOR_LEVEL
 
@@ -139,13 +160,19 @@ class AttributionReport:
 
 def attribute(
     engine: Engine, *, window: Window = Window(), since: datetime | None = None,
-    application_xids: Collection[str] | None = None,
+    application_xids: Collection[str] | None = None, outages: OutageRules | None = None,
 ) -> AttributionReport:
     """(Re)attribute every FAILED/NODE_FAIL instance that ended at or after `since`.
-    `application_xids`: the check codes ("xid13") never blamed on a node (OutageRules'
-    application_xids, the site's catalog; the packaged catalog's when None)."""
+    `application_xids`: the check codes ("xid13") never blamed on a node (`outages`'
+    application_xids, the site's catalog, when None; the packaged catalog's without either).
+    `outages`: the site's [lemon] rules of what is planned maintenance (the packaged ones
+    when None)."""
     if application_xids is None:
-        application_xids = application_xid_codes()
+        application_xids = outages.application_xids if outages else application_xid_codes()
+    if outages is None:
+        outages = OutageRules(application_xids=tuple(application_xids))
+    # Every MAINT reservation: a job of any age may be re-attributed (`since` is optional).
+    reservations = maintenance_reservations(engine, datetime.max)
     # The join below reads jobs, job_nodes, check_results and node_events, usually loaded just
     # before: without their statistics PostgreSQL plans it for empty tables (183 s instead of
     # seconds at the paper's scale). About a second, whatever the size.
@@ -183,16 +210,19 @@ def attribute(
     ).where(ranked.c.rank == 1)
     has_row = exists().where(A.c.job_pk == J.c.id)
     # The node's own outage open at the job's end; of several, the one that began last (the
-    # state it was in when the job died), never the alphabetically smallest state.
-    events = (
+    # state it was in when the job died), never the alphabetically smallest state. A planned
+    # maintenance drain is no outage of the node's (outages.planned_maintenance, the rule the
+    # lemon features and the reliability figures read): Slurm lets the job run on under it,
+    # and another node's NODE_FAIL must not be blamed on the drained one. The reasons are
+    # Python regular expressions, so the few candidate rows are judged in pandas.
+    candidates = (
         select(
             J.c.id.label("job_pk"),
             E.c.node.label("node"),
-            E.c.state.label("state"),
+            E.c.state.label("code"),
             E.c.id.label("evidence"),
-            func.row_number().over(
-                partition_by=(J.c.id, E.c.node), order_by=(E.c.start.desc(), E.c.id.desc()),
-            ).label("rank"),
+            E.c.start.label("start"),
+            E.c.reason.label("reason"),
         )
         .select_from(J.join(JN, JN.c.job_pk == J.c.id))
         .join(
@@ -204,12 +234,7 @@ def attribute(
             ),
         )
         .where(J.c.id.in_(targets), J.c.state.in_(HOST_FAIL_STATES), ~has_row)
-        .subquery()
     )
-    by_event = select(
-        events.c.job_pk, events.c.node, literal("node_down"), events.c.state, events.c.evidence,
-        literal("event"),
-    ).where(events.c.rank == 1)
     unattributed = select(
         J.c.id,
         literal(None),
@@ -227,8 +252,11 @@ def attribute(
         # see what the first committed.
         take_turns(conn, TURNS_ATTRIBUTE, ["attribute"])
         conn.execute(delete(A).where(A.c.job_pk.in_(targets)))
-        for query in (by_check, by_event, unattributed):
-            conn.execute(A.insert().from_select(cols, query))
+        conn.execute(A.insert().from_select(cols, by_check))
+        by_event = _own_outages(conn, candidates, outages, reservations)
+        if by_event:
+            conn.execute(A.insert(), by_event)
+        conn.execute(A.insert().from_select(cols, unattributed))
         counts = conn.execute(
             select(A.c.kind, func.count(func.distinct(A.c.job_pk)))
             .where(A.c.job_pk.in_(targets))
@@ -236,6 +264,26 @@ def attribute(
         ).all()
         jobs = conn.execute(select(func.count()).select_from(targets.subquery())).scalar()
     return AttributionReport(int(jobs or 0), {k: int(n) for k, n in counts})
+
+
+def _own_outages(
+    conn: Connection, candidates: Select, rules: OutageRules,
+    reservations: Sequence[tuple[set[str], datetime, datetime | None]],
+) -> list[dict[str, object]]:
+    """Rule 2's rows from `candidates` (job_pk, node, code (the state), evidence (the event's
+    id), start, reason: the events open at a host-failed job's end on its nodes): per job and
+    node the own outage that began last, planned maintenance left out."""
+    rows = pd.DataFrame(conn.execute(candidates).all(),
+                        columns=["job_pk", "node", "code", "evidence", "start", "reason"])
+    if rows.empty:
+        return []
+    rows = rows[~planned_maintenance(rows, rules, reservations).to_numpy()]
+    rows = rows.sort_values(["job_pk", "node", "start", "evidence"],
+                            ascending=[True, True, False, False])
+    rows = rows.drop_duplicates(["job_pk", "node"])
+    return rows.assign(cause="node_down", kind="event", job_pk=rows["job_pk"].astype(int),
+                       evidence=rows["evidence"].astype(str))[
+        ["job_pk", "node", "cause", "code", "evidence", "kind"]].to_dict("records")
 
 
 def cooccurrence(engine: Engine) -> pd.DataFrame:

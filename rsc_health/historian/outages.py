@@ -1,20 +1,22 @@
 """Out-of-service periods that are not a node's own: planned maintenance (by reason or a
 MAINT reservation) and fleet-wide events (many nodes out within a few minutes), and the XIDs
-that are the application's own. Read by the lemon features, the reliability metrics and the
-GPU attribution alike, so it sits below all three (tests/unit/test_import_graph.py)."""
+that are the application's own. Read by the lemon features, the reliability metrics, the job
+failure attribution and the GPU attribution alike, so it sits below all of them
+(tests/unit/test_import_graph.py)."""
 
 from __future__ import annotations
 
 import logging
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 import pandas as pd
+from sqlalchemy import Engine, select
 
 from rsc_health.config import packaged_default
 from rsc_health.model import REASON_PREFIX
@@ -200,6 +202,42 @@ def classify_outages(
                  if len(set(nodes[lo[i]:hi[i]])) >= threshold]
         kind[fleet] = kind[fleet].where(kind[fleet] == "maintenance", "fleet")
     return kind
+
+
+def planned_maintenance(
+    events: pd.DataFrame,
+    rules: OutageRules,
+    maintenance: Sequence[tuple[set[str], datetime, datetime | None]] = (),
+) -> pd.Series:
+    """Per node_events row (node, start, reason): True where it is planned maintenance (a
+    maintenance reason or inside a MAINT reservation), classify_outages' first rule alone. For
+    a reader that sees a few rows and not the fleet around them (the job failure attribution):
+    whether many nodes went out together cannot be told from those."""
+    alone = replace(rules, fleet_event_nodes=0, fleet_event_share=0.0)
+    return classify_outages(events, alone, 0, maintenance) == "maintenance"
+
+
+def maintenance_reservations(
+    engine: Engine, hi: datetime, cluster: str | None = None
+) -> list[tuple[set[str], datetime, datetime | None]]:
+    """(nodes, start, end) of every reservation with the MAINT flag that began before `hi`:
+    classify_outages' `maintenance`."""
+    from rsc_health.historian.ingest.sacct_parse import expand_nodelist
+    from rsc_health.historian.schema import reservations as r
+
+    stmt = select(r.c.nodelist, r.c.start, r.c.end, r.c.flags).where(r.c.start < hi)
+    if cluster is not None:
+        stmt = stmt.where(r.c.cluster == cluster)
+    with engine.connect() as conn:
+        rows = conn.execute(stmt).all()
+    out = []
+    for nodelist, start, end, flags in rows:
+        if "MAINT" not in {f.strip().upper() for f in flags.split(",")}:
+            continue
+        hosts = expand_nodelist(nodelist)  # bounded; a str says why it is not a hostlist
+        if isinstance(hosts, list):
+            out.append((set(hosts), start, end))
+    return out
 
 
 MAINT_RESERVATION = "a MAINT reservation"

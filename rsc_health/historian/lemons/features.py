@@ -108,7 +108,7 @@ rule) should send it back.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -128,6 +128,8 @@ from rsc_health.historian.outages import (  # noqa: F401 - long read from here t
     OUTAGE_DEFAULTS,
     OutageRules,
     classify_outages,
+    maintenance_reservations,
+    planned_maintenance,
     removed_by_cause,
 )
 from rsc_health.historian.schema import (
@@ -425,7 +427,7 @@ def lemon_features(
         events = events[events["node"].isin(members)]
     fleet = nodes | set(events["node"])
     events["kind"] = classify_outages(events, outages, len(fleet),
-                                      _maintenance_reservations(engine, hi, cluster))
+                                      maintenance_reservations(engine, hi, cluster))
     rate, peer_group, left_out, rate_by, struck = _fleet_rate(
         engine, events, r_lo, hi, outages, cluster, members, fleet, repaired=repaired)
     # A node's episode on one of its peer group's incident days is the incident's, not the
@@ -709,9 +711,7 @@ def _repair_tickets(engine: Engine, lo: datetime, hi: datetime,
                 tickets.c.opened >= lo, tickets.c.opened < hi,
                 or_(tickets.c.source.is_(None), tickets.c.source != "lemon"))
         ).all(), columns=["node", "time", "reason"])
-    planned = classify_outages(rows.rename(columns={"time": "start"}).assign(
-        reason=rows["reason"]), replace(rules, fleet_event_nodes=0, fleet_event_share=0.0),
-        0) == "maintenance"
+    planned = planned_maintenance(rows.rename(columns={"time": "start"}), rules)
     return rows.assign(own=~planned.to_numpy())[["node", "time", "own"]]
 
 
@@ -807,28 +807,6 @@ def _since_repair(engine: Engine, stmt, repaired: dict[str, datetime]) -> pd.Dat
     when = frame.columns[1]
     since = frame["node"].map(repaired)
     return frame[since.isna() | (frame[when] >= since)]
-
-
-def _maintenance_reservations(
-    engine: Engine, hi: datetime, cluster: str | None
-) -> list[tuple[set[str], datetime, datetime | None]]:
-    """(nodes, start, end) of every reservation with the MAINT flag that began before `hi`."""
-    from rsc_health.historian.ingest.sacct_parse import expand_nodelist
-    from rsc_health.historian.schema import reservations as r
-
-    stmt = select(r.c.nodelist, r.c.start, r.c.end, r.c.flags).where(r.c.start < hi)
-    if cluster is not None:
-        stmt = stmt.where(r.c.cluster == cluster)
-    with engine.connect() as conn:
-        rows = conn.execute(stmt).all()
-    out = []
-    for nodelist, start, end, flags in rows:
-        if "MAINT" not in {f.strip().upper() for f in flags.split(",")}:
-            continue
-        hosts = expand_nodelist(nodelist)  # bounded; a str says why it is not a hostlist
-        if isinstance(hosts, list):
-            out.append((set(hosts), start, end))
-    return out
 
 
 def _cluster_nodes(engine: Engine, cluster: str) -> set[str]:
