@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from functools import lru_cache
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sqlalchemy import Engine, select
+from sqlalchemy import Engine, select, union
 
 from rsc_health.config import packaged_default
 from rsc_health.model import REASON_PREFIX
@@ -238,6 +238,23 @@ def maintenance_reservations(
         if isinstance(hosts, list):
             out.append((set(hosts), start, end))
     return out
+
+
+def nodes_seen(engine: Engine, lo: datetime, hi: datetime,
+               on_jobs: Collection[str] = ()) -> set[str]:
+    """The nodes seen in [lo, hi): `on_jobs` (those a job ended on, which the window's job
+    counts already read from job_nodes), and those with a check interval or an
+    out-of-service period in the window. The fleet a fleet-wide event is a share of."""
+    from rsc_health.historian.schema import check_results, node_events
+
+    stmt = union(
+        select(check_results.c.node).where(
+            check_results.c.time < hi, check_results.c.last_seen >= lo
+        ),
+        select(node_events.c.node).where(node_events.c.start >= lo, node_events.c.start < hi),
+    )
+    with engine.connect() as conn:
+        return set(on_jobs) | {r[0] for r in conn.execute(stmt)}
 
 
 MAINT_RESERVATION = "a MAINT reservation"

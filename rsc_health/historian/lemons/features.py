@@ -129,6 +129,7 @@ from rsc_health.historian.outages import (  # noqa: F401 - long read from here t
     OutageRules,
     classify_outages,
     maintenance_reservations,
+    nodes_seen,
     planned_maintenance,
     removed_by_cause,
 )
@@ -420,7 +421,7 @@ def lemon_features(
             ).all(),
             columns=["node", "start", "state", "reason", "cluster"],
         )
-    nodes = _nodes_seen(engine, lo, hi, job_nodes_seen) | set(s["tickets_history"].index)
+    nodes = nodes_seen(engine, lo, hi, job_nodes_seen) | set(s["tickets_history"].index)
     members = _cluster_nodes(engine, cluster) if cluster is not None else None
     if members is not None:
         nodes &= members
@@ -819,20 +820,6 @@ def _cluster_nodes(engine: Engine, cluster: str) -> set[str]:
     )
     with engine.connect() as conn:
         return {r[0] for r in conn.execute(stmt)}
-
-
-def _nodes_seen(engine: Engine, lo: datetime, hi: datetime, on_jobs: set[str]) -> set[str]:
-    """The nodes seen in [lo, hi): `on_jobs` (those a job ended on, which the window's job
-    counts already read from job_nodes), and those with a check interval or an
-    out-of-service period in the window."""
-    stmt = union(
-        select(check_results.c.node).where(
-            check_results.c.time < hi, check_results.c.last_seen >= lo
-        ),
-        select(node_events.c.node).where(node_events.c.start >= lo, node_events.c.start < hi),
-    )
-    with engine.connect() as conn:
-        return set(on_jobs) | {r[0] for r in conn.execute(stmt)}
 
 
 def _xid_codes(engine: Engine, xid_rows) -> pd.Series:

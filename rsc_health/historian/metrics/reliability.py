@@ -6,7 +6,8 @@ maintenance nor a fleet-wide event: lemons.features.classify_outages) or one of 
 that is not of the application class, in [lo, hi). Per period (calendar month, quarter or
 year, UTC) and group (cluster/partition from the node inventory, else the events' cluster):
 
-  failures         failures that began in the period (one per node and second)
+  failures         failures that began in the period (one per node and second: an outage
+                   and its XID stamped within the same second are one)
   episodes         the same chained into episodes ([lemon] episode_gap_h)
   nodes_failed     distinct nodes with a failure
   node_days        node-days in service (node inventory; None without one)
@@ -36,6 +37,7 @@ from rsc_health.historian.lemons.episodes import episode_starts
 from rsc_health.historian.outages import (
     OutageRules,
     classify_outages,
+    nodes_seen,
     removed_by_cause,
 )
 from rsc_health.historian.schema import check_results, node_events
@@ -75,17 +77,26 @@ def failures(engine: Engine, lo: datetime, hi: datetime,
                        cr.c.code.in_(rules.application_xids)).subquery())).scalar_one()
     left_out: dict[str, dict[str, int]] = {"maintenance": {}, "fleet": {}}
     if not ev.empty:
-        ev["kind"] = classify_outages(ev, rules, ev["node"].nunique())
-        left_out = removed_by_cause(ev, ev["kind"], rules, ev["node"].nunique())
+        # A fleet-wide event is a share of the fleet: the nodes in service (inventory) and
+        # those seen in the window, as the lemon features count them; never only the nodes
+        # that failed, which made any five failures minutes apart an "event".
+        fleet = len(set(exposure(engine, lo, hi)["node"]) | nodes_seen(engine, lo, hi))
+        ev["kind"] = classify_outages(ev, rules, fleet)
+        left_out = removed_by_cause(ev, ev["kind"], rules, fleet)
         ev = ev[ev["kind"] == "node"]
     own = pd.DataFrame({
         "node": ev["node"], "time": pd.to_datetime(ev["start"]),
         "repair_h": (pd.to_datetime(ev["end"]) - pd.to_datetime(ev["start"]))
         .dt.total_seconds() / 3600, "reason": ev["reason"], "cluster": ev["cluster"]})
     xid = xid.assign(time=pd.to_datetime(xid["time"]), repair_h=np.nan, cluster="")
-    out = pd.concat([own, xid[own.columns]], ignore_index=True)
-    # one failure per node and second: an outage and its XID are one
-    out = out.sort_values(["node", "time", "repair_h"]).drop_duplicates(["node", "time"])
+    out = pd.concat([own.assign(xid=False), xid[own.columns].assign(xid=True)],
+                    ignore_index=True)
+    # One failure per node and second: an outage and its XID are one. slurmdbd stamps whole
+    # seconds and the node path's XID record sub-second ones, so equal times never meet; the
+    # outage is the one kept (its reason and repair time), then the earliest record.
+    second = out["time"].dt.floor("s")
+    out = (out.assign(second=second).sort_values(["node", "second", "xid", "time", "repair_h"])
+           .drop_duplicates(["node", "second"]).drop(columns=["second", "xid"]))
     out = out.reset_index(drop=True)
     out.attrs["left_out"] = {**left_out, "application_xids": int(app_xids)}
     return out
