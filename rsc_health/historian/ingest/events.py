@@ -16,6 +16,7 @@ without it the times are taken as UTC and the report says so.
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
 from functools import partial
@@ -137,7 +138,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
     batch: dict[tuple, tuple] = {}
     rows = pipe_rows(it, report)
     if "reason" in index:
-        rows = _rejoined(rows, width, report)
+        rows = _rejoined(rows, width, index["start"], report)
     with writer(engine).begin() as conn:
         limit_statements(conn)
         for lineno, fields in rows:
@@ -200,30 +201,35 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
     return report
 
 
-def _rejoined(rows: Iterator[tuple[int, list[str]]], width: int, report: IngestReport
-              ) -> Iterator[tuple[int, list[str]]]:
+# How sacctmgr prints TimeStart (the only shape _time reads): a line holding it in the start
+# column begins an event; any other line goes on the Reason of the one before.
+_TIME_SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+
+
+def _rejoined(rows: Iterator[tuple[int, list[str]]], width: int, start_at: int,
+              report: IngestReport) -> Iterator[tuple[int, list[str]]]:
     """The rows with an event whose Reason holds a newline joined back: `sacctmgr -P` prints
     it as it is, so the event comes as a line short of fields and the rest of its Reason
-    and columns on the next line(s). Joined while the fields stay within `width` (counted as
-    one row read); a short line the next one does not complete is handed on as it is (and
-    reported for its field count)."""
+    and columns on the next line(s). A line that does not begin an event of its own (a time
+    in the start column, `start_at`) goes on the event before it when one of the two is
+    short of fields; each is counted as one row read. Either part of the Reason may hold a
+    `|` too: the joined row then has more fields than `width`, and the caller folds the
+    surplus back into the Reason as for a one-line Reason (the sacct parser does the same
+    for job names). A short line nothing completes is handed on as it is (and reported for
+    its field count)."""
     pending: tuple[int, list[str]] | None = None
     for lineno, fields in rows:
         if pending is not None:
             start, head = pending
-            joined = [*head[:-1], f"{head[-1]}\n{fields[0]}", *fields[1:]]
-            if len(joined) <= width:
+            starts_event = len(fields) > start_at and _TIME_SHAPE.fullmatch(
+                fields[start_at].strip()) is not None
+            if not starts_event and (len(head) < width or len(fields) < width):
                 report.read -= 1  # one event's line, not a row of its own
-                pending = None if len(joined) == width else (start, joined)
-                if pending is None:
-                    yield start, joined
+                pending = (start, [*head[:-1], f"{head[-1]}\n{fields[0]}", *fields[1:]])
                 continue
             yield pending
-            pending = None
-        if len(fields) < width:
-            pending = (lineno, fields)
-            continue
-        yield lineno, fields
+        # held until the next line says whether it goes on this event's Reason
+        pending = (lineno, fields)
     if pending is not None:
         yield pending
 
