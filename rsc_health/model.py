@@ -282,7 +282,8 @@ class Verdict:
     level: Level
     # Slurm reason ("rsc_health:now:xid79:gpu3 fell off the bus") or "" when no drain.
     reason: str
-    # The findings that decided the verdict (the worst ones), most severe first.
+    # The findings that decided the verdict, most severe first: for a drain, every
+    # drain-level finding (policy.decide); otherwise the worst ones.
     causes: tuple[Finding, ...] = ()
     # True when every cause is transient (mount back, IB port up): a clean sweep may resume.
     auto_resumable: bool = False

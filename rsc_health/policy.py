@@ -49,16 +49,27 @@ _UNSAFE = lazyre.compile(r"[^\w .,/=+%()\-:#@]")
 def decide(findings: list[Finding]) -> Verdict:
     """The worst finding wins, on the one scale (model.Level): a drain over a checker that
     could not look, that over a warning. A checker error never drains a node by itself: it is
-    loud, not fatal."""
+    loud, not fatal.
+
+    A drain verdict's causes are every drain-level finding, the worst level's first (they
+    lead the reason): the drain is carried out at the worst level, and what the lesser ones
+    were for still goes into the drain record and the pending verdict. Kept to the worst
+    level alone, an XID 94 (drain after job, never auto-resumed) seen with a missing mount
+    (drain now, transient) was drained as the mount alone, its kernel-log line consumed, and
+    resumed by three clean sweeps once the mount was back: the GPU needing a reset took jobs
+    again for good."""
     worst = max((f.level for f in findings), default=Level.OK)
-    causes = tuple(f for f in findings if f.level is worst)
     if worst in MODE_FOR_LEVEL:
+        # sorted() is stable: within a level, the findings keep the order they came in.
+        causes = tuple(sorted((f for f in findings if f.level in MODE_FOR_LEVEL),
+                              key=lambda f: f.level, reverse=True))
         return Verdict(
             level=worst,
             reason=format_reason(MODE_FOR_LEVEL[worst], causes),
             causes=causes,
             auto_resumable=not any(f.repair for f in causes),
         )
+    causes = tuple(f for f in findings if f.level is worst)
     return Verdict(level=worst, reason="", causes=causes if worst is not Level.OK else ())
 
 

@@ -69,10 +69,11 @@ _KEPT_BECAUSE = {"slurm_unavailable": "Slurm unavailable", "fault": "a checker f
 
 def pending(sdir: Path, fresh: list[Finding]) -> list[Finding]:
     """The node path's pending drain verdict as a finding at its level, unless the fresh
-    findings supersede it as the node path's own verdict would (nodepath._judge decides on
-    the fresh findings and the pending causes together, the worst level winning, and forgets
-    the file once that verdict is carried out). A file load_pending would discard (garbled, a
-    FIFO, /dev/zero) is a warning, and so is left: the gate never clears nor rewrites it."""
+    findings ask a worse level (nodepath._judge decides on the fresh findings and the pending
+    causes together: its drain is carried out at the worst level and named by it, every
+    cause going into the drain record, and the file is forgotten once that verdict is carried
+    out). A file load_pending would discard (garbled, a FIFO, /dev/zero) is a warning, and so
+    is left: the gate never clears nor rewrites it."""
     from rsc_health.node.store import HELD_BY, PENDING_VERDICT_FILE, CorruptPending, read_pending
     from rsc_health.policy import decide
 
@@ -85,10 +86,11 @@ def pending(sdir: Path, fresh: list[Finding]) -> list[Finding]:
     if kept is None or not kept.verdict.drains:
         return []
     causes = list(kept.verdict.causes)
-    merged = decide(fresh + causes)
-    if not any(c is k for c in merged.causes for k in causes):
-        return []  # a worse fresh verdict: the node path drains on that one instead
     verdict = decide(causes)
+    if decide(fresh).level > verdict.level:
+        # A worse fresh verdict: the node path's drain is carried out at its level and named
+        # by it (the kept causes go into its drain record with it): the fresh finding is named.
+        return []
     when = f"{kept.time:%Y-%m-%dT%H:%M:%SZ}" if kept.time else "at an unknown time"
     why = HELD_BY.get(kept.why) or _KEPT_BECAUSE.get(kept.why) or kept.why or "?"
     return [Finding("pending", PENDING_VERDICT_FILE, Status.FAIL, verdict.level,
