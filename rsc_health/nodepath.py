@@ -62,7 +62,7 @@ from rsc_health.config import (
     resolve_node_config,
     state_dir,
 )
-from rsc_health.model import Finding, Severity, Status, utcnow
+from rsc_health.model import Finding, Severity, Status, Verdict, utcnow
 from rsc_health.node import sinks
 from rsc_health.node.act import act as _act
 from rsc_health.node.act import job_records as _job_records
@@ -75,6 +75,7 @@ from rsc_health.node.store import (
     PENDING_VERDICT_FILE,
     LockTimeout,
     PendingVerdict,
+    clear_pending,
     guard_backs_off,
     guard_retry_after,
     load_pending,
@@ -82,7 +83,7 @@ from rsc_health.node.store import (
     remember_config,
     save_pending,
 )
-from rsc_health.policy import decide
+from rsc_health.policy import decide, still_standing
 
 # The names scripts, wrappers and tests reach through this module.
 __all__ = ["LOCK_FILE", "MAINS", "PENDING_VERDICT_FILE", "STAGES", "TEXTFILE", "VERSION",
@@ -212,6 +213,8 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
             "checker", os.path.join(ctx.sdir, PENDING_VERDICT_FILE), Status.ERROR, Severity.NONE,
             f"{PENDING_VERDICT_FILE} unreadable ({lost[0][:80]}); discarded: the drain verdict "
             "it held is lost unless this run finds its fault again", "state_error"))
+    if pending is not None:
+        pending = _still_pending(ctx, pending, findings, locked=not lock_held)
     fresh = decide(findings)
     verdict = decide(findings + list(pending.verdict.causes)) if pending else fresh
     run.verdict = verdict
@@ -268,6 +271,30 @@ def _judge(ctx: Context, run: Progress, lock_held: str | None = None,
     if not run.config_error:
         remember_config(cfg, ctx.sdir, run.parsed)
     return code
+
+
+def _still_pending(ctx: Context, pending: PendingVerdict, findings: list[Finding], *,
+                   locked: bool) -> PendingVerdict | None:
+    """The kept verdict less the causes this run sees healed (policy.still_standing: a
+    transient fault the same check now calls ok on the same component); None when none is
+    left, and the file forgotten by a run holding the lock (one without it may race its
+    holder's save). Carried out as kept, a mount missing while slurmctld was away, back by
+    now, drained the node and requeued its jobs for a fault it no longer had."""
+    kept = pending.verdict.causes
+    standing = still_standing(kept, findings,
+                              never_resume=set(ctx.cfg.get("actions.never_resume_codes")))
+    if len(standing) == len(kept):
+        return pending
+    healed = ", ".join(f"{c.code} on {c.component}" for c in kept
+                      if not any(c is s for s in standing))
+    log(f"{ctx.stage.name}: kept drain verdict: {healed} seen healthy now, dropped"
+        + ("" if standing else "; nothing of it left to carry out"))
+    if not standing:
+        if locked:
+            clear_pending(ctx.sdir)
+        return None
+    return PendingVerdict(Verdict(max(c.level for c in standing), "", tuple(standing)),
+                          pending.why, pending.holds, pending.retry_after, pending.time)
 
 
 def _within_spool_cap(ctx: Context, records: list[dict]) -> tuple[list[dict], int]:

@@ -73,6 +73,30 @@ def decide(findings: list[Finding]) -> Verdict:
     return Verdict(level=worst, reason="", causes=causes if worst is not Level.OK else ())
 
 
+# Causes a check finds in what it sees at each look (a mount's presence and answer, a port's
+# state), not in an event it consumes (a kernel-log line: xid, sxid) nor in a counter's rise
+# since the last run (ecc, edac, nvlink, pcie, an IB port's error counters): the same check
+# calling the same component ok in a later run says that fault is gone. Each of these checks
+# says ok of a component exactly when it finds no fault there (checks/mount.py,
+# checks/infiniband.py).
+OBSERVED_NOW_CODES = frozenset({"mount_missing", "mount_hung", "mount_error", "mount_ro",
+                                "ib_down"})
+
+
+def still_standing(kept: tuple[Finding, ...] | list[Finding], findings: list[Finding], *,
+                   never_resume: frozenset[str] | set[str] = frozenset()) -> list[Finding]:
+    """The causes of a verdict kept from an earlier run that still stand against this run's
+    `findings`: all but a transient, state-observed cause (OBSERVED_NOW_CODES, not repair,
+    not in [actions] never_resume_codes) whose component the same check now calls ok. A
+    mount missing while slurmctld was away, back by the next run, drained the node then and
+    requeued its jobs for a fault it no longer had. An event's cause (an XID, a counter's
+    rise) always stands: its line or its rise was consumed, no later look sees it again."""
+    healthy = {(f.family, f.component) for f in findings if f.level is Level.OK}
+    return [c for c in kept
+            if c.repair or c.code not in OBSERVED_NOW_CODES or c.code in never_resume
+            or (c.family, c.component) not in healthy]
+
+
 # A code's longest in a reason: the clip to MAX_REASON_LEN must fall in the text, never before
 # the colon that ends the code (a reason cut there is not read back as ours).
 MAX_CODE_LEN = 48

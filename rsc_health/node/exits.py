@@ -44,7 +44,7 @@ def judge_what_is_in(run: Progress) -> tuple[list[Finding], list[str]]:
     own read is what hung (the verdict step)."""
     if run.verdict is not None or run.inflight is None or run.cfg is None:
         return [], []
-    from rsc_health.policy import decide
+    from rsc_health.policy import decide, still_standing
 
     found, unjudged = run.inflight.judged()
     fresh = decide(found)
@@ -55,7 +55,13 @@ def judge_what_is_in(run: Progress) -> tuple[list[Finding], list[str]]:
     pending = load_pending(run.sdir)
     if pending is None or not pending.verdict.drains:
         return found, unjudged
-    merged = decide(found + list(pending.verdict.causes))
+    # As a whole run would (nodepath._still_pending): a kept cause this run sees healed is
+    # not carried out; with none left, what came in is the verdict (kept as a fault's).
+    standing = still_standing(pending.verdict.causes, found,
+                              never_resume=set(run.cfg.get("actions.never_resume_codes")))
+    if not standing:
+        return found, unjudged
+    merged = decide(found + standing)
     if fresh.drains:
         save_pending(run.sdir, merged, why=pending.why, holds=pending.holds,
                      retry_after=pending.retry_after)

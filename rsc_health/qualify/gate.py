@@ -60,14 +60,16 @@ def look(cfg, root: Path, node: str) -> list[Finding]:
     node_cfg, _ = resolve_node_config(cfg, node=node)
     fresh = run(node_cfg, root, only=families(node_cfg),
                 budget_s=budget(node_cfg, STAGES["sweep"]) * 0.5, save_state=False)
-    return fresh + pending(Path(state_dir(node_cfg, root)), fresh)
+    return fresh + pending(Path(state_dir(node_cfg, root)), fresh,
+                           set(node_cfg.get("actions.never_resume_codes")))
 
 
 # Why the node path kept a verdict (store.PendingVerdict.why), as the reason says it.
 _KEPT_BECAUSE = {"slurm_unavailable": "Slurm unavailable", "fault": "a checker fault"}
 
 
-def pending(sdir: Path, fresh: list[Finding]) -> list[Finding]:
+def pending(sdir: Path, fresh: list[Finding], never_resume: frozenset[str] | set[str] = frozenset()
+            ) -> list[Finding]:
     """The node path's pending drain verdict as a finding at its level, unless the fresh
     findings ask a worse level (nodepath._judge decides on the fresh findings and the pending
     causes together: its drain is carried out at the worst level and named by it, every
@@ -75,7 +77,7 @@ def pending(sdir: Path, fresh: list[Finding]) -> list[Finding]:
     out). A file load_pending would discard (garbled, a FIFO, /dev/zero) is a warning, and so
     is left: the gate never clears nor rewrites it."""
     from rsc_health.node.store import HELD_BY, PENDING_VERDICT_FILE, CorruptPending, read_pending
-    from rsc_health.policy import decide
+    from rsc_health.policy import decide, still_standing
 
     try:
         kept = read_pending(sdir)
@@ -85,7 +87,11 @@ def pending(sdir: Path, fresh: list[Finding]) -> list[Finding]:
                         "path discards it at its next run", "pending_unreadable")]
     if kept is None or not kept.verdict.drains:
         return []
-    causes = list(kept.verdict.causes)
+    # As the node path does (nodepath._still_pending): a kept cause the fresh look sees
+    # healed is not carried out.
+    causes = still_standing(kept.verdict.causes, fresh, never_resume=never_resume)
+    if not causes:
+        return []
     verdict = decide(causes)
     if decide(fresh).level > verdict.level:
         # A worse fresh verdict: the node path's drain is carried out at its level and named
