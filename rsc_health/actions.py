@@ -255,6 +255,10 @@ class Actor:
         self.window = timedelta(minutes=float(cfg.get("actions.guard_window_min")))
         self.settle_s = float(cfg.get("actions.guard_settle_s"))
         self.sleep = time.sleep
+        # The last apply() left our drain record saying less than its drain verdict found (a
+        # write refused): the caller keeps the verdict pending, its events unconsumed if that
+        # fails too, as for any verdict not yet carried out in full.
+        self.unrecorded = False
 
     # ---- entry point -----------------------------------------------------------------------
     def apply(
@@ -270,6 +274,7 @@ class Actor:
         auto-resume; skip_jobs are never requeued (the prolog's own job, which Slurm requeues
         when the prolog fails, and the epilog's, already ending). Raises SlurmError when Slurm
         is away."""
+        self.unrecorded = False
         if not self.enabled:
             # Shadow mode ([actions] enabled = false): Slurm is never asked or changed; what
             # would have been drained is recorded, so a pilot next to NHC can be judged.
@@ -757,16 +762,18 @@ class Actor:
                  f"{self.node} will not be auto-resumed from it")
         self._clear_state()
 
-    def _write_state(self, state: DrainState) -> bool:
+    def _write_state(self, state: DrainState, then: str = "") -> bool:
         """Best effort: the drain is already done in Slurm when this runs, and a state dir
         that refuses writes (read-only, full) must not stop the requeue that follows. Without
-        the record the node is never auto-resumed (a person resumes it): the safe side."""
+        the record the node is never auto-resumed (a person resumes it): the safe side.
+        `then`: what follows from the failure instead, where a record stands already."""
         try:
             # Durable: a power cut must not leave an empty record (read as "no record").
             write_atomic(self._state_path, json.dumps(asdict(state)))
         except OSError as exc:
             self.log(f"cannot record the drain state in {self.state_dir} "
-                     f"({exc.strerror or exc}); {self.node} will not be auto-resumed")
+                     f"({exc.strerror or exc}); "
+                     + (then or f"{self.node} will not be auto-resumed"))
             return False
         return True
 
@@ -790,7 +797,9 @@ class Actor:
         """A drain verdict under our drain: restart the clean count, and add what it found
         (and what an earlier record `before` was for) to the record, so a repair fault found
         under a transient drain (an XID 79 while drained for a lost mount) is never
-        auto-resumed with it: its events are consumed, no later run sees them again."""
+        auto-resumed with it: its events are consumed, no later run sees them again. A write
+        refused leaves the record as it was (auto-resumable for the mount alone, its clean
+        count running on): `unrecorded` tells the caller to keep the verdict pending."""
         state = self.load_state()
         if state is None:
             return
@@ -801,7 +810,10 @@ class Actor:
                      and not self.never_resume & set(codes))
         if (state.clean_sweeps, state.codes, state.auto_resumable) != (0, codes, resumable):
             state.clean_sweeps, state.codes, state.auto_resumable = 0, codes, resumable
-            self._write_state(state)
+            if not self._write_state(state, then=f"the drain of {self.node} stands; the "
+                                     f"verdict ({', '.join(sorted(found))}) is kept for the "
+                                     "next run to record"):
+                self.unrecorded = True
 
     def _reset_clean_count(self) -> None:
         state = self.load_state()

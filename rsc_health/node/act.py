@@ -53,6 +53,8 @@ def act(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, *, now: 
     held = next((a.action for a in actions if a.action in HELD_KINDS), None)
     if verdict.drains and held:
         return _held_back(ctx, verdict, pending, held, now)
+    if verdict.drains and actor.unrecorded:
+        return _unrecorded(ctx, verdict, actions, now)
     clear_pending(ctx.sdir)
     sweep_line(stage, ctx.node, verdict.level, verdict.reason, actions)
     restored = any(a.action == ActionKind.DRAIN_NOW for a in actions)
@@ -106,6 +108,24 @@ def _slurm_away(ctx: Context, verdict: Verdict, had_pending: bool, exc: Exceptio
     # The prolog still fails the job start: slurmd then drains the node itself.
     enabled = bool(ctx.cfg.get("actions.enabled"))
     return (drain_exit() if stage.name == "prolog" and enabled else 0), (True if kept else None)
+
+
+def _unrecorded(ctx: Context, verdict: Verdict, actions: list, now: datetime
+                ) -> tuple[int, bool | None]:
+    """Carried out in Slurm, but our drain record could not be told what the verdict found
+    (actions.Actor.unrecorded: a full or failing state disk): kept pending, so the next run
+    records it; not kept either, its events are not consumed. Cleared as done, an XID 79
+    under our drain for a lost mount left the record auto-resumable for the mount alone, its
+    line consumed: three clean sweeps resumed a node whose GPU had fallen off the bus."""
+    stage = ctx.stage
+    sweep_line(stage, ctx.node, verdict.level, verdict.reason, actions)
+    kept = save_pending(ctx.sdir, verdict, why="unrecorded", now=now)
+    log(f"{stage.name}: verdict {verdict.reason} carried out, not recorded in the drain "
+        "record; " + ("kept for the next run" if kept else "not kept (see above): the next "
+                      "run reads its events again"))
+    enabled = bool(ctx.cfg.get("actions.enabled"))
+    code = drain_exit() if stage.name == "prolog" and enabled else 0
+    return code, (True if kept else None)
 
 
 def _held_back(ctx: Context, verdict: Verdict, pending: PendingVerdict | None, held,

@@ -193,7 +193,9 @@ def own_state_dir(sdir: str | os.PathLike) -> None:
 @dataclass(frozen=True)
 class PendingVerdict:
     verdict: Verdict
-    why: str  # slurm_unavailable | guard | foreign_drain | fault
+    # slurm_unavailable | guard | foreign_drain | fault | unrecorded (carried out, but the
+    # drain record could not be told: node.act._unrecorded)
+    why: str
     holds: int = 0  # how many runs in a row the mass-drain guard has held it back
     retry_after: datetime | None = None  # aware; no Slurm call for it before then
     time: datetime | None = None  # aware; when it was (last) kept

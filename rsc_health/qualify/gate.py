@@ -65,7 +65,8 @@ def look(cfg, root: Path, node: str) -> list[Finding]:
 
 
 # Why the node path kept a verdict (store.PendingVerdict.why), as the reason says it.
-_KEPT_BECAUSE = {"slurm_unavailable": "Slurm unavailable", "fault": "a checker fault"}
+_KEPT_BECAUSE = {"slurm_unavailable": "Slurm unavailable", "fault": "a checker fault",
+                 "unrecorded": "the drain record could not be written"}
 
 
 def pending(sdir: Path, fresh: list[Finding], never_resume: frozenset[str] | set[str] = frozenset()
