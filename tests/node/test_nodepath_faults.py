@@ -422,8 +422,11 @@ def test_a_garbled_guard_backoff_retries_rather_than_waits_for_ever(node_env, ju
     backoff is no backoff (the sweep asks Slurm, as before); it never blocks retries."""
     sdir = node_env / NODE_STATE
     sdir.mkdir(parents=True)
-    cause = {"family": "mount", "component": "/checkpoint", "status": "fail",
-             "severity": "drain_now", "reason": "/checkpoint missing", "code": "mount_missing"}
+    # An XID's cause (its line consumed): a mount's, this node's /checkpoint being healthy,
+    # is dropped as healed before any backoff is read (policy.still_standing).
+    cause = {"family": "xid", "component": "0000:1b:00", "status": "fail",
+             "severity": "drain_now", "reason": "XID 79 GPU has fallen off the bus",
+             "code": "xid79", "repair": True}
     (sdir / nodepath.PENDING_VERDICT_FILE).write_text(json.dumps(
         {"level": 3, "why": "guard", "causes": [cause], "time": "2026-11-24T00:00:00+00:00",
          **junk}))
