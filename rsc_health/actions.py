@@ -38,6 +38,7 @@ from rsc_health.policy import (
     MODE_FOR_LEVEL,
     QUALIFY_MODE,
     QUALIFY_REDRAIN_CODES,
+    format_reason,
     is_ours,
     parse_reason,
     qualify_out_since,
@@ -275,6 +276,9 @@ class Actor:
         when the prolog fails, and the epilog's, already ending). Raises SlurmError when Slurm
         is away."""
         self.unrecorded = False
+        if verdict.drains:
+            verdict = Verdict(verdict.level, self._led(verdict), verdict.causes,
+                              verdict.auto_resumable)
         if not self.enabled:
             # Shadow mode ([actions] enabled = false): Slurm is never asked or changed; what
             # would have been drained is recorded, so a pilot next to NHC can be judged.
@@ -388,6 +392,7 @@ class Actor:
                 state.settled = True
                 self._write_state(state)
             self._note_verdict(verdict)
+            self._lead_with_never_resume(ours, verdict)
         self._watch_reboot(info)
         if now_mode and requeue:
             self._requeue_jobs(verdict.reason, skip, actions)
@@ -792,6 +797,40 @@ class Actor:
             time=self.now().isoformat(),
             settled=settled,
         ))
+
+    def _never_resumed(self, causes) -> list:
+        return [c for c in causes if (c.code or c.family) in self.never_resume]
+
+    def _led(self, verdict: Verdict, mode: str | None = None) -> str:
+        """The reason to drain with: led by a cause whose code is never auto-resumed, when one
+        is among the verdict's. `healthctl resume` asks a qualification pass for such a drain
+        by the code the reason leads with (the node's own record is on the node, out of its
+        reach): an XID 79 behind `gpu_inaccessible ... (+1 more)` was resumed with no pass
+        (helper-208). `mode`: the drain's own, when it stands already."""
+        causes = list(verdict.causes)
+        lead = self._never_resumed(causes)
+        if not lead or (mode is None and causes[0] in lead):
+            return verdict.reason
+        return format_reason(mode or MODE_FOR_LEVEL[verdict.level],
+                             lead + [c for c in causes if c not in lead])
+
+    def _lead_with_never_resume(self, ours: dict | None, verdict: Verdict) -> None:
+        """Our drain stands for a transient fault and this verdict found one never auto-resumed
+        under it (an XID 48 while drained for a lost mount): its line is consumed, the record
+        keeps it, but Slurm's reason still said mount_missing and `healthctl resume` put the GPU
+        back with no qualification pass (helper-208). The drain is set again, its reason led by
+        that cause (in the drain's own mode), and the record follows it. Raises SlurmError."""
+        if ours is None or ours.get("code") in self.never_resume or \
+                not self._never_resumed(verdict.causes):
+            return
+        state = self.load_state()
+        if state is None:
+            return
+        reason = self._led(verdict, ours.get("mode"))
+        self.slurm.drain(self.node, reason)
+        state.reason = reason
+        self._write_state(state, then=f"Slurm's reason for {self.node} is led by a cause never "
+                          "auto-resumed; the node's record still names the one before")
 
     def _note_verdict(self, verdict: Verdict, before: DrainState | None = None) -> None:
         """A drain verdict under our drain: restart the clean count, and add what it found
