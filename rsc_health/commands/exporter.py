@@ -62,10 +62,14 @@ def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: f
         from rsc_health.durable import write_atomic
 
         path = Path(out)
+        _refuse_root_in_a_shared_sticky_dir(path)
         try:
             # A textfile collector directory is often shared: nothing planted there is
             # followed, and one others may write without the sticky bit is refused.
             write_atomic(path, text, sync_dir=False)
+        except PermissionError as exc:
+            raise click.ClickException(_not_replaceable(path) or f"cannot write {path}: {exc}"
+                                       ) from exc
         except OSError as exc:
             raise click.ClickException(f"cannot write {path}: {exc}") from exc
         if failed is None:
@@ -73,3 +77,76 @@ def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: f
     if failed is not None:
         raise click.ClickException(f"historian unreachable, exported "
                                    f"rsc_health_historian_up 0: {failed}")
+
+
+# How the timer's user runs the export by hand (README, docs/deployment.md).
+_AS_THE_TIMER = "systemctl start rsc-health-export.service"
+
+
+def _sticky_shared(directory: Path):
+    """The stat of `directory` when it is sticky and a group other than root's may write it
+    (node_exporter's textfile directory: 1775 root:rsc-health), else None."""
+    import os
+    import stat
+
+    try:
+        st = os.stat(directory)
+    except OSError:
+        return None
+    if st.st_mode & stat.S_ISVTX and st.st_mode & stat.S_IWGRP and st.st_gid != 0:
+        return st
+    return None
+
+
+def _owner(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _refuse_root_in_a_shared_sticky_dir(path: Path) -> None:
+    """Root's file in a sticky directory can be replaced by root alone: the export timer
+    (User=rsc-health, the directory's group) would fail every 5 minutes and the fleet file
+    would stay as root wrote it, rsc_health_historian_up 1 and every stale, lemon and suspect
+    alert dead. So root does not write there; the timer's user does."""
+    import os
+
+    if os.geteuid() != 0 or _sticky_shared(path.parent) is None:
+        return
+    raise click.ClickException(
+        f"refusing to write {path} as root: {path.parent} is sticky and its group writes it, "
+        "so a file of root's there could be replaced by root alone and the export timer "
+        f"(its own user) would fail from then on; run the export as the timer's user "
+        f"({_AS_THE_TIMER}, or sudo -u rsc-health healthctl metrics export --out {path})"
+        + (f", after deleting the root-owned {path} (rm {path})"
+           if _owned_by(path, 0) else ""))
+
+
+def _owned_by(path: Path, uid: int) -> bool:
+    import os
+
+    try:
+        return os.lstat(path).st_uid == uid
+    except OSError:
+        return False
+
+
+def _not_replaceable(path: Path) -> str | None:
+    """Why the rename over `path` was refused, when it is the sticky bit: another user's file
+    stands there (root's, left by an export run as root) and only its owner or root may
+    replace or delete it. Names the file to delete; None when that is not the reason."""
+    import os
+
+    try:
+        st = os.lstat(path)
+        sticky = os.stat(path.parent).st_mode & 0o1000
+    except OSError:
+        return None
+    if not sticky or st.st_uid == os.geteuid():
+        return None
+    return (f"cannot replace {path}: it belongs to {_owner(st.st_uid)} and {path.parent} is "
+            f"sticky, so only its owner may replace it; the file keeps its old numbers until "
+            f"it is deleted: rm {path} (as {_owner(st.st_uid)}), then the next export writes it")
