@@ -79,9 +79,12 @@ def _table(title: str, df, columns: list[tuple[str, str, str]]) -> None:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=title)
+    # Title and headers as Text through shown(), like the cells: `rolling` makes a column of
+    # each attribution cause (a node's check family, anyone's text), and a str header is read
+    # as markup ("[/x]" raised MarkupError) and printed raw (an ESC reached the terminal).
+    table = Table(title=Text(shown(title)))
     for _, header, _spec in columns:
-        table.add_column(header, justify="left" if _spec == "s" else "right")
+        table.add_column(Text(shown(header)), justify="left" if _spec == "s" else "right")
     for row in df.to_dict("records"):
         # Text, never a str: rich reads "[...]" in a str cell as markup, and a job named
         # "[/x]" raised MarkupError ("[link=...]" made a hyperlink).
@@ -223,11 +226,11 @@ def rolling(ctx, since, until, days, every, as_json):
         return _emit_json(_records(df))
     if df.empty:
         return click.echo("no large jobs in the window")
-    shown = df.iloc[::-1].iloc[:: max(every, 1)].iloc[::-1]  # always keep the latest day
+    kept = df.iloc[::-1].iloc[:: max(every, 1)].iloc[::-1]  # always keep the latest day
     modes = [c for c in df.columns if c not in ("date", "node_days", "total")]
     _table(
         f"{days or _cfg(ctx, 'metrics.rolling_days')}-day rolling failures per 1000 node-days",
-        shown.assign(date=shown["date"].dt.date),
+        kept.assign(date=kept["date"].dt.date),
         [
             ("date", "date", "s"),
             ("node_days", "node-days", ",.0f"),
@@ -507,7 +510,7 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
             queue=queue,
         )
         cols.append((f"expected {w}", f"E[ETTR] {w}", ".3f"))
-    shown = runs.head(top)
+    top_runs = runs.head(top)
     if as_json:
         return _emit_json(
             {
@@ -515,7 +518,7 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
                 "runs": len(runs),
                 "mean_measured_ettr": _clean(runs["measured_ettr"].mean()) if len(runs) else None,
                 "mean_expected_ettr": _clean(runs["expected_ettr"].mean()) if len(runs) else None,
-                "top": _records(shown),
+                "top": _records(top_runs),
             }
         )
     click.echo(
@@ -528,8 +531,8 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
             f"mean expected ETTR {runs['expected_ettr'].mean():.3f}"
         )
     _table(
-        f"Longest {len(shown)} job runs",
-        shown,
+        f"Longest {len(top_runs)} job runs",
+        top_runs,
         [
             ("name", "name", "s"),
             ("user", "user", "s"),

@@ -73,3 +73,52 @@ def test_healthctl_gpus_prints_a_serial_s_terminal_escapes_escaped(tmp_path: Pat
     assert "S1\\x1b]0;pwned\\x07\\nS2: 99 failures in n999: 3 failures in n001, n002" in (
         result.output)
     assert len(result.output.splitlines()) == 2
+
+
+def _historian_with_cause(tmp_path: Path, cause: str) -> str:
+    """One failed 512-GPU job blamed on a check family named `cause` (a node's text:
+    delivery keeps any `check` up to 32 characters). Helper 203."""
+    from datetime import datetime, timedelta
+
+    from sqlalchemy import create_engine
+
+    from rsc_health.historian import db, schema
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    eng = create_engine(url)
+    db.create(eng)
+    end = datetime(2024, 3, 10, 12)
+    with eng.begin() as conn:
+        res = conn.execute(schema.jobs.insert().values(
+            job_id="1", job_id_display="1", name="train", user="alice", partition="gpu",
+            state="FAILED", exit_code="1:0", submit=end - timedelta(hours=5),
+            start=end - timedelta(hours=4), end=end, nnodes=64, gpus=512,
+            nodelist="gpu[001-064]", instance_key="1:x:y"))
+        conn.execute(schema.attributions.insert().values(
+            job_pk=res.inserted_primary_key[0], node="gpu001", cause=cause, code="c",
+            evidence="e", kind="check"))
+    eng.dispose()
+    return url
+
+
+def _rolling(url: str):
+    return CliRunner().invoke(cli, ["--config", "/dev/null", "--db", url, "rolling",
+                                    "--since", "2024-03-01", "--until", "2024-04-01"],
+                              env={"COLUMNS": "250"})
+
+
+def test_rolling_survives_a_check_family_named_like_rich_markup(tmp_path: Path):
+    """`rolling` makes each cause a column header; rich read a str header as markup."""
+    result = _rolling(_historian_with_cause(tmp_path, "[/x]"))
+    assert result.exception is None or isinstance(result.exception, SystemExit), (
+        repr(result.exception))
+    assert result.exit_code == 0, result.output
+    assert "[/x]" in result.output
+
+
+def test_rolling_prints_an_escape_in_a_check_family_escaped(tmp_path: Path):
+    """ESC ]0;...BEL (retitle the terminal) in a cause reached the terminal raw."""
+    result = _rolling(_historian_with_cause(tmp_path, "\x1b]0;pwned\x07x"))
+    assert result.exit_code == 0, repr(result.exception)
+    assert "\x1b]0;" not in result.output
+    assert "\\x1b]0;pwned" in result.output
