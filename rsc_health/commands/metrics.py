@@ -60,8 +60,18 @@ def _records(df) -> list[dict]:
     return [{k: _clean(v) for k, v in row.items()} for row in df.to_dict("records")]
 
 
+def _json_safe(value):
+    """`value` with every float _clean'd however deep: json.dumps writes a bare inf or NaN as
+    Infinity / NaN, which is not JSON (an unbounded projection, an MTTF at r_f 0)."""
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return _clean(value) if isinstance(value, float) else value
+
+
 def _emit_json(payload) -> None:
-    click.echo(json.dumps(payload, indent=2, default=_clean))
+    click.echo(json.dumps(_json_safe(payload), indent=2, default=_clean))
 
 
 def _fmt(value, spec: str = "") -> str:
@@ -253,7 +263,7 @@ def rolling(ctx, since, until, days, every, as_json):
     "--project",
     "project",
     multiple=True,
-    type=int,
+    type=click.IntRange(min=1),
     metavar="GPUS",
     help="Also project MTTF for this job size (repeatable).",
 )
@@ -298,7 +308,14 @@ def mttf(ctx, since, until, rf, project, as_json):
         ],
     )
     for p in proj:
-        click.echo(f"projected MTTF at {p['gpus']:,} GPUs: {p['projected_hours']:.2f} h")
+        hours = p["projected_hours"]
+        if math.isnan(hours):
+            said = "not projected: r_f is not measured (no large job ended in the window)"
+        elif math.isinf(hours):
+            said = "unbounded: r_f is 0 (no failure in the window)"
+        else:
+            said = f"{hours:.2f} h"
+        click.echo(f"projected MTTF at {p['gpus']:,} GPUs: {said}")
 
 
 # -- goodput ----------------------------------------------------------------------------------
@@ -386,11 +403,16 @@ def _ettr_projection(ctx, base, nodes: int, what_ifs: list, runtime_days: float,
                 "eq2_long_run": model.expected_long_run(),
                 "monte_carlo": mc.mean,
                 "monte_carlo_unfinished": mc.unfinished,
+                "closed_form_holds": model.closed_form_holds(),
             }
         )
     if as_json:
         return _emit_json(rows)
     for row in rows:
+        if not row["closed_form_holds"]:
+            echo(f"note: {row['scenario']}: Eq. 1 and Eq. 2 do not hold at this size and rate "
+                 "(a restart plus half a checkpoint interval is not shorter than the MTTF: "
+                 "lam (u0 + dt_cp/2) >= 1), shown held to 0..1; the Monte Carlo is the answer")
         if row["monte_carlo_unfinished"]:
             echo(f"note: {row['scenario']}: {row['monte_carlo_unfinished']} of the Monte Carlo "
                  "runs were still requeueing after their bound of requeues (failures come "
@@ -423,7 +445,8 @@ def _ettr_projection(ctx, base, nodes: int, what_ifs: list, runtime_days: float,
     help="Re-evaluate expected ETTR with a scaled failure rate or checkpoint write.",
 )
 @click.option("--top", type=int, default=10, show_default=True, help="Longest runs to list.")
-@click.option("--nodes", type=int, help="Model a hypothetical run of N nodes instead.")
+@click.option("--nodes", type=click.IntRange(min=1),
+              help="Model a hypothetical run of N nodes instead.")
 @click.option(
     "--runtime-days",
     type=FiniteFloat(min=0, min_open=True),

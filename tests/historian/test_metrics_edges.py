@@ -80,3 +80,92 @@ def test_goodput_when_every_lost_job_lost_no_gpu_hours(tmp_path):
                              obj=AppContext(db_url=url))
     assert out.exit_code == 0, out.output
     assert "none from second-order preemptions" in out.output
+
+
+def _mttf_on_a_healthy_week(tmp_path, *args):
+    """One 512-GPU job that completed, no failure: the measured r_f is 0.0 (helper 203)."""
+    from datetime import datetime, timedelta
+
+    from sqlalchemy import create_engine
+
+    from rsc_health.cli import cli
+    from rsc_health.historian import schema
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    eng = create_engine(url)
+    db.create(eng)
+    end = datetime(2024, 3, 10, 12)
+    with eng.begin() as conn:
+        conn.execute(schema.jobs.insert().values(
+            job_id="1", job_id_display="1", name="train", user="alice", partition="gpu",
+            state="COMPLETED", exit_code="0:0", submit=end - timedelta(hours=30),
+            start=end - timedelta(hours=24), end=end, nnodes=64, gpus=512,
+            nodelist="gpu[001-064]", instance_key="1:x:y"))
+    eng.dispose()
+    return CliRunner().invoke(cli, ["--config", "/dev/null", "--db", url, "mttf",
+                                    "--since", "2024-03-01", "--until", "2024-04-01", *args],
+                              env={"COLUMNS": "200"})
+
+
+def test_mttf_projection_on_a_fleet_with_no_failure_yet_is_not_a_crash(tmp_path):
+    """`mttf --project` divided by a measured r_f of 0.0: ZeroDivisionError, no table."""
+    result = _mttf_on_a_healthy_week(tmp_path, "--project", "16384")
+    assert result.exit_code == 0, repr(result.exception)
+    assert "projected MTTF at 16,384 GPUs: unbounded: r_f is 0" in result.output
+
+
+def test_mttf_projection_at_a_given_rate_of_zero_is_not_a_crash(tmp_path):
+    result = _mttf_on_a_healthy_week(tmp_path, "--rf", "0", "--project", "16384", "--json")
+    assert result.exit_code == 0, repr(result.exception)
+    assert '"projected_hours": "inf"' in result.output
+
+
+def test_mttf_refuses_a_projection_of_no_gpus(tmp_path):
+    result = _mttf_on_a_healthy_week(tmp_path, "--rf", "6.5", "--project", "0")
+    assert result.exit_code == 2, result.output
+    assert "--project" in result.output
+
+
+def test_ettr_projection_never_shows_a_negative_ratio(tmp_path):
+    """`ettr --nodes 32000 --rf 6.5` (256k GPUs at the paper's r_f): Eq. 1 and Eq. 2 were
+    -0.20 as the expected ETTR; they are held to [0, 1] and the command says the closed form
+    does not hold there."""
+    import json
+
+    obj = AppContext(db_url=f"sqlite:///{tmp_path / 'h.db'}")
+    out = CliRunner().invoke(ettr_cmd, ["--nodes", "32000", "--rf", "6.5", "--json"], obj=obj)
+    assert out.exit_code == 0, out.output
+    row = json.loads(out.output)[0]
+    for key in ("eq1_expected", "eq2_long_run"):
+        assert 0.0 <= row[key] <= 1.0, (key, row)
+    assert row["closed_form_holds"] is False
+    table = CliRunner().invoke(ettr_cmd, ["--nodes", "32000", "--rf", "6.5"], obj=obj,
+                               env={"COLUMNS": "200"})
+    assert table.exit_code == 0, table.output
+    assert "Eq. 1 and Eq. 2 do not hold" in table.output
+    assert "-0.2" not in table.output
+    # Where it holds, nothing is said.
+    small = CliRunner().invoke(ettr_cmd, ["--nodes", "2048", "--rf", "6.5"], obj=obj,
+                               env={"COLUMNS": "200"})
+    assert small.exit_code == 0 and "do not hold" not in small.output, small.output
+
+
+@pytest.mark.parametrize("nodes", ["0", "-4"])
+def test_ettr_refuses_a_run_of_no_nodes(tmp_path, nodes):
+    """`--nodes -4` showed an ETTR of 1.000."""
+    out = CliRunner().invoke(ettr_cmd, ["--nodes", nodes, "--rf", "6.5"],
+                             obj=AppContext(db_url=f"sqlite:///{tmp_path / 'h.db'}"))
+    assert out.exit_code == 2, out.output
+    assert "--nodes" in out.output
+
+
+def test_every_closed_form_is_a_share_of_wall_time():
+    from rsc_health.historian.metrics.ettr import eq11_daly_young, expected_ettr
+
+    lam_rf, nodes = 6.5 / 1000, 32000
+    model = EttrModel(n_nodes=nodes, r_f=lam_rf)
+    assert not model.closed_form_holds()
+    assert 0.0 <= model.expected() <= 1.0
+    assert 0.0 <= model.expected_long_run() <= 1.0
+    assert 0.0 <= float(expected_ettr(nodes, lam_rf, 30.0)) <= 1.0
+    assert 0.0 <= eq11_daly_young(nodes, lam_rf, 5 / 1440, 5 / 1440) <= 1.0

@@ -34,6 +34,11 @@ def daly_young_interval(n_nodes: float, r_f: float, w_cp: float) -> float:
     return math.sqrt(2.0 * w_cp / rate)
 
 
+def _share(value: float) -> float:
+    """ETTR is a share of wall time: a closed form past where it holds is held to [0, 1]."""
+    return min(1.0, max(0.0, value)) if value == value else value
+
+
 @dataclass(frozen=True)
 class EttrModel:
     """The paper's job-run model. Times in days; r_f in failures per node-day.
@@ -61,22 +66,32 @@ class EttrModel:
         rate = self.n_nodes * self.r_f
         return math.inf if rate <= 0 else 1.0 / rate
 
+    def closed_form_holds(self) -> bool:
+        """Whether Eq. (1)/(2) describe this run: they assume lam (u0 + dt_cp/2) < 1, a restart
+        and half an interval of lost work shorter than the MTTF. Past it the run mostly
+        requeues and the closed forms go negative (a 256k-GPU run at the paper's r_f: -0.20),
+        where ETTR = R / W is a share of wall time; the Monte Carlo still answers."""
+        lam = self.n_nodes * self.r_f
+        return lam <= 0 or lam * (self.u0 + self.interval / 2.0) < 1.0
+
     def expected(self) -> float:
-        """Eq. (1) = Appendix A Eq. (8), the full form (a lower bound by Jensen's inequality)."""
+        """Eq. (1) = Appendix A Eq. (8), the full form (a lower bound by Jensen's inequality),
+        held to [0, 1] (see closed_form_holds)."""
         lam = self.n_nodes * self.r_f
         dt, w, u0, q, r = self.interval, self.w_cp, self.u0, self.queue, self.runtime
         ckpt = 0.0 if math.isinf(dt) else w / dt
         num = 1.0 - lam * (u0 + dt / 2.0) if lam > 0 else 1.0
         den = 1.0 + (u0 + q) / r + ckpt + lam * q * (1.0 + ckpt - dt / (2.0 * r))
-        return num / den
+        return _share(num / den)
 
     def expected_long_run(self) -> float:
-        """Eq. (2) = Eq. (10): long-running high-priority jobs, q ~ 0, R >> u0 + dt_cp/2."""
+        """Eq. (2) = Eq. (10): long-running high-priority jobs, q ~ 0, R >> u0 + dt_cp/2,
+        held to [0, 1] (see closed_form_holds)."""
         lam = self.n_nodes * self.r_f
         dt = self.interval
         if math.isinf(dt):
             return 1.0
-        return (1.0 - lam * (self.u0 + dt / 2.0)) / (1.0 + self.w_cp / dt)
+        return _share((1.0 - lam * (self.u0 + dt / 2.0)) / (1.0 + self.w_cp / dt))
 
     def expected_failures(self) -> float:
         """Eq. (5): E[N_f] for the run."""
@@ -109,13 +124,15 @@ def expected_ettr(
         ckpt = np.where(np.isinf(dt), 0.0, w / dt)
         num = np.where(lam > 0, 1.0 - lam * (u0 + dt / 2.0), 1.0)
         late = np.where(lam > 0, lam * queue * (1.0 + ckpt - dt / (2.0 * runtime)), 0.0)
-        return num / (1.0 + (u0 + queue) / runtime + ckpt + late)
+        # A share of wall time: past lam (u0 + dt/2) >= 1 the form goes negative (NaN kept).
+        return np.clip(num / (1.0 + (u0 + queue) / runtime + ckpt + late), 0.0, 1.0)
 
 
 def eq11_daly_young(n_nodes: float, r_f: float, u0: float, w_cp: float) -> float:
     """Eq. (11): Eq. (10) with the Daly-Young interval substituted."""
     lam = n_nodes * r_f
-    return (1.0 - lam * (u0 + math.sqrt(w_cp / (2.0 * lam)))) / (1.0 + math.sqrt(lam * w_cp / 2.0))
+    return _share((1.0 - lam * (u0 + math.sqrt(w_cp / (2.0 * lam))))
+                  / (1.0 + math.sqrt(lam * w_cp / 2.0)))
 
 
 # Requeues one Monte Carlo run may take before it is scored as it stands.

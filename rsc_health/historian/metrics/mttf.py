@@ -7,6 +7,7 @@ Sizes: GPUs rounded up to the next multiple of 8, then grouped into power-of-two
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import pandas as pd
@@ -29,8 +30,14 @@ GPUS_PER_NODE = 8
 
 
 def projected_mttf_hours(gpus: float, r_f: float, gpus_per_node: int = GPUS_PER_NODE) -> float:
-    """MTTF = (N_nodes r_f)^-1 in hours, r_f per node-day (paper section III)."""
+    """MTTF = (N_nodes r_f)^-1 in hours, r_f per node-day (paper section III). An r_f of 0
+    (no failure in the window: a healthy week) projects an unbounded MTTF, inf, not a
+    ZeroDivisionError; an unmeasured r_f (NaN) projects NaN."""
+    if gpus <= 0:
+        raise ValueError(f"a job size of {gpus} GPUs has no MTTF")
     n_nodes = gpus / gpus_per_node
+    if r_f == 0:
+        return math.inf
     return 24.0 / (n_nodes * r_f)
 
 
