@@ -69,7 +69,7 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
             a = schema.node_actions
             actions = [dict(r._mapping) for r in conn.execute(
                 select(a.c.time, a.c.action, a.c.reason, a.c.job_id).where(a.c.node == node)
-                .order_by(desc(a.c.time)).limit(20))]
+                .order_by(desc(a.c.time)).limit(SAMPLE))]
             j, at, c = schema.jobs, schema.attributions, schema.check_results
             # The finding each failure is blamed on (attribute.py picks it: the drain's own
             # code, else the most severe, then the earliest), with the component it was on:
@@ -79,7 +79,7 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
                        at.c.cause, at.c.code, c.c.component)
                 .select_from(at.join(j, at.c.job_pk == j.c.id)
                              .outerjoin(c, c.c.id == at.c.evidence))
-                .where(at.c.node == node).order_by(desc(j.c.end)).limit(20))]
+                .where(at.c.node == node).order_by(desc(j.c.end)).limit(SAMPLE))]
             # One name per GPU (rsc_health.gpuname): `gpu1 (0000:1a:00.0)` whichever half
             # a finding knew, as the nightly report names it.
             from rsc_health.historian.gpu_names import gpu_names
@@ -93,7 +93,19 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
             t = schema.tickets
             tickets = [dict(r._mapping) for r in conn.execute(
                 select(t.c.id, t.c.opened, t.c.closed, t.c.reason, t.c.source)
-                .where(t.c.node == node).order_by(desc(t.c.opened)).limit(20))]
+                .where(t.c.node == node).order_by(desc(t.c.opened)).limit(SAMPLE))]
+            # The lists above are the newest SAMPLE; the figures an operator weighs a pull
+            # on are counted apart (a node with 250 failed jobs read "20").
+            totals = {
+                "actions": _count(conn, a, a.c.node == node),
+                "failed_jobs": _count(conn, at, at.c.node == node),
+                "tickets": _count(conn, t, t.c.node == node),
+            }
+            known = bool(runs or fresh.last_seen is not None or actions or blamed or tickets
+                         or _any(conn, schema.job_nodes, schema.job_nodes.c.node == node)
+                         or _any(conn, schema.node_events, schema.node_events.c.node == node)
+                         or _any(conn, schema.telemetry_samples,
+                                 schema.telemetry_samples.c.node == node))
         from rsc_health.historian.held import held_verdicts, held_within
 
         held = held_verdicts(engine, now, held_within(cfg), nodes=[node])
@@ -113,6 +125,11 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
     finally:
         engine.dispose()
     return {
+        # False: no run, check, action, job, event, ticket, qualification, suspect episode or
+        # version of this name (a mistyped name is not a node whose checks stopped).
+        "known": bool(known or qualified or suspect or versions or telemetry["job"]
+                      or telemetry["day"]),
+        "totals": totals,
         "freshness": {"last_seen": fresh.last_seen, "source": fresh.last_source,
                       "level": fresh.last_level, "stale": fresh.stale,
                       "checker_errors": fresh.checker_errors},
@@ -123,6 +140,32 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
         "held": {"time": held[0].time, "action": held[0].action, "reason": held[0].reason}
         if held else None,
     }
+
+
+# How many of a node's actions, failed jobs and tickets are read and listed (newest first).
+SAMPLE = 20
+# How many of each are printed.
+SHOWN = {"actions": 10, "failed_jobs": 10, "tickets": 5, "open_findings": 10}
+
+
+def _count(conn, table, where) -> int:
+    from sqlalchemy import func, select
+
+    return int(conn.execute(select(func.count()).select_from(table).where(where)).scalar() or 0)
+
+
+def _any(conn, table, where) -> bool:
+    from sqlalchemy import literal, select
+
+    return conn.execute(select(literal(1)).select_from(table).where(where).limit(1)).first() \
+        is not None
+
+
+def _cut(h: dict, key: str) -> str:
+    """' (newest N listed)' when the printed list is shorter than the count, else ''."""
+    total = h.get("totals", {}).get(key, len(h[key]))
+    listed = min(len(h[key]), SHOWN[key])
+    return f" (newest {listed} listed)" if listed < total else ""
 
 
 def _versions(conn, node: str) -> dict | None:
@@ -273,13 +316,16 @@ def _fmt(v) -> str:
 def _echo_checks(h: dict) -> None:
     """Freshness, the open findings and a held verdict."""
     f = h["freshness"]
-    state = "STALE (checks stopped)" if f["stale"] else "fresh"
+    state = ("never checked in: no run of rsc-health delivered" if f["last_seen"] is None
+             else "STALE (checks stopped)" if f["stale"] else "fresh")
     if f["level"] == "clock_skew":
         state += "; node clock wrong: its records are quarantined in its spool"
     echo(f"  checks    last {f['source'] or '-'} at {_fmt(f['last_seen'])} "
          f"verdict {f['level'] or '-'} ({state})")
-    echo(f"  failing   {len(h['open_findings'])} open finding(s)")
-    for o in h["open_findings"][:10]:
+    echo(f"  failing   {len(h['open_findings'])} open finding(s)"
+         + (f" (first {SHOWN['open_findings']} listed)"
+            if len(h["open_findings"]) > SHOWN["open_findings"] else ""))
+    for o in h["open_findings"][:SHOWN["open_findings"]]:
         echo(f"    {o['check']:<10} {o['component']:<14} {o['severity']:<16} since "
              f"{_fmt(o['time'])}  {o['reason']}")
     if h["held"]:
@@ -289,11 +335,13 @@ def _echo_checks(h: dict) -> None:
 
 def _echo_history(h: dict) -> None:
     """Actions, failed jobs blamed on the node, tickets."""
-    echo(f"  actions   {len(h['actions'])} recent")
-    for a in h["actions"][:10]:
+    totals = h.get("totals", {})
+    echo(f"  actions   {totals.get('actions', len(h['actions']))}{_cut(h, 'actions')}")
+    for a in h["actions"][:SHOWN["actions"]]:
         echo(f"    {_fmt(a['time'])}  {a['action']:<16} {a['reason']}")
-    echo(f"  failures  {len(h['failed_jobs'])} failed job(s) blamed on it")
-    for jb in h["failed_jobs"][:10]:
+    echo(f"  failures  {totals.get('failed_jobs', len(h['failed_jobs']))} failed job(s) "
+         f"blamed on it{_cut(h, 'failed_jobs')}")
+    for jb in h["failed_jobs"][:SHOWN["failed_jobs"]]:
         echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<10} "
              f"{jb['gpus']:>5} GPUs  {jb['cause']} {jb['code']}"
              + (f" on {jb['component']}" if jb.get("component") not in (None, "", "*")
@@ -305,8 +353,8 @@ def _echo_history(h: dict) -> None:
         for jb in tri["jobs"][:10]:
             echo(f"    {jb['job_id']:<10} {_fmt(jb['end'])}  {jb['state']:<13} "
                  f"{jb['label']:<7} {'; '.join(jb['evidence'])[:160]}")
-    echo(f"  tickets   {len(h['tickets'])}")
-    for t in h["tickets"][:5]:
+    echo(f"  tickets   {totals.get('tickets', len(h['tickets']))}{_cut(h, 'tickets')}")
+    for t in h["tickets"][:SHOWN["tickets"]]:
         echo(f"    #{t['id']} {t['source']} opened {_fmt(t['opened'])} "
              f"{'open' if t['closed'] is None else 'closed ' + _fmt(t['closed'])}: "
              f"{t['reason']}")
@@ -366,13 +414,17 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
     doc = gather_node(ctx, node_name, as_of.replace(tzinfo=UTC) if as_of else datetime.now(UTC))
     if as_json:
         click.echo(json.dumps(doc, indent=1, default=str))
-        return
+        return _exit_unknown(ctx, doc)
     s = doc["slurm"]
     echo(f"{node_name}")
     if s:
         echo(f"  slurm     {s['state']}" + (f"  reason: {s['reason']}" if s["reason"] else "")
                    + (f"  since {s['since']}" if s["since"] else ""))
     h = doc["historian"]
+    if h and not h["known"]:
+        # Said first: every section below is empty because the name is not the historian's.
+        echo("  historian has no record of this node: no check run, action, job, event, "
+             "ticket or qualification under this name (mistyped, or never part of this fleet)")
     if h:
         for part in (_echo_checks, _echo_history, _echo_lemon, _echo_telemetry, _echo_suspects):
             part(h)
@@ -382,3 +434,11 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
             echo(f"  {label:<9} {links[key]}")
     for p in doc["problems"]:
         echo(f"  note      {p}")
+    _exit_unknown(ctx, doc)
+
+
+def _exit_unknown(ctx: click.Context, doc: dict) -> None:
+    """Exit 1 when the historian, read, has no record of the node: a script asking about a
+    mistyped name must not read the answer as a node's story."""
+    if doc["historian"] is not None and not doc["historian"]["known"]:
+        ctx.exit(1)

@@ -134,7 +134,9 @@ def test_a_node_shows_its_last_jobs_telemetry_rollup_and_its_last_day_outside_jo
     assert quiet["historian"]["telemetry"]["job"]["metrics"]["sm_clock_ratio"]["past"] == 0
     assert quiet["historian"]["telemetry"]["day"] is None
     never = CliRunner().invoke(node_cmd, ["nosuch"], obj=_obj(engine, tmp_path))
-    assert never.exit_code == 0 and "telemetry no rollups" in never.output
+    # A name the historian has no record of exits 1, its empty sections still shown.
+    assert never.exit_code == 1 and "telemetry no rollups" in never.output
+    assert "historian has no record of this node" in never.output
 
 
 def test_garbled_negative_huge_values_and_a_hostile_name_break_neither_view_nor_detection(

@@ -147,3 +147,70 @@ def test_node_view_calls_a_repeat_offender_the_lemon_candidate_that_lemons_calls
     text = run.invoke(cli, ["--config", str(site), "--db", url, "node", "n2", "--as-of",
                             "2024-03-31"]).output
     assert "lemon     no: no rule fired" in text
+
+
+def _historian_with_gpu001(tmp_path):
+    from sqlalchemy import create_engine
+
+    from rsc_health.historian import db, schema
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    eng = create_engine(url)
+    db.create(eng)
+    with eng.begin() as conn:
+        conn.execute(schema.node_runs.insert(), [{
+            "node": "gpu001", "source": "sweep", "level": "ok",
+            "last_seen": datetime.utcnow() - timedelta(minutes=2)}])
+    return url, eng
+
+
+def test_healthctl_node_counts_every_failed_job_blamed_on_the_node(tmp_path):
+    """The count was len() of a list cut at LIMIT 20: 25 failed jobs read "20", the tickets
+    line likewise (helper 203). Counted apart now, and the cut list says it is cut."""
+    from rsc_health.historian import schema
+
+    url, eng = _historian_with_gpu001(tmp_path)
+    end = datetime.utcnow() - timedelta(days=1)
+    with eng.begin() as conn:
+        for i in range(25):
+            e = end - timedelta(hours=i)
+            pk = conn.execute(schema.jobs.insert().values(
+                job_id=str(100 + i), job_id_display=str(100 + i), name="t", user="u",
+                partition="gpu", state="NODE_FAIL", exit_code="0:0",
+                submit=e - timedelta(hours=2), start=e - timedelta(hours=1), end=e, nnodes=1,
+                gpus=8, nodelist="gpu001", instance_key=f"{100 + i}:x:y")).inserted_primary_key[0]
+            conn.execute(schema.attributions.insert().values(
+                job_pk=pk, node="gpu001", cause="node_down", code="DOWN", evidence="",
+                kind="event"))
+        conn.execute(schema.tickets.insert(), [
+            {"node": "gpu001", "opened": end - timedelta(days=i), "reason": f"r{i}",
+             "source": "manual"} for i in range(23)])
+    eng.dispose()
+    result = CliRunner().invoke(cli, ["--config", "/dev/null", "--db", url, "node", "gpu001"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    failures = next(ln for ln in lines if "blamed on it" in ln)
+    assert "25 failed job(s)" in failures and "(newest 10 listed)" in failures, failures
+    tickets = next(ln for ln in lines if ln.startswith("  tickets"))
+    assert "23 (newest 5 listed)" in tickets, tickets
+    doc = json.loads(CliRunner().invoke(cli, ["--config", "/dev/null", "--db", url, "node",
+                                              "gpu001", "--json"]).output)
+    assert doc["historian"]["totals"] == {"actions": 0, "failed_jobs": 25, "tickets": 23}
+
+
+def test_healthctl_node_of_a_name_the_historian_never_heard_of_does_not_say_checks_stopped(
+        tmp_path):
+    """A mistyped name (gpu0001 for gpu001) printed "STALE (checks stopped)", 0 failed jobs,
+    lemon no, exit 0, for a node that does not exist (helper 203)."""
+    url, eng = _historian_with_gpu001(tmp_path)
+    eng.dispose()
+    result = CliRunner().invoke(cli, ["--config", "/dev/null", "--db", url, "node", "gpu0001"])
+    assert "checks stopped" not in result.output, result.output
+    assert "historian has no record of this node" in result.output, result.output
+    assert result.exit_code == 1
+    as_json = CliRunner().invoke(cli, ["--config", "/dev/null", "--db", url, "node", "gpu0001",
+                                       "--json"])
+    assert as_json.exit_code == 1
+    assert json.loads(as_json.output)["historian"]["known"] is False
+    known = CliRunner().invoke(cli, ["--config", "/dev/null", "--db", url, "node", "gpu001"])
+    assert known.exit_code == 0 and "(fresh)" in known.output, known.output
