@@ -470,6 +470,9 @@ def gather_status(slurm, cfg, now) -> dict:
     ]
     return {"time": now.isoformat(), "drained": drained, "guard": guards,
             "guard_window_min": window.total_seconds() / 60,
+            # Every node Slurm has now (not printed): the historian keeps a retired node's
+            # heartbeat row for ever, and status judges freshness of these alone.
+            SLURM_NODES: {n.name for n in nodes},
             # Nodes whose scontrol record reads ambiguously (Features/Comment text shaped like
             # a field): refused by every action until a person fixes the text.
             "refused": list(getattr(slurm, "refused_nodes", []))}
@@ -498,6 +501,9 @@ _CLOCK_WRONG = "node clock wrong (its records are quarantined in its spool)"
 
 
 HISTORIAN_ERROR = "rsc_health.historian_error"
+SLURM_NODES = "_slurm_nodes"
+# Names of nodes left out for Slurm no longer having them, printed before "...".
+_NAMES_SHOWN = 10
 
 
 def _from_historian(ctx: click.Context, what: str, read) -> list | None:
@@ -653,6 +659,11 @@ def _echo_not_checking(data: dict) -> None:
         return
     if data["not_checking"]:
         echo(f"not checking: {len(data['not_checking'])} node(s)")
+    gone = data.get("not_in_slurm") or []
+    if gone:
+        more = ", ..." if len(gone) > _NAMES_SHOWN else ""
+        echo(f"not checked: {len(gone)} node(s) the historian has heard from that Slurm no "
+             f"longer has (retired or renamed): {', '.join(gone[:_NAMES_SHOWN])}{more}")
     for f in data["not_checking"]:
         why = ("stale" if f["stale"] else _CLOCK_WRONG if f["level"] == "clock_skew"
                else f"checker errors ({f['level']})")
@@ -686,7 +697,17 @@ def status(ctx: click.Context, as_json: bool) -> None:
         data = gather_status(_slurm(ctx), ctx.obj.config, now)
     except SlurmError as exc:
         _fail(exc)
+    in_slurm = data.pop(SLURM_NODES)
     data["not_checking"] = _freshness(ctx, now)
+    # A node Slurm no longer has (retired, renamed) keeps its last heartbeat in the
+    # historian for ever: it is not a node whose checks stopped, and listing it made status
+    # exit 1 every day. Left out, and counted, when Slurm's list was read; an empty list
+    # (Slurm answered about no node) proves nothing, and every node is kept.
+    data["not_in_slurm"] = []
+    if data["not_checking"] and in_slurm:
+        data["not_in_slurm"] = [f["node"] for f in data["not_checking"]
+                                if f["node"] not in in_slurm]
+        data["not_checking"] = [f for f in data["not_checking"] if f["node"] in in_slurm]
     data["probes_hung"] = _hung_probes(ctx, now)
     data["held"] = _held(ctx, now)
     # Informational: a suspect is kept from big jobs, not a problem status exits 1 for.
