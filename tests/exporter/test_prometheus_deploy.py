@@ -50,7 +50,7 @@ def test_promtool_accepts_the_shipped_config_and_rules():
     for args in (("check", "config", "prometheus.yml"), ("check", "rules", RULES.name)):
         out = _promtool(*args)
         assert out.returncode == 0, out.stdout + out.stderr
-    assert "14 rules found" in _promtool("check", "rules", RULES.name).stdout
+    assert "15 rules found" in _promtool("check", "rules", RULES.name).stdout
 
 
 @needs_promtool
@@ -136,6 +136,7 @@ EXPECTED = {
     "RscHealthHistorianDown": set(),
     "RscHealthNodesReportingDropped": set(),  # the real fleet export: as many as ever
     "RscHealthFleetExportStale": set(),
+    "RscHealthSacctIngestStopped": set(),
     "RscHealthNodeStale": {"gpu-stale"},
     "RscHealthNodeCheckerBroken": set(),
     "RscHealthGuardTripped": {""},  # fleet-wide: one series, no node
@@ -233,3 +234,14 @@ def test_a_real_prometheus_loads_the_shipped_files_and_each_alert_names_the_righ
             d.terminate()
         for d in daemons:
             d.wait(10)
+
+
+def test_a_stopped_sacct_ingest_is_alerted():
+    """The export writes rsc_health_data_age_seconds{source="sacct"} so that a stopped
+    `ingest sacct` is seen; no shipped rule read it (helper 203): with the ingest timer dead
+    every fleet alert stayed green while r_f, MTTF, triage, lemon candidates and the suspect
+    tier's job evidence froze."""
+    text = RULES.read_text()
+    exprs = re.findall(r"^\s*expr:\s*(.+)$", text, re.M)
+    assert len(exprs) > 10, exprs  # the rules were read at all
+    assert any("rsc_health_data_age_seconds" in e and 'source="sacct"' in e for e in exprs), exprs
