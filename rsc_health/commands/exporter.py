@@ -62,7 +62,6 @@ def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: f
         from rsc_health.durable import write_atomic
 
         path = Path(out)
-        _refuse_root_in_a_shared_sticky_dir(path)
         try:
             # A textfile collector directory is often shared: nothing planted there is
             # followed, and one others may write without the sticky bit is refused.
@@ -74,6 +73,7 @@ def export(ctx: click.Context, out: str | None, window_days: float, timeout_s: f
             raise click.ClickException(f"cannot write {path}: {exc}") from exc
         if failed is None:
             click.echo(f"wrote {path}", err=True)
+        _warn_root_in_a_shared_sticky_dir(path)
     if failed is not None:
         raise click.ClickException(f"historian unreachable, exported "
                                    f"rsc_health_historian_up 0: {failed}")
@@ -107,22 +107,20 @@ def _owner(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _refuse_root_in_a_shared_sticky_dir(path: Path) -> None:
+def _warn_root_in_a_shared_sticky_dir(path: Path) -> None:
     """Root's file in a sticky directory can be replaced by root alone: the export timer
-    (User=rsc-health, the directory's group) would fail every 5 minutes and the fleet file
-    would stay as root wrote it, rsc_health_historian_up 1 and every stale, lemon and suspect
-    alert dead. So root does not write there; the timer's user does."""
+    (User=rsc-health, the directory's group) fails every 5 minutes from then on and the fleet
+    file stays as root wrote it (rsc_health_historian_up 1, every stale, lemon and suspect
+    alert dead). Said on stderr at once, with the way out, rather than found days later."""
     import os
 
-    if os.geteuid() != 0 or _sticky_shared(path.parent) is None:
+    if os.geteuid() != 0 or _sticky_shared(path.parent) is None or not _owned_by(path, 0):
         return
-    raise click.ClickException(
-        f"refusing to write {path} as root: {path.parent} is sticky and its group writes it, "
-        "so a file of root's there could be replaced by root alone and the export timer "
-        f"(its own user) would fail from then on; run the export as the timer's user "
-        f"({_AS_THE_TIMER}, or sudo -u rsc-health healthctl metrics export --out {path})"
-        + (f", after deleting the root-owned {path} (rm {path})"
-           if _owned_by(path, 0) else ""))
+    click.echo(
+        f"warning: {path} is root's now and {path.parent} is sticky with its group writing "
+        "it: only root can replace this file, and the export timer (its own user) will fail "
+        f"on it until it is deleted (rm {path}); run the export as the timer's user: "
+        f"{_AS_THE_TIMER}", err=True)
 
 
 def _owned_by(path: Path, uid: int) -> bool:
