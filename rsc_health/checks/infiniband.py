@@ -240,9 +240,14 @@ def check(state, cfg: dict) -> list[Finding]:
     wanted = list(icfg.get("hcas", []))
     rate = float(icfg.get("rate_gbps", 0))
     limits = icfg.get("errors_per_sweep", {})
-    ports = [p for p in found if (p.link_layer or "InfiniBand") == "InfiniBand"]
+    # The rails: InfiniBand ports of physical functions. An SR-IOV virtual function's port
+    # is the host's to make, remove and leave DOWN (its vport policy's default) at will: not
+    # a fabric rail, so neither judged nor counted as one, unless [infiniband] hcas names it.
+    ib = [p for p in found if (p.link_layer or "InfiniBand") == "InfiniBand"]
     if wanted:
-        ports = [p for p in ports if p.hca in wanted]
+        ports = [p for p in ib if p.hca in wanted]
+    else:
+        ports = [p for p in ib if not p.virtual]
     out: list[Finding] = []
     unlisted: frozenset[str] = getattr(found, "unlisted", frozenset())  # said as an error
     for hca in sorted(set(wanted) - {p.hca for p in found} - unlisted):

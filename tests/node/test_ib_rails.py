@@ -1,0 +1,66 @@
+"""What the infiniband family judges as the fabric's rails: the InfiniBand ports of physical
+functions, and every HCA that [infiniband] hcas names."""
+
+from __future__ import annotations
+
+import shutil
+
+from rsc_health.model import Level
+
+from .conftest import bad
+
+IB = "sys/class/infiniband"
+
+
+def _unconfigured(node) -> None:
+    """The packaged [infiniband] hcas = []: the fixture's site list of mlx5_0..mlx5_7 gone."""
+    cfg = node.path("config.toml")
+    cfg.write_text(cfg.read_text().replace(
+        'hcas = ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5", "mlx5_6", '
+        '"mlx5_7"]\n', ""))
+    assert "hcas" not in cfg.read_text()
+
+
+def _vf(node, name: str = "mlx5_8", state: str = "4: ACTIVE") -> None:
+    """An SR-IOV virtual function's HCA (its device has a physfn), its port in `state`."""
+    shutil.copytree(node.path(f"{IB}/mlx5_0"), node.path(f"{IB}/{name}"))
+    node.write(f"{IB}/{name}/device/physfn/uevent", "PCI_SLOT_NAME=0000:18:00.0\n")
+    node.write(f"{IB}/{name}/ports/1/state", state + "\n")
+
+
+def test_ib_an_sriov_vf_port_left_down_does_not_drain_a_healthy_node(node):
+    """SR-IOV on a ConnectX-7 in IB mode: a VF (mlx5_8, device/physfn present) whose vport
+    policy is the default ("Down") shows `1: DOWN` / `5: LinkUp`. The node's 8 physical
+    ports are all ACTIVE at 400. With the packaged [infiniband] hcas = [] the VF's port was
+    judged like a rail: ib_down, drain now."""
+    _unconfigured(node)
+    _vf(node, state="1: DOWN")
+    findings, verdict = node.check()
+    found = [(f.component, f.code, f.severity.name) for f in bad(findings)
+             if f.family == "infiniband"]
+    assert found == [] and verdict.level < Level.DRAIN_AFTER_JOB, (found, verdict.level)
+
+
+def test_ib_a_vf_port_does_not_stand_in_for_a_missing_rail_in_the_port_count(node):
+    """[infiniband] count = 8 with hcas = []: mlx5_3 never came up this boot (a dead HCA),
+    and SR-IOV made one VF (mlx5_8, physfn, policy Follow: ACTIVE). 7 physical ports + 1 VF
+    made 8: the missing rail went unseen."""
+    _unconfigured(node)
+    cfg = node.path("config.toml")
+    cfg.write_text(cfg.read_text().replace("[infiniband]\n", "[infiniband]\ncount = 8\n"))
+    _vf(node)
+    shutil.rmtree(node.path(f"{IB}/mlx5_3"))
+    findings, verdict = node.check()
+    codes = [(f.component, f.code) for f in bad(findings) if f.family == "infiniband"]
+    assert ("hcas", "ib_missing") in codes, codes
+    assert verdict.level is Level.DRAIN_NOW
+
+
+def test_ib_a_vf_named_in_hcas_is_judged_as_a_rail(node):
+    """An HCA the site lists is a rail whatever it is: a listed VF left DOWN drains."""
+    _vf(node, state="1: DOWN")
+    cfg = node.path("config.toml")
+    cfg.write_text(cfg.read_text().replace('"mlx5_7"]', '"mlx5_7", "mlx5_8"]'))
+    findings, verdict = node.check()
+    assert ("mlx5_8/1", "ib_down") in [(f.component, f.code) for f in bad(findings)]
+    assert verdict.level is Level.DRAIN_NOW
