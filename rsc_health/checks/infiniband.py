@@ -255,6 +255,15 @@ def check(state, cfg: dict) -> list[Finding]:
             fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing", f"{hca} HCA not present",
                  repair=True)
         )
+    # A listed HCA that is present but has no InfiniBand port (a VPI card's link type reset
+    # to ETH by a firmware update comes up as RoCE) is a rail the fabric lost all the same.
+    for hca in sorted(set(wanted) & {p.hca for p in found} - {p.hca for p in ib} - unlisted):
+        layers = sorted({str(p.link_layer) for p in found if p.hca == hca})
+        out.append(
+            fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing",
+                 f"{hca} has no InfiniBand port (link layer {', '.join(layers)[:80]}): "
+                 "set its link type back to IB", repair=True, link_layer=layers[:8])
+        )
     # The sweeps the rise spans: those the ports' read hung and this one, or the time since
     # the baselines were taken (sweeps missed), whichever is longer.
     hung = 1 + getattr(found, "sweeps_missed", 0)

@@ -64,3 +64,25 @@ def test_ib_a_vf_named_in_hcas_is_judged_as_a_rail(node):
     findings, verdict = node.check()
     assert ("mlx5_8/1", "ib_down") in [(f.component, f.code) for f in bad(findings)]
     assert verdict.level is Level.DRAIN_NOW
+
+
+def test_ib_a_configured_rail_that_came_up_as_ethernet_is_not_judged_healthy(node):
+    """[infiniband] hcas lists mlx5_0..mlx5_7 (the fixture's site config). After a firmware
+    update reset a VPI card's LINK_TYPE_P1 to ETH, mlx5_3's port comes up with link_layer
+    `Ethernet` (RoCE), ACTIVE at 400: the compute fabric has lost a rail. The HCA was
+    "present" and its only port filtered out as not InfiniBand: nothing was said."""
+    node.write(f"{IB}/mlx5_3/ports/1/link_layer", "Ethernet\n")
+    findings, verdict = node.check()
+    found = [(f.component, f.code) for f in bad(findings) if f.family == "infiniband"]
+    assert found == [("mlx5_3", "ib_missing")], found
+    assert verdict.level is Level.DRAIN_NOW
+
+
+def test_ib_an_ethernet_port_beside_an_infiniband_one_on_a_listed_hca_is_not_a_lost_rail(node):
+    """A dual-port VPI card with port 2 in ETH mode (storage RoCE) still has its IB rail."""
+    shutil.copytree(node.path(f"{IB}/mlx5_3/ports/1"), node.path(f"{IB}/mlx5_3/ports/2"))
+    node.write(f"{IB}/mlx5_3/ports/2/link_layer", "Ethernet\n")
+    node.write(f"{IB}/mlx5_3/ports/2/state", "1: DOWN\n")
+    findings, verdict = node.check()
+    assert [f for f in bad(findings) if f.family == "infiniband"] == []
+    assert verdict.level < Level.DRAIN_AFTER_JOB
