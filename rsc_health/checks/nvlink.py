@@ -5,15 +5,26 @@ from __future__ import annotations
 
 from rsc_health.checks._finding import checker_error, fail, ok, readable_gpus
 from rsc_health.collect.counters import per_sweep
-from rsc_health.collect.gpu import NVLINK_COUNTERS, flag
+from rsc_health.collect.gpu import ABSENT, NVLINK_COUNTERS, err, flag
 from rsc_health.model import Finding, Severity
+
+
+def _links(g) -> list | None:
+    """The GPU's links as NVML answered them; None when the list itself is an error answer
+    NVML could not give (the gpu family says it: the checker could not look, no link is
+    judged down). An absent one (NOT_SUPPORTED) is no links, as the backend writes it."""
+    links = g.answers.get("nvlink")
+    e = err(links)
+    if e:
+        return [] if e in ABSENT else None
+    return links if isinstance(links, list) else []  # parse_answers made any other an error
 
 
 def counters(state) -> dict[str, int]:
     """Each GPU's NVLink error counters, link by link (NVML)."""
     out: dict[str, int] = {}
     for g in state.gpu.gpus if state.gpu else []:
-        for link in g.answers.get("nvlink") or []:
+        for link in _links(g) or []:
             for c in NVLINK_COUNTERS:
                 v = link.get(c)  # an error answer is a dict: no int, as val() would make it
                 if isinstance(v, int):
@@ -27,7 +38,9 @@ def check(state, cfg: dict) -> list[Finding]:
     limit, _ = per_sweep(int(gcfg.get("nvlink_errors_per_sweep", 0)), state, "nvlink")
     out: list[Finding] = []
     for g, comp in readable_gpus(state):
-        links = g.answers.get("nvlink") or []
+        links = _links(g)
+        if links is None:
+            continue
         found, active = _link_states(comp, links, expected)
         found += _rising(comp, links, state.deltas, limit)
         if not found and links:
@@ -39,8 +52,9 @@ def check(state, cfg: dict) -> list[Finding]:
 def _link_states(comp: str, links: list, expected: int) -> tuple[list[Finding], int]:
     """(links down or missing: drain now, or states NVML could not give: a checker error;
     how many links are active)."""
-    states = [(lk.get("link"), *(flag(lk["state"]) if lk.get("state") is not None
-                                 else (None, "no state"))) for lk in links]
+    states = [(lk.get("link"), *((None, err(lk)) if err(lk) else flag(lk["state"])
+                                 if lk.get("state") is not None else (None, "no state")))
+              for lk in links]
     down = [link for link, up, _ in states if up is False]
     active = sum(1 for _, up, _ in states if up)
     # A state NVML could not give (TIMEOUT, UNKNOWN, ...) or not a real 0/1 (0.0, "0")

@@ -217,7 +217,14 @@ def _read_counters(state: NodeState, families: list, before: dict, *,
                            key=lambda pair: not pair[0]):
         if fam.counters is None or (not ran and (fam.counters_own or fam.name in state.unjudged)):
             continue
-        got = fam.counters(state)
+        try:
+            got = fam.counters(state)
+        except Exception as exc:  # noqa: BLE001 - one family's answers it cannot read must
+            # not end every family's run (one engine error hiding a GPU's double-bit error):
+            # its counters are neither judged nor kept (the last good baselines stay).
+            state.errors.append((fam.name, "counters",
+                                 f"counters unreadable: {type(exc).__name__}: {exc}"[:200]))
+            continue
         read.update({k: v for k, v in got.items() if ran or k not in kept})
         if ran and got and fam.rates_prefix is None:
             state.counted.add(fam.name)

@@ -88,6 +88,15 @@ ABSENT = {NOT_SUPPORTED, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_FUNCTION_NOT
 NOT_A_CODE = "NVML_ERROR_NOT_A_CODE"
 # The most GPUs a device count may say: past it the count is garbled (not asked GPU by GPU).
 MAX_DEVICES = 1024
+# An answer of the wrong shape (a list where an object belongs, a number for the list of
+# links) in a replayed or captured document: no backend wrote it, so it is read as that
+# field's error answer, the checker's (parse_answers), never a crash of every family's run.
+MALFORMED = "NVML_ANSWER_MALFORMED"
+# The answers the checks read into, each an object (or an error answer), with the objects
+# inside it that must be objects too; `nvlink` is a list of objects, one a link.
+OBJECT_ANSWERS: dict[str, tuple[str, ...]] = {
+    "ecc": ("volatile", "aggregate"), "ecc_mode": (), "retired_pages": (),
+    "remapped_rows": (), "pcie": (), "fabric": ()}
 
 
 def code_name(value: Any) -> str:
@@ -611,7 +620,52 @@ class GpuReport:
     malformed: str | None = None
 
 
+def _shape(value: Any) -> str:
+    return {dict: "an object", list: "a list"}.get(type(value), f"a {type(value).__name__}")
+
+
+def _malformed(value: Any, belongs: str) -> dict[str, str]:
+    """The error answer standing for `value`, found where `belongs` should be."""
+    return {"error": f"{MALFORMED}({_shape(value)} where {belongs} belongs)"}
+
+
+def _well_formed(dev: dict[str, Any]) -> dict[str, Any]:
+    """The device's answers with every one of the wrong shape (OBJECT_ANSWERS, `nvlink`)
+    replaced by its error answer (_malformed): the checks judge the rest, and the gpu family
+    says those as it says any answer NVML could not give. `dev` itself when all are right
+    (a healthy run copies nothing)."""
+    fixed: dict[str, Any] | None = None
+
+    def put(key: str, value: Any) -> None:
+        nonlocal fixed
+        if fixed is None:
+            fixed = dict(dev)
+        fixed[key] = value
+
+    for key, inner in OBJECT_ANSWERS.items():
+        answer = dev.get(key)
+        if answer is None or err(answer):
+            continue  # absent, or an error answer: already what the checks read as one
+        if not isinstance(answer, dict):
+            put(key, _malformed(answer, "an object"))
+            continue
+        bad = {k: _malformed(answer[k], "an object") for k in inner
+               if answer.get(k) is not None and not isinstance(answer[k], dict)}
+        if bad:
+            put(key, {**answer, **bad})
+    links = dev.get("nvlink")
+    if links is not None and not err(links):
+        if not isinstance(links, list):
+            put("nvlink", _malformed(links, "a list"))
+        elif not all(isinstance(lk, dict) for lk in links):
+            put("nvlink", [lk if isinstance(lk, dict) else {"link": i, **_malformed(
+                lk, "an object")} for i, lk in enumerate(links)])
+    return dev if fixed is None else fixed
+
+
 def parse_answers(doc: dict[str, Any]) -> GpuReport:
+    if not isinstance(doc, dict):
+        return GpuReport(None, None, [], malformed=f"{_shape(doc)}, not an object")
     top = err(doc)
     if top:
         return GpuReport(top, None, [])
@@ -628,7 +682,13 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
     for i, dev in enumerate(devices):
         if not isinstance(dev, dict):
             return GpuReport(None, None, [], malformed=f"device {i} is not an object")
-        state = GpuState(index=int(dev.get("index", i)), error=err(dev), answers=dev)
+        dev = _well_formed(dev)
+        index = dev.get("index", i)
+        if type(index) is not int or not 0 <= index < MAX_DEVICES:
+            # Named by its place in the list, as one with no index is; the index said.
+            dev = {**dev, "index": _malformed(index, "a GPU index")}
+            index = i
+        state = GpuState(index=index, error=err(dev), answers=dev)
         state.uuid = val(dev.get("uuid"))
         state.pci_bus_id = val(dev.get("pci_bus_id"))
         state.name = val(dev.get("name"))
