@@ -79,6 +79,13 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
                      repair=True, nvml=g.error)
             )
             continue
+        if g.unanswered:
+            # Every health call refused: the refused handle's count (_refused), one checker
+            # error until then, not one a field.
+            out.append(_refused(state, g, gcfg) or checker_error(
+                "gpu", comp, f"{comp}: NVML gave its handle, then answered none of its health "
+                f"calls ({g.unanswered}, {len(g.field_errors)} answers)", nvml=g.unanswered))
+            continue
         for field, error in g.field_errors.items():
             out.append(checker_error("gpu", comp, f"{comp} {field}: {error}", nvml=error))
         found = False
@@ -102,7 +109,8 @@ def _answered(state, report, gcfg: dict, expected: int) -> list[Finding]:
 
 
 def _refused(state, g, gcfg: dict) -> Finding | None:
-    """NVML refused this GPU's handle (HANDLE_REFUSED) on this run and on [gpu]
+    """NVML refused this GPU's handle (HANDLE_REFUSED), or gave it and refused every health
+    call so (GpuState.unanswered: the same record), on this run and on [gpu]
     handle_error_sweeps sweeps in a row: no moment's contention but a GPU in a bad state (one
     the driver failed to initialise answers so on every call), which no job can use. The node's
     fault: drain after the job, a repair. None before then (a checker error, as one run's)."""
@@ -111,10 +119,15 @@ def _refused(state, g, gcfg: dict) -> Finding | None:
     if rec is None:
         return None
     comp = gpu_name(g.index)
-    return fail("gpu", comp, Severity.DRAIN_AFTER_JOB, "gpu_no_handle",
-                f"{comp}: NVML has refused its handle ({g.error}) for {rec['sweeps']} sweeps in "
-                f"a row, a GPU in a bad state (failed to initialise?): reset or repair",
-                repair=True, nvml=g.error, probe=name, **rec)
+    if g.error:
+        code, what, error = "gpu_no_handle", f"refused its handle ({g.error})", g.error
+    else:
+        code, error = "gpu_no_answer", g.unanswered
+        what = f"given its handle, refused every health call ({error})"
+    return fail("gpu", comp, Severity.DRAIN_AFTER_JOB, code,
+                f"{comp}: NVML has {what} for {rec['sweeps']} sweeps in a row, a GPU in a bad "
+                f"state (failed to initialise?): reset or repair",
+                repair=True, nvml=error, probe=name, **rec)
 
 
 def _could_not_ask(component: str, label: str, error: str) -> Finding:

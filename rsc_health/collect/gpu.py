@@ -81,6 +81,16 @@ DEVICE_FAULTS = (LOST, "NVML_ERROR_RESET_REQUIRED", "NVML_ERROR_IRQ_ISSUE",
 # in the kernel log, answers it on every call). Kept run after run (collect.hangs, as
 # NVML_HANDLE), it drains once [gpu] handle_error_sweeps sweeps in a row found it (checks.gpu).
 HANDLE_REFUSED = frozenset({"NVML_ERROR_UNKNOWN"})
+# The health answers (NvmlBackend._device's, past the GPU's identity). A GPU whose handle NVML
+# gives but that answers every one of them so (HANDLE_REFUSED; absent ones aside: some calls
+# are refused by the library before the GPU is asked) gives no more than one whose handle is
+# refused, and no ECC, remap or NVLink judgement of it is possible: it is kept and judged as
+# one (GpuState.unanswered). A single field's refusal stays that field's checker error.
+HEALTH_ANSWERS = ("ecc_mode", "ecc", "retired_pages", "remapped_rows", "nvlink", "pcie",
+                  "temperature", "throttle_reasons", "fabric")
+# How many of them must hold a refusal: one call refused beside calls this GPU lacks is
+# not a GPU that answers nothing.
+UNANSWERED_MIN = 2
 # Asking for a link index the GPU does not have answers INVALID_ARGUMENT / NOT_SUPPORTED.
 ABSENT = {NOT_SUPPORTED, "NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_FUNCTION_NOT_FOUND"}
 # An error answer that is not an NVML return code at all (pynvml raised with a value that is
@@ -609,6 +619,8 @@ class GpuState:
     error: str | None = None  # the device itself is unreachable (e.g. NVML_ERROR_GPU_IS_LOST)
     answers: dict = field(default_factory=dict)  # the raw NVML answers for this device
     field_errors: dict = field(default_factory=dict)  # field -> NVML error other than absent
+    # Its handle given, every health answer refused (HEALTH_ANSWERS): the refusal, else None.
+    unanswered: str | None = None
 
 
 @dataclass
@@ -663,6 +675,45 @@ def _well_formed(dev: dict[str, Any]) -> dict[str, Any]:
     return dev if fixed is None else fixed
 
 
+def _unanswered(dev: dict[str, Any]) -> str | None:
+    """The refusal (HANDLE_REFUSED) when no health answer of this GPU holds a value or another
+    error than absent, and UNANSWERED_MIN of them hold that refusal; None otherwise."""
+    keys = 0
+    refusals: set[str] = set()
+    for key in HEALTH_ANSWERS:
+        answer = dev.get(key)
+        if answer is None:
+            continue
+        found = _refusals(answer, key == "nvlink")
+        if found is None:
+            return None
+        keys += 1 if found else 0
+        refusals |= found
+    return next(iter(refusals)) if keys >= UNANSWERED_MIN and len(refusals) == 1 else None
+
+
+def _refusals(node: Any, links: bool) -> set[str] | None:
+    """The refusals (HANDLE_REFUSED) among a health answer's leaves; None at the first one
+    that is a value or another error than absent. `links`: the nvlink list, whose entries'
+    "link" is the backend's own number, not an answer."""
+    e = err(node)
+    if e:
+        return {e} if e in HANDLE_REFUSED else set() if e in ABSENT else None
+    if isinstance(node, dict):
+        items = [v for k, v in node.items() if not (links and k == "link")]
+    elif isinstance(node, list):
+        items = node
+    else:
+        return None
+    out: set[str] = set()
+    for value in items:
+        found = _refusals(value, links and not isinstance(node, dict))
+        if found is None:
+            return None
+        out |= found
+    return out
+
+
 def parse_answers(doc: dict[str, Any]) -> GpuReport:
     if not isinstance(doc, dict):
         return GpuReport(None, None, [], malformed=f"{_shape(doc)}, not an object")
@@ -705,6 +756,8 @@ def parse_answers(doc: dict[str, Any]) -> GpuReport:
         fault = next((f for f in DEVICE_FAULTS if f in errors.values()), None)
         if not state.error and fault:
             state.error, state.field_errors = fault, {}
+        if not state.error:
+            state.unanswered = _unanswered(dev)
         gpus.append(state)
     return GpuReport(None, val(doc.get("driver_version")), gpus)
 

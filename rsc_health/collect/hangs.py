@@ -8,7 +8,8 @@ still hanging, when it first hung and how many sweeps in a row found it hung:
 {"boot_id": ..., "probes": {"nvml": {"since": ISO time, "sweeps": 3, "pid": 4242, "start":
 123456}}}. A probe that answers is dropped; a new boot starts afresh (a reboot is the cure).
 
-A GPU whose handle NVML refuses (collect.gpu.HANDLE_REFUSED) is kept the same way, under
+A GPU whose handle NVML refuses (collect.gpu.HANDLE_REFUSED), or gives but then refuses
+every health call so (collect.gpu.GpuState.unanswered), is kept the same way, under
 `nvml_handle gpuN`, with no child: it is not a hang, but NVML answers nothing for it either,
 and what one run cannot tell from a moment's contention, sweeps in a row can.
 

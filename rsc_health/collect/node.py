@@ -96,9 +96,11 @@ def read_nvml(cfg: Config, root: StrPath, state, hangs_before: dict[str, dict],
 
 
 def _refused_handles(state) -> None:
-    """Each GPU whose handle NVML refused (gpu.HANDLE_REFUSED) into state.refused_probes; every
-    GPU NVML was asked about counts as asked (hangs.update: one that answers again starts the
-    count afresh). Answers that never reached the GPUs (a hang before the count) ask nothing."""
+    """Each GPU whose handle NVML refused (gpu.HANDLE_REFUSED), or gave but then refused
+    every health call so (GpuState.unanswered: no more usable), into state.refused_probes;
+    every GPU NVML was asked about counts as asked (hangs.update: one that answers again
+    starts the count afresh). Answers that never reached the GPUs (a hang before the count)
+    ask nothing."""
     report = state.gpu
     if report is None or report.error or report.malformed:
         return
@@ -107,6 +109,10 @@ def _refused_handles(state) -> None:
         if g.error in gpu_mod.HANDLE_REFUSED and gpu_mod.err(g.answers) == g.error:
             state.refused_probes[hangs.nvml_handle(g.index)] = (
                 f"NVML refused gpu{g.index}'s handle: {g.error}")
+        elif g.unanswered:
+            state.refused_probes[hangs.nvml_handle(g.index)] = (
+                f"NVML gave gpu{g.index}'s handle, then refused every health call: "
+                f"{g.unanswered}")
 
 
 def _nvml_answers(backend, timeout: float, state, mark: str | None = None) -> dict | None:

@@ -210,6 +210,89 @@ def test_a_handle_refused_for_the_checkers_own_reasons_never_drains_however_long
     _checker_only(bad(found), verdict, name)
 
 
+UNKNOWN = {"error": "NVML_ERROR_UNKNOWN"}
+
+
+def _every_health_call_unknown(doc, i: int, *, absent: tuple[str, ...] = ()) -> None:
+    """GPU i: its handle taken, and every health call after it answering UNKNOWN (what
+    nvidia-smi shows as ERR! / Unknown Error in every field); `absent`: answers NOT_SUPPORTED
+    instead (what the library answers for a call the GPU lacks, e.g. an H100's retired pages,
+    before the GPU is asked)."""
+    d = doc["devices"][i]
+    for k in list(d):
+        if k in ("index", "uuid", "pci_bus_id", "name"):
+            continue
+        if k in absent:
+            d[k] = {"error": "NVML_ERROR_NOT_SUPPORTED"}
+        elif k == "nvlink":
+            d[k] = [{"link": n, "state": dict(UNKNOWN), "replay": dict(UNKNOWN),
+                     "recovery": dict(UNKNOWN), "crc_flit": dict(UNKNOWN),
+                     "crc_data": dict(UNKNOWN)} for n in range(18)]
+        elif k == "ecc":
+            d[k] = {kind: {e: dict(UNKNOWN) for e in ("corrected", "uncorrected")}
+                    for kind in ("volatile", "aggregate")}
+        elif k == "pcie":
+            d[k] = {kk: dict(UNKNOWN) for kk in d[k]}
+        else:
+            d[k] = dict(UNKNOWN)
+
+
+@pytest.mark.parametrize("absent", [(), ("retired_pages", "fabric")], ids=["all", "some-absent"])
+def test_gpu_answering_unknown_to_every_health_call_sweep_after_sweep_eventually_drains(
+        node, absent):
+    """gpu3's handle is given, then every call (ECC, remap, all 18 NVLink states, PCIe,
+    temperature, fabric...) answers NVML_ERROR_UNKNOWN, sweep after sweep. The same answer to
+    the *handle* drains after [gpu] handle_error_sweeps = 3 sweeps (gpu_no_handle); per field
+    it was a checker error for ever and the GPU kept taking jobs. Job starts between the
+    sweeps neither count nor reset it."""
+    node.nvml(lambda doc: _every_health_call_unknown(doc, 3, absent=absent))
+    levels = []
+    for stage in ("sweep", "prolog", "sweep", "epilog", "sweep"):
+        findings, verdict = node.check(sweep=stage == "sweep", stage=stage)
+        levels.append(verdict.level)
+    assert levels[:4] == [Level.CHECKER_ERROR] * 4
+    drains = [f for f in bad(findings) if f.severity >= Severity.DRAIN_AFTER_JOB]
+    assert [(f.code, f.component, f.repair, f.data["sweeps"]) for f in drains] == [
+        ("gpu_no_answer", "gpu3", True, 3)], sorted({f.code for f in bad(findings)})
+    assert verdict.level is Level.DRAIN_AFTER_JOB
+
+
+def test_a_gpu_that_answers_one_health_call_again_starts_the_count_afresh(node):
+    healthy = _healthy_doc(node)
+    for _ in range(2):
+        node.nvml(lambda doc: _every_health_call_unknown(doc, 3))
+        node.check(sweep=True)
+        node.check(sweep=True)
+        node.write("rsc_health/nvml.json", healthy)
+        node.nvml(lambda doc: (_every_health_call_unknown(doc, 3),
+                               doc["devices"][3].update(temperature=41)))
+        found, verdict = node.check(sweep=True)  # a value: not a GPU that answers nothing
+        assert verdict.level is Level.CHECKER_ERROR, [(f.code, f.reason) for f in bad(found)]
+        node.write("rsc_health/nvml.json", healthy)
+    node.nvml(lambda doc: _every_health_call_unknown(doc, 3))
+    found, verdict = node.check(sweep=True)
+    assert verdict.level is Level.CHECKER_ERROR  # one sweep in a row, not four of six
+
+
+@pytest.mark.parametrize("field", ["temperature", "remapped_rows", "ecc_mode", "pcie"])
+def test_one_health_calls_unknown_stays_that_fields_checker_error_however_long(node, field):
+    node.nvml(lambda doc: doc["devices"][3].update({field: dict(UNKNOWN)}))
+    for _ in range(5):
+        found, verdict = node.check(sweep=True)
+    _checker_only(bad(found), verdict, "NVML_ERROR_UNKNOWN")
+
+
+def test_every_health_call_refused_for_the_checkers_own_reasons_never_drains(node):
+    """NO_PERMISSION everywhere (the checker's privileges) is not a GPU that answers nothing."""
+    def edit(doc):
+        _every_health_call_unknown(doc, 3)
+        doc["devices"][3]["temperature"] = {"error": "NVML_ERROR_NO_PERMISSION"}
+    node.nvml(edit)
+    for _ in range(5):
+        found, verdict = node.check(sweep=True)
+    assert verdict.level is Level.CHECKER_ERROR, [(f.code, f.reason) for f in bad(found)]
+
+
 @pytest.mark.parametrize("value", NOT_NAMES, ids=repr)
 def test_a_replayed_error_that_is_not_a_name_never_drains_nor_crashes(node, value):
     node.write("rsc_health/nvml.json", json.dumps({"error": value}))
