@@ -103,10 +103,11 @@ MAX_DEVICES = 1024
 # field's error answer, the checker's (parse_answers), never a crash of every family's run.
 MALFORMED = "NVML_ANSWER_MALFORMED"
 # The answers the checks read into, each an object (or an error answer), with the objects
-# inside it that must be objects too; `nvlink` is a list of objects, one a link.
+# inside it that must be objects too; `nvlink` is a list of objects, one a link. Not `fabric`:
+# its family says any answer it cannot read itself, in runs the gpu family is not part of.
 OBJECT_ANSWERS: dict[str, tuple[str, ...]] = {
     "ecc": ("volatile", "aggregate"), "ecc_mode": (), "retired_pages": (),
-    "remapped_rows": (), "pcie": (), "fabric": ()}
+    "remapped_rows": (), "pcie": ()}
 
 
 def code_name(value: Any) -> str:
