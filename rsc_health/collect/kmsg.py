@@ -90,9 +90,11 @@ _DMESG_TAG = lazyre.compile(
 # user could drain the node by logging one line. (A datagram "<3>kernel: NVRM: Xid ..." sent to
 # /dev/log still forges the tag, even in a kern.* file: rsyslog takes the facility the sender
 # names. /dev/kmsg, or a file written from rsyslog's kernel input alone, is the source.)
+# The host holds no bracket and ends in no colon: "alice[4242]: kernel: NVRM: Xid ..." is a
+# program's tag (journald's "IDENT[PID]: " as it forwards a `logger` line), not a host.
 _TS = r"(?:" + _DAY_TIME + r"(?:\.\d+)?|\d{4}-\d\d-\d\dT\S+|\[[^\]]{1,64}\])"
 _KERNEL_LEAD = lazyre.compile(
-    rf"^(?:{_TS}\s*|(?:{_TS}\s+)?\S+\s+kernel:\s*(?:\[[^\]]{{1,64}}\]\s*)?)?$"
+    rf"^(?:{_TS}\s*|(?:{_TS}\s+)?[^\s\[\]]*[^\s\[\]:]\s+kernel:\s*(?:\[[^\]]{{1,64}}\]\s*)?)?$"
 )
 _PID = lazyre.compile(r"^\s*pid=(?P<pid>'?<unknown>'?|\d+)\s*,")
 _NAME = lazyre.compile(r"^\s*name=(?P<name>[^,]*),")
@@ -156,9 +158,16 @@ class XidEvent:
 
 
 def strip_prefix(line: str) -> tuple[str, int | None]:
-    """(message, kmsg seq or None) for one line of any supported source."""
+    """(message, kmsg seq or None) for one line of any supported source. A /dev/kmsg record
+    user space wrote has no message of the kernel's: ""."""
     fields = kmsg_fields(line)
     if fields is not None:
+        # The priority field is (facility << 3) | level. The kernel's own records carry
+        # facility kern (0-7); it forces another (LOG_USER unless one is named) on every write
+        # to /dev/kmsg, so root's `echo`, a privileged container or journald's ForwardToKMsg
+        # relaying any user's `logger` can never pass for it (dmesg -r's "<12>", -x's "user").
+        if len(fields[0]) != 1 or fields[0] not in "01234567":
+            return "", int(fields[1])
         return fields[3], int(fields[1])
     tag = _DMESG_TAG.match(line)
     if tag:

@@ -177,3 +177,59 @@ def test_a_kern_log_in_an_unknown_format_is_a_checker_error_not_an_all_clear(nod
     findings = run(cfg, node.root, only={"xid"})
     errors = [f for f in findings if f.status is Status.ERROR]
     assert len(errors) == 1 and "format" in errors[0].reason, findings
+
+
+# Records user space wrote into /dev/kmsg (helper-207). The kernel forces a facility other
+# than kern on every write to /dev/kmsg (root's `echo`, a privileged container, journald's
+# ForwardToKMsg relaying any user's `logger`); the reader refused such a record as `dmesg -r`
+# and `dmesg -x` print it, but read the ring's own records without looking at the priority.
+XID79 = "NVRM: Xid (PCI:0000:3b:00): 79, pid=1234, name=python3, GPU has fallen off the bus."
+SXID_FATAL = ("nvidia-nvswitch0: SXid (PCI:0000:c2:00.0): 20034, Fatal, Link 28 LTSSM "
+              "Fault Up")
+
+
+def _ring_node(tmp_path, records):
+    (tmp_path / "proc/sys/kernel/random").mkdir(parents=True)
+    (tmp_path / "proc/sys/kernel/random/boot_id").write_text("b0\n")
+    (tmp_path / "proc/uptime").write_text("1000.00 4000.00\n")
+    (tmp_path / "dev").mkdir()
+    (tmp_path / "dev/kmsg").write_text("".join(r + "\n" for r in records))
+
+
+def test_a_user_facility_kmsg_record_is_not_an_xid(tmp_path):
+    _ring_node(tmp_path, [
+        "6,1,1000000,-;eth0: link up",
+        # journald ForwardToKMsg: "<prio>IDENT[PID]: MESSAGE", facility user (13 = user.notice)
+        "13,2,2000000,-;alice[4242]: kernel: " + XID79,
+        # root (or a privileged container) writing /dev/kmsg without a prefix: user facility
+        "12,3,3000000,-;" + XID79,
+        # a facility named outright ("<30>": daemon.info); the kernel keeps it, never kern
+        "30,4,4000000,-;" + XID79,
+    ])
+    got = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {})
+    assert [e.xid for e in got.events] == []
+    assert got.cursor["kmsg_seq"] == 4  # read past, not waited on
+
+
+def test_a_user_facility_record_is_refused_as_dmesg_r_prints_it():
+    assert kmsg.parse_line("<12>[3.000000] " + XID79) is None
+    assert kmsg.parse_line("12,3,3000000,-;" + XID79) is None
+    assert kmsg.parse_line("4,3,3000000,-;" + XID79).xid == 79  # the kernel's own: kern.warn
+
+
+def test_a_user_facility_kmsg_record_is_not_an_sxid(tmp_path):
+    _ring_node(tmp_path, ["13,2,2000000,-;alice[4242]: kernel: " + SXID_FATAL,
+                          "12,3,3000000,-;" + SXID_FATAL])
+    got = kmsg.read_new_events(tmp_path, ["/dev/kmsg"], {}, parse=kmsg.parse_sxid_line)
+    assert got.events == []
+    assert kmsg.parse_sxid_line("4,5,5000000,-;" + SXID_FATAL).sxid == 20034
+
+
+@pytest.mark.parametrize("line", ["alice[4242]: kernel: " + XID79,
+                                  "alice: kernel: " + XID79,
+                                  "[12.000000] alice[4242]: kernel: " + XID79])
+def test_a_programs_tag_before_kernel_is_no_host(line):
+    """A `logger` line as journald forwards it ("IDENT[PID]: MESSAGE") is not a syslog
+    header "<host> kernel:": a host holds no bracket and ends in no colon."""
+    assert kmsg.parse_line(line) is None
+    assert kmsg.parse_sxid_line(line.replace(XID79, SXID_FATAL)) is None
