@@ -812,6 +812,7 @@ def _read_log_file(path: str, source: str, prev, *, backlog: bool, lost: bool,
         st = os.fstat(fd)
         head = _fingerprint(fd)
         offset, skip, wrong, rotated = _file_start(st, head, prev, backlog)
+        grew = not (lost or wrong or rotated)  # by its inode, head and size: only appended to
         if lost or wrong:
             if wrong:
                 errors.append(f"{source}: XID cursor {wrong}; discarded: judging its lines "
@@ -826,6 +827,18 @@ def _read_log_file(path: str, source: str, prev, *, backlog: bool, lost: bool,
                 offset, skip, rotated = resumed, False, False
         pre = min(offset, TAIL_BYTES)
         window = os.pread(fd, MAX_READ + pre, offset - pre)
+        want = _tail_bytes(prev) if grew else None
+        if want is not None and not window[:pre].endswith(want):
+            # The same inode and head, no shorter, yet not the bytes the cursor read up to: the
+            # file was rewritten in place, not appended to (a `dmesg > file` dump after a
+            # reboot starts with the same "Linux version" banner; the new boot's is longer).
+            # Read from the offset, the new lines before it were never read. It goes on after
+            # the cursor's lines where it still holds them, else is read from its start.
+            resumed = _resync(fd, st.st_size, prev)
+            offset, skip, rotated = (resumed, False, False) if resumed is not None else (
+                0, False, True)
+            pre = min(offset, TAIL_BYTES)
+            window = os.pread(fd, MAX_READ + pre, offset - pre)
     finally:
         os.close(fd)
     read_before, window = window[:pre], window[pre:]
@@ -860,18 +873,24 @@ def _tail(consumed: bytes) -> str:
     return tail.hex() if len(tail.strip()) >= MIN_TAIL else ""
 
 
+def _tail_bytes(prev) -> bytes | None:
+    """The cursor entry's "tail" (the bytes it read up to its offset) when it is one _tail
+    wrote, else None."""
+    tail = prev.get("tail") if isinstance(prev, dict) else None
+    if (not isinstance(tail, str) or not tail or len(tail) > 2 * TAIL_BYTES or len(tail) % 2
+            or not all(c in "0123456789abcdef" for c in tail)):
+        return None
+    return bytes.fromhex(tail)
+
+
 def _resync(fd: int, size: int, prev) -> int | None:
     """Where a file that is no longer the one its cursor read (another head, shorter, another
     inode) goes on: after the first place its last MAX_READ bytes hold, from a line's start,
     the cursor's tail (the lines it last read), or the longest run of its last lines still
     there (a ring buffer that wrapped past the first of them); None when they hold not even
     its last line (rotated: a new log, read from its start)."""
-    tail = prev.get("tail") if isinstance(prev, dict) else None
-    if (not isinstance(tail, str) or len(tail) > 2 * TAIL_BYTES or len(tail) % 2
-            or not all(c in "0123456789abcdef" for c in tail)):
-        return None
-    want = bytes.fromhex(tail)
-    if not want.endswith(b"\n"):
+    want = _tail_bytes(prev)
+    if want is None or not want.endswith(b"\n"):
         return None
     start = max(0, size - MAX_READ)
     data = os.pread(fd, MAX_READ, start)

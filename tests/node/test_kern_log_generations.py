@@ -185,3 +185,63 @@ def test_a_generation_between_compressed_already_is_said(tmp_path):
     got = kmsg.read_new_events(tmp_path, [KERN_LOG], cursor)
     assert [e.xid for e in got.events] == [48, 94], got.errors
     assert len(got.errors) == 2 and "compressed already" in got.errors[1], got.errors
+
+
+BANNER = ("[    0.000000] Linux version 6.8.0-45-generic (buildd@lcy02-amd64-075) "
+          "(x86_64-linux-gnu-gcc-13 (Ubuntu 13.2.0-23ubuntu4) 13.2.0) #45-Ubuntu SMP\n")
+
+
+def _boot_dump(lines: list[str]) -> str:
+    return BANNER + "".join(f"[{10 + i:5d}.000000] {ln}\n" for i, ln in enumerate(lines))
+
+
+def test_a_dmesg_dump_rewritten_after_a_reboot_is_read_from_its_start(tmp_path):
+    """helper-207: boot 1's dump was taken early (short); after the reboot boot 2's, written
+    into the same inode, is longer and starts with the same 64 bytes (the kernel banner). The
+    reader took it for the same file grown and went on at boot 1's offset: boot 2's XID 79 at
+    driver load, before that offset, was never read. The bytes before the offset are not the
+    ones the cursor read (its tail): rewritten, read from its start."""
+    dump = tmp_path / DUMP.lstrip("/")
+    dump.parent.mkdir(parents=True)
+    dump.write_text(_boot_dump([f"eth{i}: link up, boot one" for i in range(40)]))
+    first = kmsg.read_new_events(tmp_path, [DUMP], {}, file_backlog=True)
+    assert first.events == []
+    boot2 = _boot_dump(["nvidia: loading out-of-tree module",
+                        "NVRM: GPU 0000:3b:00.0: GPU has fallen off the bus.",
+                        _xid(79)]
+                       + [f"eth{i}: link up, boot two, after the GPU fell off" for i in range(80)])
+    _write_in_place(dump, boot2)
+    assert dump.stat().st_size > first.cursor["files"][DUMP]["offset"]
+    again = kmsg.read_new_events(tmp_path, [DUMP], first.cursor)
+    assert 79 in [e.xid for e in again.events], again.errors
+    # and once read, nothing of it is judged again
+    more = kmsg.read_new_events(tmp_path, [DUMP], again.cursor)
+    assert more.events == [] and more.errors == []
+
+
+def test_a_log_truncated_and_regrown_past_the_offset_with_the_same_head_is_read_whole(tmp_path):
+    """The same class within one boot: a log whose first line never changes (a fixed banner),
+    emptied in place and written past the old offset before the next run. Its new lines before
+    the offset are new, not read already."""
+    log = tmp_path / KERN_LOG.lstrip("/")
+    log.parent.mkdir(parents=True)
+    banner = "Nov 27 10:00:00 gpu042 kernel: Linux version 6.8.0-45-generic (buildd@lcy02) #45\n"
+    log.write_text(banner + "".join(f"Nov 27 10:00:{s:02d} gpu042 kernel: eth0: link flap "
+                                    f"number {s}\n" for s in range(1, 20)))
+    first = kmsg.read_new_events(tmp_path, [KERN_LOG], {})
+    _write_in_place(log, banner + _line(79, 30) + "".join(
+        f"Nov 27 10:01:{s:02d} gpu042 kernel: usb 1-{s}: new high-speed USB device, "
+        f"the second time round\n" for s in range(40)))
+    got = kmsg.read_new_events(tmp_path, [KERN_LOG], first.cursor)
+    assert [e.xid for e in got.events] == [79], got.errors
+
+
+def test_a_log_only_appended_to_goes_on_at_its_offset(tmp_path):
+    log = tmp_path / KERN_LOG.lstrip("/")
+    log.parent.mkdir(parents=True)
+    log.write_text(_line(13, 1) + _line(48, 2))
+    first = kmsg.read_new_events(tmp_path, [KERN_LOG], {})
+    with log.open("a") as fh:
+        fh.write(_line(79, 3))
+    got = kmsg.read_new_events(tmp_path, [KERN_LOG], first.cursor)
+    assert [e.xid for e in got.events] == [79] and got.errors == []
