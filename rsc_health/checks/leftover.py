@@ -5,8 +5,10 @@ fails to create its context minutes into its run. Found before the job starts, t
 fails, Slurm requeues the job elsewhere and the node drains until the process is gone.
 
 Whose a process is, read without any Slurm RPC (the prolog makes none when healthy):
-- its cgroup (/proc/PID/cgroup): Slurm's task/cgroup puts every task under `job_N`
-  (v1 `/slurm/uid_U/job_N/step_S/...`, v2 `/system.slice/slurmstepd.scope/job_N/...`);
+- its cgroup (/proc/PID/cgroup): Slurm's task/cgroup puts every task under `job_N` in its
+  own hierarchy (v1 `/slurm/uid_U/job_N/step_S/...`, v2
+  `/system.slice/slurmstepd.scope/job_N/...`); a `job_N` anywhere else is no job's (a user can
+  make one in the cgroup subtree systemd delegates to them);
 - whether job N still runs here: slurmstepd listens on `<SlurmdSpoolDir>/<node>_<job>.<step>`
   (src/slurmd/common/stepd_api.c) while the step runs; no socket of job N = job N is over;
 - the prolog's own job ($SLURM_JOB_ID) is not a leftover, unless the process is older than
@@ -44,7 +46,14 @@ if TYPE_CHECKING:
     from _typeshed import StrPath  # str | os.PathLike[str]
 
 FAMILY = "leftover"
-_JOB = lazyre.compile(r"/job_(\d{1,12})(?:/|$)")
+# Slurm's own job cgroups, from the root of the hierarchy: cgroup v1 (task/cgroup)
+# "/slurm/uid_U/job_N/..." ("/slurm_<node>/..." under multiple slurmd); cgroup v2 (22.05+)
+# "/system.slice/slurmstepd.scope/job_N/..." ("<node>_slurmstepd.scope" likewise). Anchored
+# at the start: systemd delegates user@UID.service's subtree to its user, who can make
+# ".../user@1000.service/app.slice/job_4242" (or a whole "system.slice/slurmstepd.scope/job_N"
+# below it) and move a GPU hog from an ssh session into it, to pass as job N's.
+_JOB = lazyre.compile(r"^[^:]*:[^:]*:/(?:slurm(?:_[^/]{1,256})?/uid_\d{1,10}|system\.slice/"
+                      r"(?:[^/]{1,256}_)?slurmstepd\.scope)/job_(\d{1,12})(?:/|$)")
 # `<node>_<job>.<step>[.<het component>]`; a node name may itself hold "_".
 _STEP_SOCKET = lazyre.compile(r"_(\d{1,12})\.(\d{1,12})(?:\.\d{1,6})?(?:\.ALT)?$")
 MAX_PID = 2**22  # the kernel's pid_max ceiling
@@ -186,7 +195,7 @@ def _process(root: StrPath, pid: int, users: dict[int, str], uptime: float | Non
         cgroup = read_bounded(os.path.join(proc, "cgroup"), READ_LIMIT).decode("utf-8", "replace")
     except OSError:
         return {"seen": False}
-    jobs = {m.group(1) for line in cgroup.splitlines() for m in [_JOB.search(line)] if m}
+    jobs = {m.group(1) for line in cgroup.splitlines() for m in [_JOB.match(line)] if m}
     info: dict = {"seen": True, "job": min(jobs, key=int) if jobs else None}
     try:
         comm = read_bounded(os.path.join(proc, "comm"), 256).decode("utf-8", "replace").strip()

@@ -86,6 +86,44 @@ def test_cgroup_v1_paths_name_the_job_too(node):
     assert [f.data["job"] for f in bad] == ["99"]
 
 
+@pytest.mark.parametrize("cgroup", [
+    # systemd delegates user@UID.service's subtree to its user (Delegate=yes): alice can
+    # mkdir a "job_4242" there and move a GPU hog from her ssh session into it (helper-207)
+    "0::/user.slice/user-1000.slice/user@1000.service/app.slice/job_4242/hog\n",
+    # ... or copy Slurm's whole v2 path below it
+    "0::/user.slice/user-1000.slice/user@1000.service/app.slice/system.slice/"
+    "slurmstepd.scope/job_4242/step_0/user/task_0\n",
+    # ... or, cgroup v1, in the name=systemd hierarchy systemd delegates alike
+    "1:name=systemd:/user.slice/user-1000.slice/user@1000.service/slurm/uid_1000/job_4242/x\n"
+    "0::/user.slice/user-1000.slice/user@1000.service/app.slice/hog.scope\n",
+])
+def test_a_user_cgroup_named_job_n_does_not_make_a_process_a_jobs(node, cgroup):
+    """The job was read from any "/job_N/" anywhere in the path, not from Slurm's own
+    hierarchy, so at job 4242's prolog the hog passed for job 4242's own process and the job
+    started on a GPU whose memory was taken."""
+    _gpu_process(node, cgroup=cgroup)
+    _steps(node, 4242)
+    bad, verdict = _leftover(node)
+    assert verdict.level is Level.DRAIN_NOW, [f.reason for f in bad]
+    assert [f.code for f in bad] == ["gpu_process_leftover"]
+    assert bad[0].data["job"] is None
+
+
+@pytest.mark.parametrize("cgroup", [
+    V2.format(job=4242),
+    V1.format(job=4242),
+    # multiple slurmd on one host: the node's name before the scope / the hierarchy
+    "0::/system.slice/node01_slurmstepd.scope/job_4242/step_0/user/task_0\n",
+    "4:memory:/slurm_node01/uid_1000/job_4242/step_0/task_0\n",
+    "0::/system.slice/slurmstepd.scope/job_4242\n",  # the job's own cgroup (an extern task)
+])
+def test_slurms_own_job_cgroups_name_the_job(node, cgroup):
+    _gpu_process(node, cgroup=cgroup)
+    _steps(node, 4242)
+    bad, verdict = _leftover(node)
+    assert bad == [] and verdict.level is Level.OK
+
+
 def test_the_prologs_own_job_and_another_running_job_are_not_leftovers(node):
     _gpu_process(node, pid=10, cgroup=V2.format(job=4242))
     _gpu_process(node, pid=11, gpu=3, cgroup=V2.format(job=17))
