@@ -548,12 +548,6 @@ def read_new_events(
     boot = boot_id(root)
     new_cursor: dict = {"boot_id": boot, "kmsg_seq": -1, "files": {}}
     same_boot = bool(boot) and cursor.get("boot_id") == boot
-    # A cursor a run saved in an earlier boot: this boot's ring is read whole, from seq 0. Not
-    # where either id is /proc/stat's btime (a stepped clock is a new "btime" in the same boot,
-    # whose ring does not start at 0).
-    rebooted = (bool(boot) and not same_boot and isinstance(cursor.get("boot_id"), str)
-                and bool(cursor["boot_id"]) and not boot.startswith("btime:")
-                and not cursor["boot_id"].startswith("btime:"))
     errors: list[str] = []
     lost = cursor.get("lost")
     # When the cursor was last written (wall clock): what was logged since is judged when it
@@ -635,10 +629,7 @@ def read_new_events(
                     errors.append(f"{source}: stopped after {MAX_READ >> 20} MiB of new "
                                   "records (a kernel logging faster than they are read?); "
                                   "the rest is read next run")
-                if not rebuild and (same_boot and last_seq >= 0 or rebooted):
-                    # After a reboot the kernel numbers its records from 0 again: a ring that
-                    # no longer starts there lost this boot's first records (driver load, an
-                    # XID 79 or RmInitAdapter failure among them) before this first read.
+                if same_boot and not rebuild and last_seq >= 0:
                     seqs = [s for s in (_seq_of(ln) for ln in ring.text.splitlines())
                             if s is not None]
                     missed, first, last = _missed_records(last_seq, seqs)
@@ -647,10 +638,9 @@ def read_new_events(
                         # the node's (a larger log_buf_len, or rsyslog's kern.log as the source
                         # in place of the ring buffer: a file does not overrun).
                         errors.append(f"{source}: {missed} kernel log record(s) (seq {first}.."
-                                      f"{last}) were overwritten before they were read"
-                                      + (" (the first read since a reboot)" if rebooted else "")
-                                      + "; an XID among them went unseen (raise log_buf_len, "
-                                      "or read kern.log instead)")
+                                      f"{last}) were overwritten before they were read; an XID "
+                                      "among them went unseen (raise log_buf_len, or read "
+                                      "kern.log instead)")
                 again = _valid_seq(cursor.get("kmsg_seq"))
                 if not boot and not rebuild and again is not None and again >= 0:
                     seen = sum(1 for s in (_seq_of(ln) for ln in ring.text.splitlines())
