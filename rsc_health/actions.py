@@ -392,7 +392,6 @@ class Actor:
                 state.settled = True
                 self._write_state(state)
             self._note_verdict(verdict)
-            self._lead_with_never_resume(ours, verdict)
         self._watch_reboot(info)
         if now_mode and requeue:
             self._requeue_jobs(verdict.reason, skip, actions)
@@ -813,24 +812,6 @@ class Actor:
             return verdict.reason
         return format_reason(mode or MODE_FOR_LEVEL[verdict.level],
                              lead + [c for c in causes if c not in lead])
-
-    def _lead_with_never_resume(self, ours: dict | None, verdict: Verdict) -> None:
-        """Our drain stands for a transient fault and this verdict found one never auto-resumed
-        under it (an XID 48 while drained for a lost mount): its line is consumed, the record
-        keeps it, but Slurm's reason still said mount_missing and `healthctl resume` put the GPU
-        back with no qualification pass (helper-208). The drain is set again, its reason led by
-        that cause (in the drain's own mode), and the record follows it. Raises SlurmError."""
-        if ours is None or ours.get("code") in self.never_resume or \
-                not self._never_resumed(verdict.causes):
-            return
-        state = self.load_state()
-        if state is None:
-            return
-        reason = self._led(verdict, ours.get("mode"))
-        self.slurm.drain(self.node, reason)
-        state.reason = reason
-        self._write_state(state, then=f"Slurm's reason for {self.node} is led by a cause never "
-                          "auto-resumed; the node's record still names the one before")
 
     def _note_verdict(self, verdict: Verdict, before: DrainState | None = None) -> None:
         """A drain verdict under our drain: restart the clean count, and add what it found

@@ -173,11 +173,71 @@ def _drained_by_another(reason: str | None, who: str) -> str | None:
     return name.strip() if by and name.strip() else "someone"
 
 
+# How far back, with no resume on record, a never-resume fault is looked for behind a drain
+# whose reason names a transient one.
+FAULT_LOOKBACK = timedelta(days=30)
+
+
+def _never_resumed_under(ctx: click.Context, info, never) -> str | None:
+    """Why a drain of the node path's whose reason leads with a transient code still asks a
+    qualification pass, or None: a fault never auto-resumed was found on the node since it
+    was last put back in service (the last resume or qualification release on record; with
+    none, FAULT_LOOKBACK before the drain) and no pass came after it. Slurm's reason names
+    one cause; an XID 48 found under our drain for a lost mount (its line consumed, the
+    node's own record keeping it from auto-resume) or escalated over by one is only in the
+    historian, and `resume` put the GPU back with no pass (helper-208, helper-211). Setting
+    the drain again to lead with it moved Slurm's reason time (the mass-drain guard counted
+    a node two hours out as a drain made now) and split its accounting event, so the
+    historian is asked instead. Without one (or when it cannot answer) the reason is all
+    there is: resumed as before."""
+    from rsc_health.compat import UTC, datetime
+    from rsc_health.policy import MODE_FOR_LEVEL, parse_reason
+
+    parsed = parse_reason(info.reason)
+    if parsed is None or parsed["mode"] not in MODE_FOR_LEVEL.values() or \
+            not ctx.obj.historian_configured or not never:
+        return None
+    try:
+        from sqlalchemy import func, select
+
+        from rsc_health.historian.db import connect
+        from rsc_health.historian.schema import check_results as c
+        from rsc_health.historian.schema import node_actions as a
+        from rsc_health.model import ActionKind
+        from rsc_health.qualify.flow import HistorianSide
+
+        engine = connect(ctx.obj.database_url, create_missing=False,
+                         statement_timeout_s=ctx.obj.statement_timeout_s)
+        try:
+            with engine.connect() as conn:
+                back = conn.execute(select(func.max(a.c.time)).where(
+                    a.c.node == info.name, a.c.action.in_(
+                        (ActionKind.RESUME.value, ActionKind.QUALIFY_RELEASE.value)))).scalar()
+                drained = info.reason_time.astimezone(UTC).replace(tzinfo=None) \
+                    if info.reason_time else datetime.now(UTC).replace(tzinfo=None)
+                since = back if back is not None else drained - FAULT_LOOKBACK
+                row = conn.execute(
+                    select(c.c.code, c.c.time).where(
+                        c.c.node == info.name, c.c.status == "fail", c.c.time > since,
+                        c.c.code.in_(sorted(never)))
+                    .order_by(c.c.time.desc()).limit(1)).first()
+            if row is None or HistorianSide(engine).passed_since(info.name, row.time):
+                return None
+        finally:
+            engine.dispose()
+    except Exception:  # noqa: BLE001 - the reason names a transient fault: as before
+        return None
+    return (f"{row.code} was found on it at {row.time:%Y-%m-%d %H:%M}Z, under or before this "
+            f"drain ({info.reason[:60]!r}), with no qualification pass since")
+
+
 def _needs_qualification(ctx: click.Context, info) -> str | None:
     """Why this node must be qualified rather than resumed, or None."""
-    if not repair_drain(info.reason, _never_resume(ctx, info.name)):
-        return None
+    never = _never_resume(ctx, info.name)
     ask = f"qualify it: `healthctl qualify start {info.name}` (or --force)"
+    if not repair_drain(info.reason, never):
+        found = _never_resumed_under(ctx, info, never)
+        return None if found is None else f"{found}; {ask}"
     if not ctx.obj.historian_configured:
         return f"repair drain ({info.reason[:60]!r}) and no historian to find a pass in; {ask}"
     try:

@@ -1,14 +1,22 @@
 """`healthctl resume` asks a qualification pass for a drain that holds a cause never
 auto-resumed, whichever cause the verdict listed first and whenever it was found under the
 drain: it reads the code Slurm's reason leads with (the node's own record is on the node), so
-the node path leads the reason with such a cause (helper-208)."""
+the node path leads a drain's reason with such a cause, and `resume` asks the historian for
+one found under or before a drain whose reason names a transient fault (helper-208)."""
 from __future__ import annotations
 
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import pytest
 from click.testing import CliRunner
+from sqlalchemy import insert
 
 import rsc_health.commands.slurm as cs
-from rsc_health.cli import AppContext
+from rsc_health.cli import AppContext, cli
 from rsc_health.config import load_config
+from rsc_health.historian.schema import check_results, node_actions, qualify_runs
+from rsc_health.model import ActionKind
 from rsc_health.slurm.memory import MemorySlurm
 
 DEFAULT_NEVER = ('["xid79", "xid48", "xid94", "xid95", "ecc_dbe", "remap_failed", '
@@ -63,34 +71,73 @@ def test_resume_of_a_drain_whose_never_resume_code_is_not_the_first_cause(tmp_pa
         f"an XID 79 drain lifted by `healthctl resume` with no qualification pass: {res.output}")
 
 
-def test_resume_of_a_transient_drain_that_an_xid48_was_found_under(tmp_path, monkeypatch):
-    """02:00 /scratch goes missing: drain-now `rsc_health:now:mount_missing:...`. 02:10 the
-    sweep reads an XID 48 (double-bit ECC) under that drain: the node path adds xid48 to its
-    record and never auto-resumes it (actions._note_verdict: 'an XID 79 while drained for a
-    lost mount'), but Slurm's reason still says mount_missing and the XID is consumed. 03:00
-    the operator remounts /scratch and runs `healthctl resume`: it reads only the reason,
-    sees a transient code, and puts a GPU with an uncorrectable ECC error back in service
-    with no qualification pass. Nothing drains it again (the XID was consumed)."""
-    from rsc_health.actions import Actor
-    from rsc_health.model import Finding, Severity, Status
-    from rsc_health.policy import decide
+def _check(engine, node, code, when, status="fail"):
+    with engine.begin() as conn:
+        conn.execute(insert(check_results).values(
+            id=uuid.uuid4().hex, time=when, node=node, source="sweep", check="xid",
+            component="gpu5", status=status, severity="drain_now", code=code,
+            reason="Xid 48: double-bit ECC error"))
 
-    mount = decide([Finding("mount", "/scratch", Status.FAIL, Severity.DRAIN_NOW,
-                            "/scratch not mounted", "mount_missing")])
-    xid48 = decide([Finding("xid", "gpu5", Status.FAIL, Severity.DRAIN_NOW,
-                            "Xid 48: double-bit ECC error", "xid48", repair=True)])
+
+@pytest.mark.parametrize("found", ["under", "before"])
+def test_resume_of_a_transient_drain_with_a_never_resume_fault_on_record_asks_a_pass(
+        db, monkeypatch, found):
+    """02:00 /scratch goes missing: drain-now `rsc_health:now:mount_missing:...`. 02:10 the
+    sweep reads an XID 48 (double-bit ECC) under that drain (or it was found at 01:50 and the
+    mount's drain-now escalated over its after-job drain): the node's record keeps it from
+    auto-resume and its line is consumed, but Slurm's reason says mount_missing. 03:00 the
+    operator remounts /scratch and runs `healthctl resume`: the historian has the XID 48 since
+    the node was last put back, and no pass after it: sent to qualification (helper-208,
+    helper-211). Setting the drain again to lead with it moved Slurm's reason time, which the
+    mass-drain guard counts as a drain made now."""
+    url, engine = db
+    drained = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
     slurm = MemorySlurm()
-    slurm.add_node("gpu042", "IDLE")
-    site = tmp_path / "node.toml"
-    site.write_text("")
-    actor = Actor(slurm, load_config(site), "gpu042", tmp_path / "state")
-    actor.apply(mount)
-    actor.apply(xid48)
-    state = actor.load_state()
-    assert "xid48" in state.codes and not state.auto_resumable  # the node path knows
-    # ... and Slurm's reason says so now, in the drain's own mode; the record follows it.
-    assert slurm.info["gpu042"].reason.startswith("rsc_health:now:xid48:")
-    assert state.reason == slurm.info["gpu042"].reason
+    slurm.add_node("gpu042", "IDLE+DRAIN", "rsc_health:now:mount_missing:/scratch not mounted",
+                   when=drained)
+    at = drained + (timedelta(minutes=10) if found == "under" else -timedelta(minutes=10))
+    _check(engine, "gpu042", "xid48", at.replace(tzinfo=None))
+    out = _resume(url, slurm, monkeypatch, "gpu042")
+    assert out.exit_code == 1, out.output
+    assert "xid48 was found on it" in out.output and "qualify start gpu042" in out.output
+    assert slurm.info["gpu042"].drain_set
+
+
+def test_a_fault_behind_a_resume_or_a_pass_after_it_does_not_hold_a_transient_drain(
+        db, monkeypatch):
+    """The XID 48 of an earlier episode, before the node's last resume, is not this drain's;
+    nor one a qualification pass came after."""
+    url, engine = db
+    now = datetime.now(UTC).replace(microsecond=0, tzinfo=None)
+    slurm = MemorySlurm()
+    reason = "rsc_health:now:mount_missing:/scratch not mounted"
+    slurm.add_node("resumed", "IDLE+DRAIN", reason, when=datetime.now(UTC) - timedelta(hours=1))
+    slurm.add_node("passed", "IDLE+DRAIN", reason, when=datetime.now(UTC) - timedelta(hours=1))
+    _check(engine, "resumed", "xid48", now - timedelta(days=3))
+    _check(engine, "passed", "xid48", now - timedelta(hours=3))
+    with engine.begin() as conn:
+        conn.execute(insert(node_actions).values(
+            id=uuid.uuid4().hex, time=now - timedelta(days=2), node="resumed",
+            action=ActionKind.RESUME.value, reason="rsc_health:now:xid48:gpu5 (by alice)"))
+        conn.execute(insert(qualify_runs).values(
+            run_id=uuid.uuid4().hex, node="passed", tier="full",
+            started=now - timedelta(hours=2, minutes=9), ended=now - timedelta(hours=2),
+            verdict="pass", reason="", gpu_model="NVIDIA H100 80GB HBM3", driver="550.54.15",
+            job_id="77"))
+    out = _resume(url, slurm, monkeypatch, "resumed,passed")
+    assert out.exit_code == 0, out.output
+
+
+def test_without_a_historian_a_transient_drain_resumes_as_its_reason_says(
+        tmp_path, monkeypatch):
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE+DRAIN", "rsc_health:now:mount_missing:/scratch not mounted")
     res = _run(tmp_path, monkeypatch, slurm, cs.resume, ["gpu042"], site="")
-    assert slurm.info["gpu042"].drain_set, (
-        f"XID 48 drain lifted by `healthctl resume` with no qualification pass: {res.output}")
+    assert res.exit_code == 0, res.output
+    assert not slurm.info["gpu042"].drain_set
+
+
+def _resume(url, slurm, monkeypatch, *args):
+    monkeypatch.setattr("rsc_health.commands.slurm._slurm", lambda ctx: slurm)
+    monkeypatch.delenv("SUDO_USER", raising=False)
+    return CliRunner().invoke(cli, ["--db", url, "resume", *args])
