@@ -81,26 +81,44 @@ def _unjudged(fam, state, new_cursors: dict) -> None:
 
 
 def _forget_unread(baselines: dict, read: dict, families: list[str]) -> None:
-    """A family keeps only the baselines it read when its clock moved this run: a rate
-    family (Family.rates_prefix) that read any of its counters, whose next run would divide
-    two intervals' rise by one; a family of per-sweep counters (Family.counter_prefixes)
-    whose time a sweep moved (checks.state.time_key), whose next sweep would judge a rise
-    over two sweeps against one sweep's limit. Keys ending in Family.counter_keeps stay."""
+    """A rate family (Family.rates_prefix) that read any of its counters keeps only the
+    baselines it read: its next run would divide two intervals' rise by one. A family of
+    per-sweep counters keeps its others (_keep_unread)."""
     from rsc_health.checks import BY_NAME
-    from rsc_health.checks.state import time_key
 
     for family in families:
         fam = BY_NAME[family]
-        if fam.rates_prefix:
-            prefixes: tuple[str, ...] = (fam.rates_prefix,)
-            moved = any(k.startswith(fam.rates_prefix) for k in read)
-        else:
-            prefixes, moved = fam.counter_prefixes, time_key(family) in read
-        if not (prefixes and moved):
+        if not fam.rates_prefix:
+            _keep_unread(baselines, read, fam)
             continue
-        for key in [k for k in baselines if k.startswith(prefixes) and k not in read
-                    and not (fam.counter_keeps and k.endswith(fam.counter_keeps))]:
-            del baselines[key]
+        if any(k.startswith(fam.rates_prefix) for k in read):
+            for key in [k for k in baselines if k.startswith(fam.rates_prefix) and k not in read]:
+                del baselines[key]
+
+
+def _keep_unread(baselines: dict, read: dict, fam) -> None:
+    """A family of per-sweep counters (Family.counter_prefixes) whose time this run moved
+    (checks.state.time_key) keeps the baseline of each counter it could not read (garbled,
+    absent for a run) and when that was taken (checks.state.counter_time_key): the next read
+    is judged against it, over the sweeps it spans. Dropped, the next read was a first
+    baseline, no rise: a UE logged while ue_count read garbled never drained (helper-207).
+    Kept with the family's new time, a rise over two sweeps was judged against one sweep's
+    limit (helper-108). A counter read again has the family's time, its own is dropped."""
+    from rsc_health.checks.state import counter_time_key, time_key
+
+    family_key = time_key(fam.name)
+    now, then = read.get(family_key), baselines.get(family_key)
+    if not fam.counter_prefixes or now is None or now == then:
+        return  # the time did not move (a job start, a failed check's restored time)
+    for key in [k for k in baselines if k.startswith(fam.counter_prefixes) and k not in read]:
+        own = counter_time_key(key)
+        if own not in baselines and isinstance(then, int) \
+                and not (fam.counter_keeps and key.endswith(fam.counter_keeps)):
+            # A baseline of unknown age (no family time on record) stays untimed: judged
+            # over the family's span, as any untimed baseline is.
+            baselines[own] = then
+    for key in [k for k in read if k.startswith(fam.counter_prefixes)]:
+        baselines.pop(counter_time_key(key), None)
 
 
 def _forget_unjudged(baselines: dict, unjudged: list[str]) -> None:
@@ -108,11 +126,12 @@ def _forget_unjudged(baselines: dict, unjudged: list[str]) -> None:
     boot that the first run judging it must see whole, not a baseline that hides it (the
     counters of a check that failed on its first run after a reboot)."""
     from rsc_health.checks import BY_NAME
-    from rsc_health.checks.state import time_key
+    from rsc_health.checks.state import counter_time_key, time_key
 
     for family in unjudged:
         fam = BY_NAME.get(family)
-        prefixes = fam.counter_prefixes if fam is not None else ()
+        prefixes = tuple(p for p in (fam.counter_prefixes if fam is not None else ())
+                         for p in (p, counter_time_key(p)))
         for key in [k for k in baselines
                     if k == time_key(family) or (prefixes and k.startswith(prefixes))]:
             del baselines[key]

@@ -69,10 +69,11 @@ class Family:
     # over two intervals divided by one.
     rates_prefix: str | None = None
     # Its per-sweep counters' keys start with these (checks.state.time_key times them as one):
-    # when a sweep moves the family's time, a baseline it did not read is forgotten, as a rate
-    # family's is, so a counter that did not answer one sweep gives the next a first baseline,
-    # not a rise over two sweeps judged against one sweep's limit (helper-108). Keys ending in
-    # one of `counter_keeps` are memory, not counts (a port seen this boot), and stay.
+    # when a sweep moves the family's time, a baseline it did not read stays with the time it
+    # was taken (checks.state.counter_time_key, engine._keep_unread), so a counter that did not
+    # answer one sweep has its next rise judged whole (a UE while ue_count read garbled:
+    # helper-207) and over the sweeps it spans, not against one sweep's limit (helper-108).
+    # Keys ending in one of `counter_keeps` are memory, not counts (a port seen this boot).
     counter_prefixes: tuple[str, ...] = ()
     counter_keeps: tuple[str, ...] = ()
 

@@ -46,8 +46,10 @@ def check(state, cfg: dict) -> list[Finding]:
                      f"{comp} uncorrectable ECC errors: {dbe or agg_dbe_delta}", repair=True,
                      volatile_uncorrected=dbe, aggregate_delta=agg_dbe_delta)
             )
-        sbe_delta = state.deltas.get(f"ecc/{comp}/volatile_corrected", 0)
-        limit, since = per_sweep(int(gcfg.get("ecc_corrected_per_sweep", 1000)), state, "ecc")
+        sbe_key = f"ecc/{comp}/volatile_corrected"
+        sbe_delta = state.deltas.get(sbe_key, 0)
+        limit, since = per_sweep(int(gcfg.get("ecc_corrected_per_sweep", 1000)), state, "ecc",
+                                 sbe_key)
         if sbe_delta > limit:
             out.append(
                 fail("ecc", comp, Severity.DRAIN_AFTER_JOB, "ecc_sbe_rising",

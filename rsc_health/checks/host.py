@@ -57,7 +57,7 @@ def check(state, cfg: dict) -> list[Finding]:
     data = state.extra.get("host")
     if not data:
         return []
-    limit, since = per_sweep(int(cfg.get("host", {}).get("ce_per_sweep", 100)), state, "host")
+    per = int(cfg.get("host", {}).get("ce_per_sweep", 100))
     out: list[Finding] = []
     for mc, counts in data.items():
         before = len(out)
@@ -66,6 +66,7 @@ def check(state, cfg: dict) -> list[Finding]:
             continue
         ue = state.deltas.get(f"edac/{mc}/ue", 0)
         ce = state.deltas.get(f"edac/{mc}/ce", 0)
+        limit, since = per_sweep(per, state, "host", f"edac/{mc}/ce")
         if ue > 0:
             out.append(fail("host", mc, Severity.DRAIN_NOW, "edac_ue",
                             f"{mc} +{ue} uncorrectable host memory errors", repair=True,

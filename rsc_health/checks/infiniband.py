@@ -16,7 +16,7 @@ from __future__ import annotations
 from rsc_health import lazyre
 from rsc_health.checks._finding import checker_error, fail, ok, warn
 from rsc_health.collect import hangs, ibports
-from rsc_health.collect.counters import per_sweep
+from rsc_health.collect.counters import per_sweep, span_words
 from rsc_health.collect.sysfs import parse_count
 from rsc_health.model import Finding, Severity
 from rsc_health.record import dataclass, field
@@ -271,7 +271,7 @@ def check(state, cfg: dict) -> list[Finding]:
     if hung > 1 and hung >= timed:
         timed, since = hung, f"over the last {hung} sweeps (the ports' read hung)"
     for p in ports:
-        out.extend(_port(p, state.deltas, rate, limits, timed, since))
+        out.extend(_port(p, state.deltas, rate, limits, timed, since, state.sweeps))
     count = int(icfg.get("count", 0))
     if count and not wanted and len(ports) < count and not unlisted:
         out.append(
@@ -284,10 +284,11 @@ def check(state, cfg: dict) -> list[Finding]:
 
 
 def _port(p, deltas: dict, rate: float, limits: dict, span: float = 1,
-          since: str = "since last sweep") -> list[Finding]:
+          since: str = "since last sweep", spans: dict | None = None) -> list[Finding]:
     """One port: its link state and rate, counters it could not read, error counters rising
     past their limits (per sweep, times the `span` of sweeps the rise covers, `since` in
-    words: after a hang of the ports' read, the sweeps it hung and this one); ok when none
+    words: after a hang of the ports' read, the sweeps it hung and this one; a counter's own
+    in `spans` where longer: a run could not read it and its baseline stayed); ok when none
     of that."""
     comp = p.name
     if p.state not in PORT_STATES or p.phys_state not in PHYS_STATES:
@@ -313,11 +314,14 @@ def _port(p, deltas: dict, rate: float, limits: dict, span: float = 1,
                                  f"count: {', '.join(p.unreadable)}"))
     stuck = []
     for counter, code in RISING_CODES.items():
-        d = deltas.get(f"ib/{comp}/{counter}", 0)
+        key = f"ib/{comp}/{counter}"
+        d = deltas.get(key, 0)
         limit = int(limits.get(counter, DEFAULT_LIMITS[counter]))
-        if d > limit * span:  # what it counted before it stopped still counts
+        own = (spans or {}).get(key, 0)
+        over, words = (own, span_words(own)) if own > span else (span, since)
+        if d > limit * over:  # what it counted before it stopped still counts
             out.append(fail("infiniband", comp, Severity.DRAIN_AFTER_JOB, code,
-                            f"{comp} {counter} +{d} {since} (limit {limit} a sweep)",
+                            f"{comp} {counter} +{d} {words} (limit {limit} a sweep)",
                             repair=True, counter=counter, delta=d))
         elif saturated(counter, p.counters.get(counter)):
             stuck.append(f"{counter}={p.counters[counter]}")

@@ -35,14 +35,14 @@ def counters(state) -> dict[str, int]:
 def check(state, cfg: dict) -> list[Finding]:
     gcfg = cfg.get("gpu", {})
     expected = int(gcfg.get("nvlinks_per_gpu", 0))
-    limit, _ = per_sweep(int(gcfg.get("nvlink_errors_per_sweep", 0)), state, "nvlink")
+    per = int(gcfg.get("nvlink_errors_per_sweep", 0))  # judged per counter: _rising
     out: list[Finding] = []
     for g, comp in readable_gpus(state):
         links = _links(g)
         if links is None:
             continue
         found, active = _link_states(comp, links, expected)
-        found += _rising(comp, links, state.deltas, limit)
+        found += _rising(comp, links, state, per)
         if not found and links:
             found = [ok("nvlink", comp, f"{comp} {active} NVLinks active")]
         out.extend(found)
@@ -73,11 +73,20 @@ def _link_states(comp: str, links: list, expected: int) -> tuple[list[Finding], 
     return [], active
 
 
-def _rising(comp: str, links: list, deltas: dict, limit: float) -> list[Finding]:
-    """Error counters that rose past the limit (per sweep, over the sweeps the rise spans)
-    since the last sweep (drain after the job)."""
-    rising = {f"{lk.get('link')}/{c}": d for lk in links for c in NVLINK_COUNTERS
-              if (d := deltas.get(f"nvlink/{comp}/{lk.get('link')}/{c}", 0)) > limit}
+def _rising(comp: str, links: list, state, per: int) -> list[Finding]:
+    """Error counters that rose past the limit (`per` sweep, over the sweeps each one's rise
+    spans) since the last sweep (drain after the job)."""
+    limit, _ = per_sweep(per, state, "nvlink")
+    rising = {}
+    for lk in links:
+        for c in NVLINK_COUNTERS:
+            key = f"nvlink/{comp}/{lk.get('link')}/{c}"
+            d = state.deltas.get(key, 0)
+            # A counter's own span (a baseline older than the family's) is never the shorter:
+            # only a rise past the family's limit needs its own looked up.
+            if d > limit and (key not in state.sweeps or d > per_sweep(per, state, "nvlink",
+                                                                          key)[0]):
+                rising[f"{lk.get('link')}/{c}"] = d
     if not rising:
         return []
     first = next(iter(rising))

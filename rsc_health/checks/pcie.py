@@ -174,8 +174,9 @@ def check(state, cfg: dict) -> list[Finding]:
     devices = state.extra.get("pcie")
     if devices is None:
         return []
-    nonfatal_limit, since = per_sweep(int(pcfg.get("aer_nonfatal_per_sweep", 0)), state, "pcie")
-    cor_limit, _ = per_sweep(int(pcfg.get("aer_correctable_per_sweep", 100)), state, "pcie")
+    # Per counter: one a run could not read is judged over the sweeps since its baseline.
+    nonfatal_per = int(pcfg.get("aer_nonfatal_per_sweep", 0))
+    cor_per = int(pcfg.get("aer_correctable_per_sweep", 100))
     out: list[Finding] = []
     partner = _link_partners(devices)
     for dev in devices:
@@ -209,6 +210,7 @@ def check(state, cfg: dict) -> list[Finding]:
                      repair=True, kind=dev.kind, **dev.aer)
             )
         nonfatal = state.deltas.get(f"aer/{comp}/nonfatal", 0)
+        nonfatal_limit, since = per_sweep(nonfatal_per, state, "pcie", f"aer/{comp}/nonfatal")
         if nonfatal > nonfatal_limit:
             out.append(
                 fail("pcie", comp, Severity.DRAIN_AFTER_JOB, "aer_nonfatal",
@@ -216,6 +218,7 @@ def check(state, cfg: dict) -> list[Finding]:
                      repair=True, delta=nonfatal)
             )
         cor = state.deltas.get(f"aer/{comp}/correctable", 0)
+        cor_limit, since = per_sweep(cor_per, state, "pcie", f"aer/{comp}/correctable")
         if cor > cor_limit:
             out.append(
                 warn("pcie", comp, "aer_correctable",
@@ -225,8 +228,7 @@ def check(state, cfg: dict) -> list[Finding]:
         if len(out) == before and dev.kind != "bridge":
             link = f"x{dev.width}" if dev.width else "link width unknown,"
             out.append(ok("pcie", comp, f"{comp} ({dev.kind}) {link} ok"))
-    out.extend(_gpu_replays(state, *per_sweep(int(pcfg.get("replays_per_sweep", 100)), state,
-                                              "pcie")))
+    out.extend(_gpu_replays(state, int(pcfg.get("replays_per_sweep", 100))))
     return out
 
 
@@ -252,11 +254,13 @@ def _lesser(own: float | None, other: float | None):
     return own if own is None or other is None else min(own, other)
 
 
-def _gpu_replays(state, limit: float, since: str) -> list[Finding]:
+def _gpu_replays(state, per: int) -> list[Finding]:
     """NVML's PCIe replay counter (link-level retries): a rising count is a marginal link."""
     out = []
     for g in state.gpu.gpus if state.gpu else []:
-        d = state.deltas.get(f"pcie_replay/gpu{g.index}", 0)
+        key = f"pcie_replay/gpu{g.index}"
+        d = state.deltas.get(key, 0)
+        limit, since = per_sweep(per, state, "pcie", key)
         if d > limit:
             out.append(
                 fail("pcie", f"gpu{g.index}", Severity.DRAIN_AFTER_JOB, "pcie_replay",

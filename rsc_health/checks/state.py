@@ -30,6 +30,14 @@ def time_key(family: str) -> str:
     return f"time_ms/{family}"
 
 
+def counter_time_key(key: str) -> str:
+    """The key of when counter `key`'s baseline was taken, kept only while that is earlier than
+    its family's time (time_key): a run that moved the family's time could not read it, and
+    its baseline stays, so the next read's rise is judged over the sweeps it spans. Counter
+    keys hold a '/', family names none: the two never meet."""
+    return f"time_ms/{key}"
+
+
 def _now_ms() -> int:
     return int(time.monotonic() * 1000)
 
@@ -56,7 +64,8 @@ class NodeState:
     unjudged: set[str] = field(default_factory=set)
     counted: set[str] = field(default_factory=set)
     # Family -> the sweeps its counters' rise spans (counters.SWEEP_S each, never under 1):
-    # the time since its baselines were taken, where it is on record.
+    # the time since its baselines were taken, where it is on record. Counter key -> the
+    # same for a counter whose baseline is older (one a run could not read: counter_time_key).
     sweeps: dict[str, float] = field(default_factory=dict)
     # Probes that can hang (collect.hangs): the kinds this run ran, the ones that did not
     # answer (probe -> what happened), the children this run left behind on them, and every
@@ -203,8 +212,10 @@ def _read_counters(state: NodeState, families: list, before: dict, *,
     prolog that kept NVLink's 5000 errors since boot as baselines hid them from every sweep;
     one that wrote the new boot's file without EDAC's made a sweep take a UE as its baseline).
     A value that is not a counter is
-    neither judged nor kept (the last good baseline stays, so a real rise after a garbled read
-    is still seen). A family with a clock of its own (rates_prefix) keeps its own rules."""
+    neither judged nor kept: the last good baseline stays, and when it was taken too
+    (counter_time_key, engine._keep_unread), so a real rise after a garbled read, or a counter
+    absent for a run, is still seen, over the sweeps it spans. A family with a clock of its own
+    (rates_prefix) keeps its own rules."""
     read = state.counters
     kept = (before.get("counters") or {}) if before.get("boot_id") in (None, state.boot_id) \
         else {}
@@ -229,10 +240,23 @@ def _read_counters(state: NodeState, families: list, before: dict, *,
         if ran and got and fam.rates_prefix is None:
             state.counted.add(fam.name)
             _timed(state, fam.name, kept, now, hold=hold, sweep=sweep)
+            _own_spans(state, got, kept, now)
             if hold:
                 state.held.update(k for k in got if k in kept)
     for key in [k for k, v in read.items() if not counters.plausible(v)]:
         state.errors.append(("counters", key, f"not a counter value: {str(read.pop(key))[:40]!r}"))
+
+
+def _own_spans(state: NodeState, got: dict, kept: dict, now: int) -> None:
+    """The sweeps (state.sweeps, by counter key) the rise of each counter in `got` spans whose
+    baseline is older than its family's time (counter_time_key): one a run could not read
+    kept its baseline, and its rise since is judged over that time, not over one sweep."""
+    if now < 0:
+        return
+    for key in got:
+        then = kept.get(counter_time_key(key))
+        if isinstance(then, int) and then <= now:
+            state.sweeps[key] = max(1.0, (now - then) / 1000 / counters.SWEEP_S)
 
 
 def _timed(state: NodeState, family: str, kept: dict, now: int, *, hold: bool,

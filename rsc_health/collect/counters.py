@@ -45,13 +45,19 @@ def replay_clock(root, replay: str) -> dict:
     return doc if isinstance(doc, dict) else {}
 
 
-def per_sweep(limit: float, state, family: str) -> tuple[float, str]:
+def per_sweep(limit: float, state, family: str, key: str | None = None) -> tuple[float, str]:
     """`limit`, set per sweep, over the time the rise of `family`'s counters spans, and that
-    time in words."""
-    sweeps = state.sweeps.get(family, 1.0)
-    if sweeps <= 1:
-        return limit, "since last sweep"
-    return limit * sweeps, f"over the last {sweeps * SWEEP_S / 60:.0f} min"
+    time in words. With `key`, that counter's own where its baseline is older than its
+    family's (a run could not read it: checks.state.counter_time_key)."""
+    sweeps = state.sweeps.get(key) if key is not None else None
+    if sweeps is None:
+        sweeps = state.sweeps.get(family, 1.0)
+    return limit * max(1.0, sweeps), span_words(sweeps)
+
+
+def span_words(sweeps: float) -> str:
+    """The time a rise over `sweeps` sweeps spans, in words."""
+    return "since last sweep" if sweeps <= 1 else f"over the last {sweeps * SWEEP_S / 60:.0f} min"
 
 
 # No hardware error counter holds more than 63 bits (what load() keeps): a larger value, a

@@ -2,8 +2,9 @@
 (time_ms/ecc) while baselines are kept per counter (helper-108): a sweep that could not read one
 GPU's ECC counts (one NVML answer in error) moved the family's time, so that GPU's next rise,
 over two sweeps, was judged against one sweep's limit (750 corrected errors a sweep, under the
-1,000 set, drained it for repair). Now a baseline the sweep did not read is forgotten, as a
-rate family's is: the next sweep takes a first baseline."""
+1,000 set, drained it for repair). Now a baseline the sweep did not read keeps the time it was
+taken (time_ms/<counter>), and its rise is judged over the sweeps since then (helper-207: the
+baseline forgotten instead hid a rise past any limit, test_counter_unread_keeps_baseline.py)."""
 
 from __future__ import annotations
 
