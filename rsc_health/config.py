@@ -427,10 +427,19 @@ def load_config(explicit: str | os.PathLike | None = None, *, raw: list | None =
             site = _read_toml(path, raw=got)
     cfg = _from_site(site, path, named)
     cfg.parsed = got[-1] if got else None
-    nodes = cfg.overrides.get("nodes")
-    if got and nodes and len(nodes) > 1:  # one glob: its dict order is the file's
-        cfg.overrides[NODE_LAYERS] = _node_layers(got[-1].decode("utf-8"), nodes, path)
+    if got:
+        _order_node_layers(cfg, got[-1], path)
     return cfg
+
+
+def _order_node_layers(cfg: Config, parsed: bytes, path: str) -> None:
+    """Keep in cfg the [nodes."GLOB"] values in the order `parsed` (the site file's text that
+    made cfg) sets them: every Config made from a site file's text must (load_config's and
+    last_good_config's alike), or a table appended last to stop a pilot loses to the dict's
+    order exactly when a broken push makes the node judge with the kept text."""
+    nodes = cfg.overrides.get("nodes")
+    if nodes and len(nodes) > 1:  # one glob: its dict order is the file's
+        cfg.overrides[NODE_LAYERS] = _node_layers(parsed.decode("utf-8"), nodes, path)
 
 
 def _from_site(site: dict, path: str, named: bool = True) -> Config:
@@ -710,8 +719,9 @@ def last_good_config(root: str | os.PathLike) -> tuple[Config, str] | None:
         return None
     source = str(kept.get("source"))[:512]
     try:
-        cfg = _from_site(_parse_toml(text.encode("utf-8"), pure_path(source)),
-                         pure_path(source))
+        parsed = text.encode("utf-8")
+        cfg = _from_site(_parse_toml(parsed, pure_path(source)), pure_path(source))
+        _order_node_layers(cfg, parsed, pure_path(source))
     except (ConfigError, UnicodeEncodeError, RecursionError):
         return None
     return cfg, f"the last good config ({source}, kept {str(kept.get('time'))[:32]})"

@@ -12,7 +12,13 @@ from click.testing import CliRunner
 from rsc_health import ConfigError
 from rsc_health.cli import AppContext
 from rsc_health.commands.config import config
-from rsc_health.config import load_config, load_config_compiled
+from rsc_health.config import (
+    last_good_config,
+    load_config,
+    load_config_compiled,
+    remember_good,
+    state_dir,
+)
 
 STOP_ALL = '''[actions]
 enabled = false
@@ -144,3 +150,23 @@ def test_fnmatch_sets_stay_accepted(tmp_path, glob):
     p = tmp_path / "config.toml"
     p.write_text(f'[nodes."{glob}".gpu]\ncount = 4\n')
     assert load_config(p).overrides["nodes"][glob] == {"gpu": {"count": 4}}
+
+
+def test_the_last_good_config_keeps_the_file_order(tmp_path):
+    """While a push is broken the node judges with last_good_config(), rebuilt from the kept
+    text: it must rank [nodes."GLOB"] values as the load that kept it did. It was rebuilt
+    without the file's order (the parsed dict's), so the pilot stopped by a table appended
+    last drained again exactly when a push was broken (helper-209)."""
+    import os
+
+    p, cfg = _load(tmp_path, STOP_ALL)
+    assert cfg.actions_enabled("gpu001") is False
+    root = tmp_path / "root"
+    sdir = state_dir(cfg, root)
+    os.makedirs(sdir, mode=0o700)
+    remember_good(cfg, sdir, cfg.parsed)
+    kept, _ = last_good_config(root)
+    assert kept.actions_enabled("gpu001") is False
+    assert kept.for_node("gpu001").get("actions.enabled") is False
+    assert kept.node_layers() == cfg.node_layers()
+
