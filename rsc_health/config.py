@@ -483,11 +483,12 @@ def _node_layers(text: str, nodes: dict, path: str) -> list:
         if len(keys) == 1:  # nodes = {...}: one inline table, its globs in its own order
             found = [[glob, table] for glob, table in nodes.items()]
         else:
-            value = _walk(nodes, keys[1:])
-            if value is _UNSET:  # under an array of tables: no glob takes one
+            value, keys = _walk(nodes, keys[1:])
+            if value is _UNSET:
                 raise ConfigError(f"{path}: cannot tell the order of the [nodes.\"GLOB\"] "
-                                  f"tables (nodes.{'.'.join(keys[1:])} is not a table's key); "
+                                  f"tables (nodes.{'.'.join(keys)} is not a table's key); "
                                   "write each as a [nodes.\"GLOB\".SECTION] table")
+            keys = ("nodes",) + keys
             for key in reversed(keys[2:]):
                 value = {key: value}
             found = [[keys[1], value]]
@@ -499,17 +500,24 @@ def _node_layers(text: str, nodes: dict, path: str) -> list:
     return layers
 
 
-def _walk(data: Any, keys) -> Any:
-    for key in keys:
+def _walk(data: Any, keys: tuple) -> tuple:
+    """(the value at `keys`, its keys); for keys inside an array of tables
+    (`[[nodes."gpu*".mounts.expected]]`: [mounts] expected is a list of tables), the whole
+    array and its keys: an array is one value, replaced whole by a later layer, so it ranks
+    where the file last adds to it. (_UNSET, keys) when `keys` name nothing."""
+    for depth, key in enumerate(keys):
+        if isinstance(data, list):
+            return data, keys[:depth]
         if not isinstance(data, dict) or key not in data:
-            return _UNSET
+            return _UNSET, keys
         data = data[key]
-    return data
+    return data, keys
 
 
 def _statement_paths(text: str) -> list[tuple]:
     """The full key path of each `key = value` in a TOML document that parses, in file order
-    (the enclosing table header's keys, then the line's own)."""
+    (the enclosing table header's keys, then the line's own), and of each array-of-tables
+    header (`[[...]]`: it adds an element)."""
     paths: list[tuple] = []
     table: tuple = ()
     i, n = 0, len(text)
@@ -524,6 +532,8 @@ def _statement_paths(text: str) -> list[tuple]:
             start = i + (2 if double else 1)
             end = _key_end(text, start, "]")
             table = _key_path(text[start:end])
+            if double:  # an array of tables grows here, even by an element with no keys
+                paths.append(table)
             i = end + (2 if double else 1)
         else:
             end = _key_end(text, i, "=")

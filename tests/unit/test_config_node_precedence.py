@@ -170,3 +170,48 @@ def test_the_last_good_config_keeps_the_file_order(tmp_path):
     assert kept.for_node("gpu001").get("actions.enabled") is False
     assert kept.node_layers() == cfg.node_layers()
 
+
+MOUNTS_AOT = '''[[nodes."gpu*".mounts.expected]]
+path = "/checkpoint"
+fstype = "lustre"
+
+[nodes."cpu*".gpu]
+count = 0
+
+[[nodes."gpu*".mounts.expected]]
+path = "/scratch"
+fstype = "nfs"
+'''
+
+
+def test_an_array_of_tables_under_a_glob_is_one_value(tmp_path):
+    """[mounts] expected is a list of tables, which TOML writes as [[...]]: under a glob in a
+    file with two globs the position reader walked into the list and refused the valid file
+    ('cannot tell the order'), so every node judged with the last good config (helper-209).
+    The list applies as one value."""
+    one_glob = MOUNTS_AOT.split('[nodes."cpu*"')[0]
+    assert load_config(_write(tmp_path, one_glob)).for_node("gpu001").get(
+        "mounts.expected") == [{"path": "/checkpoint", "fstype": "lustre"}]
+    cfg = load_config(_write(tmp_path, MOUNTS_AOT))
+    assert cfg.for_node("gpu001").get("mounts.expected") == [
+        {"path": "/checkpoint", "fstype": "lustre"}, {"path": "/scratch", "fstype": "nfs"}]
+    assert cfg.for_node("cpu001").get("gpu.count") == 0
+    assert cfg.for_node("cpu001").get("mounts.expected") == load_config(
+        _write(tmp_path, "")).get("mounts.expected")
+
+
+def test_an_array_of_tables_ranks_where_the_file_sets_it(tmp_path):
+    """A later glob's list replaces an earlier one's, whichever glob appeared first."""
+    text = ('[nodes."gpu*".gpu]\ncount = 8\n'
+            '[[nodes."gpu00[1-8]".mounts.expected]]\npath = "/pilot"\nfstype = "nfs"\n'
+            '[[nodes."gpu*".mounts.expected]]\npath = "/checkpoint"\nfstype = "lustre"\n')
+    cfg = load_config(_write(tmp_path, text))
+    assert cfg.for_node("gpu001").get("mounts.expected") == [
+        {"path": "/checkpoint", "fstype": "lustre"}]
+
+
+def _write(tmp_path, text):
+    p = tmp_path / "config.toml"
+    p.write_text(text)
+    return p
+
