@@ -428,12 +428,20 @@ def _refuse_hostlist_glob(glob: str, path: str | os.PathLike, label: str) -> Non
     ({0, 1, 6}; {1, 2, 3, 4, ",", 8}): the table matched none of the nodes meant (a pilot's
     'shadow' nodes stayed live) and `config check` said ok. Refused, not read as Slurm reads
     it: a bracket of digits means one thing to fnmatch and another to Slurm (`[13]`), and a
-    site's existing fnmatch sets keep their meaning. A set with a comma, or a range with a
-    bound of two or more digits, is a Slurm range; `[0-9]`, `[1-8]`, `[01]` are fnmatch's."""
+    site's existing fnmatch sets keep their meaning. Refused is only what the two read
+    differently: a set with a comma, or one Slurm range with a bound of two or more digits
+    (`[01-16]`, `[1-35]`). `[0-9]`, `[01]`, and sets of several ranges (`[0-35-9]`, {0-3,
+    5-9}; `[13-5]`, {1, 3-5}), which are no Slurm range, are fnmatch's. A list of names
+    (`gpu001,gpu002`: a comma or a blank outside a set) matches no node at all, since a Slurm
+    node name holds neither: refused too."""
+    outside = _outside_sets(glob)
+    if "," in outside or any(c.isspace() for c in outside):
+        raise ConfigError(
+            f"{path}: {label}reads as a Slurm hostlist of names, but a node glob is ONE "
+            "fnmatch pattern and no node name holds a comma or a blank (it matches no node); "
+            'write a table for each glob: [nodes."gpu001"], [nodes."gpu002"]')
     for found in _SLURM_SET.finditer(glob):
-        body = found.group(1)
-        if "," in body or any(len(bound) > 1 for part in body.split(",") if "-" in part
-                              for bound in part.split("-")):
+        if _slurm_range(found.group(1)):
             raise ConfigError(
                 f"{path}: {label}{found.group(0)} reads as a Slurm hostlist range, but a node "
                 f"glob is fnmatch's, where {found.group(0)} is ONE character out of a set (it "
@@ -443,6 +451,42 @@ def _refuse_hostlist_glob(glob: str, path: str | os.PathLike, label: str) -> Non
 
 # A bracket of digits, commas and dashes: what a Slurm hostlist range is written with.
 _SLURM_SET = lazyre.compile(r"\[([0-9][0-9,-]*)\]")
+
+
+def _slurm_range(body: str) -> bool:
+    """Whether a bracket of digits, commas and dashes means to Slurm what fnmatch reads
+    otherwise: a comma (a list to Slurm, a character to fnmatch), or a single `LOW-HIGH`
+    range, LOW <= HIGH, with a bound of two or more digits (Slurm's numbers, fnmatch's
+    characters around one range). fnmatch reads the body as single characters and
+    `c-c` ranges, so `0-35-9` ({0-3, 5-9}) or `13-5` ({1, 3-5}) are its sets, and no
+    Slurm range (two dashes; a bound above the other)."""
+    if "," in body:
+        return True
+    low, dash, high = body.partition("-")
+    return bool(dash) and low.isdigit() and high.isdigit() and \
+        max(len(low), len(high)) > 1 and int(low) <= int(high)
+
+
+def _outside_sets(glob: str) -> str:
+    """`glob`'s characters outside its `[...]` sets, the sets found as fnmatch.translate finds
+    them (`[!` negates; a `]` first in a set is its own; a `[` with no `]` after is itself)."""
+    out = []
+    i, n = 0, len(glob)
+    while i < n:
+        c = glob[i]
+        i += 1
+        if c == "[":
+            j = i
+            if j < n and glob[j] == "!":
+                j += 1
+            if j < n and glob[j] == "]":
+                j += 1
+            j = glob.find("]", j)
+            if j >= 0:
+                i = j + 1
+                continue
+        out.append(c)
+    return "".join(out)
 
 
 def _suggest(key: str, known) -> str:

@@ -13,6 +13,7 @@ from rsc_health import ConfigError
 from rsc_health.cli import AppContext
 from rsc_health.commands.config import config
 from rsc_health.config import (
+    glob_match,
     last_good_config,
     load_config,
     load_config_compiled,
@@ -215,3 +216,35 @@ def _write(tmp_path, text):
     p.write_text(text)
     return p
 
+
+@pytest.mark.parametrize("glob", ["gpu00[0-35-9]", "gpu0[13-5]", "gpu00[0-24-9]"])
+def test_an_fnmatch_set_with_two_ranges_is_not_a_slurm_range(tmp_path, glob):
+    """`gpu00[0-35-9]` is fnmatch's {0-3, 5-9}: every gpu00N but gpu004. The bracket was
+    split on '-' and its middle '35' read as a two-digit Slurm bound: a valid glob refused
+    (helper-209). Read as fnmatch reads it, it is no Slurm range (none has two dashes or a
+    bound above the other)."""
+    import fnmatch
+
+    cfg = load_config(_write(tmp_path, f'[nodes."{glob}".actions]\nenabled = false\n'))
+    for n in range(100):
+        name = f"gpu{n:03d}"
+        assert glob_match(name, glob) == fnmatch.fnmatchcase(name, glob)
+        assert cfg.actions_enabled(name) is not fnmatch.fnmatchcase(name, glob)
+
+
+@pytest.mark.parametrize("glob", ["gpu001,gpu002", "gpu[001-002],gpu010", "gpu0*, cpu0*",
+                                  "gpu001 gpu002"])
+def test_a_slurm_hostlist_of_names_is_refused(tmp_path, glob):
+    """`healthctl drain` takes a Slurm hostlist, and the same operator writes one as a glob:
+    a comma (or blank) list matches no node (a Slurm node name holds neither), so the pilot's
+    shadow table applied to nothing and the config loaded without a word (helper-209)."""
+    text = f'[actions]\nenabled = true\n[nodes."{glob}".actions]\nenabled = false\n'
+    with pytest.raises(ConfigError, match="Slurm hostlist"):
+        load_config(_write(tmp_path, text))
+
+
+@pytest.mark.parametrize("glob", ["gpu[a,b]*", "gpu[!,]*"])
+def test_a_comma_inside_a_set_of_letters_is_not_refused(tmp_path, glob):
+    """Inside a set a comma is only a character no node name holds: the set still means what
+    it says, so it is not refused."""
+    load_config(_write(tmp_path, f'[nodes."{glob}".gpu]\ncount = 4\n'))
