@@ -6,6 +6,7 @@ node path nothing."""
 from __future__ import annotations
 
 import math
+import os
 
 import click
 
@@ -65,3 +66,39 @@ def slurm_handle(ctx: click.Context):
     from rsc_health.slurm import from_config
 
     return from_config(ctx.obj.config)
+
+
+# The kernel's audit login uid of this process: set once at login (pam_loginuid) and kept
+# through sudo, `sudo -i` and `su -`; unset (no login: a daemon, cron, a container) it reads
+# 4294967295, (uid_t)-1.
+LOGINUID_FILE = "/proc/self/loginuid"
+NO_LOGINUID = 4294967295
+
+
+def audit_login() -> str | None:
+    """The name of the person who logged in to the session running this command (the audit
+    login uid, a number when no name has it), or None where the kernel has none."""
+    try:
+        with open(LOGINUID_FILE) as fh:
+            uid = int(fh.read().strip())
+    except (OSError, ValueError):
+        return None
+    if uid == NO_LOGINUID or uid < 0:
+        return None
+    import pwd
+
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+def invoking_person() -> str:
+    """Who a person's command acts as (a `healthctl drain`'s `by NAME`, a suspect's clear):
+    the audit login, then SUDO_USER, then the login name. SUDO_USER alone was `root` in a
+    `sudo -i` shell (so every person's drain from one said `by root`, and any other root
+    lifted it without --force), and unset in an `su -` shell (the owner could not resume
+    their own drain); the audit login is the person in both."""
+    import getpass
+
+    return audit_login() or os.environ.get("SUDO_USER") or getpass.getuser()

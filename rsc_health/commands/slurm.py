@@ -56,9 +56,9 @@ def _shadow_node(ctx: click.Context, node: str) -> bool:
 
 
 def _who() -> str:
-    import getpass
+    from rsc_health.commands import invoking_person
 
-    return os.environ.get("SUDO_USER") or getpass.getuser()
+    return invoking_person()
 
 
 def _unconfirmed(ctx: click.Context, kind: str, node: str, reason: str, by: str, verb: str,

@@ -9,15 +9,13 @@
 
 from __future__ import annotations
 
-import getpass
 import json
-import os
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 import click
 
-from rsc_health.commands import NAME_FILTER, FiniteFloat
+from rsc_health.commands import NAME_FILTER, FiniteFloat, invoking_person
 from rsc_health.commands import historian_engine as _engine
 from rsc_health.commands import slurm_handle as _slurm
 from rsc_health.terminal import echo
@@ -125,7 +123,7 @@ def clear(ctx, node, reason) -> None:
         raise click.ClickException("--reason must say why")
     from rsc_health.historian.freshness import believed_now
 
-    who = os.environ.get("SUDO_USER") or getpass.getuser()
+    who = invoking_person()
     engine = _engine(ctx)
     try:
         # The pass's clock, not the host's raw one: a clear stamped a year ahead made every

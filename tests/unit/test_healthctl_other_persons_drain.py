@@ -3,8 +3,11 @@ needs --force to replace or lift it, as for any drain a person set; the same per
 again or resume their own (helper-208)."""
 from __future__ import annotations
 
+import os
+
 from click.testing import CliRunner
 
+import rsc_health.commands
 import rsc_health.commands.slurm as cs
 from rsc_health.cli import AppContext
 from rsc_health.slurm.memory import MemorySlurm
@@ -92,3 +95,69 @@ def test_a_long_reason_keeps_who_drained(tmp_path, monkeypatch):
     assert reason.endswith(" by alice") and len(reason) <= 120, reason
     res = _run(tmp_path, monkeypatch, slurm, cs.resume, ["gpu042"])
     assert res.exit_code == 0 and not slurm.info["gpu042"].drain_set
+
+
+def _as(monkeypatch, login, sudo_user):
+    """A shell of `login`'s session (its audit login) that became root (`sudo -i`, `su -`)
+    and runs healthctl there, maybe with a habitual `sudo` in front (SUDO_USER=root then).
+    raising=False: on a tree from before audit_login, the patch is a no-op and the test
+    fails on what it asserts."""
+    monkeypatch.setattr(rsc_health.commands, "audit_login", lambda: login, raising=False)
+    for var in ("LOGNAME", "USER"):
+        monkeypatch.setenv(var, "root")
+    if sudo_user is None:
+        monkeypatch.delenv("SUDO_USER", raising=False)
+    else:
+        monkeypatch.setenv("SUDO_USER", sudo_user)
+
+
+def test_a_drain_from_a_root_shell_is_the_login_persons(tmp_path, monkeypatch):
+    """Alice, in her `sudo -i` root shell, runs `sudo healthctl drain gpu045 --reason "RMA
+    4711"` (SUDO_USER=root there): the drain said `by root`. Bob, in his own root shell, ran
+    `sudo healthctl resume gpu045`: he was `root` too, so Alice's RMA drain counted as his
+    own and was lifted without --force (helper-209). The person is the audit login."""
+    slurm = MemorySlurm()
+    slurm.add_node("gpu045", "IDLE")
+    _as(monkeypatch, "alice", "root")
+    _run(tmp_path, monkeypatch, slurm, cs.drain, ["gpu045", "--reason", "RMA 4711 awaiting swap"])
+    assert slurm.info["gpu045"].reason.endswith("by alice")
+    _as(monkeypatch, "bob", "root")
+    _run(tmp_path, monkeypatch, slurm, cs.resume, ["gpu045"])
+    assert slurm.info["gpu045"].drain_set, (
+        f"another person's drain lifted without --force: {slurm.info['gpu045'].reason!r}")
+
+
+def test_su_to_root_still_resumes_ones_own_drain(tmp_path, monkeypatch):
+    """Alice drains with `sudo healthctl drain` (by alice), later resumes from an `su -` shell
+    (SUDO_USER unset, LOGNAME=USER=root): she was `root`, her own drain "another person's",
+    and resume refused without --force (helper-209)."""
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE")
+    _as(monkeypatch, "alice", "alice")
+    _run(tmp_path, monkeypatch, slurm, cs.drain, ["gpu042", "--reason", "reseat DIMM"])
+    assert slurm.info["gpu042"].reason.endswith("by alice")
+    _as(monkeypatch, "alice", None)
+    res = _run(tmp_path, monkeypatch, slurm, cs.resume, ["gpu042"])
+    assert not slurm.info["gpu042"].drain_set, f"own drain refused: {res.output}"
+
+
+def test_the_audit_login_is_read_from_the_kernel_and_unset_is_none(tmp_path, monkeypatch):
+    """/proc/self/loginuid: a uid mapped to its name; 4294967295 ((uid_t)-1) is no login,
+    and then SUDO_USER, then the login name, says who."""
+    import pwd
+
+    from rsc_health import commands
+
+    monkeypatch.undo()  # the real audit_login, not conftest's stand-in
+    me = pwd.getpwuid(os.getuid()).pw_name
+    file = tmp_path / "loginuid"
+    monkeypatch.setattr(commands, "LOGINUID_FILE", str(file))
+    file.write_text(str(os.getuid()))
+    monkeypatch.setenv("SUDO_USER", "someone-else")
+    assert commands.audit_login() == me and commands.invoking_person() == me
+    file.write_text("4294967295")
+    assert commands.audit_login() is None
+    assert commands.invoking_person() == "someone-else"
+    monkeypatch.delenv("SUDO_USER")
+    monkeypatch.setenv("LOGNAME", "carol")
+    assert commands.invoking_person() == "carol"
