@@ -57,6 +57,7 @@ def _tree_0():
               'replays_per_sweep': 100},
      'infiniband': {'hcas': [],
                     'count': 0,
+                    'link_layer': 'any',
                     'rate_gbps': 0,
                     'errors_per_sweep': {},
                     'read_timeout_s': 5.0,

@@ -165,6 +165,7 @@ CHOICES: dict[str, tuple[str, ...]] = {
     "leftover.action": tuple(s.severity_word for s in (Level.DRAIN_NOW, Level.DRAIN_AFTER_JOB,
                                                        Level.WARN)),
     "fabric.nvswitch": ("auto", "yes", "no"),
+    "infiniband.link_layer": ("any", "InfiniBand"),
     "failslow.metrics.*.direction": ("low", "high"),
     "suspects.qualify_tier": ("lite", "full", "deep"),
     "qualify.dcgm_warn": ("inconclusive", "pass"),

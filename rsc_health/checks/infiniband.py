@@ -255,15 +255,23 @@ def check(state, cfg: dict) -> list[Finding]:
             fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing", f"{hca} HCA not present",
                  repair=True)
         )
-    # A listed HCA that is present but has no InfiniBand port (a VPI card's link type reset
-    # to ETH by a firmware update comes up as RoCE) is a rail the fabric lost all the same.
+    # A listed HCA that is present but has no InfiniBand port: on an InfiniBand fabric a VPI
+    # card whose link type a firmware update reset to ETH (a rail lost); on a RoCE fabric
+    # (ConnectX in ETH mode by design) every rail. Only [infiniband] link_layer tells them
+    # apart: "InfiniBand" judges it missing, "any" (the default, so a RoCE site that lists its
+    # HCAs is not drained fleet-wide) counts it present, its ports not judged, as said here.
+    want_ib = icfg.get("link_layer", "any") == "InfiniBand"
     for hca in sorted(set(wanted) & {p.hca for p in found} - {p.hca for p in ib} - unlisted):
         layers = sorted({str(p.link_layer) for p in found if p.hca == hca})
-        out.append(
-            fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing",
-                 f"{hca} has no InfiniBand port (link layer {', '.join(layers)[:80]}): "
-                 "set its link type back to IB", repair=True, link_layer=layers[:8])
-        )
+        said = ", ".join(layers)[:80]
+        if want_ib:
+            out.append(fail("infiniband", hca, Severity.DRAIN_NOW, "ib_missing",
+                            f"{hca} has no InfiniBand port (link layer {said}): set its link "
+                            "type back to IB", repair=True, link_layer=layers[:8]))
+        else:
+            out.append(ok("infiniband", hca, f"{hca} present, link layer {said}: its ports "
+                          "are not judged (an InfiniBand fabric sets [infiniband] link_layer "
+                          '= "InfiniBand")', link_layer=layers[:8]))
     # The sweeps the rise spans: those the ports' read hung and this one, or the time since
     # the baselines were taken (sweeps missed), whichever is longer.
     hung = 1 + getattr(found, "sweeps_missed", 0)

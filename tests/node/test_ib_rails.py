@@ -28,6 +28,14 @@ def _vf(node, name: str = "mlx5_8", state: str = "4: ACTIVE") -> None:
     node.write(f"{IB}/{name}/ports/1/state", state + "\n")
 
 
+def _link_layer(node, layer: str) -> None:
+    """The site config's [infiniband] link_layer."""
+    cfg = node.path("config.toml")
+    cfg.write_text(cfg.read_text().replace("[infiniband]\n",
+                                           f'[infiniband]\nlink_layer = "{layer}"\n', 1))
+    assert f'link_layer = "{layer}"' in cfg.read_text()
+
+
 def test_ib_an_sriov_vf_port_left_down_does_not_drain_a_healthy_node(node):
     """SR-IOV on a ConnectX-7 in IB mode: a VF (mlx5_8, device/physfn present) whose vport
     policy is the default ("Down") shows `1: DOWN` / `5: LinkUp`. The node's 8 physical
@@ -70,7 +78,9 @@ def test_ib_a_configured_rail_that_came_up_as_ethernet_is_not_judged_healthy(nod
     """[infiniband] hcas lists mlx5_0..mlx5_7 (the fixture's site config). After a firmware
     update reset a VPI card's LINK_TYPE_P1 to ETH, mlx5_3's port comes up with link_layer
     `Ethernet` (RoCE), ACTIVE at 400: the compute fabric has lost a rail. The HCA was
-    "present" and its only port filtered out as not InfiniBand: nothing was said."""
+    "present" and its only port filtered out as not InfiniBand: nothing was said. An
+    InfiniBand site says its rails must be InfiniBand ([infiniband] link_layer)."""
+    _link_layer(node, "InfiniBand")
     node.write(f"{IB}/mlx5_3/ports/1/link_layer", "Ethernet\n")
     findings, verdict = node.check()
     found = [(f.component, f.code) for f in bad(findings) if f.family == "infiniband"]
@@ -86,3 +96,39 @@ def test_ib_an_ethernet_port_beside_an_infiniband_one_on_a_listed_hca_is_not_a_l
     findings, verdict = node.check()
     assert [f for f in bad(findings) if f.family == "infiniband"] == []
     assert verdict.level < Level.DRAIN_AFTER_JOB
+
+
+def test_ib_a_roce_site_listing_its_ethernet_rails_does_not_drain(node):
+    """A RoCE fabric (ConnectX-7 in ETH mode by design: link_layer Ethernet on every rail)
+    lists its 8 rail HCAs in [infiniband] hcas so that an HCA off the bus drains. With the
+    packaged link_layer = "any" they are present, their Ethernet ports not judged as IB (the
+    link layer said in an ok finding); before, each was ib_missing, drain now, on every node."""
+    for i in range(8):
+        node.write(f"{IB}/mlx5_{i}/ports/1/link_layer", "Ethernet\n")
+    findings, verdict = node.check()
+    found = [(f.component, f.code) for f in bad(findings) if f.family == "infiniband"]
+    assert found == [] and verdict.level < Level.DRAIN_AFTER_JOB, found
+    said = [f.reason for f in findings if f.family == "infiniband" and f.component == "mlx5_0"]
+    assert said and "link layer Ethernet" in said[0], said
+
+
+def test_ib_a_roce_site_still_drains_on_a_listed_hca_gone(node):
+    """The RoCE site's reason to list its HCAs holds: one off the bus is ib_missing."""
+    for i in range(8):
+        node.write(f"{IB}/mlx5_{i}/ports/1/link_layer", "Ethernet\n")
+    shutil.rmtree(node.path(f"{IB}/mlx5_5"))
+    findings, verdict = node.check()
+    found = [(f.component, f.code) for f in bad(findings) if f.family == "infiniband"]
+    assert found == [("mlx5_5", "ib_missing")], found
+    assert verdict.level is Level.DRAIN_NOW
+
+
+def test_ib_link_layer_is_a_checked_choice(node):
+    """A misspelt [infiniband] link_layer ("IB") is a config error, not silently "any"."""
+    import pytest
+
+    from rsc_health.config import ConfigError, load_config
+
+    _link_layer(node, "IB")
+    with pytest.raises(ConfigError, match="link_layer"):
+        load_config(node.path("config.toml"))
