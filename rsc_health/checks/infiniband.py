@@ -62,8 +62,13 @@ def saturated(counter: str, value: int | None) -> bool:
 
 PORT_ATTRS = ("state", "phys_state", "rate", "link_layer")
 _PORTS = "sys/class/infiniband/*/ports/*"
+# An HCA is an SR-IOV virtual function's, no rail, when its device has a physfn (the link to
+# its physical function, collect.ibports). A snapshot carries only what READS names: without
+# the physfn (carried as its link and the uevent file every sysfs device has, so that it
+# exists under the replay's root) `check --from` took a VF left DOWN for a rail, ib_down.
+PHYSFN = "sys/class/infiniband/*/device/physfn/uevent"
 READS = (*(f"{_PORTS}/{a}" for a in PORT_ATTRS),
-         *(f"{_PORTS}/counters/{c}" for c in ERROR_COUNTERS))
+         *(f"{_PORTS}/counters/{c}" for c in ERROR_COUNTERS), PHYSFN)
 
 
 class IbPorts(list):

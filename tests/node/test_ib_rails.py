@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
+
 from rsc_health.model import Level
 
 from .conftest import bad
@@ -125,10 +127,46 @@ def test_ib_a_roce_site_still_drains_on_a_listed_hca_gone(node):
 
 def test_ib_link_layer_is_a_checked_choice(node):
     """A misspelt [infiniband] link_layer ("IB") is a config error, not silently "any"."""
-    import pytest
-
     from rsc_health.config import ConfigError, load_config
 
     _link_layer(node, "IB")
     with pytest.raises(ConfigError, match="link_layer"):
         load_config(node.path("config.toml"))
+
+
+@pytest.mark.parametrize("linked", [False, True], ids=["dirs", "sysfs-links"])
+def test_ib_a_snapshot_of_an_sriov_host_replays_its_vf_as_no_rail(node, tmp_path, linked):
+    """`healthctl snapshot` on an SR-IOV host whose VF (mlx5_8, device/physfn) is left DOWN
+    by its vport policy, hcas = [] as packaged: the live check says OK (a VF is no rail). The
+    snapshot carried only the port files, not device/physfn, so `check --from` it took the
+    VF for a physical rail: ib_down, drain now, on replay of a healthy node."""
+    import json
+
+    from click.testing import CliRunner
+
+    from rsc_health.cli import cli
+
+    def invoke(*args):
+        return CliRunner().invoke(
+            cli, ["--root", str(node.root), "--config", str(node.root / "config.toml"), *args])
+
+    _unconfigured(node)
+    _vf(node, state="1: DOWN")
+    if linked:
+        # As the kernel lays it out: device and physfn are links into /sys/devices.
+        import os
+
+        shutil.rmtree(node.path(f"{IB}/mlx5_8/device"))
+        node.write("sys/devices/pci0000:17/0000:18:00.0/uevent", "PCI_SLOT_NAME=0000:18:00.0\n")
+        os.makedirs(node.path("sys/devices/pci0000:17/0000:18:00.2"))
+        os.symlink("../0000:18:00.0", node.path("sys/devices/pci0000:17/0000:18:00.2/physfn"))
+        os.symlink("../../../devices/pci0000:17/0000:18:00.2", node.path(f"{IB}/mlx5_8/device"))
+        assert os.path.exists(node.path(f"{IB}/mlx5_8/device/physfn"))
+    direct = json.loads(invoke("check", "--json", "--only", "infiniband").output)
+    assert direct["verdict"]["level"] == "ok", direct["verdict"]
+    snap = tmp_path / "snap.json"
+    assert invoke("snapshot", "--out", str(snap)).exit_code == 0
+    res = CliRunner().invoke(cli, ["check", "--from", str(snap), "--json", "--only",
+                                   "infiniband"])
+    replayed = json.loads(res.output)
+    assert replayed["verdict"] == direct["verdict"], replayed["verdict"]
