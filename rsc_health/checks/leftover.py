@@ -7,8 +7,10 @@ fails, Slurm requeues the job elsewhere and the node drains until the process is
 Whose a process is, read without any Slurm RPC (the prolog makes none when healthy):
 - its cgroup (/proc/PID/cgroup): Slurm's task/cgroup puts every task under `job_N` in its
   own hierarchy (v1 `/slurm/uid_U/job_N/step_S/...`, v2
-  `/system.slice/slurmstepd.scope/job_N/...`); a `job_N` anywhere else is no job's (a user can
-  make one in the cgroup subtree systemd delegates to them);
+  `/system.slice/slurmstepd.scope/job_N/...`), from the hierarchy's root or below a
+  containerized slurmd's own cgroup; a `job_N` anywhere else, or below a user's
+  `user@UID.service` (the subtree systemd delegates to them, where they can make one), is no
+  job's;
 - whether job N still runs here: slurmstepd listens on `<SlurmdSpoolDir>/<node>_<job>.<step>`
   (src/slurmd/common/stepd_api.c) while the step runs; no socket of job N = job N is over;
 - the prolog's own job ($SLURM_JOB_ID) is not a leftover, unless the process is older than
@@ -46,14 +48,32 @@ if TYPE_CHECKING:
     from _typeshed import StrPath  # str | os.PathLike[str]
 
 FAMILY = "leftover"
-# Slurm's own job cgroups, from the root of the hierarchy: cgroup v1 (task/cgroup)
-# "/slurm/uid_U/job_N/..." ("/slurm_<node>/..." under multiple slurmd); cgroup v2 (22.05+)
-# "/system.slice/slurmstepd.scope/job_N/..." ("<node>_slurmstepd.scope" likewise). Anchored
-# at the start: systemd delegates user@UID.service's subtree to its user, who can make
+# Slurm's own job cgroups: cgroup v1 (task/cgroup) "/slurm/uid_U/job_N/..." ("/slurm_<node>/..."
+# under multiple slurmd); cgroup v2 (22.05+) "/system.slice/slurmstepd.scope/job_N/..."
+# ("<node>_slurmstepd.scope" likewise). Under a containerized slurmd the same forms come after
+# the container's own cgroup (v2: cgroup_v2.c puts the scope under dirname(PID 1's cgroup),
+# "/docker.slice/docker-<id>.scope/system.slice/slurmstepd.scope/job_N"; v1:
+# "/docker/<id>/slurm/uid_U/job_N"), so a prefix is allowed (the shortest: Slurm's outermost
+# hierarchy names the job), but never one that passes through a user's delegated subtree:
+# systemd delegates user@UID.service's subtree to its user, who can make
 # ".../user@1000.service/app.slice/job_4242" (or a whole "system.slice/slurmstepd.scope/job_N"
 # below it) and move a GPU hog from an ssh session into it, to pass as job N's.
-_JOB = lazyre.compile(r"^[^:]*:[^:]*:/(?:slurm(?:_[^/]{1,256})?/uid_\d{1,10}|system\.slice/"
-                      r"(?:[^/]{1,256}_)?slurmstepd\.scope)/job_(\d{1,12})(?:/|$)")
+_JOB = lazyre.compile(r"^[^:]*:[^:]*:((?:/[^/]{1,256}){0,32}?)/(?:slurm(?:_[^/]{1,256})?/"
+                      r"uid_\d{1,10}|system\.slice/(?:[^/]{1,256}_)?slurmstepd\.scope)"
+                      r"/job_(\d{1,12})(?:/|$)")
+
+
+def _cgroup_job(line: str) -> str | None:
+    """The job a /proc/PID/cgroup line's path names in Slurm's hierarchy, or None: no such
+    path, or one under a user's delegated subtree (a user@UID.service component before it)."""
+    m = _JOB.match(line)
+    if m is None:
+        return None
+    if any(c.startswith("user@") and c.endswith(".service") for c in m.group(1).split("/")):
+        return None
+    return m.group(2)
+
+
 # `<node>_<job>.<step>[.<het component>]`; a node name may itself hold "_".
 _STEP_SOCKET = lazyre.compile(r"_(\d{1,12})\.(\d{1,12})(?:\.\d{1,6})?(?:\.ALT)?$")
 MAX_PID = 2**22  # the kernel's pid_max ceiling
@@ -195,7 +215,7 @@ def _process(root: StrPath, pid: int, users: dict[int, str], uptime: float | Non
         cgroup = read_bounded(os.path.join(proc, "cgroup"), READ_LIMIT).decode("utf-8", "replace")
     except OSError:
         return {"seen": False}
-    jobs = {m.group(1) for line in cgroup.splitlines() for m in [_JOB.match(line)] if m}
+    jobs = {job for line in cgroup.splitlines() for job in [_cgroup_job(line)] if job}
     info: dict = {"seen": True, "job": min(jobs, key=int) if jobs else None}
     try:
         comm = read_bounded(os.path.join(proc, "comm"), 256).decode("utf-8", "replace").strip()

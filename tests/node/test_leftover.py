@@ -124,6 +124,49 @@ def test_slurms_own_job_cgroups_name_the_job(node, cgroup):
     assert bad == [] and verdict.level is Level.OK
 
 
+@pytest.mark.parametrize("cgroup", [
+    # slurmd in a container, cgroup v2 seen from the host's cgroup namespace: Slurm's cgroup/v2
+    # puts the scope at dirname(PID 1's cgroup)/system.slice/slurmstepd.scope
+    # (src/plugins/cgroup/v2/cgroup_v2.c _set_int_cg_ns: "In containerized environments it
+    # will look like: /sys/fs/cgroup[/docker.slice/docker-<some UUID>.scope]").
+    "0::/docker.slice/docker-3f2a9c.scope/system.slice/slurmstepd.scope/job_17/step_0/user/"
+    "task_0\n",
+    # slurmd in a Docker container on a cgroup v1 host (Docker's default there: the host's
+    # cgroup namespace): task/cgroup's /slurm hierarchy under the container's own cgroup.
+    "12:memory:/docker/3f2a9c/slurm/uid_1000/job_17/step_0/task_0\n"
+    "11:devices:/docker/3f2a9c/slurm/uid_1000/job_17/step_0/task_0\n",
+], ids=["v2", "v1"])
+def test_a_running_jobs_process_under_a_containerized_slurmd_is_its_jobs(node, cgroup):
+    """Job 17 runs on GPU 2 of a shared node (its step sockets are in the spool); job 4242's
+    prolog starts on the other GPUs. With slurmd in a container (the cgroup path Slurm itself
+    builds there) the root-anchored pattern read job 17's process as in no job:
+    gpu_process_unattributed, a warning at every prolog and sweep for every running job."""
+    _gpu_process(node, cgroup=cgroup)
+    _steps(node, 4242, 17)
+    bad, verdict = _leftover(node)
+    assert bad == [] and verdict.level is Level.OK, [(f.code, f.reason) for f in bad]
+
+
+@pytest.mark.parametrize("cgroup", [
+    # a rootless container alice runs (podman) copies a containerized slurmd's path: the
+    # container's cgroup is inside her delegated subtree
+    "0::/user.slice/user-1000.slice/user@1000.service/user.slice/libpod-3f2a9c.scope/"
+    "system.slice/slurmstepd.scope/job_4242/step_0/user/task_0\n",
+    "1:name=systemd:/user.slice/user-1000.slice/user@1000.service/docker/3f2a9c/slurm/"
+    "uid_1000/job_4242/step_0\n"
+    "0::/user.slice/user-1000.slice/user@1000.service/app.slice/hog.scope\n",
+], ids=["v2", "v1"])
+def test_a_containerized_slurm_path_inside_a_users_delegated_subtree_is_no_jobs(node, cgroup):
+    """The prefix a containerized slurmd's path may have never passes through a user's
+    user@UID.service: there she makes whatever path she likes and moves a hog into it."""
+    _gpu_process(node, cgroup=cgroup)
+    _steps(node, 4242)
+    bad, verdict = _leftover(node)
+    assert verdict.level is Level.DRAIN_NOW, [f.reason for f in bad]
+    assert [f.code for f in bad] == ["gpu_process_leftover"]
+    assert bad[0].data["job"] is None
+
+
 def test_the_prologs_own_job_and_another_running_job_are_not_leftovers(node):
     _gpu_process(node, pid=10, cgroup=V2.format(job=4242))
     _gpu_process(node, pid=11, gpu=3, cgroup=V2.format(job=17))
