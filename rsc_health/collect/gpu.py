@@ -634,7 +634,9 @@ class GpuReport:
 
 
 def _shape(value: Any) -> str:
-    return {dict: "an object", list: "a list"}.get(type(value), f"a {type(value).__name__}")
+    if isinstance(value, dict):
+        return "an object"
+    return "a list" if isinstance(value, list) else f"a {type(value).__name__}"
 
 
 def _malformed(value: Any, belongs: str) -> dict[str, str]:

@@ -400,9 +400,8 @@ class _Tree:
         parent = self.directory(str(dest.parent.relative_to(self.root)))
         # A link to one of the snapshot's files (a real node's /proc/mounts -> self/mounts) is
         # a link to that file; any other target is a directory the snapshot names.
-        goal: Path | None = self.root / _safe(target)
-        if not (goal.is_file() and self.inside(goal)):
-            goal = self.directory(target)
+        named = self.root / _safe(target)
+        goal = named if named.is_file() and self.inside(named) else self.directory(target)
         if parent is None or goal is None or dest.name in ("", ".", "..") or \
                 os.path.lexists(dest):
             return
