@@ -154,6 +154,10 @@ HUNG_CODES = frozenset({"mount_hung", "nvml_hung", "nvml_wedged", "ib_hung", "ib
 # Every reason string rsc-health gives Slurm starts with this; only such drains are ever
 # resumed by rsc-health. A reason without it belongs to a person or to Slurm itself.
 REASON_PREFIX = "rsc_health:"
+# The name of the reservation the qualification flow holds a node in while its burn-in runs
+# (Flags=MAINT,IGNORE_JOBS). Here rather than in qualify.flow so that the historian, which
+# must not call its own qualification planned maintenance, can read it from below.
+QUALIFY_RESERVATION_PREFIX = "rsc_health_qualify_"
 
 
 class Metric(StrEnum):

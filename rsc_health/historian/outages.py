@@ -19,12 +19,15 @@ import pandas as pd
 from sqlalchemy import Engine, select, union
 
 from rsc_health.config import packaged_default
-from rsc_health.model import REASON_PREFIX
+from rsc_health.model import QUALIFY_RESERVATION_PREFIX, REASON_PREFIX
 
 log = logging.getLogger(__name__)
 
 FLEET_FLOOR = 5.0
-# Nodes are drained for a maintenance reservation up to this long before it starts.
+# Nodes are drained for a maintenance reservation up to this long before it starts: the lemon
+# outage counts leave such a drain out. Not the job failure attribution or the reliability
+# figures (planned_maintenance): there an outage that began before the window opened is the
+# node's own (a crash half an hour before it is no planned drain).
 MAINT_LEAD = pd.Timedelta(hours=1)
 # The packaged [lemon] keys for outages that are not a node's own.
 OUTAGE_DEFAULTS: dict[str, Any] = {
@@ -173,17 +176,18 @@ def classify_outages(
     rules: OutageRules,
     fleet_size: int,
     maintenance: Sequence[tuple[set[str], datetime, datetime | None]] = (),
+    lead: pd.Timedelta = MAINT_LEAD,
 ) -> pd.Series:
     """Per node_events row (columns node, start, reason): "maintenance", "fleet" or "node"
     (the node's own). Fleet-wide: the row's start has at least the threshold of distinct nodes
     going out within fleet_event_window_s either side. `maintenance`: (nodes, start, end) of
-    the MAINT reservations."""
+    the MAINT reservations; a row that starts up to `lead` before one is in it."""
     kind = pd.Series("node", index=events.index, dtype=object)
     if events.empty:
         return kind
     starts = pd.to_datetime(events["start"])
     for nodes, start, end in maintenance:
-        inside = events["node"].isin(nodes) & (starts >= pd.Timestamp(start) - MAINT_LEAD)
+        inside = events["node"].isin(nodes) & (starts >= pd.Timestamp(start) - lead)
         if end is not None:
             inside &= starts <= pd.Timestamp(end)
         kind[inside] = "maintenance"
@@ -210,22 +214,27 @@ def planned_maintenance(
     maintenance: Sequence[tuple[set[str], datetime, datetime | None]] = (),
 ) -> pd.Series:
     """Per node_events row (node, start, reason): True where it is planned maintenance (a
-    maintenance reason or inside a MAINT reservation), classify_outages' first rule alone. For
-    a reader that sees a few rows and not the fleet around them (the job failure attribution):
-    whether many nodes went out together cannot be told from those."""
+    maintenance reason, or it began inside a MAINT reservation), classify_outages' first rule
+    alone. For a reader that sees a few rows and not the fleet around them (the job failure
+    attribution, the reliability figures): whether many nodes went out together cannot be
+    told from those. No MAINT_LEAD: an outage that began before the reservation opened is the
+    node's own (a node crashing half an hour before a firmware window failed its job)."""
     alone = replace(rules, fleet_event_nodes=0, fleet_event_share=0.0)
-    return classify_outages(events, alone, 0, maintenance) == "maintenance"
+    return classify_outages(events, alone, 0, maintenance, lead=pd.Timedelta(0)) == "maintenance"
 
 
 def maintenance_reservations(
     engine: Engine, hi: datetime, cluster: str | None = None
 ) -> list[tuple[set[str], datetime, datetime | None]]:
     """(nodes, start, end) of every reservation with the MAINT flag that began before `hi`:
-    classify_outages' `maintenance`."""
+    classify_outages' `maintenance`. rsc-health's own qualification reservations
+    (rsc_health_qualify_<node>, MAINT so that Slurm holds the node for the burn-in) are not
+    maintenance: a node that crashes under its qualification load failed on its own."""
     from rsc_health.historian.ingest.sacct_parse import expand_nodelist
     from rsc_health.historian.schema import reservations as r
 
-    stmt = select(r.c.nodelist, r.c.start, r.c.end, r.c.flags).where(r.c.start < hi)
+    stmt = select(r.c.nodelist, r.c.start, r.c.end, r.c.flags).where(
+        r.c.start < hi, ~r.c.name.startswith(QUALIFY_RESERVATION_PREFIX, autoescape=True))
     if cluster is not None:
         stmt = stmt.where(r.c.cluster == cluster)
     with engine.connect() as conn:

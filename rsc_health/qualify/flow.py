@@ -29,12 +29,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from rsc_health.model import REASON_PREFIX, ActionKind
+from rsc_health.model import QUALIFY_RESERVATION_PREFIX, REASON_PREFIX, ActionKind
 from rsc_health.policy import QUALIFY_MODE, is_ours
 from rsc_health.qualify.judge import FAIL, INCONCLUSIVE, PASS
 from rsc_health.slurm.api import SlurmError
 
-RESERVATION_PREFIX = "rsc_health_qualify_"
+RESERVATION_PREFIX = QUALIFY_RESERVATION_PREFIX
 STRIKES = 3  # [qualify] strikes: the default of Flow's `strikes` when no config is at hand
 # Proved nothing (or a fail the mass-drain guard held back): qualify again after a back-off.
 RETRY_CODES = ("inconclusive", "interrupted", "guard_held")
