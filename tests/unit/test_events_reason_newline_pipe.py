@@ -67,8 +67,42 @@ def test_a_cut_short_event_does_not_swallow_the_next_event(tmp_path):
     assert [str(b) for b in report.bad] == ["line 2: expected 7 fields, saw 6"]
 
 
-def test_reason_with_a_pipe_then_a_newline_is_one_event(tmp_path):
+def test_reason_with_a_pipe_then_a_newline_keeps_the_outage_and_reports_the_rest(tmp_path):
+    """Its first line has the header's width, the `|` standing in for the newline: it cannot
+    be told from a whole event followed by a stray line, so the event lands with its Reason
+    cut at the `|` and the line after is reported, never folded in unseen (helper-213)."""
     reason = "see ticket|INC-4411\nGPU 3 fell off the bus"
     report, rows = _load(tmp_path, reason)
-    assert [str(b) for b in report.bad] == []
-    assert rows == {"n1": reason, "n2": "Not responding"}
+    assert [str(b) for b in report.bad] == ["line 3: expected 7 fields, saw 2"]
+    assert rows == {"n1": "see ticket", "n2": "Not responding"}
+
+
+# helper-213: a line that begins no event goes on one only when that event's line was cut
+# short (its Reason held a newline); after a whole event it is a bad row of its own.
+STRAY_HEADER = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User\n"
+STRAY_N1 = "c|n1|2026-11-01T10:00:00|Unknown|DOWN|Not responding|root\n"
+
+
+def _load_text(tmp_path, text):
+    engine = create_engine(f"sqlite:///{tmp_path / 's.db'}")
+    db.create(engine)
+    report = events.ingest_text(engine, text)
+    with engine.connect() as conn:
+        rows = conn.execute(select(schema.node_events.c.node, schema.node_events.c.reason)
+                            .order_by(schema.node_events.c.node)).all()
+    engine.dispose()
+    return report, [tuple(r) for r in rows]
+
+
+def test_a_stray_two_field_line_after_an_event_is_reported_not_folded_into_its_reason(
+        tmp_path):
+    report, rows = _load_text(tmp_path, STRAY_HEADER + STRAY_N1 + "x|y\n"
+                              + "c|n2|2026-11-01T11:00:00|Unknown|DOWN|PSU|root\n")
+    assert rows == [("n1", "Not responding"), ("n2", "PSU")]
+    assert [str(b) for b in report.bad] == ["line 3: expected 7 fields, saw 2"]
+
+
+def test_a_stray_one_field_line_after_the_last_event_is_reported(tmp_path):
+    report, rows = _load_text(tmp_path, STRAY_HEADER + STRAY_N1 + "garbage\n")
+    assert rows == [("n1", "Not responding")]
+    assert [str(b) for b in report.bad] == ["line 3: expected 7 fields, saw 1"]

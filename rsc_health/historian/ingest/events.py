@@ -202,7 +202,7 @@ def _ingest_lines(engine: Engine, lines: Iterable[str], source: str, cluster: st
 
 
 # How sacctmgr prints TimeStart (the only shape _time reads): a line holding it in the start
-# column begins an event; any other line goes on the Reason of the one before.
+# column begins an event; any other line goes on the Reason of a cut-short event before it.
 _TIME_SHAPE = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
 
 
@@ -210,26 +210,34 @@ def _rejoined(rows: Iterator[tuple[int, list[str]]], width: int, start_at: int,
               report: IngestReport) -> Iterator[tuple[int, list[str]]]:
     """The rows with an event whose Reason holds a newline joined back: `sacctmgr -P` prints
     it as it is, so the event comes as a line short of fields and the rest of its Reason
-    and columns on the next line(s). A line that does not begin an event of its own (a time
-    in the start column, `start_at`) goes on the event before it when one of the two is
-    short of fields; each is counted as one row read. Either part of the Reason may hold a
-    `|` too: the joined row then has more fields than `width`, and the caller folds the
-    surplus back into the Reason as for a one-line Reason (the sacct parser does the same
-    for job names). A short line nothing completes is handed on as it is (and reported for
-    its field count)."""
+    and columns on the next line(s). An event line short of fields takes every following
+    line that does not begin an event of its own (a time in the start column, `start_at`);
+    each is counted as one row read. Those lines may hold a `|` too: the joined row then has
+    more fields than `width`, and the caller folds the surplus back into the Reason as for a
+    one-line Reason (the sacct parser does the same for job names). An event line of the
+    header's width or more is complete: a line after it that begins no event is a row of its
+    own (reported for its field count), never folded into that event's Reason, where a stray
+    `x|y` or a half-written last line would vanish. So a Reason whose `|` comes before its
+    newline (its first line has the header's width) is not put back: its event lands with
+    the Reason cut at the `|` and its next line is reported. A short line nothing completes
+    is handed on as it is (and reported for its field count)."""
     pending: tuple[int, list[str]] | None = None
     for lineno, fields in rows:
+        starts_event = len(fields) > start_at and _TIME_SHAPE.fullmatch(
+            fields[start_at].strip()) is not None
         if pending is not None:
-            start, head = pending
-            starts_event = len(fields) > start_at and _TIME_SHAPE.fullmatch(
-                fields[start_at].strip()) is not None
-            if not starts_event and (len(head) < width or len(fields) < width):
+            if not starts_event:
+                start, head = pending
                 report.read -= 1  # one event's line, not a row of its own
                 pending = (start, [*head[:-1], f"{head[-1]}\n{fields[0]}", *fields[1:]])
                 continue
             yield pending
-        # held until the next line says whether it goes on this event's Reason
-        pending = (lineno, fields)
+            pending = None
+        if starts_event and len(fields) < width:
+            # cut by a newline in its Reason: held for the lines that complete it
+            pending = (lineno, fields)
+            continue
+        yield lineno, fields
     if pending is not None:
         yield pending
 
