@@ -58,3 +58,47 @@ def test_an_outage_and_its_xid_in_the_same_second_are_one_failure(tmp_path):
     df = reliability(engine, T0, datetime(2026, 4, 1))
     engine.dispose()
     assert df["failures"].sum() == 1, df.to_dict("records")
+
+
+def test_an_xid_and_the_drain_it_caused_half_a_second_later_are_one_failure(tmp_path):
+    """helper-213: matching by floor-second split an XID at 10:00:00.700 and the drain the
+    same run made at 10:00:01.2 (slurmdbd: 10:00:01) into two failures of one node."""
+    import json
+
+    from rsc_health.historian.ingest import checks
+
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True, create_missing=True)
+    inventory.import_lines(engine, io.StringIO(
+        f"node,cluster,partition,from,to\na,c,p,{T0:%Y-%m-%dT%H:%M:%S},\n"))
+    t = T0 + timedelta(days=3, hours=10)
+    events.ingest_text(engine, "NodeName|TimeStart|TimeEnd|State|Reason\n"
+                       f"a|{t + timedelta(seconds=1):%Y-%m-%dT%H:%M:%S}|"
+                       f"{t + timedelta(hours=2):%Y-%m-%dT%H:%M:%S}"
+                       "|DRAIN|rsc_health:now:xid79:GPU fell off the bus\n")
+    checks.ingest_lines(engine, io.StringIO(json.dumps(
+        {"time": (t + timedelta(milliseconds=700)).isoformat(), "node": "a", "check": "xid",
+         "status": "fail", "code": "xid79"}) + "\n"))
+    df = reliability(engine, T0, datetime(2026, 4, 1))
+    engine.dispose()
+    assert df["failures"].sum() == 1, df.to_dict("records")
+
+
+def test_an_xid_a_minute_before_an_outage_is_a_failure_of_its_own(tmp_path):
+    """The tolerance is the drain's latency, not a window that merges separate faults."""
+    import json
+
+    from rsc_health.historian.ingest import checks
+
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True, create_missing=True)
+    inventory.import_lines(engine, io.StringIO(
+        f"node,cluster,partition,from,to\na,c,p,{T0:%Y-%m-%dT%H:%M:%S},\n"))
+    t = T0 + timedelta(days=3, hours=10)
+    events.ingest_text(engine, "NodeName|TimeStart|TimeEnd|State|Reason\n"
+                       f"a|{t + timedelta(minutes=1):%Y-%m-%dT%H:%M:%S}|"
+                       f"{t + timedelta(hours=2):%Y-%m-%dT%H:%M:%S}|DOWN|PSU\n")
+    checks.ingest_lines(engine, io.StringIO(json.dumps(
+        {"time": t.isoformat(), "node": "a", "check": "xid", "status": "fail",
+         "code": "xid48"}) + "\n"))
+    df = reliability(engine, T0, datetime(2026, 4, 1))
+    engine.dispose()
+    assert df["failures"].sum() == 2, df.to_dict("records")

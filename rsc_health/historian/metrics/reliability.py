@@ -6,8 +6,9 @@ maintenance nor a fleet-wide event: lemons.features.classify_outages) or one of 
 that is not of the application class, in [lo, hi). Per period (calendar month, quarter or
 year, UTC) and group (cluster/partition from the node inventory, else the events' cluster):
 
-  failures         failures that began in the period (one per node and second: an outage
-                   and its XID stamped within the same second are one)
+  failures         failures that began in the period (an XID up to XID_LEAD before a node's
+                   outage starts, or within its first second, is that outage's; otherwise one
+                   per node and second)
   episodes         the same chained into episodes ([lemon] episode_gap_h)
   nodes_failed     distinct nodes with a failure
   node_days        node-days in service (node inventory; None without one)
@@ -45,6 +46,13 @@ from rsc_health.model import Status
 
 PERIODS = {"month": "M", "quarter": "Q", "year": "Y"}
 WHOLE = "window"  # reliability(period=WHOLE): the whole [lo, hi) as one period
+# An XID and the outage it caused are one failure. The node path stamps the XID to the
+# sub-second and drains in the same run; slurmdbd stamps the drain in whole seconds, floored.
+# So the XID comes up to a second after the outage's stamp (10:00:01.4 for 10:00:01) or a
+# little before it (10:00:00.7 for the drain made at 10:00:01.2): matching by floor-second
+# split the second pair in two. XID_LEAD is how far before it may come (the run's own drain
+# latency, seconds), not so far that a separate earlier fault is merged.
+XID_LEAD = pd.Timedelta(seconds=2)
 COLUMNS = ["period", "group", "failures", "episodes", "nodes_failed", "node_days", "hours",
            "system_mtbf_h", "hours_per_failure", "node_mtbf_h", "repair_p50_h",
            "repair_p90_h", "repair_mean_h", "reasons"]
@@ -89,17 +97,33 @@ def failures(engine: Engine, lo: datetime, hi: datetime,
         "repair_h": (pd.to_datetime(ev["end"]) - pd.to_datetime(ev["start"]))
         .dt.total_seconds() / 3600, "reason": ev["reason"], "cluster": ev["cluster"]})
     xid = xid.assign(time=pd.to_datetime(xid["time"]), repair_h=np.nan, cluster="")
+    xid = xid[~_caused_an_outage(xid, own)]
     out = pd.concat([own.assign(xid=False), xid[own.columns].assign(xid=True)],
                     ignore_index=True)
-    # One failure per node and second: an outage and its XID are one. slurmdbd stamps whole
-    # seconds and the node path's XID record sub-second ones, so equal times never meet; the
-    # outage is the one kept (its reason and repair time), then the earliest record.
+    # Then one failure per node and second (two records of one fault: two XIDs, or an
+    # outage and a state change slurmdbd stamped with it); the outage is the one kept (its
+    # reason and repair time), then the earliest record.
     second = out["time"].dt.floor("s")
     out = (out.assign(second=second).sort_values(["node", "second", "xid", "time", "repair_h"])
            .drop_duplicates(["node", "second"]).drop(columns=["second", "xid"]))
     out = out.reset_index(drop=True)
     out.attrs["left_out"] = {**left_out, "application_xids": int(app_xids)}
     return out
+
+
+def _caused_an_outage(xid: pd.DataFrame, own: pd.DataFrame) -> pd.Series:
+    """Per XID row: True where one of its node's own outages (`own`: node, time) starts at
+    most XID_LEAD after it, or is stamped at most a second before it (slurmdbd's floor):
+    the XID is that outage's cause, one failure with it."""
+    hit = pd.Series(False, index=xid.index)
+    if xid.empty or own.empty:
+        return hit
+    pairs = xid[["node", "time"]].reset_index().merge(
+        own[["node", "time"]].rename(columns={"time": "start"}), on="node")
+    lag = pairs["start"] - pairs["time"]
+    near = pairs[(lag <= XID_LEAD) & (lag > -pd.Timedelta(seconds=1))]
+    hit[near["index"].unique()] = True
+    return hit
 
 
 def reliability(engine: Engine, lo: datetime, hi: datetime, *, period: str = "quarter",
