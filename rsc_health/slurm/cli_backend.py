@@ -282,7 +282,10 @@ class CliSlurm:
 
     # ---- nodes -----------------------------------------------------------------------------
     def nodes(self, names: list[str] | None = None) -> list[NodeInfo]:
-        argv = ["scontrol", "-o", "show", "node"]
+        # -a (--all): without it slurmctld leaves out, for any user but root, SlurmUser and
+        # operators, the nodes whose partitions are all Hidden or AllowGroups they are not
+        # in. Status would call such a node retired, the guard and the tier would miss it.
+        argv = ["scontrol", "-a", "-o", "show", "node"]
         if names:
             argv.append(",".join(names))
         infos, self.refused_nodes = [], []
@@ -324,7 +327,7 @@ class CliSlurm:
         """The node's own record: the first of that name when it is asked for alone (a
         further NodeName= line of the same name is text inside its own Comment or Extra)."""
         _one_node("show", name)
-        for rec in node_records(self._run(["scontrol", "-o", "show", "node", name])):
+        for rec in node_records(self._run(["scontrol", "-a", "-o", "show", "node", name])):
             if rec.startswith(f"NodeName={name} "):
                 info = parse_node_line(rec)
                 if info.name == name:

@@ -6,11 +6,12 @@ Before: "node freshness: no historian configured", exit 0, the daily check green
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta
 
 from click.testing import CliRunner
 
 from rsc_health.cli import cli
-from tests.unit.test_terminal_escapes import _stand_in_slurm
+from tests.unit.test_terminal_escapes import NODE_LINE, _stand_in_slurm
 
 DOWN = "postgresql+psycopg://rsc:pw@127.0.0.1:1/history"
 
@@ -110,3 +111,69 @@ def test_status_keeps_a_stale_node_slurm_still_has(tmp_path, monkeypatch):
     data = json.loads(doc.stdout)
     assert [n["node"] for n in data["not_checking"]] == ["node02"]
     assert doc.exit_code == 1
+
+
+# helper-213: a Slurm that hides a partition from an unprivileged user.
+HIDDEN_LINE = NODE_LINE.replace("NodeName=node02", "NodeName=hidden01").replace(
+    "State=IDLE+DRAIN", "State=IDLE").replace("Partitions=gpu", "Partitions=admin").split(
+    " Reason=")[0]
+
+
+def _slurm_hiding_a_partition(tmp_path):
+    """scontrol as slurmctld answers an unprivileged user: without -a (SHOW_ALL) a node
+    whose partitions are all Hidden=YES (or AllowGroups the user is not in) is left out of
+    `scontrol show node`; with -a it is listed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (tmp_path / "visible.txt").write_text(NODE_LINE + "\n")
+    (tmp_path / "all.txt").write_text(NODE_LINE + "\n" + HIDDEN_LINE + "\n")
+    scontrol = bin_dir / "scontrol"
+    scontrol.write_text(
+        "#!/bin/sh\n"
+        "for a in \"$@\"; do\n"
+        f"  case \"$a\" in -a|--all) cat {tmp_path / 'all.txt'}; exit 0;; esac\n"
+        "done\n"
+        "for a in \"$@\"; do\n"
+        f"  case \"$a\" in hidden01) grep NodeName=hidden01 {tmp_path / 'all.txt'}; exit 0;; esac\n"
+        "done\n"
+        f"cat {tmp_path / 'visible.txt'}\n")
+    scontrol.chmod(0o755)
+    config = tmp_path / "config.toml"
+    config.write_text(f'[slurm]\nbin_dir = "{bin_dir}"\n')
+    return config
+
+
+def _hidden_historian(tmp_path, rows, inventory=()):
+    from sqlalchemy import create_engine
+
+    from rsc_health.historian import db, schema
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    eng = create_engine(url)
+    db.create(eng)
+    with eng.begin() as conn:
+        if rows:
+            conn.execute(schema.node_runs.insert(), rows)
+        if inventory:
+            conn.execute(schema.node_inventory.insert(), list(inventory))
+    eng.dispose()
+    return url
+
+
+def test_status_does_not_call_a_node_in_a_hidden_partition_retired(tmp_path, monkeypatch):
+    """helper-213: status leaves out a stale node Slurm no longer lists (54def05). Without -a
+    that listing is partial for a user who is not SlurmUser/root/operator: nodes whose
+    partitions are all hidden are left out. hidden01's checks stopped an hour ago: it is
+    not checking, not 'retired or renamed', and status exits 1."""
+    monkeypatch.delenv("RSC_HEALTH_DB", raising=False)
+    now = datetime.utcnow()
+    url = _hidden_historian(tmp_path, [
+        {"node": "node02", "source": "sweep", "level": "ok",
+         "last_seen": now - timedelta(minutes=3)},
+        {"node": "hidden01", "source": "sweep", "level": "ok",
+         "last_seen": now - timedelta(hours=1)}])
+    config = _slurm_hiding_a_partition(tmp_path)
+    out = CliRunner().invoke(cli, ["--config", str(config), "--db", url, "status", "--json"])
+    data = json.loads(out.stdout)
+    assert [n["node"] for n in data["not_checking"]] == ["hidden01"], data
+    assert out.exit_code == 1

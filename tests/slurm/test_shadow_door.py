@@ -66,7 +66,7 @@ def test_in_shadow_mode_reads_still_run(tmp_path):
     slurm = from_config(_config(tmp_path, enabled=False))
     assert slurm.nodes() == []
     assert slurm.jobs_on_node("node01") == []
-    assert log.read_text().startswith("scontrol -o show node")
+    assert log.read_text().startswith("scontrol -a -o show node")
 
 
 @pytest.mark.parametrize("argv,reads", [
