@@ -104,6 +104,9 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
             known = bool(runs or fresh.last_seen is not None or actions or blamed or tickets
                          or _any(conn, schema.job_nodes, schema.job_nodes.c.node == node)
                          or _any(conn, schema.node_events, schema.node_events.c.node == node)
+                         # a node racked and inventoried that has not reported yet is one
+                         or _any(conn, schema.node_inventory,
+                                 schema.node_inventory.c.node == node)
                          or _any(conn, schema.telemetry_samples,
                                  schema.telemetry_samples.c.node == node))
         from rsc_health.historian.held import held_verdicts, held_within
@@ -125,8 +128,9 @@ def _history(ctx: click.Context, node: str, now: datetime) -> dict:
     finally:
         engine.dispose()
     return {
-        # False: no run, check, action, job, event, ticket, qualification, suspect episode or
-        # version of this name (a mistyped name is not a node whose checks stopped).
+        # False: no run, check, action, job, event, ticket, inventory row, qualification,
+        # suspect episode or version of this name (a mistyped name is not a node whose
+        # checks stopped; _unknown also asks Slurm).
         "known": bool(known or qualified or suspect or versions or telemetry["job"]
                       or telemetry["day"]),
         "totals": totals,
@@ -421,10 +425,11 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
         echo(f"  slurm     {s['state']}" + (f"  reason: {s['reason']}" if s["reason"] else "")
                    + (f"  since {s['since']}" if s["since"] else ""))
     h = doc["historian"]
-    if h and not h["known"]:
+    if _unknown(doc):
         # Said first: every section below is empty because the name is not the historian's.
-        echo("  historian has no record of this node: no check run, action, job, event, "
-             "ticket or qualification under this name (mistyped, or never part of this fleet)")
+        echo("  historian has no record of this node and Slurm does not know it: no check "
+             "run, action, job, event, ticket, inventory row or qualification under this name "
+             "(mistyped, or never part of this fleet)")
     if h:
         for part in (_echo_checks, _echo_history, _echo_lemon, _echo_telemetry, _echo_suspects):
             part(h)
@@ -437,8 +442,16 @@ def node(ctx: click.Context, node_name: str, as_of: datetime | None, as_json: bo
     _exit_unknown(ctx, doc)
 
 
+def _unknown(doc: dict) -> bool:
+    """Whether the name is no node: the historian, read, has no record of it (inventory
+    included) and Slurm did not answer for it. A node Slurm has, or the inventory lists, that
+    never delivered a run is a node (the one an operator asks about), never 'mistyped'."""
+    return (doc["slurm"] is None and doc["historian"] is not None
+            and not doc["historian"]["known"])
+
+
 def _exit_unknown(ctx: click.Context, doc: dict) -> None:
-    """Exit 1 when the historian, read, has no record of the node: a script asking about a
-    mistyped name must not read the answer as a node's story."""
-    if doc["historian"] is not None and not doc["historian"]["known"]:
+    """Exit 1 when the name is no node (_unknown): a script asking about a mistyped name must
+    not read the answer as a node's story."""
+    if _unknown(doc):
         ctx.exit(1)

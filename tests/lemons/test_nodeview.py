@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from click.testing import CliRunner
 
 from rsc_health.cli import cli
+from tests.historian.test_status_historian_away import _hidden_historian, _slurm_hiding_a_partition
 
 
 def test_node_view_tells_a_lemons_story_and_says_slurm_was_not_consulted(fleet, tmp_path,
@@ -214,3 +215,23 @@ def test_healthctl_node_of_a_name_the_historian_never_heard_of_does_not_say_chec
     assert json.loads(as_json.output)["historian"]["known"] is False
     known = CliRunner().invoke(cli, ["--config", "/dev/null", "--db", url, "node", "gpu001"])
     assert known.exit_code == 0 and "(fresh)" in known.output, known.output
+
+
+def test_node_view_of_an_inventoried_slurm_node_that_never_reported_is_not_unknown(
+        tmp_path, monkeypatch):
+    """helper-213: a node racked today, in the inventory and in Slurm, whose rsc-health never
+    delivered a run (the very node an operator asks about) is a node, not a mistyped name:
+    no 'historian has no record', exit 0."""
+    monkeypatch.delenv("RSC_HEALTH_DB", raising=False)
+    now = datetime.utcnow()
+    url = _hidden_historian(tmp_path, [
+        {"node": "node02", "source": "sweep", "level": "ok",
+         "last_seen": now - timedelta(minutes=3)}],
+        inventory=[{"node": "hidden01", "cluster": "", "partition": "admin",
+                    "start": now - timedelta(days=1), "end": None, "source": "csv"}])
+    config = _slurm_hiding_a_partition(tmp_path)
+    out = CliRunner().invoke(cli, ["--config", str(config), "--db", url, "node", "hidden01"])
+    assert "slurm     IDLE" in out.output, out.output  # Slurm has the node
+    assert "historian has no record of this node" not in out.output, out.output
+    assert "mistyped" not in out.output
+    assert out.exit_code == 0, out.output
