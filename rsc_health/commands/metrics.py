@@ -370,6 +370,11 @@ def parse_what_if(text: str) -> tuple[str, float, bool]:
         if unit not in (None, "x"):
             raise click.BadParameter(f"{text!r}: rf takes a factor (0.5x) or a rate per 1000")
         return what, number if unit == "x" else number / 1000, unit == "x"
+    if number <= 0:
+        # The model checkpoints every Daly-Young interval sqrt(2 w_cp / (N r_f)): free writes
+        # make it 0 and its closed forms and Monte Carlo divide by it. Refused, named.
+        raise click.BadParameter(f"{text!r}: wcp must be more than 0 (a checkpoint write "
+                                 "takes time; the Daly-Young interval is 0 at 0)")
     scale = {"s": 1 / 86400, "m": 1 / 1440, "h": 1 / 24, None: 1 / 1440}[unit]
     return what, number * scale, False
 
@@ -474,6 +479,10 @@ def ettr(ctx, since, until, what_ifs, top, nodes, runtime_days, queue_hours, rf,
     specs = [parse_what_if(w) for w in what_ifs]
     u0 = minutes(float(_cfg(ctx, "ettr.u0_min")))
     w_cp = minutes(float(_cfg(ctx, "ettr.w_cp_min")))
+    if w_cp <= 0:  # as wcp=0s above: the Daly-Young interval would be 0
+        raise click.ClickException(
+            f"[ettr] w_cp_min = {_cfg(ctx, 'ettr.w_cp_min')}: must be more than 0 (a "
+            "checkpoint write takes time; the Daly-Young interval is 0 at 0)")
     dt_min = float(_cfg(ctx, "ettr.checkpoint_interval_min"))
     dt_cp = minutes(dt_min) if dt_min > 0 else None
     engine = None

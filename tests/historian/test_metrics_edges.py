@@ -169,3 +169,28 @@ def test_every_closed_form_is_a_share_of_wall_time():
     assert 0.0 <= model.expected_long_run() <= 1.0
     assert 0.0 <= float(expected_ettr(nodes, lam_rf, 30.0)) <= 1.0
     assert 0.0 <= eq11_daly_young(nodes, lam_rf, 5 / 1440, 5 / 1440) <= 1.0
+
+
+def _ettr_cli(tmp_path, config_text, *args):
+    from rsc_health.cli import cli
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    db.connect(url, upgrade=True, create_missing=True).dispose()
+    config = tmp_path / "config.toml"
+    config.write_text(config_text)
+    return CliRunner().invoke(cli, ["--config", str(config), "--db", url, "ettr", "--nodes",
+                                    "4", "--rf", "6.5", "--json", *args])
+
+
+def test_ettr_what_if_free_checkpoints_is_an_answer_not_a_zero_division(tmp_path):
+    """helper-213: wcp=0s made the Daly-Young interval 0 and EttrModel.expected divided by
+    it (ZeroDivisionError, exit 1, no table). Refused, naming the value."""
+    out = _ettr_cli(tmp_path, "", "--what-if", "wcp=0s")
+    assert not isinstance(out.exception, ZeroDivisionError), out.output
+    assert out.exit_code == 2 and "wcp" in out.output, out.output
+
+
+def test_ettr_with_free_checkpoints_in_the_config_names_the_key(tmp_path):
+    out = _ettr_cli(tmp_path, "[ettr]\nw_cp_min = 0\n")
+    assert not isinstance(out.exception, ZeroDivisionError), out.output
+    assert out.exit_code == 1 and "w_cp_min" in out.output, out.output
