@@ -7,9 +7,11 @@ from __future__ import annotations
 import io
 from datetime import datetime, timedelta
 
-from rsc_health.historian import db
+from sqlalchemy import insert
+
+from rsc_health.historian import db, schema
 from rsc_health.historian.ingest import events, inventory
-from rsc_health.historian.metrics.reliability import reliability
+from rsc_health.historian.metrics.reliability import failures, reliability
 
 T0 = datetime(2026, 1, 1)
 
@@ -102,3 +104,39 @@ def test_an_xid_a_minute_before_an_outage_is_a_failure_of_its_own(tmp_path):
     df = reliability(engine, T0, datetime(2026, 4, 1))
     engine.dispose()
     assert df["failures"].sum() == 2, df.to_dict("records")
+
+def _inventoried(tmp_path, nodes):
+    engine = db.connect(f"sqlite:///{tmp_path / 'h.db'}", upgrade=True, create_missing=True)
+    inventory.import_lines(engine, io.StringIO("node,cluster,partition,from,to\n" + "".join(
+        f"{n},c,p,{T0:%Y-%m-%dT%H:%M:%S},\n" for n in nodes)))
+    return engine
+
+
+def test_an_outage_inside_a_maint_reservation_is_not_a_failure_in_reliability(tmp_path):
+    """helper-213: reliability.failures() never read the MAINT reservations: a node down
+    inside one (reason 'Not responding': the firmware flash rebooted it) was a failure there
+    while lemons and attribution call it maintenance."""
+    engine = _inventoried(tmp_path, nodes=[f"n{i:02d}" for i in range(40)])
+    t = T0 + timedelta(days=10)
+    with engine.begin() as conn:
+        conn.execute(insert(schema.reservations).values(
+            cluster="", name="fw_upgrade", start=t, end=t + timedelta(hours=8),
+            flags="MAINT,IGNORE_JOBS", nodelist="n00"))
+    events.ingest_text(engine, "NodeName|TimeStart|TimeEnd|State|Reason\n"
+                       f"n00|{t + timedelta(hours=1):%Y-%m-%dT%H:%M:%S}|"
+                       f"{t + timedelta(hours=2):%Y-%m-%dT%H:%M:%S}|DOWN|Not responding\n")
+    import pandas as pd
+
+    from rsc_health.historian.outages import (
+        OutageRules,
+        maintenance_reservations,
+        planned_maintenance,
+    )
+    row = pd.DataFrame([{"node": "n00", "start": t + timedelta(hours=1),
+                         "reason": "Not responding"}])
+    # the rule attribution and the lemon features apply: maintenance
+    assert planned_maintenance(row, OutageRules(),
+                               maintenance_reservations(engine, datetime.max)).all()
+    f = failures(engine, T0, datetime(2026, 4, 1))
+    engine.dispose()
+    assert f.empty, f.to_dict("records")

@@ -2,7 +2,8 @@
 history says, per period and peer group, with no jobs at all.
 
 A failure is one of a node's own out-of-service periods (node_events that are neither planned
-maintenance nor a fleet-wide event: lemons.features.classify_outages) or one of its XID events
+maintenance, by reason or a MAINT reservation it began in, nor a fleet-wide event:
+outages.classify_outages) or one of its XID events
 that is not of the application class, in [lo, hi). Per period (calendar month, quarter or
 year, UTC) and group (cluster/partition from the node inventory, else the events' cluster):
 
@@ -38,6 +39,7 @@ from rsc_health.historian.lemons.episodes import episode_starts
 from rsc_health.historian.outages import (
     OutageRules,
     classify_outages,
+    maintenance_reservations,
     nodes_seen,
     removed_by_cause,
 )
@@ -89,7 +91,12 @@ def failures(engine: Engine, lo: datetime, hi: datetime,
         # those seen in the window, as the lemon features count them; never only the nodes
         # that failed, which made any five failures minutes apart an "event".
         fleet = len(set(exposure(engine, lo, hi)["node"]) | nodes_seen(engine, lo, hi))
-        ev["kind"] = classify_outages(ev, rules, fleet)
+        # Planned maintenance by the rule the job failure attribution reads
+        # (outages.planned_maintenance): a maintenance reason, or an outage that began inside
+        # a person's MAINT reservation (not rsc-health's own qualification one, and no
+        # MAINT_LEAD: a crash before the window opened is the node's own).
+        ev["kind"] = classify_outages(ev, rules, fleet, maintenance_reservations(engine, hi),
+                                      lead=pd.Timedelta(0))
         left_out = removed_by_cause(ev, ev["kind"], rules, fleet)
         ev = ev[ev["kind"] == "node"]
     own = pd.DataFrame({
