@@ -203,7 +203,7 @@ def _never_resumed_under(ctx: click.Context, info, never) -> str | None:
         from rsc_health.historian.db import connect
         from rsc_health.historian.schema import check_results as c
         from rsc_health.historian.schema import node_actions as a
-        from rsc_health.model import ActionKind
+        from rsc_health.model import ActionKind, Status
         from rsc_health.qualify.flow import HistorianSide
 
         engine = connect(ctx.obj.database_url, create_missing=False,
@@ -218,7 +218,7 @@ def _never_resumed_under(ctx: click.Context, info, never) -> str | None:
                 since = back if back is not None else drained - FAULT_LOOKBACK
                 row = conn.execute(
                     select(c.c.code, c.c.time).where(
-                        c.c.node == info.name, c.c.status == "fail", c.c.time > since,
+                        c.c.node == info.name, c.c.status == Status.FAIL.value, c.c.time > since,
                         c.c.code.in_(sorted(never)))
                     .order_by(c.c.time.desc()).limit(1)).first()
             if row is None or HistorianSide(engine).passed_since(info.name, row.time):
