@@ -86,3 +86,17 @@ def test_shared_samples_stay_in_the_frame_and_are_judged_in_no_job():
                             "start": [t - pd.Timedelta(hours=1)] * 2, "end": [None, None]})
     obs = telemetry_observations(marked, members, Rules.from_config(CFG))
     assert sorted(zip(obs["node"], obs["time"], strict=True)) == [("a", t), ("b", t)]
+
+
+def test_a_stale_one_node_job_row_does_not_hide_a_slow_node_for_ever(historian, tmp_path):
+    """A one-node job ran on gpu001 before the multi-node job (it had ended by then), but the
+    historian still holds it as sacct last read it, RUNNING (no end), and its epilog record
+    never arrived (the node crashed in it, its spool lost). Read as running from its start
+    with no end, it made every later sample of gpu001 'shared', judged in no job: its slow
+    GPU was never flagged, in this job or any later one (helper-210)."""
+    add_job(historian, "8001", T0 - timedelta(hours=2), ["gpu001"])  # end None, no epilog
+    add_job(historian, "7001", T0, NODES)
+    _telemetry(historian, tmp_path)
+    found = detect(historian, T0 + timedelta(hours=1), CFG)
+    assert [(e.node, e.metric, e.job_ids) for e in found] == [
+        ("gpu001", "sm_clock_ratio", ("7001",))]

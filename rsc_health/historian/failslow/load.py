@@ -162,7 +162,37 @@ def _runs(conn, since: datetime, until: datetime, *, many: bool) -> pd.DataFrame
                                                  je.c.time >= open_runs.c.start))))
     rows = pd.DataFrame(conn.execute(stmt).all(), columns=["pk", *MEMBER_COLUMNS, "cluster"])
     epilogs = pd.DataFrame(conn.execute(ends).all(), columns=["pk", "node", "time"])
-    return _ended_by_epilogs(rows, epilogs).drop(columns="pk")
+    rows = _ended_by_epilogs(rows, epilogs)
+    if not many:
+        rows = _ended_by_next_start(conn, rows)
+    return rows.drop(columns="pk")
+
+
+def _ended_by_next_start(conn, rows: pd.DataFrame) -> pd.DataFrame:
+    """Each one-node run still with no end (no end from sacct, no epilog) ends on its node
+    at the next start there of another job (any size): its node's own history says it had
+    left by then. A row sacct last read RUNNING whose epilog never came (the node crashed in
+    it, its spool lost) otherwise ran for ever, and every later sample of the node was
+    'shared', its slow GPU judged in no job (helper-210). The price: a one-node job really
+    still running when a multi-node job joins its node (OverSubscribe, GPUs split) is read as
+    ended at that start, judged as before co-tenants were read, until sacct says its end."""
+    open_runs = rows[rows["end"].isna()]
+    if open_runs.empty:
+        return rows
+    j, jn = schema.jobs, schema.job_nodes
+    later, on = j.alias("later"), jn.alias("on_node")
+    # one index probe per open run (ix_job_nodes_node): the first start after it on its node
+    nxt = (select(func.min(later.c.start))
+           .select_from(later.join(on, on.c.job_pk == later.c.id))
+           .where(on.c.node == jn.c.node, later.c.start > j.c.start, later.c.id != j.c.id)
+           .scalar_subquery())
+    stmt = (select(j.c.id, jn.c.node, nxt).select_from(j.join(jn, jn.c.job_pk == j.c.id))
+            .where(j.c.id.in_(sorted({int(pk) for pk in open_runs["pk"]}))))
+    nxt = (pd.DataFrame(conn.execute(stmt).all(), columns=["pk", "node", "next"])
+           .set_index(["pk", "node"])["next"])
+    out = rows.merge(nxt, left_on=["pk", "node"], right_index=True, how="left")
+    out["end"] = out["end"].where(out["end"].notna(), out["next"])
+    return out.drop(columns="next")
 
 
 def untold(conn, since: datetime, until: datetime) -> pd.DataFrame:
