@@ -131,6 +131,9 @@ class SuspectState(StrEnum):
 # What the historian's `suspects.tier` says the suspect tier (rsc_health/suspects.py) did with
 # an episode: here, so that qualification can read it without importing the tier.
 TIER_APPLIED, TIER_SHADOW, TIER_HELD, TIER_PERSON = "applied", "shadow", "held", "person"
+# An ended episode whose marks are no longer the tier's (given back, or Slurm showed the node
+# trusted after it ended): its saved weight is history, never a reason to touch the node.
+TIER_RETURNED = "returned"
 
 
 # The node_actions word lemon drains were recorded with before ActionKind existed: historians

@@ -140,7 +140,9 @@ def _marked(n: NodeInfo, own: int | None, rules: TierRules) -> bool:
     alone: one the operator changed since (raised above a site's weights, as the pass's error
     tells them to) left the nodes the tier marked at the old one, and those are the tier's to
     give back and to move, their saved weight kept. A node at its own weight without the
-    feature is the site's (slurm.conf declares it so)."""
+    feature is the site's (slurm.conf declares it so). `own` only while the tier holds the
+    node (an open episode's, or an ended one's whose give-back is owed: _restore_weights): a
+    given-back episode's saved weight would make any later weight the site sets its marks."""
     return rules.trusted not in n.features and (
         n.weight == rules.suspect_weight or (own is not None and n.weight != own))
 
@@ -330,6 +332,7 @@ def apply(engine, slurm, cfg, now: datetime, *,
         return [], [f"Slurm: {exc}"]
     # every node without the feature: one the tier marked may be at a suspect weight the
     # operator changed since (_marked reads the weight each saved)
+    _seen_returned(engine, nodes, rules, now)
     restore = _restore_weights(engine, {n.name for n in nodes
                                         if rules.trusted not in n.features})
     done, errors = [], []
@@ -368,6 +371,8 @@ def apply(engine, slurm, cfg, now: datetime, *,
         if ch.episode_id is not None:
             hs.set_tier(engine, ch.episode_id, ch.tier,
                         ch.slurm_weight if ch.own_weight else None)
+        if ch.kind is ActionKind.SUSPECT_RESTORE:
+            _given_back(engine, ch.node)
         if ch.record:
             action(engine, ch.node, ch.kind, ch.why, now)
             log(f"suspect tier: {ch.node}: {ch.kind.value}: {ch.why}")
@@ -385,6 +390,7 @@ def apply(engine, slurm, cfg, now: datetime, *,
             except SlurmError as exc:
                 errors.append(f"{back.node}: {exc} (the next pass gives it back)")
                 continue
+            _given_back(engine, back.node)
             action(engine, back.node, back.kind, back.why, now)
             log(f"suspect tier: {back.node}: {back.kind.value}: {back.why}")
             done.append(back)
@@ -409,19 +415,71 @@ def _ended_meanwhile(engine, ch: Change, n: NodeInfo | None, rules: TierRules
 
 
 def _restore_weights(engine, nodes: set[str]) -> dict[str, int]:
-    """{node: the weight its newest applied episode saved} for nodes to give back."""
-    from sqlalchemy import select
+    """{node: the weight its newest applied episode saved} for nodes to give back: only while
+    the tier holds the node, its episode open or ended with its give-back still owed (Slurm
+    away, or shadow mode, when it ended). An ended episode whose marks were given back (tier
+    `returned`, or a suspect_restore on record since it ended) is history: a site that later
+    takes the node off big jobs at a weight of its own is not undone by its saved weight."""
+    from sqlalchemy import func, select
 
-    from rsc_health.historian.schema import suspects
+    from rsc_health.historian.schema import node_actions as a
+    from rsc_health.historian.schema import suspects as s
+    from rsc_health.model import TIER_RETURNED, SuspectState
 
     if not nodes:
         return {}
+    names = sorted(nodes)
     with engine.connect() as conn:
-        rows = conn.execute(select(suspects.c.node, suspects.c.slurm_weight)
-                            .where(suspects.c.node.in_(sorted(nodes)),
-                                   suspects.c.slurm_weight.is_not(None))
-                            .order_by(suspects.c.id)).all()
-    return {node: int(w) for node, w in rows}
+        rows = conn.execute(select(s.c.node, s.c.slurm_weight, s.c.state, s.c.tier,
+                                   s.c.changed)
+                            .where(s.c.node.in_(names), s.c.slurm_weight.is_not(None))
+                            .order_by(s.c.id)).all()
+        restored = dict(conn.execute(
+            select(a.c.node, func.max(a.c.time))
+            .where(a.c.node.in_(names), a.c.action == ActionKind.SUSPECT_RESTORE.value)
+            .group_by(a.c.node)).all())
+    newest = {r.node: r for r in rows}
+    return {node: int(r.slurm_weight) for node, r in newest.items()
+            if r.state == SuspectState.SUSPECT.value
+            or (r.tier != TIER_RETURNED
+                and not (restored.get(node) is not None and restored[node] >= r.changed))}
+
+
+def _seen_returned(engine, nodes: list[NodeInfo], rules: TierRules, now: datetime) -> None:
+    """Ended episodes with a saved weight whose node Slurm shows trusted: their marks are gone
+    (given back, or lost to a reconfigure before the episode ended), so nothing is owed and
+    their saved weight is history (`returned`). Only an episode ended SAME_CHANGE_WITHIN ago:
+    an update sent just before its end whose answer was lost may still land."""
+    from sqlalchemy import select
+
+    from rsc_health.historian import suspects as hs
+    from rsc_health.historian.schema import suspects as s
+    from rsc_health.model import TIER_RETURNED, SuspectState
+
+    trusted = {n.name for n in nodes if rules.trusted in n.features}
+    with engine.connect() as conn:
+        rows = conn.execute(select(s.c.id, s.c.node).where(
+            s.c.state != SuspectState.SUSPECT.value, s.c.slurm_weight.is_not(None),
+            s.c.tier != TIER_RETURNED, s.c.changed <= now - SAME_CHANGE_WITHIN)).all()
+    ids = [r.id for r in rows if r.node in trusted]
+    if ids:
+        hs.returned(engine, ids)
+
+
+def _given_back(engine, node: str) -> None:
+    """A restore of `node` landed: its ended episodes' marks are given back."""
+    from sqlalchemy import select
+
+    from rsc_health.historian import suspects as hs
+    from rsc_health.historian.schema import suspects as s
+    from rsc_health.model import TIER_RETURNED, SuspectState
+
+    with engine.connect() as conn:
+        ids = list(conn.execute(select(s.c.id).where(
+            s.c.node == node, s.c.state != SuspectState.SUSPECT.value,
+            s.c.slurm_weight.is_not(None), s.c.tier != TIER_RETURNED)).scalars())
+    if ids:
+        hs.returned(engine, ids)
 
 
 # Two passes at once (the timer's and the strigger hook's after a reconfigure) both read Slurm

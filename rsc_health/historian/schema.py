@@ -477,7 +477,8 @@ step_times = Table(
 # or expired (no evidence for [suspects] expire_after_h). `changed_by`/`change_reason` say who
 # ended it and why; `tier` is what the Slurm tier did with it: "" (not yet), applied, shadow
 # (shadow mode: recorded only), held (over the guard's cap), person (a person's drain or DOWN
-# on the node: left alone); `slurm_weight` the node's weight before the tier raised it.
+# on the node: left alone), and for an ended one returned (its marks given back or gone);
+# `slurm_weight` the node's weight before the tier raised it.
 suspects = Table(
     "suspects",
     metadata,

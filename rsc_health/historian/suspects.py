@@ -28,7 +28,7 @@ from sqlalchemy import and_, func, insert, or_, select, update
 from rsc_health.historian.db import TURNS_SUSPECTS, take_turns, writer
 from rsc_health.historian.failslow.evidence import STEPS, SuspectEvidence
 from rsc_health.historian.schema import node_actions, qualify_runs, suspects
-from rsc_health.model import SuspectState
+from rsc_health.model import TIER_RETURNED, SuspectState
 
 MAX_JOB_IDS = 32  # job ids kept per episode (the newest evidence's first)
 MAX_DETAIL = 1000
@@ -269,6 +269,18 @@ def set_tier(engine, episode_id: int, tier: str, slurm_weight: int | None = None
         values["slurm_weight"] = slurm_weight
     with writer(engine).begin() as conn:
         conn.execute(update(suspects).where(suspects.c.id == episode_id).values(**values))
+
+
+def returned(engine, episode_ids: list[int]) -> None:
+    """Ended episodes whose marks are no longer in Slurm (given back, or the node seen
+    trusted): tier `returned`, so their saved weight never makes the node's later state, a
+    site's own, read as the tier's marks."""
+    ids = sorted(set(episode_ids))
+    with writer(engine).begin() as conn:
+        for i in range(0, len(ids), 500):  # SQLite's bound on a statement's variables
+            conn.execute(update(suspects).where(
+                suspects.c.id.in_(ids[i:i + 500]),
+                suspects.c.state != SuspectState.SUSPECT.value).values(tier=TIER_RETURNED))
 
 
 def active(engine) -> list[Episode]:

@@ -408,3 +408,22 @@ def test_a_shallow_pass_after_the_qualify_tiers_fail_does_not_hide_the_fail(engi
     _qualified(engine, "node07", "lite", "pass", T0 + 4 * MIN)
     res = run_pass(engine, slurm, config, T0 + 5 * MIN)
     assert [(n, s.value) for n, s, _ in res.settled] == [("node07", "confirmed")]
+
+
+def test_a_node_the_site_took_off_big_jobs_long_after_its_episode_stays_off(engine, tmp_path):
+    """node07 was a suspect in January: the tier saved its weight 10, set 1000, and at the
+    episode's end gave back rsc_trusted and weight 10. Weeks later the site itself takes
+    node07 off big jobs (no rsc_trusted, weight 50: a node on probation, another hardware
+    class). No episode is open and nothing is owed: the saved weight of that closed,
+    given-back episode must not make weight 50 read as the tier's marks (helper-210)."""
+    slurm, config = fleet(20), cfg(tmp_path)
+    run_pass(engine, slurm, config, T0, [ev("node07", T0)])
+    assert TRUSTED not in slurm.info["node07"].features
+    assert run_pass(engine, slurm, config, T0 + 25 * H).expired == ["node07"]
+    assert TRUSTED in slurm.info["node07"].features and slurm.info["node07"].weight == 10
+    # the site's own change, weeks later
+    slurm.update_node("node07", features=("h100",), weight=50)
+    run_pass(engine, slurm, config, T0 + 40 * 24 * H)
+    assert TRUSTED not in slurm.info["node07"].features, "given back a feature never taken"
+    assert slurm.info["node07"].weight == 50
+
