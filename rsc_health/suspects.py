@@ -22,7 +22,8 @@ a change in shadow mode ([actions] enabled = false: `would_suspect` is recorded)
 node a person or Slurm drained or marked DOWN (their state wins: `suspect_held`); more suspects
 in Slurm at once than the guard allows ([suspects] max_share of each partition, at least one,
 strongest evidence first, a node's own telemetry before a job's step files; a pilot's shadow
-nodes take none of its places).
+nodes take none of its places, but one turned shadow while the tier held it keeps its place:
+its marks stay in Slurm).
 """
 
 from __future__ import annotations
@@ -96,12 +97,19 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
     for node in nodes:
         for p in node.partitions:
             members[p] = members.get(p, 0) + 1
-    # The guard bounds suspects in Slurm: only nodes the tier writes take its places. A
-    # shadow node ([nodes."GLOB".actions] off in a pilot) is judged as if the whole fleet were
-    # live (`would`: every episode let through), so its would_suspect says what going live
-    # would do, and never holds a live node back.
+    # The guard bounds suspects in Slurm: nodes the tier writes take its places, and so does
+    # every node whose marks the tier left in Slurm and no longer writes (turned shadow while
+    # it held it: its marks stay, nothing gives them back). A shadow node never applied
+    # ([nodes."GLOB".actions] off in a pilot) is judged as if the whole fleet were live
+    # (`would`: every episode let through), so its would_suspect says what going live would
+    # do, and never holds a live node back.
     used: dict[str, int] = {}
     would: dict[str, int] = {}
+    stuck = _stuck(nodes, episodes, rules, saved)
+    for name in stuck:
+        for p in info[name].partitions or ("",):
+            used[p] = used.get(p, 0) + 1
+            would[p] = would.get(p, 0) + 1
     out: list[Change] = []
     suspect_nodes = set()
     # The node's own telemetry before a job's step files (untrusted: their deviation is what
@@ -116,10 +124,11 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
             continue
         parts = n.partitions or ("",)
         live = rules.writes(n.name)
-        change = _held_by_state(n, ep) or _held_by_guard(n, ep, parts, used if live else would,
-                                                         members, rules)
+        # a stuck node's place is taken already, and the guard could not give it back
+        change = _held_by_state(n, ep) or (None if n.name in stuck else _held_by_guard(
+            n, ep, parts, used if live else would, members, rules))
         if change is None:
-            for p in parts:
+            for p in parts if n.name not in stuck else ():
                 would[p] = would.get(p, 0) + 1
                 if live:
                     used[p] = used.get(p, 0) + 1
@@ -131,6 +140,23 @@ def plan(nodes: list[NodeInfo], episodes, rules: TierRules,
             out.append(change)
     out.extend(r for r in _restores(nodes, suspect_nodes, rules, saved)
                if rules.writes(r.node))
+    return out
+
+
+def _stuck(nodes: list[NodeInfo], episodes, rules: TierRules, saved: dict[str, int]
+           ) -> set[str]:
+    """Nodes the tier does not write now (shadow mode) whose marks it left in Slurm: an
+    episode applied before the node turned shadow (open, or ended with its give-back owed:
+    `saved`). They are kept from big jobs all the same, so they count toward the guard."""
+    open_weight = {ep.node: ep.slurm_weight for ep in episodes}
+    out = set()
+    for n in nodes:
+        if rules.writes(n.name):
+            continue
+        own = open_weight.get(n.name)
+        own = own if own is not None else saved.get(n.name)
+        if own is not None and _marked(n, own, rules):
+            out.add(n.name)
     return out
 
 
@@ -330,9 +356,9 @@ def apply(engine, slurm, cfg, now: datetime, *,
         nodes = slurm.nodes()
     except SlurmError as exc:
         return [], [f"Slurm: {exc}"]
+    _seen_returned(engine, nodes, rules, now)
     # every node without the feature: one the tier marked may be at a suspect weight the
     # operator changed since (_marked reads the weight each saved)
-    _seen_returned(engine, nodes, rules, now)
     restore = _restore_weights(engine, {n.name for n in nodes
                                         if rules.trusted not in n.features})
     done, errors = [], []

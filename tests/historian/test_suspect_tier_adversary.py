@@ -427,3 +427,18 @@ def test_a_node_the_site_took_off_big_jobs_long_after_its_episode_stays_off(engi
     assert TRUSTED not in slurm.info["node07"].features, "given back a feature never taken"
     assert slurm.info["node07"].weight == 50
 
+
+def test_a_node_turned_shadow_while_the_tier_holds_it_still_counts_toward_the_guard(
+        engine, tmp_path):
+    """20 nodes, max_share 5%: one suspect in Slurm at once. node07 is live and applied; the
+    pilot then turns node07 shadow ([nodes."node07".actions] enabled = false): the tier writes
+    nothing for it, so its marks stay in Slurm. node15 (live) is slow: it must be held, not
+    applied beside it, two nodes kept from big jobs where the cap is one (helper-210)."""
+    slurm = fleet(20)
+    run_pass(engine, slurm, cfg(tmp_path), T0, [ev("node07", T0, dev=20.0)])
+    assert _untrusted(slurm) == ["node07"]
+    (tmp_path / "pilot").mkdir()
+    narrowed = cfg(tmp_path / "pilot", '[nodes."node07".actions]\nenabled = false\n')
+    t = T0 + 5 * MIN
+    run_pass(engine, slurm, narrowed, t, [ev("node07", t, dev=20.0), ev("node15", t)])
+    assert len(_untrusted(slurm)) <= 1, f"untrusted in Slurm: {_untrusted(slurm)}"
