@@ -179,6 +179,14 @@ def test_every_readme_command_runs_on_a_real_site(slurm_cluster, site):
                 if argv[:2] == ["ticket", "open"]:
                     ticket = re.search(r"\d+", proc.stdout).group(0)
                 ran.append(variant)
+        # The README's first export is `systemctl start rsc-health-export.service` (as the
+        # timer's user, never root): what that unit runs, as its install-units line rendered it.
+        unit = (site["tmp"] / "units" / "rsc-health-export.service").read_text()
+        start = next(x for x in unit.splitlines() if x.startswith("ExecStart="))
+        argv = localise("healthctl " + shlex.join(shlex.split(start.partition("=")[2])[1:]),
+                        site, ticket)
+        proc = server.run(argv, timeout=300)
+        assert proc.returncode == 0, (argv, proc.stdout[-2000:], proc.stderr[-2000:])
     assert len(ran) >= len(COMMANDS)
     assert (site["tmp"] / "textfile" / "rsc_health_fleet.prom").read_text().startswith("#")
     assert (site["tmp"] / "report-day").is_dir()
