@@ -178,18 +178,20 @@ def _drained_by_another(reason: str | None, who: str) -> str | None:
 FAULT_LOOKBACK = timedelta(days=30)
 
 
-def _never_resumed_under(ctx: click.Context, info, never) -> str | None:
-    """Why a drain of the node path's whose reason leads with a transient code still asks a
-    qualification pass, or None: a fault never auto-resumed was found on the node since it
-    was last put back in service (the last resume or qualification release on record; with
-    none, FAULT_LOOKBACK before the drain) and no pass came after it. Slurm's reason names
-    one cause; an XID 48 found under our drain for a lost mount (its line consumed, the
+def _never_resumed_under(ctx: click.Context, info, never) -> tuple[str, str] | None:
+    """(the code, why) a drain of the node path's whose reason leads with a transient code
+    still asks a qualification pass, or None: a fault never auto-resumed was found on the
+    node since it was last put back in service (the last resume or qualification release on
+    record; with none, FAULT_LOOKBACK before the drain) and no pass came after it. Slurm's
+    reason names one cause; an XID 48 found under our drain for a lost mount (its line consumed, the
     node's own record keeping it from auto-resume) or escalated over by one is only in the
     historian, and `resume` put the GPU back with no pass (helper-208, helper-211). Setting
     the drain again to lead with it moved Slurm's reason time (the mass-drain guard counted
     a node two hours out as a drain made now) and split its accounting event, so the
     historian is asked instead. Without one (or when it cannot answer) the reason is all
-    there is: resumed as before."""
+    there is: resumed as before. `healthctl drain` over such a drain writes over_<the code>
+    (helper-214: a person's drain over it was a plain manual one, and its resume asked
+    nothing)."""
     from rsc_health.compat import UTC, datetime
     from rsc_health.policy import MODE_FOR_LEVEL, parse_reason
 
@@ -227,8 +229,9 @@ def _never_resumed_under(ctx: click.Context, info, never) -> str | None:
             engine.dispose()
     except Exception:  # noqa: BLE001 - the reason names a transient fault: as before
         return None
-    return (f"{row.code} was found on it at {row.time:%Y-%m-%d %H:%M}Z, under or before this "
-            f"drain ({info.reason[:60]!r}), with no qualification pass since")
+    return row.code, (f"{row.code} was found on it at {row.time:%Y-%m-%d %H:%M}Z, under or "
+                      f"before this drain ({info.reason[:60]!r}), with no qualification pass "
+                      "since")
 
 
 def _needs_qualification(ctx: click.Context, info) -> str | None:
@@ -237,7 +240,7 @@ def _needs_qualification(ctx: click.Context, info) -> str | None:
     ask = f"qualify it: `healthctl qualify start {info.name}` (or --force)"
     if not repair_drain(info.reason, never):
         found = _never_resumed_under(ctx, info, never)
-        return None if found is None else f"{found}; {ask}"
+        return None if found is None else f"{found[1]}; {ask}"
     if not ctx.obj.historian_configured:
         return f"repair drain ({info.reason[:60]!r}) and no historian to find a pass in; {ask}"
     try:
@@ -344,13 +347,17 @@ def drain(ctx: click.Context, nodes: str, reason: str, code: str, now_: bool, fo
                               "--force")
             return None
         reason = slurm_reason
-        if info.drain_set and repair_drain(info.reason, _never_resume(ctx, node)):
+        never = _never_resume(ctx, node)
+        repair = info.drain_set and repair_drain(info.reason, never)
+        found = _never_resumed_under(ctx, info, never) if info.drain_set and not repair \
+            else None
+        if repair or found:
             # Over our repair verdict (a never-resume XID, a lemon, a failed or unproven
             # qualification): the person's reason replaces it, and its code says what it
             # went over (`over_xid48`), so the maintenance's `healthctl resume` still asks
             # for the qualification pass the repair needs, and `qualify auto` leaves the node
             # to the person meanwhile (a manual drain).
-            over = (parse_reason(info.reason) or {}).get("code", "repair")
+            over = found[0] if found else (parse_reason(info.reason) or {}).get("code", "repair")
             # A person's drain over a person's over_ drain keeps its one over_ (not over_over_)
             reason = manual_reason(over if over.startswith(OVER_REPAIR) else OVER_REPAIR + over)
             res["detail"] = (f"over rsc-health's repair drain {info.reason[:60]!r}: resume "

@@ -141,3 +141,64 @@ def _resume(url, slurm, monkeypatch, *args):
     monkeypatch.setattr("rsc_health.commands.slurm._slurm", lambda ctx: slurm)
     monkeypatch.delenv("SUDO_USER", raising=False)
     return CliRunner().invoke(cli, ["--db", url, "resume", *args])
+
+def _cli(url, slurm, monkeypatch, *args):
+    monkeypatch.setattr("rsc_health.commands.slurm._slurm", lambda ctx: slurm)
+    monkeypatch.setenv("SUDO_USER", "alice")
+    res = CliRunner().invoke(cli, ["--db", url, *args])
+    print(res.output)
+    return res
+
+def test_a_persons_drain_over_a_transient_drain_does_not_lose_the_xid48_under_it(
+        db, monkeypatch):
+    """02:00 /scratch goes missing: `rsc_health:now:mount_missing:...`. 02:10 the sweep reads
+    an XID 48 under that drain (the historian has it; Slurm's reason still says
+    mount_missing). The operator marks the node as hers while she remounts (`healthctl drain
+    gpu042 --reason 'remounting /scratch'`): her drain goes over the XID 48 as over_xid48,
+    and her `healthctl resume` asks the qualification pass (helper-214)."""
+    url, engine = db
+    drained = datetime.now(UTC).replace(microsecond=0) - timedelta(hours=1)
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE+DRAIN", "rsc_health:now:mount_missing:/scratch not mounted",
+                   when=drained)
+    _check(engine, "gpu042", "xid48", (drained + timedelta(minutes=10)).replace(tzinfo=None))
+    # control: resumed straight away, it is refused (1029dbf)
+    out = _cli(url, slurm, monkeypatch, "resume", "gpu042")
+    assert out.exit_code == 1 and slurm.info["gpu042"].drain_set, out.output
+    out = _cli(url, slurm, monkeypatch, "drain", "gpu042", "--reason", "remounting /scratch")
+    assert out.exit_code == 0, out.output
+    out = _cli(url, slurm, monkeypatch, "resume", "gpu042")
+    assert slurm.info["gpu042"].drain_set, (
+        "an XID 48 found under the drain was put back in service with no qualification pass "
+        f"once a person's drain went over it: {out.output}")
+
+
+def test_node_path_then_a_persons_drain_then_resume_asks_a_pass(db, tmp_path, monkeypatch):
+    """The same end to end through the node path (Actor): the person's drain goes over the
+    fault the historian holds under ours as over_xid48, and resume asks the pass (helper-214:
+    it was a plain manual drain, resumed with nothing asked)."""
+    from rsc_health.actions import Actor
+    from rsc_health.config import load_config
+    from rsc_health.model import Finding, Severity, Status
+    from rsc_health.policy import decide
+
+    url, engine = db
+    slurm = MemorySlurm()
+    slurm.add_node("gpu042", "IDLE")
+    site = tmp_path / "node.toml"
+    site.write_text("[actions]\nenabled = true\n")
+    actor = Actor(slurm, load_config(site), "gpu042", tmp_path / "state")
+    mount = Finding("mounts", "/scratch", Status.FAIL, Severity.DRAIN_NOW,
+                    "/scratch not mounted", "mount_missing")
+    actor.apply(decide([mount]))
+    xid = Finding("xid", "gpu5", Status.FAIL, Severity.DRAIN_NOW,
+                  "Xid 48: double-bit ECC error", "xid48", repair=True)
+    actor.apply(decide([mount, xid]))
+    _check(engine, "gpu042", "xid48", datetime.now(UTC).replace(tzinfo=None, microsecond=0))
+    print("Slurm reason:", slurm.info["gpu042"].reason)
+    out = _cli(url, slurm, monkeypatch, "drain", "gpu042", "--reason", "remounting /scratch")
+    assert out.exit_code == 0, out.output
+    print("after drain:", slurm.info["gpu042"].reason)
+    out = _cli(url, slurm, monkeypatch, "resume", "gpu042")
+    assert slurm.info["gpu042"].drain_set, (
+        f"XID 48 under the drain, a person's drain over it, then resume: resumed: {out.output}")
