@@ -62,7 +62,9 @@ def test_a_node_listed_twice_is_asked_for_alone_whose_first_line_is_its_own(tmp_
     forged = IDLE.replace("AvailableFeatures=(null) ", "")
     fleet = [IDLE.replace("node02", "node03") + " Comment=x", forged, DRAINED]
     slurm = fake_bin(tmp_path, "scontrol",
-                     f'if [ -n "$4" ]; then echo \'{DRAINED}\'; exit; fi\n'
+                     # asked for one node: a name after `show node` (with or without -a)
+                     'for a; do last=$a; done\n'
+                     f'if [ "$last" != node ]; then echo \'{DRAINED}\'; exit; fi\n'
                      "cat <<'EOF'\n" + "\n".join(fleet) + "\nEOF\n")
     assert [(n.name, n.state) for n in slurm.nodes()] == [("node03", "IDLE"),
                                                           ("node02", "IDLE+DRAIN")]
