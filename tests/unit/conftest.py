@@ -30,3 +30,20 @@ def no_audit_login(monkeypatch):
     import rsc_health.commands
 
     monkeypatch.setattr(rsc_health.commands, "audit_login", lambda: None, raising=False)
+
+
+def run_slurm_command(tmp_path, monkeypatch, slurm, cmd, args, site=""):
+    """One of commands/slurm.py's commands (drain, resume, ...) on `slurm` (a MemorySlurm),
+    with `site` as the config file, a root under tmp_path and no historian; its output
+    printed for a failing test's log."""
+    import rsc_health.commands.slurm as cs
+    from rsc_health.cli import AppContext
+
+    monkeypatch.setenv("RSC_HEALTH_ROOT", str(tmp_path / "root"))
+    monkeypatch.delenv("RSC_HEALTH_DB", raising=False)
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(site)
+    monkeypatch.setattr(cs, "_slurm", lambda ctx: slurm)
+    res = CliRunner().invoke(cmd, args, obj=AppContext(config_path=str(cfg)))
+    print(res.output)
+    return res

@@ -5,23 +5,12 @@ from __future__ import annotations
 
 import os
 
-from click.testing import CliRunner
-
 import rsc_health.commands
 import rsc_health.commands.slurm as cs
-from rsc_health.cli import AppContext
 from rsc_health.slurm.memory import MemorySlurm
+from tests.unit.conftest import run_slurm_command
 
-
-def _run(tmp_path, monkeypatch, slurm, cmd, args, site=""):
-    monkeypatch.setenv("RSC_HEALTH_ROOT", str(tmp_path / "root"))
-    monkeypatch.delenv("RSC_HEALTH_DB", raising=False)
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(site)
-    monkeypatch.setattr(cs, "_slurm", lambda ctx: slurm)
-    res = CliRunner().invoke(cmd, args, obj=AppContext(config_path=str(cfg)))
-    print(res.output)
-    return res
+_run = run_slurm_command
 
 
 def test_a_second_persons_drain_keeps_the_first_persons_reason(tmp_path, monkeypatch):

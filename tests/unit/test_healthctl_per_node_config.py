@@ -2,12 +2,12 @@
 [actions] never_resume_codes), not the site-wide one (helper-208)."""
 from __future__ import annotations
 
-from click.testing import CliRunner
+from functools import partial
 
 import rsc_health.commands.slurm as cs
-from rsc_health.cli import AppContext
 from rsc_health.config import load_config
 from rsc_health.slurm.memory import MemorySlurm
+from tests.unit.conftest import run_slurm_command
 
 DEFAULT_NEVER = ('["xid79", "xid48", "xid94", "xid95", "ecc_dbe", "remap_failed", '
                  '"remap_pending", "gpu_lost", "gpu_missing", "aer_fatal"]')
@@ -18,15 +18,7 @@ SITE = ('[actions]\nenabled = true\n'
 OURS = "rsc_health:now:ib_down:mlx5_0 port 1 Down"
 
 
-def _run(tmp_path, monkeypatch, slurm, cmd, args, site=SITE):
-    monkeypatch.setenv("RSC_HEALTH_ROOT", str(tmp_path / "root"))
-    monkeypatch.delenv("RSC_HEALTH_DB", raising=False)
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(site)
-    monkeypatch.setattr(cs, "_slurm", lambda ctx: slurm)
-    res = CliRunner().invoke(cmd, args, obj=AppContext(config_path=str(cfg)))
-    print(res.output)
-    return res
+_run = partial(run_slurm_command, site=SITE)
 
 
 def test_node_override_never_resume_is_what_the_node_path_keeps(tmp_path):

@@ -13,30 +13,14 @@ from click.testing import CliRunner
 from sqlalchemy import insert
 
 import rsc_health.commands.slurm as cs
-from rsc_health.cli import AppContext, cli
+from rsc_health.cli import cli
 from rsc_health.config import load_config
 from rsc_health.historian.schema import check_results, node_actions, qualify_runs
 from rsc_health.model import ActionKind
 from rsc_health.slurm.memory import MemorySlurm
+from tests.unit.conftest import run_slurm_command
 
-DEFAULT_NEVER = ('["xid79", "xid48", "xid94", "xid95", "ecc_dbe", "remap_failed", '
-                 '"remap_pending", "gpu_lost", "gpu_missing", "aer_fatal"]')
-# A site whose H100 nodes treat an IB port going down as a hands-on repair (a flaky cable
-# that must be re-seated): [nodes."GLOB".actions] never_resume_codes, a documented override.
-SITE = ('[actions]\nenabled = true\n'
-        f'[nodes."h100-*".actions]\nnever_resume_codes = {DEFAULT_NEVER[:-1]}, "ib_down"]\n')
-OURS = "rsc_health:now:ib_down:mlx5_0 port 1 Down"
-
-
-def _run(tmp_path, monkeypatch, slurm, cmd, args, site=SITE):
-    monkeypatch.setenv("RSC_HEALTH_ROOT", str(tmp_path / "root"))
-    monkeypatch.delenv("RSC_HEALTH_DB", raising=False)
-    cfg = tmp_path / "config.toml"
-    cfg.write_text(site)
-    monkeypatch.setattr(cs, "_slurm", lambda ctx: slurm)
-    res = CliRunner().invoke(cmd, args, obj=AppContext(config_path=str(cfg)))
-    print(res.output)
-    return res
+_run = run_slurm_command
 
 
 def test_resume_of_a_drain_whose_never_resume_code_is_not_the_first_cause(tmp_path,
@@ -97,7 +81,7 @@ def test_resume_of_a_transient_drain_with_a_never_resume_fault_on_record_asks_a_
                    when=drained)
     at = drained + (timedelta(minutes=10) if found == "under" else -timedelta(minutes=10))
     _check(engine, "gpu042", "xid48", at.replace(tzinfo=None))
-    out = _resume(url, slurm, monkeypatch, "gpu042")
+    out = _cli(url, slurm, monkeypatch, "resume", "gpu042")
     assert out.exit_code == 1, out.output
     assert "xid48 was found on it" in out.output and "qualify start gpu042" in out.output
     assert slurm.info["gpu042"].drain_set
@@ -124,7 +108,7 @@ def test_a_fault_behind_a_resume_or_a_pass_after_it_does_not_hold_a_transient_dr
             started=now - timedelta(hours=2, minutes=9), ended=now - timedelta(hours=2),
             verdict="pass", reason="", gpu_model="NVIDIA H100 80GB HBM3", driver="550.54.15",
             job_id="77"))
-    out = _resume(url, slurm, monkeypatch, "resumed,passed")
+    out = _cli(url, slurm, monkeypatch, "resume", "resumed,passed")
     assert out.exit_code == 0, out.output
 
 
@@ -137,10 +121,6 @@ def test_without_a_historian_a_transient_drain_resumes_as_its_reason_says(
     assert not slurm.info["gpu042"].drain_set
 
 
-def _resume(url, slurm, monkeypatch, *args):
-    monkeypatch.setattr("rsc_health.commands.slurm._slurm", lambda ctx: slurm)
-    monkeypatch.delenv("SUDO_USER", raising=False)
-    return CliRunner().invoke(cli, ["--db", url, "resume", *args])
 
 def _cli(url, slurm, monkeypatch, *args):
     monkeypatch.setattr("rsc_health.commands.slurm._slurm", lambda ctx: slurm)
